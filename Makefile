@@ -1,0 +1,36 @@
+# The README's two commands are `make demo` and `make test`. Both install what is missing first.
+JOBS ?= 2
+CTEST_ARGS ?=
+
+.PHONY: deps build demo test test-asan test-tsan bench install-check clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	cmake --preset dev >/dev/null
+	cmake --build --preset dev -j $(JOBS)
+
+demo: build
+	build/dev/tests/with-redis build/dev/examples/quickstart
+
+test: build
+	ctest --preset dev $(CTEST_ARGS)
+
+test-asan: deps
+	cmake --preset asan >/dev/null
+	cmake --build --preset asan -j $(JOBS)
+	ctest --preset asan $(CTEST_ARGS)
+
+test-tsan: deps
+	cmake --preset tsan >/dev/null
+	cmake --build --preset tsan -j $(JOBS)
+	ctest --preset tsan $(CTEST_ARGS)
+
+bench: deps
+	cmake --preset release >/dev/null
+	cmake --build --preset release -j $(JOBS)
+	scripts/run-bench.sh build/release
+
+clean:
+	rm -rf build

@@ -1,0 +1,186 @@
+#include "redlimit_test/redis_server.hpp"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace redlimit::test {
+namespace {
+
+bool canConnect(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Sends PING over a raw socket and checks for +PONG (no library code under test involved).
+bool answersPing(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  timeval tv{0, 200000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const char ping[] = "PING\r\n";
+    if (::write(fd, ping, sizeof ping - 1) == static_cast<ssize_t>(sizeof ping - 1)) {
+      char buf[16] = {};
+      ssize_t n = ::read(fd, buf, sizeof buf - 1);
+      ok = n >= 5 && std::strncmp(buf, "+PONG", 5) == 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int freeLoopbackPort() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw std::runtime_error("socket() failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      socklen_t len = sizeof addr;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+      ::close(fd);
+      int port = ntohs(addr.sin_port);
+      if (!canConnect("127.0.0.1", port)) return port;
+    } else {
+      ::close(fd);
+    }
+  }
+  throw std::runtime_error("no free loopback port found");
+}
+
+RedisServer::RedisServer(std::vector<std::string> extraArgs) : extraArgs_(std::move(extraArgs)) {
+  char tmpl[] = "/tmp/redlimit-redis-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  for (int attempt = 0;; ++attempt) {
+    port_ = freeLoopbackPort();
+    try {
+      launch();
+      waitReady(std::chrono::seconds(10));
+      return;
+    } catch (const std::exception&) {
+      stop();
+      if (attempt == 4) {
+        std::filesystem::remove_all(dir_);
+        throw;
+      }
+    }
+  }
+}
+
+RedisServer::~RedisServer() {
+  stop();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string RedisServer::uri() const { return "redis://" + host_ + ":" + std::to_string(port_); }
+
+void RedisServer::launch() {
+  std::vector<std::string> args = {REDLIMIT_REDIS_SERVER,
+                                   "--port", std::to_string(port_),
+                                   "--bind", host_,
+                                   "--dir", dir_,
+                                   "--unixsocket", unixSocket(),
+                                   "--unixsocketperm", "700",
+                                   "--save", "",
+                                   "--appendonly", "no",
+                                   "--daemonize", "no",
+                                   "--logfile", dir_ + "/redis.log",
+                                   "--enable-debug-command", "local"};
+  args.insert(args.end(), extraArgs_.begin(), extraArgs_.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) throw std::runtime_error(std::string("cannot start redis-server: ") + std::strerror(rc));
+  pid_ = pid;
+}
+
+void RedisServer::waitReady(std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      std::ifstream log(dir_ + "/redis.log");
+      std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      throw std::runtime_error("redis-server exited at start-up: " + text);
+    }
+    if (answersPing(host_, port_)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("redis-server did not answer PING in time on port " + std::to_string(port_));
+}
+
+void RedisServer::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void RedisServer::restart() {
+  stop();
+  // The old socket may linger briefly in TIME_WAIT; redis sets SO_REUSEADDR so this is fine.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    launch();
+    try {
+      waitReady(std::chrono::seconds(10));
+      return;
+    } catch (const std::exception&) {
+      stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  throw std::runtime_error("redis-server did not restart on port " + std::to_string(port_));
+}
+
+void RedisServer::stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+}  // namespace redlimit::test

@@ -1,0 +1,53 @@
+// Test fixture: a throwaway redis-server on a free loopback port in a temporary directory.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace redlimit::test {
+
+/// Starts redis-server (from PATH) on 127.0.0.1 with a free port, no persistence, in a fresh
+/// temporary directory; stops it and removes the directory on destruction.
+/// Not thread-safe: drive it from the test's main thread.
+class RedisServer {
+ public:
+  /// Starts the server and waits until it answers PING. extraArgs go on the command line
+  /// (for example {"--requirepass", "secret"}). Throws std::runtime_error if it does not start.
+  explicit RedisServer(std::vector<std::string> extraArgs = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  [[nodiscard]] int port() const noexcept { return port_; }
+  [[nodiscard]] const std::string& host() const noexcept { return host_; }
+  /// redis://127.0.0.1:<port>
+  [[nodiscard]] std::string uri() const;
+  /// Path of the unix socket the server also listens on.
+  [[nodiscard]] std::string unixSocket() const { return dir_ + "/redis.sock"; }
+
+  /// Sends SIGKILL and reaps the process (simulates a crash).
+  void kill();
+  /// Starts the server again on the same port (after kill() or stop()).
+  void restart();
+  /// SIGTERM, then SIGKILL after 5 s.
+  void stop();
+  [[nodiscard]] bool running() const noexcept { return pid_ > 0; }
+
+ private:
+  void launch();
+  void waitReady(std::chrono::milliseconds limit);
+
+  std::vector<std::string> extraArgs_;
+  std::string host_ = "127.0.0.1";
+  std::string dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+/// Returns a loopback TCP port that nothing listens on at the moment of the call.
+int freeLoopbackPort();
+
+}  // namespace redlimit::test
