@@ -1,0 +1,56 @@
+// redlimit — one connection to Redis (one hiredis context).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <initializer_list>
+#include <string_view>
+#include <vector>
+
+#include "redlimit/options.hpp"
+#include "redlimit/reply.hpp"
+
+struct redisContext;  // hiredis; only src/ sees its definition
+
+namespace redlimit {
+
+/// A blocking connection to one Redis server: connects with a finite connect timeout, applies
+/// the command timeout and TCP keep-alive, sends AUTH and SELECT as the options say.
+///
+/// After any transport failure the connection is broken() for good; the pool throws it away and
+/// opens a new one (hiredis 0.14's redisReconnect drops the command timeout, so redlimit never
+/// reconnects a context in place).
+/// Not thread-safe: one thread at a time, which the pool guarantees.
+class Connection {
+ public:
+  /// Connects. Throws IoError (refused, unreachable), TimeoutError (connect timeout),
+  /// AuthError (bad password or ACL user), ReplyError (SELECT failed), InvalidArgument (options).
+  explicit Connection(const ConnectionOptions& options);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// Sends one command and waits for its reply. Throws TimeoutError, ClosedError, IoError
+  /// (connection now broken), or ReplyError (connection still usable).
+  Reply command(const std::string_view* argv, std::size_t argc);
+  Reply command(std::initializer_list<std::string_view> argv) {
+    return command(argv.begin(), argv.size());
+  }
+  Reply command(const std::vector<std::string_view>& argv) {
+    return command(argv.data(), argv.size());
+  }
+
+  /// True once a transport error happened; the connection must not be reused.
+  [[nodiscard]] bool broken() const noexcept { return broken_; }
+  /// When the last command finished (or the connection was opened).
+  [[nodiscard]] std::chrono::steady_clock::time_point lastUsed() const noexcept { return lastUsed_; }
+
+ private:
+  [[noreturn]] void failTransport(const char* what);
+
+  redisContext* ctx_ = nullptr;
+  bool broken_ = false;
+  std::chrono::steady_clock::time_point lastUsed_;
+};
+
+}  // namespace redlimit

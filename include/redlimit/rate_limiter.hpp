@@ -1,0 +1,162 @@
+// redlimit — RateLimiter: Redisson's RRateLimiter in C++, on the same Redis data.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "redlimit/client.hpp"
+
+namespace redlimit {
+
+/// Whom a limit applies to (Redisson's RateType; the numbers are the hash's `type` field).
+enum class RateType {
+  Overall = 0,    // one limit shared by every client
+  PerClient = 1,  // each client (ClientOptions::clientId) gets the whole rate for itself
+};
+
+/// Which clock stamps permits.
+enum class TimeSource {
+  Server,  // redis.call('TIME') inside the script: immune to client clock skew (default)
+  Client,  // this host's wall clock in epoch ms, sent with each call: exactly what Redisson does
+};
+
+/// A limiter's configuration as stored in its hash.
+struct RateLimiterConfig {
+  RateType rateType = RateType::Overall;              // field `type`
+  std::int64_t rate = 0;                              // field `rate`: permits per interval
+  std::chrono::milliseconds rateInterval{0};          // field `interval`, ms
+  std::chrono::milliseconds keepAliveTime{0};         // field `keepAliveTime`, ms; 0 = none
+
+  friend bool operator==(const RateLimiterConfig& a, const RateLimiterConfig& b) {
+    return a.rateType == b.rateType && a.rate == b.rate && a.rateInterval == b.rateInterval &&
+           a.keepAliveTime == b.keepAliveTime;
+  }
+  friend bool operator!=(const RateLimiterConfig& a, const RateLimiterConfig& b) { return !(a == b); }
+};
+
+/// Options of one RateLimiter handle.
+struct RateLimiterOptions {
+  TimeSource timeSource = TimeSource::Server;         // clock that stamps permits
+};
+
+/// The outcome of one acquire attempt (see RateLimiter::tryAcquireUpTo).
+struct AcquireResult {
+  std::int64_t granted = 0;                           // permits granted; 0 = denied
+  std::chrono::milliseconds wait{0};                  // when denied: retry after this long
+  std::int64_t remaining = 0;                         // permits left in the limiter after the call
+  std::int64_t rate = 0;                              // the rate in force
+  std::chrono::milliseconds grantTime{0};             // the stamp of the grant, epoch ms (the
+                                                      // permits expire one interval later)
+  std::string member;                                 // when granted: the sorted-set member written
+};
+
+/// A distributed sliding-window rate limiter that reads and writes Redisson's RRateLimiter data
+/// layout (3.38+), so Java services using Redisson and C++ services using redlimit can take
+/// permits from one limiter. At most `rate` permits are granted in any window of
+/// `rateInterval`, across every process that uses the limiter's name.
+///
+/// The handle is cheap; many handles may name the same limiter. Every call is one round trip
+/// (one atomic script) unless it says otherwise.
+/// Thread-safe.
+///
+/// Errors: InvalidArgument before anything is sent (bad name, rate, interval, permits);
+/// NotInitializedError if no configuration exists; InvalidConfigError if the hash holds values
+/// redlimit cannot use; IoError and subclasses (TimeoutError, ClosedError, PoolTimeoutError)
+/// when Redis cannot be reached in time — then no decision was made.
+class RateLimiter {
+ public:
+  static constexpr std::int64_t kMaxRate = 4294967295;                       // uint32 in a member
+  static constexpr std::chrono::milliseconds kMaxInterval{1000000000000};    // about 31 years
+
+  /// A handle on the limiter called `name`. Sends nothing. Throws InvalidArgument for an empty name.
+  RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options = {});
+
+  /// Writes the configuration if none exists (HSETNX semantics); touches no other key. Returns
+  /// true if this call created it. keepAliveTime > 0 (at least rateInterval) sets an idle TTL.
+  [[nodiscard]] bool trySetRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                                std::chrono::milliseconds keepAliveTime = std::chrono::milliseconds{0});
+  /// Overwrites the configuration and resets the state: the limiter restarts full.
+  void setRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+               std::chrono::milliseconds keepAliveTime = std::chrono::milliseconds{0});
+  /// Overwrites the configuration; with keepState, keeps the permits in use (Redisson 4.4):
+  /// members older than the new interval are dropped, available = new rate - permits in use.
+  /// A change of type always clears the state.
+  void setRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+               std::chrono::milliseconds keepAliveTime, bool keepState);
+  /// setRate with keepState, but only if the limiter exists. Returns false (and creates nothing)
+  /// if it does not.
+  [[nodiscard]] bool updateRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                                std::chrono::milliseconds keepAliveTime = std::chrono::milliseconds{0});
+
+  /// Takes one permit if available now. Never waits.
+  [[nodiscard]] bool tryAcquire() { return tryAcquire(1); }
+  /// Takes `permits` (1..rate) if available now. Never waits.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits);
+  /// Takes one permit, waiting up to `timeout` for it.
+  [[nodiscard]] bool tryAcquire(std::chrono::milliseconds timeout) { return tryAcquire(1, timeout); }
+  /// Takes `permits`, waiting up to `timeout`: on a denial it sleeps the wait the script returns
+  /// and tries again; it returns false at once when the time left cannot cover the next wait
+  /// (Redisson sleeps the rest of the timeout first). timeout <= 0 means one attempt.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout);
+  /// Takes one permit, waiting as long as it takes. Transport errors are thrown, not retried.
+  void acquire() { acquire(1); }
+  /// Takes `permits` (1..rate), waiting as long as it takes.
+  void acquire(std::int64_t permits);
+
+  /// One attempt to take between `atLeast` and `atMost` permits (as many as are free, up to
+  /// atMost); returns the grant, or the wait. Used by the segment cache.
+  [[nodiscard]] AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+  /// Gives back up to `permits` of a grant made by tryAcquireUpTo (`member` from its result) and
+  /// returns how many went back (0 if the grant has expired meanwhile).
+  std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+
+  /// Permits that could be taken now, 0..rate. Returns expired permits first, like tryAcquire.
+  [[nodiscard]] std::int64_t availablePermits();
+  /// Reads the configuration hash. Throws NotInitializedError if it does not exist.
+  [[nodiscard]] RateLimiterConfig getConfig();
+  /// Gives back up to `permits` (>= 0) taken earlier, newest first: the available permits become
+  /// min(available + permits, rate). 0 is a no-op.
+  void release(std::int64_t permits);
+
+  /// Sets a TTL on all of the limiter's keys. True if any key exists.
+  bool expire(std::chrono::milliseconds ttl);
+  /// Sets an absolute expiry (wall clock) on all of the limiter's keys. True if any key exists.
+  bool expireAt(std::chrono::system_clock::time_point when);
+  /// Removes the TTL from all of the limiter's keys. True if any key had one.
+  bool clearExpire();
+  /// TTL of the configuration hash in ms; -1 if it has none, -2 if it does not exist (as PTTL).
+  [[nodiscard]] std::chrono::milliseconds remainTimeToLive();
+  /// True if the configuration hash exists.
+  [[nodiscard]] bool isExists();
+  /// Deletes the configuration and this client's state. True if any key existed.
+  bool deleteLimiter();
+
+  [[nodiscard]] const std::string& getName() const noexcept { return name_; }
+  /// The five keys in Redisson's order: hash, value, client value, permits, client permits.
+  [[nodiscard]] const std::vector<std::string>& keys() const noexcept { return keys_; }
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept { return client_; }
+
+ private:
+  void checkPermits(std::int64_t permits) const;
+  void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                 std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
+  AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);
+  std::string nowArg() const;
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  RateLimiterOptions options_;
+  std::vector<std::string> keys_;
+  std::vector<std::string_view> keyViews_;
+  std::atomic<std::int64_t> knownRate_{0};  // last rate seen from Redis; 0 = unknown
+};
+
+/// Redisson's key naming: `{name}:suffix`, or `name:suffix` when the name already has a '{'.
+[[nodiscard]] std::string suffixName(const std::string& name, const std::string& suffix);
+
+}  // namespace redlimit

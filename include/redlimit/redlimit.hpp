@@ -1,0 +1,12 @@
+// redlimit — umbrella header.
+#pragma once
+
+#include "redlimit/client.hpp"
+#include "redlimit/clock.hpp"
+#include "redlimit/connection.hpp"
+#include "redlimit/connection_pool.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/options.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit/reply.hpp"
+#include "redlimit/script.hpp"

@@ -1,0 +1,30 @@
+// redlimit — a Redis reply as a plain value, so that code above the redis layer never sees
+// hiredis types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace redlimit {
+
+/// One RESP2 reply. Error replies never reach callers as a Reply: they are thrown as ReplyError.
+/// A value type; not synchronised.
+struct Reply {
+  enum class Type { Nil, Integer, String, Status, Array };
+
+  Type type = Type::Nil;
+  std::int64_t integer = 0;    // Type::Integer
+  std::string str;             // Type::String (bulk) and Type::Status
+  std::vector<Reply> elements; // Type::Array
+
+  [[nodiscard]] bool isNil() const noexcept { return type == Type::Nil; }
+  /// The reply as an integer: an Integer, or a String/Status holding a decimal integer
+  /// (Redisson's scripts answer either). Throws redlimit::Error if it is neither.
+  [[nodiscard]] std::int64_t asInteger() const;
+  /// The reply as an integer, or nullopt for Nil.
+  [[nodiscard]] std::optional<std::int64_t> asOptionalInteger() const;
+};
+
+}  // namespace redlimit

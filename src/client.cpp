@@ -1,0 +1,61 @@
+#include "redlimit/client.hpp"
+
+#include "random.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit {
+
+Client::Client(ClientOptions options)
+    : options_(std::move(options)),
+      clientId_(options_.clientId.empty() ? detail::randomUuidV4() : options_.clientId),
+      pool_(options_.connection, options_.pool) {}
+
+Client::~Client() = default;
+
+std::shared_ptr<Client> Client::create(ClientOptions options) {
+  return std::make_shared<Client>(std::move(options));
+}
+
+std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions base) {
+  base.connection = parseUri(uri, std::move(base.connection));
+  return create(std::move(base));
+}
+
+Reply Client::command(std::initializer_list<std::string_view> argv) {
+  auto lease = pool_.acquire();
+  return lease->command(argv);
+}
+
+Reply Client::command(const std::vector<std::string_view>& argv) {
+  auto lease = pool_.acquire();
+  return lease->command(argv);
+}
+
+Reply Client::eval(const Script& script, const std::vector<std::string_view>& keys,
+                   const std::vector<std::string_view>& args) {
+  const std::string numKeys = std::to_string(keys.size());
+  std::vector<std::string_view> argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.push_back("EVALSHA");
+  argv.push_back(script.sha1);
+  argv.push_back(numKeys);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+
+  auto lease = pool_.acquire();
+  try {
+    return lease->command(argv);
+  } catch (const ReplyError& e) {
+    if (e.code() != "NOSCRIPT") throw;
+  }
+  // The server lost the script (restart, SCRIPT FLUSH, failover): load it on this connection,
+  // where the retry runs, and try once more.
+  Reply loaded = lease->command({"SCRIPT", "LOAD", script.source});
+  if (loaded.str != script.sha1) {
+    throw ScriptError("ERR", "redlimit: SCRIPT LOAD of " + std::string(script.name) + " returned SHA1 " +
+                                 loaded.str + ", expected " + std::string(script.sha1));
+  }
+  return lease->command(argv);
+}
+
+}  // namespace redlimit

@@ -1,0 +1,154 @@
+#include "redlimit/connection.hpp"
+
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "error_mapping.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit {
+namespace {
+
+timeval toTimeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
+  tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::string endpoint(const ConnectionOptions& o) {
+  return o.unixSocket.empty() ? o.host + ":" + std::to_string(o.port) : "unix:" + o.unixSocket;
+}
+
+// Converts a hiredis reply; error replies are thrown. Frees nothing (the caller owns `r`).
+Reply convert(const redisReply* r, bool fromScript) {
+  Reply out;
+  switch (r->type) {
+    case REDIS_REPLY_NIL:
+      out.type = Reply::Type::Nil;
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = Reply::Type::Integer;
+      out.integer = static_cast<std::int64_t>(r->integer);
+      break;
+    case REDIS_REPLY_STRING:
+      out.type = Reply::Type::String;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = Reply::Type::Status;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = Reply::Type::Array;
+      out.elements.reserve(r->elements);
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i], fromScript));
+      break;
+    case REDIS_REPLY_ERROR:
+      detail::throwReplyError(std::string_view(r->str, r->len), fromScript);
+    default:
+      // RESP3 types (hiredis 1.x) are never requested: redlimit does not send HELLO 3.
+      throw IoError("redlimit: unexpected reply type " + std::to_string(r->type));
+  }
+  return out;
+}
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+
+}  // namespace
+
+Connection::Connection(const ConnectionOptions& o) {
+  if (o.connectTimeout.count() <= 0 || o.commandTimeout.count() <= 0) {
+    throw InvalidArgument("redlimit: connectTimeout and commandTimeout must be > 0 ms (no infinite waits)");
+  }
+  if (o.unixSocket.empty() && (o.port <= 0 || o.port > 65535)) {
+    throw InvalidArgument("redlimit: port must be in 1..65535, got " + std::to_string(o.port));
+  }
+  if (o.db < 0) throw InvalidArgument("redlimit: db must be >= 0");
+  const timeval connectTv = toTimeval(o.connectTimeout);
+  errno = 0;
+  ctx_ = o.unixSocket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connectTv)
+                              : redisConnectUnixWithTimeout(o.unixSocket.c_str(), connectTv);
+  const int savedErrno = errno;
+  if (ctx_ == nullptr) throw std::bad_alloc();
+  if (ctx_->err != 0) {
+    std::string errstr = ctx_->errstr;
+    int err = ctx_->err;
+    redisFree(ctx_);
+    ctx_ = nullptr;
+    detail::throwContextError(err, savedErrno, errstr, "connect to " + endpoint(o));
+  }
+  try {
+    if (redisSetTimeout(ctx_, toTimeval(o.commandTimeout)) != REDIS_OK) failTransport("set command timeout");
+    if (o.keepAlive && o.unixSocket.empty() && redisEnableKeepAlive(ctx_) != REDIS_OK) {
+      failTransport("enable TCP keep-alive");
+    }
+    if (!o.password.empty()) {
+      if (o.user.empty()) {
+        command({"AUTH", o.password});
+      } else {
+        command({"AUTH", o.user, o.password});
+      }
+    } else if (!o.user.empty()) {
+      throw InvalidArgument("redlimit: an ACL user needs a password");
+    }
+    if (o.db != 0) {
+      const std::string db = std::to_string(o.db);
+      command({"SELECT", db});
+    }
+  } catch (...) {
+    redisFree(ctx_);
+    ctx_ = nullptr;
+    throw;
+  }
+  lastUsed_ = std::chrono::steady_clock::now();
+}
+
+Connection::~Connection() {
+  if (ctx_ != nullptr) redisFree(ctx_);
+}
+
+void Connection::failTransport(const char* what) {
+  const int savedErrno = errno;
+  broken_ = true;
+  detail::throwContextError(ctx_->err, savedErrno, ctx_->errstr, what);
+}
+
+Reply Connection::command(const std::string_view* argv, std::size_t argc) {
+  if (broken_) throw ClosedError("redlimit: connection is broken after an earlier error");
+  constexpr std::size_t kInline = 16;
+  const char* ptrInline[kInline];
+  std::size_t lenInline[kInline];
+  std::vector<const char*> ptrHeap;
+  std::vector<std::size_t> lenHeap;
+  const char** ptrs = ptrInline;
+  std::size_t* lens = lenInline;
+  if (argc > kInline) {
+    ptrHeap.resize(argc);
+    lenHeap.resize(argc);
+    ptrs = ptrHeap.data();
+    lens = lenHeap.data();
+  }
+  for (std::size_t i = 0; i < argc; ++i) {
+    ptrs[i] = argv[i].data();
+    lens[i] = argv[i].size();
+  }
+  errno = 0;
+  void* raw = redisCommandArgv(ctx_, static_cast<int>(argc), ptrs, lens);
+  if (raw == nullptr) {
+    std::string what = argc > 0 ? std::string(argv[0]) : std::string("command");
+    failTransport(what.c_str());
+  }
+  std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
+  lastUsed_ = std::chrono::steady_clock::now();
+  const bool fromScript = argc > 0 && (argv[0] == "EVALSHA" || argv[0] == "EVAL");
+  return convert(reply.get(), fromScript);
+}
+
+}  // namespace redlimit

@@ -1,0 +1,108 @@
+#include "redlimit/connection_pool.hpp"
+
+#include <string>
+
+#include "redlimit/errors.hpp"
+
+namespace redlimit {
+
+ConnectionPool::ConnectionPool(ConnectionOptions connection, PoolOptions pool)
+    : connection_(std::move(connection)), options_(pool) {
+  if (options_.size == 0) throw InvalidArgument("redlimit: pool size must be >= 1");
+  if (options_.waitTimeout.count() <= 0) {
+    throw InvalidArgument("redlimit: pool waitTimeout must be > 0 ms (no infinite waits)");
+  }
+  if (options_.idlePingAfter.count() < 0) throw InvalidArgument("redlimit: pool idlePingAfter must be >= 0 ms");
+  if (connection_.connectTimeout.count() <= 0 || connection_.commandTimeout.count() <= 0) {
+    throw InvalidArgument("redlimit: connectTimeout and commandTimeout must be > 0 ms (no infinite waits)");
+  }
+  idle_.reserve(options_.size);
+}
+
+ConnectionPool::~ConnectionPool() = default;
+
+std::unique_ptr<Connection> ConnectionPool::openCounted() {
+  // Called with a slot reserved in open_; connects outside the lock.
+  try {
+    auto conn = std::make_unique<Connection>(connection_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.created;
+    return conn;
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --open_;
+    }
+    available_.notify_one();
+    throw;
+  }
+}
+
+ConnectionPool::Lease ConnectionPool::acquire() {
+  const auto deadline = std::chrono::steady_clock::now() + options_.waitTimeout;
+  std::unique_ptr<Connection> conn;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      if (!idle_.empty()) {
+        conn = std::move(idle_.back());
+        idle_.pop_back();
+        break;
+      }
+      if (open_ < options_.size) {
+        ++open_;
+        break;  // open a new one below, outside the lock
+      }
+      if (available_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
+          open_ >= options_.size) {
+        ++counters_.waitTimeouts;
+        throw PoolTimeoutError("redlimit: no free connection within " +
+                               std::to_string(options_.waitTimeout.count()) + " ms (pool size " +
+                               std::to_string(options_.size) + ")");
+      }
+    }
+  }
+  if (!conn) return Lease(this, openCounted());
+
+  // A connection that sat idle for long may have been closed by the server or a middlebox.
+  if (std::chrono::steady_clock::now() - conn->lastUsed() > options_.idlePingAfter) {
+    try {
+      (void)conn->command({"PING"});
+    } catch (const IoError&) {
+      conn.reset();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++counters_.discarded;
+      }
+      return Lease(this, openCounted());  // the slot stays reserved for the replacement
+    } catch (...) {
+      giveBack(std::move(conn));  // an error reply leaves the connection usable
+      throw;
+    }
+  }
+  return Lease(this, std::move(conn));
+}
+
+void ConnectionPool::giveBack(std::unique_ptr<Connection> conn) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (conn->broken()) {
+      --open_;
+      ++counters_.discarded;
+    } else {
+      idle_.push_back(std::move(conn));
+    }
+  }
+  available_.notify_one();
+  // A broken connection is destroyed here, outside the lock.
+}
+
+PoolStats ConnectionPool::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PoolStats s = counters_;
+  s.open = open_;
+  s.idle = idle_.size();
+  return s;
+}
+
+}  // namespace redlimit

@@ -1,0 +1,16 @@
+// Random identifiers: UUID v4 strings for client ids, 16-byte ids for sorted-set members.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace redlimit::detail {
+
+/// 16 random bytes from a per-thread generator seeded from std::random_device.
+std::array<std::uint8_t, 16> randomId16();
+
+/// A random UUID v4 in its canonical text form: 36 lowercase characters with hyphens.
+std::string randomUuidV4();
+
+}  // namespace redlimit::detail

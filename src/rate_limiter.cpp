@@ -1,0 +1,289 @@
+#include "redlimit/rate_limiter.hpp"
+
+#include <thread>
+
+#include "random.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit_lua.hpp"
+
+namespace redlimit {
+namespace {
+
+using std::chrono::milliseconds;
+
+Script script(const detail::lua::EmbeddedScript& s) { return Script{s.name, s.sha1, s.source}; }
+
+const Script kAcquire = script(detail::lua::acquire);
+const Script kAvailable = script(detail::lua::available_permits);
+const Script kRelease = script(detail::lua::release);
+const Script kSetRate = script(detail::lua::set_rate);
+const Script kTtl = script(detail::lua::ttl);
+
+std::string idBytes() {
+  auto id = detail::randomId16();
+  return std::string(reinterpret_cast<const char*>(id.data()), id.size());
+}
+
+void checkConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  if (type != RateType::Overall && type != RateType::PerClient) {
+    throw InvalidArgument("redlimit: unknown RateType");
+  }
+  if (rate < 1 || rate > RateLimiter::kMaxRate) {
+    throw InvalidArgument("redlimit: rate must be in 1.." + std::to_string(RateLimiter::kMaxRate) +
+                          ", got " + std::to_string(rate));
+  }
+  if (interval.count() < 1 || interval > RateLimiter::kMaxInterval) {
+    throw InvalidArgument("redlimit: rateInterval must be in 1.." +
+                          std::to_string(RateLimiter::kMaxInterval.count()) + " ms, got " +
+                          std::to_string(interval.count()) + " ms");
+  }
+  if (keepAlive.count() != 0 && (keepAlive < interval || keepAlive > RateLimiter::kMaxInterval)) {
+    throw InvalidArgument("redlimit: keepAliveTime must be 0 or at least rateInterval (" +
+                          std::to_string(interval.count()) + " ms), got " +
+                          std::to_string(keepAlive.count()) + " ms");
+  }
+}
+
+// Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
+// runs it once more on a fresh connection with `resend` set. Only for calls that are safe to send
+// twice: reads, and acquires whose member id makes the second one a no-op grant.
+template <class Call>
+auto onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
+  try {
+    return call(false);
+  } catch (const ClosedError&) {
+    return call(true);
+  }
+}
+
+}  // namespace
+
+std::string suffixName(const std::string& name, const std::string& suffix) {
+  if (name.find('{') != std::string::npos) return name + ":" + suffix;
+  return "{" + name + "}:" + suffix;
+}
+
+RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+    : client_(std::move(client)), name_(std::move(name)), options_(options) {
+  if (!client_) throw InvalidArgument("redlimit: RateLimiter needs a Client");
+  if (name_.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
+  const std::string& id = client_->clientId();
+  keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id),
+           suffixName(name_, "permits"), suffixName(name_, "permits:" + id)};
+  keyViews_.assign(keys_.begin(), keys_.end());
+}
+
+std::string RateLimiter::nowArg() const {
+  if (options_.timeSource == TimeSource::Server) return {};
+  auto now = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  return std::to_string(now.count());
+}
+
+Reply RateLimiter::evalOnce(const Script& s, const std::vector<std::string_view>& args) {
+  return client_->eval(s, keyViews_, args);
+}
+
+void RateLimiter::checkPermits(std::int64_t permits) const {
+  if (permits < 1) {
+    throw InvalidArgument("redlimit: permits must be >= 1, got " + std::to_string(permits));
+  }
+  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
+  if (permits > kMaxRate || (rate > 0 && permits > rate)) {
+    throw InvalidArgument("redlimit: requested permits (" + std::to_string(permits) +
+                          ") exceed the rate (" + std::to_string(rate > 0 ? rate : kMaxRate) + ")");
+  }
+}
+
+void RateLimiter::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+                            const char* mode, bool* written) {
+  checkConfig(type, rate, interval, keepAlive);
+  const std::string rateArg = std::to_string(rate), intervalArg = std::to_string(interval.count()),
+                    typeArg = std::to_string(static_cast<int>(type)), keepArg = std::to_string(keepAlive.count()),
+                    now = nowArg();
+  const Reply r = evalOnce(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now});
+  const bool done = r.asInteger() == 1;
+  if (done) knownRate_.store(rate, std::memory_order_relaxed);
+  if (written != nullptr) *written = done;
+}
+
+bool RateLimiter::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  bool written = false;
+  writeRate(type, rate, interval, keepAlive, "try", &written);
+  if (!written) knownRate_.store(0, std::memory_order_relaxed);  // someone else's rate is in force
+  return written;
+}
+
+void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  writeRate(type, rate, interval, keepAlive, "reset", nullptr);
+}
+
+void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+                          bool keepState) {
+  writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset", nullptr);
+}
+
+bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  bool written = false;
+  writeRate(type, rate, interval, keepAlive, "update", &written);
+  return written;
+}
+
+AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
+  const std::string most = std::to_string(atMost), least = std::to_string(atLeast);
+  return onceMoreIfClosed([&](bool resend) {
+    const std::string now = nowArg();
+    const Reply r = evalOnce(kAcquire, {most, least, id, now, resend ? "1" : "0"});
+    if (r.type != Reply::Type::Array || r.elements.size() != 5) {
+      throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script");
+    }
+    AcquireResult out;
+    out.granted = r.elements[0].asInteger();
+    out.wait = milliseconds{r.elements[1].asInteger()};
+    out.remaining = r.elements[2].isNil() ? 0 : r.elements[2].asInteger();
+    out.rate = r.elements[3].asInteger();
+    out.grantTime = milliseconds{r.elements[4].asInteger()};
+    knownRate_.store(out.rate, std::memory_order_relaxed);
+    if (out.granted > 0) {
+      // The member as the script packed it: length byte, id, permits as little-endian uint32.
+      out.member.reserve(1 + id.size() + 4);
+      out.member.push_back(static_cast<char>(id.size()));
+      out.member += id;
+      for (int i = 0; i < 4; ++i) out.member.push_back(static_cast<char>((static_cast<std::uint64_t>(out.granted) >> (8 * i)) & 0xFF));
+    }
+    return out;
+  });
+}
+
+AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+  checkPermits(atLeast);
+  if (atMost < atLeast) {
+    throw InvalidArgument("redlimit: atMost (" + std::to_string(atMost) + ") < atLeast (" +
+                          std::to_string(atLeast) + ")");
+  }
+  if (atMost > kMaxRate) atMost = kMaxRate;
+  return attempt(atLeast, atMost, idBytes());
+}
+
+bool RateLimiter::tryAcquire(std::int64_t permits) {
+  checkPermits(permits);
+  return attempt(permits, permits, idBytes()).granted > 0;
+}
+
+bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  checkPermits(permits);
+  const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : milliseconds{0});
+  const std::string id = idBytes();  // one id per call: a resend can never be granted twice
+  for (;;) {
+    const AcquireResult r = attempt(permits, permits, id);
+    if (r.granted > 0) return true;
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left < r.wait) return false;
+    std::this_thread::sleep_for(r.wait);
+  }
+}
+
+void RateLimiter::acquire(std::int64_t permits) {
+  checkPermits(permits);
+  const std::string id = idBytes();
+  for (;;) {
+    const AcquireResult r = attempt(permits, permits, id);
+    if (r.granted > 0) return;
+    std::this_thread::sleep_for(r.wait);
+  }
+}
+
+std::int64_t RateLimiter::availablePermits() {
+  return onceMoreIfClosed([&](bool) {
+    const std::string now = nowArg();
+    return evalOnce(kAvailable, {now}).asInteger();
+  });
+}
+
+RateLimiterConfig RateLimiter::getConfig() {
+  const Reply r = onceMoreIfClosed([&](bool) { return client_->command({"HGETALL", keys_[0]}); });
+  if (r.type != Reply::Type::Array || r.elements.empty()) {
+    throw NotInitializedError("ERR", "redlimit: RateLimiter " + name_ + " is not initialized");
+  }
+  RateLimiterConfig cfg;
+  bool haveRate = false, haveInterval = false, haveType = false;
+  for (std::size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+    const std::string& field = r.elements[i].str;
+    const Reply& value = r.elements[i + 1];
+    auto number = [&](std::int64_t lo, std::int64_t hi) {
+      std::int64_t v = 0;
+      try {
+        v = value.asInteger();
+      } catch (const Error&) {
+        v = lo - 1;
+      }
+      if (v < lo || v > hi) {
+        throw InvalidConfigError("ERR", "redlimit: field " + field + " of " + name_ + " holds \"" + value.str +
+                                            "\", not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+      }
+      return v;
+    };
+    if (field == "rate") {
+      cfg.rate = number(1, kMaxRate);
+      haveRate = true;
+    } else if (field == "interval") {
+      cfg.rateInterval = milliseconds{number(1, kMaxInterval.count())};
+      haveInterval = true;
+    } else if (field == "type") {
+      cfg.rateType = number(0, 1) == 0 ? RateType::Overall : RateType::PerClient;
+      haveType = true;
+    } else if (field == "keepAliveTime") {
+      cfg.keepAliveTime = milliseconds{number(0, kMaxInterval.count())};
+    }
+  }
+  if (!haveRate || !haveInterval || !haveType) {
+    throw InvalidConfigError("ERR", "redlimit: configuration of " + name_ + " lacks rate, interval or type");
+  }
+  knownRate_.store(cfg.rate, std::memory_order_relaxed);
+  return cfg;
+}
+
+void RateLimiter::release(std::int64_t permits) {
+  if (permits < 0) throw InvalidArgument("redlimit: permits to release must be >= 0, got " + std::to_string(permits));
+  if (permits == 0) return;
+  const std::string n = std::to_string(permits > kMaxRate ? kMaxRate : permits), now = nowArg();
+  (void)evalOnce(kRelease, {n, "", now});
+}
+
+std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
+  if (permits < 0) throw InvalidArgument("redlimit: permits to release must be >= 0");
+  if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
+  if (permits == 0) return 0;
+  const std::string n = std::to_string(permits > kMaxRate ? kMaxRate : permits), now = nowArg();
+  const Reply r = evalOnce(kRelease, {n, member, now});
+  return r.elements.empty() ? 0 : r.elements[0].asInteger();
+}
+
+bool RateLimiter::expire(milliseconds ttl) {
+  if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
+  const std::string ms = std::to_string(ttl.count());
+  return evalOnce(kTtl, {"PEXPIRE", ms}).asInteger() == 1;
+}
+
+bool RateLimiter::expireAt(std::chrono::system_clock::time_point when) {
+  const auto ms = std::chrono::duration_cast<milliseconds>(when.time_since_epoch()).count();
+  if (ms <= 0) throw InvalidArgument("redlimit: expireAt needs a time after the epoch");
+  const std::string arg = std::to_string(ms);
+  return evalOnce(kTtl, {"PEXPIREAT", arg}).asInteger() == 1;
+}
+
+bool RateLimiter::clearExpire() { return evalOnce(kTtl, {"PERSIST", ""}).asInteger() == 1; }
+
+milliseconds RateLimiter::remainTimeToLive() {
+  return milliseconds{onceMoreIfClosed([&](bool) { return client_->command({"PTTL", keys_[0]}); }).asInteger()};
+}
+
+bool RateLimiter::isExists() {
+  return onceMoreIfClosed([&](bool) { return client_->command({"EXISTS", keys_[0]}); }).asInteger() == 1;
+}
+
+bool RateLimiter::deleteLimiter() {
+  knownRate_.store(0, std::memory_order_relaxed);
+  return client_->command({"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}).asInteger() > 0;
+}
+
+}  // namespace redlimit

@@ -1,0 +1,58 @@
+#include "redlimit_test/fixture.hpp"
+
+#include <sstream>
+
+namespace redlimit::test {
+
+RedisServer& sharedServer() {
+  static RedisServer server;
+  return server;
+}
+
+std::string infoField(Client& client, const std::string& section, const std::string& field) {
+  const Reply info = client.command({"INFO", section});
+  std::istringstream in(info.str);
+  std::string line;
+  const std::string key = field + ":";
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind(key, 0) == 0) return line.substr(key.size());
+  }
+  return "";
+}
+
+std::int64_t commandCalls(Client& client, const std::string& command) {
+  const std::string stats = infoField(client, "commandstats", "cmdstat_" + command);
+  if (stats.empty()) return 0;
+  // calls=12,usec=...,usec_per_call=...
+  auto pos = stats.find("calls=");
+  return std::stoll(stats.substr(pos + 6));
+}
+
+void RedisTest::SetUp() {
+  ClientOptions options;
+  options.connection = parseUri(sharedServer().uri());
+  client_ = Client::create(options);
+  admin_ = Client::create(options);
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  prefix_ = std::string("rltest:") + info->test_suite_name() + "." + info->name() + ":";
+}
+
+void RedisTest::TearDown() {
+  // Delete every key this test made (the server is throwaway, but keep tests independent).
+  std::string cursor = "0";
+  do {
+    const Reply r = admin_->command({"SCAN", cursor, "MATCH", "*" + prefix_ + "*", "COUNT", "1000"});
+    cursor = r.elements[0].str;
+    for (const Reply& key : r.elements[1].elements) (void)admin_->command({"DEL", key.str});
+  } while (cursor != "0");
+}
+
+std::shared_ptr<Client> RedisTest::newClient(ClientOptions options) {
+  options.connection = parseUri(sharedServer().uri(), options.connection);
+  return Client::create(options);
+}
+
+std::string RedisTest::name(const std::string& suffix) { return prefix_ + suffix; }
+
+}  // namespace redlimit::test

@@ -1,0 +1,53 @@
+// Integration-test fixture: one throwaway redis-server per test process (ctest runs each test in
+// its own process), a Client on it, unique limiter names, and raw access for checking the layout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "redlimit/client.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/redis_server.hpp"
+
+namespace redlimit::test {
+
+/// The process-wide server, started on first use and stopped at exit.
+RedisServer& sharedServer();
+
+/// Reads `INFO commandstats` and returns the `calls` of one command ("evalsha", "eval", ...).
+std::int64_t commandCalls(Client& client, const std::string& command);
+
+/// Parses one "field:value" line of an INFO section; returns "" if absent.
+std::string infoField(Client& client, const std::string& section, const std::string& field);
+
+/// Base fixture: client() talks to sharedServer(); name() is unique per test; raw() runs plain
+/// commands on a separate client so that assertions never share the code under test's pool.
+class RedisTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  std::shared_ptr<Client> client() { return client_; }
+  /// A new Client on the same server (another "process" for PER_CLIENT and id tests).
+  std::shared_ptr<Client> newClient(ClientOptions options = {});
+  /// A limiter name unique to this test; `suffix` tells several apart.
+  std::string name(const std::string& suffix = "l");
+  Reply raw(std::initializer_list<std::string_view> argv) { return admin_->command(argv); }
+  Client& admin() { return *admin_; }
+  RedisServer& server() { return sharedServer(); }
+
+ private:
+  std::shared_ptr<Client> client_;
+  std::shared_ptr<Client> admin_;
+  std::string prefix_;
+};
+
+/// Sleeps for d. Integration tests use short intervals and sleep only to let a window pass.
+inline void sleepMs(std::int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+}  // namespace redlimit::test

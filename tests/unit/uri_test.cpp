@@ -1,0 +1,63 @@
+#include <gtest/gtest.h>
+
+#include "redlimit/errors.hpp"
+#include "redlimit/options.hpp"
+
+using redlimit::ConnectionOptions;
+using redlimit::parseUri;
+
+TEST(ParseUri, HostPortDb) {
+  ConnectionOptions o = parseUri("redis://cache.internal:6380/3");
+  EXPECT_EQ(o.host, "cache.internal");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_EQ(o.db, 3);
+  EXPECT_TRUE(o.user.empty());
+  EXPECT_TRUE(o.password.empty());
+  EXPECT_TRUE(o.unixSocket.empty());
+}
+
+TEST(ParseUri, DefaultsKeepBase) {
+  ConnectionOptions base;
+  base.commandTimeout = std::chrono::milliseconds(42);
+  ConnectionOptions o = parseUri("redis://localhost", base);
+  EXPECT_EQ(o.host, "localhost");
+  EXPECT_EQ(o.port, 6379);
+  EXPECT_EQ(o.db, 0);
+  EXPECT_EQ(o.commandTimeout.count(), 42);
+}
+
+TEST(ParseUri, UserAndPasswordPercentDecoded) {
+  ConnectionOptions o = parseUri("redis://app%40svc:p%3Ass@10.0.0.1:7000");
+  EXPECT_EQ(o.user, "app@svc");
+  EXPECT_EQ(o.password, "p:ss");
+  EXPECT_EQ(o.host, "10.0.0.1");
+  EXPECT_EQ(o.port, 7000);
+}
+
+TEST(ParseUri, PasswordOnly) {
+  EXPECT_EQ(parseUri("redis://:secret@h").password, "secret");
+  EXPECT_EQ(parseUri("redis://:secret@h").user, "");
+  EXPECT_EQ(parseUri("redis://secret@h").password, "secret");
+}
+
+TEST(ParseUri, Ipv6) {
+  ConnectionOptions o = parseUri("redis://[::1]:6390/1");
+  EXPECT_EQ(o.host, "::1");
+  EXPECT_EQ(o.port, 6390);
+  EXPECT_EQ(o.db, 1);
+}
+
+TEST(ParseUri, UnixSocket) {
+  ConnectionOptions o = parseUri("unix:///run/redis/redis.sock?db=2&password=pw");
+  EXPECT_EQ(o.unixSocket, "/run/redis/redis.sock");
+  EXPECT_EQ(o.db, 2);
+  EXPECT_EQ(o.password, "pw");
+}
+
+TEST(ParseUri, RejectsMalformed) {
+  for (const char* bad : {"http://h", "redis://", "redis://h:0", "redis://h:65536", "redis://h:x",
+                          "redis://h/-1", "redis://h/abc", "unix://relative.sock", "unix://",
+                          "redis://h?foo=1", "redis://[::1", "redis://u:p%zz@h"}) {
+    EXPECT_THROW((void)parseUri(bad), redlimit::InvalidArgument) << bad;
+  }
+}
