@@ -1,5 +1,6 @@
 # The README's two commands are `make demo` and `make test`. Both install what is missing first.
 JOBS ?= 2
+MAKEFLAGS += --no-print-directory
 CTEST_ARGS ?=
 
 .PHONY: deps build demo test test-asan test-tsan bench install-check clean

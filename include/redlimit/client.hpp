@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "redlimit/connection_pool.hpp"
+#include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 #include "redlimit/reply.hpp"
 #include "redlimit/script.hpp"
