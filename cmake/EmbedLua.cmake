@@ -2,6 +2,7 @@
 # Writes a header with every lua/<name>.lua as a string constant and the SHA1 that EVALSHA uses.
 # lua/common.lua is not a script of its own: it holds helpers that are prepended to every script,
 # so the text (and SHA1) Redis sees is common.lua followed by the script.
+cmake_minimum_required(VERSION 3.25)
 file(READ "${LUA_DIR}/common.lua" common)
 file(GLOB scripts "${LUA_DIR}/*.lua")
 list(SORT scripts)

@@ -84,17 +84,21 @@ ConnectionPool::Lease ConnectionPool::acquire() {
 }
 
 void ConnectionPool::giveBack(std::unique_ptr<Connection> conn) noexcept {
+  // When one connection breaks, the idle ones most likely broke with it (server restarted,
+  // connections killed): drop them too, so the next caller connects afresh instead of finding
+  // out one dead connection at a time. They are destroyed outside the lock.
+  std::vector<std::unique_ptr<Connection>> dropped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (conn->broken()) {
-      --open_;
-      ++counters_.discarded;
+      dropped.swap(idle_);
+      open_ -= 1 + dropped.size();
+      counters_.discarded += 1 + dropped.size();
     } else {
       idle_.push_back(std::move(conn));
     }
   }
-  available_.notify_one();
-  // A broken connection is destroyed here, outside the lock.
+  available_.notify_all();
 }
 
 PoolStats ConnectionPool::stats() const {

@@ -44,18 +44,6 @@ void checkConfig(RateType type, std::int64_t rate, milliseconds interval, millis
   }
 }
 
-// Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
-// runs it once more on a fresh connection with `resend` set. Only for calls that are safe to send
-// twice: reads, and acquires whose member id makes the second one a no-op grant.
-template <class Call>
-auto onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
-  try {
-    return call(false);
-  } catch (const ClosedError&) {
-    return call(true);
-  }
-}
-
 }  // namespace
 
 std::string suffixName(const std::string& name, const std::string& suffix) {
@@ -64,13 +52,33 @@ std::string suffixName(const std::string& name, const std::string& suffix) {
 }
 
 RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
-    : client_(std::move(client)), name_(std::move(name)), options_(options) {
+    : client_(std::move(client)), name_(std::move(name)), options_(options), gate_(name_, options_.failure) {
   if (!client_) throw InvalidArgument("redlimit: RateLimiter needs a Client");
   if (name_.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
   const std::string& id = client_->clientId();
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id),
            suffixName(name_, "permits"), suffixName(name_, "permits:" + id)};
   keyViews_.assign(keys_.begin(), keys_.end());
+}
+
+// Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
+// runs it once more on a fresh connection with `resend` set — but only if that fits in the call's
+// time bound (pool wait + connect + command timeout), which holds when the close was noticed at
+// once (a killed connection, a restarted server). Only for calls that are safe to send twice:
+// reads, and acquires whose member id makes the second one a no-op grant. The pool drops its
+// idle connections when one breaks, so the second try gets a fresh one.
+template <class Call>
+auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    return call(false);
+  } catch (const ClosedError&) {
+    const ClientOptions& o = client_->options();
+    const auto budget = o.pool.waitTimeout + o.connection.connectTimeout + o.connection.commandTimeout;
+    const auto retryCost = o.connection.connectTimeout + o.connection.commandTimeout;
+    if (std::chrono::steady_clock::now() - start + retryCost > budget) throw;
+    return call(true);
+  }
 }
 
 std::string RateLimiter::nowArg() const {
@@ -102,7 +110,10 @@ void RateLimiter::writeRate(RateType type, std::int64_t rate, milliseconds inter
                     now = nowArg();
   const Reply r = evalOnce(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now});
   const bool done = r.asInteger() == 1;
-  if (done) knownRate_.store(rate, std::memory_order_relaxed);
+  if (done) {
+    knownRate_.store(rate, std::memory_order_relaxed);
+    knownIntervalMs_.store(interval.count(), std::memory_order_relaxed);
+  }
   if (written != nullptr) *written = done;
 }
 
@@ -133,7 +144,7 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
   return onceMoreIfClosed([&](bool resend) {
     const std::string now = nowArg();
     const Reply r = evalOnce(kAcquire, {most, least, id, now, resend ? "1" : "0"});
-    if (r.type != Reply::Type::Array || r.elements.size() != 5) {
+    if (r.type != Reply::Type::Array || r.elements.size() != 6) {
       throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script");
     }
     AcquireResult out;
@@ -143,6 +154,7 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
     out.rate = r.elements[3].asInteger();
     out.grantTime = milliseconds{r.elements[4].asInteger()};
     knownRate_.store(out.rate, std::memory_order_relaxed);
+    knownIntervalMs_.store(r.elements[5].asInteger(), std::memory_order_relaxed);
     if (out.granted > 0) {
       // The member as the script packed it: length byte, id, permits as little-endian uint32.
       out.member.reserve(1 + id.size() + 4);
@@ -164,9 +176,32 @@ AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atM
   return attempt(atLeast, atMost, idBytes());
 }
 
+AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, const std::string& id) {
+  auto decided = [&](bool granted) {
+    AcquireResult r;
+    r.granted = granted ? permits : 0;
+    return r;
+  };
+  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
+    gate_.throwUnavailable();
+  }
+  try {
+    AcquireResult r = attempt(permits, permits, id);
+    gate_.succeeded();
+    return r;
+  } catch (const IoError& e) {
+    gate_.failed(e);
+    if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
+    throw;
+  }
+}
+
 bool RateLimiter::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return attempt(permits, permits, idBytes()).granted > 0;
+  return guardedAttempt(permits, idBytes()).granted > 0;
 }
 
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
@@ -174,8 +209,9 @@ bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : milliseconds{0});
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
-    const AcquireResult r = attempt(permits, permits, id);
+    const AcquireResult r = guardedAttempt(permits, id);
     if (r.granted > 0) return true;
+    if (r.wait.count() <= 0) return false;  // decided by the failure policy
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left < r.wait) return false;
     std::this_thread::sleep_for(r.wait);
@@ -186,9 +222,10 @@ void RateLimiter::acquire(std::int64_t permits) {
   checkPermits(permits);
   const std::string id = idBytes();
   for (;;) {
-    const AcquireResult r = attempt(permits, permits, id);
+    const AcquireResult r = guardedAttempt(permits, id);
     if (r.granted > 0) return;
-    std::this_thread::sleep_for(r.wait);
+    // Denied by the failure policy (no wait known): try again after a probe interval.
+    std::this_thread::sleep_for(r.wait.count() > 0 ? r.wait : options_.failure.probeInterval);
   }
 }
 
@@ -239,6 +276,7 @@ RateLimiterConfig RateLimiter::getConfig() {
     throw InvalidConfigError("ERR", "redlimit: configuration of " + name_ + " lacks rate, interval or type");
   }
   knownRate_.store(cfg.rate, std::memory_order_relaxed);
+  knownIntervalMs_.store(cfg.rateInterval.count(), std::memory_order_relaxed);
   return cfg;
 }
 

@@ -19,7 +19,8 @@ struct PoolStats {
   std::size_t open = 0;                 // connections open now (idle + leased + being opened)
   std::size_t idle = 0;                 // connections waiting in the pool now
   std::uint64_t created = 0;            // connections opened since start
-  std::uint64_t discarded = 0;          // broken connections thrown away since start
+  std::uint64_t discarded = 0;          // connections thrown away since start (broken, or idle
+                                        // when another one broke)
   std::uint64_t waitTimeouts = 0;       // acquire() calls that gave up with PoolTimeoutError
 };
 

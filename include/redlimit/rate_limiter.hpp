@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "redlimit/client.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/failure_policy.hpp"
 
 namespace redlimit {
 
@@ -41,6 +43,8 @@ struct RateLimiterConfig {
 /// Options of one RateLimiter handle.
 struct RateLimiterOptions {
   TimeSource timeSource = TimeSource::Server;         // clock that stamps permits
+  FailureOptions failure;                             // decisions when Redis cannot be asked
+                                                      // (default: throw the IoError)
 };
 
 /// The outcome of one acquire attempt (see RateLimiter::tryAcquireUpTo).
@@ -66,7 +70,13 @@ struct AcquireResult {
 /// Errors: InvalidArgument before anything is sent (bad name, rate, interval, permits);
 /// NotInitializedError if no configuration exists; InvalidConfigError if the hash holds values
 /// redlimit cannot use; IoError and subclasses (TimeoutError, ClosedError, PoolTimeoutError)
-/// when Redis cannot be reached in time — then no decision was made.
+/// when Redis cannot be reached in time — then no decision was made. For the acquire calls,
+/// RateLimiterOptions::failure decides instead what an unreachable Redis means (throw, allow,
+/// deny, or a local limiter), and while Redis stays unreachable only one call per probe interval
+/// tries it; the others are decided at once.
+///
+/// Bound: no call takes longer than pool wait + connect timeout + command timeout, except
+/// acquire() and tryAcquire(permits, timeout), which sleep the waits the limiter asks for.
 class RateLimiter {
  public:
   static constexpr std::int64_t kMaxRate = 4294967295;                       // uint32 in a member
@@ -139,12 +149,19 @@ class RateLimiter {
   /// The five keys in Redisson's order: hash, value, client value, permits, client permits.
   [[nodiscard]] const std::vector<std::string>& keys() const noexcept { return keys_; }
   [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept { return client_; }
+  /// Decisions made under the failure policy, and whether the limiter is degraded now.
+  [[nodiscard]] FailureStats failureStats() const { return gate_.stats(); }
 
  private:
   void checkPermits(std::int64_t permits) const;
   void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
                  std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
   AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  // One guarded acquire attempt: goes to Redis unless the gate says not to; an unreachable Redis
+  // is decided by the failure policy (granted = permits or 0, wait = 0).
+  AcquireResult guardedAttempt(std::int64_t permits, const std::string& id);
+  template <class Call>
+  auto onceMoreIfClosed(Call&& call) -> decltype(call(false));
   Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);
   std::string nowArg() const;
 
@@ -153,7 +170,9 @@ class RateLimiter {
   RateLimiterOptions options_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> keyViews_;
-  std::atomic<std::int64_t> knownRate_{0};  // last rate seen from Redis; 0 = unknown
+  std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
+  std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
+  detail::FailureGate gate_;
 };
 
 /// Redisson's key naming: `{name}:suffix`, or `name:suffix` when the name already has a '{'.

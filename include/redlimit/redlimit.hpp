@@ -7,6 +7,7 @@
 #include "redlimit/connection_pool.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
+#include "redlimit/failure_policy.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reply.hpp"
 #include "redlimit/script.hpp"

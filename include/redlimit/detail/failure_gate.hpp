@@ -1,0 +1,60 @@
+// redlimit — the circuit a distributed limiter's calls pass through: tracks whether Redis is
+// reachable, lets one probe per interval through while it is not, and makes the policy's decision.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "redlimit/errors.hpp"
+#include "redlimit/failure_policy.hpp"
+
+namespace redlimit::detail {
+
+/// Thread-safe. Memory ordering: the degraded flag and probe time are relaxed atomics (a stale
+/// read only sends one extra probe or decides one extra call locally); transitions use exchange
+/// so each event fires once.
+class FailureGate {
+ public:
+  /// Throws InvalidArgument for a bad share or probe interval.
+  FailureGate(std::string limiter, FailureOptions options);
+
+  /// True if this call should go to Redis: always while healthy; while degraded, for one caller
+  /// per probe interval.
+  [[nodiscard]] bool shouldTry();
+  /// The call reached Redis: leaves degraded mode (reporting Recovered once).
+  void succeeded();
+  /// The call could not reach Redis: enters degraded mode (reporting Degraded once) and
+  /// schedules the next probe. Remembers the error text for fast failures.
+  void failed(const IoError& error);
+  /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
+  /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
+  /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
+  [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate,
+                                           std::chrono::milliseconds interval);
+  /// Throws the IoError for a call that was not sent because the limiter is degraded.
+  [[noreturn]] void throwUnavailable() const;
+
+  [[nodiscard]] FailureStats stats() const;
+  [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
+
+ private:
+  static std::int64_t nowMicros();
+  bool takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
+
+  const std::string limiter_;
+  const FailureOptions options_;
+  std::atomic<bool> degraded_{false};
+  std::atomic<std::int64_t> degradedSince_{0};   // µs, steady clock
+  std::atomic<std::int64_t> nextProbe_{0};       // µs, steady clock
+  std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0};
+  mutable std::mutex mutex_;                     // guards lastError_ and the local bucket
+  std::string lastError_;
+  double localTokens_ = -1;                      // < 0: bucket not started
+  std::int64_t localUpdated_ = 0;                // µs
+};
+
+}  // namespace redlimit::detail

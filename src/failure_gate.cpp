@@ -1,0 +1,126 @@
+#include "redlimit/detail/failure_gate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace redlimit::detail {
+
+FailureGate::FailureGate(std::string limiter, FailureOptions options)
+    : limiter_(std::move(limiter)), options_(std::move(options)) {
+  if (!(options_.localShare > 0.0 && options_.localShare <= 1.0)) {
+    throw InvalidArgument("redlimit: FailureOptions::localShare must be in (0, 1]");
+  }
+  if (options_.probeInterval.count() <= 0) {
+    throw InvalidArgument("redlimit: FailureOptions::probeInterval must be > 0 ms");
+  }
+}
+
+std::int64_t FailureGate::nowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool FailureGate::shouldTry() {
+  if (!degraded_.load(std::memory_order_relaxed)) return true;
+  const std::int64_t now = nowMicros();
+  std::int64_t probe = nextProbe_.load(std::memory_order_relaxed);
+  const std::int64_t next = now + std::chrono::duration_cast<std::chrono::microseconds>(options_.probeInterval).count();
+  // One caller per interval wins the probe.
+  return now >= probe && nextProbe_.compare_exchange_strong(probe, next, std::memory_order_relaxed);
+}
+
+void FailureGate::succeeded() {
+  if (!degraded_.load(std::memory_order_relaxed)) return;
+  if (!degraded_.exchange(false, std::memory_order_relaxed)) return;
+  if (options_.onHealthChange) {
+    HealthEvent event;
+    event.kind = HealthEvent::Kind::Recovered;
+    event.limiter = limiter_;
+    event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
+    options_.onHealthChange(event);
+  }
+}
+
+void FailureGate::failed(const IoError& error) {
+  const std::int64_t now = nowMicros();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lastError_ = error.what();
+  }
+  nextProbe_.store(now + std::chrono::duration_cast<std::chrono::microseconds>(options_.probeInterval).count(),
+                   std::memory_order_relaxed);
+  if (degraded_.exchange(true, std::memory_order_relaxed)) return;
+  degradedSince_.store(now, std::memory_order_relaxed);
+  outages_.fetch_add(1, std::memory_order_relaxed);
+  if (options_.onHealthChange) {
+    HealthEvent event;
+    event.kind = HealthEvent::Kind::Degraded;
+    event.limiter = limiter_;
+    event.error = error.what();
+    options_.onHealthChange(event);
+  }
+}
+
+bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
+  if (rate <= 0 || interval.count() <= 0) return false;  // never saw a configuration: refuse
+  // A token bucket holding rate x share permits, refilled at that many per interval. It is an
+  // emergency estimate, so doubles are fine here.
+  const double capacity = std::max(1.0, std::floor(static_cast<double>(rate) * options_.localShare));
+  const double perMicro = capacity / (static_cast<double>(interval.count()) * 1000.0);
+  const std::int64_t now = nowMicros();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (localTokens_ < 0) {
+    localTokens_ = capacity;
+  } else {
+    localTokens_ = std::min(capacity, localTokens_ + static_cast<double>(now - localUpdated_) * perMicro);
+  }
+  localUpdated_ = now;
+  if (localTokens_ < static_cast<double>(permits)) return false;
+  localTokens_ -= static_cast<double>(permits);
+  return true;
+}
+
+std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
+                                        std::chrono::milliseconds interval) {
+  switch (options_.policy) {
+    case FailurePolicy::Allow:
+      allowed_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    case FailurePolicy::Deny:
+      denied_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    case FailurePolicy::Local: {
+      const bool ok = takeLocal(permits, rate, interval);
+      (ok ? allowed_ : denied_).fetch_add(1, std::memory_order_relaxed);
+      return ok;
+    }
+    case FailurePolicy::Throw:
+      break;
+  }
+  thrown_.fetch_add(1, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+void FailureGate::throwUnavailable() const {
+  std::string last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last = lastError_;
+  }
+  const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;
+  throw IoError("redlimit: Redis unavailable for limiter " + limiter_ + " for " + std::to_string(since) +
+                " ms; not asking again before the next probe (last error: " + last + ")");
+}
+
+FailureStats FailureGate::stats() const {
+  FailureStats s;
+  s.allowed = allowed_.load(std::memory_order_relaxed);
+  s.denied = denied_.load(std::memory_order_relaxed);
+  s.thrown = thrown_.load(std::memory_order_relaxed);
+  s.outages = outages_.load(std::memory_order_relaxed);
+  s.degraded = degraded_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace redlimit::detail
