@@ -55,6 +55,14 @@ Reply Client::eval(const Script& script, const std::vector<std::string_view>& ke
     throw ScriptError("ERR", "redlimit: SCRIPT LOAD of " + std::string(script.name) + " returned SHA1 " +
                                  loaded.str + ", expected " + std::string(script.sha1));
   }
+  try {
+    return lease->command(argv);
+  } catch (const ReplyError& e) {
+    if (e.code() != "NOSCRIPT") throw;
+  }
+  // Flushed again between the load and the retry: send the source itself, which cannot miss.
+  argv[0] = "EVAL";
+  argv[1] = script.source;
   return lease->command(argv);
 }
 

@@ -39,7 +39,8 @@ class Client {
   Reply command(const std::vector<std::string_view>& argv);
 
   /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, loads it with SCRIPT LOAD on the
-  /// same connection and retries once. Error replies raised by the script are thrown as
+  /// same connection and retries once (and if the script was flushed again in between, sends it
+  /// with EVAL). Error replies raised by the script are thrown as
   /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
   /// says so, see lua/common.lua).
   Reply eval(const Script& script, const std::vector<std::string_view>& keys,
