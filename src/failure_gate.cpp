@@ -5,8 +5,8 @@
 
 namespace redlimit::detail {
 
-FailureGate::FailureGate(std::string limiter, FailureOptions options)
-    : limiter_(std::move(limiter)), options_(std::move(options)) {
+FailureGate::FailureGate(std::string limiter, FailureOptions options, NowFn now)
+    : limiter_(std::move(limiter)), options_(std::move(options)), now_(now) {
   if (!(options_.localShare > 0.0 && options_.localShare <= 1.0)) {
     throw InvalidArgument("redlimit: FailureOptions::localShare must be in (0, 1]");
   }
@@ -15,7 +15,7 @@ FailureGate::FailureGate(std::string limiter, FailureOptions options)
   }
 }
 
-std::int64_t FailureGate::nowMicros() {
+std::int64_t FailureGate::steadyMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();

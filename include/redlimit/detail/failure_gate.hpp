@@ -19,8 +19,12 @@ namespace redlimit::detail {
 /// so each event fires once.
 class FailureGate {
  public:
+  /// Monotonic time in µs. The default reads std::chrono::steady_clock; tests pass a manual one.
+  using NowFn = std::int64_t (*)();
+  static std::int64_t steadyMicros();
+
   /// Throws InvalidArgument for a bad share or probe interval.
-  FailureGate(std::string limiter, FailureOptions options);
+  FailureGate(std::string limiter, FailureOptions options, NowFn now = &steadyMicros);
 
   /// True if this call should go to Redis: always while healthy; while degraded, for one caller
   /// per probe interval.
@@ -42,11 +46,12 @@ class FailureGate {
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
 
  private:
-  static std::int64_t nowMicros();
+  std::int64_t nowMicros() const { return now_(); }
   bool takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
 
   const std::string limiter_;
   const FailureOptions options_;
+  const NowFn now_;
   std::atomic<bool> degraded_{false};
   std::atomic<std::int64_t> degradedSince_{0};   // µs, steady clock
   std::atomic<std::int64_t> nextProbe_{0};       // µs, steady clock

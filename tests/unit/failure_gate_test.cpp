@@ -1,0 +1,120 @@
+// The failure gate's state machine and the Local policy's bucket, on a manual clock.
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "redlimit/clock.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+
+using namespace redlimit;
+using detail::FailureGate;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+ManualClock clock_{microseconds(1000000)};
+std::int64_t manualNow() { return clock_.now().count(); }
+
+struct Recorder {
+  std::vector<HealthEvent> events;
+  FailureOptions options(FailurePolicy policy, double share = 1.0) {
+    FailureOptions o;
+    o.policy = policy;
+    o.localShare = share;
+    o.probeInterval = milliseconds(100);
+    o.onHealthChange = [this](const HealthEvent& e) { events.push_back(e); };
+    return o;
+  }
+};
+
+}  // namespace
+
+TEST(FailureGate, HealthyGateAlwaysTries) {
+  Recorder r;
+  FailureGate gate("g", r.options(FailurePolicy::Throw), &manualNow);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(gate.shouldTry());
+  gate.succeeded();
+  EXPECT_TRUE(r.events.empty());
+  EXPECT_FALSE(gate.stats().degraded);
+}
+
+TEST(FailureGate, OneProbePerIntervalWhileDegradedAndEventsFireOnce) {
+  Recorder r;
+  FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
+  gate.failed(IoError("refused"));
+  gate.failed(IoError("refused again"));
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].kind, HealthEvent::Kind::Degraded);
+  EXPECT_EQ(r.events[0].error, "refused");
+  EXPECT_FALSE(gate.shouldTry());
+  clock_.advance(milliseconds(99));
+  EXPECT_FALSE(gate.shouldTry());
+  clock_.advance(milliseconds(1));
+  EXPECT_TRUE(gate.shouldTry());   // the probe
+  EXPECT_FALSE(gate.shouldTry());  // everyone else waits for the next interval
+  clock_.advance(milliseconds(100));
+  EXPECT_TRUE(gate.shouldTry());
+  clock_.advance(milliseconds(30));
+  gate.succeeded();
+  gate.succeeded();
+  ASSERT_EQ(r.events.size(), 2u);
+  EXPECT_EQ(r.events[1].kind, HealthEvent::Kind::Recovered);
+  EXPECT_EQ(r.events[1].outage, milliseconds(230));
+  EXPECT_TRUE(gate.shouldTry());
+  EXPECT_EQ(gate.stats().outages, 1u);
+}
+
+TEST(FailureGate, PoliciesDecideAndCount) {
+  Recorder r;
+  FailureGate allow("a", r.options(FailurePolicy::Allow), &manualNow);
+  FailureGate deny("d", r.options(FailurePolicy::Deny), &manualNow);
+  FailureGate thrower("t", r.options(FailurePolicy::Throw), &manualNow);
+  EXPECT_EQ(allow.decide(1, 10, milliseconds(1000)), std::optional<bool>(true));
+  EXPECT_EQ(deny.decide(1, 10, milliseconds(1000)), std::optional<bool>(false));
+  EXPECT_EQ(thrower.decide(1, 10, milliseconds(1000)), std::nullopt);
+  EXPECT_EQ(allow.stats().allowed, 1u);
+  EXPECT_EQ(deny.stats().denied, 1u);
+  EXPECT_EQ(thrower.stats().thrown, 1u);
+  thrower.failed(IoError("connection refused"));
+  try {
+    thrower.throwUnavailable();
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("connection refused"), std::string::npos);
+  }
+}
+
+TEST(FailureGate, LocalBucketHoldsRateTimesShareAndRefillsPerInterval) {
+  Recorder r;
+  FailureGate gate("l", r.options(FailurePolicy::Local, 0.25), &manualNow);
+  // rate 40 per 1 s at share 0.25: 10 at once, then 10 more per second.
+  int granted = 0;
+  for (int i = 0; i < 30; ++i) granted += *gate.decide(1, 40, milliseconds(1000)) ? 1 : 0;
+  EXPECT_EQ(granted, 10);
+  clock_.advance(milliseconds(500));
+  granted = 0;
+  for (int i = 0; i < 30; ++i) granted += *gate.decide(1, 40, milliseconds(1000)) ? 1 : 0;
+  EXPECT_EQ(granted, 5);
+  clock_.advance(milliseconds(5000));  // never more than the bucket
+  granted = 0;
+  for (int i = 0; i < 30; ++i) granted += *gate.decide(1, 40, milliseconds(1000)) ? 1 : 0;
+  EXPECT_EQ(granted, 10);
+  EXPECT_EQ(gate.stats().allowed, 25u);
+  EXPECT_EQ(gate.stats().denied, 65u);
+}
+
+TEST(FailureGate, LocalRefusesWithoutAKnownConfig) {
+  Recorder r;
+  FailureGate gate("l", r.options(FailurePolicy::Local), &manualNow);
+  EXPECT_EQ(gate.decide(1, 0, milliseconds(0)), std::optional<bool>(false));
+}
+
+TEST(FailureGate, RejectsBadOptions) {
+  Recorder r;
+  EXPECT_THROW(FailureGate("x", r.options(FailurePolicy::Local, 0.0)), InvalidArgument);
+  EXPECT_THROW(FailureGate("x", r.options(FailurePolicy::Local, 1.5)), InvalidArgument);
+  FailureOptions o;
+  o.probeInterval = milliseconds(0);
+  EXPECT_THROW(FailureGate("x", o), InvalidArgument);
+}
