@@ -1,0 +1,412 @@
+// Unit tests for redlimit::BasicSmoothRateLimiter: Guava's RateLimiter test vectors in exact
+// microseconds (/work/shared/reference/guava-semantics.md), property tests over random
+// sequences, the two defect fixes, and one short real-clock thread test.
+#include "redlimit/smooth_rate_limiter.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using redlimit::BasicSmoothRateLimiter;
+using redlimit::ClockRef;
+using redlimit::InvalidArgument;
+using redlimit::ManualClock;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+
+// --- A recording clock, like Guava's FakeStopwatch -----------------------------------------
+
+// One sleep: 'R' if the limiter slept (acquire/tryAcquire), 'U' if the test ("user") did.
+struct Event {
+  char kind;
+  std::int64_t micros;
+  friend bool operator==(const Event& a, const Event& b) {
+    return a.kind == b.kind && a.micros == b.micros;
+  }
+  friend void PrintTo(const Event& e, std::ostream* os) { *os << e.kind << e.micros; }
+};
+Event R(std::int64_t micros) { return {'R', micros}; }
+Event U(std::int64_t micros) { return {'U', micros}; }
+
+// Time that moves only by sleeps, and the list of sleeps. Not thread-safe (single-threaded tests).
+class FakeStopwatch {
+ public:
+  [[nodiscard]] std::int64_t nowMicros() const { return nowMicros_; }
+  void limiterSleep(std::int64_t micros) {
+    nowMicros_ += micros;
+    events_.push_back(R(micros));
+  }
+  void userSleep(std::int64_t micros) {
+    nowMicros_ += micros;
+    events_.push_back(U(micros));
+  }
+  // Returns the events so far and forgets them.
+  std::vector<Event> readEvents() {
+    std::vector<Event> out;
+    out.swap(events_);
+    return out;
+  }
+
+ private:
+  std::int64_t nowMicros_ = 0;
+  std::vector<Event> events_;
+};
+
+// The clock policy handed to the limiter: reads and records through a FakeStopwatch.
+class RecordingClock {
+ public:
+  explicit RecordingClock(FakeStopwatch& stopwatch) : stopwatch_(&stopwatch) {}
+  [[nodiscard]] microseconds now() const { return microseconds{stopwatch_->nowMicros()}; }
+  void sleepFor(microseconds d) const { stopwatch_->limiterSleep(d.count()); }
+
+ private:
+  FakeStopwatch* stopwatch_;
+};
+
+using Limiter = BasicSmoothRateLimiter<RecordingClock>;
+using ManualLimiter = BasicSmoothRateLimiter<ClockRef<ManualClock>>;
+
+class SmoothRateLimiterTest : public ::testing::Test {
+ protected:
+  Limiter bursty(double qps, double maxBurstSeconds = 1.0) {
+    return Limiter::bursty(qps, maxBurstSeconds, RecordingClock(stopwatch_));
+  }
+  Limiter warmingUp(double qps, microseconds warmup, double coldFactor = 3.0) {
+    return Limiter::warmingUp(qps, warmup, coldFactor, RecordingClock(stopwatch_));
+  }
+  // n acquire(1) calls; checks that each returns what the limiter slept.
+  void acquireTimes(Limiter& limiter, int n) {
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t before = stopwatch_.nowMicros();
+      const microseconds waited = limiter.acquire();
+      ASSERT_EQ(waited.count(), stopwatch_.nowMicros() - before);
+    }
+  }
+  void sleepMicros(std::int64_t micros) { stopwatch_.userSleep(micros); }
+  std::vector<Event> events() { return stopwatch_.readEvents(); }
+
+  FakeStopwatch stopwatch_;
+};
+
+// R0 followed by n - 1 waits of `micros` each.
+std::vector<Event> paced(int n, std::int64_t micros) {
+  std::vector<Event> out{R(0)};
+  for (int i = 1; i < n; ++i) out.push_back(R(micros));
+  return out;
+}
+
+std::vector<Event> concat(std::initializer_list<std::vector<Event>> parts) {
+  std::vector<Event> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+// --- The reference's test vectors ------------------------------------------------------------
+
+TEST_F(SmoothRateLimiterTest, Simple) {
+  auto limiter = bursty(5.0);
+  acquireTimes(limiter, 3);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(200000), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, AcquireReturnsTheWaitInMicroseconds) {
+  auto limiter = bursty(5.0);
+  EXPECT_EQ(limiter.acquire(), microseconds{0});
+  EXPECT_EQ(limiter.acquire(), microseconds{200000});
+  EXPECT_EQ(limiter.acquire(3), microseconds{200000});
+  EXPECT_EQ(limiter.acquire(), microseconds{600000});
+}
+
+TEST_F(SmoothRateLimiterTest, SimpleWithWait) {
+  auto limiter = bursty(5.0);
+  acquireTimes(limiter, 1);
+  sleepMicros(200000);
+  acquireTimes(limiter, 2);
+  EXPECT_THAT(events(), ElementsAre(R(0), U(200000), R(0), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, EarliestAvailableInPast) {
+  auto limiter = bursty(5.0);
+  acquireTimes(limiter, 1);
+  sleepMicros(400000);
+  acquireTimes(limiter, 3);
+  EXPECT_THAT(events(), ElementsAre(R(0), U(400000), R(0), R(0), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, OneSecondBurst) {
+  auto limiter = bursty(5.0);
+  sleepMicros(1000000);
+  sleepMicros(1000000);
+  (void)limiter.acquire(1);
+  (void)limiter.acquire(1);
+  (void)limiter.acquire(3);
+  (void)limiter.acquire(1);
+  (void)limiter.acquire(1);
+  EXPECT_THAT(events(),
+              ElementsAre(U(1000000), U(1000000), R(0), R(0), R(0), R(0), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, WarmUp) {
+  auto limiter = warmingUp(2.0, seconds{4});
+  const std::vector<Event> cold{R(0),      R(1375000), R(1125000), R(875000),
+                                R(625000), R(500000),  R(500000),  R(500000)};
+  acquireTimes(limiter, 8);
+  sleepMicros(500000);   // repays the last acquire
+  sleepMicros(4000000);  // cold again
+  acquireTimes(limiter, 8);
+  sleepMicros(500000);
+  sleepMicros(2000000);  // half-way to cold: stored permits are all below the threshold
+  acquireTimes(limiter, 8);
+  EXPECT_THAT(events(), ElementsAreArray(concat({cold, {U(500000), U(4000000)}, cold,
+                                                 {U(500000), U(2000000)}, paced(8, 500000)})));
+}
+
+TEST_F(SmoothRateLimiterTest, WarmUpColdFactor10) {
+  auto limiter = warmingUp(5.0, seconds{4}, 10.0);
+  const std::vector<Event> cold{R(0),      R(1752500), R(1257500), R(762500),
+                                R(300227), R(200000),  R(200000),  R(200000)};
+  acquireTimes(limiter, 8);
+  sleepMicros(200000);
+  sleepMicros(4000000);
+  acquireTimes(limiter, 8);
+  sleepMicros(200000);
+  sleepMicros(1000000);
+  acquireTimes(limiter, 8);
+  EXPECT_THAT(events(), ElementsAreArray(concat({cold, {U(200000), U(4000000)}, cold,
+                                                 {U(200000), U(1000000)}, paced(8, 200000)})));
+}
+
+TEST_F(SmoothRateLimiterTest, WarmUpColdFactor1) {
+  auto limiter = warmingUp(5.0, seconds{4}, 1.0);
+  acquireTimes(limiter, 8);
+  sleepMicros(340000);
+  acquireTimes(limiter, 8);
+  EXPECT_THAT(events(),
+              ElementsAreArray(concat({paced(8, 200000), {U(340000)}, paced(8, 200000)})));
+}
+
+TEST_F(SmoothRateLimiterTest, WarmUpAndUpdate) {
+  auto limiter = warmingUp(2.0, seconds{4});
+  acquireTimes(limiter, 8);
+  sleepMicros(4500000);  // repays the last acquire, then cold again
+  acquireTimes(limiter, 3);
+  limiter.setRate(4.0);
+  acquireTimes(limiter, 5);
+  sleepMicros(4250000);
+  acquireTimes(limiter, 11);
+  EXPECT_THAT(events(),
+              ElementsAreArray(concat(
+                  {{R(0), R(1375000), R(1125000), R(875000), R(625000), R(500000), R(500000),
+                    R(500000)},
+                   {U(4500000)},
+                   {R(0), R(1375000), R(1125000)},
+                   {R(875000), R(343750), R(281250), R(250000), R(250000)},
+                   {U(4250000)},
+                   {R(0), R(718750), R(656250), R(593750), R(531250), R(468750), R(406250),
+                    R(343750), R(281250), R(250000), R(250000)}})));
+}
+
+TEST_F(SmoothRateLimiterTest, WarmUpAndUpdateColdFactor10) {
+  auto limiter = warmingUp(5.0, seconds{4}, 10.0);
+  acquireTimes(limiter, 8);
+  sleepMicros(4200000);
+  acquireTimes(limiter, 3);
+  limiter.setRate(10.0);
+  acquireTimes(limiter, 5);
+  sleepMicros(4100000);
+  acquireTimes(limiter, 11);
+  EXPECT_THAT(events(),
+              ElementsAreArray(concat(
+                  {{R(0), R(1752500), R(1257500), R(762500), R(300227), R(200000), R(200000),
+                    R(200000)},
+                   {U(4200000)},
+                   {R(0), R(1752500), R(1257500)},
+                   {R(762500), R(195625), R(104602), R(100000), R(100000)},
+                   {U(4100000)},
+                   {R(0), R(938125), R(814375), R(690625), R(566875), R(443125), R(319375),
+                    R(195625), R(104602), R(100000), R(100000)}})));
+}
+
+TEST_F(SmoothRateLimiterTest, BurstyAndUpdate) {
+  auto limiter = bursty(1.0);
+  (void)limiter.acquire(1);
+  (void)limiter.acquire(1);
+  limiter.setRate(2.0);
+  (void)limiter.acquire(1);  // still pays the previous permit at the old rate
+  (void)limiter.acquire(2);
+  (void)limiter.acquire(4);
+  (void)limiter.acquire(1);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000), R(500000), R(1000000),
+                                    R(2000000)));
+}
+
+TEST_F(SmoothRateLimiterTest, Weights) {
+  auto limiter = bursty(1.0);
+  for (std::int64_t permits : {1, 1, 2, 4, 8, 1}) (void)limiter.acquire(permits);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000), R(2000000), R(4000000),
+                                    R(8000000)));
+}
+
+TEST_F(SmoothRateLimiterTest, TryAcquireNoWait) {
+  auto limiter = bursty(5.0);
+  EXPECT_TRUE(limiter.tryAcquire(microseconds{0}));
+  EXPECT_FALSE(limiter.tryAcquire(microseconds{0}));
+  EXPECT_FALSE(limiter.tryAcquire());
+  sleepMicros(100000);
+  EXPECT_FALSE(limiter.tryAcquire());
+  EXPECT_THAT(events(), ElementsAre(R(0), U(100000)));
+}
+
+TEST_F(SmoothRateLimiterTest, TryAcquireSomeWait) {
+  auto limiter = bursty(5.0);
+  EXPECT_TRUE(limiter.tryAcquire(milliseconds{0}));
+  EXPECT_TRUE(limiter.tryAcquire(milliseconds{200}));
+  EXPECT_FALSE(limiter.tryAcquire(milliseconds{100}));
+  sleepMicros(100000);
+  EXPECT_TRUE(limiter.tryAcquire(milliseconds{100}));
+  EXPECT_THAT(events(), ElementsAre(R(0), R(200000), U(100000), R(100000)));
+}
+
+TEST_F(SmoothRateLimiterTest, TryAcquireOverflow) {
+  auto limiter = bursty(5.0);
+  EXPECT_TRUE(limiter.tryAcquire(microseconds{0}));
+  sleepMicros(100000);
+  EXPECT_TRUE(limiter.tryAcquire(microseconds::max()));
+  EXPECT_THAT(events(), ElementsAre(R(0), U(100000), R(100000)));
+}
+
+TEST_F(SmoothRateLimiterTest, TryAcquireTimeoutsTooLargeForMicrosecondsSaturate) {
+  auto limiter = bursty(5.0);
+  EXPECT_TRUE(limiter.tryAcquire(1, std::chrono::hours::max()));
+  EXPECT_TRUE(limiter.tryAcquire(1, std::chrono::duration<std::uint64_t, std::ratio<86400>>::max()));
+  EXPECT_TRUE(limiter.tryAcquire(1, std::chrono::duration<double>(1e300)));
+  EXPECT_FALSE(limiter.tryAcquire(1, std::chrono::hours::min()));
+  EXPECT_FALSE(limiter.tryAcquire(1, std::chrono::duration<double>(-1e300)));
+  EXPECT_THAT(events(), ElementsAre(R(0), R(200000), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, TryAcquireNegative) {
+  auto limiter = bursty(5.0);
+  EXPECT_TRUE(limiter.tryAcquire(5, microseconds{0}));
+  sleepMicros(900000);
+  EXPECT_FALSE(limiter.tryAcquire(1, microseconds::min()));
+  sleepMicros(100000);
+  EXPECT_TRUE(limiter.tryAcquire(1, seconds{-1}));
+  EXPECT_THAT(events(), ElementsAre(R(0), U(900000), U(100000), R(0)));
+}
+
+TEST_F(SmoothRateLimiterTest, Validation) {
+  auto limiter = bursty(999.0);
+  EXPECT_THROW((void)limiter.acquire(0), InvalidArgument);
+  EXPECT_THROW((void)limiter.acquire(-1), InvalidArgument);
+  EXPECT_THROW((void)limiter.tryAcquire(0), InvalidArgument);
+  EXPECT_THROW((void)limiter.tryAcquire(-1), InvalidArgument);
+  EXPECT_THROW((void)limiter.tryAcquire(0, microseconds{1}), InvalidArgument);
+  EXPECT_THROW((void)limiter.tryAcquire(-1, microseconds{1}), InvalidArgument);
+  EXPECT_THROW((void)limiter.reserve(0), InvalidArgument);
+  EXPECT_THROW((void)limiter.reserve(-1), InvalidArgument);
+  EXPECT_THROW((void)limiter.tryAcquire(1, std::chrono::duration<double>(std::nan(""))),
+               InvalidArgument);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double bad : {0.0, -0.0, -1.0, nan, -std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(limiter.setRate(bad), InvalidArgument) << bad;
+    EXPECT_THROW((void)bursty(bad), InvalidArgument) << bad;
+    EXPECT_THROW((void)warmingUp(bad, seconds{1}), InvalidArgument) << bad;
+  }
+  EXPECT_THROW((void)warmingUp(1.0, microseconds{-1}), InvalidArgument);
+  EXPECT_THROW((void)Limiter::warmingUp(1.0, std::chrono::duration<double>(nan), 3.0,
+                                        RecordingClock(stopwatch_)),
+               InvalidArgument);
+  for (double bad : {0.999, 0.0, -1.0, nan, std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW((void)warmingUp(1.0, seconds{1}, bad), InvalidArgument) << bad;
+  }
+  for (double bad : {-0.001, nan, std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW((void)bursty(1.0, bad), InvalidArgument) << bad;
+  }
+  // Nothing above changed the limiter or slept.
+  EXPECT_EQ(limiter.getRate(), 999.0);
+  EXPECT_THAT(events(), ElementsAre());
+}
+
+TEST_F(SmoothRateLimiterTest, TinyRate) {
+  auto limiter = bursty(std::numeric_limits<double>::denorm_min());
+  EXPECT_TRUE(limiter.tryAcquire());
+  EXPECT_FALSE(limiter.tryAcquire());
+  sleepMicros(5000000);
+  EXPECT_FALSE(limiter.tryAcquire());
+  EXPECT_EQ(limiter.getRate(), std::numeric_limits<double>::denorm_min());
+}
+
+TEST_F(SmoothRateLimiterTest, TinyRateWarmingUp) {
+  auto limiter = warmingUp(std::numeric_limits<double>::denorm_min(), seconds{1});
+  EXPECT_TRUE(limiter.tryAcquire());
+  EXPECT_FALSE(limiter.tryAcquire());
+  sleepMicros(5000000);
+  EXPECT_FALSE(limiter.tryAcquire());
+}
+
+// --- Weights and bursts (Guava's randomized tests, fixed seeds) -------------------------------
+
+// Takes `permits` in random chunks, then one more permit to repay the debt of the last chunk;
+// returns the microseconds that took.
+std::int64_t measureTotalMicros(ManualLimiter& limiter, const ManualClock& clock,
+                                std::int64_t permits, std::mt19937_64& rng) {
+  const std::int64_t start = clock.now().count();
+  while (permits > 0) {
+    std::uniform_int_distribution<std::int64_t> chunk(1, permits);
+    const std::int64_t n = chunk(rng);
+    permits -= n;
+    (void)limiter.acquire(n);
+  }
+  (void)limiter.acquire(1);
+  return clock.now().count() - start;
+}
+
+TEST(SmoothRateLimiterProperty, WarmUpIsHonouredEvenWithWeights) {
+  constexpr std::int64_t kWarmupPermits = 10;
+  std::mt19937_64 rng(20240601);
+  for (int trial = 0; trial < 30; ++trial) {
+    for (double coldFactor : {2.0, 3.0, 10.0}) {
+      for (double qps : {4.0, 2.0, 1.0, 0.5, 0.1}) {
+        // maxPermits - thresholdPermits = 2 W / (s (1 + c)) = 10  <=>  W = 5 (1 + c) / qps s.
+        const auto warmupMicros = static_cast<std::int64_t>(
+            std::llround((1.0 + coldFactor) * kWarmupPermits / (2.0 * qps) * 1e6));
+        ManualClock clock(microseconds{123456789});
+        auto limiter = ManualLimiter::warmingUp(qps, microseconds{warmupMicros}, coldFactor,
+                                                ClockRef<ManualClock>(clock));
+        ASSERT_EQ(measureTotalMicros(limiter, clock, kWarmupPermits, rng), warmupMicros)
+            << "trial " << trial << " coldFactor " << coldFactor << " qps " << qps;
+      }
+    }
+  }
+}
+
+TEST(SmoothRateLimiterProperty, NeverMoreThanOneSecondOfBurst) {
+  ManualClock clock;
+  auto limiter = ManualLimiter::bursty(1.0, 1.0, ClockRef<ManualClock>(clock));
+  std::mt19937_64 rng(7);
+  for (std::int64_t rate : {1000, 1, 10, 1000000, 10, 1}) {
+    const std::int64_t oneSecondOfWork = rate;
+    clock.advance(seconds{rate});  // idle long enough to store a full burst at any rate
+    limiter.setRate(static_cast<double>(rate));
+    EXPECT_LE(measureTotalMicros(limiter, clock, oneSecondOfWork, rng), 1000000) << rate;
+    EXPECT_GE(measureTotalMicros(limiter, clock, oneSecondOfWork, rng), 1000000) << rate;
+  }
+}
+
+}  // namespace
