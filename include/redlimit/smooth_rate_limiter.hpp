@@ -36,7 +36,7 @@
 //     A caller polling at about the stable rate is refused most of the time, and the idle gaps
 //     after each refusal refill exactly what its rare successes consume: Guava stays cold forever
 //     (a 10/s limiter with a 500 ms warm-up serves a poller every 120 ms at 2.8/s, alternating
-//     between 5 and 4 stored permits; a poller every 100 ms gets 3.3/s). Fix: a refusal records
+//     between 5 and 4 stored permits; a poller every 100 ms gets 5/s). Fix: a refusal records
 //     that demand is waiting. In the first idle gap after a refusal, the first `coldFactor *
 //     stableInterval` (the longest one permit can cost, hence the longest a refused caller that
 //     keeps asking at more than the cold rate can stay away) may refill stored permits only up to

@@ -360,6 +360,118 @@ TEST_F(SmoothRateLimiterTest, TinyRateWarmingUp) {
   EXPECT_FALSE(limiter.tryAcquire());
 }
 
+TEST_F(SmoothRateLimiterTest, InfinityBursty) {
+  auto limiter = bursty(std::numeric_limits<double>::infinity());
+  (void)limiter.acquire(std::numeric_limits<std::int32_t>::max() / 4);
+  (void)limiter.acquire(std::numeric_limits<std::int32_t>::max() / 2);
+  (void)limiter.acquire(std::numeric_limits<std::int64_t>::max());
+  EXPECT_THAT(events(), ElementsAre(R(0), R(0), R(0)));
+  limiter.setRate(2.0);  // from no limit to a limit: a full (1 s) burst is stored
+  acquireTimes(limiter, 5);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(0), R(0), R(500000), R(500000)));
+  limiter.setRate(std::numeric_limits<double>::infinity());
+  acquireTimes(limiter, 3);  // repays the last permit at the old rate, then no limit
+  EXPECT_THAT(events(), ElementsAre(R(500000), R(0), R(0)));
+}
+
+TEST_F(SmoothRateLimiterTest, InfinityBurstyTimeElapsed) {
+  auto limiter = bursty(std::numeric_limits<double>::infinity());
+  sleepMicros(1000000);
+  limiter.setRate(2.0);
+  acquireTimes(limiter, 5);
+  EXPECT_THAT(events(), ElementsAre(U(1000000), R(0), R(0), R(0), R(500000), R(500000)));
+}
+
+TEST_F(SmoothRateLimiterTest, InfinityWarmingUp) {
+  auto limiter = warmingUp(std::numeric_limits<double>::infinity(), seconds{10});
+  (void)limiter.acquire(std::numeric_limits<std::int32_t>::max() / 4);
+  (void)limiter.acquire(std::numeric_limits<std::int32_t>::max());
+  EXPECT_THAT(events(), ElementsAre(R(0), R(0)));
+  limiter.setRate(1.0);  // from no limit to a limit: warm
+  acquireTimes(limiter, 3);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000)));
+  limiter.setRate(std::numeric_limits<double>::infinity());
+  acquireTimes(limiter, 3);
+  EXPECT_THAT(events(), ElementsAre(R(1000000), R(0), R(0)));
+}
+
+TEST_F(SmoothRateLimiterTest, InfinityWarmingUpTimeElapsed) {
+  auto limiter = warmingUp(std::numeric_limits<double>::infinity(), seconds{10});
+  sleepMicros(1000000);
+  limiter.setRate(1.0);
+  acquireTimes(limiter, 5);
+  EXPECT_THAT(events(), ElementsAre(U(1000000), R(0), R(1000000), R(1000000), R(1000000),
+                                    R(1000000)));
+}
+
+// --- The rest of the API ----------------------------------------------------------------------
+
+TEST_F(SmoothRateLimiterTest, ReserveReturnsTheWaitWithoutSleeping) {
+  auto limiter = bursty(5.0);
+  EXPECT_EQ(limiter.reserve(), microseconds{0});
+  EXPECT_EQ(limiter.reserve(), microseconds{200000});
+  EXPECT_EQ(limiter.reserve(2), microseconds{400000});
+  EXPECT_EQ(limiter.reserve(), microseconds{800000});  // the caller did not wait: debts add up
+  EXPECT_FALSE(limiter.tryAcquire(microseconds{999999}));
+  EXPECT_TRUE(limiter.tryAcquire(microseconds{1000000}));
+  EXPECT_THAT(events(), ElementsAre(R(1000000)));  // only tryAcquire slept
+}
+
+TEST_F(SmoothRateLimiterTest, RefusedTryAcquireReservesNothing) {
+  auto refused = warmingUp(2.0, seconds{4});
+  FakeStopwatch otherStopwatch;
+  auto untouched = Limiter::warmingUp(2.0, seconds{4}, 3.0, RecordingClock(otherStopwatch));
+  for (int i = 0; i < 6; ++i) {
+    (void)refused.acquire();
+    (void)untouched.acquire();
+    EXPECT_FALSE(refused.tryAcquire());
+    EXPECT_FALSE(refused.tryAcquire(3, milliseconds{100}));
+  }
+  EXPECT_EQ(events(), otherStopwatch.readEvents());
+}
+
+TEST_F(SmoothRateLimiterTest, GetRateReturnsTheRateAsSet) {
+  auto limiter = bursty(5.0);
+  EXPECT_EQ(limiter.getRate(), 5.0);
+  limiter.setRate(1.0 / 3.0);
+  EXPECT_EQ(limiter.getRate(), 1.0 / 3.0);
+  auto warm = warmingUp(0.7, seconds{1});
+  EXPECT_EQ(warm.getRate(), 0.7);
+}
+
+TEST_F(SmoothRateLimiterTest, BurstLengthIsChosenByTheCaller) {
+  auto limiter = bursty(5.0, 2.0);
+  sleepMicros(10000000);
+  (void)limiter.acquire(10);  // two seconds' worth, stored
+  acquireTimes(limiter, 3);    // fresh: the first is granted at once, the next one pays for it
+  EXPECT_THAT(events(), ElementsAre(U(10000000), R(0), R(0), R(200000), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, FractionalBurst) {
+  auto limiter = bursty(5.0, 0.5);  // 2.5 permits
+  sleepMicros(10000000);
+  acquireTimes(limiter, 5);  // 1 + 1 stored, then 0.5 stored + 0.5 fresh (100 ms), then fresh
+  EXPECT_THAT(events(), ElementsAre(U(10000000), R(0), R(0), R(0), R(100000), R(200000)));
+}
+
+TEST_F(SmoothRateLimiterTest, ZeroBurstIsStrictlyPaced) {
+  auto limiter = bursty(5.0, 0.0);
+  sleepMicros(10000000);
+  acquireTimes(limiter, 3);
+  EXPECT_THAT(events(), ElementsAre(U(10000000), R(0), R(200000), R(200000)));
+}
+
+TEST(SmoothRateLimiterClock, WorksWithAManualClockThroughClockRef) {
+  ManualClock clock(seconds{1000});
+  auto limiter = ManualLimiter::bursty(10.0, 1.0, ClockRef<ManualClock>(clock));
+  EXPECT_EQ(limiter.acquire(), microseconds{0});
+  EXPECT_EQ(limiter.acquire(), microseconds{100000});  // ManualClock::sleepFor advanced time
+  EXPECT_EQ(clock.now(), seconds{1000} + microseconds{100000});
+  EXPECT_FALSE(limiter.tryAcquire());
+  clock.advance(microseconds{100000});
+  EXPECT_TRUE(limiter.tryAcquire());
+}
+
 // --- Weights and bursts (Guava's randomized tests, fixed seeds) -------------------------------
 
 // Takes `permits` in random chunks, then one more permit to repay the debt of the last chunk;
