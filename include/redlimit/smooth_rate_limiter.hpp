@@ -22,6 +22,14 @@
 //    so waits compare exactly; reserve() exposes the wait without sleeping.
 //  * bursty() lets the caller choose maxBurstSeconds (Guava fixes it at 1 s).
 //  * getRate() returns the rate exactly as set (Guava recomputes it from the interval).
+//  * The cost of fresh (not stored) permits is rounded *up* to whole microseconds; Guava
+//    truncates it. Truncation lets every grant come up to 1 us early: at 3/s Guava waits
+//    333333 us and runs fast, and above 1e6/s a single permit costs 0 us and Guava stops
+//    limiting. Rounding up, a bursty limiter provably never grants more than
+//    rate * (T + maxBurstSeconds) + 1 single permits in any window of T >= 1 s, and above
+//    1e6/s single permits are paced at 1 us (microsecond resolution). Every reference vector
+//    is unchanged (their fresh costs are whole microseconds). The cost of stored warm-up
+//    permits is truncated exactly as in Guava, which its cold-factor-10 vectors pin down.
 //  * Permits are std::int64_t (Guava: int). Time comes from a clock policy (clock.hpp).
 //
 // Defects of Guava fixed here:
@@ -305,7 +313,7 @@ class BasicSmoothRateLimiter {
     const double storedToSpend = std::min(requested, storedPermits_);
     const double freshPermits = requested - storedToSpend;
     const std::int64_t freshMicros =
-        freshPermits > 0.0 ? saturatedMicros(freshPermits * stableIntervalMicros_) : 0;
+        freshPermits > 0.0 ? saturatedMicros(std::ceil(freshPermits * stableIntervalMicros_)) : 0;
     const std::int64_t waitMicros =
         saturatedAdd(storedPermitsToWaitTime(storedPermits_, storedToSpend), freshMicros);
     nextFreeMicros_ = saturatedAdd(nextFreeMicros_, waitMicros);

@@ -461,6 +461,14 @@ TEST_F(SmoothRateLimiterTest, ZeroBurstIsStrictlyPaced) {
   EXPECT_THAT(events(), ElementsAre(U(10000000), R(0), R(200000), R(200000)));
 }
 
+TEST_F(SmoothRateLimiterTest, FreshPermitCostIsRoundedUpToWholeMicroseconds) {
+  auto limiter = bursty(3.0);  // 333333.3 us per permit; Guava truncates to 333333 and runs fast
+  acquireTimes(limiter, 3);
+  auto fast = bursty(2e6);  // 0.5 us per permit; Guava's waits would all be 0: no limit at all
+  acquireTimes(fast, 3);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(333334), R(333334), R(0), R(1), R(1)));
+}
+
 TEST(SmoothRateLimiterClock, WorksWithAManualClockThroughClockRef) {
   ManualClock clock(seconds{1000});
   auto limiter = ManualLimiter::bursty(10.0, 1.0, ClockRef<ManualClock>(clock));
@@ -519,6 +527,80 @@ TEST(SmoothRateLimiterProperty, NeverMoreThanOneSecondOfBurst) {
     EXPECT_LE(measureTotalMicros(limiter, clock, oneSecondOfWork, rng), 1000000) << rate;
     EXPECT_GE(measureTotalMicros(limiter, clock, oneSecondOfWork, rng), 1000000) << rate;
   }
+}
+
+// Over any window of length T >= 1 s, a bursty limiter grants at most
+// rate * (T + maxBurstSeconds) + 1 single permits, whatever the mix of acquire, tryAcquire
+// (with and without timeouts), reserve and idle time. A grant happens when its caller's wait
+// ends: after acquire/tryAcquire return, or at now + wait for reserve.
+// Rates whose interval is not a whole number of microseconds are included: fresh permits'
+// costs are rounded up (Guava truncates, and would fail this test at 3/s by 1 us per permit).
+TEST(SmoothRateLimiterProperty, BurstyNeverGrantsMoreThanRateTimesWindowPlusBurst) {
+  const double rates[] = {0.5, 1.0, 4.0, 8.0, 50.0, 250.0, 1000.0, 3.0, 7.5, 333.0};
+  const double bursts[] = {0.0, 0.25, 1.0, 2.5};
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    const double rate = rates[seed % 10];
+    const double maxBurstSeconds = bursts[(seed / 10) % 4];
+    const auto intervalMicros = static_cast<std::int64_t>(1e6 / rate);
+    ManualClock clock(seconds{seed * 1000});
+    auto limiter = ManualLimiter::bursty(rate, maxBurstSeconds, ClockRef<ManualClock>(clock));
+    std::vector<std::int64_t> grants;
+    std::uniform_int_distribution<int> op(0, 5);
+    std::uniform_int_distribution<std::int64_t> shortIdle(0, 2 * intervalMicros);
+    std::uniform_int_distribution<std::int64_t> longIdle(0, 3000000 + 4 * intervalMicros);
+    for (int step = 0; step < 1500; ++step) {
+      switch (op(rng)) {
+        case 0:
+          (void)limiter.acquire();
+          grants.push_back(clock.now().count());
+          break;
+        case 1:
+          if (limiter.tryAcquire()) grants.push_back(clock.now().count());
+          break;
+        case 2:
+          if (limiter.tryAcquire(1, microseconds{shortIdle(rng)})) {
+            grants.push_back(clock.now().count());
+          }
+          break;
+        case 3:
+          grants.push_back(clock.now().count() + limiter.reserve().count());
+          break;
+        case 4:
+          clock.advance(microseconds{shortIdle(rng)});
+          break;
+        default:
+          if (step % 7 == 0) clock.advance(microseconds{longIdle(rng)});
+          break;
+      }
+    }
+    ASSERT_GT(grants.size(), 400u) << "seed " << seed;  // the sequence did exercise the limiter
+    std::sort(grants.begin(), grants.end());
+    // Any window holds the grants i..j of some pair; it is at least as long as max(1 s, g_j - g_i).
+    for (std::size_t i = 0; i < grants.size(); ++i) {
+      for (std::size_t j = i; j < grants.size(); ++j) {
+        const double windowSeconds =
+            std::max(1.0, static_cast<double>(grants[j] - grants[i]) / 1e6);
+        const double bound = rate * (windowSeconds + maxBurstSeconds) + 1.0;
+        const auto granted = static_cast<double>(j - i + 1);
+        if (granted > bound + 1e-9) {
+          FAIL() << "seed " << seed << " rate " << rate << " burst " << maxBurstSeconds << ": "
+                 << granted << " permits in " << windowSeconds << " s, bound " << bound;
+        }
+      }
+    }
+  }
+}
+
+// The bound above is tight: a saturated limiter with a full burst reaches it.
+TEST(SmoothRateLimiterProperty, BurstyBoundIsReachedBySaturation) {
+  ManualClock clock;
+  auto limiter = ManualLimiter::bursty(4.0, 1.0, ClockRef<ManualClock>(clock));
+  clock.advance(seconds{10});
+  const std::int64_t start = clock.now().count();
+  int granted = 0;
+  while (clock.now().count() + limiter.reserve().count() <= start + 1000000) ++granted;
+  EXPECT_EQ(granted, 4 * (1 + 1) + 1);
 }
 
 }  // namespace
