@@ -127,9 +127,7 @@ class BasicSmoothRateLimiter {
       throw InvalidArgument("SmoothRateLimiter: coldFactor must be finite and >= 1, got " +
                             std::to_string(coldFactor));
     }
-    if (warmupMicros == 0) {
-      return BasicSmoothRateLimiter(std::move(clock), permitsPerSecond, 0.0, 0.0, 1.0);
-    }
+    // A zero period makes a bursty limiter with maxBurstSeconds 0 (isWarmingUp() is false).
     return BasicSmoothRateLimiter(std::move(clock), permitsPerSecond, 0.0,
                                   static_cast<double>(warmupMicros), coldFactor);
   }
@@ -280,6 +278,7 @@ class BasicSmoothRateLimiter {
     return a - b;
   }
 
+  // Fix 1: a zero warm-up period is not a warming-up limiter but bursty with maxBurstSeconds 0.
   [[nodiscard]] bool isWarmingUp() const noexcept { return warmupMicros_ > 0.0; }
 
   bool tryAcquireMicros(std::int64_t permits, std::int64_t timeoutMicros) {

@@ -529,6 +529,243 @@ TEST(SmoothRateLimiterProperty, NeverMoreThanOneSecondOfBurst) {
   }
 }
 
+// --- Guava's defects, reproduced with a Guava-faithful model, and fixed ----------------------
+
+// Java's Math.min: NaN if either argument is NaN (std::min is not).
+double javaMin(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::min(a, b); }
+
+// Java's (long) cast of a double: truncates, saturates, NaN -> 0.
+std::int64_t javaLong(double x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 9223372036854775808.0) return std::numeric_limits<std::int64_t>::max();
+  if (x <= -9223372036854775808.0) return std::numeric_limits<std::int64_t>::min();
+  return static_cast<std::int64_t>(x);
+}
+
+// Guava 31.1's SmoothWarmingUp written out from the reference's formulas, with Java's
+// arithmetic and no fixes: the oracle for the two defects. Time starts at 0; the caller owns it.
+class GuavaWarmingUpModel {
+ public:
+  GuavaWarmingUpModel(double qps, std::int64_t warmupMicros, double coldFactor)
+      : stable_(1e6 / qps), warmup_(static_cast<double>(warmupMicros)) {
+    const double cold = stable_ * coldFactor;
+    threshold_ = 0.5 * warmup_ / stable_;
+    max_ = threshold_ + 2.0 * warmup_ / (stable_ + cold);
+    slope_ = (cold - stable_) / (max_ - threshold_);
+    stored_ = max_;  // starts cold
+  }
+  // acquire(1) at `now`: returns how long the caller sleeps.
+  std::int64_t acquire(std::int64_t now) { return std::max<std::int64_t>(reserve(now) - now, 0); }
+  // tryAcquire() at `now` (timeout 0; a success never sleeps).
+  bool tryAcquire(std::int64_t now) {
+    if (nextFree_ > now) return false;
+    (void)reserve(now);
+    return true;
+  }
+
+ private:
+  std::int64_t reserve(std::int64_t now) {
+    if (now > nextFree_) {
+      stored_ = javaMin(max_, stored_ + static_cast<double>(now - nextFree_) / (warmup_ / max_));
+      nextFree_ = now;
+    }
+    const std::int64_t ret = nextFree_;
+    const double spend = javaMin(1.0, stored_);
+    const double fresh = 1.0 - spend;
+    nextFree_ += waitForStored(stored_, spend) + javaLong(fresh * stable_);
+    stored_ -= spend;
+    return ret;
+  }
+  std::int64_t waitForStored(double stored, double take) const {
+    const double above = stored - threshold_;
+    std::int64_t micros = 0;
+    if (above > 0.0) {
+      const double aboveTake = javaMin(above, take);
+      const double length = permitsToTime(above) + permitsToTime(above - aboveTake);
+      micros = javaLong(aboveTake * length / 2.0);
+      take -= aboveTake;
+    }
+    return micros + javaLong(stable_ * take);
+  }
+  double permitsToTime(double permits) const { return stable_ + permits * slope_; }
+
+  double stable_, warmup_, threshold_ = 0, max_ = 0, slope_ = 0, stored_ = 0;
+  std::int64_t nextFree_ = 0;
+};
+
+TEST(GuavaWarmingUpModel, ReproducesTheReferenceWarmUpVector) {
+  GuavaWarmingUpModel guava(2.0, 4000000, 3.0);
+  std::int64_t now = 0;
+  std::vector<std::int64_t> waits;
+  for (int i = 0; i < 8; ++i) {
+    waits.push_back(guava.acquire(now));
+    now += waits.back();
+  }
+  EXPECT_THAT(waits,
+              ElementsAre(0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000));
+}
+
+// Defect 1: with a zero warm-up period Guava's coolDownInterval is 0 / 0; after the first idle
+// microsecond storedPermits is NaN and nothing ever waits again.
+TEST(GuavaWarmingUpModel, ZeroWarmUpStopsLimitingAfterAnyIdleTime) {
+  GuavaWarmingUpModel guava(5.0, 0, 3.0);
+  std::int64_t now = 0;
+  EXPECT_EQ(guava.acquire(now), 0);
+  EXPECT_EQ(guava.acquire(now), 200000);
+  now += 200000;          // slept; the second permit is paid at 400000
+  now += 200000 + 1;      // one idle microsecond after that
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(guava.acquire(now), 0) << i;
+}
+
+TEST_F(SmoothRateLimiterTest, ZeroWarmUpIsStrictlyPacedNotUnlimited) {
+  auto limiter = warmingUp(5.0, microseconds{0});
+  acquireTimes(limiter, 3);
+  sleepMicros(10000000);  // no burst is stored, and nothing breaks
+  acquireTimes(limiter, 3);
+  EXPECT_FALSE(limiter.tryAcquire());
+  limiter.setRate(10.0);
+  acquireTimes(limiter, 3);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(200000), R(200000), U(10000000), R(0), R(200000),
+                                    R(200000), R(200000), R(100000), R(100000)));
+  // A sub-microsecond warm-up truncates to zero and is the same limiter.
+  auto tiny = Limiter::warmingUp(5.0, std::chrono::nanoseconds{999}, 3.0,
+                                 RecordingClock(stopwatch_));
+  acquireTimes(tiny, 2);
+  EXPECT_THAT(events(), ElementsAre(R(0), R(200000)));
+}
+
+TEST(SmoothRateLimiterFix, ZeroWarmUpBehavesExactlyAsBurstyWithZeroBurst) {
+  ManualClock clockA;
+  ManualClock clockB;
+  auto warm = ManualLimiter::warmingUp(7.0, seconds{0}, 3.0, ClockRef<ManualClock>(clockA));
+  auto paced = ManualLimiter::bursty(7.0, 0.0, ClockRef<ManualClock>(clockB));
+  std::mt19937_64 rng(99);
+  std::uniform_int_distribution<int> op(0, 3);
+  std::uniform_int_distribution<std::int64_t> micros(0, 400000);
+  for (int i = 0; i < 2000; ++i) {
+    switch (op(rng)) {
+      case 0: {
+        const std::int64_t n = 1 + micros(rng) % 3;
+        ASSERT_EQ(warm.acquire(n), paced.acquire(n)) << i;
+        break;
+      }
+      case 1: {
+        const microseconds timeout{micros(rng)};
+        ASSERT_EQ(warm.tryAcquire(1, timeout), paced.tryAcquire(1, timeout)) << i;
+        break;
+      }
+      case 2:
+        ASSERT_EQ(warm.reserve(), paced.reserve()) << i;
+        break;
+      default: {
+        const microseconds idle{micros(rng)};
+        clockA.advance(idle);
+        clockB.advance(idle);
+        break;
+      }
+    }
+    ASSERT_EQ(clockA.now(), clockB.now()) << i;
+  }
+}
+
+// Defect 2: a caller that polls tryAcquire() at a fixed period against a 10/s limiter with a
+// 500 ms warm-up (cold factor 3). Returns the permits it got in [fromMicros, toMicros).
+template <class TryAcquireAt>
+int servedToPoller(TryAcquireAt&& tryAcquireAt, std::int64_t pollMicros, std::int64_t fromMicros,
+                   std::int64_t toMicros) {
+  int served = 0;
+  for (std::int64_t now = 0; now < toMicros; now += pollMicros) {
+    if (tryAcquireAt(now) && now >= fromMicros) ++served;
+  }
+  return served;
+}
+
+int guavaServed(std::int64_t pollMicros, std::int64_t fromMicros, std::int64_t toMicros) {
+  GuavaWarmingUpModel guava(10.0, 500000, 3.0);
+  return servedToPoller([&](std::int64_t now) { return guava.tryAcquire(now); }, pollMicros,
+                        fromMicros, toMicros);
+}
+
+int fixedServed(std::int64_t pollMicros, std::int64_t fromMicros, std::int64_t toMicros) {
+  ManualClock clock;
+  auto limiter = ManualLimiter::warmingUp(10.0, milliseconds{500}, 3.0,
+                                          ClockRef<ManualClock>(clock));
+  return servedToPoller(
+      [&](std::int64_t now) {
+        clock.advance(microseconds{now} - clock.now());
+        return limiter.tryAcquire();
+      },
+      pollMicros, fromMicros, toMicros);
+}
+
+TEST(GuavaWarmingUpModel, TryAcquireStreamKeepsTheLimiterColdForever) {
+  // Between 30 s and 90 s, long after any warm-up. 60 s at the stable rate would be 600.
+  // Polling every 120 ms (8.3/s offered): Guava alternates between 5 and 4 stored permits and
+  // serves one poll in three, 2.8/s.
+  EXPECT_EQ(guavaServed(120000, 30000000, 90000000), 166);
+  // Polling every 100 ms (exactly the stable rate): one poll in two, 5/s.
+  EXPECT_EQ(guavaServed(100000, 30000000, 90000000), 300);
+  // Polling every 250 ms (4/s offered, more than the cold rate of 3.3/s): 2/s.
+  EXPECT_EQ(guavaServed(250000, 30000000, 90000000), 120);
+}
+
+TEST(SmoothRateLimiterFix, TryAcquireStreamWarmsTheLimiterUpToTheStableRate) {
+  // The same pollers against the fixed limiter get what they ask for, up to the stable rate.
+  EXPECT_EQ(fixedServed(120000, 30000000, 90000000), 500);  // every poll: 8.3/s
+  EXPECT_EQ(fixedServed(100000, 30000000, 90000000), 600);  // the stable rate, 10/s
+  EXPECT_EQ(fixedServed(250000, 30000000, 90000000), 240);  // every poll: 4/s
+  // Faster pollers get the stable rate too (Guava also warms up for these).
+  for (std::int64_t poll : {1000, 10000, 50000}) {
+    EXPECT_EQ(fixedServed(poll, 30000000, 90000000), 600) << poll;
+    EXPECT_EQ(guavaServed(poll, 30000000, 90000000), 600) << poll;
+  }
+  // And it gets there within about the warm-up period: 1 s to 2 s is already at 10/s.
+  EXPECT_EQ(fixedServed(100000, 1000000, 2000000), 10);
+}
+
+// The fix is bounded: only the first coldFactor * stableInterval (300 ms here) of the idle gap
+// after a refusal cannot raise stored permits above the threshold (2.5 here); the rest cools.
+TEST_F(SmoothRateLimiterTest, RetryGapAfterARefusalRefillsOnlyUpToTheThreshold) {
+  for (const std::int64_t gap : {300000, 400000}) {
+    auto limiter = warmingUp(10.0, milliseconds{500});
+    GuavaWarmingUpModel guava(10.0, 500000, 3.0);
+    const std::int64_t start = stopwatch_.nowMicros();
+    for (int i = 0; i < 5; ++i) {  // spends all 5 stored permits; the last one costs 100 ms
+      const microseconds waited = limiter.acquire();
+      ASSERT_EQ(waited.count(), guava.acquire(stopwatch_.nowMicros() - waited.count() - start));
+    }
+    EXPECT_FALSE(limiter.tryAcquire());
+    EXPECT_FALSE(guava.tryAcquire(stopwatch_.nowMicros() - start));
+    sleepMicros(100000 + gap);  // nextFree, then the gap
+    const std::int64_t now = stopwatch_.nowMicros() - start;
+    EXPECT_EQ(limiter.acquire(), microseconds{0});
+    EXPECT_EQ(guava.acquire(now), 0);
+    const microseconds fixedCost = limiter.acquire();
+    const std::int64_t guavaCost = guava.acquire(now);
+    if (gap == 300000) {
+      EXPECT_EQ(fixedCost.count(), 100000);  // refilled to 2.5: warm, the stable interval
+      EXPECT_EQ(guavaCost, 110000);          // refilled to 3: half a permit above the threshold
+    } else {
+      EXPECT_EQ(fixedCost.count(), 140000);  // 2.5, then 100 ms of cooling: 3.5
+      EXPECT_EQ(guavaCost, 180000);          // 4
+    }
+    (void)events();
+  }
+}
+
+TEST_F(SmoothRateLimiterTest, RefusalDoesNotKeepAnIdleLimiterWarm) {
+  auto limiter = warmingUp(2.0, seconds{4});
+  acquireTimes(limiter, 8);
+  EXPECT_FALSE(limiter.tryAcquire());
+  sleepMicros(500000);   // repays the last acquire
+  sleepMicros(4000000);  // idle long after the refusal: cold again, as in Guava
+  acquireTimes(limiter, 8);
+  const std::vector<Event> cold{R(0),      R(1375000), R(1125000), R(875000),
+                                R(625000), R(500000),  R(500000),  R(500000)};
+  EXPECT_THAT(events(),
+              ElementsAreArray(concat({cold, {U(500000), U(4000000)}, cold})));
+}
+
 // Over any window of length T >= 1 s, a bursty limiter grants at most
 // rate * (T + maxBurstSeconds) + 1 single permits, whatever the mix of acquire, tryAcquire
 // (with and without timeouts), reserve and idle time. A grant happens when its caller's wait
