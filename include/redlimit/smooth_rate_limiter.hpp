@@ -1,4 +1,4 @@
-// redlimit — SmoothRateLimiter: Guava's RateLimiter for in-process pacing, exact to the microsecond.
+// redlimit — SmoothRateLimiter: Guava's RateLimiter for in-process pacing, exact to the µs.
 //
 // Independent of Redis. Reproduces the semantics of Google Guava's RateLimiter (SmoothBursty and
 // SmoothWarmingUp, as of Guava 31.1; see the RateLimiter Javadoc) and its test vectors to the
@@ -407,7 +407,8 @@ class BasicSmoothRateLimiter {
     std::int64_t micros = 0;
     if (aboveThreshold > 0.0) {
       const double takeAbove = std::min(aboveThreshold, permitsToTake);
-      const double length = permitsToTime(aboveThreshold) + permitsToTime(aboveThreshold - takeAbove);
+      const double length =
+          permitsToTime(aboveThreshold) + permitsToTime(aboveThreshold - takeAbove);
       micros = saturatedMicros(takeAbove * length / 2.0);
       permitsToTake -= takeAbove;
     }

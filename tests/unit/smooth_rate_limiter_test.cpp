@@ -293,7 +293,8 @@ TEST_F(SmoothRateLimiterTest, TryAcquireOverflow) {
 TEST_F(SmoothRateLimiterTest, TryAcquireTimeoutsTooLargeForMicrosecondsSaturate) {
   auto limiter = bursty(5.0);
   EXPECT_TRUE(limiter.tryAcquire(1, std::chrono::hours::max()));
-  EXPECT_TRUE(limiter.tryAcquire(1, std::chrono::duration<std::uint64_t, std::ratio<86400>>::max()));
+  using UnsignedDays = std::chrono::duration<std::uint64_t, std::ratio<86400>>;
+  EXPECT_TRUE(limiter.tryAcquire(1, UnsignedDays::max()));
   EXPECT_TRUE(limiter.tryAcquire(1, std::chrono::duration<double>(1e300)));
   EXPECT_FALSE(limiter.tryAcquire(1, std::chrono::hours::min()));
   EXPECT_FALSE(limiter.tryAcquire(1, std::chrono::duration<double>(-1e300)));
@@ -532,7 +533,17 @@ TEST(SmoothRateLimiterProperty, NeverMoreThanOneSecondOfBurst) {
 // --- Guava's defects, reproduced with a Guava-faithful model, and fixed ----------------------
 
 // Java's Math.min: NaN if either argument is NaN (std::min is not).
-double javaMin(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? a + b : std::min(a, b); }
+double javaMin(double a, double b) {
+  return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<double>::quiet_NaN()
+                                          : std::min(a, b);
+}
+
+// Java's (and IEEE 754's) a / b, spelled out for b == 0 so that sanitizers stay quiet.
+double javaDiv(double a, double b) {
+  if (b != 0.0) return a / b;
+  if (a == 0.0 || std::isnan(a)) return std::numeric_limits<double>::quiet_NaN();
+  return std::copysign(std::numeric_limits<double>::infinity(), a) * std::copysign(1.0, b);
+}
 
 // Java's (long) cast of a double: truncates, saturates, NaN -> 0.
 std::int64_t javaLong(double x) {
@@ -551,7 +562,7 @@ class GuavaWarmingUpModel {
     const double cold = stable_ * coldFactor;
     threshold_ = 0.5 * warmup_ / stable_;
     max_ = threshold_ + 2.0 * warmup_ / (stable_ + cold);
-    slope_ = (cold - stable_) / (max_ - threshold_);
+    slope_ = javaDiv(cold - stable_, max_ - threshold_);
     stored_ = max_;  // starts cold
   }
   // acquire(1) at `now`: returns how long the caller sleeps.
@@ -566,7 +577,8 @@ class GuavaWarmingUpModel {
  private:
   std::int64_t reserve(std::int64_t now) {
     if (now > nextFree_) {
-      stored_ = javaMin(max_, stored_ + static_cast<double>(now - nextFree_) / (warmup_ / max_));
+      const double coolDown = javaDiv(warmup_, max_);
+      stored_ = javaMin(max_, stored_ + javaDiv(static_cast<double>(now - nextFree_), coolDown));
       nextFree_ = now;
     }
     const std::int64_t ret = nextFree_;
@@ -838,6 +850,40 @@ TEST(SmoothRateLimiterProperty, BurstyBoundIsReachedBySaturation) {
   int granted = 0;
   while (clock.now().count() + limiter.reserve().count() <= start + 1000000) ++granted;
   EXPECT_EQ(granted, 4 * (1 + 1) + 1);
+}
+
+// The one test on the real clock: 4 threads share a limiter for about a second. Checks
+// behaviour, not speed: the limiter's guarantee (never more than rate * (T + burst) + 1 in the
+// elapsed time T, which holds however slow the machine is) and a very loose floor.
+TEST(SmoothRateLimiterThreads, FourThreadsShareTheRate) {
+  constexpr double kRate = 200.0;
+  constexpr double kBurstSeconds = 0.05;
+  const auto start = std::chrono::steady_clock::now();
+  auto limiter = redlimit::SmoothRateLimiter::bursty(kRate, kBurstSeconds);
+  const auto deadline = start + milliseconds{1000};
+  std::atomic<std::int64_t> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (t % 2 == 0) {
+          (void)limiter.acquire();
+          granted.fetch_add(1, std::memory_order_relaxed);
+        } else if (limiter.tryAcquire(1, milliseconds{20})) {
+          granted.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          limiter.setRate(kRate);  // also exercise setRate and getRate under contention
+          EXPECT_EQ(limiter.getRate(), kRate);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const double elapsedSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto total = static_cast<double>(granted.load());
+  EXPECT_LE(total, kRate * (elapsedSeconds + kBurstSeconds) + 1.0) << elapsedSeconds << " s";
+  EXPECT_GE(total, kRate * 0.25) << elapsedSeconds << " s";  // ~200 expected; 50 is very loose
 }
 
 }  // namespace
