@@ -49,10 +49,12 @@
 //     stableInterval` (the longest one permit can cost, hence the longest a refused caller that
 //     keeps asking at more than the cold rate can stay away) may refill stored permits only up to
 //     thresholdPermits, where they cost the stable interval, and cannot cool the limiter above it;
-//     idle time beyond that cools it as in Guava. The refusal itself still reserves nothing, a
-//     warming-up limiter never exceeds its stable rate (every permit costs at least the stable
-//     interval), and acquire()/reserve()-only use, bursty limiters and every Guava test vector
-//     are unchanged.
+//     idle time beyond that cools it as in Guava. The refusal itself still reserves nothing; the
+//     fix only lets the limiter warm up, and a warm limiter never runs faster than its stable
+//     rate (every permit costs at least the stable interval, less Guava's sub-microsecond
+//     truncation of stored permits' cost); acquire()/reserve()-only use, bursty limiters and
+//     every Guava test vector are unchanged. (A poller whose period is between half the stable
+//     interval and the interval still loses the rest of each interval, warm or not, as in Guava.)
 #pragma once
 
 #include <algorithm>
@@ -106,6 +108,7 @@ class BasicSmoothRateLimiter {
   /// after warmupPeriod of full use; cools down again while idle. warmupPeriod is converted to
   /// whole microseconds (truncated, saturated). A zero warm-up period gives a strictly paced
   /// limiter, bursty(permitsPerSecond, 0.0) (Guava stops limiting; see the file comment).
+  /// permitsPerSecond may be +infinity (no limit; a later finite rate starts warm, as in Guava).
   /// Throws InvalidArgument if permitsPerSecond <= 0 or NaN, warmupPeriod is negative or NaN,
   /// or coldFactor < 1, NaN or infinite.
   template <class Rep, class Period>
@@ -140,7 +143,7 @@ class BasicSmoothRateLimiter {
 
   /// Takes `permits`, sleeping (Clock::sleepFor) until the limiter's previous debt is paid, and
   /// returns the time slept in microseconds (0 if the limiter was free). Guava returns seconds
-  /// as a double; whole microseconds are what the limiter computes, so nothing is rounded.
+  /// as a double; the limiter computes whole microseconds, so the value returned is exact.
   /// Thread-safe. Throws InvalidArgument if permits <= 0.
   std::chrono::microseconds acquire(std::int64_t permits = 1) {
     const std::chrono::microseconds wait = reserve(permits);
@@ -154,7 +157,7 @@ class BasicSmoothRateLimiter {
     return tryAcquireMicros(permits, 0);
   }
 
-  /// Takes one permit if the limiter's previous debt can be paid within `timeout`; see below.
+  /// Same as tryAcquire(1, timeout), below.
   template <class Rep, class Period>
   [[nodiscard]] bool tryAcquire(std::chrono::duration<Rep, Period> timeout) {
     return tryAcquire(1, timeout);
