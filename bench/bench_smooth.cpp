@@ -1,0 +1,77 @@
+// SmoothRateLimiter: nanoseconds per call of tryAcquire() and reserve(), uncontended and with
+// 2 and 4 threads contending for one limiter. The steady clock's now() is part of every call;
+// the ManualClock variant shows the cost without it. Nothing here sleeps: a granted
+// tryAcquire() never owes anything, and reserve() does not wait.
+#include <benchmark/benchmark.h>
+
+#include <redlimit/clock.hpp>
+#include <redlimit/smooth_rate_limiter.hpp>
+
+#include <chrono>
+#include <limits>
+
+namespace {
+
+using redlimit::SmoothRateLimiter;
+
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+// Refused: the only permit of a 1/s limiter is taken; every call finds the limiter busy.
+void BM_TryAcquireRefused(benchmark::State& state) {
+  auto limiter = SmoothRateLimiter::bursty(1.0);
+  (void)limiter.tryAcquire();
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.tryAcquire());
+}
+BENCHMARK(BM_TryAcquireRefused);
+
+// Granted: a limiter with no limit grants every call (the full reservation path).
+void BM_TryAcquireGranted(benchmark::State& state) {
+  auto limiter = SmoothRateLimiter::bursty(kNoLimit);
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.tryAcquire());
+}
+BENCHMARK(BM_TryAcquireGranted);
+
+// The same refused call without reading the steady clock.
+void BM_TryAcquireRefusedManualClock(benchmark::State& state) {
+  redlimit::ManualClock clock;
+  auto limiter = redlimit::BasicSmoothRateLimiter<redlimit::ClockRef<redlimit::ManualClock>>::
+      bursty(1.0, 1.0, redlimit::ClockRef<redlimit::ManualClock>(clock));
+  (void)limiter.tryAcquire();
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.tryAcquire());
+}
+BENCHMARK(BM_TryAcquireRefusedManualClock);
+
+void BM_ReserveBursty(benchmark::State& state) {
+  auto limiter = SmoothRateLimiter::bursty(1e6);
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.reserve());
+}
+BENCHMARK(BM_ReserveBursty);
+
+void BM_ReserveWarmingUp(benchmark::State& state) {
+  auto limiter = SmoothRateLimiter::warmingUp(1e6, std::chrono::seconds{1});
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.reserve());
+}
+BENCHMARK(BM_ReserveWarmingUp);
+
+// Contended: all benchmark threads share one limiter. At 1e6/s most calls are refused and some
+// are granted. Real time per call, so the figure includes waiting for the mutex.
+SmoothRateLimiter& sharedLimiter() {
+  static auto limiter = SmoothRateLimiter::bursty(1e6);
+  return limiter;
+}
+
+void BM_TryAcquireContended(benchmark::State& state) {
+  SmoothRateLimiter& limiter = sharedLimiter();
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.tryAcquire());
+}
+BENCHMARK(BM_TryAcquireContended)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+void BM_ReserveContended(benchmark::State& state) {
+  SmoothRateLimiter& limiter = sharedLimiter();
+  for (auto _ : state) benchmark::DoNotOptimize(limiter.reserve());
+}
+BENCHMARK(BM_ReserveContended)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
