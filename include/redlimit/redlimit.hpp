@@ -11,3 +11,4 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reply.hpp"
 #include "redlimit/script.hpp"
+#include "redlimit/smooth_rate_limiter.hpp"
