@@ -34,7 +34,10 @@ if want > 0 then
     end
   else
     while released < want do
-      local newest = redis.call('ZREVRANGEBYSCORE', cfg.permitsKey, '+inf', '(' .. edge, 'WITHSCORES', 'LIMIT', 0, 64)
+      -- each member holds at least one permit: fetch no more members than permits still wanted
+      local fetch = want - released
+      if fetch > 64 then fetch = 64 end
+      local newest = redis.call('ZREVRANGEBYSCORE', cfg.permitsKey, '+inf', '(' .. edge, 'WITHSCORES', 'LIMIT', 0, fetch)
       if #newest == 0 then break end
       for i = 1, #newest, 2 do
         released = released + shrink(newest[i], newest[i + 1], want - released)
