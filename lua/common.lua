@@ -14,18 +14,20 @@
 -- uint32 (older Redisson: 0x08 + 8 bytes; the length byte says which).
 -- Invariant: value + (permits of members with score > now - interval) == rate.
 
--- Redis < 5 needs this before a script may call TIME and then write; later versions ignore it.
-if redis.replicate_commands then redis.replicate_commands() end
+-- Redis 5.0 and later replicate a script's effects, not the script, so a script may read TIME
+-- and then write (redlimit needs 5.0+; earlier versions would need redis.replicate_commands()).
 
 -- Raises an error reply "CODE message"; the client maps the code to an exception type.
 local function fail(code, message)
   error({err = code .. ' ' .. message})
 end
 
--- A non-negative decimal integer of at most 15 digits (exact in a Lua double), or nil.
+-- A whole number in 0..10^15 (exact in a Lua double), or nil. tonumber() rather than a pattern
+-- match: this runs several times per call and patterns cost microseconds.
 local function parseCount(s)
-  if type(s) ~= 'string' or #s == 0 or #s > 15 or not string.match(s, '^%d+$') then return nil end
-  return tonumber(s)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n > 1e15 or n ~= math.floor(n) then return nil end
+  return n
 end
 
 local MAX_RATE = 4294967295          -- permits are stored as uint32 in a member
@@ -96,51 +98,64 @@ local function livePermits(permitsKey, edge)
 end
 
 -- Returns expired permits (score <= now - interval) to the value, keeping the invariant, and
--- returns the value. Cost: O(1) when nothing expired; a log that has expired completely is
--- dropped without unpacking its members (UNLINK frees it off the main thread); otherwise the
--- smaller side (expired or live) is unpacked. Creates the value key if it is missing.
+-- returns the value. Cost: two O(log n) reads when nothing expired (the common case); a log that
+-- has expired completely is dropped without unpacking its members (UNLINK frees it off the main
+-- thread); otherwise the smaller side (expired or live) is unpacked. Creates the value key if it
+-- is missing. Sets cfg.rewrote when it (re)wrote the value key, which drops its TTL.
 -- The value may be negative after the rate was lowered below the permits still live (see
 -- set_rate.lua); it then climbs back as those permits expire.
 local function refill(cfg, now)
   local edge = now - cfg.interval
   local raw = redis.call('GET', cfg.valueKey)
-  local value = raw and tonumber(raw)
+  local value = raw and tonumber(raw) or nil  -- GET answers false for a missing key
+  local consistent = value ~= nil and value <= cfg.rate
+  if consistent then
+    -- Fast path: the oldest member is still live, so nothing expired.
+    local oldest = redis.call('ZRANGE', cfg.permitsKey, 0, 0, 'WITHSCORES')
+    if #oldest > 0 and tonumber(oldest[2]) > edge then return value end
+    if #oldest == 0 and value == cfg.rate then
+      cfg.newLog = true  -- a grant will create the log: it needs the hash's TTL
+      return value
+    end
+  end
+  cfg.rewrote = true
   local newest = redis.call('ZREVRANGE', cfg.permitsKey, 0, 0, 'WITHSCORES')
   if #newest == 0 or tonumber(newest[2]) <= edge then
     if #newest > 0 then redis.call('UNLINK', cfg.permitsKey) end
-    if value ~= cfg.rate then redis.call('SET', cfg.valueKey, cfg.rate) end
+    redis.call('SET', cfg.valueKey, cfg.rate)
     return cfg.rate
   end
   local expired = redis.call('ZCOUNT', cfg.permitsKey, '-inf', edge)
-  if value ~= nil and value <= cfg.rate and expired == 0 then
-    return value
-  end
   local live = redis.call('ZCARD', cfg.permitsKey) - expired
   local fresh
-  if value ~= nil and value <= cfg.rate and expired <= live then
+  if consistent and expired <= live then
     fresh = value + sumPermits(redis.call('ZRANGEBYSCORE', cfg.permitsKey, '-inf', edge))
     redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge)
     if fresh > cfg.rate then
       -- another writer broke the invariant (Redisson's release() raises value without touching
-      -- the log): rebuild the value from the live permits
-      fresh = cfg.rate - livePermits(cfg.permitsKey, edge)
+      -- the log): rebuild the value from the live permits, but never below the value that was
+      -- already free, since the log still holds the released permits (Redisson: 10 -> 1)
+      fresh = math.max(value, cfg.rate - livePermits(cfg.permitsKey, edge))
     end
   else
     if expired > 0 then redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge) end
     fresh = cfg.rate - livePermits(cfg.permitsKey, edge)
+    if consistent and value > fresh then fresh = value end  -- as above
   end
   redis.call('SET', cfg.valueKey, fresh)
   return fresh
 end
 
--- Applies the TTL rules to the state keys: keepAliveTime > 0 refreshes the idle TTL of all keys;
--- otherwise the state keys inherit the hash's TTL (set by expire/expireAt), if it has one.
+-- Applies the TTL rules to the state keys: keepAliveTime > 0 refreshes the idle TTL of all keys
+-- on every call; otherwise a state key that was just (re)created inherits the hash's TTL (set by
+-- expire/expireAt), if it has one. Keys that existed keep theirs: ZADD, DECRBY and INCRBY do not
+-- touch a TTL, so the steady path needs no PTTL.
 local function applyTtl(cfg)
   if cfg.keepAlive > 0 then
     redis.call('PEXPIRE', KEYS[1], cfg.keepAlive)
     redis.call('PEXPIRE', cfg.valueKey, cfg.keepAlive)
     redis.call('PEXPIRE', cfg.permitsKey, cfg.keepAlive)
-  else
+  elseif cfg.rewrote or cfg.newLog then
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl > 0 then
       redis.call('PEXPIRE', cfg.valueKey, ttl)

@@ -22,6 +22,7 @@ local function shrink(member, score, left)
   redis.call('ZREM', cfg.permitsKey, member)
   if permits > take then
     redis.call('ZADD', cfg.permitsKey, score, packMember(id, permits - take))
+    cfg.newLog = true  -- the ZREM may have emptied (deleted) the log: re-apply the TTL
   end
   return take
 end

@@ -29,5 +29,6 @@ local now = currentTime(ARGV[6])
 local edge = now - cfg.interval
 redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge)
 redis.call('SET', cfg.valueKey, cfg.rate - livePermits(cfg.permitsKey, edge))
+cfg.rewrote = true
 applyTtl(cfg)
 return 1
