@@ -122,12 +122,14 @@ local function refill(cfg, now)
     redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge)
     if fresh > cfg.rate then
       -- another writer broke the invariant (Redisson's release() raises value without touching
-      -- the log): rebuild the value from the live permits
-      fresh = cfg.rate - livePermits(cfg.permitsKey, edge)
+      -- the log): rebuild the value from the live permits, but never below the value that was
+      -- already free, since the log still holds the released permits (Redisson: 10 -> 1)
+      fresh = math.max(value, cfg.rate - livePermits(cfg.permitsKey, edge))
     end
   else
     if expired > 0 then redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge) end
     fresh = cfg.rate - livePermits(cfg.permitsKey, edge)
+    if value ~= nil and value <= cfg.rate and value > fresh then fresh = value end  -- as above
   end
   redis.call('SET', cfg.valueKey, fresh)
   return fresh
