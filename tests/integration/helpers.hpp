@@ -106,7 +106,7 @@ inline bool exists(Client& c, const std::string& key) {
   return c.command({"EXISTS", key}).integer == 1;
 }
 
-/// Sum of `calls` over every cmdstat_* line of INFO commandstats. The INFO call itself is counted
+/// Sum of `calls` and `rejected_calls` over every cmdstat_* line of INFO commandstats. The INFO call itself is counted
 /// only after it has answered, so it shows up in the next reading.
 inline std::int64_t totalCommandCalls(Client& c) {
   const Reply info = c.command({"INFO", "commandstats"});
@@ -115,8 +115,10 @@ inline std::int64_t totalCommandCalls(Client& c) {
   std::int64_t sum = 0;
   while (std::getline(in, line)) {
     if (line.rfind("cmdstat_", 0) != 0) continue;
-    const auto pos = line.find("calls=");
-    if (pos != std::string::npos) sum += std::stoll(line.substr(pos + 6));
+    const auto pos = line.find(":calls=");
+    if (pos != std::string::npos) sum += std::stoll(line.substr(pos + 7));
+    const auto rejected = line.find("rejected_calls=");  // refused before running (Redis 7)
+    if (rejected != std::string::npos) sum += std::stoll(line.substr(rejected + 15));
   }
   return sum;
 }
