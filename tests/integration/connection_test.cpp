@@ -394,20 +394,30 @@ TEST_F(ScriptCache, ScriptFlushBetweenTwoAcquisitionsPoolOfOne) {
 TEST_F(ScriptCache, ScriptFlushBetweenTwoAcquisitionsPoolOfFour) {
   ClientOptions co;
   co.pool.size = 4;
-  co.pool.waitTimeout = milliseconds(2000);
+  co.pool.waitTimeout = milliseconds(5000);
+  co.connection.commandTimeout = milliseconds(5000);
   auto c = newClient(co);
   RateLimiter rl(c, name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 100, milliseconds(5000)));
-  // Open all four connections, then flush, then use all four at once.
-  for (int round = 0; round < 3 && c->poolStats().created < 4; ++round) EXPECT_EQ(acquireTogether(c, 4), 4);
+  ASSERT_TRUE(rl.tryAcquire());
+  // Open all four connections: four overlapping BLPOPs need four of them.
+  for (int round = 0; round < 20 && c->poolStats().created < 4; ++round) {
+    std::vector<std::thread> holders;
+    for (int t = 0; t < 4; ++t) holders.emplace_back([&] { (void)c->command({"BLPOP", name("never"), "0.1"}); });
+    for (auto& th : holders) th.join();
+  }
   ASSERT_EQ(c->poolStats().created, 4u);
-  (void)raw({"SCRIPT", "FLUSH"});
-  ASSERT_FALSE(scriptLoaded());
-  EXPECT_EQ(acquireTogether(c, 4), 4);
-  EXPECT_TRUE(scriptLoaded());
-  (void)raw({"SCRIPT", "FLUSH"});
-  EXPECT_EQ(acquireTogether(c, 4), 4);
-  EXPECT_EQ(c->poolStats().created, 4u);
-  const std::int64_t used = 100 - rl.availablePermits();
-  EXPECT_EQ(used, raw({"ZCARD", rl.keys()[3]}).integer) << "every grant recorded once";
+  for (int flush = 0; flush < 3; ++flush) {
+    SCOPED_TRACE(flush);
+    (void)raw({"SCRIPT", "FLUSH"});
+    ASSERT_FALSE(scriptLoaded());
+    const std::string before = infoField(admin(), "errorstats", "errorstat_NOSCRIPT");
+    EXPECT_EQ(acquireTogether(c, 4), 4);
+    EXPECT_TRUE(scriptLoaded());
+    EXPECT_NE(infoField(admin(), "errorstats", "errorstat_NOSCRIPT"), before) << "no NOSCRIPT was seen";
+  }
+  EXPECT_EQ(c->poolStats().created, 4u) << "NOSCRIPT did not cost a connection";
+  EXPECT_EQ(c->poolStats().discarded, 0u);
+  EXPECT_EQ(rl.availablePermits(), 100 - 13);
+  EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, 13) << "every grant recorded once";
 }
