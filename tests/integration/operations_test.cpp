@@ -84,6 +84,37 @@ TEST_F(Operations, UpdateRateKeepsStateAndReturnsTrueWhenTheLimiterExists) {
   EXPECT_GT(raw({"PTTL", rl.keys()[1]}).integer, 0) << "the new keepAliveTime applies to the state";
 }
 
+// keepAliveTime 0 means "no idle TTL": a new configuration without one must not leave the old
+// keepAliveTime's TTL behind (the limiter would vanish while in use), but an expire() set by the
+// caller on a limiter without keepAliveTime is the caller's and stays.
+TEST_F(Operations, DroppingKeepAliveRemovesItsTtl) {
+  for (bool keepState : {false, true}) {
+    SCOPED_TRACE(keepState ? "keepState" : "reset");
+    const std::string n = name(keepState ? "keep" : "reset");
+    RateLimiter rl(client(), n);
+    rl.setRate(RateType::Overall, 5, milliseconds(100), milliseconds(200));
+    ASSERT_TRUE(rl.tryAcquire());
+    rl.setRate(RateType::Overall, 5, milliseconds(100), milliseconds(0), keepState);
+    EXPECT_EQ(rl.getConfig().keepAliveTime, milliseconds(0));
+    EXPECT_EQ(rl.remainTimeToLive(), milliseconds(-1));
+    ASSERT_TRUE(rl.tryAcquire());
+    for (int k : {0, 1, 3}) EXPECT_EQ(raw({"PTTL", rl.keys()[static_cast<std::size_t>(k)]}).integer, -1) << k;
+    sleepMs(250);
+    EXPECT_TRUE(rl.isExists());
+    EXPECT_TRUE(rl.tryAcquire());
+  }
+  RateLimiter updated(client(), name("update"));
+  updated.setRate(RateType::Overall, 5, milliseconds(100), milliseconds(200));
+  EXPECT_TRUE(updated.updateRate(RateType::Overall, 6, milliseconds(100)));
+  EXPECT_EQ(updated.remainTimeToLive(), milliseconds(-1));
+
+  RateLimiter expiring(client(), name("expire"));
+  expiring.setRate(RateType::Overall, 5, milliseconds(100));
+  ASSERT_TRUE(expiring.expire(milliseconds(60000)));
+  expiring.setRate(RateType::Overall, 6, milliseconds(100), milliseconds(0), true);
+  EXPECT_GT(expiring.remainTimeToLive().count(), 0) << "the caller's expire() was dropped";
+}
+
 TEST_F(Operations, TryAcquireWithTimeoutWaitsForAPermit) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 2, milliseconds(300)));
