@@ -108,7 +108,6 @@ TEST_F(Layout, PermitsMemberIsLengthByteSixteenIdBytesAndLittleEndianPermits) {
   EXPECT_EQ(ids.size(), 2u) << "each acquisition gets its own random id";
   EXPECT_EQ(tails, (std::multiset<std::string>{std::string("\x03\x00\x00\x00", 4), std::string("\x70\x11\x01\x00", 4)}));
   EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, std::to_string(100000 - 3 - 70000));
-  EXPECT_LT(after - before, 500);
 }
 
 TEST_F(Layout, PerClientKeysCarryTheClientId) {
