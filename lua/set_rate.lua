@@ -16,9 +16,15 @@ local rate, interval, rtype, keepAlive, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if mode == 'try' and exists then return 0 end
 if mode == 'update' and not exists then return 0 end
-local oldType = redis.call('HGET', KEYS[1], 'type')
+local old = redis.call('HMGET', KEYS[1], 'type', 'keepAliveTime')
+local oldType, oldKeepAlive = old[1], tonumber(old[2] or '0') or 0
 redis.call('HSET', KEYS[1], 'rate', rate, 'interval', interval, 'type', rtype, 'keepAliveTime', keepAlive)
-if tonumber(keepAlive) > 0 then redis.call('PEXPIRE', KEYS[1], keepAlive) end
+if tonumber(keepAlive) > 0 then
+  redis.call('PEXPIRE', KEYS[1], keepAlive)
+elseif oldKeepAlive > 0 then
+  -- the keys' TTL came from the old keepAliveTime; the new configuration has none
+  for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
+end
 if mode == 'try' then return 1 end
 if mode == 'reset' or not exists or oldType ~= rtype then
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])

@@ -1,0 +1,175 @@
+// Helpers shared by the integration tests: reading the Redisson data layout with plain commands,
+// counting the commands a server processed, and checking grant times against a sliding window.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "redlimit_test/fixture.hpp"
+
+namespace redlimit::test {
+
+/// A sorted-set member as Redisson encodes it: length byte, id, permits as little-endian uint32.
+struct Member {
+  std::string id;
+  std::uint32_t permits = 0;
+};
+
+inline std::string packMember(const std::string& id, std::uint32_t permits) {
+  std::string m;
+  m.push_back(static_cast<char>(id.size()));
+  m += id;
+  for (int i = 0; i < 4; ++i) m.push_back(static_cast<char>((permits >> (8 * i)) & 0xFFu));
+  return m;
+}
+
+/// Decodes a member; throws if its length does not match its length byte.
+inline Member unpackMember(const std::string& m) {
+  if (m.empty()) throw std::runtime_error("empty member");
+  const std::size_t idLen = static_cast<unsigned char>(m[0]);
+  if (m.size() != 1 + idLen + 4) {
+    throw std::runtime_error("member of " + std::to_string(m.size()) + " bytes with length byte " +
+                             std::to_string(idLen));
+  }
+  Member out;
+  out.id = m.substr(1, idLen);
+  for (std::size_t i = 0; i < 4; ++i) {
+    out.permits |= static_cast<std::uint32_t>(static_cast<unsigned char>(m[1 + idLen + i])) << (8 * i);
+  }
+  return out;
+}
+
+/// An id of `n` bytes that differs per call (for members written "by Java").
+inline std::string testId(std::size_t n, unsigned seed) {
+  std::string id;
+  for (std::size_t i = 0; i < n; ++i) id.push_back(static_cast<char>((seed * 131u + i * 17u + 7u) & 0xFFu));
+  return id;
+}
+
+struct Entry {
+  std::string member;
+  std::int64_t score = 0;
+};
+
+/// ZRANGE key 0 -1 WITHSCORES, oldest first.
+inline std::vector<Entry> entries(Client& c, const std::string& key) {
+  const Reply r = c.command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+  std::vector<Entry> out;
+  for (std::size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+    out.push_back({r.elements[i].str, std::stoll(r.elements[i + 1].str)});
+  }
+  return out;
+}
+
+/// Sum of the permits of members with score > nowMs - intervalMs.
+inline std::int64_t livePermits(Client& c, const std::string& key, std::int64_t nowMs, std::int64_t intervalMs) {
+  std::int64_t sum = 0;
+  for (const Entry& e : entries(c, key)) {
+    if (e.score > nowMs - intervalMs) sum += unpackMember(e.member).permits;
+  }
+  return sum;
+}
+
+/// Sum of the permits of every member, live or not.
+inline std::int64_t allPermits(Client& c, const std::string& key) {
+  std::int64_t sum = 0;
+  for (const Entry& e : entries(c, key)) sum += unpackMember(e.member).permits;
+  return sum;
+}
+
+/// The server's clock (TIME) in epoch ms.
+inline std::int64_t serverTimeMs(Client& c) {
+  const Reply r = c.command({"TIME"});
+  return std::stoll(r.elements[0].str) * 1000 + std::stoll(r.elements[1].str) / 1000;
+}
+
+/// This host's wall clock in epoch ms (what Redisson stamps with).
+inline std::int64_t wallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// GET key as an integer; throws if the key is missing.
+inline std::int64_t getInt(Client& c, const std::string& key) {
+  const Reply r = c.command({"GET", key});
+  if (r.isNil()) throw std::runtime_error("key " + key + " does not exist");
+  return std::stoll(r.str);
+}
+
+inline bool exists(Client& c, const std::string& key) {
+  return c.command({"EXISTS", key}).integer == 1;
+}
+
+/// Sum of `calls` and `rejected_calls` over every cmdstat_* line of INFO commandstats. The INFO call itself is counted
+/// only after it has answered, so it shows up in the next reading.
+inline std::int64_t totalCommandCalls(Client& c) {
+  const Reply info = c.command({"INFO", "commandstats"});
+  std::istringstream in(info.str);
+  std::string line;
+  std::int64_t sum = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("cmdstat_", 0) != 0) continue;
+    const auto pos = line.find(":calls=");
+    if (pos != std::string::npos) sum += std::stoll(line.substr(pos + 7));
+    const auto rejected = line.find("rejected_calls=");  // refused before running (Redis 7)
+    if (rejected != std::string::npos) sum += std::stoll(line.substr(rejected + 15));
+  }
+  return sum;
+}
+
+/// Everything about a key that a write would change: its type, DUMP bytes and whether it has a TTL.
+inline std::string keyState(Client& c, const std::string& key) {
+  const Reply type = c.command({"TYPE", key});
+  const Reply dump = c.command({"DUMP", key});
+  const std::int64_t ttl = c.command({"PTTL", key}).integer;
+  return type.str + "|" + (dump.isNil() ? std::string("nil") : dump.str) + "|" + (ttl >= 0 ? "ttl" : std::to_string(ttl));
+}
+
+inline std::vector<std::string> keyStates(Client& c, const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(keyState(c, k));
+  return out;
+}
+
+/// When a grant happened, as seen from the client: the server stamped it somewhere in
+/// [beforeUs, afterUs] (system clock, µs; the server's TIME reads the same clock).
+struct GrantSpan {
+  std::int64_t beforeUs = 0;
+  std::int64_t afterUs = 0;
+};
+
+inline std::int64_t wallUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Checks "at most `rate` grants in any window of `intervalMs`" against grant spans measured on the
+/// client. For rate + 1 grants the server stamps span at least the interval, so the latest
+/// `afterUs` minus the earliest `beforeUs` of any rate + 1 grants must be >= the interval (less
+/// 2 ms for the server's whole-ms stamps). Only a definite violation is reported, so scheduling
+/// delays on a loaded machine cannot make it fail. Returns "" or a description of the violation.
+inline std::string windowViolation(std::vector<GrantSpan> grants, std::size_t rate, std::int64_t intervalMs) {
+  std::sort(grants.begin(), grants.end(),
+            [](const GrantSpan& a, const GrantSpan& b) { return a.beforeUs < b.beforeUs; });
+  const std::int64_t limitUs = intervalMs * 1000 - 2000;
+  for (std::size_t i = 0; i + rate < grants.size(); ++i) {
+    std::vector<std::int64_t> afters;
+    for (std::size_t j = i; j < grants.size(); ++j) afters.push_back(grants[j].afterUs);
+    std::nth_element(afters.begin(), afters.begin() + static_cast<std::ptrdiff_t>(rate), afters.end());
+    const std::int64_t span = afters[rate] - grants[i].beforeUs;
+    if (span < limitUs) {
+      return std::to_string(rate + 1) + " grants within " + std::to_string(span) + " us (interval " +
+             std::to_string(intervalMs) + " ms), starting at grant " + std::to_string(i);
+    }
+  }
+  return "";
+}
+
+}  // namespace redlimit::test
