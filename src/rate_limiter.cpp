@@ -192,9 +192,17 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, const std::strin
     AcquireResult r = attempt(permits, permits, id);
     gate_.succeeded();
     return r;
+  } catch (const PoolTimeoutError&) {
+    // Every connection is busy: congestion in this process, not an outage. The policy decides
+    // this call, but the limiter does not go degraded.
+    if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
+    throw;
   } catch (const IoError& e) {
     gate_.failed(e);
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
+    throw;
+  } catch (const Error&) {
+    gate_.succeeded();  // Redis answered (with an error): it is reachable
     throw;
   }
 }

@@ -272,7 +272,9 @@ TEST_F(ConnectionLayer, IdleConnectionIsPingedOnCheckout) {
 }
 
 TEST_F(ConnectionLayer, ServerRestartIsAnIoErrorThenWorksAgain) {
-  RateLimiter rl(client(), name());
+  RateLimiterOptions options;
+  options.failure.probeInterval = milliseconds(50);
+  RateLimiter rl(client(), name(), options);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 3, milliseconds(5000)));
   ASSERT_TRUE(rl.tryAcquire());
   server().kill();
@@ -284,6 +286,8 @@ TEST_F(ConnectionLayer, ServerRestartIsAnIoErrorThenWorksAgain) {
     (void)raw({"PING"});  // the admin client's connection died with the server
   } catch (const IoError&) {
   }
+  // The failed call put the limiter in degraded mode: the next probe goes to Redis.
+  sleepMs(60);
   // No persistence: the server came back empty, without our scripts.
   EXPECT_THROW((void)rl.tryAcquire(), NotInitializedError);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 3, milliseconds(5000)));

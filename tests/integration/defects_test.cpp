@@ -145,7 +145,7 @@ TEST_F(RedissonDefect, ResendWithTheSameIdDoesNotTakePermitsTwice) {
   const std::string id = testId(16, 42);
 
   const Reply first = client()->eval(kAcquireScript, keys, {"3", "3", id, "", "0"});
-  ASSERT_EQ(first.elements.size(), 5u);
+  ASSERT_EQ(first.elements.size(), 6u);
   EXPECT_EQ(first.elements[0].asInteger(), 3);
   EXPECT_EQ(first.elements[2].asInteger(), 7);
   for (int resend = 0; resend < 3; ++resend) {

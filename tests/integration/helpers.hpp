@@ -14,6 +14,13 @@
 
 namespace redlimit::test {
 
+/// Limiter options with the given time source and the rest at their defaults.
+inline RateLimiterOptions timeSourceOptions(TimeSource source) {
+  RateLimiterOptions o;
+  o.timeSource = source;
+  return o;
+}
+
 /// A sorted-set member as Redisson encodes it: length byte, id, permits as little-endian uint32.
 struct Member {
   std::string id;

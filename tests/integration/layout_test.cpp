@@ -171,7 +171,7 @@ TEST_F(Layout, DefaultClientIdIsARandomUuidV4) {
 }
 
 TEST_F(Layout, ClientTimeSourceStampsWithThisHostsClock) {
-  RateLimiter rl(client(), name(), RateLimiterOptions{TimeSource::Client});
+  RateLimiter rl(client(), name(), timeSourceOptions(TimeSource::Client));
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 5, milliseconds(5000)));
   const std::int64_t before = wallMs();
   ASSERT_TRUE(rl.tryAcquire(2));
@@ -247,13 +247,13 @@ TEST_F(Interop, JavaWrittenLimiterIsShared) {
   addMember(permitsKey, t0, testId(16, 3), 1);        // live until t0 + 600
 
   for (TimeSource source : {TimeSource::Server, TimeSource::Client}) {
-    RateLimiter rl(client(), n, RateLimiterOptions{source});
+    RateLimiter rl(client(), n, timeSourceOptions(source));
     const RateLimiterConfig cfg = rl.getConfig();
     EXPECT_EQ(cfg.rate, 6);
     EXPECT_EQ(cfg.rateInterval, milliseconds(intervalMs));
     EXPECT_EQ(cfg.rateType, RateType::Overall);
   }
-  RateLimiter rl(client(), n, RateLimiterOptions{TimeSource::Client});
+  RateLimiter rl(client(), n, timeSourceOptions(TimeSource::Client));
   EXPECT_EQ(rl.availablePermits(), 2);
   EXPECT_FALSE(rl.tryAcquire(3));
   EXPECT_TRUE(rl.tryAcquire(2));

@@ -285,7 +285,7 @@ TEST_F(PerClient, TtlOperationsCoverTheClientKeys) {
 // TimeSource::Client sends this host's clock to the scripts, which then never call TIME; the
 // default server clock calls TIME once per script.
 TEST_F(ClientTime, EveryOperationUsesTheClientClock) {
-  RateLimiter rl(client(), name(), RateLimiterOptions{TimeSource::Client});
+  RateLimiter rl(client(), name(), timeSourceOptions(TimeSource::Client));
   const std::int64_t timeBefore = commandCalls(admin(), "time");
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 4, milliseconds(250)));
   const std::int64_t before = wallMs();
@@ -319,8 +319,8 @@ TEST_F(ClientTime, EveryOperationUsesTheClientClock) {
 
 // Both time sources on one limiter: the same clock on one host, so they agree.
 TEST_F(ClientTime, MixesWithServerTimeHandles) {
-  RateLimiter byClient(client(), name(), RateLimiterOptions{TimeSource::Client});
-  RateLimiter byServer(newClient(), name(), RateLimiterOptions{TimeSource::Server});
+  RateLimiter byClient(client(), name(), timeSourceOptions(TimeSource::Client));
+  RateLimiter byServer(newClient(), name(), timeSourceOptions(TimeSource::Server));
   ASSERT_TRUE(byClient.trySetRate(RateType::Overall, 4, milliseconds(300)));
   EXPECT_TRUE(byClient.tryAcquire(2));
   EXPECT_TRUE(byServer.tryAcquire(2));
