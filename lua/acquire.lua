@@ -3,8 +3,9 @@
 -- acquire, < max for a segment that may be partial), ARGV[3] 16 random id bytes for the member,
 -- ARGV[4] now in epoch ms ('' = server clock), ARGV[5] '1' if this is a resend of an earlier
 -- attempt with the same id (after a lost connection).
--- Reply: {granted, waitMs, value, rate, now}. granted > 0: the member holds `granted` permits
--- stamped `now`. granted = 0: denied, retry after waitMs (when enough permits will have expired).
+-- Reply: {granted, waitMs, value, rate, now, interval}. granted > 0: the member holds `granted`
+-- permits stamped `now`; they expire `interval` ms later. granted = 0: denied, retry after waitMs
+-- (when enough permits will have expired).
 local cfg = readConfig()
 local want, least = parseCount(ARGV[1]), parseCount(ARGV[2])
 if not want or want < 1 or not least or least < 1 or least > want then
@@ -22,7 +23,7 @@ local now = currentTime(ARGV[4])
 if ARGV[5] == '1' then
   for n = want, least, -1 do
     if redis.call('ZSCORE', cfg.permitsKey, packMember(id, n)) then
-      return {n, 0, redis.call('GET', cfg.valueKey), cfg.rate, now}
+      return {n, 0, redis.call('GET', cfg.valueKey), cfg.rate, now, cfg.interval}
     end
   end
 end
@@ -43,7 +44,7 @@ if value < least then
   local wait = score + cfg.interval - now
   if wait < 1 then wait = 1 end
   applyTtl(cfg)
-  return {0, wait, value, cfg.rate, now}
+  return {0, wait, value, cfg.rate, now, cfg.interval}
 end
 
 local granted = want
@@ -51,4 +52,4 @@ if granted > value then granted = value end
 redis.call('ZADD', cfg.permitsKey, now, packMember(id, granted))
 value = redis.call('DECRBY', cfg.valueKey, granted)
 applyTtl(cfg)
-return {granted, 0, value, cfg.rate, now}
+return {granted, 0, value, cfg.rate, now, cfg.interval}

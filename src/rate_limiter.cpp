@@ -133,7 +133,7 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
   return onceMoreIfClosed([&](bool resend) {
     const std::string now = nowArg();
     const Reply r = evalOnce(kAcquire, {most, least, id, now, resend ? "1" : "0"});
-    if (r.type != Reply::Type::Array || r.elements.size() != 5) {
+    if (r.type != Reply::Type::Array || r.elements.size() != 6) {
       throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script");
     }
     AcquireResult out;
@@ -142,6 +142,7 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
     out.remaining = r.elements[2].isNil() ? 0 : r.elements[2].asInteger();
     out.rate = r.elements[3].asInteger();
     out.grantTime = milliseconds{r.elements[4].asInteger()};
+    out.interval = milliseconds{r.elements[5].asInteger()};
     knownRate_.store(out.rate, std::memory_order_relaxed);
     if (out.granted > 0) {
       // The member as the script packed it: length byte, id, permits as little-endian uint32.
