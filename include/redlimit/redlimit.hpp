@@ -10,3 +10,4 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reply.hpp"
 #include "redlimit/script.hpp"
+#include "redlimit/segmented_rate_limiter.hpp"
