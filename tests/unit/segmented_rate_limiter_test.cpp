@@ -22,6 +22,10 @@
 namespace {
 thread_local std::int64_t tAllocations = 0;
 }  // namespace
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // g++ 12 flags free() in a replacement delete
+#endif
 void* operator new(std::size_t n) {
   ++tAllocations;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
@@ -29,6 +33,9 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 
