@@ -3,8 +3,9 @@
 -- acquire, < max for a segment that may be partial), ARGV[3] 16 random id bytes for the member,
 -- ARGV[4] now in epoch ms ('' = server clock), ARGV[5] '1' if this is a resend of an earlier
 -- attempt with the same id (after a lost connection).
--- Reply: {granted, waitMs, value, rate, now, interval}. granted > 0: the member holds `granted` permits
--- stamped `now`. granted = 0: denied, retry after waitMs (when enough permits will have expired).
+-- Reply: {granted, waitMs, value, rate, now, interval}. granted > 0: the member holds `granted`
+-- permits stamped `now`; they expire `interval` ms later. granted = 0: denied, retry after waitMs
+-- (when enough permits will have expired).
 local cfg = readConfig()
 local want, least = parseCount(ARGV[1]), parseCount(ARGV[2])
 if not want or want < 1 or not least or least < 1 or least > want then

@@ -153,8 +153,9 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
     out.remaining = r.elements[2].isNil() ? 0 : r.elements[2].asInteger();
     out.rate = r.elements[3].asInteger();
     out.grantTime = milliseconds{r.elements[4].asInteger()};
+    out.interval = milliseconds{r.elements[5].asInteger()};
     knownRate_.store(out.rate, std::memory_order_relaxed);
-    knownIntervalMs_.store(r.elements[5].asInteger(), std::memory_order_relaxed);
+    knownIntervalMs_.store(out.interval.count(), std::memory_order_relaxed);
     if (out.granted > 0) {
       // The member as the script packed it: length byte, id, permits as little-endian uint32.
       out.member.reserve(1 + id.size() + 4);

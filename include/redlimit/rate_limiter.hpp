@@ -55,6 +55,7 @@ struct AcquireResult {
   std::int64_t rate = 0;                              // the rate in force
   std::chrono::milliseconds grantTime{0};             // the stamp of the grant, epoch ms (the
                                                       // permits expire one interval later)
+  std::chrono::milliseconds interval{0};              // the interval in force at this call, ms
   std::string member;                                 // when granted: the sorted-set member written
 };
 

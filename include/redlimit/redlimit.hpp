@@ -11,4 +11,5 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reply.hpp"
 #include "redlimit/script.hpp"
+#include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit/smooth_rate_limiter.hpp"

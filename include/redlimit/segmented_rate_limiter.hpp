@@ -1,0 +1,596 @@
+// redlimit — SegmentedRateLimiter: takes permits from a distributed limiter in blocks (segments)
+// and hands them out in-process, so a hot limiter costs one Redis round trip per segment instead
+// of one per call.
+//
+// Guarantee. Every permit handed out locally was granted by the distributed limiter first, as
+// part of a segment recorded in its sorted set, and is handed out only while that grant is live
+// (before grant + interval, measured conservatively from the moment the request was sent). So
+// the grants Redis records never exceed `rate` in any window, exactly as with RateLimiter alone.
+// The price of the local cache is that permits can sit unused on one node while another is
+// denied: a node holds at most `segmentSize - 1` permits (the call that triggers a refill uses
+// at least one at once), so at most `nodes x (segmentSize - 1)` permits are held back from the
+// other nodes at any moment. Give-back shrinks that: a node that makes no local acquire for
+// `idleReturnAfter` (default a quarter of the interval), closes, or is reconfigured returns its
+// unspent permits in one script that shrinks its sorted-set member and raises the value, so
+// other nodes can use them in the same window. Counted by the time each permit is *used* rather
+// than granted, a window can also contain the permits the nodes held when it began (at most
+// `nodes x (segmentSize - 1)` beyond `rate`): Redis counts a permit at its grant, and a node may
+// spend it any time before grant + interval — as with any client that acquires and works later.
+//
+// Design choices (each one a decision, written down so it can be revisited):
+//  1. Source. The limiter is a template over a "permit source" (below) and a clock policy
+//     (clock.hpp). RateLimiter is the source in production; unit tests use an in-process
+//     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, SteadyClock> is
+//     compiled into the library (src/segmented_rate_limiter.cpp).
+//  2. Hot path. One cache-line-aligned 64-bit atomic word: generation (high 32 bits) and
+//     permits left (low 32). A local acquire is a compare_exchange_weak loop that subtracts
+//     permits, after checking the segment deadline (a second atomic on the same cache line).
+//     No lock, no allocation, no system call (steady_clock::now() is a vDSO read on Linux).
+//  3. Deadline. Local permits expire at (local clock when the refill request was sent) +
+//     (interval the script reports with the grant). The server stamped the grant after the
+//     request was sent, so the local deadline is never later than the grant's expiry in Redis.
+//     Clock rate differences between this host and the server over one interval are ignored.
+//  4. One refill in flight. When a call finds the segment short, it takes the mutex; the first
+//     becomes the leader and sends the request with the mutex released; the others wait on a
+//     condition variable (real time: a refill is real I/O, whatever the clock policy) for at
+//     most their timeout, or `refillWait` when they have none. If the attempt they waited for
+//     was denied, followers asking for as many permits or more share the denial instead of each
+//     sending a request. Each call leads at most one attempt per retry.
+//  5. Partial segments. A refill asks for between `need` and `segmentSize` permits
+//     (RateLimiter::tryAcquireUpTo), so it takes what Redis has left rather than failing while
+//     permits remain. A call that needs more than the segment has left uses the leftover and
+//     asks Redis only for the difference; the leftover is restored if Redis denies.
+//  6. Large requests. A call for more permits than `segmentSize` goes straight to the source
+//     (one attempt per try, with the same timeout rules) and leaves the segment alone.
+//  7. Give-back. The unspent part of a segment goes back with releaseGrant(member, unspent) on
+//     close() and destruction, on reconfigure() when something changes, and when the node is
+//     idle. Nothing is returned at expiry: the grant expires in Redis at the same moment (at
+//     most one one-way latency later), so its permits come back there by themselves.
+//  8. Idle detection costs the hot path nothing: a background thread (one per limiter, started
+//     with it, stopped and joined by close()) compares the state word every idleReturnAfter / 2;
+//     if it has not changed for idleReturnAfter, the segment goes back. So give-back happens
+//     between idleReturnAfter and 2 x idleReturnAfter after the last local acquire. The thread
+//     sleeps on a condition variable while nothing is held. With returnWhenIdle = false there
+//     is no thread and the owner may call giveBackIfIdle() from its own timer.
+//  9. reconfigure(type, rate, interval, segmentSize) reads the configuration; if it differs it
+//     gives the segment back and writes the new one with setRate(..., keepState = true), so the
+//     permits in use stay counted (a change of type clears the state, as in Redisson). A missing
+//     configuration is created with trySetRate. keepAliveTime is kept (raised to the new
+//     interval if it would fall below it).
+// 10. Changes by other nodes. A rate or interval written by someone else applies to this node
+//     from its next refill; the permits it holds (< segmentSize) were granted under the old one.
+// 11. Errors from the source propagate out of acquire calls and reconfigure(). A failed
+//     give-back (idle, close) is not thrown: its permits expire in Redis within one interval and
+//     are counted as expired. After close(), acquire calls throw redlimit::Error.
+// 12. Generation wrap: the 32-bit generation skips 0 and the closed marker; a thread would have
+//     to stall across 4 billion refills between its load and its compare-exchange to be fooled.
+//
+// Options (SegmentOptions; units and defaults):
+//   segmentSize      permits   10     permits taken per round trip (fewer when fewer are left)
+//   refillWait       ms        100    longest a call without its own timeout waits for another
+//                                     thread's refill
+//   returnWhenIdle   bool      true   run the background thread that gives back idle segments
+//   idleReturnAfter  ms        0      no local acquire for this long gives the unspent part
+//                                     back; 0 = a quarter of the limiter's interval
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "redlimit/clock.hpp"
+#include "redlimit/detail/cache_line.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/rate_limiter.hpp"
+
+namespace redlimit {
+
+/// Options of a SegmentedRateLimiter.
+struct SegmentOptions {
+  std::int64_t segmentSize = 10;                 // permits taken per round trip; 1..RateLimiter::kMaxRate
+  std::chrono::milliseconds refillWait{100};     // wait for another thread's refill when a call has no timeout, ms; > 0
+  bool returnWhenIdle = true;                    // background thread gives back an idle segment
+  std::chrono::milliseconds idleReturnAfter{0};  // idle time before give-back, ms; 0 = interval / 4; >= 0
+};
+
+/// Counters of one SegmentedRateLimiter, in permits unless they say otherwise. Invariants:
+/// permitsFromRemote = directGrants + localGrants + permitsHeld + permitsReturned + permitsExpired
+/// (when no refill or give-back is in flight).
+struct SegmentStats {
+  std::int64_t localGrants = 0;        // permits handed out from a local segment (no round trip)
+  std::int64_t directGrants = 0;       // permits handed to the caller of a round trip
+  std::int64_t remoteRoundTrips = 0;   // calls sent to the source (acquire and give-back)
+  std::int64_t refillWaits = 0;        // calls that waited for another thread's refill (calls)
+  std::int64_t permitsFromRemote = 0;  // permits the source granted
+  std::int64_t permitsReturned = 0;    // unspent permits given back to the source
+  std::int64_t permitsExpired = 0;     // unspent permits dropped because their grant expired
+  std::int64_t permitsHeld = 0;        // permits in the local segment now (maybe expired)
+};
+
+/// A local segment cache over a distributed limiter: takes `segmentSize` permits per round trip
+/// and hands them out in-process, lock-free (see the file comment for the guarantee and design).
+///
+/// `Source` is a permit source; RateLimiter is one. Any type with these members works:
+///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
+///       granted = 0 with `wait` set
+///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+///       gives back up to `permits` of that grant; returns how many went back
+///   RateLimiterConfig getConfig();                                        reconfigure() only
+///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
+///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
+///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
+/// `Clock` is a clock policy (clock.hpp): segment deadlines and sleeps between retries use it.
+///
+/// Thread-safe. Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
+/// (RateLimiter: IoError and subclasses, NotInitializedError, ...); Error after close().
+template <class Source = RateLimiter, class Clock = SteadyClock>
+class alignas(detail::kCacheLine) SegmentedRateLimiter {
+ public:
+  /// Takes segments from `source`. Sends nothing; starts the idle give-back thread if
+  /// options.returnWhenIdle. Throws InvalidArgument for a null source or bad options.
+  explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {},
+                                Clock clock = Clock{})
+      : clock_(std::move(clock)), source_(std::move(source)), refillWait_(options.refillWait),
+        idleReturnAfter_(options.idleReturnAfter) {
+    if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
+    checkSegmentSize(options.segmentSize);
+    if (options.refillWait.count() <= 0) throw InvalidArgument("redlimit: refillWait must be > 0 ms");
+    if (options.idleReturnAfter.count() < 0) throw InvalidArgument("redlimit: idleReturnAfter must be >= 0 ms");
+    segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
+    if (options.returnWhenIdle) idleThread_ = std::thread([this] { idleLoop(); });
+  }
+
+  /// close(): gives back the unspent permits and joins the idle thread.
+  ~SegmentedRateLimiter() { close(); }
+
+  SegmentedRateLimiter(const SegmentedRateLimiter&) = delete;
+  SegmentedRateLimiter& operator=(const SegmentedRateLimiter&) = delete;
+
+  /// Takes one permit if one is available now (see tryAcquire(permits)).
+  [[nodiscard]] bool tryAcquire() { return tryAcquire(1); }
+
+  /// Takes `permits` (>= 1) if available now: from the local segment if it holds enough and has
+  /// not expired (lock-free), otherwise with one distributed attempt — its own refill, or the
+  /// one another thread has in flight (waited for up to refillWait). Never sleeps for a denial.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits) {
+    checkPermits(permits);
+    if (takeLocal(permits)) return true;
+    return acquireSlow(permits, std::chrono::microseconds{0}, false);
+  }
+
+  /// Takes one permit, waiting up to `timeout` (see tryAcquire(permits, timeout)).
+  [[nodiscard]] bool tryAcquire(std::chrono::milliseconds timeout) { return tryAcquire(1, timeout); }
+
+  /// Takes `permits`, waiting up to `timeout`: on a denial it sleeps the wait the distributed
+  /// limiter returns and tries again, and returns false at once when the time left cannot cover
+  /// that wait (as RateLimiter). timeout <= 0 means one attempt, like tryAcquire(permits);
+  /// timeouts beyond RateLimiter::kMaxInterval are cut to it.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout) {
+    checkPermits(permits);
+    if (takeLocal(permits)) return true;
+    const auto bounded = std::clamp(timeout, std::chrono::milliseconds{0}, RateLimiter::kMaxInterval);
+    return acquireSlow(permits, std::chrono::microseconds{bounded}, false);
+  }
+
+  /// Takes one permit, waiting as long as it takes.
+  void acquire() { acquire(1); }
+
+  /// Takes `permits` (>= 1), waiting as long as it takes. Source errors are thrown, not retried.
+  void acquire(std::int64_t permits) {
+    checkPermits(permits);
+    if (takeLocal(permits)) return;
+    (void)acquireSlow(permits, std::chrono::microseconds{0}, true);
+  }
+
+  /// Brings the distributed configuration to (type, rate, interval) if it differs — giving the
+  /// unspent segment back first and keeping the permits in use (setRate with keepState) — and
+  /// sets the segment size (a new size also gives the segment back). Creates the configuration
+  /// if none exists. Returns true if it wrote the configuration. Waits for a refill in flight.
+  /// Throws InvalidArgument for bad values, what the source throws, Error after close().
+  bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval,
+                   std::int64_t segmentSize) {
+    checkSegmentSize(segmentSize);
+    if (rate < 1 || rate > RateLimiter::kMaxRate) throw InvalidArgument("redlimit: rate out of range");
+    if (interval.count() < 1) throw InvalidArgument("redlimit: interval must be >= 1 ms");
+    {
+      std::unique_lock<std::mutex> lk(mutex_);
+      cv_.wait(lk, [&] { return !refilling_ || closed_; });
+      if (closed_) throwClosed();
+      refilling_ = true;
+    }
+    try {
+      std::optional<RateLimiterConfig> current;
+      try {
+        current = source_->getConfig();
+      } catch (const NotInitializedError&) {
+      }
+      auto differs = [&] {
+        return !current || current->rateType != type || current->rate != rate || current->rateInterval != interval;
+      };
+      bool changed = false;
+      if (differs() || segmentSize != segmentSize_.load(std::memory_order_relaxed)) {
+        std::unique_lock<std::mutex> lk(mutex_);
+        returnSegment(lk, true);
+      }
+      if (!current) {
+        changed = source_->trySetRate(type, rate, interval);
+        if (!changed) current = source_->getConfig();  // another node created it meanwhile
+      }
+      if (current && differs()) {
+        std::chrono::milliseconds keepAlive = current->keepAliveTime;
+        if (keepAlive.count() > 0 && keepAlive < interval) keepAlive = interval;
+        source_->setRate(type, rate, interval, keepAlive, true);
+        changed = true;
+      }
+      segmentSize_.store(segmentSize, std::memory_order_relaxed);
+      std::unique_lock<std::mutex> lk(mutex_);
+      finishLead();
+      return changed;
+    } catch (...) {
+      std::unique_lock<std::mutex> lk(mutex_);
+      finishLead();
+      throw;
+    }
+  }
+
+  /// Gives the unspent segment back if no local acquire has changed it for idleReturnAfter
+  /// (measured from the first call that saw it unchanged); drops it if it has expired. Returns
+  /// the permits given back. The idle thread calls this; call it yourself with returnWhenIdle =
+  /// false. Never throws for source errors (the permits then count as expired). Thread-safe.
+  std::int64_t giveBackIfIdle() noexcept {
+    try {
+      std::unique_lock<std::mutex> lk(mutex_);
+      if (closed_ || refilling_) return 0;
+      const std::int64_t now = clock_.now().count();
+      std::uint64_t s = state_.load(std::memory_order_acquire);
+      if (s != idleSeen_) {
+        idleSeen_ = s;
+        idleSince_ = now;
+        return 0;
+      }
+      const std::int64_t after = idleAfterMicros();
+      if (leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
+      refilling_ = true;
+      const std::int64_t returned = returnSegment(lk, false);
+      idleSeen_ = state_.load(std::memory_order_acquire);
+      finishLead();
+      return returned;
+    } catch (...) {
+      return 0;
+    }
+  }
+
+  /// Gives the unspent segment back, stops and joins the idle thread; later acquire calls throw
+  /// Error. Waits for a refill in flight. Idempotent. Returns the permits given back; a failed
+  /// give-back is not thrown (those permits expire in Redis within one interval).
+  std::int64_t close() noexcept {
+    std::int64_t returned = 0;
+    {
+      std::unique_lock<std::mutex> lk(mutex_);
+      if (closed_) return 0;
+      cv_.wait(lk, [&] { return !refilling_; });
+      closed_ = true;
+      stopping_ = true;
+      refilling_ = true;
+      const std::uint64_t old = state_.exchange(pack(kClosedGen, 0), std::memory_order_acq_rel);
+      returned = returnTaken(lk, leftOf(old), false);
+      finishLead();
+    }
+    if (idleThread_.joinable()) idleThread_.join();
+    return returned;
+  }
+
+  /// A snapshot of the counters. Thread-safe.
+  [[nodiscard]] SegmentStats stats() const {
+    std::lock_guard<std::mutex> lk(mutex_);
+    SegmentStats out;
+    out.directGrants = directGrants_.load(std::memory_order_relaxed);
+    out.remoteRoundTrips = remoteRoundTrips_.load(std::memory_order_relaxed);
+    out.refillWaits = refillWaits_;
+    out.permitsFromRemote = permitsFromRemote_.load(std::memory_order_relaxed);
+    out.permitsReturned = returned_;
+    out.permitsExpired = expired_;
+    const std::uint64_t s = state_.load(std::memory_order_acquire);
+    out.permitsHeld = leftOf(s);
+    out.localGrants = installed_ - out.permitsHeld - inHand_ - returned_ - expired_;
+    return out;
+  }
+
+  /// Permits taken per round trip. Thread-safe.
+  [[nodiscard]] std::int64_t segmentSize() const noexcept { return segmentSize_.load(std::memory_order_relaxed); }
+  /// The distributed limiter segments come from.
+  [[nodiscard]] const std::shared_ptr<Source>& source() const noexcept { return source_; }
+
+ private:
+  static constexpr std::uint64_t kLeftMask = 0xFFFFFFFFull;
+  static constexpr std::uint32_t kClosedGen = 0xFFFFFFFFu;
+
+  struct Attempt {
+    bool granted = false;
+    bool timedOut = false;              // gave up waiting for another thread's refill
+    std::chrono::milliseconds wait{0};  // denied: the distributed limiter's retry-after
+  };
+
+  static std::uint64_t pack(std::uint32_t gen, std::uint64_t left) noexcept {
+    return (static_cast<std::uint64_t>(gen) << 32) | left;
+  }
+  static std::int64_t leftOf(std::uint64_t s) noexcept { return static_cast<std::int64_t>(s & kLeftMask); }
+  static std::uint32_t genOf(std::uint64_t s) noexcept { return static_cast<std::uint32_t>(s >> 32); }
+  static std::uint32_t nextGen(std::uint32_t g) noexcept { return g + 1 >= kClosedGen ? 1 : g + 1; }
+
+  static void checkPermits(std::int64_t permits) {
+    if (permits < 1 || permits > RateLimiter::kMaxRate) {
+      throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(RateLimiter::kMaxRate) +
+                            ", got " + std::to_string(permits));
+    }
+  }
+  static void checkSegmentSize(std::int64_t size) {
+    if (size < 1 || size > RateLimiter::kMaxRate) {
+      throw InvalidArgument("redlimit: segmentSize must be in 1.." + std::to_string(RateLimiter::kMaxRate) +
+                            ", got " + std::to_string(size));
+    }
+  }
+  [[noreturn]] static void throwClosed() { throw Error("redlimit: SegmentedRateLimiter is closed"); }
+
+  // The hot path: takes `permits` from the local segment if it holds that many and has not
+  // expired. The update has no side effects, so the weak compare-exchange may run it again.
+  // Memory ordering: the state load and a failed CAS are acquire, pairing with the leader's
+  // release store of a new generation, so the deadline written before that store is visible.
+  // A successful CAS is acq_rel: its release half pairs with the leader's acq_rel CAS that empties
+  // the word before it writes the next deadline, so a CAS that succeeded on generation g read
+  // generation g's deadline and not a later one (the word never returns to a value it had
+  // before that emptying CAS except by the leader's own put-back, which writes no deadline).
+  bool takeLocal(std::int64_t permits) {
+    std::uint64_t s = state_.load(std::memory_order_acquire);
+    if (leftOf(s) < permits) return false;
+    const std::int64_t now = clock_.now().count();
+    do {
+      if (leftOf(s) < permits || now >= deadline_.load(std::memory_order_relaxed)) return false;
+    } while (!state_.compare_exchange_weak(s, s - static_cast<std::uint64_t>(permits), std::memory_order_acq_rel,
+                                           std::memory_order_acquire));
+    return true;
+  }
+
+  // Empties the segment (keeping its generation) and returns the old word. Leader only.
+  std::uint64_t takeAll() noexcept {
+    std::uint64_t s = state_.load(std::memory_order_acquire);
+    while (!state_.compare_exchange_weak(s, s & ~kLeftMask, std::memory_order_acq_rel, std::memory_order_acquire)) {
+    }
+    return s;
+  }
+
+  // Puts permits back into the emptied segment. Leader only: nobody else adds permits, and the
+  // hot path cannot take from an empty word, so the word is (gen, 0) here.
+  void putBack(std::int64_t n) noexcept {
+    if (n > 0) state_.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_acq_rel);
+  }
+
+  std::int64_t idleAfterMicros() const noexcept {
+    if (idleReturnAfter_.count() > 0) return std::chrono::microseconds{idleReturnAfter_}.count();
+    return intervalMicros_.load(std::memory_order_relaxed) / 4;
+  }
+
+  bool acquireSlow(std::int64_t permits, std::chrono::microseconds timeout, bool forever) {
+    const std::int64_t until = clock_.now().count() + timeout.count();
+    for (;;) {
+      Attempt a;
+      if (permits > segmentSize_.load(std::memory_order_relaxed)) {
+        a = directAttempt(permits);
+      } else {
+        std::chrono::microseconds waitFor{refillWait_};
+        if (!forever && timeout.count() > 0) {
+          waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
+        }
+        a = segmentAttempt(permits, std::chrono::steady_clock::now() + waitFor);
+      }
+      if (a.granted) return true;
+      if (a.timedOut) {
+        if (forever) continue;
+        return false;
+      }
+      const std::chrono::milliseconds wait = std::max(a.wait, std::chrono::milliseconds{1});
+      if (!forever) {
+        if (timeout.count() <= 0) return false;
+        if (until - clock_.now().count() < std::chrono::microseconds{wait}.count()) return false;
+      }
+      clock_.sleepFor(wait);
+    }
+  }
+
+  // One attempt for more permits than a segment holds: straight to the source.
+  Attempt directAttempt(std::int64_t permits) {
+    if (genOf(state_.load(std::memory_order_acquire)) == kClosedGen) throwClosed();
+    remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
+    const AcquireResult r = source_->tryAcquireUpTo(permits, permits);
+    if (r.granted <= 0) return Attempt{false, false, r.wait};
+    permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
+    directGrants_.fetch_add(r.granted, std::memory_order_relaxed);
+    return Attempt{true, false, {}};
+  }
+
+  // Takes `permits` (<= segment size) from the segment, leading a refill or waiting (until
+  // `waitUntil`, real time) for the one in flight.
+  Attempt segmentAttempt(std::int64_t permits, std::chrono::steady_clock::time_point waitUntil) {
+    std::unique_lock<std::mutex> lk(mutex_);
+    bool counted = false;
+    for (;;) {
+      if (closed_) throwClosed();
+      if (takeLocal(permits)) return Attempt{true, false, {}};
+      if (!refilling_) return lead(lk, permits);
+      if (!counted) {
+        ++refillWaits_;
+        counted = true;
+      }
+      const std::uint64_t seen = attempts_;
+      if (!cv_.wait_until(lk, waitUntil, [&] { return !refilling_ || closed_; })) return Attempt{false, true, {}};
+      if (closed_) throwClosed();
+      if (takeLocal(permits)) return Attempt{true, false, {}};
+      if (attempts_ != seen && lastDenied_ && permits >= lastDeniedPermits_) return Attempt{false, false, lastWait_};
+    }
+  }
+
+  // The refill: called with the mutex held and no refill in flight; sends one request with the
+  // mutex released. The caller's permits come from the leftover of the current segment (if it
+  // has not expired) plus the new grant; the rest of the grant becomes the next segment.
+  Attempt lead(std::unique_lock<std::mutex>& lk, std::int64_t permits) {
+    refilling_ = true;
+    const std::uint64_t old = takeAll();
+    std::int64_t leftover = leftOf(old);
+    if (leftover > 0 && clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
+      expired_ += leftover;
+      leftover = 0;
+    }
+    if (leftover >= permits) {  // cannot happen (takeLocal just failed under the lock); kept safe
+      putBack(leftover - permits);
+      finishLead();
+      return Attempt{true, false, {}};
+    }
+    inHand_ = leftover;
+    const std::int64_t need = permits - leftover;
+    const std::int64_t most = std::max(need, segmentSize_.load(std::memory_order_relaxed));
+    lk.unlock();
+    AcquireResult r;
+    const std::int64_t sentAt = clock_.now().count();
+    try {
+      remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
+      r = source_->tryAcquireUpTo(need, most);
+    } catch (...) {
+      lk.lock();
+      inHand_ = 0;
+      putBack(leftover);
+      finishLead();
+      throw;
+    }
+    lk.lock();
+    ++attempts_;
+    inHand_ = 0;
+    if (r.granted < need) {  // denied (a source never grants less than atLeast otherwise)
+      putBack(leftover);
+      lastDenied_ = true;
+      lastDeniedPermits_ = permits;
+      lastWait_ = r.wait;
+      finishLead();
+      return Attempt{false, false, r.wait};
+    }
+    lastDenied_ = false;
+    permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
+    directGrants_.fetch_add(need, std::memory_order_relaxed);
+    const std::int64_t surplus = r.granted - need;
+    if (surplus > 0) {
+      const std::int64_t interval = std::chrono::microseconds{r.interval}.count();
+      installed_ += surplus;
+      member_ = std::move(r.member);
+      intervalMicros_.store(interval, std::memory_order_relaxed);
+      deadline_.store(sentAt + std::max<std::int64_t>(interval, 0), std::memory_order_relaxed);
+      state_.store(pack(nextGen(genOf(old)), static_cast<std::uint64_t>(surplus)), std::memory_order_release);
+    }
+    finishLead();
+    return Attempt{true, false, {}};
+  }
+
+  // Empties the segment and gives its unspent, unexpired permits back. Called with the mutex
+  // held and the leader role taken (refilling_); returns with both.
+  std::int64_t returnSegment(std::unique_lock<std::mutex>& lk, bool rethrow) {
+    return returnTaken(lk, leftOf(takeAll()), rethrow);
+  }
+
+  // Gives back `n` permits already taken out of the segment (or counts them expired if the
+  // segment has expired). Same preconditions as returnSegment; releases the mutex meanwhile.
+  std::int64_t returnTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
+    if (n <= 0) return 0;
+    if (clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
+      expired_ += n;
+      return 0;
+    }
+    inHand_ = n;
+    const std::string member = member_;
+    lk.unlock();
+    std::int64_t returned = 0;
+    std::exception_ptr error;
+    try {
+      remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
+      returned = source_->releaseGrant(member, n);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lk.lock();
+    returned = std::clamp<std::int64_t>(returned, 0, n);
+    inHand_ = 0;
+    returned_ += returned;
+    expired_ += n - returned;  // not returned: the grant expired in Redis, or the call failed
+    if (error && rethrow) std::rethrow_exception(error);
+    return returned;
+  }
+
+  // Ends the leader role (mutex held) and wakes the waiters and the idle thread.
+  void finishLead() {
+    refilling_ = false;
+    cv_.notify_all();
+    idleCv_.notify_all();
+  }
+
+  void idleLoop() {
+    std::unique_lock<std::mutex> lk(mutex_);
+    while (!stopping_) {
+      if (leftOf(state_.load(std::memory_order_acquire)) == 0) {
+        idleCv_.wait(lk);
+      } else {
+        const std::int64_t after = idleAfterMicros();
+        idleCv_.wait_for(lk, std::chrono::microseconds{std::max<std::int64_t>(after / 2, 1000)});
+      }
+      if (stopping_) break;
+      lk.unlock();
+      (void)giveBackIfIdle();
+      lk.lock();
+    }
+  }
+
+  // Read-only after construction.
+  Clock clock_;
+  std::shared_ptr<Source> source_;
+  std::chrono::milliseconds refillWait_;
+  std::chrono::milliseconds idleReturnAfter_;
+
+  // The hot cache line: written by every local acquire.
+  alignas(detail::kCacheLine) std::atomic<std::uint64_t> state_{0};  // generation : 32 | left : 32
+  std::atomic<std::int64_t> deadline_{0};                            // clock µs; segment expiry
+
+  // The slow path. mutex_ guards everything below that is not atomic.
+  alignas(detail::kCacheLine) mutable std::mutex mutex_;
+  std::condition_variable cv_;      // refill finished
+  std::condition_variable idleCv_;  // segment installed, or stopping
+  bool refilling_ = false;          // a thread holds the leader role (refill, give-back, reconfigure)
+  bool closed_ = false;
+  bool stopping_ = false;
+  std::uint64_t attempts_ = 0;      // refill attempts completed
+  bool lastDenied_ = false;         // outcome of the last attempt
+  std::int64_t lastDeniedPermits_ = 0;
+  std::chrono::milliseconds lastWait_{0};
+  std::string member_;              // sorted-set member of the current segment's grant
+  std::uint64_t idleSeen_ = 0;      // the state word the idle check saw last
+  std::int64_t idleSince_ = 0;      // clock µs when it first saw it
+  std::int64_t installed_ = 0;      // permits placed in segments
+  std::int64_t inHand_ = 0;         // permits taken out of the segment by a leader in flight
+  std::int64_t returned_ = 0;
+  std::int64_t expired_ = 0;
+  std::int64_t refillWaits_ = 0;
+  std::atomic<std::int64_t> segmentSize_{0};
+  std::atomic<std::int64_t> intervalMicros_{0};  // interval of the last grant
+  std::atomic<std::int64_t> remoteRoundTrips_{0};
+  std::atomic<std::int64_t> permitsFromRemote_{0};
+  std::atomic<std::int64_t> directGrants_{0};
+  std::thread idleThread_;          // last: started once everything else is built
+};
+
+extern template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
+
+}  // namespace redlimit

@@ -1,0 +1,9 @@
+// The production instantiation of SegmentedRateLimiter, compiled once into the library so that
+// users of the default template arguments do not compile its slow path in every translation unit.
+#include "redlimit/segmented_rate_limiter.hpp"
+
+namespace redlimit {
+
+template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
+
+}  // namespace redlimit

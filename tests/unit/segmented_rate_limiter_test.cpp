@@ -1,0 +1,773 @@
+// Unit tests of SegmentedRateLimiter's local state machine: a manual clock and an in-process
+// permit source (a sliding-window log with RateLimiter's acquire/release contract — a stand-in
+// for the distributed limiter, not a Redis mock; tests/integration runs the real thing).
+#include "redlimit/segmented_rate_limiter.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+// Counts allocations per thread so a test can show that the local hit path allocates nothing.
+// (A replacement of the global operator new applies to the whole test binary; it only counts.)
+namespace {
+thread_local std::int64_t tAllocations = 0;
+}  // namespace
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // g++ 12 flags free() in a replacement delete
+#endif
+void* operator new(std::size_t n) {
+  ++tAllocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace {
+
+using namespace redlimit;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the hot path needs a lock-free 64-bit atomic");
+
+/// An in-process permit source on a ManualClock: grants are members (time, permits) that live
+/// one interval; value = rate - live permits. Thread-safe. Test controls: latency (the clock moves
+/// during a call, half before the grant is stamped and half after), a gate that holds acquire
+/// calls until opened, and a one-shot failure.
+class FakeSource {
+ public:
+  struct AcquireCall {
+    std::int64_t atLeast, atMost, granted;
+  };
+  struct ReleaseCall {
+    std::string member;
+    std::int64_t permits, released;
+  };
+
+  FakeSource(ManualClock& clock, std::int64_t rate, milliseconds interval)
+      : clock_(clock), rate_(rate), interval_(interval) {}
+
+  AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+    std::unique_lock<std::mutex> lk(m_);
+    ++atGate_;
+    gateCv_.notify_all();
+    gateCv_.wait(lk, [&] { return !gateClosed_; });
+    --atGate_;
+    if (failNext_) {
+      failNext_ = false;
+      throw IoError("fake: connection reset");
+    }
+    if (!initialized_) throw NotInitializedError("ERR", "fake: not initialized");
+    clock_.advance(latency_ / 2);
+    const std::int64_t now = clock_.now().count();
+    AcquireResult r;
+    r.rate = rate_;
+    r.interval = interval_;
+    r.grantTime = milliseconds{now / 1000};
+    const std::int64_t value = availableLocked(now);
+    if (value < atLeast) {
+      // wait until enough of the oldest live members have expired
+      std::int64_t freed = value, expiry = now;
+      for (const Member& mem : members_) {
+        if (!live(mem, now) || mem.permits == 0) continue;
+        freed += mem.permits;
+        expiry = mem.time + microseconds{interval_}.count();
+        if (freed >= atLeast) break;
+      }
+      r.wait = milliseconds{std::max<std::int64_t>(1, (expiry - now + 999) / 1000)};
+      r.remaining = value;
+    } else {
+      r.granted = std::min(atMost, value);
+      r.member = "m" + std::to_string(nextId_++);
+      members_.push_back({r.member, now, r.granted});
+      r.remaining = value - r.granted;
+    }
+    acquires_.push_back({atLeast, atMost, r.granted});
+    clock_.advance(latency_ - latency_ / 2);
+    return r;
+  }
+
+  std::int64_t releaseGrant(const std::string& member, std::int64_t permits) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (failNextRelease_) {
+      failNextRelease_ = false;
+      throw TimeoutError("fake: no reply in time");
+    }
+    const std::int64_t now = clock_.now().count();
+    std::int64_t released = 0;
+    for (Member& mem : members_) {
+      if (mem.id == member && live(mem, now)) {
+        released = std::min(permits, mem.permits);
+        mem.permits -= released;
+      }
+    }
+    releases_.push_back({member, permits, released});
+    return released;
+  }
+
+  RateLimiterConfig getConfig() {
+    std::lock_guard<std::mutex> lk(m_);
+    ++configReads_;
+    if (!initialized_) throw NotInitializedError("ERR", "fake: not initialized");
+    return RateLimiterConfig{RateType::Overall, rate_, interval_, keepAlive_};
+  }
+  bool trySetRate(RateType, std::int64_t rate, milliseconds interval) {
+    std::lock_guard<std::mutex> lk(m_);
+    if (initialized_) return false;
+    initialized_ = true;
+    rate_ = rate;
+    interval_ = interval;
+    ++configWrites_;
+    return true;
+  }
+  void setRate(RateType, std::int64_t rate, milliseconds interval, milliseconds keepAlive, bool keepState) {
+    std::lock_guard<std::mutex> lk(m_);
+    initialized_ = true;
+    rate_ = rate;
+    interval_ = interval;
+    keepAlive_ = keepAlive;
+    lastKeepState_ = keepState;
+    ++configWrites_;
+  }
+
+  // --- test controls and observations ---
+  std::int64_t available() {
+    std::lock_guard<std::mutex> lk(m_);
+    return availableLocked(clock_.now().count());
+  }
+  std::vector<AcquireCall> acquires() {
+    std::lock_guard<std::mutex> lk(m_);
+    return acquires_;
+  }
+  std::vector<ReleaseCall> releases() {
+    std::lock_guard<std::mutex> lk(m_);
+    return releases_;
+  }
+  void setLatency(microseconds d) {
+    std::lock_guard<std::mutex> lk(m_);
+    latency_ = d;
+  }
+  void failNext() {
+    std::lock_guard<std::mutex> lk(m_);
+    failNext_ = true;
+  }
+  void failNextRelease() {
+    std::lock_guard<std::mutex> lk(m_);
+    failNextRelease_ = true;
+  }
+  void closeGate() {
+    std::lock_guard<std::mutex> lk(m_);
+    gateClosed_ = true;
+  }
+  void openGate() {
+    std::lock_guard<std::mutex> lk(m_);
+    gateClosed_ = false;
+    gateCv_.notify_all();
+  }
+  /// Waits (real time, bounded) until `n` acquire calls are held at the gate.
+  bool waitAtGate(int n) {
+    std::unique_lock<std::mutex> lk(m_);
+    return gateCv_.wait_for(lk, std::chrono::seconds(10), [&] { return atGate_ >= n; });
+  }
+  void uninitialize() {
+    std::lock_guard<std::mutex> lk(m_);
+    initialized_ = false;
+  }
+  int configReads() {
+    std::lock_guard<std::mutex> lk(m_);
+    return configReads_;
+  }
+  int configWrites() {
+    std::lock_guard<std::mutex> lk(m_);
+    return configWrites_;
+  }
+  bool lastKeepState() {
+    std::lock_guard<std::mutex> lk(m_);
+    return lastKeepState_;
+  }
+  milliseconds interval() {
+    std::lock_guard<std::mutex> lk(m_);
+    return interval_;
+  }
+
+ private:
+  struct Member {
+    std::string id;
+    std::int64_t time;  // µs on the manual clock
+    std::int64_t permits;
+  };
+  bool live(const Member& mem, std::int64_t now) const { return now < mem.time + microseconds{interval_}.count(); }
+  std::int64_t availableLocked(std::int64_t now) const {
+    std::int64_t used = 0;
+    for (const Member& mem : members_) {
+      if (live(mem, now)) used += mem.permits;
+    }
+    return rate_ - used;
+  }
+
+  ManualClock& clock_;
+  std::mutex m_;
+  std::condition_variable gateCv_;
+  std::int64_t rate_;
+  milliseconds interval_;
+  milliseconds keepAlive_{0};
+  bool initialized_ = true;
+  bool failNext_ = false;
+  bool failNextRelease_ = false;
+  bool gateClosed_ = false;
+  bool lastKeepState_ = false;
+  int atGate_ = 0;
+  int configReads_ = 0, configWrites_ = 0;
+  microseconds latency_{0};
+  std::int64_t nextId_ = 1;
+  std::vector<Member> members_;
+  std::vector<AcquireCall> acquires_;
+  std::vector<ReleaseCall> releases_;
+};
+
+using Limiter = SegmentedRateLimiter<FakeSource, ClockRef<ManualClock>>;
+
+class SegmentedRateLimiterTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<FakeSource> makeSource(std::int64_t rate, milliseconds interval) {
+    return std::make_shared<FakeSource>(clock_, rate, interval);
+  }
+  std::unique_ptr<Limiter> make(std::shared_ptr<FakeSource> source, std::int64_t segment, SegmentOptions o = {}) {
+    o.segmentSize = segment;
+    o.returnWhenIdle = false;  // tests drive giveBackIfIdle() on the manual clock
+    return std::make_unique<Limiter>(std::move(source), o, ClockRef<ManualClock>(clock_));
+  }
+  /// The counters add up: everything granted remotely was handed out, is held, went back or expired.
+  static void expectConserved(const SegmentStats& s) {
+    EXPECT_EQ(s.permitsFromRemote,
+              s.directGrants + s.localGrants + s.permitsHeld + s.permitsReturned + s.permitsExpired);
+    EXPECT_GE(s.localGrants, 0);
+  }
+
+  ManualClock clock_{std::chrono::seconds(1000)};
+};
+
+TEST_F(SegmentedRateLimiterTest, TakesOneSegmentPerRoundTrip) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(rl->tryAcquire()) << i;
+  ASSERT_EQ(src->acquires().size(), 1u);
+  EXPECT_EQ(src->acquires()[0].atLeast, 1);
+  EXPECT_EQ(src->acquires()[0].atMost, 10);
+  SegmentStats s = rl->stats();
+  EXPECT_EQ(s.remoteRoundTrips, 1);
+  EXPECT_EQ(s.directGrants, 1);
+  EXPECT_EQ(s.localGrants, 9);
+  EXPECT_EQ(s.permitsHeld, 0);
+  EXPECT_EQ(src->available(), 90);
+
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 2u);
+  s = rl->stats();
+  EXPECT_EQ(s.permitsHeld, 9);
+  EXPECT_EQ(s.permitsFromRemote, 20);
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, MultiPermitCallUsesTheLeftoverAndAsksOnlyForTheRest) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  EXPECT_TRUE(rl->tryAcquire(4));  // refill: 4 to the caller, 6 held
+  EXPECT_TRUE(rl->tryAcquire(4));  // local: 2 held
+  EXPECT_EQ(rl->stats().permitsHeld, 2);
+  EXPECT_TRUE(rl->tryAcquire(4));  // 2 from the leftover + 2 from a new grant of 10
+  const auto calls = src->acquires();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].atLeast, 2);
+  EXPECT_EQ(calls[1].atMost, 10);
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsHeld, 8);
+  EXPECT_EQ(s.directGrants, 6);
+  EXPECT_EQ(s.localGrants, 6);
+  EXPECT_EQ(src->available(), 80);
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, SegmentExpiresOneIntervalAfterTheRequestWasSent) {
+  auto src = makeSource(100, milliseconds(1000));
+  src->setLatency(milliseconds(4));  // the grant is stamped 2 ms after the request left
+  auto rl = make(src, 10);
+  const auto sent = clock_.now();
+  ASSERT_TRUE(rl->tryAcquire());
+  clock_.advance(sent + milliseconds(1000) - microseconds(1) - clock_.now());
+  EXPECT_TRUE(rl->tryAcquire()) << "one microsecond before the edge the segment is still good";
+  EXPECT_EQ(src->acquires().size(), 1u);
+  EXPECT_EQ(rl->stats().permitsHeld, 8);
+
+  clock_.advance(microseconds(1));  // exactly sent + interval; the grant itself lives 2 ms longer
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 2u) << "the expired segment must not be spent";
+  EXPECT_EQ(src->acquires()[1].atLeast, 1) << "expired leftover is not counted towards the call";
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsExpired, 8);
+  EXPECT_TRUE(src->releases().empty()) << "nothing is given back at expiry";
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, DeadlineUsesTheIntervalReportedWithEachGrant) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());
+  src->setRate(RateType::Overall, 100, milliseconds(200), milliseconds(0), true);  // another node
+  clock_.advance(milliseconds(300));
+  EXPECT_TRUE(rl->tryAcquire()) << "the old segment keeps the interval it was granted under";
+  EXPECT_EQ(src->acquires().size(), 1u);
+  clock_.advance(milliseconds(700));
+  ASSERT_TRUE(rl->tryAcquire());  // expired: new segment under the 200 ms interval
+  ASSERT_EQ(src->acquires().size(), 2u);
+  clock_.advance(milliseconds(199));
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 2u);
+  clock_.advance(milliseconds(1));
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 3u);
+}
+
+TEST_F(SegmentedRateLimiterTest, TakesAPartialSegmentWhenFewerPermitsAreLeft) {
+  auto src = makeSource(5, milliseconds(1000));
+  auto a = make(src, 3);
+  auto b = make(src, 3);
+  EXPECT_TRUE(a->tryAcquire());  // segment of 3: A holds 2
+  EXPECT_TRUE(b->tryAcquire());  // only 2 left in the source: a partial segment, B holds 1
+  const auto calls = src->acquires();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].atLeast, 1);
+  EXPECT_EQ(calls[1].atMost, 3);
+  EXPECT_EQ(calls[1].granted, 2);
+  EXPECT_TRUE(b->tryAcquire());
+  EXPECT_FALSE(b->tryAcquire());
+  EXPECT_TRUE(a->tryAcquire());
+  EXPECT_TRUE(a->tryAcquire());
+  EXPECT_FALSE(a->tryAcquire());
+  EXPECT_EQ(src->available(), 0);
+  expectConserved(a->stats());
+  expectConserved(b->stats());
+}
+
+TEST_F(SegmentedRateLimiterTest, DeniedRefillKeepsTheLeftover) {
+  auto src = makeSource(12, milliseconds(1000));
+  auto rl = make(src, 10);
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(rl->tryAcquire());  // 1 held, 2 left in the source
+  EXPECT_FALSE(rl->tryAcquire(5));                             // leftover 1 + need 4 > 2: denied
+  EXPECT_EQ(src->acquires().back().atLeast, 4);
+  EXPECT_EQ(src->acquires().back().granted, 0);
+  EXPECT_EQ(rl->stats().permitsHeld, 1);
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 2u);
+  expectConserved(rl->stats());
+}
+
+TEST_F(SegmentedRateLimiterTest, CloseGivesBackTheUnspentPart) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->available(), 90);
+  EXPECT_EQ(rl->close(), 6);
+  const auto rel = src->releases();
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].member, "m1");
+  EXPECT_EQ(rel[0].permits, 6);
+  EXPECT_EQ(src->available(), 96);
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsReturned, 6);
+  EXPECT_EQ(s.permitsHeld, 0);
+  expectConserved(s);
+  EXPECT_THROW((void)rl->tryAcquire(), Error);
+  EXPECT_THROW((void)rl->tryAcquire(50), Error);
+  EXPECT_EQ(rl->close(), 0);
+  EXPECT_EQ(src->releases().size(), 1u);
+}
+
+TEST_F(SegmentedRateLimiterTest, DestructionGivesBackTheUnspentPart) {
+  auto src = makeSource(100, milliseconds(1000));
+  {
+    auto rl = make(src, 10);
+    ASSERT_TRUE(rl->tryAcquire());
+    ASSERT_TRUE(rl->tryAcquire(2));
+  }
+  ASSERT_EQ(src->releases().size(), 1u);
+  EXPECT_EQ(src->releases()[0].permits, 7);
+  EXPECT_EQ(src->available(), 97);
+}
+
+TEST_F(SegmentedRateLimiterTest, IdleSegmentGoesBackAfterAQuarterIntervalWithoutLocalAcquires) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());
+  ASSERT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);  // first look at this segment
+  clock_.advance(milliseconds(200));
+  ASSERT_TRUE(rl->tryAcquire());       // activity
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);  // sees the change: idle time starts again
+  clock_.advance(milliseconds(249));
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_TRUE(src->releases().empty());
+  clock_.advance(milliseconds(1));
+  EXPECT_EQ(rl->giveBackIfIdle(), 7);
+  ASSERT_EQ(src->releases().size(), 1u);
+  EXPECT_EQ(src->releases()[0].permits, 7);
+  EXPECT_EQ(src->available(), 97);
+  EXPECT_EQ(rl->stats().permitsHeld, 0);
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  // the limiter keeps working after a give-back
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 2u);
+  expectConserved(rl->stats());
+}
+
+TEST_F(SegmentedRateLimiterTest, IdleReturnAfterOptionOverridesTheDefault) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.idleReturnAfter = milliseconds(40);
+  auto rl = make(src, 10, o);
+  ASSERT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  clock_.advance(milliseconds(39));
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  clock_.advance(milliseconds(1));
+  EXPECT_EQ(rl->giveBackIfIdle(), 9);
+}
+
+TEST_F(SegmentedRateLimiterTest, NothingGoesBackOnceTheSegmentHasExpired) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  clock_.advance(milliseconds(1000));
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->close(), 0);
+  EXPECT_TRUE(src->releases().empty());
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsExpired, 9);
+  EXPECT_EQ(s.permitsReturned, 0);
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, ConcurrentCallsOnAnEmptySegmentShareOneRefill) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.refillWait = milliseconds(10000);  // bounded; the test opens the gate long before
+  auto rl = make(src, 10, o);
+  src->closeGate();
+  constexpr int kThreads = 4;
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] { granted += rl->tryAcquire() ? 1 : 0; });
+  }
+  ASSERT_TRUE(src->waitAtGate(1));
+  // wait (bounded) until the other threads are waiting for the refill in flight
+  for (int i = 0; i < 10000 && rl->stats().refillWaits < kThreads - 1; ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_EQ(rl->stats().refillWaits, kThreads - 1);
+  src->openGate();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(granted.load(), kThreads);
+  EXPECT_EQ(src->acquires().size(), 1u);
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsHeld, 10 - kThreads);
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, WaitersShareADeniedRefillInsteadOfEachAsking) {
+  auto src = makeSource(10, milliseconds(1000));
+  auto other = make(src, 10);
+  ASSERT_TRUE(other->tryAcquire(10));  // the source is empty
+  SegmentOptions o;
+  o.refillWait = milliseconds(10000);
+  auto rl = make(src, 10, o);
+  src->closeGate();
+  constexpr int kThreads = 4;
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] { granted += rl->tryAcquire() ? 1 : 0; });
+  }
+  ASSERT_TRUE(src->waitAtGate(1));
+  for (int i = 0; i < 10000 && rl->stats().refillWaits < kThreads - 1; ++i) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  src->openGate();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(granted.load(), 0);
+  EXPECT_EQ(src->acquires().size(), 2u) << "one for `other`, one shared by the four callers";
+}
+
+TEST_F(SegmentedRateLimiterTest, WaiterGivesUpAfterRefillWait) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.refillWait = milliseconds(20);
+  auto rl = make(src, 10, o);
+  src->closeGate();
+  std::thread leader([&] { EXPECT_TRUE(rl->tryAcquire()); });
+  ASSERT_TRUE(src->waitAtGate(1));
+  EXPECT_FALSE(rl->tryAcquire()) << "the refill in flight did not finish within refillWait";
+  EXPECT_EQ(rl->stats().refillWaits, 1);
+  src->openGate();
+  leader.join();
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 1u);
+}
+
+TEST_F(SegmentedRateLimiterTest, RequestsLargerThanASegmentGoStraightToTheSource) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());  // 9 held
+  EXPECT_TRUE(rl->tryAcquire(15));
+  const auto calls = src->acquires();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].atLeast, 15);
+  EXPECT_EQ(calls[1].atMost, 15);
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsHeld, 9);
+  EXPECT_EQ(s.directGrants, 16);
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, TimedTryAcquireSleepsTheReturnedWaitOnTheClock) {
+  auto src = makeSource(2, milliseconds(100));
+  auto rl = make(src, 2);
+  ASSERT_TRUE(rl->tryAcquire());
+  ASSERT_TRUE(rl->tryAcquire());
+  const auto t0 = clock_.now();
+  EXPECT_FALSE(rl->tryAcquire(milliseconds(50))) << "the wait (100 ms) exceeds the timeout";
+  EXPECT_EQ(clock_.now(), t0) << "returns at once instead of sleeping the timeout";
+  EXPECT_FALSE(rl->tryAcquire(1, milliseconds(0)));
+  EXPECT_TRUE(rl->tryAcquire(1, milliseconds(150)));
+  EXPECT_GE(clock_.now() - t0, milliseconds(100));
+  EXPECT_LT(clock_.now() - t0, milliseconds(150));
+}
+
+TEST_F(SegmentedRateLimiterTest, AcquireWaitsUntilGranted) {
+  auto src = makeSource(3, milliseconds(100));
+  auto rl = make(src, 3);
+  for (int i = 0; i < 3; ++i) rl->acquire();
+  const auto t0 = clock_.now();
+  rl->acquire(2);
+  EXPECT_GE(clock_.now() - t0, milliseconds(100));
+  EXPECT_EQ(rl->stats().permitsHeld, 1);
+  rl->acquire(1);  // local
+  EXPECT_EQ(rl->stats().permitsHeld, 0);
+}
+
+TEST_F(SegmentedRateLimiterTest, RejectsBadArgumentsBeforeAskingTheSource) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  EXPECT_THROW((void)rl->tryAcquire(0), InvalidArgument);
+  EXPECT_THROW((void)rl->tryAcquire(-3), InvalidArgument);
+  EXPECT_THROW((void)rl->tryAcquire(-1, milliseconds(10)), InvalidArgument);
+  EXPECT_THROW(rl->acquire(0), InvalidArgument);
+  EXPECT_THROW((void)rl->reconfigure(RateType::Overall, 10, milliseconds(100), 0), InvalidArgument);
+  EXPECT_TRUE(src->acquires().empty());
+  SegmentOptions bad;
+  bad.segmentSize = 0;
+  EXPECT_THROW(Limiter(src, bad, ClockRef<ManualClock>(clock_)), InvalidArgument);
+  bad = {};
+  bad.refillWait = milliseconds(0);
+  EXPECT_THROW(Limiter(src, bad, ClockRef<ManualClock>(clock_)), InvalidArgument);
+  EXPECT_THROW(Limiter(nullptr, {}, ClockRef<ManualClock>(clock_)), InvalidArgument);
+}
+
+TEST_F(SegmentedRateLimiterTest, SourceErrorPropagatesAndTheNextCallRefillsAgain) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(rl->tryAcquire());  // 1 held
+  src->failNext();
+  EXPECT_THROW((void)rl->tryAcquire(3), IoError);
+  EXPECT_EQ(rl->stats().permitsHeld, 1) << "the leftover is restored";
+  EXPECT_TRUE(rl->tryAcquire(3));
+  EXPECT_EQ(rl->stats().permitsHeld, 8);
+  expectConserved(rl->stats());
+}
+
+TEST_F(SegmentedRateLimiterTest, FailedGiveBackOnCloseCountsThePermitsAsExpired) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());
+  src->failNextRelease();
+  EXPECT_EQ(rl->close(), 0);  // does not throw: the permits come back in the source at expiry
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsReturned, 0);
+  EXPECT_EQ(s.permitsExpired, 9);
+  expectConserved(s);
+}
+
+TEST_F(SegmentedRateLimiterTest, FailedGiveBackOnReconfigureIsThrownAndTheLimiterStaysUsable) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());
+  src->failNextRelease();
+  EXPECT_THROW((void)rl->reconfigure(RateType::Overall, 60, milliseconds(1000), 10), TimeoutError);
+  EXPECT_EQ(src->configWrites(), 0);
+  EXPECT_EQ(rl->stats().permitsExpired, 9);
+  EXPECT_TRUE(rl->tryAcquire());  // the leader role was released
+  EXPECT_TRUE(rl->reconfigure(RateType::Overall, 60, milliseconds(1000), 10));
+  expectConserved(rl->stats());
+}
+
+TEST_F(SegmentedRateLimiterTest, ReconfigureWritesOnlyWhenTheConfigurationDiffers) {
+  auto src = makeSource(100, milliseconds(1000));
+  auto rl = make(src, 10);
+  ASSERT_TRUE(rl->tryAcquire());
+  EXPECT_FALSE(rl->reconfigure(RateType::Overall, 100, milliseconds(1000), 10));
+  EXPECT_EQ(src->configWrites(), 0);
+  EXPECT_TRUE(src->releases().empty()) << "nothing changed: the segment stays";
+  EXPECT_EQ(rl->stats().permitsHeld, 9);
+
+  EXPECT_TRUE(rl->reconfigure(RateType::Overall, 50, milliseconds(1000), 10));
+  EXPECT_EQ(src->configWrites(), 1);
+  EXPECT_TRUE(src->lastKeepState()) << "state is kept";
+  ASSERT_EQ(src->releases().size(), 1u);
+  EXPECT_EQ(src->releases()[0].permits, 9);
+  EXPECT_EQ(src->available(), 49);
+  EXPECT_EQ(rl->stats().permitsHeld, 0);
+
+  ASSERT_TRUE(rl->tryAcquire());  // new segment, 9 held
+  EXPECT_FALSE(rl->reconfigure(RateType::Overall, 50, milliseconds(1000), 5)) << "only the segment size changes";
+  EXPECT_EQ(src->configWrites(), 1);
+  EXPECT_EQ(src->releases().size(), 2u);
+  EXPECT_EQ(rl->segmentSize(), 5);
+  ASSERT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->acquires().back().atMost, 5);
+  expectConserved(rl->stats());
+}
+
+TEST_F(SegmentedRateLimiterTest, ReconfigureCreatesAMissingConfiguration) {
+  auto src = makeSource(1, milliseconds(1));
+  src->uninitialize();
+  auto rl = make(src, 10);
+  EXPECT_TRUE(rl->reconfigure(RateType::Overall, 30, milliseconds(500), 10));
+  EXPECT_EQ(src->interval(), milliseconds(500));
+  EXPECT_TRUE(rl->tryAcquire());
+  EXPECT_EQ(src->available(), 20);
+}
+
+TEST_F(SegmentedRateLimiterTest, LocalHitDoesNotAllocate) {
+  auto src = makeSource(1000, milliseconds(1000));
+  auto rl = make(src, 100);
+  ASSERT_TRUE(rl->tryAcquire());
+  const std::int64_t before = tAllocations;
+  bool all = true;
+  for (int i = 0; i < 50; ++i) all = rl->tryAcquire() && all;
+  const std::int64_t after = tAllocations;
+  EXPECT_TRUE(all);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(src->acquires().size(), 1u);
+}
+
+TEST_F(SegmentedRateLimiterTest, IdleThreadStartsAndJoinsOnClose) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = true;  // the thread sees a manual clock that does not move: never idle
+  Limiter rl(src, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(rl.tryAcquire());
+  EXPECT_EQ(rl.close(), 9);
+  EXPECT_EQ(src->available(), 99);
+}
+
+// Threads hammer one limiter, moving the clock across segment deadlines, while another runs
+// the idle check: every permit handed out is accounted for, none twice (run under TSan too).
+TEST_F(SegmentedRateLimiterTest, ContendedHotPathHandsOutEachPermitOnce) {
+  auto src = makeSource(500, milliseconds(50));
+  SegmentOptions o;
+  o.refillWait = milliseconds(10000);
+  auto rl = make(src, 16, o);
+  constexpr int kThreads = 4, kCalls = 20000;
+  std::atomic<std::int64_t> handedOut{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::int64_t mine = 0;
+      for (int i = 0; i < kCalls; ++i) {
+        const std::int64_t permits = 1 + (i + t) % 3;
+        if (rl->tryAcquire(permits)) mine += permits;
+        if (i % 40 == 0) clock_.advance(microseconds(500));  // time moves with the work
+        if (i % 997 == 0) clock_.advance(milliseconds(30));  // and sometimes jumps (expiry, idle)
+      }
+      handedOut += mine;
+    });
+  }
+  std::thread mover([&] {
+    while (!done.load()) {
+      (void)rl->giveBackIfIdle();
+      std::this_thread::yield();
+    }
+  });
+  for (auto& t : threads) t.join();
+  done = true;
+  mover.join();
+  rl->close();
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(handedOut.load(), s.localGrants + s.directGrants);
+  expectConserved(s);
+  EXPECT_GT(s.localGrants, 0);
+  EXPECT_GE(src->available(), 0);
+}
+
+// A seeded random mix of calls, idle checks, clock moves and reconfigurations: the counters
+// must add up after every step, and the source must never be over-drawn.
+TEST_F(SegmentedRateLimiterTest, CountersAddUpUnderARandomMix) {
+  auto src = makeSource(40, milliseconds(100));
+  auto a = make(src, 7);
+  auto b = make(src, 4);
+  std::mt19937 rng(12345);
+  for (int step = 0; step < 3000; ++step) {
+    Limiter& rl = (rng() % 2 == 0) ? *a : *b;
+    switch (rng() % 6) {
+      case 0:
+      case 1:
+        (void)rl.tryAcquire();
+        break;
+      case 2:
+        (void)rl.tryAcquire(static_cast<std::int64_t>(1 + rng() % 9));
+        break;
+      case 3:
+        (void)rl.giveBackIfIdle();
+        break;
+      case 4:
+        clock_.advance(microseconds(rng() % 20000));
+        break;
+      case 5:
+        if (rng() % 50 == 0) (void)rl.reconfigure(RateType::Overall, 40, milliseconds(100), 3 + rng() % 6);
+        break;
+    }
+    ASSERT_GE(src->available(), 0) << "step " << step;
+    const SegmentStats sa = a->stats(), sb = b->stats();
+    ASSERT_EQ(sa.permitsFromRemote, sa.directGrants + sa.localGrants + sa.permitsHeld + sa.permitsReturned +
+                                        sa.permitsExpired) << "step " << step;
+    ASSERT_EQ(sb.permitsFromRemote, sb.directGrants + sb.localGrants + sb.permitsHeld + sb.permitsReturned +
+                                        sb.permitsExpired) << "step " << step;
+  }
+  a->close();
+  b->close();
+  expectConserved(a->stats());
+  expectConserved(b->stats());
+  EXPECT_GT(a->stats().localGrants + b->stats().localGrants, 0);
+  EXPECT_GT(a->stats().permitsReturned + b->stats().permitsReturned, 0);
+  EXPECT_GT(a->stats().permitsExpired + b->stats().permitsExpired, 0);
+}
+
+}  // namespace
