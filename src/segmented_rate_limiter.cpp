@@ -4,6 +4,6 @@
 
 namespace redlimit {
 
-template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
+template class SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>;
 
 }  // namespace redlimit

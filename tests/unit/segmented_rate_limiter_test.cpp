@@ -324,6 +324,45 @@ TEST_F(SegmentedRateLimiterTest, SegmentExpiresOneIntervalAfterTheRequestWasSent
   expectConserved(s);
 }
 
+// A clock that declares it may trail the true time (as CoarseSteadyClock does by one tick).
+struct LaggingClock {
+  const ManualClock* clock;
+  std::chrono::microseconds now() const { return clock->now(); }
+  void sleepFor(std::chrono::microseconds d) const { clock->sleepFor(d); }
+  std::chrono::microseconds maxLag() const { return milliseconds(4); }
+};
+
+TEST_F(SegmentedRateLimiterTest, ALaggingClockEndsTheSegmentThatMuchEarlier) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = false;
+  SegmentedRateLimiter<FakeSource, LaggingClock> rl(src, o, LaggingClock{&clock_});
+  const auto sent = clock_.now();
+  ASSERT_TRUE(rl.tryAcquire());
+  clock_.advance(sent + milliseconds(996) - microseconds(1) - clock_.now());
+  EXPECT_TRUE(rl.tryAcquire()) << "before interval - lag the segment is good";
+  EXPECT_EQ(src->acquires().size(), 1u);
+  clock_.advance(microseconds(1));  // sent + interval - lag: the true time may be at the edge
+  EXPECT_TRUE(rl.tryAcquire());
+  EXPECT_EQ(src->acquires().size(), 2u) << "the segment must end maxLag() early";
+  EXPECT_EQ(rl.stats().permitsExpired, 8);
+}
+
+TEST(CoarseSteadyClock, DeclaresALagAndNeverRunsAheadOfSteadyClock) {
+  CoarseSteadyClock coarse;
+  SteadyClock steady;
+  EXPECT_GT(clockMaxLag(coarse).count(), 0);
+  EXPECT_EQ(clockMaxLag(steady).count(), 0);
+  EXPECT_EQ(clockMaxLag(ManualClock{}).count(), 0);
+  for (int i = 0; i < 1000; ++i) {
+    const auto c = coarse.now();
+    const auto s = steady.now();
+    EXPECT_LE(c, s);
+    EXPECT_LE(s - c, clockMaxLag(coarse) + milliseconds(1)) << "trails by at most one tick";
+  }
+}
+
 TEST_F(SegmentedRateLimiterTest, DeadlineUsesTheIntervalReportedWithEachGrant) {
   auto src = makeSource(100, milliseconds(1000));
   auto rl = make(src, 10);
