@@ -174,12 +174,12 @@ AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atM
                           std::to_string(atLeast) + ")");
   }
   if (atMost > kMaxRate) atMost = kMaxRate;
-  return attempt(atLeast, atMost, idBytes());
+  return guardedAttempt(atLeast, atMost, idBytes());
 }
 
-AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, const std::string& id) {
+AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atMost, const std::string& id) {
   auto decided = [&](bool granted) {
-    AcquireResult r;
+    AcquireResult r;  // no member, no interval: nothing was recorded in Redis
     r.granted = granted ? permits : 0;
     return r;
   };
@@ -190,7 +190,7 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, const std::strin
     gate_.throwUnavailable();
   }
   try {
-    AcquireResult r = attempt(permits, permits, id);
+    AcquireResult r = attempt(permits, atMost, id);
     gate_.succeeded();
     return r;
   } catch (const PoolTimeoutError&) {
@@ -210,7 +210,7 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, const std::strin
 
 bool RateLimiter::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return guardedAttempt(permits, idBytes()).granted > 0;
+  return guardedAttempt(permits, permits, idBytes()).granted > 0;
 }
 
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
@@ -218,7 +218,7 @@ bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : milliseconds{0});
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
-    const AcquireResult r = guardedAttempt(permits, id);
+    const AcquireResult r = guardedAttempt(permits, permits, id);
     if (r.granted > 0) return true;
     if (r.wait.count() <= 0) return false;  // decided by the failure policy
     const auto left = deadline - std::chrono::steady_clock::now();
@@ -231,7 +231,7 @@ void RateLimiter::acquire(std::int64_t permits) {
   checkPermits(permits);
   const std::string id = idBytes();
   for (;;) {
-    const AcquireResult r = guardedAttempt(permits, id);
+    const AcquireResult r = guardedAttempt(permits, permits, id);
     if (r.granted > 0) return;
     // Denied by the failure policy (no wait known): try again after a probe interval.
     std::this_thread::sleep_for(r.wait.count() > 0 ? r.wait : options_.failure.probeInterval);

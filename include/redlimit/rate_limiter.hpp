@@ -119,7 +119,8 @@ class RateLimiter {
   void acquire(std::int64_t permits);
 
   /// One attempt to take between `atLeast` and `atMost` permits (as many as are free, up to
-  /// atMost); returns the grant, or the wait. Used by the segment cache.
+  /// atMost); returns the grant, or the wait. Used by the segment cache. When Redis cannot be
+  /// asked, the failure policy decides `atLeast` permits (result without member or interval).
   [[nodiscard]] AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
   /// Gives back up to `permits` of a grant made by tryAcquireUpTo (`member` from its result) and
   /// returns how many went back (0 if the grant has expired meanwhile).
@@ -158,9 +159,10 @@ class RateLimiter {
   void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
                  std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
   AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
-  // One guarded acquire attempt: goes to Redis unless the gate says not to; an unreachable Redis
-  // is decided by the failure policy (granted = permits or 0, wait = 0).
-  AcquireResult guardedAttempt(std::int64_t permits, const std::string& id);
+  // One guarded acquire attempt for atLeast..atMost permits: goes to Redis unless the gate says
+  // not to; an unreachable Redis is decided by the failure policy (granted = atLeast or 0,
+  // wait = 0, no member).
+  AcquireResult guardedAttempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
   template <class Call>
   auto onceMoreIfClosed(Call&& call) -> decltype(call(false));
   Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -412,4 +413,39 @@ TEST_F(Faults, CorruptedConfigIsATypedErrorAndWritesNothing) {
   EXPECT_THROW((void)limiter.availablePermits(), InvalidConfigError);
   EXPECT_EQ(raw({"GET", suffixName(name(), "value")}).str, "9");
   EXPECT_EQ(raw({"ZCARD", suffixName(name(), "permits")}).asInteger(), 1);
+}
+
+TEST(SegmentFaults, SegmentedLimiterFollowsItsSourcesFailurePolicy) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
+    SCOPED_TRACE(policyName(policy));
+    RedisServer server;
+    auto client = Client::create(faultClientOptions(server.uri(), 2));
+    RateLimiterOptions lo;
+    lo.failure.policy = policy;
+    lo.failure.probeInterval = kProbe;
+    auto source = std::make_shared<RateLimiter>(client, "segmented", lo);
+    ASSERT_TRUE(source->trySetRate(RateType::Overall, 1000, milliseconds(200)));
+    SegmentOptions so;
+    so.segmentSize = 5;
+    so.returnWhenIdle = false;
+    SegmentedRateLimiter<> segmented(source, so);
+    ASSERT_TRUE(segmented.tryAcquire());
+    server.kill();
+    sleepMs(250);  // the segment has expired: the next calls need Redis
+    int granted = 0, denied = 0, thrown = 0;
+    for (int i = 0; i < 20; ++i) {
+      const auto start = Clock::now();
+      try {
+        (segmented.tryAcquire() ? granted : denied)++;
+      } catch (const IoError&) {
+        ++thrown;
+      }
+      EXPECT_LE(msSince(start, Clock::now()), (kCallBound + kSlack).count());
+    }
+    (void)segmented.close();
+    EXPECT_EQ(granted, policy == FailurePolicy::Allow ? 20 : 0);
+    EXPECT_EQ(denied, policy == FailurePolicy::Deny ? 20 : 0);
+    EXPECT_EQ(thrown, policy == FailurePolicy::Throw ? 20 : 0);
+    EXPECT_EQ(source->failureStats().outages, 1u);
+  }
 }
