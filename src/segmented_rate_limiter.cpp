@@ -1,9 +1,10 @@
-// The production instantiation of SegmentedRateLimiter, compiled once into the library so that
+// The production instantiations of SegmentedRateLimiter, compiled once into the library so that
 // users of the default template arguments do not compile its slow path in every translation unit.
 #include "redlimit/segmented_rate_limiter.hpp"
 
 namespace redlimit {
 
+template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
 template class SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>;
 
 }  // namespace redlimit

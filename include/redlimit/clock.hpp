@@ -30,11 +30,14 @@ struct SteadyClock {
   }
 };
 
-/// CLOCK_MONOTONIC_COARSE (Linux): the time of the last kernel tick, read from the vDSO in about
-/// a fifth of what steady_clock costs (11 ns against 52 ns measured on the 2-core development VM),
-/// but up to one tick behind (maxLag(), 4 ms at HZ=250, from clock_getres). For hot paths that
-/// compare against a deadline: subtract maxLag() from the deadline and the check stays safe.
-/// Elsewhere it falls back to steady_clock with no lag. Thread-safe.
+/// CLOCK_MONOTONIC_COARSE (Linux): the time of the last timekeeping tick, read from the vDSO in
+/// about a fifth of what steady_clock costs (11 ns against 52 ns on the 2-core development VM),
+/// but behind the true time. For hot paths that compare against a deadline: subtract maxLag()
+/// from the deadline. maxLag() is three ticks (12 ms at HZ=250, from clock_getres): not a proof,
+/// a measured bound with margin: the tick that updates this clock can come late, and on the
+/// development VM the lag reached 6.3 ms (one tick is 4 ms) in 120 million reads under load.
+/// Use SteadyClock where a deadline must hold exactly. Elsewhere than Linux it falls back to
+/// steady_clock with no lag. Thread-safe.
 struct CoarseSteadyClock {
   [[nodiscard]] std::chrono::microseconds now() const noexcept {
 #ifdef CLOCK_MONOTONIC_COARSE
@@ -48,13 +51,13 @@ struct CoarseSteadyClock {
   void sleepFor(std::chrono::microseconds d) const {
     if (d.count() > 0) std::this_thread::sleep_for(d);
   }
-  /// One tick of the coarse clock, rounded up to whole µs.
+  /// Three ticks of the coarse clock (see the class comment), rounded up to whole µs.
   [[nodiscard]] std::chrono::microseconds maxLag() const noexcept {
 #ifdef CLOCK_MONOTONIC_COARSE
     static const std::chrono::microseconds lag = [] {
       timespec res{};
       if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0) return std::chrono::microseconds{10000};
-      return std::chrono::microseconds{static_cast<std::int64_t>(res.tv_sec) * 1000000 + (res.tv_nsec + 999) / 1000};
+      return std::chrono::microseconds{3 * (static_cast<std::int64_t>(res.tv_sec) * 1000000 + (res.tv_nsec + 999) / 1000)};
     }();
     return lag;
 #else

@@ -20,17 +20,17 @@
 // Design choices (each one a decision, written down so it can be revisited):
 //  1. Source. The limiter is a template over a "permit source" (below) and a clock policy
 //     (clock.hpp). RateLimiter is the source in production; unit tests use an in-process
-//     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>
-//     is compiled into the library (src/segmented_rate_limiter.cpp).
+//     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, SteadyClock> and
+//     <RateLimiter, CoarseSteadyClock> are compiled into the library (src/segmented_rate_limiter.cpp).
 //  2. Hot path. One cache-line-aligned 64-bit atomic word: generation (high 32 bits) and
 //     permits left (low 32). A local acquire is a compare_exchange_weak loop that subtracts
 //     permits, after checking the segment deadline (a second atomic on the same cache line).
-//     No lock, no allocation, no system call. The default clock is CoarseSteadyClock
-//     (CLOCK_MONOTONIC_COARSE from the vDSO: 11 ns against steady_clock's 52 ns on the 2-core
-//     development VM, which alone would break a 50 ns budget); it may trail the true time by one
-//     kernel tick (4 ms at HZ=250), so a segment's deadline is moved that much earlier and the
-//     check stays safe. With intervals under ~100 ms that costs a noticeable share of each
-//     segment's life: pass SteadyClock as the Clock parameter there.
+//     No lock, no allocation, no system call. The clock read is most of the cost: the default
+//     SteadyClock (exact) costs 52 ns a read on the 2-core development VM. CoarseSteadyClock
+//     (CLOCK_MONOTONIC_COARSE, 11 ns) makes the hit about three times cheaper, at the price of
+//     ending each segment clockMaxLag() (12 ms at HZ=250) early and of resting on a measured,
+//     not proven, bound on how late the kernel's tick can be: opt in with
+//     SegmentedRateLimiter<RateLimiter, CoarseSteadyClock> when intervals are long (>= ~500 ms).
 //  3. Deadline. Local permits expire at (local clock when the refill request was sent) +
 //     (interval the script reports with the grant) - (clockMaxLag(clock): how far the clock may
 //     trail the true time, 0 for exact clocks). The server stamped the grant after the request
@@ -138,7 +138,7 @@ struct SegmentStats {
 ///
 /// Thread-safe. Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
 /// (RateLimiter: IoError and subclasses, NotInitializedError, ...); Error after close().
-template <class Source = RateLimiter, class Clock = CoarseSteadyClock>
+template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
  public:
   /// Takes segments from `source`. Sends nothing; starts the idle give-back thread if
@@ -599,6 +599,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::thread idleThread_;          // last: started once everything else is built
 };
 
+extern template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
 extern template class SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>;
 
 }  // namespace redlimit

@@ -349,13 +349,14 @@ TEST_F(SegmentedRateLimiterTest, ALaggingClockEndsTheSegmentThatMuchEarlier) {
   EXPECT_EQ(rl.stats().permitsExpired, 8);
 }
 
+// maxLag() is a measured bound (three ticks), so this checks it holds with room on this machine.
 TEST(CoarseSteadyClock, DeclaresALagAndNeverRunsAheadOfSteadyClock) {
   CoarseSteadyClock coarse;
   SteadyClock steady;
   EXPECT_GT(clockMaxLag(coarse).count(), 0);
   EXPECT_EQ(clockMaxLag(steady).count(), 0);
   EXPECT_EQ(clockMaxLag(ManualClock{}).count(), 0);
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < 100000; ++i) {
     // before <= true time at the coarse read <= after, whatever the scheduler does in between
     const auto before = steady.now();
     const auto c = coarse.now();
