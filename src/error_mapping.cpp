@@ -46,6 +46,10 @@ void throwReplyError(std::string_view message, bool fromScript) {
   std::string_view code = message.substr(0, message.find(' '));
   std::string text(message);
   std::string codeText(code);
+  if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "READONLY" ||
+      code == "CLUSTERDOWN" || code == "TRYAGAIN") {
+    throw UnavailableError(codeText, "redlimit: Redis cannot serve now: " + text);
+  }
   if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
     throw AuthError(codeText, "redlimit: authentication failed: " + text);
   }

@@ -9,6 +9,7 @@
 //   ├── InvalidArgument          bad input, rejected on the client; nothing was sent
 //   ├── IoError                  connect refused, reset, protocol error: no decision was made
 //   │   ├── ClosedError          the server closed the connection
+//   │   ├── UnavailableError     the server answered that it cannot serve now (LOADING, BUSY...)
 //   │   └── TimeoutError         connect or command timeout
 //   │       └── PoolTimeoutError no free connection within PoolOptions::waitTimeout
 //   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...)
@@ -46,6 +47,19 @@ class IoError : public Error {
 class ClosedError : public IoError {
  public:
   using IoError::IoError;
+};
+
+/// The server is up but cannot serve this command now: it is loading its data set (LOADING), busy
+/// running a script (BUSY), a replica without its master (MASTERDOWN), read-only after a
+/// failover (READONLY), or the cluster is down (CLUSTERDOWN, TRYAGAIN). Like an unreachable
+/// server, no decision was made; the failure policy applies. The connection stays usable.
+class UnavailableError : public IoError {
+ public:
+  UnavailableError(std::string code, const std::string& message) : IoError(message), code_(std::move(code)) {}
+  [[nodiscard]] const std::string& code() const noexcept { return code_; }
+
+ private:
+  std::string code_;
 };
 
 /// Connecting or waiting for a reply took longer than the configured timeout.

@@ -71,6 +71,20 @@ TEST(ErrorMapping, ReplyErrors) {
   }
 }
 
+TEST(ErrorMapping, ServerThatCannotServeNowIsUnavailableNotAReplyError) {
+  for (const char* reply : {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script.",
+                            "MASTERDOWN Link with MASTER is down", "READONLY You can't write against a read only replica.",
+                            "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot"}) {
+    try {
+      throwReplyError(reply, true);
+      FAIL() << reply;
+    } catch (const UnavailableError& e) {
+      EXPECT_EQ(e.code(), std::string(reply).substr(0, std::string(reply).find(' ')));
+      EXPECT_NE(std::string(e.what()).find(reply), std::string::npos);
+    }
+  }
+}
+
 TEST(ErrorMapping, OwnCodesDropRedisTrailer) {
   try {
     throwReplyError("REDLIMIT_NOT_INITIALIZED RateLimiter is not initialized script: 28f, on @user_script:40.", true);
