@@ -5,10 +5,11 @@
 //
 // Times, all on the server's clock (epoch ms):
 //  - RateLimiter: each grant's AcquireResult::grantTime, the stamp Redis counts it by.
-//  - SegmentedRateLimiter, use time: each permit at the moment tryAcquire() handed it out, read
-//    from this host's steady clock and moved to the server's clock by an offset measured with
-//    TIME before the run (the best of several, ± half its round trip; checked against the
-//    refill replies, whose grantTime must fall between sending and receiving).
+//  - SegmentedRateLimiter, use time: each permit when its tryAcquire() call returned (it was
+//    handed out during the call; the summary also counts only calls that began and returned
+//    within a window), read from this host's steady clock and moved to the server's clock by an
+//    offset measured with TIME before the run (the best of several, ± half its round trip;
+//    checked against the refill replies, whose grantTime must fall between sending and receiving).
 //  - SegmentedRateLimiter, as Redis counts: each segment grant's grantTime, weighted by its
 //    permits (recorded by a source that wraps RateLimiter). The limit bounds this view; by use
 //    time a window may also hold permits from earlier grants (held in the segment when it began,
@@ -421,7 +422,7 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
     series.grantMs = std::move(used);
     series.redisGrantMs = std::move(redisView);
     series.useTimeBound = useBound;
-    series.note = "bars, orange: each permit when tryAcquire() handed it out (this host's clock, moved to the server's by a "
+    series.note = "bars, orange: each permit when its tryAcquire() call returned (this host's clock, moved to the server's by a "
                   "TIME offset).\ngreen dashed: the segment grants as Redis counts them (grantTime).  purple dotted: " +
                   std::to_string(useBound) + " = limit + nodes x segment, the bound by use time.";
     gChart.series.push_back(std::move(series));
