@@ -1,35 +1,51 @@
-// bench_segment: the SegmentedRateLimiter local-hit path next to a Redis round trip, in one run.
+// bench_segment: the SegmentedRateLimiter local-hit path next to a Redis round trip, in one run
+// (part 8 of the benchmark issue), and how many calls still need Redis in a realistic run.
 //
 //   BM_SegmentLocalHit/threads:N    tryAcquire() served from the local segment (N threads on
 //                                   one limiter; the segment is large enough that no call in
 //                                   the run needs Redis — the run checks this)
 //   BM_SegmentHitFrozenClock        the same path with a clock that costs nothing: what the
-//                                   limiter itself costs, without the steady_clock read
-//   BM_SteadyClockNow               steady_clock::now() alone (a vDSO read on Linux)
+//                                   limiter itself costs, without the clock read
+//   BM_SteadyClockNow               std::chrono::steady_clock::now() alone (a vDSO read on Linux)
+//   BM_CoarseSteadyClockNow         CoarseSteadyClock::now(), the limiter's default clock
 //   BM_RateLimiterTryAcquire        RateLimiter::tryAcquire(): one acquire script per call
 //   BM_Ping                         a bare PING on a pooled connection, for scale
+//   RedisFraction/<case>            segment 100, 4 threads paced at 5 000 calls/s each for 1 s:
+//                                   the calls that needed Redis (SegmentStats::remoteRoundTrips
+//                                   / calls), on a limiter whose rate is not the bottleneck and
+//                                   on one that callers ask twice its rate of
 //
 // Times are wall-clock (UseRealTime). With N threads Google Benchmark divides the wall time by
 // the calls of all threads, so "Time" is the inverse of the total throughput; each thread sees
-// N times that per call. At the end the run prints the cost split of the hit and the ratio of
-// the round trip to the single-threaded hit.
+// N times that per call. The summary (stdout and <results>/bench_segment.summary.txt) puts the
+// targets first: the round trip >= 500x the single-threaded hit, and the hit < 50 ns.
 // Run: cmake --preset release && cmake --build --preset release -j2 &&
 //      build/release/bench/bench_segment --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "redlimit/client.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
-#include "redlimit_test/redis_server.hpp"
+#include "support/bench_support.hpp"
+#include "support/collect_reporter.hpp"
 
 namespace {
 
 using namespace redlimit;
+namespace rb = redlimit::bench;
+using std::chrono::milliseconds;
 
 std::shared_ptr<Client> gClient;
 std::shared_ptr<RateLimiter> gRemote;
@@ -41,6 +57,14 @@ struct FrozenClock {
   void sleepFor(std::chrono::microseconds) const noexcept {}
 };
 std::unique_ptr<SegmentedRateLimiter<RateLimiter, FrozenClock>> gFrozen;
+
+// Figures of the paced runs for the summary, by name.
+std::map<std::string, double> gFig;
+
+double fig(const std::string& key) {
+  auto it = gFig.find(key);
+  return it == gFig.end() ? std::nan("") : it->second;
+}
 
 void BM_SegmentLocalHit(benchmark::State& state) {
   bool all = true;
@@ -71,6 +95,12 @@ void BM_SteadyClockNow(benchmark::State& state) {
 }
 BENCHMARK(BM_SteadyClockNow)->UseRealTime();
 
+void BM_CoarseSteadyClockNow(benchmark::State& state) {
+  const CoarseSteadyClock clock;
+  for (auto _ : state) benchmark::DoNotOptimize(clock.now());
+}
+BENCHMARK(BM_CoarseSteadyClockNow)->UseRealTime();
+
 void BM_RateLimiterTryAcquire(benchmark::State& state) {
   bool all = true;
   for (auto _ : state) {
@@ -88,74 +118,178 @@ void BM_Ping(benchmark::State& state) {
 }
 BENCHMARK(BM_Ping)->UseRealTime();
 
-// Prints the console table and keeps each run's real time for the ratio.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (!r.error_occurred) ns_[r.benchmark_name()] = r.GetAdjustedRealTime();
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  /// The median of the repetitions if there were several, else the one run; 0 if missing.
-  double ns(const std::string& name) const {
-    auto it = ns_.find(name + "_median");
-    if (it == ns_.end()) it = ns_.find(name);
-    return it == ns_.end() ? 0.0 : it->second;
-  }
+// --- How many calls need Redis: paced callers on one SegmentedRateLimiter -------------------------
 
- private:
-  std::map<std::string, double> ns_;
+constexpr int kPacedThreads = 4;
+constexpr std::int64_t kCallsPerThread = 5000;            // per thread, over kPacedDuration
+constexpr milliseconds kPacedDuration{1000};
+constexpr std::int64_t kFractionSegment = 100;
+
+struct Case {
+  const char* key;
+  std::int64_t rate;
+  milliseconds interval;
 };
+// 20 000 calls/s offered in total: 20% of the first limiter's rate, twice the second's.
+constexpr Case kCases[] = {{"roomy", 100000, milliseconds{1000}}, {"tight", 2000, milliseconds{200}}};
+
+void BM_RedisFraction(benchmark::State& state) {
+  const Case& c = kCases[static_cast<std::size_t>(state.range(0))];
+  try {
+    auto source = std::make_shared<RateLimiter>(gClient, std::string("bench:fraction:") + c.key);
+    source->setRate(RateType::Overall, c.rate, c.interval);
+    SegmentOptions options;
+    options.segmentSize = kFractionSegment;
+    SegmentedRateLimiter<RateLimiter> limiter(source, options);
+    std::atomic<std::int64_t> calls{0}, granted{0}, failed{0};
+    double seconds = 0;
+    for (auto _ : state) {
+      const auto period = std::chrono::duration_cast<rb::Clock::duration>(kPacedDuration) / kCallsPerThread;
+      const auto start = rb::Clock::now();
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kPacedThreads; ++t) {
+        threads.emplace_back([&, t] {
+          // Threads offset by a fraction of the period, so calls do not arrive in lockstep.
+          const auto offset = period * t / kPacedThreads;
+          std::int64_t mine = 0, ok = 0, bad = 0;
+          for (std::int64_t i = 0; i < kCallsPerThread; ++i) {
+            std::this_thread::sleep_until(start + offset + period * i);
+            ++mine;
+            try {
+              if (limiter.tryAcquire()) ++ok;
+            } catch (const std::exception&) {
+              ++bad;
+            }
+          }
+          calls.fetch_add(mine);
+          granted.fetch_add(ok);
+          failed.fetch_add(bad);
+        });
+      }
+      for (auto& th : threads) th.join();
+      seconds = std::chrono::duration<double>(rb::Clock::now() - start).count();
+      state.SetIterationTime(seconds);
+    }
+    const SegmentStats s = limiter.stats();  // before close(): its give-back is not a call's
+    const std::string k = std::string("fraction.") + c.key;
+    const auto n = static_cast<double>(calls.load());
+    gFig[k + ".calls"] = n;
+    gFig[k + ".granted"] = static_cast<double>(granted.load());
+    gFig[k + ".errors"] = static_cast<double>(failed.load());
+    gFig[k + ".roundTrips"] = static_cast<double>(s.remoteRoundTrips);
+    gFig[k + ".refillWaits"] = static_cast<double>(s.refillWaits);
+    gFig[k + ".fraction"] = n > 0 ? static_cast<double>(s.remoteRoundTrips) / n : std::nan("");
+    gFig[k + ".seconds"] = seconds;
+    state.counters["calls"] = n;
+    state.counters["granted"] = static_cast<double>(granted.load());
+    state.counters["remote_round_trips"] = static_cast<double>(s.remoteRoundTrips);
+    state.counters["refill_waits"] = static_cast<double>(s.refillWaits);
+    state.counters["fraction_needing_redis"] = gFig[k + ".fraction"];
+    if (failed.load() > 0) state.SkipWithError("some calls failed");
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_RedisFraction)->Name("RedisFraction/roomy")->Arg(0)->Iterations(1)->UseManualTime();
+BENCHMARK(BM_RedisFraction)->Name("RedisFraction/tight")->Arg(1)->Iterations(1)->UseManualTime();
+
+// --- Summary --------------------------------------------------------------------------------------
+
+std::string cell(double v, const char* fmt = "%.1f") {
+  return std::isnan(v) ? std::string("n/a") : rb::format(fmt, v);
+}
+
+std::string summary(const rb::CollectReporter& r, const std::string& machine, const SegmentStats& hitStats) {
+  const double hit = r.ns("BM_SegmentLocalHit/real_time/threads:1");
+  const double remote = r.ns("BM_RateLimiterTryAcquire/real_time");
+  const double ping = r.ns("BM_Ping/real_time");
+  std::ostringstream out;
+  auto targetRow = [&](const char* what, double value, const char* fmt, bool atLeast, double target) {
+    const char* verdict = std::isnan(value) ? "n/a" : (atLeast ? value >= target : value < target) ? "met" : "MISSED";
+    const std::string goal = rb::format(atLeast ? ">= %g" : "< %g", target);
+    out << rb::format("  %-68s %7s  %-7s %s\n", what, cell(value, fmt).c_str(), goal.c_str(), verdict);
+  };
+  out << "Segment cache (bench_segment), " << rb::nowText() << "\n"
+      << "Machine: " << machine << "\n"
+      << "SegmentedRateLimiter<RateLimiter> (CoarseSteadyClock); real time per call, Google Benchmark.\n\n"
+      << "Targets, each measured in this run                                       value  target\n";
+  targetRow("RateLimiter::tryAcquire / local hit (1 thread)", remote / hit, "%.0f", true, 500);
+  targetRow("local hit, 1 thread, ns per call", hit, "%.1f", false, 50);
+
+  out << "\nLocal hit (tryAcquire from the segment)     ns per call, all threads   ns per call, per thread\n";
+  for (int t : {1, 2, 4}) {
+    const double ns = r.ns("BM_SegmentLocalHit/real_time/threads:" + std::to_string(t));
+    out << rb::format("  %d thread%s                                  %10s                 %10s\n", t, t == 1 ? " " : "s",
+                      cell(ns).c_str(), cell(ns * t).c_str());
+  }
+  out << rb::format("  frozen clock (no clock read), 1 thread    %10s\n",
+                    cell(r.ns("BM_SegmentHitFrozenClock/real_time/threads:1")).c_str())
+      << rb::format("  clock reads: steady_clock::now() %s ns, CoarseSteadyClock::now() %s ns (may trail by %lld us)\n",
+                    cell(r.ns("BM_SteadyClockNow/real_time")).c_str(), cell(r.ns("BM_CoarseSteadyClockNow/real_time")).c_str(),
+                    static_cast<long long>(CoarseSteadyClock{}.maxLag().count()))
+      << rb::format("  round trips: RateLimiter::tryAcquire %s us, PING %s us (%s x the hit)\n", cell(remote / 1000).c_str(),
+                    cell(ping / 1000).c_str(), cell(ping / hit, "%.0f").c_str())
+      << rb::format("  the hit runs made %lld round trip(s) for %lld local grants (1 = all local)\n",
+                    static_cast<long long>(hitStats.remoteRoundTrips), static_cast<long long>(hitStats.localGrants));
+
+  out << "\nCalls that needed Redis: segment " << kFractionSegment << ", " << kPacedThreads << " threads paced at "
+      << kCallsPerThread * 1000 / kPacedDuration.count() << " calls/s each for " << kPacedDuration.count() << " ms\n"
+      << "  limiter                                       calls   granted  round trips  needed Redis\n";
+  const std::pair<const char*, const char*> rows[] = {{"100000 per 1 s (rate not the bottleneck)", "roomy"},
+                                                      {"2000 per 200 ms (offered 2x the rate)", "tight"}};
+  for (const auto& [what, key] : rows) {
+    const std::string k = std::string("fraction.") + key;
+    out << rb::format("  %-42s %8s  %8s  %11s  %11s\n", what, cell(fig(k + ".calls"), "%.0f").c_str(),
+                      cell(fig(k + ".granted"), "%.0f").c_str(), cell(fig(k + ".roundTrips"), "%.0f").c_str(),
+                      cell(100 * fig(k + ".fraction"), "%.2f%%").c_str());
+    if (fig(k + ".errors") > 0) out << rb::format("    (%.0f calls failed)\n", fig(k + ".errors"));
+  }
+  out << "  (RateLimiter alone: one round trip per call. A denied call finds the segment empty and asks\n"
+      << "   Redis itself, unless another thread's refill is in flight.)\n";
+  return out.str();
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  try {
+    rb::BenchServer server;
+    gClient = Client::fromUri(server.uri());
+    // A rate no run can use up, over an hour: every call is granted, none waits.
+    gRemote = std::make_shared<RateLimiter>(gClient, "bench:remote");
+    (void)gRemote->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
+    auto segmentSource = std::make_shared<RateLimiter>(gClient, "bench:segment");
+    (void)segmentSource->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
+    SegmentOptions options;
+    options.segmentSize = RateLimiter::kMaxRate;  // one refill for the whole run
+    gSegment = std::make_unique<SegmentedRateLimiter<RateLimiter>>(segmentSource, options);
+    auto frozenSource = std::make_shared<RateLimiter>(gClient, "bench:frozen");
+    (void)frozenSource->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
+    SegmentOptions frozenOptions = options;
+    frozenOptions.returnWhenIdle = false;
+    gFrozen = std::make_unique<SegmentedRateLimiter<RateLimiter, FrozenClock>>(frozenSource, frozenOptions);
+    if (!gSegment->tryAcquire() || !gFrozen->tryAcquire()) {
+      std::fprintf(stderr, "bench_segment: the first refill was denied\n");
+      return 1;
+    }
 
-  redlimit::test::RedisServer server;
-  gClient = Client::fromUri(server.uri());
-  // A rate no run can use up, over an hour: every call is granted, none waits.
-  gRemote = std::make_shared<RateLimiter>(gClient, "bench:remote");
-  (void)gRemote->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
-  auto segmentSource = std::make_shared<RateLimiter>(gClient, "bench:segment");
-  (void)segmentSource->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
-  SegmentOptions options;
-  options.segmentSize = RateLimiter::kMaxRate;  // one refill for the whole run
-  gSegment = std::make_unique<SegmentedRateLimiter<RateLimiter>>(segmentSource, options);
-  auto frozenSource = std::make_shared<RateLimiter>(gClient, "bench:frozen");
-  (void)frozenSource->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
-  SegmentOptions frozenOptions = options;
-  frozenOptions.returnWhenIdle = false;
-  gFrozen = std::make_unique<SegmentedRateLimiter<RateLimiter, FrozenClock>>(frozenSource, frozenOptions);
-  if (!gSegment->tryAcquire() || !gFrozen->tryAcquire()) {
-    std::fprintf(stderr, "bench_segment: the first refill was denied\n");
+    rb::CollectReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+
+    const SegmentStats hitStats = gSegment->stats();
+    const std::string text = summary(reporter, rb::machineDescription(server.version()), hitStats);
+    std::cout << '\n' << text << std::flush;
+    std::ofstream(rb::resultsDir() + "/bench_segment.summary.txt") << text;
+    gSegment.reset();
+    gFrozen.reset();
+    gRemote.reset();
+    gClient.reset();
+    benchmark::Shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_segment: %s\n", e.what());
     return 1;
   }
-
-  RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-
-  const SegmentStats s = gSegment->stats();
-  std::printf("\nsegment: %lld local grants, %lld round trips (1 = every hit was local)\n",
-              static_cast<long long>(s.localGrants), static_cast<long long>(s.remoteRoundTrips));
-  const double hit = reporter.ns("BM_SegmentLocalHit/real_time/threads:1");
-  const double remote = reporter.ns("BM_RateLimiterTryAcquire/real_time");
-  const double ping = reporter.ns("BM_Ping/real_time");
-  const double frozen = reporter.ns("BM_SegmentHitFrozenClock/real_time/threads:1");
-  const double clock = reporter.ns("BM_SteadyClockNow/real_time");
-  if (frozen > 0 && clock > 0) {
-    std::printf("of the hit: steady_clock::now() %.1f ns, the rest (load, checks, CAS) %.1f ns\n", clock, frozen);
-  }
-  if (hit > 0 && remote > 0) {
-    std::printf("local hit (1 thread) %.1f ns; RateLimiter::tryAcquire %.1f us (%.0fx the hit)", hit, remote / 1000,
-                remote / hit);
-    if (ping > 0) std::printf("; PING %.1f us (%.0fx the hit)", ping / 1000, ping / hit);
-    std::printf("\n");
-  }
-  gSegment.reset();
-  gFrozen.reset();
-  benchmark::Shutdown();
-  return 0;
 }

@@ -1,14 +1,23 @@
 // SmoothRateLimiter: nanoseconds per call of tryAcquire() and reserve(), uncontended and with
 // 2 and 4 threads contending for one limiter. The steady clock's now() is part of every call;
 // the ManualClock variant shows the cost without it. Nothing here sleeps: a granted
-// tryAcquire() never owes anything, and reserve() does not wait.
+// tryAcquire() never owes anything, and reserve() does not wait. A short summary goes to stdout
+// and <results>/bench_smooth.summary.txt.
 #include <benchmark/benchmark.h>
 
 #include <redlimit/clock.hpp>
 #include <redlimit/smooth_rate_limiter.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
 #include <limits>
+#include <sstream>
+#include <string>
+
+#include "support/bench_support.hpp"
+#include "support/collect_reporter.hpp"
 
 namespace {
 
@@ -72,6 +81,37 @@ void BM_ReserveContended(benchmark::State& state) {
 }
 BENCHMARK(BM_ReserveContended)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
+std::string cell(double v) { return std::isnan(v) ? std::string("n/a") : redlimit::bench::format("%.1f", v); }
+
+std::string summary(const redlimit::bench::CollectReporter& r) {
+  namespace rb = redlimit::bench;
+  std::ostringstream out;
+  out << "SmoothRateLimiter (bench_smooth), in-process, ns per call (real time)\n"
+      << rb::format("  uncontended: tryAcquire granted %s, refused %s (%s without the clock read); "
+                    "reserve %s (bursty), %s (warming up)\n",
+                    cell(r.ns("BM_TryAcquireGranted")).c_str(), cell(r.ns("BM_TryAcquireRefused")).c_str(),
+                    cell(r.ns("BM_TryAcquireRefusedManualClock")).c_str(), cell(r.ns("BM_ReserveBursty")).c_str(),
+                    cell(r.ns("BM_ReserveWarmingUp")).c_str())
+      << "  one limiter shared by N threads    tryAcquire: all threads / per thread   reserve: all threads / per thread\n";
+  for (int t : {1, 2, 4}) {
+    const std::string suffix = "/real_time/threads:" + std::to_string(t);
+    const double a = r.ns("BM_TryAcquireContended" + suffix), b = r.ns("BM_ReserveContended" + suffix);
+    out << rb::format("  %d thread%s                          %10s / %-10s            %10s / %-10s\n", t, t == 1 ? " " : "s",
+                      cell(a).c_str(), cell(a * t).c_str(), cell(b).c_str(), cell(b * t).c_str());
+  }
+  return out.str();
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  redlimit::bench::CollectReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  const std::string text = summary(reporter);
+  std::cout << '\n' << text << std::flush;
+  std::ofstream(redlimit::bench::resultsDir() + "/bench_smooth.summary.txt") << text;
+  return 0;
+}

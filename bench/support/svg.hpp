@@ -1,11 +1,12 @@
 // The accuracy picture: grants over time against the configured rate, as a plain SVG file.
-// One panel per series (RateLimiter today; SegmentedRateLimiter joins with one more
-// GrantSeries). Header-only, no dependencies beyond the standard library.
+// One panel per series (RateLimiter; SegmentedRateLimiter, whose panel also carries the view
+// Redis has of its segment grants). Header-only, no dependencies beyond the standard library.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +17,11 @@ namespace redlimit::bench {
 struct GrantSeries {
   std::string title;                 // panel title, e.g. "RateLimiter, 8 threads"
   std::vector<std::int64_t> grantMs; // one entry per permit granted: its time (server clock, epoch ms)
+  std::string note;                  // optional lines under the title ('\n' between): what the times mean
+  // Optional second view of the same permits, drawn as a green step line: one entry per permit
+  // at the time Redis counts it (a segment's grant time, server clock, epoch ms).
+  std::vector<std::int64_t> redisGrantMs;
+  std::int64_t useTimeBound = 0;     // optional dotted line: the most a window may hold by use time
 };
 
 /// What the limiters were configured with, and how to draw it.
@@ -36,8 +42,13 @@ struct SeriesStats {
   std::vector<std::int64_t> windowMax; // per bucket: most grants in a trailing window ending in it
 };
 
+/// Marks "buckets start at the first grant" for analyseSeries.
+inline constexpr std::int64_t kFromFirstGrant = std::numeric_limits<std::int64_t>::min();
+
 /// Counts grants per bucket and the most grants in any trailing window (t - interval, t].
-inline SeriesStats analyseSeries(const AccuracyChart& chart, std::vector<std::int64_t> grants) {
+/// Buckets start at `origin` (epoch ms), or at the first grant.
+inline SeriesStats analyseSeries(const AccuracyChart& chart, std::vector<std::int64_t> grants,
+                                 std::int64_t origin = kFromFirstGrant) {
   SeriesStats s;
   std::sort(grants.begin(), grants.end());
   s.grants = static_cast<std::int64_t>(grants.size());
@@ -46,13 +57,14 @@ inline SeriesStats analyseSeries(const AccuracyChart& chart, std::vector<std::in
   s.perBucket.assign(buckets, 0);
   s.windowMax.assign(buckets, 0);
   if (grants.empty()) return s;
-  const std::int64_t t0 = grants.front();
+  const std::int64_t t0 = origin == kFromFirstGrant ? grants.front() : origin;
   std::size_t lo = 0;
   for (std::size_t i = 0; i < grants.size(); ++i) {
     // grants[lo..i] are the ones in (grants[i] - interval, grants[i]]
     while (grants[lo] <= grants[i] - chart.intervalMs) ++lo;
     const auto inWindow = static_cast<std::int64_t>(i - lo + 1);
     s.maxPerWindow = std::max(s.maxPerWindow, inWindow);
+    if (grants[i] < t0) continue;
     const auto b = static_cast<std::size_t>((grants[i] - t0) / bucket);
     if (b >= buckets) continue;
     ++s.perBucket[b];
@@ -93,14 +105,26 @@ inline std::string num(double v) {
 
 }  // namespace detail
 
-/// The SVG document: per series a panel with bars (grants per bucket), a step line (most grants
+/// The SVG document: per series a panel with bars (permits per bucket), a step line (most permits
 /// in a trailing window ending in that bucket: the quantity the limit bounds), the limit (rate
-/// per interval) as a red line and the rate scaled to one bucket as a dashed line.
+/// per interval) as a red line and the rate scaled to one bucket as a dashed line. A series with
+/// a Redis view gets a second step line (green) for it, and its use-time bound as a dotted line.
 inline std::string renderAccuracySvg(const AccuracyChart& chart) {
   using detail::num;
-  const double width = 960, panelHeight = 270, top = 72, left = 64, right = 40, plotHeight = 200;
+  const double width = 960, top = 72, left = 64, right = 40, plotHeight = 200, lineHeight = 16;
   const double plotWidth = width - left - right;
-  const double height = top + panelHeight * static_cast<double>(chart.series.size()) + 10;
+  auto noteLines = [](const std::string& note) {
+    std::vector<std::string> lines;
+    std::istringstream in(note);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  // A panel: its header (title, then the note's lines), the plot, the x labels and a gap.
+  auto headerHeight = [&](const GrantSeries& series) {
+    return lineHeight * static_cast<double>(1 + noteLines(series.note).size()) + 10;
+  };
+  double height = top + 10;
+  for (const GrantSeries& series : chart.series) height += headerHeight(series) + plotHeight + 50;
   const double bucketRate = static_cast<double>(chart.rate * chart.bucketMs) / static_cast<double>(chart.intervalMs);
 
   std::ostringstream svg;
@@ -109,26 +133,44 @@ inline std::string renderAccuracySvg(const AccuracyChart& chart) {
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       << "<text x=\"" << num(left) << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">redlimit accuracy: "
       << chart.rate << " permits per " << chart.intervalMs << " ms</text>\n"
-      << "<text x=\"" << num(left) << "\" y=\"40\" fill=\"#444\"><tspan fill=\"#4a7fc1\">bars</tspan>: grants per "
-      << chart.bucketMs << " ms (server clock).  <tspan fill=\"#e08a00\">line</tspan>: most grants in any "
+      << "<text x=\"" << num(left) << "\" y=\"40\" fill=\"#444\"><tspan fill=\"#4a7fc1\">bars</tspan>: permits per "
+      << chart.bucketMs << " ms (server clock).  <tspan fill=\"#e08a00\">orange</tspan>: most permits in any "
       << chart.intervalMs << " ms window ending in that bar (what the limit bounds).</text>\n"
       << "<text x=\"" << num(left) << "\" y=\"56\" fill=\"#444\"><tspan fill=\"#d62728\">red</tspan>: the limit, "
       << chart.rate << " per " << chart.intervalMs << " ms.  dashed: the same rate spread evenly, per " << chart.bucketMs
       << " ms (" << num(bucketRate) << ").</text>\n";
 
-  for (std::size_t p = 0; p < chart.series.size(); ++p) {
-    const GrantSeries& series = chart.series[p];
-    const SeriesStats stats = analyseSeries(chart, series.grantMs);
-    const double y0 = top + panelHeight * static_cast<double>(p) + 24;  // top of the plot area
-    const double yMax = static_cast<double>(std::max<std::int64_t>(chart.rate, stats.maxPerWindow)) * 1.15;
+  double panelTop = top;
+  for (const GrantSeries& series : chart.series) {
+    const bool redisView = !series.redisGrantMs.empty();
+    // Both views of a series share the x axis: it starts at the earliest time of either.
+    std::int64_t origin = kFromFirstGrant;
+    for (const auto* v : {&series.grantMs, &series.redisGrantMs}) {
+      if (v->empty()) continue;
+      const std::int64_t first = *std::min_element(v->begin(), v->end());
+      origin = origin == kFromFirstGrant ? first : std::min(origin, first);
+    }
+    const SeriesStats stats = analyseSeries(chart, series.grantMs, origin);
+    const SeriesStats redis = redisView ? analyseSeries(chart, series.redisGrantMs, origin) : SeriesStats{};
+    const std::vector<std::string> note = noteLines(series.note);
+    const double y0 = panelTop + headerHeight(series);  // top of the plot area
+    panelTop = y0 + plotHeight + 50;
+    const std::int64_t peak = std::max({chart.rate, stats.maxPerWindow, redis.maxPerWindow, series.useTimeBound});
+    const double yMax = static_cast<double>(peak) * 1.15;
     auto yOf = [&](double v) { return y0 + plotHeight - v / yMax * plotHeight; };
     const double bucketWidth = plotWidth / static_cast<double>(std::max<std::size_t>(1, stats.perBucket.size()));
 
-    svg << "<text x=\"" << num(left) << "\" y=\"" << num(y0 - 8) << "\" font-weight=\"bold\">"
+    const double titleY = y0 - 10 - lineHeight * static_cast<double>(note.size());
+    svg << "<text x=\"" << num(left) << "\" y=\"" << num(titleY) << "\" font-weight=\"bold\">"
         << detail::escapeXml(series.title) << "</text>\n"
-        << "<text x=\"" << num(width - right) << "\" y=\"" << num(y0 - 8) << "\" text-anchor=\"end\" fill=\"#444\">"
-        << stats.grants << " grants; most in one " << chart.intervalMs << " ms window: " << stats.maxPerWindow
-        << " (limit " << chart.rate << ")</text>\n";
+        << "<text x=\"" << num(width - right) << "\" y=\"" << num(titleY) << "\" text-anchor=\"end\" fill=\"#444\">"
+        << stats.grants << " permits; most per " << chart.intervalMs << " ms window: " << stats.maxPerWindow;
+    if (redisView) svg << " by use time, " << redis.maxPerWindow << " in Redis";
+    svg << "</text>\n";
+    for (std::size_t i = 0; i < note.size(); ++i) {
+      svg << "<text x=\"" << num(left) << "\" y=\"" << num(titleY + lineHeight * static_cast<double>(i + 1))
+          << "\" fill=\"#444\">" << detail::escapeXml(note[i]) << "</text>\n";
+    }
     // axes and grid
     svg << "<g stroke=\"#ccc\">\n";
     const std::int64_t yStep = std::max<std::int64_t>(1, chart.rate / 4);
@@ -147,7 +189,7 @@ inline std::string renderAccuracySvg(const AccuracyChart& chart) {
       svg << "<text x=\"" << num(x) << "\" y=\"" << num(y0 + plotHeight + 16) << "\">" << t << " ms</text>\n";
     }
     svg << "</g>\n<text x=\"16\" y=\"" << num(y0 + plotHeight / 2) << "\" fill=\"#444\" transform=\"rotate(-90 16 "
-        << num(y0 + plotHeight / 2) << ")\" text-anchor=\"middle\">grants</text>\n";
+        << num(y0 + plotHeight / 2) << ")\" text-anchor=\"middle\">permits</text>\n";
     // bars
     svg << "<g fill=\"#4a7fc1\">\n";
     for (std::size_t b = 0; b < stats.perBucket.size(); ++b) {
@@ -158,20 +200,28 @@ inline std::string renderAccuracySvg(const AccuracyChart& chart) {
           << "\"/>\n";
     }
     svg << "</g>\n";
-    // the limit and the rate per bucket
-    svg << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\""
-        << num(yOf(static_cast<double>(chart.rate))) << "\" y2=\"" << num(yOf(static_cast<double>(chart.rate)))
-        << "\" stroke=\"#d62728\" stroke-width=\"4\"/>\n"
-        << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\"" << num(yOf(bucketRate))
-        << "\" y2=\"" << num(yOf(bucketRate)) << "\" stroke=\"#555\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>\n";
-    // trailing-window maximum as a step line
-    svg << "<polyline fill=\"none\" stroke=\"#e08a00\" stroke-width=\"2\" points=\"";
-    for (std::size_t b = 0; b < stats.windowMax.size(); ++b) {
-      const double y = yOf(static_cast<double>(stats.windowMax[b]));
-      svg << num(left + bucketWidth * static_cast<double>(b)) << ',' << num(y) << ' '
-          << num(left + bucketWidth * static_cast<double>(b + 1)) << ',' << num(y) << ' ';
+    // the limit, the rate per bucket, and the use-time bound
+    auto hline = [&](double v, const char* style) {
+      svg << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\"" << num(yOf(v)) << "\" y2=\""
+          << num(yOf(v)) << "\" " << style << "/>\n";
+    };
+    hline(static_cast<double>(chart.rate), "stroke=\"#d62728\" stroke-width=\"4\"");
+    hline(bucketRate, "stroke=\"#555\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"");
+    if (series.useTimeBound > 0) {
+      hline(static_cast<double>(series.useTimeBound), "stroke=\"#9467bd\" stroke-width=\"2\" stroke-dasharray=\"2 3\"");
     }
-    svg << "\"/>\n";
+    // trailing-window maxima as step lines
+    auto steps = [&](const std::vector<std::int64_t>& windowMax, const char* style) {
+      svg << "<polyline fill=\"none\" " << style << " points=\"";
+      for (std::size_t b = 0; b < windowMax.size(); ++b) {
+        const double y = yOf(static_cast<double>(windowMax[b]));
+        svg << num(left + bucketWidth * static_cast<double>(b)) << ',' << num(y) << ' '
+            << num(left + bucketWidth * static_cast<double>(b + 1)) << ',' << num(y) << ' ';
+      }
+      svg << "\"/>\n";
+    };
+    steps(stats.windowMax, "stroke=\"#e08a00\" stroke-width=\"2\"");
+    if (redisView) steps(redis.windowMax, "stroke=\"#2ca02c\" stroke-width=\"2\" stroke-dasharray=\"8 5\"");
     svg << "<rect x=\"" << num(left) << "\" y=\"" << num(y0) << "\" width=\"" << num(plotWidth) << "\" height=\""
         << num(plotHeight) << "\" fill=\"none\" stroke=\"#888\"/>\n";
   }

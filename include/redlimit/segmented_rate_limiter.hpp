@@ -12,9 +12,12 @@
 // other nodes at any moment. Give-back shrinks that: a node that makes no local acquire for
 // `idleReturnAfter` (default a quarter of the interval), closes, or is reconfigured returns its
 // unspent permits in one script that shrinks its sorted-set member and raises the value, so
-// other nodes can use them in the same window. Counted by the time each permit is *used* rather
-// than granted, a window can also contain the permits the nodes held when it began (at most
-// `nodes x (segmentSize - 1)` beyond `rate`): Redis counts a permit at its grant, and a node may
+// other nodes can use them in the same window. Counted by the time each permit is *handed out*
+// rather than granted, a window can also contain permits granted before it began: those a node
+// held then (at most `segmentSize - 1`), or those of a refill in flight then (Redis stamped the
+// grant before the window; all its permits, up to `segmentSize`, are handed out after the reply;
+// a call for several permits adds the leftover it tops up). For single-permit calls that is at
+// most `nodes x segmentSize` beyond `rate`: Redis counts a permit at its grant, and a node may
 // spend it any time before grant + interval — as with any client that acquires and works later.
 //
 // Design choices (each one a decision, written down so it can be revisited):
