@@ -68,40 +68,26 @@ double fig(const std::string& key) {
   return it == gFig.end() ? std::nan("") : it->second;
 }
 
-void BM_SegmentLocalHit(benchmark::State& state) {
+// tryAcquire() from a segment that never runs dry, for every iteration of every thread.
+template <class Limiter>
+void hitLoop(benchmark::State& state, Limiter& limiter) {
   bool all = true;
   for (auto _ : state) {
-    const bool ok = gSegment->tryAcquire();
+    const bool ok = limiter.tryAcquire();
     all = all && ok;
     benchmark::DoNotOptimize(ok);
   }
   if (!all) state.SkipWithError("a call was denied");
   state.SetItemsProcessed(state.iterations());
 }
+
+void BM_SegmentLocalHit(benchmark::State& state) { hitLoop(state, *gSegment); }
 BENCHMARK(BM_SegmentLocalHit)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
-void BM_SegmentLocalHitCoarse(benchmark::State& state) {
-  bool all = true;
-  for (auto _ : state) {
-    const bool ok = gCoarse->tryAcquire();
-    all = all && ok;
-    benchmark::DoNotOptimize(ok);
-  }
-  if (!all) state.SkipWithError("a call was denied");
-  state.SetItemsProcessed(state.iterations());
-}
+void BM_SegmentLocalHitCoarse(benchmark::State& state) { hitLoop(state, *gCoarse); }
 BENCHMARK(BM_SegmentLocalHitCoarse)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
-void BM_SegmentHitFrozenClock(benchmark::State& state) {
-  bool all = true;
-  for (auto _ : state) {
-    const bool ok = gFrozen->tryAcquire();
-    all = all && ok;
-    benchmark::DoNotOptimize(ok);
-  }
-  if (!all) state.SkipWithError("a call was denied");
-  state.SetItemsProcessed(state.iterations());
-}
+void BM_SegmentHitFrozenClock(benchmark::State& state) { hitLoop(state, *gFrozen); }
 BENCHMARK(BM_SegmentHitFrozenClock)->Threads(1)->UseRealTime();
 
 void BM_SteadyClockNow(benchmark::State& state) {
