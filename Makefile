@@ -3,7 +3,7 @@ JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 CTEST_ARGS ?=
 
-.PHONY: deps build demo test test-asan test-tsan bench install-check clean
+.PHONY: deps build demo test test-asan test-tsan test-clang bench clean
 
 deps:
 	@scripts/install-deps.sh
@@ -27,6 +27,12 @@ test-tsan: deps
 	cmake --preset tsan >/dev/null
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan $(CTEST_ARGS)
+
+test-clang:
+	@scripts/install-deps.sh clang
+	cmake --preset clang-cxx20 >/dev/null
+	cmake --build --preset clang-cxx20 -j $(JOBS)
+	ctest --preset clang-cxx20 $(CTEST_ARGS)
 
 bench: deps
 	cmake --preset release >/dev/null

@@ -33,6 +33,7 @@ bool FailureGate::shouldTry() {
 void FailureGate::succeeded() {
   if (!degraded_.load(std::memory_order_relaxed)) return;
   if (!degraded_.exchange(false, std::memory_order_relaxed)) return;
+  recoveredAt_.store(nowMicros(), std::memory_order_relaxed);
   if (options_.onHealthChange) {
     HealthEvent event;
     event.kind = HealthEvent::Kind::Recovered;
@@ -42,7 +43,8 @@ void FailureGate::succeeded() {
   }
 }
 
-void FailureGate::failed(const IoError& error) {
+void FailureGate::failed(const IoError& error, std::int64_t startedAt) {
+  if (startedAt < recoveredAt_.load(std::memory_order_relaxed)) return;  // stale news
   const std::int64_t now = nowMicros();
   {
     std::lock_guard<std::mutex> lock(mutex_);

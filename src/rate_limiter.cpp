@@ -189,6 +189,7 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atM
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
     gate_.throwUnavailable();
   }
+  const std::int64_t started = gate_.callStart();
   try {
     AcquireResult r = attempt(permits, atMost, id);
     gate_.succeeded();
@@ -199,7 +200,7 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atM
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
     throw;
   } catch (const IoError& e) {
-    gate_.failed(e);
+    gate_.failed(e, started);
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
     throw;
   } catch (const Error&) {

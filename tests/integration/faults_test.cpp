@@ -25,7 +25,7 @@ constexpr milliseconds kPoolWait{100};
 constexpr milliseconds kProbe{100};
 // A call may take pool wait + connect + command timeout; the slack is for a loaded 2-core machine.
 constexpr milliseconds kCallBound = kPoolWait + kConnectTimeout + kCommandTimeout;
-constexpr milliseconds kSlack{250};
+constexpr milliseconds kSlack{500};
 
 ClientOptions faultClientOptions(const std::string& uri, std::size_t poolSize) {
   ClientOptions o;

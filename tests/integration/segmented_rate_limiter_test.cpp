@@ -1,5 +1,6 @@
 // SegmentedRateLimiter against a real redis-server: several processes sharing one limiter,
 // give-back by an idle node, partial segments, close and reconfigure.
+#include "redlimit_test/hex.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
 
 #include <spawn.h>
@@ -30,15 +31,7 @@ using std::chrono::milliseconds;
 
 using Segmented = SegmentedRateLimiter<RateLimiter>;
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
+using redlimit::test::hex;
 
 /// Permits packed in a member (Redisson layout: length byte, id, uint32 little-endian).
 std::int64_t memberPermits(const std::string& member) {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit_test/hex.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
@@ -30,15 +31,7 @@ namespace {
 
 using namespace redlimit;
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
+using redlimit::test::hex;
 
 // Forwards to a RateLimiter and records every grant and give-back it answers.
 class RecordingSource {

@@ -42,8 +42,8 @@ TEST(FailureGate, HealthyGateAlwaysTries) {
 TEST(FailureGate, OneProbePerIntervalWhileDegradedAndEventsFireOnce) {
   Recorder r;
   FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
-  gate.failed(IoError("refused"));
-  gate.failed(IoError("refused again"));
+  gate.failed(IoError("refused"), manualNow());
+  gate.failed(IoError("refused again"), manualNow());
   ASSERT_EQ(r.events.size(), 1u);
   EXPECT_EQ(r.events[0].kind, HealthEvent::Kind::Degraded);
   EXPECT_EQ(r.events[0].error, "refused");
@@ -65,6 +65,27 @@ TEST(FailureGate, OneProbePerIntervalWhileDegradedAndEventsFireOnce) {
   EXPECT_EQ(gate.stats().outages, 1u);
 }
 
+TEST(FailureGate, AFailureOfACallSentBeforeTheRecoveryIsStale) {
+  Recorder r;
+  FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
+  const std::int64_t early = manualNow();
+  gate.failed(IoError("refused"), early);
+  clock_.advance(milliseconds(150));
+  const std::int64_t sentWhileLoading = manualNow();
+  clock_.advance(milliseconds(10));
+  ASSERT_TRUE(gate.shouldTry());
+  gate.succeeded();  // the probe got through
+  clock_.advance(milliseconds(5));
+  // The call sent before the recovery now reports LOADING: old news, no new outage.
+  gate.failed(UnavailableError("LOADING", "loading"), sentWhileLoading);
+  EXPECT_FALSE(gate.stats().degraded);
+  EXPECT_EQ(r.events.size(), 2u);
+  // A call sent after the recovery that fails is a new outage.
+  gate.failed(IoError("refused"), manualNow());
+  EXPECT_TRUE(gate.stats().degraded);
+  EXPECT_EQ(gate.stats().outages, 2u);
+}
+
 TEST(FailureGate, PoliciesDecideAndCount) {
   Recorder r;
   FailureGate allow("a", r.options(FailurePolicy::Allow), &manualNow);
@@ -76,7 +97,7 @@ TEST(FailureGate, PoliciesDecideAndCount) {
   EXPECT_EQ(allow.stats().allowed, 1u);
   EXPECT_EQ(deny.stats().denied, 1u);
   EXPECT_EQ(thrower.stats().thrown, 1u);
-  thrower.failed(IoError("connection refused"));
+  thrower.failed(IoError("connection refused"), manualNow());
   try {
     thrower.throwUnavailable();
     FAIL();

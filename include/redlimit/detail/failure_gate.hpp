@@ -31,9 +31,13 @@ class FailureGate {
   [[nodiscard]] bool shouldTry();
   /// The call reached Redis: leaves degraded mode (reporting Recovered once).
   void succeeded();
-  /// The call could not reach Redis: enters degraded mode (reporting Degraded once) and
-  /// schedules the next probe. Remembers the error text for fast failures.
-  void failed(const IoError& error);
+  /// When a call starts, for failed(): µs on the gate's clock.
+  [[nodiscard]] std::int64_t callStart() const { return nowMicros(); }
+  /// The call that started at `startedAt` could not reach Redis: enters degraded mode (reporting
+  /// Degraded once) and schedules the next probe. A call that started before the last recovery
+  /// reports stale news (it was sent while the server was still coming back, e.g. answered
+  /// LOADING after another call already succeeded) and does not degrade the gate again.
+  void failed(const IoError& error, std::int64_t startedAt);
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
@@ -55,6 +59,7 @@ class FailureGate {
   std::atomic<bool> degraded_{false};
   std::atomic<std::int64_t> degradedSince_{0};   // µs, steady clock
   std::atomic<std::int64_t> nextProbe_{0};       // µs, steady clock
+  std::atomic<std::int64_t> recoveredAt_{0};     // µs, steady clock; last Recovered
   std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0};
   mutable std::mutex mutex_;                     // guards lastError_ and the local bucket
   std::string lastError_;
