@@ -280,15 +280,21 @@ void record(benchmark::State& state, const std::string& title, std::vector<std::
   gRows.push_back(std::move(row));
 }
 
+// A client for kThreads hammering threads: one connection each, generous timeouts (the run
+// measures accuracy, not latency).
+std::shared_ptr<redlimit::Client> hammerClient() {
+  redlimit::ClientOptions options;
+  options.connection.host = gServer->host();
+  options.connection.port = gServer->port();
+  options.connection.commandTimeout = std::chrono::seconds(10);
+  options.pool.size = kThreads;
+  options.pool.waitTimeout = std::chrono::seconds(10);
+  return redlimit::Client::create(options);
+}
+
 void BM_Accuracy_RateLimiter(benchmark::State& state) {
   try {
-    redlimit::ClientOptions options;
-    options.connection.host = gServer->host();
-    options.connection.port = gServer->port();
-    options.connection.commandTimeout = std::chrono::seconds(10);
-    options.pool.size = kThreads;
-    options.pool.waitTimeout = std::chrono::seconds(10);
-    auto client = redlimit::Client::create(options);
+    auto client = hammerClient();
     redlimit::RateLimiter limiter(client, "bench:accuracy:rate_limiter");
     limiter.setRate(redlimit::RateType::Overall, kRate, kInterval);
     std::vector<std::int64_t> grants;
@@ -311,13 +317,7 @@ void BM_Accuracy_RateLimiter(benchmark::State& state) {
 // SegmentedRateLimiter over the same kind of limiter: 8 threads on one instance (one node).
 void BM_Accuracy_Segmented(benchmark::State& state) {
   try {
-    redlimit::ClientOptions options;
-    options.connection.host = gServer->host();
-    options.connection.port = gServer->port();
-    options.connection.commandTimeout = std::chrono::seconds(10);
-    options.pool.size = kThreads;
-    options.pool.waitTimeout = std::chrono::seconds(10);
-    auto client = redlimit::Client::create(options);
+    auto client = hammerClient();
     auto source = std::make_shared<RecordingSource>(client, "bench:accuracy:segmented");
     source->limiter().setRate(redlimit::RateType::Overall, kRate, kInterval);
 

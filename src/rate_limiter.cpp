@@ -81,6 +81,11 @@ auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
   }
 }
 
+void RateLimiter::remember(std::int64_t rate, milliseconds interval) noexcept {
+  knownRate_.store(rate, std::memory_order_relaxed);
+  knownIntervalMs_.store(interval.count(), std::memory_order_relaxed);
+}
+
 std::string RateLimiter::nowArg() const {
   if (options_.timeSource == TimeSource::Server) return {};
   auto now = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
@@ -110,10 +115,7 @@ void RateLimiter::writeRate(RateType type, std::int64_t rate, milliseconds inter
                     now = nowArg();
   const Reply r = evalOnce(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now});
   const bool done = r.asInteger() == 1;
-  if (done) {
-    knownRate_.store(rate, std::memory_order_relaxed);
-    knownIntervalMs_.store(interval.count(), std::memory_order_relaxed);
-  }
+  if (done) remember(rate, interval);
   if (written != nullptr) *written = done;
 }
 
@@ -154,8 +156,7 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
     out.rate = r.elements[3].asInteger();
     out.grantTime = milliseconds{r.elements[4].asInteger()};
     out.interval = milliseconds{r.elements[5].asInteger()};
-    knownRate_.store(out.rate, std::memory_order_relaxed);
-    knownIntervalMs_.store(out.interval.count(), std::memory_order_relaxed);
+    remember(out.rate, out.interval);
     if (out.granted > 0) {
       // The member as the script packed it: length byte, id, permits as little-endian uint32.
       out.member.reserve(1 + id.size() + 4);
@@ -285,25 +286,23 @@ RateLimiterConfig RateLimiter::getConfig() {
   if (!haveRate || !haveInterval || !haveType) {
     throw InvalidConfigError("ERR", "redlimit: configuration of " + name_ + " lacks rate, interval or type");
   }
-  knownRate_.store(cfg.rate, std::memory_order_relaxed);
-  knownIntervalMs_.store(cfg.rateInterval.count(), std::memory_order_relaxed);
+  remember(cfg.rate, cfg.rateInterval);
   return cfg;
 }
 
-void RateLimiter::release(std::int64_t permits) {
+std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& member) {
   if (permits < 0) throw InvalidArgument("redlimit: permits to release must be >= 0, got " + std::to_string(permits));
-  if (permits == 0) return;
-  const std::string n = std::to_string(permits > kMaxRate ? kMaxRate : permits), now = nowArg();
-  (void)evalOnce(kRelease, {n, "", now});
-}
-
-std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
-  if (permits < 0) throw InvalidArgument("redlimit: permits to release must be >= 0");
-  if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
   if (permits == 0) return 0;
   const std::string n = std::to_string(permits > kMaxRate ? kMaxRate : permits), now = nowArg();
   const Reply r = evalOnce(kRelease, {n, member, now});
   return r.elements.empty() ? 0 : r.elements[0].asInteger();
+}
+
+void RateLimiter::release(std::int64_t permits) { (void)runRelease(permits, ""); }
+
+std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
+  if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
+  return runRelease(permits, member);
 }
 
 bool RateLimiter::expire(milliseconds ttl) {

@@ -156,6 +156,10 @@ class RateLimiter {
 
  private:
   void checkPermits(std::int64_t permits) const;
+  // The configuration last seen in a reply, for the client-side permits check and the Local policy.
+  void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
+  // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
+  std::int64_t runRelease(std::int64_t permits, const std::string& member);
   void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
                  std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
   AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
