@@ -62,6 +62,7 @@ void throwReplyError(std::string_view message, bool fromScript) {
     };
     if (code == "REDLIMIT_NOT_INITIALIZED") throw NotInitializedError(codeText, ownText());
     if (code == "REDLIMIT_INVALID_CONFIG") throw InvalidConfigError(codeText, ownText());
+    if (code == "REDLIMIT_INVALID_STATE") throw InvalidStateError(codeText, ownText());
     if (code == "REDLIMIT_INVALID_ARGUMENT") throw InvalidArgument(ownText());
     // OOM, BUSY, READONLY, ... are the server refusing to run the script at all: keep them as
     // plain ReplyError so callers can tell "Redis said no" from "the script failed".

@@ -17,7 +17,7 @@ namespace redlimit::detail {
 
 /// Throws the exception for an error reply `message` ("CODE text"). `fromScript` is true when the
 /// reply answered EVAL/EVALSHA: then redlimit's own codes (REDLIMIT_NOT_INITIALIZED,
-/// REDLIMIT_INVALID_CONFIG, REDLIMIT_INVALID_ARGUMENT) and other script failures are typed.
+/// REDLIMIT_INVALID_CONFIG, REDLIMIT_INVALID_STATE, REDLIMIT_INVALID_ARGUMENT) and other script failures are typed.
 ///   LOADING, BUSY, MASTERDOWN, READONLY, CLUSTERDOWN, TRYAGAIN -> UnavailableError (an IoError);
 ///   WRONGPASS, NOAUTH, NOPERM -> AuthError; everything else ReplyError (or ScriptError).
 [[noreturn]] void throwReplyError(std::string_view message, bool fromScript);

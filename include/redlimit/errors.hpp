@@ -16,7 +16,8 @@
 //       ├── AuthError            WRONGPASS / NOAUTH / NOPERM
 //       └── ScriptError          a script failed
 //           ├── NotInitializedError  the limiter has no configuration (call trySetRate first)
-//           └── InvalidConfigError   the configuration hash holds values redlimit cannot use
+//           ├── InvalidConfigError   the configuration hash holds values redlimit cannot use
+//           └── InvalidStateError    a state key (value, permits) holds data redlimit cannot use
 #pragma once
 
 #include <stdexcept>
@@ -106,6 +107,15 @@ class NotInitializedError : public ScriptError {
 /// The limiter's configuration hash holds values that are missing, not numbers or out of range
 /// (for example written by another program).
 class InvalidConfigError : public ScriptError {
+ public:
+  using ScriptError::ScriptError;
+};
+
+/// A state key of the limiter (`{name}:value`, `{name}:permits` or their per-client forms) holds
+/// data redlimit cannot use: a value that is not a canonical decimal integer, a key of the wrong
+/// type, or a sorted-set member that is not a packed permit entry (for example written by another
+/// program). The script checked this before writing anything: the keys are unchanged.
+class InvalidStateError : public ScriptError {
  public:
   using ScriptError::ScriptError;
 };
