@@ -1,60 +1,99 @@
 -- acquire.lua: take permits, or say how long to wait.
+-- KEYS[6] the record of a partial grant made under this call's id ({N}:grant:<hex id>).
 -- ARGV[1] permits wanted (max), ARGV[2] least permits to accept (min; = max for an ordinary
--- acquire, < max for a segment that may be partial), ARGV[3] 16 random id bytes for the member,
--- ARGV[4] now in epoch ms ('' = server clock), ARGV[5] '1' if this is a resend of an earlier
--- attempt with the same id (after a lost connection).
--- Reply: {granted, waitMs, value, rate, now, interval}. granted > 0: the member holds `granted`
--- permits stamped `now`; they expire `interval` ms later. granted = 0: denied, retry after waitMs
+-- acquire, < max for a segment that may be partial), ARGV[3] the random id bytes of the member,
+-- ARGV[4] now in epoch µs ('' = server clock), ARGV[5] '1' if this is a resend of an earlier
+-- attempt with the same id (after a lost connection), ARGV[6] how long a partial grant's record
+-- is kept, ms (at least as long as the client may resend).
+-- Reply: {granted, waitMs, value, rate, nowUs, interval}. granted > 0: the member holds `granted`
+-- permits stamped nowUs; they expire `interval` ms later. granted = 0: denied, retry after waitMs
 -- (when enough permits will have expired).
 local cfg = readConfig()
 local want, least = parseCount(ARGV[1]), parseCount(ARGV[2])
-if not want or want < 1 or not least or least < 1 or least > want then
-  fail('REDLIMIT_INVALID_ARGUMENT', 'permits must be an integer >= 1')
+if not want or want < 1 or want > MAX_RATE or not least or least < 1 or least > want then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'permits must be integers with 1 <= least <= most <= ' .. MAX_RATE)
 end
 if least > cfg.rate then
-  fail('REDLIMIT_INVALID_ARGUMENT', 'Requested permits amount cannot exceed defined rate (' .. cfg.rate .. ')')
+  fail('REDLIMIT_INVALID_ARGUMENT', 'Requested permits amount (' .. least .. ') cannot exceed defined rate (' ..
+    cfg.rate .. ') of limiter ' .. KEYS[1])
 end
 if want > cfg.rate then want = cfg.rate end
 local id = ARGV[3]
-local now = currentTime(ARGV[4])
+if #id < 1 or #id > 255 then fail('REDLIMIT_INVALID_ARGUMENT', 'the member id must be 1..255 bytes') end
+local recordTtl = parseCount(ARGV[6])
+if not recordTtl or recordTtl < 1 then fail('REDLIMIT_INVALID_ARGUMENT', 'the record TTL must be >= 1 ms') end
+local nowUs = currentMicros(ARGV[4])
+local zkey = cfg.permitsKey
 
 -- A resend after a lost reply: if the first attempt was granted, its member is there; grant it
--- again without taking anything. (Only resends pay for this look-up.)
+-- again without taking anything. A whole grant is found by its member; a partial one (fewer
+-- than `want`) left a record of its size. Two O(1) look-ups, whatever the range.
 if ARGV[5] == '1' then
-  for n = want, least, -1 do
-    if redis.call('ZSCORE', cfg.permitsKey, packMember(id, n)) then
-      return {n, 0, redis.call('GET', cfg.valueKey), cfg.rate, now, cfg.interval}
+  local n = nil
+  local score = readKey('REDLIMIT_INVALID_STATE', zkey, 'a sorted set', 'ZSCORE', packMember(id, want))
+  if score then
+    n = want
+  elseif want > least then
+    local record = readKey('REDLIMIT_INVALID_STATE', KEYS[6], 'a string', 'GET')
+    if record then
+      n = parseCount(record)
+      if not n or n < least or n > want then
+        fail('REDLIMIT_INVALID_STATE', 'key ' .. KEYS[6] .. ' holds "' .. string.sub(record, 1, 40) .. '", not a grant size')
+      end
+      score = redis.call('ZSCORE', zkey, packMember(id, n))
     end
   end
+  if n then
+    local stamp = nowUs
+    if score then stamp = scoreMicros(score) end
+    local value = readKey('REDLIMIT_INVALID_STATE', cfg.valueKey, 'a string', 'GET')
+    return {n, 0, parseInteger(value) or 0, cfg.rate, stamp, cfg.interval}
+  end
 end
 
-local value = refill(cfg, now)
-if value < least then
-  -- Walk the oldest live members until enough permits would be free; wait until that one expires.
+local value = loadState(cfg, nowUs)
+if value >= least then
+  local granted = want
+  if granted > value then granted = value end
+  writeState(cfg, value - granted)
+  if cfg.left == 0 then cfg.newLog = true end  -- the ZADD creates the log: it needs the hash's TTL
+  redis.call('ZADD', zkey, scoreOf(nowUs), packMember(id, granted))
+  if granted < want then
+    redis.call('SET', KEYS[6], granted, 'PX', recordTtl)
+  end
+  applyTtl(cfg)
+  return {granted, 0, value - granted, cfg.rate, nowUs, cfg.interval}
+end
+
+-- Denied: wait until enough permits will have been returned. Read (and check) before writing.
+local wait
+if cfg.frozen then
+  -- nothing is granted until the newest member has expired
+  local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+  wait = scoreMicros(newest[2]) + cfg.interval * 1000 - nowUs
+elseif cfg.reclaim == BATCH then
+  wait = 1000  -- more expired members wait to be reclaimed: the next call takes the next batch
+else
+  -- Walk the oldest live members until enough permits would be free; wait until that one
+  -- expires. Each member holds at least one permit, so the oldest `missing` members are enough;
+  -- fetching at most 64 keeps a denial cheap (each score is formatted as text for Lua). When more
+  -- are missing than that (a rate lowered below the permits in use), this is the earliest time
+  -- worth asking again.
   local missing = least - value
-  local edge = now - cfg.interval
-  -- Each member holds at least one permit, so the oldest `missing` members are enough (a 0-permit
-  -- member written by Redisson only makes the wait shorter). Fetching 64 every time made a denial
-  -- cost the server about three times a grant: each score is formatted as text for Lua.
   local fetch = missing
   if fetch > 64 then fetch = 64 end
-  local oldest = redis.call('ZRANGEBYSCORE', cfg.permitsKey, '(' .. edge, '+inf', 'WITHSCORES', 'LIMIT', 0, fetch)
-  local freed, score = 0, now
+  local oldest = redis.call('ZRANGEBYSCORE', zkey, '(' .. cfg.edge, '+inf', 'WITHSCORES', 'LIMIT', 0, fetch)
+  local freed, stamp = 0, nowUs
   for i = 1, #oldest, 2 do
-    local _, permits = unpackMember(oldest[i])
-    freed = freed + permits
-    score = tonumber(oldest[i + 1])
+    freed = freed + permitsOf(zkey, oldest[i])
+    stamp = scoreMicros(oldest[i + 1])
     if freed >= missing then break end
   end
-  local wait = score + cfg.interval - now
-  if wait < 1 then wait = 1 end
-  applyTtl(cfg)
-  return {0, wait, value, cfg.rate, now, cfg.interval}
+  wait = stamp + cfg.interval * 1000 - nowUs
 end
-
-local granted = want
-if granted > value then granted = value end
-redis.call('ZADD', cfg.permitsKey, now, packMember(id, granted))
-value = redis.call('DECRBY', cfg.valueKey, granted)
+wait = math.ceil(wait / 1000)
+if wait < 1 then wait = 1 end
+if wait > cfg.interval then wait = cfg.interval end
+writeState(cfg, value)
 applyTtl(cfg)
-return {granted, 0, value, cfg.rate, now, cfg.interval}
+return {0, wait, value, cfg.rate, nowUs, cfg.interval}

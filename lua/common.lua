@@ -2,17 +2,31 @@
 -- text in front of each script, so what Redis runs is common.lua followed by the script.
 --
 -- Every script gets the same five keys, in Redisson's order (all in one hash slot when the name
--- has no '{'; see docs in README "Compatibility with Redisson"):
+-- has no '{'; see README "Compatibility with Redisson"):
 --   KEYS[1] config hash      N
 --   KEYS[2] value            {N}:value
 --   KEYS[3] client value     {N}:value:<clientId>
 --   KEYS[4] permits          {N}:permits
 --   KEYS[5] client permits   {N}:permits:<clientId>
+-- acquire.lua gets a sixth: {N}:grant:<hex id>, the record of a partial grant (see there).
 -- Data layout (Redisson 3.38+): hash fields rate, interval (ms), type (0 OVERALL, 1 PER_CLIENT),
 -- keepAliveTime (ms, 0 or absent = none); value = permits left (decimal); permits = sorted set,
 -- score = grant time in epoch ms, member = 0x10 + 16 random bytes + permits as little-endian
--- uint32 (older Redisson: 0x08 + 8 bytes; the length byte says which).
--- Invariant: value + (permits of members with score > now - interval) == rate.
+-- uint32 (older Redisson: 0x08 + 8 bytes; the length byte says which). redlimit stamps with
+-- microsecond precision: the score is fractional epoch ms ("1700000000000.123"), which Redisson's
+-- numeric range queries read like any other score.
+--
+-- Invariant: value + (permits of every member still in the log) == rate. A member that has
+-- expired (score <= now - interval) but is not yet reclaimed still counts as in use, so the
+-- invariant implies value + live permits <= rate: at most `rate` permits are granted in any
+-- window. Every script keeps it, and repairs it when another writer broke it (see loadState).
+--
+-- Bounded work: no call reads, unpacks or removes more than BATCH members. Expired members are
+-- reclaimed BATCH at a time (until then they count as in use: the limiter can only under-admit);
+-- a log that has expired completely is dropped with one UNLINK (freed off the main thread).
+--
+-- Every script reads and checks everything it uses (key types, the value as a canonical integer,
+-- members as packed entries) before its first write, so a failing script has written nothing.
 
 -- Redis 5.0 and later replicate a script's effects, not the script, so a script may read TIME
 -- and then write (redlimit needs 5.0+; earlier versions would need redis.replicate_commands()).
@@ -22,38 +36,69 @@ local function fail(code, message)
   error({err = code .. ' ' .. message})
 end
 
--- A whole number in 0..10^14 written canonically ("10", not " 10", "010" or "1e1"), or nil.
--- tonumber() and tostring() rather than a pattern match: this runs several times per call and
--- patterns cost microseconds. Up to 10^14 tostring() prints every integer in full.
-local function parseCount(s)
+local MAX_RATE = 4294967295          -- permits are stored as uint32 in a member
+local MAX_INTERVAL = 1000000000000   -- ms (about 31 years); keeps every sum exact and printable
+local BATCH = 1000                   -- members read, unpacked or removed per call, at most
+-- The value stored while the permits in use are unknown (a rebuild or repair over more than
+-- BATCH members): far below any real value, so every client (Redisson too) denies until the
+-- whole log has expired and the value is reset to the rate. Any value below FROZEN_BELOW is frozen.
+local FROZEN = -10000000000000
+local FROZEN_BELOW = -1000000000000
+
+-- A decimal integer written exactly as INCRBY/DECRBY accept it ("10", "-3"; not " 10", "010",
+-- "1e1", "0x3", "2.5", "-0"), with |n| < 10^14, or nil. Up to 10^14 tostring() prints every
+-- integer in full, so the round trip is exact.
+local function parseInteger(s)
   local n = tonumber(s)
-  if n == nil or n < 0 or n > 1e14 or n ~= math.floor(n) or tostring(n) ~= s then return nil end
+  if n == nil or n ~= math.floor(n) or n >= 1e14 or n <= -1e14 or tostring(n) ~= s or s == '-0' then
+    return nil
+  end
   return n
 end
 
-local MAX_RATE = 4294967295          -- permits are stored as uint32 in a member
-local MAX_INTERVAL = 1000000000000   -- ms (about 31 years); keeps every sum exact and printable
+-- As parseInteger, and >= 0.
+local function parseCount(s)
+  local n = parseInteger(s)
+  if n == nil or n < 0 then return nil end
+  return n
+end
+
+-- Runs a read command on `key` with redis.pcall; a key of the wrong type fails with `code` and a
+-- message naming the key and what it should hold.
+local function readKey(code, key, what, command, ...)
+  local r = redis.pcall(command, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      fail(code, 'key ' .. key .. ' of limiter ' .. KEYS[1] .. ' is not ' .. what ..
+        ' (another program wrote it); delete it or use another limiter name')
+    end
+    error(r)
+  end
+  return r
+end
 
 -- Reads and checks the configuration hash. Fails with REDLIMIT_NOT_INITIALIZED if it does not
--- exist, REDLIMIT_INVALID_CONFIG if a field is missing or unusable.
+-- exist, REDLIMIT_INVALID_CONFIG if it is not a hash or a field is missing or unusable.
 local function readConfig()
-  local f = redis.call('HMGET', KEYS[1], 'rate', 'interval', 'type', 'keepAliveTime')
+  local f = readKey('REDLIMIT_INVALID_CONFIG', KEYS[1], 'a hash', 'HMGET', 'rate', 'interval', 'type', 'keepAliveTime')
   if not f[1] and not f[2] and not f[3] then
-    fail('REDLIMIT_NOT_INITIALIZED', 'RateLimiter is not initialized')
+    fail('REDLIMIT_NOT_INITIALIZED', 'RateLimiter ' .. KEYS[1] .. ' is not initialized: call trySetRate() or setRate() first')
   end
   local rate, interval, keepAlive = parseCount(f[1]), parseCount(f[2]), 0
   if f[4] then keepAlive = parseCount(f[4]) end
+  local bad = nil
   if not rate or rate < 1 or rate > MAX_RATE then
-    fail('REDLIMIT_INVALID_CONFIG', 'field rate of ' .. KEYS[1] .. ' is not an integer in 1..' .. MAX_RATE)
+    bad = 'field rate is not an integer in 1..' .. MAX_RATE
+  elseif not interval or interval < 1 or interval > MAX_INTERVAL then
+    bad = 'field interval is not an integer number of ms in 1..' .. MAX_INTERVAL
+  elseif f[3] ~= '0' and f[3] ~= '1' then
+    bad = 'field type is not 0 (OVERALL) or 1 (PER_CLIENT)'
+  elseif not keepAlive or keepAlive > MAX_INTERVAL then
+    bad = 'field keepAliveTime is not an integer number of ms'
   end
-  if not interval or interval < 1 or interval > MAX_INTERVAL then
-    fail('REDLIMIT_INVALID_CONFIG', 'field interval of ' .. KEYS[1] .. ' is not an integer number of ms in 1..' .. MAX_INTERVAL)
-  end
-  if f[3] ~= '0' and f[3] ~= '1' then
-    fail('REDLIMIT_INVALID_CONFIG', 'field type of ' .. KEYS[1] .. ' is not 0 (OVERALL) or 1 (PER_CLIENT)')
-  end
-  if not keepAlive or keepAlive > MAX_INTERVAL then
-    fail('REDLIMIT_INVALID_CONFIG', 'field keepAliveTime of ' .. KEYS[1] .. ' is not an integer number of ms')
+  if bad then
+    fail('REDLIMIT_INVALID_CONFIG', 'configuration of limiter ' .. KEYS[1] .. ': ' .. bad ..
+      '; fix it with setRate()')
   end
   local cfg = {rate = rate, interval = interval, type = f[3], keepAlive = keepAlive,
                valueKey = KEYS[2], permitsKey = KEYS[4]}
@@ -63,93 +108,141 @@ local function readConfig()
   return cfg
 end
 
--- Now in epoch ms: the server's clock, or the client's when the caller passed one.
-local function currentTime(arg)
+-- Now in epoch microseconds: the server's clock, or the client's when the caller passed one.
+local function currentMicros(arg)
   if arg == nil or arg == '' then
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local now = parseCount(arg)
-  if not now then fail('REDLIMIT_INVALID_ARGUMENT', 'time must be epoch ms') end
-  return now
+  local n = tonumber(arg)
+  if n == nil or n ~= math.floor(n) or n < 0 or n > 9e15 then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'time must be epoch microseconds')
+  end
+  return n
+end
+
+-- The score for a time in epoch µs: epoch ms with three decimals ("1700000000000.123"). Redis
+-- parses it to the nearest double, within 0.25 µs, and every client compares the same doubles.
+local function scoreOf(us)
+  local ms = math.floor(us / 1000)
+  return string.format('%d.%03d', ms, us - ms * 1000)
+end
+
+-- A score read from Redis, in epoch µs.
+local function scoreMicros(score)
+  return math.floor(tonumber(score) * 1000 + 0.5)
 end
 
 local function packMember(id, permits)
   return struct.pack('<Bc0I4', #id, id, permits)
 end
 
--- Returns id, permits of a member; the id length comes from the first byte (16, or 8 from old
--- Redisson versions).
-local function unpackMember(member)
-  return struct.unpack('<Bc0I4', member)
+-- The permits of a member of `key`, after checking that it is a packed entry: a length byte n,
+-- n id bytes, four bytes of little-endian permits (n = 16, or 8 from old Redisson versions).
+local function permitsOf(key, member)
+  local n = #member
+  if n < 5 or member:byte(1) ~= n - 5 then
+    fail('REDLIMIT_INVALID_STATE', 'sorted set ' .. key .. ' of limiter ' .. KEYS[1] ..
+      ' holds a member that is not a permit entry (length byte, id, 4-byte permits); delete the key')
+  end
+  local a, b, c, d = member:byte(n - 3, n)
+  return a + b * 256 + c * 65536 + d * 16777216
 end
 
-local function sumPermits(members)
+-- Sum of the permits of `members` (a reply of ZRANGE without scores).
+local function sumPermits(key, members)
   local sum = 0
-  for i = 1, #members do
-    local _, permits = unpackMember(members[i])
-    sum = sum + permits
-  end
+  for i = 1, #members do sum = sum + permitsOf(key, members[i]) end
   return sum
 end
 
--- Permits held by members with score > edge. Unpacks every live member: O(live).
-local function livePermits(permitsKey, edge)
-  return sumPermits(redis.call('ZRANGEBYSCORE', permitsKey, '(' .. edge, '+inf'))
-end
-
--- Returns expired permits (score <= now - interval) to the value, keeping the invariant, and
--- returns the value. Cost: two O(log n) reads when nothing expired (the common case); a log that
--- has expired completely is dropped without unpacking its members (UNLINK frees it off the main
--- thread); otherwise the smaller side (expired or live) is unpacked. Creates the value key if it
--- is missing. Sets cfg.rewrote when it (re)wrote the value key, which drops its TTL.
--- The value may be negative after the rate was lowered below the permits still live (see
--- set_rate.lua); it then climbs back as those permits expire.
-local function refill(cfg, now)
-  local edge = now - cfg.interval
-  local raw = redis.call('GET', cfg.valueKey)
-  local value = raw and tonumber(raw) or nil  -- GET answers false for a missing key
-  local consistent = value ~= nil and value <= cfg.rate
-  if consistent then
-    -- Fast path: the oldest member is still live, so nothing expired.
-    local oldest = redis.call('ZRANGE', cfg.permitsKey, 0, 0, 'WITHSCORES')
-    if #oldest > 0 and tonumber(oldest[2]) > edge then return value end
-    if #oldest == 0 and value == cfg.rate then
-      cfg.newLog = true  -- a grant will create the log: it needs the hash's TTL
-      return value
+-- Reads the state of the limiter at `nowUs` and decides its value. Writes nothing: writeState()
+-- stores the outcome. Sets on cfg: edge (the expiry score), raw (the stored value, nil if the key
+-- is missing), reclaim (expired members to remove, the lowest ranks), drop (the whole log has
+-- expired), frozen, left (members after the reclaim). Returns the value.
+--   shift: added to the stored value first (a keepState rate change: new rate - old rate);
+--          false means the stored value cannot be trusted and is rebuilt from the log.
+-- How the value is decided:
+--   - the whole log has expired, or nothing is left after the reclaim: value = rate;
+--   - otherwise the stored value plus the permits of the expired members reclaimed now;
+--   - unless that breaks the invariant as far as two cheap checks can tell (value > rate, or
+--     value + number of live members > rate: each member holds at least one permit), or the value
+--     key is missing: then value = rate - permits of the members left, counted exactly when at most
+--     BATCH are left, else FROZEN (nobody is granted anything until the log has expired).
+-- Another writer can break the invariant: Redisson's release() raises the value without touching
+-- the log; its keepState lowering stores max(0, ...); a value key deleted by hand. The checks
+-- catch every such excess carried by single-permit grants, and by a grant of several permits
+-- once the others around it expire.
+local function loadState(cfg, nowUs, shift)
+  local vkey, zkey = cfg.valueKey, cfg.permitsKey
+  local raw = readKey('REDLIMIT_INVALID_STATE', vkey, 'a string', 'GET')
+  local value = nil
+  if raw then
+    value = parseInteger(raw)
+    if value == nil then
+      fail('REDLIMIT_INVALID_STATE', 'key ' .. vkey .. ' of limiter ' .. KEYS[1] .. ' holds "' ..
+        string.sub(raw, 1, 40) .. '", not a decimal integer; delete it or call setRate()')
     end
   end
-  cfg.rewrote = true
-  local newest = redis.call('ZREVRANGE', cfg.permitsKey, 0, 0, 'WITHSCORES')
-  if #newest == 0 or tonumber(newest[2]) <= edge then
-    if #newest > 0 then redis.call('UNLINK', cfg.permitsKey) end
-    redis.call('SET', cfg.valueKey, cfg.rate)
+  cfg.raw = value
+  cfg.nowUs = nowUs
+  cfg.edge = scoreOf(nowUs - cfg.interval * 1000)
+  local expired = readKey('REDLIMIT_INVALID_STATE', zkey, 'a sorted set', 'ZRANGEBYSCORE', '-inf', cfg.edge, 'LIMIT', 0, BATCH)
+  local j = #expired
+  local reclaimed = sumPermits(zkey, expired)
+  local card = redis.call('ZCARD', zkey)
+  cfg.reclaim, cfg.drop, cfg.frozen = j, false, false
+  local liveCount = card - j
+  if j == BATCH and card > j then
+    local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+    if tonumber(newest[2]) <= tonumber(cfg.edge) then
+      cfg.drop, cfg.reclaim, card, liveCount = true, 0, 0, 0
+    else
+      liveCount = redis.call('ZCOUNT', zkey, '(' .. cfg.edge, '+inf')
+    end
+  end
+  cfg.left = card - cfg.reclaim
+  if cfg.drop or cfg.left == 0 then
+    cfg.left = 0
     return cfg.rate
   end
-  local expired = redis.call('ZCOUNT', cfg.permitsKey, '-inf', edge)
-  local live = redis.call('ZCARD', cfg.permitsKey) - expired
-  local fresh
-  if consistent and expired <= live then
-    fresh = value + sumPermits(redis.call('ZRANGEBYSCORE', cfg.permitsKey, '-inf', edge))
-    redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge)
-    if fresh > cfg.rate then
-      -- another writer broke the invariant (Redisson's release() raises value without touching
-      -- the log): rebuild the value from the live permits, but never below the value that was
-      -- already free, since the log still holds the released permits (Redisson: 10 -> 1)
-      fresh = math.max(value, cfg.rate - livePermits(cfg.permitsKey, edge))
-    end
-  else
-    if expired > 0 then redis.call('ZREMRANGEBYSCORE', cfg.permitsKey, '-inf', edge) end
-    fresh = cfg.rate - livePermits(cfg.permitsKey, edge)
-    if consistent and value > fresh then fresh = value end  -- as above
+  if value ~= nil and value < FROZEN_BELOW then
+    cfg.frozen = true
+    return FROZEN
   end
-  redis.call('SET', cfg.valueKey, fresh)
-  return fresh
+  if value ~= nil and shift ~= false then
+    value = value + (shift or 0) + reclaimed
+    if value <= cfg.rate and value + liveCount <= cfg.rate then return value end
+  end
+  -- Rebuild: count the permits of the members left (expired ones not reclaimed yet included).
+  if cfg.left > BATCH then
+    cfg.frozen = true
+    return FROZEN
+  end
+  return cfg.rate - sumPermits(zkey, redis.call('ZRANGE', zkey, cfg.reclaim, -1))
+end
+
+-- Stores what loadState() decided, with `value` the value to leave (after this call's own grant
+-- or release). Reclaims expired members (lowest ranks first, or the whole log); writes the value
+-- with INCRBY when the key exists (it keeps its TTL) and SET when it was missing.
+local function writeState(cfg, value)
+  if cfg.drop then
+    redis.call('UNLINK', cfg.permitsKey)
+  elseif cfg.reclaim > 0 then
+    redis.call('ZREMRANGEBYRANK', cfg.permitsKey, 0, cfg.reclaim - 1)
+  end
+  if cfg.frozen then value = FROZEN end
+  if cfg.raw == nil then
+    redis.call('SET', cfg.valueKey, value)
+    cfg.rewrote = true
+  elseif value ~= cfg.raw then
+    redis.call('INCRBY', cfg.valueKey, value - cfg.raw)
+  end
 end
 
 -- Applies the TTL rules to the state keys: keepAliveTime > 0 refreshes the idle TTL of all keys
 -- on every call; otherwise a state key that was just (re)created inherits the hash's TTL (set by
--- expire/expireAt), if it has one. Keys that existed keep theirs: ZADD, DECRBY and INCRBY do not
+-- expire/expireAt), if it has one. Keys that existed keep theirs: ZADD, INCRBY and ZREM do not
 -- touch a TTL, so the steady path needs no PTTL.
 local function applyTtl(cfg)
   if cfg.keepAlive > 0 then

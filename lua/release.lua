@@ -1,54 +1,70 @@
 -- release.lua: give permits back before they expire.
 -- ARGV[1] permits to give back (>= 0), ARGV[2] the exact member to take them from ('' = the
--- newest live members, as many as needed), ARGV[3] now in epoch ms ('' = server clock).
+-- newest live members, as many as needed), ARGV[3] now in epoch µs ('' = server clock).
 -- Unlike Redisson's release(), which raises the value and leaves the log alone (so the value can
 -- exceed the rate and later corrections collapse it), this shrinks or removes the members the
--- permits came from, so value + live permits == rate still holds. The value seen by callers is
--- the same as Redisson's: min(value + permits, rate) when the state was consistent.
--- Reply: {released, value}.
+-- permits came from and raises the value by as much, so the invariant (value + permits in the
+-- log == rate) still holds: the value never ends above rate - live permits, whatever another
+-- writer left before (loadState repairs that first). At most BATCH members are looked at per
+-- call; the reply says whether more could be released (the client calls again).
+-- Reply: {released, value, more}.
 local cfg = readConfig()
 local want = parseCount(ARGV[1])
-if not want then fail('REDLIMIT_INVALID_ARGUMENT', 'permits to release must be an integer >= 0') end
-local now = currentTime(ARGV[3])
-local value = refill(cfg, now)
-local edge = now - cfg.interval
-local released = 0
+if not want or want > MAX_RATE then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'permits to release must be an integer in 0..' .. MAX_RATE)
+end
+local member = ARGV[2]
+local value = loadState(cfg, currentMicros(ARGV[3]))
+local zkey = cfg.permitsKey
+local edge = tonumber(cfg.edge)
+local plan = {}       -- members to shrink: {member, score, permits, take}
+local released, more = 0, 0
 
--- Takes up to `left` permits from one member; returns how many it took.
-local function shrink(member, score, left)
-  local id, permits = unpackMember(member)
-  local take = permits
-  if take > left then take = left end
-  redis.call('ZREM', cfg.permitsKey, member)
-  if permits > take then
-    redis.call('ZADD', cfg.permitsKey, score, packMember(id, permits - take))
-    cfg.newLog = true  -- the ZREM may have emptied (deleted) the log: re-apply the TTL
-  end
-  return take
+-- Plans to take up to `left` permits from one member; returns how many.
+local function take(m, score, left)
+  local permits = permitsOf(zkey, m)
+  local n = permits
+  if n > left then n = left end
+  if n > 0 then plan[#plan + 1] = {m, score, permits, n} end
+  return n
 end
 
-if want > 0 then
-  if ARGV[2] ~= '' then
-    local score = redis.call('ZSCORE', cfg.permitsKey, ARGV[2])
+if want > 0 and not cfg.frozen and cfg.left > 0 then
+  if member ~= '' then
+    local score = redis.call('ZSCORE', zkey, member)
     if score and tonumber(score) > edge then
-      released = shrink(ARGV[2], score, want)
+      released = take(member, score, want)
     end
   else
-    while released < want do
+    local offset, seen = 0, 0
+    while released < want and seen < BATCH do
       -- each member holds at least one permit: fetch no more members than permits still wanted
       local fetch = want - released
       if fetch > 64 then fetch = 64 end
-      local newest = redis.call('ZREVRANGEBYSCORE', cfg.permitsKey, '+inf', '(' .. edge, 'WITHSCORES', 'LIMIT', 0, fetch)
+      if fetch > BATCH - seen then fetch = BATCH - seen end
+      local newest = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. cfg.edge, 'WITHSCORES', 'LIMIT', offset, fetch)
       if #newest == 0 then break end
       for i = 1, #newest, 2 do
-        released = released + shrink(newest[i], newest[i + 1], want - released)
+        seen = seen + 1
+        released = released + take(newest[i], newest[i + 1], want - released)
         if released >= want then break end
       end
+      offset = offset + #newest / 2
     end
+    if released < want and seen >= BATCH then more = 1 end
   end
 end
-if released > 0 then
-  value = redis.call('INCRBY', cfg.valueKey, released)
+
+-- Writes, after every read and check.
+writeState(cfg, value + released)
+for i = 1, #plan do
+  local m, score, permits, n = plan[i][1], plan[i][2], plan[i][3], plan[i][4]
+  redis.call('ZREM', zkey, m)
+  if permits > n then
+    redis.call('ZADD', zkey, score, packMember(string.sub(m, 2, #m - 4), permits - n))
+    cfg.newLog = true  -- the ZREM may have emptied (deleted) the log: re-apply the TTL
+  end
 end
 applyTtl(cfg)
-return {released, value}
+if cfg.frozen then value = FROZEN end
+return {released, value + released, more}

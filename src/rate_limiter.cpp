@@ -1,5 +1,7 @@
 #include "redlimit/rate_limiter.hpp"
 
+#include <algorithm>
+#include <string>
 #include <thread>
 
 #include "random.hpp"
@@ -44,6 +46,64 @@ void checkConfig(RateType type, std::int64_t rate, milliseconds interval, millis
   }
 }
 
+bool startsWith(const std::string& s, std::size_t from, const char* prefix) {
+  return s.compare(from, std::char_traits<char>::length(prefix), prefix) == 0;
+}
+
+// The suffixes of a limiter's state keys (Redisson's and redlimit's own partial-grant records).
+bool isStateSuffix(const std::string& name, std::size_t from) {
+  const std::size_t n = name.size() - from;
+  return (n == 5 && startsWith(name, from, "value")) || (n == 7 && startsWith(name, from, "permits")) ||
+         startsWith(name, from, "value:") || startsWith(name, from, "permits:") || startsWith(name, from, "grant:");
+}
+
+// Refuses names that are too long or that would address another limiter's keys (see
+// RateLimiter::checkName).
+void checkName(const std::string& name) {
+  if (name.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
+  if (name.size() > RateLimiter::kMaxNameLength) {
+    throw InvalidArgument("redlimit: limiter name is " + std::to_string(name.size()) + " bytes; at most " +
+                          std::to_string(RateLimiter::kMaxNameLength) + " are allowed");
+  }
+  const std::size_t brace = name.find('{');
+  if (brace == std::string::npos) return;  // its keys are {name}:..., which no other name produces
+  // "{x}" shares every state key with the plain name "x" ({x}:value, {x}:permits, ...).
+  if (name.size() >= 2 && name.front() == '{' && name.back() == '}' &&
+      name.find('{', 1) == std::string::npos) {
+    throw InvalidArgument("redlimit: limiter name \"" + name + "\" has the same state keys as the limiter \"" +
+                          name.substr(1, name.size() - 2) + "\"; add a suffix after the braces, e.g. \"" + name +
+                          ":limit\"");
+  }
+  // "x{y}:value", "{y}:permits:..." are the state keys of the limiter "x{y}" or "y".
+  for (std::size_t p = name.find(':', brace); p != std::string::npos; p = name.find(':', p + 1)) {
+    if (isStateSuffix(name, p + 1)) {
+      throw InvalidArgument("redlimit: limiter name \"" + name + "\" is a state key of the limiter \"" +
+                            name.substr(0, p) + "\" (it ends in :" + name.substr(p + 1) +
+                            "); choose a name that does not end in :value, :permits or :grant");
+    }
+  }
+}
+
+void checkClientId(const std::string& id) {
+  if (id.empty() || id.size() > RateLimiter::kMaxClientIdLength || id.find_first_of("{}") != std::string::npos) {
+    throw InvalidArgument("redlimit: ClientOptions::clientId must be 1.." +
+                          std::to_string(RateLimiter::kMaxClientIdLength) +
+                          " bytes without '{' or '}', got \"" + id.substr(0, 64) + "\"");
+  }
+}
+
+std::string hexOf(const std::string& bytes) {
+  static const char* const digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 15]);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string suffixName(const std::string& name, const std::string& suffix) {
@@ -54,8 +114,9 @@ std::string suffixName(const std::string& name, const std::string& suffix) {
 RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
     : client_(std::move(client)), name_(std::move(name)), options_(options), gate_(name_, options_.failure) {
   if (!client_) throw InvalidArgument("redlimit: RateLimiter needs a Client");
-  if (name_.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
+  checkName(name_);
   const std::string& id = client_->clientId();
+  checkClientId(id);
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id),
            suffixName(name_, "permits"), suffixName(name_, "permits:" + id)};
   keyViews_.assign(keys_.begin(), keys_.end());
@@ -88,7 +149,7 @@ void RateLimiter::remember(std::int64_t rate, milliseconds interval) noexcept {
 
 std::string RateLimiter::nowArg() const {
   if (options_.timeSource == TimeSource::Server) return {};
-  auto now = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  auto now = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
   return std::to_string(now.count());
 }
 
@@ -96,14 +157,12 @@ Reply RateLimiter::evalOnce(const Script& s, const std::vector<std::string_view>
   return client_->eval(s, keyViews_, args);
 }
 
+// Only what is invalid whatever the rate: the rate itself may have been raised by another
+// process since this handle last saw it, so `permits > rate` is the script's to decide.
 void RateLimiter::checkPermits(std::int64_t permits) const {
-  if (permits < 1) {
-    throw InvalidArgument("redlimit: permits must be >= 1, got " + std::to_string(permits));
-  }
-  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
-  if (permits > kMaxRate || (rate > 0 && permits > rate)) {
-    throw InvalidArgument("redlimit: requested permits (" + std::to_string(permits) +
-                          ") exceed the rate (" + std::to_string(rate > 0 ? rate : kMaxRate) + ")");
+  if (permits < 1 || permits > kMaxRate) {
+    throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(kMaxRate) + ", got " +
+                          std::to_string(permits));
   }
 }
 
@@ -143,18 +202,26 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 
 AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   const std::string most = std::to_string(atMost), least = std::to_string(atLeast);
+  // A partial grant leaves a record of its size under this key, so that a resend finds its member
+  // in O(1). Kept for twice the longest a resend can come after the first attempt.
+  const std::string record = suffixName(name_, "grant:" + hexOf(id));
+  const ClientOptions& o = client_->options();
+  const auto bound = o.pool.waitTimeout + o.connection.connectTimeout + o.connection.commandTimeout;
+  const std::string recordTtl = std::to_string(std::max<std::int64_t>(2 * bound.count(), 1000));
+  std::vector<std::string_view> keys = keyViews_;
+  keys.push_back(record);
   return onceMoreIfClosed([&](bool resend) {
     const std::string now = nowArg();
-    const Reply r = evalOnce(kAcquire, {most, least, id, now, resend ? "1" : "0"});
+    const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl});
     if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-      throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script");
+      throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script of limiter " + name_);
     }
     AcquireResult out;
     out.granted = r.elements[0].asInteger();
     out.wait = milliseconds{r.elements[1].asInteger()};
-    out.remaining = r.elements[2].isNil() ? 0 : r.elements[2].asInteger();
+    out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
     out.rate = r.elements[3].asInteger();
-    out.grantTime = milliseconds{r.elements[4].asInteger()};
+    out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
     out.interval = milliseconds{r.elements[5].asInteger()};
     remember(out.rate, out.interval);
     if (out.granted > 0) {
@@ -292,10 +359,21 @@ RateLimiterConfig RateLimiter::getConfig() {
 
 std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& member) {
   if (permits < 0) throw InvalidArgument("redlimit: permits to release must be >= 0, got " + std::to_string(permits));
-  if (permits == 0) return 0;
-  const std::string n = std::to_string(permits > kMaxRate ? kMaxRate : permits), now = nowArg();
-  const Reply r = evalOnce(kRelease, {n, member, now});
-  return r.elements.empty() ? 0 : r.elements[0].asInteger();
+  std::int64_t left = permits > kMaxRate ? kMaxRate : permits;
+  std::int64_t released = 0;
+  // Each script call looks at a bounded number of members and says whether it stopped early.
+  while (left > 0) {
+    const std::string n = std::to_string(left), now = nowArg();
+    const Reply r = evalOnce(kRelease, {n, member, now});
+    if (r.type != Reply::Type::Array || r.elements.size() != 3) {
+      throw ScriptError("ERR", "redlimit: unexpected reply from the release script of limiter " + name_);
+    }
+    const std::int64_t got = r.elements[0].asInteger();
+    released += got;
+    left -= got;
+    if (r.elements[2].asInteger() == 0 || got <= 0) break;
+  }
+  return released;
 }
 
 void RateLimiter::release(std::int64_t permits) { (void)runRelease(permits, ""); }

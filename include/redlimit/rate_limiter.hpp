@@ -53,7 +53,7 @@ struct AcquireResult {
   std::chrono::milliseconds wait{0};                  // when denied: retry after this long
   std::int64_t remaining = 0;                         // permits left in the limiter after the call
   std::int64_t rate = 0;                              // the rate in force
-  std::chrono::milliseconds grantTime{0};             // the stamp of the grant, epoch ms (the
+  std::chrono::microseconds grantTime{0};             // the stamp of the grant, epoch µs (the
                                                       // permits expire one interval later)
   std::chrono::milliseconds interval{0};              // the interval in force at this call, ms
   std::string member;                                 // when granted: the sorted-set member written
@@ -82,8 +82,15 @@ class RateLimiter {
  public:
   static constexpr std::int64_t kMaxRate = 4294967295;                       // uint32 in a member
   static constexpr std::chrono::milliseconds kMaxInterval{1000000000000};    // about 31 years
+  static constexpr std::size_t kMaxNameLength = 1024;                         // bytes
+  static constexpr std::size_t kMaxClientIdLength = 128;                      // bytes
 
-  /// A handle on the limiter called `name`. Sends nothing. Throws InvalidArgument for an empty name.
+  /// A handle on the limiter called `name`. Sends nothing. Throws InvalidArgument for a name that
+  /// is empty, longer than kMaxNameLength, or that would address another limiter's keys under
+  /// Redisson's key scheme: "{x}" (whose state keys are those of "x"), and any name with a '{'
+  /// that ends in ":value", ":permits", ":value:...", ":permits:..." or ":grant:..." (which are
+  /// the state keys of the name before that colon). Also for a ClientOptions::clientId that is
+  /// empty, longer than kMaxClientIdLength or contains '{' or '}'.
   RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options = {});
 
   /// Writes the configuration if none exists (HSETNX semantics); touches no other key. Returns

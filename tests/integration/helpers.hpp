@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <sstream>
@@ -11,14 +12,37 @@
 #include <vector>
 
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/hex.hpp"
+#include "redlimit/script.hpp"
+#include "redlimit_lua.hpp"
 
 namespace redlimit::test {
+
+/// BATCH in lua/common.lua: no script call reads, unpacks or removes more members than this.
+constexpr std::int64_t kScriptBatch = 1000;
 
 /// Limiter options with the given time source and the rest at their defaults.
 inline RateLimiterOptions timeSourceOptions(TimeSource source) {
   RateLimiterOptions o;
   o.timeSource = source;
   return o;
+}
+
+/// The six keys acquire.lua takes: the limiter's five, then the record of a partial grant made
+/// under `id` ({name}:grant:<hex id>).
+inline std::vector<std::string> acquireKeys(const RateLimiter& rl, const std::string& id) {
+  std::vector<std::string> keys = rl.keys();
+  keys.push_back(suffixName(rl.getName(), "grant:" + hex(id)));
+  return keys;
+}
+
+/// Runs acquire.lua directly: most, least, id, resend flag; server clock; record TTL 5 s.
+inline Reply runAcquireScript(Client& c, const RateLimiter& rl, const std::string& most, const std::string& least,
+                              const std::string& id, bool resend) {
+  static const Script script{detail::lua::acquire.name, detail::lua::acquire.sha1, detail::lua::acquire.source};
+  const std::vector<std::string> keys = acquireKeys(rl, id);
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  return c.eval(script, views, {most, least, id, "", resend ? "1" : "0", "5000"});
 }
 
 /// A sorted-set member as Redisson encodes it: length byte, id, permits as little-endian uint32.
@@ -60,7 +84,8 @@ inline std::string testId(std::size_t n, unsigned seed) {
 
 struct Entry {
   std::string member;
-  std::int64_t score = 0;
+  double score = 0;          // epoch ms, fractional: redlimit stamps with µs precision
+  std::int64_t scoreUs = 0;  // the same in whole epoch µs
 };
 
 /// ZRANGE key 0 -1 WITHSCORES, oldest first.
@@ -68,7 +93,8 @@ inline std::vector<Entry> entries(Client& c, const std::string& key) {
   const Reply r = c.command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
   std::vector<Entry> out;
   for (std::size_t i = 0; i + 1 < r.elements.size(); i += 2) {
-    out.push_back({r.elements[i].str, std::stoll(r.elements[i + 1].str)});
+    const double ms = std::stod(r.elements[i + 1].str);
+    out.push_back({r.elements[i].str, ms, std::llround(ms * 1000.0)});
   }
   return out;
 }
@@ -77,7 +103,7 @@ inline std::vector<Entry> entries(Client& c, const std::string& key) {
 inline std::int64_t livePermits(Client& c, const std::string& key, std::int64_t nowMs, std::int64_t intervalMs) {
   std::int64_t sum = 0;
   for (const Entry& e : entries(c, key)) {
-    if (e.score > nowMs - intervalMs) sum += unpackMember(e.member).permits;
+    if (e.scoreUs > (nowMs - intervalMs) * 1000) sum += unpackMember(e.member).permits;
   }
   return sum;
 }
@@ -93,6 +119,12 @@ inline std::int64_t allPermits(Client& c, const std::string& key) {
 inline std::int64_t serverTimeMs(Client& c) {
   const Reply r = c.command({"TIME"});
   return std::stoll(r.elements[0].str) * 1000 + std::stoll(r.elements[1].str) / 1000;
+}
+
+/// The server's clock (TIME) in epoch µs.
+inline std::int64_t serverTimeUs(Client& c) {
+  const Reply r = c.command({"TIME"});
+  return std::stoll(r.elements[0].str) * 1000000 + std::stoll(r.elements[1].str);
 }
 
 /// This host's wall clock in epoch ms (what Redisson stamps with).

@@ -101,10 +101,10 @@ TEST_F(Layout, PermitsMemberIsLengthByteSixteenIdBytesAndLittleEndianPermits) {
   const std::string permitsKey = "{" + name() + "}:permits";
   EXPECT_EQ(rl.keys()[3], permitsKey);
 
-  const std::int64_t before = serverTimeMs(admin());
+  const std::int64_t before = serverTimeUs(admin());
   ASSERT_TRUE(rl.tryAcquire(3));
   ASSERT_TRUE(rl.tryAcquire(70000));  // 0x00011170
-  const std::int64_t after = serverTimeMs(admin());
+  const std::int64_t after = serverTimeUs(admin());
 
   EXPECT_EQ(type(permitsKey), "zset");
   const std::vector<Entry> log = entries(admin(), permitsKey);
@@ -116,8 +116,8 @@ TEST_F(Layout, PermitsMemberIsLengthByteSixteenIdBytesAndLittleEndianPermits) {
     EXPECT_EQ(static_cast<unsigned char>(e.member[0]), 0x10);
     ids.insert(e.member.substr(1, 16));
     tails.insert(e.member.substr(17));
-    EXPECT_GE(e.score, before);
-    EXPECT_LE(e.score, after);
+    EXPECT_GE(e.scoreUs, before) << "the score is the grant time in epoch ms, to the µs";
+    EXPECT_LE(e.scoreUs, after);
   }
   EXPECT_EQ(ids.size(), 2u) << "each acquisition gets its own random id";
   EXPECT_EQ(tails, (std::multiset<std::string>{std::string("\x03\x00\x00\x00", 4), std::string("\x70\x11\x01\x00", 4)}));
@@ -173,13 +173,13 @@ TEST_F(Layout, DefaultClientIdIsARandomUuidV4) {
 TEST_F(Layout, ClientTimeSourceStampsWithThisHostsClock) {
   RateLimiter rl(client(), name(), timeSourceOptions(TimeSource::Client));
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 5, milliseconds(5000)));
-  const std::int64_t before = wallMs();
+  const std::int64_t before = wallUs();
   ASSERT_TRUE(rl.tryAcquire(2));
-  const std::int64_t after = wallMs();
+  const std::int64_t after = wallUs();
   const std::vector<Entry> log = entries(admin(), rl.keys()[3]);
   ASSERT_EQ(log.size(), 1u);
-  EXPECT_GE(log[0].score, before);
-  EXPECT_LE(log[0].score, after);
+  EXPECT_GE(log[0].scoreUs, before);
+  EXPECT_LE(log[0].scoreUs, after);
   EXPECT_EQ(unpackMember(log[0].member).permits, 2u);
 }
 

@@ -153,7 +153,9 @@ TEST_F(Operations, TryAcquireUpToTakesWhatIsFreeAndReleaseGrantGivesItBack) {
   EXPECT_EQ(partial.rate, 10);
   ASSERT_EQ(partial.member.size(), 21u);
   EXPECT_GT(raw({"ZSCORE", rl.keys()[3], partial.member}).str.size(), 0u) << "member() names the stored member";
-  EXPECT_EQ(std::stoll(raw({"ZSCORE", rl.keys()[3], partial.member}).str), partial.grantTime.count());
+  EXPECT_EQ(std::llround(std::stod(raw({"ZSCORE", rl.keys()[3], partial.member}).str) * 1000.0),
+            partial.grantTime.count())
+      << "the score is the grant time in epoch ms with µs precision";
   const AcquireResult denied = rl.tryAcquireUpTo(1, 5);
   EXPECT_EQ(denied.granted, 0);
   EXPECT_GT(denied.wait.count(), 4000);
@@ -288,13 +290,13 @@ TEST_F(ClientTime, EveryOperationUsesTheClientClock) {
   RateLimiter rl(client(), name(), timeSourceOptions(TimeSource::Client));
   const std::int64_t timeBefore = commandCalls(admin(), "time");
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 4, milliseconds(250)));
-  const std::int64_t before = wallMs();
+  const std::int64_t before = wallUs();
   EXPECT_TRUE(rl.tryAcquire(2));
-  const std::int64_t after = wallMs();
+  const std::int64_t after = wallUs();
   const std::vector<Entry> first = entries(admin(), rl.keys()[3]);
   ASSERT_EQ(first.size(), 1u);
-  EXPECT_GE(first[0].score, before);
-  EXPECT_LE(first[0].score, after);
+  EXPECT_GE(first[0].scoreUs, before);
+  EXPECT_LE(first[0].scoreUs, after);
   EXPECT_TRUE(rl.tryAcquire(milliseconds(100)));
   EXPECT_EQ(rl.availablePermits(), 1);
   rl.release(1);

@@ -225,7 +225,7 @@ TEST_F(SegmentedRateLimiterIT, IdleNodeGivesBackAndAnotherNodeUsesThePermitsInTh
   ASSERT_TRUE(segA.tryAcquire());  // A takes the whole rate: uses 1, holds 9
   const Reply first = raw({"ZRANGE", nodeA->keys()[3], "0", "-1", "WITHSCORES"});
   ASSERT_EQ(first.elements.size(), 2u);
-  const std::int64_t grantedAt = first.elements[1].asInteger();
+  const double grantedAt = std::stod(first.elements[1].str);
   EXPECT_FALSE(segB.tryAcquire()) << "A holds everything";
 
   // A goes idle; its thread gives the 9 back (bounded wait).

@@ -117,7 +117,9 @@ TEST_F(BadInput, KeepAliveShorterThanIntervalOrTooLong) {
 }
 
 TEST_F(BadInput, PermitsOutOfRange) {
-  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-3}, std::int64_t{11}, RateLimiter::kMaxRate + 1, kMin64}) {
+  // 11 > rate 10 is not among them: the rate may have been raised elsewhere, so the script decides
+  // (Item02_* in defects_test.cpp).
+  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-3}, RateLimiter::kMaxRate + 1, kMin64}) {
     const std::string p = std::to_string(permits);
     expectRejectedLocally("tryAcquire " + p, [&] { (void)rl().tryAcquire(permits); });
     expectRejectedLocally("tryAcquire timeout " + p, [&] { (void)rl().tryAcquire(permits, milliseconds(100)); });
