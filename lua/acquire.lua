@@ -51,7 +51,7 @@ if ARGV[5] == '1' then
   end
 end
 
-local value = loadState(cfg, nowUs)
+local value = loadState(cfg, nowUs, 0, false, ARGV[7])
 if value >= least then
   local granted = want
   if granted > value then granted = value end

@@ -160,20 +160,25 @@ end
 -- stores the outcome. Sets on cfg: edge (the expiry score), raw (the stored value, nil if the key
 -- is missing), reclaim (expired members to remove, the lowest ranks), drop (the whole log has
 -- expired), frozen, left (members after the reclaim). Returns the value.
---   shift: added to the stored value first (a keepState rate change: new rate - old rate);
---          false means the stored value cannot be trusted and is rebuilt from the log.
+--   shift:    added to the stored value first (a keepState rate change: new rate - old rate);
+--             false means the stored value cannot be trusted and is rebuilt from the log.
+--   exact:    recount the permits in use whenever at most BATCH members are left (release and
+--             availablePermits, which are not on the hot path).
+--   expected: the rate the caller saw last ('' or nil if unknown); see below.
 -- How the value is decided:
 --   - the whole log has expired, or nothing is left after the reclaim: value = rate;
 --   - otherwise the stored value plus the permits of the expired members reclaimed now;
---   - unless that breaks the invariant as far as two cheap checks can tell (value > rate, or
---     value + number of live members > rate: each member holds at least one permit), or the value
---     key is missing: then value = rate - permits of the members left, counted exactly when at most
---     BATCH are left, else FROZEN (nobody is granted anything until the log has expired).
+--   - unless it cannot be trusted: the value key is missing; or value > rate; or value + number
+--     of live members > rate (each member holds at least one permit); or the rate changed since
+--     the caller last saw it (`expected`) and the value is <= 0 (Redisson's keepState lowering
+--     stores max(0, rate - in use), which is 0 exactly when it should be negative). Then value =
+--     rate - permits of the members left, counted exactly when at most BATCH are left, else
+--     FROZEN (nobody is granted anything until the whole log has expired).
 -- Another writer can break the invariant: Redisson's release() raises the value without touching
--- the log; its keepState lowering stores max(0, ...); a value key deleted by hand. The checks
--- catch every such excess carried by single-permit grants, and by a grant of several permits
--- once the others around it expire.
-local function loadState(cfg, nowUs, shift)
+-- the log; its keepState lowering clamps at 0; a value key deleted by hand. The checks catch
+-- every excess of single-permit grants, a keepState lowering seen by a caller that knew the old
+-- rate, and, with `exact`, every excess in a log of at most BATCH members.
+local function loadState(cfg, nowUs, shift, exact, expected)
   local vkey, zkey = cfg.valueKey, cfg.permitsKey
   local raw = readKey('REDLIMIT_INVALID_STATE', vkey, 'a string', 'GET')
   local value = nil
@@ -211,8 +216,12 @@ local function loadState(cfg, nowUs, shift)
     return FROZEN
   end
   if value ~= nil and shift ~= false then
+    local changed = expected ~= nil and expected ~= '' and tonumber(expected) ~= cfg.rate and value <= 0
     value = value + (shift or 0) + reclaimed
-    if value <= cfg.rate and value + liveCount <= cfg.rate then return value end
+    if not changed and value <= cfg.rate and value + liveCount <= cfg.rate and
+        (not exact or cfg.left > BATCH) then
+      return value
+    end
   end
   -- Rebuild: count the permits of the members left (expired ones not reclaimed yet included).
   if cfg.left > BATCH then

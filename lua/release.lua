@@ -1,6 +1,7 @@
 -- release.lua: give permits back before they expire.
 -- ARGV[1] permits to give back (>= 0), ARGV[2] the exact member to take them from ('' = the
--- newest live members, as many as needed), ARGV[3] now in epoch µs ('' = server clock).
+-- newest live members, as many as needed), ARGV[3] now in epoch µs ('' = server clock),
+-- ARGV[4] the rate the client saw last ('' if unknown).
 -- Unlike Redisson's release(), which raises the value and leaves the log alone (so the value can
 -- exceed the rate and later corrections collapse it), this shrinks or removes the members the
 -- permits came from and raises the value by as much, so the invariant (value + permits in the
@@ -14,7 +15,7 @@ if not want or want > MAX_RATE then
   fail('REDLIMIT_INVALID_ARGUMENT', 'permits to release must be an integer in 0..' .. MAX_RATE)
 end
 local member = ARGV[2]
-local value = loadState(cfg, currentMicros(ARGV[3]))
+local value = loadState(cfg, currentMicros(ARGV[3]), 0, true, ARGV[4])
 local zkey = cfg.permitsKey
 local edge = tonumber(cfg.edge)
 local plan = {}       -- members to shrink: {member, score, permits, take}

@@ -37,7 +37,7 @@ if (mode == 'keep' or mode == 'update') and exists and oldType == rtype then
   if rtype == '1' then cfg.valueKey, cfg.permitsKey = KEYS[3], KEYS[5] end
   local shift = false
   if oldRate and oldRate >= 1 and oldRate <= MAX_RATE then shift = rate - oldRate end
-  value = loadState(cfg, currentMicros(ARGV[6]), shift)
+  value = loadState(cfg, currentMicros(ARGV[6]), shift, true, nil)
   if cfg.raw == nil and cfg.left == 0 and not cfg.drop then cfg = nil end  -- no state to keep
 end
 

@@ -153,6 +153,13 @@ std::string RateLimiter::nowArg() const {
   return std::to_string(now.count());
 }
 
+// The rate this handle saw last, for the scripts' check of a configuration changed elsewhere
+// ('' if none was seen yet).
+std::string RateLimiter::expectedRateArg() const {
+  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
+  return rate > 0 ? std::to_string(rate) : std::string();
+}
+
 Reply RateLimiter::evalOnce(const Script& s, const std::vector<std::string_view>& args) {
   return client_->eval(s, keyViews_, args);
 }
@@ -211,8 +218,8 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
   std::vector<std::string_view> keys = keyViews_;
   keys.push_back(record);
   return onceMoreIfClosed([&](bool resend) {
-    const std::string now = nowArg();
-    const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl});
+    const std::string now = nowArg(), expected = expectedRateArg();
+    const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 6) {
       throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script of limiter " + name_);
     }
@@ -309,8 +316,8 @@ void RateLimiter::acquire(std::int64_t permits) {
 
 std::int64_t RateLimiter::availablePermits() {
   return onceMoreIfClosed([&](bool) {
-    const std::string now = nowArg();
-    return evalOnce(kAvailable, {now}).asInteger();
+    const std::string now = nowArg(), expected = expectedRateArg();
+    return evalOnce(kAvailable, {now, expected}).asInteger();
   });
 }
 
@@ -363,8 +370,8 @@ std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& me
   std::int64_t released = 0;
   // Each script call looks at a bounded number of members and says whether it stopped early.
   while (left > 0) {
-    const std::string n = std::to_string(left), now = nowArg();
-    const Reply r = evalOnce(kRelease, {n, member, now});
+    const std::string n = std::to_string(left), now = nowArg(), expected = expectedRateArg();
+    const Reply r = evalOnce(kRelease, {n, member, now, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 3) {
       throw ScriptError("ERR", "redlimit: unexpected reply from the release script of limiter " + name_);
     }

@@ -178,6 +178,7 @@ class RateLimiter {
   auto onceMoreIfClosed(Call&& call) -> decltype(call(false));
   Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);
   std::string nowArg() const;
+  std::string expectedRateArg() const;
 
   std::shared_ptr<Client> client_;
   std::string name_;

@@ -192,12 +192,13 @@ inline std::int64_t wallUs() {
 /// Checks "at most `rate` grants in any window of `intervalMs`" against grant spans measured on the
 /// client. For rate + 1 grants the server stamps span at least the interval, so the latest
 /// `afterUs` minus the earliest `beforeUs` of any rate + 1 grants must be >= the interval (less
-/// 2 ms for the server's whole-ms stamps). Only a definite violation is reported, so scheduling
+/// `slackUs`; 0 holds since stamps carry µs). Only a definite violation is reported, so scheduling
 /// delays on a loaded machine cannot make it fail. Returns "" or a description of the violation.
-inline std::string windowViolation(std::vector<GrantSpan> grants, std::size_t rate, std::int64_t intervalMs) {
+inline std::string windowViolation(std::vector<GrantSpan> grants, std::size_t rate, std::int64_t intervalMs,
+                                   std::int64_t slackUs = 0) {
   std::sort(grants.begin(), grants.end(),
             [](const GrantSpan& a, const GrantSpan& b) { return a.beforeUs < b.beforeUs; });
-  const std::int64_t limitUs = intervalMs * 1000 - 2000;
+  const std::int64_t limitUs = intervalMs * 1000 - slackUs;
   for (std::size_t i = 0; i + rate < grants.size(); ++i) {
     std::vector<std::int64_t> afters;
     for (std::size_t j = i; j < grants.size(); ++j) afters.push_back(grants[j].afterUs);
