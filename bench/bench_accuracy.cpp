@@ -99,6 +99,12 @@ ClockOffset measureOffset(rb::RawRedis& admin) {
   return best;
 }
 
+/// A grant time (epoch µs) as whole epoch ms, floored. Safe for counting per window: two stamps at
+/// least one interval apart stay at least one interval apart when floored.
+std::int64_t floorMs(std::chrono::microseconds us) {
+  return std::chrono::floor<milliseconds>(us).count();
+}
+
 /// A permit source for SegmentedRateLimiter: RateLimiter, recording every grant (its grantTime,
 /// permits, and when the request was sent and answered, local µs) and every give-back.
 /// Thread-safe.
@@ -125,7 +131,7 @@ class RecordingSource {
     const std::int64_t received = localMicros(rb::Clock::now());
     if (r.granted > 0) {
       std::lock_guard<std::mutex> lk(mutex_);
-      grants_.push_back(Grant{r.grantTime.count(), r.granted, sent, received});
+      grants_.push_back(Grant{floorMs(r.grantTime), r.granted, sent, received});
     }
     return r;
   }
@@ -303,7 +309,7 @@ void BM_Accuracy_RateLimiter(benchmark::State& state) {
       grants = hammer<std::int64_t>(
           [&](std::vector<std::int64_t>& out) {
             const redlimit::AcquireResult r = limiter.tryAcquireUpTo(1, 1);
-            if (r.granted > 0) out.push_back(r.grantTime.count());
+            if (r.granted > 0) out.push_back(floorMs(r.grantTime));
           },
           attempts, errors);
       state.SetIterationTime(std::chrono::duration<double>(kDuration).count());

@@ -108,11 +108,15 @@ std::int64_t serverTimeMs(rb::RawRedis& r) {
 class RawAcquire {
  public:
   /// `command` is EVALSHA (then `script` is the SHA1) or EVAL (then it is the source).
+  /// `keys` are the limiter's five; the sixth (the partial-grant record, never written here since
+  /// every call asks for exactly one permit) is added.
   RawAcquire(std::string command, std::string script, const std::vector<std::string>& keys) {
-    store_ = {std::move(command), std::move(script), std::to_string(keys.size())};
+    store_ = {std::move(command), std::move(script), std::to_string(keys.size() + 1)};
     store_.insert(store_.end(), keys.begin(), keys.end());
-    store_.insert(store_.end(), {"1", "1", "", "", "0"});
-    idIndex_ = store_.size() - 3;
+    store_.push_back(redlimit::suffixName(keys.at(0), "grant:bench"));
+    // most, least, id, now ('' = server clock), resend flag, record TTL ms, rate seen last
+    store_.insert(store_.end(), {"1", "1", "", "", "0", "5000", ""});
+    idIndex_ = store_.size() - 5;
     for (const std::string& s : store_) {
       ptr_.push_back(s.data());
       len_.push_back(s.size());

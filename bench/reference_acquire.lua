@@ -2,10 +2,12 @@
 -- layout described in the README, "Compatibility with Redisson") written in the most direct way,
 -- as the baseline for the server cost of lua/acquire.lua. Benchmark only; not in the library.
 --
--- Same keys and arguments as lua/acquire.lua so both scripts can run on equal state:
+-- The keys and arguments of lua/acquire.lua, so both scripts can run on equal state (it reads the
+-- first five of each and ignores the rest):
 --   KEYS: config hash, value, client value, permits, client permits (Redisson's order)
 --   ARGV[1] permits, ARGV[2] least permits (unused: always = ARGV[1] here), ARGV[3] 16 id bytes,
---   ARGV[4] now in epoch ms ('' = server clock), ARGV[5] resend flag (unused)
+--   ARGV[4] now in epoch ms ('' = server clock; the bench always sends ''), ARGV[5] resend flag
+--   (unused)
 -- Reply, as acquire.lua: {granted, waitMs, value, rate, now}.
 --
 -- "Direct" means: one HGET per configuration field, and every expired member is fetched and

@@ -70,7 +70,7 @@ struct AcquireResult {
 ///
 /// Errors: InvalidArgument before anything is sent (bad name, rate, interval, permits);
 /// NotInitializedError if no configuration exists; InvalidConfigError if the hash holds values
-/// redlimit cannot use; IoError and subclasses (TimeoutError, ClosedError, PoolTimeoutError)
+/// redlimit cannot use; InvalidStateError if a state key does (nothing is written then); IoError and subclasses (TimeoutError, ClosedError, PoolTimeoutError)
 /// when Redis cannot be reached in time — then no decision was made. For the acquire calls,
 /// RateLimiterOptions::failure decides instead what an unreachable Redis means (throw, allow,
 /// deny, or a local limiter), and while Redis stays unreachable only one call per probe interval
