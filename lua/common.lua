@@ -211,11 +211,8 @@ local function loadState(cfg, nowUs, shift, exact, expected)
     cfg.left = 0
     return cfg.rate
   end
-  if value ~= nil and value < FROZEN_BELOW then
-    cfg.frozen = true
-    return FROZEN
-  end
-  if value ~= nil and shift ~= false then
+  -- A frozen value is never trusted: once at most BATCH members are left it is recounted.
+  if value ~= nil and value >= FROZEN_BELOW and shift ~= false then
     local changed = expected ~= nil and expected ~= '' and tonumber(expected) ~= cfg.rate and value <= 0
     value = value + (shift or 0) + reclaimed
     if not changed and value <= cfg.rate and value + liveCount <= cfg.rate and

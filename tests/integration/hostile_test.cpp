@@ -452,6 +452,15 @@ TEST_F(Hostile, Item06_NoScriptCallDoesUnboundedWork) {
   EXPECT_EQ(lost.availablePermits(), 0);
   EXPECT_EQ(raw({"ZCARD", lost.keys()[3]}).integer, kN);
 
+  // (c') a frozen limiter restarts full once its log has expired.
+  RateLimiter thaw(patient, name("thaw"));
+  ASSERT_TRUE(thaw.trySetRate(RateType::Overall, 5000, milliseconds(300)));
+  ASSERT_EQ(fillLog(thaw.keys()[3], 0, 0, batch + 500), batch + 500);
+  EXPECT_FALSE(thaw.tryAcquire()) << "frozen: more than one batch to recount";
+  sleepMs(400);
+  EXPECT_TRUE(thaw.tryAcquire());
+  EXPECT_EQ(thaw.availablePermits(), 4999);
+
   // (d) keepState over 200k live: the value moves by the rate change, the log is not read.
   RateLimiter keep(patient, name("keep"));
   ASSERT_TRUE(keep.trySetRate(RateType::Overall, kRate, milliseconds(kIntervalMs)));
