@@ -170,8 +170,9 @@ end
 --   - otherwise the stored value plus the permits of the expired members reclaimed now;
 --   - unless it cannot be trusted: the value key is missing; or value > rate; or value + number
 --     of live members > rate (each member holds at least one permit); or the rate changed since
---     the caller last saw it (`expected`) and the value is <= 0 (Redisson's keepState lowering
---     stores max(0, rate - in use), which is 0 exactly when it should be negative). Then value =
+--     the caller last saw it (`expected`) and the value is 0 (Redisson's keepState lowering
+--     stores max(0, rate - in use), which is 0 exactly when it should be negative; redlimit's own
+--     stores the negative value). Then value =
 --     rate - permits of the members left, counted exactly when at most BATCH are left, else
 --     FROZEN (nobody is granted anything until the whole log has expired).
 -- Another writer can break the invariant: Redisson's release() raises the value without touching
@@ -213,7 +214,7 @@ local function loadState(cfg, nowUs, shift, exact, expected)
   end
   -- A frozen value is never trusted: once at most BATCH members are left it is recounted.
   if value ~= nil and value >= FROZEN_BELOW and shift ~= false then
-    local changed = expected ~= nil and expected ~= '' and tonumber(expected) ~= cfg.rate and value <= 0
+    local changed = expected ~= nil and expected ~= '' and tonumber(expected) ~= cfg.rate and value == 0
     value = value + (shift or 0) + reclaimed
     if not changed and value <= cfg.rate and value + liveCount <= cfg.rate and
         (not exact or cfg.left > BATCH) then
