@@ -305,6 +305,10 @@ std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t p
   return runRelease(permits, member);
 }
 
+void RateLimiter::validateConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  redlimit::checkConfig(type, rate, interval, keepAlive);
+}
+
 bool RateLimiter::expire(milliseconds ttl) {
   if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
   const std::string ms = std::to_string(ttl.count());

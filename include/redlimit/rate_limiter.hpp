@@ -83,6 +83,12 @@ class RateLimiter {
   static constexpr std::int64_t kMaxRate = 4294967295;                       // uint32 in a member
   static constexpr std::chrono::milliseconds kMaxInterval{1000000000000};    // about 31 years
 
+  /// The checks every configuration write makes before it sends anything: throws InvalidArgument
+  /// for an unknown type, rate outside 1..kMaxRate, interval outside 1 ms..kMaxInterval, or a
+  /// keepAliveTime that is neither 0 nor in rateInterval..kMaxInterval.
+  static void validateConfig(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                             std::chrono::milliseconds keepAliveTime = std::chrono::milliseconds{0});
+
   /// A handle on the limiter called `name`. Sends nothing. Throws InvalidArgument for an empty name.
   RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options = {});
 

@@ -70,7 +70,9 @@
 //     from its next refill; the permits it holds (< segmentSize) were granted under the old one.
 // 11. Errors from the source propagate out of acquire calls and reconfigure(). A failed
 //     give-back (idle, close) is not thrown: its permits expire in Redis within one interval and
-//     are counted as expired. After close(), acquire calls throw redlimit::Error.
+//     are counted as expired. After close(), acquire calls throw redlimit::Error. reconfigure()
+//     checks all its arguments (type, rate, interval up to RateLimiter::kMaxInterval, segment
+//     size) before it sends anything.
 // 12. Generation wrap: the 32-bit generation skips 0 and the closed marker; a thread would have
 //     to stall across 4 billion refills between its load and its compare-exchange to be fooled.
 //
@@ -204,12 +206,12 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// unspent segment back first and keeping the permits in use (setRate with keepState) — and
   /// sets the segment size (a new size also gives the segment back). Creates the configuration
   /// if none exists. Returns true if it wrote the configuration. Waits for a refill in flight.
-  /// Throws InvalidArgument for bad values, what the source throws, Error after close().
+  /// Throws InvalidArgument for bad values (before anything is sent), what the source throws,
+  /// Error after close().
   bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval,
                    std::int64_t segmentSize) {
     checkSegmentSize(segmentSize);
-    if (rate < 1 || rate > RateLimiter::kMaxRate) throw InvalidArgument("redlimit: rate out of range");
-    if (interval.count() < 1) throw InvalidArgument("redlimit: interval must be >= 1 ms");
+    RateLimiter::validateConfig(type, rate, interval);  // the keepAliveTime written is derived from a valid one
     {
       std::unique_lock<std::mutex> lk(mutex_);
       cv_.wait(lk, [&] { return !refilling_ || closed_; });
