@@ -309,6 +309,12 @@ void RateLimiter::validateConfig(RateType type, std::int64_t rate, milliseconds 
   redlimit::checkConfig(type, rate, interval, keepAlive);
 }
 
+std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
+  // Bad input and the no-op go to releaseGrant first: they cost no probe.
+  if (!member.empty() && permits > 0 && !client_->admitBestEffort()) return std::nullopt;
+  return releaseGrant(member, permits);
+}
+
 bool RateLimiter::expire(milliseconds ttl) {
   if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
   const std::string ms = std::to_string(ttl.count());

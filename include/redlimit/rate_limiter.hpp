@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,11 @@ class RateLimiter {
   /// Gives back up to `permits` of a grant made by tryAcquireUpTo (`member` from its result) and
   /// returns how many went back (0 if the grant has expired meanwhile).
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+  /// releaseGrant for a give-back nobody waits for (SegmentedRateLimiter's close, idle and
+  /// reconfigure give-backs): not sent while the Client has found Redis unreachable
+  /// (Client::admitBestEffort), and then returns nullopt — the permits come back by themselves
+  /// when the grant expires. Otherwise releaseGrant, with its result and errors.
+  [[nodiscard]] std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
 
   /// Permits that could be taken now, 0..rate. Returns expired permits first, like tryAcquire.
   [[nodiscard]] std::int64_t availablePermits();

@@ -51,10 +51,16 @@
 //     asks Redis only for the difference; the leftover is restored if Redis denies.
 //  6. Large requests. A call for more permits than `segmentSize` goes straight to the source
 //     (one attempt per try, with the same timeout rules) and leaves the segment alone.
-//  7. Give-back. The unspent part of a segment goes back with releaseGrant(member, unspent) on
-//     close() and destruction, on reconfigure() when something changes, and when the node is
-//     idle. Nothing is returned at expiry: the grant expires in Redis at the same moment (at
-//     most one one-way latency later), so its permits come back there by themselves.
+//  7. Give-back. The unspent part of a segment goes back on close() and destruction, on
+//     reconfigure() when something changes, and when the node is idle. Nothing is returned at
+//     expiry: the grant expires in Redis at the same moment (at most one one-way latency
+//     later), so its permits come back there by themselves. That makes every give-back
+//     best-effort: it uses releaseGrantBestEffort(member, unspent) when the source has it
+//     (RateLimiter: skipped, sending nothing, while its Client has just found Redis unreachable,
+//     see Client::admitBestEffort), else releaseGrant. A skipped or failed give-back counts its
+//     permits as expired. So closing 10 000 limiters on one Client while Redis does not answer
+//     costs one command timeout in total (then one probe per ClientOptions::bestEffortRetry),
+//     not one per limiter.
 //  8. Idle detection costs the hot path nothing: a background thread (one per limiter, started
 //     with it, stopped and joined by close()) compares the state word every idleReturnAfter / 2;
 //     if it has not changed for idleReturnAfter, the segment goes back. So give-back happens
@@ -96,6 +102,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
@@ -103,6 +111,18 @@
 #include "redlimit/rate_limiter.hpp"
 
 namespace redlimit {
+
+namespace detail {
+// An optional member of a permit source (see SegmentedRateLimiter), detected so that sources
+// without it keep the plain behaviour.
+template <class Source, class = void>
+struct HasBestEffortRelease : std::false_type {};
+template <class Source>
+struct HasBestEffortRelease<Source, std::void_t<decltype(std::optional<std::int64_t>(
+                                        std::declval<Source&>().releaseGrantBestEffort(
+                                            std::declval<const std::string&>(), std::int64_t{})))>>
+    : std::true_type {};
+}  // namespace detail
 
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
@@ -135,6 +155,9 @@ struct SegmentStats {
 ///       granted = 0 with `wait` set
 ///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
 ///       gives back up to `permits` of that grant; returns how many went back
+/// and optionally (detected at compile time; RateLimiter has it):
+///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
 ///   RateLimiterConfig getConfig();                                        reconfigure() only
 ///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
 ///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
@@ -281,8 +304,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   /// Gives the unspent segment back, stops and joins the idle thread; later acquire calls throw
-  /// Error. Waits for a refill in flight. Idempotent. Returns the permits given back; a failed
-  /// give-back is not thrown (those permits expire in Redis within one interval).
+  /// Error. Waits for a refill in flight. Idempotent. Returns the permits given back. A give-back
+  /// that fails, or that is skipped because the source's Client has just found Redis unreachable,
+  /// is not thrown: those permits expire in Redis within one interval and count as expired. So
+  /// closing many limiters on one Client while Redis does not answer costs one command timeout in
+  /// total.
   std::int64_t close() noexcept {
     std::int64_t returned = 0;
     {
@@ -517,7 +543,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
-  // segment has expired). Same preconditions as returnSegment; releases the mutex meanwhile.
+  // segment has expired), as a best-effort call when the source offers one. Same preconditions
+  // as returnSegment; releases the mutex meanwhile.
   std::int64_t returnTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
     if (n <= 0) return 0;
     if (clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
@@ -528,18 +555,25 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     const std::string member = member_;
     lk.unlock();
     std::int64_t returned = 0;
+    bool sent = true;  // false: the source skipped the best-effort call and sent nothing
     std::exception_ptr error;
     try {
-      remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-      returned = source_->releaseGrant(member, n);
+      if constexpr (detail::HasBestEffortRelease<Source>::value) {
+        const std::optional<std::int64_t> answer = source_->releaseGrantBestEffort(member, n);
+        sent = answer.has_value();
+        returned = answer.value_or(0);
+      } else {
+        returned = source_->releaseGrant(member, n);
+      }
     } catch (...) {
       error = std::current_exception();
     }
+    if (sent) remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     returned = std::clamp<std::int64_t>(returned, 0, n);
     inHand_ = 0;
     returned_ += returned;
-    expired_ += n - returned;  // not returned: the grant expired in Redis, or the call failed
+    expired_ += n - returned;  // not returned: the grant expired in Redis, the call failed or was skipped
     if (error && rethrow) std::rethrow_exception(error);
     return returned;
   }

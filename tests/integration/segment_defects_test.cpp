@@ -1,7 +1,15 @@
-// Issue 9, item 11: SegmentedRateLimiter against a real redis-server, with bad reconfigure()
-// arguments.
+// Issue 9, items 7 and 11: SegmentedRateLimiter against a real redis-server that stalls
+// (SIGSTOP: connections are accepted and requests queued, nothing is answered — an unreachable
+// server that does not refuse), and with bad reconfigure() arguments.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,14 +21,120 @@
 using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
+using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 
 using Segmented = SegmentedRateLimiter<RateLimiter>;
 
+// Fault tests on this 2-core machine allow this much beyond a computed bound.
+constexpr milliseconds kSlack{500};
+
+std::int64_t msSince(SteadyTime::time_point start) {
+  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - start).count();
+}
+
+/// The state letter of a process in /proc/<pid>/stat ('T' = stopped), or '?' if unreadable.
+char processState(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');  // the command name may contain spaces
+  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+}
+
+/// Stops a redis-server process (SIGSTOP) until destroyed: the kernel still accepts connections
+/// and queues requests, but nothing is answered, so calls wait for their command timeout.
+/// The constructor returns once the process has stopped (kill() returns before it has).
+class Stall {
+ public:
+  explicit Stall(pid_t pid) : pid_(pid) {
+    ::kill(pid_, SIGSTOP);
+    for (int i = 0; i < 1000 && processState(pid_) != 'T'; ++i) std::this_thread::sleep_for(milliseconds(1));
+    EXPECT_EQ(processState(pid_), 'T') << "redis-server " << pid_ << " did not stop";
+  }
+  ~Stall() { resume(); }
+  Stall(const Stall&) = delete;
+  Stall& operator=(const Stall&) = delete;
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+/// The pid of the server a client talks to (INFO server), so a test can stall its own server.
+pid_t serverPid(Client& c) { return static_cast<pid_t>(std::stol(infoField(c, "server", "process_id"))); }
+
 class SegmentedDefects : public RedisTest {};
 
 }  // namespace
+
+// Item 7: close() gave back each limiter's unspent permits with no failure gate, one command
+// timeout (~512 ms) per limiter, one after another. Closing 20 limiters on one Client while the
+// server stalls must cost one bounded attempt in total; the others are skipped and their
+// permits counted as expired (they expire in Redis within one interval anyway).
+TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
+  constexpr int kLimiters = 20;
+  RedisServer own;
+  ClientOptions co;
+  co.connection = parseUri(own.uri());  // default timeouts: connect 500 ms, command 500 ms, pool wait 100 ms
+  auto client = Client::create(co);
+  auto admin = Client::create(co);
+  std::vector<std::unique_ptr<Segmented>> limiters;
+  SegmentOptions so;
+  so.segmentSize = 10;
+  so.returnWhenIdle = false;
+  for (int i = 0; i < kLimiters; ++i) {
+    auto source = std::make_shared<RateLimiter>(client, "close" + std::to_string(i));
+    ASSERT_TRUE(source->trySetRate(RateType::Overall, 100, milliseconds(60000)));
+    limiters.push_back(std::make_unique<Segmented>(source, so));
+    ASSERT_TRUE(limiters.back()->tryAcquire());  // holds 9
+  }
+  const std::int64_t evalsBefore = commandCalls(*admin, "evalsha");
+  const pid_t pid = serverPid(*admin);
+
+  Stall stall(pid);
+  const auto start = SteadyTime::now();
+  std::int64_t returned = 0;
+  for (auto& l : limiters) returned += l->close();
+  const std::int64_t took = msSince(start);
+  stall.resume();
+
+  const BestEffortStats be = client->bestEffortStats();
+  const ConnectionOptions& c = co.connection;
+  const milliseconds oneAttempt = co.pool.waitTimeout + c.connectTimeout + c.commandTimeout;
+  std::printf("ITEM07 closing %d limiters while stalled took %lld ms; give-backs sent %llu, skipped %llu\n", kLimiters,
+              static_cast<long long>(took), static_cast<unsigned long long>(be.sent),
+              static_cast<unsigned long long>(be.skipped));
+  EXPECT_EQ(be.sent, 1u) << "the first give-back finds the server stalled";
+  EXPECT_EQ(be.skipped, static_cast<std::uint64_t>(kLimiters - 1)) << "the others are skipped";
+  EXPECT_TRUE(be.unreachable);
+  EXPECT_EQ(returned, 0) << "nothing could be given back";
+  EXPECT_LE(took, (oneAttempt + kSlack).count()) << "one bounded attempt in total, not one per limiter";
+  for (auto& l : limiters) {
+    const SegmentStats s = l->stats();
+    EXPECT_EQ(s.permitsExpired, 9) << "a skipped or failed give-back counts its permits as expired";
+    EXPECT_EQ(s.permitsHeld, 0);
+  }
+  // The server, once resumed, runs what reached it during the stall: the one attempt.
+  for (int i = 0; i < 100 && commandCalls(*admin, "evalsha") - evalsBefore < 1; ++i) sleepMs(10);
+  sleepMs(100);
+  const std::int64_t sent = commandCalls(*admin, "evalsha") - evalsBefore;
+  std::printf("ITEM07 give-backs that reached the server: %lld\n", static_cast<long long>(sent));
+  EXPECT_EQ(sent, 1);
+
+  // Once a call reaches Redis again, give-backs go at once.
+  auto after = std::make_shared<RateLimiter>(client, "close-after");
+  ASSERT_TRUE(after->trySetRate(RateType::Overall, 100, milliseconds(60000)));
+  EXPECT_FALSE(client->bestEffortStats().unreachable);
+  Segmented last(after, so);
+  ASSERT_TRUE(last.tryAcquire());
+  EXPECT_EQ(last.close(), 9);
+  EXPECT_EQ(client->bestEffortStats().sent, 2u);
+}
 
 // Item 11: reconfigure() read the configuration and gave the segment back before the source
 // refused an interval above kMaxInterval or an unknown RateType. It must refuse first, sending

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -241,6 +242,30 @@ class FakeSource {
 };
 
 using Limiter = SegmentedRateLimiter<FakeSource, ClockRef<ManualClock>>;
+
+/// FakeSource with the optional member a source may have (RateLimiter has it): a best-effort
+/// give-back, skipped while `unreachable`. Thread-safe.
+class PolicySource : public FakeSource {
+ public:
+  using FakeSource::FakeSource;
+
+  std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
+    if (unreachable_.load()) {
+      ++skipped_;
+      return std::nullopt;
+    }
+    return releaseGrant(member, permits);
+  }
+
+  void setUnreachable(bool u) { unreachable_ = u; }
+  int skipped() const { return skipped_.load(); }
+
+ private:
+  std::atomic<bool> unreachable_{false};
+  std::atomic<int> skipped_{0};
+};
+
+using PolicyLimiter = SegmentedRateLimiter<PolicySource, ClockRef<ManualClock>>;
 
 class SegmentedRateLimiterTest : public ::testing::Test {
  protected:
@@ -570,6 +595,43 @@ TEST_F(SegmentedRateLimiterTest, WaiterGivesUpAfterRefillWait) {
   leader.join();
   EXPECT_TRUE(rl->tryAcquire());
   EXPECT_EQ(src->acquires().size(), 1u);
+}
+
+// Issue 9, item 7, at the segment: a give-back the source skips (its Client has just found Redis
+// unreachable) sends nothing and counts its permits as expired; one that goes is a round trip.
+TEST_F(SegmentedRateLimiterTest, SkippedBestEffortGiveBackSendsNothingAndCountsThePermitsAsExpired) {
+  auto src = std::make_shared<PolicySource>(clock_, 100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = false;
+  PolicyLimiter skipped(src, o, ClockRef<ManualClock>(clock_));
+  PolicyLimiter sent(src, o, ClockRef<ManualClock>(clock_));
+  PolicyLimiter failed(src, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(skipped.tryAcquire());
+  ASSERT_TRUE(sent.tryAcquire());
+  ASSERT_TRUE(failed.tryAcquire());
+  src->setUnreachable(true);
+  EXPECT_EQ(skipped.close(), 0);
+  EXPECT_EQ(src->skipped(), 1);
+  EXPECT_TRUE(src->releases().empty());
+  SegmentStats s = skipped.stats();
+  EXPECT_EQ(s.permitsExpired, 9);
+  EXPECT_EQ(s.permitsReturned, 0);
+  EXPECT_EQ(s.remoteRoundTrips, 1) << "only the refill: the skipped give-back is no round trip";
+  expectConserved(s);
+  src->setUnreachable(false);
+  EXPECT_EQ(sent.close(), 9);
+  s = sent.stats();
+  EXPECT_EQ(s.permitsReturned, 9);
+  EXPECT_EQ(s.remoteRoundTrips, 2);
+  expectConserved(s);
+  src->failNextRelease();  // sent, and it fails: a round trip, the permits count as expired
+  EXPECT_EQ(failed.close(), 0);
+  s = failed.stats();
+  EXPECT_EQ(s.permitsReturned, 0);
+  EXPECT_EQ(s.permitsExpired, 9);
+  EXPECT_EQ(s.remoteRoundTrips, 2);
+  expectConserved(s);
 }
 
 TEST_F(SegmentedRateLimiterTest, RequestsLargerThanASegmentGoStraightToTheSource) {
