@@ -315,6 +315,13 @@ std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::strin
   return releaseGrant(member, permits);
 }
 
+bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
+  if (permits < 1) throw InvalidArgument("redlimit: permits must be >= 1, got " + std::to_string(permits));
+  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
+  if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
+  throw TimeoutError("redlimit: limiter " + name_ + ": " + reason);
+}
+
 bool RateLimiter::expire(milliseconds ttl) {
   if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
   const std::string ms = std::to_string(ttl.count());

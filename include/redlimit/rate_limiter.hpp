@@ -137,6 +137,12 @@ class RateLimiter {
   /// (Client::admitBestEffort), and then returns nullopt — the permits come back by themselves
   /// when the grant expires. Otherwise releaseGrant, with its result and errors.
   [[nodiscard]] std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+  /// The failure policy's decision for `permits` (>= 1) when a call could not get Redis's answer
+  /// in time for a reason only the caller knows (SegmentedRateLimiter: it waited refillWait for
+  /// another thread's refill, still in flight). Allow: true; Deny: false; Local: the local bucket;
+  /// Throw: throws TimeoutError naming this limiter and `reason`. Counted in failureStats(); the
+  /// health state is left to the calls that reach Redis or fail to. Sends nothing.
+  [[nodiscard]] bool decideUnanswered(std::int64_t permits, const std::string& reason);
 
   /// Permits that could be taken now, 0..rate. Returns expired permits first, like tryAcquire.
   [[nodiscard]] std::int64_t availablePermits();

@@ -44,7 +44,12 @@
 //     condition variable (real time: a refill is real I/O, whatever the clock policy) for at
 //     most their timeout, or `refillWait` when they have none. If the attempt they waited for
 //     was denied, followers asking for as many permits or more share the denial instead of each
-//     sending a request. Each call leads at most one attempt per retry.
+//     sending a request. Each call leads at most one attempt per retry. A follower whose wait
+//     ends with the refill still in flight has no answer from Redis in time: the source's
+//     failure policy decides it (RateLimiter::decideUnanswered: Allow true, Deny false, Local the
+//     local bucket, Throw a TimeoutError naming the limiter and the wait), counted in the
+//     source's failureStats(). A source without that member (a test stand-in) gives false.
+//     acquire(), which has no deadline, keeps waiting instead.
 //  5. Partial segments. A refill asks for between `need` and `segmentSize` permits
 //     (RateLimiter::tryAcquireUpTo), so it takes what Redis has left rather than failing while
 //     permits remain. A call that needs more than the segment has left uses the leftover and
@@ -60,7 +65,9 @@
 //     see Client::admitBestEffort), else releaseGrant. A skipped or failed give-back counts its
 //     permits as expired. So closing 10 000 limiters on one Client while Redis does not answer
 //     costs one command timeout in total (then one probe per ClientOptions::bestEffortRetry),
-//     not one per limiter.
+//     not one per limiter. A give-back holds no leader role during its I/O: a caller that finds
+//     the segment empty meanwhile leads its own refill. At most one give-back is in flight;
+//     close() and reconfigure() wait for it.
 //  8. Idle detection costs the hot path nothing: a background thread (one per limiter, started
 //     with it, stopped and joined by close()) compares the state word every idleReturnAfter / 2;
 //     if it has not changed for idleReturnAfter, the segment goes back. So give-back happens
@@ -113,14 +120,20 @@
 namespace redlimit {
 
 namespace detail {
-// An optional member of a permit source (see SegmentedRateLimiter), detected so that sources
-// without it keep the plain behaviour.
+// Optional members of a permit source (see SegmentedRateLimiter), detected so that sources
+// without them keep the plain behaviour.
 template <class Source, class = void>
 struct HasBestEffortRelease : std::false_type {};
 template <class Source>
 struct HasBestEffortRelease<Source, std::void_t<decltype(std::optional<std::int64_t>(
                                         std::declval<Source&>().releaseGrantBestEffort(
                                             std::declval<const std::string&>(), std::int64_t{})))>>
+    : std::true_type {};
+template <class Source, class = void>
+struct HasDecideUnanswered : std::false_type {};
+template <class Source>
+struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
+                                       std::int64_t{}, std::declval<const std::string&>())))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -155,17 +168,23 @@ struct SegmentStats {
 ///       granted = 0 with `wait` set
 ///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
 ///       gives back up to `permits` of that grant; returns how many went back
-/// and optionally (detected at compile time; RateLimiter has it):
+/// and optionally (detected at compile time; RateLimiter has both):
 ///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
 ///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
+///   bool decideUnanswered(std::int64_t permits, const std::string& reason);
+///       the failure policy's answer for a call that got no answer in time (design choice 4)
 ///   RateLimiterConfig getConfig();                                        reconfigure() only
 ///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
 ///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
 ///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
 /// `Clock` is a clock policy (clock.hpp): segment deadlines and sleeps between retries use it.
 ///
-/// Thread-safe. Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
-/// (RateLimiter: IoError and subclasses, NotInitializedError, ...); Error after close().
+/// Thread-safe: any thread may call any member, including close() (the destructor must not race
+/// with other calls, as for any object, nor run inside a call this limiter makes to its own
+/// source). Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
+/// (RateLimiter: IoError and subclasses, NotInitializedError, ...; under FailurePolicy::Throw a
+/// TimeoutError when a refill by another thread is still in flight after refillWait); Error after
+/// close().
 template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
  public:
@@ -183,7 +202,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (options.returnWhenIdle) idleThread_ = std::thread([this] { idleLoop(); });
   }
 
-  /// close(): gives back the unspent permits and joins the idle thread.
+  /// close(): gives back the unspent permits and joins the idle thread. Must not run inside a
+  /// call this limiter makes to its own source.
   ~SegmentedRateLimiter() { close(); }
 
   SegmentedRateLimiter(const SegmentedRateLimiter&) = delete;
@@ -194,7 +214,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// Takes `permits` (>= 1) if available now: from the local segment if it holds enough and has
   /// not expired (lock-free), otherwise with one distributed attempt — its own refill, or the
-  /// one another thread has in flight (waited for up to refillWait). Never sleeps for a denial.
+  /// one another thread has in flight (waited for up to refillWait; if it is still in flight
+  /// then, the source's failure policy answers, see the file comment). Never sleeps for a denial.
   [[nodiscard]] bool tryAcquire(std::int64_t permits) {
     checkPermits(permits);
     if (takeLocal(permits)) return true;
@@ -237,7 +258,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     RateLimiter::validateConfig(type, rate, interval);  // the keepAliveTime written is derived from a valid one
     {
       std::unique_lock<std::mutex> lk(mutex_);
-      cv_.wait(lk, [&] { return !refilling_ || closed_; });
+      cv_.wait(lk, [&] { return (!refilling_ && !givingBack_) || closed_; });
       if (closed_) throwClosed();
       refilling_ = true;
     }
@@ -278,12 +299,14 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// Gives the unspent segment back if no local acquire has changed it for idleReturnAfter
   /// (measured from the first call that saw it unchanged); drops it if it has expired. Returns
-  /// the permits given back. The idle thread calls this; call it yourself with returnWhenIdle =
-  /// false. Never throws for source errors (the permits then count as expired). Thread-safe.
+  /// the permits given back. The idle thread calls this; call it yourself (from your own timer)
+  /// with returnWhenIdle = false. Holds no leader role during the give-back, so acquire
+  /// calls never wait for it; does nothing while a refill, reconfigure or another give-back is in
+  /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
   std::int64_t giveBackIfIdle() noexcept {
     try {
       std::unique_lock<std::mutex> lk(mutex_);
-      if (closed_ || refilling_) return 0;
+      if (closed_ || refilling_ || givingBack_) return 0;
       const std::int64_t now = clock_.now().count();
       std::uint64_t s = state_.load(std::memory_order_acquire);
       if (s != idleSeen_) {
@@ -293,28 +316,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       }
       const std::int64_t after = idleAfterMicros();
       if (leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
-      refilling_ = true;
-      const std::int64_t returned = returnSegment(lk, false);
-      idleSeen_ = state_.load(std::memory_order_acquire);
-      finishLead();
-      return returned;
+      const std::uint64_t old = takeAll();
+      idleSeen_ = old & ~kLeftMask;
+      return returnTaken(lk, leftOf(old), false);
     } catch (...) {
       return 0;
     }
   }
 
   /// Gives the unspent segment back, stops and joins the idle thread; later acquire calls throw
-  /// Error. Waits for a refill in flight. Idempotent. Returns the permits given back. A give-back
-  /// that fails, or that is skipped because the source's Client has just found Redis unreachable,
-  /// is not thrown: those permits expire in Redis within one interval and count as expired. So
-  /// closing many limiters on one Client while Redis does not answer costs one command timeout in
-  /// total.
+  /// Error. Waits for a refill or give-back in flight. Idempotent. Returns the permits given back.
+  /// A give-back that fails, or that is skipped because the source's Client has just found Redis
+  /// unreachable, is not thrown: those permits expire in Redis within one interval and count as
+  /// expired. So closing many limiters on one Client while Redis does not answer costs one
+  /// command timeout in total.
   std::int64_t close() noexcept {
     std::int64_t returned = 0;
     {
       std::unique_lock<std::mutex> lk(mutex_);
       if (closed_) return 0;
-      cv_.wait(lk, [&] { return !refilling_; });
+      cv_.wait(lk, [&] { return !refilling_ && !givingBack_; });
       closed_ = true;
       stopping_ = true;
       refilling_ = true;
@@ -338,7 +359,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     out.permitsExpired = expired_;
     const std::uint64_t s = state_.load(std::memory_order_acquire);
     out.permitsHeld = leftOf(s);
-    out.localGrants = installed_ - out.permitsHeld - inHand_ - returned_ - expired_;
+    out.localGrants = installed_ - out.permitsHeld - inHand_ - backInFlight_ - returned_ - expired_;
     return out;
   }
 
@@ -420,19 +441,18 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     const std::int64_t until = clock_.now().count() + timeout.count();
     for (;;) {
       Attempt a;
+      std::chrono::microseconds waitFor{refillWait_};
+      const bool ownTimeout = !forever && timeout.count() > 0;
       if (permits > segmentSize_.load(std::memory_order_relaxed)) {
         a = directAttempt(permits);
       } else {
-        std::chrono::microseconds waitFor{refillWait_};
-        if (!forever && timeout.count() > 0) {
-          waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
-        }
+        if (ownTimeout) waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
         a = segmentAttempt(permits, std::chrono::steady_clock::now() + waitFor);
       }
       if (a.granted) return true;
       if (a.timedOut) {
         if (forever) continue;
-        return false;
+        return refillTimedOut(permits, waitFor, ownTimeout);
       }
       const std::chrono::milliseconds wait = std::max(a.wait, std::chrono::milliseconds{1});
       if (!forever) {
@@ -440,6 +460,21 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         if (until - clock_.now().count() < std::chrono::microseconds{wait}.count()) return false;
       }
       clock_.sleepFor(wait);
+    }
+  }
+
+  // A call gave up waiting for another thread's refill after `waited`: Redis has not answered that
+  // refill yet, so the source's failure policy decides, as for a call of its own that got no
+  // answer in time (RateLimiter::decideUnanswered). A source without a policy: false.
+  bool refillTimedOut(std::int64_t permits, std::chrono::microseconds waited, bool ownTimeout) {
+    if constexpr (detail::HasDecideUnanswered<Source>::value) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+      return source_->decideUnanswered(permits, "waited " + std::to_string(ms) + " ms (" +
+                                                    (ownTimeout ? "the call's timeout" : "refillWait") +
+                                                    ") for another thread's refill in flight, still unanswered");
+    } else {
+      (void)permits, (void)waited, (void)ownTimeout;
+      return false;
     }
   }
 
@@ -543,15 +578,17 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
-  // segment has expired), as a best-effort call when the source offers one. Same preconditions
-  // as returnSegment; releases the mutex meanwhile.
+  // segment has expired), as a best-effort call when the source offers one. Called with the mutex
+  // held, no give-back in flight, and the segment taken out under the same lock; releases the
+  // mutex during the call, marking a give-back in flight (givingBack_), not the leader role.
   std::int64_t returnTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
     if (n <= 0) return 0;
     if (clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
       expired_ += n;
       return 0;
     }
-    inHand_ = n;
+    givingBack_ = true;
+    backInFlight_ = n;
     const std::string member = member_;
     lk.unlock();
     std::int64_t returned = 0;
@@ -571,9 +608,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (sent) remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     returned = std::clamp<std::int64_t>(returned, 0, n);
-    inHand_ = 0;
+    givingBack_ = false;
+    backInFlight_ = 0;
     returned_ += returned;
     expired_ += n - returned;  // not returned: the grant expired in Redis, the call failed or was skipped
+    cv_.notify_all();          // close() and reconfigure() wait for a give-back in flight
     if (error && rethrow) std::rethrow_exception(error);
     return returned;
   }
@@ -613,9 +652,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // The slow path. mutex_ guards everything below that is not atomic.
   alignas(detail::kCacheLine) mutable std::mutex mutex_;
-  std::condition_variable cv_;      // refill finished
+  std::condition_variable cv_;      // refill or give-back finished
   std::condition_variable idleCv_;  // segment installed, or stopping
-  bool refilling_ = false;          // a thread holds the leader role (refill, give-back, reconfigure)
+  bool refilling_ = false;          // a thread holds the leader role (refill, reconfigure, close)
+  bool givingBack_ = false;         // a give-back is in flight (at most one)
   bool closed_ = false;
   bool stopping_ = false;
   std::uint64_t attempts_ = 0;      // refill attempts completed
@@ -627,6 +667,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::int64_t idleSince_ = 0;      // clock µs when it first saw it
   std::int64_t installed_ = 0;      // permits placed in segments
   std::int64_t inHand_ = 0;         // permits taken out of the segment by a leader in flight
+  std::int64_t backInFlight_ = 0;   // permits in the give-back in flight
   std::int64_t returned_ = 0;
   std::int64_t expired_ = 0;
   std::int64_t refillWaits_ = 0;

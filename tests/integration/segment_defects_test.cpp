@@ -1,9 +1,10 @@
-// Issue 9, items 7 and 11: SegmentedRateLimiter against a real redis-server that stalls
+// Issue 9, items 7, 9 and 11: SegmentedRateLimiter against a real redis-server that stalls
 // (SIGSTOP: connections are accepted and requests queued, nothing is answered — an unreachable
 // server that does not refuse), and with bad reconfigure() arguments.
 #include <signal.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -134,6 +135,76 @@ TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
   ASSERT_TRUE(last.tryAcquire());
   EXPECT_EQ(last.close(), 9);
   EXPECT_EQ(client->bestEffortStats().sent, 2u);
+}
+
+// Item 9: while the leader's refill is stuck on an unresponsive server, the other callers waited
+// refillWait and got `false` whatever the policy. They must get the policy's answer.
+TEST_F(SegmentedDefects, Item09_WaitersForAStuckRefillGetThePolicysAnswer) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Local, FailurePolicy::Throw}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    RedisServer own;
+    ClientOptions co;
+    co.connection = parseUri(own.uri());
+    co.connection.commandTimeout = milliseconds(3000);  // the leader stays stuck well past refillWait
+    auto client = Client::create(co);
+    auto admin = Client::create(co);
+    RateLimiterOptions lo;
+    lo.failure.policy = policy;
+    const std::string limiterName = "stuck-refill";
+    auto source = std::make_shared<RateLimiter>(client, limiterName, lo);
+    ASSERT_TRUE(source->trySetRate(RateType::Overall, 100, milliseconds(60000)));  // the rate is known
+    SegmentOptions so;
+    so.segmentSize = 10;
+    so.returnWhenIdle = false;
+    so.refillWait = milliseconds(100);
+    Segmented seg(source, so);
+    const pid_t pid = serverPid(*admin);
+
+    Stall stall(pid);
+    std::thread leader([&] {
+      try {
+        (void)seg.tryAcquire();
+      } catch (const IoError&) {
+      }
+    });
+    while (seg.stats().remoteRoundTrips < 1) std::this_thread::yield();  // the leader's refill is in flight
+    const auto start = SteadyTime::now();
+    bool granted = false, timedOut = false;
+    std::string message;
+    try {
+      granted = seg.tryAcquire();
+    } catch (const TimeoutError& e) {
+      timedOut = true;
+      message = e.what();
+    }
+    const std::int64_t took = msSince(start);
+    const FailureStats fs = source->failureStats();
+    stall.resume();
+    leader.join();
+
+    EXPECT_LT(took, co.connection.commandTimeout.count()) << "the waiter did not wait for the stuck leader";
+    switch (policy) {
+      case FailurePolicy::Allow:
+        EXPECT_TRUE(granted);
+        EXPECT_EQ(fs.allowed, 1u);
+        break;
+      case FailurePolicy::Deny:
+        EXPECT_FALSE(granted);
+        EXPECT_EQ(fs.denied, 1u);
+        break;
+      case FailurePolicy::Local:  // the local bucket (100 x 1.0 per minute) has room
+        EXPECT_TRUE(granted);
+        EXPECT_EQ(fs.allowed, 1u);
+        break;
+      case FailurePolicy::Throw:
+        EXPECT_TRUE(timedOut);
+        EXPECT_EQ(fs.thrown, 1u);
+        EXPECT_NE(message.find("refill in flight"), std::string::npos) << message;
+        EXPECT_NE(message.find("100 ms"), std::string::npos) << message;
+        EXPECT_NE(message.find(limiterName), std::string::npos) << message;
+        break;
+    }
+  }
 }
 
 // Item 11: reconfigure() read the configuration and gave the segment back before the source

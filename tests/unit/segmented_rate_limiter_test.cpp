@@ -104,7 +104,11 @@ class FakeSource {
   }
 
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits) {
-    std::lock_guard<std::mutex> lk(m_);
+    std::unique_lock<std::mutex> lk(m_);
+    ++atReleaseGate_;
+    gateCv_.notify_all();
+    gateCv_.wait(lk, [&] { return !releaseGateClosed_; });
+    --atReleaseGate_;
     if (failNextRelease_) {
       failNextRelease_ = false;
       throw TimeoutError("fake: no reply in time");
@@ -185,6 +189,20 @@ class FakeSource {
     std::unique_lock<std::mutex> lk(m_);
     return gateCv_.wait_for(lk, std::chrono::seconds(10), [&] { return atGate_ >= n; });
   }
+  /// The same for releaseGrant calls: held while the release gate is closed.
+  void closeReleaseGate() {
+    std::lock_guard<std::mutex> lk(m_);
+    releaseGateClosed_ = true;
+  }
+  void openReleaseGate() {
+    std::lock_guard<std::mutex> lk(m_);
+    releaseGateClosed_ = false;
+    gateCv_.notify_all();
+  }
+  bool waitAtReleaseGate(int n) {
+    std::unique_lock<std::mutex> lk(m_);
+    return gateCv_.wait_for(lk, std::chrono::seconds(10), [&] { return atReleaseGate_ >= n; });
+  }
   void uninitialize() {
     std::lock_guard<std::mutex> lk(m_);
     initialized_ = false;
@@ -231,8 +249,10 @@ class FakeSource {
   bool failNext_ = false;
   bool failNextRelease_ = false;
   bool gateClosed_ = false;
+  bool releaseGateClosed_ = false;
   bool lastKeepState_ = false;
   int atGate_ = 0;
+  int atReleaseGate_ = 0;
   int configReads_ = 0, configWrites_ = 0;
   microseconds latency_{0};
   std::int64_t nextId_ = 1;
@@ -243,10 +263,15 @@ class FakeSource {
 
 using Limiter = SegmentedRateLimiter<FakeSource, ClockRef<ManualClock>>;
 
-/// FakeSource with the optional member a source may have (RateLimiter has it): a best-effort
-/// give-back, skipped while `unreachable`. Thread-safe.
+/// FakeSource with the two optional members a source may have (RateLimiter has both): a
+/// best-effort give-back, skipped while `unreachable`, and the failure policy's answer for a call
+/// that got no answer in time. Thread-safe.
 class PolicySource : public FakeSource {
  public:
+  struct Decision {
+    std::int64_t permits;
+    std::string reason;
+  };
   using FakeSource::FakeSource;
 
   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
@@ -256,13 +281,29 @@ class PolicySource : public FakeSource {
     }
     return releaseGrant(member, permits);
   }
+  bool decideUnanswered(std::int64_t permits, const std::string& reason) {
+    std::lock_guard<std::mutex> lk(m_);
+    decisions_.push_back({permits, reason});
+    return answer_;
+  }
 
   void setUnreachable(bool u) { unreachable_ = u; }
   int skipped() const { return skipped_.load(); }
+  void setAnswer(bool a) {
+    std::lock_guard<std::mutex> lk(m_);
+    answer_ = a;
+  }
+  std::vector<Decision> decisions() {
+    std::lock_guard<std::mutex> lk(m_);
+    return decisions_;
+  }
 
  private:
   std::atomic<bool> unreachable_{false};
   std::atomic<int> skipped_{0};
+  std::mutex m_;
+  bool answer_ = true;
+  std::vector<Decision> decisions_;
 };
 
 using PolicyLimiter = SegmentedRateLimiter<PolicySource, ClockRef<ManualClock>>;
@@ -595,6 +636,64 @@ TEST_F(SegmentedRateLimiterTest, WaiterGivesUpAfterRefillWait) {
   leader.join();
   EXPECT_TRUE(rl->tryAcquire());
   EXPECT_EQ(src->acquires().size(), 1u);
+}
+
+// Issue 9, item 9: an idle give-back held the leader role during its I/O, so while it was stuck
+// on the source every acquirer that found the segment empty waited refillWait and got false.
+// The give-back holds no role: the acquirer leads its own refill at once.
+TEST_F(SegmentedRateLimiterTest, Item09_StuckIdleGiveBackDoesNotBlockAcquirers) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.refillWait = milliseconds(50);
+  auto rl = make(src, 10, o);
+  ASSERT_TRUE(rl->tryAcquire());  // holds 9
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  clock_.advance(milliseconds(250));
+  src->closeReleaseGate();
+  std::int64_t givenBack = -1;
+  std::thread giver([&] { givenBack = rl->giveBackIfIdle(); });
+  ASSERT_TRUE(src->waitAtReleaseGate(1));  // the give-back is stuck in the source
+  EXPECT_TRUE(rl->tryAcquire()) << "an acquirer leads its own refill while the give-back is stuck";
+  EXPECT_EQ(rl->stats().refillWaits, 0) << "nobody waited for the give-back";
+  EXPECT_EQ(src->acquires().size(), 2u);
+  src->openReleaseGate();
+  giver.join();
+  EXPECT_EQ(givenBack, 9);
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsReturned, 9);
+  EXPECT_EQ(s.permitsHeld, 9) << "the new segment is untouched by the old give-back";
+  expectConserved(s);
+  EXPECT_EQ(src->available(), 89);
+}
+
+// A waiter that gives up on a refill still in flight asks the source's failure policy
+// (RateLimiter::decideUnanswered), detected at compile time; FakeSource has none and the waiter
+// gets false (WaiterGivesUpAfterRefillWait).
+TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIsStillInFlight) {
+  auto src = std::make_shared<PolicySource>(clock_, 100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = false;
+  o.refillWait = milliseconds(20);
+  PolicyLimiter rl(src, o, ClockRef<ManualClock>(clock_));
+  src->closeGate();
+  std::thread leader([&] { EXPECT_TRUE(rl.tryAcquire()); });
+  ASSERT_TRUE(src->waitAtGate(1));
+  EXPECT_TRUE(rl.tryAcquire()) << "the policy's answer (Allow)";
+  EXPECT_TRUE(rl.tryAcquire(2, milliseconds(30)));
+  src->setAnswer(false);
+  EXPECT_FALSE(rl.tryAcquire()) << "the policy's answer (Deny)";
+  src->openGate();
+  leader.join();
+  const auto d = src->decisions();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].permits, 1);
+  EXPECT_NE(d[0].reason.find("waited 20 ms (refillWait)"), std::string::npos) << d[0].reason;
+  EXPECT_NE(d[0].reason.find("refill in flight"), std::string::npos) << d[0].reason;
+  EXPECT_EQ(d[1].permits, 2);
+  EXPECT_NE(d[1].reason.find("ms (the call's timeout)"), std::string::npos) << d[1].reason;
+  EXPECT_EQ(src->acquires().size(), 1u) << "the waiters sent nothing";
+  EXPECT_EQ(rl.stats().refillWaits, 3);
 }
 
 // Issue 9, item 7, at the segment: a give-back the source skips (its Client has just found Redis
