@@ -68,12 +68,20 @@
 //     not one per limiter. A give-back holds no leader role during its I/O: a caller that finds
 //     the segment empty meanwhile leads its own refill. At most one give-back is in flight;
 //     close() and reconfigure() wait for it.
-//  8. Idle detection costs the hot path nothing: a background thread (one per limiter, started
-//     with it, stopped and joined by close()) compares the state word every idleReturnAfter / 2;
-//     if it has not changed for idleReturnAfter, the segment goes back. So give-back happens
-//     between idleReturnAfter and 2 x idleReturnAfter after the last local acquire. The thread
-//     sleeps on a condition variable while nothing is held. With returnWhenIdle = false there
-//     is no thread and the owner may call giveBackIfIdle() from its own timer.
+//  8. Idle detection costs the hot path nothing, and threads do not grow with limiters: one
+//     sweeper thread for the whole process (detail::IdleSweeper, started by the first limiter
+//     with returnWhenIdle, joined at exit) visits each limiter that holds permits every
+//     idleReturnAfter / 2 and compares its state word; if it has not changed for
+//     idleReturnAfter, the segment goes back. So give-back happens between idleReturnAfter and
+//     2 x idleReturnAfter after the last local acquire. A limiter that holds nothing is not
+//     visited; the next refill that leaves permits asks for a visit (one lock of the sweeper per
+//     such refill, none on the hot path). A give-back stuck on Redis delays the other limiters'
+//     visits, by at most one command bound per bestEffortRetry (the others are skipped). The
+//     constructor registers (throwing Error if the thread cannot start); close() unregisters
+//     before anything else and waits if the sweeper is visiting this limiter at that moment, so
+//     the sweeper never touches a closed limiter and never keeps one alive. With
+//     returnWhenIdle = false there is no registration and the owner may call giveBackIfIdle()
+//     from its own timer.
 //  9. reconfigure(type, rate, interval, segmentSize) reads the configuration; if it differs it
 //     gives the segment back and writes the new one with setRate(..., keepState = true), so the
 //     permits in use stay counted (a change of type clears the state, as in Redisson). A missing
@@ -85,7 +93,7 @@
 //     give-back (idle, close) is not thrown: its permits expire in Redis within one interval and
 //     are counted as expired. After close(), acquire calls throw redlimit::Error. reconfigure()
 //     checks all its arguments (type, rate, interval up to RateLimiter::kMaxInterval, segment
-//     size) before it sends anything.
+//     size) before it sends anything. Apart from std::bad_alloc, every exception is a redlimit::Error.
 // 12. Generation wrap: the 32-bit generation skips 0 and the closed marker; a thread would have
 //     to stall across 4 billion refills between its load and its compare-exchange to be fooled.
 //
@@ -93,7 +101,7 @@
 //   segmentSize      permits   10     permits taken per round trip (fewer when fewer are left)
 //   refillWait       ms        100    longest a call without its own timeout waits for another
 //                                     thread's refill
-//   returnWhenIdle   bool      true   run the background thread that gives back idle segments
+//   returnWhenIdle   bool      true   the process's sweeper thread gives back idle segments
 //   idleReturnAfter  ms        0      no local acquire for this long gives the unspent part
 //                                     back; 0 = a quarter of the limiter's interval
 #pragma once
@@ -108,12 +116,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
+#include "redlimit/detail/idle_sweeper.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/rate_limiter.hpp"
 
@@ -141,7 +149,7 @@ struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source
 struct SegmentOptions {
   std::int64_t segmentSize = 10;                 // permits taken per round trip; 1..RateLimiter::kMaxRate
   std::chrono::milliseconds refillWait{100};     // wait for another thread's refill when a call has no timeout, ms; > 0
-  bool returnWhenIdle = true;                    // background thread gives back an idle segment
+  bool returnWhenIdle = true;                    // the process's sweeper thread gives back an idle segment
   std::chrono::milliseconds idleReturnAfter{0};  // idle time before give-back, ms; 0 = interval / 4; >= 0
 };
 
@@ -184,12 +192,14 @@ struct SegmentStats {
 /// source). Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
 /// (RateLimiter: IoError and subclasses, NotInitializedError, ...; under FailurePolicy::Throw a
 /// TimeoutError when a refill by another thread is still in flight after refillWait); Error after
-/// close().
+/// close() or when the sweeper's thread cannot be started.
 template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
  public:
-  /// Takes segments from `source`. Sends nothing; starts the idle give-back thread if
-  /// options.returnWhenIdle. Throws InvalidArgument for a null source or bad options.
+  /// Takes segments from `source`. Sends nothing. With options.returnWhenIdle, registers with the
+  /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
+  /// limiter. Throws InvalidArgument for a null source or bad options, Error if the sweeper's
+  /// thread cannot be started.
   explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {},
                                 Clock clock = Clock{})
       : clock_(std::move(clock)), source_(std::move(source)), refillWait_(options.refillWait),
@@ -199,10 +209,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (options.refillWait.count() <= 0) throw InvalidArgument("redlimit: refillWait must be > 0 ms");
     if (options.idleReturnAfter.count() < 0) throw InvalidArgument("redlimit: idleReturnAfter must be >= 0 ms");
     segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
-    if (options.returnWhenIdle) idleThread_ = std::thread([this] { idleLoop(); });
+    if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
   }
 
-  /// close(): gives back the unspent permits and joins the idle thread. Must not run inside a
+  /// close(): gives back the unspent permits and leaves the idle sweeper. Must not run inside a
   /// call this limiter makes to its own source.
   ~SegmentedRateLimiter() { close(); }
 
@@ -299,8 +309,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// Gives the unspent segment back if no local acquire has changed it for idleReturnAfter
   /// (measured from the first call that saw it unchanged); drops it if it has expired. Returns
-  /// the permits given back. The idle thread calls this; call it yourself (from your own timer)
-  /// with returnWhenIdle = false. Holds no leader role during the give-back, so acquire
+  /// the permits given back. The shared sweeper calls this; call it yourself (from your own
+  /// timer) with returnWhenIdle = false. Holds no leader role during the give-back, so acquire
   /// calls never wait for it; does nothing while a refill, reconfigure or another give-back is in
   /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
   std::int64_t giveBackIfIdle() noexcept {
@@ -324,26 +334,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     }
   }
 
-  /// Gives the unspent segment back, stops and joins the idle thread; later acquire calls throw
-  /// Error. Waits for a refill or give-back in flight. Idempotent. Returns the permits given back.
-  /// A give-back that fails, or that is skipped because the source's Client has just found Redis
-  /// unreachable, is not thrown: those permits expire in Redis within one interval and count as
-  /// expired. So closing many limiters on one Client while Redis does not answer costs one
-  /// command timeout in total.
+  /// Gives the unspent segment back and leaves the idle sweeper (waiting for its visit to this
+  /// limiter if one is running); later acquire calls throw Error. Waits for a refill or give-back
+  /// in flight. Idempotent. Returns the permits given back. A give-back that fails, or that is
+  /// skipped because the source's Client has just found Redis unreachable, is not thrown: those
+  /// permits expire in Redis within one interval and count as expired. So closing many limiters
+  /// on one Client while Redis does not answer costs one command timeout in total.
   std::int64_t close() noexcept {
-    std::int64_t returned = 0;
     {
-      std::unique_lock<std::mutex> lk(mutex_);
+      std::lock_guard<std::mutex> lk(mutex_);
       if (closed_) return 0;
-      cv_.wait(lk, [&] { return !refilling_ && !givingBack_; });
-      closed_ = true;
-      stopping_ = true;
-      refilling_ = true;
-      const std::uint64_t old = state_.exchange(pack(kClosedGen, 0), std::memory_order_acq_rel);
-      returned = returnTaken(lk, leftOf(old), false);
-      finishLead();
+      closed_ = true;  // no refill starts from now on
     }
-    if (idleThread_.joinable()) idleThread_.join();
+    cv_.notify_all();  // callers waiting for a refill throw Error
+    if (sweepId_ != 0) detail::IdleSweeper::instance().remove(sweepId_);
+    std::unique_lock<std::mutex> lk(mutex_);
+    cv_.wait(lk, [&] { return !refilling_ && !givingBack_; });
+    refilling_ = true;
+    const std::uint64_t old = state_.exchange(pack(kClosedGen, 0), std::memory_order_acq_rel);
+    const std::int64_t returned = returnTaken(lk, leftOf(old), false);
+    finishLead();
     return returned;
   }
 
@@ -617,27 +627,34 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     return returned;
   }
 
-  // Ends the leader role (mutex held) and wakes the waiters and the idle thread.
+  // Ends the leader role (mutex held), wakes the waiters, and has the sweeper watch what is held.
   void finishLead() {
     refilling_ = false;
     cv_.notify_all();
-    idleCv_.notify_all();
+    armSweep();
   }
 
-  void idleLoop() {
-    std::unique_lock<std::mutex> lk(mutex_);
-    while (!stopping_) {
-      if (leftOf(state_.load(std::memory_order_acquire)) == 0) {
-        idleCv_.wait(lk);
-      } else {
-        const std::int64_t after = idleAfterMicros();
-        idleCv_.wait_for(lk, std::chrono::microseconds{std::max<std::int64_t>(after / 2, 1000)});
-      }
-      if (stopping_) break;
-      lk.unlock();
-      (void)giveBackIfIdle();
-      lk.lock();
+  // Asks the shared sweeper to visit this limiter while it holds permits (mutex held). The visit
+  // disarms when it finds nothing held; the next leader to leave permits arms it again.
+  void armSweep() {
+    if (sweepId_ == 0 || sweepArmed_ || closed_ || leftOf(state_.load(std::memory_order_acquire)) == 0) return;
+    sweepArmed_ = true;
+    detail::IdleSweeper::instance().schedule(sweepId_, std::chrono::microseconds{0});
+  }
+
+  // One visit of the shared sweeper (its thread; never after close() has left the sweeper): the
+  // idle check, then µs until the next visit (half the idle time), or -1 to wait to be armed.
+  static std::int64_t sweepTask(void* self) noexcept {
+    return static_cast<SegmentedRateLimiter*>(self)->sweep();
+  }
+  std::int64_t sweep() noexcept {
+    (void)giveBackIfIdle();
+    std::lock_guard<std::mutex> lk(mutex_);
+    if (closed_ || leftOf(state_.load(std::memory_order_acquire)) == 0) {
+      sweepArmed_ = false;
+      return -1;
     }
+    return std::max<std::int64_t>(idleAfterMicros() / 2, 1000);
   }
 
   // Read-only after construction.
@@ -652,12 +669,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // The slow path. mutex_ guards everything below that is not atomic.
   alignas(detail::kCacheLine) mutable std::mutex mutex_;
-  std::condition_variable cv_;      // refill or give-back finished
-  std::condition_variable idleCv_;  // segment installed, or stopping
+  std::condition_variable cv_;      // refill or give-back finished, or closed
   bool refilling_ = false;          // a thread holds the leader role (refill, reconfigure, close)
   bool givingBack_ = false;         // a give-back is in flight (at most one)
   bool closed_ = false;
-  bool stopping_ = false;
+  bool sweepArmed_ = false;         // the sweeper will visit (it does while permits are held)
   std::uint64_t attempts_ = 0;      // refill attempts completed
   bool lastDenied_ = false;         // outcome of the last attempt
   std::int64_t lastDeniedPermits_ = 0;
@@ -676,7 +692,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::atomic<std::int64_t> remoteRoundTrips_{0};
   std::atomic<std::int64_t> permitsFromRemote_{0};
   std::atomic<std::int64_t> directGrants_{0};
-  std::thread idleThread_;          // last: started once everything else is built
+  std::uint64_t sweepId_ = 0;       // registration with the idle sweeper; 0 = none (returnWhenIdle off)
 };
 
 extern template class SegmentedRateLimiter<RateLimiter, SteadyClock>;

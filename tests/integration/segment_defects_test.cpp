@@ -1,13 +1,15 @@
-// Issue 9, items 7, 9 and 11: SegmentedRateLimiter against a real redis-server that stalls
+// Issue 9, items 7, 8, 9 and 11: SegmentedRateLimiter against a real redis-server that stalls
 // (SIGSTOP: connections are accepted and requests queued, nothing is answered — an unreachable
-// server that does not refuse), and with bad reconfigure() arguments.
+// server that does not refuse), with many limiters, and with bad reconfigure() arguments.
 #include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +35,12 @@ constexpr milliseconds kSlack{500};
 
 std::int64_t msSince(SteadyTime::time_point start) {
   return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - start).count();
+}
+
+/// Threads of this process now (/proc/self/task).
+std::ptrdiff_t threadCount() {
+  const std::filesystem::directory_iterator tasks("/proc/self/task");
+  return std::distance(begin(tasks), end(tasks));
 }
 
 /// The state letter of a process in /proc/<pid>/stat ('T' = stopped), or '?' if unreadable.
@@ -135,6 +143,46 @@ TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
   ASSERT_TRUE(last.tryAcquire());
   EXPECT_EQ(last.close(), 9);
   EXPECT_EQ(client->bestEffortStats().sent, 2u);
+}
+
+// Item 8: each SegmentedRateLimiter started its own idle give-back thread (10 000 limiters =
+// 10 001 threads). The thread count must not depend on the number of limiters: with one limiter
+// or with 200 it is the same (one shared sweeper), and that one thread still gives back every
+// idle limiter's segment. (The count is taken after the first limiter, because a sanitizer
+// runtime may start a helper thread of its own with the process's second thread.)
+TEST_F(SegmentedDefects, Item08_TwoHundredLimitersShareOneSweeperThread) {
+  constexpr int kLimiters = 200;
+  const std::ptrdiff_t none = threadCount();
+  std::vector<std::unique_ptr<Segmented>> limiters;
+  SegmentOptions so;
+  so.segmentSize = 10;
+  so.returnWhenIdle = true;
+  so.idleReturnAfter = milliseconds(50);
+  std::ptrdiff_t withOne = 0;
+  for (int i = 0; i < kLimiters; ++i) {
+    auto source = std::make_shared<RateLimiter>(client(), name(std::to_string(i)));
+    ASSERT_TRUE(source->trySetRate(RateType::Overall, 100, milliseconds(60000)));
+    limiters.push_back(std::make_unique<Segmented>(source, so));
+    ASSERT_TRUE(limiters.back()->tryAcquire());  // holds 9
+    if (i == 0) withOne = threadCount();
+  }
+  const std::ptrdiff_t withAll = threadCount();
+  std::printf("ITEM08 threads: %lld without limiters, %lld with one, %lld with %d\n", static_cast<long long>(none),
+              static_cast<long long>(withOne), static_cast<long long>(withAll), kLimiters);
+  EXPECT_EQ(withAll, withOne) << "thread count independent of the number of limiters";
+
+  // Every limiter goes idle; the shared sweeper gives each segment back (bounded wait).
+  auto allReturned = [&] {
+    for (auto& l : limiters) {
+      if (l->stats().permitsReturned != 9) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 1000 && !allReturned(); ++i) sleepMs(10);
+  EXPECT_TRUE(allReturned());
+  for (auto& l : limiters) EXPECT_EQ(l->source()->availablePermits(), 99);
+  limiters.clear();
+  EXPECT_EQ(threadCount(), withOne);
 }
 
 // Item 9: while the leader's refill is stuck on an unresponsive server, the other callers waited

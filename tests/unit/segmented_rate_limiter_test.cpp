@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -104,6 +105,12 @@ class FakeSource {
   }
 
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits) {
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      hook = releaseHook_;
+    }
+    if (hook) hook();
     std::unique_lock<std::mutex> lk(m_);
     ++atReleaseGate_;
     gateCv_.notify_all();
@@ -199,9 +206,14 @@ class FakeSource {
     releaseGateClosed_ = false;
     gateCv_.notify_all();
   }
-  bool waitAtReleaseGate(int n) {
+  bool waitAtReleaseGate(int n, milliseconds limit = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> lk(m_);
-    return gateCv_.wait_for(lk, std::chrono::seconds(10), [&] { return atReleaseGate_ >= n; });
+    return gateCv_.wait_for(lk, limit, [&] { return atReleaseGate_ >= n; });
+  }
+  /// Runs `hook` at the start of each releaseGrant call, on the calling thread.
+  void setReleaseHook(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lk(m_);
+    releaseHook_ = std::move(hook);
   }
   void uninitialize() {
     std::lock_guard<std::mutex> lk(m_);
@@ -242,6 +254,7 @@ class FakeSource {
   ManualClock& clock_;
   std::mutex m_;
   std::condition_variable gateCv_;
+  std::function<void()> releaseHook_;
   std::int64_t rate_;
   milliseconds interval_;
   milliseconds keepAlive_{0};
@@ -879,15 +892,89 @@ TEST_F(SegmentedRateLimiterTest, LocalHitDoesNotAllocate) {
   EXPECT_EQ(src->acquires().size(), 1u);
 }
 
-TEST_F(SegmentedRateLimiterTest, IdleThreadStartsAndJoinsOnClose) {
+TEST_F(SegmentedRateLimiterTest, RegistersWithTheIdleSweeperAndLeavesItOnClose) {
+  auto& sweeper = detail::IdleSweeper::instance();
+  const std::size_t before = sweeper.size();
   auto src = makeSource(100, milliseconds(1000));
   SegmentOptions o;
   o.segmentSize = 10;
-  o.returnWhenIdle = true;  // the thread sees a manual clock that does not move: never idle
+  o.returnWhenIdle = true;  // the sweeper sees a manual clock that does not move: never idle
   Limiter rl(src, o, ClockRef<ManualClock>(clock_));
+  EXPECT_EQ(sweeper.size(), before + 1);
   ASSERT_TRUE(rl.tryAcquire());
   EXPECT_EQ(rl.close(), 9);
+  EXPECT_EQ(sweeper.size(), before);
   EXPECT_EQ(src->available(), 99);
+}
+
+// close() waits for the sweeper's give-back of this limiter if one is in flight, so the counters
+// are final (and the limiter may be destroyed) when it returns.
+TEST_F(SegmentedRateLimiterTest, CloseWaitsForTheSweepersGiveBackInFlight) {
+  auto& sweeper = detail::IdleSweeper::instance();
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = true;
+  o.idleReturnAfter = milliseconds(40);
+  Limiter rl(src, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(rl.tryAcquire());
+  src->closeReleaseGate();
+  // Move the manual clock until the sweeper finds the segment idle and its give-back is stuck.
+  while (!src->waitAtReleaseGate(1, milliseconds(5))) clock_.advance(milliseconds(50));
+  const std::size_t registered = sweeper.size();
+  std::int64_t closeReturned = -1;
+  SegmentStats atClose;
+  std::thread closer([&] {
+    closeReturned = rl.close();
+    atClose = rl.stats();
+  });
+  while (sweeper.size() == registered) std::this_thread::yield();  // close() left the sweeper: now it waits
+  src->openReleaseGate();
+  closer.join();
+  EXPECT_EQ(closeReturned, 0) << "the sweeper had taken the segment";
+  EXPECT_EQ(atClose.permitsReturned, 9) << "close() returned before the give-back in flight ended";
+  expectConserved(atClose);
+}
+
+// A limiter destroyed on the sweeper thread (here by a hook in another limiter's give-back) leaves
+// the sweeper without waiting for the visit it is part of, and gives its own segment back.
+TEST_F(SegmentedRateLimiterTest, LimiterDestroyedFromInsideTheSweeperDoesNotDeadlock) {
+  auto srcA = makeSource(100, milliseconds(1000));
+  auto srcB = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = true;
+  o.idleReturnAfter = milliseconds(40);
+  auto a = std::make_unique<Limiter>(srcA, o, ClockRef<ManualClock>(clock_));
+  o.idleReturnAfter = std::chrono::hours(1);  // B is registered but never idle itself
+  auto b = std::make_unique<Limiter>(srcB, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(a->tryAcquire());
+  ASSERT_TRUE(b->tryAcquire());
+  std::mutex m;
+  std::condition_variable cv;
+  bool destroyed = false;
+  std::int64_t bReturned = -1;
+  srcA->setReleaseHook([&] {
+    if (!b) return;
+    const std::int64_t r = b->close();  // on the sweeper thread, inside A's visit
+    b.reset();
+    std::lock_guard<std::mutex> lk(m);
+    bReturned = r;
+    destroyed = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lk(m);
+  for (int i = 0; i < 2000 && !destroyed; ++i) {
+    clock_.advance(milliseconds(50));
+    cv.wait_for(lk, milliseconds(5), [&] { return destroyed; });
+  }
+  ASSERT_TRUE(destroyed);
+  EXPECT_EQ(bReturned, 9);
+  lk.unlock();
+  ASSERT_EQ(srcB->releases().size(), 1u);
+  EXPECT_EQ(srcB->available(), 99);
+  a->close();
+  EXPECT_EQ(a->stats().permitsReturned, 9);
 }
 
 // Threads hammer one limiter, moving the clock across segment deadlines, while another runs
