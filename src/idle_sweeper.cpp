@@ -9,31 +9,42 @@
 namespace redlimit::detail {
 
 IdleSweeper& IdleSweeper::instance() {
-  static IdleSweeper sweeper;
-  return sweeper;
+  // Never destroyed: a limiter in a global holder was constructed before this and is destroyed
+  // after anything constructed later, so it must still find the registry. The stopper (made
+  // after the registry, destroyed before such limiters) ends the thread at exit instead.
+  static IdleSweeper* const sweeper = new IdleSweeper();
+  static const struct Stopper {
+    ~Stopper() { sweeper->stop(); }
+  } stopper;
+  return *sweeper;
 }
 
 IdleSweeper::IdleSweeper(StartThread start) : start_(std::move(start)) {}
 
-IdleSweeper::~IdleSweeper() {
+IdleSweeper::~IdleSweeper() { stop(); }
+
+void IdleSweeper::stop() {
+  std::thread thread;
   {
     std::lock_guard<std::mutex> lk(mutex_);
     stopping_ = true;
+    thread.swap(thread_);
   }
   wake_.notify_all();
-  if (!thread_.joinable()) return;
-  if (thread_.get_id() == std::this_thread::get_id()) {
-    thread_.detach();  // destroyed by one of its own tasks (exit() from a task): cannot join itself
+  if (!thread.joinable()) return;
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // stopped by one of its own tasks (exit() from a task): cannot join itself
   } else {
-    thread_.join();
+    thread.join();
   }
 }
 
 std::uint64_t IdleSweeper::add(void* owner, Task task) {
   std::lock_guard<std::mutex> lk(mutex_);
-  if (!thread_.joinable()) {
+  if (!thread_.joinable() && !stopping_) {
     try {
       thread_ = start_ ? start_([this] { run(); }) : std::thread([this] { run(); });
+      threadId_ = thread_.get_id();
     } catch (const std::system_error& e) {
       throw Error(std::string("redlimit: cannot start the thread that gives back idle segments: ") + e.what());
     }
@@ -68,7 +79,7 @@ void IdleSweeper::remove(std::uint64_t id) {
     if (it->second.queued) queue_.erase({it->second.due, id});
     entries_.erase(it);
   }
-  if (thread_.get_id() == std::this_thread::get_id()) return;  // from a task: never wait for ourselves
+  if (threadId_ == std::this_thread::get_id()) return;  // from a task: never wait for ourselves
   done_.wait(lk, [&] { return running_ != id; });
 }
 

@@ -70,7 +70,7 @@
 //     close() and reconfigure() wait for it.
 //  8. Idle detection costs the hot path nothing, and threads do not grow with limiters: one
 //     sweeper thread for the whole process (detail::IdleSweeper, started by the first limiter
-//     with returnWhenIdle, joined at exit) visits each limiter that holds permits every
+//     with returnWhenIdle, stopped at exit) visits each limiter that holds permits every
 //     idleReturnAfter / 2 and compares its state word; if it has not changed for
 //     idleReturnAfter, the segment goes back. So give-back happens between idleReturnAfter and
 //     2 x idleReturnAfter after the last local acquire. A limiter that holds nothing is not

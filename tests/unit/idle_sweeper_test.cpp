@@ -152,6 +152,29 @@ TEST(SegmentIdleSweeper, ThreadThatCannotStartIsARedlimitErrorAndRegistersNothin
   sweeper.remove(id);
 }
 
+TEST(SegmentIdleSweeper, AfterStopNothingRunsAndRegistrationStillWorks) {
+  int started = 0;
+  IdleSweeper sweeper([&](std::function<void()> body) {
+    ++started;
+    return std::thread(std::move(body));
+  });
+  Owner a, b;
+  const std::uint64_t idA = sweeper.add(&a, &Owner::task);
+  sweeper.schedule(idA, microseconds{0});
+  ASSERT_TRUE(a.waitFor([&] { return a.runs == 1 && !a.inside; }));
+  sweeper.stop();  // joins the thread: nothing can run after this
+  sweeper.schedule(idA, microseconds{0});
+  const std::uint64_t idB = sweeper.add(&b, &Owner::task);  // registers, starts no thread
+  sweeper.schedule(idB, microseconds{0});
+  sweeper.remove(idA);  // does not wait
+  sweeper.remove(idB);
+  EXPECT_EQ(started, 1);
+  EXPECT_EQ(sweeper.runs(), 1u);
+  EXPECT_EQ(a.runCount(), 1);
+  EXPECT_EQ(b.runCount(), 0);
+  sweeper.stop();  // idempotent
+}
+
 TEST(SegmentIdleSweeper, OneThreadForAnyNumberOfOwners) {
   int started = 0;
   IdleSweeper sweeper([&](std::function<void()> body) {

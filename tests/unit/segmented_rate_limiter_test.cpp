@@ -977,6 +977,25 @@ TEST_F(SegmentedRateLimiterTest, LimiterDestroyedFromInsideTheSweeperDoesNotDead
   EXPECT_EQ(a->stats().permitsReturned, 9);
 }
 
+// A limiter in a global holder (constructed before main, so destroyed after anything made
+// later) is closed during static destruction: the sweeper it leaves must still exist then.
+ManualClock gAtExitClock{std::chrono::seconds(1000)};
+std::unique_ptr<Limiter> gAtExit;
+
+TEST_F(SegmentedRateLimiterTest, LimiterInAGlobalHolderClosesCleanlyAtExit) {
+  EXPECT_EXIT(
+      {
+        SegmentOptions o;
+        o.segmentSize = 10;
+        o.returnWhenIdle = true;  // the first limiter of this process: starts the sweeper
+        gAtExit = std::make_unique<Limiter>(std::make_shared<FakeSource>(gAtExitClock, 100, milliseconds(1000)), o,
+                                            ClockRef<ManualClock>(gAtExitClock));
+        if (!gAtExit->tryAcquire()) std::_Exit(3);
+        std::exit(0);  // static destruction closes gAtExit
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // Threads hammer one limiter, moving the clock across segment deadlines, while another runs
 // the idle check: every permit handed out is accounted for, none twice (run under TSan too).
 TEST_F(SegmentedRateLimiterTest, ContendedHotPathHandsOutEachPermitOnce) {

@@ -27,6 +27,9 @@ namespace redlimit::detail {
 /// when called on the sweeper thread itself (a task that destroys an owner), where it cannot wait
 /// for the task it is part of: it returns at once, and the sweeper does not touch that owner
 /// again after the task returns. Not fork-safe: a child process has no sweeper thread.
+/// instance() is never destroyed, so a limiter closed during static destruction (one held by a
+/// global smart pointer) can still leave it; its thread is stopped and joined at exit, so no
+/// task runs while the process's statics are being destroyed.
 class IdleSweeper {
  public:
   /// One visit to `owner`; returns µs until the next visit, or < 0 to wait for schedule().
@@ -35,17 +38,22 @@ class IdleSweeper {
   /// std::thread). May throw std::system_error like std::thread's constructor.
   using StartThread = std::function<std::thread(std::function<void()> body)>;
 
-  /// The process-wide sweeper. Its thread starts with the first add() and is joined at exit.
+  /// The process-wide sweeper. Its thread starts with the first add() and is stopped at exit.
   static IdleSweeper& instance();
 
   explicit IdleSweeper(StartThread start = {});
-  /// Stops the thread and joins it (after the task that is running, if any).
+  /// stop().
   ~IdleSweeper();
   IdleSweeper(const IdleSweeper&) = delete;
   IdleSweeper& operator=(const IdleSweeper&) = delete;
 
+  /// Stops the thread and joins it (after the task that is running, if any). Tasks do not run
+  /// any more; add(), schedule() and remove() keep working (remove() waits for nothing).
+  void stop();
+
   /// Registers `task` for `owner`, not scheduled yet, and returns its id (never 0). Starts the
-  /// thread if it is not running; throws redlimit::Error if it cannot (nothing is registered then).
+  /// thread if it is not running (and not stopped); throws redlimit::Error if it cannot
+  /// (nothing is registered then).
   [[nodiscard]] std::uint64_t add(void* owner, Task task);
   /// Runs the task of `id` after `delay` (at once if <= 0), unless it is already due sooner.
   /// Ignores an id that is not registered. Never waits for a task.
@@ -81,7 +89,8 @@ class IdleSweeper {
   std::uint64_t running_ = 0;  // the task running now; 0 = none
   std::uint64_t runs_ = 0;
   bool stopping_ = false;
-  std::thread thread_;  // started by the first add()
+  std::thread thread_;          // started by the first add(); empty once stopped
+  std::thread::id threadId_;    // the sweeper thread's id (kept after stop())
 };
 
 }  // namespace redlimit::detail
