@@ -4,11 +4,25 @@
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
+namespace {
+
+FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {
+  if (bestEffortRetry.count() <= 0) {
+    throw InvalidArgument("redlimit: ClientOptions::bestEffortRetry must be > 0 ms, got " +
+                          std::to_string(bestEffortRetry.count()) + " ms");
+  }
+  FailureOptions o;
+  o.probeInterval = bestEffortRetry;
+  return o;
+}
+
+}  // namespace
 
 Client::Client(ClientOptions options)
     : options_(std::move(options)),
       clientId_(options_.clientId.empty() ? detail::randomUuidV4() : options_.clientId),
-      pool_(options_.connection, options_.pool) {}
+      pool_(options_.connection, options_.pool),
+      reachability_("client", reachabilityOptions(options_.bestEffortRetry)) {}
 
 Client::~Client() = default;
 
@@ -21,18 +35,56 @@ std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions ba
   return create(std::move(base));
 }
 
+template <class Call>
+Reply Client::tracked(Call&& call) {
+  const std::int64_t started = reachability_.callStart();
+  try {
+    Reply r = call();
+    reachability_.succeeded();
+    return r;
+  } catch (const PoolTimeoutError&) {
+    throw;  // every connection busy: congestion in this process, not an unreachable server
+  } catch (const IoError& e) {
+    reachability_.failed(e, started);
+    throw;
+  } catch (const ReplyError&) {
+    reachability_.succeeded();  // Redis answered
+    throw;
+  }
+}
+
+bool Client::admitBestEffort() noexcept {
+  const bool go = reachability_.shouldTry();
+  (go ? bestEffortSent_ : bestEffortSkipped_).fetch_add(1, std::memory_order_relaxed);
+  return go;
+}
+
+BestEffortStats Client::bestEffortStats() const noexcept {
+  return BestEffortStats{bestEffortSent_.load(std::memory_order_relaxed),
+                         bestEffortSkipped_.load(std::memory_order_relaxed), reachability_.stats().degraded};
+}
+
 Reply Client::command(std::initializer_list<std::string_view> argv) {
-  auto lease = pool_.acquire();
-  return lease->command(argv);
+  return tracked([&] {
+    auto lease = pool_.acquire();
+    return lease->command(argv);
+  });
 }
 
 Reply Client::command(const std::vector<std::string_view>& argv) {
-  auto lease = pool_.acquire();
-  return lease->command(argv);
+  return tracked([&] {
+    auto lease = pool_.acquire();
+    return lease->command(argv);
+  });
 }
 
 Reply Client::eval(const Script& script, const std::vector<std::string_view>& keys,
                    const std::vector<std::string_view>& args) {
+  return tracked([&] { return evalUntracked(script, keys, args); });
+}
+
+Reply Client::evalUntracked(const Script& script, const std::vector<std::string_view>& keys,
+                            const std::vector<std::string_view>& args) {
   const std::string numKeys = std::to_string(keys.size());
   std::vector<std::string_view> argv;
   argv.reserve(3 + keys.size() + args.size());

@@ -390,6 +390,23 @@ std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t p
   return runRelease(permits, member);
 }
 
+void RateLimiter::validateConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  redlimit::checkConfig(type, rate, interval, keepAlive);
+}
+
+std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
+  // Bad input and the no-op go to releaseGrant first: they cost no probe.
+  if (!member.empty() && permits > 0 && !client_->admitBestEffort()) return std::nullopt;
+  return releaseGrant(member, permits);
+}
+
+bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
+  if (permits < 1) throw InvalidArgument("redlimit: permits must be >= 1, got " + std::to_string(permits));
+  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
+  if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
+  throw TimeoutError("redlimit: limiter " + name_ + ": " + reason);
+}
+
 bool RateLimiter::expire(milliseconds ttl) {
   if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
   const std::string ms = std::to_string(ttl.count());

@@ -1,6 +1,8 @@
 // redlimit — the client the limiters talk through: a connection pool plus script execution.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "redlimit/connection_pool.hpp"
+#include "redlimit/detail/failure_gate.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 #include "redlimit/reply.hpp"
@@ -15,13 +18,23 @@
 
 namespace redlimit {
 
+/// Counters of a Client's best-effort calls (see Client::admitBestEffort).
+struct BestEffortStats {
+  std::uint64_t sent = 0;     // best-effort calls let through (calls)
+  std::uint64_t skipped = 0;  // best-effort calls skipped because Redis was found unreachable (calls)
+  bool unreachable = false;   // the last transport failure has not been followed by a success yet
+};
+
 /// A handle on one Redis deployment (standalone today; Redis Cluster will plug in behind the same
 /// interface). Runs plain commands and Lua scripts on pooled connections. Limiters hold it by
-/// shared_ptr, so one Client can serve many limiters.
+/// shared_ptr, so one Client can serve many limiters. It remembers whether its last calls reached
+/// Redis, so that best-effort calls of everything that uses it stop waiting on an unreachable
+/// server (admitBestEffort).
 /// Thread-safe.
 class Client {
  public:
-  /// Throws InvalidArgument for bad options. Connects lazily, on the first command.
+  /// Throws InvalidArgument for bad options (bestEffortRetry <= 0, and what the pool refuses).
+  /// Connects lazily, on the first command.
   explicit Client(ClientOptions options);
   ~Client();
   Client(const Client&) = delete;
@@ -52,10 +65,31 @@ class Client {
   [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
   [[nodiscard]] PoolStats poolStats() const { return pool_.stats(); }
 
+  /// Whether a best-effort call should be sent now: one nobody waits for, whose loss costs only
+  /// capacity that comes back by itself (SegmentedRateLimiter's give-backs on close, when idle and
+  /// on reconfigure). True while Redis is reachable. After a transport failure of any call on this
+  /// Client (an IoError other than PoolTimeoutError, which is congestion in this process), false
+  /// until a call reaches Redis again or ClientOptions::bestEffortRetry has passed; from then on
+  /// true for one caller per bestEffortRetry (a probe). So closing many limiters while Redis does
+  /// not answer costs one command timeout in total, not one per limiter. Counted in
+  /// bestEffortStats(). Never blocks, sends nothing.
+  [[nodiscard]] bool admitBestEffort() noexcept;
+  [[nodiscard]] BestEffortStats bestEffortStats() const noexcept;
+
  private:
+  // Runs one call, recording in reachability_ whether it reached Redis.
+  template <class Call>
+  Reply tracked(Call&& call);
+  Reply evalUntracked(const Script& script, const std::vector<std::string_view>& keys,
+                      const std::vector<std::string_view>& args);
+
   ClientOptions options_;
   std::string clientId_;
   ConnectionPool pool_;
+  // Whether this client's calls reach Redis: the same circuit a limiter's acquires pass through
+  // (probe interval = bestEffortRetry), used here only to gate best-effort calls.
+  detail::FailureGate reachability_;
+  std::atomic<std::uint64_t> bestEffortSent_{0}, bestEffortSkipped_{0};
 };
 
 }  // namespace redlimit

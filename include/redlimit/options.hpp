@@ -32,6 +32,8 @@ struct ClientOptions {
   ConnectionOptions connection;                       // the server
   PoolOptions pool;                                   // the pool
   std::string clientId;                               // PER_CLIENT identity; empty = random UUID v4 per Client
+  std::chrono::milliseconds bestEffortRetry{250};     // after a transport failure, best-effort calls (give-backs)
+                                                      // are skipped for this long, then one probe per interval, ms; > 0
 };
 
 /// Parses `redis://[[user]:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,12 @@ class RateLimiter {
   static constexpr std::size_t kMaxNameLength = 1024;                         // bytes
   static constexpr std::size_t kMaxClientIdLength = 128;                      // bytes
 
+  /// The checks every configuration write makes before it sends anything: throws InvalidArgument
+  /// for an unknown type, rate outside 1..kMaxRate, interval outside 1 ms..kMaxInterval, or a
+  /// keepAliveTime that is neither 0 nor in rateInterval..kMaxInterval.
+  static void validateConfig(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                             std::chrono::milliseconds keepAliveTime = std::chrono::milliseconds{0});
+
   /// A handle on the limiter called `name`. Sends nothing. Throws InvalidArgument for a name that
   /// is empty, longer than kMaxNameLength, or that would address another limiter's keys under
   /// Redisson's key scheme: "{x}" (whose state keys are those of "x"), and any name with a '{'
@@ -132,6 +139,17 @@ class RateLimiter {
   /// Gives back up to `permits` of a grant made by tryAcquireUpTo (`member` from its result) and
   /// returns how many went back (0 if the grant has expired meanwhile).
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+  /// releaseGrant for a give-back nobody waits for (SegmentedRateLimiter's close, idle and
+  /// reconfigure give-backs): not sent while the Client has found Redis unreachable
+  /// (Client::admitBestEffort), and then returns nullopt — the permits come back by themselves
+  /// when the grant expires. Otherwise releaseGrant, with its result and errors.
+  [[nodiscard]] std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+  /// The failure policy's decision for `permits` (>= 1) when a call could not get Redis's answer
+  /// in time for a reason only the caller knows (SegmentedRateLimiter: it waited refillWait for
+  /// another thread's refill, still in flight). Allow: true; Deny: false; Local: the local bucket;
+  /// Throw: throws TimeoutError naming this limiter and `reason`. Counted in failureStats(); the
+  /// health state is left to the calls that reach Redis or fail to. Sends nothing.
+  [[nodiscard]] bool decideUnanswered(std::int64_t permits, const std::string& reason);
 
   /// Permits that could be taken now, 0..rate. Returns expired permits first, like tryAcquire.
   [[nodiscard]] std::int64_t availablePermits();

@@ -44,23 +44,45 @@
 //     condition variable (real time: a refill is real I/O, whatever the clock policy) for at
 //     most their timeout, or `refillWait` when they have none. If the attempt they waited for
 //     was denied, followers asking for as many permits or more share the denial instead of each
-//     sending a request. Each call leads at most one attempt per retry.
+//     sending a request. Each call leads at most one attempt per retry. A follower that waited at
+//     least refillWait and still sees the refill in flight has no answer from Redis in time: the
+//     source's failure policy decides it (RateLimiter::decideUnanswered: Allow true, Deny false, Local the
+//     local bucket, Throw a TimeoutError naming the limiter and the wait), counted in the
+//     source's failureStats(). A source without that member (a test stand-in) gives false. A
+//     follower whose own, shorter timeout ran out returns false. acquire(), which has no
+//     deadline, keeps waiting instead.
 //  5. Partial segments. A refill asks for between `need` and `segmentSize` permits
 //     (RateLimiter::tryAcquireUpTo), so it takes what Redis has left rather than failing while
 //     permits remain. A call that needs more than the segment has left uses the leftover and
 //     asks Redis only for the difference; the leftover is restored if Redis denies.
 //  6. Large requests. A call for more permits than `segmentSize` goes straight to the source
 //     (one attempt per try, with the same timeout rules) and leaves the segment alone.
-//  7. Give-back. The unspent part of a segment goes back with releaseGrant(member, unspent) on
-//     close() and destruction, on reconfigure() when something changes, and when the node is
-//     idle. Nothing is returned at expiry: the grant expires in Redis at the same moment (at
-//     most one one-way latency later), so its permits come back there by themselves.
-//  8. Idle detection costs the hot path nothing: a background thread (one per limiter, started
-//     with it, stopped and joined by close()) compares the state word every idleReturnAfter / 2;
-//     if it has not changed for idleReturnAfter, the segment goes back. So give-back happens
-//     between idleReturnAfter and 2 x idleReturnAfter after the last local acquire. The thread
-//     sleeps on a condition variable while nothing is held. With returnWhenIdle = false there
-//     is no thread and the owner may call giveBackIfIdle() from its own timer.
+//  7. Give-back. The unspent part of a segment goes back on close() and destruction, on
+//     reconfigure() when something changes, and when the node is idle. Nothing is returned at
+//     expiry: the grant expires in Redis at the same moment (at most one one-way latency
+//     later), so its permits come back there by themselves. That makes every give-back
+//     best-effort: it uses releaseGrantBestEffort(member, unspent) when the source has it
+//     (RateLimiter: skipped, sending nothing, while its Client has just found Redis unreachable,
+//     see Client::admitBestEffort), else releaseGrant. A skipped or failed give-back counts its
+//     permits as expired. So closing 10 000 limiters on one Client while Redis does not answer
+//     costs one command timeout in total (then one probe per ClientOptions::bestEffortRetry),
+//     not one per limiter. A give-back holds no leader role during its I/O: a caller that finds
+//     the segment empty meanwhile leads its own refill. At most one give-back is in flight;
+//     close() and reconfigure() wait for it.
+//  8. Idle detection costs the hot path nothing, and threads do not grow with limiters: one
+//     sweeper thread for the whole process (detail::IdleSweeper, started by the first limiter
+//     with returnWhenIdle, stopped at exit) visits each limiter that holds permits every
+//     idleReturnAfter / 2 and compares its state word; if it has not changed for
+//     idleReturnAfter, the segment goes back. So give-back happens between idleReturnAfter and
+//     2 x idleReturnAfter after the last local acquire. A limiter that holds nothing is not
+//     visited; the next refill that leaves permits asks for a visit (one lock of the sweeper per
+//     such refill, none on the hot path). A give-back stuck on Redis delays the other limiters'
+//     visits, by at most one command bound per bestEffortRetry (the others are skipped). The
+//     constructor registers (throwing Error if the thread cannot start); close() unregisters
+//     before anything else and waits if the sweeper is visiting this limiter at that moment, so
+//     the sweeper never touches a closed limiter and never keeps one alive. With
+//     returnWhenIdle = false there is no registration and the owner may call giveBackIfIdle()
+//     from its own timer.
 //  9. reconfigure(type, rate, interval, segmentSize) reads the configuration; if it differs it
 //     gives the segment back and writes the new one with setRate(..., keepState = true), so the
 //     permits in use stay counted (a change of type clears the state, as in Redisson). A missing
@@ -70,7 +92,9 @@
 //     from its next refill; the permits it holds (< segmentSize) were granted under the old one.
 // 11. Errors from the source propagate out of acquire calls and reconfigure(). A failed
 //     give-back (idle, close) is not thrown: its permits expire in Redis within one interval and
-//     are counted as expired. After close(), acquire calls throw redlimit::Error.
+//     are counted as expired. After close(), acquire calls throw redlimit::Error. reconfigure()
+//     checks all its arguments (type, rate, interval up to RateLimiter::kMaxInterval, segment
+//     size) before it sends anything. Apart from std::bad_alloc, every exception is a redlimit::Error.
 // 12. Generation wrap: the 32-bit generation skips 0 and the closed marker; a thread would have
 //     to stall across 4 billion refills between its load and its compare-exchange to be fooled.
 //
@@ -78,7 +102,7 @@
 //   segmentSize      permits   10     permits taken per round trip (fewer when fewer are left)
 //   refillWait       ms        100    longest a call without its own timeout waits for another
 //                                     thread's refill
-//   returnWhenIdle   bool      true   run the background thread that gives back idle segments
+//   returnWhenIdle   bool      true   the process's sweeper thread gives back idle segments
 //   idleReturnAfter  ms        0      no local acquire for this long gives the unspent part
 //                                     back; 0 = a quarter of the limiter's interval
 #pragma once
@@ -93,20 +117,40 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
+#include "redlimit/detail/idle_sweeper.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/rate_limiter.hpp"
 
 namespace redlimit {
 
+namespace detail {
+// Optional members of a permit source (see SegmentedRateLimiter), detected so that sources
+// without them keep the plain behaviour.
+template <class Source, class = void>
+struct HasBestEffortRelease : std::false_type {};
+template <class Source>
+struct HasBestEffortRelease<Source, std::void_t<decltype(std::optional<std::int64_t>(
+                                        std::declval<Source&>().releaseGrantBestEffort(
+                                            std::declval<const std::string&>(), std::int64_t{})))>>
+    : std::true_type {};
+template <class Source, class = void>
+struct HasDecideUnanswered : std::false_type {};
+template <class Source>
+struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
+                                       std::int64_t{}, std::declval<const std::string&>())))>>
+    : std::true_type {};
+}  // namespace detail
+
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
   std::int64_t segmentSize = 10;                 // permits taken per round trip; 1..RateLimiter::kMaxRate
   std::chrono::milliseconds refillWait{100};     // wait for another thread's refill when a call has no timeout, ms; > 0
-  bool returnWhenIdle = true;                    // background thread gives back an idle segment
+  bool returnWhenIdle = true;                    // the process's sweeper thread gives back an idle segment
   std::chrono::milliseconds idleReturnAfter{0};  // idle time before give-back, ms; 0 = interval / 4; >= 0
 };
 
@@ -133,19 +177,30 @@ struct SegmentStats {
 ///       granted = 0 with `wait` set
 ///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
 ///       gives back up to `permits` of that grant; returns how many went back
+/// and optionally (detected at compile time; RateLimiter has both):
+///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
+///   bool decideUnanswered(std::int64_t permits, const std::string& reason);
+///       the failure policy's answer for a call that got no answer in time (design choice 4)
 ///   RateLimiterConfig getConfig();                                        reconfigure() only
 ///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
 ///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
 ///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
 /// `Clock` is a clock policy (clock.hpp): segment deadlines and sleeps between retries use it.
 ///
-/// Thread-safe. Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
-/// (RateLimiter: IoError and subclasses, NotInitializedError, ...); Error after close().
+/// Thread-safe: any thread may call any member, including close() (the destructor must not race
+/// with other calls, as for any object, nor run inside a call this limiter makes to its own
+/// source). Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
+/// (RateLimiter: IoError and subclasses, NotInitializedError, ...; under FailurePolicy::Throw a
+/// TimeoutError when a refill by another thread is still in flight after refillWait); Error after
+/// close() or when the sweeper's thread cannot be started.
 template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
  public:
-  /// Takes segments from `source`. Sends nothing; starts the idle give-back thread if
-  /// options.returnWhenIdle. Throws InvalidArgument for a null source or bad options.
+  /// Takes segments from `source`. Sends nothing. With options.returnWhenIdle, registers with the
+  /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
+  /// limiter. Throws InvalidArgument for a null source or bad options, Error if the sweeper's
+  /// thread cannot be started.
   explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {},
                                 Clock clock = Clock{})
       : clock_(std::move(clock)), source_(std::move(source)), refillWait_(options.refillWait),
@@ -155,10 +210,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (options.refillWait.count() <= 0) throw InvalidArgument("redlimit: refillWait must be > 0 ms");
     if (options.idleReturnAfter.count() < 0) throw InvalidArgument("redlimit: idleReturnAfter must be >= 0 ms");
     segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
-    if (options.returnWhenIdle) idleThread_ = std::thread([this] { idleLoop(); });
+    if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
   }
 
-  /// close(): gives back the unspent permits and joins the idle thread.
+  /// close(): gives back the unspent permits and leaves the idle sweeper. Must not run inside a
+  /// call this limiter makes to its own source.
   ~SegmentedRateLimiter() { close(); }
 
   SegmentedRateLimiter(const SegmentedRateLimiter&) = delete;
@@ -169,7 +225,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// Takes `permits` (>= 1) if available now: from the local segment if it holds enough and has
   /// not expired (lock-free), otherwise with one distributed attempt — its own refill, or the
-  /// one another thread has in flight (waited for up to refillWait). Never sleeps for a denial.
+  /// one another thread has in flight (waited for up to refillWait; if it is still in flight
+  /// then, the source's failure policy answers, see the file comment). Never sleeps for a denial.
   [[nodiscard]] bool tryAcquire(std::int64_t permits) {
     checkPermits(permits);
     if (takeLocal(permits)) return true;
@@ -204,15 +261,15 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// unspent segment back first and keeping the permits in use (setRate with keepState) — and
   /// sets the segment size (a new size also gives the segment back). Creates the configuration
   /// if none exists. Returns true if it wrote the configuration. Waits for a refill in flight.
-  /// Throws InvalidArgument for bad values, what the source throws, Error after close().
+  /// Throws InvalidArgument for bad values (before anything is sent), what the source throws,
+  /// Error after close().
   bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval,
                    std::int64_t segmentSize) {
     checkSegmentSize(segmentSize);
-    if (rate < 1 || rate > RateLimiter::kMaxRate) throw InvalidArgument("redlimit: rate out of range");
-    if (interval.count() < 1) throw InvalidArgument("redlimit: interval must be >= 1 ms");
+    RateLimiter::validateConfig(type, rate, interval);  // the keepAliveTime written is derived from a valid one
     {
       std::unique_lock<std::mutex> lk(mutex_);
-      cv_.wait(lk, [&] { return !refilling_ || closed_; });
+      cv_.wait(lk, [&] { return (!refilling_ && !givingBack_) || closed_; });
       if (closed_) throwClosed();
       refilling_ = true;
     }
@@ -253,12 +310,14 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// Gives the unspent segment back if no local acquire has changed it for idleReturnAfter
   /// (measured from the first call that saw it unchanged); drops it if it has expired. Returns
-  /// the permits given back. The idle thread calls this; call it yourself with returnWhenIdle =
-  /// false. Never throws for source errors (the permits then count as expired). Thread-safe.
+  /// the permits given back. The shared sweeper calls this; call it yourself (from your own
+  /// timer) with returnWhenIdle = false. Holds no leader role during the give-back, so acquire
+  /// calls never wait for it; does nothing while a refill, reconfigure or another give-back is in
+  /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
   std::int64_t giveBackIfIdle() noexcept {
     try {
       std::unique_lock<std::mutex> lk(mutex_);
-      if (closed_ || refilling_) return 0;
+      if (closed_ || refilling_ || givingBack_) return 0;
       const std::int64_t now = clock_.now().count();
       std::uint64_t s = state_.load(std::memory_order_acquire);
       if (s != idleSeen_) {
@@ -268,33 +327,34 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       }
       const std::int64_t after = idleAfterMicros();
       if (leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
-      refilling_ = true;
-      const std::int64_t returned = returnSegment(lk, false);
-      idleSeen_ = state_.load(std::memory_order_acquire);
-      finishLead();
-      return returned;
+      const std::uint64_t old = takeAll();
+      idleSeen_ = old & ~kLeftMask;
+      return returnTaken(lk, leftOf(old), false);
     } catch (...) {
       return 0;
     }
   }
 
-  /// Gives the unspent segment back, stops and joins the idle thread; later acquire calls throw
-  /// Error. Waits for a refill in flight. Idempotent. Returns the permits given back; a failed
-  /// give-back is not thrown (those permits expire in Redis within one interval).
+  /// Gives the unspent segment back and leaves the idle sweeper (waiting for its visit to this
+  /// limiter if one is running); later acquire calls throw Error. Waits for a refill or give-back
+  /// in flight. Idempotent. Returns the permits given back. A give-back that fails, or that is
+  /// skipped because the source's Client has just found Redis unreachable, is not thrown: those
+  /// permits expire in Redis within one interval and count as expired. So closing many limiters
+  /// on one Client while Redis does not answer costs one command timeout in total.
   std::int64_t close() noexcept {
-    std::int64_t returned = 0;
     {
-      std::unique_lock<std::mutex> lk(mutex_);
+      std::lock_guard<std::mutex> lk(mutex_);
       if (closed_) return 0;
-      cv_.wait(lk, [&] { return !refilling_; });
-      closed_ = true;
-      stopping_ = true;
-      refilling_ = true;
-      const std::uint64_t old = state_.exchange(pack(kClosedGen, 0), std::memory_order_acq_rel);
-      returned = returnTaken(lk, leftOf(old), false);
-      finishLead();
+      closed_ = true;  // no refill starts from now on
     }
-    if (idleThread_.joinable()) idleThread_.join();
+    cv_.notify_all();  // callers waiting for a refill throw Error
+    if (sweepId_ != 0) detail::IdleSweeper::instance().remove(sweepId_);
+    std::unique_lock<std::mutex> lk(mutex_);
+    cv_.wait(lk, [&] { return !refilling_ && !givingBack_; });
+    refilling_ = true;
+    const std::uint64_t old = state_.exchange(pack(kClosedGen, 0), std::memory_order_acq_rel);
+    const std::int64_t returned = returnTaken(lk, leftOf(old), false);
+    finishLead();
     return returned;
   }
 
@@ -310,7 +370,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     out.permitsExpired = expired_;
     const std::uint64_t s = state_.load(std::memory_order_acquire);
     out.permitsHeld = leftOf(s);
-    out.localGrants = installed_ - out.permitsHeld - inHand_ - returned_ - expired_;
+    out.localGrants = installed_ - out.permitsHeld - inHand_ - backInFlight_ - returned_ - expired_;
     return out;
   }
 
@@ -392,19 +452,18 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     const std::int64_t until = clock_.now().count() + timeout.count();
     for (;;) {
       Attempt a;
+      std::chrono::microseconds waitFor{refillWait_};
+      const bool ownTimeout = !forever && timeout.count() > 0;
       if (permits > segmentSize_.load(std::memory_order_relaxed)) {
         a = directAttempt(permits);
       } else {
-        std::chrono::microseconds waitFor{refillWait_};
-        if (!forever && timeout.count() > 0) {
-          waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
-        }
+        if (ownTimeout) waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
         a = segmentAttempt(permits, std::chrono::steady_clock::now() + waitFor);
       }
       if (a.granted) return true;
       if (a.timedOut) {
         if (forever) continue;
-        return false;
+        return refillTimedOut(permits, waitFor, ownTimeout);
       }
       const std::chrono::milliseconds wait = std::max(a.wait, std::chrono::milliseconds{1});
       if (!forever) {
@@ -412,6 +471,24 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         if (until - clock_.now().count() < std::chrono::microseconds{wait}.count()) return false;
       }
       clock_.sleepFor(wait);
+    }
+  }
+
+  // A call gave up waiting for another thread's refill after `waited`: Redis has not answered that
+  // refill yet, so the source's failure policy decides, as for a call of its own that got no
+  // answer in time (RateLimiter::decideUnanswered). A source without a policy: false. A call
+  // whose own timeout ran out before refillWait did not find Redis slow, only its own time
+  // short: it returns false, as RateLimiter::tryAcquire(permits, timeout) does.
+  bool refillTimedOut(std::int64_t permits, std::chrono::microseconds waited, bool ownTimeout) {
+    if (ownTimeout && waited < std::chrono::microseconds{refillWait_}) return false;
+    if constexpr (detail::HasDecideUnanswered<Source>::value) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+      return source_->decideUnanswered(permits, "waited " + std::to_string(ms) + " ms (" +
+                                                    (ownTimeout ? "the call's timeout" : "refillWait") +
+                                                    ") for another thread's refill in flight, still unanswered");
+    } else {
+      (void)permits, (void)waited, (void)ownTimeout;
+      return false;
     }
   }
 
@@ -515,54 +592,73 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
-  // segment has expired). Same preconditions as returnSegment; releases the mutex meanwhile.
+  // segment has expired), as a best-effort call when the source offers one. Called with the mutex
+  // held, no give-back in flight, and the segment taken out under the same lock; releases the
+  // mutex during the call, marking a give-back in flight (givingBack_), not the leader role.
   std::int64_t returnTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
     if (n <= 0) return 0;
     if (clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
       expired_ += n;
       return 0;
     }
-    inHand_ = n;
+    givingBack_ = true;
+    backInFlight_ = n;
     const std::string member = member_;
     lk.unlock();
     std::int64_t returned = 0;
+    bool sent = true;  // false: the source skipped the best-effort call and sent nothing
     std::exception_ptr error;
     try {
-      remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-      returned = source_->releaseGrant(member, n);
+      if constexpr (detail::HasBestEffortRelease<Source>::value) {
+        const std::optional<std::int64_t> answer = source_->releaseGrantBestEffort(member, n);
+        sent = answer.has_value();
+        returned = answer.value_or(0);
+      } else {
+        returned = source_->releaseGrant(member, n);
+      }
     } catch (...) {
       error = std::current_exception();
     }
+    if (sent) remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     returned = std::clamp<std::int64_t>(returned, 0, n);
-    inHand_ = 0;
+    givingBack_ = false;
+    backInFlight_ = 0;
     returned_ += returned;
-    expired_ += n - returned;  // not returned: the grant expired in Redis, or the call failed
+    expired_ += n - returned;  // not returned: the grant expired in Redis, the call failed or was skipped
+    cv_.notify_all();          // close() and reconfigure() wait for a give-back in flight
     if (error && rethrow) std::rethrow_exception(error);
     return returned;
   }
 
-  // Ends the leader role (mutex held) and wakes the waiters and the idle thread.
+  // Ends the leader role (mutex held), wakes the waiters, and has the sweeper watch what is held.
   void finishLead() {
     refilling_ = false;
     cv_.notify_all();
-    idleCv_.notify_all();
+    armSweep();
   }
 
-  void idleLoop() {
-    std::unique_lock<std::mutex> lk(mutex_);
-    while (!stopping_) {
-      if (leftOf(state_.load(std::memory_order_acquire)) == 0) {
-        idleCv_.wait(lk);
-      } else {
-        const std::int64_t after = idleAfterMicros();
-        idleCv_.wait_for(lk, std::chrono::microseconds{std::max<std::int64_t>(after / 2, 1000)});
-      }
-      if (stopping_) break;
-      lk.unlock();
-      (void)giveBackIfIdle();
-      lk.lock();
+  // Asks the shared sweeper to visit this limiter while it holds permits (mutex held). The visit
+  // disarms when it finds nothing held; the next leader to leave permits arms it again.
+  void armSweep() {
+    if (sweepId_ == 0 || sweepArmed_ || closed_ || leftOf(state_.load(std::memory_order_acquire)) == 0) return;
+    sweepArmed_ = true;
+    detail::IdleSweeper::instance().schedule(sweepId_, std::chrono::microseconds{0});
+  }
+
+  // One visit of the shared sweeper (its thread; never after close() has left the sweeper): the
+  // idle check, then µs until the next visit (half the idle time), or -1 to wait to be armed.
+  static std::int64_t sweepTask(void* self) noexcept {
+    return static_cast<SegmentedRateLimiter*>(self)->sweep();
+  }
+  std::int64_t sweep() noexcept {
+    (void)giveBackIfIdle();
+    std::lock_guard<std::mutex> lk(mutex_);
+    if (closed_ || leftOf(state_.load(std::memory_order_acquire)) == 0) {
+      sweepArmed_ = false;
+      return -1;
     }
+    return std::max<std::int64_t>(idleAfterMicros() / 2, 1000);
   }
 
   // Read-only after construction.
@@ -577,11 +673,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // The slow path. mutex_ guards everything below that is not atomic.
   alignas(detail::kCacheLine) mutable std::mutex mutex_;
-  std::condition_variable cv_;      // refill finished
-  std::condition_variable idleCv_;  // segment installed, or stopping
-  bool refilling_ = false;          // a thread holds the leader role (refill, give-back, reconfigure)
+  std::condition_variable cv_;      // refill or give-back finished, or closed
+  bool refilling_ = false;          // a thread holds the leader role (refill, reconfigure, close)
+  bool givingBack_ = false;         // a give-back is in flight (at most one)
   bool closed_ = false;
-  bool stopping_ = false;
+  bool sweepArmed_ = false;         // the sweeper will visit (it does while permits are held)
   std::uint64_t attempts_ = 0;      // refill attempts completed
   bool lastDenied_ = false;         // outcome of the last attempt
   std::int64_t lastDeniedPermits_ = 0;
@@ -591,6 +687,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::int64_t idleSince_ = 0;      // clock µs when it first saw it
   std::int64_t installed_ = 0;      // permits placed in segments
   std::int64_t inHand_ = 0;         // permits taken out of the segment by a leader in flight
+  std::int64_t backInFlight_ = 0;   // permits in the give-back in flight
   std::int64_t returned_ = 0;
   std::int64_t expired_ = 0;
   std::int64_t refillWaits_ = 0;
@@ -599,7 +696,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::atomic<std::int64_t> remoteRoundTrips_{0};
   std::atomic<std::int64_t> permitsFromRemote_{0};
   std::atomic<std::int64_t> directGrants_{0};
-  std::thread idleThread_;          // last: started once everything else is built
+  std::uint64_t sweepId_ = 0;       // registration with the idle sweeper; 0 = none (returnWhenIdle off)
 };
 
 extern template class SegmentedRateLimiter<RateLimiter, SteadyClock>;

@@ -298,13 +298,17 @@ TEST_F(Hostile, Item04_NoRealTimeWindowHoldsMoreThanTheRate) {
   const auto until = SteadyTime::now() + milliseconds(1300);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      while (SteadyTime::now() < until) {
-        const std::int64_t before = wallUs();
-        if (rl.tryAcquire(1, milliseconds(kIntervalMs))) {
-          const std::int64_t after = wallUs();
-          std::lock_guard<std::mutex> lock(mu);
-          grants.push_back({before, after});
+      try {
+        while (SteadyTime::now() < until) {
+          const std::int64_t before = wallUs();
+          if (rl.tryAcquire(1, milliseconds(kIntervalMs))) {
+            const std::int64_t after = wallUs();
+            std::lock_guard<std::mutex> lock(mu);
+            grants.push_back({before, after});
+          }
         }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
       }
     });
   }
@@ -332,13 +336,17 @@ TEST_F(Hostile, Item04_SegmentCacheStaysWithinItsUseTimeBound) {
   const auto until = SteadyTime::now() + milliseconds(1500);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      while (SteadyTime::now() < until) {
-        const std::int64_t before = wallUs();
-        if (limiter.tryAcquire(1, milliseconds(kIntervalMs))) {
-          const std::int64_t after = wallUs();
-          std::lock_guard<std::mutex> lock(mu);
-          grants.push_back({before, after});
+      try {
+        while (SteadyTime::now() < until) {
+          const std::int64_t before = wallUs();
+          if (limiter.tryAcquire(1, milliseconds(kIntervalMs))) {
+            const std::int64_t after = wallUs();
+            std::lock_guard<std::mutex> lock(mu);
+            grants.push_back({before, after});
+          }
         }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
       }
     });
   }

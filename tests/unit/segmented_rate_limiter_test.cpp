@@ -9,9 +9,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -103,7 +105,17 @@ class FakeSource {
   }
 
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits) {
-    std::lock_guard<std::mutex> lk(m_);
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      hook = releaseHook_;
+    }
+    if (hook) hook();
+    std::unique_lock<std::mutex> lk(m_);
+    ++atReleaseGate_;
+    gateCv_.notify_all();
+    gateCv_.wait(lk, [&] { return !releaseGateClosed_; });
+    --atReleaseGate_;
     if (failNextRelease_) {
       failNextRelease_ = false;
       throw TimeoutError("fake: no reply in time");
@@ -184,6 +196,25 @@ class FakeSource {
     std::unique_lock<std::mutex> lk(m_);
     return gateCv_.wait_for(lk, std::chrono::seconds(10), [&] { return atGate_ >= n; });
   }
+  /// The same for releaseGrant calls: held while the release gate is closed.
+  void closeReleaseGate() {
+    std::lock_guard<std::mutex> lk(m_);
+    releaseGateClosed_ = true;
+  }
+  void openReleaseGate() {
+    std::lock_guard<std::mutex> lk(m_);
+    releaseGateClosed_ = false;
+    gateCv_.notify_all();
+  }
+  bool waitAtReleaseGate(int n, milliseconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lk(m_);
+    return gateCv_.wait_for(lk, limit, [&] { return atReleaseGate_ >= n; });
+  }
+  /// Runs `hook` at the start of each releaseGrant call, on the calling thread.
+  void setReleaseHook(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lk(m_);
+    releaseHook_ = std::move(hook);
+  }
   void uninitialize() {
     std::lock_guard<std::mutex> lk(m_);
     initialized_ = false;
@@ -223,6 +254,7 @@ class FakeSource {
   ManualClock& clock_;
   std::mutex m_;
   std::condition_variable gateCv_;
+  std::function<void()> releaseHook_;
   std::int64_t rate_;
   milliseconds interval_;
   milliseconds keepAlive_{0};
@@ -230,8 +262,10 @@ class FakeSource {
   bool failNext_ = false;
   bool failNextRelease_ = false;
   bool gateClosed_ = false;
+  bool releaseGateClosed_ = false;
   bool lastKeepState_ = false;
   int atGate_ = 0;
+  int atReleaseGate_ = 0;
   int configReads_ = 0, configWrites_ = 0;
   microseconds latency_{0};
   std::int64_t nextId_ = 1;
@@ -241,6 +275,51 @@ class FakeSource {
 };
 
 using Limiter = SegmentedRateLimiter<FakeSource, ClockRef<ManualClock>>;
+
+/// FakeSource with the two optional members a source may have (RateLimiter has both): a
+/// best-effort give-back, skipped while `unreachable`, and the failure policy's answer for a call
+/// that got no answer in time. Thread-safe.
+class PolicySource : public FakeSource {
+ public:
+  struct Decision {
+    std::int64_t permits;
+    std::string reason;
+  };
+  using FakeSource::FakeSource;
+
+  std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
+    if (unreachable_.load()) {
+      ++skipped_;
+      return std::nullopt;
+    }
+    return releaseGrant(member, permits);
+  }
+  bool decideUnanswered(std::int64_t permits, const std::string& reason) {
+    std::lock_guard<std::mutex> lk(m_);
+    decisions_.push_back({permits, reason});
+    return answer_;
+  }
+
+  void setUnreachable(bool u) { unreachable_ = u; }
+  int skipped() const { return skipped_.load(); }
+  void setAnswer(bool a) {
+    std::lock_guard<std::mutex> lk(m_);
+    answer_ = a;
+  }
+  std::vector<Decision> decisions() {
+    std::lock_guard<std::mutex> lk(m_);
+    return decisions_;
+  }
+
+ private:
+  std::atomic<bool> unreachable_{false};
+  std::atomic<int> skipped_{0};
+  std::mutex m_;
+  bool answer_ = true;
+  std::vector<Decision> decisions_;
+};
+
+using PolicyLimiter = SegmentedRateLimiter<PolicySource, ClockRef<ManualClock>>;
 
 class SegmentedRateLimiterTest : public ::testing::Test {
  protected:
@@ -572,6 +651,101 @@ TEST_F(SegmentedRateLimiterTest, WaiterGivesUpAfterRefillWait) {
   EXPECT_EQ(src->acquires().size(), 1u);
 }
 
+// Issue 9, item 9: an idle give-back held the leader role during its I/O, so while it was stuck
+// on the source every acquirer that found the segment empty waited refillWait and got false.
+// The give-back holds no role: the acquirer leads its own refill at once.
+TEST_F(SegmentedRateLimiterTest, Item09_StuckIdleGiveBackDoesNotBlockAcquirers) {
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.refillWait = milliseconds(50);
+  auto rl = make(src, 10, o);
+  ASSERT_TRUE(rl->tryAcquire());  // holds 9
+  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  clock_.advance(milliseconds(250));
+  src->closeReleaseGate();
+  std::int64_t givenBack = -1;
+  std::thread giver([&] { givenBack = rl->giveBackIfIdle(); });
+  ASSERT_TRUE(src->waitAtReleaseGate(1));  // the give-back is stuck in the source
+  EXPECT_TRUE(rl->tryAcquire()) << "an acquirer leads its own refill while the give-back is stuck";
+  EXPECT_EQ(rl->stats().refillWaits, 0) << "nobody waited for the give-back";
+  EXPECT_EQ(src->acquires().size(), 2u);
+  src->openReleaseGate();
+  giver.join();
+  EXPECT_EQ(givenBack, 9);
+  const SegmentStats s = rl->stats();
+  EXPECT_EQ(s.permitsReturned, 9);
+  EXPECT_EQ(s.permitsHeld, 9) << "the new segment is untouched by the old give-back";
+  expectConserved(s);
+  EXPECT_EQ(src->available(), 89);
+}
+
+// A waiter that gives up on a refill still in flight asks the source's failure policy
+// (RateLimiter::decideUnanswered), detected at compile time; FakeSource has none and the waiter
+// gets false (WaiterGivesUpAfterRefillWait).
+TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIsStillInFlight) {
+  auto src = std::make_shared<PolicySource>(clock_, 100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = false;
+  o.refillWait = milliseconds(20);
+  PolicyLimiter rl(src, o, ClockRef<ManualClock>(clock_));
+  src->closeGate();
+  std::thread leader([&] { EXPECT_TRUE(rl.tryAcquire()); });
+  ASSERT_TRUE(src->waitAtGate(1));
+  EXPECT_TRUE(rl.tryAcquire()) << "the policy's answer (Allow)";
+  EXPECT_TRUE(rl.tryAcquire(2, milliseconds(30)));
+  src->setAnswer(false);
+  EXPECT_FALSE(rl.tryAcquire()) << "the policy's answer (Deny)";
+  src->openGate();
+  leader.join();
+  const auto d = src->decisions();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].permits, 1);
+  EXPECT_NE(d[0].reason.find("waited 20 ms (refillWait)"), std::string::npos) << d[0].reason;
+  EXPECT_NE(d[0].reason.find("refill in flight"), std::string::npos) << d[0].reason;
+  EXPECT_EQ(d[1].permits, 2);
+  EXPECT_NE(d[1].reason.find("ms (the call's timeout)"), std::string::npos) << d[1].reason;
+  EXPECT_EQ(src->acquires().size(), 1u) << "the waiters sent nothing";
+  EXPECT_EQ(rl.stats().refillWaits, 3);
+}
+
+// Issue 9, item 7, at the segment: a give-back the source skips (its Client has just found Redis
+// unreachable) sends nothing and counts its permits as expired; one that goes is a round trip.
+TEST_F(SegmentedRateLimiterTest, SkippedBestEffortGiveBackSendsNothingAndCountsThePermitsAsExpired) {
+  auto src = std::make_shared<PolicySource>(clock_, 100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = false;
+  PolicyLimiter skipped(src, o, ClockRef<ManualClock>(clock_));
+  PolicyLimiter sent(src, o, ClockRef<ManualClock>(clock_));
+  PolicyLimiter failed(src, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(skipped.tryAcquire());
+  ASSERT_TRUE(sent.tryAcquire());
+  ASSERT_TRUE(failed.tryAcquire());
+  src->setUnreachable(true);
+  EXPECT_EQ(skipped.close(), 0);
+  EXPECT_EQ(src->skipped(), 1);
+  EXPECT_TRUE(src->releases().empty());
+  SegmentStats s = skipped.stats();
+  EXPECT_EQ(s.permitsExpired, 9);
+  EXPECT_EQ(s.permitsReturned, 0);
+  EXPECT_EQ(s.remoteRoundTrips, 1) << "only the refill: the skipped give-back is no round trip";
+  expectConserved(s);
+  src->setUnreachable(false);
+  EXPECT_EQ(sent.close(), 9);
+  s = sent.stats();
+  EXPECT_EQ(s.permitsReturned, 9);
+  EXPECT_EQ(s.remoteRoundTrips, 2);
+  expectConserved(s);
+  src->failNextRelease();  // sent, and it fails: a round trip, the permits count as expired
+  EXPECT_EQ(failed.close(), 0);
+  s = failed.stats();
+  EXPECT_EQ(s.permitsReturned, 0);
+  EXPECT_EQ(s.permitsExpired, 9);
+  EXPECT_EQ(s.remoteRoundTrips, 2);
+  expectConserved(s);
+}
+
 TEST_F(SegmentedRateLimiterTest, RequestsLargerThanASegmentGoStraightToTheSource) {
   auto src = makeSource(100, milliseconds(1000));
   auto rl = make(src, 10);
@@ -718,15 +892,108 @@ TEST_F(SegmentedRateLimiterTest, LocalHitDoesNotAllocate) {
   EXPECT_EQ(src->acquires().size(), 1u);
 }
 
-TEST_F(SegmentedRateLimiterTest, IdleThreadStartsAndJoinsOnClose) {
+TEST_F(SegmentedRateLimiterTest, RegistersWithTheIdleSweeperAndLeavesItOnClose) {
+  auto& sweeper = detail::IdleSweeper::instance();
+  const std::size_t before = sweeper.size();
   auto src = makeSource(100, milliseconds(1000));
   SegmentOptions o;
   o.segmentSize = 10;
-  o.returnWhenIdle = true;  // the thread sees a manual clock that does not move: never idle
+  o.returnWhenIdle = true;  // the sweeper sees a manual clock that does not move: never idle
   Limiter rl(src, o, ClockRef<ManualClock>(clock_));
+  EXPECT_EQ(sweeper.size(), before + 1);
   ASSERT_TRUE(rl.tryAcquire());
   EXPECT_EQ(rl.close(), 9);
+  EXPECT_EQ(sweeper.size(), before);
   EXPECT_EQ(src->available(), 99);
+}
+
+// close() waits for the sweeper's give-back of this limiter if one is in flight, so the counters
+// are final (and the limiter may be destroyed) when it returns.
+TEST_F(SegmentedRateLimiterTest, CloseWaitsForTheSweepersGiveBackInFlight) {
+  auto& sweeper = detail::IdleSweeper::instance();
+  auto src = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = true;
+  o.idleReturnAfter = milliseconds(40);
+  Limiter rl(src, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(rl.tryAcquire());
+  src->closeReleaseGate();
+  // Move the manual clock until the sweeper finds the segment idle and its give-back is stuck.
+  while (!src->waitAtReleaseGate(1, milliseconds(5))) clock_.advance(milliseconds(50));
+  const std::size_t registered = sweeper.size();
+  std::int64_t closeReturned = -1;
+  SegmentStats atClose;
+  std::thread closer([&] {
+    closeReturned = rl.close();
+    atClose = rl.stats();
+  });
+  while (sweeper.size() == registered) std::this_thread::yield();  // close() left the sweeper: now it waits
+  src->openReleaseGate();
+  closer.join();
+  EXPECT_EQ(closeReturned, 0) << "the sweeper had taken the segment";
+  EXPECT_EQ(atClose.permitsReturned, 9) << "close() returned before the give-back in flight ended";
+  expectConserved(atClose);
+}
+
+// A limiter destroyed on the sweeper thread (here by a hook in another limiter's give-back) leaves
+// the sweeper without waiting for the visit it is part of, and gives its own segment back.
+TEST_F(SegmentedRateLimiterTest, LimiterDestroyedFromInsideTheSweeperDoesNotDeadlock) {
+  auto srcA = makeSource(100, milliseconds(1000));
+  auto srcB = makeSource(100, milliseconds(1000));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = true;
+  o.idleReturnAfter = milliseconds(40);
+  auto a = std::make_unique<Limiter>(srcA, o, ClockRef<ManualClock>(clock_));
+  o.idleReturnAfter = std::chrono::hours(1);  // B is registered but never idle itself
+  auto b = std::make_unique<Limiter>(srcB, o, ClockRef<ManualClock>(clock_));
+  ASSERT_TRUE(a->tryAcquire());
+  ASSERT_TRUE(b->tryAcquire());
+  std::mutex m;
+  std::condition_variable cv;
+  bool destroyed = false;
+  std::int64_t bReturned = -1;
+  srcA->setReleaseHook([&] {
+    if (!b) return;
+    const std::int64_t r = b->close();  // on the sweeper thread, inside A's visit
+    b.reset();
+    std::lock_guard<std::mutex> lk(m);
+    bReturned = r;
+    destroyed = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lk(m);
+  for (int i = 0; i < 2000 && !destroyed; ++i) {
+    clock_.advance(milliseconds(50));
+    cv.wait_for(lk, milliseconds(5), [&] { return destroyed; });
+  }
+  ASSERT_TRUE(destroyed);
+  EXPECT_EQ(bReturned, 9);
+  lk.unlock();
+  ASSERT_EQ(srcB->releases().size(), 1u);
+  EXPECT_EQ(srcB->available(), 99);
+  a->close();
+  EXPECT_EQ(a->stats().permitsReturned, 9);
+}
+
+// A limiter in a global holder (constructed before main, so destroyed after anything made
+// later) is closed during static destruction: the sweeper it leaves must still exist then.
+ManualClock gAtExitClock{std::chrono::seconds(1000)};
+std::unique_ptr<Limiter> gAtExit;
+
+TEST_F(SegmentedRateLimiterTest, LimiterInAGlobalHolderClosesCleanlyAtExit) {
+  EXPECT_EXIT(
+      {
+        SegmentOptions o;
+        o.segmentSize = 10;
+        o.returnWhenIdle = true;  // the first limiter of this process: starts the sweeper
+        gAtExit = std::make_unique<Limiter>(std::make_shared<FakeSource>(gAtExitClock, 100, milliseconds(1000)), o,
+                                            ClockRef<ManualClock>(gAtExitClock));
+        if (!gAtExit->tryAcquire()) std::_Exit(3);
+        std::exit(0);  // static destruction closes gAtExit
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // Threads hammer one limiter, moving the clock across segment deadlines, while another runs
