@@ -13,7 +13,9 @@
 namespace redlimit {
 namespace {
 
-timeval toTimeval(std::chrono::milliseconds ms) {
+using std::chrono::milliseconds;
+
+timeval toTimeval(milliseconds ms) {
   timeval tv{};
   tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
   tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
@@ -61,16 +63,36 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };
 
+[[noreturn]] void badOption(const std::string& why) { throw InvalidArgument("redlimit: " + why); }
+
+void checkTimeout(const char* name, milliseconds t) {
+  if (t.count() <= 0 || t > kMaxConnectionTimeout) {
+    badOption(std::string("ConnectionOptions::") + name + " must be in 1.." + std::to_string(kMaxConnectionTimeout.count()) +
+              " ms (no infinite waits; hiredis waits with poll(), which takes an int of ms), got " +
+              std::to_string(t.count()) + " ms");
+  }
+}
+
 }  // namespace
 
-Connection::Connection(const ConnectionOptions& o) {
-  if (o.connectTimeout.count() <= 0 || o.commandTimeout.count() <= 0) {
-    throw InvalidArgument("redlimit: connectTimeout and commandTimeout must be > 0 ms (no infinite waits)");
+void checkOptions(const ConnectionOptions& o) {
+  checkTimeout("connectTimeout", o.connectTimeout);
+  checkTimeout("commandTimeout", o.commandTimeout);
+  if (o.unixSocket.size() > kMaxUnixSocketPath) {
+    badOption("unix socket path of " + std::to_string(o.unixSocket.size()) + " bytes is longer than hiredis hands to the OS intact (" +
+              std::to_string(kMaxUnixSocketPath) + " bytes, kMaxUnixSocketPath): it would be cut short and name another socket: " +
+              o.unixSocket);
   }
   if (o.unixSocket.empty() && (o.port <= 0 || o.port > 65535)) {
-    throw InvalidArgument("redlimit: port must be in 1..65535, got " + std::to_string(o.port));
+    badOption("port must be in 1..65535, got " + std::to_string(o.port));
   }
-  if (o.db < 0) throw InvalidArgument("redlimit: db must be >= 0");
+  if (o.db < 0) badOption("db must be >= 0, got " + std::to_string(o.db));
+  if (!o.user.empty() && o.password.empty()) badOption("an ACL user needs a password");
+}
+
+
+Connection::Connection(const ConnectionOptions& o) {
+  checkOptions(o);
   const timeval connectTv = toTimeval(o.connectTimeout);
   errno = 0;
   ctx_ = o.unixSocket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connectTv)
@@ -95,8 +117,6 @@ Connection::Connection(const ConnectionOptions& o) {
       } else {
         command({"AUTH", o.user, o.password});
       }
-    } else if (!o.user.empty()) {
-      throw InvalidArgument("redlimit: an ACL user needs a password");
     }
     if (o.db != 0) {
       const std::string db = std::to_string(o.db);

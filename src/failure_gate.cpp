@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "redlimit/detail/deadline.hpp"
+
 namespace redlimit::detail {
 
 FailureGate::FailureGate(std::string limiter, FailureOptions options, NowFn now)
-    : limiter_(std::move(limiter)), options_(std::move(options)), now_(now) {
+    : limiter_(std::move(limiter)),
+      options_(std::move(options)),
+      now_(now),
+      probeMicros_(saturatingCast<std::chrono::microseconds>(options_.probeInterval).count()) {
   if (!(options_.localShare > 0.0 && options_.localShare <= 1.0)) {
     throw InvalidArgument("redlimit: FailureOptions::localShare must be in (0, 1]");
   }
@@ -25,7 +30,7 @@ bool FailureGate::shouldTry() {
   if (!degraded_.load(std::memory_order_relaxed)) return true;
   const std::int64_t now = nowMicros();
   std::int64_t probe = nextProbe_.load(std::memory_order_relaxed);
-  const std::int64_t next = now + std::chrono::duration_cast<std::chrono::microseconds>(options_.probeInterval).count();
+  const std::int64_t next = saturatingAdd(now, probeMicros_);
   // One caller per interval wins the probe.
   return now >= probe && nextProbe_.compare_exchange_strong(probe, next, std::memory_order_relaxed);
 }
@@ -50,8 +55,7 @@ void FailureGate::failed(const IoError& error, std::int64_t startedAt) {
     std::lock_guard<std::mutex> lock(mutex_);
     lastError_ = error.what();
   }
-  nextProbe_.store(now + std::chrono::duration_cast<std::chrono::microseconds>(options_.probeInterval).count(),
-                   std::memory_order_relaxed);
+  nextProbe_.store(saturatingAdd(now, probeMicros_), std::memory_order_relaxed);
   if (degraded_.exchange(true, std::memory_order_relaxed)) return;
   degradedSince_.store(now, std::memory_order_relaxed);
   outages_.fetch_add(1, std::memory_order_relaxed);

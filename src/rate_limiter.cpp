@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "random.hpp"
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 
@@ -74,9 +75,11 @@ auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
     return call(false);
   } catch (const ClosedError&) {
     const ClientOptions& o = client_->options();
-    const auto budget = o.pool.waitTimeout + o.connection.connectTimeout + o.connection.commandTimeout;
-    const auto retryCost = o.connection.connectTimeout + o.connection.commandTimeout;
-    if (std::chrono::steady_clock::now() - start + retryCost > budget) throw;
+    // Saturating: a pool waitTimeout of milliseconds::max() must not wrap the budget negative.
+    const auto retryCost = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+    const auto budget = detail::saturatingAdd(o.pool.waitTimeout, retryCost);
+    const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    if (detail::saturatingAdd(spent, retryCost) > budget) throw;
     return call(true);
   }
 }
@@ -217,7 +220,7 @@ bool RateLimiter::tryAcquire(std::int64_t permits) {
 
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   checkPermits(permits);
-  const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : milliseconds{0});
+  const auto deadline = detail::deadlineAfter(timeout);  // saturates; <= 0 means one attempt
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const AcquireResult r = guardedAttempt(permits, permits, id);
@@ -306,7 +309,10 @@ std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t p
 }
 
 bool RateLimiter::expire(milliseconds ttl) {
-  if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
+  if (ttl.count() <= 0 || ttl > kMaxInterval) {
+    throw InvalidArgument("redlimit: expire needs a TTL in 1.." + std::to_string(kMaxInterval.count()) + " ms, got " +
+                          std::to_string(ttl.count()) + " ms");
+  }
   const std::string ms = std::to_string(ttl.count());
   return evalOnce(kTtl, {"PEXPIRE", ms}).asInteger() == 1;
 }

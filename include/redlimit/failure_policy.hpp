@@ -36,6 +36,7 @@ struct FailureOptions {
                                                      // e.g. 1.0 / number of instances
   std::chrono::milliseconds probeInterval{250};      // while degraded, one call per interval goes to Redis;
                                                      // the others are decided at once; > 0
+                                                     // (huge values saturate: probe "never")
   std::function<void(const HealthEvent&)> onHealthChange;  // called once on Degraded, once on
                                                      // Recovered, on the calling thread; must not throw
 };

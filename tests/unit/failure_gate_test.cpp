@@ -139,3 +139,16 @@ TEST(FailureGate, RejectsBadOptions) {
   o.probeInterval = milliseconds(0);
   EXPECT_THROW(FailureGate("x", o), InvalidArgument);
 }
+
+// Issue 9 item 10: a probe interval of milliseconds::max() means "probe as rarely as the clock
+// allows", not an overflow into the past (a probe on every call).
+TEST(FailureGate, Item10_HugeProbeIntervalSaturates) {
+  FailureOptions o;
+  o.policy = FailurePolicy::Deny;
+  o.probeInterval = milliseconds::max();
+  FailureGate gate("g", o, &manualNow);
+  gate.failed(IoError("refused"), manualNow());
+  EXPECT_FALSE(gate.shouldTry());
+  clock_.advance(std::chrono::hours(24 * 365));
+  EXPECT_FALSE(gate.shouldTry()) << "a year later, still within the interval";
+}

@@ -56,6 +56,7 @@ class FailureGate {
   const std::string limiter_;
   const FailureOptions options_;
   const NowFn now_;
+  const std::int64_t probeMicros_;               // options_.probeInterval in µs, saturated
   std::atomic<bool> degraded_{false};
   std::atomic<std::int64_t> degradedSince_{0};   // µs, steady clock
   std::atomic<std::int64_t> nextProbe_{0};       // µs, steady clock
