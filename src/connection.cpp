@@ -27,7 +27,7 @@ std::string endpoint(const ConnectionOptions& o) {
 }
 
 // Converts a hiredis reply; error replies are thrown. Frees nothing (the caller owns `r`).
-Reply convert(const redisReply* r, bool fromScript) {
+Reply convert(const redisReply* r, const detail::ReplyContext& context) {
   Reply out;
   switch (r->type) {
     case REDIS_REPLY_NIL:
@@ -48,13 +48,14 @@ Reply convert(const redisReply* r, bool fromScript) {
     case REDIS_REPLY_ARRAY:
       out.type = Reply::Type::Array;
       out.elements.reserve(r->elements);
-      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i], fromScript));
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i], context));
       break;
     case REDIS_REPLY_ERROR:
-      detail::throwReplyError(std::string_view(r->str, r->len), fromScript);
+      detail::throwReplyError(std::string_view(r->str, r->len), context);
     default:
       // RESP3 types (hiredis 1.x) are never requested: redlimit does not send HELLO 3.
-      throw IoError("redlimit: unexpected reply type " + std::to_string(r->type));
+      throw UnexpectedReplyError("redlimit: " + std::string(context.command) +
+                                 ": expected a RESP2 reply, got a reply of hiredis type " + std::to_string(r->type));
   }
   return out;
 }
@@ -91,7 +92,7 @@ void checkOptions(const ConnectionOptions& o) {
 }
 
 
-Connection::Connection(const ConnectionOptions& o) {
+Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
   checkOptions(o);
   const timeval connectTv = toTimeval(o.connectTimeout);
   errno = 0;
@@ -111,23 +112,30 @@ Connection::Connection(const ConnectionOptions& o) {
     if (o.keepAlive && o.unixSocket.empty() && redisEnableKeepAlive(ctx_) != REDIS_OK) {
       failTransport("enable TCP keep-alive");
     }
-    if (!o.password.empty()) {
-      if (o.user.empty()) {
-        command({"AUTH", o.password});
-      } else {
-        command({"AUTH", o.user, o.password});
-      }
-    }
-    if (o.db != 0) {
-      const std::string db = std::to_string(o.db);
-      command({"SELECT", db});
-    }
+    greet(o);
   } catch (...) {
     redisFree(ctx_);
     ctx_ = nullptr;
     throw;
   }
   lastUsed_ = std::chrono::steady_clock::now();
+}
+
+void Connection::greet(const ConnectionOptions& o) {
+  if (!o.password.empty()) {
+    if (o.user.empty()) {
+      (void)command({"AUTH", o.password});
+    } else {
+      (void)command({"AUTH", o.user, o.password});
+    }
+  }
+  if (o.db != 0) {
+    const std::string db = std::to_string(o.db);
+    (void)command({"SELECT", db});
+  }
+  // Without AUTH or SELECT, a PING: a server that wants a password says NOAUTH now, before a
+  // limiter's first EVALSHA (whose 13 arguments it would answer with a protocol error and a close).
+  if (o.password.empty() && o.db == 0) (void)command({"PING"});
 }
 
 Connection::~Connection() {
@@ -167,8 +175,14 @@ Reply Connection::command(const std::string_view* argv, std::size_t argc) {
   }
   std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
   lastUsed_ = std::chrono::steady_clock::now();
-  const bool fromScript = argc > 0 && (argv[0] == "EVALSHA" || argv[0] == "EVAL");
-  return convert(reply.get(), fromScript);
+  detail::ReplyContext context;
+  context.command = argc > 0 ? argv[0] : std::string_view("command");
+  context.user = user_;
+  context.fromScript = context.command == "EVALSHA" || context.command == "EVAL";
+  if (reply->type == REDIS_REPLY_ERROR && detail::replyEndsConnection(std::string_view(reply->str, reply->len))) {
+    broken_ = true;  // the server closes it after a protocol error
+  }
+  return convert(reply.get(), context);
 }
 
 }  // namespace redlimit

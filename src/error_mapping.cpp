@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <string>
 
@@ -18,6 +19,52 @@ bool isTimeoutErrno(int e) {
 
 bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
+}
+
+bool startsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// Redis 7 appends " script: <sha>, on @user_script:<line>." to an error raised while a script
+// ran (by a command it called, or by error()); a compile error names user_script.
+bool raisedByScript(std::string_view message) {
+  return contains(message, " script: ") || contains(message, "user_script");
+}
+
+constexpr std::string_view kPasswordAdvice =
+    "set ConnectionOptions::password (and ::user for an ACL user), or redis://[user]:password@host";
+
+std::string userName(const ReplyContext& c) { return c.user.empty() ? "default" : std::string(c.user); }
+
+// "NOPERM this user has no permissions to run the 'evalsha' command" -> "evalsha".
+std::string quotedCommand(std::string_view message) {
+  const auto open = message.find("run the '");
+  if (open == std::string_view::npos) return {};
+  const auto start = open + 9;
+  const auto close = message.find('\'', start);
+  return close == std::string_view::npos ? std::string() : std::string(message.substr(start, close - start));
+}
+
+[[noreturn]] void throwPermission(std::string_view code, const std::string& text, const ReplyContext& c) {
+  const std::string user = userName(c);
+  std::string grant;
+  if (contains(text, "access one of the keys") || contains(text, "can't access")) {
+    grant = "grant the user the limiter's keys, e.g. ACL SETUSER " + user +
+            " ~* (or a pattern matching the limiter's name and its {name}:* keys)";
+  } else if (contains(text, "The user executing the script")) {
+    grant = "grant the commands redlimit's scripts call, e.g. ACL SETUSER " + user + " +@read +@write +time";
+  } else {
+    std::string command = quotedCommand(text);
+    if (command.empty()) command = c.command.empty() ? std::string("<command>") : std::string(c.command);
+    std::transform(command.begin(), command.end(), command.begin(),
+                   [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); });
+    grant = "grant it, e.g. ACL SETUSER " + user + " +" + command;
+  }
+  throw NoPermissionError(std::string(code),
+                          "redlimit: ACL user '" + user + "' lacks a permission (not a password problem): " + text +
+                              "; " + grant +
+                              " (redlimit needs +evalsha +eval +script|load, and inside its scripts +@read "
+                              "+@write +time, on the limiter's keys)");
 }
 
 }  // namespace
@@ -43,17 +90,40 @@ void throwContextError(int err, int savedErrno, std::string_view errstr, std::st
 }
 
 void throwReplyError(std::string_view message, bool fromScript) {
+  ReplyContext context;
+  context.fromScript = fromScript;
+  throwReplyError(message, context);
+}
+
+void throwReplyError(std::string_view message, const ReplyContext& context) {
   std::string_view code = message.substr(0, message.find(' '));
   std::string text(message);
   std::string codeText(code);
+
+  // Credentials: no retry or policy fixes them.
+  if (code == "WRONGPASS") {
+    throw AuthError(codeText, "redlimit: authentication failed: " + text + " (check ConnectionOptions::user and ::password)");
+  }
+  if (code == "NOAUTH" || startsWith(message, "ERR Protocol error: unauthenticated")) {
+    // More than 10 arguments (or a bulk over 16 KiB) from an unauthenticated client make Redis
+    // answer "Protocol error: unauthenticated multibulk length" and close the connection.
+    throw AuthError(codeText, "redlimit: authentication failed: " + text + " (the server requires a password: " +
+                                  std::string(kPasswordAdvice) + ")");
+  }
+  if (code == "ERR" && contains(message, "called without any password configured")) {
+    throw AuthError(codeText, "redlimit: authentication failed: " + text +
+                                  " (the server has no password for this user: leave ConnectionOptions::password "
+                                  "empty, or set one on the server)");
+  }
+  if (code == "NOPERM" || (code == "ERR" && contains(message, "The user executing the script can't"))) {
+    throwPermission(code, text, context);
+  }
+
   if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "READONLY" ||
       code == "CLUSTERDOWN" || code == "TRYAGAIN") {
     throw UnavailableError(codeText, "redlimit: Redis cannot serve now: " + text);
   }
-  if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
-    throw AuthError(codeText, "redlimit: authentication failed: " + text);
-  }
-  if (fromScript) {
+  if (context.fromScript) {
     // redis.error_reply("REDLIMIT_X message") from lua/common.lua arrives as "REDLIMIT_X message".
     // error() in a script appends " script: <sha>, on @user_script:<line>."; keep our own text.
     auto ownText = [&] {
@@ -64,9 +134,16 @@ void throwReplyError(std::string_view message, bool fromScript) {
     if (code == "REDLIMIT_INVALID_CONFIG") throw InvalidConfigError(codeText, ownText());
     if (code == "REDLIMIT_INVALID_STATE") throw InvalidStateError(codeText, ownText());
     if (code == "REDLIMIT_INVALID_ARGUMENT") throw InvalidArgument(ownText());
-    // OOM, BUSY, READONLY, ... are the server refusing to run the script at all: keep them as
-    // plain ReplyError so callers can tell "Redis said no" from "the script failed".
-    if (code == "ERR" && (contains(message, "script") || contains(message, "Script"))) {
+    // OOM and NOSCRIPT are the server refusing to run (or go on with) the script, even when it
+    // says so from inside it: plain ReplyError, so callers can tell "Redis said no" from "the
+    // script failed". Anything else raised while the script ran is the script's failure.
+    if (code != "OOM" && code != "NOSCRIPT" &&
+        (raisedByScript(message) || (code == "ERR" && (contains(message, "script") || contains(message, "Script"))))) {
+      if (code == "WRONGTYPE") {
+        throw ScriptError(codeText, "redlimit: script failed: " + text +
+                                        " (a key the script uses holds another type of value: was it written by "
+                                        "another program? check the keys the script was given)");
+      }
       throw ScriptError(codeText, "redlimit: script failed: " + text);
     }
   }
@@ -75,5 +152,7 @@ void throwReplyError(std::string_view message, bool fromScript) {
   }
   throw ReplyError(codeText, "redlimit: Redis replied with an error: " + text);
 }
+
+bool replyEndsConnection(std::string_view message) { return startsWith(message, "ERR Protocol error:"); }
 
 }  // namespace redlimit::detail

@@ -1,9 +1,26 @@
 // One place that turns hiredis failures and Redis error replies into redlimit exceptions.
+//
+// The classification (see README "Error model"):
+//   outage, left to the failure policy (IoError): refused, reset, closed, timeouts, protocol
+//     garbage; LOADING, BUSY, MASTERDOWN, READONLY, CLUSTERDOWN, TRYAGAIN (UnavailableError)
+//   credentials, thrown under every policy (AuthError): WRONGPASS, NOAUTH, "Protocol error:
+//     unauthenticated ...", AUTH without a configured password; NOPERM and a script's "can't run
+//     this command" (NoPermissionError)
+//   an error raised while a script ran (" script: <sha>" trailer, user_script): ScriptError, or
+//     redlimit's own REDLIMIT_* codes
+//   anything else: ReplyError (OOM with its cause spelled out)
 #pragma once
 
 #include <string_view>
 
 namespace redlimit::detail {
+
+/// What was being done when a reply error arrived, for the messages.
+struct ReplyContext {
+  std::string_view command;  // argv[0] ("EVALSHA", "AUTH", ...); "" if unknown
+  std::string_view user;     // the ACL user the connection authenticates as; "" = default
+  bool fromScript = false;   // the reply answered EVAL/EVALSHA
+};
 
 /// Throws the exception for a failed hiredis context: `err` is redisContext::err, `savedErrno`
 /// the errno captured right after the failing call, `errstr` redisContext::errstr, `what` says
@@ -15,11 +32,14 @@ namespace redlimit::detail {
 [[noreturn]] void throwContextError(int err, int savedErrno, std::string_view errstr,
                                     std::string_view what);
 
-/// Throws the exception for an error reply `message` ("CODE text"). `fromScript` is true when the
-/// reply answered EVAL/EVALSHA: then redlimit's own codes (REDLIMIT_NOT_INITIALIZED,
-/// REDLIMIT_INVALID_CONFIG, REDLIMIT_INVALID_STATE, REDLIMIT_INVALID_ARGUMENT) and other script failures are typed.
-///   LOADING, BUSY, MASTERDOWN, READONLY, CLUSTERDOWN, TRYAGAIN -> UnavailableError (an IoError);
-///   WRONGPASS, NOAUTH, NOPERM -> AuthError; everything else ReplyError (or ScriptError).
+/// Throws the exception for an error reply `message` ("CODE text"); see the table above.
+[[noreturn]] void throwReplyError(std::string_view message, const ReplyContext& context);
+/// The same, without a command name or user: `fromScript` is true when the reply answered
+/// EVAL/EVALSHA.
 [[noreturn]] void throwReplyError(std::string_view message, bool fromScript);
+
+/// True if the server closes the connection after this error reply (protocol errors, among them
+/// "unauthenticated multibulk length").
+[[nodiscard]] bool replyEndsConnection(std::string_view message);
 
 }  // namespace redlimit::detail

@@ -3,7 +3,7 @@
 // Every failure the library reports is a redlimit::Error. Transport failures (the decision could
 // not be made because Redis was unreachable, slow or the pool was exhausted) are IoError and its
 // subclasses; answers Redis gave are ReplyError and its subclasses; bad input is InvalidArgument,
-// thrown before anything is sent.
+// thrown before anything is sent. src/error_mapping.cpp is the one place that classifies.
 //
 //   Error
 //   ├── InvalidArgument          bad input, rejected on the client; nothing was sent
@@ -13,8 +13,10 @@
 //   │   └── TimeoutError         connect or command timeout
 //   │       └── PoolTimeoutError no free connection within PoolOptions::waitTimeout
 //   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...)
-//       ├── AuthError            WRONGPASS / NOAUTH / NOPERM
-//       └── ScriptError          a script failed
+//       ├── UnexpectedReplyError the reply had another shape than the command answers
+//       ├── AuthError            WRONGPASS / NOAUTH / no password given to a requirepass server
+//       │   └── NoPermissionError    the ACL user lacks a command or key permission (NOPERM)
+//       └── ScriptError          a script failed (also WRONGTYPE etc. raised by a script's commands)
 //           ├── NotInitializedError  the limiter has no configuration (call trySetRate first)
 //           ├── InvalidConfigError   the configuration hash holds values redlimit cannot use
 //           └── InvalidStateError    a state key (value, permits) holds data redlimit cannot use
@@ -86,13 +88,31 @@ class ReplyError : public Error {
   std::string code_;
 };
 
-/// Authentication failed or the ACL user lacks a permission (WRONGPASS, NOAUTH, NOPERM).
+/// The server answered, but not with the shape the command answers (for example an array where an
+/// integer was expected). The message says what was expected and what came. code() is empty.
+class UnexpectedReplyError : public ReplyError {
+ public:
+  explicit UnexpectedReplyError(const std::string& message) : ReplyError(std::string(), message) {}
+};
+
+/// Authentication failed: a wrong password or unknown ACL user (WRONGPASS), no password given to a
+/// server that requires one (NOAUTH, or the connection closed as unauthenticated), or a password
+/// given to a server that has none. Thrown under every FailurePolicy.
 class AuthError : public ReplyError {
  public:
   using ReplyError::ReplyError;
 };
 
-/// A Lua script raised an error.
+/// The ACL user is authenticated but lacks a permission: to run a command (NOPERM ... 'evalsha'),
+/// a command inside a script, or to access the limiter's keys. The message names what to grant.
+class NoPermissionError : public AuthError {
+ public:
+  using AuthError::AuthError;
+};
+
+/// A Lua script raised an error, or a command it called failed (WRONGTYPE, "not an integer", ...).
+/// Server refusals to run a script (NOSCRIPT, BUSY, LOADING, OOM, READONLY, NOPERM) keep their own
+/// types even when the server reports them from inside the script.
 class ScriptError : public ReplyError {
  public:
   using ReplyError::ReplyError;

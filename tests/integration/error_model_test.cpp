@@ -1,5 +1,6 @@
-// Issue 9, items 10 and 12, against real redis-servers: durations that would overflow, and unix
-// socket paths over the OS limit.
+// Issue 9, items 10, 12 and 14, against real redis-servers: durations that would overflow, unix
+// socket paths over the OS limit, and error classification (script errors, ACL permissions, a
+// missing password, replies of the wrong shape).
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -60,6 +61,39 @@ void expectThrow(Call&& call, const std::function<void(const E&)>& check = {}) {
   }
 }
 
+/// Records health events (thread-safe).
+struct Events {
+  std::mutex mutex;
+  std::vector<HealthEvent> seen;
+  RateLimiterOptions options(FailurePolicy policy) {
+    RateLimiterOptions o;
+    o.failure.policy = policy;
+    o.failure.probeInterval = milliseconds(50);
+    o.failure.onHealthChange = [this](const HealthEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.push_back(e);
+    };
+    return o;
+  }
+  std::vector<HealthEvent> get() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return seen;
+  }
+};
+
+const char* policyName(FailurePolicy p) {
+  switch (p) {
+    case FailurePolicy::Throw: return "Throw";
+    case FailurePolicy::Allow: return "Allow";
+    case FailurePolicy::Deny: return "Deny";
+    case FailurePolicy::Local: return "Local";
+  }
+  return "?";
+}
+
+constexpr FailurePolicy kPolicies[] = {FailurePolicy::Throw, FailurePolicy::Allow, FailurePolicy::Deny,
+                                       FailurePolicy::Local};
+
 /// A temporary directory, removed with its content on destruction.
 class TempDir {
  public:
@@ -79,6 +113,11 @@ class TempDir {
  private:
   std::string path_;
 };
+
+std::shared_ptr<Client> clientOn(const std::string& uri, ClientOptions base = {}) {
+  base.connection = parseUri(uri, base.connection);
+  return Client::create(base);
+}
 
 class ErrorModel : public RedisTest {};
 
@@ -213,4 +252,111 @@ TEST_F(ErrorModel, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
     expectThrow<InvalidArgument>([&] { (void)Client::create(co); }, namesTheLimit);
     expectThrow<InvalidArgument>([&] { (void)Client::fromUri("unix://" + tooLong); }, namesTheLimit);
   }
+}
+
+// ---- Item 14: each error gets its type and a message that says what to do ---------------------
+
+TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
+  const std::string key = name("list");
+  (void)raw({"RPUSH", key, "a"});
+  const std::string source = "return redis.call('INCR', KEYS[1])";
+  const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
+  const Script incr{"incr", sha, source};
+  expectThrow<ScriptError>([&] { (void)client()->eval(incr, {key}, {}); }, [](const ScriptError& e) {
+    EXPECT_EQ(e.code(), "WRONGTYPE");
+    EXPECT_TRUE(contains(e.what(), "WRONGTYPE")) << e.what();
+  });
+  EXPECT_EQ(client()->command({"PING"}).str, "PONG");
+
+  // The server refusing to run the script keeps its own type, even when it says so from inside it.
+  (void)raw({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+  (void)raw({"CONFIG", "SET", "maxmemory", "1"});
+  const std::string writer = "return redis.call('SET', KEYS[1], 'x')";
+  const std::string writerSha = raw({"SCRIPT", "LOAD", writer}).str;
+  const Script set{"set", writerSha, writer};
+  try {
+    (void)client()->eval(set, {name("k")}, {});
+    ADD_FAILURE() << "wrote over maxmemory";
+  } catch (const ScriptError& e) {
+    ADD_FAILURE() << "OOM is not a script failure: " << e.what();
+  } catch (const ReplyError& e) {
+    EXPECT_EQ(e.code(), "OOM");
+  }
+  (void)raw({"CONFIG", "SET", "maxmemory", "0"});
+}
+
+TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
+  RedisServer secured({"--requirepass", "pw"});
+  const std::string at = "@127.0.0.1:" + std::to_string(secured.port());
+  auto root = Client::fromUri("redis://:pw" + at);
+  RateLimiter setup(root, "perm");
+  ASSERT_TRUE(setup.trySetRate(RateType::Overall, 5, milliseconds(5000)));
+  (void)root->command({"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
+  (void)root->command({"ACL", "SETUSER", "carol", "on", ">pw3", "~*", "+@all", "-time", "-zadd"});
+  (void)root->command({"ACL", "SETUSER", "dave", "on", ">pw4", "~other*", "+@all"});
+
+  auto notAPasswordProblem = [](const NoPermissionError& e) {
+    EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << "says what to grant: " << e.what();
+  };
+  RateLimiter bob(Client::fromUri("redis://bob:pw2" + at), "perm");
+  expectThrow<NoPermissionError>([&] { (void)bob.tryAcquire(); }, [&](const NoPermissionError& e) {
+    notAPasswordProblem(e);
+    EXPECT_EQ(e.code(), "NOPERM");
+    EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
+    EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
+  });
+  // A command the script calls is not allowed: Redis says so from inside the script.
+  RateLimiter carol(Client::fromUri("redis://carol:pw3" + at), "perm");
+  expectThrow<NoPermissionError>([&] { (void)carol.tryAcquire(); }, notAPasswordProblem);
+  // The limiter's keys are outside the user's key patterns.
+  RateLimiter dave(Client::fromUri("redis://dave:pw4" + at), "perm");
+  expectThrow<NoPermissionError>([&] { (void)dave.tryAcquire(); }, [&](const NoPermissionError& e) {
+    notAPasswordProblem(e);
+    EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
+  });
+  // Under every policy: a missing permission is not an outage.
+  Events events;
+  RateLimiter bobAllowed(Client::fromUri("redis://bob:pw2" + at), "perm", events.options(FailurePolicy::Allow));
+  expectThrow<NoPermissionError>([&] { (void)bobAllowed.tryAcquire(); });
+}
+
+TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
+  RedisServer secured({"--requirepass", "pw"});
+  auto says = [](const AuthError& e) {
+    EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what();
+  };
+  // A limiter's EVALSHA has 13 arguments: Redis answers "Protocol error: unauthenticated
+  // multibulk length" to more than 10 from an unauthenticated client, and closes the connection.
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    auto c = clientOn(secured.uri());
+    RateLimiter rl(c, "nopass", events.options(policy));
+    expectThrow<AuthError>([&] { (void)rl.tryAcquire(); }, says);
+    EXPECT_EQ(c->poolStats().open, 0u) << "no unauthenticated connection stays in the pool";
+  }
+  // On a connection that was authenticated and is no longer (RESET): the server's protocol error
+  // is an AuthError, and the connection it closes is not used again.
+  ConnectionOptions o = parseUri("redis://:pw@127.0.0.1:" + std::to_string(secured.port()));
+  Connection conn(o);
+  ASSERT_EQ(conn.command({"RESET"}).str, "RESET");
+  const std::vector<std::string_view> many = {"EVALSHA", "0123456789012345678901234567890123456789", "5", "a", "b",
+                                              "c", "d", "e", "1", "2", "3"};
+  expectThrow<AuthError>([&] { (void)conn.command(many); }, says);
+  EXPECT_TRUE(conn.broken());
+}
+
+TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
+  const std::string key = name("list");
+  (void)raw({"RPUSH", key, "a", "b"});
+  expectThrow<UnexpectedReplyError>([&] { (void)client()->command({"LRANGE", key, "0", "-1"}).asInteger(); },
+                                    [](const UnexpectedReplyError& e) {
+                                      EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
+                                      EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
+                                    });
+  expectThrow<UnexpectedReplyError>([&] { (void)client()->command({"ECHO", "abc"}).asInteger(); },
+                                    [](const UnexpectedReplyError& e) {
+                                      EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what();
+                                    });
 }
