@@ -3,8 +3,16 @@
 #include <cerrno>
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <typeinfo>
+
+#if __has_include(<cxxabi.h>)
+#include <cxxabi.h>
+#define REDLIMIT_HAVE_CXXABI 1
+#endif
 
 #include <hiredis/hiredis.h>
 
@@ -71,6 +79,23 @@ std::string quotedCommand(std::string_view message) {
 
 void throwContextError(int err, int savedErrno, std::string_view errstr, std::string_view what) {
   std::string message = "redlimit: " + std::string(what) + ": " + std::string(errstr);
+  // No descriptor left: not an outage of Redis, and no retry fixes it. hiredis 0.14 reports it as
+  // REDIS_ERR_IO (unix socket), REDIS_ERR_OTHER "Can't create socket" (TCP) or "System error"
+  // (getaddrinfo), each with errno set.
+  if (savedErrno == EMFILE || (savedErrno == 0 && contains(errstr, "Too many open files") &&
+                               !contains(errstr, "in system"))) {
+    throw ResourceLimitError("EMFILE", message + " (no file descriptor left in this process, EMFILE: raise "
+                                                 "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)");
+  }
+  if (savedErrno == ENFILE || contains(errstr, "Too many open files in system")) {
+    throw ResourceLimitError("ENFILE", message + " (no file descriptor left on this host, ENFILE: raise "
+                                                 "fs.file-max, or find the process that holds them)");
+  }
+  // A TLS record where a RESP reply was expected: 0x15 is an alert, 0x16 a handshake.
+  if (err == REDIS_ERR_PROTOCOL && (contains(errstr, "got \"\\x15\"") || contains(errstr, "got \"\\x16\""))) {
+    throw TlsPortError("", message + " (the server answered with TLS bytes: this port speaks TLS, and redlimit "
+                                     "connects in plain text; use the server's plain port)");
+  }
 #ifdef REDIS_ERR_TIMEOUT
   if (err == REDIS_ERR_TIMEOUT) throw TimeoutError(message);
 #endif
@@ -119,9 +144,22 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
     throwPermission(code, text, context);
   }
 
-  if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "READONLY" ||
-      code == "CLUSTERDOWN" || code == "TRYAGAIN") {
+  // A replica: the address is wrong (or names a primary that was demoted); not an outage.
+  if (code == "READONLY" || code == "MASTERDOWN") {
+    throw ReplicaError(codeText, "redlimit: the server is a replica, not the primary: " + text +
+                                     " (point ConnectionOptions at the primary; this is a configuration error, "
+                                     "thrown under every failure policy)");
+  }
+  // Up, but cannot serve now: an outage the failure policy decides.
+  if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" ||
+      startsWith(message, "ERR max number of clients reached")) {
     throw UnavailableError(codeText, "redlimit: Redis cannot serve now: " + text);
+  }
+  // The request broke one of the server's limits; it ran nothing and closes the connection.
+  if (startsWith(message, "ERR Protocol error:")) {
+    throw RequestLimitError(codeText, "redlimit: the server refused the request and closed the connection: " + text +
+                                          " (an argument exceeds proto-max-bulk-len, or the request "
+                                          "client-query-buffer-limit; nothing was run)");
   }
   if (context.fromScript) {
     // redis.error_reply("REDLIMIT_X message") from lua/common.lua arrives as "REDLIMIT_X message".
@@ -153,6 +191,19 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
   throw ReplyError(codeText, "redlimit: Redis replied with an error: " + text);
 }
 
-bool replyEndsConnection(std::string_view message) { return startsWith(message, "ERR Protocol error:"); }
+bool replyEndsConnection(std::string_view message) {
+  return startsWith(message, "ERR Protocol error:") || startsWith(message, "ERR max number of clients reached") ||
+         startsWith(message, "READONLY") || startsWith(message, "MASTERDOWN");
+}
+
+std::string errorTypeName(const std::exception& e) {
+  const char* mangled = typeid(e).name();
+#ifdef REDLIMIT_HAVE_CXXABI
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
+  if (status == 0 && name) return name.get();
+#endif
+  return mangled;
+}
 
 }  // namespace redlimit::detail

@@ -207,6 +207,12 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atM
     gate_.failed(e, started);
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
     throw;
+  } catch (const ConfigurationError& e) {
+    gate_.misconfigured(e, started);  // reported, never decided by the policy: the set-up is wrong
+    throw;
+  } catch (const AuthError& e) {
+    gate_.misconfigured(e, started);
+    throw;
   } catch (const Error&) {
     gate_.succeeded();  // Redis answered (with an error): it is reachable
     throw;

@@ -1,6 +1,7 @@
-// Issue 9, items 10, 12 and 14, against real redis-servers: durations that would overflow, unix
-// socket paths over the OS limit, and error classification (script errors, ACL permissions, a
-// missing password, replies of the wrong shape).
+// Issue 9, items 10, 12, 14 and 15, against real redis-servers: durations that would overflow,
+// unix socket paths over the OS limit, error classification (script errors, ACL permissions, a
+// missing password, replies of the wrong shape), and configuration errors that are not outages
+// (a replica, a TLS port, no file descriptors left, a request over the server's limits).
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -114,9 +115,51 @@ class TempDir {
   std::string path_;
 };
 
+/// Lowers this process's RLIMIT_NOFILE so that the next descriptor cannot be opened (EMFILE);
+/// restores it on destruction.
+class NoFreeDescriptors {
+ public:
+  NoFreeDescriptors() {
+    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit failed");
+    const int lowestFree = ::open("/dev/null", O_RDONLY);
+    if (lowestFree < 0) throw std::runtime_error("open failed");
+    ::close(lowestFree);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = static_cast<rlim_t>(lowestFree);  // every descriptor below it is in use
+    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) throw std::runtime_error("setrlimit failed");
+  }
+  ~NoFreeDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  NoFreeDescriptors(const NoFreeDescriptors&) = delete;
+  NoFreeDescriptors& operator=(const NoFreeDescriptors&) = delete;
+
+ private:
+  rlimit saved_{};
+};
+
+/// UBSan (the asan preset) checks the dynamic type of an object on each member call; for a type
+/// it has not cached yet it probes memory through a pipe(2), which fails while no descriptor is
+/// left and reports a false "invalid vptr". The calls the library makes on the error while
+/// descriptors are exhausted (what() through std::runtime_error and Error, typeid(e).name()) are
+/// made once here first, so their checks hit the cache.
+void warmVptrChecks() {
+  const ResourceLimitError sample("EMFILE", "warm-up");
+  const std::runtime_error& asRuntime = sample;
+  const Error& asError = sample;
+  const std::exception& asException = sample;
+  EXPECT_NE(asRuntime.what(), nullptr);
+  EXPECT_NE(asError.what(), nullptr);
+  EXPECT_NE(typeid(asException).name(), nullptr);
+}
+
 std::shared_ptr<Client> clientOn(const std::string& uri, ClientOptions base = {}) {
   base.connection = parseUri(uri, base.connection);
   return Client::create(base);
+}
+
+std::int64_t errorCount(Client& c, const std::string& code) {
+  // errorstat_READONLY:count=3
+  const std::string field = infoField(c, "errorstats", "errorstat_" + code);
+  return field.empty() ? 0 : std::stoll(field.substr(field.find('=') + 1));
 }
 
 class ErrorModel : public RedisTest {};
@@ -359,4 +402,169 @@ TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
                                     [](const UnexpectedReplyError& e) {
                                       EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what();
                                     });
+}
+
+// ---- Item 15: configuration errors are thrown under every policy and reported as such ----------
+
+TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) {
+  RedisServer primary;
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(primary.port())});
+  auto onPrimary = clientOn(primary.uri());
+  auto onReplica = clientOn(replica.uri());
+  const auto syncStart = SteadyTime::now();
+  while (infoField(*onReplica, "replication", "master_link_status") != "up" && msSince(syncStart) < 10000) sleepMs(20);
+  ASSERT_EQ(infoField(*onReplica, "replication", "master_link_status"), "up");
+  RateLimiter setup(onPrimary, "replicated");
+  ASSERT_TRUE(setup.trySetRate(RateType::Overall, 100, milliseconds(60000)));
+  ASSERT_EQ(onPrimary->command({"WAIT", "1", "5000"}).integer, 1);
+
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    RateLimiter rl(onReplica, "replicated", events.options(policy));
+    const std::int64_t before = errorCount(*onReplica, "READONLY");
+    // Back to back, within one probe interval: an outage gate would let only one call through.
+    for (int i = 0; i < 4; ++i) {
+      expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); }, [](const ReplicaError& e) {
+        EXPECT_EQ(e.code(), "READONLY");
+        EXPECT_TRUE(contains(e.what(), "replica")) << e.what();
+      });
+    }
+    EXPECT_EQ(errorCount(*onReplica, "READONLY"), before + 4) << "every call asked Redis: no probe gating";
+    const FailureStats stats = rl.failureStats();
+    EXPECT_EQ(stats.allowed + stats.denied, 0u) << "no decision by the policy";
+    EXPECT_EQ(stats.outages, 0u);
+    EXPECT_EQ(stats.misconfigurations, 1u);
+    EXPECT_TRUE(stats.misconfigured);
+    const std::vector<HealthEvent> seen = events.get();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].kind, HealthEvent::Kind::Degraded);
+    EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(seen[0].errorType, "redlimit::ReplicaError");
+    EXPECT_TRUE(contains(seen[0].error, "READONLY")) << seen[0].error;
+    ASSERT_TRUE(seen[0].exception);
+    expectThrow<ReplicaError>([&] { std::rethrow_exception(seen[0].exception); });
+  }
+
+  // Promoted: the next call works and reports the recovery, with its cause.
+  Events events;
+  RateLimiter rl(onReplica, "replicated", events.options(FailurePolicy::Allow));
+  expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); });
+  (void)onReplica->command({"REPLICAOF", "NO", "ONE"});
+  EXPECT_TRUE(rl.tryAcquire());
+  const std::vector<HealthEvent> seen = events.get();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].kind, HealthEvent::Kind::Recovered);
+  EXPECT_EQ(seen[1].cause, HealthEvent::Cause::Configuration);
+  EXPECT_FALSE(rl.failureStats().misconfigured);
+}
+
+TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
+  TempDir dir;
+  const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
+  const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " + key +
+                           " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const int tlsPort = freeLoopbackPort();
+  RedisServer tls({"--tls-port", std::to_string(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
+                   "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"});
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    auto c = clientOn("redis://127.0.0.1:" + std::to_string(tlsPort));
+    RateLimiter rl(c, "tls", events.options(policy));
+    for (int i = 0; i < 2; ++i) {
+      expectThrow<TlsPortError>([&] { (void)rl.tryAcquire(); }, [&](const TlsPortError& e) {
+        EXPECT_TRUE(contains(e.what(), "TLS")) << e.what();
+        EXPECT_TRUE(contains(e.what(), std::to_string(tlsPort))) << e.what();
+      });
+    }
+    const std::vector<HealthEvent> seen = events.get();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(seen[0].errorType, "redlimit::TlsPortError");
+  }
+  // The plain port of the same server works.
+  RateLimiter plain(clientOn(tls.uri()), "tls");
+  EXPECT_TRUE(plain.trySetRate(RateType::Overall, 1, milliseconds(1000)));
+}
+
+TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    auto c = newClient();
+    RateLimiter rl(c, name(), events.options(policy));
+    warmVptrChecks();
+    std::exception_ptr thrown;
+    bool returned = false;
+    {
+      // Nothing but the call while no descriptor is left: the checks come after.
+      NoFreeDescriptors exhausted;
+      try {
+        (void)rl.tryAcquire();
+        returned = true;
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+    }
+    EXPECT_FALSE(returned) << "decided by the policy";
+    expectThrow<ResourceLimitError>([&] { std::rethrow_exception(thrown); }, [](const ResourceLimitError& e) {
+      EXPECT_EQ(e.code(), "EMFILE");
+      EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
+    });
+    EXPECT_EQ(rl.failureStats().allowed + rl.failureStats().denied, 0u);
+    // Descriptors free again: the next call works and the recovery is reported.
+    EXPECT_TRUE(rl.trySetRate(RateType::Overall, 5, milliseconds(5000)));
+    EXPECT_TRUE(rl.tryAcquire());
+    const std::vector<HealthEvent> seen = events.get();
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(seen[0].errorType, "redlimit::ResourceLimitError");
+    EXPECT_EQ(seen[1].kind, HealthEvent::Kind::Recovered);
+    (void)raw({"DEL", rl.keys()[0], rl.keys()[1], rl.keys()[3]});
+  }
+}
+
+TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
+  RedisServer limited({"--proto-max-bulk-len", "1mb"});
+  auto c = clientOn(limited.uri());
+  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  // 2 MiB fit in the socket buffers: the server reads the header, answers "invalid bulk length" and
+  // closes. 16 MiB do not: the write fails with a reset, and the answer is read from the socket.
+  for (std::size_t size : {std::size_t{2} << 20, std::size_t{16} << 20}) {
+    SCOPED_TRACE(size);
+    const std::string big(size, 'x');
+    expectThrow<RequestLimitError>([&] { (void)c->command({"SET", "big", big}); }, [](const RequestLimitError& e) {
+      EXPECT_TRUE(contains(e.what(), "invalid bulk length")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
+    });
+    // The server closed that connection: it must not be handed out again.
+    try {
+      EXPECT_EQ(c->command({"PING"}).str, "PONG");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the closed connection was reused: " << typeName(e) << ": " << e.what();
+    }
+  }
+
+  // A request the server closes the connection on without an answer (client-query-buffer-limit).
+  RedisServer small({"--client-query-buffer-limit", "1mb"});
+  auto d = clientOn(small.uri());
+  expectThrow<RequestLimitError>([&] { (void)d->command({"SET", "big", std::string(std::size_t{4} << 20, 'x')}); },
+                                 [](const RequestLimitError& e) {
+                                   EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what();
+                                 });
+  EXPECT_EQ(d->command({"PING"}).str, "PONG");
+
+  // Through a limiter under Allow: thrown, never granted. (A limiter name long enough to break the
+  // server's limit may also be refused before sending; either way it is no outage.)
+  Events events;
+  try {
+    RateLimiter huge(c, std::string(std::size_t{2} << 20, 'n'), events.options(FailurePolicy::Allow));
+    const bool granted = huge.tryAcquire();
+    ADD_FAILURE() << "decided by the policy: " << granted;
+  } catch (const IoError& e) {
+    ADD_FAILURE() << "an over-limit request is no outage: " << typeName(e) << ": " << e.what();
+  } catch (const Error&) {
+  }
 }

@@ -76,9 +76,11 @@ TEST(ErrorMapping, ReplyErrors) {
 }
 
 TEST(ErrorMapping, ServerThatCannotServeNowIsUnavailableNotAReplyError) {
+  // READONLY and MASTERDOWN were here until issue 9 item 15: they say the address names a replica,
+  // a configuration error (see Item15_ConfigurationErrorsAreNotIoErrors).
   for (const char* reply : {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script.",
-                            "MASTERDOWN Link with MASTER is down", "READONLY You can't write against a read only replica.",
-                            "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot"}) {
+                            "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
+                            "ERR max number of clients reached"}) {
     try {
       throwReplyError(reply, true);
       FAIL() << reply;
@@ -155,7 +157,7 @@ TEST(ErrorMapping, Item14_ErrorsRaisedInsideAScriptAreScriptErrors) {
   expectThrow<UnavailableError>([] { throwReplyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", true); });
   expectThrow<UnavailableError>([&] { throwReplyError("LOADING Redis is loading the dataset in memory" + trailer, true); });
   expectNot<ScriptError>([] { throwReplyError("NOSCRIPT No matching script. Please use EVAL.", true); }, "NOSCRIPT");
-  expectThrow<UnavailableError>([&] { throwReplyError("READONLY You can't write against a read only replica." + trailer, true); });
+  expectThrow<ReplicaError>([&] { throwReplyError("READONLY You can't write against a read only replica." + trailer, true); });
   expectThrow<NoPermissionError>([] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); });
 }
 
@@ -209,4 +211,60 @@ TEST(ErrorMapping, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   expectThrow<UnexpectedReplyError>([&] { (void)nil.asInteger(); },
                                     [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "nil")) << e.what(); });
   EXPECT_EQ(nil.asOptionalInteger(), std::nullopt);
+}
+
+// Issue 9 item 15: what no retry fixes is a ConfigurationError, never an IoError (the failure
+// policy decides IoErrors only).
+TEST(ErrorMapping, Item15_ConfigurationErrorsAreNotIoErrors) {
+  for (const char* reply : {"READONLY You can't write against a read only replica.",
+                            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."}) {
+    SCOPED_TRACE(reply);
+    expectThrow<ReplicaError>([&] { throwReplyError(reply, false); }, [&](const ReplicaError& e) {
+      EXPECT_EQ(e.code(), std::string(reply).substr(0, std::string(reply).find(' ')));
+      EXPECT_TRUE(contains(e.what(), "primary")) << "says what to do: " << e.what();
+    });
+  }
+  for (const char* reply : {"ERR Protocol error: invalid bulk length", "ERR Protocol error: invalid multibulk length",
+                            "ERR Protocol error: too big mbulk count string"}) {
+    SCOPED_TRACE(reply);
+    expectThrow<RequestLimitError>([&] { throwReplyError(reply, true); }, [](const RequestLimitError& e) {
+      EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
+    });
+  }
+  // Out of descriptors, as hiredis 0.14 reports it for TCP (socket()), a host name
+  // (getaddrinfo) and a unix socket.
+  for (auto [err, text] : {std::pair{REDIS_ERR_OTHER, "Can't create socket: Too many open files"},
+                           std::pair{REDIS_ERR_OTHER, "System error"}, std::pair{REDIS_ERR_IO, "Too many open files"}}) {
+    SCOPED_TRACE(text);
+    expectThrow<ResourceLimitError>([&] { throwContextError(err, EMFILE, text, "connect to 127.0.0.1:6379"); },
+                                    [](const ResourceLimitError& e) {
+                                      EXPECT_EQ(e.code(), "EMFILE");
+                                      EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
+                                    });
+  }
+  expectThrow<ResourceLimitError>([] { throwContextError(REDIS_ERR_IO, ENFILE, "Too many open files in system", "connect"); },
+                                  [](const ResourceLimitError& e) { EXPECT_EQ(e.code(), "ENFILE"); });
+  // TLS bytes read as a reply: a TLS alert record starts with 0x15, a handshake with 0x16.
+  expectThrow<TlsPortError>([] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING"); });
+  expectThrow<TlsPortError>([] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x16\" as reply type byte", "PING"); });
+  for (auto raise : std::initializer_list<std::function<void()>>{
+           [] { throwReplyError("READONLY You can't write against a read only replica.", true); },
+           [] { throwReplyError("ERR Protocol error: invalid bulk length", false); },
+           [] { throwContextError(REDIS_ERR_IO, EMFILE, "Too many open files", "connect"); },
+           [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING"); }}) {
+    expectNot<IoError>(raise, "a configuration error must not be left to the failure policy");
+  }
+  // The server closes the connection after these (or it names a replica): not used again.
+  for (const char* reply : {"ERR Protocol error: invalid bulk length", "ERR Protocol error: unauthenticated multibulk length",
+                            "ERR max number of clients reached", "READONLY You can't write against a read only replica.",
+                            "MASTERDOWN Link with MASTER is down"}) {
+    EXPECT_TRUE(detail::replyEndsConnection(reply)) << reply;
+  }
+  for (const char* reply : {"OOM command not allowed", "WRONGTYPE Operation against a key", "NOSCRIPT No matching script",
+                            "LOADING Redis is loading", "NOPERM this user has no permissions"}) {
+    EXPECT_FALSE(detail::replyEndsConnection(reply)) << reply;
+  }
+  // Outages stay IoErrors.
+  expectThrow<ClosedError>([] { throwContextError(REDIS_ERR_IO, ECONNRESET, "Connection reset by peer", "PING"); });
+  expectThrow<IoError>([] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"H\" as reply type byte", "PING"); });
 }
