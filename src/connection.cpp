@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -180,6 +181,9 @@ void checkOptions(const ConnectionOptions& o) {
 
 Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
   checkOptions(o);
+  // Connecting ends with the first exchange (and the TLS question, if asked): all of it within
+  // connectTimeout, so that a call still takes at most pool wait + connect + command timeout.
+  const auto connectDeadline = detail::deadlineAfter(o.connectTimeout);
   const timeval connectTv = toTimeval(o.connectTimeout);
   errno = 0;
   ctx_ = o.unixSocket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connectTv)
@@ -193,17 +197,20 @@ Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
     ctx_ = nullptr;
     detail::throwContextError(err, savedErrno, errstr, "connect to " + endpoint(o));
   }
+  auto connectTimeLeft = [&] {
+    const auto left = std::chrono::duration_cast<milliseconds>(connectDeadline - std::chrono::steady_clock::now());
+    return std::max(left, milliseconds(1));
+  };
   try {
-    if (redisSetTimeout(ctx_, toTimeval(o.commandTimeout)) != REDIS_OK) failTransport("set command timeout");
     if (o.keepAlive && o.unixSocket.empty() && redisEnableKeepAlive(ctx_) != REDIS_OK) {
       failTransport("enable TCP keep-alive");
     }
     try {
-      greet(o);
+      greet(o, connectTimeLeft);
     } catch (const ClosedError& e) {
       // Reset before the first reply. A TLS port does that to plain text: ask it in TLS, so the
       // caller learns that the set-up is wrong rather than that Redis is down.
-      if (o.unixSocket.empty() && speaksTls(o.host, o.port, o.connectTimeout)) {
+      if (o.unixSocket.empty() && speaksTls(o.host, o.port, connectTimeLeft())) {
         throw TlsPortError("", "redlimit: connect to " + endpoint(o) + ": port " + std::to_string(o.port) +
                                    " speaks TLS (it reset the plain-text connection and answered a TLS hello); "
                                    "redlimit connects in plain text: use the server's plain port (" +
@@ -211,6 +218,7 @@ Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
       }
       throw;
     }
+    if (redisSetTimeout(ctx_, toTimeval(o.commandTimeout)) != REDIS_OK) failTransport("set command timeout");
   } catch (...) {
     redisFree(ctx_);
     ctx_ = nullptr;
@@ -219,21 +227,25 @@ Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
   lastUsed_ = std::chrono::steady_clock::now();
 }
 
-void Connection::greet(const ConnectionOptions& o) {
+void Connection::greet(const ConnectionOptions& o, const std::function<milliseconds()>& timeLeft) {
+  auto exchange = [&](std::initializer_list<std::string_view> argv) {
+    if (redisSetTimeout(ctx_, toTimeval(timeLeft())) != REDIS_OK) failTransport("set connect timeout");
+    (void)command(argv);
+  };
   if (!o.password.empty()) {
     if (o.user.empty()) {
-      (void)command({"AUTH", o.password});
+      exchange({"AUTH", o.password});
     } else {
-      (void)command({"AUTH", o.user, o.password});
+      exchange({"AUTH", o.user, o.password});
     }
   }
   if (o.db != 0) {
     const std::string db = std::to_string(o.db);
-    (void)command({"SELECT", db});
+    exchange({"SELECT", db});
   }
   // Without AUTH or SELECT, a PING: a server that wants a password says NOAUTH now, before a
   // limiter's first EVALSHA (whose 13 arguments it would answer with a protocol error and a close).
-  if (o.password.empty() && o.db == 0) (void)command({"PING"});
+  if (o.password.empty() && o.db == 0) exchange({"PING"});
 }
 
 Connection::~Connection() {

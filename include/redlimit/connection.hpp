@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -58,7 +59,8 @@ class Connection {
   // closing, else by errno (and the request's size).
   [[noreturn]] void failSend(const char* what, int savedErrno, std::size_t requestBytes);
   void sendAll(const char* data, std::size_t size, const char* what);
-  void greet(const ConnectionOptions& options);
+  // The first exchange (AUTH, SELECT or PING), each command within timeLeft() of the connect timeout.
+  void greet(const ConnectionOptions& options, const std::function<std::chrono::milliseconds()>& timeLeft);
 
   redisContext* ctx_ = nullptr;
   std::string user_;                 // the ACL user AUTH named; "" = default

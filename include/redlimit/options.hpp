@@ -29,7 +29,8 @@ struct ConnectionOptions {
   std::string user;                                   // ACL user for AUTH; empty = "default"
   std::string password;                               // AUTH password; empty = no AUTH
   int db = 0;                                         // SELECT db after connecting (0 = none sent)
-  std::chrono::milliseconds connectTimeout{500};      // TCP/unix connect, ms; in 1..kMaxConnectionTimeout
+  std::chrono::milliseconds connectTimeout{500};      // TCP/unix connect and the first exchange
+                                                      // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
   std::chrono::milliseconds commandTimeout{500};      // waiting for one reply, ms; in 1..kMaxConnectionTimeout
   bool keepAlive = true;                              // TCP keep-alive on the socket
 };

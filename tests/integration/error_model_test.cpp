@@ -262,6 +262,26 @@ TEST_F(ErrorModel, Item10_ExpireWithATtlRedisCannotHoldIsInvalidArgument) {
   EXPECT_GT(raw({"PTTL", name()}).integer, 0);
 }
 
+// The first exchange of a new connection (PING here) is part of connecting: a stalled server
+// costs the connect timeout, not the connect timeout and then the command timeout.
+TEST_F(ErrorModel, ConnectTimeoutCoversTheFirstExchange) {
+  ClientOptions patient;
+  patient.connection.commandTimeout = milliseconds(3000);
+  auto sleeper = newClient(patient);
+  ASSERT_EQ(sleeper->command({"PING"}).str, "PONG");
+  std::thread blocker([&] { (void)sleeper->command({"DEBUG", "SLEEP", "0.6"}); });
+  sleepMs(50);  // the server answers nobody for ~550 ms more
+  ConnectionOptions o = parseUri(server().uri());
+  o.connectTimeout = milliseconds(150);
+  o.commandTimeout = milliseconds(3000);
+  const auto start = SteadyTime::now();
+  expectThrow<TimeoutError>([&] { Connection conn(o); });
+  const std::int64_t took = msSince(start);
+  blocker.join();
+  EXPECT_GE(took, 140);
+  EXPECT_LT(took, 450) << "the PING waited for the command timeout";
+}
+
 // ---- Item 12: a unix socket path over the OS limit is refused, not truncated -------------------
 
 TEST_F(ErrorModel, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
