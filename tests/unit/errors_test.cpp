@@ -233,8 +233,10 @@ TEST(ErrorMapping, Item15_ConfigurationErrorsAreNotIoErrors) {
   }
   // Out of descriptors, as hiredis 0.14 reports it for TCP (socket()), a host name
   // (getaddrinfo) and a unix socket.
-  for (auto [err, text] : {std::pair{REDIS_ERR_OTHER, "Can't create socket: Too many open files"},
-                           std::pair{REDIS_ERR_OTHER, "System error"}, std::pair{REDIS_ERR_IO, "Too many open files"}}) {
+  for (const auto& failure : {std::pair{REDIS_ERR_OTHER, "Can't create socket: Too many open files"},
+                               std::pair{REDIS_ERR_OTHER, "System error"}, std::pair{REDIS_ERR_IO, "Too many open files"}}) {
+    const int err = failure.first;
+    const char* text = failure.second;
     SCOPED_TRACE(text);
     expectThrow<ResourceLimitError>([&] { throwContextError(err, EMFILE, text, "connect to 127.0.0.1:6379"); },
                                     [](const ResourceLimitError& e) {
