@@ -1,19 +1,34 @@
 #include "redlimit/connection.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
 #include "error_mapping.hpp"
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
 namespace {
 
-timeval toTimeval(std::chrono::milliseconds ms) {
+using std::chrono::milliseconds;
+
+// proto-max-bulk-len and client-query-buffer-limit cannot be set below 1 MiB: a connection the
+// server closes while a larger request is sent is taken as a request over those limits.
+constexpr std::size_t kSmallestServerRequestLimit = std::size_t{1} << 20;
+
+timeval toTimeval(milliseconds ms) {
   timeval tv{};
   tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
   tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
@@ -25,7 +40,7 @@ std::string endpoint(const ConnectionOptions& o) {
 }
 
 // Converts a hiredis reply; error replies are thrown. Frees nothing (the caller owns `r`).
-Reply convert(const redisReply* r, bool fromScript) {
+Reply convert(const redisReply* r, const detail::ReplyContext& context) {
   Reply out;
   switch (r->type) {
     case REDIS_REPLY_NIL:
@@ -46,13 +61,14 @@ Reply convert(const redisReply* r, bool fromScript) {
     case REDIS_REPLY_ARRAY:
       out.type = Reply::Type::Array;
       out.elements.reserve(r->elements);
-      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i], fromScript));
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i], context));
       break;
     case REDIS_REPLY_ERROR:
-      detail::throwReplyError(std::string_view(r->str, r->len), fromScript);
+      detail::throwReplyError(std::string_view(r->str, r->len), context);
     default:
       // RESP3 types (hiredis 1.x) are never requested: redlimit does not send HELLO 3.
-      throw IoError("redlimit: unexpected reply type " + std::to_string(r->type));
+      throw UnexpectedReplyError("redlimit: " + std::string(context.command) +
+                                 ": expected a RESP2 reply, got a reply of hiredis type " + std::to_string(r->type));
   }
   return out;
 }
@@ -61,16 +77,113 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };
 
+class Fd {
+ public:
+  explicit Fd(int fd) noexcept : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  [[nodiscard]] int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Waits until `fd` is ready for `events` or `deadline` passes.
+bool waitReady(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), kMaxConnectionTimeout.count())));
+    if (rc > 0) return true;
+    if (rc == 0 || errno != EINTR) return false;
+  }
+}
+
+// A TLS 1.2 ClientHello with one cipher suite: any TLS server answers it with a TLS record
+// (a ServerHello, or an alert if it dislikes the offer), whose first byte is 0x16 or 0x15 and
+// second the major version 3. A Redis server reads it as an unfinished inline command and waits.
+constexpr unsigned char kTlsHello[] = {
+    0x16, 0x03, 0x01, 0x00, 0x2d,  // record: handshake, TLS 1.0 framing, 45 bytes
+    0x01, 0x00, 0x00, 0x29,        // ClientHello, 41 bytes
+    0x03, 0x03,                    // TLS 1.2
+    0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74,  // random
+    0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74,
+    0x00,                          // no session id
+    0x00, 0x02, 0xc0, 0x2f,        // one cipher suite: ECDHE-RSA-AES128-GCM-SHA256
+    0x01, 0x00,                    // compression: none
+};
+
+// True if host:port answers a TLS ClientHello with a TLS record within `timeout`. Asked only
+// after the server reset a new plain-text connection before its first reply.
+bool speaksTls(const std::string& host, int port, milliseconds timeout) {
+  const auto deadline = detail::deadlineAfter(timeout);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, &::freeaddrinfo);
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (fd.get() < 0) continue;
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) continue;
+    if (!waitReady(fd.get(), POLLOUT, deadline)) return false;
+    int soError = 0;
+    socklen_t len = sizeof soError;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soError, &len) != 0 || soError != 0) continue;
+    if (::send(fd.get(), kTlsHello, sizeof kTlsHello, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof kTlsHello)) return false;
+    unsigned char head[2] = {};
+    std::size_t got = 0;
+    while (got < sizeof head) {
+      if (!waitReady(fd.get(), POLLIN, deadline)) return false;
+      const ssize_t n = ::recv(fd.get(), head + got, sizeof head - got, 0);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        return false;
+      }
+    }
+    return (head[0] == 0x15 || head[0] == 0x16) && head[1] == 0x03;
+  }
+  return false;
+}
+
+[[noreturn]] void badOption(const std::string& why) { throw InvalidArgument("redlimit: " + why); }
+
+void checkTimeout(const char* name, milliseconds t) {
+  if (t.count() <= 0 || t > kMaxConnectionTimeout) {
+    badOption(std::string("ConnectionOptions::") + name + " must be in 1.." + std::to_string(kMaxConnectionTimeout.count()) +
+              " ms (no infinite waits; hiredis waits with poll(), which takes an int of ms), got " +
+              std::to_string(t.count()) + " ms");
+  }
+}
+
 }  // namespace
 
-Connection::Connection(const ConnectionOptions& o) {
-  if (o.connectTimeout.count() <= 0 || o.commandTimeout.count() <= 0) {
-    throw InvalidArgument("redlimit: connectTimeout and commandTimeout must be > 0 ms (no infinite waits)");
+void checkOptions(const ConnectionOptions& o) {
+  checkTimeout("connectTimeout", o.connectTimeout);
+  checkTimeout("commandTimeout", o.commandTimeout);
+  if (o.unixSocket.size() > kMaxUnixSocketPath) {
+    badOption("unix socket path of " + std::to_string(o.unixSocket.size()) + " bytes is longer than hiredis hands to the OS intact (" +
+              std::to_string(kMaxUnixSocketPath) + " bytes, kMaxUnixSocketPath): it would be cut short and name another socket: " +
+              o.unixSocket);
   }
   if (o.unixSocket.empty() && (o.port <= 0 || o.port > 65535)) {
-    throw InvalidArgument("redlimit: port must be in 1..65535, got " + std::to_string(o.port));
+    badOption("port must be in 1..65535, got " + std::to_string(o.port));
   }
-  if (o.db < 0) throw InvalidArgument("redlimit: db must be >= 0");
+  if (o.db < 0) badOption("db must be >= 0, got " + std::to_string(o.db));
+  if (!o.user.empty() && o.password.empty()) badOption("an ACL user needs a password");
+}
+
+Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
+  checkOptions(o);
+  // Connecting ends with the first exchange (and the TLS question, if asked): all of it within
+  // connectTimeout, so that a call still takes at most pool wait + connect + command timeout.
+  const auto connectDeadline = detail::deadlineAfter(o.connectTimeout);
   const timeval connectTv = toTimeval(o.connectTimeout);
   errno = 0;
   ctx_ = o.unixSocket.empty() ? redisConnectWithTimeout(o.host.c_str(), o.port, connectTv)
@@ -84,30 +197,55 @@ Connection::Connection(const ConnectionOptions& o) {
     ctx_ = nullptr;
     detail::throwContextError(err, savedErrno, errstr, "connect to " + endpoint(o));
   }
+  auto connectTimeLeft = [&] {
+    const auto left = std::chrono::duration_cast<milliseconds>(connectDeadline - std::chrono::steady_clock::now());
+    return std::max(left, milliseconds(1));
+  };
   try {
-    if (redisSetTimeout(ctx_, toTimeval(o.commandTimeout)) != REDIS_OK) failTransport("set command timeout");
     if (o.keepAlive && o.unixSocket.empty() && redisEnableKeepAlive(ctx_) != REDIS_OK) {
       failTransport("enable TCP keep-alive");
     }
-    if (!o.password.empty()) {
-      if (o.user.empty()) {
-        command({"AUTH", o.password});
-      } else {
-        command({"AUTH", o.user, o.password});
+    try {
+      greet(o, connectTimeLeft);
+    } catch (const ClosedError& e) {
+      // Reset before the first reply. A TLS port does that to plain text: ask it in TLS, so the
+      // caller learns that the set-up is wrong rather than that Redis is down.
+      if (o.unixSocket.empty() && speaksTls(o.host, o.port, connectTimeLeft())) {
+        throw TlsPortError("", "redlimit: connect to " + endpoint(o) + ": port " + std::to_string(o.port) +
+                                   " speaks TLS (it reset the plain-text connection and answered a TLS hello); "
+                                   "redlimit connects in plain text: use the server's plain port (" +
+                                   std::string(e.what()) + ")");
       }
-    } else if (!o.user.empty()) {
-      throw InvalidArgument("redlimit: an ACL user needs a password");
+      throw;
     }
-    if (o.db != 0) {
-      const std::string db = std::to_string(o.db);
-      command({"SELECT", db});
-    }
+    if (redisSetTimeout(ctx_, toTimeval(o.commandTimeout)) != REDIS_OK) failTransport("set command timeout");
   } catch (...) {
     redisFree(ctx_);
     ctx_ = nullptr;
     throw;
   }
   lastUsed_ = std::chrono::steady_clock::now();
+}
+
+void Connection::greet(const ConnectionOptions& o, const std::function<milliseconds()>& timeLeft) {
+  auto exchange = [&](std::initializer_list<std::string_view> argv) {
+    if (redisSetTimeout(ctx_, toTimeval(timeLeft())) != REDIS_OK) failTransport("set connect timeout");
+    (void)command(argv);
+  };
+  if (!o.password.empty()) {
+    if (o.user.empty()) {
+      exchange({"AUTH", o.password});
+    } else {
+      exchange({"AUTH", o.user, o.password});
+    }
+  }
+  if (o.db != 0) {
+    const std::string db = std::to_string(o.db);
+    exchange({"SELECT", db});
+  }
+  // Without AUTH or SELECT, a PING: a server that wants a password says NOAUTH now, before a
+  // limiter's first EVALSHA (whose 13 arguments it would answer with a protocol error and a close).
+  if (o.password.empty() && o.db == 0) exchange({"PING"});
 }
 
 Connection::~Connection() {
@@ -120,8 +258,50 @@ void Connection::failTransport(const char* what) {
   detail::throwContextError(ctx_->err, savedErrno, ctx_->errstr, what);
 }
 
+void Connection::failSend(const char* what, int savedErrno, std::size_t requestBytes) {
+  broken_ = true;
+  // A server that refuses a request answers first and then closes (with a reset, since it leaves
+  // the rest unread); the answer is usually still readable.
+  char buf[512];
+  const ssize_t n = ::recv(ctx_->fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (n > 1 && buf[0] == '-') {
+    const std::string_view got(buf + 1, static_cast<std::size_t>(n - 1));
+    const auto end = got.find("\r\n");
+    if (end != std::string_view::npos) {
+      detail::ReplyContext context;
+      context.command = what;
+      context.user = user_;
+      detail::throwReplyError(got.substr(0, end), context);
+    }
+  }
+  const bool closed = savedErrno == ECONNRESET || savedErrno == EPIPE;
+  if (closed && requestBytes > kSmallestServerRequestLimit) {
+    throw RequestLimitError("", "redlimit: " + std::string(what) + ": the server closed the connection while a request of " +
+                                    std::to_string(requestBytes) +
+                                    " bytes was sent: it exceeds client-query-buffer-limit or proto-max-bulk-len "
+                                    "(1 MiB at the least); nothing was run");
+  }
+  detail::throwContextError(REDIS_ERR_IO, savedErrno, std::strerror(savedErrno), what);
+}
+
+void Connection::sendAll(const char* data, std::size_t size, const char* what) {
+  // send() with MSG_NOSIGNAL, not hiredis's write(): a write to a connection the server closed
+  // must not raise SIGPIPE in the caller's process. SO_SNDTIMEO (the command timeout, set by
+  // redisSetTimeout) bounds each call.
+  std::size_t sent = 0;
+  while (sent < size) {
+    const ssize_t n = ::send(ctx_->fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n >= 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (errno != EINTR) {
+      failSend(what, errno, size);
+    }
+  }
+}
+
 Reply Connection::command(const std::string_view* argv, std::size_t argc) {
   if (broken_) throw ClosedError("redlimit: connection is broken after an earlier error");
+  const std::string what = argc > 0 ? std::string(argv[0]) : std::string("command");
   constexpr std::size_t kInline = 16;
   const char* ptrInline[kInline];
   std::size_t lenInline[kInline];
@@ -139,16 +319,36 @@ Reply Connection::command(const std::string_view* argv, std::size_t argc) {
     ptrs[i] = argv[i].data();
     lens[i] = argv[i].size();
   }
+  char* request = nullptr;
+  const auto length = redisFormatCommandArgv(&request, static_cast<int>(argc), ptrs, lens);
+  if (length < 0 || request == nullptr) throw std::bad_alloc();
+  std::unique_ptr<char, void (*)(char*)> requestGuard(request, &redisFreeCommand);
   errno = 0;
-  void* raw = redisCommandArgv(ctx_, static_cast<int>(argc), ptrs, lens);
-  if (raw == nullptr) {
-    std::string what = argc > 0 ? std::string(argv[0]) : std::string("command");
+  sendAll(request, static_cast<std::size_t>(length), what.c_str());
+  void* raw = nullptr;
+  if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
+    const int savedErrno = errno;
+    if ((ctx_->err == REDIS_ERR_EOF || savedErrno == ECONNRESET) &&
+        static_cast<std::size_t>(length) > kSmallestServerRequestLimit) {
+      broken_ = true;
+      throw RequestLimitError("", "redlimit: " + what + ": the server closed the connection without an answer to a request of " +
+                                      std::to_string(length) +
+                                      " bytes: it exceeds client-query-buffer-limit or proto-max-bulk-len "
+                                      "(1 MiB at the least); nothing was run");
+    }
+    errno = savedErrno;
     failTransport(what.c_str());
   }
   std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
   lastUsed_ = std::chrono::steady_clock::now();
-  const bool fromScript = argc > 0 && (argv[0] == "EVALSHA" || argv[0] == "EVAL");
-  return convert(reply.get(), fromScript);
+  detail::ReplyContext context;
+  context.command = what;
+  context.user = user_;
+  context.fromScript = what == "EVALSHA" || what == "EVAL";
+  if (reply->type == REDIS_REPLY_ERROR && detail::replyEndsConnection(std::string_view(reply->str, reply->len))) {
+    broken_ = true;  // the server closes it (protocol errors), or it names a replica
+  }
+  return convert(reply.get(), context);
 }
 
 }  // namespace redlimit

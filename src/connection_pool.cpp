@@ -2,20 +2,27 @@
 
 #include <string>
 
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
 
+void checkOptions(const PoolOptions& p) {
+  if (p.size == 0) throw InvalidArgument("redlimit: pool size must be >= 1");
+  if (p.waitTimeout.count() <= 0) {
+    throw InvalidArgument("redlimit: pool waitTimeout must be > 0 ms (no infinite waits), got " +
+                          std::to_string(p.waitTimeout.count()) + " ms");
+  }
+  if (p.idlePingAfter.count() < 0) {
+    throw InvalidArgument("redlimit: pool idlePingAfter must be >= 0 ms, got " + std::to_string(p.idlePingAfter.count()) +
+                          " ms");
+  }
+}
+
 ConnectionPool::ConnectionPool(ConnectionOptions connection, PoolOptions pool)
     : connection_(std::move(connection)), options_(pool) {
-  if (options_.size == 0) throw InvalidArgument("redlimit: pool size must be >= 1");
-  if (options_.waitTimeout.count() <= 0) {
-    throw InvalidArgument("redlimit: pool waitTimeout must be > 0 ms (no infinite waits)");
-  }
-  if (options_.idlePingAfter.count() < 0) throw InvalidArgument("redlimit: pool idlePingAfter must be >= 0 ms");
-  if (connection_.connectTimeout.count() <= 0 || connection_.commandTimeout.count() <= 0) {
-    throw InvalidArgument("redlimit: connectTimeout and commandTimeout must be > 0 ms (no infinite waits)");
-  }
+  checkOptions(options_);
+  checkOptions(connection_);
   idle_.reserve(options_.size);
 }
 
@@ -39,7 +46,8 @@ std::unique_ptr<Connection> ConnectionPool::openCounted() {
 }
 
 ConnectionPool::Lease ConnectionPool::acquire() {
-  const auto deadline = std::chrono::steady_clock::now() + options_.waitTimeout;
+  // Saturates: a waitTimeout of milliseconds::max() waits as long as the clock counts.
+  const auto deadline = detail::deadlineAfter(options_.waitTimeout);
   std::unique_ptr<Connection> conn;
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -65,7 +73,9 @@ ConnectionPool::Lease ConnectionPool::acquire() {
   if (!conn) return Lease(this, openCounted());
 
   // A connection that sat idle for long may have been closed by the server or a middlebox.
-  if (std::chrono::steady_clock::now() - conn->lastUsed() > options_.idlePingAfter) {
+  // Compared in ms: converting idlePingAfter to the clock's ns could overflow.
+  const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - conn->lastUsed());
+  if (idle > options_.idlePingAfter) {
     try {
       (void)conn->command({"PING"});
     } catch (const IoError&) {

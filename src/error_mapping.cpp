@@ -2,8 +2,17 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <typeinfo>
+
+#if __has_include(<cxxabi.h>)
+#include <cxxabi.h>
+#define REDLIMIT_HAVE_CXXABI 1
+#endif
 
 #include <hiredis/hiredis.h>
 
@@ -20,10 +29,73 @@ bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
 }
 
+bool startsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+// Redis 7 appends " script: <sha>, on @user_script:<line>." to an error raised while a script
+// ran (by a command it called, or by error()); a compile error names user_script.
+bool raisedByScript(std::string_view message) {
+  return contains(message, " script: ") || contains(message, "user_script");
+}
+
+constexpr std::string_view kPasswordAdvice =
+    "set ConnectionOptions::password (and ::user for an ACL user), or redis://[user]:password@host";
+
+std::string userName(const ReplyContext& c) { return c.user.empty() ? "default" : std::string(c.user); }
+
+// "NOPERM this user has no permissions to run the 'evalsha' command" -> "evalsha".
+std::string quotedCommand(std::string_view message) {
+  const auto open = message.find("run the '");
+  if (open == std::string_view::npos) return {};
+  const auto start = open + 9;
+  const auto close = message.find('\'', start);
+  return close == std::string_view::npos ? std::string() : std::string(message.substr(start, close - start));
+}
+
+[[noreturn]] void throwPermission(std::string_view code, const std::string& text, const ReplyContext& c) {
+  const std::string user = userName(c);
+  std::string grant;
+  if (contains(text, "access one of the keys") || contains(text, "can't access")) {
+    grant = "grant the user the limiter's keys, e.g. ACL SETUSER " + user +
+            " ~* (or a pattern matching the limiter's name and its {name}:* keys)";
+  } else if (contains(text, "The user executing the script")) {
+    grant = "grant the commands redlimit's scripts call, e.g. ACL SETUSER " + user + " +@read +@write +time";
+  } else {
+    std::string command = quotedCommand(text);
+    if (command.empty()) command = c.command.empty() ? std::string("<command>") : std::string(c.command);
+    std::transform(command.begin(), command.end(), command.begin(),
+                   [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); });
+    grant = "grant it, e.g. ACL SETUSER " + user + " +" + command;
+  }
+  throw NoPermissionError(std::string(code),
+                          "redlimit: ACL user '" + user + "' lacks a permission (not a password problem): " + text +
+                              "; " + grant +
+                              " (redlimit needs +evalsha +eval +script|load, and inside its scripts +@read "
+                              "+@write +time, on the limiter's keys)");
+}
+
 }  // namespace
 
 void throwContextError(int err, int savedErrno, std::string_view errstr, std::string_view what) {
   std::string message = "redlimit: " + std::string(what) + ": " + std::string(errstr);
+  // No descriptor left: not an outage of Redis, and no retry fixes it. hiredis 0.14 reports it as
+  // REDIS_ERR_IO (unix socket), REDIS_ERR_OTHER "Can't create socket" (TCP) or "System error"
+  // (getaddrinfo), each with errno set.
+  if (savedErrno == EMFILE || (savedErrno == 0 && contains(errstr, "Too many open files") &&
+                               !contains(errstr, "in system"))) {
+    throw ResourceLimitError("EMFILE", message + " (no file descriptor left in this process, EMFILE: raise "
+                                                 "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)");
+  }
+  if (savedErrno == ENFILE || contains(errstr, "Too many open files in system")) {
+    throw ResourceLimitError("ENFILE", message + " (no file descriptor left on this host, ENFILE: raise "
+                                                 "fs.file-max, or find the process that holds them)");
+  }
+  // A TLS record where a RESP reply was expected: 0x15 is an alert, 0x16 a handshake.
+  if (err == REDIS_ERR_PROTOCOL && (contains(errstr, "got \"\\x15\"") || contains(errstr, "got \"\\x16\""))) {
+    throw TlsPortError("", message + " (the server answered with TLS bytes: this port speaks TLS, and redlimit "
+                                     "connects in plain text; use the server's plain port)");
+  }
 #ifdef REDIS_ERR_TIMEOUT
   if (err == REDIS_ERR_TIMEOUT) throw TimeoutError(message);
 #endif
@@ -43,17 +115,53 @@ void throwContextError(int err, int savedErrno, std::string_view errstr, std::st
 }
 
 void throwReplyError(std::string_view message, bool fromScript) {
+  ReplyContext context;
+  context.fromScript = fromScript;
+  throwReplyError(message, context);
+}
+
+void throwReplyError(std::string_view message, const ReplyContext& context) {
   std::string_view code = message.substr(0, message.find(' '));
   std::string text(message);
   std::string codeText(code);
-  if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "READONLY" ||
-      code == "CLUSTERDOWN" || code == "TRYAGAIN") {
+
+  // Credentials: no retry or policy fixes them.
+  if (code == "WRONGPASS") {
+    throw AuthError(codeText, "redlimit: authentication failed: " + text + " (check ConnectionOptions::user and ::password)");
+  }
+  if (code == "NOAUTH" || startsWith(message, "ERR Protocol error: unauthenticated")) {
+    // More than 10 arguments (or a bulk over 16 KiB) from an unauthenticated client make Redis
+    // answer "Protocol error: unauthenticated multibulk length" and close the connection.
+    throw AuthError(codeText, "redlimit: authentication failed: " + text + " (the server requires a password: " +
+                                  std::string(kPasswordAdvice) + ")");
+  }
+  if (code == "ERR" && contains(message, "called without any password configured")) {
+    throw AuthError(codeText, "redlimit: authentication failed: " + text +
+                                  " (the server has no password for this user: leave ConnectionOptions::password "
+                                  "empty, or set one on the server)");
+  }
+  if (code == "NOPERM" || (code == "ERR" && contains(message, "The user executing the script can't"))) {
+    throwPermission(code, text, context);
+  }
+
+  // A replica: the address is wrong (or names a primary that was demoted); not an outage.
+  if (code == "READONLY" || code == "MASTERDOWN") {
+    throw ReplicaError(codeText, "redlimit: the server is a replica, not the primary: " + text +
+                                     " (point ConnectionOptions at the primary; this is a configuration error, "
+                                     "thrown under every failure policy)");
+  }
+  // Up, but cannot serve now: an outage the failure policy decides.
+  if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" ||
+      startsWith(message, "ERR max number of clients reached")) {
     throw UnavailableError(codeText, "redlimit: Redis cannot serve now: " + text);
   }
-  if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
-    throw AuthError(codeText, "redlimit: authentication failed: " + text);
+  // The request broke one of the server's limits; it ran nothing and closes the connection.
+  if (startsWith(message, "ERR Protocol error:")) {
+    throw RequestLimitError(codeText, "redlimit: the server refused the request and closed the connection: " + text +
+                                          " (an argument exceeds proto-max-bulk-len, or the request "
+                                          "client-query-buffer-limit; nothing was run)");
   }
-  if (fromScript) {
+  if (context.fromScript) {
     // redis.error_reply("REDLIMIT_X message") from lua/common.lua arrives as "REDLIMIT_X message".
     // error() in a script appends " script: <sha>, on @user_script:<line>."; keep our own text.
     auto ownText = [&] {
@@ -64,9 +172,16 @@ void throwReplyError(std::string_view message, bool fromScript) {
     if (code == "REDLIMIT_INVALID_CONFIG") throw InvalidConfigError(codeText, ownText());
     if (code == "REDLIMIT_INVALID_STATE") throw InvalidStateError(codeText, ownText());
     if (code == "REDLIMIT_INVALID_ARGUMENT") throw InvalidArgument(ownText());
-    // OOM, BUSY, READONLY, ... are the server refusing to run the script at all: keep them as
-    // plain ReplyError so callers can tell "Redis said no" from "the script failed".
-    if (code == "ERR" && (contains(message, "script") || contains(message, "Script"))) {
+    // OOM and NOSCRIPT are the server refusing to run (or go on with) the script, even when it
+    // says so from inside it: plain ReplyError, so callers can tell "Redis said no" from "the
+    // script failed". Anything else raised while the script ran is the script's failure.
+    if (code != "OOM" && code != "NOSCRIPT" &&
+        (raisedByScript(message) || (code == "ERR" && (contains(message, "script") || contains(message, "Script"))))) {
+      if (code == "WRONGTYPE") {
+        throw ScriptError(codeText, "redlimit: script failed: " + text +
+                                        " (a key the script uses holds another type of value: was it written by "
+                                        "another program? check the keys the script was given)");
+      }
       throw ScriptError(codeText, "redlimit: script failed: " + text);
     }
   }
@@ -74,6 +189,21 @@ void throwReplyError(std::string_view message, bool fromScript) {
     throw ReplyError(codeText, "redlimit: Redis is out of memory (maxmemory reached, nothing was written): " + text);
   }
   throw ReplyError(codeText, "redlimit: Redis replied with an error: " + text);
+}
+
+bool replyEndsConnection(std::string_view message) {
+  return startsWith(message, "ERR Protocol error:") || startsWith(message, "ERR max number of clients reached") ||
+         startsWith(message, "READONLY") || startsWith(message, "MASTERDOWN");
+}
+
+std::string errorTypeName(const std::exception& e) {
+  const char* mangled = typeid(e).name();
+#ifdef REDLIMIT_HAVE_CXXABI
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
+  if (status == 0 && name) return name.get();
+#endif
+  return mangled;
 }
 
 }  // namespace redlimit::detail

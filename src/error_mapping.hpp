@@ -1,13 +1,38 @@
 // One place that turns hiredis failures and Redis error replies into redlimit exceptions.
+//
+// The classification (see README "Error model"):
+//   outage, left to the failure policy (IoError): refused, reset, closed, timeouts, protocol
+//     garbage; LOADING, BUSY, CLUSTERDOWN, TRYAGAIN, "max number of clients reached"
+//     (UnavailableError)
+//   configuration, thrown under every policy (ConfigurationError): READONLY, MASTERDOWN
+//     (ReplicaError); TLS bytes as a reply (TlsPortError); EMFILE, ENFILE (ResourceLimitError);
+//     "ERR Protocol error: ..." other than unauthenticated (RequestLimitError)
+//   credentials, thrown under every policy (AuthError): WRONGPASS, NOAUTH, "Protocol error:
+//     unauthenticated ...", AUTH without a configured password; NOPERM and a script's "can't run
+//     this command" (NoPermissionError)
+//   an error raised while a script ran (" script: <sha>" trailer, user_script): ScriptError, or
+//     redlimit's own REDLIMIT_* codes
+//   anything else: ReplyError (OOM with its cause spelled out)
 #pragma once
 
+#include <exception>
+#include <string>
 #include <string_view>
 
 namespace redlimit::detail {
 
+/// What was being done when a reply error arrived, for the messages.
+struct ReplyContext {
+  std::string_view command;  // argv[0] ("EVALSHA", "AUTH", ...); "" if unknown
+  std::string_view user;     // the ACL user the connection authenticates as; "" = default
+  bool fromScript = false;   // the reply answered EVAL/EVALSHA
+};
+
 /// Throws the exception for a failed hiredis context: `err` is redisContext::err, `savedErrno`
 /// the errno captured right after the failing call, `errstr` redisContext::errstr, `what` says
 /// what was being done ("connect to 127.0.0.1:6379", "EVALSHA acquire").
+///   errno EMFILE / ENFILE (any err)                                  -> ResourceLimitError
+///   REDIS_ERR_PROTOCOL on a TLS record byte (0x15 alert, 0x16 hello) -> TlsPortError
 ///   REDIS_ERR_IO + EAGAIN/EWOULDBLOCK/ETIMEDOUT/EINPROGRESS, REDIS_ERR_TIMEOUT -> TimeoutError
 ///   (hiredis 0.14 reports a read timeout as REDIS_ERR_IO with errno EAGAIN)
 ///   REDIS_ERR_EOF, EPIPE, ECONNRESET                                 -> ClosedError
@@ -15,11 +40,18 @@ namespace redlimit::detail {
 [[noreturn]] void throwContextError(int err, int savedErrno, std::string_view errstr,
                                     std::string_view what);
 
-/// Throws the exception for an error reply `message` ("CODE text"). `fromScript` is true when the
-/// reply answered EVAL/EVALSHA: then redlimit's own codes (REDLIMIT_NOT_INITIALIZED,
-/// REDLIMIT_INVALID_CONFIG, REDLIMIT_INVALID_STATE, REDLIMIT_INVALID_ARGUMENT) and other script failures are typed.
-///   LOADING, BUSY, MASTERDOWN, READONLY, CLUSTERDOWN, TRYAGAIN -> UnavailableError (an IoError);
-///   WRONGPASS, NOAUTH, NOPERM -> AuthError; everything else ReplyError (or ScriptError).
+/// Throws the exception for an error reply `message` ("CODE text"); see the table above.
+[[noreturn]] void throwReplyError(std::string_view message, const ReplyContext& context);
+/// The same, without a command name or user: `fromScript` is true when the reply answered
+/// EVAL/EVALSHA.
 [[noreturn]] void throwReplyError(std::string_view message, bool fromScript);
+
+/// True if the server closes the connection after this error reply (protocol errors, "max number
+/// of clients reached"), or redlimit should not use the connection again (READONLY, MASTERDOWN:
+/// the next connection may reach a new primary behind the same address).
+[[nodiscard]] bool replyEndsConnection(std::string_view message);
+
+/// The demangled type of `e` ("redlimit::ReplicaError"), for HealthEvent::errorType and messages.
+[[nodiscard]] std::string errorTypeName(const std::exception& e);
 
 }  // namespace redlimit::detail

@@ -2,11 +2,35 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+
+#include "error_mapping.hpp"
+#include "redlimit/detail/deadline.hpp"
 
 namespace redlimit::detail {
+namespace {
+
+// The error as an exception_ptr of its own type: the exception being handled when the gate is
+// called from a catch clause (as the limiter does), else a copy (sliced to redlimit::Error).
+std::exception_ptr copyOf(const Error& error) {
+  if (std::exception_ptr current = std::current_exception()) {
+    try {
+      std::rethrow_exception(current);
+    } catch (const Error& e) {
+      if (&e == &error) return current;
+    } catch (...) {
+    }
+  }
+  return std::make_exception_ptr(error);
+}
+
+}  // namespace
 
 FailureGate::FailureGate(std::string limiter, FailureOptions options, NowFn now)
-    : limiter_(std::move(limiter)), options_(std::move(options)), now_(now) {
+    : limiter_(std::move(limiter)),
+      options_(std::move(options)),
+      now_(now),
+      probeMicros_(saturatingCast<std::chrono::microseconds>(options_.probeInterval).count()) {
   if (!(options_.localShare > 0.0 && options_.localShare <= 1.0)) {
     throw InvalidArgument("redlimit: FailureOptions::localShare must be in (0, 1]");
   }
@@ -22,44 +46,53 @@ std::int64_t FailureGate::steadyMicros() {
 }
 
 bool FailureGate::shouldTry() {
-  if (!degraded_.load(std::memory_order_relaxed)) return true;
+  if (state_.load(std::memory_order_relaxed) != kOutage) return true;
   const std::int64_t now = nowMicros();
   std::int64_t probe = nextProbe_.load(std::memory_order_relaxed);
-  const std::int64_t next = now + std::chrono::duration_cast<std::chrono::microseconds>(options_.probeInterval).count();
+  const std::int64_t next = saturatingAdd(now, probeMicros_);
   // One caller per interval wins the probe.
   return now >= probe && nextProbe_.compare_exchange_strong(probe, next, std::memory_order_relaxed);
 }
 
 void FailureGate::succeeded() {
-  if (!degraded_.load(std::memory_order_relaxed)) return;
-  if (!degraded_.exchange(false, std::memory_order_relaxed)) return;
+  if (state_.load(std::memory_order_relaxed) == kHealthy) return;
+  const int was = state_.exchange(kHealthy, std::memory_order_relaxed);
+  if (was == kHealthy) return;
   recoveredAt_.store(nowMicros(), std::memory_order_relaxed);
   if (options_.onHealthChange) {
     HealthEvent event;
     event.kind = HealthEvent::Kind::Recovered;
+    event.cause = was == kMisconfigured ? HealthEvent::Cause::Configuration : HealthEvent::Cause::Outage;
     event.limiter = limiter_;
     event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
     options_.onHealthChange(event);
   }
 }
 
-void FailureGate::failed(const IoError& error, std::int64_t startedAt) {
+void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(kOutage, error, startedAt); }
+
+void FailureGate::misconfigured(const Error& error, std::int64_t startedAt) { enter(kMisconfigured, error, startedAt); }
+
+void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
   if (startedAt < recoveredAt_.load(std::memory_order_relaxed)) return;  // stale news
   const std::int64_t now = nowMicros();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     lastError_ = error.what();
   }
-  nextProbe_.store(now + std::chrono::duration_cast<std::chrono::microseconds>(options_.probeInterval).count(),
-                   std::memory_order_relaxed);
-  if (degraded_.exchange(true, std::memory_order_relaxed)) return;
-  degradedSince_.store(now, std::memory_order_relaxed);
-  outages_.fetch_add(1, std::memory_order_relaxed);
+  if (to == kOutage) nextProbe_.store(saturatingAdd(now, probeMicros_), std::memory_order_relaxed);
+  const int was = state_.exchange(to, std::memory_order_relaxed);
+  if (was == to) return;
+  if (was == kHealthy) degradedSince_.store(now, std::memory_order_relaxed);
+  (to == kOutage ? outages_ : misconfigurations_).fetch_add(1, std::memory_order_relaxed);
   if (options_.onHealthChange) {
     HealthEvent event;
     event.kind = HealthEvent::Kind::Degraded;
+    event.cause = to == kOutage ? HealthEvent::Cause::Outage : HealthEvent::Cause::Configuration;
     event.limiter = limiter_;
     event.error = error.what();
+    event.errorType = errorTypeName(error);
+    event.exception = copyOf(error);
     options_.onHealthChange(event);
   }
 }
@@ -121,7 +154,10 @@ FailureStats FailureGate::stats() const {
   s.denied = denied_.load(std::memory_order_relaxed);
   s.thrown = thrown_.load(std::memory_order_relaxed);
   s.outages = outages_.load(std::memory_order_relaxed);
-  s.degraded = degraded_.load(std::memory_order_relaxed);
+  s.misconfigurations = misconfigurations_.load(std::memory_order_relaxed);
+  const int state = state_.load(std::memory_order_relaxed);
+  s.degraded = state == kOutage;
+  s.misconfigured = state == kMisconfigured;
   return s;
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "random.hpp"
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 
@@ -123,22 +124,27 @@ RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateL
 }
 
 // Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
-// runs it once more on a fresh connection with `resend` set — but only if that fits in the call's
-// time bound (pool wait + connect + command timeout), which holds when the close was noticed at
-// once (a killed connection, a restarted server). Only for calls that are safe to send twice:
-// reads, and acquires whose member id makes the second one a no-op grant. The pool drops its
-// idle connections when one breaks, so the second try gets a fresh one.
+// runs it again on a fresh connection with `resend` set, as long as another try fits in the
+// call's time bound (pool wait + connect + command timeout): that holds when each close was
+// noticed at once (a killed connection, a restarted server), and a close that hits the fresh
+// connection too (CLIENT KILL of every client) is tried again rather than reported as an outage.
+// Only for calls that are safe to send more than once: reads, and acquires whose member id makes
+// a resend a no-op grant. The pool drops its idle connections when one breaks, so each try gets a
+// fresh one.
 template <class Call>
 auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
   const auto start = std::chrono::steady_clock::now();
-  try {
-    return call(false);
-  } catch (const ClosedError&) {
-    const ClientOptions& o = client_->options();
-    const auto budget = o.pool.waitTimeout + o.connection.connectTimeout + o.connection.commandTimeout;
-    const auto retryCost = o.connection.connectTimeout + o.connection.commandTimeout;
-    if (std::chrono::steady_clock::now() - start + retryCost > budget) throw;
-    return call(true);
+  const ClientOptions& o = client_->options();
+  // Saturating: a pool waitTimeout of milliseconds::max() must not wrap the budget negative.
+  const auto retryCost = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  const auto budget = detail::saturatingAdd(o.pool.waitTimeout, retryCost);
+  for (bool resend = false;; resend = true) {
+    try {
+      return call(resend);
+    } catch (const ClosedError&) {
+      const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+      if (detail::saturatingAdd(spent, retryCost) > budget) throw;
+    }
   }
 }
 
@@ -221,7 +227,8 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
     const std::string now = nowArg(), expected = expectedRateArg();
     const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-      throw ScriptError("ERR", "redlimit: unexpected reply from the acquire script of limiter " + name_);
+      throw UnexpectedReplyError("redlimit: limiter " + name_ +
+                                 ": expected an array of 6 from the acquire script, got another reply");
     }
     AcquireResult out;
     out.granted = r.elements[0].asInteger();
@@ -278,6 +285,12 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atM
     gate_.failed(e, started);
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
     throw;
+  } catch (const ConfigurationError& e) {
+    gate_.misconfigured(e, started);  // reported, never decided by the policy: the set-up is wrong
+    throw;
+  } catch (const AuthError& e) {
+    gate_.misconfigured(e, started);
+    throw;
   } catch (const Error&) {
     gate_.succeeded();  // Redis answered (with an error): it is reachable
     throw;
@@ -291,7 +304,7 @@ bool RateLimiter::tryAcquire(std::int64_t permits) {
 
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   checkPermits(permits);
-  const auto deadline = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : milliseconds{0});
+  const auto deadline = detail::deadlineAfter(timeout);  // saturates; <= 0 means one attempt
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const AcquireResult r = guardedAttempt(permits, permits, id);
@@ -373,7 +386,8 @@ std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& me
     const std::string n = std::to_string(left), now = nowArg(), expected = expectedRateArg();
     const Reply r = evalOnce(kRelease, {n, member, now, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 3) {
-      throw ScriptError("ERR", "redlimit: unexpected reply from the release script of limiter " + name_);
+      throw UnexpectedReplyError("redlimit: limiter " + name_ +
+                                 ": expected an array of 3 from the release script, got another reply");
     }
     const std::int64_t got = r.elements[0].asInteger();
     released += got;
@@ -408,7 +422,10 @@ bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reas
 }
 
 bool RateLimiter::expire(milliseconds ttl) {
-  if (ttl.count() <= 0) throw InvalidArgument("redlimit: expire needs a TTL > 0 ms");
+  if (ttl.count() <= 0 || ttl > kMaxInterval) {
+    throw InvalidArgument("redlimit: expire needs a TTL in 1.." + std::to_string(kMaxInterval.count()) + " ms, got " +
+                          std::to_string(ttl.count()) + " ms");
+  }
   const std::string ms = std::to_string(ttl.count());
   return evalOnce(kTtl, {"PEXPIRE", ms}).asInteger() == 1;
 }

@@ -69,6 +69,10 @@ ConnectionOptions parseUri(const std::string& uri, ConnectionOptions o) {
     auto q = rest.find('?');
     std::string_view path = rest.substr(0, q);
     if (path.empty() || path.front() != '/') bad(uri, "unix socket path must be absolute");
+    if (path.size() > kMaxUnixSocketPath) {
+      bad(uri, "unix socket path of " + std::to_string(path.size()) + " bytes is longer than hiredis hands to the OS intact (" +
+                   std::to_string(kMaxUnixSocketPath) + " bytes, kMaxUnixSocketPath): it would be cut short and name another socket");
+    }
     o.unixSocket = std::string(path);
     if (q != std::string_view::npos) applyQuery(uri, rest.substr(q + 1), o);
     return o;

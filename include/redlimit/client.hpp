@@ -30,6 +30,9 @@ struct BestEffortStats {
 /// shared_ptr, so one Client can serve many limiters. It remembers whether its last calls reached
 /// Redis, so that best-effort calls of everything that uses it stop waiting on an unreachable
 /// server (admitBestEffort).
+/// Errors: every call throws the redlimit::Error hierarchy as classified in errors.hpp: IoError
+/// and subclasses when Redis cannot be asked, ConfigurationError and AuthError when the set-up
+/// cannot work, ReplyError and subclasses for Redis's answers.
 /// Thread-safe.
 class Client {
  public:

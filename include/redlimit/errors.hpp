@@ -1,9 +1,12 @@
 // redlimit — error hierarchy.
 //
-// Every failure the library reports is a redlimit::Error. Transport failures (the decision could
-// not be made because Redis was unreachable, slow or the pool was exhausted) are IoError and its
-// subclasses; answers Redis gave are ReplyError and its subclasses; bad input is InvalidArgument,
-// thrown before anything is sent.
+// Every failure the library reports is a redlimit::Error. Outages (the decision could not be made
+// because Redis was unreachable, slow, not serving yet, or the pool was exhausted) are IoError and
+// its subclasses: only they are left to a limiter's FailurePolicy. A set-up that cannot work
+// (a replica, a TLS port, no file descriptors left, a request over the server's limits) is a
+// ConfigurationError; answers Redis gave are ReplyError and its subclasses; bad input is
+// InvalidArgument, thrown before anything is sent. ConfigurationError and AuthError are thrown
+// under every failure policy. src/error_mapping.cpp is the one place that classifies.
 //
 //   Error
 //   ├── InvalidArgument          bad input, rejected on the client; nothing was sent
@@ -12,9 +15,16 @@
 //   │   ├── UnavailableError     the server answered that it cannot serve now (LOADING, BUSY...)
 //   │   └── TimeoutError         connect or command timeout
 //   │       └── PoolTimeoutError no free connection within PoolOptions::waitTimeout
+//   ├── ConfigurationError       the set-up is wrong; retrying will not help (not an outage)
+//   │   ├── ReplicaError         the address names a read-only replica (READONLY, MASTERDOWN)
+//   │   ├── TlsPortError         the port speaks TLS; redlimit connects in plain text
+//   │   ├── ResourceLimitError   this process or host ran out of file descriptors (EMFILE, ENFILE)
+//   │   └── RequestLimitError    the server refused a request over its limits (proto-max-bulk-len...)
 //   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...)
-//       ├── AuthError            WRONGPASS / NOAUTH / NOPERM
-//       └── ScriptError          a script failed
+//       ├── UnexpectedReplyError the reply had another shape than the command answers
+//       ├── AuthError            WRONGPASS / NOAUTH / no password given to a requirepass server
+//       │   └── NoPermissionError    the ACL user lacks a command or key permission (NOPERM)
+//       └── ScriptError          a script failed (also WRONGTYPE etc. raised by a script's commands)
 //           ├── NotInitializedError  the limiter has no configuration (call trySetRate first)
 //           ├── InvalidConfigError   the configuration hash holds values redlimit cannot use
 //           └── InvalidStateError    a state key (value, permits) holds data redlimit cannot use
@@ -51,9 +61,9 @@ class ClosedError : public IoError {
 };
 
 /// The server is up but cannot serve this command now: it is loading its data set (LOADING), busy
-/// running a script (BUSY), a replica without its master (MASTERDOWN), read-only after a
-/// failover (READONLY), or the cluster is down (CLUSTERDOWN, TRYAGAIN). Like an unreachable
-/// server, no decision was made; the failure policy applies. The connection stays usable.
+/// running a script (BUSY), has no room for another client ("max number of clients reached"), or
+/// the cluster is down (CLUSTERDOWN, TRYAGAIN). Like an unreachable server, no decision was made;
+/// the failure policy applies. A replica is not this: see ReplicaError.
 class UnavailableError : public IoError {
  public:
   UnavailableError(std::string code, const std::string& message) : IoError(message), code_(std::move(code)) {}
@@ -75,6 +85,53 @@ class PoolTimeoutError : public TimeoutError {
   using TimeoutError::TimeoutError;
 };
 
+/// The set-up cannot work, and trying again will not change that: the address names a replica, the
+/// port speaks TLS, the process has no file descriptors left, or a request exceeds the server's
+/// limits. Not an IoError: a limiter throws it under every FailurePolicy (it never fails open or
+/// closed on it), and reports it to FailureOptions::onHealthChange as HealthEvent::Cause::Configuration.
+/// code() is the server's error code when the server said so ("READONLY", "MASTERDOWN", "ERR"),
+/// the errno name for a local cause ("EMFILE", "ENFILE"), else empty.
+class ConfigurationError : public Error {
+ public:
+  ConfigurationError(std::string code, const std::string& message) : Error(message), code_(std::move(code)) {}
+  [[nodiscard]] const std::string& code() const noexcept { return code_; }
+
+ private:
+  std::string code_;
+};
+
+/// The server is a read-only replica: it answered READONLY to a write, or MASTERDOWN (a replica
+/// whose link to its master is down). Point the client at the primary. The connection is dropped,
+/// so if a failover moves the primary behind the same address, the next call finds it.
+class ReplicaError : public ConfigurationError {
+ public:
+  using ConfigurationError::ConfigurationError;
+};
+
+/// The port speaks TLS (the server reset the plain-text connection and answered a TLS hello with
+/// a TLS record). redlimit connects in plain text: use the server's plain port.
+class TlsPortError : public ConfigurationError {
+ public:
+  using ConfigurationError::ConfigurationError;
+};
+
+/// A socket could not be created because this process (EMFILE: raise RLIMIT_NOFILE / `ulimit -n`,
+/// or look for leaked descriptors) or the whole host (ENFILE: fs.file-max) has no file
+/// descriptors left.
+class ResourceLimitError : public ConfigurationError {
+ public:
+  using ConfigurationError::ConfigurationError;
+};
+
+/// The server refused a request that exceeds one of its limits (an "ERR Protocol error" reply such
+/// as "invalid bulk length", or the connection closed while a request of more than 1 MiB was being
+/// sent: proto-max-bulk-len and client-query-buffer-limit are at least 1 MiB). The server ran
+/// nothing and closed the connection; the same request would fail again.
+class RequestLimitError : public ConfigurationError {
+ public:
+  using ConfigurationError::ConfigurationError;
+};
+
 /// Redis answered with an error reply. code() is its first word ("ERR", "OOM", "NOSCRIPT", ...).
 class ReplyError : public Error {
  public:
@@ -86,13 +143,31 @@ class ReplyError : public Error {
   std::string code_;
 };
 
-/// Authentication failed or the ACL user lacks a permission (WRONGPASS, NOAUTH, NOPERM).
+/// The server answered, but not with the shape the command answers (for example an array where an
+/// integer was expected). The message says what was expected and what came. code() is empty.
+class UnexpectedReplyError : public ReplyError {
+ public:
+  explicit UnexpectedReplyError(const std::string& message) : ReplyError(std::string(), message) {}
+};
+
+/// Authentication failed: a wrong password or unknown ACL user (WRONGPASS), no password given to a
+/// server that requires one (NOAUTH, or the connection closed as unauthenticated), or a password
+/// given to a server that has none. Thrown under every FailurePolicy.
 class AuthError : public ReplyError {
  public:
   using ReplyError::ReplyError;
 };
 
-/// A Lua script raised an error.
+/// The ACL user is authenticated but lacks a permission: to run a command (NOPERM ... 'evalsha'),
+/// a command inside a script, or to access the limiter's keys. The message names what to grant.
+class NoPermissionError : public AuthError {
+ public:
+  using AuthError::AuthError;
+};
+
+/// A Lua script raised an error, or a command it called failed (WRONGTYPE, "not an integer", ...).
+/// Server refusals to run a script (NOSCRIPT, BUSY, LOADING, OOM, READONLY, NOPERM) keep their own
+/// types even when the server reports them from inside the script.
 class ScriptError : public ReplyError {
  public:
   using ReplyError::ReplyError;

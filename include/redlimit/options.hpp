@@ -2,21 +2,36 @@
 #pragma once
 
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <string>
 
+#include <sys/un.h>
+
 namespace redlimit {
+
+/// The longest connect or command timeout: hiredis waits with poll(), which takes an int of
+/// milliseconds (about 24.8 days). Longer timeouts are refused with InvalidArgument.
+inline constexpr std::chrono::milliseconds kMaxConnectionTimeout{INT_MAX};
+/// The longest unix socket path redlimit connects to: sizeof(sockaddr_un::sun_path) - 2, 106 bytes
+/// on Linux. The OS takes one byte more (107 and a NUL), but hiredis (0.14 and 1.x) copies the path
+/// with strncpy(sun_path, path, 107) into memory it does not clear and passes the whole struct,
+/// so a 107-byte path is read with one stray byte after it, and a longer one is cut to another
+/// socket's path. Longer paths are refused with InvalidArgument.
+inline constexpr std::size_t kMaxUnixSocketPath = sizeof(sockaddr_un::sun_path) - 2;
 
 /// How to reach one Redis server and what to send after connecting.
 struct ConnectionOptions {
   std::string host = "127.0.0.1";                     // TCP host; ignored when unixSocket is set
   int port = 6379;                                    // TCP port
-  std::string unixSocket;                             // path of a unix socket; empty = use TCP
+  std::string unixSocket;                             // path of a unix socket; empty = use TCP;
+                                                      // at most kMaxUnixSocketPath bytes
   std::string user;                                   // ACL user for AUTH; empty = "default"
   std::string password;                               // AUTH password; empty = no AUTH
   int db = 0;                                         // SELECT db after connecting (0 = none sent)
-  std::chrono::milliseconds connectTimeout{500};      // TCP/unix connect, ms; must be > 0
-  std::chrono::milliseconds commandTimeout{500};      // waiting for one reply, ms; must be > 0
+  std::chrono::milliseconds connectTimeout{500};      // TCP/unix connect and the first exchange
+                                                      // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
+  std::chrono::milliseconds commandTimeout{500};      // waiting for one reply, ms; in 1..kMaxConnectionTimeout
   bool keepAlive = true;                              // TCP keep-alive on the socket
 };
 
@@ -24,7 +39,9 @@ struct ConnectionOptions {
 struct PoolOptions {
   std::size_t size = 4;                               // connections kept open at most; >= 1
   std::chrono::milliseconds waitTimeout{100};         // waiting for a free connection, ms; > 0, never "forever"
-  std::chrono::milliseconds idlePingAfter{30000};     // PING a connection idle longer than this on checkout, ms
+                                                      // (huge values saturate: wait as long as the clock counts)
+  std::chrono::milliseconds idlePingAfter{30000};     // PING a connection idle longer than this on checkout,
+                                                      // ms; >= 0 (huge values saturate: never)
 };
 
 /// Everything a Client needs. Build it by hand or from a URI with Client::fromUri().
@@ -36,9 +53,17 @@ struct ClientOptions {
                                                       // are skipped for this long, then one probe per interval, ms; > 0
 };
 
+/// Throws InvalidArgument naming the first option that cannot be used: a timeout outside
+/// 1..kMaxConnectionTimeout, a port outside 1..65535, a negative db, a unix socket path longer than
+/// kMaxUnixSocketPath, a user without a password. Client's constructor calls it.
+void checkOptions(const ConnectionOptions& options);
+/// Throws InvalidArgument for a pool size of 0, waitTimeout <= 0 or idlePingAfter < 0.
+void checkOptions(const PoolOptions& options);
+
 /// Parses `redis://[[user]:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`
 /// (also `?password=...&user=...` on unix URIs) into connection options, starting from `base`.
-/// Percent-escapes in user and password are decoded. Throws InvalidArgument on a malformed URI.
+/// Percent-escapes in user and password are decoded. Throws InvalidArgument on a malformed URI or
+/// a socket path longer than kMaxUnixSocketPath.
 [[nodiscard]] ConnectionOptions parseUri(const std::string& uri, ConnectionOptions base = {});
 
 }  // namespace redlimit

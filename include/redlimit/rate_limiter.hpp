@@ -71,11 +71,14 @@ struct AcquireResult {
 ///
 /// Errors: InvalidArgument before anything is sent (bad name, rate, interval, permits);
 /// NotInitializedError if no configuration exists; InvalidConfigError if the hash holds values
-/// redlimit cannot use; InvalidStateError if a state key does (nothing is written then); IoError and subclasses (TimeoutError, ClosedError, PoolTimeoutError)
-/// when Redis cannot be reached in time — then no decision was made. For the acquire calls,
-/// RateLimiterOptions::failure decides instead what an unreachable Redis means (throw, allow,
-/// deny, or a local limiter), and while Redis stays unreachable only one call per probe interval
-/// tries it; the others are decided at once.
+/// redlimit cannot use; InvalidStateError if a state key does (nothing is written then);
+/// ConfigurationError (a replica, a TLS port, no file descriptors, a request over the server's
+/// limits) and AuthError (wrong or missing password, a missing ACL permission) when the set-up
+/// cannot work, under every failure policy; IoError and subclasses (TimeoutError, ClosedError,
+/// PoolTimeoutError, UnavailableError) when Redis cannot be reached in time — then no decision
+/// was made. For the acquire calls, RateLimiterOptions::failure decides instead what an
+/// unreachable Redis means (throw, allow, deny, or a local limiter), and while Redis stays
+/// unreachable only one call per probe interval tries it; the others are decided at once.
 ///
 /// Bound: no call takes longer than pool wait + connect timeout + command timeout, except
 /// acquire() and tryAcquire(permits, timeout), which sleep the waits the limiter asks for.

@@ -149,7 +149,8 @@ struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
   std::int64_t segmentSize = 10;                 // permits taken per round trip; 1..RateLimiter::kMaxRate
-  std::chrono::milliseconds refillWait{100};     // wait for another thread's refill when a call has no timeout, ms; > 0
+  std::chrono::milliseconds refillWait{100};     // wait for another thread's refill when a call has no timeout, ms;
+                                                 // 1..RateLimiter::kMaxInterval
   bool returnWhenIdle = true;                    // the process's sweeper thread gives back an idle segment
   std::chrono::milliseconds idleReturnAfter{0};  // idle time before give-back, ms; 0 = interval / 4; >= 0
 };
@@ -207,8 +208,16 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         idleReturnAfter_(options.idleReturnAfter) {
     if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
     checkSegmentSize(options.segmentSize);
-    if (options.refillWait.count() <= 0) throw InvalidArgument("redlimit: refillWait must be > 0 ms");
-    if (options.idleReturnAfter.count() < 0) throw InvalidArgument("redlimit: idleReturnAfter must be >= 0 ms");
+    // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
+    if (options.refillWait.count() <= 0 || options.refillWait > RateLimiter::kMaxInterval) {
+      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(RateLimiter::kMaxInterval.count()) +
+                            " ms, got " + std::to_string(options.refillWait.count()) + " ms");
+    }
+    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > RateLimiter::kMaxInterval) {
+      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." +
+                            std::to_string(RateLimiter::kMaxInterval.count()) + " ms, got " +
+                            std::to_string(options.idleReturnAfter.count()) + " ms");
+    }
     segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
     if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
   }

@@ -139,3 +139,71 @@ TEST(FailureGate, RejectsBadOptions) {
   o.probeInterval = milliseconds(0);
   EXPECT_THROW(FailureGate("x", o), InvalidArgument);
 }
+
+// Issue 9 item 10: a probe interval of milliseconds::max() means "probe as rarely as the clock
+// allows", not an overflow into the past (a probe on every call).
+TEST(FailureGate, Item10_HugeProbeIntervalSaturates) {
+  FailureOptions o;
+  o.policy = FailurePolicy::Deny;
+  o.probeInterval = milliseconds::max();
+  FailureGate gate("g", o, &manualNow);
+  gate.failed(IoError("refused"), manualNow());
+  EXPECT_FALSE(gate.shouldTry());
+  clock_.advance(std::chrono::hours(24 * 365));
+  EXPECT_FALSE(gate.shouldTry()) << "a year later, still within the interval";
+}
+
+// Issue 9 item 15: a configuration error is reported once with its cause, gates nothing (every
+// call still goes to Redis and throws), and the first success reports the recovery.
+TEST(FailureGate, Item15_ConfigurationErrorIsReportedOnceWithoutProbeGating) {
+  Recorder r;
+  FailureGate gate("g", r.options(FailurePolicy::Allow), &manualNow);
+  try {
+    throw ReplicaError("READONLY", "READONLY You can't write against a read only replica.");
+  } catch (const ReplicaError& e) {
+    gate.misconfigured(e, manualNow());
+  }
+  gate.misconfigured(ReplicaError("READONLY", "again"), manualNow());
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].kind, HealthEvent::Kind::Degraded);
+  EXPECT_EQ(r.events[0].cause, HealthEvent::Cause::Configuration);
+  EXPECT_EQ(r.events[0].errorType, "redlimit::ReplicaError");
+  ASSERT_TRUE(r.events[0].exception);
+  try {
+    std::rethrow_exception(r.events[0].exception);
+  } catch (const ReplicaError& e) {
+    EXPECT_EQ(e.code(), "READONLY") << "the event carries the error itself, with its type";
+  } catch (...) {
+    ADD_FAILURE() << "the event's exception lost its type";
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(gate.shouldTry()) << "no probe gating for a configuration error";
+  EXPECT_FALSE(gate.stats().degraded);
+  EXPECT_TRUE(gate.stats().misconfigured);
+  EXPECT_EQ(gate.stats().misconfigurations, 1u);
+  EXPECT_EQ(gate.stats().outages, 0u);
+
+  // The cause changes: an outage now (Redis went away): reported again, and gated.
+  clock_.advance(milliseconds(10));
+  gate.failed(IoError("refused"), manualNow());
+  ASSERT_EQ(r.events.size(), 2u);
+  EXPECT_EQ(r.events[1].cause, HealthEvent::Cause::Outage);
+  EXPECT_EQ(r.events[1].errorType, "redlimit::IoError");
+  EXPECT_FALSE(gate.shouldTry());
+  // And back to the configuration error on the next probe.
+  clock_.advance(milliseconds(100));
+  ASSERT_TRUE(gate.shouldTry());
+  gate.misconfigured(AuthError("WRONGPASS", "wrong"), manualNow());
+  ASSERT_EQ(r.events.size(), 3u);
+  EXPECT_EQ(r.events[2].cause, HealthEvent::Cause::Configuration);
+  EXPECT_TRUE(gate.shouldTry());
+
+  clock_.advance(milliseconds(20));
+  gate.succeeded();
+  gate.succeeded();
+  ASSERT_EQ(r.events.size(), 4u);
+  EXPECT_EQ(r.events[3].kind, HealthEvent::Kind::Recovered);
+  EXPECT_EQ(r.events[3].cause, HealthEvent::Cause::Configuration);
+  EXPECT_EQ(r.events[3].outage, milliseconds(130)) << "measured from the first Degraded";
+  EXPECT_FALSE(gate.stats().misconfigured);
+  EXPECT_EQ(gate.stats().allowed + gate.stats().denied, 0u) << "nothing was decided by the policy";
+}

@@ -805,6 +805,26 @@ TEST_F(SegmentedRateLimiterTest, RejectsBadArgumentsBeforeAskingTheSource) {
   EXPECT_THROW(Limiter(nullptr, {}, ClockRef<ManualClock>(clock_)), InvalidArgument);
 }
 
+// Issue 9, item 10: a huge refillWait or idleReturnAfter overflowed the µs and steady_clock
+// deadlines computed from it (a refill wait ended in the past; the idle check spun). Refused.
+TEST_F(SegmentedRateLimiterTest, Item10_HugeWaitOptionsAreRefusedAtConstruction) {
+  auto src = makeSource(100, milliseconds(1000));
+  for (const milliseconds huge : {milliseconds::max(), RateLimiter::kMaxInterval + milliseconds(1)}) {
+    SegmentOptions bad;
+    bad.refillWait = huge;
+    EXPECT_THROW(Limiter(src, bad, ClockRef<ManualClock>(clock_)), InvalidArgument);
+    bad = {};
+    bad.idleReturnAfter = huge;
+    EXPECT_THROW(Limiter(src, bad, ClockRef<ManualClock>(clock_)), InvalidArgument);
+  }
+  SegmentOptions longest;
+  longest.refillWait = RateLimiter::kMaxInterval;
+  longest.idleReturnAfter = RateLimiter::kMaxInterval;
+  longest.returnWhenIdle = false;
+  Limiter ok(src, longest, ClockRef<ManualClock>(clock_));
+  EXPECT_TRUE(ok.tryAcquire());
+}
+
 TEST_F(SegmentedRateLimiterTest, SourceErrorPropagatesAndTheNextCallRefillsAgain) {
   auto src = makeSource(100, milliseconds(1000));
   auto rl = make(src, 10);

@@ -61,3 +61,17 @@ TEST(ParseUri, RejectsMalformed) {
     EXPECT_THROW((void)parseUri(bad), redlimit::InvalidArgument) << bad;
   }
 }
+
+// Issue 9 item 12: a path longer than hiredis can hand to the OS intact (sun_path less its NUL
+// and the byte hiredis leaves unterminated) would be cut to another socket's path.
+TEST(ParseUri, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
+  EXPECT_EQ(redlimit::kMaxUnixSocketPath, 106u) << "on Linux";
+  const std::string longest = "/" + std::string(redlimit::kMaxUnixSocketPath - 1, 's');
+  EXPECT_EQ(parseUri("unix://" + longest).unixSocket, longest);
+  try {
+    (void)parseUri("unix://" + longest + "x?db=1");
+    ADD_FAILURE() << "a " << longest.size() + 1 << "-byte socket path was accepted";
+  } catch (const redlimit::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(redlimit::kMaxUnixSocketPath)), std::string::npos) << e.what();
+  }
+}

@@ -1,5 +1,7 @@
 // redlimit — the circuit a distributed limiter's calls pass through: tracks whether Redis is
 // reachable, lets one probe per interval through while it is not, and makes the policy's decision.
+// It also tracks configuration errors (ConfigurationError, AuthError), which it reports but never
+// decides or gates: every call goes on to Redis and throws until the set-up works.
 #pragma once
 
 #include <atomic>
@@ -14,9 +16,14 @@
 
 namespace redlimit::detail {
 
-/// Thread-safe. Memory ordering: the degraded flag and probe time are relaxed atomics (a stale
+/// Thread-safe. Memory ordering: the health state and probe time are relaxed atomics (a stale
 /// read only sends one extra probe or decides one extra call locally); transitions use exchange
 /// so each event fires once.
+///
+/// States: Healthy; Outage (an IoError: one probe per interval, the others decided by the
+/// policy); Misconfigured (a configuration error: no gating, nothing decided). A failure of
+/// another cause moves between the two and reports Degraded again with the new cause; the first
+/// success reports Recovered once, with the cause that ended.
 class FailureGate {
  public:
   /// Monotonic time in µs. The default reads std::chrono::steady_clock; tests pass a manual one.
@@ -26,10 +33,10 @@ class FailureGate {
   /// Throws InvalidArgument for a bad share or probe interval.
   FailureGate(std::string limiter, FailureOptions options, NowFn now = &steadyMicros);
 
-  /// True if this call should go to Redis: always while healthy; while degraded, for one caller
-  /// per probe interval.
+  /// True if this call should go to Redis: always, except during an outage, when one caller per
+  /// probe interval goes.
   [[nodiscard]] bool shouldTry();
-  /// The call reached Redis: leaves degraded mode (reporting Recovered once).
+  /// The call reached Redis and ran: leaves an outage or misconfiguration (reporting Recovered once).
   void succeeded();
   /// When a call starts, for failed(): µs on the gate's clock.
   [[nodiscard]] std::int64_t callStart() const { return nowMicros(); }
@@ -38,6 +45,10 @@ class FailureGate {
   /// reports stale news (it was sent while the server was still coming back, e.g. answered
   /// LOADING after another call already succeeded) and does not degrade the gate again.
   void failed(const IoError& error, std::int64_t startedAt);
+  /// The call that started at `startedAt` failed with a configuration error (ConfigurationError,
+  /// AuthError): reports Degraded with HealthEvent::Cause::Configuration once, and gates nothing.
+  /// Stale news is ignored as in failed().
+  void misconfigured(const Error& error, std::int64_t startedAt);
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
@@ -50,17 +61,22 @@ class FailureGate {
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
 
  private:
+  enum State : int { kHealthy = 0, kOutage = 1, kMisconfigured = 2 };
+
   std::int64_t nowMicros() const { return now_(); }
   bool takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
+  // Moves to `to` because of `error`; reports Degraded if the state changed.
+  void enter(State to, const Error& error, std::int64_t startedAt);
 
   const std::string limiter_;
   const FailureOptions options_;
   const NowFn now_;
-  std::atomic<bool> degraded_{false};
+  const std::int64_t probeMicros_;               // options_.probeInterval in µs, saturated
+  std::atomic<int> state_{kHealthy};
   std::atomic<std::int64_t> degradedSince_{0};   // µs, steady clock
   std::atomic<std::int64_t> nextProbe_{0};       // µs, steady clock
   std::atomic<std::int64_t> recoveredAt_{0};     // µs, steady clock; last Recovered
-  std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0};
+  std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0}, misconfigurations_{0};
   mutable std::mutex mutex_;                     // guards lastError_ and the local bucket
   std::string lastError_;
   double localTokens_ = -1;                      // < 0: bucket not started

@@ -1,0 +1,590 @@
+// Issue 9, items 10, 12, 14 and 15, against real redis-servers: durations that would overflow,
+// unix socket paths over the OS limit, error classification (script errors, ACL permissions, a
+// missing password, replies of the wrong shape), and configuration errors that are not outages
+// (a replica, a TLS port, no file descriptors left, a request over the server's limits).
+#include <cxxabi.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <typeinfo>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "redlimit/connection.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit_test/fixture.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::milliseconds;
+using SteadyTime = std::chrono::steady_clock;
+
+namespace {
+
+std::int64_t msSince(SteadyTime::time_point t) {
+  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - t).count();
+}
+
+std::string typeName(const std::exception& e) {
+  int status = 0;
+  char* name = abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && name != nullptr ? name : typeid(e).name();
+  std::free(name);
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+/// Runs `call`, expecting it to throw E; then runs `check` on it. Reports what happened otherwise
+/// (returned, or the type and text of the exception it threw instead).
+template <class E, class Call>
+void expectThrow(Call&& call, const std::function<void(const E&)>& check = {}) {
+  try {
+    call();
+    ADD_FAILURE() << "returned instead of throwing " << typeid(E).name();
+  } catch (const E& e) {
+    if (check) check(e);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw " << typeName(e) << ": " << e.what();
+  }
+}
+
+/// Records health events (thread-safe).
+struct Events {
+  std::mutex mutex;
+  std::vector<HealthEvent> seen;
+  RateLimiterOptions options(FailurePolicy policy) {
+    RateLimiterOptions o;
+    o.failure.policy = policy;
+    o.failure.probeInterval = milliseconds(50);
+    o.failure.onHealthChange = [this](const HealthEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.push_back(e);
+    };
+    return o;
+  }
+  std::vector<HealthEvent> get() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return seen;
+  }
+};
+
+const char* policyName(FailurePolicy p) {
+  switch (p) {
+    case FailurePolicy::Throw: return "Throw";
+    case FailurePolicy::Allow: return "Allow";
+    case FailurePolicy::Deny: return "Deny";
+    case FailurePolicy::Local: return "Local";
+  }
+  return "?";
+}
+
+constexpr FailurePolicy kPolicies[] = {FailurePolicy::Throw, FailurePolicy::Allow, FailurePolicy::Deny,
+                                       FailurePolicy::Local};
+
+/// A temporary directory, removed with its content on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/redlimit-errors-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// Lowers this process's RLIMIT_NOFILE so that the next descriptor cannot be opened (EMFILE);
+/// restores it on destruction.
+class NoFreeDescriptors {
+ public:
+  NoFreeDescriptors() {
+    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit failed");
+    const int lowestFree = ::open("/dev/null", O_RDONLY);
+    if (lowestFree < 0) throw std::runtime_error("open failed");
+    ::close(lowestFree);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = static_cast<rlim_t>(lowestFree);  // every descriptor below it is in use
+    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) throw std::runtime_error("setrlimit failed");
+  }
+  ~NoFreeDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  NoFreeDescriptors(const NoFreeDescriptors&) = delete;
+  NoFreeDescriptors& operator=(const NoFreeDescriptors&) = delete;
+
+ private:
+  rlimit saved_{};
+};
+
+/// UBSan (the asan preset) checks the dynamic type of an object on each member call; for a type
+/// it has not cached yet it probes memory through a pipe(2), which fails while no descriptor is
+/// left and reports a false "invalid vptr". The calls the library makes on the error while
+/// descriptors are exhausted (what() through std::runtime_error and Error, typeid(e).name()) are
+/// made once here first, so their checks hit the cache.
+void warmVptrChecks() {
+  const ResourceLimitError sample("EMFILE", "warm-up");
+  const std::runtime_error& asRuntime = sample;
+  const Error& asError = sample;
+  const std::exception& asException = sample;
+  EXPECT_NE(asRuntime.what(), nullptr);
+  EXPECT_NE(asError.what(), nullptr);
+  EXPECT_NE(typeid(asException).name(), nullptr);
+}
+
+std::shared_ptr<Client> clientOn(const std::string& uri, ClientOptions base = {}) {
+  base.connection = parseUri(uri, base.connection);
+  return Client::create(base);
+}
+
+std::int64_t errorCount(Client& c, const std::string& code) {
+  // errorstat_READONLY:count=3
+  const std::string field = infoField(c, "errorstats", "errorstat_" + code);
+  return field.empty() ? 0 : std::stoll(field.substr(field.find('=') + 1));
+}
+
+class ErrorModel : public RedisTest {};
+
+}  // namespace
+
+// ---- Item 10: durations saturate or are refused; nothing overflows ----------------------------
+
+TEST_F(ErrorModel, Item10_TryAcquireWithMaxTimeoutWaitsForThePermit) {
+  RateLimiter rl(client(), name());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1, milliseconds(300)));
+  ASSERT_TRUE(rl.tryAcquire());
+  const auto start = SteadyTime::now();
+  EXPECT_TRUE(rl.tryAcquire(1, milliseconds::max())) << "returned after " << msSince(start) << " ms";
+  EXPECT_GE(msSince(start), 150) << "it had to wait for the window to pass";
+  // The most negative timeout is one attempt, not an overflow.
+  EXPECT_FALSE(rl.tryAcquire(1, milliseconds::min()));
+}
+
+TEST_F(ErrorModel, Item10_PoolWaitTimeoutMaxWaitsForAFreeConnection) {
+  ClientOptions co;
+  co.pool.size = 1;
+  co.pool.waitTimeout = milliseconds::max();
+  co.connection.commandTimeout = milliseconds(3000);
+  auto c = newClient(co);
+  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  std::thread holder([&] { (void)c->command({"BLPOP", name("never"), "0.4"}); });  // holds the only connection
+  const auto waitStart = SteadyTime::now();
+  while (c->poolStats().idle != 0 && msSince(waitStart) < 2000) std::this_thread::yield();
+  const auto start = SteadyTime::now();
+  try {
+    EXPECT_EQ(c->command({"ECHO", "after"}).str, "after");
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "after " << msSince(start) << " ms: " << typeName(e) << ": " << e.what();
+  }
+  holder.join();
+  EXPECT_EQ(c->poolStats().waitTimeouts, 0u);
+}
+
+TEST_F(ErrorModel, Item10_ConnectionTimeoutsAboveWhatPollTakesAreRefusedAtConstruction) {
+  const milliseconds overLimit = kMaxConnectionTimeout + milliseconds(1);
+  for (milliseconds huge : {overLimit, milliseconds::max()}) {
+    for (int which = 0; which < 2; ++which) {
+      SCOPED_TRACE(std::to_string(huge.count()) + (which == 0 ? " connectTimeout" : " commandTimeout"));
+      ClientOptions co;
+      co.connection = parseUri(server().uri());
+      (which == 0 ? co.connection.connectTimeout : co.connection.commandTimeout) = huge;
+      auto namesTheLimit = [](const InvalidArgument& e) {
+        EXPECT_TRUE(contains(e.what(), "2147483647")) << e.what();
+      };
+      expectThrow<InvalidArgument>([&] { (void)Client::create(co); }, namesTheLimit);
+      expectThrow<InvalidArgument>([&] { Connection conn(co.connection); }, namesTheLimit);
+    }
+  }
+  ClientOptions longest;
+  longest.connection = parseUri(server().uri());
+  longest.connection.connectTimeout = kMaxConnectionTimeout;
+  longest.connection.commandTimeout = kMaxConnectionTimeout;
+  EXPECT_EQ(Client::create(longest)->command({"PING"}).str, "PONG");
+}
+
+TEST_F(ErrorModel, Item10_IdlePingAfterMaxNeverPings) {
+  ClientOptions co;
+  co.pool.idlePingAfter = milliseconds::max();
+  auto c = newClient(co);
+  ASSERT_EQ(c->command({"ECHO", "open"}).str, "open");
+  const std::int64_t pings = commandCalls(admin(), "ping");
+  sleepMs(20);
+  ASSERT_EQ(c->command({"ECHO", "a"}).str, "a");
+  ASSERT_EQ(c->command({"ECHO", "b"}).str, "b");
+  EXPECT_EQ(commandCalls(admin(), "ping"), pings) << "idlePingAfter = max means never";
+}
+
+TEST_F(ErrorModel, Item10_ResendAfterAKilledConnectionWithMaxPoolWait) {
+  ClientOptions co;
+  co.pool.waitTimeout = milliseconds::max();
+  auto c = newClient(co);
+  RateLimiter rl(c, name());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
+  ASSERT_TRUE(rl.tryAcquire());
+  ASSERT_GE(raw({"CLIENT", "KILL", "TYPE", "normal"}).integer, 1);
+  // The resend budget is pool wait + connect + command timeout: it must saturate, not wrap.
+  try {
+    EXPECT_TRUE(rl.tryAcquire());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not resent: " << typeName(e) << ": " << e.what();
+  }
+  EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, 2);
+}
+
+TEST_F(ErrorModel, Item10_ExpireWithATtlRedisCannotHoldIsInvalidArgument) {
+  RateLimiter rl(client(), name());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
+  expectThrow<InvalidArgument>([&] { (void)rl.expire(milliseconds::max()); },
+                               [](const InvalidArgument& e) { EXPECT_TRUE(contains(e.what(), "TTL")) << e.what(); });
+  EXPECT_EQ(raw({"PTTL", name()}).integer, -1) << "nothing was sent";
+  EXPECT_TRUE(rl.expire(RateLimiter::kMaxInterval));
+  EXPECT_GT(raw({"PTTL", name()}).integer, 0);
+  EXPECT_TRUE(rl.expireAt(std::chrono::system_clock::time_point::max()));
+  EXPECT_GT(raw({"PTTL", name()}).integer, 0);
+}
+
+// The first exchange of a new connection (PING here) is part of connecting: a stalled server
+// costs the connect timeout, not the connect timeout and then the command timeout.
+TEST_F(ErrorModel, ConnectTimeoutCoversTheFirstExchange) {
+  ClientOptions patient;
+  patient.connection.commandTimeout = milliseconds(3000);
+  auto sleeper = newClient(patient);
+  ASSERT_EQ(sleeper->command({"PING"}).str, "PONG");
+  std::thread blocker([&] { (void)sleeper->command({"DEBUG", "SLEEP", "0.6"}); });
+  sleepMs(50);  // the server answers nobody for ~550 ms more
+  ConnectionOptions o = parseUri(server().uri());
+  o.connectTimeout = milliseconds(150);
+  o.commandTimeout = milliseconds(3000);
+  const auto start = SteadyTime::now();
+  expectThrow<TimeoutError>([&] { Connection conn(o); });
+  const std::int64_t took = msSince(start);
+  blocker.join();
+  EXPECT_GE(took, 140);
+  EXPECT_LT(took, 450) << "the PING waited for the command timeout";
+}
+
+// ---- Item 12: a unix socket path over the OS limit is refused, not truncated -------------------
+
+TEST_F(ErrorModel, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
+  TempDir dir;
+  // A server on a path of 107 bytes, the longest the OS takes (sun_path holds 108 with the NUL)...
+  std::string osLongest = dir.path() + "/";
+  osLongest += std::string(sizeof(sockaddr_un::sun_path) - 1 - osLongest.size() - 5, 's') + ".sock";
+  ASSERT_EQ(osLongest.size(), 107u);
+  RedisServer other({"--unixsocket", osLongest, "--unixsocketperm", "700"});
+  // ...reached through a link whose path has redlimit's limit, 106 bytes: that works.
+  const std::string longest = dir.path() + "/" + std::string(kMaxUnixSocketPath - dir.path().size() - 1, 'l');
+  ASSERT_EQ(longest.size(), kMaxUnixSocketPath);
+  std::filesystem::create_symlink(osLongest, longest);
+  ConnectionOptions exact;
+  exact.unixSocket = longest;
+  Connection conn(exact);
+  EXPECT_EQ(conn.command({"PING"}).str, "PONG");
+
+  // 107 bytes: hiredis copies them without a NUL into memory it does not clear, so the OS may read
+  // a stray byte after them. 108: hiredis cuts it to the 107-byte path of the other server.
+  auto namesTheLimit = [](const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), std::to_string(kMaxUnixSocketPath))) << e.what();
+  };
+  for (const std::string& tooLong : {osLongest, osLongest + "2"}) {
+    SCOPED_TRACE(tooLong.size());
+    ConnectionOptions o;
+    o.unixSocket = tooLong;
+    expectThrow<InvalidArgument>([&] { Connection c(o); }, namesTheLimit);
+    ClientOptions co;
+    co.connection = o;
+    expectThrow<InvalidArgument>([&] { (void)Client::create(co); }, namesTheLimit);
+    expectThrow<InvalidArgument>([&] { (void)Client::fromUri("unix://" + tooLong); }, namesTheLimit);
+  }
+}
+
+// ---- Item 14: each error gets its type and a message that says what to do ---------------------
+
+TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
+  const std::string key = name("list");
+  (void)raw({"RPUSH", key, "a"});
+  const std::string source = "return redis.call('INCR', KEYS[1])";
+  const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
+  const Script incr{"incr", sha, source};
+  expectThrow<ScriptError>([&] { (void)client()->eval(incr, {key}, {}); }, [](const ScriptError& e) {
+    EXPECT_EQ(e.code(), "WRONGTYPE");
+    EXPECT_TRUE(contains(e.what(), "WRONGTYPE")) << e.what();
+  });
+  EXPECT_EQ(client()->command({"PING"}).str, "PONG");
+
+  // The server refusing to run the script keeps its own type, even when it says so from inside it.
+  (void)raw({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+  (void)raw({"CONFIG", "SET", "maxmemory", "1"});
+  const std::string writer = "return redis.call('SET', KEYS[1], 'x')";
+  const std::string writerSha = raw({"SCRIPT", "LOAD", writer}).str;
+  const Script set{"set", writerSha, writer};
+  try {
+    (void)client()->eval(set, {name("k")}, {});
+    ADD_FAILURE() << "wrote over maxmemory";
+  } catch (const ScriptError& e) {
+    ADD_FAILURE() << "OOM is not a script failure: " << e.what();
+  } catch (const ReplyError& e) {
+    EXPECT_EQ(e.code(), "OOM");
+  }
+  (void)raw({"CONFIG", "SET", "maxmemory", "0"});
+}
+
+TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
+  RedisServer secured({"--requirepass", "pw"});
+  const std::string at = "@127.0.0.1:" + std::to_string(secured.port());
+  auto root = Client::fromUri("redis://:pw" + at);
+  RateLimiter setup(root, "perm");
+  ASSERT_TRUE(setup.trySetRate(RateType::Overall, 5, milliseconds(5000)));
+  (void)root->command({"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
+  (void)root->command({"ACL", "SETUSER", "carol", "on", ">pw3", "~*", "+@all", "-time", "-zadd"});
+  (void)root->command({"ACL", "SETUSER", "dave", "on", ">pw4", "~other*", "+@all"});
+
+  auto notAPasswordProblem = [](const NoPermissionError& e) {
+    EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << "says what to grant: " << e.what();
+  };
+  RateLimiter bob(Client::fromUri("redis://bob:pw2" + at), "perm");
+  expectThrow<NoPermissionError>([&] { (void)bob.tryAcquire(); }, [&](const NoPermissionError& e) {
+    notAPasswordProblem(e);
+    EXPECT_EQ(e.code(), "NOPERM");
+    EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
+    EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
+  });
+  // A command the script calls is not allowed: Redis says so from inside the script.
+  RateLimiter carol(Client::fromUri("redis://carol:pw3" + at), "perm");
+  expectThrow<NoPermissionError>([&] { (void)carol.tryAcquire(); }, notAPasswordProblem);
+  // The limiter's keys are outside the user's key patterns.
+  RateLimiter dave(Client::fromUri("redis://dave:pw4" + at), "perm");
+  expectThrow<NoPermissionError>([&] { (void)dave.tryAcquire(); }, [&](const NoPermissionError& e) {
+    notAPasswordProblem(e);
+    EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
+  });
+  // Under every policy: a missing permission is not an outage.
+  Events events;
+  RateLimiter bobAllowed(Client::fromUri("redis://bob:pw2" + at), "perm", events.options(FailurePolicy::Allow));
+  expectThrow<NoPermissionError>([&] { (void)bobAllowed.tryAcquire(); });
+}
+
+TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
+  RedisServer secured({"--requirepass", "pw"});
+  auto says = [](const AuthError& e) {
+    EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what();
+  };
+  // A limiter's EVALSHA has 13 arguments: Redis answers "Protocol error: unauthenticated
+  // multibulk length" to more than 10 from an unauthenticated client, and closes the connection.
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    auto c = clientOn(secured.uri());
+    RateLimiter rl(c, "nopass", events.options(policy));
+    expectThrow<AuthError>([&] { (void)rl.tryAcquire(); }, says);
+    EXPECT_EQ(c->poolStats().open, 0u) << "no unauthenticated connection stays in the pool";
+  }
+  // On a connection that was authenticated and is no longer (RESET): the server's protocol error
+  // is an AuthError, and the connection it closes is not used again.
+  ConnectionOptions o = parseUri("redis://:pw@127.0.0.1:" + std::to_string(secured.port()));
+  Connection conn(o);
+  ASSERT_EQ(conn.command({"RESET"}).str, "RESET");
+  const std::vector<std::string_view> many = {"EVALSHA", "0123456789012345678901234567890123456789", "5", "a", "b",
+                                              "c", "d", "e", "1", "2", "3"};
+  expectThrow<AuthError>([&] { (void)conn.command(many); }, says);
+  EXPECT_TRUE(conn.broken());
+}
+
+TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
+  const std::string key = name("list");
+  (void)raw({"RPUSH", key, "a", "b"});
+  expectThrow<UnexpectedReplyError>([&] { (void)client()->command({"LRANGE", key, "0", "-1"}).asInteger(); },
+                                    [](const UnexpectedReplyError& e) {
+                                      EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
+                                      EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
+                                    });
+  expectThrow<UnexpectedReplyError>([&] { (void)client()->command({"ECHO", "abc"}).asInteger(); },
+                                    [](const UnexpectedReplyError& e) {
+                                      EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what();
+                                    });
+}
+
+// ---- Item 15: configuration errors are thrown under every policy and reported as such ----------
+
+TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) {
+  RedisServer primary;
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(primary.port())});
+  auto onPrimary = clientOn(primary.uri());
+  auto onReplica = clientOn(replica.uri());
+  const auto syncStart = SteadyTime::now();
+  while (infoField(*onReplica, "replication", "master_link_status") != "up" && msSince(syncStart) < 10000) sleepMs(20);
+  ASSERT_EQ(infoField(*onReplica, "replication", "master_link_status"), "up");
+  RateLimiter setup(onPrimary, "replicated");
+  ASSERT_TRUE(setup.trySetRate(RateType::Overall, 100, milliseconds(60000)));
+  ASSERT_EQ(onPrimary->command({"WAIT", "1", "5000"}).integer, 1);
+
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    RateLimiter rl(onReplica, "replicated", events.options(policy));
+    const std::int64_t before = errorCount(*onReplica, "READONLY");
+    // Back to back, within one probe interval: an outage gate would let only one call through.
+    for (int i = 0; i < 4; ++i) {
+      expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); }, [](const ReplicaError& e) {
+        EXPECT_EQ(e.code(), "READONLY");
+        EXPECT_TRUE(contains(e.what(), "replica")) << e.what();
+      });
+    }
+    EXPECT_EQ(errorCount(*onReplica, "READONLY"), before + 4) << "every call asked Redis: no probe gating";
+    const FailureStats stats = rl.failureStats();
+    EXPECT_EQ(stats.allowed + stats.denied, 0u) << "no decision by the policy";
+    EXPECT_EQ(stats.outages, 0u);
+    EXPECT_EQ(stats.misconfigurations, 1u);
+    EXPECT_TRUE(stats.misconfigured);
+    const std::vector<HealthEvent> seen = events.get();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].kind, HealthEvent::Kind::Degraded);
+    EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(seen[0].errorType, "redlimit::ReplicaError");
+    EXPECT_TRUE(contains(seen[0].error, "READONLY")) << seen[0].error;
+    ASSERT_TRUE(seen[0].exception);
+    expectThrow<ReplicaError>([&] { std::rethrow_exception(seen[0].exception); });
+  }
+
+  // Promoted: the next call works and reports the recovery, with its cause.
+  Events events;
+  RateLimiter rl(onReplica, "replicated", events.options(FailurePolicy::Allow));
+  expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); });
+  (void)onReplica->command({"REPLICAOF", "NO", "ONE"});
+  EXPECT_TRUE(rl.tryAcquire());
+  const std::vector<HealthEvent> seen = events.get();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].kind, HealthEvent::Kind::Recovered);
+  EXPECT_EQ(seen[1].cause, HealthEvent::Cause::Configuration);
+  EXPECT_FALSE(rl.failureStats().misconfigured);
+}
+
+TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
+  TempDir dir;
+  const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
+  const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " + key +
+                           " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const int tlsPort = freeLoopbackPort();
+  RedisServer tls({"--tls-port", std::to_string(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
+                   "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"});
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    auto c = clientOn("redis://127.0.0.1:" + std::to_string(tlsPort));
+    RateLimiter rl(c, "tls", events.options(policy));
+    for (int i = 0; i < 2; ++i) {
+      expectThrow<TlsPortError>([&] { (void)rl.tryAcquire(); }, [&](const TlsPortError& e) {
+        EXPECT_TRUE(contains(e.what(), "TLS")) << e.what();
+        EXPECT_TRUE(contains(e.what(), std::to_string(tlsPort))) << e.what();
+      });
+    }
+    const std::vector<HealthEvent> seen = events.get();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(seen[0].errorType, "redlimit::TlsPortError");
+  }
+  // The plain port of the same server works.
+  RateLimiter plain(clientOn(tls.uri()), "tls");
+  EXPECT_TRUE(plain.trySetRate(RateType::Overall, 1, milliseconds(1000)));
+}
+
+TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(policyName(policy));
+    Events events;
+    auto c = newClient();
+    RateLimiter rl(c, name(), events.options(policy));
+    warmVptrChecks();
+    std::exception_ptr thrown;
+    bool returned = false;
+    {
+      // Nothing but the call while no descriptor is left: the checks come after.
+      NoFreeDescriptors exhausted;
+      try {
+        (void)rl.tryAcquire();
+        returned = true;
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+    }
+    EXPECT_FALSE(returned) << "decided by the policy";
+    expectThrow<ResourceLimitError>([&] { std::rethrow_exception(thrown); }, [](const ResourceLimitError& e) {
+      EXPECT_EQ(e.code(), "EMFILE");
+      EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
+    });
+    EXPECT_EQ(rl.failureStats().allowed + rl.failureStats().denied, 0u);
+    // Descriptors free again: the next call works and the recovery is reported.
+    EXPECT_TRUE(rl.trySetRate(RateType::Overall, 5, milliseconds(5000)));
+    EXPECT_TRUE(rl.tryAcquire());
+    const std::vector<HealthEvent> seen = events.get();
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(seen[0].errorType, "redlimit::ResourceLimitError");
+    EXPECT_EQ(seen[1].kind, HealthEvent::Kind::Recovered);
+    (void)raw({"DEL", rl.keys()[0], rl.keys()[1], rl.keys()[3]});
+  }
+}
+
+TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
+  RedisServer limited({"--proto-max-bulk-len", "1mb"});
+  auto c = clientOn(limited.uri());
+  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  // 2 MiB fit in the socket buffers: the server reads the header, answers "invalid bulk length" and
+  // closes. 16 MiB do not: the write fails with a reset, and the answer is read from the socket.
+  for (std::size_t size : {std::size_t{2} << 20, std::size_t{16} << 20}) {
+    SCOPED_TRACE(size);
+    const std::string big(size, 'x');
+    expectThrow<RequestLimitError>([&] { (void)c->command({"SET", "big", big}); }, [](const RequestLimitError& e) {
+      EXPECT_TRUE(contains(e.what(), "invalid bulk length")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
+    });
+    // The server closed that connection: it must not be handed out again.
+    try {
+      EXPECT_EQ(c->command({"PING"}).str, "PONG");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the closed connection was reused: " << typeName(e) << ": " << e.what();
+    }
+  }
+
+  // A request the server closes the connection on without an answer (client-query-buffer-limit).
+  RedisServer small({"--client-query-buffer-limit", "1mb"});
+  auto d = clientOn(small.uri());
+  expectThrow<RequestLimitError>([&] { (void)d->command({"SET", "big", std::string(std::size_t{4} << 20, 'x')}); },
+                                 [](const RequestLimitError& e) {
+                                   EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what();
+                                 });
+  EXPECT_EQ(d->command({"PING"}).str, "PONG");
+
+  // Through a limiter under Allow: thrown, never granted. (A limiter name long enough to break the
+  // server's limit may also be refused before sending; either way it is no outage.)
+  Events events;
+  try {
+    RateLimiter huge(c, std::string(std::size_t{2} << 20, 'n'), events.options(FailurePolicy::Allow));
+    const bool granted = huge.tryAcquire();
+    ADD_FAILURE() << "decided by the policy: " << granted;
+  } catch (const IoError& e) {
+    ADD_FAILURE() << "an over-limit request is no outage: " << typeName(e) << ": " << e.what();
+  } catch (const Error&) {
+  }
+}
