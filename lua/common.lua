@@ -195,7 +195,6 @@ local function loadState(cfg, nowUs, shift, exact, expected)
   cfg.edge = scoreOf(nowUs - cfg.interval * 1000)
   local expired = readKey('REDLIMIT_INVALID_STATE', zkey, 'a sorted set', 'ZRANGEBYSCORE', '-inf', cfg.edge, 'LIMIT', 0, BATCH)
   local j = #expired
-  local reclaimed = sumPermits(zkey, expired)
   local card = redis.call('ZCARD', zkey)
   cfg.reclaim, cfg.drop, cfg.frozen = j, false, false
   local liveCount = card - j
@@ -212,6 +211,7 @@ local function loadState(cfg, nowUs, shift, exact, expected)
     cfg.left = 0
     return cfg.rate
   end
+  local reclaimed = sumPermits(zkey, expired)  -- not needed when the whole log goes
   -- A frozen value is never trusted: once at most BATCH members are left it is recounted.
   if value ~= nil and value >= FROZEN_BELOW and shift ~= false then
     local changed = expected ~= nil and expected ~= '' and tonumber(expected) ~= cfg.rate and value == 0
