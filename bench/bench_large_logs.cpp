@@ -67,32 +67,8 @@ std::shared_ptr<redlimit::Client> patientClient() {
   return redlimit::Client::create(o);
 }
 
-// Adds `count` one-permit members stamped `scoreMs` to `key`, pipelined in ZADDs of 1000.
 void fill(rb::RawRedis& r, const std::string& key, std::int64_t count, std::int64_t scoreMs, std::uint64_t seed) {
-  const std::string score = std::to_string(scoreMs);
-  std::int64_t pending = 0;
-  for (std::int64_t done = 0; done < count;) {
-    const std::int64_t batch = std::min<std::int64_t>(1000, count - done);
-    std::vector<std::string> members(static_cast<std::size_t>(batch), std::string(21, '\0'));
-    std::vector<std::string_view> argv{"ZADD", key};
-    std::uint64_t n = seed + static_cast<std::uint64_t>(done);
-    for (std::string& m : members) {
-      m[0] = 16;
-      for (int i = 0; i < 8; ++i) m[static_cast<std::size_t>(1 + i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
-      m[9] = static_cast<char>(seed & 0xFF);
-      m[17] = 1;  // permits = 1, little-endian uint32
-      ++n;
-      argv.push_back(score);
-      argv.push_back(m);
-    }
-    r.append(argv);
-    ++pending;
-    done += batch;
-    if (pending == 20) {
-      for (; pending > 0; --pending) (void)r.reply();
-    }
-  }
-  for (; pending > 0; --pending) (void)r.reply();
+  rb::addOnePermitMembers(r, key, count, scoreMs, seed);
 }
 
 // Durations (µs) of the EVAL/EVALSHA calls in SLOWLOG since the last reset.

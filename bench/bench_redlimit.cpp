@@ -194,29 +194,7 @@ std::string loadScript(rb::RawRedis& r, std::string_view source) {
 // sets its value: the state a limiter would have after that many grants.
 void prefill(rb::RawRedis& r, const RateLimiter& limiter, std::int64_t count, std::int64_t scoreMs, std::int64_t value) {
   const auto& keys = limiter.keys();
-  const std::string score = std::to_string(scoreMs);
-  XorShift rng;
-  rng.s ^= static_cast<std::uint64_t>(scoreMs);
-  std::int64_t pending = 0;
-  for (std::int64_t done = 0; done < count;) {
-    const std::int64_t batch = std::min<std::int64_t>(1000, count - done);
-    std::vector<std::string> members(static_cast<std::size_t>(batch), std::string(21, '\0'));
-    std::vector<std::string_view> argv{"ZADD", keys[3]};
-    for (std::string& m : members) {
-      m[0] = 16;
-      rng.fill(&m[1], 16);
-      m[17] = 1;  // permits = 1, little-endian uint32
-      argv.push_back(score);
-      argv.push_back(m);
-    }
-    r.append(argv);
-    ++pending;
-    done += batch;
-    if (pending == 20) {
-      for (; pending > 0; --pending) (void)r.reply();
-    }
-  }
-  for (; pending > 0; --pending) (void)r.reply();
+  rb::addOnePermitMembers(r, keys[3], count, scoreMs, static_cast<std::uint64_t>(scoreMs));
   const std::string v = std::to_string(value);
   (void)r.command({"SET", keys[1], v});
 }

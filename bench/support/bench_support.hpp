@@ -216,6 +216,44 @@ class BenchServer {
 // --- Server cost from INFO -------------------------------------------------------------------
 
 /// Server-side counters at one moment: process CPU and the command statistics.
+// Adds `count` members of one permit each, stamped `scoreMs`, to the sorted set `key`: 16 random
+// id bytes from a generator seeded with `seed` (distinct seeds give distinct members), pipelined
+// in ZADDs of 1000. The state a limiter's permits log has after that many grants.
+inline void addOnePermitMembers(RawRedis& r, const std::string& key, std::int64_t count, std::int64_t scoreMs,
+                                std::uint64_t seed) {
+  const std::string score = std::to_string(scoreMs);
+  std::uint64_t state = 0x9E3779B97F4A7C15ULL ^ seed;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  std::int64_t pending = 0;
+  for (std::int64_t done = 0; done < count;) {
+    const std::int64_t batch = std::min<std::int64_t>(1000, count - done);
+    std::vector<std::string> members(static_cast<std::size_t>(batch), std::string(21, '\0'));
+    std::vector<std::string_view> argv{"ZADD", key};
+    for (std::string& m : members) {
+      m[0] = 16;
+      for (std::size_t i = 0; i < 16; i += 8) {
+        const std::uint64_t v = next();
+        for (std::size_t j = 0; j < 8; ++j) m[1 + i + j] = static_cast<char>((v >> (8 * j)) & 0xFF);
+      }
+      m[17] = 1;  // permits = 1, little-endian uint32
+      argv.push_back(score);
+      argv.push_back(m);
+    }
+    r.append(argv);
+    ++pending;
+    done += batch;
+    if (pending == 20) {
+      for (; pending > 0; --pending) (void)r.reply();
+    }
+  }
+  for (; pending > 0; --pending) (void)r.reply();
+}
+
 struct ServerSample {
   double cpuSeconds = 0;         // used_cpu_user + used_cpu_sys
   std::int64_t scriptCalls = 0;  // EVALSHA + EVAL

@@ -28,6 +28,23 @@ inline RateLimiterOptions timeSourceOptions(TimeSource source) {
   return o;
 }
 
+// Redisson's release() (3.52): value = min(value + permits, rate); the log is not touched.
+inline const char* const kRedissonRelease =
+    "local v = tonumber(redis.call('GET', KEYS[1])) + tonumber(ARGV[1]) "
+    "if v > tonumber(ARGV[2]) then v = tonumber(ARGV[2]) end "
+    "redis.call('SET', KEYS[1], v) return v";
+
+// Fills a permits log the way a busy Redisson limiter leaves it: ARGV[1] members of 1 permit
+// stamped (server TIME - ARGV[2] ms) and ARGV[3] members stamped now, in one script.
+inline const char* const kFillLog =
+    "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local old, live = tonumber(ARGV[1]), tonumber(ARGV[3]) "
+    "for i = 1, old do redis.call('ZADD', KEYS[1], now - tonumber(ARGV[2]) - (i % 50), "
+    "  struct.pack('<Bc0I4', 16, string.format('%016x', i), 1)) end "
+    "for i = 1, live do redis.call('ZADD', KEYS[1], now - (i % 50), "
+    "  struct.pack('<Bc0I4', 16, string.format('L%015x', i), 1)) end "
+    "return redis.call('ZCARD', KEYS[1])";
+
 /// The six keys acquire.lua takes: the limiter's five, then the record of a partial grant made
 /// under `id` ({name}:grant:<hex id>).
 inline std::vector<std::string> acquireKeys(const RateLimiter& rl, const std::string& id) {
@@ -211,5 +228,33 @@ inline std::string windowViolation(std::vector<GrantSpan> grants, std::size_t ra
   }
   return "";
 }
+
+/// A fixture for tests that play Redisson beside redlimit and build large logs: Redisson's
+/// release(), a log filler, a patient client, server time per command, key snapshots.
+class RedissonMixTest : public RedisTest {
+ protected:
+  std::int64_t redissonRelease(const RateLimiter& rl, std::int64_t permits, std::int64_t rate) {
+    return raw({"EVAL", kRedissonRelease, "1", rl.keys()[1], std::to_string(permits), std::to_string(rate)}).integer;
+  }
+  /// Sum of `usec` of one command in INFO commandstats.
+  std::int64_t usecOf(const std::string& command) {
+    const std::string stats = infoField(admin(), "commandstats", "cmdstat_" + command);
+    const auto pos = stats.find("usec=");
+    return pos == std::string::npos ? 0 : std::stoll(stats.substr(pos + 5));
+  }
+  std::vector<std::string> snapshot(const RateLimiter& rl) { return keyStates(admin(), rl.keys()); }
+  /// A client that waits long enough for scripts over large logs on a loaded machine.
+  std::shared_ptr<Client> patientClient() {
+    ClientOptions patient;
+    patient.connection.commandTimeout = std::chrono::milliseconds(20000);
+    return newClient(patient);
+  }
+  /// Fills a log with kFillLog.
+  std::int64_t fillLog(const std::string& key, std::int64_t old, std::int64_t ageMs, std::int64_t live) {
+    return patientClient()
+        ->command({"EVAL", kFillLog, "1", key, std::to_string(old), std::to_string(ageMs), std::to_string(live)})
+        .integer;
+  }
+};
 
 }  // namespace redlimit::test

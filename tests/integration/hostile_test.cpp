@@ -85,24 +85,7 @@ redis.call('set', KEYS[2], value)
 return value
 )lua";
 
-// Redisson's release() (3.52): value = min(value + permits, rate); the log is not touched.
-const char* const kRedissonRelease =
-    "local v = tonumber(redis.call('GET', KEYS[1])) + tonumber(ARGV[1]) "
-    "if v > tonumber(ARGV[2]) then v = tonumber(ARGV[2]) end "
-    "redis.call('SET', KEYS[1], v) return v";
-
-// Fills a log: ARGV[1] one-permit members stamped (server TIME - ARGV[2] ms) and ARGV[3] stamped
-// now, in one script.
-const char* const kFillLog =
-    "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-    "local old, live = tonumber(ARGV[1]), tonumber(ARGV[3]) "
-    "for i = 1, old do redis.call('ZADD', KEYS[1], now - tonumber(ARGV[2]) - (i % 50), "
-    "  struct.pack('<Bc0I4', 16, string.format('%016x', i), 1)) end "
-    "for i = 1, live do redis.call('ZADD', KEYS[1], now - (i % 50), "
-    "  struct.pack('<Bc0I4', 16, string.format('L%015x', i), 1)) end "
-    "return redis.call('ZCARD', KEYS[1])";
-
-class Hostile : public RedisTest {
+class Hostile : public RedissonMixTest {
  protected:
   /// One Redisson tryAcquire of `permits` on `rl`'s OVERALL keys, stamped with this host's clock.
   bool redissonTryAcquire(const RateLimiter& rl, std::int64_t permits, unsigned seed) {
@@ -111,30 +94,36 @@ class Hostile : public RedisTest {
                          std::to_string(wallMs()), testId(16, seed)});
     return r.isNil();
   }
-  std::int64_t redissonRelease(const RateLimiter& rl, std::int64_t permits, std::int64_t rate) {
-    return raw({"EVAL", kRedissonRelease, "1", rl.keys()[1], std::to_string(permits), std::to_string(rate)}).integer;
-  }
   /// value + permits of the live members (server clock), as the invariant counts them.
   std::int64_t valuePlusLive(const RateLimiter& rl, std::int64_t intervalMs) {
     return getInt(admin(), rl.keys()[1]) + livePermits(admin(), rl.keys()[3], serverTimeMs(admin()), intervalMs);
   }
-  std::vector<std::string> snapshot(const RateLimiter& rl) { return keyStates(admin(), rl.keys()); }
-  /// A client that waits long enough for scripts over large logs on a loaded machine.
-  std::shared_ptr<Client> patientClient() {
-    ClientOptions patient;
-    patient.connection.commandTimeout = milliseconds(20000);
-    return newClient(patient);
-  }
-  std::int64_t fillLog(const std::string& key, std::int64_t old, std::int64_t ageMs, std::int64_t live) {
-    return patientClient()
-        ->command({"EVAL", kFillLog, "1", key, std::to_string(old), std::to_string(ageMs), std::to_string(live)})
-        .integer;
-  }
-  /// Sum of `usec` of one command in INFO commandstats.
-  std::int64_t usecOf(const std::string& command) {
-    const std::string stats = infoField(admin(), "commandstats", "cmdstat_" + command);
-    const auto pos = stats.find("usec=");
-    return pos == std::string::npos ? 0 : std::stoll(stats.substr(pos + 5));
+  /// Four threads calling `take` for `duration`; returns when each granted call began and ended
+  /// (this host's wall clock, µs). An exception in a thread fails the test.
+  template <class Take>
+  std::vector<GrantSpan> hammer(milliseconds duration, Take take) {
+    std::mutex mu;
+    std::vector<GrantSpan> grants;
+    std::vector<std::thread> threads;
+    const auto until = SteadyTime::now() + duration;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        try {
+          while (SteadyTime::now() < until) {
+            const std::int64_t before = wallUs();
+            if (take()) {
+              const std::int64_t after = wallUs();
+              std::lock_guard<std::mutex> lock(mu);
+              grants.push_back({before, after});
+            }
+          }
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return grants;
   }
   /// Runs `call` and returns the server time (µs) EVALSHA spent in it.
   template <class Call>
@@ -292,27 +281,8 @@ TEST_F(Hostile, Item04_NoRealTimeWindowHoldsMoreThanTheRate) {
   auto shared = newClient(options);
   RateLimiter rl(shared, name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, kRate, milliseconds(kIntervalMs)));
-  std::mutex mu;
-  std::vector<GrantSpan> grants;
-  std::vector<std::thread> threads;
-  const auto until = SteadyTime::now() + milliseconds(1300);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&] {
-      try {
-        while (SteadyTime::now() < until) {
-          const std::int64_t before = wallUs();
-          if (rl.tryAcquire(1, milliseconds(kIntervalMs))) {
-            const std::int64_t after = wallUs();
-            std::lock_guard<std::mutex> lock(mu);
-            grants.push_back({before, after});
-          }
-        }
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<GrantSpan> grants =
+      hammer(milliseconds(1300), [&] { return rl.tryAcquire(1, milliseconds(kIntervalMs)); });
   EXPECT_GE(grants.size(), static_cast<std::size_t>(3 * kRate));
   EXPECT_EQ(windowViolation(grants, kRate, kIntervalMs), "");
 }
@@ -330,27 +300,8 @@ TEST_F(Hostile, Item04_SegmentCacheStaysWithinItsUseTimeBound) {
   so.segmentSize = kSegment;
   so.returnWhenIdle = false;
   SegmentedRateLimiter<> limiter(source, so);
-  std::mutex mu;
-  std::vector<GrantSpan> grants;
-  std::vector<std::thread> threads;
-  const auto until = SteadyTime::now() + milliseconds(1500);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&] {
-      try {
-        while (SteadyTime::now() < until) {
-          const std::int64_t before = wallUs();
-          if (limiter.tryAcquire(1, milliseconds(kIntervalMs))) {
-            const std::int64_t after = wallUs();
-            std::lock_guard<std::mutex> lock(mu);
-            grants.push_back({before, after});
-          }
-        }
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<GrantSpan> grants =
+      hammer(milliseconds(1500), [&] { return limiter.tryAcquire(1, milliseconds(kIntervalMs)); });
   EXPECT_GE(grants.size(), static_cast<std::size_t>(3 * kRate));
   EXPECT_EQ(windowViolation(grants, kRate + kSegment, kIntervalMs), "");
 }
