@@ -1,5 +1,7 @@
 #include "redlimit/client.hpp"
 
+#include <fmt/format.h>
+
 #include "random.hpp"
 #include "redlimit/errors.hpp"
 
@@ -8,8 +10,8 @@ namespace {
 
 FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {
   if (bestEffortRetry.count() <= 0) {
-    throw InvalidArgument("redlimit: ClientOptions::bestEffortRetry must be > 0 ms, got " +
-                          std::to_string(bestEffortRetry.count()) + " ms");
+    throw InvalidArgument(
+        fmt::format("redlimit: ClientOptions::bestEffortRetry must be > 0 ms, got {} ms", bestEffortRetry.count()));
   }
   FailureOptions o;
   o.probeInterval = bestEffortRetry;
@@ -85,7 +87,7 @@ Reply Client::eval(const Script& script, const std::vector<std::string_view>& ke
 
 Reply Client::evalUntracked(const Script& script, const std::vector<std::string_view>& keys,
                             const std::vector<std::string_view>& args) {
-  const std::string numKeys = std::to_string(keys.size());
+  const std::string numKeys = fmt::to_string(keys.size());
   std::vector<std::string_view> argv;
   argv.reserve(3 + keys.size() + args.size());
   argv.push_back("EVALSHA");
@@ -104,8 +106,8 @@ Reply Client::evalUntracked(const Script& script, const std::vector<std::string_
   // where the retry runs, and try once more.
   Reply loaded = lease->command({"SCRIPT", "LOAD", script.source});
   if (loaded.str != script.sha1) {
-    throw ScriptError("ERR", "redlimit: SCRIPT LOAD of " + std::string(script.name) + " returned SHA1 " +
-                                 loaded.str + ", expected " + std::string(script.sha1));
+    throw ScriptError("ERR", fmt::format("redlimit: SCRIPT LOAD of {} returned SHA1 {}, expected {}", script.name,
+                                         loaded.str, script.sha1));
   }
   try {
     return lease->command(argv);

@@ -13,6 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
 #include "error_mapping.hpp"
@@ -36,7 +37,7 @@ timeval toTimeval(milliseconds ms) {
 }
 
 std::string endpoint(const ConnectionOptions& o) {
-  return o.unixSocket.empty() ? o.host + ":" + std::to_string(o.port) : "unix:" + o.unixSocket;
+  return o.unixSocket.empty() ? fmt::format("{}:{}", o.host, o.port) : fmt::format("unix:{}", o.unixSocket);
 }
 
 // Converts a hiredis reply; error replies are thrown. Frees nothing (the caller owns `r`).
@@ -67,8 +68,8 @@ Reply convert(const redisReply* r, const detail::ReplyContext& context) {
       detail::throwReplyError(std::string_view(r->str, r->len), context);
     default:
       // RESP3 types (hiredis 1.x) are never requested: redlimit does not send HELLO 3.
-      throw UnexpectedReplyError("redlimit: " + std::string(context.command) +
-                                 ": expected a RESP2 reply, got a reply of hiredis type " + std::to_string(r->type));
+      throw UnexpectedReplyError(fmt::format("redlimit: {}: expected a RESP2 reply, got a reply of hiredis type {}",
+                                             context.command, r->type));
   }
   return out;
 }
@@ -125,7 +126,7 @@ bool speaksTls(const std::string& host, int port, milliseconds timeout) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  if (::getaddrinfo(host.c_str(), fmt::to_string(port).c_str(), &hints, &found) != 0) return false;
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, &::freeaddrinfo);
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
     Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
@@ -152,13 +153,13 @@ bool speaksTls(const std::string& host, int port, milliseconds timeout) {
   return false;
 }
 
-[[noreturn]] void badOption(const std::string& why) { throw InvalidArgument("redlimit: " + why); }
+[[noreturn]] void badOption(const std::string& why) { throw InvalidArgument(fmt::format("redlimit: {}", why)); }
 
 void checkTimeout(const char* name, milliseconds t) {
   if (t.count() <= 0 || t > kMaxConnectionTimeout) {
-    badOption(std::string("ConnectionOptions::") + name + " must be in 1.." + std::to_string(kMaxConnectionTimeout.count()) +
-              " ms (no infinite waits; hiredis waits with poll(), which takes an int of ms), got " +
-              std::to_string(t.count()) + " ms");
+    badOption(fmt::format("ConnectionOptions::{} must be in 1..{} ms (no infinite waits; hiredis waits with poll(), "
+                          "which takes an int of ms), got {} ms",
+                          name, kMaxConnectionTimeout.count(), t.count()));
   }
 }
 
@@ -168,14 +169,14 @@ void checkOptions(const ConnectionOptions& o) {
   checkTimeout("connectTimeout", o.connectTimeout);
   checkTimeout("commandTimeout", o.commandTimeout);
   if (o.unixSocket.size() > kMaxUnixSocketPath) {
-    badOption("unix socket path of " + std::to_string(o.unixSocket.size()) + " bytes is longer than hiredis hands to the OS intact (" +
-              std::to_string(kMaxUnixSocketPath) + " bytes, kMaxUnixSocketPath): it would be cut short and name another socket: " +
-              o.unixSocket);
+    badOption(fmt::format("unix socket path of {} bytes is longer than hiredis hands to the OS intact ({} bytes, "
+                          "kMaxUnixSocketPath): it would be cut short and name another socket: {}",
+                          o.unixSocket.size(), kMaxUnixSocketPath, o.unixSocket));
   }
   if (o.unixSocket.empty() && (o.port <= 0 || o.port > 65535)) {
-    badOption("port must be in 1..65535, got " + std::to_string(o.port));
+    badOption(fmt::format("port must be in 1..65535, got {}", o.port));
   }
-  if (o.db < 0) badOption("db must be >= 0, got " + std::to_string(o.db));
+  if (o.db < 0) badOption(fmt::format("db must be >= 0, got {}", o.db));
   if (!o.user.empty() && o.password.empty()) badOption("an ACL user needs a password");
 }
 
@@ -195,7 +196,7 @@ Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
     int err = ctx_->err;
     redisFree(ctx_);
     ctx_ = nullptr;
-    detail::throwContextError(err, savedErrno, errstr, "connect to " + endpoint(o));
+    detail::throwContextError(err, savedErrno, errstr, fmt::format("connect to {}", endpoint(o)));
   }
   auto connectTimeLeft = [&] {
     const auto left = std::chrono::duration_cast<milliseconds>(connectDeadline - std::chrono::steady_clock::now());
@@ -211,10 +212,10 @@ Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
       // Reset before the first reply. A TLS port does that to plain text: ask it in TLS, so the
       // caller learns that the set-up is wrong rather than that Redis is down.
       if (o.unixSocket.empty() && speaksTls(o.host, o.port, connectTimeLeft())) {
-        throw TlsPortError("", "redlimit: connect to " + endpoint(o) + ": port " + std::to_string(o.port) +
-                                   " speaks TLS (it reset the plain-text connection and answered a TLS hello); "
-                                   "redlimit connects in plain text: use the server's plain port (" +
-                                   std::string(e.what()) + ")");
+        throw TlsPortError("", fmt::format("redlimit: connect to {}: port {} speaks TLS (it reset the plain-text "
+                                           "connection and answered a TLS hello); redlimit connects in plain text: "
+                                           "use the server's plain port ({})",
+                                           endpoint(o), o.port, e.what()));
       }
       throw;
     }
@@ -240,7 +241,7 @@ void Connection::greet(const ConnectionOptions& o, const std::function<milliseco
     }
   }
   if (o.db != 0) {
-    const std::string db = std::to_string(o.db);
+    const std::string db = fmt::to_string(o.db);
     exchange({"SELECT", db});
   }
   // Without AUTH or SELECT, a PING: a server that wants a password says NOAUTH now, before a
@@ -276,10 +277,10 @@ void Connection::failSend(const char* what, int savedErrno, std::size_t requestB
   }
   const bool closed = savedErrno == ECONNRESET || savedErrno == EPIPE;
   if (closed && requestBytes > kSmallestServerRequestLimit) {
-    throw RequestLimitError("", "redlimit: " + std::string(what) + ": the server closed the connection while a request of " +
-                                    std::to_string(requestBytes) +
-                                    " bytes was sent: it exceeds client-query-buffer-limit or proto-max-bulk-len "
-                                    "(1 MiB at the least); nothing was run");
+    throw RequestLimitError("", fmt::format("redlimit: {}: the server closed the connection while a request of {} "
+                                            "bytes was sent: it exceeds client-query-buffer-limit or "
+                                            "proto-max-bulk-len (1 MiB at the least); nothing was run",
+                                            what, requestBytes));
   }
   detail::throwContextError(REDIS_ERR_IO, savedErrno, std::strerror(savedErrno), what);
 }
@@ -331,10 +332,10 @@ Reply Connection::command(const std::string_view* argv, std::size_t argc) {
     if ((ctx_->err == REDIS_ERR_EOF || savedErrno == ECONNRESET) &&
         static_cast<std::size_t>(length) > kSmallestServerRequestLimit) {
       broken_ = true;
-      throw RequestLimitError("", "redlimit: " + what + ": the server closed the connection without an answer to a request of " +
-                                      std::to_string(length) +
-                                      " bytes: it exceeds client-query-buffer-limit or proto-max-bulk-len "
-                                      "(1 MiB at the least); nothing was run");
+      throw RequestLimitError("", fmt::format("redlimit: {}: the server closed the connection without an answer to a "
+                                              "request of {} bytes: it exceeds client-query-buffer-limit or "
+                                              "proto-max-bulk-len (1 MiB at the least); nothing was run",
+                                              what, length));
     }
     errno = savedErrno;
     failTransport(what.c_str());

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include <fmt/format.h>
+
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 
@@ -10,12 +12,12 @@ namespace redlimit {
 void checkOptions(const PoolOptions& p) {
   if (p.size == 0) throw InvalidArgument("redlimit: pool size must be >= 1");
   if (p.waitTimeout.count() <= 0) {
-    throw InvalidArgument("redlimit: pool waitTimeout must be > 0 ms (no infinite waits), got " +
-                          std::to_string(p.waitTimeout.count()) + " ms");
+    throw InvalidArgument(
+        fmt::format("redlimit: pool waitTimeout must be > 0 ms (no infinite waits), got {} ms", p.waitTimeout.count()));
   }
   if (p.idlePingAfter.count() < 0) {
-    throw InvalidArgument("redlimit: pool idlePingAfter must be >= 0 ms, got " + std::to_string(p.idlePingAfter.count()) +
-                          " ms");
+    throw InvalidArgument(
+        fmt::format("redlimit: pool idlePingAfter must be >= 0 ms, got {} ms", p.idlePingAfter.count()));
   }
 }
 
@@ -64,9 +66,8 @@ ConnectionPool::Lease ConnectionPool::acquire() {
       if (available_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
           open_ >= options_.size) {
         ++counters_.waitTimeouts;
-        throw PoolTimeoutError("redlimit: no free connection within " +
-                               std::to_string(options_.waitTimeout.count()) + " ms (pool size " +
-                               std::to_string(options_.size) + ")");
+        throw PoolTimeoutError(fmt::format("redlimit: no free connection within {} ms (pool size {})",
+                                           options_.waitTimeout.count(), options_.size));
       }
     }
   }

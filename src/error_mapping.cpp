@@ -14,6 +14,7 @@
 #define REDLIMIT_HAVE_CXXABI 1
 #endif
 
+#include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
 #include "redlimit/errors.hpp"
@@ -57,44 +58,49 @@ std::string quotedCommand(std::string_view message) {
   const std::string user = userName(c);
   std::string grant;
   if (contains(text, "access one of the keys") || contains(text, "can't access")) {
-    grant = "grant the user the limiter's keys, e.g. ACL SETUSER " + user +
-            " ~* (or a pattern matching the limiter's name and its {name}:* keys)";
+    grant = fmt::format(
+        "grant the user the limiter's keys, e.g. ACL SETUSER {} ~* (or a pattern matching the limiter's name and its "
+        "{{name}}:* keys)",
+        user);
   } else if (contains(text, "The user executing the script")) {
-    grant = "grant the commands redlimit's scripts call, e.g. ACL SETUSER " + user + " +@read +@write +time";
+    grant = fmt::format("grant the commands redlimit's scripts call, e.g. ACL SETUSER {} +@read +@write +time", user);
   } else {
     std::string command = quotedCommand(text);
     if (command.empty()) command = c.command.empty() ? std::string("<command>") : std::string(c.command);
     std::transform(command.begin(), command.end(), command.begin(),
                    [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); });
-    grant = "grant it, e.g. ACL SETUSER " + user + " +" + command;
+    grant = fmt::format("grant it, e.g. ACL SETUSER {} +{}", user, command);
   }
   throw NoPermissionError(std::string(code),
-                          "redlimit: ACL user '" + user + "' lacks a permission (not a password problem): " + text +
-                              "; " + grant +
-                              " (redlimit needs +evalsha +eval +script|load, and inside its scripts +@read "
-                              "+@write +time, on the limiter's keys)");
+                          fmt::format("redlimit: ACL user '{}' lacks a permission (not a password problem): {}; {} "
+                                      "(redlimit needs +evalsha +eval +script|load, and inside its scripts +@read "
+                                      "+@write +time, on the limiter's keys)",
+                                      user, text, grant));
 }
 
 }  // namespace
 
 void throwContextError(int err, int savedErrno, std::string_view errstr, std::string_view what) {
-  std::string message = "redlimit: " + std::string(what) + ": " + std::string(errstr);
+  const std::string message = fmt::format("redlimit: {}: {}", what, errstr);
   // No descriptor left: not an outage of Redis, and no retry fixes it. hiredis 0.14 reports it as
   // REDIS_ERR_IO (unix socket), REDIS_ERR_OTHER "Can't create socket" (TCP) or "System error"
   // (getaddrinfo), each with errno set.
   if (savedErrno == EMFILE || (savedErrno == 0 && contains(errstr, "Too many open files") &&
                                !contains(errstr, "in system"))) {
-    throw ResourceLimitError("EMFILE", message + " (no file descriptor left in this process, EMFILE: raise "
-                                                 "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)");
+    throw ResourceLimitError("EMFILE", fmt::format("{} (no file descriptor left in this process, EMFILE: raise "
+                                                   "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)",
+                                                   message));
   }
   if (savedErrno == ENFILE || contains(errstr, "Too many open files in system")) {
-    throw ResourceLimitError("ENFILE", message + " (no file descriptor left on this host, ENFILE: raise "
-                                                 "fs.file-max, or find the process that holds them)");
+    throw ResourceLimitError("ENFILE", fmt::format("{} (no file descriptor left on this host, ENFILE: raise "
+                                                   "fs.file-max, or find the process that holds them)",
+                                                   message));
   }
   // A TLS record where a RESP reply was expected: 0x15 is an alert, 0x16 a handshake.
   if (err == REDIS_ERR_PROTOCOL && (contains(errstr, "got \"\\x15\"") || contains(errstr, "got \"\\x16\""))) {
-    throw TlsPortError("", message + " (the server answered with TLS bytes: this port speaks TLS, and redlimit "
-                                     "connects in plain text; use the server's plain port)");
+    throw TlsPortError("", fmt::format("{} (the server answered with TLS bytes: this port speaks TLS, and redlimit "
+                                       "connects in plain text; use the server's plain port)",
+                                       message));
   }
 #ifdef REDIS_ERR_TIMEOUT
   if (err == REDIS_ERR_TIMEOUT) throw TimeoutError(message);
@@ -127,18 +133,20 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
 
   // Credentials: no retry or policy fixes them.
   if (code == "WRONGPASS") {
-    throw AuthError(codeText, "redlimit: authentication failed: " + text + " (check ConnectionOptions::user and ::password)");
+    throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (check ConnectionOptions::user and "
+                                          "::password)",
+                                          text));
   }
   if (code == "NOAUTH" || startsWith(message, "ERR Protocol error: unauthenticated")) {
     // More than 10 arguments (or a bulk over 16 KiB) from an unauthenticated client make Redis
     // answer "Protocol error: unauthenticated multibulk length" and close the connection.
-    throw AuthError(codeText, "redlimit: authentication failed: " + text + " (the server requires a password: " +
-                                  std::string(kPasswordAdvice) + ")");
+    throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (the server requires a password: {})",
+                                          text, kPasswordAdvice));
   }
   if (code == "ERR" && contains(message, "called without any password configured")) {
-    throw AuthError(codeText, "redlimit: authentication failed: " + text +
-                                  " (the server has no password for this user: leave ConnectionOptions::password "
-                                  "empty, or set one on the server)");
+    throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (the server has no password for this "
+                                          "user: leave ConnectionOptions::password empty, or set one on the server)",
+                                          text));
   }
   if (code == "NOPERM" || (code == "ERR" && contains(message, "The user executing the script can't"))) {
     throwPermission(code, text, context);
@@ -146,20 +154,22 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
 
   // A replica: the address is wrong (or names a primary that was demoted); not an outage.
   if (code == "READONLY" || code == "MASTERDOWN") {
-    throw ReplicaError(codeText, "redlimit: the server is a replica, not the primary: " + text +
-                                     " (point ConnectionOptions at the primary; this is a configuration error, "
-                                     "thrown under every failure policy)");
+    throw ReplicaError(codeText, fmt::format("redlimit: the server is a replica, not the primary: {} (point "
+                                             "ConnectionOptions at the primary; this is a configuration error, "
+                                             "thrown under every failure policy)",
+                                             text));
   }
   // Up, but cannot serve now: an outage the failure policy decides.
   if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" ||
       startsWith(message, "ERR max number of clients reached")) {
-    throw UnavailableError(codeText, "redlimit: Redis cannot serve now: " + text);
+    throw UnavailableError(codeText, fmt::format("redlimit: Redis cannot serve now: {}", text));
   }
   // The request broke one of the server's limits; it ran nothing and closes the connection.
   if (startsWith(message, "ERR Protocol error:")) {
-    throw RequestLimitError(codeText, "redlimit: the server refused the request and closed the connection: " + text +
-                                          " (an argument exceeds proto-max-bulk-len, or the request "
-                                          "client-query-buffer-limit; nothing was run)");
+    throw RequestLimitError(codeText, fmt::format("redlimit: the server refused the request and closed the "
+                                                  "connection: {} (an argument exceeds proto-max-bulk-len, or the "
+                                                  "request client-query-buffer-limit; nothing was run)",
+                                                  text));
   }
   if (context.fromScript) {
     // redis.error_reply("REDLIMIT_X message") from lua/common.lua arrives as "REDLIMIT_X message".
@@ -178,17 +188,20 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
     if (code != "OOM" && code != "NOSCRIPT" &&
         (raisedByScript(message) || (code == "ERR" && (contains(message, "script") || contains(message, "Script"))))) {
       if (code == "WRONGTYPE") {
-        throw ScriptError(codeText, "redlimit: script failed: " + text +
-                                        " (a key the script uses holds another type of value: was it written by "
-                                        "another program? check the keys the script was given)");
+        throw ScriptError(codeText, fmt::format("redlimit: script failed: {} (a key the script uses holds another type "
+                                                "of value: was it written by another program? check the keys the "
+                                                "script was given)",
+                                                text));
       }
-      throw ScriptError(codeText, "redlimit: script failed: " + text);
+      throw ScriptError(codeText, fmt::format("redlimit: script failed: {}", text));
     }
   }
   if (code == "OOM") {
-    throw ReplyError(codeText, "redlimit: Redis is out of memory (maxmemory reached, nothing was written): " + text);
+    throw ReplyError(codeText, fmt::format("redlimit: Redis is out of memory (maxmemory reached, nothing was "
+                                           "written): {}",
+                                           text));
   }
-  throw ReplyError(codeText, "redlimit: Redis replied with an error: " + text);
+  throw ReplyError(codeText, fmt::format("redlimit: Redis replied with an error: {}", text));
 }
 
 bool replyEndsConnection(std::string_view message) {

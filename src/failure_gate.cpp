@@ -4,6 +4,8 @@
 #include <cmath>
 #include <exception>
 
+#include <fmt/format.h>
+
 #include "error_mapping.hpp"
 #include "redlimit/detail/deadline.hpp"
 
@@ -144,8 +146,9 @@ void FailureGate::throwUnavailable() const {
     last = lastError_;
   }
   const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;
-  throw IoError("redlimit: Redis unavailable for limiter " + limiter_ + " for " + std::to_string(since) +
-                " ms; not asking again before the next probe (last error: " + last + ")");
+  throw IoError(fmt::format("redlimit: Redis unavailable for limiter {} for {} ms; not asking again before the next "
+                            "probe (last error: {})",
+                            limiter_, since, last));
 }
 
 FailureStats FailureGate::stats() const {

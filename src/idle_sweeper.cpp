@@ -4,6 +4,8 @@
 #include <string>
 #include <system_error>
 
+#include <fmt/format.h>
+
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {
@@ -46,7 +48,7 @@ std::uint64_t IdleSweeper::add(void* owner, Task task) {
       thread_ = start_ ? start_([this] { run(); }) : std::thread([this] { run(); });
       threadId_ = thread_.get_id();
     } catch (const std::system_error& e) {
-      throw Error(std::string("redlimit: cannot start the thread that gives back idle segments: ") + e.what());
+      throw Error(fmt::format("redlimit: cannot start the thread that gives back idle segments: {}", e.what()));
     }
   }
   const std::uint64_t id = nextId_++;

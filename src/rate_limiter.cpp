@@ -4,6 +4,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "random.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
@@ -32,18 +34,15 @@ void checkConfig(RateType type, std::int64_t rate, milliseconds interval, millis
     throw InvalidArgument("redlimit: unknown RateType");
   }
   if (rate < 1 || rate > RateLimiter::kMaxRate) {
-    throw InvalidArgument("redlimit: rate must be in 1.." + std::to_string(RateLimiter::kMaxRate) +
-                          ", got " + std::to_string(rate));
+    throw InvalidArgument(fmt::format("redlimit: rate must be in 1..{}, got {}", RateLimiter::kMaxRate, rate));
   }
   if (interval.count() < 1 || interval > RateLimiter::kMaxInterval) {
-    throw InvalidArgument("redlimit: rateInterval must be in 1.." +
-                          std::to_string(RateLimiter::kMaxInterval.count()) + " ms, got " +
-                          std::to_string(interval.count()) + " ms");
+    throw InvalidArgument(fmt::format("redlimit: rateInterval must be in 1..{} ms, got {} ms",
+                                      RateLimiter::kMaxInterval.count(), interval.count()));
   }
   if (keepAlive.count() != 0 && (keepAlive < interval || keepAlive > RateLimiter::kMaxInterval)) {
-    throw InvalidArgument("redlimit: keepAliveTime must be 0 or at least rateInterval (" +
-                          std::to_string(interval.count()) + " ms), got " +
-                          std::to_string(keepAlive.count()) + " ms");
+    throw InvalidArgument(fmt::format("redlimit: keepAliveTime must be 0 or at least rateInterval ({} ms), got {} ms",
+                                      interval.count(), keepAlive.count()));
   }
 }
 
@@ -63,33 +62,33 @@ bool isStateSuffix(const std::string& name, std::size_t from) {
 void checkName(const std::string& name) {
   if (name.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
   if (name.size() > RateLimiter::kMaxNameLength) {
-    throw InvalidArgument("redlimit: limiter name is " + std::to_string(name.size()) + " bytes; at most " +
-                          std::to_string(RateLimiter::kMaxNameLength) + " are allowed");
+    throw InvalidArgument(fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name.size(),
+                                      RateLimiter::kMaxNameLength));
   }
   const std::size_t brace = name.find('{');
   if (brace == std::string::npos) return;  // its keys are {name}:..., which no other name produces
   // "{x}" shares every state key with the plain name "x" ({x}:value, {x}:permits, ...).
   if (name.size() >= 2 && name.front() == '{' && name.back() == '}' &&
       name.find('{', 1) == std::string::npos) {
-    throw InvalidArgument("redlimit: limiter name \"" + name + "\" has the same state keys as the limiter \"" +
-                          name.substr(1, name.size() - 2) + "\"; add a suffix after the braces, e.g. \"" + name +
-                          ":limit\"");
+    throw InvalidArgument(fmt::format("redlimit: limiter name \"{}\" has the same state keys as the limiter "
+                                      "\"{}\"; add a suffix after the braces, e.g. \"{}:limit\"",
+                                      name, name.substr(1, name.size() - 2), name));
   }
   // "x{y}:value", "{y}:permits:..." are the state keys of the limiter "x{y}" or "y".
   for (std::size_t p = name.find(':', brace); p != std::string::npos; p = name.find(':', p + 1)) {
     if (isStateSuffix(name, p + 1)) {
-      throw InvalidArgument("redlimit: limiter name \"" + name + "\" is a state key of the limiter \"" +
-                            name.substr(0, p) + "\" (it ends in :" + name.substr(p + 1) +
-                            "); choose a name that does not end in :value, :permits or :grant");
+      throw InvalidArgument(fmt::format("redlimit: limiter name \"{}\" is a state key of the limiter \"{}\" (it "
+                                        "ends in :{}); choose a name that does not end in :value, :permits or :grant",
+                                        name, name.substr(0, p), name.substr(p + 1)));
     }
   }
 }
 
 void checkClientId(const std::string& id) {
   if (id.empty() || id.size() > RateLimiter::kMaxClientIdLength || id.find_first_of("{}") != std::string::npos) {
-    throw InvalidArgument("redlimit: ClientOptions::clientId must be 1.." +
-                          std::to_string(RateLimiter::kMaxClientIdLength) +
-                          " bytes without '{' or '}', got \"" + id.substr(0, 64) + "\"");
+    throw InvalidArgument(fmt::format("redlimit: ClientOptions::clientId must be 1..{} bytes without '{{' or '}}', "
+                                      "got \"{}\"",
+                                      RateLimiter::kMaxClientIdLength, id.substr(0, 64)));
   }
 }
 
@@ -156,14 +155,14 @@ void RateLimiter::remember(std::int64_t rate, milliseconds interval) noexcept {
 std::string RateLimiter::nowArg() const {
   if (options_.timeSource == TimeSource::Server) return {};
   auto now = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
-  return std::to_string(now.count());
+  return fmt::to_string(now.count());
 }
 
 // The rate this handle saw last, for the scripts' check of a configuration changed elsewhere
 // ('' if none was seen yet).
 std::string RateLimiter::expectedRateArg() const {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
-  return rate > 0 ? std::to_string(rate) : std::string();
+  return rate > 0 ? fmt::to_string(rate) : std::string();
 }
 
 Reply RateLimiter::evalOnce(const Script& s, const std::vector<std::string_view>& args) {
@@ -174,16 +173,15 @@ Reply RateLimiter::evalOnce(const Script& s, const std::vector<std::string_view>
 // process since this handle last saw it, so `permits > rate` is the script's to decide.
 void RateLimiter::checkPermits(std::int64_t permits) const {
   if (permits < 1 || permits > kMaxRate) {
-    throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(kMaxRate) + ", got " +
-                          std::to_string(permits));
+    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxRate, permits));
   }
 }
 
 void RateLimiter::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                             const char* mode, bool* written) {
   checkConfig(type, rate, interval, keepAlive);
-  const std::string rateArg = std::to_string(rate), intervalArg = std::to_string(interval.count()),
-                    typeArg = std::to_string(static_cast<int>(type)), keepArg = std::to_string(keepAlive.count()),
+  const std::string rateArg = fmt::to_string(rate), intervalArg = fmt::to_string(interval.count()),
+                    typeArg = fmt::to_string(static_cast<int>(type)), keepArg = fmt::to_string(keepAlive.count()),
                     now = nowArg();
   const Reply r = evalOnce(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now});
   const bool done = r.asInteger() == 1;
@@ -214,21 +212,21 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 }
 
 AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
-  const std::string most = std::to_string(atMost), least = std::to_string(atLeast);
+  const std::string most = fmt::to_string(atMost), least = fmt::to_string(atLeast);
   // A partial grant leaves a record of its size under this key, so that a resend finds its member
   // in O(1). Kept for twice the longest a resend can come after the first attempt.
   const std::string record = suffixName(name_, "grant:" + hexOf(id));
   const ClientOptions& o = client_->options();
   const auto bound = o.pool.waitTimeout + o.connection.connectTimeout + o.connection.commandTimeout;
-  const std::string recordTtl = std::to_string(std::max<std::int64_t>(2 * bound.count(), 1000));
+  const std::string recordTtl = fmt::to_string(std::max<std::int64_t>(2 * bound.count(), 1000));
   std::vector<std::string_view> keys = keyViews_;
   keys.push_back(record);
   return onceMoreIfClosed([&](bool resend) {
     const std::string now = nowArg(), expected = expectedRateArg();
     const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-      throw UnexpectedReplyError("redlimit: limiter " + name_ +
-                                 ": expected an array of 6 from the acquire script, got another reply");
+      throw UnexpectedReplyError(fmt::format(
+          "redlimit: limiter {}: expected an array of 6 from the acquire script, got another reply", name_));
     }
     AcquireResult out;
     out.granted = r.elements[0].asInteger();
@@ -252,8 +250,7 @@ AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, co
 AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
   checkPermits(atLeast);
   if (atMost < atLeast) {
-    throw InvalidArgument("redlimit: atMost (" + std::to_string(atMost) + ") < atLeast (" +
-                          std::to_string(atLeast) + ")");
+    throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
   }
   if (atMost > kMaxRate) atMost = kMaxRate;
   return guardedAttempt(atLeast, atMost, idBytes());
@@ -337,7 +334,7 @@ std::int64_t RateLimiter::availablePermits() {
 RateLimiterConfig RateLimiter::getConfig() {
   const Reply r = onceMoreIfClosed([&](bool) { return client_->command({"HGETALL", keys_[0]}); });
   if (r.type != Reply::Type::Array || r.elements.empty()) {
-    throw NotInitializedError("ERR", "redlimit: RateLimiter " + name_ + " is not initialized");
+    throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", name_));
   }
   RateLimiterConfig cfg;
   bool haveRate = false, haveInterval = false, haveType = false;
@@ -352,8 +349,8 @@ RateLimiterConfig RateLimiter::getConfig() {
         v = lo - 1;
       }
       if (v < lo || v > hi) {
-        throw InvalidConfigError("ERR", "redlimit: field " + field + " of " + name_ + " holds \"" + value.str +
-                                            "\", not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+        throw InvalidConfigError("ERR", fmt::format("redlimit: field {} of {} holds \"{}\", not an integer in {}..{}",
+                                                    field, name_, value.str, lo, hi));
       }
       return v;
     };
@@ -371,23 +368,23 @@ RateLimiterConfig RateLimiter::getConfig() {
     }
   }
   if (!haveRate || !haveInterval || !haveType) {
-    throw InvalidConfigError("ERR", "redlimit: configuration of " + name_ + " lacks rate, interval or type");
+    throw InvalidConfigError("ERR", fmt::format("redlimit: configuration of {} lacks rate, interval or type", name_));
   }
   remember(cfg.rate, cfg.rateInterval);
   return cfg;
 }
 
 std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& member) {
-  if (permits < 0) throw InvalidArgument("redlimit: permits to release must be >= 0, got " + std::to_string(permits));
+  if (permits < 0) throw InvalidArgument(fmt::format("redlimit: permits to release must be >= 0, got {}", permits));
   std::int64_t left = permits > kMaxRate ? kMaxRate : permits;
   std::int64_t released = 0;
   // Each script call looks at a bounded number of members and says whether it stopped early.
   while (left > 0) {
-    const std::string n = std::to_string(left), now = nowArg(), expected = expectedRateArg();
+    const std::string n = fmt::to_string(left), now = nowArg(), expected = expectedRateArg();
     const Reply r = evalOnce(kRelease, {n, member, now, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 3) {
-      throw UnexpectedReplyError("redlimit: limiter " + name_ +
-                                 ": expected an array of 3 from the release script, got another reply");
+      throw UnexpectedReplyError(fmt::format(
+          "redlimit: limiter {}: expected an array of 3 from the release script, got another reply", name_));
     }
     const std::int64_t got = r.elements[0].asInteger();
     released += got;
@@ -415,25 +412,25 @@ std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::strin
 }
 
 bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  if (permits < 1) throw InvalidArgument("redlimit: permits must be >= 1, got " + std::to_string(permits));
+  if (permits < 1) throw InvalidArgument(fmt::format("redlimit: permits must be >= 1, got {}", permits));
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
   if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
-  throw TimeoutError("redlimit: limiter " + name_ + ": " + reason);
+  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
 }
 
 bool RateLimiter::expire(milliseconds ttl) {
   if (ttl.count() <= 0 || ttl > kMaxInterval) {
-    throw InvalidArgument("redlimit: expire needs a TTL in 1.." + std::to_string(kMaxInterval.count()) + " ms, got " +
-                          std::to_string(ttl.count()) + " ms");
+    throw InvalidArgument(
+        fmt::format("redlimit: expire needs a TTL in 1..{} ms, got {} ms", kMaxInterval.count(), ttl.count()));
   }
-  const std::string ms = std::to_string(ttl.count());
+  const std::string ms = fmt::to_string(ttl.count());
   return evalOnce(kTtl, {"PEXPIRE", ms}).asInteger() == 1;
 }
 
 bool RateLimiter::expireAt(std::chrono::system_clock::time_point when) {
   const auto ms = std::chrono::duration_cast<milliseconds>(when.time_since_epoch()).count();
   if (ms <= 0) throw InvalidArgument("redlimit: expireAt needs a time after the epoch");
-  const std::string arg = std::to_string(ms);
+  const std::string arg = fmt::to_string(ms);
   return evalOnce(kTtl, {"PEXPIREAT", arg}).asInteger() == 1;
 }
 

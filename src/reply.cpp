@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include <fmt/format.h>
+
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
@@ -14,7 +16,7 @@ std::int64_t Reply::asInteger() const {
     auto [ptr, ec] = std::from_chars(str.data(), end, v);
     if (ec == std::errc() && ptr == end && !str.empty()) return v;
   }
-  throw UnexpectedReplyError("redlimit: expected an integer reply, got " + describe());
+  throw UnexpectedReplyError(fmt::format("redlimit: expected an integer reply, got {}", describe()));
 }
 
 std::optional<std::int64_t> Reply::asOptionalInteger() const {
@@ -25,21 +27,21 @@ std::optional<std::int64_t> Reply::asOptionalInteger() const {
 std::string Reply::describe() const {
   constexpr std::size_t kShown = 64;
   auto quoted = [&] {
-    std::string out = "\"" + str.substr(0, kShown) + "\"";
-    if (str.size() > kShown) out += "... (" + std::to_string(str.size()) + " bytes)";
-    return out;
+    // substr, not a precision: fmt counts a string's precision in code points, and replies are bytes.
+    if (str.size() <= kShown) return fmt::format("\"{}\"", str);
+    return fmt::format("\"{}\"... ({} bytes)", str.substr(0, kShown), str.size());
   };
   switch (type) {
     case Type::Nil:
       return "nil";
     case Type::Integer:
-      return "the integer " + std::to_string(integer);
+      return fmt::format("the integer {}", integer);
     case Type::String:
-      return "the string " + quoted();
+      return fmt::format("the string {}", quoted());
     case Type::Status:
-      return "the status " + quoted();
+      return fmt::format("the status {}", quoted());
     case Type::Array:
-      return "an array of " + std::to_string(elements.size());
+      return fmt::format("an array of {}", elements.size());
   }
   return "a reply of unknown type";
 }

@@ -2,6 +2,8 @@
 #include <charconv>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 
@@ -9,14 +11,14 @@ namespace redlimit {
 namespace {
 
 [[noreturn]] void bad(const std::string& uri, const std::string& why) {
-  throw InvalidArgument("redlimit: bad Redis URI \"" + uri + "\": " + why);
+  throw InvalidArgument(fmt::format("redlimit: bad Redis URI \"{}\": {}", uri, why));
 }
 
 int toInt(const std::string& uri, std::string_view text, const char* what, int lo, int hi) {
   int v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi) {
-    bad(uri, std::string(what) + " must be a number in " + std::to_string(lo) + ".." + std::to_string(hi));
+    bad(uri, fmt::format("{} must be a number in {}..{}", what, lo, hi));
   }
   return v;
 }
@@ -55,7 +57,7 @@ void applyQuery(const std::string& uri, std::string_view query, ConnectionOption
     } else if (key == "user") {
       o.user = percentDecode(uri, value);
     } else {
-      bad(uri, "unknown query parameter \"" + std::string(key) + "\"");
+      bad(uri, fmt::format("unknown query parameter \"{}\"", key));
     }
   }
 }
@@ -70,8 +72,9 @@ ConnectionOptions parseUri(const std::string& uri, ConnectionOptions o) {
     std::string_view path = rest.substr(0, q);
     if (path.empty() || path.front() != '/') bad(uri, "unix socket path must be absolute");
     if (path.size() > kMaxUnixSocketPath) {
-      bad(uri, "unix socket path of " + std::to_string(path.size()) + " bytes is longer than hiredis hands to the OS intact (" +
-                   std::to_string(kMaxUnixSocketPath) + " bytes, kMaxUnixSocketPath): it would be cut short and name another socket");
+      bad(uri, fmt::format("unix socket path of {} bytes is longer than hiredis hands to the OS intact ({} bytes, "
+                           "kMaxUnixSocketPath): it would be cut short and name another socket",
+                           path.size(), kMaxUnixSocketPath));
     }
     o.unixSocket = std::string(path);
     if (q != std::string_view::npos) applyQuery(uri, rest.substr(q + 1), o);
