@@ -123,8 +123,8 @@ RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateL
 }
 
 // Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
-// runs it again on a fresh connection with `resend` set, as long as another try fits in the
-// call's time bound (pool wait + connect + command timeout): that holds when each close was
+// runs it again on a fresh connection with `resend` set, up to three tries in all and as long as
+// another try fits in the call's time bound (pool wait + connect + command timeout): that holds when each close was
 // noticed at once (a killed connection, a restarted server), and a close that hits the fresh
 // connection too (CLIENT KILL of every client) is tried again rather than reported as an outage.
 // Only for calls that are safe to send more than once: reads, and acquires whose member id makes
@@ -137,12 +137,13 @@ auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
   // Saturating: a pool waitTimeout of milliseconds::max() must not wrap the budget negative.
   const auto retryCost = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   const auto budget = detail::saturatingAdd(o.pool.waitTimeout, retryCost);
-  for (bool resend = false;; resend = true) {
+  constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
+  for (int tries = 1;; ++tries) {
     try {
-      return call(resend);
+      return call(tries > 1);
     } catch (const ClosedError&) {
       const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-      if (detail::saturatingAdd(spent, retryCost) > budget) throw;
+      if (tries == kMaxTries || detail::saturatingAdd(spent, retryCost) > budget) throw;
     }
   }
 }
@@ -214,11 +215,15 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   const std::string most = fmt::to_string(atMost), least = fmt::to_string(atLeast);
   // A partial grant leaves a record of its size under this key, so that a resend finds its member
-  // in O(1). Kept for twice the longest a resend can come after the first attempt.
+  // in O(1). Kept for twice the longest a resend can come after the first attempt (the call's time
+  // bound, saturating), at least 1 s and at most an hour: a resend later than the grant's own
+  // interval could only take capacity again for a grant whose window has passed.
   const std::string record = suffixName(name_, "grant:" + hexOf(id));
   const ClientOptions& o = client_->options();
-  const auto bound = o.pool.waitTimeout + o.connection.connectTimeout + o.connection.commandTimeout;
-  const std::string recordTtl = fmt::to_string(std::max<std::int64_t>(2 * bound.count(), 1000));
+  const auto bound = detail::saturatingAdd(
+      o.pool.waitTimeout, detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout));
+  const std::string recordTtl = fmt::to_string(
+      std::clamp(detail::saturatingAdd(bound, bound), milliseconds{1000}, milliseconds{3600000}).count());
   std::vector<std::string_view> keys = keyViews_;
   keys.push_back(record);
   return onceMoreIfClosed([&](bool resend) {

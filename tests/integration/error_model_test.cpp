@@ -141,7 +141,10 @@ class NoFreeDescriptors {
 /// left and reports a false "invalid vptr". The calls the library makes on the error while
 /// descriptors are exhausted (what() through std::runtime_error and Error, typeid(e).name()) are
 /// made once here first, so their checks hit the cache.
-void warmVptrChecks() {
+void warmVptrChecks(const std::shared_ptr<Client>& client) {
+  // The library formats its messages with fmt, whose buffer is polymorphic: have UBSan check that
+  // type once while descriptors are still free (its check needs one).
+  EXPECT_THROW(RateLimiter(client, std::string(RateLimiter::kMaxNameLength + 1, 'n')), InvalidArgument);
   const ResourceLimitError sample("EMFILE", "warm-up");
   const std::runtime_error& asRuntime = sample;
   const Error& asError = sample;
@@ -515,7 +518,7 @@ TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
     Events events;
     auto c = newClient();
     RateLimiter rl(c, name(), events.options(policy));
-    warmVptrChecks();
+    warmVptrChecks(c);
     std::exception_ptr thrown;
     bool returned = false;
     {
