@@ -24,7 +24,7 @@ enum class RateType {
 /// Which clock stamps permits.
 enum class TimeSource {
   Server,  // redis.call('TIME') inside the script: immune to client clock skew (default)
-  Client,  // this host's wall clock in epoch ms, sent with each call: exactly what Redisson does
+  Client,  // this host's wall clock (epoch µs), sent with each call: what Redisson does (in ms)
 };
 
 /// A limiter's configuration as stored in its hash.
