@@ -1,5 +1,7 @@
 -- acquire.lua: take permits, or say how long to wait.
--- KEYS[6] the record of a partial grant made under this call's id ({N}:grant:<hex id>).
+-- KEYS[6] the record of a partial grant made under this call's id ({N}:grant:<hex id>); read and
+-- written only when the call may be partial (most > least), so other calls may pass any key of the
+-- limiter's slot there (the client passes the hash key).
 -- ARGV[1] permits wanted (max), ARGV[2] least permits to accept (min; = max for an ordinary
 -- acquire, < max for a segment that may be partial), ARGV[3] the random id bytes of the member,
 -- ARGV[4] now in epoch µs ('' = server clock), ARGV[5] '1' if this is a resend of an earlier

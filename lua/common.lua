@@ -77,6 +77,17 @@ local function readKey(code, key, what, command, ...)
   return r
 end
 
+-- A configuration, with the state keys of its mode: the shared pair for OVERALL ('0'), this
+-- client's pair for PER_CLIENT ('1').
+local function makeConfig(rate, interval, rtype, keepAlive)
+  local cfg = {rate = rate, interval = interval, type = rtype, keepAlive = keepAlive,
+               valueKey = KEYS[2], permitsKey = KEYS[4]}
+  if rtype == '1' then
+    cfg.valueKey, cfg.permitsKey = KEYS[3], KEYS[5]
+  end
+  return cfg
+end
+
 -- Reads and checks the configuration hash. Fails with REDLIMIT_NOT_INITIALIZED if it does not
 -- exist, REDLIMIT_INVALID_CONFIG if it is not a hash or a field is missing or unusable.
 local function readConfig()
@@ -100,12 +111,7 @@ local function readConfig()
     fail('REDLIMIT_INVALID_CONFIG', 'configuration of limiter ' .. KEYS[1] .. ': ' .. bad ..
       '; fix it with setRate()')
   end
-  local cfg = {rate = rate, interval = interval, type = f[3], keepAlive = keepAlive,
-               valueKey = KEYS[2], permitsKey = KEYS[4]}
-  if f[3] == '1' then
-    cfg.valueKey, cfg.permitsKey = KEYS[3], KEYS[5]
-  end
-  return cfg
+  return makeConfig(rate, interval, f[3], keepAlive)
 end
 
 -- Now in epoch microseconds: the server's clock, or the client's when the caller passed one.
@@ -191,7 +197,6 @@ local function loadState(cfg, nowUs, shift, exact, expected)
     end
   end
   cfg.raw = value
-  cfg.nowUs = nowUs
   cfg.edge = scoreOf(nowUs - cfg.interval * 1000)
   local expired = readKey('REDLIMIT_INVALID_STATE', zkey, 'a sorted set', 'ZRANGEBYSCORE', '-inf', cfg.edge, 'LIMIT', 0, BATCH)
   local j = #expired
@@ -230,7 +235,8 @@ local function loadState(cfg, nowUs, shift, exact, expected)
 end
 
 -- Stores what loadState() decided, with `value` the value to leave (after this call's own grant
--- or release). Reclaims expired members (lowest ranks first, or the whole log); writes the value
+-- or release; FROZEN when loadState froze it). Reclaims expired members (lowest ranks first, or
+-- the whole log); writes the value
 -- with INCRBY when the key exists (it keeps its TTL) and SET when it was missing.
 local function writeState(cfg, value)
   if cfg.drop then
@@ -238,7 +244,6 @@ local function writeState(cfg, value)
   elseif cfg.reclaim > 0 then
     redis.call('ZREMRANGEBYRANK', cfg.permitsKey, 0, cfg.reclaim - 1)
   end
-  if cfg.frozen then value = FROZEN end
   if cfg.raw == nil then
     redis.call('SET', cfg.valueKey, value)
     cfg.rewrote = true

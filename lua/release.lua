@@ -67,5 +67,4 @@ for i = 1, #plan do
   end
 end
 applyTtl(cfg)
-if cfg.frozen then value = FROZEN end
 return {released, value + released, more}

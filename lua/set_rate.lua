@@ -32,9 +32,7 @@ local oldRate, oldType, oldKeepAlive = parseCount(old[1]), old[2], parseCount(ol
 local cfg = nil
 local value = nil
 if (mode == 'keep' or mode == 'update') and exists and oldType == rtype then
-  cfg = {rate = rate, interval = interval, type = rtype, keepAlive = keepAlive,
-         valueKey = KEYS[2], permitsKey = KEYS[4]}
-  if rtype == '1' then cfg.valueKey, cfg.permitsKey = KEYS[3], KEYS[5] end
+  cfg = makeConfig(rate, interval, rtype, keepAlive)
   local shift = false
   if oldRate and oldRate >= 1 and oldRate <= MAX_RATE then shift = rate - oldRate end
   value = loadState(cfg, currentMicros(ARGV[6]), shift, true, nil)
