@@ -120,12 +120,23 @@ RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateL
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id),
            suffixName(name_, "permits"), suffixName(name_, "permits:" + id)};
   keyViews_.assign(keys_.begin(), keys_.end());
+  acquireKeyViews_ = keyViews_;
+  acquireKeyViews_.push_back(keys_[0]);
+  const ClientOptions& o = client_->options();
+  // Saturating: a pool waitTimeout of milliseconds::max() must not wrap the bound negative.
+  retryCost_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  callBound_ = detail::saturatingAdd(o.pool.waitTimeout, retryCost_);
+  // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
+  // hour: a resend later than the grant's own interval could only take capacity again for a grant
+  // whose window has passed.
+  recordTtl_ = fmt::to_string(
+      std::clamp(detail::saturatingAdd(callBound_, callBound_), milliseconds{1000}, milliseconds{3600000}).count());
 }
 
 // Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
 // runs it again on a fresh connection with `resend` set, up to three tries in all and as long as
-// another try fits in the call's time bound (pool wait + connect + command timeout): that holds when each close was
-// noticed at once (a killed connection, a restarted server), and a close that hits the fresh
+// another try fits in the call's time bound (callBound_): that holds when each close was noticed at
+// once (a killed connection, a restarted server), and a close that hits the fresh
 // connection too (CLIENT KILL of every client) is tried again rather than reported as an outage.
 // Only for calls that are safe to send more than once: reads, and acquires whose member id makes
 // a resend a no-op grant. The pool drops its idle connections when one breaks, so each try gets a
@@ -133,17 +144,13 @@ RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateL
 template <class Call>
 auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
   const auto start = std::chrono::steady_clock::now();
-  const ClientOptions& o = client_->options();
-  // Saturating: a pool waitTimeout of milliseconds::max() must not wrap the budget negative.
-  const auto retryCost = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
-  const auto budget = detail::saturatingAdd(o.pool.waitTimeout, retryCost);
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
     try {
       return call(tries > 1);
     } catch (const ClosedError&) {
       const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-      if (tries == kMaxTries || detail::saturatingAdd(spent, retryCost) > budget) throw;
+      if (tries == kMaxTries || detail::saturatingAdd(spent, retryCost_) > callBound_) throw;
     }
   }
 }
@@ -214,21 +221,19 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 
 AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   const std::string most = fmt::to_string(atMost), least = fmt::to_string(atLeast);
-  // A partial grant leaves a record of its size under this key, so that a resend finds its member
-  // in O(1). Kept for twice the longest a resend can come after the first attempt (the call's time
-  // bound, saturating), at least 1 s and at most an hour: a resend later than the grant's own
-  // interval could only take capacity again for a grant whose window has passed.
-  const std::string record = suffixName(name_, "grant:" + hexOf(id));
-  const ClientOptions& o = client_->options();
-  const auto bound = detail::saturatingAdd(
-      o.pool.waitTimeout, detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout));
-  const std::string recordTtl = fmt::to_string(
-      std::clamp(detail::saturatingAdd(bound, bound), milliseconds{1000}, milliseconds{3600000}).count());
-  std::vector<std::string_view> keys = keyViews_;
-  keys.push_back(record);
+  // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
+  // size, so that a resend finds its member in O(1); other calls never touch it.
+  std::string record;
+  std::vector<std::string_view> rangeKeys;
+  if (atLeast < atMost) {
+    record = suffixName(name_, "grant:" + hexOf(id));
+    rangeKeys = keyViews_;
+    rangeKeys.push_back(record);
+  }
+  const std::vector<std::string_view>& keys = atLeast < atMost ? rangeKeys : acquireKeyViews_;
   return onceMoreIfClosed([&](bool resend) {
     const std::string now = nowArg(), expected = expectedRateArg();
-    const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl, expected});
+    const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl_, expected});
     if (r.type != Reply::Type::Array || r.elements.size() != 6) {
       throw UnexpectedReplyError(fmt::format(
           "redlimit: limiter {}: expected an array of 6 from the acquire script, got another reply", name_));
@@ -278,23 +283,16 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atM
     AcquireResult r = attempt(permits, atMost, id);
     gate_.succeeded();
     return r;
-  } catch (const PoolTimeoutError&) {
-    // Every connection is busy: congestion in this process, not an outage. The policy decides
-    // this call, but the limiter does not go degraded.
+  } catch (const IoError&) {
+    // Redis could not be asked: the policy decides this call. An exhausted pool (congestion in
+    // this process) does not degrade the limiter; any other IoError does (noteError).
+    gate_.noteError(started);
     if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
-    throw;
-  } catch (const IoError& e) {
-    gate_.failed(e, started);
-    if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
-    throw;
-  } catch (const ConfigurationError& e) {
-    gate_.misconfigured(e, started);  // reported, never decided by the policy: the set-up is wrong
-    throw;
-  } catch (const AuthError& e) {
-    gate_.misconfigured(e, started);
     throw;
   } catch (const Error&) {
-    gate_.succeeded();  // Redis answered (with an error): it is reachable
+    // A configuration error is reported and thrown, never decided by the policy; any other
+    // answer means Redis is reachable.
+    gate_.noteError(started);
     throw;
   }
 }
@@ -417,7 +415,7 @@ std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::strin
 }
 
 bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  if (permits < 1) throw InvalidArgument(fmt::format("redlimit: permits must be >= 1, got {}", permits));
+  checkPermits(permits);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
   if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
   throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));

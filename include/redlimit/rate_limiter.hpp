@@ -206,6 +206,14 @@ class RateLimiter {
   RateLimiterOptions options_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> keyViews_;
+  // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
+  // hash key in the record's place (the script touches the record only for a range).
+  std::vector<std::string_view> acquireKeyViews_;
+  // The longest one call may take: pool wait + connect timeout + command timeout (saturating),
+  // and the cost of one more try (connect + command timeout).
+  std::chrono::milliseconds callBound_{0};
+  std::chrono::milliseconds retryCost_{0};
+  std::string recordTtl_;                        // ms a partial grant's record is kept (acquire.lua ARGV[6])
   std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
