@@ -44,13 +44,8 @@ Reply Client::tracked(Call&& call) {
     Reply r = call();
     reachability_.succeeded();
     return r;
-  } catch (const PoolTimeoutError&) {
-    throw;  // every connection busy: congestion in this process, not an unreachable server
-  } catch (const IoError& e) {
-    reachability_.failed(e, started);
-    throw;
-  } catch (const ReplyError&) {
-    reachability_.succeeded();  // Redis answered
+  } catch (const Error&) {
+    reachability_.noteError(started);  // only an outage (an IoError but pool exhaustion) gates best-effort calls
     throw;
   }
 }

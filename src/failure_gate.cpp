@@ -75,6 +75,22 @@ void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(k
 
 void FailureGate::misconfigured(const Error& error, std::int64_t startedAt) { enter(kMisconfigured, error, startedAt); }
 
+void FailureGate::noteError(std::int64_t startedAt) {
+  try {
+    throw;
+  } catch (const PoolTimeoutError&) {
+  } catch (const IoError& e) {
+    failed(e, startedAt);
+  } catch (const ConfigurationError& e) {
+    misconfigured(e, startedAt);
+  } catch (const AuthError& e) {
+    misconfigured(e, startedAt);
+  } catch (const Error&) {
+    succeeded();
+  } catch (...) {
+  }
+}
+
 void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
   if (startedAt < recoveredAt_.load(std::memory_order_relaxed)) return;  // stale news
   const std::int64_t now = nowMicros();

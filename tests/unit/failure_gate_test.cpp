@@ -207,3 +207,36 @@ TEST(FailureGate, Item15_ConfigurationErrorIsReportedOnceWithoutProbeGating) {
   EXPECT_FALSE(gate.stats().misconfigured);
   EXPECT_EQ(gate.stats().allowed + gate.stats().denied, 0u) << "nothing was decided by the policy";
 }
+
+// noteError is the one place that says what an error means for health: an exhausted pool nothing,
+// another IoError an outage, a configuration or auth error a misconfiguration, any other answer
+// from Redis a recovery.
+TEST(FailureGate, NoteErrorClassifiesTheExceptionBeingHandled) {
+  Recorder r;
+  FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
+  auto note = [&](auto error) {
+    try {
+      throw error;
+    } catch (const Error&) {
+      gate.noteError(manualNow());
+    }
+  };
+  note(PoolTimeoutError("pool"));
+  EXPECT_FALSE(gate.stats().degraded);
+  EXPECT_TRUE(r.events.empty());
+  note(ClosedError("closed"));
+  EXPECT_TRUE(gate.stats().degraded);
+  note(ReplyError("ERR", "answered"));
+  EXPECT_FALSE(gate.stats().degraded);
+  note(AuthError("WRONGPASS", "bad password"));
+  EXPECT_TRUE(gate.stats().misconfigured);
+  note(ScriptError("ERR", "answered"));
+  EXPECT_FALSE(gate.stats().misconfigured);
+  note(ReplicaError("READONLY", "a replica"));
+  EXPECT_TRUE(gate.stats().misconfigured);
+  ASSERT_EQ(r.events.size(), 5u);  // Degraded, Recovered, Degraded, Recovered, Degraded
+  EXPECT_EQ(r.events[0].cause, HealthEvent::Cause::Outage);
+  EXPECT_EQ(r.events[2].cause, HealthEvent::Cause::Configuration);
+  EXPECT_EQ(r.events[4].cause, HealthEvent::Cause::Configuration);
+  EXPECT_EQ(r.events[3].kind, HealthEvent::Kind::Recovered);
+}

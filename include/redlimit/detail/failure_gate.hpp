@@ -49,6 +49,12 @@ class FailureGate {
   /// AuthError): reports Degraded with HealthEvent::Cause::Configuration once, and gates nothing.
   /// Stale news is ignored as in failed().
   void misconfigured(const Error& error, std::int64_t startedAt);
+  /// Records the outcome of the call that started at `startedAt` and failed with the exception
+  /// being handled (call it from a catch block): PoolTimeoutError (every connection busy:
+  /// congestion in this process) changes nothing; another IoError is failed(); ConfigurationError
+  /// and AuthError are misconfigured(); any other redlimit::Error means Redis answered:
+  /// succeeded(). The one place that says what each error means for a limiter's health.
+  void noteError(std::int64_t startedAt);
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
