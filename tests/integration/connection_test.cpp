@@ -27,9 +27,6 @@ using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 
-std::int64_t msSince(SteadyTime::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - t).count();
-}
 
 /// A loopback listener with backlog 0 whose accept queue is already full, so that a further
 /// connect() hangs in SYN_SENT until the caller's connect timeout: a connect timeout without

@@ -34,9 +34,6 @@ using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 
-std::int64_t msSince(SteadyTime::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - t).count();
-}
 
 std::string typeName(const std::exception& e) {
   int status = 0;

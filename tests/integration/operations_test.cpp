@@ -25,9 +25,6 @@ class PerClient : public RedisTest {
 };
 class ClientTime : public RedisTest {};
 
-std::int64_t msSince(SteadyTime::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - t).count();
-}
 
 }  // namespace
 

@@ -47,9 +47,6 @@ class Scenario : public RedisTest {
   }
 };
 
-std::int64_t elapsedMs(SteadyTime::time_point since) {
-  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - since).count();
-}
 
 }  // namespace
 
@@ -80,7 +77,7 @@ TEST_F(Scenario, S02_SlidingWindowNotFixedWindow) {
   std::this_thread::sleep_until(start + milliseconds(650));
   EXPECT_TRUE(rl.tryAcquire()) << "the permit taken at 0 ms has expired";
   EXPECT_FALSE(rl.tryAcquire()) << "the permit taken at 300 ms is live until 900 ms";
-  ASSERT_LT(elapsedMs(start), 900) << "machine too slow for this scenario's timing";
+  ASSERT_LT(msSince(start), 900) << "machine too slow for this scenario's timing";
 }
 
 // 3. getConfig after trySetRate(OVERALL, 1, 5 s) is (rate 1, interval 5000, OVERALL).
@@ -156,7 +153,7 @@ TEST_F(Scenario, S07_TimeoutZeroIsOneAttempt) {
       }
     }
     for (int i = 0; i < 5; ++i) EXPECT_FALSE(rl.tryAcquire(1, milliseconds(0))) << "round " << round;
-    EXPECT_LT(elapsedMs(start), 300) << "a denial with timeout 0 must not wait";
+    EXPECT_LT(msSince(start), 300) << "a denial with timeout 0 must not wait";
     sleepMs(340);
   }
 }
@@ -169,7 +166,7 @@ TEST_F(Scenario, S08_TimeoutShorterThanTheWaitGivesUp) {
   EXPECT_TRUE(rl.tryAcquire(1, milliseconds(200)));
   const auto start = SteadyTime::now();
   EXPECT_FALSE(rl.tryAcquire(1, milliseconds(200)));
-  EXPECT_LT(elapsedMs(start), 600) << "waited for a permit that could not come within the timeout";
+  EXPECT_LT(msSince(start), 600) << "waited for a permit that could not come within the timeout";
   EXPECT_EQ(rl.availablePermits(), 0);
 }
 
@@ -221,7 +218,7 @@ TEST_F(Scenario, S10_EightThreadsAcquireNeverExceedTheRate) {
   ASSERT_EQ(static_cast<std::int64_t>(grants.size()), kTotal);
   EXPECT_EQ(windowViolation(grants, kRate, kIntervalMs), "");
   // 108 permits at 18 per 200 ms need at least 5 full intervals after the first burst.
-  EXPECT_GE(elapsedMs(start), (kTotal / kRate - 1) * kIntervalMs - 2);
+  EXPECT_GE(msSince(start), (kTotal / kRate - 1) * kIntervalMs - 2);
 }
 
 // 11. 10 per 1 s, 8 threads with short random pauses until 500 grants: every 10th grant is more
@@ -446,7 +443,7 @@ TEST_F(Scenario, S21_NoDriftUnderLoad) {
   }
   stop = true;
   for (auto& th : threads) th.join();
-  const std::int64_t runMs = elapsedMs(begin);
+  const std::int64_t runMs = msSince(begin);
   EXPECT_EQ(errors.load(), 0);
   // No drift: every member holds one permit, so value + ZCARD == rate at every sample (no permit
   // lost or doubled, however the threads were scheduled), and the log never holds more members

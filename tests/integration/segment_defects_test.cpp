@@ -33,9 +33,6 @@ using Segmented = SegmentedRateLimiter<RateLimiter>;
 // Fault tests on this 2-core machine allow this much beyond a computed bound.
 constexpr milliseconds kSlack{500};
 
-std::int64_t msSince(SteadyTime::time_point start) {
-  return std::chrono::duration_cast<milliseconds>(SteadyTime::now() - start).count();
-}
 
 /// Threads of this process now (/proc/self/task).
 std::ptrdiff_t threadCount() {
