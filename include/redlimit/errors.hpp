@@ -13,11 +13,13 @@
 //   ├── IoError                  connect refused, reset, protocol error: no decision was made
 //   │   ├── ClosedError          the server closed the connection
 //   │   ├── UnavailableError     the server answered that it cannot serve now (LOADING, BUSY...)
-//   │   └── TimeoutError         connect or command timeout
-//   │       └── PoolTimeoutError no free connection within PoolOptions::waitTimeout
+//   │   ├── ProtocolError        the peer sent bytes that are not RESP, or a reply over ReplyLimits
+//   │   └── TimeoutError         connect timeout, or a request's whole deadline passed
+//   │       └── PoolTimeoutError too many requests already queued on this Client (PoolOptions::maxPending)
 //   ├── ConfigurationError       the set-up is wrong; retrying will not help (not an outage)
 //   │   ├── ReplicaError         the address names a read-only replica (READONLY, MASTERDOWN)
-//   │   ├── TlsPortError         the port speaks TLS; redlimit connects in plain text
+//   │   ├── TlsPortError         the port speaks TLS and the client was told to connect in plain text
+//   │   ├── TlsError             TLS set-up failed: certificate not trusted, wrong name, unreadable files
 //   │   ├── ResourceLimitError   this process or host ran out of file descriptors (EMFILE, ENFILE)
 //   │   └── RequestLimitError    the server refused a request over its limits (proto-max-bulk-len...)
 //   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...)
@@ -73,13 +75,23 @@ class UnavailableError : public IoError {
   std::string code_;
 };
 
-/// Connecting or waiting for a reply took longer than the configured timeout.
+/// The peer's bytes are not a RESP reply (garbage, a reply to nothing), or a reply exceeded
+/// ConnectionOptions::replyLimits. The connection is closed; every request waiting on it fails.
+class ProtocolError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+/// Connecting took longer than ConnectionOptions::connectTimeout, or a request's whole deadline
+/// (queueing, writing and waiting for the reply) passed. A request that timed out after it was
+/// written leaves its connection closed, so that no later reply can be matched to it.
 class TimeoutError : public IoError {
  public:
   using IoError::IoError;
 };
 
-/// No pooled connection became free within PoolOptions::waitTimeout.
+/// The Client already has PoolOptions::maxPending requests waiting for replies: congestion in this
+/// process, not an outage (a limiter does not degrade on it).
 class PoolTimeoutError : public TimeoutError {
  public:
   using TimeoutError::TimeoutError;
@@ -111,6 +123,14 @@ class ReplicaError : public ConfigurationError {
 /// The port speaks TLS (the server reset the plain-text connection and answered a TLS hello with
 /// a TLS record). redlimit connects in plain text: use the server's plain port.
 class TlsPortError : public ConfigurationError {
+ public:
+  using ConfigurationError::ConfigurationError;
+};
+
+/// TLS could not be set up: the server's certificate is not trusted by the configured CA, does not
+/// name the host (or TlsOptions::serverName), a certificate or key file cannot be read, or the
+/// server refused the client certificate. The message says which.
+class TlsError : public ConfigurationError {
  public:
   using ConfigurationError::ConfigurationError;
 };

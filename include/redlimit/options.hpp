@@ -20,6 +20,31 @@ inline constexpr std::chrono::milliseconds kMaxConnectionTimeout{INT_MAX};
 /// socket's path. Longer paths are refused with InvalidArgument.
 inline constexpr std::size_t kMaxUnixSocketPath = sizeof(sockaddr_un::sun_path) - 2;
 
+/// TLS for the connection (OpenSSL 3). `rediss://` URIs turn it on; their query parameters
+/// `cacert`, `capath`, `cert`, `key`, `sni` and `verify=0|1` fill the fields of the same meaning.
+struct TlsOptions {
+  bool enabled = false;                               // speak TLS on the TCP connection
+  std::string caFile;                                 // PEM file of trusted CAs; empty (and caPath empty)
+                                                      // = the system's default trust store
+  std::string caPath;                                 // directory of hashed CA certificates (c_rehash)
+  std::string certFile;                               // client certificate (PEM) for mutual TLS; needs keyFile
+  std::string keyFile;                                // private key of certFile (PEM, unencrypted)
+  std::string serverName;                             // SNI and the name the certificate must carry;
+                                                      // empty = the host of ConnectionOptions
+  bool verifyPeer = true;                             // check the server's certificate chain and name
+};
+
+/// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure:
+/// the connection is closed and every request waiting on it fails (ProtocolLimitError for the one
+/// whose reply broke the limit). Limiters' replies are tiny; the limits only bound what a broken
+/// or hostile peer can make a client allocate.
+struct ReplyLimits {
+  std::size_t maxBulkBytes = std::size_t{64} << 20;  // longest bulk string, bytes; >= 1
+  std::size_t maxElements = std::size_t{1} << 20;    // most elements in one array (each level), >= 1
+  int maxDepth = 7;                                   // deepest nesting of arrays, 1..7 (hiredis's
+                                                      // reader stops at 7)
+};
+
 /// How to reach one Redis server and what to send after connecting.
 struct ConnectionOptions {
   std::string host = "127.0.0.1";                     // TCP host; ignored when unixSocket is set
@@ -33,6 +58,8 @@ struct ConnectionOptions {
                                                       // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
   std::chrono::milliseconds commandTimeout{500};      // waiting for one reply, ms; in 1..kMaxConnectionTimeout
   bool keepAlive = true;                              // TCP keep-alive on the socket
+  TlsOptions tls;                                     // TLS (off unless `rediss://` or set here)
+  ReplyLimits replyLimits;                            // what a reply may make the client allocate
 };
 
 /// Bounds of the connection pool a Client uses.
