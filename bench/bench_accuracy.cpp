@@ -294,7 +294,6 @@ std::shared_ptr<redlimit::Client> hammerClient() {
   options.connection.port = gServer->port();
   options.connection.commandTimeout = std::chrono::seconds(10);
   options.pool.size = kThreads;
-  options.pool.waitTimeout = std::chrono::seconds(10);
   return redlimit::Client::create(options);
 }
 

@@ -1,7 +1,7 @@
 // bench_redlimit: what one RateLimiter decision costs, each figure beside its baseline measured
 // in the same run, then a summary table of ratios (stdout and <results>/bench_redlimit.summary.txt).
 //
-//  1.-3. PING through redlimit's Connection and through raw hiredis (the round-trip floor),
+//  1.-3. PING through redlimit's Client and through raw hiredis (the round-trip floor),
 //        EVALSHA of acquire.lua through raw hiredis, RateLimiter::tryAcquire: interleaved call by
 //        call, granted and denied; p50 and p99
 //  4.    1..16 threads sharing one Client: one hot limiter, 10 000 limiters
@@ -71,7 +71,6 @@ redlimit::ClientOptions clientOptions(const rb::BenchServer& server, std::size_t
   // Generous: a loaded 2-core machine must show up as latency, not as a TimeoutError.
   o.connection.commandTimeout = std::chrono::seconds(10);
   o.pool.size = poolSize;
-  o.pool.waitTimeout = std::chrono::seconds(10);
   return o;
 }
 
@@ -221,7 +220,7 @@ std::unique_ptr<RateLimiter> makeLimiter(const std::shared_ptr<redlimit::Client>
 
 // The calls a user compares, interleaved call by call (the order rotates every round) so that
 // drift in the machine's load hits all of them alike:
-//   PING through redlimit's Connection, PING through raw hiredis (the round-trip floor),
+//   PING through redlimit's Client, PING through raw hiredis (the round-trip floor),
 //   EVALSHA of `return 1` with acquire's arguments (what any script costs), EVALSHA of
 //   acquire.lua through raw hiredis, RateLimiter::tryAcquire (same limiter, same arguments: the
 //   script's share and the library's). Manual time = tryAcquire's.
@@ -229,7 +228,6 @@ void BM_RoundTrips(benchmark::State& state) {
   const bool granted = state.range(0) == 1;
   guarded(state, [&] {
     const rb::BenchServer& server = *gWorld->server;
-    redlimit::Connection conn(clientOptions(server, 1).connection);
     rb::RawRedis rawPing(server.host(), server.port());
     rb::RawRedis rawScript(server.host(), server.port());
     auto client = redlimit::Client::create(clientOptions(server, 1));
@@ -244,7 +242,7 @@ void BM_RoundTrips(benchmark::State& state) {
     auto run = [&](int kind) {
       switch (kind) {
         case kPingConnection:
-          benchmark::DoNotOptimize(conn.command({"PING"}));
+          benchmark::DoNotOptimize(client->command({"PING"}));
           break;
         case kPingHiredis: {
           auto* r = static_cast<redisReply*>(redisCommandArgv(rawPing.get(), 1, pingArgv, pingLen));
@@ -706,7 +704,7 @@ std::string summary(const std::string& machine) {
       << "Machine: " << machine << "\n"
       << "Loopback TCP to throwaway redis-servers; latencies are per call, timed by the caller.\n\n"
       << "Ratios, each measured in this run                                      value  target\n";
-  ratioRow("tryAcquire p50 / PING p50, both on redlimit's Connection", fig("granted.tryAcquire.p50") / fig("granted.ping_connection.p50"), 1.3);
+  ratioRow("tryAcquire p50 / PING p50, both on redlimit's Client", fig("granted.tryAcquire.p50") / fig("granted.ping_connection.p50"), 1.3);
   ratioRow("tryAcquire p50 / raw hiredis EVALSHA of acquire.lua p50", fig("granted.tryAcquire.p50") / fig("granted.evalsha_hiredis.p50"), 1.05);
   ratioRow("acquire.lua / reference, script execution us per call (steady)", fig("cost.steady.ours") / fig("cost.steady.ref"), 0.8);
   ratioRow("acquire.lua / reference as plain EVAL, server CPU per call (steady)", fig("cost.steady.ours.cpu") / fig("cost.steady.ref_eval.cpu"), 0.8);
@@ -714,7 +712,7 @@ std::string summary(const std::string& machine) {
   ratioRow("8-thread / 1-thread throughput, one hot limiter", fig("threads.hot.8.rate") / fig("threads.hot.1.rate"), 0);
 
   out << "\nLatency per call, us (interleaved call by call)              granted p50/p99    denied p50/p99\n";
-  const std::pair<const char*, const char*> latRows[] = {{"PING, redlimit Connection", "ping_connection"},
+  const std::pair<const char*, const char*> latRows[] = {{"PING, redlimit Client", "ping_connection"},
                                                          {"PING, raw hiredis", "ping_hiredis"},
                                                          {"EVALSHA `return 1`, same arguments, raw hiredis", "empty_script_hiredis"},
                                                          {"EVALSHA acquire.lua, raw hiredis", "evalsha_hiredis"},

@@ -1,9 +1,14 @@
 #include "redlimit/client.hpp"
 
+#include <thread>
+
 #include <fmt/format.h>
 
+#include "fork_guard.hpp"
 #include "random.hpp"
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
+#include "transport.hpp"
 
 namespace redlimit {
 namespace {
@@ -23,10 +28,21 @@ FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {
 Client::Client(ClientOptions options)
     : options_(std::move(options)),
       clientId_(options_.clientId.empty() ? detail::randomUuidV4() : options_.clientId),
-      pool_(options_.connection, options_.pool),
-      reachability_("client", reachabilityOptions(options_.bestEffortRetry)) {}
+      reachability_(std::make_shared<detail::FailureGate>("client", reachabilityOptions(options_.bestEffortRetry))) {
+  owned_ = detail::Transport::start(options_.connection, options_.pool);
+  forkGeneration_.store(detail::forkGeneration(), std::memory_order_relaxed);
+  transport_.store(owned_.get(), std::memory_order_release);
+}
 
-Client::~Client() = default;
+Client::~Client() {
+  if (forkGeneration_.load(std::memory_order_relaxed) != detail::forkGeneration()) {
+    // A child that never called: the transport is the parent's. Leave it alone.
+    transport_.load()->abandonAfterFork();
+    new std::shared_ptr<detail::Transport>(std::move(owned_));  // leaked on purpose: see startAfterFork
+    return;
+  }
+  owned_->shutdown();
+}
 
 std::shared_ptr<Client> Client::create(ClientOptions options) {
   return std::make_shared<Client>(std::move(options));
@@ -37,82 +53,115 @@ std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions ba
   return create(std::move(base));
 }
 
-template <class Call>
-Reply Client::tracked(Call&& call) {
-  const std::int64_t started = reachability_.callStart();
-  try {
-    Reply r = call();
-    reachability_.succeeded();
-    return r;
-  } catch (const Error&) {
-    reachability_.noteError(started);  // only an outage (an IoError but pool exhaustion) gates best-effort calls
-    throw;
-  }
+detail::Transport& Client::transport() {
+  if (forkGeneration_.load(std::memory_order_acquire) != detail::forkGeneration()) startAfterFork();
+  return *transport_.load(std::memory_order_acquire);
+}
+
+void Client::startAfterFork() {
+  // This is a forked child, and the transport is the parent's: its I/O thread does not exist
+  // here, its locks may be held by threads that do not exist either, and its sockets carry the
+  // parent's request stream. Close this process's copies of the sockets without sending a byte,
+  // leak the object (destroying it would take those locks), and start a transport of our own.
+  const std::uint64_t now = detail::forkGeneration();
+  std::uint64_t seen = forkGeneration_.load(std::memory_order_acquire);
+  static std::mutex respawn;  // a child's threads start after the fork: fresh for them
+  std::lock_guard<std::mutex> lock(respawn);
+  seen = forkGeneration_.load(std::memory_order_acquire);
+  if (seen == now) return;
+  detail::Transport* inherited = transport_.load(std::memory_order_acquire);
+  inherited->abandonAfterFork();
+  new std::shared_ptr<detail::Transport>(std::move(owned_));  // leaked on purpose
+  owned_ = detail::Transport::start(options_.connection, options_.pool);
+  transport_.store(owned_.get(), std::memory_order_release);
+  forkGeneration_.store(now, std::memory_order_release);
+}
+
+PoolStats Client::poolStats() const {
+  const detail::TransportCounters c = transport_.load(std::memory_order_acquire)->counters();
+  PoolStats s;
+  s.open = c.open;
+  s.created = c.created;
+  s.discarded = c.discarded;
+  s.pending = c.pending;
+  s.rejected = c.rejected;
+  s.writes = c.writes;
+  s.requests = c.requests;
+  return s;
 }
 
 bool Client::admitBestEffort() noexcept {
-  const bool go = reachability_.shouldTry();
+  const bool go = reachability_->shouldTry();
   (go ? bestEffortSent_ : bestEffortSkipped_).fetch_add(1, std::memory_order_relaxed);
   return go;
 }
 
 BestEffortStats Client::bestEffortStats() const noexcept {
   return BestEffortStats{bestEffortSent_.load(std::memory_order_relaxed),
-                         bestEffortSkipped_.load(std::memory_order_relaxed), reachability_.stats().degraded};
+                         bestEffortSkipped_.load(std::memory_order_relaxed), reachability_->stats().degraded};
+}
+
+bool Client::onIoThread() const noexcept { return transport_.load(std::memory_order_acquire)->onIoThread(); }
+
+namespace {
+[[noreturn]] void syncOnIoThread(const std::string& command) {
+  throw InvalidArgument(fmt::format("redlimit: {}: a sync call from a completion callback would wait for the thread "
+                                    "that runs it; use the ...Async form there",
+                                    command));
+}
+}  // namespace
+
+Reply Client::callTracked(detail::Request request) {
+  if (onIoThread()) syncOnIoThread(request.command);
+  request.budget = options_.connection.commandTimeout;
+  request.deadline = detail::deadlineAfter(request.budget);
+  const std::int64_t started = reachability_->callStart();
+  detail::Outcome out = transport().call(std::move(request));
+  if (!out.error) {
+    reachability_->succeeded();
+    return std::move(out.reply);
+  }
+  try {
+    std::rethrow_exception(out.error);
+  } catch (const Error&) {
+    reachability_->noteError(started);  // only an outage (an IoError but PoolTimeoutError) gates best-effort calls
+    throw;
+  }
 }
 
 Reply Client::command(std::initializer_list<std::string_view> argv) {
-  return tracked([&] {
-    auto lease = pool_.acquire();
-    return lease->command(argv);
-  });
+  return callTracked(detail::makeRequest(argv.begin(), argv.size()));
 }
 
 Reply Client::command(const std::vector<std::string_view>& argv) {
-  return tracked([&] {
-    auto lease = pool_.acquire();
-    return lease->command(argv);
-  });
+  return callTracked(detail::makeRequest(argv.data(), argv.size()));
 }
 
 Reply Client::eval(const Script& script, const std::vector<std::string_view>& keys,
                    const std::vector<std::string_view>& args) {
-  return tracked([&] { return evalUntracked(script, keys, args); });
+  return callTracked(detail::makeScriptRequest(script, keys, args));
 }
 
-Reply Client::evalUntracked(const Script& script, const std::vector<std::string_view>& keys,
-                            const std::vector<std::string_view>& args) {
-  const std::string numKeys = fmt::to_string(keys.size());
-  std::vector<std::string_view> argv;
-  argv.reserve(3 + keys.size() + args.size());
-  argv.push_back("EVALSHA");
-  argv.push_back(script.sha1);
-  argv.push_back(numKeys);
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-
-  auto lease = pool_.acquire();
-  try {
-    return lease->command(argv);
-  } catch (const ReplyError& e) {
-    if (e.code() != "NOSCRIPT") throw;
-  }
-  // The server lost the script (restart, SCRIPT FLUSH, failover): load it on this connection,
-  // where the retry runs, and try once more.
-  Reply loaded = lease->command({"SCRIPT", "LOAD", script.source});
-  if (loaded.str != script.sha1) {
-    throw ScriptError("ERR", fmt::format("redlimit: SCRIPT LOAD of {} returned SHA1 {}, expected {}", script.name,
-                                         loaded.str, script.sha1));
-  }
-  try {
-    return lease->command(argv);
-  } catch (const ReplyError& e) {
-    if (e.code() != "NOSCRIPT") throw;
-  }
-  // Flushed again between the load and the retry: send the source itself, which cannot miss.
-  argv[0] = "EVAL";
-  argv[1] = script.source;
-  return lease->command(argv);
+void Client::evalAsync(const Script& script, const std::vector<std::string_view>& keys,
+                       const std::vector<std::string_view>& args, ReplyCallback done) {
+  detail::Request request = detail::makeScriptRequest(script, keys, args);
+  request.budget = options_.connection.commandTimeout;
+  request.deadline = detail::deadlineAfter(request.budget);
+  const std::int64_t started = reachability_->callStart();
+  request.done = [gate = reachability_, started, done = std::move(done)](detail::Outcome out) {
+    if (!out.error) {
+      gate->succeeded();
+    } else {
+      try {
+        std::rethrow_exception(out.error);
+      } catch (const Error&) {
+        gate->noteError(started);
+      } catch (...) {
+      }
+    }
+    done(std::move(out.reply), std::move(out.error));
+  };
+  transport().submit(std::move(request));
 }
 
 }  // namespace redlimit

@@ -10,6 +10,8 @@
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
+#include "sync_wait.hpp"
+#include "pipeline.hpp"
 
 namespace redlimit {
 namespace {
@@ -111,7 +113,85 @@ std::string suffixName(const std::string& name, const std::string& suffix) {
   return "{" + name + "}:" + suffix;
 }
 
-RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl> {
+ public:
+  Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options);
+
+  bool trySetRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
+  void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
+  void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime,
+               bool keepState);
+  bool updateRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
+  bool tryAcquire(std::int64_t permits);
+  bool tryAcquire(std::int64_t permits, milliseconds timeout);
+  void acquire(std::int64_t permits);
+  AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+  void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
+  std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+  std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+  bool decideUnanswered(std::int64_t permits, const std::string& reason);
+  std::int64_t availablePermits();
+  RateLimiterConfig getConfig();
+  void release(std::int64_t permits);
+  bool expire(milliseconds ttl);
+  bool expireAt(std::chrono::system_clock::time_point when);
+  bool clearExpire();
+  milliseconds remainTimeToLive();
+  bool isExists();
+  bool deleteLimiter();
+
+  // One acquire attempt in flight: resent (with the same id) when the connection closed under it.
+  struct Attempt {
+    std::int64_t atLeast = 0;
+    std::int64_t atMost = 0;
+    std::string id;
+    std::string record;          // the partial-grant record's key; empty when atLeast == atMost
+    int tries = 0;
+    detail::SteadyTime start;
+    AcquireCallback done;
+  };
+  void send(std::shared_ptr<Attempt> attempt);
+  AcquireResult parseAcquire(const Reply& r, const std::string& id);
+  // guardedAttempt without waiting: the gate's bookkeeping runs in the completion.
+  void guardedAttemptAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
+
+  void checkPermits(std::int64_t permits) const;
+  // The configuration last seen in a reply, for the client-side permits check and the Local policy.
+  void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
+  // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
+  std::int64_t runRelease(std::int64_t permits, const std::string& member);
+  void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                 std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
+  AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  // One guarded acquire attempt for atLeast..atMost permits: goes to Redis unless the gate says
+  // not to; an unreachable Redis is decided by the failure policy (granted = atLeast or 0,
+  // wait = 0, no member).
+  AcquireResult guardedAttempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  template <class Call>
+  auto onceMoreIfClosed(Call&& call) -> decltype(call(false));
+  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);
+  std::string nowArg() const;
+  std::string expectedRateArg() const;
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  RateLimiterOptions options_;
+  std::vector<std::string> keys_;
+  std::vector<std::string_view> keyViews_;
+  // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
+  // hash key in the record's place (the script touches the record only for a range).
+  std::vector<std::string_view> acquireKeyViews_;
+  // The longest one call may take (connect timeout + command timeout, saturating: one request's
+  // deadline and the connecting it may wait for), and the cost of one more try (the same).
+  std::chrono::milliseconds callBound_{0};
+  std::chrono::milliseconds retryCost_{0};
+  std::string recordTtl_;                        // ms a partial grant's record is kept (acquire.lua ARGV[6])
+  std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
+  std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
+  detail::FailureGate gate_;
+};
+
+RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
     : client_(std::move(client)), name_(std::move(name)), options_(options), gate_(name_, options_.failure) {
   if (!client_) throw InvalidArgument("redlimit: RateLimiter needs a Client");
   checkName(name_);
@@ -123,9 +203,9 @@ RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateL
   acquireKeyViews_ = keyViews_;
   acquireKeyViews_.push_back(keys_[0]);
   const ClientOptions& o = client_->options();
-  // Saturating: a pool waitTimeout of milliseconds::max() must not wrap the bound negative.
+  // Saturating: timeouts near kMaxConnectionTimeout must not wrap the bound negative.
   retryCost_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
-  callBound_ = detail::saturatingAdd(o.pool.waitTimeout, retryCost_);
+  callBound_ = retryCost_;
   // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
   // hour: a resend later than the grant's own interval could only take capacity again for a grant
   // whose window has passed.
@@ -142,7 +222,7 @@ RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateL
 // a resend a no-op grant. The pool drops its idle connections when one breaks, so each try gets a
 // fresh one.
 template <class Call>
-auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
+auto RateLimiter::Impl::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
   const auto start = std::chrono::steady_clock::now();
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
@@ -155,12 +235,12 @@ auto RateLimiter::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
   }
 }
 
-void RateLimiter::remember(std::int64_t rate, milliseconds interval) noexcept {
+void RateLimiter::Impl::remember(std::int64_t rate, milliseconds interval) noexcept {
   knownRate_.store(rate, std::memory_order_relaxed);
   knownIntervalMs_.store(interval.count(), std::memory_order_relaxed);
 }
 
-std::string RateLimiter::nowArg() const {
+std::string RateLimiter::Impl::nowArg() const {
   if (options_.timeSource == TimeSource::Server) return {};
   auto now = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
   return fmt::to_string(now.count());
@@ -168,24 +248,24 @@ std::string RateLimiter::nowArg() const {
 
 // The rate this handle saw last, for the scripts' check of a configuration changed elsewhere
 // ('' if none was seen yet).
-std::string RateLimiter::expectedRateArg() const {
+std::string RateLimiter::Impl::expectedRateArg() const {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   return rate > 0 ? fmt::to_string(rate) : std::string();
 }
 
-Reply RateLimiter::evalOnce(const Script& s, const std::vector<std::string_view>& args) {
+Reply RateLimiter::Impl::evalOnce(const Script& s, const std::vector<std::string_view>& args) {
   return client_->eval(s, keyViews_, args);
 }
 
 // Only what is invalid whatever the rate: the rate itself may have been raised by another
 // process since this handle last saw it, so `permits > rate` is the script's to decide.
-void RateLimiter::checkPermits(std::int64_t permits) const {
+void RateLimiter::Impl::checkPermits(std::int64_t permits) const {
   if (permits < 1 || permits > kMaxRate) {
     throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxRate, permits));
   }
 }
 
-void RateLimiter::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                             const char* mode, bool* written) {
   checkConfig(type, rate, interval, keepAlive);
   const std::string rateArg = fmt::to_string(rate), intervalArg = fmt::to_string(interval.count()),
@@ -197,67 +277,123 @@ void RateLimiter::writeRate(RateType type, std::int64_t rate, milliseconds inter
   if (written != nullptr) *written = done;
 }
 
-bool RateLimiter::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+bool RateLimiter::Impl::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   bool written = false;
   writeRate(type, rate, interval, keepAlive, "try", &written);
   if (!written) knownRate_.store(0, std::memory_order_relaxed);  // someone else's rate is in force
   return written;
 }
 
-void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   writeRate(type, rate, interval, keepAlive, "reset", nullptr);
 }
 
-void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                           bool keepState) {
   writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset", nullptr);
 }
 
-bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   bool written = false;
   writeRate(type, rate, interval, keepAlive, "update", &written);
   return written;
 }
 
-AcquireResult RateLimiter::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
-  const std::string most = fmt::to_string(atMost), least = fmt::to_string(atLeast);
+AcquireResult RateLimiter::Impl::parseAcquire(const Reply& r, const std::string& id) {
+  if (r.type != Reply::Type::Array || r.elements.size() != 6) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}", name_, r.describe()));
+  }
+  AcquireResult out;
+  out.granted = r.elements[0].asInteger();
+  out.wait = milliseconds{r.elements[1].asInteger()};
+  out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
+  out.rate = r.elements[3].asInteger();
+  out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
+  out.interval = milliseconds{r.elements[5].asInteger()};
+  remember(out.rate, out.interval);
+  if (out.granted > 0) {
+    // The member as the script packed it: length byte, id, permits as little-endian uint32.
+    out.member.reserve(1 + id.size() + 4);
+    out.member.push_back(static_cast<char>(id.size()));
+    out.member += id;
+    for (int i = 0; i < 4; ++i) {
+      out.member.push_back(static_cast<char>((static_cast<std::uint64_t>(out.granted) >> (8 * i)) & 0xFF));
+    }
+  }
+  return out;
+}
+
+void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
+  ++a->tries;
+  const fmt::format_int most(a->atMost), least(a->atLeast);
+  const std::string now = nowArg(), expected = expectedRateArg();
   // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
   // size, so that a resend finds its member in O(1); other calls never touch it.
-  std::string record;
   std::vector<std::string_view> rangeKeys;
-  if (atLeast < atMost) {
-    record = suffixName(name_, "grant:" + hexOf(id));
+  if (!a->record.empty()) {
     rangeKeys = keyViews_;
-    rangeKeys.push_back(record);
+    rangeKeys.push_back(a->record);
   }
-  const std::vector<std::string_view>& keys = atLeast < atMost ? rangeKeys : acquireKeyViews_;
-  return onceMoreIfClosed([&](bool resend) {
-    const std::string now = nowArg(), expected = expectedRateArg();
-    const Reply r = client_->eval(kAcquire, keys, {most, least, id, now, resend ? "1" : "0", recordTtl_, expected});
-    if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-      throw UnexpectedReplyError(fmt::format(
-          "redlimit: limiter {}: expected an array of 6 from the acquire script, got another reply", name_));
+  const std::vector<std::string_view>& keys = a->record.empty() ? acquireKeyViews_ : rangeKeys;
+  const std::vector<std::string_view> args = {std::string_view(most.data(), most.size()),
+                                              std::string_view(least.data(), least.size()),
+                                              a->id,
+                                              now,
+                                              a->tries > 1 ? "1" : "0",
+                                              recordTtl_,
+                                              expected};
+  client_->evalAsync(kAcquire, keys, args, [self = shared_from_this(), a](Reply r, std::exception_ptr error) {
+    if (error) {
+      // The connection closed under the request: the reply may be lost. Send it again (the
+      // member id makes a resend a no-op grant) up to three tries and while one fits in the
+      // call's bound; a close that hits the fresh connection too is tried again rather than
+      // reported as an outage.
+      bool closed = false;
+      try {
+        std::rethrow_exception(error);
+      } catch (const ClosedError&) {
+        closed = true;
+      } catch (...) {
+      }
+      const auto spent = std::chrono::duration_cast<milliseconds>(detail::SteadyClock::now() - a->start);
+      if (closed && a->tries < 3 && detail::saturatingAdd(spent, self->retryCost_) <= self->callBound_) {
+        self->send(a);
+        return;
+      }
+      a->done(AcquireResult{}, error);
+      return;
     }
     AcquireResult out;
-    out.granted = r.elements[0].asInteger();
-    out.wait = milliseconds{r.elements[1].asInteger()};
-    out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
-    out.rate = r.elements[3].asInteger();
-    out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
-    out.interval = milliseconds{r.elements[5].asInteger()};
-    remember(out.rate, out.interval);
-    if (out.granted > 0) {
-      // The member as the script packed it: length byte, id, permits as little-endian uint32.
-      out.member.reserve(1 + id.size() + 4);
-      out.member.push_back(static_cast<char>(id.size()));
-      out.member += id;
-      for (int i = 0; i < 4; ++i) out.member.push_back(static_cast<char>((static_cast<std::uint64_t>(out.granted) >> (8 * i)) & 0xFF));
+    try {
+      out = self->parseAcquire(r, a->id);
+    } catch (...) {
+      a->done(AcquireResult{}, std::current_exception());
+      return;
     }
-    return out;
+    a->done(std::move(out), nullptr);
   });
 }
 
-AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
+  if (client_->onIoThread()) {
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: a sync acquire from a completion callback would wait "
+                                      "for the thread that runs it; use tryAcquireAsync there",
+                                      name_));
+  }
+  auto a = std::make_shared<Attempt>();
+  a->atLeast = atLeast;
+  a->atMost = atMost;
+  a->id = id;
+  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
+  a->start = detail::SteadyClock::now();
+  detail::SyncWait<AcquireResult> wait;
+  a->done = wait.callback();
+  send(std::move(a));
+  return wait.get();
+}
+
+AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
   checkPermits(atLeast);
   if (atMost < atLeast) {
     throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
@@ -266,7 +402,7 @@ AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atM
   return guardedAttempt(atLeast, atMost, idBytes());
 }
 
-AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atMost, const std::string& id) {
+AcquireResult RateLimiter::Impl::guardedAttempt(std::int64_t permits, std::int64_t atMost, const std::string& id) {
   auto decided = [&](bool granted) {
     AcquireResult r;  // no member, no interval: nothing was recorded in Redis
     r.granted = granted ? permits : 0;
@@ -297,12 +433,81 @@ AcquireResult RateLimiter::guardedAttempt(std::int64_t permits, std::int64_t atM
   }
 }
 
-bool RateLimiter::tryAcquire(std::int64_t permits) {
+void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t atMost, std::string id,
+                                            AcquireCallback done) {
+  auto decided = [permits](bool granted) {
+    AcquireResult r;  // no member, no interval: nothing was recorded in Redis
+    r.granted = granted ? permits : 0;
+    return r;
+  };
+  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) {
+      done(decided(*d), nullptr);
+      return;
+    }
+    try {
+      gate_.throwUnavailable();
+    } catch (...) {
+      done(AcquireResult{}, std::current_exception());
+    }
+    return;
+  }
+  auto a = std::make_shared<Attempt>();
+  a->atLeast = permits;
+  a->atMost = atMost;
+  if (permits < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
+  a->id = std::move(id);
+  a->start = detail::SteadyClock::now();
+  const std::int64_t started = gate_.callStart();
+  a->done = [self = shared_from_this(), permits, rate, interval, started, decided, done = std::move(done)](
+                AcquireResult r, std::exception_ptr error) {
+    if (!error) {
+      self->gate_.succeeded();
+      done(std::move(r), nullptr);
+      return;
+    }
+    bool outage = false;
+    try {
+      std::rethrow_exception(error);
+    } catch (const IoError&) {
+      outage = true;
+      self->gate_.noteError(started);
+    } catch (const Error&) {
+      self->gate_.noteError(started);
+    } catch (...) {
+    }
+    if (outage) {
+      if (auto d = self->gate_.decide(permits, rate, interval)) {
+        done(decided(*d), nullptr);
+        return;
+      }
+    }
+    done(AcquireResult{}, error);
+  };
+  send(std::move(a));
+}
+
+void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
+  try {
+    checkPermits(atLeast);
+    if (atMost < atLeast) {
+      throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
+    }
+  } catch (...) {
+    done(AcquireResult{}, std::current_exception());
+    return;
+  }
+  guardedAttemptAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
+}
+
+bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
   return guardedAttempt(permits, permits, idBytes()).granted > 0;
 }
 
-bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
+bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   checkPermits(permits);
   const auto deadline = detail::deadlineAfter(timeout);  // saturates; <= 0 means one attempt
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
@@ -316,7 +521,7 @@ bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   }
 }
 
-void RateLimiter::acquire(std::int64_t permits) {
+void RateLimiter::Impl::acquire(std::int64_t permits) {
   checkPermits(permits);
   const std::string id = idBytes();
   for (;;) {
@@ -327,14 +532,14 @@ void RateLimiter::acquire(std::int64_t permits) {
   }
 }
 
-std::int64_t RateLimiter::availablePermits() {
+std::int64_t RateLimiter::Impl::availablePermits() {
   return onceMoreIfClosed([&](bool) {
     const std::string now = nowArg(), expected = expectedRateArg();
     return evalOnce(kAvailable, {now, expected}).asInteger();
   });
 }
 
-RateLimiterConfig RateLimiter::getConfig() {
+RateLimiterConfig RateLimiter::Impl::getConfig() {
   const Reply r = onceMoreIfClosed([&](bool) { return client_->command({"HGETALL", keys_[0]}); });
   if (r.type != Reply::Type::Array || r.elements.empty()) {
     throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", name_));
@@ -377,7 +582,7 @@ RateLimiterConfig RateLimiter::getConfig() {
   return cfg;
 }
 
-std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& member) {
+std::int64_t RateLimiter::Impl::runRelease(std::int64_t permits, const std::string& member) {
   if (permits < 0) throw InvalidArgument(fmt::format("redlimit: permits to release must be >= 0, got {}", permits));
   std::int64_t left = permits > kMaxRate ? kMaxRate : permits;
   std::int64_t released = 0;
@@ -397,9 +602,9 @@ std::int64_t RateLimiter::runRelease(std::int64_t permits, const std::string& me
   return released;
 }
 
-void RateLimiter::release(std::int64_t permits) { (void)runRelease(permits, ""); }
+void RateLimiter::Impl::release(std::int64_t permits) { (void)runRelease(permits, ""); }
 
-std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
+std::int64_t RateLimiter::Impl::releaseGrant(const std::string& member, std::int64_t permits) {
   if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
   return runRelease(permits, member);
 }
@@ -408,20 +613,20 @@ void RateLimiter::validateConfig(RateType type, std::int64_t rate, milliseconds 
   redlimit::checkConfig(type, rate, interval, keepAlive);
 }
 
-std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
+std::optional<std::int64_t> RateLimiter::Impl::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
   // Bad input and the no-op go to releaseGrant first: they cost no probe.
   if (!member.empty() && permits > 0 && !client_->admitBestEffort()) return std::nullopt;
   return releaseGrant(member, permits);
 }
 
-bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
+bool RateLimiter::Impl::decideUnanswered(std::int64_t permits, const std::string& reason) {
   checkPermits(permits);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
   if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
   throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
 }
 
-bool RateLimiter::expire(milliseconds ttl) {
+bool RateLimiter::Impl::expire(milliseconds ttl) {
   if (ttl.count() <= 0 || ttl > kMaxInterval) {
     throw InvalidArgument(
         fmt::format("redlimit: expire needs a TTL in 1..{} ms, got {} ms", kMaxInterval.count(), ttl.count()));
@@ -430,26 +635,106 @@ bool RateLimiter::expire(milliseconds ttl) {
   return evalOnce(kTtl, {"PEXPIRE", ms}).asInteger() == 1;
 }
 
-bool RateLimiter::expireAt(std::chrono::system_clock::time_point when) {
+bool RateLimiter::Impl::expireAt(std::chrono::system_clock::time_point when) {
   const auto ms = std::chrono::duration_cast<milliseconds>(when.time_since_epoch()).count();
   if (ms <= 0) throw InvalidArgument("redlimit: expireAt needs a time after the epoch");
   const std::string arg = fmt::to_string(ms);
   return evalOnce(kTtl, {"PEXPIREAT", arg}).asInteger() == 1;
 }
 
-bool RateLimiter::clearExpire() { return evalOnce(kTtl, {"PERSIST", ""}).asInteger() == 1; }
+bool RateLimiter::Impl::clearExpire() { return evalOnce(kTtl, {"PERSIST", ""}).asInteger() == 1; }
 
-milliseconds RateLimiter::remainTimeToLive() {
+milliseconds RateLimiter::Impl::remainTimeToLive() {
   return milliseconds{onceMoreIfClosed([&](bool) { return client_->command({"PTTL", keys_[0]}); }).asInteger()};
 }
 
-bool RateLimiter::isExists() {
+bool RateLimiter::Impl::isExists() {
   return onceMoreIfClosed([&](bool) { return client_->command({"EXISTS", keys_[0]}); }).asInteger() == 1;
 }
 
-bool RateLimiter::deleteLimiter() {
+bool RateLimiter::Impl::deleteLimiter() {
   knownRate_.store(0, std::memory_order_relaxed);
   return client_->command({"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}).asInteger() > 0;
 }
+
+
+// --- The handle: forwards to the shared state ----------------------------------------------------
+
+RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+    : impl_(std::make_shared<Impl>(std::move(client), std::move(name), std::move(options))) {}
+
+bool RateLimiter::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  return impl_->trySetRate(type, rate, interval, keepAlive);
+}
+void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  impl_->setRate(type, rate, interval, keepAlive);
+}
+void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+                          bool keepState) {
+  impl_->setRate(type, rate, interval, keepAlive, keepState);
+}
+bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
+  return impl_->updateRate(type, rate, interval, keepAlive);
+}
+bool RateLimiter::tryAcquire(std::int64_t permits) { return impl_->tryAcquire(permits); }
+bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) { return impl_->tryAcquire(permits, timeout); }
+void RateLimiter::acquire(std::int64_t permits) { impl_->acquire(permits); }
+AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+  return impl_->tryAcquireUpTo(atLeast, atMost);
+}
+void RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
+  impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done));
+}
+std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost) {
+  auto promise = std::make_shared<std::promise<AcquireResult>>();
+  auto future = promise->get_future();
+  impl_->tryAcquireUpToAsync(atLeast, atMost, [promise](AcquireResult r, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(error);
+    } else {
+      promise->set_value(std::move(r));
+    }
+  });
+  return future;
+}
+void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
+  impl_->tryAcquireUpToAsync(permits, permits, [done = std::move(done)](AcquireResult r, std::exception_ptr error) {
+    done(!error && r.granted > 0, error);
+  });
+}
+std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
+  auto promise = std::make_shared<std::promise<bool>>();
+  auto future = promise->get_future();
+  tryAcquireAsync(permits, [promise](bool granted, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(error);
+    } else {
+      promise->set_value(granted);
+    }
+  });
+  return future;
+}
+std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
+  return impl_->releaseGrant(member, permits);
+}
+std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
+  return impl_->releaseGrantBestEffort(member, permits);
+}
+bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
+  return impl_->decideUnanswered(permits, reason);
+}
+std::int64_t RateLimiter::availablePermits() { return impl_->availablePermits(); }
+RateLimiterConfig RateLimiter::getConfig() { return impl_->getConfig(); }
+void RateLimiter::release(std::int64_t permits) { impl_->release(permits); }
+bool RateLimiter::expire(milliseconds ttl) { return impl_->expire(ttl); }
+bool RateLimiter::expireAt(std::chrono::system_clock::time_point when) { return impl_->expireAt(when); }
+bool RateLimiter::clearExpire() { return impl_->clearExpire(); }
+milliseconds RateLimiter::remainTimeToLive() { return impl_->remainTimeToLive(); }
+bool RateLimiter::isExists() { return impl_->isExists(); }
+bool RateLimiter::deleteLimiter() { return impl_->deleteLimiter(); }
+const std::string& RateLimiter::getName() const noexcept { return impl_->name_; }
+const std::vector<std::string>& RateLimiter::keys() const noexcept { return impl_->keys_; }
+const std::shared_ptr<Client>& RateLimiter::client() const noexcept { return impl_->client_; }
+FailureStats RateLimiter::failureStats() const { return impl_->gate_.stats(); }
 
 }  // namespace redlimit

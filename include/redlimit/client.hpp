@@ -3,13 +3,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "redlimit/connection_pool.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
@@ -17,6 +18,29 @@
 #include "redlimit/script.hpp"
 
 namespace redlimit {
+
+namespace detail {
+class Transport;
+struct Request;
+}
+
+/// Counters of a Client's connections and requests, for tests and metrics.
+struct PoolStats {
+  std::size_t open = 0;                 // connections open now
+  std::uint64_t created = 0;            // connections opened since start
+  std::uint64_t discarded = 0;          // connections closed after a failure since start
+  std::size_t pending = 0;              // requests queued or waiting for their replies now
+  std::uint64_t rejected = 0;           // requests refused with PoolTimeoutError (maxPending reached)
+  std::uint64_t writes = 0;             // writes that carried requests since start
+  std::uint64_t requests = 0;           // requests written since start (requests / writes: how
+                                        // many left together, the effect of automatic pipelining)
+};
+
+/// How an asynchronous call ends: with a reply (error == nullptr), or with the exception that
+/// says why there is none. Called exactly once, on the Client's I/O thread, or on the calling
+/// thread before the call returns if the request was refused before it was queued. Must not
+/// throw and must not block: every other request of the Client waits while it runs.
+using ReplyCallback = std::function<void(Reply reply, std::exception_ptr error)>;
 
 /// Counters of a Client's best-effort calls (see Client::admitBestEffort).
 struct BestEffortStats {
@@ -26,7 +50,14 @@ struct BestEffortStats {
 };
 
 /// A handle on one Redis deployment (standalone today; Redis Cluster will plug in behind the same
-/// interface). Runs plain commands and Lua scripts on pooled connections. Limiters hold it by
+/// interface). Runs plain commands and Lua scripts over a few multiplexed connections
+/// (PoolOptions::size) and one I/O thread: any number of threads share them, and requests queued
+/// while a write is in flight leave together (automatic pipelining). Every request has one
+/// deadline, ConnectionOptions::commandTimeout, for queueing, writing and its reply, whatever
+/// the server does; a request that times out after it was written closes its connection. In a
+/// forked child, the first call drops the inherited connections unused and starts afresh.
+/// Destroying the Client completes every pending request (ClosedError) and joins its thread.
+/// Limiters hold it by
 /// shared_ptr, so one Client can serve many limiters. It remembers whether its last calls reached
 /// Redis, so that best-effort calls of everything that uses it stop waiting on an unreachable
 /// server (admitBestEffort).
@@ -49,24 +80,32 @@ class Client {
   /// `unix:///path[?db=N]`; the rest of the options come from `base`. Throws InvalidArgument.
   [[nodiscard]] static std::shared_ptr<Client> fromUri(const std::string& uri, ClientOptions base = {});
 
-  /// Runs one command on a pooled connection. Throws what Connection::command and
-  /// ConnectionPool::acquire throw.
+  /// Runs one command and waits for its reply (at most the request deadline). Throws IoError and
+  /// subclasses (TimeoutError, ClosedError, ProtocolError, PoolTimeoutError), ConfigurationError,
+  /// AuthError, or the exception for an error reply (see errors.hpp).
   Reply command(std::initializer_list<std::string_view> argv);
   Reply command(const std::vector<std::string_view>& argv);
 
-  /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, loads it with SCRIPT LOAD on the
-  /// same connection and retries once (and if the script was flushed again in between, sends it
-  /// with EVAL). Error replies raised by the script are thrown as
+  /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, one SCRIPT LOAD goes out on that
+  /// connection and every request that failed is sent again (and if the script was flushed again
+  /// in between, with EVAL and the source). Error replies raised by the script are thrown as
   /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
-  /// says so, see lua/common.lua).
+  /// says so, see lua/common.lua). The sync form of evalAsync.
   Reply eval(const Script& script, const std::vector<std::string_view>& keys,
              const std::vector<std::string_view>& args);
+  /// eval without waiting: `keys` and `args` are copied before it returns; `done` gets the
+  /// outcome (see ReplyCallback). `script` must outlive the call (redlimit's are static).
+  void evalAsync(const Script& script, const std::vector<std::string_view>& keys,
+                 const std::vector<std::string_view>& args, ReplyCallback done);
 
   /// The id this client uses for PER_CLIENT limiters: ClientOptions::clientId, or a random
   /// UUID v4 (36 lowercase characters) chosen when the Client was made.
   [[nodiscard]] const std::string& clientId() const noexcept { return clientId_; }
   [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
-  [[nodiscard]] PoolStats poolStats() const { return pool_.stats(); }
+  [[nodiscard]] PoolStats poolStats() const;
+  /// True on the thread that runs this Client's completions (callbacks of the ...Async calls).
+  /// Sync calls made there would wait for that very thread: they throw InvalidArgument instead.
+  [[nodiscard]] bool onIoThread() const noexcept;
 
   /// Whether a best-effort call should be sent now: one nobody waits for, whose loss costs only
   /// capacity that comes back by itself (SegmentedRateLimiter's give-backs on close, when idle and
@@ -80,18 +119,22 @@ class Client {
   [[nodiscard]] BestEffortStats bestEffortStats() const noexcept;
 
  private:
-  // Runs one call, recording in reachability_ whether it reached Redis.
-  template <class Call>
-  Reply tracked(Call&& call);
-  Reply evalUntracked(const Script& script, const std::vector<std::string_view>& keys,
-                      const std::vector<std::string_view>& args);
+  // The transport of this process: after fork(), a new one for the child (the parent's is left
+  // unused, its sockets closed without a byte sent).
+  detail::Transport& transport();
+  void startAfterFork();
+  // Sends a request and waits for it, recording in reachability_ whether it reached Redis.
+  Reply callTracked(detail::Request request);
 
   ClientOptions options_;
   std::string clientId_;
-  ConnectionPool pool_;
+  std::shared_ptr<detail::Transport> owned_;
+  std::atomic<detail::Transport*> transport_{nullptr};
+  std::atomic<std::uint64_t> forkGeneration_{0};
   // Whether this client's calls reach Redis: the same circuit a limiter's acquires pass through
-  // (probe interval = bestEffortRetry), used here only to gate best-effort calls.
-  detail::FailureGate reachability_;
+  // (probe interval = bestEffortRetry), used here only to gate best-effort calls. Shared with the
+  // completions of asynchronous calls, which may run after the Client is gone.
+  std::shared_ptr<detail::FailureGate> reachability_;
   std::atomic<std::uint64_t> bestEffortSent_{0}, bestEffortSkipped_{0};
 };
 

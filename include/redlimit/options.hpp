@@ -56,19 +56,22 @@ struct ConnectionOptions {
   int db = 0;                                         // SELECT db after connecting (0 = none sent)
   std::chrono::milliseconds connectTimeout{500};      // TCP/unix connect and the first exchange
                                                       // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
-  std::chrono::milliseconds commandTimeout{500};      // waiting for one reply, ms; in 1..kMaxConnectionTimeout
+  std::chrono::milliseconds commandTimeout{500};      // a request's whole deadline (queueing, writing, the
+                                                      // reply), ms; in 1..kMaxConnectionTimeout; a request
+                                                      // that must wait for a connection also gets the time
+                                                      // connecting took (at most connectTimeout)
   bool keepAlive = true;                              // TCP keep-alive on the socket
   TlsOptions tls;                                     // TLS (off unless `rediss://` or set here)
   ReplyLimits replyLimits;                            // what a reply may make the client allocate
 };
 
-/// Bounds of the connection pool a Client uses.
+/// The connections a Client multiplexes its requests over. Any number of threads share them:
+/// the size bounds connections, not concurrency.
 struct PoolOptions {
-  std::size_t size = 4;                               // connections kept open at most; >= 1
-  std::chrono::milliseconds waitTimeout{100};         // waiting for a free connection, ms; > 0, never "forever"
-                                                      // (huge values saturate: wait as long as the clock counts)
-  std::chrono::milliseconds idlePingAfter{30000};     // PING a connection idle longer than this on checkout,
-                                                      // ms; >= 0 (huge values saturate: never)
+  std::size_t size = 2;                               // connections to the server, opened when first
+                                                      // needed; requests spread round-robin; 1..1024
+  std::size_t maxPending = 100000;                    // requests queued or awaiting replies at once, per
+                                                      // Client; more are refused with PoolTimeoutError; >= 1
 };
 
 /// Everything a Client needs. Build it by hand or from a URI with Client::fromUri().
@@ -84,7 +87,7 @@ struct ClientOptions {
 /// 1..kMaxConnectionTimeout, a port outside 1..65535, a negative db, a unix socket path longer than
 /// kMaxUnixSocketPath, a user without a password. Client's constructor calls it.
 void checkOptions(const ConnectionOptions& options);
-/// Throws InvalidArgument for a pool size of 0, waitTimeout <= 0 or idlePingAfter < 0.
+/// Throws InvalidArgument for a pool size outside 1..1024 or a maxPending of 0.
 void checkOptions(const PoolOptions& options);
 
 /// Parses `redis://[[user]:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`

@@ -1,16 +1,17 @@
 // redlimit — RateLimiter: Redisson's RRateLimiter in C++, on the same Redis data.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "redlimit/client.hpp"
-#include "redlimit/detail/failure_gate.hpp"
 #include "redlimit/failure_policy.hpp"
 
 namespace redlimit {
@@ -65,8 +66,10 @@ struct AcquireResult {
 /// permits from one limiter. At most `rate` permits are granted in any window of
 /// `rateInterval`, across every process that uses the limiter's name.
 ///
-/// The handle is cheap; many handles may name the same limiter. Every call is one round trip
-/// (one atomic script) unless it says otherwise.
+/// The handle is a cheap, movable value (its state is shared, so copies share one failure gate
+/// and one view of the configuration); many handles may name the same limiter. Every call is one
+/// round trip (one atomic script) unless it says otherwise. The acquire calls have ...Async forms
+/// that return at once; the sync ones wait for the same request.
 /// Thread-safe.
 ///
 /// Errors: InvalidArgument before anything is sent (bad name, rate, interval, permits);
@@ -80,8 +83,9 @@ struct AcquireResult {
 /// unreachable Redis means (throw, allow, deny, or a local limiter), and while Redis stays
 /// unreachable only one call per probe interval tries it; the others are decided at once.
 ///
-/// Bound: no call takes longer than pool wait + connect timeout + command timeout, except
-/// acquire() and tryAcquire(permits, timeout), which sleep the waits the limiter asks for.
+/// Bound: no call takes longer than connect timeout + command timeout (one request's deadline, plus
+/// the connecting it had to wait for), except acquire() and tryAcquire(permits, timeout), which
+/// sleep the waits the limiter asks for.
 class RateLimiter {
  public:
   static constexpr std::int64_t kMaxRate = 4294967295;                       // uint32 in a member
@@ -139,6 +143,24 @@ class RateLimiter {
   /// atMost); returns the grant, or the wait. Used by the segment cache. When Redis cannot be
   /// asked, the failure policy decides `atLeast` permits (result without member or interval).
   [[nodiscard]] AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+  /// How an asynchronous acquire ends: the result (error == nullptr), or the exception the sync
+  /// call would have thrown. Called exactly once: on the Client's I/O thread, or on the calling
+  /// thread before the call returns when the call is decided without Redis (bad arguments, the
+  /// failure policy while the limiter is degraded, a request refused before it was queued). Must
+  /// not throw, must not block, and must not make sync calls on this Client (they would wait for
+  /// the thread the callback runs on; they throw InvalidArgument instead).
+  using AcquireCallback = std::function<void(AcquireResult result, std::exception_ptr error)>;
+  /// tryAcquire(permits) without waiting for the reply: `done` gets granted() > 0 or the error.
+  /// The failure policy and the health events apply as for tryAcquire. One thread can keep
+  /// thousands in flight.
+  void tryAcquireAsync(std::int64_t permits, std::function<void(bool granted, std::exception_ptr error)> done);
+  /// tryAcquireAsync with a future instead of a callback.
+  [[nodiscard]] std::future<bool> tryAcquireAsync(std::int64_t permits = 1);
+  /// tryAcquireUpTo without waiting for the reply.
+  void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
+  /// tryAcquireUpToAsync with a future.
+  [[nodiscard]] std::future<AcquireResult> tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost);
+
   /// Gives back up to `permits` of a grant made by tryAcquireUpTo (`member` from its result) and
   /// returns how many went back (0 if the grant has expired meanwhile).
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
@@ -175,48 +197,16 @@ class RateLimiter {
   /// Deletes the configuration and this client's state. True if any key existed.
   bool deleteLimiter();
 
-  [[nodiscard]] const std::string& getName() const noexcept { return name_; }
+  [[nodiscard]] const std::string& getName() const noexcept;
   /// The five keys in Redisson's order: hash, value, client value, permits, client permits.
-  [[nodiscard]] const std::vector<std::string>& keys() const noexcept { return keys_; }
-  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept { return client_; }
+  [[nodiscard]] const std::vector<std::string>& keys() const noexcept;
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the limiter is degraded now.
-  [[nodiscard]] FailureStats failureStats() const { return gate_.stats(); }
+  [[nodiscard]] FailureStats failureStats() const;
 
  private:
-  void checkPermits(std::int64_t permits) const;
-  // The configuration last seen in a reply, for the client-side permits check and the Local policy.
-  void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
-  // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
-  std::int64_t runRelease(std::int64_t permits, const std::string& member);
-  void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
-                 std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
-  AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
-  // One guarded acquire attempt for atLeast..atMost permits: goes to Redis unless the gate says
-  // not to; an unreachable Redis is decided by the failure policy (granted = atLeast or 0,
-  // wait = 0, no member).
-  AcquireResult guardedAttempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
-  template <class Call>
-  auto onceMoreIfClosed(Call&& call) -> decltype(call(false));
-  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);
-  std::string nowArg() const;
-  std::string expectedRateArg() const;
-
-  std::shared_ptr<Client> client_;
-  std::string name_;
-  RateLimiterOptions options_;
-  std::vector<std::string> keys_;
-  std::vector<std::string_view> keyViews_;
-  // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
-  // hash key in the record's place (the script touches the record only for a range).
-  std::vector<std::string_view> acquireKeyViews_;
-  // The longest one call may take: pool wait + connect timeout + command timeout (saturating),
-  // and the cost of one more try (connect + command timeout).
-  std::chrono::milliseconds callBound_{0};
-  std::chrono::milliseconds retryCost_{0};
-  std::string recordTtl_;                        // ms a partial grant's record is kept (acquire.lua ARGV[6])
-  std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
-  std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
-  detail::FailureGate gate_;
+  class Impl;
+  std::shared_ptr<Impl> impl_;
 };
 
 /// Redisson's key naming: `{name}:suffix`, or `name:suffix` when the name already has a '{'.

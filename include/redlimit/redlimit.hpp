@@ -3,8 +3,6 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/clock.hpp"
-#include "redlimit/connection.hpp"
-#include "redlimit/connection_pool.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 #include "redlimit/failure_policy.hpp"

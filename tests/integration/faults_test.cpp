@@ -21,10 +21,9 @@ namespace {
 
 constexpr milliseconds kConnectTimeout{200};
 constexpr milliseconds kCommandTimeout{200};
-constexpr milliseconds kPoolWait{100};
 constexpr milliseconds kProbe{100};
-// A call may take pool wait + connect + command timeout; the slack is for a loaded 2-core machine.
-constexpr milliseconds kCallBound = kPoolWait + kConnectTimeout + kCommandTimeout;
+// A call may take connect + command timeout; the slack is for a loaded 2-core machine.
+constexpr milliseconds kCallBound = kConnectTimeout + kCommandTimeout;
 constexpr milliseconds kSlack{500};
 
 ClientOptions faultClientOptions(const std::string& uri, std::size_t poolSize) {
@@ -33,7 +32,6 @@ ClientOptions faultClientOptions(const std::string& uri, std::size_t poolSize) {
   o.connection.connectTimeout = kConnectTimeout;
   o.connection.commandTimeout = kCommandTimeout;
   o.pool.size = poolSize;
-  o.pool.waitTimeout = kPoolWait;
   return o;
 }
 

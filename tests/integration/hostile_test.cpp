@@ -276,7 +276,6 @@ TEST_F(Hostile, Item04_NoRealTimeWindowHoldsMoreThanTheRate) {
   constexpr std::int64_t kRate = 10, kIntervalMs = 200;
   ClientOptions options;
   options.pool.size = 4;
-  options.pool.waitTimeout = milliseconds(5000);
   options.connection.commandTimeout = milliseconds(5000);
   auto shared = newClient(options);
   RateLimiter rl(shared, name());
@@ -292,7 +291,6 @@ TEST_F(Hostile, Item04_NoRealTimeWindowHoldsMoreThanTheRate) {
 TEST_F(Hostile, Item04_SegmentCacheStaysWithinItsUseTimeBound) {
   constexpr std::int64_t kRate = 50, kIntervalMs = 250, kSegment = 5;
   ClientOptions options;
-  options.pool.waitTimeout = milliseconds(5000);
   options.connection.commandTimeout = milliseconds(5000);
   auto source = std::make_shared<RateLimiter>(newClient(options), name());
   ASSERT_TRUE(source->trySetRate(RateType::Overall, kRate, milliseconds(kIntervalMs)));

@@ -35,7 +35,6 @@ class Scenario : public RedisTest {
   std::shared_ptr<Client> clientForThreads() {
     ClientOptions options;
     options.pool.size = 8;
-    options.pool.waitTimeout = milliseconds(5000);
     options.connection.commandTimeout = milliseconds(5000);
     return newClient(options);
   }

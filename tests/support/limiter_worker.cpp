@@ -21,7 +21,6 @@ int main(int argc, char** argv) {
     const auto duration = std::chrono::milliseconds(std::atoll(argv[4]));
     redlimit::ClientOptions options;
     options.pool.size = static_cast<std::size_t>(threads);
-    options.pool.waitTimeout = std::chrono::milliseconds(2000);
     auto client = redlimit::Client::fromUri(argv[1], options);
     redlimit::RateLimiter limiter(client, argv[2]);
     std::atomic<long> grants{0};

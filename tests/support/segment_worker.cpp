@@ -82,7 +82,6 @@ int main(int argc, char** argv) {
 
     ClientOptions options;
     options.pool.size = 2;
-    options.pool.waitTimeout = std::chrono::milliseconds(2000);
     auto source = std::make_shared<RecordingSource>(Client::fromUri(uri, options), name);
     SegmentOptions segmentOptions;
     segmentOptions.segmentSize = segment;

@@ -1,0 +1,145 @@
+// redlimit — the request/reply state of one multiplexed connection, without I/O ("sans-I/O",
+// as Boost.Redis keeps its exec state machines): requests go in, bytes to write come out, bytes
+// read go in, finished requests come out in order. Deadlines and NOSCRIPT resends are decided
+// here too. The socket loop (transport.cpp) is a thin shell around it; tests feed it bytes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "redlimit/options.hpp"
+#include "redlimit/reply.hpp"
+#include "redlimit/script.hpp"
+#include "resp.hpp"
+
+namespace redlimit::detail {
+
+using SteadyClock = std::chrono::steady_clock;
+using SteadyTime = SteadyClock::time_point;
+
+/// What a request ends with: a reply, or the exception that explains why there is none.
+struct Outcome {
+  Reply reply;
+  std::exception_ptr error;
+};
+
+/// Called exactly once per request with its outcome.
+using Completion = std::function<void(Outcome)>;
+
+/// One command on its way to a server.
+struct Request {
+  std::string bytes;                 // the RESP encoding; for a script, the EVALSHA form
+  std::string command;               // argv[0] for messages ("EVALSHA", "PING")
+  SteadyTime deadline = SteadyTime::max();  // the whole request (queueing, write, reply) ends here
+  std::chrono::milliseconds budget{0};      // the time it was given, for messages
+  Completion done;
+  const Script* script = nullptr;    // set for EVALSHA: NOSCRIPT is handled by the pipeline
+  int scriptStage = 0;               // 0 EVALSHA; 1 resent after a SCRIPT LOAD; 2 sent as EVAL
+  bool internal = false;             // the connection's own (greeting, PING): errors end the connection
+  bool counted = true;               // a caller's request (counted in Transport's pending requests)
+};
+
+/// A request that finished, with its outcome; the caller runs done(outcome) outside its locks.
+struct Finished {
+  Completion done;
+  Outcome outcome;
+  bool counted = true;               // Request::counted
+};
+
+/// Builds a Request for argv (copied into RESP at once: the caller's views may go away).
+[[nodiscard]] Request makeRequest(const std::string_view* argv, std::size_t argc);
+/// Builds the EVALSHA request for `script` (static storage) with keys and args.
+[[nodiscard]] Request makeScriptRequest(const Script& script, const std::vector<std::string_view>& keys,
+                                        const std::vector<std::string_view>& args);
+
+/// One connection's requests: queued (not yet handed out for writing), written (awaiting their
+/// replies, in order), and the parser of the reply stream. Once it fails (a protocol error, a
+/// deadline passed on a written request, the connection closed) it is broken(): it takes no more
+/// bytes, and close() hands back the requests that were never written so that another connection
+/// can carry them. Not thread-safe: owned by the I/O thread.
+class Pipeline {
+ public:
+  /// `user` is the ACL user the connection authenticates as (for messages); `endpoint` names the
+  /// server ("127.0.0.1:6379") in messages.
+  Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  /// Queues a request behind the others.
+  void push(Request request);
+
+  /// The bytes to write next: every queued request joins the write buffer here and counts as
+  /// written from now on (automatic pipelining: whatever queued meanwhile leaves in one write).
+  [[nodiscard]] std::string_view output();
+  /// `n` bytes of output() went out.
+  void wrote(std::size_t n);
+  [[nodiscard]] bool hasOutput() const noexcept { return writePos_ < writeBuf_.size() || !queued_.empty(); }
+
+  /// Bytes read from the connection: each complete reply finishes the oldest written request
+  /// (appended to `done`). NOSCRIPT answers to script requests are handled here: the first one
+  /// after the script was last loaded queues one SCRIPT LOAD, and each failed request is queued
+  /// again (after a load it already follows, as EVALSHA; if it fails again, as EVAL with the
+  /// source). A protocol error or a reply over ReplyLimits breaks the pipeline: the request that
+  /// reply would answer fails with ProtocolError, the other written ones with ClosedError.
+  void received(const char* data, std::size_t size, std::vector<Finished>& done);
+
+  /// Fails the requests whose deadline has passed at `now` with TimeoutError. A written one breaks
+  /// the pipeline (its reply may still come, and must never be matched to a later request): the
+  /// other written requests then fail with ClosedError. Queued ones just leave the queue.
+  void expire(SteadyTime now, std::vector<Finished>& done);
+  /// The earliest deadline of any request here (SteadyTime::max() if none).
+  [[nodiscard]] SteadyTime nextDeadline() const;
+
+  /// Ends the pipeline because of `why` (the connection failed or is being closed): every written
+  /// request fails with `why` (requests over 1 MiB with RequestLimitError when `why` is a
+  /// ClosedError: the server closes a connection whose request is over its limits); the queued
+  /// requests, never written, are returned to be sent elsewhere.
+  [[nodiscard]] std::vector<Request> close(const std::exception_ptr& why, std::vector<Finished>& done);
+
+  [[nodiscard]] bool broken() const noexcept { return broken_ != nullptr; }
+  /// Why the pipeline broke (nullptr while it works).
+  [[nodiscard]] const std::exception_ptr& brokenBy() const noexcept { return broken_; }
+  /// Requests written and not answered yet.
+  [[nodiscard]] std::size_t awaiting() const noexcept { return written_.size(); }
+  /// Requests queued or written.
+  [[nodiscard]] std::size_t size() const noexcept { return written_.size() + queued_.size(); }
+  /// Replies matched so far (0 means the server never answered anything on this connection).
+  [[nodiscard]] std::uint64_t replies() const noexcept { return replies_; }
+
+ private:
+  struct Written {
+    Request request;
+    std::uint64_t seq;               // position in the connection's command stream
+    std::size_t size;                // bytes of the request
+  };
+  void finishReply(WireReply&& reply, std::vector<Finished>& done);
+  bool retryNoScript(Written& w);    // true if the request was queued again
+  void fail(Written& w, const std::exception_ptr& error, std::vector<Finished>& done);
+  void breakWith(const std::exception_ptr& why, std::vector<Finished>& done);
+
+  ReplyParser parser_;
+  std::string user_;
+  std::string endpoint_;
+  std::deque<Request> queued_;
+  std::deque<Written> written_;
+  std::string writeBuf_;
+  std::size_t writePos_ = 0;
+  std::uint64_t nextSeq_ = 0;
+  std::uint64_t replies_ = 0;
+  // For each script (by SHA1 text): the sequence number of the last SCRIPT LOAD queued on this
+  // connection. A NOSCRIPT for a request written before it is answered by that load already.
+  std::unordered_map<std::string_view, std::uint64_t> loadedAt_;
+  std::exception_ptr broken_;
+};
+
+}  // namespace redlimit::detail

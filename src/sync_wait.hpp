@@ -1,0 +1,53 @@
+// redlimit — waiting for an asynchronous call's completion: how the sync calls are a thin wait on
+// the async ones.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+namespace redlimit::detail {
+
+/// One completion `void(T, std::exception_ptr)` to wait for. The state is shared with the
+/// callback, so a completion that comes late never touches a gone waiter. Not reusable.
+template <class T>
+class SyncWait {
+ public:
+  SyncWait() : state_(std::make_shared<State>()) {}
+
+  /// The callback to hand to the async call (once).
+  [[nodiscard]] std::function<void(T, std::exception_ptr)> callback() {
+    return [state = state_](T value, std::exception_ptr error) {
+      {
+        std::lock_guard<std::mutex> lock(state->m);
+        state->value = std::move(value);
+        state->error = std::move(error);
+        state->ready = true;
+      }
+      state->cv.notify_one();
+    };
+  }
+
+  /// Waits for the completion; returns its value or rethrows its error. The transport ends every
+  /// request by its deadline, so this wait is bounded by the calls it waits for.
+  T get() {
+    std::unique_lock<std::mutex> lock(state_->m);
+    state_->cv.wait(lock, [&] { return state_->ready; });
+    if (state_->error) std::rethrow_exception(state_->error);
+    return std::move(state_->value);
+  }
+
+ private:
+  struct State {
+    std::mutex m;
+    std::condition_variable cv;
+    bool ready = false;
+    T value{};
+    std::exception_ptr error;
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace redlimit::detail

@@ -1,0 +1,458 @@
+#include "transport.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string endpointOf(const ConnectionOptions& o) {
+  if (!o.unixSocket.empty()) return fmt::format("unix:{}", o.unixSocket);
+  if (o.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", o.host, o.port);
+  return fmt::format("{}:{}", o.host, o.port);
+}
+
+template <class E>
+std::exception_ptr errorOf(std::string message) {
+  return std::make_exception_ptr(E(std::move(message)));
+}
+
+bool isIoError(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const IoError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool isClosedError(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const ClosedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// epoll_wait's timeout for `deadline`: ms, rounded up (a deadline is never checked early), capped.
+int waitMs(SteadyTime now, SteadyTime deadline) {
+  if (deadline <= now) return 0;
+  if (deadline == SteadyTime::max()) return -1;
+  const auto left = std::chrono::ceil<milliseconds>(deadline - now).count();
+  return static_cast<int>(std::min<std::int64_t>(left, 60000));
+}
+
+}  // namespace
+
+struct Transport::Conn {
+  std::size_t index = 0;
+  std::unique_ptr<Stream> stream;
+  std::unique_ptr<Pipeline> pipe;
+  std::vector<Request> carry;   // never written; waits for a (re)connect
+  bool watchingOut = false;
+};
+
+std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool) {
+  checkOptions(connection);
+  checkOptions(pool);
+  std::shared_ptr<Transport> t(new Transport(connection, pool));
+  // The thread keeps the transport alive until it returns: shutdown() from a completion (the
+  // last Client reference dropped on the I/O thread) must not free the loop under itself.
+  t->thread_ = std::thread([self = t] { self->run(); });
+  t->ioThreadId_ = t->thread_.get_id();
+  return t;
+}
+
+Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool)
+    : connection_(connection), pool_(pool), endpoint_(endpointOf(connection)) {
+  epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epollFd_ < 0 || wakeFd_ < 0) {
+    const int e = errno;
+    if (epollFd_ >= 0) ::close(epollFd_);
+    if (wakeFd_ >= 0) ::close(wakeFd_);
+    if (e == EMFILE || e == ENFILE) {
+      throw ResourceLimitError(e == EMFILE ? "EMFILE" : "ENFILE",
+                               fmt::format("redlimit: cannot start the I/O thread's poller: {}", std::strerror(e)));
+    }
+    throw IoError(fmt::format("redlimit: cannot start the I/O thread's poller: {}", std::strerror(e)));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = UINT64_MAX;
+  ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &ev);
+  conns_.reserve(pool.size);
+  for (std::size_t i = 0; i < pool.size; ++i) {
+    conns_.push_back(std::make_unique<Conn>());
+    conns_.back()->index = i;
+  }
+}
+
+Transport::~Transport() {
+  if (thread_.joinable()) thread_.detach();  // only after abandonAfterFork, which never frees
+  if (epollFd_ >= 0) ::close(epollFd_);
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+void Transport::submit(Request request) {
+  if (pending_.fetch_add(1, std::memory_order_relaxed) >= pool_.maxPending) {
+    pending_.fetch_sub(1, std::memory_order_relaxed);
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    request.done(Outcome{Reply{}, errorOf<PoolTimeoutError>(fmt::format(
+                                      "redlimit: {}: {} requests already wait for {} (PoolOptions::maxPending); "
+                                      "not sent",
+                                      request.command, pool_.maxPending, endpoint_))});
+    return;
+  }
+  const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      pending_.fetch_sub(1, std::memory_order_relaxed);
+      // Completed below, outside the lock.
+    } else {
+      incoming_.emplace_back(conn, std::move(request));
+      wake = !wakePending_ && !onIoThread();
+      wakePending_ = true;
+      request.done = nullptr;
+    }
+  }
+  if (request.done) {
+    request.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format(
+                                      "redlimit: {}: the Client is shut down; not sent", request.command))});
+    return;
+  }
+  if (wake) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+  }
+}
+
+Outcome Transport::call(Request request) {
+  struct Waiter {
+    std::mutex m;
+    std::condition_variable cv;
+    bool ready = false;
+    Outcome out;
+  };
+  auto w = std::make_shared<Waiter>();
+  request.done = [w](Outcome o) {
+    {
+      std::lock_guard<std::mutex> lock(w->m);
+      w->out = std::move(o);
+      w->ready = true;
+    }
+    w->cv.notify_one();
+  };
+  const SteadyTime giveUp = deadlineAfter<SteadyClock>(request.deadline, std::chrono::seconds(1));
+  const std::string command = request.command;
+  submit(std::move(request));
+  std::unique_lock<std::mutex> lock(w->m);
+  if (!w->cv.wait_until(lock, giveUp, [&] { return w->ready; })) {
+    return Outcome{Reply{}, errorOf<TimeoutError>(fmt::format(
+                                "redlimit: {}: the I/O thread did not end the request by its deadline", command))};
+  }
+  return std::move(w->out);
+}
+
+void Transport::shutdown() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+  if (onIoThread()) {
+    thread_.detach();  // the loop returns after this completion and frees the transport
+  } else if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void Transport::abandonAfterFork() noexcept {
+  for (auto& c : conns_) {
+    if (c->stream) {
+      Stream* leaked = c->stream.release();  // its destructor could take locks; only the fd goes
+      ::close(leaked->fd());
+    }
+  }
+  ::close(epollFd_);
+  ::close(wakeFd_);
+  epollFd_ = wakeFd_ = -1;
+}
+
+TransportCounters Transport::counters() const {
+  TransportCounters c;
+  c.open = open_.load(std::memory_order_relaxed);
+  c.created = created_.load(std::memory_order_relaxed);
+  c.discarded = discarded_.load(std::memory_order_relaxed);
+  c.pending = pending_.load(std::memory_order_relaxed);
+  c.rejected = rejected_.load(std::memory_order_relaxed);
+  c.writes = writes_.load(std::memory_order_relaxed);
+  c.requests = requests_.load(std::memory_order_relaxed);
+  return c;
+}
+
+void Transport::watch(Conn& c, bool out) {
+  if (!c.stream || c.watchingOut == out) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | (out ? EPOLLOUT : 0u);
+  ev.data.u64 = c.index;
+  ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
+  c.watchingOut = out;
+}
+
+void Transport::connect(Conn& c, std::vector<Finished>& done) {
+  const SteadyTime started = SteadyClock::now();
+  const SteadyTime deadline = deadlineAfter<SteadyClock>(started, connection_.connectTimeout);
+  try {
+    c.stream = connectStream(connection_, deadline);
+  } catch (...) {
+    const auto why = std::current_exception();
+    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    c.carry.clear();
+    return;
+  }
+  created_.fetch_add(1, std::memory_order_relaxed);
+  open_.fetch_add(1, std::memory_order_relaxed);
+  c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_);
+  c.watchingOut = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = c.index;
+  ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, c.stream->fd(), &ev);
+
+  // The greeting goes first, in the same write as the requests that waited: AUTH and SELECT as
+  // configured, or a PING, so that a server that wants a password says so before a script runs.
+  auto greet = [&](std::initializer_list<std::string_view> argv) {
+    Request r = makeRequest(argv.begin(), argv.size());
+    r.deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), connection_.connectTimeout);
+    r.budget = connection_.connectTimeout;
+    r.internal = true;
+    r.counted = false;
+    r.done = [](Outcome) {};  // an error ends the connection (Request::internal)
+    c.pipe->push(std::move(r));
+  };
+  if (!connection_.password.empty()) {
+    if (connection_.user.empty()) {
+      greet({"AUTH", connection_.password});
+    } else {
+      greet({"AUTH", connection_.user, connection_.password});
+    }
+  }
+  if (connection_.db != 0) {
+    const fmt::format_int db(connection_.db);
+    greet({"SELECT", std::string_view(db.data(), db.size())});
+  }
+  if (connection_.password.empty() && connection_.db == 0) greet({"PING"});
+
+  // Requests that waited for this connection get the time connecting took on top of their own.
+  const auto spent = SteadyClock::now() - started;
+  for (auto& r : c.carry) {
+    r.deadline = r.deadline == SteadyTime::max() ? r.deadline : r.deadline + spent;
+    c.pipe->push(std::move(r));
+  }
+  c.carry.clear();
+}
+
+void Transport::flush(Conn& c, std::vector<Finished>& done) {
+  if (!c.stream || !c.pipe->hasOutput()) return;
+  try {
+    for (;;) {
+      const std::size_t before = c.pipe->awaiting();
+      const std::string_view out = c.pipe->output();
+      requests_.fetch_add(c.pipe->awaiting() - before, std::memory_order_relaxed);
+      if (out.empty()) break;
+      const std::size_t n = c.stream->write(out.data(), out.size());
+      if (n == 0) {
+        watch(c, true);
+        return;
+      }
+      writes_.fetch_add(1, std::memory_order_relaxed);
+      c.pipe->wrote(n);
+      if (!c.pipe->hasOutput()) break;
+    }
+    watch(c, false);
+  } catch (...) {
+    closeConn(c, std::current_exception(), done);
+  }
+}
+
+void Transport::readFrom(Conn& c, std::vector<Finished>& done) {
+  char buf[16384];
+  try {
+    while (c.stream && !c.pipe->broken()) {
+      const std::size_t n = c.stream->read(buf, sizeof buf);
+      if (n == 0) {
+        if (c.stream->wantAfterRead() == IoWant::Write) watch(c, true);
+        break;
+      }
+      c.pipe->received(buf, n, done);
+    }
+  } catch (...) {
+    closeConn(c, std::current_exception(), done);
+    return;
+  }
+  if (c.pipe && c.pipe->broken()) closeConn(c, c.pipe->brokenBy(), done);
+}
+
+std::exception_ptr Transport::closedBeforeAnyReply(const std::exception_ptr& why) {
+  // A TLS port resets a plain-text connection before its first reply: ask it in TLS, so that the
+  // caller learns the set-up is wrong rather than that Redis is down.
+  if (!isClosedError(why) || !connection_.unixSocket.empty() || connection_.tls.enabled) return why;
+  const SteadyTime deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), connection_.connectTimeout);
+  if (!speaksTls(connection_.host, connection_.port, deadline)) return why;
+  std::string text;
+  try {
+    std::rethrow_exception(why);
+  } catch (const std::exception& e) {
+    text = e.what();
+  }
+  return std::make_exception_ptr(TlsPortError(
+      "", fmt::format("redlimit: connect to {}: port {} speaks TLS (it reset the plain-text connection and answered "
+                      "a TLS hello); use rediss:// or ConnectionOptions::tls.enabled, or the server's plain port ({})",
+                      endpoint_, connection_.port, text)));
+}
+
+void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done) {
+  if (!c.stream) return;
+  if (c.pipe->replies() == 0) why = closedBeforeAnyReply(why);
+  ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, c.stream->fd(), nullptr);
+  std::vector<Request> rest = c.pipe->close(why, done);
+  c.stream.reset();
+  c.pipe.reset();
+  c.watchingOut = false;
+  open_.fetch_sub(1, std::memory_order_relaxed);
+  discarded_.fetch_add(1, std::memory_order_relaxed);
+  // Never written, so safe to send again on a new connection, unless the failure is one a new
+  // connection would meet too (a password, a replica, a TLS port): those fail now.
+  const bool carry = isIoError(why);
+  for (auto& r : rest) {
+    if (r.internal || !r.counted) continue;  // a new connection greets and loads afresh
+    if (carry) {
+      c.carry.push_back(std::move(r));
+    } else {
+      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    }
+  }
+}
+
+void Transport::complete(std::vector<Finished>& done) {
+  std::size_t counted = 0;
+  for (auto& f : done) {
+    if (f.counted) ++counted;
+    if (!f.done) continue;
+    try {
+      f.done(std::move(f.outcome));
+    } catch (...) {
+      // A completion must not throw (documented); the loop cannot report it to anyone.
+    }
+  }
+  if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
+  done.clear();
+}
+
+void Transport::failEverything(std::vector<Finished>& done) {
+  const auto why = errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply");
+  for (auto& c : conns_) {
+    if (c->stream) closeConn(*c, why, done);
+    for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    c->carry.clear();
+  }
+}
+
+void Transport::run() {
+  std::vector<std::pair<std::size_t, Request>> batch;
+  std::vector<Finished> done;
+  epoll_event events[64];
+  for (;;) {
+    bool stop = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      batch.swap(incoming_);
+      wakePending_ = false;
+      stop = stopping_;
+    }
+    for (auto& [index, request] : batch) {
+      request.counted = true;
+      conns_[index]->carry.push_back(std::move(request));
+    }
+    batch.clear();
+    if (stop) {
+      failEverything(done);
+      complete(done);
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [index, request] : incoming_) {
+        done.push_back(Finished{std::move(request.done), Outcome{Reply{}, errorOf<ClosedError>(
+                                                                     "redlimit: the Client was shut down; not sent")},
+                                true});
+      }
+      incoming_.clear();
+      stopped_ = true;
+      break;
+    }
+    for (auto& c : conns_) {
+      if (c->carry.empty()) continue;
+      if (!c->stream) {
+        connect(*c, done);
+      } else {
+        for (auto& r : c->carry) c->pipe->push(std::move(r));
+        c->carry.clear();
+      }
+    }
+    for (auto& c : conns_) flush(*c, done);
+    complete(done);
+
+    SteadyTime now = SteadyClock::now();
+    SteadyTime next = SteadyTime::max();
+    bool again = false;
+    for (auto& c : conns_) {
+      if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
+      if (!c->carry.empty()) again = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (wakePending_ || stopping_) again = true;  // completions queued more
+    }
+    const int n = ::epoll_wait(epollFd_, events, 64, again ? 0 : waitMs(now, next));
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == UINT64_MAX) {
+        std::uint64_t drained = 0;
+        [[maybe_unused]] const auto r = ::read(wakeFd_, &drained, sizeof drained);
+        continue;
+      }
+      Conn& c = *conns_[static_cast<std::size_t>(events[i].data.u64)];
+      if (!c.stream) continue;
+      if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
+      if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);
+    }
+    now = SteadyClock::now();
+    for (auto& c : conns_) {
+      if (!c->pipe) continue;
+      if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done);
+      if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);
+    }
+    complete(done);
+  }
+  complete(done);
+}
+
+}  // namespace redlimit::detail

@@ -1,0 +1,98 @@
+// redlimit — the I/O shell around Pipeline: a few multiplexed connections to one server, driven
+// by one I/O thread (epoll), shared by any number of threads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "pipeline.hpp"
+#include "redlimit/options.hpp"
+#include "stream.hpp"
+
+namespace redlimit::detail {
+
+/// Counters of a transport (Client::poolStats).
+struct TransportCounters {
+  std::size_t open = 0;          // connections open now
+  std::uint64_t created = 0;     // connections opened since start
+  std::uint64_t discarded = 0;   // connections closed after a failure since start
+  std::size_t pending = 0;       // requests queued or waiting for replies now
+  std::uint64_t rejected = 0;    // requests refused with PoolTimeoutError (maxPending reached)
+  std::uint64_t writes = 0;      // write calls that sent requests (requests / writes = pipelining)
+  std::uint64_t requests = 0;    // requests sent, resends included
+};
+
+/// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
+/// and one I/O thread that writes, reads and enforces every request's deadline. Requests queued
+/// while a write is in flight leave together in the next write; replies are matched in order.
+/// Connecting happens on the I/O thread, within connectTimeout; a request that waits for a
+/// connection gets that much more time.
+/// Thread-safe. Completions run on the I/O thread, except for requests refused at submit()
+/// (shut down, maxPending reached), whose completion runs at once on the submitting thread.
+class Transport : public std::enable_shared_from_this<Transport> {
+ public:
+  /// Checks the options (InvalidArgument) and starts the I/O thread.
+  static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  /// Queues a request (its deadline already set). Never blocks on the network.
+  void submit(Request request);
+  /// submit() and wait for the outcome. The I/O thread ends every request by its deadline; should
+  /// it not (it stopped), this gives up one second later with TimeoutError.
+  [[nodiscard]] Outcome call(Request request);
+
+  /// Fails every request still queued or waiting with ClosedError, closes the connections and
+  /// stops the I/O thread (joined, or detached when called on it). Idempotent.
+  void shutdown() noexcept;
+  /// In a forked child: closes this process's copies of the sockets without sending anything and
+  /// touches no lock or thread (the parent's I/O thread does not exist here). The object must
+  /// then be leaked, never destroyed.
+  void abandonAfterFork() noexcept;
+
+  [[nodiscard]] TransportCounters counters() const;
+  [[nodiscard]] const ConnectionOptions& connectionOptions() const noexcept { return connection_; }
+  [[nodiscard]] bool onIoThread() const noexcept { return std::this_thread::get_id() == ioThreadId_; }
+
+ private:
+  struct Conn;
+  Transport(const ConnectionOptions& connection, const PoolOptions& pool);
+  void run();
+  void connect(Conn& c, std::vector<Finished>& done);
+  void flush(Conn& c, std::vector<Finished>& done);
+  void readFrom(Conn& c, std::vector<Finished>& done);
+  void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done);
+  void watch(Conn& c, bool out);
+  void complete(std::vector<Finished>& done);
+  std::exception_ptr closedBeforeAnyReply(const std::exception_ptr& why);
+  void failEverything(std::vector<Finished>& done);
+
+  const ConnectionOptions connection_;
+  const PoolOptions pool_;
+  const std::string endpoint_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  int epollFd_ = -1;
+  int wakeFd_ = -1;
+  std::thread thread_;
+  std::thread::id ioThreadId_;
+  std::atomic<std::size_t> nextConn_{0};
+  std::atomic<std::size_t> pending_{0};
+  std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
+  std::atomic<std::size_t> open_{0};
+
+  std::mutex mutex_;                                   // guards the members below
+  std::vector<std::pair<std::size_t, Request>> incoming_;
+  bool wakePending_ = false;
+  bool stopping_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace redlimit::detail

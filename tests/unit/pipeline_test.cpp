@@ -1,0 +1,259 @@
+// The request/reply state machine of one connection, fed bytes by hand: no server, no socket.
+#include "pipeline.hpp"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+const Script kScript{"test", "0123456789abcdef0123456789abcdef01234567", "return 1"};
+
+// A request whose outcome lands in `log[slot]`.
+struct Log {
+  std::vector<Outcome> outcomes;
+  std::vector<int> order;
+};
+
+Request request(std::initializer_list<std::string_view> argv, Log& log, int slot,
+                SteadyTime deadline = SteadyTime::max()) {
+  Request r = makeRequest(argv.begin(), argv.size());
+  r.deadline = deadline;
+  r.budget = milliseconds(100);
+  if (log.outcomes.size() <= static_cast<std::size_t>(slot)) log.outcomes.resize(static_cast<std::size_t>(slot) + 1);
+  r.done = [&log, slot](Outcome o) {
+    log.outcomes[static_cast<std::size_t>(slot)] = std::move(o);
+    log.order.push_back(slot);
+  };
+  return r;
+}
+
+Request scriptRequest(Log& log, int slot) {
+  Request r = makeScriptRequest(kScript, {"k"}, {"a"});
+  r.deadline = SteadyTime::max();
+  if (log.outcomes.size() <= static_cast<std::size_t>(slot)) log.outcomes.resize(static_cast<std::size_t>(slot) + 1);
+  r.done = [&log, slot](Outcome o) {
+    log.outcomes[static_cast<std::size_t>(slot)] = std::move(o);
+    log.order.push_back(slot);
+  };
+  return r;
+}
+
+void run(std::vector<Finished>& done) {
+  for (auto& f : done) f.done(std::move(f.outcome));
+  done.clear();
+}
+
+template <class E>
+bool holds(const Outcome& o) {
+  if (!o.error) return false;
+  try {
+    std::rethrow_exception(o.error);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string messageOf(const Outcome& o) {
+  try {
+    std::rethrow_exception(o.error);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+std::string drain(Pipeline& p) {
+  std::string out(p.output());
+  p.wrote(out.size());
+  return out;
+}
+
+TEST(Pipeline, RequestsQueuedTogetherLeaveInOneWriteAndRepliesMatchInOrder) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  p.push(request({"ECHO", "a"}, log, 0));
+  p.push(request({"PING"}, log, 1));
+  p.push(request({"INCR", "n"}, log, 2));
+  EXPECT_EQ(drain(p), "*2\r\n$4\r\nECHO\r\n$1\r\na\r\n*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n");
+  EXPECT_FALSE(p.hasOutput());
+  EXPECT_EQ(p.awaiting(), 3u);
+  std::vector<Finished> done;
+  const std::string replies = "$1\r\na\r\n+PONG\r\n:7\r\n";
+  for (char c : replies) p.received(&c, 1, done);  // byte by byte
+  run(done);
+  ASSERT_EQ(log.order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(log.outcomes[0].reply.str, "a");
+  EXPECT_EQ(log.outcomes[1].reply.str, "PONG");
+  EXPECT_EQ(log.outcomes[2].reply.integer, 7);
+  EXPECT_EQ(p.replies(), 3u);
+  EXPECT_EQ(p.awaiting(), 0u);
+}
+
+TEST(Pipeline, ErrorRepliesBecomeTheirTypedExceptionsAndTheConnectionGoesOn) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  p.push(request({"GET", "k"}, log, 0));
+  p.push(request({"PING"}, log, 1));
+  drain(p);
+  std::vector<Finished> done;
+  const std::string replies = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n+PONG\r\n";
+  p.received(replies.data(), replies.size(), done);
+  run(done);
+  EXPECT_TRUE(holds<ReplyError>(log.outcomes[0])) << messageOf(log.outcomes[0]);
+  EXPECT_EQ(log.outcomes[1].reply.str, "PONG");
+  EXPECT_FALSE(p.broken());
+}
+
+TEST(Pipeline, AWrittenRequestPastItsDeadlineTimesOutAndBreaksTheConnection) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  const SteadyTime t0 = SteadyClock::now();
+  p.push(request({"PING"}, log, 0, t0 + milliseconds(100)));
+  p.push(request({"PING"}, log, 1, t0 + milliseconds(500)));
+  drain(p);
+  p.push(request({"PING"}, log, 2, t0 + milliseconds(500)));  // queued, never written
+  EXPECT_EQ(p.nextDeadline(), t0 + milliseconds(100));
+  std::vector<Finished> done;
+  p.expire(t0 + milliseconds(99), done);
+  EXPECT_TRUE(done.empty());
+  p.expire(t0 + milliseconds(100), done);
+  run(done);
+  EXPECT_TRUE(holds<TimeoutError>(log.outcomes[0])) << messageOf(log.outcomes[0]);
+  EXPECT_TRUE(holds<ClosedError>(log.outcomes[1])) << "written on the same connection: its reply would come late";
+  EXPECT_TRUE(p.broken());
+  // The late reply to the first request is never matched to anything.
+  p.received("+PONG\r\n", 7, done);
+  EXPECT_TRUE(done.empty());
+  // The request never written goes elsewhere.
+  auto rest = p.close(std::make_exception_ptr(ClosedError("closed")), done);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(log.order.size(), 2u);
+}
+
+TEST(Pipeline, AQueuedRequestPastItsDeadlineLeavesAloneWithoutBreakingAnything) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  const SteadyTime t0 = SteadyClock::now();
+  p.push(request({"PING"}, log, 0, t0 + milliseconds(100)));
+  std::vector<Finished> done;
+  p.expire(t0 + milliseconds(200), done);
+  run(done);
+  EXPECT_TRUE(holds<TimeoutError>(log.outcomes[0]));
+  EXPECT_FALSE(p.broken());
+  EXPECT_FALSE(p.hasOutput());
+}
+
+TEST(Pipeline, GarbageFailsTheRequestItAnswersWithProtocolErrorAndTheRestWithIt) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  p.push(request({"PING"}, log, 0));
+  p.push(request({"PING"}, log, 1));
+  drain(p);
+  std::vector<Finished> done;
+  p.received("!garbage\r\n", 10, done);
+  run(done);
+  EXPECT_TRUE(holds<ProtocolError>(log.outcomes[0])) << messageOf(log.outcomes[0]);
+  EXPECT_TRUE(holds<IoError>(log.outcomes[1]));
+  EXPECT_TRUE(p.broken());
+}
+
+TEST(Pipeline, AReplyOverTheLimitsBreaksTheConnectionAtTheHeader) {
+  ReplyLimits limits;
+  limits.maxElements = 16;
+  Pipeline p(limits, "", "test:1");
+  Log log;
+  p.push(request({"PING"}, log, 0));
+  drain(p);
+  std::vector<Finished> done;
+  p.received("*2147483647\r\n", 13, done);
+  run(done);
+  ASSERT_EQ(log.order.size(), 1u);
+  EXPECT_TRUE(holds<ProtocolError>(log.outcomes[0]));
+  EXPECT_NE(messageOf(log.outcomes[0]).find("maxElements"), std::string::npos) << messageOf(log.outcomes[0]);
+}
+
+TEST(Pipeline, AReplyToNoRequestIsAProtocolError) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  std::vector<Finished> done;
+  p.received("+PONG\r\n", 7, done);
+  EXPECT_TRUE(p.broken());
+  EXPECT_TRUE(done.empty());
+}
+
+TEST(Pipeline, NoScriptLoadsOnceAndResendsEveryFailedRequest) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  for (int i = 0; i < 3; ++i) p.push(scriptRequest(log, i));
+  const std::string first = drain(p);
+  EXPECT_EQ(first.find("EVALSHA"), first.rfind("EVALSHA") - 2 * (first.size() / 3)) << "three EVALSHAs";
+  std::vector<Finished> done;
+  const std::string noscript = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+  for (int i = 0; i < 3; ++i) p.received(noscript.data(), noscript.size(), done);
+  EXPECT_TRUE(done.empty()) << "nobody fails: the pipeline resends";
+  const std::string second = drain(p);
+  // One SCRIPT LOAD, then the three requests again.
+  EXPECT_EQ(second.find("SCRIPT"), second.rfind("SCRIPT"));
+  EXPECT_LT(second.find("SCRIPT"), second.find("EVALSHA"));
+  std::size_t evalshas = 0;
+  for (auto at = second.find("EVALSHA"); at != std::string::npos; at = second.find("EVALSHA", at + 1)) ++evalshas;
+  EXPECT_EQ(evalshas, 3u);
+  // The load answers; the first resend meets NOSCRIPT again (flushed in between): sent as EVAL.
+  const std::string replies = "$40\r\n" + std::string(kScript.sha1) + "\r\n" + noscript + ":1\r\n:2\r\n";
+  p.received(replies.data(), replies.size(), done);
+  run(done);
+  EXPECT_EQ(log.outcomes[1].reply.integer, 1);
+  EXPECT_EQ(log.outcomes[2].reply.integer, 2);
+  const std::string third = drain(p);
+  EXPECT_EQ(third.find("EVALSHA"), std::string::npos);
+  EXPECT_NE(third.find("$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n1\r\n$1\r\nk\r\n$1\r\na\r\n"), std::string::npos) << third;
+  p.received(":0\r\n", 4, done);
+  run(done);
+  EXPECT_EQ(log.outcomes[0].reply.integer, 0);
+  EXPECT_EQ(log.order, (std::vector<int>{1, 2, 0}));
+}
+
+TEST(Pipeline, AFailedGreetingFailsEverythingOnTheConnectionWithItsError) {
+  Pipeline p(ReplyLimits{}, "alice", "test:1");
+  Log log;
+  Request auth = request({"AUTH", "alice", "wrong"}, log, 0);
+  auth.internal = true;
+  p.push(std::move(auth));
+  p.push(request({"PING"}, log, 1));
+  drain(p);
+  std::vector<Finished> done;
+  const std::string replies = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+  p.received(replies.data(), replies.size(), done);
+  run(done);
+  EXPECT_TRUE(holds<AuthError>(log.outcomes[0]));
+  EXPECT_TRUE(holds<AuthError>(log.outcomes[1])) << messageOf(log.outcomes[1]);
+  EXPECT_TRUE(p.broken());
+}
+
+TEST(Pipeline, CloseFailsWrittenRequestsAndHandsBackTheOthers) {
+  Pipeline p(ReplyLimits{}, "", "test:1");
+  Log log;
+  p.push(request({"PING"}, log, 0));
+  const std::string big(std::size_t{2} << 20, 'x');
+  p.push(request({"SET", "k", big}, log, 1));
+  drain(p);
+  p.push(request({"PING"}, log, 2));
+  std::vector<Finished> done;
+  auto rest = p.close(std::make_exception_ptr(ClosedError("reset")), done);
+  run(done);
+  EXPECT_TRUE(holds<ClosedError>(log.outcomes[0]));
+  EXPECT_TRUE(holds<RequestLimitError>(log.outcomes[1])) << "a 2 MiB request on a connection the server closed";
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].command, "PING");
+}
+
+}  // namespace
+}  // namespace redlimit::detail
