@@ -19,6 +19,7 @@
 // To add a limiter type: write a benchmark like BM_Accuracy_RateLimiter whose attempt returns
 // the permit's time, and push its GrantSeries onto gChart.series; the SVG gets one more panel.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -388,34 +389,29 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
     state.counters["use_certain_max_in_any_window"] = static_cast<double>(useRow.certainMax);
     countersFor(state, redisRow, "redis_");
 
-    gNotes.push_back(rb::format(
-        "  segmented: %lld permits from Redis in %lld grants = %lld handed out + %lld given back during the run "
-        "+ %lld at close + %lld expired unused; %lld round trips for %lld calls",
-        static_cast<long long>(fromRedis), static_cast<long long>(source->grants().size()),
-        static_cast<long long>(useRow.stats.grants), static_cast<long long>(returnedInRun),
-        static_cast<long long>(returnedAfter), static_cast<long long>(stats.permitsExpired),
-        static_cast<long long>(stats.remoteRoundTrips), static_cast<long long>(attempts)));
+    gNotes.push_back(fmt::format(
+        "  segmented: {} permits from Redis in {} grants = {} handed out + {} given back during the run "
+        "+ {} at close + {} expired unused; {} round trips for {} calls",
+        fromRedis, source->grants().size(), useRow.stats.grants, returnedInRun, returnedAfter, stats.permitsExpired,
+        stats.remoteRoundTrips, attempts));
     const std::size_t refills = source->grants().size();
     std::string check = "no refill replies";
     if (refills > 0) {
       const bool consistent = offset >= lo - before.uncertaintyUs && offset <= hi + before.uncertaintyUs;
-      check = rb::format("the %lld refill replies bound it to [%+lld, %+lld] us around it: %s", static_cast<long long>(refills),
-                         static_cast<long long>(lo - offset), static_cast<long long>(hi - offset),
-                         consistent ? "consistent" : "INCONSISTENT");
+      check = fmt::format("the {} refill replies bound it to [{:+}, {:+}] us around it: {}", refills, lo - offset,
+                          hi - offset, consistent ? "consistent" : "INCONSISTENT");
     }
-    gNotes.push_back(rb::format(
-        "  clock offset (server epoch - local steady) from TIME, best of %d: +- %lld us; after the run it differed by "
-        "%+lld us (+- %lld); %s",
-        kOffsetSamples, static_cast<long long>(before.uncertaintyUs), static_cast<long long>(after.offsetUs - before.offsetUs),
-        static_cast<long long>(after.uncertaintyUs), check.c_str()));
+    gNotes.push_back(fmt::format(
+        "  clock offset (server epoch - local steady) from TIME, best of {}: +- {} us; after the run it differed by "
+        "{:+} us (+- {}); {}",
+        kOffsetSamples, before.uncertaintyUs, after.offsetUs - before.offsetUs, after.uncertaintyUs, check));
     const std::string lastRefill =
-        busiest.hasLastRefill ? rb::format("the last refill stamped before it was answered %+lld us from its start",
-                                           static_cast<long long>(busiest.lastRefillReplyUs))
+        busiest.hasLastRefill ? fmt::format("the last refill stamped before it was answered {:+} us from its start",
+                                            busiest.lastRefillReplyUs)
                               : std::string("no refill was stamped before it");
-    gNotes.push_back(rb::format("  busiest window by use time: %lld permits = %lld granted within it (as Redis counts) + %lld "
-                                "granted before it; %s",
-                                static_cast<long long>(busiest.total), static_cast<long long>(busiest.grantedWithin),
-                                static_cast<long long>(busiest.total - busiest.grantedWithin), lastRefill.c_str()));
+    gNotes.push_back(fmt::format("  busiest window by use time: {} permits = {} granted within it (as Redis counts) + {} "
+                                 "granted before it; {}",
+                                 busiest.total, busiest.grantedWithin, busiest.total - busiest.grantedWithin, lastRefill));
     gNotes.push_back("  by use time a window may exceed the limit by nodes x segment = " + std::to_string(kNodes * kSegment) +
                      " (permits granted before it: held, or a refill in flight), as Redis counts not at all. Use times are"
                      " read when\n  tryAcquire() returns, so a thread descheduled in between stamps its permit late (" +
@@ -449,12 +445,11 @@ std::string summary() {
     std::string most = std::to_string(r.stats.maxPerWindow);
     if (r.certainMax >= 0) most += " (" + std::to_string(r.certainMax) + ")";
     const std::int64_t checked = r.certainMax >= 0 ? r.certainMax : r.stats.maxPerWindow;
-    out << rb::format("  %-50s %8s %8lld %25s %6lld   %5.1f%%%s\n", r.title.c_str(), attempts.c_str(),
-                      static_cast<long long>(r.stats.grants), most.c_str(), static_cast<long long>(r.limit),
-                      r.bound > 0 ? 100.0 * static_cast<double>(r.stats.grants) / static_cast<double>(r.bound) : 0.0,
-                      checked > r.limit ? "   ABOVE THE BOUND" : "")
+    out << fmt::format("  {:<50} {:>8} {:8} {:>25} {:6}   {:5.1f}%{}\n", r.title, attempts, r.stats.grants, most, r.limit,
+                       r.bound > 0 ? 100.0 * static_cast<double>(r.stats.grants) / static_cast<double>(r.bound) : 0.0,
+                       checked > r.limit ? "   ABOVE THE BOUND" : "")
         << "      times: " << r.clock << "\n";
-    if (r.errors > 0) out << rb::format("    (%lld calls failed)\n", static_cast<long long>(r.errors));
+    if (r.errors > 0) out << fmt::format("    ({} calls failed)\n", r.errors);
   }
   for (const std::string& note : gNotes) out << note << "\n";
   out << "  picture: accuracy.svg\n";
@@ -482,7 +477,7 @@ int main(int argc, char** argv) {
     std::ofstream(dir + "/bench_accuracy.summary.txt") << text;
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_accuracy: %s\n", e.what());
+    fmt::print(stderr, "bench_accuracy: {}\n", e.what());
     return 1;
   }
 }

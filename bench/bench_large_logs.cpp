@@ -13,6 +13,7 @@
 // For A and B the Redisson-equivalent reference script (bench/reference_acquire.lua, which unpacks
 // every expired member in one call) runs on a copy of the same state, for comparison.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
@@ -202,7 +203,7 @@ std::string summary(const std::string& machine) {
     auto it = gFig.find(k);
     return it == gFig.end() ? -1.0 : it->second;
   };
-  auto cell = [](double v, const char* f) { return v < 0 ? std::string("-") : rb::format(f, v); };
+  auto cell = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.0f}", v); };
   std::ostringstream out;
   out << "redlimit benchmark (bench_large_logs), " << rb::nowText() << "\n"
       << "Machine: " << machine << "\n"
@@ -217,9 +218,8 @@ std::string summary(const std::string& machine) {
       {"E. updateRate keepState, 1M live", "E"}};
   for (const auto& [what, k] : rows) {
     const std::string key = k;
-    out << rb::format("  %-46s %6s  %9s  %9s   %12s\n", what, cell(fig(key + ".calls"), "%.0f").c_str(),
-                      cell(fig(key + ".worst"), "%.0f").c_str(), cell(fig(key + ".median"), "%.0f").c_str(),
-                      cell(fig(key + ".reference"), "%.0f").c_str());
+    out << fmt::format("  {:<46} {:>6}  {:>9}  {:>9}   {:>12}\n", what, cell(fig(key + ".calls")), cell(fig(key + ".worst")),
+                       cell(fig(key + ".median")), cell(fig(key + ".reference")));
   }
   out << "  (reference: bench/reference_acquire.lua, Redisson's call sequence, one call on the same state)\n";
   return out.str();
@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
     gWorld = nullptr;
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_large_logs: %s\n", e.what());
+    fmt::print(stderr, "bench_large_logs: {}\n", e.what());
     return 1;
   }
 }

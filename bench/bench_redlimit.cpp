@@ -13,6 +13,7 @@
 // Latencies are timed per call by the caller (steady_clock around the call); p50/p99 are user
 // counters, and the manual time Google Benchmark reports is the library call's.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <deque>
@@ -688,8 +689,8 @@ double fig(const std::string& key) {
   return it == gFig.end() ? std::nan("") : it->second;
 }
 
-std::string cell(double v, const char* fmt = "%.1f") {
-  return std::isnan(v) ? std::string("n/a") : rb::format(fmt, v);
+std::string cell(double v, int precision = 1) {
+  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
 }
 
 std::string summary(const std::string& machine) {
@@ -697,8 +698,8 @@ std::string summary(const std::string& machine) {
   auto ratioRow = [&](const char* what, double value, double target) {
     std::string verdict = "report";
     if (target > 0 && !std::isnan(value)) verdict = value <= target ? "met" : "MISSED";
-    const std::string goal = target > 0 ? rb::format("<= %g", target) : std::string();
-    out << rb::format("  %-68s %6s  %-8s %s\n", what, cell(value, "%.2f").c_str(), goal.c_str(), verdict.c_str());
+    const std::string goal = target > 0 ? fmt::format("<= {:g}", target) : std::string();
+    out << fmt::format("  {:<68} {:>6}  {:<8} {}\n", what, cell(value, 2), goal, verdict);
   };
   out << "redlimit benchmark (bench_redlimit), " << rb::nowText() << "\n"
       << "Machine: " << machine << "\n"
@@ -719,18 +720,18 @@ std::string summary(const std::string& machine) {
                                                          {"RateLimiter::tryAcquire", "tryAcquire"}};
   for (const auto& [what, key] : latRows) {
     const std::string g = std::string("granted.") + key, d = std::string("denied.") + key;
-    out << rb::format("  %-58s %7s / %-7s  %7s / %-7s\n", what, cell(fig(g + ".p50")).c_str(), cell(fig(g + ".p99")).c_str(),
-                      cell(fig(d + ".p50")).c_str(), cell(fig(d + ".p99")).c_str());
+    out << fmt::format("  {:<58} {:>7} / {:<7}  {:>7} / {:<7}\n", what, cell(fig(g + ".p50")), cell(fig(g + ".p99")),
+                       cell(fig(d + ".p50")), cell(fig(d + ".p99")));
   }
 
   out << "\nThreads sharing one Client (pool = threads), tryAcquire, all granted\n"
       << "  threads   one hot limiter: decisions/s  p99 us   10k limiters: decisions/s  p99 us\n";
   for (int t : {1, 2, 4, 8, 16}) {
     const std::string h = "threads.hot." + std::to_string(t), d = "threads.distinct." + std::to_string(t);
-    out << rb::format("  %7d   %28s %7s   %25s %7s\n", t, cell(fig(h + ".rate"), "%.0f").c_str(),
-                      cell(fig(h + ".p99")).c_str(), cell(fig(d + ".rate"), "%.0f").c_str(), cell(fig(d + ".p99")).c_str());
+    out << fmt::format("  {:>7}   {:>28} {:>7}   {:>25} {:>7}\n", t, cell(fig(h + ".rate"), 0), cell(fig(h + ".p99")),
+                       cell(fig(d + ".rate"), 0), cell(fig(d + ".p99")));
     const double errors = fig(h + ".errors") + fig(d + ".errors");
-    if (errors > 0) out << rb::format("            (%.0f calls failed)\n", errors);
+    if (errors > 0) out << fmt::format("            ({:.0f} calls failed)\n", errors);
   }
 
   out << "\nServer cost per call, us: script execution (commandstats) / whole server CPU (INFO cpu)\n"
@@ -741,39 +742,38 @@ std::string summary(const std::string& machine) {
                                                           {"first call after 1k expired at once", "burst1k"}};
   for (const auto& [what, key] : costRows) {
     const std::string k = std::string("cost.") + key;
-    out << rb::format("  %-44s %5s / %-5s  %5s / %-5s  %5s / %-5s  %5s\n", what, cell(fig(k + ".ours")).c_str(),
-                      cell(fig(k + ".ours.cpu")).c_str(), cell(fig(k + ".ref")).c_str(), cell(fig(k + ".ref.cpu")).c_str(),
-                      cell(fig(k + ".ref_eval")).c_str(), cell(fig(k + ".ref_eval.cpu")).c_str(),
-                      cell(fig(k + ".ours") / fig(k + ".ref"), "%.2f").c_str());
+    out << fmt::format("  {:<44} {:>5} / {:<5}  {:>5} / {:<5}  {:>5} / {:<5}  {:>5}\n", what, cell(fig(k + ".ours")),
+                       cell(fig(k + ".ours.cpu")), cell(fig(k + ".ref")), cell(fig(k + ".ref.cpu")),
+                       cell(fig(k + ".ref_eval")), cell(fig(k + ".ref_eval.cpu")), cell(fig(k + ".ours") / fig(k + ".ref"), 2));
   }
-  out << rb::format("  %-44s %5s          %5s\n", "  of which Lua and its calls into Redis (steady)", cell(fig("cost.steady.ours.lua")).c_str(),
-                    cell(fig("cost.steady.ref.lua")).c_str())
-      << rb::format("  %-44s %5s / %-5s\n", "available_permits.lua, 2k live", cell(fig("cost.available.ours")).c_str(),
-                    cell(fig("cost.available.ours_cpu")).c_str())
-      << rb::format("  %-44s %5s / %-5s\n", "release.lua (1 permit), 2k live", cell(fig("cost.release.ours")).c_str(),
-                    cell(fig("cost.release.ours_cpu")).c_str());
+  out << fmt::format("  {:<44} {:>5}          {:>5}\n", "  of which Lua and its calls into Redis (steady)", cell(fig("cost.steady.ours.lua")),
+                     cell(fig("cost.steady.ref.lua")))
+      << fmt::format("  {:<44} {:>5} / {:<5}\n", "available_permits.lua, 2k live", cell(fig("cost.available.ours")),
+                     cell(fig("cost.available.ours_cpu")))
+      << fmt::format("  {:<44} {:>5} / {:<5}\n", "release.lua (1 permit), 2k live", cell(fig("cost.release.ours")),
+                     cell(fig("cost.release.ours_cpu")));
 
   out << "\nGrowth of the permits log (tryAcquire, granted)        p50 us   p99 us   server us/call\n";
   for (int n : {10, 1000, 100000}) {
     const std::string k = "growth." + std::to_string(n);
-    out << rb::format("  %-52s %6s   %6s   %6s\n", rb::format("%d live members", n).c_str(), cell(fig(k + ".p50")).c_str(),
-                      cell(fig(k + ".p99")).c_str(), cell(fig(k + ".usec")).c_str());
+    out << fmt::format("  {:<52} {:>6}   {:>6}   {:>6}\n", fmt::format("{} live members", n), cell(fig(k + ".p50")),
+                       cell(fig(k + ".p99")), cell(fig(k + ".usec")));
   }
   out << "  first acquire after 100k members expired at once      median us   server us\n";
   const std::pair<const char*, const char*> firstRows[] = {{"tryAcquire", "first.ours"},
                                                            {"reference script (unpacks every member)", "first.ref"},
                                                            {"tryAcquire, one member still live", "first.ours_one_live"}};
   for (const auto& [what, key] : firstRows) {
-    out << rb::format("    %-50s %9s   %9s\n", what, cell(fig(std::string(key) + ".us")).c_str(),
-                      cell(fig(std::string(key) + ".usec")).c_str());
+    out << fmt::format("    {:<50} {:>9}   {:>9}\n", what, cell(fig(std::string(key) + ".us")),
+                       cell(fig(std::string(key) + ".usec")));
   }
 
   out << "\nMemory of one limiter (MEMORY USAGE, bytes)      hash   value     permits   per live permit\n";
   for (int n : {1000, 10000, 100000}) {
     const std::string k = "memory." + std::to_string(n);
-    out << rb::format("  %-44s %6s  %6s  %10s   %6s\n", rb::format("after %d grants", n).c_str(),
-                      cell(fig(k + ".hash"), "%.0f").c_str(), cell(fig(k + ".value"), "%.0f").c_str(),
-                      cell(fig(k + ".permits"), "%.0f").c_str(), cell(fig(k + ".total") / n, "%.1f").c_str());
+    out << fmt::format("  {:<44} {:>6}  {:>6}  {:>10}   {:>6}\n", fmt::format("after {} grants", n),
+                       cell(fig(k + ".hash"), 0), cell(fig(k + ".value"), 0), cell(fig(k + ".permits"), 0),
+                       cell(fig(k + ".total") / n, 1));
   }
   return out.str();
 }
@@ -814,7 +814,7 @@ int main(int argc, char** argv) {
     gWorld = nullptr;
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_redlimit: %s\n", e.what());
+    fmt::print(stderr, "bench_redlimit: {}\n", e.what());
     return 1;
   }
 }

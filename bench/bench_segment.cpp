@@ -23,10 +23,10 @@
 // Run: cmake --preset release && cmake --build --preset release -j2 &&
 //      build/release/bench/bench_segment --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -195,8 +195,8 @@ BENCHMARK(BM_RedisFraction)->Name("RedisFraction/tight")->Arg(1)->Iterations(1)-
 
 // --- Summary --------------------------------------------------------------------------------------
 
-std::string cell(double v, const char* fmt = "%.1f") {
-  return std::isnan(v) ? std::string("n/a") : rb::format(fmt, v);
+std::string cell(double v, int precision = 1) {
+  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
 }
 
 std::string summary(const rb::CollectReporter& r, const std::string& machine, const SegmentStats& hitStats) {
@@ -204,10 +204,10 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
   const double remote = r.ns("BM_RateLimiterTryAcquire/real_time");
   const double ping = r.ns("BM_Ping/real_time");
   std::ostringstream out;
-  auto targetRow = [&](const char* what, double value, const char* fmt, bool atLeast, double target) {
+  auto targetRow = [&](const char* what, double value, int precision, bool atLeast, double target) {
     const char* verdict = std::isnan(value) ? "n/a" : (atLeast ? value >= target : value < target) ? "met" : "MISSED";
-    const std::string goal = rb::format(atLeast ? ">= %g" : "< %g", target);
-    out << rb::format("  %-68s %7s  %-7s %s\n", what, cell(value, fmt).c_str(), goal.c_str(), verdict);
+    const std::string goal = fmt::format("{} {:g}", atLeast ? ">=" : "<", target);
+    out << fmt::format("  {:<68} {:>7}  {:<7} {}\n", what, cell(value, precision), goal, verdict);
   };
   out << "Segment cache (bench_segment), " << rb::nowText() << "\n"
       << "Machine: " << machine << "\n"
@@ -215,9 +215,9 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
       << "SegmentedRateLimiter<RateLimiter, CoarseSteadyClock> (opt-in); real time per call, Google Benchmark.\n\n"
       << "Targets, each measured in this run                                       value  target\n";
   const double coarseHit = r.ns("BM_SegmentLocalHitCoarse/real_time/threads:1");
-  targetRow("RateLimiter::tryAcquire / local hit (1 thread, SteadyClock)", remote / hit, "%.0f", true, 500);
-  targetRow("local hit, 1 thread, ns per call (SteadyClock, the default)", hit, "%.1f", false, 50);
-  targetRow("local hit, 1 thread, ns per call (CoarseSteadyClock)", coarseHit, "%.1f", false, 50);
+  targetRow("RateLimiter::tryAcquire / local hit (1 thread, SteadyClock)", remote / hit, 0, true, 500);
+  targetRow("local hit, 1 thread, ns per call (SteadyClock, the default)", hit, 1, false, 50);
+  targetRow("local hit, 1 thread, ns per call (CoarseSteadyClock)", coarseHit, 1, false, 50);
 
   out << "\nLocal hit (tryAcquire from the segment)     ns per call, all threads   ns per call, per thread\n";
   for (const auto& [label, bench] : {std::pair<const char*, const char*>{"SteadyClock", "BM_SegmentLocalHit"},
@@ -225,19 +225,19 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
     out << "  " << label << "\n";
     for (int t : {1, 2, 4}) {
       const double ns = r.ns(std::string(bench) + "/real_time/threads:" + std::to_string(t));
-      out << rb::format("    %d thread%s                                %10s                 %10s\n", t, t == 1 ? " " : "s",
-                        cell(ns).c_str(), cell(ns * t).c_str());
+      out << fmt::format("    {} thread{}                                {:>10}                 {:>10}\n", t, t == 1 ? " " : "s",
+                         cell(ns), cell(ns * t));
     }
   }
-  out << rb::format("  frozen clock (no clock read), 1 thread    %10s\n",
-                    cell(r.ns("BM_SegmentHitFrozenClock/real_time/threads:1")).c_str())
-      << rb::format("  clock reads: steady_clock::now() %s ns, CoarseSteadyClock::now() %s ns (may trail by %lld us)\n",
-                    cell(r.ns("BM_SteadyClockNow/real_time")).c_str(), cell(r.ns("BM_CoarseSteadyClockNow/real_time")).c_str(),
-                    static_cast<long long>(CoarseSteadyClock{}.maxLag().count()))
-      << rb::format("  round trips: RateLimiter::tryAcquire %s us, PING %s us (%s x the hit)\n", cell(remote / 1000).c_str(),
-                    cell(ping / 1000).c_str(), cell(ping / hit, "%.0f").c_str())
-      << rb::format("  the hit runs made %lld round trip(s) for %lld local grants (1 = all local)\n",
-                    static_cast<long long>(hitStats.remoteRoundTrips), static_cast<long long>(hitStats.localGrants));
+  out << fmt::format("  frozen clock (no clock read), 1 thread    {:>10}\n",
+                     cell(r.ns("BM_SegmentHitFrozenClock/real_time/threads:1")))
+      << fmt::format("  clock reads: steady_clock::now() {} ns, CoarseSteadyClock::now() {} ns (may trail by {} us)\n",
+                     cell(r.ns("BM_SteadyClockNow/real_time")), cell(r.ns("BM_CoarseSteadyClockNow/real_time")),
+                     CoarseSteadyClock{}.maxLag().count())
+      << fmt::format("  round trips: RateLimiter::tryAcquire {} us, PING {} us ({} x the hit)\n", cell(remote / 1000),
+                     cell(ping / 1000), cell(ping / hit, 0))
+      << fmt::format("  the hit runs made {} round trip(s) for {} local grants (1 = all local)\n",
+                     hitStats.remoteRoundTrips, hitStats.localGrants);
 
   out << "\nCalls that needed Redis: segment " << kFractionSegment << ", " << kPacedThreads << " threads paced at "
       << kCallsPerThread * 1000 / kPacedDuration.count() << " calls/s each for " << kPacedDuration.count() << " ms\n"
@@ -246,10 +246,10 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
                                                       {"2000 per 200 ms (offered 2x the rate)", "tight"}};
   for (const auto& [what, key] : rows) {
     const std::string k = std::string("fraction.") + key;
-    out << rb::format("  %-42s %8s  %8s  %11s  %11s\n", what, cell(fig(k + ".calls"), "%.0f").c_str(),
-                      cell(fig(k + ".granted"), "%.0f").c_str(), cell(fig(k + ".roundTrips"), "%.0f").c_str(),
-                      cell(100 * fig(k + ".fraction"), "%.2f%%").c_str());
-    if (fig(k + ".errors") > 0) out << rb::format("    (%.0f calls failed)\n", fig(k + ".errors"));
+    out << fmt::format("  {:<42} {:>8}  {:>8}  {:>11}  {:>11}\n", what, cell(fig(k + ".calls"), 0),
+                       cell(fig(k + ".granted"), 0), cell(fig(k + ".roundTrips"), 0),
+                       cell(100 * fig(k + ".fraction"), 2) + "%");
+    if (fig(k + ".errors") > 0) out << fmt::format("    ({:.0f} calls failed)\n", fig(k + ".errors"));
   }
   out << "  (RateLimiter alone: one round trip per call. A denied call finds the segment empty and asks\n"
       << "   Redis itself, unless another thread's refill is in flight.)\n";
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
     frozenOptions.returnWhenIdle = false;
     gFrozen = std::make_unique<SegmentedRateLimiter<RateLimiter, FrozenClock>>(frozenSource, frozenOptions);
     if (!gSegment->tryAcquire() || !gCoarse->tryAcquire() || !gFrozen->tryAcquire()) {
-      std::fprintf(stderr, "bench_segment: the first refill was denied\n");
+      fmt::print(stderr, "bench_segment: the first refill was denied\n");
       return 1;
     }
 
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
     benchmark::Shutdown();
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_segment: %s\n", e.what());
+    fmt::print(stderr, "bench_segment: {}\n", e.what());
     return 1;
   }
 }

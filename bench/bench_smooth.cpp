@@ -4,6 +4,7 @@
 // tryAcquire() never owes anything, and reserve() does not wait. A short summary goes to stdout
 // and <results>/bench_smooth.summary.txt.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <redlimit/clock.hpp>
 #include <redlimit/smooth_rate_limiter.hpp>
@@ -81,23 +82,23 @@ void BM_ReserveContended(benchmark::State& state) {
 }
 BENCHMARK(BM_ReserveContended)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
-std::string cell(double v) { return std::isnan(v) ? std::string("n/a") : redlimit::bench::format("%.1f", v); }
+std::string cell(double v) { return std::isnan(v) ? std::string("n/a") : fmt::format("{:.1f}", v); }
 
 std::string summary(const redlimit::bench::CollectReporter& r) {
   namespace rb = redlimit::bench;
   std::ostringstream out;
   out << "SmoothRateLimiter (bench_smooth), in-process, ns per call (real time)\n"
-      << rb::format("  uncontended: tryAcquire granted %s, refused %s (%s without the clock read); "
-                    "reserve %s (bursty), %s (warming up)\n",
-                    cell(r.ns("BM_TryAcquireGranted")).c_str(), cell(r.ns("BM_TryAcquireRefused")).c_str(),
-                    cell(r.ns("BM_TryAcquireRefusedManualClock")).c_str(), cell(r.ns("BM_ReserveBursty")).c_str(),
-                    cell(r.ns("BM_ReserveWarmingUp")).c_str())
+      << fmt::format("  uncontended: tryAcquire granted {}, refused {} ({} without the clock read); "
+                     "reserve {} (bursty), {} (warming up)\n",
+                     cell(r.ns("BM_TryAcquireGranted")), cell(r.ns("BM_TryAcquireRefused")),
+                     cell(r.ns("BM_TryAcquireRefusedManualClock")), cell(r.ns("BM_ReserveBursty")),
+                     cell(r.ns("BM_ReserveWarmingUp")))
       << "  one limiter shared by N threads    tryAcquire: all threads / per thread   reserve: all threads / per thread\n";
   for (int t : {1, 2, 4}) {
     const std::string suffix = "/real_time/threads:" + std::to_string(t);
     const double a = r.ns("BM_TryAcquireContended" + suffix), b = r.ns("BM_ReserveContended" + suffix);
-    out << rb::format("  %d thread%s                          %10s / %-10s            %10s / %-10s\n", t, t == 1 ? " " : "s",
-                      cell(a).c_str(), cell(a * t).c_str(), cell(b).c_str(), cell(b * t).c_str());
+    out << fmt::format("  {} thread{}                          {:>10} / {:<10}            {:>10} / {:<10}\n", t, t == 1 ? " " : "s",
+                       cell(a), cell(a * t), cell(b), cell(b * t));
   }
   return out.str();
 }

@@ -9,9 +9,11 @@
 #include <redlimit/smooth_rate_limiter.hpp>
 
 #include <chrono>
-#include <cstdio>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace {
 
@@ -48,26 +50,26 @@ int main() {
     const std::chrono::microseconds waited = limiter.acquire();  // blocks until our turn
     totalWait += waited;
     if (i < 3 || i == 30 || i == kRequests - 1) {
-      std::printf("request %3d waited %6.1f ms\n", i, static_cast<double>(waited.count()) / 1e3);
+      fmt::print("request {:3} waited {:6.1f} ms\n", i, static_cast<double>(waited.count()) / 1e3);
     }
     backend.send();
   }
 
   const double elapsed = backend.sentAt.back();
-  std::printf("\nsent %d requests in %.2f s (waited %.2f s in total); metrics pings: %d sent, "
-              "%d skipped\n",
-              kRequests, elapsed, static_cast<double>(totalWait.count()) / 1e6, pingsSent,
-              pingsSkipped);
-  std::printf("requests per quarter second (cold start at ~17/s, stable at 50/s = 12.5 per "
-              "quarter):\n");
+  fmt::print("\nsent {} requests in {:.2f} s (waited {:.2f} s in total); metrics pings: {} sent, "
+             "{} skipped\n",
+             kRequests, elapsed, static_cast<double>(totalWait.count()) / 1e6, pingsSent,
+             pingsSkipped);
+  fmt::print("requests per quarter second (cold start at ~17/s, stable at 50/s = 12.5 per "
+             "quarter):\n");
   const auto quarters = static_cast<int>(elapsed / 0.25) + 1;
   for (int q = 0; q < quarters; ++q) {
     int count = 0;
     for (double t : backend.sentAt) {
       if (t >= q * 0.25 && t < (q + 1) * 0.25) ++count;
     }
-    std::printf("  %4.2f-%4.2f s: %2d  %.*s\n", q * 0.25, (q + 1) * 0.25, count, count,
-                "##################################################");
+    constexpr std::string_view kBar = "##################################################";
+    fmt::print("  {:4.2f}-{:4.2f} s: {:2}  {:.{}}\n", q * 0.25, (q + 1) * 0.25, count, kBar, count);
   }
   return 0;
 }

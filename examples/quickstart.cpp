@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -18,6 +17,8 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "redlimit/redlimit.hpp"
 
@@ -60,7 +61,7 @@ int worker(const std::string& uri, const std::string& name) {
     });
   }
   for (auto& t : threads) t.join();
-  for (auto g : grants) std::printf("%lld\n", static_cast<long long>(g));
+  for (auto g : grants) fmt::print("{}\n", g);
   return 0;
 }
 
@@ -69,9 +70,8 @@ int coordinator(const std::string& uri, const char* self) {
   const std::string name = "quickstart:" + std::to_string(::getpid());
   redlimit::RateLimiter limiter(client, name);
   limiter.setRate(redlimit::RateType::Overall, kRate, kInterval);
-  std::printf("limiter %s: %lld permits per %lld ms, shared by %d processes x %d threads\n",
-              name.c_str(), static_cast<long long>(kRate), static_cast<long long>(kInterval.count()),
-              kProcesses, kThreadsPerProcess);
+  fmt::print("limiter {}: {} permits per {} ms, shared by {} processes x {} threads\n", name, kRate,
+             kInterval.count(), kProcesses, kThreadsPerProcess);
 
   std::vector<std::pair<pid_t, int>> children;
   for (int p = 0; p < kProcesses; ++p) {
@@ -100,7 +100,7 @@ int coordinator(const std::string& uri, const char* self) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "quickstart: worker %d failed\n", static_cast<int>(pid));
+      fmt::print(stderr, "quickstart: worker {} failed\n", pid);
       return 1;
     }
     std::istringstream in(out);
@@ -110,23 +110,21 @@ int coordinator(const std::string& uri, const char* self) {
   }
   std::sort(grants.begin(), grants.end());
   if (grants.empty()) {
-    std::fprintf(stderr, "quickstart: no grants at all\n");
+    fmt::print(stderr, "quickstart: no grants at all\n");
     return 1;
   }
   // Grants come in bursts one interval apart; windows are centred on them.
   std::map<std::int64_t, std::int64_t> perWindow;
   for (auto g : grants) perWindow[(g - grants.front() + kInterval.count() / 2) / kInterval.count()]++;
-  std::printf("\n  window   granted   configured rate\n");
+  fmt::print("\n  window   granted   configured rate\n");
   std::int64_t worst = 0;
   for (auto [window, count] : perWindow) {
-    std::printf("  %6lld   %7lld   %lld\n", static_cast<long long>(window), static_cast<long long>(count),
-                static_cast<long long>(kRate));
+    fmt::print("  {:6}   {:7}   {}\n", window, count, kRate);
     worst = std::max(worst, count);
   }
-  std::printf("\n  total %zu grants (", grants.size());
-  for (std::size_t i = 0; i < perProcess.size(); ++i) std::printf("%sprocess %zu: %zu", i ? ", " : "", i + 1, perProcess[i]);
-  std::printf("); most in one window: %lld of %lld allowed\n", static_cast<long long>(worst),
-              static_cast<long long>(kRate));
+  fmt::print("\n  total {} grants (", grants.size());
+  for (std::size_t i = 0; i < perProcess.size(); ++i) fmt::print("{}process {}: {}", i ? ", " : "", i + 1, perProcess[i]);
+  fmt::print("); most in one window: {} of {} allowed\n", worst, kRate);
   (void)limiter.deleteLimiter();
   return worst <= kRate ? 0 : 1;
 }
@@ -141,7 +139,7 @@ int main(int argc, char** argv) {
     if (argc == 2) uri = argv[1];
     return coordinator(uri, "/proc/self/exe");
   } catch (const redlimit::Error& e) {
-    std::fprintf(stderr, "quickstart: %s\n", e.what());
+    fmt::print(stderr, "quickstart: {}\n", e.what());
     return 1;
   }
 }

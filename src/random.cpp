@@ -1,17 +1,50 @@
 #include "random.hpp"
 
+#include <chrono>
+#include <functional>
+#include <iterator>
 #include <random>
+#include <thread>
+
+#include <unistd.h>
+
+#include "fork_guard.hpp"
 
 namespace redlimit::detail {
 namespace {
 
+// A per-thread generator that a fork() child does not share with its parent: it remembers the
+// fork generation it was seeded in and is seeded again when that differs.
+struct ThreadGenerator {
+  std::mt19937_64 engine;
+  bool seeded = false;
+  std::uint64_t seededIn = 0;  // forkGeneration() when seeded
+};
+
+// Seeds from std::random_device, plus what tells this seeding apart from any other even if
+// random_device were deterministic: the process (pid), the thread and the moment (steady clock).
+void reseed(std::mt19937_64& engine) {
+  std::random_device rd;
+  const auto now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  const auto thread = static_cast<std::uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  const auto pid = static_cast<std::uint64_t>(::getpid());
+  const std::uint32_t words[] = {rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd(),
+                                 static_cast<std::uint32_t>(pid), static_cast<std::uint32_t>(pid >> 32),
+                                 static_cast<std::uint32_t>(thread), static_cast<std::uint32_t>(thread >> 32),
+                                 static_cast<std::uint32_t>(now), static_cast<std::uint32_t>(now >> 32)};
+  std::seed_seq seq(std::begin(words), std::end(words));
+  engine.seed(seq);
+}
+
 std::mt19937_64& generator() {
-  thread_local std::mt19937_64 gen = [] {
-    std::random_device rd;
-    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
-    return std::mt19937_64(seq);
-  }();
-  return gen;
+  thread_local ThreadGenerator g;
+  const std::uint64_t generation = forkGeneration();
+  if (!g.seeded || g.seededIn != generation) {
+    reseed(g.engine);
+    g.seeded = true;
+    g.seededIn = generation;
+  }
+  return g.engine;
 }
 
 }  // namespace

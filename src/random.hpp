@@ -7,7 +7,8 @@
 
 namespace redlimit::detail {
 
-/// 16 random bytes from a per-thread generator seeded from std::random_device.
+/// 16 random bytes from a per-thread generator seeded from std::random_device, seeded again in
+/// a fork() child (see fork_guard.hpp) so that parent and child never draw the same sequence.
 std::array<std::uint8_t, 16> randomId16();
 
 /// A random UUID v4 in its canonical text form: 36 lowercase characters with hyphens.

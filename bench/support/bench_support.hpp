@@ -11,7 +11,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -51,7 +50,7 @@ struct ServerSlot {
 inline std::array<ServerSlot, 4> gSlots;
 
 inline void copyPath(std::array<char, 256>& to, const std::string& from) {
-  std::snprintf(to.data(), to.size(), "%s", from.c_str());
+  to[from.copy(to.data(), to.size() - 1)] = '\0';  // truncated to fit, NUL-terminated
 }
 
 // Async-signal-safe: kill, waitpid, unlink, rmdir only.
@@ -401,15 +400,6 @@ inline std::string nowText() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
   return buf;
-}
-
-/// printf into a std::string.
-template <class... Args>
-std::string format(const char* fmt, Args... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  std::string s(static_cast<std::size_t>(n > 0 ? n : 0), '\0');
-  std::snprintf(s.data(), s.size() + 1, fmt, args...);
-  return s;
 }
 
 }  // namespace redlimit::bench

@@ -5,11 +5,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace redlimit::bench {
 
@@ -97,11 +98,7 @@ inline std::string escapeXml(const std::string& text) {
   return out;
 }
 
-inline std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
+inline std::string num(double v) { return fmt::format("{:.1f}", v); }
 
 }  // namespace detail
 

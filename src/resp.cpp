@@ -1,0 +1,319 @@
+#include "resp.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
+
+#include "redlimit/errors.hpp"
+
+// ReplyParser reads redisReader's public fields (ridx, rstack, buf, pos, len) to see which item
+// the reader waits on; hiredis 1.x replaced rstack with a growable task array.
+static_assert(HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14, "src/resp.cpp is written against hiredis 0.14's redisReader");
+
+namespace redlimit::detail {
+
+namespace {
+
+// The longest length or integer line: "-9223372036854775808".
+constexpr std::size_t kMaxNumberLine = 20;
+// hiredis's reader nests at most 8 arrays; limits stay below so that our message comes first.
+constexpr int kMaxDepth = 7;
+
+bool isDigit(char c) noexcept { return c >= '0' && c <= '9'; }
+
+const char* lineKind(int type) noexcept {
+  return type == REDIS_REPLY_ERROR ? "an error line" : "a status line";
+}
+
+}  // namespace
+
+void checkLimits(const ReplyLimits& limits) {
+  if (limits.maxBulkBytes == 0) throw InvalidArgument("redlimit: ReplyLimits::maxBulkBytes must be >= 1, got 0");
+  if (limits.maxElements == 0) throw InvalidArgument("redlimit: ReplyLimits::maxElements must be >= 1, got 0");
+  if (limits.maxDepth < 1 || limits.maxDepth > kMaxDepth) {
+    throw InvalidArgument(
+        fmt::format("redlimit: ReplyLimits::maxDepth must be in 1..{}, got {}", kMaxDepth, limits.maxDepth));
+  }
+}
+
+// hiredis builds replies through these. They must not throw through hiredis's C frames: a refusal
+// (a limit) or an exception is recorded on the parser and the callback returns NULL, which makes
+// the reader fail ("Out of memory"); next() then reports what was recorded instead.
+// Each object is built in place: the root in root_, a child in its parent's elements, which
+// createArray reserved at their final count so that pointers to them stay valid.
+struct ReplyParser::Callbacks {
+  static ReplyParser& parser(const redisReadTask* task) { return *static_cast<ReplyParser*>(task->privdata); }
+  static void* parentOf(const redisReadTask* task) { return task->parent != nullptr ? task->parent->obj : nullptr; }
+
+  template <class Build>
+  static void* guarded(const redisReadTask* task, Build&& build) noexcept {
+    ReplyParser& p = parser(task);
+    try {
+      return build(p);
+    } catch (...) {
+      p.callbackThrew_ = std::current_exception();
+      return nullptr;
+    }
+  }
+
+  static void* createString(const redisReadTask* task, char* str, std::size_t len) {
+    return guarded(task, [&](ReplyParser& p) -> void* {
+      if (len > p.limits_.maxBulkBytes) {
+        p.refusal_ = task->type == REDIS_REPLY_STRING
+                         ? fmt::format("reply announces a bulk string of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
+                                       len, p.limits_.maxBulkBytes)
+                         : fmt::format("reply has {} of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
+                                       lineKind(task->type), len, p.limits_.maxBulkBytes);
+        return nullptr;
+      }
+      // hiredis checked that the payload and two more bytes are buffered, but not what they are.
+      if (task->type == REDIS_REPLY_STRING && (str[len] != '\r' || str[len + 1] != '\n')) {
+        p.refusal_ = fmt::format("bytes that are not RESP2: a bulk string of {} bytes is not followed by CRLF", len);
+        return nullptr;
+      }
+      Reply* slot = p.slotFor(parentOf(task));
+      if (task->type == REDIS_REPLY_ERROR) {
+        if (!p.replyIsError_) {  // the first error of the reply speaks for it
+          p.replyIsError_ = true;
+          p.replyError_.assign(str, len);
+        }
+        return slot;  // stays Nil
+      }
+      slot->type = task->type == REDIS_REPLY_STATUS ? Reply::Type::Status : Reply::Type::String;
+      slot->str.assign(str, len);
+      return slot;
+    });
+  }
+
+  static void* createArray(const redisReadTask* task, int count) {
+    return guarded(task, [&](ReplyParser& p) -> void* {
+      // hiredis calls createNil for "*-1" and refuses other negative counts; never seen here.
+      if (count < 0) {
+        p.refusal_ = fmt::format("bytes that are not RESP2: an array of {} elements", count);
+        return nullptr;
+      }
+      int depth = 1;
+      for (const redisReadTask* up = task->parent; up != nullptr; up = up->parent) ++depth;
+      if (depth > p.limits_.maxDepth) {
+        p.refusal_ = fmt::format("reply announces arrays nested {} deep, more than ReplyLimits::maxDepth ({})",
+                                 depth, p.limits_.maxDepth);
+        return nullptr;
+      }
+      const auto elements = static_cast<std::size_t>(count);
+      if (elements > p.limits_.maxElements) {
+        p.refusal_ = fmt::format("reply announces an array of {} elements, more than ReplyLimits::maxElements ({})",
+                                 elements, p.limits_.maxElements);
+        return nullptr;
+      }
+      Reply* slot = p.slotFor(parentOf(task));
+      slot->type = Reply::Type::Array;
+      slot->elements.reserve(elements);
+      return slot;
+    });
+  }
+
+  static void* createInteger(const redisReadTask* task, long long value) {
+    return guarded(task, [&](ReplyParser& p) -> void* {
+      Reply* slot = p.slotFor(parentOf(task));
+      slot->type = Reply::Type::Integer;
+      slot->integer = static_cast<std::int64_t>(value);
+      return slot;
+    });
+  }
+
+  static void* createNil(const redisReadTask* task) {
+    return guarded(task, [&](ReplyParser& p) -> void* { return p.slotFor(parentOf(task)); });
+  }
+
+  // hiredis frees only the root it holds (&root_), on an error or in redisReaderFree.
+  static void freeObject(void* object) { *static_cast<Reply*>(object) = Reply{}; }
+
+  static const redisReplyObjectFunctions kTable;
+};
+
+const redisReplyObjectFunctions ReplyParser::Callbacks::kTable = {&createString, &createArray, &createInteger,
+                                                                  &createNil, &freeObject};
+
+ReplyParser::ReplyParser(const ReplyLimits& limits) : limits_(limits) {
+  checkLimits(limits_);
+  // The reader keeps hiredis's default maxbuf (16 KiB): a larger idle buffer is released.
+  // hiredis takes a non-const table but never writes through it.
+  reader_ = redisReaderCreateWithFunctions(const_cast<redisReplyObjectFunctions*>(&Callbacks::kTable));
+  if (reader_ == nullptr) throw std::bad_alloc();
+  reader_->privdata = this;
+}
+
+ReplyParser::~ReplyParser() { release(); }
+
+void ReplyParser::release() noexcept {
+  if (reader_ != nullptr) {
+    redisReaderFree(reader_);
+    reader_ = nullptr;
+  }
+  root_ = Reply{};
+}
+
+void ReplyParser::fail(std::string detail) {
+  failed_ = true;
+  failure_ = std::move(detail);
+  release();
+  throw ProtocolError(fmt::format("redlimit: {}", failure_));
+}
+
+void ReplyParser::throwFailed() const {
+  throw ProtocolError(fmt::format("redlimit: the reply stream was lost earlier: {}", failure_));
+}
+
+void ReplyParser::feed(const char* data, std::size_t size) {
+  if (failed_) throwFailed();
+  if (size == 0) return;
+  if (redisReaderFeed(reader_, data, size) != REDIS_OK) {
+    fail(fmt::format("hiredis could not buffer a reply: {}", reader_->errstr));
+  }
+}
+
+std::optional<WireReply> ReplyParser::next() {
+  if (failed_) throwFailed();
+  void* object = nullptr;
+  if (redisReaderGetReply(reader_, &object) != REDIS_OK) {
+    if (callbackThrew_) {
+      const std::exception_ptr thrown = std::exchange(callbackThrew_, nullptr);
+      failed_ = true;
+      failure_ = "a reply could not be built (out of memory)";
+      release();
+      std::rethrow_exception(thrown);
+    }
+    if (!refusal_.empty()) fail(std::exchange(refusal_, std::string()));
+    fail(fmt::format("bytes that are not RESP2: {}", reader_->errstr));
+  }
+  if (object == nullptr) {
+    checkWaitingItem();
+    return std::nullopt;
+  }
+  std::optional<WireReply> out(std::in_place);
+  if (replyIsError_) {
+    out->isError = true;
+    out->error = std::move(replyError_);
+    root_ = Reply{};
+  } else {
+    out->value = std::move(root_);
+  }
+  return out;
+}
+
+Reply* ReplyParser::slotFor(void* parent) {
+  if (parent == nullptr) {  // a new reply begins
+    root_ = Reply{};
+    replyIsError_ = false;
+    return &root_;
+  }
+  auto& elements = static_cast<Reply*>(parent)->elements;
+  elements.emplace_back();  // within the capacity createArray reserved: no reallocation
+  return &elements.back();
+}
+
+// hiredis waits for the rest of the item at r.pos. A bulk string waits for its whole payload
+// before createString is called, so its length is checked here, from the header bytes, as soon
+// as they are buffered; lines without their CRLF are bounded too. Items before this one were
+// complete and went through the callbacks; bytes after it belong to it, so no later header is
+// buffered unchecked.
+void ReplyParser::checkWaitingItem() {
+  const redisReader& r = *reader_;
+  if (r.ridx < 0) return;
+  const int type = r.rstack[r.ridx].type;
+  if (type < 0) return;  // waiting for a type byte
+  const std::string_view pending(r.buf + r.pos, r.len - r.pos);
+  switch (type) {
+    case REDIS_REPLY_STRING:
+      checkNumberLine(pending, "a bulk string", "bytes", limits_.maxBulkBytes, "maxBulkBytes");
+      break;
+    case REDIS_REPLY_ARRAY:
+      checkNumberLine(pending, "an array", "elements", limits_.maxElements, "maxElements");
+      break;
+    case REDIS_REPLY_INTEGER:
+      checkNumberLine(pending, nullptr, nullptr, 0, nullptr);
+      break;
+    default: {  // status or error line: pending holds no CRLF, perhaps a final '\r'
+      const std::size_t atLeast = pending.size() - (!pending.empty() && pending.back() == '\r' ? 1 : 0);
+      if (atLeast > limits_.maxBulkBytes) {
+        fail(fmt::format("reply has {} of at least {} bytes, more than ReplyLimits::maxBulkBytes ({})",
+                         lineKind(type), atLeast, limits_.maxBulkBytes));
+      }
+    }
+  }
+}
+
+// `pending` starts with a length or integer line, perhaps not complete yet. Fails when (with a
+// limitName) its digits already exceed the limit, or when the line is too long to be a number.
+void ReplyParser::checkNumberLine(std::string_view pending, const char* noun, const char* unit, std::size_t limit,
+                                  const char* limitName) {
+  const std::size_t scanned = std::min(pending.size(), kMaxNumberLine + 1);
+  const bool ended = std::memchr(pending.data(), '\r', scanned) != nullptr;
+  if (limitName != nullptr) {
+    std::size_t digits = 0;
+    std::size_t value = 0;
+    bool overflow = false;
+    for (; digits < scanned && isDigit(pending[digits]); ++digits) {
+      const auto d = static_cast<std::size_t>(pending[digits] - '0');
+      if (value > (SIZE_MAX - d) / 10) overflow = true;
+      value = value * 10 + d;
+    }
+    // No digits: "-1" (nil), or bytes hiredis refuses once the line is complete.
+    if (digits > 0 && (overflow || value > limit)) {
+      fail(fmt::format("reply announces {} of {}{} {}, more than ReplyLimits::{} ({})", noun, ended ? "" : "at least ",
+                       pending.substr(0, digits), unit, limitName, limit));
+    }
+  }
+  if (!ended && scanned > kMaxNumberLine) {
+    fail(fmt::format("bytes that are not RESP2: a length or integer line longer than {} bytes", kMaxNumberLine));
+  }
+}
+
+void appendCommand(std::string& out, const std::string_view* argv, std::size_t argc) {
+  if (argc == 0) throw InvalidArgument("redlimit: a command needs at least one argument");
+  // Bound the encoding by INT_MAX: hiredis sums its length in an int. Each argument costs at
+  // most "$" + 20 digits + CRLF + payload + CRLF; the header as much again.
+  constexpr std::size_t kFraming = 1 + kMaxNumberLine + 2 + 2;
+  std::size_t bound = kFraming;
+  for (std::size_t i = 0; i < argc; ++i) {
+    if (argv[i].size() > static_cast<std::size_t>(INT_MAX) - bound - kFraming) {
+      throw InvalidArgument(fmt::format("redlimit: a command's encoding may be at most {} bytes", INT_MAX));
+    }
+    bound += argv[i].size() + kFraming;
+  }
+
+  constexpr std::size_t kOnStack = 16;
+  const char* stackPointers[kOnStack];
+  std::size_t stackLengths[kOnStack];
+  std::vector<const char*> heapPointers;
+  std::vector<std::size_t> heapLengths;
+  const char** pointers = stackPointers;
+  std::size_t* lengths = stackLengths;
+  if (argc > kOnStack) {
+    heapPointers.resize(argc);
+    heapLengths.resize(argc);
+    pointers = heapPointers.data();
+    lengths = heapLengths.data();
+  }
+  for (std::size_t i = 0; i < argc; ++i) {
+    pointers[i] = argv[i].empty() ? "" : argv[i].data();  // never hand memcpy a null pointer
+    lengths[i] = argv[i].size();
+  }
+
+  char* raw = nullptr;
+  const int size = redisFormatCommandArgv(&raw, static_cast<int>(argc), pointers, lengths);
+  const std::unique_ptr<char, void (*)(char*)> encoded(raw, &redisFreeCommand);
+  if (size < 0 || raw == nullptr) throw std::bad_alloc();
+  out.append(raw, static_cast<std::size_t>(size));
+}
+
+}  // namespace redlimit::detail

@@ -1,0 +1,86 @@
+// redlimit — a sans-I/O RESP2 codec on hiredis 0.14's reader: bytes in, Reply values out, and
+// commands encoded into a caller's buffer. No sockets; the transport feeds it.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "redlimit/options.hpp"
+#include "redlimit/reply.hpp"
+
+struct redisReader;  // hiredis/read.h
+
+namespace redlimit::detail {
+
+/// One reply off the wire: a value, or an error reply's text ("CODE message", without the
+/// leading '-'). When isError is set, value is Nil.
+struct WireReply {
+  Reply value;
+  bool isError = false;
+  std::string error;
+};
+
+/// Throws InvalidArgument naming the field: maxBulkBytes == 0, maxElements == 0, maxDepth
+/// outside 1..7 (hiredis 0.14's reader nests at most 8 arrays; 7 keeps its own error out of reach).
+void checkLimits(const ReplyLimits& limits);
+
+/// Parses RESP2 replies from bytes fed in any chunking. Not thread-safe; neither copyable nor
+/// movable (hiredis's reader points back at it).
+///
+/// Limits are enforced before anything is allocated for the reply: an array header over
+/// maxElements or nested deeper than maxDepth fails when its header line is read, and a bulk
+/// length over maxBulkBytes fails as soon as its digits are buffered, without waiting for the
+/// payload. maxBulkBytes also bounds status and error lines (a line without its CRLF fails once
+/// more than maxBulkBytes bytes of it are buffered), and a length or integer line fails once it
+/// is longer than 20 bytes: the buffer never holds much more than one reply's announced size
+/// plus what the last feed() added.
+class ReplyParser {
+ public:
+  /// Throws InvalidArgument for limits checkLimits refuses.
+  explicit ReplyParser(const ReplyLimits& limits);
+  ~ReplyParser();
+  ReplyParser(const ReplyParser&) = delete;
+  ReplyParser& operator=(const ReplyParser&) = delete;
+
+  /// Adds `size` bytes (copied). Throws ProtocolError if the parser already failed.
+  void feed(const char* data, std::size_t size);
+
+  /// The next complete reply, or std::nullopt when more bytes are needed. Call it until it
+  /// returns std::nullopt after each feed(): limits are checked here. Throws ProtocolError for
+  /// bytes that are not RESP2 (with hiredis's text when hiredis found it), or for a reply over a
+  /// limit: the message names the limit, the value announced and the limit, e.g. "reply announces
+  /// an array of 2147483647 elements, more than ReplyLimits::maxElements (1048576)". After it
+  /// threw once, every later call (and feed()) throws ProtocolError: the stream is lost.
+  [[nodiscard]] std::optional<WireReply> next();
+
+ private:
+  struct Callbacks;  // hiredis's redisReplyObjectFunctions, defined in resp.cpp
+
+  [[nodiscard]] Reply* slotFor(void* parent);
+  void checkWaitingItem();
+  void checkNumberLine(std::string_view pending, const char* noun, const char* unit, std::size_t limit,
+                       const char* limitName);
+  [[noreturn]] void fail(std::string detail);
+  [[noreturn]] void throwFailed() const;
+  void release() noexcept;
+
+  ReplyLimits limits_;
+  redisReader* reader_ = nullptr;     // null once failed: its buffer is released at once
+  Reply root_;                        // the reply being built; its children live inside it
+  bool replyIsError_ = false;         // the reply being built holds an error reply
+  std::string replyError_;            // its text (the first one, for nested errors)
+  std::string refusal_;               // why a callback refused to build an object
+  std::exception_ptr callbackThrew_;  // an exception (bad_alloc) a callback caught
+  bool failed_ = false;               // the stream is lost
+  std::string failure_;               // what went wrong, for the later calls' messages
+};
+
+/// Appends the RESP encoding of argv (a multi-bulk command of argc arguments, any bytes) to out,
+/// using hiredis's redisFormatCommandArgv. Throws InvalidArgument for argc == 0 or an encoding
+/// over INT_MAX bytes (hiredis counts in int), std::bad_alloc when out of memory.
+void appendCommand(std::string& out, const std::string_view* argv, std::size_t argc);
+
+}  // namespace redlimit::detail
