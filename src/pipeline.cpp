@@ -234,14 +234,24 @@ void Pipeline::expire(SteadyTime now, std::vector<Finished>& done) {
     if (it->request.deadline > now) continue;
     Written w = std::move(*it);
     written_.erase(it);
+    if (w.request.internal) {
+      // The greeting (AUTH, SELECT or PING) is part of connecting: everything that waited on this
+      // connection gets the connect timeout.
+      const auto timeout = errorOf<TimeoutError>(
+          fmt::format("redlimit: connect to {}: no answer to {} within the connect timeout ({} ms)", endpoint_,
+                      w.request.command, w.request.budget.count()));
+      fail(w, timeout, done);
+      breakWith(timeout, done);
+      return;
+    }
     fail(w, errorOf<TimeoutError>(fmt::format("redlimit: {}: no reply from {} within the request's {} ms deadline; "
                                               "the connection was closed so that no later reply can be taken for "
                                               "another request",
                                               w.request.command, endpoint_, w.request.budget.count())),
          done);
-    breakWith(errorOf<ClosedError>(fmt::format("redlimit: {}: connection to {} closed because an earlier request "
-                                               "on it got no reply in time",
-                                               "request", endpoint_)),
+    breakWith(errorOf<ClosedError>(fmt::format("redlimit: connection to {} closed because an earlier request on it "
+                                               "got no reply in time",
+                                               endpoint_)),
               done);
     return;
   }
