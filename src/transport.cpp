@@ -292,7 +292,11 @@ void Transport::flush(Conn& c, std::vector<Finished>& done) {
     }
     watch(c, false);
   } catch (...) {
-    closeConn(c, std::current_exception(), done);
+    // A server that refuses a request answers first and then closes (with a reset, as it leaves
+    // the rest unread): its answer is usually still readable, and says more than the reset.
+    const auto why = std::current_exception();
+    readFrom(c, done);
+    closeConn(c, why, done);
   }
 }
 

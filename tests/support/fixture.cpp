@@ -33,6 +33,9 @@ void RedisTest::SetUp() {
   ClientOptions options;
   options.connection = parseUri(sharedServer().uri());
   client_ = Client::create(options);
+  // One connection: every new connection greets the server with a PING, which tests that count
+  // the server's commands would see as noise.
+  options.pool.size = 1;
   admin_ = Client::create(options);
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   prefix_ = std::string("rltest:") + info->test_suite_name() + "." + info->name() + ":";
