@@ -7,8 +7,6 @@
 #include <memory>
 #include <string>
 
-#include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -19,6 +17,7 @@
 #include "error_mapping.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
+#include "stream.hpp"
 
 namespace redlimit {
 namespace {
@@ -78,81 +77,6 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };
 
-class Fd {
- public:
-  explicit Fd(int fd) noexcept : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Waits until `fd` is ready for `events` or `deadline` passes.
-bool waitReady(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), kMaxConnectionTimeout.count())));
-    if (rc > 0) return true;
-    if (rc == 0 || errno != EINTR) return false;
-  }
-}
-
-// A TLS 1.2 ClientHello with one cipher suite: any TLS server answers it with a TLS record
-// (a ServerHello, or an alert if it dislikes the offer), whose first byte is 0x16 or 0x15 and
-// second the major version 3. A Redis server reads it as an unfinished inline command and waits.
-constexpr unsigned char kTlsHello[] = {
-    0x16, 0x03, 0x01, 0x00, 0x2d,  // record: handshake, TLS 1.0 framing, 45 bytes
-    0x01, 0x00, 0x00, 0x29,        // ClientHello, 41 bytes
-    0x03, 0x03,                    // TLS 1.2
-    0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74,  // random
-    0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74,
-    0x00,                          // no session id
-    0x00, 0x02, 0xc0, 0x2f,        // one cipher suite: ECDHE-RSA-AES128-GCM-SHA256
-    0x01, 0x00,                    // compression: none
-};
-
-// True if host:port answers a TLS ClientHello with a TLS record within `timeout`. Asked only
-// after the server reset a new plain-text connection before its first reply.
-bool speaksTls(const std::string& host, int port, milliseconds timeout) {
-  const auto deadline = detail::deadlineAfter(timeout);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), fmt::to_string(port).c_str(), &hints, &found) != 0) return false;
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, &::freeaddrinfo);
-  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (fd.get() < 0) continue;
-    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) continue;
-    if (!waitReady(fd.get(), POLLOUT, deadline)) return false;
-    int soError = 0;
-    socklen_t len = sizeof soError;
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soError, &len) != 0 || soError != 0) continue;
-    if (::send(fd.get(), kTlsHello, sizeof kTlsHello, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof kTlsHello)) return false;
-    unsigned char head[2] = {};
-    std::size_t got = 0;
-    while (got < sizeof head) {
-      if (!waitReady(fd.get(), POLLIN, deadline)) return false;
-      const ssize_t n = ::recv(fd.get(), head + got, sizeof head - got, 0);
-      if (n > 0) {
-        got += static_cast<std::size_t>(n);
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        return false;
-      }
-    }
-    return (head[0] == 0x15 || head[0] == 0x16) && head[1] == 0x03;
-  }
-  return false;
-}
-
 [[noreturn]] void badOption(const std::string& why) { throw InvalidArgument(fmt::format("redlimit: {}", why)); }
 
 void checkTimeout(const char* name, milliseconds t) {
@@ -211,7 +135,8 @@ Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
     } catch (const ClosedError& e) {
       // Reset before the first reply. A TLS port does that to plain text: ask it in TLS, so the
       // caller learns that the set-up is wrong rather than that Redis is down.
-      if (o.unixSocket.empty() && speaksTls(o.host, o.port, connectTimeLeft())) {
+      if (o.unixSocket.empty() &&
+          detail::speaksTls(o.host, o.port, detail::deadlineAfter(connectTimeLeft()))) {
         throw TlsPortError("", fmt::format("redlimit: connect to {}: port {} speaks TLS (it reset the plain-text "
                                            "connection and answered a TLS hello); redlimit connects in plain text: "
                                            "use the server's plain port ({})",
