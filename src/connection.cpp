@@ -102,10 +102,28 @@ void checkOptions(const ConnectionOptions& o) {
   }
   if (o.db < 0) badOption(fmt::format("db must be >= 0, got {}", o.db));
   if (!o.user.empty() && o.password.empty()) badOption("an ACL user needs a password");
+  if (o.tls.enabled && !o.unixSocket.empty()) {
+    badOption(fmt::format("TLS (TlsOptions::enabled, rediss://) runs over TCP, not over a unix socket; clear "
+                          "unixSocket ({}) or turn TLS off",
+                          o.unixSocket));
+  }
+  if (o.tls.certFile.empty() != o.tls.keyFile.empty()) {
+    const bool onlyKey = o.tls.certFile.empty();
+    badOption(fmt::format("TlsOptions::{} is set but ::{} is empty: a client certificate needs both the certificate "
+                          "(certFile, cert= in a URI) and its private key (keyFile, key=)",
+                          onlyKey ? "keyFile" : "certFile", onlyKey ? "certFile" : "keyFile"));
+  }
 }
 
 Connection::Connection(const ConnectionOptions& o) : user_(o.user) {
   checkOptions(o);
+  if (o.tls.enabled) {
+    // This hiredis connection speaks plain text only: never send AUTH in clear to a client that
+    // asked for TLS (rediss://). TLS comes with the transport on detail::Stream.
+    throw TlsError("TLS", fmt::format("redlimit: connect to {}: TLS was asked for (TlsOptions::enabled, rediss://), "
+                                      "but this connection speaks plain text only; nothing was sent",
+                                      endpoint(o)));
+  }
   // Connecting ends with the first exchange (and the TLS question, if asked): all of it within
   // connectTimeout, so that a call still takes at most pool wait + connect + command timeout.
   const auto connectDeadline = detail::deadlineAfter(o.connectTimeout);
