@@ -120,6 +120,10 @@ void throwContextError(int err, int savedErrno, std::string_view errstr, std::st
   throw IoError(message);
 }
 
+void throwErrnoError(int savedErrno, std::string_view what) {
+  throwContextError(REDIS_ERR_IO, savedErrno, std::strerror(savedErrno), what);
+}
+
 void throwReplyError(std::string_view message, bool fromScript) {
   ReplyContext context;
   context.fromScript = fromScript;

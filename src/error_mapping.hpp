@@ -40,6 +40,12 @@ struct ReplyContext {
 [[noreturn]] void throwContextError(int err, int savedErrno, std::string_view errstr,
                                     std::string_view what);
 
+/// Throws the exception for a failed system call on a socket (connect, recv, send, ...): the
+/// same classification as throwContextError for REDIS_ERR_IO, with strerror(savedErrno) as the
+/// text: EMFILE / ENFILE -> ResourceLimitError, EAGAIN / ETIMEDOUT -> TimeoutError, EPIPE /
+/// ECONNRESET -> ClosedError, anything else -> IoError. `what`: "connect to 127.0.0.1:6379".
+[[noreturn]] void throwErrnoError(int savedErrno, std::string_view what);
+
 /// Throws the exception for an error reply `message` ("CODE text"); see the table above.
 [[noreturn]] void throwReplyError(std::string_view message, const ReplyContext& context);
 /// The same, without a command name or user: `fromScript` is true when the reply answered

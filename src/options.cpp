@@ -34,9 +34,16 @@ void checkOptions(const ConnectionOptions& o) {
   }
   if (o.db < 0) badOption(fmt::format("db must be >= 0, got {}", o.db));
   if (!o.user.empty() && o.password.empty()) badOption("an ACL user needs a password");
-  if (o.tls.enabled && !o.unixSocket.empty()) badOption("TLS is for TCP connections; a unix socket cannot use it");
+  if (o.tls.enabled && !o.unixSocket.empty()) {
+    badOption(fmt::format("TLS (TlsOptions::enabled, rediss://) runs over TCP, not over a unix socket; clear "
+                          "unixSocket ({}) or turn TLS off",
+                          o.unixSocket));
+  }
   if (o.tls.certFile.empty() != o.tls.keyFile.empty()) {
-    badOption("TlsOptions::certFile and ::keyFile go together (a client certificate needs its key)");
+    const bool onlyKey = o.tls.certFile.empty();
+    badOption(fmt::format("TlsOptions::{} is set but ::{} is empty: a client certificate needs both the certificate "
+                          "(certFile, cert= in a URI) and its private key (keyFile, key=)",
+                          onlyKey ? "keyFile" : "certFile", onlyKey ? "certFile" : "keyFile"));
   }
   detail::checkLimits(o.replyLimits);
 }

@@ -40,8 +40,13 @@ std::string percentDecode(const std::string& uri, std::string_view in) {
   return out;
 }
 
-// Applies "a=1&b=2" query parameters: db, password, user.
-void applyQuery(const std::string& uri, std::string_view query, ConnectionOptions& o) {
+bool isTlsParameter(std::string_view key) {
+  return key == "cacert" || key == "capath" || key == "cert" || key == "key" || key == "sni" || key == "verify";
+}
+
+// Applies "a=1&b=2" query parameters: db, password, user; on a rediss:// URI (`tls`) also the
+// TLS ones (cacert, capath, cert, key, sni, verify=0|1).
+void applyQuery(const std::string& uri, std::string_view query, ConnectionOptions& o, bool tls) {
   while (!query.empty()) {
     auto amp = query.find('&');
     std::string_view pair = query.substr(0, amp);
@@ -56,6 +61,21 @@ void applyQuery(const std::string& uri, std::string_view query, ConnectionOption
       o.password = percentDecode(uri, value);
     } else if (key == "user") {
       o.user = percentDecode(uri, value);
+    } else if (isTlsParameter(key) && !tls) {
+      bad(uri, fmt::format("query parameter \"{}\" is for TLS: use a rediss:// URI", key));
+    } else if (key == "cacert") {
+      o.tls.caFile = percentDecode(uri, value);
+    } else if (key == "capath") {
+      o.tls.caPath = percentDecode(uri, value);
+    } else if (key == "cert") {
+      o.tls.certFile = percentDecode(uri, value);
+    } else if (key == "key") {
+      o.tls.keyFile = percentDecode(uri, value);
+    } else if (key == "sni") {
+      o.tls.serverName = percentDecode(uri, value);
+    } else if (key == "verify") {
+      if (value != "0" && value != "1") bad(uri, "verify must be 0 or 1");
+      o.tls.verifyPeer = value == "1";
     } else {
       bad(uri, fmt::format("unknown query parameter \"{}\"", key));
     }
@@ -77,11 +97,19 @@ ConnectionOptions parseUri(const std::string& uri, ConnectionOptions o) {
                            path.size(), kMaxUnixSocketPath));
     }
     o.unixSocket = std::string(path);
-    if (q != std::string_view::npos) applyQuery(uri, rest.substr(q + 1), o);
+    o.tls.enabled = false;
+    if (q != std::string_view::npos) applyQuery(uri, rest.substr(q + 1), o, false);
     return o;
   }
-  if (rest.rfind("redis://", 0) != 0) bad(uri, "scheme must be redis:// or unix://");
-  rest.remove_prefix(8);
+  bool tls = false;
+  if (rest.rfind("rediss://", 0) == 0) {
+    tls = true;
+    rest.remove_prefix(9);
+  } else if (rest.rfind("redis://", 0) == 0) {
+    rest.remove_prefix(8);
+  } else {
+    bad(uri, "scheme must be redis://, rediss:// or unix://");
+  }
   auto q = rest.find('?');
   std::string_view query = q == std::string_view::npos ? std::string_view{} : rest.substr(q + 1);
   rest = rest.substr(0, q);
@@ -123,7 +151,8 @@ ConnectionOptions parseUri(const std::string& uri, ConnectionOptions o) {
   if (host.empty()) bad(uri, "missing host");
   o.host = std::string(host);
   o.unixSocket.clear();
-  if (!query.empty()) applyQuery(uri, query, o);
+  o.tls.enabled = tls;
+  if (!query.empty()) applyQuery(uri, query, o, tls);
   return o;
 }
 

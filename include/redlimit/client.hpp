@@ -76,8 +76,10 @@ class Client {
 
   /// A shared Client built from options.
   [[nodiscard]] static std::shared_ptr<Client> create(ClientOptions options = {});
-  /// A shared Client for `redis://[[user]:password@]host[:port][/db]` or
-  /// `unix:///path[?db=N]`; the rest of the options come from `base`. Throws InvalidArgument.
+  /// A shared Client for `redis://[[user]:password@]host[:port][/db]`, the same over TLS as
+  /// `rediss://...[?cacert=...&capath=...&cert=...&key=...&sni=...&verify=0|1]`, or
+  /// `unix:///path[?db=N]` (see parseUri); the rest of the options come from `base`.
+  /// Throws InvalidArgument.
   [[nodiscard]] static std::shared_ptr<Client> fromUri(const std::string& uri, ClientOptions base = {});
 
   /// Runs one command and waits for its reply (at most the request deadline). Throws IoError and

@@ -85,15 +85,21 @@ struct ClientOptions {
 
 /// Throws InvalidArgument naming the first option that cannot be used: a timeout outside
 /// 1..kMaxConnectionTimeout, a port outside 1..65535, a negative db, a unix socket path longer than
-/// kMaxUnixSocketPath, a user without a password. Client's constructor calls it.
+/// kMaxUnixSocketPath, a user without a password, TLS with a unix socket, a TLS certFile without
+/// keyFile or keyFile without certFile. Client's constructor calls it.
 void checkOptions(const ConnectionOptions& options);
 /// Throws InvalidArgument for a pool size outside 1..1024 or a maxPending of 0.
 void checkOptions(const PoolOptions& options);
 
-/// Parses `redis://[[user]:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`
-/// (also `?password=...&user=...` on unix URIs) into connection options, starting from `base`.
-/// Percent-escapes in user and password are decoded. Throws InvalidArgument on a malformed URI or
-/// a socket path longer than kMaxUnixSocketPath.
+/// Parses a URI into connection options, starting from `base`:
+///   `redis://[[user]:password@]host[:port][/db][?db=N&user=...&password=...]`
+///   `rediss://...` the same over TLS (tls.enabled = true), with the TLS query parameters
+///       `cacert=` (TlsOptions::caFile), `capath=` (caPath), `cert=` (certFile), `key=` (keyFile),
+///       `sni=` (serverName) and `verify=0|1` (verifyPeer)
+///   `unix:///path/to/socket[?db=N&user=...&password=...]`
+/// redis:// and unix:// turn TLS off. User, password and query values are percent-decoded.
+/// Throws InvalidArgument on a malformed URI, an unknown query parameter, a TLS parameter on a
+/// redis:// or unix:// URI, or a socket path longer than kMaxUnixSocketPath.
 [[nodiscard]] ConnectionOptions parseUri(const std::string& uri, ConnectionOptions base = {});
 
 }  // namespace redlimit

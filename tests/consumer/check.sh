@@ -23,5 +23,5 @@ flags=$(pkg-config --cflags --libs redlimit)
 echo "== plain g++ line"
 libdir=$(dirname "$(find "$tmp/prefix" -name 'libredlimit.a' | head -n 1)")
 "$cxx" -std=c++17 $cxxflags -I"$tmp/prefix/include" "$src/project/main.cpp" -o "$tmp/plain-consumer" \
-  -L"$libdir" -lredlimit -lhiredis -pthread
+  -L"$libdir" -lredlimit -lhiredis -lssl -lcrypto -pthread
 "$with_redis" "$tmp/plain-consumer"

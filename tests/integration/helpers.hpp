@@ -1,6 +1,13 @@
 // Helpers shared by the integration tests: reading the Redisson data layout with plain commands,
-// counting the commands a server processed, and checking grant times against a sliding window.
+// counting the commands a server processed, checking grant times against a sliding window, and a
+// loopback listener that never completes a connect.
 #pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -255,6 +262,47 @@ class RedissonMixTest : public RedisTest {
         ->command({"EVAL", kFillLog, "1", key, std::to_string(old), std::to_string(ageMs), std::to_string(live)})
         .integer;
   }
+};
+
+/// A loopback listener with backlog 0 whose accept queue is already full, so that a further
+/// connect() hangs in SYN_SENT until the caller's connect timeout: a connect timeout without
+/// sending anything off this host.
+class FullBacklog {
+ public:
+  FullBacklog() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_, 0) != 0) {
+      throw std::runtime_error("cannot listen on loopback");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    addr_ = addr;
+    // Queue connections that are never accepted until one no longer completes.
+    for (int i = 0; i < 16; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      fillers_.push_back(fd);
+      (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_);
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 100) == 0) return;  // this one hangs: the queue is full
+    }
+    throw std::runtime_error("the accept queue never filled up");
+  }
+  ~FullBacklog() {
+    for (int fd : fillers_) ::close(fd);
+    ::close(listener_);
+  }
+  FullBacklog(const FullBacklog&) = delete;
+  FullBacklog& operator=(const FullBacklog&) = delete;
+  [[nodiscard]] int port() const { return ntohs(addr_.sin_port); }
+
+ private:
+  int listener_ = -1;
+  sockaddr_in addr_{};
+  std::vector<int> fillers_;
 };
 
 }  // namespace redlimit::test

@@ -81,11 +81,24 @@ int freeLoopbackPort() {
 }
 
 RedisServer::RedisServer(std::vector<std::string> extraArgs) : extraArgs_(std::move(extraArgs)) {
+  for (std::size_t i = 0; i + 1 < extraArgs_.size(); ++i) {
+    if (extraArgs_[i] != "--tls-port") continue;
+    if (extraArgs_[i + 1] == "auto") {
+      pickTlsPort_ = true;
+    } else {
+      tlsPort_ = std::stoi(extraArgs_[i + 1]);
+    }
+  }
   char tmpl[] = "/tmp/redlimit-redis-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   for (int attempt = 0;; ++attempt) {
     port_ = freeLoopbackPort();
+    if (pickTlsPort_) {
+      do {
+        tlsPort_ = freeLoopbackPort();
+      } while (tlsPort_ == port_);
+    }
     try {
       launch();
       waitReady(std::chrono::seconds(10));
@@ -121,6 +134,11 @@ void RedisServer::launch() {
                                    "--logfile", dir_ + "/redis.log",
                                    "--enable-debug-command", "local"};
   args.insert(args.end(), extraArgs_.begin(), extraArgs_.end());
+  if (pickTlsPort_) {
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "--tls-port" && args[i + 1] == "auto") args[i + 1] = std::to_string(tlsPort_);
+    }
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

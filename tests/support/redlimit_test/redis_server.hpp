@@ -14,14 +14,17 @@ namespace redlimit::test {
 /// Not thread-safe: drive it from the test's main thread.
 class RedisServer {
  public:
-  /// Starts the server and waits until it answers PING. extraArgs go on the command line
-  /// (for example {"--requirepass", "secret"}). Throws std::runtime_error if it does not start.
+  /// Starts the server and waits until it answers PING on its plain port. extraArgs go on the
+  /// command line (for example {"--requirepass", "secret"}); `"--tls-port", "auto"` has the
+  /// harness pick a free port (see tlsPort()). Throws std::runtime_error if it does not start.
   explicit RedisServer(std::vector<std::string> extraArgs = {});
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
   [[nodiscard]] int port() const noexcept { return port_; }
+  /// The TLS port: the harness's pick for `--tls-port auto`, the number given, or 0 without one.
+  [[nodiscard]] int tlsPort() const noexcept { return tlsPort_; }
   [[nodiscard]] const std::string& host() const noexcept { return host_; }
   /// redis://127.0.0.1:<port>
   [[nodiscard]] std::string uri() const;
@@ -44,6 +47,8 @@ class RedisServer {
   std::string host_ = "127.0.0.1";
   std::string dir_;
   int port_ = 0;
+  int tlsPort_ = 0;
+  bool pickTlsPort_ = false;  // extraArgs said `--tls-port auto`
   pid_t pid_ = -1;
 };
 

@@ -1,0 +1,537 @@
+// The transport's byte streams (src/stream.hpp) against real servers: plain TCP, unix socket and
+// TLS (certificates made at test time with the openssl command), the errors a TLS set-up can
+// fail with, connect and handshake deadlines, SIGPIPE, and the TLS-port probe. Loopback only.
+#include <fcntl.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "helpers.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/options.hpp"
+#include "redlimit_test/redis_server.hpp"
+#include "redlimit_test/tls_certs.hpp"
+#include "stream.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using detail::Stream;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr char kPing[] = "*1\r\n$4\r\nPING\r\n";
+constexpr milliseconds kGenerous{5000};  // for steps that should take a few ms
+
+Clock::time_point after(milliseconds ms) { return Clock::now() + ms; }
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Reads until the buffer holds a whole line (a RESP simple reply).
+std::string readLine(Stream& s, Clock::time_point deadline) {
+  std::string got;
+  char buf[256];
+  while (!contains(got, "\r\n")) got.append(buf, detail::readSome(s, buf, sizeof buf, deadline));
+  return got;
+}
+
+std::string ping(Stream& s) {
+  const auto deadline = after(kGenerous);
+  detail::writeAll(s, kPing, sizeof kPing - 1, deadline);
+  return readLine(s, deadline);
+}
+
+// Runs `f`, expects it to throw exactly E (or a subclass), and returns the message.
+template <class E>
+std::string messageOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw " << typeid(e).name() << ": " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "did not throw";
+  return {};
+}
+
+std::vector<std::string> tlsArgs(const TlsCerts& c, bool authClients) {
+  return {"--tls-port",         "auto",
+          "--tls-cert-file",    c.serverCert,
+          "--tls-key-file",     c.serverKey,
+          "--tls-ca-cert-file", c.caFile,
+          "--tls-auth-clients", authClients ? "yes" : "no"};
+}
+
+ConnectionOptions plainOptions(const RedisServer& server) {
+  ConnectionOptions o;
+  o.host = server.host();
+  o.port = server.port();
+  return o;
+}
+
+ConnectionOptions tlsOptions(const RedisServer& server, const TlsCerts& c) {
+  ConnectionOptions o;
+  o.host = "127.0.0.1";
+  o.port = server.tlsPort();
+  o.tls.enabled = true;
+  o.tls.caFile = c.caFile;
+  return o;
+}
+
+void expectNonBlockingCloexec(int fd) {
+  EXPECT_NE(::fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_NE(::fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+}
+
+/// A loopback listener that never accepts: connects complete (the kernel queues them), but
+/// nothing is ever sent back, so a TLS handshake waits forever.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      throw std::runtime_error("cannot listen on loopback");
+    }
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  [[nodiscard]] int port() const { return port_; }
+  [[nodiscard]] int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// ----- plain ---------------------------------------------------------------------------------
+
+TEST(Stream, PlainTcpPing) {
+  RedisServer server;
+  auto s = detail::connectStream(plainOptions(server), after(kGenerous));
+  EXPECT_FALSE(s->isTls());
+  EXPECT_EQ(s->endpoint(), "127.0.0.1:" + std::to_string(server.port()));
+  expectNonBlockingCloexec(s->fd());
+  EXPECT_EQ(s->buffered(), 0u);
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, LocalhostTriesEachAddress) {
+  // The server listens on 127.0.0.1 only; "localhost" may resolve to ::1 first, which refuses.
+  RedisServer server;
+  ConnectionOptions o = plainOptions(server);
+  o.host = "localhost";
+  auto s = detail::connectStream(o, after(kGenerous));
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, UnixSocketPing) {
+  RedisServer server;
+  ConnectionOptions o;
+  o.unixSocket = server.unixSocket();
+  auto s = detail::connectStream(o, after(kGenerous));
+  EXPECT_FALSE(s->isTls());
+  EXPECT_EQ(s->endpoint(), "unix:" + server.unixSocket());
+  expectNonBlockingCloexec(s->fd());
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, ReadWithNothingThereReturnsZero) {
+  RedisServer server;
+  auto s = detail::connectStream(plainOptions(server), after(kGenerous));
+  char buf[16];
+  EXPECT_EQ(s->read(buf, sizeof buf), 0u);
+  EXPECT_EQ(s->wantAfterRead(), detail::IoWant::Read);
+  const auto start = Clock::now();
+  EXPECT_THROW((void)detail::readSome(*s, buf, sizeof buf, after(milliseconds(200))), TimeoutError);
+  EXPECT_GE(msSince(start), 150);
+}
+
+TEST(Stream, RefusedPortIsIoErrorWithinTheDeadline) {
+  const int port = freeLoopbackPort();
+  ConnectionOptions o;
+  o.port = port;
+  const auto start = Clock::now();
+  const std::string message = messageOf<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  EXPECT_LT(msSince(start), kGenerous.count());
+  EXPECT_TRUE(contains(message, "connect to 127.0.0.1:" + std::to_string(port))) << message;
+  EXPECT_TRUE(contains(message, "Connection refused")) << message;
+  EXPECT_THROW((void)detail::connectStream(o, after(kGenerous)), IoError);
+  try {
+    (void)detail::connectStream(o, after(kGenerous));
+  } catch (const TimeoutError&) {
+    ADD_FAILURE() << "a refused connect is not a timeout";
+  } catch (const ClosedError&) {
+    ADD_FAILURE() << "a refused connect is not a closed connection";
+  } catch (const IoError&) {
+  }
+}
+
+TEST(Stream, MissingUnixSocketIsIoError) {
+  ConnectionOptions o;
+  o.unixSocket = "/nonexistent/redlimit.sock";
+  const std::string message = messageOf<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  EXPECT_TRUE(contains(message, "connect to unix:/nonexistent/redlimit.sock")) << message;
+  EXPECT_TRUE(contains(message, "No such file or directory")) << message;
+}
+
+TEST(Stream, ConnectDeadlineOnAFullBacklog) {
+  FullBacklog blackhole;
+  ConnectionOptions o;
+  o.port = blackhole.port();
+  const auto start = Clock::now();
+  const std::string message =
+      messageOf<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
+  const auto took = msSince(start);
+  EXPECT_GE(took, 250) << "returned before the deadline";
+  EXPECT_LT(took, 3000) << "generous slack for a loaded machine";
+  EXPECT_TRUE(contains(message, "connect to 127.0.0.1:" + std::to_string(blackhole.port()))) << message;
+}
+
+TEST(Stream, WriteToAClosedConnectionRaisesNoSigpipe) {
+  // SIGPIPE's default action ends the process: this test passing is the check.
+  RedisServer server;
+  auto s = detail::connectStream(plainOptions(server), after(kGenerous));
+  server.kill();
+  const std::string message = messageOf<ClosedError>([&] {
+    for (int i = 0; i < 100; ++i) {
+      detail::writeAll(*s, kPing, sizeof kPing - 1, after(kGenerous));
+      sleepMs(10);
+    }
+  });
+  EXPECT_TRUE(contains(message, "write to 127.0.0.1:")) << message;
+}
+
+/// Lowers RLIMIT_NOFILE so that the next descriptor cannot be opened (EMFILE); restores it.
+class NoFreeDescriptors {
+ public:
+  NoFreeDescriptors() {
+    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit failed");
+    const int lowestFree = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (lowestFree < 0) throw std::runtime_error("open failed");
+    ::close(lowestFree);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = static_cast<rlim_t>(lowestFree);
+    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) throw std::runtime_error("setrlimit failed");
+  }
+  ~NoFreeDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  NoFreeDescriptors(const NoFreeDescriptors&) = delete;
+  NoFreeDescriptors& operator=(const NoFreeDescriptors&) = delete;
+
+ private:
+  rlimit saved_{};
+};
+
+TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
+  const TlsCerts certs = makeTlsCerts();
+  ConnectionOptions plain;
+  plain.port = freeLoopbackPort();
+  ConnectionOptions tls = plain;
+  tls.tls.enabled = true;
+  tls.tls.caFile = certs.caFile;
+  // UBSan (asan preset) checks an object's type through a pipe(2) the first time it meets the
+  // type: meet the exception types and fmt's buffer while descriptors are still free.
+  EXPECT_THROW((void)detail::connectStream(plain, after(kGenerous)), IoError);
+  const ResourceLimitError sample("EMFILE", "warm-up");
+  EXPECT_NE(static_cast<const std::exception&>(sample).what(), nullptr);
+  std::string plainCode, tlsCode, tlsMessage;
+  {
+    NoFreeDescriptors exhausted;
+    try {
+      (void)detail::connectStream(plain, after(kGenerous));
+    } catch (const ResourceLimitError& e) {
+      plainCode = e.code();
+    }
+    try {
+      (void)detail::connectStream(tls, after(kGenerous));  // the CA file cannot be opened
+    } catch (const ResourceLimitError& e) {
+      tlsCode = e.code();
+      tlsMessage = e.what();
+    }
+  }
+  EXPECT_EQ(plainCode, "EMFILE");
+  EXPECT_EQ(tlsCode, "EMFILE");
+  EXPECT_TRUE(contains(tlsMessage, "TlsOptions::caFile")) << tlsMessage;
+}
+
+// ----- TLS -----------------------------------------------------------------------------------
+
+TEST(Stream, TlsPing) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
+  EXPECT_TRUE(s->isTls());
+  expectNonBlockingCloexec(s->fd());
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, TlsToLocalhostChecksTheDnsName) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.host = "localhost";
+  auto s = detail::connectStream(o, after(kGenerous));
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, TlsLargeRequestAndReply) {
+  // Several records each way: partial writes, and reads that leave decrypted bytes buffered.
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
+  std::string value(3 << 20, 'x');
+  for (std::size_t i = 0; i < value.size(); i += 4093) value[i] = static_cast<char>('a' + i % 26);
+  const std::string set = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + std::to_string(value.size()) + "\r\n" + value + "\r\n";
+  const auto deadline = after(milliseconds(20000));
+  detail::writeAll(*s, set.data(), set.size(), deadline);
+  EXPECT_EQ(readLine(*s, deadline), "+OK\r\n");
+  const std::string get = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+  detail::writeAll(*s, get.data(), get.size(), deadline);
+  const std::string expected = "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n";
+  std::string got;
+  std::vector<char> buf(1000);
+  bool sawBuffered = false;
+  while (got.size() < expected.size()) {
+    got.append(buf.data(), detail::readSome(*s, buf.data(), buf.size(), deadline));
+    sawBuffered = sawBuffered || s->buffered() > 0;
+  }
+  EXPECT_TRUE(got == expected) << "reply of " << got.size() << " bytes differs";
+  EXPECT_TRUE(sawBuffered) << "1000-byte reads of 16 KiB records leave the rest buffered";
+}
+
+TEST(Stream, TlsMutualAuthWithClientCertificate) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, true));
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.tls.certFile = certs.clientCert;
+  o.tls.keyFile = certs.clientKey;
+  auto s = detail::connectStream(o, after(kGenerous));
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, TlsMutualAuthWithoutClientCertificate) {
+  // TLS 1.3: the client's handshake ends before the server checks the client's (empty)
+  // certificate; the server then sends an alert and closes. The PING's write or read meets it,
+  // whichever comes first, and reads the alert.
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, true));
+  for (int i = 0; i < 3; ++i) {
+    const std::string message = messageOf<TlsError>([&] {
+      auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
+      (void)ping(*s);
+    });
+    EXPECT_TRUE(contains(message, "127.0.0.1:" + std::to_string(server.tlsPort()))) << message;
+    EXPECT_TRUE(contains(message, "client certificate")) << message;
+    EXPECT_TRUE(contains(message, "set TlsOptions::certFile and ::keyFile")) << message;
+    EXPECT_TRUE(contains(message, "certificate required")) << message;
+  }
+}
+
+TEST(Stream, TlsMutualAuthWithARefusedClientCertificate) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, true));
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.tls.certFile = certs.serverCert;  // signed by the right CA, but for serverAuth only
+  o.tls.keyFile = certs.serverKey;
+  const std::string message = messageOf<TlsError>([&] {
+    auto s = detail::connectStream(o, after(kGenerous));
+    (void)ping(*s);
+  });
+  EXPECT_TRUE(contains(message, "rejected the client certificate \"" + certs.serverCert + "\"")) << message;
+  EXPECT_TRUE(contains(message, "unsupported certificate")) << message;
+}
+
+TEST(Stream, TlsToAPlainPort) {
+  // A plain Redis port reads the ClientHello as an inline command: it waits for a newline (a
+  // timeout), or answers an error where a TLS record belongs.
+  RedisServer server;
+  ConnectionOptions o = plainOptions(server);
+  o.tls.enabled = true;
+  o.tls.verifyPeer = false;
+  try {
+    (void)detail::connectStream(o, after(milliseconds(300)));
+    ADD_FAILURE() << "a TLS handshake with a plain port succeeded";
+  } catch (const TimeoutError& e) {
+    EXPECT_TRUE(contains(e.what(), "is this a TLS port?")) << e.what();
+  } catch (const TlsError& e) {
+    EXPECT_TRUE(contains(e.what(), "did not answer in TLS")) << e.what();
+  }
+}
+
+TEST(Stream, TlsPeerClosesDuringTheHandshake) {
+  SilentListener listener;
+  std::thread closer([&] {
+    const int fd = ::accept(listener.fd(), nullptr, nullptr);
+    char buf[4096];
+    (void)::read(fd, buf, sizeof buf);  // the ClientHello: closing with it read sends a FIN, not a reset
+    ::close(fd);
+  });
+  ConnectionOptions o;
+  o.port = listener.port();
+  o.tls.enabled = true;
+  o.tls.verifyPeer = false;
+  const std::string message = messageOf<ClosedError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  closer.join();
+  EXPECT_TRUE(contains(message, "TLS handshake with 127.0.0.1:" + std::to_string(listener.port()))) << message;
+  EXPECT_TRUE(contains(message, "closed the connection before the handshake finished")) << message;
+}
+
+TEST(Stream, TlsWrongCa) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.tls.caFile = certs.otherCaFile;
+  const std::string message = messageOf<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  EXPECT_TRUE(contains(message, "certificate verification failed")) << message;
+  // redis-server sends its CA after the leaf (OpenSSL builds the chain from tls-ca-cert-file):
+  // the unknown root is "self-signed"; a server sending the leaf alone gets "unable to get
+  // local issuer certificate".
+  EXPECT_TRUE(contains(message, "self-signed certificate in certificate chain") ||
+              contains(message, "unable to get local issuer certificate"))
+      << message;
+  EXPECT_TRUE(contains(message, "issuer /CN=redlimit-test-ca")) << message;
+  EXPECT_TRUE(contains(message, "TlsOptions::caFile \"" + certs.otherCaFile + "\"")) << message;
+}
+
+TEST(Stream, TlsWrongHostname) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.tls.serverName = "wrong.example";
+  const std::string message = messageOf<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  EXPECT_TRUE(contains(message, "does not name \"wrong.example\"")) << message;
+  EXPECT_TRUE(contains(message, "DNS:localhost, IP:127.0.0.1")) << message;
+}
+
+TEST(Stream, TlsWrongIpAddress) {
+  // The name checked is the host's IP address when no serverName is set.
+  const TlsCerts certs = makeTlsCerts();
+  std::vector<std::string> args = tlsArgs(certs, false);
+  args.insert(args.end(), {"--bind", "127.0.0.1 127.0.0.2"});
+  RedisServer server(args);
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.host = "127.0.0.2";  // loopback too, but not in the certificate
+  const std::string message = messageOf<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  EXPECT_TRUE(contains(message, "does not name \"127.0.0.2\" (expected from the host)")) << message;
+}
+
+TEST(Stream, TlsVerifyPeerOffConnectsDespiteAnUnknownCa) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  ConnectionOptions o = tlsOptions(server, certs);
+  o.tls.caFile = certs.otherCaFile;
+  o.tls.serverName = "wrong.example";
+  o.tls.verifyPeer = false;
+  auto s = detail::connectStream(o, after(kGenerous));
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+}
+
+TEST(Stream, TlsHandshakeDeadline) {
+  SilentListener silent;
+  ConnectionOptions o;
+  o.port = silent.port();
+  o.tls.enabled = true;
+  o.tls.verifyPeer = false;
+  const auto start = Clock::now();
+  const std::string message =
+      messageOf<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
+  const auto took = msSince(start);
+  EXPECT_GE(took, 250) << "returned before the deadline";
+  EXPECT_LT(took, 3000) << "generous slack for a loaded machine";
+  EXPECT_TRUE(contains(message, "TLS handshake with 127.0.0.1:" + std::to_string(silent.port()))) << message;
+}
+
+TEST(Stream, TlsWriteToAClosedConnectionRaisesNoSigpipe) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
+  EXPECT_EQ(ping(*s), "+PONG\r\n");
+  server.kill();
+  (void)messageOf<ClosedError>([&] {
+    for (int i = 0; i < 100; ++i) {
+      detail::writeAll(*s, kPing, sizeof kPing - 1, after(kGenerous));
+      sleepMs(10);
+    }
+  });
+}
+
+TEST(Stream, TlsFileErrors) {
+  // The context is built before connecting: none of these needs a server.
+  const TlsCerts certs = makeTlsCerts();
+  ConnectionOptions base;
+  base.port = freeLoopbackPort();
+  base.tls.enabled = true;
+  auto fails = [&](const std::function<void(TlsOptions&)>& change) {
+    ConnectionOptions o = base;
+    change(o.tls);
+    std::string message;
+    try {
+      (void)detail::connectStream(o, after(kGenerous));
+      ADD_FAILURE() << "connected";
+    } catch (const TlsError& e) {
+      EXPECT_EQ(e.code(), "TLS");
+      message = e.what();
+    }
+    return message;
+  };
+  const std::string missing = certs.dir + "/missing.pem";
+  std::string m = fails([&](TlsOptions& t) { t.caFile = missing; });
+  EXPECT_TRUE(contains(m, "TlsOptions::caFile \"" + missing + "\"") && contains(m, "No such file")) << m;
+  m = fails([&](TlsOptions& t) { t.caFile = certs.serverKey; });
+  EXPECT_TRUE(contains(m, "TlsOptions::caFile \"" + certs.serverKey + "\"")) << m;
+  m = fails([&](TlsOptions& t) { t.caPath = certs.caFile; });
+  EXPECT_TRUE(contains(m, "TlsOptions::caPath \"" + certs.caFile + "\"") && contains(m, "Not a directory")) << m;
+  m = fails([&](TlsOptions& t) { t.certFile = certs.clientCert; });
+  EXPECT_TRUE(contains(m, "TlsOptions::certFile is set but ::keyFile is empty")) << m;
+  m = fails([&](TlsOptions& t) { t.keyFile = certs.clientKey; });
+  EXPECT_TRUE(contains(m, "TlsOptions::keyFile is set but ::certFile is empty")) << m;
+  m = fails([&](TlsOptions& t) {
+    t.certFile = certs.clientCert;
+    t.keyFile = missing;
+  });
+  EXPECT_TRUE(contains(m, "TlsOptions::keyFile \"" + missing + "\"")) << m;
+  m = fails([&](TlsOptions& t) {
+    t.certFile = certs.clientCert;
+    t.keyFile = certs.serverKey;
+  });
+  EXPECT_TRUE(contains(m, "is not the private key of the certificate")) << m;
+  m = fails([&](TlsOptions& t) {
+    t.certFile = certs.caFile + ".nope";
+    t.keyFile = certs.clientKey;
+  });
+  EXPECT_TRUE(contains(m, "TlsOptions::certFile")) << m;
+}
+
+TEST(Stream, TlsOverAUnixSocketIsInvalid) {
+  ConnectionOptions o;
+  o.unixSocket = "/tmp/redlimit-none.sock";
+  o.tls.enabled = true;
+  EXPECT_THROW((void)detail::connectStream(o, after(kGenerous)), InvalidArgument);
+}
+
+TEST(Stream, SpeaksTls) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server(tlsArgs(certs, false));
+  EXPECT_TRUE(detail::speaksTls("127.0.0.1", server.tlsPort(), after(kGenerous)));
+  // A plain port waits for the rest of the "command": false at the deadline.
+  const auto start = Clock::now();
+  EXPECT_FALSE(detail::speaksTls("127.0.0.1", server.port(), after(milliseconds(300))));
+  EXPECT_LT(msSince(start), 3000);
+}
+
+}  // namespace
