@@ -64,8 +64,10 @@ struct Transport::Conn {
   std::size_t index = 0;
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Pipeline> pipe;
-  std::vector<Request> carry;   // never written; waits for a (re)connect
+  std::vector<Request> carry;   // never written; waits for a (re)connect and its greeting
   bool watchingOut = false;
+  bool greeted = false;         // the greeting (AUTH/SELECT/PING) was answered: requests may go
+  SteadyTime connectStarted;
 };
 
 std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool) {
@@ -264,10 +266,19 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
   }
   if (connection_.password.empty() && connection_.db == 0) greet({"PING"});
 
+  // The requests wait in `carry` until the greeting is answered (greeted()): pipelined behind it,
+  // a slow command of theirs would hold the greeting's reply back (Redis writes a connection's
+  // replies after it ran everything it read), and a connect timeout would hit them all.
+  c.greeted = false;
+  c.connectStarted = started;
+}
+
+void Transport::greeted(Conn& c) {
+  c.greeted = true;
   // Requests that waited for this connection get the time connecting took on top of their own.
-  const auto spent = SteadyClock::now() - started;
+  const auto spent = SteadyClock::now() - c.connectStarted;
   for (auto& r : c.carry) {
-    r.deadline = r.deadline == SteadyTime::max() ? r.deadline : r.deadline + spent;
+    if (r.deadline != SteadyTime::max()) r.deadline += spent;
     c.pipe->push(std::move(r));
   }
   c.carry.clear();
@@ -347,8 +358,13 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
   open_.fetch_sub(1, std::memory_order_relaxed);
   discarded_.fetch_add(1, std::memory_order_relaxed);
   // Never written, so safe to send again on a new connection, unless the failure is one a new
-  // connection would meet too (a password, a replica, a TLS port): those fail now.
-  const bool carry = isIoError(why);
+  // connection would meet too (a password, a replica, a TLS port) or connecting itself failed
+  // (the greeting got no answer): those fail now, with everything that waited for this connection.
+  const bool carry = isIoError(why) && c.greeted;
+  if (!c.greeted) {
+    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    c.carry.clear();
+  }
   for (auto& r : rest) {
     if (r.internal || !r.counted) continue;  // a new connection greets and loads afresh
     if (carry) {
@@ -417,7 +433,7 @@ void Transport::run() {
       if (c->carry.empty()) continue;
       if (!c->stream) {
         connect(*c, done);
-      } else {
+      } else if (c->greeted) {
         for (auto& r : c->carry) c->pipe->push(std::move(r));
         c->carry.clear();
       }
@@ -430,7 +446,7 @@ void Transport::run() {
     bool again = false;
     for (auto& c : conns_) {
       if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
-      if (!c->carry.empty()) again = true;
+      if (!c->carry.empty() && (!c->stream || c->greeted)) again = true;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -446,6 +462,7 @@ void Transport::run() {
       Conn& c = *conns_[static_cast<std::size_t>(events[i].data.u64)];
       if (!c.stream) continue;
       if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
+      if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
       if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);
     }
     now = SteadyClock::now();

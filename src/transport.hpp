@@ -67,6 +67,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   Transport(const ConnectionOptions& connection, const PoolOptions& pool);
   void run();
   void connect(Conn& c, std::vector<Finished>& done);
+  void greeted(Conn& c);
   void flush(Conn& c, std::vector<Finished>& done);
   void readFrom(Conn& c, std::vector<Finished>& done);
   void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done);

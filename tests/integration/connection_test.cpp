@@ -357,20 +357,3 @@ TEST_F(ScriptCache, ScriptFlushWithManyAcquiresInFlightLoadsOnceAndResendsThem) 
   EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, granted) << "every grant recorded once";
 }
 
-namespace {
-
-// rediss:// parses now, but this connection speaks plain text: it must not send AUTH in clear.
-TEST_F(ConnectionLayer, TlsAskedForIsRefusedBeforeAnythingIsSent) {
-  ConnectionOptions o = options();
-  o.tls.enabled = true;
-  o.password = "secret";
-  try {
-    Connection c(o);
-    ADD_FAILURE() << "connected in plain text with TLS asked for";
-  } catch (const TlsError& e) {
-    EXPECT_EQ(e.code(), "TLS");
-    EXPECT_NE(std::string(e.what()).find("nothing was sent"), std::string::npos) << e.what();
-  }
-}
-
-}  // namespace
