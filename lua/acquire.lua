@@ -68,34 +68,7 @@ if value >= least then
 end
 
 -- Denied: wait until enough permits will have been returned. Read (and check) before writing.
-local wait
-if cfg.frozen then
-  -- nothing is granted until the newest member has expired
-  local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
-  wait = scoreMicros(newest[2]) + cfg.interval * 1000 - nowUs
-elseif cfg.reclaim == BATCH then
-  wait = 1000  -- more expired members wait to be reclaimed: the next call takes the next batch
-else
-  -- Walk the oldest live members until enough permits would be free; wait until that one
-  -- expires. Each member holds at least one permit, so the oldest `missing` members are enough;
-  -- fetching at most 64 keeps a denial cheap (each score is formatted as text for Lua). When more
-  -- are missing than that (a rate lowered below the permits in use), this is the earliest time
-  -- worth asking again.
-  local missing = least - value
-  local fetch = missing
-  if fetch > 64 then fetch = 64 end
-  local oldest = redis.call('ZRANGEBYSCORE', zkey, '(' .. cfg.edge, '+inf', 'WITHSCORES', 'LIMIT', 0, fetch)
-  local freed, stamp = 0, nowUs
-  for i = 1, #oldest, 2 do
-    freed = freed + permitsOf(zkey, oldest[i])
-    stamp = scoreMicros(oldest[i + 1])
-    if freed >= missing then break end
-  end
-  wait = stamp + cfg.interval * 1000 - nowUs
-end
-wait = math.ceil(wait / 1000)
-if wait < 1 then wait = 1 end
-if wait > cfg.interval then wait = cfg.interval end
+local wait = denialWait(cfg, value, least, nowUs)
 writeState(cfg, value)
 applyTtl(cfg)
 return {0, wait, value, cfg.rate, nowUs, cfg.interval}

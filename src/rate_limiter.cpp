@@ -1,6 +1,8 @@
 #include "redlimit/rate_limiter.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -21,6 +23,9 @@ using std::chrono::milliseconds;
 Script script(const detail::lua::EmbeddedScript& s) { return Script{s.name, s.sha1, s.source}; }
 
 const Script kAcquire = script(detail::lua::acquire);
+const Script kAcquireBatch = script(detail::lua::acquire_batch);
+// Most acquisitions one coalesced call decides (acquire_batch.lua's limit).
+constexpr std::size_t kMaxCoalesced = 64;
 const Script kAvailable = script(detail::lua::available_permits);
 const Script kRelease = script(detail::lua::release);
 const Script kSetRate = script(detail::lua::set_rate);
@@ -94,6 +99,16 @@ void checkClientId(const std::string& id) {
   }
 }
 
+// The member as the scripts pack it: length byte, id, permits as little-endian uint32.
+std::string packedMember(const std::string& id, std::int64_t permits) {
+  std::string member;
+  member.reserve(1 + id.size() + 4);
+  member.push_back(static_cast<char>(id.size()));
+  member += id;
+  for (int i = 0; i < 4; ++i) member.push_back(static_cast<char>((static_cast<std::uint64_t>(permits) >> (8 * i)) & 0xFF));
+  return member;
+}
+
 std::string hexOf(const std::string& bytes) {
   static const char* const digits = "0123456789abcdef";
   std::string out;
@@ -151,6 +166,20 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     AcquireCallback done;
   };
   void send(std::shared_ptr<Attempt> attempt);
+  // Sends `attempt`, or queues it behind this handle's call in flight (RateLimiterOptions::coalesce).
+  void dispatch(std::shared_ptr<Attempt> attempt);
+  // Sends a group of queued whole acquisitions: alone with acquire.lua, together with acquire_batch.lua.
+  void sendGroup(std::vector<std::shared_ptr<Attempt>> group);
+  struct Batch {
+    std::vector<std::shared_ptr<Attempt>> items;
+    int tries = 0;
+    detail::SteadyTime start;
+  };
+  void sendBatch(std::shared_ptr<Batch> batch);
+  void finishBatch(const Batch& batch, const Reply& r);
+  // The group in flight has finished: sends the next one, or marks nothing in flight.
+  void groupDone();
+  bool resendable(const std::exception_ptr& error, int tries, detail::SteadyTime start) const;
   AcquireResult parseAcquire(const Reply& r, const std::string& id);
   // guardedAttempt without waiting: the gate's bookkeeping runs in the completion.
   void guardedAttemptAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
@@ -189,6 +218,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
+  std::mutex coalesceMutex_;                    // guards the two members below
+  bool groupInFlight_ = false;
+  std::deque<std::shared_ptr<Attempt>> waiting_;
 };
 
 RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
@@ -312,15 +344,7 @@ AcquireResult RateLimiter::Impl::parseAcquire(const Reply& r, const std::string&
   out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
   out.interval = milliseconds{r.elements[5].asInteger()};
   remember(out.rate, out.interval);
-  if (out.granted > 0) {
-    // The member as the script packed it: length byte, id, permits as little-endian uint32.
-    out.member.reserve(1 + id.size() + 4);
-    out.member.push_back(static_cast<char>(id.size()));
-    out.member += id;
-    for (int i = 0; i < 4; ++i) {
-      out.member.push_back(static_cast<char>((static_cast<std::uint64_t>(out.granted) >> (8 * i)) & 0xFF));
-    }
-  }
+  if (out.granted > 0) out.member = packedMember(id, out.granted);
   return out;
 }
 
@@ -349,15 +373,7 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
       // member id makes a resend a no-op grant) up to three tries and while one fits in the
       // call's bound; a close that hits the fresh connection too is tried again rather than
       // reported as an outage.
-      bool closed = false;
-      try {
-        std::rethrow_exception(error);
-      } catch (const ClosedError&) {
-        closed = true;
-      } catch (...) {
-      }
-      const auto spent = std::chrono::duration_cast<milliseconds>(detail::SteadyClock::now() - a->start);
-      if (closed && a->tries < 3 && detail::saturatingAdd(spent, self->retryCost_) <= self->callBound_) {
+      if (self->resendable(error, a->tries, a->start)) {
         self->send(a);
         return;
       }
@@ -375,6 +391,135 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
   });
 }
 
+bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, detail::SteadyTime start) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ClosedError&) {
+    const auto spent = std::chrono::duration_cast<milliseconds>(detail::SteadyClock::now() - start);
+    return tries < 3 && detail::saturatingAdd(spent, retryCost_) <= callBound_;
+  } catch (...) {
+    return false;
+  }
+}
+
+void RateLimiter::Impl::dispatch(std::shared_ptr<Attempt> a) {
+  if (!options_.coalesce || !a->record.empty()) {
+    send(std::move(a));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    if (groupInFlight_) {
+      waiting_.push_back(std::move(a));
+      return;
+    }
+    groupInFlight_ = true;
+  }
+  sendGroup({std::move(a)});
+}
+
+void RateLimiter::Impl::groupDone() {
+  std::vector<std::shared_ptr<Attempt>> next;
+  {
+    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    if (waiting_.empty()) {
+      groupInFlight_ = false;
+      return;
+    }
+    while (!waiting_.empty() && next.size() < kMaxCoalesced) {
+      next.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+  }
+  sendGroup(std::move(next));
+}
+
+void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Attempt>> group) {
+  if (group.size() == 1) {
+    // Alone: the ordinary script, which costs Redis less than a batch of one.
+    std::shared_ptr<Attempt> a = std::move(group.front());
+    a->done = [self = shared_from_this(), done = std::move(a->done)](AcquireResult r, std::exception_ptr error) {
+      self->groupDone();  // the next group leaves before this one's callback runs
+      done(std::move(r), std::move(error));
+    };
+    send(std::move(a));
+    return;
+  }
+  auto b = std::make_shared<Batch>();
+  b->items = std::move(group);
+  b->start = detail::SteadyClock::now();
+  sendBatch(std::move(b));
+}
+
+void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
+  ++b->tries;
+  const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(b->items.size());
+  std::vector<std::string> permits;
+  permits.reserve(b->items.size());
+  std::vector<std::string_view> args;
+  args.reserve(3 + 3 * b->items.size());
+  args.push_back(now);
+  args.push_back(expected);
+  args.push_back(count);
+  for (const auto& a : b->items) {
+    permits.push_back(fmt::to_string(a->atLeast));
+    args.push_back(permits.back());
+    args.push_back(a->id);
+    args.push_back(b->tries > 1 ? "1" : "0");
+  }
+  client_->evalAsync(kAcquireBatch, keyViews_, args, [self = shared_from_this(), b](Reply r, std::exception_ptr error) {
+    if (error && self->resendable(error, b->tries, b->start)) {
+      self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
+      return;
+    }
+    self->groupDone();
+    if (error) {
+      for (const auto& a : b->items) a->done(AcquireResult{}, error);
+      return;
+    }
+    try {
+      self->finishBatch(*b, r);
+    } catch (...) {
+      const auto bad = std::current_exception();
+      for (const auto& a : b->items) a->done(AcquireResult{}, bad);
+    }
+  });
+}
+
+void RateLimiter::Impl::finishBatch(const Batch& b, const Reply& r) {
+  const std::size_t n = b.items.size();
+  if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
+                                           "script, got {}",
+                                           name_, 3 + 3 * n, r.describe()));
+  }
+  const std::int64_t rate = r.elements[0].asInteger();
+  const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
+  const milliseconds interval{r.elements[2].asInteger()};
+  remember(rate, interval);
+  std::vector<std::pair<AcquireResult, std::exception_ptr>> results(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Attempt& a = *b.items[i];
+    const std::int64_t granted = r.elements[3 + 3 * i].asInteger();
+    const std::int64_t wait = r.elements[4 + 3 * i].asInteger();
+    AcquireResult& out = results[i].first;
+    if (granted < 0) {
+      results[i].second = std::make_exception_ptr(InvalidArgument(
+          fmt::format("redlimit: Requested permits amount ({}) cannot exceed defined rate ({}) of limiter {}",
+                      a.atLeast, rate, name_)));
+      continue;
+    }
+    out.granted = granted;
+    out.wait = milliseconds{granted > 0 ? 0 : wait};
+    out.remaining = std::max<std::int64_t>(0, r.elements[5 + 3 * i].asInteger());
+    out.rate = rate;
+    out.grantTime = granted > 0 && wait < 0 ? std::chrono::microseconds{-wait} : nowUs;
+    out.interval = interval;
+    if (granted > 0) out.member = packedMember(a.id, granted);
+  }
+  for (std::size_t i = 0; i < n; ++i) b.items[i]->done(std::move(results[i].first), results[i].second);
+}
+
 AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   if (client_->onIoThread()) {
     throw InvalidArgument(fmt::format("redlimit: limiter {}: a sync acquire from a completion callback would wait "
@@ -389,7 +534,7 @@ AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMo
   a->start = detail::SteadyClock::now();
   detail::SyncWait<AcquireResult> wait;
   a->done = wait.callback();
-  send(std::move(a));
+  dispatch(std::move(a));
   return wait.get();
 }
 
@@ -486,7 +631,7 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
     }
     done(AcquireResult{}, error);
   };
-  send(std::move(a));
+  dispatch(std::move(a));
 }
 
 void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {

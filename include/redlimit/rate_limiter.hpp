@@ -47,6 +47,10 @@ struct RateLimiterOptions {
   TimeSource timeSource = TimeSource::Server;         // clock that stamps permits
   FailureOptions failure;                             // decisions when Redis cannot be asked
                                                       // (default: throw the IoError)
+  bool coalesce = true;                               // acquisitions of this handle that queue up while
+                                                      // one is in flight go to Redis together, as one
+                                                      // script call deciding each in order (false: one
+                                                      // call each)
 };
 
 /// The outcome of one acquire attempt (see RateLimiter::tryAcquireUpTo).

@@ -1,0 +1,151 @@
+// Coalesced decisions: acquisitions of one handle that queue up while its call is in flight go to
+// Redis as one script call (acquire_batch.lua) and get what one-by-one calls would have got.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "helpers.hpp"
+#include "redlimit_lua.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/rate_limiter.hpp"
+
+namespace redlimit::test {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyTime = std::chrono::steady_clock;
+
+class Coalesce : public RedisTest {};
+
+struct Decision {
+  std::int64_t granted = -1;
+  std::int64_t remaining = -1;
+  bool invalid = false;
+};
+
+// The permits of the i-th acquisition: a mix, with one over the rate now and then.
+std::int64_t permitsOf(int i, std::int64_t rate) { return i % 17 == 16 ? rate + 1 : 1 + (i * 7) % 5; }
+
+TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
+  constexpr int kCalls = 300;
+  constexpr std::int64_t kRate = 200;
+  ClientOptions co;
+  co.pool.size = 1;
+  auto together = newClient(co);
+  auto alone = newClient(co);
+  RateLimiterOptions on;
+  RateLimiterOptions off;
+  off.coalesce = false;
+  RateLimiter a(together, name("a"), on);
+  RateLimiter b(alone, name("b"), off);
+  ASSERT_TRUE(a.trySetRate(RateType::Overall, kRate, milliseconds(60000)));
+  ASSERT_TRUE(b.trySetRate(RateType::Overall, kRate, milliseconds(60000)));
+
+  // Coalesced: all issued at once from one thread; each callback fills its own slot.
+  std::vector<Decision> coalesced(kCalls);
+  std::atomic<int> finished{0};
+  const PoolStats before = together->poolStats();
+  for (int i = 0; i < kCalls; ++i) {
+    a.tryAcquireUpToAsync(permitsOf(i, kRate), permitsOf(i, kRate), [&, i](AcquireResult r, std::exception_ptr e) {
+      Decision& d = coalesced[static_cast<std::size_t>(i)];
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const InvalidArgument&) {
+          d.invalid = true;
+        } catch (...) {
+        }
+      } else {
+        d.granted = r.granted;
+        d.remaining = r.remaining;
+      }
+      finished.fetch_add(1);
+    });
+  }
+  const auto start = SteadyTime::now();
+  while (finished.load() < kCalls && msSince(start) < 10000) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_EQ(finished.load(), kCalls);
+  const PoolStats after = together->poolStats();
+
+  // One by one, in the same order.
+  for (int i = 0; i < kCalls; ++i) {
+    SCOPED_TRACE(i);
+    const std::int64_t p = permitsOf(i, kRate);
+    const Decision& d = coalesced[static_cast<std::size_t>(i)];
+    try {
+      const AcquireResult r = b.tryAcquireUpTo(p, p);
+      EXPECT_FALSE(d.invalid);
+      EXPECT_EQ(d.granted, r.granted);
+      EXPECT_EQ(d.remaining, r.remaining);
+    } catch (const InvalidArgument&) {
+      EXPECT_TRUE(d.invalid) << "permits over the rate refuse that acquisition only";
+    }
+  }
+  EXPECT_EQ(raw({"GET", a.keys()[1]}).str, raw({"GET", b.keys()[1]}).str);
+  EXPECT_EQ(raw({"ZCARD", a.keys()[3]}).integer, raw({"ZCARD", b.keys()[3]}).integer);
+  // And they did go together: far fewer script calls than acquisitions.
+  const std::uint64_t calls = after.requests - before.requests;
+  std::printf("[ coalesce ] %d acquisitions in %llu script calls\n", kCalls, static_cast<unsigned long long>(calls));
+  EXPECT_LT(calls, static_cast<std::uint64_t>(kCalls / 4));
+}
+
+TEST_F(Coalesce, ManyThreadsOnOneHotLimiterAreHeldToTheRate) {
+  constexpr std::int64_t kRate = 1500;
+  RateLimiter rl(client(), name());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, kRate, milliseconds(60000)));
+  std::atomic<std::int64_t> granted{0}, denied{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 250; ++i) {
+        try {
+          (rl.tryAcquire() ? granted : denied).fetch_add(1);
+        } catch (const std::exception&) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(granted.load(), kRate);
+  EXPECT_EQ(denied.load(), 8 * 250 - kRate);
+  EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, kRate) << "each grant its own member";
+  EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, "0");
+}
+
+TEST_F(Coalesce, TheScriptRefusesABadBatchBeforeWriting) {
+  RateLimiter rl(client(), name());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(60000)));
+  static const Script batch{detail::lua::acquire_batch.name, detail::lua::acquire_batch.sha1,
+                            detail::lua::acquire_batch.source};
+  const std::vector<std::string> keys = rl.keys();
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  // Two acquisitions announced, one given; a zero permit count; an empty id.
+  for (const std::vector<std::string_view>& args :
+       {std::vector<std::string_view>{"", "", "2", "1", "id-1", "0"},
+        std::vector<std::string_view>{"", "", "2", "1", "id-1", "0", "0", "id-2", "0"},
+        std::vector<std::string_view>{"", "", "2", "1", "id-1", "0", "1", "", "0"}}) {
+    EXPECT_THROW((void)client()->eval(batch, views, args), InvalidArgument);
+  }
+  EXPECT_EQ(raw({"EXISTS", rl.keys()[1], rl.keys()[3]}).integer, 0) << "nothing was written";
+  // A resend of a granted acquisition is found by its member and takes nothing again.
+  const Reply first = client()->eval(batch, views, {"", "", "2", "3", "id-1", "0", "4", "id-2", "0"});
+  ASSERT_EQ(first.elements.size(), 9u);
+  EXPECT_EQ(first.elements[3].integer, 3);
+  EXPECT_EQ(first.elements[6].integer, 4);
+  const Reply again = client()->eval(batch, views, {"", "", "2", "3", "id-1", "1", "4", "id-2", "1"});
+  EXPECT_EQ(again.elements[3].integer, 3);
+  EXPECT_LT(again.elements[4].integer, 0) << "the stamp of the first grant, negated";
+  EXPECT_EQ(again.elements[6].integer, 4);
+  EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, "3");
+  EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, 2);
+}
+
+}  // namespace
+}  // namespace redlimit::test
