@@ -111,10 +111,21 @@ namespace {
 }
 }  // namespace
 
-Reply Client::callTracked(detail::Request request) {
+void Client::setDeadline(detail::Request& request, std::chrono::steady_clock::time_point deadline) const {
+  const auto now = detail::SteadyClock::now();
+  if (deadline == detail::SteadyTime{}) {
+    request.budget = options_.connection.commandTimeout;
+    request.deadline = detail::deadlineAfter<detail::SteadyClock>(now, request.budget);
+  } else {
+    request.deadline = deadline;
+    request.budget = deadline > now ? std::chrono::ceil<std::chrono::milliseconds>(deadline - now)
+                                    : std::chrono::milliseconds{0};
+  }
+}
+
+Reply Client::callTracked(detail::Request request, std::chrono::steady_clock::time_point deadline) {
   if (onIoThread()) syncOnIoThread(request.command);
-  request.budget = options_.connection.commandTimeout;
-  request.deadline = detail::deadlineAfter(request.budget);
+  setDeadline(request, deadline);
   const std::int64_t started = reachability_->callStart();
   detail::Outcome out = transport().call(std::move(request));
   if (!out.error) {
@@ -129,24 +140,24 @@ Reply Client::callTracked(detail::Request request) {
   }
 }
 
-Reply Client::command(std::initializer_list<std::string_view> argv) {
-  return callTracked(detail::makeRequest(argv.begin(), argv.size()));
+Reply Client::command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline) {
+  return callTracked(detail::makeRequest(argv.begin(), argv.size()), deadline);
 }
 
-Reply Client::command(const std::vector<std::string_view>& argv) {
-  return callTracked(detail::makeRequest(argv.data(), argv.size()));
+Reply Client::command(const std::vector<std::string_view>& argv, std::chrono::steady_clock::time_point deadline) {
+  return callTracked(detail::makeRequest(argv.data(), argv.size()), deadline);
 }
 
 Reply Client::eval(const Script& script, const std::vector<std::string_view>& keys,
-                   const std::vector<std::string_view>& args) {
-  return callTracked(detail::makeScriptRequest(script, keys, args));
+                   const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline) {
+  return callTracked(detail::makeScriptRequest(script, keys, args), deadline);
 }
 
 void Client::evalAsync(const Script& script, const std::vector<std::string_view>& keys,
-                       const std::vector<std::string_view>& args, ReplyCallback done) {
+                       const std::vector<std::string_view>& args, ReplyCallback done,
+                       std::chrono::steady_clock::time_point deadline) {
   detail::Request request = detail::makeScriptRequest(script, keys, args);
-  request.budget = options_.connection.commandTimeout;
-  request.deadline = detail::deadlineAfter(request.budget);
+  setDeadline(request, deadline);
   const std::int64_t started = reachability_->callStart();
   request.done = [gate = reachability_, started, done = std::move(done)](detail::Outcome out) {
     if (!out.error) {

@@ -40,6 +40,16 @@ bool raisedByScript(std::string_view message) {
   return contains(message, " script: ") || contains(message, "user_script");
 }
 
+// The error codes Redis itself answers with (7.x); a script may raise any other.
+bool isServerCode(std::string_view code) {
+  static constexpr std::string_view kCodes[] = {
+      "ERR",        "WRONGTYPE",  "OOM",       "NOSCRIPT",  "BUSY",      "LOADING",     "NOAUTH",
+      "WRONGPASS",  "NOPERM",     "READONLY",  "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED",
+      "ASK",        "EXECABORT",  "NOREPLICAS", "MISCONF",  "BUSYKEY",   "UNKILLABLE",  "NOTBUSY",
+      "NOPROTO",    "CROSSSLOT",  "BUSYGROUP", "NOGROUP",   "UNBLOCKED", "NOTREADONLY"};
+  return std::find(std::begin(kCodes), std::end(kCodes), code) != std::end(kCodes);
+}
+
 constexpr std::string_view kPasswordAdvice =
     "set ConnectionOptions::password (and ::user for an ACL user), or redis://[user]:password@host";
 
@@ -182,10 +192,11 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
       std::string_view rest = message.substr(std::min(message.size(), code.size() + 1));
       return std::string(rest.substr(0, rest.find(" script: ")));
     };
-    if (code == "REDLIMIT_NOT_INITIALIZED") throw NotInitializedError(codeText, ownText());
-    if (code == "REDLIMIT_INVALID_CONFIG") throw InvalidConfigError(codeText, ownText());
-    if (code == "REDLIMIT_INVALID_STATE") throw InvalidStateError(codeText, ownText());
-    if (code == "REDLIMIT_INVALID_ARGUMENT") throw InvalidArgument(ownText());
+    // The script's own error (error_reply or error() with "CODE text"): a code Redis never uses
+    // itself. A ScriptError with the script's text (without the trailer Redis appends); the layer
+    // that owns the script gives the code its meaning (the limiters map their REDLIMIT_* codes to
+    // NotInitializedError, InvalidConfigError, ...).
+    if (!isServerCode(code)) throw ScriptError(codeText, ownText());
     // OOM and NOSCRIPT are the server refusing to run (or go on with) the script, even when it
     // says so from inside it: plain ReplyError, so callers can tell "Redis said no" from "the
     // script failed". Anything else raised while the script ran is the script's failure.

@@ -10,6 +10,7 @@
 
 #include "random.hpp"
 #include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 #include "sync_wait.hpp"
@@ -99,6 +100,24 @@ void checkClientId(const std::string& id) {
   }
 }
 
+}  // namespace
+
+std::exception_ptr detail::limiterError(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ScriptError& e) {
+    const std::string& code = e.code();
+    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e.what()));
+    if (code == "REDLIMIT_INVALID_CONFIG") return std::make_exception_ptr(InvalidConfigError(code, e.what()));
+    if (code == "REDLIMIT_INVALID_STATE") return std::make_exception_ptr(InvalidStateError(code, e.what()));
+    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e.what()));
+  } catch (...) {
+  }
+  return error;
+}
+
+namespace {
+
 // The member as the scripts pack it: length byte, id, permits as little-endian uint32.
 std::string packedMember(const std::string& id, std::int64_t permits) {
   std::string member;
@@ -162,7 +181,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     std::string id;
     std::string record;          // the partial-grant record's key; empty when atLeast == atMost
     int tries = 0;
-    detail::SteadyTime start;
+    detail::SteadyTime deadline;  // the whole call's, resends included
     AcquireCallback done;
   };
   void send(std::shared_ptr<Attempt> attempt);
@@ -173,13 +192,18 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   struct Batch {
     std::vector<std::shared_ptr<Attempt>> items;
     int tries = 0;
-    detail::SteadyTime start;
+    detail::SteadyTime deadline;  // the earliest of its acquisitions'
   };
   void sendBatch(std::shared_ptr<Batch> batch);
   void finishBatch(const Batch& batch, const Reply& r);
   // The group in flight has finished: sends the next one, or marks nothing in flight.
   void groupDone();
-  bool resendable(const std::exception_ptr& error, int tries, detail::SteadyTime start) const;
+  bool resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const;
+  // The deadline of one try of a call that must end by `callDeadline`: a command timeout from now,
+  // or the call's deadline if that comes first.
+  detail::SteadyTime tryDeadline(detail::SteadyTime callDeadline) const;
+  // The deadline of a call starting now: callBound_ from now.
+  detail::SteadyTime callDeadline() const;
   AcquireResult parseAcquire(const Reply& r, const std::string& id);
   // guardedAttempt without waiting: the gate's bookkeeping runs in the completion.
   void guardedAttemptAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
@@ -197,8 +221,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // wait = 0, no member).
   AcquireResult guardedAttempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
   template <class Call>
-  auto onceMoreIfClosed(Call&& call) -> decltype(call(false));
-  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args);
+  auto onceMoreIfClosed(Call&& call) -> decltype(call(false, detail::SteadyTime{}));
+  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args,
+                 detail::SteadyTime deadline = detail::SteadyTime{});
   std::string nowArg() const;
   std::string expectedRateArg() const;
 
@@ -210,10 +235,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
   // hash key in the record's place (the script touches the record only for a range).
   std::vector<std::string_view> acquireKeyViews_;
-  // The longest one call may take (connect timeout + command timeout, saturating: one request's
-  // deadline and the connecting it may wait for), and the cost of one more try (the same).
+  // The longest one call may take, resends after a closed connection included: connect timeout +
+  // command timeout (saturating).
   std::chrono::milliseconds callBound_{0};
-  std::chrono::milliseconds retryCost_{0};
   std::string recordTtl_;                        // ms a partial grant's record is kept (acquire.lua ARGV[6])
   std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
@@ -236,8 +260,7 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   acquireKeyViews_.push_back(keys_[0]);
   const ClientOptions& o = client_->options();
   // Saturating: timeouts near kMaxConnectionTimeout must not wrap the bound negative.
-  retryCost_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
-  callBound_ = retryCost_;
+  callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
   // hour: a resend later than the grant's own interval could only take capacity again for a grant
   // whose window has passed.
@@ -254,17 +277,26 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
 // a resend a no-op grant. The pool drops its idle connections when one breaks, so each try gets a
 // fresh one.
 template <class Call>
-auto RateLimiter::Impl::onceMoreIfClosed(Call&& call) -> decltype(call(false)) {
-  const auto start = std::chrono::steady_clock::now();
+auto RateLimiter::Impl::onceMoreIfClosed(Call&& call) -> decltype(call(false, detail::SteadyTime{})) {
+  const detail::SteadyTime deadline = callDeadline();
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
     try {
-      return call(tries > 1);
+      return call(tries > 1, tryDeadline(deadline));
     } catch (const ClosedError&) {
-      const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-      if (tries == kMaxTries || detail::saturatingAdd(spent, retryCost_) > callBound_) throw;
+      if (tries == kMaxTries || detail::SteadyClock::now() >= deadline) throw;
     }
   }
+}
+
+detail::SteadyTime RateLimiter::Impl::callDeadline() const {
+  return detail::deadlineAfter<detail::SteadyClock>(detail::SteadyClock::now(), callBound_);
+}
+
+detail::SteadyTime RateLimiter::Impl::tryDeadline(detail::SteadyTime callDeadline) const {
+  const auto next = detail::deadlineAfter<detail::SteadyClock>(detail::SteadyClock::now(),
+                                                               client_->options().connection.commandTimeout);
+  return std::min(next, callDeadline);
 }
 
 void RateLimiter::Impl::remember(std::int64_t rate, milliseconds interval) noexcept {
@@ -285,8 +317,13 @@ std::string RateLimiter::Impl::expectedRateArg() const {
   return rate > 0 ? fmt::to_string(rate) : std::string();
 }
 
-Reply RateLimiter::Impl::evalOnce(const Script& s, const std::vector<std::string_view>& args) {
-  return client_->eval(s, keyViews_, args);
+Reply RateLimiter::Impl::evalOnce(const Script& s, const std::vector<std::string_view>& args,
+                                  detail::SteadyTime deadline) {
+  try {
+    return client_->eval(s, keyViews_, args, deadline);
+  } catch (const ScriptError&) {
+    std::rethrow_exception(detail::limiterError(std::current_exception()));
+  }
 }
 
 // Only what is invalid whatever the rate: the rate itself may have been raised by another
@@ -369,11 +406,12 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
                                               expected};
   client_->evalAsync(kAcquire, keys, args, [self = shared_from_this(), a](Reply r, std::exception_ptr error) {
     if (error) {
+      error = detail::limiterError(std::move(error));
       // The connection closed under the request: the reply may be lost. Send it again (the
       // member id makes a resend a no-op grant) up to three tries and while one fits in the
       // call's bound; a close that hits the fresh connection too is tried again rather than
       // reported as an outage.
-      if (self->resendable(error, a->tries, a->start)) {
+      if (self->resendable(error, a->tries, a->deadline)) {
         self->send(a);
         return;
       }
@@ -388,15 +426,14 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
       return;
     }
     a->done(std::move(out), nullptr);
-  });
+  }, tryDeadline(a->deadline));
 }
 
-bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, detail::SteadyTime start) const {
+bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const {
   try {
     std::rethrow_exception(error);
   } catch (const ClosedError&) {
-    const auto spent = std::chrono::duration_cast<milliseconds>(detail::SteadyClock::now() - start);
-    return tries < 3 && detail::saturatingAdd(spent, retryCost_) <= callBound_;
+    return tries < 3 && detail::SteadyClock::now() < deadline;
   } catch (...) {
     return false;
   }
@@ -447,7 +484,8 @@ void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Attempt>> group) {
   }
   auto b = std::make_shared<Batch>();
   b->items = std::move(group);
-  b->start = detail::SteadyClock::now();
+  b->deadline = detail::SteadyTime::max();
+  for (const auto& a : b->items) b->deadline = std::min(b->deadline, a->deadline);
   sendBatch(std::move(b));
 }
 
@@ -468,12 +506,13 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
     args.push_back(b->tries > 1 ? "1" : "0");
   }
   client_->evalAsync(kAcquireBatch, keyViews_, args, [self = shared_from_this(), b](Reply r, std::exception_ptr error) {
-    if (error && self->resendable(error, b->tries, b->start)) {
+    if (error && self->resendable(error, b->tries, b->deadline)) {
       self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
       return;
     }
     self->groupDone();
     if (error) {
+      error = detail::limiterError(std::move(error));
       for (const auto& a : b->items) a->done(AcquireResult{}, error);
       return;
     }
@@ -483,7 +522,7 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
       const auto bad = std::current_exception();
       for (const auto& a : b->items) a->done(AcquireResult{}, bad);
     }
-  });
+  }, tryDeadline(b->deadline));
 }
 
 void RateLimiter::Impl::finishBatch(const Batch& b, const Reply& r) {
@@ -531,7 +570,7 @@ AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMo
   a->atMost = atMost;
   a->id = id;
   if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
-  a->start = detail::SteadyClock::now();
+  a->deadline = callDeadline();
   detail::SyncWait<AcquireResult> wait;
   a->done = wait.callback();
   dispatch(std::move(a));
@@ -604,7 +643,7 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
   a->atMost = atMost;
   if (permits < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
   a->id = std::move(id);
-  a->start = detail::SteadyClock::now();
+  a->deadline = callDeadline();
   const std::int64_t started = gate_.callStart();
   a->done = [self = shared_from_this(), permits, rate, interval, started, decided, done = std::move(done)](
                 AcquireResult r, std::exception_ptr error) {
@@ -678,14 +717,16 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
 }
 
 std::int64_t RateLimiter::Impl::availablePermits() {
-  return onceMoreIfClosed([&](bool) {
+  return onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
     const std::string now = nowArg(), expected = expectedRateArg();
-    return evalOnce(kAvailable, {now, expected}).asInteger();
+    return evalOnce(kAvailable, {now, expected}, deadline).asInteger();
   });
 }
 
 RateLimiterConfig RateLimiter::Impl::getConfig() {
-  const Reply r = onceMoreIfClosed([&](bool) { return client_->command({"HGETALL", keys_[0]}); });
+  const Reply r = onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
+    return client_->command({"HGETALL", keys_[0]}, deadline);
+  });
   if (r.type != Reply::Type::Array || r.elements.empty()) {
     throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", name_));
   }
@@ -790,11 +831,15 @@ bool RateLimiter::Impl::expireAt(std::chrono::system_clock::time_point when) {
 bool RateLimiter::Impl::clearExpire() { return evalOnce(kTtl, {"PERSIST", ""}).asInteger() == 1; }
 
 milliseconds RateLimiter::Impl::remainTimeToLive() {
-  return milliseconds{onceMoreIfClosed([&](bool) { return client_->command({"PTTL", keys_[0]}); }).asInteger()};
+  return milliseconds{onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
+                        return client_->command({"PTTL", keys_[0]}, deadline);
+                      }).asInteger()};
 }
 
 bool RateLimiter::Impl::isExists() {
-  return onceMoreIfClosed([&](bool) { return client_->command({"EXISTS", keys_[0]}); }).asInteger() == 1;
+  return onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
+           return client_->command({"EXISTS", keys_[0]}, deadline);
+         }).asInteger() == 1;
 }
 
 bool RateLimiter::Impl::deleteLimiter() {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -85,8 +86,9 @@ class Client {
   /// Runs one command and waits for its reply (at most the request deadline). Throws IoError and
   /// subclasses (TimeoutError, ClosedError, ProtocolError, PoolTimeoutError), ConfigurationError,
   /// AuthError, or the exception for an error reply (see errors.hpp).
-  Reply command(std::initializer_list<std::string_view> argv);
-  Reply command(const std::vector<std::string_view>& argv);
+  /// `deadline`, if given (not the epoch), ends the request instead of now + commandTimeout.
+  Reply command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline = {});
+  Reply command(const std::vector<std::string_view>& argv, std::chrono::steady_clock::time_point deadline = {});
 
   /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, one SCRIPT LOAD goes out on that
   /// connection and every request that failed is sent again (and if the script was flushed again
@@ -94,11 +96,12 @@ class Client {
   /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
   /// says so, see lua/common.lua). The sync form of evalAsync.
   Reply eval(const Script& script, const std::vector<std::string_view>& keys,
-             const std::vector<std::string_view>& args);
+             const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});
   /// eval without waiting: `keys` and `args` are copied before it returns; `done` gets the
   /// outcome (see ReplyCallback). `script` must outlive the call (redlimit's are static).
   void evalAsync(const Script& script, const std::vector<std::string_view>& keys,
-                 const std::vector<std::string_view>& args, ReplyCallback done);
+                 const std::vector<std::string_view>& args, ReplyCallback done,
+                 std::chrono::steady_clock::time_point deadline = {});
 
   /// The id this client uses for PER_CLIENT limiters: ClientOptions::clientId, or a random
   /// UUID v4 (36 lowercase characters) chosen when the Client was made.
@@ -126,7 +129,9 @@ class Client {
   detail::Transport& transport();
   void startAfterFork();
   // Sends a request and waits for it, recording in reachability_ whether it reached Redis.
-  Reply callTracked(detail::Request request);
+  Reply callTracked(detail::Request request, std::chrono::steady_clock::time_point deadline);
+  // Sets the request's deadline: `deadline`, or now + commandTimeout for the epoch.
+  void setDeadline(detail::Request& request, std::chrono::steady_clock::time_point deadline) const;
 
   ClientOptions options_;
   std::string clientId_;

@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdint>
 #include <sstream>
+
+#include "redlimit/detail/limiter_errors.hpp"
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -66,7 +68,11 @@ inline Reply runAcquireScript(Client& c, const RateLimiter& rl, const std::strin
   static const Script script{detail::lua::acquire.name, detail::lua::acquire.sha1, detail::lua::acquire.source};
   const std::vector<std::string> keys = acquireKeys(rl, id);
   const std::vector<std::string_view> views(keys.begin(), keys.end());
-  return c.eval(script, views, {most, least, id, "", resend ? "1" : "0", "5000"});
+  try {
+    return c.eval(script, views, {most, least, id, "", resend ? "1" : "0", "5000"});
+  } catch (const ScriptError&) {
+    std::rethrow_exception(detail::limiterError(std::current_exception()));  // as RateLimiter does
+  }
 }
 
 /// A sorted-set member as Redisson encodes it: length byte, id, permits as little-endian uint32.
