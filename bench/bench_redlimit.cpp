@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/redlimit.hpp"
 #include "redlimit_lua.hpp"
 #include "support/bench_support.hpp"
@@ -243,7 +244,7 @@ void BM_RoundTrips(benchmark::State& state) {
     auto run = [&](int kind) {
       switch (kind) {
         case kPingConnection:
-          benchmark::DoNotOptimize(client->command({"PING"}));
+          benchmark::DoNotOptimize(redlimit::detail::command(*client, {"PING"}));
           break;
         case kPingHiredis: {
           auto* r = static_cast<redisReply*>(redisCommandArgv(rawPing.get(), 1, pingArgv, pingLen));

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
@@ -113,7 +114,7 @@ void BM_RateLimiterTryAcquire(benchmark::State& state) {
 BENCHMARK(BM_RateLimiterTryAcquire)->UseRealTime();
 
 void BM_Ping(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(gClient->command({"PING"}));
+  for (auto _ : state) benchmark::DoNotOptimize(detail::command(*gClient, {"PING"}));
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_Ping)->UseRealTime();

@@ -11,6 +11,10 @@
 #include "transport.hpp"
 
 namespace redlimit {
+
+using detail::Reply;
+using detail::ReplyCallback;
+using detail::Script;
 namespace {
 
 FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "redlimit/options.hpp"
-#include "redlimit/reply.hpp"
-#include "redlimit/script.hpp"
+#include "redlimit/detail/reply.hpp"
+#include "redlimit/detail/script.hpp"
 #include "resp.hpp"
 
 namespace redlimit::detail {

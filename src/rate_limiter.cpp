@@ -10,6 +10,7 @@
 
 #include "random.hpp"
 #include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
@@ -17,6 +18,9 @@
 #include "pipeline.hpp"
 
 namespace redlimit {
+
+using detail::Reply;
+using detail::Script;
 namespace {
 
 using std::chrono::milliseconds;
@@ -150,6 +154,8 @@ std::string suffixName(const std::string& name, const std::string& suffix) {
 class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl> {
  public:
   Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options);
+  // Acquisitions still queued for coalescing end with ClosedError.
+  ~Impl();
 
   bool trySetRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
   void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
@@ -195,7 +201,8 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::SteadyTime deadline;  // the earliest of its acquisitions'
   };
   void sendBatch(std::shared_ptr<Batch> batch);
-  void finishBatch(const Batch& batch, const Reply& r);
+  // The batch script's reply, to each acquisition; `self` may be null (the handle is gone).
+  static void finishBatch(Impl* self, const Batch& batch, const Reply& r);
   // The group in flight has finished: sends the next one, or marks nothing in flight.
   void groupDone();
   bool resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const;
@@ -204,7 +211,8 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   detail::SteadyTime tryDeadline(detail::SteadyTime callDeadline) const;
   // The deadline of a call starting now: callBound_ from now.
   detail::SteadyTime callDeadline() const;
-  AcquireResult parseAcquire(const Reply& r, const std::string& id);
+  // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
+  static AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
   // guardedAttempt without waiting: the gate's bookkeeping runs in the completion.
   void guardedAttemptAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
 
@@ -268,6 +276,18 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
       std::clamp(detail::saturatingAdd(callBound_, callBound_), milliseconds{1000}, milliseconds{3600000}).count());
 }
 
+RateLimiter::Impl::~Impl() {
+  std::deque<std::shared_ptr<Attempt>> left;
+  {
+    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    left.swap(waiting_);
+  }
+  if (left.empty()) return;
+  const auto closed = std::make_exception_ptr(
+      ClosedError(fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
+  for (const auto& a : left) a->done(AcquireResult{}, closed);
+}
+
 // Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
 // runs it again on a fresh connection with `resend` set, up to three tries in all and as long as
 // another try fits in the call's time bound (callBound_): that holds when each close was noticed at
@@ -320,7 +340,7 @@ std::string RateLimiter::Impl::expectedRateArg() const {
 Reply RateLimiter::Impl::evalOnce(const Script& s, const std::vector<std::string_view>& args,
                                   detail::SteadyTime deadline) {
   try {
-    return client_->eval(s, keyViews_, args, deadline);
+    return detail::eval(*client_, s, keyViews_, args, deadline);
   } catch (const ScriptError&) {
     std::rethrow_exception(detail::limiterError(std::current_exception()));
   }
@@ -368,10 +388,10 @@ bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, millisecond
   return written;
 }
 
-AcquireResult RateLimiter::Impl::parseAcquire(const Reply& r, const std::string& id) {
+AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const std::string& id) {
   if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}", name_, r.describe()));
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
+                                           self != nullptr ? self->name_ : std::string("?"), r.describe()));
   }
   AcquireResult out;
   out.granted = r.elements[0].asInteger();
@@ -380,7 +400,7 @@ AcquireResult RateLimiter::Impl::parseAcquire(const Reply& r, const std::string&
   out.rate = r.elements[3].asInteger();
   out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
   out.interval = milliseconds{r.elements[5].asInteger()};
-  remember(out.rate, out.interval);
+  if (self != nullptr) self->remember(out.rate, out.interval);
   if (out.granted > 0) out.member = packedMember(id, out.granted);
   return out;
 }
@@ -404,9 +424,16 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
                                               a->tries > 1 ? "1" : "0",
                                               recordTtl_,
                                               expected};
-  client_->evalAsync(kAcquire, keys, args, [self = shared_from_this(), a](Reply r, std::exception_ptr error) {
+  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
+  // through it the Client and its I/O thread) alive; without it they are answered as they are.
+  detail::evalAsync(*client_, kAcquire, keys, args, [weak = weak_from_this(), a](Reply r, std::exception_ptr error) {
+    const std::shared_ptr<Impl> self = weak.lock();
     if (error) {
       error = detail::limiterError(std::move(error));
+      if (!self) {
+        a->done(AcquireResult{}, error);
+        return;
+      }
       // The connection closed under the request: the reply may be lost. Send it again (the
       // member id makes a resend a no-op grant) up to three tries and while one fits in the
       // call's bound; a close that hits the fresh connection too is tried again rather than
@@ -420,7 +447,7 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
     }
     AcquireResult out;
     try {
-      out = self->parseAcquire(r, a->id);
+      out = parseAcquire(self.get(), r, a->id);
     } catch (...) {
       a->done(AcquireResult{}, std::current_exception());
       return;
@@ -475,8 +502,8 @@ void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Attempt>> group) {
   if (group.size() == 1) {
     // Alone: the ordinary script, which costs Redis less than a batch of one.
     std::shared_ptr<Attempt> a = std::move(group.front());
-    a->done = [self = shared_from_this(), done = std::move(a->done)](AcquireResult r, std::exception_ptr error) {
-      self->groupDone();  // the next group leaves before this one's callback runs
+    a->done = [weak = weak_from_this(), done = std::move(a->done)](AcquireResult r, std::exception_ptr error) {
+      if (const auto self = weak.lock()) self->groupDone();  // the next group leaves before this callback runs
       done(std::move(r), std::move(error));
     };
     send(std::move(a));
@@ -505,19 +532,20 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
     args.push_back(a->id);
     args.push_back(b->tries > 1 ? "1" : "0");
   }
-  client_->evalAsync(kAcquireBatch, keyViews_, args, [self = shared_from_this(), b](Reply r, std::exception_ptr error) {
-    if (error && self->resendable(error, b->tries, b->deadline)) {
+  detail::evalAsync(*client_, kAcquireBatch, keyViews_, args, [weak = weak_from_this(), b](Reply r, std::exception_ptr error) {
+    const std::shared_ptr<Impl> self = weak.lock();
+    if (error && self && self->resendable(error, b->tries, b->deadline)) {
       self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
       return;
     }
-    self->groupDone();
+    if (self) self->groupDone();
     if (error) {
       error = detail::limiterError(std::move(error));
       for (const auto& a : b->items) a->done(AcquireResult{}, error);
       return;
     }
     try {
-      self->finishBatch(*b, r);
+      finishBatch(self.get(), *b, r);
     } catch (...) {
       const auto bad = std::current_exception();
       for (const auto& a : b->items) a->done(AcquireResult{}, bad);
@@ -525,17 +553,18 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
   }, tryDeadline(b->deadline));
 }
 
-void RateLimiter::Impl::finishBatch(const Batch& b, const Reply& r) {
+void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) {
   const std::size_t n = b.items.size();
+  const std::string name = self != nullptr ? self->name_ : std::string("?");
   if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
     throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
                                            "script, got {}",
-                                           name_, 3 + 3 * n, r.describe()));
+                                           name, 3 + 3 * n, r.describe()));
   }
   const std::int64_t rate = r.elements[0].asInteger();
   const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
   const milliseconds interval{r.elements[2].asInteger()};
-  remember(rate, interval);
+  if (self != nullptr) self->remember(rate, interval);
   std::vector<std::pair<AcquireResult, std::exception_ptr>> results(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Attempt& a = *b.items[i];
@@ -545,7 +574,7 @@ void RateLimiter::Impl::finishBatch(const Batch& b, const Reply& r) {
     if (granted < 0) {
       results[i].second = std::make_exception_ptr(InvalidArgument(
           fmt::format("redlimit: Requested permits amount ({}) cannot exceed defined rate ({}) of limiter {}",
-                      a.atLeast, rate, name_)));
+                      a.atLeast, rate, name)));
       continue;
     }
     out.granted = granted;
@@ -645,8 +674,13 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
   a->id = std::move(id);
   a->deadline = callDeadline();
   const std::int64_t started = gate_.callStart();
-  a->done = [self = shared_from_this(), permits, rate, interval, started, decided, done = std::move(done)](
+  a->done = [weak = weak_from_this(), permits, rate, interval, started, decided, done = std::move(done)](
                 AcquireResult r, std::exception_ptr error) {
+    const std::shared_ptr<Impl> self = weak.lock();
+    if (!self) {
+      done(std::move(r), std::move(error));
+      return;
+    }
     if (!error) {
       self->gate_.succeeded();
       done(std::move(r), nullptr);
@@ -725,7 +759,7 @@ std::int64_t RateLimiter::Impl::availablePermits() {
 
 RateLimiterConfig RateLimiter::Impl::getConfig() {
   const Reply r = onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-    return client_->command({"HGETALL", keys_[0]}, deadline);
+    return detail::command(*client_, {"HGETALL", keys_[0]}, deadline);
   });
   if (r.type != Reply::Type::Array || r.elements.empty()) {
     throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", name_));
@@ -832,19 +866,19 @@ bool RateLimiter::Impl::clearExpire() { return evalOnce(kTtl, {"PERSIST", ""}).a
 
 milliseconds RateLimiter::Impl::remainTimeToLive() {
   return milliseconds{onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-                        return client_->command({"PTTL", keys_[0]}, deadline);
+                        return detail::command(*client_, {"PTTL", keys_[0]}, deadline);
                       }).asInteger()};
 }
 
 bool RateLimiter::Impl::isExists() {
   return onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-           return client_->command({"EXISTS", keys_[0]}, deadline);
+           return detail::command(*client_, {"EXISTS", keys_[0]}, deadline);
          }).asInteger() == 1;
 }
 
 bool RateLimiter::Impl::deleteLimiter() {
   knownRate_.store(0, std::memory_order_relaxed);
-  return client_->command({"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}).asInteger() > 0;
+  return detail::command(*client_, {"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}).asInteger() > 0;
 }
 
 

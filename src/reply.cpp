@@ -1,4 +1,4 @@
-#include "redlimit/reply.hpp"
+#include "redlimit/detail/reply.hpp"
 
 #include <charconv>
 
@@ -6,7 +6,7 @@
 
 #include "redlimit/errors.hpp"
 
-namespace redlimit {
+namespace redlimit::detail {
 
 std::int64_t Reply::asInteger() const {
   if (type == Type::Integer) return integer;
@@ -46,4 +46,4 @@ std::string Reply::describe() const {
   return "a reply of unknown type";
 }
 
-}  // namespace redlimit
+}  // namespace redlimit::detail

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "redlimit/options.hpp"
-#include "redlimit/reply.hpp"
+#include "redlimit/detail/reply.hpp"
 
 struct redisReader;  // hiredis/read.h
 

@@ -304,9 +304,11 @@ void Transport::flush(Conn& c, std::vector<Finished>& done) {
     watch(c, false);
   } catch (...) {
     // A server that refuses a request answers first and then closes (with a reset, as it leaves
-    // the rest unread): its answer is usually still readable, and says more than the reset.
+    // the rest unread): its answer is usually still readable, and says more than the reset. A
+    // write that failed with more than an IoError (TlsError: the stream read the server's alert
+    // already) keeps its error; a read could only report the closed session.
     const auto why = std::current_exception();
-    readFrom(c, done);
+    if (isIoError(why)) readFrom(c, done);
     closeConn(c, why, done);
   }
 }
@@ -376,9 +378,11 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
 }
 
 void Transport::complete(std::vector<Finished>& done) {
+  // Counted out before the callbacks run: a caller woken by one sees its request gone.
   std::size_t counted = 0;
+  for (const auto& f : done) counted += f.counted ? 1 : 0;
+  if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
   for (auto& f : done) {
-    if (f.counted) ++counted;
     if (!f.done) continue;
     try {
       f.done(std::move(f.outcome));
@@ -386,7 +390,6 @@ void Transport::complete(std::vector<Finished>& done) {
       // A completion must not throw (documented); the loop cannot report it to anyone.
     }
   }
-  if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
   done.clear();
 }
 

@@ -13,17 +13,24 @@
 #include <vector>
 
 #include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/reply.hpp"
+#include "redlimit/detail/script.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
-#include "redlimit/reply.hpp"
-#include "redlimit/script.hpp"
 
 namespace redlimit {
 
 namespace detail {
 class Transport;
 struct Request;
-}
+struct ClientAccess;
+
+/// How an asynchronous call ends: with a reply (error == nullptr), or with the exception that
+/// says why there is none. Called exactly once, on the Client's I/O thread, or on the calling
+/// thread before the call returns if the request was refused before it was queued. Must not
+/// throw and must not block: every other request of the Client waits while it runs.
+using ReplyCallback = std::function<void(Reply reply, std::exception_ptr error)>;
+}  // namespace detail
 
 /// Counters of a Client's connections and requests, for tests and metrics.
 struct PoolStats {
@@ -37,12 +44,6 @@ struct PoolStats {
                                         // many left together, the effect of automatic pipelining)
 };
 
-/// How an asynchronous call ends: with a reply (error == nullptr), or with the exception that
-/// says why there is none. Called exactly once, on the Client's I/O thread, or on the calling
-/// thread before the call returns if the request was refused before it was queued. Must not
-/// throw and must not block: every other request of the Client waits while it runs.
-using ReplyCallback = std::function<void(Reply reply, std::exception_ptr error)>;
-
 /// Counters of a Client's best-effort calls (see Client::admitBestEffort).
 struct BestEffortStats {
   std::uint64_t sent = 0;     // best-effort calls let through (calls)
@@ -51,7 +52,7 @@ struct BestEffortStats {
 };
 
 /// A handle on one Redis deployment (standalone today; Redis Cluster will plug in behind the same
-/// interface). Runs plain commands and Lua scripts over a few multiplexed connections
+/// interface). Runs the limiters' Lua scripts over a few multiplexed connections
 /// (PoolOptions::size) and one I/O thread: any number of threads share them, and requests queued
 /// while a write is in flight leave together (automatic pipelining). Every request has one
 /// deadline, ConnectionOptions::commandTimeout, for queueing, writing and its reply, whatever
@@ -83,26 +84,6 @@ class Client {
   /// Throws InvalidArgument.
   [[nodiscard]] static std::shared_ptr<Client> fromUri(const std::string& uri, ClientOptions base = {});
 
-  /// Runs one command and waits for its reply (at most the request deadline). Throws IoError and
-  /// subclasses (TimeoutError, ClosedError, ProtocolError, PoolTimeoutError), ConfigurationError,
-  /// AuthError, or the exception for an error reply (see errors.hpp).
-  /// `deadline`, if given (not the epoch), ends the request instead of now + commandTimeout.
-  Reply command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline = {});
-  Reply command(const std::vector<std::string_view>& argv, std::chrono::steady_clock::time_point deadline = {});
-
-  /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, one SCRIPT LOAD goes out on that
-  /// connection and every request that failed is sent again (and if the script was flushed again
-  /// in between, with EVAL and the source). Error replies raised by the script are thrown as
-  /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
-  /// says so, see lua/common.lua). The sync form of evalAsync.
-  Reply eval(const Script& script, const std::vector<std::string_view>& keys,
-             const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});
-  /// eval without waiting: `keys` and `args` are copied before it returns; `done` gets the
-  /// outcome (see ReplyCallback). `script` must outlive the call (redlimit's are static).
-  void evalAsync(const Script& script, const std::vector<std::string_view>& keys,
-                 const std::vector<std::string_view>& args, ReplyCallback done,
-                 std::chrono::steady_clock::time_point deadline = {});
-
   /// The id this client uses for PER_CLIENT limiters: ClientOptions::clientId, or a random
   /// UUID v4 (36 lowercase characters) chosen when the Client was made.
   [[nodiscard]] const std::string& clientId() const noexcept { return clientId_; }
@@ -124,12 +105,35 @@ class Client {
   [[nodiscard]] BestEffortStats bestEffortStats() const noexcept;
 
  private:
+  // The Redis layer, reached from the limiters (and tests) through detail::ClientAccess
+  // (redlimit/detail/client_access.hpp): not part of the public API.
+  friend struct detail::ClientAccess;
+  /// Runs one command and waits for its reply (at most the request deadline). Throws IoError and
+  /// subclasses (TimeoutError, ClosedError, ProtocolError, PoolTimeoutError), ConfigurationError,
+  /// AuthError, or the exception for an error reply (see errors.hpp).
+  /// `deadline`, if given (not the epoch), ends the request instead of now + commandTimeout.
+  detail::Reply command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline = {});
+  detail::Reply command(const std::vector<std::string_view>& argv, std::chrono::steady_clock::time_point deadline = {});
+
+  /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, one SCRIPT LOAD goes out on that
+  /// connection and every request that failed is sent again (and if the script was flushed again
+  /// in between, with EVAL and the source). Error replies raised by the script are thrown as
+  /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
+  /// says so, see lua/common.lua). The sync form of evalAsync.
+  detail::Reply eval(const detail::Script& script, const std::vector<std::string_view>& keys,
+             const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});
+  /// eval without waiting: `keys` and `args` are copied before it returns; `done` gets the
+  /// outcome (see ReplyCallback). `script` must outlive the call (redlimit's are static).
+  void evalAsync(const detail::Script& script, const std::vector<std::string_view>& keys,
+                 const std::vector<std::string_view>& args, detail::ReplyCallback done,
+                 std::chrono::steady_clock::time_point deadline = {});
+
   // The transport of this process: after fork(), a new one for the child (the parent's is left
   // unused, its sockets closed without a byte sent).
   detail::Transport& transport();
   void startAfterFork();
   // Sends a request and waits for it, recording in reachability_ whether it reached Redis.
-  Reply callTracked(detail::Request request, std::chrono::steady_clock::time_point deadline);
+  detail::Reply callTracked(detail::Request request, std::chrono::steady_clock::time_point deadline);
   // Sets the request's deadline: `deadline`, or now + commandTimeout for the epoch.
   void setDeadline(detail::Request& request, std::chrono::steady_clock::time_point deadline) const;
 

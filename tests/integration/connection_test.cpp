@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 #include "redlimit_test/redis_server.hpp"
@@ -54,7 +55,7 @@ TEST_F(ConnectionLayer, ClosedPortFailsFastWithIoErrorNotTimeout) {
   try {
     ClientOptions direct;
     direct.connection = o;
-    (void)Client::create(direct)->command({"PING"});
+    (void)detail::command(*Client::create(direct), {"PING"});
     ADD_FAILURE() << "connected to a closed port";
   } catch (const TimeoutError& e) {
     ADD_FAILURE() << "refused connection reported as a timeout: " << e.what();
@@ -69,7 +70,7 @@ TEST_F(ConnectionLayer, ClosedPortFailsFastWithIoErrorNotTimeout) {
   auto c = Client::create(co);
   RateLimiter rl(c, name());
   EXPECT_THROW((void)rl.tryAcquire(), IoError);
-  EXPECT_THROW((void)c->command({"PING"}), IoError);
+  EXPECT_THROW((void)detail::command(*c, {"PING"}), IoError);
   EXPECT_EQ(c->poolStats().open, 0u) << "a failed connect must not keep a pool slot";
 }
 
@@ -82,7 +83,7 @@ TEST_F(ConnectionLayer, ConnectTimeoutOnAListenerThatNeverAccepts) {
   co.connection = o;
   auto c = Client::create(co);
   const auto start = SteadyTime::now();
-  EXPECT_THROW((void)c->command({"PING"}), TimeoutError);
+  EXPECT_THROW((void)detail::command(*c, {"PING"}), TimeoutError);
   const std::int64_t took = msSince(start);
   EXPECT_GE(took, 190);
   EXPECT_LT(took, 1000);
@@ -93,26 +94,26 @@ TEST_F(ConnectionLayer, CommandTimeoutThenTheNextCallGetsItsOwnReply) {
   co.pool.size = 1;
   co.connection.commandTimeout = milliseconds(100);
   auto c = newClient(co);
-  ASSERT_EQ(c->command({"ECHO", "warm"}).str, "warm");
+  ASSERT_EQ(detail::command(*c, {"ECHO", "warm"}).str, "warm");
 
   ClientOptions patient;
   patient.connection.commandTimeout = milliseconds(3000);
   auto sleeper = newClient(patient);
   std::atomic<bool> slept{false};
   std::thread blocker([&] {
-    (void)sleeper->command({"DEBUG", "SLEEP", "0.3"});
+    (void)detail::command(*sleeper, {"DEBUG", "SLEEP", "0.3"});
     slept = true;
   });
   sleepMs(50);  // DEBUG SLEEP is running: the server answers nobody for ~250 ms more
   const auto start = SteadyTime::now();
-  EXPECT_THROW((void)c->command({"ECHO", "first"}), TimeoutError);
+  EXPECT_THROW((void)detail::command(*c, {"ECHO", "first"}), TimeoutError);
   const std::int64_t took = msSince(start);
   EXPECT_GE(took, 90);
   EXPECT_LT(took, 1000);
   blocker.join();
   ASSERT_TRUE(slept.load());
   // The late reply to "first" must not be read as the reply to "second".
-  EXPECT_EQ(c->command({"ECHO", "second"}).str, "second");
+  EXPECT_EQ(detail::command(*c, {"ECHO", "second"}).str, "second");
   EXPECT_EQ(c->poolStats().discarded, 1u);
   EXPECT_EQ(c->poolStats().open, 1u);
 }
@@ -123,14 +124,14 @@ TEST_F(ConnectionLayer, MaxPendingRefusesMoreRequestsAtOnceWithPoolTimeoutError)
   co.pool.maxPending = 2;
   co.connection.commandTimeout = milliseconds(2000);
   auto c = newClient(co);
-  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   std::vector<std::thread> holders;
-  for (int i = 0; i < 2; ++i) holders.emplace_back([&] { (void)c->command({"BLPOP", name("never"), "0.4"}); });
+  for (int i = 0; i < 2; ++i) holders.emplace_back([&] { (void)detail::command(*c, {"BLPOP", name("never"), "0.4"}); });
   const auto waitStart = SteadyTime::now();
   while (c->poolStats().pending < 2 && msSince(waitStart) < 2000) std::this_thread::yield();
   const auto start = SteadyTime::now();
   try {
-    (void)c->command({"PING"});
+    (void)detail::command(*c, {"PING"});
     ADD_FAILURE() << "a third request with maxPending 2";
   } catch (const TimeoutError& e) {  // PoolTimeoutError is a TimeoutError
     EXPECT_NE(dynamic_cast<const PoolTimeoutError*>(&e), nullptr) << e.what();
@@ -155,15 +156,15 @@ TEST_F(ConnectionLayer, KilledConnectionIsReplaced) {
   ClientOptions co;
   co.pool.size = 1;
   auto c = newClient(co);
-  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   ASSERT_GE(killOtherClients(), 1);
   // A plain command is not retried: if it went out on the killed connection before the I/O thread
   // saw the close, it reports ClosedError; either way the next one works on a new connection.
   try {
-    EXPECT_EQ(c->command({"PING"}).str, "PONG");
+    EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   } catch (const ClosedError&) {
   }
-  EXPECT_EQ(c->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   EXPECT_EQ(c->poolStats().discarded, 1u);
   EXPECT_EQ(c->poolStats().open, 1u);
 }
@@ -174,12 +175,12 @@ TEST_F(ConnectionLayer, AnIdleConnectionTheServerClosesIsDroppedBeforeAnyRequest
   ClientOptions co;
   co.pool.size = 1;
   auto c = newClient(co);
-  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   ASSERT_GE(killOtherClients(), 1);
   const auto start = SteadyTime::now();
   while (c->poolStats().open != 0 && msSince(start) < 2000) sleepMs(1);
   EXPECT_EQ(c->poolStats().open, 0u);
-  EXPECT_EQ(c->command({"ECHO", "x"}).str, "x");
+  EXPECT_EQ(detail::command(*c, {"ECHO", "x"}).str, "x");
   EXPECT_EQ(c->poolStats().created, 2u);
 }
 
@@ -232,7 +233,7 @@ TEST_F(Auth, PasswordAndAclUser) {
   good.connection = parseUri(secured.uri());
   good.connection.password = "pw";
   auto c = Client::create(good);
-  EXPECT_EQ(c->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   RateLimiter rl(c, "auth-limiter");
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 2, milliseconds(5000)));
   EXPECT_TRUE(rl.tryAcquire(2));
@@ -240,37 +241,37 @@ TEST_F(Auth, PasswordAndAclUser) {
   ClientOptions bad = good;
   bad.connection.password = "wrong";
   auto start = SteadyTime::now();
-  EXPECT_THROW((void)Client::create(bad)->command({"PING"}), AuthError);
+  EXPECT_THROW((void)detail::command(*Client::create(bad), {"PING"}), AuthError);
   EXPECT_LT(msSince(start), 1000);
 
   ClientOptions none = good;
   none.connection.password.clear();
-  EXPECT_THROW((void)Client::create(none)->command({"PING"}), AuthError);  // NOAUTH
+  EXPECT_THROW((void)detail::command(*Client::create(none), {"PING"}), AuthError);  // NOAUTH
 
-  (void)c->command({"ACL", "SETUSER", "alice", "on", ">secret", "~*", "&*", "+@all"});
+  (void)detail::command(*c, {"ACL", "SETUSER", "alice", "on", ">secret", "~*", "&*", "+@all"});
   auto alice = Client::fromUri("redis://alice:secret@127.0.0.1:" + std::to_string(secured.port()));
-  EXPECT_EQ(alice->command({"ACL", "WHOAMI"}).str, "alice");
+  EXPECT_EQ(detail::command(*alice, {"ACL", "WHOAMI"}).str, "alice");
   RateLimiter asAlice(alice, "auth-limiter");
   EXPECT_FALSE(asAlice.tryAcquire());
   EXPECT_EQ(asAlice.availablePermits(), 0);
 
   start = SteadyTime::now();
-  EXPECT_THROW((void)Client::fromUri("redis://alice:nope@127.0.0.1:" + std::to_string(secured.port()))
-                   ->command({"PING"}),
-               AuthError);
+  EXPECT_THROW(
+      (void)detail::command(*Client::fromUri("redis://alice:nope@127.0.0.1:" + std::to_string(secured.port())), {"PING"}),
+      AuthError);
   EXPECT_LT(msSince(start), 1000);
 
   // A user without the right to run scripts: NOPERM is an AuthError too.
-  (void)c->command({"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
+  (void)detail::command(*c, {"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
   auto bob = Client::fromUri("redis://bob:pw2@127.0.0.1:" + std::to_string(secured.port()));
-  EXPECT_EQ(bob->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*bob, {"PING"}).str, "PONG");
   EXPECT_THROW((void)RateLimiter(bob, "auth-limiter").tryAcquire(), AuthError);
 }
 
 TEST_F(Uri, UnixSocket) {
   auto c = Client::fromUri("unix://" + server().unixSocket());
-  EXPECT_EQ(c->command({"PING"}).str, "PONG");
-  const std::string info = c->command({"CLIENT", "INFO"}).str;
+  EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG");
+  const std::string info = detail::command(*c, {"CLIENT", "INFO"}).str;
   EXPECT_NE(info.find("flags=U"), std::string::npos) << info;
   // The same limiter as over TCP.
   RateLimiter overUnix(c, name());
@@ -283,8 +284,8 @@ TEST_F(Uri, UnixSocket) {
   RateLimiter inDb2(db2, name("db2"));
   ASSERT_TRUE(inDb2.trySetRate(RateType::Overall, 3, milliseconds(5000)));
   EXPECT_FALSE(exists(admin(), name("db2")));
-  EXPECT_EQ(db2->command({"EXISTS", name("db2")}).integer, 1);
-  (void)db2->command({"DEL", name("db2")});
+  EXPECT_EQ(detail::command(*db2, {"EXISTS", name("db2")}).integer, 1);
+  (void)detail::command(*db2, {"DEL", name("db2")});
 }
 
 TEST_F(Uri, SelectDatabase) {
@@ -293,19 +294,19 @@ TEST_F(Uri, SelectDatabase) {
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 4, milliseconds(5000)));
   ASSERT_TRUE(rl.tryAcquire());
   EXPECT_TRUE(raw({"KEYS", "*" + name() + "*"}).elements.empty()) << "keys landed in db 0";
-  EXPECT_EQ(db3->command({"KEYS", "*" + name() + "*"}).elements.size(), 3u);
+  EXPECT_EQ(detail::command(*db3, {"KEYS", "*" + name() + "*"}).elements.size(), 3u);
   EXPECT_EQ(infoField(admin(), "keyspace", "db3").rfind("keys=3,", 0), 0u) << infoField(admin(), "keyspace", "db3");
   // Every pooled connection selects the db, not only the first.
   std::vector<std::thread> threads;
   std::atomic<int> inDb3{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      if (db3->command({"EXISTS", name()}).integer == 1) ++inDb3;
+      if (detail::command(*db3, {"EXISTS", name()}).integer == 1) ++inDb3;
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(inDb3.load(), 4);
-  (void)db3->command({"DEL", rl.keys()[0], rl.keys()[1], rl.keys()[3]});
+  (void)detail::command(*db3, {"DEL", rl.keys()[0], rl.keys()[1], rl.keys()[3]});
 }
 
 TEST_F(ScriptCache, ScriptFlushBetweenTwoAcquisitionsPoolOfOne) {

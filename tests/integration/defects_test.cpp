@@ -7,8 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/script.hpp"
+#include "redlimit/detail/script.hpp"
 #include "redlimit_lua.hpp"
 
 using namespace redlimit;
@@ -218,7 +219,7 @@ TEST_F(RedissonDefect, FullyExpiredLogOfOneHundredThousandEntriesIsDropped) {
   sleepMs(10);
   auto slow = patientClient();
   const std::int64_t evalBefore = usecOf("eval");
-  EXPECT_EQ(slow->command({"EVAL", kRedissonStyleRefill, "1", copy, "0"}).integer, kEntries);
+  EXPECT_EQ(detail::command(*slow, {"EVAL", kRedissonStyleRefill, "1", copy, "0"}).integer, kEntries);
   std::printf("[ 100k ] for comparison, Redisson's unpack-every-expired-member on the same log: %.2f ms in Redis\n",
               static_cast<double>(usecOf("eval") - evalBefore) / 1000.0);
 }

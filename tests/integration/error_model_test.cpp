@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -185,12 +186,12 @@ TEST_F(ErrorModel, Item10_ARequestBehindASlowOneOnTheSameConnectionGetsItsOwnRep
   co.pool.size = 1;
   co.connection.commandTimeout = milliseconds(3000);
   auto c = newClient(co);
-  ASSERT_EQ(c->command({"PING"}).str, "PONG");
-  std::thread holder([&] { EXPECT_TRUE(c->command({"BLPOP", name("never"), "0.4"}).isNil()); });
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");
+  std::thread holder([&] { EXPECT_TRUE(detail::command(*c, {"BLPOP", name("never"), "0.4"}).isNil()); });
   sleepMs(50);
   const auto start = SteadyTime::now();
   try {
-    EXPECT_EQ(c->command({"ECHO", "after"}).str, "after");
+    EXPECT_EQ(detail::command(*c, {"ECHO", "after"}).str, "after");
   } catch (const std::exception& e) {
     ADD_FAILURE() << "after " << msSince(start) << " ms: " << typeName(e) << ": " << e.what();
   }
@@ -217,7 +218,7 @@ TEST_F(ErrorModel, Item10_ConnectionTimeoutsAboveWhatPollTakesAreRefusedAtConstr
   longest.connection = parseUri(server().uri());
   longest.connection.connectTimeout = kMaxConnectionTimeout;
   longest.connection.commandTimeout = kMaxConnectionTimeout;
-  EXPECT_EQ(Client::create(longest)->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*Client::create(longest), {"PING"}).str, "PONG");
 }
 
 TEST_F(ErrorModel, Item10_ResendAfterAKilledConnectionWithTheLongestTimeouts) {
@@ -256,8 +257,8 @@ TEST_F(ErrorModel, ConnectTimeoutCoversTheFirstExchange) {
   ClientOptions patient;
   patient.connection.commandTimeout = milliseconds(3000);
   auto sleeper = newClient(patient);
-  ASSERT_EQ(sleeper->command({"PING"}).str, "PONG");
-  std::thread blocker([&] { (void)sleeper->command({"DEBUG", "SLEEP", "0.6"}); });
+  ASSERT_EQ(detail::command(*sleeper, {"PING"}).str, "PONG");
+  std::thread blocker([&] { (void)detail::command(*sleeper, {"DEBUG", "SLEEP", "0.6"}); });
   sleepMs(50);  // the server answers nobody for ~550 ms more
   ClientOptions co;
   co.connection = parseUri(server().uri());
@@ -265,7 +266,7 @@ TEST_F(ErrorModel, ConnectTimeoutCoversTheFirstExchange) {
   co.connection.commandTimeout = milliseconds(3000);
   auto fresh = Client::create(co);
   const auto start = SteadyTime::now();
-  expectThrow<TimeoutError>([&] { (void)fresh->command({"ECHO", "x"}); });
+  expectThrow<TimeoutError>([&] { (void)detail::command(*fresh, {"ECHO", "x"}); });
   const std::int64_t took = msSince(start);
   blocker.join();
   EXPECT_GE(took, 140);
@@ -287,7 +288,7 @@ TEST_F(ErrorModel, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
   std::filesystem::create_symlink(osLongest, longest);
   ClientOptions exact;
   exact.connection.unixSocket = longest;
-  EXPECT_EQ(Client::create(exact)->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*Client::create(exact), {"PING"}).str, "PONG");
 
   // 107 and 108 bytes are refused: kMaxUnixSocketPath keeps one byte of sun_path spare.
   auto namesTheLimit = [](const InvalidArgument& e) {
@@ -312,11 +313,11 @@ TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
   const std::string source = "return redis.call('INCR', KEYS[1])";
   const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
   const Script incr{"incr", sha, source};
-  expectThrow<ScriptError>([&] { (void)client()->eval(incr, {key}, {}); }, [](const ScriptError& e) {
+  expectThrow<ScriptError>([&] { (void)detail::eval(*client(), incr, {key}, {}); }, [](const ScriptError& e) {
     EXPECT_EQ(e.code(), "WRONGTYPE");
     EXPECT_TRUE(contains(e.what(), "WRONGTYPE")) << e.what();
   });
-  EXPECT_EQ(client()->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*client(), {"PING"}).str, "PONG");
 
   // The server refusing to run the script keeps its own type, even when it says so from inside it.
   (void)raw({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
@@ -325,7 +326,7 @@ TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
   const std::string writerSha = raw({"SCRIPT", "LOAD", writer}).str;
   const Script set{"set", writerSha, writer};
   try {
-    (void)client()->eval(set, {name("k")}, {});
+    (void)detail::eval(*client(), set, {name("k")}, {});
     ADD_FAILURE() << "wrote over maxmemory";
   } catch (const ScriptError& e) {
     ADD_FAILURE() << "OOM is not a script failure: " << e.what();
@@ -341,9 +342,9 @@ TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
   auto root = Client::fromUri("redis://:pw" + at);
   RateLimiter setup(root, "perm");
   ASSERT_TRUE(setup.trySetRate(RateType::Overall, 5, milliseconds(5000)));
-  (void)root->command({"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
-  (void)root->command({"ACL", "SETUSER", "carol", "on", ">pw3", "~*", "+@all", "-time", "-zadd"});
-  (void)root->command({"ACL", "SETUSER", "dave", "on", ">pw4", "~other*", "+@all"});
+  (void)detail::command(*root, {"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
+  (void)detail::command(*root, {"ACL", "SETUSER", "carol", "on", ">pw3", "~*", "+@all", "-time", "-zadd"});
+  (void)detail::command(*root, {"ACL", "SETUSER", "dave", "on", ">pw4", "~other*", "+@all"});
 
   auto notAPasswordProblem = [](const NoPermissionError& e) {
     EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
@@ -392,23 +393,23 @@ TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysTo
   authed.connection = parseUri("redis://:pw@127.0.0.1:" + std::to_string(secured.port()));
   authed.pool.size = 1;
   auto c = Client::create(authed);
-  ASSERT_EQ(c->command({"RESET"}).str, "RESET");
+  ASSERT_EQ(detail::command(*c, {"RESET"}).str, "RESET");
   const std::vector<std::string_view> many = {"EVALSHA", "0123456789012345678901234567890123456789", "5", "a", "b",
                                               "c", "d", "e", "1", "2", "3"};
-  expectThrow<AuthError>([&] { (void)c->command(many); }, says);
-  EXPECT_EQ(c->command({"PING"}).str, "PONG") << "a new connection authenticates again";
+  expectThrow<AuthError>([&] { (void)detail::command(*c, many); }, says);
+  EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG") << "a new connection authenticates again";
   EXPECT_EQ(c->poolStats().discarded, 1u) << "the closed connection is not used again";
 }
 
 TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   const std::string key = name("list");
   (void)raw({"RPUSH", key, "a", "b"});
-  expectThrow<UnexpectedReplyError>([&] { (void)client()->command({"LRANGE", key, "0", "-1"}).asInteger(); },
+  expectThrow<UnexpectedReplyError>([&] { (void)detail::command(*client(), {"LRANGE", key, "0", "-1"}).asInteger(); },
                                     [](const UnexpectedReplyError& e) {
                                       EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
                                       EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
                                     });
-  expectThrow<UnexpectedReplyError>([&] { (void)client()->command({"ECHO", "abc"}).asInteger(); },
+  expectThrow<UnexpectedReplyError>([&] { (void)detail::command(*client(), {"ECHO", "abc"}).asInteger(); },
                                     [](const UnexpectedReplyError& e) {
                                       EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what();
                                     });
@@ -426,7 +427,7 @@ TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReporte
   ASSERT_EQ(infoField(*onReplica, "replication", "master_link_status"), "up");
   RateLimiter setup(onPrimary, "replicated");
   ASSERT_TRUE(setup.trySetRate(RateType::Overall, 100, milliseconds(60000)));
-  ASSERT_EQ(onPrimary->command({"WAIT", "1", "5000"}).integer, 1);
+  ASSERT_EQ(detail::command(*onPrimary, {"WAIT", "1", "5000"}).integer, 1);
 
   for (FailurePolicy policy : kPolicies) {
     SCOPED_TRACE(policyName(policy));
@@ -460,7 +461,7 @@ TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReporte
   Events events;
   RateLimiter rl(onReplica, "replicated", events.options(FailurePolicy::Allow));
   expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); });
-  (void)onReplica->command({"REPLICAOF", "NO", "ONE"});
+  (void)detail::command(*onReplica, {"REPLICAOF", "NO", "ONE"});
   EXPECT_TRUE(rl.tryAcquire());
   const std::vector<HealthEvent> seen = events.get();
   ASSERT_EQ(seen.size(), 2u);
@@ -539,19 +540,19 @@ TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
 TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
   RedisServer limited({"--proto-max-bulk-len", "1mb"});
   auto c = clientOn(limited.uri());
-  ASSERT_EQ(c->command({"PING"}).str, "PONG");
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");
   // 2 MiB fit in the socket buffers: the server reads the header, answers "invalid bulk length" and
   // closes. 16 MiB do not: the write fails with a reset, and the answer is read from the socket.
   for (std::size_t size : {std::size_t{2} << 20, std::size_t{16} << 20}) {
     SCOPED_TRACE(size);
     const std::string big(size, 'x');
-    expectThrow<RequestLimitError>([&] { (void)c->command({"SET", "big", big}); }, [](const RequestLimitError& e) {
+    expectThrow<RequestLimitError>([&] { (void)detail::command(*c, {"SET", "big", big}); }, [](const RequestLimitError& e) {
       EXPECT_TRUE(contains(e.what(), "invalid bulk length")) << e.what();
       EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
     });
     // The server closed that connection: it must not be handed out again.
     try {
-      EXPECT_EQ(c->command({"PING"}).str, "PONG");
+      EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG");
     } catch (const std::exception& e) {
       ADD_FAILURE() << "the closed connection was reused: " << typeName(e) << ": " << e.what();
     }
@@ -560,11 +561,11 @@ TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
   // A request the server closes the connection on without an answer (client-query-buffer-limit).
   RedisServer small({"--client-query-buffer-limit", "1mb"});
   auto d = clientOn(small.uri());
-  expectThrow<RequestLimitError>([&] { (void)d->command({"SET", "big", std::string(std::size_t{4} << 20, 'x')}); },
+  expectThrow<RequestLimitError>([&] { (void)detail::command(*d, {"SET", "big", std::string(std::size_t{4} << 20, 'x')}); },
                                  [](const RequestLimitError& e) {
                                    EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what();
                                  });
-  EXPECT_EQ(d->command({"PING"}).str, "PONG");
+  EXPECT_EQ(detail::command(*d, {"PING"}).str, "PONG");
 
   // Through a limiter under Allow: thrown, never granted. (A limiter name long enough to break the
   // server's limit may also be refused before sending; either way it is no outage.)

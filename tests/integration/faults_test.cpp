@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -332,7 +333,7 @@ TEST_F(Faults, StalledServerTimesOutWithinCommandTimeoutAndRecovers) {
   sleeperOptions.connection = parseUri(server().uri());
   sleeperOptions.connection.commandTimeout = milliseconds(3000);
   auto sleeper = Client::create(sleeperOptions);
-  std::thread stall([&] { (void)sleeper->command({"DEBUG", "SLEEP", "0.5"}); });
+  std::thread stall([&] { (void)detail::command(*sleeper, {"DEBUG", "SLEEP", "0.5"}); });
   sleepMs(50);
   const auto start = Clock::now();
   EXPECT_THROW((void)limiter.tryAcquire(), TimeoutError);
@@ -377,7 +378,7 @@ TEST_F(Faults, WrongPasswordIsAnAuthErrorAtOnceUnderEveryPolicy) {
   o.connection.password = "right";
   auto client = Client::create(o);
   try {
-    (void)client->command({"PING"});
+    (void)detail::command(*client, {"PING"});
     FAIL() << "unknown ACL user accepted";
   } catch (const AuthError& e) {
     EXPECT_EQ(e.code(), "WRONGPASS");

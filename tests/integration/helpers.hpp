@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <sstream>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include <stdexcept>
 #include <string>
@@ -22,7 +23,7 @@
 
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/hex.hpp"
-#include "redlimit/script.hpp"
+#include "redlimit/detail/script.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit::test {
@@ -69,7 +70,7 @@ inline Reply runAcquireScript(Client& c, const RateLimiter& rl, const std::strin
   const std::vector<std::string> keys = acquireKeys(rl, id);
   const std::vector<std::string_view> views(keys.begin(), keys.end());
   try {
-    return c.eval(script, views, {most, least, id, "", resend ? "1" : "0", "5000"});
+    return detail::eval(c, script, views, {most, least, id, "", resend ? "1" : "0", "5000"});
   } catch (const ScriptError&) {
     std::rethrow_exception(detail::limiterError(std::current_exception()));  // as RateLimiter does
   }
@@ -120,7 +121,7 @@ struct Entry {
 
 /// ZRANGE key 0 -1 WITHSCORES, oldest first.
 inline std::vector<Entry> entries(Client& c, const std::string& key) {
-  const Reply r = c.command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+  const Reply r = detail::command(c, {"ZRANGE", key, "0", "-1", "WITHSCORES"});
   std::vector<Entry> out;
   for (std::size_t i = 0; i + 1 < r.elements.size(); i += 2) {
     const double ms = std::stod(r.elements[i + 1].str);
@@ -147,13 +148,13 @@ inline std::int64_t allPermits(Client& c, const std::string& key) {
 
 /// The server's clock (TIME) in epoch ms.
 inline std::int64_t serverTimeMs(Client& c) {
-  const Reply r = c.command({"TIME"});
+  const Reply r = detail::command(c, {"TIME"});
   return std::stoll(r.elements[0].str) * 1000 + std::stoll(r.elements[1].str) / 1000;
 }
 
 /// The server's clock (TIME) in epoch µs.
 inline std::int64_t serverTimeUs(Client& c) {
-  const Reply r = c.command({"TIME"});
+  const Reply r = detail::command(c, {"TIME"});
   return std::stoll(r.elements[0].str) * 1000000 + std::stoll(r.elements[1].str);
 }
 
@@ -166,19 +167,19 @@ inline std::int64_t wallMs() {
 
 /// GET key as an integer; throws if the key is missing.
 inline std::int64_t getInt(Client& c, const std::string& key) {
-  const Reply r = c.command({"GET", key});
+  const Reply r = detail::command(c, {"GET", key});
   if (r.isNil()) throw std::runtime_error("key " + key + " does not exist");
   return std::stoll(r.str);
 }
 
 inline bool exists(Client& c, const std::string& key) {
-  return c.command({"EXISTS", key}).integer == 1;
+  return detail::command(c, {"EXISTS", key}).integer == 1;
 }
 
 /// Sum of `calls` and `rejected_calls` over every cmdstat_* line of INFO commandstats. The INFO call itself is counted
 /// only after it has answered, so it shows up in the next reading.
 inline std::int64_t totalCommandCalls(Client& c) {
-  const Reply info = c.command({"INFO", "commandstats"});
+  const Reply info = detail::command(c, {"INFO", "commandstats"});
   std::istringstream in(info.str);
   std::string line;
   std::int64_t sum = 0;
@@ -194,9 +195,9 @@ inline std::int64_t totalCommandCalls(Client& c) {
 
 /// Everything about a key that a write would change: its type, DUMP bytes and whether it has a TTL.
 inline std::string keyState(Client& c, const std::string& key) {
-  const Reply type = c.command({"TYPE", key});
-  const Reply dump = c.command({"DUMP", key});
-  const std::int64_t ttl = c.command({"PTTL", key}).integer;
+  const Reply type = detail::command(c, {"TYPE", key});
+  const Reply dump = detail::command(c, {"DUMP", key});
+  const std::int64_t ttl = detail::command(c, {"PTTL", key}).integer;
   return type.str + "|" + (dump.isNil() ? std::string("nil") : dump.str) + "|" + (ttl >= 0 ? "ttl" : std::to_string(ttl));
 }
 
@@ -264,8 +265,8 @@ class RedissonMixTest : public RedisTest {
   }
   /// Fills a log with kFillLog.
   std::int64_t fillLog(const std::string& key, std::int64_t old, std::int64_t ageMs, std::int64_t live) {
-    return patientClient()
-        ->command({"EVAL", kFillLog, "1", key, std::to_string(old), std::to_string(ageMs), std::to_string(live)})
+    return detail::command(*patientClient(), {"EVAL", kFillLog, "1", key, std::to_string(old), std::to_string(ageMs),
+                                              std::to_string(live)})
         .integer;
   }
 };

@@ -10,7 +10,7 @@ RedisServer& sharedServer() {
 }
 
 std::string infoField(Client& client, const std::string& section, const std::string& field) {
-  const Reply info = client.command({"INFO", section});
+  const Reply info = detail::command(client, {"INFO", section});
   std::istringstream in(info.str);
   std::string line;
   const std::string key = field + ":";
@@ -45,9 +45,9 @@ void RedisTest::TearDown() {
   // Delete every key this test made (the server is throwaway, but keep tests independent).
   std::string cursor = "0";
   do {
-    const Reply r = admin_->command({"SCAN", cursor, "MATCH", "*" + prefix_ + "*", "COUNT", "1000"});
+    const Reply r = detail::command(*admin_, {"SCAN", cursor, "MATCH", "*" + prefix_ + "*", "COUNT", "1000"});
     cursor = r.elements[0].str;
-    for (const Reply& key : r.elements[1].elements) (void)admin_->command({"DEL", key.str});
+    for (const Reply& key : r.elements[1].elements) (void)detail::command(*admin_, {"DEL", key.str});
   } while (cursor != "0");
 }
 

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/client.hpp"
 
 using namespace redlimit;
@@ -39,7 +40,7 @@ TEST(ClientBestEffort, TransportFailureSkipsBestEffortCallsUntilTheRetryInterval
   o.bestEffortRetry = milliseconds(60000);  // no probe during this test
   Client client(o);
   EXPECT_TRUE(client.admitBestEffort()) << "nothing failed yet";
-  EXPECT_THROW((void)client.command({"PING"}), IoError);  // refused
+  EXPECT_THROW((void)detail::command(client, {"PING"}), IoError);  // refused
   for (int i = 0; i < 1000; ++i) EXPECT_FALSE(client.admitBestEffort()) << i;
   const BestEffortStats s = client.bestEffortStats();
   EXPECT_TRUE(s.unreachable);

@@ -9,11 +9,12 @@
 
 #include "error_mapping.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/reply.hpp"
+#include "redlimit/detail/reply.hpp"
 
 using namespace redlimit;
 using detail::throwContextError;
 using detail::throwReplyError;
+using detail::Reply;
 
 TEST(ErrorMapping, ReadTimeoutOnHiredis014IsTimeout) {
   // hiredis 0.14 reports SO_RCVTIMEO expiry as REDIS_ERR_IO with errno EAGAIN.

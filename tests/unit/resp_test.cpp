@@ -19,6 +19,7 @@ using detail::appendCommand;
 using detail::checkLimits;
 using detail::ReplyParser;
 using detail::WireReply;
+using detail::Reply;
 using namespace std::string_literals;
 
 namespace {

@@ -10,11 +10,16 @@
 
 #include <gtest/gtest.h>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/redis_server.hpp"
 
 namespace redlimit::test {
+
+// The Redis layer is not public API; tests use it to look at and set up Redis.
+using detail::Reply;
+using detail::Script;
 
 /// The process-wide server, started on first use and stopped at exit.
 RedisServer& sharedServer();
@@ -37,7 +42,7 @@ class RedisTest : public ::testing::Test {
   std::shared_ptr<Client> newClient(ClientOptions options = {});
   /// A limiter name unique to this test; `suffix` tells several apart.
   std::string name(const std::string& suffix = "l");
-  Reply raw(std::initializer_list<std::string_view> argv) { return admin_->command(argv); }
+  Reply raw(std::initializer_list<std::string_view> argv) { return detail::command(*admin_, argv); }
   Client& admin() { return *admin_; }
   RedisServer& server() { return sharedServer(); }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace redlimit {
+namespace redlimit::detail {
 
 /// One RESP2 reply. Error replies never reach callers as a Reply: they are thrown as ReplyError.
 /// A value type; not synchronised.
@@ -30,4 +30,4 @@ struct Reply {
   [[nodiscard]] std::string describe() const;
 };
 
-}  // namespace redlimit
+}  // namespace redlimit::detail

@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-namespace redlimit {
+namespace redlimit::detail {
 
 /// A Lua script and its SHA1 (lowercase hex), as EVALSHA wants it. The strings are not owned:
 /// they must outlive every use (redlimit's own scripts are embedded as static constants).
@@ -13,4 +13,4 @@ struct Script {
   std::string_view source;  // sent with SCRIPT LOAD when the server answers NOSCRIPT
 };
 
-}  // namespace redlimit
+}  // namespace redlimit::detail
