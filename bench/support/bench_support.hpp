@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include <hiredis/hiredis.h>
@@ -175,13 +176,17 @@ inline std::map<std::string, std::string> parseInfo(const std::string& text) {
 /// The normal path is RedisServer's destructor. Not thread-safe.
 class BenchServer {
  public:
-  BenchServer() : server_(std::make_unique<redlimit::test::RedisServer>()) {
+  /// `extraArgs` go on redis-server's command line (RedisServer's: `"--tls-port", "auto"` picks a
+  /// free TLS port).
+  explicit BenchServer(std::vector<std::string> extraArgs = {})
+      : server_(std::make_unique<redlimit::test::RedisServer>(std::move(extraArgs))) {
     detail::installSignalHandlers();
     RawRedis admin(server_->host(), server_->port());
     const auto fields = parseInfo(admin.info({"server"}));
     const auto pid = fields.find("process_id");
     if (pid == fields.end()) throw std::runtime_error("bench: INFO server has no process_id");
     version_ = fields.count("redis_version") ? fields.at("redis_version") : "?";
+    pid_ = static_cast<pid_t>(std::stol(pid->second));
     const std::string sock = server_->unixSocket();
     const std::string dir = sock.substr(0, sock.rfind('/'));
     for (detail::ServerSlot& s : detail::gSlots) {
@@ -189,7 +194,7 @@ class BenchServer {
       detail::copyPath(s.dir, dir);
       detail::copyPath(s.sock, sock);
       detail::copyPath(s.log, dir + "/redis.log");
-      s.pid.store(static_cast<pid_t>(std::stol(pid->second)), std::memory_order_release);
+      s.pid.store(pid_, std::memory_order_release);
       slot_ = &s;
       break;
     }
@@ -203,6 +208,10 @@ class BenchServer {
   [[nodiscard]] const std::string& host() const noexcept { return server_->host(); }
   [[nodiscard]] int port() const noexcept { return server_->port(); }
   [[nodiscard]] std::string uri() const { return server_->uri(); }
+  /// The TLS port (started with `--tls-port`), else 0.
+  [[nodiscard]] int tlsPort() const noexcept { return server_->tlsPort(); }
+  /// The server's process id (INFO server).
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   /// redis_version from INFO server.
   [[nodiscard]] const std::string& version() const noexcept { return version_; }
 
@@ -210,6 +219,7 @@ class BenchServer {
   std::unique_ptr<redlimit::test::RedisServer> server_;
   detail::ServerSlot* slot_ = nullptr;
   std::string version_;
+  pid_t pid_ = 0;
 };
 
 // --- Server cost from INFO -------------------------------------------------------------------
