@@ -48,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/redlimit.hpp"
 #include "redlimit_lua.hpp"
 #include "support/bench_support.hpp"

@@ -28,6 +28,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
@@ -199,7 +200,7 @@ void expectTypedFailures(Behaviour behaviour, const std::string& kind, bool atTh
   auto client = Client::create(peerClient(peer, kPeerTimeout));
   for (int i = 1; i <= 2; ++i) {
     SCOPED_TRACE("command #" + std::to_string(i));
-    const Caught c = run([&] { (void)client->command({"ECHO", "x"}); });
+    const Caught c = run([&] { (void)redlimit::detail::command(*client, {"ECHO", "x"}); });
     EXPECT_EQ(c.kind, kind) << c.message;
     EXPECT_LT(c.ms, kCommandBoundMs);
     if (atTheHeader) {
@@ -280,7 +281,7 @@ TEST(TransportTls, PingAndALimiterOverTlsShareStateWithThePlainPort) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsServerArgs(certs, false));
   auto tls = Client::fromUri(tlsUri(server, "cacert=" + certs.caFile));
-  EXPECT_EQ(tls->command({"PING"}).str, "PONG");
+  EXPECT_EQ(redlimit::detail::command(*tls, {"PING"}).str, "PONG");
 
   RateLimiter overTls(tls, "transport-tls");
   ASSERT_TRUE(overTls.trySetRate(RateType::Overall, 10, seconds(60)));
@@ -294,7 +295,7 @@ TEST(TransportTls, PingAndALimiterOverTlsShareStateWithThePlainPort) {
   const RateLimiterConfig expected{RateType::Overall, 10, seconds(60), milliseconds(0)};
   EXPECT_EQ(overPlain.getConfig(), expected);
   EXPECT_EQ(getInt(*plain, overTls.keys()[1]), 7);
-  EXPECT_EQ(plain->command({"ZCARD", overTls.keys()[3]}).integer, 2) << "one member per grant";
+  EXPECT_EQ(redlimit::detail::command(*plain, {"ZCARD", overTls.keys()[3]}).integer, 2) << "one member per grant";
   EXPECT_TRUE(overPlain.tryAcquire(7));
   EXPECT_EQ(overTls.availablePermits(), 0) << "a grant over the plain port is seen over TLS";
   EXPECT_EQ(tls->poolStats().discarded, 0u);
@@ -305,7 +306,7 @@ TEST(TransportTls, MutualTlsWithAClientCertificate) {
   RedisServer server(tlsServerArgs(certs, true));
   auto client = Client::fromUri(
       tlsUri(server, "cacert=" + certs.caFile + "&cert=" + certs.clientCert + "&key=" + certs.clientKey));
-  EXPECT_EQ(client->command({"PING"}).str, "PONG");
+  EXPECT_EQ(redlimit::detail::command(*client, {"PING"}).str, "PONG");
   RateLimiter limiter(client, "transport-mtls");
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 5, seconds(60)));
   EXPECT_TRUE(limiter.tryAcquire());
@@ -328,7 +329,7 @@ TEST(TransportTls, MissingClientCertificateIsATlsErrorEveryTimeAndNeverAllowed) 
   std::string otherMessage;
   for (int i = 0; i < 20; ++i) {
     auto client = Client::fromUri(uri);
-    const Caught c = run([&] { (void)client->command({"PING"}); });
+    const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
     ++commandKinds[c.kind];
     if (c.kind != "TlsError") otherMessage = c.message;
     RateLimiterOptions lo;
@@ -351,10 +352,10 @@ TEST(TransportTls, WrongCaIsATlsErrorThatNoFailurePolicyDecides) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsServerArgs(certs, false));
   auto client = Client::fromUri(tlsUri(server, "cacert=" + certs.otherCaFile));
-  const Caught c = run([&] { (void)client->command({"PING"}); });
+  const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
   EXPECT_EQ(c.kind, "TlsError") << c.message;
   EXPECT_TRUE(contains(c.message, "certificate verification failed")) << c.message;
-  EXPECT_THROW((void)client->command({"PING"}), ConfigurationError);
+  EXPECT_THROW((void)redlimit::detail::command(*client, {"PING"}), ConfigurationError);
 
   RateLimiterOptions lo;
   lo.failure.policy = FailurePolicy::Allow;
@@ -372,7 +373,7 @@ TEST(TransportTls, WrongHostnameIsATlsErrorNamingTheExpectedName) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsServerArgs(certs, false));
   auto client = Client::fromUri(tlsUri(server, "cacert=" + certs.caFile + "&sni=wrong.example"));
-  const Caught c = run([&] { (void)client->command({"PING"}); });
+  const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
   EXPECT_EQ(c.kind, "TlsError") << c.message;
   EXPECT_TRUE(contains(c.message, "wrong.example")) << c.message;
 }
@@ -381,7 +382,7 @@ TEST(TransportTls, PlainClientOnTheTlsPortIsATlsPortErrorSayingRediss) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsServerArgs(certs, false));
   auto client = Client::fromUri("redis://127.0.0.1:" + std::to_string(server.tlsPort()));
-  const Caught c = run([&] { (void)client->command({"PING"}); });
+  const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
   EXPECT_EQ(c.kind, "TlsPortError") << c.message;
   EXPECT_TRUE(contains(c.message, "rediss://")) << c.message;
 
@@ -399,7 +400,9 @@ TEST(TransportTls, ManyThreadsOverTwoTlsConnections) {
   base.pool.size = 2;
   base.connection.commandTimeout = milliseconds(2000);
   auto client = Client::fromUri(tlsUri(server, "cacert=" + certs.caFile), base);
-  RateLimiter limiter(client, "transport-tls-threads");
+  RateLimiterOptions oneByOne;  // this test is about the transport's pipelining, not coalescing
+  oneByOne.coalesce = false;
+  RateLimiter limiter(client, "transport-tls-threads", oneByOne);
   constexpr std::int64_t kRate = 1000;
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, kRate, seconds(60)));
   Tally tally;
@@ -420,7 +423,7 @@ TEST(TransportTls, ManyThreadsOverTwoTlsConnections) {
   EXPECT_EQ(tally.errors.load(), 0) << tally.describe();
   EXPECT_EQ(tally.granted.load(), kRate) << tally.describe();
   auto plain = Client::fromUri(server.uri());
-  EXPECT_EQ(plain->command({"ZCARD", limiter.keys()[3]}).integer, tally.granted.load());
+  EXPECT_EQ(redlimit::detail::command(*plain, {"ZCARD", limiter.keys()[3]}).integer, tally.granted.load());
   EXPECT_EQ(kRate - getInt(*plain, limiter.keys()[1]), tally.granted.load());
   const PoolStats s = client->poolStats();
   EXPECT_EQ(s.created, 2u) << "two TLS connections, never replaced";
@@ -562,9 +565,9 @@ TEST_F(TransportTest, PipeliningUnderClientKillAndScriptFlushLosesNothing) {
   std::thread chaos([&] {
     while (!stop.load()) {
       try {
-        killed += static_cast<int>(admin().command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).integer);
+        killed += static_cast<int>(redlimit::detail::command(admin(), {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).integer);
         ++kills;
-        (void)admin().command({"SCRIPT", "FLUSH"});
+        (void)redlimit::detail::command(admin(), {"SCRIPT", "FLUSH"});
         ++flushes;
       } catch (const std::exception& e) {
         chaosError = e.what();
@@ -627,7 +630,9 @@ TEST_F(TransportTest, PipeliningUnderClientKillAndScriptFlushLosesNothing) {
 
 TEST_F(TransportTest, FiveThousandAsyncAcquiresFromOneThread) {
   auto client = newClient();
-  RateLimiter limiter(client, name());
+  RateLimiterOptions oneByOne;  // every acquisition its own request: the transport pipelines them
+  oneByOne.coalesce = false;
+  RateLimiter limiter(client, name(), oneByOne);
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 3000, seconds(60)));
   const PoolStats before = client->poolStats();
   auto tally = std::make_shared<Tally>();
@@ -679,7 +684,9 @@ TEST(TransportShutdown, DroppingTheLastReferenceFailsEveryRequestInFlightAndJoin
   const std::size_t threadsBefore = threadCount();
   auto client = Client::create(peerClient(peer, milliseconds(10000)));
   std::weak_ptr<Client> weak = client;
-  auto limiter = std::make_unique<RateLimiter>(client, "transport-shutdown");
+  RateLimiterOptions oneByOne;  // all 1000 in flight on the connection (coalesced ones wait in the handle)
+  oneByOne.coalesce = false;
+  auto limiter = std::make_unique<RateLimiter>(client, "transport-shutdown", oneByOne);
   auto tally = std::make_shared<Tally>();
   for (int i = 0; i < 1000; ++i) {
     limiter->tryAcquireAsync(1, [tally](bool granted, std::exception_ptr error) {
@@ -723,7 +730,7 @@ TEST(TransportShutdown, DroppingTheClientFailsEveryEvalInFlightAndJoins) {
   static const Script kReturnOne{"transport-one", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "return 1"};
   auto tally = std::make_shared<Tally>();
   for (int i = 0; i < 1000; ++i) {
-    client->evalAsync(kReturnOne, {}, {}, [tally](Reply, std::exception_ptr error) {
+    redlimit::detail::evalAsync(*client, kReturnOne, {}, {}, [tally](Reply, std::exception_ptr error) {
       if (error) {
         tally->error(error);
       } else {
@@ -770,7 +777,7 @@ TEST_F(TransportTest, SyncCallFromACompletionThrowsInvalidArgument) {
     s.acquireKind = a.kind;
     s.acquireMessage = a.message;
     s.configKind = run([&] { (void)self->getConfig(); }).kind;
-    s.commandKind = run([&] { (void)c->command({"PING"}); }).kind;
+    s.commandKind = run([&] { (void)redlimit::detail::command(*c, {"PING"}); }).kind;
     promise->set_value(s);
   });
   auto future = promise->get_future();
@@ -796,7 +803,7 @@ TEST(TransportDeadline, ATrickledReplyCannotStretchTheDeadline) {
   constexpr milliseconds kTimeout{500};
   auto client = Client::create(peerClient(peer, kTimeout));
 
-  const Caught first = run([&] { (void)client->command({"ECHO", "x"}); });
+  const Caught first = run([&] { (void)redlimit::detail::command(*client, {"ECHO", "x"}); });
   EXPECT_EQ(first.kind, "TimeoutError") << first.message;
   EXPECT_GE(first.ms, kTimeout.count() - 20) << "ended before its deadline";
   EXPECT_LT(first.ms, kTimeout.count() + 1000) << "the reply kept trickling in, but the deadline is the request's";
@@ -805,7 +812,7 @@ TEST(TransportDeadline, ATrickledReplyCannotStretchTheDeadline) {
 
   // The connection that was still receiving the old reply is gone: the next request goes on a new
   // one (and meets the trickle again), never taking the old reply for its own.
-  const Caught second = run([&] { (void)client->command({"ECHO", "y"}); });
+  const Caught second = run([&] { (void)redlimit::detail::command(*client, {"ECHO", "y"}); });
   EXPECT_EQ(second.kind, "TimeoutError") << second.message;
   EXPECT_LT(second.ms, kTimeout.count() + 1000);
   EXPECT_GT(peer.connectionsAccepted(), accepted);
