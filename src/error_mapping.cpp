@@ -219,6 +219,37 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
   throw ReplyError(codeText, fmt::format("redlimit: Redis replied with an error: {}", text));
 }
 
+std::exception_ptr cloneError(const std::exception_ptr& error) {
+  if (!error) return error;
+  try {
+    std::rethrow_exception(error);
+  }
+  // Most derived first, branch by branch (errors.hpp).
+  catch (const ClosedError& e) { return std::make_exception_ptr(e); }
+  catch (const UnavailableError& e) { return std::make_exception_ptr(e); }
+  catch (const ProtocolError& e) { return std::make_exception_ptr(e); }
+  catch (const PoolTimeoutError& e) { return std::make_exception_ptr(e); }
+  catch (const TimeoutError& e) { return std::make_exception_ptr(e); }
+  catch (const IoError& e) { return std::make_exception_ptr(e); }
+  catch (const ReplicaError& e) { return std::make_exception_ptr(e); }
+  catch (const TlsPortError& e) { return std::make_exception_ptr(e); }
+  catch (const TlsError& e) { return std::make_exception_ptr(e); }
+  catch (const ResourceLimitError& e) { return std::make_exception_ptr(e); }
+  catch (const RequestLimitError& e) { return std::make_exception_ptr(e); }
+  catch (const ConfigurationError& e) { return std::make_exception_ptr(e); }
+  catch (const UnexpectedReplyError& e) { return std::make_exception_ptr(e); }
+  catch (const NoPermissionError& e) { return std::make_exception_ptr(e); }
+  catch (const AuthError& e) { return std::make_exception_ptr(e); }
+  catch (const NotInitializedError& e) { return std::make_exception_ptr(e); }
+  catch (const InvalidConfigError& e) { return std::make_exception_ptr(e); }
+  catch (const InvalidStateError& e) { return std::make_exception_ptr(e); }
+  catch (const ScriptError& e) { return std::make_exception_ptr(e); }
+  catch (const ReplyError& e) { return std::make_exception_ptr(e); }
+  catch (const InvalidArgument& e) { return std::make_exception_ptr(e); }
+  catch (const Error& e) { return std::make_exception_ptr(e); }
+  catch (...) { return error; }
+}
+
 bool replyEndsConnection(std::string_view message) {
   return startsWith(message, "ERR Protocol error:") || startsWith(message, "ERR max number of clients reached") ||
          startsWith(message, "READONLY") || startsWith(message, "MASTERDOWN");

@@ -57,6 +57,13 @@ struct ReplyContext {
 /// the next connection may reach a new primary behind the same address).
 [[nodiscard]] bool replyEndsConnection(std::string_view message);
 
+/// A new exception object of the same type and contents as the one `error` holds (a redlimit
+/// error; anything else is returned as is). Each party that gets an error from another thread gets
+/// its own object: libstdc++ counts exception_ptr references inside its uninstrumented library, so
+/// ThreadSanitizer cannot see that a shared exception is destroyed only after every thread is done
+/// with it, and one object per recipient leaves nothing to see.
+[[nodiscard]] std::exception_ptr cloneError(const std::exception_ptr& error);
+
 /// The demangled type of `e` ("redlimit::ReplicaError"), for HealthEvent::errorType and messages.
 [[nodiscard]] std::string errorTypeName(const std::exception& e);
 

@@ -14,12 +14,13 @@ namespace {
 
 // The error as an exception_ptr of its own type: the exception being handled when the gate is
 // called from a catch clause (as the limiter does), else a copy (sliced to redlimit::Error).
+// The event's own copy of the error being handled (the caller keeps, and may hand on, the original).
 std::exception_ptr copyOf(const Error& error) {
   if (std::exception_ptr current = std::current_exception()) {
     try {
       std::rethrow_exception(current);
     } catch (const Error& e) {
-      if (&e == &error) return current;
+      if (&e == &error) return cloneError(current);
     } catch (...) {
     }
   }

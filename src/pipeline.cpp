@@ -15,11 +15,6 @@ namespace {
 // server closes while a larger request is on it is taken as a request over those limits.
 constexpr std::size_t kSmallestServerRequestLimit = std::size_t{1} << 20;
 
-template <class E>
-std::exception_ptr errorOf(std::string message) {
-  return std::make_exception_ptr(E(std::move(message)));
-}
-
 // The exception an error reply stands for, as error_mapping classifies it.
 std::exception_ptr replyErrorOf(std::string_view text, const Request& r, std::string_view user) {
   try {
@@ -30,16 +25,6 @@ std::exception_ptr replyErrorOf(std::string_view text, const Request& r, std::st
     throwReplyError(text, context);
   } catch (...) {
     return std::current_exception();
-  }
-}
-
-bool isClosed(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const ClosedError&) {
-    return true;
-  } catch (...) {
-    return false;
   }
 }
 
@@ -194,7 +179,8 @@ bool Pipeline::retryNoScript(Written& w) {
 }
 
 void Pipeline::fail(Written& w, const std::exception_ptr& error, std::vector<Finished>& done) {
-  done.push_back(Finished{std::move(w.request.done), Outcome{Reply{}, error}, w.request.counted});
+  // Its own copy: the same error may go to many callers, and this pipeline keeps it (brokenBy()).
+  done.push_back(Finished{std::move(w.request.done), Outcome{Reply{}, cloneError(error)}, w.request.counted});
 }
 
 void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& done) {
@@ -203,7 +189,7 @@ void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& d
     Written w = std::move(written_.front());
     written_.pop_front();
     std::exception_ptr error = why;
-    if (w.size > kSmallestServerRequestLimit && isClosed(why)) {
+    if (w.size > kSmallestServerRequestLimit && holds<ClosedError>(why)) {
       error = std::make_exception_ptr(RequestLimitError(
           "", fmt::format("redlimit: {}: the server ({}) closed the connection while a request of {} bytes was on it: "
                           "it exceeds client-query-buffer-limit or proto-max-bulk-len (1 MiB at the least); "

@@ -55,6 +55,25 @@ struct Finished {
   bool counted = true;               // Request::counted
 };
 
+/// True if `error` holds an E (or a subclass of it).
+template <class E>
+[[nodiscard]] bool holds(const std::exception_ptr& error) {
+  if (!error) return false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+/// `E(message)` as an exception_ptr.
+template <class E>
+[[nodiscard]] std::exception_ptr errorOf(std::string message) {
+  return std::make_exception_ptr(E(std::move(message)));
+}
+
 /// Builds a Request for argv (copied into RESP at once: the caller's views may go away).
 [[nodiscard]] Request makeRequest(const std::string_view* argv, std::size_t argc);
 /// Builds the EVALSHA request for `script` (static storage) with keys and args.

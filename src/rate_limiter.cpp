@@ -15,6 +15,7 @@
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 #include "sync_wait.hpp"
+#include "error_mapping.hpp"
 #include "pipeline.hpp"
 
 namespace redlimit {
@@ -285,7 +286,7 @@ RateLimiter::Impl::~Impl() {
   if (left.empty()) return;
   const auto closed = std::make_exception_ptr(
       ClosedError(fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
-  for (const auto& a : left) a->done(AcquireResult{}, closed);
+  for (const auto& a : left) a->done(AcquireResult{}, detail::cloneError(closed));
 }
 
 // Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
@@ -431,7 +432,7 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
     if (error) {
       error = detail::limiterError(std::move(error));
       if (!self) {
-        a->done(AcquireResult{}, error);
+        a->done(AcquireResult{}, std::move(error));
         return;
       }
       // The connection closed under the request: the reply may be lost. Send it again (the
@@ -442,7 +443,7 @@ void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
         self->send(a);
         return;
       }
-      a->done(AcquireResult{}, error);
+      a->done(AcquireResult{}, std::move(error));
       return;
     }
     AcquireResult out;
@@ -541,14 +542,14 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
     if (self) self->groupDone();
     if (error) {
       error = detail::limiterError(std::move(error));
-      for (const auto& a : b->items) a->done(AcquireResult{}, error);
+      for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(error));  // one object each
       return;
     }
     try {
       finishBatch(self.get(), *b, r);
     } catch (...) {
       const auto bad = std::current_exception();
-      for (const auto& a : b->items) a->done(AcquireResult{}, bad);
+      for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(bad));
     }
   }, tryDeadline(b->deadline));
 }
@@ -702,7 +703,7 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
         return;
       }
     }
-    done(AcquireResult{}, error);
+    done(AcquireResult{}, std::move(error));
   };
   dispatch(std::move(a));
 }
@@ -914,7 +915,7 @@ std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast
   auto future = promise->get_future();
   impl_->tryAcquireUpToAsync(atLeast, atMost, [promise](AcquireResult r, std::exception_ptr error) {
     if (error) {
-      promise->set_exception(error);
+      promise->set_exception(std::move(error));
     } else {
       promise->set_value(std::move(r));
     }
@@ -923,7 +924,8 @@ std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
   impl_->tryAcquireUpToAsync(permits, permits, [done = std::move(done)](AcquireResult r, std::exception_ptr error) {
-    done(!error && r.granted > 0, error);
+    const bool granted = !error && r.granted > 0;
+    done(granted, std::move(error));  // moved: the caller's reference is the last one
   });
 }
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
@@ -931,7 +933,7 @@ std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   auto future = promise->get_future();
   tryAcquireAsync(permits, [promise](bool granted, std::exception_ptr error) {
     if (error) {
-      promise->set_exception(error);
+      promise->set_exception(std::move(error));
     } else {
       promise->set_value(granted);
     }

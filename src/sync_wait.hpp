@@ -35,7 +35,9 @@ class SyncWait {
   T get() {
     std::unique_lock<std::mutex> lock(state_->m);
     state_->cv.wait(lock, [&] { return state_->ready; });
-    if (state_->error) std::rethrow_exception(state_->error);
+    // Moved out, so that the state (which the callback may free later, on the I/O thread) holds no
+    // reference to the exception: its last reference is this thread's.
+    if (std::exception_ptr error = std::move(state_->error)) std::rethrow_exception(error);
     return std::move(state_->value);
   }
 

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "error_mapping.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 
@@ -25,30 +26,7 @@ std::string endpointOf(const ConnectionOptions& o) {
   return fmt::format("{}:{}", o.host, o.port);
 }
 
-template <class E>
-std::exception_ptr errorOf(std::string message) {
-  return std::make_exception_ptr(E(std::move(message)));
-}
 
-bool isIoError(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const IoError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-bool isClosedError(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const ClosedError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 
 // epoll_wait's timeout for `deadline`: ms, rounded up (a deadline is never checked early), capped.
 int waitMs(SteadyTime now, SteadyTime deadline) {
@@ -229,7 +207,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
     c.stream = connectStream(connection_, deadline);
   } catch (...) {
     const auto why = std::current_exception();
-    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c.carry.clear();
     return;
   }
@@ -308,7 +286,7 @@ void Transport::flush(Conn& c, std::vector<Finished>& done) {
     // write that failed with more than an IoError (TlsError: the stream read the server's alert
     // already) keeps its error; a read could only report the closed session.
     const auto why = std::current_exception();
-    if (isIoError(why)) readFrom(c, done);
+    if (holds<IoError>(why)) readFrom(c, done);
     closeConn(c, why, done);
   }
 }
@@ -334,7 +312,7 @@ void Transport::readFrom(Conn& c, std::vector<Finished>& done) {
 std::exception_ptr Transport::closedBeforeAnyReply(const std::exception_ptr& why) {
   // A TLS port resets a plain-text connection before its first reply: ask it in TLS, so that the
   // caller learns the set-up is wrong rather than that Redis is down.
-  if (!isClosedError(why) || !connection_.unixSocket.empty() || connection_.tls.enabled) return why;
+  if (!holds<ClosedError>(why) || !connection_.unixSocket.empty() || connection_.tls.enabled) return why;
   const SteadyTime deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), connection_.connectTimeout);
   if (!speaksTls(connection_.host, connection_.port, deadline)) return why;
   std::string text;
@@ -362,9 +340,9 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
   // Never written, so safe to send again on a new connection, unless the failure is one a new
   // connection would meet too (a password, a replica, a TLS port) or connecting itself failed
   // (the greeting got no answer): those fail now, with everything that waited for this connection.
-  const bool carry = isIoError(why) && c.greeted;
+  const bool carry = holds<IoError>(why) && c.greeted;
   if (!c.greeted) {
-    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c.carry.clear();
   }
   for (auto& r : rest) {
@@ -372,7 +350,7 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
     if (carry) {
       c.carry.push_back(std::move(r));
     } else {
-      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     }
   }
 }
@@ -397,7 +375,7 @@ void Transport::failEverything(std::vector<Finished>& done) {
   const auto why = errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply");
   for (auto& c : conns_) {
     if (c->stream) closeConn(*c, why, done);
-    for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, why}, true});
+    for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c->carry.clear();
   }
 }

@@ -121,7 +121,8 @@ class ReplicaError : public ConfigurationError {
 };
 
 /// The port speaks TLS (the server reset the plain-text connection and answered a TLS hello with
-/// a TLS record). redlimit connects in plain text: use the server's plain port.
+/// a TLS record), and the client was set up for plain text: use rediss:// (TlsOptions::enabled) or
+/// the server's plain port.
 class TlsPortError : public ConfigurationError {
  public:
   using ConfigurationError::ConfigurationError;

@@ -10,14 +10,13 @@
 
 namespace redlimit {
 
-/// The longest connect or command timeout: hiredis waits with poll(), which takes an int of
-/// milliseconds (about 24.8 days). Longer timeouts are refused with InvalidArgument.
+/// The longest connect or command timeout: an int of milliseconds (about 24.8 days), what poll()
+/// and epoll_wait() take. Longer timeouts are refused with InvalidArgument.
 inline constexpr std::chrono::milliseconds kMaxConnectionTimeout{INT_MAX};
 /// The longest unix socket path redlimit connects to: sizeof(sockaddr_un::sun_path) - 2, 106 bytes
-/// on Linux. The OS takes one byte more (107 and a NUL), but hiredis (0.14 and 1.x) copies the path
-/// with strncpy(sun_path, path, 107) into memory it does not clear and passes the whole struct,
-/// so a 107-byte path is read with one stray byte after it, and a longer one is cut to another
-/// socket's path. Longer paths are refused with InvalidArgument.
+/// on Linux. The OS takes 107 and a NUL; redlimit keeps the limit hiredis-based clients have
+/// (hiredis copies at most 107 bytes into memory it does not clear), so a configuration that works
+/// with one works with the other. Longer paths are refused with InvalidArgument, never cut short.
 inline constexpr std::size_t kMaxUnixSocketPath = sizeof(sockaddr_un::sun_path) - 2;
 
 /// TLS for the connection (OpenSSL 3). `rediss://` URIs turn it on; their query parameters
@@ -34,12 +33,13 @@ struct TlsOptions {
   bool verifyPeer = true;                             // check the server's certificate chain and name
 };
 
-/// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure:
-/// the connection is closed and every request waiting on it fails (ProtocolLimitError for the one
-/// whose reply broke the limit). Limiters' replies are tiny; the limits only bound what a broken
+/// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure,
+/// found at its header before anything is allocated: the connection is closed and every request
+/// waiting on it fails (ProtocolError for the one whose reply broke the limit). Limiters' replies are tiny; the limits only bound what a broken
 /// or hostile peer can make a client allocate.
 struct ReplyLimits {
-  std::size_t maxBulkBytes = std::size_t{64} << 20;  // longest bulk string, bytes; >= 1
+  std::size_t maxBulkBytes = std::size_t{64} << 20;  // longest bulk string (and status or error line),
+                                                      // bytes; >= 1
   std::size_t maxElements = std::size_t{1} << 20;    // most elements in one array (each level), >= 1
   int maxDepth = 7;                                   // deepest nesting of arrays, 1..7 (hiredis's
                                                       // reader stops at 7)
