@@ -603,8 +603,12 @@ AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMo
   a->deadline = callDeadline();
   detail::SyncWait<AcquireResult> wait;
   a->done = wait.callback();
+  // The call ends by its deadline (a request waiting for a connection gets the connect time on
+  // top); a second later, the wait gives up instead of hanging.
+  const detail::SteadyTime giveUp = detail::deadlineAfter<detail::SteadyClock>(
+      a->deadline, detail::saturatingAdd(client_->options().connection.connectTimeout, milliseconds{1000}));
   dispatch(std::move(a));
-  return wait.get();
+  return wait.get(giveUp);
 }
 
 AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {

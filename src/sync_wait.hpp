@@ -2,11 +2,14 @@
 // the async ones.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+
+#include "redlimit/errors.hpp"
 
 namespace redlimit::detail {
 
@@ -31,10 +34,13 @@ class SyncWait {
   }
 
   /// Waits for the completion; returns its value or rethrows its error. The transport ends every
-  /// request by its deadline, so this wait is bounded by the calls it waits for.
-  T get() {
+  /// request by its deadline; should the completion still not have come at `giveUp` (the I/O
+  /// thread is gone), throws TimeoutError rather than wait forever.
+  T get(std::chrono::steady_clock::time_point giveUp) {
     std::unique_lock<std::mutex> lock(state_->m);
-    state_->cv.wait(lock, [&] { return state_->ready; });
+    if (!state_->cv.wait_until(lock, giveUp, [&] { return state_->ready; })) {
+      throw TimeoutError("redlimit: the I/O thread did not complete the request by its deadline");
+    }
     // Moved out, so that the state (which the callback may free later, on the I/O thread) holds no
     // reference to the exception: its last reference is this thread's.
     if (std::exception_ptr error = std::move(state_->error)) std::rethrow_exception(error);

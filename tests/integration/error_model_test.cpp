@@ -149,6 +149,18 @@ void warmVptrChecks(const std::shared_ptr<Client>& client) {
   EXPECT_NE(asRuntime.what(), nullptr);
   EXPECT_NE(asError.what(), nullptr);
   EXPECT_NE(typeid(asException).name(), nullptr);
+  // The transport gives each caller its own copy of an error (copy constructors through every
+  // base) and passes it as an exception_ptr: the same checks, once, here.
+  const ConfigurationError& asConfiguration = sample;
+  EXPECT_EQ(asConfiguration.code(), "EMFILE");
+  const ResourceLimitError copy(sample);
+  EXPECT_EQ(copy.code(), "EMFILE");
+  try {
+    std::rethrow_exception(std::make_exception_ptr(sample));
+  } catch (const ResourceLimitError& e) {
+    const std::exception_ptr again = std::make_exception_ptr(e);
+    EXPECT_TRUE(again != nullptr);
+  }
 }
 
 std::shared_ptr<Client> clientOn(const std::string& uri, ClientOptions base = {}) {
@@ -507,6 +519,17 @@ TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
     auto c = newClient();
     RateLimiter rl(c, name(), events.options(policy));
     warmVptrChecks(c);
+    {
+      // The whole acquire path once (its shared states, callbacks and the transport's objects),
+      // and a failed connect, so that UBSan's first check of each of their types has a descriptor.
+      RateLimiter warm(newClient(), name("warm"));  // another client: `c` must still have to connect
+      (void)warm.trySetRate(RateType::Overall, 5, milliseconds(5000));
+      EXPECT_TRUE(warm.tryAcquire());
+      ClientOptions closed;
+      closed.connection.port = freeLoopbackPort();
+      EXPECT_THROW((void)RateLimiter(Client::create(closed), name("closed")).tryAcquire(), IoError);
+      (void)raw({"DEL", warm.keys()[0], warm.keys()[1], warm.keys()[3]});
+    }
     std::exception_ptr thrown;
     bool returned = false;
     {

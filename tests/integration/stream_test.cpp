@@ -249,6 +249,8 @@ TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
   EXPECT_THROW((void)detail::connectStream(plain, after(kGenerous)), IoError);
   const ResourceLimitError sample("EMFILE", "warm-up");
   EXPECT_NE(static_cast<const std::exception&>(sample).what(), nullptr);
+  EXPECT_EQ(static_cast<const ConfigurationError&>(sample).code(), "EMFILE");
+  EXPECT_EQ(ResourceLimitError(sample).code(), "EMFILE");
   std::string plainCode, tlsCode, tlsMessage;
   {
     NoFreeDescriptors exhausted;
