@@ -250,6 +250,8 @@ TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
   const ResourceLimitError sample("EMFILE", "warm-up");
   EXPECT_NE(static_cast<const std::exception&>(sample).what(), nullptr);
   EXPECT_EQ(static_cast<const ConfigurationError&>(sample).code(), "EMFILE");
+  EXPECT_NE(static_cast<const std::runtime_error&>(sample).what(), nullptr);
+  EXPECT_NE(static_cast<const Error&>(sample).what(), nullptr);
   EXPECT_EQ(ResourceLimitError(sample).code(), "EMFILE");
   std::string plainCode, tlsCode, tlsMessage;
   {
