@@ -2,6 +2,7 @@
 #pragma once
 
 #include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
