@@ -91,6 +91,7 @@ PoolStats Client::poolStats() const {
   s.rejected = c.rejected;
   s.writes = c.writes;
   s.requests = c.requests;
+  s.direct = c.direct;
   return s;
 }
 

@@ -280,40 +280,43 @@ void ReplyParser::checkNumberLine(std::string_view pending, const char* noun, co
 
 void appendCommand(std::string& out, const std::string_view* argv, std::size_t argc) {
   if (argc == 0) throw InvalidArgument("redlimit: a command needs at least one argument");
-  // Bound the encoding by INT_MAX: hiredis sums its length in an int. Each argument costs at
-  // most "$" + 20 digits + CRLF + payload + CRLF; the header as much again.
-  constexpr std::size_t kFraming = 1 + kMaxNumberLine + 2 + 2;
-  std::size_t bound = kFraming;
+  // RESP2 multi-bulk: "*<argc>\r\n", then "$<len>\r\n<bytes>\r\n" per argument. The size is
+  // summed first (one allocation); it stays within INT_MAX, the bound hiredis's own encoder had.
+  auto digits = [](std::size_t v) {
+    std::size_t d = 1;
+    while (v >= 10) {
+      v /= 10;
+      ++d;
+    }
+    return d;
+  };
+  std::size_t size = 1 + digits(argc) + 2;
   for (std::size_t i = 0; i < argc; ++i) {
-    if (argv[i].size() > static_cast<std::size_t>(INT_MAX) - bound - kFraming) {
+    const std::size_t one = 1 + digits(argv[i].size()) + 2 + argv[i].size() + 2;
+    if (one > static_cast<std::size_t>(INT_MAX) - size) {
       throw InvalidArgument(fmt::format("redlimit: a command's encoding may be at most {} bytes", INT_MAX));
     }
-    bound += argv[i].size() + kFraming;
+    size += one;
   }
-
-  constexpr std::size_t kOnStack = 16;
-  const char* stackPointers[kOnStack];
-  std::size_t stackLengths[kOnStack];
-  std::vector<const char*> heapPointers;
-  std::vector<std::size_t> heapLengths;
-  const char** pointers = stackPointers;
-  std::size_t* lengths = stackLengths;
-  if (argc > kOnStack) {
-    heapPointers.resize(argc);
-    heapLengths.resize(argc);
-    pointers = heapPointers.data();
-    lengths = heapLengths.data();
-  }
+  const std::size_t at = out.size();
+  out.resize(at + size);
+  char* p = out.data() + at;
+  auto header = [&p](char kind, std::size_t n) {
+    *p++ = kind;
+    const fmt::format_int text(n);
+    std::memcpy(p, text.data(), text.size());
+    p += text.size();
+    *p++ = '\r';
+    *p++ = '\n';
+  };
+  header('*', argc);
   for (std::size_t i = 0; i < argc; ++i) {
-    pointers[i] = argv[i].empty() ? "" : argv[i].data();  // never hand memcpy a null pointer
-    lengths[i] = argv[i].size();
+    header('$', argv[i].size());
+    if (!argv[i].empty()) std::memcpy(p, argv[i].data(), argv[i].size());
+    p += argv[i].size();
+    *p++ = '\r';
+    *p++ = '\n';
   }
-
-  char* raw = nullptr;
-  const int size = redisFormatCommandArgv(&raw, static_cast<int>(argc), pointers, lengths);
-  const std::unique_ptr<char, void (*)(char*)> encoded(raw, &redisFreeCommand);
-  if (size < 0 || raw == nullptr) throw std::bad_alloc();
-  out.append(raw, static_cast<std::size_t>(size));
 }
 
 }  // namespace redlimit::detail

@@ -78,9 +78,10 @@ class ReplyParser {
   std::string failure_;               // what went wrong, for the later calls' messages
 };
 
-/// Appends the RESP encoding of argv (a multi-bulk command of argc arguments, any bytes) to out,
-/// using hiredis's redisFormatCommandArgv. Throws InvalidArgument for argc == 0 or an encoding
-/// over INT_MAX bytes (hiredis counts in int), std::bad_alloc when out of memory.
+/// Appends the RESP encoding of argv (a multi-bulk command of argc arguments, any bytes) to out:
+/// the bytes hiredis's redisFormatCommandArgv makes, in one allocation and without its sprintf per
+/// argument (which cost about a quarter of a caller's CPU per decision). Throws InvalidArgument for
+/// argc == 0 or an encoding over INT_MAX bytes (hiredis's bound), std::bad_alloc when out of memory.
 void appendCommand(std::string& out, const std::string_view* argv, std::size_t argc);
 
 }  // namespace redlimit::detail

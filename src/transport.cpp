@@ -7,6 +7,7 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -29,6 +30,9 @@ std::string endpointOf(const ConnectionOptions& o) {
 
 
 // epoll_wait's timeout for `deadline`: ms, rounded up (a deadline is never checked early), capped.
+constexpr std::uint64_t kWakeEvent = UINT64_MAX;
+constexpr std::uint64_t kTimerEvent = UINT64_MAX - 1;
+
 int waitMs(SteadyTime now, SteadyTime deadline) {
   if (deadline <= now) return 0;
   if (deadline == SteadyTime::max()) return -1;
@@ -38,7 +42,10 @@ int waitMs(SteadyTime now, SteadyTime deadline) {
 
 }  // namespace
 
+// Every member is guarded by `m`. The I/O thread holds it while it works on the connection; a
+// submitting thread only try_locks it (writeNow), so it never waits behind a read or a connect.
 struct Transport::Conn {
+  std::mutex m;
   std::size_t index = 0;
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Pipeline> pipe;
@@ -46,6 +53,8 @@ struct Transport::Conn {
   bool watchingOut = false;
   bool greeted = false;         // the greeting (AUTH/SELECT/PING) was answered: requests may go
   SteadyTime connectStarted;
+  std::size_t queued = 0;       // requests for this connection in Transport::incoming_ (under mutex_)
+  std::exception_ptr writeFailed;  // a submitting thread's write failed: the I/O thread closes
 };
 
 std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool) {
@@ -63,10 +72,12 @@ Transport::Transport(const ConnectionOptions& connection, const PoolOptions& poo
     : connection_(connection), pool_(pool), endpoint_(endpointOf(connection)) {
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epollFd_ < 0 || wakeFd_ < 0) {
+  timerFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (epollFd_ < 0 || wakeFd_ < 0 || timerFd_ < 0) {
     const int e = errno;
     if (epollFd_ >= 0) ::close(epollFd_);
     if (wakeFd_ >= 0) ::close(wakeFd_);
+    if (timerFd_ >= 0) ::close(timerFd_);
     if (e == EMFILE || e == ENFILE) {
       throw ResourceLimitError(e == EMFILE ? "EMFILE" : "ENFILE",
                                fmt::format("redlimit: cannot start the I/O thread's poller: {}", std::strerror(e)));
@@ -75,8 +86,10 @@ Transport::Transport(const ConnectionOptions& connection, const PoolOptions& poo
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = UINT64_MAX;
+  ev.data.u64 = kWakeEvent;
   ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &ev);
+  ev.data.u64 = kTimerEvent;
+  ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, timerFd_, &ev);
   conns_.reserve(pool.size);
   for (std::size_t i = 0; i < pool.size; ++i) {
     conns_.push_back(std::make_unique<Conn>());
@@ -88,6 +101,7 @@ Transport::~Transport() {
   if (thread_.joinable()) thread_.detach();  // only after abandonAfterFork, which never frees
   if (epollFd_ >= 0) ::close(epollFd_);
   if (wakeFd_ >= 0) ::close(wakeFd_);
+  if (timerFd_ >= 0) ::close(timerFd_);
 }
 
 void Transport::submit(Request request) {
@@ -101,6 +115,7 @@ void Transport::submit(Request request) {
     return;
   }
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
+  if (!onIoThread() && writeNow(*conns_[conn], request)) return;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -108,6 +123,7 @@ void Transport::submit(Request request) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
       // Completed below, outside the lock.
     } else {
+      ++conns_[conn]->queued;
       incoming_.emplace_back(conn, std::move(request));
       wake = !wakePending_ && !onIoThread();
       wakePending_ = true;
@@ -123,6 +139,56 @@ void Transport::submit(Request request) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
   }
+}
+
+// An idle connection (open, greeted, nothing queued, written or waiting for it) takes a request
+// from the submitting thread at once: it is written here instead of being handed to the I/O
+// thread, which saves waking that thread and switching to it (a sync call's latency). The I/O
+// thread still reads the reply and runs the completion. Only over plain TCP and unix sockets: a
+// TLS session may need to read while it writes, which is the I/O thread's business. Returns false
+// (and leaves `request` alone) when the connection is busy or its lock is held.
+bool Transport::writeNow(Conn& c, Request& request) {
+  if (connection_.tls.enabled) return false;
+  std::unique_lock<std::mutex> lock(c.m, std::try_to_lock);
+  if (!lock.owns_lock() || !c.stream || !c.greeted || c.pipe->size() > 0 || !c.carry.empty() || c.writeFailed ||
+      c.pipe->broken()) {
+    return false;
+  }
+  {
+    // Requests submitted before this one for the same connection go first (one thread's requests
+    // leave in the order it made them); after shutdown() the I/O thread ends everything.
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (c.queued > 0 || stopping_) return false;
+  }
+  const SteadyTime deadline = request.deadline;
+  request.counted = true;
+  c.pipe->push(std::move(request));
+  direct_.fetch_add(1, std::memory_order_relaxed);
+  c.writeFailed = writeOut(c);
+  const bool failed = c.writeFailed != nullptr;
+  lock.unlock();
+  if (failed) {
+    const std::uint64_t one = 1;  // the I/O thread closes the connection and ends its requests
+    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+  } else {
+    armTimer(deadline);
+  }
+  return true;
+}
+
+// The I/O thread sleeps until the earliest deadline it knew of; a request written by its caller
+// may end earlier, so the timer wakes the thread then (without waking it now).
+void Transport::armTimer(SteadyTime deadline) {
+  if (deadline == SteadyTime::max()) return;
+  std::lock_guard<std::mutex> lock(timerMutex_);
+  if (deadline >= armedAt_) return;
+  armedAt_ = deadline;
+  itimerspec spec{};
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+  spec.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+  spec.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+  if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;  // 0 would disarm
+  ::timerfd_settime(timerFd_, TFD_TIMER_ABSTIME, &spec, nullptr);
 }
 
 Outcome Transport::call(Request request) {
@@ -176,7 +242,8 @@ void Transport::abandonAfterFork() noexcept {
   }
   ::close(epollFd_);
   ::close(wakeFd_);
-  epollFd_ = wakeFd_ = -1;
+  ::close(timerFd_);
+  epollFd_ = wakeFd_ = timerFd_ = -1;
 }
 
 TransportCounters Transport::counters() const {
@@ -188,6 +255,7 @@ TransportCounters Transport::counters() const {
   c.rejected = rejected_.load(std::memory_order_relaxed);
   c.writes = writes_.load(std::memory_order_relaxed);
   c.requests = requests_.load(std::memory_order_relaxed);
+  c.direct = direct_.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -262,8 +330,7 @@ void Transport::greeted(Conn& c) {
   c.carry.clear();
 }
 
-void Transport::flush(Conn& c, std::vector<Finished>& done) {
-  if (!c.stream || !c.pipe->hasOutput()) return;
+std::exception_ptr Transport::writeOut(Conn& c) {
   try {
     for (;;) {
       const std::size_t before = c.pipe->awaiting();
@@ -273,22 +340,33 @@ void Transport::flush(Conn& c, std::vector<Finished>& done) {
       const std::size_t n = c.stream->write(out.data(), out.size());
       if (n == 0) {
         watch(c, true);
-        return;
+        return nullptr;
       }
       writes_.fetch_add(1, std::memory_order_relaxed);
       c.pipe->wrote(n);
       if (!c.pipe->hasOutput()) break;
     }
     watch(c, false);
+    return nullptr;
   } catch (...) {
-    // A server that refuses a request answers first and then closes (with a reset, as it leaves
-    // the rest unread): its answer is usually still readable, and says more than the reset. A
-    // write that failed with more than an IoError (TlsError: the stream read the server's alert
-    // already) keeps its error; a read could only report the closed session.
-    const auto why = std::current_exception();
-    if (holds<IoError>(why)) readFrom(c, done);
-    closeConn(c, why, done);
+    return std::current_exception();
   }
+}
+
+void Transport::flush(Conn& c, std::vector<Finished>& done) {
+  std::exception_ptr why = std::move(c.writeFailed);
+  c.writeFailed = nullptr;
+  if (!why) {
+    if (!c.stream || !c.pipe->hasOutput()) return;
+    why = writeOut(c);
+    if (!why) return;
+  }
+  // A server that refuses a request answers first and then closes (with a reset, as it leaves
+  // the rest unread): its answer is usually still readable, and says more than the reset. A
+  // write that failed with more than an IoError (TlsError: the stream read the server's alert
+  // already) keeps its error; a read could only report the closed session.
+  if (holds<IoError>(why)) readFrom(c, done);
+  closeConn(c, why, done);
 }
 
 void Transport::readFrom(Conn& c, std::vector<Finished>& done) {
@@ -335,6 +413,7 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
   c.stream.reset();
   c.pipe.reset();
   c.watchingOut = false;
+  c.writeFailed = nullptr;
   open_.fetch_sub(1, std::memory_order_relaxed);
   discarded_.fetch_add(1, std::memory_order_relaxed);
   // Never written, so safe to send again on a new connection, unless the failure is one a new
@@ -374,6 +453,7 @@ void Transport::complete(std::vector<Finished>& done) {
 void Transport::failEverything(std::vector<Finished>& done) {
   const auto why = errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply");
   for (auto& c : conns_) {
+    std::lock_guard<std::mutex> lock(c->m);
     if (c->stream) closeConn(*c, why, done);
     for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c->carry.clear();
@@ -382,6 +462,7 @@ void Transport::failEverything(std::vector<Finished>& done) {
 
 void Transport::run() {
   std::vector<std::pair<std::size_t, Request>> batch;
+  std::vector<std::size_t> moved(conns_.size(), 0);
   std::vector<Finished> done;
   epoll_event events[64];
   for (;;) {
@@ -392,11 +473,25 @@ void Transport::run() {
       wakePending_ = false;
       stop = stopping_;
     }
-    for (auto& [index, request] : batch) {
-      request.counted = true;
-      conns_[index]->carry.push_back(std::move(request));
+    // Into each connection's carry, in order; Conn::queued falls only once they are there, so a
+    // submitting thread never writes past them (writeNow).
+    for (std::size_t i = 0; i < batch.size();) {
+      const std::size_t index = batch[i].first;
+      std::lock_guard<std::mutex> lock(conns_[index]->m);
+      for (; i < batch.size() && batch[i].first == index; ++i) {
+        batch[i].second.counted = true;
+        conns_[index]->carry.push_back(std::move(batch[i].second));
+        ++moved[index];
+      }
     }
     batch.clear();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (std::size_t i = 0; i < moved.size(); ++i) {
+        conns_[i]->queued -= moved[i];
+        moved[i] = 0;
+      }
+    }
     if (stop) {
       failEverything(done);
       complete(done);
@@ -411,23 +506,27 @@ void Transport::run() {
       break;
     }
     for (auto& c : conns_) {
-      if (c->carry.empty()) continue;
-      if (!c->stream) {
-        connect(*c, done);
-      } else if (c->greeted) {
-        for (auto& r : c->carry) c->pipe->push(std::move(r));
-        c->carry.clear();
+      std::lock_guard<std::mutex> lock(c->m);
+      if (!c->carry.empty()) {
+        if (!c->stream) {
+          connect(*c, done);
+        } else if (c->greeted) {
+          for (auto& r : c->carry) c->pipe->push(std::move(r));
+          c->carry.clear();
+        }
       }
+      flush(*c, done);
     }
-    for (auto& c : conns_) flush(*c, done);
     complete(done);
 
     SteadyTime now = SteadyClock::now();
     SteadyTime next = SteadyTime::max();
     bool again = false;
     for (auto& c : conns_) {
+      std::lock_guard<std::mutex> lock(c->m);
       if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
       if (!c->carry.empty() && (!c->stream || c->greeted)) again = true;
+      if (c->writeFailed) again = true;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -435,12 +534,20 @@ void Transport::run() {
     }
     const int n = ::epoll_wait(epollFd_, events, 64, again ? 0 : waitMs(now, next));
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.u64 == UINT64_MAX) {
+      if (events[i].data.u64 == kTimerEvent) {
+        std::uint64_t fired = 0;
+        [[maybe_unused]] const auto r = ::read(timerFd_, &fired, sizeof fired);
+        std::lock_guard<std::mutex> lock(timerMutex_);
+        if (armedAt_ <= SteadyClock::now()) armedAt_ = SteadyTime::max();  // the deadlines below see to the rest
+        continue;
+      }
+      if (events[i].data.u64 == kWakeEvent) {
         std::uint64_t drained = 0;
         [[maybe_unused]] const auto r = ::read(wakeFd_, &drained, sizeof drained);
         continue;
       }
       Conn& c = *conns_[static_cast<std::size_t>(events[i].data.u64)];
+      std::lock_guard<std::mutex> lock(c.m);
       if (!c.stream) continue;
       if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
@@ -448,6 +555,7 @@ void Transport::run() {
     }
     now = SteadyClock::now();
     for (auto& c : conns_) {
+      std::lock_guard<std::mutex> lock(c->m);
       if (!c->pipe) continue;
       if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done);
       if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);

@@ -27,6 +27,7 @@ struct TransportCounters {
   std::uint64_t rejected = 0;    // requests refused with PoolTimeoutError (maxPending reached)
   std::uint64_t writes = 0;      // write calls that sent requests (requests / writes = pipelining)
   std::uint64_t requests = 0;    // requests sent, resends included
+  std::uint64_t direct = 0;      // of them, written by the submitting thread (idle connection)
 };
 
 /// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
@@ -66,6 +67,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   struct Conn;
   Transport(const ConnectionOptions& connection, const PoolOptions& pool);
   void run();
+  bool writeNow(Conn& c, Request& request);
+  void armTimer(SteadyTime deadline);
+  std::exception_ptr writeOut(Conn& c);
   void connect(Conn& c, std::vector<Finished>& done);
   void greeted(Conn& c);
   void flush(Conn& c, std::vector<Finished>& done);
@@ -82,12 +86,16 @@ class Transport : public std::enable_shared_from_this<Transport> {
   std::vector<std::unique_ptr<Conn>> conns_;
   int epollFd_ = -1;
   int wakeFd_ = -1;
+  int timerFd_ = -1;                                   // armed by callers that wrote themselves
   std::thread thread_;
   std::thread::id ioThreadId_;
   std::atomic<std::size_t> nextConn_{0};
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
+  std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow)
+  std::mutex timerMutex_;                              // guards armedAt_ and the timer's setting
+  SteadyTime armedAt_ = SteadyTime::max();             // when timerFd_ fires; max: disarmed
 
   std::mutex mutex_;                                   // guards the members below
   std::vector<std::pair<std::size_t, Request>> incoming_;

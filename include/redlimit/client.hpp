@@ -42,6 +42,8 @@ struct PoolStats {
   std::uint64_t writes = 0;             // writes that carried requests since start
   std::uint64_t requests = 0;           // requests written since start (requests / writes: how
                                         // many left together, the effect of automatic pipelining)
+  std::uint64_t direct = 0;             // of them, written at once by the calling thread because
+                                        // their connection was idle (no hand-off to the I/O thread)
 };
 
 /// Counters of a Client's best-effort calls (see Client::admitBestEffort).

@@ -226,6 +226,27 @@ void expectTypedFailures(Behaviour behaviour, const std::string& kind, bool atTh
 
 TEST(TransportFakePeer, NeverAnswerTimesOut) { expectTypedFailures(Behaviour::NeverAnswer, "TimeoutError", false); }
 
+// A request its caller wrote itself (the connection was idle: PoolStats::direct) to a peer that
+// never answers, while the I/O thread sleeps with nothing else to wait for: the timer its caller
+// armed wakes that thread at the deadline, which closes the connection. Without the timer, only
+// the sync wait's own fallback (a second after the deadline) would end the call.
+TEST(TransportFakePeer, ARequestWrittenByItsCallerStillEndsAtItsDeadline) {
+  FakePeer peer(peerOptions(Behaviour::NeverAnswer));
+  auto client = Client::create(peerClient(peer, kPeerTimeout));
+  // CLIENT SETNAME is part of a greeting for the peer: answered, so the connection is open,
+  // greeted and idle afterwards.
+  const Reply named = redlimit::detail::command(*client, {"CLIENT", "SETNAME", "direct"});
+  EXPECT_EQ(named.str, "OK");
+  EXPECT_EQ(client->poolStats().direct, 0u) << "the first request waits for the connection: the I/O thread writes it";
+  const Caught c = run([&] { (void)redlimit::detail::command(*client, {"ECHO", "x"}); });
+  EXPECT_EQ(client->poolStats().direct, 1u) << "the idle connection took the request from its caller";
+  EXPECT_EQ(c.kind, "TimeoutError") << c.message;
+  EXPECT_EQ(c.message.find("did not end the request"), std::string::npos) << c.message;
+  EXPECT_LT(c.ms, kPeerTimeout.count() + 600) << "ended by the I/O thread at the deadline, not by the wait's fallback";
+  EXPECT_EQ(client->poolStats().discarded, 1u) << "a written request that timed out closes its connection";
+  EXPECT_TRUE(nothingPending(*client));
+}
+
 TEST(TransportFakePeer, TrickleLongerThanTheDeadlineTimesOut) {
   expectTypedFailures(Behaviour::Trickle, "TimeoutError", false);
 }
@@ -657,6 +678,39 @@ TEST_F(TransportTest, FiveThousandAsyncAcquiresFromOneThread) {
   EXPECT_LT(writes, 5000u / 4) << requests << " requests in " << writes << " writes";
   std::printf("ASYNC 5000 acquires: %llu requests in %llu writes\n", static_cast<unsigned long long>(requests),
               static_cast<unsigned long long>(writes));
+}
+
+// A sync call on an idle connection is written by its caller (PoolStats::direct), but never past
+// requests the same thread submitted before it for the same connection: over one connection, one
+// thread alternating an async script call and a sync command leaves them in Redis in that order.
+TEST_F(TransportTest, CallsOfOneThreadReachRedisInOrderWhetherWrittenByTheCallerOrTheIoThread) {
+  ClientOptions one;
+  one.pool.size = 1;
+  const auto c = newClient(one);
+  const std::string key = name("order");
+  const std::string source = "return redis.call('RPUSH', KEYS[1], ARGV[1])";
+  const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
+  const Script push{"push", sha, source};
+  constexpr int kRounds = 300;
+  std::atomic<int> failed{0};
+  for (int i = 0; i < kRounds; ++i) {
+    const std::string a = "a" + std::to_string(i), b = "s" + std::to_string(i);
+    detail::evalAsync(*c, push, {key}, {a}, [&](Reply, std::exception_ptr e) {
+      if (e) failed.fetch_add(1);
+    });
+    (void)detail::command(*c, {"RPUSH", key, b});
+  }
+  const Reply list = raw({"LRANGE", key, "0", "-1"});
+  ASSERT_EQ(list.elements.size(), 2u * kRounds);
+  for (int i = 0; i < kRounds; ++i) {
+    ASSERT_EQ(list.elements[2 * static_cast<std::size_t>(i)].str, "a" + std::to_string(i));
+    ASSERT_EQ(list.elements[2 * static_cast<std::size_t>(i) + 1].str, "s" + std::to_string(i));
+  }
+  EXPECT_EQ(failed.load(), 0);
+  // Sync calls alone, one after another: each finds its connection idle and writes itself.
+  const auto before = c->poolStats();
+  for (int i = 0; i < 50; ++i) (void)detail::command(*c, {"PING"});
+  EXPECT_GE(c->poolStats().direct - before.direct, 40u);
 }
 
 TEST_F(TransportTest, HundredFuturesAllResolve) {
