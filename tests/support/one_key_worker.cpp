@@ -21,12 +21,13 @@
 
 namespace {
 
-std::unique_ptr<redlimit::detail::ScriptLimiter> makeLimiter(const std::string& kind,
+// shared_ptr: it deletes the limiter as the class it was made as.
+std::shared_ptr<redlimit::detail::ScriptLimiter> makeLimiter(const std::string& kind,
                                                              std::shared_ptr<redlimit::Client> client,
                                                              const std::string& name) {
-  if (kind == "token_bucket") return std::make_unique<redlimit::TokenBucketRateLimiter>(client, name);
-  if (kind == "gcra") return std::make_unique<redlimit::GcraRateLimiter>(client, name);
-  if (kind == "fixed_window") return std::make_unique<redlimit::FixedWindowRateLimiter>(client, name);
+  if (kind == "token_bucket") return std::make_shared<redlimit::TokenBucketRateLimiter>(client, name);
+  if (kind == "gcra") return std::make_shared<redlimit::GcraRateLimiter>(client, name);
+  if (kind == "fixed_window") return std::make_shared<redlimit::FixedWindowRateLimiter>(client, name);
   return nullptr;
 }
 

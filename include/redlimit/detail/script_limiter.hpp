@@ -109,6 +109,13 @@ class ScriptLimiter {
   /// than kMaxNameLength, and bad failure options.
   ScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const Script& script,
                 char kind);
+  /// Not virtual: a limiter is used as its own class (or held by a smart pointer made for it,
+  /// which deletes it as that class), never deleted through this base.
+  ~ScriptLimiter() = default;
+  ScriptLimiter(const ScriptLimiter&) = default;
+  ScriptLimiter(ScriptLimiter&&) noexcept = default;
+  ScriptLimiter& operator=(const ScriptLimiter&) = default;
+  ScriptLimiter& operator=(ScriptLimiter&&) noexcept = default;
 
   /// The script's `set` operation with `config` (its arguments after the mode): true if written.
   /// onlyIfAbsent: writes only if the key does not exist.
