@@ -156,6 +156,21 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
   return std::nullopt;
 }
 
+std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::int64_t startedAt, std::int64_t permits,
+                                        std::int64_t rate, std::chrono::milliseconds interval) {
+  bool outage = false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const IoError&) {
+    outage = true;
+    noteError(startedAt);
+  } catch (...) {
+    noteError(startedAt);
+  }
+  if (!outage) return std::nullopt;
+  return decide(permits, rate, interval);
+}
+
 void FailureGate::throwUnavailable() const {
   std::string last;
   {

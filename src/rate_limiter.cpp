@@ -624,6 +624,7 @@ AcquireResult RateLimiter::Impl::guardedAttempt(std::int64_t permits, std::int64
   auto decided = [&](bool granted) {
     AcquireResult r;  // no member, no interval: nothing was recorded in Redis
     r.granted = granted ? permits : 0;
+    r.byPolicy = true;
     return r;
   };
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
@@ -656,6 +657,7 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
   auto decided = [permits](bool granted) {
     AcquireResult r;  // no member, no interval: nothing was recorded in Redis
     r.granted = granted ? permits : 0;
+    r.byPolicy = true;
     return r;
   };
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
@@ -922,6 +924,53 @@ std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast
       promise->set_exception(std::move(error));
     } else {
       promise->set_value(std::move(r));
+    }
+  });
+  return future;
+}
+namespace {
+
+// An acquire of exactly `permits` as a Decision; `knownRate` is the limit reported for a decision
+// of the failure policy.
+Decision decisionOf(const AcquireResult& r, std::int64_t permits, std::int64_t knownRate) {
+  Decision d;
+  d.allowed = r.granted > 0;
+  d.permits = permits;
+  d.byPolicy = r.byPolicy;
+  if (r.byPolicy) {
+    d.limit = knownRate;
+    return d;
+  }
+  d.remaining = r.remaining;
+  d.retryAfter = d.allowed ? std::chrono::microseconds{0} : std::chrono::microseconds{r.wait};
+  d.resetAfter = r.interval;
+  d.limit = r.rate;
+  d.time = r.grantTime;
+  return d;
+}
+
+}  // namespace
+
+Decision RateLimiter::decide(std::int64_t permits) {
+  return decisionOf(impl_->tryAcquireUpTo(permits, permits), permits, impl_->knownRate_.load(std::memory_order_relaxed));
+}
+void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
+  impl_->tryAcquireUpToAsync(permits, permits,
+                             [weak = std::weak_ptr<Impl>(impl_), permits, done = std::move(done)](
+                                 AcquireResult r, std::exception_ptr error) {
+                               const auto self = weak.lock();
+                               const std::int64_t rate = self ? self->knownRate_.load(std::memory_order_relaxed) : 0;
+                               done(error ? Decision{} : decisionOf(r, permits, rate), std::move(error));
+                             });
+}
+std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
+  auto promise = std::make_shared<std::promise<Decision>>();
+  auto future = promise->get_future();
+  decideAsync(permits, [promise](Decision d, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(std::move(error));
+    } else {
+      promise->set_value(d);
     }
   });
   return future;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
 
 namespace redlimit {
@@ -63,6 +64,8 @@ struct AcquireResult {
                                                       // permits expire one interval later)
   std::chrono::milliseconds interval{0};              // the interval in force at this call, ms
   std::string member;                                 // when granted: the sorted-set member written
+  bool byPolicy = false;                              // decided by the failure policy: Redis was not
+                                                      // asked (no wait, remaining, rate or member)
 };
 
 /// A distributed sliding-window rate limiter that reads and writes Redisson's RRateLimiter data
@@ -142,6 +145,20 @@ class RateLimiter {
   void acquire() { acquire(1); }
   /// Takes `permits` (1..rate), waiting as long as it takes.
   void acquire(std::int64_t permits);
+
+  /// Takes `permits` (1..rate) if available now, like tryAcquire(permits), and returns the whole
+  /// answer: remaining, retryAfter, resetAfter, limit (the rate) and the server time of the
+  /// decision. retryAfter is the script's wait, rounded up to whole ms: a retry then succeeds if
+  /// nobody else takes permits (and 1 ms earlier does not, unless the permits needed expire within
+  /// that ms). resetAfter is exact when allowed (the grant is the newest permit in use: one
+  /// interval) and otherwise one interval, an upper bound (the script does not read when the newest
+  /// permit in use was taken). When Redis cannot be asked the failure policy decides
+  /// (Decision::byPolicy, limit = the rate last seen). Never waits.
+  [[nodiscard]] Decision decide(std::int64_t permits = 1);
+  /// decide() without waiting for the reply; `done` as for AcquireCallback.
+  void decideAsync(std::int64_t permits, std::function<void(Decision decision, std::exception_ptr error)> done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<Decision> decideAsync(std::int64_t permits = 1);
 
   /// One attempt to take between `atLeast` and `atMost` permits (as many as are free, up to
   /// atMost); returns the grant, or the wait. Used by the segment cache. When Redis cannot be

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -59,6 +60,14 @@ class FailureGate {
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
   [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate,
+                                           std::chrono::milliseconds interval);
+  /// The end of a guarded call that started at `startedAt` and failed with `error`: records it
+  /// (as noteError), then returns the policy's decision for `permits` if the failure was an outage
+  /// (an IoError), or nullopt if the caller must throw `error`: any other error, or an outage under
+  /// FailurePolicy::Throw. The one classification of a decision's outcome, for sync calls (from a
+  /// catch block) and for completions of async ones alike. `rate`/`interval` as for decide().
+  [[nodiscard]] std::optional<bool> settle(const std::exception_ptr& error, std::int64_t startedAt,
+                                           std::int64_t permits, std::int64_t rate,
                                            std::chrono::milliseconds interval);
   /// Throws the IoError for a call that was not sent because the limiter is degraded.
   [[noreturn]] void throwUnavailable() const;

@@ -1,0 +1,131 @@
+// redlimit — what the one-key limiters (TokenBucketRateLimiter, GcraRateLimiter,
+// FixedWindowRateLimiter) share: the Client, the limiter's name (which is its one key), the failure
+// gate, and the calls of their scripts. Each script (lua/gcra.lua, lua/fixed_window.lua) answers
+// the same operations with the same reply shapes, so everything here is independent of the
+// algorithm; the public classes add their typed configuration.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/reservation.hpp"
+#include "redlimit/detail/script.hpp"
+
+namespace redlimit::detail {
+
+/// The operations every one-key limiter offers (the public classes derive from it). The handle is
+/// a cheap, copyable value: copies share one failure gate. Thread-safe.
+///
+/// Errors: InvalidArgument before anything is sent (bad name, configuration, permits, waits); from
+/// the script, InvalidArgument for permits above the limiter's burst or limit,
+/// NotInitializedError if the key holds no configuration, InvalidConfigError if it holds another
+/// Redis type, another kind of limiter, or a configuration redlimit cannot use, InvalidStateError
+/// if its state is unusable (the script checks everything before it writes: nothing is written
+/// then); ConfigurationError and AuthError when the set-up cannot work, under every failure
+/// policy; IoError and subclasses when Redis cannot be asked in time. For the deciding calls
+/// (decide, tryAcquire, acquire, reserve and their ...Async forms) the failure policy of the
+/// options decides instead what an unreachable Redis means, as for RateLimiter; the other calls
+/// (peek, refund, configuration, deleteLimiter) throw the IoError.
+///
+/// A deciding call whose connection closes before its reply came is not sent again (it may have
+/// taken permits, and a resend would take them twice): it is an outage for the failure policy.
+class ScriptLimiter {
+ public:
+  static constexpr std::int64_t kMaxPermits = 4294967295;                    // uint32 in the key
+  static constexpr std::chrono::milliseconds kMaxInterval{4294967295};       // uint32 ms, 49.7 days
+  static constexpr std::size_t kMaxNameLength = 1024;                         // bytes
+  /// The longest wait a reservation may be made for (longer ones are cut to this): 365 days.
+  static constexpr std::chrono::microseconds kMaxWait{31536000000000};
+
+  /// How an asynchronous decision ends: the decision (error == nullptr) or the exception the sync
+  /// call would have thrown. Called exactly once, on the Client's I/O thread, or on the calling
+  /// thread before the call returns when it was decided without Redis (bad arguments, the failure
+  /// policy while the limiter is degraded). Must not throw or block, and must not make sync calls
+  /// on this Client.
+  using DecisionCallback = std::function<void(Decision decision, std::exception_ptr error)>;
+
+  /// Takes `permits` (1..kMaxPermits, and at most the limiter's burst or limit) if available now,
+  /// and says what remains and when to retry. Never waits. When Redis cannot be asked, the failure
+  /// policy decides (Decision::byPolicy).
+  [[nodiscard]] Decision decide(std::int64_t permits = 1);
+  /// decide(permits).allowed.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits = 1);
+  /// Takes `permits` if they are available within `timeout`: one call reserves them if the wait
+  /// the script computes fits in the timeout, and this sleeps exactly that wait (no polling).
+  /// Returns false at once when it does not fit (nothing is taken then). timeout <= 0: one attempt
+  /// that never waits. Returns after at most timeout plus one call.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout);
+  /// Takes `permits`, waiting as long as it takes (reserve with the longest wait, then sleep it).
+  /// Under the failure policy's denials, asks again every probe interval. IoErrors are thrown
+  /// (FailurePolicy::Throw).
+  void acquire(std::int64_t permits = 1);
+  /// Reserves `permits` if they are available now or will be within `maxWait` (0..kMaxWait; longer
+  /// is cut to it, and further, for the token bucket and GCRA, to 2^52 / P' µs, see lua/gcra.lua):
+  /// the leaky bucket as a queue. The permits are taken at once, possibly ahead of time, and the
+  /// result says how long to wait before using them. Refused (nothing taken) when the wait would
+  /// exceed maxWait; then decision.retryAfter says when the same reservation would succeed. The
+  /// fixed window reserves in the next window only.
+  [[nodiscard]] Reservation reserve(std::int64_t permits, std::chrono::microseconds maxWait);
+  /// What decide(permits) would answer now, without taking anything: allowed, retryAfter, and
+  /// remaining and resetAfter as the limiter is. Not a decision of the failure policy: throws
+  /// IoError when Redis cannot be asked.
+  [[nodiscard]] Decision peek(std::int64_t permits = 1);
+  /// Gives back `permits` (0..kMaxPermits) taken earlier; the limiter never holds more than it
+  /// is full with (its capacity, burst, or limit for the current window).
+  void refund(std::int64_t permits);
+  /// Deletes the limiter's key: configuration and state. True if it existed.
+  bool deleteLimiter();
+  /// True if the limiter's key exists.
+  [[nodiscard]] bool isExists();
+
+  /// decide() without waiting for the reply; one thread can keep thousands in flight.
+  void decideAsync(std::int64_t permits, DecisionCallback done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<Decision> decideAsync(std::int64_t permits = 1);
+  /// tryAcquire(permits) without waiting for the reply: `done` gets allowed or the error.
+  void tryAcquireAsync(std::int64_t permits, std::function<void(bool allowed, std::exception_ptr error)> done);
+  /// tryAcquireAsync with a future.
+  [[nodiscard]] std::future<bool> tryAcquireAsync(std::int64_t permits = 1);
+
+  /// The limiter's name, which is also its Redis key.
+  [[nodiscard]] const std::string& getName() const noexcept;
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
+  /// Decisions made under the failure policy, and whether the limiter is degraded now.
+  [[nodiscard]] FailureStats failureStats() const;
+
+ protected:
+  /// A handle on the limiter whose key is `name`, run by `script` with kind byte `kind` (see the
+  /// script). Sends nothing. Throws InvalidArgument for a null client, an empty name or one longer
+  /// than kMaxNameLength, and bad failure options.
+  ScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const Script& script,
+                char kind);
+  /// Not virtual: a limiter is used as its own class (or held by a smart pointer made for it,
+  /// which deletes it as that class), never deleted through this base.
+  ~ScriptLimiter() = default;
+  ScriptLimiter(const ScriptLimiter&) = default;
+  ScriptLimiter(ScriptLimiter&&) noexcept = default;
+  ScriptLimiter& operator=(const ScriptLimiter&) = default;
+  ScriptLimiter& operator=(ScriptLimiter&&) noexcept = default;
+
+  /// The script's `set` operation with `config` (its arguments after the mode): true if written.
+  /// onlyIfAbsent: writes only if the key does not exist.
+  bool writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config);
+  /// The script's `config` operation: the configuration's numbers, in the script's order.
+  std::vector<std::int64_t> readConfig();
+
+ private:
+  class Core;
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace redlimit::detail

@@ -1,0 +1,50 @@
+#include "redlimit/fixed_window_rate_limiter.hpp"
+
+#include <fmt/format.h>
+
+#include "config_checks.hpp"
+#include "redlimit_lua.hpp"
+
+namespace redlimit {
+namespace {
+
+const detail::Script kFixedWindow{detail::lua::fixed_window.name, detail::lua::fixed_window.sha1,
+                                  detail::lua::fixed_window.source};
+
+std::vector<std::string> configArgs(const FixedWindowConfig& c) {
+  return {fmt::to_string(c.limit), fmt::to_string(c.window.count()), fmt::to_string(c.keepAlive.count())};
+}
+
+}  // namespace
+
+FixedWindowRateLimiter::FixedWindowRateLimiter(std::shared_ptr<Client> client, std::string name,
+                                               FixedWindowRateLimiterOptions options)
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), kFixedWindow, 'W') {}
+
+void FixedWindowRateLimiter::validateConfig(const FixedWindowConfig& c) {
+  detail::checkCount("limit", c.limit, 1, kMaxPermits);
+  detail::checkMillis("window", c.window, 1);
+  detail::checkMillis("keepAlive", c.keepAlive, 0);
+}
+
+bool FixedWindowRateLimiter::trySetConfig(const FixedWindowConfig& c) {
+  validateConfig(c);
+  return writeConfig(true, configArgs(c));
+}
+
+void FixedWindowRateLimiter::setConfig(const FixedWindowConfig& c) {
+  validateConfig(c);
+  (void)writeConfig(false, configArgs(c));
+}
+
+FixedWindowConfig FixedWindowRateLimiter::getConfig() {
+  const std::vector<std::int64_t> f = readConfig();  // L, W ms, keepAlive ms
+  if (f.size() != 3) throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
+  FixedWindowConfig c;
+  c.limit = f[0];
+  c.window = std::chrono::milliseconds{f[1]};
+  c.keepAlive = std::chrono::milliseconds{f[2]};
+  return c;
+}
+
+}  // namespace redlimit

@@ -1,0 +1,355 @@
+#include "redlimit/detail/script_limiter.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/limiter_errors.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using SteadyTime = SteadyClock::time_point;
+
+// Elements of a take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs,
+// delayUs, localRate, localIntervalMs}.
+constexpr std::size_t kDecisionReplySize = 9;
+
+void checkPermits(std::int64_t permits) {
+  if (permits < 1 || permits > ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: permits must be in 1..{}, got {}", ScriptLimiter::kMaxPermits, permits));
+  }
+}
+
+}  // namespace
+
+class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::Core> {
+ public:
+  using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
+
+  Core(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const Script& script, char kind)
+      : client_(std::move(client)), name_(std::move(name)), script_(script), kind_(1, kind), gate_(name_, std::move(failure)) {
+    if (!client_) throw InvalidArgument("redlimit: a limiter needs a Client");
+    if (name_.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
+    if (name_.size() > kMaxNameLength) {
+      throw InvalidArgument(fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name_.size(),
+                                        kMaxNameLength));
+    }
+    const ClientOptions& o = client_->options();
+    callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  }
+
+  // One guarded take: the script unless the gate says not to; an outage is decided by the policy.
+  Reservation take(std::int64_t permits, microseconds maxWait);
+  void takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done);
+  // An unguarded call of the script (`op` and its arguments after now and kind). Reads are sent
+  // once more if the connection closed under them.
+  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed);
+  // The take/peek reply; `self` (may be null: the handle is gone) remembers the configuration.
+  static Reservation parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits);
+  Reservation byPolicy(std::int64_t permits, bool allowed) const;
+  void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
+  SteadyTime callDeadline() const { return deadlineAfter<SteadyClock>(SteadyClock::now(), callBound_); }
+  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  Script script_;
+  std::string kind_;
+  FailureGate gate_;
+  milliseconds callBound_{0};                       // connect + command timeout, saturated
+  std::atomic<std::int64_t> knownLimit_{0};         // the limit last seen from Redis; 0 = unknown
+  std::atomic<std::int64_t> localRate_{0};          // the Local policy's bucket, last seen
+  std::atomic<std::int64_t> localIntervalMs_{0};
+};
+
+void ScriptLimiter::Core::remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept {
+  knownLimit_.store(limit, std::memory_order_relaxed);
+  localRate_.store(localRate, std::memory_order_relaxed);
+  localIntervalMs_.store(localIntervalMs, std::memory_order_relaxed);
+}
+
+Reservation ScriptLimiter::Core::byPolicy(std::int64_t permits, bool allowed) const {
+  Reservation r;
+  r.decision.allowed = allowed;
+  r.decision.permits = permits;
+  r.decision.limit = knownLimit_.load(std::memory_order_relaxed);
+  r.decision.byPolicy = true;
+  return r;
+}
+
+Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kDecisionReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
+                                           name, kDecisionReplySize, r.describe()));
+  }
+  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+  Reservation out;
+  Decision& d = out.decision;
+  d.allowed = at(0) == 1;
+  d.permits = permits;
+  d.remaining = std::max<std::int64_t>(0, at(1));
+  d.retryAfter = microseconds{at(2)};
+  d.resetAfter = microseconds{at(3)};
+  d.limit = at(4);
+  d.time = microseconds{at(5)};
+  out.delay = microseconds{at(6)};
+  if (self != nullptr) self->remember(d.limit, at(7), at(8));
+  return out;
+}
+
+std::vector<std::string> ScriptLimiter::Core::takeArgs(std::int64_t permits, microseconds maxWait) const {
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
+  return {"take", "", kind_, fmt::to_string(permits), fmt::to_string(wait.count())};
+}
+
+Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait) {
+  checkPermits(permits);
+  if (client_->onIoThread()) {
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: a sync decision from a completion callback would wait "
+                                      "for the thread that runs it; use decideAsync there",
+                                      name_));
+  }
+  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
+    gate_.throwUnavailable();
+  }
+  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::vector<std::string_view> argViews(args.begin(), args.end());
+  const std::vector<std::string_view> keys{name_};
+  const std::int64_t started = gate_.callStart();
+  try {
+    Reply reply;
+    try {
+      reply = eval(*client_, script_, keys, argViews, callDeadline());
+    } catch (const ScriptError&) {
+      std::rethrow_exception(limiterError(std::current_exception()));
+    }
+    Reservation out = parse(this, name_, reply, permits);
+    gate_.succeeded();
+    return out;
+  } catch (const Error&) {
+    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) return byPolicy(permits, *d);
+    throw;
+  }
+}
+
+void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done) {
+  try {
+    checkPermits(permits);
+  } catch (...) {
+    done(Reservation{}, std::current_exception());
+    return;
+  }
+  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) {
+      done(byPolicy(permits, *d), nullptr);
+      return;
+    }
+    try {
+      gate_.throwUnavailable();
+    } catch (...) {
+      done(Reservation{}, std::current_exception());
+    }
+    return;
+  }
+  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::vector<std::string_view> argViews(args.begin(), args.end());
+  const std::vector<std::string_view> keys{name_};
+  const std::int64_t started = gate_.callStart();
+  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
+  // (and through it the Client and its I/O thread) alive.
+  evalAsync(*client_, script_, keys, argViews,
+            [weak = weak_from_this(), name = name_, permits, rate, interval, started, done = std::move(done)](
+                Reply reply, std::exception_ptr error) {
+              const std::shared_ptr<Core> self = weak.lock();
+              Reservation out;
+              if (!error) {
+                try {
+                  out = parse(self.get(), name, reply, permits);
+                } catch (...) {
+                  error = std::current_exception();
+                }
+              } else {
+                error = limiterError(std::move(error));
+              }
+              if (!error) {
+                if (self) self->gate_.succeeded();
+                done(std::move(out), nullptr);
+                return;
+              }
+              if (self) {
+                if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
+                  done(self->byPolicy(permits, *d), nullptr);
+                  return;
+                }
+              }
+              done(Reservation{}, std::move(error));
+            },
+            callDeadline());
+}
+
+Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
+  std::vector<std::string_view> argViews{op, "", kind_};
+  argViews.insert(argViews.end(), args.begin(), args.end());
+  const std::vector<std::string_view> keys{name_};
+  const SteadyTime deadline = callDeadline();
+  constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
+  for (int tries = 1;; ++tries) {
+    try {
+      const SteadyTime tryDeadline = std::min(
+          deadline, deadlineAfter<SteadyClock>(SteadyClock::now(), client_->options().connection.commandTimeout));
+      return eval(*client_, script_, keys, argViews, tryDeadline);
+    } catch (const ScriptError&) {
+      std::rethrow_exception(limiterError(std::current_exception()));
+    } catch (const ClosedError&) {
+      if (!resendIfClosed || tries == kMaxTries || SteadyClock::now() >= deadline) throw;
+    }
+  }
+}
+
+// --- The handle -------------------------------------------------------------------------------
+
+ScriptLimiter::ScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
+                             const Script& script, char kind)
+    : core_(std::make_shared<Core>(std::move(client), std::move(name), std::move(failure), script, kind)) {}
+
+Decision ScriptLimiter::decide(std::int64_t permits) { return core_->take(permits, microseconds{0}).decision; }
+
+bool ScriptLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
+
+bool ScriptLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
+  const Reservation r = core_->take(permits, maxWait);
+  if (!r.decision.allowed) return false;
+  if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+  return true;
+}
+
+void ScriptLimiter::acquire(std::int64_t permits) {
+  for (;;) {
+    const Reservation r = core_->take(permits, kMaxWait);
+    if (r.decision.allowed) {
+      if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+      return;
+    }
+    // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
+    // the script: the wait was longer than a reservation may be; sleep until it fits.
+    if (r.decision.byPolicy) {
+      std::this_thread::sleep_for(core_->gate_.options().probeInterval);
+    } else {
+      std::this_thread::sleep_for(r.decision.retryAfter);
+    }
+  }
+}
+
+Reservation ScriptLimiter::reserve(std::int64_t permits, microseconds maxWait) {
+  if (maxWait.count() < 0) {
+    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
+  }
+  return core_->take(permits, maxWait);
+}
+
+Decision ScriptLimiter::peek(std::int64_t permits) {
+  checkPermits(permits);
+  return Core::parse(core_.get(), core_->name_, core_->call("peek", {fmt::to_string(permits)}, true), permits).decision;
+}
+
+void ScriptLimiter::refund(std::int64_t permits) {
+  if (permits < 0 || permits > kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
+  }
+  if (permits == 0) return;
+  (void)core_->call("refund", {fmt::to_string(permits)}, false);
+}
+
+bool ScriptLimiter::deleteLimiter() { return command(*core_->client_, {"DEL", core_->name_}).asInteger() > 0; }
+
+bool ScriptLimiter::isExists() { return command(*core_->client_, {"EXISTS", core_->name_}).asInteger() == 1; }
+
+void ScriptLimiter::decideAsync(std::int64_t permits, DecisionCallback done) {
+  core_->takeAsync(permits, microseconds{0}, [done = std::move(done)](Reservation r, std::exception_ptr error) {
+    done(r.decision, std::move(error));
+  });
+}
+
+std::future<Decision> ScriptLimiter::decideAsync(std::int64_t permits) {
+  auto promise = std::make_shared<std::promise<Decision>>();
+  auto future = promise->get_future();
+  decideAsync(permits, [promise](Decision d, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(std::move(error));
+    } else {
+      promise->set_value(d);
+    }
+  });
+  return future;
+}
+
+void ScriptLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
+  decideAsync(permits, [done = std::move(done)](Decision d, std::exception_ptr error) {
+    const bool allowed = !error && d.allowed;
+    done(allowed, std::move(error));
+  });
+}
+
+std::future<bool> ScriptLimiter::tryAcquireAsync(std::int64_t permits) {
+  auto promise = std::make_shared<std::promise<bool>>();
+  auto future = promise->get_future();
+  tryAcquireAsync(permits, [promise](bool allowed, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(std::move(error));
+    } else {
+      promise->set_value(allowed);
+    }
+  });
+  return future;
+}
+
+bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config) {
+  std::vector<std::string> args{onlyIfAbsent ? "try" : "reset"};
+  args.insert(args.end(), config.begin(), config.end());
+  // 'reset' is safe to send twice; 'try' is not (a resend of a write that went through says false).
+  const Reply r = core_->call("set", args, !onlyIfAbsent);
+  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of 4 from the set operation, got {}",
+                                           core_->name_, r.describe()));
+  }
+  const bool written = r.elements[0].asInteger() == 1;
+  if (written) core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
+  return written;
+}
+
+std::vector<std::int64_t> ScriptLimiter::readConfig() {
+  const Reply r = core_->call("config", {}, true);
+  if (r.type != Reply::Type::Array || r.elements.size() < 3) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array from the config operation, got {}",
+                                           core_->name_, r.describe()));
+  }
+  core_->remember(r.elements[0].asInteger(), r.elements[1].asInteger(), r.elements[2].asInteger());
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 3; i < r.elements.size(); ++i) out.push_back(r.elements[i].asInteger());
+  return out;
+}
+
+const std::string& ScriptLimiter::getName() const noexcept { return core_->name_; }
+const std::shared_ptr<Client>& ScriptLimiter::client() const noexcept { return core_->client_; }
+FailureStats ScriptLimiter::failureStats() const { return core_->gate_.stats(); }
+
+}  // namespace redlimit::detail
