@@ -21,6 +21,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,6 +98,7 @@ class SmoothScript : public RedisTest {
   Reply5 tryAcquire(std::int64_t permits, std::int64_t timeoutUs) {
     return decode(evalScript({"try", std::to_string(permits), std::to_string(timeoutUs)}));
   }
+  Reply rawCommand(std::initializer_list<std::string_view> argv) { return raw(argv); }
   std::string field(const std::string& f) {
     const Reply r = raw({"HGET", key(), f});
     return r.isNil() ? "<nil>" : r.str;
@@ -200,6 +204,297 @@ TEST_F(SmoothScript, WarmUpCostOfTheColdPermitsIsTheWarmUpPeriodEvenWithLargeNum
   EXPECT_LE(sum, W + 10000);
   EXPECT_GT(sum, W + 10000 - 6);
   EXPECT_EQ(field("s"), std::to_string(static_cast<std::int64_t>(storedK)));
+}
+
+// ---- 2. Guava's reference vectors on a virtual clock (see the file comment) ------------------
+
+class VirtualRun {
+ public:
+  // `factor`: the most a stored permit costs, in µs per µs of idle time that stored it
+  // (bursty: 1; warm-up: coldFactor * stableInterval / coolDownInterval).
+  VirtualRun(SmoothScript& t, const Config& c, double factor) : t_(t), factor_(factor) {
+    const auto [created, at] = t_.init(c);
+    EXPECT_TRUE(created);
+    virtualNow_ = at;
+    lastServer_ = at;
+    nextFreeVirtual_ = at;
+  }
+  /// Guava's state is full here (a cold warm-up limiter at the start, or after an idle period
+  /// of more than enough to fill it), and so is the script's: idle time the vector does not have
+  /// changes nothing at the next call.
+  void bothFull() { bothFull_ = true; }
+  void userSleep(std::int64_t micros) { virtualNow_ += micros; }
+
+  /// acquire(permits): the wait Guava's acquire() would sleep, in virtual time.
+  std::int64_t acquire(std::int64_t permits) {
+    shift();
+    const Reply5 r = t_.reserve(permits);
+    return observe(r);
+  }
+  /// tryAcquire(permits, timeout): granted or not (the wait slept is in lastWait()).
+  bool tryAcquire(std::int64_t permits, std::int64_t timeoutUs) {
+    shift();
+    const Reply5 r = t_.tryAcquire(permits, timeoutUs);
+    lastWait_ = observe(r);
+    return r.granted;
+  }
+  [[nodiscard]] std::int64_t lastWait() const { return lastWait_; }
+  /// How far a wait may be from Guava's after the idle time the vector does not have.
+  [[nodiscard]] std::int64_t tolerance() const {
+    return static_cast<std::int64_t>(static_cast<double>(lastExtra_) + factor_ * static_cast<double>(extraIdle_)) + 1;
+  }
+  [[nodiscard]] std::int64_t extraIdle() const { return extraIdle_; }
+
+ private:
+  // Moves the stored nextFree back by what the virtual clock gained over the server's.
+  void shift() {
+    const std::int64_t gap = virtualNow_ - (lastServer_ + offset_);
+    if (gap <= 0) return;
+    const Reply r = t_.rawCommand({"HINCRBY", t_.key(), "n", std::to_string(-gap)});
+    ASSERT_EQ(r.integer + offset_ + gap, nextFreeVirtual_);
+    offset_ += gap;
+  }
+  std::int64_t observe(const Reply5& r) {
+    const std::int64_t nowVirtual = r.now + offset_;
+    // Idle time the script saw at this call that Guava's limiter did not (the call came late).
+    const std::int64_t extra = std::max<std::int64_t>(nowVirtual - nextFreeVirtual_, 0) -
+                               std::max<std::int64_t>(virtualNow_ - nextFreeVirtual_, 0);
+    lastExtra_ = extra;
+    if (!bothFull_) extraIdle_ += extra;
+    bothFull_ = false;
+    lastServer_ = r.now;
+    nextFreeVirtual_ = r.nextFree + offset_;
+    if (!r.granted) return 0;
+    const std::int64_t wait = nowVirtual + r.wait - virtualNow_;  // from Guava's call time
+    virtualNow_ += wait;                                         // the caller sleeps it
+    return wait;
+  }
+
+  SmoothScript& t_;
+  double factor_;
+  std::int64_t virtualNow_ = 0;       // Guava's clock
+  std::int64_t offset_ = 0;           // virtual - server
+  std::int64_t lastServer_ = 0;       // server time of the last reply
+  std::int64_t nextFreeVirtual_ = 0;  // the stored nextFree, in virtual time
+  std::int64_t extraIdle_ = 0;        // idle time the vector does not have, summed
+  std::int64_t lastExtra_ = 0;
+  std::int64_t lastWait_ = 0;
+  bool bothFull_ = false;
+};
+
+constexpr std::int64_t kSecond = 1'000'000;
+
+// Runs acquire(permits[i]) and compares each wait with Guava's, within the run's tolerance.
+void expectWaits(VirtualRun& run, const std::vector<std::int64_t>& permits, const std::vector<std::int64_t>& guava,
+                 int& exact) {
+  ASSERT_EQ(permits.size(), guava.size());
+  for (std::size_t i = 0; i < guava.size(); ++i) {
+    const std::int64_t wait = run.acquire(permits[i]);
+    EXPECT_LE(std::llabs(wait - guava[i]), run.tolerance())
+        << "acquire #" << i << " (" << permits[i] << "): " << wait << " vs Guava's " << guava[i];
+    if (wait == guava[i]) ++exact;
+  }
+}
+std::vector<std::int64_t> ones(std::size_t n) { return std::vector<std::int64_t>(n, 1); }
+
+double warmUpFactor(double qps, double warmupUs, double cold) {
+  const double s = 1e6 / qps;
+  const double maxPermits = 0.5 * warmupUs / s + 2.0 * warmupUs / (s + cold * s);
+  return cold * s / (warmupUs / maxPermits);
+}
+
+TEST_F(SmoothScript, GuavaVectorsBursty) {
+  int exact = 0, total = 0;
+  const Config qps5{5, kSecond, kSecond, 0, 1, 1};
+  {  // simple
+    VirtualRun run(*this, qps5, 1.0);
+    expectWaits(run, ones(3), {0, 200000, 200000}, exact);
+    total += 3;
+  }
+  raw({"DEL", key()});
+  {  // simple with wait
+    VirtualRun run(*this, qps5, 1.0);
+    expectWaits(run, ones(1), {0}, exact);
+    run.userSleep(200000);
+    expectWaits(run, ones(2), {0, 200000}, exact);
+    total += 3;
+  }
+  raw({"DEL", key()});
+  {  // earliest available in the past
+    VirtualRun run(*this, qps5, 1.0);
+    expectWaits(run, ones(1), {0}, exact);
+    run.userSleep(400000);
+    expectWaits(run, ones(3), {0, 0, 200000}, exact);
+    total += 4;
+  }
+  raw({"DEL", key()});
+  {  // one-second burst
+    VirtualRun run(*this, qps5, 1.0);
+    run.userSleep(kSecond);
+    run.userSleep(kSecond);
+    run.bothFull();
+    expectWaits(run, {1, 1, 3, 1, 1}, {0, 0, 0, 0, 200000}, exact);
+    total += 5;
+  }
+  raw({"DEL", key()});
+  {  // weights, qps 1
+    VirtualRun run(*this, {1, kSecond, kSecond, 0, 1, 1}, 1.0);
+    expectWaits(run, {1, 1, 2, 4, 8, 1}, {0, 1000000, 1000000, 2000000, 4000000, 8000000}, exact);
+    total += 6;
+  }
+  RecordProperty("exact", exact);
+  std::printf("[ bursty vectors ] %d of %d waits exact to the µs\n", exact, total);
+}
+
+TEST_F(SmoothScript, GuavaVectorsWarmingUp) {
+  int exact = 0, total = 0;
+  {  // warm-up: qps 2, W 4 s, cold factor 3
+    const std::vector<std::int64_t> eight{0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000};
+    VirtualRun run(*this, {2, kSecond, 0, 4 * kSecond, 3, 1}, warmUpFactor(2, 4e6, 3));
+    run.bothFull();
+    expectWaits(run, ones(8), eight, exact);
+    run.userSleep(500000);
+    run.userSleep(4000000);
+    run.bothFull();
+    expectWaits(run, ones(8), eight, exact);
+    run.userSleep(500000);
+    run.userSleep(2000000);
+    expectWaits(run, ones(8), {0, 500000, 500000, 500000, 500000, 500000, 500000, 500000}, exact);
+    total += 24;
+  }
+  raw({"DEL", key()});
+  {  // cold factor 10: qps 5, W 4 s (300227 is a truncated trapezoid that straddles the threshold)
+    const std::vector<std::int64_t> eight{0, 1752500, 1257500, 762500, 300227, 200000, 200000, 200000};
+    VirtualRun run(*this, {5, kSecond, 0, 4 * kSecond, 10, 1}, warmUpFactor(5, 4e6, 10));
+    run.bothFull();
+    expectWaits(run, ones(8), eight, exact);
+    run.userSleep(200000);
+    run.userSleep(4000000);
+    run.bothFull();
+    expectWaits(run, ones(8), eight, exact);
+    run.userSleep(200000);
+    run.userSleep(1000000);
+    expectWaits(run, ones(8), {0, 200000, 200000, 200000, 200000, 200000, 200000, 200000}, exact);
+    total += 24;
+  }
+  raw({"DEL", key()});
+  {  // cold factor 1: qps 5, W 4 s
+    const std::vector<std::int64_t> eight{0, 200000, 200000, 200000, 200000, 200000, 200000, 200000};
+    VirtualRun run(*this, {5, kSecond, 0, 4 * kSecond, 1, 1}, warmUpFactor(5, 4e6, 1));
+    run.bothFull();
+    expectWaits(run, ones(8), eight, exact);
+    run.userSleep(340000);
+    expectWaits(run, ones(8), eight, exact);
+    total += 16;
+  }
+  std::printf("[ warm-up vectors ] %d of %d waits exact to the µs\n", exact, total);
+}
+
+TEST_F(SmoothScript, GuavaVectorsTryAcquire) {
+  const Config qps5{5, kSecond, kSecond, 0, 1, 1};
+  {  // no wait
+    VirtualRun run(*this, qps5, 1.0);
+    EXPECT_TRUE(run.tryAcquire(1, 0));
+    EXPECT_FALSE(run.tryAcquire(1, 0));
+    EXPECT_FALSE(run.tryAcquire(1, 0));
+    run.userSleep(100000);
+    EXPECT_FALSE(run.tryAcquire(1, 0));
+  }
+  raw({"DEL", key()});
+  {  // some wait
+    VirtualRun run(*this, qps5, 1.0);
+    EXPECT_TRUE(run.tryAcquire(1, 0));
+    EXPECT_TRUE(run.tryAcquire(1, 200000));
+    EXPECT_LE(std::llabs(run.lastWait() - 200000), run.tolerance()) << run.lastWait();
+    EXPECT_FALSE(run.tryAcquire(1, 100000));
+    run.userSleep(100000);
+    EXPECT_TRUE(run.tryAcquire(1, 100000));
+    EXPECT_LE(std::llabs(run.lastWait() - 100000), run.tolerance()) << run.lastWait();
+  }
+  raw({"DEL", key()});
+  {  // overflow: the largest timeout the script takes (the client clamps to it)
+    VirtualRun run(*this, qps5, 1.0);
+    EXPECT_TRUE(run.tryAcquire(1, 0));
+    run.userSleep(100000);
+    EXPECT_TRUE(run.tryAcquire(1, std::int64_t{1} << 52));
+  }
+  raw({"DEL", key()});
+  {  // negative timeouts count as 0 (the client clamps them before sending)
+    VirtualRun run(*this, qps5, 1.0);
+    EXPECT_TRUE(run.tryAcquire(5, 0));
+    run.userSleep(900000);
+    EXPECT_FALSE(run.tryAcquire(1, 0));
+    run.userSleep(100000);
+    EXPECT_TRUE(run.tryAcquire(1, 0));
+  }
+}
+
+// ---- Validation, errors, layout --------------------------------------------------------------
+
+TEST_F(SmoothScript, RejectsBadArgumentsBeforeWriting) {
+  EXPECT_THROW(init({0, kSecond, kSecond, 0, 1, 1}), InvalidArgument);
+  EXPECT_THROW(init({5, 0, kSecond, 0, 1, 1}), InvalidArgument);
+  EXPECT_THROW(init({5, kSecond, 0, 4 * kSecond, 1, 2}), InvalidArgument);  // cold factor < 1
+  EXPECT_THROW(evalScript({"init", "5", "1000000", "-1", "0", "1", "1"}), InvalidArgument);
+  EXPECT_THROW(evalScript({"init", "5", "1000000", "01", "0", "1", "1"}), InvalidArgument);
+  EXPECT_THROW(init({1000000, 1, 0, 3600 * kSecond, 3, 1}), InvalidArgument);  // too large to keep exact
+  EXPECT_EQ(raw({"EXISTS", key()}).integer, 0);
+  EXPECT_THROW(reserve(1), NotInitializedError);
+  ASSERT_TRUE(init({5, kSecond, kSecond, 0, 1, 1}).first);
+  const std::string before = field("n") + "/" + field("s") + "/" + field("r");
+  EXPECT_THROW(reserve(0), InvalidArgument);
+  EXPECT_THROW(evalScript({"reserve", "-1"}), InvalidArgument);
+  EXPECT_THROW(evalScript({"reserve", "1.5"}), InvalidArgument);
+  EXPECT_THROW(evalScript({"try", "0", "0"}), InvalidArgument);
+  EXPECT_THROW(evalScript({"try", "1", "-1"}), InvalidArgument);
+  EXPECT_THROW(evalScript({"nope", "1"}), InvalidArgument);
+  EXPECT_EQ(field("n") + "/" + field("s") + "/" + field("r"), before);
+}
+
+TEST_F(SmoothScript, ConfigIsWrittenOnlyWhenAbsent) {
+  ASSERT_TRUE(init({5, kSecond, kSecond, 0, 1, 1}).first);
+  EXPECT_FALSE(init({7, kSecond, 0, 4 * kSecond, 3, 1}).first);
+  EXPECT_EQ(field("cfg"), "1:200000:1000000:0:1:1");  // 5 per second, reduced by the gcd
+}
+
+TEST_F(SmoothScript, UnusableStateIsATypedErrorAndNothingIsWritten) {
+  raw({"SET", key(), "x"});
+  EXPECT_THROW(reserve(1), InvalidConfigError);
+  EXPECT_THROW(init({5, kSecond, kSecond, 0, 1, 1}), InvalidConfigError);
+  raw({"DEL", key()});
+  ASSERT_TRUE(init({5, kSecond, kSecond, 0, 1, 1}).first);
+  for (const auto& [f, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"s", "-1"}, {"s", "99999999"}, {"n", "abc"}, {"r", "2"}, {"cfg", "1:2:3"}, {"cfg", "0:1:0:0:1:1"}}) {
+    const std::string good = field(f);
+    raw({"HSET", key(), f, bad});
+    const std::string n = field("n");
+    EXPECT_THROW(reserve(1), InvalidConfigError) << f << "=" << bad;
+    EXPECT_EQ(field("n"), n);
+    raw({"HSET", key(), f, good});
+  }
+  EXPECT_TRUE(reserve(1).granted);
+}
+
+// Issue 11 asks for <= 100 bytes per limiter key (MEMORY USAGE). This layout (a hash: cfg, s, n, r)
+// takes 112 bytes under a one-byte key name on Redis 7.0 (jemalloc size classes: 96 needs a
+// listpack a few bytes shorter); the key name adds its length. NOT MET YET: the test records the
+// size and guards against growth (<= 128 under a short name); see the report for the options.
+TEST_F(SmoothScript, OneSmallKeyPerLimiter) {
+  auto measure = [&](const Config& c, std::int64_t permits) {
+    raw({"DEL", key()});
+    EXPECT_TRUE(init(c).first);
+    (void)reserve(permits);
+    raw({"RENAME", key(), "k"});  // a short name: measure the layout, not the test's prefix
+    const std::int64_t bytes = raw({"MEMORY", "USAGE", "k"}).integer;
+    raw({"DEL", "k"});
+    return bytes;
+  };
+  const std::int64_t bursty = measure({5, kSecond, kSecond, 0, 1, 1}, 3);
+  const std::int64_t warm = measure({100, kSecond, 0, 60 * kSecond, 3, 1}, 1500);
+  std::printf("[ memory ] key \"k\": bursty %lld bytes, warming-up %lld bytes\n", static_cast<long long>(bursty),
+              static_cast<long long>(warm));
+  EXPECT_LE(bursty, 128);
+  EXPECT_LE(warm, 128);
 }
 
 }  // namespace
