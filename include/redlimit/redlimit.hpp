@@ -7,6 +7,7 @@
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/http.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"

@@ -129,8 +129,20 @@
 namespace redlimit {
 
 namespace detail {
-// Optional members of a permit source (see SegmentedRateLimiter), detected so that sources
-// without them keep the plain behaviour.
+// The members of a permit source (see SegmentedRateLimiter), each detected on its own so that a
+// static_assert can name the one that is missing. The call is checked, not the exact signature:
+// a member that accepts these arguments and whose result converts to the type named works.
+template <class Source, class = void>
+struct HasTryAcquireUpTo : std::false_type {};
+template <class Source>
+struct HasTryAcquireUpTo<Source, std::void_t<decltype(AcquireResult(std::declval<Source&>().tryAcquireUpTo(
+                                     std::int64_t{}, std::int64_t{})))>> : std::true_type {};
+template <class Source, class = void>
+struct HasReleaseGrant : std::false_type {};
+template <class Source>
+struct HasReleaseGrant<Source, std::void_t<decltype(std::int64_t(std::declval<Source&>().releaseGrant(
+                                   std::declval<const std::string&>(), std::int64_t{})))>> : std::true_type {};
+// Optional members, detected so that sources without them keep the plain behaviour.
 template <class Source, class = void>
 struct HasBestEffortRelease : std::false_type {};
 template <class Source>
@@ -144,7 +156,34 @@ template <class Source>
 struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
                                        std::int64_t{}, std::declval<const std::string&>())))>>
     : std::true_type {};
+// What reconfigure() needs on top (checked only when reconfigure() is used).
+template <class Source, class = void>
+struct HasConfigCalls : std::false_type {};
+template <class Source>
+struct HasConfigCalls<
+    Source, std::void_t<decltype(RateLimiterConfig(std::declval<Source&>().getConfig())),
+                        decltype(bool(std::declval<Source&>().trySetRate(RateType{}, std::int64_t{},
+                                                                         std::chrono::milliseconds{}))),
+                        decltype(std::declval<Source&>().setRate(RateType{}, std::int64_t{}, std::chrono::milliseconds{},
+                                                                 std::chrono::milliseconds{}, bool{}))>>
+    : std::true_type {};
 }  // namespace detail
+
+/// True if `Source` has the members SegmentedRateLimiter requires of a permit source:
+///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+/// (see SegmentedRateLimiter for what they must do, and for the optional members).
+template <class Source>
+struct IsPermitSource
+    : std::bool_constant<detail::HasTryAcquireUpTo<Source>::value && detail::HasReleaseGrant<Source>::value> {};
+template <class Source>
+inline constexpr bool isPermitSourceV = IsPermitSource<Source>::value;
+
+#if defined(__cpp_concepts) && __cpp_concepts >= 201907L
+/// C++20: the permit-source requirements as a concept (the same test as IsPermitSource).
+template <class Source>
+concept PermitSource = isPermitSourceV<Source>;
+#endif
 
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
@@ -172,7 +211,8 @@ struct SegmentStats {
 /// A local segment cache over a distributed limiter: takes `segmentSize` permits per round trip
 /// and hands them out in-process, lock-free (see the file comment for the guarantee and design).
 ///
-/// `Source` is a permit source; RateLimiter is one. Any type with these members works:
+/// `Source` is a permit source; RateLimiter is one. Any type with these members works (checked at
+/// compile time: IsPermitSource, and a static_assert naming a missing member):
 ///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
 ///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
 ///       granted = 0 with `wait` set
@@ -187,6 +227,7 @@ struct SegmentStats {
 ///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
 ///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
 ///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
+/// (the three reconfigure() members are checked by a static_assert in reconfigure()).
 /// `Clock` is a clock policy (clock.hpp): segment deadlines and sleeps between retries use it.
 ///
 /// Thread-safe: any thread may call any member, including close() (the destructor must not race
@@ -197,6 +238,13 @@ struct SegmentStats {
 /// close() or when the sweeper's thread cannot be started.
 template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
+  static_assert(detail::HasTryAcquireUpTo<Source>::value,
+                "SegmentedRateLimiter: Source is not a permit source: it lacks "
+                "AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost)");
+  static_assert(detail::HasReleaseGrant<Source>::value,
+                "SegmentedRateLimiter: Source is not a permit source: it lacks "
+                "std::int64_t releaseGrant(const std::string& member, std::int64_t permits)");
+
  public:
   /// Takes segments from `source`. Sends nothing. With options.returnWhenIdle, registers with the
   /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
@@ -274,6 +322,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// Error after close().
   bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval,
                    std::int64_t segmentSize) {
+    static_assert(detail::HasConfigCalls<Source>::value,
+                  "SegmentedRateLimiter::reconfigure: Source lacks getConfig(), trySetRate(RateType, "
+                  "std::int64_t, std::chrono::milliseconds) or setRate(RateType, std::int64_t, "
+                  "std::chrono::milliseconds, std::chrono::milliseconds, bool)");
     checkSegmentSize(segmentSize);
     RateLimiter::validateConfig(type, rate, interval);  // the keepAliveTime written is derived from a valid one
     {

@@ -1100,3 +1100,46 @@ TEST_F(SegmentedRateLimiterTest, CountersAddUpUnderARandomMix) {
 }
 
 }  // namespace
+
+// The permit-source concept is checked at compile time (IsPermitSource; SegmentedRateLimiter's
+// static_asserts name the missing member). Stand-ins that lack one member each:
+namespace {
+struct NoRelease {
+  redlimit::AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t) { return {}; }
+};
+struct NoAcquire {
+  std::int64_t releaseGrant(const std::string&, std::int64_t) { return 0; }
+};
+struct Tag {};
+struct WrongAcquire {  // takes a Tag where the count goes: not callable as a source
+  redlimit::AcquireResult tryAcquireUpTo(Tag, std::int64_t) { return {}; }
+  std::int64_t releaseGrant(const std::string&, std::int64_t) { return 0; }
+};
+struct Minimal : NoRelease {
+  std::int64_t releaseGrant(const std::string&, std::int64_t) { return 0; }
+};
+static_assert(redlimit::isPermitSourceV<redlimit::RateLimiter>);
+static_assert(redlimit::isPermitSourceV<FakeSource>);
+static_assert(redlimit::isPermitSourceV<Minimal>);
+static_assert(!redlimit::isPermitSourceV<NoRelease>);
+static_assert(!redlimit::isPermitSourceV<NoAcquire>);
+static_assert(!redlimit::isPermitSourceV<WrongAcquire>);
+static_assert(!redlimit::isPermitSourceV<int>);
+static_assert(!redlimit::detail::HasDecideUnanswered<Minimal>::value);
+static_assert(redlimit::detail::HasConfigCalls<redlimit::RateLimiter>::value);
+static_assert(!redlimit::detail::HasConfigCalls<Minimal>::value);
+#if defined(__cpp_concepts) && __cpp_concepts >= 201907L
+static_assert(redlimit::PermitSource<redlimit::RateLimiter> && !redlimit::PermitSource<NoRelease>);
+#endif
+}  // namespace
+
+TEST(PermitSourceConcept, TraitAcceptsSourcesAndRejectsTypesMissingAMember) {
+  // The checks above are static_asserts; this test records that they compiled, and that a source
+  // with only the required members drives a SegmentedRateLimiter (reconfigure() not used).
+  using Limiter = redlimit::SegmentedRateLimiter<Minimal, redlimit::ClockRef<redlimit::ManualClock>>;
+  redlimit::ManualClock clock;
+  redlimit::SegmentOptions options;
+  options.returnWhenIdle = false;
+  Limiter limiter(std::make_shared<Minimal>(), options, redlimit::ClockRef<redlimit::ManualClock>(clock));
+  EXPECT_FALSE(limiter.tryAcquire());  // Minimal grants nothing
+}

@@ -1,0 +1,112 @@
+// redlimit — HTTP header fields from a Decision (see include/redlimit/http.hpp).
+#include "redlimit/http.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "redlimit/errors.hpp"
+
+namespace redlimit::http {
+namespace {
+
+constexpr std::int64_t kMicrosPerSecond = 1'000'000;
+
+// Microseconds to whole seconds, rounded up; 0 for d <= 0. Cannot overflow: the result is at
+// most 2^63 / 10^6 (and below kMaxSfInteger).
+std::int64_t ceilSeconds(std::chrono::microseconds d) noexcept {
+  const std::int64_t us = d.count();
+  if (us <= 0) return 0;
+  return us / kMicrosPerSecond + (us % kMicrosPerSecond != 0 ? 1 : 0);
+}
+
+std::int64_t clampSf(std::int64_t n) noexcept { return std::clamp<std::int64_t>(n, 0, kMaxSfInteger); }
+
+// The policy name as an sf-string (RFC 9651 §3.3.3): printable ASCII inside quotes, '"' and '\'
+// escaped with '\'.
+std::string sfString(const std::string& name) {
+  std::string out;
+  out.reserve(name.size() + 2);
+  out.push_back('"');
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char ch = name[i];
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c > 0x7E) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: RateLimitPolicy::name must be printable ASCII (0x20..0x7E) to be sent as a "
+          "structured-field string; byte 0x{:02X} at offset {} is not",
+          c, i));
+    }
+    if (ch == '"' || ch == '\\') out.push_back('\\');
+    out.push_back(ch);
+  }
+  out.push_back('"');
+  return out;
+}
+
+void checkPolicy(const RateLimitPolicy& policy) {
+  if (policy.quota < 0 || policy.quota > kMaxSfInteger) {
+    throw InvalidArgument(
+        fmt::format("redlimit: RateLimitPolicy::quota must be in 0..{}, got {}", kMaxSfInteger, policy.quota));
+  }
+  const auto w = static_cast<std::int64_t>(policy.window.count());
+  if (w < 0 || w > kMaxSfInteger) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: RateLimitPolicy::window must be in 1..{} s (or 0 to leave w out), got {} s", kMaxSfInteger, w));
+  }
+}
+
+// Seconds for RateLimit's t and X-RateLimit-Reset: the denial's wait, else the time to full.
+std::int64_t effectiveWindowSeconds(const Decision& decision) noexcept {
+  return decision.allowed ? ceilSeconds(decision.resetAfter) : ceilSeconds(decision.retryAfter);
+}
+
+}  // namespace
+
+std::int64_t retryAfterSeconds(const Decision& decision) noexcept {
+  return decision.allowed ? 0 : ceilSeconds(decision.retryAfter);
+}
+
+std::optional<std::string> retryAfterHeader(const Decision& decision) {
+  if (decision.allowed) return std::nullopt;
+  const std::int64_t seconds = retryAfterSeconds(decision);
+  if (decision.byPolicy && seconds == 0) return std::nullopt;  // no estimate: say nothing
+  return fmt::format("{}", seconds);
+}
+
+std::string rateLimitPolicyField(const RateLimitPolicy& policy) {
+  checkPolicy(policy);
+  std::string out = fmt::format("{};q={}", sfString(policy.name), policy.quota);
+  if (policy.window.count() > 0) fmt::format_to(std::back_inserter(out), ";w={}", policy.window.count());
+  return out;
+}
+
+std::optional<std::string> rateLimitField(const Decision& decision, const RateLimitPolicy& policy) {
+  checkPolicy(policy);
+  if (decision.byPolicy) return std::nullopt;
+  return fmt::format("{};r={};t={}", sfString(policy.name), clampSf(decision.remaining),
+                     effectiveWindowSeconds(decision));
+}
+
+Headers rateLimitHeaders(const Decision& decision, const RateLimitPolicy& policy, const HeaderOptions& options) {
+  checkPolicy(policy);
+  Headers out;
+  if (options.ietf) {
+    out.emplace_back("RateLimit-Policy", rateLimitPolicyField(policy));
+    if (auto field = rateLimitField(decision, policy)) out.emplace_back("RateLimit", std::move(*field));
+  }
+  if (options.xRateLimit) {
+    out.emplace_back("X-RateLimit-Limit", fmt::format("{}", policy.quota));
+    if (!decision.byPolicy) {
+      out.emplace_back("X-RateLimit-Remaining", fmt::format("{}", clampSf(decision.remaining)));
+      out.emplace_back("X-RateLimit-Reset", fmt::format("{}", effectiveWindowSeconds(decision)));
+    }
+  }
+  if (options.retryAfter) {
+    if (auto field = retryAfterHeader(decision)) out.emplace_back("Retry-After", std::move(*field));
+  }
+  return out;
+}
+
+}  // namespace redlimit::http

@@ -1,0 +1,146 @@
+// Unit tests of the HTTP helpers (redlimit/http.hpp): Retry-After rounding, the IETF RateLimit
+// fields' syntax (draft-ietf-httpapi-ratelimit-headers-11), the X-RateLimit option, decisions made
+// by the failure policy, and policy validation.
+#include "redlimit/http.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <limits>
+#include <string>
+
+#include "redlimit/errors.hpp"
+
+namespace {
+
+using namespace redlimit;
+using namespace redlimit::http;
+using std::chrono::microseconds;
+using std::chrono::seconds;
+
+Decision denied(std::int64_t retryUs, std::int64_t remaining = 0) {
+  Decision d;
+  d.allowed = false;
+  d.permits = 1;
+  d.remaining = remaining;
+  d.retryAfter = microseconds{retryUs};
+  d.resetAfter = microseconds{60'000'000};
+  d.limit = 100;
+  return d;
+}
+
+Decision allowed(std::int64_t remaining, std::int64_t resetUs) {
+  Decision d;
+  d.allowed = true;
+  d.permits = 1;
+  d.remaining = remaining;
+  d.resetAfter = microseconds{resetUs};
+  d.limit = 100;
+  return d;
+}
+
+const RateLimitPolicy kPolicy{"default", 100, seconds{60}};
+
+TEST(HttpRetryAfter, RoundsUpToWholeSeconds) {
+  EXPECT_EQ(retryAfterSeconds(denied(1)), 1);
+  EXPECT_EQ(retryAfterSeconds(denied(999'999)), 1);
+  EXPECT_EQ(retryAfterSeconds(denied(1'000'000)), 1);
+  EXPECT_EQ(retryAfterSeconds(denied(1'000'001)), 2);
+  EXPECT_EQ(retryAfterSeconds(denied(2'000'000)), 2);
+  EXPECT_EQ(retryAfterSeconds(denied(0)), 0);
+  EXPECT_EQ(retryAfterSeconds(denied(-5)), 0);
+  const std::int64_t most = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(retryAfterSeconds(denied(most)), most / 1'000'000 + 1);
+  EXPECT_EQ(retryAfterHeader(denied(1)), "1");
+  EXPECT_EQ(retryAfterHeader(denied(2'000'000)), "2");
+  EXPECT_EQ(retryAfterHeader(denied(2'000'001)), "3");
+}
+
+TEST(HttpRetryAfter, OnlyWhenDenied) {
+  Decision d = allowed(5, 1'000'000);
+  d.retryAfter = microseconds{3'000'000};  // ignored when allowed
+  EXPECT_EQ(retryAfterSeconds(d), 0);
+  EXPECT_EQ(retryAfterHeader(d), std::nullopt);
+}
+
+TEST(HttpRateLimit, PolicyFieldSyntax) {
+  EXPECT_EQ(rateLimitPolicyField(kPolicy), R"("default";q=100;w=60)");
+  EXPECT_EQ(rateLimitPolicyField({"per-user", 0, seconds{0}}), R"("per-user";q=0)");  // w left out
+  EXPECT_EQ(rateLimitPolicyField({"", 5, seconds{1}}), R"("";q=5;w=1)");
+  EXPECT_EQ(rateLimitPolicyField({R"(a"b\c)", 1, seconds{1}}), R"("a\"b\\c";q=1;w=1)");
+  EXPECT_EQ(rateLimitPolicyField({"x", kMaxSfInteger, seconds{kMaxSfInteger}}),
+            R"("x";q=999999999999999;w=999999999999999)");
+}
+
+TEST(HttpRateLimit, FieldSyntaxAndNumbers) {
+  EXPECT_EQ(rateLimitField(allowed(42, 6'000'001), kPolicy), R"("default";r=42;t=7)");
+  EXPECT_EQ(rateLimitField(allowed(42, 0), kPolicy), R"("default";r=42;t=0)");
+  // Denied: t is the retry wait (never shorter than Retry-After), r clamped at 0.
+  EXPECT_EQ(rateLimitField(denied(1, -3), kPolicy), R"("default";r=0;t=1)");
+  EXPECT_EQ(rateLimitField(denied(2'000'000), kPolicy), R"("default";r=0;t=2)");
+  EXPECT_EQ(rateLimitField(allowed(std::numeric_limits<std::int64_t>::max(), 1), kPolicy),
+            R"("default";r=999999999999999;t=1)");
+}
+
+TEST(HttpRateLimit, HeadersInOrder) {
+  const Headers denial = rateLimitHeaders(denied(1'500'000), kPolicy);
+  const Headers expected{{"RateLimit-Policy", R"("default";q=100;w=60)"},
+                         {"RateLimit", R"("default";r=0;t=2)"},
+                         {"Retry-After", "2"}};
+  EXPECT_EQ(denial, expected);
+  const Headers grant = rateLimitHeaders(allowed(9, 500'000), kPolicy);
+  const Headers expectedGrant{{"RateLimit-Policy", R"("default";q=100;w=60)"}, {"RateLimit", R"("default";r=9;t=1)"}};
+  EXPECT_EQ(grant, expectedGrant);
+}
+
+TEST(HttpRateLimit, XRateLimitOption) {
+  HeaderOptions o;
+  o.ietf = false;
+  o.xRateLimit = true;
+  const Headers h = rateLimitHeaders(denied(2'000'000, -1), kPolicy, o);
+  const Headers expected{{"X-RateLimit-Limit", "100"},
+                         {"X-RateLimit-Remaining", "0"},
+                         {"X-RateLimit-Reset", "2"},
+                         {"Retry-After", "2"}};
+  EXPECT_EQ(h, expected);
+  o.retryAfter = false;
+  EXPECT_EQ(rateLimitHeaders(denied(2'000'000), kPolicy, o).size(), 3u);
+}
+
+TEST(HttpRateLimit, DecisionByPolicyHasNoLiveNumbers) {
+  Decision d = denied(0);
+  d.byPolicy = true;
+  HeaderOptions o;
+  o.xRateLimit = true;
+  const Headers h = rateLimitHeaders(d, kPolicy, o);
+  const Headers expected{{"RateLimit-Policy", R"("default";q=100;w=60)"}, {"X-RateLimit-Limit", "100"}};
+  EXPECT_EQ(h, expected);
+  EXPECT_EQ(rateLimitField(d, kPolicy), std::nullopt);
+  EXPECT_EQ(retryAfterHeader(d), std::nullopt);
+  d.retryAfter = microseconds{250'000};  // the policy's estimate, when it has one
+  EXPECT_EQ(retryAfterHeader(d), "1");
+  Decision a = allowed(0, 0);
+  a.byPolicy = true;
+  EXPECT_EQ(rateLimitHeaders(a, kPolicy).size(), 1u);
+}
+
+TEST(HttpRateLimit, RejectsBadPolicies) {
+  EXPECT_THROW((void)rateLimitPolicyField({"caf\xc3\xa9", 1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({"tab\there", 1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({std::string("nul\0", 4), 1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({"x\x7f", 1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({"x", -1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({"x", kMaxSfInteger + 1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({"x", 1, seconds{-1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({"x", 1, seconds{kMaxSfInteger + 1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitField(allowed(1, 1), {"x", -1, seconds{1}}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitHeaders(allowed(1, 1), {"\n", 1, seconds{1}}), InvalidArgument);
+  try {
+    (void)rateLimitPolicyField({"ab\x01", 1, seconds{1}});
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("0x01 at offset 2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
