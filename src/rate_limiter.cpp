@@ -229,6 +229,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // not to; an unreachable Redis is decided by the failure policy (granted = atLeast or 0,
   // wait = 0, no member).
   AcquireResult guardedAttempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  // Before a call: nullopt if it should go to Redis; else the failure policy's decision (the limiter
+  // is degraded and this is not a probe). Throws the IoError under FailurePolicy::Throw.
+  std::optional<AcquireResult> decidedWithoutRedis(std::int64_t permits, std::int64_t rate, milliseconds interval);
   template <class Call>
   auto onceMoreIfClosed(Call&& call) -> decltype(call(false, detail::SteadyTime{}));
   Reply evalOnce(const Script& script, const std::vector<std::string_view>& args,
@@ -620,58 +623,52 @@ AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64
   return guardedAttempt(atLeast, atMost, idBytes());
 }
 
+namespace {
+// A decision of the failure policy: no member, no interval, nothing recorded in Redis.
+AcquireResult policyResult(std::int64_t permits, bool granted) {
+  AcquireResult r;
+  r.granted = granted ? permits : 0;
+  r.byPolicy = true;
+  return r;
+}
+}  // namespace
+
+std::optional<AcquireResult> RateLimiter::Impl::decidedWithoutRedis(std::int64_t permits, std::int64_t rate,
+                                                                    milliseconds interval) {
+  if (gate_.shouldTry()) return std::nullopt;
+  if (auto d = gate_.decide(permits, rate, interval)) return policyResult(permits, *d);
+  gate_.throwUnavailable();
+}
+
 AcquireResult RateLimiter::Impl::guardedAttempt(std::int64_t permits, std::int64_t atMost, const std::string& id) {
-  auto decided = [&](bool granted) {
-    AcquireResult r;  // no member, no interval: nothing was recorded in Redis
-    r.granted = granted ? permits : 0;
-    r.byPolicy = true;
-    return r;
-  };
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
-    gate_.throwUnavailable();
-  }
+  if (auto r = decidedWithoutRedis(permits, rate, interval)) return *r;
   const std::int64_t started = gate_.callStart();
   try {
     AcquireResult r = attempt(permits, atMost, id);
     gate_.succeeded();
     return r;
-  } catch (const IoError&) {
-    // Redis could not be asked: the policy decides this call. An exhausted pool (congestion in
-    // this process) does not degrade the limiter; any other IoError does (noteError).
-    gate_.noteError(started);
-    if (auto d = gate_.decide(permits, rate, interval)) return decided(*d);
-    throw;
-  } catch (const Error&) {
-    // A configuration error is reported and thrown, never decided by the policy; any other
-    // answer means Redis is reachable.
-    gate_.noteError(started);
+  } catch (...) {
+    // FailureGate::settle: an outage goes to the policy; anything else is noted and thrown.
+    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) {
+      return policyResult(permits, *d);
+    }
     throw;
   }
 }
 
 void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t atMost, std::string id,
                                             AcquireCallback done) {
-  auto decided = [permits](bool granted) {
-    AcquireResult r;  // no member, no interval: nothing was recorded in Redis
-    r.granted = granted ? permits : 0;
-    r.byPolicy = true;
-    return r;
-  };
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) {
-      done(decided(*d), nullptr);
+  try {
+    if (auto r = decidedWithoutRedis(permits, rate, interval)) {
+      done(std::move(*r), nullptr);
       return;
     }
-    try {
-      gate_.throwUnavailable();
-    } catch (...) {
-      done(AcquireResult{}, std::current_exception());
-    }
+  } catch (...) {
+    done(AcquireResult{}, std::current_exception());
     return;
   }
   auto a = std::make_shared<Attempt>();
@@ -681,7 +678,7 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
   a->id = std::move(id);
   a->deadline = callDeadline();
   const std::int64_t started = gate_.callStart();
-  a->done = [weak = weak_from_this(), permits, rate, interval, started, decided, done = std::move(done)](
+  a->done = [weak = weak_from_this(), permits, rate, interval, started, done = std::move(done)](
                 AcquireResult r, std::exception_ptr error) {
     const std::shared_ptr<Impl> self = weak.lock();
     if (!self) {
@@ -693,21 +690,9 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
       done(std::move(r), nullptr);
       return;
     }
-    bool outage = false;
-    try {
-      std::rethrow_exception(error);
-    } catch (const IoError&) {
-      outage = true;
-      self->gate_.noteError(started);
-    } catch (const Error&) {
-      self->gate_.noteError(started);
-    } catch (...) {
-    }
-    if (outage) {
-      if (auto d = self->gate_.decide(permits, rate, interval)) {
-        done(decided(*d), nullptr);
-        return;
-      }
+    if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
+      done(policyResult(permits, *d), nullptr);
+      return;
     }
     done(AcquireResult{}, std::move(error));
   };
