@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "future_of.hpp"
 #include "random.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -16,6 +17,7 @@
 #include "redlimit_lua.hpp"
 #include "sync_wait.hpp"
 #include "error_mapping.hpp"
+#include "future_of.hpp"
 #include "pipeline.hpp"
 
 namespace redlimit {
@@ -902,16 +904,8 @@ void RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost,
   impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done));
 }
 std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost) {
-  auto promise = std::make_shared<std::promise<AcquireResult>>();
-  auto future = promise->get_future();
-  impl_->tryAcquireUpToAsync(atLeast, atMost, [promise](AcquireResult r, std::exception_ptr error) {
-    if (error) {
-      promise->set_exception(std::move(error));
-    } else {
-      promise->set_value(std::move(r));
-    }
-  });
-  return future;
+  return detail::futureOf<AcquireResult>(
+      [&](auto done) { impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done)); });
 }
 namespace {
 
@@ -949,16 +943,7 @@ void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision,
                              });
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
-  auto promise = std::make_shared<std::promise<Decision>>();
-  auto future = promise->get_future();
-  decideAsync(permits, [promise](Decision d, std::exception_ptr error) {
-    if (error) {
-      promise->set_exception(std::move(error));
-    } else {
-      promise->set_value(d);
-    }
-  });
-  return future;
+  return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
   impl_->tryAcquireUpToAsync(permits, permits, [done = std::move(done)](AcquireResult r, std::exception_ptr error) {
@@ -967,16 +952,7 @@ void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool,
   });
 }
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
-  auto promise = std::make_shared<std::promise<bool>>();
-  auto future = promise->get_future();
-  tryAcquireAsync(permits, [promise](bool granted, std::exception_ptr error) {
-    if (error) {
-      promise->set_exception(std::move(error));
-    } else {
-      promise->set_value(granted);
-    }
-  });
-  return future;
+  return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
 }
 std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
   return impl_->releaseGrant(member, permits);

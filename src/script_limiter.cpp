@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "future_of.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
@@ -290,16 +291,7 @@ void ScriptLimiter::decideAsync(std::int64_t permits, DecisionCallback done) {
 }
 
 std::future<Decision> ScriptLimiter::decideAsync(std::int64_t permits) {
-  auto promise = std::make_shared<std::promise<Decision>>();
-  auto future = promise->get_future();
-  decideAsync(permits, [promise](Decision d, std::exception_ptr error) {
-    if (error) {
-      promise->set_exception(std::move(error));
-    } else {
-      promise->set_value(d);
-    }
-  });
-  return future;
+  return futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
 }
 
 void ScriptLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
@@ -310,16 +302,7 @@ void ScriptLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(boo
 }
 
 std::future<bool> ScriptLimiter::tryAcquireAsync(std::int64_t permits) {
-  auto promise = std::make_shared<std::promise<bool>>();
-  auto future = promise->get_future();
-  tryAcquireAsync(permits, [promise](bool allowed, std::exception_ptr error) {
-    if (error) {
-      promise->set_exception(std::move(error));
-    } else {
-      promise->set_value(allowed);
-    }
-  });
-  return future;
+  return futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
 }
 
 bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config) {
