@@ -34,6 +34,7 @@
 #include "redlimit/options.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/fake_peer.hpp"
+#include "redlimit_test/fd_io.hpp"
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/tls_certs.hpp"
 
@@ -463,30 +464,6 @@ struct ForkReport {
   std::int64_t errors = 0;
   std::int64_t configOk = 0;  // 1 right, 0 wrong, -1 threw
 };
-
-bool writeAll(int fd, const void* data, std::size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-std::string readToEnd(int fd) {
-  std::string out;
-  char buf[256];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
 
 TEST_F(TransportTest, ForkedChildNeverUsesItsParentsConnections) {
 #if defined(__SANITIZE_THREAD__)

@@ -18,39 +18,18 @@
 #include <gtest/gtest.h>
 
 #include "fork_guard.hpp"
+#include "redlimit_test/fd_io.hpp"
 #include "random.hpp"
 
 using redlimit::detail::forkGeneration;
 using redlimit::detail::randomId16;
+using redlimit::test::readToEnd;
+using redlimit::test::writeAll;
 
 namespace {
 
 using Id = std::array<std::uint8_t, 16>;
 constexpr std::size_t kIds = 1000;
-
-bool writeAll(int fd, const void* data, std::size_t size) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-std::string readToEnd(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
 
 // What a child wrote: its forkGeneration(), then the ids it drew.
 struct ChildReport {
