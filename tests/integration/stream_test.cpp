@@ -190,16 +190,22 @@ TEST(Stream, MissingUnixSocketIsIoError) {
   EXPECT_TRUE(contains(message, "No such file or directory")) << message;
 }
 
+// Connects with a 300 ms deadline that must end in TimeoutError, not before it (and not much
+// later); returns the error's message.
+std::string timesOutAtTheDeadline(const ConnectionOptions& o) {
+  const auto start = Clock::now();
+  std::string message = messageOf<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
+  const auto took = msSince(start);
+  EXPECT_GE(took, 250) << "returned before the deadline";
+  EXPECT_LT(took, 3000) << "generous slack for a loaded machine";
+  return message;
+}
+
 TEST(Stream, ConnectDeadlineOnAFullBacklog) {
   FullBacklog blackhole;
   ConnectionOptions o;
   o.port = blackhole.port();
-  const auto start = Clock::now();
-  const std::string message =
-      messageOf<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
-  const auto took = msSince(start);
-  EXPECT_GE(took, 250) << "returned before the deadline";
-  EXPECT_LT(took, 3000) << "generous slack for a loaded machine";
+  const std::string message = timesOutAtTheDeadline(o);
   EXPECT_TRUE(contains(message, "connect to 127.0.0.1:" + std::to_string(blackhole.port()))) << message;
 }
 
@@ -451,12 +457,7 @@ TEST(Stream, TlsHandshakeDeadline) {
   o.port = silent.port();
   o.tls.enabled = true;
   o.tls.verifyPeer = false;
-  const auto start = Clock::now();
-  const std::string message =
-      messageOf<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
-  const auto took = msSince(start);
-  EXPECT_GE(took, 250) << "returned before the deadline";
-  EXPECT_LT(took, 3000) << "generous slack for a loaded machine";
+  const std::string message = timesOutAtTheDeadline(o);
   EXPECT_TRUE(contains(message, "TLS handshake with 127.0.0.1:" + std::to_string(silent.port()))) << message;
 }
 
