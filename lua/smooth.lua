@@ -1,54 +1,79 @@
 -- smooth.lua: Guava's SmoothBursty and SmoothWarmingUp (the math of redlimit's local
--- SmoothRateLimiter, include/redlimit/smooth_rate_limiter.hpp) with its state in one Redis hash,
--- so that every process using the key paces and warms up together. Time is the server's TIME in
--- µs. Integer arithmetic only: every value below is an exact integer < 2^53 (Lua numbers are
--- doubles); the bounds that guarantee it are checked before anything is written.
+-- SmoothRateLimiter, include/redlimit/smooth_rate_limiter.hpp) on one key, so that every process
+-- using the key paces and warms up together. DistributedSmoothRateLimiter (kind 'S') runs it. It
+-- answers the operations of the one-key family (gcra.lua) with the same reply shapes.
 --
--- KEYS[1] the limiter's hash (the only key). Fields:
---   cfg  "P:T:B:W:CN:CD"  the rate is P permits per T µs (stored reduced by their gcd); B = the
---                         bursty limiter's maxBurst in µs; W = warm-up period in µs (0 = bursty);
---                         cold factor CN/CD (1 <= CN/CD; 1:1 for a bursty limiter)
---   s    stored permits, in units of 1/K permit (K below): exact, never rounded
---   n    nextFree: epoch µs at which the limiter is next free (Guava's nextFreeTicketMicros)
---   r    "1" if a tryAcquire was refused since the last reservation, else "0" (the local
---        limiter's fix 2: a refused caller's retry gap refills only up to the threshold)
+-- The model (Guava's): one permit costs the stable interval s = I / P. `nextFree` is the time at
+-- which the limiter is next free; a request waits only until the current nextFree and then pushes
+-- it on by its own cost (the NEXT caller pays). While idle (now > nextFree) the limiter stores
+-- permits, up to maxPermits: free ones for a bursty limiter (a burst of maxBurst's worth), costly
+-- ones for a warming-up limiter (above the threshold a stored permit costs up to coldFactor x s,
+-- so an idle limiter starts slowly and reaches the stable rate after the warm-up period of use).
 --
--- Units. With s = T/P µs per permit (Guava's stableInterval) and c = CN/CD:
---   bursty:   K = T.             maxPermits = B/s         -> maxK = B*P
---             one idle µs earns 1/s permits               -> P units
---   warm-up:  K = 2T(CD+CN).     threshold = W/(2s)       -> thrK = W*P*(CD+CN)
---             maxPermits = threshold + 2W/(s(1+c))        -> maxK = W*P*(5CD+CN)
---             coolDown = W/maxPermits: one idle µs earns  -> P*(5CD+CN) units
+-- Units. With P' = P / g, T' = I(µs) / g (g = gcd(P, I in µs)), s = T'/P' µs, c = cold factor:
+--   bursty:   K = T' units per permit.  maxK = B(µs) * P'  (maxPermits = B / s)
+--             one idle µs earns P' units (coolDown = s)
+--   warm-up:  K = T' * m, m = 2(1 + c). thrK = W P' (1 + c)   (threshold = W / 2s)
+--             maxK = W P' (5 + c)        (maxPermits = threshold + 2W / (s(1 + c)))
+--             one idle µs earns P'(5 + c) units (coolDown = W / maxPermits)
 --   so storing, the threshold, the maximum and refilling are exact integers: K is chosen so.
--- Costs in µs, for spending stored permits (warm-up only; stored permits are free when bursty):
---   above the threshold, the trapezoid under Guava's permitsToTime(p) = s + p*slope: taking a
---   units from A units above the threshold costs
---       a * (8WP*CD^2 + (2A - a)(CN - CD)) / (16 W P^2 CD^2 (CD+CN))      truncated, as Guava
---   (the numerator can pass 2^53: mulDiv computes it exactly in 24-bit limbs); below the
---   threshold b units cost b / (2P(CD+CN)), truncated, as Guava. Fresh permits (not stored) cost
---   f units -> f / (P*m) with m = K/T, rounded UP, as the local limiter does (Guava truncates).
--- Against Guava's doubles (and the local limiter's): the stored permits here are exact where
--- Guava rounds every division, so a cost truncated to whole µs can differ by 1 µs where Guava's
--- double lands within rounding error of an integer; nothing else differs. The reference vectors
--- of reference/guava-semantics.md come out exactly (tests/integration/smooth_script_test.cpp).
+-- Costs in µs. Fresh permits (not stored): f units cost ceil(f / (P' m)) (m = 1 bursty), rounded
+-- up as the local limiter does (Guava truncates). Stored permits are free when bursty; warm-up,
+-- above the threshold, taking a units from A above it costs the trapezoid under Guava's
+-- permitsToTime(p) = s + p * slope:  a (8WP' + (2A - a)(c - 1)) / (16 W P'^2 (1 + c)), truncated as
+-- Guava (mulDiv forms the numerator exactly in 24-bit limbs when it passes 2^53); below the
+-- threshold b units cost floor(b / (P' m)). Against Guava's doubles, stored permits here are exact
+-- where Guava rounds every division, so a truncated cost can differ by 1 µs where Guava's double
+-- lands within rounding error of an integer; the reference vectors come out exactly
+-- (tests/integration/smooth_script_test.cpp).
 --
--- ARGV[1] is the operation:
---   init P T B W CN CD  writes the configuration and the initial state (bursty: nothing stored;
---                       warm-up: cold, maxPermits stored; nextFree = now) unless the key exists.
---                       Reply {1 if created else 0, now}.
---   reserve N           Guava's reserve(N): always granted; the caller waits until the previous
---                       nextFree and the NEXT caller pays for these N permits.
---   try N TIMEOUT       Guava's tryAcquire(N, timeout): reserve only if nextFree - TIMEOUT <= now
---                       (TIMEOUT in µs, >= 0; the client clamps larger values to 2^52).
--- reserve and try reply {granted (1/0), wait, now, nextFree, storedUnits, K}: granted: wait = µs
--- the caller must wait before using the permits (0 if the limiter was free); refused: wait = µs
--- from now until the same tryAcquire could succeed (nextFree - TIMEOUT - now), nothing reserved.
--- Errors (common.lua's fail): REDLIMIT_INVALID_ARGUMENT (bad operation or numbers, or numbers
--- too large to keep exact), REDLIMIT_NOT_INITIALIZED (no key), REDLIMIT_INVALID_CONFIG (the hash
--- holds a configuration or state this script cannot use). Every check runs before the first write.
+-- One fix of the local limiter is kept (its "fix 2"): a refused take (tryAcquire) records that
+-- demand is waiting; in the first idle gap after it, the first c x s µs refill stored permits only
+-- up to the threshold (retryK units), so a stream of tryAcquire() cannot keep the limiter cold.
+--
+-- Layout (28 bytes, as the rest of the family: one 48-byte allocation in Redis):
+--   kind 'S', P (uint32), I ms (uint32), L ms (uint32: maxBurst when bursty, the warm-up period
+--   when warming up), C (uint8: the cold factor 1..127, 0 = bursty; +128 = a take was refused
+--   since the last reservation), stored units (uint56), nextFree epoch µs (uint56).
+-- Bounds (checked here before anything is written, and by the client before it sends):
+--   P in 1..2^32-1, I in 1..2^32-1 ms, L in 0..2^32-1 ms (> 0 when warming up), C in 0..127;
+--   maxK <= 2^52; warm-up also K, P'(5+c), 8WP'c, T'(5+c), P'm < 2^53, 16WP'^2(1+c) <= 2^52 and
+--   maxK + retryK + P'(5+c) < 2^53; per call n x K < 2^53. Then every value is an exact integer.
+--   nextFree saturates at 2^52 - 1 µs (year 2112).
+-- Operations (ARGV[1]; ARGV[2] is now in epoch µs or '' for the server's TIME, ARGV[3] 'S'):
+--   take n maxWaitUs   Guava's tryAcquire(n, maxWait): granted iff nextFree - maxWait <= now; then
+--                      reserves n (delay = nextFree - now, what the caller sleeps; 0 if free). With
+--                      maxWait 0: granted iff the limiter is free now. A refusal reserves nothing
+--                      (it records the refusal, see above, for a warming-up limiter).
+--   peek n             what `take n 0` would decide, with remaining and resetAfter as of now;
+--                      writes nothing
+--   refund n           gives back n permits' time: nextFree moves back by n x s (not before now);
+--                      a bursty limiter stores what is left, up to maxPermits (a warming-up one
+--                      does not: stored permits are how cold it is, not credit). Reply: remaining.
+--   set mode P I L C   mode 'try' writes only if the key does not exist; 'reset' overwrites a
+--                      limiter of this kind. Starts as Guava: bursty with nothing stored, warming
+--                      up cold (maxPermits stored); nextFree = now. Reply {written, limit,
+--                      localRate, localIntervalMs}.
+--   rate P I           Guava's setRate: resync at the old rate, then the new rate with stored
+--                      permits scaled by newMax / oldMax (floor; 0 when oldMax is 0); nextFree is
+--                      kept (the next request still pays the old debt). Same reply as set.
+--   config             {limit, localRate, localIntervalMs, P, I, L, C}
+-- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs,
+--   localRate, localIntervalMs}. remaining = whole stored permits (bursty: free permits on top of
+--   the one the next caller pays for; warming up: how cold the limiter is, not free permits);
+--   limit = whole maxPermits; retryAfter (denied) = nextFree - maxWait - now, exact; resetAfter =
+--   time until stored permits are back at maxPermits. localRate per localIntervalMs is the Local
+--   failure policy's bucket: a bursty limiter's burst + 1 (or 1 when warming up) at the stable rate.
+-- TTL: none; state writes keep a TTL set on the key by hand (SET KEEPTTL), set/reset clears it.
+local LAYOUT = '<c1I4I4I4BI7I7'
+local label = 'DistributedSmoothRateLimiter'
+local op = ARGV[1]
+if ARGV[3] ~= 'S' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for smooth.lua') end
+local nowUs = currentMicros(ARGV[2])
 
 local LIMIT = 9007199254740992        -- 2^53: every integer below is exact
-local MAX_TIME = 4503599627370496     -- 2^52 µs (year 2112): nextFree saturates here
+local MAX_TIME = TWO52 - 1            -- nextFree saturates here (µs, year 2112)
+local MAX_COLD = 127
 local TWO24 = 16777216
 local POW2 = {}
 for b = 0, 23 do POW2[b] = 2 ^ b end
@@ -84,172 +109,227 @@ local function mulDiv(x, y, d)
   return q
 end
 
-local function gcd(a, b)
-  while b > 0 do a, b = b, a % b end
-  return a
-end
-
--- An integer written in decimal digits only, 0 <= n <= hi, or nil. (tostring cannot print large
--- integers, so the state is written with %.0f and read back this way.)
-local function parseUnsigned(s, hi)
-  if type(s) ~= 'string' or not string.match(s, '^%d+$') or (#s > 1 and string.sub(s, 1, 1) == '0') then
-    return nil
-  end
-  local n = tonumber(s)
-  if n == nil or n > hi then return nil end
-  return n
-end
-
-local function int(n) return string.format('%.0f', n) end
-
--- The derived constants of a configuration, or nil and the reason it cannot be used.
-local function derive(P, T, B, W, CN, CD)
-  if P < 1 or T < 1 then return nil, 'permits and period must be >= 1' end
-  if CD < 1 or CN < CD then return nil, 'the cold factor CN/CD must be >= 1' end
-  local g = gcd(P, T)
-  local c = {P = P / g, T = T / g, B = B, W = W, CN = CN, CD = CD}
-  P, T = c.P, c.T
-  if W == 0 then
+-- The derived constants of P per I ms with L ms and cold factor C (0 = bursty), or nil and what
+-- is wrong. (Products of exact integers that pass 2^53 round to >= 2^53, so the checks hold.)
+local function derive(p, intervalMs, lms, cold)
+  if p < 1 or p > MAX_U32 then return nil, 'the permits per interval must be in 1..' .. MAX_U32 end
+  if intervalMs < 1 or intervalMs > MAX_U32 then return nil, 'the interval must be in 1..' .. MAX_U32 .. ' ms' end
+  if lms > MAX_U32 then return nil, 'maxBurst / the warm-up period must be in 0..' .. MAX_U32 .. ' ms' end
+  if cold > MAX_COLD then return nil, 'the cold factor must be in 1..' .. MAX_COLD end
+  local g = gcd(p, intervalMs * 1000)
+  local P, T = p / g, intervalMs * 1000 / g
+  local c = {p = p, intervalMs = intervalMs, L = lms, cold = cold, P = P, T = T}
+  if cold == 0 then
     c.K, c.m, c.earn = T, 1, P
-    c.maxK = B * P
+    c.maxK = lms * 1000 * P
     c.thrK = c.maxK
-    if c.maxK >= LIMIT then return nil, 'maxBurst x rate is too large to keep exact' end
+    c.retryK = 0
+    if c.maxK > TWO52 then return nil, 'maxBurst x rate is too large to keep exact (maxBurst in µs x P\' > 2^52)' end
   else
-    local g2 = gcd(CN, CD)
-    CN, CD = CN / g2, CD / g2
-    c.CN, c.CD = CN, CD
-    c.m = 2 * (CD + CN)
+    local W = lms * 1000
+    if W == 0 then return nil, 'a warming-up limiter needs a warm-up period > 0' end
+    c.m = 2 * (1 + cold)
     c.K = T * c.m
-    c.earn = P * (5 * CD + CN)
-    c.thrK = W * P * (CD + CN)
-    c.maxK = W * P * (5 * CD + CN)
-    c.B8 = 8 * W * P * CD * CD                       -- the trapezoid's constant term
-    c.D = 16 * W * P * P * CD * CD * (CD + CN)       -- and its divisor
-    c.span = 8 * W * P * CD * CN                     -- bound of the numerator's second factor
-    if c.K >= LIMIT or c.earn >= LIMIT or c.D > LIMIT / 2 or c.span >= LIMIT then
-      return nil, 'the warm-up configuration is too large to keep exact (rate x warm-up x cold factor)'
-    end
-    -- the retry gap of fix 2 (coldFactor x stableInterval) earns CN*T*(5CD+CN)/CD units
-    if T * (5 * CD + CN) >= LIMIT then return nil, 'period x cold factor is too large to keep exact' end
-    c.retryK = mulDiv(CN, T * (5 * CD + CN), CD)
-    if c.maxK + c.retryK + c.earn >= LIMIT then
-      return nil, 'the warm-up configuration is too large to keep exact (rate x warm-up x cold factor)'
+    c.earn = P * (5 + cold)
+    c.thrK = W * P * (1 + cold)
+    c.maxK = W * P * (5 + cold)
+    c.B8 = 8 * W * P                         -- the trapezoid's constant term
+    c.D = 16 * W * P * P * (1 + cold)        -- and its divisor
+    c.retryK = cold * T * (5 + cold)         -- units earned in c x s µs
+    if c.K >= LIMIT or c.earn >= LIMIT or c.maxK > TWO52 or c.D > TWO52 or 8 * W * P * cold >= LIMIT or
+        T * (5 + cold) >= LIMIT or P * c.m >= LIMIT or c.maxK + c.retryK + c.earn >= LIMIT then
+      return nil, 'rate x warm-up period x cold factor is too large to keep exact'
     end
   end
+  c.limit = floorDiv(c.maxK, c.K)
+  -- The Local failure policy's bucket (an estimate for an emergency; doubles are fine here).
+  c.lr = 1
+  if cold == 0 then c.lr = c.limit + 1 end
+  local ms = math.ceil(c.lr * intervalMs / p)
+  if ms < 1 then ms = 1 end
+  if ms > 1e12 then ms = 1e12 end
+  c.lms = ms
   return c
 end
 
-local op = ARGV[1]
-local key = KEYS[1]
-
-if op == 'init' then
-  local v = {}
-  for i = 2, 7 do
-    v[i - 1] = parseUnsigned(ARGV[i], 100000000000000)
-    if v[i - 1] == nil then
-      fail('REDLIMIT_INVALID_ARGUMENT', 'init takes P T B W CN CD as integers in 0..10^14, argument ' ..
-        (i - 1) .. ' is "' .. tostring(ARGV[i]) .. '"')
-    end
+-- The limiter's configuration and state, checked before anything is written.
+local function load()
+  local v = readPacked('S', label)
+  if not v then notInitialized(label) end
+  local _, p, intervalMs, lms, cbyte, stored, nextFree = struct.unpack(LAYOUT, v)
+  local refused = cbyte >= 128
+  if refused then cbyte = cbyte - 128 end
+  local c, why = derive(p, intervalMs, lms, cbyte)
+  if not c then
+    fail('REDLIMIT_INVALID_CONFIG', 'configuration of ' .. label .. ' ' .. KEYS[1] .. ': ' .. why ..
+      '; fix it with setConfig()')
   end
-  local c, why = derive(v[1], v[2], v[3], v[4], v[5], v[6])
-  if not c then fail('REDLIMIT_INVALID_ARGUMENT', 'smooth limiter ' .. key .. ': ' .. why) end
-  local fields = readKey('REDLIMIT_INVALID_CONFIG', key, 'a hash', 'HLEN')
-  local now = currentMicros(nil)
-  if fields > 0 then return {0, now} end
-  local stored = 0
-  if c.W > 0 then stored = c.maxK end
-  redis.call('HSET', key, 'cfg', table.concat({int(c.P), int(c.T), int(c.B), int(c.W), int(c.CN), int(c.CD)}, ':'),
-    's', int(stored), 'n', int(now), 'r', '0')
-  return {1, now}
+  if stored > c.maxK or nextFree > MAX_TIME then
+    fail('REDLIMIT_INVALID_STATE', 'key ' .. KEYS[1] .. ' of ' .. label ..
+      ' holds stored permits or a time redlimit did not write; reset it with setConfig()')
+  end
+  c.stored, c.nextFree, c.refused = stored, nextFree, refused
+  return c
 end
 
-if op ~= 'reserve' and op ~= 'try' then
-  fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation "' .. tostring(op) .. '" (init, reserve, try)')
-end
-local permits = parseUnsigned(ARGV[2], LIMIT)
-if not permits or permits < 1 then
-  fail('REDLIMIT_INVALID_ARGUMENT', 'permits must be an integer >= 1, got "' .. tostring(ARGV[2]) .. '"')
-end
-local timeout = 0
-if op == 'try' then
-  timeout = parseUnsigned(ARGV[3], MAX_TIME)
-  if not timeout then
-    fail('REDLIMIT_INVALID_ARGUMENT', 'timeout must be an integer number of µs in 0..2^52, got "' ..
-      tostring(ARGV[3]) .. '"')
+local function store(c, keepTtl)
+  local cb = c.cold
+  if c.refused then cb = cb + 128 end
+  local v = struct.pack(LAYOUT, 'S', c.p, c.intervalMs, c.L, cb, c.stored, c.nextFree)
+  if keepTtl then
+    redis.call('SET', KEYS[1], v, 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[1], v)
   end
 end
 
--- Read and check everything before any write.
-local h = readKey('REDLIMIT_INVALID_CONFIG', key, 'a hash', 'HMGET', 'cfg', 's', 'n', 'r')
-if not h[1] and not h[2] and not h[3] then
-  fail('REDLIMIT_NOT_INITIALIZED', 'smooth limiter ' .. key .. ' is not initialized: create it first')
-end
-local function badConfig(why)
-  fail('REDLIMIT_INVALID_CONFIG', 'smooth limiter ' .. key .. ': ' .. why .. '; delete the key or set the configuration again')
-end
-local parts = {}
-if h[1] then
-  for piece in string.gmatch(h[1], '[^:]+') do parts[#parts + 1] = parseUnsigned(piece, 100000000000000) or -1 end
-end
-if #parts ~= 6 then badConfig('field cfg is not "P:T:B:W:CN:CD"') end
-for i = 1, 6 do if parts[i] < 0 then badConfig('field cfg is not "P:T:B:W:CN:CD"') end end
-local c, why = derive(parts[1], parts[2], parts[3], parts[4], parts[5], parts[6])
-if not c then badConfig('field cfg: ' .. why) end
-local stored = parseUnsigned(h[2], c.maxK)
-if not stored then badConfig('field s is not an integer in 0..' .. int(c.maxK)) end
-local nextFree = parseUnsigned(h[3], MAX_TIME)
-if not nextFree then badConfig('field n is not an epoch time in µs') end
-local refused = h[4] == '1'
-if h[4] ~= '1' and h[4] ~= '0' then badConfig('field r is not 0 or 1') end
-if permits * c.K >= LIMIT then
-  fail('REDLIMIT_INVALID_ARGUMENT', 'permits ' .. int(permits) .. ' is too many to count exactly at this rate ' ..
-    '(permits x ' .. int(c.K) .. ' must stay below 2^53)')
-end
-
-local now = currentMicros(nil)
-
--- Guava's tryAcquire: refuse, reserving nothing, unless the previous debt fits in the timeout.
-if op == 'try' and nextFree - timeout > now then
-  if not refused then redis.call('HSET', key, 'r', '1') end
-  return {0, nextFree - timeout - now, now, nextFree, stored, c.K}
-end
-
--- resync: permits earned while idle (now > nextFree), exactly.
-local function earned(idle, cap)  -- min(idle * earn, cap) without overflowing
-  if idle >= math.ceil(cap / c.earn) then return cap end
+-- min(idle * earn, cap) without leaving the exact range (idle * earn < cap + earn < 2^53).
+local function earned(c, idle, cap)
+  if idle >= ceilDiv(cap, c.earn) then return cap end
   return idle * c.earn
 end
-if now > nextFree then
-  local idle = now - nextFree
-  if refused and c.W > 0 then
-    local e = earned(idle, c.maxK + c.retryK)
+
+-- Guava's resync: permits stored while idle (now > nextFree); nextFree moves to now.
+local function resync(c)
+  if nowUs <= c.nextFree then return end
+  local idle = nowUs - c.nextFree
+  if c.refused and c.cold > 0 then
+    local e = earned(c, idle, c.maxK + c.retryK)
     local retry = math.min(e, c.retryK)
-    if stored < c.thrK then stored = math.min(c.thrK, stored + retry) end
-    if e > retry then stored = math.min(c.maxK, stored + (e - retry)) end
+    if c.stored < c.thrK then c.stored = math.min(c.thrK, c.stored + retry) end
+    if e > retry then c.stored = math.min(c.maxK, c.stored + (e - retry)) end
   else
-    stored = math.min(c.maxK, stored + earned(idle, c.maxK))
+    c.stored = math.min(c.maxK, c.stored + earned(c, idle, c.maxK))
   end
-  nextFree = now
+  c.refused = false
+  c.nextFree = nowUs
 end
 
--- reserve: the caller waits until the current nextFree; the permits push it on.
-local moment = nextFree
-local wanted = permits * c.K
-local spend = math.min(wanted, stored)
-local cost = 0
-if c.W > 0 and spend > 0 then
-  local rest = spend
-  local above = stored - c.thrK
-  if above > 0 then
-    local a = math.min(above, rest)
-    cost = mulDiv(a, c.B8 + (2 * above - a) * (c.CN - c.CD), c.D)
-    rest = rest - a
+-- Guava's reserveEarliestAvailable (after resync): spends stored permits first, pushes nextFree
+-- on by the cost; returns the time the caller may proceed (the nextFree before).
+local function reserve(c, n)
+  local moment = c.nextFree
+  local wanted = n * c.K
+  local spend = math.min(wanted, c.stored)
+  local cost = 0
+  if c.cold > 0 and spend > 0 then
+    local rest = spend
+    local above = c.stored - c.thrK
+    if above > 0 then
+      local a = math.min(above, rest)
+      cost = mulDiv(a, c.B8 + (2 * above - a) * (c.cold - 1), c.D)
+      rest = rest - a
+    end
+    if rest > 0 then cost = cost + floorDiv(rest, c.P * c.m) end
   end
-  if rest > 0 then cost = cost + math.floor(rest / (c.P * c.m)) end
+  local fresh = wanted - spend
+  if fresh > 0 then cost = cost + ceilDiv(fresh, c.P * c.m) end
+  c.nextFree = math.min(c.nextFree + cost, MAX_TIME)
+  c.stored = c.stored - spend
+  c.refused = false
+  return moment
 end
-local fresh = wanted - spend
-if fresh > 0 then cost = cost + math.ceil(fresh / (c.P * c.m)) end
-nextFree = math.min(nextFree + cost, MAX_TIME)
-stored = stored - spend
-redis.call('HSET', key, 's', int(stored), 'n', int(nextFree), 'r', '0')
-return {1, math.max(moment - now, 0), now, nextFree, stored, c.K}
+
+-- µs from now until stored permits are back at maxPermits, if nobody takes any.
+local function resetAfter(c)
+  local busy = 0
+  if c.nextFree > nowUs then busy = c.nextFree - nowUs end
+  if c.stored >= c.maxK then return busy end
+  local need = c.maxK - c.stored
+  if c.refused and c.cold > 0 then
+    local s1 = c.stored
+    if s1 < c.thrK then s1 = math.min(c.thrK, s1 + c.retryK) end
+    need = c.retryK + (c.maxK - s1)
+  end
+  return busy + ceilDiv(need, c.earn)
+end
+
+local function permitsArg(c, arg, lo, what)
+  local n = countArg(arg, lo, MAX_U32, what)
+  if n * c.K >= LIMIT then
+    fail('REDLIMIT_INVALID_ARGUMENT', what .. ' (' .. n .. ') are too many for ' .. label .. ' ' .. KEYS[1] ..
+      ' to count exactly at its rate (permits x ' .. c.K .. ' units must stay below 2^53)')
+  end
+  return n
+end
+
+local function answer(c, allowed, retry, delay)
+  return {allowed, floorDiv(c.stored, c.K), retry, resetAfter(c), c.limit, nowUs, delay, c.lr, c.lms}
+end
+
+if op == 'take' or op == 'peek' then
+  local c = load()
+  local n = permitsArg(c, ARGV[4], 1, 'permits')
+  local maxWait = 0
+  if op == 'take' then
+    maxWait = countArg(ARGV[5], 0, 1e14 - 1, 'maxWait')
+    if maxWait > MAX_TIME then maxWait = MAX_TIME end
+  end
+  local due = c.nextFree - maxWait
+  if due > nowUs then
+    if op == 'take' and c.cold > 0 and not c.refused then
+      c.refused = true
+      store(c, true)
+    end
+    return answer(c, 0, due - nowUs, 0)
+  end
+  resync(c)
+  if op == 'peek' then return answer(c, 1, 0, 0) end
+  local moment = reserve(c, n)
+  store(c, true)
+  local delay = 0
+  if moment > nowUs then delay = moment - nowUs end
+  return answer(c, 1, 0, delay)
+end
+
+if op == 'refund' then
+  local c = load()
+  local n = permitsArg(c, ARGV[4], 0, 'permits to refund')
+  resync(c)
+  local units = n * c.K
+  local back = math.min(c.nextFree - nowUs, (floorDiv(units, c.P * c.m)))
+  c.nextFree = c.nextFree - back
+  if c.cold == 0 then c.stored = math.min(c.maxK, c.stored + (units - back * c.P * c.m)) end
+  store(c, true)
+  return (floorDiv(c.stored, c.K))
+end
+
+local function configArgs(first)
+  local p = countArg(ARGV[first], 1, MAX_U32, 'permits per interval')
+  local intervalMs = countArg(ARGV[first + 1], 1, MAX_U32, 'interval (ms)')
+  return p, intervalMs
+end
+
+if op == 'set' then
+  local mode = ARGV[4]
+  if mode ~= 'try' and mode ~= 'reset' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or reset') end
+  local p, intervalMs = configArgs(5)
+  local lms = countArg(ARGV[7], 0, MAX_U32, 'maxBurst or warm-up period (ms)')
+  local cold = countArg(ARGV[8], 0, MAX_COLD, 'cold factor')
+  local c, why = derive(p, intervalMs, lms, cold)
+  if not c then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. label .. ' ' .. KEYS[1] .. ': ' .. why) end
+  if readPacked('S', label) and mode == 'try' then return {0, 0, 0, 0} end
+  c.stored, c.nextFree, c.refused = 0, nowUs, false
+  if cold > 0 then c.stored = c.maxK end
+  store(c, false)
+  return {1, c.limit, c.lr, c.lms}
+end
+
+if op == 'rate' then
+  local p, intervalMs = configArgs(4)
+  local c = load()
+  local n, why = derive(p, intervalMs, c.L, c.cold)
+  if not n then fail('REDLIMIT_INVALID_ARGUMENT', 'new rate for ' .. label .. ' ' .. KEYS[1] .. ': ' .. why) end
+  resync(c)
+  n.nextFree, n.refused, n.stored = c.nextFree, c.refused, 0
+  if c.maxK > 0 then n.stored = mulDiv(c.stored, n.maxK, c.maxK) end
+  store(n, true)
+  return {1, n.limit, n.lr, n.lms}
+end
+
+if op == 'config' then
+  local c = load()
+  return {c.limit, c.lr, c.lms, c.p, c.intervalMs, c.L, c.cold}
+end
+
+fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for smooth.lua')

@@ -1,28 +1,23 @@
-// Script-level tests of lua/smooth.lua (the distributed smooth limiter's state machine), run
-// through detail::eval on a real redis-server and on the server's clock (the script has no time
-// override). Two ways of checking it:
+// Script-level tests of lua/smooth.lua (DistributedSmoothRateLimiter's state machine), run through
+// detail::eval on a real redis-server. Two ways of checking it:
 //
-//  1. Replay against the local model. Every reply carries the server time the script used. The
-//     test replays each call on BasicSmoothRateLimiter (include/redlimit/smooth_rate_limiter.hpp)
-//     with a clock that reads exactly that time, and requires the same answer to the µs. Rates,
-//     warm-up periods and bursts are powers of two in µs there, so the local limiter's doubles
-//     are exact too and any difference would be a real one.
-//  2. Guava's reference vectors (reference/guava-semantics.md) on a virtual clock. Guava's
-//     vectors assume the caller sleeps each returned wait (R) and the test's own sleeps (U). The
-//     script uses time only as (now - nextFree), so moving the stored nextFree back by X
-//     (HINCRBY n -X) is, for the algorithm, the same as the server's clock moving on by X: the
-//     test keeps "virtual time = server time + offset" and, before each call, shifts nextFree by
-//     what the virtual clock gained since the last reply (the sleeps it skipped). The waits are
-//     then compared in virtual time. What is not exact is the real server time that passes
-//     between one reply and the next call (the "slack", measured from the replies' own `now`):
-//     idle time the vector does not have. The tolerance of each comparison is derived from the
-//     slack accumulated so far — at most (1 + cost of a stored permit / its cool-down) µs per µs
-//     of slack — plus 1 µs; most waits match exactly, and the test counts them.
+//  1. Replay against the local model on the server's clock. Every reply carries the server time
+//     the script used. The test replays each call on BasicSmoothRateLimiter
+//     (include/redlimit/smooth_rate_limiter.hpp) with a clock that reads exactly that time. The
+//     bursty run (1024 µs per permit: 125 per 128 ms) keeps the local limiter's doubles exact and
+//     requires the same answer to the µs. A warming-up limiter configured in whole ms cannot make
+//     them exact (its slope and cool-down bring in factors of 5: 1/1000 is no binary fraction),
+//     and the double model then truncates or rounds up 1 µs off where the exact cost is a whole
+//     number; the warm-up run counts those and allows them (a few in hundreds), nothing more.
+//  2. Guava's reference vectors (reference/guava-semantics.md) at chosen times. The script takes
+//     "now" as an argument (as every script of the one-key family does; the limiters pass '' for
+//     the server's TIME), so the test runs a virtual clock: each call is made at the virtual time,
+//     the returned wait is "slept" by moving the clock on, and the vectors' own sleeps likewise.
+//     Every wait must equal Guava's to the µs.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -31,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "one_key_support.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/smooth_rate_limiter.hpp"
 
@@ -39,16 +35,8 @@ using namespace redlimit::test;
 
 namespace {
 
-const Script kSmooth{detail::lua::smooth.name, detail::lua::smooth.sha1, detail::lua::smooth.source};
-
-struct Reply5 {
-  bool granted = false;
-  std::int64_t wait = 0;      // µs
-  std::int64_t now = 0;       // server epoch µs
-  std::int64_t nextFree = 0;  // epoch µs
-  std::int64_t stored = 0;    // units of 1/scale permit
-  std::int64_t scale = 0;
-};
+constexpr std::int64_t kSecond = 1'000'000;
+constexpr std::int64_t kLongWait = 31'536'000'000'000;  // ScriptLimiter::kMaxWait: acquire()'s reservation
 
 // A clock policy that reads a time the test sets (the server's, from each reply) and never sleeps.
 struct ReplayClock {
@@ -58,105 +46,112 @@ struct ReplayClock {
 };
 using Model = BasicSmoothRateLimiter<ReplayClock>;
 
+// P permits per I ms; L ms (maxBurst, or the warm-up period when C > 0); cold factor C (0 = bursty).
 struct Config {
-  std::int64_t P, T, B, W, CN, CD;
+  std::int64_t P, I, L, C;
 };
 
 class SmoothScript : public RedisTest {
  public:
   std::string key() { return name("smooth"); }
 
-  Reply evalScript(const std::vector<std::string>& args) {
-    const std::string k = key();
-    const std::vector<std::string_view> keys{k};
-    const std::vector<std::string_view> views(args.begin(), args.end());
-    try {
-      return detail::eval(*client(), kSmooth, keys, views);
-    } catch (const ScriptError&) {
-      std::rethrow_exception(detail::limiterError(std::current_exception()));
-    }
+  // Runs an operation at `at` (epoch µs; '' = the server's clock).
+  Reply run(const std::string& op, const std::string& at, std::vector<std::string> args) {
+    args.insert(args.begin(), {op, at, "S"});
+    return runOneKey(admin(), detail::lua::smooth, key(), args);
   }
+  static std::string t(std::int64_t at) { return std::to_string(at); }
 
-  // init; returns {created, now}.
-  std::pair<bool, std::int64_t> init(const Config& c) {
-    const Reply r = evalScript({"init", std::to_string(c.P), std::to_string(c.T), std::to_string(c.B),
-                                std::to_string(c.W), std::to_string(c.CN), std::to_string(c.CD)});
-    return {r.elements.at(0).asInteger() == 1, r.elements.at(1).asInteger()};
+  bool set(const Config& c, const std::string& at = "", const char* mode = "try") {
+    return run("set", at, {mode, t(c.P), t(c.I), t(c.L), t(c.C)}).elements.at(0).asInteger() == 1;
   }
-
-  static Reply5 decode(const Reply& r) {
-    Reply5 out;
-    out.granted = r.elements.at(0).asInteger() == 1;
-    out.wait = r.elements.at(1).asInteger();
-    out.now = r.elements.at(2).asInteger();
-    out.nextFree = r.elements.at(3).asInteger();
-    out.stored = r.elements.at(4).asInteger();
-    out.scale = r.elements.at(5).asInteger();
+  TakeReply take(std::int64_t permits, std::int64_t maxWaitUs, const std::string& at = "") {
+    return takeReply(run("take", at, {t(permits), t(maxWaitUs)}));
+  }
+  TakeReply peek(std::int64_t permits, const std::string& at = "") { return takeReply(run("peek", at, {t(permits)})); }
+  void setRate(std::int64_t p, std::int64_t intervalMs, const std::string& at = "") {
+    (void)run("rate", at, {t(p), t(intervalMs)});
+  }
+  std::string value() { return raw({"GET", key()}).str; }
+  Client& adminClient() { return admin(); }
+  void drop() { (void)raw({"DEL", key()}); }
+  // The packed fields: stored units (bytes 14..20) and nextFree (21..27), little-endian.
+  static std::int64_t field56(const std::string& v, std::size_t at) {
+    std::int64_t out = 0;
+    for (std::size_t i = 7; i-- > 0;) out = out * 256 + static_cast<unsigned char>(v.at(at + i));
     return out;
   }
-  Reply5 reserve(std::int64_t permits) { return decode(evalScript({"reserve", std::to_string(permits)})); }
-  Reply5 tryAcquire(std::int64_t permits, std::int64_t timeoutUs) {
-    return decode(evalScript({"try", std::to_string(permits), std::to_string(timeoutUs)}));
-  }
-  Reply rawCommand(std::initializer_list<std::string_view> argv) { return raw(argv); }
-  std::string field(const std::string& f) {
-    const Reply r = raw({"HGET", key(), f});
-    return r.isNil() ? "<nil>" : r.str;
-  }
+  std::int64_t storedUnits() { return field56(value(), 14); }
+  std::int64_t nextFree() { return field56(value(), 21); }
 };
 
-// ---- 1. Replay against the local model ------------------------------------------------------
+// ---- 1. Replay against the local model at the server's times --------------------------------
 
-// Random reserve/try calls with short real pauses; every answer must equal the model's at the
-// same server time.
-void replayAgainstModel(SmoothScript& t, Model& model, std::int64_t& clockNow, unsigned seed, int calls) {
+// Random reservations (acquire) and tryAcquire calls with short real pauses; every answer must
+// equal the model's at the same server time.
+void replayAgainstModel(SmoothScript& s, Model& model, std::int64_t& clockNow, unsigned seed, int calls,
+                        std::int64_t tolerance = 0) {
   std::mt19937 rng(seed);
-  int granted = 0, refused = 0;
+  int granted = 0, refused = 0, offByOne = 0;
   for (int i = 0; i < calls; ++i) {
     const std::int64_t permits = 1 + static_cast<std::int64_t>(rng() % 3);
     const auto pause = static_cast<std::int64_t>(rng() % 4);  // ms
     if (pause > 0) sleepMs(pause);
     if (rng() % 2 == 0) {
-      const Reply5 r = t.reserve(permits);
-      clockNow = r.now;
+      const TakeReply r = s.take(permits, kLongWait);
+      clockNow = r.nowUs;
       const auto expected = model.reserve(permits).count();
-      ASSERT_TRUE(r.granted);
-      ASSERT_EQ(r.wait, expected) << "call " << i << ": reserve(" << permits << ") at " << r.now;
+      ASSERT_TRUE(r.allowed);
+      if (r.delayUs != expected && tolerance > 0) {
+        ++offByOne;
+        ASSERT_LE(std::abs(expected - r.delayUs), tolerance) << "call " << i << ": reserve(" << permits << ") at "
+                                                             << r.nowUs;
+      } else {
+        ASSERT_EQ(r.delayUs, expected) << "call " << i << ": reserve(" << permits << ") at " << r.nowUs;
+      }
       ++granted;
     } else {
       const std::int64_t timeout = std::vector<std::int64_t>{0, 500, 3000}[rng() % 3];
-      const Reply5 r = t.tryAcquire(permits, timeout);
-      clockNow = r.now;
+      const TakeReply r = s.take(permits, timeout);
+      clockNow = r.nowUs;
       const bool expected = model.tryAcquire(permits, std::chrono::microseconds{timeout});
-      ASSERT_EQ(r.granted, expected) << "call " << i << ": try(" << permits << ", " << timeout << ") at " << r.now;
-      (r.granted ? granted : refused)++;
+      if (r.allowed != expected && tolerance > 0) {
+        ++offByOne;  // the call came within the model's µs of error of the limiter's next free time
+      } else {
+        ASSERT_EQ(r.allowed, expected) << "call " << i << ": try(" << permits << ", " << timeout << ") at " << r.nowUs;
+      }
+      (r.allowed ? granted : refused)++;
     }
   }
   EXPECT_GT(granted, calls / 4);
   EXPECT_GT(refused, 0);
+  // One such µs carries over to every following call while the limiter stays busy (both add the
+  // same costs to nextFree), so a single one can show in several calls in a row.
+  EXPECT_LE(offByOne, calls / 4) << "off by a µs only where the model's doubles are";
+  std::printf("[ replay ] %d calls, %d granted, %d refused, %d off by a us\n", calls, granted, refused, offByOne);
 }
 
 TEST_F(SmoothScript, BurstyReplaysTheLocalLimiterExactly) {
-  // 1 permit per 1024 µs (976.5625/s), a burst of 62500 µs (61.03515625 permits): dyadic, so the
-  // local limiter's doubles are exact.
-  const auto [created, at] = init({1, 1024, 62500, 0, 1, 1});
-  ASSERT_TRUE(created);
+  // 125 permits per 128 ms (1024 µs each, 976.5625/s), a burst of 128 ms (125 permits): every
+  // double of the local limiter is exact.
+  const std::int64_t at = serverTimeUs(admin());
+  ASSERT_TRUE(set({125, 128, 128, 0}, t(at)));
   std::int64_t clockNow = at;
-  Model model = Model::bursty(1e6 / 1024.0, 0.0625, ReplayClock{&clockNow});
+  Model model = Model::bursty(976.5625, 0.128, ReplayClock{&clockNow});
   replayAgainstModel(*this, model, clockNow, 11, 300);
 }
 
 TEST_F(SmoothScript, WarmingUpReplaysTheLocalLimiterExactly) {
-  // stable interval 1024 µs, warm-up 65536 µs, cold factor 3: threshold 32, max 64 permits,
-  // slope 64 µs per permit, cool-down 1024 µs per permit, all exact in doubles. Includes
-  // refused tries (the local limiter's fix 2) and idle gaps that cool it.
-  const auto [created, at] = init({1, 1024, 0, 65536, 3, 1});
-  ASSERT_TRUE(created);
+  // stable interval 1000 µs, warm-up 64 ms, cold factor 3: threshold 32, max 64 permits, slope
+  // 62.5 µs per permit, cool-down 1000 µs per permit (idle time / 1000 is what the model cannot
+  // hold exactly). Includes refused tries (the local limiter's fix 2) and idle gaps that cool it.
+  const std::int64_t at = serverTimeUs(admin());
+  ASSERT_TRUE(set({1, 1, 64, 3}, t(at)));
   std::int64_t clockNow = at;
-  Model model = Model::warmingUp(1e6 / 1024.0, std::chrono::microseconds{65536}, 3.0, ReplayClock{&clockNow});
-  replayAgainstModel(*this, model, clockNow, 7, 300);
+  Model model = Model::warmingUp(1000.0, std::chrono::microseconds{64000}, 3.0, ReplayClock{&clockNow});
+  replayAgainstModel(*this, model, clockNow, 7, 300, 2);
   sleepMs(80);  // cools down completely (more than the warm-up period of idle)
-  replayAgainstModel(*this, model, clockNow, 8, 100);
+  replayAgainstModel(*this, model, clockNow, 8, 100, 2);
 }
 
 __extension__ typedef __int128 Int128;  // exact reference arithmetic for the test only
@@ -168,9 +163,10 @@ TEST_F(SmoothScript, WarmUpCostOfTheColdPermitsIsTheWarmUpPeriodEvenWithLargeNum
   // permits above the threshold cost exactly W, however the takes are split (each take
   // truncates, so W minus less than 1 µs per take).
   const std::int64_t W = 60'000'000;
-  ASSERT_TRUE(init({100, 1'000'000, 0, W, 3, 1}).first);
-  // Reduced rate 1 per 10000 µs; K = 2T(CD+CN) = 80000 units per permit; threshold 3000 permits,
-  // max 6000 (thrK = W*P*(CD+CN), maxK = W*P*(5CD+CN)).
+  const std::int64_t at = serverTimeUs(admin());
+  ASSERT_TRUE(set({100, 1000, 60'000, 3}, t(at)));
+  // Reduced rate 1 per 10000 µs; K = 2T(1+C) = 80000 units per permit; threshold 3000 permits,
+  // max 6000 (thrK = W*P*(1+C), maxK = W*P*(5+C)).
   const Int128 K = 80000, thrK = Int128{W} * 4, maxK = Int128{W} * 8, B8 = Int128{W} * 8, D = Int128{W} * 16 * 4;
   Int128 storedK = maxK;
   auto expectedCost = [&](std::int64_t permits) {
@@ -182,245 +178,194 @@ TEST_F(SmoothScript, WarmUpCostOfTheColdPermitsIsTheWarmUpPeriodEvenWithLargeNum
       cost += a * (B8 + (2 * above - a) * 2) / D;
       spend -= a;
     }
-    cost += spend / (2 * 4);  // below the threshold: s/K = 1/(2P(CD+CN)) µs per unit, truncated
+    cost += spend / (2 * 4);  // below the threshold: s/K = 1/(2P(1+C)) µs per unit, truncated
     storedK -= permits * K;
     return static_cast<std::int64_t>(cost);
   };
-  const Reply5 first = reserve(1);
-  EXPECT_EQ(first.wait, 0);
-  EXPECT_EQ(first.scale, 80000);
-  std::int64_t sum = first.nextFree - first.now;
+  const TakeReply first = take(1, kLongWait, t(at));
+  EXPECT_EQ(first.delayUs, 0);
+  EXPECT_EQ(first.limit, 6000);
+  std::int64_t next = nextFree();
+  std::int64_t sum = next - at;
   EXPECT_EQ(sum, expectedCost(1));
   EXPECT_EQ(sum, 29996);  // the coldest permit: 30000 µs (c*s) less half the slope (20000/3000), truncated
-  std::int64_t next = first.nextFree;
   for (const std::int64_t chunk : {999, 1, 1500, 250, 250}) {
-    const Reply5 r = reserve(chunk);
-    ASSERT_GT(r.wait, 0) << "the limiter must stay busy (no refill between calls)";
-    EXPECT_EQ(r.nextFree - next, expectedCost(chunk)) << "take of " << chunk;
-    sum += r.nextFree - next;
-    next = r.nextFree;
+    const TakeReply r = take(chunk, kLongWait, t(at));
+    ASSERT_EQ(r.delayUs, next - at) << "the limiter stays busy (no refill at one time)";
+    EXPECT_EQ(nextFree() - next, expectedCost(chunk)) << "take of " << chunk;
+    sum += nextFree() - next;
+    next = nextFree();
   }
   // 3000 permits above the threshold, then 1 at the stable interval (10000 µs).
   EXPECT_LE(sum, W + 10000);
   EXPECT_GT(sum, W + 10000 - 6);
-  EXPECT_EQ(field("s"), std::to_string(static_cast<std::int64_t>(storedK)));
+  EXPECT_EQ(storedUnits(), static_cast<std::int64_t>(storedK));
 }
 
 // ---- 2. Guava's reference vectors on a virtual clock (see the file comment) ------------------
 
 class VirtualRun {
  public:
-  // `factor`: the most a stored permit costs, in µs per µs of idle time that stored it
-  // (bursty: 1; warm-up: coldFactor * stableInterval / coolDownInterval).
-  VirtualRun(SmoothScript& t, const Config& c, double factor) : t_(t), factor_(factor) {
-    const auto [created, at] = t_.init(c);
-    EXPECT_TRUE(created);
-    virtualNow_ = at;
-    lastServer_ = at;
-    nextFreeVirtual_ = at;
+  VirtualRun(SmoothScript& s, const Config& c) : s_(s) {
+    s_.drop();
+    now_ = serverTimeUs(s_.adminClient());
+    EXPECT_TRUE(s_.set(c, SmoothScript::t(now_)));
   }
-  /// Guava's state is full here (a cold warm-up limiter at the start, or after an idle period
-  /// of more than enough to fill it), and so is the script's: idle time the vector does not have
-  /// changes nothing at the next call.
-  void bothFull() { bothFull_ = true; }
-  void userSleep(std::int64_t micros) { virtualNow_ += micros; }
-
-  /// acquire(permits): the wait Guava's acquire() would sleep, in virtual time.
+  void userSleep(std::int64_t micros) { now_ += micros; }
+  /// acquire(permits): the wait Guava's acquire() sleeps (the clock moves on by it).
   std::int64_t acquire(std::int64_t permits) {
-    shift();
-    const Reply5 r = t_.reserve(permits);
-    return observe(r);
+    const TakeReply r = s_.take(permits, kLongWait, SmoothScript::t(now_));
+    EXPECT_TRUE(r.allowed);
+    EXPECT_EQ(r.nowUs, now_);
+    now_ += r.delayUs;
+    return r.delayUs;
   }
-  /// tryAcquire(permits, timeout): granted or not (the wait slept is in lastWait()).
+  /// tryAcquire(permits, timeout): granted or not; a grant sleeps its wait (lastWait()).
   bool tryAcquire(std::int64_t permits, std::int64_t timeoutUs) {
-    shift();
-    const Reply5 r = t_.tryAcquire(permits, timeoutUs);
-    lastWait_ = observe(r);
-    return r.granted;
+    const TakeReply r = s_.take(permits, timeoutUs, SmoothScript::t(now_));
+    lastWait_ = r.delayUs;
+    now_ += r.delayUs;
+    return r.allowed;
   }
+  void setRate(std::int64_t p, std::int64_t intervalMs) { s_.setRate(p, intervalMs, SmoothScript::t(now_)); }
   [[nodiscard]] std::int64_t lastWait() const { return lastWait_; }
-  /// How far a wait may be from Guava's after the idle time the vector does not have.
-  [[nodiscard]] std::int64_t tolerance() const {
-    return static_cast<std::int64_t>(static_cast<double>(lastExtra_) + factor_ * static_cast<double>(extraIdle_)) + 1;
-  }
-  [[nodiscard]] std::int64_t extraIdle() const { return extraIdle_; }
 
  private:
-  // Moves the stored nextFree back by what the virtual clock gained over the server's.
-  void shift() {
-    const std::int64_t gap = virtualNow_ - (lastServer_ + offset_);
-    if (gap <= 0) return;
-    const Reply r = t_.rawCommand({"HINCRBY", t_.key(), "n", std::to_string(-gap)});
-    ASSERT_EQ(r.integer + offset_ + gap, nextFreeVirtual_);
-    offset_ += gap;
-  }
-  std::int64_t observe(const Reply5& r) {
-    const std::int64_t nowVirtual = r.now + offset_;
-    // Idle time the script saw at this call that Guava's limiter did not (the call came late).
-    const std::int64_t extra = std::max<std::int64_t>(nowVirtual - nextFreeVirtual_, 0) -
-                               std::max<std::int64_t>(virtualNow_ - nextFreeVirtual_, 0);
-    lastExtra_ = extra;
-    if (!bothFull_) extraIdle_ += extra;
-    bothFull_ = false;
-    lastServer_ = r.now;
-    nextFreeVirtual_ = r.nextFree + offset_;
-    if (!r.granted) return 0;
-    const std::int64_t wait = nowVirtual + r.wait - virtualNow_;  // from Guava's call time
-    virtualNow_ += wait;                                         // the caller sleeps it
-    return wait;
-  }
-
-  SmoothScript& t_;
-  double factor_;
-  std::int64_t virtualNow_ = 0;       // Guava's clock
-  std::int64_t offset_ = 0;           // virtual - server
-  std::int64_t lastServer_ = 0;       // server time of the last reply
-  std::int64_t nextFreeVirtual_ = 0;  // the stored nextFree, in virtual time
-  std::int64_t extraIdle_ = 0;        // idle time the vector does not have, summed
-  std::int64_t lastExtra_ = 0;
+  SmoothScript& s_;
+  std::int64_t now_ = 0;
   std::int64_t lastWait_ = 0;
-  bool bothFull_ = false;
 };
 
-constexpr std::int64_t kSecond = 1'000'000;
-
-// Runs acquire(permits[i]) and compares each wait with Guava's, within the run's tolerance.
-void expectWaits(VirtualRun& run, const std::vector<std::int64_t>& permits, const std::vector<std::int64_t>& guava,
-                 int& exact) {
+// Runs acquire(permits[i]) and requires each wait to be Guava's.
+void expectWaits(VirtualRun& run, const std::vector<std::int64_t>& permits, const std::vector<std::int64_t>& guava) {
   ASSERT_EQ(permits.size(), guava.size());
   for (std::size_t i = 0; i < guava.size(); ++i) {
-    const std::int64_t wait = run.acquire(permits[i]);
-    EXPECT_LE(std::llabs(wait - guava[i]), run.tolerance())
-        << "acquire #" << i << " (" << permits[i] << "): " << wait << " vs Guava's " << guava[i];
-    if (wait == guava[i]) ++exact;
+    EXPECT_EQ(run.acquire(permits[i]), guava[i]) << "acquire #" << i << " (" << permits[i] << ")";
   }
 }
 std::vector<std::int64_t> ones(std::size_t n) { return std::vector<std::int64_t>(n, 1); }
 
-double warmUpFactor(double qps, double warmupUs, double cold) {
-  const double s = 1e6 / qps;
-  const double maxPermits = 0.5 * warmupUs / s + 2.0 * warmupUs / (s + cold * s);
-  return cold * s / (warmupUs / maxPermits);
-}
+const Config kQps5{5, 1000, 1000, 0};
 
 TEST_F(SmoothScript, GuavaVectorsBursty) {
-  int exact = 0, total = 0;
-  const Config qps5{5, kSecond, kSecond, 0, 1, 1};
   {  // simple
-    VirtualRun run(*this, qps5, 1.0);
-    expectWaits(run, ones(3), {0, 200000, 200000}, exact);
-    total += 3;
+    VirtualRun run(*this, kQps5);
+    expectWaits(run, ones(3), {0, 200000, 200000});
   }
-  raw({"DEL", key()});
   {  // simple with wait
-    VirtualRun run(*this, qps5, 1.0);
-    expectWaits(run, ones(1), {0}, exact);
+    VirtualRun run(*this, kQps5);
+    expectWaits(run, ones(1), {0});
     run.userSleep(200000);
-    expectWaits(run, ones(2), {0, 200000}, exact);
-    total += 3;
+    expectWaits(run, ones(2), {0, 200000});
   }
-  raw({"DEL", key()});
   {  // earliest available in the past
-    VirtualRun run(*this, qps5, 1.0);
-    expectWaits(run, ones(1), {0}, exact);
+    VirtualRun run(*this, kQps5);
+    expectWaits(run, ones(1), {0});
     run.userSleep(400000);
-    expectWaits(run, ones(3), {0, 0, 200000}, exact);
-    total += 4;
+    expectWaits(run, ones(3), {0, 0, 200000});
   }
-  raw({"DEL", key()});
   {  // one-second burst
-    VirtualRun run(*this, qps5, 1.0);
+    VirtualRun run(*this, kQps5);
     run.userSleep(kSecond);
     run.userSleep(kSecond);
-    run.bothFull();
-    expectWaits(run, {1, 1, 3, 1, 1}, {0, 0, 0, 0, 200000}, exact);
-    total += 5;
+    expectWaits(run, {1, 1, 3, 1, 1}, {0, 0, 0, 0, 200000});
   }
-  raw({"DEL", key()});
   {  // weights, qps 1
-    VirtualRun run(*this, {1, kSecond, kSecond, 0, 1, 1}, 1.0);
-    expectWaits(run, {1, 1, 2, 4, 8, 1}, {0, 1000000, 1000000, 2000000, 4000000, 8000000}, exact);
-    total += 6;
+    VirtualRun run(*this, {1, 1000, 1000, 0});
+    expectWaits(run, {1, 1, 2, 4, 8, 1}, {0, 1000000, 1000000, 2000000, 4000000, 8000000});
   }
-  RecordProperty("exact", exact);
-  std::printf("[ bursty vectors ] %d of %d waits exact to the µs\n", exact, total);
+  {  // bursty and update, qps 1 -> 2
+    VirtualRun run(*this, {1, 1000, 1000, 0});
+    expectWaits(run, {1, 1}, {0, 1000000});
+    run.setRate(2, 1000);
+    expectWaits(run, {1, 2, 4, 1}, {1000000, 500000, 1000000, 2000000});
+  }
 }
 
 TEST_F(SmoothScript, GuavaVectorsWarmingUp) {
-  int exact = 0, total = 0;
   {  // warm-up: qps 2, W 4 s, cold factor 3
     const std::vector<std::int64_t> eight{0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000};
-    VirtualRun run(*this, {2, kSecond, 0, 4 * kSecond, 3, 1}, warmUpFactor(2, 4e6, 3));
-    run.bothFull();
-    expectWaits(run, ones(8), eight, exact);
+    VirtualRun run(*this, {2, 1000, 4000, 3});
+    expectWaits(run, ones(8), eight);
     run.userSleep(500000);
     run.userSleep(4000000);
-    run.bothFull();
-    expectWaits(run, ones(8), eight, exact);
+    expectWaits(run, ones(8), eight);
     run.userSleep(500000);
     run.userSleep(2000000);
-    expectWaits(run, ones(8), {0, 500000, 500000, 500000, 500000, 500000, 500000, 500000}, exact);
-    total += 24;
+    expectWaits(run, ones(8), {0, 500000, 500000, 500000, 500000, 500000, 500000, 500000});
   }
-  raw({"DEL", key()});
   {  // cold factor 10: qps 5, W 4 s (300227 is a truncated trapezoid that straddles the threshold)
     const std::vector<std::int64_t> eight{0, 1752500, 1257500, 762500, 300227, 200000, 200000, 200000};
-    VirtualRun run(*this, {5, kSecond, 0, 4 * kSecond, 10, 1}, warmUpFactor(5, 4e6, 10));
-    run.bothFull();
-    expectWaits(run, ones(8), eight, exact);
+    VirtualRun run(*this, {5, 1000, 4000, 10});
+    expectWaits(run, ones(8), eight);
     run.userSleep(200000);
     run.userSleep(4000000);
-    run.bothFull();
-    expectWaits(run, ones(8), eight, exact);
+    expectWaits(run, ones(8), eight);
     run.userSleep(200000);
     run.userSleep(1000000);
-    expectWaits(run, ones(8), {0, 200000, 200000, 200000, 200000, 200000, 200000, 200000}, exact);
-    total += 24;
+    expectWaits(run, ones(8), {0, 200000, 200000, 200000, 200000, 200000, 200000, 200000});
   }
-  raw({"DEL", key()});
   {  // cold factor 1: qps 5, W 4 s
     const std::vector<std::int64_t> eight{0, 200000, 200000, 200000, 200000, 200000, 200000, 200000};
-    VirtualRun run(*this, {5, kSecond, 0, 4 * kSecond, 1, 1}, warmUpFactor(5, 4e6, 1));
-    run.bothFull();
-    expectWaits(run, ones(8), eight, exact);
+    VirtualRun run(*this, {5, 1000, 4000, 1});
+    expectWaits(run, ones(8), eight);
     run.userSleep(340000);
-    expectWaits(run, ones(8), eight, exact);
-    total += 16;
+    expectWaits(run, ones(8), eight);
   }
-  std::printf("[ warm-up vectors ] %d of %d waits exact to the µs\n", exact, total);
+}
+
+TEST_F(SmoothScript, GuavaVectorsWarmUpAndUpdate) {
+  {  // qps 2 -> 4, W 4 s, cold factor 3
+    VirtualRun run(*this, {2, 1000, 4000, 3});
+    expectWaits(run, ones(8), {0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000});
+    run.userSleep(4500000);
+    expectWaits(run, ones(3), {0, 1375000, 1125000});
+    run.setRate(4, 1000);
+    expectWaits(run, ones(5), {875000, 343750, 281250, 250000, 250000});
+    run.userSleep(4250000);
+    expectWaits(run, ones(11),
+                {0, 718750, 656250, 593750, 531250, 468750, 406250, 343750, 281250, 250000, 250000});
+  }
+  {  // qps 5 -> 10, W 4 s, cold factor 10
+    VirtualRun run(*this, {5, 1000, 4000, 10});
+    expectWaits(run, ones(8), {0, 1752500, 1257500, 762500, 300227, 200000, 200000, 200000});
+    run.userSleep(4200000);
+    expectWaits(run, ones(3), {0, 1752500, 1257500});
+    run.setRate(10, 1000);
+    expectWaits(run, ones(5), {762500, 195625, 104602, 100000, 100000});
+    run.userSleep(4100000);
+    expectWaits(run, ones(11),
+                {0, 938125, 814375, 690625, 566875, 443125, 319375, 195625, 104602, 100000, 100000});
+  }
 }
 
 TEST_F(SmoothScript, GuavaVectorsTryAcquire) {
-  const Config qps5{5, kSecond, kSecond, 0, 1, 1};
   {  // no wait
-    VirtualRun run(*this, qps5, 1.0);
+    VirtualRun run(*this, kQps5);
     EXPECT_TRUE(run.tryAcquire(1, 0));
     EXPECT_FALSE(run.tryAcquire(1, 0));
     EXPECT_FALSE(run.tryAcquire(1, 0));
     run.userSleep(100000);
     EXPECT_FALSE(run.tryAcquire(1, 0));
   }
-  raw({"DEL", key()});
   {  // some wait
-    VirtualRun run(*this, qps5, 1.0);
+    VirtualRun run(*this, kQps5);
     EXPECT_TRUE(run.tryAcquire(1, 0));
     EXPECT_TRUE(run.tryAcquire(1, 200000));
-    EXPECT_LE(std::llabs(run.lastWait() - 200000), run.tolerance()) << run.lastWait();
+    EXPECT_EQ(run.lastWait(), 200000);
     EXPECT_FALSE(run.tryAcquire(1, 100000));
     run.userSleep(100000);
     EXPECT_TRUE(run.tryAcquire(1, 100000));
-    EXPECT_LE(std::llabs(run.lastWait() - 100000), run.tolerance()) << run.lastWait();
+    EXPECT_EQ(run.lastWait(), 100000);
   }
-  raw({"DEL", key()});
-  {  // overflow: the largest timeout the script takes (the client clamps to it)
-    VirtualRun run(*this, qps5, 1.0);
+  {  // overflow: the longest wait the script takes (the client clamps to ScriptLimiter::kMaxWait)
+    VirtualRun run(*this, kQps5);
     EXPECT_TRUE(run.tryAcquire(1, 0));
     run.userSleep(100000);
-    EXPECT_TRUE(run.tryAcquire(1, std::int64_t{1} << 52));
+    EXPECT_TRUE(run.tryAcquire(1, 99'999'999'999'999));
   }
-  raw({"DEL", key()});
   {  // negative timeouts count as 0 (the client clamps them before sending)
-    VirtualRun run(*this, qps5, 1.0);
+    VirtualRun run(*this, kQps5);
     EXPECT_TRUE(run.tryAcquire(5, 0));
     run.userSleep(900000);
     EXPECT_FALSE(run.tryAcquire(1, 0));
@@ -429,72 +374,159 @@ TEST_F(SmoothScript, GuavaVectorsTryAcquire) {
   }
 }
 
+TEST_F(SmoothScript, GuavaWarmUpIsHonouredWithWeights) {
+  // 10 permits between the threshold and the maximum (W = 5 x s x (1 + c)): from cold, taking
+  // them in random chunks and then 1 more (which repays the last chunk) takes (1 + c) x 10 x s / 2,
+  // less at most 1 µs per take (each truncates).
+  std::mt19937 rng(5);
+  for (const std::int64_t c : {2, 3, 10}) {
+    for (const std::int64_t sMs : {250, 500, 1000, 2000, 10000}) {  // qps 4, 2, 1, 0.5, 0.1
+      VirtualRun run(*this, {1, sMs, 5 * sMs * (1 + c), c});
+      std::int64_t left = 10, waited = 0, takes = 0;
+      while (left > 0) {
+        const std::int64_t chunk = std::min<std::int64_t>(left, 1 + static_cast<std::int64_t>(rng() % 3));
+        waited += run.acquire(chunk);
+        left -= chunk;
+        ++takes;
+      }
+      waited += run.acquire(1);
+      ++takes;
+      const std::int64_t expected = (1 + c) * 10 * sMs * 1000 / 2;
+      EXPECT_LE(waited, expected) << "c " << c << ", s " << sMs << " ms";
+      EXPECT_GE(waited, expected - takes) << "c " << c << ", s " << sMs << " ms";
+    }
+  }
+}
+
+// ---- Refund and setRate, at chosen times ------------------------------------------------------
+
+TEST_F(SmoothScript, RefundMovesTheDebtBackAndStoresTheRestWhenBursty) {
+  const std::int64_t at = serverTimeUs(admin());
+  ASSERT_TRUE(set({1, 1000, 3000, 0}, t(at)));  // 1/s, up to 3 stored
+  EXPECT_EQ(take(2, 0, t(at)).delayUs, 0);        // free; the next caller pays 2 s
+  EXPECT_EQ(nextFree(), at + 2 * kSecond);
+  EXPECT_EQ(run("refund", t(at), {"1"}).asInteger(), 0);  // reply: remaining
+  EXPECT_EQ(nextFree(), at + kSecond);
+  (void)run("refund", t(at), {"5"});  // 1 s of debt back, 4 permits left over, 3 kept
+  EXPECT_EQ(nextFree(), at);
+  EXPECT_EQ(peek(1, t(at)).remaining, 3);
+  // Warming up: time comes back at the stable rate, stored permits (coldness) do not change.
+  (void)raw({"DEL", key()});
+  ASSERT_TRUE(set({2, 1000, 4000, 3}, t(at)));
+  const std::int64_t cold = storedUnits();
+  (void)take(1, 0, t(at));
+  const std::int64_t after = nextFree();
+  EXPECT_EQ(after - at, 1375000);
+  (void)run("refund", t(at), {"2"});
+  EXPECT_EQ(nextFree(), at + 1375000 - 1000000);
+  EXPECT_EQ(storedUnits(), cold - 4000000) << "one permit (K = 4e6 units) still spent";
+}
+
+TEST_F(SmoothScript, SetRateResyncsThenScalesStoredPermits) {
+  const std::int64_t at = serverTimeUs(admin());
+  ASSERT_TRUE(set({2, 1000, 2000, 0}, t(at)));  // 2/s, up to 4 stored
+  // 1.5 s idle at the old rate: 3 stored; then 4/s: the maximum is 8, so 6 stored.
+  setRate(4, 1000, t(at + 1'500'000));
+  EXPECT_EQ(peek(1, t(at + 1'500'000)).remaining, 6);
+  EXPECT_EQ(peek(1, t(at + 1'500'000)).limit, 8);
+  EXPECT_EQ(nextFree(), at + 1'500'000);
+  // Debt is kept: 10 permits (6 stored free, 4 fresh at 250 ms) push nextFree 1 s on; a rate
+  // change then does not move it.
+  (void)take(10, 0, t(at + 1'500'000));
+  EXPECT_EQ(nextFree(), at + 2'500'000);
+  setRate(1, 1000, t(at + 1'600'000));
+  EXPECT_EQ(nextFree(), at + 2'500'000);
+  EXPECT_EQ(peek(1, t(at + 1'600'000)).retryAfterUs, 900'000);
+  EXPECT_EQ(peek(1, t(at + 1'600'000)).limit, 2);
+  EXPECT_THROW((void)run("rate", "", {"0", "1000"}), InvalidArgument);
+  (void)raw({"DEL", key()});
+  EXPECT_THROW(setRate(1, 1000), NotInitializedError);
+  EXPECT_FALSE(exists(admin(), key()));
+}
+
 // ---- Validation, errors, layout --------------------------------------------------------------
 
 TEST_F(SmoothScript, RejectsBadArgumentsBeforeWriting) {
-  EXPECT_THROW(init({0, kSecond, kSecond, 0, 1, 1}), InvalidArgument);
-  EXPECT_THROW(init({5, 0, kSecond, 0, 1, 1}), InvalidArgument);
-  EXPECT_THROW(init({5, kSecond, 0, 4 * kSecond, 1, 2}), InvalidArgument);  // cold factor < 1
-  EXPECT_THROW(evalScript({"init", "5", "1000000", "-1", "0", "1", "1"}), InvalidArgument);
-  EXPECT_THROW(evalScript({"init", "5", "1000000", "01", "0", "1", "1"}), InvalidArgument);
-  EXPECT_THROW(init({1000000, 1, 0, 3600 * kSecond, 3, 1}), InvalidArgument);  // too large to keep exact
-  EXPECT_EQ(raw({"EXISTS", key()}).integer, 0);
-  EXPECT_THROW(reserve(1), NotInitializedError);
-  ASSERT_TRUE(init({5, kSecond, kSecond, 0, 1, 1}).first);
-  const std::string before = field("n") + "/" + field("s") + "/" + field("r");
-  EXPECT_THROW(reserve(0), InvalidArgument);
-  EXPECT_THROW(evalScript({"reserve", "-1"}), InvalidArgument);
-  EXPECT_THROW(evalScript({"reserve", "1.5"}), InvalidArgument);
-  EXPECT_THROW(evalScript({"try", "0", "0"}), InvalidArgument);
-  EXPECT_THROW(evalScript({"try", "1", "-1"}), InvalidArgument);
-  EXPECT_THROW(evalScript({"nope", "1"}), InvalidArgument);
-  EXPECT_EQ(field("n") + "/" + field("s") + "/" + field("r"), before);
+  EXPECT_THROW(set({0, 1000, 1000, 0}), InvalidArgument);
+  EXPECT_THROW(set({5, 0, 1000, 0}), InvalidArgument);
+  EXPECT_THROW(set({5, 1000, 0, 3}), InvalidArgument);    // warming up without a warm-up period
+  EXPECT_THROW(set({5, 1000, 4000, 128}), InvalidArgument);  // cold factor above 127
+  EXPECT_THROW((void)run("set", "", {"try", "5", "1000", "-1", "0"}), InvalidArgument);
+  EXPECT_THROW((void)run("set", "", {"try", "5", "1000", "01", "0"}), InvalidArgument);
+  EXPECT_THROW(set({999, 1000, 3'600'000, 3}), InvalidArgument);  // too large to keep exact
+  EXPECT_FALSE(exists(admin(), key()));
+  EXPECT_THROW((void)take(1, 0), NotInitializedError);
+  ASSERT_TRUE(set(kQps5));
+  const std::string before = value();
+  EXPECT_THROW((void)take(0, 0), InvalidArgument);
+  EXPECT_THROW((void)run("take", "", {"-1", "0"}), InvalidArgument);
+  EXPECT_THROW((void)run("take", "", {"1.5", "0"}), InvalidArgument);
+  EXPECT_THROW((void)run("take", "", {"1", "-1"}), InvalidArgument);
+  EXPECT_THROW((void)run("nope", "", {"1"}), InvalidArgument);
+  EXPECT_THROW((void)runOneKey(admin(), detail::lua::smooth, key(), {"take", "", "G", "1", "0"}), InvalidArgument);
+  EXPECT_EQ(value(), before);
 }
 
 TEST_F(SmoothScript, ConfigIsWrittenOnlyWhenAbsent) {
-  ASSERT_TRUE(init({5, kSecond, kSecond, 0, 1, 1}).first);
-  EXPECT_FALSE(init({7, kSecond, 0, 4 * kSecond, 3, 1}).first);
-  EXPECT_EQ(field("cfg"), "1:200000:1000000:0:1:1");  // 5 per second, reduced by the gcd
+  ASSERT_TRUE(set(kQps5));
+  EXPECT_FALSE(set({7, 1000, 4000, 3}));
+  const Reply c = run("config", "", {});
+  ASSERT_EQ(c.elements.size(), 7u);
+  EXPECT_EQ(c.elements[3].asInteger(), 5);
+  EXPECT_EQ(c.elements[4].asInteger(), 1000);
+  EXPECT_EQ(c.elements[5].asInteger(), 1000);
+  EXPECT_EQ(c.elements[6].asInteger(), 0);
+  EXPECT_TRUE(set({7, 1000, 4000, 3}, "", "reset"));
+  EXPECT_EQ(run("config", "", {}).elements[6].asInteger(), 3);
 }
 
 TEST_F(SmoothScript, UnusableStateIsATypedErrorAndNothingIsWritten) {
-  raw({"SET", key(), "x"});
-  EXPECT_THROW(reserve(1), InvalidConfigError);
-  EXPECT_THROW(init({5, kSecond, kSecond, 0, 1, 1}), InvalidConfigError);
-  raw({"DEL", key()});
-  ASSERT_TRUE(init({5, kSecond, kSecond, 0, 1, 1}).first);
-  for (const auto& [f, bad] : std::vector<std::pair<std::string, std::string>>{
-           {"s", "-1"}, {"s", "99999999"}, {"n", "abc"}, {"r", "2"}, {"cfg", "1:2:3"}, {"cfg", "0:1:0:0:1:1"}}) {
-    const std::string good = field(f);
-    raw({"HSET", key(), f, bad});
-    const std::string n = field("n");
-    EXPECT_THROW(reserve(1), InvalidConfigError) << f << "=" << bad;
-    EXPECT_EQ(field("n"), n);
-    raw({"HSET", key(), f, good});
-  }
-  EXPECT_TRUE(reserve(1).granted);
+  (void)raw({"HSET", key(), "cfg", "x"});
+  EXPECT_THROW((void)take(1, 0), InvalidConfigError);
+  EXPECT_THROW(set(kQps5), InvalidConfigError);
+  (void)raw({"DEL", key()});
+  ASSERT_TRUE(set({2, 1000, 4000, 3}));
+  const std::string good = value();
+  ASSERT_EQ(good.size(), 28u);
+  auto expectError = [&](std::size_t at, std::size_t n, unsigned char byte, bool config) {
+    std::string v = good;
+    for (std::size_t i = 0; i < n; ++i) v[at + i] = static_cast<char>(byte);
+    (void)detail::command(admin(), {"SET", key(), v});
+    if (config) {
+      EXPECT_THROW((void)take(1, 0), InvalidConfigError) << "bytes " << at;
+    } else {
+      EXPECT_THROW((void)take(1, 0), InvalidStateError) << "bytes " << at;
+    }
+    EXPECT_EQ(value(), v) << "nothing written";
+  };
+  expectError(1, 4, 0, true);       // P = 0
+  expectError(5, 4, 0, true);       // I = 0
+  expectError(9, 4, 0, true);       // W = 0 while warming up
+  expectError(13, 1, 0, false);     // bursty: the cold limiter's stored permits pass its maximum
+  expectError(14, 7, 0xFF, false);  // stored above the maximum
+  expectError(21, 7, 0xFF, false);  // nextFree past 2^52
+  (void)detail::command(admin(), {"SET", key(), good});
+  EXPECT_TRUE(take(1, 0).allowed);
 }
 
-// Issue 11 asks for <= 100 bytes per limiter key (MEMORY USAGE). This layout (a hash: cfg, s, n, r)
-// takes 112 bytes under a one-byte key name on Redis 7.0 (jemalloc size classes: 96 needs a
-// listpack a few bytes shorter); the key name adds its length. NOT MET YET: the test records the
-// size and guards against growth (<= 128 under a short name); see the report for the options.
+// Issue 11 asks for <= 100 bytes per limiter key (MEMORY USAGE); the typed test of the class
+// measures it under a 14-byte name, this one records the layout's size under a one-byte name.
 TEST_F(SmoothScript, OneSmallKeyPerLimiter) {
   auto measure = [&](const Config& c, std::int64_t permits) {
-    raw({"DEL", key()});
-    EXPECT_TRUE(init(c).first);
-    (void)reserve(permits);
-    raw({"RENAME", key(), "k"});  // a short name: measure the layout, not the test's prefix
+    (void)raw({"DEL", key()});
+    EXPECT_TRUE(set(c));
+    (void)take(permits, kLongWait);
+    (void)raw({"RENAME", key(), "k"});
     const std::int64_t bytes = raw({"MEMORY", "USAGE", "k"}).integer;
-    raw({"DEL", "k"});
+    (void)raw({"DEL", "k"});
     return bytes;
   };
-  const std::int64_t bursty = measure({5, kSecond, kSecond, 0, 1, 1}, 3);
-  const std::int64_t warm = measure({100, kSecond, 0, 60 * kSecond, 3, 1}, 1500);
+  const std::int64_t bursty = measure(kQps5, 3);
+  const std::int64_t warm = measure({100, 1000, 60'000, 3}, 1500);
   std::printf("[ memory ] key \"k\": bursty %lld bytes, warming-up %lld bytes\n", static_cast<long long>(bursty),
               static_cast<long long>(warm));
-  EXPECT_LE(bursty, 128);
-  EXPECT_LE(warm, 128);
+  EXPECT_LE(bursty, 80);
+  EXPECT_LE(warm, 80);
 }
 
 }  // namespace

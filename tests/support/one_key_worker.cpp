@@ -1,5 +1,5 @@
 // one_key_worker KIND URI NAME THREADS DURATION_MS MAX_WAIT_US: hammers the one-key limiter NAME
-// (KIND: token_bucket, gcra or fixed_window) from THREADS threads for DURATION_MS. Thread 0
+// (KIND: token_bucket, gcra, fixed_window or smooth) from THREADS threads for DURATION_MS. Thread 0
 // reserves (maxWait MAX_WAIT_US, without sleeping the delay) when MAX_WAIT_US > 0; the others call
 // decide(), asking for 1 or 2 permits in turn. Prints "grants errors" and then one line per grant:
 // "useTimeUs permits", where useTime is the server time of the decision plus the reservation's
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
@@ -28,6 +29,7 @@ std::shared_ptr<redlimit::detail::ScriptLimiter> makeLimiter(const std::string& 
   if (kind == "token_bucket") return std::make_shared<redlimit::TokenBucketRateLimiter>(client, name);
   if (kind == "gcra") return std::make_shared<redlimit::GcraRateLimiter>(client, name);
   if (kind == "fixed_window") return std::make_shared<redlimit::FixedWindowRateLimiter>(client, name);
+  if (kind == "smooth") return std::make_shared<redlimit::DistributedSmoothRateLimiter>(client, name);
   return nullptr;
 }
 
