@@ -68,7 +68,7 @@ constexpr int kConnections = 50;                 // the load: connections...
 constexpr int kDepth = 16;                       // ...and requests in flight on each
 constexpr std::int64_t kCalls = 20000;           // timed decisions per phase
 constexpr std::size_t kManyKeys = 10000;         // keys of the many-keys workload
-constexpr int kPasses = 2;                       // each phase this often, every other pass mirrored
+constexpr int kPasses = 4;                       // each phase this often, every other pass mirrored
 constexpr std::size_t kIdArg = 11;               // acquire.lua's member id in its argv (EVALSHA sha 6 k*6 1 1 id)
 constexpr int kClients = 4;                      // accuracy: Clients...
 constexpr int kThreadsPerClient = 2;             // ...and threads calling decide() on each
@@ -409,21 +409,68 @@ struct PhaseResult {
   bool valid = false;
   rb::LoadResult load;
   rb::ServerCost cost;
+  double serverCpuBusy = NAN;  // seconds CPU kServerCpu was busy during the timed part, whoever ran (pinned runs)
 };
 // [algorithm][0 ours, 1 textbook][workload][pass]
 std::vector<std::array<std::array<std::array<PhaseResult, kPasses>, kWorkloads>, 2>> gCost;
 
-PhaseResult runPhase(const Algorithm& a, int variant, const Workload& w) {
-  const Variant& v = variant == 0 ? a.ours : *a.textbook;
+// FLUSHALL, `v`'s keys for `w` set up, the warm-up, then kCalls timed decisions.
+PhaseResult runVariant(const Variant& v, const std::string& prefix, const Workload& w) {
   (void)gWorld->admin->command({"FLUSHALL"});
-  const auto calls = prepare(v, limiterNames(fmt::format("b:{}:{}", a.key, variant == 0 ? "o" : "t"), w.keys), w.limits);
+  const auto calls = prepare(v, limiterNames(prefix, w.keys), w.limits);
   (void)gWorld->load->run(*calls, w.warmup);
   PhaseResult r;
+  const rb::CpuTimes cpuBefore = rb::CpuTimes::of(kServerCpu);
   const rb::ServerSample before = rb::sampleServer(*gWorld->admin);
   r.load = gWorld->load->run(*calls, kCalls, static_cast<std::size_t>(w.warmup) % calls->size());
   r.cost = rb::ServerCost::between(before, rb::sampleServer(*gWorld->admin));
+  if (gWorld->pinned.pinned) r.serverCpuBusy = rb::CpuTimes::of(kServerCpu).busy - cpuBefore.busy;
   r.valid = true;
   return r;
+}
+
+PhaseResult runPhase(const Algorithm& a, int variant, const Workload& w) {
+  return runVariant(variant == 0 ? a.ours : *a.textbook, fmt::format("b:{}:{}", a.key, variant == 0 ? "o" : "t"), w);
+}
+
+// Where the time of ours goes: scripts with the token bucket's keys and arguments that stop early,
+// on the hot key (granted workload), in every pass beside the others.
+enum ProbeId { kProbeFloor, kProbePrelude, kProbes };
+const char* const kProbeKeys[kProbes] = {"floor", "prelude"};
+std::array<Variant, kProbes> gProbes;
+std::array<std::array<PhaseResult, kPasses>, kProbes> gProbeCost;
+
+void makeProbes() {
+  const std::string full = redlimit::detail::lua::gcra.source;
+  const std::string marker = "-- ==== gcra.lua ====\n";  // cmake/EmbedLua.cmake puts it after common.lua
+  const auto at = full.find(marker);
+  if (at == std::string::npos) throw std::runtime_error("bench: the embedded gcra.lua has no common.lua marker");
+  const std::string sources[kProbes] = {"return {1}\n", full.substr(0, at + marker.size()) + "return {1}\n"};
+  const char* const labels[kProbes] = {"EVALSHA of `return {1}` (the floor of any script call)",
+                                       "common.lua + `return {1}` (the prelude every script of ours runs)"};
+  for (int p = 0; p < kProbes; ++p) {
+    const std::string sha = loadScript(sources[p]);
+    gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {
+                                                     auto argv = oneKeyArgv(redlimit::detail::lua::gcra.sha1, name, 'T');
+                                                     argv[1] = sha;
+                                                     return argv;
+                                                   }};
+  }
+}
+
+void BM_Probe(benchmark::State& state, int probe, int pass) {
+  try {
+    PhaseResult r;
+    for (auto _ : state) {
+      r = runVariant(gProbes[static_cast<std::size_t>(probe)], "b:probe", kWorkloadSpecs[kHotGranted]);
+      state.SetIterationTime(r.load.seconds);
+    }
+    gProbeCost[static_cast<std::size_t>(probe)][static_cast<std::size_t>(pass)] = r;
+    state.counters["usec_per_call"] = r.cost.usecPerCall;
+    state.counters["server_cpu_us_per_decision"] = r.cost.cpuUsPerCall;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
 }
 
 void BM_Cost(benchmark::State& state, std::size_t alg, int variant, int workload, int pass) {
@@ -695,6 +742,11 @@ void registerBenchmarks() {
     }
   }
   for (int pass = 0; pass < kPasses; ++pass) {
+    for (int p = 0; p < kProbes; ++p) {
+      RegisterBenchmark(fmt::format("Probe/{}/pass:{}", kProbeKeys[p], pass + 1).c_str(), BM_Probe, p, pass)
+          ->Iterations(1)
+          ->UseManualTime();
+    }
     for (std::size_t i = 0; i < order.size(); ++i) {
       const Step& s = order[pass % 2 == 0 ? i : order.size() - 1 - i];  // mirrored on odd passes
       const Algorithm& a = (*gAlgorithms)[s.alg];
@@ -738,6 +790,17 @@ double cpuPerDecision(std::size_t a, int v, int w) {
 }
 double rate(std::size_t a, int v, int w) {
   return mean(a, v, w, [](const PhaseResult& r) { return static_cast<double>(r.load.calls) / r.load.seconds; });
+}
+// "server/all": the share of CPU kServerCpu's time the server used while the phase ran / the share
+// anything used (other processes on the machine run there too).
+std::string cpu0Share(const std::array<PhaseResult, kPasses>& passes) {
+  double server = 0, all = 0;
+  for (const PhaseResult& r : passes) {
+    if (!r.valid || std::isnan(r.serverCpuBusy)) return "n/a";
+    server += r.cost.cpuUsPerCall * static_cast<double>(r.cost.calls) / 1e6 / r.load.seconds;
+    all += r.serverCpuBusy / r.load.seconds;
+  }
+  return fmt::format("{:.2f}/{:.2f}", server / kPasses, all / kPasses);
 }
 double allowedShare(std::size_t a, int v, int w) {
   return mean(a, v, w, [](const PhaseResult& r) {
@@ -801,18 +864,19 @@ std::string summary(const std::string& argvChecked) {
 
   out += fmt::format(
       "\nServer cost, means of {} passes     script                                        server us/call  server CPU "
-      "us/dec   decisions/s  granted\n",
-      kPasses);
+      "us/dec   decisions/s  granted  CPU {}: server/all\n",
+      kPasses, kServerCpu);
   for (int w = 0; w < kWorkloads; ++w) {
     out += fmt::format("  {}\n", kWorkloadSpecs[w].label);
     for (std::size_t a = 0; a < algs.size(); ++a) {
       for (int v = 0; v < 2; ++v) {
         if (v == 1 && !algs[a].textbook) continue;
         const Variant& var = v == 0 ? algs[a].ours : *algs[a].textbook;
-        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>6}\n", v == 0 ? algs[a].title : "",
+        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>7}  {:>18}\n", v == 0 ? algs[a].title : "",
                            v == 0 ? "ours" : "text", var.label, cell(usecPerCall(a, v, w), 2),
                            cell(cpuPerDecision(a, v, w), 2), cell(rate(a, v, w), 0),
-                           cell(allowedShare(a, v, w) * 100, 0) + "%");
+                           cell(allowedShare(a, v, w) * 100, 0) + "%",
+                           cpu0Share(gCost[a][static_cast<std::size_t>(v)][static_cast<std::size_t>(w)]));
       }
     }
   }
@@ -830,10 +894,36 @@ std::string summary(const std::string& argvChecked) {
     }
   }
   out += notes;
+  out += fmt::format(
+      "  server us/call is the wall time EVALSHA ran (commandstats): time the server spent preempted by other\n"
+      "  processes on CPU {} counts in it, so it can exceed the server's CPU per decision. CPU {}: server/all = share\n"
+      "  of that CPU's time the server used / share anything used (/proc/stat); what is left of 'all' is other load.\n",
+      kServerCpu, kServerCpu);
   out += "  textbook scripts take their configuration from the caller's arguments; ours read it from the key and check\n"
          "  it, the state and the arguments before any write (lua/common.lua, gcra.lua, fixed_window.lua).\n"
          "  textbook token bucket writes on every call (granted or not), as the classic does; textbook fixed window\n"
          "  counts denied calls too (INCRBY first); textbook GCRA writes only when it grants.\n";
+
+  out += fmt::format("\nWhere the time of ours goes: {}, token bucket argv, means of {} passes   server us/call  "
+                     "server CPU us/dec\n",
+                     kWorkloadSpecs[kHotGranted].label, kPasses);
+  auto probeMean = [](int p, auto f) -> double {
+    double sum = 0;
+    for (const PhaseResult& r : gProbeCost[static_cast<std::size_t>(p)]) {
+      if (!r.valid) return NAN;
+      sum += f(r);
+    }
+    return sum / kPasses;
+  };
+  for (int p = 0; p < kProbes; ++p) {
+    out += fmt::format("  {:<86} {:>8}  {:>17}\n", gProbes[static_cast<std::size_t>(p)].label,
+                       cell(probeMean(p, [](const PhaseResult& r) { return r.cost.usecPerCall; }), 2),
+                       cell(probeMean(p, [](const PhaseResult& r) { return r.cost.cpuUsPerCall; }), 2));
+  }
+  for (int v = 0; v < 2; ++v) {
+    out += fmt::format("  {:<86} {:>8}  {:>17}\n", (v == 0 ? algs[0].ours : *algs[0].textbook).label + ", whole",
+                       cell(usecPerCall(0, v, kHotGranted), 2), cell(cpuPerDecision(0, v, kHotGranted), 2));
+  }
 
   out += "\nBytes per key (MEMORY USAGE key SAMPLES 0, after one decision)          ours   textbook\n";
   for (const MemoryRow& m : gMemory) {
@@ -878,6 +968,7 @@ int main(int argc, char** argv) {
     std::vector<Algorithm> algs = algorithms();
     gAlgorithms = &algs;
     gCost.resize(algs.size());
+    makeProbes();
     const std::string checked = checkArgvAgainstLibrary();
     std::cout << "CPU placement: " << world.pinned.placement << "\nargv checked against the library: " << checked << '\n'
               << std::flush;
