@@ -156,6 +156,7 @@ struct Algorithm {
   std::string title;        // for the tables
   Variant ours;
   std::optional<Variant> textbook;
+  std::string textbookName = "textbook";  // what the ratio rows call the textbook script
   double maxRatio = kMaxRatio;  // ours / textbook must be <= this
   std::string ratioSource;      // which issue sets the target
   // Two real library decisions on one handle of `name` (configured by ours.configure), for the
@@ -295,6 +296,7 @@ std::vector<Algorithm> algorithms() {
                           return acquireArgv(referenceSha, name, l);
                         },
                         kIdArg};
+  rl.textbookName = "Redisson's calls";
   rl.maxRatio = kMaxRatioRedisson;
   rl.ratioSource = "issue 13";
   rl.libraryCall = [](const std::string& name) {
@@ -813,7 +815,7 @@ std::string summary(const std::string& argvChecked) {
   const auto& algs = *gAlgorithms;
   auto row = [&](const std::string& what, double value, int precision, const std::string& goal, bool met) {
     const std::string verdict = goal.empty() ? "report" : std::isnan(value) ? "n/a" : met ? "met" : "MISSED";
-    out += fmt::format("  {:<70} {:>7}  {:<20} {}\n", what, cell(value, precision), goal, verdict);
+    out += fmt::format("  {:<80} {:>7}  {:<20} {}\n", what, cell(value, precision), goal, verdict);
   };
 
   out += fmt::format("redlimit algorithms benchmark (bench_algorithms), {}\n", rb::nowText());
@@ -821,28 +823,30 @@ std::string summary(const std::string& argvChecked) {
   out += fmt::format("CPU placement: {}\n", gWorld->pinned.placement);
   out += fmt::format(
       "Load: raw hiredis, {} connections x {} requests in flight, EVALSHA of each script with exactly the keys and\n"
-      "arguments its library class sends for one permit (checked against MONITOR of a real library call: {}), and\n"
-      "of the textbook script for the same algorithm (bench/textbook/*.lua; for RateLimiter bench/reference_acquire.lua,\n"
-      "Redisson's call sequence), same load, same server, same run. Every script reads the server's TIME.\n"
-      "Per phase: FLUSHALL, keys configured, an untimed warm-up, then {} timed decisions; {} passes, the second in\n"
-      "mirrored order; means shown. Granted: 10^9 permits per hour (never reached); denied: 100 per hour, used up in\n"
+      "arguments its library class sends for one permit (checked against MONITOR of real library calls: {}),\n"
+      "and of the textbook script for the same algorithm (bench/textbook/*.lua; for RateLimiter\n"
+      "bench/reference_acquire.lua, Redisson's call sequence), same load, same server, same run. Every script reads\n"
+      "the server's TIME. Per phase: FLUSHALL, keys configured, an untimed warm-up, then {} timed decisions; {} passes,\n"
+      "every other one in mirrored order; means shown. Granted: 10^9 permits per hour (never reached); denied: 100 per hour, used up in\n"
       "the warm-up. server us/call: INFO commandstats (EVALSHA usec / calls); server CPU/decision: INFO cpu\n"
       "(user + sys, the whole process: parsing and I/O too) / decisions.\n"
       "Taken on a shared 2-core machine while other jobs (builds, tests) ran: absolute figures are noisy, the ratios\n"
       "compare phases of the same run.\n\n",
       kConnections, kDepth, argvChecked, kCalls, kPasses);
 
-  out += fmt::format("{:<72} {:>7}  {}\n", "Ratios, each measured in this run", "value", "target");
+  out += fmt::format("{:<82} {:>7}  {}\n", "Ratios, each measured in this run", "value", "target");
   for (std::size_t a = 0; a < algs.size(); ++a) {
     if (!algs[a].textbook) continue;
     for (int w = 0; w < kWorkloads; ++w) {
       const double us = usecPerCall(a, 0, w) / usecPerCall(a, 1, w);
       const double cpu = cpuPerDecision(a, 0, w) / cpuPerDecision(a, 1, w);
       const std::string goal = fmt::format("<= {:g} ({})", algs[a].maxRatio, algs[a].ratioSource);
-      row(fmt::format("{}, {}: ours / textbook, server us per call", algs[a].title, kWorkloadSpecs[w].label), us, 2, goal,
-          us <= algs[a].maxRatio);
-      row(fmt::format("{}, {}: ours / textbook, server CPU per decision", algs[a].title, kWorkloadSpecs[w].label), cpu, 2,
-          goal, cpu <= algs[a].maxRatio);
+      row(fmt::format("{}, {}: ours / {}, server us per call", algs[a].title, kWorkloadSpecs[w].label,
+                      algs[a].textbookName),
+          us, 2, goal, us <= algs[a].maxRatio);
+      row(fmt::format("{}, {}: ours / {}, server CPU per decision", algs[a].title, kWorkloadSpecs[w].label,
+                      algs[a].textbookName),
+          cpu, 2, goal, cpu <= algs[a].maxRatio);
     }
   }
   const std::size_t rl = algs.size() - 1;  // RateLimiter, last
@@ -925,16 +929,16 @@ std::string summary(const std::string& argvChecked) {
                        cell(usecPerCall(0, v, kHotGranted), 2), cell(cpuPerDecision(0, v, kHotGranted), 2));
   }
 
-  out += "\nBytes per key (MEMORY USAGE key SAMPLES 0, after one decision)          ours   textbook\n";
+  out += "\nBytes per key (MEMORY USAGE key SAMPLES 0, after one decision)                ours   textbook\n";
   for (const MemoryRow& m : gMemory) {
-    out += fmt::format("  {:<68} {:>6}   {:>8}{}\n", m.what, m.ours, m.textbook < 0 ? std::string("-") : std::to_string(m.textbook),
+    out += fmt::format("  {:<74} {:>6}   {:>8}{}\n", m.what, m.ours, m.textbook < 0 ? std::string("-") : std::to_string(m.textbook),
                        m.note.empty() ? std::string() : "   " + m.note);
   }
   out += fmt::format("  name: \"{}\" ({} bytes); the textbook fixed window's key is the counter of the current window\n",
                      kMemoryName, std::strlen(kMemoryName));
 
   out += fmt::format("\nAccuracy: {} Clients x {} threads calling decide(1) for {} ms on one limiter; grants by their server\n"
-                     "time (Decision::time, µs), checked exactly over every pair of grants\n",
+                     "time (Decision::time, us), checked exactly over every pair of grants\n",
                      kClients, kThreadsPerClient, kAccuracyRun.count());
   for (const AccuracyRow& r : gAccuracy) {
     out += fmt::format("  {}\n    {} attempts, {} granted, {} failed; bound {}; {}: {}\n", r.title, r.attempts, r.grants,
