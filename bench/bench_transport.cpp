@@ -53,6 +53,7 @@
 #include "redlimit_lua.hpp"
 #include "support/bench_support.hpp"
 #include "support/cpu_usage.hpp"
+#include "support/pinned_server.hpp"
 #include "support/raw_acquire.hpp"
 #include "support/tls_files.hpp"
 
@@ -659,33 +660,13 @@ std::string summary(const std::string& machine) {
   return out;
 }
 
-// Puts the server on kServerCpu and this process on kClientCpu: this thread moves to the server's
-// CPU before the server starts (so every thread it ever makes inherits that CPU), the server's
-// threads are pinned and checked, then this thread moves to the client's CPU before it starts any
-// other. Returns what the summary says.
+// Puts the server on kServerCpu and this process on kClientCpu (support/pinned_server.hpp).
+// Returns what the summary says.
 std::string startPinnedServer(World& world) {
-  if (!rb::canPinTwoCpus()) {
-    world.server = std::make_unique<rb::BenchServer>(world.tls->serverArgs());
-    return fmt::format("NOT pinned: {} CPU(s) online, {} allowed to this process (pinning needs CPUs 0 and 1); "
-                       "server and client share them",
-                       ::sysconf(_SC_NPROCESSORS_ONLN), rb::allowedCpus());
-  }
-  if (!rb::pinThread(0, kServerCpu)) {
-    world.server = std::make_unique<rb::BenchServer>(world.tls->serverArgs());
-    return fmt::format("NOT pinned: sched_setaffinity refused ({}); server and client share the CPUs", std::strerror(errno));
-  }
-  world.server = std::make_unique<rb::BenchServer>(world.tls->serverArgs());
-  const int serverThreads = rb::pinProcess(world.server->pid(), kServerCpu);
-  const std::string failed = serverThreads < 0 ? std::strerror(errno) : "";
-  if (!rb::pinThread(0, kClientCpu)) throw std::runtime_error("bench: cannot move this process to CPU 1");
-  if (serverThreads < 0) {
-    return fmt::format("NOT fully pinned: redis-server started on CPU {} but not all its threads could be pinned ({}); "
-                       "this process pinned to CPU {}",
-                       kServerCpu, failed, kClientCpu);
-  }
-  world.pinned = true;
-  return fmt::format("pinned: redis-server to CPU {} ({} threads), this process (drivers, callers, I/O threads) to CPU {}",
-                     kServerCpu, serverThreads, kClientCpu);
+  rb::PinnedServer started = rb::startPinnedServer(world.tls->serverArgs(), kServerCpu, kClientCpu);
+  world.server = std::move(started.server);
+  world.pinned = started.pinned;
+  return started.placement;
 }
 
 }  // namespace

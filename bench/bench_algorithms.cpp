@@ -1,0 +1,999 @@
+// bench_algorithms: what one decision of each limiter costs Redis, next to the most direct
+// textbook script for the same algorithm, what one limiter's key weighs, and how exactly each
+// O(1) algorithm keeps its bound. A summary of ratios goes to stdout and
+// <results>/bench_algorithms.summary.txt; the accuracy picture to <results>/accuracy_algorithms.svg.
+//
+//  1. Server cost. For each algorithm (TokenBucketRateLimiter and GcraRateLimiter: lua/gcra.lua;
+//     FixedWindowRateLimiter: lua/fixed_window.lua; RateLimiter: lua/acquire.lua) and for each
+//     workload (one hot key, all granted; one hot key, all denied; 10 000 keys round-robin, all
+//     granted), a raw hiredis load (50 connections x 16 requests in flight) sends EVALSHA with the
+//     exact keys and arguments the library class sends for decide(1) / tryAcquire() (checked
+//     against MONITOR of one real library call at start). In the same run the same load drives the
+//     textbook script for the algorithm (bench/textbook/*.lua; for RateLimiter
+//     bench/reference_acquire.lua, Redisson's call sequence). Per phase: server µs per call (INFO
+//     commandstats usec delta of EVALSHA / calls), whole server CPU per decision (INFO cpu delta /
+//     decisions: parsing and I/O too), decisions/s. Every phase starts from FLUSHALL, sets its
+//     keys up, warms up, then times kCalls decisions; all phases run kPasses times, every other
+//     pass in mirrored order, and the figures are means.
+//  2. Bytes per key: MEMORY USAGE of one limiter's key (ours and textbook), and RateLimiter's keys
+//     with 1, 100 and 10 000 live permits.
+//  3. Accuracy: kClients Clients x kThreadsPerClient threads call decide() on one limiter per
+//     O(1) algorithm for kAccuracyRun; the grants' server times (Decision::time) are checked
+//     exactly against the bound (burst + rate x T in any window T for the token bucket and GCRA;
+//     limit per aligned window for the fixed window) and plotted.
+//
+// The server is pinned to CPU 0 and this process (load, set-up, callers, I/O threads) to CPU 1,
+// as in bench_transport; with fewer than two usable CPUs nothing is pinned and the summary says so.
+//
+// To add a limiter (the distributed smooth limiter, say): one more entry in algorithms() with its
+// library argv (oursArgv), its set-up (configure), optionally a textbook script, and optionally an
+// accuracy run in runAccuracy(); the tables pick it up.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlimit/redlimit.hpp"
+#include "redlimit_lua.hpp"
+#include "support/bench_support.hpp"
+#include "support/envelope_svg.hpp"
+#include "support/pinned_server.hpp"
+#include "support/pipelined_load.hpp"
+
+namespace {
+
+namespace rb = redlimit::bench;
+using std::chrono::milliseconds;
+
+constexpr int kServerCpu = 0;
+constexpr int kClientCpu = 1;
+constexpr int kConnections = 50;                 // the load: connections...
+constexpr int kDepth = 16;                       // ...and requests in flight on each
+constexpr std::int64_t kCalls = 20000;           // timed decisions per phase
+constexpr std::size_t kManyKeys = 10000;         // keys of the many-keys workload
+constexpr int kPasses = 4;                       // each phase this often, every other pass mirrored
+constexpr std::size_t kIdArg = 11;               // acquire.lua's member id in its argv (EVALSHA sha 6 k*6 1 1 id)
+constexpr int kClients = 4;                      // accuracy: Clients...
+constexpr int kThreadsPerClient = 2;             // ...and threads calling decide() on each
+constexpr milliseconds kAccuracyRun{2000};
+constexpr double kMaxRatio = 1.0;                // issue 11: ours no costlier than the textbook script
+constexpr double kMaxRatioRedisson = 0.8;        // issue 13: acquire.lua against Redisson's call sequence
+constexpr std::int64_t kMaxKeyBytes = 100;       // issue 11: memory per limiter key
+
+// --- Limits of one phase ----------------------------------------------------------------------
+
+/// burst (capacity, limit) and `permits` per `intervalMs`, the same numbers for ours and the textbook.
+struct Limits {
+  std::int64_t burst = 0;
+  std::int64_t permits = 0;
+  std::int64_t intervalMs = 0;
+};
+constexpr Limits kNeverReached{1000000000, 1000000000, 3600000};  // 10^9 per hour: every call granted
+constexpr Limits kUsedUp{100, 100, 3600000};                      // 100 per hour, used up in the warm-up
+
+enum WorkloadId { kHotGranted, kHotDenied, kManyGranted, kWorkloads };
+struct Workload {
+  const char* key;
+  const char* label;
+  std::size_t keys;
+  Limits limits;
+  std::int64_t warmup;  // untimed calls first: uses up the 100 (denied); touches every key (many)
+};
+const Workload kWorkloadSpecs[kWorkloads] = {
+    {"hot_granted", "hot key, granted", 1, kNeverReached, 1000},
+    {"hot_denied", "hot key, denied", 1, kUsedUp, 1000},
+    {"10k_keys", "10k keys, granted", kManyKeys, kNeverReached, static_cast<std::int64_t>(kManyKeys)},
+};
+
+// --- State of the run -------------------------------------------------------------------------
+
+struct World {
+  rb::PinnedServer pinned;
+  std::unique_ptr<rb::RawRedis> admin;
+  std::shared_ptr<redlimit::Client> client;  // set-up through the library
+  std::unique_ptr<rb::PipelinedLoad> load;
+  std::string machine;
+};
+World* gWorld = nullptr;
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("bench: cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string loadScript(std::string_view source) {
+  auto reply = gWorld->admin->command({"SCRIPT", "LOAD", source});
+  return std::string(reply->str, reply->len);
+}
+
+/// Copies key `from` to every key of `to` (DUMP, then RESTORE ... REPLACE, pipelined): many limiters
+/// configured exactly as the library configured one.
+void copyKey(const std::string& from, const std::vector<std::string>& to) {
+  rb::RawRedis& admin = *gWorld->admin;
+  auto dumped = admin.command({"DUMP", from});
+  if (dumped->type != REDIS_REPLY_STRING) throw std::runtime_error("bench: DUMP found no key " + from);
+  const std::string payload(dumped->str, dumped->len);
+  for (std::size_t done = 0; done < to.size();) {
+    const std::size_t batch = std::min<std::size_t>(1000, to.size() - done);
+    for (std::size_t i = 0; i < batch; ++i) admin.append({"RESTORE", to[done + i], "0", payload, "REPLACE"});
+    for (std::size_t i = 0; i < batch; ++i) (void)admin.reply();
+    done += batch;
+  }
+}
+
+// --- The algorithms -----------------------------------------------------------------------------
+
+/// One script driven by the load: how to set its keys up and what each call sends.
+struct Variant {
+  std::string label;  // for the tables
+  // Writes whatever configuration `names` need under `limits` (nothing for a textbook script).
+  std::function<void(const std::vector<std::string>& names, const Limits& limits)> configure;
+  // The whole command for one key.
+  std::function<std::vector<std::string>(const std::string& name, const Limits& limits)> argv;
+  std::size_t idArg = rb::PreparedCalls::kNoId;  // a 16-byte argument refreshed on every call
+};
+
+struct Algorithm {
+  std::string key;          // short name for benchmark names and figures
+  std::string title;        // for the tables
+  Variant ours;
+  std::optional<Variant> textbook;
+  std::string textbookName = "textbook";  // what the ratio rows call the textbook script
+  double maxRatio = kMaxRatio;  // ours / textbook must be <= this
+  std::string ratioSource;      // which issue sets the target
+  // Two real library decisions on one handle of `name` (configured by ours.configure), for the
+  // MONITOR check of ours.argv against the second (the steady form: a RateLimiter handle sends the
+  // rate it saw last).
+  std::function<void(const std::string& name)> libraryCall;
+};
+
+// The one-key limiters: decide(1) sends `take "" <kind> 1 0` (ScriptLimiter's takeArgs: permits,
+// then maxWait 0 µs) on the limiter's one key.
+std::vector<std::string> oneKeyArgv(std::string_view sha, const std::string& name, char kind) {
+  return {"EVALSHA", std::string(sha), "1", name, "take", "", std::string(1, kind), "1", "0"};
+}
+
+template <class Limiter, class MakeConfig>
+std::function<void(const std::vector<std::string>&, const Limits&)> configureOneKey(MakeConfig makeConfig) {
+  return [makeConfig](const std::vector<std::string>& names, const Limits& limits) {
+    Limiter limiter(gWorld->client, names.front());
+    limiter.setConfig(makeConfig(limits));
+    if (names.size() > 1) copyKey(names.front(), std::vector<std::string>(names.begin() + 1, names.end()));
+  };
+}
+
+// What RateLimiter::tryAcquire() sends once it has seen the rate: acquire.lua with the five keys
+// plus the config hash in the partial-grant record's place, permits 1..1, a fresh 16-byte member id,
+// '' (server clock), resend flag 0, the record TTL (twice connect + command timeout, 1 s..1 h) and
+// the rate it saw last.
+std::vector<std::string> acquireArgv(std::string_view sha, const std::string& name, const Limits& limits) {
+  const redlimit::RateLimiter handle(gWorld->client, name);  // sends nothing: the keys only
+  std::vector<std::string> argv{"EVALSHA", std::string(sha), "6"};
+  argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
+  argv.push_back(handle.keys().front());
+  const auto& c = gWorld->client->options().connection;
+  const auto recordTtl = std::clamp(2 * (c.connectTimeout + c.commandTimeout), milliseconds{1000}, milliseconds{3600000});
+  for (std::string a : {std::string("1"), std::string("1"), std::string(16, '\0'), std::string(), std::string("0"),
+                        std::to_string(recordTtl.count()), std::to_string(limits.permits)}) {
+    argv.push_back(std::move(a));
+  }
+  return argv;
+}
+
+void configureRateLimiter(const std::vector<std::string>& names, const Limits& limits) {
+  redlimit::RateLimiter limiter(gWorld->client, names.front());
+  limiter.setRate(redlimit::RateType::Overall, limits.permits, milliseconds{limits.intervalMs});
+  if (names.size() > 1) copyKey(names.front(), std::vector<std::string>(names.begin() + 1, names.end()));
+}
+
+// A textbook script's argv: its one key, then the numbers.
+std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(std::string sha, bool withBurst) {
+  return [sha, withBurst](const std::string& name, const Limits& l) {
+    std::vector<std::string> argv{"EVALSHA", sha, "1", name};
+    if (withBurst) argv.push_back(std::to_string(l.burst));
+    argv.push_back(std::to_string(l.permits));
+    argv.push_back(std::to_string(l.intervalMs));
+    argv.push_back("1");
+    return argv;
+  };
+}
+
+std::vector<Algorithm> algorithms() {
+  namespace lua = redlimit::detail::lua;
+  const std::string dir = REDLIMIT_BENCH_SOURCE_DIR;
+  std::vector<Algorithm> out;
+
+  Algorithm tb;
+  tb.key = "token_bucket";
+  tb.title = "token bucket";
+  tb.ours.label = "TokenBucketRateLimiter (gcra.lua)";
+  tb.ours.configure = configureOneKey<redlimit::TokenBucketRateLimiter>([](const Limits& l) {
+    redlimit::TokenBucketConfig c;
+    c.capacity = l.burst;
+    c.refillPermits = l.permits;
+    c.refillInterval = milliseconds{l.intervalMs};
+    return c;
+  });
+  tb.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'T'); };
+  tb.textbook = Variant{"textbook/token_bucket.lua (HMGET, floats, HSET, PEXPIRE)", nullptr,
+                        textbookArgv(loadScript(readFile(dir + "/textbook/token_bucket.lua")), true)};
+  tb.ratioSource = "issue 11";
+  tb.libraryCall = [](const std::string& name) {
+    redlimit::TokenBucketRateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
+  };
+  out.push_back(std::move(tb));
+
+  Algorithm gcra;
+  gcra.key = "gcra";
+  gcra.title = "GCRA";
+  gcra.ours.label = "GcraRateLimiter (gcra.lua)";
+  gcra.ours.configure = configureOneKey<redlimit::GcraRateLimiter>([](const Limits& l) {
+    redlimit::GcraConfig c;
+    c.rate = l.permits;
+    c.period = milliseconds{l.intervalMs};
+    c.burst = l.burst;
+    return c;
+  });
+  gcra.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'G'); };
+  gcra.textbook = Variant{"textbook/gcra.lua (GET, floats, SET PX)", nullptr,
+                          textbookArgv(loadScript(readFile(dir + "/textbook/gcra.lua")), true)};
+  gcra.ratioSource = "issue 11";
+  gcra.libraryCall = [](const std::string& name) {
+    redlimit::GcraRateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
+  };
+  out.push_back(std::move(gcra));
+
+  Algorithm fw;
+  fw.key = "fixed_window";
+  fw.title = "fixed window";
+  fw.ours.label = "FixedWindowRateLimiter (fixed_window.lua)";
+  fw.ours.configure = configureOneKey<redlimit::FixedWindowRateLimiter>([](const Limits& l) {
+    redlimit::FixedWindowConfig c;
+    c.limit = l.burst;
+    c.window = milliseconds{l.intervalMs};
+    return c;
+  });
+  fw.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::fixed_window.sha1, name, 'W'); };
+  fw.textbook = Variant{"textbook/fixed_window.lua (INCRBY + PEXPIRE, key per window)", nullptr,
+                        textbookArgv(loadScript(readFile(dir + "/textbook/fixed_window.lua")), false)};
+  fw.ratioSource = "issue 11";
+  fw.libraryCall = [](const std::string& name) {
+    redlimit::FixedWindowRateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
+  };
+  out.push_back(std::move(fw));
+
+  Algorithm rl;
+  rl.key = "rate_limiter";
+  rl.title = "sliding log";
+  rl.ours.label = "RateLimiter (acquire.lua)";
+  rl.ours.configure = configureRateLimiter;
+  rl.ours.argv = [](const std::string& name, const Limits& l) { return acquireArgv(lua::acquire.sha1, name, l); };
+  rl.ours.idArg = kIdArg;
+  const std::string referenceSha = loadScript(readFile(dir + "/reference_acquire.lua"));
+  rl.textbook = Variant{"reference_acquire.lua (Redisson's calls)", configureRateLimiter,
+                        [referenceSha](const std::string& name, const Limits& l) {
+                          return acquireArgv(referenceSha, name, l);
+                        },
+                        kIdArg};
+  rl.textbookName = "Redisson's calls";
+  rl.maxRatio = kMaxRatioRedisson;
+  rl.ratioSource = "issue 13";
+  rl.libraryCall = [](const std::string& name) {
+    redlimit::RateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) (void)limiter.tryAcquire();
+  };
+  out.push_back(std::move(rl));
+  return out;
+}
+
+std::vector<Algorithm>* gAlgorithms = nullptr;
+
+std::vector<std::string> limiterNames(const std::string& prefix, std::size_t count) {
+  std::vector<std::string> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(fmt::format("{}:{:05}", prefix, i));
+  return out;
+}
+
+std::unique_ptr<rb::PreparedCalls> prepare(const Variant& v, const std::vector<std::string>& keys, const Limits& limits) {
+  if (v.configure) v.configure(keys, limits);
+  std::vector<std::vector<std::string>> argvs;
+  argvs.reserve(keys.size());
+  for (const std::string& k : keys) argvs.push_back(v.argv(k, limits));
+  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg);
+}
+
+// --- MONITOR: the argv the library really sends ---------------------------------------------------
+
+// The arguments of one MONITOR line: `<time> [<db> <addr>] "arg" "arg" ...`, each argument quoted
+// with \\, \", \n, \r, \t, \a, \b and \xHH escapes.
+std::vector<std::string> parseMonitorLine(const std::string& line) {
+  std::vector<std::string> out;
+  std::size_t i = line.find(']');
+  if (i == std::string::npos) throw std::runtime_error("bench: unexpected MONITOR line: " + line);
+  for (++i; i < line.size(); ++i) {
+    if (line[i] != '"') continue;
+    std::string arg;
+    for (++i; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] != '\\' || i + 1 >= line.size()) {
+        arg += line[i];
+        continue;
+      }
+      const char c = line[++i];
+      switch (c) {
+        case 'n': arg += '\n'; break;
+        case 'r': arg += '\r'; break;
+        case 't': arg += '\t'; break;
+        case 'a': arg += '\a'; break;
+        case 'b': arg += '\b'; break;
+        case 'x':
+          arg += static_cast<char>(std::stoi(line.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+          break;
+        default: arg += c;
+      }
+    }
+    out.push_back(std::move(arg));
+  }
+  return out;
+}
+
+// Runs `call` (library decisions) under MONITOR and returns the last EVALSHA it sent.
+std::vector<std::string> monitoredEvalsha(const std::function<void()>& call) {
+  rb::RawRedis monitor(gWorld->pinned.server->host(), gWorld->pinned.server->port());
+  (void)monitor.command({"MONITOR"});
+  call();
+  (void)gWorld->admin->command({"ECHO", "bench:monitor:end"});  // every command of the call came before it
+  std::vector<std::string> last;
+  for (;;) {
+    auto r = monitor.reply();
+    auto args = parseMonitorLine(std::string(r->str, r->len));
+    if (args.size() == 2 && args[0] == "ECHO" && args[1] == "bench:monitor:end") break;
+    if (!args.empty() && args[0] == "EVALSHA") last = std::move(args);
+  }
+  if (last.empty()) throw std::runtime_error("bench: MONITOR saw no EVALSHA from the library call");
+  return last;
+}
+
+// Checks each algorithm's argv against what its library class sends (every argument but the id).
+std::string checkArgvAgainstLibrary() {
+  std::string report;
+  for (const Algorithm& a : *gAlgorithms) {
+    (void)gWorld->admin->command({"FLUSHALL"});
+    const std::string name = "bench:monitor:" + a.key;
+    a.ours.configure({name}, kNeverReached);
+    const std::vector<std::string> sent = monitoredEvalsha([&] { a.libraryCall(name); });
+    std::vector<std::string> mine = a.ours.argv(name, kNeverReached);
+    std::vector<std::string> theirs = sent;
+    if (a.ours.idArg != rb::PreparedCalls::kNoId && a.ours.idArg < theirs.size()) {
+      if (theirs[a.ours.idArg].size() != 16) throw std::runtime_error("bench: the library's member id is not 16 bytes");
+      theirs[a.ours.idArg] = mine[a.ours.idArg];
+    }
+    if (mine != theirs) {
+      auto join = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const std::string& x : v) s += "'" + x + "' ";
+        return s;
+      };
+      throw std::runtime_error(fmt::format("bench: {} sends {}but the bench would send {}", a.ours.label, join(sent),
+                                           join(mine)));
+    }
+    report += (report.empty() ? "" : ", ") + a.key;
+  }
+  (void)gWorld->admin->command({"FLUSHALL"});
+  return report;
+}
+
+// --- 1. Server cost ---------------------------------------------------------------------------------
+
+struct PhaseResult {
+  bool valid = false;
+  rb::LoadResult load;
+  rb::ServerCost cost;
+  double serverCpuBusy = NAN;  // seconds CPU kServerCpu was busy during the timed part, whoever ran (pinned runs)
+};
+// [algorithm][0 ours, 1 textbook][workload][pass]
+std::vector<std::array<std::array<std::array<PhaseResult, kPasses>, kWorkloads>, 2>> gCost;
+
+// FLUSHALL, `v`'s keys for `w` set up, the warm-up, then kCalls timed decisions.
+PhaseResult runVariant(const Variant& v, const std::string& prefix, const Workload& w) {
+  (void)gWorld->admin->command({"FLUSHALL"});
+  const auto calls = prepare(v, limiterNames(prefix, w.keys), w.limits);
+  (void)gWorld->load->run(*calls, w.warmup);
+  PhaseResult r;
+  const rb::CpuTimes cpuBefore = rb::CpuTimes::of(kServerCpu);
+  const rb::ServerSample before = rb::sampleServer(*gWorld->admin);
+  r.load = gWorld->load->run(*calls, kCalls, static_cast<std::size_t>(w.warmup) % calls->size());
+  r.cost = rb::ServerCost::between(before, rb::sampleServer(*gWorld->admin));
+  if (gWorld->pinned.pinned) r.serverCpuBusy = rb::CpuTimes::of(kServerCpu).busy - cpuBefore.busy;
+  r.valid = true;
+  return r;
+}
+
+PhaseResult runPhase(const Algorithm& a, int variant, const Workload& w) {
+  return runVariant(variant == 0 ? a.ours : *a.textbook, fmt::format("b:{}:{}", a.key, variant == 0 ? "o" : "t"), w);
+}
+
+// Where the time of ours goes: scripts with the token bucket's keys and arguments that stop early,
+// on the hot key (granted workload), in every pass beside the others.
+enum ProbeId { kProbeFloor, kProbePrelude, kProbes };
+const char* const kProbeKeys[kProbes] = {"floor", "prelude"};
+std::array<Variant, kProbes> gProbes;
+std::array<std::array<PhaseResult, kPasses>, kProbes> gProbeCost;
+
+void makeProbes() {
+  const std::string full = redlimit::detail::lua::gcra.source;
+  const std::string marker = "-- ==== gcra.lua ====\n";  // cmake/EmbedLua.cmake puts it after common.lua
+  const auto at = full.find(marker);
+  if (at == std::string::npos) throw std::runtime_error("bench: the embedded gcra.lua has no common.lua marker");
+  const std::string sources[kProbes] = {"return {1}\n", full.substr(0, at + marker.size()) + "return {1}\n"};
+  const char* const labels[kProbes] = {"EVALSHA of `return {1}` (the floor of any script call)",
+                                       "common.lua + `return {1}` (the prelude every script of ours runs)"};
+  for (int p = 0; p < kProbes; ++p) {
+    const std::string sha = loadScript(sources[p]);
+    gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {
+                                                     auto argv = oneKeyArgv(redlimit::detail::lua::gcra.sha1, name, 'T');
+                                                     argv[1] = sha;
+                                                     return argv;
+                                                   }};
+  }
+}
+
+void BM_Probe(benchmark::State& state, int probe, int pass) {
+  try {
+    PhaseResult r;
+    for (auto _ : state) {
+      r = runVariant(gProbes[static_cast<std::size_t>(probe)], "b:probe", kWorkloadSpecs[kHotGranted]);
+      state.SetIterationTime(r.load.seconds);
+    }
+    gProbeCost[static_cast<std::size_t>(probe)][static_cast<std::size_t>(pass)] = r;
+    state.counters["usec_per_call"] = r.cost.usecPerCall;
+    state.counters["server_cpu_us_per_decision"] = r.cost.cpuUsPerCall;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_Cost(benchmark::State& state, std::size_t alg, int variant, int workload, int pass) {
+  try {
+    const Algorithm& a = (*gAlgorithms)[alg];
+    PhaseResult r;
+    for (auto _ : state) {
+      r = runPhase(a, variant, kWorkloadSpecs[workload]);
+      state.SetIterationTime(r.load.seconds);
+    }
+    gCost[alg][static_cast<std::size_t>(variant)][static_cast<std::size_t>(workload)][static_cast<std::size_t>(pass)] = r;
+    state.counters["usec_per_call"] = r.cost.usecPerCall;
+    state.counters["server_cpu_us_per_decision"] = r.cost.cpuUsPerCall;
+    state.counters["decisions_per_s"] = static_cast<double>(r.load.calls) / r.load.seconds;
+    state.counters["allowed_share"] = static_cast<double>(r.load.allowed) / static_cast<double>(r.load.calls);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// --- 2. Bytes per key -------------------------------------------------------------------------------
+
+struct MemoryRow {
+  std::string what;
+  std::int64_t ours = -1;      // bytes, -1 = not measured
+  std::int64_t textbook = -1;
+  bool target = false;         // issue 11's <= kMaxKeyBytes applies to `ours`
+  std::string note;
+};
+std::vector<MemoryRow> gMemory;
+constexpr const char* kMemoryName = "rl:user:000042";  // 14 bytes, as the library's headers quote
+
+std::int64_t memoryUsage(const std::string& key) {
+  auto r = gWorld->admin->command({"MEMORY", "USAGE", key, "SAMPLES", "0"});
+  return r->type == REDIS_REPLY_INTEGER ? static_cast<std::int64_t>(r->integer) : 0;
+}
+
+// One decision through `v` on `name` (configured first), then the bytes of every key it made.
+std::int64_t bytesAfterOneCall(const Variant& v, const std::string& name) {
+  (void)gWorld->admin->command({"FLUSHALL"});
+  auto calls = prepare(v, {name}, kNeverReached);
+  (void)gWorld->load->run(*calls, 1);
+  auto keys = gWorld->admin->command({"KEYS", "*"});
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < keys->elements; ++i) total += memoryUsage(std::string(keys->element[i]->str, keys->element[i]->len));
+  return total;
+}
+
+void BM_Memory(benchmark::State& state) {
+  try {
+    for (auto _ : state) {
+      gMemory.clear();
+      for (const Algorithm& a : *gAlgorithms) {
+        if (a.key == "rate_limiter") continue;  // below: it holds a key per live permit set
+        MemoryRow row{a.title, bytesAfterOneCall(a.ours, kMemoryName), -1, true, ""};
+        if (a.textbook) row.textbook = bytesAfterOneCall(*a.textbook, kMemoryName);
+        state.counters[a.key + "_ours_bytes"] = static_cast<double>(row.ours);
+        state.counters[a.key + "_textbook_bytes"] = static_cast<double>(row.textbook);
+        gMemory.push_back(row);
+      }
+      const Algorithm& rl = gAlgorithms->back();
+      for (std::int64_t live : {1, 100, 10000}) {
+        (void)gWorld->admin->command({"FLUSHALL"});
+        auto calls = prepare(rl.ours, {kMemoryName}, kNeverReached);
+        (void)gWorld->load->run(*calls, live);
+        const redlimit::RateLimiter handle(gWorld->client, kMemoryName);
+        std::int64_t total = 0;
+        std::string parts;
+        for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {  // config hash, value, permits (the client keys stay empty)
+          const std::int64_t b = memoryUsage(handle.keys()[k]);
+          total += b;
+          parts += (parts.empty() ? "" : " + ") + std::to_string(b);
+        }
+        gMemory.push_back(MemoryRow{fmt::format("RateLimiter, {} live permit{}", live, live == 1 ? "" : "s"), total, -1,
+                                    false,
+                                    fmt::format("hash + value + permits = {}; {:.1f} per live permit", parts,
+                                                static_cast<double>(total) / static_cast<double>(live))});
+        state.counters[fmt::format("rate_limiter_{}_live_bytes", live)] = static_cast<double>(total);
+      }
+      state.SetIterationTime(1e-3);
+    }
+    (void)gWorld->admin->command({"FLUSHALL"});
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// --- 3. Accuracy ------------------------------------------------------------------------------------
+
+struct AccuracyRow {
+  std::string title;
+  std::int64_t attempts = 0;
+  std::int64_t errors = 0;
+  std::int64_t grants = 0;
+  std::string boundText;      // the bound, in words
+  std::string observedText;   // what the grants did against it
+  bool met = false;
+};
+std::vector<AccuracyRow> gAccuracy;
+std::vector<rb::EnvelopeSeries> gEnvelopes;
+
+// Calls `decide()` from kClients x kThreadsPerClient threads for kAccuracyRun; returns the server
+// times (µs) of the grants, sorted.
+template <class MakeLimiter>
+std::vector<std::int64_t> hammer(MakeLimiter makeLimiter, std::int64_t& attempts, std::int64_t& errors) {
+  std::vector<std::shared_ptr<redlimit::Client>> clients;
+  for (int c = 0; c < kClients; ++c) {
+    redlimit::ClientOptions o = gWorld->client->options();
+    o.pool.size = kThreadsPerClient;
+    clients.push_back(redlimit::Client::create(o));
+  }
+  std::vector<std::vector<std::int64_t>> perThread(kClients * kThreadsPerClient);
+  std::atomic<std::int64_t> calls{0}, failed{0};
+  std::vector<std::thread> threads;
+  const auto deadline = rb::Clock::now() + kAccuracyRun;
+  for (int t = 0; t < kClients * kThreadsPerClient; ++t) {
+    threads.emplace_back([&, t] {
+      auto limiter = makeLimiter(clients[static_cast<std::size_t>(t / kThreadsPerClient)]);
+      auto& mine = perThread[static_cast<std::size_t>(t)];
+      std::int64_t n = 0;
+      while (rb::Clock::now() < deadline) {
+        ++n;
+        try {
+          const redlimit::Decision d = limiter.decide(1);
+          if (d.allowed && !d.byPolicy) mine.push_back(d.time.count());
+        } catch (const std::exception&) {
+          failed.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      calls.fetch_add(n, std::memory_order_relaxed);
+    });
+  }
+  for (auto& th : threads) th.join();
+  attempts = calls.load();
+  errors = failed.load();
+  std::vector<std::int64_t> all;
+  for (auto& v : perThread) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// Token bucket and GCRA: in any closed window [a, a + T] at most B + floor(T x P / I) grants. The
+// worst window over all pairs of grants i <= j: max of (j - i + 1) x I - (t_j - t_i) x P, which
+// must stay <= B x I (integers; times relative to the first grant).
+void checkBucket(AccuracyRow& row, const std::vector<std::int64_t>& us, std::int64_t burst, std::int64_t permits,
+                 std::int64_t intervalMs) {
+  const std::int64_t iUs = intervalMs * 1000;
+  std::int64_t worst = 0, bestStart = std::numeric_limits<std::int64_t>::min();
+  for (std::size_t j = 0; j < us.size(); ++j) {
+    const auto idx = static_cast<std::int64_t>(j);
+    const std::int64_t rel = us[j] - us.front();
+    bestStart = std::max(bestStart, rel * permits - idx * iUs);  // best i <= j
+    worst = std::max(worst, (idx + 1) * iUs - rel * permits + bestStart);
+  }
+  row.boundText = fmt::format("<= {} + {} per {} ms x T in any window T", burst, permits, intervalMs);
+  row.observedText = fmt::format("most over any window: {:.2f} + rate x T", static_cast<double>(worst) / static_cast<double>(iUs));
+  row.met = worst <= burst * iUs;
+}
+
+// Fixed window: at most L in each aligned window [k W, (k + 1) W).
+void checkWindows(AccuracyRow& row, const std::vector<std::int64_t>& us, std::int64_t limit, std::int64_t windowMs) {
+  const std::int64_t wUs = windowMs * 1000;
+  std::int64_t most = 0, run = 0, current = std::numeric_limits<std::int64_t>::min();
+  for (std::int64_t t : us) {
+    const std::int64_t w = t / wUs;
+    run = w == current ? run + 1 : 1;
+    current = w;
+    most = std::max(most, run);
+  }
+  row.boundText = fmt::format("<= {} per aligned {} ms window", limit, windowMs);
+  row.observedText = fmt::format("most in one aligned window: {}; in any {} ms: {} (<= 2 x limit)", most, windowMs,
+                                 rb::mostInAnyWindow(us, wUs - 1));
+  row.met = most <= limit;
+}
+
+constexpr Limits kAccuracyBucket{50, 100, 200};   // burst 50, 100 per 200 ms (500/s)
+constexpr Limits kAccuracyWindow{100, 100, 200};  // 100 per aligned 200 ms window
+
+void BM_Accuracy(benchmark::State& state, const std::string& which) {
+  try {
+    AccuracyRow row;
+    rb::EnvelopeSeries series;
+    series.durationUs = std::chrono::duration_cast<std::chrono::microseconds>(kAccuracyRun).count();
+    series.maxWindowUs = 1000000;
+    const std::string name = "bench:accuracy:" + which;
+    const std::string threads = fmt::format("{} Clients x {} threads, decide(1) for {} ms", kClients, kThreadsPerClient,
+                                            kAccuracyRun.count());
+    (void)gWorld->admin->command({"FLUSHALL"});
+    std::vector<std::int64_t> us;
+    for (auto _ : state) {
+      const Limits l = which == "fixed_window" ? kAccuracyWindow : kAccuracyBucket;
+      if (which == "token_bucket") {
+        redlimit::TokenBucketConfig c;
+        c.capacity = l.burst;
+        c.refillPermits = l.permits;
+        c.refillInterval = milliseconds{l.intervalMs};
+        redlimit::TokenBucketRateLimiter(gWorld->client, name).setConfig(c);
+        us = hammer([&](std::shared_ptr<redlimit::Client> client) { return redlimit::TokenBucketRateLimiter(client, name); },
+                    row.attempts, row.errors);
+        row.title = fmt::format("TokenBucketRateLimiter, capacity {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
+      } else if (which == "gcra") {
+        redlimit::GcraConfig c;
+        c.rate = l.permits;
+        c.period = milliseconds{l.intervalMs};
+        c.burst = l.burst;
+        redlimit::GcraRateLimiter(gWorld->client, name).setConfig(c);
+        us = hammer([&](std::shared_ptr<redlimit::Client> client) { return redlimit::GcraRateLimiter(client, name); },
+                    row.attempts, row.errors);
+        row.title = fmt::format("GcraRateLimiter, burst {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
+      } else {
+        redlimit::FixedWindowConfig c;
+        c.limit = l.burst;
+        c.window = milliseconds{l.intervalMs};
+        redlimit::FixedWindowRateLimiter(gWorld->client, name).setConfig(c);
+        us = hammer([&](std::shared_ptr<redlimit::Client> client) { return redlimit::FixedWindowRateLimiter(client, name); },
+                    row.attempts, row.errors);
+        row.title = fmt::format("FixedWindowRateLimiter, {} per aligned {} ms window", l.burst, l.intervalMs);
+      }
+      state.SetIterationTime(std::chrono::duration<double>(kAccuracyRun).count());
+      row.grants = static_cast<std::int64_t>(us.size());
+      if (which == "fixed_window") {
+        checkWindows(row, us, l.burst, l.intervalMs);
+        const std::int64_t wUs = l.intervalMs * 1000;
+        series.boundFrom = [l, wUs](std::int64_t from, std::int64_t len) {
+          return l.burst * ((from + len) / wUs - from / wUs + 1);  // the aligned windows [from, from + len] touches
+        };
+        series.boundAny = [l, wUs](std::int64_t len) { return l.burst * ((len + wUs - 1) / wUs + 1); };
+        series.boundLabel = fmt::format("limit x (ceil(T / {} ms) + 1)", l.intervalMs);
+      } else {
+        checkBucket(row, us, l.burst, l.permits, l.intervalMs);
+        const std::int64_t iUs = l.intervalMs * 1000;
+        series.boundFrom = [l, iUs](std::int64_t, std::int64_t len) { return l.burst + len * l.permits / iUs; };
+        series.boundAny = [l, iUs](std::int64_t len) { return l.burst + len * l.permits / iUs; };
+        series.boundLabel = fmt::format("burst + rate x T = {} + {}/s x T", l.burst, l.permits * 1000 / l.intervalMs);
+      }
+    }
+    series.title = row.title;
+    series.note = fmt::format("{}: {} attempts, {} permits granted\n{}: {}", threads, row.attempts, row.grants,
+                              row.met ? "within the bound" : "ABOVE THE BOUND", row.observedText);
+    series.grantUs = us;
+    state.counters["attempts"] = static_cast<double>(row.attempts);
+    state.counters["grants"] = static_cast<double>(row.grants);
+    state.counters["errors"] = static_cast<double>(row.errors);
+    state.counters["within_bound"] = row.met ? 1 : 0;
+    gAccuracy.push_back(row);
+    gEnvelopes.push_back(std::move(series));
+    (void)gWorld->admin->command({"FLUSHALL"});
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// --- Registration -------------------------------------------------------------------------------------
+
+void registerBenchmarks() {
+  using benchmark::RegisterBenchmark;
+  struct Step {
+    std::size_t alg;
+    int variant;
+    int workload;
+  };
+  std::vector<Step> order;
+  for (int w = 0; w < kWorkloads; ++w) {
+    for (std::size_t a = 0; a < gAlgorithms->size(); ++a) {
+      for (int v = 0; v < 2; ++v) {
+        if (v == 1 && !(*gAlgorithms)[a].textbook) continue;
+        order.push_back(Step{a, v, w});
+      }
+    }
+  }
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (int p = 0; p < kProbes; ++p) {
+      RegisterBenchmark(fmt::format("Probe/{}/pass:{}", kProbeKeys[p], pass + 1).c_str(), BM_Probe, p, pass)
+          ->Iterations(1)
+          ->UseManualTime();
+    }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const Step& s = order[pass % 2 == 0 ? i : order.size() - 1 - i];  // mirrored on odd passes
+      const Algorithm& a = (*gAlgorithms)[s.alg];
+      RegisterBenchmark(fmt::format("Cost/{}/{}/{}/pass:{}", a.key, s.variant == 0 ? "ours" : "textbook",
+                                    kWorkloadSpecs[s.workload].key, pass + 1)
+                            .c_str(),
+                        BM_Cost, s.alg, s.variant, s.workload, pass)
+          ->Iterations(1)
+          ->UseManualTime();
+    }
+  }
+  RegisterBenchmark("Memory/bytes_per_key", BM_Memory)->Iterations(1)->UseManualTime();
+  for (const char* which : {"token_bucket", "gcra", "fixed_window"}) {
+    RegisterBenchmark(fmt::format("Accuracy/{}", which).c_str(), BM_Accuracy, std::string(which))
+        ->Iterations(1)
+        ->UseManualTime();
+  }
+}
+
+// --- Summary -----------------------------------------------------------------------------------------
+
+std::string cell(double v, int precision = 1) {
+  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
+}
+
+/// Mean over the passes of `f` of one phase; NaN if a pass is missing.
+template <class F>
+double mean(std::size_t alg, int variant, int workload, F&& f) {
+  double sum = 0;
+  for (const PhaseResult& r : gCost[alg][static_cast<std::size_t>(variant)][static_cast<std::size_t>(workload)]) {
+    if (!r.valid) return NAN;
+    sum += f(r);
+  }
+  return sum / kPasses;
+}
+double usecPerCall(std::size_t a, int v, int w) {
+  return mean(a, v, w, [](const PhaseResult& r) { return r.cost.usecPerCall; });
+}
+double cpuPerDecision(std::size_t a, int v, int w) {
+  return mean(a, v, w, [](const PhaseResult& r) { return r.cost.cpuUsPerCall; });
+}
+double rate(std::size_t a, int v, int w) {
+  return mean(a, v, w, [](const PhaseResult& r) { return static_cast<double>(r.load.calls) / r.load.seconds; });
+}
+// "server/all": the share of CPU kServerCpu's time the server used while the phase ran / the share
+// anything used (other processes on the machine run there too).
+std::string cpu0Share(const std::array<PhaseResult, kPasses>& passes) {
+  double server = 0, all = 0;
+  for (const PhaseResult& r : passes) {
+    if (!r.valid || std::isnan(r.serverCpuBusy)) return "n/a";
+    server += r.cost.cpuUsPerCall * static_cast<double>(r.cost.calls) / 1e6 / r.load.seconds;
+    all += r.serverCpuBusy / r.load.seconds;
+  }
+  return fmt::format("{:.2f}/{:.2f}", server / kPasses, all / kPasses);
+}
+double allowedShare(std::size_t a, int v, int w) {
+  return mean(a, v, w, [](const PhaseResult& r) {
+    return static_cast<double>(r.load.allowed) / static_cast<double>(r.load.calls);
+  });
+}
+
+std::string summary(const std::string& argvChecked) {
+  std::string out;
+  const auto& algs = *gAlgorithms;
+  auto row = [&](const std::string& what, double value, int precision, const std::string& goal, bool met) {
+    const std::string verdict = goal.empty() ? "report" : std::isnan(value) ? "n/a" : met ? "met" : "MISSED";
+    out += fmt::format("  {:<80} {:>7}  {:<20} {}\n", what, cell(value, precision), goal, verdict);
+  };
+
+  out += fmt::format("redlimit algorithms benchmark (bench_algorithms), {}\n", rb::nowText());
+  out += fmt::format("Machine: {}\n", gWorld->machine);
+  out += fmt::format("CPU placement: {}\n", gWorld->pinned.placement);
+  out += fmt::format(
+      "Load: raw hiredis, {} connections x {} requests in flight, EVALSHA of each script with exactly the keys and\n"
+      "arguments its library class sends for one permit (checked against MONITOR of real library calls: {}),\n"
+      "and of the textbook script for the same algorithm (bench/textbook/*.lua; for RateLimiter\n"
+      "bench/reference_acquire.lua, Redisson's call sequence), same load, same server, same run. Every script reads\n"
+      "the server's TIME. Per phase: FLUSHALL, keys configured, an untimed warm-up, then {} timed decisions; {} passes,\n"
+      "every other one in mirrored order; means shown. Granted: 10^9 permits per hour (never reached); denied: 100 per hour, used up in\n"
+      "the warm-up. server us/call: INFO commandstats (EVALSHA usec / calls); server CPU/decision: INFO cpu\n"
+      "(user + sys, the whole process: parsing and I/O too) / decisions.\n"
+      "Taken on a shared 2-core machine while other jobs (builds, tests) ran: absolute figures are noisy, the ratios\n"
+      "compare phases of the same run.\n\n",
+      kConnections, kDepth, argvChecked, kCalls, kPasses);
+
+  out += fmt::format("{:<82} {:>7}  {}\n", "Ratios, each measured in this run", "value", "target");
+  for (std::size_t a = 0; a < algs.size(); ++a) {
+    if (!algs[a].textbook) continue;
+    for (int w = 0; w < kWorkloads; ++w) {
+      const double us = usecPerCall(a, 0, w) / usecPerCall(a, 1, w);
+      const double cpu = cpuPerDecision(a, 0, w) / cpuPerDecision(a, 1, w);
+      const std::string goal = fmt::format("<= {:g} ({})", algs[a].maxRatio, algs[a].ratioSource);
+      row(fmt::format("{}, {}: ours / {}, server us per call", algs[a].title, kWorkloadSpecs[w].label,
+                      algs[a].textbookName),
+          us, 2, goal, us <= algs[a].maxRatio);
+      row(fmt::format("{}, {}: ours / {}, server CPU per decision", algs[a].title, kWorkloadSpecs[w].label,
+                      algs[a].textbookName),
+          cpu, 2, goal, cpu <= algs[a].maxRatio);
+    }
+  }
+  const std::size_t rl = algs.size() - 1;  // RateLimiter, last
+  for (std::size_t a = 0; a + 1 < algs.size(); ++a) {
+    for (int w = 0; w < kWorkloads; ++w) {
+      row(fmt::format("{}, {}: ours / RateLimiter, server us per call", algs[a].title, kWorkloadSpecs[w].label),
+          usecPerCall(a, 0, w) / usecPerCall(rl, 0, w), 2, "", false);
+    }
+  }
+  for (const MemoryRow& m : gMemory) {
+    if (!m.target) continue;
+    row(fmt::format("{}: bytes per limiter key (MEMORY USAGE, name of {} bytes)", m.what, std::strlen(kMemoryName)),
+        static_cast<double>(m.ours), 0, fmt::format("<= {} (issue 11)", kMaxKeyBytes), m.ours <= kMaxKeyBytes);
+  }
+  for (const AccuracyRow& r : gAccuracy) {
+    row(fmt::format("{}: grants above the bound", r.title.substr(0, r.title.find(','))), r.met ? 0 : 1, 0,
+        "= 0 (issue 11)", r.met);
+  }
+
+  out += fmt::format(
+      "\nServer cost, means of {} passes     script                                        server us/call  server CPU "
+      "us/dec   decisions/s  granted  CPU {}: server/all\n",
+      kPasses, kServerCpu);
+  for (int w = 0; w < kWorkloads; ++w) {
+    out += fmt::format("  {}\n", kWorkloadSpecs[w].label);
+    for (std::size_t a = 0; a < algs.size(); ++a) {
+      for (int v = 0; v < 2; ++v) {
+        if (v == 1 && !algs[a].textbook) continue;
+        const Variant& var = v == 0 ? algs[a].ours : *algs[a].textbook;
+        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>7}  {:>18}\n", v == 0 ? algs[a].title : "",
+                           v == 0 ? "ours" : "text", var.label, cell(usecPerCall(a, v, w), 2),
+                           cell(cpuPerDecision(a, v, w), 2), cell(rate(a, v, w), 0),
+                           cell(allowedShare(a, v, w) * 100, 0) + "%",
+                           cpu0Share(gCost[a][static_cast<std::size_t>(v)][static_cast<std::size_t>(w)]));
+      }
+    }
+  }
+  std::string notes;
+  for (std::size_t a = 0; a < algs.size(); ++a) {
+    for (int v = 0; v < 2; ++v) {
+      for (int w = 0; w < kWorkloads; ++w) {
+        for (const PhaseResult& r : gCost[a][static_cast<std::size_t>(v)][static_cast<std::size_t>(w)]) {
+          if (r.valid && r.cost.calls != r.load.calls) {
+            notes += fmt::format("  ({} {} {}: the server counted {} script calls for {} decisions)\n", algs[a].key,
+                                 v == 0 ? "ours" : "textbook", kWorkloadSpecs[w].key, r.cost.calls, r.load.calls);
+          }
+        }
+      }
+    }
+  }
+  out += notes;
+  out += fmt::format(
+      "  server us/call is the wall time EVALSHA ran (commandstats): time the server spent preempted by other\n"
+      "  processes on CPU {} counts in it, so it can exceed the server's CPU per decision. CPU {}: server/all = share\n"
+      "  of that CPU's time the server used / share anything used (/proc/stat); what is left of 'all' is other load.\n",
+      kServerCpu, kServerCpu);
+  out += "  textbook scripts take their configuration from the caller's arguments; ours read it from the key and check\n"
+         "  it, the state and the arguments before any write (lua/common.lua, gcra.lua, fixed_window.lua).\n"
+         "  textbook token bucket writes on every call (granted or not), as the classic does; textbook fixed window\n"
+         "  counts denied calls too (INCRBY first); textbook GCRA writes only when it grants.\n";
+
+  out += fmt::format("\nWhere the time of ours goes: {}, token bucket argv, means of {} passes   server us/call  "
+                     "server CPU us/dec\n",
+                     kWorkloadSpecs[kHotGranted].label, kPasses);
+  auto probeMean = [](int p, auto f) -> double {
+    double sum = 0;
+    for (const PhaseResult& r : gProbeCost[static_cast<std::size_t>(p)]) {
+      if (!r.valid) return NAN;
+      sum += f(r);
+    }
+    return sum / kPasses;
+  };
+  for (int p = 0; p < kProbes; ++p) {
+    out += fmt::format("  {:<86} {:>8}  {:>17}\n", gProbes[static_cast<std::size_t>(p)].label,
+                       cell(probeMean(p, [](const PhaseResult& r) { return r.cost.usecPerCall; }), 2),
+                       cell(probeMean(p, [](const PhaseResult& r) { return r.cost.cpuUsPerCall; }), 2));
+  }
+  for (int v = 0; v < 2; ++v) {
+    out += fmt::format("  {:<86} {:>8}  {:>17}\n", (v == 0 ? algs[0].ours : *algs[0].textbook).label + ", whole",
+                       cell(usecPerCall(0, v, kHotGranted), 2), cell(cpuPerDecision(0, v, kHotGranted), 2));
+  }
+
+  out += "\nBytes per key (MEMORY USAGE key SAMPLES 0, after one decision)                ours   textbook\n";
+  for (const MemoryRow& m : gMemory) {
+    out += fmt::format("  {:<74} {:>6}   {:>8}{}\n", m.what, m.ours, m.textbook < 0 ? std::string("-") : std::to_string(m.textbook),
+                       m.note.empty() ? std::string() : "   " + m.note);
+  }
+  out += fmt::format("  name: \"{}\" ({} bytes); the textbook fixed window's key is the counter of the current window\n",
+                     kMemoryName, std::strlen(kMemoryName));
+
+  out += fmt::format("\nAccuracy: {} Clients x {} threads calling decide(1) for {} ms on one limiter; grants by their server\n"
+                     "time (Decision::time, us), checked exactly over every pair of grants\n",
+                     kClients, kThreadsPerClient, kAccuracyRun.count());
+  for (const AccuracyRow& r : gAccuracy) {
+    out += fmt::format("  {}\n    {} attempts, {} granted, {} failed; bound {}; {}: {}\n", r.title, r.attempts, r.grants,
+                       r.errors, r.boundText, r.met ? "met" : "ABOVE THE BOUND", r.observedText);
+  }
+  out += "  picture: accuracy_algorithms.svg\n";
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  try {
+    World world;
+    world.pinned = rb::startPinnedServer({}, kServerCpu, kClientCpu);
+    gWorld = &world;
+    const rb::BenchServer& server = *world.pinned.server;
+    world.admin = std::make_unique<rb::RawRedis>(server.host(), server.port());
+    world.machine = rb::machineDescription(server.version());
+    redlimit::ClientOptions options;
+    options.connection.host = server.host();
+    options.connection.port = server.port();
+    options.connection.commandTimeout = std::chrono::seconds(10);  // a loaded machine: latency, not errors
+    world.client = redlimit::Client::create(options);
+    for (const auto& script : {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::acquire}) {
+      if (loadScript(script.source) != script.sha1) throw std::runtime_error("bench: SCRIPT LOAD returned another SHA1");
+    }
+    world.load = std::make_unique<rb::PipelinedLoad>(server.host(), server.port(), kConnections, kDepth);
+    std::vector<Algorithm> algs = algorithms();
+    gAlgorithms = &algs;
+    gCost.resize(algs.size());
+    makeProbes();
+    const std::string checked = checkArgvAgainstLibrary();
+    std::cout << "CPU placement: " << world.pinned.placement << "\nargv checked against the library: " << checked << '\n'
+              << std::flush;
+
+    registerBenchmarks();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+
+    const std::string dir = rb::resultsDir();
+    if (!gEnvelopes.empty()) {
+      std::ofstream(dir + "/accuracy_algorithms.svg")
+          << rb::renderEnvelopeSvg("redlimit accuracy: the O(1) limiters against their bounds", gEnvelopes);
+    }
+    const std::string text = summary(checked);
+    std::cout << '\n' << text << std::flush;
+    std::ofstream(dir + "/bench_algorithms.summary.txt") << text;
+    gAlgorithms = nullptr;
+    gWorld = nullptr;
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_algorithms: {}\n", e.what());
+    return 1;
+  }
+}

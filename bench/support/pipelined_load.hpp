@@ -1,0 +1,180 @@
+// A raw pipelined hiredis load: N connections with D requests in flight on each, sending prepared
+// script calls round-robin over a set of keys, as fast as the server answers. The load of the
+// server-cost comparisons (issue 13's 50 connections x 16 in flight). Header-only, Linux only.
+// Not thread-safe: one thread drives it.
+#pragma once
+
+#include <poll.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <hiredis/hiredis.h>
+
+#include "bench_support.hpp"
+#include "raw_acquire.hpp"
+
+namespace redlimit::bench {
+
+/// One command per key, prepared once (argv pointers and lengths kept), appended to a hiredis
+/// context on demand. Optionally one argument, the same index in every argv, is a 16-byte id
+/// refilled with fresh random bytes before every send (acquire.lua's member id).
+/// Not copyable (the pointers point into it).
+class PreparedCalls {
+ public:
+  static constexpr std::size_t kNoId = static_cast<std::size_t>(-1);
+
+  /// `argvs[k]` is the whole command for key k (e.g. EVALSHA sha numkeys keys... args...).
+  /// `idArg`: index of the id argument (its string must be 16 bytes long), or kNoId.
+  explicit PreparedCalls(std::vector<std::vector<std::string>> argvs, std::size_t idArg = kNoId)
+      : argvs_(std::move(argvs)), idArg_(idArg) {
+    if (argvs_.empty()) throw std::invalid_argument("bench: PreparedCalls needs at least one command");
+    ptr_.resize(argvs_.size());
+    len_.resize(argvs_.size());
+    for (std::size_t k = 0; k < argvs_.size(); ++k) {
+      if (idArg_ != kNoId && (idArg_ >= argvs_[k].size() || argvs_[k][idArg_].size() != 16)) {
+        throw std::invalid_argument("bench: PreparedCalls id argument must be 16 bytes");
+      }
+      for (const std::string& a : argvs_[k]) {
+        ptr_[k].push_back(a.data());
+        len_[k].push_back(a.size());
+      }
+    }
+  }
+  PreparedCalls(const PreparedCalls&) = delete;
+  PreparedCalls& operator=(const PreparedCalls&) = delete;
+
+  [[nodiscard]] std::size_t size() const noexcept { return argvs_.size(); }
+  [[nodiscard]] const std::vector<std::string>& argv(std::size_t key) const { return argvs_.at(key); }
+
+  /// Queues key `key`'s command on `ctx` (a fresh id first, if there is one).
+  void append(redisContext* ctx, std::size_t key) {
+    if (idArg_ != kNoId) rng_.fill(argvs_[key][idArg_].data(), 16);  // same size: the pointers stay valid
+    if (redisAppendCommandArgv(ctx, static_cast<int>(ptr_[key].size()), ptr_[key].data(), len_[key].data()) !=
+        REDIS_OK) {
+      throw std::runtime_error("bench: append of a prepared call failed");
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> argvs_;
+  std::vector<std::vector<const char*>> ptr_;
+  std::vector<std::vector<std::size_t>> len_;
+  std::size_t idArg_;
+  XorShift rng_;
+};
+
+/// What one run of the load did.
+struct LoadResult {
+  std::int64_t calls = 0;
+  std::int64_t allowed = 0;   // replies whose first element is an integer > 0
+  double seconds = 0;         // first request sent to last reply read
+};
+
+/// `connections` connections to one server, each with up to `depth` requests in flight.
+class PipelinedLoad {
+ public:
+  PipelinedLoad(const std::string& host, int port, int connections, int depth) : depth_(depth) {
+    for (int i = 0; i < connections; ++i) {
+      conns_.push_back(std::make_unique<RawRedis>(host, port));
+      (void)conns_.back()->command({"PING"});
+      fds_.push_back(pollfd{conns_.back()->get()->fd, POLLIN, 0});
+    }
+  }
+
+  [[nodiscard]] int connections() const noexcept { return static_cast<int>(conns_.size()); }
+  [[nodiscard]] int depth() const noexcept { return depth_; }
+
+  /// Sends `calls` requests, key after key round-robin from `firstKey` (wrapping at calls.size()),
+  /// keeping `depth` in flight on every connection, and reads every reply. Every reply must be an
+  /// array whose first element is an integer (a decision); after anything else no more requests
+  /// are sent, the replies still in flight are read (so the connections stay usable), and the
+  /// first bad reply is thrown as std::runtime_error.
+  LoadResult run(PreparedCalls& prepared, std::int64_t calls, std::size_t firstKey = 0) {
+    LoadResult out;
+    std::int64_t issued = 0, answered = 0;
+    std::string failure;
+    std::size_t key = firstKey % prepared.size();
+    auto send = [&](redisContext* ctx) {
+      prepared.append(ctx, key);
+      if (++key == prepared.size()) key = 0;
+      ++issued;
+    };
+    const auto start = Clock::now();
+    for (auto& c : conns_) {
+      for (int k = 0; k < depth_ && issued < calls; ++k) send(c->get());
+      flush(c->get());
+    }
+    while (answered < issued) {
+      const int ready = ::poll(fds_.data(), fds_.size(), 10000);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) throw std::runtime_error("bench: pipelined load: no reply in 10 s");
+      for (std::size_t i = 0; i < fds_.size(); ++i) {
+        if (fds_[i].revents == 0) continue;
+        redisContext* ctx = conns_[i]->get();
+        // The socket is readable: one read() returns what arrived without blocking.
+        if (redisBufferRead(ctx) != REDIS_OK) {
+          throw std::runtime_error(std::string("bench: pipelined load: read failed: ") + ctx->errstr);
+        }
+        bool sent = false;
+        for (;;) {
+          void* raw = nullptr;
+          if (redisGetReplyFromReader(ctx, &raw) != REDIS_OK) {
+            throw std::runtime_error(std::string("bench: pipelined load: protocol error: ") + ctx->errstr);
+          }
+          if (raw == nullptr) break;
+          ++answered;
+          const std::int64_t allowed = allowedOf(static_cast<redisReply*>(raw), failure);
+          if (allowed >= 0) {
+            out.allowed += allowed;
+            ++out.calls;
+          }
+          if (failure.empty() && issued < calls) {
+            send(ctx);
+            sent = true;
+          }
+        }
+        if (sent) flush(ctx);
+      }
+    }
+    out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!failure.empty()) throw std::runtime_error("bench: pipelined load: " + failure);
+    return out;
+  }
+
+ private:
+  static void flush(redisContext* ctx) {
+    int written = 0;  // blocking socket: redisBufferWrite returns once a write took everything
+    while (written == 0) {
+      if (redisBufferWrite(ctx, &written) != REDIS_OK) {
+        throw std::runtime_error(std::string("bench: pipelined load: write failed: ") + ctx->errstr);
+      }
+    }
+  }
+
+  // 1 if the decision allowed, 0 if not; -1 for anything but a decision (the first such reply is
+  // described in `failure`). Frees `r`.
+  static std::int64_t allowedOf(redisReply* r, std::string& failure) {
+    RawRedis::ReplyPtr owned(r);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) {
+      return r->element[0]->integer > 0 ? 1 : 0;
+    }
+    if (failure.empty()) {
+      failure = r->type == REDIS_REPLY_ERROR ? "error reply: " + std::string(r->str, r->len)
+                                             : std::string("the reply is not a decision");
+    }
+    return -1;
+  }
+
+  std::vector<std::unique_ptr<RawRedis>> conns_;
+  std::vector<pollfd> fds_;
+  int depth_;
+};
+
+}  // namespace redlimit::bench
