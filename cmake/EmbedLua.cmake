@@ -1,7 +1,9 @@
 # cmake -DLUA_DIR=<lua/> -DOUT=<header> -P EmbedLua.cmake
 # Writes a header with every lua/<name>.lua as a string constant and the SHA1 that EVALSHA uses.
-# lua/common.lua is not a script of its own: it holds helpers that are prepended to every script,
-# so the text (and SHA1) Redis sees is common.lua followed by the script.
+# lua/common.lua is not a script of its own: it holds helpers that are prepended to every script.
+# A script whose first line is `-- include: a b ...` also gets lua/lib/a.lua, lua/lib/b.lua, ...
+# (in that order) between common.lua and its own text; lua/lib/ files are never scripts of their
+# own. So the text (and SHA1) Redis sees is common.lua, the included files, then the script.
 cmake_minimum_required(VERSION 3.25)
 file(READ "${LUA_DIR}/common.lua" common)
 file(GLOB scripts "${LUA_DIR}/*.lua")
@@ -13,7 +15,27 @@ foreach(path IN LISTS scripts)
     continue()
   endif()
   file(READ "${path}" text)
-  set(text "${common}\n-- ==== ${name}.lua ====\n${text}")
+  set(included "")
+  if(text MATCHES "^-- include:([ a-z0-9_]*)\n")
+    string(STRIP "${CMAKE_MATCH_1}" libs)
+    if(libs STREQUAL "")
+      message(FATAL_ERROR "${path}: '-- include:' names no file")
+    endif()
+    string(REPLACE " " ";" libs "${libs}")
+    foreach(lib IN LISTS libs)
+      if(lib STREQUAL "")
+        continue()
+      endif()
+      if(NOT EXISTS "${LUA_DIR}/lib/${lib}.lua")
+        message(FATAL_ERROR "${path} includes ${lib}, but ${LUA_DIR}/lib/${lib}.lua does not exist")
+      endif()
+      file(READ "${LUA_DIR}/lib/${lib}.lua" libText)
+      string(APPEND included "\n-- ==== lib/${lib}.lua ====\n${libText}")
+    endforeach()
+  elseif(text MATCHES "^-- include")
+    message(FATAL_ERROR "${path}: the first line must be '-- include: name ...' (lowercase names, spaces)")
+  endif()
+  set(text "${common}${included}\n-- ==== ${name}.lua ====\n${text}")
   string(SHA1 sha "${text}")
   string(FIND "${text}" ")redlimit_lua\"" clash)
   if(NOT clash EQUAL -1)

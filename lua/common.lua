@@ -1,7 +1,10 @@
 -- common.lua: helpers shared by every redlimit script. The build (cmake/EmbedLua.cmake) puts this
--- text in front of each script, so what Redis runs is common.lua followed by the script.
+-- text in front of each script, so what Redis runs is common.lua followed by the script. Helpers
+-- that only some scripts need live in lua/lib/ and are put in by a first line `-- include: a b`
+-- (lua/lib/a.lua, then lua/lib/b.lua, between common.lua and the script), so that scripts on the
+-- hot path of Redisson's layout (acquire.lua) do not pay for the one-key family's code.
 --
--- Every script gets the same five keys, in Redisson's order (all in one hash slot when the name
+-- Every script of RateLimiter gets the same five keys, in Redisson's order (one hash slot when the name
 -- has no '{'; see README "Compatibility with Redisson"):
 --   KEYS[1] config hash      N
 --   KEYS[2] value            {N}:value
@@ -306,94 +309,4 @@ local function denialWait(cfg, value, least, nowUs, taken)
   if wait < 1 then wait = 1 end
   if wait > cfg.interval then wait = cfg.interval end
   return wait
-end
-
--- ---- One-key limiters (gcra.lua, fixed_window.lua) ---------------------------------------------
--- These keep configuration and state together in ONE string key, KEYS[1], the limiter's name:
--- 28 bytes packed with struct.pack (little-endian), the first byte saying which limiter it is.
--- A hash with the same fields costs 112 bytes or more in Redis (listpack with 6-7 entries); the
--- packed string is one 48-byte allocation, 88 bytes in all (MEMORY USAGE) for a name of up to 14
--- bytes. Every script of the family takes ARGV[1] the operation, ARGV[2] now in epoch µs ('' =
--- the server's TIME; only tests pass a time), ARGV[3] the kind byte the caller expects.
---
--- Arithmetic: Lua numbers are doubles, exact for integers below 2^53. Every value these scripts
--- compute is an integer below 2^53 (the bounds are stated where the values are made, and the
--- client refuses configurations that would break them); quotients go through floorDiv, which is
--- exact where a/b rounded could be off by one.
-
-local MAX_U32 = 4294967295
-local TWO50 = 1125899906842624   -- 2^50
-local TWO52 = 4503599627370496   -- 2^52
-local PACKED_SIZE = 28
-
--- floor(a / b) and a - b * floor(a / b), exactly, for integers |a| < 2^53 and 0 < b < 2^53.
--- math.fmod is exact on doubles; a - r is then an exact multiple of b, so the division is too.
-local function floorDiv(a, b)
-  local r = math.fmod(a, b)
-  if r < 0 then r = r + b end
-  return (a - r) / b, r
-end
-
--- ceil(a / b), exactly (as floorDiv).
-local function ceilDiv(a, b)
-  local q, r = floorDiv(a, b)
-  if r > 0 then q = q + 1 end
-  return q
-end
-
-local function gcd(a, b)
-  while b > 0 do a, b = b, math.fmod(a, b) end
-  return a
-end
-
--- A count argument in lo..hi, or fail with REDLIMIT_INVALID_ARGUMENT naming it.
-local function countArg(s, lo, hi, what)
-  local n = parseCount(s)
-  if n == nil or n < lo or n > hi then
-    fail('REDLIMIT_INVALID_ARGUMENT', what .. ' must be an integer in ' .. lo .. '..' .. hi .. ' for limiter ' ..
-      KEYS[1] .. ', got "' .. string.sub(tostring(s), 1, 40) .. '"')
-  end
-  return n
-end
-
--- The limiter's packed value, checked to be one of `kind` (a byte); nil if the key does not
--- exist. A key of another type, size or kind fails with REDLIMIT_INVALID_CONFIG naming the key
--- and `label` (what the caller expected): nothing has been written yet.
-local function readPacked(kind, label)
-  local v = redis.pcall('GET', KEYS[1])
-  if type(v) == 'table' and v.err then
-    if string.find(v.err, 'WRONGTYPE', 1, true) then
-      fail('REDLIMIT_INVALID_CONFIG', 'key ' .. KEYS[1] .. ' holds another Redis type, not a ' .. label ..
-        ' (another program wrote it); delete it or use another limiter name')
-    end
-    error(v)
-  end
-  if not v then return nil end
-  if #v ~= PACKED_SIZE or string.sub(v, 1, 1) ~= kind then
-    local what = 'a value redlimit did not write'
-    local k = string.sub(v, 1, 1)
-    if #v == PACKED_SIZE and k == 'T' then what = 'a TokenBucketRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'G' then what = 'a GcraRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'W' then what = 'a FixedWindowRateLimiter' end
-    fail('REDLIMIT_INVALID_CONFIG', 'key ' .. KEYS[1] .. ' holds ' .. what .. ', not a ' .. label ..
-      '; delete it (deleteLimiter) or use another limiter name')
-  end
-  return v
-end
-
--- Fails with REDLIMIT_NOT_INITIALIZED: the limiter has no configuration.
-local function notInitialized(label)
-  fail('REDLIMIT_NOT_INITIALIZED', label .. ' ' .. KEYS[1] ..
-    ' is not initialized: call trySetConfig() or setConfig() first')
-end
-
--- Writes the packed value; keepAlive > 0 (ms) gives the key a TTL of the time until the limiter is
--- full again (resetUs, rounded up to ms) plus keepAlive, so an idle limiter vanishes keepAlive
--- after it is full, and never while it still holds state. keepAlive = 0: no TTL (SET clears one).
-local function writePacked(value, resetUs, keepAlive)
-  if keepAlive > 0 then
-    redis.call('SET', KEYS[1], value, 'PX', ceilDiv(resetUs, 1000) + keepAlive)
-  else
-    redis.call('SET', KEYS[1], value)
-  end
 end

@@ -62,6 +62,55 @@ std::int64_t effectiveWindowSeconds(const Decision& decision) noexcept {
   return decision.allowed ? ceilSeconds(decision.resetAfter) : ceilSeconds(decision.retryAfter);
 }
 
+// One RateLimit item: `"name";r=..;t=..`.
+std::string rateLimitItem(const Decision& decision, const RateLimitPolicy& policy) {
+  return fmt::format("{};r={};t={}", sfString(policy.name), clampSf(decision.remaining),
+                     effectiveWindowSeconds(decision));
+}
+
+void checkPolicies(const std::vector<RateLimitPolicy>& policies) {
+  if (policies.empty()) throw InvalidArgument("redlimit: a RateLimit-Policy list needs at least one policy");
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    checkPolicy(policies[i]);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (policies[j].name == policies[i].name) {
+        throw InvalidArgument(fmt::format(
+            "redlimit: RateLimitPolicy names must differ (clients tell the items apart by name); \"{}\" is used twice",
+            policies[i].name));
+      }
+    }
+  }
+}
+
+void checkOnePerLimit(const MultiDecision& decision, const std::vector<RateLimitPolicy>& policies) {
+  checkPolicies(policies);
+  if (policies.size() != decision.limits.size()) {
+    throw InvalidArgument(fmt::format("redlimit: a decision of {} limits needs {} RateLimitPolicy values, got {}",
+                                      decision.limits.size(), decision.limits.size(), policies.size()));
+  }
+}
+
+// Limit i's item: its own numbers, except that the limit that denied the call says when the
+// whole call succeeds (never less than Retry-After).
+Decision itemDecision(const MultiDecision& decision, std::size_t i) {
+  Decision one = decision.limits[i];
+  if (!decision.allowed && decision.deniedBy == i) {
+    one.allowed = false;
+    one.retryAfter = decision.retryAfter;
+  }
+  return one;
+}
+
+// The limit the X-RateLimit triple describes: the one that denied, else the least remaining.
+std::size_t describedLimit(const MultiDecision& decision) {
+  if (!decision.allowed && decision.deniedBy < decision.limits.size()) return decision.deniedBy;
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < decision.limits.size(); ++i) {
+    if (decision.limits[i].remaining < decision.limits[best].remaining) best = i;
+  }
+  return best;
+}
+
 }  // namespace
 
 std::int64_t retryAfterSeconds(const Decision& decision) noexcept {
@@ -85,8 +134,7 @@ std::string rateLimitPolicyField(const RateLimitPolicy& policy) {
 std::optional<std::string> rateLimitField(const Decision& decision, const RateLimitPolicy& policy) {
   checkPolicy(policy);
   if (decision.byPolicy) return std::nullopt;
-  return fmt::format("{};r={};t={}", sfString(policy.name), clampSf(decision.remaining),
-                     effectiveWindowSeconds(decision));
+  return rateLimitItem(decision, policy);
 }
 
 Headers rateLimitHeaders(const Decision& decision, const RateLimitPolicy& policy, const HeaderOptions& options) {
@@ -101,6 +149,50 @@ Headers rateLimitHeaders(const Decision& decision, const RateLimitPolicy& policy
     if (!decision.byPolicy) {
       out.emplace_back("X-RateLimit-Remaining", fmt::format("{}", clampSf(decision.remaining)));
       out.emplace_back("X-RateLimit-Reset", fmt::format("{}", effectiveWindowSeconds(decision)));
+    }
+  }
+  if (options.retryAfter) {
+    if (auto field = retryAfterHeader(decision)) out.emplace_back("Retry-After", std::move(*field));
+  }
+  return out;
+}
+
+std::string rateLimitPolicyField(const std::vector<RateLimitPolicy>& policies) {
+  checkPolicies(policies);
+  std::string out;
+  for (const RateLimitPolicy& p : policies) {
+    if (!out.empty()) out += ", ";
+    out += rateLimitPolicyField(p);
+  }
+  return out;
+}
+
+std::optional<std::string> rateLimitField(const MultiDecision& decision, const std::vector<RateLimitPolicy>& policies) {
+  checkOnePerLimit(decision, policies);
+  if (decision.byPolicy) return std::nullopt;
+  std::string out;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += rateLimitItem(itemDecision(decision, i), policies[i]);
+  }
+  return out;
+}
+
+Headers rateLimitHeaders(const MultiDecision& decision, const std::vector<RateLimitPolicy>& policies,
+                         const HeaderOptions& options) {
+  checkOnePerLimit(decision, policies);
+  Headers out;
+  if (options.ietf) {
+    out.emplace_back("RateLimit-Policy", rateLimitPolicyField(policies));
+    if (auto field = rateLimitField(decision, policies)) out.emplace_back("RateLimit", std::move(*field));
+  }
+  if (options.xRateLimit) {
+    const std::size_t i = describedLimit(decision);
+    out.emplace_back("X-RateLimit-Limit", fmt::format("{}", policies[i].quota));
+    if (!decision.byPolicy) {
+      const Decision one = itemDecision(decision, i);
+      out.emplace_back("X-RateLimit-Remaining", fmt::format("{}", clampSf(one.remaining)));
+      out.emplace_back("X-RateLimit-Reset", fmt::format("{}", effectiveWindowSeconds(one)));
     }
   }
   if (options.retryAfter) {

@@ -332,6 +332,7 @@ std::vector<std::int64_t> ScriptLimiter::readConfig() {
 }
 
 const std::string& ScriptLimiter::getName() const noexcept { return core_->name_; }
+char ScriptLimiter::kind() const noexcept { return core_->kind_[0]; }
 const std::shared_ptr<Client>& ScriptLimiter::client() const noexcept { return core_->client_; }
 FailureStats ScriptLimiter::failureStats() const { return core_->gate_.stats(); }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace redlimit {
 
@@ -31,6 +32,29 @@ struct Decision {
   std::chrono::microseconds time{0};           // the server time of the decision, epoch µs (0 by policy)
 
   explicit operator bool() const noexcept { return allowed; }
+};
+
+/// A MultiLimit's decision: the combined Decision (the base), and each limit's own view in
+/// `limits`. The combined fields apply Decision's definitions to "every limit at once":
+///  * allowed     every limit took the permits (if any denied, none took any);
+///  * remaining   the least of the limits' remaining: what one call could take at once from all;
+///  * retryAfter  denied: the earliest time from now at which the same call succeeds, if nobody
+///                else takes permits (exact, computed by the script). With token buckets and GCRA
+///                only, that is the largest retryAfter of the limits that deny; a fixed window
+///                whose next window is full too can push it to the window after;
+///  * resetAfter  the longest of the limits' resetAfter: until every limit is full again;
+///  * limit       the least of the limits' limits: the most permits one call can ever get;
+///  * deniedBy    denied: the index (construction order) of the limit that needs the longest
+///                wait on its own (the first of equals), the one that Retry-After is about;
+///                kNone when allowed and for decisions of the failure policy;
+///  * time        the server time of the decision, the same instant for every limit.
+struct MultiDecision : Decision {
+  /// One per limit, in construction order (empty only for a default-constructed value): allowed
+  /// and retryAfter are what that limiter alone would have answered to the same call (so several
+  /// may deny); remaining and resetAfter are its state after this call (permits taken only if
+  /// the combined decision allowed); limit is that limiter's own; permits, byPolicy and time are
+  /// the combined decision's.
+  std::vector<Decision> limits;
 };
 
 }  // namespace redlimit

@@ -28,6 +28,18 @@
 //    response (§6.2) and a guess would mislead clients — and Retry-After is sent for a denial
 //    only when the policy supplied a positive estimate.
 //
+// Several limits (a MultiLimit's MultiDecision): the draft lets both fields carry a list, one
+// item per policy, so each limit gets its own RateLimitPolicy (policies[i] describes limit i):
+//     RateLimit-Policy: "user";q=10;w=1, "tenant";q=1000;w=60
+//     RateLimit: "user";r=0;t=1, "tenant";r=993;t=60
+//  * each item's r and t are its limit's, as above (t: when that limit alone denies, its own
+//    retryAfter; else its resetAfter); the limit that denied the call (deniedBy) gets the
+//    decision's combined retryAfter as t, the time at which the whole call succeeds, so no item
+//    promises less than Retry-After;
+//  * Retry-After is the combined retryAfter;
+//  * X-RateLimit-* can describe one limit only: the one that denied, else the one with the least
+//    remaining (the first of equals).
+//
 // All functions are pure (no I/O, no state) and thread-safe. Every structured-field integer is
 // checked against the sf-integer range (at most 15 digits).
 #pragma once
@@ -87,6 +99,25 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 /// byPolicy), the X-RateLimit triple if asked for, and Retry-After when denied (see
 /// retryAfterHeader). Throws InvalidArgument for a bad policy. Thread-safe.
 [[nodiscard]] Headers rateLimitHeaders(const Decision& decision, const RateLimitPolicy& policy,
+                                       const HeaderOptions& options = {});
+
+/// The RateLimit-Policy field value with one item per policy, e.g. `"user";q=10;w=1, "tenant";q=1000`.
+/// Throws InvalidArgument for an empty list, two policies with one name, or a bad policy.
+/// Thread-safe.
+[[nodiscard]] std::string rateLimitPolicyField(const std::vector<RateLimitPolicy>& policies);
+
+/// The RateLimit field value with one item per limit of `decision` (policies[i] names limit i),
+/// e.g. `"user";r=0;t=1, "tenant";r=993;t=60`; nullopt for a decision by the failure policy.
+/// Throws InvalidArgument unless there is one policy per limit, or for bad policies (as above).
+/// Thread-safe.
+[[nodiscard]] std::optional<std::string> rateLimitField(const MultiDecision& decision,
+                                                        const std::vector<RateLimitPolicy>& policies);
+
+/// Every field a response should carry for a MultiLimit's decision: RateLimit-Policy and
+/// RateLimit with one item per limit, the X-RateLimit triple of one limit if asked for, and
+/// Retry-After (the combined retryAfter) when denied. Throws InvalidArgument unless there is one
+/// policy per limit, or for bad policies. Thread-safe.
+[[nodiscard]] Headers rateLimitHeaders(const MultiDecision& decision, const std::vector<RateLimitPolicy>& policies,
                                        const HeaderOptions& options = {});
 
 }  // namespace redlimit::http

@@ -14,6 +14,7 @@
 #include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/distributed_smooth_rate_limiter.hpp"
+#include "redlimit/multi_limit.hpp"
 #include "redlimit/detail/reply.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"

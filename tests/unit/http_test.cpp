@@ -8,6 +8,7 @@
 #include <chrono>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "redlimit/errors.hpp"
 
@@ -141,6 +142,90 @@ TEST(HttpRateLimit, RejectsBadPolicies) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("0x01 at offset 2"), std::string::npos) << e.what();
   }
+}
+
+// --- Several limits (a MultiLimit's decision) ---------------------------------------------------
+
+// user: 10 per second, denying alone (0 left, 0.4 s); tenant: 1000 per minute, 993 left; the
+// combined call succeeds in 2.5 s (a fixed window in the set, say).
+MultiDecision multiDenied() {
+  MultiDecision d;
+  d.allowed = false;
+  d.permits = 1;
+  d.remaining = 0;
+  d.retryAfter = microseconds{2'500'000};
+  d.resetAfter = microseconds{60'000'000};
+  d.limit = 10;
+  d.deniedBy = 0;
+  Decision user = denied(400'000, 0);
+  user.limit = 10;
+  user.resetAfter = microseconds{1'000'000};
+  Decision tenant = allowed(993, 59'500'000);
+  tenant.limit = 1000;
+  d.limits = {user, tenant};
+  return d;
+}
+
+const std::vector<RateLimitPolicy> kPolicies{{"user", 10, seconds{1}}, {"tenant", 1000, seconds{60}}};
+
+TEST(HttpMultiLimit, OneItemPerLimitAndRetryAfterOfTheWholeCall) {
+  const Headers h = rateLimitHeaders(multiDenied(), kPolicies);
+  const Headers expected{{"RateLimit-Policy", R"("user";q=10;w=1, "tenant";q=1000;w=60)"},
+                         {"RateLimit", R"("user";r=0;t=3, "tenant";r=993;t=60)"},
+                         {"Retry-After", "3"}};
+  EXPECT_EQ(h, expected);
+  EXPECT_EQ(rateLimitPolicyField(kPolicies), R"("user";q=10;w=1, "tenant";q=1000;w=60)");
+}
+
+TEST(HttpMultiLimit, AllowedItemsSayWhenEachIsFull) {
+  MultiDecision d = multiDenied();
+  d.allowed = true;
+  d.deniedBy = Decision::kNone;
+  d.retryAfter = microseconds{0};
+  d.limits[0] = allowed(4, 600'000);
+  d.limits[1] = allowed(993, 59'500'000);
+  EXPECT_EQ(rateLimitField(d, kPolicies), R"("user";r=4;t=1, "tenant";r=993;t=60)");
+  HeaderOptions o;
+  o.ietf = false;
+  o.xRateLimit = true;
+  const Headers x = rateLimitHeaders(d, kPolicies, o);
+  const Headers expected{{"X-RateLimit-Limit", "10"}, {"X-RateLimit-Remaining", "4"}, {"X-RateLimit-Reset", "1"}};
+  EXPECT_EQ(x, expected) << "the triple describes the limit with the least remaining";
+}
+
+TEST(HttpMultiLimit, XRateLimitDescribesTheLimitThatDenied) {
+  MultiDecision d = multiDenied();
+  d.deniedBy = 1;
+  d.limits[1] = denied(2'000'000, 0);
+  HeaderOptions o;
+  o.ietf = false;
+  o.xRateLimit = true;
+  const Headers x = rateLimitHeaders(d, kPolicies, o);
+  const Headers expected{{"X-RateLimit-Limit", "1000"},
+                         {"X-RateLimit-Remaining", "0"},
+                         {"X-RateLimit-Reset", "3"},
+                         {"Retry-After", "3"}};
+  EXPECT_EQ(x, expected);
+}
+
+TEST(HttpMultiLimit, DecisionByPolicyHasNoLiveNumbers) {
+  MultiDecision d = multiDenied();
+  d.byPolicy = true;
+  EXPECT_EQ(rateLimitField(d, kPolicies), std::nullopt);
+  const Headers h = rateLimitHeaders(d, kPolicies);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].first, "RateLimit-Policy");
+  EXPECT_EQ(h[1].first, "Retry-After");
+}
+
+TEST(HttpMultiLimit, RejectsPolicyListsThatDoNotFit) {
+  EXPECT_THROW((void)rateLimitHeaders(multiDenied(), std::vector<RateLimitPolicy>{kPolicies[0]}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitField(multiDenied(), {kPolicies[0], kPolicies[1], kPolicy}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField(std::vector<RateLimitPolicy>{}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({kPolicies[0], kPolicies[0]}), InvalidArgument);
+  EXPECT_THROW((void)rateLimitPolicyField({kPolicies[0], RateLimitPolicy{"bad", -1, seconds{1}}}), InvalidArgument);
+  // A MultiDecision is a Decision: the single-policy helpers take its combined numbers.
+  EXPECT_EQ(rateLimitField(multiDenied(), kPolicy), R"("default";r=0;t=3)");
 }
 
 }  // namespace

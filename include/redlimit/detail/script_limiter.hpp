@@ -21,6 +21,10 @@
 #include "redlimit/reservation.hpp"
 #include "redlimit/detail/script.hpp"
 
+namespace redlimit {
+class MultiLimit;
+}  // namespace redlimit
+
 namespace redlimit::detail {
 
 /// The operations every one-key limiter offers (the public classes derive from it). The handle is
@@ -124,6 +128,11 @@ class ScriptLimiter {
   std::vector<std::int64_t> readConfig();
 
  private:
+  friend class redlimit::MultiLimit;  // decides several limiters by their names and kinds
+
+  /// The kind byte the limiter's script checks: 'T', 'G' or 'W'.
+  [[nodiscard]] char kind() const noexcept;
+
   class Core;
   std::shared_ptr<Core> core_;
 };

@@ -1,0 +1,122 @@
+// redlimit — MultiLimit: several one-key limiters decided together, all or nothing, in one script
+// call (for example 10/s per user AND 1000/min per tenant AND 5000/s for the whole service).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/reservation.hpp"
+#include "redlimit/detail/script_limiter.hpp"
+
+namespace redlimit {
+
+/// Options of one MultiLimit handle.
+struct MultiLimitOptions {
+  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError); the
+                           // limiters' own failure options are not used by the MultiLimit
+};
+
+/// Several limiters of the one-key family (TokenBucketRateLimiter, GcraRateLimiter,
+/// FixedWindowRateLimiter, any mix, on one Client) decided in one script call, all or nothing:
+/// if any limit denies, no limit is charged. Each limit is computed exactly as its own limiter
+/// computes it (same script code, bounds and exactness), all at one server time. Thread-safe;
+/// copies share one failure gate.
+///
+/// Keys: a script may only touch keys of one Redis Cluster hash slot, so the limiters' names must
+/// share one: give them one hash tag, the part between the first '{' and the next '}', which is
+/// all Redis Cluster hashes: "{tenant42}:user:7", "{tenant42}:tenant", "{tenant42}:burst". This is
+/// checked (CRC16 of the tag, as Redis Cluster computes it) when the MultiLimit is made, on every
+/// deployment, standalone included, so that code that works today keeps working on Cluster.
+/// Consequence: a limit shared by every tenant cannot be in one slot with every tenant's keys.
+/// Either give every key of the service one tag (e.g. "{api}:global", "{api}:tenant:42"; one
+/// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
+/// call, not atomic with this one: refund it when the MultiLimit denies).
+///
+/// The configurations live in the limiters' keys (set them with the limiters' trySetConfig or
+/// setConfig); the MultiLimit keeps only the names and kinds, not the limiter handles.
+///
+/// Errors: InvalidArgument before anything is sent (bad permits or waits); from the script, with
+/// nothing written: InvalidArgument for permits above a limit's burst or limit, NotInitializedError
+/// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
+/// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each
+/// naming the key. When Redis cannot be asked, the deciding calls (decide, tryAcquire, acquire,
+/// reserve, their ...Async forms) follow options.failure as the single limiters do: Local runs an
+/// in-process bucket at the tightest rate the limits reported (permits per time), refusing until
+/// one decision has reached Redis. peek and refund throw the IoError.
+class MultiLimit {
+ public:
+  static constexpr std::size_t kMaxLimits = 32;
+  /// A limiter of the one-key family, by reference (only its name and kind are kept).
+  using Limit = std::reference_wrapper<const detail::ScriptLimiter>;
+  /// As ScriptLimiter::DecisionCallback, with the MultiDecision.
+  using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
+
+  /// A MultiLimit over `limits` (1..kMaxLimits distinct limiters, one Client), e.g.
+  /// `MultiLimit both({perUser, perTenant});`. Sends nothing. Throws InvalidArgument when there
+  /// are none or too many, when two have the same name or another Client, or when their names
+  /// are not all in one hash slot (the message says how to name them).
+  explicit MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions options = {});
+
+  /// Takes `permits` (1..kMaxPermits, at most every limit's burst or limit) from every limit if
+  /// all have them now, else from none. Never waits. When Redis cannot be asked, the failure
+  /// policy decides (Decision::byPolicy).
+  [[nodiscard]] MultiDecision decide(std::int64_t permits = 1);
+  /// decide(permits).allowed.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits = 1);
+  /// Takes `permits` from every limit if all can give them within `timeout`: one call reserves
+  /// them at the earliest time at which all can (as reserve(), with its cost), and this sleeps
+  /// until then. Returns false at once when that time is beyond the timeout (nothing is taken).
+  /// timeout <= 0: one attempt that never waits. No polling: one call.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout);
+  /// Takes `permits`, waiting as long as it takes (as ScriptLimiter::acquire).
+  void acquire(std::int64_t permits = 1);
+  /// Reserves `permits` in every limit at the earliest time E at which all can give them, if that
+  /// is within `maxWait` (0..ScriptLimiter::kMaxWait; longer is cut to it, and to each GCRA's
+  /// longest reservation); the caller waits `delay` = E. Every limit takes them as arriving at E,
+  /// which keeps each limit exact for the time the permits are used. The cost: a token bucket or
+  /// GCRA keeps one time, not tokens plus a booking, so a limit that could give the permits
+  /// sooner holds, until E, up to (E - its own wait) x its rate permits more than a bucket with
+  /// separate tokens would (keep such waits short against the limits' intervals). A fixed window
+  /// counts them in the window E falls in, the current or the next one only (it keeps no count
+  /// further ahead). Refused (nothing taken): decision.retryAfter says when the same reservation
+  /// would succeed.
+  [[nodiscard]] Reservation reserve(std::int64_t permits, std::chrono::microseconds maxWait);
+  /// What decide(permits) would answer now, taking nothing. Throws IoError when Redis cannot be
+  /// asked.
+  [[nodiscard]] MultiDecision peek(std::int64_t permits = 1);
+  /// Gives back `permits` (0..kMaxPermits) to every limit, each as its own refund() does.
+  void refund(std::int64_t permits);
+
+  /// decide() without waiting for the reply (see ScriptLimiter::decideAsync for the callback).
+  void decideAsync(std::int64_t permits, DecisionCallback done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<MultiDecision> decideAsync(std::int64_t permits = 1);
+  /// tryAcquire(permits) without waiting for the reply.
+  void tryAcquireAsync(std::int64_t permits, std::function<void(bool allowed, std::exception_ptr error)> done);
+  /// tryAcquireAsync with a future.
+  [[nodiscard]] std::future<bool> tryAcquireAsync(std::int64_t permits = 1);
+
+  /// The limiters' names (their keys), in construction order.
+  [[nodiscard]] const std::vector<std::string>& names() const noexcept;
+  /// Number of limits.
+  [[nodiscard]] std::size_t size() const noexcept;
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
+  /// Decisions made under the failure policy, and whether the MultiLimit is degraded now.
+  [[nodiscard]] FailureStats failureStats() const;
+
+ private:
+  class Core;
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace redlimit

@@ -1,0 +1,158 @@
+-- lib/gcra_core.lua: the generic cell rate algorithm on one packed key, for gcra.lua (one limiter)
+-- and multi.lua (several decided together). GcraRateLimiter (kind 'G') and TokenBucketRateLimiter
+-- (kind 'T') both run it.
+--
+-- A token bucket of capacity B refilled with P permits every I, and GCRA with burst B and rate
+-- P per I, are one algorithm: at time t the bucket holds B - max(0, TAT - t) / T permits, where
+-- T = I / P is the time one permit takes to come back and TAT (the "theoretical arrival time")
+-- the time at which the bucket is full again. So the state is one time rather than tokens plus a
+-- timestamp (folly's TokenBucket also keeps a single time). Taking n permits is allowed when
+-- max(TAT, now) + n*T <= now + B*T, and moves TAT there. Time is the server's, read by the script.
+--
+-- Units: T = I / P is rarely a whole number of µs. With g = gcd(P, I in µs), P' = P / g and
+-- I' = I / g, one permit is exactly I' units of 1/P' µs. A time is stored as whole µs plus a
+-- remainder in units (0 <= rem < P'); the code works on D = max(0, TAT - now) in units, never
+-- on an absolute time in units.
+--
+-- Bounds (the client checks a configuration before sending it, and the scripts check it again):
+--   B, P in 1..2^32-1; I in 1..2^32-1 ms; keepAlive in 0..2^32-1 ms; B*I' <= 2^50.
+--   A reservation waits at most W = floor(2^52 / P') µs (at least 2^20 µs; for rates whose
+--   reduced P' is 1, e.g. 1000 per second, 142 years), so D <= B*I' + W*P' <= 2^50 + 2^52, and
+--   D + n*I' (n <= B) < 2^53: every value below is an exact integer.
+-- Layout (28 bytes): kind 'G' or 'T', B (uint32), P (uint32), I ms (uint32), keepAlive ms
+--   (uint32), TAT µs (uint56), TAT's remainder in units (uint32).
+-- TTL: none unless keepAlive > 0; then the time until the bucket is full again plus keepAlive.
+--
+-- A limiter is a table s: key, kind, label, nowUs, the configuration (b, p, intervalMs,
+-- keepAlive), pp = P', ip = I', cap = B*I', maxWait = W, and d = D at nowUs.
+local GCRA_LAYOUT = '<c1I4I4I4I4I7I4'
+local GCRA_LABELS = {G = 'GcraRateLimiter', T = 'TokenBucketRateLimiter'}
+
+-- nil if the configuration is usable, else what is wrong with it.
+local function gcraConfigProblem(b, p, intervalMs, keepAlive)
+  if b < 1 or b > MAX_U32 then return 'the burst (capacity) must be in 1..' .. MAX_U32 end
+  if p < 1 or p > MAX_U32 then return 'the permits per interval must be in 1..' .. MAX_U32 end
+  if intervalMs < 1 or intervalMs > MAX_U32 then return 'the interval must be in 1..' .. MAX_U32 .. ' ms' end
+  if keepAlive > MAX_U32 then return 'keepAlive must be in 0..' .. MAX_U32 .. ' ms' end
+  local g = gcd(p, intervalMs * 1000)
+  if b * (intervalMs * 1000 / g) > TWO50 then
+    return 'burst x (interval in µs / gcd(permits, interval in µs)) exceeds 2^50'
+  end
+  return nil
+end
+
+-- A limiter with a checked configuration and an idle bucket (d = 0).
+local function gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
+  local s = {key = key, kind = kind, label = GCRA_LABELS[kind], nowUs = nowUs,
+             b = b, p = p, intervalMs = intervalMs, keepAlive = keepAlive}
+  local ius = intervalMs * 1000
+  local g = gcd(p, ius)
+  s.pp, s.ip = p / g, ius / g
+  s.cap = b * s.ip                         -- B*I' <= 2^50
+  s.maxWait = floorDiv(TWO52, s.pp)        -- W, µs: W*P' <= 2^52
+  s.d = 0
+  return s
+end
+
+-- The limiter of `key` at nowUs, its configuration and state checked before anything is written.
+local function gcraLoad(key, kind, nowUs)
+  local label = GCRA_LABELS[kind]
+  local v = readPacked(kind, label, key)
+  if not v then notInitialized(label, key) end
+  local _, b, p, intervalMs, keepAlive, tatUs, tatRem = struct.unpack(GCRA_LAYOUT, v)
+  local bad = gcraConfigProblem(b, p, intervalMs, keepAlive)
+  if bad then
+    fail('REDLIMIT_INVALID_CONFIG', 'configuration of ' .. label .. ' ' .. key .. ': ' .. bad ..
+      '; fix it with setConfig()')
+  end
+  local s = gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
+  if tatRem >= s.pp or tatUs >= TWO52 * 2 then
+    fail('REDLIMIT_INVALID_STATE', 'key ' .. key .. ' of ' .. label ..
+      ' holds a time redlimit did not write; reset it with setConfig()')
+  end
+  local dmax = s.cap + s.maxWait * s.pp
+  if tatUs >= nowUs then
+    local dt = tatUs - nowUs
+    if dt > ceilDiv(dmax, s.pp) then
+      s.d = dmax                           -- the server's clock went back: as far ahead as TAT can be
+    else
+      s.d = dt * s.pp + tatRem             -- <= dmax + 2P' < 2^53
+      if s.d > dmax then s.d = dmax end
+    end
+  end
+  return s
+end
+
+-- The bucket the Local failure policy runs: B permits per the time B permits take to come back
+-- (an estimate for an emergency; doubles are fine here).
+local function gcraLocalRate(s)
+  local ms = math.ceil(s.b * s.intervalMs / s.p)
+  if ms < 1 then ms = 1 end
+  if ms > 1e12 then ms = 1e12 end
+  return s.b, ms
+end
+
+-- Stores TAT = now + d units.
+local function gcraStore(s, d)
+  local q, r = floorDiv(d, s.pp)
+  writePacked(struct.pack(GCRA_LAYOUT, s.kind, s.b, s.p, s.intervalMs, s.keepAlive, s.nowUs + q, r),
+    ceilDiv(d, s.pp), s.keepAlive, s.key)
+end
+
+-- Fails with REDLIMIT_INVALID_ARGUMENT if n permits can never be granted at once.
+local function gcraCheckPermits(s, n)
+  if n > s.b then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'Requested permits (' .. n .. ') exceed the burst (' .. s.b .. ') of ' ..
+      s.label .. ' ' .. s.key .. ': they could never be granted at once')
+  end
+end
+
+-- The first whole µs from now at which n permits (n <= B) fit in the bucket: 0 if they fit now.
+local function gcraWait(s, n)
+  local excess = s.d + n * s.ip - s.cap
+  if excess <= 0 then return 0 end
+  return ceilDiv(excess, s.pp)
+end
+
+-- D after taking n permits at e µs from now (e >= gcraWait(s, n)). A grant at whole µs e counts
+-- as taken at the first unit that rounds up to e, (e - 1) µs + 1 unit, so that e = gcraWait(s, n)
+-- gives D + n*I' (TAT moves by exactly n*T) and every grant is exact in units. The result is at
+-- most B*I' + e*P'.
+local function gcraAfterAt(s, n, e)
+  local start = e * s.pp - s.pp + 1
+  if start < s.d then start = s.d end
+  return start + n * s.ip
+end
+
+-- Taking n permits now, or as a reservation within maxWait µs (cut to W): allowed (1 or 0), the
+-- delay before the permits may be used, retryAfter (denied: when the same call succeeds, exactly,
+-- if nobody else takes permits), and D after the call.
+local function gcraTake(s, n, maxWait)
+  if maxWait > s.maxWait then maxWait = s.maxWait end
+  local wait = gcraWait(s, n)
+  if wait <= maxWait then return 1, wait, 0, gcraAfterAt(s, n, wait) end
+  return 0, 0, wait - maxWait, s.d
+end
+
+-- Permits that can be taken at once with D = after.
+local function gcraRemaining(s, after)
+  if after >= s.cap then return 0 end
+  return floorDiv(s.cap - after, s.ip)
+end
+
+-- µs until the bucket is full again with D = after.
+local function gcraResetAfter(s, after)
+  return ceilDiv(after, s.pp)
+end
+
+-- Gives n permits back (up to a full bucket) and stores the result if it changed; returns D.
+local function gcraRefund(s, n)
+  local d = s.d
+  if n >= ceilDiv(d, s.ip) then
+    d = 0
+  else
+    d = d - n * s.ip                       -- n*I' < D + I'
+  end
+  if d ~= s.d then gcraStore(s, d) end
+  return d
+end

@@ -1,0 +1,213 @@
+-- include: onekey gcra_core fixed_window_core
+-- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, any mix) decided in one
+-- call, all or nothing. MultiLimit runs it. Each limit is computed by the same code as its own
+-- script (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua): same layout, bounds, exactness.
+--
+-- KEYS: the limiters' keys, 1..32, distinct (the client also checks that they share one hash
+-- slot). ARGV[1] the operation, ARGV[2] now in epoch µs or '' (TIME is read once: every limit
+-- decides at the same instant), ARGV[3] the kinds, one byte per key in KEYS order ('T' token
+-- bucket, 'G' GCRA, 'W' fixed window). Every key is read and checked (Redis type, kind,
+-- configuration, state), and the permits against every limit, before anything is written: a call
+-- that fails has written nothing, and its error names the key.
+-- Operations:
+--   take n maxWaitUs   takes n permits from every limit, or from none; with maxWaitUs > 0, also
+--                      ahead of time (a reservation) if all can take them within maxWaitUs. Writes
+--                      only when it takes.
+--   peek n             what `take n 0` would decide; writes nothing
+--   refund n           gives n permits back to every limit (each as its own script's refund)
+--
+-- The combined decision. Alone, a limit can take the n permits at the times (from now, if nobody
+-- else takes any) of a set: [wait, inf) for GCRA and the token bucket, whole windows for the fixed
+-- window (the current one if it has room, the next one if it has room, every later one). E, the
+-- earliest time at which all can, is the left end of one of these pieces, so it is the smallest
+-- candidate (0, each GCRA's wait, each window's next start and the start of the one after) that
+-- every limit accepts.
+--   Granted iff E <= maxWait (cut to each GCRA's longest reservation W) and every fixed window can
+--   count the permits at E (in its current or next window: it keeps no count further ahead).
+--   Then every limit takes n as arriving at now + E, and delay = E: a GCRA moves TAT to
+--   max(TAT, now + E) + n*T (exact for the time the permits are used; as its own script when E is
+--   its own wait), a window counts them in the window E falls in. A GCRA whose own wait is
+--   shorter than E thus holds, until now + E, up to (E - its wait) / T permits more than a bucket
+--   with separate tokens would: one stored time cannot say "free now, booked later".
+--   Denied: retryAfter = the smallest r for which the same call made at now + r is granted, if
+--   nobody else takes permits: max(E - maxWait, and for each fixed window that could not count
+--   them, the first window start after now + E - 2 windows). Exact: at now + r - 1 µs it fails.
+--   With only GCRA and token buckets and maxWait = 0 this is the largest of the denying limits'
+--   own retryAfter; a fixed window can push it further (its next window full: the one after).
+--   deniedBy = the limit whose own earliest time is the latest (the first of equals), 1-based.
+-- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs,
+--   deniedBy (0 if allowed), then 7 per limit in KEYS order: allowedAlone, remaining,
+--   retryAfterAloneUs, resetAfterUs, limit, localRate, localIntervalMs}.
+--   Per limit: allowedAlone and retryAfterAlone are what its own script would answer to the same
+--   call; remaining and resetAfter are its state after this call (permits taken only if granted).
+--   Combined: remaining = the least of the limits' (what one call could take at once from all),
+--   resetAfter = the longest (until all are full again), limit = the least (the most permits one
+--   call can ever get from all).
+-- Reply of refund: the remaining permits of each limit, in KEYS order.
+local MAX_LIMITS = 32
+local op = ARGV[1]
+local k = #KEYS
+if k < 1 or k > MAX_LIMITS then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'a multi-limit decides 1..' .. MAX_LIMITS .. ' limits, got ' .. k)
+end
+local kinds = ARGV[3]
+if type(kinds) ~= 'string' or #kinds ~= k then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'multi.lua needs one kind byte per key')
+end
+local owner = table.concat(KEYS, ' + ')
+local seen = {}
+for i = 1, k do
+  if seen[KEYS[i]] then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'key ' .. KEYS[i] .. ' appears twice in a multi-limit')
+  end
+  seen[KEYS[i]] = true
+  local c = string.sub(kinds, i, i)
+  if c ~= 'T' and c ~= 'G' and c ~= 'W' then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. c .. '" for key ' .. KEYS[i])
+  end
+end
+local nowUs = currentMicros(ARGV[2])
+
+-- Every limit, loaded and checked before anything is written.
+local function loadAll()
+  local all = {}
+  for i = 1, k do
+    local kind = string.sub(kinds, i, i)
+    if kind == 'W' then
+      all[i] = windowLoad(KEYS[i], nowUs)
+    else
+      all[i] = gcraLoad(KEYS[i], kind, nowUs)
+    end
+    all[i].window = kind == 'W'
+  end
+  return all
+end
+
+if op == 'take' or op == 'peek' then
+  local n = countArg(ARGV[4], 1, MAX_U32, 'permits', owner)
+  local maxWait = 0
+  if op == 'take' then maxWait = countArg(ARGV[5], 0, 1e14 - 1, 'maxWait', owner) end
+  local all = loadAll()
+  local maxWaitAll = maxWait                   -- cut to every GCRA's longest reservation
+  for i = 1, k do
+    local s = all[i]
+    if s.window then windowCheckPermits(s, n) else gcraCheckPermits(s, n) end
+    if not s.window and maxWaitAll > s.maxWait then maxWaitAll = s.maxWait end
+  end
+
+  -- Each limit alone: its own answer, its earliest time, and the candidates for E.
+  local candidates = {0}
+  local latest, deniedBy = -1, 0
+  for i = 1, k do
+    local s = all[i]
+    local earliest
+    if s.window then
+      local ok, _, retryAlone = windowTake(s, n, maxWait)
+      s.ownAllowed, s.ownRetry = ok, retryAlone
+      local wait = s.nextStart - nowUs
+      candidates[#candidates + 1] = wait
+      candidates[#candidates + 1] = wait + s.wus
+      if s.count + n <= s.l then
+        earliest = 0
+      elseif s.nextCount + n <= s.l then
+        earliest = wait
+      else
+        earliest = wait + s.wus
+      end
+    else
+      local ok, _, retryAlone = gcraTake(s, n, maxWait)
+      s.ownAllowed, s.ownRetry = ok, retryAlone
+      earliest = gcraWait(s, n)
+      candidates[#candidates + 1] = earliest
+    end
+    if earliest > latest then latest, deniedBy = earliest, i end
+  end
+  table.sort(candidates)
+  local e = nil
+  for c = 1, #candidates do
+    local t = candidates[c]
+    local fits = true
+    for i = 1, k do
+      local s = all[i]
+      if s.window then
+        fits = windowFitsAt(s, n, t)
+      else
+        fits = t >= gcraWait(s, n)
+      end
+      if not fits then break end
+    end
+    if fits then
+      e = t
+      break
+    end
+  end
+  -- e exists: the largest candidate is accepted by every limit.
+
+  local retry = e - maxWaitAll
+  if retry < 0 then retry = 0 end
+  for i = 1, k do
+    local s = all[i]
+    if s.window and e >= s.nextStart - nowUs + s.wus then
+      local q = floorDiv(nowUs + e - 2 * s.wus, s.wus)
+      local r = (q + 1) * s.wus - nowUs        -- from then on, now + e is at most the next window
+      if r > retry then retry = r end
+    end
+  end
+  local allowed, delay = 0, 0
+  if retry == 0 then allowed, delay, deniedBy = 1, e, 0 end
+
+  -- Each limit's state after the call: written only when granted (take).
+  local reply = {allowed, 0, retry, 0, 0, nowUs, delay, deniedBy}
+  local remaining, resetAfter, limit = nil, 0, nil
+  for i = 1, k do
+    local s = all[i]
+    local rem, reset, lim, lr, lms
+    if s.window then
+      local count, nextCount = s.count, s.nextCount
+      if allowed == 1 then
+        if e < s.nextStart - nowUs then count = count + n else nextCount = nextCount + n end
+        if op == 'take' then windowStore(s, count, nextCount) end
+      end
+      if op == 'peek' then count, nextCount = s.count, s.nextCount end
+      rem, reset, lim, lr, lms = s.l - count, windowResetAfter(s, count, nextCount), s.l, s.l, s.windowMs
+    else
+      local after = s.d
+      if allowed == 1 and op == 'take' then
+        after = gcraAfterAt(s, n, e)
+        gcraStore(s, after)
+      end
+      rem, reset, lim = gcraRemaining(s, after), gcraResetAfter(s, after), s.b
+      lr, lms = gcraLocalRate(s)
+    end
+    if remaining == nil or rem < remaining then remaining = rem end
+    if reset > resetAfter then resetAfter = reset end
+    if limit == nil or lim < limit then limit = lim end
+    local base = #reply
+    reply[base + 1] = s.ownAllowed
+    reply[base + 2] = rem
+    reply[base + 3] = s.ownRetry
+    reply[base + 4] = reset
+    reply[base + 5] = lim
+    reply[base + 6] = lr
+    reply[base + 7] = lms
+  end
+  reply[2], reply[4], reply[5] = remaining, resetAfter, limit
+  return reply
+end
+
+if op == 'refund' then
+  local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', owner)
+  local all = loadAll()
+  local reply = {}
+  for i = 1, k do
+    local s = all[i]
+    if s.window then
+      reply[i] = s.l - windowRefund(s, n)
+    else
+      reply[i] = gcraRemaining(s, gcraRefund(s, n))
+    end
+  end
+  return reply
+end
+
+fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for multi.lua')

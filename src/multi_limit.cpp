@@ -1,0 +1,407 @@
+// redlimit — MultiLimit: several one-key limiters decided in one call of lua/multi.lua.
+#include "redlimit/multi_limit.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <iterator>
+#include <thread>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "future_of.hpp"
+#include "key_slot.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/limiter_errors.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit_lua.hpp"
+
+namespace redlimit {
+
+using detail::Reply;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using SteadyTime = SteadyClock::time_point;
+
+const detail::Script kMulti{detail::lua::multi.name, detail::lua::multi.sha1, detail::lua::multi.source};
+
+// A take/peek reply: 8 combined elements, then 7 per limit (see lua/multi.lua).
+constexpr std::size_t kHead = 8;
+constexpr std::size_t kPerLimit = 7;
+
+void checkPermits(std::int64_t permits) {
+  if (permits < 1 || permits > detail::ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: permits must be in 1..{}, got {}", detail::ScriptLimiter::kMaxPermits, permits));
+  }
+}
+
+// Refuses, before anything is sent, keys that Redis Cluster would not let one script touch.
+void checkOneSlot(const std::vector<std::string>& names) {
+  const std::uint16_t slot = detail::keySlot(names.front());
+  for (const std::string& name : names) {
+    const std::uint16_t other = detail::keySlot(name);
+    if (other == slot) continue;
+    throw InvalidArgument(fmt::format(
+        "redlimit: MultiLimit: the keys of its limiters must share one Redis Cluster hash slot (one script may only "
+        "touch keys of one slot), but \"{}\" is in slot {} and \"{}\" in slot {}. Give them one hash tag, the part "
+        "between the first '{{' and the next '}}', which is all that Redis Cluster hashes: e.g. \"{{tenant42}}:user:7\", "
+        "\"{{tenant42}}:tenant\", \"{{tenant42}}:burst\". A limit shared by every tenant cannot share a slot with each "
+        "tenant's keys: give every key one tag (\"{{api}}:global\", \"{{api}}:tenant:42\": one slot, one Cluster node) or "
+        "decide the shared limit in a call of its own. Checked on every deployment, standalone Redis included.",
+        names.front(), slot, name, other));
+  }
+}
+
+}  // namespace
+
+class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
+ public:
+  struct Outcome {
+    MultiDecision decision;
+    microseconds delay{0};
+  };
+  using OutcomeCallback = std::function<void(Outcome, std::exception_ptr)>;
+
+  Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds, std::string label,
+       FailureOptions failure)
+      : client_(std::move(client)),
+        names_(std::move(names)),
+        kinds_(std::move(kinds)),
+        label_(std::move(label)),
+        gate_(label_, std::move(failure)),
+        knownLimits_(std::make_unique<std::atomic<std::int64_t>[]>(names_.size())) {
+    const ClientOptions& o = client_->options();
+    callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+    for (std::size_t i = 0; i < names_.size(); ++i) knownLimits_[i].store(0, std::memory_order_relaxed);
+  }
+
+  Outcome take(std::int64_t permits, microseconds maxWait);
+  void takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done);
+  // An unguarded call of the script (`op` and its arguments after now and the kinds).
+  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed);
+  // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits.
+  static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits);
+  Outcome byPolicy(std::int64_t permits, bool allowed) const;
+  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
+  SteadyTime callDeadline() const { return detail::deadlineAfter<SteadyClock>(SteadyClock::now(), callBound_); }
+  std::vector<std::string_view> keys() const { return {names_.begin(), names_.end()}; }
+
+  std::shared_ptr<Client> client_;
+  std::vector<std::string> names_;
+  std::string kinds_;                               // one kind byte per limit
+  std::string label_;                               // "MultiLimit(a + b)", for messages and events
+  detail::FailureGate gate_;
+  milliseconds callBound_{0};                       // connect + command timeout, saturated
+  std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits_;  // per limit, last seen; 0 = unknown
+  std::atomic<std::int64_t> localRate_{0};          // the Local policy's bucket: the tightest limit's,
+  std::atomic<std::int64_t> localIntervalMs_{0};    // last seen
+};
+
+MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
+  Outcome out;
+  MultiDecision& d = out.decision;
+  d.allowed = allowed;
+  d.permits = permits;
+  d.byPolicy = true;
+  d.limits.resize(names_.size());
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    Decision& one = d.limits[i];
+    one.allowed = allowed;
+    one.permits = permits;
+    one.byPolicy = true;
+    one.limit = knownLimits_[i].load(std::memory_order_relaxed);
+    d.limit = i == 0 ? one.limit : std::min(d.limit, one.limit);
+  }
+  return out;
+}
+
+MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string& label, std::size_t count,
+                                                  const Reply& r, std::int64_t permits) {
+  const std::size_t expected = kHead + kPerLimit * count;
+  if (r.type != Reply::Type::Array || r.elements.size() != expected) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: {}: expected an array of {} from the script, got {}", label, expected, r.describe()));
+  }
+  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+  Outcome out;
+  MultiDecision& d = out.decision;
+  d.allowed = at(0) == 1;
+  d.permits = permits;
+  d.remaining = std::max<std::int64_t>(0, at(1));
+  d.retryAfter = microseconds{at(2)};
+  d.resetAfter = microseconds{at(3)};
+  d.limit = at(4);
+  d.time = microseconds{at(5)};
+  out.delay = microseconds{at(6)};
+  const std::int64_t deniedBy = at(7);
+  if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
+    throw UnexpectedReplyError(fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
+  }
+  d.deniedBy = deniedBy == 0 ? Decision::kNone : static_cast<std::size_t>(deniedBy - 1);
+  d.limits.resize(count);
+  // The Local policy's bucket: the limit that gives the fewest permits per time (rate / interval;
+  // doubles are exact enough to compare an emergency estimate).
+  std::int64_t tightRate = 0;
+  std::int64_t tightMs = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t base = kHead + kPerLimit * i;
+    Decision& one = d.limits[i];
+    one.allowed = at(base) == 1;
+    one.permits = permits;
+    one.remaining = std::max<std::int64_t>(0, at(base + 1));
+    one.retryAfter = microseconds{at(base + 2)};
+    one.resetAfter = microseconds{at(base + 3)};
+    one.limit = at(base + 4);
+    one.time = d.time;
+    const std::int64_t rate = at(base + 5);
+    const std::int64_t ms = at(base + 6);
+    if (rate > 0 && ms > 0 &&
+        (tightRate == 0 ||
+         static_cast<double>(rate) * static_cast<double>(tightMs) < static_cast<double>(tightRate) * static_cast<double>(ms))) {
+      tightRate = rate;
+      tightMs = ms;
+    }
+    if (self != nullptr) self->knownLimits_[i].store(one.limit, std::memory_order_relaxed);
+  }
+  if (self != nullptr) {
+    self->localRate_.store(tightRate, std::memory_order_relaxed);
+    self->localIntervalMs_.store(tightMs, std::memory_order_relaxed);
+  }
+  return out;
+}
+
+std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait) const {
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::ScriptLimiter::kMaxWait);
+  return {"take", "", kinds_, fmt::to_string(permits), fmt::to_string(wait.count())};
+}
+
+MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
+  checkPermits(permits);
+  if (client_->onIoThread()) {
+    throw InvalidArgument(fmt::format("redlimit: {}: a sync decision from a completion callback would wait for the "
+                                      "thread that runs it; use decideAsync there",
+                                      label_));
+  }
+  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
+    gate_.throwUnavailable();
+  }
+  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::vector<std::string_view> argViews(args.begin(), args.end());
+  const std::int64_t started = gate_.callStart();
+  try {
+    Reply reply;
+    try {
+      reply = detail::eval(*client_, kMulti, keys(), argViews, callDeadline());
+    } catch (const ScriptError&) {
+      std::rethrow_exception(detail::limiterError(std::current_exception()));
+    }
+    Outcome out = parse(this, label_, names_.size(), reply, permits);
+    gate_.succeeded();
+    return out;
+  } catch (const Error&) {
+    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) return byPolicy(permits, *d);
+    throw;
+  }
+}
+
+void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done) {
+  try {
+    checkPermits(permits);
+  } catch (...) {
+    done(Outcome{}, std::current_exception());
+    return;
+  }
+  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) {
+      done(byPolicy(permits, *d), nullptr);
+      return;
+    }
+    try {
+      gate_.throwUnavailable();
+    } catch (...) {
+      done(Outcome{}, std::current_exception());
+    }
+    return;
+  }
+  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::vector<std::string_view> argViews(args.begin(), args.end());
+  const std::int64_t started = gate_.callStart();
+  // The completion holds the handle weakly: requests in flight must not keep a dropped MultiLimit
+  // (and through it the Client and its I/O thread) alive.
+  detail::evalAsync(
+      *client_, kMulti, keys(), argViews,
+      [weak = weak_from_this(), label = label_, count = names_.size(), permits, rate, interval, started,
+       done = std::move(done)](Reply reply, std::exception_ptr error) {
+        const std::shared_ptr<Core> self = weak.lock();
+        Outcome out;
+        if (!error) {
+          try {
+            out = parse(self.get(), label, count, reply, permits);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        } else {
+          error = detail::limiterError(std::move(error));
+        }
+        if (!error) {
+          if (self) self->gate_.succeeded();
+          done(std::move(out), nullptr);
+          return;
+        }
+        if (self) {
+          if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
+            done(self->byPolicy(permits, *d), nullptr);
+            return;
+          }
+        }
+        done(Outcome{}, std::move(error));
+      },
+      callDeadline());
+}
+
+Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
+  std::vector<std::string_view> argViews{op, "", kinds_};
+  argViews.insert(argViews.end(), args.begin(), args.end());
+  const SteadyTime deadline = callDeadline();
+  constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
+  for (int tries = 1;; ++tries) {
+    try {
+      const SteadyTime tryDeadline = std::min(
+          deadline,
+          detail::deadlineAfter<SteadyClock>(SteadyClock::now(), client_->options().connection.commandTimeout));
+      return detail::eval(*client_, kMulti, keys(), argViews, tryDeadline);
+    } catch (const ScriptError&) {
+      std::rethrow_exception(detail::limiterError(std::current_exception()));
+    } catch (const ClosedError&) {
+      if (!resendIfClosed || tries == kMaxTries || SteadyClock::now() >= deadline) throw;
+    }
+  }
+}
+
+// --- The handle -------------------------------------------------------------------------------
+
+MultiLimit::MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions options) {
+  if (limits.empty() || limits.size() > kMaxLimits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
+  }
+  const std::shared_ptr<Client>& client = limits.front().get().client();
+  std::vector<std::string> names;
+  std::string kinds;
+  std::unordered_set<std::string_view> seen;
+  for (const Limit& limit : limits) {
+    const detail::ScriptLimiter& l = limit.get();
+    if (l.client() != client) {
+      throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} uses another Client than {}; one script "
+                                        "call runs on one Client",
+                                        l.getName(), limits.front().get().getName()));
+    }
+    if (!seen.insert(l.getName()).second) {
+      throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", l.getName()));
+    }
+    names.push_back(l.getName());
+    kinds.push_back(l.kind());
+  }
+  checkOneSlot(names);
+  std::string label = "MultiLimit(";
+  for (std::size_t i = 0; i < names.size(); ++i) fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
+  label += ")";
+  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(label),
+                                 std::move(options.failure));
+}
+
+MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->take(permits, microseconds{0}).decision; }
+
+bool MultiLimit::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
+
+bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  const microseconds maxWait =
+      timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
+  const Core::Outcome r = core_->take(permits, maxWait);
+  if (!r.decision.allowed) return false;
+  if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+  return true;
+}
+
+void MultiLimit::acquire(std::int64_t permits) {
+  for (;;) {
+    const Core::Outcome r = core_->take(permits, detail::ScriptLimiter::kMaxWait);
+    if (r.decision.allowed) {
+      if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+      return;
+    }
+    // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
+    // the script: the wait was longer than a reservation may be; sleep until it fits.
+    if (r.decision.byPolicy) {
+      std::this_thread::sleep_for(core_->gate_.options().probeInterval);
+    } else {
+      std::this_thread::sleep_for(r.decision.retryAfter);
+    }
+  }
+}
+
+Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
+  if (maxWait.count() < 0) {
+    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
+  }
+  Core::Outcome r = core_->take(permits, maxWait);
+  Reservation out;
+  out.decision = r.decision;
+  out.delay = r.delay;
+  return out;
+}
+
+MultiDecision MultiLimit::peek(std::int64_t permits) {
+  checkPermits(permits);
+  const Reply r = core_->call("peek", {fmt::to_string(permits)}, true);
+  return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits).decision;
+}
+
+void MultiLimit::refund(std::int64_t permits) {
+  if (permits < 0 || permits > detail::ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}",
+                                      detail::ScriptLimiter::kMaxPermits, permits));
+  }
+  if (permits == 0) return;
+  (void)core_->call("refund", {fmt::to_string(permits)}, false);
+}
+
+void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
+  core_->takeAsync(permits, microseconds{0}, [done = std::move(done)](Core::Outcome r, std::exception_ptr error) {
+    done(std::move(r.decision), std::move(error));
+  });
+}
+
+std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
+  return detail::futureOf<MultiDecision>([&](auto done) { decideAsync(permits, std::move(done)); });
+}
+
+void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
+  decideAsync(permits, [done = std::move(done)](MultiDecision d, std::exception_ptr error) {
+    const bool allowed = !error && d.allowed;
+    done(allowed, std::move(error));
+  });
+}
+
+std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
+  return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
+}
+
+const std::vector<std::string>& MultiLimit::names() const noexcept { return core_->names_; }
+std::size_t MultiLimit::size() const noexcept { return core_->names_.size(); }
+const std::shared_ptr<Client>& MultiLimit::client() const noexcept { return core_->client_; }
+FailureStats MultiLimit::failureStats() const { return core_->gate_.stats(); }
+
+}  // namespace redlimit

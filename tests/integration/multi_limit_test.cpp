@@ -1,0 +1,585 @@
+// MultiLimit against a real redis-server: all or nothing (also under 8 threads on overlapping
+// sets), each limit exactly as its own script (twin keys at chosen server times), the combined
+// retryAfter to the microsecond, deniedBy, one-slot refusal, typed errors with nothing written,
+// and the failure policy on a server that is gone.
+#include <atomic>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "one_key_support.hpp"
+#include "redlimit/multi_limit.hpp"
+#include "redlimit_test/fixture.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+const Script kMultiScript{detail::lua::multi.name, detail::lua::multi.sha1, detail::lua::multi.source};
+
+// Runs lua/multi.lua directly (args: op, now µs or '', kinds, ...), mapping REDLIMIT_* codes.
+Reply runMulti(Client& c, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  const std::vector<std::string_view> k(keys.begin(), keys.end());
+  const std::vector<std::string_view> a(args.begin(), args.end());
+  try {
+    return detail::eval(c, kMultiScript, k, a);
+  } catch (const ScriptError&) {
+    std::rethrow_exception(detail::limiterError(std::current_exception()));
+  }
+}
+
+std::string str(std::int64_t n) { return std::to_string(n); }
+
+// A time in epoch µs this far into an aligned window of `windowMs`, a few days from now.
+std::int64_t windowTime(std::int64_t windowMs, std::int64_t intoUs) {
+  const std::int64_t base = 1'900'000'000'000'000;  // 2030: later than any server clock in a test
+  return base - base % (windowMs * 1000) + intoUs;
+}
+
+TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, milliseconds interval) {
+  TokenBucketConfig c;
+  c.capacity = capacity;
+  c.refillPermits = permits;
+  c.refillInterval = interval;
+  return c;
+}
+
+GcraConfig gcra(std::int64_t burst, std::int64_t rate, milliseconds period) {
+  GcraConfig c;
+  c.burst = burst;
+  c.rate = rate;
+  c.period = period;
+  return c;
+}
+
+FixedWindowConfig window(std::int64_t limit, milliseconds w) {
+  FixedWindowConfig c;
+  c.limit = limit;
+  c.window = w;
+  return c;
+}
+
+}  // namespace
+
+class MultiLimitTest : public RedisTest {
+ protected:
+  /// A key of this test in its one hash tag.
+  std::string key(const std::string& suffix) { return "{" + name("multi") + "}:" + suffix; }
+};
+
+TEST_F(MultiLimitTest, DecidesAllOrNothingAndSaysWhichLimitDenied) {
+  TokenBucketRateLimiter user(client(), key("user"));
+  GcraRateLimiter tenant(client(), key("tenant"));
+  FixedWindowRateLimiter global(client(), key("global"));
+  ASSERT_TRUE(user.trySetConfig(bucket(5, 5, milliseconds(100000))));
+  ASSERT_TRUE(tenant.trySetConfig(gcra(3, 3, milliseconds(100000))));
+  ASSERT_TRUE(global.trySetConfig(window(4, TokenBucketRateLimiter::kMaxInterval)));
+  MultiLimit all({user, tenant, global});
+  EXPECT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.names(), (std::vector<std::string>{key("user"), key("tenant"), key("global")}));
+
+  const std::int64_t before = serverTimeUs(admin());
+  const MultiDecision d = all.decide(2);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.permits, 2);
+  EXPECT_EQ(d.deniedBy, Decision::kNone);
+  EXPECT_EQ(d.remaining, 1) << "the least of 3, 1, 2";
+  EXPECT_EQ(d.limit, 3) << "the least of the limits";
+  EXPECT_EQ(d.retryAfter.count(), 0);
+  EXPECT_GE(d.time.count(), before);
+  ASSERT_EQ(d.limits.size(), 3u);
+  EXPECT_EQ(d.limits[0].remaining, 3);
+  EXPECT_EQ(d.limits[1].remaining, 1);
+  EXPECT_EQ(d.limits[2].remaining, 2);
+  EXPECT_EQ(d.limits[0].limit, 5);
+  EXPECT_EQ(d.limits[2].limit, 4);
+  std::int64_t longestReset = 0;
+  for (const Decision& one : d.limits) {
+    EXPECT_TRUE(one.allowed);
+    EXPECT_EQ(one.time, d.time);
+    longestReset = std::max<std::int64_t>(longestReset, one.resetAfter.count());
+  }
+  EXPECT_EQ(d.resetAfter.count(), longestReset);
+
+  // The tenant has 1 left: a call for 2 is denied by it, and nobody is charged.
+  const MultiDecision denied = all.decide(2);
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.deniedBy, 1u);
+  EXPECT_TRUE(denied.limits[0].allowed);
+  EXPECT_FALSE(denied.limits[1].allowed);
+  EXPECT_TRUE(denied.limits[2].allowed);
+  EXPECT_EQ(denied.retryAfter, denied.limits[1].retryAfter);
+  EXPECT_GT(denied.retryAfter.count(), 0);
+  EXPECT_EQ(user.peek().remaining, 3);
+  EXPECT_EQ(tenant.peek().remaining, 1);
+  EXPECT_EQ(global.peek().remaining, 2);
+
+  // peek takes nothing; a call that fits goes through; then the window is the tightest.
+  EXPECT_TRUE(all.peek(1).allowed);
+  EXPECT_EQ(tenant.peek().remaining, 1);
+  EXPECT_TRUE(all.tryAcquire(1));
+  EXPECT_EQ(global.peek().remaining, 1);
+  EXPECT_FALSE(all.tryAcquire(1)) << "the tenant is empty";
+  EXPECT_EQ(global.peek().remaining, 1) << "the window was not charged for the denial";
+
+  // refund goes to every limit.
+  all.refund(1);
+  EXPECT_EQ(user.peek().remaining, 3);
+  EXPECT_EQ(tenant.peek().remaining, 1);
+  EXPECT_EQ(global.peek().remaining, 2);
+}
+
+TEST_F(MultiLimitTest, DeniedByIsTheLimitWithTheLongestWait) {
+  GcraRateLimiter fast(client(), key("fast"));
+  GcraRateLimiter slow(client(), key("slow"));
+  ASSERT_TRUE(fast.trySetConfig(gcra(1, 1, milliseconds(1000))));
+  ASSERT_TRUE(slow.trySetConfig(gcra(1, 1, milliseconds(100000))));
+  ASSERT_TRUE(fast.tryAcquire());
+  ASSERT_TRUE(slow.tryAcquire());
+  MultiLimit both({fast, slow});
+  const MultiDecision d = both.decide();
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.deniedBy, 1u);
+  EXPECT_FALSE(d.limits[0].allowed);
+  EXPECT_FALSE(d.limits[1].allowed);
+  EXPECT_EQ(d.retryAfter, d.limits[1].retryAfter) << "the largest of the denying limits' retryAfter";
+  EXPECT_LT(d.limits[0].retryAfter, d.limits[1].retryAfter);
+  MultiLimit reversed({slow, fast});
+  EXPECT_EQ(reversed.decide().deniedBy, 0u);
+}
+
+// --- Concurrency: no partial consumption ------------------------------------------------------------
+
+TEST_F(MultiLimitTest, EightThreadsOnOverlappingSetsNeverChargeAPart) {
+  // Nothing refills during the test: one permit per hour, a window of 49 days.
+  TokenBucketRateLimiter a(client(), key("a"));
+  GcraRateLimiter b(client(), key("b"));
+  FixedWindowRateLimiter c(client(), key("c"));
+  constexpr std::int64_t kCapA = 300, kCapB = 250, kCapC = 280;
+  ASSERT_TRUE(a.trySetConfig(bucket(kCapA, 1, milliseconds(3600000))));
+  ASSERT_TRUE(b.trySetConfig(gcra(kCapB, 1, milliseconds(3600000))));
+  ASSERT_TRUE(c.trySetConfig(window(kCapC, TokenBucketRateLimiter::kMaxInterval)));
+  std::vector<MultiLimit> sets{MultiLimit({a, b}), MultiLimit({b, c}), MultiLimit({a, c}), MultiLimit({a, b, c})};
+  const std::vector<std::vector<int>> members{{0, 1}, {1, 2}, {0, 2}, {0, 1, 2}};
+  std::atomic<std::int64_t> taken[3] = {0, 0, 0};
+  std::atomic<std::int64_t> grants{0}, denials{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919U + 1U);
+      std::uniform_int_distribution<int> permits(1, 4);
+      for (int i = 0; i < 150; ++i) {
+        const std::size_t set = static_cast<std::size_t>((t + i) % 4);
+        const std::int64_t n = permits(rng);
+        const MultiDecision d = sets[set].decide(n);
+        if (!d.allowed) {
+          ++denials;
+          continue;
+        }
+        ++grants;
+        for (int m : members[set]) taken[m] += n;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GT(grants.load(), 50);
+  EXPECT_GT(denials.load(), 50) << "the limits ran out: the test reached the edge where a partial charge could happen";
+  EXPECT_EQ(a.peek().remaining, kCapA - taken[0].load());
+  EXPECT_EQ(b.peek().remaining, kCapB - taken[1].load());
+  EXPECT_EQ(c.peek().remaining, kCapC - taken[2].load());
+}
+
+// --- Each limit exactly as its own script -------------------------------------------------------
+
+TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
+  // Twin keys at chosen server times: the multi-limit on (A, B, C), each limiter's own script on
+  // (A', B', C'), the latter taking only when the former granted. The stored bytes must agree
+  // after every step, a grant must be a grant of every own script, and a denial a denial of one.
+  std::mt19937_64 rng(20240611);
+  const std::vector<std::string> kinds{"T", "G", "W"};
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    const std::int64_t windowMs = 1 + static_cast<std::int64_t>(rng() % 3000);
+    std::int64_t now = windowTime(windowMs, static_cast<std::int64_t>(rng() % (windowMs * 1000)));
+    const std::vector<std::string> multi{key(str(round) + ":a"), key(str(round) + ":b"), key(str(round) + ":c")};
+    const std::vector<std::string> twins{key(str(round) + ":a2"), key(str(round) + ":b2"), key(str(round) + ":c2")};
+    const std::int64_t capA = 1 + static_cast<std::int64_t>(rng() % 20);
+    const std::int64_t capB = 1 + static_cast<std::int64_t>(rng() % 20);
+    const std::int64_t limitC = 1 + static_cast<std::int64_t>(rng() % 20);
+    const std::int64_t permitsA = 1 + static_cast<std::int64_t>(rng() % 7);
+    const std::int64_t intervalA = 1 + static_cast<std::int64_t>(rng() % 2000);
+    const std::int64_t permitsB = 1 + static_cast<std::int64_t>(rng() % 7);
+    const std::int64_t intervalB = 1 + static_cast<std::int64_t>(rng() % 2000);
+    for (int twin = 0; twin < 2; ++twin) {
+      const auto& k = twin == 0 ? multi : twins;
+      (void)runOneKey(admin(), detail::lua::gcra, k[0], {"set", str(now), "T", "reset", str(capA), str(permitsA), str(intervalA), "0", str(capA)});
+      (void)runOneKey(admin(), detail::lua::gcra, k[1], {"set", str(now), "G", "reset", str(capB), str(permitsB), str(intervalB), "0", str(capB)});
+      (void)runOneKey(admin(), detail::lua::fixed_window, k[2], {"set", str(now), "W", "reset", str(limitC), str(windowMs), "0"});
+    }
+    const auto single = [&](std::size_t i, const std::string& op, std::int64_t at, std::int64_t n) {
+      std::vector<std::string> args{op, str(at), kinds[i], str(n)};
+      if (op == "take") args.push_back("0");
+      return takeReply(runOneKey(admin(), i == 2 ? detail::lua::fixed_window : detail::lua::gcra, twins[i], args));
+    };
+    for (int step = 0; step < 60; ++step) {
+      now += static_cast<std::int64_t>(rng() % 400000);
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % std::min({capA, capB, limitC}));
+      const Reply r = runMulti(admin(), multi, {"take", str(now), "TGW", str(n), "0"});
+      ASSERT_EQ(r.elements.size(), 8u + 7u * 3u);
+      const bool allowed = r.elements[0].asInteger() == 1;
+      bool allAlone = true;
+      std::int64_t latest = 0;
+      for (std::size_t i = 0; i < 3; ++i) {
+        const TakeReply own = single(i, "peek", now, n);
+        const std::size_t base = 8 + 7 * i;
+        EXPECT_EQ(r.elements[base].asInteger() == 1, own.allowed) << "limit " << i << " step " << step;
+        EXPECT_EQ(r.elements[base + 2].asInteger(), own.retryAfterUs) << "limit " << i;
+        allAlone = allAlone && own.allowed;
+        latest = std::max(latest, own.retryAfterUs);
+      }
+      EXPECT_EQ(allowed, allAlone) << "step " << step;
+      if (allowed) {
+        for (std::size_t i = 0; i < 3; ++i) {
+          const TakeReply own = single(i, "take", now, n);
+          EXPECT_TRUE(own.allowed);
+          const std::size_t base = 8 + 7 * i;
+          EXPECT_EQ(r.elements[base + 1].asInteger(), own.remaining) << "limit " << i;
+          EXPECT_EQ(r.elements[base + 3].asInteger(), own.resetAfterUs) << "limit " << i;
+        }
+      } else {
+        EXPECT_GE(r.elements[2].asInteger(), latest) << "no sooner than the slowest limit alone";
+      }
+      for (std::size_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(raw({"GET", multi[i]}).str, raw({"GET", twins[i]}).str) << "limit " << i << " step " << step;
+      }
+      if (step % 10 == 9) {  // refunds too
+        (void)runMulti(admin(), multi, {"refund", str(now), "TGW", "1"});
+        for (std::size_t i = 0; i < 3; ++i) {
+          (void)runOneKey(admin(), i == 2 ? detail::lua::fixed_window : detail::lua::gcra, twins[i], {"refund", str(now), kinds[i], "1"});
+          ASSERT_EQ(raw({"GET", multi[i]}).str, raw({"GET", twins[i]}).str) << "refund, limit " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(MultiLimitTest, OneLimitAnswersAsItsOwnScriptWithReservations) {
+  // A set of one limit is its own limiter, reservations included: same reply, same bytes.
+  std::mt19937_64 rng(7);
+  const std::vector<std::pair<std::string, const detail::lua::EmbeddedScript*>> kinds{
+      {"T", &detail::lua::gcra}, {"G", &detail::lua::gcra}, {"W", &detail::lua::fixed_window}};
+  for (std::size_t kind = 0; kind < kinds.size(); ++kind) {
+    const std::string& kb = kinds[kind].first;
+    const auto& script = *kinds[kind].second;
+    const std::string mk = key(kb + ":m");
+    const std::string tk = key(kb + ":t");
+    const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 10);
+    const std::int64_t intervalMs = 1 + static_cast<std::int64_t>(rng() % 1000);
+    std::int64_t now = windowTime(intervalMs, 12345);
+    for (const std::string& k : {mk, tk}) {
+      if (kb == "W") {
+        (void)runOneKey(admin(), script, k, {"set", str(now), kb, "reset", str(limit), str(intervalMs), "0"});
+      } else {
+        (void)runOneKey(admin(), script, k, {"set", str(now), kb, "reset", str(limit), "3", str(intervalMs), "0", str(limit)});
+      }
+    }
+    for (int step = 0; step < 80; ++step) {
+      SCOPED_TRACE(kb + " step " + str(step));
+      now += static_cast<std::int64_t>(rng() % 200000);
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(limit));
+      const std::int64_t maxWait = rng() % 2 == 0 ? 0 : static_cast<std::int64_t>(rng() % 3000000);
+      const Reply m = runMulti(admin(), {mk}, {"take", str(now), kb, str(n), str(maxWait)});
+      const TakeReply own = takeReply(runOneKey(admin(), script, tk, {"take", str(now), kb, str(n), str(maxWait)}));
+      EXPECT_EQ(m.elements[0].asInteger() == 1, own.allowed);
+      EXPECT_EQ(m.elements[1].asInteger(), own.remaining);
+      EXPECT_EQ(m.elements[2].asInteger(), own.retryAfterUs);
+      EXPECT_EQ(m.elements[3].asInteger(), own.resetAfterUs);
+      EXPECT_EQ(m.elements[4].asInteger(), own.limit);
+      EXPECT_EQ(m.elements[6].asInteger(), own.delayUs);
+      EXPECT_EQ(m.elements[7].asInteger(), own.allowed ? 0 : 1) << "deniedBy";
+      ASSERT_EQ(raw({"GET", mk}).str, raw({"GET", tk}).str);
+    }
+  }
+}
+
+// --- retryAfter of the combined decision --------------------------------------------------------------
+
+TEST_F(MultiLimitTest, CombinedRetryAfterIsExactToTheMicrosecond) {
+  // Token bucket A: 2 per 700 ms; GCRA B: 1 per 1300 ms; both emptied at t0. The call succeeds
+  // when both can give a permit: at the later of their own retries, and not a µs before.
+  const std::vector<std::string> keys{key("a"), key("b")};
+  const std::int64_t t0 = windowTime(1000, 0);
+  (void)runOneKey(admin(), detail::lua::gcra, keys[0], {"set", str(t0), "T", "reset", "2", "2", "700", "0", "2"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1300", "0", "1"});
+  ASSERT_EQ(runMulti(admin(), keys, {"take", str(t0), "TG", "1", "0"}).elements[0].asInteger(), 1);
+  ASSERT_EQ(runMulti(admin(), keys, {"take", str(t0 + 10), "TG", "1", "0"}).elements[0].asInteger(), 0);
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, keys[0], {"take", str(t0 + 20), "T", "1", "0"}).elements[0].asInteger(), 1);
+  const std::int64_t t1 = t0 + 12345;
+  const Reply denied = runMulti(admin(), keys, {"peek", str(t1), "TG", "1"});
+  const std::int64_t retry = denied.elements[2].asInteger();
+  EXPECT_EQ(denied.elements[7].asInteger(), 2) << "B waits longer";
+  EXPECT_EQ(retry, std::max(denied.elements[8 + 2].asInteger(), denied.elements[15 + 2].asInteger()));
+  EXPECT_EQ(retry, t0 + 1300000 - t1);
+  EXPECT_EQ(runMulti(admin(), keys, {"take", str(t1 + retry - 1), "TG", "1", "0"}).elements[0].asInteger(), 0);
+  EXPECT_EQ(runMulti(admin(), keys, {"take", str(t1 + retry), "TG", "1", "0"}).elements[0].asInteger(), 1);
+}
+
+TEST_F(MultiLimitTest, AFullNextWindowPushesTheRetryToTheWindowAfter) {
+  // Window W: 2 per aligned second, the current window holds 1, the next one is full (reserved).
+  // GCRA G: 1 per 1500 ms, emptied. Alone, W allows now and G in 1.5 s; together they can only
+  // meet in the window after next, 1.9 s from now (t0 is 100 ms into a window).
+  const std::vector<std::string> keys{key("w"), key("g")};
+  const std::int64_t t0 = windowTime(1000, 100000);
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "reset", "2", "1000", "0"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1500", "0", "1"});
+  ASSERT_EQ(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "0"}).elements[0].asInteger(), 1);
+  ASSERT_EQ(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "1000000"}).elements[0].asInteger(), 1);
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"refund", str(t0), "W", "1"});
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, keys[1], {"take", str(t0), "G", "1", "0"}).elements[0].asInteger(), 1);
+
+  const Reply d = runMulti(admin(), keys, {"take", str(t0), "WG", "1", "0"});
+  EXPECT_EQ(d.elements[0].asInteger(), 0);
+  EXPECT_EQ(d.elements[7].asInteger(), 2) << "G needs the longest wait alone";
+  EXPECT_EQ(d.elements[8].asInteger(), 1) << "W alone allows";
+  EXPECT_EQ(d.elements[15 + 2].asInteger(), 1500000) << "G alone: 1.5 s";
+  EXPECT_EQ(d.elements[2].asInteger(), 1900000) << "together: the window after next";
+  EXPECT_EQ(runMulti(admin(), keys, {"take", str(t0 + 1899999), "WG", "1", "0"}).elements[0].asInteger(), 0);
+  EXPECT_EQ(runMulti(admin(), keys, {"take", str(t0 + 1900000), "WG", "1", "0"}).elements[0].asInteger(), 1);
+}
+
+TEST_F(MultiLimitTest, ReservationsWaitForTheEarliestTimeAllCanGive) {
+  // G: 1 per 1500 ms (emptied), W: 2 per aligned second with the next window full. A reservation
+  // within 2 s is made for the window after next, 1.9 s from now... which a fixed window cannot
+  // count (it keeps the current and the next window only): refused until that window is the
+  // next one, 0.9 s from now; a reservation then succeeds with a delay of 1 s.
+  const std::vector<std::string> keys{key("w"), key("g")};
+  const std::int64_t t0 = windowTime(1000, 100000);
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "reset", "2", "1000", "0"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1500", "0", "1"});
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "0"});
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "1000000"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"take", str(t0), "G", "1", "0"});
+  const Reply refused = runMulti(admin(), keys, {"take", str(t0), "WG", "1", "2000000"});
+  EXPECT_EQ(refused.elements[0].asInteger(), 0);
+  EXPECT_EQ(refused.elements[2].asInteger(), 900000);
+  EXPECT_EQ(runMulti(admin(), keys, {"take", str(t0 + 899999), "WG", "1", "2000000"}).elements[0].asInteger(), 0);
+  const Reply granted = runMulti(admin(), keys, {"take", str(t0 + 900000), "WG", "1", "2000000"});
+  EXPECT_EQ(granted.elements[0].asInteger(), 1);
+  EXPECT_EQ(granted.elements[6].asInteger(), 1000000) << "delay: until the window after starts";
+
+  // Through the API on the server's clock: a reservation is granted with the wait of the slowest
+  // (1 per 2 s), and every limit takes the permit as of then: the bucket (5 per minute, one
+  // permit per 12 s), full now, holds the permit and the 2 s it cannot bank: 3 whole permits left.
+  GcraRateLimiter slow(client(), key("slow"));
+  TokenBucketRateLimiter quick(client(), key("quick"));
+  ASSERT_TRUE(slow.trySetConfig(gcra(1, 1, milliseconds(2000))));
+  ASSERT_TRUE(quick.trySetConfig(bucket(5, 5, milliseconds(60000))));
+  ASSERT_TRUE(slow.tryAcquire());
+  MultiLimit both({quick, slow});
+  const Reservation r = both.reserve(1, microseconds(10000000));
+  EXPECT_TRUE(r.decision.allowed);
+  EXPECT_GT(r.delay.count(), 1000000);
+  EXPECT_LE(r.delay.count(), 2000000);
+  EXPECT_EQ(quick.peek().remaining, 3);
+  EXPECT_FALSE(both.tryAcquire(1, milliseconds(1000))) << "the next one is 4 s away: nothing taken, no wait";
+  EXPECT_EQ(quick.peek().remaining, 3);
+}
+
+TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
+  TokenBucketRateLimiter a(client(), key("a"));
+  GcraRateLimiter b(client(), key("b"));
+  ASSERT_TRUE(a.trySetConfig(bucket(1, 1, milliseconds(150))));
+  ASSERT_TRUE(b.trySetConfig(gcra(1, 1, milliseconds(300))));
+  MultiLimit both({a, b});
+  ASSERT_TRUE(both.tryAcquire());
+  const MultiDecision d = both.decide();
+  ASSERT_FALSE(d.allowed);
+  EXPECT_EQ(d.deniedBy, 1u);
+  std::this_thread::sleep_for(d.retryAfter);
+  EXPECT_TRUE(both.tryAcquire());
+  EXPECT_TRUE(both.tryAcquire(1, milliseconds(2000))) << "reserves the next permit and waits for it";
+}
+
+// --- Refusals before sending, typed errors with nothing written ---------------------------------------
+
+TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreRefusedBeforeSending) {
+  TokenBucketRateLimiter user(client(), name("user"));   // no hash tag: slots of their own
+  TokenBucketRateLimiter tenant(client(), name("tenant-x"));
+  ASSERT_TRUE(user.trySetConfig(bucket(5, 5, milliseconds(1000))));
+  ASSERT_TRUE(tenant.trySetConfig(bucket(5, 5, milliseconds(1000))));
+  const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
+  try {
+    MultiLimit both({user, tenant});
+    ADD_FAILURE() << "keys in two slots were accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("hash slot"), std::string::npos) << what;
+    EXPECT_NE(what.find("{tenant42}:user:7"), std::string::npos) << what;
+    EXPECT_NE(what.find(name("user")), std::string::npos) << what;
+    EXPECT_NE(what.find("shared by every tenant"), std::string::npos) << what;
+  }
+  // Other refusals.
+  TokenBucketRateLimiter tagged(client(), key("t"));
+  EXPECT_THROW(MultiLimit({tagged, tagged}), InvalidArgument) << "the same key twice";
+  EXPECT_THROW(MultiLimit(std::vector<MultiLimit::Limit>{}), InvalidArgument);
+  TokenBucketRateLimiter elsewhere(newClient(), key("u"));
+  EXPECT_THROW(MultiLimit({tagged, elsewhere}), InvalidArgument) << "another Client";
+  std::vector<TokenBucketRateLimiter> many;
+  for (int i = 0; i <= static_cast<int>(MultiLimit::kMaxLimits); ++i) many.emplace_back(client(), key("m" + str(i)));
+  std::vector<MultiLimit::Limit> refs(many.begin(), many.end());
+  EXPECT_THROW(MultiLimit{refs}, InvalidArgument);
+  refs.pop_back();
+  EXPECT_NO_THROW(MultiLimit{refs});
+  // Bad permits.
+  MultiLimit one({tagged});
+  EXPECT_THROW((void)one.decide(0), InvalidArgument);
+  EXPECT_THROW((void)one.peek(TokenBucketRateLimiter::kMaxPermits + 1), InvalidArgument);
+  EXPECT_THROW(one.refund(-1), InvalidArgument);
+  EXPECT_THROW((void)one.reserve(1, microseconds(-1)), InvalidArgument);
+  EXPECT_THROW((void)one.decideAsync(0).get(), InvalidArgument);
+  EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"), calls) << "nothing sent";
+}
+
+TEST_F(MultiLimitTest, OneBadKeyAmongThreeIsATypedErrorAndNothingIsWritten) {
+  TokenBucketRateLimiter a(client(), key("a"));
+  GcraRateLimiter b(client(), key("b"));
+  FixedWindowRateLimiter c(client(), key("c"));
+  ASSERT_TRUE(a.trySetConfig(bucket(5, 5, milliseconds(100000))));
+  ASSERT_TRUE(b.trySetConfig(gcra(5, 5, milliseconds(100000))));
+  ASSERT_TRUE(c.trySetConfig(window(5, milliseconds(100000))));
+  ASSERT_TRUE(a.tryAcquire(2));
+  MultiLimit all({a, b, c});
+  const auto states = [&] { return keyStates(admin(), {key("a"), key("b"), key("c")}); };
+  const auto expectNamed = [&](auto&& call, const std::string& culprit, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " succeeded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(culprit), std::string::npos) << e.what();
+    }
+  };
+
+  // Permits above one limit's burst: InvalidArgument from the script, naming that key.
+  const auto before = states();
+  EXPECT_THROW((void)all.decide(6), InvalidArgument);
+  expectNamed([&] { (void)all.decide(6); }, key("a"), "six permits");
+  EXPECT_EQ(states(), before);
+
+  // The last key corrupted: the first two are untouched.
+  (void)raw({"SET", key("c"), "garbage"});
+  const auto corrupted = states();
+  EXPECT_THROW((void)all.decide(1), InvalidConfigError);
+  expectNamed([&] { (void)all.decide(1); }, key("c"), "decide");
+  expectNamed([&] { (void)all.peek(1); }, key("c"), "peek");
+  expectNamed([&] { all.refund(1); }, key("c"), "refund");
+  EXPECT_EQ(states(), corrupted);
+
+  // Another Redis type in the middle.
+  (void)raw({"DEL", key("c")});
+  ASSERT_TRUE(c.trySetConfig(window(5, milliseconds(100000))));
+  (void)raw({"DEL", key("b")});
+  (void)raw({"HSET", key("b"), "rate", "10"});
+  const auto hashed = states();
+  EXPECT_THROW((void)all.decide(1), InvalidConfigError);
+  EXPECT_EQ(states(), hashed);
+
+  // A limiter of another kind under the name, and a missing one.
+  (void)raw({"DEL", key("b")});
+  TokenBucketRateLimiter impostor(client(), key("b"));
+  ASSERT_TRUE(impostor.trySetConfig(bucket(5, 5, milliseconds(100000))));
+  const auto wrongKind = states();
+  EXPECT_THROW((void)all.decide(1), InvalidConfigError);
+  EXPECT_EQ(states(), wrongKind);
+  (void)raw({"DEL", key("b")});
+  const auto missing = states();
+  EXPECT_THROW((void)all.decide(1), NotInitializedError);
+  expectNamed([&] { (void)all.decide(1); }, key("b"), "missing");
+  EXPECT_EQ(states(), missing);
+  EXPECT_EQ(a.peek().remaining, 3);
+}
+
+TEST_F(MultiLimitTest, AsyncFormsDecideLikeTheSyncOnes) {
+  TokenBucketRateLimiter a(client(), key("a"));
+  FixedWindowRateLimiter b(client(), key("b"));
+  ASSERT_TRUE(a.trySetConfig(bucket(3, 3, milliseconds(100000))));
+  ASSERT_TRUE(b.trySetConfig(window(2, TokenBucketRateLimiter::kMaxInterval)));
+  MultiLimit both({a, b});
+  const MultiDecision d = both.decideAsync(1).get();
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits.size(), 2u);
+  EXPECT_TRUE(both.tryAcquireAsync(1).get());
+  const MultiDecision denied = both.decideAsync(1).get();
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.deniedBy, 1u);
+  std::promise<bool> failed;
+  both.tryAcquireAsync(1, [&](bool allowed, std::exception_ptr error) { failed.set_value(allowed || error); });
+  EXPECT_FALSE(failed.get_future().get());
+  (void)raw({"SET", key("b"), "garbage"});
+  EXPECT_THROW((void)both.decideAsync(1).get(), InvalidConfigError);
+  EXPECT_EQ(a.peek().remaining, 1);
+}
+
+// --- Failure policy ---------------------------------------------------------------------------------
+
+TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw, FailurePolicy::Local}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    RedisServer server;
+    ClientOptions co;
+    co.connection = parseUri(server.uri());
+    co.connection.connectTimeout = milliseconds(200);
+    co.connection.commandTimeout = milliseconds(200);
+    auto c = Client::create(co);
+    TokenBucketRateLimiter wide(c, "{p}:wide");
+    GcraRateLimiter tight(c, "{p}:tight");
+    ASSERT_TRUE(wide.trySetConfig(bucket(10, 10, milliseconds(60000))));
+    ASSERT_TRUE(tight.trySetConfig(gcra(3, 3, milliseconds(60000))));
+    MultiLimitOptions options;
+    options.failure.policy = policy;
+    options.failure.probeInterval = milliseconds(50);
+    std::atomic<int> degraded{0};
+    options.failure.onHealthChange = [&](const HealthEvent& e) {
+      if (e.kind == HealthEvent::Kind::Degraded) degraded.fetch_add(1);
+    };
+    MultiLimit both({wide, tight}, options);
+    ASSERT_TRUE(both.decide().allowed);  // learns the limits and the tightest rate
+    server.kill();
+    int allowed = 0, denied = 0, thrown = 0;
+    for (int i = 0; i < 6; ++i) {
+      try {
+        const MultiDecision d = both.decide();
+        EXPECT_TRUE(d.byPolicy);
+        EXPECT_EQ(d.limit, 3);
+        EXPECT_EQ(d.deniedBy, Decision::kNone);
+        ASSERT_EQ(d.limits.size(), 2u);
+        EXPECT_EQ(d.limits[0].limit, 10);
+        EXPECT_TRUE(d.limits[1].byPolicy);
+        (d.allowed ? allowed : denied)++;
+      } catch (const IoError&) {
+        ++thrown;
+      }
+    }
+    switch (policy) {
+      case FailurePolicy::Allow: EXPECT_EQ(allowed, 6); break;
+      case FailurePolicy::Deny: EXPECT_EQ(denied, 6); break;
+      case FailurePolicy::Throw: EXPECT_EQ(thrown, 6); break;
+      case FailurePolicy::Local:
+        EXPECT_EQ(allowed, 3) << "the local bucket runs the tightest limit: 3 per minute";
+        EXPECT_EQ(denied, 3);
+        break;
+    }
+    if (policy == FailurePolicy::Allow) {
+      EXPECT_TRUE(both.decideAsync(1).get().byPolicy);
+    }
+    if (policy == FailurePolicy::Deny) {
+      EXPECT_FALSE(both.tryAcquireAsync(1).get());
+    }
+    EXPECT_THROW((void)both.peek(), IoError);
+    EXPECT_THROW(both.refund(1), IoError);
+    EXPECT_TRUE(both.failureStats().degraded);
+    EXPECT_EQ(degraded.load(), 1);
+  }
+}
