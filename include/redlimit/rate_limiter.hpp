@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "redlimit/acquire_result.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -52,20 +53,6 @@ struct RateLimiterOptions {
                                                       // one is in flight go to Redis together, as one
                                                       // script call deciding each in order (false: one
                                                       // call each)
-};
-
-/// The outcome of one acquire attempt (see RateLimiter::tryAcquireUpTo).
-struct AcquireResult {
-  std::int64_t granted = 0;                           // permits granted; 0 = denied
-  std::chrono::milliseconds wait{0};                  // when denied: retry after this long
-  std::int64_t remaining = 0;                         // permits left in the limiter after the call
-  std::int64_t rate = 0;                              // the rate in force
-  std::chrono::microseconds grantTime{0};             // the stamp of the grant, epoch µs (the
-                                                      // permits expire one interval later)
-  std::chrono::milliseconds interval{0};              // the interval in force at this call, ms
-  std::string member;                                 // when granted: the sorted-set member written
-  bool byPolicy = false;                              // decided by the failure policy: Redis was not
-                                                      // asked (no wait, remaining, rate or member)
 };
 
 /// A distributed sliding-window rate limiter that reads and writes Redisson's RRateLimiter data

@@ -211,7 +211,10 @@ struct SegmentStats {
 /// A local segment cache over a distributed limiter: takes `segmentSize` permits per round trip
 /// and hands them out in-process, lock-free (see the file comment for the guarantee and design).
 ///
-/// `Source` is a permit source; RateLimiter is one. Any type with these members works (checked at
+/// `Source` is a permit source: RateLimiter, and the one-key limiters (TokenBucketRateLimiter,
+/// GcraRateLimiter, FixedWindowRateLimiter, DistributedSmoothRateLimiter, whose segments count for
+/// the time their permits take to come back, see ScriptLimiter::tryAcquireUpTo). Any type with
+/// these members works (checked at
 /// compile time: IsPermitSource, and a static_assert naming a missing member):
 ///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
 ///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or

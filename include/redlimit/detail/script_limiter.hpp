@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "redlimit/acquire_result.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -100,6 +101,25 @@ class ScriptLimiter {
   void tryAcquireAsync(std::int64_t permits, std::function<void(bool allowed, std::exception_ptr error)> done);
   /// tryAcquireAsync with a future.
   [[nodiscard]] std::future<bool> tryAcquireAsync(std::int64_t permits = 1);
+
+  /// The permit-source members, so that a SegmentedRateLimiter can hand this limiter's permits
+  /// out locally (SegmentedRateLimiter<TokenBucketRateLimiter> etc.).
+  ///
+  /// One attempt for between atLeast and atMost permits (1 <= atLeast <= atMost; atMost is cut to
+  /// the limit once it is known): atMost if available now; else, if at least atLeast remain, what
+  /// remains (a second call); else denied with the wait for atLeast (a second call, exact). Never
+  /// waits. AcquireResult::interval is how long the granted permits count against the limiter:
+  /// the time they take to come back (permits x one permit's share of the Local bucket's interval)
+  /// or, if sooner, until the limiter is full again (the fixed window: its end), rounded down to
+  /// ms. So a segment spent within it keeps the limiter's bound, plus at most one segment per
+  /// node. The failure policy decides when Redis cannot be asked (AcquireResult::byPolicy).
+  [[nodiscard]] AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+  /// Gives back `permits` of a segment: refund(permits); `member` is unused (these limiters
+  /// record no grant). Returns permits.
+  std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
+  /// The failure policy's answer for a call that got no answer in time: Allow true, Deny false,
+  /// Local its bucket; Throw: TimeoutError with `reason`.
+  [[nodiscard]] bool decideUnanswered(std::int64_t permits, const std::string& reason);
 
   /// The limiter's name, which is also its Redis key.
   [[nodiscard]] const std::string& getName() const noexcept;
