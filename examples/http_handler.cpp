@@ -39,25 +39,6 @@ struct Response {
   std::string body;
 };
 
-// TEMPORARY: RateLimiter will get a call that returns a Decision itself; until then this turns
-// one tryAcquireUpTo(permits, permits) attempt into one. When allowed, the grant just made is the
-// newest and expires one interval later, so the limiter is full again after exactly one interval;
-// when denied that is an upper bound. A result without a member (granted) or without a wait
-// (denied) was decided by the failure policy.
-redlimit::Decision decide(redlimit::RateLimiter& limiter, std::int64_t permits) {
-  const redlimit::AcquireResult r = limiter.tryAcquireUpTo(permits, permits);
-  redlimit::Decision d;
-  d.allowed = r.granted > 0;
-  d.permits = permits;
-  d.remaining = r.remaining;
-  d.retryAfter = d.allowed ? microseconds{0} : microseconds{r.wait};
-  d.resetAfter = microseconds{r.interval.count() > 0 ? r.interval : milliseconds{kWindow}};
-  d.limit = r.rate > 0 ? r.rate : kQuota;
-  d.byPolicy = d.allowed ? r.member.empty() : r.wait.count() <= 0;
-  d.time = r.grantTime;
-  return d;
-}
-
 // One per process: a Client and a limiter handle per API key (handles are cheap; keeping them
 // keeps each key's failure-policy state).
 class RateLimitedService {
@@ -67,12 +48,12 @@ class RateLimitedService {
   Response handle(const Request& request) {
     redlimit::Decision decision;
     try {
-      decision = decide(limiterFor(request.apiKey), 1);
+      decision = limiterFor(request.apiKey).decide(1);
     } catch (const redlimit::NotInitializedError&) {
       // First request for this key anywhere: create its configuration (only if still absent, so
       // concurrent instances agree), then decide.
       (void)limiterFor(request.apiKey).trySetRate(redlimit::RateType::Overall, kQuota, kWindow);
-      decision = decide(limiterFor(request.apiKey), 1);
+      decision = limiterFor(request.apiKey).decide(1);
     }
     Response response;
     response.headers = redlimit::http::rateLimitHeaders(decision, policy_);
