@@ -26,6 +26,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/no_free_descriptors.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -114,25 +115,6 @@ class TempDir {
 
 /// Lowers this process's RLIMIT_NOFILE so that the next descriptor cannot be opened (EMFILE);
 /// restores it on destruction.
-class NoFreeDescriptors {
- public:
-  NoFreeDescriptors() {
-    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit failed");
-    const int lowestFree = ::open("/dev/null", O_RDONLY);
-    if (lowestFree < 0) throw std::runtime_error("open failed");
-    ::close(lowestFree);
-    rlimit lowered = saved_;
-    lowered.rlim_cur = static_cast<rlim_t>(lowestFree);  // every descriptor below it is in use
-    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) throw std::runtime_error("setrlimit failed");
-  }
-  ~NoFreeDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
-  NoFreeDescriptors(const NoFreeDescriptors&) = delete;
-  NoFreeDescriptors& operator=(const NoFreeDescriptors&) = delete;
-
- private:
-  rlimit saved_{};
-};
-
 /// UBSan (the asan preset) checks the dynamic type of an object on each member call; for a type
 /// it has not cached yet it probes memory through a pipe(2), which fails while no descriptor is
 /// left and reports a false "invalid vptr". The calls the library makes on the error while

@@ -15,6 +15,7 @@
 #include "helpers.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
+#include "redlimit_test/no_free_descriptors.hpp"
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/tls_certs.hpp"
 #include "stream.hpp"
@@ -222,26 +223,6 @@ TEST(Stream, WriteToAClosedConnectionRaisesNoSigpipe) {
   });
   EXPECT_TRUE(contains(message, "write to 127.0.0.1:")) << message;
 }
-
-/// Lowers RLIMIT_NOFILE so that the next descriptor cannot be opened (EMFILE); restores it.
-class NoFreeDescriptors {
- public:
-  NoFreeDescriptors() {
-    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit failed");
-    const int lowestFree = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (lowestFree < 0) throw std::runtime_error("open failed");
-    ::close(lowestFree);
-    rlimit lowered = saved_;
-    lowered.rlim_cur = static_cast<rlim_t>(lowestFree);
-    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) throw std::runtime_error("setrlimit failed");
-  }
-  ~NoFreeDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
-  NoFreeDescriptors(const NoFreeDescriptors&) = delete;
-  NoFreeDescriptors& operator=(const NoFreeDescriptors&) = delete;
-
- private:
-  rlimit saved_{};
-};
 
 TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
   const TlsCerts certs = makeTlsCerts();
