@@ -31,7 +31,10 @@
 local op, key = ARGV[1], KEYS[1]
 if op == 'take' and ARGV[3] == 'W' then
   local v = redis.call('GET', key)
-  local n, maxWait, nowUs = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[2]
+  -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
+  local n, maxWait, nowUs = ARGV[4], ARGV[5], ARGV[2]
+  if n == '1' then n = 1 else n = tonumber(n) end
+  if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
   if nowUs == '' then
     nowUs = 0                              -- read below, once the key is known to be usable
   else

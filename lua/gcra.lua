@@ -36,7 +36,10 @@
 local op, kind, key = ARGV[1], ARGV[3], KEYS[1]
 if op == 'take' and (kind == 'T' or kind == 'G') then
   local v = redis.call('GET', key)
-  local n, maxWait, nowUs = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[2]
+  -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
+  local n, maxWait, nowUs = ARGV[4], ARGV[5], ARGV[2]
+  if n == '1' then n = 1 else n = tonumber(n) end
+  if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
   if nowUs == '' then
     nowUs = 0                              -- read below, once the key is known to be usable
   else
