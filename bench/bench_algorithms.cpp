@@ -443,13 +443,15 @@ std::array<Variant, kProbes> gProbes;
 std::array<std::array<PhaseResult, kPasses>, kProbes> gProbeCost;
 
 void makeProbes() {
-  const std::string full = redlimit::detail::lua::gcra.source;
-  const std::string marker = "-- ==== gcra.lua ====\n";  // cmake/EmbedLua.cmake puts it after common.lua
+  // gcra.lua's take runs above its `-- @shared` line, before common.lua; acquire.lua has no fast
+  // path, so its text starts with common.lua, ended by the marker cmake/EmbedLua.cmake puts there.
+  const std::string full = redlimit::detail::lua::acquire.source;
+  const std::string marker = "-- ==== acquire.lua ====\n";
   const auto at = full.find(marker);
-  if (at == std::string::npos) throw std::runtime_error("bench: the embedded gcra.lua has no common.lua marker");
+  if (at == std::string::npos) throw std::runtime_error("bench: the embedded acquire.lua has no common.lua marker");
   const std::string sources[kProbes] = {"return {1}\n", full.substr(0, at + marker.size()) + "return {1}\n"};
   const char* const labels[kProbes] = {"EVALSHA of `return {1}` (the floor of any script call)",
-                                       "common.lua + `return {1}` (the prelude every script of ours runs)"};
+                                       "common.lua + `return {1}` (acquire.lua's prelude; gcra.lua's take runs before it)"};
   for (int p = 0; p < kProbes; ++p) {
     const std::string sha = loadScript(sources[p]);
     gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {

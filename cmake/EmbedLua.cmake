@@ -4,6 +4,10 @@
 # A script whose first line is `-- include: a b ...` also gets lua/lib/a.lua, lua/lib/b.lua, ...
 # (in that order) between common.lua and its own text; lua/lib/ files are never scripts of their
 # own. So the text (and SHA1) Redis sees is common.lua, the included files, then the script.
+# A script may hold one line that is exactly `-- @shared`: then common.lua and the included files
+# go there instead of in front. The code above that line runs before their `local function`s are
+# created (each one is a closure made on every call), so it must use none of them: it is a fast
+# path for the hot operation that falls through to the full code below when anything is unusual.
 cmake_minimum_required(VERSION 3.25)
 file(READ "${LUA_DIR}/common.lua" common)
 file(GLOB scripts "${LUA_DIR}/*.lua")
@@ -35,7 +39,19 @@ foreach(path IN LISTS scripts)
   elseif(text MATCHES "^-- include")
     message(FATAL_ERROR "${path}: the first line must be '-- include: name ...' (lowercase names, spaces)")
   endif()
-  set(text "${common}${included}\n-- ==== ${name}.lua ====\n${text}")
+  string(FIND "${text}" "\n-- @shared\n" at)
+  if(at EQUAL -1)
+    set(text "${common}${included}\n-- ==== ${name}.lua ====\n${text}")
+  else()
+    string(SUBSTRING "${text}" 0 ${at} head)
+    math(EXPR after "${at} + 12")
+    string(SUBSTRING "${text}" ${after} -1 tail)
+    string(FIND "${tail}" "\n-- @shared\n" again)
+    if(NOT again EQUAL -1)
+      message(FATAL_ERROR "${path}: more than one '-- @shared' line")
+    endif()
+    set(text "-- ==== ${name}.lua ====\n${head}\n-- ==== common.lua ====\n${common}${included}\n-- ==== ${name}.lua, continued ====\n${tail}")
+  endif()
   string(SHA1 sha "${text}")
   string(FIND "${text}" ")redlimit_lua\"" clash)
   if(NOT clash EQUAL -1)

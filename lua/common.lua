@@ -2,7 +2,10 @@
 -- text in front of each script, so what Redis runs is common.lua followed by the script. Helpers
 -- that only some scripts need live in lua/lib/ and are put in by a first line `-- include: a b`
 -- (lua/lib/a.lua, then lua/lib/b.lua, between common.lua and the script), so that scripts on the
--- hot path of Redisson's layout (acquire.lua) do not pay for the one-key family's code.
+-- hot path of Redisson's layout (acquire.lua) do not pay for the one-key family's code. A script
+-- with a line `-- @shared` gets this text and its libs there instead, below a fast path that uses
+-- none of them (gcra.lua, fixed_window.lua): every `local function` here is a closure made on
+-- every call, which the fast path does not pay for.
 --
 -- Every script of RateLimiter gets the same five keys, in Redisson's order (one hash slot when the name
 -- has no '{'; see README "Compatibility with Redisson"):

@@ -21,7 +21,94 @@
 --   now + retryAfter and not a µs earlier, if nobody else takes permits. localRate per
 --   localIntervalMs (B permits, refilled at the same average rate) is what the client's Local
 --   failure policy runs when Redis cannot be asked.
+--
+-- The fast path (above the `-- @shared` line, so it runs before common.lua's and the libs'
+-- closures are made; it uses none of them): `take` on a key that holds a limiter of the asked
+-- kind with a usable configuration and state, and usable arguments, is decided right here with
+-- locals only (no tables, no closures), by exactly the arithmetic of lib/gcra_core.lua (gcraLoad,
+-- gcraTake, gcraAfterAt, gcraStore, gcraRemaining, gcraResetAfter, gcraLocalRate). Anything else
+-- (a missing key, another kind or size, a configuration or state that is out of bounds, a bad
+-- argument) falls through to the full code below, which checks everything in order and fails
+-- with the precise error before writing anything. A key of another Redis type fails the GET with
+-- Redis's WRONGTYPE error; ScriptLimiter, which knows the key, turns it into InvalidConfigError.
+-- Quotients: floor(a / b) of integers 0 <= a < 2^53, b >= 1 is exact in doubles (a/b is at least
+-- 1/b away from an integer it is not, and that is more than half an ulp below 2^53).
 local op, kind, key = ARGV[1], ARGV[3], KEYS[1]
+if op == 'take' and (kind == 'T' or kind == 'G') then
+  local v = redis.call('GET', key)
+  -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
+  local n, maxWait, nowUs = ARGV[4], ARGV[5], ARGV[2]
+  if n == '1' then n = 1 else n = tonumber(n) end
+  if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
+  if nowUs == '' then
+    nowUs = 0                              -- read below, once the key is known to be usable
+  else
+    nowUs = tonumber(nowUs)
+    if nowUs and (nowUs < 0 or nowUs > 9e15 or nowUs % 1 ~= 0) then nowUs = nil end
+  end
+  if v and #v == 28 and nowUs and n and maxWait and n >= 1 and n % 1 == 0 and maxWait >= 0 and
+      maxWait < 1e14 and maxWait % 1 == 0 then
+    local k, b, p, intervalMs, keepAlive, tatUs, tatRem = struct.unpack('<c1I4I4I4I4I7I4', v)
+    if k == kind and n <= b and p >= 1 and intervalMs >= 1 and tatUs < 9007199254740992 then
+      local ius = intervalMs * 1000
+      local g, r = p, ius                  -- gcd(P, I in µs); both < 2^43, so % is exact
+      while r > 0 do g, r = r, g % r end
+      local pp, ip = p / g, ius / g
+      local cap = b * ip
+      if cap <= 1125899906842624 and tatRem < pp then
+        local floor = math.floor
+        if ARGV[2] == '' then
+          local t = redis.call('TIME')
+          nowUs = t[1] * 1000000 + t[2]
+        end
+        local d = 0                        -- D = max(0, TAT - now) in units
+        if tatUs >= nowUs then
+          local dt = tatUs - nowUs
+          d = dt * pp + tatRem
+          if dt * pp > cap then            -- in debt (reservations), or the clock went back
+            local dmax = cap + floor(4503599627370496 / pp) * pp
+            if dt > -floor(-dmax / pp) or d > dmax then d = dmax end
+          end
+        end
+        if maxWait > 0 then
+          local w = floor(4503599627370496 / pp)
+          if maxWait > w then maxWait = w end
+        end
+        local wait, allowed, retry, after = d + n * ip - cap, 1, 0, d
+        if wait <= 0 then
+          wait = 0
+          after = d + n * ip
+        else
+          wait = -floor(-wait / pp)
+          if wait <= maxWait then
+            after = wait * pp - pp + 1
+            if after < d then after = d end
+            after = after + n * ip
+          else
+            allowed, retry, wait = 0, wait - maxWait, 0
+          end
+        end
+        local resetUs = -floor(-after / pp)
+        if allowed == 1 then
+          local q = floor(after / pp)
+          local packed = struct.pack('<c1I4I4I4I4I7I4', kind, b, p, intervalMs, keepAlive, nowUs + q, after - q * pp)
+          if keepAlive > 0 then
+            redis.call('SET', key, packed, 'PX', -floor(-resetUs / 1000) + keepAlive)
+          else
+            redis.call('SET', key, packed)
+          end
+        end
+        local remaining = 0
+        if after < cap then remaining = floor((cap - after) / ip) end
+        local localMs = -floor(-(b * intervalMs / p))
+        if localMs < 1 then localMs = 1 elseif localMs > 1e12 then localMs = 1e12 end
+        return {allowed, remaining, retry, resetUs, b, nowUs, wait, b, localMs}
+      end
+    end
+  end
+end
+
+-- @shared
 local label = GCRA_LABELS[kind]
 if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gcra.lua') end
 local nowUs = currentMicros(ARGV[2])

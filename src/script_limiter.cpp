@@ -34,6 +34,35 @@ void checkPermits(std::int64_t permits) {
   }
 }
 
+const char* labelOf(char kind) {
+  switch (kind) {
+    case 'T': return "TokenBucketRateLimiter";
+    case 'G': return "GcraRateLimiter";
+    case 'W': return "FixedWindowRateLimiter";
+    case 'S': return "DistributedSmoothRateLimiter";
+    default: return "limiter";
+  }
+}
+
+// limiterError(), and a WRONGTYPE raised by a Redis command inside the limiter's script (its
+// fast path reads the one key with redis.call, not pcall: cheaper) -> InvalidConfigError naming
+// that key, as the script's own check words it. The script touches no other key, and a read is
+// its first command on it, so nothing was written.
+std::exception_ptr scriptError(std::exception_ptr error, const std::string& name, char kind) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ScriptError& e) {
+    if (e.code() == "WRONGTYPE") {
+      return std::make_exception_ptr(InvalidConfigError(
+          "REDLIMIT_INVALID_CONFIG", fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
+                                                 "delete it or use another limiter name",
+                                                 name, labelOf(kind))));
+    }
+  } catch (...) {
+  }
+  return limiterError(std::move(error));
+}
+
 }  // namespace
 
 class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::Core> {
@@ -138,7 +167,7 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
     try {
       reply = eval(*client_, script_, keys, argViews, callDeadline());
     } catch (const ScriptError&) {
-      std::rethrow_exception(limiterError(std::current_exception()));
+      std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     }
     Reservation out = parse(this, name_, reply, permits);
     gate_.succeeded();
@@ -177,7 +206,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
   // (and through it the Client and its I/O thread) alive.
   evalAsync(*client_, script_, keys, argViews,
-            [weak = weak_from_this(), name = name_, permits, rate, interval, started, done = std::move(done)](
+            [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started, done = std::move(done)](
                 Reply reply, std::exception_ptr error) {
               const std::shared_ptr<Core> self = weak.lock();
               Reservation out;
@@ -188,7 +217,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
                   error = std::current_exception();
                 }
               } else {
-                error = limiterError(std::move(error));
+                error = scriptError(std::move(error), name, kind);
               }
               if (!error) {
                 if (self) self->gate_.succeeded();
@@ -218,7 +247,7 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
           deadline, deadlineAfter<SteadyClock>(SteadyClock::now(), client_->options().connection.commandTimeout));
       return eval(*client_, script_, keys, argViews, tryDeadline);
     } catch (const ScriptError&) {
-      std::rethrow_exception(limiterError(std::current_exception()));
+      std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     } catch (const ClosedError&) {
       if (!resendIfClosed || tries == kMaxTries || SteadyClock::now() >= deadline) throw;
     }

@@ -154,6 +154,14 @@ TYPED_TEST(OneKey, KeyOfAnotherTypeIsATypedErrorAndNothingIsWritten) {
     }
   };
   expectConfigError([&] { (void)rl.decide(); }, "decide");
+  // The fast path of take reads the key with redis.call: Redis's WRONGTYPE, named by the limiter.
+  try {
+    (void)rl.decide();
+  } catch (const InvalidConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds another Redis type"), std::string::npos) << e.what();
+  }
+  expectConfigError([&] { (void)rl.decideAsync(1).get(); }, "decideAsync");
+  expectConfigError([&] { (void)rl.tryAcquire(1, std::chrono::milliseconds{50}); }, "tryAcquire with a timeout");
   expectConfigError([&] { (void)rl.peek(); }, "peek");
   expectConfigError([&] { (void)rl.trySetConfig(this->slowConfig(3)); }, "trySetConfig");
   expectConfigError([&] { rl.setConfig(this->slowConfig(3)); }, "setConfig");
