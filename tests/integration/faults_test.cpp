@@ -312,8 +312,11 @@ TEST_F(Faults, ClientKillDuringLoadNeverCountsAGrantTwice) {
   EXPECT_GT(client->poolStats().discarded, 0u);
   EXPECT_EQ(other, 0);
   // Every grant the callers saw is exactly one member, and the layout's invariant holds: a resend
-  // that had been granted before was not granted again.
-  EXPECT_EQ(members, granted);
+  // that had been granted before was not granted again. A call that ended in an IoError after its
+  // connection was killed under it three times (every try is resent with the same id) may have
+  // been granted by one of those tries, never twice: at most one member each.
+  EXPECT_GE(members, granted);
+  EXPECT_LE(members, granted + ioFailed);
   EXPECT_EQ(value + members, 300);
   // Retried on a fresh connection: most killed connections never reach the caller. (A retry that
   // is killed too degrades the limiter for a probe interval, so under heavy machine load the
