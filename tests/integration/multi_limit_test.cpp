@@ -203,7 +203,8 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
   for (int round = 0; round < 6; ++round) {
     SCOPED_TRACE(round);
     const std::int64_t windowMs = 1 + static_cast<std::int64_t>(rng() % 3000);
-    std::int64_t now = windowTime(windowMs, static_cast<std::int64_t>(rng() % (windowMs * 1000)));
+    const auto windowUs = static_cast<std::uint64_t>(windowMs * 1000);
+    std::int64_t now = windowTime(windowMs, static_cast<std::int64_t>(rng() % windowUs));
     const std::vector<std::string> multi{key(str(round) + ":a"), key(str(round) + ":b"), key(str(round) + ":c")};
     const std::vector<std::string> twins{key(str(round) + ":a2"), key(str(round) + ":b2"), key(str(round) + ":c2")};
     const std::int64_t capA = 1 + static_cast<std::int64_t>(rng() % 20);
@@ -226,7 +227,8 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
     };
     for (int step = 0; step < 60; ++step) {
       now += static_cast<std::int64_t>(rng() % 400000);
-      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % std::min({capA, capB, limitC}));
+      const auto most = static_cast<std::uint64_t>(std::min({capA, capB, limitC}));
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % most);
       const Reply r = runMulti(admin(), multi, {"take", str(now), "TGW", str(n), "0"});
       ASSERT_EQ(r.elements.size(), 8u + 7u * 3u);
       const bool allowed = r.elements[0].asInteger() == 1;

@@ -1136,10 +1136,10 @@ static_assert(redlimit::PermitSource<redlimit::RateLimiter> && !redlimit::Permit
 TEST(PermitSourceConcept, TraitAcceptsSourcesAndRejectsTypesMissingAMember) {
   // The checks above are static_asserts; this test records that they compiled, and that a source
   // with only the required members drives a SegmentedRateLimiter (reconfigure() not used).
-  using Limiter = redlimit::SegmentedRateLimiter<Minimal, redlimit::ClockRef<redlimit::ManualClock>>;
+  using MinimalLimiter = redlimit::SegmentedRateLimiter<Minimal, redlimit::ClockRef<redlimit::ManualClock>>;
   redlimit::ManualClock clock;
   redlimit::SegmentOptions options;
   options.returnWhenIdle = false;
-  Limiter limiter(std::make_shared<Minimal>(), options, redlimit::ClockRef<redlimit::ManualClock>(clock));
+  MinimalLimiter limiter(std::make_shared<Minimal>(), options, redlimit::ClockRef<redlimit::ManualClock>(clock));
   EXPECT_FALSE(limiter.tryAcquire());  // Minimal grants nothing
 }
