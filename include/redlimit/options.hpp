@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <sys/un.h>
 
@@ -74,10 +75,51 @@ struct PoolOptions {
                                                       // Client; more are refused with PoolTimeoutError; >= 1
 };
 
+/// What a Client talks to: one server, a Redis Cluster, or the primary a group of Sentinels names.
+enum class Topology {
+  Standalone,  // ConnectionOptions' server
+  Cluster,     // a Redis Cluster found from ClusterOptions::seeds
+  Sentinel,    // the primary SentinelOptions::sentinels name for SentinelOptions::primaryName
+};
+
+/// A TCP address: host name or IP literal, and port.
+struct NodeAddress {
+  std::string host;
+  int port = 6379;
+};
+
+/// Redis Cluster (Topology::Cluster). The slot map comes from the cluster itself (CLUSTER SHARDS,
+/// or CLUSTER SLOTS on servers without it), asked of the seeds and of every node learnt since.
+/// Every node is reached with the Client's ConnectionOptions (user, password, TLS, timeouts,
+/// reply limits; host, port and unixSocket are replaced by the node's address; db must be 0).
+struct ClusterOptions {
+  std::vector<NodeAddress> seeds;                     // where to ask for the slot map first; >= 1
+  std::chrono::milliseconds minRefreshInterval{200};  // slot map refreshes (after a redirect or a node
+                                                      // failure) at most this often, ms; > 0
+  std::chrono::milliseconds refreshPeriod{10000};     // and at least this often while the Client is in
+                                                      // use, ms; >= minRefreshInterval
+  int maxRedirects = 5;                               // MOVED/ASK followed per request, 1..16, within its deadline
+};
+
+/// Redis Sentinel (Topology::Sentinel): the primary is the one the sentinels name; the Client
+/// follows failovers. ConnectionOptions (user, password, db, TLS, timeouts) are for the primary;
+/// host, port and unixSocket are replaced by its address.
+struct SentinelOptions {
+  std::vector<NodeAddress> sentinels;                 // >= 1
+  std::string primaryName;                            // the name the sentinels monitor, e.g. "mymaster"
+  std::string user;                                   // the sentinels' own ACL user (empty = "default")
+  std::string password;                               // the sentinels' own password (empty = no AUTH)
+  bool tls = false;                                   // speak TLS to the sentinels (with ConnectionOptions::tls's
+                                                      // CA and client certificate)
+};
+
 /// Everything a Client needs. Build it by hand or from a URI with Client::fromUri().
 struct ClientOptions {
-  ConnectionOptions connection;                       // the server
-  PoolOptions pool;                                   // the pool
+  Topology topology = Topology::Standalone;           // what `connection` (or `cluster`, `sentinel`) names
+  ConnectionOptions connection;                       // the server (every node, for a cluster or sentinel)
+  ClusterOptions cluster;                             // Topology::Cluster
+  SentinelOptions sentinel;                           // Topology::Sentinel
+  PoolOptions pool;                                   // the pool (per node, for a cluster)
   std::string clientId;                               // PER_CLIENT identity; empty = random UUID v4 per Client
   std::chrono::milliseconds bestEffortRetry{250};     // after a transport failure, best-effort calls (give-backs)
                                                       // are skipped for this long, then one probe per interval, ms; > 0
@@ -90,6 +132,20 @@ struct ClientOptions {
 void checkOptions(const ConnectionOptions& options);
 /// Throws InvalidArgument for a pool size outside 1..1024 or a maxPending of 0.
 void checkOptions(const PoolOptions& options);
+
+/// Throws InvalidArgument naming the first topology option that cannot be used (no seeds or
+/// sentinels, a port outside 1..65535, an empty host or primary name, a db other than 0 on a
+/// cluster, refresh intervals or maxRedirects out of range). Client's constructor calls it.
+void checkOptions(const ClientOptions& options);
+
+/// Parses a Client URI into options, starting from `base`: every form parseUri takes, and
+///   `redis-cluster://[[user]:password@]host:port[,host:port...][?...]` (Topology::Cluster, the
+///       hosts as seeds; `rediss-cluster://` the same over TLS, with parseUri's TLS parameters)
+///   `redis-sentinel://[[user]:password@]host:port[,host:port...]/primaryName[/db][?...]`
+///       (Topology::Sentinel; user and password are the primary's; `sentinel_user=` and
+///       `sentinel_password=` are the sentinels' own; `rediss-sentinel://` speaks TLS to both)
+/// Throws InvalidArgument on a malformed URI.
+[[nodiscard]] ClientOptions parseClientUri(const std::string& uri, ClientOptions base = {});
 
 /// Parses a URI into connection options, starting from `base`:
 ///   `redis://[[user]:password@]host[:port][/db][?db=N&user=...&password=...]`
