@@ -1,11 +1,15 @@
 #include "redlimit/client.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "cluster.hpp"
 #include "fork_guard.hpp"
+#include "key_slot.hpp"
 #include "random.hpp"
+#include "sentinel.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "transport.hpp"
@@ -27,22 +31,52 @@ FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {
   return o;
 }
 
+// The runner for the topology the options name.
+std::shared_ptr<detail::Runner> startRunner(const ClientOptions& options) {
+  switch (options.topology) {
+    case Topology::Cluster:
+      return detail::ClusterRunner::start(options);
+    case Topology::Sentinel:
+      return detail::SentinelRunner::start(options);
+    case Topology::Standalone:
+      break;
+  }
+  return detail::Transport::start(options.connection, options.pool);
+}
+
+// Commands that name no key: any node of a cluster may run them.
+bool isKeyless(std::string_view command) {
+  static constexpr std::string_view kKeyless[] = {"PING", "TIME", "INFO", "CONFIG", "SCRIPT", "FLUSHALL", "FLUSHDB",
+                                                   "DBSIZE", "CLUSTER", "CLIENT", "COMMAND", "DEBUG", "ROLE",
+                                                   "SLOWLOG", "LATENCY", "ECHO", "HELLO", "ACL", "FUNCTION",
+                                                   "MEMORY", "OBJECT", "WAIT", "SCAN", "KEYS", "RANDOMKEY", "SAVE"};
+  for (std::string_view k : kKeyless) {
+    if (k.size() == command.size() &&
+        std::equal(k.begin(), k.end(), command.begin(), [](char a, char b) {
+          return a == (b >= 'a' && b <= 'z' ? static_cast<char>(b - 'a' + 'A') : b);
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Client::Client(ClientOptions options)
     : options_(std::move(options)),
       clientId_(options_.clientId.empty() ? detail::randomUuidV4() : options_.clientId),
       reachability_(std::make_shared<detail::FailureGate>("client", reachabilityOptions(options_.bestEffortRetry))) {
-  owned_ = detail::Transport::start(options_.connection, options_.pool);
+  owned_ = startRunner(options_);
   forkGeneration_.store(detail::forkGeneration(), std::memory_order_relaxed);
-  transport_.store(owned_.get(), std::memory_order_release);
+  runner_.store(owned_.get(), std::memory_order_release);
 }
 
 Client::~Client() {
   if (forkGeneration_.load(std::memory_order_relaxed) != detail::forkGeneration()) {
     // A child that never called: the transport is the parent's. Leave it alone.
-    transport_.load()->abandonAfterFork();
-    new std::shared_ptr<detail::Transport>(std::move(owned_));  // leaked on purpose: see startAfterFork
+    runner_.load()->abandonAfterFork();
+    new std::shared_ptr<detail::Runner>(std::move(owned_));  // leaked on purpose: see startAfterFork
     return;
   }
   owned_->shutdown();
@@ -57,13 +91,13 @@ std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions ba
   return create(std::move(base));
 }
 
-detail::Transport& Client::transport() {
+detail::Runner& Client::runner() {
   if (forkGeneration_.load(std::memory_order_acquire) != detail::forkGeneration()) startAfterFork();
-  return *transport_.load(std::memory_order_acquire);
+  return *runner_.load(std::memory_order_acquire);
 }
 
 void Client::startAfterFork() {
-  // This is a forked child, and the transport is the parent's: its I/O thread does not exist
+  // This is a forked child, and the runner is the parent's: its I/O threads do not exist
   // here, its locks may be held by threads that do not exist either, and its sockets carry the
   // parent's request stream. Close this process's copies of the sockets without sending a byte,
   // leak the object (destroying it would take those locks), and start a transport of our own.
@@ -73,16 +107,16 @@ void Client::startAfterFork() {
   std::lock_guard<std::mutex> lock(respawn);
   seen = forkGeneration_.load(std::memory_order_acquire);
   if (seen == now) return;
-  detail::Transport* inherited = transport_.load(std::memory_order_acquire);
+  detail::Runner* inherited = runner_.load(std::memory_order_acquire);
   inherited->abandonAfterFork();
-  new std::shared_ptr<detail::Transport>(std::move(owned_));  // leaked on purpose
-  owned_ = detail::Transport::start(options_.connection, options_.pool);
-  transport_.store(owned_.get(), std::memory_order_release);
+  new std::shared_ptr<detail::Runner>(std::move(owned_));  // leaked on purpose
+  owned_ = startRunner(options_);
+  runner_.store(owned_.get(), std::memory_order_release);
   forkGeneration_.store(now, std::memory_order_release);
 }
 
 PoolStats Client::poolStats() const {
-  const detail::TransportCounters c = transport_.load(std::memory_order_acquire)->counters();
+  const detail::TransportCounters c = runner_.load(std::memory_order_acquire)->counters();
   PoolStats s;
   s.open = c.open;
   s.created = c.created;
@@ -106,7 +140,7 @@ BestEffortStats Client::bestEffortStats() const noexcept {
                          bestEffortSkipped_.load(std::memory_order_relaxed), reachability_->stats().degraded};
 }
 
-bool Client::onIoThread() const noexcept { return transport_.load(std::memory_order_acquire)->onIoThread(); }
+bool Client::onIoThread() const noexcept { return runner_.load(std::memory_order_acquire)->onIoThread(); }
 
 namespace {
 [[noreturn]] void syncOnIoThread(const std::string& command) {
@@ -128,11 +162,30 @@ void Client::setDeadline(detail::Request& request, std::chrono::steady_clock::ti
   }
 }
 
-Reply Client::callTracked(detail::Request request, std::chrono::steady_clock::time_point deadline) {
+int Client::slotOf(const std::vector<std::string_view>& keys) const {
+  if (options_.topology != Topology::Cluster || keys.empty()) return detail::kAnySlot;
+  const std::uint16_t slot = detail::keySlot(keys.front());
+  for (std::size_t i = 1; i < keys.size(); ++i) {
+    if (detail::keySlot(keys[i]) != slot) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: keys \"{}\" (slot {}) and \"{}\" (slot {}) are in different Redis Cluster slots, and one "
+          "script call must touch one slot; give them a common hash tag, e.g. \"{{tenant}}:a\" and \"{{tenant}}:b\"",
+          keys.front(), slot, keys[i], detail::keySlot(keys[i])));
+    }
+  }
+  return slot;
+}
+
+int Client::slotOf(const std::string_view* argv, std::size_t argc) const {
+  if (options_.topology != Topology::Cluster || argc < 2 || isKeyless(argv[0])) return detail::kAnySlot;
+  return detail::keySlot(argv[1]);
+}
+
+Reply Client::callTracked(detail::Request request, int slot, std::chrono::steady_clock::time_point deadline) {
   if (onIoThread()) syncOnIoThread(request.command);
   setDeadline(request, deadline);
   const std::int64_t started = reachability_->callStart();
-  detail::Outcome out = transport().call(std::move(request));
+  detail::Outcome out = runner().sendAndWait(std::move(request), slot);
   if (!out.error) {
     reachability_->succeeded();
     return std::move(out.reply);
@@ -146,21 +199,23 @@ Reply Client::callTracked(detail::Request request, std::chrono::steady_clock::ti
 }
 
 Reply Client::command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline) {
-  return callTracked(detail::makeRequest(argv.begin(), argv.size()), deadline);
+  return callTracked(detail::makeRequest(argv.begin(), argv.size()), slotOf(argv.begin(), argv.size()), deadline);
 }
 
 Reply Client::command(const std::vector<std::string_view>& argv, std::chrono::steady_clock::time_point deadline) {
-  return callTracked(detail::makeRequest(argv.data(), argv.size()), deadline);
+  return callTracked(detail::makeRequest(argv.data(), argv.size()), slotOf(argv.data(), argv.size()), deadline);
 }
 
 Reply Client::eval(const Script& script, const std::vector<std::string_view>& keys,
                    const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline) {
-  return callTracked(detail::makeScriptRequest(script, keys, args), deadline);
+  const int slot = slotOf(keys);
+  return callTracked(detail::makeScriptRequest(script, keys, args), slot, deadline);
 }
 
 void Client::evalAsync(const Script& script, const std::vector<std::string_view>& keys,
                        const std::vector<std::string_view>& args, ReplyCallback done,
                        std::chrono::steady_clock::time_point deadline) {
+  const int slot = slotOf(keys);
   detail::Request request = detail::makeScriptRequest(script, keys, args);
   setDeadline(request, deadline);
   const std::int64_t started = reachability_->callStart();
@@ -177,7 +232,7 @@ void Client::evalAsync(const Script& script, const std::vector<std::string_view>
     }
     done(std::move(out.reply), std::move(out.error));
   };
-  transport().submit(std::move(request));
+  runner().send(std::move(request), slot);
 }
 
 }  // namespace redlimit

@@ -91,6 +91,17 @@ std::string_view Pipeline::output() {
   }
   while (!queued_.empty()) {
     Request& r = queued_.front();
+    if (r.asking) {
+      // ASKING holds for the next command of the connection only; its +OK is nobody's reply.
+      static constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
+      writeBuf_ += kAsking;
+      Request asking;
+      asking.command = "ASKING";
+      asking.deadline = r.deadline;
+      asking.counted = false;
+      asking.done = [](Outcome) {};
+      written_.push_back(Written{std::move(asking), nextSeq_++, kAsking.size()});
+    }
     const std::size_t size = r.bytes.size();
     writeBuf_ += r.bytes;
     if (r.script == nullptr) std::string().swap(r.bytes);  // script requests keep theirs for a NOSCRIPT resend

@@ -46,6 +46,8 @@ struct Request {
   int scriptStage = 0;               // 0 EVALSHA; 1 resent after a SCRIPT LOAD; 2 sent as EVAL
   bool internal = false;             // the connection's own (greeting, PING): errors end the connection
   bool counted = true;               // a caller's request (counted in Transport's pending requests)
+  bool asking = false;               // sent right after an ASKING on the same connection (a Redis
+                                     // Cluster's ASK redirect), on every resend too
 };
 
 /// A request that finished, with its outcome; the caller runs done(outcome) outside its locks.

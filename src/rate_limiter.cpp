@@ -17,7 +17,7 @@
 #include "redlimit_lua.hpp"
 #include "sync_wait.hpp"
 #include "error_mapping.hpp"
-#include "future_of.hpp"
+#include "key_slot.hpp"
 #include "pipeline.hpp"
 
 namespace redlimit {
@@ -269,6 +269,16 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   checkClientId(id);
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id),
            suffixName(name_, "permits"), suffixName(name_, "permits:" + id)};
+  if (client_->options().topology == Topology::Cluster &&
+      detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
+    // Redisson's suffix rule wraps a name without '{' in braces ({name}:value); a name with one is
+    // suffixed as it is, so its keys share a slot only if it holds a non-empty hash tag.
+    throw InvalidArgument(fmt::format(
+        "redlimit: limiter name \"{}\" puts its keys in different Redis Cluster slots (\"{}\" in slot {}, \"{}\" in "
+        "slot {}): a name with a '{{' keeps Redisson's suffixes outside any braces, so it needs a non-empty hash tag; "
+        "on a cluster use a name without braces, or one like \"{{tenant}}:api\"",
+        name_, keys_[0], detail::keySlot(keys_[0]), keys_[1], detail::keySlot(keys_[1])));
+  }
   keyViews_.assign(keys_.begin(), keys_.end());
   acquireKeyViews_ = keyViews_;
   acquireKeyViews_.push_back(keys_[0]);

@@ -40,7 +40,12 @@ int waitMs(SteadyTime now, SteadyTime deadline) {
   return static_cast<int>(std::min<std::int64_t>(left, 60000));
 }
 
+thread_local const Runner* tlsIoRunner = nullptr;
+
 }  // namespace
+
+const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
+void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
 
 // Every member is guarded by `m`. The I/O thread holds it while it works on the connection; a
 // submitting thread only try_locks it (writeNow), so it never waits behind a read or a connect.
@@ -57,10 +62,12 @@ struct Transport::Conn {
   std::exception_ptr writeFailed;  // a submitting thread's write failed: the I/O thread closes
 };
 
-std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool) {
+std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool,
+                                            const Runner* owner) {
   checkOptions(connection);
   checkOptions(pool);
   std::shared_ptr<Transport> t(new Transport(connection, pool));
+  if (owner != nullptr) t->owner_ = owner;
   // The thread keeps the transport alive until it returns: shutdown() from a completion (the
   // last Client reference dropped on the I/O thread) must not free the loop under itself.
   t->thread_ = std::thread([self = t] { self->run(); });
@@ -191,7 +198,7 @@ void Transport::armTimer(SteadyTime deadline) {
   ::timerfd_settime(timerFd_, TFD_TIMER_ABSTIME, &spec, nullptr);
 }
 
-Outcome Transport::call(Request request) {
+Outcome waitForOutcome(Request request, const std::function<void(Request)>& send) {
   struct Waiter {
     std::mutex m;
     std::condition_variable cv;
@@ -209,13 +216,17 @@ Outcome Transport::call(Request request) {
   };
   const SteadyTime giveUp = deadlineAfter<SteadyClock>(request.deadline, std::chrono::seconds(1));
   const std::string command = request.command;
-  submit(std::move(request));
+  send(std::move(request));
   std::unique_lock<std::mutex> lock(w->m);
   if (!w->cv.wait_until(lock, giveUp, [&] { return w->ready; })) {
     return Outcome{Reply{}, errorOf<TimeoutError>(fmt::format(
                                 "redlimit: {}: the I/O thread did not end the request by its deadline", command))};
   }
   return std::move(w->out);
+}
+
+Outcome Transport::call(Request request) {
+  return waitForOutcome(std::move(request), [this](Request r) { submit(std::move(r)); });
 }
 
 void Transport::shutdown() noexcept {
@@ -461,6 +472,7 @@ void Transport::failEverything(std::vector<Finished>& done) {
 }
 
 void Transport::run() {
+  setCurrentIoRunner(owner_);
   std::vector<std::pair<std::size_t, Request>> batch;
   std::vector<std::size_t> moved(conns_.size(), 0);
   std::vector<Finished> done;

@@ -14,21 +14,11 @@
 
 #include "pipeline.hpp"
 #include "redlimit/options.hpp"
+#include "runner.hpp"
 #include "stream.hpp"
 
 namespace redlimit::detail {
 
-/// Counters of a transport (Client::poolStats).
-struct TransportCounters {
-  std::size_t open = 0;          // connections open now
-  std::uint64_t created = 0;     // connections opened since start
-  std::uint64_t discarded = 0;   // connections closed after a failure since start
-  std::size_t pending = 0;       // requests queued or waiting for replies now
-  std::uint64_t rejected = 0;    // requests refused with PoolTimeoutError (maxPending reached)
-  std::uint64_t writes = 0;      // write calls that sent requests (requests / writes = pipelining)
-  std::uint64_t requests = 0;    // requests sent, resends included
-  std::uint64_t direct = 0;      // of them, written by the submitting thread (idle connection)
-};
 
 /// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
 /// and one I/O thread that writes, reads and enforces every request's deadline. Requests queued
@@ -37,11 +27,13 @@ struct TransportCounters {
 /// connection gets that much more time.
 /// Thread-safe. Completions run on the I/O thread, except for requests refused at submit()
 /// (shut down, maxPending reached), whose completion runs at once on the submitting thread.
-class Transport : public std::enable_shared_from_this<Transport> {
+class Transport final : public Runner, public std::enable_shared_from_this<Transport> {
  public:
-  /// Checks the options (InvalidArgument) and starts the I/O thread.
-  static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool);
-  ~Transport();
+  /// Checks the options (InvalidArgument) and starts the I/O thread. `owner` is the runner its
+  /// I/O thread works for (currentIoRunner()): a ClusterRunner for its nodes, else the transport.
+  static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool,
+                                          const Runner* owner = nullptr);
+  ~Transport() override;
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
@@ -53,15 +45,20 @@ class Transport : public std::enable_shared_from_this<Transport> {
 
   /// Fails every request still queued or waiting with ClosedError, closes the connections and
   /// stops the I/O thread (joined, or detached when called on it). Idempotent.
-  void shutdown() noexcept;
+  void shutdown() noexcept override;
   /// In a forked child: closes this process's copies of the sockets without sending anything and
   /// touches no lock or thread (the parent's I/O thread does not exist here). The object must
   /// then be leaked, never destroyed.
-  void abandonAfterFork() noexcept;
+  void abandonAfterFork() noexcept override;
 
-  [[nodiscard]] TransportCounters counters() const;
+  // Runner: one server serves every slot.
+  void send(Request request, int /*slot*/) override { submit(std::move(request)); }
+  [[nodiscard]] Outcome sendAndWait(Request request, int /*slot*/) override { return call(std::move(request)); }
+
+  [[nodiscard]] TransportCounters counters() const override;
   [[nodiscard]] const ConnectionOptions& connectionOptions() const noexcept { return connection_; }
-  [[nodiscard]] bool onIoThread() const noexcept { return std::this_thread::get_id() == ioThreadId_; }
+  /// True on this transport's own I/O thread.
+  [[nodiscard]] bool onIoThread() const noexcept override { return std::this_thread::get_id() == ioThreadId_; }
 
  private:
   struct Conn;
@@ -82,6 +79,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
 
   const ConnectionOptions connection_;
   const PoolOptions pool_;
+  const Runner* owner_ = this;                         // what currentIoRunner() says on the I/O thread
   const std::string endpoint_;
   std::vector<std::unique_ptr<Conn>> conns_;
   int epollFd_ = -1;

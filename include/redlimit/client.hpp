@@ -21,7 +21,7 @@
 namespace redlimit {
 
 namespace detail {
-class Transport;
+class Runner;
 struct Request;
 struct ClientAccess;
 
@@ -130,19 +130,23 @@ class Client {
                  const std::vector<std::string_view>& args, detail::ReplyCallback done,
                  std::chrono::steady_clock::time_point deadline = {});
 
-  // The transport of this process: after fork(), a new one for the child (the parent's is left
+  // The runner of this process: after fork(), a new one for the child (the parent's is left
   // unused, its sockets closed without a byte sent).
-  detail::Transport& transport();
+  detail::Runner& runner();
   void startAfterFork();
+  // The cluster slot of a script's keys (kAnySlot unless Topology::Cluster); InvalidArgument if
+  // they are in different slots. For a command: the slot of argv[1], unless it names no key.
+  int slotOf(const std::vector<std::string_view>& keys) const;
+  int slotOf(const std::string_view* argv, std::size_t argc) const;
   // Sends a request and waits for it, recording in reachability_ whether it reached Redis.
-  detail::Reply callTracked(detail::Request request, std::chrono::steady_clock::time_point deadline);
+  detail::Reply callTracked(detail::Request request, int slot, std::chrono::steady_clock::time_point deadline);
   // Sets the request's deadline: `deadline`, or now + commandTimeout for the epoch.
   void setDeadline(detail::Request& request, std::chrono::steady_clock::time_point deadline) const;
 
   ClientOptions options_;
   std::string clientId_;
-  std::shared_ptr<detail::Transport> owned_;
-  std::atomic<detail::Transport*> transport_{nullptr};
+  std::shared_ptr<detail::Runner> owned_;
+  std::atomic<detail::Runner*> runner_{nullptr};
   std::atomic<std::uint64_t> forkGeneration_{0};
   // Whether this client's calls reach Redis: the same circuit a limiter's acquires pass through
   // (probe interval = bestEffortRetry), used here only to gate best-effort calls. Shared with the

@@ -1,0 +1,367 @@
+#include "cluster.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "error_mapping.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/errors.hpp"
+#include "slot_map.hpp"
+
+namespace redlimit::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string endpointOf(const NodeAddress& a) {
+  if (a.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", a.host, a.port);
+  return fmt::format("{}:{}", a.host, a.port);
+}
+
+// What an error outcome asks of the router.
+struct Verdict {
+  enum Kind { Deliver, Redirect, Retry, NodeDown } kind = Deliver;
+  std::string text;  // the error's message (for redirects: where to)
+};
+
+Verdict classify(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const UnavailableError& e) {
+    if (e.code() == "TRYAGAIN" || e.code() == "CLUSTERDOWN") return {Verdict::Retry, e.what()};
+    return {Verdict::Deliver, {}};
+  } catch (const TimeoutError&) {
+    return {Verdict::NodeDown, {}};  // slow or gone: the map may have changed (a failover)
+  } catch (const IoError&) {
+    return {Verdict::NodeDown, {}};
+  } catch (const ReplyError& e) {
+    if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Redirect, e.what()};
+    return {Verdict::Deliver, {}};
+  } catch (...) {
+    return {Verdict::Deliver, {}};
+  }
+}
+
+}  // namespace
+
+struct ClusterRunner::Attempt {
+  Request proto;        // the caller's request without its completion (bytes kept for resends)
+  Completion done;      // the caller's completion
+  int slot = kAnySlot;
+  int redirects = 0;
+  int retries = 0;
+};
+
+std::shared_ptr<ClusterRunner> ClusterRunner::start(const ClientOptions& options) {
+  checkOptions(options);
+  std::shared_ptr<ClusterRunner> r(new ClusterRunner(options));
+  for (const NodeAddress& seed : options.cluster.seeds) {
+    Node* n = r->nodeAt(seed);
+    if (r->fallback_ == nullptr) r->fallback_ = n;
+  }
+  r->thread_ = std::thread([self = r.get()] { self->maintain(); });
+  return r;
+}
+
+ClusterRunner::ClusterRunner(const ClientOptions& options)
+    : options_(options),
+      minRefresh_(options.cluster.minRefreshInterval),
+      refreshPeriod_(options.cluster.refreshPeriod),
+      seeds_(options.cluster.seeds) {}
+
+ClusterRunner::~ClusterRunner() {
+  shutdown();
+  if (thread_.joinable()) thread_.detach();  // only after abandonAfterFork, which never frees
+}
+
+ClusterRunner::Node* ClusterRunner::route(int slot) const {
+  std::shared_lock<std::shared_mutex> lock(mapMutex_);
+  if (slot >= 0 && slot < 16384) {
+    if (Node* n = slots_[static_cast<std::size_t>(slot)]) return n;
+  }
+  return fallback_;
+}
+
+ClusterRunner::Node* ClusterRunner::nodeAt(const NodeAddress& address) {
+  const std::string endpoint = endpointOf(address);
+  {
+    std::shared_lock<std::shared_mutex> lock(mapMutex_);
+    auto it = nodes_.find(endpoint);
+    if (it != nodes_.end()) return it->second.get();
+  }
+  std::unique_lock<std::shared_mutex> lock(mapMutex_);
+  auto it = nodes_.find(endpoint);
+  if (it != nodes_.end()) return it->second.get();
+  if (stopped_.load(std::memory_order_acquire)) return nullptr;
+  ConnectionOptions connection = options_.connection;
+  connection.host = address.host;
+  connection.port = address.port;
+  connection.unixSocket.clear();
+  auto node = std::make_unique<Node>();
+  node->address = address;
+  node->endpoint = endpoint;
+  node->transport = Transport::start(connection, options_.pool, this);
+  Node* raw = node.get();
+  nodes_.emplace(endpoint, std::move(node));
+  return raw;
+}
+
+void ClusterRunner::send(Request request, int slot) {
+  used_.store(true, std::memory_order_relaxed);
+  auto a = std::make_shared<Attempt>();
+  a->done = std::move(request.done);
+  a->proto = std::move(request);
+  a->slot = slot;
+  dispatch(a, route(slot), false);
+}
+
+Outcome ClusterRunner::sendAndWait(Request request, int slot) {
+  return waitForOutcome(std::move(request), [this, slot](Request r) { send(std::move(r), slot); });
+}
+
+void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking) {
+  if (node == nullptr || stopped_.load(std::memory_order_acquire)) {
+    a->done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
+                                                               a->proto.command))});
+    return;
+  }
+  Request r;
+  r.bytes = a->proto.bytes;
+  r.command = a->proto.command;
+  r.deadline = a->proto.deadline;
+  r.budget = a->proto.budget;
+  r.script = a->proto.script;
+  r.asking = asking;
+  // The request holds the runner: its completion may come after the Client let go of it (the
+  // transports end every request by its deadline, so the cycle ends too).
+  r.done = [self = shared_from_this(), a, node](Outcome out) { self->finished(a, node, std::move(out)); };
+  node->transport->submit(std::move(r));
+}
+
+void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, Outcome out) {
+  if (!out.error) {
+    a->done(std::move(out));
+    return;
+  }
+  Verdict v = classify(out.error);
+  const SteadyTime now = SteadyClock::now();
+  switch (v.kind) {
+    case Verdict::Deliver:
+      break;
+    case Verdict::NodeDown:
+      wantRefresh();
+      break;
+    case Verdict::Redirect: {
+      std::optional<Redirect> to = parseRedirect(v.text);
+      if (!to) break;  // not a redirect we understand: the caller sees Redis's words
+      if (to->node.host.empty()) to->node.host = node->address.host;  // "MOVED 1 :7001": the same host
+      if (++a->redirects > options_.cluster.maxRedirects || now >= a->proto.deadline) {
+        a->done(Outcome{Reply{}, std::make_exception_ptr(UnavailableError(
+                                     to->ask ? "ASK" : "MOVED",
+                                     fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}): "
+                                                 "the slot map is changing; not run",
+                                                 a->proto.command, a->redirects, endpointOf(to->node))))});
+        return;
+      }
+      Node* target = nodeAt(to->node);
+      if (!to->ask) {
+        moved_.fetch_add(1, std::memory_order_relaxed);
+        if (target != nullptr) {
+          std::unique_lock<std::shared_mutex> lock(mapMutex_);
+          slots_[to->slot] = target;
+        }
+        wantRefresh();  // one moved slot often means more (a resharding, a failover)
+      } else {
+        asked_.fetch_add(1, std::memory_order_relaxed);
+      }
+      dispatch(a, target, to->ask);
+      return;
+    }
+    case Verdict::Retry: {
+      const auto pause = std::min<milliseconds>(milliseconds(5) * (1 << std::min(a->retries, 5)), milliseconds(100));
+      if (now + pause >= a->proto.deadline || stopped_.load(std::memory_order_acquire)) break;
+      ++a->retries;
+      retried_.fetch_add(1, std::memory_order_relaxed);
+      if (v.text.find("CLUSTERDOWN") != std::string::npos) wantRefresh();
+      later(now + pause, [self = shared_from_this(), a] { self->dispatch(a, self->route(a->slot), false); });
+      return;
+    }
+  }
+  a->done(std::move(out));
+}
+
+void ClusterRunner::later(SteadyTime at, std::function<void()> run) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopping_) {
+      timers_.push(Timer{at, timerSeq_++, std::move(run)});
+      run = nullptr;
+    }
+  }
+  if (run) {
+    run();  // shut down meanwhile: dispatch() ends the request with ClosedError
+    return;
+  }
+  wake_.notify_one();
+}
+
+void ClusterRunner::wantRefresh() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (refreshWanted_) return;
+    refreshWanted_ = true;
+  }
+  wake_.notify_one();
+}
+
+void ClusterRunner::maintain() {
+  setCurrentIoRunner(this);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    const SteadyTime now = SteadyClock::now();
+    if (!timers_.empty() && timers_.top().at <= now) {
+      std::function<void()> run = timers_.top().run;
+      timers_.pop();
+      lock.unlock();
+      run();
+      lock.lock();
+      continue;
+    }
+    SteadyTime refreshAt = SteadyTime::max();
+    if (refreshWanted_) {
+      refreshAt = lastRefresh_ + minRefresh_;
+    } else if (used_.load(std::memory_order_relaxed)) {
+      refreshAt = lastRefresh_ + refreshPeriod_;
+    }
+    if (refreshAt <= now) {
+      refreshWanted_ = false;
+      used_.store(false, std::memory_order_relaxed);
+      lastRefresh_ = now;
+      lock.unlock();
+      const bool ok = refresh();
+      lock.lock();
+      if (!ok) refreshWanted_ = true;  // try again after minRefreshInterval
+      continue;
+    }
+    SteadyTime next = refreshAt;
+    if (!timers_.empty()) next = std::min(next, timers_.top().at);
+    if (next == SteadyTime::max()) {
+      wake_.wait(lock);
+    } else {
+      wake_.wait_until(lock, next);
+    }
+  }
+  // Shut down: the requests waiting for a retry end now.
+  while (!timers_.empty()) {
+    std::function<void()> run = timers_.top().run;
+    timers_.pop();
+    lock.unlock();
+    run();  // dispatch() sees stopped_ and ends the request with ClosedError
+    lock.lock();
+  }
+}
+
+bool ClusterRunner::refresh() {
+  // Ask the primaries we route to first (they know the newest map), then the seeds.
+  std::vector<Node*> ask;
+  {
+    std::shared_lock<std::shared_mutex> lock(mapMutex_);
+    for (Node* n : slots_) {
+      if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
+    }
+  }
+  for (const NodeAddress& seed : seeds_) {
+    Node* n = nodeAt(seed);
+    if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
+  }
+  for (Node* n : ask) {
+    if (stopped_.load(std::memory_order_acquire)) return true;
+    auto askFor = [&](std::initializer_list<std::string_view> argv) {
+      Request r = makeRequest(argv.begin(), argv.size());
+      r.budget = options_.connection.commandTimeout;
+      r.deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), r.budget);
+      return n->transport->call(std::move(r));
+    };
+    std::vector<SlotRange> ranges;
+    try {
+      Outcome out = askFor({"CLUSTER", "SHARDS"});
+      if (out.error && holds<ReplyError>(out.error) && !holds<UnexpectedReplyError>(out.error)) {
+        out = askFor({"CLUSTER", "SLOTS"});  // before Redis 7.0
+        if (out.error) continue;
+        ranges = parseClusterSlots(out.reply, n->address.host);
+      } else if (out.error) {
+        continue;
+      } else {
+        ranges = parseClusterShards(out.reply, options_.connection.tls.enabled, n->address.host);
+      }
+    } catch (const Error&) {
+      continue;  // a reply we cannot read: ask the next node
+    }
+    if (ranges.empty()) continue;
+    std::array<Node*, 16384> table{};
+    for (const SlotRange& range : ranges) {
+      Node* primary = nodeAt(range.primary);
+      if (primary == nullptr) return true;  // shut down meanwhile
+      for (std::size_t s = range.first; s <= range.last; ++s) table[s] = primary;
+    }
+    {
+      std::unique_lock<std::shared_mutex> lock(mapMutex_);
+      slots_ = table;
+      fallback_ = table[ranges.front().first];
+    }
+    refreshes_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+void ClusterRunner::shutdown() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  stopped_.store(true, std::memory_order_release);
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  // No node is added once stopped_ is set (nodeAt): the list is final.
+  std::vector<Transport*> transports;
+  {
+    std::shared_lock<std::shared_mutex> lock(mapMutex_);
+    for (auto& [endpoint, node] : nodes_) transports.push_back(node->transport.get());
+  }
+  for (Transport* t : transports) t->shutdown();
+}
+
+void ClusterRunner::abandonAfterFork() noexcept {
+  for (auto& [endpoint, node] : nodes_) node->transport->abandonAfterFork();
+}
+
+TransportCounters ClusterRunner::counters() const {
+  TransportCounters sum;
+  std::shared_lock<std::shared_mutex> lock(mapMutex_);
+  for (const auto& [endpoint, node] : nodes_) {
+    sum += node->transport->counters();
+  }
+  return sum;
+}
+
+ClusterCounters ClusterRunner::clusterCounters() const {
+  ClusterCounters c;
+  c.moved = moved_.load(std::memory_order_relaxed);
+  c.asked = asked_.load(std::memory_order_relaxed);
+  c.retried = retried_.load(std::memory_order_relaxed);
+  c.refreshes = refreshes_.load(std::memory_order_relaxed);
+  std::shared_lock<std::shared_mutex> lock(mapMutex_);
+  c.nodes = nodes_.size();
+  return c;
+}
+
+}  // namespace redlimit::detail

@@ -1,0 +1,115 @@
+// redlimit — a Redis Cluster behind the Runner interface: a slot map learnt from the cluster, a
+// Transport (multiplexed connections, one I/O thread) per primary, and redirects followed within
+// each request's deadline.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlimit/options.hpp"
+#include "runner.hpp"
+#include "transport.hpp"
+
+namespace redlimit::detail {
+
+/// What a ClusterRunner did, for tests and the bench.
+struct ClusterCounters {
+  std::uint64_t moved = 0;       // MOVED redirects followed
+  std::uint64_t asked = 0;       // ASK redirects followed
+  std::uint64_t retried = 0;     // TRYAGAIN / CLUSTERDOWN answers retried after a pause
+  std::uint64_t refreshes = 0;   // slot maps fetched and applied
+  std::size_t nodes = 0;         // nodes with a transport
+};
+
+/// Routes each request to the primary that serves its slot.
+///   - The slot map comes from CLUSTER SHARDS (CLUSTER SLOTS on servers that lack it), asked of the
+///     known primaries and then the seeds, on a background thread: at start, at most once per
+///     ClusterOptions::minRefreshInterval after a MOVED, a CLUSTERDOWN or a transport failure, and
+///     every refreshPeriod while requests flow. A request never waits for a refresh: a slot not in
+///     the map yet goes to any node, whose MOVED tells where it lives.
+///   - MOVED: the slot is recorded at the node named and the request goes there. ASK: the request
+///     goes to the node named, after ASKING, and the map is left alone. At most maxRedirects per
+///     request; TRYAGAIN and CLUSTERDOWN are retried after a short pause (5 ms, doubling up to
+///     100 ms). All of it within the request's own deadline; a request that runs out of time or
+///     redirects ends with UnavailableError (an outage: the failure policy decides), never with
+///     a MOVED or an ASK.
+///   - Scripts are loaded per node when it first answers NOSCRIPT (the pipeline's resend).
+/// Nodes, once known, keep their transport until shutdown (a node that left the cluster just stops
+/// getting requests). Thread-safe.
+class ClusterRunner final : public Runner, public std::enable_shared_from_this<ClusterRunner> {
+ public:
+  /// Checks the options, starts the maintenance thread and asks for the slot map (in the
+  /// background). Throws InvalidArgument for unusable options.
+  static std::shared_ptr<ClusterRunner> start(const ClientOptions& options);
+  ~ClusterRunner() override;
+  ClusterRunner(const ClusterRunner&) = delete;
+  ClusterRunner& operator=(const ClusterRunner&) = delete;
+
+  void send(Request request, int slot) override;
+  [[nodiscard]] Outcome sendAndWait(Request request, int slot) override;
+  void shutdown() noexcept override;
+  void abandonAfterFork() noexcept override;
+  [[nodiscard]] TransportCounters counters() const override;
+  [[nodiscard]] bool onIoThread() const noexcept override { return currentIoRunner() == this; }
+
+  [[nodiscard]] ClusterCounters clusterCounters() const;
+
+ private:
+  struct Node {
+    NodeAddress address;
+    std::string endpoint;                  // "host:port", the key of nodes_
+    std::shared_ptr<Transport> transport;  // never null; fixed at creation
+  };
+  struct Attempt;  // one caller's request on its way through redirects and retries
+  struct Timer {
+    SteadyTime at;
+    std::uint64_t seq;
+    std::function<void()> run;
+    bool operator>(const Timer& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  explicit ClusterRunner(const ClientOptions& options);
+  Node* route(int slot) const;
+  Node* nodeAt(const NodeAddress& address);  // finds or starts it; nullptr after shutdown
+  void dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking);
+  void finished(const std::shared_ptr<Attempt>& a, Node* node, Outcome out);
+  void later(SteadyTime at, std::function<void()> run);
+  void wantRefresh();
+  void maintain();
+  bool refresh();
+
+  const ClientOptions options_;
+  const std::chrono::milliseconds minRefresh_, refreshPeriod_;
+
+  mutable std::shared_mutex mapMutex_;     // guards slots_, nodes_, fallback_
+  std::array<Node*, 16384> slots_{};       // the primary of each slot (nullptr: not known)
+  std::map<std::string, std::unique_ptr<Node>> nodes_;
+  Node* fallback_ = nullptr;               // for kAnySlot and slots not in the map
+  std::vector<NodeAddress> seeds_;
+
+  std::mutex mutex_;                       // guards the members below
+  std::condition_variable wake_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  std::uint64_t timerSeq_ = 0;
+  bool refreshWanted_ = true;              // a refresh at the next opportunity
+  SteadyTime lastRefresh_{};               // when the last refresh started
+  bool stopping_ = false;
+  std::thread thread_;
+
+  std::atomic<bool> stopped_{false};       // shutdown() began: no new nodes, no new timers
+  std::atomic<bool> used_{false};          // a request was sent since the last refresh
+  std::atomic<std::uint64_t> moved_{0}, asked_{0}, retried_{0}, refreshes_{0};
+};
+
+}  // namespace redlimit::detail

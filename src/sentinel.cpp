@@ -1,0 +1,402 @@
+#include "sentinel.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "error_mapping.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/errors.hpp"
+#include "resp.hpp"
+#include "stream.hpp"
+
+namespace redlimit::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kMinDiscoveryInterval{200};
+constexpr milliseconds kResubscribePause{250};
+
+std::string endpointOf(const NodeAddress& a) {
+  if (a.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", a.host, a.port);
+  return fmt::format("{}:{}", a.host, a.port);
+}
+
+// A blocking connection for a few commands: the sentinels' questions and ROLE on a candidate.
+class Conversation {
+ public:
+  Conversation(const ConnectionOptions& options, SteadyTime deadline)
+      : stream_(connectStream(options, deadline)), parser_(options.replyLimits), deadline_(deadline) {
+    if (!options.password.empty()) {
+      const WireReply r = options.user.empty() ? ask({"AUTH", options.password})
+                                               : ask({"AUTH", options.user, options.password});
+      if (r.isError) throwReplyError(r.error, false);
+    }
+  }
+  WireReply ask(std::initializer_list<std::string_view> argv) {
+    std::string out;
+    appendCommand(out, argv.begin(), argv.size());
+    writeAll(*stream_, out.data(), out.size(), deadline_);
+    return next(deadline_);
+  }
+  // The next reply (a pushed message on a subscribed connection), waiting until `deadline`.
+  WireReply next(SteadyTime deadline) {
+    for (;;) {
+      if (auto r = parser_.next()) return std::move(*r);
+      char buf[4096];
+      const std::size_t n = readSome(*stream_, buf, sizeof buf, deadline);
+      parser_.feed(buf, n);
+    }
+  }
+
+ private:
+  std::unique_ptr<Stream> stream_;
+  ReplyParser parser_;
+  SteadyTime deadline_;
+};
+
+std::optional<int> portOf(const std::string& text) {
+  int port = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || ptr != text.data() + text.size() || port < 1 || port > 65535) return std::nullopt;
+  return port;
+}
+
+}  // namespace
+
+std::shared_ptr<SentinelRunner> SentinelRunner::start(const ClientOptions& options) {
+  checkOptions(options);
+  std::shared_ptr<SentinelRunner> r(new SentinelRunner(options));
+  r->maintainer_ = std::thread([self = r.get()] { self->maintain(); });
+  r->subscriber_ = std::thread([self = r.get()] { self->subscribe(); });
+  return r;
+}
+
+SentinelRunner::SentinelRunner(const ClientOptions& options) : options_(options) {
+  sentinelConnection_ = options.connection;
+  sentinelConnection_.user = options.sentinel.user;
+  sentinelConnection_.password = options.sentinel.password;
+  sentinelConnection_.db = 0;
+  sentinelConnection_.unixSocket.clear();
+  sentinelConnection_.tls.enabled = options.sentinel.tls;
+}
+
+SentinelRunner::~SentinelRunner() {
+  shutdown();
+  if (maintainer_.joinable()) maintainer_.detach();  // only after abandonAfterFork, which never frees
+  if (subscriber_.joinable()) subscriber_.detach();
+}
+
+void SentinelRunner::send(Request request, int /*slot*/) {
+  std::shared_ptr<Transport> primary;
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    primary = primary_;
+    if (!stopping_ && !primary) {
+      full = parked_.size() >= options_.pool.maxPending;
+      if (!full) {
+        parked_.push_back(std::move(request));
+        discoveryWanted_ = true;
+        wake_.notify_one();
+        return;
+      }
+    }
+  }
+  if (full) {
+    request.done(Outcome{Reply{}, errorOf<PoolTimeoutError>(fmt::format(
+                                      "redlimit: {}: {} requests already wait for the primary of \"{}\" "
+                                      "(PoolOptions::maxPending); not sent",
+                                      request.command, options_.pool.maxPending, options_.sentinel.primaryName))});
+    return;
+  }
+  if (!primary) {
+    request.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
+                                                                   request.command))});
+    return;
+  }
+  submitTo(primary, std::move(request));
+}
+
+void SentinelRunner::submitTo(const std::shared_ptr<Transport>& primary, Request request) {
+  // A failure that may mean a failover sends the maintainer to the sentinels; a demoted primary's
+  // READONLY is an outage here (the policy decides), not the configuration error it is for a
+  // fixed address.
+  request.done = [self = shared_from_this(), done = std::move(request.done)](Outcome out) {
+    if (out.error && holds<IoError>(out.error) && !holds<PoolTimeoutError>(out.error)) {
+      self->wantDiscovery();
+    } else if (out.error && holds<ReplicaError>(out.error)) {
+      self->wantDiscovery();
+      std::string text;
+      try {
+        std::rethrow_exception(out.error);
+      } catch (const std::exception& e) {
+        text = e.what();
+      }
+      out.error = std::make_exception_ptr(UnavailableError(
+          "READONLY", fmt::format("redlimit: the primary named by the sentinels was demoted (a failover); asking them "
+                                  "again: {}",
+                                  text)));
+    }
+    done(std::move(out));
+  };
+  primary->submit(std::move(request));
+}
+
+Outcome SentinelRunner::sendAndWait(Request request, int slot) {
+  return waitForOutcome(std::move(request), [this, slot](Request r) { send(std::move(r), slot); });
+}
+
+void SentinelRunner::wantDiscovery() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (discoveryWanted_) return;
+    discoveryWanted_ = true;
+  }
+  wake_.notify_one();
+}
+
+void SentinelRunner::expireParked(std::vector<Request>& expired) {
+  const SteadyTime now = SteadyClock::now();
+  auto late = std::stable_partition(parked_.begin(), parked_.end(),
+                                    [&](const Request& r) { return r.deadline > now; });
+  std::move(late, parked_.end(), std::back_inserter(expired));
+  parked_.erase(late, parked_.end());
+}
+
+void SentinelRunner::maintain() {
+  setCurrentIoRunner(this);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    std::vector<Request> expired;
+    expireParked(expired);
+    if (!expired.empty()) {
+      const std::string why = lastFailure_.empty() ? std::string("no sentinel has answered yet") : lastFailure_;
+      lock.unlock();
+      for (Request& r : expired) {
+        r.done(Outcome{Reply{}, errorOf<TimeoutError>(fmt::format(
+                                    "redlimit: {}: no primary for \"{}\" was found within the request's {} ms "
+                                    "deadline ({})",
+                                    r.command, options_.sentinel.primaryName, r.budget.count(), why))});
+      }
+      lock.lock();
+      continue;
+    }
+    const SteadyTime now = SteadyClock::now();
+    const SteadyTime discoverAt = discoveryWanted_ ? lastDiscovery_ + kMinDiscoveryInterval : SteadyTime::max();
+    if (discoverAt <= now) {
+      discoveryWanted_ = false;
+      lastDiscovery_ = now;
+      lock.unlock();
+      const bool found = discover();
+      lock.lock();
+      if (!found) discoveryWanted_ = true;
+      continue;
+    }
+    SteadyTime next = discoverAt;
+    for (const Request& r : parked_) next = std::min(next, r.deadline);
+    if (next == SteadyTime::max()) {
+      wake_.wait(lock);
+    } else {
+      wake_.wait_until(lock, next);
+    }
+  }
+}
+
+bool SentinelRunner::discover() {
+  const std::string& name = options_.sentinel.primaryName;
+  std::string failures;
+  for (const NodeAddress& sentinel : options_.sentinel.sentinels) {
+    if (stopped_.load(std::memory_order_acquire)) return true;
+    NodeAddress candidate;
+    try {
+      ConnectionOptions o = sentinelConnection_;
+      o.host = sentinel.host;
+      o.port = sentinel.port;
+      Conversation c(o, deadlineAfter<SteadyClock>(SteadyClock::now(), o.connectTimeout));
+      const WireReply r = c.ask({"SENTINEL", "get-master-addr-by-name", name});
+      if (r.isError) throwReplyError(r.error, false);
+      if (r.value.type != Reply::Type::Array || r.value.elements.size() != 2) {
+        failures += fmt::format("; {} does not know \"{}\"", endpointOf(sentinel), name);
+        continue;
+      }
+      candidate.host = r.value.elements[0].str;
+      const auto port = portOf(r.value.elements[1].str);
+      if (!port) throw UnexpectedReplyError(fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"",
+                                                        endpointOf(sentinel), r.value.elements[1].str, name));
+      candidate.port = *port;
+    } catch (const Error& e) {
+      failures += fmt::format("; sentinel {}: {}", endpointOf(sentinel), e.what());
+      continue;
+    }
+    // The sentinels may not have noticed a failure yet: believe the server itself.
+    try {
+      ConnectionOptions o = options_.connection;
+      o.host = candidate.host;
+      o.port = candidate.port;
+      o.unixSocket.clear();
+      Conversation c(o, deadlineAfter<SteadyClock>(SteadyClock::now(), o.connectTimeout));
+      const WireReply role = c.ask({"ROLE"});
+      if (role.isError) throwReplyError(role.error, false);
+      if (role.value.type != Reply::Type::Array || role.value.elements.empty() ||
+          role.value.elements[0].str != "master") {
+        failures += fmt::format("; {} (named by {}) is not a primary (ROLE)", endpointOf(candidate),
+                                endpointOf(sentinel));
+        continue;
+      }
+    } catch (const Error& e) {
+      failures += fmt::format("; {} (named by {}): {}", endpointOf(candidate), endpointOf(sentinel), e.what());
+      continue;
+    }
+    std::shared_ptr<Transport> fresh;
+    std::shared_ptr<Transport> old;
+    std::vector<Request> parked;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return true;
+      if (primary_ && primaryAddress_.host == candidate.host && primaryAddress_.port == candidate.port) {
+        lastFailure_.clear();
+        return true;  // no change
+      }
+    }
+    ConnectionOptions o = options_.connection;
+    o.host = candidate.host;
+    o.port = candidate.port;
+    o.unixSocket.clear();
+    fresh = Transport::start(o, options_.pool, this);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) {
+        fresh->shutdown();
+        return true;
+      }
+      if (primary_) switches_.fetch_add(1, std::memory_order_relaxed);
+      old = std::move(primary_);
+      if (old) retired_.push_back(old);
+      primary_ = fresh;
+      primaryAddress_ = candidate;
+      lastFailure_.clear();
+      parked.swap(parked_);
+    }
+    discoveries_.fetch_add(1, std::memory_order_relaxed);
+    for (Request& r : parked) submitTo(fresh, std::move(r));
+    if (old) old->shutdown();  // what was still on it ends (ClosedError): the policy decides
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  lastFailure_ = failures.empty() ? std::string("no sentinel configured") : failures.substr(2);
+  return false;
+}
+
+void SentinelRunner::subscribe() {
+  // One sentinel at a time, round-robin on failure; a +switch-master for our primary sends the
+  // maintainer to the sentinels at once (it checks the new primary with ROLE itself).
+  const std::string& name = options_.sentinel.primaryName;
+  std::size_t next = 0;
+  while (!stopped_.load(std::memory_order_acquire)) {
+    const NodeAddress& sentinel = options_.sentinel.sentinels[next++ % options_.sentinel.sentinels.size()];
+    try {
+      ConnectionOptions o = sentinelConnection_;
+      o.host = sentinel.host;
+      o.port = sentinel.port;
+      Conversation c(o, deadlineAfter<SteadyClock>(SteadyClock::now(), o.connectTimeout));
+      const WireReply ok = c.ask({"SUBSCRIBE", "+switch-master"});
+      if (ok.isError) throwReplyError(ok.error, false);
+      // Subscribed: a failover that happened while we were not may have been missed.
+      wantDiscovery();
+      while (!stopped_.load(std::memory_order_acquire)) {
+        WireReply m;
+        try {
+          m = c.next(SteadyClock::now() + milliseconds(100));
+        } catch (const TimeoutError&) {
+          continue;  // nothing said; look at stopped_ again
+        }
+        // ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"]
+        if (m.value.type == Reply::Type::Array && m.value.elements.size() == 3 &&
+            m.value.elements[0].str == "message") {
+          const std::string& text = m.value.elements[2].str;
+          if (text.compare(0, name.size() + 1, name + " ") == 0) {
+            announcements_.fetch_add(1, std::memory_order_relaxed);
+            {
+              std::lock_guard<std::mutex> lock(mutex_);
+              discoveryWanted_ = true;
+              lastDiscovery_ = {};  // now, not after the usual pause
+            }
+            wake_.notify_one();
+          }
+        }
+      }
+    } catch (const Error&) {
+      // This sentinel is gone or refused us: the next one, after a pause.
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_for(lock, kResubscribePause, [&] { return stopping_; });
+    }
+  }
+}
+
+void SentinelRunner::shutdown() noexcept {
+  std::shared_ptr<Transport> primary;
+  std::vector<std::shared_ptr<Transport>> retired;
+  std::vector<Request> parked;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    primary = primary_;
+    retired = retired_;
+    parked.swap(parked_);
+  }
+  stopped_.store(true, std::memory_order_release);
+  wake_.notify_all();
+  for (std::thread* t : {&maintainer_, &subscriber_}) {
+    if (!t->joinable()) continue;
+    if (std::this_thread::get_id() == t->get_id()) {
+      t->detach();
+    } else {
+      t->join();
+    }
+  }
+  for (Request& r : parked) {
+    r.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
+                                                             r.command))});
+  }
+  if (primary) primary->shutdown();
+  for (auto& t : retired) t->shutdown();
+}
+
+void SentinelRunner::abandonAfterFork() noexcept {
+  if (primary_) primary_->abandonAfterFork();
+  for (auto& t : retired_) t->abandonAfterFork();
+}
+
+TransportCounters SentinelRunner::counters() const {
+  std::vector<std::shared_ptr<Transport>> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all = retired_;
+    if (primary_) all.push_back(primary_);
+  }
+  TransportCounters sum;
+  for (const auto& t : all) {
+    sum += t->counters();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sum.pending += parked_.size();
+  }
+  return sum;
+}
+
+SentinelCounters SentinelRunner::sentinelCounters() const {
+  SentinelCounters c;
+  c.discoveries = discoveries_.load(std::memory_order_relaxed);
+  c.switches = switches_.load(std::memory_order_relaxed);
+  c.announcements = announcements_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  c.primary = primaryAddress_;
+  return c;
+}
+
+}  // namespace redlimit::detail

@@ -1,0 +1,85 @@
+// redlimit — the primary a group of Redis Sentinels names, behind the Runner interface: found with
+// SENTINEL get-master-addr-by-name and checked with ROLE, followed across failovers.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlimit/options.hpp"
+#include "runner.hpp"
+#include "transport.hpp"
+
+namespace redlimit::detail {
+
+/// What a SentinelRunner did, for tests.
+struct SentinelCounters {
+  std::uint64_t discoveries = 0;   // times a primary was found (and checked with ROLE)
+  std::uint64_t switches = 0;      // times the primary changed address after the first
+  std::uint64_t announcements = 0; // +switch-master messages received for our primary
+  NodeAddress primary;             // the primary in use now (empty host: none found yet)
+};
+
+/// Sends every request to the primary that SentinelOptions::sentinels name for primaryName.
+///   - Finding it: each sentinel in turn is asked SENTINEL get-master-addr-by-name; the address it
+///     gives is accepted once the server there answers ROLE with "master". This runs on a
+///     background thread: at start, when a +switch-master message for the primary arrives (a
+///     second thread stays subscribed to one sentinel), and at most every 200 ms after a request
+///     to the primary fails with a transport error or a READONLY / MASTERDOWN answer.
+///   - Requests sent before any primary is known wait for it, within their own deadline.
+///   - A request the old primary could not run (gone, or demoted: READONLY) ends with an IoError
+///     (UnavailableError for READONLY): an outage the limiter's failure policy decides, never the
+///     configuration error READONLY means for a fixed address. The next requests go to the new
+///     primary as soon as it is found.
+/// Thread-safe.
+class SentinelRunner final : public Runner, public std::enable_shared_from_this<SentinelRunner> {
+ public:
+  /// Checks the options and starts looking for the primary (in the background).
+  static std::shared_ptr<SentinelRunner> start(const ClientOptions& options);
+  ~SentinelRunner() override;
+  SentinelRunner(const SentinelRunner&) = delete;
+  SentinelRunner& operator=(const SentinelRunner&) = delete;
+
+  void send(Request request, int slot) override;
+  [[nodiscard]] Outcome sendAndWait(Request request, int slot) override;
+  void shutdown() noexcept override;
+  void abandonAfterFork() noexcept override;
+  [[nodiscard]] TransportCounters counters() const override;
+  [[nodiscard]] bool onIoThread() const noexcept override { return currentIoRunner() == this; }
+
+  [[nodiscard]] SentinelCounters sentinelCounters() const;
+
+ private:
+  explicit SentinelRunner(const ClientOptions& options);
+  void submitTo(const std::shared_ptr<Transport>& primary, Request request);
+  void wantDiscovery();
+  void maintain();
+  void subscribe();
+  bool discover();  // true if a primary was found (and is in use now)
+  void expireParked(std::vector<Request>& expired);
+
+  const ClientOptions options_;
+  ConnectionOptions sentinelConnection_;   // the sentinels' own user, password and TLS
+
+  mutable std::mutex mutex_;               // guards the members below
+  std::condition_variable wake_;
+  std::shared_ptr<Transport> primary_;     // nullptr until found
+  NodeAddress primaryAddress_;
+  std::vector<std::shared_ptr<Transport>> retired_;  // earlier primaries' transports (shut down)
+  std::vector<Request> parked_;            // waiting for a primary
+  bool discoveryWanted_ = true;
+  std::chrono::steady_clock::time_point lastDiscovery_{};
+  bool stopping_ = false;
+  std::string lastFailure_;                // why the last discovery failed (for parked requests' errors)
+  std::thread maintainer_, subscriber_;
+
+  std::atomic<bool> stopped_{false};
+  std::atomic<std::uint64_t> discoveries_{0}, switches_{0}, announcements_{0};
+};
+
+}  // namespace redlimit::detail
