@@ -133,9 +133,12 @@ void checkOptions(const ConnectionOptions& options);
 /// Throws InvalidArgument for a pool size outside 1..1024 or a maxPending of 0.
 void checkOptions(const PoolOptions& options);
 
-/// Throws InvalidArgument naming the first topology option that cannot be used (no seeds or
-/// sentinels, a port outside 1..65535, an empty host or primary name, a db other than 0 on a
-/// cluster, refresh intervals or maxRedirects out of range). Client's constructor calls it.
+/// Throws InvalidArgument naming the first option that cannot be used: first the topology's (no
+/// seeds or sentinels, a port outside 1..65535, an empty host, a db other than 0 or a unix socket
+/// on a cluster, refresh intervals or maxRedirects out of range; an empty primary name or one with
+/// spaces or control characters, a sentinel user without a password, or a unix socket with
+/// Sentinel), then what checkOptions(ConnectionOptions) and checkOptions(PoolOptions) refuse.
+/// Client's constructor calls it. Thread-safe.
 void checkOptions(const ClientOptions& options);
 
 /// Parses a Client URI into options, starting from `base`: every form parseUri takes, and
