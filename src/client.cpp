@@ -30,7 +30,7 @@ FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {
 }  // namespace
 
 Client::Client(ClientOptions options)
-    : options_(std::move(options)),
+    : options_((checkOptions(options), std::move(options))),  // every option checked before anything starts
       clientId_(options_.clientId.empty() ? detail::randomUuidV4() : options_.clientId),
       reachability_(std::make_shared<detail::FailureGate>("client", reachabilityOptions(options_.bestEffortRetry))) {
   owned_ = detail::Transport::start(options_.connection, options_.pool);
@@ -53,8 +53,7 @@ std::shared_ptr<Client> Client::create(ClientOptions options) {
 }
 
 std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions base) {
-  base.connection = parseUri(uri, std::move(base.connection));
-  return create(std::move(base));
+  return create(parseClientUri(uri, std::move(base)));
 }
 
 detail::Transport& Client::transport() {
