@@ -147,7 +147,11 @@ void checkOptions(const ClientOptions& options);
 ///   `redis-sentinel://[[user]:password@]host:port[,host:port...]/primaryName[/db][?...]`
 ///       (Topology::Sentinel; user and password are the primary's; `sentinel_user=` and
 ///       `sentinel_password=` are the sentinels' own; `rediss-sentinel://` speaks TLS to both)
-/// Throws InvalidArgument on a malformed URI.
+/// parseUri's forms give Topology::Standalone. Hosts without a port get 6379 (cluster) or 26379
+/// (sentinel); an IPv6 address is written in brackets, `[::1]:7000`. The cluster and sentinel
+/// forms clear ConnectionOptions::unixSocket and set TLS as their scheme says.
+/// Throws InvalidArgument on a malformed URI (as parseUri), a db other than 0 in a cluster URI, or
+/// a sentinel URI without the primary's name.
 [[nodiscard]] ClientOptions parseClientUri(const std::string& uri, ClientOptions base = {});
 
 /// Parses a URI into connection options, starting from `base`:
@@ -158,7 +162,8 @@ void checkOptions(const ClientOptions& options);
 ///   `unix:///path/to/socket[?db=N&user=...&password=...]`
 /// redis:// and unix:// turn TLS off. User, password and query values are percent-decoded.
 /// Throws InvalidArgument on a malformed URI, an unknown query parameter, a TLS parameter on a
-/// redis:// or unix:// URI, or a socket path longer than kMaxUnixSocketPath.
+/// redis:// or unix:// URI, a socket path longer than kMaxUnixSocketPath, or a list of hosts or a
+/// cluster or sentinel scheme (parseClientUri reads those).
 [[nodiscard]] ConnectionOptions parseUri(const std::string& uri, ConnectionOptions base = {});
 
 }  // namespace redlimit
