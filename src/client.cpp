@@ -64,7 +64,7 @@ bool isKeyless(std::string_view command) {
 }  // namespace
 
 Client::Client(ClientOptions options)
-    : options_(std::move(options)),
+    : options_((checkOptions(options), std::move(options))),  // every option checked before anything starts
       clientId_(options_.clientId.empty() ? detail::randomUuidV4() : options_.clientId),
       reachability_(std::make_shared<detail::FailureGate>("client", reachabilityOptions(options_.bestEffortRetry))) {
   owned_ = startRunner(options_);
@@ -87,8 +87,7 @@ std::shared_ptr<Client> Client::create(ClientOptions options) {
 }
 
 std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions base) {
-  base.connection = parseUri(uri, std::move(base.connection));
-  return create(std::move(base));
+  return create(parseClientUri(uri, std::move(base)));
 }
 
 detail::Runner& Client::runner() {

@@ -1,5 +1,9 @@
 #include "redlimit/options.hpp"
 
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "redlimit/errors.hpp"
@@ -17,6 +21,71 @@ void checkTimeout(const char* name, milliseconds t) {
     badOption(fmt::format("ConnectionOptions::{} must be in 1..{} ms (no infinite waits), got {} ms", name,
                           kMaxConnectionTimeout.count(), t.count()));
   }
+}
+
+// `what` is e.g. "ClusterOptions::seeds"; the first bad address is named by its index.
+void checkNodes(std::string_view what, const std::vector<NodeAddress>& nodes, std::string_view example) {
+  if (nodes.empty()) {
+    badOption(fmt::format("{} is empty; give at least one node, e.g. {}", what, example));
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].host.empty()) badOption(fmt::format("{}[{}].host is empty", what, i));
+    if (nodes[i].port <= 0 || nodes[i].port > 65535) {
+      badOption(fmt::format("{}[{}].port must be in 1..65535, got {}", what, i, nodes[i].port));
+    }
+  }
+}
+
+// Cluster and Sentinel: the nodes' addresses come from the cluster or the sentinels, always TCP.
+void checkNoUnixSocket(const ConnectionOptions& o, std::string_view topology) {
+  if (!o.unixSocket.empty()) {
+    badOption(fmt::format("ConnectionOptions::unixSocket is set ({}), but {} nodes are reached over TCP at the "
+                          "addresses {} gives; clear unixSocket",
+                          o.unixSocket, topology, topology == "cluster" ? "the cluster" : "the sentinels"));
+  }
+}
+
+void checkCluster(const ClientOptions& o) {
+  const ClusterOptions& c = o.cluster;
+  checkNodes("ClusterOptions::seeds", c.seeds, "redis-cluster://127.0.0.1:7000");
+  if (o.connection.db != 0) {
+    badOption(fmt::format("ConnectionOptions::db is {}, but a Redis Cluster has only db 0 (it refuses SELECT); "
+                          "use db 0, or key prefixes to separate data",
+                          o.connection.db));
+  }
+  checkNoUnixSocket(o.connection, "cluster");
+  if (c.minRefreshInterval.count() <= 0) {
+    badOption(fmt::format("ClusterOptions::minRefreshInterval must be > 0 ms, got {} ms", c.minRefreshInterval.count()));
+  }
+  if (c.refreshPeriod < c.minRefreshInterval) {
+    badOption(fmt::format("ClusterOptions::refreshPeriod ({} ms) must be >= minRefreshInterval ({} ms)",
+                          c.refreshPeriod.count(), c.minRefreshInterval.count()));
+  }
+  if (c.maxRedirects < 1 || c.maxRedirects > 16) {
+    badOption(fmt::format("ClusterOptions::maxRedirects must be in 1..16, got {}", c.maxRedirects));
+  }
+}
+
+void checkSentinel(const ClientOptions& o) {
+  const SentinelOptions& s = o.sentinel;
+  checkNodes("SentinelOptions::sentinels", s.sentinels, "redis-sentinel://127.0.0.1:26379/mymaster");
+  if (s.primaryName.empty()) {
+    badOption("SentinelOptions::primaryName is empty; give the name the sentinels monitor (\"mymaster\" in "
+              "redis-sentinel://127.0.0.1:26379/mymaster)");
+  }
+  for (char ch : s.primaryName) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u <= 0x20 || u == 0x7f) {
+      badOption(fmt::format("SentinelOptions::primaryName \"{}\" holds a space or a control character (byte {:#04x}); "
+                            "sentinels name primaries with one word",
+                            s.primaryName, u));
+    }
+  }
+  if (!s.user.empty() && s.password.empty()) {
+    badOption("SentinelOptions::user needs SentinelOptions::password (sentinel_password= in a URI): an ACL user "
+              "needs a password");
+  }
+  checkNoUnixSocket(o.connection, "sentinel");
 }
 
 }  // namespace
@@ -51,6 +120,23 @@ void checkOptions(const ConnectionOptions& o) {
 void checkOptions(const PoolOptions& p) {
   if (p.size == 0 || p.size > 1024) badOption(fmt::format("PoolOptions::size must be in 1..1024, got {}", p.size));
   if (p.maxPending == 0) badOption("PoolOptions::maxPending must be >= 1");
+}
+
+void checkOptions(const ClientOptions& o) {
+  switch (o.topology) {
+    case Topology::Standalone:
+      break;
+    case Topology::Cluster:
+      checkCluster(o);
+      break;
+    case Topology::Sentinel:
+      checkSentinel(o);
+      break;
+    default:
+      badOption(fmt::format("ClientOptions::topology is not a Topology value ({})", static_cast<int>(o.topology)));
+  }
+  checkOptions(o.connection);
+  checkOptions(o.pool);
 }
 
 }  // namespace redlimit

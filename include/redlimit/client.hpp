@@ -71,8 +71,8 @@ struct BestEffortStats {
 /// Thread-safe.
 class Client {
  public:
-  /// Throws InvalidArgument for bad options (bestEffortRetry <= 0, and what the pool refuses).
-  /// Connects lazily, on the first command.
+  /// Throws InvalidArgument for bad options (what checkOptions(const ClientOptions&) refuses, and
+  /// bestEffortRetry <= 0). Connects lazily, on the first command.
   explicit Client(ClientOptions options);
   ~Client();
   Client(const Client&) = delete;
@@ -82,7 +82,12 @@ class Client {
   [[nodiscard]] static std::shared_ptr<Client> create(ClientOptions options = {});
   /// A shared Client for `redis://[[user]:password@]host[:port][/db]`, the same over TLS as
   /// `rediss://...[?cacert=...&capath=...&cert=...&key=...&sni=...&verify=0|1]`, or
-  /// `unix:///path[?db=N]` (see parseUri); the rest of the options come from `base`.
+  /// `unix:///path[?db=N]` (see parseUri); for a Redis Cluster
+  /// `redis-cluster://[[user]:password@]host:port[,host:port...]` (the seeds; `rediss-cluster://`
+  /// over TLS); for the primary Redis Sentinel names
+  /// `redis-sentinel://[[user]:password@]host:port[,host:port...]/primaryName[/db]` (user and
+  /// password are the primary's; `?sentinel_user=...&sentinel_password=...` the sentinels' own;
+  /// `rediss-sentinel://` over TLS). See parseClientUri. The rest of the options come from `base`.
   /// Throws InvalidArgument.
   [[nodiscard]] static std::shared_ptr<Client> fromUri(const std::string& uri, ClientOptions base = {});
 

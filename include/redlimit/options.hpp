@@ -133,9 +133,12 @@ void checkOptions(const ConnectionOptions& options);
 /// Throws InvalidArgument for a pool size outside 1..1024 or a maxPending of 0.
 void checkOptions(const PoolOptions& options);
 
-/// Throws InvalidArgument naming the first topology option that cannot be used (no seeds or
-/// sentinels, a port outside 1..65535, an empty host or primary name, a db other than 0 on a
-/// cluster, refresh intervals or maxRedirects out of range). Client's constructor calls it.
+/// Throws InvalidArgument naming the first option that cannot be used: first the topology's (no
+/// seeds or sentinels, a port outside 1..65535, an empty host, a db other than 0 or a unix socket
+/// on a cluster, refresh intervals or maxRedirects out of range; an empty primary name or one with
+/// spaces or control characters, a sentinel user without a password, or a unix socket with
+/// Sentinel), then what checkOptions(ConnectionOptions) and checkOptions(PoolOptions) refuse.
+/// Client's constructor calls it. Thread-safe.
 void checkOptions(const ClientOptions& options);
 
 /// Parses a Client URI into options, starting from `base`: every form parseUri takes, and
@@ -144,7 +147,11 @@ void checkOptions(const ClientOptions& options);
 ///   `redis-sentinel://[[user]:password@]host:port[,host:port...]/primaryName[/db][?...]`
 ///       (Topology::Sentinel; user and password are the primary's; `sentinel_user=` and
 ///       `sentinel_password=` are the sentinels' own; `rediss-sentinel://` speaks TLS to both)
-/// Throws InvalidArgument on a malformed URI.
+/// parseUri's forms give Topology::Standalone. Hosts without a port get 6379 (cluster) or 26379
+/// (sentinel); an IPv6 address is written in brackets, `[::1]:7000`. The cluster and sentinel
+/// forms clear ConnectionOptions::unixSocket and set TLS as their scheme says.
+/// Throws InvalidArgument on a malformed URI (as parseUri), a db other than 0 in a cluster URI, or
+/// a sentinel URI without the primary's name.
 [[nodiscard]] ClientOptions parseClientUri(const std::string& uri, ClientOptions base = {});
 
 /// Parses a URI into connection options, starting from `base`:
@@ -155,7 +162,8 @@ void checkOptions(const ClientOptions& options);
 ///   `unix:///path/to/socket[?db=N&user=...&password=...]`
 /// redis:// and unix:// turn TLS off. User, password and query values are percent-decoded.
 /// Throws InvalidArgument on a malformed URI, an unknown query parameter, a TLS parameter on a
-/// redis:// or unix:// URI, or a socket path longer than kMaxUnixSocketPath.
+/// redis:// or unix:// URI, a socket path longer than kMaxUnixSocketPath, or a list of hosts or a
+/// cluster or sentinel scheme (parseClientUri reads those).
 [[nodiscard]] ConnectionOptions parseUri(const std::string& uri, ConnectionOptions base = {});
 
 }  // namespace redlimit

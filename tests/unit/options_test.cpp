@@ -1,17 +1,22 @@
 // checkOptions(ConnectionOptions): the TLS checks (the others are covered by the integration
-// tests through Client's constructor).
+// tests through Client's constructor). checkOptions(ClientOptions): the Cluster and Sentinel checks.
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 
+using redlimit::ClientOptions;
 using redlimit::ConnectionOptions;
+using redlimit::Topology;
 
 namespace {
 
-std::string rejection(const ConnectionOptions& o) {
+template <typename Options>
+std::string rejection(const Options& o) {
   try {
     redlimit::checkOptions(o);
   } catch (const redlimit::InvalidArgument& e) {
@@ -50,6 +55,117 @@ TEST(CheckOptions, ClientCertificateNeedsBothFiles) {
   o.tls.keyFile = "/k.pem";
   message = rejection(o);
   EXPECT_NE(message.find("TlsOptions::keyFile is set but ::certFile is empty"), std::string::npos) << message;
+}
+
+ClientOptions clusterOptions() {
+  ClientOptions o;
+  o.topology = Topology::Cluster;
+  o.cluster.seeds = {{"10.0.0.1", 7000}, {"10.0.0.2", 7001}};
+  return o;
+}
+
+ClientOptions sentinelOptions() {
+  ClientOptions o;
+  o.topology = Topology::Sentinel;
+  o.sentinel.sentinels = {{"10.0.0.1", 26379}};
+  o.sentinel.primaryName = "mymaster";
+  return o;
+}
+
+// Each case changes one option of a valid ClientOptions; the message must name it.
+struct Refused {
+  const char* name;
+  void (*change)(ClientOptions&);
+  const char* inMessage;
+};
+
+void expectRefused(const ClientOptions& valid, const std::vector<Refused>& cases) {
+  EXPECT_NO_THROW(redlimit::checkOptions(valid));
+  for (const Refused& c : cases) {
+    ClientOptions o = valid;
+    c.change(o);
+    const std::string message = rejection(o);
+    EXPECT_NE(message.find(c.inMessage), std::string::npos) << c.name << ": " << message;
+  }
+}
+
+TEST(CheckClientOptions, StandaloneRunsTheConnectionAndPoolChecks) {
+  ClientOptions o;
+  EXPECT_NO_THROW(redlimit::checkOptions(o));
+  o.cluster.seeds.clear();      // the other topologies' options are not looked at
+  o.sentinel.primaryName = "a b";
+  EXPECT_NO_THROW(redlimit::checkOptions(o));
+  o.connection.user = "app";
+  EXPECT_NE(rejection(o).find("an ACL user needs a password"), std::string::npos);
+  o.connection.user.clear();
+  o.pool.size = 0;
+  EXPECT_NE(rejection(o).find("PoolOptions::size"), std::string::npos);
+}
+
+TEST(CheckClientOptions, Cluster) {
+  expectRefused(
+      clusterOptions(),
+      {
+          {"no seeds", [](ClientOptions& o) { o.cluster.seeds.clear(); },
+           "ClusterOptions::seeds is empty; give at least one node, e.g. redis-cluster://"},
+          {"empty host", [](ClientOptions& o) { o.cluster.seeds[1].host.clear(); }, "ClusterOptions::seeds[1].host is empty"},
+          {"port 0", [](ClientOptions& o) { o.cluster.seeds[0].port = 0; },
+           "ClusterOptions::seeds[0].port must be in 1..65535, got 0"},
+          {"port 65536", [](ClientOptions& o) { o.cluster.seeds[1].port = 65536; }, "seeds[1].port"},
+          {"db 1", [](ClientOptions& o) { o.connection.db = 1; }, "a Redis Cluster has only db 0"},
+          {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; }, "ConnectionOptions::unixSocket"},
+          {"min refresh 0", [](ClientOptions& o) { o.cluster.minRefreshInterval = std::chrono::milliseconds(0); },
+           "ClusterOptions::minRefreshInterval must be > 0 ms, got 0 ms"},
+          {"refresh period under min",
+           [](ClientOptions& o) { o.cluster.refreshPeriod = o.cluster.minRefreshInterval - std::chrono::milliseconds(1); },
+           "ClusterOptions::refreshPeriod (199 ms) must be >= minRefreshInterval (200 ms)"},
+          {"0 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 0; }, "ClusterOptions::maxRedirects must be in 1..16, got 0"},
+          {"17 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 17; }, "maxRedirects"},
+          {"connection checked too", [](ClientOptions& o) { o.connection.commandTimeout = std::chrono::milliseconds(0); },
+           "ConnectionOptions::commandTimeout"},
+          {"pool checked too", [](ClientOptions& o) { o.pool.maxPending = 0; }, "PoolOptions::maxPending"},
+      });
+  ClientOptions edges = clusterOptions();
+  edges.cluster.seeds = {{"::1", 1}, {"h", 65535}};
+  edges.cluster.minRefreshInterval = edges.cluster.refreshPeriod = std::chrono::milliseconds(1);
+  edges.cluster.maxRedirects = 16;
+  edges.connection.tls.enabled = true;
+  edges.connection.user = "app";
+  edges.connection.password = "pw";
+  EXPECT_NO_THROW(redlimit::checkOptions(edges));
+  edges.cluster.maxRedirects = 1;
+  EXPECT_NO_THROW(redlimit::checkOptions(edges));
+}
+
+TEST(CheckClientOptions, Sentinel) {
+  expectRefused(
+      sentinelOptions(),
+      {
+          {"no sentinels", [](ClientOptions& o) { o.sentinel.sentinels.clear(); },
+           "SentinelOptions::sentinels is empty; give at least one node, e.g. redis-sentinel://"},
+          {"empty host", [](ClientOptions& o) { o.sentinel.sentinels[0].host.clear(); }, "SentinelOptions::sentinels[0].host"},
+          {"port -1", [](ClientOptions& o) { o.sentinel.sentinels[0].port = -1; }, "sentinels[0].port must be in 1..65535"},
+          {"no primary name", [](ClientOptions& o) { o.sentinel.primaryName.clear(); }, "SentinelOptions::primaryName is empty"},
+          {"space in name", [](ClientOptions& o) { o.sentinel.primaryName = "my master"; }, "byte 0x20"},
+          {"newline in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\n"; }, "byte 0x0a"},
+          {"DEL in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\x7f"; }, "byte 0x7f"},
+          {"user without password", [](ClientOptions& o) { o.sentinel.user = "sentinel-admin"; },
+           "SentinelOptions::user needs SentinelOptions::password"},
+          {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; }, "sentinel nodes are reached over TCP"},
+          {"primary's user without password", [](ClientOptions& o) { o.connection.user = "app"; }, "an ACL user needs a password"},
+      });
+  ClientOptions fine = sentinelOptions();
+  fine.sentinel.primaryName = "primary-1.eu_west";
+  fine.sentinel.password = "only-a-password";
+  fine.connection.db = 5;
+  fine.sentinel.tls = true;
+  EXPECT_NO_THROW(redlimit::checkOptions(fine));
+}
+
+TEST(CheckClientOptions, UnknownTopologyIsRefused) {
+  ClientOptions o;
+  o.topology = static_cast<Topology>(7);
+  EXPECT_NE(rejection(o).find("ClientOptions::topology"), std::string::npos);
 }
 
 }  // namespace

@@ -1,3 +1,8 @@
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "redlimit/errors.hpp"
@@ -140,5 +145,194 @@ TEST(ParseUri, RejectsMalformedRediss) {
   for (const char* bad : {"rediss://", "rediss://h?verify=2", "rediss://h?verify=", "rediss://h?verify=yes",
                           "rediss://h?cacert=%zz", "rediss://h?tls=1", "redis+tls://h", "REDISS://h"}) {
     EXPECT_THROW((void)parseUri(bad), redlimit::InvalidArgument) << bad;
+  }
+}
+
+// parseClientUri: the standalone forms go through parseUri; the cluster and sentinel forms share
+// its userinfo, host:port and query rules.
+using redlimit::ClientOptions;
+using redlimit::NodeAddress;
+using redlimit::parseClientUri;
+using redlimit::Topology;
+
+namespace {
+
+std::string rejection(const std::string& uri) {
+  try {
+    (void)parseClientUri(uri);
+  } catch (const redlimit::InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << uri << " was accepted";
+  return {};
+}
+
+void expectNodes(const std::vector<NodeAddress>& nodes, const std::vector<std::pair<std::string, int>>& expected) {
+  ASSERT_EQ(nodes.size(), expected.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    EXPECT_EQ(nodes[i].host, expected[i].first) << i;
+    EXPECT_EQ(nodes[i].port, expected[i].second) << i;
+  }
+}
+
+}  // namespace
+
+TEST(ParseClientUri, StandaloneFormsAreParseUris) {
+  ClientOptions base;
+  base.topology = Topology::Cluster;  // a standalone URI says what it names
+  base.clientId = "kept";
+  base.connection.commandTimeout = std::chrono::milliseconds(42);
+  for (const char* uri : {"redis://u:p@h:7000/3", "rediss://[::1]:6390?cacert=/ca.pem&verify=0",
+                          "unix:///run/redis.sock?db=2"}) {
+    ClientOptions o = parseClientUri(uri, base);
+    EXPECT_EQ(o.topology, Topology::Standalone) << uri;
+    EXPECT_EQ(o.clientId, "kept");
+    ConnectionOptions expected = parseUri(uri, base.connection);
+    EXPECT_EQ(o.connection.host, expected.host) << uri;
+    EXPECT_EQ(o.connection.port, expected.port) << uri;
+    EXPECT_EQ(o.connection.unixSocket, expected.unixSocket) << uri;
+    EXPECT_EQ(o.connection.db, expected.db) << uri;
+    EXPECT_EQ(o.connection.user, expected.user) << uri;
+    EXPECT_EQ(o.connection.password, expected.password) << uri;
+    EXPECT_EQ(o.connection.tls.enabled, expected.tls.enabled) << uri;
+    EXPECT_EQ(o.connection.tls.caFile, expected.tls.caFile) << uri;
+    EXPECT_EQ(o.connection.commandTimeout.count(), 42) << uri;
+  }
+}
+
+TEST(ParseClientUri, Cluster) {
+  ClientOptions base;
+  base.connection.unixSocket = "/tmp/r.sock";  // cluster nodes are TCP: the URI clears it
+  base.connection.tls.enabled = true;          // redis-cluster:// is plain text
+  base.cluster.maxRedirects = 3;
+  ClientOptions o = parseClientUri("redis-cluster://app:p%40ss@10.0.0.1:7000,[::1]:7001,node-c,fe80::2:7003", base);
+  EXPECT_EQ(o.topology, Topology::Cluster);
+  expectNodes(o.cluster.seeds, {{"10.0.0.1", 7000}, {"::1", 7001}, {"node-c", 6379}, {"fe80::2", 7003}});
+  EXPECT_EQ(o.connection.user, "app");
+  EXPECT_EQ(o.connection.password, "p@ss");
+  EXPECT_EQ(o.connection.db, 0);
+  EXPECT_TRUE(o.connection.unixSocket.empty());
+  EXPECT_FALSE(o.connection.tls.enabled);
+  EXPECT_EQ(o.cluster.maxRedirects, 3);
+  EXPECT_NO_THROW(redlimit::checkOptions(o));
+
+  o = parseClientUri("redis-cluster://:pw@h:7000?user=u2&db=0");
+  expectNodes(o.cluster.seeds, {{"h", 7000}});
+  EXPECT_EQ(o.connection.user, "u2");
+  EXPECT_EQ(o.connection.password, "pw");
+  EXPECT_EQ(parseClientUri("redis-cluster://h:7000/0").connection.db, 0);
+  EXPECT_EQ(parseClientUri("redis-cluster://h:7000/").cluster.seeds.size(), 1u);
+}
+
+TEST(ParseClientUri, ClusterOverTls) {
+  ClientOptions o = parseClientUri(
+      "rediss-cluster://h1:7000,h2:7001?cacert=%2Fca%20dir%2Fca.pem&cert=/c.pem&key=/k.pem&sni=redis.example&verify=0");
+  EXPECT_EQ(o.topology, Topology::Cluster);
+  expectNodes(o.cluster.seeds, {{"h1", 7000}, {"h2", 7001}});
+  EXPECT_TRUE(o.connection.tls.enabled);
+  EXPECT_EQ(o.connection.tls.caFile, "/ca dir/ca.pem");
+  EXPECT_EQ(o.connection.tls.certFile, "/c.pem");
+  EXPECT_EQ(o.connection.tls.keyFile, "/k.pem");
+  EXPECT_EQ(o.connection.tls.serverName, "redis.example");
+  EXPECT_FALSE(o.connection.tls.verifyPeer);
+  EXPECT_FALSE(o.sentinel.tls);
+}
+
+TEST(ParseClientUri, ClusterHasOnlyDb0) {
+  for (const char* uri : {"redis-cluster://h:7000/1", "redis-cluster://h:7000?db=2", "rediss-cluster://h?db=15"}) {
+    const std::string message = rejection(uri);
+    EXPECT_NE(message.find("a Redis Cluster has only db 0"), std::string::npos) << message;
+  }
+  EXPECT_NE(rejection("redis-cluster://h:7000?db=x").find("db must be a number"), std::string::npos);
+}
+
+TEST(ParseClientUri, Sentinel) {
+  ClientOptions o = parseClientUri(
+      "redis-sentinel://app:secret@s1:26380,[::1],s3/my%2Dprimary/4?sentinel_user=watcher&sentinel_password=s%26p");
+  EXPECT_EQ(o.topology, Topology::Sentinel);
+  expectNodes(o.sentinel.sentinels, {{"s1", 26380}, {"::1", 26379}, {"s3", 26379}});
+  EXPECT_EQ(o.sentinel.primaryName, "my-primary");
+  EXPECT_EQ(o.connection.db, 4);
+  EXPECT_EQ(o.connection.user, "app");
+  EXPECT_EQ(o.connection.password, "secret");
+  EXPECT_EQ(o.sentinel.user, "watcher");
+  EXPECT_EQ(o.sentinel.password, "s&p");
+  EXPECT_FALSE(o.connection.tls.enabled);
+  EXPECT_FALSE(o.sentinel.tls);
+  EXPECT_NO_THROW(redlimit::checkOptions(o));
+
+  o = parseClientUri("redis-sentinel://s1/mymaster?db=2&password=pw");
+  EXPECT_EQ(o.sentinel.primaryName, "mymaster");
+  EXPECT_EQ(o.connection.db, 2);
+  EXPECT_EQ(o.connection.password, "pw");
+  EXPECT_TRUE(o.sentinel.user.empty());
+  EXPECT_TRUE(o.sentinel.password.empty());
+  EXPECT_EQ(parseClientUri("redis-sentinel://s1/mymaster/").connection.db, 0);
+}
+
+TEST(ParseClientUri, SentinelOverTls) {
+  ClientOptions base;
+  base.sentinel.primaryName = "replaced";
+  ClientOptions o = parseClientUri("rediss-sentinel://s1:26379/mymaster?capath=/certs&verify=1", base);
+  EXPECT_TRUE(o.connection.tls.enabled);
+  EXPECT_TRUE(o.sentinel.tls);
+  EXPECT_EQ(o.connection.tls.caPath, "/certs");
+  EXPECT_EQ(o.sentinel.primaryName, "mymaster");
+}
+
+TEST(ParseClientUri, SentinelNeedsThePrimaryName) {
+  for (const char* uri : {"redis-sentinel://s1:26379", "redis-sentinel://s1:26379/", "redis-sentinel://s1//3",
+                          "rediss-sentinel://s1?db=1"}) {
+    const std::string message = rejection(uri);
+    EXPECT_NE(message.find("missing the primary's name"), std::string::npos) << message;
+  }
+}
+
+TEST(ParseClientUri, RejectsMalformed) {
+  for (const char* uri : {
+           "redis-cluster://", "redis-cluster://h:7000,", "redis-cluster://,h", "redis-cluster://h:0",
+           "redis-cluster://h:70000", "redis-cluster://[::1", "redis-cluster://[::1]x", "redis-cluster://u:p%zz@h",
+           "redis-cluster://h?foo=1", "redis-cluster://h?db", "redis-sentinel:///mymaster",
+           "redis-sentinel://s1,,s2/m", "redis-sentinel://s1:x/m", "redis-sentinel://s1/m/x",
+           "redis-sentinel://s1/m/1/2", "redis-sentinel://s1/m%zz", "redis-sentinel://s1/m?sentinel_password=%z",
+           "REDIS-CLUSTER://h", "redis+cluster://h", "http://h", "",
+       }) {
+    EXPECT_THROW((void)parseClientUri(uri), redlimit::InvalidArgument) << uri;
+  }
+  EXPECT_NE(rejection("redis-cluster://h?foo=1").find("bad Redis URI \"redis-cluster://h?foo=1\": unknown query "
+                                                      "parameter \"foo\""),
+            std::string::npos);
+  EXPECT_NE(rejection("valkey://h").find("redis-cluster://"), std::string::npos) << "names every scheme";
+}
+
+TEST(ParseClientUri, TlsParametersNeedTheTlsScheme) {
+  EXPECT_NE(rejection("redis-cluster://h?cacert=/ca.pem").find("use a rediss-cluster:// URI"), std::string::npos);
+  EXPECT_NE(rejection("redis-sentinel://h/m?verify=0").find("use a rediss-sentinel:// URI"), std::string::npos);
+}
+
+TEST(ParseClientUri, SentinelParametersOnlyOnSentinelUris) {
+  for (const char* uri : {"redis://h?sentinel_user=u", "redis-cluster://h?sentinel_password=p",
+                          "unix:///tmp/r.sock?sentinel_user=u"}) {
+    const std::string message = rejection(uri);
+    EXPECT_NE(message.find("is for redis-sentinel:// URIs"), std::string::npos) << message;
+  }
+}
+
+TEST(ParseUri, NamesTheClientUriFormsItDoesNotTake) {
+  for (const char* uri : {"redis://h1:7000,h2:7001", "rediss://h1,h2"}) {
+    try {
+      (void)parseUri(uri);
+      ADD_FAILURE() << uri << " was accepted";
+    } catch (const redlimit::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("use redis-cluster:// or redis-sentinel://"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* uri : {"redis-cluster://h:7000", "rediss-sentinel://s/m"}) {
+    try {
+      (void)parseUri(uri);
+      ADD_FAILURE() << uri << " was accepted";
+    } catch (const redlimit::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("parseClientUri"), std::string::npos) << e.what();
+    }
   }
 }
