@@ -144,51 +144,56 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, Outc
     a->done(std::move(out));
     return;
   }
-  Verdict v = classify(out.error);
-  const SteadyTime now = SteadyClock::now();
-  switch (v.kind) {
-    case Verdict::Deliver:
-      break;
-    case Verdict::NodeDown:
-      wantRefresh();
-      break;
-    case Verdict::Redirect: {
-      std::optional<Redirect> to = parseRedirect(v.text);
-      if (!to) break;  // not a redirect we understand: the caller sees Redis's words
+  const Verdict v = classify(out.error);
+  if (v.kind == Verdict::NodeDown) wantRefresh();  // a failover, perhaps: the caller's policy decides meanwhile
+  if (v.kind == Verdict::Redirect) {
+    std::optional<Redirect> to = parseRedirect(v.text);
+    if (to && to->node.host != "?") {
       if (to->node.host.empty()) to->node.host = node->address.host;  // "MOVED 1 :7001": the same host
-      if (++a->redirects > options_.cluster.maxRedirects || now >= a->proto.deadline) {
-        a->done(Outcome{Reply{}, std::make_exception_ptr(UnavailableError(
-                                     to->ask ? "ASK" : "MOVED",
-                                     fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}): "
-                                                 "the slot map is changing; not run",
-                                                 a->proto.command, a->redirects, endpointOf(to->node))))});
-        return;
-      }
-      Node* target = nodeAt(to->node);
-      if (!to->ask) {
-        moved_.fetch_add(1, std::memory_order_relaxed);
-        if (target != nullptr) {
-          std::unique_lock<std::shared_mutex> lock(mapMutex_);
-          slots_[to->slot] = target;
-        }
-        wantRefresh();  // one moved slot often means more (a resharding, a failover)
-      } else {
-        asked_.fetch_add(1, std::memory_order_relaxed);
-      }
-      dispatch(a, target, to->ask);
+      redirect(a, *to);
       return;
     }
-    case Verdict::Retry: {
-      const auto pause = std::min<milliseconds>(milliseconds(5) * (1 << std::min(a->retries, 5)), milliseconds(100));
-      if (now + pause >= a->proto.deadline || stopped_.load(std::memory_order_acquire)) break;
-      ++a->retries;
-      retried_.fetch_add(1, std::memory_order_relaxed);
-      if (v.text.find("CLUSTERDOWN") != std::string::npos) wantRefresh();
-      later(now + pause, [self = shared_from_this(), a] { self->dispatch(a, self->route(a->slot), false); });
-      return;
-    }
+    // "MOVED 1 ?:7001": the node knows the owner but not its address yet. Learn the map, try again.
+    if (to) wantRefresh();
   }
+  if ((v.kind == Verdict::Retry || v.kind == Verdict::Redirect) && retryLater(a, v.text)) return;
   a->done(std::move(out));
+}
+
+void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& to) {
+  if (++a->redirects > options_.cluster.maxRedirects || SteadyClock::now() >= a->proto.deadline) {
+    a->done(Outcome{Reply{}, std::make_exception_ptr(UnavailableError(
+                                 to.ask ? "ASK" : "MOVED",
+                                 fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}) within "
+                                             "its {} ms deadline: the slot map is changing; not run",
+                                             a->proto.command, a->redirects, endpointOf(to.node),
+                                             a->proto.budget.count())))});
+    return;
+  }
+  Node* target = nodeAt(to.node);
+  if (to.ask) {
+    asked_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    moved_.fetch_add(1, std::memory_order_relaxed);
+    if (target != nullptr) {
+      std::unique_lock<std::shared_mutex> lock(mapMutex_);
+      slots_[to.slot] = target;
+    }
+    wantRefresh();  // one moved slot often means more (a resharding, a failover)
+  }
+  dispatch(a, target, to.ask);
+}
+
+bool ClusterRunner::retryLater(const std::shared_ptr<Attempt>& a, const std::string& why) {
+  const SteadyTime now = SteadyClock::now();
+  const auto pause = std::min<milliseconds>(milliseconds(5) * (1 << std::min(a->retries, 5)), milliseconds(100));
+  if (now + pause >= a->proto.deadline || stopped_.load(std::memory_order_acquire)) return false;
+  ++a->retries;
+  a->redirects = 0;  // an ASK, then TRYAGAIN on the importing node, then ASK again: one round each
+  retried_.fetch_add(1, std::memory_order_relaxed);
+  if (why.find("CLUSTERDOWN") != std::string::npos) wantRefresh();
+  later(now + pause, [self = shared_from_this(), a] { self->dispatch(a, self->route(a->slot), false); });
+  return true;
 }
 
 void ClusterRunner::later(SteadyTime at, std::function<void()> run) {

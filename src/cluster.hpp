@@ -19,6 +19,7 @@
 
 #include "redlimit/options.hpp"
 #include "runner.hpp"
+#include "slot_map.hpp"
 #include "transport.hpp"
 
 namespace redlimit::detail {
@@ -84,6 +85,8 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   Node* nodeAt(const NodeAddress& address);  // finds or starts it; nullptr after shutdown
   void dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking);
   void finished(const std::shared_ptr<Attempt>& a, Node* node, Outcome out);
+  void redirect(const std::shared_ptr<Attempt>& a, const Redirect& to);
+  bool retryLater(const std::shared_ptr<Attempt>& a, const std::string& why);  // false: no time left
   void later(SteadyTime at, std::function<void()> run);
   void wantRefresh();
   void maintain();
