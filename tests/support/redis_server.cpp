@@ -1,5 +1,6 @@
 #include "redlimit_test/redis_server.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <csignal>
@@ -80,25 +81,21 @@ int freeLoopbackPort() {
   throw std::runtime_error("no free loopback port found");
 }
 
-RedisServer::RedisServer(std::vector<std::string> extraArgs) : extraArgs_(std::move(extraArgs)) {
+RedisServer::RedisServer(std::vector<std::string> extraArgs, std::string configText)
+    : extraArgs_(std::move(extraArgs)) {
   for (std::size_t i = 0; i + 1 < extraArgs_.size(); ++i) {
-    if (extraArgs_[i] != "--tls-port") continue;
-    if (extraArgs_[i + 1] == "auto") {
-      pickTlsPort_ = true;
-    } else {
-      tlsPort_ = std::stoi(extraArgs_[i + 1]);
-    }
+    if (extraArgs_[i] != "--tls-port" && extraArgs_[i] != "--cluster-port") continue;
+    if (extraArgs_[i + 1] == "auto") autoPorts_.push_back(i + 1);
   }
   char tmpl[] = "/tmp/redlimit-redis-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
+  if (!configText.empty()) {
+    configFile_ = dir_ + "/redis.conf";
+    std::ofstream(configFile_) << configText;
+  }
   for (int attempt = 0;; ++attempt) {
-    port_ = freeLoopbackPort();
-    if (pickTlsPort_) {
-      do {
-        tlsPort_ = freeLoopbackPort();
-      } while (tlsPort_ == port_);
-    }
+    pickPorts();
     try {
       launch();
       waitReady(std::chrono::seconds(10));
@@ -113,6 +110,25 @@ RedisServer::RedisServer(std::vector<std::string> extraArgs) : extraArgs_(std::m
   }
 }
 
+// A new plain port, and new picks for the `auto` ports, all different; then reads the TLS and
+// cluster bus ports back from the arguments.
+void RedisServer::pickPorts() {
+  port_ = freeLoopbackPort();
+  std::vector<int> taken{port_};
+  for (std::size_t index : autoPorts_) {
+    int picked = 0;
+    do {
+      picked = freeLoopbackPort();
+    } while (std::find(taken.begin(), taken.end(), picked) != taken.end());
+    taken.push_back(picked);
+    extraArgs_[index] = std::to_string(picked);
+  }
+  for (std::size_t i = 0; i + 1 < extraArgs_.size(); ++i) {
+    if (extraArgs_[i] == "--tls-port") tlsPort_ = std::stoi(extraArgs_[i + 1]);
+    if (extraArgs_[i] == "--cluster-port") clusterPort_ = std::stoi(extraArgs_[i + 1]);
+  }
+}
+
 RedisServer::~RedisServer() {
   stop();
   std::error_code ec;
@@ -122,8 +138,10 @@ RedisServer::~RedisServer() {
 std::string RedisServer::uri() const { return "redis://" + host_ + ":" + std::to_string(port_); }
 
 void RedisServer::launch() {
-  std::vector<std::string> args = {REDLIMIT_REDIS_SERVER,
-                                   "--port", std::to_string(port_),
+  std::vector<std::string> args = {REDLIMIT_REDIS_SERVER};
+  // The config file must come first (redis-server <file> [--option value ...]).
+  if (!configFile_.empty()) args.push_back(configFile_);
+  args.insert(args.end(), {"--port", std::to_string(port_),
                                    "--bind", host_,
                                    "--dir", dir_,
                                    "--unixsocket", unixSocket(),
@@ -132,13 +150,8 @@ void RedisServer::launch() {
                                    "--appendonly", "no",
                                    "--daemonize", "no",
                                    "--logfile", dir_ + "/redis.log",
-                                   "--enable-debug-command", "local"};
+                                   "--enable-debug-command", "local"});
   args.insert(args.end(), extraArgs_.begin(), extraArgs_.end());
-  if (pickTlsPort_) {
-    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
-      if (args[i] == "--tls-port" && args[i + 1] == "auto") args[i + 1] = std::to_string(tlsPort_);
-    }
-  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -15,9 +15,12 @@ namespace redlimit::test {
 class RedisServer {
  public:
   /// Starts the server and waits until it answers PING on its plain port. extraArgs go on the
-  /// command line (for example {"--requirepass", "secret"}); `"--tls-port", "auto"` has the
-  /// harness pick a free port (see tlsPort()). Throws std::runtime_error if it does not start.
-  explicit RedisServer(std::vector<std::string> extraArgs = {});
+  /// command line (for example {"--requirepass", "secret"}); `"--tls-port", "auto"` and
+  /// `"--cluster-port", "auto"` have the harness pick a free port (see tlsPort(), clusterPort()).
+  /// A non-empty configText is written to <dir>/redis.conf and given as the config file (a
+  /// sentinel needs a writable one; the server may rewrite it, and restart() keeps it).
+  /// Throws std::runtime_error if it does not start.
+  explicit RedisServer(std::vector<std::string> extraArgs = {}, std::string configText = {});
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -25,7 +28,9 @@ class RedisServer {
   [[nodiscard]] int port() const noexcept { return port_; }
   /// The TLS port: the harness's pick for `--tls-port auto`, the number given, or 0 without one.
   [[nodiscard]] int tlsPort() const noexcept { return tlsPort_; }
-  [[nodiscard]] const std::string& host() const noexcept { return host_; }
+  /// The cluster bus port: the harness's pick for `--cluster-port auto`, the number given, or 0
+  /// without one (redis then uses port() + 10000).
+  [[nodiscard]] int clusterPort() const noexcept { return clusterPort_; }  [[nodiscard]] const std::string& host() const noexcept { return host_; }
   /// redis://127.0.0.1:<port>
   [[nodiscard]] std::string uri() const;
   /// Path of the unix socket the server also listens on.
@@ -40,15 +45,18 @@ class RedisServer {
   [[nodiscard]] bool running() const noexcept { return pid_ > 0; }
 
  private:
+  void pickPorts();
   void launch();
   void waitReady(std::chrono::milliseconds limit);
 
   std::vector<std::string> extraArgs_;
   std::string host_ = "127.0.0.1";
   std::string dir_;
+  std::string configFile_;          // empty: no config file
   int port_ = 0;
   int tlsPort_ = 0;
-  bool pickTlsPort_ = false;  // extraArgs said `--tls-port auto`
+  int clusterPort_ = 0;
+  std::vector<std::size_t> autoPorts_;  // indexes in extraArgs_ of `auto` port values to pick
   pid_t pid_ = -1;
 };
 
