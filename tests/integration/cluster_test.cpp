@@ -1,0 +1,285 @@
+// Redis Cluster: limiters on a real 3-primary cluster (tests/support/redis_cluster.cpp) routed by
+// their slot, across a live resharding, and with names that must share a slot.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cluster.hpp"
+#include "key_slot.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit_test/redis_cluster.hpp"
+
+namespace redlimit::test {
+namespace {
+
+using std::chrono::milliseconds;
+using detail::Reply;
+
+std::shared_ptr<Client> clusterClient(const RedisCluster& cluster, ClientOptions base = {}) {
+  return Client::fromUri(cluster.seeds(), std::move(base));
+}
+
+detail::ClusterCounters clusterCountersOf(Client& c) {
+  auto* runner = dynamic_cast<detail::ClusterRunner*>(&detail::ClientAccess::runner(c));
+  if (runner == nullptr) throw std::runtime_error("not a cluster client");
+  return runner->clusterCounters();
+}
+
+std::int64_t zcard(Client& c, const std::string& key) { return detail::command(c, {"ZCARD", key}).asInteger(); }
+
+// Members of a limiter's permits log (one per grant of 1 permit), read through the cluster client.
+std::int64_t grantsInRedis(Client& c, const RateLimiter& rl) { return zcard(c, rl.keys()[3]); }
+
+TEST(Cluster, ThousandLimitersOverEverySlotHoldTheirRateWithNoRedirectReachingACaller) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  constexpr int kLimiters = 1000;
+  constexpr std::int64_t kRate = 3;
+  std::vector<RateLimiter> limiters;
+  std::vector<int> slotsUsed(3, 0);
+  limiters.reserve(kLimiters);
+  for (int i = 0; i < kLimiters; ++i) {
+    limiters.emplace_back(client, "cl:" + std::to_string(i));
+    ASSERT_TRUE(limiters.back().trySetRate(RateType::Overall, kRate, std::chrono::minutes(10)));
+  }
+  for (int i = 0; i < kLimiters; i += 50) {
+    slotsUsed[static_cast<std::size_t>(cluster.primaryOfSlot(detail::keySlot(limiters[static_cast<std::size_t>(i)].getName())))]++;
+  }
+  for (int n : slotsUsed) EXPECT_GT(n, 0) << "the names should spread over all three primaries";
+
+  // 8 threads, each over every limiter in its own order, 2 rounds: 16 attempts per limiter.
+  std::vector<std::atomic<std::int64_t>> granted(kLimiters);
+  std::atomic<int> errors{0};
+  std::string firstError;
+  std::mutex errorMutex;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 2; ++round) {
+        for (int k = 0; k < kLimiters; ++k) {
+          const std::size_t i = static_cast<std::size_t>((k * 7 + t * 131) % kLimiters);
+          try {
+            if (limiters[i].tryAcquire()) granted[i].fetch_add(1);
+          } catch (const std::exception& e) {
+            if (errors.fetch_add(1) == 0) {
+              std::lock_guard<std::mutex> lock(errorMutex);
+              firstError = e.what();
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0) << firstError;
+  for (std::size_t i = 0; i < limiters.size(); ++i) {
+    EXPECT_EQ(granted[i].load(), kRate) << limiters[i].getName();
+    EXPECT_EQ(grantsInRedis(*client, limiters[i]), granted[i].load()) << limiters[i].getName();
+  }
+  const detail::ClusterCounters c = clusterCountersOf(*client);
+  EXPECT_GE(c.refreshes, 1u);
+  EXPECT_EQ(c.nodes, 3u);
+  std::printf("[ cluster  ] 1000 limiters x 16 attempts over 8 threads: %llu MOVED followed, %llu refreshes\n",
+              static_cast<unsigned long long>(c.moved), static_cast<unsigned long long>(c.refreshes));
+}
+
+TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  RateLimiter hot(client, "hot");
+  constexpr std::int64_t kRate = 1500;
+  ASSERT_TRUE(hot.trySetRate(RateType::Overall, kRate, std::chrono::minutes(10)));
+  const int slot = detail::keySlot("hot");
+  const int from = cluster.primaryOfSlot(slot);
+  const int to = (from + 1) % 3;
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> granted{0}, denied{0};
+  std::atomic<int> errors{0};
+  std::string firstError;
+  std::mutex errorMutex;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      while (!stop.load()) {
+        try {
+          (hot.tryAcquire() ? granted : denied).fetch_add(1);
+        } catch (const std::exception& e) {
+          if (errors.fetch_add(1) == 0) {
+            std::lock_guard<std::mutex> lock(errorMutex);
+            firstError = e.what();
+          }
+        }
+      }
+    });
+  }
+  // Traffic before, during and after the move, which goes in steps while the 8 threads acquire;
+  // then on until the rate is used up and well past it.
+  while (granted.load() < 200) std::this_thread::yield();
+  cluster.beginMigration(slot, from, to);
+  std::this_thread::sleep_for(milliseconds(20));
+  cluster.migrateKeys(slot, from, to);
+  std::this_thread::sleep_for(milliseconds(20));
+  cluster.finishMigration(slot, from, to);
+  const std::int64_t grantedAtTheMove = granted.load();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (granted.load() < kRate && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+  const std::int64_t deniedAtTheEnd = denied.load();
+  while (denied.load() < deniedAtTheEnd + 500 && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+  stop = true;
+  for (auto& th : threads) th.join();
+
+  EXPECT_EQ(errors.load(), 0) << firstError;
+  EXPECT_EQ(cluster.primaryOfSlot(slot), to);
+  EXPECT_LT(grantedAtTheMove, kRate) << "the move should happen while permits are left";
+  EXPECT_EQ(granted.load(), kRate) << "every permit granted once, none more, across the move";
+  EXPECT_EQ(grantsInRedis(*client, hot), granted.load());
+  const detail::ClusterCounters c = clusterCountersOf(*client);
+  EXPECT_GE(c.moved + c.asked, 1u) << "the move should have been seen by redirects";
+  std::printf("[ cluster  ] %lld granted before the move ended, %lld in all, %lld denied; %llu ASK, %llu MOVED, "
+              "%llu retried (TRYAGAIN)\n",
+              static_cast<long long>(grantedAtTheMove), static_cast<long long>(granted.load()),
+              static_cast<long long>(denied.load()), static_cast<unsigned long long>(c.asked),
+              static_cast<unsigned long long>(c.moved), static_cast<unsigned long long>(c.retried));
+}
+
+TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRefreshAndASecond) {
+  constexpr milliseconds kNodeTimeout{1000};
+  RedisCluster cluster(3, 1, kNodeTimeout);
+  ClientOptions base;
+  base.connection.connectTimeout = milliseconds(200);
+  base.connection.commandTimeout = milliseconds(200);
+  auto client = clusterClient(cluster, base);
+  RateLimiterOptions options;
+  options.failure.policy = FailurePolicy::Deny;
+  options.failure.probeInterval = milliseconds(20);
+  RateLimiter rl(client, "failover:limiter", options);
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
+  ASSERT_TRUE(rl.tryAcquire());
+  const int primary = cluster.primaryOfSlot(detail::keySlot("failover:limiter"));
+  ASSERT_GE(primary, 0);
+  ASSERT_LT(primary, 3);
+
+  using Clock = std::chrono::steady_clock;
+  std::atomic<bool> killed{false};
+  Clock::time_point killedAt, recoveredAt;
+  std::int64_t deniedByPolicy = 0;
+  std::string error;
+  std::thread caller([&] {
+    while (!killed.load()) std::this_thread::sleep_for(milliseconds(1));
+    while (Clock::now() - killedAt < std::chrono::seconds(30)) {
+      try {
+        if (rl.tryAcquire()) {
+          recoveredAt = Clock::now();
+          return;
+        }
+        ++deniedByPolicy;
+      } catch (const std::exception& e) {
+        error = e.what();  // the policy must decide every call
+        return;
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  });
+  killedAt = Clock::now();
+  cluster.killNode(primary);
+  killed = true;
+  const int promoted = cluster.waitForFailover(primary);
+  const auto promotedAt = Clock::now();
+  caller.join();
+  ASSERT_EQ(error, "");
+  ASSERT_NE(recoveredAt, Clock::time_point{}) << "no call granted within 30 s of the kill";
+  EXPECT_GT(deniedByPolicy, 0);
+  EXPECT_GT(rl.failureStats().denied, 0u);
+  EXPECT_EQ(cluster.primaryOfSlot(detail::keySlot("failover:limiter")), promoted);
+  const auto ms = [&](Clock::time_point t) { return std::chrono::duration_cast<milliseconds>(t - killedAt).count(); };
+  // The harness sees the promotion by polling, so the client may be first; it must not be later
+  // than one map refresh and a second after it.
+  EXPECT_LE(ms(recoveredAt), ms(promotedAt) + 200 + 1000);
+  EXPECT_LE(ms(recoveredAt), kNodeTimeout.count() + 200 + 1000 + 1500)
+      << "node timeout + one refresh + 1 s, and the replica's election delay (0.5-1 s) and gossip";
+  std::printf("[ cluster  ] SIGKILL of the primary: replica promoted (as the harness saw it) after %lld ms, first "
+              "granted call after %lld ms (node timeout %lld ms); %lld calls denied by the policy meanwhile\n",
+              static_cast<long long>(ms(promotedAt)), static_cast<long long>(ms(recoveredAt)),
+              static_cast<long long>(kNodeTimeout.count()), static_cast<long long>(deniedByPolicy));
+}
+
+TEST(Cluster, NamesWithOneHashTagShareASlotAndANameThatWouldStraddleSlotsIsRefusedBeforeSending) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  RateLimiter a(client, "{t}a");
+  RateLimiter b(client, "{t}b");
+  for (const std::string& key : a.keys()) EXPECT_EQ(detail::keySlot(key), detail::keySlot("t")) << key;
+  for (const std::string& key : b.keys()) EXPECT_EQ(detail::keySlot(key), detail::keySlot("t")) << key;
+  ASSERT_TRUE(a.trySetRate(RateType::Overall, 2, std::chrono::minutes(1)));
+  ASSERT_TRUE(b.trySetRate(RateType::Overall, 1, std::chrono::minutes(1)));
+  EXPECT_TRUE(a.tryAcquire());
+  EXPECT_TRUE(b.tryAcquire());
+  EXPECT_FALSE(b.tryAcquire());
+
+  const auto before = client->poolStats().requests;
+  for (const char* straddles : {"a{b", "a{}b", "x{}{y}"}) {
+    try {
+      RateLimiter bad(client, straddles);
+      ADD_FAILURE() << straddles << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("slot"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("{tenant}"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(client->poolStats().requests, before) << "nothing may be sent for a refused name";
+  // Commands without keys go to any node.
+  EXPECT_EQ(detail::command(*client, {"PING"}).str, "PONG");
+}
+
+TEST(Cluster, RedissonsLayoutIsTheSameOnACluster) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  ClientOptions perClient;
+  perClient.clientId = "0123456789abcdef0123456789abcdef0123";
+  auto other = clusterClient(cluster, perClient);
+  RateLimiter rl(other, "layout:limiter");
+  ASSERT_TRUE(rl.trySetRate(RateType::PerClient, 5, std::chrono::seconds(30)));
+  ASSERT_TRUE(rl.tryAcquire(2));
+  Reply hash = detail::command(*client, {"HGETALL", "layout:limiter"});
+  std::map<std::string, std::string> fields;
+  for (std::size_t i = 0; i + 1 < hash.elements.size(); i += 2) fields[hash.elements[i].str] = hash.elements[i + 1].str;
+  EXPECT_EQ(fields["rate"], "5");
+  EXPECT_EQ(fields["interval"], "30000");
+  EXPECT_EQ(fields["type"], "1");
+  EXPECT_EQ(detail::command(*client, {"GET", "{layout:limiter}:value:" + perClient.clientId}).str, "3");
+  EXPECT_EQ(zcard(*client, "{layout:limiter}:permits:" + perClient.clientId), 1);
+  EXPECT_EQ(detail::command(*client, {"EXISTS", "{layout:limiter}:value"}).asInteger(), 0);
+}
+
+TEST(Cluster, OneKeyLimitersRouteByTheirKey) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  std::vector<TokenBucketRateLimiter> buckets;
+  for (int i = 0; i < 30; ++i) {
+    buckets.emplace_back(client, "tb:" + std::to_string(i));
+  }
+  TokenBucketConfig config;
+  config.capacity = 2;
+  config.refillPermits = 1;
+  config.refillInterval = std::chrono::minutes(1);
+  for (auto& b : buckets) {
+    ASSERT_TRUE(b.trySetConfig(config));
+    EXPECT_TRUE(b.tryAcquire());
+    EXPECT_TRUE(b.tryAcquire());
+    EXPECT_FALSE(b.tryAcquire());
+  }
+}
+
+}  // namespace
+}  // namespace redlimit::test

@@ -1,0 +1,96 @@
+// Redis Sentinel: a limiter on the primary three sentinels name, followed across a failover
+// (tests/support/redis_cluster.cpp starts the primary, its replica and the sentinels).
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/redis_sentinel_group.hpp"
+#include "sentinel.hpp"
+
+namespace redlimit::test {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+detail::SentinelCounters sentinelCountersOf(Client& c) {
+  auto* runner = dynamic_cast<detail::SentinelRunner*>(&detail::ClientAccess::runner(c));
+  if (runner == nullptr) throw std::runtime_error("not a sentinel client");
+  return runner->sentinelCounters();
+}
+
+TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTheGap) {
+  constexpr milliseconds kDownAfter{500};
+  RedisSentinelGroup group(kDownAfter);
+  ClientOptions base;
+  base.connection.connectTimeout = milliseconds(200);
+  base.connection.commandTimeout = milliseconds(200);
+  auto client = Client::fromUri(group.uri(), base);
+  RateLimiterOptions options;
+  options.failure.policy = FailurePolicy::Deny;
+  options.failure.probeInterval = milliseconds(20);
+  RateLimiter rl(client, "sentinel:limiter", options);
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
+  ASSERT_TRUE(rl.tryAcquire());
+  const int before = group.currentPrimaryPort();
+  EXPECT_EQ(sentinelCountersOf(*client).primary.port, before);
+
+  group.primary().kill();
+  const auto killed = Clock::now();
+  std::int64_t deniedByPolicy = 0;
+  bool recovered = false;
+  std::string error;
+  while (Clock::now() - killed < std::chrono::seconds(20)) {
+    try {
+      if (rl.tryAcquire()) {
+        recovered = true;
+        break;
+      }
+      ++deniedByPolicy;
+    } catch (const std::exception& e) {
+      error = e.what();  // the policy must decide every call: nothing may reach the caller
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const auto tookMs = std::chrono::duration_cast<milliseconds>(Clock::now() - killed).count();
+  EXPECT_EQ(error, "");
+  ASSERT_TRUE(recovered) << "no call granted within 20 s of the kill";
+  EXPECT_GT(deniedByPolicy, 0);
+  EXPECT_GT(rl.failureStats().denied, 0u);
+  const detail::SentinelCounters c = sentinelCountersOf(*client);
+  EXPECT_NE(c.primary.port, before);
+  EXPECT_EQ(c.primary.port, group.currentPrimaryPort());
+  EXPECT_GE(c.switches, 1u);
+  std::printf("[ sentinel ] first granted call %lld ms after SIGKILL of the primary (down-after %lld ms); "
+              "%lld calls denied by the policy meanwhile; %llu +switch-master seen\n",
+              static_cast<long long>(tookMs), static_cast<long long>(kDownAfter.count()),
+              static_cast<long long>(deniedByPolicy), static_cast<unsigned long long>(c.announcements));
+}
+
+TEST(Sentinel, AnUnknownPrimaryNameEndsCallsByTheirDeadlineWithAnErrorThatSaysSo) {
+  RedisSentinelGroup group;
+  ClientOptions base;
+  base.connection.commandTimeout = milliseconds(300);
+  std::string uri = group.uri();
+  uri.replace(uri.rfind('/') + 1, std::string::npos, "nosuchprimary");
+  auto client = Client::fromUri(uri, base);
+  const auto start = Clock::now();
+  try {
+    detail::command(*client, {"PING"});
+    ADD_FAILURE() << "PING answered without a primary";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("nosuchprimary"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+}  // namespace
+}  // namespace redlimit::test
