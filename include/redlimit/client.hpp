@@ -53,8 +53,10 @@ struct BestEffortStats {
   bool unreachable = false;   // the last transport failure has not been followed by a success yet
 };
 
-/// A handle on one Redis deployment (standalone today; Redis Cluster will plug in behind the same
-/// interface). Runs the limiters' Lua scripts over a few multiplexed connections
+/// A handle on one Redis deployment: a server, a Redis Cluster (a pool and an I/O thread per
+/// primary, routed by the keys' hash slot, redirects followed within each request's deadline), or
+/// the primary a group of Sentinels names (followed across failovers); see ClientOptions::topology.
+/// Runs the limiters' Lua scripts over a few multiplexed connections
 /// (PoolOptions::size) and one I/O thread: any number of threads share them, and requests queued
 /// while a write is in flight leave together (automatic pipelining). Every request has one
 /// deadline, ConnectionOptions::commandTimeout, for queueing, writing and its reply, whatever

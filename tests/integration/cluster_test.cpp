@@ -238,6 +238,10 @@ TEST(Cluster, NamesWithOneHashTagShareASlotAndANameThatWouldStraddleSlotsIsRefus
     }
   }
   EXPECT_EQ(client->poolStats().requests, before) << "nothing may be sent for a refused name";
+  // A script call whose keys are in different slots is refused by the Client, before sending.
+  static const detail::Script noop{"noop", "0000000000000000000000000000000000000000", "return 1"};
+  EXPECT_THROW(detail::eval(*client, noop, {"{t}x", "{u}x"}, {}), InvalidArgument);
+  EXPECT_EQ(client->poolStats().requests, before);
   // Commands without keys go to any node.
   EXPECT_EQ(detail::command(*client, {"PING"}).str, "PONG");
 }

@@ -1,7 +1,7 @@
 // redlimit — the Redis layer under the limiters: raw commands and scripts on a Client. Not public
 // API (no stability promise): the limiters use it, and tests and benchmarks use it to look at and
 // set up Redis. Script calls are routed by their keys, which must share one hash slot (Redisson's
-// {name} rule), and NOSCRIPT is handled underneath; Redis Cluster will plug in behind it.
+// {name} rule), and NOSCRIPT is handled underneath, on every node of a Redis Cluster.
 #pragma once
 
 #include <chrono>
