@@ -35,7 +35,8 @@ Verdict classify(const std::exception_ptr& error) {
     return {Verdict::NodeDown, {}};  // slow or gone: the map may have changed (a failover)
   } catch (const IoError&) {
     return {Verdict::NodeDown, {}};
-  } catch (const ReplyError& e) {
+  } catch (const ConfigurationError& e) {
+    // error_mapping's words for a redirect, meant for a Client set up for one server.
     if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Redirect, e.what()};
     return {Verdict::Deliver, {}};
   } catch (...) {

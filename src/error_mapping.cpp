@@ -173,6 +173,15 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                              "thrown under every failure policy)",
                                              text));
   }
+  // A Redis Cluster node asked for a slot it does not serve: the Client was set up for one server.
+  // (A cluster Client follows these redirects itself and never lets one reach a caller.)
+  if (code == "MOVED" || code == "ASK") {
+    throw ConfigurationError(codeText, fmt::format("redlimit: the server is a Redis Cluster node and another node "
+                                                   "serves this key's slot: {} (connect with "
+                                                   "redis-cluster://host:port, or ClientOptions::topology = "
+                                                   "Topology::Cluster; thrown under every failure policy)",
+                                                   text));
+  }
   // Up, but cannot serve now: an outage the failure policy decides.
   if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" ||
       startsWith(message, "ERR max number of clients reached")) {

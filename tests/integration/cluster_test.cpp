@@ -266,6 +266,28 @@ TEST(Cluster, RedissonsLayoutIsTheSameOnACluster) {
   EXPECT_EQ(detail::command(*client, {"EXISTS", "{layout:limiter}:value"}).asInteger(), 0);
 }
 
+TEST(Cluster, AClientSetUpForOneServerSaysHowToReachTheClusterInsteadOfLettingCallsThrough) {
+  RedisCluster cluster(3);
+  // A name whose slot node 0 does not serve.
+  std::string name;
+  for (int i = 0; name.empty(); ++i) {
+    const std::string candidate = "elsewhere:" + std::to_string(i);
+    if (cluster.primaryOfSlot(detail::keySlot(candidate)) != 0) name = candidate;
+  }
+  auto single = Client::fromUri("redis://127.0.0.1:" + std::to_string(cluster.node(0).port()));
+  RateLimiterOptions allow;
+  allow.failure.policy = FailurePolicy::Allow;
+  RateLimiter rl(single, name, allow);
+  try {
+    (void)rl.tryAcquire();
+    ADD_FAILURE() << "a MOVED answer was taken for a decision";
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(e.code(), "MOVED");
+    EXPECT_NE(std::string(e.what()).find("redis-cluster://"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(rl.failureStats().allowed, 0u) << "a set-up error is thrown under every policy, never granted";
+}
+
 TEST(Cluster, OneKeyLimitersRouteByTheirKey) {
   RedisCluster cluster(3);
   auto client = clusterClient(cluster);
