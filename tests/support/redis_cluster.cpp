@@ -51,19 +51,21 @@ std::vector<SlotRange> clusterSlots(const RedisServer& s) {
 
 }  // namespace
 
-RedisCluster::RedisCluster(int primaries, int replicasPerPrimary, std::chrono::milliseconds nodeTimeout) {
+RedisCluster::RedisCluster(int primaries, int replicasPerPrimary, std::chrono::milliseconds nodeTimeout,
+                           std::vector<std::string> extraArgs) {
   if (primaries < 1 || replicasPerPrimary < 0 || nodeTimeout.count() < 1) {
     throw std::invalid_argument("RedisCluster: needs primaries >= 1, replicasPerPrimary >= 0, nodeTimeout >= 1 ms");
   }
-  const std::vector<std::string> args = {"--cluster-enabled", "yes",
-                                         "--cluster-port", "auto",
-                                         "--cluster-config-file", "nodes.conf",  // in the node's --dir
-                                         "--cluster-node-timeout", std::to_string(nodeTimeout.count()),
-                                         "--cluster-replica-validity-factor", "0",
-                                         "--cluster-require-full-coverage", "no",
-                                         "--cluster-allow-replica-migration", "no",
-                                         "--repl-diskless-sync-delay", "0",
-                                         "--repl-ping-replica-period", "1"};
+  std::vector<std::string> args = {"--cluster-enabled", "yes",
+                                   "--cluster-port", "auto",
+                                   "--cluster-config-file", "nodes.conf",  // in the node's --dir
+                                   "--cluster-node-timeout", std::to_string(nodeTimeout.count()),
+                                   "--cluster-replica-validity-factor", "0",
+                                   "--cluster-require-full-coverage", "no",
+                                   "--cluster-allow-replica-migration", "no",
+                                   "--repl-diskless-sync-delay", "0",
+                                   "--repl-ping-replica-period", "1"};
+  args.insert(args.end(), extraArgs.begin(), extraArgs.end());
   const int total = primaries * (1 + replicasPerPrimary);
   for (int i = 0; i < total; ++i) nodes_.push_back(std::make_unique<RedisServer>(args));
   const auto deadline = Clock::now() + kFormTimeout;

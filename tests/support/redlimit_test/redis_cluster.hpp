@@ -32,6 +32,9 @@ namespace redlimit::test {
 ///   --cluster-port <picked>                       the bus on a free port (port+10000 may be taken
 ///                                                 or above 65535)
 /// and no persistence, except nodes.conf in its own directory (so restart() keeps its id and role).
+/// extraArgs go on every node's command line after these (for example a TLS port: `"--tls-port",
+/// "auto"` with the certificate options; RedisServer picks a port per node). The harness itself
+/// always talks to the plain ports.
 ///
 /// Not thread-safe: drive it from the test's main thread (the nodes themselves may be used from
 /// any thread). Every call that waits throws std::runtime_error with what it last saw when its
@@ -45,7 +48,8 @@ class RedisCluster {
   /// Throws std::invalid_argument for primaries < 1, replicasPerPrimary < 0 or nodeTimeout < 1 ms;
   /// std::runtime_error if a node does not start or the cluster does not form in time.
   explicit RedisCluster(int primaries = 3, int replicasPerPrimary = 0,
-                        std::chrono::milliseconds nodeTimeout = std::chrono::milliseconds(1000));
+                        std::chrono::milliseconds nodeTimeout = std::chrono::milliseconds(1000),
+                        std::vector<std::string> extraArgs = {});
   ~RedisCluster();
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
