@@ -19,14 +19,15 @@ inline std::string nodeName(const RedisServer& s) { return "server at port " + s
 
 inline std::string msText(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
-/// One command to `s`; an error reply is returned.
-inline RawReply ask(const RedisServer& s, const std::vector<std::string>& argv) {
-  return rawCommand(s.host(), s.port(), argv);
+/// One command to `s` (after AUTH <password> if one is given); an error reply is returned.
+inline RawReply ask(const RedisServer& s, const std::vector<std::string>& argv, const std::string& password = {}) {
+  return rawCommand(s.host(), s.port(), argv, std::chrono::milliseconds(2000), password);
 }
 
-/// One command to `s`; an error reply is thrown as std::runtime_error.
-inline RawReply call(const RedisServer& s, const std::vector<std::string>& argv) {
-  RawReply r = ask(s, argv);
+/// One command to `s` (after AUTH <password> if one is given); an error reply is thrown as
+/// std::runtime_error.
+inline RawReply call(const RedisServer& s, const std::vector<std::string>& argv, const std::string& password = {}) {
+  RawReply r = ask(s, argv, password);
   if (r.isError()) {
     std::string command;
     for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;

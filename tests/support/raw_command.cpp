@@ -68,7 +68,7 @@ class SigpipeGuard {
 }  // namespace
 
 RawReply rawCommand(const std::string& host, int port, const std::vector<std::string>& argv,
-                    std::chrono::milliseconds timeout) {
+                    std::chrono::milliseconds timeout, const std::string& password) {
   const long long ms = timeout.count();
   const timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
   const std::string where = host + ":" + std::to_string(port);
@@ -77,6 +77,14 @@ RawReply rawCommand(const std::string& host, int port, const std::vector<std::st
   if (!c) throw std::runtime_error("cannot allocate a hiredis context for " + where);
   if (c->err != 0) throw std::runtime_error("cannot connect to " + where + ": " + c->errstr);
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) throw std::runtime_error("cannot set a timeout on " + where);
+  if (!password.empty()) {
+    const char* authArgs[] = {"AUTH", password.data()};
+    const std::size_t authLengths[] = {4, password.size()};
+    std::unique_ptr<redisReply, void (*)(void*)> auth(
+        static_cast<redisReply*>(redisCommandArgv(c.get(), 2, authArgs, authLengths)), freeReplyObject);
+    if (!auth) throw std::runtime_error("no reply from " + where + " to AUTH: " + c->errstr);
+    if (auth->type == REDIS_REPLY_ERROR) return convert(*auth);
+  }
   std::vector<const char*> args;
   std::vector<std::size_t> lengths;
   for (const std::string& a : argv) {

@@ -26,53 +26,60 @@ std::string field(const RawReply& entry, const std::string& name) {
 }
 
 // SENTINEL GET-MASTER-ADDR-BY-NAME <name>: [ip, port], or nil before the sentinel knows it.
-int namedPrimaryPort(const RedisServer& sentinel, const std::string& name) {
-  const RawReply r = call(sentinel, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", name});
+int namedPrimaryPort(const RedisServer& sentinel, const std::string& name, const std::string& password) {
+  const RawReply r = call(sentinel, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", name}, password);
   if (r.elements.size() != 2) throw std::runtime_error(nodeName(sentinel) + " does not name a primary");
   return std::stoi(r.elements[1].str);
 }
 
 }  // namespace
 
-RedisSentinelGroup::RedisSentinelGroup(std::chrono::milliseconds downAfter, std::string primaryName)
-    : name_(std::move(primaryName)) {
+RedisSentinelGroup::RedisSentinelGroup(std::chrono::milliseconds downAfter, std::string primaryName,
+                                       SentinelGroupPasswords passwords)
+    : name_(std::move(primaryName)), passwords_(std::move(passwords)) {
   if (downAfter.count() < 1 || name_.empty()) {
     throw std::invalid_argument("RedisSentinelGroup: needs downAfter >= 1 ms and a primary name");
   }
-  primary_ = std::make_unique<RedisServer>(std::vector<std::string>{"--repl-diskless-sync-delay", "0"});
-  replica_ = std::make_unique<RedisServer>(std::vector<std::string>{"--repl-diskless-sync-delay", "0"});
+  std::vector<std::string> dataArgs{"--repl-diskless-sync-delay", "0"};
+  const std::string& pp = passwords_.primary;
+  const std::string& sp = passwords_.sentinel;
+  if (!pp.empty()) dataArgs.insert(dataArgs.end(), {"--requirepass", pp, "--masterauth", pp});
+  primary_ = std::make_unique<RedisServer>(dataArgs);
+  replica_ = std::make_unique<RedisServer>(dataArgs);
   const auto deadline = Clock::now() + kSettleTimeout;
-  (void)call(*replica_, {"REPLICAOF", primary_->host(), std::to_string(primary_->port())});
+  (void)call(*replica_, {"REPLICAOF", primary_->host(), std::to_string(primary_->port())}, pp);
   // Attached before the sentinels start: they learn the replica from the primary's first INFO
   // (later INFO polls come every 10 s).
   std::string why = pollUntil(deadline, [&]() -> std::string {
-    const std::string info = call(*replica_, {"INFO", "replication"}).str;
+    const std::string info = call(*replica_, {"INFO", "replication"}, pp).str;
     if (infoValue(info, "master_link_status") != "up") return "the replica's link is not up";
-    if (infoValue(call(*primary_, {"INFO", "replication"}).str, "connected_slaves") != "1") {
+    if (infoValue(call(*primary_, {"INFO", "replication"}, pp).str, "connected_slaves") != "1") {
       return "the primary lists no replica";
     }
     return "";
   });
   if (!why.empty()) throw std::runtime_error("RedisSentinelGroup: the replica did not attach: " + why);
 
-  const std::string config = "sentinel monitor " + name_ + " " + primary_->host() + " " +
+  std::string config = "sentinel monitor " + name_ + " " + primary_->host() + " " +
                              std::to_string(primary_->port()) + " 2\n" +
                              "sentinel down-after-milliseconds " + name_ + " " + std::to_string(downAfter.count()) + "\n" +
                              "sentinel failover-timeout " + name_ + " " + std::to_string(kFailoverTimeoutMs) + "\n";
+  if (!pp.empty()) config += "sentinel auth-pass " + name_ + " " + pp + "\n";
+  if (!sp.empty()) config += "requirepass " + sp + "\nsentinel sentinel-pass " + sp + "\n";
   for (int i = 0; i < kSentinels; ++i) {
     sentinels_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{"--sentinel"}, config));
   }
   // Sentinels find each other through hello messages on the primary, every 2 s.
   why = pollUntil(deadline, [&]() -> std::string {
     for (const auto& s : sentinels_) {
-      if (namedPrimaryPort(*s, name_) != primary_->port()) return nodeName(*s) + " names another primary";
+      if (namedPrimaryPort(*s, name_, sp) != primary_->port()) return nodeName(*s) + " names another primary";
       bool replicaUp = false;
-      for (const RawReply& r : call(*s, {"SENTINEL", "REPLICAS", name_}).elements) {
+      for (const RawReply& r : call(*s, {"SENTINEL", "REPLICAS", name_}, sp).elements) {
         replicaUp = replicaUp || (field(r, "port") == std::to_string(replica_->port()) && field(r, "flags") == "slave" &&
                                   field(r, "master-link-status") == "ok");
       }
       if (!replicaUp) return nodeName(*s) + " does not list the replica as up";
-      const std::size_t others = call(*s, {"SENTINEL", "SENTINELS", name_}).elements.size();
+      const std::size_t others = call(*s, {"SENTINEL", "SENTINELS", name_}, sp).elements.size();
       if (others != kSentinels - 1) return nodeName(*s) + " knows " + std::to_string(others) + " other sentinels";
     }
     return "";
@@ -97,10 +104,13 @@ std::vector<int> RedisSentinelGroup::sentinelPorts() const {
 
 std::string RedisSentinelGroup::uri() const {
   std::string out = "redis-sentinel://";
+  if (!passwords_.primary.empty()) out += ":" + passwords_.primary + "@";
   for (std::size_t i = 0; i < sentinels_.size(); ++i) {
     out += (i == 0 ? "" : ",") + sentinels_[i]->host() + ":" + std::to_string(sentinels_[i]->port());
   }
-  return out + "/" + name_;
+  out += "/" + name_;
+  if (!passwords_.sentinel.empty()) out += "?sentinel_password=" + passwords_.sentinel;
+  return out;
 }
 
 int RedisSentinelGroup::currentPrimaryPort() const {
@@ -108,7 +118,7 @@ int RedisSentinelGroup::currentPrimaryPort() const {
   for (const auto& s : sentinels_) {
     if (!s->running()) continue;
     try {
-      return namedPrimaryPort(*s, name_);
+      return namedPrimaryPort(*s, name_, passwords_.sentinel);
     } catch (const std::runtime_error& e) {
       last = e.what();
     }
@@ -122,13 +132,14 @@ int RedisSentinelGroup::waitForFailover(int oldPort, std::chrono::milliseconds t
     named = -1;
     for (const auto& s : sentinels_) {
       if (!s->running()) continue;
-      const int port = namedPrimaryPort(*s, name_);
+      const int port = namedPrimaryPort(*s, name_, passwords_.sentinel);
       if (port == oldPort) return nodeName(*s) + " still names port " + std::to_string(oldPort);
       if (named >= 0 && port != named) return "sentinels name ports " + std::to_string(named) + " and " + std::to_string(port);
       named = port;
     }
     if (named < 0) return "no sentinel is running";
-    const RawReply info = rawCommand(primary_->host(), named, {"INFO", "replication"});
+    const RawReply info = rawCommand(primary_->host(), named, {"INFO", "replication"}, std::chrono::milliseconds(2000),
+                                           passwords_.primary);
     if (infoValue(info.str, "role") != "master") return "port " + std::to_string(named) + " is not a master yet";
     return "";
   });

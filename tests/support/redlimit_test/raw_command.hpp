@@ -22,10 +22,12 @@ struct RawReply {
 };
 
 /// Connects to host:port, sends argv, reads one reply and closes. `timeout` bounds the connect
-/// and the reply, each. Thread-safe. Throws std::runtime_error if it cannot connect, on an I/O
-/// error or on a timeout; an error reply is returned, not thrown.
+/// and the reply, each. A non-empty `password` is sent first (AUTH <password>); its error reply
+/// is returned in place of argv's. Thread-safe. Throws std::runtime_error if it cannot connect,
+/// on an I/O error or on a timeout; an error reply is returned, not thrown.
 [[nodiscard]] RawReply rawCommand(const std::string& host, int port, const std::vector<std::string>& argv,
-                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(2000));
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(2000),
+                                  const std::string& password = {});
 
 /// The value of `field` in an INFO-style text ("field:value" lines, as INFO and CLUSTER INFO
 /// answer), or "" if absent. Thread-safe; does not throw.
