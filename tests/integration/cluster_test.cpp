@@ -2,7 +2,9 @@
 // their slot, across a live resharding, and with names that must share a slot.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
+#include <sstream>
 #include <mutex>
 #include <memory>
 #include <string>
@@ -17,7 +19,9 @@
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_cluster.hpp"
+#include "redlimit_test/tls_certs.hpp"
 
 namespace redlimit::test {
 namespace {
@@ -286,6 +290,70 @@ TEST(Cluster, AClientSetUpForOneServerSaysHowToReachTheClusterInsteadOfLettingCa
     EXPECT_NE(std::string(e.what()).find("redis-cluster://"), std::string::npos) << e.what();
   }
   EXPECT_EQ(rl.failureStats().allowed, 0u) << "a set-up error is thrown under every policy, never granted";
+}
+
+// The local port of every connection in CLIENT LIST ("laddr=127.0.0.1:<port>") other than the one
+// asking (cmd=client|list), read over the node's plain port. A connection's laddr is the port the
+// server accepted it on, so a client connection to the plain port cannot hide among TLS ones.
+std::vector<int> clientLocalPorts(const RedisServer& node) {
+  const RawReply r = rawCommand(node.host(), node.port(), {"CLIENT", "LIST"});
+  if (r.isError()) throw std::runtime_error("CLIENT LIST: " + r.str);
+  std::vector<int> ports;
+  std::istringstream lines(r.str);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" cmd=client|list ") != std::string::npos) continue;
+    const std::size_t at = line.find(" laddr=");
+    if (at == std::string::npos) continue;
+    const std::size_t colon = line.find(':', at);
+    const std::size_t end = line.find(' ', colon);
+    ports.push_back(std::stoi(line.substr(colon + 1, end - colon - 1)));
+  }
+  return ports;
+}
+
+TEST(Cluster, TlsClusterIsReachedOnEveryNodesTlsPort) {
+  const TlsCerts certs = makeTlsCerts();
+  // --tls-cluster yes: Redis 7.0 lists a node's "tls-port" in CLUSTER SHARDS only then. The bus is
+  // TLS too and always asks the connecting node for a certificate: the client one (clientAuth).
+  // Clients are asked for none.
+  RedisCluster cluster(3, 0, milliseconds(1000),
+                       {"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
+                        "--tls-client-cert-file", certs.clientCert, "--tls-client-key-file", certs.clientKey,
+                        "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no", "--tls-cluster", "yes"});
+  for (int i = 0; i < 3; ++i) ASSERT_GT(cluster.node(i).tlsPort(), 0);
+  auto client = Client::fromUri("rediss-cluster://127.0.0.1:" + std::to_string(cluster.node(0).tlsPort()) +
+                                "?cacert=" + certs.caFile);
+  constexpr int kLimiters = 30;
+  constexpr std::int64_t kRate = 3;
+  std::vector<RateLimiter> limiters;
+  std::vector<int> perPrimary(3, 0);
+  limiters.reserve(kLimiters);
+  for (int i = 0; i < kLimiters; ++i) {
+    limiters.emplace_back(client, "tls:" + std::to_string(i));
+    perPrimary[static_cast<std::size_t>(cluster.primaryOfSlot(detail::keySlot(limiters.back().getName())))]++;
+    ASSERT_TRUE(limiters.back().trySetRate(RateType::Overall, kRate, std::chrono::minutes(10)));
+  }
+  for (int n : perPrimary) EXPECT_GT(n, 0) << "the names should spread over all three primaries";
+  for (auto& rl : limiters) {
+    std::int64_t granted = 0;
+    for (int k = 0; k < 5; ++k) granted += rl.tryAcquire() ? 1 : 0;
+    EXPECT_EQ(granted, kRate) << rl.getName();
+    EXPECT_EQ(grantsInRedis(*client, rl), kRate) << rl.getName();
+  }
+  EXPECT_GE(client->poolStats().created, 3u);
+  EXPECT_EQ(clusterCountersOf(*client).nodes, 3u);
+  // The client's pooled connections are still open: every node has some, all on its TLS port.
+  for (int i = 0; i < 3; ++i) {
+    const RedisServer& node = cluster.node(i);
+    const std::vector<int> ports = clientLocalPorts(node);
+    int onTls = 0;
+    for (int port : ports) {
+      EXPECT_EQ(port, node.tlsPort()) << "node " << i << ": a connection on port " << port << " (plain port "
+                                      << node.port() << ")";
+      onTls += port == node.tlsPort() ? 1 : 0;
+    }
+    EXPECT_GT(onTls, 0) << "node " << i << " has no connection on its TLS port";
+  }
 }
 
 TEST(Cluster, OneKeyLimitersRouteByTheirKey) {
