@@ -1,5 +1,5 @@
 // Redis Sentinel: a limiter on the primary three sentinels name, followed across a failover
-// (tests/support/redis_cluster.cpp starts the primary, its replica and the sentinels).
+// (tests/support/redis_sentinel_group.cpp starts the primary, its replica and the sentinels).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +11,7 @@
 
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"
 #include "sentinel.hpp"
 
@@ -90,6 +91,46 @@ TEST(Sentinel, AnUnknownPrimaryNameEndsCallsByTheirDeadlineWithAnErrorThatSaysSo
     EXPECT_NE(std::string(e.what()).find("nosuchprimary"), std::string::npos) << e.what();
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(Sentinel, SentinelsWithTheirOwnPasswordAndAPrimaryWithAnother) {
+  RedisSentinelGroup group(milliseconds(500), "mymaster", SentinelGroupPasswords{"s-pass", "p-pass"});
+  for (RedisServer* s : {&group.primary(), &group.sentinel(0)}) {
+    const RawReply r = rawCommand(s->host(), s->port(), {"PING"});
+    EXPECT_EQ(r.str.rfind("NOAUTH", 0), 0u) << "port " << s->port() << " should want a password: " << r.str;
+  }
+  ClientOptions base;
+  base.connection.commandTimeout = milliseconds(300);
+  const std::string uri = group.uri();
+  ASSERT_EQ(uri, "redis-sentinel://:p-pass@127.0.0.1:" + std::to_string(group.sentinel(0).port()) + ",127.0.0.1:" +
+                     std::to_string(group.sentinel(1).port()) + ",127.0.0.1:" +
+                     std::to_string(group.sentinel(2).port()) + "/mymaster?sentinel_password=s-pass");
+  auto client = Client::fromUri(uri, base);
+  RateLimiter rl(client, "sentinel:auth");
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 3, std::chrono::minutes(10)));
+  int granted = 0;
+  for (int k = 0; k < 5; ++k) granted += rl.tryAcquire() ? 1 : 0;
+  EXPECT_EQ(granted, 3);
+  EXPECT_EQ(sentinelCountersOf(*client).primary.port, group.primary().port());
+
+  // The primary's password offered to the sentinels: they refuse it, and the call ends by its
+  // deadline saying why no primary was found.
+  std::string wrongUri = uri;
+  wrongUri.replace(wrongUri.find("sentinel_password=s-pass"), std::string::npos, "sentinel_password=p-pass");
+  auto wrong = Client::fromUri(wrongUri, base);
+  const auto start = Clock::now();
+  try {
+    detail::command(*wrong, {"PING"});
+    ADD_FAILURE() << "PING answered with a wrong sentinel password";
+  } catch (const TimeoutError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("authentication failed: WRONGPASS"), std::string::npos) << message;
+    EXPECT_NE(message.find("sentinel 127.0.0.1:" + std::to_string(group.sentinel(0).port())), std::string::npos)
+        << message;
+  }
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, milliseconds(250));
+  EXPECT_LT(took, std::chrono::seconds(2));
 }
 
 }  // namespace
