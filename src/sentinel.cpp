@@ -227,6 +227,14 @@ bool SentinelRunner::discover() {
       if (!port) throw UnexpectedReplyError(fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"",
                                                         endpointOf(sentinel), r.value.elements[1].str, name));
       candidate.port = *port;
+    } catch (const AuthError& e) {
+      // error_mapping's advice names the primary's options; these are the sentinels' own.
+      std::string text = e.what();
+      text = text.substr(0, text.find(" (check ConnectionOptions"));
+      failures += fmt::format("; sentinel {}: {} (check the sentinels' own login: SentinelOptions::user and "
+                              "::password, or sentinel_user= and sentinel_password= in the URI)",
+                              endpointOf(sentinel), text);
+      continue;
     } catch (const Error& e) {
       failures += fmt::format("; sentinel {}: {}", endpointOf(sentinel), e.what());
       continue;

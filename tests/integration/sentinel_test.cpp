@@ -125,6 +125,8 @@ TEST(Sentinel, SentinelsWithTheirOwnPasswordAndAPrimaryWithAnother) {
   } catch (const TimeoutError& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("authentication failed: WRONGPASS"), std::string::npos) << message;
+    EXPECT_NE(message.find("SentinelOptions::user and ::password"), std::string::npos) << message;
+    EXPECT_EQ(message.find("ConnectionOptions"), std::string::npos) << "the primary's options are not the ones to check";
     EXPECT_NE(message.find("sentinel 127.0.0.1:" + std::to_string(group.sentinel(0).port())), std::string::npos)
         << message;
   }
