@@ -8,16 +8,12 @@
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "slot_map.hpp"
+#include "stream.hpp"
 
 namespace redlimit::detail {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::string endpointOf(const NodeAddress& a) {
-  if (a.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", a.host, a.port);
-  return fmt::format("{}:{}", a.host, a.port);
-}
 
 // What an error outcome asks of the router.
 struct Verdict {
@@ -31,10 +27,8 @@ Verdict classify(const std::exception_ptr& error) {
   } catch (const UnavailableError& e) {
     if (e.code() == "TRYAGAIN" || e.code() == "CLUSTERDOWN") return {Verdict::Retry, e.what()};
     return {Verdict::Deliver, {}};
-  } catch (const TimeoutError&) {
-    return {Verdict::NodeDown, {}};  // slow or gone: the map may have changed (a failover)
   } catch (const IoError&) {
-    return {Verdict::NodeDown, {}};
+    return {Verdict::NodeDown, {}};  // slow or gone: the map may have changed (a failover)
   } catch (const ConfigurationError& e) {
     // error_mapping's words for a redirect, meant for a Client set up for one server.
     if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Redirect, e.what()};

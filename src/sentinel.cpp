@@ -19,11 +19,6 @@ using std::chrono::milliseconds;
 constexpr milliseconds kMinDiscoveryInterval{200};
 constexpr milliseconds kResubscribePause{250};
 
-std::string endpointOf(const NodeAddress& a) {
-  if (a.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", a.host, a.port);
-  return fmt::format("{}:{}", a.host, a.port);
-}
-
 // A blocking connection for a few commands: the sentinels' questions and ROLE on a candidate.
 class Conversation {
  public:

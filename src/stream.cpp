@@ -110,11 +110,6 @@ bool isIpLiteral(const std::string& host) {
   return ::inet_pton(AF_INET6, bare.c_str(), buf) == 1;
 }
 
-std::string endpointOf(const ConnectionOptions& o) {
-  if (!o.unixSocket.empty()) return fmt::format("unix:{}", o.unixSocket);
-  return isIpv6Literal(o.host) ? fmt::format("[{}]:{}", o.host, o.port) : fmt::format("{}:{}", o.host, o.port);
-}
-
 std::string addressText(const sockaddr* addr, socklen_t len) {
   char host[NI_MAXHOST] = {};
   if (::getnameinfo(addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "?";
@@ -874,6 +869,15 @@ constexpr unsigned char kTlsHello[] = {
 };
 
 }  // namespace
+
+std::string endpointOf(const NodeAddress& a) {
+  return isIpv6Literal(a.host) ? fmt::format("[{}]:{}", a.host, a.port) : fmt::format("{}:{}", a.host, a.port);
+}
+
+std::string endpointOf(const ConnectionOptions& o) {
+  if (!o.unixSocket.empty()) return fmt::format("unix:{}", o.unixSocket);
+  return endpointOf(NodeAddress{o.host, o.port});
+}
 
 Stream::Stream(int fd, bool tls, std::string endpoint) noexcept : fd_(fd), tls_(tls), endpoint_(std::move(endpoint)) {}
 

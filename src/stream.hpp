@@ -62,6 +62,10 @@ class Stream {
   std::string endpoint_;
 };
 
+/// How messages name a server: "127.0.0.1:6379", "[::1]:6379" (an IPv6 literal), "unix:/path".
+[[nodiscard]] std::string endpointOf(const ConnectionOptions& options);
+[[nodiscard]] std::string endpointOf(const NodeAddress& address);
+
 /// Connects to `options`: the unix socket if unixSocket is set, else host:port through
 /// getaddrinfo, trying each address in turn; TCP_NODELAY; SO_KEEPALIVE (idle 15 s, as hiredis)
 /// when keepAlive; then the TLS handshake when tls.enabled. All of it before `deadline`, waiting

@@ -21,12 +21,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string endpointOf(const ConnectionOptions& o) {
-  if (!o.unixSocket.empty()) return fmt::format("unix:{}", o.unixSocket);
-  if (o.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", o.host, o.port);
-  return fmt::format("{}:{}", o.host, o.port);
-}
-
 
 
 // epoll_wait's timeout for `deadline`: ms, rounded up (a deadline is never checked early), capped.
