@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "cluster.hpp"
+#include "helpers.hpp"
 #include "key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -41,6 +42,18 @@ detail::ClusterCounters clusterCountersOf(Client& c) {
 
 std::int64_t zcard(Client& c, const std::string& key) { return detail::command(c, {"ZCARD", key}).asInteger(); }
 
+// Exceptions that reached callers on several threads: how many, and the first one's message.
+struct CallerErrors {
+  std::atomic<int> count{0};
+  std::mutex mutex;
+  std::string first;
+  void note(const std::exception& e) {
+    if (count.fetch_add(1) != 0) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    first = e.what();
+  }
+};
+
 // Members of a limiter's permits log (one per grant of 1 permit), read through the cluster client.
 std::int64_t grantsInRedis(Client& c, const RateLimiter& rl) { return zcard(c, rl.keys()[3]); }
 
@@ -63,9 +76,7 @@ TEST(Cluster, ThousandLimitersOverEverySlotHoldTheirRateWithNoRedirectReachingAC
 
   // 8 threads, each over every limiter in its own order, 2 rounds: 16 attempts per limiter.
   std::vector<std::atomic<std::int64_t>> granted(kLimiters);
-  std::atomic<int> errors{0};
-  std::string firstError;
-  std::mutex errorMutex;
+  CallerErrors errors;
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
@@ -75,17 +86,14 @@ TEST(Cluster, ThousandLimitersOverEverySlotHoldTheirRateWithNoRedirectReachingAC
           try {
             if (limiters[i].tryAcquire()) granted[i].fetch_add(1);
           } catch (const std::exception& e) {
-            if (errors.fetch_add(1) == 0) {
-              std::lock_guard<std::mutex> lock(errorMutex);
-              firstError = e.what();
-            }
+            errors.note(e);
           }
         }
       }
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(errors.load(), 0) << firstError;
+  EXPECT_EQ(errors.count.load(), 0) << errors.first;
   for (std::size_t i = 0; i < limiters.size(); ++i) {
     EXPECT_EQ(granted[i].load(), kRate) << limiters[i].getName();
     EXPECT_EQ(grantsInRedis(*client, limiters[i]), granted[i].load()) << limiters[i].getName();
@@ -109,9 +117,7 @@ TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
 
   std::atomic<bool> stop{false};
   std::atomic<std::int64_t> granted{0}, denied{0};
-  std::atomic<int> errors{0};
-  std::string firstError;
-  std::mutex errorMutex;
+  CallerErrors errors;
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
@@ -119,10 +125,7 @@ TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
         try {
           (hot.tryAcquire() ? granted : denied).fetch_add(1);
         } catch (const std::exception& e) {
-          if (errors.fetch_add(1) == 0) {
-            std::lock_guard<std::mutex> lock(errorMutex);
-            firstError = e.what();
-          }
+          errors.note(e);
         }
       }
     });
@@ -143,7 +146,7 @@ TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
   stop = true;
   for (auto& th : threads) th.join();
 
-  EXPECT_EQ(errors.load(), 0) << firstError;
+  EXPECT_EQ(errors.count.load(), 0) << errors.first;
   EXPECT_EQ(cluster.primaryOfSlot(slot), to);
   EXPECT_LT(grantedAtTheMove, kRate) << "the move should happen while permits are left";
   EXPECT_EQ(granted.load(), kRate) << "every permit granted once, none more, across the move";
@@ -160,14 +163,8 @@ TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
 TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRefreshAndASecond) {
   constexpr milliseconds kNodeTimeout{1000};
   RedisCluster cluster(3, 1, kNodeTimeout);
-  ClientOptions base;
-  base.connection.connectTimeout = milliseconds(200);
-  base.connection.commandTimeout = milliseconds(200);
-  auto client = clusterClient(cluster, base);
-  RateLimiterOptions options;
-  options.failure.policy = FailurePolicy::Deny;
-  options.failure.probeInterval = milliseconds(20);
-  RateLimiter rl(client, "failover:limiter", options);
+  auto client = clusterClient(cluster, failoverClientOptions());
+  RateLimiter rl(client, "failover:limiter", denyDuringOutages());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
   ASSERT_TRUE(rl.tryAcquire());
   const int primary = cluster.primaryOfSlot(detail::keySlot("failover:limiter"));
@@ -176,24 +173,11 @@ TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRe
 
   using Clock = std::chrono::steady_clock;
   std::atomic<bool> killed{false};
-  Clock::time_point killedAt, recoveredAt;
-  std::int64_t deniedByPolicy = 0;
-  std::string error;
+  Clock::time_point killedAt;
+  UntilGranted seen;
   std::thread caller([&] {
     while (!killed.load()) std::this_thread::sleep_for(milliseconds(1));
-    while (Clock::now() - killedAt < std::chrono::seconds(30)) {
-      try {
-        if (rl.tryAcquire()) {
-          recoveredAt = Clock::now();
-          return;
-        }
-        ++deniedByPolicy;
-      } catch (const std::exception& e) {
-        error = e.what();  // the policy must decide every call
-        return;
-      }
-      std::this_thread::sleep_for(milliseconds(5));
-    }
+    seen = callUntilGranted(rl, killedAt, std::chrono::seconds(30));
   });
   killedAt = Clock::now();
   cluster.killNode(primary);
@@ -201,21 +185,21 @@ TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRe
   const int promoted = cluster.waitForFailover(primary);
   const auto promotedAt = Clock::now();
   caller.join();
-  ASSERT_EQ(error, "");
-  ASSERT_NE(recoveredAt, Clock::time_point{}) << "no call granted within 30 s of the kill";
-  EXPECT_GT(deniedByPolicy, 0);
+  ASSERT_EQ(seen.error, "");
+  ASSERT_NE(seen.grantedAt, Clock::time_point{}) << "no call granted within 30 s of the kill";
+  EXPECT_GT(seen.deniedByPolicy, 0);
   EXPECT_GT(rl.failureStats().denied, 0u);
   EXPECT_EQ(cluster.primaryOfSlot(detail::keySlot("failover:limiter")), promoted);
   const auto ms = [&](Clock::time_point t) { return std::chrono::duration_cast<milliseconds>(t - killedAt).count(); };
   // The harness sees the promotion by polling, so the client may be first; it must not be later
   // than one map refresh and a second after it.
-  EXPECT_LE(ms(recoveredAt), ms(promotedAt) + 200 + 1000);
-  EXPECT_LE(ms(recoveredAt), kNodeTimeout.count() + 200 + 1000 + 1500)
+  EXPECT_LE(ms(seen.grantedAt), ms(promotedAt) + 200 + 1000);
+  EXPECT_LE(ms(seen.grantedAt), kNodeTimeout.count() + 200 + 1000 + 1500)
       << "node timeout + one refresh + 1 s, and the replica's election delay (0.5-1 s) and gossip";
   std::printf("[ cluster  ] SIGKILL of the primary: replica promoted (as the harness saw it) after %lld ms, first "
               "granted call after %lld ms (node timeout %lld ms); %lld calls denied by the policy meanwhile\n",
-              static_cast<long long>(ms(promotedAt)), static_cast<long long>(ms(recoveredAt)),
-              static_cast<long long>(kNodeTimeout.count()), static_cast<long long>(deniedByPolicy));
+              static_cast<long long>(ms(promotedAt)), static_cast<long long>(ms(seen.grantedAt)),
+              static_cast<long long>(kNodeTimeout.count()), static_cast<long long>(seen.deniedByPolicy));
 }
 
 TEST(Cluster, NamesWithOneHashTagShareASlotAndANameThatWouldStraddleSlotsIsRefusedBeforeSending) {

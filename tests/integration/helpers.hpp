@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <sstream>
+#include <thread>
 
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
@@ -30,6 +31,50 @@ namespace redlimit::test {
 
 /// BATCH in lua/common.lua: no script call reads, unpacks or removes more members than this.
 constexpr std::int64_t kScriptBatch = 1000;
+
+/// Client options for failover tests: connects and commands give up after 200 ms.
+inline ClientOptions failoverClientOptions() {
+  ClientOptions o;
+  o.connection.connectTimeout = std::chrono::milliseconds(200);
+  o.connection.commandTimeout = std::chrono::milliseconds(200);
+  return o;
+}
+
+/// Limiter options for failover tests: Deny decides while Redis cannot be asked, one probe per 20 ms.
+inline RateLimiterOptions denyDuringOutages() {
+  RateLimiterOptions o;
+  o.failure.policy = FailurePolicy::Deny;
+  o.failure.probeInterval = std::chrono::milliseconds(20);
+  return o;
+}
+
+/// What a caller saw from a failure on until its first granted call.
+struct UntilGranted {
+  std::chrono::steady_clock::time_point grantedAt{};  // the epoch: none within the limit
+  std::int64_t deniedByPolicy = 0;                   // calls answered false meanwhile
+  std::string error;                                 // what escaped to the caller, if anything did
+};
+
+/// Calls rl.tryAcquire() every 5 ms until one is granted, an exception escapes (the policy must
+/// decide every call, so that ends it too), or `limit` has passed since `from`.
+inline UntilGranted callUntilGranted(RateLimiter& rl, std::chrono::steady_clock::time_point from,
+                                     std::chrono::milliseconds limit) {
+  UntilGranted out;
+  while (std::chrono::steady_clock::now() - from < limit) {
+    try {
+      if (rl.tryAcquire()) {
+        out.grantedAt = std::chrono::steady_clock::now();
+        return out;
+      }
+      ++out.deniedByPolicy;
+    } catch (const std::exception& e) {
+      out.error = e.what();
+      return out;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return out;
+}
 
 /// Limiter options with the given time source and the rest at their defaults.
 inline RateLimiterOptions timeSourceOptions(TimeSource source) {

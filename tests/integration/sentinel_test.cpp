@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "helpers.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
@@ -30,14 +31,8 @@ detail::SentinelCounters sentinelCountersOf(Client& c) {
 TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTheGap) {
   constexpr milliseconds kDownAfter{500};
   RedisSentinelGroup group(kDownAfter);
-  ClientOptions base;
-  base.connection.connectTimeout = milliseconds(200);
-  base.connection.commandTimeout = milliseconds(200);
-  auto client = Client::fromUri(group.uri(), base);
-  RateLimiterOptions options;
-  options.failure.policy = FailurePolicy::Deny;
-  options.failure.probeInterval = milliseconds(20);
-  RateLimiter rl(client, "sentinel:limiter", options);
+  auto client = Client::fromUri(group.uri(), failoverClientOptions());
+  RateLimiter rl(client, "sentinel:limiter", denyDuringOutages());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
   ASSERT_TRUE(rl.tryAcquire());
   const int before = group.currentPrimaryPort();
@@ -45,26 +40,11 @@ TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTh
 
   group.primary().kill();
   const auto killed = Clock::now();
-  std::int64_t deniedByPolicy = 0;
-  bool recovered = false;
-  std::string error;
-  while (Clock::now() - killed < std::chrono::seconds(20)) {
-    try {
-      if (rl.tryAcquire()) {
-        recovered = true;
-        break;
-      }
-      ++deniedByPolicy;
-    } catch (const std::exception& e) {
-      error = e.what();  // the policy must decide every call: nothing may reach the caller
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  const auto tookMs = std::chrono::duration_cast<milliseconds>(Clock::now() - killed).count();
-  EXPECT_EQ(error, "");
-  ASSERT_TRUE(recovered) << "no call granted within 20 s of the kill";
-  EXPECT_GT(deniedByPolicy, 0);
+  const UntilGranted seen = callUntilGranted(rl, killed, std::chrono::seconds(20));
+  const auto tookMs = std::chrono::duration_cast<milliseconds>(seen.grantedAt - killed).count();
+  EXPECT_EQ(seen.error, "");
+  ASSERT_NE(seen.grantedAt, Clock::time_point{}) << "no call granted within 20 s of the kill";
+  EXPECT_GT(seen.deniedByPolicy, 0);
   EXPECT_GT(rl.failureStats().denied, 0u);
   const detail::SentinelCounters c = sentinelCountersOf(*client);
   EXPECT_NE(c.primary.port, before);
@@ -73,7 +53,7 @@ TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTh
   std::printf("[ sentinel ] first granted call %lld ms after SIGKILL of the primary (down-after %lld ms); "
               "%lld calls denied by the policy meanwhile; %llu +switch-master seen\n",
               static_cast<long long>(tookMs), static_cast<long long>(kDownAfter.count()),
-              static_cast<long long>(deniedByPolicy), static_cast<unsigned long long>(c.announcements));
+              static_cast<long long>(seen.deniedByPolicy), static_cast<unsigned long long>(c.announcements));
 }
 
 TEST(Sentinel, AnUnknownPrimaryNameEndsCallsByTheirDeadlineWithAnErrorThatSaysSo) {
