@@ -42,6 +42,27 @@ detail::ClusterCounters clusterCountersOf(Client& c) {
 
 std::int64_t zcard(Client& c, const std::string& key) { return detail::command(c, {"ZCARD", key}).asInteger(); }
 
+// `n` RateLimiters named prefix0, prefix1, ..., each set to `rate` per 10 minutes; every
+// `sampleEvery`-th name is looked up, and the names looked up must reach all three primaries.
+std::vector<RateLimiter> limitersOnEveryPrimary(const RedisCluster& cluster, const std::shared_ptr<Client>& client,
+                                                const std::string& prefix, int n, std::int64_t rate,
+                                                int sampleEvery) {
+  std::vector<RateLimiter> limiters;
+  std::vector<int> perPrimary(3, 0);
+  limiters.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    limiters.emplace_back(client, prefix + std::to_string(i));
+    if (i % sampleEvery == 0) {
+      perPrimary[static_cast<std::size_t>(cluster.primaryOfSlot(detail::keySlot(limiters.back().getName())))]++;
+    }
+    if (!limiters.back().trySetRate(RateType::Overall, rate, std::chrono::minutes(10))) {
+      throw std::runtime_error("trySetRate found " + limiters.back().getName() + " configured already");
+    }
+  }
+  for (int count : perPrimary) EXPECT_GT(count, 0) << "the names should spread over all three primaries";
+  return limiters;
+}
+
 // Exceptions that reached callers on several threads: how many, and the first one's message.
 struct CallerErrors {
   std::atomic<int> count{0};
@@ -62,17 +83,7 @@ TEST(Cluster, ThousandLimitersOverEverySlotHoldTheirRateWithNoRedirectReachingAC
   auto client = clusterClient(cluster);
   constexpr int kLimiters = 1000;
   constexpr std::int64_t kRate = 3;
-  std::vector<RateLimiter> limiters;
-  std::vector<int> slotsUsed(3, 0);
-  limiters.reserve(kLimiters);
-  for (int i = 0; i < kLimiters; ++i) {
-    limiters.emplace_back(client, "cl:" + std::to_string(i));
-    ASSERT_TRUE(limiters.back().trySetRate(RateType::Overall, kRate, std::chrono::minutes(10)));
-  }
-  for (int i = 0; i < kLimiters; i += 50) {
-    slotsUsed[static_cast<std::size_t>(cluster.primaryOfSlot(detail::keySlot(limiters[static_cast<std::size_t>(i)].getName())))]++;
-  }
-  for (int n : slotsUsed) EXPECT_GT(n, 0) << "the names should spread over all three primaries";
+  std::vector<RateLimiter> limiters = limitersOnEveryPrimary(cluster, client, "cl:", kLimiters, kRate, 50);
 
   // 8 threads, each over every limiter in its own order, 2 rounds: 16 attempts per limiter.
   std::vector<std::atomic<std::int64_t>> granted(kLimiters);
@@ -309,15 +320,7 @@ TEST(Cluster, TlsClusterIsReachedOnEveryNodesTlsPort) {
                                 "?cacert=" + certs.caFile);
   constexpr int kLimiters = 30;
   constexpr std::int64_t kRate = 3;
-  std::vector<RateLimiter> limiters;
-  std::vector<int> perPrimary(3, 0);
-  limiters.reserve(kLimiters);
-  for (int i = 0; i < kLimiters; ++i) {
-    limiters.emplace_back(client, "tls:" + std::to_string(i));
-    perPrimary[static_cast<std::size_t>(cluster.primaryOfSlot(detail::keySlot(limiters.back().getName())))]++;
-    ASSERT_TRUE(limiters.back().trySetRate(RateType::Overall, kRate, std::chrono::minutes(10)));
-  }
-  for (int n : perPrimary) EXPECT_GT(n, 0) << "the names should spread over all three primaries";
+  std::vector<RateLimiter> limiters = limitersOnEveryPrimary(cluster, client, "tls:", kLimiters, kRate, 1);
   for (auto& rl : limiters) {
     std::int64_t granted = 0;
     for (int k = 0; k < 5; ++k) granted += rl.tryAcquire() ? 1 : 0;
