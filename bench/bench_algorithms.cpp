@@ -70,6 +70,7 @@ constexpr std::int64_t kCalls = 20000;           // timed decisions per phase
 constexpr std::size_t kManyKeys = 10000;         // keys of the many-keys workload
 constexpr int kPasses = 4;                       // each phase this often, every other pass mirrored
 constexpr std::size_t kIdArg = 11;               // acquire.lua's member id in its argv (EVALSHA sha 6 k*6 1 1 id)
+constexpr std::size_t kClockArg = 12;            // ...then now: '' (server TIME) for ours, epoch ms for Redisson's
 constexpr int kClients = 4;                      // accuracy: Clients...
 constexpr int kThreadsPerClient = 2;             // ...and threads calling decide() on each
 constexpr milliseconds kAccuracyRun{2000};
@@ -149,6 +150,7 @@ struct Variant {
   // The whole command for one key.
   std::function<std::vector<std::string>(const std::string& name, const Limits& limits)> argv;
   std::size_t idArg = rb::PreparedCalls::kNoId;  // a 16-byte argument refreshed on every call
+  std::size_t clockArg = rb::PreparedCalls::kNoId;  // the caller's epoch ms, refreshed on every call
 };
 
 struct Algorithm {
@@ -159,6 +161,9 @@ struct Algorithm {
   std::string textbookName = "textbook";  // what the ratio rows call the textbook script
   double maxRatio = kMaxRatio;  // ours / textbook must be <= this
   std::string ratioSource;      // which issue sets the target
+  bool oneKey = true;           // one of the one-key limiters (not RateLimiter's five keys)
+  // Per workload, what the phase does when it is not the spec's label (empty: kWorkloadSpecs' label).
+  std::array<std::string, kWorkloads> workloadLabels{};
   // Two real library decisions on one handle of `name` (configured by ours.configure), for the
   // MONITOR check of ours.argv against the second (the steady form: a RateLimiter handle sends the
   // rate it saw last).
@@ -203,6 +208,80 @@ void configureRateLimiter(const std::vector<std::string>& names, const Limits& l
   limiter.setRate(redlimit::RateType::Overall, limits.permits, milliseconds{limits.intervalMs});
   if (names.size() > 1) copyKey(names.front(), std::vector<std::string>(names.begin() + 1, names.end()));
 }
+
+// availablePermits and release are measured on the state a load of acquires leaves: every limiter
+// configured as configureRateLimiter does, then `grants` acquire.lua calls of `permits` each
+// (round-robin over the names, through the same pipelined load). The calls made here are not timed.
+void configureWithLog(const std::vector<std::string>& names, const Limits& limits, std::int64_t grants,
+                      std::int64_t permits) {
+  configureRateLimiter(names, limits);
+  std::vector<std::vector<std::string>> argvs;
+  argvs.reserve(names.size());
+  for (const std::string& n : names) {
+    std::vector<std::string> argv = acquireArgv(redlimit::detail::lua::acquire.sha1, n, limits);
+    argv[kIdArg - 2] = argv[kIdArg - 1] = std::to_string(permits);  // most = least = permits
+    argvs.push_back(std::move(argv));
+  }
+  rb::PreparedCalls calls(std::move(argvs), kIdArg);
+  const rb::LoadResult r = gWorld->load->run(calls, grants);
+  if (r.allowed != grants) throw std::runtime_error("bench: the acquires that set up a log were not all granted");
+}
+
+// The state availablePermits reads: what each workload's acquire warm-up leaves (hot key, granted:
+// 1000 one-permit members; hot key, denied: 100 members, value 0; 10k keys: one member each).
+void configureAvailable(const std::vector<std::string>& names, const Limits& limits) {
+  const std::int64_t grants = names.size() > 1 ? static_cast<std::int64_t>(names.size())
+                                               : std::min<std::int64_t>(limits.permits, 1000);
+  configureWithLog(names, limits, grants, 1);
+}
+
+// The state release(1) gives permits back to, enough for every call of the phase (warm-up and
+// timed): a hot key holds 10 grants of 10 000 permits (of 10^9 per hour; the "denied" workload's
+// limiter, 100 000 per hour, is used up by them); each of 10 000 keys holds one grant of 10.
+constexpr std::int64_t kReleaseHotGrants = 10, kReleaseHotPermits = 10000, kReleaseKeyPermits = 10;
+void configureRelease(const std::vector<std::string>& names, const Limits& limits) {
+  Limits l = limits;
+  if (l.permits < kReleaseHotGrants * kReleaseHotPermits) l.permits = l.burst = kReleaseHotGrants * kReleaseHotPermits;
+  if (names.size() > 1) {
+    configureWithLog(names, l, static_cast<std::int64_t>(names.size()), kReleaseKeyPermits);
+  } else {
+    configureWithLog(names, l, kReleaseHotGrants, kReleaseHotPermits);
+  }
+}
+
+// What availablePermits() sends: the five keys, '' (server clock) and '' (the rate seen last:
+// neither availablePermits nor release learns it).
+std::vector<std::string> availableArgv(std::string_view sha, const std::string& name, const Limits&) {
+  const redlimit::RateLimiter handle(gWorld->client, name);
+  std::vector<std::string> argv{"EVALSHA", std::string(sha), "5"};
+  argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
+  argv.insert(argv.end(), {std::string(), std::string()});
+  return argv;
+}
+
+// What release(1) sends: the five keys, 1 permit, '' (the newest live members), '' (server clock)
+// and '' (the rate seen last).
+std::vector<std::string> releaseArgv(std::string_view sha, const std::string& name, const Limits&) {
+  const redlimit::RateLimiter handle(gWorld->client, name);
+  std::vector<std::string> argv{"EVALSHA", std::string(sha), "5"};
+  argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
+  argv.insert(argv.end(), {std::string("1"), std::string(), std::string(), std::string()});
+  return argv;
+}
+
+// The Redisson-equivalent scripts of availablePermits and release: the five keys, then the
+// caller's clock in epoch ms (refreshed on every call) or the permits.
+std::function<std::vector<std::string>(const std::string&, const Limits&)> redissonArgv(std::string sha,
+                                                                                       std::string arg) {
+  return [sha, arg](const std::string& name, const Limits&) {
+    const redlimit::RateLimiter handle(gWorld->client, name);
+    std::vector<std::string> argv{"EVALSHA", sha, "5"};
+    argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
+    argv.push_back(arg);
+    return argv;
+  };
+}
+constexpr std::size_t kRedissonClockArg = 8;  // EVALSHA sha 5 k*5 now
 
 // A textbook script's argv: its one key, then the numbers.
 std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(std::string sha, bool withBurst) {
@@ -291,23 +370,76 @@ std::vector<Algorithm> algorithms() {
   rl.ours.argv = [](const std::string& name, const Limits& l) { return acquireArgv(lua::acquire.sha1, name, l); };
   rl.ours.idArg = kIdArg;
   const std::string referenceSha = loadScript(readFile(dir + "/reference_acquire.lua"));
-  rl.textbook = Variant{"reference_acquire.lua (Redisson's calls)", configureRateLimiter,
+  rl.textbook = Variant{"reference_acquire.lua (Redisson's calls, caller's clock)", configureRateLimiter,
                         [referenceSha](const std::string& name, const Limits& l) {
                           return acquireArgv(referenceSha, name, l);
                         },
-                        kIdArg};
+                        kIdArg, kClockArg};
   rl.textbookName = "Redisson's calls";
   rl.maxRatio = kMaxRatioRedisson;
   rl.ratioSource = "issue 13";
+  rl.oneKey = false;
   rl.libraryCall = [](const std::string& name) {
     redlimit::RateLimiter limiter(gWorld->client, name);
     for (int i = 0; i < 2; ++i) (void)limiter.tryAcquire();
   };
   out.push_back(std::move(rl));
+
+  Algorithm av;
+  av.key = "available_permits";
+  av.title = "availablePermits";
+  av.ours = Variant{"RateLimiter::availablePermits (available_permits.lua)", configureAvailable,
+                    [](const std::string& name, const Limits& l) { return availableArgv(lua::available_permits.sha1, name, l); }};
+  av.textbook = Variant{"reference_available_permits.lua (Redisson's calls, caller's clock)", configureAvailable,
+                        redissonArgv(loadScript(readFile(dir + "/reference_available_permits.lua")), "0000000000000"),
+                        rb::PreparedCalls::kNoId, kRedissonClockArg};
+  av.textbookName = "Redisson's calls";
+  av.maxRatio = kMaxRatioRedisson;
+  av.ratioSource = "issue 13";
+  av.oneKey = false;
+  av.workloadLabels = {"hot key, 1000 live", "hot key, used up", "10k keys, 1 live"};
+  av.libraryCall = [](const std::string& name) {
+    redlimit::RateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) (void)limiter.availablePermits();
+  };
+  out.push_back(std::move(av));
+
+  Algorithm rel;
+  rel.key = "release";
+  rel.title = "release";
+  rel.ours = Variant{"RateLimiter::release(1) (release.lua)", configureRelease,
+                     [](const std::string& name, const Limits& l) { return releaseArgv(lua::release.sha1, name, l); }};
+  rel.textbook = Variant{"reference_release.lua (Redisson's calls)", configureRelease,
+                         redissonArgv(loadScript(readFile(dir + "/reference_release.lua")), "1")};
+  rel.textbookName = "Redisson's calls";
+  rel.maxRatio = kMaxRatioRedisson;
+  rel.ratioSource = "issue 13";
+  rel.oneKey = false;
+  rel.workloadLabels = {"hot key, 10 x 10 000 held", "hot key, used up by 10 x 10 000", "10k keys, 1 x 10 held"};
+  rel.libraryCall = [](const std::string& name) {
+    redlimit::RateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) limiter.release(1);
+  };
+  out.push_back(std::move(rel));
   return out;
 }
 
 std::vector<Algorithm>* gAlgorithms = nullptr;
+
+std::size_t rateLimiterIndex() {
+  for (std::size_t a = 0; a < gAlgorithms->size(); ++a) {
+    if ((*gAlgorithms)[a].key == "rate_limiter") return a;
+  }
+  throw std::logic_error("bench: no rate_limiter entry");
+}
+const Algorithm& rateLimiter() { return (*gAlgorithms)[rateLimiterIndex()]; }
+
+const std::string& workloadLabel(const Algorithm& a, int w) {
+  const std::string& own = a.workloadLabels[static_cast<std::size_t>(w)];
+  static const std::array<std::string, kWorkloads> specs{kWorkloadSpecs[0].label, kWorkloadSpecs[1].label,
+                                                         kWorkloadSpecs[2].label};
+  return own.empty() ? specs[static_cast<std::size_t>(w)] : own;
+}
 
 std::vector<std::string> limiterNames(const std::string& prefix, std::size_t count) {
   std::vector<std::string> out;
@@ -321,7 +453,7 @@ std::unique_ptr<rb::PreparedCalls> prepare(const Variant& v, const std::vector<s
   std::vector<std::vector<std::string>> argvs;
   argvs.reserve(keys.size());
   for (const std::string& k : keys) argvs.push_back(v.argv(k, limits));
-  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg);
+  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg, v.clockArg);
 }
 
 // --- MONITOR: the argv the library really sends ---------------------------------------------------
@@ -443,15 +575,18 @@ std::array<Variant, kProbes> gProbes;
 std::array<std::array<PhaseResult, kPasses>, kProbes> gProbeCost;
 
 void makeProbes() {
-  // gcra.lua's take runs above its `-- @shared` line, before common.lua; acquire.lua has no fast
-  // path, so its text starts with common.lua, ended by the marker cmake/EmbedLua.cmake puts there.
+  // gcra.lua's take and acquire.lua's fast path run above their `-- @shared` line, before
+  // common.lua; the probe measures what the full code pays for common.lua before its first line:
+  // the text cmake/EmbedLua.cmake puts between its markers.
   const std::string full = redlimit::detail::lua::acquire.source;
-  const std::string marker = "-- ==== acquire.lua ====\n";
-  const auto at = full.find(marker);
-  if (at == std::string::npos) throw std::runtime_error("bench: the embedded acquire.lua has no common.lua marker");
-  const std::string sources[kProbes] = {"return {1}\n", full.substr(0, at + marker.size()) + "return {1}\n"};
+  const std::string begin = "-- ==== common.lua ====\n", end = "-- ==== acquire.lua, continued ====\n";
+  const auto from = full.find(begin), to = full.find(end);
+  if (from == std::string::npos || to == std::string::npos) {
+    throw std::runtime_error("bench: the embedded acquire.lua has no common.lua markers");
+  }
+  const std::string sources[kProbes] = {"return {1}\n", full.substr(from, to - from) + "return {1}\n"};
   const char* const labels[kProbes] = {"EVALSHA of `return {1}` (the floor of any script call)",
-                                       "common.lua + `return {1}` (acquire.lua's prelude; gcra.lua's take runs before it)"};
+                                       "common.lua + `return {1}` (the full code's prelude; fast paths run before it)"};
   for (int p = 0; p < kProbes; ++p) {
     const std::string sha = loadScript(sources[p]);
     gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {
@@ -528,14 +663,14 @@ void BM_Memory(benchmark::State& state) {
     for (auto _ : state) {
       gMemory.clear();
       for (const Algorithm& a : *gAlgorithms) {
-        if (a.key == "rate_limiter") continue;  // below: it holds a key per live permit set
+        if (!a.oneKey) continue;  // RateLimiter: below (its log holds a member per live grant)
         MemoryRow row{a.title, bytesAfterOneCall(a.ours, kMemoryName), -1, true, ""};
         if (a.textbook) row.textbook = bytesAfterOneCall(*a.textbook, kMemoryName);
         state.counters[a.key + "_ours_bytes"] = static_cast<double>(row.ours);
         state.counters[a.key + "_textbook_bytes"] = static_cast<double>(row.textbook);
         gMemory.push_back(row);
       }
-      const Algorithm& rl = gAlgorithms->back();
+      const Algorithm& rl = rateLimiter();
       for (std::int64_t live : {1, 100, 10000}) {
         (void)gWorld->admin->command({"FLUSHALL"});
         auto calls = prepare(rl.ours, {kMemoryName}, kNeverReached);
@@ -843,16 +978,17 @@ std::string summary(const std::string& argvChecked) {
       const double us = usecPerCall(a, 0, w) / usecPerCall(a, 1, w);
       const double cpu = cpuPerDecision(a, 0, w) / cpuPerDecision(a, 1, w);
       const std::string goal = fmt::format("<= {:g} ({})", algs[a].maxRatio, algs[a].ratioSource);
-      row(fmt::format("{}, {}: ours / {}, server us per call", algs[a].title, kWorkloadSpecs[w].label,
+      row(fmt::format("{}, {}: ours / {}, server us per call", algs[a].title, workloadLabel(algs[a], w),
                       algs[a].textbookName),
           us, 2, goal, us <= algs[a].maxRatio);
-      row(fmt::format("{}, {}: ours / {}, server CPU per decision", algs[a].title, kWorkloadSpecs[w].label,
+      row(fmt::format("{}, {}: ours / {}, server CPU per call", algs[a].title, workloadLabel(algs[a], w),
                       algs[a].textbookName),
           cpu, 2, goal, cpu <= algs[a].maxRatio);
     }
   }
-  const std::size_t rl = algs.size() - 1;  // RateLimiter, last
-  for (std::size_t a = 0; a + 1 < algs.size(); ++a) {
+  const std::size_t rl = rateLimiterIndex();
+  for (std::size_t a = 0; a < algs.size(); ++a) {
+    if (!algs[a].oneKey) continue;
     for (int w = 0; w < kWorkloads; ++w) {
       row(fmt::format("{}, {}: ours / RateLimiter, server us per call", algs[a].title, kWorkloadSpecs[w].label),
           usecPerCall(a, 0, w) / usecPerCall(rl, 0, w), 2, "", false);
@@ -878,11 +1014,13 @@ std::string summary(const std::string& argvChecked) {
       for (int v = 0; v < 2; ++v) {
         if (v == 1 && !algs[a].textbook) continue;
         const Variant& var = v == 0 ? algs[a].ours : *algs[a].textbook;
-        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>7}  {:>18}\n", v == 0 ? algs[a].title : "",
+        const bool own = v == 0 && !algs[a].workloadLabels[static_cast<std::size_t>(w)].empty();
+        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>7}  {:>18}{}\n", v == 0 ? algs[a].title : "",
                            v == 0 ? "ours" : "text", var.label, cell(usecPerCall(a, v, w), 2),
                            cell(cpuPerDecision(a, v, w), 2), cell(rate(a, v, w), 0),
                            cell(allowedShare(a, v, w) * 100, 0) + "%",
-                           cpu0Share(gCost[a][static_cast<std::size_t>(v)][static_cast<std::size_t>(w)]));
+                           cpu0Share(gCost[a][static_cast<std::size_t>(v)][static_cast<std::size_t>(w)]),
+                           own ? "  state: " + workloadLabel(algs[a], w) : std::string());
       }
     }
   }
@@ -967,7 +1105,8 @@ int main(int argc, char** argv) {
     options.connection.port = server.port();
     options.connection.commandTimeout = std::chrono::seconds(10);  // a loaded machine: latency, not errors
     world.client = redlimit::Client::create(options);
-    for (const auto& script : {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::acquire}) {
+    for (const auto& script : {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::acquire,
+                               redlimit::detail::lua::available_permits, redlimit::detail::lua::release}) {
       if (loadScript(script.source) != script.sha1) throw std::runtime_error("bench: SCRIPT LOAD returned another SHA1");
     }
     world.load = std::make_unique<rb::PipelinedLoad>(server.host(), server.port(), kConnections, kDepth);

@@ -31,7 +31,7 @@
 -- reclaimed BATCH at a time (until then they count as in use: the limiter can only under-admit);
 -- a log that has expired completely is dropped with one UNLINK (freed off the main thread).
 --
--- Every script reads and checks everything it uses (key types, the value as a canonical integer,
+-- Every script reads and checks everything it uses (key types, the value as an integer,
 -- members as packed entries) before its first write, so a failing script has written nothing.
 
 -- Redis 5.0 and later replicate a script's effects, not the script, so a script may read TIME
@@ -51,15 +51,15 @@ local BATCH = 1000                   -- members read, unpacked or removed per ca
 local FROZEN = -10000000000000
 local FROZEN_BELOW = -1000000000000
 
--- A decimal integer written exactly as INCRBY/DECRBY accept it ("10", "-3"; not " 10", "010",
--- "1e1", "0x3", "2.5", "-0"), with |n| < 10^14, or nil. Up to 10^14 tostring() prints every
--- integer in full, so the round trip is exact.
+-- The integer Lua's tonumber reads in `s` ("10", " 10", "1e1" and "0x0a" are all 10), if it is one
+-- with |n| < 10^14 (every sum of such numbers stays exact in a double), or nil: what Redisson's
+-- scripts read with tonumber too. A value's first write in a call is SET, or (acquire.lua's fast
+-- path) a DECRBY whose refusal leaves nothing written, so a value read this way cannot make a later
+-- command of the same call fail; what redlimit writes is always the plain decimal form.
 local function parseInteger(s)
   local n = tonumber(s)
-  if n == nil or n ~= math.floor(n) or n >= 1e14 or n <= -1e14 or tostring(n) ~= s or s == '-0' then
-    return nil
-  end
-  return n
+  if n and n < 1e14 and n > -1e14 and n % 1 == 0 then return n end
+  return nil
 end
 
 -- As parseInteger, and >= 0.
@@ -242,8 +242,7 @@ end
 
 -- Stores what loadState() decided, with `value` the value to leave (after this call's own grant
 -- or release; FROZEN when loadState froze it). Reclaims expired members (lowest ranks first, or
--- the whole log); writes the value
--- with INCRBY when the key exists (it keeps its TTL) and SET when it was missing.
+-- the whole log); writes the value with SET ... KEEPTTL (a key that existed keeps its TTL).
 local function writeState(cfg, value)
   if cfg.drop then
     redis.call('UNLINK', cfg.permitsKey)
@@ -254,14 +253,14 @@ local function writeState(cfg, value)
     redis.call('SET', cfg.valueKey, value)
     cfg.rewrote = true
   elseif value ~= cfg.raw then
-    redis.call('INCRBY', cfg.valueKey, value - cfg.raw)
+    redis.call('SET', cfg.valueKey, value, 'KEEPTTL')
   end
 end
 
 -- Applies the TTL rules to the state keys: keepAliveTime > 0 refreshes the idle TTL of all keys
 -- on every call; otherwise a state key that was just (re)created inherits the hash's TTL (set by
--- expire/expireAt), if it has one. Keys that existed keep theirs: ZADD, INCRBY and ZREM do not
--- touch a TTL, so the steady path needs no PTTL.
+-- expire/expireAt), if it has one. Keys that existed keep theirs: ZADD and ZREM do not
+-- touch a TTL, nor does SET ... KEEPTTL, so the steady path needs no PTTL.
 local function applyTtl(cfg)
   if cfg.keepAlive > 0 then
     redis.call('PEXPIRE', KEYS[1], cfg.keepAlive)

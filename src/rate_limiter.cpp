@@ -1,7 +1,11 @@
 #include "redlimit/rate_limiter.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <deque>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -105,6 +109,20 @@ void checkClientId(const std::string& id) {
                                       "got \"{}\"",
                                       RateLimiter::kMaxClientIdLength, id.substr(0, 64)));
   }
+}
+
+// The integer that the scripts read in a field of the configuration hash (lua/common.lua's
+// parseInteger: Lua 5.1's tonumber, which is strtod followed by white space only, so " 10", "1e1"
+// and "0xa" are 10), if it is one below 10^14 in magnitude; nullopt otherwise. getConfig() reads
+// the hash as every script does.
+std::optional<std::int64_t> luaInteger(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double d = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  while (*end != '\0' && std::isspace(static_cast<unsigned char>(*end)) != 0) ++end;
+  if (*end != '\0' || !(d < 1e14 && d > -1e14) || d != std::floor(d)) return std::nullopt;
+  return static_cast<std::int64_t>(d);
 }
 
 }  // namespace
@@ -774,12 +792,9 @@ RateLimiterConfig RateLimiter::Impl::getConfig() {
     const std::string& field = r.elements[i].str;
     const Reply& value = r.elements[i + 1];
     auto number = [&](std::int64_t lo, std::int64_t hi) {
-      std::int64_t v = 0;
-      try {
-        v = value.asInteger();
-      } catch (const Error&) {
-        v = lo - 1;
-      }
+      const std::optional<std::int64_t> read =
+          value.type == Reply::Type::Integer ? std::optional<std::int64_t>(value.integer) : luaInteger(value.str);
+      const std::int64_t v = read.value_or(lo - 1);
       if (v < lo || v > hi) {
         throw InvalidConfigError("ERR", fmt::format("redlimit: field {} of {} holds \"{}\", not an integer in {}..{}",
                                                     field, name_, value.str, lo, hi));

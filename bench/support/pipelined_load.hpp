@@ -7,6 +7,7 @@
 #include <poll.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -24,7 +25,9 @@ namespace redlimit::bench {
 
 /// One command per key, prepared once (argv pointers and lengths kept), appended to a hiredis
 /// context on demand. Optionally one argument, the same index in every argv, is a 16-byte id
-/// refilled with fresh random bytes before every send (acquire.lua's member id).
+/// refilled with fresh random bytes before every send (acquire.lua's member id); optionally
+/// another is the caller's clock in epoch ms (13 digits), rewritten before every send (what
+/// Redisson passes its scripts as "now").
 /// Not copyable (the pointers point into it).
 class PreparedCalls {
  public:
@@ -32,14 +35,19 @@ class PreparedCalls {
 
   /// `argvs[k]` is the whole command for key k (e.g. EVALSHA sha numkeys keys... args...).
   /// `idArg`: index of the id argument (its string must be 16 bytes long), or kNoId.
-  explicit PreparedCalls(std::vector<std::vector<std::string>> argvs, std::size_t idArg = kNoId)
-      : argvs_(std::move(argvs)), idArg_(idArg) {
+  explicit PreparedCalls(std::vector<std::vector<std::string>> argvs, std::size_t idArg = kNoId,
+                         std::size_t clockArg = kNoId)
+      : argvs_(std::move(argvs)), idArg_(idArg), clockArg_(clockArg) {
     if (argvs_.empty()) throw std::invalid_argument("bench: PreparedCalls needs at least one command");
     ptr_.resize(argvs_.size());
     len_.resize(argvs_.size());
     for (std::size_t k = 0; k < argvs_.size(); ++k) {
       if (idArg_ != kNoId && (idArg_ >= argvs_[k].size() || argvs_[k][idArg_].size() != 16)) {
         throw std::invalid_argument("bench: PreparedCalls id argument must be 16 bytes");
+      }
+      if (clockArg_ != kNoId) {
+        if (clockArg_ >= argvs_[k].size()) throw std::invalid_argument("bench: PreparedCalls clock argument missing");
+        argvs_[k][clockArg_] = epochMillis();  // 13 digits until the year 2286: the size stays
       }
       for (const std::string& a : argvs_[k]) {
         ptr_[k].push_back(a.data());
@@ -56,6 +64,12 @@ class PreparedCalls {
   /// Queues key `key`'s command on `ctx` (a fresh id first, if there is one).
   void append(redisContext* ctx, std::size_t key) {
     if (idArg_ != kNoId) rng_.fill(argvs_[key][idArg_].data(), 16);  // same size: the pointers stay valid
+    if (clockArg_ != kNoId) {
+      const std::string now = epochMillis();
+      std::string& arg = argvs_[key][clockArg_];
+      if (now.size() != arg.size()) throw std::runtime_error("bench: the clock argument changed its length");
+      arg.replace(0, now.size(), now);
+    }
     if (redisAppendCommandArgv(ctx, static_cast<int>(ptr_[key].size()), ptr_[key].data(), len_[key].data()) !=
         REDIS_OK) {
       throw std::runtime_error("bench: append of a prepared call failed");
@@ -66,14 +80,20 @@ class PreparedCalls {
   std::vector<std::vector<std::string>> argvs_;
   std::vector<std::vector<const char*>> ptr_;
   std::vector<std::vector<std::size_t>> len_;
+  static std::string epochMillis() {
+    using namespace std::chrono;
+    return std::to_string(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+  }
+
   std::size_t idArg_;
+  std::size_t clockArg_;
   XorShift rng_;
 };
 
 /// What one run of the load did.
 struct LoadResult {
   std::int64_t calls = 0;
-  std::int64_t allowed = 0;   // replies whose first element is an integer > 0
+  std::int64_t allowed = 0;   // replies whose first element is an integer > 0, and nil replies
   double seconds = 0;         // first request sent to last reply read
 };
 
@@ -165,6 +185,13 @@ class PipelinedLoad {
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) {
       return r->element[0]->integer > 0 ? 1 : 0;
     }
+    // The Redisson-equivalent scripts: acquire answers nil to a grant and the wait (an integer) to a
+    // denial; release answers nil (counted as allowed); availablePermits answers the value, an
+    // integer or the string GET read (counted as not allowed).
+    if (r->type == REDIS_REPLY_NIL) return 1;
+    if (r->type == REDIS_REPLY_INTEGER) return 0;
+    // Redisson's availablePermits answers the value as the string GET read when nothing expired.
+    if (r->type == REDIS_REPLY_STRING) return 0;
     if (failure.empty()) {
       failure = r->type == REDIS_REPLY_ERROR ? "error reply: " + std::string(r->str, r->len)
                                              : std::string("the reply is not a decision");

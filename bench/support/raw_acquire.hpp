@@ -84,11 +84,15 @@ class RawAcquire {
     if (redisGetReply(ctx, &raw) != REDIS_OK) raw = nullptr;
     return decision(ctx, static_cast<redisReply*>(raw));
   }
-  /// Permits granted by one reply `r` (taken over and freed) read from `ctx`. Throws on a null
-  /// reply (transport error, ctx->errstr) and on anything but a decision.
+  /// Permits granted by one reply `r` (taken over and freed) read from `ctx`: acquire.lua's array,
+  /// or the Redisson-equivalent reference's nil (granted: the one permit every call asks for) or
+  /// integer (denied: the wait in ms). Throws on a null reply (transport error, ctx->errstr) and on
+  /// anything but a decision.
   static std::int64_t decision(redisContext* ctx, redisReply* r) {
     if (r == nullptr) throw std::runtime_error(std::string("bench: script call transport error: ") + ctx->errstr);
     RawRedis::ReplyPtr owned(r);
+    if (r->type == REDIS_REPLY_NIL) return 1;
+    if (r->type == REDIS_REPLY_INTEGER) return 0;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
       throw std::runtime_error("bench: script call failed: " + std::string(r->str != nullptr ? r->str : "unexpected reply"));
     }

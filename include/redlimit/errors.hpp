@@ -208,8 +208,8 @@ class InvalidConfigError : public ScriptError {
 };
 
 /// A state key of the limiter (`{name}:value`, `{name}:permits` or their per-client forms) holds
-/// data redlimit cannot use: a value that is not a canonical decimal integer, a key of the wrong
-/// type, or a sorted-set member that is not a packed permit entry (for example written by another
+/// data redlimit cannot use: a value that is not an integer (as Lua's tonumber reads it, below
+/// 10^14 in magnitude: `2.5`, `nan`, `abc`; ` 3` and `3e0` are 3), a key of the wrong type, or a sorted-set member that is not a packed permit entry (for example written by another
 /// program). The script checked this before writing anything: the keys are unchanged.
 class InvalidStateError : public ScriptError {
  public:

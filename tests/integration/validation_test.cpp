@@ -156,10 +156,27 @@ TEST_F(CorruptConfig, RateIsNotAUsableNumber) {
   RateLimiter rl(client(), name());
   rl.setRate(RateType::Overall, 10, milliseconds(5000));
   ASSERT_TRUE(rl.tryAcquire(2));
-  for (const char* rate : {"abc", "0", "-5", "1.5", "4294967296", "", " 10"}) {
+  for (const char* rate : {"abc", "0", "-5", "1.5", "4294967296", "", "1e14", "nan"}) {
     SCOPED_TRACE(std::string("rate=\"") + rate + "\"");
     (void)raw({"HSET", name(), "rate", rate});
     expectEveryReadFails<InvalidConfigError>(rl);
+  }
+}
+
+// A field that Lua's tonumber reads as an integer (what Redisson's scripts read too) is that
+// integer, for every script and for getConfig().
+TEST_F(CorruptConfig, FieldsAreReadAsLuaReadsThem) {
+  RateLimiter rl(client(), name());
+  rl.setRate(RateType::Overall, 10, milliseconds(5000));
+  for (const char* rate : {" 3", "3 ", "3e0", "0x3", "+3", "03", "3.0"}) {
+    SCOPED_TRACE(std::string("rate=\"") + rate + "\"");
+    (void)raw({"DEL", rl.keys()[1], rl.keys()[3]});
+    (void)raw({"HSET", name(), "rate", rate});
+    EXPECT_EQ(rl.getConfig().rate, 3);
+    EXPECT_EQ(rl.availablePermits(), 3);
+    EXPECT_TRUE(rl.tryAcquire(3));
+    EXPECT_FALSE(rl.tryAcquire());
+    EXPECT_THROW((void)rl.tryAcquire(4), InvalidArgument);
   }
 }
 
