@@ -10,7 +10,10 @@
 //     exact keys and arguments the library class sends for decide(1) / tryAcquire() (checked
 //     against MONITOR of one real library call at start). In the same run the same load drives the
 //     textbook script for the algorithm (bench/textbook/*.lua; for RateLimiter
-//     bench/reference_acquire.lua, Redisson's call sequence). Per phase: server µs per call (INFO
+//     bench/reference_acquire.lua, Redisson's call sequence with the caller's clock). The same for
+//     RateLimiter's availablePermits and release (available_permits.lua, release.lua against
+//     bench/reference_available_permits.lua and bench/reference_release.lua), each on the state
+//     its workload labels name, made by untimed acquires. Per phase: server µs per call (INFO
 //     commandstats usec delta of EVALSHA / calls), whole server CPU per decision (INFO cpu delta /
 //     decisions: parsing and I/O too), decisions/s. Every phase starts from FLUSHALL, sets its
 //     keys up, warms up, then times kCalls decisions; all phases run kPasses times, every other
@@ -961,9 +964,11 @@ std::string summary(const std::string& argvChecked) {
   out += fmt::format(
       "Load: raw hiredis, {} connections x {} requests in flight, EVALSHA of each script with exactly the keys and\n"
       "arguments its library class sends for one permit (checked against MONITOR of real library calls: {}),\n"
-      "and of the textbook script for the same algorithm (bench/textbook/*.lua; for RateLimiter\n"
-      "bench/reference_acquire.lua, Redisson's call sequence), same load, same server, same run. Every script reads\n"
-      "the server's TIME. Per phase: FLUSHALL, keys configured, an untimed warm-up, then {} timed decisions; {} passes,\n"
+      "and of the textbook script for the same algorithm (bench/textbook/*.lua; for RateLimiter's acquire,\n"
+      "availablePermits and release bench/reference_*.lua, Redisson's call sequences), same load, same server, same\n"
+      "run. Every script reads the server's TIME but Redisson's, which take the caller's clock as Redisson does.\n"
+      "availablePermits and release run on the state their rows name, made by untimed acquires. Per phase: FLUSHALL,\n"
+      "keys configured, an untimed warm-up, then {} timed calls; {} passes,\n"
       "every other one in mirrored order; means shown. Granted: 10^9 permits per hour (never reached); denied: 100 per hour, used up in\n"
       "the warm-up. server us/call: INFO commandstats (EVALSHA usec / calls); server CPU/decision: INFO cpu\n"
       "(user + sys, the whole process: parsing and I/O too) / decisions.\n"

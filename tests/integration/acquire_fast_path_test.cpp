@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <typeinfo>
@@ -125,9 +124,10 @@ class AcquireFastPath : public RedissonMixTest {
   void members(const RateLimiter& rl, std::int64_t nowMs, int n, std::int64_t ageMs, std::uint32_t permits,
                char tag) {
     for (int i = 0; i < n; ++i) {
-      const std::string id = std::string(1, tag) + fmt::format("{:015d}", i);
-      (void)raw({"ZADD", rl.keys()[3], fmt::format("{}.{:03d}", nowMs - ageMs - (n - i), i % 1000),
-                 packMember(id, permits)});
+      const std::string digits = std::to_string(i);
+      const std::string id = std::string(1, tag) + std::string(15 - digits.size(), '0') + digits;
+      const std::string micros = std::to_string(100 + i % 900);  // three digits
+      (void)raw({"ZADD", rl.keys()[3], std::to_string(nowMs - ageMs - (n - i)) + "." + micros, packMember(id, permits)});
     }
   }
 };
