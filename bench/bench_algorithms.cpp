@@ -252,39 +252,31 @@ void configureRelease(const std::vector<std::string>& names, const Limits& limit
   }
 }
 
-// What availablePermits() sends: the five keys, '' (server clock) and '' (the rate seen last:
-// neither availablePermits nor release learns it).
-std::vector<std::string> availableArgv(std::string_view sha, const std::string& name, const Limits&) {
-  const redlimit::RateLimiter handle(gWorld->client, name);
-  std::vector<std::string> argv{"EVALSHA", std::string(sha), "5"};
-  argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
-  argv.insert(argv.end(), {std::string(), std::string()});
-  return argv;
-}
-
-// What release(1) sends: the five keys, 1 permit, '' (the newest live members), '' (server clock)
-// and '' (the rate seen last).
-std::vector<std::string> releaseArgv(std::string_view sha, const std::string& name, const Limits&) {
-  const redlimit::RateLimiter handle(gWorld->client, name);
-  std::vector<std::string> argv{"EVALSHA", std::string(sha), "5"};
-  argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
-  argv.insert(argv.end(), {std::string("1"), std::string(), std::string(), std::string()});
-  return argv;
-}
-
-// The Redisson-equivalent scripts of availablePermits and release: the five keys, then the
-// caller's clock in epoch ms (refreshed on every call) or the permits.
-std::function<std::vector<std::string>(const std::string&, const Limits&)> redissonArgv(std::string sha,
-                                                                                       std::string arg) {
-  return [sha, arg](const std::string& name, const Limits&) {
+// EVALSHA of `sha` on the five keys of RateLimiter `name`, then `args`:
+//   availablePermits() sends '' (server clock) and '' (the rate seen last: neither
+//   availablePermits nor release learns it);
+//   release(1) sends 1 permit, '' (the newest live members), '' (server clock), '' (the rate);
+//   the Redisson-equivalent scripts take the caller's clock in epoch ms (refreshed on every call)
+//   or the permits.
+std::function<std::vector<std::string>(const std::string&, const Limits&)> fiveKeyArgv(std::string sha,
+                                                                                      std::vector<std::string> args) {
+  return [sha, args](const std::string& name, const Limits&) {
     const redlimit::RateLimiter handle(gWorld->client, name);
     std::vector<std::string> argv{"EVALSHA", sha, "5"};
     argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
-    argv.push_back(arg);
+    argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   };
 }
 constexpr std::size_t kRedissonClockArg = 8;  // EVALSHA sha 5 k*5 now
+
+// RateLimiter's scripts are compared with Redisson's call sequences, against issue 13's target.
+void comparedWithRedisson(Algorithm& a) {
+  a.textbookName = "Redisson's calls";
+  a.maxRatio = kMaxRatioRedisson;
+  a.ratioSource = "issue 13";
+  a.oneKey = false;
+}
 
 // A textbook script's argv: its one key, then the numbers.
 std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(std::string sha, bool withBurst) {
@@ -378,10 +370,7 @@ std::vector<Algorithm> algorithms() {
                           return acquireArgv(referenceSha, name, l);
                         },
                         kIdArg, kClockArg};
-  rl.textbookName = "Redisson's calls";
-  rl.maxRatio = kMaxRatioRedisson;
-  rl.ratioSource = "issue 13";
-  rl.oneKey = false;
+  comparedWithRedisson(rl);
   rl.libraryCall = [](const std::string& name) {
     redlimit::RateLimiter limiter(gWorld->client, name);
     for (int i = 0; i < 2; ++i) (void)limiter.tryAcquire();
@@ -392,14 +381,11 @@ std::vector<Algorithm> algorithms() {
   av.key = "available_permits";
   av.title = "availablePermits";
   av.ours = Variant{"RateLimiter::availablePermits (available_permits.lua)", configureAvailable,
-                    [](const std::string& name, const Limits& l) { return availableArgv(lua::available_permits.sha1, name, l); }};
+                    fiveKeyArgv(lua::available_permits.sha1, {"", ""})};
   av.textbook = Variant{"reference_available_permits.lua (Redisson's calls, caller's clock)", configureAvailable,
-                        redissonArgv(loadScript(readFile(dir + "/reference_available_permits.lua")), "0000000000000"),
+                        fiveKeyArgv(loadScript(readFile(dir + "/reference_available_permits.lua")), {"0000000000000"}),
                         rb::PreparedCalls::kNoId, kRedissonClockArg};
-  av.textbookName = "Redisson's calls";
-  av.maxRatio = kMaxRatioRedisson;
-  av.ratioSource = "issue 13";
-  av.oneKey = false;
+  comparedWithRedisson(av);
   av.workloadLabels = {"hot key, 1000 live", "hot key, used up", "10k keys, 1 live"};
   av.libraryCall = [](const std::string& name) {
     redlimit::RateLimiter limiter(gWorld->client, name);
@@ -411,13 +397,10 @@ std::vector<Algorithm> algorithms() {
   rel.key = "release";
   rel.title = "release";
   rel.ours = Variant{"RateLimiter::release(1) (release.lua)", configureRelease,
-                     [](const std::string& name, const Limits& l) { return releaseArgv(lua::release.sha1, name, l); }};
+                     fiveKeyArgv(lua::release.sha1, {"1", "", "", ""})};
   rel.textbook = Variant{"reference_release.lua (Redisson's calls)", configureRelease,
-                         redissonArgv(loadScript(readFile(dir + "/reference_release.lua")), "1")};
-  rel.textbookName = "Redisson's calls";
-  rel.maxRatio = kMaxRatioRedisson;
-  rel.ratioSource = "issue 13";
-  rel.oneKey = false;
+                         fiveKeyArgv(loadScript(readFile(dir + "/reference_release.lua")), {"1"})};
+  comparedWithRedisson(rel);
   rel.workloadLabels = {"hot key, 10 x 10 000 held", "hot key, used up by 10 x 10 000", "10k keys, 1 x 10 held"};
   rel.libraryCall = [](const std::string& name) {
     redlimit::RateLimiter limiter(gWorld->client, name);
