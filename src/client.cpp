@@ -150,10 +150,10 @@ namespace {
 }  // namespace
 
 void Client::setDeadline(detail::Request& request, std::chrono::steady_clock::time_point deadline) const {
-  const auto now = detail::SteadyClock::now();
+  const auto now = detail::Steady::now();
   if (deadline == detail::SteadyTime{}) {
     request.budget = options_.connection.commandTimeout;
-    request.deadline = detail::deadlineAfter<detail::SteadyClock>(now, request.budget);
+    request.deadline = detail::deadlineAfter<detail::Steady>(now, request.budget);
   } else {
     request.deadline = deadline;
     request.budget = deadline > now ? std::chrono::ceil<std::chrono::milliseconds>(deadline - now)

@@ -156,7 +156,7 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, Outc
 }
 
 void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& to) {
-  if (++a->redirects > options_.cluster.maxRedirects || SteadyClock::now() >= a->proto.deadline) {
+  if (++a->redirects > options_.cluster.maxRedirects || Steady::now() >= a->proto.deadline) {
     a->done(Outcome{Reply{}, std::make_exception_ptr(UnavailableError(
                                  to.ask ? "ASK" : "MOVED",
                                  fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}) within "
@@ -180,7 +180,7 @@ void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& 
 }
 
 bool ClusterRunner::retryLater(const std::shared_ptr<Attempt>& a, const std::string& why) {
-  const SteadyTime now = SteadyClock::now();
+  const SteadyTime now = Steady::now();
   const auto pause = std::min<milliseconds>(milliseconds(5) * (1 << std::min(a->retries, 5)), milliseconds(100));
   if (now + pause >= a->proto.deadline || stopped_.load(std::memory_order_acquire)) return false;
   ++a->retries;
@@ -219,7 +219,7 @@ void ClusterRunner::maintain() {
   setCurrentIoRunner(this);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    const SteadyTime now = SteadyClock::now();
+    const SteadyTime now = Steady::now();
     if (!timers_.empty() && timers_.top().at <= now) {
       std::function<void()> run = timers_.top().run;
       timers_.pop();
@@ -280,7 +280,7 @@ bool ClusterRunner::refresh() {
     auto askFor = [&](std::initializer_list<std::string_view> argv) {
       Request r = makeRequest(argv.begin(), argv.size());
       r.budget = options_.connection.commandTimeout;
-      r.deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), r.budget);
+      r.deadline = deadlineAfter<Steady>(Steady::now(), r.budget);
       return n->transport->call(std::move(r));
     };
     std::vector<SlotRange> ranges;

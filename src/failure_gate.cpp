@@ -29,10 +29,10 @@ std::exception_ptr copyOf(const Error& error) {
 
 }  // namespace
 
-FailureGate::FailureGate(std::string limiter, FailureOptions options, NowFn now)
+FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView clock)
     : limiter_(std::move(limiter)),
       options_(std::move(options)),
-      now_(now),
+      clock_(clock),
       probeMicros_(saturatingCast<std::chrono::microseconds>(options_.probeInterval).count()) {
   if (!(options_.localShare > 0.0 && options_.localShare <= 1.0)) {
     throw InvalidArgument("redlimit: FailureOptions::localShare must be in (0, 1]");
@@ -40,12 +40,6 @@ FailureGate::FailureGate(std::string limiter, FailureOptions options, NowFn now)
   if (options_.probeInterval.count() <= 0) {
     throw InvalidArgument("redlimit: FailureOptions::probeInterval must be > 0 ms");
   }
-}
-
-std::int64_t FailureGate::steadyMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 bool FailureGate::shouldTry() {
@@ -118,21 +112,21 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
 
 bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
   if (rate <= 0 || interval.count() <= 0) return false;  // never saw a configuration: refuse
-  // A token bucket holding rate x share permits, refilled at that many per interval. It is an
-  // emergency estimate, so doubles are fine here.
-  const double capacity = std::max(1.0, std::floor(static_cast<double>(rate) * options_.localShare));
-  const double perMicro = capacity / (static_cast<double>(interval.count()) * 1000.0);
-  const std::int64_t now = nowMicros();
+  // A token bucket holding rate x share permits (at least one), refilled with that many per
+  // interval: this instance's share of the limit while Redis cannot be asked.
+  using Bucket = BasicLocalTokenBucket<ClockView>;
+  const double share = std::floor(static_cast<double>(rate) * options_.localShare);
+  const std::int64_t capacity = std::clamp<std::int64_t>(static_cast<std::int64_t>(share), 1, Bucket::kMaxPermits);
+  const std::chrono::microseconds every =
+      std::min(saturatingCast<std::chrono::microseconds>(interval), Bucket::kMaxInterval);
+  if (permits > capacity) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (localTokens_ < 0) {
-    localTokens_ = capacity;
-  } else {
-    localTokens_ = std::min(capacity, localTokens_ + static_cast<double>(now - localUpdated_) * perMicro);
+  if (!local_ || local_->capacity() != capacity || local_->refillInterval() != every) {
+    const std::int64_t held = local_ ? std::min(local_->availablePermits(), capacity) : capacity;
+    local_.emplace(capacity, capacity, every, clock_);
+    local_->setAvailablePermits(held);
   }
-  localUpdated_ = now;
-  if (localTokens_ < static_cast<double>(permits)) return false;
-  localTokens_ -= static_cast<double>(permits);
-  return true;
+  return local_->tryAcquire(permits);
 }
 
 std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,

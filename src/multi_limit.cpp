@@ -26,8 +26,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
-using SteadyTime = SteadyClock::time_point;
+using Steady = std::chrono::steady_clock;
+using SteadyTime = Steady::time_point;
 
 const detail::Script kMulti{detail::lua::multi.name, detail::lua::multi.sha1, detail::lua::multi.source};
 
@@ -90,7 +90,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits);
   Outcome byPolicy(std::int64_t permits, bool allowed) const;
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
-  SteadyTime callDeadline() const { return detail::deadlineAfter<SteadyClock>(SteadyClock::now(), callBound_); }
+  SteadyTime callDeadline() const { return detail::deadlineAfter<Steady>(Steady::now(), callBound_); }
   std::vector<std::string_view> keys() const { return {names_.begin(), names_.end()}; }
 
   std::shared_ptr<Client> client_;
@@ -280,12 +280,12 @@ Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>
     try {
       const SteadyTime tryDeadline = std::min(
           deadline,
-          detail::deadlineAfter<SteadyClock>(SteadyClock::now(), client_->options().connection.commandTimeout));
+          detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
       return detail::eval(*client_, kMulti, keys(), argViews, tryDeadline);
     } catch (const ScriptError&) {
       std::rethrow_exception(detail::limiterError(std::current_exception()));
     } catch (const ClosedError&) {
-      if (!resendIfClosed || tries == kMaxTries || SteadyClock::now() >= deadline) throw;
+      if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
     }
   }
 }

@@ -23,8 +23,8 @@
 
 namespace redlimit::detail {
 
-using SteadyClock = std::chrono::steady_clock;
-using SteadyTime = SteadyClock::time_point;
+using Steady = std::chrono::steady_clock;
+using SteadyTime = Steady::time_point;
 
 /// What a request ends with: a reply, or the exception that explains why there is none.
 struct Outcome {

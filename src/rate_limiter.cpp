@@ -338,17 +338,17 @@ auto RateLimiter::Impl::onceMoreIfClosed(Call&& call) -> decltype(call(false, de
     try {
       return call(tries > 1, tryDeadline(deadline));
     } catch (const ClosedError&) {
-      if (tries == kMaxTries || detail::SteadyClock::now() >= deadline) throw;
+      if (tries == kMaxTries || detail::Steady::now() >= deadline) throw;
     }
   }
 }
 
 detail::SteadyTime RateLimiter::Impl::callDeadline() const {
-  return detail::deadlineAfter<detail::SteadyClock>(detail::SteadyClock::now(), callBound_);
+  return detail::deadlineAfter<detail::Steady>(detail::Steady::now(), callBound_);
 }
 
 detail::SteadyTime RateLimiter::Impl::tryDeadline(detail::SteadyTime callDeadline) const {
-  const auto next = detail::deadlineAfter<detail::SteadyClock>(detail::SteadyClock::now(),
+  const auto next = detail::deadlineAfter<detail::Steady>(detail::Steady::now(),
                                                                client_->options().connection.commandTimeout);
   return std::min(next, callDeadline);
 }
@@ -494,7 +494,7 @@ bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, d
   try {
     std::rethrow_exception(error);
   } catch (const ClosedError&) {
-    return tries < 3 && detail::SteadyClock::now() < deadline;
+    return tries < 3 && detail::Steady::now() < deadline;
   } catch (...) {
     return false;
   }
@@ -638,7 +638,7 @@ AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMo
   a->done = wait.callback();
   // The call ends by its deadline (a request waiting for a connection gets the connect time on
   // top); a second later, the wait gives up instead of hanging.
-  const detail::SteadyTime giveUp = detail::deadlineAfter<detail::SteadyClock>(
+  const detail::SteadyTime giveUp = detail::deadlineAfter<detail::Steady>(
       a->deadline, detail::saturatingAdd(client_->options().connection.connectTimeout, milliseconds{1000}));
   dispatch(std::move(a));
   return wait.get(giveUp);

@@ -20,8 +20,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
-using SteadyTime = SteadyClock::time_point;
+using Steady = std::chrono::steady_clock;
+using SteadyTime = Steady::time_point;
 
 // Elements of a take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs,
 // delayUs, localRate, localIntervalMs}.
@@ -91,7 +91,7 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   static Reservation parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
-  SteadyTime callDeadline() const { return deadlineAfter<SteadyClock>(SteadyClock::now(), callBound_); }
+  SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
 
   std::shared_ptr<Client> client_;
@@ -244,12 +244,12 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
   for (int tries = 1;; ++tries) {
     try {
       const SteadyTime tryDeadline = std::min(
-          deadline, deadlineAfter<SteadyClock>(SteadyClock::now(), client_->options().connection.commandTimeout));
+          deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
       return eval(*client_, script_, keys, argViews, tryDeadline);
     } catch (const ScriptError&) {
       std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     } catch (const ClosedError&) {
-      if (!resendIfClosed || tries == kMaxTries || SteadyClock::now() >= deadline) throw;
+      if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
     }
   }
 }

@@ -154,7 +154,7 @@ void SentinelRunner::wantDiscovery() {
 }
 
 void SentinelRunner::expireParked(std::vector<Request>& expired) {
-  const SteadyTime now = SteadyClock::now();
+  const SteadyTime now = Steady::now();
   auto late = std::stable_partition(parked_.begin(), parked_.end(),
                                     [&](const Request& r) { return r.deadline > now; });
   std::move(late, parked_.end(), std::back_inserter(expired));
@@ -179,7 +179,7 @@ void SentinelRunner::maintain() {
       lock.lock();
       continue;
     }
-    const SteadyTime now = SteadyClock::now();
+    const SteadyTime now = Steady::now();
     const SteadyTime discoverAt = discoveryWanted_ ? lastDiscovery_ + kMinDiscoveryInterval : SteadyTime::max();
     if (discoverAt <= now) {
       discoveryWanted_ = false;
@@ -210,7 +210,7 @@ bool SentinelRunner::discover() {
       ConnectionOptions o = sentinelConnection_;
       o.host = sentinel.host;
       o.port = sentinel.port;
-      Conversation c(o, deadlineAfter<SteadyClock>(SteadyClock::now(), o.connectTimeout));
+      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout));
       const WireReply r = c.ask({"SENTINEL", "get-master-addr-by-name", name});
       if (r.isError) throwReplyError(r.error, false);
       if (r.value.type != Reply::Type::Array || r.value.elements.size() != 2) {
@@ -240,7 +240,7 @@ bool SentinelRunner::discover() {
       o.host = candidate.host;
       o.port = candidate.port;
       o.unixSocket.clear();
-      Conversation c(o, deadlineAfter<SteadyClock>(SteadyClock::now(), o.connectTimeout));
+      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout));
       const WireReply role = c.ask({"ROLE"});
       if (role.isError) throwReplyError(role.error, false);
       if (role.value.type != Reply::Type::Array || role.value.elements.empty() ||
@@ -304,7 +304,7 @@ void SentinelRunner::subscribe() {
       ConnectionOptions o = sentinelConnection_;
       o.host = sentinel.host;
       o.port = sentinel.port;
-      Conversation c(o, deadlineAfter<SteadyClock>(SteadyClock::now(), o.connectTimeout));
+      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout));
       const WireReply ok = c.ask({"SUBSCRIBE", "+switch-master"});
       if (ok.isError) throwReplyError(ok.error, false);
       // Subscribed: a failover that happened while we were not may have been missed.
@@ -312,7 +312,7 @@ void SentinelRunner::subscribe() {
       while (!stopped_.load(std::memory_order_acquire)) {
         WireReply m;
         try {
-          m = c.next(SteadyClock::now() + milliseconds(100));
+          m = c.next(Steady::now() + milliseconds(100));
         } catch (const TimeoutError&) {
           continue;  // nothing said; look at stopped_ again
         }

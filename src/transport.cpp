@@ -208,7 +208,7 @@ Outcome waitForOutcome(Request request, const std::function<void(Request)>& send
     }
     w->cv.notify_one();
   };
-  const SteadyTime giveUp = deadlineAfter<SteadyClock>(request.deadline, std::chrono::seconds(1));
+  const SteadyTime giveUp = deadlineAfter<Steady>(request.deadline, std::chrono::seconds(1));
   const std::string command = request.command;
   send(std::move(request));
   std::unique_lock<std::mutex> lock(w->m);
@@ -274,8 +274,8 @@ void Transport::watch(Conn& c, bool out) {
 }
 
 void Transport::connect(Conn& c, std::vector<Finished>& done) {
-  const SteadyTime started = SteadyClock::now();
-  const SteadyTime deadline = deadlineAfter<SteadyClock>(started, connection_.connectTimeout);
+  const SteadyTime started = Steady::now();
+  const SteadyTime deadline = deadlineAfter<Steady>(started, connection_.connectTimeout);
   try {
     c.stream = connectStream(connection_, deadline);
   } catch (...) {
@@ -297,7 +297,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
   // configured, or a PING, so that a server that wants a password says so before a script runs.
   auto greet = [&](std::initializer_list<std::string_view> argv) {
     Request r = makeRequest(argv.begin(), argv.size());
-    r.deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), connection_.connectTimeout);
+    r.deadline = deadlineAfter<Steady>(Steady::now(), connection_.connectTimeout);
     r.budget = connection_.connectTimeout;
     r.internal = true;
     r.counted = false;
@@ -327,7 +327,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
 void Transport::greeted(Conn& c) {
   c.greeted = true;
   // Requests that waited for this connection get the time connecting took on top of their own.
-  const auto spent = SteadyClock::now() - c.connectStarted;
+  const auto spent = Steady::now() - c.connectStarted;
   for (auto& r : c.carry) {
     if (r.deadline != SteadyTime::max()) r.deadline += spent;
     c.pipe->push(std::move(r));
@@ -396,7 +396,7 @@ std::exception_ptr Transport::closedBeforeAnyReply(const std::exception_ptr& why
   // A TLS port resets a plain-text connection before its first reply: ask it in TLS, so that the
   // caller learns the set-up is wrong rather than that Redis is down.
   if (!holds<ClosedError>(why) || !connection_.unixSocket.empty() || connection_.tls.enabled) return why;
-  const SteadyTime deadline = deadlineAfter<SteadyClock>(SteadyClock::now(), connection_.connectTimeout);
+  const SteadyTime deadline = deadlineAfter<Steady>(Steady::now(), connection_.connectTimeout);
   if (!speaksTls(connection_.host, connection_.port, deadline)) return why;
   std::string text;
   try {
@@ -525,7 +525,7 @@ void Transport::run() {
     }
     complete(done);
 
-    SteadyTime now = SteadyClock::now();
+    SteadyTime now = Steady::now();
     SteadyTime next = SteadyTime::max();
     bool again = false;
     for (auto& c : conns_) {
@@ -544,7 +544,7 @@ void Transport::run() {
         std::uint64_t fired = 0;
         [[maybe_unused]] const auto r = ::read(timerFd_, &fired, sizeof fired);
         std::lock_guard<std::mutex> lock(timerMutex_);
-        if (armedAt_ <= SteadyClock::now()) armedAt_ = SteadyTime::max();  // the deadlines below see to the rest
+        if (armedAt_ <= Steady::now()) armedAt_ = SteadyTime::max();  // the deadlines below see to the rest
         continue;
       }
       if (events[i].data.u64 == kWakeEvent) {
@@ -559,7 +559,7 @@ void Transport::run() {
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
       if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);
     }
-    now = SteadyClock::now();
+    now = Steady::now();
     for (auto& c : conns_) {
       std::lock_guard<std::mutex> lock(c->m);
       if (!c->pipe) continue;

@@ -6,14 +6,25 @@
 //   void sleepFor(std::chrono::microseconds) const; // blocks (or, in tests, advances time)
 // and optionally
 //   std::chrono::microseconds maxLag() const;        // how far now() may trail the true time
-// which limiters that must not outlive a deadline subtract from it (see CoarseSteadyClock).
+//   bool waitUntil(std::unique_lock<std::mutex>&, std::condition_variable&,
+//                  std::chrono::microseconds deadline, Pred) const;  // a timed wait on this clock
+// maxLag() is subtracted from deadlines that must not be outlived (see CoarseSteadyClock).
+// Every timed wait of the local algorithms goes through clockWaitUntil(), which uses the
+// policy's waitUntil() if it has one (SimulatedClock) and a real-time wait otherwise.
+//
+// Non-template code (the failure gate) holds a clock as a ClockView: a policy behind a pointer.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <time.h>
 
@@ -30,9 +41,8 @@ struct SteadyClock {
   }
 };
 
-/// CLOCK_MONOTONIC_COARSE (Linux): the time of the last timekeeping tick, read from the vDSO in
-/// about a fifth of what steady_clock costs (11 ns against 52 ns on the 2-core development VM),
-/// but behind the true time. For hot paths that compare against a deadline: subtract maxLag()
+/// CLOCK_MONOTONIC_COARSE (Linux): the time of the last timekeeping tick, read from the vDSO at a
+/// fraction of what steady_clock costs (bench_segment measures both), but behind the true time. For hot paths that compare against a deadline: subtract maxLag()
 /// from the deadline. maxLag() is three ticks (12 ms at HZ=250, from clock_getres): not a proof,
 /// a measured bound with margin: the tick that updates this clock can come late, and on the
 /// development VM the lag reached 6.3 ms (one tick is 4 ms) in 120 million reads under load.
@@ -71,6 +81,15 @@ template <class Clock, class = void>
 struct HasMaxLag : std::false_type {};
 template <class Clock>
 struct HasMaxLag<Clock, std::void_t<decltype(std::declval<const Clock&>().maxLag())>> : std::true_type {};
+struct AlwaysFalse {
+  bool operator()() const noexcept { return false; }
+};
+template <class Clock, class = void>
+struct HasWaitUntil : std::false_type {};
+template <class Clock>
+struct HasWaitUntil<Clock, std::void_t<decltype(bool(std::declval<const Clock&>().waitUntil(
+                               std::declval<std::unique_lock<std::mutex>&>(), std::declval<std::condition_variable&>(),
+                               std::chrono::microseconds{}, AlwaysFalse{})))>> : std::true_type {};
 }  // namespace detail
 
 /// How far `clock.now()` may trail the true time: clock.maxLag() if the policy declares it, else 0.
@@ -81,6 +100,25 @@ template <class Clock>
   } else {
     (void)clock;
     return std::chrono::microseconds{0};
+  }
+}
+
+/// Waits on `cv` (with `lk` held, as std::condition_variable::wait) until `pred()` holds or
+/// `clock.now()` reaches `deadline` (µs on that clock); returns pred(). Uses the policy's
+/// waitUntil() if it has one (SimulatedClock: the wait ends when the test advances time past the
+/// deadline), else waits in real time for the clock's remaining time, read again after each wake.
+template <class Clock, class Pred>
+bool clockWaitUntil(const Clock& clock, std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
+                    std::chrono::microseconds deadline, Pred pred) {
+  if constexpr (detail::HasWaitUntil<Clock>::value) {
+    return clock.waitUntil(lk, cv, deadline, std::move(pred));
+  } else {
+    while (!pred()) {
+      const std::chrono::microseconds left = deadline - clock.now();
+      if (left.count() <= 0) return pred();
+      (void)cv.wait_for(lk, left);
+    }
+    return true;
   }
 }
 
@@ -106,8 +144,134 @@ class ManualClock {
   mutable std::atomic<std::int64_t> nowMicros_;
 };
 
-/// A clock policy that refers to a clock owned elsewhere, so a test can keep a ManualClock and
-/// hand the limiter a reference to it. Thread-safe if Clock is.
+/// A clock for tests of code that sleeps and waits (abseil's SimulatedClock): time moves only when
+/// the test calls advance(). sleepFor() and timed waits (waitUntil, through clockWaitUntil) block
+/// until the time they wait for is reached; advance() wakes them in deadline order, one deadline
+/// at a time, each woken thread having left its wait before the next deadline is reached. So a
+/// test can have several threads sleep and wake them in order without a real sleep or a polling
+/// loop: awaitBlocked(n) returns once n threads are blocked on the clock.
+///
+/// Thread-safe. A waiter must not hold a mutex that another waiter's wake needs (as with any
+/// condition variable); advance() waits for each woken thread to leave its wait.
+class SimulatedClock {
+ public:
+  explicit SimulatedClock(std::chrono::microseconds start = std::chrono::microseconds{0}) noexcept
+      : now_(start.count()) {}
+  SimulatedClock(const SimulatedClock&) = delete;
+  SimulatedClock& operator=(const SimulatedClock&) = delete;
+
+  [[nodiscard]] std::chrono::microseconds now() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return std::chrono::microseconds{now_};
+  }
+
+  /// Blocks until advance() brings the time to now() + d (returns at once if d <= 0).
+  void sleepFor(std::chrono::microseconds d) const {
+    if (d.count() <= 0) return;
+    std::condition_variable own;
+    std::unique_lock<std::mutex> g(mutex_);
+    Waiter w{now_ + d.count(), &own};
+    enlist(w);
+    own.wait(g, [&] { return w.fired; });
+    leave(w);
+  }
+
+  /// As std::condition_variable::wait_until on this clock: waits on `cv` (with `lk` held) until
+  /// pred() holds or advance() reaches `deadline`; returns pred(). Wakes by cv.notify_*() as usual.
+  template <class Pred>
+  bool waitUntil(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, std::chrono::microseconds deadline,
+                 Pred pred) const {
+    if (pred()) return true;
+    Waiter w{deadline.count(), &cv};
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (now_ >= w.deadline) return pred();
+      enlist(w);
+    }
+    for (;;) {
+      if (pred()) break;
+      {
+        std::lock_guard<std::mutex> g(mutex_);
+        if (w.fired) break;
+      }
+      cv.wait(lk);
+    }
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      leave(w);
+    }
+    return pred();
+  }
+
+  /// Moves the time forward by d (nothing if d <= 0), waking the sleepers and waiters it passes.
+  void advance(std::chrono::microseconds d) {
+    if (d.count() > 0) advanceTo(std::chrono::microseconds{now() + d});
+  }
+
+  /// Moves the time to t (nothing if t <= now()): for each deadline up to t in order, sets the
+  /// time to it, wakes the threads waiting for it and waits until they have left their waits.
+  void advanceTo(std::chrono::microseconds t) {
+    std::unique_lock<std::mutex> g(mutex_);
+    for (;;) {
+      std::int64_t next = t.count();
+      for (const Waiter* w : waiters_) {
+        if (!w->fired) next = std::min(next, w->deadline);
+      }
+      now_ = std::max(now_, next);
+      bool woke = false;
+      for (Waiter* w : waiters_) {
+        if (!w->fired && w->deadline <= now_) w->fired = woke = true;
+      }
+      // A waiter on someone else's condition variable checks `fired` outside its own lock, so a
+      // single notification can fall between its check and its wait: notify until it has left.
+      while (std::any_of(waiters_.begin(), waiters_.end(), [](const Waiter* w) { return w->fired; })) {
+        for (Waiter* w : waiters_) {
+          if (w->fired) w->cv->notify_all();
+        }
+        changed_.wait_for(g, std::chrono::microseconds{200});
+      }
+      if (!woke || now_ >= t.count()) break;
+    }
+    changed_.notify_all();
+  }
+
+  /// Threads blocked on this clock now (in sleepFor or waitUntil).
+  [[nodiscard]] std::size_t blocked() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return waiters_.size();
+  }
+
+  /// Waits (in real time, at most `bound`) until at least n threads are blocked on this clock;
+  /// returns whether they are. For tests: "the other threads are waiting now", without polling.
+  [[nodiscard]] bool awaitBlocked(std::size_t n, std::chrono::milliseconds bound = std::chrono::seconds(30)) const {
+    std::unique_lock<std::mutex> g(mutex_);
+    return changed_.wait_for(g, bound, [&] { return waiters_.size() >= n; });
+  }
+
+ private:
+  struct Waiter {
+    std::int64_t deadline;
+    std::condition_variable* cv;
+    bool fired = false;
+  };
+  // Both with mutex_ held.
+  void enlist(Waiter& w) const {
+    waiters_.push_back(&w);
+    changed_.notify_all();
+  }
+  void leave(Waiter& w) const {
+    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
+    changed_.notify_all();
+  }
+
+  mutable std::mutex mutex_;                 // guards now_ and waiters_
+  mutable std::condition_variable changed_;  // a waiter arrived or left
+  mutable std::vector<Waiter*> waiters_;     // blocked threads' waits, in arrival order
+  std::int64_t now_;
+};
+
+/// A clock policy that refers to a clock owned elsewhere, so a test can keep a ManualClock or a
+/// SimulatedClock and hand the limiter a reference to it. Thread-safe if Clock is.
 template <class Clock>
 class ClockRef {
  public:
@@ -115,9 +279,43 @@ class ClockRef {
   [[nodiscard]] std::chrono::microseconds now() const { return clock_->now(); }
   void sleepFor(std::chrono::microseconds d) const { clock_->sleepFor(d); }
   [[nodiscard]] std::chrono::microseconds maxLag() const { return clockMaxLag(*clock_); }
+  template <class Pred>
+  bool waitUntil(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, std::chrono::microseconds deadline,
+                 Pred pred) const {
+    return clockWaitUntil(*clock_, lk, cv, deadline, std::move(pred));
+  }
 
  private:
   const Clock* clock_;
+};
+
+/// A clock policy behind a pointer, for code that is not a template over its clock (the failure
+/// gate). Refers to a clock owned elsewhere, which must outlive the view; the default view reads
+/// SteadyClock. Thread-safe if the clock is. Timed waits through a view are not offered: code that
+/// waits is a template over its clock.
+class ClockView {
+ public:
+  /// A view of SteadyClock.
+  ClockView() noexcept = default;
+  /// A view of `clock` (SteadyClock, CoarseSteadyClock, ManualClock, SimulatedClock, ...).
+  template <class Clock, class = std::enable_if_t<!std::is_same_v<std::decay_t<Clock>, ClockView>>>
+  explicit ClockView(const Clock& clock) noexcept
+      : clock_(&clock),
+        now_([](const void* c) { return static_cast<const Clock*>(c)->now(); }),
+        sleep_([](const void* c, std::chrono::microseconds d) { static_cast<const Clock*>(c)->sleepFor(d); }),
+        lag_([](const void* c) { return clockMaxLag(*static_cast<const Clock*>(c)); }) {}
+
+  [[nodiscard]] std::chrono::microseconds now() const { return now_(clock_); }
+  void sleepFor(std::chrono::microseconds d) const { sleep_(clock_, d); }
+  [[nodiscard]] std::chrono::microseconds maxLag() const { return lag_(clock_); }
+
+ private:
+  const void* clock_ = nullptr;
+  std::chrono::microseconds (*now_)(const void*) = [](const void*) { return SteadyClock{}.now(); };
+  void (*sleep_)(const void*, std::chrono::microseconds) = [](const void*, std::chrono::microseconds d) {
+    SteadyClock{}.sleepFor(d);
+  };
+  std::chrono::microseconds (*lag_)(const void*) = [](const void*) { return std::chrono::microseconds{0}; };
 };
 
 }  // namespace redlimit

@@ -32,7 +32,7 @@ struct Recorder {
 
 TEST(FailureGate, HealthyGateAlwaysTries) {
   Recorder r;
-  FailureGate gate("g", r.options(FailurePolicy::Throw), &manualNow);
+  FailureGate gate("g", r.options(FailurePolicy::Throw), ClockView(clock_));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(gate.shouldTry());
   gate.succeeded();
   EXPECT_TRUE(r.events.empty());
@@ -41,7 +41,7 @@ TEST(FailureGate, HealthyGateAlwaysTries) {
 
 TEST(FailureGate, OneProbePerIntervalWhileDegradedAndEventsFireOnce) {
   Recorder r;
-  FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
+  FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_));
   gate.failed(IoError("refused"), manualNow());
   gate.failed(IoError("refused again"), manualNow());
   ASSERT_EQ(r.events.size(), 1u);
@@ -67,7 +67,7 @@ TEST(FailureGate, OneProbePerIntervalWhileDegradedAndEventsFireOnce) {
 
 TEST(FailureGate, AFailureOfACallSentBeforeTheRecoveryIsStale) {
   Recorder r;
-  FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
+  FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_));
   const std::int64_t early = manualNow();
   gate.failed(IoError("refused"), early);
   clock_.advance(milliseconds(150));
@@ -88,9 +88,9 @@ TEST(FailureGate, AFailureOfACallSentBeforeTheRecoveryIsStale) {
 
 TEST(FailureGate, PoliciesDecideAndCount) {
   Recorder r;
-  FailureGate allow("a", r.options(FailurePolicy::Allow), &manualNow);
-  FailureGate deny("d", r.options(FailurePolicy::Deny), &manualNow);
-  FailureGate thrower("t", r.options(FailurePolicy::Throw), &manualNow);
+  FailureGate allow("a", r.options(FailurePolicy::Allow), ClockView(clock_));
+  FailureGate deny("d", r.options(FailurePolicy::Deny), ClockView(clock_));
+  FailureGate thrower("t", r.options(FailurePolicy::Throw), ClockView(clock_));
   EXPECT_EQ(allow.decide(1, 10, milliseconds(1000)), std::optional<bool>(true));
   EXPECT_EQ(deny.decide(1, 10, milliseconds(1000)), std::optional<bool>(false));
   EXPECT_EQ(thrower.decide(1, 10, milliseconds(1000)), std::nullopt);
@@ -108,7 +108,7 @@ TEST(FailureGate, PoliciesDecideAndCount) {
 
 TEST(FailureGate, LocalBucketHoldsRateTimesShareAndRefillsPerInterval) {
   Recorder r;
-  FailureGate gate("l", r.options(FailurePolicy::Local, 0.25), &manualNow);
+  FailureGate gate("l", r.options(FailurePolicy::Local, 0.25), ClockView(clock_));
   // rate 40 per 1 s at share 0.25: 10 at once, then 10 more per second.
   int granted = 0;
   for (int i = 0; i < 30; ++i) granted += *gate.decide(1, 40, milliseconds(1000)) ? 1 : 0;
@@ -125,9 +125,29 @@ TEST(FailureGate, LocalBucketHoldsRateTimesShareAndRefillsPerInterval) {
   EXPECT_EQ(gate.stats().denied, 65u);
 }
 
+// The Local bucket is LocalTokenBucket: exact at rates that do not divide the interval (3 per 10
+// ms: one permit every 3333.3 µs), and a change of the configuration seen keeps what it holds, up
+// to the new capacity.
+TEST(FailureGate, LocalBucketIsExactAndKeepsItsPermitsAcrossAConfigChange) {
+  Recorder r;
+  FailureGate gate("l", r.options(FailurePolicy::Local), ClockView(clock_));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(gate.decide(1, 3, milliseconds(10)), std::optional<bool>(true));
+  EXPECT_EQ(gate.decide(1, 3, milliseconds(10)), std::optional<bool>(false));
+  clock_.advance(microseconds(3333));
+  EXPECT_EQ(gate.decide(1, 3, milliseconds(10)), std::optional<bool>(false)) << "a third of a µs short";
+  clock_.advance(microseconds(1));
+  EXPECT_EQ(gate.decide(1, 3, milliseconds(10)), std::optional<bool>(true));
+  clock_.advance(milliseconds(10));  // full again: 3
+  EXPECT_EQ(gate.decide(1, 2, milliseconds(10)), std::optional<bool>(true)) << "kept 3, capped at the new 2";
+  EXPECT_EQ(gate.decide(1, 2, milliseconds(10)), std::optional<bool>(true));
+  EXPECT_EQ(gate.decide(1, 2, milliseconds(10)), std::optional<bool>(false));
+  EXPECT_EQ(gate.decide(3, 100, milliseconds(10)), std::optional<bool>(false)) << "held 0 across the change";
+  EXPECT_EQ(gate.decide(101, 100, milliseconds(10)), std::optional<bool>(false)) << "more than the bucket";
+}
+
 TEST(FailureGate, LocalRefusesWithoutAKnownConfig) {
   Recorder r;
-  FailureGate gate("l", r.options(FailurePolicy::Local), &manualNow);
+  FailureGate gate("l", r.options(FailurePolicy::Local), ClockView(clock_));
   EXPECT_EQ(gate.decide(1, 0, milliseconds(0)), std::optional<bool>(false));
 }
 
@@ -146,7 +166,7 @@ TEST(FailureGate, Item10_HugeProbeIntervalSaturates) {
   FailureOptions o;
   o.policy = FailurePolicy::Deny;
   o.probeInterval = milliseconds::max();
-  FailureGate gate("g", o, &manualNow);
+  FailureGate gate("g", o, ClockView(clock_));
   gate.failed(IoError("refused"), manualNow());
   EXPECT_FALSE(gate.shouldTry());
   clock_.advance(std::chrono::hours(24 * 365));
@@ -157,7 +177,7 @@ TEST(FailureGate, Item10_HugeProbeIntervalSaturates) {
 // call still goes to Redis and throws), and the first success reports the recovery.
 TEST(FailureGate, Item15_ConfigurationErrorIsReportedOnceWithoutProbeGating) {
   Recorder r;
-  FailureGate gate("g", r.options(FailurePolicy::Allow), &manualNow);
+  FailureGate gate("g", r.options(FailurePolicy::Allow), ClockView(clock_));
   try {
     throw ReplicaError("READONLY", "READONLY You can't write against a read only replica.");
   } catch (const ReplicaError& e) {
@@ -213,7 +233,7 @@ TEST(FailureGate, Item15_ConfigurationErrorIsReportedOnceWithoutProbeGating) {
 // from Redis a recovery.
 TEST(FailureGate, NoteErrorClassifiesTheExceptionBeingHandled) {
   Recorder r;
-  FailureGate gate("g", r.options(FailurePolicy::Deny), &manualNow);
+  FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_));
   auto note = [&](auto error) {
     try {
       throw error;

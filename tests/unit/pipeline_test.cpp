@@ -116,7 +116,7 @@ TEST(Pipeline, ErrorRepliesBecomeTheirTypedExceptionsAndTheConnectionGoesOn) {
 TEST(Pipeline, AWrittenRequestPastItsDeadlineTimesOutAndBreaksTheConnection) {
   Pipeline p(ReplyLimits{}, "", "test:1");
   Log log;
-  const SteadyTime t0 = SteadyClock::now();
+  const SteadyTime t0 = Steady::now();
   p.push(request({"PING"}, log, 0, t0 + milliseconds(100)));
   p.push(request({"PING"}, log, 1, t0 + milliseconds(500)));
   drain(p);
@@ -142,7 +142,7 @@ TEST(Pipeline, AWrittenRequestPastItsDeadlineTimesOutAndBreaksTheConnection) {
 TEST(Pipeline, AQueuedRequestPastItsDeadlineLeavesAloneWithoutBreakingAnything) {
   Pipeline p(ReplyLimits{}, "", "test:1");
   Log log;
-  const SteadyTime t0 = SteadyClock::now();
+  const SteadyTime t0 = Steady::now();
   p.push(request({"PING"}, log, 0, t0 + milliseconds(100)));
   std::vector<Finished> done;
   p.expire(t0 + milliseconds(200), done);

@@ -12,8 +12,10 @@
 #include <optional>
 #include <string>
 
+#include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/local_token_bucket.hpp"
 
 namespace redlimit::detail {
 
@@ -27,12 +29,9 @@ namespace redlimit::detail {
 /// success reports Recovered once, with the cause that ended.
 class FailureGate {
  public:
-  /// Monotonic time in µs. The default reads std::chrono::steady_clock; tests pass a manual one.
-  using NowFn = std::int64_t (*)();
-  static std::int64_t steadyMicros();
-
-  /// Throws InvalidArgument for a bad share or probe interval.
-  FailureGate(std::string limiter, FailureOptions options, NowFn now = &steadyMicros);
+  /// Throws InvalidArgument for a bad share or probe interval. `clock` (default SteadyClock) times
+  /// the probes, the outage's length and the Local policy's bucket; tests pass a ManualClock's.
+  FailureGate(std::string limiter, FailureOptions options, ClockView clock = ClockView{});
 
   /// True if this call should go to Redis: always, except during an outage, when one caller per
   /// probe interval goes.
@@ -78,24 +77,25 @@ class FailureGate {
  private:
   enum State : int { kHealthy = 0, kOutage = 1, kMisconfigured = 2 };
 
-  std::int64_t nowMicros() const { return now_(); }
+  std::int64_t nowMicros() const { return clock_.now().count(); }
   bool takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   // Moves to `to` because of `error`; reports Degraded if the state changed.
   void enter(State to, const Error& error, std::int64_t startedAt);
 
   const std::string limiter_;
   const FailureOptions options_;
-  const NowFn now_;
+  const ClockView clock_;
   const std::int64_t probeMicros_;               // options_.probeInterval in µs, saturated
   std::atomic<int> state_{kHealthy};
-  std::atomic<std::int64_t> degradedSince_{0};   // µs, steady clock
-  std::atomic<std::int64_t> nextProbe_{0};       // µs, steady clock
-  std::atomic<std::int64_t> recoveredAt_{0};     // µs, steady clock; last Recovered
+  std::atomic<std::int64_t> degradedSince_{0};   // µs, clock_
+  std::atomic<std::int64_t> nextProbe_{0};       // µs, clock_
+  std::atomic<std::int64_t> recoveredAt_{0};     // µs, clock_; last Recovered
   std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0}, misconfigurations_{0};
-  mutable std::mutex mutex_;                     // guards lastError_ and the local bucket
+  mutable std::mutex mutex_;                     // guards lastError_ and local_
   std::string lastError_;
-  double localTokens_ = -1;                      // < 0: bucket not started
-  std::int64_t localUpdated_ = 0;                // µs
+  // FailurePolicy::Local: rate x share per interval, made on first use and remade (keeping what
+  // it holds, up to the new capacity) when the configuration seen changes.
+  std::optional<BasicLocalTokenBucket<ClockView>> local_;
 };
 
 }  // namespace redlimit::detail
