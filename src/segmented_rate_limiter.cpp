@@ -1,5 +1,6 @@
 // The production instantiations of SegmentedRateLimiter, compiled once into the library so that
 // users of the default template arguments do not compile its slow path in every translation unit.
+#include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
 
 namespace redlimit {

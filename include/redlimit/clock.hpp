@@ -106,19 +106,18 @@ template <class Clock>
 /// Waits on `cv` (with `lk` held, as std::condition_variable::wait) until `pred()` holds or
 /// `clock.now()` reaches `deadline` (µs on that clock); returns pred(). Uses the policy's
 /// waitUntil() if it has one (SimulatedClock: the wait ends when the test advances time past the
-/// deadline), else waits in real time for the clock's remaining time, read again after each wake.
+/// deadline), else waits in real time for the time the clock has left until the deadline.
 template <class Clock, class Pred>
 bool clockWaitUntil(const Clock& clock, std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
                     std::chrono::microseconds deadline, Pred pred) {
   if constexpr (detail::HasWaitUntil<Clock>::value) {
     return clock.waitUntil(lk, cv, deadline, std::move(pred));
   } else {
-    while (!pred()) {
-      const std::chrono::microseconds left = deadline - clock.now();
-      if (left.count() <= 0) return pred();
-      (void)cv.wait_for(lk, left);
-    }
-    return true;
+    // The clock's time left, waited in real time from now: the same wait for SteadyClock, and one
+    // that ends for a ManualClock nobody advances.
+    const std::chrono::microseconds left = deadline - clock.now();
+    if (left.count() <= 0) return pred();
+    return cv.wait_until(lk, std::chrono::steady_clock::now() + left, std::move(pred));
   }
 }
 

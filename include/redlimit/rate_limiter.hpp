@@ -15,34 +15,9 @@
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/rate_limiter_config.hpp"
 
 namespace redlimit {
-
-/// Whom a limit applies to (Redisson's RateType; the numbers are the hash's `type` field).
-enum class RateType {
-  Overall = 0,    // one limit shared by every client
-  PerClient = 1,  // each client (ClientOptions::clientId) gets the whole rate for itself
-};
-
-/// Which clock stamps permits.
-enum class TimeSource {
-  Server,  // redis.call('TIME') inside the script: immune to client clock skew (default)
-  Client,  // this host's wall clock (epoch µs), sent with each call: what Redisson does (in ms)
-};
-
-/// A limiter's configuration as stored in its hash.
-struct RateLimiterConfig {
-  RateType rateType = RateType::Overall;              // field `type`
-  std::int64_t rate = 0;                              // field `rate`: permits per interval
-  std::chrono::milliseconds rateInterval{0};          // field `interval`, ms
-  std::chrono::milliseconds keepAliveTime{0};         // field `keepAliveTime`, ms; 0 = none
-
-  friend bool operator==(const RateLimiterConfig& a, const RateLimiterConfig& b) {
-    return a.rateType == b.rateType && a.rate == b.rate && a.rateInterval == b.rateInterval &&
-           a.keepAliveTime == b.keepAliveTime;
-  }
-  friend bool operator!=(const RateLimiterConfig& a, const RateLimiterConfig& b) { return !(a == b); }
-};
 
 /// Options of one RateLimiter handle.
 struct RateLimiterOptions {
@@ -220,4 +195,16 @@ class RateLimiter {
 /// Redisson's key naming: `{name}:suffix`, or `name:suffix` when the name already has a '{'.
 [[nodiscard]] std::string suffixName(const std::string& name, const std::string& suffix);
 
+}  // namespace redlimit
+
+// RateLimiter's segment caches: compiled into the library (src/segmented_rate_limiter.cpp), so
+// users of the default template arguments do not compile the slow path in every translation unit.
+#include "redlimit/segmented_rate_limiter.hpp"
+
+namespace redlimit {
+extern template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
+extern template class SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>;
+static_assert(SegmentedRateLimiter<>::kMaxPermits == RateLimiter::kMaxRate &&
+                  SegmentedRateLimiter<>::kMaxWait == RateLimiter::kMaxInterval,
+              "the segment cache's bounds are RateLimiter's");
 }  // namespace redlimit

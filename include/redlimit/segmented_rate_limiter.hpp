@@ -25,15 +25,15 @@
 //     (clock.hpp). RateLimiter is the source in production; unit tests use an in-process
 //     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, SteadyClock> and
 //     <RateLimiter, CoarseSteadyClock> are compiled into the library (src/segmented_rate_limiter.cpp).
-//  2. Hot path. One cache-line-aligned 64-bit atomic word: generation (high 32 bits) and
-//     permits left (low 32). A local acquire is a compare_exchange_weak loop that subtracts
-//     permits, after checking the segment deadline (a second atomic on the same cache line).
-//     No lock, no allocation, no system call. The clock read is most of the cost: the default
-//     SteadyClock (exact) costs 52 ns a read on the 2-core development VM. CoarseSteadyClock
-//     (CLOCK_MONOTONIC_COARSE, 11 ns) makes the hit about three times cheaper, at the price of
-//     ending each segment clockMaxLag() (12 ms at HZ=250) early and of resting on a measured,
-//     not proven, bound on how late the kernel's tick can be: opt in with
-//     SegmentedRateLimiter<RateLimiter, CoarseSteadyClock> when intervals are long (>= ~500 ms).
+//  2. Hot path. detail::SegmentWord (segment_word.hpp): one cache-line-aligned 64-bit atomic
+//     word, generation (high 32 bits) and permits left (low 32), and the segment deadline beside
+//     it. A local acquire is a compare_exchange_weak loop that subtracts permits, after checking
+//     the deadline. No lock, no allocation, no system call. The clock read is most of the cost
+//     (bench_segment measures it): CoarseSteadyClock (CLOCK_MONOTONIC_COARSE) makes the hit
+//     several times cheaper than the exact SteadyClock, at the price of ending each segment
+//     clockMaxLag() (12 ms at HZ=250) early and of resting on a measured, not proven, bound on
+//     how late the kernel's tick can be: opt in with SegmentedRateLimiter<RateLimiter,
+//     CoarseSteadyClock> when intervals are long (>= ~500 ms).
 //  3. Deadline. Local permits expire at (local clock when the refill request was sent) +
 //     (interval the script reports with the grant) - (clockMaxLag(clock): how far the clock may
 //     trail the true time, 0 for exact clocks). The server stamped the grant after the request
@@ -41,8 +41,8 @@
 //     Clock rate differences between this host and the server over one interval are ignored.
 //  4. One refill in flight. When a call finds the segment short, it takes the mutex; the first
 //     becomes the leader and sends the request with the mutex released; the others wait on a
-//     condition variable (real time: a refill is real I/O, whatever the clock policy) for at
-//     most their timeout, or `refillWait` when they have none. If the attempt they waited for
+//     condition variable, timed on the clock policy (clockWaitUntil; SimulatedClock in tests), for
+//     at most their timeout, or `refillWait` when they have none. If the attempt they waited for
 //     was denied, followers asking for as many permits or more share the denial instead of each
 //     sending a request. Each call leads at most one attempt per retry. A follower that waited at
 //     least refillWait and still sees the refill in flight has no answer from Redis in time: the
@@ -95,8 +95,7 @@
 //     are counted as expired. After close(), acquire calls throw redlimit::Error. reconfigure()
 //     checks all its arguments (type, rate, interval up to RateLimiter::kMaxInterval, segment
 //     size) before it sends anything. Apart from std::bad_alloc, every exception is a redlimit::Error.
-// 12. Generation wrap: the 32-bit generation skips 0 and the closed marker; a thread would have
-//     to stall across 4 billion refills between its load and its compare-exchange to be fooled.
+// 12. Generation wrap: see detail::SegmentWord.
 //
 // Options (SegmentOptions; units and defaults):
 //   segmentSize      permits   10     permits taken per round trip (fewer when fewer are left)
@@ -120,13 +119,18 @@
 #include <type_traits>
 #include <utility>
 
+#include "redlimit/acquire_result.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
+#include "redlimit/detail/segment_word.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/rate_limiter.hpp"
+#include "redlimit/rate_limiter_config.hpp"
 
 namespace redlimit {
+
+class RateLimiter;  // the default source (rate_limiter.hpp, which also declares the instantiations
+                    // compiled into the library)
 
 namespace detail {
 // The members of a permit source (see SegmentedRateLimiter), each detected on its own so that a
@@ -167,6 +171,13 @@ struct HasConfigCalls<
                         decltype(std::declval<Source&>().setRate(RateType{}, std::int64_t{}, std::chrono::milliseconds{},
                                                                  std::chrono::milliseconds{}, bool{}))>>
     : std::true_type {};
+// A static validateConfig(RateType, rate, interval) (RateLimiter's), used by reconfigure() if present.
+template <class Source, class = void>
+struct HasValidateConfig : std::false_type {};
+template <class Source>
+struct HasValidateConfig<Source, std::void_t<decltype(Source::validateConfig(RateType{}, std::int64_t{},
+                                                                             std::chrono::milliseconds{}))>>
+    : std::true_type {};
 }  // namespace detail
 
 /// True if `Source` has the members SegmentedRateLimiter requires of a permit source:
@@ -187,9 +198,9 @@ concept PermitSource = isPermitSourceV<Source>;
 
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
-  std::int64_t segmentSize = 10;                 // permits taken per round trip; 1..RateLimiter::kMaxRate
+  std::int64_t segmentSize = 10;                 // permits taken per round trip; 1..2^32-1
   std::chrono::milliseconds refillWait{100};     // wait for another thread's refill when a call has no timeout, ms;
-                                                 // 1..RateLimiter::kMaxInterval
+                                                 // 1..10^12 (SegmentedRateLimiter::kMaxWait)
   bool returnWhenIdle = true;                    // the process's sweeper thread gives back an idle segment
   std::chrono::milliseconds idleReturnAfter{0};  // idle time before give-back, ms; 0 = interval / 4; >= 0
 };
@@ -231,7 +242,8 @@ struct SegmentStats {
 ///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
 ///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
 /// (the three reconfigure() members are checked by a static_assert in reconfigure()).
-/// `Clock` is a clock policy (clock.hpp): segment deadlines and sleeps between retries use it.
+/// `Clock` is a clock policy (clock.hpp): segment deadlines, waits for another thread's refill,
+/// the idle check and sleeps between retries all read or wait on it.
 ///
 /// Thread-safe: any thread may call any member, including close() (the destructor must not race
 /// with other calls, as for any object, nor run inside a call this limiter makes to its own
@@ -249,6 +261,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
                 "std::int64_t releaseGrant(const std::string& member, std::int64_t permits)");
 
  public:
+  /// The most permits per call and per segment (kMaxPermits, a uint32 in a member).
+  static constexpr std::int64_t kMaxPermits = detail::SegmentWord::kMaxLeft;
+  /// The longest refillWait, idleReturnAfter and timeout (kMaxWait).
+  static constexpr std::chrono::milliseconds kMaxWait{1000000000000};
+
   /// Takes segments from `source`. Sends nothing. With options.returnWhenIdle, registers with the
   /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
   /// limiter. Throws InvalidArgument for a null source or bad options, Error if the sweeper's
@@ -260,13 +277,13 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
     checkSegmentSize(options.segmentSize);
     // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
-    if (options.refillWait.count() <= 0 || options.refillWait > RateLimiter::kMaxInterval) {
-      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(RateLimiter::kMaxInterval.count()) +
+    if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
+      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) +
                             " ms, got " + std::to_string(options.refillWait.count()) + " ms");
     }
-    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > RateLimiter::kMaxInterval) {
+    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > kMaxWait) {
       throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." +
-                            std::to_string(RateLimiter::kMaxInterval.count()) + " ms, got " +
+                            std::to_string(kMaxWait.count()) + " ms, got " +
                             std::to_string(options.idleReturnAfter.count()) + " ms");
     }
     segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
@@ -299,11 +316,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// Takes `permits`, waiting up to `timeout`: on a denial it sleeps the wait the distributed
   /// limiter returns and tries again, and returns false at once when the time left cannot cover
   /// that wait (as RateLimiter). timeout <= 0 means one attempt, like tryAcquire(permits);
-  /// timeouts beyond RateLimiter::kMaxInterval are cut to it.
+  /// timeouts beyond kMaxWait are cut to it.
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout) {
     checkPermits(permits);
     if (takeLocal(permits)) return true;
-    const auto bounded = std::clamp(timeout, std::chrono::milliseconds{0}, RateLimiter::kMaxInterval);
+    const auto bounded = std::clamp(timeout, std::chrono::milliseconds{0}, kMaxWait);
     return acquireSlow(permits, std::chrono::microseconds{bounded}, false);
   }
 
@@ -330,7 +347,13 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
                   "std::int64_t, std::chrono::milliseconds) or setRate(RateType, std::int64_t, "
                   "std::chrono::milliseconds, std::chrono::milliseconds, bool)");
     checkSegmentSize(segmentSize);
-    RateLimiter::validateConfig(type, rate, interval);  // the keepAliveTime written is derived from a valid one
+    // The keepAliveTime written is derived from a valid configuration.
+    if constexpr (detail::HasValidateConfig<Source>::value) {
+      Source::validateConfig(type, rate, interval);
+    } else if (rate < 1 || interval.count() < 1) {
+      throw InvalidArgument("redlimit: reconfigure needs rate >= 1 and interval >= 1 ms, got " + std::to_string(rate) +
+                            " per " + std::to_string(interval.count()) + " ms");
+    }
     {
       std::unique_lock<std::mutex> lk(mutex_);
       cv_.wait(lk, [&] { return (!refilling_ && !givingBack_) || closed_; });
@@ -383,17 +406,17 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       std::unique_lock<std::mutex> lk(mutex_);
       if (closed_ || refilling_ || givingBack_) return 0;
       const std::int64_t now = clock_.now().count();
-      std::uint64_t s = state_.load(std::memory_order_acquire);
+      std::uint64_t s = word_.load();
       if (s != idleSeen_) {
         idleSeen_ = s;
         idleSince_ = now;
         return 0;
       }
       const std::int64_t after = idleAfterMicros();
-      if (leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
-      const std::uint64_t old = takeAll();
-      idleSeen_ = old & ~kLeftMask;
-      return returnTaken(lk, leftOf(old), false);
+      if (Word::leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
+      const std::uint64_t old = word_.takeAll();
+      idleSeen_ = old & ~Word::kLeftMask;
+      return returnTaken(lk, Word::leftOf(old), false);
     } catch (...) {
       return 0;
     }
@@ -416,8 +439,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     std::unique_lock<std::mutex> lk(mutex_);
     cv_.wait(lk, [&] { return !refilling_ && !givingBack_; });
     refilling_ = true;
-    const std::uint64_t old = state_.exchange(pack(kClosedGen, 0), std::memory_order_acq_rel);
-    const std::int64_t returned = returnTaken(lk, leftOf(old), false);
+    const std::uint64_t old = word_.close();
+    const std::int64_t returned = returnTaken(lk, Word::leftOf(old), false);
     finishLead();
     return returned;
   }
@@ -432,8 +455,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     out.permitsFromRemote = permitsFromRemote_.load(std::memory_order_relaxed);
     out.permitsReturned = returned_;
     out.permitsExpired = expired_;
-    const std::uint64_t s = state_.load(std::memory_order_acquire);
-    out.permitsHeld = leftOf(s);
+    out.permitsHeld = word_.left();
     out.localGrants = installed_ - out.permitsHeld - inHand_ - backInFlight_ - returned_ - expired_;
     return out;
   }
@@ -444,8 +466,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   [[nodiscard]] const std::shared_ptr<Source>& source() const noexcept { return source_; }
 
  private:
-  static constexpr std::uint64_t kLeftMask = 0xFFFFFFFFull;
-  static constexpr std::uint32_t kClosedGen = 0xFFFFFFFFu;
+  using Word = detail::SegmentWord;
 
   struct Attempt {
     bool granted = false;
@@ -453,58 +474,23 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     std::chrono::milliseconds wait{0};  // denied: the distributed limiter's retry-after
   };
 
-  static std::uint64_t pack(std::uint32_t gen, std::uint64_t left) noexcept {
-    return (static_cast<std::uint64_t>(gen) << 32) | left;
-  }
-  static std::int64_t leftOf(std::uint64_t s) noexcept { return static_cast<std::int64_t>(s & kLeftMask); }
-  static std::uint32_t genOf(std::uint64_t s) noexcept { return static_cast<std::uint32_t>(s >> 32); }
-  static std::uint32_t nextGen(std::uint32_t g) noexcept { return g + 1 >= kClosedGen ? 1 : g + 1; }
-
   static void checkPermits(std::int64_t permits) {
-    if (permits < 1 || permits > RateLimiter::kMaxRate) {
-      throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(RateLimiter::kMaxRate) +
+    if (permits < 1 || permits > kMaxPermits) {
+      throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(kMaxPermits) +
                             ", got " + std::to_string(permits));
     }
   }
   static void checkSegmentSize(std::int64_t size) {
-    if (size < 1 || size > RateLimiter::kMaxRate) {
-      throw InvalidArgument("redlimit: segmentSize must be in 1.." + std::to_string(RateLimiter::kMaxRate) +
+    if (size < 1 || size > kMaxPermits) {
+      throw InvalidArgument("redlimit: segmentSize must be in 1.." + std::to_string(kMaxPermits) +
                             ", got " + std::to_string(size));
     }
   }
   [[noreturn]] static void throwClosed() { throw Error("redlimit: SegmentedRateLimiter is closed"); }
 
-  // The hot path: takes `permits` from the local segment if it holds that many and has not
-  // expired. The update has no side effects, so the weak compare-exchange may run it again.
-  // Memory ordering: the state load and a failed CAS are acquire, pairing with the leader's
-  // release store of a new generation, so the deadline written before that store is visible.
-  // A successful CAS is acq_rel: its release half pairs with the leader's acq_rel CAS that empties
-  // the word before it writes the next deadline, so a CAS that succeeded on generation g read
-  // generation g's deadline and not a later one (the word never returns to a value it had
-  // before that emptying CAS except by the leader's own put-back, which writes no deadline).
+  // The hot path (detail::SegmentWord::tryTake): reads the clock only if the word holds enough.
   bool takeLocal(std::int64_t permits) {
-    std::uint64_t s = state_.load(std::memory_order_acquire);
-    if (leftOf(s) < permits) return false;
-    const std::int64_t now = clock_.now().count();
-    do {
-      if (leftOf(s) < permits || now >= deadline_.load(std::memory_order_relaxed)) return false;
-    } while (!state_.compare_exchange_weak(s, s - static_cast<std::uint64_t>(permits), std::memory_order_acq_rel,
-                                           std::memory_order_acquire));
-    return true;
-  }
-
-  // Empties the segment (keeping its generation) and returns the old word. Leader only.
-  std::uint64_t takeAll() noexcept {
-    std::uint64_t s = state_.load(std::memory_order_acquire);
-    while (!state_.compare_exchange_weak(s, s & ~kLeftMask, std::memory_order_acq_rel, std::memory_order_acquire)) {
-    }
-    return s;
-  }
-
-  // Puts permits back into the emptied segment. Leader only: nobody else adds permits, and the
-  // hot path cannot take from an empty word, so the word is (gen, 0) here.
-  void putBack(std::int64_t n) noexcept {
-    if (n > 0) state_.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_acq_rel);
+    return word_.tryTake(permits, [this] { return clock_.now().count(); });
   }
 
   std::int64_t idleAfterMicros() const noexcept {
@@ -522,7 +508,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         a = directAttempt(permits);
       } else {
         if (ownTimeout) waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
-        a = segmentAttempt(permits, std::chrono::steady_clock::now() + waitFor);
+        a = segmentAttempt(permits, clock_.now() + waitFor);
       }
       if (a.granted) return true;
       if (a.timedOut) {
@@ -558,7 +544,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // One attempt for more permits than a segment holds: straight to the source.
   Attempt directAttempt(std::int64_t permits) {
-    if (genOf(state_.load(std::memory_order_acquire)) == kClosedGen) throwClosed();
+    if (word_.closed()) throwClosed();
     remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
     const AcquireResult r = source_->tryAcquireUpTo(permits, permits);
     if (r.granted <= 0) return Attempt{false, false, r.wait};
@@ -568,8 +554,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // Takes `permits` (<= segment size) from the segment, leading a refill or waiting (until
-  // `waitUntil`, real time) for the one in flight.
-  Attempt segmentAttempt(std::int64_t permits, std::chrono::steady_clock::time_point waitUntil) {
+  // `waitUntil`, µs on the clock) for the one in flight.
+  Attempt segmentAttempt(std::int64_t permits, std::chrono::microseconds waitUntil) {
     std::unique_lock<std::mutex> lk(mutex_);
     bool counted = false;
     for (;;) {
@@ -581,7 +567,9 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         counted = true;
       }
       const std::uint64_t seen = attempts_;
-      if (!cv_.wait_until(lk, waitUntil, [&] { return !refilling_ || closed_; })) return Attempt{false, true, {}};
+      if (!clockWaitUntil(clock_, lk, cv_, waitUntil, [&] { return !refilling_ || closed_; })) {
+        return Attempt{false, true, {}};
+      }
       if (closed_) throwClosed();
       if (takeLocal(permits)) return Attempt{true, false, {}};
       if (attempts_ != seen && lastDenied_ && permits >= lastDeniedPermits_) return Attempt{false, false, lastWait_};
@@ -593,14 +581,14 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // has not expired) plus the new grant; the rest of the grant becomes the next segment.
   Attempt lead(std::unique_lock<std::mutex>& lk, std::int64_t permits) {
     refilling_ = true;
-    const std::uint64_t old = takeAll();
-    std::int64_t leftover = leftOf(old);
-    if (leftover > 0 && clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
+    const std::uint64_t old = word_.takeAll();
+    std::int64_t leftover = Word::leftOf(old);
+    if (leftover > 0 && word_.expiredAt(clock_.now().count())) {
       expired_ += leftover;
       leftover = 0;
     }
     if (leftover >= permits) {  // cannot happen (takeLocal just failed under the lock); kept safe
-      putBack(leftover - permits);
+      word_.putBack(leftover - permits);
       finishLead();
       return Attempt{true, false, {}};
     }
@@ -616,7 +604,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     } catch (...) {
       lk.lock();
       inHand_ = 0;
-      putBack(leftover);
+      word_.putBack(leftover);
       finishLead();
       throw;
     }
@@ -624,7 +612,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     ++attempts_;
     inHand_ = 0;
     if (r.granted < need) {  // denied (a source never grants less than atLeast otherwise)
-      putBack(leftover);
+      word_.putBack(leftover);
       lastDenied_ = true;
       lastDeniedPermits_ = permits;
       lastWait_ = r.wait;
@@ -642,8 +630,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       intervalMicros_.store(interval, std::memory_order_relaxed);
       // A clock that may trail the true time (CoarseSteadyClock) ends the segment that much early.
       const std::int64_t life = interval - clockMaxLag(clock_).count();
-      deadline_.store(sentAt + std::max<std::int64_t>(life, 0), std::memory_order_relaxed);
-      state_.store(pack(nextGen(genOf(old)), static_cast<std::uint64_t>(surplus)), std::memory_order_release);
+      word_.install(old, surplus, sentAt + std::max<std::int64_t>(life, 0));
     }
     finishLead();
     return Attempt{true, false, {}};
@@ -652,7 +639,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Empties the segment and gives its unspent, unexpired permits back. Called with the mutex
   // held and the leader role taken (refilling_); returns with both.
   std::int64_t returnSegment(std::unique_lock<std::mutex>& lk, bool rethrow) {
-    return returnTaken(lk, leftOf(takeAll()), rethrow);
+    return returnTaken(lk, Word::leftOf(word_.takeAll()), rethrow);
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
@@ -661,7 +648,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // mutex during the call, marking a give-back in flight (givingBack_), not the leader role.
   std::int64_t returnTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
     if (n <= 0) return 0;
-    if (clock_.now().count() >= deadline_.load(std::memory_order_relaxed)) {
+    if (word_.expiredAt(clock_.now().count())) {
       expired_ += n;
       return 0;
     }
@@ -705,7 +692,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Asks the shared sweeper to visit this limiter while it holds permits (mutex held). The visit
   // disarms when it finds nothing held; the next leader to leave permits arms it again.
   void armSweep() {
-    if (sweepId_ == 0 || sweepArmed_ || closed_ || leftOf(state_.load(std::memory_order_acquire)) == 0) return;
+    if (sweepId_ == 0 || sweepArmed_ || closed_ || word_.left() == 0) return;
     sweepArmed_ = true;
     detail::IdleSweeper::instance().schedule(sweepId_, std::chrono::microseconds{0});
   }
@@ -718,7 +705,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::int64_t sweep() noexcept {
     (void)giveBackIfIdle();
     std::lock_guard<std::mutex> lk(mutex_);
-    if (closed_ || leftOf(state_.load(std::memory_order_acquire)) == 0) {
+    if (closed_ || word_.left() == 0) {
       sweepArmed_ = false;
       return -1;
     }
@@ -732,8 +719,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::chrono::milliseconds idleReturnAfter_;
 
   // The hot cache line: written by every local acquire.
-  alignas(detail::kCacheLine) std::atomic<std::uint64_t> state_{0};  // generation : 32 | left : 32
-  std::atomic<std::int64_t> deadline_{0};                            // clock µs; segment expiry
+  Word word_;
 
   // The slow path. mutex_ guards everything below that is not atomic.
   alignas(detail::kCacheLine) mutable std::mutex mutex_;
@@ -762,8 +748,5 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::atomic<std::int64_t> directGrants_{0};
   std::uint64_t sweepId_ = 0;       // registration with the idle sweeper; 0 = none (returnWhenIdle off)
 };
-
-extern template class SegmentedRateLimiter<RateLimiter, SteadyClock>;
-extern template class SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>;
 
 }  // namespace redlimit

@@ -2,6 +2,9 @@
 // permit source (a sliding-window log with RateLimiter's acquire/release contract — a stand-in
 // for the distributed limiter, not a Redis mock; tests/integration runs the real thing).
 #include "redlimit/segmented_rate_limiter.hpp"
+// Only for the static_asserts at the end (RateLimiter is a permit source): the tests run over an
+// in-process stand-in and need nothing of the Client.
+#include "redlimit/rate_limiter.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -47,7 +51,27 @@ using std::chrono::milliseconds;
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the hot path needs a lock-free 64-bit atomic");
 
-/// An in-process permit source on a ManualClock: grants are members (time, permits) that live
+/// The clock a FakeSource stamps grants with and moves by its latency: the ManualClock of most
+/// tests, or the SimulatedClock of those where threads wait on the clock.
+class SourceClock {
+ public:
+  SourceClock(ManualClock& clock) : manual_(&clock) {}      // NOLINT(google-explicit-constructor)
+  SourceClock(SimulatedClock& clock) : simulated_(&clock) {}  // NOLINT(google-explicit-constructor)
+  microseconds now() const { return manual_ != nullptr ? manual_->now() : simulated_->now(); }
+  void advance(microseconds d) const {
+    if (manual_ != nullptr) {
+      manual_->advance(d);
+    } else {
+      simulated_->advance(d);
+    }
+  }
+
+ private:
+  ManualClock* manual_ = nullptr;
+  SimulatedClock* simulated_ = nullptr;
+};
+
+/// An in-process permit source on a test clock: grants are members (time, permits) that live
 /// one interval; value = rate - live permits. Thread-safe. Test controls: latency (the clock moves
 /// during a call, half before the grant is stamped and half after), a gate that holds acquire
 /// calls until opened, and a one-shot failure.
@@ -61,7 +85,7 @@ class FakeSource {
     std::int64_t permits, released;
   };
 
-  FakeSource(ManualClock& clock, std::int64_t rate, milliseconds interval)
+  FakeSource(SourceClock clock, std::int64_t rate, milliseconds interval)
       : clock_(clock), rate_(rate), interval_(interval) {}
 
   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
@@ -251,7 +275,7 @@ class FakeSource {
     return rate_ - used;
   }
 
-  ManualClock& clock_;
+  SourceClock clock_;
   std::mutex m_;
   std::condition_variable gateCv_;
   std::function<void()> releaseHook_;
@@ -320,6 +344,10 @@ class PolicySource : public FakeSource {
 };
 
 using PolicyLimiter = SegmentedRateLimiter<PolicySource, ClockRef<ManualClock>>;
+// Waits for another thread's refill are timed on the clock: on a SimulatedClock they block until
+// the test advances it, so the tests of those waits sleep for nothing.
+using SimLimiter = SegmentedRateLimiter<FakeSource, ClockRef<SimulatedClock>>;
+using SimPolicyLimiter = SegmentedRateLimiter<PolicySource, ClockRef<SimulatedClock>>;
 
 class SegmentedRateLimiterTest : public ::testing::Test {
  protected:
@@ -338,7 +366,14 @@ class SegmentedRateLimiterTest : public ::testing::Test {
     EXPECT_GE(s.localGrants, 0);
   }
 
+  std::unique_ptr<SimLimiter> makeSim(std::shared_ptr<FakeSource> source, std::int64_t segment, SegmentOptions o = {}) {
+    o.segmentSize = segment;
+    o.returnWhenIdle = false;
+    return std::make_unique<SimLimiter>(std::move(source), o, ClockRef<SimulatedClock>(sim_));
+  }
+
   ManualClock clock_{std::chrono::seconds(1000)};
+  SimulatedClock sim_{std::chrono::seconds(1000)};
 };
 
 TEST_F(SegmentedRateLimiterTest, TakesOneSegmentPerRoundTrip) {
@@ -585,10 +620,10 @@ TEST_F(SegmentedRateLimiterTest, NothingGoesBackOnceTheSegmentHasExpired) {
 }
 
 TEST_F(SegmentedRateLimiterTest, ConcurrentCallsOnAnEmptySegmentShareOneRefill) {
-  auto src = makeSource(100, milliseconds(1000));
+  auto src = std::make_shared<FakeSource>(sim_, 100, milliseconds(1000));
   SegmentOptions o;
-  o.refillWait = milliseconds(10000);  // bounded; the test opens the gate long before
-  auto rl = make(src, 10, o);
+  o.refillWait = milliseconds(10000);  // on the simulated clock, which does not move here
+  auto rl = makeSim(src, 10, o);
   src->closeGate();
   constexpr int kThreads = 4;
   std::atomic<int> granted{0};
@@ -597,10 +632,7 @@ TEST_F(SegmentedRateLimiterTest, ConcurrentCallsOnAnEmptySegmentShareOneRefill) 
     threads.emplace_back([&] { granted += rl->tryAcquire() ? 1 : 0; });
   }
   ASSERT_TRUE(src->waitAtGate(1));
-  // wait (bounded) until the other threads are waiting for the refill in flight
-  for (int i = 0; i < 10000 && rl->stats().refillWaits < kThreads - 1; ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-  }
+  ASSERT_TRUE(sim_.awaitBlocked(kThreads - 1)) << "the other threads wait for the refill in flight";
   EXPECT_EQ(rl->stats().refillWaits, kThreads - 1);
   src->openGate();
   for (auto& t : threads) t.join();
@@ -612,12 +644,12 @@ TEST_F(SegmentedRateLimiterTest, ConcurrentCallsOnAnEmptySegmentShareOneRefill) 
 }
 
 TEST_F(SegmentedRateLimiterTest, WaitersShareADeniedRefillInsteadOfEachAsking) {
-  auto src = makeSource(10, milliseconds(1000));
-  auto other = make(src, 10);
+  auto src = std::make_shared<FakeSource>(sim_, 10, milliseconds(1000));
+  auto other = makeSim(src, 10);
   ASSERT_TRUE(other->tryAcquire(10));  // the source is empty
   SegmentOptions o;
-  o.refillWait = milliseconds(10000);
-  auto rl = make(src, 10, o);
+  o.refillWait = milliseconds(10000);  // on the simulated clock, which does not move here
+  auto rl = makeSim(src, 10, o);
   src->closeGate();
   constexpr int kThreads = 4;
   std::atomic<int> granted{0};
@@ -626,9 +658,7 @@ TEST_F(SegmentedRateLimiterTest, WaitersShareADeniedRefillInsteadOfEachAsking) {
     threads.emplace_back([&] { granted += rl->tryAcquire() ? 1 : 0; });
   }
   ASSERT_TRUE(src->waitAtGate(1));
-  for (int i = 0; i < 10000 && rl->stats().refillWaits < kThreads - 1; ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-  }
+  ASSERT_TRUE(sim_.awaitBlocked(kThreads - 1));
   src->openGate();
   for (auto& t : threads) t.join();
   EXPECT_EQ(granted.load(), 0);
@@ -636,14 +666,22 @@ TEST_F(SegmentedRateLimiterTest, WaitersShareADeniedRefillInsteadOfEachAsking) {
 }
 
 TEST_F(SegmentedRateLimiterTest, WaiterGivesUpAfterRefillWait) {
-  auto src = makeSource(100, milliseconds(1000));
+  auto src = std::make_shared<FakeSource>(sim_, 100, milliseconds(1000));
   SegmentOptions o;
   o.refillWait = milliseconds(20);
-  auto rl = make(src, 10, o);
+  auto rl = makeSim(src, 10, o);
   src->closeGate();
   std::thread leader([&] { EXPECT_TRUE(rl->tryAcquire()); });
   ASSERT_TRUE(src->waitAtGate(1));
-  EXPECT_FALSE(rl->tryAcquire()) << "the refill in flight did not finish within refillWait";
+  std::atomic<int> waiter{-1};
+  std::thread follower([&] { waiter = rl->tryAcquire() ? 1 : 0; });
+  ASSERT_TRUE(sim_.awaitBlocked(1));
+  sim_.advance(milliseconds(19));
+  EXPECT_EQ(waiter.load(), -1) << "still waiting 1 ms before refillWait";
+  EXPECT_EQ(sim_.blocked(), 1u);
+  sim_.advance(milliseconds(1));
+  follower.join();
+  EXPECT_EQ(waiter.load(), 0) << "the refill in flight did not finish within refillWait";
   EXPECT_EQ(rl->stats().refillWaits, 1);
   src->openGate();
   leader.join();
@@ -683,19 +721,28 @@ TEST_F(SegmentedRateLimiterTest, Item09_StuckIdleGiveBackDoesNotBlockAcquirers) 
 // (RateLimiter::decideUnanswered), detected at compile time; FakeSource has none and the waiter
 // gets false (WaiterGivesUpAfterRefillWait).
 TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIsStillInFlight) {
-  auto src = std::make_shared<PolicySource>(clock_, 100, milliseconds(1000));
+  auto src = std::make_shared<PolicySource>(sim_, 100, milliseconds(1000));
   SegmentOptions o;
   o.segmentSize = 10;
   o.returnWhenIdle = false;
   o.refillWait = milliseconds(20);
-  PolicyLimiter rl(src, o, ClockRef<ManualClock>(clock_));
+  SimPolicyLimiter rl(src, o, ClockRef<SimulatedClock>(sim_));
   src->closeGate();
   std::thread leader([&] { EXPECT_TRUE(rl.tryAcquire()); });
   ASSERT_TRUE(src->waitAtGate(1));
-  EXPECT_TRUE(rl.tryAcquire()) << "the policy's answer (Allow)";
-  EXPECT_TRUE(rl.tryAcquire(2, milliseconds(30)));
+  // Each waiter runs on a thread of its own and gives up when the test moves the clock past its wait.
+  auto waitOut = [&](auto call, milliseconds wait) {
+    std::atomic<int> answer{-1};
+    std::thread waiter([&] { answer = call() ? 1 : 0; });
+    EXPECT_TRUE(sim_.awaitBlocked(1));
+    sim_.advance(wait);
+    waiter.join();
+    return answer.load();
+  };
+  EXPECT_EQ(waitOut([&] { return rl.tryAcquire(); }, milliseconds(20)), 1) << "the policy's answer (Allow)";
+  EXPECT_EQ(waitOut([&] { return rl.tryAcquire(2, milliseconds(30)); }, milliseconds(30)), 1);
   src->setAnswer(false);
-  EXPECT_FALSE(rl.tryAcquire()) << "the policy's answer (Deny)";
+  EXPECT_EQ(waitOut([&] { return rl.tryAcquire(); }, milliseconds(20)), 0) << "the policy's answer (Deny)";
   src->openGate();
   leader.join();
   const auto d = src->decisions();
@@ -704,7 +751,7 @@ TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIs
   EXPECT_NE(d[0].reason.find("waited 20 ms (refillWait)"), std::string::npos) << d[0].reason;
   EXPECT_NE(d[0].reason.find("refill in flight"), std::string::npos) << d[0].reason;
   EXPECT_EQ(d[1].permits, 2);
-  EXPECT_NE(d[1].reason.find("ms (the call's timeout)"), std::string::npos) << d[1].reason;
+  EXPECT_NE(d[1].reason.find("waited 30 ms (the call's timeout)"), std::string::npos) << d[1].reason;
   EXPECT_EQ(src->acquires().size(), 1u) << "the waiters sent nothing";
   EXPECT_EQ(rl.stats().refillWaits, 3);
 }
@@ -809,7 +856,7 @@ TEST_F(SegmentedRateLimiterTest, RejectsBadArgumentsBeforeAskingTheSource) {
 // deadlines computed from it (a refill wait ended in the past; the idle check spun). Refused.
 TEST_F(SegmentedRateLimiterTest, Item10_HugeWaitOptionsAreRefusedAtConstruction) {
   auto src = makeSource(100, milliseconds(1000));
-  for (const milliseconds huge : {milliseconds::max(), RateLimiter::kMaxInterval + milliseconds(1)}) {
+  for (const milliseconds huge : {milliseconds::max(), Limiter::kMaxWait + milliseconds(1)}) {
     SegmentOptions bad;
     bad.refillWait = huge;
     EXPECT_THROW(Limiter(src, bad, ClockRef<ManualClock>(clock_)), InvalidArgument);
@@ -818,8 +865,8 @@ TEST_F(SegmentedRateLimiterTest, Item10_HugeWaitOptionsAreRefusedAtConstruction)
     EXPECT_THROW(Limiter(src, bad, ClockRef<ManualClock>(clock_)), InvalidArgument);
   }
   SegmentOptions longest;
-  longest.refillWait = RateLimiter::kMaxInterval;
-  longest.idleReturnAfter = RateLimiter::kMaxInterval;
+  longest.refillWait = Limiter::kMaxWait;
+  longest.idleReturnAfter = Limiter::kMaxWait;
   longest.returnWhenIdle = false;
   Limiter ok(src, longest, ClockRef<ManualClock>(clock_));
   EXPECT_TRUE(ok.tryAcquire());
@@ -1014,6 +1061,51 @@ TEST_F(SegmentedRateLimiterTest, LimiterInAGlobalHolderClosesCleanlyAtExit) {
         std::exit(0);  // static destruction closes gAtExit
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// 10 000 limiters, each holding a segment and registered for idle give-back: the process has as
+// many threads as with one (the shared sweeper; tests/integration/segment_defects_test.cpp shows
+// that thread giving back every idle limiter's segment).
+TEST_F(SegmentedRateLimiterTest, TenThousandLimitersAddNoThreads) {
+  auto threads = [] {
+    const std::filesystem::directory_iterator tasks("/proc/self/task");
+    return std::distance(std::filesystem::begin(tasks), std::filesystem::end(tasks));
+  };
+  // A source that grants every request in O(1) (FakeSource's bookkeeping is linear in its grants).
+  struct Endless {
+    std::atomic<std::int64_t> out{0};
+    AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t atMost) {
+      out += atMost;
+      AcquireResult r;
+      r.granted = atMost;
+      r.interval = milliseconds(60000);
+      r.member = "m";
+      return r;
+    }
+    std::int64_t releaseGrant(const std::string&, std::int64_t permits) {
+      out -= permits;
+      return permits;
+    }
+  };
+  constexpr int kLimiters = 10000;
+  auto src = std::make_shared<Endless>();
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.returnWhenIdle = true;
+  o.idleReturnAfter = milliseconds(100);
+  using EndlessLimiter = SegmentedRateLimiter<Endless, ClockRef<ManualClock>>;
+  std::vector<std::unique_ptr<EndlessLimiter>> limiters;
+  limiters.reserve(kLimiters);
+  std::ptrdiff_t withOne = 0;
+  for (int i = 0; i < kLimiters; ++i) {
+    limiters.push_back(std::make_unique<EndlessLimiter>(src, o, ClockRef<ManualClock>(clock_)));
+    ASSERT_TRUE(limiters.back()->tryAcquire());  // holds 9: armed for the sweeper's visits
+    if (i == 0) withOne = threads();
+  }
+  EXPECT_EQ(threads(), withOne) << "thread count independent of the number of limiters";
+  EXPECT_GE(detail::IdleSweeper::instance().size(), static_cast<std::size_t>(kLimiters));
+  limiters.clear();
+  EXPECT_EQ(src->out.load(), kLimiters) << "closing gave every unspent segment back (one permit each was used)";
 }
 
 // Threads hammer one limiter, moving the clock across segment deadlines, while another runs
