@@ -202,7 +202,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   bool deleteLimiter();
 
   // One acquire attempt in flight: resent (with the same id) when the connection closed under it.
-  struct Attempt {
+  struct Pending {
     std::int64_t atLeast = 0;
     std::int64_t atMost = 0;
     std::string id;
@@ -211,13 +211,13 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::SteadyTime deadline;  // the whole call's, resends included
     AcquireCallback done;
   };
-  void send(std::shared_ptr<Attempt> attempt);
+  void send(std::shared_ptr<Pending> attempt);
   // Sends `attempt`, or queues it behind this handle's call in flight (RateLimiterOptions::coalesce).
-  void dispatch(std::shared_ptr<Attempt> attempt);
+  void dispatch(std::shared_ptr<Pending> attempt);
   // Sends a group of queued whole acquisitions: alone with acquire.lua, together with acquire_batch.lua.
-  void sendGroup(std::vector<std::shared_ptr<Attempt>> group);
+  void sendGroup(std::vector<std::shared_ptr<Pending>> group);
   struct Batch {
-    std::vector<std::shared_ptr<Attempt>> items;
+    std::vector<std::shared_ptr<Pending>> items;
     int tries = 0;
     detail::SteadyTime deadline;  // the earliest of its acquisitions'
   };
@@ -234,21 +234,21 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   detail::SteadyTime callDeadline() const;
   // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
   static AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
-  // guardedAttempt without waiting: the gate's bookkeeping runs in the completion.
-  void guardedAttemptAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
+  // askGuarded without waiting: the gate's bookkeeping runs in the completion.
+  void askGuardedAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
 
   void checkPermits(std::int64_t permits) const;
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
   void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
   // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
-  std::int64_t runRelease(std::int64_t permits, const std::string& member);
+  std::int64_t releasePermits(std::int64_t permits, const std::string& member);
   void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
                  std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
-  AcquireResult attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  AcquireResult askOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
   // One guarded acquire attempt for atLeast..atMost permits: goes to Redis unless the gate says
   // not to; an unreachable Redis is decided by the failure policy (granted = atLeast or 0,
   // wait = 0, no member).
-  AcquireResult guardedAttempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  AcquireResult askGuarded(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
   // Before a call: nullopt if it should go to Redis; else the failure policy's decision (the limiter
   // is degraded and this is not a probe). Throws the IoError under FailurePolicy::Throw.
   std::optional<AcquireResult> decidedWithoutRedis(std::int64_t permits, std::int64_t rate, milliseconds interval);
@@ -276,7 +276,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   detail::FailureGate gate_;
   std::mutex coalesceMutex_;                    // guards the two members below
   bool groupInFlight_ = false;
-  std::deque<std::shared_ptr<Attempt>> waiting_;
+  std::deque<std::shared_ptr<Pending>> waiting_;
 };
 
 RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
@@ -311,7 +311,7 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
 }
 
 RateLimiter::Impl::~Impl() {
-  std::deque<std::shared_ptr<Attempt>> left;
+  std::deque<std::shared_ptr<Pending>> left;
   {
     std::lock_guard<std::mutex> lock(coalesceMutex_);
     left.swap(waiting_);
@@ -439,7 +439,7 @@ AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const 
   return out;
 }
 
-void RateLimiter::Impl::send(std::shared_ptr<Attempt> a) {
+void RateLimiter::Impl::send(std::shared_ptr<Pending> a) {
   ++a->tries;
   const fmt::format_int most(a->atMost), least(a->atLeast);
   const std::string now = nowArg(), expected = expectedRateArg();
@@ -500,7 +500,7 @@ bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, d
   }
 }
 
-void RateLimiter::Impl::dispatch(std::shared_ptr<Attempt> a) {
+void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
   if (!options_.coalesce || !a->record.empty()) {
     send(std::move(a));
     return;
@@ -517,7 +517,7 @@ void RateLimiter::Impl::dispatch(std::shared_ptr<Attempt> a) {
 }
 
 void RateLimiter::Impl::groupDone() {
-  std::vector<std::shared_ptr<Attempt>> next;
+  std::vector<std::shared_ptr<Pending>> next;
   {
     std::lock_guard<std::mutex> lock(coalesceMutex_);
     if (waiting_.empty()) {
@@ -532,10 +532,10 @@ void RateLimiter::Impl::groupDone() {
   sendGroup(std::move(next));
 }
 
-void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Attempt>> group) {
+void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {
   if (group.size() == 1) {
     // Alone: the ordinary script, which costs Redis less than a batch of one.
-    std::shared_ptr<Attempt> a = std::move(group.front());
+    std::shared_ptr<Pending> a = std::move(group.front());
     a->done = [weak = weak_from_this(), done = std::move(a->done)](AcquireResult r, std::exception_ptr error) {
       if (const auto self = weak.lock()) self->groupDone();  // the next group leaves before this callback runs
       done(std::move(r), std::move(error));
@@ -601,7 +601,7 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   if (self != nullptr) self->remember(rate, interval);
   std::vector<std::pair<AcquireResult, std::exception_ptr>> results(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const Attempt& a = *b.items[i];
+    const Pending& a = *b.items[i];
     const std::int64_t granted = r.elements[3 + 3 * i].asInteger();
     const std::int64_t wait = r.elements[4 + 3 * i].asInteger();
     AcquireResult& out = results[i].first;
@@ -622,13 +622,13 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   for (std::size_t i = 0; i < n; ++i) b.items[i]->done(std::move(results[i].first), results[i].second);
 }
 
-AcquireResult RateLimiter::Impl::attempt(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
+AcquireResult RateLimiter::Impl::askOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   if (client_->onIoThread()) {
     throw InvalidArgument(fmt::format("redlimit: limiter {}: a sync acquire from a completion callback would wait "
                                       "for the thread that runs it; use tryAcquireAsync there",
                                       name_));
   }
-  auto a = std::make_shared<Attempt>();
+  auto a = std::make_shared<Pending>();
   a->atLeast = atLeast;
   a->atMost = atMost;
   a->id = id;
@@ -650,7 +650,7 @@ AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64
     throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
   }
   if (atMost > kMaxRate) atMost = kMaxRate;
-  return guardedAttempt(atLeast, atMost, idBytes());
+  return askGuarded(atLeast, atMost, idBytes());
 }
 
 namespace {
@@ -670,13 +670,13 @@ std::optional<AcquireResult> RateLimiter::Impl::decidedWithoutRedis(std::int64_t
   gate_.throwUnavailable();
 }
 
-AcquireResult RateLimiter::Impl::guardedAttempt(std::int64_t permits, std::int64_t atMost, const std::string& id) {
+AcquireResult RateLimiter::Impl::askGuarded(std::int64_t permits, std::int64_t atMost, const std::string& id) {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
   if (auto r = decidedWithoutRedis(permits, rate, interval)) return *r;
   const std::int64_t started = gate_.callStart();
   try {
-    AcquireResult r = attempt(permits, atMost, id);
+    AcquireResult r = askOnce(permits, atMost, id);
     gate_.succeeded();
     return r;
   } catch (...) {
@@ -688,7 +688,7 @@ AcquireResult RateLimiter::Impl::guardedAttempt(std::int64_t permits, std::int64
   }
 }
 
-void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t atMost, std::string id,
+void RateLimiter::Impl::askGuardedAsync(std::int64_t permits, std::int64_t atMost, std::string id,
                                             AcquireCallback done) {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
@@ -701,7 +701,7 @@ void RateLimiter::Impl::guardedAttemptAsync(std::int64_t permits, std::int64_t a
     done(AcquireResult{}, std::current_exception());
     return;
   }
-  auto a = std::make_shared<Attempt>();
+  auto a = std::make_shared<Pending>();
   a->atLeast = permits;
   a->atMost = atMost;
   if (permits < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
@@ -739,12 +739,12 @@ void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t a
     done(AcquireResult{}, std::current_exception());
     return;
   }
-  guardedAttemptAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
+  askGuardedAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
 }
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return guardedAttempt(permits, permits, idBytes()).granted > 0;
+  return askGuarded(permits, permits, idBytes()).granted > 0;
 }
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
@@ -752,7 +752,7 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const auto deadline = detail::deadlineAfter(timeout);  // saturates; <= 0 means one attempt
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
-    const AcquireResult r = guardedAttempt(permits, permits, id);
+    const AcquireResult r = askGuarded(permits, permits, id);
     if (r.granted > 0) return true;
     if (r.wait.count() <= 0) return false;  // decided by the failure policy
     const auto left = deadline - std::chrono::steady_clock::now();
@@ -765,7 +765,7 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
   checkPermits(permits);
   const std::string id = idBytes();
   for (;;) {
-    const AcquireResult r = guardedAttempt(permits, permits, id);
+    const AcquireResult r = askGuarded(permits, permits, id);
     if (r.granted > 0) return;
     // Denied by the failure policy (no wait known): try again after a probe interval.
     std::this_thread::sleep_for(r.wait.count() > 0 ? r.wait : options_.failure.probeInterval);
@@ -821,7 +821,7 @@ RateLimiterConfig RateLimiter::Impl::getConfig() {
   return cfg;
 }
 
-std::int64_t RateLimiter::Impl::runRelease(std::int64_t permits, const std::string& member) {
+std::int64_t RateLimiter::Impl::releasePermits(std::int64_t permits, const std::string& member) {
   if (permits < 0) throw InvalidArgument(fmt::format("redlimit: permits to release must be >= 0, got {}", permits));
   std::int64_t left = permits > kMaxRate ? kMaxRate : permits;
   std::int64_t released = 0;
@@ -841,11 +841,11 @@ std::int64_t RateLimiter::Impl::runRelease(std::int64_t permits, const std::stri
   return released;
 }
 
-void RateLimiter::Impl::release(std::int64_t permits) { (void)runRelease(permits, ""); }
+void RateLimiter::Impl::release(std::int64_t permits) { (void)releasePermits(permits, ""); }
 
 std::int64_t RateLimiter::Impl::releaseGrant(const std::string& member, std::int64_t permits) {
   if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
-  return runRelease(permits, member);
+  return releasePermits(permits, member);
 }
 
 void RateLimiter::validateConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {

@@ -81,7 +81,7 @@
 //     constructor registers (throwing Error if the thread cannot start); close() unregisters
 //     before anything else and waits if the sweeper is visiting this limiter at that moment, so
 //     the sweeper never touches a closed limiter and never keeps one alive. With
-//     returnWhenIdle = false there is no registration and the owner may call giveBackIfIdle()
+//     returnWhenIdle = false there is no registration and the owner may call releaseIfIdle()
 //     from its own timer.
 //  9. reconfigure(type, rate, interval, segmentSize) reads the configuration; if it differs it
 //     gives the segment back and writes the new one with setRate(..., keepState = true), so the
@@ -356,9 +356,9 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     }
     {
       std::unique_lock<std::mutex> lk(mutex_);
-      cv_.wait(lk, [&] { return (!refilling_ && !givingBack_) || closed_; });
+      cv_.wait(lk, [&] { return (!leading_ && !releasing_) || closed_; });
       if (closed_) throwClosed();
-      refilling_ = true;
+      leading_ = true;
     }
     try {
       std::optional<RateLimiterConfig> current;
@@ -372,7 +372,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       bool changed = false;
       if (differs() || segmentSize != segmentSize_.load(std::memory_order_relaxed)) {
         std::unique_lock<std::mutex> lk(mutex_);
-        returnSegment(lk, true);
+        releaseSegment(lk, true);
       }
       if (!current) {
         changed = source_->trySetRate(type, rate, interval);
@@ -401,10 +401,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// timer) with returnWhenIdle = false. Holds no leader role during the give-back, so acquire
   /// calls never wait for it; does nothing while a refill, reconfigure or another give-back is in
   /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
-  std::int64_t giveBackIfIdle() noexcept {
+  std::int64_t releaseIfIdle() noexcept {
     try {
       std::unique_lock<std::mutex> lk(mutex_);
-      if (closed_ || refilling_ || givingBack_) return 0;
+      if (closed_ || leading_ || releasing_) return 0;
       const std::int64_t now = clock_.now().count();
       std::uint64_t s = word_.load();
       if (s != idleSeen_) {
@@ -416,7 +416,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       if (Word::leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
       const std::uint64_t old = word_.takeAll();
       idleSeen_ = old & ~Word::kLeftMask;
-      return returnTaken(lk, Word::leftOf(old), false);
+      return releaseTaken(lk, Word::leftOf(old), false);
     } catch (...) {
       return 0;
     }
@@ -437,10 +437,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     cv_.notify_all();  // callers waiting for a refill throw Error
     if (sweepId_ != 0) detail::IdleSweeper::instance().remove(sweepId_);
     std::unique_lock<std::mutex> lk(mutex_);
-    cv_.wait(lk, [&] { return !refilling_ && !givingBack_; });
-    refilling_ = true;
+    cv_.wait(lk, [&] { return !leading_ && !releasing_; });
+    leading_ = true;
     const std::uint64_t old = word_.close();
-    const std::int64_t returned = returnTaken(lk, Word::leftOf(old), false);
+    const std::int64_t returned = releaseTaken(lk, Word::leftOf(old), false);
     finishLead();
     return returned;
   }
@@ -468,7 +468,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
  private:
   using Word = detail::SegmentWord;
 
-  struct Attempt {
+  struct TryResult {
     bool granted = false;
     bool timedOut = false;              // gave up waiting for another thread's refill
     std::chrono::milliseconds wait{0};  // denied: the distributed limiter's retry-after
@@ -501,14 +501,14 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   bool acquireSlow(std::int64_t permits, std::chrono::microseconds timeout, bool forever) {
     const std::int64_t until = clock_.now().count() + timeout.count();
     for (;;) {
-      Attempt a;
+      TryResult a;
       std::chrono::microseconds waitFor{refillWait_};
       const bool ownTimeout = !forever && timeout.count() > 0;
       if (permits > segmentSize_.load(std::memory_order_relaxed)) {
-        a = directAttempt(permits);
+        a = askSourceDirectly(permits);
       } else {
         if (ownTimeout) waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
-        a = segmentAttempt(permits, clock_.now() + waitFor);
+        a = takeOrRefill(permits, clock_.now() + waitFor);
       }
       if (a.granted) return true;
       if (a.timedOut) {
@@ -543,44 +543,44 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // One attempt for more permits than a segment holds: straight to the source.
-  Attempt directAttempt(std::int64_t permits) {
+  TryResult askSourceDirectly(std::int64_t permits) {
     if (word_.closed()) throwClosed();
     remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
     const AcquireResult r = source_->tryAcquireUpTo(permits, permits);
-    if (r.granted <= 0) return Attempt{false, false, r.wait};
+    if (r.granted <= 0) return TryResult{false, false, r.wait};
     permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
     directGrants_.fetch_add(r.granted, std::memory_order_relaxed);
-    return Attempt{true, false, {}};
+    return TryResult{true, false, {}};
   }
 
   // Takes `permits` (<= segment size) from the segment, leading a refill or waiting (until
   // `waitUntil`, µs on the clock) for the one in flight.
-  Attempt segmentAttempt(std::int64_t permits, std::chrono::microseconds waitUntil) {
+  TryResult takeOrRefill(std::int64_t permits, std::chrono::microseconds waitUntil) {
     std::unique_lock<std::mutex> lk(mutex_);
     bool counted = false;
     for (;;) {
       if (closed_) throwClosed();
-      if (takeLocal(permits)) return Attempt{true, false, {}};
-      if (!refilling_) return lead(lk, permits);
+      if (takeLocal(permits)) return TryResult{true, false, {}};
+      if (!leading_) return leadRefill(lk, permits);
       if (!counted) {
         ++refillWaits_;
         counted = true;
       }
       const std::uint64_t seen = attempts_;
-      if (!clockWaitUntil(clock_, lk, cv_, waitUntil, [&] { return !refilling_ || closed_; })) {
-        return Attempt{false, true, {}};
+      if (!clockWaitUntil(clock_, lk, cv_, waitUntil, [&] { return !leading_ || closed_; })) {
+        return TryResult{false, true, {}};
       }
       if (closed_) throwClosed();
-      if (takeLocal(permits)) return Attempt{true, false, {}};
-      if (attempts_ != seen && lastDenied_ && permits >= lastDeniedPermits_) return Attempt{false, false, lastWait_};
+      if (takeLocal(permits)) return TryResult{true, false, {}};
+      if (attempts_ != seen && lastDenied_ && permits >= lastDeniedPermits_) return TryResult{false, false, lastWait_};
     }
   }
 
   // The refill: called with the mutex held and no refill in flight; sends one request with the
   // mutex released. The caller's permits come from the leftover of the current segment (if it
   // has not expired) plus the new grant; the rest of the grant becomes the next segment.
-  Attempt lead(std::unique_lock<std::mutex>& lk, std::int64_t permits) {
-    refilling_ = true;
+  TryResult leadRefill(std::unique_lock<std::mutex>& lk, std::int64_t permits) {
+    leading_ = true;
     const std::uint64_t old = word_.takeAll();
     std::int64_t leftover = Word::leftOf(old);
     if (leftover > 0 && word_.expiredAt(clock_.now().count())) {
@@ -590,7 +590,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (leftover >= permits) {  // cannot happen (takeLocal just failed under the lock); kept safe
       word_.putBack(leftover - permits);
       finishLead();
-      return Attempt{true, false, {}};
+      return TryResult{true, false, {}};
     }
     inHand_ = leftover;
     const std::int64_t need = permits - leftover;
@@ -617,7 +617,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       lastDeniedPermits_ = permits;
       lastWait_ = r.wait;
       finishLead();
-      return Attempt{false, false, r.wait};
+      return TryResult{false, false, r.wait};
     }
     lastDenied_ = false;
     permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
@@ -633,26 +633,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       word_.install(old, surplus, sentAt + std::max<std::int64_t>(life, 0));
     }
     finishLead();
-    return Attempt{true, false, {}};
+    return TryResult{true, false, {}};
   }
 
   // Empties the segment and gives its unspent, unexpired permits back. Called with the mutex
-  // held and the leader role taken (refilling_); returns with both.
-  std::int64_t returnSegment(std::unique_lock<std::mutex>& lk, bool rethrow) {
-    return returnTaken(lk, Word::leftOf(word_.takeAll()), rethrow);
+  // held and the leader role taken (leading_); returns with both.
+  std::int64_t releaseSegment(std::unique_lock<std::mutex>& lk, bool rethrow) {
+    return releaseTaken(lk, Word::leftOf(word_.takeAll()), rethrow);
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
   // segment has expired), as a best-effort call when the source offers one. Called with the mutex
   // held, no give-back in flight, and the segment taken out under the same lock; releases the
-  // mutex during the call, marking a give-back in flight (givingBack_), not the leader role.
-  std::int64_t returnTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
+  // mutex during the call, marking a give-back in flight (releasing_), not the leader role.
+  std::int64_t releaseTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
     if (n <= 0) return 0;
     if (word_.expiredAt(clock_.now().count())) {
       expired_ += n;
       return 0;
     }
-    givingBack_ = true;
+    releasing_ = true;
     backInFlight_ = n;
     const std::string member = member_;
     lk.unlock();
@@ -673,7 +673,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     if (sent) remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
     lk.lock();
     returned = std::clamp<std::int64_t>(returned, 0, n);
-    givingBack_ = false;
+    releasing_ = false;
     backInFlight_ = 0;
     returned_ += returned;
     expired_ += n - returned;  // not returned: the grant expired in Redis, the call failed or was skipped
@@ -684,7 +684,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // Ends the leader role (mutex held), wakes the waiters, and has the sweeper watch what is held.
   void finishLead() {
-    refilling_ = false;
+    leading_ = false;
     cv_.notify_all();
     armSweep();
   }
@@ -703,7 +703,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     return static_cast<SegmentedRateLimiter*>(self)->sweep();
   }
   std::int64_t sweep() noexcept {
-    (void)giveBackIfIdle();
+    (void)releaseIfIdle();
     std::lock_guard<std::mutex> lk(mutex_);
     if (closed_ || word_.left() == 0) {
       sweepArmed_ = false;
@@ -724,8 +724,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // The slow path. mutex_ guards everything below that is not atomic.
   alignas(detail::kCacheLine) mutable std::mutex mutex_;
   std::condition_variable cv_;      // refill or give-back finished, or closed
-  bool refilling_ = false;          // a thread holds the leader role (refill, reconfigure, close)
-  bool givingBack_ = false;         // a give-back is in flight (at most one)
+  bool leading_ = false;          // a thread holds the leader role (refill, reconfigure, close)
+  bool releasing_ = false;         // a give-back is in flight (at most one)
   bool closed_ = false;
   bool sweepArmed_ = false;         // the sweeper will visit (it does while permits are held)
   std::uint64_t attempts_ = 0;      // refill attempts completed

@@ -356,7 +356,7 @@ class SegmentedRateLimiterTest : public ::testing::Test {
   }
   std::unique_ptr<Limiter> make(std::shared_ptr<FakeSource> source, std::int64_t segment, SegmentOptions o = {}) {
     o.segmentSize = segment;
-    o.returnWhenIdle = false;  // tests drive giveBackIfIdle() on the manual clock
+    o.returnWhenIdle = false;  // tests drive releaseIfIdle() on the manual clock
     return std::make_unique<Limiter>(std::move(source), o, ClockRef<ManualClock>(clock_));
   }
   /// The counters add up: everything granted remotely was handed out, is held, went back or expired.
@@ -571,20 +571,20 @@ TEST_F(SegmentedRateLimiterTest, IdleSegmentGoesBackAfterAQuarterIntervalWithout
   auto rl = make(src, 10);
   ASSERT_TRUE(rl->tryAcquire());
   ASSERT_TRUE(rl->tryAcquire());
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);  // first look at this segment
+  EXPECT_EQ(rl->releaseIfIdle(), 0);  // first look at this segment
   clock_.advance(milliseconds(200));
   ASSERT_TRUE(rl->tryAcquire());       // activity
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);  // sees the change: idle time starts again
+  EXPECT_EQ(rl->releaseIfIdle(), 0);  // sees the change: idle time starts again
   clock_.advance(milliseconds(249));
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   EXPECT_TRUE(src->releases().empty());
   clock_.advance(milliseconds(1));
-  EXPECT_EQ(rl->giveBackIfIdle(), 7);
+  EXPECT_EQ(rl->releaseIfIdle(), 7);
   ASSERT_EQ(src->releases().size(), 1u);
   EXPECT_EQ(src->releases()[0].permits, 7);
   EXPECT_EQ(src->available(), 97);
   EXPECT_EQ(rl->stats().permitsHeld, 0);
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   // the limiter keeps working after a give-back
   EXPECT_TRUE(rl->tryAcquire());
   EXPECT_EQ(src->acquires().size(), 2u);
@@ -597,20 +597,20 @@ TEST_F(SegmentedRateLimiterTest, IdleReturnAfterOptionOverridesTheDefault) {
   o.idleReturnAfter = milliseconds(40);
   auto rl = make(src, 10, o);
   ASSERT_TRUE(rl->tryAcquire());
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   clock_.advance(milliseconds(39));
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   clock_.advance(milliseconds(1));
-  EXPECT_EQ(rl->giveBackIfIdle(), 9);
+  EXPECT_EQ(rl->releaseIfIdle(), 9);
 }
 
 TEST_F(SegmentedRateLimiterTest, NothingGoesBackOnceTheSegmentHasExpired) {
   auto src = makeSource(100, milliseconds(1000));
   auto rl = make(src, 10);
   ASSERT_TRUE(rl->tryAcquire());
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   clock_.advance(milliseconds(1000));
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   EXPECT_EQ(rl->close(), 0);
   EXPECT_TRUE(src->releases().empty());
   const SegmentStats s = rl->stats();
@@ -698,11 +698,11 @@ TEST_F(SegmentedRateLimiterTest, Item09_StuckIdleGiveBackDoesNotBlockAcquirers) 
   o.refillWait = milliseconds(50);
   auto rl = make(src, 10, o);
   ASSERT_TRUE(rl->tryAcquire());  // holds 9
-  EXPECT_EQ(rl->giveBackIfIdle(), 0);
+  EXPECT_EQ(rl->releaseIfIdle(), 0);
   clock_.advance(milliseconds(250));
   src->closeReleaseGate();
   std::int64_t givenBack = -1;
-  std::thread giver([&] { givenBack = rl->giveBackIfIdle(); });
+  std::thread giver([&] { givenBack = rl->releaseIfIdle(); });
   ASSERT_TRUE(src->waitAtReleaseGate(1));  // the give-back is stuck in the source
   EXPECT_TRUE(rl->tryAcquire()) << "an acquirer leads its own refill while the give-back is stuck";
   EXPECT_EQ(rl->stats().refillWaits, 0) << "nobody waited for the give-back";
@@ -1133,7 +1133,7 @@ TEST_F(SegmentedRateLimiterTest, ContendedHotPathHandsOutEachPermitOnce) {
   }
   std::thread mover([&] {
     while (!done.load()) {
-      (void)rl->giveBackIfIdle();
+      (void)rl->releaseIfIdle();
       std::this_thread::yield();
     }
   });
@@ -1166,7 +1166,7 @@ TEST_F(SegmentedRateLimiterTest, CountersAddUpUnderARandomMix) {
         (void)rl.tryAcquire(static_cast<std::int64_t>(1 + rng() % 9));
         break;
       case 3:
-        (void)rl.giveBackIfIdle();
+        (void)rl.releaseIfIdle();
         break;
       case 4:
         clock_.advance(microseconds(rng() % 20000));
