@@ -3,7 +3,7 @@ JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 CTEST_ARGS ?=
 
-.PHONY: deps build demo test test-asan test-tsan test-clang bench clean
+.PHONY: deps build demo test test-asan test-tsan test-clang bench format check-format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -38,6 +38,13 @@ bench: deps
 	cmake --preset release >/dev/null
 	cmake --build --preset release -j $(JOBS)
 	scripts/run-bench.sh build/release
+
+# clang-format-14 with the root's .clang-format: `make format` rewrites, `make check-format` checks (CI).
+format:
+	git ls-files '*.cpp' '*.hpp' | xargs clang-format-14 --style=file -i
+
+check-format:
+	@scripts/check-format.sh
 
 clean:
 	rm -rf build

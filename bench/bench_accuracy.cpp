@@ -57,12 +57,12 @@ rb::AccuracyChart gChart{kRate, kInterval.count(), kBucket.count(), kDuration.co
 
 struct Row {
   std::string title;
-  std::string clock;       // what the times are
+  std::string clock;  // what the times are
   rb::SeriesStats stats;
   std::int64_t attempts = 0;
   std::int64_t errors = 0;
-  std::int64_t bound = 0;  // the most the limit allows over the span of the grants
-  std::int64_t limit = kRate;  // the most this view may hold in one window
+  std::int64_t bound = 0;        // the most the limit allows over the span of the grants
+  std::int64_t limit = kRate;    // the most this view may hold in one window
   std::int64_t certainMax = -1;  // use-time view: the most counting only calls inside one window
 };
 std::vector<Row> gRows;
@@ -89,8 +89,8 @@ ClockOffset measureOffset(rb::RawRedis& admin) {
     const auto r = admin.command({"TIME"});
     const std::int64_t received = localMicros(rb::Clock::now());
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw std::runtime_error("bench: unexpected TIME reply");
-    const std::int64_t server = std::strtoll(r->element[0]->str, nullptr, 10) * 1000000 +
-                                std::strtoll(r->element[1]->str, nullptr, 10);
+    const std::int64_t server =
+        std::strtoll(r->element[0]->str, nullptr, 10) * 1000000 + std::strtoll(r->element[1]->str, nullptr, 10);
     if (received - sent < bestRtt) {
       bestRtt = received - sent;
       best.offsetUs = server - (sent + received) / 2;
@@ -102,9 +102,7 @@ ClockOffset measureOffset(rb::RawRedis& admin) {
 
 /// A grant time (epoch µs) as whole epoch ms, floored. Safe for counting per window: two stamps at
 /// least one interval apart stay at least one interval apart when floored.
-std::int64_t floorMs(std::chrono::microseconds us) {
-  return std::chrono::floor<milliseconds>(us).count();
-}
+std::int64_t floorMs(std::chrono::microseconds us) { return std::chrono::floor<milliseconds>(us).count(); }
 
 /// A permit source for SegmentedRateLimiter: RateLimiter, recording every grant (its grantTime,
 /// permits, and when the request was sent and answered, local µs) and every give-back.
@@ -122,7 +120,8 @@ class RecordingSource {
     std::int64_t permits = 0;
   };
 
-  RecordingSource(std::shared_ptr<redlimit::Client> client, std::string name) : limiter_(std::move(client), std::move(name)) {}
+  RecordingSource(std::shared_ptr<redlimit::Client> client, std::string name)
+      : limiter_(std::move(client), std::move(name)) {}
 
   redlimit::RateLimiter& limiter() { return limiter_; }
 
@@ -221,7 +220,7 @@ std::int64_t certainMaxPerWindow(std::vector<Use> uses) {
 struct WindowSplit {
   std::int64_t endMs = 0;
   std::int64_t total = 0;
-  std::int64_t grantedWithin = 0;   // Redis's count for the same window
+  std::int64_t grantedWithin = 0;  // Redis's count for the same window
   // The last refill Redis stamped before the window: when its reply came, relative to the window's
   // first ms (µs; > 0: it was in flight when the window opened, and all its permits fall in it).
   std::int64_t lastRefillReplyUs = 0;
@@ -272,8 +271,8 @@ void countersFor(benchmark::State& state, const Row& row, const std::string& pre
   state.counters[prefix + "max_per_bucket"] = static_cast<double>(row.stats.maxPerBucket);
 }
 
-void record(benchmark::State& state, const std::string& title, std::vector<std::int64_t> grants,
-            std::int64_t attempts, std::int64_t errors) {
+void record(benchmark::State& state, const std::string& title, std::vector<std::int64_t> grants, std::int64_t attempts,
+            std::int64_t errors) {
   Row row = makeRow(title, "server grant time", grants, attempts, errors, kRate);
   state.counters["attempts"] = static_cast<double>(attempts);
   state.counters["errors"] = static_cast<double>(errors);
@@ -282,7 +281,8 @@ void record(benchmark::State& state, const std::string& title, std::vector<std::
   rb::GrantSeries series;
   series.title = title;
   series.grantMs = std::move(grants);
-  series.note = "bars, orange: each permit at its grant time (AcquireResult::grantTime, the server's clock), as Redis counts it.";
+  series.note =
+      "bars, orange: each permit at its grant time (AcquireResult::grantTime, the server's clock), as Redis counts it.";
   gChart.series.push_back(std::move(series));
   gRows.push_back(std::move(row));
 }
@@ -343,7 +343,8 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
         uses = hammer<Use>(
             [&](std::vector<Use>& out) {
               const std::int64_t called = localMicros(rb::Clock::now());
-              if (limiter.tryAcquire()) out.push_back(Use{toServerMs(called), toServerMs(localMicros(rb::Clock::now()))});
+              if (limiter.tryAcquire())
+                out.push_back(Use{toServerMs(called), toServerMs(localMicros(rb::Clock::now()))});
             },
             attempts, errors);
         state.SetIterationTime(std::chrono::duration<double>(kDuration).count());
@@ -369,15 +370,16 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
       hi = std::min(hi, g.grantMs * 1000 + 999 - g.sentUs);
     }
     std::int64_t returnedInRun = 0, returnedAfter = 0;
-    for (const RecordingSource::GiveBack& b : source->giveBacks()) (b.atUs <= runEndUs ? returnedInRun : returnedAfter) += b.permits;
+    for (const RecordingSource::GiveBack& b : source->giveBacks())
+      (b.atUs <= runEndUs ? returnedInRun : returnedAfter) += b.permits;
 
     const std::string title = "SegmentedRateLimiter (segment " + std::to_string(kSegment) + ", " +
                               std::to_string(kNodes) + " node), " + std::to_string(kThreads) + " threads";
     const std::string rowName = "SegmentedRateLimiter, segment " + std::to_string(kSegment);
     const std::int64_t useBound = kRate + kNodes * kSegment;
     const WindowSplit busiest = busiestWindow(used, redisView, source->grants(), offset);
-    Row useRow = makeRow(rowName + ", by use time", "when tryAcquire() returned it (local steady clock + TIME offset)", used,
-                         attempts, errors, useBound);
+    Row useRow = makeRow(rowName + ", by use time", "when tryAcquire() returned it (local steady clock + TIME offset)",
+                         used, attempts, errors, useBound);
     useRow.certainMax = certainMaxPerWindow(uses);
     Row redisRow = makeRow(rowName + ", as Redis counts", "segment grant time (server)", redisView, 0, 0, kRate);
     state.counters["attempts"] = static_cast<double>(attempts);
@@ -389,11 +391,11 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
     state.counters["use_certain_max_in_any_window"] = static_cast<double>(useRow.certainMax);
     countersFor(state, redisRow, "redis_");
 
-    gNotes.push_back(fmt::format(
-        "  segmented: {} permits from Redis in {} grants = {} handed out + {} given back during the run "
-        "+ {} at close + {} expired unused; {} round trips for {} calls",
-        fromRedis, source->grants().size(), useRow.stats.grants, returnedInRun, returnedAfter, stats.permitsExpired,
-        stats.remoteRoundTrips, attempts));
+    gNotes.push_back(
+        fmt::format("  segmented: {} permits from Redis in {} grants = {} handed out + {} given back during the run "
+                    "+ {} at close + {} expired unused; {} round trips for {} calls",
+                    fromRedis, source->grants().size(), useRow.stats.grants, returnedInRun, returnedAfter,
+                    stats.permitsExpired, stats.remoteRoundTrips, attempts));
     const std::size_t refills = source->grants().size();
     std::string check = "no refill replies";
     if (refills > 0) {
@@ -409,23 +411,26 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
         busiest.hasLastRefill ? fmt::format("the last refill stamped before it was answered {:+} us from its start",
                                             busiest.lastRefillReplyUs)
                               : std::string("no refill was stamped before it");
-    gNotes.push_back(fmt::format("  busiest window by use time: {} permits = {} granted within it (as Redis counts) + {} "
-                                 "granted before it; {}",
-                                 busiest.total, busiest.grantedWithin, busiest.total - busiest.grantedWithin, lastRefill));
-    gNotes.push_back("  by use time a window may exceed the limit by nodes x segment = " + std::to_string(kNodes * kSegment) +
-                     " (permits granted before it: held, or a refill in flight), as Redis counts not at all. Use times are"
-                     " read when\n  tryAcquire() returns, so a thread descheduled in between stamps its permit late (" +
-                     std::to_string(kThreads) + " threads on " + std::to_string(std::thread::hardware_concurrency()) +
-                     " cores); (n): counting only calls that began and returned inside the window, checked against the bound");
+    gNotes.push_back(
+        fmt::format("  busiest window by use time: {} permits = {} granted within it (as Redis counts) + {} "
+                    "granted before it; {}",
+                    busiest.total, busiest.grantedWithin, busiest.total - busiest.grantedWithin, lastRefill));
+    gNotes.push_back(
+        "  by use time a window may exceed the limit by nodes x segment = " + std::to_string(kNodes * kSegment) +
+        " (permits granted before it: held, or a refill in flight), as Redis counts not at all. Use times are"
+        " read when\n  tryAcquire() returns, so a thread descheduled in between stamps its permit late (" +
+        std::to_string(kThreads) + " threads on " + std::to_string(std::thread::hardware_concurrency()) +
+        " cores); (n): counting only calls that began and returned inside the window, checked against the bound");
 
     rb::GrantSeries series;
     series.title = title;
     series.grantMs = std::move(used);
     series.redisGrantMs = std::move(redisView);
     series.useTimeBound = useBound;
-    series.note = "bars, orange: each permit when its tryAcquire() call returned (this host's clock, moved to the server's by a "
-                  "TIME offset).\ngreen dashed: the segment grants as Redis counts them (grantTime).  purple dotted: " +
-                  std::to_string(useBound) + " = limit + nodes x segment, the bound by use time.";
+    series.note =
+        "bars, orange: each permit when its tryAcquire() call returned (this host's clock, moved to the server's by a "
+        "TIME offset).\ngreen dashed: the segment grants as Redis counts them (grantTime).  purple dotted: " +
+        std::to_string(useBound) + " = limit + nodes x segment, the bound by use time.";
     gChart.series.push_back(std::move(series));
     gRows.push_back(std::move(useRow));
     gRows.push_back(std::move(redisRow));
@@ -445,7 +450,8 @@ std::string summary() {
     std::string most = std::to_string(r.stats.maxPerWindow);
     if (r.certainMax >= 0) most += " (" + std::to_string(r.certainMax) + ")";
     const std::int64_t checked = r.certainMax >= 0 ? r.certainMax : r.stats.maxPerWindow;
-    out << fmt::format("  {:<50} {:>8} {:8} {:>25} {:6}   {:5.1f}%{}\n", r.title, attempts, r.stats.grants, most, r.limit,
+    out << fmt::format("  {:<50} {:>8} {:8} {:>25} {:6}   {:5.1f}%{}\n", r.title, attempts, r.stats.grants, most,
+                       r.limit,
                        r.bound > 0 ? 100.0 * static_cast<double>(r.stats.grants) / static_cast<double>(r.bound) : 0.0,
                        checked > r.limit ? "   ABOVE THE BOUND" : "")
         << "      times: " << r.clock << "\n";
@@ -465,7 +471,9 @@ int main(int argc, char** argv) {
     rb::BenchServer server;
     gServer = &server;
     benchmark::RegisterBenchmark("Accuracy/RateLimiter", BM_Accuracy_RateLimiter)->Iterations(1)->UseManualTime();
-    benchmark::RegisterBenchmark("Accuracy/SegmentedRateLimiter", BM_Accuracy_Segmented)->Iterations(1)->UseManualTime();
+    benchmark::RegisterBenchmark("Accuracy/SegmentedRateLimiter", BM_Accuracy_Segmented)
+        ->Iterations(1)
+        ->UseManualTime();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     gServer = nullptr;

@@ -67,19 +67,19 @@ using std::chrono::milliseconds;
 
 constexpr int kServerCpu = 0;
 constexpr int kClientCpu = 1;
-constexpr int kConnections = 50;                 // the load: connections...
-constexpr int kDepth = 16;                       // ...and requests in flight on each
-constexpr std::int64_t kCalls = 20000;           // timed decisions per phase
-constexpr std::size_t kManyKeys = 10000;         // keys of the many-keys workload
-constexpr int kPasses = 4;                       // each phase this often, every other pass mirrored
-constexpr std::size_t kIdArg = 11;               // acquire.lua's member id in its argv (EVALSHA sha 6 k*6 1 1 id)
-constexpr std::size_t kClockArg = 12;            // ...then now: '' (server TIME) for ours, epoch ms for Redisson's
-constexpr int kClients = 4;                      // accuracy: Clients...
-constexpr int kThreadsPerClient = 2;             // ...and threads calling decide() on each
+constexpr int kConnections = 50;          // the load: connections...
+constexpr int kDepth = 16;                // ...and requests in flight on each
+constexpr std::int64_t kCalls = 20000;    // timed decisions per phase
+constexpr std::size_t kManyKeys = 10000;  // keys of the many-keys workload
+constexpr int kPasses = 4;                // each phase this often, every other pass mirrored
+constexpr std::size_t kIdArg = 11;        // acquire.lua's member id in its argv (EVALSHA sha 6 k*6 1 1 id)
+constexpr std::size_t kClockArg = 12;     // ...then now: '' (server TIME) for ours, epoch ms for Redisson's
+constexpr int kClients = 4;               // accuracy: Clients...
+constexpr int kThreadsPerClient = 2;      // ...and threads calling decide() on each
 constexpr milliseconds kAccuracyRun{2000};
-constexpr double kMaxRatio = 1.0;                // issue 11: ours no costlier than the textbook script
-constexpr double kMaxRatioRedisson = 0.8;        // issue 13: acquire.lua against Redisson's call sequence
-constexpr std::int64_t kMaxKeyBytes = 100;       // issue 11: memory per limiter key
+constexpr double kMaxRatio = 1.0;           // issue 11: ours no costlier than the textbook script
+constexpr double kMaxRatioRedisson = 0.8;   // issue 13: acquire.lua against Redisson's call sequence
+constexpr std::int64_t kMaxKeyBytes = 100;  // issue 11: memory per limiter key
 
 // --- Limits of one phase ----------------------------------------------------------------------
 
@@ -152,19 +152,19 @@ struct Variant {
   std::function<void(const std::vector<std::string>& names, const Limits& limits)> configure;
   // The whole command for one key.
   std::function<std::vector<std::string>(const std::string& name, const Limits& limits)> argv;
-  std::size_t idArg = rb::PreparedCalls::kNoId;  // a 16-byte argument refreshed on every call
+  std::size_t idArg = rb::PreparedCalls::kNoId;     // a 16-byte argument refreshed on every call
   std::size_t clockArg = rb::PreparedCalls::kNoId;  // the caller's epoch ms, refreshed on every call
 };
 
 struct Algorithm {
-  std::string key;          // short name for benchmark names and figures
-  std::string title;        // for the tables
+  std::string key;    // short name for benchmark names and figures
+  std::string title;  // for the tables
   Variant ours;
   std::optional<Variant> textbook;
   std::string textbookName = "textbook";  // what the ratio rows call the textbook script
-  double maxRatio = kMaxRatio;  // ours / textbook must be <= this
-  std::string ratioSource;      // which issue sets the target
-  bool oneKey = true;           // one of the one-key limiters (not RateLimiter's five keys)
+  double maxRatio = kMaxRatio;            // ours / textbook must be <= this
+  std::string ratioSource;                // which issue sets the target
+  bool oneKey = true;                     // one of the one-key limiters (not RateLimiter's five keys)
   // Per workload, what the phase does when it is not the spec's label (empty: kWorkloadSpecs' label).
   std::array<std::string, kWorkloads> workloadLabels{};
   // Two real library decisions on one handle of `name` (configured by ours.configure), for the
@@ -198,7 +198,8 @@ std::vector<std::string> acquireArgv(std::string_view sha, const std::string& na
   argv.insert(argv.end(), handle.keys().begin(), handle.keys().end());
   argv.push_back(handle.keys().front());
   const auto& c = gWorld->client->options().connection;
-  const auto recordTtl = std::clamp(2 * (c.connectTimeout + c.commandTimeout), milliseconds{1000}, milliseconds{3600000});
+  const auto recordTtl =
+      std::clamp(2 * (c.connectTimeout + c.commandTimeout), milliseconds{1000}, milliseconds{3600000});
   for (std::string a : {std::string("1"), std::string("1"), std::string(16, '\0'), std::string(), std::string("0"),
                         std::to_string(recordTtl.count()), std::to_string(limits.permits)}) {
     argv.push_back(std::move(a));
@@ -233,8 +234,8 @@ void configureWithLog(const std::vector<std::string>& names, const Limits& limit
 // The state availablePermits reads: what each workload's acquire warm-up leaves (hot key, granted:
 // 1000 one-permit members; hot key, denied: 100 members, value 0; 10k keys: one member each).
 void configureAvailable(const std::vector<std::string>& names, const Limits& limits) {
-  const std::int64_t grants = names.size() > 1 ? static_cast<std::int64_t>(names.size())
-                                               : std::min<std::int64_t>(limits.permits, 1000);
+  const std::int64_t grants =
+      names.size() > 1 ? static_cast<std::int64_t>(names.size()) : std::min<std::int64_t>(limits.permits, 1000);
   configureWithLog(names, limits, grants, 1);
 }
 
@@ -259,7 +260,7 @@ void configureRelease(const std::vector<std::string>& names, const Limits& limit
 //   the Redisson-equivalent scripts take the caller's clock in epoch ms (refreshed on every call)
 //   or the permits.
 std::function<std::vector<std::string>(const std::string&, const Limits&)> fiveKeyArgv(std::string sha,
-                                                                                      std::vector<std::string> args) {
+                                                                                       std::vector<std::string> args) {
   return [sha, args](const std::string& name, const Limits&) {
     const redlimit::RateLimiter handle(gWorld->client, name);
     std::vector<std::string> argv{"EVALSHA", sha, "5"};
@@ -279,7 +280,8 @@ void comparedWithRedisson(Algorithm& a) {
 }
 
 // A textbook script's argv: its one key, then the numbers.
-std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(std::string sha, bool withBurst) {
+std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(std::string sha,
+                                                                                        bool withBurst) {
   return [sha, withBurst](const std::string& name, const Limits& l) {
     std::vector<std::string> argv{"EVALSHA", sha, "1", name};
     if (withBurst) argv.push_back(std::to_string(l.burst));
@@ -365,11 +367,10 @@ std::vector<Algorithm> algorithms() {
   rl.ours.argv = [](const std::string& name, const Limits& l) { return acquireArgv(lua::acquire.sha1, name, l); };
   rl.ours.idArg = kIdArg;
   const std::string referenceSha = loadScript(readFile(dir + "/reference_acquire.lua"));
-  rl.textbook = Variant{"reference_acquire.lua (Redisson's calls, caller's clock)", configureRateLimiter,
-                        [referenceSha](const std::string& name, const Limits& l) {
-                          return acquireArgv(referenceSha, name, l);
-                        },
-                        kIdArg, kClockArg};
+  rl.textbook =
+      Variant{"reference_acquire.lua (Redisson's calls, caller's clock)", configureRateLimiter,
+              [referenceSha](const std::string& name, const Limits& l) { return acquireArgv(referenceSha, name, l); },
+              kIdArg, kClockArg};
   comparedWithRedisson(rl);
   rl.libraryCall = [](const std::string& name) {
     redlimit::RateLimiter limiter(gWorld->client, name);
@@ -434,7 +435,8 @@ std::vector<std::string> limiterNames(const std::string& prefix, std::size_t cou
   return out;
 }
 
-std::unique_ptr<rb::PreparedCalls> prepare(const Variant& v, const std::vector<std::string>& keys, const Limits& limits) {
+std::unique_ptr<rb::PreparedCalls> prepare(const Variant& v, const std::vector<std::string>& keys,
+                                           const Limits& limits) {
   if (v.configure) v.configure(keys, limits);
   std::vector<std::vector<std::string>> argvs;
   argvs.reserve(keys.size());
@@ -460,16 +462,27 @@ std::vector<std::string> parseMonitorLine(const std::string& line) {
       }
       const char c = line[++i];
       switch (c) {
-        case 'n': arg += '\n'; break;
-        case 'r': arg += '\r'; break;
-        case 't': arg += '\t'; break;
-        case 'a': arg += '\a'; break;
-        case 'b': arg += '\b'; break;
+        case 'n':
+          arg += '\n';
+          break;
+        case 'r':
+          arg += '\r';
+          break;
+        case 't':
+          arg += '\t';
+          break;
+        case 'a':
+          arg += '\a';
+          break;
+        case 'b':
+          arg += '\b';
+          break;
         case 'x':
           arg += static_cast<char>(std::stoi(line.substr(i + 1, 2), nullptr, 16));
           i += 2;
           break;
-        default: arg += c;
+        default:
+          arg += c;
       }
     }
     out.push_back(std::move(arg));
@@ -514,8 +527,8 @@ std::string checkArgvAgainstLibrary() {
         for (const std::string& x : v) s += "'" + x + "' ";
         return s;
       };
-      throw std::runtime_error(fmt::format("bench: {} sends {}but the bench would send {}", a.ours.label, join(sent),
-                                           join(mine)));
+      throw std::runtime_error(
+          fmt::format("bench: {} sends {}but the bench would send {}", a.ours.label, join(sent), join(mine)));
     }
     report += (report.empty() ? "" : ", ") + a.key;
   }
@@ -576,7 +589,8 @@ void makeProbes() {
   for (int p = 0; p < kProbes; ++p) {
     const std::string sha = loadScript(sources[p]);
     gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {
-                                                     auto argv = oneKeyArgv(redlimit::detail::lua::gcra.sha1, name, 'T');
+                                                     auto argv =
+                                                         oneKeyArgv(redlimit::detail::lua::gcra.sha1, name, 'T');
                                                      argv[1] = sha;
                                                      return argv;
                                                    }};
@@ -606,7 +620,8 @@ void BM_Cost(benchmark::State& state, std::size_t alg, int variant, int workload
       r = runPhase(a, variant, kWorkloadSpecs[workload]);
       state.SetIterationTime(r.load.seconds);
     }
-    gCost[alg][static_cast<std::size_t>(variant)][static_cast<std::size_t>(workload)][static_cast<std::size_t>(pass)] = r;
+    gCost[alg][static_cast<std::size_t>(variant)][static_cast<std::size_t>(workload)][static_cast<std::size_t>(pass)] =
+        r;
     state.counters["usec_per_call"] = r.cost.usecPerCall;
     state.counters["server_cpu_us_per_decision"] = r.cost.cpuUsPerCall;
     state.counters["decisions_per_s"] = static_cast<double>(r.load.calls) / r.load.seconds;
@@ -620,9 +635,9 @@ void BM_Cost(benchmark::State& state, std::size_t alg, int variant, int workload
 
 struct MemoryRow {
   std::string what;
-  std::int64_t ours = -1;      // bytes, -1 = not measured
+  std::int64_t ours = -1;  // bytes, -1 = not measured
   std::int64_t textbook = -1;
-  bool target = false;         // issue 11's <= kMaxKeyBytes applies to `ours`
+  bool target = false;  // issue 11's <= kMaxKeyBytes applies to `ours`
   std::string note;
 };
 std::vector<MemoryRow> gMemory;
@@ -640,7 +655,8 @@ std::int64_t bytesAfterOneCall(const Variant& v, const std::string& name) {
   (void)gWorld->load->run(*calls, 1);
   auto keys = gWorld->admin->command({"KEYS", "*"});
   std::int64_t total = 0;
-  for (std::size_t i = 0; i < keys->elements; ++i) total += memoryUsage(std::string(keys->element[i]->str, keys->element[i]->len));
+  for (std::size_t i = 0; i < keys->elements; ++i)
+    total += memoryUsage(std::string(keys->element[i]->str, keys->element[i]->len));
   return total;
 }
 
@@ -664,7 +680,8 @@ void BM_Memory(benchmark::State& state) {
         const redlimit::RateLimiter handle(gWorld->client, kMemoryName);
         std::int64_t total = 0;
         std::string parts;
-        for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {  // config hash, value, permits (the client keys stay empty)
+        for (std::size_t k : {std::size_t{0}, std::size_t{1},
+                              std::size_t{3}}) {  // config hash, value, permits (the client keys stay empty)
           const std::int64_t b = memoryUsage(handle.keys()[k]);
           total += b;
           parts += (parts.empty() ? "" : " + ") + std::to_string(b);
@@ -690,8 +707,8 @@ struct AccuracyRow {
   std::int64_t attempts = 0;
   std::int64_t errors = 0;
   std::int64_t grants = 0;
-  std::string boundText;      // the bound, in words
-  std::string observedText;   // what the grants did against it
+  std::string boundText;     // the bound, in words
+  std::string observedText;  // what the grants did against it
   bool met = false;
 };
 std::vector<AccuracyRow> gAccuracy;
@@ -751,7 +768,8 @@ void checkBucket(AccuracyRow& row, const std::vector<std::int64_t>& us, std::int
     worst = std::max(worst, (idx + 1) * iUs - rel * permits + bestStart);
   }
   row.boundText = fmt::format("<= {} + {} per {} ms x T in any window T", burst, permits, intervalMs);
-  row.observedText = fmt::format("most over any window: {:.2f} + rate x T", static_cast<double>(worst) / static_cast<double>(iUs));
+  row.observedText =
+      fmt::format("most over any window: {:.2f} + rate x T", static_cast<double>(worst) / static_cast<double>(iUs));
   row.met = worst <= burst * iUs;
 }
 
@@ -781,8 +799,8 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
     series.durationUs = std::chrono::duration_cast<std::chrono::microseconds>(kAccuracyRun).count();
     series.maxWindowUs = 1000000;
     const std::string name = "bench:accuracy:" + which;
-    const std::string threads = fmt::format("{} Clients x {} threads, decide(1) for {} ms", kClients, kThreadsPerClient,
-                                            kAccuracyRun.count());
+    const std::string threads =
+        fmt::format("{} Clients x {} threads, decide(1) for {} ms", kClients, kThreadsPerClient, kAccuracyRun.count());
     (void)gWorld->admin->command({"FLUSHALL"});
     std::vector<std::int64_t> us;
     for (auto _ : state) {
@@ -793,8 +811,9 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
         c.refillPermits = l.permits;
         c.refillInterval = milliseconds{l.intervalMs};
         redlimit::TokenBucketRateLimiter(gWorld->client, name).setConfig(c);
-        us = hammer([&](std::shared_ptr<redlimit::Client> client) { return redlimit::TokenBucketRateLimiter(client, name); },
-                    row.attempts, row.errors);
+        us = hammer(
+            [&](std::shared_ptr<redlimit::Client> client) { return redlimit::TokenBucketRateLimiter(client, name); },
+            row.attempts, row.errors);
         row.title = fmt::format("TokenBucketRateLimiter, capacity {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
       } else if (which == "gcra") {
         redlimit::GcraConfig c;
@@ -810,8 +829,9 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
         c.limit = l.burst;
         c.window = milliseconds{l.intervalMs};
         redlimit::FixedWindowRateLimiter(gWorld->client, name).setConfig(c);
-        us = hammer([&](std::shared_ptr<redlimit::Client> client) { return redlimit::FixedWindowRateLimiter(client, name); },
-                    row.attempts, row.errors);
+        us = hammer(
+            [&](std::shared_ptr<redlimit::Client> client) { return redlimit::FixedWindowRateLimiter(client, name); },
+            row.attempts, row.errors);
         row.title = fmt::format("FixedWindowRateLimiter, {} per aligned {} ms window", l.burst, l.intervalMs);
       }
       state.SetIterationTime(std::chrono::duration<double>(kAccuracyRun).count());
@@ -952,7 +972,8 @@ std::string summary(const std::string& argvChecked) {
       "run. Every script reads the server's TIME but Redisson's, which take the caller's clock as Redisson does.\n"
       "availablePermits and release run on the state their rows name, made by untimed acquires. Per phase: FLUSHALL,\n"
       "keys configured, an untimed warm-up, then {} timed calls; {} passes,\n"
-      "every other one in mirrored order; means shown. Granted: 10^9 permits per hour (never reached); denied: 100 per hour, used up in\n"
+      "every other one in mirrored order; means shown. Granted: 10^9 permits per hour (never reached); denied: 100 per "
+      "hour, used up in\n"
       "the warm-up. server us/call: INFO commandstats (EVALSHA usec / calls); server CPU/decision: INFO cpu\n"
       "(user + sys, the whole process: parsing and I/O too) / decisions.\n"
       "Taken on a shared 2-core machine while other jobs (builds, tests) ran: absolute figures are noisy, the ratios\n"
@@ -1003,9 +1024,9 @@ std::string summary(const std::string& argvChecked) {
         if (v == 1 && !algs[a].textbook) continue;
         const Variant& var = v == 0 ? algs[a].ours : *algs[a].textbook;
         const bool own = v == 0 && !algs[a].workloadLabels[static_cast<std::size_t>(w)].empty();
-        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>7}  {:>18}{}\n", v == 0 ? algs[a].title : "",
-                           v == 0 ? "ours" : "text", var.label, cell(usecPerCall(a, v, w), 2),
-                           cell(cpuPerDecision(a, v, w), 2), cell(rate(a, v, w), 0),
+        out += fmt::format("    {:<14} {:<5} {:<58} {:>8}  {:>18}  {:>12}  {:>7}  {:>18}{}\n",
+                           v == 0 ? algs[a].title : "", v == 0 ? "ours" : "text", var.label,
+                           cell(usecPerCall(a, v, w), 2), cell(cpuPerDecision(a, v, w), 2), cell(rate(a, v, w), 0),
                            cell(allowedShare(a, v, w) * 100, 0) + "%",
                            cpu0Share(gCost[a][static_cast<std::size_t>(v)][static_cast<std::size_t>(w)]),
                            own ? "  state: " + workloadLabel(algs[a], w) : std::string());
@@ -1031,14 +1052,16 @@ std::string summary(const std::string& argvChecked) {
       "  processes on CPU {} counts in it, so it can exceed the server's CPU per decision. CPU {}: server/all = share\n"
       "  of that CPU's time the server used / share anything used (/proc/stat); what is left of 'all' is other load.\n",
       kServerCpu, kServerCpu);
-  out += "  textbook scripts take their configuration from the caller's arguments; ours read it from the key and check\n"
-         "  it, the state and the arguments before any write (lua/common.lua, gcra.lua, fixed_window.lua).\n"
-         "  textbook token bucket writes on every call (granted or not), as the classic does; textbook fixed window\n"
-         "  counts denied calls too (INCRBY first); textbook GCRA writes only when it grants.\n";
+  out +=
+      "  textbook scripts take their configuration from the caller's arguments; ours read it from the key and check\n"
+      "  it, the state and the arguments before any write (lua/common.lua, gcra.lua, fixed_window.lua).\n"
+      "  textbook token bucket writes on every call (granted or not), as the classic does; textbook fixed window\n"
+      "  counts denied calls too (INCRBY first); textbook GCRA writes only when it grants.\n";
 
-  out += fmt::format("\nWhere the time of ours goes: {}, token bucket argv, means of {} passes   server us/call  "
-                     "server CPU us/dec\n",
-                     kWorkloadSpecs[kHotGranted].label, kPasses);
+  out += fmt::format(
+      "\nWhere the time of ours goes: {}, token bucket argv, means of {} passes   server us/call  "
+      "server CPU us/dec\n",
+      kWorkloadSpecs[kHotGranted].label, kPasses);
   auto probeMean = [](int p, auto f) -> double {
     double sum = 0;
     for (const PhaseResult& r : gProbeCost[static_cast<std::size_t>(p)]) {
@@ -1059,18 +1082,21 @@ std::string summary(const std::string& argvChecked) {
 
   out += "\nBytes per key (MEMORY USAGE key SAMPLES 0, after one decision)                ours   textbook\n";
   for (const MemoryRow& m : gMemory) {
-    out += fmt::format("  {:<74} {:>6}   {:>8}{}\n", m.what, m.ours, m.textbook < 0 ? std::string("-") : std::to_string(m.textbook),
+    out += fmt::format("  {:<74} {:>6}   {:>8}{}\n", m.what, m.ours,
+                       m.textbook < 0 ? std::string("-") : std::to_string(m.textbook),
                        m.note.empty() ? std::string() : "   " + m.note);
   }
-  out += fmt::format("  name: \"{}\" ({} bytes); the textbook fixed window's key is the counter of the current window\n",
-                     kMemoryName, std::strlen(kMemoryName));
+  out +=
+      fmt::format("  name: \"{}\" ({} bytes); the textbook fixed window's key is the counter of the current window\n",
+                  kMemoryName, std::strlen(kMemoryName));
 
-  out += fmt::format("\nAccuracy: {} Clients x {} threads calling decide(1) for {} ms on one limiter; grants by their server\n"
-                     "time (Decision::time, us), checked exactly over every pair of grants\n",
-                     kClients, kThreadsPerClient, kAccuracyRun.count());
+  out += fmt::format(
+      "\nAccuracy: {} Clients x {} threads calling decide(1) for {} ms on one limiter; grants by their server\n"
+      "time (Decision::time, us), checked exactly over every pair of grants\n",
+      kClients, kThreadsPerClient, kAccuracyRun.count());
   for (const AccuracyRow& r : gAccuracy) {
-    out += fmt::format("  {}\n    {} attempts, {} granted, {} failed; bound {}; {}: {}\n", r.title, r.attempts, r.grants,
-                       r.errors, r.boundText, r.met ? "met" : "ABOVE THE BOUND", r.observedText);
+    out += fmt::format("  {}\n    {} attempts, {} granted, {} failed; bound {}; {}: {}\n", r.title, r.attempts,
+                       r.grants, r.errors, r.boundText, r.met ? "met" : "ABOVE THE BOUND", r.observedText);
   }
   out += "  picture: accuracy_algorithms.svg\n";
   return out;
@@ -1093,9 +1119,11 @@ int main(int argc, char** argv) {
     options.connection.port = server.port();
     options.connection.commandTimeout = std::chrono::seconds(10);  // a loaded machine: latency, not errors
     world.client = redlimit::Client::create(options);
-    for (const auto& script : {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::acquire,
-                               redlimit::detail::lua::available_permits, redlimit::detail::lua::release}) {
-      if (loadScript(script.source) != script.sha1) throw std::runtime_error("bench: SCRIPT LOAD returned another SHA1");
+    for (const auto& script :
+         {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::acquire,
+          redlimit::detail::lua::available_permits, redlimit::detail::lua::release}) {
+      if (loadScript(script.source) != script.sha1)
+        throw std::runtime_error("bench: SCRIPT LOAD returned another SHA1");
     }
     world.load = std::make_unique<rb::PipelinedLoad>(server.host(), server.port(), kConnections, kDepth);
     std::vector<Algorithm> algs = algorithms();
@@ -1103,7 +1131,8 @@ int main(int argc, char** argv) {
     gCost.resize(algs.size());
     makeProbes();
     const std::string checked = checkArgvAgainstLibrary();
-    std::cout << "CPU placement: " << world.pinned.placement << "\nargv checked against the library: " << checked << '\n'
+    std::cout << "CPU placement: " << world.pinned.placement << "\nargv checked against the library: " << checked
+              << '\n'
               << std::flush;
 
     registerBenchmarks();

@@ -58,9 +58,9 @@ class BenchCluster {
       redlimit::detail::command(*admins_[static_cast<std::size_t>(i)],
                                 {"CLUSTER", "ADDSLOTSRANGE", std::to_string(first), std::to_string(last)});
       if (i > 0) {
-        redlimit::detail::command(*admins_[static_cast<std::size_t>(i)],
-                                  {"CLUSTER", "MEET", "127.0.0.1", std::to_string(nodes_[0]->port()),
-                                   std::to_string(busPorts_[0])});
+        redlimit::detail::command(
+            *admins_[static_cast<std::size_t>(i)],
+            {"CLUSTER", "MEET", "127.0.0.1", std::to_string(nodes_[0]->port()), std::to_string(busPorts_[0])});
       }
     }
     const auto deadline = steady_clock::now() + seconds(30);
@@ -156,8 +156,7 @@ Row measure(const std::string& target, const std::string& uri) {
       });
     }
     while (inFlight.load() > 0) std::this_thread::sleep_for(milliseconds(1));
-    row.asyncPerSecond =
-        static_cast<double>(decisions.load()) / duration<double>(steady_clock::now() - start).count();
+    row.asyncPerSecond = static_cast<double>(decisions.load()) / duration<double>(steady_clock::now() - start).count();
   }
   row.errors = errors.load();
   return row;
@@ -166,17 +165,19 @@ Row measure(const std::string& target, const std::string& uri) {
 std::string summary(const std::vector<Row>& rows, const std::string& machine) {
   std::string out = fmt::format("bench_cluster ({}): {} RateLimiters, each call on another limiter\n{}\n\n",
                                 rb::nowText(), kLimiters, machine);
-  out += fmt::format("| target | {} threads, one call each, decisions/s | vs standalone | 1 thread, {} async in flight, "
-                     "decisions/s | vs standalone | errors |\n|---|---|---|---|---|---|\n",
-                     kThreads, kInFlight);
+  out += fmt::format(
+      "| target | {} threads, one call each, decisions/s | vs standalone | 1 thread, {} async in flight, "
+      "decisions/s | vs standalone | errors |\n|---|---|---|---|---|---|\n",
+      kThreads, kInFlight);
   for (const Row& r : rows) {
     out += fmt::format("| {} | {:.0f} | {:.2f} | {:.0f} | {:.2f} | {} |\n", r.target, r.syncPerSecond,
                        r.syncPerSecond / rows.front().syncPerSecond, r.asyncPerSecond,
                        r.asyncPerSecond / rows.front().asyncPerSecond, r.errors);
   }
-  out += "\nThe 1-primary cluster serves every slot from one server, as the standalone one does: the gap is the cost "
-         "of the cluster path (slot lookup, a copy of each request for redirects). The 3-primary cluster adds two "
-         "servers on the same two cores.\n";
+  out +=
+      "\nThe 1-primary cluster serves every slot from one server, as the standalone one does: the gap is the cost "
+      "of the cluster path (slot lookup, a copy of each request for redirects). The 3-primary cluster adds two "
+      "servers on the same two cores.\n";
   return out;
 }
 

@@ -122,8 +122,8 @@ void record(benchmark::State& state, const std::string& key, const Outcome& o) {
 double referenceOnce(rb::RawRedis& r, const RateLimiter& limiter) {
   const auto& k = limiter.keys();
   resetSlowlog(r);
-  auto reply = r.command({"EVALSHA", gWorld->referenceSha, "5", k[0], k[1], k[2], k[3], k[4], "1", "1",
-                          "0123456789abcdef", "", "0"});
+  auto reply = r.command(
+      {"EVALSHA", gWorld->referenceSha, "5", k[0], k[1], k[2], k[3], k[4], "1", "1", "0123456789abcdef", "", "0"});
   const std::vector<double> d = scriptDurations(r);
   (void)r.command({"SCRIPT", "FLUSH"});
   auto loaded = r.command({"SCRIPT", "LOAD", gWorld->referenceSource});
@@ -151,7 +151,8 @@ void BM_ReclaimUntilClean(benchmark::State& state) {
     resetSlowlog(admin);
     for (int i = 0; i < 5000; ++i) {
       if (!rl->tryAcquire()) throw std::runtime_error("bench: a grant was refused");
-      auto card = admin.command({"ZCOUNT", rl->keys()[3], "-inf", std::to_string(serverTimeMs(admin) - kInterval.count())});
+      auto card =
+          admin.command({"ZCOUNT", rl->keys()[3], "-inf", std::to_string(serverTimeMs(admin) - kInterval.count())});
       if (card->integer == 0) break;
     }
     record(state, key, summarize(scriptDurations(admin)));
@@ -210,16 +211,15 @@ std::string summary(const std::string& machine) {
       << "One limiter of 2 000 000 permits per 60 s whose log holds 1 000 000 one-permit members;\n"
       << "server time of each script call from SLOWLOG (us). Bound: 1000 members per call.\n\n"
       << "  state                                           calls   worst us  median us   reference us\n";
-  const std::pair<const char*, const char*> rows[] = {
-      {"A. 500k expired + 500k live, until reclaimed", "A"},
-      {"B. 1M expired + 1 live, until reclaimed", "B"},
-      {"C. 1M expired (dropped whole)", "C"},
-      {"D. value key deleted, 1M live", "D"},
-      {"E. updateRate keepState, 1M live", "E"}};
+  const std::pair<const char*, const char*> rows[] = {{"A. 500k expired + 500k live, until reclaimed", "A"},
+                                                      {"B. 1M expired + 1 live, until reclaimed", "B"},
+                                                      {"C. 1M expired (dropped whole)", "C"},
+                                                      {"D. value key deleted, 1M live", "D"},
+                                                      {"E. updateRate keepState, 1M live", "E"}};
   for (const auto& [what, k] : rows) {
     const std::string key = k;
-    out << fmt::format("  {:<46} {:>6}  {:>9}  {:>9}   {:>12}\n", what, cell(fig(key + ".calls")), cell(fig(key + ".worst")),
-                       cell(fig(key + ".median")), cell(fig(key + ".reference")));
+    out << fmt::format("  {:<46} {:>6}  {:>9}  {:>9}   {:>12}\n", what, cell(fig(key + ".calls")),
+                       cell(fig(key + ".worst")), cell(fig(key + ".median")), cell(fig(key + ".reference")));
   }
   out << "  (reference: bench/reference_acquire.lua, Redisson's call sequence, one call on the same state)\n";
   return out.str();
@@ -243,15 +243,30 @@ int main(int argc, char** argv) {
     const std::string machine = rb::machineDescription(world.server->version());
 
     benchmark::RegisterBenchmark("LargeLogs/reclaim_until_clean/500k_expired_500k_live", BM_ReclaimUntilClean)
-        ->Arg(0)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(0)
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("LargeLogs/reclaim_until_clean/1M_expired_1_live", BM_ReclaimUntilClean)
-        ->Arg(1)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(1)
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("LargeLogs/first_call/1M_expired", BM_OneState)
-        ->Arg(0)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(0)
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("LargeLogs/first_call/value_deleted_1M_live", BM_OneState)
-        ->Arg(1)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(1)
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("LargeLogs/first_call/updateRate_1M_live", BM_OneState)
-        ->Arg(2)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+        ->Arg(2)
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
 

@@ -41,21 +41,21 @@ using redlimit::RateLimiter;
 using redlimit::RateType;
 using std::chrono::milliseconds;
 
-constexpr std::int64_t kHuge = 1000000000;         // a rate no benchmark reaches: every call is granted
-constexpr milliseconds kHour{3600000};             // an interval nothing expires in during the run
-constexpr int kWarmup = 200;                       // untimed calls before each latency benchmark
-constexpr int kLatencyIterations = 4000;           // timed rounds per latency benchmark
+constexpr std::int64_t kHuge = 1000000000;  // a rate no benchmark reaches: every call is granted
+constexpr milliseconds kHour{3600000};      // an interval nothing expires in during the run
+constexpr int kWarmup = 200;                // untimed calls before each latency benchmark
+constexpr int kLatencyIterations = 4000;    // timed rounds per latency benchmark
 constexpr std::string_view kEmptyScript = "return 1";
 
 // --- State of the run -------------------------------------------------------------------------
 
 struct World {
-  std::unique_ptr<rb::BenchServer> server;         // everything but the script-cost comparison
-  std::unique_ptr<rb::BenchServer> cost[3];        // for the acquire.lua / reference comparison
-  std::unique_ptr<rb::RawRedis> admin;             // raw connection to `server`
+  std::unique_ptr<rb::BenchServer> server;   // everything but the script-cost comparison
+  std::unique_ptr<rb::BenchServer> cost[3];  // for the acquire.lua / reference comparison
+  std::unique_ptr<rb::RawRedis> admin;       // raw connection to `server`
   std::string referenceSource;
   std::string referenceSha;
-  std::string emptySha;                            // `return 1`: what any script costs
+  std::string emptySha;  // `return 1`: what any script costs
 };
 World* gWorld = nullptr;
 
@@ -110,7 +110,8 @@ std::string loadScript(rb::RawRedis& r, std::string_view source) {
 
 // Writes `count` members of one permit each, stamped `scoreMs`, into the limiter's permits log and
 // sets its value: the state a limiter would have after that many grants.
-void prefill(rb::RawRedis& r, const RateLimiter& limiter, std::int64_t count, std::int64_t scoreMs, std::int64_t value) {
+void prefill(rb::RawRedis& r, const RateLimiter& limiter, std::int64_t count, std::int64_t scoreMs,
+             std::int64_t value) {
   const auto& keys = limiter.keys();
   rb::addOnePermitMembers(r, keys[3], count, scoreMs, static_cast<std::uint64_t>(scoreMs));
   const std::string v = std::to_string(value);
@@ -215,9 +216,9 @@ constexpr std::size_t kDistinctLimiters = 10000;
 
 struct ThreadRun {
   std::shared_ptr<redlimit::Client> client;
-  std::deque<RateLimiter> limiters;                  // 1 (hot) or kDistinctLimiters
-  std::vector<std::vector<double>> latencies;        // per thread, µs
-  std::vector<rb::Clock::time_point> begin, end;     // per thread: first call, last reply
+  std::deque<RateLimiter> limiters;               // 1 (hot) or kDistinctLimiters
+  std::vector<std::vector<double>> latencies;     // per thread, µs
+  std::vector<rb::Clock::time_point> begin, end;  // per thread: first call, last reply
   std::atomic<std::uint64_t> next{0};
   std::atomic<std::uint64_t> errors{0};
 };
@@ -258,8 +259,9 @@ void BM_Threads(benchmark::State& state, bool distinct) {
   us.reserve(static_cast<std::size_t>(state.max_iterations));
   bool first = true;
   for (auto _ : state) {
-    RateLimiter& limiter =
-        distinct ? run.limiters[run.next.fetch_add(1, std::memory_order_relaxed) % run.limiters.size()] : run.limiters[0];
+    RateLimiter& limiter = distinct
+                               ? run.limiters[run.next.fetch_add(1, std::memory_order_relaxed) % run.limiters.size()]
+                               : run.limiters[0];
     const auto t0 = rb::Clock::now();
     try {
       benchmark::DoNotOptimize(limiter.tryAcquire());
@@ -286,7 +288,8 @@ void BM_Threads(benchmark::State& state, bool distinct) {
   state.counters["p99_us"] = s.p99;
   state.counters["decisions_per_s"] = perSecond;
   state.counters["errors"] = static_cast<double>(run.errors.load());
-  const std::string key = std::string(distinct ? "threads.distinct." : "threads.hot.") + std::to_string(state.threads());
+  const std::string key =
+      std::string(distinct ? "threads.distinct." : "threads.hot.") + std::to_string(state.threads());
   figure(key + ".rate", perSecond);
   figure(key + ".p99", s.p99);
   figure(key + ".errors", static_cast<double>(run.errors.load()));
@@ -307,8 +310,8 @@ const char* const kVariantNames[kVariants] = {"ours", "ref", "ref_eval"};
 
 struct Lockstep {
   std::vector<std::shared_ptr<redlimit::Client>> clients;
-  std::vector<std::unique_ptr<rb::RawRedis>> raw;      // per variant: its server
-  std::vector<std::unique_ptr<RawAcquire>> calls;      // per variant
+  std::vector<std::unique_ptr<rb::RawRedis>> raw;  // per variant: its server
+  std::vector<std::unique_ptr<RawAcquire>> calls;  // per variant
 
   // Variant v runs on cost server (v + phase) % 3.
   Lockstep(int phase, std::int64_t rate, milliseconds interval) {
@@ -325,7 +328,8 @@ struct Lockstep {
       raw.push_back(std::make_unique<rb::RawRedis>(server.host(), server.port()));
       (void)loadScript(*raw.back(), redlimit::detail::lua::acquire.source);
       (void)loadScript(*raw.back(), gWorld->referenceSource);
-      if (v == 0) calls.push_back(std::make_unique<RawAcquire>("EVALSHA", redlimit::detail::lua::acquire.sha1, limiter.keys()));
+      if (v == 0)
+        calls.push_back(std::make_unique<RawAcquire>("EVALSHA", redlimit::detail::lua::acquire.sha1, limiter.keys()));
       if (v == 1) calls.push_back(std::make_unique<RawAcquire>("EVALSHA", gWorld->referenceSha, limiter.keys()));
       if (v == 2) calls.push_back(std::make_unique<RawAcquire>("EVAL", gWorld->referenceSource, limiter.keys()));
     }
@@ -575,25 +579,41 @@ void registerBenchmarks() {
   for (int threads : {1, 2, 4, 8, 16}) {
     const auto perThread = static_cast<benchmark::IterationCount>(std::max(500, 8000 / threads));
     RegisterBenchmark("Threads/one_hot_limiter", BM_Threads_HotLimiter)
-        ->Threads(threads)->Iterations(perThread)->UseRealTime()->Setup(setupHot)->Teardown(teardownThreads);
+        ->Threads(threads)
+        ->Iterations(perThread)
+        ->UseRealTime()
+        ->Setup(setupHot)
+        ->Teardown(teardownThreads);
     RegisterBenchmark("Threads/10k_limiters", BM_Threads_10kLimiters)
-        ->Threads(threads)->Iterations(perThread)->UseRealTime()->Setup(setupDistinct)->Teardown(teardownThreads);
+        ->Threads(threads)
+        ->Iterations(perThread)
+        ->UseRealTime()
+        ->Setup(setupDistinct)
+        ->Teardown(teardownThreads);
   }
   const char* scenarios[] = {"granted_1k_live", "steady_50ms_window", "denied", "first_after_1k_expired"};
   for (int s = 0; s < 4; ++s) {
     RegisterBenchmark((std::string("ServerCost/acquire_vs_reference/") + scenarios[s]).c_str(), BM_ServerCost_Acquire)
-        ->Arg(s)->Iterations(1)->UseManualTime();
+        ->Arg(s)
+        ->Iterations(1)
+        ->UseManualTime();
   }
   RegisterBenchmark("ServerCost/available_permits_and_release", BM_ServerCost_OtherScripts)
-      ->Iterations(1)->UseManualTime();
+      ->Iterations(1)
+      ->UseManualTime();
   for (int live : {10, 1000, 100000}) {
     RegisterBenchmark("Growth/tryAcquire_live_members", BM_Growth_LiveMembers)
-        ->Arg(live)->Iterations(1000)->UseManualTime();
+        ->Arg(live)
+        ->Iterations(1000)
+        ->UseManualTime();
   }
   const char* expiry[] = {"tryAcquire", "reference_script", "tryAcquire_one_still_live"};
   for (int v = 0; v < 3; ++v) {
-    RegisterBenchmark((std::string("Growth/first_acquire_after_100k_expired/") + expiry[v]).c_str(), BM_FirstAfterExpiry)
-        ->Arg(v)->Iterations(1)->UseManualTime();
+    RegisterBenchmark((std::string("Growth/first_acquire_after_100k_expired/") + expiry[v]).c_str(),
+                      BM_FirstAfterExpiry)
+        ->Arg(v)
+        ->Iterations(1)
+        ->UseManualTime();
   }
   for (int grants : {1000, 10000, 100000}) {
     RegisterBenchmark("Memory/grants_in_window", BM_Memory)->Arg(grants)->Iterations(1)->UseManualTime();
@@ -623,19 +643,25 @@ std::string summary(const std::string& machine) {
       << "Machine: " << machine << "\n"
       << "Loopback TCP to throwaway redis-servers; latencies are per call, timed by the caller.\n\n"
       << "Ratios, each measured in this run                                      value  target\n";
-  ratioRow("tryAcquire p50 / PING p50, both on redlimit's Client", fig("granted.tryAcquire.p50") / fig("granted.ping_connection.p50"), 1.3);
-  ratioRow("tryAcquire p50 / raw hiredis EVALSHA of acquire.lua p50", fig("granted.tryAcquire.p50") / fig("granted.evalsha_hiredis.p50"), 1.05);
-  ratioRow("acquire.lua / reference, script execution us per call (steady)", fig("cost.steady.ours") / fig("cost.steady.ref"), 0.8);
-  ratioRow("acquire.lua / reference as plain EVAL, server CPU per call (steady)", fig("cost.steady.ours.cpu") / fig("cost.steady.ref_eval.cpu"), 0.8);
-  ratioRow("first acquire after 100k expired / normal acquire (p50)", fig("first.ours.us") / fig("granted.tryAcquire.p50"), 10);
+  ratioRow("tryAcquire p50 / PING p50, both on redlimit's Client",
+           fig("granted.tryAcquire.p50") / fig("granted.ping_connection.p50"), 1.3);
+  ratioRow("tryAcquire p50 / raw hiredis EVALSHA of acquire.lua p50",
+           fig("granted.tryAcquire.p50") / fig("granted.evalsha_hiredis.p50"), 1.05);
+  ratioRow("acquire.lua / reference, script execution us per call (steady)",
+           fig("cost.steady.ours") / fig("cost.steady.ref"), 0.8);
+  ratioRow("acquire.lua / reference as plain EVAL, server CPU per call (steady)",
+           fig("cost.steady.ours.cpu") / fig("cost.steady.ref_eval.cpu"), 0.8);
+  ratioRow("first acquire after 100k expired / normal acquire (p50)",
+           fig("first.ours.us") / fig("granted.tryAcquire.p50"), 10);
   ratioRow("8-thread / 1-thread throughput, one hot limiter", fig("threads.hot.8.rate") / fig("threads.hot.1.rate"), 0);
 
   out << "\nLatency per call, us (interleaved call by call)              granted p50/p99    denied p50/p99\n";
-  const std::pair<const char*, const char*> latRows[] = {{"PING, redlimit Client", "ping_connection"},
-                                                         {"PING, raw hiredis", "ping_hiredis"},
-                                                         {"EVALSHA `return 1`, same arguments, raw hiredis", "empty_script_hiredis"},
-                                                         {"EVALSHA acquire.lua, raw hiredis", "evalsha_hiredis"},
-                                                         {"RateLimiter::tryAcquire", "tryAcquire"}};
+  const std::pair<const char*, const char*> latRows[] = {
+      {"PING, redlimit Client", "ping_connection"},
+      {"PING, raw hiredis", "ping_hiredis"},
+      {"EVALSHA `return 1`, same arguments, raw hiredis", "empty_script_hiredis"},
+      {"EVALSHA acquire.lua, raw hiredis", "evalsha_hiredis"},
+      {"RateLimiter::tryAcquire", "tryAcquire"}};
   for (const auto& [what, key] : latRows) {
     const std::string g = std::string("granted.") + key, d = std::string("denied.") + key;
     out << fmt::format("  {:<58} {:>7} / {:<7}  {:>7} / {:<7}\n", what, cell(fig(g + ".p50")), cell(fig(g + ".p99")),
@@ -662,10 +688,11 @@ std::string summary(const std::string& machine) {
     const std::string k = std::string("cost.") + key;
     out << fmt::format("  {:<44} {:>5} / {:<5}  {:>5} / {:<5}  {:>5} / {:<5}  {:>5}\n", what, cell(fig(k + ".ours")),
                        cell(fig(k + ".ours.cpu")), cell(fig(k + ".ref")), cell(fig(k + ".ref.cpu")),
-                       cell(fig(k + ".ref_eval")), cell(fig(k + ".ref_eval.cpu")), cell(fig(k + ".ours") / fig(k + ".ref"), 2));
+                       cell(fig(k + ".ref_eval")), cell(fig(k + ".ref_eval.cpu")),
+                       cell(fig(k + ".ours") / fig(k + ".ref"), 2));
   }
-  out << fmt::format("  {:<44} {:>5}          {:>5}\n", "  of which Lua and its calls into Redis (steady)", cell(fig("cost.steady.ours.lua")),
-                     cell(fig("cost.steady.ref.lua")))
+  out << fmt::format("  {:<44} {:>5}          {:>5}\n", "  of which Lua and its calls into Redis (steady)",
+                     cell(fig("cost.steady.ours.lua")), cell(fig("cost.steady.ref.lua")))
       << fmt::format("  {:<44} {:>5} / {:<5}\n", "available_permits.lua, 2k live", cell(fig("cost.available.ours")),
                      cell(fig("cost.available.ours_cpu")))
       << fmt::format("  {:<44} {:>5} / {:<5}\n", "release.lua (1 permit), 2k live", cell(fig("cost.release.ours")),
@@ -678,9 +705,10 @@ std::string summary(const std::string& machine) {
                        cell(fig(k + ".p99")), cell(fig(k + ".usec")));
   }
   out << "  first acquire after 100k members expired at once      median us   server us\n";
-  const std::pair<const char*, const char*> firstRows[] = {{"tryAcquire", "first.ours"},
-                                                           {"reference script (unpacks every member)", "first.ref"},
-                                                           {"tryAcquire, one member still live", "first.ours_one_live"}};
+  const std::pair<const char*, const char*> firstRows[] = {
+      {"tryAcquire", "first.ours"},
+      {"reference script (unpacks every member)", "first.ref"},
+      {"tryAcquire, one member still live", "first.ours_one_live"}};
   for (const auto& [what, key] : firstRows) {
     out << fmt::format("    {:<50} {:>9}   {:>9}\n", what, cell(fig(std::string(key) + ".us")),
                        cell(fig(std::string(key) + ".usec")));

@@ -51,8 +51,8 @@ using std::chrono::milliseconds;
 
 std::shared_ptr<Client> gClient;
 std::shared_ptr<RateLimiter> gRemote;
-std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegment;                        // default: SteadyClock
-std::unique_ptr<SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>> gCoarse;     // opt-in fast clock
+std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegment;                    // default: SteadyClock
+std::unique_ptr<SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>> gCoarse;  // opt-in fast clock
 
 // A clock policy that never moves and costs nothing (the segment never expires).
 struct FrozenClock {
@@ -122,7 +122,7 @@ BENCHMARK(BM_Ping)->UseRealTime();
 // --- How many calls need Redis: paced callers on one SegmentedRateLimiter -------------------------
 
 constexpr int kPacedThreads = 4;
-constexpr std::int64_t kCallsPerThread = 5000;            // per thread, over kPacedDuration
+constexpr std::int64_t kCallsPerThread = 5000;  // per thread, over kPacedDuration
 constexpr milliseconds kPacedDuration{1000};
 constexpr std::int64_t kFractionSegment = 100;
 
@@ -221,13 +221,14 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
   targetRow("local hit, 1 thread, ns per call (CoarseSteadyClock)", coarseHit, 1, false, 50);
 
   out << "\nLocal hit (tryAcquire from the segment)     ns per call, all threads   ns per call, per thread\n";
-  for (const auto& [label, bench] : {std::pair<const char*, const char*>{"SteadyClock", "BM_SegmentLocalHit"},
-                                     std::pair<const char*, const char*>{"CoarseSteadyClock", "BM_SegmentLocalHitCoarse"}}) {
+  for (const auto& [label, bench] :
+       {std::pair<const char*, const char*>{"SteadyClock", "BM_SegmentLocalHit"},
+        std::pair<const char*, const char*>{"CoarseSteadyClock", "BM_SegmentLocalHitCoarse"}}) {
     out << "  " << label << "\n";
     for (int t : {1, 2, 4}) {
       const double ns = r.ns(std::string(bench) + "/real_time/threads:" + std::to_string(t));
-      out << fmt::format("    {} thread{}                                {:>10}                 {:>10}\n", t, t == 1 ? " " : "s",
-                         cell(ns), cell(ns * t));
+      out << fmt::format("    {} thread{}                                {:>10}                 {:>10}\n", t,
+                         t == 1 ? " " : "s", cell(ns), cell(ns * t));
     }
   }
   out << fmt::format("  frozen clock (no clock read), 1 thread    {:>10}\n",

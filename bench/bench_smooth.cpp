@@ -44,8 +44,8 @@ BENCHMARK(BM_TryAcquireGranted);
 // The same refused call without reading the steady clock.
 void BM_TryAcquireRefusedManualClock(benchmark::State& state) {
   redlimit::ManualClock clock;
-  auto limiter = redlimit::BasicSmoothRateLimiter<redlimit::ClockRef<redlimit::ManualClock>>::
-      bursty(1.0, 1.0, redlimit::ClockRef<redlimit::ManualClock>(clock));
+  auto limiter = redlimit::BasicSmoothRateLimiter<redlimit::ClockRef<redlimit::ManualClock>>::bursty(
+      1.0, 1.0, redlimit::ClockRef<redlimit::ManualClock>(clock));
   (void)limiter.tryAcquire();
   for (auto _ : state) benchmark::DoNotOptimize(limiter.tryAcquire());
 }
@@ -88,17 +88,19 @@ std::string summary(const redlimit::bench::CollectReporter& r) {
   namespace rb = redlimit::bench;
   std::ostringstream out;
   out << "SmoothRateLimiter (bench_smooth), in-process, ns per call (real time)\n"
-      << fmt::format("  uncontended: tryAcquire granted {}, refused {} ({} without the clock read); "
-                     "reserve {} (bursty), {} (warming up)\n",
-                     cell(r.ns("BM_TryAcquireGranted")), cell(r.ns("BM_TryAcquireRefused")),
-                     cell(r.ns("BM_TryAcquireRefusedManualClock")), cell(r.ns("BM_ReserveBursty")),
-                     cell(r.ns("BM_ReserveWarmingUp")))
-      << "  one limiter shared by N threads    tryAcquire: all threads / per thread   reserve: all threads / per thread\n";
+      << fmt::format(
+             "  uncontended: tryAcquire granted {}, refused {} ({} without the clock read); "
+             "reserve {} (bursty), {} (warming up)\n",
+             cell(r.ns("BM_TryAcquireGranted")), cell(r.ns("BM_TryAcquireRefused")),
+             cell(r.ns("BM_TryAcquireRefusedManualClock")), cell(r.ns("BM_ReserveBursty")),
+             cell(r.ns("BM_ReserveWarmingUp")))
+      << "  one limiter shared by N threads    tryAcquire: all threads / per thread   reserve: all threads / per "
+         "thread\n";
   for (int t : {1, 2, 4}) {
     const std::string suffix = "/real_time/threads:" + std::to_string(t);
     const double a = r.ns("BM_TryAcquireContended" + suffix), b = r.ns("BM_ReserveContended" + suffix);
-    out << fmt::format("  {} thread{}                          {:>10} / {:<10}            {:>10} / {:<10}\n", t, t == 1 ? " " : "s",
-                       cell(a), cell(a * t), cell(b), cell(b * t));
+    out << fmt::format("  {} thread{}                          {:>10} / {:<10}            {:>10} / {:<10}\n", t,
+                       t == 1 ? " " : "s", cell(a), cell(a * t), cell(b), cell(b * t));
   }
   return out.str();
 }

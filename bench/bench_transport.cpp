@@ -64,16 +64,16 @@ using redlimit::RateLimiter;
 using redlimit::RateType;
 using std::chrono::milliseconds;
 
-constexpr std::int64_t kHuge = 1000000000;      // a rate no benchmark reaches: every call is granted
-constexpr milliseconds kHour{3600000};          // an interval nothing expires in during the run
-constexpr std::int64_t kDecisions = 30000;      // decisions per throughput phase
-constexpr int kRawConnections = 50;             // reference driver: connections...
-constexpr int kRawDepth = 16;                   // ...and requests in flight on each
-constexpr int kThreads = 8;                     // callers of the sync phases
-constexpr std::int64_t kWindow = 256;           // async requests in flight
-constexpr int kPasses = 4;                      // repetitions of the throughput phases, mirrored
-constexpr int kWarmup = 200;                    // untimed rounds before the latency rounds
-constexpr int kLatencyRounds = 4000;            // timed rounds of the interleaved latency phase
+constexpr std::int64_t kHuge = 1000000000;  // a rate no benchmark reaches: every call is granted
+constexpr milliseconds kHour{3600000};      // an interval nothing expires in during the run
+constexpr std::int64_t kDecisions = 30000;  // decisions per throughput phase
+constexpr int kRawConnections = 50;         // reference driver: connections...
+constexpr int kRawDepth = 16;               // ...and requests in flight on each
+constexpr int kThreads = 8;                 // callers of the sync phases
+constexpr std::int64_t kWindow = 256;       // async requests in flight
+constexpr int kPasses = 4;                  // repetitions of the throughput phases, mirrored
+constexpr int kWarmup = 200;                // untimed rounds before the latency rounds
+constexpr int kLatencyRounds = 4000;        // timed rounds of the interleaved latency phase
 constexpr int kServerCpu = 0;
 constexpr int kClientCpu = 1;
 
@@ -87,16 +87,17 @@ constexpr double kMaxCoalescedServerCpu = 0.5;  // row 6: server CPU per decisio
 
 struct World {
   std::unique_ptr<rb::TlsFiles> tls;
-  std::unique_ptr<rb::BenchServer> server;      // plain and TLS port
-  std::unique_ptr<rb::RawRedis> admin;          // plain connection: set-up and INFO
-  std::string placement;                        // what the summary says about CPU pinning
-  bool pinned = false;                          // server on kServerCpu, this process on kClientCpu
+  std::unique_ptr<rb::BenchServer> server;  // plain and TLS port
+  std::unique_ptr<rb::RawRedis> admin;      // plain connection: set-up and INFO
+  std::string placement;                    // what the summary says about CPU pinning
+  bool pinned = false;                      // server on kServerCpu, this process on kClientCpu
 };
 World* gWorld = nullptr;
 
 enum Phase { kRaw, kSyncTcp, kAsync, kSyncTls, kSyncCoalesced, kPhases };
-const char* const kPhaseNames[kPhases] = {"raw_pipelined_50x16", "tryAcquire_8_threads", "tryAcquireAsync_256_in_flight",
-                                          "tryAcquire_8_threads_tls", "tryAcquire_8_threads_coalesced"};
+const char* const kPhaseNames[kPhases] = {"raw_pipelined_50x16", "tryAcquire_8_threads",
+                                          "tryAcquireAsync_256_in_flight", "tryAcquire_8_threads_tls",
+                                          "tryAcquire_8_threads_coalesced"};
 
 /// What one throughput phase did and what it cost. CPU times in seconds.
 struct PhaseResult {
@@ -104,17 +105,17 @@ struct PhaseResult {
   std::int64_t decisions = 0;
   std::int64_t granted = 0;
   std::int64_t errors = 0;
-  double seconds = 0;           // first request to last reply
-  double clientCpu = 0;         // this process, user + system
-  double clientSystem = 0;      // of it, system
-  double libraryCpu = NAN;      // of it, the threads the Client started (its I/O thread)
-  double serverCpu = 0;         // INFO cpu: used_cpu_user + used_cpu_sys
-  std::int64_t serverCalls = 0; // EVALSHA + EVAL the server ran
-  std::int64_t switches = 0;    // voluntary + involuntary context switches of this process
-  std::uint64_t requests = 0;   // PoolStats: requests written
-  std::uint64_t writes = 0;     // PoolStats: writes that carried them
-  double serverCpuBusy = NAN;   // /proc/stat: kServerCpu busy, whoever ran there (pinned runs only)
-  double clientCpuBusy = NAN;   // the same for kClientCpu
+  double seconds = 0;            // first request to last reply
+  double clientCpu = 0;          // this process, user + system
+  double clientSystem = 0;       // of it, system
+  double libraryCpu = NAN;       // of it, the threads the Client started (its I/O thread)
+  double serverCpu = 0;          // INFO cpu: used_cpu_user + used_cpu_sys
+  std::int64_t serverCalls = 0;  // EVALSHA + EVAL the server ran
+  std::int64_t switches = 0;     // voluntary + involuntary context switches of this process
+  std::uint64_t requests = 0;    // PoolStats: requests written
+  std::uint64_t writes = 0;      // PoolStats: writes that carried them
+  double serverCpuBusy = NAN;    // /proc/stat: kServerCpu busy, whoever ran there (pinned runs only)
+  double clientCpuBusy = NAN;    // the same for kClientCpu
 
   [[nodiscard]] double rate() const { return static_cast<double>(decisions) / seconds; }
   [[nodiscard]] double perDecisionUs(double cpuSeconds) const {
@@ -421,7 +422,8 @@ void BM_Throughput(benchmark::State& state, Phase phase, std::size_t pass) {
     state.counters["server_cpu_us_per_decision"] = r.perDecisionUs(r.serverCpu);
     state.counters["server_busy"] = r.serverCpu / r.seconds;
     state.counters["client_busy"] = r.clientCpu / r.seconds;
-    if (r.writes > 0) state.counters["requests_per_write"] = static_cast<double>(r.requests) / static_cast<double>(r.writes);
+    if (r.writes > 0)
+      state.counters["requests_per_write"] = static_cast<double>(r.requests) / static_cast<double>(r.writes);
     state.counters["errors"] = static_cast<double>(r.errors);
     gResults[phase][pass] = r;
   });
@@ -484,13 +486,15 @@ void BM_SyncLatency(benchmark::State& state) {
 void registerBenchmarks() {
   using benchmark::RegisterBenchmark;
   RegisterBenchmark("SyncLatency/evalsha_vs_tryAcquire_tcp_tls", BM_SyncLatency)
-      ->Iterations(kLatencyRounds)->UseManualTime();
+      ->Iterations(kLatencyRounds)
+      ->UseManualTime();
   for (int pass = 0; pass < kPasses; ++pass) {
     for (int i = 0; i < kPhases; ++i) {
       const auto phase = static_cast<Phase>(pass % 2 == 0 ? i : kPhases - 1 - i);  // mirrored on odd passes
       RegisterBenchmark(fmt::format("Throughput/{}/pass:{}", kPhaseNames[phase], pass + 1).c_str(), BM_Throughput,
                         phase, static_cast<std::size_t>(pass))
-          ->Iterations(1)->UseManualTime();
+          ->Iterations(1)
+          ->UseManualTime();
     }
   }
 }
@@ -624,7 +628,8 @@ std::string summary(const std::string& machine) {
   }
   out += notes;
   out += fmt::format(
-      "  client CPU: this process, every thread (getrusage); of it the Client's I/O thread (schedstat); server CPU: INFO\n"
+      "  client CPU: this process, every thread (getrusage); of it the Client's I/O thread (schedstat); server CPU: "
+      "INFO\n"
       "  cpu. server-bound: (1)'s server CPU per decision / this phase's, the ratio to (1) the phase would reach if\n"
       "  the server's CPU were the limit of both (smaller batches cost the server more per decision). CPU n: x/y =\n"
       "  share of that CPU's time the process used / all of it that was busy (/proc/stat, in clock ticks, so y can\n"
@@ -645,8 +650,9 @@ std::string summary(const std::string& machine) {
         "  NOTE: during the reference the server ran {:.0f}% of the time{}: the reference is below the server's\n"
         "  saturated rate on an idle CPU; the ratios compare phases that met the same conditions only on average.\n",
         refBusy * 100,
-        std::isnan(refCpuBusy) ? std::string()
-                               : fmt::format(" and other processes took {:.0f}% of its CPU", (refCpuBusy - refBusy) * 100));
+        std::isnan(refCpuBusy)
+            ? std::string()
+            : fmt::format(" and other processes took {:.0f}% of its CPU", (refCpuBusy - refBusy) * 100));
   }
 
   out += fmt::format("\nLatency per call, 1 thread, us (interleaved call by call, {} rounds)       p50       p99\n",

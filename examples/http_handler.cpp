@@ -25,8 +25,8 @@ namespace {
 
 using namespace std::chrono;
 
-constexpr std::int64_t kQuota = 5;     // requests ...
-constexpr seconds kWindow{2};          // ... per window, per API key
+constexpr std::int64_t kQuota = 5;  // requests ...
+constexpr seconds kWindow{2};       // ... per window, per API key
 
 struct Request {
   std::string path;
@@ -82,7 +82,7 @@ class RateLimitedService {
   const redlimit::http::RateLimitPolicy policy_{"per-key", kQuota, kWindow};
   std::mutex mutex_;
   std::map<std::string, redlimit::RateLimiter> limiters_;  // never erased: a real service would
-                                                          // bound this (LRU)
+                                                           // bound this (LRU)
 };
 
 }  // namespace
@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
     RateLimitedService service(client);
 
     // A demo key per run, so runs against a shared server do not meet each other's limits.
-    const std::string run = fmt::format("{}", duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
+    const std::string run =
+        fmt::format("{}", duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
     int ok = 0;
     int limited = 0;
     for (int i = 0; i < 8; ++i) {

@@ -56,12 +56,13 @@ int main() {
   }
 
   const double elapsed = backend.sentAt.back();
-  fmt::print("\nsent {} requests in {:.2f} s (waited {:.2f} s in total); metrics pings: {} sent, "
-             "{} skipped\n",
-             kRequests, elapsed, static_cast<double>(totalWait.count()) / 1e6, pingsSent,
-             pingsSkipped);
-  fmt::print("requests per quarter second (cold start at ~17/s, stable at 50/s = 12.5 per "
-             "quarter):\n");
+  fmt::print(
+      "\nsent {} requests in {:.2f} s (waited {:.2f} s in total); metrics pings: {} sent, "
+      "{} skipped\n",
+      kRequests, elapsed, static_cast<double>(totalWait.count()) / 1e6, pingsSent, pingsSkipped);
+  fmt::print(
+      "requests per quarter second (cold start at ~17/s, stable at 50/s = 12.5 per "
+      "quarter):\n");
   const auto quarters = static_cast<int>(elapsed / 0.25) + 1;
   for (int q = 0; q < quarters; ++q) {
     int count = 0;

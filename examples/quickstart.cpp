@@ -28,15 +28,13 @@ namespace {
 
 using namespace std::chrono;
 
-constexpr std::int64_t kRate = 25;               // permits ...
-constexpr milliseconds kInterval{500};           // ... per interval
-constexpr milliseconds kRunFor{3000};            // how long the workers hammer the limiter
+constexpr std::int64_t kRate = 25;      // permits ...
+constexpr milliseconds kInterval{500};  // ... per interval
+constexpr milliseconds kRunFor{3000};   // how long the workers hammer the limiter
 constexpr int kProcesses = 2;
 constexpr int kThreadsPerProcess = 4;
 
-std::int64_t epochMs() {
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
+std::int64_t epochMs() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
 
 // One worker process: kThreadsPerProcess threads call acquire() until the run ends and print the
 // wall-clock time of every grant, one per line.
@@ -70,8 +68,8 @@ int coordinator(const std::string& uri, const char* self) {
   const std::string name = "quickstart:" + std::to_string(::getpid());
   redlimit::RateLimiter limiter(client, name);
   limiter.setRate(redlimit::RateType::Overall, kRate, kInterval);
-  fmt::print("limiter {}: {} permits per {} ms, shared by {} processes x {} threads\n", name, kRate,
-             kInterval.count(), kProcesses, kThreadsPerProcess);
+  fmt::print("limiter {}: {} permits per {} ms, shared by {} processes x {} threads\n", name, kRate, kInterval.count(),
+             kProcesses, kThreadsPerProcess);
 
   std::vector<std::pair<pid_t, int>> children;
   for (int p = 0; p < kProcesses; ++p) {
@@ -123,7 +121,8 @@ int coordinator(const std::string& uri, const char* self) {
     worst = std::max(worst, count);
   }
   fmt::print("\n  total {} grants (", grants.size());
-  for (std::size_t i = 0; i < perProcess.size(); ++i) fmt::print("{}process {}: {}", i ? ", " : "", i + 1, perProcess[i]);
+  for (std::size_t i = 0; i < perProcess.size(); ++i)
+    fmt::print("{}process {}: {}", i ? ", " : "", i + 1, perProcess[i]);
   fmt::print("); most in one window: {} of {} allowed\n", worst, kRate);
   (void)limiter.deleteLimiter();
   return worst <= kRate ? 0 : 1;

@@ -46,13 +46,12 @@ std::shared_ptr<detail::Runner> startRunner(const ClientOptions& options) {
 
 // Commands that name no key: any node of a cluster may run them.
 bool isKeyless(std::string_view command) {
-  static constexpr std::string_view kKeyless[] = {"PING", "TIME", "INFO", "CONFIG", "SCRIPT", "FLUSHALL", "FLUSHDB",
-                                                   "DBSIZE", "CLUSTER", "CLIENT", "COMMAND", "DEBUG", "ROLE",
-                                                   "SLOWLOG", "LATENCY", "ECHO", "HELLO", "ACL", "FUNCTION",
-                                                   "MEMORY", "OBJECT", "WAIT", "SCAN", "KEYS", "RANDOMKEY", "SAVE"};
+  static constexpr std::string_view kKeyless[] = {
+      "PING",     "TIME",    "INFO",   "CONFIG", "SCRIPT",  "FLUSHALL", "FLUSHDB",   "DBSIZE", "CLUSTER",
+      "CLIENT",   "COMMAND", "DEBUG",  "ROLE",   "SLOWLOG", "LATENCY",  "ECHO",      "HELLO",  "ACL",
+      "FUNCTION", "MEMORY",  "OBJECT", "WAIT",   "SCAN",    "KEYS",     "RANDOMKEY", "SAVE"};
   for (std::string_view k : kKeyless) {
-    if (k.size() == command.size() &&
-        std::equal(k.begin(), k.end(), command.begin(), [](char a, char b) {
+    if (k.size() == command.size() && std::equal(k.begin(), k.end(), command.begin(), [](char a, char b) {
           return a == (b >= 'a' && b <= 'z' ? static_cast<char>(b - 'a' + 'A') : b);
         })) {
       return true;
@@ -82,9 +81,7 @@ Client::~Client() {
   owned_->shutdown();
 }
 
-std::shared_ptr<Client> Client::create(ClientOptions options) {
-  return std::make_shared<Client>(std::move(options));
-}
+std::shared_ptr<Client> Client::create(ClientOptions options) { return std::make_shared<Client>(std::move(options)); }
 
 std::shared_ptr<Client> Client::fromUri(const std::string& uri, ClientOptions base) {
   return create(parseClientUri(uri, std::move(base)));
@@ -143,9 +140,10 @@ bool Client::onIoThread() const noexcept { return runner_.load(std::memory_order
 
 namespace {
 [[noreturn]] void syncOnIoThread(const std::string& command) {
-  throw InvalidArgument(fmt::format("redlimit: {}: a sync call from a completion callback would wait for the thread "
-                                    "that runs it; use the ...Async form there",
-                                    command));
+  throw InvalidArgument(
+      fmt::format("redlimit: {}: a sync call from a completion callback would wait for the thread "
+                  "that runs it; use the ...Async form there",
+                  command));
 }
 }  // namespace
 
@@ -156,8 +154,8 @@ void Client::setDeadline(detail::Request& request, std::chrono::steady_clock::ti
     request.deadline = detail::deadlineAfter<detail::Steady>(now, request.budget);
   } else {
     request.deadline = deadline;
-    request.budget = deadline > now ? std::chrono::ceil<std::chrono::milliseconds>(deadline - now)
-                                    : std::chrono::milliseconds{0};
+    request.budget =
+        deadline > now ? std::chrono::ceil<std::chrono::milliseconds>(deadline - now) : std::chrono::milliseconds{0};
   }
 }
 

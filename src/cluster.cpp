@@ -41,8 +41,8 @@ Verdict classify(const std::exception_ptr& error) {
 }  // namespace
 
 struct ClusterRunner::Attempt {
-  Request proto;        // the caller's request without its completion (bytes kept for resends)
-  Completion done;      // the caller's completion
+  Request proto;    // the caller's request without its completion (bytes kept for resends)
+  Completion done;  // the caller's completion
   int slot = kAnySlot;
   int redirects = 0;
   int retries = 0;
@@ -117,8 +117,8 @@ Outcome ClusterRunner::sendAndWait(Request request, int slot) {
 
 void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking) {
   if (node == nullptr || stopped_.load(std::memory_order_acquire)) {
-    a->done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
-                                                               a->proto.command))});
+    a->done(Outcome{Reply{}, errorOf<ClosedError>(
+                                 fmt::format("redlimit: {}: the Client is shut down; not sent", a->proto.command))});
     return;
   }
   Request r;
@@ -157,12 +157,12 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, Outc
 
 void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& to) {
   if (++a->redirects > options_.cluster.maxRedirects || Steady::now() >= a->proto.deadline) {
-    a->done(Outcome{Reply{}, std::make_exception_ptr(UnavailableError(
-                                 to.ask ? "ASK" : "MOVED",
-                                 fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}) within "
-                                             "its {} ms deadline: the slot map is changing; not run",
-                                             a->proto.command, a->redirects, endpointOf(to.node),
-                                             a->proto.budget.count())))});
+    a->done(Outcome{Reply{},
+                    std::make_exception_ptr(UnavailableError(
+                        to.ask ? "ASK" : "MOVED",
+                        fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}) within "
+                                    "its {} ms deadline: the slot map is changing; not run",
+                                    a->proto.command, a->redirects, endpointOf(to.node), a->proto.budget.count())))});
     return;
   }
   Node* target = nodeAt(to.node);

@@ -26,11 +26,11 @@ namespace redlimit::detail {
 
 /// What a ClusterRunner did, for tests and the bench.
 struct ClusterCounters {
-  std::uint64_t moved = 0;       // MOVED redirects followed
-  std::uint64_t asked = 0;       // ASK redirects followed
-  std::uint64_t retried = 0;     // TRYAGAIN / CLUSTERDOWN answers retried after a pause
-  std::uint64_t refreshes = 0;   // slot maps fetched and applied
-  std::size_t nodes = 0;         // nodes with a transport
+  std::uint64_t moved = 0;      // MOVED redirects followed
+  std::uint64_t asked = 0;      // ASK redirects followed
+  std::uint64_t retried = 0;    // TRYAGAIN / CLUSTERDOWN answers retried after a pause
+  std::uint64_t refreshes = 0;  // slot maps fetched and applied
+  std::size_t nodes = 0;        // nodes with a transport
 };
 
 /// Routes each request to the primary that serves its slot.
@@ -95,23 +95,23 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   const ClientOptions options_;
   const std::chrono::milliseconds minRefresh_, refreshPeriod_;
 
-  mutable std::shared_mutex mapMutex_;     // guards slots_, nodes_, fallback_
-  std::array<Node*, 16384> slots_{};       // the primary of each slot (nullptr: not known)
+  mutable std::shared_mutex mapMutex_;  // guards slots_, nodes_, fallback_
+  std::array<Node*, 16384> slots_{};    // the primary of each slot (nullptr: not known)
   std::map<std::string, std::unique_ptr<Node>> nodes_;
-  Node* fallback_ = nullptr;               // for kAnySlot and slots not in the map
+  Node* fallback_ = nullptr;  // for kAnySlot and slots not in the map
   std::vector<NodeAddress> seeds_;
 
-  std::mutex mutex_;                       // guards the members below
+  std::mutex mutex_;  // guards the members below
   std::condition_variable wake_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   std::uint64_t timerSeq_ = 0;
-  bool refreshWanted_ = true;              // a refresh at the next opportunity
-  SteadyTime lastRefresh_{};               // when the last refresh started
+  bool refreshWanted_ = true;  // a refresh at the next opportunity
+  SteadyTime lastRefresh_{};   // when the last refresh started
   bool stopping_ = false;
   std::thread thread_;
 
-  std::atomic<bool> stopped_{false};       // shutdown() began: no new nodes, no new timers
-  std::atomic<bool> used_{false};          // a request was sent since the last refresh
+  std::atomic<bool> stopped_{false};  // shutdown() began: no new nodes, no new timers
+  std::atomic<bool> used_{false};     // a request was sent since the last refresh
   std::atomic<std::uint64_t> moved_{0}, asked_{0}, retried_{0}, refreshes_{0};
 };
 

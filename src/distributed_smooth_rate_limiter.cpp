@@ -111,7 +111,8 @@ void DistributedSmoothRateLimiter::setConfig(const SmoothConfig& c) {
 
 SmoothConfig DistributedSmoothRateLimiter::getConfig() {
   const std::vector<std::int64_t> f = readConfig();  // P, I ms, L ms, C
-  if (f.size() != 4) throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
+  if (f.size() != 4)
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
   if (f[3] == 0) return SmoothConfig::bursty(f[0], milliseconds{f[1]}, milliseconds{f[2]});
   return SmoothConfig::warmingUp(f[0], milliseconds{f[1]}, milliseconds{f[2]}, f[3]);
 }
@@ -144,7 +145,8 @@ microseconds DistributedSmoothRateLimiter::acquire(std::int64_t permits) {
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the debt is longer than a reservation may be; sleep until it fits.
-    const microseconds pause = r.decision.byPolicy ? detail::saturatingCast<microseconds>(probeInterval_) : r.decision.retryAfter;
+    const microseconds pause =
+        r.decision.byPolicy ? detail::saturatingCast<microseconds>(probeInterval_) : r.decision.retryAfter;
     std::this_thread::sleep_for(pause);
     waited = microseconds{detail::saturatingAdd(waited.count(), pause.count())};
   }

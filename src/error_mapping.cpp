@@ -22,17 +22,11 @@
 namespace redlimit::detail {
 namespace {
 
-bool isTimeoutErrno(int e) {
-  return e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT || e == EINPROGRESS;
-}
+bool isTimeoutErrno(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT || e == EINPROGRESS; }
 
-bool contains(std::string_view text, std::string_view part) {
-  return text.find(part) != std::string_view::npos;
-}
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
-bool startsWith(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
+bool startsWith(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 
 // Redis 7 appends " script: <sha>, on @user_script:<line>." to an error raised while a script
 // ran (by a command it called, or by error()); a compile error names user_script.
@@ -43,10 +37,10 @@ bool raisedByScript(std::string_view message) {
 // The error codes Redis itself answers with (7.x); a script may raise any other.
 bool isServerCode(std::string_view code) {
   static constexpr std::string_view kCodes[] = {
-      "ERR",        "WRONGTYPE",  "OOM",       "NOSCRIPT",  "BUSY",      "LOADING",     "NOAUTH",
-      "WRONGPASS",  "NOPERM",     "READONLY",  "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED",
-      "ASK",        "EXECABORT",  "NOREPLICAS", "MISCONF",  "BUSYKEY",   "UNKILLABLE",  "NOTBUSY",
-      "NOPROTO",    "CROSSSLOT",  "BUSYGROUP", "NOGROUP",   "UNBLOCKED", "NOTREADONLY"};
+      "ERR",       "WRONGTYPE", "OOM",        "NOSCRIPT",   "BUSY",        "LOADING",    "NOAUTH",
+      "WRONGPASS", "NOPERM",    "READONLY",   "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",   "MOVED",
+      "ASK",       "EXECABORT", "NOREPLICAS", "MISCONF",    "BUSYKEY",     "UNKILLABLE", "NOTBUSY",
+      "NOPROTO",   "CROSSSLOT", "BUSYGROUP",  "NOGROUP",    "UNBLOCKED",   "NOTREADONLY"};
   return std::find(std::begin(kCodes), std::end(kCodes), code) != std::end(kCodes);
 }
 
@@ -95,8 +89,8 @@ void throwContextError(int err, int savedErrno, std::string_view errstr, std::st
   // No descriptor left: not an outage of Redis, and no retry fixes it. hiredis 0.14 reports it as
   // REDIS_ERR_IO (unix socket), REDIS_ERR_OTHER "Can't create socket" (TCP) or "System error"
   // (getaddrinfo), each with errno set.
-  if (savedErrno == EMFILE || (savedErrno == 0 && contains(errstr, "Too many open files") &&
-                               !contains(errstr, "in system"))) {
+  if (savedErrno == EMFILE ||
+      (savedErrno == 0 && contains(errstr, "Too many open files") && !contains(errstr, "in system"))) {
     throw ResourceLimitError("EMFILE", fmt::format("{} (no file descriptor left in this process, EMFILE: raise "
                                                    "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)",
                                                    message));
@@ -118,8 +112,8 @@ void throwContextError(int err, int savedErrno, std::string_view errstr, std::st
   if (err == REDIS_ERR_EOF) throw ClosedError(message);
   if (err == REDIS_ERR_IO) {
     // errno is the reliable signal; the text is a fallback for code paths that clobber errno.
-    if (isTimeoutErrno(savedErrno) || contains(errstr, std::strerror(EAGAIN)) ||
-        contains(errstr, "timed out") || contains(errstr, "timeout")) {
+    if (isTimeoutErrno(savedErrno) || contains(errstr, std::strerror(EAGAIN)) || contains(errstr, "timed out") ||
+        contains(errstr, "timeout")) {
       throw TimeoutError(message);
     }
     if (savedErrno == ECONNRESET || savedErrno == EPIPE || contains(errstr, "reset by peer") ||
@@ -234,29 +228,53 @@ std::exception_ptr cloneError(const std::exception_ptr& error) {
     std::rethrow_exception(error);
   }
   // Most derived first, branch by branch (errors.hpp).
-  catch (const ClosedError& e) { return std::make_exception_ptr(e); }
-  catch (const UnavailableError& e) { return std::make_exception_ptr(e); }
-  catch (const ProtocolError& e) { return std::make_exception_ptr(e); }
-  catch (const PoolTimeoutError& e) { return std::make_exception_ptr(e); }
-  catch (const TimeoutError& e) { return std::make_exception_ptr(e); }
-  catch (const IoError& e) { return std::make_exception_ptr(e); }
-  catch (const ReplicaError& e) { return std::make_exception_ptr(e); }
-  catch (const TlsPortError& e) { return std::make_exception_ptr(e); }
-  catch (const TlsError& e) { return std::make_exception_ptr(e); }
-  catch (const ResourceLimitError& e) { return std::make_exception_ptr(e); }
-  catch (const RequestLimitError& e) { return std::make_exception_ptr(e); }
-  catch (const ConfigurationError& e) { return std::make_exception_ptr(e); }
-  catch (const UnexpectedReplyError& e) { return std::make_exception_ptr(e); }
-  catch (const NoPermissionError& e) { return std::make_exception_ptr(e); }
-  catch (const AuthError& e) { return std::make_exception_ptr(e); }
-  catch (const NotInitializedError& e) { return std::make_exception_ptr(e); }
-  catch (const InvalidConfigError& e) { return std::make_exception_ptr(e); }
-  catch (const InvalidStateError& e) { return std::make_exception_ptr(e); }
-  catch (const ScriptError& e) { return std::make_exception_ptr(e); }
-  catch (const ReplyError& e) { return std::make_exception_ptr(e); }
-  catch (const InvalidArgument& e) { return std::make_exception_ptr(e); }
-  catch (const Error& e) { return std::make_exception_ptr(e); }
-  catch (...) { return error; }
+  catch (const ClosedError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const UnavailableError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const ProtocolError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const PoolTimeoutError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const IoError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const ReplicaError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const TlsPortError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const TlsError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const ResourceLimitError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const RequestLimitError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const ConfigurationError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const UnexpectedReplyError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const NoPermissionError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const AuthError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const NotInitializedError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const InvalidConfigError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const InvalidStateError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const ScriptError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const ReplyError& e) {
+    return std::make_exception_ptr(e);
+  } catch (const InvalidArgument& e) {
+    return std::make_exception_ptr(e);
+  } catch (const Error& e) {
+    return std::make_exception_ptr(e);
+  } catch (...) {
+    return error;
+  }
 }
 
 bool replyEndsConnection(std::string_view message) {

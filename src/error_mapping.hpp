@@ -37,8 +37,7 @@ struct ReplyContext {
 ///   (hiredis 0.14 reports a read timeout as REDIS_ERR_IO with errno EAGAIN)
 ///   REDIS_ERR_EOF, EPIPE, ECONNRESET                                 -> ClosedError
 ///   anything else                                                    -> IoError
-[[noreturn]] void throwContextError(int err, int savedErrno, std::string_view errstr,
-                                    std::string_view what);
+[[noreturn]] void throwContextError(int err, int savedErrno, std::string_view errstr, std::string_view what);
 
 /// Throws the exception for a failed system call on a socket (connect, recv, send, ...): the
 /// same classification as throwContextError for REDIS_ERR_IO, with strerror(savedErrno) as the

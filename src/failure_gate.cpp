@@ -129,8 +129,7 @@ bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono
   return local_->tryAcquire(permits);
 }
 
-std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
-                                        std::chrono::milliseconds interval) {
+std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
   switch (options_.policy) {
     case FailurePolicy::Allow:
       allowed_.fetch_add(1, std::memory_order_relaxed);
@@ -172,9 +171,10 @@ void FailureGate::throwUnavailable() const {
     last = lastError_;
   }
   const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;
-  throw IoError(fmt::format("redlimit: Redis unavailable for limiter {} for {} ms; not asking again before the next "
-                            "probe (last error: {})",
-                            limiter_, since, last));
+  throw IoError(
+      fmt::format("redlimit: Redis unavailable for limiter {} for {} ms; not asking again before the next "
+                  "probe (last error: {})",
+                  limiter_, since, last));
 }
 
 FailureStats FailureGate::stats() const {

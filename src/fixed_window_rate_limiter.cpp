@@ -39,7 +39,8 @@ void FixedWindowRateLimiter::setConfig(const FixedWindowConfig& c) {
 
 FixedWindowConfig FixedWindowRateLimiter::getConfig() {
   const std::vector<std::int64_t> f = readConfig();  // L, W ms, keepAlive ms
-  if (f.size() != 3) throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
+  if (f.size() != 3)
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
   FixedWindowConfig c;
   c.limit = f[0];
   c.window = std::chrono::milliseconds{f[1]};

@@ -41,7 +41,8 @@ void GcraRateLimiter::setConfig(const GcraConfig& c) {
 
 GcraConfig GcraRateLimiter::getConfig() {
   const std::vector<std::int64_t> f = readConfig();  // B, P, I ms, keepAlive ms
-  if (f.size() != 4) throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
+  if (f.size() != 4)
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
   GcraConfig c;
   c.burst = f[0];
   c.rate = f[1];

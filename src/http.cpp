@@ -33,10 +33,10 @@ std::string sfString(const std::string& name) {
     const char ch = name[i];
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c > 0x7E) {
-      throw InvalidArgument(fmt::format(
-          "redlimit: RateLimitPolicy::name must be printable ASCII (0x20..0x7E) to be sent as a "
-          "structured-field string; byte 0x{:02X} at offset {} is not",
-          c, i));
+      throw InvalidArgument(
+          fmt::format("redlimit: RateLimitPolicy::name must be printable ASCII (0x20..0x7E) to be sent as a "
+                      "structured-field string; byte 0x{:02X} at offset {} is not",
+                      c, i));
     }
     if (ch == '"' || ch == '\\') out.push_back('\\');
     out.push_back(ch);

@@ -51,9 +51,11 @@ void checkOneSlot(const std::vector<std::string>& names) {
     throw InvalidArgument(fmt::format(
         "redlimit: MultiLimit: the keys of its limiters must share one Redis Cluster hash slot (one script may only "
         "touch keys of one slot), but \"{}\" is in slot {} and \"{}\" in slot {}. Give them one hash tag, the part "
-        "between the first '{{' and the next '}}', which is all that Redis Cluster hashes: e.g. \"{{tenant42}}:user:7\", "
+        "between the first '{{' and the next '}}', which is all that Redis Cluster hashes: e.g. "
+        "\"{{tenant42}}:user:7\", "
         "\"{{tenant42}}:tenant\", \"{{tenant42}}:burst\". A limit shared by every tenant cannot share a slot with each "
-        "tenant's keys: give every key one tag (\"{{api}}:global\", \"{{api}}:tenant:42\": one slot, one Cluster node) or "
+        "tenant's keys: give every key one tag (\"{{api}}:global\", \"{{api}}:tenant:42\": one slot, one Cluster node) "
+        "or "
         "decide the shared limit in a call of its own. Checked on every deployment, standalone Redis included.",
         names.front(), slot, name, other));
   }
@@ -95,13 +97,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   std::shared_ptr<Client> client_;
   std::vector<std::string> names_;
-  std::string kinds_;                               // one kind byte per limit
-  std::string label_;                               // "MultiLimit(a + b)", for messages and events
+  std::string kinds_;  // one kind byte per limit
+  std::string label_;  // "MultiLimit(a + b)", for messages and events
   detail::FailureGate gate_;
-  milliseconds callBound_{0};                       // connect + command timeout, saturated
+  milliseconds callBound_{0};                                 // connect + command timeout, saturated
   std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits_;  // per limit, last seen; 0 = unknown
-  std::atomic<std::int64_t> localRate_{0};          // the Local policy's bucket: the tightest limit's,
-  std::atomic<std::int64_t> localIntervalMs_{0};    // last seen
+  std::atomic<std::int64_t> localRate_{0};                    // the Local policy's bucket: the tightest limit's,
+  std::atomic<std::int64_t> localIntervalMs_{0};              // last seen
 };
 
 MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
@@ -163,8 +165,8 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
     const std::int64_t rate = at(base + 5);
     const std::int64_t ms = at(base + 6);
     if (rate > 0 && ms > 0 &&
-        (tightRate == 0 ||
-         static_cast<double>(rate) * static_cast<double>(tightMs) < static_cast<double>(tightRate) * static_cast<double>(ms))) {
+        (tightRate == 0 || static_cast<double>(rate) * static_cast<double>(tightMs) <
+                               static_cast<double>(tightRate) * static_cast<double>(ms))) {
       tightRate = rate;
       tightMs = ms;
     }
@@ -185,9 +187,10 @@ std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, micros
 MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
   checkPermits(permits);
   if (client_->onIoThread()) {
-    throw InvalidArgument(fmt::format("redlimit: {}: a sync decision from a completion callback would wait for the "
-                                      "thread that runs it; use decideAsync there",
-                                      label_));
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: a sync decision from a completion callback would wait for the "
+                    "thread that runs it; use decideAsync there",
+                    label_));
   }
   const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
@@ -279,8 +282,7 @@ Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>
   for (int tries = 1;; ++tries) {
     try {
       const SteadyTime tryDeadline = std::min(
-          deadline,
-          detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
+          deadline, detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
       return detail::eval(*client_, kMulti, keys(), argViews, tryDeadline);
     } catch (const ScriptError&) {
       std::rethrow_exception(detail::limiterError(std::current_exception()));
@@ -304,9 +306,10 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions optio
   for (const Limit& limit : limits) {
     const detail::ScriptLimiter& l = limit.get();
     if (l.client() != client) {
-      throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} uses another Client than {}; one script "
-                                        "call runs on one Client",
-                                        l.getName(), limits.front().get().getName()));
+      throw InvalidArgument(
+          fmt::format("redlimit: MultiLimit: limiter {} uses another Client than {}; one script "
+                      "call runs on one Client",
+                      l.getName(), limits.front().get().getName()));
     }
     if (!seen.insert(l.getName()).second) {
       throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", l.getName()));
@@ -316,10 +319,11 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions optio
   }
   checkOneSlot(names);
   std::string label = "MultiLimit(";
-  for (std::size_t i = 0; i < names.size(); ++i) fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
   label += ")";
-  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(label),
-                                 std::move(options.failure));
+  core_ =
+      std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(label), std::move(options.failure));
 }
 
 MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->take(permits, microseconds{0}).decision; }
@@ -327,8 +331,7 @@ MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->take(perm
 bool MultiLimit::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
-  const microseconds maxWait =
-      timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
+  const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
   const Core::Outcome r = core_->take(permits, maxWait);
   if (!r.decision.allowed) return false;
   if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);

@@ -39,9 +39,10 @@ void checkNodes(std::string_view what, const std::vector<NodeAddress>& nodes, st
 // Cluster and Sentinel: the nodes' addresses come from the cluster or the sentinels, always TCP.
 void checkNoUnixSocket(const ConnectionOptions& o, std::string_view topology) {
   if (!o.unixSocket.empty()) {
-    badOption(fmt::format("ConnectionOptions::unixSocket is set ({}), but {} nodes are reached over TCP at the "
-                          "addresses {} gives; clear unixSocket",
-                          o.unixSocket, topology, topology == "cluster" ? "the cluster" : "the sentinels"));
+    badOption(
+        fmt::format("ConnectionOptions::unixSocket is set ({}), but {} nodes are reached over TCP at the "
+                    "addresses {} gives; clear unixSocket",
+                    o.unixSocket, topology, topology == "cluster" ? "the cluster" : "the sentinels"));
   }
 }
 
@@ -49,13 +50,15 @@ void checkCluster(const ClientOptions& o) {
   const ClusterOptions& c = o.cluster;
   checkNodes("ClusterOptions::seeds", c.seeds, "redis-cluster://127.0.0.1:7000");
   if (o.connection.db != 0) {
-    badOption(fmt::format("ConnectionOptions::db is {}, but a Redis Cluster has only db 0 (it refuses SELECT); "
-                          "use db 0, or key prefixes to separate data",
-                          o.connection.db));
+    badOption(
+        fmt::format("ConnectionOptions::db is {}, but a Redis Cluster has only db 0 (it refuses SELECT); "
+                    "use db 0, or key prefixes to separate data",
+                    o.connection.db));
   }
   checkNoUnixSocket(o.connection, "cluster");
   if (c.minRefreshInterval.count() <= 0) {
-    badOption(fmt::format("ClusterOptions::minRefreshInterval must be > 0 ms, got {} ms", c.minRefreshInterval.count()));
+    badOption(
+        fmt::format("ClusterOptions::minRefreshInterval must be > 0 ms, got {} ms", c.minRefreshInterval.count()));
   }
   if (c.refreshPeriod < c.minRefreshInterval) {
     badOption(fmt::format("ClusterOptions::refreshPeriod ({} ms) must be >= minRefreshInterval ({} ms)",
@@ -70,20 +73,23 @@ void checkSentinel(const ClientOptions& o) {
   const SentinelOptions& s = o.sentinel;
   checkNodes("SentinelOptions::sentinels", s.sentinels, "redis-sentinel://127.0.0.1:26379/mymaster");
   if (s.primaryName.empty()) {
-    badOption("SentinelOptions::primaryName is empty; give the name the sentinels monitor (\"mymaster\" in "
-              "redis-sentinel://127.0.0.1:26379/mymaster)");
+    badOption(
+        "SentinelOptions::primaryName is empty; give the name the sentinels monitor (\"mymaster\" in "
+        "redis-sentinel://127.0.0.1:26379/mymaster)");
   }
   for (char ch : s.primaryName) {
     const auto u = static_cast<unsigned char>(ch);
     if (u <= 0x20 || u == 0x7f) {
-      badOption(fmt::format("SentinelOptions::primaryName \"{}\" holds a space or a control character (byte {:#04x}); "
-                            "sentinels name primaries with one word",
-                            s.primaryName, u));
+      badOption(
+          fmt::format("SentinelOptions::primaryName \"{}\" holds a space or a control character (byte {:#04x}); "
+                      "sentinels name primaries with one word",
+                      s.primaryName, u));
     }
   }
   if (!s.user.empty() && s.password.empty()) {
-    badOption("SentinelOptions::user needs SentinelOptions::password (sentinel_password= in a URI): an ACL user "
-              "needs a password");
+    badOption(
+        "SentinelOptions::user needs SentinelOptions::password (sentinel_password= in a URI): an ACL user "
+        "needs a password");
   }
   checkNoUnixSocket(o.connection, "sentinel");
 }
@@ -94,9 +100,10 @@ void checkOptions(const ConnectionOptions& o) {
   checkTimeout("connectTimeout", o.connectTimeout);
   checkTimeout("commandTimeout", o.commandTimeout);
   if (o.unixSocket.size() > kMaxUnixSocketPath) {
-    badOption(fmt::format("unix socket path of {} bytes is longer than kMaxUnixSocketPath ({} bytes): it cannot "
-                          "be handed to the OS intact: {}",
-                          o.unixSocket.size(), kMaxUnixSocketPath, o.unixSocket));
+    badOption(
+        fmt::format("unix socket path of {} bytes is longer than kMaxUnixSocketPath ({} bytes): it cannot "
+                    "be handed to the OS intact: {}",
+                    o.unixSocket.size(), kMaxUnixSocketPath, o.unixSocket));
   }
   if (o.unixSocket.empty() && (o.port <= 0 || o.port > 65535)) {
     badOption(fmt::format("port must be in 1..65535, got {}", o.port));
@@ -104,15 +111,17 @@ void checkOptions(const ConnectionOptions& o) {
   if (o.db < 0) badOption(fmt::format("db must be >= 0, got {}", o.db));
   if (!o.user.empty() && o.password.empty()) badOption("an ACL user needs a password");
   if (o.tls.enabled && !o.unixSocket.empty()) {
-    badOption(fmt::format("TLS (TlsOptions::enabled, rediss://) runs over TCP, not over a unix socket; clear "
-                          "unixSocket ({}) or turn TLS off",
-                          o.unixSocket));
+    badOption(
+        fmt::format("TLS (TlsOptions::enabled, rediss://) runs over TCP, not over a unix socket; clear "
+                    "unixSocket ({}) or turn TLS off",
+                    o.unixSocket));
   }
   if (o.tls.certFile.empty() != o.tls.keyFile.empty()) {
     const bool onlyKey = o.tls.certFile.empty();
-    badOption(fmt::format("TlsOptions::{} is set but ::{} is empty: a client certificate needs both the certificate "
-                          "(certFile, cert= in a URI) and its private key (keyFile, key=)",
-                          onlyKey ? "keyFile" : "certFile", onlyKey ? "certFile" : "keyFile"));
+    badOption(
+        fmt::format("TlsOptions::{} is set but ::{} is empty: a client certificate needs both the certificate "
+                    "(certFile, cert= in a URI) and its private key (keyFile, key=)",
+                    onlyKey ? "keyFile" : "certFile", onlyKey ? "certFile" : "keyFile"));
   }
   detail::checkLimits(o.replyLimits);
 }

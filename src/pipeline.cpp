@@ -127,14 +127,14 @@ void Pipeline::received(const char* data, std::size_t size, std::vector<Finished
       auto reply = parser_.next();
       if (!reply) break;
       if (written_.empty()) {
-        throw ProtocolError(fmt::format("redlimit: {} sent a reply to no request: the reply stream is out of step",
-                                        endpoint_));
+        throw ProtocolError(
+            fmt::format("redlimit: {} sent a reply to no request: the reply stream is out of step", endpoint_));
       }
       finishReply(std::move(*reply), done);
     }
   } catch (const ProtocolError& e) {
-    const auto why = std::make_exception_ptr(
-        ProtocolError(fmt::format("{} (from {}; connection closed)", e.what(), endpoint_)));
+    const auto why =
+        std::make_exception_ptr(ProtocolError(fmt::format("{} (from {}; connection closed)", e.what(), endpoint_)));
     if (!written_.empty()) {
       Written w = std::move(written_.front());
       written_.pop_front();
@@ -216,11 +216,12 @@ void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& d
 void Pipeline::expire(SteadyTime now, std::vector<Finished>& done) {
   for (auto it = queued_.begin(); it != queued_.end();) {
     if (it->deadline <= now) {
-      done.push_back(Finished{std::move(it->done), Outcome{Reply{}, errorOf<TimeoutError>(fmt::format(
-                                                                       "redlimit: {}: not sent within its {} ms "
-                                                                       "deadline ({})",
-                                                                       it->command, it->budget.count(), endpoint_))},
-                              it->counted});
+      done.push_back(
+          Finished{std::move(it->done),
+                   Outcome{Reply{}, errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms "
+                                                                      "deadline ({})",
+                                                                      it->command, it->budget.count(), endpoint_))},
+                   it->counted});
       it = queued_.erase(it);
     } else {
       ++it;
@@ -241,10 +242,11 @@ void Pipeline::expire(SteadyTime now, std::vector<Finished>& done) {
       breakWith(timeout, done);
       return;
     }
-    fail(w, errorOf<TimeoutError>(fmt::format("redlimit: {}: no reply from {} within the request's {} ms deadline; "
-                                              "the connection was closed so that no later reply can be taken for "
-                                              "another request",
-                                              w.request.command, endpoint_, w.request.budget.count())),
+    fail(w,
+         errorOf<TimeoutError>(fmt::format("redlimit: {}: no reply from {} within the request's {} ms deadline; "
+                                           "the connection was closed so that no later reply can be taken for "
+                                           "another request",
+                                           w.request.command, endpoint_, w.request.budget.count())),
          done);
     breakWith(errorOf<ClosedError>(fmt::format("redlimit: connection to {} closed because an earlier request on it "
                                                "got no reply in time",

@@ -37,24 +37,24 @@ using Completion = std::function<void(Outcome)>;
 
 /// One command on its way to a server.
 struct Request {
-  std::string bytes;                 // the RESP encoding; for a script, the EVALSHA form
-  std::string command;               // argv[0] for messages ("EVALSHA", "PING")
+  std::string bytes;                        // the RESP encoding; for a script, the EVALSHA form
+  std::string command;                      // argv[0] for messages ("EVALSHA", "PING")
   SteadyTime deadline = SteadyTime::max();  // the whole request (queueing, write, reply) ends here
   std::chrono::milliseconds budget{0};      // the time it was given, for messages
   Completion done;
-  const Script* script = nullptr;    // set for EVALSHA: NOSCRIPT is handled by the pipeline
-  int scriptStage = 0;               // 0 EVALSHA; 1 resent after a SCRIPT LOAD; 2 sent as EVAL
-  bool internal = false;             // the connection's own (greeting, PING): errors end the connection
-  bool counted = true;               // a caller's request (counted in Transport's pending requests)
-  bool asking = false;               // sent right after an ASKING on the same connection (a Redis
-                                     // Cluster's ASK redirect), on every resend too
+  const Script* script = nullptr;  // set for EVALSHA: NOSCRIPT is handled by the pipeline
+  int scriptStage = 0;             // 0 EVALSHA; 1 resent after a SCRIPT LOAD; 2 sent as EVAL
+  bool internal = false;           // the connection's own (greeting, PING): errors end the connection
+  bool counted = true;             // a caller's request (counted in Transport's pending requests)
+  bool asking = false;             // sent right after an ASKING on the same connection (a Redis
+                                   // Cluster's ASK redirect), on every resend too
 };
 
 /// A request that finished, with its outcome; the caller runs done(outcome) outside its locks.
 struct Finished {
   Completion done;
   Outcome outcome;
-  bool counted = true;               // Request::counted
+  bool counted = true;  // Request::counted
 };
 
 /// True if `error` holds an E (or a subclass of it).
@@ -140,11 +140,11 @@ class Pipeline {
  private:
   struct Written {
     Request request;
-    std::uint64_t seq;               // position in the connection's command stream
-    std::size_t size;                // bytes of the request
+    std::uint64_t seq;  // position in the connection's command stream
+    std::size_t size;   // bytes of the request
   };
   void finishReply(WireReply&& reply, std::vector<Finished>& done);
-  bool retryNoScript(Written& w);    // true if the request was queued again
+  bool retryNoScript(Written& w);  // true if the request was queued again
   void fail(Written& w, const std::exception_ptr& error, std::vector<Finished>& done);
   void breakWith(const std::exception_ptr& why, std::vector<Finished>& done);
 

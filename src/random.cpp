@@ -28,10 +28,20 @@ void reseed(std::mt19937_64& engine) {
   const auto now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   const auto thread = static_cast<std::uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   const auto pid = static_cast<std::uint64_t>(::getpid());
-  const std::uint32_t words[] = {rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd(),
-                                 static_cast<std::uint32_t>(pid), static_cast<std::uint32_t>(pid >> 32),
-                                 static_cast<std::uint32_t>(thread), static_cast<std::uint32_t>(thread >> 32),
-                                 static_cast<std::uint32_t>(now), static_cast<std::uint32_t>(now >> 32)};
+  const std::uint32_t words[] = {rd(),
+                                 rd(),
+                                 rd(),
+                                 rd(),
+                                 rd(),
+                                 rd(),
+                                 rd(),
+                                 rd(),
+                                 static_cast<std::uint32_t>(pid),
+                                 static_cast<std::uint32_t>(pid >> 32),
+                                 static_cast<std::uint32_t>(thread),
+                                 static_cast<std::uint32_t>(thread >> 32),
+                                 static_cast<std::uint32_t>(now),
+                                 static_cast<std::uint32_t>(now >> 32)};
   std::seed_seq seq(std::begin(words), std::end(words));
   engine.seed(seq);
 }

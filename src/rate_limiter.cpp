@@ -87,27 +87,29 @@ void checkName(const std::string& name) {
   const std::size_t brace = name.find('{');
   if (brace == std::string::npos) return;  // its keys are {name}:..., which no other name produces
   // "{x}" shares every state key with the plain name "x" ({x}:value, {x}:permits, ...).
-  if (name.size() >= 2 && name.front() == '{' && name.back() == '}' &&
-      name.find('{', 1) == std::string::npos) {
-    throw InvalidArgument(fmt::format("redlimit: limiter name \"{}\" has the same state keys as the limiter "
-                                      "\"{}\"; add a suffix after the braces, e.g. \"{}:limit\"",
-                                      name, name.substr(1, name.size() - 2), name));
+  if (name.size() >= 2 && name.front() == '{' && name.back() == '}' && name.find('{', 1) == std::string::npos) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter name \"{}\" has the same state keys as the limiter "
+                    "\"{}\"; add a suffix after the braces, e.g. \"{}:limit\"",
+                    name, name.substr(1, name.size() - 2), name));
   }
   // "x{y}:value", "{y}:permits:..." are the state keys of the limiter "x{y}" or "y".
   for (std::size_t p = name.find(':', brace); p != std::string::npos; p = name.find(':', p + 1)) {
     if (isStateSuffix(name, p + 1)) {
-      throw InvalidArgument(fmt::format("redlimit: limiter name \"{}\" is a state key of the limiter \"{}\" (it "
-                                        "ends in :{}); choose a name that does not end in :value, :permits or :grant",
-                                        name, name.substr(0, p), name.substr(p + 1)));
+      throw InvalidArgument(
+          fmt::format("redlimit: limiter name \"{}\" is a state key of the limiter \"{}\" (it "
+                      "ends in :{}); choose a name that does not end in :value, :permits or :grant",
+                      name, name.substr(0, p), name.substr(p + 1)));
     }
   }
 }
 
 void checkClientId(const std::string& id) {
   if (id.empty() || id.size() > RateLimiter::kMaxClientIdLength || id.find_first_of("{}") != std::string::npos) {
-    throw InvalidArgument(fmt::format("redlimit: ClientOptions::clientId must be 1..{} bytes without '{{' or '}}', "
-                                      "got \"{}\"",
-                                      RateLimiter::kMaxClientIdLength, id.substr(0, 64)));
+    throw InvalidArgument(
+        fmt::format("redlimit: ClientOptions::clientId must be 1..{} bytes without '{{' or '}}', "
+                    "got \"{}\"",
+                    RateLimiter::kMaxClientIdLength, id.substr(0, 64)));
   }
 }
 
@@ -149,7 +151,8 @@ std::string packedMember(const std::string& id, std::int64_t permits) {
   member.reserve(1 + id.size() + 4);
   member.push_back(static_cast<char>(id.size()));
   member += id;
-  for (int i = 0; i < 4; ++i) member.push_back(static_cast<char>((static_cast<std::uint64_t>(permits) >> (8 * i)) & 0xFF));
+  for (int i = 0; i < 4; ++i)
+    member.push_back(static_cast<char>((static_cast<std::uint64_t>(permits) >> (8 * i)) & 0xFF));
   return member;
 }
 
@@ -180,8 +183,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
 
   bool trySetRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
   void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
-  void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime,
-               bool keepState);
+  void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime, bool keepState);
   bool updateRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
   bool tryAcquire(std::int64_t permits);
   bool tryAcquire(std::int64_t permits, milliseconds timeout);
@@ -206,7 +208,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     std::int64_t atLeast = 0;
     std::int64_t atMost = 0;
     std::string id;
-    std::string record;          // the partial-grant record's key; empty when atLeast == atMost
+    std::string record;  // the partial-grant record's key; empty when atLeast == atMost
     int tries = 0;
     detail::SteadyTime deadline;  // the whole call's, resends included
     AcquireCallback done;
@@ -270,11 +272,11 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // The longest one call may take, resends after a closed connection included: connect timeout +
   // command timeout (saturating).
   std::chrono::milliseconds callBound_{0};
-  std::string recordTtl_;                        // ms a partial grant's record is kept (acquire.lua ARGV[6])
-  std::atomic<std::int64_t> knownRate_{0};      // last rate seen from Redis; 0 = unknown
-  std::atomic<std::int64_t> knownIntervalMs_{0};// last interval seen from Redis; 0 = unknown
+  std::string recordTtl_;                         // ms a partial grant's record is kept (acquire.lua ARGV[6])
+  std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
+  std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
-  std::mutex coalesceMutex_;                    // guards the two members below
+  std::mutex coalesceMutex_;  // guards the two members below
   bool groupInFlight_ = false;
   std::deque<std::shared_ptr<Pending>> waiting_;
 };
@@ -285,10 +287,9 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   checkName(name_);
   const std::string& id = client_->clientId();
   checkClientId(id);
-  keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id),
-           suffixName(name_, "permits"), suffixName(name_, "permits:" + id)};
-  if (client_->options().topology == Topology::Cluster &&
-      detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
+  keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id), suffixName(name_, "permits"),
+           suffixName(name_, "permits:" + id)};
+  if (client_->options().topology == Topology::Cluster && detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
     // Redisson's suffix rule wraps a name without '{' in braces ({name}:value); a name with one is
     // suffixed as it is, so its keys share a slot only if it holds a non-empty hash tag.
     throw InvalidArgument(fmt::format(
@@ -317,8 +318,8 @@ RateLimiter::Impl::~Impl() {
     left.swap(waiting_);
   }
   if (left.empty()) return;
-  const auto closed = std::make_exception_ptr(
-      ClosedError(fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
+  const auto closed = std::make_exception_ptr(ClosedError(
+      fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
   for (const auto& a : left) a->done(AcquireResult{}, detail::cloneError(closed));
 }
 
@@ -348,8 +349,8 @@ detail::SteadyTime RateLimiter::Impl::callDeadline() const {
 }
 
 detail::SteadyTime RateLimiter::Impl::tryDeadline(detail::SteadyTime callDeadline) const {
-  const auto next = detail::deadlineAfter<detail::Steady>(detail::Steady::now(),
-                                                               client_->options().connection.commandTimeout);
+  const auto next =
+      detail::deadlineAfter<detail::Steady>(detail::Steady::now(), client_->options().connection.commandTimeout);
   return std::min(next, callDeadline);
 }
 
@@ -389,7 +390,7 @@ void RateLimiter::Impl::checkPermits(std::int64_t permits) const {
 }
 
 void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
-                            const char* mode, bool* written) {
+                                  const char* mode, bool* written) {
   checkConfig(type, rate, interval, keepAlive);
   const std::string rateArg = fmt::to_string(rate), intervalArg = fmt::to_string(interval.count()),
                     typeArg = fmt::to_string(static_cast<int>(type)), keepArg = fmt::to_string(keepAlive.count()),
@@ -412,7 +413,7 @@ void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds i
 }
 
 void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
-                          bool keepState) {
+                                bool keepState) {
   writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset", nullptr);
 }
 
@@ -424,8 +425,9 @@ bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, millisecond
 
 AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const std::string& id) {
   if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
-                                           self != nullptr ? self->name_ : std::string("?"), r.describe()));
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
+                    self != nullptr ? self->name_ : std::string("?"), r.describe()));
   }
   AcquireResult out;
   out.granted = r.elements[0].asInteger();
@@ -460,34 +462,37 @@ void RateLimiter::Impl::send(std::shared_ptr<Pending> a) {
                                               expected};
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
   // through it the Client and its I/O thread) alive; without it they are answered as they are.
-  detail::evalAsync(*client_, kAcquire, keys, args, [weak = weak_from_this(), a](Reply r, std::exception_ptr error) {
-    const std::shared_ptr<Impl> self = weak.lock();
-    if (error) {
-      error = detail::limiterError(std::move(error));
-      if (!self) {
-        a->done(AcquireResult{}, std::move(error));
-        return;
-      }
-      // The connection closed under the request: the reply may be lost. Send it again (the
-      // member id makes a resend a no-op grant) up to three tries and while one fits in the
-      // call's bound; a close that hits the fresh connection too is tried again rather than
-      // reported as an outage.
-      if (self->resendable(error, a->tries, a->deadline)) {
-        self->send(a);
-        return;
-      }
-      a->done(AcquireResult{}, std::move(error));
-      return;
-    }
-    AcquireResult out;
-    try {
-      out = parseAcquire(self.get(), r, a->id);
-    } catch (...) {
-      a->done(AcquireResult{}, std::current_exception());
-      return;
-    }
-    a->done(std::move(out), nullptr);
-  }, tryDeadline(a->deadline));
+  detail::evalAsync(
+      *client_, kAcquire, keys, args,
+      [weak = weak_from_this(), a](Reply r, std::exception_ptr error) {
+        const std::shared_ptr<Impl> self = weak.lock();
+        if (error) {
+          error = detail::limiterError(std::move(error));
+          if (!self) {
+            a->done(AcquireResult{}, std::move(error));
+            return;
+          }
+          // The connection closed under the request: the reply may be lost. Send it again (the
+          // member id makes a resend a no-op grant) up to three tries and while one fits in the
+          // call's bound; a close that hits the fresh connection too is tried again rather than
+          // reported as an outage.
+          if (self->resendable(error, a->tries, a->deadline)) {
+            self->send(a);
+            return;
+          }
+          a->done(AcquireResult{}, std::move(error));
+          return;
+        }
+        AcquireResult out;
+        try {
+          out = parseAcquire(self.get(), r, a->id);
+        } catch (...) {
+          a->done(AcquireResult{}, std::current_exception());
+          return;
+        }
+        a->done(std::move(out), nullptr);
+      },
+      tryDeadline(a->deadline));
 }
 
 bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const {
@@ -566,34 +571,38 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
     args.push_back(a->id);
     args.push_back(b->tries > 1 ? "1" : "0");
   }
-  detail::evalAsync(*client_, kAcquireBatch, keyViews_, args, [weak = weak_from_this(), b](Reply r, std::exception_ptr error) {
-    const std::shared_ptr<Impl> self = weak.lock();
-    if (error && self && self->resendable(error, b->tries, b->deadline)) {
-      self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
-      return;
-    }
-    if (self) self->groupDone();
-    if (error) {
-      error = detail::limiterError(std::move(error));
-      for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(error));  // one object each
-      return;
-    }
-    try {
-      finishBatch(self.get(), *b, r);
-    } catch (...) {
-      const auto bad = std::current_exception();
-      for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(bad));
-    }
-  }, tryDeadline(b->deadline));
+  detail::evalAsync(
+      *client_, kAcquireBatch, keyViews_, args,
+      [weak = weak_from_this(), b](Reply r, std::exception_ptr error) {
+        const std::shared_ptr<Impl> self = weak.lock();
+        if (error && self && self->resendable(error, b->tries, b->deadline)) {
+          self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
+          return;
+        }
+        if (self) self->groupDone();
+        if (error) {
+          error = detail::limiterError(std::move(error));
+          for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(error));  // one object each
+          return;
+        }
+        try {
+          finishBatch(self.get(), *b, r);
+        } catch (...) {
+          const auto bad = std::current_exception();
+          for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(bad));
+        }
+      },
+      tryDeadline(b->deadline));
 }
 
 void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) {
   const std::size_t n = b.items.size();
   const std::string name = self != nullptr ? self->name_ : std::string("?");
   if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
-                                           "script, got {}",
-                                           name, 3 + 3 * n, r.describe()));
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
+                    "script, got {}",
+                    name, 3 + 3 * n, r.describe()));
   }
   const std::int64_t rate = r.elements[0].asInteger();
   const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
@@ -624,9 +633,10 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
 
 AcquireResult RateLimiter::Impl::askOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   if (client_->onIoThread()) {
-    throw InvalidArgument(fmt::format("redlimit: limiter {}: a sync acquire from a completion callback would wait "
-                                      "for the thread that runs it; use tryAcquireAsync there",
-                                      name_));
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a sync acquire from a completion callback would wait "
+                    "for the thread that runs it; use tryAcquireAsync there",
+                    name_));
   }
   auto a = std::make_shared<Pending>();
   a->atLeast = atLeast;
@@ -689,7 +699,7 @@ AcquireResult RateLimiter::Impl::askGuarded(std::int64_t permits, std::int64_t a
 }
 
 void RateLimiter::Impl::askGuardedAsync(std::int64_t permits, std::int64_t atMost, std::string id,
-                                            AcquireCallback done) {
+                                        AcquireCallback done) {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
   try {
@@ -750,7 +760,7 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   checkPermits(permits);
   const auto deadline = detail::deadlineAfter(timeout);  // saturates; <= 0 means one attempt
-  const std::string id = idBytes();  // one id per call: a resend can never be granted twice
+  const std::string id = idBytes();                      // one id per call: a resend can never be granted twice
   for (;;) {
     const AcquireResult r = askGuarded(permits, permits, id);
     if (r.granted > 0) return true;
@@ -900,7 +910,6 @@ bool RateLimiter::Impl::deleteLimiter() {
   return detail::command(*client_, {"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}).asInteger() > 0;
 }
 
-
 // --- The handle: forwards to the shared state ----------------------------------------------------
 
 RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
@@ -956,16 +965,17 @@ Decision decisionOf(const AcquireResult& r, std::int64_t permits, std::int64_t k
 }  // namespace
 
 Decision RateLimiter::decide(std::int64_t permits) {
-  return decisionOf(impl_->tryAcquireUpTo(permits, permits), permits, impl_->knownRate_.load(std::memory_order_relaxed));
+  return decisionOf(impl_->tryAcquireUpTo(permits, permits), permits,
+                    impl_->knownRate_.load(std::memory_order_relaxed));
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
-  impl_->tryAcquireUpToAsync(permits, permits,
-                             [weak = std::weak_ptr<Impl>(impl_), permits, done = std::move(done)](
-                                 AcquireResult r, std::exception_ptr error) {
-                               const auto self = weak.lock();
-                               const std::int64_t rate = self ? self->knownRate_.load(std::memory_order_relaxed) : 0;
-                               done(error ? Decision{} : decisionOf(r, permits, rate), std::move(error));
-                             });
+  impl_->tryAcquireUpToAsync(
+      permits, permits,
+      [weak = std::weak_ptr<Impl>(impl_), permits, done = std::move(done)](AcquireResult r, std::exception_ptr error) {
+        const auto self = weak.lock();
+        const std::int64_t rate = self ? self->knownRate_.load(std::memory_order_relaxed) : 0;
+        done(error ? Decision{} : decisionOf(r, permits, rate), std::move(error));
+      });
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });

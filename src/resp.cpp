@@ -30,9 +30,7 @@ constexpr int kMaxDepth = 7;
 
 bool isDigit(char c) noexcept { return c >= '0' && c <= '9'; }
 
-const char* lineKind(int type) noexcept {
-  return type == REDIS_REPLY_ERROR ? "an error line" : "a status line";
-}
+const char* lineKind(int type) noexcept { return type == REDIS_REPLY_ERROR ? "an error line" : "a status line"; }
 
 }  // namespace
 
@@ -68,11 +66,12 @@ struct ReplyParser::Callbacks {
   static void* createString(const redisReadTask* task, char* str, std::size_t len) {
     return guarded(task, [&](ReplyParser& p) -> void* {
       if (len > p.limits_.maxBulkBytes) {
-        p.refusal_ = task->type == REDIS_REPLY_STRING
-                         ? fmt::format("reply announces a bulk string of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
-                                       len, p.limits_.maxBulkBytes)
-                         : fmt::format("reply has {} of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
-                                       lineKind(task->type), len, p.limits_.maxBulkBytes);
+        p.refusal_ =
+            task->type == REDIS_REPLY_STRING
+                ? fmt::format("reply announces a bulk string of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
+                              len, p.limits_.maxBulkBytes)
+                : fmt::format("reply has {} of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
+                              lineKind(task->type), len, p.limits_.maxBulkBytes);
         return nullptr;
       }
       // hiredis checked that the payload and two more bytes are buffered, but not what they are.
@@ -104,8 +103,8 @@ struct ReplyParser::Callbacks {
       int depth = 1;
       for (const redisReadTask* up = task->parent; up != nullptr; up = up->parent) ++depth;
       if (depth > p.limits_.maxDepth) {
-        p.refusal_ = fmt::format("reply announces arrays nested {} deep, more than ReplyLimits::maxDepth ({})",
-                                 depth, p.limits_.maxDepth);
+        p.refusal_ = fmt::format("reply announces arrays nested {} deep, more than ReplyLimits::maxDepth ({})", depth,
+                                 p.limits_.maxDepth);
         return nullptr;
       }
       const auto elements = static_cast<std::size_t>(count);
@@ -245,8 +244,8 @@ void ReplyParser::checkWaitingItem() {
     default: {  // status or error line: pending holds no CRLF, perhaps a final '\r'
       const std::size_t atLeast = pending.size() - (!pending.empty() && pending.back() == '\r' ? 1 : 0);
       if (atLeast > limits_.maxBulkBytes) {
-        fail(fmt::format("reply has {} of at least {} bytes, more than ReplyLimits::maxBulkBytes ({})",
-                         lineKind(type), atLeast, limits_.maxBulkBytes));
+        fail(fmt::format("reply has {} of at least {} bytes, more than ReplyLimits::maxBulkBytes ({})", lineKind(type),
+                         atLeast, limits_.maxBulkBytes));
       }
     }
   }

@@ -36,11 +36,16 @@ void checkPermits(std::int64_t permits) {
 
 const char* labelOf(char kind) {
   switch (kind) {
-    case 'T': return "TokenBucketRateLimiter";
-    case 'G': return "GcraRateLimiter";
-    case 'W': return "FixedWindowRateLimiter";
-    case 'S': return "DistributedSmoothRateLimiter";
-    default: return "limiter";
+    case 'T':
+      return "TokenBucketRateLimiter";
+    case 'G':
+      return "GcraRateLimiter";
+    case 'W':
+      return "FixedWindowRateLimiter";
+    case 'S':
+      return "DistributedSmoothRateLimiter";
+    default:
+      return "limiter";
   }
 }
 
@@ -53,10 +58,11 @@ std::exception_ptr scriptError(std::exception_ptr error, const std::string& name
     std::rethrow_exception(error);
   } catch (const ScriptError& e) {
     if (e.code() == "WRONGTYPE") {
-      return std::make_exception_ptr(InvalidConfigError(
-          "REDLIMIT_INVALID_CONFIG", fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
-                                                 "delete it or use another limiter name",
-                                                 name, labelOf(kind))));
+      return std::make_exception_ptr(
+          InvalidConfigError("REDLIMIT_INVALID_CONFIG",
+                             fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
+                                         "delete it or use another limiter name",
+                                         name, labelOf(kind))));
     }
   } catch (...) {
   }
@@ -70,12 +76,16 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
 
   Core(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const Script& script, char kind)
-      : client_(std::move(client)), name_(std::move(name)), script_(script), kind_(1, kind), gate_(name_, std::move(failure)) {
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        script_(script),
+        kind_(1, kind),
+        gate_(name_, std::move(failure)) {
     if (!client_) throw InvalidArgument("redlimit: a limiter needs a Client");
     if (name_.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
     if (name_.size() > kMaxNameLength) {
-      throw InvalidArgument(fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name_.size(),
-                                        kMaxNameLength));
+      throw InvalidArgument(
+          fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name_.size(), kMaxNameLength));
     }
     const ClientOptions& o = client_->options();
     callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
@@ -99,9 +109,9 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   Script script_;
   std::string kind_;
   FailureGate gate_;
-  milliseconds callBound_{0};                       // connect + command timeout, saturated
-  std::atomic<std::int64_t> knownLimit_{0};         // the limit last seen from Redis; 0 = unknown
-  std::atomic<std::int64_t> localRate_{0};          // the Local policy's bucket, last seen
+  milliseconds callBound_{0};                // connect + command timeout, saturated
+  std::atomic<std::int64_t> knownLimit_{0};  // the limit last seen from Redis; 0 = unknown
+  std::atomic<std::int64_t> localRate_{0};   // the Local policy's bucket, last seen
   std::atomic<std::int64_t> localIntervalMs_{0};
 };
 
@@ -148,9 +158,10 @@ std::vector<std::string> ScriptLimiter::Core::takeArgs(std::int64_t permits, mic
 Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait) {
   checkPermits(permits);
   if (client_->onIoThread()) {
-    throw InvalidArgument(fmt::format("redlimit: limiter {}: a sync decision from a completion callback would wait "
-                                      "for the thread that runs it; use decideAsync there",
-                                      name_));
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a sync decision from a completion callback would wait "
+                    "for the thread that runs it; use decideAsync there",
+                    name_));
   }
   const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
@@ -205,34 +216,35 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
   const std::int64_t started = gate_.callStart();
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
   // (and through it the Client and its I/O thread) alive.
-  evalAsync(*client_, script_, keys, argViews,
-            [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started, done = std::move(done)](
-                Reply reply, std::exception_ptr error) {
-              const std::shared_ptr<Core> self = weak.lock();
-              Reservation out;
-              if (!error) {
-                try {
-                  out = parse(self.get(), name, reply, permits);
-                } catch (...) {
-                  error = std::current_exception();
-                }
-              } else {
-                error = scriptError(std::move(error), name, kind);
-              }
-              if (!error) {
-                if (self) self->gate_.succeeded();
-                done(std::move(out), nullptr);
-                return;
-              }
-              if (self) {
-                if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
-                  done(self->byPolicy(permits, *d), nullptr);
-                  return;
-                }
-              }
-              done(Reservation{}, std::move(error));
-            },
-            callDeadline());
+  evalAsync(
+      *client_, script_, keys, argViews,
+      [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started,
+       done = std::move(done)](Reply reply, std::exception_ptr error) {
+        const std::shared_ptr<Core> self = weak.lock();
+        Reservation out;
+        if (!error) {
+          try {
+            out = parse(self.get(), name, reply, permits);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        } else {
+          error = scriptError(std::move(error), name, kind);
+        }
+        if (!error) {
+          if (self) self->gate_.succeeded();
+          done(std::move(out), nullptr);
+          return;
+        }
+        if (self) {
+          if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
+            done(self->byPolicy(permits, *d), nullptr);
+            return;
+          }
+        }
+        done(Reservation{}, std::move(error));
+      },
+      callDeadline());
 }
 
 Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
@@ -243,8 +255,8 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
     try {
-      const SteadyTime tryDeadline = std::min(
-          deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
+      const SteadyTime tryDeadline =
+          std::min(deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
       return eval(*client_, script_, keys, argViews, tryDeadline);
     } catch (const ScriptError&) {
       std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
@@ -336,11 +348,10 @@ AcquireResult ScriptLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t a
   if (!d.byPolicy && localRate > 0) {
     // In double: permits x localMs can pass 2^63. Its rounding (well under a µs here) is lost in
     // the floor to ms below.
-    const double backUs = static_cast<double>(d.permits) * static_cast<double>(localMs) * 1000.0 /
-                          static_cast<double>(localRate);
-    const microseconds back{backUs >= static_cast<double>(d.resetAfter.count())
-                                ? d.resetAfter.count()
-                                : static_cast<std::int64_t>(backUs)};
+    const double backUs =
+        static_cast<double>(d.permits) * static_cast<double>(localMs) * 1000.0 / static_cast<double>(localRate);
+    const microseconds back{backUs >= static_cast<double>(d.resetAfter.count()) ? d.resetAfter.count()
+                                                                                : static_cast<std::int64_t>(backUs)};
     r.interval = std::chrono::floor<milliseconds>(back);
   }
   return r;
@@ -389,8 +400,8 @@ bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string
   // 'reset' is safe to send twice; 'try' is not (a resend of a write that went through says false).
   const Reply r = core_->call("set", args, !onlyIfAbsent);
   if (r.type != Reply::Type::Array || r.elements.size() != 4) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of 4 from the set operation, got {}",
-                                           core_->name_, r.describe()));
+    throw UnexpectedReplyError(fmt::format(
+        "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
   }
   const bool written = r.elements[0].asInteger() == 1;
   if (written) core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());

@@ -25,8 +25,8 @@ class Conversation {
   Conversation(const ConnectionOptions& options, SteadyTime deadline)
       : stream_(connectStream(options, deadline)), parser_(options.replyLimits), deadline_(deadline) {
     if (!options.password.empty()) {
-      const WireReply r = options.user.empty() ? ask({"AUTH", options.password})
-                                               : ask({"AUTH", options.user, options.password});
+      const WireReply r =
+          options.user.empty() ? ask({"AUTH", options.password}) : ask({"AUTH", options.user, options.password});
       if (r.isError) throwReplyError(r.error, false);
     }
   }
@@ -155,8 +155,7 @@ void SentinelRunner::wantDiscovery() {
 
 void SentinelRunner::expireParked(std::vector<Request>& expired) {
   const SteadyTime now = Steady::now();
-  auto late = std::stable_partition(parked_.begin(), parked_.end(),
-                                    [&](const Request& r) { return r.deadline > now; });
+  auto late = std::stable_partition(parked_.begin(), parked_.end(), [&](const Request& r) { return r.deadline > now; });
   std::move(late, parked_.end(), std::back_inserter(expired));
   parked_.erase(late, parked_.end());
 }
@@ -219,16 +218,18 @@ bool SentinelRunner::discover() {
       }
       candidate.host = r.value.elements[0].str;
       const auto port = portOf(r.value.elements[1].str);
-      if (!port) throw UnexpectedReplyError(fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"",
-                                                        endpointOf(sentinel), r.value.elements[1].str, name));
+      if (!port)
+        throw UnexpectedReplyError(fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"",
+                                               endpointOf(sentinel), r.value.elements[1].str, name));
       candidate.port = *port;
     } catch (const AuthError& e) {
       // error_mapping's advice names the primary's options; these are the sentinels' own.
       std::string text = e.what();
       text = text.substr(0, text.find(" (check ConnectionOptions"));
-      failures += fmt::format("; sentinel {}: {} (check the sentinels' own login: SentinelOptions::user and "
-                              "::password, or sentinel_user= and sentinel_password= in the URI)",
-                              endpointOf(sentinel), text);
+      failures += fmt::format(
+          "; sentinel {}: {} (check the sentinels' own login: SentinelOptions::user and "
+          "::password, or sentinel_user= and sentinel_password= in the URI)",
+          endpointOf(sentinel), text);
       continue;
     } catch (const Error& e) {
       failures += fmt::format("; sentinel {}: {}", endpointOf(sentinel), e.what());
@@ -245,8 +246,8 @@ bool SentinelRunner::discover() {
       if (role.isError) throwReplyError(role.error, false);
       if (role.value.type != Reply::Type::Array || role.value.elements.empty() ||
           role.value.elements[0].str != "master") {
-        failures += fmt::format("; {} (named by {}) is not a primary (ROLE)", endpointOf(candidate),
-                                endpointOf(sentinel));
+        failures +=
+            fmt::format("; {} (named by {}) is not a primary (ROLE)", endpointOf(candidate), endpointOf(sentinel));
         continue;
       }
     } catch (const Error& e) {
@@ -362,8 +363,8 @@ void SentinelRunner::shutdown() noexcept {
     }
   }
   for (Request& r : parked) {
-    r.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
-                                                             r.command))});
+    r.done(Outcome{Reply{},
+                   errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent", r.command))});
   }
   if (primary) primary->shutdown();
   for (auto& t : retired) t->shutdown();

@@ -19,10 +19,10 @@ namespace redlimit::detail {
 
 /// What a SentinelRunner did, for tests.
 struct SentinelCounters {
-  std::uint64_t discoveries = 0;   // times a primary was found (and checked with ROLE)
-  std::uint64_t switches = 0;      // times the primary changed address after the first
-  std::uint64_t announcements = 0; // +switch-master messages received for our primary
-  NodeAddress primary;             // the primary in use now (empty host: none found yet)
+  std::uint64_t discoveries = 0;    // times a primary was found (and checked with ROLE)
+  std::uint64_t switches = 0;       // times the primary changed address after the first
+  std::uint64_t announcements = 0;  // +switch-master messages received for our primary
+  NodeAddress primary;              // the primary in use now (empty host: none found yet)
 };
 
 /// Sends every request to the primary that SentinelOptions::sentinels name for primaryName.
@@ -64,18 +64,18 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   void expireParked(std::vector<Request>& expired);
 
   const ClientOptions options_;
-  ConnectionOptions sentinelConnection_;   // the sentinels' own user, password and TLS
+  ConnectionOptions sentinelConnection_;  // the sentinels' own user, password and TLS
 
-  mutable std::mutex mutex_;               // guards the members below
+  mutable std::mutex mutex_;  // guards the members below
   std::condition_variable wake_;
-  std::shared_ptr<Transport> primary_;     // nullptr until found
+  std::shared_ptr<Transport> primary_;  // nullptr until found
   NodeAddress primaryAddress_;
   std::vector<std::shared_ptr<Transport>> retired_;  // earlier primaries' transports (shut down)
-  std::vector<Request> parked_;            // waiting for a primary
+  std::vector<Request> parked_;                      // waiting for a primary
   bool discoveryWanted_ = true;
   std::chrono::steady_clock::time_point lastDiscovery_{};
   bool stopping_ = false;
-  std::string lastFailure_;                // why the last discovery failed (for parked requests' errors)
+  std::string lastFailure_;  // why the last discovery failed (for parked requests' errors)
   std::thread maintainer_, subscriber_;
 
   std::atomic<bool> stopped_{false};

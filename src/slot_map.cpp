@@ -49,7 +49,8 @@ std::optional<std::string> textField(const Reply& map, std::string_view key, std
                                      std::string_view where) {
   const Reply* value = field(map, key);
   if (value == nullptr) return std::nullopt;
-  if (!isText(*value)) malformed(command, where, fmt::format("\"{}\" is {}, expected a string", key, value->describe()));
+  if (!isText(*value))
+    malformed(command, where, fmt::format("\"{}\" is {}, expected a string", key, value->describe()));
   return value->str;
 }
 
@@ -90,9 +91,10 @@ void setAddress(NodeEntry& node, const std::optional<std::string>& host, int por
   if (host) {
     node.address = NodeAddress{*host, port};
   } else {
-    node.unreachable = fmt::format("has the endpoint \"?\" (port {}) and no ip: it is set to "
-                                   "cluster-preferred-endpoint-type hostname without a cluster-announce-hostname",
-                                   port);
+    node.unreachable = fmt::format(
+        "has the endpoint \"?\" (port {}) and no ip: it is set to "
+        "cluster-preferred-endpoint-type hostname without a cluster-announce-hostname",
+        port);
   }
 }
 
@@ -121,9 +123,10 @@ NodeEntry shardNode(const Reply& r, bool tls, const std::string& seedHost, std::
   if (!port) {
     if (!tlsPort) malformed(kShards, where, "no \"port\" (nor \"tls-port\")");
     node.tlsOnly = true;
-    node.unreachable = fmt::format("at {} has only a TLS port ({}): connect with TLS (rediss-cluster://, "
-                                   "TlsOptions::enabled)",
-                                   chooseHost(endpoint, ip, seedHost).value_or("?"), *tlsPort);
+    node.unreachable = fmt::format(
+        "at {} has only a TLS port ({}): connect with TLS (rediss-cluster://, "
+        "TlsOptions::enabled)",
+        chooseHost(endpoint, ip, seedHost).value_or("?"), *tlsPort);
     return node;
   }
   setAddress(node, chooseHost(endpoint, ip, seedHost), *port);
@@ -144,7 +147,8 @@ NodeEntry slotsNode(const Reply& r, const std::string& seedHost, std::string_vie
   }
   NodeEntry node;
   if (r.elements.size() > 2) {
-    if (!isText(r.elements[2])) malformed(kSlots, where, fmt::format("expected a node id, got {}", r.elements[2].describe()));
+    if (!isText(r.elements[2]))
+      malformed(kSlots, where, fmt::format("expected a node id, got {}", r.elements[2].describe()));
     node.id = r.elements[2].str;
   }
   std::optional<std::string> ip;
@@ -154,8 +158,9 @@ NodeEntry slotsNode(const Reply& r, const std::string& seedHost, std::string_vie
   }
   const std::optional<int> port = portNumber(r.elements[1], "a port", kSlots, where);
   if (!port) {
-    node.unreachable = fmt::format("at {} has port 0 in CLUSTER SLOTS: no port for this kind of connection (plain or TLS)",
-                                   endpoint.value_or(seedHost));
+    node.unreachable =
+        fmt::format("at {} has port 0 in CLUSTER SLOTS: no port for this kind of connection (plain or TLS)",
+                    endpoint.value_or(seedHost));
     return node;
   }
   setAddress(node, chooseHost(endpoint, ip, seedHost), *port);
@@ -168,9 +173,10 @@ std::vector<SlotRange> sortedAndChecked(std::vector<SlotRange> ranges, std::stri
   });
   for (std::size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first <= ranges[i - 1].last) {
-      malformed(command, "the slot map",
-                fmt::format("slots {}-{} (node {}) and {}-{} (node {}) overlap", ranges[i - 1].first, ranges[i - 1].last,
-                            ranges[i - 1].primaryId, ranges[i].first, ranges[i].last, ranges[i].primaryId));
+      malformed(
+          command, "the slot map",
+          fmt::format("slots {}-{} (node {}) and {}-{} (node {}) overlap", ranges[i - 1].first, ranges[i - 1].last,
+                      ranges[i - 1].primaryId, ranges[i].first, ranges[i].last, ranges[i].primaryId));
     }
   }
   return ranges;

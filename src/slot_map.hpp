@@ -55,11 +55,11 @@ struct SlotRange {
 
 /// Where a MOVED or ASK error sends a request.
 struct Redirect {
-  bool ask = false;         // ASK: this one request goes to `node`, after ASKING; MOVED: the slot moved
-  std::uint16_t slot = 0;   // 0..16383
-  NodeAddress node;         // host "" = the node that answered (its endpoint is unknown: the error
-                            // read "MOVED 3999 :6381"); host "?" = a node without a known endpoint
-                            // (refresh the slot map)
+  bool ask = false;        // ASK: this one request goes to `node`, after ASKING; MOVED: the slot moved
+  std::uint16_t slot = 0;  // 0..16383
+  NodeAddress node;        // host "" = the node that answered (its endpoint is unknown: the error
+                           // read "MOVED 3999 :6381"); host "?" = a node without a known endpoint
+                           // (refresh the slot map)
 };
 
 /// The redirect in an error text: "MOVED 3999 127.0.0.1:6381", "ASK 3999 127.0.0.1:6381", also

@@ -42,7 +42,8 @@ void TokenBucketRateLimiter::setConfig(const TokenBucketConfig& c) {
 
 TokenBucketConfig TokenBucketRateLimiter::getConfig() {
   const std::vector<std::int64_t> f = readConfig();  // B, P, I ms, keepAlive ms
-  if (f.size() != 4) throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
+  if (f.size() != 4)
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
   TokenBucketConfig c;
   c.capacity = f[0];
   c.refillPermits = f[1];

@@ -21,8 +21,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-
-
 // epoll_wait's timeout for `deadline`: ms, rounded up (a deadline is never checked early), capped.
 constexpr std::uint64_t kWakeEvent = UINT64_MAX;
 constexpr std::uint64_t kTimerEvent = UINT64_MAX - 1;
@@ -48,11 +46,11 @@ struct Transport::Conn {
   std::size_t index = 0;
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Pipeline> pipe;
-  std::vector<Request> carry;   // never written; waits for a (re)connect and its greeting
+  std::vector<Request> carry;  // never written; waits for a (re)connect and its greeting
   bool watchingOut = false;
-  bool greeted = false;         // the greeting (AUTH/SELECT/PING) was answered: requests may go
+  bool greeted = false;  // the greeting (AUTH/SELECT/PING) was answered: requests may go
   SteadyTime connectStarted;
-  std::size_t queued = 0;       // requests for this connection in Transport::incoming_ (under mutex_)
+  std::size_t queued = 0;          // requests for this connection in Transport::incoming_ (under mutex_)
   std::exception_ptr writeFailed;  // a submitting thread's write failed: the I/O thread closes
 };
 
@@ -132,8 +130,8 @@ void Transport::submit(Request request) {
     }
   }
   if (request.done) {
-    request.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format(
-                                      "redlimit: {}: the Client is shut down; not sent", request.command))});
+    request.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
+                                                                   request.command))});
     return;
   }
   if (wake) {
@@ -503,8 +501,8 @@ void Transport::run() {
       complete(done);
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto& [index, request] : incoming_) {
-        done.push_back(Finished{std::move(request.done), Outcome{Reply{}, errorOf<ClosedError>(
-                                                                     "redlimit: the Client was shut down; not sent")},
+        done.push_back(Finished{std::move(request.done),
+                                Outcome{Reply{}, errorOf<ClosedError>("redlimit: the Client was shut down; not sent")},
                                 true});
       }
       incoming_.clear();

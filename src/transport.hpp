@@ -19,7 +19,6 @@
 
 namespace redlimit::detail {
 
-
 /// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
 /// and one I/O thread that writes, reads and enforces every request's deadline. Requests queued
 /// while a write is in flight leave together in the next write; replies are matched in order.
@@ -79,23 +78,23 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
 
   const ConnectionOptions connection_;
   const PoolOptions pool_;
-  const Runner* owner_ = this;                         // what currentIoRunner() says on the I/O thread
+  const Runner* owner_ = this;  // what currentIoRunner() says on the I/O thread
   const std::string endpoint_;
   std::vector<std::unique_ptr<Conn>> conns_;
   int epollFd_ = -1;
   int wakeFd_ = -1;
-  int timerFd_ = -1;                                   // armed by callers that wrote themselves
+  int timerFd_ = -1;  // armed by callers that wrote themselves
   std::thread thread_;
   std::thread::id ioThreadId_;
   std::atomic<std::size_t> nextConn_{0};
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
-  std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow)
-  std::mutex timerMutex_;                              // guards armedAt_ and the timer's setting
-  SteadyTime armedAt_ = SteadyTime::max();             // when timerFd_ fires; max: disarmed
+  std::atomic<std::uint64_t> direct_{0};    // requests their caller wrote (writeNow)
+  std::mutex timerMutex_;                   // guards armedAt_ and the timer's setting
+  SteadyTime armedAt_ = SteadyTime::max();  // when timerFd_ fires; max: disarmed
 
-  std::mutex mutex_;                                   // guards the members below
+  std::mutex mutex_;  // guards the members below
   std::vector<std::pair<std::size_t, Request>> incoming_;
   bool wakePending_ = false;
   bool stopping_ = false;

@@ -51,7 +51,7 @@ std::string percentDecode(const std::string& uri, std::string_view in) {
 enum class Kind { Server, Unix, Cluster, Sentinel };
 
 struct Scheme {
-  std::string_view prefix;     // "redis://"
+  std::string_view prefix;  // "redis://"
   Kind kind;
   bool tls;                    // the scheme turns TLS on
   std::string_view tlsPrefix;  // the scheme to name when a TLS parameter comes without TLS
@@ -233,8 +233,9 @@ void parseServer(const std::string& uri, const Scheme& scheme, ConnectionOptions
   if (parts.path && !parts.path->empty()) o.db = toDb(uri, *parts.path);
   std::string_view host = takeUserinfo(uri, parts.authority, o.user, o.password);
   if (host.find(',') != std::string_view::npos) {
-    bad(uri, "a list of hosts names a cluster or sentinels: use redis-cluster:// or redis-sentinel:// "
-             "(Client::fromUri, parseClientUri)");
+    bad(uri,
+        "a list of hosts names a cluster or sentinels: use redis-cluster:// or redis-sentinel:// "
+        "(Client::fromUri, parseClientUri)");
   }
   NodeAddress node = parseNode(uri, host, o.port);
   o.host = std::move(node.host);
@@ -275,8 +276,8 @@ void parseSentinel(const std::string& uri, const Scheme& scheme, ClientOptions& 
   auto slash = path.find('/');
   std::string name = percentDecode(uri, path.substr(0, slash));
   if (name.empty()) {
-    bad(uri, fmt::format("missing the primary's name after the sentinels, as in {}127.0.0.1:26379/mymaster",
-                         scheme.prefix));
+    bad(uri,
+        fmt::format("missing the primary's name after the sentinels, as in {}127.0.0.1:26379/mymaster", scheme.prefix));
   }
   if (slash != std::string_view::npos && slash + 1 < path.size()) c.db = toDb(uri, path.substr(slash + 1));
   std::string_view hosts = takeUserinfo(uri, parts.authority, c.user, c.password);
@@ -321,8 +322,9 @@ ConnectionOptions parseUri(const std::string& uri, ConnectionOptions o) {
 ClientOptions parseClientUri(const std::string& uri, ClientOptions o) {
   const Scheme* scheme = findScheme(uri);
   if (scheme == nullptr) {
-    bad(uri, "scheme must be redis://, rediss://, unix://, redis-cluster://, rediss-cluster://, redis-sentinel:// "
-             "or rediss-sentinel://");
+    bad(uri,
+        "scheme must be redis://, rediss://, unix://, redis-cluster://, rediss-cluster://, redis-sentinel:// "
+        "or rediss-sentinel://");
   }
   switch (scheme->kind) {
     case Kind::Server:

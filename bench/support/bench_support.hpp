@@ -301,9 +301,9 @@ inline ServerSample sampleServer(RawRedis& admin) {
 /// Server cost of the scripts run between two samples.
 struct ServerCost {
   std::int64_t calls = 0;
-  double usecPerCall = 0;    // INFO commandstats: execution time of the script, per call, µs
-  double cpuUsPerCall = 0;   // INFO cpu: whole-process CPU (I/O and parsing too), per call, µs
-  double innerPerCall = 0;   // of usecPerCall: the Redis commands the script called, µs
+  double usecPerCall = 0;   // INFO commandstats: execution time of the script, per call, µs
+  double cpuUsPerCall = 0;  // INFO cpu: whole-process CPU (I/O and parsing too), per call, µs
+  double innerPerCall = 0;  // of usecPerCall: the Redis commands the script called, µs
 
   static ServerCost between(const ServerSample& a, const ServerSample& b) {
     ServerCost c;
@@ -390,9 +390,9 @@ inline std::string machineDescription(const std::string& redisVersion) {
   utsname u{};
   ::uname(&u);
   std::ostringstream out;
-  out << ::sysconf(_SC_NPROCESSORS_ONLN) << " cores (" << cpuModel() << "), Linux " << u.release
-      << ", redis-server " << redisVersion << ", hiredis " << HIREDIS_MAJOR << '.' << HIREDIS_MINOR << '.'
-      << HIREDIS_PATCH << ", " <<
+  out << ::sysconf(_SC_NPROCESSORS_ONLN) << " cores (" << cpuModel() << "), Linux " << u.release << ", redis-server "
+      << redisVersion << ", hiredis " << HIREDIS_MAJOR << '.' << HIREDIS_MINOR << '.' << HIREDIS_PATCH << ", "
+      <<
 #if defined(__clang__)
       "clang "
 #else

@@ -108,7 +108,7 @@ inline double threadCpuSeconds(pid_t tid) {
 
 /// Time one CPU spent, in seconds, from /proc/stat (whoever ran on it).
 struct CpuTimes {
-  double busy = 0;   // everything but idle and iowait (user, system, interrupts, steal)
+  double busy = 0;  // everything but idle and iowait (user, system, interrupts, steal)
   double total = 0;
 
   /// CPU `cpu`'s counters now; zeros if /proc/stat does not list it.

@@ -22,16 +22,16 @@ namespace redlimit::bench {
 
 /// The grants of one limiter during one run, and its bound.
 struct EnvelopeSeries {
-  std::string title;                   // panel title
-  std::string note;                    // lines under the title ('\n' between)
-  std::vector<std::int64_t> grantUs;   // one entry per permit: its server time (epoch µs), sorted
-  std::int64_t durationUs = 0;         // x range of the left plot, from the first grant
-  std::int64_t maxWindowUs = 0;        // x range of the right plot (window lengths)
+  std::string title;                  // panel title
+  std::string note;                   // lines under the title ('\n' between)
+  std::vector<std::int64_t> grantUs;  // one entry per permit: its server time (epoch µs), sorted
+  std::int64_t durationUs = 0;        // x range of the left plot, from the first grant
+  std::int64_t maxWindowUs = 0;       // x range of the right plot (window lengths)
   // The most permits the limiter may grant within the closed window [fromUs, fromUs + lengthUs].
   std::function<std::int64_t(std::int64_t fromUs, std::int64_t lengthUs)> boundFrom;
   // The most permits it may grant within any closed window of length lengthUs.
   std::function<std::int64_t(std::int64_t lengthUs)> boundAny;
-  std::string boundLabel;              // legend of the red line, e.g. "burst + rate x T"
+  std::string boundLabel;  // legend of the red line, e.g. "burst + rate x T"
 };
 
 /// The most of the sorted times `us` within one closed window [s, s + lengthUs], over every s.
@@ -58,10 +58,14 @@ inline std::string fmt1(double v) { return fmt::format("{:.1f}", v); }
 inline std::string escapeText(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else out += c;
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else
+      out += c;
   }
   return out;
 }
@@ -88,12 +92,13 @@ struct Plot {
     svg << "<g stroke=\"#ddd\">\n";
     const auto yStep = niceStep(static_cast<std::int64_t>(yMax), 5);
     for (std::int64_t v = 0; static_cast<double>(v) <= yMax; v += yStep) {
-      svg << "<line x1=\"" << fmt1(left) << "\" x2=\"" << fmt1(left + width) << "\" y1=\"" << fmt1(y(static_cast<double>(v)))
-          << "\" y2=\"" << fmt1(y(static_cast<double>(v))) << "\"/>\n";
+      svg << "<line x1=\"" << fmt1(left) << "\" x2=\"" << fmt1(left + width) << "\" y1=\""
+          << fmt1(y(static_cast<double>(v))) << "\" y2=\"" << fmt1(y(static_cast<double>(v))) << "\"/>\n";
     }
     svg << "</g>\n<g fill=\"#444\" text-anchor=\"end\">\n";
     for (std::int64_t v = 0; static_cast<double>(v) <= yMax; v += yStep) {
-      svg << "<text x=\"" << fmt1(left - 5) << "\" y=\"" << fmt1(y(static_cast<double>(v)) + 4) << "\">" << v << "</text>\n";
+      svg << "<text x=\"" << fmt1(left - 5) << "\" y=\"" << fmt1(y(static_cast<double>(v)) + 4) << "\">" << v
+          << "</text>\n";
     }
     svg << "</g>\n<g fill=\"#444\" text-anchor=\"middle\">\n";
     const auto xStep = niceStep(static_cast<std::int64_t>(xMax), 5);
@@ -167,7 +172,11 @@ inline std::string renderEnvelopeSvg(const std::string& heading, const std::vect
       bound.emplace_back(static_cast<double>(t) / 1000, static_cast<double>(b));
       yMax = std::max({yMax, n, b});
     }
-    detail::Plot lp{left, plotTop, plotWidth, plotHeight, static_cast<double>(s.durationUs) / 1000,
+    detail::Plot lp{left,
+                    plotTop,
+                    plotWidth,
+                    plotHeight,
+                    static_cast<double>(s.durationUs) / 1000,
                     static_cast<double>(yMax) * 1.08};
     lp.axes(svg, "t, ms since the first grant");
     lp.line(svg, bound, "stroke=\"#d62728\" stroke-width=\"3\" stroke-opacity=\"0.6\"");
@@ -184,8 +193,9 @@ inline std::string renderEnvelopeSvg(const std::string& heading, const std::vect
       allowed.emplace_back(static_cast<double>(len) / 1000, static_cast<double>(b));
       yMax = std::max({yMax, n, b});
     }
-    detail::Plot rp{left + plotWidth + middle, plotTop, plotWidth, plotHeight, static_cast<double>(s.maxWindowUs) / 1000,
-                    static_cast<double>(yMax) * 1.08};
+    detail::Plot rp{
+        left + plotWidth + middle,       plotTop, plotWidth, plotHeight, static_cast<double>(s.maxWindowUs) / 1000,
+        static_cast<double>(yMax) * 1.08};
     rp.axes(svg, "window length T, ms");
     rp.line(svg, allowed, "stroke=\"#d62728\" stroke-width=\"3\" stroke-opacity=\"0.6\"");
     rp.line(svg, most, "stroke=\"#e08a00\" stroke-width=\"1.8\"");

@@ -45,14 +45,15 @@ inline PinnedServer startPinnedServer(std::vector<std::string> extraArgs, int se
   }
   if (!pinThread(0, serverCpu)) {
     out.server = std::make_unique<BenchServer>(std::move(extraArgs));
-    out.placement =
-        fmt::format("NOT pinned: sched_setaffinity refused ({}); server and client share the CPUs", std::strerror(errno));
+    out.placement = fmt::format("NOT pinned: sched_setaffinity refused ({}); server and client share the CPUs",
+                                std::strerror(errno));
     return out;
   }
   out.server = std::make_unique<BenchServer>(std::move(extraArgs));
   const int serverThreads = pinProcess(out.server->pid(), serverCpu);
   const std::string failed = serverThreads < 0 ? std::strerror(errno) : "";
-  if (!pinThread(0, clientCpu)) throw std::runtime_error(fmt::format("bench: cannot move this process to CPU {}", clientCpu));
+  if (!pinThread(0, clientCpu))
+    throw std::runtime_error(fmt::format("bench: cannot move this process to CPU {}", clientCpu));
   if (serverThreads < 0) {
     out.placement = fmt::format(
         "NOT fully pinned: redis-server started on CPU {} but not all its threads could be pinned ({}); this process "
@@ -61,9 +62,10 @@ inline PinnedServer startPinnedServer(std::vector<std::string> extraArgs, int se
     return out;
   }
   out.pinned = true;
-  out.placement = fmt::format("pinned: redis-server to CPU {} ({} threads), this process (load generator, callers, "
-                              "I/O threads) to CPU {}",
-                              serverCpu, serverThreads, clientCpu);
+  out.placement = fmt::format(
+      "pinned: redis-server to CPU {} ({} threads), this process (load generator, callers, "
+      "I/O threads) to CPU {}",
+      serverCpu, serverThreads, clientCpu);
   return out;
 }
 

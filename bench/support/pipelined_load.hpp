@@ -93,8 +93,8 @@ class PreparedCalls {
 /// What one run of the load did.
 struct LoadResult {
   std::int64_t calls = 0;
-  std::int64_t allowed = 0;   // replies whose first element is an integer > 0, and nil replies
-  double seconds = 0;         // first request sent to last reply read
+  std::int64_t allowed = 0;  // replies whose first element is an integer > 0, and nil replies
+  double seconds = 0;        // first request sent to last reply read
 };
 
 /// `connections` connections to one server, each with up to `depth` requests in flight.

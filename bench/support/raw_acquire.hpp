@@ -72,7 +72,8 @@ class RawAcquire {
     auto* r = static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(ptr_.size()), ptr_.data(), len_.data()));
     if (r == nullptr) throw std::runtime_error(std::string("bench: script call transport error: ") + ctx->errstr);
     RawRedis::ReplyPtr owned(r);
-    if (r->type == REDIS_REPLY_ERROR) throw std::runtime_error("bench: script call failed: " + std::string(r->str, r->len));
+    if (r->type == REDIS_REPLY_ERROR)
+      throw std::runtime_error("bench: script call failed: " + std::string(r->str, r->len));
   }
   void append(redisContext* ctx) {
     if (redisAppendCommandArgv(ctx, static_cast<int>(ptr_.size()), ptr_.data(), len_.data()) != REDIS_OK) {
@@ -94,7 +95,8 @@ class RawAcquire {
     if (r->type == REDIS_REPLY_NIL) return 1;
     if (r->type == REDIS_REPLY_INTEGER) return 0;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-      throw std::runtime_error("bench: script call failed: " + std::string(r->str != nullptr ? r->str : "unexpected reply"));
+      throw std::runtime_error("bench: script call failed: " +
+                               std::string(r->str != nullptr ? r->str : "unexpected reply"));
     }
     return static_cast<std::int64_t>(r->element[0]->integer);
   }

@@ -133,11 +133,25 @@ class RedisProcess {
  private:
   void launch() {
     port_ = detail::freeLoopbackPort();
-    std::vector<std::string> args = {"redis-server", "--port",       std::to_string(port_), "--bind",   host_,
-                                     "--dir",        dir_,           "--unixsocket",        unixSocket(),
-                                     "--unixsocketperm", "700",      "--save",              "",
-                                     "--appendonly", "no",           "--daemonize",         "no",
-                                     "--logfile",    logFile()};
+    std::vector<std::string> args = {"redis-server",
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     host_,
+                                     "--dir",
+                                     dir_,
+                                     "--unixsocket",
+                                     unixSocket(),
+                                     "--unixsocketperm",
+                                     "700",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--daemonize",
+                                     "no",
+                                     "--logfile",
+                                     logFile()};
     for (std::size_t i = 0; i < extraArgs_.size(); ++i) {
       args.push_back(extraArgs_[i]);
       if (extraArgs_[i] == "--tls-port" && i + 1 < extraArgs_.size() && extraArgs_[i + 1] == "auto") {

@@ -16,31 +16,31 @@ namespace redlimit::bench {
 
 /// The grants of one limiter during one run.
 struct GrantSeries {
-  std::string title;                 // panel title, e.g. "RateLimiter, 8 threads"
-  std::vector<std::int64_t> grantMs; // one entry per permit granted: its time (server clock, epoch ms)
-  std::string note;                  // optional lines under the title ('\n' between): what the times mean
+  std::string title;                  // panel title, e.g. "RateLimiter, 8 threads"
+  std::vector<std::int64_t> grantMs;  // one entry per permit granted: its time (server clock, epoch ms)
+  std::string note;                   // optional lines under the title ('\n' between): what the times mean
   // Optional second view of the same permits, drawn as a green step line: one entry per permit
   // at the time Redis counts it (a segment's grant time, server clock, epoch ms).
   std::vector<std::int64_t> redisGrantMs;
-  std::int64_t useTimeBound = 0;     // optional dotted line: the most a window may hold by use time
+  std::int64_t useTimeBound = 0;  // optional dotted line: the most a window may hold by use time
 };
 
 /// What the limiters were configured with, and how to draw it.
 struct AccuracyChart {
-  std::int64_t rate = 0;          // permits per interval
-  std::int64_t intervalMs = 0;    // the limiter's window, ms
-  std::int64_t bucketMs = 50;     // width of one bar, ms
-  std::int64_t durationMs = 0;    // length of the run, ms (x axis)
+  std::int64_t rate = 0;        // permits per interval
+  std::int64_t intervalMs = 0;  // the limiter's window, ms
+  std::int64_t bucketMs = 50;   // width of one bar, ms
+  std::int64_t durationMs = 0;  // length of the run, ms (x axis)
   std::vector<GrantSeries> series;
 };
 
 /// Numbers read off one series: what the picture shows, for the summary.
 struct SeriesStats {
-  std::int64_t grants = 0;             // permits granted in total
-  std::int64_t maxPerBucket = 0;       // most grants in one bucket
-  std::int64_t maxPerWindow = 0;       // most grants in any interval-long window (the limit's bound)
-  std::vector<std::int64_t> perBucket; // grants per bucket, from the first grant on
-  std::vector<std::int64_t> windowMax; // per bucket: most grants in a trailing window ending in it
+  std::int64_t grants = 0;              // permits granted in total
+  std::int64_t maxPerBucket = 0;        // most grants in one bucket
+  std::int64_t maxPerWindow = 0;        // most grants in any interval-long window (the limit's bound)
+  std::vector<std::int64_t> perBucket;  // grants per bucket, from the first grant on
+  std::vector<std::int64_t> windowMax;  // per bucket: most grants in a trailing window ending in it
 };
 
 /// Marks "buckets start at the first grant" for analyseSeries.
@@ -88,11 +88,20 @@ inline std::string escapeXml(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -128,14 +137,15 @@ inline std::string renderAccuracySvg(const AccuracyChart& chart) {
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\"" << num(height)
       << "\" viewBox=\"0 0 " << num(width) << ' ' << num(height) << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << num(left) << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">redlimit accuracy: "
-      << chart.rate << " permits per " << chart.intervalMs << " ms</text>\n"
+      << "<text x=\"" << num(left)
+      << "\" y=\"22\" font-size=\"16\" font-weight=\"bold\">redlimit accuracy: " << chart.rate << " permits per "
+      << chart.intervalMs << " ms</text>\n"
       << "<text x=\"" << num(left) << "\" y=\"40\" fill=\"#444\"><tspan fill=\"#4a7fc1\">bars</tspan>: permits per "
       << chart.bucketMs << " ms (server clock).  <tspan fill=\"#e08a00\">orange</tspan>: most permits in any "
       << chart.intervalMs << " ms window ending in that bar (what the limit bounds).</text>\n"
       << "<text x=\"" << num(left) << "\" y=\"56\" fill=\"#444\"><tspan fill=\"#d62728\">red</tspan>: the limit, "
-      << chart.rate << " per " << chart.intervalMs << " ms.  dashed: the same rate spread evenly, per " << chart.bucketMs
-      << " ms (" << num(bucketRate) << ").</text>\n";
+      << chart.rate << " per " << chart.intervalMs << " ms.  dashed: the same rate spread evenly, per "
+      << chart.bucketMs << " ms (" << num(bucketRate) << ").</text>\n";
 
   double panelTop = top;
   for (const GrantSeries& series : chart.series) {
@@ -172,12 +182,13 @@ inline std::string renderAccuracySvg(const AccuracyChart& chart) {
     svg << "<g stroke=\"#ccc\">\n";
     const std::int64_t yStep = std::max<std::int64_t>(1, chart.rate / 4);
     for (std::int64_t v = 0; static_cast<double>(v) <= yMax; v += yStep) {
-      svg << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\"" << num(yOf(static_cast<double>(v)))
-          << "\" y2=\"" << num(yOf(static_cast<double>(v))) << "\"/>\n";
+      svg << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\""
+          << num(yOf(static_cast<double>(v))) << "\" y2=\"" << num(yOf(static_cast<double>(v))) << "\"/>\n";
     }
     svg << "</g>\n<g fill=\"#444\" text-anchor=\"end\">\n";
     for (std::int64_t v = 0; static_cast<double>(v) <= yMax; v += yStep) {
-      svg << "<text x=\"" << num(left - 6) << "\" y=\"" << num(yOf(static_cast<double>(v)) + 4) << "\">" << v << "</text>\n";
+      svg << "<text x=\"" << num(left - 6) << "\" y=\"" << num(yOf(static_cast<double>(v)) + 4) << "\">" << v
+          << "</text>\n";
     }
     svg << "</g>\n<g fill=\"#444\" text-anchor=\"middle\">\n";
     const std::int64_t xStep = 500;
@@ -199,8 +210,8 @@ inline std::string renderAccuracySvg(const AccuracyChart& chart) {
     svg << "</g>\n";
     // the limit, the rate per bucket, and the use-time bound
     auto hline = [&](double v, const char* style) {
-      svg << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\"" << num(yOf(v)) << "\" y2=\""
-          << num(yOf(v)) << "\" " << style << "/>\n";
+      svg << "<line x1=\"" << num(left) << "\" x2=\"" << num(left + plotWidth) << "\" y1=\"" << num(yOf(v))
+          << "\" y2=\"" << num(yOf(v)) << "\" " << style << "/>\n";
     };
     hline(static_cast<double>(chart.rate), "stroke=\"#d62728\" stroke-width=\"4\"");
     hline(bucketRate, "stroke=\"#555\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"");

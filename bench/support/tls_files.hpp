@@ -45,7 +45,7 @@ class TlsFiles {
   /// redis-server arguments for a TLS port beside the plain one: the harness picks the port,
   /// clients need no certificate of their own.
   [[nodiscard]] std::vector<std::string> serverArgs() const {
-    return {"--tls-port", "auto", "--tls-cert-file", serverCert(), "--tls-key-file", serverKey(),
+    return {"--tls-port",         "auto",   "--tls-cert-file",    serverCert(), "--tls-key-file", serverKey(),
             "--tls-ca-cert-file", caFile(), "--tls-auth-clients", "no"};
   }
 

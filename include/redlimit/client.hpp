@@ -34,16 +34,16 @@ using ReplyCallback = std::function<void(Reply reply, std::exception_ptr error)>
 
 /// Counters of a Client's connections and requests, for tests and metrics.
 struct PoolStats {
-  std::size_t open = 0;                 // connections open now
-  std::uint64_t created = 0;            // connections opened since start
-  std::uint64_t discarded = 0;          // connections closed after a failure since start
-  std::size_t pending = 0;              // requests queued or waiting for their replies now
-  std::uint64_t rejected = 0;           // requests refused with PoolTimeoutError (maxPending reached)
-  std::uint64_t writes = 0;             // writes that carried requests since start
-  std::uint64_t requests = 0;           // requests written since start (requests / writes: how
-                                        // many left together, the effect of automatic pipelining)
-  std::uint64_t direct = 0;             // of them, written at once by the calling thread because
-                                        // their connection was idle (no hand-off to the I/O thread)
+  std::size_t open = 0;         // connections open now
+  std::uint64_t created = 0;    // connections opened since start
+  std::uint64_t discarded = 0;  // connections closed after a failure since start
+  std::size_t pending = 0;      // requests queued or waiting for their replies now
+  std::uint64_t rejected = 0;   // requests refused with PoolTimeoutError (maxPending reached)
+  std::uint64_t writes = 0;     // writes that carried requests since start
+  std::uint64_t requests = 0;   // requests written since start (requests / writes: how
+                                // many left together, the effect of automatic pipelining)
+  std::uint64_t direct = 0;     // of them, written at once by the calling thread because
+                                // their connection was idle (no hand-off to the I/O thread)
 };
 
 /// Counters of a Client's best-effort calls (see Client::admitBestEffort).
@@ -121,7 +121,8 @@ class Client {
   /// subclasses (TimeoutError, ClosedError, ProtocolError, PoolTimeoutError), ConfigurationError,
   /// AuthError, or the exception for an error reply (see errors.hpp).
   /// `deadline`, if given (not the epoch), ends the request instead of now + commandTimeout.
-  detail::Reply command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline = {});
+  detail::Reply command(std::initializer_list<std::string_view> argv,
+                        std::chrono::steady_clock::time_point deadline = {});
   detail::Reply command(const std::vector<std::string_view>& argv, std::chrono::steady_clock::time_point deadline = {});
 
   /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, one SCRIPT LOAD goes out on that
@@ -130,7 +131,7 @@ class Client {
   /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
   /// says so, see lua/common.lua). The sync form of evalAsync.
   detail::Reply eval(const detail::Script& script, const std::vector<std::string_view>& keys,
-             const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});
+                     const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});
   /// eval without waiting: `keys` and `args` are copied before it returns; `done` gets the
   /// outcome (see ReplyCallback). `script` must outlive the call (redlimit's are static).
   void evalAsync(const detail::Script& script, const std::vector<std::string_view>& keys,

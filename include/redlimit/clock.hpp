@@ -33,8 +33,7 @@ namespace redlimit {
 /// The default clock: std::chrono::steady_clock and a real sleep. Thread-safe.
 struct SteadyClock {
   [[nodiscard]] std::chrono::microseconds now() const noexcept {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::steady_clock::now().time_since_epoch());
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch());
   }
   void sleepFor(std::chrono::microseconds d) const {
     if (d.count() > 0) std::this_thread::sleep_for(d);
@@ -67,7 +66,8 @@ struct CoarseSteadyClock {
     static const std::chrono::microseconds lag = [] {
       timespec res{};
       if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0) return std::chrono::microseconds{10000};
-      return std::chrono::microseconds{3 * (static_cast<std::int64_t>(res.tv_sec) * 1000000 + (res.tv_nsec + 999) / 1000)};
+      return std::chrono::microseconds{3 *
+                                       (static_cast<std::int64_t>(res.tv_sec) * 1000000 + (res.tv_nsec + 999) / 1000)};
     }();
     return lag;
 #else

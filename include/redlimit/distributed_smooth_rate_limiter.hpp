@@ -15,18 +15,18 @@ namespace redlimit {
 
 /// A smooth limiter's configuration, as stored in its key. Build one with bursty() or warmingUp().
 struct SmoothConfig {
-  std::int64_t permits = 0;                     // the stable rate: `permits` per `interval`, 1..kMaxPermits
-  std::chrono::milliseconds interval{1000};     // 1 ms..kMaxInterval (49.7 days); one permit costs
-                                                // interval / permits, exactly
-  std::chrono::milliseconds maxBurst{1000};     // bursty: permits stored while idle, up to maxBurst's
-                                                // worth (Guava: 1 s, fixed), handed out free;
-                                                // 0..kMaxInterval, 0 = strictly paced. Unused when warming up
-  std::chrono::milliseconds warmupPeriod{0};    // 0 (default): bursty; > 0 (up to kMaxInterval): warming up,
-                                                // starts cold and reaches the stable rate after this
-                                                // long of full use
-  std::int64_t coldFactor = 3;                  // warming up: a permit costs up to coldFactor x the
-                                                // stable interval when cold (Guava: 3), 1..kMaxColdFactor.
-                                                // Unused when bursty
+  std::int64_t permits = 0;                   // the stable rate: `permits` per `interval`, 1..kMaxPermits
+  std::chrono::milliseconds interval{1000};   // 1 ms..kMaxInterval (49.7 days); one permit costs
+                                              // interval / permits, exactly
+  std::chrono::milliseconds maxBurst{1000};   // bursty: permits stored while idle, up to maxBurst's
+                                              // worth (Guava: 1 s, fixed), handed out free;
+                                              // 0..kMaxInterval, 0 = strictly paced. Unused when warming up
+  std::chrono::milliseconds warmupPeriod{0};  // 0 (default): bursty; > 0 (up to kMaxInterval): warming up,
+                                              // starts cold and reaches the stable rate after this
+                                              // long of full use
+  std::int64_t coldFactor = 3;                // warming up: a permit costs up to coldFactor x the
+                                              // stable interval when cold (Guava: 3), 1..kMaxColdFactor.
+                                              // Unused when bursty
 
   /// Guava's create(permitsPerSecond) as `permits` per `interval`, with the burst chosen by the caller.
   [[nodiscard]] static SmoothConfig bursty(std::int64_t permits, std::chrono::milliseconds interval,

@@ -156,8 +156,7 @@ class RequestLimitError : public ConfigurationError {
 /// Redis answered with an error reply. code() is its first word ("ERR", "OOM", "NOSCRIPT", ...).
 class ReplyError : public Error {
  public:
-  ReplyError(std::string code, const std::string& message)
-      : Error(message), code_(std::move(code)) {}
+  ReplyError(std::string code, const std::string& message) : Error(message), code_(std::move(code)) {}
   [[nodiscard]] const std::string& code() const noexcept { return code_; }
 
  private:

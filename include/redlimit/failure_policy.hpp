@@ -32,36 +32,36 @@ struct HealthEvent {
                     // goes to Redis and throws, under every policy, until it works again
   };
   Kind kind = Kind::Degraded;
-  Cause cause = Cause::Outage;               // Degraded: why; Recovered: the cause that ended
-  std::string limiter;                       // the limiter's name
-  std::string error;                         // Degraded: the text of the error that started it
-  std::string errorType;                     // Degraded: its type, e.g. "redlimit::ReplicaError"
-  std::exception_ptr exception;              // Degraded: the error itself (rethrow to catch by type)
-  std::chrono::milliseconds outage{0};       // Recovered: how long it was degraded
+  Cause cause = Cause::Outage;          // Degraded: why; Recovered: the cause that ended
+  std::string limiter;                  // the limiter's name
+  std::string error;                    // Degraded: the text of the error that started it
+  std::string errorType;                // Degraded: its type, e.g. "redlimit::ReplicaError"
+  std::exception_ptr exception;         // Degraded: the error itself (rethrow to catch by type)
+  std::chrono::milliseconds outage{0};  // Recovered: how long it was degraded
 };
 
 /// Failure handling of one limiter.
 struct FailureOptions {
-  FailurePolicy policy = FailurePolicy::Throw;       // decision when Redis cannot be asked
-  double localShare = 1.0;                           // Local: this instance's share of the rate, in (0, 1],
-                                                     // e.g. 1.0 / number of instances
-  std::chrono::milliseconds probeInterval{250};      // during an outage, one call per interval goes to
-                                                     // Redis; the others are decided at once; > 0
-                                                     // (huge values saturate: probe "never")
+  FailurePolicy policy = FailurePolicy::Throw;             // decision when Redis cannot be asked
+  double localShare = 1.0;                                 // Local: this instance's share of the rate, in (0, 1],
+                                                           // e.g. 1.0 / number of instances
+  std::chrono::milliseconds probeInterval{250};            // during an outage, one call per interval goes to
+                                                           // Redis; the others are decided at once; > 0
+                                                           // (huge values saturate: probe "never")
   std::function<void(const HealthEvent&)> onHealthChange;  // called once per Degraded (and again
-                                                     // if the cause changes), once on Recovered, on the
-                                                     // calling thread; must not throw
+                                                           // if the cause changes), once on Recovered, on the
+                                                           // calling thread; must not throw
 };
 
 /// Counters of decisions made under the failure policy (since the limiter handle was made).
 struct FailureStats {
-  std::uint64_t allowed = 0;       // Allow, and Local grants
-  std::uint64_t denied = 0;        // Deny, and Local refusals
-  std::uint64_t thrown = 0;        // Throw: IoErrors passed to the caller
-  std::uint64_t outages = 0;       // Degraded events with cause Outage
+  std::uint64_t allowed = 0;            // Allow, and Local grants
+  std::uint64_t denied = 0;             // Deny, and Local refusals
+  std::uint64_t thrown = 0;             // Throw: IoErrors passed to the caller
+  std::uint64_t outages = 0;            // Degraded events with cause Outage
   std::uint64_t misconfigurations = 0;  // Degraded events with cause Configuration
-  bool degraded = false;           // in an outage now: calls are decided by the policy between probes
-  bool misconfigured = false;      // the last call failed with a configuration error
+  bool degraded = false;                // in an outage now: calls are decided by the policy between probes
+  bool misconfigured = false;           // the last call failed with a configuration error
 };
 
 }  // namespace redlimit

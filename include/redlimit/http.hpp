@@ -60,17 +60,17 @@ inline constexpr std::int64_t kMaxSfInteger = 999'999'999'999'999;
 
 /// A quota policy as RateLimit-Policy advertises it. Usually one constant per endpoint class.
 struct RateLimitPolicy {
-  std::string name = "default";        // policy identifier, sent as an sf-string: printable ASCII
-                                       // (0x20..0x7E); may be empty
-  std::int64_t quota = 0;              // q: quota units per window; 0..kMaxSfInteger
-  std::chrono::seconds window{0};      // w: the window, seconds; 1..kMaxSfInteger, or 0 to omit w
+  std::string name = "default";    // policy identifier, sent as an sf-string: printable ASCII
+                                   // (0x20..0x7E); may be empty
+  std::int64_t quota = 0;          // q: quota units per window; 0..kMaxSfInteger
+  std::chrono::seconds window{0};  // w: the window, seconds; 1..kMaxSfInteger, or 0 to omit w
 };
 
 /// Which fields rateLimitHeaders() produces.
 struct HeaderOptions {
-  bool ietf = true;          // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11)
-  bool xRateLimit = false;   // X-RateLimit-Limit, -Remaining, -Reset (delta-seconds)
-  bool retryAfter = true;    // Retry-After on a denial
+  bool ietf = true;         // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11)
+  bool xRateLimit = false;  // X-RateLimit-Limit, -Remaining, -Reset (delta-seconds)
+  bool retryAfter = true;   // Retry-After on a denial
 };
 
 /// Header fields as (name, value) pairs, in the order they should be sent.

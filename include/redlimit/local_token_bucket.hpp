@@ -54,7 +54,10 @@ class BasicLocalTokenBucket {
   /// refillInterval in 1 µs..kMaxInterval.
   BasicLocalTokenBucket(std::int64_t capacity, std::int64_t refillPermits, std::chrono::microseconds refillInterval,
                         Clock clock = Clock{})
-      : clock_(std::move(clock)), capacity_(capacity), refillPermits_(refillPermits), intervalMicros_(refillInterval.count()) {
+      : clock_(std::move(clock)),
+        capacity_(capacity),
+        refillPermits_(refillPermits),
+        intervalMicros_(refillInterval.count()) {
     checkRange("capacity", capacity, 1, kMaxPermits);
     checkRange("refillPermits", refillPermits, 1, kMaxPermits);
     checkRange("refillInterval (µs)", refillInterval.count(), 1, kMaxInterval.count());

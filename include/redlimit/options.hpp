@@ -23,15 +23,15 @@ inline constexpr std::size_t kMaxUnixSocketPath = sizeof(sockaddr_un::sun_path) 
 /// TLS for the connection (OpenSSL 3). `rediss://` URIs turn it on; their query parameters
 /// `cacert`, `capath`, `cert`, `key`, `sni` and `verify=0|1` fill the fields of the same meaning.
 struct TlsOptions {
-  bool enabled = false;                               // speak TLS on the TCP connection
-  std::string caFile;                                 // PEM file of trusted CAs; empty (and caPath empty)
-                                                      // = the system's default trust store
-  std::string caPath;                                 // directory of hashed CA certificates (c_rehash)
-  std::string certFile;                               // client certificate (PEM) for mutual TLS; needs keyFile
-  std::string keyFile;                                // private key of certFile (PEM, unencrypted)
-  std::string serverName;                             // SNI and the name the certificate must carry;
-                                                      // empty = the host of ConnectionOptions
-  bool verifyPeer = true;                             // check the server's certificate chain and name
+  bool enabled = false;    // speak TLS on the TCP connection
+  std::string caFile;      // PEM file of trusted CAs; empty (and caPath empty)
+                           // = the system's default trust store
+  std::string caPath;      // directory of hashed CA certificates (c_rehash)
+  std::string certFile;    // client certificate (PEM) for mutual TLS; needs keyFile
+  std::string keyFile;     // private key of certFile (PEM, unencrypted)
+  std::string serverName;  // SNI and the name the certificate must carry;
+                           // empty = the host of ConnectionOptions
+  bool verifyPeer = true;  // check the server's certificate chain and name
 };
 
 /// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure,
@@ -40,39 +40,39 @@ struct TlsOptions {
 /// or hostile peer can make a client allocate.
 struct ReplyLimits {
   std::size_t maxBulkBytes = std::size_t{64} << 20;  // longest bulk string (and status or error line),
-                                                      // bytes; >= 1
+                                                     // bytes; >= 1
   std::size_t maxElements = std::size_t{1} << 20;    // most elements in one array (each level), >= 1
-  int maxDepth = 7;                                   // deepest nesting of arrays, 1..7 (hiredis's
-                                                      // reader stops at 7)
+  int maxDepth = 7;                                  // deepest nesting of arrays, 1..7 (hiredis's
+                                                     // reader stops at 7)
 };
 
 /// How to reach one Redis server and what to send after connecting.
 struct ConnectionOptions {
-  std::string host = "127.0.0.1";                     // TCP host; ignored when unixSocket is set
-  int port = 6379;                                    // TCP port
-  std::string unixSocket;                             // path of a unix socket; empty = use TCP;
-                                                      // at most kMaxUnixSocketPath bytes
-  std::string user;                                   // ACL user for AUTH; empty = "default"
-  std::string password;                               // AUTH password; empty = no AUTH
-  int db = 0;                                         // SELECT db after connecting (0 = none sent)
-  std::chrono::milliseconds connectTimeout{500};      // TCP/unix connect and the first exchange
-                                                      // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
-  std::chrono::milliseconds commandTimeout{500};      // a request's whole deadline (queueing, writing, the
-                                                      // reply), ms; in 1..kMaxConnectionTimeout; a request
-                                                      // that must wait for a connection also gets the time
-                                                      // connecting took (at most connectTimeout)
-  bool keepAlive = true;                              // TCP keep-alive on the socket
-  TlsOptions tls;                                     // TLS (off unless `rediss://` or set here)
-  ReplyLimits replyLimits;                            // what a reply may make the client allocate
+  std::string host = "127.0.0.1";                 // TCP host; ignored when unixSocket is set
+  int port = 6379;                                // TCP port
+  std::string unixSocket;                         // path of a unix socket; empty = use TCP;
+                                                  // at most kMaxUnixSocketPath bytes
+  std::string user;                               // ACL user for AUTH; empty = "default"
+  std::string password;                           // AUTH password; empty = no AUTH
+  int db = 0;                                     // SELECT db after connecting (0 = none sent)
+  std::chrono::milliseconds connectTimeout{500};  // TCP/unix connect and the first exchange
+                                                  // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
+  std::chrono::milliseconds commandTimeout{500};  // a request's whole deadline (queueing, writing, the
+                                                  // reply), ms; in 1..kMaxConnectionTimeout; a request
+                                                  // that must wait for a connection also gets the time
+                                                  // connecting took (at most connectTimeout)
+  bool keepAlive = true;                          // TCP keep-alive on the socket
+  TlsOptions tls;                                 // TLS (off unless `rediss://` or set here)
+  ReplyLimits replyLimits;                        // what a reply may make the client allocate
 };
 
 /// The connections a Client multiplexes its requests over. Any number of threads share them:
 /// the size bounds connections, not concurrency.
 struct PoolOptions {
-  std::size_t size = 2;                               // connections to the server, opened when first
-                                                      // needed; requests spread round-robin; 1..1024
-  std::size_t maxPending = 100000;                    // requests queued or awaiting replies at once, per
-                                                      // Client; more are refused with PoolTimeoutError; >= 1
+  std::size_t size = 2;             // connections to the server, opened when first
+                                    // needed; requests spread round-robin; 1..1024
+  std::size_t maxPending = 100000;  // requests queued or awaiting replies at once, per
+                                    // Client; more are refused with PoolTimeoutError; >= 1
 };
 
 /// What a Client talks to: one server, a Redis Cluster, or the primary a group of Sentinels names.
@@ -105,24 +105,24 @@ struct ClusterOptions {
 /// follows failovers. ConnectionOptions (user, password, db, TLS, timeouts) are for the primary;
 /// host, port and unixSocket are replaced by its address.
 struct SentinelOptions {
-  std::vector<NodeAddress> sentinels;                 // >= 1
-  std::string primaryName;                            // the name the sentinels monitor, e.g. "mymaster"
-  std::string user;                                   // the sentinels' own ACL user (empty = "default")
-  std::string password;                               // the sentinels' own password (empty = no AUTH)
-  bool tls = false;                                   // speak TLS to the sentinels (with ConnectionOptions::tls's
-                                                      // CA and client certificate)
+  std::vector<NodeAddress> sentinels;  // >= 1
+  std::string primaryName;             // the name the sentinels monitor, e.g. "mymaster"
+  std::string user;                    // the sentinels' own ACL user (empty = "default")
+  std::string password;                // the sentinels' own password (empty = no AUTH)
+  bool tls = false;                    // speak TLS to the sentinels (with ConnectionOptions::tls's
+                                       // CA and client certificate)
 };
 
 /// Everything a Client needs. Build it by hand or from a URI with Client::fromUri().
 struct ClientOptions {
-  Topology topology = Topology::Standalone;           // what `connection` (or `cluster`, `sentinel`) names
-  ConnectionOptions connection;                       // the server (every node, for a cluster or sentinel)
-  ClusterOptions cluster;                             // Topology::Cluster
-  SentinelOptions sentinel;                           // Topology::Sentinel
-  PoolOptions pool;                                   // the pool (per node, for a cluster)
-  std::string clientId;                               // PER_CLIENT identity; empty = random UUID v4 per Client
-  std::chrono::milliseconds bestEffortRetry{250};     // after a transport failure, best-effort calls (give-backs)
-                                                      // are skipped for this long, then one probe per interval, ms; > 0
+  Topology topology = Topology::Standalone;        // what `connection` (or `cluster`, `sentinel`) names
+  ConnectionOptions connection;                    // the server (every node, for a cluster or sentinel)
+  ClusterOptions cluster;                          // Topology::Cluster
+  SentinelOptions sentinel;                        // Topology::Sentinel
+  PoolOptions pool;                                // the pool (per node, for a cluster)
+  std::string clientId;                            // PER_CLIENT identity; empty = random UUID v4 per Client
+  std::chrono::milliseconds bestEffortRetry{250};  // after a transport failure, best-effort calls (give-backs)
+                                                   // are skipped for this long, then one probe per interval, ms; > 0
 };
 
 /// Throws InvalidArgument naming the first option that cannot be used: a timeout outside

@@ -21,13 +21,13 @@ namespace redlimit {
 
 /// Options of one RateLimiter handle.
 struct RateLimiterOptions {
-  TimeSource timeSource = TimeSource::Server;         // clock that stamps permits
-  FailureOptions failure;                             // decisions when Redis cannot be asked
-                                                      // (default: throw the IoError)
-  bool coalesce = true;                               // acquisitions of this handle that queue up while
-                                                      // one is in flight go to Redis together, as one
-                                                      // script call deciding each in order (false: one
-                                                      // call each)
+  TimeSource timeSource = TimeSource::Server;  // clock that stamps permits
+  FailureOptions failure;                      // decisions when Redis cannot be asked
+                                               // (default: throw the IoError)
+  bool coalesce = true;                        // acquisitions of this handle that queue up while
+                                               // one is in flight go to Redis together, as one
+                                               // script call deciding each in order (false: one
+                                               // call each)
 };
 
 /// A distributed sliding-window rate limiter that reads and writes Redisson's RRateLimiter data
@@ -57,10 +57,10 @@ struct RateLimiterOptions {
 /// sleep the waits the limiter asks for.
 class RateLimiter {
  public:
-  static constexpr std::int64_t kMaxRate = 4294967295;                       // uint32 in a member
-  static constexpr std::chrono::milliseconds kMaxInterval{1000000000000};    // about 31 years
-  static constexpr std::size_t kMaxNameLength = 1024;                         // bytes
-  static constexpr std::size_t kMaxClientIdLength = 128;                      // bytes
+  static constexpr std::int64_t kMaxRate = 4294967295;                     // uint32 in a member
+  static constexpr std::chrono::milliseconds kMaxInterval{1000000000000};  // about 31 years
+  static constexpr std::size_t kMaxNameLength = 1024;                      // bytes
+  static constexpr std::size_t kMaxClientIdLength = 128;                   // bytes
 
   /// The checks every configuration write makes before it sends anything: throws InvalidArgument
   /// for an unknown type, rate outside 1..kMaxRate, interval outside 1 ms..kMaxInterval, or a

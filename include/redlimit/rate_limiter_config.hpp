@@ -22,10 +22,10 @@ enum class TimeSource {
 
 /// A limiter's configuration as stored in its hash.
 struct RateLimiterConfig {
-  RateType rateType = RateType::Overall;              // field `type`
-  std::int64_t rate = 0;                              // field `rate`: permits per interval
-  std::chrono::milliseconds rateInterval{0};          // field `interval`, ms
-  std::chrono::milliseconds keepAliveTime{0};         // field `keepAliveTime`, ms; 0 = none
+  RateType rateType = RateType::Overall;       // field `type`
+  std::int64_t rate = 0;                       // field `rate`: permits per interval
+  std::chrono::milliseconds rateInterval{0};   // field `interval`, ms
+  std::chrono::milliseconds keepAliveTime{0};  // field `keepAliveTime`, ms; 0 = none
 
   friend bool operator==(const RateLimiterConfig& a, const RateLimiterConfig& b) {
     return a.rateType == b.rateType && a.rate == b.rate && a.rateInterval == b.rateInterval &&

@@ -12,11 +12,11 @@ namespace redlimit {
 /// The outcome of one reservation (GcraRateLimiter::reserve and the other one-key limiters'). A
 /// value type.
 struct Reservation {
-  Decision decision;                     // allowed = reserved: the permits are taken (possibly ahead of
-                                         // time). Refused: retryAfter is the earliest time from now at which
-                                         // the same reservation (same permits, same maxWait) would succeed
-  std::chrono::microseconds delay{0};    // reserved: wait this long after the decision (decision.time)
-                                         // before using the permits; 0 = at once. Refused: 0
+  Decision decision;                   // allowed = reserved: the permits are taken (possibly ahead of
+                                       // time). Refused: retryAfter is the earliest time from now at which
+                                       // the same reservation (same permits, same maxWait) would succeed
+  std::chrono::microseconds delay{0};  // reserved: wait this long after the decision (decision.time)
+                                       // before using the permits; 0 = at once. Refused: 0
 
   explicit operator bool() const noexcept { return decision.allowed; }
 };

@@ -150,33 +150,30 @@ struct HasReleaseGrant<Source, std::void_t<decltype(std::int64_t(std::declval<So
 template <class Source, class = void>
 struct HasBestEffortRelease : std::false_type {};
 template <class Source>
-struct HasBestEffortRelease<Source, std::void_t<decltype(std::optional<std::int64_t>(
-                                        std::declval<Source&>().releaseGrantBestEffort(
-                                            std::declval<const std::string&>(), std::int64_t{})))>>
-    : std::true_type {};
+struct HasBestEffortRelease<
+    Source, std::void_t<decltype(std::optional<std::int64_t>(std::declval<Source&>().releaseGrantBestEffort(
+                std::declval<const std::string&>(), std::int64_t{})))>> : std::true_type {};
 template <class Source, class = void>
 struct HasDecideUnanswered : std::false_type {};
 template <class Source>
 struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
-                                       std::int64_t{}, std::declval<const std::string&>())))>>
-    : std::true_type {};
+                                       std::int64_t{}, std::declval<const std::string&>())))>> : std::true_type {};
 // What reconfigure() needs on top (checked only when reconfigure() is used).
 template <class Source, class = void>
 struct HasConfigCalls : std::false_type {};
 template <class Source>
-struct HasConfigCalls<
-    Source, std::void_t<decltype(RateLimiterConfig(std::declval<Source&>().getConfig())),
-                        decltype(bool(std::declval<Source&>().trySetRate(RateType{}, std::int64_t{},
-                                                                         std::chrono::milliseconds{}))),
-                        decltype(std::declval<Source&>().setRate(RateType{}, std::int64_t{}, std::chrono::milliseconds{},
-                                                                 std::chrono::milliseconds{}, bool{}))>>
-    : std::true_type {};
+struct HasConfigCalls<Source, std::void_t<decltype(RateLimiterConfig(std::declval<Source&>().getConfig())),
+                                          decltype(bool(std::declval<Source&>().trySetRate(
+                                              RateType{}, std::int64_t{}, std::chrono::milliseconds{}))),
+                                          decltype(std::declval<Source&>().setRate(
+                                              RateType{}, std::int64_t{}, std::chrono::milliseconds{},
+                                              std::chrono::milliseconds{}, bool{}))>> : std::true_type {};
 // A static validateConfig(RateType, rate, interval) (RateLimiter's), used by reconfigure() if present.
 template <class Source, class = void>
 struct HasValidateConfig : std::false_type {};
 template <class Source>
-struct HasValidateConfig<Source, std::void_t<decltype(Source::validateConfig(RateType{}, std::int64_t{},
-                                                                             std::chrono::milliseconds{}))>>
+struct HasValidateConfig<
+    Source, std::void_t<decltype(Source::validateConfig(RateType{}, std::int64_t{}, std::chrono::milliseconds{}))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -270,21 +267,21 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
   /// limiter. Throws InvalidArgument for a null source or bad options, Error if the sweeper's
   /// thread cannot be started.
-  explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {},
-                                Clock clock = Clock{})
-      : clock_(std::move(clock)), source_(std::move(source)), refillWait_(options.refillWait),
+  explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {}, Clock clock = Clock{})
+      : clock_(std::move(clock)),
+        source_(std::move(source)),
+        refillWait_(options.refillWait),
         idleReturnAfter_(options.idleReturnAfter) {
     if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
     checkSegmentSize(options.segmentSize);
     // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
     if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
-      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) +
-                            " ms, got " + std::to_string(options.refillWait.count()) + " ms");
+      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) + " ms, got " +
+                            std::to_string(options.refillWait.count()) + " ms");
     }
     if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > kMaxWait) {
-      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." +
-                            std::to_string(kMaxWait.count()) + " ms, got " +
-                            std::to_string(options.idleReturnAfter.count()) + " ms");
+      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." + std::to_string(kMaxWait.count()) +
+                            " ms, got " + std::to_string(options.idleReturnAfter.count()) + " ms");
     }
     segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
     if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
@@ -340,8 +337,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// if none exists. Returns true if it wrote the configuration. Waits for a refill in flight.
   /// Throws InvalidArgument for bad values (before anything is sent), what the source throws,
   /// Error after close().
-  bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval,
-                   std::int64_t segmentSize) {
+  bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval, std::int64_t segmentSize) {
     static_assert(detail::HasConfigCalls<Source>::value,
                   "SegmentedRateLimiter::reconfigure: Source lacks getConfig(), trySetRate(RateType, "
                   "std::int64_t, std::chrono::milliseconds) or setRate(RateType, std::int64_t, "
@@ -476,14 +472,14 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   static void checkPermits(std::int64_t permits) {
     if (permits < 1 || permits > kMaxPermits) {
-      throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(kMaxPermits) +
-                            ", got " + std::to_string(permits));
+      throw InvalidArgument("redlimit: permits must be in 1.." + std::to_string(kMaxPermits) + ", got " +
+                            std::to_string(permits));
     }
   }
   static void checkSegmentSize(std::int64_t size) {
     if (size < 1 || size > kMaxPermits) {
-      throw InvalidArgument("redlimit: segmentSize must be in 1.." + std::to_string(kMaxPermits) +
-                            ", got " + std::to_string(size));
+      throw InvalidArgument("redlimit: segmentSize must be in 1.." + std::to_string(kMaxPermits) + ", got " +
+                            std::to_string(size));
     }
   }
   [[noreturn]] static void throwClosed() { throw Error("redlimit: SegmentedRateLimiter is closed"); }
@@ -699,9 +695,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // One visit of the shared sweeper (its thread; never after close() has left the sweeper): the
   // idle check, then µs until the next visit (half the idle time), or -1 to wait to be armed.
-  static std::int64_t sweepTask(void* self) noexcept {
-    return static_cast<SegmentedRateLimiter*>(self)->sweep();
-  }
+  static std::int64_t sweepTask(void* self) noexcept { return static_cast<SegmentedRateLimiter*>(self)->sweep(); }
   std::int64_t sweep() noexcept {
     (void)releaseIfIdle();
     std::lock_guard<std::mutex> lk(mutex_);
@@ -723,21 +717,21 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // The slow path. mutex_ guards everything below that is not atomic.
   alignas(detail::kCacheLine) mutable std::mutex mutex_;
-  std::condition_variable cv_;      // refill or give-back finished, or closed
-  bool leading_ = false;          // a thread holds the leader role (refill, reconfigure, close)
-  bool releasing_ = false;         // a give-back is in flight (at most one)
+  std::condition_variable cv_;  // refill or give-back finished, or closed
+  bool leading_ = false;        // a thread holds the leader role (refill, reconfigure, close)
+  bool releasing_ = false;      // a give-back is in flight (at most one)
   bool closed_ = false;
-  bool sweepArmed_ = false;         // the sweeper will visit (it does while permits are held)
-  std::uint64_t attempts_ = 0;      // refill attempts completed
-  bool lastDenied_ = false;         // outcome of the last attempt
+  bool sweepArmed_ = false;     // the sweeper will visit (it does while permits are held)
+  std::uint64_t attempts_ = 0;  // refill attempts completed
+  bool lastDenied_ = false;     // outcome of the last attempt
   std::int64_t lastDeniedPermits_ = 0;
   std::chrono::milliseconds lastWait_{0};
-  std::string member_;              // sorted-set member of the current segment's grant
-  std::uint64_t idleSeen_ = 0;      // the state word the idle check saw last
-  std::int64_t idleSince_ = 0;      // clock µs when it first saw it
-  std::int64_t installed_ = 0;      // permits placed in segments
-  std::int64_t inHand_ = 0;         // permits taken out of the segment by a leader in flight
-  std::int64_t backInFlight_ = 0;   // permits in the give-back in flight
+  std::string member_;             // sorted-set member of the current segment's grant
+  std::uint64_t idleSeen_ = 0;     // the state word the idle check saw last
+  std::int64_t idleSince_ = 0;     // clock µs when it first saw it
+  std::int64_t installed_ = 0;     // permits placed in segments
+  std::int64_t inHand_ = 0;        // permits taken out of the segment by a leader in flight
+  std::int64_t backInFlight_ = 0;  // permits in the give-back in flight
   std::int64_t returned_ = 0;
   std::int64_t expired_ = 0;
   std::int64_t refillWaits_ = 0;
@@ -746,7 +740,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   std::atomic<std::int64_t> remoteRoundTrips_{0};
   std::atomic<std::int64_t> permitsFromRemote_{0};
   std::atomic<std::int64_t> directGrants_{0};
-  std::uint64_t sweepId_ = 0;       // registration with the idle sweeper; 0 = none (returnWhenIdle off)
+  std::uint64_t sweepId_ = 0;  // registration with the idle sweeper; 0 = none (returnWhenIdle off)
 };
 
 }  // namespace redlimit

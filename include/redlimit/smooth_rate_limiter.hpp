@@ -92,8 +92,7 @@ class BasicSmoothRateLimiter {
   /// Starts with nothing stored. permitsPerSecond may be +infinity (no limit).
   /// Throws InvalidArgument if permitsPerSecond <= 0 or NaN, or maxBurstSeconds is negative,
   /// NaN or infinite.
-  [[nodiscard]] static BasicSmoothRateLimiter bursty(double permitsPerSecond,
-                                                     double maxBurstSeconds = 1.0,
+  [[nodiscard]] static BasicSmoothRateLimiter bursty(double permitsPerSecond, double maxBurstSeconds = 1.0,
                                                      Clock clock = Clock{}) {
     checkRate(permitsPerSecond);
     if (!(maxBurstSeconds >= 0.0) || std::isinf(maxBurstSeconds)) {
@@ -112,9 +111,9 @@ class BasicSmoothRateLimiter {
   /// Throws InvalidArgument if permitsPerSecond <= 0 or NaN, warmupPeriod is negative or NaN,
   /// or coldFactor < 1, NaN or infinite.
   template <class Rep, class Period>
-  [[nodiscard]] static BasicSmoothRateLimiter warmingUp(
-      double permitsPerSecond, std::chrono::duration<Rep, Period> warmupPeriod,
-      double coldFactor = 3.0, Clock clock = Clock{}) {
+  [[nodiscard]] static BasicSmoothRateLimiter warmingUp(double permitsPerSecond,
+                                                        std::chrono::duration<Rep, Period> warmupPeriod,
+                                                        double coldFactor = 3.0, Clock clock = Clock{}) {
     checkRate(permitsPerSecond);
     if constexpr (std::is_floating_point_v<Rep>) {
       if (std::isnan(static_cast<double>(warmupPeriod.count()))) {
@@ -123,16 +122,15 @@ class BasicSmoothRateLimiter {
     }
     const std::int64_t warmupMicros = saturatedMicros(warmupPeriod);
     if (warmupMicros < 0) {
-      throw InvalidArgument("SmoothRateLimiter: warmupPeriod must be >= 0, got " +
-                            std::to_string(warmupMicros) + " us");
+      throw InvalidArgument("SmoothRateLimiter: warmupPeriod must be >= 0, got " + std::to_string(warmupMicros) +
+                            " us");
     }
     if (!(coldFactor >= 1.0) || std::isinf(coldFactor)) {
-      throw InvalidArgument("SmoothRateLimiter: coldFactor must be finite and >= 1, got " +
-                            std::to_string(coldFactor));
+      throw InvalidArgument("SmoothRateLimiter: coldFactor must be finite and >= 1, got " + std::to_string(coldFactor));
     }
     // A zero period makes a bursty limiter with maxBurstSeconds 0 (isWarmingUp() is false).
-    return BasicSmoothRateLimiter(std::move(clock), permitsPerSecond, 0.0,
-                                  static_cast<double>(warmupMicros), coldFactor);
+    return BasicSmoothRateLimiter(std::move(clock), permitsPerSecond, 0.0, static_cast<double>(warmupMicros),
+                                  coldFactor);
   }
 
   BasicSmoothRateLimiter(const BasicSmoothRateLimiter&) = delete;
@@ -153,9 +151,7 @@ class BasicSmoothRateLimiter {
 
   /// Takes `permits` now if the limiter is free, without waiting. Same as
   /// tryAcquire(permits, 0us). Thread-safe. Throws InvalidArgument if permits <= 0.
-  [[nodiscard]] bool tryAcquire(std::int64_t permits = 1) {
-    return tryAcquireMicros(permits, 0);
-  }
+  [[nodiscard]] bool tryAcquire(std::int64_t permits = 1) { return tryAcquireMicros(permits, 0); }
 
   /// Same as tryAcquire(1, timeout), below.
   template <class Rep, class Period>
@@ -212,8 +208,8 @@ class BasicSmoothRateLimiter {
   static constexpr std::int64_t kMaxMicros = std::numeric_limits<std::int64_t>::max();
   static constexpr std::int64_t kMinMicros = std::numeric_limits<std::int64_t>::min();
 
-  BasicSmoothRateLimiter(Clock clock, double permitsPerSecond, double maxBurstSeconds,
-                         double warmupMicros, double coldFactor)
+  BasicSmoothRateLimiter(Clock clock, double permitsPerSecond, double maxBurstSeconds, double warmupMicros,
+                         double coldFactor)
       : clock_(std::move(clock)),
         maxBurstSeconds_(maxBurstSeconds),
         warmupMicros_(warmupMicros),
@@ -224,15 +220,13 @@ class BasicSmoothRateLimiter {
 
   static void checkRate(double permitsPerSecond) {
     if (!(permitsPerSecond > 0.0)) {
-      throw InvalidArgument("SmoothRateLimiter: permitsPerSecond must be > 0, got " +
-                            std::to_string(permitsPerSecond));
+      throw InvalidArgument("SmoothRateLimiter: permitsPerSecond must be > 0, got " + std::to_string(permitsPerSecond));
     }
   }
 
   static void checkPermits(std::int64_t permits) {
     if (permits <= 0) {
-      throw InvalidArgument("SmoothRateLimiter: permits must be > 0, got " +
-                            std::to_string(permits));
+      throw InvalidArgument("SmoothRateLimiter: permits must be > 0, got " + std::to_string(permits));
     }
   }
 
@@ -316,8 +310,7 @@ class BasicSmoothRateLimiter {
     const double freshPermits = requested - storedToSpend;
     const std::int64_t freshMicros =
         freshPermits > 0.0 ? saturatedMicros(std::ceil(freshPermits * stableIntervalMicros_)) : 0;
-    const std::int64_t waitMicros =
-        saturatedAdd(storedPermitsToWaitTime(storedPermits_, storedToSpend), freshMicros);
+    const std::int64_t waitMicros = saturatedAdd(storedPermitsToWaitTime(storedPermits_, storedToSpend), freshMicros);
     nextFreeMicros_ = saturatedAdd(nextFreeMicros_, waitMicros);
     storedPermits_ -= storedToSpend;
     demandRefused_ = false;
@@ -332,8 +325,7 @@ class BasicSmoothRateLimiter {
       // Fix 2: the refused caller's retry gap refills only up to the threshold.
       const double retryMicros = std::min(idleMicros, coldFactor_ * stableIntervalMicros_);
       if (storedPermits_ < thresholdPermits_) {
-        storedPermits_ =
-            std::min(thresholdPermits_, storedPermits_ + permitsEarned(retryMicros));
+        storedPermits_ = std::min(thresholdPermits_, storedPermits_ + permitsEarned(retryMicros));
       }
       idleMicros -= retryMicros;
       if (idleMicros > 0.0) {
@@ -368,9 +360,7 @@ class BasicSmoothRateLimiter {
         const double coldIntervalMicros = s * coldFactor_;
         thresholdPermits_ = 0.5 * w / s;
         maxPermits_ = thresholdPermits_ + 2.0 * w / (s + coldIntervalMicros);
-        slope_ = maxPermits_ > thresholdPermits_
-                     ? (coldIntervalMicros - s) / (maxPermits_ - thresholdPermits_)
-                     : 0.0;
+        slope_ = maxPermits_ > thresholdPermits_ ? (coldIntervalMicros - s) / (maxPermits_ - thresholdPermits_) : 0.0;
         coolDownIntervalMicros_ = maxPermits_ > 0.0 ? w / maxPermits_ : kInfinity;
       }
       if (std::isinf(oldMaxPermits)) {
@@ -403,15 +393,13 @@ class BasicSmoothRateLimiter {
   // Mutex held. The cost of spending `permitsToTake` of `storedPermits` stored permits: free
   // for a bursty limiter; for a warming-up one, the area under permitsToTime() above the
   // threshold plus the stable interval for each permit below it.
-  [[nodiscard]] std::int64_t storedPermitsToWaitTime(double storedPermits,
-                                                     double permitsToTake) const noexcept {
+  [[nodiscard]] std::int64_t storedPermitsToWaitTime(double storedPermits, double permitsToTake) const noexcept {
     if (!isWarmingUp() || stableIntervalMicros_ == 0.0) return 0;
     const double aboveThreshold = storedPermits - thresholdPermits_;
     std::int64_t micros = 0;
     if (aboveThreshold > 0.0) {
       const double takeAbove = std::min(aboveThreshold, permitsToTake);
-      const double length =
-          permitsToTime(aboveThreshold) + permitsToTime(aboveThreshold - takeAbove);
+      const double length = permitsToTime(aboveThreshold) + permitsToTime(aboveThreshold - takeAbove);
       micros = saturatedMicros(takeAbove * length / 2.0);
       permitsToTake -= takeAbove;
     }
@@ -421,9 +409,7 @@ class BasicSmoothRateLimiter {
     return micros;
   }
 
-  [[nodiscard]] double permitsToTime(double permits) const noexcept {
-    return stableIntervalMicros_ + permits * slope_;
-  }
+  [[nodiscard]] double permitsToTime(double permits) const noexcept { return stableIntervalMicros_ + permits * slope_; }
 
   Clock clock_;
   mutable std::mutex mutex_;

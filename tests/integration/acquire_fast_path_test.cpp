@@ -27,8 +27,8 @@ constexpr std::int64_t kIntervalMs = 10000;
 
 /// What one call left behind, in a form two limiters can be compared by.
 struct State {
-  std::string value;                     // the value key ("" = missing)
-  std::vector<std::uint32_t> permits;    // permits of every member, sorted (0: not a permit entry)
+  std::string value;                   // the value key ("" = missing)
+  std::vector<std::uint32_t> permits;  // permits of every member, sorted (0: not a permit entry)
   bool valueTtl = false, logTtl = false, hashTtl = false;
   bool operator==(const State& o) const {
     return value == o.value && permits == o.permits && valueTtl == o.valueTtl && logTtl == o.logTtl &&
@@ -54,13 +54,15 @@ class AcquireFastPath : public RedissonMixTest {
   using Build = std::function<void(const RateLimiter& rl, std::int64_t nowMs)>;
 
   Outcome call(const RateLimiter& rl, const std::string& permits, bool resend, const std::string& expected) {
-    static const detail::Script script{detail::lua::acquire.name, detail::lua::acquire.sha1, detail::lua::acquire.source};
+    static const detail::Script script{detail::lua::acquire.name, detail::lua::acquire.sha1,
+                                       detail::lua::acquire.source};
     const std::string id = resend ? std::string(16, 'r') : std::string(16, 'f');
     const std::vector<std::string> keys = acquireKeys(rl, id);
     const std::vector<std::string_view> views(keys.begin(), keys.end());
     Outcome o;
     try {
-      const Reply r = detail::eval(admin(), script, views, {permits, permits, id, "", resend ? "1" : "0", "5000", expected});
+      const Reply r =
+          detail::eval(admin(), script, views, {permits, permits, id, "", resend ? "1" : "0", "5000", expected});
       o.granted = r.elements.at(0).integer;
       o.wait = r.elements.at(1).integer;
       o.value = r.elements.at(2).integer;
@@ -124,137 +126,224 @@ class AcquireFastPath : public RedissonMixTest {
   }
   void value(const RateLimiter& rl, const std::string& v) { (void)raw({"SET", rl.keys()[1], v}); }
   /// `n` members of `permits` each, stamped `ageMs` before `nowMs` (older ones first).
-  void members(const RateLimiter& rl, std::int64_t nowMs, int n, std::int64_t ageMs, std::uint32_t permits,
-               char tag) {
+  void members(const RateLimiter& rl, std::int64_t nowMs, int n, std::int64_t ageMs, std::uint32_t permits, char tag) {
     for (int i = 0; i < n; ++i) {
       const std::string digits = std::to_string(i);
       const std::string id = std::string(1, tag) + std::string(15 - digits.size(), '0') + digits;
       const std::string micros = std::to_string(100 + i % 900);  // three digits
-      (void)raw({"ZADD", rl.keys()[3], std::to_string(nowMs - ageMs - (n - i)) + "." + micros, packMember(id, permits)});
+      (void)raw(
+          {"ZADD", rl.keys()[3], std::to_string(nowMs - ageMs - (n - i)) + "." + micros, packMember(id, permits)});
     }
   }
 };
 
 TEST_F(AcquireFastPath, GrantsAndDenialsOnUsableState) {
-  expectSame("empty log, value at the rate", [&](auto& rl, auto) { hash(rl, "10"); value(rl, "10"); }, "1");
-  expectSame("empty log, value below the rate", [&](auto& rl, auto) { hash(rl, "10"); value(rl, "0"); }, "3");
-  expectSame("live members, enough left", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "5");
-    members(rl, now, 5, 100, 1, 'a');
-  }, "2");
-  expectSame("live members, used up", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "0");
-    members(rl, now, 10, 100, 1, 'a');
-  }, "1");
-  expectSame("a wide member frees the want at once", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "1");
-    members(rl, now, 1, 3000, 6, 'w');
-    members(rl, now, 3, 100, 1, 'a');
-  }, "4");
-  expectSame("the wait walks several members", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "0");
-    members(rl, now, 10, 2000, 1, 'a');
-  }, "5");
-  expectSame("expired members reclaimed, then granted", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "5");
-    members(rl, now, 3, kIntervalMs + 500, 1, 'x');
-    members(rl, now, 2, 100, 1, 'a');
-  }, "7");
-  expectSame("expired members reclaimed, still denied", [&](auto& rl, auto now) {
-    hash(rl, "5");
-    value(rl, "0");
-    members(rl, now, 2, kIntervalMs + 500, 1, 'x');
-    members(rl, now, 3, 100, 1, 'a');
-  }, "3");
-  expectSame("every member expired", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "0");
-    members(rl, now, 10, kIntervalMs + 500, 1, 'x');
-  }, "10");
+  expectSame(
+      "empty log, value at the rate",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        value(rl, "10");
+      },
+      "1");
+  expectSame(
+      "empty log, value below the rate",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        value(rl, "0");
+      },
+      "3");
+  expectSame(
+      "live members, enough left",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "5");
+        members(rl, now, 5, 100, 1, 'a');
+      },
+      "2");
+  expectSame(
+      "live members, used up",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "0");
+        members(rl, now, 10, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "a wide member frees the want at once",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "1");
+        members(rl, now, 1, 3000, 6, 'w');
+        members(rl, now, 3, 100, 1, 'a');
+      },
+      "4");
+  expectSame(
+      "the wait walks several members",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "0");
+        members(rl, now, 10, 2000, 1, 'a');
+      },
+      "5");
+  expectSame(
+      "expired members reclaimed, then granted",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "5");
+        members(rl, now, 3, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 2, 100, 1, 'a');
+      },
+      "7");
+  expectSame(
+      "expired members reclaimed, still denied",
+      [&](auto& rl, auto now) {
+        hash(rl, "5");
+        value(rl, "0");
+        members(rl, now, 2, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 3, 100, 1, 'a');
+      },
+      "3");
+  expectSame(
+      "every member expired",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "0");
+        members(rl, now, 10, kIntervalMs + 500, 1, 'x');
+      },
+      "10");
 }
 
 TEST_F(AcquireFastPath, TtlRules) {
-  expectSame("keepAliveTime refreshes every key on a grant", [&](auto& rl, auto now) {
-    hash(rl, "10", "20000");
-    value(rl, "5");
-    members(rl, now, 5, 100, 1, 'a');
-  }, "1");
-  expectSame("keepAliveTime refreshes every key on a denial", [&](auto& rl, auto now) {
-    hash(rl, "10", "20000");
-    value(rl, "0");
-    members(rl, now, 10, 100, 1, 'a');
-  }, "1");
-  expectSame("a new log inherits the hash's TTL", [&](auto& rl, auto) {
-    hash(rl, "10");
-    value(rl, "10");
-    (void)raw({"PEXPIRE", rl.keys()[0], "60000"});
-  }, "1");
-  expectSame("an existing log keeps its own (none)", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "5");
-    members(rl, now, 5, 100, 1, 'a');
-    (void)raw({"PEXPIRE", rl.keys()[0], "60000"});
-  }, "1");
+  expectSame(
+      "keepAliveTime refreshes every key on a grant",
+      [&](auto& rl, auto now) {
+        hash(rl, "10", "20000");
+        value(rl, "5");
+        members(rl, now, 5, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "keepAliveTime refreshes every key on a denial",
+      [&](auto& rl, auto now) {
+        hash(rl, "10", "20000");
+        value(rl, "0");
+        members(rl, now, 10, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "a new log inherits the hash's TTL",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        value(rl, "10");
+        (void)raw({"PEXPIRE", rl.keys()[0], "60000"});
+      },
+      "1");
+  expectSame(
+      "an existing log keeps its own (none)",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "5");
+        members(rl, now, 5, 100, 1, 'a');
+        (void)raw({"PEXPIRE", rl.keys()[0], "60000"});
+      },
+      "1");
 }
 
 TEST_F(AcquireFastPath, StateTheFullCodeRepairsOrRefuses) {
-  expectSame("value above what the log allows (count check)", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "10");
-    members(rl, now, 4, 100, 1, 'a');
-  }, "1");
-  expectSame("value above the rate", [&](auto& rl, auto) { hash(rl, "10"); value(rl, "11"); }, "1");
-  expectSame("the rate moved and the value is 0 (Redisson's clamp)", [&](auto& rl, auto now) {
-    hash(rl, "4");
-    value(rl, "0");
-    members(rl, now, 3, 100, 2, 'a');
-  }, "1", "10");
-  expectSame("the same, with members reclaimed", [&](auto& rl, auto now) {
-    hash(rl, "4");
-    value(rl, "0");
-    members(rl, now, 1, kIntervalMs + 500, 1, 'x');
-    members(rl, now, 3, 100, 1, 'a');
-  }, "1", "10");
-  expectSame("a value in a form DECRBY refuses", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "5e0");
-    members(rl, now, 5, 100, 1, 'a');
-  }, "1");
-  expectSame("the value key missing", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    members(rl, now, 3, 100, 1, 'a');
-  }, "1");
-  expectSame("a frozen value", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "-10000000000000");
-    members(rl, now, 3, 100, 1, 'a');
-  }, "1");
-  expectSame("an expired member that is not a permit entry", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "5");
-    (void)raw({"ZADD", rl.keys()[3], std::to_string(now - kIntervalMs - 100), "abc"});
-    members(rl, now, 2, 100, 1, 'a');
-  }, "1");
-  expectSame("a live member that is not a permit entry, read by the wait", [&](auto& rl, auto now) {
-    hash(rl, "10");
-    value(rl, "0");
-    (void)raw({"ZADD", rl.keys()[3], std::to_string(now - 100), "abc"});
-  }, "1");
-  expectSame("permits above the rate", [&](auto& rl, auto) { hash(rl, "10"); value(rl, "10"); }, "11");
-  expectSame("the value of another type", [&](auto& rl, auto) {
-    hash(rl, "10");
-    (void)raw({"RPUSH", rl.keys()[1], "x"});
-  }, "1");
-  expectSame("the log of another type", [&](auto& rl, auto) {
-    hash(rl, "10");
-    value(rl, "10");
-    (void)raw({"SET", rl.keys()[3], "x"});
-  }, "1");
+  expectSame(
+      "value above what the log allows (count check)",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "10");
+        members(rl, now, 4, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "value above the rate",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        value(rl, "11");
+      },
+      "1");
+  expectSame(
+      "the rate moved and the value is 0 (Redisson's clamp)",
+      [&](auto& rl, auto now) {
+        hash(rl, "4");
+        value(rl, "0");
+        members(rl, now, 3, 100, 2, 'a');
+      },
+      "1", "10");
+  expectSame(
+      "the same, with members reclaimed",
+      [&](auto& rl, auto now) {
+        hash(rl, "4");
+        value(rl, "0");
+        members(rl, now, 1, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 3, 100, 1, 'a');
+      },
+      "1", "10");
+  expectSame(
+      "a value in a form DECRBY refuses",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "5e0");
+        members(rl, now, 5, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "the value key missing",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        members(rl, now, 3, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "a frozen value",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "-10000000000000");
+        members(rl, now, 3, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "an expired member that is not a permit entry",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "5");
+        (void)raw({"ZADD", rl.keys()[3], std::to_string(now - kIntervalMs - 100), "abc"});
+        members(rl, now, 2, 100, 1, 'a');
+      },
+      "1");
+  expectSame(
+      "a live member that is not a permit entry, read by the wait",
+      [&](auto& rl, auto now) {
+        hash(rl, "10");
+        value(rl, "0");
+        (void)raw({"ZADD", rl.keys()[3], std::to_string(now - 100), "abc"});
+      },
+      "1");
+  expectSame(
+      "permits above the rate",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        value(rl, "10");
+      },
+      "11");
+  expectSame(
+      "the value of another type",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        (void)raw({"RPUSH", rl.keys()[1], "x"});
+      },
+      "1");
+  expectSame(
+      "the log of another type",
+      [&](auto& rl, auto) {
+        hash(rl, "10");
+        value(rl, "10");
+        (void)raw({"SET", rl.keys()[3], "x"});
+      },
+      "1");
 }
 
 // More than a batch expired: both reclaim exactly one batch (the rest counts as in use), or, when
@@ -264,26 +353,38 @@ TEST_F(AcquireFastPath, MoreThanABatchExpired) {
   auto fill = [&](const RateLimiter& rl, std::int64_t expired, std::int64_t live) {
     ASSERT_EQ(fillLog(rl.keys()[3], expired, kIntervalMs + 1000, live), expired + live);
   };
-  expectSame("a batch and a half expired, some live", [&](auto& rl, auto) {
-    hash(rl, "100000");
-    fill(rl, batch + batch / 2, 10);
-    value(rl, std::to_string(100000 - batch - batch / 2 - 10));
-  }, "1");
-  expectSame("the same, used up", [&](auto& rl, auto) {
-    hash(rl, "3000");
-    fill(rl, batch + batch / 2, 1500);
-    value(rl, "0");
-  }, "2000");
-  expectSame("a batch and a half, all expired", [&](auto& rl, auto) {
-    hash(rl, "100000");
-    fill(rl, batch + batch / 2, 0);
-    value(rl, "0");
-  }, "1");
-  expectSame("exactly a batch, all expired", [&](auto& rl, auto) {
-    hash(rl, "100000");
-    fill(rl, batch, 0);
-    value(rl, "0");
-  }, "1");
+  expectSame(
+      "a batch and a half expired, some live",
+      [&](auto& rl, auto) {
+        hash(rl, "100000");
+        fill(rl, batch + batch / 2, 10);
+        value(rl, std::to_string(100000 - batch - batch / 2 - 10));
+      },
+      "1");
+  expectSame(
+      "the same, used up",
+      [&](auto& rl, auto) {
+        hash(rl, "3000");
+        fill(rl, batch + batch / 2, 1500);
+        value(rl, "0");
+      },
+      "2000");
+  expectSame(
+      "a batch and a half, all expired",
+      [&](auto& rl, auto) {
+        hash(rl, "100000");
+        fill(rl, batch + batch / 2, 0);
+        value(rl, "0");
+      },
+      "1");
+  expectSame(
+      "exactly a batch, all expired",
+      [&](auto& rl, auto) {
+        hash(rl, "100000");
+        fill(rl, batch, 0);
+        value(rl, "0");
+      },
+      "1");
 }
 
 }  // namespace

@@ -27,8 +27,8 @@
 namespace redlimit::test {
 namespace {
 
-using std::chrono::milliseconds;
 using detail::Reply;
+using std::chrono::milliseconds;
 
 std::shared_ptr<Client> clusterClient(const RedisCluster& cluster, ClientOptions base = {}) {
   return Client::fromUri(cluster.seeds(), std::move(base));
@@ -45,8 +45,7 @@ std::int64_t zcard(Client& c, const std::string& key) { return detail::command(c
 // `n` RateLimiters named prefix0, prefix1, ..., each set to `rate` per 10 minutes; every
 // `sampleEvery`-th name is looked up, and the names looked up must reach all three primaries.
 std::vector<RateLimiter> limitersOnEveryPrimary(const RedisCluster& cluster, const std::shared_ptr<Client>& client,
-                                                const std::string& prefix, int n, std::int64_t rate,
-                                                int sampleEvery) {
+                                                const std::string& prefix, int n, std::int64_t rate, int sampleEvery) {
   std::vector<RateLimiter> limiters;
   std::vector<int> perPrimary(3, 0);
   limiters.reserve(static_cast<std::size_t>(n));
@@ -164,11 +163,12 @@ TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
   EXPECT_EQ(grantsInRedis(*client, hot), granted.load());
   const detail::ClusterCounters c = clusterCountersOf(*client);
   EXPECT_GE(c.moved + c.asked, 1u) << "the move should have been seen by redirects";
-  std::printf("[ cluster  ] %lld granted before the move ended, %lld in all, %lld denied; %llu ASK, %llu MOVED, "
-              "%llu retried (TRYAGAIN)\n",
-              static_cast<long long>(grantedAtTheMove), static_cast<long long>(granted.load()),
-              static_cast<long long>(denied.load()), static_cast<unsigned long long>(c.asked),
-              static_cast<unsigned long long>(c.moved), static_cast<unsigned long long>(c.retried));
+  std::printf(
+      "[ cluster  ] %lld granted before the move ended, %lld in all, %lld denied; %llu ASK, %llu MOVED, "
+      "%llu retried (TRYAGAIN)\n",
+      static_cast<long long>(grantedAtTheMove), static_cast<long long>(granted.load()),
+      static_cast<long long>(denied.load()), static_cast<unsigned long long>(c.asked),
+      static_cast<unsigned long long>(c.moved), static_cast<unsigned long long>(c.retried));
 }
 
 TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRefreshAndASecond) {
@@ -207,10 +207,11 @@ TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRe
   EXPECT_LE(ms(seen.grantedAt), ms(promotedAt) + 200 + 1000);
   EXPECT_LE(ms(seen.grantedAt), kNodeTimeout.count() + 200 + 1000 + 1500)
       << "node timeout + one refresh + 1 s, and the replica's election delay (0.5-1 s) and gossip";
-  std::printf("[ cluster  ] SIGKILL of the primary: replica promoted (as the harness saw it) after %lld ms, first "
-              "granted call after %lld ms (node timeout %lld ms); %lld calls denied by the policy meanwhile\n",
-              static_cast<long long>(ms(promotedAt)), static_cast<long long>(ms(seen.grantedAt)),
-              static_cast<long long>(kNodeTimeout.count()), static_cast<long long>(seen.deniedByPolicy));
+  std::printf(
+      "[ cluster  ] SIGKILL of the primary: replica promoted (as the harness saw it) after %lld ms, first "
+      "granted call after %lld ms (node timeout %lld ms); %lld calls denied by the policy meanwhile\n",
+      static_cast<long long>(ms(promotedAt)), static_cast<long long>(ms(seen.grantedAt)),
+      static_cast<long long>(kNodeTimeout.count()), static_cast<long long>(seen.deniedByPolicy));
 }
 
 TEST(Cluster, NamesWithOneHashTagShareASlotAndANameThatWouldStraddleSlotsIsRefusedBeforeSending) {

@@ -256,9 +256,9 @@ TEST_F(Auth, PasswordAndAclUser) {
   EXPECT_EQ(asAlice.availablePermits(), 0);
 
   start = SteadyTime::now();
-  EXPECT_THROW(
-      (void)detail::command(*Client::fromUri("redis://alice:nope@127.0.0.1:" + std::to_string(secured.port())), {"PING"}),
-      AuthError);
+  EXPECT_THROW((void)detail::command(*Client::fromUri("redis://alice:nope@127.0.0.1:" + std::to_string(secured.port())),
+                                     {"PING"}),
+               AuthError);
   EXPECT_LT(msSince(start), 1000);
 
   // A user without the right to run scripts: NOPERM is an AuthError too.
@@ -357,4 +357,3 @@ TEST_F(ScriptCache, ScriptFlushWithManyAcquiresInFlightLoadsOnceAndResendsThem) 
   EXPECT_EQ(rl.availablePermits(), 1000 - granted);
   EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, granted) << "every grant recorded once";
 }
-

@@ -50,7 +50,8 @@ TEST_F(RedissonDefect, NonPositivePermitsAreRejected) {
   const std::int64_t calibrate = totalCommandCalls(admin());
   const std::int64_t overhead = totalCommandCalls(admin()) - calibrate;
   const std::int64_t before = totalCommandCalls(admin());
-  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{-5}, std::numeric_limits<std::int64_t>::min()}) {
+  for (std::int64_t permits :
+       {std::int64_t{0}, std::int64_t{-1}, std::int64_t{-5}, std::numeric_limits<std::int64_t>::min()}) {
     EXPECT_THROW((void)rl.tryAcquire(permits), InvalidArgument) << permits;
     EXPECT_THROW((void)rl.tryAcquire(permits, milliseconds(100)), InvalidArgument) << permits;
     EXPECT_THROW(rl.acquire(permits), InvalidArgument) << permits;

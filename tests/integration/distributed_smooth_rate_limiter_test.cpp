@@ -114,8 +114,14 @@ TEST_F(DistributedSmooth, ConfigRaceBetweenTwoWritersLeavesExactlyOne) {
     Limiter l1(c1, n), l2(c2, n);
     std::promise<void> go;
     std::shared_future<void> start = go.get_future().share();
-    auto f1 = std::async(std::launch::async, [&] { start.wait(); return l1.trySetConfig(a); });
-    auto f2 = std::async(std::launch::async, [&] { start.wait(); return l2.trySetConfig(b); });
+    auto f1 = std::async(std::launch::async, [&] {
+      start.wait();
+      return l1.trySetConfig(a);
+    });
+    auto f2 = std::async(std::launch::async, [&] {
+      start.wait();
+      return l2.trySetConfig(b);
+    });
     go.set_value();
     const bool won1 = f1.get(), won2 = f2.get();
     ASSERT_NE(won1, won2) << "exactly one writer wins, round " << round;
@@ -313,9 +319,15 @@ TEST_F(DistributedSmooth, UnreachableRedisIsDecidedByThePolicy) {
       }
     }
     switch (policy) {
-      case FailurePolicy::Allow: EXPECT_EQ(allowed, 6); break;
-      case FailurePolicy::Deny: EXPECT_EQ(denied, 6); break;
-      case FailurePolicy::Throw: EXPECT_EQ(thrown, 6); break;
+      case FailurePolicy::Allow:
+        EXPECT_EQ(allowed, 6);
+        break;
+      case FailurePolicy::Deny:
+        EXPECT_EQ(denied, 6);
+        break;
+      case FailurePolicy::Throw:
+        EXPECT_EQ(thrown, 6);
+        break;
       case FailurePolicy::Local:
         EXPECT_EQ(allowed, 4) << "the local bucket: the burst and the one the next caller pays for";
         EXPECT_EQ(denied, 2);

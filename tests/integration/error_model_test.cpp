@@ -35,7 +35,6 @@ using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 
-
 std::string typeName(const std::exception& e) {
   int status = 0;
   char* name = abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status);
@@ -82,10 +81,14 @@ struct Events {
 
 const char* policyName(FailurePolicy p) {
   switch (p) {
-    case FailurePolicy::Throw: return "Throw";
-    case FailurePolicy::Allow: return "Allow";
-    case FailurePolicy::Deny: return "Deny";
-    case FailurePolicy::Local: return "Local";
+    case FailurePolicy::Throw:
+      return "Throw";
+    case FailurePolicy::Allow:
+      return "Allow";
+    case FailurePolicy::Deny:
+      return "Deny";
+    case FailurePolicy::Local:
+      return "Local";
   }
   return "?";
 }
@@ -202,9 +205,7 @@ TEST_F(ErrorModel, Item10_ConnectionTimeoutsAboveWhatPollTakesAreRefusedAtConstr
       ClientOptions co;
       co.connection = parseUri(server().uri());
       (which == 0 ? co.connection.connectTimeout : co.connection.commandTimeout) = huge;
-      auto namesTheLimit = [](const InvalidArgument& e) {
-        EXPECT_TRUE(contains(e.what(), "2147483647")) << e.what();
-      };
+      auto namesTheLimit = [](const InvalidArgument& e) { EXPECT_TRUE(contains(e.what(), "2147483647")) << e.what(); };
       expectThrow<InvalidArgument>([&] { (void)Client::create(co); }, namesTheLimit);
     }
   }
@@ -307,10 +308,11 @@ TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
   const std::string source = "return redis.call('INCR', KEYS[1])";
   const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
   const Script incr{"incr", sha, source};
-  expectThrow<ScriptError>([&] { (void)detail::eval(*client(), incr, {key}, {}); }, [](const ScriptError& e) {
-    EXPECT_EQ(e.code(), "WRONGTYPE");
-    EXPECT_TRUE(contains(e.what(), "WRONGTYPE")) << e.what();
-  });
+  expectThrow<ScriptError>([&] { (void)detail::eval(*client(), incr, {key}, {}); },
+                           [](const ScriptError& e) {
+                             EXPECT_EQ(e.code(), "WRONGTYPE");
+                             EXPECT_TRUE(contains(e.what(), "WRONGTYPE")) << e.what();
+                           });
   EXPECT_EQ(detail::command(*client(), {"PING"}).str, "PONG");
 
   // The server refusing to run the script keeps its own type, even when it says so from inside it.
@@ -345,21 +347,23 @@ TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
     EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << "says what to grant: " << e.what();
   };
   RateLimiter bob(Client::fromUri("redis://bob:pw2" + at), "perm");
-  expectThrow<NoPermissionError>([&] { (void)bob.tryAcquire(); }, [&](const NoPermissionError& e) {
-    notAPasswordProblem(e);
-    EXPECT_EQ(e.code(), "NOPERM");
-    EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
-    EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
-  });
+  expectThrow<NoPermissionError>([&] { (void)bob.tryAcquire(); },
+                                 [&](const NoPermissionError& e) {
+                                   notAPasswordProblem(e);
+                                   EXPECT_EQ(e.code(), "NOPERM");
+                                   EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
+                                   EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
+                                 });
   // A command the script calls is not allowed: Redis says so from inside the script.
   RateLimiter carol(Client::fromUri("redis://carol:pw3" + at), "perm");
   expectThrow<NoPermissionError>([&] { (void)carol.tryAcquire(); }, notAPasswordProblem);
   // The limiter's keys are outside the user's key patterns.
   RateLimiter dave(Client::fromUri("redis://dave:pw4" + at), "perm");
-  expectThrow<NoPermissionError>([&] { (void)dave.tryAcquire(); }, [&](const NoPermissionError& e) {
-    notAPasswordProblem(e);
-    EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
-  });
+  expectThrow<NoPermissionError>([&] { (void)dave.tryAcquire(); },
+                                 [&](const NoPermissionError& e) {
+                                   notAPasswordProblem(e);
+                                   EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
+                                 });
   // Under every policy: a missing permission is not an outage.
   Events events;
   RateLimiter bobAllowed(Client::fromUri("redis://bob:pw2" + at), "perm", events.options(FailurePolicy::Allow));
@@ -368,9 +372,7 @@ TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
 
 TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
   RedisServer secured({"--requirepass", "pw"});
-  auto says = [](const AuthError& e) {
-    EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what();
-  };
+  auto says = [](const AuthError& e) { EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what(); };
   // A limiter's EVALSHA has 13 arguments: Redis answers "Protocol error: unauthenticated
   // multibulk length" to more than 10 from an unauthenticated client, and closes the connection.
   for (FailurePolicy policy : kPolicies) {
@@ -388,8 +390,8 @@ TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysTo
   authed.pool.size = 1;
   auto c = Client::create(authed);
   ASSERT_EQ(detail::command(*c, {"RESET"}).str, "RESET");
-  const std::vector<std::string_view> many = {"EVALSHA", "0123456789012345678901234567890123456789", "5", "a", "b",
-                                              "c", "d", "e", "1", "2", "3"};
+  const std::vector<std::string_view> many = {
+      "EVALSHA", "0123456789012345678901234567890123456789", "5", "a", "b", "c", "d", "e", "1", "2", "3"};
   expectThrow<AuthError>([&] { (void)detail::command(*c, many); }, says);
   EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG") << "a new connection authenticates again";
   EXPECT_EQ(c->poolStats().discarded, 1u) << "the closed connection is not used again";
@@ -398,15 +400,19 @@ TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysTo
 TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   const std::string key = name("list");
   (void)raw({"RPUSH", key, "a", "b"});
-  expectThrow<UnexpectedReplyError>([&] { (void)detail::command(*client(), {"LRANGE", key, "0", "-1"}).asInteger(); },
-                                    [](const UnexpectedReplyError& e) {
-                                      EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
-                                      EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
-                                    });
-  expectThrow<UnexpectedReplyError>([&] { (void)detail::command(*client(), {"ECHO", "abc"}).asInteger(); },
-                                    [](const UnexpectedReplyError& e) {
-                                      EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what();
-                                    });
+  expectThrow<UnexpectedReplyError>(
+      [&] {
+        (void)detail::command(*client(), {"LRANGE", key, "0", "-1"}).asInteger();
+      },
+      [](const UnexpectedReplyError& e) {
+        EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
+      });
+  expectThrow<UnexpectedReplyError>(
+      [&] {
+        (void)detail::command(*client(), {"ECHO", "abc"}).asInteger();
+      },
+      [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what(); });
 }
 
 // ---- Item 15: configuration errors are thrown under every policy and reported as such ----------
@@ -430,10 +436,11 @@ TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReporte
     const std::int64_t before = errorCount(*onReplica, "READONLY");
     // Back to back, within one probe interval: an outage gate would let only one call through.
     for (int i = 0; i < 4; ++i) {
-      expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); }, [](const ReplicaError& e) {
-        EXPECT_EQ(e.code(), "READONLY");
-        EXPECT_TRUE(contains(e.what(), "replica")) << e.what();
-      });
+      expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); },
+                                [](const ReplicaError& e) {
+                                  EXPECT_EQ(e.code(), "READONLY");
+                                  EXPECT_TRUE(contains(e.what(), "replica")) << e.what();
+                                });
     }
     EXPECT_EQ(errorCount(*onReplica, "READONLY"), before + 4) << "every call asked Redis: no probe gating";
     const FailureStats stats = rl.failureStats();
@@ -479,10 +486,11 @@ TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
     auto c = clientOn("redis://127.0.0.1:" + std::to_string(tlsPort));
     RateLimiter rl(c, "tls", events.options(policy));
     for (int i = 0; i < 2; ++i) {
-      expectThrow<TlsPortError>([&] { (void)rl.tryAcquire(); }, [&](const TlsPortError& e) {
-        EXPECT_TRUE(contains(e.what(), "TLS")) << e.what();
-        EXPECT_TRUE(contains(e.what(), std::to_string(tlsPort))) << e.what();
-      });
+      expectThrow<TlsPortError>([&] { (void)rl.tryAcquire(); },
+                                [&](const TlsPortError& e) {
+                                  EXPECT_TRUE(contains(e.what(), "TLS")) << e.what();
+                                  EXPECT_TRUE(contains(e.what(), std::to_string(tlsPort))) << e.what();
+                                });
     }
     const std::vector<HealthEvent> seen = events.get();
     ASSERT_EQ(seen.size(), 1u);
@@ -525,10 +533,11 @@ TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
       }
     }
     EXPECT_FALSE(returned) << "decided by the policy";
-    expectThrow<ResourceLimitError>([&] { std::rethrow_exception(thrown); }, [](const ResourceLimitError& e) {
-      EXPECT_EQ(e.code(), "EMFILE");
-      EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
-    });
+    expectThrow<ResourceLimitError>([&] { std::rethrow_exception(thrown); },
+                                    [](const ResourceLimitError& e) {
+                                      EXPECT_EQ(e.code(), "EMFILE");
+                                      EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
+                                    });
     EXPECT_EQ(rl.failureStats().allowed + rl.failureStats().denied, 0u);
     // Descriptors free again: the next call works and the recovery is reported.
     EXPECT_TRUE(rl.trySetRate(RateType::Overall, 5, milliseconds(5000)));
@@ -551,10 +560,14 @@ TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
   for (std::size_t size : {std::size_t{2} << 20, std::size_t{16} << 20}) {
     SCOPED_TRACE(size);
     const std::string big(size, 'x');
-    expectThrow<RequestLimitError>([&] { (void)detail::command(*c, {"SET", "big", big}); }, [](const RequestLimitError& e) {
-      EXPECT_TRUE(contains(e.what(), "invalid bulk length")) << e.what();
-      EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
-    });
+    expectThrow<RequestLimitError>(
+        [&] {
+          (void)detail::command(*c, {"SET", "big", big});
+        },
+        [](const RequestLimitError& e) {
+          EXPECT_TRUE(contains(e.what(), "invalid bulk length")) << e.what();
+          EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
+        });
     // The server closed that connection: it must not be handed out again.
     try {
       EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG");
@@ -566,10 +579,11 @@ TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
   // A request the server closes the connection on without an answer (client-query-buffer-limit).
   RedisServer small({"--client-query-buffer-limit", "1mb"});
   auto d = clientOn(small.uri());
-  expectThrow<RequestLimitError>([&] { (void)detail::command(*d, {"SET", "big", std::string(std::size_t{4} << 20, 'x')}); },
-                                 [](const RequestLimitError& e) {
-                                   EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what();
-                                 });
+  expectThrow<RequestLimitError>(
+      [&] {
+        (void)detail::command(*d, {"SET", "big", std::string(std::size_t{4} << 20, 'x')});
+      },
+      [](const RequestLimitError& e) { EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what(); });
   EXPECT_EQ(detail::command(*d, {"PING"}).str, "PONG");
 
   // Through a limiter under Allow: thrown, never granted. (A limiter name long enough to break the

@@ -111,10 +111,14 @@ struct Events {
 
 const char* policyName(FailurePolicy p) {
   switch (p) {
-    case FailurePolicy::Throw: return "throw";
-    case FailurePolicy::Allow: return "allow";
-    case FailurePolicy::Deny: return "deny";
-    case FailurePolicy::Local: return "local";
+    case FailurePolicy::Throw:
+      return "throw";
+    case FailurePolicy::Allow:
+      return "allow";
+    case FailurePolicy::Deny:
+      return "deny";
+    case FailurePolicy::Local:
+      return "local";
   }
   return "?";
 }
@@ -190,10 +194,11 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
   }
   const auto recoveryMs = msSince(restartedAt, firstRecoveredAt);
   if (seen.size() > 2) std::printf("FAULT sigkill second outage after the restart:\n%s", events.log.c_str());
-  std::printf("FAULT sigkill policy=%s calls=%zu outage_calls=%d granted=%d denied=%d errors=%d "
-              "max_call_ms=%lld recovery_after_restart_ms=%lld\n",
-              policyName(policy), calls.size(), outageCalls, outageGranted, outageDenied, outageFailed,
-              static_cast<long long>(maxCall), static_cast<long long>(recoveryMs));
+  std::printf(
+      "FAULT sigkill policy=%s calls=%zu outage_calls=%d granted=%d denied=%d errors=%d "
+      "max_call_ms=%lld recovery_after_restart_ms=%lld\n",
+      policyName(policy), calls.size(), outageCalls, outageGranted, outageDenied, outageFailed,
+      static_cast<long long>(maxCall), static_cast<long long>(recoveryMs));
 
   EXPECT_EQ(other, 0);
   EXPECT_LE(maxCall, (kCallBound + kSlack).count());

@@ -51,8 +51,8 @@ inline RateLimiterOptions denyDuringOutages() {
 /// What a caller saw from a failure on until its first granted call.
 struct UntilGranted {
   std::chrono::steady_clock::time_point grantedAt{};  // the epoch: none within the limit
-  std::int64_t deniedByPolicy = 0;                   // calls answered false meanwhile
-  std::string error;                                 // what escaped to the caller, if anything did
+  std::int64_t deniedByPolicy = 0;                    // calls answered false meanwhile
+  std::string error;                                  // what escaped to the caller, if anything did
 };
 
 /// Calls rl.tryAcquire() every 5 ms until one is granted, an exception escapes (the policy must
@@ -205,8 +205,7 @@ inline std::int64_t serverTimeUs(Client& c) {
 
 /// This host's wall clock in epoch ms (what Redisson stamps with).
 inline std::int64_t wallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -217,9 +216,7 @@ inline std::int64_t getInt(Client& c, const std::string& key) {
   return std::stoll(r.str);
 }
 
-inline bool exists(Client& c, const std::string& key) {
-  return detail::command(c, {"EXISTS", key}).integer == 1;
-}
+inline bool exists(Client& c, const std::string& key) { return detail::command(c, {"EXISTS", key}).integer == 1; }
 
 /// Sum of `calls` and `rejected_calls` over every cmdstat_* line of INFO commandstats. The INFO call itself is counted
 /// only after it has answered, so it shows up in the next reading.
@@ -243,7 +240,8 @@ inline std::string keyState(Client& c, const std::string& key) {
   const Reply type = detail::command(c, {"TYPE", key});
   const Reply dump = detail::command(c, {"DUMP", key});
   const std::int64_t ttl = detail::command(c, {"PTTL", key}).integer;
-  return type.str + "|" + (dump.isNil() ? std::string("nil") : dump.str) + "|" + (ttl >= 0 ? "ttl" : std::to_string(ttl));
+  return type.str + "|" + (dump.isNil() ? std::string("nil") : dump.str) + "|" +
+         (ttl >= 0 ? "ttl" : std::to_string(ttl));
 }
 
 inline std::vector<std::string> keyStates(Client& c, const std::vector<std::string>& keys) {
@@ -260,8 +258,7 @@ struct GrantSpan {
 };
 
 inline std::int64_t wallUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 

@@ -464,9 +464,8 @@ TEST_F(Hostile, Item13_NamesThatAliasAnotherLimiterOrAreTooLongAreRefused) {
   const std::int64_t before = totalCommandCalls(admin());
   for (const std::string& bad :
        {std::string("{a}:value"), std::string("{a}:permits"), std::string("{a}:value:client-1"),
-        std::string("{a}:permits:client-1"), std::string("x{y}:value"), std::string("{a}:grant:00"),
-        std::string("{a}"), std::string("{a}b}"), std::string(RateLimiter::kMaxNameLength + 1, 'n'),
-        std::string()}) {
+        std::string("{a}:permits:client-1"), std::string("x{y}:value"), std::string("{a}:grant:00"), std::string("{a}"),
+        std::string("{a}b}"), std::string(RateLimiter::kMaxNameLength + 1, 'n'), std::string()}) {
     EXPECT_THROW(RateLimiter(client(), bad), InvalidArgument) << bad.substr(0, 40);
   }
   ClientOptions braces;

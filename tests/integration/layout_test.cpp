@@ -45,8 +45,8 @@ class Layout : public RedisTest {
 class Interop : public Layout {
  protected:
   /// Writes a limiter the way Redisson does: the hash (keepAliveTime only if given), and the value.
-  void writeJavaLimiter(const std::string& n, std::int64_t rate, std::int64_t intervalMs, int type,
-                        std::int64_t value, const std::string& clientId = "", bool withKeepAlive = true) {
+  void writeJavaLimiter(const std::string& n, std::int64_t rate, std::int64_t intervalMs, int type, std::int64_t value,
+                        const std::string& clientId = "", bool withKeepAlive = true) {
     const std::string r = std::to_string(rate), i = std::to_string(intervalMs), t = std::to_string(type);
     if (withKeepAlive) {
       (void)raw({"HSET", n, "rate", r, "interval", i, "type", t, "keepAliveTime", "0"});
@@ -67,17 +67,17 @@ TEST_F(Layout, ConfigHashHoldsFourDecimalFields) {
   RateLimiter overall(client(), name("overall"));
   ASSERT_TRUE(overall.trySetRate(RateType::Overall, 10, milliseconds(1000)));
   EXPECT_EQ(type(name("overall")), "hash");
-  EXPECT_EQ(hgetall(name("overall")), (std::map<std::string, std::string>{
-                                          {"rate", "10"}, {"interval", "1000"}, {"type", "0"}, {"keepAliveTime", "0"}}));
+  EXPECT_EQ(hgetall(name("overall")),
+            (std::map<std::string, std::string>{
+                {"rate", "10"}, {"interval", "1000"}, {"type", "0"}, {"keepAliveTime", "0"}}));
   // trySetRate touches no other key.
   EXPECT_EQ(raw({"KEYS", "*" + name("overall") + "*"}).elements.size(), 1u);
 
   RateLimiter perClient(client(), name("perclient"));
   perClient.setRate(RateType::PerClient, 4294967295, milliseconds(1500), milliseconds(3000));
-  EXPECT_EQ(hgetall(name("perclient")), (std::map<std::string, std::string>{{"rate", "4294967295"},
-                                                                             {"interval", "1500"},
-                                                                             {"type", "1"},
-                                                                             {"keepAliveTime", "3000"}}));
+  EXPECT_EQ(hgetall(name("perclient")),
+            (std::map<std::string, std::string>{
+                {"rate", "4294967295"}, {"interval", "1500"}, {"type", "1"}, {"keepAliveTime", "3000"}}));
   const std::int64_t ttl = raw({"PTTL", name("perclient")}).integer;
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, 3000);
@@ -120,7 +120,8 @@ TEST_F(Layout, PermitsMemberIsLengthByteSixteenIdBytesAndLittleEndianPermits) {
     EXPECT_LE(e.scoreUs, after);
   }
   EXPECT_EQ(ids.size(), 2u) << "each acquisition gets its own random id";
-  EXPECT_EQ(tails, (std::multiset<std::string>{std::string("\x03\x00\x00\x00", 4), std::string("\x70\x11\x01\x00", 4)}));
+  EXPECT_EQ(tails,
+            (std::multiset<std::string>{std::string("\x03\x00\x00\x00", 4), std::string("\x70\x11\x01\x00", 4)}));
   EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, std::to_string(100000 - 3 - 70000));
 }
 

@@ -216,9 +216,12 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
     const std::int64_t intervalB = 1 + static_cast<std::int64_t>(rng() % 2000);
     for (int twin = 0; twin < 2; ++twin) {
       const auto& k = twin == 0 ? multi : twins;
-      (void)runOneKey(admin(), detail::lua::gcra, k[0], {"set", str(now), "T", "reset", str(capA), str(permitsA), str(intervalA), "0", str(capA)});
-      (void)runOneKey(admin(), detail::lua::gcra, k[1], {"set", str(now), "G", "reset", str(capB), str(permitsB), str(intervalB), "0", str(capB)});
-      (void)runOneKey(admin(), detail::lua::fixed_window, k[2], {"set", str(now), "W", "reset", str(limitC), str(windowMs), "0"});
+      (void)runOneKey(admin(), detail::lua::gcra, k[0],
+                      {"set", str(now), "T", "reset", str(capA), str(permitsA), str(intervalA), "0", str(capA)});
+      (void)runOneKey(admin(), detail::lua::gcra, k[1],
+                      {"set", str(now), "G", "reset", str(capB), str(permitsB), str(intervalB), "0", str(capB)});
+      (void)runOneKey(admin(), detail::lua::fixed_window, k[2],
+                      {"set", str(now), "W", "reset", str(limitC), str(windowMs), "0"});
     }
     const auto single = [&](std::size_t i, const std::string& op, std::int64_t at, std::int64_t n) {
       std::vector<std::string> args{op, str(at), kinds[i], str(n)};
@@ -260,7 +263,8 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
       if (step % 10 == 9) {  // refunds too
         (void)runMulti(admin(), multi, {"refund", str(now), "TGW", "1"});
         for (std::size_t i = 0; i < 3; ++i) {
-          (void)runOneKey(admin(), i == 2 ? detail::lua::fixed_window : detail::lua::gcra, twins[i], {"refund", str(now), kinds[i], "1"});
+          (void)runOneKey(admin(), i == 2 ? detail::lua::fixed_window : detail::lua::gcra, twins[i],
+                          {"refund", str(now), kinds[i], "1"});
           ASSERT_EQ(raw({"GET", multi[i]}).str, raw({"GET", twins[i]}).str) << "refund, limit " << i;
         }
       }
@@ -285,7 +289,8 @@ TEST_F(MultiLimitTest, OneLimitAnswersAsItsOwnScriptWithReservations) {
       if (kb == "W") {
         (void)runOneKey(admin(), script, k, {"set", str(now), kb, "reset", str(limit), str(intervalMs), "0"});
       } else {
-        (void)runOneKey(admin(), script, k, {"set", str(now), kb, "reset", str(limit), "3", str(intervalMs), "0", str(limit)});
+        (void)runOneKey(admin(), script, k,
+                        {"set", str(now), kb, "reset", str(limit), "3", str(intervalMs), "0", str(limit)});
       }
     }
     for (int step = 0; step < 80; ++step) {
@@ -318,7 +323,8 @@ TEST_F(MultiLimitTest, CombinedRetryAfterIsExactToTheMicrosecond) {
   (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1300", "0", "1"});
   ASSERT_EQ(runMulti(admin(), keys, {"take", str(t0), "TG", "1", "0"}).elements[0].asInteger(), 1);
   ASSERT_EQ(runMulti(admin(), keys, {"take", str(t0 + 10), "TG", "1", "0"}).elements[0].asInteger(), 0);
-  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, keys[0], {"take", str(t0 + 20), "T", "1", "0"}).elements[0].asInteger(), 1);
+  ASSERT_EQ(
+      runOneKey(admin(), detail::lua::gcra, keys[0], {"take", str(t0 + 20), "T", "1", "0"}).elements[0].asInteger(), 1);
   const std::int64_t t1 = t0 + 12345;
   const Reply denied = runMulti(admin(), keys, {"peek", str(t1), "TG", "1"});
   const std::int64_t retry = denied.elements[2].asInteger();
@@ -337,10 +343,16 @@ TEST_F(MultiLimitTest, AFullNextWindowPushesTheRetryToTheWindowAfter) {
   const std::int64_t t0 = windowTime(1000, 100000);
   (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "reset", "2", "1000", "0"});
   (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1500", "0", "1"});
-  ASSERT_EQ(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "0"}).elements[0].asInteger(), 1);
-  ASSERT_EQ(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "1000000"}).elements[0].asInteger(), 1);
+  ASSERT_EQ(
+      runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "0"}).elements[0].asInteger(),
+      1);
+  ASSERT_EQ(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "1000000"})
+                .elements[0]
+                .asInteger(),
+            1);
   (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"refund", str(t0), "W", "1"});
-  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, keys[1], {"take", str(t0), "G", "1", "0"}).elements[0].asInteger(), 1);
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, keys[1], {"take", str(t0), "G", "1", "0"}).elements[0].asInteger(),
+            1);
 
   const Reply d = runMulti(admin(), keys, {"take", str(t0), "WG", "1", "0"});
   EXPECT_EQ(d.elements[0].asInteger(), 0);
@@ -408,7 +420,7 @@ TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
 // --- Refusals before sending, typed errors with nothing written ---------------------------------------
 
 TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreRefusedBeforeSending) {
-  TokenBucketRateLimiter user(client(), name("user"));   // no hash tag: slots of their own
+  TokenBucketRateLimiter user(client(), name("user"));  // no hash tag: slots of their own
   TokenBucketRateLimiter tenant(client(), name("tenant-x"));
   ASSERT_TRUE(user.trySetConfig(bucket(5, 5, milliseconds(1000))));
   ASSERT_TRUE(tenant.trySetConfig(bucket(5, 5, milliseconds(1000))));
@@ -565,9 +577,15 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
       }
     }
     switch (policy) {
-      case FailurePolicy::Allow: EXPECT_EQ(allowed, 6); break;
-      case FailurePolicy::Deny: EXPECT_EQ(denied, 6); break;
-      case FailurePolicy::Throw: EXPECT_EQ(thrown, 6); break;
+      case FailurePolicy::Allow:
+        EXPECT_EQ(allowed, 6);
+        break;
+      case FailurePolicy::Deny:
+        EXPECT_EQ(denied, 6);
+        break;
+      case FailurePolicy::Throw:
+        EXPECT_EQ(thrown, 6);
+        break;
       case FailurePolicy::Local:
         EXPECT_EQ(allowed, 3) << "the local bucket runs the tightest limit: 3 per minute";
         EXPECT_EQ(denied, 3);

@@ -167,15 +167,17 @@ class OneKeyBounds : public RedisTest {
 
 TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurations) {
   std::mt19937_64 rng(20240611);
-  auto uniform = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
   // Extremes first: the largest burst for the coarsest rate, P' near 2^32, whole-µs and
   // fractional emission intervals; then random ones.
   struct Cfg {
     std::int64_t burst, permits, intervalMs;
   };
-  std::vector<Cfg> configs = {{262, 1, kMaxU32},          {kMaxU32, 1000, 1000},       {1, kMaxU32, 1},
-                              {3, 4294967291, kMaxU32},   {1000, 7, 3},                 {kMaxU32, kMaxU32, 1},
-                              {262144, 4294967291, 1000}, {5, 3, 10}};
+  std::vector<Cfg> configs = {
+      {262, 1, kMaxU32},     {kMaxU32, 1000, 1000},      {1, kMaxU32, 1}, {3, 4294967291, kMaxU32}, {1000, 7, 3},
+      {kMaxU32, kMaxU32, 1}, {262144, 4294967291, 1000}, {5, 3, 10}};
   while (configs.size() < 40) {
     const std::int64_t permits = uniform(0, 2) == 0 ? uniform(1, 100) : uniform(1, kMaxU32);
     const std::int64_t intervalMs = uniform(0, 2) == 0 ? uniform(1, 1000) : uniform(1, kMaxU32);
@@ -186,7 +188,8 @@ TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurati
   }
   int index = 0;
   for (const Cfg& cfg : configs) {
-    ASSERT_NO_THROW(GcraRateLimiter::validateConfig(GcraTraits::config(cfg.burst, cfg.permits, milliseconds(cfg.intervalMs))));
+    ASSERT_NO_THROW(
+        GcraRateLimiter::validateConfig(GcraTraits::config(cfg.burst, cfg.permits, milliseconds(cfg.intervalMs))));
     const std::string key = name("gcra" + std::to_string(index++));
     const std::string kind = index % 2 == 0 ? "G" : "T";
     std::int64_t now = 1700000000000000 + uniform(0, 1000000000);
@@ -204,16 +207,18 @@ TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurati
     for (int op = 0; op < 40; ++op) {
       const int kindOfStep = static_cast<int>(uniform(0, 3));
       now += kindOfStep == 0 ? 0 : kindOfStep == 1 ? 1 : uniform(0, step);
-      const std::int64_t n = uniform(0, 1) == 0 ? uniform(1, std::min<std::int64_t>(cfg.burst, 3)) : uniform(1, cfg.burst);
+      const std::int64_t n =
+          uniform(0, 1) == 0 ? uniform(1, std::min<std::int64_t>(cfg.burst, 3)) : uniform(1, cfg.burst);
       const std::string what = describeCase(cfg.burst, cfg.permits, cfg.intervalMs, op);
       const int which = static_cast<int>(uniform(0, 9));
       if (which < 6) {
         const std::int64_t maxWait = which < 3 ? 0 : uniform(0, 1) == 0 ? uniform(0, step) : uniform(0, 99999999999999);
-        const TakeReply got = takeReply(run(detail::lua::gcra, key, {"take", std::to_string(now), kind, std::to_string(n),
-                                                                     std::to_string(maxWait)}));
+        const TakeReply got = takeReply(run(
+            detail::lua::gcra, key, {"take", std::to_string(now), kind, std::to_string(n), std::to_string(maxWait)}));
         expectSame(got, model.take(now, n, maxWait, true), what);
       } else if (which < 8) {
-        const TakeReply got = takeReply(run(detail::lua::gcra, key, {"peek", std::to_string(now), kind, std::to_string(n)}));
+        const TakeReply got =
+            takeReply(run(detail::lua::gcra, key, {"peek", std::to_string(now), kind, std::to_string(n)}));
         expectSame(got, model.take(now, n, 0, false), what);
       } else {
         const std::int64_t back = uniform(0, cfg.burst);
@@ -228,7 +233,9 @@ TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurati
 
 TEST_F(OneKeyBounds, FixedWindowScriptMatchesTheModel) {
   std::mt19937_64 rng(7);
-  auto uniform = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
   for (int index = 0; index < 30; ++index) {
     const std::int64_t limit = index == 0 ? kMaxU32 : uniform(1, 20);
     const std::int64_t windowMs = index == 1 ? kMaxU32 : uniform(1, 500);
@@ -247,8 +254,9 @@ TEST_F(OneKeyBounds, FixedWindowScriptMatchesTheModel) {
       const std::string what = describeCase(limit, 0, windowMs, op);
       if (uniform(0, 3) != 0) {
         const std::int64_t maxWait = uniform(0, 1) == 0 ? 0 : uniform(0, 2 * windowMs * 1000);
-        const TakeReply got = takeReply(run(detail::lua::fixed_window, key,
-                                            {"take", std::to_string(now), "W", std::to_string(n), std::to_string(maxWait)}));
+        const TakeReply got =
+            takeReply(run(detail::lua::fixed_window, key,
+                          {"take", std::to_string(now), "W", std::to_string(n), std::to_string(maxWait)}));
         expectSame(got, model.take(now, n, maxWait, true), what);
       } else {
         const TakeReply got =
@@ -276,7 +284,8 @@ TEST_F(OneKeyBounds, TokenBucketInitialTokensAndExactRefill) {
   EXPECT_LE(d.retryAfter.count(), 333334);
   EXPECT_EQ(d.resetAfter.count(), 2000000 - (333334 - d.retryAfter.count()));
   const std::int64_t at = d.time.count() + d.retryAfter.count();
-  EXPECT_FALSE(takeReply(runOneKey(admin(), detail::lua::gcra, name(), {"peek", std::to_string(at - 1), "T", "1"})).allowed);
+  EXPECT_FALSE(
+      takeReply(runOneKey(admin(), detail::lua::gcra, name(), {"peek", std::to_string(at - 1), "T", "1"})).allowed);
   EXPECT_TRUE(takeReply(runOneKey(admin(), detail::lua::gcra, name(), {"peek", std::to_string(at), "T", "1"})).allowed);
 
   // Polled faster than one permit comes back, the bucket still refills (the whole-second seed
@@ -353,14 +362,15 @@ std::vector<Grant> hammer(const std::string& kind, const std::string& uri, const
 // "At most burst + permits x T / interval in any window of length T", checked for every pair of
 // grants i <= j: sum(permits) x interval <= burst x interval + (u_j - u_i + 1 us) x permits. (The
 // 1 µs: a reservation's use time is rounded up to a whole µs.) Returns "" or the violation.
-std::string gcraViolation(const std::vector<Grant>& g, std::int64_t burst, std::int64_t permits, std::int64_t intervalUs) {
+std::string gcraViolation(const std::vector<Grant>& g, std::int64_t burst, std::int64_t permits,
+                          std::int64_t intervalUs) {
   for (std::size_t i = 0; i < g.size(); ++i) {
     Int128 sum = 0;
     for (std::size_t j = i; j < g.size(); ++j) {
       sum += g[j].permits;
       if (sum * intervalUs > Int128{burst} * intervalUs + Int128{g[j].useUs - g[i].useUs + 1} * permits) {
-        return std::to_string(static_cast<long long>(sum)) + " permits within " + std::to_string(g[j].useUs - g[i].useUs) +
-               " us";
+        return std::to_string(static_cast<long long>(sum)) + " permits within " +
+               std::to_string(g[j].useUs - g[i].useUs) + " us";
       }
     }
   }

@@ -23,11 +23,12 @@ class OneKey : public RedisTest {
   static Config slowConfig(std::int64_t limit) { return Traits::config(limit, limit, milliseconds(10000)); }
 
   Reply takeAt(const std::string& key, std::int64_t nowUs, std::int64_t permits) {
-    return runOneKey(admin(), Traits::script(),
-                     key, {"take", std::to_string(nowUs), Traits::kKind, std::to_string(permits), "0"});
+    return runOneKey(admin(), Traits::script(), key,
+                     {"take", std::to_string(nowUs), Traits::kKind, std::to_string(permits), "0"});
   }
   Reply peekAt(const std::string& key, std::int64_t nowUs, std::int64_t permits) {
-    return runOneKey(admin(), Traits::script(), key, {"peek", std::to_string(nowUs), Traits::kKind, std::to_string(permits)});
+    return runOneKey(admin(), Traits::script(), key,
+                     {"peek", std::to_string(nowUs), Traits::kKind, std::to_string(permits)});
   }
 };
 
@@ -110,8 +111,14 @@ TYPED_TEST(OneKey, ConfigRaceBetweenTwoWritersLeavesExactlyOne) {
     typename TypeParam::Limiter l1(c1, n), l2(c2, n);
     std::promise<void> go;
     std::shared_future<void> start = go.get_future().share();
-    auto f1 = std::async(std::launch::async, [&] { start.wait(); return l1.trySetConfig(a); });
-    auto f2 = std::async(std::launch::async, [&] { start.wait(); return l2.trySetConfig(b); });
+    auto f1 = std::async(std::launch::async, [&] {
+      start.wait();
+      return l1.trySetConfig(a);
+    });
+    auto f2 = std::async(std::launch::async, [&] {
+      start.wait();
+      return l2.trySetConfig(b);
+    });
     go.set_value();
     const bool won1 = f1.get(), won2 = f2.get();
     ASSERT_NE(won1, won2) << "exactly one writer wins, round " << round;
@@ -127,10 +134,18 @@ TYPED_TEST(OneKey, MissingConfigurationIsNotInitializedNamingTheKey) {
   for (int call = 0; call < 4; ++call) {
     try {
       switch (call) {
-        case 0: (void)rl.decide(); break;
-        case 1: (void)rl.peek(); break;
-        case 2: (void)rl.getConfig(); break;
-        default: rl.refund(1); break;
+        case 0:
+          (void)rl.decide();
+          break;
+        case 1:
+          (void)rl.peek();
+          break;
+        case 2:
+          (void)rl.getConfig();
+          break;
+        default:
+          rl.refund(1);
+          break;
       }
       ADD_FAILURE() << "call " << call << " succeeded without a configuration";
     } catch (const NotInitializedError& e) {
@@ -443,9 +458,15 @@ TYPED_TEST(OneKey, UnreachableRedisIsDecidedByThePolicy) {
       }
     }
     switch (policy) {
-      case FailurePolicy::Allow: EXPECT_EQ(allowed, 6); break;
-      case FailurePolicy::Deny: EXPECT_EQ(denied, 6); break;
-      case FailurePolicy::Throw: EXPECT_EQ(thrown, 6); break;
+      case FailurePolicy::Allow:
+        EXPECT_EQ(allowed, 6);
+        break;
+      case FailurePolicy::Deny:
+        EXPECT_EQ(denied, 6);
+        break;
+      case FailurePolicy::Throw:
+        EXPECT_EQ(thrown, 6);
+        break;
       case FailurePolicy::Local:
         EXPECT_EQ(allowed, 3) << "the local bucket holds the limit";
         EXPECT_EQ(denied, 3);

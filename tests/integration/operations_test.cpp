@@ -25,7 +25,6 @@ class PerClient : public RedisTest {
 };
 class ClientTime : public RedisTest {};
 
-
 }  // namespace
 
 TEST_F(Operations, TrySetRateWritesOnlyWhenAbsent) {

@@ -46,7 +46,6 @@ class Scenario : public RedisTest {
   }
 };
 
-
 }  // namespace
 
 // 1. trySetRate(10 per 1 s) is true; a second trySetRate(20 per 1 s) is false; three rounds of:

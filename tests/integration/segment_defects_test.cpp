@@ -33,7 +33,6 @@ using Segmented = SegmentedRateLimiter<RateLimiter>;
 // Fault tests on this 2-core machine allow this much beyond a computed bound.
 constexpr milliseconds kSlack{500};
 
-
 /// Threads of this process now (/proc/self/task).
 std::ptrdiff_t threadCount() {
   const std::filesystem::directory_iterator tasks("/proc/self/task");

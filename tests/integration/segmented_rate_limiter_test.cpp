@@ -125,9 +125,15 @@ TEST_F(SegmentedRateLimiterIT, ProcessesTimesThreadsNeverExceedTheRateInAnyWindo
   for (int p = 0; p < kProcesses; ++p) {
     const std::string out = dir + "/worker" + std::to_string(p) + ".txt";
     outputs.push_back(out);
-    std::vector<std::string> args = {REDLIMIT_SEGMENT_WORKER, server().uri(), name(), std::to_string(kSegment),
-                                     std::to_string(kThreads), std::to_string(startAt), std::to_string(kDurationMs),
-                                     std::to_string(p == 0 ? 0 : kSessionPermits), std::to_string(kIdleMs)};
+    std::vector<std::string> args = {REDLIMIT_SEGMENT_WORKER,
+                                     server().uri(),
+                                     name(),
+                                     std::to_string(kSegment),
+                                     std::to_string(kThreads),
+                                     std::to_string(startAt),
+                                     std::to_string(kDurationMs),
+                                     std::to_string(p == 0 ? 0 : kSessionPermits),
+                                     std::to_string(kIdleMs)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -148,7 +154,7 @@ TEST_F(SegmentedRateLimiterIT, ProcessesTimesThreadsNeverExceedTheRateInAnyWindo
 
   // Each member's net permits (granted minus given back), stamped with its server grant time.
   std::vector<std::pair<std::int64_t, std::int64_t>> net;  // (time, permits)
-  std::map<std::string, std::int64_t> netById;  // hex of the member's length byte + id (without the count)
+  std::map<std::string, std::int64_t> netById;             // hex of the member's length byte + id (without the count)
   std::int64_t used = 0, granted = 0, returned = 0;
   for (const std::string& path : outputs) {
     const WorkerReport w = parseReport(path);

@@ -50,10 +50,11 @@ TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTh
   EXPECT_NE(c.primary.port, before);
   EXPECT_EQ(c.primary.port, group.currentPrimaryPort());
   EXPECT_GE(c.switches, 1u);
-  std::printf("[ sentinel ] first granted call %lld ms after SIGKILL of the primary (down-after %lld ms); "
-              "%lld calls denied by the policy meanwhile; %llu +switch-master seen\n",
-              static_cast<long long>(tookMs), static_cast<long long>(kDownAfter.count()),
-              static_cast<long long>(seen.deniedByPolicy), static_cast<unsigned long long>(c.announcements));
+  std::printf(
+      "[ sentinel ] first granted call %lld ms after SIGKILL of the primary (down-after %lld ms); "
+      "%lld calls denied by the policy meanwhile; %llu +switch-master seen\n",
+      static_cast<long long>(tookMs), static_cast<long long>(kDownAfter.count()),
+      static_cast<long long>(seen.deniedByPolicy), static_cast<unsigned long long>(c.announcements));
 }
 
 TEST(Sentinel, AnUnknownPrimaryNameEndsCallsByTheirDeadlineWithAnErrorThatSaysSo) {
@@ -82,9 +83,9 @@ TEST(Sentinel, SentinelsWithTheirOwnPasswordAndAPrimaryWithAnother) {
   ClientOptions base;
   base.connection.commandTimeout = milliseconds(300);
   const std::string uri = group.uri();
-  ASSERT_EQ(uri, "redis-sentinel://:p-pass@127.0.0.1:" + std::to_string(group.sentinel(0).port()) + ",127.0.0.1:" +
-                     std::to_string(group.sentinel(1).port()) + ",127.0.0.1:" +
-                     std::to_string(group.sentinel(2).port()) + "/mymaster?sentinel_password=s-pass");
+  ASSERT_EQ(uri, "redis-sentinel://:p-pass@127.0.0.1:" + std::to_string(group.sentinel(0).port()) +
+                     ",127.0.0.1:" + std::to_string(group.sentinel(1).port()) +
+                     ",127.0.0.1:" + std::to_string(group.sentinel(2).port()) + "/mymaster?sentinel_password=s-pass");
   auto client = Client::fromUri(uri, base);
   RateLimiter rl(client, "sentinel:auth");
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 3, std::chrono::minutes(10)));
@@ -106,7 +107,8 @@ TEST(Sentinel, SentinelsWithTheirOwnPasswordAndAPrimaryWithAnother) {
     const std::string message = e.what();
     EXPECT_NE(message.find("authentication failed: WRONGPASS"), std::string::npos) << message;
     EXPECT_NE(message.find("SentinelOptions::user and ::password"), std::string::npos) << message;
-    EXPECT_EQ(message.find("ConnectionOptions"), std::string::npos) << "the primary's options are not the ones to check";
+    EXPECT_EQ(message.find("ConnectionOptions"), std::string::npos)
+        << "the primary's options are not the ones to check";
     EXPECT_NE(message.find("sentinel 127.0.0.1:" + std::to_string(group.sentinel(0).port())), std::string::npos)
         << message;
   }

@@ -107,8 +107,8 @@ void replayAgainstModel(SmoothScript& s, Model& model, std::int64_t& clockNow, u
       ASSERT_TRUE(r.allowed);
       if (r.delayUs != expected && tolerance > 0) {
         ++offByOne;
-        ASSERT_LE(std::abs(expected - r.delayUs), tolerance) << "call " << i << ": reserve(" << permits << ") at "
-                                                             << r.nowUs;
+        ASSERT_LE(std::abs(expected - r.delayUs), tolerance)
+            << "call " << i << ": reserve(" << permits << ") at " << r.nowUs;
       } else {
         ASSERT_EQ(r.delayUs, expected) << "call " << i << ": reserve(" << permits << ") at " << r.nowUs;
       }
@@ -326,8 +326,7 @@ TEST_F(SmoothScript, GuavaVectorsWarmUpAndUpdate) {
     run.setRate(4, 1000);
     expectWaits(run, ones(5), {875000, 343750, 281250, 250000, 250000});
     run.userSleep(4250000);
-    expectWaits(run, ones(11),
-                {0, 718750, 656250, 593750, 531250, 468750, 406250, 343750, 281250, 250000, 250000});
+    expectWaits(run, ones(11), {0, 718750, 656250, 593750, 531250, 468750, 406250, 343750, 281250, 250000, 250000});
   }
   {  // qps 5 -> 10, W 4 s, cold factor 10
     VirtualRun run(*this, {5, 1000, 4000, 10});
@@ -337,8 +336,7 @@ TEST_F(SmoothScript, GuavaVectorsWarmUpAndUpdate) {
     run.setRate(10, 1000);
     expectWaits(run, ones(5), {762500, 195625, 104602, 100000, 100000});
     run.userSleep(4100000);
-    expectWaits(run, ones(11),
-                {0, 938125, 814375, 690625, 566875, 443125, 319375, 195625, 104602, 100000, 100000});
+    expectWaits(run, ones(11), {0, 938125, 814375, 690625, 566875, 443125, 319375, 195625, 104602, 100000, 100000});
   }
 }
 
@@ -406,7 +404,7 @@ TEST_F(SmoothScript, GuavaWarmUpIsHonouredWithWeights) {
 TEST_F(SmoothScript, RefundMovesTheDebtBackAndStoresTheRestWhenBursty) {
   const std::int64_t at = serverTimeUs(admin());
   ASSERT_TRUE(set({1, 1000, 3000, 0}, t(at)));  // 1/s, up to 3 stored
-  EXPECT_EQ(take(2, 0, t(at)).delayUs, 0);        // free; the next caller pays 2 s
+  EXPECT_EQ(take(2, 0, t(at)).delayUs, 0);      // free; the next caller pays 2 s
   EXPECT_EQ(nextFree(), at + 2 * kSecond);
   EXPECT_EQ(run("refund", t(at), {"1"}).asInteger(), 0);  // reply: remaining
   EXPECT_EQ(nextFree(), at + kSecond);
@@ -452,10 +450,11 @@ TEST_F(SmoothScript, SetRateResyncsThenScalesStoredPermits) {
 TEST_F(SmoothScript, RejectsBadArgumentsBeforeWriting) {
   EXPECT_THROW(set({0, 1000, 1000, 0}), InvalidArgument);
   EXPECT_THROW(set({5, 0, 1000, 0}), InvalidArgument);
-  EXPECT_THROW(set({5, 1000, 0, 3}), InvalidArgument);    // warming up without a warm-up period
+  EXPECT_THROW(set({5, 1000, 0, 3}), InvalidArgument);       // warming up without a warm-up period
   EXPECT_THROW(set({5, 1000, 4000, 128}), InvalidArgument);  // cold factor above 127
   EXPECT_THROW((void)run("set", "", {"try", "5", "1000", "-1", "0"}), InvalidArgument);
-  EXPECT_THROW((void)run("set", "", {"try", "5", "1000", "0.5", "0"}), InvalidArgument);  // read as Lua's tonumber: "01" is 1
+  EXPECT_THROW((void)run("set", "", {"try", "5", "1000", "0.5", "0"}),
+               InvalidArgument);                                  // read as Lua's tonumber: "01" is 1
   EXPECT_THROW(set({999, 1000, 3'600'000, 3}), InvalidArgument);  // too large to keep exact
   EXPECT_FALSE(exists(admin(), key()));
   EXPECT_THROW((void)take(1, 0), NotInitializedError);

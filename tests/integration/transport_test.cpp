@@ -563,7 +563,8 @@ TEST_F(TransportTest, PipeliningUnderClientKillAndScriptFlushLosesNothing) {
   std::thread chaos([&] {
     while (!stop.load()) {
       try {
-        killed += static_cast<int>(redlimit::detail::command(admin(), {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).integer);
+        killed += static_cast<int>(
+            redlimit::detail::command(admin(), {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).integer);
         ++kills;
         (void)redlimit::detail::command(admin(), {"SCRIPT", "FLUSH"});
         ++flushes;
@@ -611,8 +612,8 @@ TEST_F(TransportTest, PipeliningUnderClientKillAndScriptFlushLosesNothing) {
   EXPECT_EQ(tally.total(), 16000);
   std::string closedTimes;
   for (const std::int64_t us : closedAfterUs) closedTimes += " " + std::to_string(us);
-  EXPECT_EQ(tally.errors.load(), 0) << tally.describe() << "\nthe calls that ended with ClosedError ran for (us):"
-                                    << closedTimes;
+  EXPECT_EQ(tally.errors.load(), 0) << tally.describe()
+                                    << "\nthe calls that ended with ClosedError ran for (us):" << closedTimes;
   const std::int64_t members = raw({"ZCARD", limiter.keys()[3]}).integer;
   EXPECT_EQ(members, tally.granted.load()) << "grants the callers saw vs members in Redis; " << tally.describe();
   EXPECT_EQ(kRate - getInt(admin(), limiter.keys()[1]), tally.granted.load());

@@ -77,11 +77,13 @@ TEST_F(BadInput, EmptyNameOrNoClient) {
 TEST_F(BadInput, RateOutOfRange) {
   for (std::int64_t rate : {std::int64_t{0}, std::int64_t{-1}, RateLimiter::kMaxRate + 1, kMin64}) {
     const std::string r = std::to_string(rate);
-    expectRejectedLocally("trySetRate " + r, [&] { (void)rl().trySetRate(RateType::Overall, rate, milliseconds(1000)); });
+    expectRejectedLocally("trySetRate " + r,
+                          [&] { (void)rl().trySetRate(RateType::Overall, rate, milliseconds(1000)); });
     expectRejectedLocally("setRate " + r, [&] { rl().setRate(RateType::Overall, rate, milliseconds(1000)); });
     expectRejectedLocally("setRate keepState " + r,
                           [&] { rl().setRate(RateType::Overall, rate, milliseconds(1000), milliseconds(0), true); });
-    expectRejectedLocally("updateRate " + r, [&] { (void)rl().updateRate(RateType::Overall, rate, milliseconds(1000)); });
+    expectRejectedLocally("updateRate " + r,
+                          [&] { (void)rl().updateRate(RateType::Overall, rate, milliseconds(1000)); });
   }
   // The bounds themselves are accepted.
   RateLimiter big(client(), name("max"));
@@ -93,8 +95,8 @@ TEST_F(BadInput, RateOutOfRange) {
 }
 
 TEST_F(BadInput, IntervalOutOfRange) {
-  for (milliseconds interval : {milliseconds(0), milliseconds(-1), RateLimiter::kMaxInterval + milliseconds(1),
-                                milliseconds(kMin64)}) {
+  for (milliseconds interval :
+       {milliseconds(0), milliseconds(-1), RateLimiter::kMaxInterval + milliseconds(1), milliseconds(kMin64)}) {
     const std::string i = std::to_string(interval.count());
     expectRejectedLocally("trySetRate " + i, [&] { (void)rl().trySetRate(RateType::Overall, 5, interval); });
     expectRejectedLocally("setRate " + i, [&] { rl().setRate(RateType::Overall, 5, interval); });
@@ -110,9 +112,11 @@ TEST_F(BadInput, KeepAliveShorterThanIntervalOrTooLong) {
   for (milliseconds keep : {milliseconds(1), milliseconds(4999), milliseconds(-1), milliseconds(kMin64),
                             RateLimiter::kMaxInterval + milliseconds(1)}) {
     const std::string k = std::to_string(keep.count());
-    expectRejectedLocally("trySetRate " + k, [&] { (void)rl().trySetRate(RateType::Overall, 5, milliseconds(5000), keep); });
+    expectRejectedLocally("trySetRate " + k,
+                          [&] { (void)rl().trySetRate(RateType::Overall, 5, milliseconds(5000), keep); });
     expectRejectedLocally("setRate " + k, [&] { rl().setRate(RateType::Overall, 5, milliseconds(5000), keep); });
-    expectRejectedLocally("updateRate " + k, [&] { (void)rl().updateRate(RateType::Overall, 5, milliseconds(5000), keep); });
+    expectRejectedLocally("updateRate " + k,
+                          [&] { (void)rl().updateRate(RateType::Overall, 5, milliseconds(5000), keep); });
   }
 }
 
@@ -135,8 +139,7 @@ TEST_F(BadInput, TtlAndTypeOutOfRange) {
   expectRejectedLocally("expire 0", [&] { (void)rl().expire(milliseconds(0)); });
   expectRejectedLocally("expire -5", [&] { (void)rl().expire(milliseconds(-5)); });
   expectRejectedLocally("expireAt epoch", [&] { (void)rl().expireAt(std::chrono::system_clock::time_point{}); });
-  expectRejectedLocally("unknown RateType",
-                        [&] { rl().setRate(static_cast<RateType>(7), 5, milliseconds(1000)); });
+  expectRejectedLocally("unknown RateType", [&] { rl().setRate(static_cast<RateType>(7), 5, milliseconds(1000)); });
 }
 
 TEST_F(CorruptConfig, TypeIsNotZeroOrOne) {

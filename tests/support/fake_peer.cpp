@@ -213,9 +213,9 @@ class Session {
     if (name == "ping") return argv.size() > 1 ? bulk(argv[1]) : "+PONG\r\n";
     if (name != "hello") return "+OK\r\n";
     if (argv.size() > 1 && argv[1] != "2") return "-NOPROTO sorry, this protocol version is not supported.\r\n";
-    return "*14\r\n" + bulk("server") + bulk("redis") + bulk("version") + bulk("7.2.0") + bulk("proto") +
-           ":2\r\n" + bulk("id") + ":" + std::to_string(id_) + "\r\n" + bulk("mode") + bulk("standalone") +
-           bulk("role") + bulk("master") + bulk("modules") + "*0\r\n";
+    return "*14\r\n" + bulk("server") + bulk("redis") + bulk("version") + bulk("7.2.0") + bulk("proto") + ":2\r\n" +
+           bulk("id") + ":" + std::to_string(id_) + "\r\n" + bulk("mode") + bulk("standalone") + bulk("role") +
+           bulk("master") + bulk("modules") + "*0\r\n";
   }
 
   // The header-only behaviours answer the first request; later bytes would only be read as part
@@ -243,10 +243,10 @@ struct Connection {
   int fd;
   RequestReader reader;
   Session session;
-  std::string trickle;            // bytes still to trickle out
+  std::string trickle;             // bytes still to trickle out
   Clock::time_point nextByteAt{};  // when the next trickled byte is due
-  bool readClosed = false;        // the client sent EOF
-  bool closed = false;            // to be closed and dropped
+  bool readClosed = false;         // the client sent EOF
+  bool closed = false;             // to be closed and dropped
 };
 
 // Sends what the socket takes without blocking; the rest is dropped. Marks the connection closed

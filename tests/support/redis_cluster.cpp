@@ -56,15 +56,24 @@ RedisCluster::RedisCluster(int primaries, int replicasPerPrimary, std::chrono::m
   if (primaries < 1 || replicasPerPrimary < 0 || nodeTimeout.count() < 1) {
     throw std::invalid_argument("RedisCluster: needs primaries >= 1, replicasPerPrimary >= 0, nodeTimeout >= 1 ms");
   }
-  std::vector<std::string> args = {"--cluster-enabled", "yes",
-                                   "--cluster-port", "auto",
-                                   "--cluster-config-file", "nodes.conf",  // in the node's --dir
-                                   "--cluster-node-timeout", std::to_string(nodeTimeout.count()),
-                                   "--cluster-replica-validity-factor", "0",
-                                   "--cluster-require-full-coverage", "no",
-                                   "--cluster-allow-replica-migration", "no",
-                                   "--repl-diskless-sync-delay", "0",
-                                   "--repl-ping-replica-period", "1"};
+  std::vector<std::string> args = {"--cluster-enabled",
+                                   "yes",
+                                   "--cluster-port",
+                                   "auto",
+                                   "--cluster-config-file",
+                                   "nodes.conf",  // in the node's --dir
+                                   "--cluster-node-timeout",
+                                   std::to_string(nodeTimeout.count()),
+                                   "--cluster-replica-validity-factor",
+                                   "0",
+                                   "--cluster-require-full-coverage",
+                                   "no",
+                                   "--cluster-allow-replica-migration",
+                                   "no",
+                                   "--repl-diskless-sync-delay",
+                                   "0",
+                                   "--repl-ping-replica-period",
+                                   "1"};
   args.insert(args.end(), extraArgs.begin(), extraArgs.end());
   const int total = primaries * (1 + replicasPerPrimary);
   for (int i = 0; i < total; ++i) nodes_.push_back(std::make_unique<RedisServer>(args));
@@ -83,7 +92,8 @@ RedisCluster::RedisCluster(int primaries, int replicasPerPrimary, std::chrono::m
   // Every node meets node 0 (ip, port, bus port); gossip then introduces the others.
   const RedisServer& hub = *nodes_[0];
   for (std::size_t i = 1; i < nodes_.size(); ++i) {
-    (void)call(*nodes_[i], {"CLUSTER", "MEET", hub.host(), std::to_string(hub.port()), std::to_string(hub.clusterPort())});
+    (void)call(*nodes_[i],
+               {"CLUSTER", "MEET", hub.host(), std::to_string(hub.port()), std::to_string(hub.clusterPort())});
   }
   // CLUSTER REPLICATE answers "ERR Unknown node" until the replica has heard of its primary.
   for (int p = 0; p < primaries; ++p) {
@@ -113,7 +123,8 @@ RedisCluster::RedisCluster(int primaries, int replicasPerPrimary, std::chrono::m
     }
     return "";
   });
-  if (!why.empty()) throw std::runtime_error("RedisCluster: the cluster did not form in " + msText(kFormTimeout) + ": " + why);
+  if (!why.empty())
+    throw std::runtime_error("RedisCluster: the cluster did not form in " + msText(kFormTimeout) + ": " + why);
   knownOwner_ = slotOwners(0);
 }
 
@@ -249,9 +260,11 @@ std::string RedisCluster::unsettled() const {
     const RedisServer& n = *nodes_[i];
     if (!n.running()) continue;
     const std::string info = call(n, {"CLUSTER", "INFO"}).str;
-    if (infoValue(info, "cluster_state") != "ok") return nodeName(n) + " says cluster_state:" + infoValue(info, "cluster_state");
+    if (infoValue(info, "cluster_state") != "ok")
+      return nodeName(n) + " says cluster_state:" + infoValue(info, "cluster_state");
     if (infoValue(info, "cluster_known_nodes") != std::to_string(nodes_.size())) {
-      return nodeName(n) + " knows " + infoValue(info, "cluster_known_nodes") + " nodes of " + std::to_string(nodes_.size());
+      return nodeName(n) + " knows " + infoValue(info, "cluster_known_nodes") + " nodes of " +
+             std::to_string(nodes_.size());
     }
     std::vector<SlotRange> ranges = clusterSlots(n);
     if (referenceNode < 0) {

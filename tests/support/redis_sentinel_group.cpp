@@ -60,10 +60,9 @@ RedisSentinelGroup::RedisSentinelGroup(std::chrono::milliseconds downAfter, std:
   });
   if (!why.empty()) throw std::runtime_error("RedisSentinelGroup: the replica did not attach: " + why);
 
-  std::string config = "sentinel monitor " + name_ + " " + primary_->host() + " " +
-                             std::to_string(primary_->port()) + " 2\n" +
-                             "sentinel down-after-milliseconds " + name_ + " " + std::to_string(downAfter.count()) + "\n" +
-                             "sentinel failover-timeout " + name_ + " " + std::to_string(kFailoverTimeoutMs) + "\n";
+  std::string config = "sentinel monitor " + name_ + " " + primary_->host() + " " + std::to_string(primary_->port()) +
+                       " 2\n" + "sentinel down-after-milliseconds " + name_ + " " + std::to_string(downAfter.count()) +
+                       "\n" + "sentinel failover-timeout " + name_ + " " + std::to_string(kFailoverTimeoutMs) + "\n";
   if (!pp.empty()) config += "sentinel auth-pass " + name_ + " " + pp + "\n";
   if (!sp.empty()) config += "requirepass " + sp + "\nsentinel sentinel-pass " + sp + "\n";
   for (int i = 0; i < kSentinels; ++i) {
@@ -75,8 +74,8 @@ RedisSentinelGroup::RedisSentinelGroup(std::chrono::milliseconds downAfter, std:
       if (namedPrimaryPort(*s, name_, sp) != primary_->port()) return nodeName(*s) + " names another primary";
       bool replicaUp = false;
       for (const RawReply& r : call(*s, {"SENTINEL", "REPLICAS", name_}, sp).elements) {
-        replicaUp = replicaUp || (field(r, "port") == std::to_string(replica_->port()) && field(r, "flags") == "slave" &&
-                                  field(r, "master-link-status") == "ok");
+        replicaUp = replicaUp || (field(r, "port") == std::to_string(replica_->port()) &&
+                                  field(r, "flags") == "slave" && field(r, "master-link-status") == "ok");
       }
       if (!replicaUp) return nodeName(*s) + " does not list the replica as up";
       const std::size_t others = call(*s, {"SENTINEL", "SENTINELS", name_}, sp).elements.size();
@@ -85,7 +84,8 @@ RedisSentinelGroup::RedisSentinelGroup(std::chrono::milliseconds downAfter, std:
     return "";
   });
   if (!why.empty()) {
-    throw std::runtime_error("RedisSentinelGroup: the sentinels did not settle in " + msText(kSettleTimeout) + ": " + why);
+    throw std::runtime_error("RedisSentinelGroup: the sentinels did not settle in " + msText(kSettleTimeout) + ": " +
+                             why);
   }
 }
 
@@ -134,12 +134,13 @@ int RedisSentinelGroup::waitForFailover(int oldPort, std::chrono::milliseconds t
       if (!s->running()) continue;
       const int port = namedPrimaryPort(*s, name_, passwords_.sentinel);
       if (port == oldPort) return nodeName(*s) + " still names port " + std::to_string(oldPort);
-      if (named >= 0 && port != named) return "sentinels name ports " + std::to_string(named) + " and " + std::to_string(port);
+      if (named >= 0 && port != named)
+        return "sentinels name ports " + std::to_string(named) + " and " + std::to_string(port);
       named = port;
     }
     if (named < 0) return "no sentinel is running";
     const RawReply info = rawCommand(primary_->host(), named, {"INFO", "replication"}, std::chrono::milliseconds(2000),
-                                           passwords_.primary);
+                                     passwords_.primary);
     if (infoValue(info.str, "role") != "master") return "port " + std::to_string(named) + " is not a master yet";
     return "";
   });

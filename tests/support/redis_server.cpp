@@ -141,16 +141,26 @@ void RedisServer::launch() {
   std::vector<std::string> args = {REDLIMIT_REDIS_SERVER};
   // The config file must come first (redis-server <file> [--option value ...]).
   if (!configFile_.empty()) args.push_back(configFile_);
-  args.insert(args.end(), {"--port", std::to_string(port_),
-                                   "--bind", host_,
-                                   "--dir", dir_,
-                                   "--unixsocket", unixSocket(),
-                                   "--unixsocketperm", "700",
-                                   "--save", "",
-                                   "--appendonly", "no",
-                                   "--daemonize", "no",
-                                   "--logfile", dir_ + "/redis.log",
-                                   "--enable-debug-command", "local"});
+  args.insert(args.end(), {"--port",
+                           std::to_string(port_),
+                           "--bind",
+                           host_,
+                           "--dir",
+                           dir_,
+                           "--unixsocket",
+                           unixSocket(),
+                           "--unixsocketperm",
+                           "700",
+                           "--save",
+                           "",
+                           "--appendonly",
+                           "no",
+                           "--daemonize",
+                           "no",
+                           "--logfile",
+                           dir_ + "/redis.log",
+                           "--enable-debug-command",
+                           "local"});
   args.insert(args.end(), extraArgs_.begin(), extraArgs_.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

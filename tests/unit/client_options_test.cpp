@@ -52,8 +52,8 @@ TEST(ClientOptionsCheck, FromUriTakesClientUris) {
   EXPECT_EQ(client->options().connection.db, 2);
   EXPECT_EQ(client->options().connection.user, "u");
   EXPECT_EQ(client->clientId(), "from-base");
-  for (const char* uri : {"redis-cluster://h:7000?db=1", "redis-sentinel://s1:26379", "redis-cluster://",
-                          "redis://h1,h2"}) {
+  for (const char* uri :
+       {"redis-cluster://h:7000?db=1", "redis-sentinel://s1:26379", "redis-cluster://", "redis://h1,h2"}) {
     EXPECT_THROW((void)Client::fromUri(uri), InvalidArgument) << uri;
   }
 }

@@ -86,10 +86,10 @@ TEST(SimulatedClock, TimedWaitEndsAtTheDeadlineOrWhenNotified) {
 
   std::thread notified([&] {
     std::unique_lock<std::mutex> lk(m);
-    result = redlimit::clockWaitUntil(ClockRef<SimulatedClock>(clock), lk, cv, milliseconds(1000),
-                                      [&] { return ready; })
-                 ? 1
-                 : 0;
+    result =
+        redlimit::clockWaitUntil(ClockRef<SimulatedClock>(clock), lk, cv, milliseconds(1000), [&] { return ready; })
+            ? 1
+            : 0;
   });
   ASSERT_TRUE(clock.awaitBlocked(1));
   {

@@ -12,9 +12,9 @@
 #include "redlimit/detail/reply.hpp"
 
 using namespace redlimit;
+using detail::Reply;
 using detail::throwContextError;
 using detail::throwReplyError;
-using detail::Reply;
 
 TEST(ErrorMapping, ReadTimeoutOnHiredis014IsTimeout) {
   // hiredis 0.14 reports SO_RCVTIMEO expiry as REDIS_ERR_IO with errno EAGAIN.
@@ -79,9 +79,10 @@ TEST(ErrorMapping, ReplyErrors) {
 TEST(ErrorMapping, ServerThatCannotServeNowIsUnavailableNotAReplyError) {
   // READONLY and MASTERDOWN were here until issue 9 item 15: they say the address names a replica,
   // a configuration error (see Item15_ConfigurationErrorsAreNotIoErrors).
-  for (const char* reply : {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script.",
-                            "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
-                            "ERR max number of clients reached"}) {
+  for (const char* reply :
+       {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script.",
+        "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
+        "ERR max number of clients reached"}) {
     try {
       throwReplyError(reply, true);
       FAIL() << reply;
@@ -141,62 +142,77 @@ void expectNot(const std::function<void()>& call, const char* why) {
 // whatever its code; the server refusing to run the script keeps its own type.
 TEST(ErrorMapping, Item14_ErrorsRaisedInsideAScriptAreScriptErrors) {
   const std::string trailer = " script: f793247de6e1e3c553cd42d39c812df499e679e4, on @user_script:1.";
-  expectThrow<ScriptError>([&] { throwReplyError("WRONGTYPE Operation against a key holding the wrong kind of value" + trailer, true); },
-                           [](const ScriptError& e) {
-                             EXPECT_EQ(e.code(), "WRONGTYPE");
-                             EXPECT_TRUE(contains(e.what(), "wrong kind of value")) << e.what();
-                           });
-  for (const std::string& reply : {"ERR value is not an integer or out of range" + trailer,
-                                   "ERR Unknown Redis command called from script" + trailer,
-                                   "ERR user_script:1: boom" + trailer,
-                                   std::string("ERR Error compiling script (new function): user_script:1: unexpected symbol")}) {
+  expectThrow<ScriptError>(
+      [&] { throwReplyError("WRONGTYPE Operation against a key holding the wrong kind of value" + trailer, true); },
+      [](const ScriptError& e) {
+        EXPECT_EQ(e.code(), "WRONGTYPE");
+        EXPECT_TRUE(contains(e.what(), "wrong kind of value")) << e.what();
+      });
+  for (const std::string& reply :
+       {"ERR value is not an integer or out of range" + trailer,
+        "ERR Unknown Redis command called from script" + trailer, "ERR user_script:1: boom" + trailer,
+        std::string("ERR Error compiling script (new function): user_script:1: unexpected symbol")}) {
     SCOPED_TRACE(reply);
     expectThrow<ScriptError>([&] { throwReplyError(reply, true); });
   }
   // Not from a script: a plain reply error.
-  expectNot<ScriptError>([] { throwReplyError("WRONGTYPE Operation against a key holding the wrong kind of value", false); },
-                         "WRONGTYPE outside a script");
+  expectNot<ScriptError>(
+      [] { throwReplyError("WRONGTYPE Operation against a key holding the wrong kind of value", false); },
+      "WRONGTYPE outside a script");
   // Server refusals keep their types, with or without the trailer.
-  expectNot<ScriptError>([&] { throwReplyError("OOM command not allowed when used memory > 'maxmemory'." + trailer, true); },
-                         "OOM is the server refusing");
-  expectThrow<ReplyError>([&] { throwReplyError("OOM command not allowed when used memory > 'maxmemory'." + trailer, true); },
-                          [](const ReplyError& e) { EXPECT_EQ(e.code(), "OOM"); });
-  expectThrow<UnavailableError>([] { throwReplyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", true); });
-  expectThrow<UnavailableError>([&] { throwReplyError("LOADING Redis is loading the dataset in memory" + trailer, true); });
+  expectNot<ScriptError>(
+      [&] { throwReplyError("OOM command not allowed when used memory > 'maxmemory'." + trailer, true); },
+      "OOM is the server refusing");
+  expectThrow<ReplyError>(
+      [&] { throwReplyError("OOM command not allowed when used memory > 'maxmemory'." + trailer, true); },
+      [](const ReplyError& e) { EXPECT_EQ(e.code(), "OOM"); });
+  expectThrow<UnavailableError>([] {
+    throwReplyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", true);
+  });
+  expectThrow<UnavailableError>(
+      [&] { throwReplyError("LOADING Redis is loading the dataset in memory" + trailer, true); });
   expectNot<ScriptError>([] { throwReplyError("NOSCRIPT No matching script. Please use EVAL.", true); }, "NOSCRIPT");
-  expectThrow<ReplicaError>([&] { throwReplyError("READONLY You can't write against a read only replica." + trailer, true); });
-  expectThrow<NoPermissionError>([] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); });
+  expectThrow<ReplicaError>(
+      [&] { throwReplyError("READONLY You can't write against a read only replica." + trailer, true); });
+  expectThrow<NoPermissionError>(
+      [] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); });
 }
 
 TEST(ErrorMapping, Item14_NoPermIsAMissingPermissionNotAFailedAuthentication) {
-  expectThrow<NoPermissionError>([] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); },
-                                 [](const NoPermissionError& e) {
-                                   EXPECT_EQ(e.code(), "NOPERM");
-                                   EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
-                                   EXPECT_TRUE(contains(e.what(), "evalsha")) << e.what();
-                                   EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << e.what();
-                                 });
+  expectThrow<NoPermissionError>(
+      [] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); },
+      [](const NoPermissionError& e) {
+        EXPECT_EQ(e.code(), "NOPERM");
+        EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "evalsha")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << e.what();
+      });
   expectThrow<NoPermissionError>(
       [] { throwReplyError("NOPERM this user has no permissions to access one of the keys used as arguments", false); },
-      [](const NoPermissionError& e) { EXPECT_TRUE(contains(e.what(), "~")) << "says how to grant keys: " << e.what(); });
+      [](const NoPermissionError& e) {
+        EXPECT_TRUE(contains(e.what(), "~")) << "says how to grant keys: " << e.what();
+      });
   // A command inside the script: Redis 7 words it as an ERR from the script.
   expectThrow<NoPermissionError>(
       [] {
-        throwReplyError("ERR The user executing the script can't run this command or subcommand script: 61636018f4e6b5817b89791bbed242f93fa089e3, on @user_script:1.",
-                        true);
+        throwReplyError(
+            "ERR The user executing the script can't run this command or subcommand script: "
+            "61636018f4e6b5817b89791bbed242f93fa089e3, on @user_script:1.",
+            true);
       },
       [](const NoPermissionError& e) { EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << e.what(); });
   // Still an AuthError for code that catches those.
-  expectThrow<AuthError>([] { throwReplyError("NOPERM this user has no permissions to run the 'get' command", false); });
+  expectThrow<AuthError>(
+      [] { throwReplyError("NOPERM this user has no permissions to run the 'get' command", false); });
 }
 
 TEST(ErrorMapping, Item14_UnauthenticatedProtocolErrorIsAnAuthErrorThatSaysToSetThePassword) {
-  for (const char* reply : {"ERR Protocol error: unauthenticated multibulk length", "ERR Protocol error: unauthenticated bulk length",
-                            "NOAUTH Authentication required."}) {
+  for (const char* reply : {"ERR Protocol error: unauthenticated multibulk length",
+                            "ERR Protocol error: unauthenticated bulk length", "NOAUTH Authentication required."}) {
     SCOPED_TRACE(reply);
-    expectThrow<AuthError>([&] { throwReplyError(reply, true); }, [](const AuthError& e) {
-      EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what();
-    });
+    expectThrow<AuthError>(
+        [&] { throwReplyError(reply, true); },
+        [](const AuthError& e) { EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what(); });
   }
 }
 
@@ -204,19 +220,22 @@ TEST(ErrorMapping, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   Reply array;
   array.type = Reply::Type::Array;
   array.elements.resize(2);
-  expectThrow<UnexpectedReplyError>([&] { (void)array.asInteger(); }, [](const UnexpectedReplyError& e) {
-    EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
-    EXPECT_EQ(e.code(), "");
-  });
+  expectThrow<UnexpectedReplyError>([&] { (void)array.asInteger(); },
+                                    [](const UnexpectedReplyError& e) {
+                                      EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
+                                      EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
+                                      EXPECT_EQ(e.code(), "");
+                                    });
   Reply text;
   text.type = Reply::Type::String;
   text.str = "abc";
-  expectThrow<UnexpectedReplyError>([&] { (void)text.asInteger(); },
-                                    [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what(); });
+  expectThrow<UnexpectedReplyError>(
+      [&] { (void)text.asInteger(); },
+      [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what(); });
   Reply nil;
-  expectThrow<UnexpectedReplyError>([&] { (void)nil.asInteger(); },
-                                    [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "nil")) << e.what(); });
+  expectThrow<UnexpectedReplyError>(
+      [&] { (void)nil.asInteger(); },
+      [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "nil")) << e.what(); });
   EXPECT_EQ(nil.asOptionalInteger(), std::nullopt);
 }
 
@@ -226,22 +245,24 @@ TEST(ErrorMapping, Item15_ConfigurationErrorsAreNotIoErrors) {
   for (const char* reply : {"READONLY You can't write against a read only replica.",
                             "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."}) {
     SCOPED_TRACE(reply);
-    expectThrow<ReplicaError>([&] { throwReplyError(reply, false); }, [&](const ReplicaError& e) {
-      EXPECT_EQ(e.code(), std::string(reply).substr(0, std::string(reply).find(' ')));
-      EXPECT_TRUE(contains(e.what(), "primary")) << "says what to do: " << e.what();
-    });
+    expectThrow<ReplicaError>([&] { throwReplyError(reply, false); },
+                              [&](const ReplicaError& e) {
+                                EXPECT_EQ(e.code(), std::string(reply).substr(0, std::string(reply).find(' ')));
+                                EXPECT_TRUE(contains(e.what(), "primary")) << "says what to do: " << e.what();
+                              });
   }
   for (const char* reply : {"ERR Protocol error: invalid bulk length", "ERR Protocol error: invalid multibulk length",
                             "ERR Protocol error: too big mbulk count string"}) {
     SCOPED_TRACE(reply);
-    expectThrow<RequestLimitError>([&] { throwReplyError(reply, true); }, [](const RequestLimitError& e) {
-      EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
-    });
+    expectThrow<RequestLimitError>(
+        [&] { throwReplyError(reply, true); },
+        [](const RequestLimitError& e) { EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what(); });
   }
   // Out of descriptors, as hiredis 0.14 reports it for TCP (socket()), a host name
   // (getaddrinfo) and a unix socket.
-  for (const auto& failure : {std::pair{REDIS_ERR_OTHER, "Can't create socket: Too many open files"},
-                               std::pair{REDIS_ERR_OTHER, "System error"}, std::pair{REDIS_ERR_IO, "Too many open files"}}) {
+  for (const auto& failure :
+       {std::pair{REDIS_ERR_OTHER, "Can't create socket: Too many open files"},
+        std::pair{REDIS_ERR_OTHER, "System error"}, std::pair{REDIS_ERR_IO, "Too many open files"}}) {
     const int err = failure.first;
     const char* text = failure.second;
     SCOPED_TRACE(text);
@@ -251,29 +272,37 @@ TEST(ErrorMapping, Item15_ConfigurationErrorsAreNotIoErrors) {
                                       EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
                                     });
   }
-  expectThrow<ResourceLimitError>([] { throwContextError(REDIS_ERR_IO, ENFILE, "Too many open files in system", "connect"); },
-                                  [](const ResourceLimitError& e) { EXPECT_EQ(e.code(), "ENFILE"); });
+  expectThrow<ResourceLimitError>(
+      [] { throwContextError(REDIS_ERR_IO, ENFILE, "Too many open files in system", "connect"); },
+      [](const ResourceLimitError& e) { EXPECT_EQ(e.code(), "ENFILE"); });
   // TLS bytes read as a reply: a TLS alert record starts with 0x15, a handshake with 0x16.
-  expectThrow<TlsPortError>([] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING"); });
-  expectThrow<TlsPortError>([] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x16\" as reply type byte", "PING"); });
+  expectThrow<TlsPortError>(
+      [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING"); });
+  expectThrow<TlsPortError>(
+      [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x16\" as reply type byte", "PING"); });
   for (auto raise : std::initializer_list<std::function<void()>>{
            [] { throwReplyError("READONLY You can't write against a read only replica.", true); },
            [] { throwReplyError("ERR Protocol error: invalid bulk length", false); },
            [] { throwContextError(REDIS_ERR_IO, EMFILE, "Too many open files", "connect"); },
-           [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING"); }}) {
+           [] {
+             throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING");
+           }}) {
     expectNot<IoError>(raise, "a configuration error must not be left to the failure policy");
   }
   // The server closes the connection after these (or it names a replica): not used again.
-  for (const char* reply : {"ERR Protocol error: invalid bulk length", "ERR Protocol error: unauthenticated multibulk length",
-                            "ERR max number of clients reached", "READONLY You can't write against a read only replica.",
-                            "MASTERDOWN Link with MASTER is down"}) {
+  for (const char* reply :
+       {"ERR Protocol error: invalid bulk length", "ERR Protocol error: unauthenticated multibulk length",
+        "ERR max number of clients reached", "READONLY You can't write against a read only replica.",
+        "MASTERDOWN Link with MASTER is down"}) {
     EXPECT_TRUE(detail::replyEndsConnection(reply)) << reply;
   }
-  for (const char* reply : {"OOM command not allowed", "WRONGTYPE Operation against a key", "NOSCRIPT No matching script",
-                            "LOADING Redis is loading", "NOPERM this user has no permissions"}) {
+  for (const char* reply :
+       {"OOM command not allowed", "WRONGTYPE Operation against a key", "NOSCRIPT No matching script",
+        "LOADING Redis is loading", "NOPERM this user has no permissions"}) {
     EXPECT_FALSE(detail::replyEndsConnection(reply)) << reply;
   }
   // Outages stay IoErrors.
   expectThrow<ClosedError>([] { throwContextError(REDIS_ERR_IO, ECONNRESET, "Connection reset by peer", "PING"); });
-  expectThrow<IoError>([] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"H\" as reply type byte", "PING"); });
+  expectThrow<IoError>(
+      [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"H\" as reply type byte", "PING"); });
 }

@@ -239,9 +239,8 @@ TEST(FakePeer, DeepNestingAnswersEachRequestWithNineArrays) {
 TEST(FakePeer, GreetingCommandsAreAnsweredUntilTheFirstOtherRequest) {
   FakePeer peer(behaving(FakePeer::Behaviour::Garbage));
   RawClient client(peer.port());
-  client.send(request({"AUTH", "user", "secret"}) + request({"select", "3"}) +
-              request({"CLIENT", "SETNAME", "me"}) + request({"PING", "hi"}) + request({"PING"}) +
-              request({"HELLO", "2"}));
+  client.send(request({"AUTH", "user", "secret"}) + request({"select", "3"}) + request({"CLIENT", "SETNAME", "me"}) +
+              request({"PING", "hi"}) + request({"PING"}) + request({"HELLO", "2"}));
   const std::string greeting = "+OK\r\n+OK\r\n+OK\r\n$2\r\nhi\r\n" + kPong;
   EXPECT_EQ(client.read(greeting.size(), milliseconds(1000)), greeting);
   EXPECT_EQ(client.read(5, milliseconds(1000)), "*14\r\n");  // HELLO's map as a RESP2 array

@@ -85,7 +85,8 @@ ChildReport forkChild(std::size_t ids, AfterFork afterFork) {
   }
   std::memcpy(&report.generation, bytes.data(), sizeof report.generation);
   report.ids.resize(ids);
-  for (std::size_t i = 0; i < ids; ++i) std::memcpy(report.ids[i].data(), bytes.data() + sizeof report.generation + i * sizeof(Id), sizeof(Id));
+  for (std::size_t i = 0; i < ids; ++i)
+    std::memcpy(report.ids[i].data(), bytes.data() + sizeof report.generation + i * sizeof(Id), sizeof(Id));
   return report;
 }
 
@@ -119,6 +120,7 @@ TEST(ForkGuard, ChildAndParentDrawDifferentIdsAfterFork) {
   EXPECT_EQ(parentIds.size(), kIds);
   EXPECT_EQ(childIds.size(), kIds);
   std::vector<Id> shared;
-  std::set_intersection(parentIds.begin(), parentIds.end(), childIds.begin(), childIds.end(), std::back_inserter(shared));
+  std::set_intersection(parentIds.begin(), parentIds.end(), childIds.begin(), childIds.end(),
+                        std::back_inserter(shared));
   EXPECT_TRUE(shared.empty()) << shared.size() << " of " << kIds << " ids drawn by both parent and child";
 }

@@ -85,9 +85,8 @@ TEST(HttpRateLimit, FieldSyntaxAndNumbers) {
 
 TEST(HttpRateLimit, HeadersInOrder) {
   const Headers denial = rateLimitHeaders(denied(1'500'000), kPolicy);
-  const Headers expected{{"RateLimit-Policy", R"("default";q=100;w=60)"},
-                         {"RateLimit", R"("default";r=0;t=2)"},
-                         {"Retry-After", "2"}};
+  const Headers expected{
+      {"RateLimit-Policy", R"("default";q=100;w=60)"}, {"RateLimit", R"("default";r=0;t=2)"}, {"Retry-After", "2"}};
   EXPECT_EQ(denial, expected);
   const Headers grant = rateLimitHeaders(allowed(9, 500'000), kPolicy);
   const Headers expectedGrant{{"RateLimit-Policy", R"("default";q=100;w=60)"}, {"RateLimit", R"("default";r=9;t=1)"}};
@@ -99,10 +98,8 @@ TEST(HttpRateLimit, XRateLimitOption) {
   o.ietf = false;
   o.xRateLimit = true;
   const Headers h = rateLimitHeaders(denied(2'000'000, -1), kPolicy, o);
-  const Headers expected{{"X-RateLimit-Limit", "100"},
-                         {"X-RateLimit-Remaining", "0"},
-                         {"X-RateLimit-Reset", "2"},
-                         {"Retry-After", "2"}};
+  const Headers expected{
+      {"X-RateLimit-Limit", "100"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "2"}, {"Retry-After", "2"}};
   EXPECT_EQ(h, expected);
   o.retryAfter = false;
   EXPECT_EQ(rateLimitHeaders(denied(2'000'000), kPolicy, o).size(), 3u);
@@ -201,10 +198,8 @@ TEST(HttpMultiLimit, XRateLimitDescribesTheLimitThatDenied) {
   o.ietf = false;
   o.xRateLimit = true;
   const Headers x = rateLimitHeaders(d, kPolicies, o);
-  const Headers expected{{"X-RateLimit-Limit", "1000"},
-                         {"X-RateLimit-Remaining", "0"},
-                         {"X-RateLimit-Reset", "3"},
-                         {"Retry-After", "3"}};
+  const Headers expected{
+      {"X-RateLimit-Limit", "1000"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "3"}, {"Retry-After", "3"}};
   EXPECT_EQ(x, expected);
 }
 

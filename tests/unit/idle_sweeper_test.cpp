@@ -29,10 +29,10 @@ struct Owner {
   std::condition_variable cv;
   int runs = 0;
   bool inside = false;
-  bool hold = false;            // a run waits here until released
-  std::int64_t next = -1;       // what a run returns
-  int againUntil = 0;           // while runs < againUntil, return 0 (run again at once)
-  std::function<void()> hook;   // runs inside each run, on the sweeper thread
+  bool hold = false;           // a run waits here until released
+  std::int64_t next = -1;      // what a run returns
+  int againUntil = 0;          // while runs < againUntil, return 0 (run again at once)
+  std::function<void()> hook;  // runs inside each run, on the sweeper thread
 
   static std::int64_t task(void* self) noexcept { return static_cast<Owner*>(self)->run(); }
   std::int64_t run() noexcept {

@@ -11,7 +11,7 @@ using redlimit::detail::keySlot;
 TEST(KeySlot, Crc16IsXmodem) {
   EXPECT_EQ(crc16Xmodem("123456789"), 0x31C3);  // the specification's check value
   EXPECT_EQ(crc16Xmodem(""), 0);
-  EXPECT_EQ(keySlot("123456789"), 0x31C3);      // 12739 < 16384
+  EXPECT_EQ(keySlot("123456789"), 0x31C3);  // 12739 < 16384
 }
 
 TEST(KeySlot, SlotsOfPlainKeys) {

@@ -152,7 +152,7 @@ TEST(LocalTokenBucket, ExtremeBoundsDoNotOverflow) {
 TEST(LocalTokenBucket, ConcurrentCallersShareTheRateExactly) {
   ManualClock clock;
   Bucket b(1000000, 1000, milliseconds(1), ClockRef<ManualClock>(clock));  // 1 per µs
-  b.setAvailablePermits(0);  // a full bucket refills nothing: start empty
+  b.setAvailablePermits(0);                                                // a full bucket refills nothing: start empty
   std::atomic<std::int64_t> granted{0};
   std::atomic<bool> done{false};
   std::vector<std::thread> threads;

@@ -92,7 +92,7 @@ void expectRefused(const ClientOptions& valid, const std::vector<Refused>& cases
 TEST(CheckClientOptions, StandaloneRunsTheConnectionAndPoolChecks) {
   ClientOptions o;
   EXPECT_NO_THROW(redlimit::checkOptions(o));
-  o.cluster.seeds.clear();      // the other topologies' options are not looked at
+  o.cluster.seeds.clear();  // the other topologies' options are not looked at
   o.sentinel.primaryName = "a b";
   EXPECT_NO_THROW(redlimit::checkOptions(o));
   o.connection.user = "app";
@@ -108,20 +108,26 @@ TEST(CheckClientOptions, Cluster) {
       {
           {"no seeds", [](ClientOptions& o) { o.cluster.seeds.clear(); },
            "ClusterOptions::seeds is empty; give at least one node, e.g. redis-cluster://"},
-          {"empty host", [](ClientOptions& o) { o.cluster.seeds[1].host.clear(); }, "ClusterOptions::seeds[1].host is empty"},
+          {"empty host", [](ClientOptions& o) { o.cluster.seeds[1].host.clear(); },
+           "ClusterOptions::seeds[1].host is empty"},
           {"port 0", [](ClientOptions& o) { o.cluster.seeds[0].port = 0; },
            "ClusterOptions::seeds[0].port must be in 1..65535, got 0"},
           {"port 65536", [](ClientOptions& o) { o.cluster.seeds[1].port = 65536; }, "seeds[1].port"},
           {"db 1", [](ClientOptions& o) { o.connection.db = 1; }, "a Redis Cluster has only db 0"},
-          {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; }, "ConnectionOptions::unixSocket"},
+          {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; },
+           "ConnectionOptions::unixSocket"},
           {"min refresh 0", [](ClientOptions& o) { o.cluster.minRefreshInterval = std::chrono::milliseconds(0); },
            "ClusterOptions::minRefreshInterval must be > 0 ms, got 0 ms"},
           {"refresh period under min",
-           [](ClientOptions& o) { o.cluster.refreshPeriod = o.cluster.minRefreshInterval - std::chrono::milliseconds(1); },
+           [](ClientOptions& o) {
+             o.cluster.refreshPeriod = o.cluster.minRefreshInterval - std::chrono::milliseconds(1);
+           },
            "ClusterOptions::refreshPeriod (199 ms) must be >= minRefreshInterval (200 ms)"},
-          {"0 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 0; }, "ClusterOptions::maxRedirects must be in 1..16, got 0"},
+          {"0 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 0; },
+           "ClusterOptions::maxRedirects must be in 1..16, got 0"},
           {"17 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 17; }, "maxRedirects"},
-          {"connection checked too", [](ClientOptions& o) { o.connection.commandTimeout = std::chrono::milliseconds(0); },
+          {"connection checked too",
+           [](ClientOptions& o) { o.connection.commandTimeout = std::chrono::milliseconds(0); },
            "ConnectionOptions::commandTimeout"},
           {"pool checked too", [](ClientOptions& o) { o.pool.maxPending = 0; }, "PoolOptions::maxPending"},
       });
@@ -138,22 +144,26 @@ TEST(CheckClientOptions, Cluster) {
 }
 
 TEST(CheckClientOptions, Sentinel) {
-  expectRefused(
-      sentinelOptions(),
-      {
-          {"no sentinels", [](ClientOptions& o) { o.sentinel.sentinels.clear(); },
-           "SentinelOptions::sentinels is empty; give at least one node, e.g. redis-sentinel://"},
-          {"empty host", [](ClientOptions& o) { o.sentinel.sentinels[0].host.clear(); }, "SentinelOptions::sentinels[0].host"},
-          {"port -1", [](ClientOptions& o) { o.sentinel.sentinels[0].port = -1; }, "sentinels[0].port must be in 1..65535"},
-          {"no primary name", [](ClientOptions& o) { o.sentinel.primaryName.clear(); }, "SentinelOptions::primaryName is empty"},
-          {"space in name", [](ClientOptions& o) { o.sentinel.primaryName = "my master"; }, "byte 0x20"},
-          {"newline in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\n"; }, "byte 0x0a"},
-          {"DEL in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\x7f"; }, "byte 0x7f"},
-          {"user without password", [](ClientOptions& o) { o.sentinel.user = "sentinel-admin"; },
-           "SentinelOptions::user needs SentinelOptions::password"},
-          {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; }, "sentinel nodes are reached over TCP"},
-          {"primary's user without password", [](ClientOptions& o) { o.connection.user = "app"; }, "an ACL user needs a password"},
-      });
+  expectRefused(sentinelOptions(),
+                {
+                    {"no sentinels", [](ClientOptions& o) { o.sentinel.sentinels.clear(); },
+                     "SentinelOptions::sentinels is empty; give at least one node, e.g. redis-sentinel://"},
+                    {"empty host", [](ClientOptions& o) { o.sentinel.sentinels[0].host.clear(); },
+                     "SentinelOptions::sentinels[0].host"},
+                    {"port -1", [](ClientOptions& o) { o.sentinel.sentinels[0].port = -1; },
+                     "sentinels[0].port must be in 1..65535"},
+                    {"no primary name", [](ClientOptions& o) { o.sentinel.primaryName.clear(); },
+                     "SentinelOptions::primaryName is empty"},
+                    {"space in name", [](ClientOptions& o) { o.sentinel.primaryName = "my master"; }, "byte 0x20"},
+                    {"newline in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\n"; }, "byte 0x0a"},
+                    {"DEL in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\x7f"; }, "byte 0x7f"},
+                    {"user without password", [](ClientOptions& o) { o.sentinel.user = "sentinel-admin"; },
+                     "SentinelOptions::user needs SentinelOptions::password"},
+                    {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; },
+                     "sentinel nodes are reached over TCP"},
+                    {"primary's user without password", [](ClientOptions& o) { o.connection.user = "app"; },
+                     "an ACL user needs a password"},
+                });
   ClientOptions fine = sentinelOptions();
   fine.sentinel.primaryName = "primary-1.eu_west";
   fine.sentinel.password = "only-a-password";

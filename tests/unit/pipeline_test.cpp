@@ -214,7 +214,8 @@ TEST(Pipeline, NoScriptLoadsOnceAndResendsEveryFailedRequest) {
   EXPECT_EQ(log.outcomes[2].reply.integer, 2);
   const std::string third = drain(p);
   EXPECT_EQ(third.find("EVALSHA"), std::string::npos);
-  EXPECT_NE(third.find("$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n1\r\n$1\r\nk\r\n$1\r\na\r\n"), std::string::npos) << third;
+  EXPECT_NE(third.find("$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n1\r\n$1\r\nk\r\n$1\r\na\r\n"), std::string::npos)
+      << third;
   p.received(":0\r\n", 4, done);
   run(done);
   EXPECT_EQ(log.outcomes[0].reply.integer, 0);

@@ -18,9 +18,9 @@
 using namespace redlimit;
 using detail::appendCommand;
 using detail::checkLimits;
+using detail::Reply;
 using detail::ReplyParser;
 using detail::WireReply;
-using detail::Reply;
 using namespace std::string_literals;
 
 namespace {
@@ -58,7 +58,9 @@ std::string show(const Reply& r) {
   return "?";
 }
 
-std::string show(const WireReply& w) { return w.isError ? "-" + w.error + (w.value.isNil() ? "" : " (value set)") : show(w.value); }
+std::string show(const WireReply& w) {
+  return w.isError ? "-" + w.error + (w.value.isNil() ? "" : " (value set)") : show(w.value);
+}
 
 void feed(ReplyParser& p, std::string_view bytes) { p.feed(bytes.data(), bytes.size()); }
 
@@ -245,8 +247,10 @@ TEST(Resp, AnyChunkingGivesTheSameReplies) {
 }
 
 TEST(Resp, GarbageThrowsWithHiredisText) {
-  EXPECT_EQ(parseError("!oops\r\n"), R"(redlimit: bytes that are not RESP2: Protocol error, got "!" as reply type byte)");
-  EXPECT_EQ(parseError("+OK\r\n\x16\x03\x01"), R"(redlimit: bytes that are not RESP2: Protocol error, got "\x16" as reply type byte)");
+  EXPECT_EQ(parseError("!oops\r\n"),
+            R"(redlimit: bytes that are not RESP2: Protocol error, got "!" as reply type byte)");
+  EXPECT_EQ(parseError("+OK\r\n\x16\x03\x01"),
+            R"(redlimit: bytes that are not RESP2: Protocol error, got "\x16" as reply type byte)");
   EXPECT_EQ(parseError("$abc\r\n"), "redlimit: bytes that are not RESP2: Bad bulk string length");
   EXPECT_EQ(parseError("$-2\r\n"), "redlimit: bytes that are not RESP2: Bulk string length out of range");
   EXPECT_EQ(parseError(":12x\r\n"), "redlimit: bytes that are not RESP2: Bad integer value");
@@ -370,8 +374,9 @@ TEST(RespLimits, BulkHeaderFailsAsSoonAsItsDigitsExceedTheLimit) {
   feed(p, "0");
   EXPECT_FALSE(p.next());
   feed(p, "0");
-  EXPECT_EQ(protocolError([&] { (void)p.next(); }),
-            "redlimit: reply announces a bulk string of at least 1000 bytes, more than ReplyLimits::maxBulkBytes (100)");
+  EXPECT_EQ(
+      protocolError([&] { (void)p.next(); }),
+      "redlimit: reply announces a bulk string of at least 1000 bytes, more than ReplyLimits::maxBulkBytes (100)");
   EXPECT_EQ(parseError("$99999999999"),
             "redlimit: reply announces a bulk string of at least 99999999999 bytes, more than "
             "ReplyLimits::maxBulkBytes (67108864)");

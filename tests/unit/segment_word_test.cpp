@@ -13,7 +13,8 @@ namespace {
 
 using redlimit::detail::SegmentWord;
 
-static_assert(sizeof(SegmentWord) == redlimit::detail::kCacheLine && alignof(SegmentWord) == redlimit::detail::kCacheLine,
+static_assert(sizeof(SegmentWord) == redlimit::detail::kCacheLine &&
+                  alignof(SegmentWord) == redlimit::detail::kCacheLine,
               "the word and its deadline fill one cache line of their own");
 static_assert(SegmentWord::leftOf(SegmentWord::pack(7, 42)) == 42 && SegmentWord::genOf(SegmentWord::pack(7, 42)) == 7);
 static_assert(SegmentWord::nextGen(0) == 1 && SegmentWord::nextGen(1) == 2);

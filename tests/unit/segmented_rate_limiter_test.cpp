@@ -55,7 +55,7 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the hot path nee
 /// tests, or the SimulatedClock of those where threads wait on the clock.
 class SourceClock {
  public:
-  SourceClock(ManualClock& clock) : manual_(&clock) {}      // NOLINT(google-explicit-constructor)
+  SourceClock(ManualClock& clock) : manual_(&clock) {}        // NOLINT(google-explicit-constructor)
   SourceClock(SimulatedClock& clock) : simulated_(&clock) {}  // NOLINT(google-explicit-constructor)
   microseconds now() const { return manual_ != nullptr ? manual_->now() : simulated_->now(); }
   void advance(microseconds d) const {
@@ -524,7 +524,7 @@ TEST_F(SegmentedRateLimiterTest, DeniedRefillKeepsTheLeftover) {
   auto src = makeSource(12, milliseconds(1000));
   auto rl = make(src, 10);
   for (int i = 0; i < 9; ++i) ASSERT_TRUE(rl->tryAcquire());  // 1 held, 2 left in the source
-  EXPECT_FALSE(rl->tryAcquire(5));                             // leftover 1 + need 4 > 2: denied
+  EXPECT_FALSE(rl->tryAcquire(5));                            // leftover 1 + need 4 > 2: denied
   EXPECT_EQ(src->acquires().back().atLeast, 4);
   EXPECT_EQ(src->acquires().back().granted, 0);
   EXPECT_EQ(rl->stats().permitsHeld, 1);
@@ -573,7 +573,7 @@ TEST_F(SegmentedRateLimiterTest, IdleSegmentGoesBackAfterAQuarterIntervalWithout
   ASSERT_TRUE(rl->tryAcquire());
   EXPECT_EQ(rl->releaseIfIdle(), 0);  // first look at this segment
   clock_.advance(milliseconds(200));
-  ASSERT_TRUE(rl->tryAcquire());       // activity
+  ASSERT_TRUE(rl->tryAcquire());      // activity
   EXPECT_EQ(rl->releaseIfIdle(), 0);  // sees the change: idle time starts again
   clock_.advance(milliseconds(249));
   EXPECT_EQ(rl->releaseIfIdle(), 0);
@@ -1177,10 +1177,12 @@ TEST_F(SegmentedRateLimiterTest, CountersAddUpUnderARandomMix) {
     }
     ASSERT_GE(src->available(), 0) << "step " << step;
     const SegmentStats sa = a->stats(), sb = b->stats();
-    ASSERT_EQ(sa.permitsFromRemote, sa.directGrants + sa.localGrants + sa.permitsHeld + sa.permitsReturned +
-                                        sa.permitsExpired) << "step " << step;
-    ASSERT_EQ(sb.permitsFromRemote, sb.directGrants + sb.localGrants + sb.permitsHeld + sb.permitsReturned +
-                                        sb.permitsExpired) << "step " << step;
+    ASSERT_EQ(sa.permitsFromRemote,
+              sa.directGrants + sa.localGrants + sa.permitsHeld + sa.permitsReturned + sa.permitsExpired)
+        << "step " << step;
+    ASSERT_EQ(sb.permitsFromRemote,
+              sb.directGrants + sb.localGrants + sb.permitsHeld + sb.permitsReturned + sb.permitsExpired)
+        << "step " << step;
   }
   a->close();
   b->close();

@@ -159,10 +159,10 @@ TEST(ClusterShards, ReplicasCountOnlyOnline) {
 }
 
 TEST(ClusterShards, AFailedPrimaryKeepsItsSlots) {
-  const Reply reply = arr({shard({num(0), num(16383)},
-                                 {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master", "fail"}),
-                                  shardNode({kIdC, num(7001), nil(), "10.0.0.2", "10.0.0.2", nil(), "replica",
-                                             "online"})})});
+  const Reply reply =
+      arr({shard({num(0), num(16383)},
+                 {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master", "fail"}),
+                  shardNode({kIdC, num(7001), nil(), "10.0.0.2", "10.0.0.2", nil(), "replica", "online"})})});
   const std::vector<SlotRange> map = parseClusterShards(reply, false, "s");
   ASSERT_EQ(map.size(), 1u);
   expectRange(map[0], 0, 16383, "10.0.0.1", 7000);
@@ -171,10 +171,9 @@ TEST(ClusterShards, AFailedPrimaryKeepsItsSlots) {
 }
 
 TEST(ClusterShards, AnOnlinePrimaryWinsOverAFailedOne) {
-  const Reply reply = arr({shard({num(0), num(16383)},
-                                 {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master", "fail"}),
-                                  shardNode({kIdB, num(7001), nil(), "10.0.0.2", "10.0.0.2", nil(), "master",
-                                             "online"})})});
+  const Reply reply = arr({shard(
+      {num(0), num(16383)}, {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master", "fail"}),
+                             shardNode({kIdB, num(7001), nil(), "10.0.0.2", "10.0.0.2", nil(), "master", "online"})})});
   const std::vector<SlotRange> map = parseClusterShards(reply, false, "s");
   expectRange(map.at(0), 0, 16383, "10.0.0.2", 7001);
   EXPECT_EQ(map[0].primaryId, kIdB);
@@ -182,10 +181,10 @@ TEST(ClusterShards, AnOnlinePrimaryWinsOverAFailedOne) {
 }
 
 TEST(ClusterShards, ShardsWithoutSlotsAreLeftOut) {
-  const Reply reply = arr({shard({}, {shardNode({kIdB, num(7001), nil(), "10.0.0.2", "10.0.0.2", nil(), "master",
-                                                 "online"})}),
-                           shard({num(5), num(5)}, {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(),
-                                                               "master", "online"})})});
+  const Reply reply =
+      arr({shard({}, {shardNode({kIdB, num(7001), nil(), "10.0.0.2", "10.0.0.2", nil(), "master", "online"})}),
+           shard({num(5), num(5)},
+                 {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master", "online"})})});
   const std::vector<SlotRange> map = parseClusterShards(reply, false, "s");
   ASSERT_EQ(map.size(), 1u);
   expectRange(map[0], 5, 5, "10.0.0.1", 7000);
@@ -210,19 +209,18 @@ TEST(ClusterShards, QuestionMarkEndpointFallsBackToTheIp) {
 
 TEST(ClusterShards, TlsPorts) {
   // tls-cluster yes with a plain port: both ports; without one (port 0): only "tls-port".
-  const Reply both = arr({shard({num(0), num(16383)},
-                                {shardNode({kIdA, num(17331), num(17332), "", "", nil(), "master", "online"})})});
+  const Reply both = arr(
+      {shard({num(0), num(16383)}, {shardNode({kIdA, num(17331), num(17332), "", "", nil(), "master", "online"})})});
   expectRange(parseClusterShards(both, false, "h").at(0), 0, 16383, "h", 17331);
   expectRange(parseClusterShards(both, true, "h").at(0), 0, 16383, "h", 17332);
-  const Reply tlsOnly = arr({shard({num(0), num(16383)},
-                                   {shardNode({kIdA, nil(), num(17334), "", "", nil(), "master", "online"})})});
+  const Reply tlsOnly =
+      arr({shard({num(0), num(16383)}, {shardNode({kIdA, nil(), num(17334), "", "", nil(), "master", "online"})})});
   expectRange(parseClusterShards(tlsOnly, true, "h").at(0), 0, 16383, "h", 17334);
   const std::string message = thrown<redlimit::TlsPortError>([&] { (void)parseClusterShards(tlsOnly, false, "h"); });
   EXPECT_NE(message.find("only a TLS port (17334)"), std::string::npos) << message;
   // TLS towards a cluster that reports no tls-port (TLS terminated in front of it): "port"
-  const Reply plainOnly = arr({shard({num(0), num(16383)},
-                                     {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master",
-                                                 "online"})})});
+  const Reply plainOnly = arr({shard(
+      {num(0), num(16383)}, {shardNode({kIdA, num(7000), nil(), "10.0.0.1", "10.0.0.1", nil(), "master", "online"})})});
   expectRange(parseClusterShards(plainOnly, true, "h").at(0), 0, 16383, "10.0.0.1", 7000);
 }
 
@@ -254,29 +252,31 @@ TEST(ClusterShards, MalformedRepliesAreUnexpectedReplyErrors) {
       {"slot as a string", arr({shard({str("0"), num(5)}, {goodNode()})})},
       {"ends before it starts", arr({shard({num(10), num(9)}, {goodNode()})})},
       {"overlap within a shard", arr({shard({num(0), num(10), num(10), num(20)}, {goodNode()})})},
-      {"overlap between shards", arr({shard({num(0), num(100)}, {goodNode()}), shard({num(50), num(200)}, {goodNode()})})},
-      {"no master", arr({shard({num(0), num(1)}, {shardNode({kIdC, num(7001), nil(), "h", "h", nil(), "replica",
-                                                             "online"})})})},
+      {"overlap between shards",
+       arr({shard({num(0), num(100)}, {goodNode()}), shard({num(50), num(200)}, {goodNode()})})},
+      {"no master",
+       arr({shard({num(0), num(1)}, {shardNode({kIdC, num(7001), nil(), "h", "h", nil(), "replica", "online"})})})},
       {"no nodes at all", arr({shard({num(0), num(1)}, {})})},
       {"node not a map", arr({shard({num(0), num(1)}, {str("node")})})},
-      {"port as a string", arr({shard({num(0), num(1)}, {shardNode({kIdA, str("7000"), nil(), "h", "h", nil(),
-                                                                    "master", "online"})})})},
-      {"port 65536", arr({shard({num(0), num(1)}, {shardNode({kIdA, num(65536), nil(), "h", "h", nil(), "master",
-                                                              "online"})})})},
-      {"no port", arr({shard({num(0), num(1)}, {shardNode({kIdA, nil(), nil(), "h", "h", nil(), "master",
-                                                           "online"})})})},
-      {"endpoint an integer", arr({shard({num(0), num(1)}, {arr({str("id"), str(kIdA), str("port"), num(7000),
-                                                                  str("endpoint"), num(1), str("role"), str("master")})})})},
+      {"port as a string",
+       arr({shard({num(0), num(1)}, {shardNode({kIdA, str("7000"), nil(), "h", "h", nil(), "master", "online"})})})},
+      {"port 65536",
+       arr({shard({num(0), num(1)}, {shardNode({kIdA, num(65536), nil(), "h", "h", nil(), "master", "online"})})})},
+      {"no port",
+       arr({shard({num(0), num(1)}, {shardNode({kIdA, nil(), nil(), "h", "h", nil(), "master", "online"})})})},
+      {"endpoint an integer",
+       arr({shard({num(0), num(1)}, {arr({str("id"), str(kIdA), str("port"), num(7000), str("endpoint"), num(1),
+                                          str("role"), str("master")})})})},
       {"no endpoint nor ip", arr({shard({num(0), num(1)}, {arr({str("id"), str(kIdA), str("port"), num(7000),
-                                                                 str("role"), str("master")})})})},
+                                                                str("role"), str("master")})})})},
   };
   for (const auto& [name, reply] : cases) {
     const std::string message =
         thrown<redlimit::UnexpectedReplyError>([&, r = &reply] { (void)parseClusterShards(*r, false, "h"); });
     EXPECT_NE(message.find("unexpected CLUSTER SHARDS reply"), std::string::npos) << name << ": " << message;
   }
-  const std::string overlap = thrown<redlimit::UnexpectedReplyError>(
-      [&] { (void)parseClusterShards(cases[13].second, false, "h"); });
+  const std::string overlap =
+      thrown<redlimit::UnexpectedReplyError>([&] { (void)parseClusterShards(cases[13].second, false, "h"); });
   EXPECT_NE(overlap.find("slots 0-100"), std::string::npos) << overlap;
   EXPECT_NE(overlap.find("50-200"), std::string::npos) << overlap;
 }
@@ -288,11 +288,11 @@ Reply slotsNode(Reply host, int port, const std::string& id, std::vector<Reply> 
 }
 
 TEST(ClusterSlots, ThreeNodeClusterIpEndpoints) {
-  const Reply reply =
-      arr({arr({num(0), num(8191), slotsNode(str("127.0.0.1"), 17321, kIdA, {str("hostname"), str("node-17321.example")}),
-                slotsNode(str("127.0.0.1"), 17323, kIdC, {str("hostname"), str("node-17323.example")})}),
-           arr({num(8192), num(16383),
-                slotsNode(str("127.0.0.1"), 17322, kIdB, {str("hostname"), str("node-17322.example")})})});
+  const Reply reply = arr(
+      {arr({num(0), num(8191), slotsNode(str("127.0.0.1"), 17321, kIdA, {str("hostname"), str("node-17321.example")}),
+            slotsNode(str("127.0.0.1"), 17323, kIdC, {str("hostname"), str("node-17323.example")})}),
+       arr({num(8192), num(16383),
+            slotsNode(str("127.0.0.1"), 17322, kIdB, {str("hostname"), str("node-17322.example")})})});
   const std::vector<SlotRange> map = parseClusterSlots(reply, "seed");
   ASSERT_EQ(map.size(), 2u);
   expectRange(map[0], 0, 8191, "127.0.0.1", 17321);
@@ -306,8 +306,8 @@ TEST(ClusterSlots, ThreeNodeClusterIpEndpoints) {
 TEST(ClusterSlots, HostnameUnknownAndQuestionMarkEndpoints) {
   const Reply reply = arr({
       arr({num(8192), num(16383), slotsNode(str("?"), 17322, kIdB, {str("ip"), str("127.0.0.1")})}),
-      arr({num(0), num(8191), slotsNode(nil(), 17321, kIdA, {str("ip"), str("127.0.0.1"), str("hostname"),
-                                                               str("node-17321.example")}),
+      arr({num(0), num(8191),
+           slotsNode(nil(), 17321, kIdA, {str("ip"), str("127.0.0.1"), str("hostname"), str("node-17321.example")}),
            arr({nil(), num(17323), str(kIdC)}),  // no metadata (the server left the empty map out)
            slotsNode(str("?"), 17324, "d", {})}),
   });
@@ -318,8 +318,8 @@ TEST(ClusterSlots, HostnameUnknownAndQuestionMarkEndpoints) {
   expectNode(map[0].replicas[0], "lb.example", 17323);
   expectRange(map[1], 8192, 16383, "127.0.0.1", 17322);
 
-  const Reply hostnames =
-      arr({arr({num(0), num(16383), slotsNode(str("node-17321.example"), 17321, kIdA, {str("ip"), str("127.0.0.1")})})});
+  const Reply hostnames = arr(
+      {arr({num(0), num(16383), slotsNode(str("node-17321.example"), 17321, kIdA, {str("ip"), str("127.0.0.1")})})});
   expectRange(parseClusterSlots(hostnames, "s").at(0), 0, 16383, "node-17321.example", 17321);
 
   const Reply unreachable = arr({arr({num(0), num(16383), slotsNode(str("?"), 17321, kIdA, {})})});
@@ -430,11 +430,29 @@ TEST(Redirect, Ipv6AndUnknownEndpoints) {
 }
 
 TEST(Redirect, NoneInOtherErrors) {
-  for (const char* text :
-       {"", "ERR unknown command", "MOVED", "MOVED ", "MOVED 1", "MOVED 1 ", "MOVED 3999", "MOVED 16384 h:1",
-        "MOVED -1 h:1", "MOVED x h:1", "MOVED 1 h", "MOVED 1 h:", "MOVED 1 h:0", "MOVED 1 h:65536", "MOVED 1 h:1x",
-        "MOVED 1  h:1", "MOVED 99999999999999999999 h:1", "REMOVED 1 h:1", "TASK 1 h:1", "moved 1 h:1", "ASK1 h:1",
-        "CLUSTERDOWN Hash slot not served", "TRYAGAIN Multiple keys request during rehashing of slot"}) {
+  for (const char* text : {"",
+                           "ERR unknown command",
+                           "MOVED",
+                           "MOVED ",
+                           "MOVED 1",
+                           "MOVED 1 ",
+                           "MOVED 3999",
+                           "MOVED 16384 h:1",
+                           "MOVED -1 h:1",
+                           "MOVED x h:1",
+                           "MOVED 1 h",
+                           "MOVED 1 h:",
+                           "MOVED 1 h:0",
+                           "MOVED 1 h:65536",
+                           "MOVED 1 h:1x",
+                           "MOVED 1  h:1",
+                           "MOVED 99999999999999999999 h:1",
+                           "REMOVED 1 h:1",
+                           "TASK 1 h:1",
+                           "moved 1 h:1",
+                           "ASK1 h:1",
+                           "CLUSTERDOWN Hash slot not served",
+                           "TRYAGAIN Multiple keys request during rehashing of slot"}) {
     EXPECT_FALSE(parseRedirect(text)) << text;
   }
 }

@@ -35,9 +35,7 @@ using ::testing::ElementsAreArray;
 struct Event {
   char kind;
   std::int64_t micros;
-  friend bool operator==(const Event& a, const Event& b) {
-    return a.kind == b.kind && a.micros == b.micros;
-  }
+  friend bool operator==(const Event& a, const Event& b) { return a.kind == b.kind && a.micros == b.micros; }
   friend void PrintTo(const Event& e, std::ostream* os) { *os << e.kind << e.micros; }
 };
 Event R(std::int64_t micros) { return {'R', micros}; }
@@ -157,14 +155,12 @@ TEST_F(SmoothRateLimiterTest, OneSecondBurst) {
   (void)limiter.acquire(3);
   (void)limiter.acquire(1);
   (void)limiter.acquire(1);
-  EXPECT_THAT(events(),
-              ElementsAre(U(1000000), U(1000000), R(0), R(0), R(0), R(0), R(200000)));
+  EXPECT_THAT(events(), ElementsAre(U(1000000), U(1000000), R(0), R(0), R(0), R(0), R(200000)));
 }
 
 TEST_F(SmoothRateLimiterTest, WarmUp) {
   auto limiter = warmingUp(2.0, seconds{4});
-  const std::vector<Event> cold{R(0),      R(1375000), R(1125000), R(875000),
-                                R(625000), R(500000),  R(500000),  R(500000)};
+  const std::vector<Event> cold{R(0), R(1375000), R(1125000), R(875000), R(625000), R(500000), R(500000), R(500000)};
   acquireTimes(limiter, 8);
   sleepMicros(500000);   // repays the last acquire
   sleepMicros(4000000);  // cold again
@@ -172,14 +168,13 @@ TEST_F(SmoothRateLimiterTest, WarmUp) {
   sleepMicros(500000);
   sleepMicros(2000000);  // half-way to cold: stored permits are all below the threshold
   acquireTimes(limiter, 8);
-  EXPECT_THAT(events(), ElementsAreArray(concat({cold, {U(500000), U(4000000)}, cold,
-                                                 {U(500000), U(2000000)}, paced(8, 500000)})));
+  EXPECT_THAT(events(), ElementsAreArray(
+                            concat({cold, {U(500000), U(4000000)}, cold, {U(500000), U(2000000)}, paced(8, 500000)})));
 }
 
 TEST_F(SmoothRateLimiterTest, WarmUpColdFactor10) {
   auto limiter = warmingUp(5.0, seconds{4}, 10.0);
-  const std::vector<Event> cold{R(0),      R(1752500), R(1257500), R(762500),
-                                R(300227), R(200000),  R(200000),  R(200000)};
+  const std::vector<Event> cold{R(0), R(1752500), R(1257500), R(762500), R(300227), R(200000), R(200000), R(200000)};
   acquireTimes(limiter, 8);
   sleepMicros(200000);
   sleepMicros(4000000);
@@ -187,8 +182,8 @@ TEST_F(SmoothRateLimiterTest, WarmUpColdFactor10) {
   sleepMicros(200000);
   sleepMicros(1000000);
   acquireTimes(limiter, 8);
-  EXPECT_THAT(events(), ElementsAreArray(concat({cold, {U(200000), U(4000000)}, cold,
-                                                 {U(200000), U(1000000)}, paced(8, 200000)})));
+  EXPECT_THAT(events(), ElementsAreArray(
+                            concat({cold, {U(200000), U(4000000)}, cold, {U(200000), U(1000000)}, paced(8, 200000)})));
 }
 
 TEST_F(SmoothRateLimiterTest, WarmUpColdFactor1) {
@@ -196,8 +191,7 @@ TEST_F(SmoothRateLimiterTest, WarmUpColdFactor1) {
   acquireTimes(limiter, 8);
   sleepMicros(340000);
   acquireTimes(limiter, 8);
-  EXPECT_THAT(events(),
-              ElementsAreArray(concat({paced(8, 200000), {U(340000)}, paced(8, 200000)})));
+  EXPECT_THAT(events(), ElementsAreArray(concat({paced(8, 200000), {U(340000)}, paced(8, 200000)})));
 }
 
 TEST_F(SmoothRateLimiterTest, WarmUpAndUpdate) {
@@ -209,16 +203,15 @@ TEST_F(SmoothRateLimiterTest, WarmUpAndUpdate) {
   acquireTimes(limiter, 5);
   sleepMicros(4250000);
   acquireTimes(limiter, 11);
-  EXPECT_THAT(events(),
-              ElementsAreArray(concat(
-                  {{R(0), R(1375000), R(1125000), R(875000), R(625000), R(500000), R(500000),
-                    R(500000)},
-                   {U(4500000)},
-                   {R(0), R(1375000), R(1125000)},
-                   {R(875000), R(343750), R(281250), R(250000), R(250000)},
-                   {U(4250000)},
-                   {R(0), R(718750), R(656250), R(593750), R(531250), R(468750), R(406250),
-                    R(343750), R(281250), R(250000), R(250000)}})));
+  EXPECT_THAT(
+      events(),
+      ElementsAreArray(concat({{R(0), R(1375000), R(1125000), R(875000), R(625000), R(500000), R(500000), R(500000)},
+                               {U(4500000)},
+                               {R(0), R(1375000), R(1125000)},
+                               {R(875000), R(343750), R(281250), R(250000), R(250000)},
+                               {U(4250000)},
+                               {R(0), R(718750), R(656250), R(593750), R(531250), R(468750), R(406250), R(343750),
+                                R(281250), R(250000), R(250000)}})));
 }
 
 TEST_F(SmoothRateLimiterTest, WarmUpAndUpdateColdFactor10) {
@@ -230,16 +223,15 @@ TEST_F(SmoothRateLimiterTest, WarmUpAndUpdateColdFactor10) {
   acquireTimes(limiter, 5);
   sleepMicros(4100000);
   acquireTimes(limiter, 11);
-  EXPECT_THAT(events(),
-              ElementsAreArray(concat(
-                  {{R(0), R(1752500), R(1257500), R(762500), R(300227), R(200000), R(200000),
-                    R(200000)},
-                   {U(4200000)},
-                   {R(0), R(1752500), R(1257500)},
-                   {R(762500), R(195625), R(104602), R(100000), R(100000)},
-                   {U(4100000)},
-                   {R(0), R(938125), R(814375), R(690625), R(566875), R(443125), R(319375),
-                    R(195625), R(104602), R(100000), R(100000)}})));
+  EXPECT_THAT(
+      events(),
+      ElementsAreArray(concat({{R(0), R(1752500), R(1257500), R(762500), R(300227), R(200000), R(200000), R(200000)},
+                               {U(4200000)},
+                               {R(0), R(1752500), R(1257500)},
+                               {R(762500), R(195625), R(104602), R(100000), R(100000)},
+                               {U(4100000)},
+                               {R(0), R(938125), R(814375), R(690625), R(566875), R(443125), R(319375), R(195625),
+                                R(104602), R(100000), R(100000)}})));
 }
 
 TEST_F(SmoothRateLimiterTest, BurstyAndUpdate) {
@@ -251,15 +243,13 @@ TEST_F(SmoothRateLimiterTest, BurstyAndUpdate) {
   (void)limiter.acquire(2);
   (void)limiter.acquire(4);
   (void)limiter.acquire(1);
-  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000), R(500000), R(1000000),
-                                    R(2000000)));
+  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000), R(500000), R(1000000), R(2000000)));
 }
 
 TEST_F(SmoothRateLimiterTest, Weights) {
   auto limiter = bursty(1.0);
   for (std::int64_t permits : {1, 1, 2, 4, 8, 1}) (void)limiter.acquire(permits);
-  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000), R(2000000), R(4000000),
-                                    R(8000000)));
+  EXPECT_THAT(events(), ElementsAre(R(0), R(1000000), R(1000000), R(2000000), R(4000000), R(8000000)));
 }
 
 TEST_F(SmoothRateLimiterTest, TryAcquireNoWait) {
@@ -321,8 +311,7 @@ TEST_F(SmoothRateLimiterTest, Validation) {
   EXPECT_THROW((void)limiter.tryAcquire(-1, microseconds{1}), InvalidArgument);
   EXPECT_THROW((void)limiter.reserve(0), InvalidArgument);
   EXPECT_THROW((void)limiter.reserve(-1), InvalidArgument);
-  EXPECT_THROW((void)limiter.tryAcquire(1, std::chrono::duration<double>(std::nan(""))),
-               InvalidArgument);
+  EXPECT_THROW((void)limiter.tryAcquire(1, std::chrono::duration<double>(std::nan(""))), InvalidArgument);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (double bad : {0.0, -0.0, -1.0, nan, -std::numeric_limits<double>::infinity()}) {
     EXPECT_THROW(limiter.setRate(bad), InvalidArgument) << bad;
@@ -330,8 +319,7 @@ TEST_F(SmoothRateLimiterTest, Validation) {
     EXPECT_THROW((void)warmingUp(bad, seconds{1}), InvalidArgument) << bad;
   }
   EXPECT_THROW((void)warmingUp(1.0, microseconds{-1}), InvalidArgument);
-  EXPECT_THROW((void)Limiter::warmingUp(1.0, std::chrono::duration<double>(nan), 3.0,
-                                        RecordingClock(stopwatch_)),
+  EXPECT_THROW((void)Limiter::warmingUp(1.0, std::chrono::duration<double>(nan), 3.0, RecordingClock(stopwatch_)),
                InvalidArgument);
   for (double bad : {0.999, 0.0, -1.0, nan, std::numeric_limits<double>::infinity()}) {
     EXPECT_THROW((void)warmingUp(1.0, seconds{1}, bad), InvalidArgument) << bad;
@@ -401,8 +389,7 @@ TEST_F(SmoothRateLimiterTest, InfinityWarmingUpTimeElapsed) {
   sleepMicros(1000000);
   limiter.setRate(1.0);
   acquireTimes(limiter, 5);
-  EXPECT_THAT(events(), ElementsAre(U(1000000), R(0), R(1000000), R(1000000), R(1000000),
-                                    R(1000000)));
+  EXPECT_THAT(events(), ElementsAre(U(1000000), R(0), R(1000000), R(1000000), R(1000000), R(1000000)));
 }
 
 // --- The rest of the API ----------------------------------------------------------------------
@@ -444,7 +431,7 @@ TEST_F(SmoothRateLimiterTest, BurstLengthIsChosenByTheCaller) {
   auto limiter = bursty(5.0, 2.0);
   sleepMicros(10000000);
   (void)limiter.acquire(10);  // two seconds' worth, stored
-  acquireTimes(limiter, 3);    // fresh: the first is granted at once, the next one pays for it
+  acquireTimes(limiter, 3);   // fresh: the first is granted at once, the next one pays for it
   EXPECT_THAT(events(), ElementsAre(U(10000000), R(0), R(0), R(200000), R(200000)));
 }
 
@@ -485,8 +472,8 @@ TEST(SmoothRateLimiterClock, WorksWithAManualClockThroughClockRef) {
 
 // Takes `permits` in random chunks, then one more permit to repay the debt of the last chunk;
 // returns the microseconds that took.
-std::int64_t measureTotalMicros(ManualLimiter& limiter, const ManualClock& clock,
-                                std::int64_t permits, std::mt19937_64& rng) {
+std::int64_t measureTotalMicros(ManualLimiter& limiter, const ManualClock& clock, std::int64_t permits,
+                                std::mt19937_64& rng) {
   const std::int64_t start = clock.now().count();
   while (permits > 0) {
     std::uniform_int_distribution<std::int64_t> chunk(1, permits);
@@ -505,11 +492,11 @@ TEST(SmoothRateLimiterProperty, WarmUpIsHonouredEvenWithWeights) {
     for (double coldFactor : {2.0, 3.0, 10.0}) {
       for (double qps : {4.0, 2.0, 1.0, 0.5, 0.1}) {
         // maxPermits - thresholdPermits = 2 W / (s (1 + c)) = 10  <=>  W = 5 (1 + c) / qps s.
-        const auto warmupMicros = static_cast<std::int64_t>(
-            std::llround((1.0 + coldFactor) * kWarmupPermits / (2.0 * qps) * 1e6));
+        const auto warmupMicros =
+            static_cast<std::int64_t>(std::llround((1.0 + coldFactor) * kWarmupPermits / (2.0 * qps) * 1e6));
         ManualClock clock(microseconds{123456789});
-        auto limiter = ManualLimiter::warmingUp(qps, microseconds{warmupMicros}, coldFactor,
-                                                ClockRef<ManualClock>(clock));
+        auto limiter =
+            ManualLimiter::warmingUp(qps, microseconds{warmupMicros}, coldFactor, ClockRef<ManualClock>(clock));
         ASSERT_EQ(measureTotalMicros(limiter, clock, kWarmupPermits, rng), warmupMicros)
             << "trial " << trial << " coldFactor " << coldFactor << " qps " << qps;
       }
@@ -534,8 +521,7 @@ TEST(SmoothRateLimiterProperty, NeverMoreThanOneSecondOfBurst) {
 
 // Java's Math.min: NaN if either argument is NaN (std::min is not).
 double javaMin(double a, double b) {
-  return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<double>::quiet_NaN()
-                                          : std::min(a, b);
+  return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<double>::quiet_NaN() : std::min(a, b);
 }
 
 // Java's (and IEEE 754's) a / b, spelled out for b == 0 so that sanitizers stay quiet.
@@ -613,8 +599,7 @@ TEST(GuavaWarmingUpModel, ReproducesTheReferenceWarmUpVector) {
     waits.push_back(guava.acquire(now));
     now += waits.back();
   }
-  EXPECT_THAT(waits,
-              ElementsAre(0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000));
+  EXPECT_THAT(waits, ElementsAre(0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000));
 }
 
 // Defect 1: with a zero warm-up period Guava's coolDownInterval is 0 / 0; after the first idle
@@ -624,8 +609,8 @@ TEST(GuavaWarmingUpModel, ZeroWarmUpStopsLimitingAfterAnyIdleTime) {
   std::int64_t now = 0;
   EXPECT_EQ(guava.acquire(now), 0);
   EXPECT_EQ(guava.acquire(now), 200000);
-  now += 200000;          // slept; the second permit is paid at 400000
-  now += 200000 + 1;      // one idle microsecond after that
+  now += 200000;      // slept; the second permit is paid at 400000
+  now += 200000 + 1;  // one idle microsecond after that
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(guava.acquire(now), 0) << i;
 }
 
@@ -637,11 +622,10 @@ TEST_F(SmoothRateLimiterTest, ZeroWarmUpIsStrictlyPacedNotUnlimited) {
   EXPECT_FALSE(limiter.tryAcquire());
   limiter.setRate(10.0);
   acquireTimes(limiter, 3);
-  EXPECT_THAT(events(), ElementsAre(R(0), R(200000), R(200000), U(10000000), R(0), R(200000),
-                                    R(200000), R(200000), R(100000), R(100000)));
+  EXPECT_THAT(events(), ElementsAre(R(0), R(200000), R(200000), U(10000000), R(0), R(200000), R(200000), R(200000),
+                                    R(100000), R(100000)));
   // A sub-microsecond warm-up truncates to zero and is the same limiter.
-  auto tiny = Limiter::warmingUp(5.0, std::chrono::nanoseconds{999}, 3.0,
-                                 RecordingClock(stopwatch_));
+  auto tiny = Limiter::warmingUp(5.0, std::chrono::nanoseconds{999}, 3.0, RecordingClock(stopwatch_));
   acquireTimes(tiny, 2);
   EXPECT_THAT(events(), ElementsAre(R(0), R(200000)));
 }
@@ -694,14 +678,12 @@ int servedToPoller(TryAcquireAt&& tryAcquireAt, std::int64_t pollMicros, std::in
 
 int guavaServed(std::int64_t pollMicros, std::int64_t fromMicros, std::int64_t toMicros) {
   GuavaWarmingUpModel guava(10.0, 500000, 3.0);
-  return servedToPoller([&](std::int64_t now) { return guava.tryAcquire(now); }, pollMicros,
-                        fromMicros, toMicros);
+  return servedToPoller([&](std::int64_t now) { return guava.tryAcquire(now); }, pollMicros, fromMicros, toMicros);
 }
 
 int fixedServed(std::int64_t pollMicros, std::int64_t fromMicros, std::int64_t toMicros) {
   ManualClock clock;
-  auto limiter = ManualLimiter::warmingUp(10.0, milliseconds{500}, 3.0,
-                                          ClockRef<ManualClock>(clock));
+  auto limiter = ManualLimiter::warmingUp(10.0, milliseconds{500}, 3.0, ClockRef<ManualClock>(clock));
   return servedToPoller(
       [&](std::int64_t now) {
         clock.advance(microseconds{now} - clock.now());
@@ -772,10 +754,8 @@ TEST_F(SmoothRateLimiterTest, RefusalDoesNotKeepAnIdleLimiterWarm) {
   sleepMicros(500000);   // repays the last acquire
   sleepMicros(4000000);  // idle long after the refusal: cold again, as in Guava
   acquireTimes(limiter, 8);
-  const std::vector<Event> cold{R(0),      R(1375000), R(1125000), R(875000),
-                                R(625000), R(500000),  R(500000),  R(500000)};
-  EXPECT_THAT(events(),
-              ElementsAreArray(concat({cold, {U(500000), U(4000000)}, cold})));
+  const std::vector<Event> cold{R(0), R(1375000), R(1125000), R(875000), R(625000), R(500000), R(500000), R(500000)};
+  EXPECT_THAT(events(), ElementsAreArray(concat({cold, {U(500000), U(4000000)}, cold})));
 }
 
 // Over any window of length T >= 1 s, a bursty limiter grants at most
@@ -828,13 +808,12 @@ TEST(SmoothRateLimiterProperty, BurstyNeverGrantsMoreThanRateTimesWindowPlusBurs
     // Any window holds the grants i..j of some pair; it is at least as long as max(1 s, g_j - g_i).
     for (std::size_t i = 0; i < grants.size(); ++i) {
       for (std::size_t j = i; j < grants.size(); ++j) {
-        const double windowSeconds =
-            std::max(1.0, static_cast<double>(grants[j] - grants[i]) / 1e6);
+        const double windowSeconds = std::max(1.0, static_cast<double>(grants[j] - grants[i]) / 1e6);
         const double bound = rate * (windowSeconds + maxBurstSeconds) + 1.0;
         const auto granted = static_cast<double>(j - i + 1);
         if (granted > bound + 1e-9) {
-          FAIL() << "seed " << seed << " rate " << rate << " burst " << maxBurstSeconds << ": "
-                 << granted << " permits in " << windowSeconds << " s, bound " << bound;
+          FAIL() << "seed " << seed << " rate " << rate << " burst " << maxBurstSeconds << ": " << granted
+                 << " permits in " << windowSeconds << " s, bound " << bound;
         }
       }
     }
@@ -879,8 +858,7 @@ TEST(SmoothRateLimiterThreads, FourThreadsShareTheRate) {
     });
   }
   for (auto& thread : threads) thread.join();
-  const double elapsedSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double elapsedSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto total = static_cast<double>(granted.load());
   EXPECT_LE(total, kRate * (elapsedSeconds + kBurstSeconds) + 1.0) << elapsedSeconds << " s";
   EXPECT_GE(total, kRate * 0.25) << elapsedSeconds << " s";  // ~200 expected; 50 is very loose

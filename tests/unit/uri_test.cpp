@@ -60,9 +60,9 @@ TEST(ParseUri, UnixSocket) {
 }
 
 TEST(ParseUri, RejectsMalformed) {
-  for (const char* bad : {"http://h", "redis://", "redis://h:0", "redis://h:65536", "redis://h:x",
-                          "redis://h/-1", "redis://h/abc", "unix://relative.sock", "unix://",
-                          "redis://h?foo=1", "redis://[::1", "redis://u:p%zz@h"}) {
+  for (const char* bad :
+       {"http://h", "redis://", "redis://h:0", "redis://h:65536", "redis://h:x", "redis://h/-1", "redis://h/abc",
+        "unix://relative.sock", "unix://", "redis://h?foo=1", "redis://[::1", "redis://u:p%zz@h"}) {
     EXPECT_THROW((void)parseUri(bad), redlimit::InvalidArgument) << bad;
   }
 }
@@ -129,9 +129,9 @@ TEST(ParseUri, RedisAndUnixTurnTlsOff) {
 }
 
 TEST(ParseUri, TlsParametersNeedRediss) {
-  for (const char* bad : {"redis://h?cacert=/ca.pem", "redis://h?capath=/certs", "redis://h?cert=/c.pem",
-                          "redis://h?key=/k.pem", "redis://h?sni=x", "redis://h?verify=0",
-                          "unix:///tmp/r.sock?cacert=/ca.pem", "unix:///tmp/r.sock?verify=1"}) {
+  for (const char* bad :
+       {"redis://h?cacert=/ca.pem", "redis://h?capath=/certs", "redis://h?cert=/c.pem", "redis://h?key=/k.pem",
+        "redis://h?sni=x", "redis://h?verify=0", "unix:///tmp/r.sock?cacert=/ca.pem", "unix:///tmp/r.sock?verify=1"}) {
     try {
       (void)parseUri(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -182,8 +182,8 @@ TEST(ParseClientUri, StandaloneFormsAreParseUris) {
   base.topology = Topology::Cluster;  // a standalone URI says what it names
   base.clientId = "kept";
   base.connection.commandTimeout = std::chrono::milliseconds(42);
-  for (const char* uri : {"redis://u:p@h:7000/3", "rediss://[::1]:6390?cacert=/ca.pem&verify=0",
-                          "unix:///run/redis.sock?db=2"}) {
+  for (const char* uri :
+       {"redis://u:p@h:7000/3", "rediss://[::1]:6390?cacert=/ca.pem&verify=0", "unix:///run/redis.sock?db=2"}) {
     ClientOptions o = parseClientUri(uri, base);
     EXPECT_EQ(o.topology, Topology::Standalone) << uri;
     EXPECT_EQ(o.clientId, "kept");
@@ -290,17 +290,33 @@ TEST(ParseClientUri, SentinelNeedsThePrimaryName) {
 
 TEST(ParseClientUri, RejectsMalformed) {
   for (const char* uri : {
-           "redis-cluster://", "redis-cluster://h:7000,", "redis-cluster://,h", "redis-cluster://h:0",
-           "redis-cluster://h:70000", "redis-cluster://[::1", "redis-cluster://[::1]x", "redis-cluster://u:p%zz@h",
-           "redis-cluster://h?foo=1", "redis-cluster://h?db", "redis-sentinel:///mymaster",
-           "redis-sentinel://s1,,s2/m", "redis-sentinel://s1:x/m", "redis-sentinel://s1/m/x",
-           "redis-sentinel://s1/m/1/2", "redis-sentinel://s1/m%zz", "redis-sentinel://s1/m?sentinel_password=%z",
-           "REDIS-CLUSTER://h", "redis+cluster://h", "http://h", "",
+           "redis-cluster://",
+           "redis-cluster://h:7000,",
+           "redis-cluster://,h",
+           "redis-cluster://h:0",
+           "redis-cluster://h:70000",
+           "redis-cluster://[::1",
+           "redis-cluster://[::1]x",
+           "redis-cluster://u:p%zz@h",
+           "redis-cluster://h?foo=1",
+           "redis-cluster://h?db",
+           "redis-sentinel:///mymaster",
+           "redis-sentinel://s1,,s2/m",
+           "redis-sentinel://s1:x/m",
+           "redis-sentinel://s1/m/x",
+           "redis-sentinel://s1/m/1/2",
+           "redis-sentinel://s1/m%zz",
+           "redis-sentinel://s1/m?sentinel_password=%z",
+           "REDIS-CLUSTER://h",
+           "redis+cluster://h",
+           "http://h",
+           "",
        }) {
     EXPECT_THROW((void)parseClientUri(uri), redlimit::InvalidArgument) << uri;
   }
-  EXPECT_NE(rejection("redis-cluster://h?foo=1").find("bad Redis URI \"redis-cluster://h?foo=1\": unknown query "
-                                                      "parameter \"foo\""),
+  EXPECT_NE(rejection("redis-cluster://h?foo=1")
+                .find("bad Redis URI \"redis-cluster://h?foo=1\": unknown query "
+                      "parameter \"foo\""),
             std::string::npos);
   EXPECT_NE(rejection("valkey://h").find("redis-cluster://"), std::string::npos) << "names every scheme";
 }
@@ -311,8 +327,8 @@ TEST(ParseClientUri, TlsParametersNeedTheTlsScheme) {
 }
 
 TEST(ParseClientUri, SentinelParametersOnlyOnSentinelUris) {
-  for (const char* uri : {"redis://h?sentinel_user=u", "redis-cluster://h?sentinel_password=p",
-                          "unix:///tmp/r.sock?sentinel_user=u"}) {
+  for (const char* uri :
+       {"redis://h?sentinel_user=u", "redis-cluster://h?sentinel_password=p", "unix:///tmp/r.sock?sentinel_user=u"}) {
     const std::string message = rejection(uri);
     EXPECT_NE(message.find("is for redis-sentinel:// URIs"), std::string::npos) << message;
   }

@@ -49,8 +49,8 @@ template <class To, class Rep, class Period>
 template <class Rep, class Period>
 [[nodiscard]] constexpr std::chrono::duration<Rep, Period> saturatingAdd(
     std::chrono::duration<Rep, Period> a, std::chrono::duration<Rep, Period> b) noexcept {
-  return std::chrono::duration<Rep, Period>(saturatingAdd(static_cast<std::int64_t>(a.count()),
-                                                          static_cast<std::int64_t>(b.count())));
+  return std::chrono::duration<Rep, Period>(
+      saturatingAdd(static_cast<std::int64_t>(a.count()), static_cast<std::int64_t>(b.count())));
 }
 
 /// The time point `timeout` after `now`: Clock::time_point::max() if that is beyond what the

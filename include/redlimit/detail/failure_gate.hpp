@@ -58,16 +58,14 @@ class FailureGate {
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
-  [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate,
-                                           std::chrono::milliseconds interval);
+  [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// The end of a guarded call that started at `startedAt` and failed with `error`: records it
   /// (as noteError), then returns the policy's decision for `permits` if the failure was an outage
   /// (an IoError), or nullopt if the caller must throw `error`: any other error, or an outage under
   /// FailurePolicy::Throw. The one classification of a decision's outcome, for sync calls (from a
   /// catch block) and for completions of async ones alike. `rate`/`interval` as for decide().
   [[nodiscard]] std::optional<bool> settle(const std::exception_ptr& error, std::int64_t startedAt,
-                                           std::int64_t permits, std::int64_t rate,
-                                           std::chrono::milliseconds interval);
+                                           std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// Throws the IoError for a call that was not sent because the limiter is degraded.
   [[noreturn]] void throwUnavailable() const;
 
@@ -85,13 +83,13 @@ class FailureGate {
   const std::string limiter_;
   const FailureOptions options_;
   const ClockView clock_;
-  const std::int64_t probeMicros_;               // options_.probeInterval in µs, saturated
+  const std::int64_t probeMicros_;  // options_.probeInterval in µs, saturated
   std::atomic<int> state_{kHealthy};
-  std::atomic<std::int64_t> degradedSince_{0};   // µs, clock_
-  std::atomic<std::int64_t> nextProbe_{0};       // µs, clock_
-  std::atomic<std::int64_t> recoveredAt_{0};     // µs, clock_; last Recovered
+  std::atomic<std::int64_t> degradedSince_{0};  // µs, clock_
+  std::atomic<std::int64_t> nextProbe_{0};      // µs, clock_
+  std::atomic<std::int64_t> recoveredAt_{0};    // µs, clock_; last Recovered
   std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0}, misconfigurations_{0};
-  mutable std::mutex mutex_;                     // guards lastError_ and local_
+  mutable std::mutex mutex_;  // guards lastError_ and local_
   std::string lastError_;
   // FailurePolicy::Local: rate x share per interval, made on first use and remade (keeping what
   // it holds, up to the new capacity) when the configuration seen changes.

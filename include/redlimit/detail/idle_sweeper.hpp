@@ -89,8 +89,8 @@ class IdleSweeper {
   std::uint64_t running_ = 0;  // the task running now; 0 = none
   std::uint64_t runs_ = 0;
   bool stopping_ = false;
-  std::thread thread_;          // started by the first add(); empty once stopped
-  std::thread::id threadId_;    // the sweeper thread's id (kept after stop())
+  std::thread thread_;        // started by the first add(); empty once stopped
+  std::thread::id threadId_;  // the sweeper thread's id (kept after stop())
 };
 
 }  // namespace redlimit::detail

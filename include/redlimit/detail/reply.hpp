@@ -15,9 +15,9 @@ struct Reply {
   enum class Type { Nil, Integer, String, Status, Array };
 
   Type type = Type::Nil;
-  std::int64_t integer = 0;    // Type::Integer
-  std::string str;             // Type::String (bulk) and Type::Status
-  std::vector<Reply> elements; // Type::Array
+  std::int64_t integer = 0;     // Type::Integer
+  std::string str;              // Type::String (bulk) and Type::Status
+  std::vector<Reply> elements;  // Type::Array
 
   [[nodiscard]] bool isNil() const noexcept { return type == Type::Nil; }
   /// The reply as an integer: an Integer, or a String/Status holding a decimal integer

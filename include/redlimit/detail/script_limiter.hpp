@@ -46,9 +46,9 @@ namespace redlimit::detail {
 /// taken permits, and a resend would take them twice): it is an outage for the failure policy.
 class ScriptLimiter {
  public:
-  static constexpr std::int64_t kMaxPermits = 4294967295;                    // uint32 in the key
-  static constexpr std::chrono::milliseconds kMaxInterval{4294967295};       // uint32 ms, 49.7 days
-  static constexpr std::size_t kMaxNameLength = 1024;                         // bytes
+  static constexpr std::int64_t kMaxPermits = 4294967295;               // uint32 in the key
+  static constexpr std::chrono::milliseconds kMaxInterval{4294967295};  // uint32 ms, 49.7 days
+  static constexpr std::size_t kMaxNameLength = 1024;                   // bytes
   /// The longest wait a reservation may be made for (longer ones are cut to this): 365 days.
   static constexpr std::chrono::microseconds kMaxWait{31536000000000};
 

@@ -14,9 +14,9 @@ struct RawReply {
   enum class Type { Nil, Integer, String, Status, Error, Array };
 
   Type type = Type::Nil;
-  long long integer = 0;          // Type::Integer
-  std::string str;                // Type::String, Type::Status and Type::Error
-  std::vector<RawReply> elements; // Type::Array
+  long long integer = 0;           // Type::Integer
+  std::string str;                 // Type::String, Type::Status and Type::Error
+  std::vector<RawReply> elements;  // Type::Array
 
   [[nodiscard]] bool isError() const noexcept { return type == Type::Error; }
 };

@@ -30,7 +30,8 @@ class RedisServer {
   [[nodiscard]] int tlsPort() const noexcept { return tlsPort_; }
   /// The cluster bus port: the harness's pick for `--cluster-port auto`, the number given, or 0
   /// without one (redis then uses port() + 10000).
-  [[nodiscard]] int clusterPort() const noexcept { return clusterPort_; }  [[nodiscard]] const std::string& host() const noexcept { return host_; }
+  [[nodiscard]] int clusterPort() const noexcept { return clusterPort_; }
+  [[nodiscard]] const std::string& host() const noexcept { return host_; }
   /// redis://127.0.0.1:<port>
   [[nodiscard]] std::string uri() const;
   /// Path of the unix socket the server also listens on.
@@ -52,7 +53,7 @@ class RedisServer {
   std::vector<std::string> extraArgs_;
   std::string host_ = "127.0.0.1";
   std::string dir_;
-  std::string configFile_;          // empty: no config file
+  std::string configFile_;  // empty: no config file
   int port_ = 0;
   int tlsPort_ = 0;
   int clusterPort_ = 0;
