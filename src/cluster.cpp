@@ -53,6 +53,7 @@ std::shared_ptr<ClusterRunner> ClusterRunner::start(const ClientOptions& options
   std::shared_ptr<ClusterRunner> r(new ClusterRunner(options));
   for (const NodeAddress& seed : options.cluster.seeds) {
     Node* n = r->nodeAt(seed);
+    const WriteLock lock(r->mapMutex_);
     if (r->fallback_ == nullptr) r->fallback_ = n;
   }
   r->thread_ = std::thread([self = r.get()] { self->maintain(); });
@@ -71,7 +72,7 @@ ClusterRunner::~ClusterRunner() {
 }
 
 ClusterRunner::Node* ClusterRunner::route(int slot) const {
-  std::shared_lock<std::shared_mutex> lock(mapMutex_);
+  const ReadLock lock(mapMutex_);
   if (slot >= 0 && slot < 16384) {
     if (Node* n = slots_[static_cast<std::size_t>(slot)]) return n;
   }
@@ -81,11 +82,11 @@ ClusterRunner::Node* ClusterRunner::route(int slot) const {
 ClusterRunner::Node* ClusterRunner::nodeAt(const NodeAddress& address) {
   const std::string endpoint = endpointOf(address);
   {
-    std::shared_lock<std::shared_mutex> lock(mapMutex_);
+    const ReadLock lock(mapMutex_);
     auto it = nodes_.find(endpoint);
     if (it != nodes_.end()) return it->second.get();
   }
-  std::unique_lock<std::shared_mutex> lock(mapMutex_);
+  const WriteLock lock(mapMutex_);
   auto it = nodes_.find(endpoint);
   if (it != nodes_.end()) return it->second.get();
   if (stopped_.load(std::memory_order_acquire)) return nullptr;
@@ -171,7 +172,7 @@ void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& 
   } else {
     moved_.fetch_add(1, std::memory_order_relaxed);
     if (target != nullptr) {
-      std::unique_lock<std::shared_mutex> lock(mapMutex_);
+      const WriteLock lock(mapMutex_);
       slots_[to.slot] = target;
     }
     wantRefresh();  // one moved slot often means more (a resharding, a failover)
@@ -193,7 +194,7 @@ bool ClusterRunner::retryLater(const std::shared_ptr<Attempt>& a, const std::str
 
 void ClusterRunner::later(SteadyTime at, std::function<void()> run) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (!stopping_) {
       timers_.push(Timer{at, timerSeq_++, std::move(run)});
       run = nullptr;
@@ -208,7 +209,7 @@ void ClusterRunner::later(SteadyTime at, std::function<void()> run) {
 
 void ClusterRunner::wantRefresh() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (refreshWanted_) return;
     refreshWanted_ = true;
   }
@@ -217,7 +218,7 @@ void ClusterRunner::wantRefresh() {
 
 void ClusterRunner::maintain() {
   setCurrentIoRunner(this);
-  std::unique_lock<std::mutex> lock(mutex_);
+  UniqueLock lock(mutex_);
   while (!stopping_) {
     const SteadyTime now = Steady::now();
     if (!timers_.empty() && timers_.top().at <= now) {
@@ -247,9 +248,9 @@ void ClusterRunner::maintain() {
     SteadyTime next = refreshAt;
     if (!timers_.empty()) next = std::min(next, timers_.top().at);
     if (next == SteadyTime::max()) {
-      wake_.wait(lock);
+      wake_.wait(lock.native());
     } else {
-      wake_.wait_until(lock, next);
+      wake_.wait_until(lock.native(), next);
     }
   }
   // Shut down: the requests waiting for a retry end now.
@@ -266,7 +267,7 @@ bool ClusterRunner::refresh() {
   // Ask the primaries we route to first (they know the newest map), then the seeds.
   std::vector<Node*> ask;
   {
-    std::shared_lock<std::shared_mutex> lock(mapMutex_);
+    const ReadLock lock(mapMutex_);
     for (Node* n : slots_) {
       if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
     }
@@ -306,7 +307,7 @@ bool ClusterRunner::refresh() {
       for (std::size_t s = range.first; s <= range.last; ++s) table[s] = primary;
     }
     {
-      std::unique_lock<std::shared_mutex> lock(mapMutex_);
+      const WriteLock lock(mapMutex_);
       slots_ = table;
       fallback_ = table[ranges.front().first];
     }
@@ -318,7 +319,7 @@ bool ClusterRunner::refresh() {
 
 void ClusterRunner::shutdown() noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -334,7 +335,7 @@ void ClusterRunner::shutdown() noexcept {
   // No node is added once stopped_ is set (nodeAt): the list is final.
   std::vector<Transport*> transports;
   {
-    std::shared_lock<std::shared_mutex> lock(mapMutex_);
+    const ReadLock lock(mapMutex_);
     for (auto& [endpoint, node] : nodes_) transports.push_back(node->transport.get());
   }
   for (Transport* t : transports) t->shutdown();
@@ -346,7 +347,7 @@ void ClusterRunner::abandonAfterFork() noexcept {
 
 TransportCounters ClusterRunner::counters() const {
   TransportCounters sum;
-  std::shared_lock<std::shared_mutex> lock(mapMutex_);
+  const ReadLock lock(mapMutex_);
   for (const auto& [endpoint, node] : nodes_) {
     sum += node->transport->counters();
   }
@@ -359,7 +360,7 @@ ClusterCounters ClusterRunner::clusterCounters() const {
   c.asked = asked_.load(std::memory_order_relaxed);
   c.retried = retried_.load(std::memory_order_relaxed);
   c.refreshes = refreshes_.load(std::memory_order_relaxed);
-  std::shared_lock<std::shared_mutex> lock(mapMutex_);
+  const ReadLock lock(mapMutex_);
   c.nodes = nodes_.size();
   return c;
 }

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
 #include "runner.hpp"
 #include "slot_map.hpp"
@@ -60,7 +61,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   void send(Request request, int slot) override;
   [[nodiscard]] Outcome sendAndWait(Request request, int slot) override;
   void shutdown() noexcept override;
-  void abandonAfterFork() noexcept override;
+  void abandonAfterFork() noexcept REDLIMIT_NO_THREAD_SAFETY_ANALYSIS override;  // a forked child: no lock is taken
   [[nodiscard]] TransportCounters counters() const override;
   [[nodiscard]] bool onIoThread() const noexcept override { return currentIoRunner() == this; }
 
@@ -95,20 +96,20 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   const ClientOptions options_;
   const std::chrono::milliseconds minRefresh_, refreshPeriod_;
 
-  mutable std::shared_mutex mapMutex_;  // guards slots_, nodes_, fallback_
-  std::array<Node*, 16384> slots_{};    // the primary of each slot (nullptr: not known)
-  std::map<std::string, std::unique_ptr<Node>> nodes_;
-  Node* fallback_ = nullptr;  // for kAnySlot and slots not in the map
+  mutable SharedMutex mapMutex_;
+  std::array<Node*, 16384> slots_ REDLIMIT_GUARDED_BY(mapMutex_){};  // the primary of each slot (nullptr: not known)
+  std::map<std::string, std::unique_ptr<Node>> nodes_ REDLIMIT_GUARDED_BY(mapMutex_);
+  Node* fallback_ REDLIMIT_GUARDED_BY(mapMutex_) = nullptr;  // for kAnySlot and slots not in the map
   std::vector<NodeAddress> seeds_;
 
-  std::mutex mutex_;  // guards the members below
+  Mutex mutex_;
   std::condition_variable wake_;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
-  std::uint64_t timerSeq_ = 0;
-  bool refreshWanted_ = true;  // a refresh at the next opportunity
-  SteadyTime lastRefresh_{};   // when the last refresh started
-  bool stopping_ = false;
-  std::thread thread_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_ REDLIMIT_GUARDED_BY(mutex_);
+  std::uint64_t timerSeq_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+  bool refreshWanted_ REDLIMIT_GUARDED_BY(mutex_) = true;  // a refresh at the next opportunity
+  SteadyTime lastRefresh_ REDLIMIT_GUARDED_BY(mutex_){};   // when the last refresh started
+  bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
+  std::thread thread_;  // started by the constructor, joined by shutdown()
 
   std::atomic<bool> stopped_{false};  // shutdown() began: no new nodes, no new timers
   std::atomic<bool> used_{false};     // a request was sent since the last refresh

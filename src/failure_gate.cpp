@@ -90,7 +90,7 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
   if (startedAt < recoveredAt_.load(std::memory_order_relaxed)) return;  // stale news
   const std::int64_t now = nowMicros();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     lastError_ = error.what();
   }
   if (to == kOutage) nextProbe_.store(saturatingAdd(now, probeMicros_), std::memory_order_relaxed);
@@ -120,7 +120,7 @@ bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono
   const std::chrono::microseconds every =
       std::min(saturatingCast<std::chrono::microseconds>(interval), Bucket::kMaxInterval);
   if (permits > capacity) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
+  const LockGuard lock(mutex_);
   if (!local_ || local_->capacity() != capacity || local_->refillInterval() != every) {
     const std::int64_t held = local_ ? std::min(local_->availablePermits(), capacity) : capacity;
     local_.emplace(capacity, capacity, every, clock_);
@@ -167,7 +167,7 @@ std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::in
 void FailureGate::throwUnavailable() const {
   std::string last;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     last = lastError_;
   }
   const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;

@@ -28,7 +28,7 @@ IdleSweeper::~IdleSweeper() { stop(); }
 void IdleSweeper::stop() {
   std::thread thread;
   {
-    std::lock_guard<std::mutex> lk(mutex_);
+    const LockGuard lk(mutex_);
     stopping_ = true;
     thread.swap(thread_);
   }
@@ -42,7 +42,7 @@ void IdleSweeper::stop() {
 }
 
 std::uint64_t IdleSweeper::add(void* owner, Task task) {
-  std::lock_guard<std::mutex> lk(mutex_);
+  const LockGuard lk(mutex_);
   if (!thread_.joinable() && !stopping_) {
     try {
       thread_ = start_ ? start_([this] { run(); }) : std::thread([this] { run(); });
@@ -69,42 +69,45 @@ void IdleSweeper::scheduleLocked(std::uint64_t id, Entry& e, Time due) {
 
 void IdleSweeper::schedule(std::uint64_t id, std::chrono::microseconds delay) {
   const Time due = std::chrono::steady_clock::now() + std::max(delay, std::chrono::microseconds{0});
-  std::lock_guard<std::mutex> lk(mutex_);
+  const LockGuard lk(mutex_);
   const auto it = entries_.find(id);
   if (it != entries_.end()) scheduleLocked(id, it->second, due);
 }
 
 void IdleSweeper::remove(std::uint64_t id) {
-  std::unique_lock<std::mutex> lk(mutex_);
+  UniqueLock lk(mutex_);
   const auto it = entries_.find(id);
   if (it != entries_.end()) {
     if (it->second.queued) queue_.erase({it->second.due, id});
     entries_.erase(it);
   }
   if (threadId_ == std::this_thread::get_id()) return;  // from a task: never wait for ourselves
-  done_.wait(lk, [&] { return running_ != id; });
+  done_.wait(lk.native(), [&] {
+    mutex_.assertHeld();
+    return running_ != id;
+  });
 }
 
 std::size_t IdleSweeper::size() const {
-  std::lock_guard<std::mutex> lk(mutex_);
+  const LockGuard lk(mutex_);
   return entries_.size();
 }
 
 std::uint64_t IdleSweeper::runs() const {
-  std::lock_guard<std::mutex> lk(mutex_);
+  const LockGuard lk(mutex_);
   return runs_;
 }
 
 void IdleSweeper::run() {
-  std::unique_lock<std::mutex> lk(mutex_);
+  UniqueLock lk(mutex_);
   while (!stopping_) {
     if (queue_.empty()) {
-      wake_.wait(lk);
+      wake_.wait(lk.native());
       continue;
     }
     const auto [due, id] = *queue_.begin();
     if (std::chrono::steady_clock::now() < due) {
-      wake_.wait_until(lk, due);
+      wake_.wait_until(lk.native(), due);
       continue;
     }
     queue_.erase(queue_.begin());

@@ -276,9 +276,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
-  std::mutex coalesceMutex_;  // guards the two members below
-  bool groupInFlight_ = false;
-  std::deque<std::shared_ptr<Pending>> waiting_;
+  detail::Mutex coalesceMutex_;
+  bool groupInFlight_ REDLIMIT_GUARDED_BY(coalesceMutex_) = false;
+  std::deque<std::shared_ptr<Pending>> waiting_ REDLIMIT_GUARDED_BY(coalesceMutex_);
 };
 
 RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
@@ -314,7 +314,7 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
 RateLimiter::Impl::~Impl() {
   std::deque<std::shared_ptr<Pending>> left;
   {
-    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    const detail::LockGuard lock(coalesceMutex_);
     left.swap(waiting_);
   }
   if (left.empty()) return;
@@ -511,7 +511,7 @@ void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    const detail::LockGuard lock(coalesceMutex_);
     if (groupInFlight_) {
       waiting_.push_back(std::move(a));
       return;
@@ -524,7 +524,7 @@ void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
 void RateLimiter::Impl::groupDone() {
   std::vector<std::shared_ptr<Pending>> next;
   {
-    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    const detail::LockGuard lock(coalesceMutex_);
     if (waiting_.empty()) {
       groupInFlight_ = false;
       return;

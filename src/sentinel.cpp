@@ -88,7 +88,7 @@ void SentinelRunner::send(Request request, int /*slot*/) {
   std::shared_ptr<Transport> primary;
   bool full = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     primary = primary_;
     if (!stopping_ && !primary) {
       full = parked_.size() >= options_.pool.maxPending;
@@ -146,7 +146,7 @@ Outcome SentinelRunner::sendAndWait(Request request, int slot) {
 
 void SentinelRunner::wantDiscovery() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (discoveryWanted_) return;
     discoveryWanted_ = true;
   }
@@ -162,7 +162,7 @@ void SentinelRunner::expireParked(std::vector<Request>& expired) {
 
 void SentinelRunner::maintain() {
   setCurrentIoRunner(this);
-  std::unique_lock<std::mutex> lock(mutex_);
+  UniqueLock lock(mutex_);
   while (!stopping_) {
     std::vector<Request> expired;
     expireParked(expired);
@@ -192,9 +192,9 @@ void SentinelRunner::maintain() {
     SteadyTime next = discoverAt;
     for (const Request& r : parked_) next = std::min(next, r.deadline);
     if (next == SteadyTime::max()) {
-      wake_.wait(lock);
+      wake_.wait(lock.native());
     } else {
-      wake_.wait_until(lock, next);
+      wake_.wait_until(lock.native(), next);
     }
   }
 }
@@ -258,7 +258,7 @@ bool SentinelRunner::discover() {
     std::shared_ptr<Transport> old;
     std::vector<Request> parked;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      const LockGuard lock(mutex_);
       if (stopping_) return true;
       if (primary_ && primaryAddress_.host == candidate.host && primaryAddress_.port == candidate.port) {
         lastFailure_.clear();
@@ -271,7 +271,7 @@ bool SentinelRunner::discover() {
     o.unixSocket.clear();
     fresh = Transport::start(o, options_.pool, this);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      const LockGuard lock(mutex_);
       if (stopping_) {
         fresh->shutdown();
         return true;
@@ -289,7 +289,7 @@ bool SentinelRunner::discover() {
     if (old) old->shutdown();  // what was still on it ends (ClosedError): the policy decides
     return true;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  const LockGuard lock(mutex_);
   lastFailure_ = failures.empty() ? std::string("no sentinel configured") : failures.substr(2);
   return false;
 }
@@ -324,7 +324,7 @@ void SentinelRunner::subscribe() {
           if (text.compare(0, name.size() + 1, name + " ") == 0) {
             announcements_.fetch_add(1, std::memory_order_relaxed);
             {
-              std::lock_guard<std::mutex> lock(mutex_);
+              const LockGuard lock(mutex_);
               discoveryWanted_ = true;
               lastDiscovery_ = {};  // now, not after the usual pause
             }
@@ -334,8 +334,11 @@ void SentinelRunner::subscribe() {
       }
     } catch (const Error&) {
       // This sentinel is gone or refused us: the next one, after a pause.
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait_for(lock, kResubscribePause, [&] { return stopping_; });
+      UniqueLock lock(mutex_);
+      wake_.wait_for(lock.native(), kResubscribePause, [&] {
+        mutex_.assertHeld();
+        return stopping_;
+      });
     }
   }
 }
@@ -345,7 +348,7 @@ void SentinelRunner::shutdown() noexcept {
   std::vector<std::shared_ptr<Transport>> retired;
   std::vector<Request> parked;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     primary = primary_;
@@ -378,7 +381,7 @@ void SentinelRunner::abandonAfterFork() noexcept {
 TransportCounters SentinelRunner::counters() const {
   std::vector<std::shared_ptr<Transport>> all;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     all = retired_;
     if (primary_) all.push_back(primary_);
   }
@@ -387,7 +390,7 @@ TransportCounters SentinelRunner::counters() const {
     sum += t->counters();
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     sum.pending += parked_.size();
   }
   return sum;
@@ -398,7 +401,7 @@ SentinelCounters SentinelRunner::sentinelCounters() const {
   c.discoveries = discoveries_.load(std::memory_order_relaxed);
   c.switches = switches_.load(std::memory_order_relaxed);
   c.announcements = announcements_.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mutex_);
+  const LockGuard lock(mutex_);
   c.primary = primaryAddress_;
   return c;
 }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
 #include "runner.hpp"
 #include "transport.hpp"
@@ -48,7 +49,7 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   void send(Request request, int slot) override;
   [[nodiscard]] Outcome sendAndWait(Request request, int slot) override;
   void shutdown() noexcept override;
-  void abandonAfterFork() noexcept override;
+  void abandonAfterFork() noexcept REDLIMIT_NO_THREAD_SAFETY_ANALYSIS override;  // a forked child: no lock is taken
   [[nodiscard]] TransportCounters counters() const override;
   [[nodiscard]] bool onIoThread() const noexcept override { return currentIoRunner() == this; }
 
@@ -61,21 +62,21 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   void maintain();
   void subscribe();
   bool discover();  // true if a primary was found (and is in use now)
-  void expireParked(std::vector<Request>& expired);
+  void expireParked(std::vector<Request>& expired) REDLIMIT_REQUIRES(mutex_);
 
   const ClientOptions options_;
   ConnectionOptions sentinelConnection_;  // the sentinels' own user, password and TLS
 
-  mutable std::mutex mutex_;  // guards the members below
+  mutable Mutex mutex_;
   std::condition_variable wake_;
-  std::shared_ptr<Transport> primary_;  // nullptr until found
-  NodeAddress primaryAddress_;
-  std::vector<std::shared_ptr<Transport>> retired_;  // earlier primaries' transports (shut down)
-  std::vector<Request> parked_;                      // waiting for a primary
-  bool discoveryWanted_ = true;
-  std::chrono::steady_clock::time_point lastDiscovery_{};
-  bool stopping_ = false;
-  std::string lastFailure_;  // why the last discovery failed (for parked requests' errors)
+  std::shared_ptr<Transport> primary_ REDLIMIT_GUARDED_BY(mutex_);  // nullptr until found
+  NodeAddress primaryAddress_ REDLIMIT_GUARDED_BY(mutex_);
+  std::vector<std::shared_ptr<Transport>> retired_ REDLIMIT_GUARDED_BY(mutex_);  // earlier primaries' (shut down)
+  std::vector<Request> parked_ REDLIMIT_GUARDED_BY(mutex_);                      // waiting for a primary
+  bool discoveryWanted_ REDLIMIT_GUARDED_BY(mutex_) = true;
+  std::chrono::steady_clock::time_point lastDiscovery_ REDLIMIT_GUARDED_BY(mutex_){};
+  bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
+  std::string lastFailure_ REDLIMIT_GUARDED_BY(mutex_);  // why the last discovery failed (for parked requests' errors)
   std::thread maintainer_, subscriber_;
 
   std::atomic<bool> stopped_{false};

@@ -39,21 +39,6 @@ thread_local const Runner* tlsIoRunner = nullptr;
 const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
 void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
 
-// Every member is guarded by `m`. The I/O thread holds it while it works on the connection; a
-// submitting thread only try_locks it (writeNow), so it never waits behind a read or a connect.
-struct Transport::Conn {
-  std::mutex m;
-  std::size_t index = 0;
-  std::unique_ptr<Stream> stream;
-  std::unique_ptr<Pipeline> pipe;
-  std::vector<Request> carry;  // never written; waits for a (re)connect and its greeting
-  bool watchingOut = false;
-  bool greeted = false;  // the greeting (AUTH/SELECT/PING) was answered: requests may go
-  SteadyTime connectStarted;
-  std::size_t queued = 0;          // requests for this connection in Transport::incoming_ (under mutex_)
-  std::exception_ptr writeFailed;  // a submitting thread's write failed: the I/O thread closes
-};
-
 std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool,
                                             const Runner* owner) {
   checkOptions(connection);
@@ -117,7 +102,7 @@ void Transport::submit(Request request) {
   if (!onIoThread() && writeNow(*conns_[conn], request)) return;
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (stopping_) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
       // Completed below, outside the lock.
@@ -148,15 +133,15 @@ void Transport::submit(Request request) {
 // (and leaves `request` alone) when the connection is busy or its lock is held.
 bool Transport::writeNow(Conn& c, Request& request) {
   if (connection_.tls.enabled) return false;
-  std::unique_lock<std::mutex> lock(c.m, std::try_to_lock);
-  if (!lock.owns_lock() || !c.stream || !c.greeted || c.pipe->size() > 0 || !c.carry.empty() || c.writeFailed ||
-      c.pipe->broken()) {
+  if (!c.m.try_lock()) return false;
+  UniqueLock lock(c.m, std::adopt_lock);
+  if (!c.stream || !c.greeted || c.pipe->size() > 0 || !c.carry.empty() || c.writeFailed || c.pipe->broken()) {
     return false;
   }
   {
     // Requests submitted before this one for the same connection go first (one thread's requests
     // leave in the order it made them); after shutdown() the I/O thread ends everything.
-    std::lock_guard<std::mutex> guard(mutex_);
+    const LockGuard guard(mutex_);
     if (c.queued > 0 || stopping_) return false;
   }
   const SteadyTime deadline = request.deadline;
@@ -179,7 +164,7 @@ bool Transport::writeNow(Conn& c, Request& request) {
 // may end earlier, so the timer wakes the thread then (without waking it now).
 void Transport::armTimer(SteadyTime deadline) {
   if (deadline == SteadyTime::max()) return;
-  std::lock_guard<std::mutex> lock(timerMutex_);
+  const LockGuard lock(timerMutex_);
   if (deadline >= armedAt_) return;
   armedAt_ = deadline;
   itimerspec spec{};
@@ -223,7 +208,7 @@ Outcome Transport::call(Request request) {
 
 void Transport::shutdown() noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const LockGuard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -294,6 +279,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
   // The greeting goes first, in the same write as the requests that waited: AUTH and SELECT as
   // configured, or a PING, so that a server that wants a password says so before a script runs.
   auto greet = [&](std::initializer_list<std::string_view> argv) {
+    c.m.assertHeld();  // called below, in connect()
     Request r = makeRequest(argv.begin(), argv.size());
     r.deadline = deadlineAfter<Steady>(Steady::now(), connection_.connectTimeout);
     r.budget = connection_.connectTimeout;
@@ -456,7 +442,7 @@ void Transport::complete(std::vector<Finished>& done) {
 void Transport::failEverything(std::vector<Finished>& done) {
   const auto why = errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply");
   for (auto& c : conns_) {
-    std::lock_guard<std::mutex> lock(c->m);
+    const LockGuard lock(c->m);
     if (c->stream) closeConn(*c, why, done);
     for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c->carry.clear();
@@ -472,7 +458,7 @@ void Transport::run() {
   for (;;) {
     bool stop = false;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      const LockGuard lock(mutex_);
       batch.swap(incoming_);
       wakePending_ = false;
       stop = stopping_;
@@ -481,7 +467,7 @@ void Transport::run() {
     // submitting thread never writes past them (writeNow).
     for (std::size_t i = 0; i < batch.size();) {
       const std::size_t index = batch[i].first;
-      std::lock_guard<std::mutex> lock(conns_[index]->m);
+      const LockGuard lock(conns_[index]->m);
       for (; i < batch.size() && batch[i].first == index; ++i) {
         batch[i].second.counted = true;
         conns_[index]->carry.push_back(std::move(batch[i].second));
@@ -490,7 +476,7 @@ void Transport::run() {
     }
     batch.clear();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      const LockGuard lock(mutex_);
       for (std::size_t i = 0; i < moved.size(); ++i) {
         conns_[i]->queued -= moved[i];
         moved[i] = 0;
@@ -499,7 +485,7 @@ void Transport::run() {
     if (stop) {
       failEverything(done);
       complete(done);
-      std::lock_guard<std::mutex> lock(mutex_);
+      const LockGuard lock(mutex_);
       for (auto& [index, request] : incoming_) {
         done.push_back(Finished{std::move(request.done),
                                 Outcome{Reply{}, errorOf<ClosedError>("redlimit: the Client was shut down; not sent")},
@@ -510,7 +496,7 @@ void Transport::run() {
       break;
     }
     for (auto& c : conns_) {
-      std::lock_guard<std::mutex> lock(c->m);
+      const LockGuard lock(c->m);
       if (!c->carry.empty()) {
         if (!c->stream) {
           connect(*c, done);
@@ -527,13 +513,13 @@ void Transport::run() {
     SteadyTime next = SteadyTime::max();
     bool again = false;
     for (auto& c : conns_) {
-      std::lock_guard<std::mutex> lock(c->m);
+      const LockGuard lock(c->m);
       if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
       if (!c->carry.empty() && (!c->stream || c->greeted)) again = true;
       if (c->writeFailed) again = true;
     }
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      const LockGuard lock(mutex_);
       if (wakePending_ || stopping_) again = true;  // completions queued more
     }
     const int n = ::epoll_wait(epollFd_, events, 64, again ? 0 : waitMs(now, next));
@@ -541,7 +527,7 @@ void Transport::run() {
       if (events[i].data.u64 == kTimerEvent) {
         std::uint64_t fired = 0;
         [[maybe_unused]] const auto r = ::read(timerFd_, &fired, sizeof fired);
-        std::lock_guard<std::mutex> lock(timerMutex_);
+        const LockGuard lock(timerMutex_);
         if (armedAt_ <= Steady::now()) armedAt_ = SteadyTime::max();  // the deadlines below see to the rest
         continue;
       }
@@ -551,7 +537,7 @@ void Transport::run() {
         continue;
       }
       Conn& c = *conns_[static_cast<std::size_t>(events[i].data.u64)];
-      std::lock_guard<std::mutex> lock(c.m);
+      const LockGuard lock(c.m);
       if (!c.stream) continue;
       if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
@@ -559,7 +545,7 @@ void Transport::run() {
     }
     now = Steady::now();
     for (auto& c : conns_) {
-      std::lock_guard<std::mutex> lock(c->m);
+      const LockGuard lock(c->m);
       if (!c->pipe) continue;
       if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done);
       if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);

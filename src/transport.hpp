@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
 #include "runner.hpp"
 #include "stream.hpp"
@@ -48,7 +49,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   /// In a forked child: closes this process's copies of the sockets without sending anything and
   /// touches no lock or thread (the parent's I/O thread does not exist here). The object must
   /// then be leaked, never destroyed.
-  void abandonAfterFork() noexcept override;
+  void abandonAfterFork() noexcept REDLIMIT_NO_THREAD_SAFETY_ANALYSIS override;  // a forked child: no lock is taken
 
   // Runner: one server serves every slot.
   void send(Request request, int /*slot*/) override { submit(std::move(request)); }
@@ -60,18 +61,31 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   [[nodiscard]] bool onIoThread() const noexcept override { return std::this_thread::get_id() == ioThreadId_; }
 
  private:
-  struct Conn;
+  // One connection. `m` guards it: the I/O thread holds it while it works on the connection; a
+  // submitting thread only try_locks it (writeNow), so it never waits behind a read or a connect.
+  struct Conn {
+    Mutex m;
+    std::size_t index = 0;  // set before the I/O thread starts, then read-only
+    std::unique_ptr<Stream> stream REDLIMIT_GUARDED_BY(m);
+    std::unique_ptr<Pipeline> pipe REDLIMIT_GUARDED_BY(m);
+    std::vector<Request> carry REDLIMIT_GUARDED_BY(m);  // never written; waits for a (re)connect and its greeting
+    bool watchingOut REDLIMIT_GUARDED_BY(m) = false;
+    bool greeted REDLIMIT_GUARDED_BY(m) = false;  // the greeting (AUTH/SELECT/PING) was answered: requests may go
+    SteadyTime connectStarted REDLIMIT_GUARDED_BY(m);
+    std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
+    std::exception_ptr writeFailed REDLIMIT_GUARDED_BY(m);  // a submitting thread's write failed: the I/O thread closes
+  };
   Transport(const ConnectionOptions& connection, const PoolOptions& pool);
   void run();
   bool writeNow(Conn& c, Request& request);
-  void armTimer(SteadyTime deadline);
-  std::exception_ptr writeOut(Conn& c);
-  void connect(Conn& c, std::vector<Finished>& done);
-  void greeted(Conn& c);
-  void flush(Conn& c, std::vector<Finished>& done);
-  void readFrom(Conn& c, std::vector<Finished>& done);
-  void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done);
-  void watch(Conn& c, bool out);
+  void armTimer(SteadyTime deadline) REDLIMIT_EXCLUDES(timerMutex_);
+  std::exception_ptr writeOut(Conn& c) REDLIMIT_REQUIRES(c.m);
+  void connect(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  void greeted(Conn& c) REDLIMIT_REQUIRES(c.m);
+  void flush(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  void readFrom(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  void watch(Conn& c, bool out) REDLIMIT_REQUIRES(c.m);
   void complete(std::vector<Finished>& done);
   std::exception_ptr closedBeforeAnyReply(const std::exception_ptr& why);
   void failEverything(std::vector<Finished>& done);
@@ -90,15 +104,15 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
-  std::atomic<std::uint64_t> direct_{0};    // requests their caller wrote (writeNow)
-  std::mutex timerMutex_;                   // guards armedAt_ and the timer's setting
-  SteadyTime armedAt_ = SteadyTime::max();  // when timerFd_ fires; max: disarmed
+  std::atomic<std::uint64_t> direct_{0};                                     // requests their caller wrote (writeNow)
+  Mutex timerMutex_;                                                         // and the timer's setting
+  SteadyTime armedAt_ REDLIMIT_GUARDED_BY(timerMutex_) = SteadyTime::max();  // when timerFd_ fires; max: disarmed
 
-  std::mutex mutex_;  // guards the members below
-  std::vector<std::pair<std::size_t, Request>> incoming_;
-  bool wakePending_ = false;
-  bool stopping_ = false;
-  bool stopped_ = false;
+  Mutex mutex_;
+  std::vector<std::pair<std::size_t, Request>> incoming_ REDLIMIT_GUARDED_BY(mutex_);
+  bool wakePending_ REDLIMIT_GUARDED_BY(mutex_) = false;
+  bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
+  bool stopped_ REDLIMIT_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace redlimit::detail

@@ -28,6 +28,8 @@
 
 #include <time.h>
 
+#include "redlimit/detail/thread_annotations.hpp"
+
 namespace redlimit {
 
 /// The default clock: std::chrono::steady_clock and a real sleep. Thread-safe.
@@ -160,7 +162,7 @@ class SimulatedClock {
   SimulatedClock& operator=(const SimulatedClock&) = delete;
 
   [[nodiscard]] std::chrono::microseconds now() const {
-    std::lock_guard<std::mutex> g(mutex_);
+    detail::LockGuard g(mutex_);
     return std::chrono::microseconds{now_};
   }
 
@@ -168,10 +170,10 @@ class SimulatedClock {
   void sleepFor(std::chrono::microseconds d) const {
     if (d.count() <= 0) return;
     std::condition_variable own;
-    std::unique_lock<std::mutex> g(mutex_);
+    detail::UniqueLock g(mutex_);
     Waiter w{now_ + d.count(), &own};
     enlist(w);
-    own.wait(g, [&] { return w.fired; });
+    own.wait(g.native(), [&] { return w.fired; });
     leave(w);
   }
 
@@ -183,20 +185,20 @@ class SimulatedClock {
     if (pred()) return true;
     Waiter w{deadline.count(), &cv};
     {
-      std::lock_guard<std::mutex> g(mutex_);
+      detail::LockGuard g(mutex_);
       if (now_ >= w.deadline) return pred();
       enlist(w);
     }
     for (;;) {
       if (pred()) break;
       {
-        std::lock_guard<std::mutex> g(mutex_);
+        detail::LockGuard g(mutex_);
         if (w.fired) break;
       }
       cv.wait(lk);
     }
     {
-      std::lock_guard<std::mutex> g(mutex_);
+      detail::LockGuard g(mutex_);
       leave(w);
     }
     return pred();
@@ -210,7 +212,7 @@ class SimulatedClock {
   /// Moves the time to t (nothing if t <= now()): for each deadline up to t in order, sets the
   /// time to it, wakes the threads waiting for it and waits until they have left their waits.
   void advanceTo(std::chrono::microseconds t) {
-    std::unique_lock<std::mutex> g(mutex_);
+    detail::UniqueLock g(mutex_);
     for (;;) {
       std::int64_t next = t.count();
       for (const Waiter* w : waiters_) {
@@ -227,7 +229,7 @@ class SimulatedClock {
         for (Waiter* w : waiters_) {
           if (w->fired) w->cv->notify_all();
         }
-        changed_.wait_for(g, std::chrono::microseconds{200});
+        changed_.wait_for(g.native(), std::chrono::microseconds{200});
       }
       if (!woke || now_ >= t.count()) break;
     }
@@ -236,15 +238,18 @@ class SimulatedClock {
 
   /// Threads blocked on this clock now (in sleepFor or waitUntil).
   [[nodiscard]] std::size_t blocked() const {
-    std::lock_guard<std::mutex> g(mutex_);
+    detail::LockGuard g(mutex_);
     return waiters_.size();
   }
 
   /// Waits (in real time, at most `bound`) until at least n threads are blocked on this clock;
   /// returns whether they are. For tests: "the other threads are waiting now", without polling.
   [[nodiscard]] bool awaitBlocked(std::size_t n, std::chrono::milliseconds bound = std::chrono::seconds(30)) const {
-    std::unique_lock<std::mutex> g(mutex_);
-    return changed_.wait_for(g, bound, [&] { return waiters_.size() >= n; });
+    detail::UniqueLock g(mutex_);
+    return changed_.wait_for(g.native(), bound, [&] {
+      mutex_.assertHeld();
+      return waiters_.size() >= n;
+    });
   }
 
  private:
@@ -253,20 +258,19 @@ class SimulatedClock {
     std::condition_variable* cv;
     bool fired = false;
   };
-  // Both with mutex_ held.
-  void enlist(Waiter& w) const {
+  void enlist(Waiter& w) const REDLIMIT_REQUIRES(mutex_) {
     waiters_.push_back(&w);
     changed_.notify_all();
   }
-  void leave(Waiter& w) const {
+  void leave(Waiter& w) const REDLIMIT_REQUIRES(mutex_) {
     waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
     changed_.notify_all();
   }
 
-  mutable std::mutex mutex_;                 // guards now_ and waiters_
-  mutable std::condition_variable changed_;  // a waiter arrived or left
-  mutable std::vector<Waiter*> waiters_;     // blocked threads' waits, in arrival order
-  std::int64_t now_;
+  mutable detail::Mutex mutex_;
+  mutable std::condition_variable changed_;                           // a waiter arrived or left
+  mutable std::vector<Waiter*> waiters_ REDLIMIT_GUARDED_BY(mutex_);  // blocked threads' waits, in arrival order
+  std::int64_t now_ REDLIMIT_GUARDED_BY(mutex_);
 };
 
 /// A clock policy that refers to a clock owned elsewhere, so a test can keep a ManualClock or a

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "redlimit/clock.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
@@ -75,7 +76,7 @@ class BasicLocalTokenBucket {
     if (permits > capacity_) return false;
     std::int64_t waitMicros = 0;
     {
-      std::lock_guard<std::mutex> g(mutex_);
+      detail::LockGuard g(mutex_);
       const detail::Int128 now = scaled(clock_.now());
       const detail::Int128 next = std::max(fullAt_, now) + detail::Int128{permits} * intervalMicros_;
       const detail::Int128 debt = next - now - detail::Int128{capacity_} * intervalMicros_;
@@ -90,7 +91,7 @@ class BasicLocalTokenBucket {
 
   /// Permits the bucket holds now (0 while it is in debt).
   [[nodiscard]] std::int64_t availablePermits() const {
-    std::lock_guard<std::mutex> g(mutex_);
+    detail::LockGuard g(mutex_);
     const detail::Int128 now = scaled(clock_.now());
     const detail::Int128 room = detail::Int128{capacity_} * intervalMicros_ - (std::max(fullAt_, now) - now);
     return room <= 0 ? 0 : static_cast<std::int64_t>(room / intervalMicros_);
@@ -101,7 +102,7 @@ class BasicLocalTokenBucket {
   [[nodiscard]] std::chrono::microseconds waitFor(std::int64_t permits) const {
     checkRange("permits", permits, 1, kMaxPermits);
     if (permits > capacity_) return std::chrono::microseconds::max();
-    std::lock_guard<std::mutex> g(mutex_);
+    detail::LockGuard g(mutex_);
     const detail::Int128 now = scaled(clock_.now());
     const detail::Int128 debt = std::max(fullAt_, now) + detail::Int128{permits} * intervalMicros_ - now -
                                 detail::Int128{capacity_} * intervalMicros_;
@@ -112,7 +113,7 @@ class BasicLocalTokenBucket {
   /// filled to that level.
   void setAvailablePermits(std::int64_t permits) {
     checkRange("permits", permits, 0, capacity_);
-    std::lock_guard<std::mutex> g(mutex_);
+    detail::LockGuard g(mutex_);
     fullAt_ = scaled(clock_.now()) + detail::Int128{capacity_ - permits} * intervalMicros_;
   }
 
@@ -139,8 +140,8 @@ class BasicLocalTokenBucket {
   const std::int64_t capacity_;
   const std::int64_t refillPermits_;
   const std::int64_t intervalMicros_;
-  mutable std::mutex mutex_;
-  detail::Int128 fullAt_ = 0;  // guarded by mutex_: when the bucket is full again, scaled()
+  mutable detail::Mutex mutex_;
+  detail::Int128 fullAt_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // when the bucket is full again, scaled()
 };
 
 /// The bucket on the real clock (SteadyClock).

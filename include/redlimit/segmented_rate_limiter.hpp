@@ -351,8 +351,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
                             " per " + std::to_string(interval.count()) + " ms");
     }
     {
-      std::unique_lock<std::mutex> lk(mutex_);
-      cv_.wait(lk, [&] { return (!leading_ && !releasing_) || closed_; });
+      detail::UniqueLock lk(mutex_);
+      cv_.wait(lk.native(), [&] {
+        mutex_.assertHeld();
+        return (!leading_ && !releasing_) || closed_;
+      });
       if (closed_) throwClosed();
       leading_ = true;
     }
@@ -367,8 +370,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       };
       bool changed = false;
       if (differs() || segmentSize != segmentSize_.load(std::memory_order_relaxed)) {
-        std::unique_lock<std::mutex> lk(mutex_);
-        releaseSegment(lk, true);
+        const detail::LockGuard lk(mutex_);
+        releaseSegment(true);
       }
       if (!current) {
         changed = source_->trySetRate(type, rate, interval);
@@ -381,11 +384,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         changed = true;
       }
       segmentSize_.store(segmentSize, std::memory_order_relaxed);
-      std::unique_lock<std::mutex> lk(mutex_);
+      const detail::LockGuard lk(mutex_);
       finishLead();
       return changed;
     } catch (...) {
-      std::unique_lock<std::mutex> lk(mutex_);
+      const detail::LockGuard lk(mutex_);
       finishLead();
       throw;
     }
@@ -399,7 +402,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
   std::int64_t releaseIfIdle() noexcept {
     try {
-      std::unique_lock<std::mutex> lk(mutex_);
+      const detail::LockGuard lk(mutex_);
       if (closed_ || leading_ || releasing_) return 0;
       const std::int64_t now = clock_.now().count();
       std::uint64_t s = word_.load();
@@ -412,7 +415,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       if (Word::leftOf(s) == 0 || after <= 0 || now - idleSince_ < after) return 0;
       const std::uint64_t old = word_.takeAll();
       idleSeen_ = old & ~Word::kLeftMask;
-      return releaseTaken(lk, Word::leftOf(old), false);
+      return releaseTaken(Word::leftOf(old), false);
     } catch (...) {
       return 0;
     }
@@ -426,24 +429,27 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// on one Client while Redis does not answer costs one command timeout in total.
   std::int64_t close() noexcept {
     {
-      std::lock_guard<std::mutex> lk(mutex_);
+      const detail::LockGuard lk(mutex_);
       if (closed_) return 0;
       closed_ = true;  // no refill starts from now on
     }
     cv_.notify_all();  // callers waiting for a refill throw Error
     if (sweepId_ != 0) detail::IdleSweeper::instance().remove(sweepId_);
-    std::unique_lock<std::mutex> lk(mutex_);
-    cv_.wait(lk, [&] { return !leading_ && !releasing_; });
+    detail::UniqueLock lk(mutex_);
+    cv_.wait(lk.native(), [&] {
+      mutex_.assertHeld();
+      return !leading_ && !releasing_;
+    });
     leading_ = true;
     const std::uint64_t old = word_.close();
-    const std::int64_t returned = releaseTaken(lk, Word::leftOf(old), false);
+    const std::int64_t returned = releaseTaken(Word::leftOf(old), false);
     finishLead();
     return returned;
   }
 
   /// A snapshot of the counters. Thread-safe.
   [[nodiscard]] SegmentStats stats() const {
-    std::lock_guard<std::mutex> lk(mutex_);
+    const detail::LockGuard lk(mutex_);
     SegmentStats out;
     out.directGrants = directGrants_.load(std::memory_order_relaxed);
     out.remoteRoundTrips = remoteRoundTrips_.load(std::memory_order_relaxed);
@@ -552,18 +558,22 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Takes `permits` (<= segment size) from the segment, leading a refill or waiting (until
   // `waitUntil`, µs on the clock) for the one in flight.
   TryResult takeOrRefill(std::int64_t permits, std::chrono::microseconds waitUntil) {
-    std::unique_lock<std::mutex> lk(mutex_);
+    detail::UniqueLock lk(mutex_);
     bool counted = false;
     for (;;) {
       if (closed_) throwClosed();
       if (takeLocal(permits)) return TryResult{true, false, {}};
-      if (!leading_) return leadRefill(lk, permits);
+      if (!leading_) return leadRefill(permits);
       if (!counted) {
         ++refillWaits_;
         counted = true;
       }
       const std::uint64_t seen = attempts_;
-      if (!clockWaitUntil(clock_, lk, cv_, waitUntil, [&] { return !leading_ || closed_; })) {
+      const bool woken = clockWaitUntil(clock_, lk.native(), cv_, waitUntil, [&] {
+        mutex_.assertHeld();
+        return !leading_ || closed_;
+      });
+      if (!woken) {
         return TryResult{false, true, {}};
       }
       if (closed_) throwClosed();
@@ -575,7 +585,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // The refill: called with the mutex held and no refill in flight; sends one request with the
   // mutex released. The caller's permits come from the leftover of the current segment (if it
   // has not expired) plus the new grant; the rest of the grant becomes the next segment.
-  TryResult leadRefill(std::unique_lock<std::mutex>& lk, std::int64_t permits) {
+  TryResult leadRefill(std::int64_t permits) REDLIMIT_REQUIRES(mutex_) {
     leading_ = true;
     const std::uint64_t old = word_.takeAll();
     std::int64_t leftover = Word::leftOf(old);
@@ -591,20 +601,20 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     inHand_ = leftover;
     const std::int64_t need = permits - leftover;
     const std::int64_t most = std::max(need, segmentSize_.load(std::memory_order_relaxed));
-    lk.unlock();
+    mutex_.unlock();  // the request goes out without the lock
     AcquireResult r;
     const std::int64_t sentAt = clock_.now().count();
     try {
       remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
       r = source_->tryAcquireUpTo(need, most);
     } catch (...) {
-      lk.lock();
+      mutex_.lock();
       inHand_ = 0;
       word_.putBack(leftover);
       finishLead();
       throw;
     }
-    lk.lock();
+    mutex_.lock();
     ++attempts_;
     inHand_ = 0;
     if (r.granted < need) {  // denied (a source never grants less than atLeast otherwise)
@@ -634,15 +644,15 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // Empties the segment and gives its unspent, unexpired permits back. Called with the mutex
   // held and the leader role taken (leading_); returns with both.
-  std::int64_t releaseSegment(std::unique_lock<std::mutex>& lk, bool rethrow) {
-    return releaseTaken(lk, Word::leftOf(word_.takeAll()), rethrow);
+  std::int64_t releaseSegment(bool rethrow) REDLIMIT_REQUIRES(mutex_) {
+    return releaseTaken(Word::leftOf(word_.takeAll()), rethrow);
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
   // segment has expired), as a best-effort call when the source offers one. Called with the mutex
   // held, no give-back in flight, and the segment taken out under the same lock; releases the
   // mutex during the call, marking a give-back in flight (releasing_), not the leader role.
-  std::int64_t releaseTaken(std::unique_lock<std::mutex>& lk, std::int64_t n, bool rethrow) {
+  std::int64_t releaseTaken(std::int64_t n, bool rethrow) REDLIMIT_REQUIRES(mutex_) {
     if (n <= 0) return 0;
     if (word_.expiredAt(clock_.now().count())) {
       expired_ += n;
@@ -651,7 +661,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     releasing_ = true;
     backInFlight_ = n;
     const std::string member = member_;
-    lk.unlock();
+    mutex_.unlock();
     std::int64_t returned = 0;
     bool sent = true;  // false: the source skipped the best-effort call and sent nothing
     std::exception_ptr error;
@@ -667,7 +677,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       error = std::current_exception();
     }
     if (sent) remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-    lk.lock();
+    mutex_.lock();
     returned = std::clamp<std::int64_t>(returned, 0, n);
     releasing_ = false;
     backInFlight_ = 0;
@@ -679,7 +689,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // Ends the leader role (mutex held), wakes the waiters, and has the sweeper watch what is held.
-  void finishLead() {
+  void finishLead() REDLIMIT_REQUIRES(mutex_) {
     leading_ = false;
     cv_.notify_all();
     armSweep();
@@ -687,7 +697,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // Asks the shared sweeper to visit this limiter while it holds permits (mutex held). The visit
   // disarms when it finds nothing held; the next leader to leave permits arms it again.
-  void armSweep() {
+  void armSweep() REDLIMIT_REQUIRES(mutex_) {
     if (sweepId_ == 0 || sweepArmed_ || closed_ || word_.left() == 0) return;
     sweepArmed_ = true;
     detail::IdleSweeper::instance().schedule(sweepId_, std::chrono::microseconds{0});
@@ -698,7 +708,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   static std::int64_t sweepTask(void* self) noexcept { return static_cast<SegmentedRateLimiter*>(self)->sweep(); }
   std::int64_t sweep() noexcept {
     (void)releaseIfIdle();
-    std::lock_guard<std::mutex> lk(mutex_);
+    const detail::LockGuard lk(mutex_);
     if (closed_ || word_.left() == 0) {
       sweepArmed_ = false;
       return -1;
@@ -715,26 +725,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // The hot cache line: written by every local acquire.
   Word word_;
 
-  // The slow path. mutex_ guards everything below that is not atomic.
-  alignas(detail::kCacheLine) mutable std::mutex mutex_;
-  std::condition_variable cv_;  // refill or give-back finished, or closed
-  bool leading_ = false;        // a thread holds the leader role (refill, reconfigure, close)
-  bool releasing_ = false;      // a give-back is in flight (at most one)
-  bool closed_ = false;
-  bool sweepArmed_ = false;     // the sweeper will visit (it does while permits are held)
-  std::uint64_t attempts_ = 0;  // refill attempts completed
-  bool lastDenied_ = false;     // outcome of the last attempt
-  std::int64_t lastDeniedPermits_ = 0;
-  std::chrono::milliseconds lastWait_{0};
-  std::string member_;             // sorted-set member of the current segment's grant
-  std::uint64_t idleSeen_ = 0;     // the state word the idle check saw last
-  std::int64_t idleSince_ = 0;     // clock µs when it first saw it
-  std::int64_t installed_ = 0;     // permits placed in segments
-  std::int64_t inHand_ = 0;        // permits taken out of the segment by a leader in flight
-  std::int64_t backInFlight_ = 0;  // permits in the give-back in flight
-  std::int64_t returned_ = 0;
-  std::int64_t expired_ = 0;
-  std::int64_t refillWaits_ = 0;
+  // The slow path: mutex_ guards the members marked so below.
+  alignas(detail::kCacheLine) mutable detail::Mutex mutex_;
+  std::condition_variable cv_;                          // refill or give-back finished, or closed
+  bool leading_ REDLIMIT_GUARDED_BY(mutex_) = false;    // a thread holds the leader role (refill, reconfigure, close)
+  bool releasing_ REDLIMIT_GUARDED_BY(mutex_) = false;  // a give-back is in flight (at most one)
+  bool closed_ REDLIMIT_GUARDED_BY(mutex_) = false;
+  bool sweepArmed_ REDLIMIT_GUARDED_BY(mutex_) = false;     // the sweeper will visit (it does while permits are held)
+  std::uint64_t attempts_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // refill attempts completed
+  bool lastDenied_ REDLIMIT_GUARDED_BY(mutex_) = false;     // outcome of the last attempt
+  std::int64_t lastDeniedPermits_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+  std::chrono::milliseconds lastWait_ REDLIMIT_GUARDED_BY(mutex_){0};
+  std::string member_ REDLIMIT_GUARDED_BY(mutex_);             // sorted-set member of the current segment's grant
+  std::uint64_t idleSeen_ REDLIMIT_GUARDED_BY(mutex_) = 0;     // the state word the idle check saw last
+  std::int64_t idleSince_ REDLIMIT_GUARDED_BY(mutex_) = 0;     // clock µs when it first saw it
+  std::int64_t installed_ REDLIMIT_GUARDED_BY(mutex_) = 0;     // permits placed in segments
+  std::int64_t inHand_ REDLIMIT_GUARDED_BY(mutex_) = 0;        // permits taken out of the segment by a leader in flight
+  std::int64_t backInFlight_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // permits in the give-back in flight
+  std::int64_t returned_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+  std::int64_t expired_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+  std::int64_t refillWaits_ REDLIMIT_GUARDED_BY(mutex_) = 0;
   std::atomic<std::int64_t> segmentSize_{0};
   std::atomic<std::int64_t> intervalMicros_{0};  // interval of the last grant
   std::atomic<std::int64_t> remoteRoundTrips_{0};

@@ -69,6 +69,7 @@
 #include <utility>
 
 #include "redlimit/clock.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
@@ -180,7 +181,7 @@ class BasicSmoothRateLimiter {
   /// if permits <= 0.
   [[nodiscard]] std::chrono::microseconds reserve(std::int64_t permits = 1) {
     checkPermits(permits);
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const detail::LockGuard lock(mutex_);
     const std::int64_t now = clock_.now().count();
     return std::chrono::microseconds{reserveAndGetWait(permits, now)};
   }
@@ -191,14 +192,14 @@ class BasicSmoothRateLimiter {
   /// permitsPerSecond <= 0 or NaN.
   void setRate(double permitsPerSecond) {
     checkRate(permitsPerSecond);
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const detail::LockGuard lock(mutex_);
     resync(clock_.now().count());
     applyRate(permitsPerSecond);
   }
 
   /// The stable rate in permits per second, exactly as last set. Thread-safe.
   [[nodiscard]] double getRate() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const detail::LockGuard lock(mutex_);
     return rate_;
   }
 
@@ -214,6 +215,7 @@ class BasicSmoothRateLimiter {
         maxBurstSeconds_(maxBurstSeconds),
         warmupMicros_(warmupMicros),
         coldFactor_(coldFactor) {
+    const detail::LockGuard lock(mutex_);  // uncontended: the analysis sees every write under it
     nextFreeMicros_ = clock_.now().count();
     applyRate(permitsPerSecond);
   }
@@ -283,7 +285,7 @@ class BasicSmoothRateLimiter {
     timeoutMicros = std::max<std::int64_t>(timeoutMicros, 0);
     std::int64_t wait = 0;
     {
-      const std::lock_guard<std::mutex> lock(mutex_);
+      const detail::LockGuard lock(mutex_);
       const std::int64_t now = clock_.now().count();
       if (saturatedSub(nextFreeMicros_, timeoutMicros) > now) {
         demandRefused_ = true;  // Fix 2; nothing is reserved.
@@ -295,14 +297,14 @@ class BasicSmoothRateLimiter {
     return true;
   }
 
-  // Mutex held. Reserves and returns how long the caller waits: until the previous nextFree.
-  std::int64_t reserveAndGetWait(std::int64_t permits, std::int64_t now) {
+  // Reserves and returns how long the caller waits: until the previous nextFree.
+  std::int64_t reserveAndGetWait(std::int64_t permits, std::int64_t now) REDLIMIT_REQUIRES(mutex_) {
     const std::int64_t momentAvailable = reserveEarliestAvailable(permits, now);
     return std::max<std::int64_t>(saturatedSub(momentAvailable, now), 0);
   }
 
-  // Mutex held. Guava's reserveEarliestAvailable: returns the old nextFree.
-  std::int64_t reserveEarliestAvailable(std::int64_t permits, std::int64_t now) {
+  // Guava's reserveEarliestAvailable: returns the old nextFree.
+  std::int64_t reserveEarliestAvailable(std::int64_t permits, std::int64_t now) REDLIMIT_REQUIRES(mutex_) {
     resync(now);
     const std::int64_t previousNextFree = nextFreeMicros_;
     const double requested = static_cast<double>(permits);
@@ -317,8 +319,8 @@ class BasicSmoothRateLimiter {
     return previousNextFree;
   }
 
-  // Mutex held. Stores the permits earned while idle (now > nextFree) and moves nextFree to now.
-  void resync(std::int64_t now) {
+  // Stores the permits earned while idle (now > nextFree) and moves nextFree to now.
+  void resync(std::int64_t now) REDLIMIT_REQUIRES(mutex_) {
     if (now <= nextFreeMicros_) return;
     double idleMicros = static_cast<double>(now - nextFreeMicros_);
     if (demandRefused_ && isWarmingUp()) {
@@ -338,13 +340,13 @@ class BasicSmoothRateLimiter {
     nextFreeMicros_ = now;
   }
 
-  [[nodiscard]] double permitsEarned(double idleMicros) const noexcept {
+  [[nodiscard]] double permitsEarned(double idleMicros) const noexcept REDLIMIT_REQUIRES(mutex_) {
     if (coolDownIntervalMicros_ == 0.0) return kInfinity;  // infinite rate
     return idleMicros / coolDownIntervalMicros_;
   }
 
-  // Mutex held (or constructing). Guava's doSetRate for both kinds.
-  void applyRate(double permitsPerSecond) {
+  // Guava's doSetRate for both kinds.
+  void applyRate(double permitsPerSecond) REDLIMIT_REQUIRES(mutex_) {
     const double oldMaxPermits = maxPermits_;
     rate_ = permitsPerSecond;
     const double s = kMicrosPerSecond / permitsPerSecond;  // 0 if infinite, +inf if tiny
@@ -385,15 +387,16 @@ class BasicSmoothRateLimiter {
     }
   }
 
-  [[nodiscard]] double rescaledStoredPermits(double oldMaxPermits) const noexcept {
+  [[nodiscard]] double rescaledStoredPermits(double oldMaxPermits) const noexcept REDLIMIT_REQUIRES(mutex_) {
     if (std::isinf(maxPermits_)) return maxPermits_;  // no limit: permits are free anyway
     return storedPermits_ * maxPermits_ / oldMaxPermits;
   }
 
-  // Mutex held. The cost of spending `permitsToTake` of `storedPermits` stored permits: free
+  // The cost of spending `permitsToTake` of `storedPermits` stored permits: free
   // for a bursty limiter; for a warming-up one, the area under permitsToTime() above the
   // threshold plus the stable interval for each permit below it.
-  [[nodiscard]] std::int64_t storedPermitsToWaitTime(double storedPermits, double permitsToTake) const noexcept {
+  [[nodiscard]] std::int64_t storedPermitsToWaitTime(double storedPermits, double permitsToTake) const noexcept
+      REDLIMIT_REQUIRES(mutex_) {
     if (!isWarmingUp() || stableIntervalMicros_ == 0.0) return 0;
     const double aboveThreshold = storedPermits - thresholdPermits_;
     std::int64_t micros = 0;
@@ -409,22 +412,24 @@ class BasicSmoothRateLimiter {
     return micros;
   }
 
-  [[nodiscard]] double permitsToTime(double permits) const noexcept { return stableIntervalMicros_ + permits * slope_; }
+  [[nodiscard]] double permitsToTime(double permits) const noexcept REDLIMIT_REQUIRES(mutex_) {
+    return stableIntervalMicros_ + permits * slope_;
+  }
 
   Clock clock_;
-  mutable std::mutex mutex_;
-  const double maxBurstSeconds_;  // bursty only
-  const double warmupMicros_;     // > 0 for a warming-up limiter, 0 for a bursty one
-  const double coldFactor_;       // warming-up only
-  double rate_ = 0.0;             // permits per second, as set
-  double stableIntervalMicros_ = 0.0;
-  double maxPermits_ = 0.0;
-  double storedPermits_ = 0.0;
-  double thresholdPermits_ = 0.0;
-  double slope_ = 0.0;  // microseconds per permit, per permit above the threshold
-  double coolDownIntervalMicros_ = 0.0;
-  std::int64_t nextFreeMicros_ = 0;  // clock time, microseconds
-  bool demandRefused_ = false;       // a tryAcquire was refused since the last reservation
+  mutable detail::Mutex mutex_;
+  const double maxBurstSeconds_;                   // bursty only
+  const double warmupMicros_;                      // > 0 for a warming-up limiter, 0 for a bursty one
+  const double coldFactor_;                        // warming-up only
+  double rate_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;  // permits per second, as set
+  double stableIntervalMicros_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;
+  double maxPermits_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;
+  double storedPermits_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;
+  double thresholdPermits_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;
+  double slope_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;  // microseconds per permit, per permit above the threshold
+  double coolDownIntervalMicros_ REDLIMIT_GUARDED_BY(mutex_) = 0.0;
+  std::int64_t nextFreeMicros_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // clock time, microseconds
+  bool demandRefused_ REDLIMIT_GUARDED_BY(mutex_) = false;       // a tryAcquire was refused since the last reservation
 };
 
 /// The smooth rate limiter on the steady clock with real sleeps.

@@ -15,6 +15,7 @@
 #include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/local_token_bucket.hpp"
 
 namespace redlimit::detail {
@@ -89,11 +90,11 @@ class FailureGate {
   std::atomic<std::int64_t> nextProbe_{0};      // µs, clock_
   std::atomic<std::int64_t> recoveredAt_{0};    // µs, clock_; last Recovered
   std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0}, misconfigurations_{0};
-  mutable std::mutex mutex_;  // guards lastError_ and local_
-  std::string lastError_;
+  mutable Mutex mutex_;
+  std::string lastError_ REDLIMIT_GUARDED_BY(mutex_);
   // FailurePolicy::Local: rate x share per interval, made on first use and remade (keeping what
   // it holds, up to the new capacity) when the configuration seen changes.
-  std::optional<BasicLocalTokenBucket<ClockView>> local_;
+  std::optional<BasicLocalTokenBucket<ClockView>> local_ REDLIMIT_GUARDED_BY(mutex_);
 };
 
 }  // namespace redlimit::detail

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "redlimit/detail/thread_annotations.hpp"
+
 namespace redlimit::detail {
 
 /// Runs periodic tasks of many owners on one thread, so that the number of threads does not grow
@@ -77,20 +79,20 @@ class IdleSweeper {
   };
 
   void run();
-  void scheduleLocked(std::uint64_t id, Entry& e, Time due);
+  void scheduleLocked(std::uint64_t id, Entry& e, Time due) REDLIMIT_REQUIRES(mutex_);
 
   StartThread start_;
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable wake_;  // a task became due sooner, or stopping
   std::condition_variable done_;  // the running task returned (remove() waits for it)
-  std::unordered_map<std::uint64_t, Entry> entries_;
-  std::set<std::pair<Time, std::uint64_t>> queue_;  // scheduled tasks by due time
-  std::uint64_t nextId_ = 1;
-  std::uint64_t running_ = 0;  // the task running now; 0 = none
-  std::uint64_t runs_ = 0;
-  bool stopping_ = false;
-  std::thread thread_;        // started by the first add(); empty once stopped
-  std::thread::id threadId_;  // the sweeper thread's id (kept after stop())
+  std::unordered_map<std::uint64_t, Entry> entries_ REDLIMIT_GUARDED_BY(mutex_);
+  std::set<std::pair<Time, std::uint64_t>> queue_ REDLIMIT_GUARDED_BY(mutex_);  // scheduled tasks by due time
+  std::uint64_t nextId_ REDLIMIT_GUARDED_BY(mutex_) = 1;
+  std::uint64_t running_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // the task running now; 0 = none
+  std::uint64_t runs_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+  bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
+  std::thread thread_ REDLIMIT_GUARDED_BY(mutex_);        // started by the first add(); empty once stopped
+  std::thread::id threadId_ REDLIMIT_GUARDED_BY(mutex_);  // the sweeper thread's id (kept after stop())
 };
 
 }  // namespace redlimit::detail
