@@ -3,7 +3,7 @@ JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 CTEST_ARGS ?=
 
-.PHONY: deps build demo test test-asan test-tsan test-clang bench format check-format clean
+.PHONY: deps build demo test test-asan test-tsan test-clang tidy bench format check-format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -45,6 +45,11 @@ format:
 
 check-format:
 	@scripts/check-format.sh
+
+# clang-tidy-14 with the root's .clang-tidy on every .cpp (CI); `scripts/check-tidy.sh --fix` applies fixes.
+tidy:
+	@scripts/install-deps.sh clang clang-tidy-14
+	@scripts/check-tidy.sh
 
 clean:
 	rm -rf build

@@ -23,12 +23,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
-#include <limits>
-#include <mutex>
+#include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -464,7 +466,7 @@ std::string summary() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -488,4 +490,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_accuracy: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "bench_accuracy", e.what());
+  return 1;
 }

@@ -38,7 +38,9 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -259,8 +261,8 @@ void configureRelease(const std::vector<std::string>& names, const Limits& limit
 //   release(1) sends 1 permit, '' (the newest live members), '' (server clock), '' (the rate);
 //   the Redisson-equivalent scripts take the caller's clock in epoch ms (refreshed on every call)
 //   or the permits.
-std::function<std::vector<std::string>(const std::string&, const Limits&)> fiveKeyArgv(std::string sha,
-                                                                                       std::vector<std::string> args) {
+std::function<std::vector<std::string>(const std::string&, const Limits&)> fiveKeyArgv(
+    const std::string& sha, const std::vector<std::string>& args) {
   return [sha, args](const std::string& name, const Limits&) {
     const redlimit::RateLimiter handle(gWorld->client, name);
     std::vector<std::string> argv{"EVALSHA", sha, "5"};
@@ -280,14 +282,14 @@ void comparedWithRedisson(Algorithm& a) {
 }
 
 // A textbook script's argv: its one key, then the numbers.
-std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(std::string sha,
+std::function<std::vector<std::string>(const std::string&, const Limits&)> textbookArgv(const std::string& sha,
                                                                                         bool withBurst) {
   return [sha, withBurst](const std::string& name, const Limits& l) {
     std::vector<std::string> argv{"EVALSHA", sha, "1", name};
     if (withBurst) argv.push_back(std::to_string(l.burst));
     argv.push_back(std::to_string(l.permits));
     argv.push_back(std::to_string(l.intervalMs));
-    argv.push_back("1");
+    argv.emplace_back("1");
     return argv;
   };
 }
@@ -724,7 +726,7 @@ std::vector<std::int64_t> hammer(MakeLimiter makeLimiter, std::int64_t& attempts
     o.pool.size = kThreadsPerClient;
     clients.push_back(redlimit::Client::create(o));
   }
-  std::vector<std::vector<std::int64_t>> perThread(kClients * kThreadsPerClient);
+  std::vector<std::vector<std::int64_t>> perThread(std::size_t{kClients} * kThreadsPerClient);
   std::atomic<std::int64_t> calls{0}, failed{0};
   std::vector<std::thread> threads;
   const auto deadline = rb::Clock::now() + kAccuracyRun;
@@ -812,7 +814,9 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
         c.refillInterval = milliseconds{l.intervalMs};
         redlimit::TokenBucketRateLimiter(gWorld->client, name).setConfig(c);
         us = hammer(
-            [&](std::shared_ptr<redlimit::Client> client) { return redlimit::TokenBucketRateLimiter(client, name); },
+            [&](const std::shared_ptr<redlimit::Client>& client) {
+              return redlimit::TokenBucketRateLimiter(client, name);
+            },
             row.attempts, row.errors);
         row.title = fmt::format("TokenBucketRateLimiter, capacity {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
       } else if (which == "gcra") {
@@ -821,8 +825,9 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
         c.period = milliseconds{l.intervalMs};
         c.burst = l.burst;
         redlimit::GcraRateLimiter(gWorld->client, name).setConfig(c);
-        us = hammer([&](std::shared_ptr<redlimit::Client> client) { return redlimit::GcraRateLimiter(client, name); },
-                    row.attempts, row.errors);
+        us = hammer(
+            [&](const std::shared_ptr<redlimit::Client>& client) { return redlimit::GcraRateLimiter(client, name); },
+            row.attempts, row.errors);
         row.title = fmt::format("GcraRateLimiter, burst {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
       } else {
         redlimit::FixedWindowConfig c;
@@ -830,7 +835,9 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
         c.window = milliseconds{l.intervalMs};
         redlimit::FixedWindowRateLimiter(gWorld->client, name).setConfig(c);
         us = hammer(
-            [&](std::shared_ptr<redlimit::Client> client) { return redlimit::FixedWindowRateLimiter(client, name); },
+            [&](const std::shared_ptr<redlimit::Client>& client) {
+              return redlimit::FixedWindowRateLimiter(client, name);
+            },
             row.attempts, row.errors);
         row.title = fmt::format("FixedWindowRateLimiter, {} per aligned {} ms window", l.burst, l.intervalMs);
       }
@@ -1104,7 +1111,7 @@ std::string summary(const std::string& argvChecked) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -1154,4 +1161,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_algorithms: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "bench_algorithms", e.what());
+  return 1;
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -149,7 +150,7 @@ Row measure(const std::string& target, const std::string& uri) {
       }
       inFlight.fetch_add(1);
       i = (i + 7919) % kLimiters;
-      limiters[i].decideAsync(1, [&](redlimit::Decision, std::exception_ptr error) {
+      limiters[i].decideAsync(1, [&](redlimit::Decision, const std::exception_ptr& error) {
         if (error) errors.fetch_add(1);
         decisions.fetch_add(1, std::memory_order_relaxed);
         inFlight.fetch_sub(1, std::memory_order_release);
@@ -183,7 +184,7 @@ std::string summary(const std::vector<Row>& rows, const std::string& machine) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -213,4 +214,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_cluster: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "bench_cluster", e.what());
+  return 1;
 }

@@ -16,7 +16,9 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -732,7 +734,7 @@ std::string readFile(const std::string& path) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -763,4 +765,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_redlimit: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "bench_redlimit", e.what());
+  return 1;
 }

@@ -27,6 +27,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -260,7 +262,7 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -305,4 +307,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_segment: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "bench_segment", e.what());
+  return 1;
 }

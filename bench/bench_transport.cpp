@@ -37,6 +37,7 @@
 #include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -360,7 +361,7 @@ PhaseResult runAsyncWindow() {
   // counts itself, so the last count is the last touch.
   std::function<void()> issue = [&] {
     if (issued.fetch_add(1, std::memory_order_relaxed) >= kDecisions) return;
-    limiter.tryAcquireAsync(1, [&](bool ok, std::exception_ptr error) {
+    limiter.tryAcquireAsync(1, [&](bool ok, const std::exception_ptr& error) {
       if (error) {
         errors.fetch_add(1, std::memory_order_relaxed);
       } else if (ok) {
@@ -677,7 +678,7 @@ std::string startPinnedServer(World& world) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
@@ -706,4 +707,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_transport: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "bench_transport", e.what());
+  return 1;
 }

@@ -6,7 +6,9 @@
 //
 // The test suite runs it against a throwaway 3-primary cluster (`with-redis --cluster`).
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,7 @@
 
 #include "redlimit/redlimit.hpp"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace std::chrono;
   std::string uri = "redis-cluster://127.0.0.1:7000";
   if (const char* env = std::getenv("REDLIMIT_URI")) uri = env;
@@ -70,4 +72,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "cluster: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "cluster", e.what());
+  return 1;
 }

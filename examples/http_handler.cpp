@@ -9,7 +9,9 @@
 // burst of requests for two keys, prints each answer, and exits non-zero if the limit was not kept.
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,7 +89,7 @@ class RateLimitedService {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   try {
     std::string uri = "redis://127.0.0.1:6379";
     if (const char* env = std::getenv("REDLIMIT_URI")) uri = env;
@@ -122,4 +124,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "http_handler: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "http_handler", e.what());
+  return 1;
 }

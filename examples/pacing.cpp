@@ -9,6 +9,8 @@
 #include <redlimit/smooth_rate_limiter.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -28,7 +30,7 @@ struct FakeBackend {
 
 }  // namespace
 
-int main() {
+int main() try {
   constexpr int kRequests = 100;
   auto limiter = redlimit::SmoothRateLimiter::warmingUp(50.0, std::chrono::seconds{1});
   FakeBackend backend;
@@ -73,4 +75,7 @@ int main() {
     fmt::print("  {:4.2f}-{:4.2f} s: {:2}  {:.{}}\n", q * 0.25, (q + 1) * 0.25, count, kBar, count);
   }
   return 0;
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "pacing", e.what());
+  return 1;
 }

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <cstdio>
+#include <exception>
 #include <vector>
 
 #include <fmt/format.h>
@@ -130,7 +132,7 @@ int coordinator(const std::string& uri, const char* self) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   try {
     if (argc == 4 && std::string(argv[1]) == "--worker") return worker(argv[2], argv[3]);
     std::string uri = "redis://127.0.0.1:6379";
@@ -141,4 +143,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "quickstart: {}\n", e.what());
     return 1;
   }
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "quickstart", e.what());
+  return 1;
 }

@@ -104,7 +104,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
 
   Mutex mutex_;
   std::condition_variable wake_;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_ REDLIMIT_GUARDED_BY(mutex_);
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_ REDLIMIT_GUARDED_BY(mutex_);
   std::uint64_t timerSeq_ REDLIMIT_GUARDED_BY(mutex_) = 0;
   bool refreshWanted_ REDLIMIT_GUARDED_BY(mutex_) = true;  // a refresh at the next opportunity
   SteadyTime lastRefresh_ REDLIMIT_GUARDED_BY(mutex_){};   // when the last refresh started

@@ -83,7 +83,7 @@ std::vector<std::string> configArgs(const SmoothConfig& c) {
 }  // namespace
 
 DistributedSmoothRateLimiter::DistributedSmoothRateLimiter(std::shared_ptr<Client> client, std::string name,
-                                                           DistributedSmoothRateLimiterOptions options)
+                                                           const DistributedSmoothRateLimiterOptions& options)
     : ScriptLimiter(std::move(client), std::move(name), options.failure, kSmooth, 'S'),
       probeInterval_(options.failure.probeInterval) {}
 

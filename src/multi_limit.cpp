@@ -246,7 +246,7 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
   detail::evalAsync(
       *client_, kMulti, keys(), argViews,
       [weak = weak_from_this(), label = label_, count = names_.size(), permits, rate, interval, started,
-       done = std::move(done)](Reply reply, std::exception_ptr error) {
+       done = std::move(done)](const Reply& reply, std::exception_ptr error) {
         const std::shared_ptr<Core> self = weak.lock();
         Outcome out;
         if (!error) {
@@ -392,7 +392,7 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 }
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  decideAsync(permits, [done = std::move(done)](MultiDecision d, std::exception_ptr error) {
+  decideAsync(permits, [done = std::move(done)](const MultiDecision& d, std::exception_ptr error) {
     const bool allowed = !error && d.allowed;
     done(allowed, std::move(error));
   });

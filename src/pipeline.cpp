@@ -99,7 +99,7 @@ std::string_view Pipeline::output() {
       asking.command = "ASKING";
       asking.deadline = r.deadline;
       asking.counted = false;
-      asking.done = [](Outcome) {};
+      asking.done = [](const Outcome&) {};
       written_.push_back(Written{std::move(asking), nextSeq_++, kAsking.size()});
     }
     const std::size_t size = r.bytes.size();
@@ -179,7 +179,7 @@ bool Pipeline::retryNoScript(Written& w) {
     Request load = makeRequest(argv, 3);
     load.deadline = r.deadline;
     load.budget = r.budget;
-    load.done = [](Outcome) {};  // a failed load shows as NOSCRIPT again on the resend
+    load.done = [](const Outcome&) {};  // a failed load shows as NOSCRIPT again on the resend
     load.counted = false;
     loadedAt_[script.sha1] = nextSeq_ + queued_.size();
     queued_.push_back(std::move(load));

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -213,7 +214,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::SteadyTime deadline;  // the whole call's, resends included
     AcquireCallback done;
   };
-  void send(std::shared_ptr<Pending> attempt);
+  void send(const std::shared_ptr<Pending>& attempt);
   // Sends `attempt`, or queues it behind this handle's call in flight (RateLimiterOptions::coalesce).
   void dispatch(std::shared_ptr<Pending> attempt);
   // Sends a group of queued whole acquisitions: alone with acquire.lua, together with acquire_batch.lua.
@@ -223,7 +224,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     int tries = 0;
     detail::SteadyTime deadline;  // the earliest of its acquisitions'
   };
-  void sendBatch(std::shared_ptr<Batch> batch);
+  void sendBatch(const std::shared_ptr<Batch>& batch);
   // The batch script's reply, to each acquisition; `self` may be null (the handle is gone).
   static void finishBatch(Impl* self, const Batch& batch, const Reply& r);
   // The group in flight has finished: sends the next one, or marks nothing in flight.
@@ -282,7 +283,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
 };
 
 RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
-    : client_(std::move(client)), name_(std::move(name)), options_(options), gate_(name_, options_.failure) {
+    : client_(std::move(client)), name_(std::move(name)), options_(std::move(options)), gate_(name_, options_.failure) {
   if (!client_) throw InvalidArgument("redlimit: RateLimiter needs a Client");
   checkName(name_);
   const std::string& id = client_->clientId();
@@ -441,7 +442,7 @@ AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const 
   return out;
 }
 
-void RateLimiter::Impl::send(std::shared_ptr<Pending> a) {
+void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
   ++a->tries;
   const fmt::format_int most(a->atMost), least(a->atLeast);
   const std::string now = nowArg(), expected = expectedRateArg();
@@ -464,7 +465,7 @@ void RateLimiter::Impl::send(std::shared_ptr<Pending> a) {
   // through it the Client and its I/O thread) alive; without it they are answered as they are.
   detail::evalAsync(
       *client_, kAcquire, keys, args,
-      [weak = weak_from_this(), a](Reply r, std::exception_ptr error) {
+      [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
         const std::shared_ptr<Impl> self = weak.lock();
         if (error) {
           error = detail::limiterError(std::move(error));
@@ -507,7 +508,7 @@ bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, d
 
 void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
   if (!options_.coalesce || !a->record.empty()) {
-    send(std::move(a));
+    send(a);
     return;
   }
   {
@@ -545,17 +546,17 @@ void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {
       if (const auto self = weak.lock()) self->groupDone();  // the next group leaves before this callback runs
       done(std::move(r), std::move(error));
     };
-    send(std::move(a));
+    send(a);
     return;
   }
   auto b = std::make_shared<Batch>();
   b->items = std::move(group);
   b->deadline = detail::SteadyTime::max();
   for (const auto& a : b->items) b->deadline = std::min(b->deadline, a->deadline);
-  sendBatch(std::move(b));
+  sendBatch(b);
 }
 
-void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
+void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
   ++b->tries;
   const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(b->items.size());
   std::vector<std::string> permits;
@@ -569,11 +570,11 @@ void RateLimiter::Impl::sendBatch(std::shared_ptr<Batch> b) {
     permits.push_back(fmt::to_string(a->atLeast));
     args.push_back(permits.back());
     args.push_back(a->id);
-    args.push_back(b->tries > 1 ? "1" : "0");
+    args.emplace_back(b->tries > 1 ? "1" : "0");
   }
   detail::evalAsync(
       *client_, kAcquireBatch, keyViews_, args,
-      [weak = weak_from_this(), b](Reply r, std::exception_ptr error) {
+      [weak = weak_from_this(), b](const Reply& r, std::exception_ptr error) {
         const std::shared_ptr<Impl> self = weak.lock();
         if (error && self && self->resendable(error, b->tries, b->deadline)) {
           self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
@@ -969,22 +970,23 @@ Decision RateLimiter::decide(std::int64_t permits) {
                     impl_->knownRate_.load(std::memory_order_relaxed));
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
-  impl_->tryAcquireUpToAsync(
-      permits, permits,
-      [weak = std::weak_ptr<Impl>(impl_), permits, done = std::move(done)](AcquireResult r, std::exception_ptr error) {
-        const auto self = weak.lock();
-        const std::int64_t rate = self ? self->knownRate_.load(std::memory_order_relaxed) : 0;
-        done(error ? Decision{} : decisionOf(r, permits, rate), std::move(error));
-      });
+  impl_->tryAcquireUpToAsync(permits, permits,
+                             [weak = std::weak_ptr<Impl>(impl_), permits, done = std::move(done)](
+                                 const AcquireResult& r, std::exception_ptr error) {
+                               const auto self = weak.lock();
+                               const std::int64_t rate = self ? self->knownRate_.load(std::memory_order_relaxed) : 0;
+                               done(error ? Decision{} : decisionOf(r, permits, rate), std::move(error));
+                             });
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  impl_->tryAcquireUpToAsync(permits, permits, [done = std::move(done)](AcquireResult r, std::exception_ptr error) {
-    const bool granted = !error && r.granted > 0;
-    done(granted, std::move(error));  // moved: the caller's reference is the last one
-  });
+  impl_->tryAcquireUpToAsync(permits, permits,
+                             [done = std::move(done)](const AcquireResult& r, std::exception_ptr error) {
+                               const bool granted = !error && r.granted > 0;
+                               done(granted, std::move(error));  // moved: the caller's reference is the last one
+                             });
 }
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });

@@ -219,7 +219,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
   evalAsync(
       *client_, script_, keys, argViews,
       [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started,
-       done = std::move(done)](Reply reply, std::exception_ptr error) {
+       done = std::move(done)](const Reply& reply, std::exception_ptr error) {
         const std::shared_ptr<Core> self = weak.lock();
         Reservation out;
         if (!error) {
@@ -233,7 +233,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
         }
         if (!error) {
           if (self) self->gate_.succeeded();
-          done(std::move(out), nullptr);
+          done(out, nullptr);
           return;
         }
         if (self) {

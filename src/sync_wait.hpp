@@ -22,11 +22,11 @@ class SyncWait {
 
   /// The callback to hand to the async call (once).
   [[nodiscard]] std::function<void(T, std::exception_ptr)> callback() {
-    return [state = state_](T value, std::exception_ptr error) {
+    return [state = state_](T value, const std::exception_ptr& error) {
       {
         std::lock_guard<std::mutex> lock(state->m);
         state->value = std::move(value);
-        state->error = std::move(error);
+        state->error = error;
         state->ready = true;
       }
       state->cv.notify_one();

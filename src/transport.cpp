@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <optional>
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -101,22 +102,22 @@ void Transport::submit(Request request) {
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
   if (!onIoThread() && writeNow(*conns_[conn], request)) return;
   bool wake = false;
+  std::optional<Request> refused;  // completed below, outside the lock
   {
     const LockGuard lock(mutex_);
     if (stopping_) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
-      // Completed below, outside the lock.
+      refused.emplace(std::move(request));
     } else {
       ++conns_[conn]->queued;
       incoming_.emplace_back(conn, std::move(request));
       wake = !wakePending_ && !onIoThread();
       wakePending_ = true;
-      request.done = nullptr;
     }
   }
-  if (request.done) {
-    request.done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
-                                                                   request.command))});
+  if (refused) {
+    refused->done(Outcome{Reply{}, errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent",
+                                                                    refused->command))});
     return;
   }
   if (wake) {
@@ -285,7 +286,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
     r.budget = connection_.connectTimeout;
     r.internal = true;
     r.counted = false;
-    r.done = [](Outcome) {};  // an error ends the connection (Request::internal)
+    r.done = [](const Outcome&) {};  // an error ends the connection (Request::internal)
     c.pipe->push(std::move(r));
   };
   if (!connection_.password.empty()) {

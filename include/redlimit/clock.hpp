@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include <time.h>
+#include <ctime>
 
 #include "redlimit/detail/thread_annotations.hpp"
 

@@ -111,7 +111,7 @@ class DistributedSmoothRateLimiter : public detail::ScriptLimiter {
   /// A handle on the limiter whose key is `name`. Sends nothing. Throws InvalidArgument for a null
   /// client, an empty name or one longer than kMaxNameLength, bad failure options.
   DistributedSmoothRateLimiter(std::shared_ptr<Client> client, std::string name,
-                               DistributedSmoothRateLimiterOptions options = {});
+                               const DistributedSmoothRateLimiterOptions& options = {});
 
   /// The checks every configuration write makes before it sends anything (see the class comment).
   /// Throws InvalidArgument naming the bound.

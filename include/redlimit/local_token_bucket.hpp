@@ -39,7 +39,7 @@
 namespace redlimit {
 
 namespace detail {
-__extension__ typedef __int128 Int128;  // GCC and clang; -Wpedantic-clean with __extension__
+__extension__ using Int128 = __int128;  // GCC and clang; -Wpedantic-clean with __extension__
 }  // namespace detail
 
 /// An in-process token bucket (see the file comment). Thread-safe. Errors: InvalidArgument for

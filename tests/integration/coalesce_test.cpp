@@ -52,21 +52,22 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   std::atomic<int> finished{0};
   const PoolStats before = together->poolStats();
   for (int i = 0; i < kCalls; ++i) {
-    a.tryAcquireUpToAsync(permitsOf(i, kRate), permitsOf(i, kRate), [&, i](AcquireResult r, std::exception_ptr e) {
-      Decision& d = coalesced[static_cast<std::size_t>(i)];
-      if (e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const InvalidArgument&) {
-          d.invalid = true;
-        } catch (...) {
-        }
-      } else {
-        d.granted = r.granted;
-        d.remaining = r.remaining;
-      }
-      finished.fetch_add(1);
-    });
+    a.tryAcquireUpToAsync(permitsOf(i, kRate), permitsOf(i, kRate),
+                          [&, i](const AcquireResult& r, const std::exception_ptr& e) {
+                            Decision& d = coalesced[static_cast<std::size_t>(i)];
+                            if (e) {
+                              try {
+                                std::rethrow_exception(e);
+                              } catch (const InvalidArgument&) {
+                                d.invalid = true;
+                              } catch (...) {
+                              }
+                            } else {
+                              d.granted = r.granted;
+                              d.remaining = r.remaining;
+                            }
+                            finished.fetch_add(1);
+                          });
   }
   const auto start = SteadyTime::now();
   while (finished.load() < kCalls && msSince(start) < 10000) std::this_thread::sleep_for(milliseconds(1));
@@ -115,7 +116,7 @@ TEST_F(Coalesce, ManyThreadsOnOneHotLimiterAreHeldToTheRate) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(granted.load(), kRate);
-  EXPECT_EQ(denied.load(), 8 * 250 - kRate);
+  EXPECT_EQ(denied.load(), std::int64_t{8} * 250 - kRate);
   EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, kRate) << "each grant its own member";
   EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, "0");
 }

@@ -173,7 +173,7 @@ TEST_F(DistributedSmooth, AsyncFormsDecideLikeTheSyncOnes) {
   EXPECT_TRUE(first.allowed);
   EXPECT_FALSE(rl.tryAcquireAsync(1).get());
   std::promise<std::pair<Decision, std::exception_ptr>> got;
-  rl.decideAsync(2, [&](Decision d, std::exception_ptr error) { got.set_value({d, error}); });
+  rl.decideAsync(2, [&](Decision d, const std::exception_ptr& error) { got.set_value({d, error}); });
   const auto [denied, error] = got.get_future().get();
   EXPECT_FALSE(error);
   EXPECT_FALSE(denied.allowed);

@@ -138,7 +138,7 @@ void warmVptrChecks(const std::shared_ptr<Client>& client) {
   // base) and passes it as an exception_ptr: the same checks, once, here.
   const ConfigurationError& asConfiguration = sample;
   EXPECT_EQ(asConfiguration.code(), "EMFILE");
-  const ResourceLimitError copy(sample);
+  const ResourceLimitError copy(sample);  // NOLINT(performance-unnecessary-copy-initialization): the copy is the test
   EXPECT_EQ(copy.code(), "EMFILE");
   try {
     std::rethrow_exception(std::make_exception_ptr(sample));

@@ -154,7 +154,8 @@ inline Member unpackMember(const std::string& m) {
 /// An id of `n` bytes that differs per call (for members written "by Java").
 inline std::string testId(std::size_t n, unsigned seed) {
   std::string id;
-  for (std::size_t i = 0; i < n; ++i) id.push_back(static_cast<char>((seed * 131u + i * 17u + 7u) & 0xFFu));
+  for (std::size_t i = 0; i < n; ++i)
+    id.push_back(static_cast<char>((std::size_t{seed} * 131u + i * 17u + 7u) & 0xFFu));
   return id;
 }
 

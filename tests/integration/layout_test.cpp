@@ -205,7 +205,7 @@ TEST_F(Interop, OldRedissonEightByteMembers) {
 
     RateLimiter rl(client(), n);
     EXPECT_EQ(rl.getConfig().keepAliveTime, milliseconds(0)) << "a missing keepAliveTime field means 0";
-    const std::int64_t free = rate - 2 * k.live;
+    const std::int64_t free = rate - std::int64_t{2} * k.live;
     EXPECT_EQ(rl.availablePermits(), free);
     EXPECT_EQ(raw({"ZCARD", permitsKey}).integer, k.live) << "expired members removed, live ones kept";
     if (free < rate) {

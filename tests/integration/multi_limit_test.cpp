@@ -225,7 +225,7 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
     }
     const auto single = [&](std::size_t i, const std::string& op, std::int64_t at, std::int64_t n) {
       std::vector<std::string> args{op, str(at), kinds[i], str(n)};
-      if (op == "take") args.push_back("0");
+      if (op == "take") args.emplace_back("0");
       return takeReply(runOneKey(admin(), i == 2 ? detail::lua::fixed_window : detail::lua::gcra, twins[i], args));
     };
     for (int step = 0; step < 60; ++step) {
@@ -277,9 +277,9 @@ TEST_F(MultiLimitTest, OneLimitAnswersAsItsOwnScriptWithReservations) {
   std::mt19937_64 rng(7);
   const std::vector<std::pair<std::string, const detail::lua::EmbeddedScript*>> kinds{
       {"T", &detail::lua::gcra}, {"G", &detail::lua::gcra}, {"W", &detail::lua::fixed_window}};
-  for (std::size_t kind = 0; kind < kinds.size(); ++kind) {
-    const std::string& kb = kinds[kind].first;
-    const auto& script = *kinds[kind].second;
+  for (const auto& kind : kinds) {
+    const std::string& kb = kind.first;
+    const auto& script = *kind.second;
     const std::string mk = key(kb + ":m");
     const std::string tk = key(kb + ":t");
     const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 10);
@@ -529,7 +529,7 @@ TEST_F(MultiLimitTest, AsyncFormsDecideLikeTheSyncOnes) {
   EXPECT_FALSE(denied.allowed);
   EXPECT_EQ(denied.deniedBy, 1u);
   std::promise<bool> failed;
-  both.tryAcquireAsync(1, [&](bool allowed, std::exception_ptr error) { failed.set_value(allowed || error); });
+  both.tryAcquireAsync(1, [&](bool allowed, const std::exception_ptr& error) { failed.set_value(allowed || error); });
   EXPECT_FALSE(failed.get_future().get());
   (void)raw({"SET", key("b"), "garbage"});
   EXPECT_THROW((void)both.decideAsync(1).get(), InvalidConfigError);

@@ -19,7 +19,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-__extension__ typedef __int128 Int128;
+__extension__ using Int128 = __int128;
 
 constexpr std::int64_t kMaxU32 = 4294967295;
 constexpr Int128 kTwo50 = Int128{1} << 50;
@@ -160,7 +160,7 @@ void expectSame(const TakeReply& got, const TakeReply& want, const std::string& 
 
 class OneKeyBounds : public RedisTest {
  protected:
-  Reply run(const detail::lua::EmbeddedScript& s, const std::string& key, std::vector<std::string> args) {
+  Reply run(const detail::lua::EmbeddedScript& s, const std::string& key, const std::vector<std::string>& args) {
     return runOneKey(admin(), s, key, args);
   }
 };

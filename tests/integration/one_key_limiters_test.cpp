@@ -351,14 +351,14 @@ TYPED_TEST(OneKey, AsyncFormsDecideLikeTheSyncOnes) {
   EXPECT_GT(first.time.count(), 0);
   EXPECT_TRUE(rl.tryAcquireAsync(1).get());
   std::promise<std::pair<Decision, std::exception_ptr>> got;
-  rl.decideAsync(2, [&](Decision d, std::exception_ptr error) { got.set_value({d, error}); });
+  rl.decideAsync(2, [&](Decision d, const std::exception_ptr& error) { got.set_value({d, error}); });
   const auto [denied, error] = got.get_future().get();
   EXPECT_FALSE(error);
   EXPECT_FALSE(denied.allowed);
   EXPECT_EQ(denied.remaining, 1);
   EXPECT_GT(denied.retryAfter.count(), 0);
   std::promise<std::exception_ptr> bad;
-  rl.tryAcquireAsync(0, [&](bool, std::exception_ptr e) { bad.set_value(e); });
+  rl.tryAcquireAsync(0, [&](bool, const std::exception_ptr& e) { bad.set_value(e); });
   EXPECT_THROW(std::rethrow_exception(bad.get_future().get()), InvalidArgument);
   // Many in flight from one thread.
   std::vector<std::future<bool>> many;

@@ -45,7 +45,7 @@ TEST_F(RateLimiterDecision, AsyncFormsAndThePolicy) {
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 2, milliseconds(10000)));
   EXPECT_TRUE(rl.decideAsync(2).get().allowed);
   std::promise<Decision> got;
-  rl.decideAsync(1, [&](Decision d, std::exception_ptr error) {
+  rl.decideAsync(1, [&](Decision d, const std::exception_ptr& error) {
     EXPECT_FALSE(error);
     got.set_value(d);
   });

@@ -1,7 +1,7 @@
 // Issue 9, items 7, 8, 9 and 11: SegmentedRateLimiter against a real redis-server that stalls
 // (SIGSTOP: connections are accepted and requests queued, nothing is answered — an unreachable
 // server that does not refuse), with many limiters, and with bad reconfigure() arguments.
-#include <signal.h>
+#include <csignal>
 #include <sys/types.h>
 
 #include <atomic>

@@ -43,7 +43,7 @@ std::int64_t memberPermits(const std::string& member) {
 
 class SegmentedRateLimiterIT : public RedisTest {
  protected:
-  std::shared_ptr<RateLimiter> limiter(const std::string& name, std::shared_ptr<Client> c = nullptr) {
+  std::shared_ptr<RateLimiter> limiter(const std::string& name, const std::shared_ptr<Client>& c = nullptr) {
     return std::make_shared<RateLimiter>(c ? c : client(), name);
   }
   std::int64_t serverNowMs() {

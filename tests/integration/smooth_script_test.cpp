@@ -157,7 +157,7 @@ TEST_F(SmoothScript, WarmingUpReplaysTheLocalLimiterExactly) {
   replayAgainstModel(*this, model, clockNow, 8, 100, 2);
 }
 
-__extension__ typedef __int128 Int128;  // exact reference arithmetic for the test only
+__extension__ using Int128 = __int128;  // exact reference arithmetic for the test only
 
 TEST_F(SmoothScript, WarmUpCostOfTheColdPermitsIsTheWarmUpPeriodEvenWithLargeNumbers) {
   // 100/s with a 60 s warm-up: the trapezoid's numerator passes 2^53, so the script takes its
@@ -181,7 +181,7 @@ TEST_F(SmoothScript, WarmUpCostOfTheColdPermitsIsTheWarmUpPeriodEvenWithLargeNum
       cost += a * (B8 + (2 * above - a) * 2) / D;
       spend -= a;
     }
-    cost += spend / (2 * 4);  // below the threshold: s/K = 1/(2P(1+C)) µs per unit, truncated
+    cost += spend / Int128{8};  // below the threshold: s/K = 1/(2P(1+C)) µs per unit, truncated
     storedK -= permits * K;
     return static_cast<std::int64_t>(cost);
   };

@@ -636,7 +636,7 @@ TEST_F(TransportTest, FiveThousandAsyncAcquiresFromOneThread) {
   const PoolStats before = client->poolStats();
   auto tally = std::make_shared<Tally>();
   for (int i = 0; i < 5000; ++i) {
-    limiter.tryAcquireAsync(1, [tally](bool granted, std::exception_ptr error) {
+    limiter.tryAcquireAsync(1, [tally](bool granted, const std::exception_ptr& error) {
       if (error) {
         tally->error(error);
       } else {
@@ -673,7 +673,7 @@ TEST_F(TransportTest, CallsOfOneThreadReachRedisInOrderWhetherWrittenByTheCaller
   std::atomic<int> failed{0};
   for (int i = 0; i < kRounds; ++i) {
     const std::string a = "a" + std::to_string(i), b = "s" + std::to_string(i);
-    detail::evalAsync(*c, push, {key}, {a}, [&](Reply, std::exception_ptr e) {
+    detail::evalAsync(*c, push, {key}, {a}, [&](const Reply&, const std::exception_ptr& e) {
       if (e) failed.fetch_add(1);
     });
     (void)detail::command(*c, {"RPUSH", key, b});
@@ -721,7 +721,7 @@ TEST(TransportShutdown, DroppingTheLastReferenceFailsEveryRequestInFlightAndJoin
   auto limiter = std::make_unique<RateLimiter>(client, "transport-shutdown", oneByOne);
   auto tally = std::make_shared<Tally>();
   for (int i = 0; i < 1000; ++i) {
-    limiter->tryAcquireAsync(1, [tally](bool granted, std::exception_ptr error) {
+    limiter->tryAcquireAsync(1, [tally](bool granted, const std::exception_ptr& error) {
       if (error) {
         tally->error(error);
       } else {
@@ -762,7 +762,7 @@ TEST(TransportShutdown, DroppingTheClientFailsEveryEvalInFlightAndJoins) {
   static const Script kReturnOne{"transport-one", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "return 1"};
   auto tally = std::make_shared<Tally>();
   for (int i = 0; i < 1000; ++i) {
-    redlimit::detail::evalAsync(*client, kReturnOne, {}, {}, [tally](Reply, std::exception_ptr error) {
+    redlimit::detail::evalAsync(*client, kReturnOne, {}, {}, [tally](const Reply&, const std::exception_ptr& error) {
       if (error) {
         tally->error(error);
       } else {
@@ -801,7 +801,7 @@ TEST_F(TransportTest, SyncCallFromACompletionThrowsInvalidArgument) {
   };
   auto promise = std::make_shared<std::promise<Seen>>();
   RateLimiter* self = &limiter;
-  limiter.tryAcquireAsync(1, [promise, self, c](bool granted, std::exception_ptr error) {
+  limiter.tryAcquireAsync(1, [promise, self, c](bool granted, const std::exception_ptr& error) {
     Seen s;
     s.granted = granted && !error;
     s.onIoThread = c->onIoThread();

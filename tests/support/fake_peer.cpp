@@ -28,8 +28,8 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPollInterval{20};
 // Redis's own limits on a request (PROTO_INLINE_MAX_SIZE, proto-max-bulk-len); beyond them the
 // request is a protocol error.
-constexpr std::size_t kMaxLine = 64 * 1024;
-constexpr std::int64_t kMaxArguments = 1024 * 1024;
+constexpr std::size_t kMaxLine = std::size_t{64} * 1024;
+constexpr std::int64_t kMaxArguments = std::int64_t{1024} * 1024;
 constexpr std::int64_t kMaxBulk = std::int64_t{512} * 1024 * 1024;
 
 // A decimal integer with an optional '-', nothing else; false if empty, malformed or too long.

@@ -24,7 +24,7 @@ namespace {
 
 // shared_ptr: it deletes the limiter as the class it was made as.
 std::shared_ptr<redlimit::detail::ScriptLimiter> makeLimiter(const std::string& kind,
-                                                             std::shared_ptr<redlimit::Client> client,
+                                                             const std::shared_ptr<redlimit::Client>& client,
                                                              const std::string& name) {
   if (kind == "token_bucket") return std::make_shared<redlimit::TokenBucketRateLimiter>(client, name);
   if (kind == "gcra") return std::make_shared<redlimit::GcraRateLimiter>(client, name);

@@ -98,7 +98,8 @@ RedisCluster::RedisCluster(int primaries, int replicasPerPrimary, std::chrono::m
   // CLUSTER REPLICATE answers "ERR Unknown node" until the replica has heard of its primary.
   for (int p = 0; p < primaries; ++p) {
     for (int k = 0; k < replicasPerPrimary; ++k) {
-      const RedisServer& replica = *nodes_[static_cast<std::size_t>(primaries + p * replicasPerPrimary + k)];
+      const int index = primaries + p * replicasPerPrimary + k;
+      const RedisServer& replica = *nodes_[static_cast<std::size_t>(index)];
       const std::string why = pollUntil(deadline, [&] {
         const RawReply r = ask(replica, {"CLUSTER", "REPLICATE", ids_[static_cast<std::size_t>(p)]});
         return r.isError() ? r.str : std::string();

@@ -81,7 +81,7 @@ int freeLoopbackPort() {
   throw std::runtime_error("no free loopback port found");
 }
 
-RedisServer::RedisServer(std::vector<std::string> extraArgs, std::string configText)
+RedisServer::RedisServer(std::vector<std::string> extraArgs, const std::string& configText)
     : extraArgs_(std::move(extraArgs)) {
   for (std::size_t i = 0; i + 1 < extraArgs_.size(); ++i) {
     if (extraArgs_[i] != "--tls-port" && extraArgs_[i] != "--cluster-port") continue;

@@ -280,7 +280,7 @@ TEST(ErrorMapping, Item15_ConfigurationErrorsAreNotIoErrors) {
       [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x15\" as reply type byte", "PING"); });
   expectThrow<TlsPortError>(
       [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"\\x16\" as reply type byte", "PING"); });
-  for (auto raise : std::initializer_list<std::function<void()>>{
+  for (const auto& raise : std::initializer_list<std::function<void()>>{
            [] { throwReplyError("READONLY You can't write against a read only replica.", true); },
            [] { throwReplyError("ERR Protocol error: invalid bulk length", false); },
            [] { throwContextError(REDIS_ERR_IO, EMFILE, "Too many open files", "connect"); },

@@ -71,7 +71,7 @@ class REDLIMIT_CAPABILITY("shared mutex") SharedMutex {
 
   void lock() REDLIMIT_ACQUIRE() { m_.lock(); }
   void unlock() REDLIMIT_RELEASE() { m_.unlock(); }
-  void lock_shared() REDLIMIT_ACQUIRE_SHARED() { m_.lock_shared(); }    
+  void lock_shared() REDLIMIT_ACQUIRE_SHARED() { m_.lock_shared(); }
   void unlock_shared() REDLIMIT_RELEASE_SHARED() { m_.unlock_shared(); }
 
  private:
@@ -97,7 +97,7 @@ class REDLIMIT_SCOPED_CAPABILITY UniqueLock {
   explicit UniqueLock(Mutex& m) REDLIMIT_ACQUIRE(m) : lk_(m.native()) {}
   /// Takes over a Mutex the caller already holds (after a successful try_lock()).
   UniqueLock(Mutex& m, std::adopt_lock_t) REDLIMIT_REQUIRES(m) : lk_(m.native(), std::adopt_lock) {}
-  ~UniqueLock() REDLIMIT_RELEASE() {}
+  ~UniqueLock() REDLIMIT_RELEASE() = default;
   UniqueLock(const UniqueLock&) = delete;
   UniqueLock& operator=(const UniqueLock&) = delete;
 

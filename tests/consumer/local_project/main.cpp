@@ -2,13 +2,14 @@
 // LocalTokenBucket and the segment cache's word. Exits non-zero if a result is wrong.
 #include <chrono>
 #include <cstdio>
+#include <exception>
 
 #include <redlimit/clock.hpp>
 #include <redlimit/detail/segment_word.hpp>
 #include <redlimit/local_token_bucket.hpp>
 #include <redlimit/smooth_rate_limiter.hpp>
 
-int main() {
+int main() try {
   using std::chrono::milliseconds;
   redlimit::ManualClock clock;
   using Clock = redlimit::ClockRef<redlimit::ManualClock>;
@@ -27,4 +28,7 @@ int main() {
   const bool ok = waited.count() == 0 && two && !third && refilled && took && word.left() == 0;
   std::printf("local consumer: %s\n", ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
+} catch (const std::exception& e) {  // what a limiter or the harness threw: said, not an abort
+  std::fprintf(stderr, "%s: %s\n", "local_project", e.what());
+  return 1;
 }

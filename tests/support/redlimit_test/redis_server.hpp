@@ -20,7 +20,7 @@ class RedisServer {
   /// A non-empty configText is written to <dir>/redis.conf and given as the config file (a
   /// sentinel needs a writable one; the server may rewrite it, and restart() keeps it).
   /// Throws std::runtime_error if it does not start.
-  explicit RedisServer(std::vector<std::string> extraArgs = {}, std::string configText = {});
+  explicit RedisServer(std::vector<std::string> extraArgs = {}, const std::string& configText = {});
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
