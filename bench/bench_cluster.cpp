@@ -20,8 +20,8 @@
 
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/redlimit.hpp"
+#include "redlimit_test/redis_server.hpp"
 #include "support/bench_support.hpp"
-#include "support/redis_process.hpp"
 
 namespace rb = redlimit::bench;
 using namespace std::chrono;
@@ -47,8 +47,8 @@ class BenchCluster {
   explicit BenchCluster(int primaries) {
     for (int i = 0; i < primaries; ++i) {
       // The bus on a port of its own: the default, port + 10000, does not exist above 55535.
-      busPorts_.push_back(rb::detail::freeLoopbackPort());
-      nodes_.push_back(std::make_unique<rb::RedisProcess>(std::vector<std::string>{
+      busPorts_.push_back(redlimit::test::freeLoopbackPort());
+      nodes_.push_back(std::make_unique<redlimit::test::RedisServer>(std::vector<std::string>{
           "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
           "--cluster-port", std::to_string(busPorts_.back())}));
       admins_.push_back(redlimit::Client::fromUri(nodes_.back()->uri()));
@@ -85,7 +85,7 @@ class BenchCluster {
 
  private:
   std::vector<int> busPorts_;
-  std::vector<std::unique_ptr<rb::RedisProcess>> nodes_;
+  std::vector<std::unique_ptr<redlimit::test::RedisServer>> nodes_;
   std::vector<std::shared_ptr<redlimit::Client>> admins_;
 };
 
@@ -191,7 +191,7 @@ int main(int argc, char** argv) try {
     std::vector<Row> rows;
     std::string version;
     {
-      rb::RedisProcess standalone;
+      redlimit::test::RedisServer standalone;
       auto admin = redlimit::Client::fromUri(standalone.uri());
       version = infoField(*admin, "server", "redis_version");
       rows.push_back(measure("standalone server", standalone.uri()));

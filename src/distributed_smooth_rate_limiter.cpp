@@ -3,7 +3,6 @@
 #include <limits>
 #include <numeric>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -140,14 +139,14 @@ microseconds DistributedSmoothRateLimiter::acquire(std::int64_t permits) {
   for (;;) {
     const Reservation r = reserve(permits, kMaxWait);
     if (r.decision.allowed) {
-      if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+      if (r.delay.count() > 0) sleepFor(r.delay);
       return microseconds{detail::saturatingAdd(waited.count(), r.delay.count())};
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the debt is longer than a reservation may be; sleep until it fits.
     const microseconds pause =
         r.decision.byPolicy ? detail::saturatingCast<microseconds>(probeInterval_) : r.decision.retryAfter;
-    std::this_thread::sleep_for(pause);
+    sleepFor(pause);
     waited = microseconds{detail::saturatingAdd(waited.count(), pause.count())};
   }
 }

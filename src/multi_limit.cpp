@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <iterator>
-#include <thread>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -334,7 +333,7 @@ bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
   const Core::Outcome r = core_->take(permits, maxWait);
   if (!r.decision.allowed) return false;
-  if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+  if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
   return true;
 }
 
@@ -342,16 +341,14 @@ void MultiLimit::acquire(std::int64_t permits) {
   for (;;) {
     const Core::Outcome r = core_->take(permits, detail::ScriptLimiter::kMaxWait);
     if (r.decision.allowed) {
-      if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+      if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
       return;
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the wait was longer than a reservation may be; sleep until it fits.
-    if (r.decision.byPolicy) {
-      std::this_thread::sleep_for(core_->gate_.options().probeInterval);
-    } else {
-      std::this_thread::sleep_for(r.decision.retryAfter);
-    }
+    core_->gate_.clock().sleepFor(r.decision.byPolicy
+                                      ? detail::saturatingCast<microseconds>(core_->gate_.options().probeInterval)
+                                      : r.decision.retryAfter);
   }
 }
 

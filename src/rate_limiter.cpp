@@ -8,7 +8,6 @@
 #include <optional>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -760,15 +759,20 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   checkPermits(permits);
-  const auto deadline = detail::deadlineAfter(timeout);  // saturates; <= 0 means one attempt
-  const std::string id = idBytes();                      // one id per call: a resend can never be granted twice
+  // The limiter's clock (its failure gate's) times the call's retries: µs, saturating; a timeout
+  // <= 0 means one attempt.
+  const ClockView& clock = gate_.clock();
+  const std::int64_t until = detail::saturatingAdd(
+      clock.now().count(),
+      std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
+  const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const AcquireResult r = askGuarded(permits, permits, id);
     if (r.granted > 0) return true;
     if (r.wait.count() <= 0) return false;  // decided by the failure policy
-    const auto left = deadline - std::chrono::steady_clock::now();
-    if (left < r.wait) return false;
-    std::this_thread::sleep_for(r.wait);
+    const std::chrono::microseconds wait = r.wait;
+    if (until - clock.now().count() < wait.count()) return false;
+    clock.sleepFor(wait);
   }
 }
 
@@ -779,7 +783,8 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
     const AcquireResult r = askGuarded(permits, permits, id);
     if (r.granted > 0) return;
     // Denied by the failure policy (no wait known): try again after a probe interval.
-    std::this_thread::sleep_for(r.wait.count() > 0 ? r.wait : options_.failure.probeInterval);
+    gate_.clock().sleepFor(detail::saturatingCast<std::chrono::microseconds>(
+        r.wait.count() > 0 ? r.wait : options_.failure.probeInterval));
   }
 }
 

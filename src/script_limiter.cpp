@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -272,6 +271,8 @@ ScriptLimiter::ScriptLimiter(std::shared_ptr<Client> client, std::string name, F
                              const Script& script, char kind)
     : core_(std::make_shared<Core>(std::move(client), std::move(name), std::move(failure), script, kind)) {}
 
+void ScriptLimiter::sleepFor(microseconds d) const { core_->gate_.clock().sleepFor(d); }
+
 Decision ScriptLimiter::decide(std::int64_t permits) { return core_->take(permits, microseconds{0}).decision; }
 
 bool ScriptLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
@@ -280,7 +281,7 @@ bool ScriptLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
   const Reservation r = core_->take(permits, maxWait);
   if (!r.decision.allowed) return false;
-  if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+  if (r.delay.count() > 0) sleepFor(r.delay);
   return true;
 }
 
@@ -288,16 +289,13 @@ void ScriptLimiter::acquire(std::int64_t permits) {
   for (;;) {
     const Reservation r = core_->take(permits, kMaxWait);
     if (r.decision.allowed) {
-      if (r.delay.count() > 0) std::this_thread::sleep_for(r.delay);
+      if (r.delay.count() > 0) sleepFor(r.delay);
       return;
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the wait was longer than a reservation may be; sleep until it fits.
-    if (r.decision.byPolicy) {
-      std::this_thread::sleep_for(core_->gate_.options().probeInterval);
-    } else {
-      std::this_thread::sleep_for(r.decision.retryAfter);
-    }
+    sleepFor(r.decision.byPolicy ? saturatingCast<microseconds>(core_->gate_.options().probeInterval)
+                                 : r.decision.retryAfter);
   }
 }
 

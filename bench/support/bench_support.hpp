@@ -31,7 +31,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_process.hpp"
+#include "redlimit_test/redis_server.hpp"
 
 namespace redlimit::bench {
 
@@ -171,15 +171,16 @@ inline std::map<std::string, std::string> parseInfo(const std::string& text) {
   return out;
 }
 
-/// A throwaway redis-server (RedisProcess, support/redis_process.hpp) whose process is killed and whose
+/// A throwaway redis-server (RedisServer of redlimit_harness, support/ at the root, shared with the
+/// tests) whose process is killed and whose
 /// temporary files are removed if this program dies of a signal (Ctrl-C, crash, abort).
-/// The normal path is RedisProcess's destructor. Not thread-safe.
+/// The normal path is RedisServer's destructor. Not thread-safe.
 class BenchServer {
  public:
-  /// `extraArgs` go on redis-server's command line (RedisProcess's: `"--tls-port", "auto"` picks a
+  /// `extraArgs` go on redis-server's command line (RedisServer's: `"--tls-port", "auto"` picks a
   /// free TLS port).
   explicit BenchServer(std::vector<std::string> extraArgs = {})
-      : server_(std::make_unique<RedisProcess>(std::move(extraArgs))) {
+      : server_(std::make_unique<redlimit::test::RedisServer>(std::move(extraArgs))) {
     detail::installSignalHandlers();
     RawRedis admin(server_->host(), server_->port());
     const auto fields = parseInfo(admin.info({"server"}));
@@ -216,7 +217,7 @@ class BenchServer {
   [[nodiscard]] const std::string& version() const noexcept { return version_; }
 
  private:
-  std::unique_ptr<RedisProcess> server_;
+  std::unique_ptr<redlimit::test::RedisServer> server_;
   detail::ServerSlot* slot_ = nullptr;
   std::string version_;
   pid_t pid_ = 0;

@@ -39,8 +39,9 @@
 //     trail the true time, 0 for exact clocks). The server stamped the grant after the request
 //     was sent, so the local deadline is never later than the grant's expiry in Redis.
 //     Clock rate differences between this host and the server over one interval are ignored.
-//  4. One refill in flight. When a call finds the segment short, it takes the mutex; the first
-//     becomes the leader and sends the request with the mutex released; the others wait on a
+//  4. One refill in flight (detail::RefillCoordinator, refill_coordinator.hpp: the leader role,
+//     the give-back in flight, closing, the shared denial, and the slow path's mutex). When a
+//     call finds the segment short, it takes the mutex; the first becomes the leader and sends the request with the mutex released; the others wait on a
 //     condition variable, timed on the clock policy (clockWaitUntil; SimulatedClock in tests), for
 //     at most their timeout, or `refillWait` when they have none. If the attempt they waited for
 //     was denied, followers asking for as many permits or more share the denial instead of each
@@ -123,6 +124,7 @@
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
+#include "redlimit/detail/refill_coordinator.hpp"
 #include "redlimit/detail/segment_word.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/rate_limiter_config.hpp"
@@ -351,13 +353,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
                             " per " + std::to_string(interval.count()) + " ms");
     }
     {
-      detail::UniqueLock lk(mutex_);
-      cv_.wait(lk.native(), [&] {
-        mutex_.assertHeld();
-        return (!leading_ && !releasing_) || closed_;
-      });
-      if (closed_) throwClosed();
-      leading_ = true;
+      detail::UniqueLock lk(refill_.mutex());
+      if (!refill_.leadWhenIdle(lk)) throwClosed();
     }
     try {
       std::optional<RateLimiterConfig> current;
@@ -370,7 +367,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       };
       bool changed = false;
       if (differs() || segmentSize != segmentSize_.load(std::memory_order_relaxed)) {
-        const detail::LockGuard lk(mutex_);
+        const detail::LockGuard lk(refill_.mutex());
         releaseSegment(true);
       }
       if (!current) {
@@ -384,11 +381,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         changed = true;
       }
       segmentSize_.store(segmentSize, std::memory_order_relaxed);
-      const detail::LockGuard lk(mutex_);
+      const detail::LockGuard lk(refill_.mutex());
       finishLead();
       return changed;
     } catch (...) {
-      const detail::LockGuard lk(mutex_);
+      const detail::LockGuard lk(refill_.mutex());
       finishLead();
       throw;
     }
@@ -402,8 +399,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
   std::int64_t releaseIfIdle() noexcept {
     try {
-      const detail::LockGuard lk(mutex_);
-      if (closed_ || leading_ || releasing_) return 0;
+      const detail::LockGuard lk(refill_.mutex());
+      if (refill_.closed() || refill_.busy()) return 0;
       const std::int64_t now = clock_.now().count();
       std::uint64_t s = word_.load();
       if (s != idleSeen_) {
@@ -429,18 +426,12 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// on one Client while Redis does not answer costs one command timeout in total.
   std::int64_t close() noexcept {
     {
-      const detail::LockGuard lk(mutex_);
-      if (closed_) return 0;
-      closed_ = true;  // no refill starts from now on
+      const detail::LockGuard lk(refill_.mutex());
+      if (!refill_.close()) return 0;  // no refill starts from now on; waiters throw Error
     }
-    cv_.notify_all();  // callers waiting for a refill throw Error
     if (sweepId_ != 0) detail::IdleSweeper::instance().remove(sweepId_);
-    detail::UniqueLock lk(mutex_);
-    cv_.wait(lk.native(), [&] {
-      mutex_.assertHeld();
-      return !leading_ && !releasing_;
-    });
-    leading_ = true;
+    detail::UniqueLock lk(refill_.mutex());
+    (void)refill_.leadWhenIdle(lk, /*evenIfClosed=*/true);
     const std::uint64_t old = word_.close();
     const std::int64_t returned = releaseTaken(Word::leftOf(old), false);
     finishLead();
@@ -449,11 +440,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// A snapshot of the counters. Thread-safe.
   [[nodiscard]] SegmentStats stats() const {
-    const detail::LockGuard lk(mutex_);
+    const detail::LockGuard lk(refill_.mutex());
     SegmentStats out;
     out.directGrants = directGrants_.load(std::memory_order_relaxed);
     out.remoteRoundTrips = remoteRoundTrips_.load(std::memory_order_relaxed);
-    out.refillWaits = refillWaits_;
+    out.refillWaits = refill_.refillWaits();
     out.permitsFromRemote = permitsFromRemote_.load(std::memory_order_relaxed);
     out.permitsReturned = returned_;
     out.permitsExpired = expired_;
@@ -558,35 +549,28 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Takes `permits` (<= segment size) from the segment, leading a refill or waiting (until
   // `waitUntil`, µs on the clock) for the one in flight.
   TryResult takeOrRefill(std::int64_t permits, std::chrono::microseconds waitUntil) {
-    detail::UniqueLock lk(mutex_);
+    detail::UniqueLock lk(refill_.mutex());
     bool counted = false;
     for (;;) {
-      if (closed_) throwClosed();
+      if (refill_.closed()) throwClosed();
       if (takeLocal(permits)) return TryResult{true, false, {}};
-      if (!leading_) return leadRefill(permits);
+      if (refill_.tryLead()) return leadRefill(permits);
       if (!counted) {
-        ++refillWaits_;
+        refill_.countWait();
         counted = true;
       }
-      const std::uint64_t seen = attempts_;
-      const bool woken = clockWaitUntil(clock_, lk.native(), cv_, waitUntil, [&] {
-        mutex_.assertHeld();
-        return !leading_ || closed_;
-      });
-      if (!woken) {
-        return TryResult{false, true, {}};
-      }
-      if (closed_) throwClosed();
+      const std::uint64_t seen = refill_.attempts();
+      if (!refill_.awaitLeader(clock_, lk, waitUntil)) return TryResult{false, true, {}};
+      if (refill_.closed()) throwClosed();
       if (takeLocal(permits)) return TryResult{true, false, {}};
-      if (attempts_ != seen && lastDenied_ && permits >= lastDeniedPermits_) return TryResult{false, false, lastWait_};
+      if (const auto wait = refill_.sharedDenial(seen, permits)) return TryResult{false, false, *wait};
     }
   }
 
-  // The refill: called with the mutex held and no refill in flight; sends one request with the
-  // mutex released. The caller's permits come from the leftover of the current segment (if it
+  // The refill: called with the mutex held and the leader role just taken; sends one request
+  // with the mutex released. The caller's permits come from the leftover of the current segment (if it
   // has not expired) plus the new grant; the rest of the grant becomes the next segment.
-  TryResult leadRefill(std::int64_t permits) REDLIMIT_REQUIRES(mutex_) {
-    leading_ = true;
+  TryResult leadRefill(std::int64_t permits) REDLIMIT_REQUIRES(refill_.mutex()) {
     const std::uint64_t old = word_.takeAll();
     std::int64_t leftover = Word::leftOf(old);
     if (leftover > 0 && word_.expiredAt(clock_.now().count())) {
@@ -601,31 +585,28 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     inHand_ = leftover;
     const std::int64_t need = permits - leftover;
     const std::int64_t most = std::max(need, segmentSize_.load(std::memory_order_relaxed));
-    mutex_.unlock();  // the request goes out without the lock
+    refill_.mutex().unlock();  // the request goes out without the lock
     AcquireResult r;
     const std::int64_t sentAt = clock_.now().count();
     try {
       remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
       r = source_->tryAcquireUpTo(need, most);
     } catch (...) {
-      mutex_.lock();
+      refill_.mutex().lock();
       inHand_ = 0;
       word_.putBack(leftover);
       finishLead();
       throw;
     }
-    mutex_.lock();
-    ++attempts_;
+    refill_.mutex().lock();
     inHand_ = 0;
     if (r.granted < need) {  // denied (a source never grants less than atLeast otherwise)
       word_.putBack(leftover);
-      lastDenied_ = true;
-      lastDeniedPermits_ = permits;
-      lastWait_ = r.wait;
+      refill_.recordDenial(permits, r.wait);
       finishLead();
       return TryResult{false, false, r.wait};
     }
-    lastDenied_ = false;
+    refill_.recordGrant();
     permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
     directGrants_.fetch_add(need, std::memory_order_relaxed);
     const std::int64_t surplus = r.granted - need;
@@ -643,25 +624,25 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // Empties the segment and gives its unspent, unexpired permits back. Called with the mutex
-  // held and the leader role taken (leading_); returns with both.
-  std::int64_t releaseSegment(bool rethrow) REDLIMIT_REQUIRES(mutex_) {
+  // held and the leader role taken (RefillCoordinator); returns with both.
+  std::int64_t releaseSegment(bool rethrow) REDLIMIT_REQUIRES(refill_.mutex()) {
     return releaseTaken(Word::leftOf(word_.takeAll()), rethrow);
   }
 
   // Gives back `n` permits already taken out of the segment (or counts them expired if the
   // segment has expired), as a best-effort call when the source offers one. Called with the mutex
   // held, no give-back in flight, and the segment taken out under the same lock; releases the
-  // mutex during the call, marking a give-back in flight (releasing_), not the leader role.
-  std::int64_t releaseTaken(std::int64_t n, bool rethrow) REDLIMIT_REQUIRES(mutex_) {
+  // mutex during the call, marking a give-back in flight (RefillCoordinator::beginRelease), not the leader role.
+  std::int64_t releaseTaken(std::int64_t n, bool rethrow) REDLIMIT_REQUIRES(refill_.mutex()) {
     if (n <= 0) return 0;
     if (word_.expiredAt(clock_.now().count())) {
       expired_ += n;
       return 0;
     }
-    releasing_ = true;
+    refill_.beginRelease();
     backInFlight_ = n;
     const std::string member = member_;
-    mutex_.unlock();
+    refill_.mutex().unlock();
     std::int64_t returned = 0;
     bool sent = true;  // false: the source skipped the best-effort call and sent nothing
     std::exception_ptr error;
@@ -677,28 +658,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       error = std::current_exception();
     }
     if (sent) remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-    mutex_.lock();
+    refill_.mutex().lock();
     returned = std::clamp<std::int64_t>(returned, 0, n);
-    releasing_ = false;
+    refill_.endRelease();  // close() and reconfigure() wait for a give-back in flight
     backInFlight_ = 0;
     returned_ += returned;
     expired_ += n - returned;  // not returned: the grant expired in Redis, the call failed or was skipped
-    cv_.notify_all();          // close() and reconfigure() wait for a give-back in flight
     if (error && rethrow) std::rethrow_exception(error);
     return returned;
   }
 
   // Ends the leader role (mutex held), wakes the waiters, and has the sweeper watch what is held.
-  void finishLead() REDLIMIT_REQUIRES(mutex_) {
-    leading_ = false;
-    cv_.notify_all();
+  void finishLead() REDLIMIT_REQUIRES(refill_.mutex()) {
+    refill_.endLead();
     armSweep();
   }
 
   // Asks the shared sweeper to visit this limiter while it holds permits (mutex held). The visit
   // disarms when it finds nothing held; the next leader to leave permits arms it again.
-  void armSweep() REDLIMIT_REQUIRES(mutex_) {
-    if (sweepId_ == 0 || sweepArmed_ || closed_ || word_.left() == 0) return;
+  void armSweep() REDLIMIT_REQUIRES(refill_.mutex()) {
+    if (sweepId_ == 0 || sweepArmed_ || refill_.closed() || word_.left() == 0) return;
     sweepArmed_ = true;
     detail::IdleSweeper::instance().schedule(sweepId_, std::chrono::microseconds{0});
   }
@@ -708,8 +687,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   static std::int64_t sweepTask(void* self) noexcept { return static_cast<SegmentedRateLimiter*>(self)->sweep(); }
   std::int64_t sweep() noexcept {
     (void)releaseIfIdle();
-    const detail::LockGuard lk(mutex_);
-    if (closed_ || word_.left() == 0) {
+    const detail::LockGuard lk(refill_.mutex());
+    if (refill_.closed() || word_.left() == 0) {
       sweepArmed_ = false;
       return -1;
     }
@@ -725,26 +704,20 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // The hot cache line: written by every local acquire.
   Word word_;
 
-  // The slow path: mutex_ guards the members marked so below.
-  alignas(detail::kCacheLine) mutable detail::Mutex mutex_;
-  std::condition_variable cv_;                          // refill or give-back finished, or closed
-  bool leading_ REDLIMIT_GUARDED_BY(mutex_) = false;    // a thread holds the leader role (refill, reconfigure, close)
-  bool releasing_ REDLIMIT_GUARDED_BY(mutex_) = false;  // a give-back is in flight (at most one)
-  bool closed_ REDLIMIT_GUARDED_BY(mutex_) = false;
-  bool sweepArmed_ REDLIMIT_GUARDED_BY(mutex_) = false;     // the sweeper will visit (it does while permits are held)
-  std::uint64_t attempts_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // refill attempts completed
-  bool lastDenied_ REDLIMIT_GUARDED_BY(mutex_) = false;     // outcome of the last attempt
-  std::int64_t lastDeniedPermits_ REDLIMIT_GUARDED_BY(mutex_) = 0;
-  std::chrono::milliseconds lastWait_ REDLIMIT_GUARDED_BY(mutex_){0};
-  std::string member_ REDLIMIT_GUARDED_BY(mutex_);             // sorted-set member of the current segment's grant
-  std::uint64_t idleSeen_ REDLIMIT_GUARDED_BY(mutex_) = 0;     // the state word the idle check saw last
-  std::int64_t idleSince_ REDLIMIT_GUARDED_BY(mutex_) = 0;     // clock µs when it first saw it
-  std::int64_t installed_ REDLIMIT_GUARDED_BY(mutex_) = 0;     // permits placed in segments
-  std::int64_t inHand_ REDLIMIT_GUARDED_BY(mutex_) = 0;        // permits taken out of the segment by a leader in flight
-  std::int64_t backInFlight_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // permits in the give-back in flight
-  std::int64_t returned_ REDLIMIT_GUARDED_BY(mutex_) = 0;
-  std::int64_t expired_ REDLIMIT_GUARDED_BY(mutex_) = 0;
-  std::int64_t refillWaits_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+  // The slow path: the refill coordinator (leadership, give-back in flight, closing, shared
+  // denials) and its mutex, which also guards the members marked so below.
+  alignas(detail::kCacheLine) detail::RefillCoordinator refill_;
+  bool sweepArmed_ REDLIMIT_GUARDED_BY(refill_.mutex()) =
+      false;                                                 // the sweeper will visit (it does while permits are held)
+  std::string member_ REDLIMIT_GUARDED_BY(refill_.mutex());  // sorted-set member of the current segment's grant
+  std::uint64_t idleSeen_ REDLIMIT_GUARDED_BY(refill_.mutex()) = 0;  // the state word the idle check saw last
+  std::int64_t idleSince_ REDLIMIT_GUARDED_BY(refill_.mutex()) = 0;  // clock µs when it first saw it
+  std::int64_t installed_ REDLIMIT_GUARDED_BY(refill_.mutex()) = 0;  // permits placed in segments
+  std::int64_t inHand_ REDLIMIT_GUARDED_BY(refill_.mutex()) =
+      0;  // permits taken out of the segment by a leader in flight
+  std::int64_t backInFlight_ REDLIMIT_GUARDED_BY(refill_.mutex()) = 0;  // permits in the give-back in flight
+  std::int64_t returned_ REDLIMIT_GUARDED_BY(refill_.mutex()) = 0;
+  std::int64_t expired_ REDLIMIT_GUARDED_BY(refill_.mutex()) = 0;
   std::atomic<std::int64_t> segmentSize_{0};
   std::atomic<std::int64_t> intervalMicros_{0};  // interval of the last grant
   std::atomic<std::int64_t> remoteRoundTrips_{0};

@@ -48,7 +48,10 @@ TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTh
   EXPECT_GT(rl.failureStats().denied, 0u);
   const detail::SentinelCounters c = sentinelCountersOf(*client);
   EXPECT_NE(c.primary.port, before);
-  EXPECT_EQ(c.primary.port, group.currentPrimaryPort());
+  // The client follows the sentinel it asked; the others learn of the failover from it within a
+  // few hello periods, so compare with the primary they all name once they agree (the first
+  // sentinel alone may still name the old one: seen in CI).
+  EXPECT_EQ(c.primary.port, group.waitForFailover(before, std::chrono::seconds(10)));
   EXPECT_GE(c.switches, 1u);
   std::printf(
       "[ sentinel ] first granted call %lld ms after SIGKILL of the primary (down-after %lld ms); "

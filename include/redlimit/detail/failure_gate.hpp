@@ -72,6 +72,8 @@ class FailureGate {
 
   [[nodiscard]] FailureStats stats() const;
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
+  /// The limiter's clock: the gate's probe timing and the limiter's own retry sleeps read it.
+  [[nodiscard]] const ClockView& clock() const noexcept { return clock_; }
 
  private:
   enum State : int { kHealthy = 0, kOutage = 1, kMisconfigured = 2 };

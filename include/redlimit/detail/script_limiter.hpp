@@ -146,6 +146,8 @@ class ScriptLimiter {
   bool writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config);
   /// The script's `config` operation: the configuration's numbers, in the script's order.
   std::vector<std::int64_t> readConfig();
+  /// Sleeps `d` on the limiter's clock (its failure gate's): every retry sleep goes through it.
+  void sleepFor(std::chrono::microseconds d) const;
 
  private:
   friend class redlimit::MultiLimit;  // decides several limiters by their names and kinds
