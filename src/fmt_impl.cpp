@@ -4,6 +4,10 @@
 // the locale hooks) are compiled here, once. Consumers still need neither fmt's headers nor
 // -lfmt. Header-only fmt cost 2-4 s of -O2 compile time in every source file that formats
 // (g++ 12: src/uri.cpp 7.0 s header-only, 2.9 s this way).
+// With fmt 10 or later the build uses fmt header-only (CMakeLists.txt) and this file is empty.
+#include <fmt/core.h>
+
+#if !defined(FMT_HEADER_ONLY) && FMT_VERSION < 100000
 #include <fmt/format-inl.h>
 
 FMT_BEGIN_NAMESPACE
@@ -18,3 +22,4 @@ template FMT_API auto decimal_point_impl(locale_ref) -> char;
 template FMT_API void buffer<char>::append(const char*, const char*);
 }  // namespace detail
 FMT_END_NAMESPACE
+#endif
