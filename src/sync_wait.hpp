@@ -22,11 +22,13 @@ class SyncWait {
 
   /// The callback to hand to the async call (once).
   [[nodiscard]] std::function<void(T, std::exception_ptr)> callback() {
-    return [state = state_](T value, const std::exception_ptr& error) {
+    // `error` by value and moved: once the waiter is woken, the calling (I/O) thread holds no
+    // reference to the exception, so the waiter's copy is the last one.
+    return [state = state_](T value, std::exception_ptr error) {  // NOLINT(performance-unnecessary-value-param)
       {
         std::lock_guard<std::mutex> lock(state->m);
         state->value = std::move(value);
-        state->error = error;
+        state->error = std::move(error);
         state->ready = true;
       }
       state->cv.notify_one();

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -101,6 +102,7 @@ class FakeSource {
     if (!initialized_) throw NotInitializedError("ERR", "fake: not initialized");
     clock_.advance(latency_ / 2);
     const std::int64_t now = clock_.now().count();
+    dropExpiredLocked(now);
     AcquireResult r;
     r.rate = rate_;
     r.interval = interval_;
@@ -145,6 +147,7 @@ class FakeSource {
       throw TimeoutError("fake: no reply in time");
     }
     const std::int64_t now = clock_.now().count();
+    dropExpiredLocked(now);
     std::int64_t released = 0;
     for (Member& mem : members_) {
       if (mem.id == member && live(mem, now)) {
@@ -267,6 +270,13 @@ class FakeSource {
     std::int64_t permits;
   };
   bool live(const Member& mem, std::int64_t now) const { return now < mem.time + microseconds{interval_}.count(); }
+  // Grants are kept in the order they were made (the clock only moves forward), so the expired
+  // ones are at the front. Dropped on every call, as Redisson's script removes them from the
+  // sorted set: a grant that has expired never counts again. Keeps each call short however many
+  // refills a test makes.
+  void dropExpiredLocked(std::int64_t now) {
+    while (!members_.empty() && !live(members_.front(), now)) members_.pop_front();
+  }
   std::int64_t availableLocked(std::int64_t now) const {
     std::int64_t used = 0;
     for (const Member& mem : members_) {
@@ -293,7 +303,7 @@ class FakeSource {
   int configReads_ = 0, configWrites_ = 0;
   microseconds latency_{0};
   std::int64_t nextId_ = 1;
-  std::vector<Member> members_;
+  std::deque<Member> members_;
   std::vector<AcquireCall> acquires_;
   std::vector<ReleaseCall> releases_;
 };
