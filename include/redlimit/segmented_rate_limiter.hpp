@@ -41,7 +41,8 @@
 //     Clock rate differences between this host and the server over one interval are ignored.
 //  4. One refill in flight (detail::RefillCoordinator, refill_coordinator.hpp: the leader role,
 //     the give-back in flight, closing, the shared denial, and the slow path's mutex). When a
-//     call finds the segment short, it takes the mutex; the first becomes the leader and sends the request with the mutex released; the others wait on a
+//     call finds the segment short, it takes the mutex; the first becomes the leader and sends
+//     the request with the mutex released; the others wait on a
 //     condition variable, timed on the clock policy (clockWaitUntil; SimulatedClock in tests), for
 //     at most their timeout, or `refillWait` when they have none. If the attempt they waited for
 //     was denied, followers asking for as many permits or more share the denial instead of each
@@ -568,8 +569,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   // The refill: called with the mutex held and the leader role just taken; sends one request
-  // with the mutex released. The caller's permits come from the leftover of the current segment (if it
-  // has not expired) plus the new grant; the rest of the grant becomes the next segment.
+  // with the mutex released. The caller's permits come from the leftover of the current segment
+  // (if it has not expired) plus the new grant; the rest of the grant becomes the next segment.
   TryResult leadRefill(std::int64_t permits) REDLIMIT_REQUIRES(refill_.mutex()) {
     const std::uint64_t old = word_.takeAll();
     std::int64_t leftover = Word::leftOf(old);
