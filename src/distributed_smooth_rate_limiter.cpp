@@ -83,7 +83,7 @@ std::vector<std::string> configArgs(const SmoothConfig& c) {
 
 DistributedSmoothRateLimiter::DistributedSmoothRateLimiter(std::shared_ptr<Client> client, std::string name,
                                                            const DistributedSmoothRateLimiterOptions& options)
-    : ScriptLimiter(std::move(client), std::move(name), options.failure, kSmooth, 'S'),
+    : ScriptLimiter(std::move(client), std::move(name), options.failure, options.monitor, kSmooth, 'S'),
       probeInterval_(options.failure.probeInterval) {}
 
 void DistributedSmoothRateLimiter::validateConfig(const SmoothConfig& c) {

@@ -29,10 +29,11 @@ std::exception_ptr copyOf(const Error& error) {
 
 }  // namespace
 
-FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView clock)
+FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView clock, LimiterMonitor monitor)
     : limiter_(std::move(limiter)),
       options_(std::move(options)),
       clock_(clock),
+      monitor_(std::move(monitor)),
       probeMicros_(saturatingCast<std::chrono::microseconds>(options_.probeInterval).count()) {
   if (!(options_.localShare > 0.0 && options_.localShare <= 1.0)) {
     throw InvalidArgument("redlimit: FailureOptions::localShare must be in (0, 1]");
@@ -40,6 +41,32 @@ FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView 
   if (options_.probeInterval.count() <= 0) {
     throw InvalidArgument("redlimit: FailureOptions::probeInterval must be > 0 ms");
   }
+}
+
+FailureGate::~FailureGate() {
+  // A handle that goes away degraded no longer counts as one.
+  if (state_.load(std::memory_order_relaxed) != kHealthy && monitor_.metrics()) monitor_.metrics()->degradedBy(-1);
+}
+
+void FailureGate::report(const HealthEvent& event) const {
+  if (options_.onHealthChange) options_.onHealthChange(event);
+  Event e;
+  e.kind = Event::Kind::Health;
+  e.health = event;
+  const char* cause = event.cause == HealthEvent::Cause::Outage ? "an outage" : "a configuration error";
+  e.description = event.kind == HealthEvent::Kind::Degraded
+                      ? fmt::format("limiter {} degraded by {}: {} ({})", limiter_, cause, event.error, event.errorType)
+                      : fmt::format("limiter {} recovered from {} after {} ms", limiter_, cause, event.outage.count());
+  monitor_.publish(e);
+}
+
+void FailureGate::countRoundTrip(std::int64_t startedAt) const {
+  if (LimiterMetrics* m = monitor_.metrics()) m->roundTrip(std::chrono::microseconds(nowMicros() - startedAt));
+}
+
+void FailureGate::answered(std::int64_t startedAt) {
+  countRoundTrip(startedAt);
+  succeeded();
 }
 
 bool FailureGate::shouldTry() {
@@ -56,14 +83,13 @@ void FailureGate::succeeded() {
   const int was = state_.exchange(kHealthy, std::memory_order_relaxed);
   if (was == kHealthy) return;
   recoveredAt_.store(nowMicros(), std::memory_order_relaxed);
-  if (options_.onHealthChange) {
-    HealthEvent event;
-    event.kind = HealthEvent::Kind::Recovered;
-    event.cause = was == kMisconfigured ? HealthEvent::Cause::Configuration : HealthEvent::Cause::Outage;
-    event.limiter = limiter_;
-    event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
-    options_.onHealthChange(event);
-  }
+  if (LimiterMetrics* m = monitor_.metrics()) m->degradedBy(-1);
+  HealthEvent event;
+  event.kind = HealthEvent::Kind::Recovered;
+  event.cause = was == kMisconfigured ? HealthEvent::Cause::Configuration : HealthEvent::Cause::Outage;
+  event.limiter = limiter_;
+  event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
+  report(event);
 }
 
 void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(kOutage, error, startedAt); }
@@ -96,18 +122,19 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
   if (to == kOutage) nextProbe_.store(saturatingAdd(now, probeMicros_), std::memory_order_relaxed);
   const int was = state_.exchange(to, std::memory_order_relaxed);
   if (was == to) return;
-  if (was == kHealthy) degradedSince_.store(now, std::memory_order_relaxed);
-  (to == kOutage ? outages_ : misconfigurations_).fetch_add(1, std::memory_order_relaxed);
-  if (options_.onHealthChange) {
-    HealthEvent event;
-    event.kind = HealthEvent::Kind::Degraded;
-    event.cause = to == kOutage ? HealthEvent::Cause::Outage : HealthEvent::Cause::Configuration;
-    event.limiter = limiter_;
-    event.error = error.what();
-    event.errorType = errorTypeName(error);
-    event.exception = copyOf(error);
-    options_.onHealthChange(event);
+  if (was == kHealthy) {
+    degradedSince_.store(now, std::memory_order_relaxed);
+    if (LimiterMetrics* m = monitor_.metrics()) m->degradedBy(1);
   }
+  (to == kOutage ? outages_ : misconfigurations_).fetch_add(1, std::memory_order_relaxed);
+  HealthEvent event;
+  event.kind = HealthEvent::Kind::Degraded;
+  event.cause = to == kOutage ? HealthEvent::Cause::Outage : HealthEvent::Cause::Configuration;
+  event.limiter = limiter_;
+  event.error = error.what();
+  event.errorType = errorTypeName(error);
+  event.exception = copyOf(error);
+  report(event);
 }
 
 bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
@@ -130,27 +157,36 @@ bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono
 }
 
 std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
+  std::optional<bool> decision;
   switch (options_.policy) {
     case FailurePolicy::Allow:
-      allowed_.fetch_add(1, std::memory_order_relaxed);
-      return true;
+      decision = true;
+      break;
     case FailurePolicy::Deny:
-      denied_.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    case FailurePolicy::Local: {
-      const bool ok = takeLocal(permits, rate, interval);
-      (ok ? allowed_ : denied_).fetch_add(1, std::memory_order_relaxed);
-      return ok;
-    }
+      decision = false;
+      break;
+    case FailurePolicy::Local:
+      decision = takeLocal(permits, rate, interval);
+      break;
     case FailurePolicy::Throw:
       break;
   }
-  thrown_.fetch_add(1, std::memory_order_relaxed);
-  return std::nullopt;
+  const PolicyOutcome outcome =
+      !decision ? PolicyOutcome::Thrown : (*decision ? PolicyOutcome::Allowed : PolicyOutcome::Denied);
+  (outcome == PolicyOutcome::Allowed  ? allowed_
+   : outcome == PolicyOutcome::Denied ? denied_
+                                      : thrown_)
+      .fetch_add(1, std::memory_order_relaxed);
+  if (LimiterMetrics* m = monitor_.metrics()) m->policyDecision(options_.policy, outcome);
+  return decision;
 }
 
 std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::int64_t startedAt, std::int64_t permits,
                                         std::int64_t rate, std::chrono::milliseconds interval) {
+  if (LimiterMetrics* m = monitor_.metrics()) {
+    countRoundTrip(startedAt);
+    m->error(errorKindOf(error));
+  }
   bool outage = false;
   try {
     std::rethrow_exception(error);

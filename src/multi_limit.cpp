@@ -71,12 +71,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   using OutcomeCallback = std::function<void(Outcome, std::exception_ptr)>;
 
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds, std::string label,
-       FailureOptions failure)
+       const MultiLimitOptions& options)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
         label_(std::move(label)),
-        gate_(label_, std::move(failure)),
+        gate_(label_, options.failure, ClockView{},
+              LimiterMonitor(metricsName(options), options.monitor, client_->options().onEvent)),
         knownLimits_(std::make_unique<std::atomic<std::int64_t>[]>(names_.size())) {
     const ClientOptions& o = client_->options();
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
@@ -93,6 +94,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
   SteadyTime callDeadline() const { return detail::deadlineAfter<Steady>(Steady::now(), callBound_); }
   std::vector<std::string_view> keys() const { return {names_.begin(), names_.end()}; }
+  // MultiLimitOptions::name, or the limits' names joined by '+'.
+  std::string metricsName(const MultiLimitOptions& options) const {
+    if (!options.name.empty()) return options.name;
+    std::string joined;
+    for (const std::string& n : names_) joined += (joined.empty() ? "" : "+") + n;
+    return joined;
+  }
 
   std::shared_ptr<Client> client_;
   std::vector<std::string> names_;
@@ -208,7 +216,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
       std::rethrow_exception(detail::limiterError(std::current_exception()));
     }
     Outcome out = parse(this, label_, names_.size(), reply, permits);
-    gate_.succeeded();
+    gate_.answered(started);
     return out;
   } catch (const Error&) {
     if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) return byPolicy(permits, *d);
@@ -258,7 +266,7 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
           error = detail::limiterError(std::move(error));
         }
         if (!error) {
-          if (self) self->gate_.succeeded();
+          if (self) self->gate_.answered(started);
           done(std::move(out), nullptr);
           return;
         }
@@ -321,26 +329,35 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions optio
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
   label += ")";
-  core_ =
-      std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(label), std::move(options.failure));
+  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(label), options);
 }
 
-MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->take(permits, microseconds{0}).decision; }
+MultiDecision MultiLimit::decide(std::int64_t permits) {
+  MultiDecision d = core_->take(permits, microseconds{0}).decision;
+  monitor().admit(d);
+  return d;
+}
 
 bool MultiLimit::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
   const Core::Outcome r = core_->take(permits, maxWait);
-  if (!r.decision.allowed) return false;
+  if (!monitor().admit(r.decision.allowed, permits, r.decision.retryAfter, r.decision.byPolicy)) return false;
   if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
   return true;
 }
 
 void MultiLimit::acquire(std::int64_t permits) {
+  if (monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
+    (void)decide(permits);
+    return;
+  }
   for (;;) {
     const Core::Outcome r = core_->take(permits, detail::ScriptLimiter::kMaxWait);
     if (r.decision.allowed) {
+      (void)monitor().admit(true, permits);
       if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
       return;
     }
@@ -360,6 +377,7 @@ Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
   Reservation out;
   out.decision = r.decision;
   out.delay = r.delay;
+  monitor().admit(out.decision);  // shadow mode: a refused reservation comes back allowed, without delay
   return out;
 }
 
@@ -379,9 +397,11 @@ void MultiLimit::refund(std::int64_t permits) {
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
-  core_->takeAsync(permits, microseconds{0}, [done = std::move(done)](Core::Outcome r, std::exception_ptr error) {
-    done(std::move(r.decision), std::move(error));
-  });
+  core_->takeAsync(permits, microseconds{0},
+                   [monitor = monitor(), done = std::move(done)](Core::Outcome r, std::exception_ptr error) {
+                     if (!error) monitor.admit(r.decision);
+                     done(std::move(r.decision), std::move(error));
+                   });
 }
 
 std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
@@ -403,5 +423,6 @@ const std::vector<std::string>& MultiLimit::names() const noexcept { return core
 std::size_t MultiLimit::size() const noexcept { return core_->names_.size(); }
 const std::shared_ptr<Client>& MultiLimit::client() const noexcept { return core_->client_; }
 FailureStats MultiLimit::failureStats() const { return core_->gate_.stats(); }
+const LimiterMonitor& MultiLimit::monitor() const noexcept { return core_->gate_.monitor(); }
 
 }  // namespace redlimit

@@ -186,6 +186,8 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   void setRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime, bool keepState);
   bool updateRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
   bool tryAcquire(std::int64_t permits);
+  // Counts the decision `r` for `permits` and returns what the caller gets (shadow mode: true).
+  bool admit(const AcquireResult& r, std::int64_t permits) const;
   bool tryAcquire(std::int64_t permits, milliseconds timeout);
   void acquire(std::int64_t permits);
   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
@@ -281,12 +283,24 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::deque<std::shared_ptr<Pending>> waiting_ REDLIMIT_GUARDED_BY(coalesceMutex_);
 };
 
+namespace {
+// The monitor of a handle whose arguments pass the checks (made only then: a refused name must not
+// take a place in the metrics registry).
+LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
+                              const MonitorOptions& options) {
+  if (!client) throw InvalidArgument("redlimit: RateLimiter needs a Client");
+  checkName(name);
+  checkClientId(client->clientId());
+  return LimiterMonitor(name, options, client->options().onEvent);
+}
+}  // namespace
+
 RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
-    : client_(std::move(client)), name_(std::move(name)), options_(std::move(options)), gate_(name_, options_.failure) {
-  if (!client_) throw InvalidArgument("redlimit: RateLimiter needs a Client");
-  checkName(name_);
+    : client_(std::move(client)),
+      name_(std::move(name)),
+      options_(std::move(options)),
+      gate_(name_, options_.failure, ClockView{}, checkedMonitor(client_, name_, options_.monitor)) {
   const std::string& id = client_->clientId();
-  checkClientId(id);
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id), suffixName(name_, "permits"),
            suffixName(name_, "permits:" + id)};
   if (client_->options().topology == Topology::Cluster && detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
@@ -687,7 +701,7 @@ AcquireResult RateLimiter::Impl::askGuarded(std::int64_t permits, std::int64_t a
   const std::int64_t started = gate_.callStart();
   try {
     AcquireResult r = askOnce(permits, atMost, id);
-    gate_.succeeded();
+    gate_.answered(started);
     return r;
   } catch (...) {
     // FailureGate::settle: an outage goes to the policy; anything else is noted and thrown.
@@ -726,7 +740,7 @@ void RateLimiter::Impl::askGuardedAsync(std::int64_t permits, std::int64_t atMos
       return;
     }
     if (!error) {
-      self->gate_.succeeded();
+      self->gate_.answered(started);
       done(std::move(r), nullptr);
       return;
     }
@@ -752,13 +766,18 @@ void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t a
   askGuardedAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
 }
 
+bool RateLimiter::Impl::admit(const AcquireResult& r, std::int64_t permits) const {
+  return gate_.monitor().admit(r.granted > 0, permits, r.wait, r.byPolicy);
+}
+
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return askGuarded(permits, permits, idBytes()).granted > 0;
+  return admit(askGuarded(permits, permits, idBytes()), permits);
 }
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   checkPermits(permits);
+  if (gate_.monitor().shadow()) return tryAcquire(permits);  // shadow mode never waits
   // The limiter's clock (its failure gate's) times the call's retries: µs, saturating; a timeout
   // <= 0 means one attempt.
   const ClockView& clock = gate_.clock();
@@ -768,20 +787,26 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const AcquireResult r = askGuarded(permits, permits, id);
-    if (r.granted > 0) return true;
-    if (r.wait.count() <= 0) return false;  // decided by the failure policy
+    if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
     const std::chrono::microseconds wait = r.wait;
-    if (until - clock.now().count() < wait.count()) return false;
+    if (until - clock.now().count() < wait.count()) return admit(r, permits);
     clock.sleepFor(wait);
   }
 }
 
 void RateLimiter::Impl::acquire(std::int64_t permits) {
   checkPermits(permits);
+  if (gate_.monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
+    (void)tryAcquire(permits);
+    return;
+  }
   const std::string id = idBytes();
   for (;;) {
     const AcquireResult r = askGuarded(permits, permits, id);
-    if (r.granted > 0) return;
+    if (r.granted > 0) {
+      (void)admit(r, permits);
+      return;
+    }
     // Denied by the failure policy (no wait known): try again after a probe interval.
     gate_.clock().sleepFor(detail::saturatingCast<std::chrono::microseconds>(
         r.wait.count() > 0 ? r.wait : options_.failure.probeInterval));
@@ -971,16 +996,24 @@ Decision decisionOf(const AcquireResult& r, std::int64_t permits, std::int64_t k
 }  // namespace
 
 Decision RateLimiter::decide(std::int64_t permits) {
-  return decisionOf(impl_->tryAcquireUpTo(permits, permits), permits,
-                    impl_->knownRate_.load(std::memory_order_relaxed));
+  Decision d =
+      decisionOf(impl_->tryAcquireUpTo(permits, permits), permits, impl_->knownRate_.load(std::memory_order_relaxed));
+  impl_->gate_.monitor().admit(d);
+  return d;
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
   impl_->tryAcquireUpToAsync(permits, permits,
-                             [weak = std::weak_ptr<Impl>(impl_), permits, done = std::move(done)](
-                                 const AcquireResult& r, std::exception_ptr error) {
+                             [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
+                              done = std::move(done)](const AcquireResult& r, std::exception_ptr error) {
+                               if (error) {
+                                 done(Decision{}, std::move(error));
+                                 return;
+                               }
                                const auto self = weak.lock();
-                               const std::int64_t rate = self ? self->knownRate_.load(std::memory_order_relaxed) : 0;
-                               done(error ? Decision{} : decisionOf(r, permits, rate), std::move(error));
+                               Decision d =
+                                   decisionOf(r, permits, self ? self->knownRate_.load(std::memory_order_relaxed) : 0);
+                               monitor.admit(d);
+                               done(d, nullptr);
                              });
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
@@ -988,8 +1021,9 @@ std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
   impl_->tryAcquireUpToAsync(permits, permits,
-                             [done = std::move(done)](const AcquireResult& r, std::exception_ptr error) {
-                               const bool granted = !error && r.granted > 0;
+                             [monitor = impl_->gate_.monitor(), permits, done = std::move(done)](
+                                 const AcquireResult& r, std::exception_ptr error) {
+                               const bool granted = !error && monitor.admit(r.granted > 0, permits, r.wait, r.byPolicy);
                                done(granted, std::move(error));  // moved: the caller's reference is the last one
                              });
 }
@@ -1018,5 +1052,6 @@ const std::string& RateLimiter::getName() const noexcept { return impl_->name_; 
 const std::vector<std::string>& RateLimiter::keys() const noexcept { return impl_->keys_; }
 const std::shared_ptr<Client>& RateLimiter::client() const noexcept { return impl_->client_; }
 FailureStats RateLimiter::failureStats() const { return impl_->gate_.stats(); }
+const LimiterMonitor& RateLimiter::monitor() const noexcept { return impl_->gate_.monitor(); }
 
 }  // namespace redlimit

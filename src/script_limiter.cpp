@@ -70,22 +70,30 @@ std::exception_ptr scriptError(std::exception_ptr error, const std::string& name
 
 }  // namespace
 
+// The monitor of a handle whose client and name pass the checks (made only then: a refused name
+// must not take a place in the metrics registry).
+LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
+                              const MonitorOptions& monitor) {
+  if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
+  if (name.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
+  if (name.size() > ScriptLimiter::kMaxNameLength) {
+    throw InvalidArgument(fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name.size(),
+                                      ScriptLimiter::kMaxNameLength));
+  }
+  return LimiterMonitor(name, monitor, client->options().onEvent);
+}
+
 class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::Core> {
  public:
   using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
 
-  Core(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const Script& script, char kind)
+  Core(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
+       const Script& script, char kind)
       : client_(std::move(client)),
         name_(std::move(name)),
         script_(script),
         kind_(1, kind),
-        gate_(name_, std::move(failure)) {
-    if (!client_) throw InvalidArgument("redlimit: a limiter needs a Client");
-    if (name_.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
-    if (name_.size() > kMaxNameLength) {
-      throw InvalidArgument(
-          fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name_.size(), kMaxNameLength));
-    }
+        gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
     const ClientOptions& o = client_->options();
     callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   }
@@ -180,7 +188,7 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
       std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     }
     Reservation out = parse(this, name_, reply, permits);
-    gate_.succeeded();
+    gate_.answered(started);
     return out;
   } catch (const Error&) {
     if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) return byPolicy(permits, *d);
@@ -231,7 +239,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
           error = scriptError(std::move(error), name, kind);
         }
         if (!error) {
-          if (self) self->gate_.succeeded();
+          if (self) self->gate_.answered(started);
           done(out, nullptr);
           return;
         }
@@ -268,27 +276,37 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
 // --- The handle -------------------------------------------------------------------------------
 
 ScriptLimiter::ScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-                             const Script& script, char kind)
-    : core_(std::make_shared<Core>(std::move(client), std::move(name), std::move(failure), script, kind)) {}
+                             const MonitorOptions& monitor, const Script& script, char kind)
+    : core_(std::make_shared<Core>(std::move(client), std::move(name), std::move(failure), monitor, script, kind)) {}
 
 void ScriptLimiter::sleepFor(microseconds d) const { core_->gate_.clock().sleepFor(d); }
 
-Decision ScriptLimiter::decide(std::int64_t permits) { return core_->take(permits, microseconds{0}).decision; }
+Decision ScriptLimiter::decide(std::int64_t permits) {
+  Decision d = core_->take(permits, microseconds{0}).decision;
+  monitor().admit(d);
+  return d;
+}
 
 bool ScriptLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
 
 bool ScriptLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
   const Reservation r = core_->take(permits, maxWait);
-  if (!r.decision.allowed) return false;
+  if (!monitor().admit(r.decision.allowed, permits, r.decision.retryAfter, r.decision.byPolicy)) return false;
   if (r.delay.count() > 0) sleepFor(r.delay);
   return true;
 }
 
 void ScriptLimiter::acquire(std::int64_t permits) {
+  if (monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
+    (void)decide(permits);
+    return;
+  }
   for (;;) {
     const Reservation r = core_->take(permits, kMaxWait);
     if (r.decision.allowed) {
+      (void)monitor().admit(true, permits);
       if (r.delay.count() > 0) sleepFor(r.delay);
       return;
     }
@@ -303,7 +321,9 @@ Reservation ScriptLimiter::reserve(std::int64_t permits, microseconds maxWait) {
   if (maxWait.count() < 0) {
     throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
-  return core_->take(permits, maxWait);
+  Reservation r = core_->take(permits, maxWait);
+  monitor().admit(r.decision);  // shadow mode: a refused reservation comes back allowed, without delay
+  return r;
 }
 
 Decision ScriptLimiter::peek(std::int64_t permits) {
@@ -372,9 +392,11 @@ bool ScriptLimiter::deleteLimiter() { return command(*core_->client_, {"DEL", co
 bool ScriptLimiter::isExists() { return command(*core_->client_, {"EXISTS", core_->name_}).asInteger() == 1; }
 
 void ScriptLimiter::decideAsync(std::int64_t permits, DecisionCallback done) {
-  core_->takeAsync(permits, microseconds{0}, [done = std::move(done)](Reservation r, std::exception_ptr error) {
-    done(r.decision, std::move(error));
-  });
+  core_->takeAsync(permits, microseconds{0},
+                   [monitor = monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
+                     if (!error) monitor.admit(r.decision);
+                     done(r.decision, std::move(error));
+                   });
 }
 
 std::future<Decision> ScriptLimiter::decideAsync(std::int64_t permits) {
@@ -422,5 +444,6 @@ const std::string& ScriptLimiter::getName() const noexcept { return core_->name_
 char ScriptLimiter::kind() const noexcept { return core_->kind_[0]; }
 const std::shared_ptr<Client>& ScriptLimiter::client() const noexcept { return core_->client_; }
 FailureStats ScriptLimiter::failureStats() const { return core_->gate_.stats(); }
+const LimiterMonitor& ScriptLimiter::monitor() const noexcept { return core_->gate_.monitor(); }
 
 }  // namespace redlimit::detail

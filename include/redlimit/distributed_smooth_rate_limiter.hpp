@@ -9,6 +9,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit {
@@ -61,6 +62,7 @@ struct SmoothConfig {
 /// Options of one DistributedSmoothRateLimiter handle.
 struct DistributedSmoothRateLimiterOptions {
   FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
 };
 
 /// Guava's RateLimiter shared by every process that uses its name: SmoothBursty (permits stored

@@ -8,6 +8,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit {
@@ -28,6 +29,7 @@ struct FixedWindowConfig {
 /// Options of one FixedWindowRateLimiter handle.
 struct FixedWindowRateLimiterOptions {
   FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
 };
 
 /// The fixed-window counter shared by every process that uses its name: at most `limit` permits

@@ -8,6 +8,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit {
@@ -30,6 +31,7 @@ struct GcraConfig {
 /// Options of one GcraRateLimiter handle.
 struct GcraRateLimiterOptions {
   FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
 };
 
 /// The generic cell rate algorithm shared by every process that uses its name: one stored

@@ -15,6 +15,7 @@
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -24,6 +25,10 @@ namespace redlimit {
 struct MultiLimitOptions {
   FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError); the
                            // limiters' own failure options are not used by the MultiLimit
+  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
+                           // the limiters' own are not used either
+  std::string name;        // the name its metrics and events carry; empty = the limits' names joined
+                           // by '+' ("{t}:user+{t}:tenant")
 };
 
 /// Several limiters of the one-key family (TokenBucketRateLimiter, GcraRateLimiter,
@@ -113,6 +118,8 @@ class MultiLimit {
   [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the MultiLimit is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
+  /// Its metrics, shadow mode and events (MultiLimitOptions::monitor).
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
   class Core;

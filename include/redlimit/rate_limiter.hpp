@@ -15,6 +15,7 @@
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/rate_limiter_config.hpp"
 
 namespace redlimit {
@@ -28,6 +29,8 @@ struct RateLimiterOptions {
                                                // one is in flight go to Redis together, as one
                                                // script call deciding each in order (false: one
                                                // call each)
+  MonitorOptions monitor;                      // metrics (on, into MetricsRegistry::global()), shadow
+                                               // mode (off), events
 };
 
 /// A distributed sliding-window rate limiter that reads and writes Redisson's RRateLimiter data
@@ -186,6 +189,11 @@ class RateLimiter {
   [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the limiter is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
+  /// The handle's metrics, shadow mode and events (RateLimiterOptions::monitor). A
+  /// SegmentedRateLimiter over this limiter counts its decisions and applies shadow mode with it.
+  /// Decisions are the calls that decide (tryAcquire, acquire, decide and their ...Async forms);
+  /// tryAcquireUpTo and releaseGrant, the segment cache's calls, count round trips only.
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
   class Impl;

@@ -128,6 +128,7 @@
 #include "redlimit/detail/refill_coordinator.hpp"
 #include "redlimit/detail/segment_word.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/rate_limiter_config.hpp"
 
 namespace redlimit {
@@ -161,6 +162,13 @@ struct HasDecideUnanswered : std::false_type {};
 template <class Source>
 struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
                                        std::int64_t{}, std::declval<const std::string&>())))>> : std::true_type {};
+// A monitor() (RateLimiter's and the one-key limiters'): the segment cache counts its decisions and
+// applies shadow mode with the source's LimiterMonitor.
+template <class Source, class = void>
+struct HasMonitor : std::false_type {};
+template <class Source>
+struct HasMonitor<Source, std::void_t<decltype(LimiterMonitor(std::declval<const Source&>().monitor()))>>
+    : std::true_type {};
 // What reconfigure() needs on top (checked only when reconfigure() is used).
 template <class Source, class = void>
 struct HasConfigCalls : std::false_type {};
@@ -241,7 +249,15 @@ struct SegmentStats {
 ///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
 ///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
 ///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
+///   const LimiterMonitor& monitor() const;
+///       the source's metrics and shadow mode, which the segment cache uses for its own decisions
 /// (the three reconfigure() members are checked by a static_assert in reconfigure()).
+///
+/// Metrics and shadow mode are the source's (its options' `monitor`): a hit on the segment counts
+/// as a granted decision and a local hit (one relaxed addition; the hit is not timed), a call that
+/// needed the slow path as a decision; the source's refills count as its round trips. In shadow
+/// mode a denial is let through and counted, and no call waits (acquire and tryAcquire with a
+/// timeout make one attempt). A source without monitor() counts nothing.
 /// `Clock` is a clock policy (clock.hpp): segment deadlines, waits for another thread's refill,
 /// the idle check and sleeps between retries all read or wait on it.
 ///
@@ -276,6 +292,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         refillWait_(options.refillWait),
         idleReturnAfter_(options.idleReturnAfter) {
     if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
+    if constexpr (detail::HasMonitor<Source>::value) monitor_ = source_->monitor();
     checkSegmentSize(options.segmentSize);
     // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
     if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
@@ -306,8 +323,11 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// then, the source's failure policy answers, see the file comment). Never sleeps for a denial.
   [[nodiscard]] bool tryAcquire(std::int64_t permits) {
     checkPermits(permits);
-    if (takeLocal(permits)) return true;
-    return acquireSlow(permits, std::chrono::microseconds{0}, false);
+    if (takeLocal(permits)) {
+      monitor_.localHit(permits);
+      return true;
+    }
+    return monitor_.admit(acquireSlow(permits, std::chrono::microseconds{0}, false), permits);
   }
 
   /// Takes one permit, waiting up to `timeout` (see tryAcquire(permits, timeout)).
@@ -318,10 +338,14 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// that wait (as RateLimiter). timeout <= 0 means one attempt, like tryAcquire(permits);
   /// timeouts beyond kMaxWait are cut to it.
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout) {
+    if (monitor_.shadow()) return tryAcquire(permits);  // shadow mode never waits
     checkPermits(permits);
-    if (takeLocal(permits)) return true;
+    if (takeLocal(permits)) {
+      monitor_.localHit(permits);
+      return true;
+    }
     const auto bounded = std::clamp(timeout, std::chrono::milliseconds{0}, kMaxWait);
-    return acquireSlow(permits, std::chrono::microseconds{bounded}, false);
+    return monitor_.admit(acquireSlow(permits, std::chrono::microseconds{bounded}, false), permits);
   }
 
   /// Takes one permit, waiting as long as it takes.
@@ -329,9 +353,16 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// Takes `permits` (>= 1), waiting as long as it takes. Source errors are thrown, not retried.
   void acquire(std::int64_t permits) {
+    if (monitor_.shadow()) {  // shadow mode never waits: one attempt, a denial let through
+      (void)tryAcquire(permits);
+      return;
+    }
     checkPermits(permits);
-    if (takeLocal(permits)) return;
-    (void)acquireSlow(permits, std::chrono::microseconds{0}, true);
+    if (takeLocal(permits)) {
+      monitor_.localHit(permits);
+      return;
+    }
+    (void)monitor_.admit(acquireSlow(permits, std::chrono::microseconds{0}, true), permits);
   }
 
   /// Brings the distributed configuration to (type, rate, interval) if it differs — giving the
@@ -699,6 +730,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Read-only after construction.
   Clock clock_;
   std::shared_ptr<Source> source_;
+  LimiterMonitor monitor_;  // the source's (HasMonitor), else one that counts nothing
   std::chrono::milliseconds refillWait_;
   std::chrono::milliseconds idleReturnAfter_;
 

@@ -9,6 +9,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit {
@@ -36,6 +37,7 @@ struct TokenBucketConfig {
 /// Options of one TokenBucketRateLimiter handle.
 struct TokenBucketRateLimiterOptions {
   FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
 };
 
 /// A token bucket shared by every process that uses its name: it holds up to `capacity` permits

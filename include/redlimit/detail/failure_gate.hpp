@@ -17,6 +17,7 @@
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/local_token_bucket.hpp"
+#include "redlimit/monitor.hpp"
 
 namespace redlimit::detail {
 
@@ -31,14 +32,23 @@ namespace redlimit::detail {
 class FailureGate {
  public:
   /// Throws InvalidArgument for a bad share or probe interval. `clock` (default SteadyClock) times
-  /// the probes, the outage's length and the Local policy's bucket; tests pass a ManualClock's.
-  FailureGate(std::string limiter, FailureOptions options, ClockView clock = ClockView{});
+  /// the probes, the outage's length, the calls' latency and the Local policy's bucket; tests pass
+  /// a ManualClock's. `monitor` counts what the gate sees (round trips and their latency, errors,
+  /// the policy's decisions, the degraded state) and publishes its health events.
+  FailureGate(std::string limiter, FailureOptions options, ClockView clock = ClockView{},
+              LimiterMonitor monitor = LimiterMonitor{});
+  ~FailureGate();
+  FailureGate(const FailureGate&) = delete;
+  FailureGate& operator=(const FailureGate&) = delete;
 
   /// True if this call should go to Redis: always, except during an outage, when one caller per
   /// probe interval goes.
   [[nodiscard]] bool shouldTry();
   /// The call reached Redis and ran: leaves an outage or misconfiguration (reporting Recovered once).
   void succeeded();
+  /// succeeded() for a deciding call that started at `startedAt` (callStart()): also counts its
+  /// round trip and latency.
+  void answered(std::int64_t startedAt);
   /// When a call starts, for failed(): µs on the gate's clock.
   [[nodiscard]] std::int64_t callStart() const { return nowMicros(); }
   /// The call that started at `startedAt` could not reach Redis: enters degraded mode (reporting
@@ -61,7 +71,7 @@ class FailureGate {
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
   [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// The end of a guarded call that started at `startedAt` and failed with `error`: records it
-  /// (as noteError), then returns the policy's decision for `permits` if the failure was an outage
+  /// (as noteError, and as a round trip with its latency and error kind), then returns the policy's decision for `permits` if the failure was an outage
   /// (an IoError), or nullopt if the caller must throw `error`: any other error, or an outage under
   /// FailurePolicy::Throw. The one classification of a decision's outcome, for sync calls (from a
   /// catch block) and for completions of async ones alike. `rate`/`interval` as for decide().
@@ -74,6 +84,8 @@ class FailureGate {
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
   /// The limiter's clock: the gate's probe timing and the limiter's own retry sleeps read it.
   [[nodiscard]] const ClockView& clock() const noexcept { return clock_; }
+  /// The limiter's metrics, shadow mode and event hooks.
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept { return monitor_; }
 
  private:
   enum State : int { kHealthy = 0, kOutage = 1, kMisconfigured = 2 };
@@ -82,10 +94,14 @@ class FailureGate {
   bool takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   // Moves to `to` because of `error`; reports Degraded if the state changed.
   void enter(State to, const Error& error, std::int64_t startedAt);
+  // Reports a health change to onHealthChange and the monitor's subscribers (no lock held).
+  void report(const HealthEvent& event) const;
+  void countRoundTrip(std::int64_t startedAt) const;
 
   const std::string limiter_;
   const FailureOptions options_;
   const ClockView clock_;
+  const LimiterMonitor monitor_;
   const std::int64_t probeMicros_;  // options_.probeInterval in µs, saturated
   std::atomic<int> state_{kHealthy};
   std::atomic<std::int64_t> degradedSince_{0};  // µs, clock_

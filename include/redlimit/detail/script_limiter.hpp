@@ -19,6 +19,7 @@
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/detail/script.hpp"
 
@@ -126,13 +127,18 @@ class ScriptLimiter {
   [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the limiter is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
+  /// The handle's metrics, shadow mode and events (the options' `monitor`); a SegmentedRateLimiter
+  /// over this limiter counts and applies shadow mode with it. Decisions are decide, tryAcquire,
+  /// acquire, reserve and their ...Async forms; tryAcquireUpTo (the segment cache's) counts round
+  /// trips only.
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  protected:
   /// A handle on the limiter whose key is `name`, run by `script` with kind byte `kind` (see the
   /// script). Sends nothing. Throws InvalidArgument for a null client, an empty name or one longer
   /// than kMaxNameLength, and bad failure options.
-  ScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const Script& script,
-                char kind);
+  ScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
+                const Script& script, char kind);
   /// Not virtual: a limiter is used as its own class (or held by a smart pointer made for it,
   /// which deletes it as that class), never deleted through this base.
   ~ScriptLimiter() = default;

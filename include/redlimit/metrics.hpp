@@ -1,0 +1,223 @@
+// redlimit — metrics of every limiter, kept by the library itself (no dependency): what a
+// dashboard graphs and an alert fires on. Counters are relaxed atomics on their own cache lines,
+// the latency histogram has fixed buckets; nothing on a decision's path locks or allocates.
+// redlimit::prometheus (redlimit/prometheus.hpp) exports a registry for Prometheus; anything
+// else can read MetricsRegistry::snapshot().
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "redlimit/detail/cache_line.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
+#include "redlimit/failure_policy.hpp"
+
+namespace redlimit {
+
+/// The kinds of error the metrics count, one label value each (errorKindName): the errors of calls
+/// that went to Redis, and bad input. A call not sent because its limiter is degraded is counted as
+/// the failure policy's decision instead (PolicyOutcome::Thrown under FailurePolicy::Throw).
+enum class ErrorKind : std::uint8_t {
+  Timeout,          // TimeoutError: no reply within the request's deadline
+  Closed,           // ClosedError: the connection closed under the request
+  PoolTimeout,      // PoolTimeoutError: maxPending requests already in flight (congestion here)
+  Unavailable,      // UnavailableError: the server cannot serve now (LOADING, BUSY, CLUSTERDOWN, ...)
+  Io,               // another IoError (connect refused, LOADING, TLS failure, ...)
+  Configuration,    // ConfigurationError: a replica, a TLS port, a request over the server's limits
+  Auth,             // AuthError: wrong password, a missing ACL permission
+  Reply,            // a ReplyError (script errors, NotInitializedError, InvalidConfigError, ...)
+  InvalidArgument,  // InvalidArgument: refused before anything was sent
+  Other,            // anything else (ProtocolError is an IoError: Io)
+};
+inline constexpr std::size_t kErrorKindCount = 10;
+/// "timeout", "closed", "pool_timeout", "unavailable", "io", "configuration", "auth", "reply",
+/// "invalid_argument", "other".
+[[nodiscard]] const char* errorKindName(ErrorKind kind) noexcept;
+/// The kind of `error` (a redlimit::Error, or Other). Rethrows and catches: not for hot paths.
+[[nodiscard]] ErrorKind errorKindOf(const std::exception_ptr& error) noexcept;
+
+/// How a decision of the failure policy ended.
+enum class PolicyOutcome : std::uint8_t { Allowed, Denied, Thrown };
+inline constexpr std::size_t kFailurePolicyCount = 4;  // FailurePolicy's values
+inline constexpr std::size_t kPolicyOutcomeCount = 3;  // PolicyOutcome's values
+/// "throw", "allow", "deny", "local".
+[[nodiscard]] const char* failurePolicyName(FailurePolicy policy) noexcept;
+/// "allowed", "denied", "thrown".
+[[nodiscard]] const char* policyOutcomeName(PolicyOutcome outcome) noexcept;
+
+/// The upper bounds of the decision-latency buckets, in seconds (a last bucket, +Inf, takes the
+/// rest): 50 µs to 5 s, because a decision on a local Redis takes tens of µs and one that hits
+/// the command timeout takes what that is (500 ms by default).
+inline constexpr std::array<double, 16> kLatencyBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                           0.025,   0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0};
+
+/// A histogram of durations over kLatencyBuckets. observe() is wait-free (two relaxed additions);
+/// snapshot() reads each bucket once, so a snapshot taken while others observe may count an
+/// observation in its sum and not yet in its bucket. Thread-safe.
+class LatencyHistogram {
+ public:
+  static constexpr std::size_t kBuckets = kLatencyBuckets.size() + 1;  // the last one is +Inf
+
+  struct Snapshot {
+    std::array<std::uint64_t, kBuckets> counts{};  // per bucket, not cumulative
+    std::uint64_t count = 0;                       // the sum of counts
+    double sumSeconds = 0;                         // the sum of the observed durations
+  };
+
+  /// Counts one duration (negative ones as 0).
+  void observe(std::chrono::nanoseconds duration) noexcept {
+    const std::int64_t ns = duration.count() < 0 ? 0 : duration.count();
+    std::size_t i = 0;
+    while (i < kLatencyBuckets.size() && ns > kBoundsNanos[i]) ++i;
+    counts_[i].fetch_add(1, std::memory_order_relaxed);
+    sumNanos_.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+  }
+  [[nodiscard]] Snapshot snapshot() const noexcept;
+
+ private:
+  static constexpr std::array<std::int64_t, kLatencyBuckets.size()> kBoundsNanos = {
+      50000,    100000,   250000,    500000,    1000000,   2500000,    5000000,    10000000,
+      25000000, 50000000, 100000000, 250000000, 500000000, 1000000000, 2500000000, 5000000000};
+  std::array<std::atomic<std::uint64_t>, kBuckets> counts_{};
+  std::atomic<std::uint64_t> sumNanos_{0};
+};
+
+/// What a LimiterMetrics has counted, read at one moment (each counter read once).
+struct LimiterMetricsSnapshot {
+  std::string limiter;               // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
+  std::uint64_t granted = 0;         // decisions that allowed (the segment cache's local hits included)
+  std::uint64_t denied = 0;          // decisions that refused (in shadow mode: still counted here)
+  std::uint64_t permitsGranted = 0;  // permits those granted decisions took
+  std::uint64_t shadowDenied = 0;    // shadow mode: denials the caller was let through anyway
+  std::uint64_t localHits = 0;       // decisions the segment cache served without Redis (in granted)
+  std::uint64_t roundTrips = 0;      // deciding calls sent to Redis (answered or failed), refills included
+  std::uint64_t degraded = 0;        // handles of this name degraded now (outage or configuration error)
+  std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
+      policy{};                                         // [FailurePolicy][PolicyOutcome]
+  std::array<std::uint64_t, kErrorKindCount> errors{};  // [ErrorKind]
+  LatencyHistogram::Snapshot latency;                   // deciding calls' time to their answer, on the limiter's clock
+
+  [[nodiscard]] std::uint64_t policyDecisions(FailurePolicy p, PolicyOutcome o) const noexcept {
+    return policy[static_cast<std::size_t>(p)][static_cast<std::size_t>(o)];
+  }
+  [[nodiscard]] std::uint64_t errorCount(ErrorKind kind) const noexcept {
+    return errors[static_cast<std::size_t>(kind)];
+  }
+};
+
+/// The counters of one limiter name, shared by every handle of that name made with the same
+/// registry. The record calls are wait-free relaxed additions (no lock, no allocation); the
+/// segment cache's hit costs one of them. Thread-safe.
+class LimiterMetrics {
+ public:
+  explicit LimiterMetrics(std::string limiter) : limiter_(std::move(limiter)) {}
+  LimiterMetrics(const LimiterMetrics&) = delete;
+  LimiterMetrics& operator=(const LimiterMetrics&) = delete;
+
+  [[nodiscard]] const std::string& limiter() const noexcept { return limiter_; }
+
+  /// A decision that asked Redis or the failure policy (not a local hit): granted or not, for
+  /// `permits`.
+  void decided(bool granted, std::int64_t permits) noexcept {
+    if (granted) {
+      decisions_.granted.fetch_add(1, std::memory_order_relaxed);
+      decisions_.permits.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
+    } else {
+      decisions_.denied.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  /// A decision the segment cache served from its segment: counted as granted, with its permits.
+  /// One addition for a call of one permit (the hit's only extra cost), two for more.
+  void localHit(std::int64_t permits) noexcept {
+    local_.permits.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
+    if (permits > 1) local_.extra.fetch_add(static_cast<std::uint64_t>(permits - 1), std::memory_order_relaxed);
+  }
+  /// A denial that shadow mode let through (also counted by decided(false, ...)).
+  void shadowDenied() noexcept { decisions_.shadowDenied.fetch_add(1, std::memory_order_relaxed); }
+  /// A deciding call that went to Redis and ended (answered or failed) after `latency`.
+  void roundTrip(std::chrono::nanoseconds latency) noexcept {
+    calls_.roundTrips.fetch_add(1, std::memory_order_relaxed);
+    latency_.observe(latency);
+  }
+  /// A decision made by the failure policy.
+  void policyDecision(FailurePolicy policy, PolicyOutcome outcome) noexcept {
+    calls_.policy[static_cast<std::size_t>(policy)][static_cast<std::size_t>(outcome)].fetch_add(
+        1, std::memory_order_relaxed);
+  }
+  /// A call that failed with an error of `kind`.
+  void error(ErrorKind kind) noexcept {
+    calls_.errors[static_cast<std::size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
+  }
+  /// A handle of this name became degraded (+1) or recovered (-1).
+  void degradedBy(std::int64_t delta) noexcept {
+    calls_.degraded.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  }
+
+  [[nodiscard]] LimiterMetricsSnapshot snapshot() const noexcept;
+
+ private:
+  const std::string limiter_;
+  struct alignas(detail::kCacheLine) Decisions {
+    std::atomic<std::uint64_t> granted{0}, denied{0}, permits{0}, shadowDenied{0};
+  } decisions_;
+  // The segment cache's hits: on a line of their own, apart from the refills' counters.
+  struct alignas(detail::kCacheLine) Local {
+    std::atomic<std::uint64_t> permits{0};  // permits handed out locally
+    std::atomic<std::uint64_t> extra{0};    // of them, the permits beyond the first of each call
+  } local_;
+  struct alignas(detail::kCacheLine) Calls {
+    std::atomic<std::uint64_t> roundTrips{0};
+    std::atomic<std::uint64_t> degraded{0};  // wraps through negative deltas, read as a count
+    std::array<std::array<std::atomic<std::uint64_t>, kPolicyOutcomeCount>, kFailurePolicyCount> policy{};
+    std::array<std::atomic<std::uint64_t>, kErrorKindCount> errors{};
+  } calls_;
+  alignas(detail::kCacheLine) LatencyHistogram latency_;
+};
+
+/// The metrics of many limiters, by name. Limiters are often made per tenant or per user, so the
+/// number of names is capped: the first `maxLimiters` distinct names get their own counters, every
+/// later one shares the counters named kOtherLabel ("other"), so what a scrape returns stays
+/// bounded. An entry lives as long as the registry (counters never go backwards for a scraper).
+/// Thread-safe; limiter() locks (limiters call it once, when a handle is made), the counters do not.
+class MetricsRegistry {
+ public:
+  static constexpr std::size_t kDefaultMaxLimiters = 1000;
+  /// The label of the counters shared by the names past the cap.
+  static constexpr const char* kOtherLabel = "other";
+
+  /// Throws InvalidArgument for maxLimiters of 0.
+  explicit MetricsRegistry(std::size_t maxLimiters = kDefaultMaxLimiters);
+  MetricsRegistry(const MetricsRegistry&) = delete;
+  MetricsRegistry& operator=(const MetricsRegistry&) = delete;
+
+  /// The process-wide registry limiters use unless their MonitorOptions name another.
+  [[nodiscard]] static const std::shared_ptr<MetricsRegistry>& global();
+
+  /// The counters for `name`: its own while fewer than maxLimiters names have some (or it has
+  /// them already), else the shared kOtherLabel counters. A limiter named "other" shares those too.
+  [[nodiscard]] std::shared_ptr<LimiterMetrics> limiter(const std::string& name);
+  /// Every entry's counters, sorted by name, the kOtherLabel entry (if any name was collapsed) last.
+  [[nodiscard]] std::vector<LimiterMetricsSnapshot> snapshot() const;
+  /// The snapshot of one name's entry (kOtherLabel's if it was collapsed); all zero if unknown.
+  [[nodiscard]] LimiterMetricsSnapshot snapshot(const std::string& name) const;
+  [[nodiscard]] std::size_t maxLimiters() const noexcept { return maxLimiters_; }
+  /// Calls of limiter() answered with the kOtherLabel counters (handles made past the cap).
+  [[nodiscard]] std::uint64_t collapsedLookups() const;
+
+ private:
+  const std::size_t maxLimiters_;
+  mutable detail::Mutex mutex_;
+  std::map<std::string, std::shared_ptr<LimiterMetrics>> entries_ REDLIMIT_GUARDED_BY(mutex_);
+  std::shared_ptr<LimiterMetrics> other_ REDLIMIT_GUARDED_BY(mutex_);
+  std::uint64_t collapsed_ REDLIMIT_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace redlimit

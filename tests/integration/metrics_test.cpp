@@ -1,0 +1,234 @@
+// Metrics, shadow mode and events against a real Redis: a known sequence of decisions, one outage
+// under FailurePolicy::Deny, and every counter checked against what was done.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlimit/metrics.hpp"
+#include "redlimit/monitor.hpp"
+#include "redlimit/multi_limit.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit/segmented_rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit_test/fixture.hpp"
+
+namespace redlimit::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Events as they arrive (from the calling threads).
+struct Recorder {
+  std::mutex m;
+  std::vector<Event> events;
+  EventCallback callback() {
+    return [this](const Event& e) {
+      const std::lock_guard<std::mutex> lk(m);
+      events.push_back(e);
+    };
+  }
+  std::vector<Event> all() {
+    const std::lock_guard<std::mutex> lk(m);
+    return events;
+  }
+};
+
+class Metrics : public RedisTest {};
+
+TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
+  Recorder clientEvents, limiterEvents;
+  ClientOptions co;
+  co.connection = parseUri(server().uri());
+  co.connection.commandTimeout = milliseconds(100);
+  co.onEvent = clientEvents.callback();
+  auto client = Client::create(co);
+  auto registry = std::make_shared<MetricsRegistry>();
+  RateLimiterOptions o;
+  o.failure.policy = FailurePolicy::Deny;
+  o.failure.probeInterval = milliseconds(20);
+  o.monitor.registry = registry;
+  o.monitor.onEvent = limiterEvents.callback();
+  const std::string n = name();
+  RateLimiter rl(client, n, o);
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 7, milliseconds(60000)));
+
+  // N = 5 granted (all 7 permits: 1+1+1+2+2), M = 3 denied.
+  for (std::int64_t p : {1, 1, 1, 2, 2}) EXPECT_TRUE(rl.tryAcquire(p));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(rl.tryAcquire());
+
+  // One outage: the server stalls past the command timeout; Deny refuses that call.
+  ClientOptions sleeperOptions;
+  sleeperOptions.connection = parseUri(server().uri());
+  sleeperOptions.connection.commandTimeout = milliseconds(3000);
+  auto sleeper = Client::create(sleeperOptions);
+  std::thread stall([&] { (void)detail::command(*sleeper, {"DEBUG", "SLEEP", "0.4"}); });
+  sleepMs(50);
+  EXPECT_FALSE(rl.tryAcquire());
+  {
+    const auto s = registry->snapshot(n);
+    EXPECT_EQ(s.degraded, 1u);
+    EXPECT_EQ(s.errorCount(ErrorKind::Timeout), 1u);
+    EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 1u);
+  }
+  stall.join();
+  sleepMs(30);  // past the probe interval: the next call goes to Redis, which denies (7 of 7 used)
+  EXPECT_FALSE(rl.tryAcquire());
+
+  const auto s = registry->snapshot(n);
+  EXPECT_EQ(s.limiter, n);
+  EXPECT_EQ(s.granted, 5u);
+  EXPECT_EQ(s.permitsGranted, 7u);
+  EXPECT_EQ(s.denied, 5u);  // 3, the policy's, and the one after recovery
+  EXPECT_EQ(s.shadowDenied, 0u);
+  EXPECT_EQ(s.localHits, 0u);
+  EXPECT_EQ(s.roundTrips, 10u);  // every deciding call went to Redis, the timed-out one included
+  EXPECT_EQ(s.degraded, 0u);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 1u);
+  std::uint64_t policyTotal = 0;
+  for (const auto& byOutcome : s.policy)
+    for (std::uint64_t c : byOutcome) policyTotal += c;
+  EXPECT_EQ(policyTotal, 1u);
+  std::uint64_t errorTotal = 0;
+  for (std::uint64_t c : s.errors) errorTotal += c;
+  EXPECT_EQ(errorTotal, 1u);
+  EXPECT_EQ(s.errorCount(ErrorKind::Timeout), 1u);
+  EXPECT_EQ(s.latency.count, 10u);
+  // The timed-out call took about the command timeout: one observation in (50 ms, 250 ms].
+  EXPECT_EQ(s.latency.counts[10] + s.latency.counts[11], 1u);
+  EXPECT_GE(s.latency.sumSeconds, 0.09);
+  EXPECT_EQ(rl.failureStats().denied, 1u) << "failureStats() still counts as before";
+
+  // Events with causes, the same on the limiter and on the Client.
+  for (const auto& events : {limiterEvents.all(), clientEvents.all()}) {
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].kind, Event::Kind::Health);
+    EXPECT_EQ(events[0].health.kind, HealthEvent::Kind::Degraded);
+    EXPECT_EQ(events[0].health.cause, HealthEvent::Cause::Outage);
+    EXPECT_EQ(events[0].health.limiter, n);
+    EXPECT_EQ(events[0].health.errorType, "redlimit::TimeoutError");
+    EXPECT_NE(events[0].description.find("degraded by an outage"), std::string::npos) << events[0].description;
+    EXPECT_EQ(events[1].health.kind, HealthEvent::Kind::Recovered);
+    EXPECT_NE(events[1].description.find("recovered"), std::string::npos) << events[1].description;
+  }
+}
+
+TEST_F(Metrics, AConfigurationErrorIsAnEventWithItsCause) {
+  Recorder events;
+  auto registry = std::make_shared<MetricsRegistry>();
+  RateLimiterOptions o;
+  o.failure.policy = FailurePolicy::Allow;
+  o.monitor.registry = registry;
+  o.monitor.onEvent = events.callback();
+  RateLimiter rl(client(), name(), o);
+  EXPECT_THROW((void)rl.tryAcquire(), NotInitializedError) << "no configuration: a reply error, not a health change";
+  const auto s = registry->snapshot(rl.getName());
+  EXPECT_EQ(s.errorCount(ErrorKind::Reply), 1u);
+  EXPECT_EQ(s.granted + s.denied, 0u) << "an error is no decision";
+  EXPECT_TRUE(events.all().empty());
+}
+
+TEST_F(Metrics, ShadowModeAtTenPerSecondOfferedAHundredCallsAllowsAllAndReportsNinety) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  std::atomic<int> hook{0};
+  MonitorOptions shadow;
+  shadow.registry = registry;
+  shadow.shadow = true;
+  shadow.onShadowDenial = [&](const ShadowDenial& d) {
+    if (d.permits == 1 && !d.byPolicy) hook.fetch_add(1);
+  };
+
+  RateLimiterOptions ro;
+  ro.monitor = shadow;
+  RateLimiter rl(client(), name("redisson"), ro);
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(1000)));
+  TokenBucketRateLimiterOptions to;
+  to.monitor = shadow;
+  TokenBucketRateLimiter bucket(client(), name("bucket"), to);
+  TokenBucketConfig cfg;
+  cfg.capacity = 10;
+  cfg.refillPermits = 10;
+  cfg.refillInterval = milliseconds(1000);
+  ASSERT_TRUE(bucket.trySetConfig(cfg));
+  RateLimiter segmentSource(client(), name("segment"), ro);
+  ASSERT_TRUE(segmentSource.trySetRate(RateType::Overall, 10, milliseconds(1000)));
+  SegmentOptions so;
+  so.segmentSize = 5;
+  so.returnWhenIdle = false;
+  SegmentedRateLimiter<> segment(std::make_shared<RateLimiter>(segmentSource), so);
+
+  int allowed[3] = {0, 0, 0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100; ++i) {
+    allowed[0] += rl.tryAcquire() ? 1 : 0;
+    allowed[1] += bucket.tryAcquire() ? 1 : 0;
+    allowed[2] += segment.tryAcquire() ? 1 : 0;
+  }
+  const auto took = msSince(start);
+  ASSERT_LT(took, 900) << "the 100 calls must fit in the limiter's second for the count to be 90";
+  for (int a : allowed) EXPECT_EQ(a, 100);
+  EXPECT_EQ(hook.load(), 270);
+  for (const std::string& limiter : {rl.getName(), bucket.getName(), segmentSource.getName()}) {
+    const auto s = registry->snapshot(limiter);
+    EXPECT_EQ(s.granted, 10u) << limiter;
+    EXPECT_EQ(s.denied, 90u) << limiter;
+    EXPECT_EQ(s.shadowDenied, 90u) << limiter;
+  }
+  EXPECT_EQ(registry->snapshot(segmentSource.getName()).localHits, 8u);
+  // The permits really were taken: Redis holds the 10 granted ones, not 100.
+  EXPECT_EQ(rl.availablePermits(), 0);
+  const Decision peeked = bucket.peek();
+  EXPECT_FALSE(peeked.allowed);
+  // A Decision in shadow mode says what it would have been.
+  const Decision d = rl.decide();
+  EXPECT_TRUE(d.allowed);
+  EXPECT_TRUE(d.shadowDenied);
+  EXPECT_GT(d.retryAfter.count(), 0);
+  // Waiting calls do not wait in shadow mode.
+  const auto before = std::chrono::steady_clock::now();
+  EXPECT_TRUE(rl.tryAcquire(1, milliseconds(5000)));
+  rl.acquire();
+  bucket.acquire();
+  segment.acquire();
+  EXPECT_LT(msSince(before), 900);
+}
+
+TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  TokenBucketRateLimiterOptions to;
+  to.monitor.registry = registry;
+  TokenBucketRateLimiter a(client(), "{" + name() + "}:a", to);
+  TokenBucketRateLimiter b(client(), "{" + name() + "}:b", to);
+  TokenBucketConfig cfg;
+  cfg.capacity = 3;
+  cfg.refillPermits = 1;
+  cfg.refillInterval = milliseconds(60000);
+  ASSERT_TRUE(a.trySetConfig(cfg));
+  ASSERT_TRUE(b.trySetConfig(cfg));
+  int granted = 0;
+  for (int i = 0; i < 5; ++i) granted += a.tryAcquireAsync(1).get() ? 1 : 0;
+  EXPECT_EQ(granted, 3);
+  const auto sa = registry->snapshot(a.getName());
+  EXPECT_EQ(sa.granted, 3u);
+  EXPECT_EQ(sa.denied, 2u);
+  EXPECT_EQ(sa.roundTrips, 5u);
+
+  MultiLimitOptions mo;
+  mo.monitor.registry = registry;
+  mo.name = "both";
+  MultiLimit both({a, b}, mo);
+  EXPECT_FALSE(both.decide().allowed);  // a is empty
+  EXPECT_FALSE(both.decideAsync().get().allowed);
+  const auto sm = registry->snapshot("both");
+  EXPECT_EQ(sm.denied, 2u);
+  EXPECT_EQ(sm.roundTrips, 2u);
+  EXPECT_EQ(registry->snapshot(b.getName()).roundTrips, 0u) << "the limits' own metrics are not the MultiLimit's";
+}
+
+}  // namespace
+}  // namespace redlimit::test
