@@ -4,12 +4,15 @@
 //   BM_SegmentLocalHit/threads:N    tryAcquire() served from the local segment (N threads on
 //                                   one limiter; the segment is large enough that no call in
 //                                   the run needs Redis — the run checks this)
+//   BM_SegmentLocalHitNoMetrics     the 1-thread hit with the source's metrics off: the metrics'
+//                                   cost on the hit is the difference
 //   BM_SegmentLocalHitCoarse/...    the same with CoarseSteadyClock (opt-in, 4x cheaper clock read)
 //   BM_SegmentHitFrozenClock        the same path with a clock that costs nothing: what the
 //                                   limiter itself costs, without the clock read
 //   BM_SteadyClockNow               std::chrono::steady_clock::now() alone (a vDSO read on Linux)
 //   BM_CoarseSteadyClockNow         CoarseSteadyClock::now(), the opt-in fast clock
-//   BM_RateLimiterTryAcquire        RateLimiter::tryAcquire(): one acquire script per call
+//   BM_RateLimiterTryAcquire        RateLimiter::tryAcquire(): one acquire script per call (also
+//   ...NoMetrics, ...Again)         with metrics off, and each again: the metrics' cost on a decision)
 //   BM_Ping                         a bare PING on a pooled connection, for scale
 //   RedisFraction/<case>            segment 100, 4 threads paced at 5 000 calls/s each for 1 s:
 //                                   the calls that needed Redis (SegmentStats::remoteRoundTrips
@@ -53,7 +56,11 @@ using std::chrono::milliseconds;
 
 std::shared_ptr<Client> gClient;
 std::shared_ptr<RateLimiter> gRemote;
-std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegment;                    // default: SteadyClock
+std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegment;  // default: SteadyClock
+// The same limiters with metrics off (MonitorOptions::metrics = false): the metrics' cost is the
+// difference, measured in this run.
+std::shared_ptr<RateLimiter> gRemoteNoMetrics;
+std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegmentNoMetrics;
 std::unique_ptr<SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>> gCoarse;  // opt-in fast clock
 
 // A clock policy that never moves and costs nothing (the segment never expires).
@@ -87,6 +94,9 @@ void hitLoop(benchmark::State& state, Limiter& limiter) {
 void BM_SegmentLocalHit(benchmark::State& state) { hitLoop(state, *gSegment); }
 BENCHMARK(BM_SegmentLocalHit)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
+void BM_SegmentLocalHitNoMetrics(benchmark::State& state) { hitLoop(state, *gSegmentNoMetrics); }
+BENCHMARK(BM_SegmentLocalHitNoMetrics)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
 void BM_SegmentLocalHitCoarse(benchmark::State& state) { hitLoop(state, *gCoarse); }
 BENCHMARK(BM_SegmentLocalHitCoarse)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
@@ -104,16 +114,41 @@ void BM_CoarseSteadyClockNow(benchmark::State& state) {
 }
 BENCHMARK(BM_CoarseSteadyClockNow)->UseRealTime();
 
-void BM_RateLimiterTryAcquire(benchmark::State& state) {
+void remoteLoop(benchmark::State& state, RateLimiter& limiter) {
   bool all = true;
   for (auto _ : state) {
-    const bool ok = gRemote->tryAcquire();
+    const bool ok = limiter.tryAcquire();
     all = all && ok;
   }
   if (!all) state.SkipWithError("a call was denied");
   state.SetItemsProcessed(state.iterations());
 }
+// With and without metrics, each twice in alternation, so that a drift of the machine during the
+// run shows up in both (the summary takes the mean of each pair).
+void BM_RateLimiterTryAcquire(benchmark::State& state) { remoteLoop(state, *gRemote); }
+void BM_RateLimiterTryAcquireNoMetrics(benchmark::State& state) { remoteLoop(state, *gRemoteNoMetrics); }
 BENCHMARK(BM_RateLimiterTryAcquire)->UseRealTime();
+BENCHMARK(BM_RateLimiterTryAcquireNoMetrics)->UseRealTime();
+BENCHMARK(BM_RateLimiterTryAcquire)->Name("BM_RateLimiterTryAcquireAgain")->UseRealTime();
+BENCHMARK(BM_RateLimiterTryAcquireNoMetrics)->Name("BM_RateLimiterTryAcquireNoMetricsAgain")->UseRealTime();
+
+// What the metrics add to one Redis decision, on its own: the monitor's count of the decision,
+// the request counted, the second clock read and the histogram of its latency. Measured apart
+// because the A/B difference of two round trips is smaller than this machine's noise.
+void BM_MetricsOnADecision(benchmark::State& state) {
+  MonitorOptions o;
+  o.registry = std::make_shared<MetricsRegistry>();
+  const LimiterMonitor monitor("bench:metrics", o);
+  const SteadyClock clock;
+  for (auto _ : state) {
+    const auto started = clock.now();
+    monitor.metrics()->roundTrip();
+    monitor.metrics()->decisionLatency(clock.now() - started);
+    benchmark::DoNotOptimize(monitor.admit(true, 1));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_MetricsOnADecision)->UseRealTime();
 
 void BM_Ping(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(detail::command(*gClient, {"PING"}));
@@ -221,10 +256,19 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
   targetRow("RateLimiter::tryAcquire / local hit (1 thread, SteadyClock)", remote / hit, 0, true, 500);
   targetRow("local hit, 1 thread, ns per call (SteadyClock, the default)", hit, 1, false, 50);
   targetRow("local hit, 1 thread, ns per call (CoarseSteadyClock)", coarseHit, 1, false, 50);
+  const double hitNoMetrics = r.ns("BM_SegmentLocalHitNoMetrics/real_time/threads:1");
+  targetRow("metrics' cost on the local hit, ns (with - without, SteadyClock)", hit - hitNoMetrics, 1, false, 5);
+  const double withMetrics = (remote + r.ns("BM_RateLimiterTryAcquireAgain/real_time")) / 2;
+  const double withoutMetrics =
+      (r.ns("BM_RateLimiterTryAcquireNoMetrics/real_time") + r.ns("BM_RateLimiterTryAcquireNoMetricsAgain/real_time")) /
+      2;
+  const double metricsWork = r.ns("BM_MetricsOnADecision/real_time");
+  targetRow("metrics' work per Redis decision / its round trip, %", 100 * metricsWork / withoutMetrics, 3, false, 1);
 
   out << "\nLocal hit (tryAcquire from the segment)     ns per call, all threads   ns per call, per thread\n";
   for (const auto& [label, bench] :
        {std::pair<const char*, const char*>{"SteadyClock", "BM_SegmentLocalHit"},
+        std::pair<const char*, const char*>{"SteadyClock, the source's metrics off", "BM_SegmentLocalHitNoMetrics"},
         std::pair<const char*, const char*>{"CoarseSteadyClock", "BM_SegmentLocalHitCoarse"}}) {
     out << "  " << label << "\n";
     for (int t : {1, 2, 4}) {
@@ -240,6 +284,14 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
                      CoarseSteadyClock{}.maxLag().count())
       << fmt::format("  round trips: RateLimiter::tryAcquire {} us, PING {} us ({} x the hit)\n", cell(remote / 1000),
                      cell(ping / 1000), cell(ping / hit, 0))
+      << fmt::format(
+             "  metrics on a Redis decision: {} ns of work (BM_MetricsOnADecision); tryAcquire with metrics\n"
+             "    {} / {} us, without {} / {} us, A/B {}% (two runs each, alternated: the spread is this "
+             "machine's noise)\n",
+             cell(metricsWork), cell(remote / 1000), cell(r.ns("BM_RateLimiterTryAcquireAgain/real_time") / 1000),
+             cell(r.ns("BM_RateLimiterTryAcquireNoMetrics/real_time") / 1000),
+             cell(r.ns("BM_RateLimiterTryAcquireNoMetricsAgain/real_time") / 1000),
+             cell(100 * (withMetrics / withoutMetrics - 1), 2))
       << fmt::format("  the hit runs made {} round trip(s) for {} local grants (1 = all local)\n",
                      hitStats.remoteRoundTrips, hitStats.localGrants);
 
@@ -276,6 +328,12 @@ int main(int argc, char** argv) try {
     SegmentOptions options;
     options.segmentSize = RateLimiter::kMaxRate;  // one refill for the whole run
     gSegment = std::make_unique<SegmentedRateLimiter<RateLimiter>>(segmentSource, options);
+    RateLimiterOptions noMetrics;
+    noMetrics.monitor.metrics = false;
+    gRemoteNoMetrics = std::make_shared<RateLimiter>(gClient, "bench:remote", noMetrics);
+    auto plainSource = std::make_shared<RateLimiter>(gClient, "bench:segment-no-metrics", noMetrics);
+    (void)plainSource->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
+    gSegmentNoMetrics = std::make_unique<SegmentedRateLimiter<RateLimiter>>(plainSource, options);
     auto coarseSource = std::make_shared<RateLimiter>(gClient, "bench:coarse");
     (void)coarseSource->trySetRate(RateType::Overall, RateLimiter::kMaxRate, std::chrono::hours(1));
     gCoarse = std::make_unique<SegmentedRateLimiter<RateLimiter, CoarseSteadyClock>>(coarseSource, options);
@@ -284,7 +342,8 @@ int main(int argc, char** argv) try {
     SegmentOptions frozenOptions = options;
     frozenOptions.returnWhenIdle = false;
     gFrozen = std::make_unique<SegmentedRateLimiter<RateLimiter, FrozenClock>>(frozenSource, frozenOptions);
-    if (!gSegment->tryAcquire() || !gCoarse->tryAcquire() || !gFrozen->tryAcquire()) {
+    if (!gSegment->tryAcquire() || !gSegmentNoMetrics->tryAcquire() || !gCoarse->tryAcquire() ||
+        !gFrozen->tryAcquire()) {
       fmt::print(stderr, "bench_segment: the first refill was denied\n");
       return 1;
     }
@@ -297,6 +356,8 @@ int main(int argc, char** argv) try {
     std::cout << '\n' << text << std::flush;
     std::ofstream(rb::resultsDir() + "/bench_segment.summary.txt") << text;
     gSegment.reset();
+    gSegmentNoMetrics.reset();
+    gRemoteNoMetrics.reset();
     gCoarse.reset();
     gFrozen.reset();
     gRemote.reset();

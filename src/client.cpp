@@ -41,7 +41,7 @@ std::shared_ptr<detail::Runner> startRunner(const ClientOptions& options) {
     case Topology::Standalone:
       break;
   }
-  return detail::Transport::start(options.connection, options.pool);
+  return detail::Transport::start(options.connection, options.pool, nullptr, options.onEvent);
 }
 
 // Commands that name no key: any node of a cluster may run them.

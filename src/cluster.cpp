@@ -97,7 +97,7 @@ ClusterRunner::Node* ClusterRunner::nodeAt(const NodeAddress& address) {
   auto node = std::make_unique<Node>();
   node->address = address;
   node->endpoint = endpoint;
-  node->transport = Transport::start(connection, options_.pool, this);
+  node->transport = Transport::start(connection, options_.pool, this, options_.onEvent);
   Node* raw = node.get();
   nodes_.emplace(endpoint, std::move(node));
   return raw;
@@ -171,9 +171,18 @@ void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& 
     asked_.fetch_add(1, std::memory_order_relaxed);
   } else {
     moved_.fetch_add(1, std::memory_order_relaxed);
+    const Node* from = nullptr;
     if (target != nullptr) {
       const WriteLock lock(mapMutex_);
+      if (slots_[to.slot] != target) from = slots_[to.slot];  // one caller sees each change
       slots_[to.slot] = target;
+    }
+    if (from != nullptr && options_.onEvent) {  // a known owner changed (not a first sight); no lock held
+      Event e;
+      e.kind = Event::Kind::Topology;
+      e.node = target->endpoint;
+      e.description = fmt::format("Redis Cluster slot {} moved from {} to {} (MOVED)", to.slot, from->endpoint, e.node);
+      options_.onEvent(e);
     }
     wantRefresh();  // one moved slot often means more (a resharding, a failover)
   }
@@ -306,12 +315,28 @@ bool ClusterRunner::refresh() {
       if (primary == nullptr) return true;  // shut down meanwhile
       for (std::size_t s = range.first; s <= range.last; ++s) table[s] = primary;
     }
+    std::size_t moved = 0;  // slots whose known owner changed (a slot first learnt is no move)
     {
       const WriteLock lock(mapMutex_);
+      for (std::size_t s = 0; s < table.size(); ++s) {
+        if (slots_[s] != nullptr && slots_[s] != table[s]) ++moved;
+      }
       slots_ = table;
       fallback_ = table[ranges.front().first];
     }
     refreshes_.fetch_add(1, std::memory_order_relaxed);
+    if (moved > 0 && options_.onEvent) {  // no lock held
+      std::vector<const Node*> primaries;
+      for (const Node* p : table) {
+        if (p != nullptr && std::find(primaries.begin(), primaries.end(), p) == primaries.end()) primaries.push_back(p);
+      }
+      Event e;
+      e.kind = Event::Kind::Topology;
+      e.description =
+          fmt::format("Redis Cluster slot map changed: {} of 16384 slots moved to other nodes; {} primaries now", moved,
+                      primaries.size());
+      options_.onEvent(e);
+    }
     return true;
   }
   return false;

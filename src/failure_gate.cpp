@@ -60,12 +60,12 @@ void FailureGate::report(const HealthEvent& event) const {
   monitor_.publish(e);
 }
 
-void FailureGate::countRoundTrip(std::int64_t startedAt) const {
-  if (LimiterMetrics* m = monitor_.metrics()) m->roundTrip(std::chrono::microseconds(nowMicros() - startedAt));
+void FailureGate::countLatency(std::int64_t startedAt) const {
+  if (LimiterMetrics* m = monitor_.metrics()) m->decisionLatency(std::chrono::microseconds(nowMicros() - startedAt));
 }
 
 void FailureGate::answered(std::int64_t startedAt) {
-  countRoundTrip(startedAt);
+  countLatency(startedAt);
   succeeded();
 }
 
@@ -184,7 +184,7 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
 std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::int64_t startedAt, std::int64_t permits,
                                         std::int64_t rate, std::chrono::milliseconds interval) {
   if (LimiterMetrics* m = monitor_.metrics()) {
-    countRoundTrip(startedAt);
+    countLatency(startedAt);
     m->error(errorKindOf(error));
   }
   bool outage = false;

@@ -19,8 +19,8 @@ std::vector<std::string> configArgs(const FixedWindowConfig& c) {
 
 FixedWindowRateLimiter::FixedWindowRateLimiter(std::shared_ptr<Client> client, std::string name,
                                                FixedWindowRateLimiterOptions options)
-    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), std::move(options.monitor),
-                    kFixedWindow, 'W') {}
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kFixedWindow,
+                    'W') {}
 
 void FixedWindowRateLimiter::validateConfig(const FixedWindowConfig& c) {
   detail::checkCount("limit", c.limit, 1, kMaxPermits);

@@ -19,8 +19,7 @@ std::vector<std::string> configArgs(const GcraConfig& c) {
 }  // namespace
 
 GcraRateLimiter::GcraRateLimiter(std::shared_ptr<Client> client, std::string name, GcraRateLimiterOptions options)
-    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), std::move(options.monitor), kGcra,
-                    'G') {}
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kGcra, 'G') {}
 
 void GcraRateLimiter::validateConfig(const GcraConfig& c) {
   detail::checkCount("rate", c.rate, 1, kMaxPermits);

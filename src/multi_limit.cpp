@@ -208,6 +208,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
   const std::vector<std::string> args = takeArgs(permits, maxWait);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::int64_t started = gate_.callStart();
+  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
   try {
     Reply reply;
     try {
@@ -248,6 +249,7 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
   const std::vector<std::string> args = takeArgs(permits, maxWait);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::int64_t started = gate_.callStart();
+  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
   // The completion holds the handle weakly: requests in flight must not keep a dropped MultiLimit
   // (and through it the Client and its I/O thread) alive.
   detail::evalAsync(
@@ -301,7 +303,7 @@ Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>
 
 // --- The handle -------------------------------------------------------------------------------
 
-MultiLimit::MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions options) {
+MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options) {
   if (limits.empty() || limits.size() > kMaxLimits) {
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));

@@ -77,8 +77,23 @@ Request makeScriptRequest(const Script& script, const std::vector<std::string_vi
   return r;
 }
 
-Pipeline::Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint)
-    : parser_(limits), user_(std::move(user)), endpoint_(std::move(endpoint)) {}
+Pipeline::Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events,
+                   std::vector<const Script*>* scriptsSeen)
+    : parser_(limits),
+      user_(std::move(user)),
+      endpoint_(std::move(endpoint)),
+      events_(std::move(events)),
+      scriptsSeen_(scriptsSeen) {}
+
+namespace {
+// Adds `script` to `seen` (a handful of static scripts: a scan of pointers); true if it was there.
+bool noteSeen(std::vector<const Script*>* seen, const Script* script) {
+  if (seen == nullptr) return false;
+  if (std::find(seen->begin(), seen->end(), script) != seen->end()) return true;
+  seen->push_back(script);
+  return false;
+}
+}  // namespace
 
 Pipeline::~Pipeline() = default;
 
@@ -149,10 +164,11 @@ void Pipeline::finishReply(WireReply&& reply, std::vector<Finished>& done) {
   Written w = std::move(written_.front());
   written_.pop_front();
   if (!reply.isError) {
+    if (w.request.script != nullptr) (void)noteSeen(scriptsSeen_, w.request.script);
     done.push_back(Finished{std::move(w.request.done), Outcome{std::move(reply.value), nullptr}, w.request.counted});
     return;
   }
-  if (w.request.script != nullptr && reply.error.compare(0, 9, "NOSCRIPT ") == 0 && retryNoScript(w)) return;
+  if (w.request.script != nullptr && reply.error.compare(0, 9, "NOSCRIPT ") == 0 && retryNoScript(w, done)) return;
   const auto error = replyErrorOf(reply.error, w.request, user_);
   const bool ends = replyEndsConnection(reply.error);
   fail(w, error, done);
@@ -163,7 +179,7 @@ void Pipeline::finishReply(WireReply&& reply, std::vector<Finished>& done) {
   }
 }
 
-bool Pipeline::retryNoScript(Written& w) {
+bool Pipeline::retryNoScript(Written& w, std::vector<Finished>& done) {
   Request& r = w.request;
   const Script& script = *r.script;
   auto loaded = loadedAt_.find(script.sha1);
@@ -184,6 +200,18 @@ bool Pipeline::retryNoScript(Written& w) {
     loadedAt_[script.sha1] = nextSeq_ + queued_.size();
     queued_.push_back(std::move(load));
     r.scriptStage = 1;
+    if (noteSeen(scriptsSeen_, &script) && events_) {
+      // Reported as a completion: it runs after this read, outside the connection's lock.
+      Event e;
+      e.kind = Event::Kind::ScriptReload;
+      e.script = std::string(script.name);
+      e.node = endpoint_;
+      e.description = fmt::format(
+          "server {} no longer had script {} (NOSCRIPT: restarted or SCRIPT FLUSH); loaded it again and "
+          "resent the calls",
+          endpoint_, script.name);
+      done.push_back(Finished{[events = events_, e = std::move(e)](const Outcome&) { events(e); }, Outcome{}, false});
+    }
   }
   queued_.push_back(std::move(r));
   return true;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "redlimit/events.hpp"
 #include "redlimit/options.hpp"
 #include "redlimit/detail/reply.hpp"
 #include "redlimit/detail/script.hpp"
@@ -90,8 +91,13 @@ template <class E>
 class Pipeline {
  public:
   /// `user` is the ACL user the connection authenticates as (for messages); `endpoint` names the
-  /// server ("127.0.0.1:6379") in messages.
-  Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint);
+  /// server ("127.0.0.1:6379") in messages. `events`, if set, hears of each script reload
+  /// (Event::Kind::ScriptReload), as a completion in `done`: it runs where completions run.
+  /// `scriptsSeen` (may be null) lists the scripts the server was seen to hold, shared by the
+  /// connections to one server (their owner's, used on one thread): a NOSCRIPT for one of them is
+  /// a reload (the server restarted or was flushed); for another, the first load, not reported.
+  Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events = {},
+           std::vector<const Script*>* scriptsSeen = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -144,13 +150,15 @@ class Pipeline {
     std::size_t size;   // bytes of the request
   };
   void finishReply(WireReply&& reply, std::vector<Finished>& done);
-  bool retryNoScript(Written& w);  // true if the request was queued again
+  bool retryNoScript(Written& w, std::vector<Finished>& done);  // true if the request was queued again
   void fail(Written& w, const std::exception_ptr& error, std::vector<Finished>& done);
   void breakWith(const std::exception_ptr& why, std::vector<Finished>& done);
 
   ReplyParser parser_;
   std::string user_;
   std::string endpoint_;
+  EventCallback events_;
+  std::vector<const Script*>* scriptsSeen_;
   std::deque<Request> queued_;
   std::deque<Written> written_;
   std::string writeBuf_;

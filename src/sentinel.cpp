@@ -256,6 +256,7 @@ bool SentinelRunner::discover() {
     }
     std::shared_ptr<Transport> fresh;
     std::shared_ptr<Transport> old;
+    NodeAddress previous;
     std::vector<Request> parked;
     {
       const LockGuard lock(mutex_);
@@ -269,7 +270,7 @@ bool SentinelRunner::discover() {
     o.host = candidate.host;
     o.port = candidate.port;
     o.unixSocket.clear();
-    fresh = Transport::start(o, options_.pool, this);
+    fresh = Transport::start(o, options_.pool, this, options_.onEvent);
     {
       const LockGuard lock(mutex_);
       if (stopping_) {
@@ -277,6 +278,7 @@ bool SentinelRunner::discover() {
         return true;
       }
       if (primary_) switches_.fetch_add(1, std::memory_order_relaxed);
+      previous = primaryAddress_;
       old = std::move(primary_);
       if (old) retired_.push_back(old);
       primary_ = fresh;
@@ -286,7 +288,15 @@ bool SentinelRunner::discover() {
     }
     discoveries_.fetch_add(1, std::memory_order_relaxed);
     for (Request& r : parked) submitTo(fresh, std::move(r));
-    if (old) old->shutdown();  // what was still on it ends (ClosedError): the policy decides
+    if (old) old->shutdown();       // what was still on it ends (ClosedError): the policy decides
+    if (old && options_.onEvent) {  // a failover (the first primary found is none); no lock held
+      Event e;
+      e.kind = Event::Kind::Topology;
+      e.node = endpointOf(candidate);
+      e.description = fmt::format("Sentinel failover: primary {} is now {} (was {})", options_.sentinel.primaryName,
+                                  e.node, endpointOf(previous));
+      options_.onEvent(e);
+    }
     return true;
   }
   const LockGuard lock(mutex_);

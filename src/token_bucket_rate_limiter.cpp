@@ -19,8 +19,7 @@ std::vector<std::string> configArgs(const TokenBucketConfig& c) {
 
 TokenBucketRateLimiter::TokenBucketRateLimiter(std::shared_ptr<Client> client, std::string name,
                                                TokenBucketRateLimiterOptions options)
-    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), std::move(options.monitor), kGcra,
-                    'T') {}
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kGcra, 'T') {}
 
 void TokenBucketRateLimiter::validateConfig(const TokenBucketConfig& c) {
   detail::checkCount("capacity", c.capacity, 1, kMaxPermits);

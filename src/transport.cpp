@@ -41,10 +41,10 @@ const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
 void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
 
 std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool,
-                                            const Runner* owner) {
+                                            const Runner* owner, EventCallback events) {
   checkOptions(connection);
   checkOptions(pool);
-  std::shared_ptr<Transport> t(new Transport(connection, pool));
+  std::shared_ptr<Transport> t(new Transport(connection, pool, std::move(events)));
   if (owner != nullptr) t->owner_ = owner;
   // The thread keeps the transport alive until it returns: shutdown() from a completion (the
   // last Client reference dropped on the I/O thread) must not free the loop under itself.
@@ -53,8 +53,8 @@ std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection,
   return t;
 }
 
-Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool)
-    : connection_(connection), pool_(pool), endpoint_(endpointOf(connection)) {
+Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events)
+    : connection_(connection), pool_(pool), endpoint_(endpointOf(connection)), events_(std::move(events)) {
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   timerFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -270,7 +270,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
   }
   created_.fetch_add(1, std::memory_order_relaxed);
   open_.fetch_add(1, std::memory_order_relaxed);
-  c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_);
+  c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_, events_, &scriptsSeen_);
   c.watchingOut = false;
   epoll_event ev{};
   ev.events = EPOLLIN;

@@ -31,8 +31,10 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
  public:
   /// Checks the options (InvalidArgument) and starts the I/O thread. `owner` is the runner its
   /// I/O thread works for (currentIoRunner()): a ClusterRunner for its nodes, else the transport.
+  /// `events` hears of script reloads on its connections (Event::Kind::ScriptReload), on the I/O
+  /// thread, outside every lock.
   static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool,
-                                          const Runner* owner = nullptr);
+                                          const Runner* owner = nullptr, EventCallback events = {});
   ~Transport() override;
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -75,7 +77,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
     std::exception_ptr writeFailed REDLIMIT_GUARDED_BY(m);  // a submitting thread's write failed: the I/O thread closes
   };
-  Transport(const ConnectionOptions& connection, const PoolOptions& pool);
+  Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events);
   void run();
   bool writeNow(Conn& c, Request& request);
   void armTimer(SteadyTime deadline) REDLIMIT_EXCLUDES(timerMutex_);
@@ -94,6 +96,9 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   const PoolOptions pool_;
   const Runner* owner_ = this;  // what currentIoRunner() says on the I/O thread
   const std::string endpoint_;
+  const EventCallback events_;
+  // The scripts this server was seen to hold, for every connection's pipeline (I/O thread only).
+  std::vector<const Script*> scriptsSeen_;
   std::vector<std::unique_ptr<Conn>> conns_;
   int epollFd_ = -1;
   int wakeFd_ = -1;

@@ -8,20 +8,25 @@
 
 namespace redlimit {
 
-/// Something an operator wants to hear about. Subscribe per limiter (MonitorOptions::onEvent) or
-/// per Client (ClientOptions::onEvent: the events of every limiter made on it, and the Client's own).
+/// Something an operator wants to hear about. Subscribe per limiter (MonitorOptions::onEvent: its
+/// health) or per Client (ClientOptions::onEvent: the health of every limiter made on it, and the
+/// Client's own script reloads and topology changes, which belong to a connection or a
+/// deployment rather than to one limiter). Switch on `kind` with a default: kinds may be added.
 struct Event {
   enum class Kind {
     Health,        // a limiter degraded or recovered: `health` says which, why, and the error
-    ScriptReload,  // a server answered NOSCRIPT (restarted, SCRIPT FLUSH, a new node): the script
-                   // was loaded again and the calls resent; `script` names it
-    Topology,      // the Client's view of the deployment changed: a Sentinel failover (a new
-                   // primary) or a new Redis Cluster slot map
+    ScriptReload,  // a server that had run a script answered NOSCRIPT for it (it restarted, or
+                   // SCRIPT FLUSH): the script was loaded again and the calls resent; none failed
+                   // (a script's first load on a server is no event)
+    Topology,      // the deployment changed under the Client: a Sentinel failover (a new
+                   // primary) or a new Redis Cluster slot map (slots moved between nodes)
   };
   Kind kind = Kind::Health;
   HealthEvent health;       // Kind::Health: the change (limiter, kind, cause, error)
-  std::string script;       // Kind::ScriptReload: the script's name (e.g. "acquire")
-  std::string description;  // every kind: one line saying what happened and why
+  std::string script;       // Kind::ScriptReload: the script's name ("acquire", "gcra", ...)
+  std::string node;         // ScriptReload: the server ("host:port"); Topology: the new primary
+                            // (Sentinel) or empty (Cluster: many nodes)
+  std::string description;  // every kind: one line saying what happened and why, for logs
 };
 
 /// Receives events. Called on the thread where the event happened (a caller's, or the Client's I/O

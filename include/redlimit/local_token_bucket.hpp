@@ -21,7 +21,7 @@
 //    waitFor() answers microseconds::max()).
 //
 // Used by the failure gate's FailurePolicy::Local and available to users. Needs nothing from
-// Redis: part of the header-only redlimit::local target.
+// Redis: part of the header-only redlimit::local target. Metrics and shadow mode: setMonitor().
 #pragma once
 
 #include <algorithm>
@@ -35,6 +35,7 @@
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/monitor.hpp"
 
 namespace redlimit {
 
@@ -70,24 +71,35 @@ class BasicLocalTokenBucket {
 
   /// Takes `permits` if they are available within `timeout`: taken at once, ahead of time if need
   /// be, then the wait is slept on the clock. False at once, taking nothing, if the wait is longer
-  /// or permits > capacity. timeout <= 0 means now only.
+  /// or permits > capacity. timeout <= 0 means now only. Counted by the monitor; in shadow mode
+  /// one attempt that never waits, and a denial returns true.
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::microseconds timeout) {
     checkRange("permits", permits, 1, kMaxPermits);
-    if (permits > capacity_) return false;
-    std::int64_t waitMicros = 0;
+    if (permits > capacity_) return monitor_.admit(false, permits);
+    if (monitor_.shadow()) timeout = std::chrono::microseconds{0};
+    bool granted = false;
+    std::int64_t waitMicros = 0;  // granted: to sleep; denied: until it would be granted
     {
       detail::LockGuard g(mutex_);
       const detail::Int128 now = scaled(clock_.now());
       const detail::Int128 next = std::max(fullAt_, now) + detail::Int128{permits} * intervalMicros_;
       const detail::Int128 debt = next - now - detail::Int128{capacity_} * intervalMicros_;
       const detail::Int128 allowed = detail::Int128{std::max<std::int64_t>(timeout.count(), 0)} * refillPermits_;
-      if (debt > allowed) return false;
-      fullAt_ = next;
+      granted = debt <= allowed;
+      if (granted) fullAt_ = next;
       if (debt > 0) waitMicros = static_cast<std::int64_t>(ceilDiv(debt, refillPermits_));
     }
+    if (!granted) return monitor_.admit(false, permits, std::chrono::microseconds{waitMicros});
+    (void)monitor_.admit(true, permits);
     if (waitMicros > 0) clock_.sleepFor(std::chrono::microseconds{waitMicros});
     return true;
   }
+
+  /// Counts this bucket's decisions and applies shadow mode (MonitorOptions: a registry, shadow,
+  /// onShadowDenial), e.g. setMonitor(LimiterMonitor("local:api", options)). Not thread-safe: call
+  /// it before the bucket is shared. By default nothing is counted.
+  void setMonitor(LimiterMonitor monitor) { monitor_ = std::move(monitor); }
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept { return monitor_; }
 
   /// Permits the bucket holds now (0 while it is in debt).
   [[nodiscard]] std::int64_t availablePermits() const {
@@ -140,6 +152,7 @@ class BasicLocalTokenBucket {
   const std::int64_t capacity_;
   const std::int64_t refillPermits_;
   const std::int64_t intervalMicros_;
+  LimiterMonitor monitor_;  // set before use (setMonitor), read-only after
   mutable detail::Mutex mutex_;
   detail::Int128 fullAt_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // when the bucket is full again, scaled()
 };

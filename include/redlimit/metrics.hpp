@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -14,9 +15,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "redlimit/detail/cache_line.hpp"
+#include "redlimit/errors.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/failure_policy.hpp"
 
@@ -98,12 +101,14 @@ struct LimiterMetricsSnapshot {
   std::uint64_t permitsGranted = 0;  // permits those granted decisions took
   std::uint64_t shadowDenied = 0;    // shadow mode: denials the caller was let through anyway
   std::uint64_t localHits = 0;       // decisions the segment cache served without Redis (in granted)
-  std::uint64_t roundTrips = 0;      // deciding calls sent to Redis (answered or failed), refills included
+  std::uint64_t roundTrips = 0;      // requests deciding calls sent to Redis (a coalesced batch is one,
+                                     // a resend another), the segment cache's refills included
   std::uint64_t degraded = 0;        // handles of this name degraded now (outage or configuration error)
   std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
       policy{};                                         // [FailurePolicy][PolicyOutcome]
   std::array<std::uint64_t, kErrorKindCount> errors{};  // [ErrorKind]
-  LatencyHistogram::Snapshot latency;                   // deciding calls' time to their answer, on the limiter's clock
+  LatencyHistogram::Snapshot latency;                   // deciding calls' time from the call to Redis's answer (or the
+                                                        // failure), on the limiter's clock
 
   [[nodiscard]] std::uint64_t policyDecisions(FailurePolicy p, PolicyOutcome o) const noexcept {
     return policy[static_cast<std::size_t>(p)][static_cast<std::size_t>(o)];
@@ -135,18 +140,19 @@ class LimiterMetrics {
     }
   }
   /// A decision the segment cache served from its segment: counted as granted, with its permits.
-  /// One addition for a call of one permit (the hit's only extra cost), two for more.
+  /// One addition for a call of one permit (the hit's only extra cost), two for more, on the
+  /// calling thread's stripe: threads hitting one limiter do not share a counter's cache line.
   void localHit(std::int64_t permits) noexcept {
-    local_.permits.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
-    if (permits > 1) local_.extra.fetch_add(static_cast<std::uint64_t>(permits - 1), std::memory_order_relaxed);
+    Local& stripe = local_[threadStripe()];
+    stripe.permits.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
+    if (permits > 1) stripe.extra.fetch_add(static_cast<std::uint64_t>(permits - 1), std::memory_order_relaxed);
   }
   /// A denial that shadow mode let through (also counted by decided(false, ...)).
   void shadowDenied() noexcept { decisions_.shadowDenied.fetch_add(1, std::memory_order_relaxed); }
-  /// A deciding call that went to Redis and ended (answered or failed) after `latency`.
-  void roundTrip(std::chrono::nanoseconds latency) noexcept {
-    calls_.roundTrips.fetch_add(1, std::memory_order_relaxed);
-    latency_.observe(latency);
-  }
+  /// A request a deciding call sent to Redis (a coalesced batch is one; a resend is another).
+  void roundTrip() noexcept { calls_.roundTrips.fetch_add(1, std::memory_order_relaxed); }
+  /// A deciding call that asked Redis got its answer (or failed) after `latency`.
+  void decisionLatency(std::chrono::nanoseconds latency) noexcept { latency_.observe(latency); }
   /// A decision made by the failure policy.
   void policyDecision(FailurePolicy policy, PolicyOutcome outcome) noexcept {
     calls_.policy[static_cast<std::size_t>(policy)][static_cast<std::size_t>(outcome)].fetch_add(
@@ -168,11 +174,19 @@ class LimiterMetrics {
   struct alignas(detail::kCacheLine) Decisions {
     std::atomic<std::uint64_t> granted{0}, denied{0}, permits{0}, shadowDenied{0};
   } decisions_;
-  // The segment cache's hits: on a line of their own, apart from the refills' counters.
+  // The segment cache's hits, in stripes on lines of their own (summed by snapshot()): a thread
+  // adds to the stripe of its own index, so up to kStripes threads never contend on one.
+  static constexpr std::size_t kStripes = 8;
+  static std::size_t threadStripe() noexcept {
+    static std::atomic<std::size_t> next{0};
+    thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+    return mine;
+  }
   struct alignas(detail::kCacheLine) Local {
     std::atomic<std::uint64_t> permits{0};  // permits handed out locally
     std::atomic<std::uint64_t> extra{0};    // of them, the permits beyond the first of each call
-  } local_;
+  };
+  std::array<Local, kStripes> local_{};
   struct alignas(detail::kCacheLine) Calls {
     std::atomic<std::uint64_t> roundTrips{0};
     std::atomic<std::uint64_t> degraded{0};  // wraps through negative deltas, read as a count
@@ -219,5 +233,185 @@ class MetricsRegistry {
   std::shared_ptr<LimiterMetrics> other_ REDLIMIT_GUARDED_BY(mutex_);
   std::uint64_t collapsed_ REDLIMIT_GUARDED_BY(mutex_) = 0;
 };
+
+// --- Definitions (header-only: the in-process limiters of redlimit::local count too) ----------
+
+inline const char* errorKindName(ErrorKind kind) noexcept {
+  switch (kind) {
+    case ErrorKind::Timeout:
+      return "timeout";
+    case ErrorKind::Closed:
+      return "closed";
+    case ErrorKind::PoolTimeout:
+      return "pool_timeout";
+    case ErrorKind::Unavailable:
+      return "unavailable";
+    case ErrorKind::Io:
+      return "io";
+    case ErrorKind::Configuration:
+      return "configuration";
+    case ErrorKind::Auth:
+      return "auth";
+    case ErrorKind::Reply:
+      return "reply";
+    case ErrorKind::InvalidArgument:
+      return "invalid_argument";
+    case ErrorKind::Other:
+      break;
+  }
+  return "other";
+}
+
+inline ErrorKind errorKindOf(const std::exception_ptr& error) noexcept {
+  if (!error) return ErrorKind::Other;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PoolTimeoutError&) {  // before TimeoutError, its base
+    return ErrorKind::PoolTimeout;
+  } catch (const TimeoutError&) {
+    return ErrorKind::Timeout;
+  } catch (const ClosedError&) {
+    return ErrorKind::Closed;
+  } catch (const UnavailableError&) {
+    return ErrorKind::Unavailable;
+  } catch (const IoError&) {
+    return ErrorKind::Io;
+  } catch (const ConfigurationError&) {
+    return ErrorKind::Configuration;
+  } catch (const AuthError&) {  // before ReplyError, its base
+    return ErrorKind::Auth;
+  } catch (const ReplyError&) {
+    return ErrorKind::Reply;
+  } catch (const InvalidArgument&) {
+    return ErrorKind::InvalidArgument;
+  } catch (...) {
+    return ErrorKind::Other;
+  }
+}
+
+inline const char* failurePolicyName(FailurePolicy policy) noexcept {
+  switch (policy) {
+    case FailurePolicy::Allow:
+      return "allow";
+    case FailurePolicy::Deny:
+      return "deny";
+    case FailurePolicy::Local:
+      return "local";
+    case FailurePolicy::Throw:
+      break;
+  }
+  return "throw";
+}
+
+inline const char* policyOutcomeName(PolicyOutcome outcome) noexcept {
+  switch (outcome) {
+    case PolicyOutcome::Allowed:
+      return "allowed";
+    case PolicyOutcome::Denied:
+      return "denied";
+    case PolicyOutcome::Thrown:
+      break;
+  }
+  return "thrown";
+}
+
+inline LatencyHistogram::Snapshot LatencyHistogram::snapshot() const noexcept {
+  Snapshot s;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+    s.count += s.counts[i];
+  }
+  s.sumSeconds = static_cast<double>(sumNanos_.load(std::memory_order_relaxed)) / 1e9;
+  return s;
+}
+
+inline LimiterMetricsSnapshot LimiterMetrics::snapshot() const noexcept {
+  LimiterMetricsSnapshot s;
+  s.limiter = limiter_;
+  // The local hits are read first: a hit counted between the reads then shows up in no total
+  // rather than in localHits and not in granted.
+  std::uint64_t localPermits = 0, localExtra = 0;
+  for (const Local& stripe : local_) {
+    localPermits += stripe.permits.load(std::memory_order_relaxed);
+    localExtra += stripe.extra.load(std::memory_order_relaxed);
+  }
+  s.localHits = localPermits - std::min(localExtra, localPermits);
+  s.granted = decisions_.granted.load(std::memory_order_relaxed) + s.localHits;
+  s.denied = decisions_.denied.load(std::memory_order_relaxed);
+  s.permitsGranted = decisions_.permits.load(std::memory_order_relaxed) + localPermits;
+  s.shadowDenied = decisions_.shadowDenied.load(std::memory_order_relaxed);
+  s.roundTrips = calls_.roundTrips.load(std::memory_order_relaxed);
+  s.degraded = calls_.degraded.load(std::memory_order_relaxed);
+  for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
+    for (std::size_t o = 0; o < kPolicyOutcomeCount; ++o)
+      s.policy[p][o] = calls_.policy[p][o].load(std::memory_order_relaxed);
+  }
+  for (std::size_t k = 0; k < kErrorKindCount; ++k) s.errors[k] = calls_.errors[k].load(std::memory_order_relaxed);
+  s.latency = latency_.snapshot();
+  return s;
+}
+
+inline MetricsRegistry::MetricsRegistry(std::size_t maxLimiters) : maxLimiters_(maxLimiters) {
+  if (maxLimiters_ == 0) throw InvalidArgument("redlimit: MetricsRegistry needs maxLimiters >= 1");
+}
+
+inline const std::shared_ptr<MetricsRegistry>& MetricsRegistry::global() {
+  // Never destroyed: limiters in static objects may count into it during exit. An inline
+  // function's static is one object in the whole program.
+  static const auto* registry = new std::shared_ptr<MetricsRegistry>(std::make_shared<MetricsRegistry>());
+  return *registry;
+}
+
+inline std::shared_ptr<LimiterMetrics> MetricsRegistry::limiter(const std::string& name) {
+  const detail::LockGuard lock(mutex_);
+  if (name != kOtherLabel) {
+    if (auto it = entries_.find(name); it != entries_.end()) return it->second;
+    if (entries_.size() < maxLimiters_) {
+      auto metrics = std::make_shared<LimiterMetrics>(name);
+      entries_.emplace(name, metrics);
+      return metrics;
+    }
+    ++collapsed_;
+  }
+  if (!other_) other_ = std::make_shared<LimiterMetrics>(kOtherLabel);
+  return other_;
+}
+
+inline std::vector<LimiterMetricsSnapshot> MetricsRegistry::snapshot() const {
+  std::vector<std::shared_ptr<LimiterMetrics>> all;
+  {
+    const detail::LockGuard lock(mutex_);
+    all.reserve(entries_.size() + 1);
+    for (const auto& entry : entries_) all.push_back(entry.second);
+    if (other_) all.push_back(other_);
+  }
+  std::vector<LimiterMetricsSnapshot> out;
+  out.reserve(all.size());
+  for (const auto& m : all) out.push_back(m->snapshot());
+  return out;
+}
+
+inline LimiterMetricsSnapshot MetricsRegistry::snapshot(const std::string& name) const {
+  std::shared_ptr<LimiterMetrics> m;
+  {
+    const detail::LockGuard lock(mutex_);
+    if (auto it = entries_.find(name); it != entries_.end()) {
+      m = it->second;
+    } else {
+      m = other_;
+    }
+  }
+  if (!m) {
+    LimiterMetricsSnapshot empty;
+    empty.limiter = name;
+    return empty;
+  }
+  return m->snapshot();
+}
+
+inline std::uint64_t MetricsRegistry::collapsedLookups() const {
+  const detail::LockGuard lock(mutex_);
+  return collapsed_;
+}
 
 }  // namespace redlimit

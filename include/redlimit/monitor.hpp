@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "redlimit/decision.hpp"
 #include "redlimit/events.hpp"
@@ -95,5 +96,41 @@ class LimiterMonitor {
   LimiterMetrics* metrics_ = nullptr;  // state_->metrics, read on every decision
   bool shadow_ = false;
 };
+
+// --- Definitions ---------------------------------------------------------------------------------
+
+inline LimiterMonitor::LimiterMonitor(const std::string& limiter, const MonitorOptions& options,
+                                      EventCallback clientEvents)
+    : shadow_(options.shadow) {
+  auto state = std::make_shared<State>();
+  state->limiter = limiter;
+  if (options.metrics) {
+    const std::shared_ptr<MetricsRegistry>& registry = options.registry ? options.registry : MetricsRegistry::global();
+    state->metrics = registry->limiter(limiter);
+  }
+  state->onShadowDenial = options.onShadowDenial;
+  state->onEvent = options.onEvent;
+  state->clientEvents = std::move(clientEvents);
+  metrics_ = state->metrics.get();
+  state_ = std::move(state);
+}
+
+inline void LimiterMonitor::shadowDenial(std::int64_t permits, std::chrono::microseconds retryAfter,
+                                         bool byPolicy) const {
+  if (metrics_) metrics_->shadowDenied();
+  if (!state_ || !state_->onShadowDenial) return;
+  ShadowDenial d;
+  d.limiter = state_->limiter;
+  d.permits = permits;
+  d.retryAfter = retryAfter;
+  d.byPolicy = byPolicy;
+  state_->onShadowDenial(d);
+}
+
+inline void LimiterMonitor::publish(const Event& event) const {
+  if (!state_) return;
+  if (state_->onEvent) state_->onEvent(event);
+  if (state_->clientEvents) state_->clientEvents(event);
+}
 
 }  // namespace redlimit

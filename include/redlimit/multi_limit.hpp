@@ -70,7 +70,7 @@ class MultiLimit {
   /// `MultiLimit both({perUser, perTenant});`. Sends nothing. Throws InvalidArgument when there
   /// are none or too many, when two have the same name or another Client, or when their names
   /// are not all in one hash slot (the message says how to name them).
-  explicit MultiLimit(const std::vector<Limit>& limits, MultiLimitOptions options = {});
+  explicit MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options = {});
 
   /// Takes `permits` (1..kMaxPermits, at most every limit's burst or limit) from every limit if
   /// all have them now, else from none. Never waits. When Redis cannot be asked, the failure

@@ -125,8 +125,8 @@ struct ClientOptions {
   std::string clientId;                            // PER_CLIENT identity; empty = random UUID v4 per Client
   std::chrono::milliseconds bestEffortRetry{250};  // after a transport failure, best-effort calls (give-backs)
                                                    // are skipped for this long, then one probe per interval, ms; > 0
-  EventCallback onEvent;                           // the events of every limiter made on this Client, and
-                                                   // the Client's own (events.hpp); empty = none
+  EventCallback onEvent;                           // the events of every limiter made on this Client
+                                                   // (events.hpp), after the limiter's own; empty = none
 };
 
 /// Throws InvalidArgument naming the first option that cannot be used: a timeout outside

@@ -12,7 +12,7 @@
 //   redlimit_permits_granted_total                                  counter
 //   redlimit_shadow_denials_total                                   counter (shadow mode's let-through denials)
 //   redlimit_local_hits_total                                       counter (segment cache hits, in decisions)
-//   redlimit_redis_round_trips_total                                counter (deciding calls sent to Redis)
+//   redlimit_redis_round_trips_total                                counter (requests sent to Redis to decide)
 //   redlimit_policy_decisions_total{policy="...",outcome="allowed|denied|thrown"}   counter
 //   redlimit_errors_total{type="timeout|closed|..."}                counter
 //   redlimit_decision_seconds                                       histogram (deciding calls' latency)

@@ -71,6 +71,7 @@
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/monitor.hpp"
 
 namespace redlimit {
 
@@ -144,7 +145,12 @@ class BasicSmoothRateLimiter {
   /// returns the time slept in microseconds (0 if the limiter was free). Guava returns seconds
   /// as a double; the limiter computes whole microseconds, so the value returned is exact.
   /// Thread-safe. Throws InvalidArgument if permits <= 0.
+  /// In shadow mode (setMonitor) one attempt that never waits: tryAcquire(permits), and 0.
   std::chrono::microseconds acquire(std::int64_t permits = 1) {
+    if (monitor_.shadow()) {
+      (void)tryAcquire(permits);
+      return std::chrono::microseconds{0};
+    }
     const std::chrono::microseconds wait = reserve(permits);
     clock_.sleepFor(wait);
     return wait;
@@ -164,7 +170,8 @@ class BasicSmoothRateLimiter {
   /// nextFree - timeout <= now), sleeping for that debt, and returns true; otherwise returns
   /// false at once and reserves nothing. Negative timeouts count as 0; timeouts too large for
   /// int64 microseconds are saturated. Thread-safe. Throws InvalidArgument if permits <= 0 or
-  /// timeout is a NaN floating-point duration.
+  /// timeout is a NaN floating-point duration. In shadow mode (setMonitor) the timeout is 0 and a
+  /// refusal returns true (counted, nothing reserved).
   template <class Rep, class Period>
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::duration<Rep, Period> timeout) {
     if constexpr (std::is_floating_point_v<Rep>) {
@@ -178,13 +185,23 @@ class BasicSmoothRateLimiter {
   /// Takes `permits` without sleeping and returns how long the caller must wait before using
   /// them, in microseconds (0 if the limiter was free). The caller sleeps or schedules the work
   /// itself; the permits are taken whether or not it does. Thread-safe. Throws InvalidArgument
-  /// if permits <= 0.
+  /// if permits <= 0. Never refused, so shadow mode does not change it (counted as granted).
   [[nodiscard]] std::chrono::microseconds reserve(std::int64_t permits = 1) {
     checkPermits(permits);
-    const detail::LockGuard lock(mutex_);
-    const std::int64_t now = clock_.now().count();
-    return std::chrono::microseconds{reserveAndGetWait(permits, now)};
+    std::int64_t wait = 0;
+    {
+      const detail::LockGuard lock(mutex_);
+      wait = reserveAndGetWait(permits, clock_.now().count());
+    }
+    (void)monitor_.admit(true, permits);
+    return std::chrono::microseconds{wait};
   }
+
+  /// Counts this limiter's decisions and applies shadow mode (MonitorOptions: a registry, shadow,
+  /// onShadowDenial), e.g. setMonitor(LimiterMonitor("pacer", options)). Not thread-safe: call it
+  /// before the limiter is shared. By default nothing is counted.
+  void setMonitor(LimiterMonitor monitor) { monitor_ = std::move(monitor); }
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept { return monitor_; }
 
   /// Changes the stable rate (permits per second; +infinity means no limit). Time already owed
   /// is kept: the next request still pays the previous debt at the old rate. Stored permits are
@@ -282,17 +299,21 @@ class BasicSmoothRateLimiter {
 
   bool tryAcquireMicros(std::int64_t permits, std::int64_t timeoutMicros) {
     checkPermits(permits);
-    timeoutMicros = std::max<std::int64_t>(timeoutMicros, 0);
+    timeoutMicros = monitor_.shadow() ? 0 : std::max<std::int64_t>(timeoutMicros, 0);
     std::int64_t wait = 0;
+    std::int64_t refusedFor = -1;  // refused: until the limiter is free
     {
       const detail::LockGuard lock(mutex_);
       const std::int64_t now = clock_.now().count();
       if (saturatedSub(nextFreeMicros_, timeoutMicros) > now) {
         demandRefused_ = true;  // Fix 2; nothing is reserved.
-        return false;
+        refusedFor = saturatedSub(nextFreeMicros_, now);
+      } else {
+        wait = reserveAndGetWait(permits, now);
       }
-      wait = reserveAndGetWait(permits, now);
     }
+    if (refusedFor >= 0) return monitor_.admit(false, permits, std::chrono::microseconds{refusedFor});
+    (void)monitor_.admit(true, permits);
     clock_.sleepFor(std::chrono::microseconds{wait});
     return true;
   }
@@ -417,6 +438,7 @@ class BasicSmoothRateLimiter {
   }
 
   Clock clock_;
+  LimiterMonitor monitor_;  // set before use (setMonitor), read-only after
   mutable detail::Mutex mutex_;
   const double maxBurstSeconds_;                   // bursty only
   const double warmupMicros_;                      // > 0 for a warming-up limiter, 0 for a bursty one

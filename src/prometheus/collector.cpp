@@ -48,9 +48,9 @@ std::vector<MetricFamily> Collector::Collect() const {
   MetricFamily local =
       family("redlimit_local_hits_total", "Decisions the segment cache served without Redis (also counted as granted)",
              MetricType::Counter);
-  MetricFamily trips =
-      family("redlimit_redis_round_trips_total",
-             "Deciding calls sent to Redis, answered or failed (segment refills included)", MetricType::Counter);
+  MetricFamily trips = family("redlimit_redis_round_trips_total",
+                              "Requests sent to Redis to decide (a coalesced batch is one; segment refills included)",
+                              MetricType::Counter);
   MetricFamily policy =
       family("redlimit_policy_decisions_total", "Decisions made by the failure policy while Redis could not be asked",
              MetricType::Counter);

@@ -117,7 +117,10 @@ TEST(Cluster, ThousandLimitersOverEverySlotHoldTheirRateWithNoRedirectReachingAC
 
 TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
   RedisCluster cluster(3);
-  auto client = clusterClient(cluster);
+  EventLog events;
+  ClientOptions co;
+  co.onEvent = events.callback();
+  auto client = clusterClient(cluster, co);
   RateLimiter hot(client, "hot");
   constexpr std::int64_t kRate = 1500;
   ASSERT_TRUE(hot.trySetRate(RateType::Overall, kRate, std::chrono::minutes(10)));
@@ -163,6 +166,14 @@ TEST(Cluster, ALiveReshardingOfAHotLimiterLosesNoCallAndKeepsItsRate) {
   EXPECT_EQ(grantsInRedis(*client, hot), granted.load());
   const detail::ClusterCounters c = clusterCountersOf(*client);
   EXPECT_GE(c.moved + c.asked, 1u) << "the move should have been seen by redirects";
+  // The move as the Client's events tell it: the slot's new owner (from the MOVED or the next map,
+  // whichever came first); learning the map at start is no event.
+  const auto topology = events.of(Event::Kind::Topology);
+  ASSERT_GE(topology.size(), 1u);  // one, unless a refresh that read the map before the move wrote it after
+  const std::string& said = topology.front().description;
+  EXPECT_TRUE(said.find("slot " + std::to_string(slot) + " moved") != std::string::npos ||
+              said.find("1 of 16384 slots moved") != std::string::npos)
+      << said;
   std::printf(
       "[ cluster  ] %lld granted before the move ended, %lld in all, %lld denied; %llu ASK, %llu MOVED, "
       "%llu retried (TRYAGAIN)\n",

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +32,32 @@ namespace redlimit::test {
 
 /// BATCH in lua/common.lua: no script call reads, unpacks or removes more members than this.
 constexpr std::int64_t kScriptBatch = 1000;
+
+/// The events a Client or a limiter reported, as they arrived (from any thread).
+class EventLog {
+ public:
+  EventCallback callback() {
+    return [this](const Event& e) {
+      const std::lock_guard<std::mutex> lk(m_);
+      events_.push_back(e);
+    };
+  }
+  std::vector<Event> all() const {
+    const std::lock_guard<std::mutex> lk(m_);
+    return events_;
+  }
+  std::vector<Event> of(Event::Kind kind) const {
+    std::vector<Event> out;
+    for (const Event& e : all()) {
+      if (e.kind == kind) out.push_back(e);
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::vector<Event> events_;
+};
 
 /// Client options for failover tests: connects and commands give up after 200 ms.
 inline ClientOptions failoverClientOptions() {

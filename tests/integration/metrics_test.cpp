@@ -5,7 +5,6 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
+#include "helpers.hpp"
 #include "redlimit_test/fixture.hpp"
 
 namespace redlimit::test {
@@ -23,26 +23,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Events as they arrive (from the calling threads).
-struct Recorder {
-  std::mutex m;
-  std::vector<Event> events;
-  EventCallback callback() {
-    return [this](const Event& e) {
-      const std::lock_guard<std::mutex> lk(m);
-      events.push_back(e);
-    };
-  }
-  std::vector<Event> all() {
-    const std::lock_guard<std::mutex> lk(m);
-    return events;
-  }
-};
-
 class Metrics : public RedisTest {};
 
 TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
-  Recorder clientEvents, limiterEvents;
+  EventLog clientEvents, limiterEvents;
   ClientOptions co;
   co.connection = parseUri(server().uri());
   co.connection.commandTimeout = milliseconds(100);
@@ -119,7 +103,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
 }
 
 TEST_F(Metrics, AConfigurationErrorIsAnEventWithItsCause) {
-  Recorder events;
+  EventLog events;
   auto registry = std::make_shared<MetricsRegistry>();
   RateLimiterOptions o;
   o.failure.policy = FailurePolicy::Allow;
@@ -131,6 +115,27 @@ TEST_F(Metrics, AConfigurationErrorIsAnEventWithItsCause) {
   EXPECT_EQ(s.errorCount(ErrorKind::Reply), 1u);
   EXPECT_EQ(s.granted + s.denied, 0u) << "an error is no decision";
   EXPECT_TRUE(events.all().empty());
+}
+
+TEST_F(Metrics, AScriptFlushIsAScriptReloadEventOfTheClientAndNoCallFails) {
+  EventLog clientEvents, limiterEvents;
+  ClientOptions co;
+  co.connection = parseUri(server().uri());
+  co.onEvent = clientEvents.callback();
+  auto client = Client::create(co);
+  RateLimiterOptions o;
+  o.monitor.onEvent = limiterEvents.callback();
+  RateLimiter rl(client, name(), o);
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 100, milliseconds(60000)));
+  ASSERT_TRUE(rl.tryAcquire());
+  (void)raw({"SCRIPT", "FLUSH"});
+  EXPECT_TRUE(rl.tryAcquire()) << "the reload is transparent to the caller";
+  const auto reloads = clientEvents.of(Event::Kind::ScriptReload);
+  ASSERT_EQ(reloads.size(), 1u);
+  EXPECT_EQ(reloads[0].script, "acquire");
+  EXPECT_EQ(reloads[0].node, "127.0.0.1:" + std::to_string(server().port()));
+  EXPECT_NE(reloads[0].description.find("NOSCRIPT"), std::string::npos) << reloads[0].description;
+  EXPECT_TRUE(limiterEvents.all().empty()) << "a reload is the connection's, not the limiter's health";
 }
 
 TEST_F(Metrics, ShadowModeAtTenPerSecondOfferedAHundredCallsAllowsAllAndReportsNinety) {

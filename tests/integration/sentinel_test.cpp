@@ -31,7 +31,10 @@ detail::SentinelCounters sentinelCountersOf(Client& c) {
 TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTheGap) {
   constexpr milliseconds kDownAfter{500};
   RedisSentinelGroup group(kDownAfter);
-  auto client = Client::fromUri(group.uri(), failoverClientOptions());
+  EventLog events;
+  ClientOptions co = failoverClientOptions();
+  co.onEvent = events.callback();
+  auto client = Client::fromUri(group.uri(), co);
   RateLimiter rl(client, "sentinel:limiter", denyDuringOutages());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
   ASSERT_TRUE(rl.tryAcquire());
@@ -53,6 +56,16 @@ TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTh
   // sentinel alone may still name the old one: seen in CI).
   EXPECT_EQ(c.primary.port, group.waitForFailover(before, std::chrono::seconds(10)));
   EXPECT_GE(c.switches, 1u);
+  // The failover as the Client's events tell it: the outage, the new primary, the recovery.
+  const auto topology = events.of(Event::Kind::Topology);
+  ASSERT_GE(topology.size(), 1u);
+  EXPECT_EQ(topology.back().node, c.primary.host + ":" + std::to_string(c.primary.port)) << topology.back().description;
+  EXPECT_NE(topology.back().description.find("failover"), std::string::npos) << topology.back().description;
+  const auto health = events.of(Event::Kind::Health);
+  ASSERT_GE(health.size(), 2u);
+  EXPECT_EQ(health.front().health.kind, HealthEvent::Kind::Degraded);
+  EXPECT_EQ(health.front().health.cause, HealthEvent::Cause::Outage);
+  EXPECT_EQ(health.back().health.kind, HealthEvent::Kind::Recovered);
   std::printf(
       "[ sentinel ] first granted call %lld ms after SIGKILL of the primary (down-after %lld ms); "
       "%lld calls denied by the policy meanwhile; %llu +switch-master seen\n",

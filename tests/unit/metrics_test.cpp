@@ -14,8 +14,10 @@
 
 #include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/local_token_bucket.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
+#include "redlimit/smooth_rate_limiter.hpp"
 
 namespace {
 
@@ -47,9 +49,10 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
   constexpr int kEach = 20000;
   onThreads([&](int t) {
     for (int i = 0; i < kEach; ++i) {
-      m.decided(i % 4 != 0, 2);                 // 3 of 4 granted, 2 permits each
-      m.localHit(i % 2 == 0 ? 1 : 3);           // alternately 1 and 3 permits
-      m.roundTrip(microseconds(t * 100 + 10));  // thread t: its own bucket
+      m.decided(i % 4 != 0, 2);        // 3 of 4 granted, 2 permits each
+      m.localHit(i % 2 == 0 ? 1 : 3);  // alternately 1 and 3 permits
+      m.roundTrip();
+      m.decisionLatency(microseconds(t * 100 + 10));  // thread t: its own bucket
       m.policyDecision(FailurePolicy::Local, i % 2 == 0 ? PolicyOutcome::Allowed : PolicyOutcome::Denied);
       m.error(ErrorKind::Timeout);
       if (i % 10 == 0) m.shadowDenied();
@@ -305,6 +308,82 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
   // acquire() in shadow mode does not wait either.
   rl.acquire();
   EXPECT_EQ(registry->snapshot("shadow").shadowDenied, 91u);
+}
+
+// The in-process limiters (redlimit::local): the same monitor, set before use.
+MonitorOptions shadowInto(const std::shared_ptr<MetricsRegistry>& registry, int& hook) {
+  MonitorOptions o;
+  o.registry = registry;
+  o.shadow = true;
+  o.onShadowDenial = [&hook](const ShadowDenial&) { ++hook; };
+  return o;
+}
+
+TEST(LocalShadowMode, ATokenBucketOfTenPerSecondOfferedAHundredCallsAllowsAllAndReportsNinety) {
+  ManualClock clock{std::chrono::seconds(100)};
+  auto registry = std::make_shared<MetricsRegistry>();
+  int hook = 0;
+  BasicLocalTokenBucket<ClockRef<ManualClock>> bucket(10, 10, std::chrono::seconds(1), ClockRef<ManualClock>(clock));
+  bucket.setMonitor(LimiterMonitor("bucket", shadowInto(registry, hook)));
+  bucket.setAvailablePermits(1);  // a bucket that starts at its steady rate: 10 grants in the second
+  int allowed = 0;
+  for (int i = 0; i < 100; ++i) {
+    allowed += bucket.tryAcquire() ? 1 : 0;
+    clock.advance(milliseconds(10));
+  }
+  EXPECT_EQ(allowed, 100);
+  EXPECT_EQ(hook, 90);
+  const auto s = registry->snapshot("bucket");
+  EXPECT_EQ(s.granted, 10u);
+  EXPECT_EQ(s.denied, 90u);
+  EXPECT_EQ(s.shadowDenied, 90u);
+  // A waiting call makes one attempt: no sleep on the clock, a denial let through (5 > the 1 held).
+  const auto before = clock.now();
+  EXPECT_TRUE(bucket.tryAcquire(5, std::chrono::seconds(10)));
+  EXPECT_EQ(clock.now(), before);
+  EXPECT_EQ(registry->snapshot("bucket").shadowDenied, 91u);
+}
+
+TEST(LocalShadowMode, AGuavaLimiterOfTenPerSecondOfferedAHundredCallsAllowsAllAndReportsNinety) {
+  ManualClock clock{std::chrono::seconds(100)};
+  auto registry = std::make_shared<MetricsRegistry>();
+  int hook = 0;
+  auto limiter = BasicSmoothRateLimiter<ClockRef<ManualClock>>::bursty(10.0, 1.0, ClockRef<ManualClock>(clock));
+  limiter.setMonitor(LimiterMonitor("guava", shadowInto(registry, hook)));
+  int allowed = 0;
+  for (int i = 0; i < 100; ++i) {
+    allowed += limiter.tryAcquire() ? 1 : 0;
+    clock.advance(milliseconds(10));
+  }
+  EXPECT_EQ(allowed, 100);
+  EXPECT_EQ(hook, 90);
+  const auto s = registry->snapshot("guava");
+  EXPECT_EQ(s.granted, 10u);
+  EXPECT_EQ(s.denied, 90u);
+  EXPECT_EQ(s.shadowDenied, 90u);
+  // acquire() in shadow mode does not wait (the clock would have been slept on).
+  const auto before = clock.now();
+  (void)limiter.acquire();
+  (void)limiter.acquire();
+  EXPECT_EQ(clock.now(), before);
+  EXPECT_EQ(registry->snapshot("guava").shadowDenied, 91u) << "the first was free, the second would have waited";
+}
+
+TEST(LocalShadowMode, WithoutShadowModeTheLocalLimitersCountAndStillRefuse) {
+  ManualClock clock{std::chrono::seconds(100)};
+  auto registry = std::make_shared<MetricsRegistry>();
+  MonitorOptions o;
+  o.registry = registry;
+  BasicLocalTokenBucket<ClockRef<ManualClock>> bucket(2, 1, std::chrono::seconds(1), ClockRef<ManualClock>(clock));
+  bucket.setMonitor(LimiterMonitor("plain", o));
+  EXPECT_TRUE(bucket.tryAcquire());
+  EXPECT_TRUE(bucket.tryAcquire());
+  EXPECT_FALSE(bucket.tryAcquire());
+  EXPECT_FALSE(bucket.tryAcquire(3));  // over capacity: never
+  const auto s = registry->snapshot("plain");
+  EXPECT_EQ(s.granted, 2u);
+  EXPECT_EQ(s.denied, 2u);
+  EXPECT_EQ(s.shadowDenied, 0u);
 }
 
 }  // namespace

@@ -222,6 +222,47 @@ TEST(Pipeline, NoScriptLoadsOnceAndResendsEveryFailedRequest) {
   EXPECT_EQ(log.order, (std::vector<int>{1, 2, 0}));
 }
 
+TEST(Pipeline, ANoScriptForAScriptTheServerHadRunIsAReloadEventAndAFirstLoadIsNone) {
+  std::vector<Event> events;
+  std::vector<const Script*> seen;  // the server's scripts as its connections saw them
+  const std::string noscript = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+  const std::string loaded = "$40\r\n" + std::string(kScript.sha1) + "\r\n";
+  Log log;
+  std::vector<Finished> done;
+  {
+    Pipeline p(
+        ReplyLimits{}, "", "test:1", [&](const Event& e) { events.push_back(e); }, &seen);
+    p.push(scriptRequest(log, 0));
+    drain(p);
+    p.received(noscript.data(), noscript.size(), done);  // the first load on this server
+    EXPECT_TRUE(done.empty());
+    drain(p);
+    const std::string replies = loaded + ":1\r\n";
+    p.received(replies.data(), replies.size(), done);
+    run(done);
+    EXPECT_TRUE(events.empty()) << "a first load is no event";
+  }
+  // A new connection to the same server (after a restart): its NOSCRIPT is a reload.
+  Pipeline p(
+      ReplyLimits{}, "", "test:1", [&](const Event& e) { events.push_back(e); }, &seen);
+  p.push(scriptRequest(log, 1));
+  drain(p);
+  p.received(noscript.data(), noscript.size(), done);
+  ASSERT_EQ(done.size(), 1u) << "the event, as a completion (run outside the connection's lock)";
+  EXPECT_TRUE(events.empty()) << "not before the completions run";
+  run(done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, Event::Kind::ScriptReload);
+  EXPECT_EQ(events[0].script, "test");
+  EXPECT_EQ(events[0].node, "test:1");
+  drain(p);
+  const std::string replies = loaded + ":2\r\n";
+  p.received(replies.data(), replies.size(), done);
+  run(done);
+  EXPECT_EQ(log.outcomes[1].reply.integer, 2) << "the call itself succeeded";
+  EXPECT_EQ(events.size(), 1u);
+}
+
 TEST(Pipeline, AFailedGreetingFailsEverythingOnTheConnectionWithItsError) {
   Pipeline p(ReplyLimits{}, "alice", "test:1");
   Log log;

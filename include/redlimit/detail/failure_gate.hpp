@@ -47,7 +47,7 @@ class FailureGate {
   /// The call reached Redis and ran: leaves an outage or misconfiguration (reporting Recovered once).
   void succeeded();
   /// succeeded() for a deciding call that started at `startedAt` (callStart()): also counts its
-  /// round trip and latency.
+  /// latency (the limiter counts its requests, LimiterMetrics::roundTrip).
   void answered(std::int64_t startedAt);
   /// When a call starts, for failed(): µs on the gate's clock.
   [[nodiscard]] std::int64_t callStart() const { return nowMicros(); }
@@ -71,7 +71,7 @@ class FailureGate {
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
   [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// The end of a guarded call that started at `startedAt` and failed with `error`: records it
-  /// (as noteError, and as a round trip with its latency and error kind), then returns the policy's decision for `permits` if the failure was an outage
+  /// (as noteError, and its latency and error kind), then returns the policy's decision for `permits` if the failure was an outage
   /// (an IoError), or nullopt if the caller must throw `error`: any other error, or an outage under
   /// FailurePolicy::Throw. The one classification of a decision's outcome, for sync calls (from a
   /// catch block) and for completions of async ones alike. `rate`/`interval` as for decide().
@@ -96,7 +96,7 @@ class FailureGate {
   void enter(State to, const Error& error, std::int64_t startedAt);
   // Reports a health change to onHealthChange and the monitor's subscribers (no lock held).
   void report(const HealthEvent& event) const;
-  void countRoundTrip(std::int64_t startedAt) const;
+  void countLatency(std::int64_t startedAt) const;
 
   const std::string limiter_;
   const FailureOptions options_;
