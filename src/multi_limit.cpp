@@ -208,7 +208,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
   const std::vector<std::string> args = takeArgs(permits, maxWait);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::int64_t started = gate_.callStart();
-  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
+  gate_.monitor().roundTrip();
   try {
     Reply reply;
     try {
@@ -249,7 +249,7 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
   const std::vector<std::string> args = takeArgs(permits, maxWait);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::int64_t started = gate_.callStart();
-  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
+  gate_.monitor().roundTrip();
   // The completion holds the handle weakly: requests in flight must not keep a dropped MultiLimit
   // (and through it the Client and its I/O thread) alive.
   detail::evalAsync(

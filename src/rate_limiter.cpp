@@ -457,7 +457,7 @@ AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const 
 
 void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
   ++a->tries;
-  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
+  gate_.monitor().roundTrip();
   const fmt::format_int most(a->atMost), least(a->atLeast);
   const std::string now = nowArg(), expected = expectedRateArg();
   // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
@@ -572,7 +572,7 @@ void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {
 
 void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
   ++b->tries;
-  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
+  gate_.monitor().roundTrip();
   const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(b->items.size());
   std::vector<std::string> permits;
   permits.reserve(b->items.size());

@@ -180,7 +180,7 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::vector<std::string_view> keys{name_};
   const std::int64_t started = gate_.callStart();
-  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
+  gate_.monitor().roundTrip();
   try {
     Reply reply;
     try {
@@ -222,7 +222,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::vector<std::string_view> keys{name_};
   const std::int64_t started = gate_.callStart();
-  if (LimiterMetrics* m = gate_.monitor().metrics()) m->roundTrip();
+  gate_.monitor().roundTrip();
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
   // (and through it the Client and its I/O thread) alive.
   evalAsync(

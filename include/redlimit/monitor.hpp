@@ -76,6 +76,10 @@ class LimiterMonitor {
     decision.allowed = admit(false, decision.permits, decision.retryAfter, decision.byPolicy);
     decision.shadowDenied = decision.allowed;
   }
+  /// Counts a request a deciding call sent to Redis (LimiterMetrics::roundTrip).
+  void roundTrip() const noexcept {
+    if (metrics_) metrics_->roundTrip();
+  }
   /// Counts a decision served from a segment (SegmentedRateLimiter's hit): one relaxed addition.
   void localHit(std::int64_t permits) const noexcept {
     if (metrics_) metrics_->localHit(permits);

@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "redlimit/detail/client_access.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/no_free_descriptors.hpp"
@@ -78,20 +79,6 @@ struct Events {
     return seen;
   }
 };
-
-const char* policyName(FailurePolicy p) {
-  switch (p) {
-    case FailurePolicy::Throw:
-      return "Throw";
-    case FailurePolicy::Allow:
-      return "Allow";
-    case FailurePolicy::Deny:
-      return "Deny";
-    case FailurePolicy::Local:
-      return "Local";
-  }
-  return "?";
-}
 
 constexpr FailurePolicy kPolicies[] = {FailurePolicy::Throw, FailurePolicy::Allow, FailurePolicy::Deny,
                                        FailurePolicy::Local};
@@ -376,7 +363,7 @@ TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysTo
   // A limiter's EVALSHA has 13 arguments: Redis answers "Protocol error: unauthenticated
   // multibulk length" to more than 10 from an unauthenticated client, and closes the connection.
   for (FailurePolicy policy : kPolicies) {
-    SCOPED_TRACE(policyName(policy));
+    SCOPED_TRACE(failurePolicyName(policy));
     Events events;
     auto c = clientOn(secured.uri());
     RateLimiter rl(c, "nopass", events.options(policy));
@@ -430,7 +417,7 @@ TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReporte
   ASSERT_EQ(detail::command(*onPrimary, {"WAIT", "1", "5000"}).integer, 1);
 
   for (FailurePolicy policy : kPolicies) {
-    SCOPED_TRACE(policyName(policy));
+    SCOPED_TRACE(failurePolicyName(policy));
     Events events;
     RateLimiter rl(onReplica, "replicated", events.options(policy));
     const std::int64_t before = errorCount(*onReplica, "READONLY");
@@ -481,7 +468,7 @@ TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
   RedisServer tls({"--tls-port", std::to_string(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
                    "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"});
   for (FailurePolicy policy : kPolicies) {
-    SCOPED_TRACE(policyName(policy));
+    SCOPED_TRACE(failurePolicyName(policy));
     Events events;
     auto c = clientOn("redis://127.0.0.1:" + std::to_string(tlsPort));
     RateLimiter rl(c, "tls", events.options(policy));
@@ -504,7 +491,7 @@ TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
 
 TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
   for (FailurePolicy policy : kPolicies) {
-    SCOPED_TRACE(policyName(policy));
+    SCOPED_TRACE(failurePolicyName(policy));
     Events events;
     auto c = newClient();
     RateLimiter rl(c, name(), events.options(policy));

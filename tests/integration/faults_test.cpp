@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "redlimit/detail/client_access.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -109,20 +110,6 @@ struct Events {
   }
 };
 
-const char* policyName(FailurePolicy p) {
-  switch (p) {
-    case FailurePolicy::Throw:
-      return "throw";
-    case FailurePolicy::Allow:
-      return "allow";
-    case FailurePolicy::Deny:
-      return "deny";
-    case FailurePolicy::Local:
-      return "local";
-  }
-  return "?";
-}
-
 }  // namespace
 
 // --- SIGKILL during load, restart a second later on the same port --------------------------
@@ -197,7 +184,7 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
   std::printf(
       "FAULT sigkill policy=%s calls=%zu outage_calls=%d granted=%d denied=%d errors=%d "
       "max_call_ms=%lld recovery_after_restart_ms=%lld\n",
-      policyName(policy), calls.size(), outageCalls, outageGranted, outageDenied, outageFailed,
+      failurePolicyName(policy), calls.size(), outageCalls, outageGranted, outageDenied, outageFailed,
       static_cast<long long>(maxCall), static_cast<long long>(recoveryMs));
 
   EXPECT_EQ(other, 0);
@@ -244,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, ServerCrash,
                          ::testing::Values(FailurePolicy::Throw, FailurePolicy::Allow, FailurePolicy::Deny,
                                            FailurePolicy::Local),
                          [](const ::testing::TestParamInfo<FailurePolicy>& param) {
-                           std::string n = policyName(param.param);
+                           std::string n = failurePolicyName(param.param);
                            n[0] = static_cast<char>(std::toupper(n[0]));
                            return n;
                          });
@@ -377,7 +364,7 @@ TEST_F(Faults, WrongPasswordIsAnAuthErrorAtOnceUnderEveryPolicy) {
     lo.failure.policy = policy;
     RateLimiter limiter(client, "auth", lo);
     const auto start = Clock::now();
-    EXPECT_THROW((void)limiter.tryAcquire(), AuthError) << policyName(policy);
+    EXPECT_THROW((void)limiter.tryAcquire(), AuthError) << failurePolicyName(policy);
     EXPECT_LE(msSince(start, Clock::now()), kConnectTimeout.count()) << "no retry loop";
     EXPECT_EQ(limiter.failureStats().outages, 0u) << "bad credentials are not an outage";
   }
@@ -436,7 +423,7 @@ TEST_F(Faults, CorruptedConfigIsATypedErrorAndWritesNothing) {
 
 TEST(SegmentFaults, SegmentedLimiterFollowsItsSourcesFailurePolicy) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
-    SCOPED_TRACE(policyName(policy));
+    SCOPED_TRACE(failurePolicyName(policy));
     RedisServer server;
     auto client = Client::create(faultClientOptions(server.uri(), 2));
     RateLimiterOptions lo;
