@@ -327,7 +327,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       monitor_.localHit(permits);
       return true;
     }
-    return monitor_.admit(acquireSlow(permits, std::chrono::microseconds{0}, false), permits);
+    return admitSlow(acquireSlow(permits, std::chrono::microseconds{0}, false), permits);
   }
 
   /// Takes one permit, waiting up to `timeout` (see tryAcquire(permits, timeout)).
@@ -345,7 +345,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       return true;
     }
     const auto bounded = std::clamp(timeout, std::chrono::milliseconds{0}, kMaxWait);
-    return monitor_.admit(acquireSlow(permits, std::chrono::microseconds{bounded}, false), permits);
+    return admitSlow(acquireSlow(permits, std::chrono::microseconds{bounded}, false), permits);
   }
 
   /// Takes one permit, waiting as long as it takes.
@@ -362,7 +362,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       monitor_.localHit(permits);
       return;
     }
-    (void)monitor_.admit(acquireSlow(permits, std::chrono::microseconds{0}, true), permits);
+    (void)admitSlow(acquireSlow(permits, std::chrono::microseconds{0}, true), permits);
   }
 
   /// Brings the distributed configuration to (type, rate, interval) if it differs — giving the
@@ -523,7 +523,18 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     return intervalMicros_.load(std::memory_order_relaxed) / 4;
   }
 
-  bool acquireSlow(std::int64_t permits, std::chrono::microseconds timeout, bool forever) {
+  // What the slow path decided; a denial carries the wait the source returned (0 when the
+  // failure policy answered), which shadow mode reports as the would-be retryAfter.
+  struct SlowResult {
+    bool granted = false;
+    std::chrono::milliseconds wait{0};
+  };
+
+  bool admitSlow(const SlowResult& r, std::int64_t permits) const {
+    return monitor_.admit(r.granted, permits, std::chrono::microseconds{r.wait});
+  }
+
+  SlowResult acquireSlow(std::int64_t permits, std::chrono::microseconds timeout, bool forever) {
     const std::int64_t until = clock_.now().count() + timeout.count();
     for (;;) {
       TryResult a;
@@ -535,15 +546,15 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         if (ownTimeout) waitFor = std::chrono::microseconds{std::max<std::int64_t>(0, until - clock_.now().count())};
         a = takeOrRefill(permits, clock_.now() + waitFor);
       }
-      if (a.granted) return true;
+      if (a.granted) return SlowResult{true, {}};
       if (a.timedOut) {
         if (forever) continue;
-        return refillTimedOut(permits, waitFor, ownTimeout);
+        return SlowResult{refillTimedOut(permits, waitFor, ownTimeout), {}};
       }
       const std::chrono::milliseconds wait = std::max(a.wait, std::chrono::milliseconds{1});
       if (!forever) {
-        if (timeout.count() <= 0) return false;
-        if (until - clock_.now().count() < std::chrono::microseconds{wait}.count()) return false;
+        if (timeout.count() <= 0) return SlowResult{false, wait};
+        if (until - clock_.now().count() < std::chrono::microseconds{wait}.count()) return SlowResult{false, wait};
       }
       clock_.sleepFor(wait);
     }

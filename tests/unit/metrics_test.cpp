@@ -287,10 +287,14 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
   ManualClock clock{std::chrono::seconds(100)};
   auto registry = std::make_shared<MetricsRegistry>();
   int hook = 0;
+  std::vector<microseconds> waits;
   MonitorOptions o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&](const ShadowDenial&) { ++hook; };
+  o.onShadowDenial = [&](const ShadowDenial& d) {
+    ++hook;
+    waits.push_back(d.retryAfter);
+  };
   auto source = std::make_shared<WindowSource>(clock, 10, LimiterMonitor("shadow", o));
   WindowLimiter rl(source, segmentOf(5), ClockRef<ManualClock>(clock));
   int allowed = 0;
@@ -301,6 +305,11 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
   }
   EXPECT_EQ(allowed, 100);
   EXPECT_EQ(hook, 90);
+  // Each would-be denial reports the source's wait: the window (100..101 s) ends 910 ms after the
+  // first denial (at 100.090 s), 9 ms sooner at each call after it.
+  ASSERT_EQ(waits.size(), 90u);
+  EXPECT_EQ(waits.front(), milliseconds(910));
+  EXPECT_EQ(waits.back(), milliseconds(910 - 89 * 9));
   const auto s = registry->snapshot("shadow");
   EXPECT_EQ(s.granted, 10u);
   EXPECT_EQ(s.denied, 90u);
