@@ -80,16 +80,40 @@ bool FailureGate::shouldTry() {
 
 void FailureGate::succeeded() {
   if (state_.load(std::memory_order_relaxed) == kHealthy) return;
-  const int was = state_.exchange(kHealthy, std::memory_order_relaxed);
-  if (was == kHealthy) return;
-  recoveredAt_.store(nowMicros(), std::memory_order_relaxed);
-  if (LimiterMetrics* m = monitor_.metrics()) m->degradedBy(-1);
-  HealthEvent event;
-  event.kind = HealthEvent::Kind::Recovered;
-  event.cause = was == kMisconfigured ? HealthEvent::Cause::Configuration : HealthEvent::Cause::Outage;
-  event.limiter = limiter_;
-  event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
-  report(event);
+  {
+    const LockGuard lock(eventsMutex_);
+    const int was = state_.exchange(kHealthy, std::memory_order_relaxed);
+    if (was == kHealthy) return;
+    recoveredAt_.store(nowMicros(), std::memory_order_relaxed);
+    if (LimiterMetrics* m = monitor_.metrics()) m->degradedBy(-1);
+    HealthEvent event;
+    event.kind = HealthEvent::Kind::Recovered;
+    event.cause = was == kMisconfigured ? HealthEvent::Cause::Configuration : HealthEvent::Cause::Outage;
+    event.limiter = limiter_;
+    event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
+    pending_.push_back(std::move(event));
+  }
+  deliver();
+}
+
+void FailureGate::deliver() {
+  UniqueLock lk(eventsMutex_);
+  if (delivering_) return;  // the thread delivering now reports ours after the ones before it
+  delivering_ = true;
+  while (!pending_.empty()) {
+    const HealthEvent event = std::move(pending_.front());
+    pending_.pop_front();
+    lk.unlock();
+    try {
+      report(event);
+    } catch (...) {  // a callback threw: the next transition delivers what is still queued
+      lk.lock();
+      delivering_ = false;
+      throw;
+    }
+    lk.lock();
+  }
+  delivering_ = false;
 }
 
 void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(kOutage, error, startedAt); }
@@ -120,21 +144,25 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
     lastError_ = error.what();
   }
   if (to == kOutage) nextProbe_.store(saturatingAdd(now, probeMicros_), std::memory_order_relaxed);
-  const int was = state_.exchange(to, std::memory_order_relaxed);
-  if (was == to) return;
-  if (was == kHealthy) {
-    degradedSince_.store(now, std::memory_order_relaxed);
-    if (LimiterMetrics* m = monitor_.metrics()) m->degradedBy(1);
+  {
+    const LockGuard lock(eventsMutex_);
+    const int was = state_.exchange(to, std::memory_order_relaxed);
+    if (was == to) return;
+    if (was == kHealthy) {
+      degradedSince_.store(now, std::memory_order_relaxed);
+      if (LimiterMetrics* m = monitor_.metrics()) m->degradedBy(1);
+    }
+    (to == kOutage ? outages_ : misconfigurations_).fetch_add(1, std::memory_order_relaxed);
+    HealthEvent event;
+    event.kind = HealthEvent::Kind::Degraded;
+    event.cause = to == kOutage ? HealthEvent::Cause::Outage : HealthEvent::Cause::Configuration;
+    event.limiter = limiter_;
+    event.error = error.what();
+    event.errorType = errorTypeName(error);
+    event.exception = copyOf(error);
+    pending_.push_back(std::move(event));
   }
-  (to == kOutage ? outages_ : misconfigurations_).fetch_add(1, std::memory_order_relaxed);
-  HealthEvent event;
-  event.kind = HealthEvent::Kind::Degraded;
-  event.cause = to == kOutage ? HealthEvent::Cause::Outage : HealthEvent::Cause::Configuration;
-  event.limiter = limiter_;
-  event.error = error.what();
-  event.errorType = errorTypeName(error);
-  event.exception = copyOf(error);
-  report(event);
+  deliver();
 }
 
 bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {

@@ -1,4 +1,7 @@
 // The failure gate's state machine and the Local policy's bucket, on a manual clock.
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -84,6 +87,57 @@ TEST(FailureGate, AFailureOfACallSentBeforeTheRecoveryIsStale) {
   gate.failed(IoError("refused"), manualNow());
   EXPECT_TRUE(gate.stats().degraded);
   EXPECT_EQ(gate.stats().outages, 2u);
+}
+
+// A callback that causes a transition (here: a Degraded handler whose retry succeeds) must not
+// deadlock, and its event comes after the one being delivered, not inside it.
+TEST(FailureGate, ATransitionCausedByACallbackIsReportedAfterTheEventBeingDelivered) {
+  std::vector<std::string> trace;
+  FailureGate* self = nullptr;
+  FailureOptions o;
+  o.policy = FailurePolicy::Deny;
+  o.onHealthChange = [&](const HealthEvent& e) {
+    const std::string kind = e.kind == HealthEvent::Kind::Degraded ? "degraded" : "recovered";
+    trace.push_back("enter " + kind);
+    if (e.kind == HealthEvent::Kind::Degraded) self->succeeded();
+    trace.push_back("leave " + kind);
+  };
+  FailureGate gate("g", o, ClockView(clock_));
+  self = &gate;
+  gate.failed(IoError("refused"), manualNow());
+  EXPECT_EQ(trace,
+            (std::vector<std::string>{"enter degraded", "leave degraded", "enter recovered", "leave recovered"}));
+  EXPECT_FALSE(gate.stats().degraded);
+}
+
+// Two threads moving the gate back and forth: the events alternate, starting with Degraded, in
+// the order the state changed (reported each on its own thread, a Recovered could overtake the
+// Degraded before it).
+TEST(FailureGate, EventsFromConcurrentTransitionsComeInTheOrderOfTheTransitions) {
+  ManualClock clock{microseconds(1000000)};  // never advanced: no failure is stale
+  std::mutex m;
+  std::vector<HealthEvent::Kind> kinds;
+  FailureOptions o;
+  o.policy = FailurePolicy::Deny;
+  o.onHealthChange = [&](const HealthEvent& e) {
+    const std::lock_guard<std::mutex> lock(m);
+    kinds.push_back(e.kind);
+  };
+  FailureGate gate("g", o, ClockView(clock));
+  constexpr int kRounds = 20000;
+  std::thread failing([&] {
+    for (int i = 0; i < kRounds; ++i) gate.failed(IoError("refused"), clock.now().count());
+  });
+  std::thread succeeding([&] {
+    for (int i = 0; i < kRounds; ++i) gate.succeeded();
+  });
+  failing.join();
+  succeeding.join();
+  ASSERT_FALSE(kinds.empty());
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    ASSERT_EQ(kinds[i], i % 2 == 0 ? HealthEvent::Kind::Degraded : HealthEvent::Kind::Recovered) << "event " << i;
+  }
+  EXPECT_EQ(gate.stats().degraded, kinds.size() % 2 == 1);
 }
 
 TEST(FailureGate, PoliciesDecideAndCount) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -96,6 +97,9 @@ class FailureGate {
   void enter(State to, const Error& error, std::int64_t startedAt);
   // Reports a health change to onHealthChange and the monitor's subscribers (no lock held).
   void report(const HealthEvent& event) const;
+  // Reports the queued events in the order of their transitions: one thread at a time, with no
+  // lock held while a callback runs (a callback that causes a transition queues it and returns).
+  void deliver();
   void countLatency(std::int64_t startedAt) const;
 
   const std::string limiter_;
@@ -113,6 +117,12 @@ class FailureGate {
   // FailurePolicy::Local: rate x share per interval, made on first use and remade (keeping what
   // it holds, up to the new capacity) when the configuration seen changes.
   std::optional<BasicLocalTokenBucket<ClockView>> local_ REDLIMIT_GUARDED_BY(mutex_);
+  // A transition changes state_ and queues its event under this lock, so events are delivered in
+  // the order the state changed (two threads reporting on their own could swap a Degraded and
+  // the Recovered that followed it).
+  Mutex eventsMutex_;
+  std::deque<HealthEvent> pending_ REDLIMIT_GUARDED_BY(eventsMutex_);
+  bool delivering_ REDLIMIT_GUARDED_BY(eventsMutex_) = false;
 };
 
 }  // namespace redlimit::detail
