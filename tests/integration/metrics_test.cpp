@@ -156,9 +156,12 @@ TEST_F(Metrics, ShadowModeAtTenPerSecondOfferedAHundredCallsAllowsAllAndReportsN
   to.monitor = shadow;
   TokenBucketRateLimiter bucket(client(), name("bucket"), to);
   TokenBucketConfig cfg;
+  // A burst of 10, refilled over 10 s: a bucket refills continuously (at 10 per 1000 ms one token
+  // every 100 ms, and the 100 calls take longer than that under TSan), so at one per second no
+  // whole token comes back within the 900 ms the calls are given below.
   cfg.capacity = 10;
   cfg.refillPermits = 10;
-  cfg.refillInterval = milliseconds(1000);
+  cfg.refillInterval = milliseconds(10000);
   ASSERT_TRUE(bucket.trySetConfig(cfg));
   RateLimiter segmentSource(client(), name("segment"), ro);
   ASSERT_TRUE(segmentSource.trySetRate(RateType::Overall, 10, milliseconds(1000)));
