@@ -10,6 +10,7 @@
 #include "key_slot.hpp"
 #include "random.hpp"
 #include "sentinel.hpp"
+#include "stream.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "transport.hpp"
@@ -60,6 +61,35 @@ bool isKeyless(std::string_view command) {
   return false;
 }
 
+// TLS without verifying the server authenticates nobody: say so once per Client, as an event, so
+// that a setting copied from a test set-up does not go unnoticed in production.
+void reportInsecureTls(const ClientOptions& o) {
+  if (!o.onEvent || !o.connection.tls.enabled || o.connection.tls.verifyPeer) return;
+  Event e;
+  e.kind = Event::Kind::InsecureTls;
+  switch (o.topology) {
+    case Topology::Cluster:
+      e.node = o.cluster.seeds.empty() ? std::string() : detail::endpointOf(o.cluster.seeds.front());
+      break;
+    case Topology::Sentinel:
+      e.node = o.sentinel.primaryName;
+      break;
+    case Topology::Standalone:
+      e.node = detail::endpointOf(o.connection);
+      break;
+  }
+  e.description = fmt::format(
+      "redlimit: TLS to {} with TlsOptions::verifyPeer = false: the server's certificate is not checked, so "
+      "anyone who can intercept the connection can pose as Redis; point caFile or caPath at the CA that signed "
+      "the server's certificate and keep verifyPeer on",
+      e.node);
+  try {
+    o.onEvent(e);
+  } catch (...) {
+    // An event callback must not throw (events.hpp); the constructor has nobody to tell.
+  }
+}
+
 }  // namespace
 
 Client::Client(ClientOptions options)
@@ -69,6 +99,7 @@ Client::Client(ClientOptions options)
   owned_ = startRunner(options_);
   forkGeneration_.store(detail::forkGeneration(), std::memory_order_relaxed);
   runner_.store(owned_.get(), std::memory_order_release);
+  reportInsecureTls(options_);
 }
 
 Client::~Client() {

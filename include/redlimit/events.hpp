@@ -20,12 +20,16 @@ struct Event {
                    // (a script's first load on a server is no event)
     Topology,      // the deployment changed under the Client: a Sentinel failover (a new
                    // primary) or a new Redis Cluster slot map (slots moved between nodes)
+    InsecureTls,   // a Client was made with TLS and TlsOptions::verifyPeer = false: the server's
+                   // certificate is not checked, so whoever can intercept the connection can pose
+                   // as Redis; reported once, by the Client's constructor, on its thread
   };
   Kind kind = Kind::Health;
   HealthEvent health;       // Kind::Health: the change (limiter, kind, cause, error)
   std::string script;       // Kind::ScriptReload: the script's name ("acquire", "gcra", ...)
   std::string node;         // ScriptReload: the server ("host:port"); Topology: the new primary
-                            // (Sentinel) or empty (Cluster: many nodes)
+                            // (Sentinel) or empty (Cluster: many nodes); InsecureTls: the server
+                            // the options name (a Cluster's first seed, a Sentinel's primary name)
   std::string description;  // every kind: one line saying what happened and why, for logs
 };
 

@@ -2,6 +2,7 @@
 // Client::fromUri reads the client URIs (parseClientUri). No server: a Client connects lazily.
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -59,3 +60,26 @@ TEST(ClientOptionsCheck, FromUriTakesClientUris) {
 }
 
 }  // namespace
+
+// Issue 29 item 10: verifyPeer = false disables authentication of the server; the Client says so
+// once, as an event, when it is made (no server needed: a Client connects lazily).
+TEST(ClientOptionsCheck, Defects29Item10InsecureTlsIsReportedOncePerClient) {
+  std::vector<Event> seen;
+  ClientOptions o;
+  o.connection.host = "127.0.0.1";
+  o.connection.port = 6380;
+  o.connection.tls.enabled = true;
+  o.onEvent = [&](const Event& e) { seen.push_back(e); };
+  { Client verified(o); }
+  EXPECT_TRUE(seen.empty());
+  o.connection.tls.verifyPeer = false;
+  { Client insecure(o); }
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].kind, Event::Kind::InsecureTls);
+  EXPECT_EQ(seen[0].node, "127.0.0.1:6380");
+  EXPECT_NE(seen[0].description.find("verifyPeer = false"), std::string::npos) << seen[0].description;
+  EXPECT_NE(seen[0].description.find("caFile"), std::string::npos) << seen[0].description;
+  o.connection.tls.enabled = false;  // no TLS: nothing to authenticate, nothing said
+  { Client plain(o); }
+  EXPECT_EQ(seen.size(), 1u);
+}
