@@ -12,7 +12,10 @@ build: deps
 	cmake --preset dev >/dev/null
 	cmake --build --preset dev -j $(JOBS)
 
-demo: build
+# The demo builds only what it runs: the library, the example and the throwaway-server runner.
+demo: deps
+	cmake --preset dev >/dev/null
+	cmake --build --preset dev -j $(JOBS) --target quickstart with-redis
 	build/dev/tests/with-redis build/dev/examples/quickstart
 
 test: build
