@@ -14,18 +14,22 @@ namespace redlimit {
 /// deployment rather than to one limiter). Switch on `kind` with a default: kinds may be added.
 struct Event {
   enum class Kind {
-    Health,        // a limiter degraded or recovered: `health` says which, why, and the error
-    ScriptReload,  // a server that had run a script answered NOSCRIPT for it (it restarted, or
-                   // SCRIPT FLUSH): the script was loaded again and the calls resent; none failed
-                   // (a script's first load on a server is no event)
-    Topology,      // the deployment changed under the Client: a Sentinel failover (a new
-                   // primary) or a new Redis Cluster slot map (slots moved between nodes)
+    Health,         // a limiter degraded or recovered: `health` says which, why, and the error
+    ScriptReload,   // a server that had run a script answered NOSCRIPT for it (it restarted, or
+                    // SCRIPT FLUSH): the script was loaded again and the calls resent; none failed
+                    // (a script's first load on a server is no event)
+    Topology,       // the deployment changed under the Client: a Sentinel failover (a new
+                    // primary) or a new Redis Cluster slot map (slots moved between nodes)
+    CallbackThrew,  // a completion callback of an ...Async call threw: the exception was caught
+                    // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
+                    // completed and every other call are unaffected; `limiter` names the limiter
   };
   Kind kind = Kind::Health;
   HealthEvent health;       // Kind::Health: the change (limiter, kind, cause, error)
   std::string script;       // Kind::ScriptReload: the script's name ("acquire", "gcra", ...)
   std::string node;         // ScriptReload: the server ("host:port"); Topology: the new primary
                             // (Sentinel) or empty (Cluster: many nodes)
+  std::string limiter;      // CallbackThrew: the limiter whose callback threw
   std::string description;  // every kind: one line saying what happened and why, for logs
 };
 
