@@ -125,11 +125,11 @@ TEST_F(Defects29Limiters, Item03_ThrowingDecideAndTryAcquireCallbacksRunOnce) {
   RateLimiter limiter(client(), name(), options);
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 10, seconds(60)));
   std::atomic<int> decideRuns{0}, tryRuns{0};
-  limiter.decideAsync(1, [&](Decision, std::exception_ptr) {
+  limiter.decideAsync(1, [&](Decision, const std::exception_ptr&) {
     decideRuns.fetch_add(1);
     throw std::runtime_error("decide callback throws");
   });
-  limiter.tryAcquireAsync(1, [&](bool, std::exception_ptr) {
+  limiter.tryAcquireAsync(1, [&](bool, const std::exception_ptr&) {
     tryRuns.fetch_add(1);
     throw 42;  // not a std::exception
   });
