@@ -27,7 +27,9 @@
 #include "redlimit/errors.hpp"
 #include "redlimit/events.hpp"
 #include "redlimit/metrics.hpp"
+#include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit_test/fd_io.hpp"
 
 namespace redlimit::test {
@@ -139,6 +141,46 @@ TEST_F(Defects29Limiters, Item03_ThrowingDecideAndTryAcquireCallbacksRunOnce) {
   EXPECT_EQ(tryRuns.load(), 1);
   // The handle still decides.
   EXPECT_TRUE(limiter.tryAcquireAsync(1).get());
+}
+
+// The one-key limiters and MultiLimit: a throwing callback is caught, counted and reported (it
+// used to escape into the transport, which dropped it unreported), and runs once.
+TEST_F(Defects29Limiters, Item03_OneKeyAndMultiLimitCallbacksThatThrowAreCountedOnce) {
+  const std::string tag = "{" + name("k") + "}:";
+  TokenBucketRateLimiterOptions bucketOptions;
+  bucketOptions.monitor.registry = std::make_shared<MetricsRegistry>();
+  std::atomic<int> bucketEvents{0};
+  bucketOptions.monitor.onEvent = [&](const Event& e) {
+    if (e.kind == Event::Kind::CallbackThrew) bucketEvents.fetch_add(1);
+  };
+  TokenBucketRateLimiter bucket(client(), tag + "bucket", bucketOptions);
+  TokenBucketConfig config;
+  config.capacity = 10;
+  config.refillPermits = 10;
+  config.refillInterval = milliseconds(60000);
+  ASSERT_TRUE(bucket.trySetConfig(config));
+  MultiLimitOptions multiOptions;
+  multiOptions.monitor.registry = std::make_shared<MetricsRegistry>();
+  MultiLimit multi({bucket}, multiOptions);
+
+  std::atomic<int> bucketRuns{0}, multiRuns{0};
+  bucket.decideAsync(1, [&](const Decision&, const std::exception_ptr&) {
+    bucketRuns.fetch_add(1);
+    throw std::runtime_error("bucket callback throws");
+  });
+  multi.tryAcquireAsync(1, [&](bool, const std::exception_ptr&) {
+    multiRuns.fetch_add(1);
+    throw std::runtime_error("multi callback throws");
+  });
+  ASSERT_TRUE(waitFor([&] {
+    return bucket.monitor().metrics()->snapshot().callbacksThrew == 1 &&
+           multi.monitor().metrics()->snapshot().callbacksThrew == 1;
+  }));
+  EXPECT_EQ(bucketEvents.load(), 1);
+  EXPECT_EQ(bucketRuns.load(), 1);
+  EXPECT_EQ(multiRuns.load(), 1);
+  EXPECT_TRUE(bucket.tryAcquireAsync(1).get());
+  EXPECT_TRUE(multi.tryAcquireAsync(1).get());
 }
 
 // ----- Item 2 ------------------------------------------------------------------------------------
