@@ -1,7 +1,7 @@
 // Regressions for issue 29 ("Defects found by trying to break the transport"), the limiters' items:
-// 2 (a limiter with requests in flight at fork() was dead in the child) and 3 (one throwing
-// completion callback broke its whole coalesced batch). Item 7 (memory amplification by a hostile
-// peer) is a parser test: tests/unit/resp_test.cpp, Defects29.Item07_*.
+// 2 (a limiter with requests in flight at fork() was dead in the child), 3 (one throwing
+// completion callback broke its whole coalesced batch) and 7 (memory amplification by a hostile
+// peer; the parser's own tests are in tests/unit/resp_test.cpp, Defects29.Item07_*).
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -24,12 +25,14 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/events.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit_test/fake_peer.hpp"
 #include "redlimit_test/fd_io.hpp"
 
 namespace redlimit::test {
@@ -267,6 +270,57 @@ TEST_F(Defects29Limiters, Item02_ForkWithAcquiresInFlightLeavesTheChildsHandleWo
   // The parent's acquisitions all complete, granted (the rate is far above what was asked).
   ASSERT_TRUE(waitFor([&] { return parentDone.load() == kInFlight; }));
   EXPECT_EQ(parentGranted.load(), kInFlight);
+}
+
+// ----- Item 7 ------------------------------------------------------------------------------------
+
+// The process's peak virtual memory (VmPeak in /proc/self/status), bytes; 0 if unreadable.
+std::uint64_t peakVirtualBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmPeak:", 0) == 0) return std::stoull(line.substr(7)) * 1024;  // "VmPeak:  123 kB"
+  }
+  return 0;
+}
+
+// 70 bytes of "*1048576\r\n" nested 7 deep, then silence: the old parser reserved every level's
+// announced count (VmPeak rose by about 530 MB here; under `ulimit -v` the caller got
+// std::bad_alloc, which no failure policy sees). Now the request ends at its deadline with a
+// TimeoutError, the limiter's policy decides, and the peak stays where it was.
+TEST_F(Defects29Limiters, Item07_NestedArrayHeadersFromAHostilePeerCostNoMemory) {
+  FakePeer::Options po;
+  po.behaviour = FakePeer::Behaviour::Trickle;  // the reply below, a byte a millisecond, then nothing
+  po.trickleEvery = milliseconds(1);
+  po.trickleReply.clear();
+  for (int i = 0; i < 7; ++i) po.trickleReply += "*1048576\r\n";
+  ASSERT_EQ(po.trickleReply.size(), 70u);
+  FakePeer peer(po);
+  ClientOptions co;
+  co.connection.host = "127.0.0.1";
+  co.connection.port = peer.port();
+  co.connection.commandTimeout = milliseconds(500);
+  co.pool.size = 1;
+  RateLimiterOptions lo;
+  lo.failure.policy = FailurePolicy::Deny;
+  lo.monitor.registry = std::make_shared<MetricsRegistry>();
+  auto client = Client::create(co);
+  RateLimiter limiter(client, "defects29-item07", lo);
+  // A request the peer answers (CLIENT is part of its greeting) first: the Client's threads and their malloc arenas (64 MB of
+  // address space each) exist before the baseline is taken.
+  EXPECT_EQ(redlimit::detail::command(*client, {"CLIENT", "SETNAME", "item07"}).str, "OK");
+  const std::uint64_t before = peakVirtualBytes();
+  ASSERT_GT(before, 0u);
+  const Decision d = limiter.decide(1);
+  EXPECT_TRUE(d.byPolicy) << "the policy decided the call the peer never answered";
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(limiter.failureStats().denied, 1u);
+  const LimiterMetricsSnapshot m = limiter.monitor().metrics()->snapshot();
+  EXPECT_EQ(m.errorCount(ErrorKind::Timeout), 1u) << "a typed error (TimeoutError) at the deadline";
+  EXPECT_EQ(m.errorCount(ErrorKind::Other), 0u) << "no std::bad_alloc or other untyped error";
+  const std::uint64_t grown = peakVirtualBytes() - before;
+  EXPECT_LT(grown, std::uint64_t{64} << 20)
+      << "peak virtual memory grew by " << grown << " bytes for 70 bytes received";
 }
 
 }  // namespace
