@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "completion.hpp"
 #include "future_of.hpp"
 #include "key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -399,6 +400,8 @@ void MultiLimit::refund(std::int64_t permits) {
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = detail::isolated(std::move(done), monitor(), core_->label_);
   core_->takeAsync(permits, microseconds{0},
                    [monitor = monitor(), done = std::move(done)](Core::Outcome r, std::exception_ptr error) {
                      if (!error) monitor.admit(r.decision);
@@ -411,6 +414,7 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 }
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
+  done = detail::isolated(std::move(done), monitor(), core_->label_);
   decideAsync(permits, [done = std::move(done)](const MultiDecision& d, std::exception_ptr error) {
     const bool allowed = !error && d.allowed;
     done(allowed, std::move(error));

@@ -1,6 +1,7 @@
 #include "redlimit/rate_limiter.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "completion.hpp"
+#include "fork_guard.hpp"
 #include "future_of.hpp"
 #include "random.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -215,6 +218,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::SteadyTime deadline;  // the whole call's, resends included
     AcquireCallback done;
   };
+  // Runs the attempt's callback once (later calls do nothing); one that throws is reported through
+  // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
+  static void finish(Impl* self, Pending& attempt, AcquireResult result, std::exception_ptr error) noexcept;
   void send(const std::shared_ptr<Pending>& attempt);
   // Sends `attempt`, or queues it behind this handle's call in flight (RateLimiterOptions::coalesce).
   void dispatch(std::shared_ptr<Pending> attempt);
@@ -278,9 +284,21 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
-  detail::Mutex coalesceMutex_;
-  bool groupInFlight_ REDLIMIT_GUARDED_BY(coalesceMutex_) = false;
-  std::deque<std::shared_ptr<Pending>> waiting_ REDLIMIT_GUARDED_BY(coalesceMutex_);
+  // The coalescing queue (RateLimiterOptions::coalesce) of one process. A fork() child gets a
+  // fresh one on its first call: the inherited group in flight is the parent's and never finishes
+  // in the child, its waiting acquisitions belong to the parent's callers, and its lock may be
+  // held by a parent thread that does not exist in the child.
+  struct Coalescing {
+    explicit Coalescing(std::uint64_t g) : generation(g) {}
+    const std::uint64_t generation;  // detail::forkGeneration() of the process it serves
+    detail::Mutex mutex;
+    bool groupInFlight REDLIMIT_GUARDED_BY(mutex) = false;
+    std::deque<std::shared_ptr<Pending>> waiting REDLIMIT_GUARDED_BY(mutex);
+  };
+  // This process's coalescing queue (made anew after a fork).
+  Coalescing& coalescing();
+  // Owned (~Impl deletes it); in a fork child the inherited one is leaked, never touched again.
+  std::atomic<Coalescing*> coalescing_{nullptr};
 };
 
 namespace {
@@ -323,18 +341,49 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   // whose window has passed.
   recordTtl_ = fmt::to_string(
       std::clamp(detail::saturatingAdd(callBound_, callBound_), milliseconds{1000}, milliseconds{3600000}).count());
+  coalescing_.store(new Coalescing(detail::forkGeneration()), std::memory_order_release);
 }
 
 RateLimiter::Impl::~Impl() {
+  std::unique_ptr<Coalescing> c(coalescing_.load(std::memory_order_acquire));
+  if (c->generation != detail::forkGeneration()) {
+    (void)c.release();  // a fork child's copy of its parent's queue: leaked (see Coalescing)
+    return;
+  }
   std::deque<std::shared_ptr<Pending>> left;
   {
-    const detail::LockGuard lock(coalesceMutex_);
-    left.swap(waiting_);
+    const detail::LockGuard lock(c->mutex);
+    left.swap(c->waiting);
   }
   if (left.empty()) return;
   const auto closed = std::make_exception_ptr(ClosedError(
       fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
-  for (const auto& a : left) a->done(AcquireResult{}, detail::cloneError(closed));
+  for (const auto& a : left) finish(this, *a, AcquireResult{}, detail::cloneError(closed));
+}
+
+RateLimiter::Impl::Coalescing& RateLimiter::Impl::coalescing() {
+  Coalescing* c = coalescing_.load(std::memory_order_acquire);
+  const std::uint64_t generation = detail::forkGeneration();
+  if (c->generation == generation) return *c;
+  static std::mutex renew;  // as Client::startAfterFork's: a child's threads start after the fork
+  const std::lock_guard<std::mutex> lock(renew);
+  c = coalescing_.load(std::memory_order_acquire);
+  if (c->generation != generation) {
+    c = new Coalescing(generation);  // the inherited one is leaked: see Coalescing
+    coalescing_.store(c, std::memory_order_release);
+  }
+  return *c;
+}
+
+void RateLimiter::Impl::finish(Impl* self, Pending& a, AcquireResult result, std::exception_ptr error) noexcept {
+  AcquireCallback done = std::move(a.done);
+  a.done = nullptr;
+  if (!done) return;
+  try {
+    done(std::move(result), std::move(error));
+  } catch (...) {
+    if (self != nullptr) detail::reportCallbackThrew(self->gate_.monitor(), self->name_, std::current_exception());
+  }
 }
 
 // Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
@@ -484,7 +533,7 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
         if (error) {
           error = detail::limiterError(std::move(error));
           if (!self) {
-            a->done(AcquireResult{}, std::move(error));
+            finish(nullptr, *a, AcquireResult{}, std::move(error));
             return;
           }
           // The connection closed under the request: the reply may be lost. Send it again (the
@@ -495,17 +544,17 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
             self->send(a);
             return;
           }
-          a->done(AcquireResult{}, std::move(error));
+          finish(self.get(), *a, AcquireResult{}, std::move(error));
           return;
         }
         AcquireResult out;
         try {
           out = parseAcquire(self.get(), r, a->id);
         } catch (...) {
-          a->done(AcquireResult{}, std::current_exception());
+          finish(self.get(), *a, AcquireResult{}, std::current_exception());
           return;
         }
-        a->done(std::move(out), nullptr);
+        finish(self.get(), *a, std::move(out), nullptr);
       },
       tryDeadline(a->deadline));
 }
@@ -526,12 +575,13 @@ void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
     return;
   }
   {
-    const detail::LockGuard lock(coalesceMutex_);
-    if (groupInFlight_) {
-      waiting_.push_back(std::move(a));
+    Coalescing& c = coalescing();
+    const detail::LockGuard lock(c.mutex);
+    if (c.groupInFlight) {
+      c.waiting.push_back(std::move(a));
       return;
     }
-    groupInFlight_ = true;
+    c.groupInFlight = true;
   }
   sendGroup({std::move(a)});
 }
@@ -539,14 +589,15 @@ void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
 void RateLimiter::Impl::groupDone() {
   std::vector<std::shared_ptr<Pending>> next;
   {
-    const detail::LockGuard lock(coalesceMutex_);
-    if (waiting_.empty()) {
-      groupInFlight_ = false;
+    Coalescing& c = coalescing();
+    const detail::LockGuard lock(c.mutex);
+    if (c.waiting.empty()) {
+      c.groupInFlight = false;
       return;
     }
-    while (!waiting_.empty() && next.size() < kMaxCoalesced) {
-      next.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+    while (!c.waiting.empty() && next.size() < kMaxCoalesced) {
+      next.push_back(std::move(c.waiting.front()));
+      c.waiting.pop_front();
     }
   }
   sendGroup(std::move(next));
@@ -598,14 +649,15 @@ void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
         if (self) self->groupDone();
         if (error) {
           error = detail::limiterError(std::move(error));
-          for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(error));  // one object each
+          for (const auto& a : b->items)
+            finish(self.get(), *a, AcquireResult{}, detail::cloneError(error));  // one each
           return;
         }
         try {
           finishBatch(self.get(), *b, r);
         } catch (...) {
           const auto bad = std::current_exception();
-          for (const auto& a : b->items) a->done(AcquireResult{}, detail::cloneError(bad));
+          for (const auto& a : b->items) finish(self.get(), *a, AcquireResult{}, detail::cloneError(bad));
         }
       },
       tryDeadline(b->deadline));
@@ -644,7 +696,9 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
     out.interval = interval;
     if (granted > 0) out.member = packedMember(a.id, granted);
   }
-  for (std::size_t i = 0; i < n; ++i) b.items[i]->done(std::move(results[i].first), results[i].second);
+  // Each completion on its own: one that throws is reported and the loop goes on (it once broke the
+  // batch: later batch-mates never completed, earlier ones completed again with its exception).
+  for (std::size_t i = 0; i < n; ++i) finish(self, *b.items[i], std::move(results[i].first), results[i].second);
 }
 
 AcquireResult RateLimiter::Impl::askOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
@@ -718,13 +772,15 @@ void RateLimiter::Impl::askGuardedAsync(std::int64_t permits, std::int64_t atMos
                                         AcquireCallback done) {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
+  std::optional<AcquireResult> decided;
   try {
-    if (auto r = decidedWithoutRedis(permits, rate, interval)) {
-      done(std::move(*r), nullptr);
-      return;
-    }
+    decided = decidedWithoutRedis(permits, rate, interval);
   } catch (...) {
     done(AcquireResult{}, std::current_exception());
+    return;
+  }
+  if (decided) {  // outside the try: a throwing callback must not run a second time with its own exception
+    done(std::move(*decided), nullptr);
     return;
   }
   auto a = std::make_shared<Pending>();
@@ -968,7 +1024,7 @@ AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atM
   return impl_->tryAcquireUpTo(atLeast, atMost);
 }
 void RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
-  impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done));
+  impl_->tryAcquireUpToAsync(atLeast, atMost, detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_));
 }
 std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost) {
   return detail::futureOf<AcquireResult>(
@@ -1004,6 +1060,7 @@ Decision RateLimiter::decide(std::int64_t permits) {
   return d;
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
+  done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
   impl_->tryAcquireUpToAsync(permits, permits,
                              [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
                               done = std::move(done)](const AcquireResult& r, std::exception_ptr error) {
@@ -1022,6 +1079,7 @@ std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
+  done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
   impl_->tryAcquireUpToAsync(permits, permits,
                              [monitor = impl_->gate_.monitor(), permits, done = std::move(done)](
                                  const AcquireResult& r, std::exception_ptr error) {

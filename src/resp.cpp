@@ -46,19 +46,35 @@ void checkLimits(const ReplyLimits& limits) {
 // hiredis builds replies through these. They must not throw through hiredis's C frames: a refusal
 // (a limit) or an exception is recorded on the parser and the callback returns NULL, which makes
 // the reader fail ("Out of memory"); next() then reports what was recorded instead.
-// Each object is built in place: the root in root_, a child in its parent's elements, which
-// createArray reserved at their final count so that pointers to them stay valid.
+// Memory grows with the bytes received, never with a count a header announces: no array is
+// reserved at its announced size (70 bytes of "*1048576\r\n" nested 7 deep once reserved 600 MB).
+// An array being built lives in open_ at its level (the root at 0), where hiredis's pointer to it
+// stays valid however its parent's elements grow; it moves into its parent when the parent's next
+// element begins or the reply completes (hiredis builds depth first, so an open array is always
+// its parent's last element). Scalars go straight into their parent's elements, which grow as
+// vectors do; hiredis never uses a scalar's pointer after its callback returns.
 struct ReplyParser::Callbacks {
   static ReplyParser& parser(const redisReadTask* task) { return *static_cast<ReplyParser*>(task->privdata); }
-  static void* parentOf(const redisReadTask* task) { return task->parent != nullptr ? task->parent->obj : nullptr; }
+  // The level of the object a task builds: 0 for the root, 1 for its elements, ...
+  static std::size_t levelOf(const redisReadTask* task) {
+    std::size_t level = 0;
+    for (const redisReadTask* up = task->parent; up != nullptr; up = up->parent) ++level;
+    return level;
+  }
 
   template <class Build>
   static void* guarded(const redisReadTask* task, Build&& build) noexcept {
     ReplyParser& p = parser(task);
     try {
       return build(p);
+    } catch (const std::bad_alloc&) {
+      p.outOfMemory_ = true;
+      return nullptr;
+    } catch (const std::exception& e) {
+      p.refusal_ = fmt::format("a reply could not be built: {}", e.what());
+      return nullptr;
     } catch (...) {
-      p.callbackThrew_ = std::current_exception();
+      p.refusal_ = "a reply could not be built";
       return nullptr;
     }
   }
@@ -79,7 +95,7 @@ struct ReplyParser::Callbacks {
         p.refusal_ = fmt::format("bytes that are not RESP2: a bulk string of {} bytes is not followed by CRLF", len);
         return nullptr;
       }
-      Reply* slot = p.slotFor(parentOf(task));
+      Reply* slot = p.scalarSlot(levelOf(task));
       if (task->type == REDIS_REPLY_ERROR) {
         if (!p.replyIsError_) {  // the first error of the reply speaks for it
           p.replyIsError_ = true;
@@ -100,9 +116,9 @@ struct ReplyParser::Callbacks {
         p.refusal_ = fmt::format("bytes that are not RESP2: an array of {} elements", count);
         return nullptr;
       }
-      int depth = 1;
-      for (const redisReadTask* up = task->parent; up != nullptr; up = up->parent) ++depth;
-      if (depth > p.limits_.maxDepth) {
+      const std::size_t level = levelOf(task);
+      const std::size_t depth = level + 1;
+      if (depth > static_cast<std::size_t>(p.limits_.maxDepth)) {
         p.refusal_ = fmt::format("reply announces arrays nested {} deep, more than ReplyLimits::maxDepth ({})", depth,
                                  p.limits_.maxDepth);
         return nullptr;
@@ -113,16 +129,15 @@ struct ReplyParser::Callbacks {
                                  elements, p.limits_.maxElements);
         return nullptr;
       }
-      Reply* slot = p.slotFor(parentOf(task));
-      slot->type = Reply::Type::Array;
-      slot->elements.reserve(elements);
+      Reply* slot = p.arraySlot(level);
+      slot->type = Reply::Type::Array;  // its elements grow as they arrive
       return slot;
     });
   }
 
   static void* createInteger(const redisReadTask* task, long long value) {
     return guarded(task, [&](ReplyParser& p) -> void* {
-      Reply* slot = p.slotFor(parentOf(task));
+      Reply* slot = p.scalarSlot(levelOf(task));
       slot->type = Reply::Type::Integer;
       slot->integer = static_cast<std::int64_t>(value);
       return slot;
@@ -130,10 +145,10 @@ struct ReplyParser::Callbacks {
   }
 
   static void* createNil(const redisReadTask* task) {
-    return guarded(task, [&](ReplyParser& p) -> void* { return p.slotFor(parentOf(task)); });
+    return guarded(task, [&](ReplyParser& p) -> void* { return p.scalarSlot(levelOf(task)); });
   }
 
-  // hiredis frees only the root it holds (&root_), on an error or in redisReaderFree.
+  // hiredis frees only the root it holds (&open_[0]), on an error or in redisReaderFree.
   static void freeObject(void* object) { *static_cast<Reply*>(object) = Reply{}; }
 
   static const redisReplyObjectFunctions kTable;
@@ -147,7 +162,7 @@ ReplyParser::ReplyParser(const ReplyLimits& limits) : limits_(limits) {
   // The reader keeps hiredis's default maxbuf (16 KiB): a larger idle buffer is released.
   // hiredis takes a non-const table but never writes through it.
   reader_ = redisReaderCreateWithFunctions(const_cast<redisReplyObjectFunctions*>(&Callbacks::kTable));
-  if (reader_ == nullptr) throw std::bad_alloc();
+  if (reader_ == nullptr) throw ProtocolError("redlimit: out of memory creating a reply reader");
   reader_->privdata = this;
 }
 
@@ -158,7 +173,8 @@ void ReplyParser::release() noexcept {
     redisReaderFree(reader_);
     reader_ = nullptr;
   }
-  root_ = Reply{};
+  for (Reply& r : open_) r = Reply{};
+  live_.fill(false);
 }
 
 void ReplyParser::fail(std::string detail) {
@@ -184,40 +200,73 @@ std::optional<WireReply> ReplyParser::next() {
   if (failed_) throwFailed();
   void* object = nullptr;
   if (redisReaderGetReply(reader_, &object) != REDIS_OK) {
-    if (callbackThrew_) {
-      const std::exception_ptr thrown = std::exchange(callbackThrew_, nullptr);
-      failed_ = true;
-      failure_ = "a reply could not be built (out of memory)";
-      release();
-      std::rethrow_exception(thrown);
-    }
+    if (outOfMemory_) fail(outOfMemoryText());
     if (!refusal_.empty()) fail(std::exchange(refusal_, std::string()));
+    // hiredis's own allocations fail with "Out of memory" too: a ProtocolError like the rest.
     fail(fmt::format("bytes that are not RESP2: {}", reader_->errstr));
   }
   if (object == nullptr) {
     checkWaitingItem();
     return std::nullopt;
   }
+  try {
+    closeFrom(1);
+  } catch (const std::bad_alloc&) {
+    fail(outOfMemoryText());
+  }
   std::optional<WireReply> out(std::in_place);
   if (replyIsError_) {
     out->isError = true;
     out->error = std::move(replyError_);
-    root_ = Reply{};
+    open_[0] = Reply{};
   } else {
-    out->value = std::move(root_);
+    out->value = std::move(open_[0]);
   }
   return out;
 }
 
-Reply* ReplyParser::slotFor(void* parent) {
-  if (parent == nullptr) {  // a new reply begins
-    root_ = Reply{};
-    replyIsError_ = false;
-    return &root_;
+std::string ReplyParser::outOfMemoryText() const {
+  return fmt::format("out of memory building a reply ({} bytes were buffered)",
+                     reader_ != nullptr ? reader_->len : std::size_t{0});
+}
+
+std::size_t ReplyParser::elementCapacity() const noexcept {
+  std::size_t n = 0;
+  for (const Reply& r : open_) n += r.elements.capacity();
+  return n;
+}
+
+void ReplyParser::closeFrom(std::size_t level) {
+  for (std::size_t i = open_.size() - 1; i >= level && i > 0; --i) {
+    if (!live_[i]) continue;
+    open_[i - 1].elements.push_back(std::move(open_[i]));
+    open_[i] = Reply{};
+    live_[i] = false;
   }
-  auto& elements = static_cast<Reply*>(parent)->elements;
-  elements.emplace_back();  // within the capacity createArray reserved: no reallocation
+}
+
+Reply* ReplyParser::beginAt(std::size_t level) {
+  if (level == 0) {  // a new reply begins
+    for (Reply& r : open_) r = Reply{};
+    live_.fill(false);
+    replyIsError_ = false;
+    return &open_[0];
+  }
+  closeFrom(level);  // open arrays at this level or deeper are complete: this element follows them
+  return nullptr;
+}
+
+Reply* ReplyParser::scalarSlot(std::size_t level) {
+  if (Reply* root = beginAt(level)) return root;
+  auto& elements = open_[level - 1].elements;
+  elements.emplace_back();
   return &elements.back();
+}
+
+Reply* ReplyParser::arraySlot(std::size_t level) {
+  if (Reply* root = beginAt(level)) return root;
+  live_[level] = true;
+  return &open_[level];
 }
 
 // hiredis waits for the rest of the item at r.pos. A bulk string waits for its whole payload

@@ -2,8 +2,8 @@
 // commands encoded into a caller's buffer. No sockets; the transport feeds it.
 #pragma once
 
+#include <array>
 #include <cstddef>
-#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,7 +36,13 @@ void checkLimits(const ReplyLimits& limits);
 /// payload. maxBulkBytes also bounds status and error lines (a line without its CRLF fails once
 /// more than maxBulkBytes bytes of it are buffered), and a length or integer line fails once it
 /// is longer than 20 bytes: the buffer never holds much more than one reply's announced size
-/// plus what the last feed() added.
+/// plus what the last feed() added. Memory grows with the bytes received, never with the count an
+/// array header announces (arrays grow as their elements arrive): about 100 bytes per element at
+/// most, and an element takes at least 3 bytes on the wire.
+///
+/// Running out of memory anywhere in the parser is a ProtocolError (an IoError, so the limiter's
+/// FailurePolicy decides the call), never std::bad_alloc: the stream is lost as for bytes that
+/// are not RESP2.
 class ReplyParser {
  public:
   /// Throws InvalidArgument for limits checkLimits refuses.
@@ -53,13 +59,24 @@ class ReplyParser {
   /// bytes that are not RESP2 (with hiredis's text when hiredis found it), or for a reply over a
   /// limit: the message names the limit, the value announced and the limit, e.g. "reply announces
   /// an array of 2147483647 elements, more than ReplyLimits::maxElements (1048576)". After it
-  /// threw once, every later call (and feed()) throws ProtocolError: the stream is lost.
+  /// threw once, every later call (and feed()) throws ProtocolError: the stream is lost. Out of
+  /// memory is a ProtocolError too ("out of memory building a reply ...").
   [[nodiscard]] std::optional<WireReply> next();
+
+  /// The elements the reply being built has room for, summed over its open arrays: what the
+  /// parser allocated for array elements (for tests of its memory bound).
+  [[nodiscard]] std::size_t elementCapacity() const noexcept;
 
  private:
   struct Callbacks;  // hiredis's redisReplyObjectFunctions, defined in resp.cpp
 
-  [[nodiscard]] Reply* slotFor(void* parent);
+  // The object an element at `level` (0 = the root) is built in. Arrays open at that level or
+  // deeper are complete and move into their parents first.
+  [[nodiscard]] Reply* scalarSlot(std::size_t level);
+  [[nodiscard]] Reply* arraySlot(std::size_t level);
+  [[nodiscard]] Reply* beginAt(std::size_t level);
+  void closeFrom(std::size_t level);
+  [[nodiscard]] std::string outOfMemoryText() const;
   void checkWaitingItem();
   void checkNumberLine(std::string_view pending, const char* noun, const char* unit, std::size_t limit,
                        const char* limitName);
@@ -68,14 +85,16 @@ class ReplyParser {
   void release() noexcept;
 
   ReplyLimits limits_;
-  redisReader* reader_ = nullptr;     // null once failed: its buffer is released at once
-  Reply root_;                        // the reply being built; its children live inside it
-  bool replyIsError_ = false;         // the reply being built holds an error reply
-  std::string replyError_;            // its text (the first one, for nested errors)
-  std::string refusal_;               // why a callback refused to build an object
-  std::exception_ptr callbackThrew_;  // an exception (bad_alloc) a callback caught
-  bool failed_ = false;               // the stream is lost
-  std::string failure_;               // what went wrong, for the later calls' messages
+  redisReader* reader_ = nullptr;            // null once failed: its buffer is released at once
+  static constexpr std::size_t kLevels = 8;  // arrays nest at most 7 deep (checkLimits)
+  std::array<Reply, kLevels> open_;          // [0] the reply being built, [i] its open array at level i
+  std::array<bool, kLevels> live_{};         // open_[i] (i >= 1) holds an array not yet in open_[i-1]
+  bool replyIsError_ = false;                // the reply being built holds an error reply
+  std::string replyError_;                   // its text (the first one, for nested errors)
+  std::string refusal_;                      // why a callback refused to build an object
+  bool outOfMemory_ = false;                 // a callback caught std::bad_alloc
+  bool failed_ = false;                      // the stream is lost
+  std::string failure_;                      // what went wrong, for the later calls' messages
 };
 
 /// Appends the RESP encoding of argv (a multi-bulk command of argc arguments, any bytes) to out:

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "completion.hpp"
 #include "future_of.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -394,6 +395,8 @@ bool ScriptLimiter::deleteLimiter() { return command(*core_->client_, {"DEL", co
 bool ScriptLimiter::isExists() { return command(*core_->client_, {"EXISTS", core_->name_}).asInteger() == 1; }
 
 void ScriptLimiter::decideAsync(std::int64_t permits, DecisionCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = isolated(std::move(done), monitor(), core_->name_);
   core_->takeAsync(permits, microseconds{0},
                    [monitor = monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
                      if (!error) monitor.admit(r.decision);
@@ -406,6 +409,7 @@ std::future<Decision> ScriptLimiter::decideAsync(std::int64_t permits) {
 }
 
 void ScriptLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
+  done = isolated(std::move(done), monitor(), core_->name_);
   decideAsync(permits, [done = std::move(done)](Decision d, std::exception_ptr error) {
     const bool allowed = !error && d.allowed;
     done(allowed, std::move(error));

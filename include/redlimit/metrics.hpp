@@ -104,6 +104,7 @@ struct LimiterMetricsSnapshot {
   std::uint64_t roundTrips = 0;      // requests deciding calls sent to Redis (a coalesced batch is one,
                                      // a resend another), the segment cache's refills included
   std::uint64_t degraded = 0;        // handles of this name degraded now (outage or configuration error)
+  std::uint64_t callbacksThrew = 0;  // completion callbacks of ...Async calls that threw (caught and dropped)
   std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
       policy{};                                         // [FailurePolicy][PolicyOutcome]
   std::array<std::uint64_t, kErrorKindCount> errors{};  // [ErrorKind]
@@ -162,6 +163,8 @@ class LimiterMetrics {
   void error(ErrorKind kind) noexcept {
     calls_.errors[static_cast<std::size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
   }
+  /// A completion callback of an ...Async call threw (the exception was caught and dropped).
+  void callbackThrew() noexcept { calls_.callbacksThrew.fetch_add(1, std::memory_order_relaxed); }
   /// A handle of this name became degraded (+1) or recovered (-1).
   void degradedBy(std::int64_t delta) noexcept {
     calls_.degraded.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
@@ -190,6 +193,7 @@ class LimiterMetrics {
   struct alignas(detail::kCacheLine) Calls {
     std::atomic<std::uint64_t> roundTrips{0};
     std::atomic<std::uint64_t> degraded{0};  // wraps through negative deltas, read as a count
+    std::atomic<std::uint64_t> callbacksThrew{0};
     std::array<std::array<std::atomic<std::uint64_t>, kPolicyOutcomeCount>, kFailurePolicyCount> policy{};
     std::array<std::atomic<std::uint64_t>, kErrorKindCount> errors{};
   } calls_;
@@ -342,6 +346,7 @@ inline LimiterMetricsSnapshot LimiterMetrics::snapshot() const noexcept {
   s.shadowDenied = decisions_.shadowDenied.load(std::memory_order_relaxed);
   s.roundTrips = calls_.roundTrips.load(std::memory_order_relaxed);
   s.degraded = calls_.degraded.load(std::memory_order_relaxed);
+  s.callbacksThrew = calls_.callbacksThrew.load(std::memory_order_relaxed);
   for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
     for (std::size_t o = 0; o < kPolicyOutcomeCount; ++o)
       s.policy[p][o] = calls_.policy[p][o].load(std::memory_order_relaxed);

@@ -457,3 +457,41 @@ TEST(RespLimits, CheckLimitsRejectsEachField) {
   EXPECT_EQ(message(limitsWith(1, 1, -1)), "redlimit: ReplyLimits::maxDepth must be in 1..7, got -1");
   EXPECT_THROW(ReplyParser{limitsWith(1, 1, 8)}, InvalidArgument);
 }
+
+// Issue 29 item 7: 70 bytes of "*1048576\r\n" nested 7 deep made the parser reserve each
+// level's announced count (about 600 MB of address space); a client under `ulimit -v` then got
+// std::bad_alloc rather than a redlimit::Error. Memory must grow with the bytes received.
+TEST(Defects29, Item07_AnnouncedArrayCountsAllocateNothing) {
+  std::string bytes;
+  for (int i = 0; i < 7; ++i) bytes += "*1048576\r\n";
+  ASSERT_EQ(bytes.size(), 70u);
+  ReplyParser p{ReplyLimits{}};
+  feed(p, bytes);
+  EXPECT_FALSE(p.next().has_value());  // waiting for the innermost array's first element
+  EXPECT_EQ(p.elementCapacity(), 0u) << "no element arrived yet (the old parser reserved 1048576 per level)";
+  // Elements arriving grow the arrays with the bytes: 1000 integers, about 4 bytes each.
+  std::string more;
+  for (int i = 0; i < 1000; ++i) more += ":1\r\n";
+  feed(p, more);
+  EXPECT_FALSE(p.next().has_value());
+  EXPECT_GE(p.elementCapacity(), 1000u);
+  EXPECT_LE(p.elementCapacity(), 2048u);
+}
+
+TEST(Defects29, Item07_NestedArraysBuiltIncrementallyKeepTheirShape) {
+  // Arrays closing at every level, empty arrays, nils and errors between them: the open arrays
+  // move into their parents in order.
+  EXPECT_EQ(parseOne("*3\r\n*2\r\n*1\r\n:1\r\n:2\r\n*0\r\n*2\r\n$-1\r\n*-1\r\n"), "[[[:1], :2], [], [nil, nil]]");
+  EXPECT_EQ(parseOne("*2\r\n*1\r\n*1\r\n*1\r\n+deep\r\n$3\r\nend\r\n"), R"([[[[+"deep"]]], $"end"])");
+  EXPECT_EQ(parseOne(nested(7, ":7\r\n")), "[[[[[[[:7]]]]]]]");
+  // Two replies in one feed, the first ending inside its deepest array.
+  ReplyParser p{ReplyLimits{}};
+  feed(p, "*1\r\n*1\r\n:1\r\n*2\r\n:2\r\n*1\r\n:3\r\n");
+  auto first = p.next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(show(first->value), "[[:1]]");
+  auto second = p.next();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(show(second->value), "[:2, [:3]]");
+  EXPECT_FALSE(p.next().has_value());
+}

@@ -1,0 +1,62 @@
+// redlimit — completions that cannot hurt each other: a caller's callback that throws is caught,
+// counted and reported once, and every callback runs at most once.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "redlimit/events.hpp"
+#include "redlimit/monitor.hpp"
+
+namespace redlimit::detail {
+
+/// Counts a completion callback that threw `thrown` (LimiterMetrics::callbackThrew) and publishes
+/// one Event::Kind::CallbackThrew through `monitor`. Never throws: an event callback that throws,
+/// or a message that cannot be built, is dropped too (a completion has no one to throw to).
+inline void reportCallbackThrew(const LimiterMonitor& monitor, const std::string& limiter,
+                                const std::exception_ptr& thrown) noexcept {
+  if (LimiterMetrics* m = monitor.metrics()) m->callbackThrew();
+  try {
+    std::string what = "an exception that is not a std::exception";
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    Event e;
+    e.kind = Event::Kind::CallbackThrew;
+    e.limiter = limiter;
+    e.description = fmt::format(
+        "limiter {}: a completion callback threw ({}); the exception was dropped and no other call is affected",
+        limiter, what);
+    monitor.publish(e);
+  } catch (...) {
+  }
+}
+
+/// `done` as a callback that runs it at most once and never throws: an exception from it is
+/// caught and reported (reportCallbackThrew), a second call does nothing. A null `done` stays a
+/// callback that does nothing. The result is copyable (copies share the once flag). Thread-safe
+/// to call from any thread, but calls must not overlap (each completion is called once).
+template <class... Args>
+std::function<void(Args...)> isolated(std::function<void(Args...)> done, LimiterMonitor monitor, std::string limiter) {
+  auto once = std::make_shared<std::function<void(Args...)>>(std::move(done));
+  return [once, monitor = std::move(monitor), limiter = std::move(limiter)](Args... args) noexcept {
+    std::function<void(Args...)> run = std::move(*once);
+    *once = nullptr;
+    if (!run) return;
+    try {
+      run(std::forward<Args>(args)...);
+    } catch (...) {
+      reportCallbackThrew(monitor, limiter, std::current_exception());
+    }
+  };
+}
+
+}  // namespace redlimit::detail
