@@ -58,6 +58,9 @@ std::vector<MetricFamily> Collector::Collect() const {
       family("redlimit_errors_total", "Deciding calls that failed, by error type", MetricType::Counter);
   MetricFamily latency =
       family("redlimit_decision_seconds", "Time of a deciding call to Redis until its answer", MetricType::Histogram);
+  MetricFamily threw = family("redlimit_callbacks_threw_total",
+                              "Completion callbacks of async calls that threw (caught and dropped; the call was decided)",
+                              MetricType::Counter);
   MetricFamily degraded =
       family("redlimit_degraded", "Limiter handles in degraded mode now (an outage or a configuration error)",
              MetricType::Gauge);
@@ -68,6 +71,7 @@ std::vector<MetricFamily> Collector::Collect() const {
     shadow.metric.push_back(counter(s.limiter, s.shadowDenied));
     local.metric.push_back(counter(s.limiter, s.localHits));
     trips.metric.push_back(counter(s.limiter, s.roundTrips));
+    threw.metric.push_back(counter(s.limiter, s.callbacksThrew));
     for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
       for (std::size_t o = 0; o < kPolicyOutcomeCount; ++o) {
         if (s.policy[p][o] == 0) continue;
@@ -100,7 +104,7 @@ std::vector<MetricFamily> Collector::Collect() const {
   }
   std::vector<MetricFamily> out;
   out.reserve(9);
-  for (MetricFamily* f : {&decisions, &permits, &shadow, &local, &trips, &policy, &errors, &latency, &degraded}) {
+  for (MetricFamily* f : {&decisions, &permits, &shadow, &local, &trips, &threw, &policy, &errors, &latency, &degraded}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -111,6 +111,7 @@ TEST_F(Prometheus, TheScrapedEndpointCountsWhatTheLimitersDid) {
   EXPECT_EQ(at("redlimit_redis_round_trips_total{" + plain + "}"), 6);
   EXPECT_EQ(at("redlimit_local_hits_total{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_shadow_denials_total{" + plain + "}"), 0);
+  EXPECT_EQ(at("redlimit_callbacks_threw_total{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_degraded{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_decision_seconds_count{" + plain + "}"), 6);
   EXPECT_EQ(at("redlimit_decision_seconds_bucket{" + plain + ",le=\"+Inf\"}"), 6);
