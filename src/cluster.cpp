@@ -17,25 +17,43 @@ using std::chrono::milliseconds;
 
 // What an error outcome asks of the router.
 struct Verdict {
-  enum Kind { Deliver, Redirect, Retry, NodeDown } kind = Deliver;
+  enum Kind { Deliver, Redirect, Retry, NodeDown, Answered } kind = Deliver;
   std::string text;  // the error's message (for redirects: where to)
+  std::string code;  // NodeDown: the code of the fast failures that follow ("NODEDOWN", "CLUSTERDOWN")
 };
 
 Verdict classify(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const UnavailableError& e) {
-    if (e.code() == "TRYAGAIN" || e.code() == "CLUSTERDOWN") return {Verdict::Retry, e.what()};
-    return {Verdict::Deliver, {}};
-  } catch (const IoError&) {
-    return {Verdict::NodeDown, {}};  // slow or gone: the map may have changed (a failover)
+    if (e.code() == "TRYAGAIN") return {Verdict::Retry, e.what(), {}};
+    // CLUSTERDOWN lasts at least the cluster's node timeout: never retried within a deadline.
+    // "The cluster is down" is the node's own view of the cluster: an outage of what it serves.
+    // Another CLUSTERDOWN ("Hash slot not served") is about one slot: the node is not down.
+    if (e.code() == "CLUSTERDOWN") {
+      const std::string text = e.what();
+      if (text.find("cluster is down") != std::string::npos) return {Verdict::NodeDown, text, "CLUSTERDOWN"};
+      return {Verdict::Deliver, text, {}};
+    }
+    if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Deliver, {}, {}};  // out of redirects
+    return {Verdict::NodeDown, e.what(), "NODEDOWN"};  // LOADING, BUSY, max clients: up, but not serving
+  } catch (const PoolTimeoutError&) {
+    return {Verdict::Deliver, {}, {}};  // congestion in this process, not the node's outage
+  } catch (const IoError& e) {
+    return {Verdict::NodeDown, e.what(), "NODEDOWN"};  // slow or gone: the map may have changed (a failover)
   } catch (const ConfigurationError& e) {
     // error_mapping's words for a redirect, meant for a Client set up for one server.
-    if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Redirect, e.what()};
-    return {Verdict::Deliver, {}};
+    if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Redirect, e.what(), {}};
+    return {Verdict::Answered, {}, {}};
+  } catch (const Error&) {
+    return {Verdict::Answered, {}, {}};  // the node answered (a reply or script error)
   } catch (...) {
-    return {Verdict::Deliver, {}};
+    return {Verdict::Deliver, {}, {}};
   }
+}
+
+std::int64_t nowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Steady::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -46,6 +64,7 @@ struct ClusterRunner::Attempt {
   int slot = kAnySlot;
   int redirects = 0;
   int retries = 0;
+  std::vector<const Node*> unreachable;  // nodes that failed it before the map knew its slot
 };
 
 std::shared_ptr<ClusterRunner> ClusterRunner::start(const ClientOptions& options) {
@@ -64,6 +83,7 @@ ClusterRunner::ClusterRunner(const ClientOptions& options)
     : options_(options),
       minRefresh_(options.cluster.minRefreshInterval),
       refreshPeriod_(options.cluster.refreshPeriod),
+      probeNanos_(saturatingCast<std::chrono::nanoseconds>(options.bestEffortRetry).count()),
       seeds_(options.cluster.seeds) {}
 
 ClusterRunner::~ClusterRunner() {
@@ -76,7 +96,36 @@ ClusterRunner::Node* ClusterRunner::route(int slot) const {
   if (slot >= 0 && slot < 16384) {
     if (Node* n = slots_[static_cast<std::size_t>(slot)]) return n;
   }
+  // Any node may take it (a keyless request, or a slot whose owner's MOVED will tell): not one
+  // in an outage while another is up.
+  if (fallback_ == nullptr || !fallback_->down.load(std::memory_order_acquire)) return fallback_;
+  for (const auto& [endpoint, node] : nodes_) {
+    if (!node->down.load(std::memory_order_acquire)) return node.get();
+  }
   return fallback_;
+}
+
+bool ClusterRunner::mapped(int slot) const {
+  if (slot < 0 || slot >= 16384) return false;
+  const ReadLock lock(mapMutex_);
+  return slots_[static_cast<std::size_t>(slot)] != nullptr;
+}
+
+ClusterRunner::Node* ClusterRunner::anotherNode(const Attempt& a) const {
+  const ReadLock lock(mapMutex_);
+  auto untried = [&](const Node* n) {
+    return std::find(a.unreachable.begin(), a.unreachable.end(), n) == a.unreachable.end() &&
+           !n->down.load(std::memory_order_acquire);
+  };
+  // The seeds in the order given, then any other node known.
+  for (const NodeAddress& seed : seeds_) {
+    auto it = nodes_.find(endpointOf(seed));
+    if (it != nodes_.end() && untried(it->second.get())) return it->second.get();
+  }
+  for (const auto& [endpoint, node] : nodes_) {
+    if (untried(node.get())) return node.get();
+  }
+  return nullptr;
 }
 
 ClusterRunner::Node* ClusterRunner::nodeAt(const NodeAddress& address) {
@@ -122,6 +171,14 @@ void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool
                                  fmt::format("redlimit: {}: the Client is shut down; not sent", a->proto.command))});
     return;
   }
+  const std::int64_t now = nowNanos();
+  if (node->down.load(std::memory_order_acquire)) {
+    if (!takeProbe(*node, now)) {
+      failFast(a, *node, now);
+      return;
+    }
+    probes_.fetch_add(1, std::memory_order_relaxed);
+  }
   Request r;
   r.bytes = a->proto.bytes;
   r.command = a->proto.command;
@@ -131,17 +188,93 @@ void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool
   r.asking = asking;
   // The request holds the runner: its completion may come after the Client let go of it (the
   // transports end every request by its deadline, so the cycle ends too).
-  r.done = [self = shared_from_this(), a, node](Outcome out) { self->finished(a, node, std::move(out)); };
+  r.done = [self = shared_from_this(), a, node, now](Outcome out) { self->finished(a, node, now, std::move(out)); };
   node->transport->submit(std::move(r));
 }
 
-void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, Outcome out) {
+bool ClusterRunner::takeProbe(Node& node, std::int64_t now) {
+  std::int64_t probe = node.nextProbe.load(std::memory_order_relaxed);
+  // One caller per interval wins the probe.
+  return now >= probe &&
+         node.nextProbe.compare_exchange_strong(probe, saturatingAdd(now, probeNanos_), std::memory_order_relaxed);
+}
+
+void ClusterRunner::failFast(const std::shared_ptr<Attempt>& a, Node& node, std::int64_t now) {
+  failedFast_.fetch_add(1, std::memory_order_relaxed);
+  std::string why;
+  std::string code;
+  {
+    const LockGuard lock(node.whyMutex);
+    why = node.why;
+    code = node.whyCode;
+  }
+  const std::int64_t next = node.nextProbe.load(std::memory_order_relaxed);
+  const auto inMs = next > now ? (next - now + 999999) / 1000000 : 0;
+  a->done(Outcome{
+      Reply{},
+      std::make_exception_ptr(UnavailableError(
+          code, fmt::format("redlimit: {}: Redis Cluster node {} is in an outage ({}); not sent: its requests fail "
+                            "at once and one per {} ms goes to it as a probe (the next in {} ms)",
+                            a->proto.command, node.endpoint, why, options_.bestEffortRetry.count(), inMs)))});
+}
+
+void ClusterRunner::nodeFailed(Node& node, std::int64_t sentAt, const std::string& code, const std::string& why) {
+  if (stopped_.load(std::memory_order_acquire)) return;
+  // Sent before the node came back (it was still hung, or loading): old news.
+  if (sentAt < node.restoredAt.load(std::memory_order_acquire)) return;
+  {
+    const LockGuard lock(node.whyMutex);
+    node.why = why;
+    node.whyCode = code;
+  }
+  node.nextProbe.store(saturatingAdd(nowNanos(), probeNanos_), std::memory_order_relaxed);
+  if (node.down.exchange(true, std::memory_order_acq_rel)) return;
+  outages_.fetch_add(1, std::memory_order_relaxed);
+  if (options_.onEvent) {
+    Event e;
+    e.kind = Event::Kind::Topology;
+    e.node = node.endpoint;
+    e.description =
+        fmt::format("Redis Cluster node {} is in an outage ({}): its requests fail at once, one probe per {} ms",
+                    node.endpoint, why, options_.bestEffortRetry.count());
+    options_.onEvent(e);
+  }
+}
+
+void ClusterRunner::nodeAnswered(Node& node) {
+  if (!node.down.load(std::memory_order_relaxed)) return;
+  node.restoredAt.store(nowNanos(), std::memory_order_release);
+  if (!node.down.exchange(false, std::memory_order_acq_rel)) return;
+  if (options_.onEvent) {
+    Event e;
+    e.kind = Event::Kind::Topology;
+    e.node = node.endpoint;
+    e.description = fmt::format("Redis Cluster node {} answers again: its outage ended", node.endpoint);
+    options_.onEvent(e);
+  }
+}
+
+void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, std::int64_t sentAt, Outcome out) {
   if (!out.error) {
+    nodeAnswered(*node);
     a->done(std::move(out));
     return;
   }
   const Verdict v = classify(out.error);
-  if (v.kind == Verdict::NodeDown) wantRefresh();  // a failover, perhaps: the caller's policy decides meanwhile
+  if (v.kind == Verdict::Answered || v.kind == Verdict::Redirect || v.kind == Verdict::Retry) nodeAnswered(*node);
+  if (v.kind == Verdict::NodeDown) {
+    nodeFailed(*node, sentAt, v.code, v.text);
+    wantRefresh();  // a failover, perhaps: the caller's policy decides meanwhile
+    // Before the map knows the slot, the node was only a guess (a seed): try the next one.
+    if (!stopped_.load(std::memory_order_acquire) && Steady::now() < a->proto.deadline && !mapped(a->slot)) {
+      a->unreachable.push_back(node);
+      if (Node* next = anotherNode(*a)) {
+        seedsSkipped_.fetch_add(1, std::memory_order_relaxed);
+        dispatch(a, next, false);
+        return;
+      }
+    }
+  }
   if (v.kind == Verdict::Redirect) {
     std::optional<Redirect> to = parseRedirect(v.text);
     if (to && to->node.host != "?") {
@@ -152,7 +285,8 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, Outc
     // "MOVED 1 ?:7001": the node knows the owner but not its address yet. Learn the map, try again.
     if (to) wantRefresh();
   }
-  if ((v.kind == Verdict::Retry || v.kind == Verdict::Redirect) && retryLater(a, v.text)) return;
+  if (v.kind == Verdict::Deliver && v.text.find("CLUSTERDOWN") != std::string::npos) wantRefresh();
+  if ((v.kind == Verdict::Retry || v.kind == Verdict::Redirect) && retryLater(a)) return;
   a->done(std::move(out));
 }
 
@@ -189,14 +323,13 @@ void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& 
   dispatch(a, target, to.ask);
 }
 
-bool ClusterRunner::retryLater(const std::shared_ptr<Attempt>& a, const std::string& why) {
+bool ClusterRunner::retryLater(const std::shared_ptr<Attempt>& a) {
   const SteadyTime now = Steady::now();
   const auto pause = std::min<milliseconds>(milliseconds(5) * (1 << std::min(a->retries, 5)), milliseconds(100));
   if (now + pause >= a->proto.deadline || stopped_.load(std::memory_order_acquire)) return false;
   ++a->retries;
   a->redirects = 0;  // an ASK, then TRYAGAIN on the importing node, then ASK again: one round each
   retried_.fetch_add(1, std::memory_order_relaxed);
-  if (why.find("CLUSTERDOWN") != std::string::npos) wantRefresh();
   later(now + pause, [self = shared_from_this(), a] { self->dispatch(a, self->route(a->slot), false); });
   return true;
 }
@@ -285,6 +418,9 @@ bool ClusterRunner::refresh() {
     Node* n = nodeAt(seed);
     if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
   }
+  // Nodes in an outage last: a hung one costs a whole command timeout, and holds up the retries
+  // this thread runs meanwhile.
+  std::stable_partition(ask.begin(), ask.end(), [](const Node* n) { return !n->down.load(std::memory_order_acquire); });
   for (Node* n : ask) {
     if (stopped_.load(std::memory_order_acquire)) return true;
     auto askFor = [&](std::initializer_list<std::string_view> argv) {
@@ -385,6 +521,10 @@ ClusterCounters ClusterRunner::clusterCounters() const {
   c.asked = asked_.load(std::memory_order_relaxed);
   c.retried = retried_.load(std::memory_order_relaxed);
   c.refreshes = refreshes_.load(std::memory_order_relaxed);
+  c.outages = outages_.load(std::memory_order_relaxed);
+  c.probes = probes_.load(std::memory_order_relaxed);
+  c.failedFast = failedFast_.load(std::memory_order_relaxed);
+  c.seedsSkipped = seedsSkipped_.load(std::memory_order_relaxed);
   const ReadLock lock(mapMutex_);
   c.nodes = nodes_.size();
   return c;

@@ -27,11 +27,16 @@ namespace redlimit::detail {
 
 /// What a ClusterRunner did, for tests and the bench.
 struct ClusterCounters {
-  std::uint64_t moved = 0;      // MOVED redirects followed
-  std::uint64_t asked = 0;      // ASK redirects followed
-  std::uint64_t retried = 0;    // TRYAGAIN / CLUSTERDOWN answers retried after a pause
-  std::uint64_t refreshes = 0;  // slot maps fetched and applied
-  std::size_t nodes = 0;        // nodes with a transport
+  std::uint64_t moved = 0;         // MOVED redirects followed
+  std::uint64_t asked = 0;         // ASK redirects followed
+  std::uint64_t retried = 0;       // TRYAGAIN answers retried after a pause
+  std::uint64_t refreshes = 0;     // slot maps fetched and applied
+  std::size_t nodes = 0;           // nodes with a transport
+  std::uint64_t outages = 0;       // times a node was found in an outage (it was up before)
+  std::uint64_t probes = 0;        // requests sent to a node in an outage (one per probe interval)
+  std::uint64_t failedFast = 0;    // requests ended at once because their node is in an outage
+  std::uint64_t seedsSkipped = 0;  // requests sent on to another node because theirs was
+                                   // unreachable before the slot map was known
 };
 
 /// Routes each request to the primary that serves its slot.
@@ -42,10 +47,19 @@ struct ClusterCounters {
 ///     the map yet goes to any node, whose MOVED tells where it lives.
 ///   - MOVED: the slot is recorded at the node named and the request goes there. ASK: the request
 ///     goes to the node named, after ASKING, and the map is left alone. At most maxRedirects per
-///     request; TRYAGAIN and CLUSTERDOWN are retried after a short pause (5 ms, doubling up to
-///     100 ms). All of it within the request's own deadline; a request that runs out of time or
-///     redirects ends with UnavailableError (an outage: the failure policy decides), never with
-///     a MOVED or an ASK.
+///     request; TRYAGAIN is retried after a short pause (5 ms, doubling up to 100 ms). All of it
+///     within the request's own deadline; a request that runs out of time or redirects ends with
+///     UnavailableError (an outage: the failure policy decides), never with a MOVED or an ASK.
+///   - Node health, learnt once for the whole Client: a node that fails a request with an outage
+///     (a timeout, an I/O error, CLUSTERDOWN "the cluster is down", LOADING, BUSY) is in an
+///     outage. Requests routed to it then end at once with UnavailableError (code "NODEDOWN", or
+///     "CLUSTERDOWN"), naming the node, the error and when the next probe is; one request per
+///     ClientOptions::bestEffortRetry goes to it as the probe, and the first answer from it ends
+///     the outage. Other nodes are not touched: their requests go on as before. CLUSTERDOWN is
+///     never retried (it lasts at least the cluster's node timeout, far beyond a deadline).
+///     A failure of a request sent before the node's last recovery is stale and changes nothing.
+///   - Before the first slot map, a request whose node (a seed) is unreachable goes on to the
+///     next known node that is not in an outage, within its deadline.
 ///   - Scripts are loaded per node when it first answers NOSCRIPT (the pipeline's resend).
 /// Nodes, once known, keep their transport until shutdown (a node that left the cluster just stops
 /// getting requests). Thread-safe.
@@ -72,6 +86,14 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
     NodeAddress address;
     std::string endpoint;                  // "host:port", the key of nodes_
     std::shared_ptr<Transport> transport;  // never null; fixed at creation
+    // Health (see the class comment). Memory ordering: `why` and `nextProbe` are written before
+    // `down` is set (release), and read after it is seen (acquire).
+    std::atomic<bool> down{false};
+    std::atomic<std::int64_t> nextProbe{0};   // ns on the steady clock: the next probe may go then
+    std::atomic<std::int64_t> restoredAt{0};  // ns on the steady clock: the last end of an outage
+    Mutex whyMutex;
+    std::string why REDLIMIT_GUARDED_BY(whyMutex);      // the error that started (or last prolonged) the outage
+    std::string whyCode REDLIMIT_GUARDED_BY(whyMutex);  // "NODEDOWN" or "CLUSTERDOWN"
   };
   struct Attempt;  // one caller's request on its way through redirects and retries
   struct Timer {
@@ -83,11 +105,17 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
 
   explicit ClusterRunner(const ClientOptions& options);
   Node* route(int slot) const;
-  Node* nodeAt(const NodeAddress& address);  // finds or starts it; nullptr after shutdown
+  Node* nodeAt(const NodeAddress& address);   // finds or starts it; nullptr after shutdown
+  Node* anotherNode(const Attempt& a) const;  // for a request whose node failed before the map was known
+  bool mapped(int slot) const;
   void dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking);
-  void finished(const std::shared_ptr<Attempt>& a, Node* node, Outcome out);
+  void finished(const std::shared_ptr<Attempt>& a, Node* node, std::int64_t sentAt, Outcome out);
+  bool takeProbe(Node& node, std::int64_t now);
+  void nodeFailed(Node& node, std::int64_t sentAt, const std::string& code, const std::string& why);
+  void nodeAnswered(Node& node);
+  void failFast(const std::shared_ptr<Attempt>& a, Node& node, std::int64_t now);
   void redirect(const std::shared_ptr<Attempt>& a, const Redirect& to);
-  bool retryLater(const std::shared_ptr<Attempt>& a, const std::string& why);  // false: no time left
+  bool retryLater(const std::shared_ptr<Attempt>& a);  // false: no time left
   void later(SteadyTime at, std::function<void()> run);
   void wantRefresh();
   void maintain();
@@ -95,6 +123,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
 
   const ClientOptions options_;
   const std::chrono::milliseconds minRefresh_, refreshPeriod_;
+  const std::int64_t probeNanos_;  // ClientOptions::bestEffortRetry: a node in an outage is probed this often
 
   mutable SharedMutex mapMutex_;
   std::array<Node*, 16384> slots_ REDLIMIT_GUARDED_BY(mapMutex_){};  // the primary of each slot (nullptr: not known)
@@ -114,6 +143,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   std::atomic<bool> stopped_{false};  // shutdown() began: no new nodes, no new timers
   std::atomic<bool> used_{false};     // a request was sent since the last refresh
   std::atomic<std::uint64_t> moved_{0}, asked_{0}, retried_{0}, refreshes_{0};
+  std::atomic<std::uint64_t> outages_{0}, probes_{0}, failedFast_{0}, seedsSkipped_{0};
 };
 
 }  // namespace redlimit::detail

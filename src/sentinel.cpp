@@ -86,10 +86,12 @@ SentinelRunner::~SentinelRunner() {
 
 void SentinelRunner::send(Request request, int /*slot*/) {
   std::shared_ptr<Transport> primary;
+  std::uint64_t generation = 0;
   bool full = false;
   {
     const LockGuard lock(mutex_);
     primary = primary_;
+    generation = generation_;
     if (!stopping_ && !primary) {
       full = parked_.size() >= options_.pool.maxPending;
       if (!full) {
@@ -112,32 +114,67 @@ void SentinelRunner::send(Request request, int /*slot*/) {
                                                                    request.command))});
     return;
   }
-  submitTo(primary, std::move(request));
+  submitTo(primary, generation, std::move(request));
 }
 
-void SentinelRunner::submitTo(const std::shared_ptr<Transport>& primary, Request request) {
+void SentinelRunner::submitTo(const std::shared_ptr<Transport>& primary, std::uint64_t generation, Request request) {
   // A failure that may mean a failover sends the maintainer to the sentinels; a demoted primary's
   // READONLY is an outage here (the policy decides), not the configuration error it is for a
   // fixed address.
-  request.done = [self = shared_from_this(), done = std::move(request.done)](Outcome out) {
-    if (out.error && holds<IoError>(out.error) && !holds<PoolTimeoutError>(out.error)) {
+  request.done = [self = shared_from_this(), generation, command = request.command,
+                  done = std::move(request.done)](Outcome out) {
+    if (out.error && holds<ReplicaError>(out.error)) {
       self->wantDiscovery();
-    } else if (out.error && holds<ReplicaError>(out.error)) {
+      out.error = self->demotedError(out.error);
+    } else if (out.error && holds<ClosedError>(out.error)) {
       self->wantDiscovery();
-      std::string text;
-      try {
-        std::rethrow_exception(out.error);
-      } catch (const std::exception& e) {
-        text = e.what();
-      }
-      out.error = std::make_exception_ptr(UnavailableError(
-          "READONLY", fmt::format("redlimit: the primary named by the sentinels was demoted (a failover); asking them "
-                                  "again: {}",
-                                  text)));
+      if (std::exception_ptr moved = self->retiredError(generation, command, out.error)) out.error = moved;
+    } else if (out.error && holds<IoError>(out.error) && !holds<PoolTimeoutError>(out.error)) {
+      self->wantDiscovery();
     }
     done(std::move(out));
   };
   primary->submit(std::move(request));
+}
+
+std::exception_ptr SentinelRunner::demotedError(const std::exception_ptr& error) const {
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    text = e.what();
+  }
+  // error_mapping's words are for a fixed address ("point ConnectionOptions at the primary; a
+  // configuration error"): here the address came from the sentinels, so only the server's own
+  // answer is kept.
+  constexpr std::string_view kServerSaid = "not the primary: ";
+  if (const auto at = text.find(kServerSaid); at != std::string::npos) text = text.substr(at + kServerSaid.size());
+  if (const auto advice = text.find(" (point ConnectionOptions"); advice != std::string::npos) text.resize(advice);
+  return std::make_exception_ptr(UnavailableError(
+      "READONLY", fmt::format("redlimit: the primary the sentinels named for \"{}\" was demoted to a replica (a "
+                              "failover): {}; an outage, decided by the failure policy: the sentinels are asked "
+                              "for the new primary, and a retry goes there",
+                              options_.sentinel.primaryName, text)));
+}
+
+std::exception_ptr SentinelRunner::retiredError(std::uint64_t generation, const std::string& command,
+                                                const std::exception_ptr& error) const {
+  NodeAddress now;
+  {
+    const LockGuard lock(mutex_);
+    if (stopping_ || generation == generation_) return nullptr;  // shut down, or still the primary
+    now = primaryAddress_;
+  }
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    text = e.what();
+  }
+  return std::make_exception_ptr(ClosedError(fmt::format(
+      "redlimit: {}: the primary of \"{}\" moved to {} (a failover) while this request was on the old primary's "
+      "connection, which was retired; it may not have run: retry (it goes to the new primary) ({})",
+      command, options_.sentinel.primaryName, endpointOf(now), text)));
 }
 
 Outcome SentinelRunner::sendAndWait(Request request, int slot) {
@@ -258,6 +295,7 @@ bool SentinelRunner::discover() {
     std::shared_ptr<Transport> old;
     NodeAddress previous;
     std::vector<Request> parked;
+    std::uint64_t generation = 0;
     {
       const LockGuard lock(mutex_);
       if (stopping_) return true;
@@ -280,16 +318,33 @@ bool SentinelRunner::discover() {
       if (primary_) switches_.fetch_add(1, std::memory_order_relaxed);
       previous = primaryAddress_;
       old = std::move(primary_);
-      if (old) retired_.push_back(old);
+      if (old) retiring_ = old;  // for counters() and a fork, until it is released below
       primary_ = fresh;
+      generation = ++generation_;
       primaryAddress_ = candidate;
       lastFailure_.clear();
       parked.swap(parked_);
     }
     discoveries_.fetch_add(1, std::memory_order_relaxed);
-    for (Request& r : parked) submitTo(fresh, std::move(r));
-    if (old) old->shutdown();       // what was still on it ends (ClosedError): the policy decides
-    if (old && options_.onEvent) {  // a failover (the first primary found is none); no lock held
+    for (Request& r : parked) submitTo(fresh, generation, std::move(r));
+    const bool switched = old != nullptr;
+    if (old) {
+      // What was still on it ends (ClosedError saying the primary moved: the policy decides, a
+      // retry goes to the new one). Then it is released: its connections, I/O thread and
+      // descriptors (epoll, eventfd, timerfd) go now, not when the Client does; its counts stay.
+      old->shutdown();
+      const TransportCounters last = old->counters();
+      const LockGuard lock(mutex_);
+      retiredCounts_.created += last.created;
+      retiredCounts_.discarded += last.discarded;
+      retiredCounts_.rejected += last.rejected;
+      retiredCounts_.writes += last.writes;
+      retiredCounts_.requests += last.requests;
+      retiredCounts_.direct += last.direct;
+      retiring_.reset();
+    }
+    old.reset();                         // the last owner, unless a caller still holds it for a moment
+    if (switched && options_.onEvent) {  // a failover (the first primary found is none); no lock held
       Event e;
       e.kind = Event::Kind::Topology;
       e.node = endpointOf(candidate);
@@ -355,14 +410,12 @@ void SentinelRunner::subscribe() {
 
 void SentinelRunner::shutdown() noexcept {
   std::shared_ptr<Transport> primary;
-  std::vector<std::shared_ptr<Transport>> retired;
   std::vector<Request> parked;
   {
     const LockGuard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     primary = primary_;
-    retired = retired_;
     parked.swap(parked_);
   }
   stopped_.store(true, std::memory_order_release);
@@ -379,23 +432,26 @@ void SentinelRunner::shutdown() noexcept {
     r.done(Outcome{Reply{},
                    errorOf<ClosedError>(fmt::format("redlimit: {}: the Client is shut down; not sent", r.command))});
   }
-  if (primary) primary->shutdown();
-  for (auto& t : retired) t->shutdown();
+  if (primary) primary->shutdown();  // a retiring one was shut down by the maintainer, joined above
 }
 
 void SentinelRunner::abandonAfterFork() noexcept {
   if (primary_) primary_->abandonAfterFork();
-  for (auto& t : retired_) t->abandonAfterFork();
+  if (retiring_) retiring_->abandonAfterFork();
 }
 
 TransportCounters SentinelRunner::counters() const {
   std::vector<std::shared_ptr<Transport>> all;
   {
     const LockGuard lock(mutex_);
-    all = retired_;
+    if (retiring_) all.push_back(retiring_);
     if (primary_) all.push_back(primary_);
   }
   TransportCounters sum;
+  {
+    const LockGuard lock(mutex_);
+    sum += retiredCounts_;
+  }
   for (const auto& t : all) {
     sum += t->counters();
   }

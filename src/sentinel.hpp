@@ -37,6 +37,9 @@ struct SentinelCounters {
 ///     (UnavailableError for READONLY): an outage the limiter's failure policy decides, never the
 ///     configuration error READONLY means for a fixed address. The next requests go to the new
 ///     primary as soon as it is found.
+///   - On a switch the old primary's transport is shut down and released (its connections, I/O
+///     thread and descriptors); what was still on it ends with ClosedError saying the primary
+///     moved and that a retry goes to the new one.
 /// Thread-safe.
 class SentinelRunner final : public Runner, public std::enable_shared_from_this<SentinelRunner> {
  public:
@@ -57,7 +60,13 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
 
  private:
   explicit SentinelRunner(const ClientOptions& options);
-  void submitTo(const std::shared_ptr<Transport>& primary, Request request);
+  void submitTo(const std::shared_ptr<Transport>& primary, std::uint64_t generation, Request request);
+  // A demoted primary's READONLY / MASTERDOWN (a ReplicaError) as the outage it is here.
+  std::exception_ptr demotedError(const std::exception_ptr& error) const;
+  // A ClosedError from the transport of primary `generation` once another is in use: says the
+  // primary moved and a retry goes to the new one (nullptr: still the primary, or shut down).
+  std::exception_ptr retiredError(std::uint64_t generation, const std::string& command,
+                                  const std::exception_ptr& error) const;
   void wantDiscovery();
   void maintain();
   void subscribe();
@@ -71,8 +80,10 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   std::condition_variable wake_;
   std::shared_ptr<Transport> primary_ REDLIMIT_GUARDED_BY(mutex_);  // nullptr until found
   NodeAddress primaryAddress_ REDLIMIT_GUARDED_BY(mutex_);
-  std::vector<std::shared_ptr<Transport>> retired_ REDLIMIT_GUARDED_BY(mutex_);  // earlier primaries' (shut down)
-  std::vector<Request> parked_ REDLIMIT_GUARDED_BY(mutex_);                      // waiting for a primary
+  std::uint64_t generation_ REDLIMIT_GUARDED_BY(mutex_) = 0;         // switches to a new primary_ so far (1: the first)
+  std::shared_ptr<Transport> retiring_ REDLIMIT_GUARDED_BY(mutex_);  // the old primary's, while it shuts down
+  TransportCounters retiredCounts_ REDLIMIT_GUARDED_BY(mutex_);      // what released transports counted
+  std::vector<Request> parked_ REDLIMIT_GUARDED_BY(mutex_);          // waiting for a primary
   bool discoveryWanted_ REDLIMIT_GUARDED_BY(mutex_) = true;
   std::chrono::steady_clock::time_point lastDiscovery_ REDLIMIT_GUARDED_BY(mutex_){};
   bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;

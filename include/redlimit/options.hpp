@@ -124,7 +124,9 @@ struct ClientOptions {
   PoolOptions pool;                                // the pool (per node, for a cluster)
   std::string clientId;                            // PER_CLIENT identity; empty = random UUID v4 per Client
   std::chrono::milliseconds bestEffortRetry{250};  // after a transport failure, best-effort calls (give-backs)
-                                                   // are skipped for this long, then one probe per interval, ms; > 0
+                                                   // are skipped for this long, then one probe per interval, ms; > 0;
+                                                   // also a down Cluster node's probe interval (its requests fail
+                                                   // at once in between)
   EventCallback onEvent;                           // the events of every limiter made on this Client
                                                    // (events.hpp), after the limiter's own; empty = none
 };

@@ -1,0 +1,278 @@
+// Issue 29, topology items: a hung Cluster node learnt once per Client (6), a dead first cluster
+// seed (9), Sentinel's retired transports (8) and its READONLY message (10).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <csignal>
+#include <sys/types.h>
+
+#include <gtest/gtest.h>
+
+#include "cluster.hpp"
+#include "error_mapping.hpp"
+#include "helpers.hpp"
+#include "key_slot.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/raw_command.hpp"
+#include "redlimit_test/redis_cluster.hpp"
+#include "redlimit_test/redis_sentinel_group.hpp"
+#include "sentinel.hpp"
+
+namespace redlimit::test {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+detail::ClusterCounters clusterCountersOf(Client& c) {
+  auto* runner = dynamic_cast<detail::ClusterRunner*>(&detail::ClientAccess::runner(c));
+  if (runner == nullptr) throw std::runtime_error("not a cluster client");
+  return runner->clusterCounters();
+}
+
+detail::SentinelCounters sentinelCountersOf(Client& c) {
+  auto* runner = dynamic_cast<detail::SentinelRunner*>(&detail::ClientAccess::runner(c));
+  if (runner == nullptr) throw std::runtime_error("not a sentinel client");
+  return runner->sentinelCounters();
+}
+
+char processState(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+}
+
+pid_t pidOf(RedisServer& s) {
+  const RawReply info = rawCommand(s.host(), s.port(), {"INFO", "server"});
+  return static_cast<pid_t>(std::stol(infoValue(info.str, "process_id")));
+}
+
+// EVALSHA calls node `s` has run (INFO commandstats), or -1 if it does not answer.
+long long evalshaCalls(RedisServer& s) {
+  try {
+    const RawReply info = rawCommand(s.host(), s.port(), {"INFO", "commandstats"});
+    const std::string stats = infoValue(info.str, "cmdstat_evalsha");  // calls=N,usec=...
+    if (stats.empty()) return 0;
+    return std::stoll(stats.substr(stats.find('=') + 1));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+std::size_t openDescriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+}  // namespace
+
+// Item 6: a hung primary (SIGSTOP, no replica) was learnt per limiter: with 300 limiters almost
+// every call was a probe that waited for its command timeout. Now the node's outage is learnt
+// once per Client: its limiters are decided by the policy at once, one probe per
+// bestEffortRetry reaches the node, and the limiters on the healthy primaries go on deciding
+// through Redis.
+TEST(Defects29, Item06_AHungClusterNodeIsLearntOncePerClientAndHealthyNodesGoOn) {
+  RedisCluster cluster(3, 0, milliseconds(1000));
+  ClientOptions co;
+  co.connection.connectTimeout = milliseconds(1000);  // healthy nodes answer in time on a loaded machine
+  co.connection.commandTimeout = milliseconds(1000);  // (each probe of the hung node waits this long)
+  co.bestEffortRetry = milliseconds(250);
+  auto client = Client::fromUri(cluster.seeds(), co);
+  RateLimiterOptions lo;
+  lo.failure.policy = FailurePolicy::Allow;
+  lo.failure.probeInterval = milliseconds(50);  // each limiter asks often: the node-level gate must absorb it
+  constexpr int kLimiters = 300;
+  std::vector<RateLimiter> limiters;
+  std::vector<int> owner;
+  limiters.reserve(kLimiters);
+  for (int i = 0; i < kLimiters; ++i) {
+    limiters.emplace_back(client, "d29:hung:" + std::to_string(i), lo);
+    ASSERT_TRUE(limiters.back().trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
+    owner.push_back(cluster.primaryOfSlot(detail::keySlot(limiters.back().getName())));
+  }
+  ASSERT_GT(std::count(owner.begin(), owner.end(), 0), 10);
+  ASSERT_GT(std::count(owner.begin(), owner.end(), 1), 10);
+  for (auto& rl : limiters) ASSERT_TRUE(rl.tryAcquire());  // scripts loaded everywhere
+
+  RedisServer& hung = cluster.node(0);
+  const pid_t pid = pidOf(hung);
+  const long long evalBefore = evalshaCalls(hung);
+  ASSERT_GE(evalBefore, kLimiters / 10);
+  ::kill(pid, SIGSTOP);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  for (int i = 0; i < 1000 && processState(pid) != 'T'; ++i) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_EQ(processState(pid), 'T');
+
+  // The outage is learnt from the first call that times out on the node.
+  for (int i = 0; i < kLimiters && clusterCountersOf(*client).outages == 0; ++i) {
+    if (owner[static_cast<std::size_t>(i)] == 0) {
+      EXPECT_TRUE(limiters[static_cast<std::size_t>(i)].tryAcquire());
+    }
+  }
+  ASSERT_EQ(clusterCountersOf(*client).outages, 1u);
+
+  const detail::ClusterCounters before = clusterCountersOf(*client);
+  const auto started = Clock::now();
+  constexpr int kCalls = 3000;
+  int onHung = 0;
+  for (int n = 0; n < kCalls; ++n) {
+    const auto i = static_cast<std::size_t>(n % kLimiters);
+    ASSERT_TRUE(limiters[i].tryAcquire()) << "Allow grants during the outage, Redis grants elsewhere";
+    if (owner[i] == 0) ++onHung;
+  }
+  const auto elapsedMs = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
+  const detail::ClusterCounters after = clusterCountersOf(*client);
+  const auto probes = after.probes - before.probes;
+  const auto failedFast = after.failedFast - before.failedFast;
+
+  // One probe per 250 ms for the node (each waits its command timeout), not one per limiter per
+  // 50 ms; the rest of the hung node's calls ended at once.
+  const auto probeBound = static_cast<std::uint64_t>(elapsedMs / 250 + 2);
+  EXPECT_LE(probes, probeBound) << "in " << elapsedMs << " ms";
+  EXPECT_GT(failedFast, 0u) << "the limiters' own probes ended at once";
+  std::uint64_t allowedOnHealthy = 0;
+  std::uint64_t allowedOnHung = 0;
+  for (int i = 0; i < kLimiters; ++i) {
+    const FailureStats s = limiters[static_cast<std::size_t>(i)].failureStats();
+    (owner[static_cast<std::size_t>(i)] == 0 ? allowedOnHung : allowedOnHealthy) += s.allowed;
+  }
+  // The healthy primaries' limiters were decided by Redis (a stray timeout on a loaded machine aside).
+  EXPECT_LE(allowedOnHealthy * 100, static_cast<std::uint64_t>(kCalls - onHung)) << allowedOnHealthy;
+  EXPECT_GE(allowedOnHung, static_cast<std::uint64_t>(onHung) - probes);
+  EXPECT_EQ(after.outages, 1u) << "one outage, learnt once for the Client";
+
+  // What the node itself saw: the learning calls and the probes, nothing per limiter.
+  ::kill(pid, SIGCONT);
+  long long evalAfter = -1;
+  for (int i = 0; i < 100; ++i) {  // the queued requests are read and run once it runs again
+    std::this_thread::sleep_for(milliseconds(50));
+    const long long now = evalshaCalls(hung);
+    if (now >= 0 && now == evalAfter) break;
+    evalAfter = now;
+  }
+  ASSERT_GE(evalAfter, evalBefore);
+  EXPECT_LE(evalAfter - evalBefore, static_cast<long long>(after.probes + 20))
+      << "EVALSHA calls the hung node saw while stopped (" << elapsedMs << " ms, " << onHung << " calls to it)";
+  std::printf(
+      "[ defects29] hung node: %d calls in %lld ms, %d on the hung node: %llu probes, %llu failed fast; "
+      "the node saw %lld EVALSHA\n",
+      kCalls, static_cast<long long>(elapsedMs), onHung, static_cast<unsigned long long>(probes),
+      static_cast<unsigned long long>(failedFast), evalAfter - evalBefore);
+
+  // Back: a probe restores the node and its limiters reach Redis again.
+  std::size_t firstOnHung = 0;
+  while (owner[firstOnHung] != 0) ++firstOnHung;
+  RateLimiter& again = limiters[firstOnHung];
+  bool back = false;
+  for (int i = 0; i < 500 && !back; ++i) {
+    (void)again.tryAcquire();
+    back = !again.failureStats().degraded;
+    if (!back) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(back);
+}
+
+// Item 9: a dead first seed failed the first call with "connection refused" although a later seed
+// was up; now a request sent before the first slot map goes on to the next seed.
+TEST(Defects29, Item09_ADeadFirstSeedDoesNotFailTheFirstCall) {
+  RedisCluster cluster(3, 0, milliseconds(1000));
+  const std::string live = cluster.seeds().substr(std::string("redis-cluster://").size());
+  for (int round = 0; round < 3; ++round) {
+    const std::string uri = "redis-cluster://127.0.0.1:" + std::to_string(freeLoopbackPort()) + "," + live;
+    auto client = Client::fromUri(uri, failoverClientOptions());
+    RateLimiter rl(client, "d29:seed:" + std::to_string(round));  // FailurePolicy::Throw
+    EXPECT_NO_THROW({ EXPECT_TRUE(rl.trySetRate(RateType::Overall, 10, std::chrono::minutes(1))); }) << uri;
+    EXPECT_NO_THROW({ EXPECT_TRUE(rl.tryAcquire()); }) << uri;
+    auto keyless = Client::fromUri(uri, failoverClientOptions());
+    EXPECT_NO_THROW({ EXPECT_EQ(detail::command(*keyless, {"PING"}).str, "PONG"); }) << uri;
+    EXPECT_GE(clusterCountersOf(*keyless).seedsSkipped + clusterCountersOf(*client).seedsSkipped +
+                  clusterCountersOf(*client).refreshes,
+              1u);
+  }
+}
+
+// Item 8: every primary switch kept the old primary's transport (its epoll, eventfd and timerfd,
+// and its I/O thread) until the Client went; now it is released once shut down.
+TEST(Defects29, Item08_SentinelSwitchesReleaseTheOldPrimarysTransport) {
+  RedisSentinelGroup group(milliseconds(500));
+  auto client = Client::fromUri(group.uri(), failoverClientOptions());
+  RateLimiter rl(client, "d29:sentinel:fds", denyDuringOutages());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1000000, std::chrono::hours(1)));
+  ASSERT_TRUE(rl.tryAcquire());
+  const std::size_t fdsBefore = openDescriptors();
+  constexpr int kSwitches = 3;
+  for (int k = 0; k < kSwitches; ++k) {
+    const int oldPort = group.currentPrimaryPort();
+    const auto switches = sentinelCountersOf(*client).switches;
+    // Right after a failover the old primary is still syncing as a replica: NOGOODSLAVE until then.
+    RawReply r;
+    for (int i = 0; i < 200; ++i) {
+      r = rawCommand("127.0.0.1", group.sentinelPorts()[0], {"SENTINEL", "FAILOVER", group.primaryName()});
+      if (!r.isError()) break;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    ASSERT_FALSE(r.isError()) << r.str;
+    (void)group.waitForFailover(oldPort);
+    const auto until = Clock::now() + std::chrono::seconds(20);
+    while (Clock::now() < until && sentinelCountersOf(*client).switches == switches) {
+      (void)rl.tryAcquire();
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    ASSERT_GT(sentinelCountersOf(*client).switches, switches) << "switch " << k;
+    // Calls reach the new primary (its connection opened).
+    const auto grantUntil = Clock::now() + std::chrono::seconds(20);
+    while (Clock::now() < grantUntil && rl.failureStats().degraded) {
+      (void)rl.tryAcquire();
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+  const std::size_t fdsAfter = openDescriptors();
+  EXPECT_LE(fdsAfter, fdsBefore + 2) << kSwitches << " switches: " << fdsBefore << " descriptors before, " << fdsAfter
+                                     << " after (3 per retired transport leaked)";
+}
+
+// Item 8: callers whose request was on the retired transport read "the Client was shut down".
+// Item 10: a demoted primary's READONLY said "a configuration error, thrown under every failure
+// policy" while the Sentinel runner handles it as an outage. Both now say what happened and that a
+// retry goes to the new primary.
+TEST(Defects29, Item10_SentinelReadonlyIsAnOutageAndSaysSo) {
+  RedisSentinelGroup group(milliseconds(500));
+  auto client = Client::fromUri(group.uri(), failoverClientOptions());
+  ASSERT_EQ(detail::command(*client, {"SET", "d29:ro", "1"}).str, "OK");
+  // Demote the primary behind the sentinels' back: it answers writes with READONLY.
+  const RawReply r = rawCommand(group.primary().host(), group.primary().port(),
+                                {"REPLICAOF", group.replica().host(), std::to_string(group.replica().port())});
+  ASSERT_FALSE(r.isError()) << r.str;
+  try {
+    (void)detail::command(*client, {"SET", "d29:ro", "2"});
+    ADD_FAILURE() << "a write on a replica succeeded";
+  } catch (const UnavailableError& e) {
+    const std::string text = e.what();
+    EXPECT_EQ(e.code(), "READONLY");
+    EXPECT_EQ(text.find("configuration error"), std::string::npos) << text;
+    EXPECT_EQ(text.find("every failure policy"), std::string::npos) << text;
+    EXPECT_NE(text.find("failure policy"), std::string::npos) << text;
+    EXPECT_NE(text.find("READONLY"), std::string::npos) << text;
+    EXPECT_NE(text.find("retry"), std::string::npos) << text;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected UnavailableError, got " << detail::errorTypeName(e) << ": " << e.what();
+  }
+}
+
+}  // namespace redlimit::test
