@@ -176,8 +176,9 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                                    "Topology::Cluster; thrown under every failure policy)",
                                                    text));
   }
-  // Up, but cannot serve now: an outage the failure policy decides.
-  if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" ||
+  // Up, but cannot serve now: an outage the failure policy decides. NOREPLICAS: a primary with
+  // min-replicas-to-write set has lost the replicas it needs to accept writes.
+  if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" || code == "NOREPLICAS" ||
       startsWith(message, "ERR max number of clients reached")) {
     throw UnavailableError(codeText, fmt::format("redlimit: Redis cannot serve now: {}", text));
   }

@@ -82,7 +82,7 @@ TEST(ErrorMapping, ServerThatCannotServeNowIsUnavailableNotAReplyError) {
   for (const char* reply :
        {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script.",
         "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
-        "ERR max number of clients reached"}) {
+        "ERR max number of clients reached", "NOREPLICAS Not enough good replicas to write."}) {
     try {
       throwReplyError(reply, true);
       FAIL() << reply;
