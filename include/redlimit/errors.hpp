@@ -64,7 +64,8 @@ class ClosedError : public IoError {
 
 /// The server is up but cannot serve this command now: it is loading its data set (LOADING), busy
 /// running a script (BUSY), has no room for another client ("max number of clients reached"), or
-/// the cluster is down (CLUSTERDOWN, TRYAGAIN), or a primary lacks the replicas min-replicas-to-write asks for (NOREPLICAS). Like an unreachable server, no decision was made;
+/// the cluster is down (CLUSTERDOWN, TRYAGAIN), or a primary lacks the replicas its
+/// min-replicas-to-write asks for (NOREPLICAS). Like an unreachable server, no decision was made;
 /// the failure policy applies. A replica is not this: see ReplicaError.
 class UnavailableError : public IoError {
  public:

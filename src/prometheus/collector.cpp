@@ -58,9 +58,9 @@ std::vector<MetricFamily> Collector::Collect() const {
       family("redlimit_errors_total", "Deciding calls that failed, by error type", MetricType::Counter);
   MetricFamily latency =
       family("redlimit_decision_seconds", "Time of a deciding call to Redis until its answer", MetricType::Histogram);
-  MetricFamily threw = family("redlimit_callbacks_threw_total",
-                              "Completion callbacks of async calls that threw (caught and dropped; the call was decided)",
-                              MetricType::Counter);
+  MetricFamily threw = family(
+      "redlimit_callbacks_threw_total",
+      "Completion callbacks of async calls that threw (caught and dropped; the call was decided)", MetricType::Counter);
   MetricFamily degraded =
       family("redlimit_degraded", "Limiter handles in degraded mode now (an outage or a configuration error)",
              MetricType::Gauge);
@@ -104,7 +104,8 @@ std::vector<MetricFamily> Collector::Collect() const {
   }
   std::vector<MetricFamily> out;
   out.reserve(9);
-  for (MetricFamily* f : {&decisions, &permits, &shadow, &local, &trips, &threw, &policy, &errors, &latency, &degraded}) {
+  for (MetricFamily* f :
+       {&decisions, &permits, &shadow, &local, &trips, &threw, &policy, &errors, &latency, &degraded}) {
     out.push_back(std::move(*f));
   }
   return out;
