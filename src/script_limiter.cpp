@@ -9,6 +9,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 
@@ -69,6 +70,10 @@ std::exception_ptr scriptError(std::exception_ptr error, const std::string& name
 }
 
 }  // namespace
+
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
+  return scriptError(std::move(error), key, kind);
+}
 
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
 // must not take a place in the metrics registry).
