@@ -14,7 +14,10 @@
 --   set mode B P I keepAlive initial
 --                      mode 'try' writes only if the key does not exist; 'reset' overwrites the
 --                      configuration of a limiter of this kind and restarts its state with
---                      `initial` permits (0..B). Reply {written, B, localRate, localIntervalMs}.
+--                      `initial` permits (0..B); 'keep' writes the configuration and keeps the
+--                      permits in use (gcraRescale; `initial` only for a key that does not
+--                      exist), and changes nothing when the key holds this configuration.
+--                      Reply {written, B, localRate, localIntervalMs}.
 --   config             {B, localRate, localIntervalMs, B, P, I, keepAlive}
 --   take n maxWaitUs cfg, peek n 0 cfg
 --                      the limit in the call (the keyed limiters): cfg is the caller's
@@ -150,7 +153,9 @@ end
 
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or reset') end
+  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
+  end
   local b = countArg(ARGV[5], 1, MAX_U32, 'burst', key)
   local p = countArg(ARGV[6], 1, MAX_U32, 'permits per interval', key)
   local intervalMs = countArg(ARGV[7], 1, MAX_U32, 'interval (ms)', key)
@@ -158,8 +163,21 @@ if op == 'set' then
   local initial = countArg(ARGV[9], 0, b, 'initial permits', key)
   local bad = gcraConfigProblem(b, p, intervalMs, keepAlive)
   if bad then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. label .. ' ' .. key .. ': ' .. bad) end
-  if readPacked(kind, label, key) and mode == 'try' then return {0, 0, 0, 0} end
+  local v = readPacked(kind, label, key)
+  if v and mode == 'try' then return {0, 0, 0, 0} end
   local s = gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
+  -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
+  local usable, old = false, nil
+  if v and mode == 'keep' then usable, old = pcall(gcraLoad, key, kind, nowUs) end
+  if usable then
+    local lr, lms = gcraLocalRate(s)
+    if string.sub(v, 1, 17) == string.sub(struct.pack(GCRA_LAYOUT, kind, b, p, intervalMs, keepAlive, 0, 0), 1, 17) then
+      return {1, b, lr, lms}               -- the same configuration: nothing changes
+    end
+    gcraRescale(old, s)
+    gcraStore(s, s.d)
+    return {1, b, lr, lms}
+  end
   gcraStore(s, (b - initial) * s.ip)       -- <= B*I'
   local lr, lms = gcraLocalRate(s)
   return {1, b, lr, lms}

@@ -435,6 +435,17 @@ bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string
   return written;
 }
 
+void ScriptLimiter::writeConfigKeepingState(const std::vector<std::string>& config) {
+  std::vector<std::string> args{"keep"};
+  args.insert(args.end(), config.begin(), config.end());
+  const Reply r = core_->call("set", args, true);  // safe to send twice: the second changes nothing
+  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
+    throw UnexpectedReplyError(fmt::format(
+        "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
+  }
+  core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
+}
+
 std::vector<std::int64_t> ScriptLimiter::readConfig() {
   const Reply r = core_->call("config", {}, true);
   if (r.type != Reply::Type::Array || r.elements.size() < 3) {
