@@ -14,8 +14,18 @@
 --   set mode B P I keepAlive initial
 --                      mode 'try' writes only if the key does not exist; 'reset' overwrites the
 --                      configuration of a limiter of this kind and restarts its state with
---                      `initial` permits (0..B). Reply {written, B, localRate, localIntervalMs}.
+--                      `initial` permits (0..B); 'keep' writes the configuration and keeps the
+--                      permits in use (gcraRescale; `initial` only for a key that does not
+--                      exist), and changes nothing when the key holds this configuration.
+--                      Reply {written, B, localRate, localIntervalMs}.
 --   config             {B, localRate, localIntervalMs, B, P, I, keepAlive}
+--   take n maxWaitUs cfg, peek n 0 cfg
+--                      the limit in the call (the keyed limiters): cfg is the caller's
+--                      configuration packed as the key's first 17 bytes (kind, B, P, I ms,
+--                      keepAlive ms). A key without one is decided as an idle bucket of cfg; a
+--                      key holding cfg as it is; a key holding another configuration of this kind
+--                      is decided with cfg, its permits in use kept (gcraRescale). take writes
+--                      cfg with the state when it takes; nothing is written on a denial.
 -- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, B, nowUs, delayUs,
 --   localRate, localIntervalMs}. retryAfter (denied) is exact: the same call succeeds at
 --   now + retryAfter and not a µs earlier, if nobody else takes permits. localRate per
@@ -31,13 +41,17 @@
 -- argument) falls through to the full code below, which checks everything in order and fails
 -- with the precise error before writing anything. A key of another Redis type fails the GET with
 -- Redis's WRONGTYPE error; ScriptLimiter, which knows the key, turns it into InvalidConfigError.
+-- With the configuration in the call (ARGV[6]), the fast path also requires the key to begin with
+-- it: one plain string.find, no new string (measured with 20 000 pipelined EVALSHA, median of 11
+-- runs: 4.19 µs per call against 4.12 µs for the stored-config call; the difference is Redis
+-- making the 17-byte argument). A key that differs, or is missing, goes to gcraWithConfig below.
 -- Quotients: floor(a / b) of integers 0 <= a < 2^53, b >= 1 is exact in doubles (a/b is at least
 -- 1/b away from an integer it is not, and that is more than half an ulp below 2^53).
 local op, kind, key = ARGV[1], ARGV[3], KEYS[1]
 if op == 'take' and (kind == 'T' or kind == 'G') then
   local v = redis.call('GET', key)
   -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
-  local n, maxWait, nowUs = ARGV[4], ARGV[5], ARGV[2]
+  local n, maxWait, nowUs, cfg = ARGV[4], ARGV[5], ARGV[2], ARGV[6]
   if n == '1' then n = 1 else n = tonumber(n) end
   if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
   if nowUs == '' then
@@ -49,7 +63,8 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
   if v and #v == 28 and nowUs and n and maxWait and n >= 1 and n % 1 == 0 and maxWait >= 0 and
       maxWait < 1e14 and maxWait % 1 == 0 then
     local k, b, p, intervalMs, keepAlive, tatUs, tatRem = struct.unpack('<c1I4I4I4I4I7I4', v)
-    if k == kind and n <= b and p >= 1 and intervalMs >= 1 and tatUs < 9007199254740992 then
+    if k == kind and n <= b and p >= 1 and intervalMs >= 1 and tatUs < 9007199254740992 and
+        (cfg == nil or string.find(v, cfg, 1, true) == 1) then
       local ius = intervalMs * 1000
       local g, r = p, ius                  -- gcd(P, I in µs); both < 2^43, so % is exact
       while r > 0 do g, r = r, g % r end
@@ -114,7 +129,8 @@ if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gc
 local nowUs = currentMicros(ARGV[2])
 
 if op == 'take' or op == 'peek' then
-  local s = gcraLoad(key, kind, nowUs)
+  local s
+  if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
   gcraCheckPermits(s, n)
   local maxWait = 0
@@ -137,7 +153,9 @@ end
 
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or reset') end
+  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
+  end
   local b = countArg(ARGV[5], 1, MAX_U32, 'burst', key)
   local p = countArg(ARGV[6], 1, MAX_U32, 'permits per interval', key)
   local intervalMs = countArg(ARGV[7], 1, MAX_U32, 'interval (ms)', key)
@@ -145,8 +163,21 @@ if op == 'set' then
   local initial = countArg(ARGV[9], 0, b, 'initial permits', key)
   local bad = gcraConfigProblem(b, p, intervalMs, keepAlive)
   if bad then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. label .. ' ' .. key .. ': ' .. bad) end
-  if readPacked(kind, label, key) and mode == 'try' then return {0, 0, 0, 0} end
+  local v = readPacked(kind, label, key)
+  if v and mode == 'try' then return {0, 0, 0, 0} end
   local s = gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
+  -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
+  local usable, old = false, nil
+  if v and mode == 'keep' then usable, old = pcall(gcraLoad, key, kind, nowUs) end
+  if usable then
+    local lr, lms = gcraLocalRate(s)
+    if string.sub(v, 1, 17) == string.sub(struct.pack(GCRA_LAYOUT, kind, b, p, intervalMs, keepAlive, 0, 0), 1, 17) then
+      return {1, b, lr, lms}               -- the same configuration: nothing changes
+    end
+    gcraRescale(old, s)
+    gcraStore(s, s.d)
+    return {1, b, lr, lms}
+  end
   gcraStore(s, (b - initial) * s.ip)       -- <= B*I'
   local lr, lms = gcraLocalRate(s)
   return {1, b, lr, lms}

@@ -36,7 +36,7 @@ bool GcraRateLimiter::trySetConfig(const GcraConfig& c) {
 
 void GcraRateLimiter::setConfig(const GcraConfig& c) {
   validateConfig(c);
-  (void)writeConfig(false, configArgs(c));
+  writeConfigKeepingState(configArgs(c));
 }
 
 GcraConfig GcraRateLimiter::getConfig() {

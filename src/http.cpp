@@ -59,7 +59,8 @@ void checkPolicy(const RateLimitPolicy& policy) {
 
 // Seconds for RateLimit's t and X-RateLimit-Reset: the denial's wait, else the time to full.
 std::int64_t effectiveWindowSeconds(const Decision& decision) noexcept {
-  return decision.allowed ? ceilSeconds(decision.resetAfter) : ceilSeconds(decision.retryAfter);
+  return decision.allowed ? ceilSeconds(decision.resetAfter)
+                          : std::max<std::int64_t>(1, ceilSeconds(decision.retryAfter));
 }
 
 // One RateLimit item: `"name";r=..;t=..`.
@@ -114,14 +115,14 @@ std::size_t describedLimit(const MultiDecision& decision) {
 }  // namespace
 
 std::int64_t retryAfterSeconds(const Decision& decision) noexcept {
-  return decision.allowed ? 0 : ceilSeconds(decision.retryAfter);
+  // A denial says at least 1 s: "Retry-After: 0" invites the retry that is denied again.
+  return decision.allowed ? 0 : std::max<std::int64_t>(1, ceilSeconds(decision.retryAfter));
 }
 
 std::optional<std::string> retryAfterHeader(const Decision& decision) {
   if (decision.allowed) return std::nullopt;
-  const std::int64_t seconds = retryAfterSeconds(decision);
-  if (decision.byPolicy && seconds == 0) return std::nullopt;  // no estimate: say nothing
-  return fmt::format("{}", seconds);
+  if (decision.byPolicy && ceilSeconds(decision.retryAfter) == 0) return std::nullopt;  // no estimate: say nothing
+  return fmt::format("{}", retryAfterSeconds(decision));
 }
 
 std::string rateLimitPolicyField(const RateLimitPolicy& policy) {

@@ -10,6 +10,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 
@@ -70,6 +71,10 @@ std::exception_ptr scriptError(std::exception_ptr error, const std::string& name
 }
 
 }  // namespace
+
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
+  return scriptError(std::move(error), key, kind);
+}
 
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
 // must not take a place in the metrics registry).
@@ -432,6 +437,17 @@ bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string
   const bool written = r.elements[0].asInteger() == 1;
   if (written) core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
   return written;
+}
+
+void ScriptLimiter::writeConfigKeepingState(const std::vector<std::string>& config) {
+  std::vector<std::string> args{"keep"};
+  args.insert(args.end(), config.begin(), config.end());
+  const Reply r = core_->call("set", args, true);  // safe to send twice: the second changes nothing
+  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
+    throw UnexpectedReplyError(fmt::format(
+        "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
+  }
+  core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
 }
 
 std::vector<std::int64_t> ScriptLimiter::readConfig() {

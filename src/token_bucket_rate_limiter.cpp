@@ -37,7 +37,11 @@ bool TokenBucketRateLimiter::trySetConfig(const TokenBucketConfig& c) {
 
 void TokenBucketRateLimiter::setConfig(const TokenBucketConfig& c) {
   validateConfig(c);
-  (void)writeConfig(false, configArgs(c));
+  if (c.initialTokens) {
+    (void)writeConfig(false, configArgs(c));  // a state was asked for: restart with it
+  } else {
+    writeConfigKeepingState(configArgs(c));
+  }
 }
 
 TokenBucketConfig TokenBucketRateLimiter::getConfig() {

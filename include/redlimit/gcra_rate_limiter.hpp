@@ -58,8 +58,10 @@ class GcraRateLimiter : public detail::ScriptLimiter {
   /// Writes the configuration (the limiter starts idle: burst available) if the key does not
   /// exist. True if this call wrote it. A key of another kind: InvalidConfigError.
   [[nodiscard]] bool trySetConfig(const GcraConfig& config);
-  /// Overwrites the configuration and restarts the limiter idle: permits taken before are
-  /// forgotten.
+  /// Writes the configuration keeping the permits in use (the TAT's distance from now, scaled
+  /// to the new time per permit, see docs/algorithms.md); the same configuration again changes
+  /// nothing. A key without one starts idle; one whose stored configuration or state is unusable
+  /// is overwritten, idle.
   void setConfig(const GcraConfig& config);
   /// The stored configuration. Throws NotInitializedError if there is none.
   [[nodiscard]] GcraConfig getConfig();

@@ -4,9 +4,13 @@
 // Fields and the documents they come from:
 //  * Retry-After (RFC 9110 §10.2.3): delay-seconds, a non-negative decimal integer. Sent only
 //    with a denial; the decision's retryAfter (µs) is rounded UP to whole seconds, so a client
-//    that waits the advertised time never comes back early (1 µs -> 1, exactly 2 s -> 2).
+//    that waits the advertised time never comes back early (1 µs -> 1, exactly 2 s -> 2), and
+//    never below 1 (a denial with retryAfter 0 says 1: "Retry-After: 0" asks for an instant retry).
 //  * RateLimit-Policy and RateLimit, as defined by draft-ietf-httpapi-ratelimit-headers-11
-//    (May 2026, the latest draft; syntax checked against its text). Both are Structured Field Lists
+//    (May 2026; syntax checked against its text). A -12 is said to exist; its text was not at hand
+//    when this was last checked (issue #25), so -11 is what is implemented: the field names,
+//    Structured Field List syntax and the q/w/r/t parameters have been stable since -07, and a
+//    client that reads -11 fields is what redlimit can test against. Both are Structured Field Lists
 //    (RFC 9651) whose items are Strings naming the policy:
 //        RateLimit-Policy: "default";q=100;w=60      q = quota, w = window in seconds (optional)
 //        RateLimit: "default";r=42;t=7              r = available quota, t = effective window (s)
@@ -19,7 +23,7 @@
 // What the numbers mean:
 //  * r = max(remaining, 0) (a limiter that owes time reports a negative `remaining`; clients
 //    only ever see 0), capped at the largest sf-integer.
-//  * t: when denied, retryAfter rounded up (the time within which the client can use nothing,
+//  * t: when denied, retryAfter rounded up, at least 1 (the time within which the client can use nothing,
 //    and never less than Retry-After, as the draft asks of responses carrying both); when
 //    allowed, resetAfter rounded up (until the limiter is full again).
 //  * A decision made by the failure policy (Decision::byPolicy: Redis was not asked) has no exact
@@ -76,8 +80,9 @@ struct HeaderOptions {
 /// Header fields as (name, value) pairs, in the order they should be sent.
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
-/// Whole seconds to wait before retrying: retryAfter rounded up when denied, 0 when allowed (and
-/// for negative values). Thread-safe; does not throw.
+/// Whole seconds to wait before retrying: retryAfter rounded up when denied, and at least 1 (a
+/// hand-built denial with retryAfter 0 or less says 1 s, never 0); 0 when allowed. Thread-safe;
+/// does not throw.
 [[nodiscard]] std::int64_t retryAfterSeconds(const Decision& decision) noexcept;
 
 /// The Retry-After field value (delta-seconds) for a denial, nullopt when allowed, and nullopt

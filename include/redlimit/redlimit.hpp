@@ -15,6 +15,8 @@
 #include "redlimit/reservation.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/keyed_token_bucket_rate_limiter.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"

@@ -23,8 +23,9 @@ struct TokenBucketConfig {
   std::chrono::milliseconds keepAlive{0};       // 0 (default): the key is kept until deleteLimiter(); > 0:
                                                 // it expires once the bucket has been full this long
                                                 // (configuration included), up to kMaxInterval
-  std::optional<std::int64_t> initialTokens;    // permits in the bucket when trySetConfig/setConfig writes
-                                                // it, 0..capacity; empty (default): full. State, not
+  std::optional<std::int64_t> initialTokens;    // permits in the bucket when trySetConfig writes it, or
+                                                // setConfig restarts it, 0..capacity; empty (default):
+                                                // full (setConfig: keep the permits in use). State, not
                                                 // configuration: getConfig() leaves it empty, == ignores it
 
   friend bool operator==(const TokenBucketConfig& a, const TokenBucketConfig& b) {
@@ -75,8 +76,11 @@ class TokenBucketRateLimiter : public detail::ScriptLimiter {
   /// Writes the configuration and a bucket with config.initialTokens (default full) if the key
   /// does not exist. True if this call wrote it. A key of another kind: InvalidConfigError.
   [[nodiscard]] bool trySetConfig(const TokenBucketConfig& config);
-  /// Overwrites the configuration and restarts the bucket with config.initialTokens (default
-  /// full): permits taken before are forgotten.
+  /// Writes the configuration keeping the permits in use (as KeyedTokenBucketRateLimiter does
+  /// on a change: they come back at the new rate, and count against the new capacity); the same
+  /// configuration again changes nothing. With config.initialTokens set, restarts the bucket with
+  /// them instead. A key without a configuration starts with initialTokens (default full); one
+  /// whose stored configuration or state is unusable is overwritten.
   void setConfig(const TokenBucketConfig& config);
   /// The stored configuration. Throws NotInitializedError if there is none.
   [[nodiscard]] TokenBucketConfig getConfig();

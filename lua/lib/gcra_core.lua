@@ -156,3 +156,35 @@ local function gcraRefund(s, n)
   if d ~= s.d then gcraStore(s, d) end
   return d
 end
+
+-- The permits in use of `old` (D / I'), kept in `s` (another configuration of the same kind, at
+-- the same now): s.d = ceil(D_old x I'_new / I'_old) units, at most s's furthest D. The same I'
+-- keeps D exactly (a change of keepAlive or of burst only); otherwise the double product is
+-- rounded up, so a change never hands out a permit that was in use.
+local function gcraRescale(old, s)
+  local d = old.d
+  if old.ip ~= s.ip then d = math.ceil(d / old.ip * s.ip) end
+  local dmax = s.cap + s.maxWait * s.pp
+  if d > dmax then d = dmax end
+  s.d = d
+end
+
+-- The limiter of `key` at nowUs under the caller's configuration `cfg` (the key's 17-byte
+-- header: kind, B, P, I ms, keepAlive ms): idle if the key does not exist, the stored state if
+-- it holds cfg, the stored state rescaled to cfg if it holds another configuration of `kind`.
+-- Fails with REDLIMIT_INVALID_ARGUMENT for a cfg that is not a usable configuration of `kind`.
+local function gcraWithConfig(key, kind, nowUs, cfg)
+  local label = GCRA_LABELS[kind]
+  if #cfg ~= 17 then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call must be 17 bytes') end
+  local k, b, p, intervalMs, keepAlive = struct.unpack('<c1I4I4I4I4', cfg)
+  if k ~= kind then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call is not one of ' .. label) end
+  local bad = gcraConfigProblem(b, p, intervalMs, keepAlive)
+  if bad then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. label .. ' ' .. key .. ': ' .. bad) end
+  local v = readPacked(kind, label, key)
+  if not v then return gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive) end
+  local old = gcraLoad(key, kind, nowUs)
+  if string.sub(v, 1, 17) == cfg then return old end
+  local s = gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
+  gcraRescale(old, s)
+  return s
+end

@@ -92,9 +92,16 @@ TYPED_TEST(OneKey, TrySetConfigWritesOnlyWhenAbsentAndSetConfigResets) {
 
   rl.setConfig(second);
   EXPECT_EQ(rl.getConfig(), second);
-  const Decision d = rl.decide(9);
-  EXPECT_TRUE(d.allowed) << "setConfig restarts the limiter full";
-  EXPECT_EQ(d.limit, 9);
+  if constexpr (TypeParam::kSetConfigKeepsState) {
+    EXPECT_FALSE(rl.decide(9).allowed) << "setConfig keeps the 4 permits in use (issue 25)";
+    const Decision d = rl.decide(5);
+    EXPECT_TRUE(d.allowed) << "9 - 4 in use";
+    EXPECT_EQ(d.limit, 9);
+  } else {
+    const Decision d = rl.decide(9);
+    EXPECT_TRUE(d.allowed) << "setConfig restarts the limiter full";
+    EXPECT_EQ(d.limit, 9);
+  }
 
   // Another handle sees the stored configuration, whatever it was built for.
   typename TypeParam::Limiter other(this->newClient(), this->name());

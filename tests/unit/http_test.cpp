@@ -48,8 +48,8 @@ TEST(HttpRetryAfter, RoundsUpToWholeSeconds) {
   EXPECT_EQ(retryAfterSeconds(denied(1'000'000)), 1);
   EXPECT_EQ(retryAfterSeconds(denied(1'000'001)), 2);
   EXPECT_EQ(retryAfterSeconds(denied(2'000'000)), 2);
-  EXPECT_EQ(retryAfterSeconds(denied(0)), 0);
-  EXPECT_EQ(retryAfterSeconds(denied(-5)), 0);
+  EXPECT_EQ(retryAfterSeconds(denied(0)), 1) << "issue 25: a denial never says 0";
+  EXPECT_EQ(retryAfterSeconds(denied(-5)), 1);
   const std::int64_t most = std::numeric_limits<std::int64_t>::max();
   EXPECT_EQ(retryAfterSeconds(denied(most)), most / 1'000'000 + 1);
   EXPECT_EQ(retryAfterHeader(denied(1)), "1");
@@ -224,3 +224,21 @@ TEST(HttpMultiLimit, RejectsPolicyListsThatDoNotFit) {
 }
 
 }  // namespace
+
+// Issue 25, item 6: a hand-built denial with retryAfter 0 renders Retry-After: 1 (and t=1), never
+// Retry-After: 0 on a 429.
+TEST(Defects25, Item6DenialNeverSaysRetryAfterZero) {
+  Decision d;
+  d.allowed = false;
+  d.limit = 10;
+  RateLimitPolicy p;
+  p.quota = 10;
+  p.window = std::chrono::seconds(1);
+  EXPECT_EQ(retryAfterHeader(d), "1");
+  EXPECT_EQ(rateLimitField(d, p), R"("default";r=0;t=1)");
+  const Headers h = rateLimitHeaders(d, p);
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(h.back(), (std::pair<std::string, std::string>{"Retry-After", "1"}));
+  d.byPolicy = true;  // the failure policy's denial without an estimate still says nothing
+  EXPECT_EQ(retryAfterHeader(d), std::nullopt);
+}

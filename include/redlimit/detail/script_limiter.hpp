@@ -150,6 +150,10 @@ class ScriptLimiter {
   /// The script's `set` operation with `config` (its arguments after the mode): true if written.
   /// onlyIfAbsent: writes only if the key does not exist.
   bool writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config);
+  /// The script's `set` operation in mode 'keep' (gcra.lua): writes `config` keeping the
+  /// permits in use, nothing if the key holds it already; the initial permits in `config` apply
+  /// to a key that does not exist.
+  void writeConfigKeepingState(const std::vector<std::string>& config);
   /// The script's `config` operation: the configuration's numbers, in the script's order.
   std::vector<std::int64_t> readConfig();
   /// Sleeps `d` on the limiter's clock (its failure gate's): every retry sleep goes through it.

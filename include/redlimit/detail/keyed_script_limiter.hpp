@@ -1,0 +1,99 @@
+// redlimit — what the keyed one-key limiters (KeyedGcraRateLimiter, KeyedTokenBucketRateLimiter)
+// share: one policy (a configuration, a failure gate, a metrics label) applied to many keys, the
+// configuration sent in every call so that a key needs no set-up and never goes uninitialized.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
+#include "redlimit/detail/script.hpp"
+#include "redlimit/detail/script_limiter.hpp"
+
+namespace redlimit::detail {
+
+/// The error a one-key limiter's script call ended with, as ScriptLimiter reports it (a
+/// WRONGTYPE from the script's read of `key` becomes InvalidConfigError naming it and the kind).
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind);
+/// The monitor of a one-key handle named `name`, after the checks of its client and name (throws
+/// InvalidArgument), as ScriptLimiter makes it.
+LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
+                              const MonitorOptions& monitor);
+
+/// What a keyed policy sends and what its failure policy runs: `packed` is the configuration as the
+/// script stores it (the key's 17-byte header), `limit` the most one decision can get,
+/// `localRate` per `localIntervalMs` the Local policy's bucket.
+struct KeyedPolicy {
+  std::string packed;
+  std::int64_t limit = 0;
+  std::int64_t localRate = 0;
+  std::int64_t localIntervalMs = 0;
+};
+
+/// One policy, many keys: each decision names its key and carries the policy's configuration, so
+/// the script writes it to a key that has none, uses a key's stored state when it holds the same
+/// configuration, and decides with this one (the permits in use kept, see lua/lib/gcra_core.lua)
+/// when it holds another. No trySetConfig, and no NotInitializedError. The object is a cheap,
+/// copyable value (copies share one failure gate and one metrics series, labelled with the
+/// policy's name, never with a key). Thread-safe.
+///
+/// The failure policy is the policy's, for all its keys: one outage degrades every key (they
+/// share one Redis), and FailurePolicy::Local runs ONE local bucket of the policy's rate for all
+/// the keys of this process together, not one per key.
+///
+/// Errors: InvalidArgument before anything is sent (an empty key or one longer than
+/// ScriptLimiter::kMaxNameLength, permits outside 1..burst); InvalidConfigError if the key holds
+/// another Redis type or another kind of limiter (a one-key limiter of this kind with another
+/// configuration is not an error), InvalidStateError if its state is unusable; ConfigurationError
+/// and AuthError; IoError and subclasses, which the failure policy decides for decide, tryAcquire
+/// and decideAsync (peek and deleteKey throw them).
+class KeyedScriptLimiter {
+ public:
+  using DecisionCallback = ScriptLimiter::DecisionCallback;
+
+  /// Takes `permits` (1..the policy's burst) from the limiter `key` if available now. Never waits.
+  [[nodiscard]] Decision decide(std::string_view key, std::int64_t permits = 1);
+  /// decide(key, permits).allowed.
+  [[nodiscard]] bool tryAcquire(std::string_view key, std::int64_t permits = 1);
+  /// What decide(key, permits) would answer now, taking and writing nothing (a key without a
+  /// configuration reads as a full one). Not a decision of the failure policy: throws IoError.
+  [[nodiscard]] Decision peek(std::string_view key, std::int64_t permits = 1);
+  /// decide() without waiting for the reply; `done` as for ScriptLimiter::decideAsync.
+  void decideAsync(std::string_view key, std::int64_t permits, DecisionCallback done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<Decision> decideAsync(std::string_view key, std::int64_t permits = 1);
+  /// Deletes the key (configuration and state): the next decision finds it full. True if it existed.
+  bool deleteKey(std::string_view key);
+
+  /// The policy's name: the metrics label and the limiter named in events.
+  [[nodiscard]] const std::string& getName() const noexcept;
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
+  /// Decisions made under the failure policy (all keys), and whether the policy is degraded now.
+  [[nodiscard]] FailureStats failureStats() const;
+  /// The policy's metrics, shadow mode and events.
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
+
+ protected:
+  /// Sends nothing. Throws InvalidArgument for a null client, a bad policy name (as a limiter
+  /// name) and bad failure options.
+  KeyedScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
+                     const MonitorOptions& monitor, const Script& script, char kind, KeyedPolicy policy);
+  ~KeyedScriptLimiter() = default;
+  KeyedScriptLimiter(const KeyedScriptLimiter&) = default;
+  KeyedScriptLimiter(KeyedScriptLimiter&&) noexcept = default;
+  KeyedScriptLimiter& operator=(const KeyedScriptLimiter&) = default;
+  KeyedScriptLimiter& operator=(KeyedScriptLimiter&&) noexcept = default;
+
+ private:
+  class Core;
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace redlimit::detail

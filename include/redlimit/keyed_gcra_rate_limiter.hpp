@@ -1,0 +1,56 @@
+// redlimit — KeyedGcraRateLimiter: one GCRA policy applied to many keys (per user, per API key, per
+// IP), the limit sent in every call.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "redlimit/client.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/monitor.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
+
+namespace redlimit {
+
+/// Options of a keyed family (KeyedGcraRateLimiter, KeyedTokenBucketRateLimiter).
+struct KeyedRateLimiterOptions {
+  FailureOptions failure;      // decisions when Redis cannot be asked, for every key (default: throw)
+  MonitorOptions monitor;      // metrics under the policy's name (one series, not one per key), shadow, events
+  bool permanentKeys = false;  // false (default): a configuration's keepAlive of 0 becomes
+                               // kDefaultIdleMargin, so every key expires once it is full again;
+                               // true: keys without keepAlive are kept until deleted
+};
+
+/// The idle margin of a keyed family's keys by default: a key expires this long after its
+/// limiter is full again (an expired key decides exactly as a full one).
+inline constexpr std::chrono::milliseconds kDefaultIdleMargin{1000};
+
+/// One GCRA policy (rate per period, burst) for many keys: decide("api:{user:42}") limits that
+/// key, with the configuration sent in the call. A key needs no set-up: the script writes the
+/// configuration when the key has none, uses the key's state when it holds this configuration,
+/// and when it holds another (another process, an older policy) decides with this one, keeping
+/// the permits in use (lua/lib/gcra_core.lua, gcraRescale). Keys expire once full (plus
+/// keepAlive, kDefaultIdleMargin by default), so idle keys cost no memory. The keys are the same
+/// 28-byte values as GcraRateLimiter's: a GcraRateLimiter on one of the keys sees the state.
+///
+/// The configuration travels as 17 bytes in ARGV and is compared with the key's first 17 bytes,
+/// so a decision costs the server what a GcraRateLimiter decision costs. Thread-safe; copies share
+/// the policy. See detail::KeyedScriptLimiter for the operations, errors and failure policy.
+class KeyedGcraRateLimiter : public detail::KeyedScriptLimiter {
+ public:
+  /// The policy `name` (its metrics label) with `config`. Sends nothing. Throws InvalidArgument for
+  /// a bad configuration (GcraRateLimiter::validateConfig), or a
+  /// bad client, name or failure options.
+  KeyedGcraRateLimiter(std::shared_ptr<Client> client, std::string name, const GcraConfig& config,
+                       KeyedRateLimiterOptions options = {});
+
+  /// The policy's configuration, with the keepAlive its keys get.
+  [[nodiscard]] const GcraConfig& config() const noexcept { return config_; }
+
+ private:
+  GcraConfig config_;
+};
+
+}  // namespace redlimit

@@ -1,0 +1,242 @@
+#include "redlimit/detail/keyed_script_limiter.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "future_of.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/limiter_errors.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+// {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs, localRate, localIntervalMs}
+constexpr std::size_t kDecisionReplySize = 9;
+
+Decision parseDecision(const std::string& key, const Reply& r, std::int64_t permits) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kDecisionReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", key,
+                                           kDecisionReplySize, r.describe()));
+  }
+  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+  Decision d;
+  d.allowed = at(0) == 1;
+  d.permits = permits;
+  d.remaining = std::max<std::int64_t>(0, at(1));
+  d.retryAfter = microseconds{at(2)};
+  d.resetAfter = microseconds{at(3)};
+  d.limit = at(4);
+  d.time = microseconds{at(5)};
+  return d;
+}
+
+}  // namespace
+
+class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScriptLimiter::Core> {
+ public:
+  Core(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
+       const Script& script, char kind, KeyedPolicy policy)
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        script_(script),
+        kind_(1, kind),
+        policy_(std::move(policy)),
+        gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
+    const ClientOptions& o = client_->options();
+    callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  }
+
+  void check(std::string_view key, std::int64_t permits) const {
+    if (key.empty()) throw InvalidArgument(fmt::format("redlimit: {}: the key must not be empty", name_));
+    if (key.size() > ScriptLimiter::kMaxNameLength) {
+      throw InvalidArgument(fmt::format("redlimit: {}: key is {} bytes; at most {} are allowed", name_, key.size(),
+                                        ScriptLimiter::kMaxNameLength));
+    }
+    if (permits < 1 || permits > policy_.limit) {
+      throw InvalidArgument(
+          fmt::format("redlimit: {}: permits must be in 1..{} (the burst), got {}", name_, policy_.limit, permits));
+    }
+  }
+
+  Decision byPolicy(std::int64_t permits, bool allowed) const {
+    Decision d;
+    d.allowed = allowed;
+    d.permits = permits;
+    d.limit = policy_.limit;
+    d.byPolicy = true;
+    return d;
+  }
+
+  [[nodiscard]] std::optional<bool> policyDecide(std::int64_t permits) {
+    return gate_.decide(permits, policy_.localRate, milliseconds{policy_.localIntervalMs});
+  }
+
+  // The script's arguments for `op` ("take" or "peek") of `permits`; `digits` holds the number.
+  std::vector<std::string_view> args(std::string_view op, const fmt::format_int& digits) const {
+    // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
+    return {op, "", kind_, std::string_view(digits.data(), digits.size()), "0", policy_.packed};
+  }
+
+  Decision take(std::string_view key, std::int64_t permits) {
+    check(key, permits);
+    if (client_->onIoThread()) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: {}: a sync decision from a completion callback would wait for the thread that runs it; "
+          "use decideAsync there",
+          name_));
+    }
+    if (!gate_.shouldTry()) {
+      if (auto d = policyDecide(permits)) return byPolicy(permits, *d);
+      gate_.throwUnavailable();
+    }
+    const fmt::format_int digits(permits);
+    const std::vector<std::string_view> keys{key};
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    try {
+      Reply reply;
+      try {
+        reply = eval(*client_, script_, keys, args("take", digits), deadlineAfter<Steady>(Steady::now(), callBound_));
+      } catch (const ScriptError&) {
+        std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
+      }
+      Decision d = parseDecision(std::string(key), reply, permits);
+      gate_.answered(started);
+      return d;
+    } catch (const Error&) {
+      if (auto d = gate_.settle(std::current_exception(), started, permits, policy_.localRate,
+                                milliseconds{policy_.localIntervalMs})) {
+        return byPolicy(permits, *d);
+      }
+      throw;
+    }
+  }
+
+  void takeAsync(std::string_view key, std::int64_t permits, DecisionCallback done) {
+    try {
+      check(key, permits);
+    } catch (...) {
+      done(Decision{}, std::current_exception());
+      return;
+    }
+    if (!gate_.shouldTry()) {
+      if (auto d = policyDecide(permits)) {
+        done(byPolicy(permits, *d), nullptr);
+        return;
+      }
+      try {
+        gate_.throwUnavailable();
+      } catch (...) {
+        done(Decision{}, std::current_exception());
+      }
+      return;
+    }
+    const fmt::format_int digits(permits);
+    const std::vector<std::string_view> keys{key};
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    // The completion holds the policy weakly, as ScriptLimiter's does.
+    evalAsync(
+        *client_, script_, keys, args("take", digits),
+        [weak = weak_from_this(), key = std::string(key), kind = kind_[0], permits, started, done = std::move(done)](
+            const Reply& reply, std::exception_ptr error) {
+          const std::shared_ptr<Core> self = weak.lock();
+          Decision out;
+          if (!error) {
+            try {
+              out = parseDecision(key, reply, permits);
+            } catch (...) {
+              error = std::current_exception();
+            }
+          } else {
+            error = oneKeyScriptError(std::move(error), key, kind);
+          }
+          if (!error) {
+            if (self) self->gate_.answered(started);
+            done(out, nullptr);
+            return;
+          }
+          if (self) {
+            if (auto d = self->gate_.settle(error, started, permits, self->policy_.localRate,
+                                            milliseconds{self->policy_.localIntervalMs})) {
+              done(self->byPolicy(permits, *d), nullptr);
+              return;
+            }
+          }
+          done(Decision{}, std::move(error));
+        },
+        deadlineAfter<Steady>(Steady::now(), callBound_));
+  }
+
+  Decision peek(std::string_view key, std::int64_t permits) {
+    check(key, permits);
+    const fmt::format_int digits(permits);
+    const std::vector<std::string_view> keys{key};
+    try {
+      return parseDecision(
+          std::string(key),
+          eval(*client_, script_, keys, args("peek", digits), deadlineAfter<Steady>(Steady::now(), callBound_)),
+          permits);
+    } catch (const ScriptError&) {
+      std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
+    }
+  }
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  Script script_;
+  std::string kind_;
+  KeyedPolicy policy_;
+  FailureGate gate_;
+  milliseconds callBound_{0};
+};
+
+KeyedScriptLimiter::KeyedScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
+                                       const MonitorOptions& monitor, const Script& script, char kind,
+                                       KeyedPolicy policy)
+    : core_(std::make_shared<Core>(std::move(client), std::move(name), std::move(failure), monitor, script, kind,
+                                   std::move(policy))) {}
+
+Decision KeyedScriptLimiter::decide(std::string_view key, std::int64_t permits) {
+  Decision d = core_->take(key, permits);
+  monitor().admit(d);
+  return d;
+}
+
+bool KeyedScriptLimiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
+
+Decision KeyedScriptLimiter::peek(std::string_view key, std::int64_t permits) { return core_->peek(key, permits); }
+
+void KeyedScriptLimiter::decideAsync(std::string_view key, std::int64_t permits, DecisionCallback done) {
+  core_->takeAsync(key, permits, [monitor = monitor(), done = std::move(done)](Decision d, std::exception_ptr error) {
+    if (!error) monitor.admit(d);
+    done(d, std::move(error));
+  });
+}
+
+std::future<Decision> KeyedScriptLimiter::decideAsync(std::string_view key, std::int64_t permits) {
+  return futureOf<Decision>([&](auto done) { decideAsync(key, permits, std::move(done)); });
+}
+
+bool KeyedScriptLimiter::deleteKey(std::string_view key) {
+  core_->check(key, 1);
+  return command(*core_->client_, {"DEL", key}).asInteger() > 0;
+}
+
+const std::string& KeyedScriptLimiter::getName() const noexcept { return core_->name_; }
+const std::shared_ptr<Client>& KeyedScriptLimiter::client() const noexcept { return core_->client_; }
+FailureStats KeyedScriptLimiter::failureStats() const { return core_->gate_.stats(); }
+const LimiterMonitor& KeyedScriptLimiter::monitor() const noexcept { return core_->gate_.monitor(); }
+
+}  // namespace redlimit::detail
