@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "completion.hpp"
 #include "future_of.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -219,6 +220,8 @@ bool KeyedScriptLimiter::tryAcquire(std::string_view key, std::int64_t permits) 
 Decision KeyedScriptLimiter::peek(std::string_view key, std::int64_t permits) { return core_->peek(key, permits); }
 
 void KeyedScriptLimiter::decideAsync(std::string_view key, std::int64_t permits, DecisionCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = isolated(std::move(done), monitor(), core_->name_);
   core_->takeAsync(key, permits, [monitor = monitor(), done = std::move(done)](Decision d, std::exception_ptr error) {
     if (!error) monitor.admit(d);
     done(d, std::move(error));

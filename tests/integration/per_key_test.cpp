@@ -2,6 +2,8 @@
 // families), idle keys reclaimed by default, a configuration change that keeps the permits in use.
 #include <atomic>
 #include <future>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 #include <string>
@@ -177,6 +179,36 @@ TEST_F(PerKey, AsyncDecisionsOnManyKeysShareOnePolicy) {
   EXPECT_EQ(allowed, 40) << "2 of 3 on each of 20 keys";
   TokenBucketRateLimiter one(client(), name("u7"));
   EXPECT_EQ(one.getConfig(), api.config());
+}
+
+// Issue 29, item 3, on the keyed family: a decideAsync callback that throws runs once, is counted
+// and reported once under the policy's name, and the other keys' callbacks are unaffected.
+TEST_F(PerKey, AThrowingCallbackIsCountedOnceAndLeavesTheOthersAlone) {
+  KeyedRateLimiterOptions o;
+  o.monitor.registry = std::make_shared<MetricsRegistry>();
+  std::atomic<int> events{0};
+  std::promise<void> reported;  // the event comes after the count (reportCallbackThrew)
+  o.monitor.onEvent = [&](const Event& e) {
+    if (e.kind == Event::Kind::CallbackThrew && events.fetch_add(1) == 0) reported.set_value();
+  };
+  KeyedTokenBucketRateLimiter api(client(), "throwing", bucket(2, 1, milliseconds(10000)), o);
+  std::atomic<int> runs{0}, others{0};
+  std::promise<void> othersDone;
+  for (int k = 0; k < 10; ++k) {
+    api.decideAsync(name("t" + std::to_string(k)), 1, [&, k](const Decision& d, const std::exception_ptr& error) {
+      if (k == 5) {
+        runs.fetch_add(1);
+        throw std::runtime_error("key 5's callback throws");
+      }
+      if (!error && d.allowed && others.fetch_add(1) == 8) othersDone.set_value();
+    });
+  }
+  ASSERT_EQ(reported.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(othersDone.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(events.load(), 1);
+  EXPECT_EQ(others.load(), 9);
+  EXPECT_EQ(api.monitor().metrics()->snapshot().callbacksThrew, 1u);
 }
 
 // Issue 25, item 4: setConfig keeps the permits in use for the token bucket and GCRA, on a change
