@@ -101,6 +101,12 @@ bool waitForClusterState(const std::vector<RedisServer*>& nodes, const std::stri
   }
 }
 
+std::size_t threadCount() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
 std::size_t openDescriptors() {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
@@ -376,6 +382,53 @@ TEST(Defects29, Item09_ADeadFirstSeedDoesNotFailTheFirstCall) {
                   clusterCountersOf(*client).refreshes,
               1u);
   }
+}
+
+// Item 8, the cluster part: a primary that left the slot map (all its slots given to another)
+// kept its transport (connections, I/O thread, epoll, eventfd and timerfd) until the Client went.
+// Now it is retired by the refresh that no longer names it and released once no request holds it.
+TEST(Defects29, Item08_AClusterNodeThatServesNoSlotReleasesItsTransport) {
+  RedisCluster cluster(3, 0, milliseconds(1000));
+  // Seeds 0 and 1 only: a seed is kept (it is asked for the map), node 2 is learnt from the map.
+  const std::string uri = "redis-cluster://127.0.0.1:" + std::to_string(cluster.node(0).port()) +
+                          ",127.0.0.1:" + std::to_string(cluster.node(1).port());
+  ClientOptions co;
+  co.connection.connectTimeout = milliseconds(1000);
+  co.connection.commandTimeout = milliseconds(1000);
+  auto client = Client::fromUri(uri, co);
+  std::string onTwo;
+  for (int i = 0; onTwo.empty(); ++i) {
+    ASSERT_LT(i, 1000);
+    const std::string key = "d29:retire:" + std::to_string(i);
+    if (cluster.primaryOfSlot(detail::keySlot(key)) == 2) onTwo = key;
+  }
+  // Reads only: node 2 holds no key, and its transport is open (a MOVED, or the map, led there).
+  for (int i = 0; i < 500 && clusterCountersOf(*client).nodes < 3; ++i) {
+    ASSERT_TRUE(detail::command(*client, {"GET", onTwo}).isNil());
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(detail::command(*client, {"GET", onTwo}).isNil());
+  ASSERT_EQ(clusterCountersOf(*client).nodes, 3u);
+  const std::size_t threadsWith = threadCount();
+  const std::size_t fdsWith = openDescriptors();
+
+  cluster.giveAllSlots(2, 1);
+  // Calls go on (a MOVED to node 1, then the refresh that retires node 2); wait for the release.
+  for (int i = 0; i < 1000 && clusterCountersOf(*client).released == 0; ++i) {
+    EXPECT_NO_THROW({ (void)detail::command(*client, {"GET", onTwo}); });
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const detail::ClusterCounters c = clusterCountersOf(*client);
+  EXPECT_EQ(c.retired, 1u);
+  EXPECT_EQ(c.released, 1u);
+  EXPECT_EQ(c.nodes, 2u);
+  EXPECT_TRUE(detail::command(*client, {"GET", onTwo}).isNil()) << "now served by node 1";
+  const std::size_t threadsAfter = threadCount();
+  const std::size_t fdsAfter = openDescriptors();
+  EXPECT_LT(threadsAfter, threadsWith) << "its I/O thread ended";
+  EXPECT_LT(fdsAfter, fdsWith) << fdsWith << " descriptors with node 2's transport, " << fdsAfter << " after";
+  std::printf("[ defects29] cluster node retired: %zu threads -> %zu, %zu descriptors -> %zu\n", threadsWith,
+              threadsAfter, fdsWith, fdsAfter);
 }
 
 // Item 8: every primary switch kept the old primary's transport (its epoll, eventfd and timerfd,
