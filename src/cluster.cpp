@@ -64,14 +64,14 @@ struct ClusterRunner::Attempt {
   int slot = kAnySlot;
   int redirects = 0;
   int retries = 0;
-  std::vector<const Node*> unreachable;  // nodes that failed it before the map knew its slot
+  std::vector<std::string> unreachable;  // endpoints that failed it before the map knew its slot
 };
 
 std::shared_ptr<ClusterRunner> ClusterRunner::start(const ClientOptions& options) {
   checkOptions(options);
   std::shared_ptr<ClusterRunner> r(new ClusterRunner(options));
   for (const NodeAddress& seed : options.cluster.seeds) {
-    Node* n = r->nodeAt(seed);
+    NodePtr n = r->nodeAt(seed);
     const WriteLock lock(r->mapMutex_);
     if (r->fallback_ == nullptr) r->fallback_ = n;
   }
@@ -91,16 +91,16 @@ ClusterRunner::~ClusterRunner() {
   if (thread_.joinable()) thread_.detach();  // only after abandonAfterFork, which never frees
 }
 
-ClusterRunner::Node* ClusterRunner::route(int slot) const {
+ClusterRunner::NodePtr ClusterRunner::route(int slot) const {
   const ReadLock lock(mapMutex_);
   if (slot >= 0 && slot < 16384) {
-    if (Node* n = slots_[static_cast<std::size_t>(slot)]) return n;
+    if (const NodePtr& n = slots_[static_cast<std::size_t>(slot)]) return n;
   }
   // Any node may take it (a keyless request, or a slot whose owner's MOVED will tell): not one
   // in an outage while another is up.
   if (fallback_ == nullptr || !fallback_->down.load(std::memory_order_acquire)) return fallback_;
   for (const auto& [endpoint, node] : nodes_) {
-    if (!node->down.load(std::memory_order_acquire)) return node.get();
+    if (!node->down.load(std::memory_order_acquire)) return node;
   }
   return fallback_;
 }
@@ -111,45 +111,44 @@ bool ClusterRunner::mapped(int slot) const {
   return slots_[static_cast<std::size_t>(slot)] != nullptr;
 }
 
-ClusterRunner::Node* ClusterRunner::anotherNode(const Attempt& a) const {
+ClusterRunner::NodePtr ClusterRunner::anotherNode(const Attempt& a) const {
   const ReadLock lock(mapMutex_);
-  auto untried = [&](const Node* n) {
-    return std::find(a.unreachable.begin(), a.unreachable.end(), n) == a.unreachable.end() &&
-           !n->down.load(std::memory_order_acquire);
+  auto untried = [&](const Node& n) {
+    return std::find(a.unreachable.begin(), a.unreachable.end(), n.endpoint) == a.unreachable.end() &&
+           !n.down.load(std::memory_order_acquire);
   };
   // The seeds in the order given, then any other node known.
   for (const NodeAddress& seed : seeds_) {
     auto it = nodes_.find(endpointOf(seed));
-    if (it != nodes_.end() && untried(it->second.get())) return it->second.get();
+    if (it != nodes_.end() && untried(*it->second)) return it->second;
   }
   for (const auto& [endpoint, node] : nodes_) {
-    if (untried(node.get())) return node.get();
+    if (untried(*node)) return node;
   }
   return nullptr;
 }
 
-ClusterRunner::Node* ClusterRunner::nodeAt(const NodeAddress& address) {
+ClusterRunner::NodePtr ClusterRunner::nodeAt(const NodeAddress& address) {
   const std::string endpoint = endpointOf(address);
   {
     const ReadLock lock(mapMutex_);
     auto it = nodes_.find(endpoint);
-    if (it != nodes_.end()) return it->second.get();
+    if (it != nodes_.end()) return it->second;
   }
   const WriteLock lock(mapMutex_);
   auto it = nodes_.find(endpoint);
-  if (it != nodes_.end()) return it->second.get();
+  if (it != nodes_.end()) return it->second;
   if (stopped_.load(std::memory_order_acquire)) return nullptr;
   ConnectionOptions connection = options_.connection;
   connection.host = address.host;
   connection.port = address.port;
   connection.unixSocket.clear();
-  auto node = std::make_unique<Node>();
+  auto node = std::make_shared<Node>();
   node->address = address;
   node->endpoint = endpoint;
   node->transport = Transport::start(connection, options_.pool, this, options_.onEvent);
-  Node* raw = node.get();
-  nodes_.emplace(endpoint, std::move(node));
-  return raw;
+  nodes_.emplace(endpoint, node);
+  return node;
 }
 
 void ClusterRunner::send(Request request, int slot) {
@@ -165,7 +164,7 @@ Outcome ClusterRunner::sendAndWait(Request request, int slot) {
   return waitForOutcome(std::move(request), [this, slot](Request r) { send(std::move(r), slot); });
 }
 
-void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking) {
+void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, NodePtr node, bool asking) {
   if (node == nullptr || stopped_.load(std::memory_order_acquire)) {
     a->done(Outcome{Reply{}, errorOf<ClosedError>(
                                  fmt::format("redlimit: {}: the Client is shut down; not sent", a->proto.command))});
@@ -187,9 +186,13 @@ void ClusterRunner::dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool
   r.script = a->proto.script;
   r.asking = asking;
   // The request holds the runner: its completion may come after the Client let go of it (the
-  // transports end every request by its deadline, so the cycle ends too).
-  r.done = [self = shared_from_this(), a, node, now](Outcome out) { self->finished(a, node, now, std::move(out)); };
-  node->transport->submit(std::move(r));
+  // transports end every request by its deadline, so the cycle ends too). It holds its node too:
+  // a retired node's transport is shut down only once no request holds the node.
+  Transport& transport = *node->transport;
+  r.done = [self = shared_from_this(), a, node = std::move(node), now](Outcome out) {
+    self->finished(a, node, now, std::move(out));
+  };
+  transport.submit(std::move(r));
 }
 
 bool ClusterRunner::takeProbe(Node& node, std::int64_t now) {
@@ -254,7 +257,7 @@ void ClusterRunner::nodeAnswered(Node& node) {
   }
 }
 
-void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, std::int64_t sentAt, Outcome out) {
+void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, const NodePtr& node, std::int64_t sentAt, Outcome out) {
   if (!out.error) {
     nodeAnswered(*node);
     a->done(std::move(out));
@@ -267,8 +270,8 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, Node* node, std:
     wantRefresh();  // a failover, perhaps: the caller's policy decides meanwhile
     // Before the map knows the slot, the node was only a guess (a seed): try the next one.
     if (!stopped_.load(std::memory_order_acquire) && Steady::now() < a->proto.deadline && !mapped(a->slot)) {
-      a->unreachable.push_back(node);
-      if (Node* next = anotherNode(*a)) {
+      a->unreachable.push_back(node->endpoint);
+      if (NodePtr next = anotherNode(*a)) {
         seedsSkipped_.fetch_add(1, std::memory_order_relaxed);
         dispatch(a, next, false);
         return;
@@ -300,16 +303,20 @@ void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& 
                                     a->proto.command, a->redirects, endpointOf(to.node), a->proto.budget.count())))});
     return;
   }
-  Node* target = nodeAt(to.node);
+  NodePtr target = nodeAt(to.node);
   if (to.ask) {
     asked_.fetch_add(1, std::memory_order_relaxed);
   } else {
     moved_.fetch_add(1, std::memory_order_relaxed);
-    const Node* from = nullptr;
+    NodePtr from;
     if (target != nullptr) {
       const WriteLock lock(mapMutex_);
-      if (slots_[to.slot] != target) from = slots_[to.slot];  // one caller sees each change
-      slots_[to.slot] = target;
+      // Not a node a refresh retired meanwhile: the map names only nodes in nodes_.
+      auto known = nodes_.find(target->endpoint);
+      if (known != nodes_.end() && known->second == target) {
+        if (slots_[to.slot] != target) from = slots_[to.slot];  // one caller sees each change
+        slots_[to.slot] = target;
+      }
     }
     if (from != nullptr && options_.onEvent) {  // a known owner changed (not a first sight); no lock held
       Event e;
@@ -320,7 +327,7 @@ void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& 
     }
     wantRefresh();  // one moved slot often means more (a resharding, a failover)
   }
-  dispatch(a, target, to.ask);
+  dispatch(a, std::move(target), to.ask);
 }
 
 bool ClusterRunner::retryLater(const std::shared_ptr<Attempt>& a) {
@@ -362,6 +369,12 @@ void ClusterRunner::maintain() {
   setCurrentIoRunner(this);
   UniqueLock lock(mutex_);
   while (!stopping_) {
+    if (anyRetired_.load(std::memory_order_acquire)) {
+      lock.unlock();
+      releaseRetired();
+      lock.lock();
+      if (stopping_) break;
+    }
     const SteadyTime now = Steady::now();
     if (!timers_.empty() && timers_.top().at <= now) {
       std::function<void()> run = timers_.top().run;
@@ -389,6 +402,8 @@ void ClusterRunner::maintain() {
     }
     SteadyTime next = refreshAt;
     if (!timers_.empty()) next = std::min(next, timers_.top().at);
+    // A retired transport is released soon after its last request ended (they end by deadlines).
+    if (anyRetired_.load(std::memory_order_acquire)) next = std::min(next, now + milliseconds(50));
     if (next == SteadyTime::max()) {
       wake_.wait(lock.native());
     } else {
@@ -407,21 +422,22 @@ void ClusterRunner::maintain() {
 
 bool ClusterRunner::refresh() {
   // Ask the primaries we route to first (they know the newest map), then the seeds.
-  std::vector<Node*> ask;
+  std::vector<NodePtr> ask;
   {
     const ReadLock lock(mapMutex_);
-    for (Node* n : slots_) {
+    for (const NodePtr& n : slots_) {
       if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
     }
   }
   for (const NodeAddress& seed : seeds_) {
-    Node* n = nodeAt(seed);
+    NodePtr n = nodeAt(seed);
     if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
   }
   // Nodes in an outage last: a hung one costs a whole command timeout, and holds up the retries
   // this thread runs meanwhile.
-  std::stable_partition(ask.begin(), ask.end(), [](const Node* n) { return !n->down.load(std::memory_order_acquire); });
-  for (Node* n : ask) {
+  std::stable_partition(ask.begin(), ask.end(),
+                        [](const NodePtr& n) { return !n->down.load(std::memory_order_acquire); });
+  for (const NodePtr& n : ask) {
     if (stopped_.load(std::memory_order_acquire)) return true;
     auto askFor = [&](std::initializer_list<std::string_view> argv) {
       Request r = makeRequest(argv.begin(), argv.size());
@@ -445,26 +461,71 @@ bool ClusterRunner::refresh() {
       continue;  // a reply we cannot read: ask the next node
     }
     if (ranges.empty()) continue;
-    std::array<Node*, 16384> table{};
+    std::vector<NodePtr> table(16384);
     for (const SlotRange& range : ranges) {
-      Node* primary = nodeAt(range.primary);
+      NodePtr primary = nodeAt(range.primary);
       if (primary == nullptr) return true;  // shut down meanwhile
       for (std::size_t s = range.first; s <= range.last; ++s) table[s] = primary;
     }
     std::size_t moved = 0;  // slots whose known owner changed (a slot first learnt is no move)
+    std::vector<std::string> retiredNow;
     {
       const WriteLock lock(mapMutex_);
+      std::vector<const Node*> before;  // the primaries the old map named
+      std::vector<const Node*> after;   // and the new one
       for (std::size_t s = 0; s < table.size(); ++s) {
         if (slots_[s] != nullptr && slots_[s] != table[s]) ++moved;
+        if (slots_[s] != nullptr && std::find(before.begin(), before.end(), slots_[s].get()) == before.end()) {
+          before.push_back(slots_[s].get());
+        }
+        if (table[s] != nullptr && std::find(after.begin(), after.end(), table[s].get()) == after.end()) {
+          after.push_back(table[s].get());
+        }
       }
-      slots_ = table;
-      fallback_ = table[ranges.front().first];
+      slots_.swap(table);
+      fallback_ = slots_[ranges.front().first];
+      // A primary the map named before and names no more, and not a seed, is retired: nothing
+      // routes to it; releaseRetired() shuts its transport down once no request holds it.
+      for (auto it = nodes_.begin(); it != nodes_.end();) {
+        const Node* candidate = it->second.get();
+        const bool seed = std::any_of(seeds_.begin(), seeds_.end(),
+                                      [&](const NodeAddress& a) { return endpointOf(a) == candidate->endpoint; });
+        if (seed || std::find(before.begin(), before.end(), candidate) == before.end() ||
+            std::find(after.begin(), after.end(), candidate) != after.end()) {
+          ++it;
+          continue;
+        }
+        retiredNow.push_back(candidate->endpoint);
+        retired_.push_back(Retired{it->second, it->second->transport});
+        it = nodes_.erase(it);
+      }
+      if (!retiredNow.empty()) anyRetired_.store(true, std::memory_order_release);
+    }
+    table.clear();  // the old map's references: a retired node is held by its requests alone
+    retiredNodes_.fetch_add(retiredNow.size(), std::memory_order_relaxed);
+    for (const std::string& endpoint : retiredNow) {
+      if (!options_.onEvent) break;
+      Event e;
+      e.kind = Event::Kind::Topology;
+      e.node = endpoint;
+      e.description = fmt::format(
+          "Redis Cluster node {} serves no slot any more: retired, its transport is released once its "
+          "requests have ended",
+          endpoint);
+      options_.onEvent(e);
     }
     refreshes_.fetch_add(1, std::memory_order_relaxed);
     if (moved > 0 && options_.onEvent) {  // no lock held
+      std::vector<NodePtr> snapshot;
+      {
+        const ReadLock lock(mapMutex_);
+        snapshot = slots_;
+      }
       std::vector<const Node*> primaries;
-      for (const Node* p : table) {
-        if (p != nullptr && std::find(primaries.begin(), primaries.end(), p) == primaries.end()) primaries.push_back(p);
+      for (const NodePtr& p : snapshot) {
+        if (p != nullptr && std::find(primaries.begin(), primaries.end(), p.get()) == primaries.end()) {
+          primaries.push_back(p.get());
+        }
       }
       Event e;
       e.kind = Event::Kind::Topology;
@@ -476,6 +537,35 @@ bool ClusterRunner::refresh() {
     return true;
   }
   return false;
+}
+
+void ClusterRunner::releaseRetired() {
+  // Only this (the maintenance) thread removes entries: the ones picked stay in retired_ (for
+  // counters() and a fork) while they shut down.
+  std::vector<std::shared_ptr<Transport>> idle;
+  {
+    const ReadLock lock(mapMutex_);
+    for (const Retired& r : retired_) {
+      if (r.node.expired()) idle.push_back(r.transport);
+    }
+  }
+  if (idle.empty()) return;
+  for (const auto& t : idle) t->shutdown();  // no request on it: nothing ends with ClosedError
+  const WriteLock lock(mapMutex_);
+  for (const auto& t : idle) {
+    auto it = std::find_if(retired_.begin(), retired_.end(), [&](const Retired& r) { return r.transport == t; });
+    if (it == retired_.end()) continue;
+    const TransportCounters last = t->counters();
+    retiredCounts_.created += last.created;
+    retiredCounts_.discarded += last.discarded;
+    retiredCounts_.rejected += last.rejected;
+    retiredCounts_.writes += last.writes;
+    retiredCounts_.requests += last.requests;
+    retiredCounts_.direct += last.direct;
+    retired_.erase(it);
+    released_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (retired_.empty()) anyRetired_.store(false, std::memory_order_release);
 }
 
 void ClusterRunner::shutdown() noexcept {
@@ -494,24 +584,25 @@ void ClusterRunner::shutdown() noexcept {
     }
   }
   // No node is added once stopped_ is set (nodeAt): the list is final.
-  std::vector<Transport*> transports;
+  std::vector<std::shared_ptr<Transport>> transports;
   {
     const ReadLock lock(mapMutex_);
-    for (auto& [endpoint, node] : nodes_) transports.push_back(node->transport.get());
+    for (auto& [endpoint, node] : nodes_) transports.push_back(node->transport);
+    for (const Retired& r : retired_) transports.push_back(r.transport);  // a request on it ends now
   }
-  for (Transport* t : transports) t->shutdown();
+  for (const auto& t : transports) t->shutdown();
 }
 
 void ClusterRunner::abandonAfterFork() noexcept {
   for (auto& [endpoint, node] : nodes_) node->transport->abandonAfterFork();
+  for (const Retired& r : retired_) r.transport->abandonAfterFork();
 }
 
 TransportCounters ClusterRunner::counters() const {
-  TransportCounters sum;
   const ReadLock lock(mapMutex_);
-  for (const auto& [endpoint, node] : nodes_) {
-    sum += node->transport->counters();
-  }
+  TransportCounters sum = retiredCounts_;
+  for (const auto& [endpoint, node] : nodes_) sum += node->transport->counters();
+  for (const Retired& r : retired_) sum += r.transport->counters();
   return sum;
 }
 
@@ -527,6 +618,8 @@ ClusterCounters ClusterRunner::clusterCounters() const {
   c.seedsSkipped = seedsSkipped_.load(std::memory_order_relaxed);
   const ReadLock lock(mapMutex_);
   c.nodes = nodes_.size();
+  c.retired = retiredNodes_.load(std::memory_order_relaxed);
+  c.released = released_.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -31,7 +31,9 @@ struct ClusterCounters {
   std::uint64_t asked = 0;         // ASK redirects followed
   std::uint64_t retried = 0;       // TRYAGAIN answers retried after a pause
   std::uint64_t refreshes = 0;     // slot maps fetched and applied
-  std::size_t nodes = 0;           // nodes with a transport
+  std::size_t nodes = 0;           // nodes with a transport (retired ones not counted)
+  std::uint64_t retired = 0;       // nodes retired (no map named them any more)
+  std::uint64_t released = 0;      // of them, transports shut down once their requests ended
   std::uint64_t outages = 0;       // times a node was found in an outage (it was up before)
   std::uint64_t probes = 0;        // requests sent to a node in an outage (one per probe interval)
   std::uint64_t failedFast = 0;    // requests ended at once because their node is in an outage
@@ -61,8 +63,11 @@ struct ClusterCounters {
 ///   - Before the first slot map, a request whose node (a seed) is unreachable goes on to the
 ///     next known node that is not in an outage, within its deadline.
 ///   - Scripts are loaded per node when it first answers NOSCRIPT (the pipeline's resend).
-/// Nodes, once known, keep their transport until shutdown (a node that left the cluster just stops
-/// getting requests). Thread-safe.
+///   - A primary that a new slot map no longer names (its slots moved away, it left the cluster)
+///     and that is not a seed is retired: no request goes to it any more, and once the requests
+///     still on it have ended (each holds its node), the maintenance thread shuts its transport
+///     down (its connections, I/O thread and descriptors); its counts stay in counters().
+///     Other nodes, once known, keep their transport until shutdown. Thread-safe.
 class ClusterRunner final : public Runner, public std::enable_shared_from_this<ClusterRunner> {
  public:
   /// Checks the options, starts the maintenance thread and asks for the slot map (in the
@@ -95,6 +100,11 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
     std::string why REDLIMIT_GUARDED_BY(whyMutex);      // the error that started (or last prolonged) the outage
     std::string whyCode REDLIMIT_GUARDED_BY(whyMutex);  // "NODEDOWN" or "CLUSTERDOWN"
   };
+  using NodePtr = std::shared_ptr<Node>;  // held by the map and by each request on its way
+  struct Retired {                        // a node no map names any more, until its requests end
+    std::weak_ptr<Node> node;
+    std::shared_ptr<Transport> transport;
+  };
   struct Attempt;  // one caller's request on its way through redirects and retries
   struct Timer {
     SteadyTime at;
@@ -104,12 +114,12 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   };
 
   explicit ClusterRunner(const ClientOptions& options);
-  Node* route(int slot) const;
-  Node* nodeAt(const NodeAddress& address);   // finds or starts it; nullptr after shutdown
-  Node* anotherNode(const Attempt& a) const;  // for a request whose node failed before the map was known
+  NodePtr route(int slot) const;
+  NodePtr nodeAt(const NodeAddress& address);   // finds or starts it; nullptr after shutdown
+  NodePtr anotherNode(const Attempt& a) const;  // for a request whose node failed before the map was known
   bool mapped(int slot) const;
-  void dispatch(const std::shared_ptr<Attempt>& a, Node* node, bool asking);
-  void finished(const std::shared_ptr<Attempt>& a, Node* node, std::int64_t sentAt, Outcome out);
+  void dispatch(const std::shared_ptr<Attempt>& a, NodePtr node, bool asking);
+  void finished(const std::shared_ptr<Attempt>& a, const NodePtr& node, std::int64_t sentAt, Outcome out);
   bool takeProbe(Node& node, std::int64_t now);
   void nodeFailed(Node& node, std::int64_t sentAt, const std::string& code, const std::string& why);
   void nodeAnswered(Node& node);
@@ -120,15 +130,20 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   void wantRefresh();
   void maintain();
   bool refresh();
+  void releaseRetired();  // shuts down the retired transports no request holds any more
 
   const ClientOptions options_;
   const std::chrono::milliseconds minRefresh_, refreshPeriod_;
   const std::int64_t probeNanos_;  // ClientOptions::bestEffortRetry: a node in an outage is probed this often
 
   mutable SharedMutex mapMutex_;
-  std::array<Node*, 16384> slots_ REDLIMIT_GUARDED_BY(mapMutex_){};  // the primary of each slot (nullptr: not known)
-  std::map<std::string, std::unique_ptr<Node>> nodes_ REDLIMIT_GUARDED_BY(mapMutex_);
-  Node* fallback_ REDLIMIT_GUARDED_BY(mapMutex_) = nullptr;  // for kAnySlot and slots not in the map
+  // The primary of each of the 16384 slots (nullptr: not known).
+  std::vector<NodePtr> slots_ REDLIMIT_GUARDED_BY(mapMutex_) = std::vector<NodePtr>(16384);
+  std::map<std::string, NodePtr> nodes_ REDLIMIT_GUARDED_BY(mapMutex_);
+  NodePtr fallback_ REDLIMIT_GUARDED_BY(mapMutex_);  // for kAnySlot and slots not in the map
+  std::vector<Retired> retired_ REDLIMIT_GUARDED_BY(mapMutex_);
+  TransportCounters retiredCounts_ REDLIMIT_GUARDED_BY(mapMutex_);  // what released transports counted
+  std::atomic<bool> anyRetired_{false};                             // retired_ is not empty
   std::vector<NodeAddress> seeds_;
 
   Mutex mutex_;
@@ -144,6 +159,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   std::atomic<bool> used_{false};     // a request was sent since the last refresh
   std::atomic<std::uint64_t> moved_{0}, asked_{0}, retried_{0}, refreshes_{0};
   std::atomic<std::uint64_t> outages_{0}, probes_{0}, failedFast_{0}, seedsSkipped_{0};
+  std::atomic<std::uint64_t> retiredNodes_{0}, released_{0};
 };
 
 }  // namespace redlimit::detail

@@ -371,4 +371,43 @@ void RedisCluster::moveSlot(int slot, int to) {
   finishMigration(slot, from, to);
 }
 
+void RedisCluster::giveAllSlots(int from, int to, std::chrono::milliseconds timeout) {
+  checkIndex(from);
+  checkIndex(to);
+  if (from == to) throw std::invalid_argument("RedisCluster::giveAllSlots: from == to");
+  std::vector<int> slots;
+  for (int s = 0; s < kSlots; ++s) {
+    if (knownOwner_[static_cast<std::size_t>(s)] == from) slots.push_back(s);
+  }
+  if (slots.empty()) {
+    throw std::invalid_argument("RedisCluster::giveAllSlots: node " + std::to_string(from) + " owns no slot");
+  }
+  const RedisServer& target = *nodes_[static_cast<std::size_t>(to)];
+  // The greatest config epoch first: `to`'s claims then win over `from`'s in the gossip.
+  (void)call(target, {"CLUSTER", "BUMPEPOCH"});
+  for (int s : slots) (void)call(target, {"CLUSTER", "SETSLOT", std::to_string(s), "NODE", nodeId(to)});
+  const std::string why = pollUntil(Clock::now() + timeout, [&]() -> std::string {
+    for (int i = 0; i < size(); ++i) {
+      const RedisServer& n = *nodes_[static_cast<std::size_t>(i)];
+      if (!n.running()) continue;
+      const std::vector<int> owners = slotOwners(i);
+      for (int s : slots) {
+        if (owners[static_cast<std::size_t>(s)] != to) {
+          return "node " + std::to_string(i) + " has slot " + std::to_string(s) + " on node " +
+                 std::to_string(owners[static_cast<std::size_t>(s)]);
+        }
+      }
+      if (infoValue(call(n, {"CLUSTER", "INFO"}).str, "cluster_state") != "ok") {
+        return "node " + std::to_string(i) + " is not cluster_state:ok";
+      }
+    }
+    return "";
+  });
+  if (!why.empty()) {
+    throw std::runtime_error("RedisCluster::giveAllSlots: node " + std::to_string(from) + "'s slots not on node " +
+                             std::to_string(to) + " everywhere after " + msText(timeout) + ": " + why);
+  }
+  for (int s : slots) knownOwner_[static_cast<std::size_t>(s)] = to;
+}
+
 }  // namespace redlimit::test

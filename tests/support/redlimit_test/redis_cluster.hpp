@@ -97,6 +97,13 @@ class RedisCluster {
   void finishMigration(int slot, int from, int to);
   /// The three steps above from the slot's current owner; nothing if `to` owns it already.
   void moveSlot(int slot, int to);
+  /// Gives every slot primary `from` owns (as the harness last saw it) to primary `to` at once,
+  /// keys not moved: CLUSTER BUMPEPOCH on `to` (its claim then wins), CLUSTER SETSLOT <slot> NODE
+  /// <to-id> on `to` for each slot, then waits until every running node reports `to` as their
+  /// owner and cluster_state:ok. `from` stays in the cluster as a primary without slots (keys it
+  /// held in them are dropped). Throws std::invalid_argument if from == to or the harness knows no
+  /// slot of `from`; std::runtime_error if a command fails or the change does not settle in time.
+  void giveAllSlots(int from, int to, std::chrono::milliseconds timeout = std::chrono::milliseconds(20000));
 
  private:
   void checkIndex(int i) const;
