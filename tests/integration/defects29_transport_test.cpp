@@ -1,0 +1,85 @@
+// Regressions of issue 29, "Defects found by trying to break the transport": one test (or a few)
+// per item, named after it. Loopback only: real redis-servers, fake peers that never answer, and
+// listeners whose accept queue is full (a connect that never completes).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "helpers.hpp"
+#include "pipeline.hpp"
+#include "redlimit/client.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/options.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/fake_peer.hpp"
+#include "redlimit_test/redis_server.hpp"
+#include "redlimit_test/tls_certs.hpp"
+#include "transport.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+std::string messageOf(const std::exception_ptr& e) {
+  if (!e) return "(no error)";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+// A PING with its deadline `budget` from now.
+detail::Request ping(milliseconds budget) {
+  const std::string_view argv[] = {"PING"};
+  detail::Request r = detail::makeRequest(argv, 1);
+  r.deadline = Clock::now() + budget;
+  r.budget = budget;
+  return r;
+}
+
+}  // namespace
+
+// ----- 5. A request waiting for a connection ends at its own deadline --------------------------
+
+// The peer accepts and reads the greeting but never answers it: the connection stays in its
+// greeting for the whole connect timeout (10 s). A request queued behind it has 100 ms: it must
+// end then, naming the wait, and not when the greeting times out (the old code ended it only with
+// the connection, so call() gave up first with "the I/O thread did not end the request").
+TEST(Defects29, Item5_QueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets) {
+  FakePeer::Options po;
+  po.answerGreeting = false;
+  FakePeer peer(po);
+  ConnectionOptions o;
+  o.host = "127.0.0.1";
+  o.port = peer.port();
+  o.connectTimeout = milliseconds(10000);
+  PoolOptions pool;
+  pool.size = 1;
+  auto t = detail::Transport::start(o, pool);
+  for (int i = 0; i < 3; ++i) {
+    const detail::Outcome out = t->call(ping(milliseconds(100)));
+    ASSERT_TRUE(out.error != nullptr) << "the peer never answers";
+    const std::string message = messageOf(out.error);
+    EXPECT_TRUE(detail::holds<TimeoutError>(out.error)) << message;
+    EXPECT_TRUE(contains(message, "waited for a connection")) << message;
+    EXPECT_TRUE(contains(message, "greeting not answered")) << message;
+  }
+  EXPECT_LE(peer.connectionsAccepted(), 1u) << "one connection, still greeting, served all three waits";
+  EXPECT_EQ(t->counters().pending, 0u);
+  t->shutdown();
+}
