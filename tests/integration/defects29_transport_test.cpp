@@ -83,3 +83,34 @@ TEST(Defects29, Item5_QueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets) {
   EXPECT_EQ(t->counters().pending, 0u);
   t->shutdown();
 }
+
+// ----- 1. rediss:// to a plain-text port is a configuration error ------------------------------
+
+// A real redis-server's plain port with a rediss:// URI: the server reads the ClientHello as an
+// unfinished inline command and never answers (or, when the hello's random bytes hold a '\n',
+// answers an error). The old code ended the silent case with TimeoutError, an outage that Allow
+// decided (fail open, for ever). Now the TLS client asks the port in plain text when nothing came
+// back, finds RESP, and throws TlsError under every policy.
+TEST(Defects29, Item1_RedissToAPlainPortThrowsTlsErrorUnderAllow) {
+  RedisServer server;
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Local}) {
+    ClientOptions co;
+    co.connection = parseUri("rediss://127.0.0.1:" + std::to_string(server.port()));
+    co.connection.connectTimeout = milliseconds(400);
+    co.connection.commandTimeout = milliseconds(400);
+    auto client = Client::create(co);
+    RateLimiterOptions ro;
+    ro.failure.policy = policy;
+    RateLimiter rl(client, "defects29:item1", ro);
+    for (int i = 0; i < 3; ++i) {  // new connections each time: both ways a plain port can answer
+      try {
+        (void)rl.tryAcquire();
+        ADD_FAILURE() << "a call over TLS to a plain port was decided (policy " << static_cast<int>(policy) << ")";
+      } catch (const TlsError& e) {
+        EXPECT_TRUE(contains(e.what(), "plain-text port") || contains(e.what(), "did not answer in TLS")) << e.what();
+      }
+    }
+    EXPECT_EQ(rl.failureStats().allowed, 0u);
+    EXPECT_EQ(rl.failureStats().denied, 0u);
+  }
+}
