@@ -863,8 +863,8 @@ class TlsStream final : public Stream {
                                               nameLine(::X509_get_issuer_name(cert)));
     tlsError(
         fmt::format("redlimit: {}: certificate verification failed: {} (the server's certificate, {}, is not "
-                    "trusted by {}; point caFile/caPath at the CA that signed it, or set verifyPeer = false to "
-                    "skip the check)",
+                    "trusted by {}; point caFile/caPath at the CA that signed it, or have the server use a "
+                    "certificate that CA signed)",
                     what, ::X509_verify_cert_error_string(result), who, trust));
   }
 

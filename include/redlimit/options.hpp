@@ -33,7 +33,9 @@ struct TlsOptions {
   std::string keyFile;     // private key of certFile (PEM, unencrypted)
   std::string serverName;  // SNI and the name the certificate must carry;
                            // empty = the host of ConnectionOptions
-  bool verifyPeer = true;  // check the server's certificate chain and name
+  bool verifyPeer = true;  // check the server's certificate chain and name; false accepts any
+                           // server (a man in the middle too), and with caFile/caPath set is
+                           // refused (InvalidArgument)
 };
 
 /// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure,

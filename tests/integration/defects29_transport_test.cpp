@@ -114,3 +114,51 @@ TEST(Defects29, Item1_RedissToAPlainPortThrowsTlsErrorUnderAllow) {
     EXPECT_EQ(rl.failureStats().denied, 0u);
   }
 }
+
+// ----- 10 (TLS). verifyPeer = false is no advice, and does not silently drop a CA -------------
+
+// A CA named together with verifyPeer = false would never be used: refused before connecting.
+TEST(Defects29, Item10_VerifyPeerOffWithACaIsRefusedBeforeConnecting) {
+  FakePeer peer(FakePeer::Options{});
+  for (const std::string query : {"cacert=/etc/ssl/ca.pem&verify=0", "capath=/etc/ssl/certs&verify=0"}) {
+    SCOPED_TRACE(query);
+    ClientOptions co;
+    co.connection = parseUri("rediss://127.0.0.1:" + std::to_string(peer.port()) + "?" + query);
+    try {
+      (void)Client::create(co);
+      ADD_FAILURE() << "a CA with verify=0 was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), "verifyPeer is false")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "man in the middle")) << e.what();
+    }
+  }
+  EXPECT_EQ(peer.connectionsAccepted(), 0u);
+  ClientOptions plain;  // verify=0 alone, or a CA with verification, are accepted
+  plain.connection = parseUri("rediss://127.0.0.1:" + std::to_string(peer.port()) + "?verify=0");
+  EXPECT_NO_THROW((void)Client::create(plain));
+  plain.connection = parseUri("rediss://127.0.0.1:" + std::to_string(peer.port()) + "?cacert=/etc/ssl/ca.pem");
+  EXPECT_NO_THROW((void)Client::create(plain));
+}
+
+// An untrusted certificate names the CA to fix; it no longer recommends turning verification off.
+TEST(Defects29, Item10_CertificateErrorsDoNotRecommendVerifyPeerOff) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server({"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
+                      "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no"});
+  ClientOptions co;
+  co.connection = parseUri("rediss://127.0.0.1:" + std::to_string(server.tlsPort()));
+  co.connection.tls.caFile = certs.otherCaFile;
+  co.connection.connectTimeout = milliseconds(2000);
+  co.connection.commandTimeout = milliseconds(2000);
+  RateLimiterOptions ro;
+  ro.failure.policy = FailurePolicy::Allow;
+  RateLimiter rl(Client::create(co), "defects29:item10", ro);
+  try {
+    (void)rl.tryAcquire();
+    ADD_FAILURE() << "an untrusted certificate was accepted";
+  } catch (const TlsError& e) {
+    EXPECT_TRUE(contains(e.what(), "certificate verification failed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "point caFile/caPath at the CA that signed it")) << e.what();
+    EXPECT_FALSE(contains(e.what(), "verifyPeer")) << e.what();
+  }
+}

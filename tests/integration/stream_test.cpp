@@ -433,7 +433,7 @@ TEST(Stream, TlsVerifyPeerOffConnectsDespiteAnUnknownCa) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, false));
   ConnectionOptions o = tlsOptions(server, certs);
-  o.tls.caFile = certs.otherCaFile;
+  o.tls.caFile.clear();  // a CA with verifyPeer = false is refused by checkOptions (it would be ignored)
   o.tls.serverName = "wrong.example";
   o.tls.verifyPeer = false;
   auto s = detail::connectStream(o, after(kGenerous));
