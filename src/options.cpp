@@ -123,6 +123,14 @@ void checkOptions(const ConnectionOptions& o) {
                     "(certFile, cert= in a URI) and its private key (keyFile, key=)",
                     onlyKey ? "keyFile" : "certFile", onlyKey ? "certFile" : "keyFile"));
   }
+  if (o.tls.enabled && !o.tls.verifyPeer && (!o.tls.caFile.empty() || !o.tls.caPath.empty())) {
+    // verifyPeer = false checks nothing, so the CA named would be ignored without a word.
+    badOption(
+        fmt::format("TlsOptions::verifyPeer is false (verify=0) but ::{} is set ({}): without verification the "
+                    "CA is never used and any server, a man in the middle too, is accepted; keep verifyPeer = true "
+                    "to check the server against that CA, or clear caFile/caPath",
+                    o.tls.caFile.empty() ? "caPath" : "caFile", o.tls.caFile.empty() ? o.tls.caPath : o.tls.caFile));
+  }
   detail::checkLimits(o.replyLimits);
 }
 

@@ -431,6 +431,7 @@ struct SocketState {
   int fd = -1;
   int lastErrno = 0;
   bool eof = false;
+  std::size_t bytesIn = 0;            // read from the socket so far (the handshake: did the peer answer at all?)
   bool certificateRequested = false;  // the server sent a CertificateRequest
 };
 
@@ -465,6 +466,7 @@ int bioRead(BIO* b, char* buf, std::size_t size, std::size_t* got) {
     const ssize_t n = ::recv(s->fd, buf, size, 0);
     if (n > 0) {
       *got = static_cast<std::size_t>(n);
+      s->bytesIn += *got;
       return 1;
     }
     if (n == 0) {
@@ -579,6 +581,8 @@ class TlsStream final : public Stream {
   // Creates the session on the connected socket: SNI, the name to verify, the socket BIO.
   void start(SSL_CTX* ctx, const ConnectionOptions& o) {
     tls_ = o.tls;
+    host_ = o.host;
+    port_ = o.port;
     expectedName_ = o.tls.serverName.empty() ? o.host : o.tls.serverName;
     ::ERR_clear_error();
     ssl_.reset(::SSL_new(ctx));
@@ -618,15 +622,32 @@ class TlsStream final : public Stream {
     ::SSL_set_connect_state(ssl_.get());
   }
 
-  void handshake(Clock::time_point deadline) {
+  // The handshake, before `deadline`. A peer that has sent back nothing at all by `probeAt` is
+  // asked in plain text (answersPlainRedis, within the same deadline): a plain Redis port reads the
+  // ClientHello as an unfinished inline command and stays silent, which is a set-up error (TlsError),
+  // not an outage; otherwise the handshake goes on until the deadline.
+  void handshake(Clock::time_point probeAt, Clock::time_point deadline) {
     const std::string what = fmt::format("TLS handshake with {}", endpoint());
+    bool probed = false;
     for (;;) {
       clear();
       const int rc = ::SSL_do_handshake(ssl_.get());
       if (rc == 1) return;
       const int err = ::SSL_get_error(ssl_.get(), rc);
       if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-        if (!waitFor(fd(), err == SSL_ERROR_WANT_READ ? IoWant::Read : IoWant::Write, deadline, what)) {
+        const IoWant want = err == SSL_ERROR_WANT_READ ? IoWant::Read : IoWant::Write;
+        if (!probed && state_.bytesIn == 0 && !waitFor(fd(), want, std::min(probeAt, deadline), what)) {
+          probed = true;
+          if (state_.bytesIn == 0 && answersPlainRedis(host_, port_, deadline)) {
+            tlsError(
+                fmt::format("redlimit: {}: the server answers in plain text (RESP) and not in TLS: this is its "
+                            "plain-text port; connect with redis:// (TlsOptions::enabled = false), or to the "
+                            "server's tls-port",
+                            what));
+          }
+          continue;
+        }
+        if (!waitFor(fd(), want, deadline, what)) {
           throw TimeoutError(
               fmt::format("redlimit: {}: timed out (the server did not finish the handshake; is this "
                           "a TLS port?)",
@@ -842,8 +863,8 @@ class TlsStream final : public Stream {
                                               nameLine(::X509_get_issuer_name(cert)));
     tlsError(
         fmt::format("redlimit: {}: certificate verification failed: {} (the server's certificate, {}, is not "
-                    "trusted by {}; point caFile/caPath at the CA that signed it, or set verifyPeer = false to "
-                    "skip the check)",
+                    "trusted by {}; point caFile/caPath at the CA that signed it, or have the server use a "
+                    "certificate that CA signed)",
                     what, ::X509_verify_cert_error_string(result), who, trust));
   }
 
@@ -851,6 +872,8 @@ class TlsStream final : public Stream {
   SocketState state_;
   TlsOptions tls_;
   std::string expectedName_;
+  std::string host_;  // for the plain-text probe
+  int port_ = 0;
   IoWant wantAfterRead_ = IoWant::Read;
   IoWant wantAfterWrite_ = IoWant::Write;
   bool received_ = false;  // some application data arrived
@@ -903,6 +926,9 @@ std::unique_ptr<Stream> connectStream(const ConnectionOptions& options, Clock::t
     // Before connecting: a file that cannot be read fails at once, without a server.
     ctx = makeContext(options.tls, endpoint);
   }
+  // A TLS peer that has not answered the hello by half the budget is asked in plain text then.
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point probeAt = deadline > start ? start + (deadline - start) / 2 : deadline;
   UniqueFd fd =
       options.unixSocket.empty() ? connectTcp(options, endpoint, deadline) : connectUnix(options, endpoint, deadline);
   if (!ctx) {
@@ -913,7 +939,7 @@ std::unique_ptr<Stream> connectStream(const ConnectionOptions& options, Clock::t
   std::unique_ptr<TlsStream> tls(new TlsStream(fd.get(), endpoint));
   fd.release();
   tls->start(ctx.get(), options);
-  tls->handshake(deadline);
+  tls->handshake(probeAt, deadline);
   return tls;
 }
 
@@ -941,6 +967,30 @@ std::size_t readSome(Stream& s, char* buf, std::size_t size, Clock::time_point d
     if (!waitFor(s.fd(), s.wantAfterRead(), deadline, what)) {
       throw TimeoutError(fmt::format("redlimit: {}: timed out waiting for the server", what));
     }
+  }
+}
+
+bool isPlainRedisAnswer(std::string_view head) {
+  if (head.size() < 2) return false;
+  // "+PONG", "-NOAUTH ...", "-ERR ...": a simple string or an error, as RESP2 and RESP3 answer PING.
+  return (head[0] == '+' || head[0] == '-') && head[1] >= 'A' && head[1] <= 'Z';
+}
+
+bool answersPlainRedis(const std::string& host, int port, Clock::time_point deadline) {
+  ConnectionOptions o;
+  o.host = host;
+  o.port = port;
+  o.keepAlive = false;
+  try {
+    const std::unique_ptr<Stream> s = connectStream(o, deadline);
+    static constexpr char kPing[] = "PING\r\n";
+    writeAll(*s, kPing, sizeof kPing - 1, deadline);
+    char head[2] = {};
+    std::size_t got = 0;
+    while (got < sizeof head) got += readSome(*s, head + got, sizeof head - got, deadline);
+    return isPlainRedisAnswer(std::string_view(head, sizeof head));
+  } catch (const Error&) {
+    return false;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "redlimit/options.hpp"
 
@@ -79,7 +80,9 @@ class Stream {
 ///                       mismatch (naming the expected name), unreadable caFile / caPath / certFile
 ///                       / keyFile, key not matching certificate, certFile without keyFile (or the
 ///                       reverse), a server alert refusing the client certificate, a port that
-///                       does not answer in TLS
+///                       does not answer in TLS: it answers the hello with bytes that are not TLS,
+///                       or stays silent and answers a plain PING in RESP (asked once, when nothing
+///                       came back by half the time left at the start, within the same deadline)
 ///   InvalidArgument     TLS with a unix socket, a unix socket path longer than sun_path holds
 [[nodiscard]] std::unique_ptr<Stream> connectStream(const ConnectionOptions& options,
                                                     std::chrono::steady_clock::time_point deadline);
@@ -92,6 +95,15 @@ void writeAll(Stream& s, const char* data, std::size_t size, std::chrono::steady
 /// nothing is there. Throws TimeoutError once `deadline` passes, or what Stream::read throws.
 [[nodiscard]] std::size_t readSome(Stream& s, char* buf, std::size_t size,
                                    std::chrono::steady_clock::time_point deadline);
+
+/// True if `head`, the first bytes a peer answered a plain-text PING with, is a RESP simple string
+/// or error ("+PONG", "-NOAUTH ..."): the peer is a plain-text Redis port. Pure; thread-safe.
+[[nodiscard]] bool isPlainRedisAnswer(std::string_view head);
+
+/// True if host:port answers a plain-text PING in RESP (isPlainRedisAnswer) before `deadline`;
+/// false on anything else, including errors. Asked when a TLS handshake got no byte back: a plain
+/// Redis port reads the ClientHello as an unfinished inline command and stays silent.
+[[nodiscard]] bool answersPlainRedis(const std::string& host, int port, std::chrono::steady_clock::time_point deadline);
 
 /// True if host:port answers a TLS ClientHello with a TLS record (alert or handshake) before
 /// `deadline`; false on anything else, including errors. Ask it after a plain-text connection was

@@ -311,13 +311,33 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
 
 void Transport::greeted(Conn& c) {
   c.greeted = true;
-  // Requests that waited for this connection get the time connecting took on top of their own.
-  const auto spent = Steady::now() - c.connectStarted;
-  for (auto& r : c.carry) {
-    if (r.deadline != SteadyTime::max()) r.deadline += spent;
-    c.pipe->push(std::move(r));
-  }
+  // A request's deadline is absolute from submit(): waiting for the connection took from it.
+  for (auto& r : c.carry) c.pipe->push(std::move(r));
   c.carry.clear();
+}
+
+void Transport::expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done) {
+  auto late = std::stable_partition(c.carry.begin(), c.carry.end(), [&](const Request& r) { return r.deadline > now; });
+  if (late == c.carry.end()) return;
+  const std::string state = c.stream
+                                ? fmt::format("connected {} ms ago, the greeting not answered yet",
+                                              std::chrono::duration_cast<milliseconds>(now - c.connectStarted).count())
+                                : std::string("not connected");
+  for (auto it = late; it != c.carry.end(); ++it) {
+    done.push_back(Finished{
+        std::move(it->done),
+        Outcome{Reply{}, errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms deadline: it "
+                                                           "waited for a connection to {} ({})",
+                                                           it->command, it->budget.count(), endpoint_, state))},
+        it->counted});
+  }
+  c.carry.erase(late, c.carry.end());
+}
+
+SteadyTime Transport::carryDeadline(const Conn& c) {
+  SteadyTime next = SteadyTime::max();
+  for (const auto& r : c.carry) next = std::min(next, r.deadline);
+  return next;
 }
 
 std::exception_ptr Transport::writeOut(Conn& c) {
@@ -395,9 +415,9 @@ std::exception_ptr Transport::closedBeforeAnyReply(const std::exception_ptr& why
                       endpoint_, connection_.port, text)));
 }
 
-void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done) {
+void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer) {
   if (!c.stream) return;
-  if (c.pipe->replies() == 0) why = closedBeforeAnyReply(why);
+  if (byPeer && c.pipe->replies() == 0) why = closedBeforeAnyReply(why);
   ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, c.stream->fd(), nullptr);
   std::vector<Request> rest = c.pipe->close(why, done);
   c.stream.reset();
@@ -444,7 +464,7 @@ void Transport::failEverything(std::vector<Finished>& done) {
   const auto why = errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply");
   for (auto& c : conns_) {
     const LockGuard lock(c->m);
-    if (c->stream) closeConn(*c, why, done);
+    if (c->stream) closeConn(*c, why, done, false);  // no TLS-port probe: the server did nothing
     for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c->carry.clear();
   }
@@ -516,6 +536,7 @@ void Transport::run() {
     for (auto& c : conns_) {
       const LockGuard lock(c->m);
       if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
+      next = std::min(next, carryDeadline(*c));
       if (!c->carry.empty() && (!c->stream || c->greeted)) again = true;
       if (c->writeFailed) again = true;
     }
@@ -547,6 +568,7 @@ void Transport::run() {
     now = Steady::now();
     for (auto& c : conns_) {
       const LockGuard lock(c->m);
+      expireCarry(*c, now, done);
       if (!c->pipe) continue;
       if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done);
       if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);

@@ -23,8 +23,10 @@ namespace redlimit::detail {
 /// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
 /// and one I/O thread that writes, reads and enforces every request's deadline. Requests queued
 /// while a write is in flight leave together in the next write; replies are matched in order.
-/// Connecting happens on the I/O thread, within connectTimeout; a request that waits for a
-/// connection gets that much more time.
+/// Connecting happens on the I/O thread, within connectTimeout. A request's deadline is absolute
+/// from submit(): time spent waiting for a connection (connecting, greeting) comes out of it, and
+/// a request still waiting at its deadline ends then with TimeoutError, whatever the connection
+/// is doing.
 /// Thread-safe. Completions run on the I/O thread, except for requests refused at submit()
 /// (shut down, maxPending reached), whose completion runs at once on the submitting thread.
 class Transport final : public Runner, public std::enable_shared_from_this<Transport> {
@@ -84,9 +86,15 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::exception_ptr writeOut(Conn& c) REDLIMIT_REQUIRES(c.m);
   void connect(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
   void greeted(Conn& c) REDLIMIT_REQUIRES(c.m);
+  // Ends the requests in c.carry whose deadline passed, whatever the connection is doing.
+  void expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  static SteadyTime carryDeadline(const Conn& c) REDLIMIT_REQUIRES(c.m);
   void flush(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
   void readFrom(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
-  void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  // Closes c's stream; requests never written move to c.carry when a new connection may carry them.
+  // `byPeer`: the server closed it (a reset before any reply may mean a TLS port: probed).
+  void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer = true)
+      REDLIMIT_REQUIRES(c.m);
   void watch(Conn& c, bool out) REDLIMIT_REQUIRES(c.m);
   void complete(std::vector<Finished>& done);
   std::exception_ptr closedBeforeAnyReply(const std::exception_ptr& why);

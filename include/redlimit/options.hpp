@@ -33,7 +33,9 @@ struct TlsOptions {
   std::string keyFile;     // private key of certFile (PEM, unencrypted)
   std::string serverName;  // SNI and the name the certificate must carry;
                            // empty = the host of ConnectionOptions
-  bool verifyPeer = true;  // check the server's certificate chain and name
+  bool verifyPeer = true;  // check the server's certificate chain and name; false accepts any
+                           // server (a man in the middle too), and with caFile/caPath set is
+                           // refused (InvalidArgument)
 };
 
 /// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure,
@@ -59,10 +61,10 @@ struct ConnectionOptions {
   int db = 0;                                     // SELECT db after connecting (0 = none sent)
   std::chrono::milliseconds connectTimeout{500};  // TCP/unix connect and the first exchange
                                                   // (AUTH/SELECT/PING), ms; in 1..kMaxConnectionTimeout
-  std::chrono::milliseconds commandTimeout{500};  // a request's whole deadline (queueing, writing, the
-                                                  // reply), ms; in 1..kMaxConnectionTimeout; a request
-                                                  // that must wait for a connection also gets the time
-                                                  // connecting took (at most connectTimeout)
+  std::chrono::milliseconds commandTimeout{500};  // a request's whole deadline (queueing, waiting for a
+                                                  // connection, writing, the reply), ms, from the call;
+                                                  // in 1..kMaxConnectionTimeout; a limiter call gets
+                                                  // connectTimeout + commandTimeout
   bool keepAlive = true;                          // TCP keep-alive on the socket
   TlsOptions tls;                                 // TLS (off unless `rediss://` or set here)
   ReplyLimits replyLimits;                        // what a reply may make the client allocate
