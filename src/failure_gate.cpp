@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "error_mapping.hpp"
+#include "fork_guard.hpp"
 #include "redlimit/detail/deadline.hpp"
 
 namespace redlimit::detail {
@@ -41,11 +42,28 @@ FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView 
   if (options_.probeInterval.count() <= 0) {
     throw InvalidArgument("redlimit: FailureOptions::probeInterval must be > 0 ms");
   }
+  locked_.store(new Locked(forkGeneration()), std::memory_order_release);
 }
 
 FailureGate::~FailureGate() {
   // A handle that goes away degraded no longer counts as one.
   if (state_.load(std::memory_order_relaxed) != kHealthy && monitor_.metrics()) monitor_.metrics()->degradedBy(-1);
+  Locked* l = locked_.load(std::memory_order_acquire);
+  if (l->generation == forkGeneration()) delete l;  // else a fork parent's: leaked (see Locked)
+}
+
+FailureGate::Locked& FailureGate::locked() const {
+  Locked* l = locked_.load(std::memory_order_acquire);
+  const std::uint64_t generation = forkGeneration();
+  if (l->generation == generation) return *l;
+  // A fork child's first use. No lock (one could be held by a parent thread): the first thread
+  // to swap its fresh state in wins, the others free theirs and use the winner's. Events the
+  // parent had queued are its own and stay with it.
+  auto fresh = std::make_unique<Locked>(generation);
+  if (locked_.compare_exchange_strong(l, fresh.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
+    return *fresh.release();  // the inherited one is leaked
+  }
+  return *l;  // another thread of this process installed it: of this generation
 }
 
 void FailureGate::report(const HealthEvent& event) const {
@@ -80,8 +98,9 @@ bool FailureGate::shouldTry() {
 
 void FailureGate::succeeded() {
   if (state_.load(std::memory_order_relaxed) == kHealthy) return;
+  Locked& l = locked();
   {
-    const LockGuard lock(eventsMutex_);
+    const LockGuard lock(l.eventsMutex);
     const int was = state_.exchange(kHealthy, std::memory_order_relaxed);
     if (was == kHealthy) return;
     recoveredAt_.store(nowMicros(), std::memory_order_relaxed);
@@ -91,29 +110,30 @@ void FailureGate::succeeded() {
     event.cause = was == kMisconfigured ? HealthEvent::Cause::Configuration : HealthEvent::Cause::Outage;
     event.limiter = limiter_;
     event.outage = std::chrono::milliseconds((nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000);
-    pending_.push_back(std::move(event));
+    l.pending.push_back(std::move(event));
   }
   deliver();
 }
 
 void FailureGate::deliver() {
-  UniqueLock lk(eventsMutex_);
-  if (delivering_) return;  // the thread delivering now reports ours after the ones before it
-  delivering_ = true;
-  while (!pending_.empty()) {
-    const HealthEvent event = std::move(pending_.front());
-    pending_.pop_front();
+  Locked& l = locked();
+  UniqueLock lk(l.eventsMutex);
+  if (l.delivering) return;  // the thread delivering now reports ours after the ones before it
+  l.delivering = true;
+  while (!l.pending.empty()) {
+    const HealthEvent event = std::move(l.pending.front());
+    l.pending.pop_front();
     lk.unlock();
     try {
       report(event);
     } catch (...) {  // a callback threw: the next transition delivers what is still queued
       lk.lock();
-      delivering_ = false;
+      l.delivering = false;
       throw;
     }
     lk.lock();
   }
-  delivering_ = false;
+  l.delivering = false;
 }
 
 void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(kOutage, error, startedAt); }
@@ -139,13 +159,14 @@ void FailureGate::noteError(std::int64_t startedAt) {
 void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
   if (startedAt < recoveredAt_.load(std::memory_order_relaxed)) return;  // stale news
   const std::int64_t now = nowMicros();
+  Locked& l = locked();
   {
-    const LockGuard lock(mutex_);
-    lastError_ = error.what();
+    const LockGuard lock(l.mutex);
+    l.lastError = error.what();
   }
   if (to == kOutage) nextProbe_.store(saturatingAdd(now, probeMicros_), std::memory_order_relaxed);
   {
-    const LockGuard lock(eventsMutex_);
+    const LockGuard lock(l.eventsMutex);
     const int was = state_.exchange(to, std::memory_order_relaxed);
     if (was == to) return;
     if (was == kHealthy) {
@@ -160,7 +181,7 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
     event.error = error.what();
     event.errorType = errorTypeName(error);
     event.exception = copyOf(error);
-    pending_.push_back(std::move(event));
+    l.pending.push_back(std::move(event));
   }
   deliver();
 }
@@ -175,13 +196,14 @@ bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono
   const std::chrono::microseconds every =
       std::min(saturatingCast<std::chrono::microseconds>(interval), Bucket::kMaxInterval);
   if (permits > capacity) return false;
-  const LockGuard lock(mutex_);
-  if (!local_ || local_->capacity() != capacity || local_->refillInterval() != every) {
-    const std::int64_t held = local_ ? std::min(local_->availablePermits(), capacity) : capacity;
-    local_.emplace(capacity, capacity, every, clock_);
-    local_->setAvailablePermits(held);
+  Locked& l = locked();
+  const LockGuard lock(l.mutex);
+  if (!l.local || l.local->capacity() != capacity || l.local->refillInterval() != every) {
+    const std::int64_t held = l.local ? std::min(l.local->availablePermits(), capacity) : capacity;
+    l.local.emplace(capacity, capacity, every, clock_);
+    l.local->setAvailablePermits(held);
   }
-  return local_->tryAcquire(permits);
+  return l.local->tryAcquire(permits);
 }
 
 std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
@@ -231,8 +253,9 @@ std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::in
 void FailureGate::throwUnavailable() const {
   std::string last;
   {
-    const LockGuard lock(mutex_);
-    last = lastError_;
+    Locked& l = locked();
+    const LockGuard lock(l.mutex);
+    last = l.lastError;
   }
   const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;
   throw IoError(

@@ -118,12 +118,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "redlimit/acquire_result.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
+#include "redlimit/detail/fork_generation.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
 #include "redlimit/detail/refill_coordinator.hpp"
 #include "redlimit/detail/segment_word.hpp"
@@ -304,6 +306,9 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
                             " ms, got " + std::to_string(options.idleReturnAfter.count()) + " ms");
     }
     segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
+    if (!detail::registerForkCounter()) throw Error("redlimit: SegmentedRateLimiter: pthread_atfork failed (ENOMEM)");
+    forkGen_.store(detail::forkCounter(), std::memory_order_relaxed);
+    renewClaim_.store(detail::forkCounter(), std::memory_order_relaxed);
     if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
   }
 
@@ -384,6 +389,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       throw InvalidArgument("redlimit: reconfigure needs rate >= 1 and interval >= 1 ms, got " + std::to_string(rate) +
                             " per " + std::to_string(interval.count()) + " ms");
     }
+    ensureThisProcess();
     {
       detail::UniqueLock lk(refill_.mutex());
       if (!refill_.leadWhenIdle(lk)) throwClosed();
@@ -431,6 +437,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// flight. Never throws for source errors (the permits then count as expired). Thread-safe.
   std::int64_t releaseIfIdle() noexcept {
     try {
+      ensureThisProcess();
       const detail::LockGuard lk(refill_.mutex());
       if (refill_.closed() || refill_.busy()) return 0;
       const std::int64_t now = clock_.now().count();
@@ -457,6 +464,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// permits expire in Redis within one interval and count as expired. So closing many limiters
   /// on one Client while Redis does not answer costs one command timeout in total.
   std::int64_t close() noexcept {
+    ensureThisProcess();
     {
       const detail::LockGuard lk(refill_.mutex());
       if (!refill_.close()) return 0;  // no refill starts from now on; waiters throw Error
@@ -472,6 +480,9 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   /// A snapshot of the counters. Thread-safe.
   [[nodiscard]] SegmentStats stats() const {
+    // A fork child's first call may be this one: the renewal touches no state a caller sees
+    // change other than the counters it resets to this process's (see renewAfterFork).
+    const_cast<SegmentedRateLimiter*>(this)->ensureThisProcess();  // NOLINT(cppcoreguidelines-pro-type-const-cast)
     const detail::LockGuard lk(refill_.mutex());
     SegmentStats out;
     out.directGrants = directGrants_.load(std::memory_order_relaxed);
@@ -514,8 +525,44 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   [[noreturn]] static void throwClosed() { throw Error("redlimit: SegmentedRateLimiter is closed"); }
 
   // The hot path (detail::SegmentWord::tryTake): reads the clock only if the word holds enough.
+  // In a fork() child, until the first slow-path call has renewed this handle (renewAfterFork),
+  // the generation differs and nothing is taken: the segment in the word is the parent's. The
+  // load is acquire (a plain load on x86-64) so that a thread that sees the renewed generation
+  // also sees the emptied word.
   bool takeLocal(std::int64_t permits) {
+    if (forkGen_.load(std::memory_order_acquire) != detail::forkCounter()) return false;
     return word_.tryTake(permits, [this] { return clock_.now().count(); });
+  }
+
+  // Every entry to the slow path and every member that takes the mutex calls this first.
+  void ensureThisProcess() noexcept {
+    if (forkGen_.load(std::memory_order_acquire) != detail::forkCounter()) renewAfterFork();
+  }
+
+  // This handle was inherited through fork(). The segment in the word belongs to the parent,
+  // which still spends it or gives it back: it is dropped here without a give-back (counted as
+  // expired). A refill or give-back in flight was a parent thread that does not exist here, and
+  // the coordinator's mutex may be held by one: the coordinator is replaced in place (see
+  // RefillCoordinator::renewInPlace), never locked. The idle sweeper's thread is the parent's
+  // too: the child's handle leaves it alone (no idle give-back in the child). One thread of the
+  // child renews (claimed with a compare-exchange, no lock: a lock could be held by a parent
+  // thread that was renewing at fork()); the others wait for it, without a lock either.
+  void renewAfterFork() noexcept REDLIMIT_NO_THREAD_SAFETY_ANALYSIS {
+    const std::uint64_t now = detail::forkCounter();
+    std::uint64_t seen = renewClaim_.load(std::memory_order_acquire);
+    while (seen != now) {
+      if (!renewClaim_.compare_exchange_weak(seen, now, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      detail::RefillCoordinator::renewInPlace(refill_);
+      const std::uint64_t old = word_.takeAll();
+      expired_ += Word::leftOf(old) + inHand_ + backInFlight_;  // the parent's: not ours to spend or return
+      inHand_ = 0;
+      backInFlight_ = 0;
+      sweepArmed_ = false;
+      sweepId_ = 0;
+      forkGen_.store(now, std::memory_order_release);
+      return;
+    }
+    while (forkGen_.load(std::memory_order_acquire) != now) std::this_thread::yield();
   }
 
   std::int64_t idleAfterMicros() const noexcept {
@@ -535,6 +582,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   }
 
   SlowResult acquireSlow(std::int64_t permits, std::chrono::microseconds timeout, bool forever) {
+    ensureThisProcess();
     const std::int64_t until = clock_.now().count() + timeout.count();
     for (;;) {
       TryResult a;
@@ -744,6 +792,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   LimiterMonitor monitor_;  // the source's (HasMonitor), else one that counts nothing
   std::chrono::milliseconds refillWait_;
   std::chrono::milliseconds idleReturnAfter_;
+  // detail::forkCounter() of the process this handle's state belongs to: read by every local
+  // acquire, written once per fork() child (renewAfterFork).
+  std::atomic<std::uint64_t> forkGen_{0};
+  std::atomic<std::uint64_t> renewClaim_{0};  // the generation a thread has claimed to renew for
 
   // The hot cache line: written by every local acquire.
   Word word_;

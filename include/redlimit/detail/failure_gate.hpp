@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -112,17 +113,30 @@ class FailureGate {
   std::atomic<std::int64_t> nextProbe_{0};      // µs, clock_
   std::atomic<std::int64_t> recoveredAt_{0};    // µs, clock_; last Recovered
   std::atomic<std::uint64_t> allowed_{0}, denied_{0}, thrown_{0}, outages_{0}, misconfigurations_{0};
-  mutable Mutex mutex_;
-  std::string lastError_ REDLIMIT_GUARDED_BY(mutex_);
-  // FailurePolicy::Local: rate x share per interval, made on first use and remade (keeping what
-  // it holds, up to the new capacity) when the configuration seen changes.
-  std::optional<BasicLocalTokenBucket<ClockView>> local_ REDLIMIT_GUARDED_BY(mutex_);
-  // A transition changes state_ and queues its event under this lock, so events are delivered in
-  // the order the state changed (two threads reporting on their own could swap a Degraded and
-  // the Recovered that followed it).
-  Mutex eventsMutex_;
-  std::deque<HealthEvent> pending_ REDLIMIT_GUARDED_BY(eventsMutex_);
-  bool delivering_ REDLIMIT_GUARDED_BY(eventsMutex_) = false;
+  // The gate's locked state, one per process. A fork() child makes a fresh one on first use
+  // (locked()): the inherited mutexes may be held by parent threads that do not exist in the
+  // child, and an inherited delivering flag would leave the child's events queued for a
+  // delivering thread that is not there. The parent's is leaked in the child, never touched.
+  struct Locked {
+    explicit Locked(std::uint64_t g) : generation(g) {}
+    const std::uint64_t generation;  // forkGeneration() of the process it serves
+    Mutex mutex;
+    std::string lastError REDLIMIT_GUARDED_BY(mutex);
+    // FailurePolicy::Local: rate x share per interval, made on first use and remade (keeping what
+    // it holds, up to the new capacity) when the configuration seen changes.
+    std::optional<BasicLocalTokenBucket<ClockView>> local REDLIMIT_GUARDED_BY(mutex);
+    // A transition changes state_ and queues its event under this lock, so events are delivered
+    // in the order the state changed (two threads reporting on their own could swap a Degraded
+    // and the Recovered that followed it).
+    Mutex eventsMutex;
+    std::deque<HealthEvent> pending REDLIMIT_GUARDED_BY(eventsMutex);
+    bool delivering REDLIMIT_GUARDED_BY(eventsMutex) = false;
+  };
+  // This process's locked state (made anew, without a lock, after a fork). May throw bad_alloc
+  // in a fork child's first call.
+  Locked& locked() const;
+  // Owned (~FailureGate deletes it unless it is a fork parent's, which is leaked).
+  mutable std::atomic<Locked*> locked_{nullptr};
 };
 
 }  // namespace redlimit::detail

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <new>
 #include <optional>
 
 #include "redlimit/clock.hpp"
@@ -104,6 +105,18 @@ class RefillCoordinator {
     closed_ = true;
     cv_.notify_all();
     return true;
+  }
+
+  /// In a fork() child: replaces `c` by a fresh coordinator in the same storage, closed if `c`
+  /// was. The inherited one is leaked in place: its mutex may be held, and its leader or
+  /// give-back in flight is a parent thread that does not exist here, so it is never locked,
+  /// waited on or destroyed (its destructor does not run; nothing depends on it). The caller
+  /// guarantees that no other thread uses `c` meanwhile (SegmentedRateLimiter's renewal claim).
+  /// Never throws.
+  static void renewInPlace(RefillCoordinator& c) noexcept REDLIMIT_NO_THREAD_SAFETY_ANALYSIS {
+    const bool wasClosed = c.closed_;  // the parent's memory as it was at fork(): read, not locked
+    RefillCoordinator* fresh = ::new (static_cast<void*>(&c)) RefillCoordinator();
+    fresh->closed_ = wasClosed;
   }
 
  private:
