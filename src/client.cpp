@@ -153,6 +153,8 @@ PoolStats Client::poolStats() const {
   s.writes = c.writes;
   s.requests = c.requests;
   s.direct = c.direct;
+  s.stalls = c.stalls;
+  s.stalled = c.stalled;
   return s;
 }
 

@@ -8,7 +8,7 @@
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "slot_map.hpp"
-#include "stream.hpp"
+#include "connector.hpp"
 
 namespace redlimit::detail {
 namespace {
@@ -70,6 +70,14 @@ struct ClusterRunner::Attempt {
 std::shared_ptr<ClusterRunner> ClusterRunner::start(const ClientOptions& options) {
   checkOptions(options);
   std::shared_ptr<ClusterRunner> r(new ClusterRunner(options));
+  if (options.connection.tls.enabled) {
+    // One TLS context for every node, read here on the caller's thread: nodes are added on I/O
+    // threads (MOVED) too, which must not read files. A failure is left to each node's connects.
+    try {
+      r->tls_ = makeTlsContext(options.connection.tls, endpointOf(options.connection));
+    } catch (const Error&) {
+    }
+  }
   for (const NodeAddress& seed : options.cluster.seeds) {
     NodePtr n = r->nodeAt(seed);
     const WriteLock lock(r->mapMutex_);
@@ -146,7 +154,7 @@ ClusterRunner::NodePtr ClusterRunner::nodeAt(const NodeAddress& address) {
   auto node = std::make_shared<Node>();
   node->address = address;
   node->endpoint = endpoint;
-  node->transport = Transport::start(connection, options_.pool, this, options_.onEvent);
+  node->transport = Transport::start(connection, options_.pool, this, options_.onEvent, tls_);
   nodes_.emplace(endpoint, node);
   return node;
 }

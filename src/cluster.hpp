@@ -133,6 +133,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   void releaseRetired();  // shuts down the retired transports no request holds any more
 
   const ClientOptions options_;
+  TlsContext tls_;  // set by start(), then read-only; empty: each node builds its own
   const std::chrono::milliseconds minRefresh_, refreshPeriod_;
   const std::int64_t probeNanos_;  // ClientOptions::bestEffortRetry: a node in an outage is probed this often
 

@@ -235,6 +235,8 @@ std::exception_ptr cloneError(const std::exception_ptr& error) {
     return std::make_exception_ptr(e);
   } catch (const ProtocolError& e) {
     return std::make_exception_ptr(e);
+  } catch (const CallbackBlockedError& e) {
+    return std::make_exception_ptr(e);
   } catch (const PoolTimeoutError& e) {
     return std::make_exception_ptr(e);
   } catch (const TimeoutError& e) {

@@ -241,14 +241,23 @@ void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& d
   writePos_ = 0;
 }
 
-void Pipeline::expire(SteadyTime now, std::vector<Finished>& done) {
+std::exception_ptr Stall::error(std::string_view command, std::chrono::milliseconds budget) const {
+  return errorOf<CallbackBlockedError>(fmt::format(
+      "redlimit: {}: its {} ms deadline passed while a completion callback held the Client's I/O thread for {} ms "
+      "(callbacks run on that thread and must not block: hand slow work to a thread of your own)",
+      command, budget.count(), std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count()));
+}
+
+void Pipeline::expire(SteadyTime now, std::vector<Finished>& done, const Stall& stall) {
   for (auto it = queued_.begin(); it != queued_.end();) {
     if (it->deadline <= now) {
       done.push_back(
           Finished{std::move(it->done),
-                   Outcome{Reply{}, errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms "
-                                                                      "deadline ({})",
-                                                                      it->command, it->budget.count(), endpoint_))},
+                   Outcome{Reply{}, stall.covers(it->deadline)
+                                        ? stall.error(it->command, it->budget)
+                                        : errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms "
+                                                                            "deadline ({})",
+                                                                            it->command, it->budget.count(), endpoint_))},
                    it->counted});
       it = queued_.erase(it);
     } else {
@@ -271,10 +280,12 @@ void Pipeline::expire(SteadyTime now, std::vector<Finished>& done) {
       return;
     }
     fail(w,
-         errorOf<TimeoutError>(fmt::format("redlimit: {}: no reply from {} within the request's {} ms deadline; "
-                                           "the connection was closed so that no later reply can be taken for "
-                                           "another request",
-                                           w.request.command, endpoint_, w.request.budget.count())),
+         stall.covers(w.request.deadline)
+             ? stall.error(w.request.command, w.request.budget)
+             : errorOf<TimeoutError>(fmt::format("redlimit: {}: no reply from {} within the request's {} ms deadline; "
+                                                 "the connection was closed so that no later reply can be taken for "
+                                                 "another request",
+                                                 w.request.command, endpoint_, w.request.budget.count())),
          done);
     breakWith(errorOf<ClosedError>(fmt::format("redlimit: connection to {} closed because an earlier request on it "
                                                "got no reply in time",

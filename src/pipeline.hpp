@@ -52,6 +52,17 @@ struct Request {
 };
 
 /// A request that finished, with its outcome; the caller runs done(outcome) outside its locks.
+/// When a completion callback held the I/O thread (from, to], and for how long: requests whose
+/// deadline fell within it end with CallbackBlockedError. Empty (from == to): none.
+struct Stall {
+  SteadyTime from{};
+  SteadyTime to{};
+  [[nodiscard]] bool covers(SteadyTime deadline) const noexcept { return deadline > from && deadline <= to; }
+  /// "redlimit: EVALSHA: its 100 ms deadline passed while a completion callback held the Client's
+  /// I/O thread for 850 ms (...)".
+  [[nodiscard]] std::exception_ptr error(std::string_view command, std::chrono::milliseconds budget) const;
+};
+
 struct Finished {
   Completion done;
   Outcome outcome;
@@ -122,8 +133,10 @@ class Pipeline {
 
   /// Fails the requests whose deadline has passed at `now` with TimeoutError. A written one breaks
   /// the pipeline (its reply may still come, and must never be matched to a later request): the
-  /// other written requests then fail with ClosedError. Queued ones just leave the queue.
-  void expire(SteadyTime now, std::vector<Finished>& done);
+  /// other written requests then fail with ClosedError. Queued ones just leave the queue. A request
+  /// whose deadline fell within `stall` (a completion callback held the I/O thread) fails with
+  /// CallbackBlockedError instead.
+  void expire(SteadyTime now, std::vector<Finished>& done, const Stall& stall = {});
   /// The earliest deadline of any request here (SteadyTime::max() if none).
   [[nodiscard]] SteadyTime nextDeadline() const;
 

@@ -21,6 +21,8 @@ struct TransportCounters {
   std::uint64_t writes = 0;     // write calls that sent requests (requests / writes = pipelining)
   std::uint64_t requests = 0;   // requests sent, resends included
   std::uint64_t direct = 0;     // of them, written by the submitting thread (idle connection)
+  std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
+  std::uint64_t stalled = 0;    // requests ended with CallbackBlockedError
 
   TransportCounters& operator+=(const TransportCounters& o) noexcept {
     open += o.open;
@@ -31,6 +33,8 @@ struct TransportCounters {
     writes += o.writes;
     requests += o.requests;
     direct += o.direct;
+    stalls += o.stalls;
+    stalled += o.stalled;
     return *this;
   }
 };

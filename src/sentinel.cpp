@@ -9,7 +9,7 @@
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "resp.hpp"
-#include "stream.hpp"
+#include "connector.hpp"
 
 namespace redlimit::detail {
 namespace {

@@ -42,24 +42,6 @@ constexpr int kKeepAliveProbes = 3;
 
 // ----- file descriptors and poll() ---------------------------------------------------------
 
-// Owns a descriptor until release().
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&&) = delete;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
 // Milliseconds to `deadline` for poll(): rounded up (a poll that ends a little early would spin),
 // at most INT_MAX; 0 once it has passed.
 int pollTimeout(Clock::time_point deadline) {
@@ -82,13 +64,6 @@ bool waitFor(int fd, IoWant want, Clock::time_point deadline, std::string_view w
   }
 }
 
-// Sleeps until `until` or `deadline`, whichever is first (a unix socket's full backlog gives no
-// event to wait for).
-void sleepUntil(Clock::time_point until, Clock::time_point deadline) {
-  const int timeout = pollTimeout(std::min(until, deadline));
-  if (timeout > 0) ::poll(nullptr, 0, timeout);
-}
-
 // "a, b, c".
 std::string joined(const std::vector<std::string>& parts) {
   std::string out;
@@ -108,12 +83,6 @@ bool isIpLiteral(const std::string& host) {
   if (::inet_pton(AF_INET, host.c_str(), buf) == 1) return true;
   const std::string bare = host.substr(0, host.find('%'));
   return ::inet_pton(AF_INET6, bare.c_str(), buf) == 1;
-}
-
-std::string addressText(const sockaddr* addr, socklen_t len) {
-  char host[NI_MAXHOST] = {};
-  if (::getnameinfo(addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "?";
-  return host;
 }
 
 // ----- plain sockets -------------------------------------------------------------------------
@@ -146,110 +115,6 @@ class PlainStream final : public Stream {
     }
   }
 };
-
-void setOption(int fd, int level, int name, int value, const std::string& what) {
-  if (::setsockopt(fd, level, name, &value, sizeof value) != 0) throwErrnoError(errno, what);
-}
-
-UniqueFd connectUnix(const ConnectionOptions& o, const std::string& endpoint, Clock::time_point deadline) {
-  const std::string what = fmt::format("connect to {}", endpoint);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (o.unixSocket.size() >= sizeof addr.sun_path) {
-    throw InvalidArgument(fmt::format("redlimit: {}: the path is {} bytes, a unix socket path holds at most {}", what,
-                                      o.unixSocket.size(), sizeof addr.sun_path - 1));
-  }
-  std::memcpy(addr.sun_path, o.unixSocket.data(), o.unixSocket.size());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) throwErrnoError(errno, what);
-  auto backoff = std::chrono::milliseconds(1);
-  for (;;) {
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return fd;
-    const int e = errno;
-    if (e == EAGAIN) {
-      // The server's backlog is full: Linux refuses a non-blocking unix connect at once and
-      // offers nothing to poll, so try again shortly.
-      if (Clock::now() >= deadline) {
-        throw TimeoutError(fmt::format("redlimit: {}: timed out (the server's listen backlog stayed full)", what));
-      }
-      sleepUntil(Clock::now() + backoff, deadline);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
-      continue;
-    }
-    if (e == EINPROGRESS || e == EINTR) {
-      if (!waitFor(fd.get(), IoWant::Write, deadline, what)) {
-        throw TimeoutError(fmt::format("redlimit: {}: timed out", what));
-      }
-      int soError = 0;
-      socklen_t len = sizeof soError;
-      if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soError, &len) != 0) throwErrnoError(errno, what);
-      if (soError == 0) return fd;
-      throwErrnoError(soError, what);
-    }
-    throwErrnoError(e, what);
-  }
-}
-
-struct AddrinfoDeleter {
-  void operator()(addrinfo* a) const noexcept { ::freeaddrinfo(a); }
-};
-
-// Connects a TCP socket to host:port, trying each address getaddrinfo gives in turn; the last
-// failure is thrown, naming every address tried.
-UniqueFd connectTcp(const ConnectionOptions& o, const std::string& endpoint, Clock::time_point deadline) {
-  const std::string what = fmt::format("connect to {}", endpoint);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = fmt::to_string(o.port);
-  const int gai = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &found);
-  if (gai == EAI_SYSTEM) throwErrnoError(errno, what);
-  if (gai != 0) {
-    throw IoError(fmt::format("redlimit: {}: cannot resolve \"{}\": {}", what, o.host, ::gai_strerror(gai)));
-  }
-  const std::unique_ptr<addrinfo, AddrinfoDeleter> addresses(found);
-
-  std::vector<std::string> tried;
-  int lastErrno = ECONNREFUSED;
-  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    tried.push_back(addressText(a->ai_addr, a->ai_addrlen));
-    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (fd.get() < 0) {
-      lastErrno = errno;
-      if (lastErrno == EMFILE || lastErrno == ENFILE || lastErrno == ENOBUFS || lastErrno == ENOMEM) {
-        throwErrnoError(lastErrno, what);
-      }
-      continue;  // EAFNOSUPPORT (no IPv6 here): try the next address
-    }
-    int soError = 0;
-    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
-      soError = errno;
-      if (soError == EINPROGRESS || soError == EINTR) {
-        if (!waitFor(fd.get(), IoWant::Write, deadline, what)) {
-          throw TimeoutError(fmt::format("redlimit: {}: timed out (no answer from {})", what, tried.back()));
-        }
-        socklen_t len = sizeof soError;
-        if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soError, &len) != 0) soError = errno;
-      }
-    }
-    if (soError != 0) {
-      lastErrno = soError;
-      continue;
-    }
-    setOption(fd.get(), IPPROTO_TCP, TCP_NODELAY, 1, what + ": TCP_NODELAY");
-    if (o.keepAlive) {
-      setOption(fd.get(), SOL_SOCKET, SO_KEEPALIVE, 1, what + ": SO_KEEPALIVE");
-      setOption(fd.get(), IPPROTO_TCP, TCP_KEEPIDLE, kKeepAliveIdleSeconds, what + ": TCP_KEEPIDLE");
-      setOption(fd.get(), IPPROTO_TCP, TCP_KEEPINTVL, kKeepAliveIntervalSeconds, what + ": TCP_KEEPINTVL");
-      setOption(fd.get(), IPPROTO_TCP, TCP_KEEPCNT, kKeepAliveProbes, what + ": TCP_KEEPCNT");
-    }
-    return fd;
-  }
-  if (tried.size() > 1) throwErrnoError(lastErrno, fmt::format("{} (tried {})", what, joined(tried)));
-  throwErrnoError(lastErrno, what);
-}
 
 // ----- OpenSSL -------------------------------------------------------------------------------
 
@@ -574,15 +439,15 @@ struct SslDeleter {
 
 // ----- TLS streams ---------------------------------------------------------------------------
 
-class TlsStream final : public Stream {
+class TlsStream final : public HandshakingStream {
  public:
-  TlsStream(int fd, std::string endpoint) noexcept : Stream(fd, true, std::move(endpoint)) { state_.fd = fd; }
+  TlsStream(int fd, std::string endpoint) noexcept : HandshakingStream(fd, true, std::move(endpoint)) {
+    state_.fd = fd;
+  }
 
   // Creates the session on the connected socket: SNI, the name to verify, the socket BIO.
   void start(SSL_CTX* ctx, const ConnectionOptions& o) {
     tls_ = o.tls;
-    host_ = o.host;
-    port_ = o.port;
     expectedName_ = o.tls.serverName.empty() ? o.host : o.tls.serverName;
     ::ERR_clear_error();
     ssl_.reset(::SSL_new(ctx));
@@ -622,42 +487,20 @@ class TlsStream final : public Stream {
     ::SSL_set_connect_state(ssl_.get());
   }
 
-  // The handshake, before `deadline`. A peer that has sent back nothing at all by `probeAt` is
-  // asked in plain text (answersPlainRedis, within the same deadline): a plain Redis port reads the
-  // ClientHello as an unfinished inline command and stays silent, which is a set-up error (TlsError),
-  // not an outage; otherwise the handshake goes on until the deadline.
-  void handshake(Clock::time_point probeAt, Clock::time_point deadline) {
-    const std::string what = fmt::format("TLS handshake with {}", endpoint());
-    bool probed = false;
-    for (;;) {
-      clear();
-      const int rc = ::SSL_do_handshake(ssl_.get());
-      if (rc == 1) return;
-      const int err = ::SSL_get_error(ssl_.get(), rc);
-      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-        const IoWant want = err == SSL_ERROR_WANT_READ ? IoWant::Read : IoWant::Write;
-        if (!probed && state_.bytesIn == 0 && !waitFor(fd(), want, std::min(probeAt, deadline), what)) {
-          probed = true;
-          if (state_.bytesIn == 0 && answersPlainRedis(host_, port_, deadline)) {
-            tlsError(
-                fmt::format("redlimit: {}: the server answers in plain text (RESP) and not in TLS: this is its "
-                            "plain-text port; connect with redis:// (TlsOptions::enabled = false), or to the "
-                            "server's tls-port",
-                            what));
-          }
-          continue;
-        }
-        if (!waitFor(fd(), want, deadline, what)) {
-          throw TimeoutError(
-              fmt::format("redlimit: {}: timed out (the server did not finish the handshake; is this "
-                          "a TLS port?)",
-                          what));
-        }
-        continue;
-      }
-      failHandshake(err, what);
+  // One step of the handshake (HandshakingStream::handshakeStep).
+  bool handshakeStep(IoWant& want) override {
+    clear();
+    const int rc = ::SSL_do_handshake(ssl_.get());
+    if (rc == 1) return true;
+    const int err = ::SSL_get_error(ssl_.get(), rc);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      want = err == SSL_ERROR_WANT_READ ? IoWant::Read : IoWant::Write;
+      return false;
     }
+    failHandshake(err, fmt::format("TLS handshake with {}", endpoint()));
   }
+
+  std::size_t bytesReceived() const noexcept override { return state_.bytesIn; }
 
   std::size_t read(char* buf, std::size_t size) override {
     if (size == 0) return 0;
@@ -872,26 +715,9 @@ class TlsStream final : public Stream {
   SocketState state_;
   TlsOptions tls_;
   std::string expectedName_;
-  std::string host_;  // for the plain-text probe
-  int port_ = 0;
   IoWant wantAfterRead_ = IoWant::Read;
   IoWant wantAfterWrite_ = IoWant::Write;
   bool received_ = false;  // some application data arrived
-};
-
-// A TLS 1.2 ClientHello with one cipher suite: any TLS server answers it with a TLS record
-// (a ServerHello, or an alert if it dislikes the offer), whose first byte is 0x16 or 0x15 and
-// second the major version 3. A Redis server reads it as an unfinished inline command and waits
-// (it holds no '\n').
-constexpr unsigned char kTlsHello[] = {
-    0x16, 0x03, 0x01, 0x00, 0x2d,  // record: handshake, TLS 1.0 framing, 45 bytes
-    0x01, 0x00, 0x00, 0x29,        // ClientHello, 41 bytes
-    0x03, 0x03,                    // TLS 1.2
-    0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74,  // random
-    0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x72, 0x65, 0x64, 0x6c, 0x69, 0x6d, 0x69, 0x74,
-    0x00,                    // no session id
-    0x00, 0x02, 0xc0, 0x2f,  // one cipher suite: ECDHE-RSA-AES128-GCM-SHA256
-    0x01, 0x00,              // compression: none
 };
 
 }  // namespace
@@ -915,32 +741,19 @@ IoWant Stream::wantAfterRead() const noexcept { return IoWant::Read; }
 IoWant Stream::wantAfterWrite() const noexcept { return IoWant::Write; }
 std::size_t Stream::buffered() const noexcept { return 0; }
 
-std::unique_ptr<Stream> connectStream(const ConnectionOptions& options, Clock::time_point deadline) {
-  const std::string endpoint = endpointOf(options);
-  CtxPtr ctx;
-  if (options.tls.enabled) {
-    if (!options.unixSocket.empty()) {
-      throw InvalidArgument(
-          fmt::format("redlimit: connect to {}: TLS needs a TCP connection, not a unix socket", endpoint));
-    }
-    // Before connecting: a file that cannot be read fails at once, without a server.
-    ctx = makeContext(options.tls, endpoint);
-  }
-  // A TLS peer that has not answered the hello by half the budget is asked in plain text then.
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point probeAt = deadline > start ? start + (deadline - start) / 2 : deadline;
-  UniqueFd fd =
-      options.unixSocket.empty() ? connectTcp(options, endpoint, deadline) : connectUnix(options, endpoint, deadline);
-  if (!ctx) {
-    std::unique_ptr<Stream> plain(new PlainStream(fd.get(), endpoint));
-    fd.release();
-    return plain;
-  }
-  std::unique_ptr<TlsStream> tls(new TlsStream(fd.get(), endpoint));
-  fd.release();
-  tls->start(ctx.get(), options);
-  tls->handshake(probeAt, deadline);
+std::unique_ptr<Stream> adoptPlainStream(int fd, std::string endpoint) {
+  return std::unique_ptr<Stream>(new PlainStream(fd, std::move(endpoint)));
+}
+
+std::unique_ptr<HandshakingStream> startTlsStream(int fd, std::string endpoint, ssl_ctx_st* ctx,
+                                                  const ConnectionOptions& options) {
+  std::unique_ptr<TlsStream> tls(new TlsStream(fd, std::move(endpoint)));
+  tls->start(ctx, options);
   return tls;
+}
+
+std::shared_ptr<ssl_ctx_st> makeTlsContext(const TlsOptions& tls, const std::string& endpoint) {
+  return std::shared_ptr<SSL_CTX>(makeContext(tls, endpoint).release(), CtxDeleter{});
 }
 
 void writeAll(Stream& s, const char* data, std::size_t size, Clock::time_point deadline) {
@@ -967,47 +780,6 @@ std::size_t readSome(Stream& s, char* buf, std::size_t size, Clock::time_point d
     if (!waitFor(s.fd(), s.wantAfterRead(), deadline, what)) {
       throw TimeoutError(fmt::format("redlimit: {}: timed out waiting for the server", what));
     }
-  }
-}
-
-bool isPlainRedisAnswer(std::string_view head) {
-  if (head.size() < 2) return false;
-  // "+PONG", "-NOAUTH ...", "-ERR ...": a simple string or an error, as RESP2 and RESP3 answer PING.
-  return (head[0] == '+' || head[0] == '-') && head[1] >= 'A' && head[1] <= 'Z';
-}
-
-bool answersPlainRedis(const std::string& host, int port, Clock::time_point deadline) {
-  ConnectionOptions o;
-  o.host = host;
-  o.port = port;
-  o.keepAlive = false;
-  try {
-    const std::unique_ptr<Stream> s = connectStream(o, deadline);
-    static constexpr char kPing[] = "PING\r\n";
-    writeAll(*s, kPing, sizeof kPing - 1, deadline);
-    char head[2] = {};
-    std::size_t got = 0;
-    while (got < sizeof head) got += readSome(*s, head + got, sizeof head - got, deadline);
-    return isPlainRedisAnswer(std::string_view(head, sizeof head));
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-bool speaksTls(const std::string& host, int port, Clock::time_point deadline) {
-  ConnectionOptions o;
-  o.host = host;
-  o.port = port;
-  o.keepAlive = false;
-  try {
-    const std::unique_ptr<Stream> s = connectStream(o, deadline);
-    writeAll(*s, reinterpret_cast<const char*>(kTlsHello), sizeof kTlsHello, deadline);
-    unsigned char head[2] = {};
-    std::size_t got = 0;
-    while (got < sizeof head) got += readSome(*s, reinterpret_cast<char*>(head) + got, sizeof head - got, deadline);
-    return (head[0] == 0x15 || head[0] == 0x16) && head[1] == 0x03;
-  } catch (const Error&) {
-    return false;
   }
 }
 

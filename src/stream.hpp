@@ -12,6 +12,8 @@
 
 #include "redlimit/options.hpp"
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace redlimit::detail {
 
 /// What a stream waits for before the call that returned 0 can make progress.
@@ -63,29 +65,40 @@ class Stream {
   std::string endpoint_;
 };
 
+/// A TLS stream whose handshake is not done yet: call handshakeStep() whenever the socket is ready
+/// for what it asked, until it returns true; the stream is then ready for read() and write().
+/// Not thread-safe.
+class HandshakingStream : public Stream {
+ public:
+  /// One step of the handshake, never blocking: true once it is done; false while it waits for
+  /// the socket (`want` says for what). Throws TlsError (certificate not trusted, name mismatch, a
+  /// server alert, bytes that are not TLS), ClosedError (the peer closed or reset without an
+  /// alert) or IoError, with messages that say what to fix.
+  [[nodiscard]] virtual bool handshakeStep(IoWant& want) = 0;
+  /// Bytes the peer has sent so far: 0 means it has answered nothing at all.
+  [[nodiscard]] virtual std::size_t bytesReceived() const noexcept = 0;
+
+ protected:
+  using Stream::Stream;
+};
+
 /// How messages name a server: "127.0.0.1:6379", "[::1]:6379" (an IPv6 literal), "unix:/path".
 [[nodiscard]] std::string endpointOf(const ConnectionOptions& options);
 [[nodiscard]] std::string endpointOf(const NodeAddress& address);
 
-/// Connects to `options`: the unix socket if unixSocket is set, else host:port through
-/// getaddrinfo, trying each address in turn; TCP_NODELAY; SO_KEEPALIVE (idle 15 s, as hiredis)
-/// when keepAlive; then the TLS handshake when tls.enabled. All of it before `deadline`, waiting
-/// with poll() (name resolution is the one blocking step the deadline does not bound).
-/// Throws:
-///   TimeoutError        the deadline passed (connect or TLS handshake)
-///   ClosedError         reset, or the peer closed during the TLS handshake without an alert
-///   IoError             refused, unreachable, unknown host ("connect to 127.0.0.1:6379: Connection refused")
-///   ResourceLimitError  no file descriptor left (code "EMFILE" / "ENFILE")
-///   TlsError            (code "TLS") certificate chain not trusted (with OpenSSL's reason), name
-///                       mismatch (naming the expected name), unreadable caFile / caPath / certFile
-///                       / keyFile, key not matching certificate, certFile without keyFile (or the
-///                       reverse), a server alert refusing the client certificate, a port that
-///                       does not answer in TLS: it answers the hello with bytes that are not TLS,
-///                       or stays silent and answers a plain PING in RESP (asked once, when nothing
-///                       came back by half the time left at the start, within the same deadline)
-///   InvalidArgument     TLS with a unix socket, a unix socket path longer than sun_path holds
-[[nodiscard]] std::unique_ptr<Stream> connectStream(const ConnectionOptions& options,
-                                                    std::chrono::steady_clock::time_point deadline);
+/// A stream over `fd`, a connected non-blocking socket whose ownership it takes.
+[[nodiscard]] std::unique_ptr<Stream> adoptPlainStream(int fd, std::string endpoint);
+
+/// A TLS client session over `fd` (connected, non-blocking; ownership taken) with `ctx`: the SNI
+/// and the name to verify come from options.tls.serverName or options.host. Throws TlsError if the
+/// session cannot be set up; the handshake itself is the caller's to step.
+[[nodiscard]] std::unique_ptr<HandshakingStream> startTlsStream(int fd, std::string endpoint, ssl_ctx_st* ctx,
+                                                                const ConnectionOptions& options);
+
+/// Reads the files TlsOptions names and builds an OpenSSL client context (TLS 1.2+, the CA or the
+/// system's trust store when verifyPeer, the client certificate). Throws TlsError naming the field
+/// and the file that cannot be used; ResourceLimitError when no descriptor is left to read it.
+[[nodiscard]] std::shared_ptr<ssl_ctx_st> makeTlsContext(const TlsOptions& tls, const std::string& endpoint);
 
 /// Writes all of `data`, waiting with poll() while the stream would block. Throws TimeoutError
 /// once `deadline` passes, or what Stream::write throws.
@@ -95,21 +108,5 @@ void writeAll(Stream& s, const char* data, std::size_t size, std::chrono::steady
 /// nothing is there. Throws TimeoutError once `deadline` passes, or what Stream::read throws.
 [[nodiscard]] std::size_t readSome(Stream& s, char* buf, std::size_t size,
                                    std::chrono::steady_clock::time_point deadline);
-
-/// True if `head`, the first bytes a peer answered a plain-text PING with, is a RESP simple string
-/// or error ("+PONG", "-NOAUTH ..."): the peer is a plain-text Redis port. Pure; thread-safe.
-[[nodiscard]] bool isPlainRedisAnswer(std::string_view head);
-
-/// True if host:port answers a plain-text PING in RESP (isPlainRedisAnswer) before `deadline`;
-/// false on anything else, including errors. Asked when a TLS handshake got no byte back: a plain
-/// Redis port reads the ClientHello as an unfinished inline command and stays silent.
-[[nodiscard]] bool answersPlainRedis(const std::string& host, int port, std::chrono::steady_clock::time_point deadline);
-
-/// True if host:port answers a TLS ClientHello with a TLS record (alert or handshake) before
-/// `deadline`; false on anything else, including errors. Ask it after a plain-text connection was
-/// reset before its first reply, to tell a TLS port from an outage. A plain Redis port reads the
-/// hello as an unfinished inline command and stays silent, so a false answer takes until the
-/// deadline.
-[[nodiscard]] bool speaksTls(const std::string& host, int port, std::chrono::steady_clock::time_point deadline);
 
 }  // namespace redlimit::detail

@@ -20,11 +20,20 @@
 namespace redlimit::detail {
 namespace {
 
+// A completion callback that runs this long has blocked the I/O thread (a decision's own work on
+// it takes microseconds; a thread descheduled on a loaded machine comes back well within this).
+constexpr std::chrono::milliseconds kBlockedCallback{100};
+
 using std::chrono::milliseconds;
 
 // epoll_wait's timeout for `deadline`: ms, rounded up (a deadline is never checked early), capped.
 constexpr std::uint64_t kWakeEvent = UINT64_MAX;
 constexpr std::uint64_t kTimerEvent = UINT64_MAX - 1;
+// A connection's descriptors in the epoll: its stream is tagged with its index alone, its
+// Connector and its TLS-port probe with the index and one of these bits.
+constexpr std::uint64_t kConnectorBit = std::uint64_t{1} << 32;
+constexpr std::uint64_t kProbeBit = std::uint64_t{1} << 33;
+constexpr std::uint64_t kIndexMask = kConnectorBit - 1;
 
 int waitMs(SteadyTime now, SteadyTime deadline) {
   if (deadline <= now) return 0;
@@ -41,10 +50,20 @@ const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
 void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
 
 std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool,
-                                            const Runner* owner, EventCallback events) {
+                                            const Runner* owner, EventCallback events, TlsContext tls,
+                                            NameResolver resolver) {
   checkOptions(connection);
   checkOptions(pool);
-  std::shared_ptr<Transport> t(new Transport(connection, pool, std::move(events)));
+  if (connection.tls.enabled && !tls && connection.unixSocket.empty()) {
+    // Here, on the caller's thread: reading the trust store can take a while. A failure is left
+    // to the first connect, which tries again and fails its requests with it.
+    try {
+      tls = makeTlsContext(connection.tls, endpointOf(connection));
+    } catch (const Error&) {
+    }
+  }
+  std::shared_ptr<Transport> t(
+      new Transport(connection, pool, std::move(events), std::move(tls), std::move(resolver)));
   if (owner != nullptr) t->owner_ = owner;
   // The thread keeps the transport alive until it returns: shutdown() from a completion (the
   // last Client reference dropped on the I/O thread) must not free the loop under itself.
@@ -53,8 +72,14 @@ std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection,
   return t;
 }
 
-Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events)
-    : connection_(connection), pool_(pool), endpoint_(endpointOf(connection)), events_(std::move(events)) {
+Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events,
+                     TlsContext tls, NameResolver resolver)
+    : connection_(connection),
+      pool_(pool),
+      endpoint_(endpointOf(connection)),
+      events_(std::move(events)),
+      tls_(std::move(tls)),
+      resolver_(std::move(resolver)) {
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   timerFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -228,6 +253,8 @@ void Transport::abandonAfterFork() noexcept {
       Stream* leaked = c->stream.release();  // its destructor could take locks; only the fd goes
       ::close(leaked->fd());
     }
+    if (c->connector) c->connector.release()->abandonAfterFork();  // leaked, as the stream
+    if (c->tlsPortProbe) c->tlsPortProbe.release()->abandonAfterFork();
   }
   ::close(epollFd_);
   ::close(wakeFd_);
@@ -245,6 +272,8 @@ TransportCounters Transport::counters() const {
   c.writes = writes_.load(std::memory_order_relaxed);
   c.requests = requests_.load(std::memory_order_relaxed);
   c.direct = direct_.load(std::memory_order_relaxed);
+  c.stalls = stalls_.load(std::memory_order_relaxed);
+  c.stalled = stalled_.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -257,17 +286,58 @@ void Transport::watch(Conn& c, bool out) {
   c.watchingOut = out;
 }
 
+void Transport::unregister(int fd) {
+  if (fd >= 0) ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void Transport::failCarry(Conn& c, std::size_t count, const std::exception_ptr& why, std::vector<Finished>& done) {
+  count = std::min(count, c.carry.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    done.push_back(Finished{std::move(c.carry[i].done), Outcome{Reply{}, cloneError(why)}, true});
+  }
+  c.carry.erase(c.carry.begin(), c.carry.begin() + static_cast<std::ptrdiff_t>(count));
+  c.held -= std::min(c.held, count);
+}
+
 void Transport::connect(Conn& c, std::vector<Finished>& done) {
-  const SteadyTime started = Steady::now();
-  const SteadyTime deadline = deadlineAfter<Steady>(started, connection_.connectTimeout);
-  try {
-    c.stream = connectStream(connection_, deadline);
-  } catch (...) {
-    const auto why = std::current_exception();
-    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
-    c.carry.clear();
+  c.connectStarted = Steady::now();
+  const SteadyTime deadline = deadlineAfter<Steady>(c.connectStarted, connection_.connectTimeout);
+  if (connection_.tls.enabled && !tls_ && connection_.unixSocket.empty()) {
+    try {
+      tls_ = makeTlsContext(connection_.tls, endpoint_);
+    } catch (...) {
+      failCarry(c, c.carry.size(), std::current_exception(), done);
+      return;
+    }
+  }
+  c.connector = std::make_unique<Connector>(connection_, deadline, tls_, resolver_);
+  if (c.connector->state() == Connector::State::Working) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = c.index | kConnectorBit;
+    ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, c.connector->pollFd(), &ev);
+  }
+  stepConnector(c, done);
+}
+
+void Transport::stepConnector(Conn& c, std::vector<Finished>& done) {
+  if (!c.connector) return;
+  const Connector::State state = c.connector->step();
+  if (state == Connector::State::Working) return;
+  unregister(c.connector->pollFd());
+  if (state == Connector::State::Failed) {
+    const std::exception_ptr why = c.connector->error();
+    c.connector.reset();
+    failCarry(c, c.carry.size(), why, done);
     return;
   }
+  c.stream = c.connector->take();
+  c.peer = c.connector->peer();
+  c.connector.reset();
+  connected(c, done);
+}
+
+void Transport::connected(Conn& c, std::vector<Finished>& done) {
   created_.fetch_add(1, std::memory_order_relaxed);
   open_.fetch_add(1, std::memory_order_relaxed);
   c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_, events_, &scriptsSeen_);
@@ -280,7 +350,7 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
   // The greeting goes first, in the same write as the requests that waited: AUTH and SELECT as
   // configured, or a PING, so that a server that wants a password says so before a script runs.
   auto greet = [&](std::initializer_list<std::string_view> argv) {
-    c.m.assertHeld();  // called below, in connect()
+    c.m.assertHeld();  // called below, in connected()
     Request r = makeRequest(argv.begin(), argv.size());
     r.deadline = deadlineAfter<Steady>(Steady::now(), connection_.connectTimeout);
     r.budget = connection_.connectTimeout;
@@ -306,7 +376,8 @@ void Transport::connect(Conn& c, std::vector<Finished>& done) {
   // a slow command of theirs would hold the greeting's reply back (Redis writes a connection's
   // replies after it ran everything it read), and a connect timeout would hit them all.
   c.greeted = false;
-  c.connectStarted = started;
+  c.connectStarted = Steady::now();
+  flush(c, done);
 }
 
 void Transport::greeted(Conn& c) {
@@ -317,21 +388,46 @@ void Transport::greeted(Conn& c) {
 }
 
 void Transport::expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done) {
-  auto late = std::stable_partition(c.carry.begin(), c.carry.end(), [&](const Request& r) { return r.deadline > now; });
-  if (late == c.carry.end()) return;
-  const std::string state = c.stream
-                                ? fmt::format("connected {} ms ago, the greeting not answered yet",
-                                              std::chrono::duration_cast<milliseconds>(now - c.connectStarted).count())
-                                : std::string("not connected");
-  for (auto it = late; it != c.carry.end(); ++it) {
+  if (carryDeadline(c) > now) return;
+  const auto waited = std::chrono::duration_cast<milliseconds>(now - c.connectStarted).count();
+  std::string state;
+  if (c.stream) {
+    state = fmt::format("connected {} ms ago, the greeting not answered yet", waited);
+  } else if (c.connector) {
+    state = fmt::format("{} for {} ms", c.connector->doing(), waited);
+  } else if (c.tlsPortProbe) {
+    state = "asking whether the port speaks TLS";
+  } else {
+    state = "not connected";
+  }
+  std::vector<Request> kept;
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < c.carry.size(); ++i) {
+    Request& r = c.carry[i];
+    const bool wasHeld = i < c.held;
+    if (r.deadline > now) {
+      held += wasHeld ? 1 : 0;
+      kept.push_back(std::move(r));
+      continue;
+    }
+    if (stall_.covers(r.deadline)) {
+      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, stall_.error(r.command, r.budget)}, r.counted});
+      continue;
+    }
+    if (wasHeld) {
+      // Its connection was reset before any reply: that is its error, whatever the probe says later.
+      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(c.heldError)}, r.counted});
+      continue;
+    }
     done.push_back(Finished{
-        std::move(it->done),
+        std::move(r.done),
         Outcome{Reply{}, errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms deadline: it "
                                                            "waited for a connection to {} ({})",
-                                                           it->command, it->budget.count(), endpoint_, state))},
-        it->counted});
+                                                           r.command, r.budget.count(), endpoint_, state))},
+        r.counted});
   }
-  c.carry.erase(late, c.carry.end());
+  c.carry = std::move(kept);
+  c.held = held;
 }
 
 SteadyTime Transport::carryDeadline(const Conn& c) {
@@ -397,12 +493,11 @@ void Transport::readFrom(Conn& c, std::vector<Finished>& done) {
   if (c.pipe && c.pipe->broken()) closeConn(c, c.pipe->brokenBy(), done);
 }
 
-std::exception_ptr Transport::closedBeforeAnyReply(const std::exception_ptr& why) {
-  // A TLS port resets a plain-text connection before its first reply: ask it in TLS, so that the
-  // caller learns the set-up is wrong rather than that Redis is down.
-  if (!holds<ClosedError>(why) || !connection_.unixSocket.empty() || connection_.tls.enabled) return why;
-  const SteadyTime deadline = deadlineAfter<Steady>(Steady::now(), connection_.connectTimeout);
-  if (!speaksTls(connection_.host, connection_.port, deadline)) return why;
+bool Transport::mayBeTlsPort(const std::exception_ptr& why) const {
+  return holds<ClosedError>(why) && connection_.unixSocket.empty() && !connection_.tls.enabled;
+}
+
+std::exception_ptr Transport::tlsPortError(const std::exception_ptr& why) const {
   std::string text;
   try {
     std::rethrow_exception(why);
@@ -415,9 +510,29 @@ std::exception_ptr Transport::closedBeforeAnyReply(const std::exception_ptr& why
                       endpoint_, connection_.port, text)));
 }
 
+void Transport::stepTlsPortProbe(Conn& c, std::vector<Finished>& done) {
+  if (!c.tlsPortProbe) return;
+  const PortProbe::State state = c.tlsPortProbe->step();
+  if (state == PortProbe::State::Working) return;
+  const bool tls = state == PortProbe::State::Answered && isTlsAnswer(c.tlsPortProbe->head());
+  unregister(c.tlsPortProbe->pollFd());
+  c.tlsPortProbe.reset();
+  const std::exception_ptr why = std::exchange(c.heldError, nullptr);
+  // A TLS port fails every request that waits for this connection: a new one would meet it too.
+  if (tls) {
+    failCarry(c, c.carry.size(), tlsPortError(why), done);
+  } else {
+    failCarry(c, c.held, why, done);
+  }
+  c.held = 0;
+}
+
 void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer) {
   if (!c.stream) return;
-  if (byPeer && c.pipe->replies() == 0) why = closedBeforeAnyReply(why);
+  // A TLS port resets a plain-text connection before its first reply: it is asked in TLS (a
+  // PortProbe the loop steps), so that the caller learns the set-up is wrong rather than that
+  // Redis is down. Meanwhile what waited for this connection waits for the answer.
+  const bool probe = byPeer && c.pipe->replies() == 0 && mayBeTlsPort(why) && !c.tlsPortProbe;
   ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, c.stream->fd(), nullptr);
   std::vector<Request> rest = c.pipe->close(why, done);
   c.stream.reset();
@@ -430,6 +545,26 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
   // connection would meet too (a password, a replica, a TLS port) or connecting itself failed
   // (the greeting got no answer): those fail now, with everything that waited for this connection.
   const bool carry = holds<IoError>(why) && c.greeted;
+  if (probe) {
+    std::vector<Request> held;
+    for (auto& r : rest) {
+      if (!r.internal && r.counted) held.push_back(std::move(r));
+    }
+    held.insert(held.end(), std::make_move_iterator(c.carry.begin()), std::make_move_iterator(c.carry.end()));
+    c.carry = std::move(held);
+    c.held = c.carry.size();
+    c.heldError = why;
+    c.tlsPortProbe = std::make_unique<PortProbe>(c.peer, tlsHello(),
+                                                 deadlineAfter<Steady>(Steady::now(), connection_.connectTimeout));
+    if (c.tlsPortProbe->state() == PortProbe::State::Working) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = c.index | kProbeBit;
+      ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, c.tlsPortProbe->pollFd(), &ev);
+    }
+    stepTlsPortProbe(c, done);
+    return;
+  }
   if (!c.greeted) {
     for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c.carry.clear();
@@ -445,19 +580,48 @@ void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>
 }
 
 void Transport::complete(std::vector<Finished>& done) {
+  if (done.empty()) return;
   // Counted out before the callbacks run: a caller woken by one sees its request gone.
   std::size_t counted = 0;
   for (const auto& f : done) counted += f.counted ? 1 : 0;
   if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
+  // Each callback is timed (one clock read each): one that holds the thread for kBlockedCallback
+  // or more is a stall, and requests whose deadline falls within it end with CallbackBlockedError.
+  SteadyTime before = Steady::now();
   for (auto& f : done) {
     if (!f.done) continue;
+    if (sawStall_ && f.outcome.error && holds<CallbackBlockedError>(f.outcome.error)) {
+      stalled_.fetch_add(1, std::memory_order_relaxed);
+    }
     try {
       f.done(std::move(f.outcome));
     } catch (...) {
       // A completion must not throw (documented); the loop cannot report it to anyone.
     }
+    const SteadyTime after = Steady::now();
+    if (after - before >= kBlockedCallback) noteStall(before, after);
+    before = after;
   }
   done.clear();
+}
+
+void Transport::noteStall(SteadyTime from, SteadyTime to) {
+  stall_ = Stall{from, to};
+  sawStall_ = true;
+  stalls_.fetch_add(1, std::memory_order_relaxed);
+  if (!events_) return;
+  Event e;
+  e.kind = Event::Kind::CallbackBlocked;
+  e.node = endpoint_;
+  e.description = fmt::format(
+      "a completion callback held the I/O thread of the Client's connections to {} for {} ms: nothing was read or "
+      "written meanwhile, and requests whose deadline passed end with CallbackBlockedError (callbacks must not "
+      "block: hand slow work to a thread of your own)",
+      endpoint_, std::chrono::duration_cast<milliseconds>(to - from).count());
+  try {
+    events_(e);
+  } catch (...) {  // an event callback must not throw (documented)
+  }
 }
 
 void Transport::failEverything(std::vector<Finished>& done) {
@@ -465,6 +629,12 @@ void Transport::failEverything(std::vector<Finished>& done) {
   for (auto& c : conns_) {
     const LockGuard lock(c->m);
     if (c->stream) closeConn(*c, why, done, false);  // no TLS-port probe: the server did nothing
+    if (c->connector) unregister(c->connector->pollFd());
+    c->connector.reset();
+    if (c->tlsPortProbe) unregister(c->tlsPortProbe->pollFd());
+    c->tlsPortProbe.reset();
+    c->held = 0;
+    c->heldError = nullptr;
     for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
     c->carry.clear();
   }
@@ -516,12 +686,16 @@ void Transport::run() {
       stopped_ = true;
       break;
     }
+    const SteadyTime start = Steady::now();
     for (auto& c : conns_) {
       const LockGuard lock(c->m);
+      // A request whose deadline passed while it was queued (a completion callback held this
+      // thread) is not sent: Redis would run it for nobody.
+      expireCarry(*c, start, done);
       if (!c->carry.empty()) {
-        if (!c->stream) {
+        if (!c->stream && !c->connector && !c->tlsPortProbe) {
           connect(*c, done);
-        } else if (c->greeted) {
+        } else if (c->stream && c->greeted) {
           for (auto& r : c->carry) c->pipe->push(std::move(r));
           c->carry.clear();
         }
@@ -537,7 +711,10 @@ void Transport::run() {
       const LockGuard lock(c->m);
       if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
       next = std::min(next, carryDeadline(*c));
-      if (!c->carry.empty() && (!c->stream || c->greeted)) again = true;
+      if (c->connector) next = std::min(next, c->connector->wakeAt());
+      if (c->tlsPortProbe) next = std::min(next, c->tlsPortProbe->wakeAt());
+      const bool idle = !c->stream && !c->connector && !c->tlsPortProbe;
+      if (!c->carry.empty() && (idle || (c->stream && c->greeted))) again = true;
       if (c->writeFailed) again = true;
     }
     {
@@ -558,8 +735,17 @@ void Transport::run() {
         [[maybe_unused]] const auto r = ::read(wakeFd_, &drained, sizeof drained);
         continue;
       }
-      Conn& c = *conns_[static_cast<std::size_t>(events[i].data.u64)];
+      const std::uint64_t tag = events[i].data.u64;
+      Conn& c = *conns_[static_cast<std::size_t>(tag & kIndexMask)];
       const LockGuard lock(c.m);
+      if ((tag & kConnectorBit) != 0) {
+        stepConnector(c, done);
+        continue;
+      }
+      if ((tag & kProbeBit) != 0) {
+        stepTlsPortProbe(c, done);
+        continue;
+      }
       if (!c.stream) continue;
       if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
@@ -568,9 +754,11 @@ void Transport::run() {
     now = Steady::now();
     for (auto& c : conns_) {
       const LockGuard lock(c->m);
+      if (c->connector && c->connector->wakeAt() <= now) stepConnector(*c, done);
+      if (c->tlsPortProbe && c->tlsPortProbe->wakeAt() <= now) stepTlsPortProbe(*c, done);
       expireCarry(*c, now, done);
       if (!c->pipe) continue;
-      if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done);
+      if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done, stall_);
       if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);
     }
     complete(done);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "connector.hpp"
 #include "pipeline.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
@@ -23,7 +24,9 @@ namespace redlimit::detail {
 /// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
 /// and one I/O thread that writes, reads and enforces every request's deadline. Requests queued
 /// while a write is in flight leave together in the next write; replies are matched in order.
-/// Connecting happens on the I/O thread, within connectTimeout. A request's deadline is absolute
+/// Connecting never blocks the I/O thread: each connection's connect (name lookup on a thread of its
+/// own, non-blocking connect, TLS handshake, the probe of a silent TLS peer) is a Connector stepped
+/// by the loop within connectTimeout, so a connection that hangs delays no other one. A request's deadline is absolute
 /// from submit(): time spent waiting for a connection (connecting, greeting) comes out of it, and
 /// a request still waiting at its deadline ends then with TimeoutError, whatever the connection
 /// is doing.
@@ -34,9 +37,12 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   /// Checks the options (InvalidArgument) and starts the I/O thread. `owner` is the runner its
   /// I/O thread works for (currentIoRunner()): a ClusterRunner for its nodes, else the transport.
   /// `events` hears of script reloads on its connections (Event::Kind::ScriptReload), on the I/O
-  /// thread, outside every lock.
+  /// thread, outside every lock. `tls`: the TLS context to connect with (built here, on the
+  /// calling thread, when empty and connection.tls.enabled; should that fail, each connect tries
+  /// again and fails its requests with the error). `resolver` replaces getaddrinfo (tests).
   static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool,
-                                          const Runner* owner = nullptr, EventCallback events = {});
+                                          const Runner* owner = nullptr, EventCallback events = {},
+                                          TlsContext tls = {}, NameResolver resolver = {});
   ~Transport() override;
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -72,19 +78,37 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     std::size_t index = 0;  // set before the I/O thread starts, then read-only
     std::unique_ptr<Stream> stream REDLIMIT_GUARDED_BY(m);
     std::unique_ptr<Pipeline> pipe REDLIMIT_GUARDED_BY(m);
+    std::unique_ptr<Connector> connector REDLIMIT_GUARDED_BY(m);  // connecting: no stream yet
+    SocketAddress peer REDLIMIT_GUARDED_BY(m);                    // the address the stream reached
+    // A plain-text connection reset before its first reply: is the port a TLS port? While the probe
+    // runs, the first `held` requests of carry wait for its answer, to fail with TlsPortError or
+    // with heldError.
+    std::unique_ptr<PortProbe> tlsPortProbe REDLIMIT_GUARDED_BY(m);
+    std::exception_ptr heldError REDLIMIT_GUARDED_BY(m);
+    std::size_t held REDLIMIT_GUARDED_BY(m) = 0;
     std::vector<Request> carry REDLIMIT_GUARDED_BY(m);  // never written; waits for a (re)connect and its greeting
     bool watchingOut REDLIMIT_GUARDED_BY(m) = false;
     bool greeted REDLIMIT_GUARDED_BY(m) = false;  // the greeting (AUTH/SELECT/PING) was answered: requests may go
-    SteadyTime connectStarted REDLIMIT_GUARDED_BY(m);
+    SteadyTime connectStarted REDLIMIT_GUARDED_BY(m);  // the connect began, then: the stream connected
     std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
     std::exception_ptr writeFailed REDLIMIT_GUARDED_BY(m);  // a submitting thread's write failed: the I/O thread closes
   };
-  Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events);
+  Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events, TlsContext tls,
+            NameResolver resolver);
   void run();
   bool writeNow(Conn& c, Request& request);
   void armTimer(SteadyTime deadline) REDLIMIT_EXCLUDES(timerMutex_);
   std::exception_ptr writeOut(Conn& c) REDLIMIT_REQUIRES(c.m);
+  // Starts c's Connector (it may end at once); stepConnector() moves it on when its fd or time comes.
   void connect(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  void stepConnector(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  // The Connector gave a stream: the pipeline, the greeting, the requests that waited.
+  void connected(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  void stepTlsPortProbe(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  // Ends the first `count` requests of c.carry with (a copy of) `why`.
+  static void failCarry(Conn& c, std::size_t count, const std::exception_ptr& why, std::vector<Finished>& done)
+      REDLIMIT_REQUIRES(c.m);
+  void unregister(int fd);
   void greeted(Conn& c) REDLIMIT_REQUIRES(c.m);
   // Ends the requests in c.carry whose deadline passed, whatever the connection is doing.
   void expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
@@ -97,7 +121,12 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
       REDLIMIT_REQUIRES(c.m);
   void watch(Conn& c, bool out) REDLIMIT_REQUIRES(c.m);
   void complete(std::vector<Finished>& done);
-  std::exception_ptr closedBeforeAnyReply(const std::exception_ptr& why);
+  // A completion callback held the I/O thread from `from` to `to`: remembered, counted, reported.
+  void noteStall(SteadyTime from, SteadyTime to);
+  // What a plain-text connection reset before its first reply may mean: a TLS port (asked with a
+  // PortProbe, off the loop's back).
+  [[nodiscard]] bool mayBeTlsPort(const std::exception_ptr& why) const;
+  [[nodiscard]] std::exception_ptr tlsPortError(const std::exception_ptr& why) const;
   void failEverything(std::vector<Finished>& done);
 
   const ConnectionOptions connection_;
@@ -105,6 +134,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   const Runner* owner_ = this;  // what currentIoRunner() says on the I/O thread
   const std::string endpoint_;
   const EventCallback events_;
+  TlsContext tls_;               // I/O thread only, once started
+  const NameResolver resolver_;  // empty: getaddrinfo
   // The scripts this server was seen to hold, for every connection's pipeline (I/O thread only).
   std::vector<const Script*> scriptsSeen_;
   std::vector<std::unique_ptr<Conn>> conns_;
@@ -118,6 +149,9 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
   std::atomic<std::uint64_t> direct_{0};                                     // requests their caller wrote (writeNow)
+  std::atomic<std::uint64_t> stalls_{0}, stalled_{0};                        // PoolStats::stalls, ::stalled
+  Stall stall_;             // the last stall (I/O thread only)
+  bool sawStall_ = false;   // any stall yet (I/O thread only): only then are errors looked at
   Mutex timerMutex_;                                                         // and the timer's setting
   SteadyTime armedAt_ REDLIMIT_GUARDED_BY(timerMutex_) = SteadyTime::max();  // when timerFd_ fires; max: disarmed
 

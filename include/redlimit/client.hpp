@@ -44,6 +44,9 @@ struct PoolStats {
                                 // many left together, the effect of automatic pipelining)
   std::uint64_t direct = 0;     // of them, written at once by the calling thread because
                                 // their connection was idle (no hand-off to the I/O thread)
+  std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
+                                // (they blocked: Event::Kind::CallbackBlocked)
+  std::uint64_t stalled = 0;    // requests whose deadline passed meanwhile (CallbackBlockedError)
 };
 
 /// Counters of a Client's best-effort calls (see Client::admitBestEffort).

@@ -98,6 +98,16 @@ class PoolTimeoutError : public TimeoutError {
   using TimeoutError::TimeoutError;
 };
 
+/// A request's deadline passed while a completion callback held the Client's I/O thread (one
+/// callback ran for 100 ms or more: it blocked). The cause is in this process, not in Redis: as for
+/// PoolTimeoutError, the failure policy decides the call, the limiter does not degrade, and a
+/// Cluster node is not marked down. Counted in PoolStats::stalled; the Client reports each such
+/// callback as Event::Kind::CallbackBlocked.
+class CallbackBlockedError : public PoolTimeoutError {
+ public:
+  using PoolTimeoutError::PoolTimeoutError;
+};
+
 /// The set-up cannot work, and trying again will not change that: the address names a replica, the
 /// port speaks TLS, the process has no file descriptors left, or a request exceeds the server's
 /// limits. Not an IoError: a limiter throws it under every FailurePolicy (it never fails open or

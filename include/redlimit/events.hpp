@@ -26,13 +26,18 @@ struct Event {
     InsecureTls,    // a Client was made with TLS and TlsOptions::verifyPeer = false: the server's
                     // certificate is not checked, so whoever can intercept the connection can pose
                     // as Redis; reported once, by the Client's constructor, on its thread
+    CallbackBlocked,  // a completion callback held the Client's I/O thread for 100 ms or more
+                      // (it blocked): no reply was read and no request written meanwhile; requests
+                      // whose deadline passed end with CallbackBlockedError, which no limiter counts
+                      // as a Redis outage; `node` names the server of that I/O thread
   };
   Kind kind = Kind::Health;
   HealthEvent health;       // Kind::Health: the change (limiter, kind, cause, error)
   std::string script;       // Kind::ScriptReload: the script's name ("acquire", "gcra", ...)
   std::string node;         // ScriptReload: the server ("host:port"); Topology: the new primary
                             // (Sentinel) or empty (Cluster: many nodes); InsecureTls: the server
-                            // the options name (a Cluster's first seed, a Sentinel's primary name)
+                            // the options name (a Cluster's first seed, a Sentinel's primary name);
+                            // CallbackBlocked: the server whose I/O thread was held
   std::string limiter;      // CallbackThrew: the limiter whose callback threw
   std::string description;  // every kind: one line saying what happened and why, for logs
 };

@@ -1,20 +1,24 @@
 // Regressions of issue 29, "Defects found by trying to break the transport": one test (or a few)
 // per item, named after it. Loopback only: real redis-servers, fake peers that never answer, and
 // listeners whose accept queue is full (a connect that never completes).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "connector.hpp"
 #include "pipeline.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/errors.hpp"
@@ -22,6 +26,7 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/fake_peer.hpp"
 #include "redlimit_test/redis_server.hpp"
+#include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/tls_certs.hpp"
 #include "transport.hpp"
 
@@ -53,6 +58,252 @@ detail::Request ping(milliseconds budget) {
 }
 
 }  // namespace
+
+// Waits until `ready()` holds, checking every few ms; false if it still does not after `limit`
+// (a bound for a hung test, never a measure).
+template <class F>
+bool eventually(F ready, milliseconds limit = milliseconds(10000)) {
+  const auto giveUp = Clock::now() + limit;
+  while (!ready()) {
+    if (Clock::now() > giveUp) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
+
+// A NameResolver whose lookups are answered in turn from `ports` (the last one repeats) with
+// 127.0.0.1 and that port, so each connection of a pool can be sent to another peer; a port of 0
+// stalls that lookup until release(). The lookup threads share its state, which outlives them.
+class ScriptedResolver {
+ public:
+  explicit ScriptedResolver(std::vector<int> ports) : state_(std::make_shared<State>()) {
+    state_->ports = std::move(ports);
+  }
+  ~ScriptedResolver() { release(); }
+  ScriptedResolver(const ScriptedResolver&) = delete;
+  ScriptedResolver& operator=(const ScriptedResolver&) = delete;
+
+  [[nodiscard]] detail::NameResolver resolver() const {
+    return [s = state_](const std::string& host, int) {
+      std::unique_lock<std::mutex> lock(s->m);
+      const int port = s->ports[std::min(s->started++, s->ports.size() - 1)];
+      ++s->inFlight;
+      s->cv.notify_all();
+      if (port == 0) s->cv.wait(lock, [&] { return s->released; });
+      --s->inFlight;
+      if (port == 0) throw IoError("redlimit test: the lookup of " + host + " was released without an answer");
+      lock.unlock();
+      return detail::resolveName("127.0.0.1", port);
+    };
+  }
+  void release() {
+    const std::lock_guard<std::mutex> lock(state_->m);
+    state_->released = true;
+    state_->cv.notify_all();
+  }
+  [[nodiscard]] std::size_t inFlight() const {
+    const std::lock_guard<std::mutex> lock(state_->m);
+    return state_->inFlight;
+  }
+
+ private:
+  struct State {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<int> ports;
+    std::size_t started = 0;
+    std::size_t inFlight = 0;
+    bool released = false;
+  };
+  std::shared_ptr<State> state_;
+};
+
+// An async PING whose completion is kept until the test reads it.
+struct Pending {
+  std::mutex m;
+  bool done = false;
+  detail::Outcome outcome;
+  [[nodiscard]] bool finished() {
+    const std::lock_guard<std::mutex> lock(m);
+    return done;
+  }
+  [[nodiscard]] std::exception_ptr error() {
+    const std::lock_guard<std::mutex> lock(m);
+    return outcome.error;
+  }
+};
+
+std::shared_ptr<Pending> submitPing(detail::Transport& t, milliseconds budget) {
+  auto p = std::make_shared<Pending>();
+  detail::Request r = ping(budget);
+  r.done = [p](detail::Outcome o) {
+    const std::lock_guard<std::mutex> lock(p->m);
+    p->outcome = std::move(o);
+    p->done = true;
+  };
+  t.submit(std::move(r));
+  return p;
+}
+
+// ----- 4. Connecting never blocks the I/O thread ------------------------------------------------
+
+// Pool of 2: connection 0 reaches Redis through the peer, which then stops accepting, so
+// connection 1's TCP connect hangs (30 s timeout). A PING on connection 0 must be answered while
+// it hangs. The old transport connected on the I/O thread: the PING was written (by its caller)
+// but its reply was not read until the connect gave up, so it timed out.
+TEST(Defects29, Item04_AHungConnectDelaysNoRequestOnAnotherConnection) {
+  RedisServer server;
+  ForwardThenBlackhole gate(server.port(), 1);
+  ConnectionOptions o;
+  o.host = "127.0.0.1";
+  o.port = gate.port();
+  o.connectTimeout = milliseconds(30000);
+  PoolOptions pool;
+  pool.size = 2;
+  auto t = detail::Transport::start(o, pool);
+  const detail::Outcome first = t->call(ping(milliseconds(5000)));  // connection 0
+  ASSERT_FALSE(first.error) << messageOf(first.error);
+  ASSERT_TRUE(eventually([&] { return gate.blackholed(); }));
+  const std::size_t waitingBefore = connectsWaitingFor(gate.port());
+  auto second = submitPing(*t, milliseconds(60000));  // connection 1: its connect hangs
+  ASSERT_TRUE(eventually([&] { return connectsWaitingFor(gate.port()) > waitingBefore; }));
+  const detail::Outcome third = t->call(ping(milliseconds(5000)));  // connection 0 again
+  EXPECT_FALSE(third.error) << messageOf(third.error);
+  EXPECT_FALSE(second->finished()) << "connection 1 is still connecting: " << messageOf(second->error());
+  t->shutdown();
+  EXPECT_TRUE(second->finished());
+}
+
+// Pool of 4 towards a listener whose accept queue is full: the four connects run side by side
+// (four sockets in SYN_SENT at once), and each request ends with a TimeoutError naming the
+// connect. The old transport connected one after another: never more than one at a time.
+TEST(Defects29, Item04_APoolConnectsToABlackholeSideBySide) {
+  FullBacklog blackhole;
+  ConnectionOptions o;
+  o.host = "127.0.0.1";
+  o.port = blackhole.port();
+  o.connectTimeout = milliseconds(3000);
+  PoolOptions pool;
+  pool.size = 4;
+  auto t = detail::Transport::start(o, pool);
+  const std::size_t waitingBefore = connectsWaitingFor(blackhole.port());
+  std::vector<std::shared_ptr<Pending>> pings;
+  for (int i = 0; i < 4; ++i) pings.push_back(submitPing(*t, milliseconds(60000)));
+  EXPECT_TRUE(eventually([&] { return connectsWaitingFor(blackhole.port()) >= waitingBefore + 4; }))
+      << "connects in SYN_SENT: " << connectsWaitingFor(blackhole.port()) - waitingBefore << " of 4";
+  for (auto& p : pings) {
+    ASSERT_TRUE(eventually([&] { return p->finished(); }, milliseconds(30000)));
+    const std::string message = messageOf(p->error());
+    EXPECT_TRUE(detail::holds<TimeoutError>(p->error())) << message;
+    EXPECT_TRUE(contains(message, "connect to 127.0.0.1:" + std::to_string(blackhole.port()))) << message;
+    EXPECT_TRUE(contains(message, "timed out")) << message;
+  }
+  t->shutdown();
+}
+
+// A name lookup that never returns holds up only its own connection, and its requests end at the
+// connect timeout with an error that names the lookup (the old one blamed the I/O thread).
+TEST(Defects29, Item04_AStalledNameLookupDelaysNoOtherConnectionAndIsNamed) {
+  RedisServer server;
+  ScriptedResolver names({server.port(), 0});  // connection 0 resolves, connection 1 stalls
+  ConnectionOptions o;
+  o.host = "redis.test";
+  o.port = 6379;
+  o.connectTimeout = milliseconds(300);
+  PoolOptions pool;
+  pool.size = 2;
+  auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
+  const detail::Outcome first = t->call(ping(milliseconds(5000)));
+  ASSERT_FALSE(first.error) << messageOf(first.error);
+  auto second = submitPing(*t, milliseconds(60000));
+  ASSERT_TRUE(eventually([&] { return names.inFlight() == 1; }));
+  const detail::Outcome third = t->call(ping(milliseconds(5000)));
+  EXPECT_FALSE(third.error) << messageOf(third.error);
+  ASSERT_TRUE(eventually([&] { return second->finished(); }));
+  const std::string message = messageOf(second->error());
+  EXPECT_TRUE(detail::holds<TimeoutError>(second->error())) << message;
+  EXPECT_TRUE(contains(message, "name lookup of \"redis.test\"")) << message;
+  EXPECT_TRUE(contains(message, "connect timeout (300 ms)")) << message;
+  names.release();
+  t->shutdown();
+}
+
+// A lookup that fails names the host; the next connect looks it up again.
+TEST(Defects29, Item04_AFailedNameLookupIsAnIoErrorNamingTheHost) {
+  ConnectionOptions o;
+  o.host = "no-such-host.invalid";
+  o.port = 6379;
+  o.connectTimeout = milliseconds(5000);
+  PoolOptions pool;
+  pool.size = 1;
+  ScriptedResolver names({0});
+  names.release();  // every lookup ends at once without an answer
+  auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
+  for (int i = 0; i < 2; ++i) {
+    const detail::Outcome out = t->call(ping(milliseconds(5000)));
+    const std::string message = messageOf(out.error);
+    EXPECT_TRUE(detail::holds<IoError>(out.error) && !detail::holds<TimeoutError>(out.error)) << message;
+    EXPECT_TRUE(contains(message, "no-such-host.invalid")) << message;
+  }
+  t->shutdown();
+}
+
+// A TLS peer that accepts and never sends a byte holds its connection in the handshake (and its
+// plain-text probe, unanswered too); another connection of the pool goes on.
+TEST(Defects29, Item04_ASilentTlsHandshakeDelaysNoOtherConnection) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server({"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
+                      "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no"});
+  FakePeer::Options po;
+  po.answerGreeting = false;
+  FakePeer silent(po);
+  ScriptedResolver names({server.tlsPort(), silent.port()});
+  ConnectionOptions o;
+  o.host = "redis.test";
+  o.port = 6379;
+  o.tls.enabled = true;
+  o.tls.caFile = certs.caFile;
+  o.tls.serverName = "localhost";
+  o.connectTimeout = milliseconds(30000);
+  PoolOptions pool;
+  pool.size = 2;
+  auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
+  const detail::Outcome first = t->call(ping(milliseconds(5000)));
+  ASSERT_FALSE(first.error) << messageOf(first.error);
+  auto second = submitPing(*t, milliseconds(60000));
+  ASSERT_TRUE(eventually([&] { return silent.connectionsAccepted() >= 1; }));
+  const detail::Outcome third = t->call(ping(milliseconds(5000)));
+  EXPECT_FALSE(third.error) << messageOf(third.error);
+  EXPECT_FALSE(second->finished()) << "connection 1 is still in its handshake: " << messageOf(second->error());
+  t->shutdown();
+  EXPECT_TRUE(second->finished());
+}
+
+// A peer that resets the first connection before any reply is asked whether it speaks TLS; it
+// accepts the probe and stays silent. The probe runs beside the loop: connection 0 goes on, and
+// the request that waited on the reset connection ends at its own deadline with the reset
+// (ClosedError), not when the probe gives up (the old probe blocked the I/O thread until then).
+TEST(Defects29, Item04_AResetThenSilentPortIsProbedWithoutBlocking) {
+  RedisServer server;
+  CloseThenSilent peer(1);
+  ScriptedResolver names({server.port(), peer.port()});
+  ConnectionOptions o;
+  o.host = "redis.test";
+  o.port = 6379;
+  o.connectTimeout = milliseconds(30000);
+  PoolOptions pool;
+  pool.size = 2;
+  auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
+  const detail::Outcome first = t->call(ping(milliseconds(5000)));
+  ASSERT_FALSE(first.error) << messageOf(first.error);
+  auto second = submitPing(*t, milliseconds(300));
+  ASSERT_TRUE(eventually([&] { return peer.accepted() >= 2; })) << "the TLS-port probe connected";
+  const detail::Outcome third = t->call(ping(milliseconds(5000)));
+  EXPECT_FALSE(third.error) << messageOf(third.error);
+  ASSERT_TRUE(eventually([&] { return second->finished(); }));
+  EXPECT_TRUE(detail::holds<ClosedError>(second->error())) << messageOf(second->error());
+  t->shutdown();
+}
 
 // ----- 5. A request waiting for a connection ends at its own deadline --------------------------
 
@@ -161,4 +412,75 @@ TEST(Defects29, Item10_CertificateErrorsDoNotRecommendVerifyPeerOff) {
     EXPECT_TRUE(contains(e.what(), "point caFile/caPath at the CA that signed it")) << e.what();
     EXPECT_FALSE(contains(e.what(), "verifyPeer")) << e.what();
   }
+}
+
+// ----- 11. A callback that blocks is its own cause, not a Redis outage --------------------------
+
+// A completion callback blocks the Client's I/O thread (it waits for the test). A call
+// of another limiter made meanwhile cannot be sent (over TLS only the I/O thread writes) and
+// reaches its deadline: it ends with CallbackBlockedError, the Deny policy decides it, and the
+// limiter does not degrade (no Redis outage is counted). The Client reports the stall once, counts
+// it, and the next call is decided by Redis. Before, the call ended with TimeoutError and the
+// limiter degraded by "an outage" although Redis was fine.
+TEST(Defects29, Item11_ABlockingCallbackIsItsOwnCauseNotAnOutage) {
+  const TlsCerts certs = makeTlsCerts();
+  RedisServer server({"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
+                      "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no"});
+  std::mutex m;
+  std::vector<Event> events;
+  ClientOptions co;
+  co.connection = parseUri("rediss://127.0.0.1:" + std::to_string(server.tlsPort()));
+  co.connection.tls.caFile = certs.caFile;
+  co.connection.connectTimeout = milliseconds(2000);
+  co.connection.commandTimeout = milliseconds(100);
+  co.pool.size = 1;
+  co.onEvent = [&](const Event& e) {
+    const std::lock_guard<std::mutex> lock(m);
+    events.push_back(e);
+  };
+  auto client = Client::create(co);
+  RateLimiterOptions ro;
+  ro.failure.policy = FailurePolicy::Deny;
+  RateLimiter blocker(client, "defects29:item11:blocker", ro);
+  RateLimiter other(client, "defects29:item11:other", ro);
+  ASSERT_TRUE(blocker.trySetRate(RateType::Overall, 1000, std::chrono::seconds(60)));
+  ASSERT_TRUE(other.trySetRate(RateType::Overall, 1000, std::chrono::seconds(60)));
+  const PoolStats before = client->poolStats();
+
+  std::atomic<bool> entered{false};
+  std::atomic<bool> release{false};
+  blocker.tryAcquireAsync(1, [&](bool, const std::exception_ptr&) {
+    entered = true;
+    // What a user's callback must not do: wait on something slow (here, the test).
+    const auto giveUp = Clock::now() + milliseconds(10000);
+    while (!release && Clock::now() < giveUp) std::this_thread::sleep_for(milliseconds(1));
+  });
+  ASSERT_TRUE(eventually([&] { return entered.load(); }));
+  // This call's request waits in the queue for the blocked loop; the callback is let go only once
+  // the request's 100 ms deadline is well behind.
+  auto decided = std::async(std::launch::async, [&] { return other.tryAcquire(); });
+  ASSERT_TRUE(eventually([&] { return client->poolStats().pending >= 1; }));
+  const auto deadlinePassed = Clock::now() + milliseconds(300);
+  while (Clock::now() < deadlinePassed) std::this_thread::sleep_for(milliseconds(5));
+  release = true;
+  EXPECT_FALSE(decided.get()) << "Deny decides the call";
+  EXPECT_EQ(other.failureStats().denied, 1u);
+  EXPECT_EQ(other.failureStats().outages, 0u) << "a blocked callback is no Redis outage";
+  EXPECT_FALSE(other.failureStats().degraded);
+  ASSERT_TRUE(eventually([&] { return client->poolStats().stalls > before.stalls; }));
+  EXPECT_GE(client->poolStats().stalled, before.stalled + 1);
+  {
+    const std::lock_guard<std::mutex> lock(m);
+    std::size_t blocked = 0;
+    for (const Event& e : events) {
+      if (e.kind == Event::Kind::CallbackBlocked) {
+        ++blocked;
+        EXPECT_TRUE(contains(e.description, "completion callback held the I/O thread")) << e.description;
+      }
+      EXPECT_FALSE(e.kind == Event::Kind::Health && e.health.kind == HealthEvent::Kind::Degraded)
+          << e.description;
+    }
+    EXPECT_EQ(blocked, 1u);
+  }
+  EXPECT_TRUE(other.tryAcquire()) << "Redis decides the next call";
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/hex.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit_lua.hpp"
@@ -339,47 +340,6 @@ class RedissonMixTest : public RedisTest {
                                               std::to_string(live)})
         .integer;
   }
-};
-
-/// A loopback listener with backlog 0 whose accept queue is already full, so that a further
-/// connect() hangs in SYN_SENT until the caller's connect timeout: a connect timeout without
-/// sending anything off this host.
-class FullBacklog {
- public:
-  FullBacklog() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listener_, 0) != 0) {
-      throw std::runtime_error("cannot listen on loopback");
-    }
-    socklen_t len = sizeof addr;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    addr_ = addr;
-    // Queue connections that are never accepted until one no longer completes.
-    for (int i = 0; i < 16; ++i) {
-      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-      fillers_.push_back(fd);
-      (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_);
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, 100) == 0) return;  // this one hangs: the queue is full
-    }
-    throw std::runtime_error("the accept queue never filled up");
-  }
-  ~FullBacklog() {
-    for (int fd : fillers_) ::close(fd);
-    ::close(listener_);
-  }
-  FullBacklog(const FullBacklog&) = delete;
-  FullBacklog& operator=(const FullBacklog&) = delete;
-  [[nodiscard]] int port() const { return ntohs(addr_.sin_port); }
-
- private:
-  int listener_ = -1;
-  sockaddr_in addr_{};
-  std::vector<int> fillers_;
 };
 
 }  // namespace redlimit::test

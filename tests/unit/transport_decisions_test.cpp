@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "stream.hpp"
+#include "connector.hpp"
 
 using redlimit::detail::isPlainRedisAnswer;
 
