@@ -52,11 +52,14 @@ if op == 'take' and ARGV[3] == 'W' then
         nowUs = t[1] * 1000000 + t[2]
       end
       local current = nowUs - nowUs % wus
+      local clamped = false
       if start ~= current then
         if start + wus == current then
           count, nextCount = nextCount, 0  -- the reserved window has begun
         elseif start < current then
           count, nextCount = 0, 0          -- expired: nothing counted
+        elseif start > current + wus then
+          start, clamped = current + wus, true  -- the clock went back: clamped to the next window
         end                                -- else the clock went back: the stored window stays
       end
       if start < current then start = current end
@@ -74,7 +77,7 @@ if op == 'take' and ARGV[3] == 'W' then
       end
       local resetUs = 0
       if nextCount > 0 then resetUs = wait + wus elseif count > 0 then resetUs = wait end
-      if allowed == 1 then
+      if allowed == 1 or clamped then      -- a clamped window is written back, also on a denial
         local packed = struct.pack('<c1I4I4I4I7I4I4', 'W', l, windowMs, keepAlive, start, count, nextCount)
         if keepAlive > 0 then
           redis.call('SET', key, packed, 'PX', math.ceil(resetUs / 1000) + keepAlive)
@@ -100,7 +103,7 @@ if op == 'take' or op == 'peek' then
   local allowed, delay, retry, count, nextCount = windowTake(s, n, maxWait)
   if op == 'peek' then
     count, nextCount = s.count, s.nextCount
-  elseif allowed == 1 then
+  elseif allowed == 1 or s.clamped then    -- a clamped window is written back, also on a denial
     windowStore(s, count, nextCount)
   end
   return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs}

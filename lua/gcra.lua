@@ -7,7 +7,9 @@
 --   take n maxWaitUs   takes n permits if the bucket holds them; with maxWaitUs > 0, also if it
 --                      will hold them within maxWaitUs: a reservation, which moves TAT past
 --                      now + B*T (the bucket goes into debt) and tells the caller to wait
---                      `delay`. Writes only when it takes.
+--                      `delay`; maxWaitUs is cut to the horizon H = max(B*T, I) (see
+--                      lib/gcra_core.lua: it bounds how far ahead TAT can legally be, so a
+--                      server clock stepped back costs at most H + n*T). Writes only when it takes.
 --   peek n             what `take n 0` would decide, with remaining and resetAfter as they are
 --                      now; writes nothing
 --   refund n           gives n permits back, up to a full bucket
@@ -77,17 +79,28 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
           nowUs = t[1] * 1000000 + t[2]
         end
         local d = 0                        -- D = max(0, TAT - now) in units
+        local h = 0                        -- H, the horizon (gcraHorizon), when needed
+        local clamped = false
         if tatUs >= nowUs then
           local dt = tatUs - nowUs
           d = dt * pp + tatRem
           if dt * pp > cap then            -- in debt (reservations), or the clock went back
-            local dmax = cap + floor(4503599627370496 / pp) * pp
-            if dt > -floor(-dmax / pp) or d > dmax then d = dmax end
+            h = floor(cap / pp)
+            if h < ius then h = ius end
+            local w = floor(4503599627370496 / pp)
+            if h > w then h = w end
+            local dmax = cap + h * pp      -- clamped: as far ahead as TAT can legally be
+            if dt > -floor(-dmax / pp) or d > dmax then d, clamped = dmax, true end
           end
         end
         if maxWait > 0 then
-          local w = floor(4503599627370496 / pp)
-          if maxWait > w then maxWait = w end
+          if h == 0 then
+            h = floor(cap / pp)
+            if h < ius then h = ius end
+            local w = floor(4503599627370496 / pp)
+            if h > w then h = w end
+          end
+          if maxWait > h then maxWait = h end
         end
         local wait, allowed, retry, after = d + n * ip - cap, 1, 0, d
         if wait <= 0 then
@@ -104,7 +117,7 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
           end
         end
         local resetUs = -floor(-after / pp)
-        if allowed == 1 then
+        if allowed == 1 or clamped then    -- a clamped state is written back, also on a denial
           local q = floor(after / pp)
           local packed = struct.pack('<c1I4I4I4I4I7I4', kind, b, p, intervalMs, keepAlive, nowUs + q, after - q * pp)
           if keepAlive > 0 then
@@ -140,6 +153,8 @@ if op == 'take' or op == 'peek' then
     after = s.d
   elseif allowed == 1 then
     gcraStore(s, after)
+  elseif s.clamped then
+    gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
   end
   local lr, lms = gcraLocalRate(s)
   return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms}

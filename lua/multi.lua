@@ -155,6 +155,15 @@ if op == 'take' or op == 'peek' then
   end
   local allowed, delay = 0, 0
   if retry == 0 then allowed, delay, deniedBy = 1, e, 0 end
+  -- A state clamped after a clock step (lib/gcra_core.lua, lib/fixed_window_core.lua) is written
+  -- back by a take that denies; one that grants writes every limit below anyway.
+  if allowed == 0 and op == 'take' then
+    for i = 1, k do
+      local s = all[i]
+      if s.clamped and s.window then windowStore(s, s.count, s.nextCount)
+      elseif s.clamped then gcraStore(s, s.d) end
+    end
+  end
 
   -- Each limit's state after the call: written only when granted (take).
   local reply = {allowed, 0, retry, 0, 0, nowUs, delay, deniedBy}

@@ -12,6 +12,11 @@
 -- Bounds: L in 1..2^32-1, W in 1..2^32-1 ms, keepAlive in 0..2^32-1 ms; every value is an exact
 --   integer below 2^53 (times are epoch µs, counts <= L).
 -- TTL: none unless keepAlive > 0; then the time until no permit is counted plus keepAlive.
+-- Clock steps: a writer stores its own current window, so a stored window that starts after the
+--   current one was written by a clock ahead of the server's clock now. Less than a window ahead it
+--   stays current until the clock is past it (exact: its count is not forgotten); further ahead it
+--   is clamped to the next window, its counts kept, and written back so by the next take (also
+--   when it denies).
 --
 -- A limiter is a table s: key, nowUs, the configuration (l, windowMs, keepAlive), wus = W in µs,
 -- and as of nowUs: start (of the current window), nextStart, count, nextCount.
@@ -54,7 +59,10 @@ local function windowLoad(key, nowUs)
   elseif start + s.wus == s.start then
     s.count, s.nextCount = nextCount, 0      -- the reserved window has begun
   elseif start > s.start then
-    -- The server's clock went back: the stored window stays current until the clock is past it.
+    -- The server's clock went back: the stored window stays current until the clock is past it,
+    -- but it is never more than one window ahead (clamped, counts kept): a step back costs at
+    -- most the rest of this window and one more, whatever its size.
+    if start > s.start + s.wus then start, s.clamped = s.start + s.wus, true end
     s.start, s.count, s.nextCount = start, count, nextCount
     s.nextStart = start + s.wus
   end                                        -- else expired: nothing counted

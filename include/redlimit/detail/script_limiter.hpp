@@ -67,16 +67,19 @@ class ScriptLimiter {
   /// decide(permits).allowed.
   [[nodiscard]] bool tryAcquire(std::int64_t permits = 1);
   /// Takes `permits` if they are available within `timeout`: one call reserves them if the wait
-  /// the script computes fits in the timeout, and this sleeps exactly that wait (no polling).
-  /// Returns false at once when it does not fit (nothing is taken then). timeout <= 0: one attempt
-  /// that never waits. Returns after at most timeout plus one call.
+  /// the script computes fits in the timeout (token bucket and GCRA: and in the reservation
+  /// horizon), and this sleeps exactly that wait (no polling). Returns false at once when it does
+  /// not fit (nothing is taken then). timeout <= 0: one attempt that never waits. Returns after at
+  /// most timeout plus one call.
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout);
   /// Takes `permits`, waiting as long as it takes (reserve with the longest wait, then sleep it).
   /// Under the failure policy's denials, asks again every probe interval. IoErrors are thrown
   /// (FailurePolicy::Throw).
   void acquire(std::int64_t permits = 1);
   /// Reserves `permits` if they are available now or will be within `maxWait` (0..kMaxWait; longer
-  /// is cut to it, and further, for the token bucket and GCRA, to 2^52 / P' µs, see lua/gcra.lua):
+  /// is cut to it, and further, for the token bucket and GCRA, to the horizon max(burst x T,
+  /// period), see lua/lib/gcra_core.lua: a stored time further ahead than burst x T plus the
+  /// horizon was written by a clock ahead of the server's, and is clamped there):
   /// the leaky bucket as a queue. The permits are taken at once, possibly ahead of time, and the
   /// result says how long to wait before using them. Refused (nothing taken) when the wait would
   /// exceed maxWait; then decision.retryAfter says when the same reservation would succeed. The
