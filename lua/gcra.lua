@@ -21,13 +21,15 @@
 --                      exist), and changes nothing when the key holds this configuration.
 --                      Reply {written, B, localRate, localIntervalMs}.
 --   config             {B, localRate, localIntervalMs, B, P, I, keepAlive}
---   take n maxWaitUs cfg, peek n 0 cfg
---                      the limit in the call (the keyed limiters): cfg is the caller's
+--   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
+--                      the limit in the call (the keyed limiters, and the handles made with a
+--                      configuration): cfg is the caller's
 --                      configuration packed as the key's first 17 bytes (kind, B, P, I ms,
 --                      keepAlive ms). A key without one is decided as an idle bucket of cfg; a
 --                      key holding cfg as it is; a key holding another configuration of this kind
 --                      is decided with cfg, its permits in use kept (gcraRescale). take writes
---                      cfg with the state when it takes; nothing is written on a denial.
+--                      cfg with the state when it takes (refund: when it gives back); nothing is
+--                      written on a denial.
 -- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, B, nowUs, delayUs,
 --   localRate, localIntervalMs}. retryAfter (denied) is exact: the same call succeeds at
 --   now + retryAfter and not a µs earlier, if nobody else takes permits. localRate per
@@ -161,7 +163,8 @@ if op == 'take' or op == 'peek' then
 end
 
 if op == 'refund' then
-  local s = gcraLoad(key, kind, nowUs)
+  local s
+  if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', key)
   return gcraRemaining(s, gcraRefund(s, n))
 end
