@@ -518,6 +518,8 @@ std::vector<std::int64_t> ScriptLimiter::ownConfigFields() const {
   return config ? config->fields : std::vector<std::int64_t>{};
 }
 
+std::shared_ptr<const KeyedPolicy> ScriptLimiter::policySnapshot() const { return core_->policy(); }
+
 const std::string& ScriptLimiter::getName() const noexcept { return core_->name_; }
 char ScriptLimiter::kind() const noexcept { return core_->kind_[0]; }
 const std::shared_ptr<Client>& ScriptLimiter::client() const noexcept { return core_->client_; }

@@ -409,6 +409,49 @@ TEST_F(PerKeyKinds, ASmoothLimitersNextFreeTimeIsClampedToTheDebtOwedAtTheWrite)
   EXPECT_GT(after.retryAfter.count(), 1'900'000) << "20 permits at 10/s: 2 s owed";
 }
 
+// --- (5) MultiLimit with the configurations in the call ------------------------------------------
+
+TEST_F(PerKeyKinds, MultiLimitSendsTheConfigurationsOfHandlesMadeWithThem) {
+  const std::string user = "{" + name("tag") + "}:user";
+  const std::string tenant = "{" + name("tag") + "}:tenant";
+  GcraRateLimiter perUser(client(), user, gcra(2, 1, milliseconds(10000)));
+  FixedWindowRateLimiter perTenant(client(), tenant, window(3, milliseconds(3600000)));
+  MultiLimitOptions allow;
+  allow.failure.policy = FailurePolicy::Allow;
+  MultiLimit both({perUser, perTenant}, allow);
+  const MultiDecision first = both.decide();
+  ASSERT_TRUE(first.allowed) << "no trySetConfig: the keys are written with the grant";
+  EXPECT_FALSE(first.byPolicy);
+  EXPECT_EQ(first.limits[0].remaining, 1);
+  EXPECT_EQ(first.limits[1].remaining, 2);
+  EXPECT_GT(pttl(user), 0);
+  EXPECT_GT(pttl(tenant), 0);
+  ASSERT_TRUE(both.decide().allowed);
+  const MultiDecision third = both.decide();
+  EXPECT_FALSE(third.allowed);
+  EXPECT_EQ(third.deniedBy, 0U);
+  EXPECT_EQ(perTenant.peek().remaining, 1) << "all or nothing: the tenant gave nothing";
+  EXPECT_THROW((void)both.decide(3), InvalidArgument) << "above the user's burst, before sending";
+
+  // A key holding another configuration keeps its permits in use; a key without one is full.
+  (void)raw({"DEL", user});
+  GcraRateLimiter older(client(), user);
+  older.setConfig(gcra(4, 1, milliseconds(10000)));
+  ASSERT_TRUE(older.decide(3).allowed);
+  const MultiDecision kept = both.decide();
+  EXPECT_FALSE(kept.allowed) << "3 in use of the handle's burst of 2";
+  both.refund(1);
+  EXPECT_EQ(perTenant.peek().remaining, 2);
+
+  // Mixed with a limiter whose configuration is stored.
+  const std::string stored = "{" + name("tag") + "}:stored";
+  GcraRateLimiter central(client(), stored);
+  MultiLimit mixed({perTenant, central});
+  EXPECT_THROW((void)mixed.decide(), NotInitializedError);
+  ASSERT_TRUE(central.trySetConfig(gcra(5, 1, milliseconds(10000))));
+  EXPECT_TRUE(mixed.decide().allowed);
+}
+
 // --- (6) metrics: one series per keyed policy ---------------------------------------------------
 
 TEST_F(PerKeyKinds, EachKeyedPolicyIsOneMetricsSeries) {

@@ -206,6 +206,8 @@ class ScriptLimiter {
 
   /// The kind byte the limiter's script checks: 'T', 'G' or 'W'.
   [[nodiscard]] char kind() const noexcept;
+  /// The configuration the handle sends, null if it has none (MultiLimit sends it too).
+  [[nodiscard]] std::shared_ptr<const KeyedPolicy> policySnapshot() const;
 
   class Core;
   std::shared_ptr<Core> core_;
