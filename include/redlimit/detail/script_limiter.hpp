@@ -31,7 +31,8 @@ namespace redlimit::detail {
 
 /// A configuration sent in every call (the keyed families, and the one-key handles made with a
 /// configuration): `packed` is the configuration as the script stores it (the key's header: 17
-/// bytes for the token bucket and GCRA, 13 for the fixed window, 18 for the smooth limiter),
+/// bytes for the token bucket and GCRA, 13 for the fixed window; 18 for the smooth limiter: its
+/// key's 14 and the keepAlive, which its key has no room for),
 /// `limit` what a decision reports as its limit, `maxPermits` the most one call may ask for,
 /// `localRate` per `localIntervalMs` the Local failure policy's bucket, and `fields` the
 /// configuration in the order of the script's `config` reply.
@@ -77,7 +78,7 @@ struct KeyedPolicy {
 /// the retryAfter at which it fits. So a stored time is never legitimately more than
 /// burst x T + horizon ahead, and one further ahead (a server clock stepped back) is clamped there:
 /// the fixed window likewise to one window ahead, the smooth limiter to the debt owed when the key
-/// was written (docs/algorithms.md, "Clock steps").
+/// was written (docs/algorithms.md, "The server's clock stepped back").
 class ScriptLimiter {
  public:
   static constexpr std::int64_t kMaxPermits = 4294967295;               // uint32 in the key
