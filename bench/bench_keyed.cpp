@@ -21,6 +21,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -322,7 +323,7 @@ std::string summary() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   World world{rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, "", "", ""};
@@ -353,4 +354,7 @@ int main(int argc, char** argv) {
   world.client.reset();
   gWorld = nullptr;
   return 0;
+} catch (const std::exception& e) {  // what the library or the harness threw: said, not an abort
+  std::fprintf(stderr, "bench_keyed: %s\n", e.what());
+  return 1;
 }

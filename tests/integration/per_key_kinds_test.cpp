@@ -82,7 +82,7 @@ std::string smoothValue(std::int64_t p, std::int64_t intervalMs, std::int64_t ma
   putLe(v, 0, 6);
   putLe(v, nextFree % kTwo48, 6);
   v.push_back(static_cast<char>((e % 8) * 32));
-  v.push_back(static_cast<char>(nextFree / kTwo48 + (e / 8) * 16 + 128));
+  v.push_back(static_cast<char>(nextFree / kTwo48 + std::int64_t{e / 8} * 16 + 128));
   return v;
 }
 
