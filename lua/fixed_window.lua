@@ -11,9 +11,17 @@
 --   refund n           gives n permits back to the current window (its count does not go below 0)
 --   set mode L W keepAlive
 --                      'try' writes only if the key does not exist; 'reset' overwrites the
---                      configuration of a fixed window and restarts it empty. Reply {written, L,
---                      localRate, localIntervalMs}.
+--                      configuration of a fixed window and restarts it empty; 'keep' writes the
+--                      configuration keeping the counts (windowRescale), and changes nothing when
+--                      the key holds this configuration. Reply {written, L, localRate,
+--                      localIntervalMs}.
 --   config             {L, L, W, L, W, keepAlive}
+--   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
+--                      the limit in the call: cfg is the caller's configuration packed as the
+--                      key's first 13 bytes ('W', L, W ms, keepAlive ms). A key without one is
+--                      decided as an empty window of cfg; a key holding cfg as it is; a key holding
+--                      another configuration with cfg, its counts kept (windowRescale). Only what
+--                      takes or gives back writes, and it writes cfg with the state.
 -- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, L, nowUs, delayUs,
 --   localRate (L), localIntervalMs (W)}. remaining is what is left in the current window;
 --   retryAfter (denied) is exact: the window in which the same call succeeds starts then;
@@ -27,12 +35,13 @@
 -- windowResetAfter). Anything else falls through to the full code below, which checks everything
 -- in order and fails with the precise error before writing anything. A key of another Redis type
 -- fails the GET with Redis's WRONGTYPE error; ScriptLimiter, which knows the key, turns it into
--- InvalidConfigError. a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles.
+-- InvalidConfigError. a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles. With the
+-- configuration in the call (ARGV[6]), the fast path also requires the key to begin with it.
 local op, key = ARGV[1], KEYS[1]
 if op == 'take' and ARGV[3] == 'W' then
   local v = redis.call('GET', key)
   -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
-  local n, maxWait, nowUs = ARGV[4], ARGV[5], ARGV[2]
+  local n, maxWait, nowUs, cfg = ARGV[4], ARGV[5], ARGV[2], ARGV[6]
   if n == '1' then n = 1 else n = tonumber(n) end
   if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
   if nowUs == '' then
@@ -41,22 +50,28 @@ if op == 'take' and ARGV[3] == 'W' then
     nowUs = tonumber(nowUs)
     if nowUs and (nowUs < 0 or nowUs > 9e15 or nowUs % 1 ~= 0) then nowUs = nil end
   end
+  -- A missing key under the configuration in the call is that configuration with window 0 (long
+  -- past: nothing counted, windowWithConfig's windowNew), so the fast path decides it too.
+  if not v and cfg and #cfg == 13 then v = cfg .. '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' end
   if v and #v == 28 and nowUs and n and maxWait and n >= 1 and n % 1 == 0 and maxWait >= 0 and
       maxWait < 1e14 and maxWait % 1 == 0 then
     local k, l, windowMs, keepAlive, start, count, nextCount = struct.unpack('<c1I4I4I4I7I4I4', v)
     local wus = windowMs * 1000
     if k == 'W' and n <= l and windowMs >= 1 and start < 9007199254740992 and start % wus == 0 and
-        count <= l and nextCount <= l then
+        count <= l and nextCount <= l and (cfg == nil or string.find(v, cfg, 1, true) == 1) then
       if ARGV[2] == '' then
         local t = redis.call('TIME')
         nowUs = t[1] * 1000000 + t[2]
       end
       local current = nowUs - nowUs % wus
+      local clamped = false
       if start ~= current then
         if start + wus == current then
           count, nextCount = nextCount, 0  -- the reserved window has begun
         elseif start < current then
           count, nextCount = 0, 0          -- expired: nothing counted
+        elseif start > current + wus then
+          start, clamped = current + wus, true  -- the clock went back: clamped to the next window
         end                                -- else the clock went back: the stored window stays
       end
       if start < current then start = current end
@@ -74,7 +89,7 @@ if op == 'take' and ARGV[3] == 'W' then
       end
       local resetUs = 0
       if nextCount > 0 then resetUs = wait + wus elseif count > 0 then resetUs = wait end
-      if allowed == 1 then
+      if allowed == 1 or clamped then      -- a clamped window is written back, also on a denial
         local packed = struct.pack('<c1I4I4I4I7I4I4', 'W', l, windowMs, keepAlive, start, count, nextCount)
         if keepAlive > 0 then
           redis.call('SET', key, packed, 'PX', math.ceil(resetUs / 1000) + keepAlive)
@@ -91,8 +106,14 @@ end
 if ARGV[3] ~= 'W' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for fixed_window.lua') end
 local nowUs = currentMicros(ARGV[2])
 
+-- The limiter: with the caller's configuration (ARGV[6]) or the stored one.
+local function load()
+  if ARGV[6] then return windowWithConfig(key, nowUs, ARGV[6]) end
+  return windowLoad(key, nowUs)
+end
+
 if op == 'take' or op == 'peek' then
-  local s = windowLoad(key, nowUs)
+  local s = load()
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
   windowCheckPermits(s, n)
   local maxWait = 0
@@ -100,26 +121,39 @@ if op == 'take' or op == 'peek' then
   local allowed, delay, retry, count, nextCount = windowTake(s, n, maxWait)
   if op == 'peek' then
     count, nextCount = s.count, s.nextCount
-  elseif allowed == 1 then
+  elseif allowed == 1 or s.clamped then    -- a clamped window is written back, also on a denial
     windowStore(s, count, nextCount)
   end
   return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs}
 end
 
 if op == 'refund' then
-  local s = windowLoad(key, nowUs)
+  local s = load()
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', key)
   return s.l - windowRefund(s, n)
 end
 
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or reset') end
+  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
+  end
   local l = countArg(ARGV[5], 1, MAX_U32, 'limit', key)
   local windowMs = countArg(ARGV[6], 1, MAX_U32, 'window (ms)', key)
   local keepAlive = countArg(ARGV[7], 0, MAX_U32, 'keepAlive (ms)', key)
-  if readPacked('W', WINDOW_LABEL, key) and mode == 'try' then return {0, 0, 0, 0} end
-  windowStore(windowNew(key, nowUs, l, windowMs, keepAlive), 0, 0)
+  local v = readPacked('W', WINDOW_LABEL, key)
+  if v and mode == 'try' then return {0, 0, 0, 0} end
+  local s = windowNew(key, nowUs, l, windowMs, keepAlive)
+  -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
+  local usable, old = false, nil
+  if v and mode == 'keep' then usable, old = pcall(windowLoad, key, nowUs) end
+  if usable then
+    if string.sub(v, 1, 13) == struct.pack('<c1I4I4I4', 'W', l, windowMs, keepAlive) then
+      return {1, l, l, windowMs}           -- the same configuration: nothing changes
+    end
+    windowRescale(old, s)
+  end
+  windowStore(s, s.count, s.nextCount)
   return {1, l, l, windowMs}
 end
 

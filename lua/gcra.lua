@@ -7,7 +7,9 @@
 --   take n maxWaitUs   takes n permits if the bucket holds them; with maxWaitUs > 0, also if it
 --                      will hold them within maxWaitUs: a reservation, which moves TAT past
 --                      now + B*T (the bucket goes into debt) and tells the caller to wait
---                      `delay`. Writes only when it takes.
+--                      `delay`; maxWaitUs is cut to the horizon H = max(B*T, I) (see
+--                      lib/gcra_core.lua: it bounds how far ahead TAT can legally be, so a
+--                      server clock stepped back costs at most H + n*T). Writes only when it takes.
 --   peek n             what `take n 0` would decide, with remaining and resetAfter as they are
 --                      now; writes nothing
 --   refund n           gives n permits back, up to a full bucket
@@ -19,13 +21,15 @@
 --                      exist), and changes nothing when the key holds this configuration.
 --                      Reply {written, B, localRate, localIntervalMs}.
 --   config             {B, localRate, localIntervalMs, B, P, I, keepAlive}
---   take n maxWaitUs cfg, peek n 0 cfg
---                      the limit in the call (the keyed limiters): cfg is the caller's
+--   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
+--                      the limit in the call (the keyed limiters, and the handles made with a
+--                      configuration): cfg is the caller's
 --                      configuration packed as the key's first 17 bytes (kind, B, P, I ms,
 --                      keepAlive ms). A key without one is decided as an idle bucket of cfg; a
 --                      key holding cfg as it is; a key holding another configuration of this kind
 --                      is decided with cfg, its permits in use kept (gcraRescale). take writes
---                      cfg with the state when it takes; nothing is written on a denial.
+--                      cfg with the state when it takes (refund: when it gives back); nothing is
+--                      written on a denial.
 -- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, B, nowUs, delayUs,
 --   localRate, localIntervalMs}. retryAfter (denied) is exact: the same call succeeds at
 --   now + retryAfter and not a µs earlier, if nobody else takes permits. localRate per
@@ -44,7 +48,10 @@
 -- With the configuration in the call (ARGV[6]), the fast path also requires the key to begin with
 -- it: one plain string.find, no new string (measured with 20 000 pipelined EVALSHA, median of 11
 -- runs: 4.19 µs per call against 4.12 µs for the stored-config call; the difference is Redis
--- making the 17-byte argument). A key that differs, or is missing, goes to gcraWithConfig below.
+-- making the 17-byte argument). A missing key is decided here as the configuration with TAT 0 (a
+-- full bucket: what gcraWithConfig decides); the checks below are gcraConfigProblem's, so a
+-- configuration that fails them goes on to the full code and its precise error. A key holding
+-- another configuration goes to gcraWithConfig below.
 -- Quotients: floor(a / b) of integers 0 <= a < 2^53, b >= 1 is exact in doubles (a/b is at least
 -- 1/b away from an integer it is not, and that is more than half an ulp below 2^53).
 local op, kind, key = ARGV[1], ARGV[3], KEYS[1]
@@ -60,6 +67,9 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
     nowUs = tonumber(nowUs)
     if nowUs and (nowUs < 0 or nowUs > 9e15 or nowUs % 1 ~= 0) then nowUs = nil end
   end
+  -- A missing key under the configuration in the call is that configuration with TAT 0 (long
+  -- past: a full bucket, gcraWithConfig's gcraNew), so the fast path decides it too.
+  if not v and cfg and #cfg == 17 then v = cfg .. '\0\0\0\0\0\0\0\0\0\0\0' end
   if v and #v == 28 and nowUs and n and maxWait and n >= 1 and n % 1 == 0 and maxWait >= 0 and
       maxWait < 1e14 and maxWait % 1 == 0 then
     local k, b, p, intervalMs, keepAlive, tatUs, tatRem = struct.unpack('<c1I4I4I4I4I7I4', v)
@@ -77,17 +87,28 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
           nowUs = t[1] * 1000000 + t[2]
         end
         local d = 0                        -- D = max(0, TAT - now) in units
+        local h = 0                        -- H, the horizon (gcraHorizon), when needed
+        local clamped = false
         if tatUs >= nowUs then
           local dt = tatUs - nowUs
           d = dt * pp + tatRem
           if dt * pp > cap then            -- in debt (reservations), or the clock went back
-            local dmax = cap + floor(4503599627370496 / pp) * pp
-            if dt > -floor(-dmax / pp) or d > dmax then d = dmax end
+            h = floor(cap / pp)
+            if h < ius then h = ius end
+            local w = floor(4503599627370496 / pp)
+            if h > w then h = w end
+            local dmax = cap + h * pp      -- clamped: as far ahead as TAT can legally be
+            if dt > -floor(-dmax / pp) or d > dmax then d, clamped = dmax, true end
           end
         end
         if maxWait > 0 then
-          local w = floor(4503599627370496 / pp)
-          if maxWait > w then maxWait = w end
+          if h == 0 then
+            h = floor(cap / pp)
+            if h < ius then h = ius end
+            local w = floor(4503599627370496 / pp)
+            if h > w then h = w end
+          end
+          if maxWait > h then maxWait = h end
         end
         local wait, allowed, retry, after = d + n * ip - cap, 1, 0, d
         if wait <= 0 then
@@ -104,7 +125,7 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
           end
         end
         local resetUs = -floor(-after / pp)
-        if allowed == 1 then
+        if allowed == 1 or clamped then    -- a clamped state is written back, also on a denial
           local q = floor(after / pp)
           local packed = struct.pack('<c1I4I4I4I4I7I4', kind, b, p, intervalMs, keepAlive, nowUs + q, after - q * pp)
           if keepAlive > 0 then
@@ -140,13 +161,16 @@ if op == 'take' or op == 'peek' then
     after = s.d
   elseif allowed == 1 then
     gcraStore(s, after)
+  elseif s.clamped then
+    gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
   end
   local lr, lms = gcraLocalRate(s)
   return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms}
 end
 
 if op == 'refund' then
-  local s = gcraLoad(key, kind, nowUs)
+  local s
+  if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', key)
   return gcraRemaining(s, gcraRefund(s, n))
 end

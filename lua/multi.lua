@@ -15,6 +15,14 @@
 --                      only when it takes.
 --   peek n             what `take n 0` would decide; writes nothing
 --   refund n           gives n permits back to every limit (each as its own script's refund)
+--   take n maxWaitUs cfg1..cfgk, peek n 0 cfg1..cfgk, refund n 0 cfg1..cfgk
+--                      the limits in the call (one-key handles made with a configuration): cfgi is
+--                      the configuration of KEYS[i] packed as its key's header (as gcra.lua and
+--                      fixed_window.lua take it), or '' for the one stored in the key. Each limit
+--                      follows its own script's rules: a key without a configuration is decided
+--                      as a full (empty) limiter of cfgi, one holding cfgi as it is, one holding
+--                      another configuration with cfgi, its permits in use (counts) kept; what
+--                      writes writes cfgi with the state.
 --
 -- The combined decision. Alone, a limit can take the n permits at the times (from now, if nobody
 -- else takes any) of a set: [wait, inf) for GCRA and the token bucket, whole windows for the fixed
@@ -68,13 +76,18 @@ for i = 1, k do
 end
 local nowUs = currentMicros(ARGV[2])
 
--- Every limit, loaded and checked before anything is written.
+-- Every limit, loaded and checked before anything is written: with the configuration in the call
+-- (ARGV[5 + i], when not '') or the stored one.
 local function loadAll()
   local all = {}
   for i = 1, k do
     local kind = string.sub(kinds, i, i)
+    local cfg = ARGV[5 + i]
+    if cfg == '' then cfg = nil end
     if kind == 'W' then
-      all[i] = windowLoad(KEYS[i], nowUs)
+      if cfg then all[i] = windowWithConfig(KEYS[i], nowUs, cfg) else all[i] = windowLoad(KEYS[i], nowUs) end
+    elseif cfg then
+      all[i] = gcraWithConfig(KEYS[i], kind, nowUs, cfg)
     else
       all[i] = gcraLoad(KEYS[i], kind, nowUs)
     end
@@ -155,6 +168,15 @@ if op == 'take' or op == 'peek' then
   end
   local allowed, delay = 0, 0
   if retry == 0 then allowed, delay, deniedBy = 1, e, 0 end
+  -- A state clamped after a clock step (lib/gcra_core.lua, lib/fixed_window_core.lua) is written
+  -- back by a take that denies; one that grants writes every limit below anyway.
+  if allowed == 0 and op == 'take' then
+    for i = 1, k do
+      local s = all[i]
+      if s.clamped and s.window then windowStore(s, s.count, s.nextCount)
+      elseif s.clamped then gcraStore(s, s.d) end
+    end
+  end
 
   -- Each limit's state after the call: written only when granted (take).
   local reply = {allowed, 0, retry, 0, 0, nowUs, delay, deniedBy}

@@ -35,12 +35,28 @@
 -- Layout (28 bytes, as the rest of the family: one 48-byte allocation in Redis):
 --   kind 'S', P (uint32), I ms (uint32), L ms (uint32: maxBurst when bursty, the warm-up period
 --   when warming up), C (uint8: the cold factor 1..127, 0 = bursty; +128 = a take was refused
---   since the last reservation), stored units (uint56), nextFree epoch µs (uint56).
+--   since the last reservation), stored units' low 48 bits (uint48), nextFree's low 48 bits
+--   (uint48), byte A (stored's bits 48..52, then e's bits 0..2 as bits 5..7), byte B (nextFree's
+--   bits 48..51, then e's bits 3..5 as bits 4..6, and bit 7 set). e is the clamp's exponent (see
+--   Clock steps). The first 14 bytes are the configuration. Before issue 25 the last 14 bytes
+--   were stored and nextFree as two uint56 (no e): byte B's bit 7 is 0 there (nextFree < 2^52),
+--   and such a value is read with no clamp until the next write stores this layout.
+--   keepAlive is not stored (no room in 28 bytes): it travels in the call (the limit in the
+--   call), and a limiter whose configuration is stored keeps its key.
 -- Bounds (checked here before anything is written, and by the client before it sends):
 --   P in 1..2^32-1, I in 1..2^32-1 ms, L in 0..2^32-1 ms (> 0 when warming up), C in 0..127;
 --   maxK <= 2^52; warm-up also K, P'(5+c), 8WP'c, T'(5+c), P'm < 2^53, 16WP'^2(1+c) <= 2^52 and
 --   maxK + retryK + P'(5+c) < 2^53; per call n x K < 2^53. Then every value is an exact integer.
---   nextFree saturates at 2^52 - 1 µs (year 2112).
+--   nextFree saturates at 2^52 - 1 µs (year 2112). keepAlive in 0..2^32-1 ms.
+-- Clock steps: Guava's model lets one call leave any debt (a free limiter grants acquire(1000) at
+--   1/s, and the next caller waits 1000 s), so no bound on nextFree follows from the
+--   configuration. The debt owed at the write does: every write stores e, the least e with
+--   nextFree - now <= 2^e - 1 µs (e = 0: nothing owed). Nothing makes nextFree - now larger until
+--   the next write, so a stored nextFree more than 2^e - 1 µs ahead of now was written by a clock
+--   ahead of the server's clock now (stepped back, or a failover to a replica whose clock is
+--   behind), and it is clamped to now + 2^e - 1, the furthest legal value: a step back costs at
+--   most twice the debt owed at the write, whatever its size. The next take writes a clamped state back (also when it
+--   refuses), so the step is not met again.
 -- Operations (ARGV[1]; ARGV[2] is now in epoch µs or '' for the server's TIME, ARGV[3] 'S'):
 --   take n maxWaitUs   Guava's tryAcquire(n, maxWait): granted iff nextFree - maxWait <= now; then
 --                      reserves n (delay = nextFree - now, what the caller sleeps; 0 if free). With
@@ -51,22 +67,39 @@
 --   refund n           gives back n permits' time: nextFree moves back by n x s (not before now);
 --                      a bursty limiter stores what is left, up to maxPermits (a warming-up one
 --                      does not: stored permits are how cold it is, not credit). Reply: remaining.
---   set mode P I L C   mode 'try' writes only if the key does not exist; 'reset' overwrites a
+--   set mode P I L C [keepAlive]
+--                      mode 'try' writes only if the key does not exist; 'reset' overwrites a
 --                      limiter of this kind. Starts as Guava: bursty with nothing stored, warming
---                      up cold (maxPermits stored); nextFree = now. Reply {written, limit,
---                      localRate, localIntervalMs}.
+--                      up cold (maxPermits stored); nextFree = now. 'keep' writes the
+--                      configuration keeping the state (rescale below; a key without one starts
+--                      as Guava), and changes nothing when the key holds this configuration.
+--                      keepAlive (not stored) is the TTL rule of this write (see TTL).
+--                      Reply {written, limit, localRate, localIntervalMs}.
 --   rate P I           Guava's setRate: resync at the old rate, then the new rate with stored
 --                      permits scaled by newMax / oldMax (floor; 0 when oldMax is 0); nextFree is
 --                      kept (the next request still pays the old debt). Same reply as set.
 --   config             {limit, localRate, localIntervalMs, P, I, L, C}
+--   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
+--                      the limit in the call: cfg is the caller's configuration, 18 bytes: the
+--                      key's first 14 ('S', P, I ms, L ms, C) and keepAlive ms. A key without
+--                      one is decided as a limiter idle for long (bursty: maxPermits stored, free;
+--                      warming up: cold), which is what an expired key was; a key holding cfg as
+--                      it is; a key holding another configuration with cfg, its state kept
+--                      (rescale). Only what writes anyway writes cfg with the state.
 -- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs,
 --   localRate, localIntervalMs}. remaining = whole stored permits (bursty: free permits on top of
 --   the one the next caller pays for; warming up: how cold the limiter is, not free permits);
 --   limit = whole maxPermits; retryAfter (denied) = nextFree - maxWait - now, exact; resetAfter =
 --   time until stored permits are back at maxPermits. localRate per localIntervalMs is the Local
 --   failure policy's bucket: a bursty limiter's burst + 1 (or 1 when warming up) at the stable rate.
--- TTL: none; state writes keep a TTL set on the key by hand (SET KEEPTTL), set/reset clears it.
-local LAYOUT = '<c1I4I4I4BI7I7'
+-- TTL: the keepAlive in the call (the limit in the call, or set's) > 0: the time until the
+--   limiter holds maxPermits again (resetAfter: full, or cold) plus keepAlive, so an idle key
+--   vanishes then and decides as a new one. Otherwise none; state writes keep a TTL set on the key
+--   by hand (SET KEEPTTL), set/reset clears it.
+local LAYOUT = '<c1I4I4I4BI6I6BB'
+local OLD_LAYOUT = '<c1I4I4I4BI7I7'
+local CONFIG_LAYOUT = '<c1I4I4I4BI4'
+local TWO48 = 281474976710656
 local label = 'DistributedSmoothRateLimiter'
 local op = ARGV[1]
 if ARGV[3] ~= 'S' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for smooth.lua') end
@@ -77,7 +110,7 @@ local MAX_TIME = TWO52 - 1            -- nextFree saturates here (µs, year 2112
 local MAX_COLD = 127
 local TWO24 = 16777216
 local POW2 = {}
-for b = 0, 23 do POW2[b] = 2 ^ b end
+for b = 0, 63 do POW2[b] = 2 ^ b end      -- mulDiv's limbs use 0..23; the clamp's 2^e up to 63
 
 -- floor(x * y / d) for integers 0 <= x, y < 2^53, 1 <= d <= 2^52, when the result is < 2^53.
 -- A product below 2^53 is exact and then so is the floor of its quotient (for N, d < 2^53 the
@@ -153,11 +186,20 @@ local function derive(p, intervalMs, lms, cold)
   return c
 end
 
--- The limiter's configuration and state, checked before anything is written.
-local function load()
-  local v = readPacked('S', label)
-  if not v then notInitialized(label) end
-  local _, p, intervalMs, lms, cbyte, stored, nextFree = struct.unpack(LAYOUT, v)
+-- The limiter's configuration and state (the packed value v, read), checked before anything is
+-- written, with nextFree clamped after a clock step (see above).
+local function unpackState(v)
+  local _, p, intervalMs, lms, cbyte, stored, nextFree
+  local bound = nil                          -- 2^e - 1 µs, the furthest legal nextFree from now
+  if string.byte(v, 28) >= 128 then
+    local a, b
+    _, p, intervalMs, lms, cbyte, stored, nextFree, a, b = struct.unpack(LAYOUT, v)
+    stored = stored + (a % 32) * TWO48
+    nextFree = nextFree + (b % 16) * TWO48
+    bound = POW2[math.floor(a / 32) + (math.floor(b / 16) % 8) * 8] - 1
+  else
+    _, p, intervalMs, lms, cbyte, stored, nextFree = struct.unpack(OLD_LAYOUT, v)
+  end
   local refused = cbyte >= 128
   if refused then cbyte = cbyte - 128 end
   local c, why = derive(p, intervalMs, lms, cbyte)
@@ -169,19 +211,18 @@ local function load()
     fail('REDLIMIT_INVALID_STATE', 'key ' .. KEYS[1] .. ' of ' .. label ..
       ' holds stored permits or a time redlimit did not write; reset it with setConfig()')
   end
-  c.stored, c.nextFree, c.refused = stored, nextFree, refused
+  local clamped = false
+  if bound and nextFree > nowUs + bound then
+    nextFree, clamped = nowUs + bound, true  -- the server's clock went back: clamped
+  end
+  c.keepAlive, c.stored, c.nextFree, c.refused, c.clamped = 0, stored, nextFree, refused, clamped
   return c
 end
 
-local function store(c, keepTtl)
-  local cb = c.cold
-  if c.refused then cb = cb + 128 end
-  local v = struct.pack(LAYOUT, 'S', c.p, c.intervalMs, c.L, cb, c.stored, c.nextFree)
-  if keepTtl then
-    redis.call('SET', KEYS[1], v, 'KEEPTTL')
-  else
-    redis.call('SET', KEYS[1], v)
-  end
+local function load()
+  local v = readPacked('S', label)
+  if not v then notInitialized(label) end
+  return unpackState(v)
 end
 
 -- min(idle * earn, cap) without leaving the exact range (idle * earn < cap + earn < 2^53).
@@ -245,6 +286,64 @@ local function resetAfter(c)
   return busy + ceilDiv(need, c.earn)
 end
 
+-- Writes the state at now. keepAlive > 0: with the TTL above; else keepTtl keeps the key's TTL.
+local function store(c, keepTtl)
+  local cb = c.cold
+  if c.refused then cb = cb + 128 end
+  local e = 0                                -- the least e with debt <= 2^e - 1 (debt < 2^52)
+  while POW2[e] - 1 < c.nextFree - nowUs do e = e + 1 end
+  local sHi, fHi = math.floor(c.stored / TWO48), math.floor(c.nextFree / TWO48)
+  local v = struct.pack(LAYOUT, 'S', c.p, c.intervalMs, c.L, cb, c.stored - sHi * TWO48, c.nextFree - fHi * TWO48,
+    sHi + (e % 8) * 32, fHi + math.floor(e / 8) * 16 + 128)
+  if c.keepAlive > 0 then
+    redis.call('SET', KEYS[1], v, 'PX', ceilDiv(resetAfter(c), 1000) + c.keepAlive)
+  elseif keepTtl then
+    redis.call('SET', KEYS[1], v, 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[1], v)
+  end
+end
+
+-- The state of `old` (another configuration, at now) kept in `n`: Guava's setRate, resync at the
+-- old configuration, then stored permits scaled to the new maximum (stored x newMax / oldMax,
+-- rounded down; 0 when oldMax is 0), nextFree and the refusal kept (the next request still pays the
+-- debt owed at the old rate). The same for a change of maxBurst, of the warm-up or of the mode: an
+-- idle limiter stays idle (full, or cold), a busy one stays as busy.
+local function rescale(old, n)
+  resync(old)
+  n.nextFree, n.refused, n.stored, n.clamped = old.nextFree, old.refused, 0, old.clamped
+  if old.maxK > 0 then n.stored = mulDiv(old.stored, n.maxK, old.maxK) end
+end
+
+-- The limiter under the caller's configuration cfg (18 bytes), see `take n maxWaitUs cfg` above.
+local function withConfig(cfg)
+  if #cfg ~= 18 then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call must be 18 bytes') end
+  local k, p, intervalMs, lms, cold, keepAlive = struct.unpack(CONFIG_LAYOUT, cfg)
+  if k ~= 'S' then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call is not one of ' .. label) end
+  local n, why = derive(p, intervalMs, lms, cold)
+  if not n then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. label .. ' ' .. KEYS[1] .. ': ' .. why) end
+  n.keepAlive = keepAlive
+  local v = readPacked('S', label)
+  -- The same configuration: bytes 2..13 and the cold factor (byte 14 without the refusal bit).
+  if v and string.sub(v, 2, 13) == string.sub(cfg, 2, 13) and string.byte(v, 14) % 128 == cold then
+    local c = unpackState(v)
+    c.keepAlive = keepAlive
+    return c
+  end
+  if v then
+    rescale(unpackState(v), n)
+  else
+    n.stored, n.nextFree, n.refused = n.maxK, nowUs, false  -- idle for long: full, or cold
+  end
+  return n
+end
+
+-- The limiter: with the caller's configuration (ARGV[6]) or the stored one.
+local function current()
+  if ARGV[6] then return withConfig(ARGV[6]) end
+  return load()
+end
+
 local function permitsArg(c, arg, lo, what)
   local n = countArg(arg, lo, MAX_U32, what)
   if n * c.K >= LIMIT then
@@ -259,7 +358,7 @@ local function answer(c, allowed, retry, delay)
 end
 
 if op == 'take' or op == 'peek' then
-  local c = load()
+  local c = current()
   local n = permitsArg(c, ARGV[4], 1, 'permits')
   local maxWait = 0
   if op == 'take' then
@@ -271,6 +370,8 @@ if op == 'take' or op == 'peek' then
     if op == 'take' and c.cold > 0 and not c.refused then
       c.refused = true
       store(c, true)
+    elseif op == 'take' and c.clamped then
+      store(c, true)                         -- a clock step: written back clamped
     end
     return answer(c, 0, due - nowUs, 0)
   end
@@ -284,7 +385,7 @@ if op == 'take' or op == 'peek' then
 end
 
 if op == 'refund' then
-  local c = load()
+  local c = current()
   local n = permitsArg(c, ARGV[4], 0, 'permits to refund')
   resync(c)
   local units = n * c.K
@@ -303,15 +404,31 @@ end
 
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or reset') end
+  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
+  end
   local p, intervalMs = configArgs(5)
   local lms = countArg(ARGV[7], 0, MAX_U32, 'maxBurst or warm-up period (ms)')
   local cold = countArg(ARGV[8], 0, MAX_COLD, 'cold factor')
+  local keepAlive = 0
+  if ARGV[9] then keepAlive = countArg(ARGV[9], 0, MAX_U32, 'keepAlive (ms)') end
   local c, why = derive(p, intervalMs, lms, cold)
   if not c then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. label .. ' ' .. KEYS[1] .. ': ' .. why) end
-  if readPacked('S', label) and mode == 'try' then return {0, 0, 0, 0} end
-  c.stored, c.nextFree, c.refused = 0, nowUs, false
-  if cold > 0 then c.stored = c.maxK end
+  c.keepAlive = keepAlive
+  local v = readPacked('S', label)
+  if v and mode == 'try' then return {0, 0, 0, 0} end
+  -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
+  local usable, old = false, nil
+  if v and mode == 'keep' then usable, old = pcall(unpackState, v) end
+  if usable then
+    if string.sub(v, 2, 13) == struct.pack('<I4I4I4', p, intervalMs, lms) and string.byte(v, 14) % 128 == cold then
+      return {1, c.limit, c.lr, c.lms}     -- the same configuration: nothing changes
+    end
+    rescale(old, c)
+  else
+    c.stored, c.nextFree, c.refused = 0, nowUs, false
+    if cold > 0 then c.stored = c.maxK end
+  end
   store(c, false)
   return {1, c.limit, c.lr, c.lms}
 end
@@ -321,9 +438,8 @@ if op == 'rate' then
   local c = load()
   local n, why = derive(p, intervalMs, c.L, c.cold)
   if not n then fail('REDLIMIT_INVALID_ARGUMENT', 'new rate for ' .. label .. ' ' .. KEYS[1] .. ': ' .. why) end
-  resync(c)
-  n.nextFree, n.refused, n.stored = c.nextFree, c.refused, 0
-  if c.maxK > 0 then n.stored = mulDiv(c.stored, n.maxK, c.maxK) end
+  n.keepAlive = 0
+  rescale(c, n)
   store(n, true)
   return {1, n.limit, n.lr, n.lms}
 end

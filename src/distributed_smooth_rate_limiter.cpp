@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "config_checks.hpp"
+#include "keyed_policy.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
@@ -71,12 +72,49 @@ void checkExact(const SmoothConfig& c) {
 }
 
 std::vector<std::string> configArgs(const SmoothConfig& c) {
-  // The script's order: P, I ms, L ms (maxBurst or warm-up period), C (0 = bursty).
+  // The script's order: P, I ms, L ms (maxBurst or warm-up period), C (0 = bursty), keepAlive ms
+  // (not stored: the TTL of this write, for a handle made with a configuration).
   if (c.isWarmingUp()) {
     return {fmt::to_string(c.permits), fmt::to_string(c.interval.count()), fmt::to_string(c.warmupPeriod.count()),
-            fmt::to_string(c.coldFactor)};
+            fmt::to_string(c.coldFactor), fmt::to_string(c.keepAlive.count())};
   }
-  return {fmt::to_string(c.permits), fmt::to_string(c.interval.count()), fmt::to_string(c.maxBurst.count()), "0"};
+  return {fmt::to_string(c.permits), fmt::to_string(c.interval.count()), fmt::to_string(c.maxBurst.count()), "0",
+          fmt::to_string(c.keepAlive.count())};
+}
+
+// A configuration stored in the key (trySetConfig, setConfig of a handle made without one): the
+// 28-byte key has no room for keepAlive, which only travels in the call.
+void checkStorable(const SmoothConfig& c) {
+  if (c.keepAlive.count() != 0) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: keepAlive {} ms: a DistributedSmoothRateLimiter's key stores no keepAlive (28 bytes); make the "
+        "handle with its configuration (or use KeyedDistributedSmoothRateLimiter): it then travels in every call and "
+        "the key expires once idle",
+        c.keepAlive.count()));
+  }
+}
+
+// The configuration a handle made with one sends: keepAlive 0 becomes the idle margin.
+SmoothConfig sent(SmoothConfig c, bool permanentKeys) {
+  DistributedSmoothRateLimiter::validateConfig(c);
+  c.keepAlive = detail::keyedKeepAlive(c.keepAlive, permanentKeys);
+  return c;
+}
+
+detail::KeyedPolicy policyOf(const SmoothConfig& c) {
+  if (c.isWarmingUp()) return detail::smoothPolicy(c.permits, c.interval, c.warmupPeriod, c.coldFactor, c.keepAlive);
+  return detail::smoothPolicy(c.permits, c.interval, c.maxBurst, 0, c.keepAlive);
+}
+
+// P, I ms, L ms, C (the key's), and keepAlive ms (a handle's own).
+SmoothConfig configOf(const std::vector<std::int64_t>& f, const std::string& name) {
+  if (f.size() != 4 && f.size() != 5) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", name));
+  }
+  SmoothConfig c = f[3] == 0 ? SmoothConfig::bursty(f[0], milliseconds{f[1]}, milliseconds{f[2]})
+                             : SmoothConfig::warmingUp(f[0], milliseconds{f[1]}, milliseconds{f[2]}, f[3]);
+  if (f.size() == 5) c.keepAlive = milliseconds{f[4]};
+  return c;
 }
 
 }  // namespace
@@ -86,10 +124,20 @@ DistributedSmoothRateLimiter::DistributedSmoothRateLimiter(std::shared_ptr<Clien
     : ScriptLimiter(std::move(client), std::move(name), options.failure, options.monitor, kSmooth, 'S'),
       probeInterval_(options.failure.probeInterval) {}
 
+DistributedSmoothRateLimiter::DistributedSmoothRateLimiter(std::shared_ptr<Client> client, std::string name,
+                                                           const SmoothConfig& config,
+                                                           const DistributedSmoothRateLimiterOptions& options)
+    : ScriptLimiter(std::move(client), std::move(name), options.failure, options.monitor, kSmooth, 'S'),
+      probeInterval_(options.failure.probeInterval),
+      permanentKeys_(options.permanentKeys) {
+  configure(policyOf(sent(config, permanentKeys_)));
+}
+
 void DistributedSmoothRateLimiter::validateConfig(const SmoothConfig& c) {
   detail::checkCount("permits", c.permits, 1, kMaxPermits);
   detail::checkMillis("interval", c.interval, 1);
   detail::checkMillis("warmupPeriod", c.warmupPeriod, 0);
+  detail::checkMillis("keepAlive", c.keepAlive, 0);
   if (c.isWarmingUp()) {
     detail::checkCount("coldFactor", c.coldFactor, 1, kMaxColdFactor);
   } else {
@@ -100,25 +148,38 @@ void DistributedSmoothRateLimiter::validateConfig(const SmoothConfig& c) {
 
 bool DistributedSmoothRateLimiter::trySetConfig(const SmoothConfig& c) {
   validateConfig(c);
+  checkStorable(c);
   return writeConfig(true, configArgs(c));
 }
 
-void DistributedSmoothRateLimiter::setConfig(const SmoothConfig& c) {
-  validateConfig(c);
-  (void)writeConfig(false, configArgs(c));
+void DistributedSmoothRateLimiter::setConfig(const SmoothConfig& config) {
+  validateConfig(config);
+  SmoothConfig c = config;
+  if (configured()) {
+    c = sent(config, permanentKeys_);
+    configure(policyOf(c));
+  } else {
+    checkStorable(c);
+  }
+  writeConfigKeepingState(configArgs(c));
 }
 
 SmoothConfig DistributedSmoothRateLimiter::getConfig() {
-  const std::vector<std::int64_t> f = readConfig();  // P, I ms, L ms, C
-  if (f.size() != 4)
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: bad configuration reply", getName()));
-  if (f[3] == 0) return SmoothConfig::bursty(f[0], milliseconds{f[1]}, milliseconds{f[2]});
-  return SmoothConfig::warmingUp(f[0], milliseconds{f[1]}, milliseconds{f[2]}, f[3]);
+  SmoothConfig c = configOf(readConfig(), getName());
+  if (configured()) c.keepAlive = configOf(ownConfigFields(), getName()).keepAlive;  // not in the key
+  return c;
 }
 
 void DistributedSmoothRateLimiter::setRate(std::int64_t permits, milliseconds interval) {
   detail::checkCount("permits", permits, 1, kMaxPermits);
   detail::checkMillis("interval", interval, 1);
+  if (configured()) {  // this handle's own configuration, at the new rate
+    SmoothConfig c = configOf(ownConfigFields(), getName());
+    c.permits = permits;
+    c.interval = interval;
+    setConfig(c);
+    return;
+  }
   const std::string p = fmt::to_string(permits);
   const std::string i = fmt::to_string(interval.count());
   const std::vector<std::string_view> keys{getName()};

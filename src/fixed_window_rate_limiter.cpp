@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config_checks.hpp"
+#include "keyed_policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit {
@@ -15,12 +16,27 @@ std::vector<std::string> configArgs(const FixedWindowConfig& c) {
   return {fmt::to_string(c.limit), fmt::to_string(c.window.count()), fmt::to_string(c.keepAlive.count())};
 }
 
+// The configuration a handle made with one sends: keepAlive 0 becomes the idle margin.
+FixedWindowConfig sent(FixedWindowConfig c, bool permanentKeys) {
+  FixedWindowRateLimiter::validateConfig(c);
+  c.keepAlive = detail::keyedKeepAlive(c.keepAlive, permanentKeys);
+  return c;
+}
+
 }  // namespace
 
 FixedWindowRateLimiter::FixedWindowRateLimiter(std::shared_ptr<Client> client, std::string name,
                                                FixedWindowRateLimiterOptions options)
     : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kFixedWindow,
                     'W') {}
+
+FixedWindowRateLimiter::FixedWindowRateLimiter(std::shared_ptr<Client> client, std::string name,
+                                               const FixedWindowConfig& config, FixedWindowRateLimiterOptions options)
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kFixedWindow, 'W'),
+      permanentKeys_(options.permanentKeys) {
+  const FixedWindowConfig c = sent(config, permanentKeys_);
+  configure(detail::windowPolicy(c.limit, c.window, c.keepAlive));
+}
 
 void FixedWindowRateLimiter::validateConfig(const FixedWindowConfig& c) {
   detail::checkCount("limit", c.limit, 1, kMaxPermits);
@@ -33,9 +49,14 @@ bool FixedWindowRateLimiter::trySetConfig(const FixedWindowConfig& c) {
   return writeConfig(true, configArgs(c));
 }
 
-void FixedWindowRateLimiter::setConfig(const FixedWindowConfig& c) {
-  validateConfig(c);
-  (void)writeConfig(false, configArgs(c));
+void FixedWindowRateLimiter::setConfig(const FixedWindowConfig& config) {
+  validateConfig(config);
+  FixedWindowConfig c = config;
+  if (configured()) {
+    c = sent(config, permanentKeys_);
+    configure(detail::windowPolicy(c.limit, c.window, c.keepAlive));
+  }
+  writeConfigKeepingState(configArgs(c));
 }
 
 FixedWindowConfig FixedWindowRateLimiter::getConfig() {

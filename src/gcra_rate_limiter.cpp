@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config_checks.hpp"
+#include "keyed_policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit {
@@ -16,10 +17,28 @@ std::vector<std::string> configArgs(const GcraConfig& c) {
           fmt::to_string(c.keepAlive.count()), fmt::to_string(c.burst)};
 }
 
+// The configuration a handle made with one sends: keepAlive 0 becomes the idle margin.
+GcraConfig sent(GcraConfig c, bool permanentKeys) {
+  GcraRateLimiter::validateConfig(c);
+  c.keepAlive = detail::keyedKeepAlive(c.keepAlive, permanentKeys);
+  return c;
+}
+
+detail::KeyedPolicy policyOf(const GcraConfig& c) {
+  return detail::gcraPolicy('G', c.burst, c.rate, c.period, c.keepAlive);
+}
+
 }  // namespace
 
 GcraRateLimiter::GcraRateLimiter(std::shared_ptr<Client> client, std::string name, GcraRateLimiterOptions options)
     : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kGcra, 'G') {}
+
+GcraRateLimiter::GcraRateLimiter(std::shared_ptr<Client> client, std::string name, const GcraConfig& config,
+                                 GcraRateLimiterOptions options)
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kGcra, 'G'),
+      permanentKeys_(options.permanentKeys) {
+  configure(policyOf(sent(config, permanentKeys_)));
+}
 
 void GcraRateLimiter::validateConfig(const GcraConfig& c) {
   detail::checkCount("rate", c.rate, 1, kMaxPermits);
@@ -36,6 +55,12 @@ bool GcraRateLimiter::trySetConfig(const GcraConfig& c) {
 
 void GcraRateLimiter::setConfig(const GcraConfig& c) {
   validateConfig(c);
+  if (configured()) {
+    const GcraConfig own = sent(c, permanentKeys_);
+    configure(policyOf(own));
+    writeConfigKeepingState(configArgs(own));
+    return;
+  }
   writeConfigKeepingState(configArgs(c));
 }
 

@@ -1,21 +1,39 @@
-// redlimit — building a keyed family's policy (src/keyed_*_rate_limiter.cpp).
+// redlimit — building the configuration a keyed family or a one-key handle made with a
+// configuration sends in every call (src/keyed_*_rate_limiter.cpp, src/*_rate_limiter.cpp).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <numeric>
 #include <string>
 
-#include "redlimit/keyed_gcra_rate_limiter.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit::detail {
 
-/// The keepAlive a keyed family's keys get: `keepAlive`, or kDefaultIdleMargin for 0
-/// unless the keys are to be permanent.
+/// The keepAlive a key gets when its configuration travels in the call: `keepAlive`, or
+/// kDefaultIdleMargin for 0 unless the keys are to be permanent.
 inline std::chrono::milliseconds keyedKeepAlive(std::chrono::milliseconds keepAlive, bool permanent) {
   if (keepAlive.count() == 0 && !permanent) return kDefaultIdleMargin;
   return keepAlive;
+}
+
+/// Appends `v` (checked: 0..2^32-1) to `out` as 4 little-endian bytes, as struct.pack's I4.
+inline void packU32(std::string& out, std::int64_t v) {
+  const auto u = static_cast<std::uint32_t>(v);
+  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<char>((u >> shift) & 0xffU));
+}
+
+/// ceil(permits x intervalMs / rate) ms in 1..10^12: the Local policy's interval for `permits` at
+/// `rate` per `intervalMs`, as the scripts compute it (an estimate for an emergency).
+inline std::int64_t localIntervalMs(std::int64_t permits, std::int64_t intervalMs, std::int64_t rate) {
+  const double ms =
+      std::ceil(static_cast<double>(permits) * static_cast<double>(intervalMs) / static_cast<double>(rate));
+  return ms < 1 ? 1 : ms > 1e12 ? 1000000000000 : static_cast<std::int64_t>(ms);
 }
 
 /// The policy of a checked GCRA configuration (kind 'G' or 'T'): the key's header as
@@ -27,14 +45,61 @@ inline KeyedPolicy gcraPolicy(char kind, std::int64_t burst, std::int64_t rate, 
   p.packed.push_back(kind);
   for (const std::int64_t v :
        {burst, rate, static_cast<std::int64_t>(period.count()), static_cast<std::int64_t>(keepAlive.count())}) {
-    const auto u = static_cast<std::uint32_t>(v);  // checked: 0..2^32-1
-    for (int shift = 0; shift < 32; shift += 8) p.packed.push_back(static_cast<char>((u >> shift) & 0xffU));
+    packU32(p.packed, v);
   }
   p.limit = burst;
+  p.maxPermits = burst;
   p.localRate = burst;
-  const double ms =
-      std::ceil(static_cast<double>(burst) * static_cast<double>(period.count()) / static_cast<double>(rate));
-  p.localIntervalMs = ms < 1 ? 1 : ms > 1e12 ? 1000000000000 : static_cast<std::int64_t>(ms);
+  p.localIntervalMs = localIntervalMs(burst, period.count(), rate);
+  p.fields = {burst, rate, static_cast<std::int64_t>(period.count()), static_cast<std::int64_t>(keepAlive.count())};
+  return p;
+}
+
+/// The policy of a checked fixed window configuration: the key's header as
+/// lua/lib/fixed_window_core.lua packs it ('<c1I4I4I4'); the Local bucket is the window.
+inline KeyedPolicy windowPolicy(std::int64_t limit, std::chrono::milliseconds window,
+                                std::chrono::milliseconds keepAlive) {
+  KeyedPolicy p;
+  p.packed.push_back('W');
+  for (const std::int64_t v :
+       {limit, static_cast<std::int64_t>(window.count()), static_cast<std::int64_t>(keepAlive.count())}) {
+    packU32(p.packed, v);
+  }
+  p.limit = limit;
+  p.maxPermits = limit;
+  p.localRate = limit;
+  p.localIntervalMs = window.count();
+  p.fields = {limit, static_cast<std::int64_t>(window.count()), static_cast<std::int64_t>(keepAlive.count())};
+  return p;
+}
+
+/// The policy of a checked smooth configuration: `permits` per `interval`, `span` the maxBurst
+/// (cold = 0, bursty) or the warm-up period, `cold` the cold factor. The key's header as
+/// lua/smooth.lua packs it ('<c1I4I4I4BI4'); limit, the most permits per call (n x K < 2^53) and
+/// the Local bucket as the script's derive() computes them.
+inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds interval,
+                                std::chrono::milliseconds span, std::int64_t cold,
+                                std::chrono::milliseconds keepAlive) {
+  KeyedPolicy p;
+  p.packed.push_back('S');
+  packU32(p.packed, permits);
+  packU32(p.packed, interval.count());
+  packU32(p.packed, span.count());
+  p.packed.push_back(static_cast<char>(cold));  // 0..127
+  packU32(p.packed, keepAlive.count());
+  const std::int64_t intervalUs = interval.count() * 1000;
+  const std::int64_t g = std::gcd(permits, intervalUs);
+  const std::int64_t pp = permits / g;
+  const std::int64_t t = intervalUs / g;
+  // K units per permit and the most units stored (checked by validateConfig: below 2^53).
+  const std::int64_t k = cold == 0 ? t : t * 2 * (1 + cold);
+  const std::int64_t maxK = cold == 0 ? span.count() * 1000 * pp : span.count() * 1000 * pp * (5 + cold);
+  p.limit = maxK / k;
+  p.maxPermits = std::min<std::int64_t>(ScriptLimiter::kMaxPermits, ((std::int64_t{1} << 53) - 1) / k);
+  p.localRate = cold == 0 ? p.limit + 1 : 1;
+  p.localIntervalMs = localIntervalMs(p.localRate, interval.count(), permits);
+  p.fields = {permits, static_cast<std::int64_t>(interval.count()), static_cast<std::int64_t>(span.count()), cold,
+              static_cast<std::int64_t>(keepAlive.count())};
   return p;
 }
 

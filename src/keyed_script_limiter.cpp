@@ -64,9 +64,9 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       throw InvalidArgument(fmt::format("redlimit: {}: key is {} bytes; at most {} are allowed", name_, key.size(),
                                         ScriptLimiter::kMaxNameLength));
     }
-    if (permits < 1 || permits > policy_.limit) {
-      throw InvalidArgument(
-          fmt::format("redlimit: {}: permits must be in 1..{} (the burst), got {}", name_, policy_.limit, permits));
+    if (permits < 1 || permits > policy_.maxPermits) {
+      throw InvalidArgument(fmt::format("redlimit: {}: permits must be in 1..{} (the most one call may take), got {}",
+                                        name_, policy_.maxPermits, permits));
     }
   }
 

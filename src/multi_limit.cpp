@@ -71,11 +71,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   };
   using OutcomeCallback = std::function<void(Outcome, std::exception_ptr)>;
 
-  Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds, std::string label,
-       const MultiLimitOptions& options)
+  Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
+       std::vector<std::string> configs, std::int64_t maxPermits, std::string label, const MultiLimitOptions& options)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
+        configs_(std::move(configs)),
+        maxPermits_(maxPermits),
         label_(std::move(label)),
         gate_(label_, options.failure, ClockView{},
               LimiterMonitor(metricsName(options), options.monitor, client_->options().onEvent)),
@@ -93,6 +95,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits);
   Outcome byPolicy(std::int64_t permits, bool allowed) const;
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
+  // The arguments of peek and refund: the permits, and the configurations if any.
+  std::vector<std::string> opArgs(std::int64_t permits) const;
+  // checkPermits, and the bound the configurations in the call give (before anything is sent).
+  void checkPermitsFor(std::int64_t permits) const;
   SteadyTime callDeadline() const { return detail::deadlineAfter<Steady>(Steady::now(), callBound_); }
   std::vector<std::string_view> keys() const { return {names_.begin(), names_.end()}; }
   // MultiLimitOptions::name, or the limits' names joined by '+'.
@@ -105,8 +111,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   std::shared_ptr<Client> client_;
   std::vector<std::string> names_;
-  std::string kinds_;  // one kind byte per limit
-  std::string label_;  // "MultiLimit(a + b)", for messages and events
+  std::string kinds_;                 // one kind byte per limit
+  std::vector<std::string> configs_;  // per limit: its configuration sent in the call, or ""; empty if none has one
+  std::int64_t maxPermits_;           // the most one call may take, as far as the configurations say
+  std::string label_;                 // "MultiLimit(a + b)", for messages and events
   detail::FailureGate gate_;
   milliseconds callBound_{0};                                 // connect + command timeout, saturated
   std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits_;  // per limit, last seen; 0 = unknown
@@ -189,11 +197,32 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
 
 std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait) const {
   const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::ScriptLimiter::kMaxWait);
-  return {"take", "", kinds_, fmt::to_string(permits), fmt::to_string(wait.count())};
+  std::vector<std::string> args{"take", "", kinds_, fmt::to_string(permits), fmt::to_string(wait.count())};
+  args.insert(args.end(), configs_.begin(), configs_.end());
+  return args;
+}
+
+void MultiLimit::Core::checkPermitsFor(std::int64_t permits) const {
+  checkPermits(permits);
+  if (permits > maxPermits_) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: permits must be in 1..{} (the least burst or limit of its "
+                    "limiters made with a configuration), got {}",
+                    label_, maxPermits_, permits));
+  }
+}
+
+std::vector<std::string> MultiLimit::Core::opArgs(std::int64_t permits) const {
+  std::vector<std::string> args{fmt::to_string(permits)};
+  if (!configs_.empty()) {
+    args.emplace_back("0");  // the configurations at ARGV[6...], as take's
+    args.insert(args.end(), configs_.begin(), configs_.end());
+  }
+  return args;
 }
 
 MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
-  checkPermits(permits);
+  checkPermitsFor(permits);
   if (client_->onIoThread()) {
     throw InvalidArgument(
         fmt::format("redlimit: {}: a sync decision from a completion callback would wait for the "
@@ -228,7 +257,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
 
 void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done) {
   try {
-    checkPermits(permits);
+    checkPermitsFor(permits);
   } catch (...) {
     done(Outcome{}, std::current_exception());
     return;
@@ -312,6 +341,9 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   const std::shared_ptr<Client>& client = limits.front().get().client();
   std::vector<std::string> names;
   std::string kinds;
+  std::vector<std::string> configs;
+  bool anyConfig = false;
+  std::int64_t maxPermits = detail::ScriptLimiter::kMaxPermits;
   std::unordered_set<std::string_view> seen;
   for (const Limit& limit : limits) {
     const detail::ScriptLimiter& l = limit.get();
@@ -326,13 +358,21 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
     }
     names.push_back(l.getName());
     kinds.push_back(l.kind());
+    const std::shared_ptr<const detail::KeyedPolicy> policy = l.policySnapshot();
+    configs.push_back(policy ? policy->packed : std::string());
+    if (policy) {
+      anyConfig = true;
+      maxPermits = std::min(maxPermits, policy->maxPermits);
+    }
   }
+  if (!anyConfig) configs.clear();  // nothing in the call: the stored configurations, as before
   checkOneSlot(names);
   std::string label = "MultiLimit(";
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
   label += ")";
-  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(label), options);
+  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs), maxPermits,
+                                 std::move(label), options);
 }
 
 MultiDecision MultiLimit::decide(std::int64_t permits) {
@@ -385,8 +425,8 @@ Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
 }
 
 MultiDecision MultiLimit::peek(std::int64_t permits) {
-  checkPermits(permits);
-  const Reply r = core_->call("peek", {fmt::to_string(permits)}, true);
+  core_->checkPermitsFor(permits);
+  const Reply r = core_->call("peek", core_->opArgs(permits), true);
   return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits).decision;
 }
 
@@ -396,7 +436,7 @@ void MultiLimit::refund(std::int64_t permits) {
                                       detail::ScriptLimiter::kMaxPermits, permits));
   }
   if (permits == 0) return;
-  (void)core_->call("refund", {fmt::to_string(permits)}, false);
+  (void)core_->call("refund", core_->opArgs(permits), false);
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {

@@ -12,6 +12,7 @@
 #include "redlimit/detail/failure_gate.hpp"
 #include "redlimit/detail/keyed_script_limiter.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {
@@ -115,7 +116,30 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
-  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
+  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait,
+                                    const std::shared_ptr<const KeyedPolicy>& policy) const;
+  // The handle's configuration, or null when it has none (one lock, only for handles with one).
+  std::shared_ptr<const KeyedPolicy> policy() const {
+    if (!hasPolicy_.load(std::memory_order_acquire)) return nullptr;
+    LockGuard lock(policyMutex_);
+    return policy_;
+  }
+  void setPolicy(KeyedPolicy policy) {
+    auto shared = std::make_shared<const KeyedPolicy>(std::move(policy));
+    remember(shared->limit, shared->localRate, shared->localIntervalMs);
+    LockGuard lock(policyMutex_);
+    policy_ = std::move(shared);
+    hasPolicy_.store(true, std::memory_order_release);
+  }
+  // checkPermits, and for a handle with a configuration its own bound (before anything is sent).
+  void checkPermitsFor(std::int64_t permits, const KeyedPolicy* policy) const {
+    checkPermits(permits);
+    if (policy != nullptr && permits > policy->maxPermits) {
+      throw InvalidArgument(
+          fmt::format("redlimit: limiter {}: permits must be in 1..{} (the most one call may take), got {}", name_,
+                      policy->maxPermits, permits));
+    }
+  }
 
   std::shared_ptr<Client> client_;
   std::string name_;
@@ -126,6 +150,9 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   std::atomic<std::int64_t> knownLimit_{0};  // the limit last seen from Redis; 0 = unknown
   std::atomic<std::int64_t> localRate_{0};   // the Local policy's bucket, last seen
   std::atomic<std::int64_t> localIntervalMs_{0};
+  std::atomic<bool> hasPolicy_{false};
+  mutable Mutex policyMutex_;
+  std::shared_ptr<const KeyedPolicy> policy_ REDLIMIT_GUARDED_BY(policyMutex_);
 };
 
 void ScriptLimiter::Core::remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept {
@@ -163,13 +190,17 @@ Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, cons
   return out;
 }
 
-std::vector<std::string> ScriptLimiter::Core::takeArgs(std::int64_t permits, microseconds maxWait) const {
+std::vector<std::string> ScriptLimiter::Core::takeArgs(std::int64_t permits, microseconds maxWait,
+                                                       const std::shared_ptr<const KeyedPolicy>& policy) const {
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  return {"take", "", kind_, fmt::to_string(permits), fmt::to_string(wait.count())};
+  std::vector<std::string> args{"take", "", kind_, fmt::to_string(permits), fmt::to_string(wait.count())};
+  if (policy) args.push_back(policy->packed);
+  return args;
 }
 
 Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait) {
-  checkPermits(permits);
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  checkPermitsFor(permits, config.get());
   if (client_->onIoThread()) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: a sync decision from a completion callback would wait "
@@ -182,7 +213,7 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
     if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
     gate_.throwUnavailable();
   }
-  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::vector<std::string> args = takeArgs(permits, maxWait, config);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::vector<std::string_view> keys{name_};
   const std::int64_t started = gate_.callStart();
@@ -204,8 +235,9 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
 }
 
 void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done) {
+  const std::shared_ptr<const KeyedPolicy> config = policy();
   try {
-    checkPermits(permits);
+    checkPermitsFor(permits, config.get());
   } catch (...) {
     done(Reservation{}, std::current_exception());
     return;
@@ -224,7 +256,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
     }
     return;
   }
-  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::vector<std::string> args = takeArgs(permits, maxWait, config);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::vector<std::string_view> keys{name_};
   const std::int64_t started = gate_.callStart();
@@ -335,8 +367,11 @@ Reservation ScriptLimiter::reserve(std::int64_t permits, microseconds maxWait) {
 }
 
 Decision ScriptLimiter::peek(std::int64_t permits) {
-  checkPermits(permits);
-  return Core::parse(core_.get(), core_->name_, core_->call("peek", {fmt::to_string(permits)}, true), permits).decision;
+  const std::shared_ptr<const KeyedPolicy> config = core_->policy();
+  core_->checkPermitsFor(permits, config.get());
+  std::vector<std::string> args{fmt::to_string(permits)};
+  if (config) args.insert(args.end(), {"0", config->packed});  // the configuration at ARGV[6], as take's
+  return Core::parse(core_.get(), core_->name_, core_->call("peek", args, true), permits).decision;
 }
 
 void ScriptLimiter::refund(std::int64_t permits) {
@@ -344,7 +379,9 @@ void ScriptLimiter::refund(std::int64_t permits) {
     throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
   }
   if (permits == 0) return;
-  (void)core_->call("refund", {fmt::to_string(permits)}, false);
+  std::vector<std::string> args{fmt::to_string(permits)};
+  if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.insert(args.end(), {"0", config->packed});
+  (void)core_->call("refund", args, false);
 }
 
 AcquireResult ScriptLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
@@ -451,16 +488,37 @@ void ScriptLimiter::writeConfigKeepingState(const std::vector<std::string>& conf
 }
 
 std::vector<std::int64_t> ScriptLimiter::readConfig() {
-  const Reply r = core_->call("config", {}, true);
+  Reply r;
+  if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) {
+    try {
+      r = core_->call("config", {}, true);
+    } catch (const NotInitializedError&) {
+      return config->fields;  // the key expired (or was never written): this handle's configuration
+    }
+  } else {
+    r = core_->call("config", {}, true);
+  }
   if (r.type != Reply::Type::Array || r.elements.size() < 3) {
     throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array from the config operation, got {}",
                                            core_->name_, r.describe()));
   }
-  core_->remember(r.elements[0].asInteger(), r.elements[1].asInteger(), r.elements[2].asInteger());
+  // A handle with a configuration decides with its own, whatever the key holds now.
+  if (!configured()) core_->remember(r.elements[0].asInteger(), r.elements[1].asInteger(), r.elements[2].asInteger());
   std::vector<std::int64_t> out;
   for (std::size_t i = 3; i < r.elements.size(); ++i) out.push_back(r.elements[i].asInteger());
   return out;
 }
+
+void ScriptLimiter::configure(KeyedPolicy policy) { core_->setPolicy(std::move(policy)); }
+
+bool ScriptLimiter::configured() const noexcept { return core_->hasPolicy_.load(std::memory_order_acquire); }
+
+std::vector<std::int64_t> ScriptLimiter::ownConfigFields() const {
+  const std::shared_ptr<const KeyedPolicy> config = core_->policy();
+  return config ? config->fields : std::vector<std::int64_t>{};
+}
+
+std::shared_ptr<const KeyedPolicy> ScriptLimiter::policySnapshot() const { return core_->policy(); }
 
 const std::string& ScriptLimiter::getName() const noexcept { return core_->name_; }
 char ScriptLimiter::kind() const noexcept { return core_->kind_[0]; }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config_checks.hpp"
+#include "keyed_policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit {
@@ -15,11 +16,34 @@ std::vector<std::string> configArgs(const TokenBucketConfig& c) {
           fmt::to_string(c.keepAlive.count()), fmt::to_string(c.initialTokens.value_or(c.capacity))};
 }
 
+// The configuration a handle made with one sends: keepAlive 0 becomes the idle margin.
+TokenBucketConfig sent(TokenBucketConfig c, bool permanentKeys) {
+  TokenBucketRateLimiter::validateConfig(c);
+  c.keepAlive = detail::keyedKeepAlive(c.keepAlive, permanentKeys);
+  return c;
+}
+
+detail::KeyedPolicy policyOf(const TokenBucketConfig& c) {
+  return detail::gcraPolicy('T', c.capacity, c.refillPermits, c.refillInterval, c.keepAlive);
+}
+
 }  // namespace
 
 TokenBucketRateLimiter::TokenBucketRateLimiter(std::shared_ptr<Client> client, std::string name,
                                                TokenBucketRateLimiterOptions options)
     : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kGcra, 'T') {}
+
+TokenBucketRateLimiter::TokenBucketRateLimiter(std::shared_ptr<Client> client, std::string name,
+                                               const TokenBucketConfig& config, TokenBucketRateLimiterOptions options)
+    : ScriptLimiter(std::move(client), std::move(name), std::move(options.failure), options.monitor, kGcra, 'T'),
+      permanentKeys_(options.permanentKeys) {
+  if (config.initialTokens) {
+    throw InvalidArgument(
+        "redlimit: a TokenBucketRateLimiter made with a configuration starts full: "
+        "initialTokens must be empty");
+  }
+  configure(policyOf(sent(config, permanentKeys_)));
+}
 
 void TokenBucketRateLimiter::validateConfig(const TokenBucketConfig& c) {
   detail::checkCount("capacity", c.capacity, 1, kMaxPermits);
@@ -35,8 +59,13 @@ bool TokenBucketRateLimiter::trySetConfig(const TokenBucketConfig& c) {
   return writeConfig(true, configArgs(c));
 }
 
-void TokenBucketRateLimiter::setConfig(const TokenBucketConfig& c) {
-  validateConfig(c);
+void TokenBucketRateLimiter::setConfig(const TokenBucketConfig& config) {
+  validateConfig(config);
+  TokenBucketConfig c = config;
+  if (configured()) {
+    c = sent(config, permanentKeys_);
+    configure(policyOf(c));
+  }
   if (c.initialTokens) {
     (void)writeConfig(false, configArgs(c));  // a state was asked for: restart with it
   } else {

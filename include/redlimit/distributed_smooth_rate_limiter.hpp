@@ -9,6 +9,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -28,6 +29,12 @@ struct SmoothConfig {
   std::int64_t coldFactor = 3;                // warming up: a permit costs up to coldFactor x the
                                               // stable interval when cold (Guava: 3), 1..kMaxColdFactor.
                                               // Unused when bursty
+  std::chrono::milliseconds keepAlive{0};     // a handle made with a configuration, or a keyed policy: the
+                                              // key expires once the limiter has been idle (full, or cold)
+                                              // this long; 0 (default): kDefaultIdleMargin unless
+                                              // permanentKeys. Up to kMaxInterval. Not stored in the key:
+                                              // trySetConfig and setConfig of a handle made without a
+                                              // configuration refuse a keepAlive (its key is kept)
 
   /// Guava's create(permitsPerSecond) as `permits` per `interval`, with the burst chosen by the caller.
   [[nodiscard]] static SmoothConfig bursty(std::int64_t permits, std::chrono::milliseconds interval,
@@ -53,7 +60,10 @@ struct SmoothConfig {
 
   /// Equal when they configure the same limiter (the unused one of maxBurst / coldFactor is ignored).
   friend bool operator==(const SmoothConfig& a, const SmoothConfig& b) {
-    if (a.permits != b.permits || a.interval != b.interval || a.warmupPeriod != b.warmupPeriod) return false;
+    if (a.permits != b.permits || a.interval != b.interval || a.warmupPeriod != b.warmupPeriod ||
+        a.keepAlive != b.keepAlive) {
+      return false;
+    }
     return a.isWarmingUp() ? a.coldFactor == b.coldFactor : a.maxBurst == b.maxBurst;
   }
   friend bool operator!=(const SmoothConfig& a, const SmoothConfig& b) { return !(a == b); }
@@ -61,8 +71,12 @@ struct SmoothConfig {
 
 /// Options of one DistributedSmoothRateLimiter handle.
 struct DistributedSmoothRateLimiterOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  FailureOptions failure;      // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;      // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  bool permanentKeys = false;  // a handle made with a configuration: false (default): its keepAlive of 0
+                               // becomes kDefaultIdleMargin, so the key expires once idle (full, or
+                               // cold) again; true: kept until deleteLimiter(). Unused by a handle
+                               // made without one
 };
 
 /// Guava's RateLimiter shared by every process that uses its name: SmoothBursty (permits stored
@@ -94,12 +108,16 @@ struct DistributedSmoothRateLimiterOptions {
 ///
 /// Storage: one string key, the name, 28 bytes (88 bytes in Redis for a name of up to 14 bytes,
 /// MEMORY USAGE): rate, interval, maxBurst or warm-up period, cold factor, stored permits (exact,
-/// in 1/K permit) and the next free time in µs. No TTL (decisions keep a TTL set on the key by
-/// hand; setConfig clears it). The configuration is written only by trySetConfig, setConfig and
-/// setRate, never by a decision; a key without one answers NotInitializedError.
+/// in 1/K permit), the next free time in µs, and a power of two at least the debt owed at the
+/// write (after a server clock stepped back, the next free time is clamped to it). A handle made
+/// without a configuration uses the stored one: no TTL (decisions keep a TTL set on the key by
+/// hand; setConfig clears it), and a key without one answers NotInitializedError. A
+/// handle made with a configuration sends it in every call: a key without one is decided as a
+/// limiter idle for long (bursty: maxBurst's worth stored; warming up: cold), which is what an
+/// expired key was, and the key expires once idle again plus keepAlive (kDefaultIdleMargin for 0).
 ///
 /// Bounds, checked before sending (InvalidArgument): permits in 1..2^32-1, interval in
-/// 1 ms..2^32-1 ms, maxBurst and warmupPeriod in 0..2^32-1 ms, coldFactor in 1..127; with
+/// 1 ms..2^32-1 ms, maxBurst, warmupPeriod and keepAlive in 0..2^32-1 ms, coldFactor in 1..127; with
 /// P' = permits / g and T' = interval in µs / g (g = gcd(permits, interval in µs)): bursty,
 /// maxBurst in µs x P' <= 2^52; warming up, W x P'^2 x 16(1 + coldFactor) <= 2^52 (W the warm-up in
 /// µs) and a few weaker bounds (lua/smooth.lua). Rates that divide a second evenly (P' = 1: 1000/s,
@@ -114,6 +132,10 @@ class DistributedSmoothRateLimiter : public detail::ScriptLimiter {
   /// client, an empty name or one longer than kMaxNameLength, bad failure options.
   DistributedSmoothRateLimiter(std::shared_ptr<Client> client, std::string name,
                                const DistributedSmoothRateLimiterOptions& options = {});
+  /// A handle that decides with `config`, sent in every call (see the class comment). Sends
+  /// nothing. Throws InvalidArgument as the other constructor does, and for a bad configuration.
+  DistributedSmoothRateLimiter(std::shared_ptr<Client> client, std::string name, const SmoothConfig& config,
+                               const DistributedSmoothRateLimiterOptions& options = {});
 
   /// The checks every configuration write makes before it sends anything (see the class comment).
   /// Throws InvalidArgument naming the bound.
@@ -122,10 +144,16 @@ class DistributedSmoothRateLimiter : public detail::ScriptLimiter {
   /// nothing stored, warming up cold. True if this call wrote it. A key of another kind:
   /// InvalidConfigError.
   [[nodiscard]] bool trySetConfig(const SmoothConfig& config);
-  /// Overwrites the configuration and restarts the limiter (bursty: nothing stored; warming up:
-  /// cold; free now).
+  /// Writes the configuration keeping the state, as setRate does: the debt owed is kept, stored
+  /// permits are brought up to now at the old configuration and scaled to the new maximum (stored x
+  /// newMax / oldMax, rounded down: an idle limiter stays full, or cold, a busy one as busy). The
+  /// same configuration again changes nothing. A key without one starts as trySetConfig's; one
+  /// whose stored configuration or state is unusable is overwritten. A handle made with a
+  /// configuration decides with this one from now on. (To restart: deleteLimiter(), then
+  /// trySetConfig.)
   void setConfig(const SmoothConfig& config);
-  /// The stored configuration. Throws NotInitializedError if there is none.
+  /// The stored configuration. Throws NotInitializedError if there is none (a handle made with a
+  /// configuration answers its own then).
   [[nodiscard]] SmoothConfig getConfig();
 
   /// Guava's setRate: changes the stable rate to `permits` per `interval`, keeping the state. Time
@@ -134,7 +162,8 @@ class DistributedSmoothRateLimiter : public detail::ScriptLimiter {
   /// newMax / oldMax, rounded down; maxBurst, warm-up period and cold factor are unchanged, so the
   /// maximum moves with the rate). Throws InvalidArgument before sending for a bad rate (and from
   /// the script if the new rate breaks the bounds with the stored warm-up), NotInitializedError
-  /// if the limiter has no configuration, IoError if Redis cannot be asked.
+  /// if the limiter has no configuration, IoError if Redis cannot be asked. A handle made with a
+  /// configuration changes its own: setConfig with the new rate.
   void setRate(std::int64_t permits, std::chrono::milliseconds interval);
 
   /// Guava's acquire(permits): reserves `permits` (always granted by the script, reserving up to
@@ -146,6 +175,7 @@ class DistributedSmoothRateLimiter : public detail::ScriptLimiter {
 
  private:
   std::chrono::milliseconds probeInterval_;
+  bool permanentKeys_ = false;
 };
 
 }  // namespace redlimit

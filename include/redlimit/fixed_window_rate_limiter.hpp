@@ -8,6 +8,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -28,8 +29,11 @@ struct FixedWindowConfig {
 
 /// Options of one FixedWindowRateLimiter handle.
 struct FixedWindowRateLimiterOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  FailureOptions failure;      // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;      // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  bool permanentKeys = false;  // a handle made with a configuration: false (default): its keepAlive of 0
+                               // becomes kDefaultIdleMargin, so the key expires once its windows end; true:
+                               // kept until deleteLimiter(). Unused by a handle made without one
 };
 
 /// The fixed-window counter shared by every process that uses its name: at most `limit` permits
@@ -40,8 +44,12 @@ struct FixedWindowRateLimiterOptions {
 ///
 /// Storage: one string key, the name, holding configuration, the current window's start and
 /// count, and the count reserved in the next window, in 28 bytes (88 bytes in Redis for a name of
-/// up to 14 bytes): INCRBY + PEXPIRE semantics without a key per window. No TTL unless keepAlive
-/// is set. retryAfter of a denial is the start of the window that can take the permits.
+/// up to 14 bytes): INCRBY + PEXPIRE semantics without a key per window. A handle made without a
+/// configuration uses the stored one (no TTL unless keepAlive is set; NotInitializedError for a
+/// key without one); a handle made with a configuration sends it in every call, and its key
+/// expires at the end of the last window with permits counted, plus keepAlive (see
+/// detail::ScriptLimiter). retryAfter of a denial is the start of the window that can take the
+/// permits.
 /// reserve() and tryAcquire(permits, timeout) book the next window when the current one is full.
 ///
 /// Bounds, checked before sending: limit in 1..2^32-1, window in 1 ms..2^32-1 ms, keepAlive in
@@ -52,16 +60,29 @@ class FixedWindowRateLimiter : public detail::ScriptLimiter {
   /// A handle on the limiter whose key is `name`. Sends nothing. Throws InvalidArgument for a null
   /// client, an empty name or one longer than kMaxNameLength, bad failure options.
   FixedWindowRateLimiter(std::shared_ptr<Client> client, std::string name, FixedWindowRateLimiterOptions options = {});
+  /// A handle that decides with `config`, sent in every call (see detail::ScriptLimiter). Sends
+  /// nothing. Throws InvalidArgument as the other constructor does, and for a bad configuration.
+  FixedWindowRateLimiter(std::shared_ptr<Client> client, std::string name, const FixedWindowConfig& config,
+                         FixedWindowRateLimiterOptions options = {});
 
   /// The checks every configuration write makes before it sends anything. Throws InvalidArgument.
   static void validateConfig(const FixedWindowConfig& config);
   /// Writes the configuration (with an empty current window) if the key does not exist. True if
   /// this call wrote it. A key of another kind: InvalidConfigError.
   [[nodiscard]] bool trySetConfig(const FixedWindowConfig& config);
-  /// Overwrites the configuration and empties the current window.
+  /// Writes the configuration keeping the counts: the permits counted in the current window and
+  /// reserved in the next stay counted (at most the new limit); another window length counts them
+  /// in the current and next windows of the new length, until those end (docs/algorithms.md). The
+  /// same configuration again changes nothing. A key without one starts empty; one whose stored
+  /// configuration or state is unusable is overwritten, empty. A handle made with a configuration
+  /// decides with this one from now on. (To empty the window: deleteLimiter(), then trySetConfig.)
   void setConfig(const FixedWindowConfig& config);
-  /// The stored configuration. Throws NotInitializedError if there is none.
+  /// The stored configuration. Throws NotInitializedError if there is none (a handle made with a
+  /// configuration answers its own then).
   [[nodiscard]] FixedWindowConfig getConfig();
+
+ private:
+  bool permanentKeys_ = false;
 };
 
 }  // namespace redlimit

@@ -8,6 +8,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -30,8 +31,11 @@ struct GcraConfig {
 
 /// Options of one GcraRateLimiter handle.
 struct GcraRateLimiterOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  FailureOptions failure;      // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;      // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  bool permanentKeys = false;  // a handle made with a configuration: false (default): its keepAlive of 0
+                               // becomes kDefaultIdleMargin, so the key expires once full again; true:
+                               // kept until deleteLimiter(). Unused by a handle made without one
 };
 
 /// The generic cell rate algorithm shared by every process that uses its name: one stored
@@ -45,13 +49,21 @@ struct GcraRateLimiterOptions {
 ///
 /// Storage, keys, bounds (burst x I' <= 2^50 with I' = period in µs / gcd(rate, period in µs)) and
 /// TTL as for TokenBucketRateLimiter, which runs the same script: a GCRA with burst B and rate P
-/// per period is a token bucket of capacity B refilled P per period. Thread-safe; see
-/// detail::ScriptLimiter for the operations and errors.
+/// per period is a token bucket of capacity B refilled P per period. Made with a configuration, the
+/// handle sends it in every call and its key expires when idle (see detail::ScriptLimiter). A
+/// reservation waits at most max(burst x T, period). Thread-safe; see detail::ScriptLimiter for
+/// the operations and errors.
 class GcraRateLimiter : public detail::ScriptLimiter {
  public:
   /// A handle on the limiter whose key is `name`. Sends nothing. Throws InvalidArgument for a null
   /// client, an empty name or one longer than kMaxNameLength, bad failure options.
   GcraRateLimiter(std::shared_ptr<Client> client, std::string name, GcraRateLimiterOptions options = {});
+  /// A handle on the limiter whose key is `name` that decides with `config`, sent in every call:
+  /// no trySetConfig needed, no NotInitializedError, and the key expires once the limiter is full
+  /// again plus keepAlive (kDefaultIdleMargin for 0 unless options.permanentKeys). Sends nothing.
+  /// Throws InvalidArgument as the other constructor does, and for a bad configuration.
+  GcraRateLimiter(std::shared_ptr<Client> client, std::string name, const GcraConfig& config,
+                  GcraRateLimiterOptions options = {});
 
   /// The checks every configuration write makes before it sends anything. Throws InvalidArgument.
   static void validateConfig(const GcraConfig& config);
@@ -61,10 +73,14 @@ class GcraRateLimiter : public detail::ScriptLimiter {
   /// Writes the configuration keeping the permits in use (the TAT's distance from now, scaled
   /// to the new time per permit, see docs/algorithms.md); the same configuration again changes
   /// nothing. A key without one starts idle; one whose stored configuration or state is unusable
-  /// is overwritten, idle.
+  /// is overwritten, idle. A handle made with a configuration decides with this one from now on.
   void setConfig(const GcraConfig& config);
-  /// The stored configuration. Throws NotInitializedError if there is none.
+  /// The stored configuration. Throws NotInitializedError if there is none (a handle made with a
+  /// configuration answers its own then).
   [[nodiscard]] GcraConfig getConfig();
+
+ private:
+  bool permanentKeys_ = false;
 };
 
 }  // namespace redlimit

@@ -9,23 +9,11 @@
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/keyed_script_limiter.hpp"
 
 namespace redlimit {
-
-/// Options of a keyed family (KeyedGcraRateLimiter, KeyedTokenBucketRateLimiter).
-struct KeyedRateLimiterOptions {
-  FailureOptions failure;      // decisions when Redis cannot be asked, for every key (default: throw)
-  MonitorOptions monitor;      // metrics under the policy's name (one series, not one per key), shadow, events
-  bool permanentKeys = false;  // false (default): a configuration's keepAlive of 0 becomes
-                               // kDefaultIdleMargin, so every key expires once it is full again;
-                               // true: keys without keepAlive are kept until deleted
-};
-
-/// The idle margin of a keyed family's keys by default: a key expires this long after its
-/// limiter is full again (an expired key decides exactly as a full one).
-inline constexpr std::chrono::milliseconds kDefaultIdleMargin{1000};
 
 /// One GCRA policy (rate per period, burst) for many keys: decide("api:{user:42}") limits that
 /// key, with the configuration sent in the call. A key needs no set-up: the script writes the

@@ -47,10 +47,16 @@ struct MultiLimitOptions {
 /// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
 /// call, not atomic with this one: refund it when the MultiLimit denies).
 ///
-/// The configurations live in the limiters' keys (set them with the limiters' trySetConfig or
-/// setConfig); the MultiLimit keeps only the names and kinds, not the limiter handles.
+/// The configurations: a limiter made without one uses the configuration stored in its key (set
+/// it with the limiter's trySetConfig or setConfig; a key without one is NotInitializedError); a
+/// limiter made with one has it sent in the call, with its rules (a key without state is decided
+/// full and written with the grant, another stored configuration is replaced keeping the permits
+/// in use, the key expires once idle: see detail::ScriptLimiter). The MultiLimit keeps the names,
+/// kinds and the configurations the limiters had when it was made, not the limiter handles: a
+/// later setConfig of a handle does not change what an existing MultiLimit sends.
 ///
-/// Errors: InvalidArgument before anything is sent (bad permits or waits); from the script, with
+/// Errors: InvalidArgument before anything is sent (bad permits or waits; permits above the
+/// burst or limit of a limiter made with a configuration); from the script, with
 /// nothing written: InvalidArgument for permits above a limit's burst or limit, NotInitializedError
 /// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
 /// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each

@@ -9,6 +9,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -37,8 +38,11 @@ struct TokenBucketConfig {
 
 /// Options of one TokenBucketRateLimiter handle.
 struct TokenBucketRateLimiterOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  FailureOptions failure;      // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;      // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  bool permanentKeys = false;  // a handle made with a configuration: false (default): its keepAlive of 0
+                               // becomes kDefaultIdleMargin, so the key expires once full again; true:
+                               // kept until deleteLimiter(). Unused by a handle made without one
 };
 
 /// A token bucket shared by every process that uses its name: it holds up to `capacity` permits
@@ -49,8 +53,9 @@ struct TokenBucketRateLimiterOptions {
 /// Storage: one string key, the name, holding configuration and state in 28 bytes (88 bytes in
 /// Redis for a name of up to 14 bytes, MEMORY USAGE): the bucket is computed as its equivalent
 /// GCRA (lua/gcra.lua), storing the time at which it is full again instead of tokens and a
-/// timestamp. No TTL unless keepAlive is set. The configuration is written only by trySetConfig
-/// or setConfig, never by a decision; a key without one answers NotInitializedError.
+/// timestamp. A handle made without a configuration uses the stored one: no TTL unless keepAlive
+/// is set, and a key without one answers NotInitializedError. A handle made with a configuration
+/// sends it in every call, and its key expires once full (see detail::ScriptLimiter).
 ///
 /// Keys: the name is the key. To keep several limiters in one Redis Cluster slot (a multi-limit
 /// decides them in one script), give them one hash tag: "{user:42}:burst", "{user:42}:daily".
@@ -62,13 +67,18 @@ struct TokenBucketRateLimiterOptions {
 /// about 260). Then every value the script computes is an exact integer.
 ///
 /// tryAcquire(permits, timeout), acquire() and reserve() take permits ahead of time (the bucket
-/// goes into debt) when the wait fits, so a waiting caller is served in one call. Thread-safe; see
+/// goes into debt) when the wait fits, and at most max(capacity x T, refillInterval) ahead, so a
+/// waiting caller is served in one call. Thread-safe; see
 /// detail::ScriptLimiter for the operations and errors.
 class TokenBucketRateLimiter : public detail::ScriptLimiter {
  public:
   /// A handle on the token bucket whose key is `name`. Sends nothing. Throws InvalidArgument for a
   /// null client, an empty name or one longer than kMaxNameLength, bad failure options.
   TokenBucketRateLimiter(std::shared_ptr<Client> client, std::string name, TokenBucketRateLimiterOptions options = {});
+  /// A handle that decides with `config`, sent in every call (as GcraRateLimiter's). A key without
+  /// state starts full: config.initialTokens must be empty. Sends nothing. Throws InvalidArgument.
+  TokenBucketRateLimiter(std::shared_ptr<Client> client, std::string name, const TokenBucketConfig& config,
+                         TokenBucketRateLimiterOptions options = {});
 
   /// The checks every configuration write makes before it sends anything (see the class comment).
   /// Throws InvalidArgument naming the bound.
@@ -80,10 +90,15 @@ class TokenBucketRateLimiter : public detail::ScriptLimiter {
   /// on a change: they come back at the new rate, and count against the new capacity); the same
   /// configuration again changes nothing. With config.initialTokens set, restarts the bucket with
   /// them instead. A key without a configuration starts with initialTokens (default full); one
-  /// whose stored configuration or state is unusable is overwritten.
+  /// whose stored configuration or state is unusable is overwritten. A handle made with a
+  /// configuration decides with this one from now on.
   void setConfig(const TokenBucketConfig& config);
-  /// The stored configuration. Throws NotInitializedError if there is none.
+  /// The stored configuration. Throws NotInitializedError if there is none (a handle made with a
+  /// configuration answers its own then).
   [[nodiscard]] TokenBucketConfig getConfig();
+
+ private:
+  bool permanentKeys_ = false;
 };
 
 }  // namespace redlimit

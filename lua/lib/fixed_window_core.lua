@@ -12,6 +12,11 @@
 -- Bounds: L in 1..2^32-1, W in 1..2^32-1 ms, keepAlive in 0..2^32-1 ms; every value is an exact
 --   integer below 2^53 (times are epoch µs, counts <= L).
 -- TTL: none unless keepAlive > 0; then the time until no permit is counted plus keepAlive.
+-- Clock steps: a writer stores its own current window, so a stored window that starts after the
+--   current one was written by a clock ahead of the server's clock now. Less than a window ahead it
+--   stays current until the clock is past it (exact: its count is not forgotten); further ahead it
+--   is clamped to the next window, its counts kept, and written back so by the next take (also
+--   when it denies).
 --
 -- A limiter is a table s: key, nowUs, the configuration (l, windowMs, keepAlive), wus = W in µs,
 -- and as of nowUs: start (of the current window), nextStart, count, nextCount.
@@ -54,7 +59,10 @@ local function windowLoad(key, nowUs)
   elseif start + s.wus == s.start then
     s.count, s.nextCount = nextCount, 0      -- the reserved window has begun
   elseif start > s.start then
-    -- The server's clock went back: the stored window stays current until the clock is past it.
+    -- The server's clock went back: the stored window stays current until the clock is past it,
+    -- but it is never more than one window ahead (clamped, counts kept): a step back costs at
+    -- most the rest of this window and one more, whatever its size.
+    if start > s.start + s.wus then start, s.clamped = s.start + s.wus, true end
     s.start, s.count, s.nextCount = start, count, nextCount
     s.nextStart = start + s.wus
   end                                        -- else expired: nothing counted
@@ -117,4 +125,34 @@ local function windowRefund(s, n)
   if count < 0 then count = 0 end
   if count ~= s.count then windowStore(s, count, s.nextCount) end
   return count
+end
+
+-- The counts of `old` (another configuration of a fixed window, at the same now) kept in `s`: the
+-- permits counted in the current window and reserved in the next one stay counted, each at most
+-- the new limit (more is the same answer: the window is full). The same window length keeps the
+-- windows; another length counts them in the new current and next windows (aligned to the epoch
+-- by the new length), until those end. Counts of earlier windows are gone already, as always.
+local function windowRescale(old, s)
+  s.count, s.nextCount = math.min(old.count, s.l), math.min(old.nextCount, s.l)
+  if old.wus == s.wus then s.start, s.nextStart = old.start, old.nextStart end
+  s.clamped = old.clamped
+end
+
+-- The fixed window of `key` at nowUs under the caller's configuration `cfg` (the key's 13-byte
+-- header: 'W', L, W ms, keepAlive ms): empty if the key does not exist, the stored counts if it
+-- holds cfg, the stored counts kept under cfg (windowRescale) if it holds another configuration.
+-- Fails with REDLIMIT_INVALID_ARGUMENT for a cfg that is not a usable fixed window configuration.
+local function windowWithConfig(key, nowUs, cfg)
+  if #cfg ~= 13 then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call must be 13 bytes') end
+  local k, l, windowMs, keepAlive = struct.unpack('<c1I4I4I4', cfg)
+  if k ~= 'W' then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call is not one of ' .. WINDOW_LABEL) end
+  local bad = windowConfigProblem(l, windowMs, keepAlive)
+  if bad then fail('REDLIMIT_INVALID_ARGUMENT', 'configuration for ' .. WINDOW_LABEL .. ' ' .. key .. ': ' .. bad) end
+  local v = readPacked('W', WINDOW_LABEL, key)
+  if not v then return windowNew(key, nowUs, l, windowMs, keepAlive) end
+  local old = windowLoad(key, nowUs)
+  if string.sub(v, 1, 13) == cfg then return old end
+  local s = windowNew(key, nowUs, l, windowMs, keepAlive)
+  windowRescale(old, s)
+  return s
 end

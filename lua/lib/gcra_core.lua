@@ -16,15 +16,23 @@
 --
 -- Bounds (the client checks a configuration before sending it, and the scripts check it again):
 --   B, P in 1..2^32-1; I in 1..2^32-1 ms; keepAlive in 0..2^32-1 ms; B*I' <= 2^50.
---   A reservation waits at most W = floor(2^52 / P') µs (at least 2^20 µs; for rates whose
---   reduced P' is 1, e.g. 1000 per second, 142 years), so D <= B*I' + W*P' <= 2^50 + 2^52, and
---   D + n*I' (n <= B) < 2^53: every value below is an exact integer.
+--   A reservation waits at most H = max(B*T, I) µs (whole µs, the horizon: the time the whole burst
+--   takes to come back, or one period if that is longer), and never more than floor(2^52 / P') µs,
+--   so D <= B*I' + H*P' <= 2^50 + 2^52, and D + n*I' (n <= B) < 2^53: every value below is an exact
+--   integer.
+-- Clock steps: nothing puts TAT further ahead of the writer's clock than B*T + H (a full bucket
+--   of debt plus the longest reservation; refund only moves it back, and its permits are >= 0).
+--   A stored TAT further ahead of now than that was written by a clock that was ahead of the
+--   server's clock now (a server clock stepped back, a failover to a replica whose clock is
+--   behind): D is clamped to B*I' + H*P', the furthest legal value, so such a step costs at most
+--   H + n*T of denials, whatever its size. A clamped state is written back by the next take, also
+--   when it denies (s.clamped), so the step is not met again.
 -- Layout (28 bytes): kind 'G' or 'T', B (uint32), P (uint32), I ms (uint32), keepAlive ms
 --   (uint32), TAT µs (uint56), TAT's remainder in units (uint32).
 -- TTL: none unless keepAlive > 0; then the time until the bucket is full again plus keepAlive.
 --
 -- A limiter is a table s: key, kind, label, nowUs, the configuration (b, p, intervalMs,
--- keepAlive), pp = P', ip = I', cap = B*I', maxWait = W, and d = D at nowUs.
+-- keepAlive), pp = P', ip = I', cap = B*I', maxWait = H, and d = D at nowUs.
 local GCRA_LAYOUT = '<c1I4I4I4I4I7I4'
 local GCRA_LABELS = {G = 'GcraRateLimiter', T = 'TokenBucketRateLimiter'}
 
@@ -41,6 +49,15 @@ local function gcraConfigProblem(b, p, intervalMs, keepAlive)
   return nil
 end
 
+-- H, the longest a reservation waits (µs): max(floor(B*T), I), at most floor(2^52 / P').
+local function gcraHorizon(cap, pp, ius)
+  local h = floorDiv(cap, pp)
+  if h < ius then h = ius end
+  local w = floorDiv(TWO52, pp)
+  if h > w then h = w end
+  return h
+end
+
 -- A limiter with a checked configuration and an idle bucket (d = 0).
 local function gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
   local s = {key = key, kind = kind, label = GCRA_LABELS[kind], nowUs = nowUs,
@@ -49,7 +66,7 @@ local function gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
   local g = gcd(p, ius)
   s.pp, s.ip = p / g, ius / g
   s.cap = b * s.ip                         -- B*I' <= 2^50
-  s.maxWait = floorDiv(TWO52, s.pp)        -- W, µs: W*P' <= 2^52
+  s.maxWait = gcraHorizon(s.cap, s.pp, ius)  -- H, µs: H*P' <= 2^52
   s.d = 0
   return s
 end
@@ -74,10 +91,11 @@ local function gcraLoad(key, kind, nowUs)
   if tatUs >= nowUs then
     local dt = tatUs - nowUs
     if dt > ceilDiv(dmax, s.pp) then
-      s.d = dmax                           -- the server's clock went back: as far ahead as TAT can be
+      s.d = dmax                           -- the server's clock went back: clamped, as far ahead as TAT can be
+      s.clamped = true
     else
       s.d = dt * s.pp + tatRem             -- <= dmax + 2P' < 2^53
-      if s.d > dmax then s.d = dmax end
+      if s.d > dmax then s.d, s.clamped = dmax, true end
     end
   end
   return s
@@ -124,7 +142,7 @@ local function gcraAfterAt(s, n, e)
   return start + n * s.ip
 end
 
--- Taking n permits now, or as a reservation within maxWait µs (cut to W): allowed (1 or 0), the
+-- Taking n permits now, or as a reservation within maxWait µs (cut to H): allowed (1 or 0), the
 -- delay before the permits may be used, retryAfter (denied: when the same call succeeds, exactly,
 -- if nobody else takes permits), and D after the call.
 local function gcraTake(s, n, maxWait)
@@ -167,6 +185,7 @@ local function gcraRescale(old, s)
   local dmax = s.cap + s.maxWait * s.pp
   if d > dmax then d = dmax end
   s.d = d
+  s.clamped = old.clamped
 end
 
 -- The limiter of `key` at nowUs under the caller's configuration `cfg` (the key's 17-byte

@@ -94,9 +94,14 @@ TEST_F(DistributedSmooth, ConfigurationIsWrittenOnlyWhenAbsentOrAsked) {
   rl.setConfig(warm);
   EXPECT_EQ(rl.getConfig(), warm);
   EXPECT_NE(rl.getConfig(), bursty);
-  const Decision cold = rl.peek();
-  EXPECT_EQ(cold.limit, 8) << "threshold 4 + 2W / (s (1 + c)) = 4";
-  EXPECT_EQ(cold.remaining, 8) << "a warming-up limiter starts cold";
+  const Decision kept = rl.peek();
+  EXPECT_EQ(kept.limit, 8) << "threshold 4 + 2W / (s (1 + c)) = 4";
+  EXPECT_EQ(kept.remaining, 0) << "setConfig keeps the state: nothing was stored, so it is warm, not cold";
+  rl.setConfig(warm);
+  EXPECT_EQ(rl.peek().remaining, 0) << "the same configuration again changes nothing";
+  ASSERT_TRUE(rl.deleteLimiter());
+  ASSERT_TRUE(rl.trySetConfig(warm));
+  EXPECT_EQ(rl.peek().remaining, 8) << "a warming-up limiter starts cold";
   Limiter other(newClient(), name());
   EXPECT_EQ(other.getConfig(), warm);
   EXPECT_TRUE(rl.deleteLimiter());

@@ -405,7 +405,8 @@ TEST_F(MultiLimitTest, ReservationsWaitForTheEarliestTimeAllCanGive) {
 TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
   TokenBucketRateLimiter a(client(), key("a"));
   GcraRateLimiter b(client(), key("b"));
-  ASSERT_TRUE(a.trySetConfig(bucket(1, 1, milliseconds(150))));
+  // a's reservation horizon, max(2 x 150 ms, 300 ms), lets a wait for b's next permit.
+  ASSERT_TRUE(a.trySetConfig(bucket(2, 2, milliseconds(300))));
   ASSERT_TRUE(b.trySetConfig(gcra(1, 1, milliseconds(300))));
   MultiLimit both({a, b});
   ASSERT_TRUE(both.tryAcquire());

@@ -43,12 +43,13 @@ std::int64_t i64(Int128 v) { return static_cast<std::int64_t>(v); }
 
 // GCRA by its definition: TAT kept exactly, as a count of 1/P' µs since the epoch.
 struct GcraModel {
-  Int128 burst = 0, pp = 0, ip = 0, tat = 0;
+  Int128 burst = 0, pp = 0, ip = 0, tat = 0, intervalUs = 0;
 
   GcraModel(std::int64_t b, std::int64_t permits, std::int64_t intervalMs, std::int64_t initial, std::int64_t nowUs) {
     const Int128 us = Int128{intervalMs} * 1000;
     const Int128 g = gcd128(permits, us);
     burst = b;
+    intervalUs = us;
     pp = permits / g;
     ip = us / g;
     tat = Int128{nowUs} * pp + (burst - initial) * ip;
@@ -58,7 +59,9 @@ struct GcraModel {
     const Int128 cap = burst * ip;
     const Int128 d = ahead(nowUs);
     const Int128 need = d + n * ip;
-    const Int128 longest = std::min<Int128>(maxWait, floorDiv(kTwo52, pp));
+    // The horizon: max(B x T, I), at most 2^52 / P' (lua/lib/gcra_core.lua).
+    const Int128 horizon = std::min<Int128>(std::max<Int128>(floorDiv(cap, pp), intervalUs), floorDiv(kTwo52, pp));
+    const Int128 longest = std::min<Int128>(maxWait, horizon);
     TakeReply r;
     r.limit = i64(burst);
     r.nowUs = nowUs;

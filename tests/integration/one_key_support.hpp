@@ -56,7 +56,6 @@ struct TokenBucketTraits {
   using Config = TokenBucketConfig;
   using Options = TokenBucketRateLimiterOptions;
   static constexpr const char* kKind = "T";
-  static constexpr bool kSetConfigKeepsState = true;  // setConfig keeps the permits in use
   static constexpr const char* kWorkerKind = "token_bucket";
   static const detail::lua::EmbeddedScript& script() { return detail::lua::gcra; }
   /// `limit` permits at once, `permits` more per `interval`.
@@ -77,7 +76,6 @@ struct GcraTraits {
   using Config = GcraConfig;
   using Options = GcraRateLimiterOptions;
   static constexpr const char* kKind = "G";
-  static constexpr bool kSetConfigKeepsState = true;  // setConfig keeps the permits in use
   static constexpr const char* kWorkerKind = "gcra";
   static const detail::lua::EmbeddedScript& script() { return detail::lua::gcra; }
   static Config config(std::int64_t limit, std::int64_t permits, std::chrono::milliseconds interval,
@@ -97,7 +95,6 @@ struct FixedWindowTraits {
   using Config = FixedWindowConfig;
   using Options = FixedWindowRateLimiterOptions;
   static constexpr const char* kKind = "W";
-  static constexpr bool kSetConfigKeepsState = false;  // setConfig keeps the permits in use
   static constexpr const char* kWorkerKind = "fixed_window";
   static const detail::lua::EmbeddedScript& script() { return detail::lua::fixed_window; }
   /// `limit` per window of `interval` (`permits` is not used: the window refills all at once).

@@ -75,14 +75,24 @@ class SmoothScript : public RedisTest {
   std::string value() { return raw({"GET", key()}).str; }
   Client& adminClient() { return admin(); }
   void drop() { (void)raw({"DEL", key()}); }
-  // The packed fields: stored units (bytes 14..20) and nextFree (21..27), little-endian.
-  static std::int64_t field56(const std::string& v, std::size_t at) {
+  // The packed fields (lua/smooth.lua): stored units (low 48 bits at bytes 14..19, bits 48..52 in
+  // byte 26) and nextFree (low 48 bits at 20..25, bits 48..51 in byte 27), little-endian.
+  static std::int64_t field48(const std::string& v, std::size_t at) {
     std::int64_t out = 0;
-    for (std::size_t i = 7; i-- > 0;) out = out * 256 + static_cast<unsigned char>(v.at(at + i));
+    for (std::size_t i = 6; i-- > 0;) out = out * 256 + static_cast<unsigned char>(v.at(at + i));
     return out;
   }
-  std::int64_t storedUnits() { return field56(value(), 14); }
-  std::int64_t nextFree() { return field56(value(), 21); }
+  static std::int64_t high(const std::string& v, std::size_t at, int bits) {
+    return (static_cast<unsigned char>(v.at(at)) % (1 << bits)) * (std::int64_t{1} << 48);
+  }
+  std::int64_t storedUnits() {
+    const std::string v = value();
+    return field48(v, 14) + high(v, 26, 5);
+  }
+  std::int64_t nextFree() {
+    const std::string v = value();
+    return field48(v, 20) + high(v, 27, 4);
+  }
 };
 
 // ---- 1. Replay against the local model at the server's times --------------------------------

@@ -1,5 +1,5 @@
-// redlimit — what the keyed one-key limiters (KeyedGcraRateLimiter, KeyedTokenBucketRateLimiter)
-// share: one policy (a configuration, a failure gate, a metrics label) applied to many keys, the
+// redlimit — what the keyed one-key limiters (KeyedGcraRateLimiter, KeyedTokenBucketRateLimiter,
+// KeyedFixedWindowRateLimiter, KeyedDistributedSmoothRateLimiter) share: one policy (a configuration, a failure gate, a metrics label) applied to many keys, the
 // configuration sent in every call so that a key needs no set-up and never goes uninitialized.
 #pragma once
 
@@ -27,19 +27,9 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor);
 
-/// What a keyed policy sends and what its failure policy runs: `packed` is the configuration as the
-/// script stores it (the key's 17-byte header), `limit` the most one decision can get,
-/// `localRate` per `localIntervalMs` the Local policy's bucket.
-struct KeyedPolicy {
-  std::string packed;
-  std::int64_t limit = 0;
-  std::int64_t localRate = 0;
-  std::int64_t localIntervalMs = 0;
-};
-
 /// One policy, many keys: each decision names its key and carries the policy's configuration, so
 /// the script writes it to a key that has none, uses a key's stored state when it holds the same
-/// configuration, and decides with this one (the permits in use kept, see lua/lib/gcra_core.lua)
+/// configuration, and decides with this one (the state kept: see docs/algorithms.md)
 /// when it holds another. No trySetConfig, and no NotInitializedError. The object is a cheap,
 /// copyable value (copies share one failure gate and one metrics series, labelled with the
 /// policy's name, never with a key). Thread-safe.
@@ -49,7 +39,7 @@ struct KeyedPolicy {
 /// the keys of this process together, not one per key.
 ///
 /// Errors: InvalidArgument before anything is sent (an empty key or one longer than
-/// ScriptLimiter::kMaxNameLength, permits outside 1..burst); InvalidConfigError if the key holds
+/// ScriptLimiter::kMaxNameLength, permits outside 1..the most one call may take: the burst, the limit); InvalidConfigError if the key holds
 /// another Redis type or another kind of limiter (a one-key limiter of this kind with another
 /// configuration is not an error), InvalidStateError if its state is unusable; ConfigurationError
 /// and AuthError; IoError and subclasses, which the failure policy decides for decide, tryAcquire
@@ -58,7 +48,7 @@ class KeyedScriptLimiter {
  public:
   using DecisionCallback = ScriptLimiter::DecisionCallback;
 
-  /// Takes `permits` (1..the policy's burst) from the limiter `key` if available now. Never waits.
+  /// Takes `permits` (1..the policy's burst or limit) from the limiter `key` if available now. Never waits.
   [[nodiscard]] Decision decide(std::string_view key, std::int64_t permits = 1);
   /// decide(key, permits).allowed.
   [[nodiscard]] bool tryAcquire(std::string_view key, std::int64_t permits = 1);

@@ -29,6 +29,22 @@ class MultiLimit;
 
 namespace redlimit::detail {
 
+/// A configuration sent in every call (the keyed families, and the one-key handles made with a
+/// configuration): `packed` is the configuration as the script stores it (the key's header: 17
+/// bytes for the token bucket and GCRA, 13 for the fixed window; 18 for the smooth limiter: its
+/// key's 14 and the keepAlive, which its key has no room for),
+/// `limit` what a decision reports as its limit, `maxPermits` the most one call may ask for,
+/// `localRate` per `localIntervalMs` the Local failure policy's bucket, and `fields` the
+/// configuration in the order of the script's `config` reply.
+struct KeyedPolicy {
+  std::string packed;
+  std::int64_t limit = 0;
+  std::int64_t maxPermits = 0;
+  std::int64_t localRate = 0;
+  std::int64_t localIntervalMs = 0;
+  std::vector<std::int64_t> fields;
+};
+
 /// The operations every one-key limiter offers (the public classes derive from it). The handle is
 /// a cheap, copyable value: copies share one failure gate. Thread-safe.
 ///
@@ -45,6 +61,24 @@ namespace redlimit::detail {
 ///
 /// A deciding call whose connection closes before its reply came is not sent again (it may have
 /// taken permits, and a resend would take them twice): it is an outage for the failure policy.
+///
+/// Where the configuration lives. A handle made WITHOUT a configuration (the Redisson way) uses
+/// the one stored in the key, written by trySetConfig or setConfig here or anywhere else: a key
+/// without one answers NotInitializedError (under every failure policy), and the key has no TTL
+/// unless the configuration's keepAlive says so (its configuration would go with it). A handle
+/// made WITH a configuration (the Bucket4j and redis_rate way) sends it in every call, as the
+/// keyed families do: a key without one is decided as a full limiter and written with the first
+/// grant, a key holding another configuration is decided with this one keeping the permits in use,
+/// there is no NotInitializedError, and the key expires once the limiter is full again plus
+/// keepAlive (kDefaultIdleMargin for 0, unless the options ask for permanentKeys). Its setConfig
+/// replaces the handle's configuration (for it and its copies) and writes it keeping the state.
+///
+/// Reservations (tryAcquire with a timeout, acquire, reserve) of the token bucket and GCRA wait at
+/// most the horizon max(burst x T, period) (T = one permit's time): a longer wait is refused, with
+/// the retryAfter at which it fits. So a stored time is never legitimately more than
+/// burst x T + horizon ahead, and one further ahead (a server clock stepped back) is clamped there:
+/// the fixed window likewise to one window ahead, the smooth limiter to the debt owed when the key
+/// was written (docs/algorithms.md, "The server's clock stepped back").
 class ScriptLimiter {
  public:
   static constexpr std::int64_t kMaxPermits = 4294967295;               // uint32 in the key
@@ -67,16 +101,18 @@ class ScriptLimiter {
   /// decide(permits).allowed.
   [[nodiscard]] bool tryAcquire(std::int64_t permits = 1);
   /// Takes `permits` if they are available within `timeout`: one call reserves them if the wait
-  /// the script computes fits in the timeout, and this sleeps exactly that wait (no polling).
-  /// Returns false at once when it does not fit (nothing is taken then). timeout <= 0: one attempt
-  /// that never waits. Returns after at most timeout plus one call.
+  /// the script computes fits in the timeout (token bucket and GCRA: and in the reservation
+  /// horizon), and this sleeps exactly that wait (no polling). Returns false at once when it does
+  /// not fit (nothing is taken then). timeout <= 0: one attempt that never waits. Returns after at
+  /// most timeout plus one call.
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout);
   /// Takes `permits`, waiting as long as it takes (reserve with the longest wait, then sleep it).
   /// Under the failure policy's denials, asks again every probe interval. IoErrors are thrown
   /// (FailurePolicy::Throw).
   void acquire(std::int64_t permits = 1);
   /// Reserves `permits` if they are available now or will be within `maxWait` (0..kMaxWait; longer
-  /// is cut to it, and further, for the token bucket and GCRA, to 2^52 / P' µs, see lua/gcra.lua):
+  /// is cut to it, and further, for the token bucket and GCRA, to the horizon max(burst x T,
+  /// period), see lua/lib/gcra_core.lua):
   /// the leaky bucket as a queue. The permits are taken at once, possibly ahead of time, and the
   /// result says how long to wait before using them. Refused (nothing taken) when the wait would
   /// exceed maxWait; then decision.retryAfter says when the same reservation would succeed. The
@@ -150,12 +186,19 @@ class ScriptLimiter {
   /// The script's `set` operation with `config` (its arguments after the mode): true if written.
   /// onlyIfAbsent: writes only if the key does not exist.
   bool writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config);
-  /// The script's `set` operation in mode 'keep' (gcra.lua): writes `config` keeping the
-  /// permits in use, nothing if the key holds it already; the initial permits in `config` apply
-  /// to a key that does not exist.
+  /// The script's `set` operation in mode 'keep': writes `config` keeping the state (the permits
+  /// in use, the counts, the stored permits), nothing if the key holds it already; the initial
+  /// permits in `config` (gcra.lua) apply to a key that does not exist.
   void writeConfigKeepingState(const std::vector<std::string>& config);
-  /// The script's `config` operation: the configuration's numbers, in the script's order.
+  /// The script's `config` operation: the configuration's numbers, in the script's order. A handle
+  /// with a configuration answers its own for a key that has none (it expired, or was never written).
   std::vector<std::int64_t> readConfig();
+  /// Makes every later call of this handle and its copies carry `policy` (see the class comment).
+  void configure(KeyedPolicy policy);
+  /// True if the handle was made with a configuration.
+  [[nodiscard]] bool configured() const noexcept;
+  /// The handle's own configuration in the order of readConfig(); empty if it has none.
+  [[nodiscard]] std::vector<std::int64_t> ownConfigFields() const;
   /// Sleeps `d` on the limiter's clock (its failure gate's): every retry sleep goes through it.
   void sleepFor(std::chrono::microseconds d) const;
 
@@ -164,6 +207,8 @@ class ScriptLimiter {
 
   /// The kind byte the limiter's script checks: 'T', 'G' or 'W'.
   [[nodiscard]] char kind() const noexcept;
+  /// The configuration the handle sends, null if it has none (MultiLimit sends it too).
+  [[nodiscard]] std::shared_ptr<const KeyedPolicy> policySnapshot() const;
 
   class Core;
   std::shared_ptr<Core> core_;

@@ -1,0 +1,360 @@
+// bench_keyed: per-user limits at scale (issue 25). 1 000 000 distinct keys decided once each
+// through KeyedGcraRateLimiter (the limit in the call), then idle for one period: used_memory
+// before, with the keys, and after (the keys are gone: each expires once its bucket is full again
+// plus the idle margin). And the server's cost per decision with the configuration in the call
+// next to a textbook GCRA in go-redis/redis_rate's argument shape (bench/textbook/
+// redis_rate_gcra.lua, floats, SET EX), on new keys (the million, every call creates its key) and
+// on hot keys (1000 keys, 200 calls each: the fast path). Server µs per call is INFO commandstats
+// (EVALSHA usec / calls), CPU per call INFO cpu's delta, as bench_algorithms measures them. The
+// raw rows send the same argv from one pipelined hiredis connection (256 in flight) so the two
+// scripts meet the same load; the library row is KeyedGcraRateLimiter::decideAsync with 1024 in
+// flight. Writing a million keys takes longer than their TTL (1.1 s), so the server's active
+// expiry is paused while they are written (DEBUG SET-ACTIVE-EXPIRE 0: every key is still in memory
+// when used_memory is read, expired or not) and turned on again for the idle period, whose end is
+// when DBSIZE reads 0. A short summary goes to stdout and <results>/bench_keyed.summary.txt.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <redlimit/redlimit.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlimit_lua.hpp"
+#include "support/bench_support.hpp"
+#include "support/collect_reporter.hpp"
+#include "support/pinned_server.hpp"
+
+namespace {
+
+namespace rb = redlimit::bench;
+using std::chrono::milliseconds;
+
+constexpr std::int64_t kKeys = 1'000'000;
+constexpr std::int64_t kHotKeys = 1000;
+constexpr std::int64_t kHotCalls = 200'000;
+constexpr int kRawDepth = 256;          // requests in flight on the raw connection
+constexpr int kLibraryInFlight = 1024;  // decideAsync calls in flight
+constexpr int kServerCpu = 0;
+constexpr int kClientCpu = 1;
+// 10 per second, bursts of 10: a key decided once is full again 100 ms later, and its key expires
+// kDefaultIdleMargin (1 s) after that.
+constexpr std::int64_t kBurst = 10;
+constexpr std::int64_t kRate = 10;
+constexpr milliseconds kPeriod{1000};
+
+struct World {
+  rb::PinnedServer pinned;
+  std::unique_ptr<rb::RawRedis> admin;
+  std::unique_ptr<rb::RawRedis> load;
+  std::shared_ptr<redlimit::Client> client;
+  std::string oursSha;
+  std::string textbookSha;
+  std::string packed;  // the 17 bytes KeyedGcraRateLimiter sends: 'G', burst, rate, period ms, keepAlive ms
+};
+World* gWorld = nullptr;
+
+struct Phase {
+  bool ran = false;
+  std::int64_t calls = 0;
+  std::int64_t allowed = 0;
+  double seconds = 0;
+  rb::ServerCost cost;
+  std::int64_t usedBefore = 0;  // used_memory, bytes
+  std::int64_t usedWith = 0;
+  std::int64_t usedAfter = 0;
+  double goneAfter = NAN;  // seconds from the last decision until DBSIZE was 0
+};
+std::map<std::string, Phase> gPhases;
+
+std::string keyOf(std::int64_t i) { return fmt::format("k{:07}", i); }  // 8 bytes
+
+std::int64_t usedMemory() { return std::stoll(rb::parseInfo(gWorld->admin->info({"memory"})).at("used_memory")); }
+std::int64_t dbsize() { return gWorld->admin->command({"DBSIZE"})->integer; }
+
+std::string loadScript(const std::string& source) {
+  auto r = gWorld->admin->command({"SCRIPT", "LOAD", source});
+  return std::string(r->str, r->len);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("bench: cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string packU32(std::int64_t v) {
+  std::string out;
+  for (int shift = 0; shift < 32; shift += 8)
+    out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> shift) & 0xffU));
+  return out;
+}
+
+// Raw pipelined calls of argvOf(i), i in [0, n), from one connection.
+void rawRun(std::int64_t n, const std::function<std::vector<std::string>(std::int64_t)>& argvOf, Phase& p) {
+  std::int64_t sent = 0;
+  std::int64_t read = 0;
+  const auto start = rb::Clock::now();
+  while (read < n) {
+    while (sent < n && sent - read < kRawDepth) {
+      const std::vector<std::string> argv = argvOf(sent++);
+      gWorld->load->append(std::vector<std::string_view>(argv.begin(), argv.end()));
+    }
+    auto r = gWorld->load->reply();
+    ++read;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->integer == 1) ++p.allowed;
+  }
+  p.seconds = std::chrono::duration<double>(rb::Clock::now() - start).count();
+  p.calls = n;
+}
+
+// Pauses (false) or resumes the server's active expiry.
+void activeExpire(bool on) { (void)gWorld->admin->command({"DEBUG", "SET-ACTIVE-EXPIRE", on ? "1" : "0"}); }
+
+// Resumes the active expiry, waits one period and the idle margin, then until no key is left (the
+// active expiry removes them), at most 60 s more.
+void waitUntilGone(Phase& p) {
+  activeExpire(true);
+  const auto last = rb::Clock::now();
+  std::this_thread::sleep_for(kPeriod + redlimit::kDefaultIdleMargin);
+  while (dbsize() > 0 && rb::Clock::now() - last < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  if (dbsize() == 0) p.goneAfter = std::chrono::duration<double>(rb::Clock::now() - last).count();
+  p.usedAfter = usedMemory();
+}
+
+void report(benchmark::State& state, const Phase& p) {
+  state.SetIterationTime(p.seconds);
+  state.counters["calls"] = static_cast<double>(p.calls);
+  state.counters["usec_per_call"] = p.cost.usecPerCall;
+  state.counters["cpu_us_per_call"] = p.cost.cpuUsPerCall;
+  if (p.usedWith > 0) state.counters["bytes_per_key"] = static_cast<double>(p.usedWith - p.usedBefore) / kKeys;
+}
+
+// A million new keys through the library: memory with them and after one idle period.
+void BM_LibraryNewKeys(benchmark::State& state) {
+  for (auto _ : state) {
+    Phase& p = gPhases["library"];
+    (void)gWorld->admin->command({"FLUSHALL"});
+    redlimit::GcraConfig c;
+    c.burst = kBurst;
+    c.rate = kRate;
+    c.period = kPeriod;
+    redlimit::KeyedGcraRateLimiter perKey(gWorld->client, "bench:keyed", c);
+    // The raw rows below send exactly the configuration the library sends (the key's first 17 bytes).
+    (void)perKey.decide("check");
+    auto v = gWorld->admin->command({"GET", "check"});
+    if (v->type != REDIS_REPLY_STRING || std::string(v->str, v->len).compare(0, 17, gWorld->packed) != 0) {
+      state.SkipWithError("the raw argv's configuration is not the library's");
+      return;
+    }
+    (void)gWorld->admin->command({"DEL", "check"});
+    p.usedBefore = usedMemory();
+    activeExpire(false);
+    const rb::ServerSample before = rb::sampleServer(*gWorld->admin);
+    std::mutex m;
+    std::condition_variable cv;
+    std::int64_t inFlight = 0;
+    std::int64_t allowed = 0;
+    std::int64_t failed = 0;
+    const auto start = rb::Clock::now();
+    for (std::int64_t i = 0; i < kKeys; ++i) {
+      {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return inFlight < kLibraryInFlight; });
+        ++inFlight;
+      }
+      perKey.decideAsync(keyOf(i), 1, [&](const redlimit::Decision& d, const std::exception_ptr& error) {
+        const std::lock_guard<std::mutex> lock(m);
+        if (error) ++failed;
+        if (!error && d.allowed) ++allowed;
+        --inFlight;
+        cv.notify_one();
+      });
+    }
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return inFlight == 0; });
+    }
+    p.seconds = std::chrono::duration<double>(rb::Clock::now() - start).count();
+    p.cost = rb::ServerCost::between(before, rb::sampleServer(*gWorld->admin));
+    p.calls = kKeys;
+    p.allowed = allowed;
+    p.usedWith = usedMemory();
+    if (failed > 0 || allowed != kKeys || dbsize() != kKeys) {
+      activeExpire(true);
+      state.SkipWithError(fmt::format("{} failed, {} allowed, {} keys", failed, allowed, dbsize()).c_str());
+      return;
+    }
+    waitUntilGone(p);
+    p.ran = true;
+    report(state, p);
+  }
+}
+
+void rawNewKeys(benchmark::State& state, const std::string& name, bool ours) {
+  for (auto _ : state) {
+    Phase& p = gPhases[name];
+    (void)gWorld->admin->command({"FLUSHALL"});
+    p.usedBefore = usedMemory();
+    activeExpire(false);
+    const rb::ServerSample before = rb::sampleServer(*gWorld->admin);
+    rawRun(
+        kKeys,
+        [ours](std::int64_t i) -> std::vector<std::string> {
+          if (ours) return {"EVALSHA", gWorld->oursSha, "1", keyOf(i), "take", "", "G", "1", "0", gWorld->packed};
+          return {"EVALSHA",
+                  gWorld->textbookSha,
+                  "1",
+                  keyOf(i),
+                  fmt::to_string(kBurst),
+                  fmt::to_string(kRate),
+                  fmt::format("{}", static_cast<double>(kPeriod.count()) / 1000.0),
+                  "1"};
+        },
+        p);
+    p.cost = rb::ServerCost::between(before, rb::sampleServer(*gWorld->admin));
+    p.usedWith = usedMemory();
+    if (p.allowed != kKeys || dbsize() != kKeys) {
+      activeExpire(true);
+      state.SkipWithError(fmt::format("{} allowed, {} keys", p.allowed, dbsize()).c_str());
+      return;
+    }
+    waitUntilGone(p);
+    p.ran = true;
+    report(state, p);
+  }
+}
+
+void rawHotKeys(benchmark::State& state, const std::string& name, bool ours) {
+  for (auto _ : state) {
+    Phase& p = gPhases[name];
+    (void)gWorld->admin->command({"FLUSHALL"});
+    // Far above the rate: most calls are denied, as a limited user's are; denials write nothing.
+    const auto argvOf = [ours](std::int64_t i) -> std::vector<std::string> {
+      const std::string key = keyOf(i % kHotKeys);
+      if (ours) return {"EVALSHA", gWorld->oursSha, "1", key, "take", "", "G", "1", "0", gWorld->packed};
+      return {"EVALSHA",
+              gWorld->textbookSha,
+              "1",
+              key,
+              fmt::to_string(kBurst),
+              fmt::to_string(kRate),
+              fmt::format("{}", static_cast<double>(kPeriod.count()) / 1000.0),
+              "1"};
+    };
+    Phase warm;
+    rawRun(kHotKeys * 2, argvOf, warm);  // every key exists
+    const rb::ServerSample before = rb::sampleServer(*gWorld->admin);
+    rawRun(kHotCalls, argvOf, p);
+    p.cost = rb::ServerCost::between(before, rb::sampleServer(*gWorld->admin));
+    p.ran = true;
+    report(state, p);
+  }
+}
+
+void BM_OursRawNewKeys(benchmark::State& state) { rawNewKeys(state, "ours_new", true); }
+void BM_TextbookRawNewKeys(benchmark::State& state) { rawNewKeys(state, "textbook_new", false); }
+void BM_OursRawHotKeys(benchmark::State& state) { rawHotKeys(state, "ours_hot", true); }
+void BM_TextbookRawHotKeys(benchmark::State& state) { rawHotKeys(state, "textbook_hot", false); }
+
+std::string num(double v, int digits) { return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, digits); }
+
+std::string summary() {
+  std::ostringstream out;
+  const auto& lib = gPhases["library"];
+  out << "Per-user limits at scale (bench_keyed): KeyedGcraRateLimiter, the limit in the call, 10 per 1 s, burst 10\n"
+      << "  " << gWorld->pinned.placement << "\n"
+      << "  " << rb::machineDescription(gWorld->pinned.server->version()) << "\n";
+  out << fmt::format("  1 000 000 distinct keys (8-byte names) decided once each{}:\n", lib.ran ? "" : " (not run)");
+  out << "                                        used_memory: before      with keys   after idle  bytes/key  keys "
+         "gone "
+         "after\n";
+  auto memoryRow = [&](const char* label, const Phase& p) {
+    if (!p.ran) return;
+    out << fmt::format("  {:<38} {:>14} {:>14} {:>12} {:>10} {:>11}\n", label, p.usedBefore, p.usedWith, p.usedAfter,
+                       num(static_cast<double>(p.usedWith - p.usedBefore) / kKeys, 1),
+                       std::isnan(p.goneAfter) ? std::string("NOT gone") : num(p.goneAfter, 1) + " s");
+  };
+  memoryRow("KeyedGcraRateLimiter (library)", lib);
+  memoryRow("ours, raw EVALSHA (same argv)", gPhases["ours_new"]);
+  memoryRow("textbook/redis_rate_gcra.lua", gPhases["textbook_new"]);
+  out << "  (active expiry paused while the keys are written; after idle: resumed, then one period and the idle\n"
+         "  margin, then until DBSIZE is 0, timed from the resume)\n";
+  out << "  server cost per decision                  server us/call   server CPU us/call   decisions/s\n";
+  auto costRow = [&](const char* label, const Phase& p) {
+    if (!p.ran) return;
+    out << fmt::format("  {:<42} {:>14} {:>20} {:>13}\n", label, num(p.cost.usecPerCall, 2),
+                       num(p.cost.cpuUsPerCall, 2), num(static_cast<double>(p.calls) / p.seconds, 0));
+  };
+  costRow("new keys: library (decideAsync, 1024)", lib);
+  costRow("new keys: ours, raw (256 in flight)", gPhases["ours_new"]);
+  costRow("new keys: textbook, raw (256 in flight)", gPhases["textbook_new"]);
+  costRow("hot keys: ours, raw", gPhases["ours_hot"]);
+  costRow("hot keys: textbook, raw", gPhases["textbook_hot"]);
+  const auto ratio = [&](const char* a, const char* b) {
+    const Phase& x = gPhases[a];
+    const Phase& y = gPhases[b];
+    return x.ran && y.ran ? num(x.cost.usecPerCall / y.cost.usecPerCall, 2) : std::string("n/a");
+  };
+  out << fmt::format("  ours / textbook, server us/call: new keys {}, hot keys {}\n", ratio("ours_new", "textbook_new"),
+                     ratio("ours_hot", "textbook_hot"));
+  out << "  hot keys: 1000 keys, 200 000 calls far above the rate (mostly denied, as a limited user's); the keys\n"
+         "  existed before the timed calls. Ours decides in exact integer µs and checks the key's type, kind,\n"
+         "  configuration and state; the textbook script trusts what it reads.\n";
+  return out.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  World world{rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, "", "", ""};
+  gWorld = &world;
+  world.admin = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
+  world.load = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
+  world.client = redlimit::Client::fromUri(world.pinned.server->uri());
+  world.oursSha = loadScript(redlimit::detail::lua::gcra.source);
+  world.textbookSha = loadScript(readFile(REDLIMIT_BENCH_SOURCE_DIR "/textbook/redis_rate_gcra.lua"));
+  world.packed =
+      "G" + packU32(kBurst) + packU32(kRate) + packU32(kPeriod.count()) + packU32(redlimit::kDefaultIdleMargin.count());
+
+  benchmark::RegisterBenchmark("KeyedGcra/library/new_keys", BM_LibraryNewKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("KeyedGcra/ours_raw/new_keys", BM_OursRawNewKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("KeyedGcra/textbook_raw/new_keys", BM_TextbookRawNewKeys)
+      ->Iterations(1)
+      ->UseManualTime();
+  benchmark::RegisterBenchmark("KeyedGcra/ours_raw/hot_keys", BM_OursRawHotKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("KeyedGcra/textbook_raw/hot_keys", BM_TextbookRawHotKeys)
+      ->Iterations(1)
+      ->UseManualTime();
+  rb::CollectReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  const std::string text = summary();
+  std::cout << '\n' << text << std::flush;
+  std::ofstream(rb::resultsDir() + "/bench_keyed.summary.txt") << text;
+  world.client.reset();
+  gWorld = nullptr;
+  return 0;
+} catch (const std::exception& e) {  // what the library or the harness threw: said, not an abort
+  std::fprintf(stderr, "bench_keyed: %s\n", e.what());
+  return 1;
+}

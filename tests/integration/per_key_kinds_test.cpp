@@ -1,0 +1,474 @@
+// Per-key limits at scale (issue 25), the rest: the limit in the call for the fixed window and the
+// smooth limiter (keyed families), one-key handles made with their configuration, setConfig that
+// keeps the state for every kind, the clock-step clamp, MultiLimit with the configurations in the
+// call, and one metrics series per keyed policy. Against a real redis-server.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "helpers.hpp"
+#include "redlimit/redlimit.hpp"
+#include "redlimit_test/fixture.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+GcraConfig gcra(std::int64_t burst, std::int64_t rate, milliseconds period) {
+  GcraConfig c;
+  c.burst = burst;
+  c.rate = rate;
+  c.period = period;
+  return c;
+}
+
+TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, milliseconds interval) {
+  TokenBucketConfig c;
+  c.capacity = capacity;
+  c.refillPermits = permits;
+  c.refillInterval = interval;
+  return c;
+}
+
+FixedWindowConfig window(std::int64_t limit, milliseconds length, milliseconds keepAlive = milliseconds{0}) {
+  FixedWindowConfig c;
+  c.limit = limit;
+  c.window = length;
+  c.keepAlive = keepAlive;
+  return c;
+}
+
+// Little-endian fields, as the scripts' struct.pack writes them.
+void putLe(std::string& out, std::int64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xffU));
+}
+
+// A GCRA or token bucket key (lua/lib/gcra_core.lua): kind, B, P, I ms, keepAlive ms, TAT µs, remainder.
+std::string gcraValue(char kind, std::int64_t b, std::int64_t p, std::int64_t intervalMs, std::int64_t tatUs) {
+  std::string v(1, kind);
+  for (const std::int64_t f : {b, p, intervalMs, std::int64_t{0}}) putLe(v, f, 4);
+  putLe(v, tatUs, 7);
+  putLe(v, 0, 4);
+  return v;
+}
+
+// A fixed window key (lua/lib/fixed_window_core.lua): 'W', L, W ms, keepAlive ms, start µs, count, next count.
+std::string windowValue(std::int64_t l, std::int64_t windowMs, std::int64_t startUs, std::int64_t count) {
+  std::string v(1, 'W');
+  for (const std::int64_t f : {l, windowMs, std::int64_t{0}}) putLe(v, f, 4);
+  putLe(v, startUs, 7);
+  putLe(v, count, 4);
+  putLe(v, 0, 4);
+  return v;
+}
+
+// A bursty smooth key (lua/smooth.lua): 'S', P, I ms, maxBurst ms, C = 0, stored units and nextFree
+// as 48 low bits plus their high bits in bytes A and B, which also hold e (the debt bound 2^e - 1 µs).
+std::string smoothValue(std::int64_t p, std::int64_t intervalMs, std::int64_t maxBurstMs, std::int64_t nextFree,
+                        int e) {
+  std::string v(1, 'S');
+  for (const std::int64_t f : {p, intervalMs, maxBurstMs}) putLe(v, f, 4);
+  v.push_back('\0');
+  constexpr std::int64_t kTwo48 = std::int64_t{1} << 48;
+  putLe(v, 0, 6);
+  putLe(v, nextFree % kTwo48, 6);
+  v.push_back(static_cast<char>((e % 8) * 32));
+  v.push_back(static_cast<char>(nextFree / kTwo48 + std::int64_t{e / 8} * 16 + 128));
+  return v;
+}
+
+constexpr std::int64_t kHour = 3'600'000'000;                       // µs
+constexpr std::int64_t kTwo53Minus1 = (std::int64_t{1} << 53) - 1;  // the largest TAT a key may hold
+
+}  // namespace
+
+class PerKeyKinds : public RedisTest {
+ protected:
+  std::int64_t now() { return serverTimeUs(admin()); }
+  void set(const std::string& key, const std::string& value) { (void)raw({"SET", key, value}); }
+  std::int64_t pttl(const std::string& key) { return raw({"PTTL", key}).integer; }
+
+  // setConfig(c) on `key` about every 10 ms for ~1 s while 4 threads (each its own Client) decide
+  // one permit at a time: the permits granted, and the span in seconds.
+  template <class Limiter, class Config>
+  std::pair<int, double> setConfigUnderDecisions(const std::string& key, const Config& c) {
+    Limiter rl(client(), key);
+    rl.setConfig(c);
+    std::atomic<bool> stop{false};
+    std::atomic<int> granted{0};
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> deciders;
+    for (int t = 0; t < 4; ++t) {
+      deciders.emplace_back([&, mine = Limiter(newClient(), key)]() mutable {
+        while (!stop.load()) {
+          if (mine.tryAcquire()) granted.fetch_add(1);
+        }
+      });
+    }
+    for (int i = 0; i < 100; ++i) {
+      rl.setConfig(c);
+      sleepMs(10);
+    }
+    stop.store(true);
+    for (auto& t : deciders) t.join();
+    return {granted.load(), static_cast<double>(msSince(start)) / 1000.0};
+  }
+};
+
+// --- (b) the limit in the call for the fixed window and the smooth limiter ------------------------
+
+TEST_F(PerKeyKinds, KeyedFixedWindowNeedsNoSetUpAndItsKeyExpiresAtTheWindowsEnd) {
+  KeyedRateLimiterOptions allow;
+  allow.failure.policy = FailurePolicy::Allow;
+  KeyedFixedWindowRateLimiter quota(client(), "quota", window(3, milliseconds(60000)), allow);
+  const std::string key = name("user:42");
+  for (std::int64_t left = 2; left >= 0; --left) {
+    const Decision d = quota.decide(key);
+    ASSERT_TRUE(d.allowed);
+    EXPECT_FALSE(d.byPolicy) << "a key without configuration is a normal decision, not the policy's";
+    EXPECT_EQ(d.remaining, left);
+  }
+  const Decision denied = quota.decide(key);
+  EXPECT_FALSE(denied.allowed);
+  const std::int64_t ttl = pttl(key);
+  const std::int64_t endMs = (denied.retryAfter.count() + 999) / 1000;  // the window's end
+  EXPECT_GT(ttl, endMs) << "the window's end plus the margin";
+  EXPECT_LE(ttl, endMs + kDefaultIdleMargin.count());
+  FixedWindowRateLimiter one(client(), key);
+  EXPECT_EQ(one.getConfig(), quota.config()) << "the configuration was written with the grant";
+  EXPECT_THROW((void)quota.decide(key, 4), InvalidArgument) << "more than the limit, before sending";
+}
+
+TEST_F(PerKeyKinds, KeyedSmoothStartsIdleAndItsKeyExpiresOnceIdle) {
+  KeyedDistributedSmoothRateLimiter pace(client(), "pace", SmoothConfig::bursty(10, milliseconds(1000)));
+  const std::string key = name("host:7");
+  const Decision first = pace.decide(key, 4);
+  ASSERT_TRUE(first.allowed);
+  EXPECT_EQ(first.limit, 10);
+  EXPECT_EQ(first.remaining, 6) << "a new key is an idle limiter: maxBurst's worth stored, 4 spent";
+  const std::int64_t ttl = pttl(key);
+  const std::int64_t resetMs = (first.resetAfter.count() + 999) / 1000;
+  EXPECT_GT(ttl, resetMs) << "until full again, plus the margin";
+  EXPECT_LE(ttl, resetMs + kDefaultIdleMargin.count());
+  EXPECT_EQ(pace.config().keepAlive, kDefaultIdleMargin);
+
+  // Warming up: a new key is cold.
+  KeyedDistributedSmoothRateLimiter warm(client(), "warm",
+                                         SmoothConfig::warmingUp(2, milliseconds(1000), milliseconds(4000)));
+  const Decision cold = warm.peek(name("cold"));
+  EXPECT_EQ(cold.remaining, 8);
+  EXPECT_EQ(raw({"EXISTS", name("cold")}).integer, 0) << "peek writes nothing";
+
+  KeyedRateLimiterOptions permanent;
+  permanent.permanentKeys = true;
+  KeyedDistributedSmoothRateLimiter kept(client(), "kept", SmoothConfig::bursty(10, milliseconds(1000)), permanent);
+  ASSERT_TRUE(kept.tryAcquire(name("p")));
+  EXPECT_EQ(pttl(name("p")), -1);
+  KeyedFixedWindowRateLimiter keptWindow(client(), "keptw", window(3, milliseconds(1000)), permanent);
+  ASSERT_TRUE(keptWindow.tryAcquire(name("w")));
+  EXPECT_EQ(pttl(name("w")), -1);
+}
+
+TEST_F(PerKeyKinds, ExpiredKeysOfTheNewKindsDecideAsNewOnes) {
+  FixedWindowConfig w = window(2, milliseconds(50), milliseconds(20));
+  KeyedFixedWindowRateLimiter quota(client(), "q", w);
+  SmoothConfig s = SmoothConfig::bursty(2, milliseconds(50), milliseconds(50));
+  s.keepAlive = milliseconds(20);
+  KeyedDistributedSmoothRateLimiter pace(client(), "s", s);
+  ASSERT_TRUE(quota.tryAcquire(name("w"), 2));
+  ASSERT_TRUE(pace.tryAcquire(name("s"), 2));
+  for (int i = 0; i < 200 && raw({"EXISTS", name("w"), name("s")}).integer > 0; ++i) sleepMs(10);
+  ASSERT_EQ(raw({"EXISTS", name("w"), name("s")}).integer, 0) << "both idle keys expired";
+  EXPECT_EQ(quota.decide(name("w")).remaining, 1);
+  EXPECT_EQ(pace.decide(name("s")).remaining, 1) << "full again: 2 stored, 1 spent";
+}
+
+// --- (2) one-key handles made with their configuration -------------------------------------------
+
+TEST_F(PerKeyKinds, HandlesMadeWithAConfigurationReclaimTheirKeysAndRecreateThem) {
+  GcraRateLimiter g(client(), name("g"), gcra(3, 1, milliseconds(10000)));
+  TokenBucketRateLimiter t(client(), name("t"), bucket(3, 1, milliseconds(10000)));
+  FixedWindowRateLimiter w(client(), name("w"), window(3, milliseconds(60000)));
+  DistributedSmoothRateLimiter s(client(), name("s"), SmoothConfig::bursty(3, milliseconds(1000)));
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    EXPECT_EQ(g.decide(2).remaining, 1);
+    EXPECT_EQ(t.decide(2).remaining, 1);
+    EXPECT_EQ(w.decide(2).remaining, 1);
+    EXPECT_EQ(s.decide(2).remaining, 1);
+    for (const char* k : {"g", "t", "w", "s"}) EXPECT_GT(pttl(name(k)), 0) << k << ": the key expires when idle";
+    EXPECT_EQ(g.getConfig().keepAlive, kDefaultIdleMargin);
+    // Redis lost the keys (they expired, a restart without persistence, a failover): the next
+    // decision writes them again, with no NotInitializedError.
+    (void)raw({"DEL", name("g"), name("t"), name("w"), name("s")});
+    EXPECT_EQ(s.getConfig(), [] {
+      SmoothConfig c = SmoothConfig::bursty(3, milliseconds(1000));
+      c.keepAlive = kDefaultIdleMargin;
+      return c;
+    }()) << "a handle with a configuration answers its own for a key that has none";
+  }
+  GcraRateLimiterOptions permanent;
+  permanent.permanentKeys = true;
+  GcraRateLimiter kept(client(), name("kept"), gcra(3, 1, milliseconds(10000)), permanent);
+  ASSERT_TRUE(kept.tryAcquire());
+  EXPECT_EQ(pttl(name("kept")), -1);
+
+  // Without a configuration: the central way, unchanged.
+  GcraRateLimiterOptions allow;
+  allow.failure.policy = FailurePolicy::Allow;
+  GcraRateLimiter central(client(), name("central"), allow);
+  EXPECT_THROW((void)central.decide(), NotInitializedError);
+  EXPECT_THROW((void)DistributedSmoothRateLimiter(client(), name("sc")).trySetConfig([] {
+    SmoothConfig c = SmoothConfig::bursty(3, milliseconds(1000));
+    c.keepAlive = milliseconds(5);
+    return c;
+  }()),
+               InvalidArgument)
+      << "a smooth key stores no keepAlive";
+  EXPECT_THROW((void)g.decide(4), InvalidArgument) << "above the handle's burst, before sending";
+}
+
+TEST_F(PerKeyKinds, SetConfigOfAHandleMadeWithAConfigurationReplacesItsOwn) {
+  GcraRateLimiter a(client(), name("k"), gcra(10, 1, milliseconds(10000)));
+  GcraRateLimiter copy = a;
+  ASSERT_TRUE(a.decide(6).allowed);
+  a.setConfig(gcra(20, 1, milliseconds(10000)));
+  const Decision d = copy.decide();
+  EXPECT_EQ(d.limit, 20) << "the copy decides with the new configuration too";
+  EXPECT_EQ(d.remaining, 13) << "6 kept in use of 20, then 1";
+}
+
+// --- (c) setConfig keeps the state: fixed window and smooth; the concurrency bound for each kind ---
+
+TEST_F(PerKeyKinds, FixedWindowSetConfigKeepsTheCounts) {
+  struct Change {
+    const char* what;
+    FixedWindowConfig to;
+    bool allowed;
+    std::int64_t remaining;  // after 6 of 10 were taken and one more asked for now
+  };
+  // Windows of an hour or more: a boundary inside the test is not a concern.
+  const FixedWindowConfig from = window(10, milliseconds(3600000));
+  for (const Change& c :
+       {Change{"limit up (the rate)", window(20, milliseconds(3600000)), true, 13},
+        Change{"limit down (the burst)", window(4, milliseconds(3600000)), false, 0},
+        Change{"window (the period)", window(10, milliseconds(7200000)), true, 3}, Change{"same", from, true, 3}}) {
+    FixedWindowRateLimiter rl(client(), name(c.what));
+    rl.setConfig(from);
+    ASSERT_TRUE(rl.decide(6).allowed) << c.what;
+    rl.setConfig(c.to);
+    EXPECT_EQ(rl.getConfig(), c.to) << c.what;
+    const Decision d = rl.decide();
+    EXPECT_EQ(d.allowed, c.allowed) << c.what;
+    EXPECT_EQ(d.remaining, c.remaining) << c.what;
+  }
+}
+
+TEST_F(PerKeyKinds, SmoothSetConfigScalesTheStoredPermits) {
+  struct Change {
+    const char* what;
+    SmoothConfig to;
+    std::int64_t remaining;  // stored: 6 of 10, scaled to the new maximum
+  };
+  const SmoothConfig from = SmoothConfig::bursty(10, milliseconds(1000), milliseconds(1000));
+  for (const Change& c : {Change{"rate", SmoothConfig::bursty(20, milliseconds(1000), milliseconds(1000)), 12},
+                          Change{"burst", SmoothConfig::bursty(10, milliseconds(1000), milliseconds(2000)), 12},
+                          Change{"period", SmoothConfig::bursty(10, milliseconds(2000), milliseconds(1000)), 3},
+                          Change{"same", from, 6}}) {
+    DistributedSmoothRateLimiter rl(client(), name(c.what), from);  // a new key starts full: 10 stored
+    ASSERT_TRUE(rl.decide(4).allowed) << c.what;
+    rl.setConfig(c.to);
+    const Decision d = rl.peek();
+    EXPECT_EQ(d.remaining, c.remaining) << c.what;
+    EXPECT_TRUE(d.allowed) << c.what << ": the debt owed (none) is kept";
+  }
+  // Without a configuration in the handle: the stored one, kept the same way.
+  DistributedSmoothRateLimiter central(client(), name("central"));
+  ASSERT_TRUE(central.trySetConfig(SmoothConfig::bursty(10, milliseconds(1000), milliseconds(0))));
+  ASSERT_TRUE(central.tryAcquire(5)) << "free: granted, and the next caller pays 500 ms";
+  central.setConfig(SmoothConfig::bursty(10, milliseconds(1000), milliseconds(0)));
+  EXPECT_FALSE(central.tryAcquire()) << "the same configuration again: the debt is still owed";
+}
+
+TEST_F(PerKeyKinds, SetConfigUnderDecisionsStaysWithinTheBoundForEachKind) {
+  {
+    const auto [granted, seconds] =
+        setConfigUnderDecisions<GcraRateLimiter>(name("g"), gcra(10, 10, milliseconds(1000)));
+    EXPECT_LE(granted, 10 + static_cast<int>(10 * seconds) + 1) << "GCRA over " << seconds << " s";
+    EXPECT_GE(granted, 10);
+  }
+  {
+    // 10 per 200 ms window: every window the span touches (whole ones and the two ends) at most 10.
+    const auto [granted, seconds] =
+        setConfigUnderDecisions<FixedWindowRateLimiter>(name("w"), window(10, milliseconds(200)));
+    EXPECT_LE(granted, 10 * (static_cast<int>(seconds / 0.2) + 2)) << "fixed window over " << seconds << " s";
+    EXPECT_GE(granted, 10);
+  }
+  {
+    // 10 per second, 1 s of burst: what is stored, the one the next caller pays for, the rate.
+    const auto [granted, seconds] = setConfigUnderDecisions<DistributedSmoothRateLimiter>(
+        name("s"), SmoothConfig::bursty(10, milliseconds(1000), milliseconds(1000)));
+    EXPECT_LE(granted, 10 + 1 + static_cast<int>(10 * seconds) + 1) << "smooth over " << seconds << " s";
+    EXPECT_GE(granted, 1);
+  }
+}
+
+// --- (d) the clock-step clamp --------------------------------------------------------------------
+
+// A stored time an hour (or 2^53-1 µs) ahead of the server's clock, as a server clock stepped back
+// leaves it: the denial lasts one horizon plus one permit (GCRA, token bucket), never the step.
+TEST_F(PerKeyKinds, AStoredTimeFarAheadIsClampedForGcraAndTheTokenBucket) {
+  // 2 per 200 ms: T = 100 ms, burst x T = 200 ms, period 200 ms: the horizon is 200 ms, so TAT is
+  // at most 400 ms ahead and one permit comes 300 ms after the clamp.
+  for (const std::int64_t ahead : {kHour, std::int64_t{0}}) {
+    for (const char kind : {'G', 'T'}) {
+      SCOPED_TRACE(std::string(1, kind) + (ahead == 0 ? " 2^53-1" : " an hour"));
+      const std::string key = name(std::string(1, kind) + std::to_string(ahead));
+      set(key, gcraValue(kind, 2, 2, 200, ahead == 0 ? kTwo53Minus1 : now() + ahead));
+      const Decision peeked =
+          kind == 'G' ? GcraRateLimiter(client(), key).peek() : TokenBucketRateLimiter(client(), key).peek();
+      EXPECT_FALSE(peeked.allowed);
+      EXPECT_EQ(peeked.retryAfter.count(), 300000) << "peek (the full path)";
+      const Decision d =
+          kind == 'G' ? GcraRateLimiter(client(), key).decide() : TokenBucketRateLimiter(client(), key).decide();
+      EXPECT_FALSE(d.allowed);
+      EXPECT_EQ(d.retryAfter.count(), 300000) << "decide (the fast path)";
+      EXPECT_EQ(d.resetAfter.count(), 400000);
+      std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
+      EXPECT_TRUE(kind == 'G' ? GcraRateLimiter(client(), key).tryAcquire()
+                              : TokenBucketRateLimiter(client(), key).tryAcquire())
+          << "the denial wrote the clamped time back: the step is over";
+    }
+  }
+  // The limit in the call meets the same clamp.
+  const std::string key = name("keyed");
+  set(key, gcraValue('G', 2, 2, 200, now() + kHour));
+  KeyedGcraRateLimiter keyed(client(), "api", gcra(2, 2, milliseconds(200)));
+  EXPECT_LE(keyed.decide(key).retryAfter.count(), 300000);
+}
+
+// What legitimately puts TAT ahead (reservations, up to the horizon) is not clamped.
+TEST_F(PerKeyKinds, ReservationsWithinTheHorizonAreNotClamped) {
+  GcraRateLimiter rl(client(), name("r"));
+  ASSERT_TRUE(rl.trySetConfig(gcra(2, 2, milliseconds(200))));  // the horizon is 200 ms
+  ASSERT_TRUE(rl.decide(2).allowed);
+  const Reservation r = rl.reserve(2, microseconds(10'000'000));
+  ASSERT_TRUE(r.decision.allowed);
+  EXPECT_GT(r.delay.count(), 190000) << "booked a whole burst ahead";
+  const Decision d = rl.peek();
+  EXPECT_GT(d.retryAfter.count(), 290000) << "the booking stands: TAT 400 ms ahead, the furthest legal";
+  const Reservation further = rl.reserve(1, microseconds(10'000'000));
+  EXPECT_FALSE(further.decision.allowed) << "beyond the horizon: refused, with when it fits";
+  EXPECT_GT(further.decision.retryAfter.count(), 90000);
+  EXPECT_LE(further.decision.retryAfter.count(), 100000);
+  EXPECT_THROW(rl.refund(-1), InvalidArgument) << "a negative refund cannot push TAT ahead";
+}
+
+TEST_F(PerKeyKinds, AStoredWindowFarAheadIsClampedToTheNextWindow) {
+  constexpr std::int64_t kWindowUs = 100000;  // 100 ms
+  for (const bool extreme : {false, true}) {
+    SCOPED_TRACE(extreme ? "2^53-1" : "an hour");
+    const std::string key = name(extreme ? "x" : "h");
+    const std::int64_t start = extreme ? kTwo53Minus1 - kTwo53Minus1 % kWindowUs : now() + kHour;
+    set(key, windowValue(3, 100, start - start % kWindowUs, 3));
+    FixedWindowRateLimiter rl(client(), key);
+    const Decision d = rl.decide();
+    EXPECT_FALSE(d.allowed);
+    EXPECT_LE(d.retryAfter.count(), 2 * kWindowUs) << "the rest of this window and the next one, full";
+    std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
+    EXPECT_TRUE(rl.tryAcquire()) << "the denial wrote the clamped window back";
+  }
+}
+
+TEST_F(PerKeyKinds, ASmoothLimitersNextFreeTimeIsClampedToTheDebtOwedAtTheWrite) {
+  const std::string key = name("s");
+  // 10 per second; written with e = 17 (a debt of at most 2^17 - 1 µs), its next free time an hour ahead.
+  set(key, smoothValue(10, 1000, 0, now() + kHour, 17));
+  DistributedSmoothRateLimiter rl(client(), key);
+  const Decision d = rl.decide();
+  EXPECT_FALSE(d.allowed);
+  EXPECT_LE(d.retryAfter.count(), 131071);
+  std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
+  EXPECT_TRUE(rl.tryAcquire()) << "the refusal wrote the clamped time back";
+  // The largest time a key may hold (2^52 - 1 µs), with the bound of a key that owed nothing.
+  set(key, smoothValue(10, 1000, 0, (std::int64_t{1} << 52) - 1, 0));
+  EXPECT_TRUE(rl.tryAcquire()) << "owed nothing at the write: free now";
+  // A legitimate debt (Guava: the next caller pays for a big acquire) is kept whole.
+  const Reservation big = rl.reserve(20, microseconds(10'000'000));
+  ASSERT_TRUE(big.decision.allowed);
+  const Decision after = rl.peek();
+  EXPECT_GT(after.retryAfter.count(), 1'900'000) << "20 permits at 10/s: 2 s owed";
+}
+
+// --- (5) MultiLimit with the configurations in the call ------------------------------------------
+
+TEST_F(PerKeyKinds, MultiLimitSendsTheConfigurationsOfHandlesMadeWithThem) {
+  const std::string user = "{" + name("tag") + "}:user";
+  const std::string tenant = "{" + name("tag") + "}:tenant";
+  GcraRateLimiter perUser(client(), user, gcra(2, 1, milliseconds(10000)));
+  FixedWindowRateLimiter perTenant(client(), tenant, window(3, milliseconds(3600000)));
+  MultiLimitOptions allow;
+  allow.failure.policy = FailurePolicy::Allow;
+  MultiLimit both({perUser, perTenant}, allow);
+  const MultiDecision first = both.decide();
+  ASSERT_TRUE(first.allowed) << "no trySetConfig: the keys are written with the grant";
+  EXPECT_FALSE(first.byPolicy);
+  EXPECT_EQ(first.limits[0].remaining, 1);
+  EXPECT_EQ(first.limits[1].remaining, 2);
+  EXPECT_GT(pttl(user), 0);
+  EXPECT_GT(pttl(tenant), 0);
+  ASSERT_TRUE(both.decide().allowed);
+  const MultiDecision third = both.decide();
+  EXPECT_FALSE(third.allowed);
+  EXPECT_EQ(third.deniedBy, 0U);
+  EXPECT_EQ(perTenant.peek().remaining, 1) << "all or nothing: the tenant gave nothing";
+  EXPECT_THROW((void)both.decide(3), InvalidArgument) << "above the user's burst, before sending";
+
+  // A key holding another configuration keeps its permits in use; a key without one is full.
+  (void)raw({"DEL", user});
+  GcraRateLimiter older(client(), user);
+  older.setConfig(gcra(4, 1, milliseconds(10000)));
+  ASSERT_TRUE(older.decide(3).allowed);
+  const MultiDecision kept = both.decide();
+  EXPECT_FALSE(kept.allowed) << "3 in use of the handle's burst of 2";
+  both.refund(1);
+  EXPECT_EQ(perTenant.peek().remaining, 2);
+
+  // Mixed with a limiter whose configuration is stored.
+  const std::string stored = "{" + name("tag") + "}:stored";
+  GcraRateLimiter central(client(), stored);
+  MultiLimit mixed({perTenant, central});
+  EXPECT_THROW((void)mixed.decide(), NotInitializedError);
+  ASSERT_TRUE(central.trySetConfig(gcra(5, 1, milliseconds(10000))));
+  EXPECT_TRUE(mixed.decide().allowed);
+}
+
+// --- (6) metrics: one series per keyed policy ---------------------------------------------------
+
+TEST_F(PerKeyKinds, EachKeyedPolicyIsOneMetricsSeries) {
+  KeyedRateLimiterOptions o;
+  o.monitor.registry = std::make_shared<MetricsRegistry>();
+  KeyedGcraRateLimiter g(client(), "g", gcra(2, 1, milliseconds(1000)), o);
+  KeyedTokenBucketRateLimiter t(client(), "t", bucket(2, 1, milliseconds(1000)), o);
+  KeyedFixedWindowRateLimiter w(client(), "w", window(2, milliseconds(1000)), o);
+  KeyedDistributedSmoothRateLimiter s(client(), "s", SmoothConfig::bursty(2, milliseconds(1000)), o);
+  for (int k = 0; k < 50; ++k) {
+    const std::string key = name("k" + std::to_string(k));
+    (void)g.decide(key + "g");
+    (void)t.decide(key + "t");
+    (void)w.decide(key + "w");
+    (void)s.decide(key + "s");
+  }
+  const std::vector<LimiterMetricsSnapshot> all = o.monitor.registry->snapshot();
+  EXPECT_EQ(all.size(), 4U) << "200 keys, four policies";
+  for (const auto& m : all) EXPECT_EQ(m.granted + m.denied, 50U) << m.limiter;
+}
