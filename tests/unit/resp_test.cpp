@@ -261,6 +261,48 @@ TEST(Resp, GarbageThrowsWithHiredisText) {
             "redlimit: bytes that are not RESP2: a bulk string of 1 bytes is not followed by CRLF");
 }
 
+TEST(Resp, Resp3IsRefusedAlikeOnEveryHiredis) {
+  // hiredis 0.14 refuses RESP3's type bytes; 1.x reads them and the parser refuses them with the
+  // text 0.14 gives: complete, inside an array, with only the header buffered, nil or empty.
+  const auto refused = [](char typeByte) {
+    return fmt::format(R"(redlimit: bytes that are not RESP2: Protocol error, got "{}" as reply type byte)", typeByte);
+  };
+  for (const std::string_view bytes :
+       {",1.5\r\n", "_\r\n", "#t\r\n", "%1\r\n:1\r\n:2\r\n", "~1\r\n:1\r\n", "|1\r\n:1\r\n:2\r\n+OK\r\n",
+        ">2\r\n$7\r\nmessage\r\n:1\r\n", "(12345678901234567890\r\n", "=7\r\ntxt:abc\r\n", "%0\r\n", "~-1\r\n", ",",
+        "_", "%1", "=100\r\ntxt:", "(1"}) {
+    EXPECT_EQ(parseError(bytes), refused(bytes[0])) << bytes;
+    EXPECT_EQ(parseError("*3\r\n:1\r\n*1\r\n$1\r\na\r\n" + std::string(bytes)), refused(bytes[0])) << bytes;
+  }
+  ReplyParser p(ReplyLimits{});
+  feed(p, "+OK\r\n_\r\n+OK\r\n");
+  auto r = p.next();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(show(*r), R"(+"OK")");
+  EXPECT_EQ(protocolError([&] { (void)p.next(); }), refused('_'));
+  EXPECT_EQ(
+      protocolError([&] { feed(p, "+OK\r\n"); }),
+      R"(redlimit: the reply stream was lost earlier: bytes that are not RESP2: Protocol error, got "_" as reply type byte)");
+}
+
+TEST(Resp, LineWithALoneCrOrLfIsRefusedOnEveryHiredis) {
+  // hiredis 0.14 passes "a\rb" through as a status; 1.x refuses it with its own text.
+#if HIREDIS_MAJOR >= 1
+  const auto refused = [](const char*) {
+    return std::string("redlimit: bytes that are not RESP2: Bad simple string value");
+  };
+#else
+  const auto refused = [](const char* kind) {
+    return fmt::format("redlimit: bytes that are not RESP2: {} holds a CR or LF byte", kind);
+  };
+#endif
+  EXPECT_EQ(parseError("+a\rb\r\n"), refused("a status line"));
+  EXPECT_EQ(parseError("+a\nb\r\n"), refused("a status line"));
+  EXPECT_EQ(parseError("*2\r\n:1\r\n-ERR a\rb\r\n"), refused("an error line"));
+  EXPECT_EQ(parseError("-ERR \n\r\n"), refused("an error line"));
+  EXPECT_EQ(parseOne("$3\r\na\rb\r\n"), R"($"a\x0db")");  // bulk strings hold any byte
+}
+
 TEST(Resp, StaysFailedAfterAnError) {
   ReplyParser p(ReplyLimits{});
   feed(p, "+OK\r\n!");
@@ -328,7 +370,8 @@ TEST(Resp, AppendCommandMatchesHiredisEncoder) {
       lengths.push_back(w.size());
     }
     char* raw = nullptr;
-    const int size = redisFormatCommandArgv(&raw, static_cast<int>(words.size()), pointers.data(), lengths.data());
+    // int in hiredis 0.14, long long in 1.x.
+    const auto size = redisFormatCommandArgv(&raw, static_cast<int>(words.size()), pointers.data(), lengths.data());
     ASSERT_GT(size, 0);
     const std::string theirs(raw, static_cast<std::size_t>(size));
     redisFreeCommand(raw);
@@ -495,3 +538,4 @@ TEST(Defects29, Item07_NestedArraysBuiltIncrementallyKeepTheirShape) {
   EXPECT_EQ(show(second->value), "[:2, [:3]]");
   EXPECT_FALSE(p.next().has_value());
 }
+
