@@ -1,5 +1,6 @@
 // The RESP2 codec (src/resp.cpp): bytes in, replies out, no server.
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <random>
@@ -7,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -539,3 +541,14 @@ TEST(Defects29, Item07_NestedArraysBuiltIncrementallyKeepTheirShape) {
   EXPECT_FALSE(p.next().has_value());
 }
 
+// The hiredis configure found (tests/CMakeLists.txt) is the one compiled against and loaded:
+// scripts/ci-hiredis12.sh builds against a hiredis of its own beside the system's.
+TEST(Hiredis, HeaderAndLibraryAreTheOnesConfigureFound) {
+  EXPECT_EQ(fmt::format("{}.{}.{}", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH), REDLIMIT_HIREDIS_VERSION);
+  Dl_info loaded{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&redisReaderCreateWithFunctions), &loaded), 0);
+  ASSERT_NE(loaded.dli_fname, nullptr);
+  EXPECT_EQ(std::filesystem::canonical(loaded.dli_fname), std::filesystem::canonical(REDLIMIT_HIREDIS_LIBRARY));
+  fmt::print("hiredis {}: header {}.{}.{}, loaded from {}\n", REDLIMIT_HIREDIS_VERSION, HIREDIS_MAJOR, HIREDIS_MINOR,
+             HIREDIS_PATCH, loaded.dli_fname);
+}
