@@ -3,7 +3,7 @@ JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 CTEST_ARGS ?=
 
-.PHONY: deps build demo test test-asan test-tsan test-clang tidy bench format check-format clean
+.PHONY: deps build demo test test-asan test-tsan test-clang test-hiredis12 tidy bench format check-format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -36,6 +36,11 @@ test-clang:
 	cmake --preset clang-cxx20 >/dev/null
 	cmake --build --preset clang-cxx20 -j $(JOBS)
 	ctest --preset clang-cxx20 $(CTEST_ARGS)
+
+# The unit tests and an integration subset against hiredis 1.2.0, fetched with npm and built into
+# build/hiredis-1.2.0 (CI; Debian 12 has 0.14.1).
+test-hiredis12: deps
+	@scripts/ci-hiredis12.sh
 
 bench: deps
 	cmake --preset release >/dev/null

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,9 +17,14 @@
 
 #include "redlimit/errors.hpp"
 
-// ReplyParser reads redisReader's public fields (ridx, rstack, buf, pos, len) to see which item
-// the reader waits on; hiredis 1.x replaced rstack with a growable task array.
-static_assert(HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14, "src/resp.cpp is written against hiredis 0.14's redisReader");
+// ReplyParser reads redisReader's public fields (ridx, the task stack, buf, pos, len) to see which
+// item the reader waits on, and fills a redisReplyObjectFunctions by member name. Between 0.14
+// and 1.x the stack went from rstack[9] to a growable array of pointers (task), createArray's
+// count from int to size_t, and RESP3 types (createDouble, createBool) came in; read.h keeps
+// those fields from 1.0.0 to 1.2.0. Tested: 0.14.1 (Debian 12) and 1.2.0 (scripts/ci-hiredis12.sh).
+// A later release must have its read.h checked against the uses below before it is let in.
+static_assert((HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14) || (HIREDIS_MAJOR == 1 && HIREDIS_MINOR <= 2),
+              "src/resp.cpp knows the redisReader of hiredis 0.14 and 1.0-1.2 only");
 
 namespace redlimit::detail {
 
@@ -25,12 +32,50 @@ namespace {
 
 // The longest length or integer line: "-9223372036854775808".
 constexpr std::size_t kMaxNumberLine = 20;
-// hiredis's reader nests at most 8 arrays; limits stay below so that our message comes first.
+// hiredis 0.14's reader nests at most 8 arrays (1.x has no bound); limits stay below, so that the
+// limit is the same on both and our message comes first.
 constexpr int kMaxDepth = 7;
 
 bool isDigit(char c) noexcept { return c >= '0' && c <= '9'; }
 
 const char* lineKind(int type) noexcept { return type == REDIS_REPLY_ERROR ? "an error line" : "a status line"; }
+
+// hiredis 1.x also reads RESP3 and hands its types to the callbacks and the task stack. This
+// codec is RESP2: it refuses them with the text hiredis 0.14 gives for the same type byte, so the
+// two versions fail alike. The type byte of a RESP3 task type, 0 for a RESP2 one.
+char resp3TypeByte(int type) noexcept {
+#if HIREDIS_MAJOR >= 1
+  switch (type) {
+    case REDIS_REPLY_DOUBLE:
+      return ',';
+    case REDIS_REPLY_NIL:
+      return '_';
+    case REDIS_REPLY_BOOL:
+      return '#';
+    case REDIS_REPLY_MAP:
+      return '%';
+    case REDIS_REPLY_SET:
+      return '~';
+    case REDIS_REPLY_ATTR:
+      return '|';
+    case REDIS_REPLY_PUSH:
+      return '>';
+    case REDIS_REPLY_BIGNUM:
+      return '(';
+    case REDIS_REPLY_VERB:
+      return '=';
+    default:
+      return 0;
+  }
+#else
+  (void)type;  // 0.14 refuses RESP3 type bytes itself
+  return 0;
+#endif
+}
+
+std::string notResp2Type(char typeByte) {
+  return fmt::format("bytes that are not RESP2: Protocol error, got \"{}\" as reply type byte", typeByte);
+}
 
 }  // namespace
 
@@ -79,7 +124,18 @@ struct ReplyParser::Callbacks {
     }
   }
 
+  // A task of a RESP3 type (hiredis 1.x only) fails the stream.
+  static void* refuseResp3(const redisReadTask* task) {
+    return guarded(task, [&](ReplyParser& p) -> void* {
+      p.refusal_ = notResp2Type(resp3TypeByte(task->type));
+      return nullptr;
+    });
+  }
+
   static void* createString(const redisReadTask* task, char* str, std::size_t len) {
+    if (task->type != REDIS_REPLY_STRING && task->type != REDIS_REPLY_STATUS && task->type != REDIS_REPLY_ERROR) {
+      return refuseResp3(task);  // a big number or a verbatim string
+    }
     return guarded(task, [&](ReplyParser& p) -> void* {
       if (len > p.limits_.maxBulkBytes) {
         p.refusal_ =
@@ -93,6 +149,13 @@ struct ReplyParser::Callbacks {
       // hiredis checked that the payload and two more bytes are buffered, but not what they are.
       if (task->type == REDIS_REPLY_STRING && (str[len] != '\r' || str[len + 1] != '\n')) {
         p.refusal_ = fmt::format("bytes that are not RESP2: a bulk string of {} bytes is not followed by CRLF", len);
+        return nullptr;
+      }
+      // hiredis 0.14 ends a line at its first CRLF and passes a lone CR or LF through; 1.x
+      // refuses both ("Bad simple string value"). Refused here too, so both versions agree.
+      if (task->type != REDIS_REPLY_STRING &&
+          (std::memchr(str, '\r', len) != nullptr || std::memchr(str, '\n', len) != nullptr)) {
+        p.refusal_ = fmt::format("bytes that are not RESP2: {} holds a CR or LF byte", lineKind(task->type));
         return nullptr;
       }
       Reply* slot = p.scalarSlot(levelOf(task));
@@ -109,12 +172,17 @@ struct ReplyParser::Callbacks {
     });
   }
 
-  static void* createArray(const redisReadTask* task, int count) {
+  // Count: int in hiredis 0.14, size_t in 1.x (deduced from the table's member in makeTable).
+  template <class Count>
+  static void* createArray(const redisReadTask* task, Count count) {
+    if (task->type != REDIS_REPLY_ARRAY) return refuseResp3(task);  // a map, set or push
     return guarded(task, [&](ReplyParser& p) -> void* {
-      // hiredis calls createNil for "*-1" and refuses other negative counts; never seen here.
-      if (count < 0) {
-        p.refusal_ = fmt::format("bytes that are not RESP2: an array of {} elements", count);
-        return nullptr;
+      if constexpr (std::is_signed_v<Count>) {
+        // hiredis calls createNil for "*-1" and refuses other negative counts; never seen here.
+        if (count < 0) {
+          p.refusal_ = fmt::format("bytes that are not RESP2: an array of {} elements", count);
+          return nullptr;
+        }
       }
       const std::size_t level = levelOf(task);
       const std::size_t depth = level + 1;
@@ -144,18 +212,42 @@ struct ReplyParser::Callbacks {
     });
   }
 
+  // "$-1" and "*-1" (task type string or array); hiredis 1.x also calls it for RESP3's "_" and
+  // a nil map, set or push.
   static void* createNil(const redisReadTask* task) {
+    if (task->type != REDIS_REPLY_STRING && task->type != REDIS_REPLY_ARRAY) return refuseResp3(task);
     return guarded(task, [&](ReplyParser& p) -> void* { return p.scalarSlot(levelOf(task)); });
   }
+
+  // RESP3 only (hiredis 1.x): refused.
+  static void* createDouble(const redisReadTask* task, double /*value*/, char* /*text*/, std::size_t /*len*/) {
+    return refuseResp3(task);
+  }
+  static void* createBool(const redisReadTask* task, int /*value*/) { return refuseResp3(task); }
 
   // hiredis frees only the root it holds (&open_[0]), on an error or in redisReaderFree.
   static void freeObject(void* object) { *static_cast<Reply*>(object) = Reply{}; }
 
+  // Filled by member name: the members and their order differ between hiredis 0.14 and 1.x. A
+  // member left null would make hiredis 1.x build a dummy object for that type.
+  static redisReplyObjectFunctions makeTable() noexcept {
+    redisReplyObjectFunctions table{};
+    table.createString = &createString;
+    table.createArray = &createArray;
+    table.createInteger = &createInteger;
+    table.createNil = &createNil;
+#if HIREDIS_MAJOR >= 1
+    table.createDouble = &createDouble;
+    table.createBool = &createBool;
+#endif
+    table.freeObject = &freeObject;
+    return table;
+  }
+
   static const redisReplyObjectFunctions kTable;
 };
 
-const redisReplyObjectFunctions ReplyParser::Callbacks::kTable = {&createString, &createArray, &createInteger,
-                                                                  &createNil, &freeObject};
+const redisReplyObjectFunctions ReplyParser::Callbacks::kTable = makeTable();
 
 ReplyParser::ReplyParser(const ReplyLimits& limits) : limits_(limits) {
   checkLimits(limits_);
@@ -277,8 +369,13 @@ Reply* ReplyParser::arraySlot(std::size_t level) {
 void ReplyParser::checkWaitingItem() {
   const redisReader& r = *reader_;
   if (r.ridx < 0) return;
+#if HIREDIS_MAJOR >= 1
+  const int type = r.task[r.ridx]->type;
+#else
   const int type = r.rstack[r.ridx].type;
-  if (type < 0) return;  // waiting for a type byte
+#endif
+  if (type < 0) return;                                                 // waiting for a type byte
+  if (const char byte = resp3TypeByte(type)) fail(notResp2Type(byte));  // its rest is not waited for
   const std::string_view pending(r.buf + r.pos, r.len - r.pos);
   switch (type) {
     case REDIS_REPLY_STRING:

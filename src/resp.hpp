@@ -1,4 +1,4 @@
-// redlimit — a sans-I/O RESP2 codec on hiredis 0.14's reader: bytes in, Reply values out, and
+// redlimit — a sans-I/O RESP2 codec on hiredis's reader (0.14 or 1.x): bytes in, Reply values out, and
 // commands encoded into a caller's buffer. No sockets; the transport feeds it.
 #pragma once
 
@@ -24,7 +24,8 @@ struct WireReply {
 };
 
 /// Throws InvalidArgument naming the field: maxBulkBytes == 0, maxElements == 0, maxDepth
-/// outside 1..7 (hiredis 0.14's reader nests at most 8 arrays; 7 keeps its own error out of reach).
+/// outside 1..7 (hiredis 0.14's reader nests at most 8 arrays; 7 keeps its own error out of reach,
+/// and the same bound holds on hiredis 1.x, which has none).
 void checkLimits(const ReplyLimits& limits);
 
 /// Parses RESP2 replies from bytes fed in any chunking. Not thread-safe; neither copyable nor
@@ -56,7 +57,8 @@ class ReplyParser {
 
   /// The next complete reply, or std::nullopt when more bytes are needed. Call it until it
   /// returns std::nullopt after each feed(): limits are checked here. Throws ProtocolError for
-  /// bytes that are not RESP2 (with hiredis's text when hiredis found it), or for a reply over a
+  /// bytes that are not RESP2 (with hiredis's text when hiredis found it; RESP3 types, which
+  /// hiredis 1.x reads, with the text hiredis 0.14 gives for them), or for a reply over a
   /// limit: the message names the limit, the value announced and the limit, e.g. "reply announces
   /// an array of 2147483647 elements, more than ReplyLimits::maxElements (1048576)". After it
   /// threw once, every later call (and feed()) throws ProtocolError: the stream is lost. Out of

@@ -46,8 +46,8 @@ struct ReplyLimits {
   std::size_t maxBulkBytes = std::size_t{64} << 20;  // longest bulk string (and status or error line),
                                                      // bytes; >= 1
   std::size_t maxElements = std::size_t{1} << 20;    // most elements in one array (each level), >= 1
-  int maxDepth = 7;                                  // deepest nesting of arrays, 1..7 (hiredis's
-                                                     // reader stops at 7)
+  int maxDepth = 7;                                  // deepest nesting of arrays, 1..7 (hiredis
+                                                     // 0.14's reader stops at 7)
 };
 
 /// How to reach one Redis server and what to send after connecting.

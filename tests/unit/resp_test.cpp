@@ -1,5 +1,6 @@
 // The RESP2 codec (src/resp.cpp): bytes in, replies out, no server.
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <random>
@@ -7,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -261,6 +263,48 @@ TEST(Resp, GarbageThrowsWithHiredisText) {
             "redlimit: bytes that are not RESP2: a bulk string of 1 bytes is not followed by CRLF");
 }
 
+TEST(Resp, Resp3IsRefusedAlikeOnEveryHiredis) {
+  // hiredis 0.14 refuses RESP3's type bytes; 1.x reads them and the parser refuses them with the
+  // text 0.14 gives: complete, inside an array, with only the header buffered, nil or empty.
+  const auto refused = [](char typeByte) {
+    return fmt::format(R"(redlimit: bytes that are not RESP2: Protocol error, got "{}" as reply type byte)", typeByte);
+  };
+  for (const std::string_view bytes :
+       {",1.5\r\n", "_\r\n", "#t\r\n", "%1\r\n:1\r\n:2\r\n", "~1\r\n:1\r\n", "|1\r\n:1\r\n:2\r\n+OK\r\n",
+        ">2\r\n$7\r\nmessage\r\n:1\r\n", "(12345678901234567890\r\n", "=7\r\ntxt:abc\r\n", "%0\r\n", "~-1\r\n", ",",
+        "_", "%1", "=100\r\ntxt:", "(1"}) {
+    EXPECT_EQ(parseError(bytes), refused(bytes[0])) << bytes;
+    EXPECT_EQ(parseError("*3\r\n:1\r\n*1\r\n$1\r\na\r\n" + std::string(bytes)), refused(bytes[0])) << bytes;
+  }
+  ReplyParser p(ReplyLimits{});
+  feed(p, "+OK\r\n_\r\n+OK\r\n");
+  auto r = p.next();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(show(*r), R"(+"OK")");
+  EXPECT_EQ(protocolError([&] { (void)p.next(); }), refused('_'));
+  EXPECT_EQ(
+      protocolError([&] { feed(p, "+OK\r\n"); }),
+      R"(redlimit: the reply stream was lost earlier: bytes that are not RESP2: Protocol error, got "_" as reply type byte)");
+}
+
+TEST(Resp, LineWithALoneCrOrLfIsRefusedOnEveryHiredis) {
+  // hiredis 0.14 passes "a\rb" through as a status; 1.x refuses it with its own text.
+#if HIREDIS_MAJOR >= 1
+  const auto refused = [](const char*) {
+    return std::string("redlimit: bytes that are not RESP2: Bad simple string value");
+  };
+#else
+  const auto refused = [](const char* kind) {
+    return fmt::format("redlimit: bytes that are not RESP2: {} holds a CR or LF byte", kind);
+  };
+#endif
+  EXPECT_EQ(parseError("+a\rb\r\n"), refused("a status line"));
+  EXPECT_EQ(parseError("+a\nb\r\n"), refused("a status line"));
+  EXPECT_EQ(parseError("*2\r\n:1\r\n-ERR a\rb\r\n"), refused("an error line"));
+  EXPECT_EQ(parseError("-ERR \n\r\n"), refused("an error line"));
+  EXPECT_EQ(parseOne("$3\r\na\rb\r\n"), R"($"a\x0db")");  // bulk strings hold any byte
+}
+
 TEST(Resp, StaysFailedAfterAnError) {
   ReplyParser p(ReplyLimits{});
   feed(p, "+OK\r\n!");
@@ -328,7 +372,8 @@ TEST(Resp, AppendCommandMatchesHiredisEncoder) {
       lengths.push_back(w.size());
     }
     char* raw = nullptr;
-    const int size = redisFormatCommandArgv(&raw, static_cast<int>(words.size()), pointers.data(), lengths.data());
+    // int in hiredis 0.14, long long in 1.x.
+    const auto size = redisFormatCommandArgv(&raw, static_cast<int>(words.size()), pointers.data(), lengths.data());
     ASSERT_GT(size, 0);
     const std::string theirs(raw, static_cast<std::size_t>(size));
     redisFreeCommand(raw);
@@ -494,4 +539,16 @@ TEST(Defects29, Item07_NestedArraysBuiltIncrementallyKeepTheirShape) {
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(show(second->value), "[:2, [:3]]");
   EXPECT_FALSE(p.next().has_value());
+}
+
+// The hiredis configure found (tests/CMakeLists.txt) is the one compiled against and loaded:
+// scripts/ci-hiredis12.sh builds against a hiredis of its own beside the system's.
+TEST(Hiredis, HeaderAndLibraryAreTheOnesConfigureFound) {
+  EXPECT_EQ(fmt::format("{}.{}.{}", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH), REDLIMIT_HIREDIS_VERSION);
+  Dl_info loaded{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&redisReaderCreateWithFunctions), &loaded), 0);
+  ASSERT_NE(loaded.dli_fname, nullptr);
+  EXPECT_EQ(std::filesystem::canonical(loaded.dli_fname), std::filesystem::canonical(REDLIMIT_HIREDIS_LIBRARY));
+  fmt::print("hiredis {}: header {}.{}.{}, loaded from {}\n", REDLIMIT_HIREDIS_VERSION, HIREDIS_MAJOR, HIREDIS_MINOR,
+             HIREDIS_PATCH, loaded.dli_fname);
 }
