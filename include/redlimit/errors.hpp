@@ -6,7 +6,7 @@
 // (a replica, a TLS port, no file descriptors left, a request over the server's limits) is a
 // ConfigurationError; answers Redis gave are ReplyError and its subclasses; bad input is
 // InvalidArgument, thrown before anything is sent. ConfigurationError and AuthError are thrown
-// under every failure policy. src/error_mapping.cpp is the one place that classifies.
+// under every failure policy. src/base/error_mapping.cpp is the one place that classifies.
 //
 //   Error
 //   ├── InvalidArgument          bad input, rejected on the client; nothing was sent

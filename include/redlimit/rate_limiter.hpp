@@ -205,7 +205,7 @@ class RateLimiter {
 
 }  // namespace redlimit
 
-// RateLimiter's segment caches: compiled into the library (src/segmented_rate_limiter.cpp), so
+// RateLimiter's segment caches: compiled into the library (src/limiters/segmented_rate_limiter.cpp), so
 // users of the default template arguments do not compile the slow path in every translation unit.
 #include "redlimit/segmented_rate_limiter.hpp"
 

@@ -24,7 +24,7 @@
 //  1. Source. The limiter is a template over a "permit source" (below) and a clock policy
 //     (clock.hpp). RateLimiter is the source in production; unit tests use an in-process
 //     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, SteadyClock> and
-//     <RateLimiter, CoarseSteadyClock> are compiled into the library (src/segmented_rate_limiter.cpp).
+//     <RateLimiter, CoarseSteadyClock> are compiled into the library (src/limiters/segmented_rate_limiter.cpp).
 //  2. Hot path. detail::SegmentWord (segment_word.hpp): one cache-line-aligned 64-bit atomic
 //     word, generation (high 32 bits) and permits left (low 32), and the segment deadline beside
 //     it. A local acquire is a compare_exchange_weak loop that subtracts permits, after checking

@@ -1,4 +1,4 @@
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 
 #include <cerrno>
 #include <algorithm>

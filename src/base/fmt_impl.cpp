@@ -3,7 +3,7 @@
 // templates it uses, while the functions fmt keeps out of line (vformat, the float conversion,
 // the locale hooks) are compiled here, once. Consumers still need neither fmt's headers nor
 // -lfmt. Header-only fmt cost 2-4 s of -O2 compile time in every source file that formats
-// (g++ 12: src/uri.cpp 7.0 s header-only, 2.9 s this way).
+// (g++ 12: src/config/uri.cpp 7.0 s header-only, 2.9 s this way).
 // With fmt 10 or later the build uses fmt header-only (CMakeLists.txt) and this file is empty.
 #include <fmt/core.h>
 

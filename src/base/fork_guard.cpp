@@ -1,4 +1,4 @@
-#include "fork_guard.hpp"
+#include "base/fork_guard.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "random.hpp"
+#include "base/random.hpp"
 
 #include <chrono>
 #include <functional>
@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "fork_guard.hpp"
+#include "base/fork_guard.hpp"
 
 namespace redlimit::detail {
 namespace {

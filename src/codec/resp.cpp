@@ -1,4 +1,4 @@
-#include "resp.hpp"
+#include "codec/resp.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -24,7 +24,7 @@
 // those fields from 1.0.0 to 1.2.0. Tested: 0.14.1 (Debian 12) and 1.2.0 (scripts/ci-hiredis12.sh).
 // A later release must have its read.h checked against the uses below before it is let in.
 static_assert((HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14) || (HIREDIS_MAJOR == 1 && HIREDIS_MINOR <= 2),
-              "src/resp.cpp knows the redisReader of hiredis 0.14 and 1.0-1.2 only");
+              "src/codec/resp.cpp knows the redisReader of hiredis 0.14 and 1.0-1.2 only");
 
 namespace redlimit::detail {
 

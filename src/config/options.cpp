@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "redlimit/errors.hpp"
-#include "resp.hpp"
+#include "codec/resp.hpp"
 
 namespace redlimit {
 namespace {

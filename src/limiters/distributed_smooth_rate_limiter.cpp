@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "config_checks.hpp"
-#include "keyed_policy.hpp"
+#include "config/config_checks.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/limiter_errors.hpp"

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "error_mapping.hpp"
-#include "fork_guard.hpp"
+#include "base/error_mapping.hpp"
+#include "base/fork_guard.hpp"
 #include "redlimit/detail/deadline.hpp"
 
 namespace redlimit::detail {

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "config_checks.hpp"
-#include "keyed_policy.hpp"
+#include "config/config_checks.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit {

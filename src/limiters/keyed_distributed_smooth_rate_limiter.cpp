@@ -1,6 +1,6 @@
 #include "redlimit/keyed_distributed_smooth_rate_limiter.hpp"
 
-#include "keyed_policy.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit {

@@ -1,6 +1,6 @@
 #include "redlimit/keyed_token_bucket_rate_limiter.hpp"
 
-#include "keyed_policy.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "completion.hpp"
-#include "future_of.hpp"
-#include "key_slot.hpp"
+#include "limiters/completion.hpp"
+#include "limiters/future_of.hpp"
+#include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"

@@ -13,19 +13,19 @@
 
 #include <fmt/format.h>
 
-#include "completion.hpp"
-#include "fork_guard.hpp"
-#include "future_of.hpp"
-#include "random.hpp"
+#include "limiters/completion.hpp"
+#include "base/fork_guard.hpp"
+#include "limiters/future_of.hpp"
+#include "base/random.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
-#include "sync_wait.hpp"
-#include "error_mapping.hpp"
-#include "key_slot.hpp"
-#include "pipeline.hpp"
+#include "transport/sync_wait.hpp"
+#include "base/error_mapping.hpp"
+#include "topology/key_slot.hpp"
+#include "transport/pipeline.hpp"
 
 namespace redlimit {
 

@@ -5,15 +5,15 @@
 
 #include <fmt/format.h>
 
-#include "cluster.hpp"
-#include "fork_guard.hpp"
-#include "key_slot.hpp"
-#include "random.hpp"
-#include "sentinel.hpp"
-#include "stream.hpp"
+#include "topology/cluster.hpp"
+#include "base/fork_guard.hpp"
+#include "topology/key_slot.hpp"
+#include "base/random.hpp"
+#include "topology/sentinel.hpp"
+#include "transport/stream.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
-#include "transport.hpp"
+#include "transport/transport.hpp"
 
 namespace redlimit {
 

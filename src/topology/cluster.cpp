@@ -1,14 +1,14 @@
-#include "cluster.hpp"
+#include "topology/cluster.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
-#include "slot_map.hpp"
-#include "connector.hpp"
+#include "topology/slot_map.hpp"
+#include "transport/connector.hpp"
 
 namespace redlimit::detail {
 namespace {

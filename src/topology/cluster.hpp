@@ -19,9 +19,9 @@
 
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
-#include "runner.hpp"
-#include "slot_map.hpp"
-#include "transport.hpp"
+#include "transport/runner.hpp"
+#include "topology/slot_map.hpp"
+#include "transport/transport.hpp"
 
 namespace redlimit::detail {
 

@@ -1,5 +1,5 @@
 // redlimit — Redis Cluster hash slots (see key_slot.hpp).
-#include "key_slot.hpp"
+#include "topology/key_slot.hpp"
 
 #include <array>
 

@@ -1,15 +1,15 @@
-#include "sentinel.hpp"
+#include "topology/sentinel.hpp"
 
 #include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
-#include "resp.hpp"
-#include "connector.hpp"
+#include "codec/resp.hpp"
+#include "transport/connector.hpp"
 
 namespace redlimit::detail {
 namespace {

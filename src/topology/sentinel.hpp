@@ -13,8 +13,8 @@
 
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
-#include "runner.hpp"
-#include "transport.hpp"
+#include "transport/runner.hpp"
+#include "transport/transport.hpp"
 
 namespace redlimit::detail {
 

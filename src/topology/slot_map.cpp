@@ -1,5 +1,5 @@
 // redlimit — Redis Cluster slot maps and redirects (see slot_map.hpp).
-#include "slot_map.hpp"
+#include "topology/slot_map.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "key_slot.hpp"
+#include "topology/key_slot.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {

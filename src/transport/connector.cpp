@@ -1,4 +1,4 @@
-#include "connector.hpp"
+#include "transport/connector.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -21,7 +21,7 @@
 
 #include <fmt/format.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {

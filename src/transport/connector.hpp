@@ -19,7 +19,7 @@
 #include <sys/socket.h>
 
 #include "redlimit/options.hpp"
-#include "stream.hpp"
+#include "transport/stream.hpp"
 
 namespace redlimit::detail {
 

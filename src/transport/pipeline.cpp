@@ -1,11 +1,11 @@
-#include "pipeline.hpp"
+#include "transport/pipeline.hpp"
 
 #include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {

@@ -20,7 +20,7 @@
 #include "redlimit/options.hpp"
 #include "redlimit/detail/reply.hpp"
 #include "redlimit/detail/script.hpp"
-#include "resp.hpp"
+#include "codec/resp.hpp"
 
 namespace redlimit::detail {
 

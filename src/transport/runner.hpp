@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "pipeline.hpp"
+#include "transport/pipeline.hpp"
 
 namespace redlimit::detail {
 

@@ -1,4 +1,4 @@
-#include "stream.hpp"
+#include "transport/stream.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -26,7 +26,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {

@@ -1,4 +1,4 @@
-#include "transport.hpp"
+#include "transport/transport.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 

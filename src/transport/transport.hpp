@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "connector.hpp"
-#include "pipeline.hpp"
+#include "transport/connector.hpp"
+#include "transport/pipeline.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
-#include "runner.hpp"
-#include "stream.hpp"
+#include "transport/runner.hpp"
+#include "transport/stream.hpp"
 
 namespace redlimit::detail {
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "key_slot.hpp"
+#include "topology/key_slot.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_cluster.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"

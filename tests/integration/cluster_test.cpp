@@ -13,9 +13,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cluster.hpp"
+#include "topology/cluster.hpp"
 #include "helpers.hpp"
-#include "key_slot.hpp"
+#include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/rate_limiter.hpp"

@@ -16,17 +16,17 @@
 
 #include <gtest/gtest.h>
 
-#include "cluster.hpp"
-#include "error_mapping.hpp"
+#include "topology/cluster.hpp"
+#include "base/error_mapping.hpp"
 #include "helpers.hpp"
-#include "key_slot.hpp"
+#include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_cluster.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"
-#include "sentinel.hpp"
+#include "topology/sentinel.hpp"
 
 namespace redlimit::test {
 namespace {

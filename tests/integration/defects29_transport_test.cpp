@@ -18,8 +18,8 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
-#include "connector.hpp"
-#include "pipeline.hpp"
+#include "transport/connector.hpp"
+#include "transport/pipeline.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
@@ -28,7 +28,7 @@
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/tls_certs.hpp"
-#include "transport.hpp"
+#include "transport/transport.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;

@@ -14,7 +14,7 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"
-#include "sentinel.hpp"
+#include "topology/sentinel.hpp"
 
 namespace redlimit::test {
 namespace {

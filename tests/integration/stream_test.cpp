@@ -1,4 +1,4 @@
-// The transport's byte streams (src/stream.hpp) against real servers: plain TCP, unix socket and
+// The transport's byte streams (src/transport/stream.hpp) against real servers: plain TCP, unix socket and
 // TLS (certificates made at test time with the openssl command), the errors a TLS set-up can
 // fail with, connect and handshake deadlines, SIGPIPE, and the TLS-port probe. Loopback only.
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include "redlimit_test/no_free_descriptors.hpp"
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/tls_certs.hpp"
-#include "connector.hpp"
+#include "transport/connector.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;

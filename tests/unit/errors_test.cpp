@@ -1,4 +1,4 @@
-// The one place that classifies failures (src/error_mapping.cpp).
+// The one place that classifies failures (src/base/error_mapping.cpp).
 #include <cerrno>
 #include <functional>
 #include <string>
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
-#include "error_mapping.hpp"
+#include "base/error_mapping.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/detail/reply.hpp"
 

@@ -17,9 +17,9 @@
 
 #include <gtest/gtest.h>
 
-#include "fork_guard.hpp"
+#include "base/fork_guard.hpp"
 #include "redlimit_test/fd_io.hpp"
-#include "random.hpp"
+#include "base/random.hpp"
 
 using redlimit::detail::forkGeneration;
 using redlimit::detail::randomId16;

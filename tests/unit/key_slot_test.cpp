@@ -1,8 +1,8 @@
-// Redis Cluster hash slots (src/key_slot.hpp). Expected values: the CRC16 check value of the Redis
+// Redis Cluster hash slots (src/topology/key_slot.hpp). Expected values: the CRC16 check value of the Redis
 // Cluster specification and slots that `CLUSTER KEYSLOT` of redis-server 7 answers.
 #include <gtest/gtest.h>
 
-#include "key_slot.hpp"
+#include "topology/key_slot.hpp"
 
 using redlimit::detail::crc16Xmodem;
 using redlimit::detail::hashedPart;

@@ -1,5 +1,5 @@
 // The request/reply state machine of one connection, fed bytes by hand: no server, no socket.
-#include "pipeline.hpp"
+#include "transport/pipeline.hpp"
 
 #include <chrono>
 #include <string>

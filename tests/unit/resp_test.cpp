@@ -1,4 +1,4 @@
-// The RESP2 codec (src/resp.cpp): bytes in, replies out, no server.
+// The RESP2 codec (src/codec/resp.cpp): bytes in, replies out, no server.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -15,7 +15,7 @@
 
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
-#include "resp.hpp"
+#include "codec/resp.hpp"
 
 using namespace redlimit;
 using detail::appendCommand;

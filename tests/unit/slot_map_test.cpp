@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "redlimit/errors.hpp"
-#include "slot_map.hpp"
+#include "topology/slot_map.hpp"
 
 using redlimit::detail::parseClusterShards;
 using redlimit::detail::parseClusterSlots;

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "connector.hpp"
+#include "transport/connector.hpp"
 
 using redlimit::detail::isPlainRedisAnswer;
 

@@ -17,7 +17,7 @@ namespace redlimit::detail {
 
 /// The Client's Redis layer (see the Client's private members for what each call does and throws).
 struct ClientAccess {
-  /// What the Client sends its requests through (src/runner.hpp: a Transport, a ClusterRunner).
+  /// What the Client sends its requests through (src/transport/runner.hpp: a Transport, a ClusterRunner).
   static Runner& runner(Client& c) { return c.runner(); }
   static Reply command(Client& c, std::initializer_list<std::string_view> argv,
                        std::chrono::steady_clock::time_point deadline = {}) {

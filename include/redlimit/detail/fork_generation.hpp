@@ -1,5 +1,5 @@
 // redlimit — the fork generation of this process, header-only (the redlimit::local target uses it
-// and links no compiled library). src/fork_guard.cpp's forkGeneration() reads the same counter.
+// and links no compiled library). src/base/fork_guard.cpp's forkGeneration() reads the same counter.
 #pragma once
 
 #include <atomic>
