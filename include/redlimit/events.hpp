@@ -14,18 +14,18 @@ namespace redlimit {
 /// deployment rather than to one limiter). Switch on `kind` with a default: kinds may be added.
 struct Event {
   enum class Kind {
-    Health,         // a limiter degraded or recovered: `health` says which, why, and the error
-    ScriptReload,   // a server that had run a script answered NOSCRIPT for it (it restarted, or
-                    // SCRIPT FLUSH): the script was loaded again and the calls resent; none failed
-                    // (a script's first load on a server is no event)
-    Topology,       // the deployment changed under the Client: a Sentinel failover (a new
-                    // primary) or a new Redis Cluster slot map (slots moved between nodes)
-    CallbackThrew,  // a completion callback of an ...Async call threw: the exception was caught
-                    // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
-                    // completed and every other call are unaffected; `limiter` names the limiter
-    InsecureTls,    // a Client was made with TLS and TlsOptions::verifyPeer = false: the server's
-                    // certificate is not checked, so whoever can intercept the connection can pose
-                    // as Redis; reported once, by the Client's constructor, on its thread
+    Health,           // a limiter degraded or recovered: `health` says which, why, and the error
+    ScriptReload,     // a server that had run a script answered NOSCRIPT for it (it restarted, or
+                      // SCRIPT FLUSH): the script was loaded again and the calls resent; none failed
+                      // (a script's first load on a server is no event)
+    Topology,         // the deployment changed under the Client: a Sentinel failover (a new
+                      // primary) or a new Redis Cluster slot map (slots moved between nodes)
+    CallbackThrew,    // a completion callback of an ...Async call threw: the exception was caught
+                      // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
+                      // completed and every other call are unaffected; `limiter` names the limiter
+    InsecureTls,      // a Client was made with TLS and TlsOptions::verifyPeer = false: the server's
+                      // certificate is not checked, so whoever can intercept the connection can pose
+                      // as Redis; reported once, by the Client's constructor, on its thread
     CallbackBlocked,  // a completion callback held the Client's I/O thread for 100 ms or more
                       // (it blocked): no reply was read and no request written meanwhile; requests
                       // whose deadline passed end with CallbackBlockedError, which no limiter counts

@@ -130,8 +130,8 @@ std::optional<std::vector<SocketAddress>> lookUp(const std::string& host, int po
 
 std::string addressText(const SocketAddress& address) {
   char host[NI_MAXHOST] = {};
-  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address.storage), address.length, host, sizeof host, nullptr,
-                    0, NI_NUMERICHOST) != 0) {
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address.storage), address.length, host, sizeof host, nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
     return "?";
   }
   return host;
@@ -252,10 +252,10 @@ PortProbe::State PortProbe::step() noexcept {
 // last frees it (a connector that gave up does not wait for the thread).
 struct Connector::Lookup {
   std::mutex m;
-  bool done = false;                   // guarded by m
-  std::vector<SocketAddress> found;    // guarded by m
-  std::exception_ptr error;            // guarded by m
-  int event = -1;                      // an eventfd, written once when done
+  bool done = false;                 // guarded by m
+  std::vector<SocketAddress> found;  // guarded by m
+  std::exception_ptr error;          // guarded by m
+  int event = -1;                    // an eventfd, written once when done
   ~Lookup() { closeFd(event); }
 };
 
@@ -305,7 +305,7 @@ void Connector::abandonAfterFork() noexcept {
   if (stream_) ::close(stream_.release()->fd());
   if (probe_) probe_.release()->abandonAfterFork();
   if (lookup_) {
-    closeFd(lookup_->event);  // the lookup thread does not exist here; nothing else touches it
+    closeFd(lookup_->event);                          // the lookup thread does not exist here; nothing else touches it
     new std::shared_ptr<Lookup>(std::move(lookup_));  // leaked: its mutex may be held by the parent's thread
   }
 }
@@ -460,8 +460,8 @@ void Connector::nextAddress(SteadyTime now) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (options_.unixSocket.size() >= sizeof addr.sun_path) {
-      throw InvalidArgument(fmt::format("redlimit: {}: the path is {} bytes, a unix socket path holds at most {}",
-                                        what, options_.unixSocket.size(), sizeof addr.sun_path - 1));
+      throw InvalidArgument(fmt::format("redlimit: {}: the path is {} bytes, a unix socket path holds at most {}", what,
+                                        options_.unixSocket.size(), sizeof addr.sun_path - 1));
     }
     if (retryAt_ != SteadyTime::max()) {
       if (now < retryAt_) {

@@ -251,14 +251,14 @@ std::exception_ptr Stall::error(std::string_view command, std::chrono::milliseco
 void Pipeline::expire(SteadyTime now, std::vector<Finished>& done, const Stall& stall) {
   for (auto it = queued_.begin(); it != queued_.end();) {
     if (it->deadline <= now) {
-      done.push_back(
-          Finished{std::move(it->done),
-                   Outcome{Reply{}, stall.covers(it->deadline)
-                                        ? stall.error(it->command, it->budget)
-                                        : errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms "
-                                                                            "deadline ({})",
-                                                                            it->command, it->budget.count(), endpoint_))},
-                   it->counted});
+      done.push_back(Finished{
+          std::move(it->done),
+          Outcome{Reply{}, stall.covers(it->deadline)
+                               ? stall.error(it->command, it->budget)
+                               : errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms "
+                                                                   "deadline ({})",
+                                                                   it->command, it->budget.count(), endpoint_))},
+          it->counted});
       it = queued_.erase(it);
     } else {
       ++it;

@@ -62,8 +62,7 @@ std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection,
     } catch (const Error&) {
     }
   }
-  std::shared_ptr<Transport> t(
-      new Transport(connection, pool, std::move(events), std::move(tls), std::move(resolver)));
+  std::shared_ptr<Transport> t(new Transport(connection, pool, std::move(events), std::move(tls), std::move(resolver)));
   if (owner != nullptr) t->owner_ = owner;
   // The thread keeps the transport alive until it returns: shutdown() from a completion (the
   // last Client reference dropped on the I/O thread) must not free the loop under itself.
@@ -72,8 +71,8 @@ std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection,
   return t;
 }
 
-Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events,
-                     TlsContext tls, NameResolver resolver)
+Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events, TlsContext tls,
+                     NameResolver resolver)
     : connection_(connection),
       pool_(pool),
       endpoint_(endpointOf(connection)),

@@ -41,8 +41,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   /// calling thread, when empty and connection.tls.enabled; should that fail, each connect tries
   /// again and fails its requests with the error). `resolver` replaces getaddrinfo (tests).
   static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool,
-                                          const Runner* owner = nullptr, EventCallback events = {},
-                                          TlsContext tls = {}, NameResolver resolver = {});
+                                          const Runner* owner = nullptr, EventCallback events = {}, TlsContext tls = {},
+                                          NameResolver resolver = {});
   ~Transport() override;
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -88,7 +88,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     std::size_t held REDLIMIT_GUARDED_BY(m) = 0;
     std::vector<Request> carry REDLIMIT_GUARDED_BY(m);  // never written; waits for a (re)connect and its greeting
     bool watchingOut REDLIMIT_GUARDED_BY(m) = false;
-    bool greeted REDLIMIT_GUARDED_BY(m) = false;  // the greeting (AUTH/SELECT/PING) was answered: requests may go
+    bool greeted REDLIMIT_GUARDED_BY(m) = false;       // the greeting (AUTH/SELECT/PING) was answered: requests may go
     SteadyTime connectStarted REDLIMIT_GUARDED_BY(m);  // the connect began, then: the stream connected
     std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
     std::exception_ptr writeFailed REDLIMIT_GUARDED_BY(m);  // a submitting thread's write failed: the I/O thread closes
@@ -148,11 +148,11 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
-  std::atomic<std::uint64_t> direct_{0};                                     // requests their caller wrote (writeNow)
-  std::atomic<std::uint64_t> stalls_{0}, stalled_{0};                        // PoolStats::stalls, ::stalled
-  Stall stall_;             // the last stall (I/O thread only)
-  bool sawStall_ = false;   // any stall yet (I/O thread only): only then are errors looked at
-  Mutex timerMutex_;                                                         // and the timer's setting
+  std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow)
+  std::atomic<std::uint64_t> stalls_{0}, stalled_{0};  // PoolStats::stalls, ::stalled
+  Stall stall_;                                        // the last stall (I/O thread only)
+  bool sawStall_ = false;  // any stall yet (I/O thread only): only then are errors looked at
+  Mutex timerMutex_;       // and the timer's setting
   SteadyTime armedAt_ REDLIMIT_GUARDED_BY(timerMutex_) = SteadyTime::max();  // when timerFd_ fires; max: disarmed
 
   Mutex mutex_;

@@ -477,8 +477,7 @@ TEST(Defects29, Item11_ABlockingCallbackIsItsOwnCauseNotAnOutage) {
         ++blocked;
         EXPECT_TRUE(contains(e.description, "completion callback held the I/O thread")) << e.description;
       }
-      EXPECT_FALSE(e.kind == Event::Kind::Health && e.health.kind == HealthEvent::Kind::Degraded)
-          << e.description;
+      EXPECT_FALSE(e.kind == Event::Kind::Health && e.health.kind == HealthEvent::Kind::Degraded) << e.description;
     }
     EXPECT_EQ(blocked, 1u);
   }
