@@ -34,12 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// hiredis 0.14's redisEnableKeepAlive: probes after 15 s idle, every 5 s, 3 of them. The new
-// transport keeps what the hiredis connection does today.
-constexpr int kKeepAliveIdleSeconds = 15;
-constexpr int kKeepAliveIntervalSeconds = kKeepAliveIdleSeconds / 3;
-constexpr int kKeepAliveProbes = 3;
-
 // ----- file descriptors and poll() ---------------------------------------------------------
 
 // Milliseconds to `deadline` for poll(): rounded up (a poll that ends a little early would spin),
