@@ -181,19 +181,35 @@ CloseThenSilent::~CloseThenSilent() {
 
 void CloseThenSilent::run() {
   std::vector<int> silent;
+  std::vector<int> toReset;  // accepted, to be reset once they sent something
   while (!stop_) {
-    pollfd p{listener_, POLLIN, 0};
-    if (::poll(&p, 1, 20) <= 0) continue;
+    std::vector<pollfd> fds{pollfd{listener_, POLLIN, 0}};
+    for (int fd : toReset) fds.push_back(pollfd{fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+    std::vector<int> waiting;
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) {
+        waiting.push_back(fds[i].fd);
+        continue;
+      }
+      // As a TLS port does with plain text: read what came, then reset.
+      char buf[4096];
+      (void)::recv(fds[i].fd, buf, sizeof buf, 0);
+      const linger reset{1, 0};
+      ::setsockopt(fds[i].fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+      ::close(fds[i].fd);
+    }
+    toReset = std::move(waiting);
+    if (fds[0].revents == 0) continue;
     const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     if (accepted_.fetch_add(1) < closed_) {
-      const linger reset{1, 0};
-      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-      ::close(fd);
+      toReset.push_back(fd);
     } else {
       silent.push_back(fd);
     }
   }
+  for (int fd : toReset) ::close(fd);
   for (int fd : silent) ::close(fd);
 }
 

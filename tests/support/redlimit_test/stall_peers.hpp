@@ -1,8 +1,9 @@
 // Test fixture: loopback peers that make a client's connect stall in one chosen step, for tests of
 // a transport whose connects must not delay each other (issue 29, item 4): a listener whose
 // accept queue is full (the TCP connect never completes), one that serves its first connections
-// through to a real server and then stops accepting, and one that closes its first connections at
-// once and leaves later ones silent. A silent TLS handshake is FakePeer with answerGreeting off.
+// through to a real server and then stops accepting, and one that resets its first connections
+// once they send something (as a TLS port does to a plain request) and leaves later ones silent.
+// A silent TLS handshake is FakePeer with answerGreeting off.
 #pragma once
 
 #include <atomic>
@@ -59,8 +60,9 @@ class ForwardThenBlackhole {
   std::thread thread_;
 };
 
-/// A loopback listener that accepts every connection, closes the first `closed` of them at once
-/// (a reset: SO_LINGER 0) and keeps the later ones open without ever sending a byte. Runs a
+/// A loopback listener that accepts every connection, resets the first `closed` of them (SO_LINGER
+/// 0) as soon as they send something, as a TLS port does with plain text, and keeps the later ones
+/// open without ever sending a byte. Runs a
 /// thread; stops and joins in the destructor. Thread-safe to query.
 class CloseThenSilent {
  public:
