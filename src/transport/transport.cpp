@@ -526,7 +526,7 @@ void Transport::stepTlsPortProbe(Conn& c, std::vector<Finished>& done) {
   c.held = 0;
 }
 
-void Transport::closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer) {
+void Transport::closeConn(Conn& c, const std::exception_ptr& why, std::vector<Finished>& done, bool byPeer) {
   if (!c.stream) return;
   // A TLS port resets a plain-text connection before its first reply: it is asked in TLS (a
   // PortProbe the loop steps), so that the caller learns the set-up is wrong rather than that
