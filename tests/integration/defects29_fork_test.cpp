@@ -25,6 +25,7 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit_test/fd_io.hpp"
+#include "redlimit_test/process.hpp"
 
 namespace redlimit::test {
 namespace {
@@ -61,6 +62,8 @@ template <class Child>
 void runChild(Child&& child, ChildReport& out) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0) << std::strerror(errno);
+  // The parent's other threads asleep first: see waitUntilOtherThreadsSleep (ThreadSanitizer).
+  (void)waitUntilOtherThreadsSleep();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);

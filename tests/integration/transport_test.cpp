@@ -35,6 +35,7 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/fake_peer.hpp"
 #include "redlimit_test/fd_io.hpp"
+#include "redlimit_test/process.hpp"
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/tls_certs.hpp"
 
@@ -487,6 +488,8 @@ TEST_F(TransportTest, ForkedChildNeverUsesItsParentsConnections) {
 
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0) << std::strerror(errno);
+  // The parent's other threads asleep first: see waitUntilOtherThreadsSleep (ThreadSanitizer).
+  (void)waitUntilOtherThreadsSleep();
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The child: redlimit calls only, no gtest; the report goes through the pipe.

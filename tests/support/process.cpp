@@ -1,9 +1,14 @@
 #include "redlimit_test/process.hpp"
 
+#include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <spawn.h>
 #include <stdexcept>
+#include <string>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 extern char** environ;
@@ -48,6 +53,37 @@ int ChildProcess::wait(std::string& out) {
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+namespace {
+
+// True if every thread of this process but the caller is asleep (state 'S' in its stat line: the
+// field after the parenthesised name, which may itself hold spaces or parentheses).
+bool otherThreadsAsleep() {
+  const std::string self = std::to_string(::gettid());
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    if (task.path().filename() == self) continue;
+    std::ifstream in(task.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;  // the thread ended meanwhile
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) return false;
+    if (line[close + 2] != 'S') return false;
+  }
+  return !ec;
+}
+
+}  // namespace
+
+bool waitUntilOtherThreadsSleep(int maxScans) {
+  int settled = 0;
+  for (int i = 0; i < maxScans; ++i) {
+    settled = otherThreadsAsleep() ? settled + 1 : 0;
+    if (settled == 2) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 }  // namespace redlimit::test

@@ -25,4 +25,13 @@ class ChildProcess {
   int stdoutFd_ = -1;
 };
 
+/// Waits until every other thread of this process is asleep (state S in /proc/self/task, seen on
+/// two scans in a row), for at most `maxScans` scans a millisecond apart; returns whether they
+/// settled. Call it just before a fork() that the child survives by starting threads of its own:
+/// under ThreadSanitizer, a thread that holds the runtime's allocator lock at the fork leaves the
+/// child's first allocation waiting for it forever (gcc 12's libtsan does not take those locks
+/// around fork(); LLVM's runtime does since llvm-project PR 96600, 2024). A sleeping thread holds
+/// none. Harmless without a sanitizer: the fork waits for threads that were about to sleep anyway.
+bool waitUntilOtherThreadsSleep(int maxScans = 5000);
+
 }  // namespace redlimit::test
