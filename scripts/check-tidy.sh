@@ -2,7 +2,11 @@
 # scripts/check-tidy.sh [--fix]: runs clang-tidy-14 with the root's .clang-tidy on every .cpp of
 # the tree (the project's own headers are checked through them, HeaderFilterRegex) and fails on
 # any warning. CI runs it; `make tidy` too. The compile commands come from a configure-only
-# build directory (build/tidy, clang++, C++17): nothing is compiled but the generated Lua header.
+# build directory (build/tidy: clang++, C++20, the house warnings plus -Wthread-safety, -Werror,
+# no precompiled header): nothing is compiled but the generated Lua header. clang-tidy parses each
+# file as clang would compile it, so the compiler's own warnings fail here too: this is the check
+# that the code is clean C++20 under clang's thread-safety analysis (CI's former clang build,
+# `make test-clang`, which also runs the tests).
 # The two consumer projects (tests/consumer) build against an installed package, so they are
 # checked with the source tree's include directory instead. --fix applies the checks' fixes.
 set -euo pipefail
@@ -12,8 +16,9 @@ jobs=${JOBS:-$(nproc)}
 fix=()
 [[ "${1:-}" == "--fix" ]] && fix=(--fix)
 start=$(date +%s)
-cmake -S . -B build/tidy -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_STANDARD=17 -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+cmake -S . -B build/tidy -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_STANDARD=20 -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wthread-safety -Werror" \
+  -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 cmake --build build/tidy --target redlimit_generated_headers >/dev/null
 mapfile -t files < <(git ls-files '*.cpp' | grep -v '^tests/consumer/')
 mapfile -t consumers < <(git ls-files 'tests/consumer/*.cpp')
