@@ -48,6 +48,12 @@ struct FailureOptions {
   std::chrono::milliseconds probeInterval{250};            // during an outage, one call per interval goes to
                                                            // Redis; the others are decided at once; > 0
                                                            // (huge values saturate: probe "never")
+  std::int64_t localSeedRate = 0;                          // Local: permits per localSeedInterval its bucket
+                                                           // uses until the limiter has seen a configuration
+                                                           // (from Redis, or its own); 0 (default) = no seed:
+                                                           // refuse until then; 0..4294967295, set together
+                                                           // with localSeedInterval (both > 0, or both 0)
+  std::chrono::milliseconds localSeedInterval{0};          // Local: the interval of localSeedRate, ms; 0 = no seed
   std::function<void(const HealthEvent&)> onHealthChange;  // called once per Degraded (and again
                                                            // if the cause changes), once on Recovered, on the
                                                            // calling thread; must not throw

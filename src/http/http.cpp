@@ -3,10 +3,17 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/fixed_window_rate_limiter.hpp"
+#include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
 
 namespace redlimit::http {
 namespace {
@@ -112,7 +119,57 @@ std::size_t describedLimit(const MultiDecision& decision) {
   return best;
 }
 
+// `permits` come back in `intervalMs` x permits / per, as whole seconds rounded up, 1..kMaxSfInteger.
+// The factors are validated limits (at most 2^32 and 2^42): their product is checked, not assumed.
+std::chrono::seconds refillSeconds(std::int64_t permits, std::int64_t intervalMs, std::int64_t per) {
+  constexpr std::int64_t kMsPerSecond = 1000;
+  std::int64_t ms = 0;
+  if (permits > std::numeric_limits<std::int64_t>::max() / intervalMs) {
+    ms = std::numeric_limits<std::int64_t>::max();
+  } else {
+    const std::int64_t product = permits * intervalMs;
+    ms = product / per + (product % per != 0 ? 1 : 0);
+  }
+  const std::int64_t seconds = ms / kMsPerSecond + (ms % kMsPerSecond != 0 ? 1 : 0);
+  return std::chrono::seconds(std::clamp<std::int64_t>(seconds, 1, kMaxSfInteger));
+}
+
+RateLimitPolicy made(std::string name, std::int64_t quota, std::chrono::seconds window) {
+  RateLimitPolicy p;
+  p.name = std::move(name);
+  p.quota = std::min(quota, kMaxSfInteger);
+  p.window = window;
+  (void)rateLimitPolicyField(p);  // checks the name
+  return p;
+}
+
 }  // namespace
+
+RateLimitPolicy policyOf(const GcraConfig& config, std::string name) {
+  GcraRateLimiter::validateConfig(config);
+  return made(std::move(name), config.burst, refillSeconds(config.burst, config.period.count(), config.rate));
+}
+
+RateLimitPolicy policyOf(const TokenBucketConfig& config, std::string name) {
+  TokenBucketRateLimiter::validateConfig(config);
+  return made(std::move(name), config.capacity,
+              refillSeconds(config.capacity, config.refillInterval.count(), config.refillPermits));
+}
+
+RateLimitPolicy policyOf(const FixedWindowConfig& config, std::string name) {
+  FixedWindowRateLimiter::validateConfig(config);
+  return made(std::move(name), config.limit, refillSeconds(1, config.window.count(), 1));
+}
+
+RateLimitPolicy policyOf(const SmoothConfig& config, std::string name) {
+  DistributedSmoothRateLimiter::validateConfig(config);
+  return made(std::move(name), config.permits, refillSeconds(1, config.interval.count(), 1));
+}
+
+RateLimitPolicy policyOf(const RateLimiterConfig& config, std::string name) {
+  RateLimiter::validateConfig(config.rateType, config.rate, config.rateInterval, config.keepAliveTime);
+  return made(std::move(name), config.rate, refillSeconds(1, config.rateInterval.count(), 1));
+}
 
 std::int64_t retryAfterSeconds(const Decision& decision) noexcept {
   // A denial says at least 1 s: "Retry-After: 0" invites the retry that is denied again.

@@ -42,6 +42,17 @@ FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView 
   if (options_.probeInterval.count() <= 0) {
     throw InvalidArgument("redlimit: FailureOptions::probeInterval must be > 0 ms");
   }
+  // The seed is checked here, before the limiter sends anything: a bad one is a set-up error.
+  using Bucket = BasicLocalTokenBucket<ClockView>;
+  const bool noSeed = options_.localSeedRate == 0 && options_.localSeedInterval.count() == 0;
+  const bool seed = options_.localSeedRate > 0 && options_.localSeedRate <= Bucket::kMaxPermits &&
+                    options_.localSeedInterval.count() > 0;
+  if (!noSeed && !seed) {
+    throw InvalidArgument(
+        fmt::format("redlimit: FailureOptions::localSeedRate ({}) must be in 1..{} and localSeedInterval ({} ms) "
+                    "> 0, or both 0 (no seed)",
+                    options_.localSeedRate, Bucket::kMaxPermits, options_.localSeedInterval.count()));
+  }
   locked_.store(new Locked(forkGeneration()), std::memory_order_release);
 }
 
@@ -187,7 +198,11 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
 }
 
 bool FailureGate::takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval) {
-  if (rate <= 0 || interval.count() <= 0) return false;  // never saw a configuration: refuse
+  if (rate <= 0 || interval.count() <= 0) {  // never saw a configuration: the seed, else refuse
+    rate = options_.localSeedRate;
+    interval = options_.localSeedInterval;
+    if (rate <= 0 || interval.count() <= 0) return false;
+  }
   // A token bucket holding rate x share permits (at least one), refilled with that many per
   // interval: this instance's share of the limit while Redis cannot be asked.
   using Bucket = BasicLocalTokenBucket<ClockView>;

@@ -205,6 +205,49 @@ TEST(FailureGate, LocalRefusesWithoutAKnownConfig) {
   EXPECT_EQ(gate.decide(1, 0, milliseconds(0)), std::optional<bool>(false));
 }
 
+// Issue 30: a Local gate can be seeded, so a limiter that has not seen a configuration yet (say a
+// service that starts while Redis is down) decides with the seed; the configuration seen later
+// replaces it.
+TEST(FailureGate, LocalUsesItsSeedUntilAConfigIsKnown) {
+  Recorder r;
+  FailureOptions o = r.options(FailurePolicy::Local, 0.5);
+  o.localSeedRate = 8;
+  o.localSeedInterval = milliseconds(1000);
+  FailureGate gate("l", o, ClockView(clock_));
+  int granted = 0;
+  for (int i = 0; i < 10; ++i) granted += *gate.decide(1, 0, milliseconds(0)) ? 1 : 0;
+  EXPECT_EQ(granted, 4) << "the seed's rate x share";
+  // Seen: the bucket becomes 100 per second at share 0.5, keeping what it held (nothing), and
+  // refills 5 in 100 ms, where the seed's 4 per second would give 0.4.
+  EXPECT_EQ(gate.decide(1, 100, milliseconds(1000)), std::optional<bool>(false));
+  clock_.advance(milliseconds(100));
+  EXPECT_EQ(gate.decide(5, 100, milliseconds(1000)), std::optional<bool>(true)) << "the configuration seen wins";
+  EXPECT_EQ(gate.decide(1, 100, milliseconds(1000)), std::optional<bool>(false));
+}
+
+TEST(FailureGate, RejectsBadSeeds) {
+  Recorder r;
+  FailureOptions o = r.options(FailurePolicy::Local);
+  o.localSeedRate = 5;  // without an interval
+  EXPECT_THROW(FailureGate("x", o), InvalidArgument);
+  o.localSeedRate = 0;
+  o.localSeedInterval = milliseconds(1000);  // without a rate
+  EXPECT_THROW(FailureGate("x", o), InvalidArgument);
+  o.localSeedRate = -1;
+  EXPECT_THROW(FailureGate("x", o), InvalidArgument);
+  o.localSeedRate = 5;
+  o.localSeedInterval = milliseconds(-1);
+  EXPECT_THROW(FailureGate("x", o), InvalidArgument);
+  o.localSeedInterval = milliseconds(1000);
+  o.localSeedRate = 4294967296;  // above a local bucket's capacity
+  EXPECT_THROW(FailureGate("x", o), InvalidArgument);
+  o.localSeedRate = 4294967295;
+  EXPECT_NO_THROW(FailureGate("x", o));
+  o.localSeedRate = 0;
+  o.localSeedInterval = milliseconds(0);
+  EXPECT_NO_THROW(FailureGate("x", o)) << "no seed";
+}
+
 TEST(FailureGate, RejectsBadOptions) {
   Recorder r;
   EXPECT_THROW(FailureGate("x", r.options(FailurePolicy::Local, 0.0)), InvalidArgument);

@@ -33,7 +33,7 @@ namespace redlimit::detail {
 /// success reports Recovered once, with the cause that ended.
 class FailureGate {
  public:
-  /// Throws InvalidArgument for a bad share or probe interval. `clock` (default SteadyClock) times
+  /// Throws InvalidArgument for a bad share, probe interval or Local seed. `clock` (default SteadyClock) times
   /// the probes, the outage's length, the calls' latency and the Local policy's bucket; tests pass
   /// a ManualClock's. `monitor` counts what the gate sees (round trips and their latency, errors,
   /// the policy's decisions, the degraded state) and publishes its health events.
@@ -69,7 +69,8 @@ class FailureGate {
   /// succeeded(). The one place that says what each error means for a limiter's health.
   void noteError(std::int64_t startedAt);
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
-  /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then refuses).
+  /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then uses
+  /// FailureOptions::localSeedRate/localSeedInterval, and refuses without a seed).
   /// nullopt under FailurePolicy::Throw: the caller rethrows its error, or throwUnavailable().
   [[nodiscard]] std::optional<bool> decide(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// The end of a guarded call that started at `startedAt` and failed with `error`: records it
