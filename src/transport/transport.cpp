@@ -526,7 +526,10 @@ void Transport::stepTlsPortProbe(Conn& c, std::vector<Finished>& done) {
   c.held = 0;
 }
 
-void Transport::closeConn(Conn& c, const std::exception_ptr& why, std::vector<Finished>& done, bool byPeer) {
+// `why` by value: callers pass c.pipe->brokenBy(), a reference into the pipeline this function
+// destroys (c.pipe.reset()), so a const reference would dangle.
+void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performance-unnecessary-value-param)
+                          std::vector<Finished>& done, bool byPeer) {
   if (!c.stream) return;
   // A TLS port resets a plain-text connection before its first reply: it is asked in TLS (a
   // PortProbe the loop steps), so that the caller learns the set-up is wrong rather than that

@@ -117,7 +117,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   void readFrom(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
   // Closes c's stream; requests never written move to c.carry when a new connection may carry them.
   // `byPeer`: the server closed it (a reset before any reply may mean a TLS port: probed).
-  void closeConn(Conn& c, const std::exception_ptr& why, std::vector<Finished>& done, bool byPeer = true)
+  void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer = true)
       REDLIMIT_REQUIRES(c.m);
   void watch(Conn& c, bool out) REDLIMIT_REQUIRES(c.m);
   void complete(std::vector<Finished>& done);
