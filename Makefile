@@ -37,8 +37,9 @@ test-clang:
 	cmake --build --preset clang-cxx20 -j $(JOBS)
 	ctest --preset clang-cxx20 $(CTEST_ARGS)
 
-# The unit tests and an integration subset against hiredis 1.2.0, fetched with npm and built into
-# build/hiredis-1.2.0 (CI; Debian 12 has 0.14.1).
+# Built by clang++ as C++20 against hiredis 1.2.0, fetched with npm and built into
+# build/hiredis-1.2.0 (CI's clang suite; Debian 12 has 0.14.1): the unit tests, an integration
+# subset, the README's blocks and the examples.
 test-hiredis12: deps
 	@scripts/ci-hiredis12.sh
 
