@@ -444,3 +444,28 @@ TEST_F(ConcurrencyLimiterTest, ThreeProcessesOfFourThreadsNeverHoldMoreThanTheLi
   EXPECT_GT(grants, kLimit);
   EXPECT_FALSE(exists(admin(), n)) << "every lease was released";
 }
+
+TEST_F(ConcurrencyLimiterTest, ShadowModeLetsADenialThroughWithoutTakingAPlace) {
+  ConcurrencyLimiterOptions options;
+  options.monitor.shadow = true;
+  std::atomic<int> reported{0};
+  options.monitor.onShadowDenial = [&](const ShadowDenial&) { reported.fetch_add(1); };
+  ConcurrencyLimiter cl(client(), name(), config(1, milliseconds(10000)), options);
+  const LeaseDecision first = cl.decide();
+  ASSERT_TRUE(first.decision.allowed);
+  EXPECT_FALSE(first.decision.shadowDenied);
+  const LeaseDecision second = cl.decide();
+  EXPECT_TRUE(second.decision.allowed);
+  EXPECT_TRUE(second.decision.shadowDenied);
+  ASSERT_TRUE(second.lease.has_value());
+  EXPECT_TRUE(second.lease->shadowDenied);
+  EXPECT_EQ(second.lease->expiresAt.count(), 0);
+  EXPECT_EQ(reported.load(), 1);
+  EXPECT_EQ(cl.held(), 1) << "the denial took no place";
+  EXPECT_FALSE(cl.release(*second.lease));
+  EXPECT_TRUE(cl.release(*first.lease));
+  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  EXPECT_EQ(m.granted, 1u);
+  EXPECT_EQ(m.denied, 1u);
+  EXPECT_EQ(m.shadowDenied, 1u);
+}
