@@ -2,6 +2,7 @@
 #pragma once
 
 #include "redlimit/client.hpp"
+#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"

@@ -46,6 +46,8 @@ const char* labelOf(char kind) {
       return "FixedWindowRateLimiter";
     case 'S':
       return "DistributedSmoothRateLimiter";
+    case 'C':
+      return "ConcurrencyLimiter";
     default:
       return "limiter";
   }

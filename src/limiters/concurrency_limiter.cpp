@@ -1,0 +1,245 @@
+#include "redlimit/concurrency_limiter.hpp"
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/random.hpp"
+#include "config/config_checks.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit_lua.hpp"
+
+namespace redlimit {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+const detail::Script kConcurrency{detail::lua::concurrency.name, detail::lua::concurrency.sha1,
+                                  detail::lua::concurrency.source};
+constexpr char kKind = 'C';
+constexpr std::size_t kAcquireReplySize = 8;  // {granted, expiryUs, remaining, limit, nowUs, retryUs, resetUs, held}
+
+std::string newLeaseId() {
+  const std::array<std::uint8_t, 16> bytes = detail::randomId16();
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    id[2 * i] = kHex[bytes[i] >> 4U];
+    id[2 * i + 1] = kHex[bytes[i] & 0x0FU];
+  }
+  return id;
+}
+
+void checkLeaseId(const std::string& id) {
+  const bool ok = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+                    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                  });
+  if (!ok) {
+    throw InvalidArgument(fmt::format("redlimit: a lease id is 32 lowercase hex digits, got \"{}\"", id.substr(0, 40)));
+  }
+}
+
+void checkTtl(milliseconds ttl) {
+  detail::checkCount("leaseTtl (ms)", ttl.count(), 1, ConcurrencyLimiter::kMaxLeaseTtl.count());
+}
+
+std::int64_t at(const detail::Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
+
+}  // namespace
+
+class ConcurrencyLimiter::Core {
+ public:
+  Core(std::shared_ptr<Client> client, std::string name, const ConcurrencyConfig& config,
+       ConcurrencyLimiterOptions options)
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        config_((validateConfig(config), config)),
+        gate_(name_, std::move(options.failure), ClockView{}, detail::checkedMonitor(client_, name_, options.monitor)) {
+    const ClientOptions& o = client_->options();
+    callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  }
+
+  Steady::time_point callDeadline() const { return detail::deadlineAfter<Steady>(Steady::now(), callBound_); }
+
+  // One run of the script (op, now = server's, kind, args...). ScriptErrors become the limiter's
+  // types. `resendIfClosed`: sent once more if the connection closed before the reply (every
+  // operation is safe to send twice: acquire by its id, renew and release by theirs).
+  detail::Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
+    std::vector<std::string_view> argv{op, "", std::string_view(&kKind, 1)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::vector<std::string_view> keys{name_};
+    const Steady::time_point deadline = callDeadline();
+    constexpr int kMaxTries = 2;
+    for (int tries = 1;; ++tries) {
+      try {
+        return detail::eval(*client_, kConcurrency, keys, argv, deadline);
+      } catch (const ScriptError&) {
+        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), name_, kKind));
+      } catch (const ClosedError&) {
+        if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
+      }
+    }
+  }
+
+  LeaseDecision byPolicy(bool allowed) const {
+    LeaseDecision out;
+    out.decision.allowed = allowed;
+    out.decision.permits = 1;
+    out.decision.limit = config_.limit;
+    out.decision.byPolicy = true;
+    if (allowed) {
+      Lease lease;
+      lease.id = newLeaseId();
+      lease.byPolicy = true;
+      out.lease = std::move(lease);
+    }
+    return out;
+  }
+
+  LeaseDecision acquire(milliseconds ttl) {
+    checkTtl(ttl);
+    if (client_->onIoThread()) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: limiter {}: a sync call from a completion callback would wait for the thread that runs it",
+          name_));
+    }
+    // FailurePolicy::Local: limit x localShare leases per leaseTtl.
+    const milliseconds interval = config_.leaseTtl;
+    if (!gate_.shouldTry()) {
+      if (auto d = gate_.decide(1, config_.limit, interval)) return byPolicy(*d);
+      gate_.throwUnavailable();
+    }
+    const std::string id = newLeaseId();
+    const std::vector<std::string> args{id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())};
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    try {
+      const detail::Reply r = call("acquire", args, true);
+      if (r.type != detail::Reply::Type::Array || r.elements.size() != kAcquireReplySize) {
+        throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
+                                               name_, kAcquireReplySize, r.describe()));
+      }
+      LeaseDecision out;
+      Decision& d = out.decision;
+      d.allowed = at(r, 0) == 1;
+      d.permits = 1;
+      d.remaining = at(r, 2);
+      d.limit = at(r, 3);
+      d.time = microseconds{at(r, 4)};
+      d.retryAfter = microseconds{at(r, 5)};
+      d.resetAfter = microseconds{at(r, 6)};
+      if (d.allowed) {
+        Lease lease;
+        lease.id = id;
+        lease.expiresAt = microseconds{at(r, 1)};
+        out.lease = std::move(lease);
+      }
+      gate_.answered(started);
+      return out;
+    } catch (const Error&) {
+      if (auto d = gate_.settle(std::current_exception(), started, 1, config_.limit, interval)) return byPolicy(*d);
+      throw;
+    }
+  }
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  ConcurrencyConfig config_;
+  detail::FailureGate gate_;
+  milliseconds callBound_{0};
+};
+
+ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<Client> client, std::string name,
+                                       const ConcurrencyConfig& config, ConcurrencyLimiterOptions options)
+    : core_(std::make_shared<Core>(std::move(client), std::move(name), config, std::move(options))) {}
+
+void ConcurrencyLimiter::validateConfig(const ConcurrencyConfig& config) {
+  detail::checkCount("limit", config.limit, 1, kMaxLimit);
+  checkTtl(config.leaseTtl);
+}
+
+LeaseDecision ConcurrencyLimiter::decide() { return decide(core_->config_.leaseTtl); }
+
+LeaseDecision ConcurrencyLimiter::decide(milliseconds leaseTtl) {
+  LeaseDecision out = core_->acquire(leaseTtl);
+  Decision& d = out.decision;
+  if (d.allowed) {
+    (void)monitor().admit(true, 1);
+    return out;
+  }
+  // Shadow mode: a denial is let through, with a lease Redis does not hold.
+  if (monitor().admit(false, 1, d.retryAfter, d.byPolicy)) {
+    d.allowed = true;
+    d.shadowDenied = true;
+    Lease lease;
+    lease.id = newLeaseId();
+    lease.byPolicy = d.byPolicy;
+    lease.shadowDenied = true;
+    out.lease = std::move(lease);
+  }
+  return out;
+}
+
+std::optional<Lease> ConcurrencyLimiter::tryAcquire() { return decide().lease; }
+
+std::optional<Lease> ConcurrencyLimiter::tryAcquire(milliseconds leaseTtl) { return decide(leaseTtl).lease; }
+
+bool ConcurrencyLimiter::renew(Lease& lease) { return renew(lease, core_->config_.leaseTtl); }
+
+bool ConcurrencyLimiter::renew(Lease& lease, milliseconds leaseTtl) {
+  checkLeaseId(lease.id);
+  checkTtl(leaseTtl);
+  const detail::Reply r = core_->call("renew", {lease.id, fmt::to_string(leaseTtl.count())}, true);
+  if (r.type != detail::Reply::Type::Array || r.elements.size() != 3) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 3 from renew, got {}", core_->name_, r.describe()));
+  }
+  if (at(r, 0) != 1) return false;
+  lease.expiresAt = microseconds{at(r, 1)};
+  return true;
+}
+
+bool ConcurrencyLimiter::release(const Lease& lease) {
+  checkLeaseId(lease.id);
+  const detail::Reply r = core_->call("release", {lease.id}, true);
+  if (r.type != detail::Reply::Type::Array || r.elements.size() != 2) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 2 from release, got {}", core_->name_, r.describe()));
+  }
+  return at(r, 0) == 1;
+}
+
+std::int64_t ConcurrencyLimiter::held() {
+  const detail::Reply r = core_->call("held", {}, true);
+  if (r.type != detail::Reply::Type::Array || r.elements.size() != 2) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 2 from held, got {}", core_->name_, r.describe()));
+  }
+  return at(r, 0);
+}
+
+std::int64_t ConcurrencyLimiter::available() { return std::max<std::int64_t>(0, core_->config_.limit - held()); }
+
+bool ConcurrencyLimiter::deleteLimiter() {
+  return detail::command(*core_->client_, {"DEL", core_->name_}).asInteger() > 0;
+}
+
+const std::string& ConcurrencyLimiter::getName() const noexcept { return core_->name_; }
+const ConcurrencyConfig& ConcurrencyLimiter::config() const noexcept { return core_->config_; }
+FailureStats ConcurrencyLimiter::failureStats() const { return core_->gate_.stats(); }
+const LimiterMonitor& ConcurrencyLimiter::monitor() const noexcept { return core_->gate_.monitor(); }
+
+}  // namespace redlimit
