@@ -55,7 +55,7 @@ format:
 check-format:
 	@scripts/check-format.sh
 
-# clang-tidy-14 with the root's .clang-tidy on every .cpp (CI); `scripts/check-tidy.sh --fix` applies fixes.
+# clang-tidy-14 with the root's .clang-tidy on every .cpp but the test files (CI); `scripts/check-tidy.sh --all` adds them, `--fix` applies fixes.
 tidy:
 	@scripts/install-deps.sh clang clang-tidy-14
 	@scripts/check-tidy.sh
