@@ -131,6 +131,11 @@ struct ClientOptions {
                                                    // at once in between)
   EventCallback onEvent;                           // the events of every limiter made on this Client
                                                    // (events.hpp), after the limiter's own; empty = none
+  bool coalesce = true;                            // decisions of the token bucket, GCRA and fixed-window
+                                                   // limiters (handles and keyed) that arrive while one is
+                                                   // in flight go to Redis together, up to 64 in one script
+                                                   // call (lua/batch.lua), whatever their keys (on a
+                                                   // cluster: keys of one slot); false = one call each
 };
 
 /// Throws InvalidArgument naming the first option that cannot be used: a timeout outside

@@ -7,6 +7,7 @@
 
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
@@ -56,6 +57,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
         gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
     const ClientOptions& o = client_->options();
     callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+    if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
   }
 
   void check(std::string_view key, std::int64_t permits) const {
@@ -108,7 +110,13 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     try {
       Reply reply;
       try {
-        reply = eval(*client_, script_, keys, args("take", digits), deadlineAfter<Steady>(Steady::now(), callBound_));
+        const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
+        if (batcher_) {
+          const std::vector<std::string_view> a = args("take", digits);
+          reply = batcher_->take(OneKeyCall{std::string(key), script_, {a.begin(), a.end()}, deadline, nullptr});
+        } else {
+          reply = eval(*client_, script_, keys, args("take", digits), deadline);
+        }
       } catch (const ScriptError&) {
         std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
       }
@@ -148,8 +156,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     const std::int64_t started = gate_.callStart();
     gate_.monitor().roundTrip();
     // The completion holds the policy weakly, as ScriptLimiter's does.
-    evalAsync(
-        *client_, script_, keys, args("take", digits),
+    ReplyCallback completion =
         [weak = weak_from_this(), key = std::string(key), kind = kind_[0], permits, started, done = std::move(done)](
             const Reply& reply, std::exception_ptr error) {
           const std::shared_ptr<Core> self = weak.lock();
@@ -176,8 +183,14 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
             }
           }
           done(Decision{}, std::move(error));
-        },
-        deadlineAfter<Steady>(Steady::now(), callBound_));
+        };
+    const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
+    if (batcher_) {
+      const std::vector<std::string_view> a = args("take", digits);
+      batcher_->takeAsync(OneKeyCall{std::string(key), script_, {a.begin(), a.end()}, deadline, std::move(completion)});
+      return;
+    }
+    evalAsync(*client_, script_, keys, args("take", digits), std::move(completion), deadline);
   }
 
   Decision peek(std::string_view key, std::int64_t permits) {
@@ -201,6 +214,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
   KeyedPolicy policy_;
   FailureGate gate_;
   milliseconds callBound_{0};
+  std::shared_ptr<OneKeyBatcher> batcher_;  // the Client's coalescing of takes (null: one call each)
 };
 
 KeyedScriptLimiter::KeyedScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure,

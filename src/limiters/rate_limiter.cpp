@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "limiters/batcher.hpp"
 #include "limiters/completion.hpp"
 #include "base/fork_guard.hpp"
 #include "limiters/future_of.hpp"
@@ -284,21 +285,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
-  // The coalescing queue (RateLimiterOptions::coalesce) of one process. A fork() child gets a
-  // fresh one on its first call: the inherited group in flight is the parent's and never finishes
-  // in the child, its waiting acquisitions belong to the parent's callers, and its lock may be
-  // held by a parent thread that does not exist in the child.
-  struct Coalescing {
-    explicit Coalescing(std::uint64_t g) : generation(g) {}
-    const std::uint64_t generation;  // detail::forkGeneration() of the process it serves
-    detail::Mutex mutex;
-    bool groupInFlight REDLIMIT_GUARDED_BY(mutex) = false;
-    std::deque<std::shared_ptr<Pending>> waiting REDLIMIT_GUARDED_BY(mutex);
-  };
-  // This process's coalescing queue (made anew after a fork).
-  Coalescing& coalescing();
-  // Owned (~Impl deletes it); in a fork child the inherited one is leaked, never touched again.
-  std::atomic<Coalescing*> coalescing_{nullptr};
+  // The coalescing queue (RateLimiterOptions::coalesce): whole acquisitions that arrive while a
+  // group is in flight go together as one acquire_batch.lua call (limiters/batcher.hpp).
+  detail::Batcher<std::shared_ptr<Pending>> coalescing_{kMaxCoalesced};
 };
 
 namespace {
@@ -341,38 +330,14 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   // whose window has passed.
   recordTtl_ = fmt::to_string(
       std::clamp(detail::saturatingAdd(callBound_, callBound_), milliseconds{1000}, milliseconds{3600000}).count());
-  coalescing_.store(new Coalescing(detail::forkGeneration()), std::memory_order_release);
 }
 
 RateLimiter::Impl::~Impl() {
-  std::unique_ptr<Coalescing> c(coalescing_.load(std::memory_order_acquire));
-  if (c->generation != detail::forkGeneration()) {
-    (void)c.release();  // a fork child's copy of its parent's queue: leaked (see Coalescing)
-    return;
-  }
-  std::deque<std::shared_ptr<Pending>> left;
-  {
-    const detail::LockGuard lock(c->mutex);
-    left.swap(c->waiting);
-  }
+  const std::deque<std::shared_ptr<Pending>> left = coalescing_.drain();
   if (left.empty()) return;
   const auto closed = std::make_exception_ptr(ClosedError(
       fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
   for (const auto& a : left) finish(this, *a, AcquireResult{}, detail::cloneError(closed));
-}
-
-RateLimiter::Impl::Coalescing& RateLimiter::Impl::coalescing() {
-  Coalescing* c = coalescing_.load(std::memory_order_acquire);
-  const std::uint64_t generation = detail::forkGeneration();
-  if (c->generation == generation) return *c;
-  static std::mutex renew;  // as Client::startAfterFork's: a child's threads start after the fork
-  const std::lock_guard<std::mutex> lock(renew);
-  c = coalescing_.load(std::memory_order_acquire);
-  if (c->generation != generation) {
-    c = new Coalescing(generation);  // the inherited one is leaked: see Coalescing
-    coalescing_.store(c, std::memory_order_release);
-  }
-  return *c;
 }
 
 void RateLimiter::Impl::finish(Impl* self, Pending& a, AcquireResult result, std::exception_ptr error) noexcept {
@@ -571,36 +536,15 @@ bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, d
 
 void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
   if (!options_.coalesce || !a->record.empty()) {
-    send(a);
+    send(a);  // a range is never coalesced: acquire_batch.lua takes whole acquisitions only
     return;
   }
-  {
-    Coalescing& c = coalescing();
-    const detail::LockGuard lock(c.mutex);
-    if (c.groupInFlight) {
-      c.waiting.push_back(std::move(a));
-      return;
-    }
-    c.groupInFlight = true;
-  }
-  sendGroup({std::move(a)});
+  if (coalescing_.claimOrQueue(a)) sendGroup({std::move(a)});
 }
 
 void RateLimiter::Impl::groupDone() {
-  std::vector<std::shared_ptr<Pending>> next;
-  {
-    Coalescing& c = coalescing();
-    const detail::LockGuard lock(c.mutex);
-    if (c.waiting.empty()) {
-      c.groupInFlight = false;
-      return;
-    }
-    while (!c.waiting.empty() && next.size() < kMaxCoalesced) {
-      next.push_back(std::move(c.waiting.front()));
-      c.waiting.pop_front();
-    }
-  }
-  sendGroup(std::move(next));
+  std::vector<std::shared_ptr<Pending>> next = coalescing_.next();
+  if (!next.empty()) sendGroup(std::move(next));
 }
 
 void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {

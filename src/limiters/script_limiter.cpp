@@ -7,6 +7,7 @@
 
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
@@ -105,6 +106,7 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
         gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
     const ClientOptions& o = client_->options();
     callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+    if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
   }
 
   // One guarded take: the script unless the gate says not to; an outage is decided by the policy.
@@ -155,6 +157,8 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   std::atomic<bool> hasPolicy_{false};
   mutable Mutex policyMutex_;
   std::shared_ptr<const KeyedPolicy> policy_ REDLIMIT_GUARDED_BY(policyMutex_);
+  // The Client's coalescing of takes (token bucket, GCRA, fixed window; null: one call each).
+  std::shared_ptr<OneKeyBatcher> batcher_;
 };
 
 void ScriptLimiter::Core::remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept {
@@ -215,15 +219,19 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
     if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
     gate_.throwUnavailable();
   }
-  const std::vector<std::string> args = takeArgs(permits, maxWait, config);
-  const std::vector<std::string_view> argViews(args.begin(), args.end());
-  const std::vector<std::string_view> keys{name_};
+  std::vector<std::string> args = takeArgs(permits, maxWait, config);
   const std::int64_t started = gate_.callStart();
   gate_.monitor().roundTrip();
   try {
     Reply reply;
     try {
-      reply = eval(*client_, script_, keys, argViews, callDeadline());
+      if (batcher_) {
+        reply = batcher_->take(OneKeyCall{name_, script_, std::move(args), callDeadline(), nullptr});
+      } else {
+        const std::vector<std::string_view> argViews(args.begin(), args.end());
+        const std::vector<std::string_view> keys{name_};
+        reply = eval(*client_, script_, keys, argViews, callDeadline());
+      }
     } catch (const ScriptError&) {
       std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     }
@@ -258,15 +266,12 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
     }
     return;
   }
-  const std::vector<std::string> args = takeArgs(permits, maxWait, config);
-  const std::vector<std::string_view> argViews(args.begin(), args.end());
-  const std::vector<std::string_view> keys{name_};
+  std::vector<std::string> args = takeArgs(permits, maxWait, config);
   const std::int64_t started = gate_.callStart();
   gate_.monitor().roundTrip();
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
   // (and through it the Client and its I/O thread) alive.
-  evalAsync(
-      *client_, script_, keys, argViews,
+  ReplyCallback completion =
       [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started,
        done = std::move(done)](const Reply& reply, std::exception_ptr error) {
         const std::shared_ptr<Core> self = weak.lock();
@@ -292,8 +297,14 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
           }
         }
         done(Reservation{}, std::move(error));
-      },
-      callDeadline());
+      };
+  if (batcher_) {
+    batcher_->takeAsync(OneKeyCall{name_, script_, std::move(args), callDeadline(), std::move(completion)});
+    return;
+  }
+  const std::vector<std::string_view> argViews(args.begin(), args.end());
+  const std::vector<std::string_view> keys{name_};
+  evalAsync(*client_, script_, keys, argViews, std::move(completion), callDeadline());
 }
 
 Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {

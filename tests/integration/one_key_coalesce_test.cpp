@@ -1,0 +1,236 @@
+// Coalesced one-key decisions: takes of the token bucket, GCRA and fixed-window limiters of one
+// Client that queue up while a call is in flight go to Redis together as one lua/batch.lua call,
+// whatever their keys, and get what one-by-one calls would have got, in the same order.
+//
+// The server is held with CLIENT PAUSE ... WRITE while the takes are issued, so that every take
+// after the first is queued before the first is answered: the grouping is then known exactly.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "redlimit/errors.hpp"
+#include "redlimit/fixed_window_rate_limiter.hpp"
+#include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit_test/fixture.hpp"
+
+namespace redlimit::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+class OneKeyCoalesce : public RedisTest {
+ protected:
+  // Write commands (scripts included) wait until resume(); reads and CLIENT UNPAUSE do not.
+  void pauseWrites() { ASSERT_EQ(raw({"CLIENT", "PAUSE", "20000", "WRITE"}).str, "OK"); }
+  void resume() { (void)raw({"CLIENT", "UNPAUSE"}); }
+  // Takes on a throwaway limiter of `c` that go as one batch, so that batch.lua is loaded (and
+  // the connection open) before anything is counted.
+  void warmBatch(const std::shared_ptr<Client>& c);
+  void TearDown() override {
+    resume();
+    RedisTest::TearDown();
+  }
+};
+
+GcraConfig gcra(std::int64_t burst) {
+  GcraConfig c;
+  c.rate = 1;
+  c.period = milliseconds(3600000);  // refills one an hour: nothing comes back during a test
+  c.burst = burst;
+  return c;
+}
+
+void OneKeyCoalesce::warmBatch(const std::shared_ptr<Client>& c) {
+  GcraConfig config;
+  config.rate = 1;
+  config.period = milliseconds(1000);
+  config.burst = 10;
+  GcraRateLimiter warm(c, name("warm"), config);
+  pauseWrites();
+  std::vector<std::future<Decision>> all;
+  for (int i = 0; i < 3; ++i) all.push_back(warm.decideAsync(1));
+  resume();
+  for (auto& f : all) (void)f.get();
+}
+
+std::uint64_t requestsOf(const std::shared_ptr<Client>& c) { return c->poolStats().requests; }
+
+// One connection: its requests are the script calls alone (a second connection would add its
+// handshake).
+ClientOptions oneConnection(bool coalesce = true) {
+  ClientOptions o;
+  o.pool.size = 1;
+  o.coalesce = coalesce;
+  return o;
+}
+
+TEST_F(OneKeyCoalesce, QueuedTakesOfOneLimiterGetWhatOneByOneCallsGetInTheSameOrder) {
+  constexpr int kCalls = 200;
+  constexpr std::int64_t kBurst = 50;
+  auto together = newClient(oneConnection());
+  auto alone = newClient(oneConnection(false));
+  GcraRateLimiter a(together, name("a"), gcra(kBurst));
+  GcraRateLimiter b(alone, name("b"), gcra(kBurst));
+  warmBatch(together);
+  (void)a.decide(1);  // one permit used on both
+  (void)b.decide(1);
+
+  pauseWrites();
+  const std::uint64_t before = requestsOf(together);
+  std::vector<std::future<Decision>> coalesced;
+  for (int i = 0; i < kCalls; ++i) coalesced.push_back(a.decideAsync(1 + i % 3));
+  resume();
+  std::vector<Decision> got;
+  for (auto& f : coalesced) got.push_back(f.get());
+  const std::uint64_t calls = requestsOf(together) - before;
+
+  for (int i = 0; i < kCalls; ++i) {
+    SCOPED_TRACE(i);
+    const Decision one = b.decide(1 + i % 3);
+    const Decision& d = got[static_cast<std::size_t>(i)];
+    EXPECT_EQ(d.allowed, one.allowed);
+    EXPECT_EQ(d.remaining, one.remaining);
+    EXPECT_EQ(d.limit, one.limit);
+    EXPECT_FALSE(d.byPolicy);
+  }
+  // The first alone, then groups of at most 64: 199 = 64 + 64 + 64 + 7.
+  std::printf("[ coalesce ] %d takes in %llu script calls\n", kCalls, static_cast<unsigned long long>(calls));
+  EXPECT_EQ(calls, 5u);
+}
+
+TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAlone) {
+  auto together = newClient(oneConnection());
+  auto alone = newClient(oneConnection(false));
+  TokenBucketConfig tb;
+  tb.capacity = 3;
+  tb.refillPermits = 1;
+  tb.refillInterval = milliseconds(3600000);
+  FixedWindowConfig fw;
+  fw.limit = 2;
+  fw.window = milliseconds(3600000);
+  GcraRateLimiter ga(together, name("ag"), gcra(4)), gb(alone, name("bg"), gcra(4));
+  TokenBucketRateLimiter ta(together, name("at"), tb), tb2(alone, name("bt"), tb);
+  FixedWindowRateLimiter wa(together, name("aw"), fw), wb(alone, name("bw"), fw);
+  const std::vector<detail::ScriptLimiter*> mine{&ga, &ta, &wa}, theirs{&gb, &tb2, &wb};
+  warmBatch(together);
+  (void)mine[0]->decide(1);
+  (void)theirs[0]->decide(1);
+
+  pauseWrites();
+  const std::uint64_t before = requestsOf(together);
+  std::vector<std::future<Decision>> coalesced;
+  for (int i = 0; i < 30; ++i) coalesced.push_back(mine[static_cast<std::size_t>(i % 3)]->decideAsync(1));
+  resume();
+  for (int i = 0; i < 30; ++i) {
+    SCOPED_TRACE(i);
+    const Decision d = coalesced[static_cast<std::size_t>(i)].get();
+    const Decision one = theirs[static_cast<std::size_t>(i % 3)]->decide(1);
+    EXPECT_EQ(d.allowed, one.allowed);
+    EXPECT_EQ(d.remaining, one.remaining);
+    EXPECT_EQ(d.limit, one.limit);
+  }
+  EXPECT_EQ(requestsOf(together) - before, 2u) << "the first alone, the other 29 in one call";
+}
+
+TEST_F(OneKeyCoalesce, AKeyedLimiterSendsTheTakesOfManyKeysTogether) {
+  auto together = newClient(oneConnection());
+  KeyedGcraRateLimiter keyed(together, name("policy"), gcra(2));
+  const std::string prefix = name("user:");
+  warmBatch(together);
+
+  pauseWrites();
+  const std::uint64_t before = requestsOf(together);
+  std::vector<std::future<Decision>> coalesced;
+  for (int i = 0; i < 40; ++i) coalesced.push_back(keyed.decideAsync(prefix + std::to_string(i % 10)));
+  resume();
+  std::vector<int> allowed(10, 0);
+  for (int i = 0; i < 40; ++i) {
+    const Decision d = coalesced[static_cast<std::size_t>(i)].get();
+    if (d.allowed) ++allowed[static_cast<std::size_t>(i % 10)];
+    // Each key's takes in order: its first two are allowed, the others denied.
+    EXPECT_EQ(d.allowed, i < 20) << i;
+  }
+  for (int k = 0; k < 10; ++k) EXPECT_EQ(allowed[static_cast<std::size_t>(k)], 2) << k;
+  EXPECT_EQ(requestsOf(together) - before, 2u) << "the first alone, the other 39 in one call";
+}
+
+TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
+  auto together = newClient();
+  GcraRateLimiter good(together, name("good"), gcra(5));
+  GcraRateLimiter bad(together, name("bad"), gcra(5));
+  raw({"RPUSH", bad.getName(), "not", "a", "limiter"});
+  (void)good.decide(1);
+
+  pauseWrites();
+  auto first = good.decideAsync(1);
+  auto second = bad.decideAsync(1);
+  auto third = good.decideAsync(1);
+  resume();
+  EXPECT_TRUE(first.get().allowed);
+  EXPECT_THROW((void)second.get(), InvalidConfigError);
+  const Decision d = third.get();
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 2);
+  EXPECT_EQ(raw({"LLEN", bad.getName()}).integer, 3) << "nothing written to the key of another type";
+}
+
+TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
+  auto c = newClient(oneConnection(false));
+  GcraRateLimiter a(c, name(), gcra(100));
+  (void)a.decide(1);
+  pauseWrites();
+  const std::uint64_t before = requestsOf(c);
+  std::vector<std::future<Decision>> all;
+  for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync(1));
+  resume();
+  for (auto& f : all) EXPECT_TRUE(f.get().allowed);
+  EXPECT_EQ(requestsOf(c) - before, 20u);
+}
+
+TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
+  auto c = newClient();
+  KeyedGcraRateLimiter keyed(c, name("policy"), gcra(20));
+  const std::string prefix = name("k:");
+  std::atomic<int> granted{0}, denied{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        try {
+          (keyed.decide(prefix + std::to_string((t + i) % 10)).allowed ? granted : denied).fetch_add(1);
+        } catch (const std::exception&) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(granted.load(), 10 * 20);
+  EXPECT_EQ(denied.load(), 8 * 50 - 10 * 20);
+}
+
+TEST_F(OneKeyCoalesce, TakesStillQueuedWhenTheLastLimiterIsDroppedEndWithClosedError) {
+  auto c = newClient();
+  std::vector<std::future<Decision>> all;
+  {
+    GcraRateLimiter a(c, name(), gcra(100));
+    (void)a.decide(1);
+    pauseWrites();
+    for (int i = 0; i < 5; ++i) all.push_back(a.decideAsync(1));
+  }
+  resume();
+  EXPECT_TRUE(all[0].get().allowed) << "the one in flight is answered";
+  for (std::size_t i = 1; i < all.size(); ++i) EXPECT_THROW((void)all[i].get(), ClosedError) << i;
+}
+
+}  // namespace
+}  // namespace redlimit::test
