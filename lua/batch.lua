@@ -1,0 +1,108 @@
+-- include: onekey gcra_core fixed_window_core
+-- batch.lua: up to 64 independent `take` decisions of one-key limiters (token bucket 'T', GCRA
+-- 'G', fixed window 'W', any mix) in one call. Each decision is exactly what its own script's
+-- `take` would answer (gcra.lua, fixed_window.lua), made by the same library code
+-- (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua), one after the other in order: a
+-- decision on a key sees what the decisions before it in the batch wrote (a key may appear
+-- several times). Unlike multi.lua, nothing is all or nothing: each decision takes or denies on
+-- its own, and one that fails does not stop the others.
+--
+-- KEYS[i] the key of decision i. ARGV[1] the operation ('take', the only one), ARGV[2] now in
+-- epoch µs or '' (the server's TIME, read once: every decision of a batch decides at the same
+-- instant), ARGV[3] n, the number of decisions (1..64, = #KEYS), then 4 per decision i at
+-- ARGV[4 + 4(i-1)] .. ARGV[7 + 4(i-1)]:
+--   kind       'T', 'G' or 'W'
+--   permits    as `take n` of its script
+--   maxWaitUs  as `take n maxWaitUs` of its script
+--   cfg        '' = the configuration stored in the key; otherwise the caller's configuration
+--              packed as the key's header, exactly as gcra.lua / fixed_window.lua take it at their
+--              ARGV[6] (17 bytes for 'T' and 'G', 13 for 'W')
+-- A call with another operation, an n out of 1..64, #KEYS ~= n, #ARGV ~= 3 + 4n or a bad time
+-- fails as a whole with REDLIMIT_INVALID_ARGUMENT before anything is read or written.
+--
+-- Reply: an array of n elements, in KEYS order. Element i is what the script of decision i
+-- replies to `take`: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs,
+-- localRate, localIntervalMs}; or, when decision i fails (bad permits or maxWait, an unknown
+-- kind, a key holding another Redis type, another limiter or a value redlimit did not write,
+-- permits above the limit, a configuration in the call that is not usable), a string with the
+-- error that script would raise, "CODE message" (e.g. "REDLIMIT_INVALID_ARGUMENT permits must
+-- be ..."), naming the decision's key. A failing decision writes nothing (the libraries check
+-- everything before their one write) and the decisions after it go on.
+--
+-- No fast path: gcra.lua and fixed_window.lua decide a usable key above their `-- @shared` line
+-- so that a call does not pay for making the libraries' closures. Here that cost is paid once per
+-- call and shared by up to 64 decisions, like the fixed cost of the call itself (parsing,
+-- EVALSHA lookup, the reply), which is what the batch saves; so every decision takes the full,
+-- checked path. One difference follows: a key holding another Redis type is reported as
+-- REDLIMIT_INVALID_CONFIG naming the key (readPacked), where the single scripts' fast path lets
+-- Redis's WRONGTYPE error through for the client to map.
+local MAX_DECISIONS = 64
+local PER_DECISION = 4
+
+if ARGV[1] ~= 'take' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for batch.lua') end
+local decisions = ARGV[3] and parseCount(ARGV[3])
+if not decisions or decisions < 1 or decisions > MAX_DECISIONS then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'a batch decides 1..' .. MAX_DECISIONS .. ' takes, got "' ..
+    string.sub(tostring(ARGV[3]), 1, 40) .. '"')
+end
+if #KEYS ~= decisions then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'a batch of ' .. decisions .. ' takes needs ' .. decisions .. ' keys, got ' .. #KEYS)
+end
+if #ARGV ~= 3 + PER_DECISION * decisions then
+  fail('REDLIMIT_INVALID_ARGUMENT', 'a batch of ' .. decisions .. ' takes needs ' .. (3 + PER_DECISION * decisions) ..
+    ' arguments, got ' .. #ARGV)
+end
+local nowUs = currentMicros(ARGV[2])
+
+-- gcra.lua's `take n maxWaitUs [cfg]` on `key` at nowUs.
+local function gcraDecision(key, kind, permits, maxWaitArg, cfg)
+  local s
+  if cfg then s = gcraWithConfig(key, kind, nowUs, cfg) else s = gcraLoad(key, kind, nowUs) end
+  local n = countArg(permits, 1, MAX_U32, 'permits', key)
+  gcraCheckPermits(s, n)
+  local maxWait = countArg(maxWaitArg, 0, 1e14 - 1, 'maxWait', key)
+  local allowed, delay, retry, after = gcraTake(s, n, maxWait)
+  if allowed == 1 then
+    gcraStore(s, after)
+  elseif s.clamped then
+    gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
+  end
+  local lr, lms = gcraLocalRate(s)
+  return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms}
+end
+
+-- fixed_window.lua's `take n maxWaitUs [cfg]` on `key` at nowUs.
+local function windowDecision(key, permits, maxWaitArg, cfg)
+  local s
+  if cfg then s = windowWithConfig(key, nowUs, cfg) else s = windowLoad(key, nowUs) end
+  local n = countArg(permits, 1, MAX_U32, 'permits', key)
+  windowCheckPermits(s, n)
+  local maxWait = countArg(maxWaitArg, 0, 1e14 - 1, 'maxWait', key)
+  local allowed, delay, retry, c, nextCount = windowTake(s, n, maxWait)
+  if allowed == 1 or s.clamped then        -- a clamped window is written back, also on a denial
+    windowStore(s, c, nextCount)
+  end
+  return {allowed, s.l - c, retry, windowResetAfter(s, c, nextCount), s.l, nowUs, delay, s.l, s.windowMs}
+end
+
+local function decide(key, kind, permits, maxWaitArg, cfg)
+  if cfg == '' then cfg = nil end
+  if kind == 'W' then return windowDecision(key, permits, maxWaitArg, cfg) end
+  if kind == 'T' or kind == 'G' then return gcraDecision(key, kind, permits, maxWaitArg, cfg) end
+  fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. string.sub(tostring(kind), 1, 8) ..
+    '" for key ' .. key .. ' (T, G or W)')
+end
+
+local reply = {}
+for i = 1, decisions do
+  local at = 4 + PER_DECISION * (i - 1)
+  local ok, r = pcall(decide, KEYS[i], ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3])
+  if ok then
+    reply[i] = r
+  elseif type(r) == 'table' and type(r.err) == 'string' then
+    reply[i] = r.err                       -- fail()'s "CODE message", or a Redis error reply
+  else
+    reply[i] = tostring(r)
+  end
+end
+return reply
