@@ -57,9 +57,11 @@ install_block=$(awk '
   section && /^```sh[[:space:]]*$/ && !done { inblock = 1; next }
   inblock && /^```/ { inblock = 0; done = 1; next }
   inblock { print }
-' "$readme" | sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta')
+' "$readme" | sed -e ':a' -e '/\\$/N; s/[[:space:]]*\\\n[[:space:]]*/ /; ta')
 [ -n "$install_block" ] || fail "README.md has no \`\`\`sh block under \"## Install\""
-ran=0
+# First every line is checked and its command made, then the commands run: a README that changed
+# its paths fails here before anything is built or installed.
+lines=() cmds=()
 while IFS= read -r line; do
   [ -n "$line" ] || continue
   if [[ $line == "sudo apt-get install "* ]]; then
@@ -85,14 +87,19 @@ while IFS= read -r line; do
   if [[ $cmd == *"/opt/"* || $cmd == *sudo* ]] || { [[ $cmd == *--install* ]] && [[ $cmd != *"--prefix $prefix"* ]]; }; then
     fail "the Install section changed its paths; update check.sh's substitutions: $line"
   fi
-  echo "   $line"
-  log="$tmp/install-$ran.log"
-  if ! (cd "$root" && eval "$cmd") >"$log" 2>&1; then
+  lines+=("$line")
+  cmds+=("$cmd")
+done <<<"$install_block"
+ran=0
+for i in "${!cmds[@]}"; do
+  echo "   ${lines[$i]}"
+  log="$tmp/install-$i.log"
+  if ! (cd "$root" && eval "${cmds[$i]}") >"$log" 2>&1; then
     tail -n 40 "$log" >&2
-    fail "this Install command failed: $cmd"
+    fail "this Install command failed: ${cmds[$i]}"
   fi
   ran=$((ran + 1))
-done <<<"$install_block"
+done
 [ "$ran" -ge 2 ] || fail "the Install section ran $ran cmake commands, expected a configure and a build and install"
 [ -e "$prefix/lib/libredlimit.a" ] || fail "the Install section installed no $prefix/lib/libredlimit.a"
 
