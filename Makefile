@@ -15,8 +15,8 @@ build: deps
 # The demo builds only what it runs: the library, the example and the throwaway-server runner.
 demo: deps
 	cmake --preset dev >/dev/null
-	cmake --build --preset dev -j $(JOBS) --target quickstart with-redis
-	build/dev/tests/with-redis build/dev/examples/quickstart
+	cmake --build --preset dev -j $(JOBS) --target shared_limit with-redis
+	build/dev/tests/with-redis build/dev/examples/shared_limit
 
 test: build
 	ctest --preset dev $(CTEST_ARGS)

@@ -1,20 +1,26 @@
 // http_handler: the rate-limiting part of a web service's request handler, ready to copy.
-// Each API key may make kQuota requests per kWindow, shared by every instance of the service;
-// a request over the limit gets 429 with Retry-After, and every response carries the IETF
-// RateLimit-Policy and RateLimit header fields (redlimit/http.hpp).
+// Two limits apply to every request, each shared by every instance of the service:
+//  * per API key: a token bucket of kPerKeyBurst requests, refilled at that many per kPerKeyRefill,
+//    in ONE KeyedTokenBucketRateLimiter for all keys (the limit travels in each call; a key idle
+//    long enough expires in Redis, so nothing grows with the number of keys, here or there);
+//  * for the whole service: kGlobalRate requests per kGlobalInterval in one RateLimiter.
+// The per-key limit is decided first, so a caller over its own limit spends no global permit.
+// A request the per-key limit refuses gets 429, one the global limit refuses 503 (the service is
+// busy, the caller did nothing wrong); either with Retry-After and the IETF RateLimit-Policy and
+// RateLimit fields of the limit that refused it. A request both allow gets the per-key fields: the
+// global limit's remaining is shared by every caller, so it would promise one caller what the
+// others may take first (docs/algorithms.md, "HTTP headers").
 //
 //   http_handler [redis://host:port]       (default: $REDLIMIT_URI, else redis://127.0.0.1:6379)
 //
-// The test suite runs it against a throwaway redis-server (build/dev/tests/with-redis). It sends a
-// burst of requests for two keys, prints each answer, and exits non-zero if the limit was not kept.
+// The test suite runs it against a throwaway redis-server (build/dev/tests/with-redis). It sends
+// requests for three keys, prints each answer, and exits non-zero if a limit was not kept.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +33,10 @@ namespace {
 
 using namespace std::chrono;
 
-constexpr std::int64_t kQuota = 5;  // requests ...
-constexpr seconds kWindow{2};       // ... per window, per API key
+constexpr std::int64_t kPerKeyBurst = 5;  // requests at once per API key, ...
+constexpr seconds kPerKeyRefill{2};       // ... coming back at that many per 2 s
+constexpr std::int64_t kGlobalRate = 8;   // requests of all keys together (small, so that the
+constexpr seconds kGlobalInterval{10};    // demo below reaches it) per 10 s
 
 struct Request {
   std::string path;
@@ -37,54 +45,87 @@ struct Request {
 
 struct Response {
   int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;
+  redlimit::http::Headers headers;  // (name, value) pairs, in order
   std::string body;
 };
 
-// One per process: a Client and a limiter handle per API key (handles are cheap; keeping them
-// keeps each key's failure-policy state).
+redlimit::TokenBucketConfig perKeyConfig() {
+  redlimit::TokenBucketConfig config;
+  config.capacity = kPerKeyBurst;
+  config.refillPermits = kPerKeyBurst;
+  config.refillInterval = kPerKeyRefill;
+  return config;  // keepAlive 0: a key expires kDefaultIdleMargin (1 s) after its bucket is full again
+}
+
+// One per process, shared by every request thread (both limiters are thread-safe).
 class RateLimitedService {
  public:
-  explicit RateLimitedService(std::shared_ptr<redlimit::Client> client) : client_(std::move(client)) {}
+  RateLimitedService(const std::shared_ptr<redlimit::Client>& client, const std::string& prefix)
+      : perKey_(client, prefix + "per-key", perKeyConfig(), keyedOptions()),
+        global_(client, prefix + "global", globalOptions()),
+        perKeyPolicy_(redlimit::http::policyOf(perKey_.config(), "per-key")),  // "per-key";q=5;w=2
+        globalPolicy_(redlimit::http::policyOf(globalConfig(), "global")),     // "global";q=8;w=10
+        keyPrefix_(prefix + "key:") {}
 
   Response handle(const Request& request) {
-    redlimit::Decision decision;
-    try {
-      decision = limiterFor(request.apiKey).decide(1);
-    } catch (const redlimit::NotInitializedError&) {
-      // First request for this key anywhere: create its configuration (only if still absent, so
-      // concurrent instances agree), then decide.
-      (void)limiterFor(request.apiKey).trySetRate(redlimit::RateType::Overall, kQuota, kWindow);
-      decision = limiterFor(request.apiKey).decide(1);
-    }
+    const redlimit::Decision mine = perKey_.decide(keyOf(request.apiKey));
+    if (!mine.allowed) return refuse(429, mine, perKeyPolicy_);
+    const redlimit::Decision all = decideGlobal();
+    if (!all.allowed) return refuse(503, all, globalPolicy_);
     Response response;
-    response.headers = redlimit::http::rateLimitHeaders(decision, policy_);
-    if (!decision.allowed) {
-      response.status = 429;
-      response.body = "Too Many Requests\n";
-      return response;
-    }
+    response.headers = redlimit::http::rateLimitHeaders(mine, perKeyPolicy_, headerOptions_);
     response.body = fmt::format("hello from {}\n", request.path);
     return response;
   }
 
+  std::string keyOf(const std::string& apiKey) const { return keyPrefix_ + apiKey; }
+  redlimit::KeyedTokenBucketRateLimiter& perKey() { return perKey_; }
+  redlimit::RateLimiter& global() { return global_; }
+
  private:
-  redlimit::RateLimiter& limiterFor(const std::string& apiKey) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    auto it = limiters_.find(apiKey);
-    if (it == limiters_.end()) {
-      redlimit::RateLimiterOptions options;
-      options.failure.policy = redlimit::FailurePolicy::Allow;  // Redis down: serve, unlimited
-      it = limiters_.emplace(apiKey, redlimit::RateLimiter(client_, "api:" + apiKey, options)).first;
-    }
-    return it->second;
+  static redlimit::KeyedRateLimiterOptions keyedOptions() {
+    redlimit::KeyedRateLimiterOptions options;
+    options.failure.policy = redlimit::FailurePolicy::Allow;  // Redis down: serve, unlimited
+    return options;
+  }
+  static redlimit::RateLimiterOptions globalOptions() {
+    redlimit::RateLimiterOptions options;
+    options.failure.policy = redlimit::FailurePolicy::Allow;
+    return options;
+  }
+  static redlimit::RateLimiterConfig globalConfig() {
+    redlimit::RateLimiterConfig config;
+    config.rateType = redlimit::RateType::Overall;
+    config.rate = kGlobalRate;
+    config.rateInterval = kGlobalInterval;
+    return config;
   }
 
-  std::shared_ptr<redlimit::Client> client_;
-  const redlimit::http::RateLimitPolicy policy_{"per-key", kQuota, kWindow};
-  std::mutex mutex_;
-  std::map<std::string, redlimit::RateLimiter> limiters_;  // never erased: a real service would
-                                                           // bound this (LRU)
+  // A RateLimiter reads its configuration from Redis: the first request anywhere (or the first
+  // after Redis lost its data) creates it, only if still absent so that instances agree.
+  redlimit::Decision decideGlobal() {
+    try {
+      return global_.decide(1);
+    } catch (const redlimit::NotInitializedError&) {
+      (void)global_.trySetRate(redlimit::RateType::Overall, kGlobalRate, kGlobalInterval);
+      return global_.decide(1);
+    }
+  }
+
+  Response refuse(int status, const redlimit::Decision& decision, const redlimit::http::RateLimitPolicy& policy) const {
+    Response response;
+    response.status = status;
+    response.headers = redlimit::http::rateLimitHeaders(decision, policy, headerOptions_);
+    response.body = status == 429 ? "Too Many Requests\n" : "Service Unavailable\n";
+    return response;
+  }
+
+  redlimit::KeyedTokenBucketRateLimiter perKey_;
+  redlimit::RateLimiter global_;
+  const redlimit::http::RateLimitPolicy perKeyPolicy_;
+  const redlimit::http::RateLimitPolicy globalPolicy_;
+  const redlimit::http::HeaderOptions headerOptions_;  // xRateLimit = true adds X-RateLimit-*
+  const std::string keyPrefix_;
 };
 
 }  // namespace
@@ -95,28 +136,30 @@ int main(int argc, char** argv) try {
     if (const char* env = std::getenv("REDLIMIT_URI")) uri = env;
     if (argc == 2) uri = argv[1];
     auto client = redlimit::Client::fromUri(uri);
-    RateLimitedService service(client);
-
-    // A demo key per run, so runs against a shared server do not meet each other's limits.
+    // Names of this run's own, so runs against a shared server do not meet each other's limits.
     const std::string run =
         fmt::format("{}", duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
-    int ok = 0;
-    int limited = 0;
-    for (int i = 0; i < 8; ++i) {
-      const Response r = service.handle({"/hello", "alice-" + run});
-      fmt::print("alice #{}: {}", i + 1, r.status);
-      for (const auto& [name, value] : r.headers) fmt::print("  {}: {}", name, value);
-      fmt::print("\n");
-      (r.status == 200 ? ok : limited)++;
-    }
-    const Response bob = service.handle({"/hello", "bob-" + run});
-    fmt::print("bob   #1: {} {}", bob.status, bob.body);
+    RateLimitedService service(client, "api:" + run + ":");
 
-    for (const std::string& key : {"alice-" + run, "bob-" + run}) {
-      (void)redlimit::RateLimiter(client, "api:" + key).deleteLimiter();
+    // alice sends 7: 5 pass (her burst), 2 get 429. bob sends 1 and carol 3: 2 of those pass, which
+    // makes the global limit's 8, so carol's last gets 503.
+    std::vector<std::pair<std::string, int>> expected;
+    for (int i = 0; i < 7; ++i) expected.emplace_back("alice", i < kPerKeyBurst ? 200 : 429);
+    expected.emplace_back("bob", 200);
+    for (int i = 0; i < 3; ++i) expected.emplace_back("carol", i < 2 ? 200 : 503);
+    int wrong = 0;
+    for (const auto& [who, status] : expected) {
+      const Response r = service.handle({"/hello", who});
+      fmt::print("{:5}: {}", who, r.status);
+      for (const auto& [name, value] : r.headers) fmt::print("  {}: {}", name, value);
+      fmt::print("{}\n", r.status == status ? "" : fmt::format("   (expected {})", status));
+      wrong += r.status != status;
     }
-    if (ok != kQuota || limited != 8 - kQuota || bob.status != 200) {
-      fmt::print(stderr, "http_handler: expected {} x 200 then 429s, and 200 for bob\n", kQuota);
+
+    for (const char* who : {"alice", "bob", "carol"}) (void)service.perKey().deleteKey(service.keyOf(who));
+    (void)service.global().deleteLimiter();
+    if (wrong != 0) {
+      fmt::print(stderr, "http_handler: {} answers were not the expected ones\n", wrong);
       return 1;
     }
     return 0;

@@ -48,12 +48,12 @@ inline constexpr std::size_t kErrorKindCount = 10;
 [[nodiscard]] ErrorKind errorKindOf(const std::exception_ptr& error) noexcept;
 
 /// How a decision of the failure policy ended.
-enum class PolicyOutcome : std::uint8_t { Allowed, Denied, Thrown };
+enum class PolicyOutcome : std::uint8_t { Granted, Denied, Thrown };
 inline constexpr std::size_t kFailurePolicyCount = 4;  // FailurePolicy's values
 inline constexpr std::size_t kPolicyOutcomeCount = 3;  // PolicyOutcome's values
 /// "throw", "allow", "deny", "local".
 [[nodiscard]] const char* failurePolicyName(FailurePolicy policy) noexcept;
-/// "allowed", "denied", "thrown".
+/// "granted", "denied", "thrown" (the word of redlimit_decisions_total's outcome label too).
 [[nodiscard]] const char* policyOutcomeName(PolicyOutcome outcome) noexcept;
 
 /// The upper bounds of the decision-latency buckets, in seconds (a last bucket, +Inf, takes the
@@ -95,16 +95,18 @@ class LatencyHistogram {
 
 /// What a LimiterMetrics has counted, read at one moment (each counter read once).
 struct LimiterMetricsSnapshot {
-  std::string limiter;               // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
-  std::uint64_t granted = 0;         // decisions that allowed (the segment cache's local hits included)
-  std::uint64_t denied = 0;          // decisions that refused (in shadow mode: still counted here)
-  std::uint64_t permitsGranted = 0;  // permits those granted decisions took
-  std::uint64_t shadowDenied = 0;    // shadow mode: denials the caller was let through anyway
-  std::uint64_t localHits = 0;       // decisions the segment cache served without Redis (in granted)
-  std::uint64_t roundTrips = 0;      // requests deciding calls sent to Redis (a coalesced batch is one,
-                                     // a resend another), the segment cache's refills included
-  std::uint64_t degraded = 0;        // handles of this name degraded now (outage or configuration error)
-  std::uint64_t callbacksThrew = 0;  // completion callbacks of ...Async calls that threw (caught and dropped)
+  std::string limiter;                // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
+  std::uint64_t granted = 0;          // decisions that allowed (the segment cache's local hits included)
+  std::uint64_t denied = 0;           // decisions that refused (in shadow mode: still counted here)
+  std::uint64_t permitsGranted = 0;   // permits those granted decisions took
+  std::uint64_t shadowDenied = 0;     // shadow mode: denials the caller was let through anyway
+  std::uint64_t permitsRefunded = 0;  // permits callers gave back with refund(): their grants stay
+                                      // counted in granted and permitsGranted
+  std::uint64_t localHits = 0;        // decisions the segment cache served without Redis (in granted)
+  std::uint64_t roundTrips = 0;       // requests deciding calls sent to Redis (a coalesced batch is one,
+                                      // a resend another), the segment cache's refills included
+  std::uint64_t degraded = 0;         // handles of this name degraded now (outage or configuration error)
+  std::uint64_t callbacksThrew = 0;   // completion callbacks of ...Async calls that threw (caught and dropped)
   std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
       policy{};                                         // [FailurePolicy][PolicyOutcome]
   std::array<std::uint64_t, kErrorKindCount> errors{};  // [ErrorKind]
@@ -163,6 +165,11 @@ class LimiterMetrics {
   void error(ErrorKind kind) noexcept {
     calls_.errors[static_cast<std::size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
   }
+  /// `permits` given back by a caller's refund() (a segment cache's give-back is not one). The
+  /// decision that took them stays counted as granted.
+  void refunded(std::int64_t permits) noexcept {
+    calls_.refunded.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
+  }
   /// A completion callback of an ...Async call threw (the exception was caught and dropped).
   void callbackThrew() noexcept { calls_.callbacksThrew.fetch_add(1, std::memory_order_relaxed); }
   /// A handle of this name became degraded (+1) or recovered (-1).
@@ -194,6 +201,7 @@ class LimiterMetrics {
     std::atomic<std::uint64_t> roundTrips{0};
     std::atomic<std::uint64_t> degraded{0};  // wraps through negative deltas, read as a count
     std::atomic<std::uint64_t> callbacksThrew{0};
+    std::atomic<std::uint64_t> refunded{0};
     std::array<std::array<std::atomic<std::uint64_t>, kPolicyOutcomeCount>, kFailurePolicyCount> policy{};
     std::array<std::atomic<std::uint64_t>, kErrorKindCount> errors{};
   } calls_;
@@ -309,8 +317,8 @@ inline const char* failurePolicyName(FailurePolicy policy) noexcept {
 
 inline const char* policyOutcomeName(PolicyOutcome outcome) noexcept {
   switch (outcome) {
-    case PolicyOutcome::Allowed:
-      return "allowed";
+    case PolicyOutcome::Granted:
+      return "granted";
     case PolicyOutcome::Denied:
       return "denied";
     case PolicyOutcome::Thrown:
@@ -347,6 +355,7 @@ inline LimiterMetricsSnapshot LimiterMetrics::snapshot() const noexcept {
   s.roundTrips = calls_.roundTrips.load(std::memory_order_relaxed);
   s.degraded = calls_.degraded.load(std::memory_order_relaxed);
   s.callbacksThrew = calls_.callbacksThrew.load(std::memory_order_relaxed);
+  s.permitsRefunded = calls_.refunded.load(std::memory_order_relaxed);
   for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
     for (std::size_t o = 0; o < kPolicyOutcomeCount; ++o)
       s.policy[p][o] = calls_.policy[p][o].load(std::memory_order_relaxed);

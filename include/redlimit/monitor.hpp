@@ -80,6 +80,10 @@ class LimiterMonitor {
   void roundTrip() const noexcept {
     if (metrics_) metrics_->roundTrip();
   }
+  /// Counts `permits` a caller gave back with refund() (LimiterMetrics::refunded).
+  void refunded(std::int64_t permits) const noexcept {
+    if (metrics_) metrics_->refunded(permits);
+  }
   /// Counts a decision served from a segment (SegmentedRateLimiter's hit): one relaxed addition.
   void localHit(std::int64_t permits) const noexcept {
     if (metrics_) metrics_->localHit(permits);

@@ -10,10 +10,12 @@
 // limiter="other"):
 //   redlimit_decisions_total{outcome="granted|denied"}              counter
 //   redlimit_permits_granted_total                                  counter
+//   redlimit_permits_refunded_total                                 counter (refund(); grants stay counted)
 //   redlimit_shadow_denials_total                                   counter (shadow mode's let-through denials)
 //   redlimit_local_hits_total                                       counter (segment cache hits, in decisions)
 //   redlimit_redis_round_trips_total                                counter (requests sent to Redis to decide)
-//   redlimit_policy_decisions_total{policy="...",outcome="allowed|denied|thrown"}   counter
+//   redlimit_policy_decisions_total{policy="...",outcome="granted|denied|thrown"}   counter
+//     (one word, "granted", for a permitted decision in every family)
 //   redlimit_errors_total{type="timeout|closed|..."}                counter
 //   redlimit_decision_seconds                                       histogram (deciding calls' latency)
 //   redlimit_degraded                                               gauge (handles degraded now)

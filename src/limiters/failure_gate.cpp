@@ -237,8 +237,8 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
       break;
   }
   const PolicyOutcome outcome =
-      !decision ? PolicyOutcome::Thrown : (*decision ? PolicyOutcome::Allowed : PolicyOutcome::Denied);
-  (outcome == PolicyOutcome::Allowed  ? allowed_
+      !decision ? PolicyOutcome::Thrown : (*decision ? PolicyOutcome::Granted : PolicyOutcome::Denied);
+  (outcome == PolicyOutcome::Granted  ? allowed_
    : outcome == PolicyOutcome::Denied ? denied_
                                       : thrown_)
       .fetch_add(1, std::memory_order_relaxed);

@@ -437,6 +437,7 @@ void MultiLimit::refund(std::int64_t permits) {
   }
   if (permits == 0) return;
   (void)core_->call("refund", core_->opArgs(permits), false);
+  monitor().refunded(permits);
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {

@@ -388,6 +388,11 @@ Decision ScriptLimiter::peek(std::int64_t permits) {
 }
 
 void ScriptLimiter::refund(std::int64_t permits) {
+  giveBack(permits);
+  core_->gate_.monitor().refunded(permits);  // a caller's refund: counted (a segment's give-back is not)
+}
+
+void ScriptLimiter::giveBack(std::int64_t permits) {
   if (permits < 0 || permits > kMaxPermits) {
     throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
   }
@@ -434,7 +439,7 @@ AcquireResult ScriptLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t a
 }
 
 std::int64_t ScriptLimiter::releaseGrant(const std::string& /*member*/, std::int64_t permits) {
-  refund(permits);
+  giveBack(permits);
   return permits;
 }
 

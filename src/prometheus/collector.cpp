@@ -43,6 +43,9 @@ std::vector<MetricFamily> Collector::Collect() const {
   MetricFamily decisions = family("redlimit_decisions_total", "Decisions made, by outcome", MetricType::Counter);
   MetricFamily permits =
       family("redlimit_permits_granted_total", "Permits taken by granted decisions", MetricType::Counter);
+  MetricFamily refunded =
+      family("redlimit_permits_refunded_total",
+             "Permits callers gave back with refund() (their grants stay counted as granted)", MetricType::Counter);
   MetricFamily shadow = family("redlimit_shadow_denials_total",
                                "Denials that shadow mode let through (also counted as denied)", MetricType::Counter);
   MetricFamily local =
@@ -68,6 +71,7 @@ std::vector<MetricFamily> Collector::Collect() const {
     decisions.metric.push_back(counter(s.limiter, s.granted, {{"outcome", "granted"}}));
     decisions.metric.push_back(counter(s.limiter, s.denied, {{"outcome", "denied"}}));
     permits.metric.push_back(counter(s.limiter, s.permitsGranted));
+    refunded.metric.push_back(counter(s.limiter, s.permitsRefunded));
     shadow.metric.push_back(counter(s.limiter, s.shadowDenied));
     local.metric.push_back(counter(s.limiter, s.localHits));
     trips.metric.push_back(counter(s.limiter, s.roundTrips));
@@ -103,9 +107,9 @@ std::vector<MetricFamily> Collector::Collect() const {
     degraded.metric.push_back(std::move(g));
   }
   std::vector<MetricFamily> out;
-  out.reserve(9);
+  out.reserve(11);  // the families below
   for (MetricFamily* f :
-       {&decisions, &permits, &shadow, &local, &trips, &threw, &policy, &errors, &latency, &degraded}) {
+       {&decisions, &permits, &refunded, &shadow, &local, &trips, &threw, &policy, &errors, &latency, &degraded}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -238,5 +238,48 @@ TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   EXPECT_EQ(registry->snapshot(b.getName()).roundTrips, 0u) << "the limits' own metrics are not the MultiLimit's";
 }
 
+// A caller's refund is counted as permits refunded, its grant staying counted as granted; a
+// segment cache's give-back of unspent permits is no refund; a MultiLimit counts its own refunds.
+TEST_F(Metrics, RefundsAreCountedAndASegmentsGiveBackIsNot) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  TokenBucketRateLimiterOptions to;
+  to.monitor.registry = registry;
+  auto bucket = std::make_shared<TokenBucketRateLimiter>(client(), "{" + name() + "}:bucket", to);
+  TokenBucketConfig cfg;
+  cfg.capacity = 20;
+  cfg.refillPermits = 1;
+  cfg.refillInterval = milliseconds(60000);
+  ASSERT_TRUE(bucket->trySetConfig(cfg));
+  ASSERT_TRUE(bucket->tryAcquire(3));
+  bucket->refund(2);
+  auto s = registry->snapshot(bucket->getName());
+  EXPECT_EQ(s.granted, 1u);
+  EXPECT_EQ(s.permitsGranted, 3u);
+  EXPECT_EQ(s.permitsRefunded, 2u);
+
+  SegmentOptions so;
+  so.segmentSize = 10;
+  so.returnWhenIdle = false;
+  {
+    SegmentedRateLimiter<TokenBucketRateLimiter> cached(bucket, so);
+    EXPECT_TRUE(cached.tryAcquire());
+    cached.close();  // gives the 9 unspent permits back
+    EXPECT_EQ(cached.stats().permitsReturned, 9);
+  }
+  EXPECT_GE(bucket->peek(1).remaining, 17) << "the give-back reached Redis (19 - 10 + 9 = 18 left)";
+  EXPECT_EQ(registry->snapshot(bucket->getName()).permitsRefunded, 2u) << "a give-back is not a refund";
+
+  TokenBucketRateLimiter other(client(), "{" + name() + "}:other", to);
+  ASSERT_TRUE(other.trySetConfig(cfg));
+  MultiLimitOptions mo;
+  mo.monitor.registry = registry;
+  mo.name = "both-refund";
+  MultiLimit both({*bucket, other}, mo);
+  ASSERT_TRUE(both.decide(2).allowed);
+  both.refund(2);
+  EXPECT_EQ(registry->snapshot("both-refund").permitsRefunded, 2u);
+  EXPECT_EQ(registry->snapshot(bucket->getName()).permitsRefunded, 2u) << "counted under the MultiLimit's name only";
+}
+
 }  // namespace
 }  // namespace redlimit::test

@@ -108,6 +108,7 @@ TEST_F(Prometheus, TheScrapedEndpointCountsWhatTheLimitersDid) {
   EXPECT_EQ(at("redlimit_decisions_total{" + plain + ",outcome=\"granted\"}"), 4);
   EXPECT_EQ(at("redlimit_decisions_total{" + plain + ",outcome=\"denied\"}"), 2);
   EXPECT_EQ(at("redlimit_permits_granted_total{" + plain + "}"), 4);
+  EXPECT_EQ(at("redlimit_permits_refunded_total{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_redis_round_trips_total{" + plain + "}"), 6);
   EXPECT_EQ(at("redlimit_local_hits_total{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_shadow_denials_total{" + plain + "}"), 0);
@@ -148,7 +149,7 @@ TEST_F(Prometheus, PoliciesErrorsAndTheCardinalityCapAreLabelled) {
   EXPECT_THROW((void)c.tryAcquire(), NotInitializedError);
   EXPECT_THROW((void)d.tryAcquire(), NotInitializedError);
   const auto s = samples(redlimit::prometheus::exposition(registry));
-  EXPECT_EQ(s.at("redlimit_policy_decisions_total{limiter=\"tenant-a\",policy=\"allow\",outcome=\"allowed\"}"), 1);
+  EXPECT_EQ(s.at("redlimit_policy_decisions_total{limiter=\"tenant-a\",policy=\"allow\",outcome=\"granted\"}"), 1);
   EXPECT_EQ(s.at("redlimit_decisions_total{limiter=\"tenant-a\",outcome=\"granted\"}"), 1);
   EXPECT_EQ(s.at("redlimit_errors_total{limiter=\"tenant-a\",type=\"io\"}"), 1);
   EXPECT_EQ(s.at("redlimit_degraded{limiter=\"tenant-a\"}"), 1);

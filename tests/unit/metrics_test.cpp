@@ -53,9 +53,10 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
       m.localHit(i % 2 == 0 ? 1 : 3);  // alternately 1 and 3 permits
       m.roundTrip();
       m.decisionLatency(microseconds(t * 100 + 10));  // thread t: its own bucket
-      m.policyDecision(FailurePolicy::Local, i % 2 == 0 ? PolicyOutcome::Allowed : PolicyOutcome::Denied);
+      m.policyDecision(FailurePolicy::Local, i % 2 == 0 ? PolicyOutcome::Granted : PolicyOutcome::Denied);
       m.error(ErrorKind::Timeout);
       if (i % 10 == 0) m.shadowDenied();
+      if (i % 5 == 0) m.refunded(2);
     }
   });
   const LimiterMetricsSnapshot s = m.snapshot();
@@ -66,8 +67,10 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
   EXPECT_EQ(s.denied, n / 4);
   EXPECT_EQ(s.permitsGranted, n * 3 / 4 * 2 + n * 2);  // 2 each, and 1 + 3 per pair of hits
   EXPECT_EQ(s.shadowDenied, n / 10);
+  EXPECT_EQ(s.permitsRefunded, n / 5 * 2);
+  EXPECT_EQ(s.permitsGranted, n * 3 / 4 * 2 + n * 2) << "a refund leaves the grants counted";
   EXPECT_EQ(s.roundTrips, n);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Allowed), n / 2);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Granted), n / 2);
   EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Denied), n / 2);
   EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 0u);
   EXPECT_EQ(s.errorCount(ErrorKind::Timeout), n);

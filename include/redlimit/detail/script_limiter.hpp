@@ -123,7 +123,8 @@ class ScriptLimiter {
   /// IoError when Redis cannot be asked.
   [[nodiscard]] Decision peek(std::int64_t permits = 1);
   /// Gives back `permits` (0..kMaxPermits) taken earlier; the limiter never holds more than it
-  /// is full with (its capacity, burst, or limit for the current window).
+  /// is full with (its capacity, burst, or limit for the current window). Counted in the metrics'
+  /// permitsRefunded; the decision that took them stays counted as granted.
   void refund(std::int64_t permits);
   /// Deletes the limiter's key: configuration and state. True if it existed.
   bool deleteLimiter();
@@ -205,6 +206,8 @@ class ScriptLimiter {
  private:
   friend class redlimit::MultiLimit;  // decides several limiters by their names and kinds
 
+  /// refund() without counting it: a segment's give-back (releaseGrant).
+  void giveBack(std::int64_t permits);
   /// The kind byte the limiter's script checks: 'T', 'G' or 'W'.
   [[nodiscard]] char kind() const noexcept;
   /// The configuration the handle sends, null if it has none (MultiLimit sends it too).
