@@ -47,8 +47,9 @@ inline constexpr std::size_t kErrorKindCount = 10;
 /// The kind of `error` (a redlimit::Error, or Other). Rethrows and catches: not for hot paths.
 [[nodiscard]] ErrorKind errorKindOf(const std::exception_ptr& error) noexcept;
 
-/// How a decision of the failure policy ended.
-enum class PolicyOutcome : std::uint8_t { Granted, Denied, Thrown };
+/// How a decision of the failure policy ended. `Allowed` is the old name of `Granted` (the label
+/// word is "granted" in every family now).
+enum class PolicyOutcome : std::uint8_t { Granted, Denied, Thrown, Allowed [[deprecated("use Granted")]] = Granted };
 inline constexpr std::size_t kFailurePolicyCount = 4;  // FailurePolicy's values
 inline constexpr std::size_t kPolicyOutcomeCount = 3;  // PolicyOutcome's values
 /// "throw", "allow", "deny", "local".
