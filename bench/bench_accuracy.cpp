@@ -441,9 +441,10 @@ void BM_Accuracy_Segmented(benchmark::State& state) {
   }
 }
 
-std::string summary() {
+std::string summary(const std::string& machine) {
   std::ostringstream out;
-  out << "Accuracy (bench_accuracy): " << kThreads << " threads for " << kDuration.count() << " ms on one limiter of "
+  out << "Machine: " << machine << "\n"
+      << "Accuracy (bench_accuracy): " << kThreads << " threads for " << kDuration.count() << " ms on one limiter of "
       << kRate << " permits per " << kInterval.count() << " ms; all times on the server clock\n"
       << "  limiter, view                                      attempts  permits  most in any " << kInterval.count()
       << " ms window  bound  permits / most allowed\n";
@@ -479,10 +480,11 @@ int main(int argc, char** argv) try {
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     gServer = nullptr;
+    const std::string machine = rb::machineDescription(server.version());
 
     const std::string dir = rb::resultsDir();
     if (!gChart.series.empty()) std::ofstream(dir + "/accuracy.svg") << rb::renderAccuracySvg(gChart);
-    const std::string text = summary();
+    const std::string text = summary(machine);
     std::cout << '\n' << text << std::flush;
     std::ofstream(dir + "/bench_accuracy.summary.txt") << text;
     return 0;

@@ -87,7 +87,8 @@ std::string cell(double v) { return std::isnan(v) ? std::string("n/a") : fmt::fo
 std::string summary(const redlimit::bench::CollectReporter& r) {
   namespace rb = redlimit::bench;
   std::ostringstream out;
-  out << "SmoothRateLimiter (bench_smooth), in-process, ns per call (real time)\n"
+  out << "Machine: " << rb::machineDescription("(not used)") << "\n"
+      << "SmoothRateLimiter (bench_smooth), in-process, ns per call (real time)\n"
       << fmt::format(
              "  uncontended: tryAcquire granted {}, refused {} ({} without the clock read); "
              "reserve {} (bursty), {} (warming up)\n",
