@@ -156,34 +156,33 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     const std::int64_t started = gate_.callStart();
     gate_.monitor().roundTrip();
     // The completion holds the policy weakly, as ScriptLimiter's does.
-    ReplyCallback completion =
-        [weak = weak_from_this(), key = std::string(key), kind = kind_[0], permits, started, done = std::move(done)](
-            const Reply& reply, std::exception_ptr error) {
-          const std::shared_ptr<Core> self = weak.lock();
-          Decision out;
-          if (!error) {
-            try {
-              out = parseDecision(key, reply, permits);
-            } catch (...) {
-              error = std::current_exception();
-            }
-          } else {
-            error = oneKeyScriptError(std::move(error), key, kind);
-          }
-          if (!error) {
-            if (self) self->gate_.answered(started);
-            done(out, nullptr);
-            return;
-          }
-          if (self) {
-            if (auto d = self->gate_.settle(error, started, permits, self->policy_.localRate,
-                                            milliseconds{self->policy_.localIntervalMs})) {
-              done(self->byPolicy(permits, *d), nullptr);
-              return;
-            }
-          }
-          done(Decision{}, std::move(error));
-        };
+    ReplyCallback completion = [weak = weak_from_this(), key = std::string(key), kind = kind_[0], permits, started,
+                                done = std::move(done)](const Reply& reply, std::exception_ptr error) {
+      const std::shared_ptr<Core> self = weak.lock();
+      Decision out;
+      if (!error) {
+        try {
+          out = parseDecision(key, reply, permits);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      } else {
+        error = oneKeyScriptError(std::move(error), key, kind);
+      }
+      if (!error) {
+        if (self) self->gate_.answered(started);
+        done(out, nullptr);
+        return;
+      }
+      if (self) {
+        if (auto d = self->gate_.settle(error, started, permits, self->policy_.localRate,
+                                        milliseconds{self->policy_.localIntervalMs})) {
+          done(self->byPolicy(permits, *d), nullptr);
+          return;
+        }
+      }
+      done(Decision{}, std::move(error));
+    };
     const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
     if (batcher_) {
       const std::vector<std::string_view> a = args("take", digits);

@@ -125,9 +125,9 @@ void OneKeyBatcher::send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> 
   for (auto& c : group) {
     if (c->deadline != std::chrono::steady_clock::time_point{} && c->deadline <= now) {
       if (ReplyCallback done = std::move(c->done)) {
-        done(Reply{}, std::make_exception_ptr(TimeoutError(fmt::format(
-                          "redlimit: the decision on {} waited for the calls before it until its deadline passed",
-                          c->key))));
+        done(Reply{},
+             std::make_exception_ptr(TimeoutError(fmt::format(
+                 "redlimit: the decision on {} waited for the calls before it until its deadline passed", c->key))));
       }
     } else {
       live.push_back(std::move(c));
@@ -146,7 +146,7 @@ void OneKeyBatcher::send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> 
     const std::vector<std::string_view> args(c->args.begin(), c->args.end());
     evalAsync(
         *client_, c->script, keys, args,
-        [weak, q, c](Reply reply, std::exception_ptr error) {  // NOLINT(performance-unnecessary-value-param)
+        [weak, q, c](Reply reply, std::exception_ptr error) {      // NOLINT(performance-unnecessary-value-param)
           if (const auto self = weak.lock()) self->groupDone(*q);  // the next group leaves first
           if (ReplyCallback done = std::move(c->done)) done(std::move(reply), std::move(error));
         },

@@ -271,33 +271,32 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
   gate_.monitor().roundTrip();
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
   // (and through it the Client and its I/O thread) alive.
-  ReplyCallback completion =
-      [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started,
-       done = std::move(done)](const Reply& reply, std::exception_ptr error) {
-        const std::shared_ptr<Core> self = weak.lock();
-        Reservation out;
-        if (!error) {
-          try {
-            out = parse(self.get(), name, reply, permits);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        } else {
-          error = scriptError(std::move(error), name, kind);
-        }
-        if (!error) {
-          if (self) self->gate_.answered(started);
-          done(out, nullptr);
-          return;
-        }
-        if (self) {
-          if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
-            done(self->byPolicy(permits, *d), nullptr);
-            return;
-          }
-        }
-        done(Reservation{}, std::move(error));
-      };
+  ReplyCallback completion = [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started,
+                              done = std::move(done)](const Reply& reply, std::exception_ptr error) {
+    const std::shared_ptr<Core> self = weak.lock();
+    Reservation out;
+    if (!error) {
+      try {
+        out = parse(self.get(), name, reply, permits);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    } else {
+      error = scriptError(std::move(error), name, kind);
+    }
+    if (!error) {
+      if (self) self->gate_.answered(started);
+      done(out, nullptr);
+      return;
+    }
+    if (self) {
+      if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
+        done(self->byPolicy(permits, *d), nullptr);
+        return;
+      }
+    }
+    done(Reservation{}, std::move(error));
+  };
   if (batcher_) {
     batcher_->takeAsync(OneKeyCall{name_, script_, std::move(args), callDeadline(), std::move(completion)});
     return;
