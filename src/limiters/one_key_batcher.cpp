@@ -144,13 +144,17 @@ void OneKeyBatcher::send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> 
     std::shared_ptr<OneKeyCall> c = std::move(live.front());
     const std::vector<std::string_view> keys{c->key};
     const std::vector<std::string_view> args(c->args.begin(), c->args.end());
-    evalAsync(
-        *client_, c->script, keys, args,
-        [weak, q, c](Reply reply, std::exception_ptr error) {      // NOLINT(performance-unnecessary-value-param)
-          if (const auto self = weak.lock()) self->groupDone(*q);  // the next group leaves first
-          if (ReplyCallback done = std::move(c->done)) done(std::move(reply), std::move(error));
-        },
-        c->deadline);
+    try {
+      evalAsync(
+          *client_, c->script, keys, args,
+          [weak, q, c](Reply reply, std::exception_ptr error) {      // NOLINT(performance-unnecessary-value-param)
+            if (const auto self = weak.lock()) self->groupDone(*q);  // the next group leaves first
+            if (ReplyCallback done = std::move(c->done)) done(std::move(reply), std::move(error));
+          },
+          c->deadline);
+    } catch (...) {
+      fail(queue, {c}, std::current_exception());
+    }
     return;
   }
   const std::string count = fmt::to_string(live.size());
@@ -170,19 +174,33 @@ void OneKeyBatcher::send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> 
   }
   if (deadline == std::chrono::steady_clock::time_point::max()) deadline = {};
   auto members = std::make_shared<std::vector<std::shared_ptr<OneKeyCall>>>(std::move(live));
-  evalAsync(
-      *client_, kBatch, keys, args,
-      [weak, q, members](Reply reply, std::exception_ptr error) {  // NOLINT(performance-unnecessary-value-param)
-        if (const auto self = weak.lock()) self->groupDone(*q);
-        if (error) {
-          for (const auto& c : *members) {
-            if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(error));
+  try {
+    evalAsync(
+        *client_, kBatch, keys, args,
+        [weak, q, members](Reply reply, std::exception_ptr error) {  // NOLINT(performance-unnecessary-value-param)
+          if (const auto self = weak.lock()) self->groupDone(*q);
+          if (error) {
+            for (const auto& c : *members) {
+              if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(error));
+            }
+            return;
           }
-          return;
-        }
-        answer(*members, reply);
-      },
-      deadline);
+          answer(*members, reply);
+        },
+        deadline);
+  } catch (...) {
+    fail(queue, *members, std::current_exception());
+  }
+}
+
+void OneKeyBatcher::fail(Queue& queue, const std::vector<std::shared_ptr<OneKeyCall>>& group,
+                         const std::exception_ptr& error) {
+  // The request could not even be queued (thrown by the send itself): every take of the group
+  // ends with that error, and the next group goes, as after a reply.
+  groupDone(queue);
+  for (const auto& c : group) {
+    if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(error));
+  }
 }
 
 void OneKeyBatcher::answer(const std::vector<std::shared_ptr<OneKeyCall>>& group, const Reply& reply) {

@@ -60,6 +60,8 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
   // with batch.lua. Calls next() on `queue` once the reply has been handled.
   void send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> group);
   void groupDone(Queue& queue);
+  // The send of `group` threw: each take gets `error`, and the next group goes.
+  void fail(Queue& queue, const std::vector<std::shared_ptr<OneKeyCall>>& group, const std::exception_ptr& error);
   // batch.lua's reply, to each take of the group.
   static void answer(const std::vector<std::shared_ptr<OneKeyCall>>& group, const Reply& reply);
 
