@@ -2,6 +2,7 @@
 // their slot, across a live resharding, and with names that must share a slot.
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/keyed_gcra_rate_limiter.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
@@ -372,6 +374,38 @@ TEST(Cluster, OneKeyLimitersRouteByTheirKey) {
     EXPECT_TRUE(b.tryAcquire());
     EXPECT_FALSE(b.tryAcquire());
   }
+}
+
+TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  GcraConfig config;
+  config.rate = 1;
+  config.period = std::chrono::hours(1);
+  config.burst = 5;
+  KeyedGcraRateLimiter keyed(client, "per-key", config);
+  // 3 hash tags x 10 keys: keys of one tag may share a batch, keys of different tags never can.
+  std::vector<std::string> keys;
+  for (const char* tag : {"{a}", "{b}", "{c}"}) {
+    for (int i = 0; i < 10; ++i) keys.push_back(std::string(tag) + ":k" + std::to_string(i));
+  }
+  std::vector<std::future<Decision>> all;
+  for (int round = 0; round < 8; ++round) {
+    for (const auto& k : keys) all.push_back(keyed.decideAsync(k));
+  }
+  std::map<std::string, int> allowed;
+  std::size_t errors = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    try {
+      const Decision d = all[i].get();
+      if (d.allowed) ++allowed[keys[i % keys.size()]];
+      EXPECT_EQ(d.allowed, i / keys.size() < 5) << keys[i % keys.size()] << " round " << i / keys.size();
+    } catch (const std::exception& e) {
+      if (errors++ == 0) ADD_FAILURE() << e.what();
+    }
+  }
+  EXPECT_EQ(errors, 0u);
+  for (const auto& k : keys) EXPECT_EQ(allowed[k], 5) << k;
 }
 
 }  // namespace
