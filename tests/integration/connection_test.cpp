@@ -50,7 +50,7 @@ class ScriptCache : public RedisTest {
 TEST_F(ConnectionLayer, ClosedPortFailsFastWithIoErrorNotTimeout) {
   ConnectionOptions o = options();
   o.port = freeLoopbackPort();
-  o.connectTimeout = milliseconds(800);
+  o.connectTimeout = milliseconds(10000);  // a refusal must not wait for it: far below, under any load
   const auto start = SteadyTime::now();
   try {
     ClientOptions direct;
@@ -62,7 +62,7 @@ TEST_F(ConnectionLayer, ClosedPortFailsFastWithIoErrorNotTimeout) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(o.port)), std::string::npos) << e.what();
   }
-  EXPECT_LT(msSince(start), 800);
+  EXPECT_LT(msSince(start), 5000);
 
   // Through a Client and a limiter: the same error, no retry loop.
   ClientOptions co;
@@ -129,7 +129,6 @@ TEST_F(ConnectionLayer, MaxPendingRefusesMoreRequestsAtOnceWithPoolTimeoutError)
   for (int i = 0; i < 2; ++i) holders.emplace_back([&] { (void)detail::command(*c, {"BLPOP", name("never"), "0.4"}); });
   const auto waitStart = SteadyTime::now();
   while (c->poolStats().pending < 2 && msSince(waitStart) < 2000) std::this_thread::yield();
-  const auto start = SteadyTime::now();
   try {
     (void)detail::command(*c, {"PING"});
     ADD_FAILURE() << "a third request with maxPending 2";
@@ -137,7 +136,7 @@ TEST_F(ConnectionLayer, MaxPendingRefusesMoreRequestsAtOnceWithPoolTimeoutError)
     EXPECT_NE(dynamic_cast<const PoolTimeoutError*>(&e), nullptr) << e.what();
     EXPECT_NE(std::string(e.what()).find("maxPending"), std::string::npos) << e.what();
   }
-  EXPECT_LT(msSince(start), 200) << "refused at once, not after a wait";
+  // Not after a wait: a request that waited for a free slot would have got PONG once a BLPOP ended.
   EXPECT_EQ(c->poolStats().rejected, 1u);
 
   // Through a limiter: the same error, and no degraded state (congestion in this process).
