@@ -18,6 +18,9 @@
 //     decisions: parsing and I/O too), decisions/s. Every phase starts from FLUSHALL, sets its
 //     keys up, warms up, then times kCalls decisions; all phases run kPasses times, every other
 //     pass in mirrored order, and the figures are means.
+//     Hierarchical limits (issue 27): a MultiLimit of three GCRA levels (multi.lua, one call per
+//     decision) runs the same workloads; the summary sets its server µs per call beside three GCRA
+//     calls' (the same decision made level by level, without the all-or-nothing).
 //  2. Bytes per key: MEMORY USAGE of one limiter's key (ours and textbook), and RateLimiter's keys
 //     with 1, 100 and 10 000 live permits.
 //  3. Accuracy: kClients Clients x kThreadsPerClient threads call decide() on one limiter per
@@ -188,6 +191,12 @@ std::function<void(const std::vector<std::string>&, const Limits&)> configureOne
     limiter.setConfig(makeConfig(limits));
     if (names.size() > 1) copyKey(names.front(), std::vector<std::string>(names.begin() + 1, names.end()));
   };
+}
+
+// The three keys of one hierarchical limit named `name` (one hash tag: a MultiLimit's keys share
+// a slot).
+std::array<std::string, 3> hierarchyLevels(const std::string& name) {
+  return {"{" + name + "}:org", "{" + name + "}:team", "{" + name + "}:user"};
 }
 
 // What RateLimiter::tryAcquire() sends once it has seen the rate: acquire.lua with the five keys
@@ -410,6 +419,44 @@ std::vector<Algorithm> algorithms() {
     for (int i = 0; i < 2; ++i) limiter.release(1);
   };
   out.push_back(std::move(rel));
+
+  // Hierarchical limits (issue 27): org > team > user as one MultiLimit of three GCRA levels, one
+  // multi.lua call per decision, next to the GCRA row's one level per call (the summary compares it
+  // with three of those).
+  Algorithm multi;
+  multi.key = "multi3";
+  multi.title = "3-level MultiLimit";
+  multi.oneKey = false;
+  multi.ours.label = "MultiLimit of 3 GcraRateLimiters (multi.lua)";
+  multi.ours.configure = [](const std::vector<std::string>& names, const Limits& l) {
+    redlimit::GcraConfig c;
+    c.rate = l.permits;
+    c.period = milliseconds{l.intervalMs};
+    c.burst = l.burst;
+    for (const std::string& level : hierarchyLevels(names.front())) {
+      redlimit::GcraRateLimiter(gWorld->client, level).setConfig(c);
+    }
+    for (std::size_t k = 0; k < 3 && names.size() > 1; ++k) {
+      std::vector<std::string> rest;
+      rest.reserve(names.size() - 1);
+      for (std::size_t i = 1; i < names.size(); ++i) rest.push_back(hierarchyLevels(names[i])[k]);
+      copyKey(hierarchyLevels(names.front())[k], rest);
+    }
+  };
+  multi.ours.argv = [](const std::string& name, const Limits&) {
+    std::vector<std::string> argv{"EVALSHA", lua::multi.sha1, "3"};
+    for (const std::string& level : hierarchyLevels(name)) argv.push_back(level);
+    argv.insert(argv.end(), {"take", "", "GGG", "1", "0"});  // stored configurations: none in the call
+    return argv;
+  };
+  multi.libraryCall = [](const std::string& name) {
+    const std::array<std::string, 3> levels = hierarchyLevels(name);
+    redlimit::GcraRateLimiter org(gWorld->client, levels[0]), team(gWorld->client, levels[1]),
+        user(gWorld->client, levels[2]);
+    redlimit::MultiLimit all({org, team, user});
+    for (int i = 0; i < 2; ++i) (void)all.decide(1);
+  };
+  out.push_back(std::move(multi));
   return out;
 }
 
@@ -1008,6 +1055,17 @@ std::string summary(const std::string& argvChecked) {
     for (int w = 0; w < kWorkloads; ++w) {
       row(fmt::format("{}, {}: ours / RateLimiter, server us per call", algs[a].title, kWorkloadSpecs[w].label),
           usecPerCall(a, 0, w) / usecPerCall(rl, 0, w), 2, "", false);
+    }
+  }
+  std::size_t gcraIndex = algs.size(), multiIndex = algs.size();
+  for (std::size_t a = 0; a < algs.size(); ++a) {
+    if (algs[a].key == "gcra") gcraIndex = a;
+    if (algs[a].key == "multi3") multiIndex = a;
+  }
+  if (gcraIndex < algs.size() && multiIndex < algs.size()) {
+    for (int w = 0; w < kWorkloads; ++w) {
+      row(fmt::format("3-level MultiLimit, {}: one multi.lua call / 3 GCRA calls, server us", kWorkloadSpecs[w].label),
+          usecPerCall(multiIndex, 0, w) / (3 * usecPerCall(gcraIndex, 0, w)), 2, "", false);
     }
   }
   for (const MemoryRow& m : gMemory) {
