@@ -1,5 +1,6 @@
 #include "redlimit_test/fixture.hpp"
 
+#include <chrono>
 #include <sstream>
 
 namespace redlimit::test {
@@ -36,6 +37,9 @@ void RedisTest::SetUp() {
   // One connection: every new connection greets the server with a PING, which tests that count
   // the server's commands would see as noise.
   options.pool.size = 1;
+  // Set-up and inspection are not what a test measures: on a machine loaded by a sanitizer build,
+  // a connect or a reply can take longer than the library's 500 ms defaults.
+  options.connection.connectTimeout = options.connection.commandTimeout = std::chrono::milliseconds(10000);
   admin_ = Client::create(options);
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   prefix_ = std::string("rltest:") + info->test_suite_name() + "." + info->name() + ":";
