@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +90,16 @@ class ConcurrencyLimiter {
   /// Never waits. When Redis cannot be asked, the failure policy decides (decision.byPolicy).
   [[nodiscard]] LeaseDecision decide();
   [[nodiscard]] LeaseDecision decide(std::chrono::milliseconds leaseTtl);
+  /// decide() without waiting for the reply: `done` gets the decision or the error, once, on the
+  /// Client's I/O thread (at once on this thread when the failure policy decides or the TTL is
+  /// refused). It must not block or make sync calls. A callback that throws is reported (events)
+  /// and counted, not run again.
+  using LeaseCallback = std::function<void(LeaseDecision decision, std::exception_ptr error)>;
+  void decideAsync(LeaseCallback done);
+  void decideAsync(std::chrono::milliseconds leaseTtl, LeaseCallback done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<LeaseDecision> decideAsync();
+  [[nodiscard]] std::future<LeaseDecision> decideAsync(std::chrono::milliseconds leaseTtl);
   /// decide().lease: the lease, or nullopt when `limit` leases are live.
   [[nodiscard]] std::optional<Lease> tryAcquire();
   [[nodiscard]] std::optional<Lease> tryAcquire(std::chrono::milliseconds leaseTtl);

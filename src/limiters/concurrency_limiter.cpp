@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "base/random.hpp"
+#include "limiters/completion.hpp"
+#include "limiters/future_of.hpp"
 #include "config/config_checks.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -60,7 +62,7 @@ std::int64_t at(const detail::Reply& r, std::size_t i) { return r.elements.at(i)
 
 }  // namespace
 
-class ConcurrencyLimiter::Core {
+class ConcurrencyLimiter::Core : public std::enable_shared_from_this<ConcurrencyLimiter::Core> {
  public:
   Core(std::shared_ptr<Client> client, std::string name, const ConcurrencyConfig& config,
        ConcurrencyLimiterOptions options)
@@ -127,32 +129,114 @@ class ConcurrencyLimiter::Core {
     const std::int64_t started = gate_.callStart();
     gate_.monitor().roundTrip();
     try {
-      const detail::Reply r = call("acquire", args, true);
-      if (r.type != detail::Reply::Type::Array || r.elements.size() != kAcquireReplySize) {
-        throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
-                                               name_, kAcquireReplySize, r.describe()));
-      }
-      LeaseDecision out;
-      Decision& d = out.decision;
-      d.allowed = at(r, 0) == 1;
-      d.permits = 1;
-      d.remaining = at(r, 2);
-      d.limit = at(r, 3);
-      d.time = microseconds{at(r, 4)};
-      d.retryAfter = microseconds{at(r, 5)};
-      d.resetAfter = microseconds{at(r, 6)};
-      if (d.allowed) {
-        Lease lease;
-        lease.id = id;
-        lease.expiresAt = microseconds{at(r, 1)};
-        out.lease = std::move(lease);
-      }
+      LeaseDecision out = parseAcquire(name_, call("acquire", args, true), id);
       gate_.answered(started);
       return out;
     } catch (const Error&) {
       if (auto d = gate_.settle(std::current_exception(), started, 1, config_.limit, interval)) return byPolicy(*d);
       throw;
     }
+  }
+
+  // The acquire script's reply, for the lease `id`.
+  static LeaseDecision parseAcquire(const std::string& name, const detail::Reply& r, const std::string& id) {
+    if (r.type != detail::Reply::Type::Array || r.elements.size() != kAcquireReplySize) {
+      throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
+                                             name, kAcquireReplySize, r.describe()));
+    }
+    LeaseDecision out;
+    Decision& d = out.decision;
+    d.allowed = at(r, 0) == 1;
+    d.permits = 1;
+    d.remaining = at(r, 2);
+    d.limit = at(r, 3);
+    d.time = microseconds{at(r, 4)};
+    d.retryAfter = microseconds{at(r, 5)};
+    d.resetAfter = microseconds{at(r, 6)};
+    if (d.allowed) {
+      Lease lease;
+      lease.id = id;
+      lease.expiresAt = microseconds{at(r, 1)};
+      out.lease = std::move(lease);
+    }
+    return out;
+  }
+
+  // acquire() without waiting; `done` runs once, on the I/O thread (or here, when the failure
+  // policy decides or the arguments are refused). A connection closed under the request is sent
+  // once more with the same lease id (a live lease with that id is granted again, not added).
+  void acquireAsync(milliseconds ttl, std::function<void(LeaseDecision, std::exception_ptr)> done) {
+    try {
+      checkTtl(ttl);
+    } catch (...) {
+      done(LeaseDecision{}, std::current_exception());
+      return;
+    }
+    const milliseconds interval = config_.leaseTtl;
+    if (!gate_.shouldTry()) {
+      if (auto d = gate_.decide(1, config_.limit, interval)) {
+        done(byPolicy(*d), nullptr);
+        return;
+      }
+      try {
+        gate_.throwUnavailable();
+      } catch (...) {
+        done(LeaseDecision{}, std::current_exception());
+      }
+      return;
+    }
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    sendAcquire(newLeaseId(), ttl, started, callDeadline(), 1, std::move(done));
+  }
+
+  void sendAcquire(std::string id, milliseconds ttl, std::int64_t started, Steady::time_point deadline, int tries,
+                   std::function<void(LeaseDecision, std::exception_ptr)> done) {
+    const std::string limit = fmt::to_string(config_.limit), ttlArg = fmt::to_string(ttl.count());
+    const std::vector<std::string_view> argv{"acquire", "", std::string_view(&kKind, 1), id, limit, ttlArg};
+    const std::vector<std::string_view> keys{name_};
+    // The completion holds the handle weakly: a request in flight must not keep a dropped limiter
+    // (and through it the Client and its I/O thread) alive.
+    detail::evalAsync(
+        *client_, kConcurrency, keys, argv,
+        [weak = weak_from_this(), name = name_, id, ttl, started, deadline, tries, done = std::move(done)](
+            const detail::Reply& r, std::exception_ptr error) mutable {
+          const std::shared_ptr<Core> self = weak.lock();
+          LeaseDecision out;
+          if (!error) {
+            try {
+              out = parseAcquire(name, r, id);
+            } catch (...) {
+              error = std::current_exception();
+            }
+          } else {
+            error = detail::oneKeyScriptError(std::move(error), name, kKind);
+          }
+          if (!error) {
+            if (self) self->gate_.answered(started);
+            done(std::move(out), nullptr);
+            return;
+          }
+          if (self) {
+            bool closed = false;
+            try {
+              std::rethrow_exception(error);
+            } catch (const ClosedError&) {
+              closed = true;
+            } catch (...) {
+            }
+            if (closed && tries < 2 && Steady::now() < deadline) {
+              self->sendAcquire(std::move(id), ttl, started, deadline, tries + 1, std::move(done));
+              return;
+            }
+            if (auto d = self->gate_.settle(error, started, 1, self->config_.limit, self->config_.leaseTtl)) {
+              done(self->byPolicy(*d), nullptr);
+              return;
+            }
+          }
+          done(LeaseDecision{}, std::move(error));
+        },
+        deadline);
   }
 
   std::shared_ptr<Client> client_;
@@ -173,15 +257,16 @@ void ConcurrencyLimiter::validateConfig(const ConcurrencyConfig& config) {
 
 LeaseDecision ConcurrencyLimiter::decide() { return decide(core_->config_.leaseTtl); }
 
-LeaseDecision ConcurrencyLimiter::decide(milliseconds leaseTtl) {
-  LeaseDecision out = core_->acquire(leaseTtl);
+namespace {
+// Counts the decision and returns what the caller gets (shadow mode: a denial let through, with
+// a lease Redis does not hold).
+LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
   Decision& d = out.decision;
   if (d.allowed) {
-    (void)monitor().admit(true, 1);
+    (void)monitor.admit(true, 1);
     return out;
   }
-  // Shadow mode: a denial is let through, with a lease Redis does not hold.
-  if (monitor().admit(false, 1, d.retryAfter, d.byPolicy)) {
+  if (monitor.admit(false, 1, d.retryAfter, d.byPolicy)) {
     d.allowed = true;
     d.shadowDenied = true;
     Lease lease;
@@ -192,6 +277,31 @@ LeaseDecision ConcurrencyLimiter::decide(milliseconds leaseTtl) {
   }
   return out;
 }
+}  // namespace
+
+LeaseDecision ConcurrencyLimiter::decide(milliseconds leaseTtl) {
+  return admitted(monitor(), core_->acquire(leaseTtl));
+}
+
+void ConcurrencyLimiter::decideAsync(LeaseCallback done) { decideAsync(core_->config_.leaseTtl, std::move(done)); }
+
+void ConcurrencyLimiter::decideAsync(milliseconds leaseTtl, LeaseCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = detail::isolated(std::move(done), monitor(), core_->name_);
+  core_->acquireAsync(leaseTtl, [monitor = monitor(), done = std::move(done)](LeaseDecision d, std::exception_ptr e) {
+    if (e) {
+      done(LeaseDecision{}, std::move(e));
+      return;
+    }
+    done(admitted(monitor, std::move(d)), nullptr);
+  });
+}
+
+std::future<LeaseDecision> ConcurrencyLimiter::decideAsync(milliseconds leaseTtl) {
+  return detail::futureOf<LeaseDecision>([&](auto done) { decideAsync(leaseTtl, std::move(done)); });
+}
+
+std::future<LeaseDecision> ConcurrencyLimiter::decideAsync() { return decideAsync(core_->config_.leaseTtl); }
 
 std::optional<Lease> ConcurrencyLimiter::tryAcquire() { return decide().lease; }
 

@@ -373,6 +373,80 @@ TEST_F(ConcurrencyLimiterTest, UnreachableRedisIsDecidedByThePolicy) {
   }
 }
 
+TEST_F(ConcurrencyLimiterTest, AsyncAcquisitionsHoldTheLimitAndGetTheirLeases) {
+  ConcurrencyLimiter cl(client(), name(), config(3, milliseconds(60000)));
+  std::vector<std::future<LeaseDecision>> all;
+  for (int i = 0; i < 10; ++i) all.push_back(cl.decideAsync());
+  std::vector<Lease> leases;
+  int denied = 0;
+  for (auto& f : all) {
+    const LeaseDecision d = f.get();
+    EXPECT_FALSE(d.decision.byPolicy);
+    EXPECT_EQ(d.decision.allowed, d.lease.has_value());
+    if (d.lease) {
+      EXPECT_GT(d.lease->expiresAt.count(), d.decision.time.count());
+      leases.push_back(*d.lease);
+    } else {
+      ++denied;
+      EXPECT_GT(d.decision.retryAfter.count(), 0);
+    }
+  }
+  EXPECT_EQ(leases.size(), 3u);
+  EXPECT_EQ(denied, 7);
+  EXPECT_EQ(cl.held(), 3);
+  for (const Lease& l : leases) EXPECT_TRUE(cl.release(l)) << "each lease the reply named is the one Redis holds";
+  EXPECT_EQ(cl.held(), 0);
+  // The callback form, with a TTL of its own; and a refused TTL comes back through the callback.
+  std::promise<LeaseDecision> got;
+  cl.decideAsync(milliseconds(5000), [&](LeaseDecision d, const std::exception_ptr& e) {
+    if (e) {
+      got.set_exception(e);
+    } else {
+      got.set_value(std::move(d));
+    }
+  });
+  const LeaseDecision d = got.get_future().get();
+  ASSERT_TRUE(d.lease.has_value());
+  EXPECT_EQ(d.lease->expiresAt.count(), d.decision.time.count() + 5000000);
+  EXPECT_THROW((void)cl.decideAsync(milliseconds(0)).get(), InvalidArgument);
+  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  EXPECT_EQ(m.granted, 4u);
+  EXPECT_EQ(m.denied, 7u);
+}
+
+TEST_F(ConcurrencyLimiterTest, AsyncAcquisitionsOfAnUnreachableRedisAreDecidedByThePolicy) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    RedisServer server;
+    ClientOptions co;
+    co.connection = parseUri(server.uri());
+    co.connection.connectTimeout = milliseconds(200);
+    co.connection.commandTimeout = milliseconds(200);
+    auto c = Client::create(co);
+    ConcurrencyLimiterOptions options;
+    options.failure.policy = policy;
+    options.failure.probeInterval = milliseconds(50);
+    ConcurrencyLimiter cl(c, "policy", config(3, milliseconds(60000)), options);
+    ASSERT_TRUE(cl.decideAsync().get().lease.has_value());
+    server.kill();
+    int allowed = 0, denied = 0, thrown = 0;
+    for (int i = 0; i < 4; ++i) {
+      try {
+        const LeaseDecision d = cl.decideAsync().get();
+        EXPECT_TRUE(d.decision.byPolicy);
+        EXPECT_EQ(d.decision.allowed, d.lease.has_value());
+        (d.decision.allowed ? allowed : denied)++;
+      } catch (const IoError&) {
+        ++thrown;
+      }
+    }
+    EXPECT_EQ(allowed, policy == FailurePolicy::Allow ? 4 : 0);
+    EXPECT_EQ(denied, policy == FailurePolicy::Deny ? 4 : 0);
+    EXPECT_EQ(thrown, policy == FailurePolicy::Throw ? 4 : 0);
+    EXPECT_TRUE(cl.failureStats().degraded);
+  }
+}
+
 TEST_F(ConcurrencyLimiterTest, AKilledHolderProcessFreesItsLeasesAfterTheTtlNeverBefore) {
   const std::string n = name();
   ConcurrencyLimiter cl(client(), n, config(3, milliseconds(300)));
