@@ -83,7 +83,7 @@ constexpr int kClients = 4;               // accuracy: Clients...
 constexpr int kThreadsPerClient = 2;      // ...and threads calling decide() on each
 constexpr milliseconds kAccuracyRun{2000};
 constexpr double kMaxRatio = 1.0;           // issue 11: ours no costlier than the textbook script
-constexpr double kMaxRatioRedisson = 0.8;   // issue 13: acquire.lua against Redisson's call sequence
+constexpr double kMaxRatioRedisson = 1.0;   // issue 26 (0.8 in issue 13): acquire.lua against Redisson's calls
 constexpr std::int64_t kMaxKeyBytes = 100;  // issue 11: memory per limiter key
 
 // --- Limits of one phase ----------------------------------------------------------------------
@@ -282,11 +282,11 @@ std::function<std::vector<std::string>(const std::string&, const Limits&)> fiveK
 }
 constexpr std::size_t kRedissonClockArg = 8;  // EVALSHA sha 5 k*5 now
 
-// RateLimiter's scripts are compared with Redisson's call sequences, against issue 13's target.
+// RateLimiter's scripts are compared with Redisson's call sequences, against issue 26's target.
 void comparedWithRedisson(Algorithm& a) {
   a.textbookName = "Redisson's calls";
   a.maxRatio = kMaxRatioRedisson;
-  a.ratioSource = "issue 13";
+  a.ratioSource = "issue 26";
   a.oneKey = false;
 }
 

@@ -22,7 +22,8 @@
 // Times are wall-clock (UseRealTime). With N threads Google Benchmark divides the wall time by
 // the calls of all threads, so "Time" is the inverse of the total throughput; each thread sees
 // N times that per call. The summary (stdout and <results>/bench_segment.summary.txt) puts the
-// targets first: the round trip >= 500x the single-threaded hit, and the hit < 50 ns.
+// targets first: the round trip >= 500x the single-threaded hit, and the hit <= 25 ns with the
+// exact clock and metrics on (issue 26; < 50 ns before it).
 // Run: cmake --preset release && cmake --build --preset release -j2 &&
 //      build/release/bench/bench_segment --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -243,8 +244,8 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
   const double ping = r.ns("BM_Ping/real_time");
   std::ostringstream out;
   auto targetRow = [&](const char* what, double value, int precision, bool atLeast, double target) {
-    const char* verdict = std::isnan(value) ? "n/a" : (atLeast ? value >= target : value < target) ? "met" : "MISSED";
-    const std::string goal = fmt::format("{} {:g}", atLeast ? ">=" : "<", target);
+    const char* verdict = std::isnan(value) ? "n/a" : (atLeast ? value >= target : value <= target) ? "met" : "MISSED";
+    const std::string goal = fmt::format("{} {:g}", atLeast ? ">=" : "<=", target);
     out << fmt::format("  {:<68} {:>7}  {:<7} {}\n", what, cell(value, precision), goal, verdict);
   };
   out << "Segment cache (bench_segment), " << rb::nowText() << "\n"
@@ -254,7 +255,7 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
       << "Targets, each measured in this run                                       value  target\n";
   const double coarseHit = r.ns("BM_SegmentLocalHitCoarse/real_time/threads:1");
   targetRow("RateLimiter::tryAcquire / local hit (1 thread, SteadyClock)", remote / hit, 0, true, 500);
-  targetRow("local hit, 1 thread, ns per call (SteadyClock, the default)", hit, 1, false, 50);
+  targetRow("local hit, 1 thread, ns per call (SteadyClock, the default, metrics on; issue 26)", hit, 1, false, 25);
   targetRow("local hit, 1 thread, ns per call (CoarseSteadyClock)", coarseHit, 1, false, 50);
   const double hitNoMetrics = r.ns("BM_SegmentLocalHitNoMetrics/real_time/threads:1");
   targetRow("metrics' cost on the local hit, ns (with - without, SteadyClock)", hit - hitNoMetrics, 1, false, 5);
