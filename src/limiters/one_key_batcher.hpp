@@ -38,7 +38,7 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
   static constexpr std::size_t kMaxGroup = 64;  // batch.lua's limit: no call does unbounded work
 
   /// The batcher of `client` (one per Client, shared by its limiters, made on first use); null when
-  /// ClientOptions::coalesce is off.
+  /// ClientOptions::coalesce is off (the default).
   static std::shared_ptr<OneKeyBatcher> of(const std::shared_ptr<Client>& client);
 
   explicit OneKeyBatcher(std::shared_ptr<Client> client);

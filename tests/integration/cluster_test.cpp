@@ -378,7 +378,9 @@ TEST(Cluster, OneKeyLimitersRouteByTheirKey) {
 
 TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {
   RedisCluster cluster(3);
-  auto client = clusterClient(cluster);
+  ClientOptions coalescing;
+  coalescing.coalesce = true;
+  auto client = clusterClient(cluster, coalescing);
   GcraConfig config;
   config.rate = 1;
   config.period = std::chrono::hours(1);

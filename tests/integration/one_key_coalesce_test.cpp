@@ -65,6 +65,12 @@ std::uint64_t requestsOf(const std::shared_ptr<Client>& c) { return c->poolStats
 
 // One connection: its requests are the script calls alone (a second connection would add its
 // handshake).
+ClientOptions coalescing() {
+  ClientOptions o;
+  o.coalesce = true;
+  return o;
+}
+
 ClientOptions oneConnection(bool coalesce = true) {
   ClientOptions o;
   o.pool.size = 1;
@@ -163,7 +169,7 @@ TEST_F(OneKeyCoalesce, AKeyedLimiterSendsTheTakesOfManyKeysTogether) {
 }
 
 TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
-  auto together = newClient();
+  auto together = newClient(coalescing());
   GcraRateLimiter good(together, name("good"), gcra(5));
   GcraRateLimiter bad(together, name("bad"), gcra(5));
   raw({"RPUSH", bad.getName(), "not", "a", "limiter"});
@@ -196,7 +202,7 @@ TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
 }
 
 TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
-  auto c = newClient();
+  auto c = newClient(coalescing());
   KeyedGcraRateLimiter keyed(c, name("policy"), gcra(20));
   const std::string prefix = name("k:");
   std::atomic<int> granted{0}, denied{0}, errors{0};
@@ -219,7 +225,7 @@ TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
 }
 
 TEST_F(OneKeyCoalesce, TakesStillQueuedWhenTheLastLimiterIsDroppedEndWithClosedError) {
-  auto c = newClient();
+  auto c = newClient(coalescing());
   std::vector<std::future<Decision>> all;
   {
     GcraRateLimiter a(c, name(), gcra(100));
