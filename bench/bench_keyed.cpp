@@ -4,14 +4,28 @@
 // plus the idle margin). And the server's cost per decision with the configuration in the call
 // next to a textbook GCRA in go-redis/redis_rate's argument shape (bench/textbook/
 // redis_rate_gcra.lua, floats, SET EX), on new keys (the million, every call creates its key) and
-// on hot keys (1000 keys, 200 calls each: the fast path). Server µs per call is INFO commandstats
-// (EVALSHA usec / calls), CPU per call INFO cpu's delta, as bench_algorithms measures them. The
+// on hot keys (1000 keys, 200 calls each: the fast path). Server µs per decision is INFO
+// commandstats (EVALSHA usec / decisions), CPU per decision INFO cpu's delta / decisions, as
+// bench_algorithms measures them (the library coalesces: one of its calls decides up to 64). The
 // raw rows send the same argv from one pipelined hiredis connection (256 in flight) so the two
 // scripts meet the same load; the library row is KeyedGcraRateLimiter::decideAsync with 1024 in
 // flight. Writing a million keys takes longer than their TTL (1.1 s), so the server's active
 // expiry is paused while they are written (DEBUG SET-ACTIVE-EXPIRE 0: every key is still in memory
 // when used_memory is read, expired or not) and turned on again for the idle period, whose end is
-// when DBSIZE reads 0. A short summary goes to stdout and <results>/bench_keyed.summary.txt.
+// when DBSIZE reads 0.
+//
+// Under load (issue 26), two workloads: 10 000 keys round-robin and one hot key, the limit in the
+// call and far above what the server decides (every decision granted), one thread keeping 256
+// decisions in flight. Three rows each, same run, same pinned server: the library coalesced
+// (KeyedGcraRateLimiter::decideAsync on a Client with default options: the takes that queue behind
+// the call in flight go together as one batch.lua call, up to 64), the library one by one (the same
+// on a Client with ClientOptions::coalesce = false), and the textbook GCRA as raw pipelined EVALSHA,
+// one decision per call (support/pipelined_load.hpp, one connection, 256 in flight): the one-by-one
+// saturated rate. Per row: server CPU µs per decision (INFO cpu user + sys delta / decisions),
+// EVALSHA calls per decision (INFO commandstats: how the decisions were grouped) and decisions/s;
+// two passes, the second in mirrored order. Target rows (met / MISSED): coalesced / textbook CPU
+// per decision <= 0.5 and decisions/s >= 2, per workload. A short summary goes to stdout and
+// <results>/bench_keyed.summary.txt.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -37,6 +51,7 @@
 #include "support/bench_support.hpp"
 #include "support/collect_reporter.hpp"
 #include "support/pinned_server.hpp"
+#include "support/pipelined_load.hpp"
 
 namespace {
 
@@ -55,12 +70,22 @@ constexpr int kClientCpu = 1;
 constexpr std::int64_t kBurst = 10;
 constexpr std::int64_t kRate = 10;
 constexpr milliseconds kPeriod{1000};
+// Under load (issue 26): one thread keeping kRawDepth decisions in flight, over kLoadKeys keys
+// round-robin or one hot key, granted: 10^6 per 1 s, burst 10^6, far above what one server decides.
+constexpr std::int64_t kLoadKeys = 10'000;
+constexpr std::int64_t kLoadRate = 1'000'000;
+constexpr std::int64_t kLoadBurst = 1'000'000;
+constexpr std::int64_t kLoadDecisions = 100'000;  // timed decisions per row and pass
+constexpr int kLoadPasses = 2;                     // the second in mirrored order
+constexpr double kMaxCpuRatio = 0.5;               // issue 26: coalesced CPU per decision / textbook
+constexpr double kMinRateRatio = 2.0;              // issue 26: coalesced decisions/s / textbook
 
 struct World {
   rb::PinnedServer pinned;
   std::unique_ptr<rb::RawRedis> admin;
   std::unique_ptr<rb::RawRedis> load;
   std::shared_ptr<redlimit::Client> client;
+  std::shared_ptr<redlimit::Client> oneByOne;  // ClientOptions::coalesce = false
   std::string oursSha;
   std::string textbookSha;
   std::string packed;  // the 17 bytes KeyedGcraRateLimiter sends: 'G', burst, rate, period ms, keepAlive ms
@@ -274,6 +299,142 @@ void BM_TextbookRawNewKeys(benchmark::State& state) { rawNewKeys(state, "textboo
 void BM_OursRawHotKeys(benchmark::State& state) { rawHotKeys(state, "ours_hot", true); }
 void BM_TextbookRawHotKeys(benchmark::State& state) { rawHotKeys(state, "textbook_hot", false); }
 
+// --- Under load (issue 26): coalesced decisions next to one-by-one calls ---------------------
+
+enum LoadVariant { kCoalesced, kLibraryOneByOne, kTextbook, kVariants };
+enum LoadWorkload { kManyKeys, kHotKey, kWorkloads };
+const char* const kWorkloadLabels[kWorkloads] = {"10 000 keys", "1 hot key"};
+
+// One row's totals over its passes.
+struct LoadTotals {
+  std::int64_t decisions = 0;
+  std::int64_t granted = 0;
+  std::int64_t failed = 0;
+  std::int64_t scriptCalls = 0;  // EVALSHA + EVAL, INFO commandstats
+  std::int64_t scriptUsec = 0;   // their execution time, INFO commandstats
+  double cpuSeconds = 0;         // server user + sys, INFO cpu
+  double seconds = 0;
+
+  [[nodiscard]] bool ran() const noexcept { return decisions > 0; }
+  [[nodiscard]] double cpuUsPerDecision() const {
+    return ran() ? cpuSeconds * 1e6 / static_cast<double>(decisions) : NAN;
+  }
+  [[nodiscard]] double scriptUsPerDecision() const {
+    return ran() ? static_cast<double>(scriptUsec) / static_cast<double>(decisions) : NAN;
+  }
+  [[nodiscard]] double callsPerDecision() const {
+    return ran() ? static_cast<double>(scriptCalls) / static_cast<double>(decisions) : NAN;
+  }
+  [[nodiscard]] double rate() const { return ran() && seconds > 0 ? static_cast<double>(decisions) / seconds : NAN; }
+};
+LoadTotals gLoad[kWorkloads][kVariants];
+
+std::vector<std::string> loadKeys(int workload) {
+  std::vector<std::string> keys;
+  const std::int64_t n = workload == kManyKeys ? kLoadKeys : 1;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) keys.push_back(keyOf(i));
+  return keys;
+}
+
+// n decisions through `perKey`, round-robin over `keys`, kRawDepth in flight from this thread.
+void libraryLoad(redlimit::KeyedGcraRateLimiter& perKey, const std::vector<std::string>& keys, std::int64_t n,
+                 LoadTotals& t) {
+  std::mutex m;
+  std::condition_variable cv;
+  std::int64_t inFlight = 0;
+  std::int64_t granted = 0;
+  std::int64_t failed = 0;
+  const auto start = rb::Clock::now();
+  for (std::int64_t i = 0; i < n; ++i) {
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return inFlight < kRawDepth; });
+      ++inFlight;
+    }
+    perKey.decideAsync(keys[static_cast<std::size_t>(i) % keys.size()], 1,
+                       [&](const redlimit::Decision& d, const std::exception_ptr& error) {
+                         const std::lock_guard<std::mutex> lock(m);
+                         if (error) ++failed;
+                         if (!error && d.allowed) ++granted;
+                         --inFlight;
+                         cv.notify_one();
+                       });
+  }
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return inFlight == 0; });
+  t.seconds += std::chrono::duration<double>(rb::Clock::now() - start).count();
+  t.decisions += n;
+  t.granted += granted;
+  t.failed += failed;
+}
+
+// One row of one pass: FLUSHALL, an untimed warm-up (every key exists, the scripts are loaded),
+// then kLoadDecisions timed decisions between two INFO samples.
+void loadRow(int workload, int variant) {
+  (void)gWorld->admin->command({"FLUSHALL"});
+  const std::vector<std::string> keys = loadKeys(workload);
+  const auto warmUp = static_cast<std::int64_t>(keys.size()) + 2 * kRawDepth;
+  LoadTotals& t = gLoad[workload][variant];
+  LoadTotals scratch;
+  rb::ServerSample before;
+  if (variant == kTextbook) {
+    std::vector<std::vector<std::string>> argvs;
+    for (const std::string& k : keys) {
+      argvs.push_back({"EVALSHA", gWorld->textbookSha, "1", k, fmt::to_string(kLoadBurst), fmt::to_string(kLoadRate),
+                       fmt::format("{}", static_cast<double>(kPeriod.count()) / 1000.0), "1"});
+    }
+    rb::PreparedCalls prepared(std::move(argvs));
+    rb::PipelinedLoad load(gWorld->pinned.server->host(), gWorld->pinned.server->port(), 1, kRawDepth);
+    (void)load.run(prepared, warmUp);
+    before = rb::sampleServer(*gWorld->admin);
+    const rb::LoadResult r = load.run(prepared, kLoadDecisions);
+    t.seconds += r.seconds;
+    t.decisions += r.calls;
+    t.granted += r.allowed;
+  } else {
+    redlimit::GcraConfig c;
+    c.burst = kLoadBurst;
+    c.rate = kLoadRate;
+    c.period = kPeriod;
+    redlimit::KeyedGcraRateLimiter perKey(variant == kCoalesced ? gWorld->client : gWorld->oneByOne, "bench:load", c);
+    libraryLoad(perKey, keys, warmUp, scratch);
+    before = rb::sampleServer(*gWorld->admin);
+    libraryLoad(perKey, keys, kLoadDecisions, t);
+  }
+  const rb::ServerSample after = rb::sampleServer(*gWorld->admin);
+  t.scriptCalls += after.scriptCalls - before.scriptCalls;
+  t.scriptUsec += after.scriptUsec - before.scriptUsec;
+  t.cpuSeconds += after.cpuSeconds - before.cpuSeconds;
+  t.failed += scratch.failed;
+}
+
+void BM_Load(benchmark::State& state) {
+  const auto workload = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    for (int pass = 0; pass < kLoadPasses; ++pass) {
+      for (int i = 0; i < kVariants; ++i) loadRow(workload, pass % 2 == 0 ? i : kVariants - 1 - i);
+    }
+    const LoadTotals(&row)[kVariants] = gLoad[workload];
+    double seconds = 0;
+    for (const LoadTotals& t : row) seconds += t.seconds;
+    state.SetIterationTime(seconds);
+    for (int v = 0; v < kVariants; ++v) {
+      if (row[v].failed > 0) {
+        state.SkipWithError(fmt::format("{} decisions failed", row[v].failed).c_str());
+        return;
+      }
+    }
+    const char* names[kVariants] = {"coalesced", "one_by_one", "textbook"};
+    for (int v = 0; v < kVariants; ++v) {
+      state.counters[fmt::format("{}_cpu_us_per_decision", names[v])] = row[v].cpuUsPerDecision();
+      state.counters[fmt::format("{}_evalsha_per_decision", names[v])] = row[v].callsPerDecision();
+      state.counters[fmt::format("{}_script_us_per_decision", names[v])] = row[v].scriptUsPerDecision();
+      state.counters[fmt::format("{}_decisions_per_s", names[v])] = row[v].rate();
+    }
+  }
+}
+
 std::string num(double v, int digits) { return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, digits); }
 
 std::string summary() {
@@ -297,11 +458,13 @@ std::string summary() {
   memoryRow("textbook/redis_rate_gcra.lua", gPhases["textbook_new"]);
   out << "  (active expiry paused while the keys are written; after idle: resumed, then one period and the idle\n"
          "  margin, then until DBSIZE is 0, timed from the resume)\n";
-  out << "  server cost per decision                  server us/call   server CPU us/call   decisions/s\n";
+  out << "  server cost per decision                  server us/dec    server CPU us/dec    decisions/s\n";
+  // Per decision: a coalesced library call decides up to 64 (the raw rows decide one per call).
   auto costRow = [&](const char* label, const Phase& p) {
     if (!p.ran) return;
-    out << fmt::format("  {:<42} {:>14} {:>20} {:>13}\n", label, num(p.cost.usecPerCall, 2),
-                       num(p.cost.cpuUsPerCall, 2), num(static_cast<double>(p.calls) / p.seconds, 0));
+    const double perDecision = static_cast<double>(p.cost.calls) / static_cast<double>(p.calls);
+    out << fmt::format("  {:<42} {:>14} {:>20} {:>13}\n", label, num(p.cost.usecPerCall * perDecision, 2),
+                       num(p.cost.cpuUsPerCall * perDecision, 2), num(static_cast<double>(p.calls) / p.seconds, 0));
   };
   costRow("new keys: library (decideAsync, 1024)", lib);
   costRow("new keys: ours, raw (256 in flight)", gPhases["ours_new"]);
@@ -318,6 +481,50 @@ std::string summary() {
   out << "  hot keys: 1000 keys, 200 000 calls far above the rate (mostly denied, as a limited user's); the keys\n"
          "  existed before the timed calls. Ours decides in exact integer µs and checks the key's type, kind,\n"
          "  configuration and state; the textbook script trusts what it reads.\n";
+  out << fmt::format(
+      "  Under load (issue 26): one thread keeping {} decisions in flight, {} per 1 s, burst {} in the call (far\n"
+      "  above what the server decides: every decision is granted), {} passes of {} timed decisions per row, the\n"
+      "  second in mirrored order, each after FLUSHALL and an untimed warm-up; sums shown. CPU us/dec: INFO cpu\n"
+      "  (user + sys) / decisions; script us/dec: INFO commandstats EVALSHA usec / decisions (the scripts' own\n"
+      "  execution, the rest of the CPU is parsing, I/O and replies); EVALSHA/dec: INFO commandstats calls /\n"
+      "  decisions; server busy: its CPU time / wall time.\n",
+      kRawDepth, kLoadRate, kLoadBurst, kLoadPasses, kLoadDecisions);
+  out << "  workload     row                                               CPU us/dec  script us/dec  EVALSHA/dec  "
+         "decisions/s  granted  server busy\n";
+  const char* const rowLabels[kVariants] = {"library, coalesced (decideAsync, default Client)",
+                                            "library, one by one (ClientOptions::coalesce = false)",
+                                            "textbook, raw EVALSHA pipelined (one connection)"};
+  for (int w = 0; w < kWorkloads; ++w) {
+    for (int v = 0; v < kVariants; ++v) {
+      const LoadTotals& t = gLoad[w][v];
+      if (!t.ran()) continue;
+      out << fmt::format("  {:<12} {:<53} {:>6} {:>14} {:>12} {:>12} {:>7}% {:>11}%\n", v == 0 ? kWorkloadLabels[w] : "",
+                         rowLabels[v], num(t.cpuUsPerDecision(), 2), num(t.scriptUsPerDecision(), 2),
+                         num(t.callsPerDecision(), 3), num(t.rate(), 0),
+                         num(100.0 * static_cast<double>(t.granted) / static_cast<double>(t.decisions), 0),
+                         num(100.0 * t.cpuSeconds / t.seconds, 0));
+    }
+  }
+  out << "  Ratios, each measured in this run                                                 value  target\n";
+  auto target = [&](const std::string& what, double value, const std::string& goal, bool met) {
+    const std::string verdict = goal.empty() ? "report" : std::isnan(value) ? "n/a" : met ? "met" : "MISSED";
+    out << fmt::format("  {:<80} {:>5}  {:<18} {}\n", what, num(value, 2), goal, verdict);
+  };
+  for (int w = 0; w < kWorkloads; ++w) {
+    const LoadTotals& co = gLoad[w][kCoalesced];
+    const LoadTotals& one = gLoad[w][kLibraryOneByOne];
+    const LoadTotals& text = gLoad[w][kTextbook];
+    const double cpu = co.cpuUsPerDecision() / text.cpuUsPerDecision();
+    const double rate = co.rate() / text.rate();
+    target(fmt::format("{}: coalesced CPU per decision / textbook one by one", kWorkloadLabels[w]), cpu,
+           fmt::format("<= {:g} (issue 26)", kMaxCpuRatio), cpu <= kMaxCpuRatio);
+    target(fmt::format("{}: coalesced decisions/s / textbook one-by-one decisions/s", kWorkloadLabels[w]), rate,
+           fmt::format(">= {:g} (issue 26)", kMinRateRatio), rate >= kMinRateRatio);
+    target(fmt::format("{}: coalesced CPU per decision / library one by one", kWorkloadLabels[w]),
+           co.cpuUsPerDecision() / one.cpuUsPerDecision(), "", false);
+    target(fmt::format("{}: coalesced decisions/s / library one by one", kWorkloadLabels[w]), co.rate() / one.rate(),
+           "", false);
+  }
   return out.str();
 }
 
@@ -326,11 +533,14 @@ std::string summary() {
 int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  World world{rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, "", "", ""};
+  World world{rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, nullptr, "", "", ""};
   gWorld = &world;
   world.admin = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
   world.load = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
   world.client = redlimit::Client::fromUri(world.pinned.server->uri());
+  redlimit::ClientOptions separate;
+  separate.coalesce = false;
+  world.oneByOne = redlimit::Client::fromUri(world.pinned.server->uri(), separate);
   world.oursSha = loadScript(redlimit::detail::lua::gcra.source);
   world.textbookSha = loadScript(readFile(REDLIMIT_BENCH_SOURCE_DIR "/textbook/redis_rate_gcra.lua"));
   world.packed =
@@ -345,6 +555,8 @@ int main(int argc, char** argv) try {
   benchmark::RegisterBenchmark("KeyedGcra/textbook_raw/hot_keys", BM_TextbookRawHotKeys)
       ->Iterations(1)
       ->UseManualTime();
+  benchmark::RegisterBenchmark("KeyedGcra/load/10000_keys", BM_Load)->Arg(kManyKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("KeyedGcra/load/hot_key", BM_Load)->Arg(kHotKey)->Iterations(1)->UseManualTime();
   rb::CollectReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
@@ -352,6 +564,7 @@ int main(int argc, char** argv) try {
   std::cout << '\n' << text << std::flush;
   std::ofstream(rb::resultsDir() + "/bench_keyed.summary.txt") << text;
   world.client.reset();
+  world.oneByOne.reset();
   gWorld = nullptr;
   return 0;
 } catch (const std::exception& e) {  // what the library or the harness threw: said, not an abort
