@@ -6,7 +6,7 @@
 // redis_rate_gcra.lua, floats, SET EX), on new keys (the million, every call creates its key) and
 // on hot keys (1000 keys, 200 calls each: the fast path). Server µs per decision is INFO
 // commandstats (EVALSHA usec / decisions), CPU per decision INFO cpu's delta / decisions, as
-// bench_algorithms measures them (the library coalesces: one of its calls decides up to 64). The
+// bench_algorithms measures them (a coalesced library call decides up to 64). The
 // raw rows send the same argv from one pipelined hiredis connection (256 in flight) so the two
 // scripts meet the same load; the library row is KeyedGcraRateLimiter::decideAsync with 1024 in
 // flight. Writing a million keys takes longer than their TTL (1.1 s), so the server's active
@@ -17,9 +17,9 @@
 // Under load (issue 26), two workloads: 10 000 keys round-robin and one hot key, the limit in the
 // call and far above what the server decides (every decision granted), one thread keeping 256
 // decisions in flight. Three rows each, same run, same pinned server: the library coalesced
-// (KeyedGcraRateLimiter::decideAsync on a Client with default options: the takes that queue behind
-// the call in flight go together as one batch.lua call, up to 64), the library one by one (the same
-// on a Client with ClientOptions::coalesce = false), and the textbook GCRA as raw pipelined EVALSHA,
+// (KeyedGcraRateLimiter::decideAsync on a Client with ClientOptions::coalesce = true: the takes that
+// queue behind the call in flight go together as one batch.lua call, up to 64), the library one by
+// one (the same with coalesce = false, the default), and the textbook GCRA as raw pipelined EVALSHA,
 // one decision per call (support/pipelined_load.hpp, one connection, 256 in flight): the one-by-one
 // saturated rate. Per row: server CPU µs per decision (INFO cpu user + sys delta / decisions),
 // EVALSHA calls per decision (INFO commandstats: how the decisions were grouped) and decisions/s;
@@ -76,16 +76,17 @@ constexpr std::int64_t kLoadKeys = 10'000;
 constexpr std::int64_t kLoadRate = 1'000'000;
 constexpr std::int64_t kLoadBurst = 1'000'000;
 constexpr std::int64_t kLoadDecisions = 100'000;  // timed decisions per row and pass
-constexpr int kLoadPasses = 2;                     // the second in mirrored order
-constexpr double kMaxCpuRatio = 0.5;               // issue 26: coalesced CPU per decision / textbook
-constexpr double kMinRateRatio = 2.0;              // issue 26: coalesced decisions/s / textbook
+constexpr int kLoadPasses = 2;                    // the second in mirrored order
+constexpr double kMaxCpuRatio = 0.5;              // issue 26: coalesced CPU per decision / textbook
+constexpr double kMinRateRatio = 2.0;             // issue 26: coalesced decisions/s / textbook
 
 struct World {
   rb::PinnedServer pinned;
   std::unique_ptr<rb::RawRedis> admin;
   std::unique_ptr<rb::RawRedis> load;
-  std::shared_ptr<redlimit::Client> client;
+  std::shared_ptr<redlimit::Client> client;    // default options (coalesce off)
   std::shared_ptr<redlimit::Client> oneByOne;  // ClientOptions::coalesce = false
+  std::shared_ptr<redlimit::Client> together;  // ClientOptions::coalesce = true
   std::string oursSha;
   std::string textbookSha;
   std::string packed;  // the 17 bytes KeyedGcraRateLimiter sends: 'G', burst, rate, period ms, keepAlive ms
@@ -397,7 +398,7 @@ void loadRow(int workload, int variant) {
     c.burst = kLoadBurst;
     c.rate = kLoadRate;
     c.period = kPeriod;
-    redlimit::KeyedGcraRateLimiter perKey(variant == kCoalesced ? gWorld->client : gWorld->oneByOne, "bench:load", c);
+    redlimit::KeyedGcraRateLimiter perKey(variant == kCoalesced ? gWorld->together : gWorld->oneByOne, "bench:load", c);
     libraryLoad(perKey, keys, warmUp, scratch);
     before = rb::sampleServer(*gWorld->admin);
     libraryLoad(perKey, keys, kLoadDecisions, t);
@@ -491,16 +492,16 @@ std::string summary() {
       kRawDepth, kLoadRate, kLoadBurst, kLoadPasses, kLoadDecisions);
   out << "  workload     row                                               CPU us/dec  script us/dec  EVALSHA/dec  "
          "decisions/s  granted  server busy\n";
-  const char* const rowLabels[kVariants] = {"library, coalesced (decideAsync, default Client)",
+  const char* const rowLabels[kVariants] = {"library, coalesced (decideAsync, coalesce = true)",
                                             "library, one by one (ClientOptions::coalesce = false)",
                                             "textbook, raw EVALSHA pipelined (one connection)"};
   for (int w = 0; w < kWorkloads; ++w) {
     for (int v = 0; v < kVariants; ++v) {
       const LoadTotals& t = gLoad[w][v];
       if (!t.ran()) continue;
-      out << fmt::format("  {:<12} {:<53} {:>6} {:>14} {:>12} {:>12} {:>7}% {:>11}%\n", v == 0 ? kWorkloadLabels[w] : "",
-                         rowLabels[v], num(t.cpuUsPerDecision(), 2), num(t.scriptUsPerDecision(), 2),
-                         num(t.callsPerDecision(), 3), num(t.rate(), 0),
+      out << fmt::format("  {:<12} {:<53} {:>6} {:>14} {:>12} {:>12} {:>7}% {:>11}%\n",
+                         v == 0 ? kWorkloadLabels[w] : "", rowLabels[v], num(t.cpuUsPerDecision(), 2),
+                         num(t.scriptUsPerDecision(), 2), num(t.callsPerDecision(), 3), num(t.rate(), 0),
                          num(100.0 * static_cast<double>(t.granted) / static_cast<double>(t.decisions), 0),
                          num(100.0 * t.cpuSeconds / t.seconds, 0));
     }
@@ -533,7 +534,8 @@ std::string summary() {
 int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  World world{rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, nullptr, "", "", ""};
+  World world{
+      rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, nullptr, nullptr, "", "", ""};
   gWorld = &world;
   world.admin = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
   world.load = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
@@ -541,6 +543,9 @@ int main(int argc, char** argv) try {
   redlimit::ClientOptions separate;
   separate.coalesce = false;
   world.oneByOne = redlimit::Client::fromUri(world.pinned.server->uri(), separate);
+  redlimit::ClientOptions coalescing;
+  coalescing.coalesce = true;
+  world.together = redlimit::Client::fromUri(world.pinned.server->uri(), coalescing);
   world.oursSha = loadScript(redlimit::detail::lua::gcra.source);
   world.textbookSha = loadScript(readFile(REDLIMIT_BENCH_SOURCE_DIR "/textbook/redis_rate_gcra.lua"));
   world.packed =
