@@ -105,6 +105,75 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
   return scriptError(std::move(error), key, kind);
 }
 
+std::string reservationRecordKey(const std::string& name, const std::string& id) {
+  checkReservationId(id);
+  // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
+  if (hashedPart(name).size() != name.size()) return fmt::format("{}:rsv:{}", name, id);
+  // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
+  // name if no '}' ends the tag early.
+  if (name.find('}') != std::string::npos) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: its name holds a '}}' but no hash tag, so no reservation record can "
+                    "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
+                    name));
+  }
+  return fmt::format("{{{}}}:rsv:{}", name, id);
+}
+
+void checkReservationTtl(milliseconds recordTtl) {
+  if (recordTtl.count() < 1 || recordTtl > ScriptLimiter::kMaxReservationTtl) {
+    throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
+                                      ScriptLimiter::kMaxReservationTtl.count(), recordTtl.count()));
+  }
+}
+
+void checkActualPermits(std::int64_t actual) {
+  if (actual < 0 || actual > ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: actual permits must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, actual));
+  }
+}
+
+bool parseReserveRepeated(const std::string& name, const Reply& r) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kReserveReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
+                                           kReserveReplySize, r.describe()));
+  }
+  return r.elements[kReserveReplySize - 1].asInteger() == 1;
+}
+
+Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
+                                           kSettleReplySize, r.describe()));
+  }
+  Settlement out;
+  switch (r.elements[0].asInteger()) {
+    case 0:
+      return out;
+    case 1:
+      out.status = SettleStatus::Settled;
+      break;
+    case 2:
+      out.status = SettleStatus::AlreadySettled;
+      break;
+    default:
+      throw UnexpectedReplyError(
+          fmt::format("redlimit: limiter {}: settle answered status {}", name, r.elements[0].asInteger()));
+  }
+  out.reserved = r.elements[1].asInteger();
+  out.actual = r.elements[2].asInteger();
+  out.returned = r.elements[3].asInteger();
+  out.charged = r.elements[4].asInteger();
+  out.unpaid = r.elements[5].asInteger();
+  out.remaining = r.elements[6].asInteger();
+  if (out.status == SettleStatus::Settled) {
+    monitor.reservationSettled();
+    if (out.returned > 0) monitor.refunded(out.returned);
+  }
+  return out;
+}
+
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
 // must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
@@ -384,8 +453,8 @@ HeldPermits ScriptLimiter::Core::hold(std::int64_t permits, const std::string& r
   try {
     // Sent again if the connection closed under it: the record makes a resend take nothing twice.
     const Reply reply = call("reserve", args, true, &recordKey);
+    out.repeated = parseReserveRepeated(name_, reply);
     out.decision = parse(this, name_, reply, permits, kReserveReplySize).decision;
-    out.repeated = reply.elements[kReserveReplySize - 1].asInteger() == 1;
     gate_.answered(started);
     return out;
   } catch (const Error&) {
@@ -474,27 +543,12 @@ void ScriptLimiter::giveBack(std::int64_t permits) {
 }
 
 std::string ScriptLimiter::reservationKey(const std::string& id) const {
-  checkReservationId(id);
-  const std::string& name = core_->name_;
-  // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
-  if (hashedPart(name).size() != name.size()) return fmt::format("{}:rsv:{}", name, id);
-  // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
-  // name if no '}' ends the tag early.
-  if (name.find('}') != std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: its name holds a '}}' but no hash tag, so no reservation record can "
-                    "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
-                    name));
-  }
-  return fmt::format("{{{}}}:rsv:{}", name, id);
+  return reservationRecordKey(core_->name_, id);
 }
 
 HeldPermits ScriptLimiter::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
   const std::string recordKey = reservationKey(id);
-  if (recordTtl.count() < 1 || recordTtl > kMaxReservationTtl) {
-    throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
-                                      kMaxReservationTtl.count(), recordTtl.count()));
-  }
+  checkReservationTtl(recordTtl);
   HeldPermits out = core_->hold(permits, recordKey, recordTtl);
   if (out.repeated) return out;  // counted when it was granted
   monitor().admit(out.decision);
@@ -506,42 +560,11 @@ HeldPermits ScriptLimiter::reserveFor(std::int64_t permits, const std::string& i
 
 Settlement ScriptLimiter::settle(const std::string& id, std::int64_t actual) {
   const std::string recordKey = reservationKey(id);
-  if (actual < 0 || actual > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: actual permits must be in 0..{}, got {}", kMaxPermits, actual));
-  }
+  checkActualPermits(actual);
   std::vector<std::string> args{fmt::to_string(actual), "0"};
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.push_back(config->packed);
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  const Reply r = core_->call("settle", args, true, &recordKey);
-  if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}",
-                                           core_->name_, kSettleReplySize, r.describe()));
-  }
-  Settlement out;
-  switch (r.elements[0].asInteger()) {
-    case 0:
-      return out;
-    case 1:
-      out.status = SettleStatus::Settled;
-      break;
-    case 2:
-      out.status = SettleStatus::AlreadySettled;
-      break;
-    default:
-      throw UnexpectedReplyError(
-          fmt::format("redlimit: limiter {}: settle answered status {}", core_->name_, r.elements[0].asInteger()));
-  }
-  out.reserved = r.elements[1].asInteger();
-  out.actual = r.elements[2].asInteger();
-  out.returned = r.elements[3].asInteger();
-  out.charged = r.elements[4].asInteger();
-  out.unpaid = r.elements[5].asInteger();
-  out.remaining = r.elements[6].asInteger();
-  if (out.status == SettleStatus::Settled) {
-    monitor().reservationSettled();
-    if (out.returned > 0) monitor().refunded(out.returned);
-  }
-  return out;
+  return parseSettlement(core_->name_, core_->call("settle", args, true, &recordKey), monitor());
 }
 
 Settlement ScriptLimiter::cancel(const std::string& id) { return settle(id, 0); }

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "one_key_support.hpp"
+#include "redlimit/keyed_fixed_window_rate_limiter.hpp"
+#include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/keyed_token_bucket_rate_limiter.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "topology/key_slot.hpp"
@@ -343,3 +346,64 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     EXPECT_EQ(rl.settle("during", 0).status, SettleStatus::Unknown);
   }
 }
+
+// The keyed families: one policy, a record per key and id.
+class ReserveSettleKeyed : public RedisTest {
+ protected:
+  template <class Keyed, class Traits>
+  void reserveAndSettle();
+};
+
+template <class Keyed, class Traits>
+void ReserveSettleKeyed::reserveAndSettle() {
+  const std::string policyName = name("policy");
+  // 10 at once, nothing back for a day (the fixed window: one window of 46 days).
+  const auto config = std::is_same_v<Traits, FixedWindowTraits> ? Traits::config(10, 1, milliseconds(4000000000))
+                                                                : Traits::config(10, 1, milliseconds(86400000));
+  KeyedRateLimiterOptions options;
+  options.monitor.registry = std::make_shared<MetricsRegistry>();
+  Keyed rl(client(), policyName, config, options);
+  const std::string k1 = name("user:1"), k2 = name("user:2");
+  EXPECT_EQ(rl.reservationKey(k1, "r"), "{" + k1 + "}:rsv:r");
+  ASSERT_EQ(rl.reserveFor(k1, 6, "r").decision.remaining, 4);
+  ASSERT_EQ(rl.reserveFor(k2, 6, "r").decision.remaining, 4) << "one id on another key is another reservation";
+  const HeldPermits again = rl.reserveFor(k1, 6, "r");
+  EXPECT_TRUE(again.repeated);
+  EXPECT_EQ(again.decision.remaining, 4);
+  int settled = 0;
+  for (int i = 0; i < 5; ++i) {
+    (void)raw({"CLIENT", "KILL", "TYPE", "normal"});
+    try {
+      const Settlement s = rl.settle(k1, "r", 2);
+      EXPECT_EQ(s.returned, 4);
+      EXPECT_EQ(s.remaining, 8);
+      settled += s.status == SettleStatus::Settled ? 1 : 0;
+    } catch (const IoError&) {
+    }
+  }
+  EXPECT_EQ(settled, 1);
+  EXPECT_EQ(rl.peek(k1).remaining, 8);
+  EXPECT_EQ(rl.peek(k2).remaining, 4);
+  EXPECT_EQ(rl.cancel(k2, "r").returned, 6);
+  EXPECT_EQ(rl.peek(k2).remaining, 10);
+  EXPECT_EQ(rl.settle(k1, "nope", 1).status, SettleStatus::Unknown);
+  const auto m = options.monitor.registry->snapshot(policyName);
+  EXPECT_EQ(m.reservationsOpened, 2u);
+  EXPECT_EQ(m.reservationsSettled, 2u);
+  EXPECT_EQ(m.permitsRefunded, 10u);
+
+  const std::int64_t before = totalCommandCalls(admin());
+  const std::int64_t overhead = totalCommandCalls(admin()) - before;
+  const std::int64_t start = totalCommandCalls(admin());
+  EXPECT_THROW((void)rl.reserveFor("", 1, "x"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(k1, 1, "bad id"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(k1, 11, "x"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(k1, 1, "x", milliseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)rl.settle(k1, "r", -1), InvalidArgument);
+  EXPECT_THROW((void)rl.settle(name("odd}key"), "r", 1), InvalidArgument);
+  EXPECT_EQ(totalCommandCalls(admin()) - start, overhead) << "a command reached Redis";
+}
+
+TEST_F(ReserveSettleKeyed, TokenBucket) { reserveAndSettle<KeyedTokenBucketRateLimiter, TokenBucketTraits>(); }
+TEST_F(ReserveSettleKeyed, Gcra) { reserveAndSettle<KeyedGcraRateLimiter, GcraTraits>(); }
+TEST_F(ReserveSettleKeyed, FixedWindow) { reserveAndSettle<KeyedFixedWindowRateLimiter, FixedWindowTraits>(); }
