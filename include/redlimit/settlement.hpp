@@ -16,8 +16,11 @@ struct HeldPermits {
   Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
                           // under the id (unless byPolicy: the failure policy decided, nothing was
                           // recorded, and a settle of the id answers SettleStatus::Unknown)
-  bool repeated = false;  // the id was reserved already (a retried call): nothing more was taken, and
-                          // decision is the first grant's, with remaining as the limiter is now
+  bool repeated = false;  // the id was reserved already (a retried call, or a resend after a closed
+                          // connection): nothing more was taken, decision is allowed for the same
+                          // permits with remaining, resetAfter and time as the limiter is now, and
+                          // the metrics count nothing (the first grant was counted, unless its reply
+                          // was lost and this is the resend)
 
   explicit operator bool() const noexcept { return decision.allowed; }
 };
