@@ -1,4 +1,4 @@
--- include: onekey fixed_window_core
+-- include: onekey fixed_window_core reservation_core
 -- fixed_window.lua: at most L permits per window of W ms, windows aligned to the epoch.
 -- FixedWindowRateLimiter (kind 'W') runs it. The algorithm, layout (28 bytes), bounds and TTL are
 -- described in lua/lib/fixed_window_core.lua, which multi.lua shares.
@@ -9,6 +9,18 @@
 --                      there (delay = that time). Writes only when it takes.
 --   peek n             what `take n 0` would decide; writes nothing
 --   refund n           gives n permits back to the current window (its count does not go below 0)
+--   reserve n ttlMs    KEYS[2] the record key (lib/reservation_core.lua): `take n 0`, and when it
+--                      grants, an open record of n permits and the window they were counted in,
+--                      with a TTL of ttlMs, in the same call. A record there already: nothing is
+--                      taken, the reply is the grant again as the window is now (it must hold n
+--                      permits). Reply: take's, then repeated (0 or 1).
+--   settle actual      KEYS[2] the record key. An open record of r permits: gives back r - actual to
+--                      the window the grant was counted in if it is still the current one (else
+--                      its count is gone already: nothing to give back), or counts actual - r more
+--                      in the current window, then in the next one, each up to L (the rest is
+--                      unpaid), and marks the record settled with the answer. Reply as gcra.lua's.
+--   reserve n ttlMs cfg, settle actual cfg
+--                      with the configuration in the call (ARGV[6]), as take's.
 --   set mode L W keepAlive
 --                      'try' writes only if the key does not exist; 'reset' overwrites the
 --                      configuration of a fixed window and restarts it empty; 'keep' writes the
@@ -131,6 +143,50 @@ if op == 'refund' then
   local s = load()
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', key)
   return s.l - windowRefund(s, n)
+end
+
+if op == 'reserve' then
+  local s = load()
+  local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
+  windowCheckPermits(s, n)
+  local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', key)
+  local rkey = recordKey()
+  local r = recordRead(rkey, 'W', WINDOW_LABEL)
+  if r then
+    recordCheckRepeat(r, rkey, n)
+    return {1, s.l - s.count, 0, windowResetAfter(s, s.count, s.nextCount), s.l, nowUs, 0, s.l, s.windowMs, 1}
+  end
+  local allowed, delay, retry, count, nextCount = windowTake(s, n, 0)
+  if allowed == 1 then
+    windowStore(s, count, nextCount)
+    recordOpen(rkey, 'W', n, s.start, ttl)
+  elseif s.clamped then
+    windowStore(s, count, nextCount)
+  end
+  return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs, 0}
+end
+
+if op == 'settle' then
+  local s = load()
+  local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', key)
+  local rkey = recordKey()
+  local r = recordRead(rkey, 'W', WINDOW_LABEL)
+  if not r then return RECORD_UNKNOWN end
+  if r.state == 'S' then return recordAnswer(r) end
+  local count, nextCount, returned, charged, unpaid = s.count, s.nextCount, 0, 0, 0
+  if actual < r.reserved then
+    if r.start == s.start then returned = math.min(r.reserved - actual, count) end
+    count = count - returned
+  elseif actual > r.reserved then
+    local extra = actual - r.reserved
+    local now = math.min(extra, s.l - count)
+    local later = math.min(extra - now, s.l - nextCount)
+    count, nextCount, charged = count + now, nextCount + later, now + later
+    unpaid = extra - charged
+  end
+  if count ~= s.count or nextCount ~= s.nextCount or s.clamped then windowStore(s, count, nextCount) end
+  recordClose(rkey, r, actual, returned, charged, unpaid, s.l - count)
+  return {1, r.reserved, actual, returned, charged, unpaid, s.l - count}
 end
 
 if op == 'set' then

@@ -1,4 +1,4 @@
--- include: onekey gcra_core
+-- include: onekey gcra_core reservation_core
 -- gcra.lua: the generic cell rate algorithm on one key. GcraRateLimiter (kind 'G') and
 -- TokenBucketRateLimiter (kind 'T') both run it. The algorithm, its exact integer units, bounds,
 -- layout (28 bytes) and TTL are described in lua/lib/gcra_core.lua, which multi.lua shares.
@@ -13,6 +13,19 @@
 --   peek n             what `take n 0` would decide, with remaining and resetAfter as they are
 --                      now; writes nothing
 --   refund n           gives n permits back, up to a full bucket
+--   reserve n ttlMs    KEYS[2] the record key (lib/reservation_core.lua): `take n 0`, and when it
+--                      grants, an open record of n permits with a TTL of ttlMs, in the same call.
+--                      A record there already: nothing is taken, the reply is the grant again as
+--                      the bucket is now (it must hold n permits). Reply: take's, then repeated
+--                      (0 or 1).
+--   settle actual      KEYS[2] the record key. An open record of r permits: gives back r - actual
+--                      (refund's arithmetic, up to a full bucket), or takes actual - r more as
+--                      debt, TAT at most B*T + H ahead (what a reservation with the longest wait
+--                      may owe; the rest is unpaid), and marks the record settled with the answer.
+--                      Reply {status (1 settled now, 2 settled before: its stored answer, 0 no
+--                      record), reserved, actual, returned, charged, unpaid, remaining}.
+--   reserve n ttlMs cfg, settle actual cfg
+--                      with the configuration in the call (ARGV[6]), as take's.
 --   set mode B P I keepAlive initial
 --                      mode 'try' writes only if the key does not exist; 'reset' overwrites the
 --                      configuration of a limiter of this kind and restarts its state with
@@ -173,6 +186,55 @@ if op == 'refund' then
   if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', key)
   return gcraRemaining(s, gcraRefund(s, n))
+end
+
+if op == 'reserve' then
+  local s
+  if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
+  local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
+  gcraCheckPermits(s, n)
+  local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', key)
+  local rkey = recordKey()
+  local r = recordRead(rkey, kind, label)
+  local lr, lms = gcraLocalRate(s)
+  if r then
+    recordCheckRepeat(r, rkey, n)
+    return {1, gcraRemaining(s, s.d), 0, gcraResetAfter(s, s.d), s.b, nowUs, 0, lr, lms, 1}
+  end
+  local allowed, delay, retry, after = gcraTake(s, n, 0)
+  if allowed == 1 then
+    gcraStore(s, after)
+    recordOpen(rkey, kind, n, 0, ttl)
+  elseif s.clamped then
+    gcraStore(s, s.d)
+  end
+  return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms, 0}
+end
+
+if op == 'settle' then
+  local s
+  if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
+  local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', key)
+  local rkey = recordKey()
+  local r = recordRead(rkey, kind, label)
+  if not r then return RECORD_UNKNOWN end
+  if r.state == 'S' then return recordAnswer(r) end
+  local d, returned, charged, unpaid = s.d, 0, 0, 0
+  if actual < r.reserved then
+    returned = math.min(r.reserved - actual, ceilDiv(s.d, s.ip))
+    d = gcraRefund(s, r.reserved - actual)
+  elseif actual > r.reserved then
+    local dmax = s.cap + s.maxWait * s.pp  -- the furthest D a reservation may leave (gcraLoad's clamp)
+    local room = 0
+    if d < dmax then room = floorDiv(dmax - d, s.ip) end
+    charged = math.min(actual - r.reserved, room)
+    unpaid = actual - r.reserved - charged
+    d = d + charged * s.ip
+    if charged > 0 or s.clamped then gcraStore(s, d) end
+  end
+  local remaining = gcraRemaining(s, d)
+  recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
+  return {1, r.reserved, actual, returned, charged, unpaid, remaining}
 end
 
 if op == 'set' then

@@ -37,6 +37,13 @@ class KeyedGcraRateLimiter : public detail::KeyedScriptLimiter {
   /// The policy's configuration, with the keepAlive its keys get.
   [[nodiscard]] const GcraConfig& config() const noexcept { return config_; }
 
+  /// Reserve, then settle, on the limiter `key` (see detail::ScriptLimiter::reserveFor and settle;
+  /// docs/algorithms.md "Reserve, then settle").
+  using KeyedScriptLimiter::cancel;
+  using KeyedScriptLimiter::reservationKey;
+  using KeyedScriptLimiter::reserveFor;
+  using KeyedScriptLimiter::settle;
+
  private:
   GcraConfig config_;
 };

@@ -96,18 +96,21 @@ class LatencyHistogram {
 
 /// What a LimiterMetrics has counted, read at one moment (each counter read once).
 struct LimiterMetricsSnapshot {
-  std::string limiter;                // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
-  std::uint64_t granted = 0;          // decisions that allowed (the segment cache's local hits included)
-  std::uint64_t denied = 0;           // decisions that refused (in shadow mode: still counted here)
-  std::uint64_t permitsGranted = 0;   // permits those granted decisions took
-  std::uint64_t shadowDenied = 0;     // shadow mode: denials the caller was let through anyway
-  std::uint64_t permitsRefunded = 0;  // permits callers gave back with refund(): their grants stay
-                                      // counted in granted and permitsGranted
-  std::uint64_t localHits = 0;        // decisions the segment cache served without Redis (in granted)
-  std::uint64_t roundTrips = 0;       // requests deciding calls sent to Redis (a coalesced batch is one,
-                                      // a resend another), the segment cache's refills included
-  std::uint64_t degraded = 0;         // handles of this name degraded now (outage or configuration error)
-  std::uint64_t callbacksThrew = 0;   // completion callbacks of ...Async calls that threw (caught and dropped)
+  std::string limiter;                    // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
+  std::uint64_t granted = 0;              // decisions that allowed (the segment cache's local hits included)
+  std::uint64_t denied = 0;               // decisions that refused (in shadow mode: still counted here)
+  std::uint64_t permitsGranted = 0;       // permits those granted decisions took
+  std::uint64_t shadowDenied = 0;         // shadow mode: denials the caller was let through anyway
+  std::uint64_t permitsRefunded = 0;      // permits callers gave back with refund(): their grants stay
+                                          // counted in granted and permitsGranted
+  std::uint64_t localHits = 0;            // decisions the segment cache served without Redis (in granted)
+  std::uint64_t reservationsOpened = 0;   // reserveFor grants recorded under a reservation id (also in granted)
+  std::uint64_t reservationsSettled = 0;  // settle/cancel calls that settled a reservation (their give-back is
+                                          // in permitsRefunded)
+  std::uint64_t roundTrips = 0;           // requests deciding calls sent to Redis (a coalesced batch is one,
+                                          // a resend another), the segment cache's refills included
+  std::uint64_t degraded = 0;             // handles of this name degraded now (outage or configuration error)
+  std::uint64_t callbacksThrew = 0;       // completion callbacks of ...Async calls that threw (caught and dropped)
   std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
       policy{};                                         // [FailurePolicy][PolicyOutcome]
   std::array<std::uint64_t, kErrorKindCount> errors{};  // [ErrorKind]
@@ -171,6 +174,10 @@ class LimiterMetrics {
   void refunded(std::int64_t permits) noexcept {
     calls_.refunded.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
   }
+  /// A reservation recorded under an id (reserveFor's grant).
+  void reservationOpened() noexcept { calls_.reservationsOpened.fetch_add(1, std::memory_order_relaxed); }
+  /// A reservation settled (settle or cancel; a repeated settle is not counted again).
+  void reservationSettled() noexcept { calls_.reservationsSettled.fetch_add(1, std::memory_order_relaxed); }
   /// A completion callback of an ...Async call threw (the exception was caught and dropped).
   void callbackThrew() noexcept { calls_.callbacksThrew.fetch_add(1, std::memory_order_relaxed); }
   /// A handle of this name became degraded (+1) or recovered (-1).
@@ -203,6 +210,8 @@ class LimiterMetrics {
     std::atomic<std::uint64_t> degraded{0};  // wraps through negative deltas, read as a count
     std::atomic<std::uint64_t> callbacksThrew{0};
     std::atomic<std::uint64_t> refunded{0};
+    std::atomic<std::uint64_t> reservationsOpened{0};
+    std::atomic<std::uint64_t> reservationsSettled{0};
     std::array<std::array<std::atomic<std::uint64_t>, kPolicyOutcomeCount>, kFailurePolicyCount> policy{};
     std::array<std::atomic<std::uint64_t>, kErrorKindCount> errors{};
   } calls_;
@@ -357,6 +366,8 @@ inline LimiterMetricsSnapshot LimiterMetrics::snapshot() const noexcept {
   s.degraded = calls_.degraded.load(std::memory_order_relaxed);
   s.callbacksThrew = calls_.callbacksThrew.load(std::memory_order_relaxed);
   s.permitsRefunded = calls_.refunded.load(std::memory_order_relaxed);
+  s.reservationsOpened = calls_.reservationsOpened.load(std::memory_order_relaxed);
+  s.reservationsSettled = calls_.reservationsSettled.load(std::memory_order_relaxed);
   for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
     for (std::size_t o = 0; o < kPolicyOutcomeCount; ++o)
       s.policy[p][o] = calls_.policy[p][o].load(std::memory_order_relaxed);

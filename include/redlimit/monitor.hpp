@@ -84,6 +84,14 @@ class LimiterMonitor {
   void refunded(std::int64_t permits) const noexcept {
     if (metrics_) metrics_->refunded(permits);
   }
+  /// Counts a reservation recorded by reserveFor (LimiterMetrics::reservationOpened).
+  void reservationOpened() const noexcept {
+    if (metrics_) metrics_->reservationOpened();
+  }
+  /// Counts a reservation settled (LimiterMetrics::reservationSettled).
+  void reservationSettled() const noexcept {
+    if (metrics_) metrics_->reservationSettled();
+  }
   /// Counts a decision served from a segment (SegmentedRateLimiter's hit): one relaxed addition.
   void localHit(std::int64_t permits) const noexcept {
     if (metrics_) metrics_->localHit(permits);

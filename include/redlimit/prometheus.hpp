@@ -11,6 +11,7 @@
 //   redlimit_decisions_total{outcome="granted|denied"}              counter
 //   redlimit_permits_granted_total                                  counter
 //   redlimit_permits_refunded_total                                 counter (refund(); grants stay counted)
+//   redlimit_reservations_total{state="opened|settled"}             counter (reserveFor records, settles)
 //   redlimit_shadow_denials_total                                   counter (shadow mode's let-through denials)
 //   redlimit_local_hits_total                                       counter (segment cache hits, in decisions)
 //   redlimit_redis_round_trips_total                                counter (requests sent to Redis to decide)

@@ -14,6 +14,7 @@
 #include "redlimit/http.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reservation.hpp"
+#include "redlimit/settlement.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/keyed_gcra_rate_limiter.hpp"

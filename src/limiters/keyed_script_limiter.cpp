@@ -206,6 +206,63 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     }
   }
 
+  // An unguarded script call of `op` on `key` and its reservation record `recordKey`: ARGV[4] and
+  // [5] are `a` and `b`, the configuration ARGV[6]. Sent again if the connection closed under it
+  // (reserve and settle are safe to send twice: the record says what was done).
+  Reply callWithRecord(std::string_view op, std::string_view key, const std::string& recordKey, const std::string& a,
+                       const std::string& b) {
+    const std::vector<std::string_view> argv{op, "", kind_, a, b, policy_.packed};
+    const std::vector<std::string_view> keys{key, recordKey};
+    const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
+    constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
+    for (int tries = 1;; ++tries) {
+      try {
+        const auto tryDeadline =
+            std::min(deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
+        return eval(*client_, script_, keys, argv, tryDeadline);
+      } catch (const ScriptError&) {
+        std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
+      } catch (const ClosedError&) {
+        if (tries == kMaxTries || Steady::now() >= deadline) throw;
+      }
+    }
+  }
+
+  HeldPermits hold(std::string_view key, std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
+    check(key, permits);
+    if (client_->onIoThread()) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: {}: a sync reserveFor from a completion callback would wait for the thread that runs it", name_));
+    }
+    HeldPermits out;
+    if (!gate_.shouldTry()) {
+      if (auto d = policyDecide(permits)) {
+        out.decision = byPolicy(permits, *d);
+        return out;
+      }
+      gate_.throwUnavailable();
+    }
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    try {
+      const Reply reply =
+          callWithRecord("reserve", key, recordKey, fmt::to_string(permits), fmt::to_string(recordTtl.count()));
+      out.repeated = parseReserveRepeated(std::string(key), reply);
+      Reply decision = reply;
+      decision.elements.pop_back();
+      out.decision = parseDecision(std::string(key), decision, permits);
+      gate_.answered(started);
+      return out;
+    } catch (const Error&) {
+      if (auto d = gate_.settle(std::current_exception(), started, permits, policy_.localRate,
+                                milliseconds{policy_.localIntervalMs})) {
+        out.decision = byPolicy(permits, *d);
+        return out;
+      }
+      throw;
+    }
+  }
+
   std::shared_ptr<Client> client_;
   std::string name_;
   Script script_;
@@ -249,6 +306,31 @@ bool KeyedScriptLimiter::deleteKey(std::string_view key) {
   core_->check(key, 1);
   return command(*core_->client_, {"DEL", key}).asInteger() > 0;
 }
+
+std::string KeyedScriptLimiter::reservationKey(std::string_view key, const std::string& id) const {
+  core_->check(key, 1);
+  return reservationRecordKey(std::string(key), id);
+}
+
+HeldPermits KeyedScriptLimiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
+                                           milliseconds recordTtl) {
+  const std::string recordKey = reservationKey(key, id);
+  checkReservationTtl(recordTtl);
+  HeldPermits out = core_->hold(key, permits, recordKey, recordTtl);
+  if (out.repeated) return out;  // counted when it was granted
+  monitor().admit(out.decision);
+  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor().reservationOpened();
+  return out;
+}
+
+Settlement KeyedScriptLimiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
+  const std::string recordKey = reservationKey(key, id);
+  checkActualPermits(actual);
+  return parseSettlement(std::string(key), core_->callWithRecord("settle", key, recordKey, fmt::to_string(actual), "0"),
+                         monitor());
+}
+
+Settlement KeyedScriptLimiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
 const std::string& KeyedScriptLimiter::getName() const noexcept { return core_->name_; }
 const std::shared_ptr<Client>& KeyedScriptLimiter::client() const noexcept { return core_->client_; }

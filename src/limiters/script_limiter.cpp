@@ -15,6 +15,7 @@
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/errors.hpp"
+#include "topology/key_slot.hpp"
 
 namespace redlimit::detail {
 
@@ -29,6 +30,30 @@ using SteadyTime = Steady::time_point;
 // Elements of a take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs,
 // delayUs, localRate, localIntervalMs}.
 constexpr std::size_t kDecisionReplySize = 9;
+// A reserve reply: a take reply, then repeated (0 or 1).
+constexpr std::size_t kReserveReplySize = 10;
+// A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
+constexpr std::size_t kSettleReplySize = 7;
+
+bool reservationIdByte(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+         c == '.' || c == ':';
+}
+
+void checkReservationId(const std::string& id) {
+  if (id.empty() || id.size() > ScriptLimiter::kMaxReservationIdLength) {
+    throw InvalidArgument(fmt::format("redlimit: a reservation id must be 1..{} bytes, got {}",
+                                      ScriptLimiter::kMaxReservationIdLength, id.size()));
+  }
+  for (const char c : id) {
+    if (!reservationIdByte(c)) {
+      throw InvalidArgument(
+          fmt::format("redlimit: reservation id \"{}\" holds byte 0x{:02x}; allowed are "
+                      "A-Z a-z 0-9 and - _ . :",
+                      id, static_cast<unsigned>(static_cast<unsigned char>(c))));
+    }
+  }
+}
 
 void checkPermits(std::int64_t permits) {
   if (permits < 1 || permits > ScriptLimiter::kMaxPermits) {
@@ -80,6 +105,75 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
   return scriptError(std::move(error), key, kind);
 }
 
+std::string reservationRecordKey(const std::string& name, const std::string& id) {
+  checkReservationId(id);
+  // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
+  if (hashedPart(name).size() != name.size()) return fmt::format("{}:rsv:{}", name, id);
+  // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
+  // name if no '}' ends the tag early.
+  if (name.find('}') != std::string::npos) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: its name holds a '}}' but no hash tag, so no reservation record can "
+                    "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
+                    name));
+  }
+  return fmt::format("{{{}}}:rsv:{}", name, id);
+}
+
+void checkReservationTtl(milliseconds recordTtl) {
+  if (recordTtl.count() < 1 || recordTtl > ScriptLimiter::kMaxReservationTtl) {
+    throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
+                                      ScriptLimiter::kMaxReservationTtl.count(), recordTtl.count()));
+  }
+}
+
+void checkActualPermits(std::int64_t actual) {
+  if (actual < 0 || actual > ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: actual permits must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, actual));
+  }
+}
+
+bool parseReserveRepeated(const std::string& name, const Reply& r) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kReserveReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
+                                           kReserveReplySize, r.describe()));
+  }
+  return r.elements[kReserveReplySize - 1].asInteger() == 1;
+}
+
+Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
+                                           kSettleReplySize, r.describe()));
+  }
+  Settlement out;
+  switch (r.elements[0].asInteger()) {
+    case 0:
+      return out;
+    case 1:
+      out.status = SettleStatus::Settled;
+      break;
+    case 2:
+      out.status = SettleStatus::AlreadySettled;
+      break;
+    default:
+      throw UnexpectedReplyError(
+          fmt::format("redlimit: limiter {}: settle answered status {}", name, r.elements[0].asInteger()));
+  }
+  out.reserved = r.elements[1].asInteger();
+  out.actual = r.elements[2].asInteger();
+  out.returned = r.elements[3].asInteger();
+  out.charged = r.elements[4].asInteger();
+  out.unpaid = r.elements[5].asInteger();
+  out.remaining = r.elements[6].asInteger();
+  if (out.status == SettleStatus::Settled) {
+    monitor.reservationSettled();
+    if (out.returned > 0) monitor.refunded(out.returned);
+  }
+  return out;
+}
+
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
 // must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
@@ -114,9 +208,14 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   void takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done);
   // An unguarded call of the script (`op` and its arguments after now and kind). Reads are sent
   // once more if the connection closed under them.
-  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed);
+  // With `recordKey`, it is the script's KEYS[2] (a reservation record).
+  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+             const std::string* recordKey = nullptr);
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the configuration.
-  static Reservation parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits);
+  static Reservation parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits,
+                           std::size_t size = kDecisionReplySize);
+  // reserveFor: a guarded reserve (the failure policy decides an outage), not coalesced.
+  HeldPermits hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
@@ -176,10 +275,11 @@ Reservation ScriptLimiter::Core::byPolicy(std::int64_t permits, bool allowed) co
   return r;
 }
 
-Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kDecisionReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
-                                           name, kDecisionReplySize, r.describe()));
+Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits,
+                                       std::size_t size) {
+  if (r.type != Reply::Type::Array || r.elements.size() != size) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", name, size, r.describe()));
   }
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
   Reservation out;
@@ -306,10 +406,12 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
   evalAsync(*client_, script_, keys, argViews, std::move(completion), callDeadline());
 }
 
-Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
+Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+                                const std::string* recordKey) {
   std::vector<std::string_view> argViews{op, "", kind_};
   argViews.insert(argViews.end(), args.begin(), args.end());
-  const std::vector<std::string_view> keys{name_};
+  std::vector<std::string_view> keys{name_};
+  if (recordKey != nullptr) keys.emplace_back(*recordKey);
   const SteadyTime deadline = callDeadline();
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
@@ -322,6 +424,45 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
     } catch (const ClosedError&) {
       if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
     }
+  }
+}
+
+HeldPermits ScriptLimiter::Core::hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  checkPermitsFor(permits, config.get());
+  if (client_->onIoThread()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a sync reserveFor from a completion callback would wait "
+                    "for the thread that runs it",
+                    name_));
+  }
+  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  HeldPermits out;
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) {
+      out.decision = byPolicy(permits, *d).decision;
+      return out;
+    }
+    gate_.throwUnavailable();
+  }
+  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
+  if (config) args.push_back(config->packed);
+  const std::int64_t started = gate_.callStart();
+  gate_.monitor().roundTrip();
+  try {
+    // Sent again if the connection closed under it: the record makes a resend take nothing twice.
+    const Reply reply = call("reserve", args, true, &recordKey);
+    out.repeated = parseReserveRepeated(name_, reply);
+    out.decision = parse(this, name_, reply, permits, kReserveReplySize).decision;
+    gate_.answered(started);
+    return out;
+  } catch (const Error&) {
+    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) {
+      out.decision = byPolicy(permits, *d).decision;
+      return out;
+    }
+    throw;
   }
 }
 
@@ -400,6 +541,33 @@ void ScriptLimiter::giveBack(std::int64_t permits) {
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.insert(args.end(), {"0", config->packed});
   (void)core_->call("refund", args, false);
 }
+
+std::string ScriptLimiter::reservationKey(const std::string& id) const {
+  return reservationRecordKey(core_->name_, id);
+}
+
+HeldPermits ScriptLimiter::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
+  const std::string recordKey = reservationKey(id);
+  checkReservationTtl(recordTtl);
+  HeldPermits out = core_->hold(permits, recordKey, recordTtl);
+  if (out.repeated) return out;  // counted when it was granted
+  monitor().admit(out.decision);
+  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) {
+    monitor().reservationOpened();
+  }
+  return out;
+}
+
+Settlement ScriptLimiter::settle(const std::string& id, std::int64_t actual) {
+  const std::string recordKey = reservationKey(id);
+  checkActualPermits(actual);
+  std::vector<std::string> args{fmt::to_string(actual), "0"};
+  if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.push_back(config->packed);
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  return parseSettlement(core_->name_, core_->call("settle", args, true, &recordKey), monitor());
+}
+
+Settlement ScriptLimiter::cancel(const std::string& id) { return settle(id, 0); }
 
 AcquireResult ScriptLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
   checkPermits(atLeast);

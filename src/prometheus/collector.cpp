@@ -46,6 +46,10 @@ std::vector<MetricFamily> Collector::Collect() const {
   MetricFamily refunded =
       family("redlimit_permits_refunded_total",
              "Permits callers gave back with refund() (their grants stay counted as granted)", MetricType::Counter);
+  MetricFamily reservations =
+      family("redlimit_reservations_total",
+             "Reservations of reserveFor, by state: opened (recorded under an id) and settled (settle or cancel)",
+             MetricType::Counter);
   MetricFamily shadow = family("redlimit_shadow_denials_total",
                                "Denials that shadow mode let through (also counted as denied)", MetricType::Counter);
   MetricFamily local =
@@ -72,6 +76,8 @@ std::vector<MetricFamily> Collector::Collect() const {
     decisions.metric.push_back(counter(s.limiter, s.denied, {{"outcome", "denied"}}));
     permits.metric.push_back(counter(s.limiter, s.permitsGranted));
     refunded.metric.push_back(counter(s.limiter, s.permitsRefunded));
+    reservations.metric.push_back(counter(s.limiter, s.reservationsOpened, {{"state", "opened"}}));
+    reservations.metric.push_back(counter(s.limiter, s.reservationsSettled, {{"state", "settled"}}));
     shadow.metric.push_back(counter(s.limiter, s.shadowDenied));
     local.metric.push_back(counter(s.limiter, s.localHits));
     trips.metric.push_back(counter(s.limiter, s.roundTrips));
@@ -107,9 +113,9 @@ std::vector<MetricFamily> Collector::Collect() const {
     degraded.metric.push_back(std::move(g));
   }
   std::vector<MetricFamily> out;
-  out.reserve(11);  // the families below
-  for (MetricFamily* f :
-       {&decisions, &permits, &refunded, &shadow, &local, &trips, &threw, &policy, &errors, &latency, &degraded}) {
+  out.reserve(12);  // the families below
+  for (MetricFamily* f : {&decisions, &permits, &refunded, &reservations, &shadow, &local, &trips, &threw, &policy,
+                          &errors, &latency, &degraded}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -5,6 +5,7 @@
 #include <future>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <mutex>
 #include <memory>
@@ -408,6 +409,43 @@ TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {
   }
   EXPECT_EQ(errors, 0u);
   for (const auto& k : keys) EXPECT_EQ(allowed[k], 5) << k;
+}
+
+// Reserve, then settle: a record shares its limiter's slot, whether the name has a hash tag (the
+// record keeps it) or not (the record makes the whole name its tag), so no call meets CROSSSLOT.
+TEST(Cluster, ReservationRecordsShareTheirLimitersSlot) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TokenBucketConfig config;
+  config.capacity = 10;
+  config.refillPermits = 1;
+  config.refillInterval = std::chrono::hours(24);
+  std::set<std::uint16_t> slots;
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = i % 2 == 0 ? "rsv:tb:" + std::to_string(i) : "{rsv:" + std::to_string(i) + "}:tb";
+    SCOPED_TRACE(name);
+    TokenBucketRateLimiter rl(client, name, config);
+    const std::string id = "req-" + std::to_string(i);
+    EXPECT_EQ(detail::keySlot(rl.reservationKey(id)), detail::keySlot(name));
+    slots.insert(detail::keySlot(name));
+    ASSERT_TRUE(rl.reserveFor(6, id).decision.allowed);
+    EXPECT_TRUE(rl.reserveFor(6, id).repeated);
+    const Settlement s = rl.settle(id, 2);
+    EXPECT_EQ(s.status, SettleStatus::Settled);
+    EXPECT_EQ(s.returned, 4);
+    EXPECT_EQ(rl.settle(id, 2).status, SettleStatus::AlreadySettled);
+    EXPECT_EQ(rl.peek().remaining, 8);
+  }
+  EXPECT_GE(slots.size(), 10u);
+  GcraConfig perDay;
+  perDay.burst = 10;
+  perDay.rate = 1;
+  perDay.period = std::chrono::hours(24);
+  KeyedGcraRateLimiter keyed(client, "rsv-keyed", perDay);
+  for (const std::string key : {"user:1", "user:2", "{org:3}:user:4"}) {
+    ASSERT_TRUE(keyed.reserveFor(key, 3, "r").decision.allowed) << key;
+    EXPECT_EQ(keyed.cancel(key, "r").returned, 3) << key;
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // configuration sent in every call so that a key needs no set-up and never goes uninitialized.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <future>
@@ -14,6 +15,8 @@
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/monitor.hpp"
+#include "redlimit/settlement.hpp"
+#include "redlimit/detail/reply.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -26,6 +29,17 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
 /// InvalidArgument), as ScriptLimiter makes it.
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor);
+/// The key of the reservation record `id` of the limiter whose key is `name`
+/// (ScriptLimiter::reservationKey). Throws InvalidArgument.
+std::string reservationRecordKey(const std::string& name, const std::string& id);
+/// Throw InvalidArgument for a record TTL outside 1 ms..kMaxReservationTtl, actual permits outside
+/// 0..kMaxPermits.
+void checkReservationTtl(std::chrono::milliseconds recordTtl);
+void checkActualPermits(std::int64_t actual);
+/// The `repeated` flag of a reserve reply (checking its shape: UnexpectedReplyError).
+bool parseReserveRepeated(const std::string& name, const Reply& reply);
+/// A settle reply, counted in `monitor` when it settled (UnexpectedReplyError for a bad shape).
+Settlement parseSettlement(const std::string& name, const Reply& reply, const LimiterMonitor& monitor);
 
 /// One policy, many keys: each decision names its key and carries the policy's configuration, so
 /// the script writes it to a key that has none, uses a key's stored state when it holds the same
@@ -60,6 +74,7 @@ class KeyedScriptLimiter {
   /// decideAsync with a future.
   [[nodiscard]] std::future<Decision> decideAsync(std::string_view key, std::int64_t permits = 1);
   /// Deletes the key (configuration and state): the next decision finds it full. True if it existed.
+  /// Reservation records of the key stay until their TTL.
   bool deleteKey(std::string_view key);
 
   /// The policy's name: the metrics label and the limiter named in events.
@@ -71,6 +86,18 @@ class KeyedScriptLimiter {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  protected:
+  /// ScriptLimiter::reserveFor on the limiter `key` (the policy's configuration in the call): the
+  /// failure policy decides an outage. Made public by the token bucket, GCRA and fixed window
+  /// families. Throws InvalidArgument before sending for a bad key, permits, id or TTL.
+  [[nodiscard]] HeldPermits reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
+                                       std::chrono::milliseconds recordTtl = ScriptLimiter::kDefaultReservationTtl);
+  /// ScriptLimiter::settle on the limiter `key`: throws the IoError when Redis cannot be asked.
+  Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
+  /// settle(key, id, 0).
+  Settlement cancel(std::string_view key, const std::string& id);
+  /// The key of the reservation record `id` of the limiter `key` (ScriptLimiter::reservationKey).
+  [[nodiscard]] std::string reservationKey(std::string_view key, const std::string& id) const;
+
   /// Sends nothing. Throws InvalidArgument for a null client, a bad policy name (as a limiter
   /// name) and bad failure options.
   KeyedScriptLimiter(std::shared_ptr<Client> client, std::string name, FailureOptions failure,

@@ -21,6 +21,7 @@
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/reservation.hpp"
+#include "redlimit/settlement.hpp"
 #include "redlimit/detail/script.hpp"
 
 namespace redlimit {
@@ -86,6 +87,12 @@ class ScriptLimiter {
   static constexpr std::size_t kMaxNameLength = 1024;                   // bytes
   /// The longest wait a reservation may be made for (longer ones are cut to this): 365 days.
   static constexpr std::chrono::microseconds kMaxWait{31536000000000};
+  /// Reservation ids (reserveFor, settle): 1..128 bytes of [A-Za-z0-9._:-].
+  static constexpr std::size_t kMaxReservationIdLength = 128;
+  /// How long a reservation record lives by default (reserveFor): 1 hour.
+  static constexpr std::chrono::milliseconds kDefaultReservationTtl{3600000};
+  /// The longest a reservation record may live: 7 days.
+  static constexpr std::chrono::milliseconds kMaxReservationTtl{604800000};
 
   /// How an asynchronous decision ends: the decision (error == nullptr) or the exception the sync
   /// call would have thrown. Called exactly once, on the Client's I/O thread, or on the calling
@@ -126,6 +133,39 @@ class ScriptLimiter {
   /// is full with (its capacity, burst, or limit for the current window). Counted in the metrics'
   /// permitsRefunded; the decision that took them stays counted as granted.
   void refund(std::int64_t permits);
+  /// Takes `permits` as decide(permits) does and, when granted, records them under the reservation
+  /// `id` in a key of their own (reservationKey(id), same hash slot, written in the same script
+  /// call as the grant) that expires after `recordTtl` (1 ms..kMaxReservationTtl). Idempotent: the
+  /// same id again (a retry after a timeout) takes nothing more and answers the first grant
+  /// (HeldPermits::repeated); with other permits it is refused (InvalidArgument from the script).
+  /// A denial records nothing. When Redis cannot be asked the failure policy decides and nothing
+  /// is recorded. Never coalesced with other takes. Throws InvalidArgument before sending for
+  /// permits out of range, an id that is empty, longer than kMaxReservationIdLength or has a byte
+  /// other than [A-Za-z0-9._:-], a recordTtl out of range, or a name that no record key can share
+  /// a slot with (see reservationKey); InvalidStateError if the record holds something redlimit
+  /// did not write (nothing is written then).
+  [[nodiscard]] HeldPermits reserveFor(std::int64_t permits, const std::string& id,
+                                       std::chrono::milliseconds recordTtl = kDefaultReservationTtl);
+  /// Settles the reservation `id` with the permits really used (`actual` >= 0), once: gives back
+  /// reserved - actual (the limiter never holds more than full), or takes actual - reserved more,
+  /// into debt as far as a reservation with the longest maxWait may go (token bucket, GCRA: TAT up
+  /// to burst x T + the horizon ahead; fixed window: up to the limit in the current window, then in
+  /// the next one), reporting what could not be taken as unpaid. Marks the record settled with its
+  /// answer and keeps it for the rest of its TTL: a retry answers AlreadySettled with that answer
+  /// and changes nothing. No record: SettleStatus::Unknown, nothing changes. The give-back is
+  /// counted in the metrics' permitsRefunded. Safe to retry after any error. Not a decision: throws
+  /// the IoError when Redis cannot be asked (no failure policy); InvalidArgument before sending for
+  /// a bad id or actual < 0 or > kMaxPermits; InvalidStateError naming the record key if it holds
+  /// something redlimit did not write or a reservation of another kind of limiter (nothing is
+  /// written then).
+  Settlement settle(const std::string& id, std::int64_t actual);
+  /// settle(id, 0): gives the whole reservation back.
+  Settlement cancel(const std::string& id);
+  /// The key of the reservation record `id`: name + ":rsv:" + id if the name has a hash tag (the
+  /// record shares it), else "{" + name + "}:rsv:" + id (the whole name is the tag, as the name
+  /// alone is hashed whole). Throws InvalidArgument for a bad id, and for a name without a hash
+  /// tag that holds a '}' (no record key could share its slot).
+  [[nodiscard]] std::string reservationKey(const std::string& id) const;
   /// Deletes the limiter's key: configuration and state. True if it existed.
   bool deleteLimiter();
   /// True if the limiter's key exists.

@@ -1,0 +1,54 @@
+// redlimit — reserve, then settle: a cost known only afterwards (tokens of an LLM answer, bytes of
+// a response). reserveFor(estimate, id) takes the estimate and records it under a reservation id;
+// settle(id, actual) gives back what was not used (or takes what was used beyond it) exactly once,
+// however often it is retried. HeldPermits is what reserveFor answers, Settlement what settle does.
+#pragma once
+
+#include <cstdint>
+
+#include "redlimit/decision.hpp"
+
+namespace redlimit {
+
+/// The outcome of reserveFor (TokenBucketRateLimiter, GcraRateLimiter, FixedWindowRateLimiter). A
+/// value type.
+struct HeldPermits {
+  Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
+                          // under the id (unless byPolicy: the failure policy decided, nothing was
+                          // recorded, and a settle of the id answers SettleStatus::Unknown)
+  bool repeated = false;  // the id was reserved already (a retried call, or a resend after a closed
+                          // connection): nothing more was taken, decision is allowed for the same
+                          // permits with remaining, resetAfter and time as the limiter is now, and
+                          // the metrics count nothing (the first grant was counted, unless its reply
+                          // was lost and this is the resend)
+
+  explicit operator bool() const noexcept { return decision.allowed; }
+};
+
+/// What a settle found under the reservation id.
+enum class SettleStatus : std::uint8_t {
+  Settled,         // this call settled the reservation
+  AlreadySettled,  // an earlier call did: nothing changed, the fields are that call's answer
+  Unknown,         // no record: never reserved, reserved by the failure policy, or its record expired
+                   // (an expired reservation stays counted as fully used: nothing is given back)
+};
+
+/// The outcome of settle(id, actual) and cancel(id). A value type. For AlreadySettled every field
+/// is the first settle's answer (its `actual` included, whatever this call asked); for Unknown they
+/// are all 0. Invariant: actual == reserved - returned - forgiven + charged + unpaid, where
+/// forgiven (not a field) is what the limiter could not take back because it was full already.
+struct Settlement {
+  SettleStatus status = SettleStatus::Unknown;
+  std::int64_t reserved = 0;   // permits the reservation took
+  std::int64_t actual = 0;     // permits used, as the settling call said
+  std::int64_t returned = 0;   // permits given back: reserved - actual, less when the limiter was full
+                               // again sooner (it never holds more than full), 0 when a fixed window's
+                               // reservation was made in a window that has ended (its count is gone)
+  std::int64_t charged = 0;    // permits taken beyond the reservation (actual > reserved): the debt
+                               // rule, see docs/algorithms.md "Reserve, then settle"
+  std::int64_t unpaid = 0;     // actual - reserved - charged: beyond the furthest the limiter may owe,
+                               // not taken
+  std::int64_t remaining = 0;  // permits that could be taken at once right after the settling call
+};
+
+}  // namespace redlimit

@@ -1,0 +1,409 @@
+// Reserve, then settle (issue 27 §1) on the one-key limiters against a real redis-server, as typed
+// tests over TokenBucketRateLimiter, GcraRateLimiter and FixedWindowRateLimiter: reserveFor records
+// a grant under an id, settle gives back (or charges) the difference exactly once however often it
+// is retried, and bad input, corrupted records and a killed server are handled as documented.
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "one_key_support.hpp"
+#include "redlimit/keyed_fixed_window_rate_limiter.hpp"
+#include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/keyed_token_bucket_rate_limiter.hpp"
+#include "redlimit/metrics.hpp"
+#include "redlimit_test/fixture.hpp"
+#include "topology/key_slot.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::milliseconds;
+
+template <class Traits>
+class ReserveSettle : public RedisTest {
+ protected:
+  using Limiter = typename Traits::Limiter;
+  using Config = typename Traits::Config;
+
+  /// `limit` at once, nothing back for a day (the fixed window: one window of 46 days), so the
+  /// permits in use are exactly what the test took while it runs.
+  static Config frozenConfig(std::int64_t limit) {
+    if (std::is_same_v<Traits, FixedWindowTraits>) return Traits::config(limit, 1, milliseconds(4000000000));
+    return Traits::config(limit, 1, milliseconds(86400000));
+  }
+  /// A handle with its own metrics registry, so counts are this test's.
+  Limiter limiter(const std::shared_ptr<MetricsRegistry>& registry = nullptr) {
+    typename Traits::Options options;
+    options.monitor.registry = registry;
+    return Limiter(this->client(), this->name(), options);
+  }
+};
+
+using ReserveSettleTypes = ::testing::Types<TokenBucketTraits, GcraTraits, FixedWindowTraits>;
+
+class ReserveSettleNames {
+ public:
+  template <class T>
+  static std::string GetName(int) {
+    if (std::is_same_v<T, TokenBucketTraits>) return "TokenBucket";
+    if (std::is_same_v<T, GcraTraits>) return "Gcra";
+    return "FixedWindow";
+  }
+};
+TYPED_TEST_SUITE(ReserveSettle, ReserveSettleTypes, ReserveSettleNames);
+
+// (1) The settle of one reservation sent 10 times, every connection of the limiter's Client killed
+// between tries: the permits come back once.
+TYPED_TEST(ReserveSettle, SettleRetriedAfterClientKillGivesBackOnce) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  auto rl = this->limiter(registry);
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(100)));
+  const HeldPermits held = rl.reserveFor(40, "req-1");
+  ASSERT_TRUE(held.decision.allowed);
+  EXPECT_FALSE(held.repeated);
+  EXPECT_EQ(held.decision.remaining, 60);
+  EXPECT_TRUE(exists(this->admin(), rl.reservationKey("req-1")));
+
+  int settled = 0, again = 0, failed = 0;
+  for (int i = 0; i < 10; ++i) {
+    (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
+    try {
+      const Settlement s = rl.settle("req-1", 10);
+      EXPECT_EQ(s.reserved, 40);
+      EXPECT_EQ(s.actual, 10);
+      EXPECT_EQ(s.returned, 30);
+      EXPECT_EQ(s.charged, 0);
+      EXPECT_EQ(s.unpaid, 0);
+      EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
+      (s.status == SettleStatus::Settled ? settled : again)++;
+    } catch (const IoError&) {
+      ++failed;  // the kill can still be in flight: a retry follows
+    }
+  }
+  EXPECT_EQ(settled, 1);
+  EXPECT_EQ(settled + again + failed, 10);
+  EXPECT_GE(again, 5);
+  EXPECT_EQ(rl.peek().remaining, 90) << "30 came back, once";
+  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_EQ(m.reservationsOpened, 1u);
+  EXPECT_EQ(m.reservationsSettled, 1u);
+  EXPECT_EQ(m.permitsRefunded, 30u);
+  EXPECT_EQ(m.granted, 1u);
+  EXPECT_EQ(m.permitsGranted, 40u);
+}
+
+// (2) 8 threads reserving and settling random actuals (seeded), some above the reservation: the
+// permits in use are exactly the sum of the actuals.
+TYPED_TEST(ReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActuals) {
+  auto rl = this->limiter();
+  constexpr std::int64_t kLimit = 10000;
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(kLimit)));
+  constexpr int kThreads = 8, kRounds = 12;
+  std::atomic<std::int64_t> sum{0};
+  std::atomic<int> problems{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<std::mt19937::result_type>(2027 + t));
+      for (int i = 0; i < kRounds; ++i) {
+        const std::int64_t reserved = std::uniform_int_distribution<std::int64_t>(1, 50)(rng);
+        const std::int64_t actual = std::uniform_int_distribution<std::int64_t>(0, 2 * reserved)(rng);
+        const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
+        if (!rl.reserveFor(reserved, id).decision.allowed) ++problems;
+        const Settlement s = rl.settle(id, actual);
+        const bool exact = s.status == SettleStatus::Settled && s.unpaid == 0 &&
+                           s.returned == std::max<std::int64_t>(0, reserved - actual) &&
+                           s.charged == std::max<std::int64_t>(0, actual - reserved);
+        if (!exact) ++problems;
+        sum += actual;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(problems.load(), 0);
+  EXPECT_EQ(kLimit - rl.peek().remaining, sum.load()) << "used == sum of the actuals";
+}
+
+// (3) A reserve sent again with the same id takes nothing more and answers the first grant.
+TYPED_TEST(ReserveSettle, ReserveIsIdempotent) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  auto rl = this->limiter(registry);
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
+  const HeldPermits first = rl.reserveFor(3, "a");
+  ASSERT_TRUE(first.decision.allowed);
+  EXPECT_FALSE(first.repeated);
+  EXPECT_EQ(first.decision.remaining, 7);
+  for (int i = 0; i < 3; ++i) {
+    const HeldPermits again = rl.reserveFor(3, "a");
+    EXPECT_TRUE(again.decision.allowed);
+    EXPECT_TRUE(again.repeated);
+    EXPECT_EQ(again.decision.remaining, 7);
+  }
+  EXPECT_EQ(rl.peek().remaining, 7);
+  EXPECT_THROW((void)rl.reserveFor(4, "a"), InvalidArgument) << "an id names one reservation";
+  EXPECT_EQ(rl.peek().remaining, 7);
+
+  // A denial records nothing: the same id may be reserved again once permits are there.
+  const HeldPermits denied = rl.reserveFor(8, "b");
+  EXPECT_FALSE(denied.decision.allowed);
+  EXPECT_GT(denied.decision.retryAfter.count(), 0);
+  EXPECT_FALSE(exists(this->admin(), rl.reservationKey("b")));
+  EXPECT_EQ(rl.cancel("a").returned, 3);
+  EXPECT_TRUE(rl.reserveFor(8, "b").decision.allowed);
+  EXPECT_EQ(rl.peek().remaining, 2);
+
+  // Settled, the id still answers the first grant and takes nothing.
+  EXPECT_TRUE(rl.reserveFor(3, "a").repeated);
+  EXPECT_EQ(rl.peek().remaining, 2);
+  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_EQ(m.reservationsOpened, 2u);
+  EXPECT_EQ(m.granted, 2u) << "repeats are not decisions";
+  EXPECT_EQ(m.denied, 1u);
+
+  // The record lives for the TTL it was given.
+  ASSERT_TRUE(rl.reserveFor(1, "short", milliseconds(60000)).decision.allowed);
+  const std::int64_t ttl = this->raw({"PTTL", rl.reservationKey("short")}).integer;
+  EXPECT_GT(ttl, 50000);
+  EXPECT_LE(ttl, 60000);
+}
+
+// (4) A settle of an id that was never reserved (or whose record expired) changes nothing.
+TYPED_TEST(ReserveSettle, SettleOfAnUnknownIdChangesNothing) {
+  auto rl = this->limiter();
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
+  ASSERT_TRUE(rl.tryAcquire(4));
+  const std::string before = keyState(this->admin(), this->name());
+  const Settlement s = rl.settle("never", 0);
+  EXPECT_EQ(s.status, SettleStatus::Unknown);
+  EXPECT_EQ(s.reserved, 0);
+  EXPECT_EQ(s.returned, 0);
+  EXPECT_EQ(rl.cancel("never").status, SettleStatus::Unknown);
+  EXPECT_EQ(keyState(this->admin(), this->name()), before);
+  EXPECT_FALSE(exists(this->admin(), rl.reservationKey("never")));
+
+  // An expired record: the reservation stays counted as fully used.
+  ASSERT_TRUE(rl.reserveFor(2, "brief", milliseconds(1)).decision.allowed);
+  for (int i = 0; i < 200 && exists(this->admin(), rl.reservationKey("brief")); ++i) sleepMs(2);
+  EXPECT_EQ(rl.settle("brief", 0).status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.peek().remaining, 4);
+}
+
+// The debt rule: actual above the reservation is charged as far as the limiter may owe (token
+// bucket, GCRA: burst x T + the horizon, here 2 x 10; fixed window: the rest of this window and the
+// next one); the rest is reported unpaid. A give-back never fills the limiter past full.
+TYPED_TEST(ReserveSettle, ActualAboveTheReservationIsChargedUpToTheDebtBound) {
+  auto rl = this->limiter();
+  // 10 at once, 10 more per hour: the horizon is one hour, 10 permits of debt.
+  const auto config = std::is_same_v<TypeParam, FixedWindowTraits> ? this->frozenConfig(10)
+                                                                   : TypeParam::config(10, 10, milliseconds(3600000));
+  ASSERT_TRUE(rl.trySetConfig(config));
+  ASSERT_TRUE(rl.reserveFor(4, "big").decision.allowed);
+  const Settlement s = rl.settle("big", 30);
+  EXPECT_EQ(s.status, SettleStatus::Settled);
+  EXPECT_EQ(s.returned, 0);
+  EXPECT_EQ(s.charged, 16);
+  EXPECT_EQ(s.unpaid, 10);
+  EXPECT_EQ(s.remaining, 0);
+  const Decision d = rl.decide(1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_GT(d.retryAfter.count(), 0);
+
+  // A give-back beyond full is cut: the limiter was refilled by a refund meanwhile.
+  ASSERT_TRUE(rl.deleteLimiter());  // start again, full
+  ASSERT_TRUE(rl.trySetConfig(config));
+  ASSERT_TRUE(rl.reserveFor(4, "small").decision.allowed);
+  rl.refund(4);
+  const Settlement back = rl.cancel("small");
+  EXPECT_EQ(back.status, SettleStatus::Settled);
+  EXPECT_EQ(back.returned, 0);
+  EXPECT_EQ(back.remaining, 10);
+}
+
+// (5) Bad input is refused before anything is sent.
+TYPED_TEST(ReserveSettle, BadInputIsRefusedBeforeSending) {
+  auto rl = this->limiter();
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
+  ASSERT_TRUE(rl.reserveFor(2, "ok").decision.allowed);
+  const std::vector<std::string> keys{this->name(), rl.reservationKey("ok")};
+  const auto statesBefore = keyStates(this->admin(), keys);
+  const std::int64_t calibrate = totalCommandCalls(this->admin());
+  const std::int64_t overhead = totalCommandCalls(this->admin()) - calibrate;
+  const std::int64_t before = totalCommandCalls(this->admin());
+  const std::string tooLong(detail::ScriptLimiter::kMaxReservationIdLength + 1, 'x');
+  for (const std::string& id : {std::string(), tooLong, std::string("a b"), std::string("{tag}"), std::string("x\n"),
+                                std::string("caf\xc3\xa9"), std::string("a*")}) {
+    EXPECT_THROW((void)rl.reserveFor(1, id), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.settle(id, 1), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.cancel(id), InvalidArgument) << id;
+  }
+  EXPECT_NO_THROW((void)rl.reservationKey(std::string(detail::ScriptLimiter::kMaxReservationIdLength, 'x')));
+  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
+    EXPECT_THROW((void)rl.reserveFor(permits, "p"), InvalidArgument) << permits;
+  }
+  for (std::int64_t actual : {std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
+    EXPECT_THROW((void)rl.settle("ok", actual), InvalidArgument) << actual;
+  }
+  for (milliseconds ttl :
+       {milliseconds(0), milliseconds(-5), detail::ScriptLimiter::kMaxReservationTtl + milliseconds(1)}) {
+    EXPECT_THROW((void)rl.reserveFor(1, "t", ttl), InvalidArgument) << ttl.count();
+  }
+  // A name without a hash tag that holds '}': no record key can share its slot.
+  typename TypeParam::Limiter odd(this->client(), this->name("odd}name"));
+  EXPECT_THROW((void)odd.reservationKey("x"), InvalidArgument);
+  EXPECT_THROW((void)odd.reserveFor(1, "x"), InvalidArgument);
+  EXPECT_THROW((void)odd.settle("x", 0), InvalidArgument);
+  EXPECT_EQ(totalCommandCalls(this->admin()) - before, overhead) << "a command reached Redis";
+  EXPECT_EQ(keyStates(this->admin(), keys), statesBefore);
+}
+
+// The record key shares the limiter's hash slot: the tag of a tagged name, else the whole name.
+TYPED_TEST(ReserveSettle, RecordKeySharesTheLimitersSlot) {
+  typename TypeParam::Limiter plain(this->client(), "tenant:7:tokens");
+  EXPECT_EQ(plain.reservationKey("r1"), "{tenant:7:tokens}:rsv:r1");
+  typename TypeParam::Limiter tagged(this->client(), "{tenant:7}:tokens");
+  EXPECT_EQ(tagged.reservationKey("r1"), "{tenant:7}:tokens:rsv:r1");
+  typename TypeParam::Limiter open(this->client(), "a{b");
+  EXPECT_EQ(open.reservationKey("r1"), "{a{b}:rsv:r1");
+  typename TypeParam::Limiter empty(this->client(), "x{}y");  // empty braces: no tag, hashed whole
+  EXPECT_THROW((void)empty.reservationKey("r1"), InvalidArgument);
+  for (const auto* rl : {&plain, &tagged, &open}) {
+    EXPECT_EQ(detail::keySlot(rl->reservationKey("r1")), detail::keySlot(rl->getName())) << rl->getName();
+  }
+}
+
+// (6) A corrupted record is refused naming its key, with nothing written.
+TYPED_TEST(ReserveSettle, CorruptedRecordIsRefusedWithNothingWritten) {
+  auto rl = this->limiter();
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
+  ASSERT_TRUE(rl.reserveFor(2, "c").decision.allowed);
+  const std::string record = rl.reservationKey("c");
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    (void)this->raw({"DEL", record});
+    if (variant == 0) (void)this->raw({"SET", record, "not a record"});
+    if (variant == 1) (void)this->raw({"RPUSH", record, "x"});
+    if (variant == 2) {  // a well-formed record of another kind of limiter
+      std::string other = "R" + std::string(std::is_same_v<TypeParam, FixedWindowTraits> ? "T" : "W") + "O";
+      other += std::string("\x02\x00\x00\x00", 4) + std::string(27, '\0');
+      (void)this->raw({"SET", record, other});
+    }
+    const std::vector<std::string> keys{this->name(), record};
+    const auto before = keyStates(this->admin(), keys);
+    try {
+      (void)rl.settle("c", 0);
+      ADD_FAILURE() << "settle of a corrupted record";
+    } catch (const InvalidStateError& e) {
+      EXPECT_NE(std::string(e.what()).find(record), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)rl.reserveFor(2, "c"), InvalidStateError);
+    EXPECT_EQ(keyStates(this->admin(), keys), before);
+  }
+  EXPECT_EQ(rl.peek().remaining, 8);
+}
+
+// (7) reserveFor follows the failure policy on a killed server, recording nothing; settle throws
+// the IoError; once the server is back, a policy grant's id settles as Unknown.
+TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    RedisServer server;
+    ClientOptions co;
+    co.connection = parseUri(server.uri());
+    co.connection.connectTimeout = milliseconds(200);
+    co.connection.commandTimeout = milliseconds(200);
+    auto client = Client::create(co);
+    TokenBucketRateLimiterOptions options;
+    options.failure.policy = policy;
+    options.failure.probeInterval = milliseconds(50);
+    options.monitor.registry = std::make_shared<MetricsRegistry>();
+    TokenBucketRateLimiter rl(client, "policy", options);
+    ASSERT_TRUE(rl.trySetConfig(TokenBucketTraits::config(5, 5, milliseconds(60000))));
+    ASSERT_TRUE(rl.reserveFor(2, "before").decision.allowed);
+    server.kill();
+    for (int i = 0; i < 3; ++i) {
+      try {
+        const HeldPermits h = rl.reserveFor(1, "during");
+        EXPECT_TRUE(h.decision.byPolicy);
+        EXPECT_FALSE(h.repeated);
+        EXPECT_EQ(h.decision.allowed, policy == FailurePolicy::Allow);
+        EXPECT_NE(policy, FailurePolicy::Throw);
+      } catch (const IoError&) {
+        EXPECT_EQ(policy, FailurePolicy::Throw);
+      }
+    }
+    EXPECT_THROW((void)rl.settle("before", 0), IoError);
+    EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
+    server.restart();  // no persistence: it comes back empty
+    bool answered = false;
+    for (int i = 0; i < 100 && !answered; ++i) {
+      try {
+        ASSERT_TRUE(rl.trySetConfig(TokenBucketTraits::config(5, 5, milliseconds(60000))));
+        answered = true;
+      } catch (const IoError&) {
+        sleepMs(10);
+      }
+    }
+    ASSERT_TRUE(answered);
+    EXPECT_EQ(rl.settle("during", 0).status, SettleStatus::Unknown);
+  }
+}
+
+// The keyed families: one policy, a record per key and id.
+class ReserveSettleKeyed : public RedisTest {
+ protected:
+  template <class Keyed, class Traits>
+  void reserveAndSettle();
+};
+
+template <class Keyed, class Traits>
+void ReserveSettleKeyed::reserveAndSettle() {
+  const std::string policyName = name("policy");
+  // 10 at once, nothing back for a day (the fixed window: one window of 46 days).
+  const auto config = std::is_same_v<Traits, FixedWindowTraits> ? Traits::config(10, 1, milliseconds(4000000000))
+                                                                : Traits::config(10, 1, milliseconds(86400000));
+  KeyedRateLimiterOptions options;
+  options.monitor.registry = std::make_shared<MetricsRegistry>();
+  Keyed rl(client(), policyName, config, options);
+  const std::string k1 = name("user:1"), k2 = name("user:2");
+  EXPECT_EQ(rl.reservationKey(k1, "r"), "{" + k1 + "}:rsv:r");
+  ASSERT_EQ(rl.reserveFor(k1, 6, "r").decision.remaining, 4);
+  ASSERT_EQ(rl.reserveFor(k2, 6, "r").decision.remaining, 4) << "one id on another key is another reservation";
+  const HeldPermits again = rl.reserveFor(k1, 6, "r");
+  EXPECT_TRUE(again.repeated);
+  EXPECT_EQ(again.decision.remaining, 4);
+  int settled = 0;
+  for (int i = 0; i < 5; ++i) {
+    (void)raw({"CLIENT", "KILL", "TYPE", "normal"});
+    try {
+      const Settlement s = rl.settle(k1, "r", 2);
+      EXPECT_EQ(s.returned, 4);
+      EXPECT_EQ(s.remaining, 8);
+      settled += s.status == SettleStatus::Settled ? 1 : 0;
+    } catch (const IoError&) {
+    }
+  }
+  EXPECT_EQ(settled, 1);
+  EXPECT_EQ(rl.peek(k1).remaining, 8);
+  EXPECT_EQ(rl.peek(k2).remaining, 4);
+  EXPECT_EQ(rl.cancel(k2, "r").returned, 6);
+  EXPECT_EQ(rl.peek(k2).remaining, 10);
+  EXPECT_EQ(rl.settle(k1, "nope", 1).status, SettleStatus::Unknown);
+  const auto m = options.monitor.registry->snapshot(policyName);
+  EXPECT_EQ(m.reservationsOpened, 2u);
+  EXPECT_EQ(m.reservationsSettled, 2u);
+  EXPECT_EQ(m.permitsRefunded, 10u);
+
+  const std::int64_t before = totalCommandCalls(admin());
+  const std::int64_t overhead = totalCommandCalls(admin()) - before;
+  const std::int64_t start = totalCommandCalls(admin());
+  EXPECT_THROW((void)rl.reserveFor("", 1, "x"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(k1, 1, "bad id"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(k1, 11, "x"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(k1, 1, "x", milliseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)rl.settle(k1, "r", -1), InvalidArgument);
+  EXPECT_THROW((void)rl.settle(name("odd}key"), "r", 1), InvalidArgument);
+  EXPECT_EQ(totalCommandCalls(admin()) - start, overhead) << "a command reached Redis";
+}
+
+TEST_F(ReserveSettleKeyed, TokenBucket) { reserveAndSettle<KeyedTokenBucketRateLimiter, TokenBucketTraits>(); }
+TEST_F(ReserveSettleKeyed, Gcra) { reserveAndSettle<KeyedGcraRateLimiter, GcraTraits>(); }
+TEST_F(ReserveSettleKeyed, FixedWindow) { reserveAndSettle<KeyedFixedWindowRateLimiter, FixedWindowTraits>(); }
