@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "limiters/completion.hpp"
+#include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -25,10 +26,6 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 using SteadyTime = Steady::time_point;
-
-// Elements of a take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs,
-// delayUs, localRate, localIntervalMs}.
-constexpr std::size_t kDecisionReplySize = 9;
 
 void checkPermits(std::int64_t permits) {
   if (permits < 1 || permits > ScriptLimiter::kMaxPermits) {
@@ -115,8 +112,9 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   // An unguarded call of the script (`op` and its arguments after now and kind). Reads are sent
   // once more if the connection closed under them.
   Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed);
-  // The take/peek reply; `self` (may be null: the handle is gone) remembers the configuration.
-  static Reservation parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits);
+  // The take/peek reply of a script of `kind`; `self` (may be null: the handle is gone) remembers
+  // the configuration.
+  static Reservation parse(Core* self, const std::string& name, char kind, const Reply& r, std::int64_t permits);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
@@ -176,23 +174,20 @@ Reservation ScriptLimiter::Core::byPolicy(std::int64_t permits, bool allowed) co
   return r;
 }
 
-Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kDecisionReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
-                                           name, kDecisionReplySize, r.describe()));
-  }
-  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, char kind, const Reply& r,
+                                       std::int64_t permits) {
+  const DecisionReply v = parseDecisionReply(r, decisionFormOf(kind), name);
   Reservation out;
   Decision& d = out.decision;
-  d.allowed = at(0) == 1;
+  d.allowed = v.allowed;
   d.permits = permits;
-  d.remaining = std::max<std::int64_t>(0, at(1));
-  d.retryAfter = microseconds{at(2)};
-  d.resetAfter = microseconds{at(3)};
-  d.limit = at(4);
-  d.time = microseconds{at(5)};
-  out.delay = microseconds{at(6)};
-  if (self != nullptr) self->remember(d.limit, at(7), at(8));
+  d.remaining = std::max<std::int64_t>(0, v.remaining);
+  d.retryAfter = microseconds{v.retryAfterUs};
+  d.resetAfter = microseconds{v.resetAfterUs};
+  d.limit = v.limit;
+  d.time = microseconds{v.nowUs};
+  out.delay = microseconds{v.delayUs};
+  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
   return out;
 }
 
@@ -235,7 +230,7 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
     } catch (const ScriptError&) {
       std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     }
-    Reservation out = parse(this, name_, reply, permits);
+    Reservation out = parse(this, name_, kind_[0], reply, permits);
     gate_.answered(started);
     return out;
   } catch (const Error&) {
@@ -277,7 +272,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
     Reservation out;
     if (!error) {
       try {
-        out = parse(self.get(), name, reply, permits);
+        out = parse(self.get(), name, kind, reply, permits);
       } catch (...) {
         error = std::current_exception();
       }
@@ -383,7 +378,7 @@ Decision ScriptLimiter::peek(std::int64_t permits) {
   core_->checkPermitsFor(permits, config.get());
   std::vector<std::string> args{fmt::to_string(permits)};
   if (config) args.insert(args.end(), {"0", config->packed});  // the configuration at ARGV[6], as take's
-  return Core::parse(core_.get(), core_->name_, core_->call("peek", args, true), permits).decision;
+  return Core::parse(core_.get(), core_->name_, core_->kind_[0], core_->call("peek", args, true), permits).decision;
 }
 
 void ScriptLimiter::refund(std::int64_t permits) {
