@@ -24,9 +24,10 @@ local PACKED_SIZE = 28
 -- localRate 1..2^32-1; localIntervalMs 1..1e12; nowUs 0..9e15; retryAfter, resetAfter, delay
 -- 0..2^53. struct.pack's i8 goes through a C long, exact for every integer-valued double below
 -- 2^63 in magnitude (checked on Redis 7.0: +-(2^53-1), 2^53 and -1 come back unchanged). One
--- bulk string is what saves the time (a 9-element table is converted and written element by
--- element); a tighter layout (unsigned 4- to 7-byte fields, 46 bytes) would pack the same 9
--- values with no measurable gain, and would wrap a negative value silently.
+-- bulk string is what saves the time: a 9-element table is converted and written element by
+-- element (returning it costs about 0.4 us more than this string). A tighter layout (unsigned 4-
+-- to 7-byte fields, 46 bytes) measured about 0.05 us less, within the noise; not taken: every
+-- field here holds any value its script can make, and a negative cannot wrap silently.
 local DECISION_LAYOUT = '<Bi8i8i8i8i8i8i8i8'
 
 local function packDecision(allowed, remaining, retryUs, resetUs, limit, nowUs, delayUs, localRate, localMs)
