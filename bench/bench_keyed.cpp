@@ -143,7 +143,10 @@ void rawRun(std::int64_t n, const std::function<std::vector<std::string>(std::in
     }
     auto r = gWorld->load->reply();
     ++read;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->integer == 1) ++p.allowed;
+    if ((r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->integer == 1) ||
+        rb::packedDecisionAllowed(r.get()) == 1) {
+      ++p.allowed;
+    }
   }
   p.seconds = std::chrono::duration<double>(rb::Clock::now() - start).count();
   p.calls = n;

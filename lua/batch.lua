@@ -21,12 +21,13 @@
 -- fails as a whole with REDLIMIT_INVALID_ARGUMENT before anything is read or written.
 --
 -- Reply: an array of n elements, in KEYS order. Element i is what the script of decision i
--- replies to `take`: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs,
--- localRate, localIntervalMs}; or, when decision i fails (bad permits or maxWait, an unknown
+-- replies to `take`: the 65-byte packed decision of lib/onekey.lua (packDecision: its first byte,
+-- 0xA0 or 0xA1, is not ASCII); or, when decision i fails (bad permits or maxWait, an unknown
 -- kind, a key holding another Redis type, another limiter or a value redlimit did not write,
 -- permits above the limit, a configuration in the call that is not usable), a string with the
 -- error that script would raise, "CODE message" (e.g. "REDLIMIT_INVALID_ARGUMENT permits must
--- be ..."), naming the decision's key. A failing decision writes nothing (the libraries check
+-- be ..."), naming the decision's key: text that starts with an ASCII code, so a client tells the
+-- two apart by the first byte and the size. A failing decision writes nothing (the libraries check
 -- everything before their one write) and the decisions after it go on.
 --
 -- No fast path: gcra.lua and fixed_window.lua decide a usable key above their `-- @shared` line
@@ -68,7 +69,7 @@ local function gcraDecision(key, kind, permits, maxWaitArg, cfg)
     gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
   end
   local lr, lms = gcraLocalRate(s)
-  return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms}
+  return packDecision(allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms)
 end
 
 -- fixed_window.lua's `take n maxWaitUs [cfg]` on `key` at nowUs.
@@ -82,7 +83,7 @@ local function windowDecision(key, permits, maxWaitArg, cfg)
   if allowed == 1 or s.clamped then        -- a clamped window is written back, also on a denial
     windowStore(s, c, nextCount)
   end
-  return {allowed, s.l - c, retry, windowResetAfter(s, c, nextCount), s.l, nowUs, delay, s.l, s.windowMs}
+  return packDecision(allowed, s.l - c, retry, windowResetAfter(s, c, nextCount), s.l, nowUs, delay, s.l, s.windowMs)
 end
 
 local function decide(key, kind, permits, maxWaitArg, cfg)

@@ -34,8 +34,10 @@
 --                      decided as an empty window of cfg; a key holding cfg as it is; a key holding
 --                      another configuration with cfg, its counts kept (windowRescale). Only what
 --                      takes or gives back writes, and it writes cfg with the state.
--- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, L, nowUs, delayUs,
---   localRate (L), localIntervalMs (W)}. remaining is what is left in the current window;
+-- Reply of take and peek: ONE 65-byte string (lib/onekey.lua's packDecision: byte 0xA0 + allowed,
+--   then remaining, retryAfterUs, resetAfterUs, L, nowUs, delayUs, localRate (L), localIntervalMs
+--   (W) as little-endian signed 64-bit integers; the fast path packs the same layout inline).
+--   remaining is what is left in the current window;
 --   retryAfter (denied) is exact: the window in which the same call succeeds starts then;
 --   resetAfter is the time until no permit is counted any more (end of the current window, or of
 --   the next one when permits are reserved there).
@@ -47,7 +49,8 @@
 -- windowResetAfter). Anything else falls through to the full code below, which checks everything
 -- in order and fails with the precise error before writing anything. A key of another Redis type
 -- fails the GET with Redis's WRONGTYPE error; ScriptLimiter, which knows the key, turns it into
--- InvalidConfigError. a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles. With the
+-- InvalidConfigError. A grant costs two Redis calls, the GET and one SET (with PX when keepAlive >
+-- 0), and TIME when ARGV[2] is '' (always, from the limiters). a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles. With the
 -- configuration in the call (ARGV[6]), the fast path also requires the key to begin with it.
 local op, key = ARGV[1], KEYS[1]
 if op == 'take' and ARGV[3] == 'W' then
@@ -109,7 +112,7 @@ if op == 'take' and ARGV[3] == 'W' then
           redis.call('SET', key, packed)
         end
       end
-      return {allowed, l - count, retry, resetUs, l, nowUs, delay, l, windowMs}
+      return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, l - count, retry, resetUs, l, nowUs, delay, l, windowMs)
     end
   end
 end
@@ -136,7 +139,8 @@ if op == 'take' or op == 'peek' then
   elseif allowed == 1 or s.clamped then    -- a clamped window is written back, also on a denial
     windowStore(s, count, nextCount)
   end
-  return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs}
+  return packDecision(allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l,
+    s.windowMs)
 end
 
 if op == 'refund' then

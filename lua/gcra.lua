@@ -43,8 +43,9 @@
 --                      is decided with cfg, its permits in use kept (gcraRescale). take writes
 --                      cfg with the state when it takes (refund: when it gives back); nothing is
 --                      written on a denial.
--- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, B, nowUs, delayUs,
---   localRate, localIntervalMs}. retryAfter (denied) is exact: the same call succeeds at
+-- Reply of take and peek: ONE 65-byte string (lib/onekey.lua's packDecision: byte 0xA0 + allowed,
+--   then remaining, retryAfterUs, resetAfterUs, B, nowUs, delayUs, localRate, localIntervalMs as
+--   little-endian signed 64-bit integers; the fast path packs the same layout inline). retryAfter (denied) is exact: the same call succeeds at
 --   now + retryAfter and not a µs earlier, if nobody else takes permits. localRate per
 --   localIntervalMs (B permits, refilled at the same average rate) is what the client's Local
 --   failure policy runs when Redis cannot be asked.
@@ -151,7 +152,7 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
         if after < cap then remaining = floor((cap - after) / ip) end
         local localMs = -floor(-(b * intervalMs / p))
         if localMs < 1 then localMs = 1 elseif localMs > 1e12 then localMs = 1e12 end
-        return {allowed, remaining, retry, resetUs, b, nowUs, wait, b, localMs}
+        return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, remaining, retry, resetUs, b, nowUs, wait, b, localMs)
       end
     end
   end
@@ -178,7 +179,7 @@ if op == 'take' or op == 'peek' then
     gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
   end
   local lr, lms = gcraLocalRate(s)
-  return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms}
+  return packDecision(allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms)
 end
 
 if op == 'refund' then

@@ -156,6 +156,15 @@ class RawRedis {
   redisContext* ctx_ = nullptr;
 };
 
+/// 1 or 0 if `r` is the packed decision of a one-key script's take (gcra.lua, fixed_window.lua:
+/// 65 bytes, byte 0 = 0xA0 + allowed; lua/lib/onekey.lua), -1 for any other reply.
+inline int packedDecisionAllowed(const redisReply* r) {
+  if (r->type != REDIS_REPLY_STRING || r->len != 65) return -1;
+  const auto first = static_cast<unsigned char>(r->str[0]);
+  if ((first & 0xFEu) != 0xA0u) return -1;
+  return first & 1;
+}
+
 /// `key:value` lines of an INFO reply.
 inline std::map<std::string, std::string> parseInfo(const std::string& text) {
   std::map<std::string, std::string> out;

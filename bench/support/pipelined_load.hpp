@@ -185,6 +185,7 @@ class PipelinedLoad {
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) {
       return r->element[0]->integer > 0 ? 1 : 0;
     }
+    if (const int packed = packedDecisionAllowed(r); packed >= 0) return packed;  // the one-key scripts
     // The Redisson-equivalent scripts: acquire answers nil to a grant and the wait (an integer) to a
     // denial; release answers nil (counted as allowed); availablePermits answers the value, an
     // integer or the string GET read (counted as not allowed).

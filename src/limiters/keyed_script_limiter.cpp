@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "limiters/completion.hpp"
+#include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -23,24 +24,22 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 
-// {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs, localRate, localIntervalMs}
-constexpr std::size_t kDecisionReplySize = 9;
-
-Decision parseDecision(const std::string& key, const Reply& r, std::int64_t permits) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kDecisionReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", key,
-                                           kDecisionReplySize, r.describe()));
-  }
-  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+// A decoded reply of `permits`.
+Decision toDecision(const DecisionReply& v, std::int64_t permits) {
   Decision d;
-  d.allowed = at(0) == 1;
+  d.allowed = v.allowed;
   d.permits = permits;
-  d.remaining = std::max<std::int64_t>(0, at(1));
-  d.retryAfter = microseconds{at(2)};
-  d.resetAfter = microseconds{at(3)};
-  d.limit = at(4);
-  d.time = microseconds{at(5)};
+  d.remaining = std::max<std::int64_t>(0, v.remaining);
+  d.retryAfter = microseconds{v.retryAfterUs};
+  d.resetAfter = microseconds{v.resetAfterUs};
+  d.limit = v.limit;
+  d.time = microseconds{v.nowUs};
   return d;
+}
+
+// The take/peek reply of the script of `kind` on `key`.
+Decision parseDecision(const std::string& key, char kind, const Reply& r, std::int64_t permits) {
+  return toDecision(parseDecisionReply(r, decisionFormOf(kind), key), permits);
 }
 
 }  // namespace
@@ -120,7 +119,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       } catch (const ScriptError&) {
         std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
       }
-      Decision d = parseDecision(std::string(key), reply, permits);
+      Decision d = parseDecision(std::string(key), kind_[0], reply, permits);
       gate_.answered(started);
       return d;
     } catch (const Error&) {
@@ -162,7 +161,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       Decision out;
       if (!error) {
         try {
-          out = parseDecision(key, reply, permits);
+          out = parseDecision(key, kind, reply, permits);
         } catch (...) {
           error = std::current_exception();
         }
@@ -198,7 +197,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     const std::vector<std::string_view> keys{key};
     try {
       return parseDecision(
-          std::string(key),
+          std::string(key), kind_[0],
           eval(*client_, script_, keys, args("peek", digits), deadlineAfter<Steady>(Steady::now(), callBound_)),
           permits);
     } catch (const ScriptError&) {
@@ -248,9 +247,8 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       const Reply reply =
           callWithRecord("reserve", key, recordKey, fmt::to_string(permits), fmt::to_string(recordTtl.count()));
       out.repeated = parseReserveRepeated(std::string(key), reply);
-      Reply decision = reply;
-      decision.elements.pop_back();
-      out.decision = parseDecision(std::string(key), decision, permits);
+      // A reserve reply is an array: take's nine values, then repeated.
+      out.decision = toDecision(parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
       gate_.answered(started);
       return out;
     } catch (const Error&) {

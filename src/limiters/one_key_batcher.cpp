@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/error_mapping.hpp"
+#include "limiters/decision_reply.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
@@ -219,9 +220,10 @@ void OneKeyBatcher::answer(const std::vector<std::shared_ptr<OneKeyCall>>& group
     ReplyCallback done = std::move(group[i]->done);
     if (!done) continue;
     const Reply& element = reply.elements[i];
-    if (element.type == Reply::Type::String) {
+    if (element.type == Reply::Type::String && !isPackedDecision(element)) {
       // The take failed in the script ("CODE message", as its own script raises it): it wrote
-      // nothing, and its batch-mates were decided.
+      // nothing, and its batch-mates were decided. A decision is passed on as it came, for the
+      // take's limiter to parse (parseDecisionReply).
       std::exception_ptr error;
       try {
         throwReplyError(element.str, true);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "limiters/completion.hpp"
+#include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -27,11 +28,6 @@ namespace {
 using Steady = std::chrono::steady_clock;
 using SteadyTime = Steady::time_point;
 
-// Elements of a take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs,
-// delayUs, localRate, localIntervalMs}.
-constexpr std::size_t kDecisionReplySize = 9;
-// A reserve reply: a take reply, then repeated (0 or 1).
-constexpr std::size_t kReserveReplySize = 10;
 // A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
 constexpr std::size_t kSettleReplySize = 7;
 
@@ -211,9 +207,11 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   // With `recordKey`, it is the script's KEYS[2] (a reservation record).
   Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
              const std::string* recordKey = nullptr);
-  // The take/peek reply; `self` (may be null: the handle is gone) remembers the configuration.
-  static Reservation parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits,
-                           std::size_t size = kDecisionReplySize);
+  // The take/peek reply of a script of `kind`; `self` (may be null: the handle is gone) remembers
+  // the configuration.
+  static Reservation parse(Core* self, const std::string& name, char kind, const Reply& r, std::int64_t permits);
+  // A decoded reply (a take/peek's or reserve's first nine values).
+  static Reservation fromReply(Core* self, const DecisionReply& v, std::int64_t permits);
   // reserveFor: a guarded reserve (the failure policy decides an outage), not coalesced.
   HeldPermits hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
@@ -275,24 +273,23 @@ Reservation ScriptLimiter::Core::byPolicy(std::int64_t permits, bool allowed) co
   return r;
 }
 
-Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, const Reply& r, std::int64_t permits,
-                                       std::size_t size) {
-  if (r.type != Reply::Type::Array || r.elements.size() != size) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", name, size, r.describe()));
-  }
-  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, char kind, const Reply& r,
+                                       std::int64_t permits) {
+  return fromReply(self, parseDecisionReply(r, decisionFormOf(kind), name), permits);
+}
+
+Reservation ScriptLimiter::Core::fromReply(Core* self, const DecisionReply& v, std::int64_t permits) {
   Reservation out;
   Decision& d = out.decision;
-  d.allowed = at(0) == 1;
+  d.allowed = v.allowed;
   d.permits = permits;
-  d.remaining = std::max<std::int64_t>(0, at(1));
-  d.retryAfter = microseconds{at(2)};
-  d.resetAfter = microseconds{at(3)};
-  d.limit = at(4);
-  d.time = microseconds{at(5)};
-  out.delay = microseconds{at(6)};
-  if (self != nullptr) self->remember(d.limit, at(7), at(8));
+  d.remaining = std::max<std::int64_t>(0, v.remaining);
+  d.retryAfter = microseconds{v.retryAfterUs};
+  d.resetAfter = microseconds{v.resetAfterUs};
+  d.limit = v.limit;
+  d.time = microseconds{v.nowUs};
+  out.delay = microseconds{v.delayUs};
+  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
   return out;
 }
 
@@ -335,7 +332,7 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
     } catch (const ScriptError&) {
       std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
     }
-    Reservation out = parse(this, name_, reply, permits);
+    Reservation out = parse(this, name_, kind_[0], reply, permits);
     gate_.answered(started);
     return out;
   } catch (const Error&) {
@@ -377,7 +374,7 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
     Reservation out;
     if (!error) {
       try {
-        out = parse(self.get(), name, reply, permits);
+        out = parse(self.get(), name, kind, reply, permits);
       } catch (...) {
         error = std::current_exception();
       }
@@ -454,7 +451,7 @@ HeldPermits ScriptLimiter::Core::hold(std::int64_t permits, const std::string& r
     // Sent again if the connection closed under it: the record makes a resend take nothing twice.
     const Reply reply = call("reserve", args, true, &recordKey);
     out.repeated = parseReserveRepeated(name_, reply);
-    out.decision = parse(this, name_, reply, permits, kReserveReplySize).decision;
+    out.decision = fromReply(this, parseDecisionReply(reply, DecisionForm::Array, name_, kReserveReplySize), permits).decision;
     gate_.answered(started);
     return out;
   } catch (const Error&) {
@@ -524,7 +521,7 @@ Decision ScriptLimiter::peek(std::int64_t permits) {
   core_->checkPermitsFor(permits, config.get());
   std::vector<std::string> args{fmt::to_string(permits)};
   if (config) args.insert(args.end(), {"0", config->packed});  // the configuration at ARGV[6], as take's
-  return Core::parse(core_.get(), core_->name_, core_->call("peek", args, true), permits).decision;
+  return Core::parse(core_.get(), core_->name_, core_->kind_[0], core_->call("peek", args, true), permits).decision;
 }
 
 void ScriptLimiter::refund(std::int64_t permits) {

@@ -76,16 +76,17 @@ Reply runBatch(Client& c, const std::string& nowUs, const std::vector<std::strin
   return runBatchRaw(c, keys, args);
 }
 
-// A reply element as text: "[allowed remaining ...]", or "error: CODE message".
+// A reply element as text: "[allowed remaining ...]" (the nine values of a packed decision), or
+// "error: CODE message".
 std::string describeElement(const Reply& r) {
-  if (r.type == Reply::Type::String) return "error: " + r.str;
-  if (r.type != Reply::Type::Array) return "unexpected " + r.describe();
-  std::string out = "[";
-  for (std::size_t i = 0; i < r.elements.size(); ++i) {
-    if (i > 0) out += " ";
-    out += str(r.elements[i].asInteger());
+  if (detail::isPackedDecision(r)) {
+    const TakeReply t = takeReply(r);
+    return "[" + str(t.allowed ? 1 : 0) + " " + str(t.remaining) + " " + str(t.retryAfterUs) + " " +
+           str(t.resetAfterUs) + " " + str(t.limit) + " " + str(t.nowUs) + " " + str(t.delayUs) + " " +
+           str(t.localRate) + " " + str(t.localIntervalMs) + "]";
   }
-  return out + "]";
+  if (r.type == Reply::Type::String) return "error: " + r.str;
+  return "unexpected " + r.describe();
 }
 
 // The same take alone, through its own script, described as describeElement describes a batch's
@@ -223,13 +224,13 @@ TEST_F(BatchScript, DecidesEveryTakeExactlyAsItsOwnScriptAtTheSameTime) {
                            << ", kind " << s.take.kind << ", permits " << s.take.permits << ", maxWait "
                            << s.take.maxWait << ", cfg of " << s.take.cfg.size() << " bytes";
       const Reply& e = batch.elements[j];
-      if (e.type == Reply::Type::String) {
+      if (!detail::isPackedDecision(e)) {
         ++errors;
-      } else if (e.elements.at(0).asInteger() == 0) {
+      } else if (!takeReply(e).allowed) {
         ++denied;
       } else {
         ++allowed;
-        if (e.elements.at(6).asInteger() > 0) ++delayed;
+        if (takeReply(e).delayUs > 0) ++delayed;
       }
     }
     for (std::size_t i = 0; i < keysA.size(); ++i) {

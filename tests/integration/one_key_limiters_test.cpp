@@ -3,6 +3,7 @@
 // model, the multi-process bounds and reservations are in one_key_bounds_test.cpp.
 #include <atomic>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "one_key_support.hpp"
@@ -289,6 +290,40 @@ TYPED_TEST(OneKey, MemoryUsageIsAtMost100BytesPerKey) {
                 static_cast<long long>(keepAlive.count()), static_cast<long long>(bytes));
     EXPECT_LE(bytes, 100);
     EXPECT_TRUE(rl.deleteLimiter());
+  }
+}
+
+TYPED_TEST(OneKey, AGrantIsOneGetAndOneSetPlusTimeAndRepliesOnePackedString) {
+  // The fast path with a TTL to keep (SET ... PX, not SET then PEXPIRE), counted by the server
+  // (INFO commandstats counts the commands scripts call). TIME only when no time is given.
+  typename TypeParam::Limiter rl(this->client(), this->name());
+  rl.setConfig(TypeParam::config(1000000, 1000000, milliseconds(10000), milliseconds(60000)));
+  const auto calls = [&] {
+    const std::string info = this->raw({"INFO", "commandstats"}).str;
+    std::map<std::string, std::int64_t> out;
+    for (const char* command : {"get", "set", "time", "pexpire", "pttl", "expire"}) {
+      const std::string field = std::string("cmdstat_") + command + ":calls=";
+      const auto at = info.find(field);
+      out[command] = at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+    }
+    return out;
+  };
+  const std::int64_t now = serverTimeUs(this->admin());
+  ASSERT_TRUE(takeReply(this->takeAt(this->name(), now, 1)).allowed);  // the script is loaded
+  constexpr int kTakes = 10;
+  for (const bool serverClock : {false, true}) {
+    const auto before = calls();
+    for (int i = 0; i < kTakes; ++i) {
+      const Reply r = runOneKey(this->admin(), TypeParam::script(), this->name(),
+                                {"take", serverClock ? "" : std::to_string(now), TypeParam::kKind, "1", "0"});
+      ASSERT_TRUE(detail::isPackedDecision(r)) << r.describe();
+      ASSERT_TRUE(takeReply(r).allowed);
+    }
+    const auto after = calls();
+    EXPECT_EQ(after.at("get") - before.at("get"), kTakes) << "server clock: " << serverClock;
+    EXPECT_EQ(after.at("set") - before.at("set"), kTakes) << "server clock: " << serverClock;
+    EXPECT_EQ(after.at("time") - before.at("time"), serverClock ? kTakes : 0);
+    for (const char* other : {"pexpire", "pttl", "expire"}) EXPECT_EQ(after.at(other), before.at(other)) << other;
   }
 }
 

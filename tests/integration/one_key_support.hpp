@@ -13,6 +13,7 @@
 #include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "helpers.hpp"
+#include "limiters/decision_reply.hpp"
 #include "redlimit_lua.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -34,21 +35,15 @@ inline Reply runOneKey(Client& c, const detail::lua::EmbeddedScript& s, const st
 }
 
 /// A take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs, ...}.
-struct TakeReply {
-  bool allowed = false;
-  std::int64_t remaining = 0, retryAfterUs = 0, resetAfterUs = 0, limit = 0, nowUs = 0, delayUs = 0;
-};
+using TakeReply = detail::DecisionReply;
 
+/// The values of a take/peek reply, parsed as the limiters parse it: the packed string of
+/// gcra.lua, fixed_window.lua and batch.lua's decisions, or smooth.lua's array of 9. Throws
+/// UnexpectedReplyError for anything else.
 inline TakeReply takeReply(const Reply& r) {
-  TakeReply t;
-  t.allowed = r.elements.at(0).asInteger() == 1;
-  t.remaining = r.elements.at(1).asInteger();
-  t.retryAfterUs = r.elements.at(2).asInteger();
-  t.resetAfterUs = r.elements.at(3).asInteger();
-  t.limit = r.elements.at(4).asInteger();
-  t.nowUs = r.elements.at(5).asInteger();
-  t.delayUs = r.elements.at(6).asInteger();
-  return t;
+  const detail::DecisionForm form =
+      r.type == Reply::Type::Array ? detail::DecisionForm::Array : detail::DecisionForm::Packed;
+  return detail::parseDecisionReply(r, form, "(test)");
 }
 
 struct TokenBucketTraits {

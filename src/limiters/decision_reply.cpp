@@ -1,0 +1,57 @@
+#include "limiters/decision_reply.hpp"
+
+#include <fmt/format.h>
+
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+
+namespace {
+
+// The little-endian signed 64-bit integer at `at`.
+std::int64_t int64At(const std::string& s, std::size_t at) noexcept {
+  std::uint64_t v = 0;
+  for (std::size_t i = 8; i-- > 0;) v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+  return static_cast<std::int64_t>(v);  // two's complement: what struct.pack's i8 wrote
+}
+
+}  // namespace
+
+DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_view limiter, std::size_t arraySize) {
+  DecisionReply d;
+  if (form == DecisionForm::Packed) {
+    if (!isPackedDecision(r)) {
+      throw UnexpectedReplyError(
+          fmt::format("redlimit: limiter {}: expected a packed decision of {} bytes from the script, got {}", limiter,
+                      kPackedDecisionSize, r.describe()));
+    }
+    const std::string& s = r.str;
+    d.allowed = static_cast<unsigned char>(s[0]) == kPackedDecisionMarker + 1;
+    d.remaining = int64At(s, 1);
+    d.retryAfterUs = int64At(s, 9);
+    d.resetAfterUs = int64At(s, 17);
+    d.limit = int64At(s, 25);
+    d.nowUs = int64At(s, 33);
+    d.delayUs = int64At(s, 41);
+    d.localRate = int64At(s, 49);
+    d.localIntervalMs = int64At(s, 57);
+    return d;
+  }
+  if (r.type != Reply::Type::Array || arraySize < 9 || r.elements.size() != arraySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
+                                           limiter, arraySize, r.describe()));
+  }
+  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+  d.allowed = at(0) == 1;
+  d.remaining = at(1);
+  d.retryAfterUs = at(2);
+  d.resetAfterUs = at(3);
+  d.limit = at(4);
+  d.nowUs = at(5);
+  d.delayUs = at(6);
+  d.localRate = at(7);
+  d.localIntervalMs = at(8);
+  return d;
+}
+
+}  // namespace redlimit::detail
