@@ -451,7 +451,8 @@ HeldPermits ScriptLimiter::Core::hold(std::int64_t permits, const std::string& r
     // Sent again if the connection closed under it: the record makes a resend take nothing twice.
     const Reply reply = call("reserve", args, true, &recordKey);
     out.repeated = parseReserveRepeated(name_, reply);
-    out.decision = fromReply(this, parseDecisionReply(reply, DecisionForm::Array, name_, kReserveReplySize), permits).decision;
+    out.decision =
+        fromReply(this, parseDecisionReply(reply, DecisionForm::Array, name_, kReserveReplySize), permits).decision;
     gate_.answered(started);
     return out;
   } catch (const Error&) {
