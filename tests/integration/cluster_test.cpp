@@ -52,8 +52,12 @@ std::vector<RateLimiter> limitersOnEveryPrimary(const RedisCluster& cluster, con
   std::vector<RateLimiter> limiters;
   std::vector<int> perPrimary(3, 0);
   limiters.reserve(static_cast<std::size_t>(n));
+  // Their own registry: a thousand names in the global one would fill its cap (1000 limiters) for
+  // every test after this one in the same process.
+  RateLimiterOptions options;
+  options.monitor.registry = std::make_shared<MetricsRegistry>();
   for (int i = 0; i < n; ++i) {
-    limiters.emplace_back(client, prefix + std::to_string(i));
+    limiters.emplace_back(client, prefix + std::to_string(i), options);
     if (i % sampleEvery == 0) {
       perPrimary[static_cast<std::size_t>(cluster.primaryOfSlot(detail::keySlot(limiters.back().getName())))]++;
     }
