@@ -378,7 +378,7 @@ void libraryLoad(redlimit::KeyedGcraRateLimiter& perKey, const std::vector<std::
 void loadRow(int workload, int variant) {
   (void)gWorld->admin->command({"FLUSHALL"});
   const std::vector<std::string> keys = loadKeys(workload);
-  const auto warmUp = static_cast<std::int64_t>(keys.size()) + 2 * kRawDepth;
+  const auto warmUp = static_cast<std::int64_t>(keys.size()) + std::int64_t{2} * kRawDepth;
   LoadTotals& t = gLoad[workload][variant];
   LoadTotals scratch;
   rb::ServerSample before;
@@ -423,9 +423,9 @@ void BM_Load(benchmark::State& state) {
     double seconds = 0;
     for (const LoadTotals& t : row) seconds += t.seconds;
     state.SetIterationTime(seconds);
-    for (int v = 0; v < kVariants; ++v) {
-      if (row[v].failed > 0) {
-        state.SkipWithError(fmt::format("{} decisions failed", row[v].failed).c_str());
+    for (const LoadTotals& t : row) {
+      if (t.failed > 0) {
+        state.SkipWithError(fmt::format("{} decisions failed", t.failed).c_str());
         return;
       }
     }
