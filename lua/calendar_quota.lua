@@ -25,7 +25,8 @@
 --
 -- Operations (ARGV[1]; ARGV[2] is now in epoch µs or '' for the server's TIME, ARGV[3] the kind 'Q'):
 --   take n L unit keepAliveMs table   takes n permits if the window in force has them left
---   peek n L unit keepAliveMs table   what take would decide; writes nothing
+--   peek n L unit keepAliveMs table   what take would decide (remaining and resetAfter as the window
+--                                     is, nothing taken); writes nothing
 -- unit is 'D', 'W' or 'M'; table is 1..8 windows packed as '<i8i8i8' (label, startUs, endUs),
 -- consecutive (each starts where the one before ends, labels increasing), each 1 µs..32 days.
 -- The limit is the caller's: a key written with another keeps its count (remaining may go below 0).
@@ -114,6 +115,7 @@ if count + n <= l then
 else
   allowed, retry = 0, w.e - nowUs
 end
+if op == 'peek' then count = w.count end  -- remaining and resetAfter as the window is
 local resetUs = 0
 if count > 0 then resetUs = w.e - nowUs end
 if op == 'take' and allowed == 1 then

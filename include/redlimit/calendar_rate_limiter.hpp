@@ -28,25 +28,25 @@ enum class Weekday { Sunday = 0, Monday, Tuesday, Wednesday, Thursday, Friday, S
 
 /// A calendar quota: `limit` permits per `unit` in the time zone `zone`.
 struct CalendarQuota {
-  std::int64_t limit = 0;                // permits per window, 1..kMaxPermits
+  std::int64_t limit = 0;                 // permits per window, 1..kMaxPermits
   CalendarUnit unit = CalendarUnit::Day;  // the window
-  std::string zone = "UTC";              // an IANA zone name of the system's database ("Europe/Berlin")
-  Weekday weekStart = Weekday::Monday;   // CalendarUnit::Week: the first day of a week (default Monday)
+  std::string zone = "UTC";               // an IANA zone name of the system's database ("Europe/Berlin")
+  Weekday weekStart = Weekday::Monday;    // CalendarUnit::Week: the first day of a week (default Monday)
 };
 
 /// One window of a quota: its calendar label and its bounds.
 struct CalendarWindow {
-  std::int64_t label = 0;             // days: local days since 1970-01-01; weeks: that of their first
-                                      // day; months: year x 12 + month - 1
+  std::int64_t label = 0;              // days: local days since 1970-01-01; weeks: that of their first
+                                       // day; months: year x 12 + month - 1
   std::chrono::microseconds start{0};  // the first instant in the window, since the epoch (UTC)
   std::chrono::microseconds end{0};    // the first instant after it, since the epoch (UTC)
 };
 
 /// Options of one CalendarRateLimiter handle.
 struct CalendarRateLimiterOptions {
-  FailureOptions failure;                              // decisions when Redis cannot be asked (default: throw)
-  MonitorOptions monitor;                              // metrics (on, into MetricsRegistry::global()), shadow
-                                                       // mode (off), events
+  FailureOptions failure;                                   // decisions when Redis cannot be asked (default: throw)
+  MonitorOptions monitor;                                   // metrics (on, into MetricsRegistry::global()), shadow
+                                                            // mode (off), events
   std::chrono::milliseconds keepAlive{kDefaultIdleMargin};  // the key expires this long after the end of
                                                             // its window (0..2^32-1 ms; default 1 s)
 };

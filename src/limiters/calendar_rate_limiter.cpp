@@ -150,8 +150,8 @@ microseconds systemNow() {
 std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, microseconds at, int before, int after) {
   CalendarRateLimiter::validateQuota(quota);
   if (before < 0 || before > 3 || after < 0 || after > 3) {
-    throw InvalidArgument(fmt::format("redlimit: calendarWindows: before and after must be in 0..3, got {} and {}",
-                                      before, after));
+    throw InvalidArgument(
+        fmt::format("redlimit: calendarWindows: before and after must be in 0..3, got {} and {}", before, after));
   }
   if (at.count() < 0) throw InvalidArgument("redlimit: calendarWindows: a time before 1970");
   return windowsIn(quota, *zoneOf(quota.zone), at, before, after);
@@ -228,8 +228,8 @@ class CalendarRateLimiter::Core {
 
   void checkPermits(std::int64_t permits) const {
     if (permits < 1 || permits > quota_.limit) {
-      throw InvalidArgument(
-          fmt::format("redlimit: limiter {}: permits must be in 1..{} (its limit), got {}", name_, quota_.limit, permits));
+      throw InvalidArgument(fmt::format("redlimit: limiter {}: permits must be in 1..{} (its limit), got {}", name_,
+                                        quota_.limit, permits));
     }
   }
 
@@ -261,7 +261,7 @@ class CalendarRateLimiter::Core {
   std::string keepAlive_;  // ms, as sent
   detail::FailureGate gate_;
   milliseconds callBound_{0};
-  std::atomic<std::int64_t> offsetUs_{0};  // server time - this host's, as last seen
+  std::atomic<std::int64_t> offsetUs_{0};                // server time - this host's, as last seen
   std::atomic<std::int64_t> localIntervalMs_{86400000};  // the Local policy's interval: the last window's length
 };
 
@@ -306,7 +306,9 @@ CalendarWindow CalendarRateLimiter::windowAt(microseconds at) const {
   return windowsIn(core_->quota_, *core_->zone_, at, 0, 0).front();
 }
 
-bool CalendarRateLimiter::deleteLimiter() { return detail::command(*core_->client_, {"DEL", core_->name_}).asInteger() > 0; }
+bool CalendarRateLimiter::deleteLimiter() {
+  return detail::command(*core_->client_, {"DEL", core_->name_}).asInteger() > 0;
+}
 
 bool CalendarRateLimiter::isExists() {
   return detail::command(*core_->client_, {"EXISTS", core_->name_}).asInteger() == 1;
