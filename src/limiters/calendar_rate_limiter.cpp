@@ -110,7 +110,7 @@ std::vector<CalendarWindow> windowsIn(const CalendarQuota& q, const date::time_z
   const auto local = zone.to_local(sys);
   const date::local_days today = date::floor<date::days>(local);
   std::vector<CalendarWindow> out;
-  out.reserve(static_cast<std::size_t>(before + after + 1));
+  out.reserve(static_cast<std::size_t>(before) + static_cast<std::size_t>(after) + 1);
   for (int k = -before; k <= after; ++k) {
     const date::local_days first = windowDay(q, today, k);
     CalendarWindow w;

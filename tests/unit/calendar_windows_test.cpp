@@ -61,7 +61,7 @@ TEST(CalendarWindows, ADayWhoseMidnightIsSkippedStartsAtTheEndOfTheGap) {
 }
 
 TEST(CalendarWindows, MonthsFollowTheCalendarIncludingALeapFebruary) {
-  const CalendarWindow feb = at(quota(CalendarUnit::Month, "Europe/Berlin"), 1832972400000000 + 10 * 24 * kUsPerHour);
+  const CalendarWindow feb = at(quota(CalendarUnit::Month, "Europe/Berlin"), 1832972400000000 + kUsPerHour * 24 * 10);
   EXPECT_EQ(feb.label, 2028 * 12 + 1);
   EXPECT_EQ(feb.start.count(), 1832972400000000);  // 2028-02-01 00:00 CET
   EXPECT_EQ(feb.end.count(), 1835478000000000);    // 2028-03-01 00:00 CET
