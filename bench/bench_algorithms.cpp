@@ -4,7 +4,8 @@
 // <results>/bench_algorithms.summary.txt; the accuracy picture to <results>/accuracy_algorithms.svg.
 //
 //  1. Server cost. For each algorithm (TokenBucketRateLimiter and GcraRateLimiter: lua/gcra.lua;
-//     FixedWindowRateLimiter: lua/fixed_window.lua; RateLimiter: lua/acquire.lua) and for each
+//     FixedWindowRateLimiter: lua/fixed_window.lua; CalendarRateLimiter: lua/calendar_quota.lua, no
+//     textbook script, compared with GCRA's; RateLimiter: lua/acquire.lua) and for each
 //     workload (one hot key, all granted; one hot key, all denied; 10 000 keys round-robin, all
 //     granted), a raw hiredis load (50 connections x 16 requests in flight) sends EVALSHA with the
 //     exact keys and arguments the library class sends for decide(1) / tryAcquire() (checked
@@ -182,6 +183,42 @@ struct Algorithm {
 // then maxWait 0 µs) on the limiter's one key.
 std::vector<std::string> oneKeyArgv(std::string_view sha, const std::string& name, char kind) {
   return {"EVALSHA", std::string(sha), "1", name, "take", "", std::string(1, kind), "1", "0"};
+}
+
+// The calendar quota the bench decides: `limit` per day in Europe/Berlin.
+redlimit::CalendarQuota benchDay(std::int64_t limit) {
+  redlimit::CalendarQuota q;
+  q.limit = limit;
+  q.unit = redlimit::CalendarUnit::Day;
+  q.zone = "Europe/Berlin";
+  return q;
+}
+
+// CalendarRateLimiter::decide(1) sends `take "" Q 1 <limit> D <keepAlive ms> <table>`, the table
+// being the four windows around now packed as little-endian int64 (label, start, end): the same all
+// day, so one argv serves a whole run (unless it crosses Berlin's midnight).
+std::vector<std::string> calendarArgv(std::string_view sha, const std::string& name, std::int64_t limit) {
+  const auto now =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+  std::string table;
+  for (const redlimit::CalendarWindow& w : redlimit::calendarWindows(benchDay(limit), now, 1, 2)) {
+    for (const std::int64_t v : {w.label, w.start.count(), w.end.count()}) {
+      for (unsigned i = 0; i < 8; ++i)
+        table.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8U * i)) & 0xFFU));
+    }
+  }
+  return {"EVALSHA",
+          std::string(sha),
+          "1",
+          name,
+          "take",
+          "",
+          "Q",
+          "1",
+          std::to_string(limit),
+          "D",
+          std::to_string(redlimit::kDefaultIdleMargin.count()),
+          table};
 }
 
 template <class Limiter, class MakeConfig>
@@ -371,6 +408,23 @@ std::vector<Algorithm> algorithms() {
     for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
   };
   out.push_back(std::move(fw));
+
+  // Calendar quotas (issue 27 §3): a day in Europe/Berlin; the quota is in the call, so nothing to
+  // configure (the first take writes each key). No textbook script: the summary sets its server µs
+  // per call beside GCRA's.
+  Algorithm cal;
+  cal.key = "calendar";
+  cal.title = "calendar day";
+  cal.ours.label = "CalendarRateLimiter, day (calendar_quota.lua)";
+  cal.ours.configure = [](const std::vector<std::string>&, const Limits&) {};
+  cal.ours.argv = [](const std::string& name, const Limits& l) {
+    return calendarArgv(lua::calendar_quota.sha1, name, l.burst);
+  };
+  cal.libraryCall = [](const std::string& name) {
+    redlimit::CalendarRateLimiter limiter(gWorld->client, name, benchDay(kNeverReached.burst));
+    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
+  };
+  out.push_back(std::move(cal));
 
   Algorithm rl;
   rl.key = "rate_limiter";
@@ -1060,10 +1114,17 @@ std::string summary(const std::string& argvChecked) {
           usecPerCall(a, 0, w) / usecPerCall(rl, 0, w), 2, "", false);
     }
   }
-  std::size_t gcraIndex = algs.size(), multiIndex = algs.size();
+  std::size_t gcraIndex = algs.size(), multiIndex = algs.size(), calendarIndex = algs.size();
   for (std::size_t a = 0; a < algs.size(); ++a) {
     if (algs[a].key == "gcra") gcraIndex = a;
     if (algs[a].key == "multi3") multiIndex = a;
+    if (algs[a].key == "calendar") calendarIndex = a;
+  }
+  if (gcraIndex < algs.size() && calendarIndex < algs.size()) {
+    for (int w = 0; w < kWorkloads; ++w) {
+      row(fmt::format("calendar day, {}: ours / one-key GCRA, server us per call", kWorkloadSpecs[w].label),
+          usecPerCall(calendarIndex, 0, w) / usecPerCall(gcraIndex, 0, w), 2, "", false);
+    }
   }
   if (gcraIndex < algs.size() && multiIndex < algs.size()) {
     for (int w = 0; w < kWorkloads; ++w) {

@@ -87,7 +87,8 @@ local function readPacked(kind, label, key)
     if #v == PACKED_SIZE and k == 'T' then what = 'a TokenBucketRateLimiter'
     elseif #v == PACKED_SIZE and k == 'G' then what = 'a GcraRateLimiter'
     elseif #v == PACKED_SIZE and k == 'W' then what = 'a FixedWindowRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'S' then what = 'a DistributedSmoothRateLimiter' end
+    elseif #v == PACKED_SIZE and k == 'S' then what = 'a DistributedSmoothRateLimiter'
+    elseif #v == PACKED_SIZE and k == 'Q' then what = 'a CalendarRateLimiter' end
     fail('REDLIMIT_INVALID_CONFIG', 'key ' .. key .. ' holds ' .. what .. ', not a ' .. label ..
       '; delete it (deleteLimiter) or use another limiter name')
   end

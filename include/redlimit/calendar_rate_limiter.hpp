@@ -1,0 +1,128 @@
+// redlimit — CalendarRateLimiter: at most `limit` permits per calendar day, week or month of an
+// IANA time zone ("1000 per day, resetting at midnight in Europe/Berlin"), in one Redis key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/monitor.hpp"
+
+namespace redlimit {
+
+/// The calendar window a quota counts in.
+enum class CalendarUnit {
+  Day,    // local midnight to local midnight: 23 or 25 hours on a DST change
+  Week,   // seven local days from the quota's weekStart
+  Month,  // the first of the month to the first of the next, local midnight
+};
+
+/// A day of the week, numbered as C's tm_wday (Sunday 0).
+enum class Weekday { Sunday = 0, Monday, Tuesday, Wednesday, Thursday, Friday, Saturday };
+
+/// A calendar quota: `limit` permits per `unit` in the time zone `zone`.
+struct CalendarQuota {
+  std::int64_t limit = 0;                 // permits per window, 1..kMaxPermits
+  CalendarUnit unit = CalendarUnit::Day;  // the window
+  std::string zone = "UTC";               // an IANA zone name of the system's database ("Europe/Berlin")
+  Weekday weekStart = Weekday::Monday;    // CalendarUnit::Week: the first day of a week (default Monday)
+};
+
+/// One window of a quota: its calendar label and its bounds.
+struct CalendarWindow {
+  std::int64_t label = 0;              // days: local days since 1970-01-01; weeks: that of their first
+                                       // day; months: year x 12 + month - 1
+  std::chrono::microseconds start{0};  // the first instant in the window, since the epoch (UTC)
+  std::chrono::microseconds end{0};    // the first instant after it, since the epoch (UTC)
+};
+
+/// Options of one CalendarRateLimiter handle.
+struct CalendarRateLimiterOptions {
+  FailureOptions failure;                                   // decisions when Redis cannot be asked (default: throw)
+  MonitorOptions monitor;                                   // metrics (on, into MetricsRegistry::global()), shadow
+                                                            // mode (off), events
+  std::chrono::milliseconds keepAlive{kDefaultIdleMargin};  // the key expires this long after the end of
+                                                            // its window (0..2^32-1 ms; default 1 s)
+};
+
+/// Computes `before` windows before the one holding `at` (µs since the epoch), that one, and
+/// `after` after it, consecutive, from the system's time zone database (/usr/share/zoneinfo, read
+/// by Howard Hinnant's date/tz, the basis of C++20's <chrono> zones). A day starts at the first
+/// instant of its local date: local midnight, or the end of a DST gap that skips midnight; where
+/// midnight occurs twice, the first. Thread-safe. Throws InvalidArgument for a bad quota (as
+/// CalendarRateLimiter::validateQuota), `before` or `after` outside 0..3, or `at` before 1970.
+[[nodiscard]] std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, std::chrono::microseconds at,
+                                                          int before = 1, int after = 2);
+
+/// A calendar quota shared by every process that uses its name: at most `limit` permits in each
+/// calendar day, week or month of an IANA time zone, with DST handled (a 23- and a 25-hour day).
+///
+/// How a window is chosen (lua/calendar_quota.lua, docs/algorithms.md "Calendar quotas"): the
+/// client computes from its time zone database a table of four consecutive windows (the previous,
+/// the current and the next two, around the server's time as last seen) and sends it; the script
+/// picks the window with the server's clock (TIME). The key holds the window it opened (label,
+/// bounds, count) and is authoritative until that window ends: windows are identified by label,
+/// never reopened and never overlap, so two clients with different database versions cannot open
+/// two windows for one day. If the server's time is outside the table (the client's clock is far
+/// off), the script answers with its time and the client sends a table around it, once more.
+///
+/// Decisions are exact: retryAfter of a denial and resetAfter are the window's end minus the
+/// server's now (resetAfter 0 while nothing is counted); the permits are never reserved ahead.
+///
+/// Storage: one string key, the name, 28 bytes (unit, limit, label, bounds, count), written only
+/// by a grant, with a TTL to the window's end plus keepAlive. The quota is sent in every call (the
+/// limit is the caller's: a key counted under another keeps its count). Thread-safe; copies share
+/// one failure gate.
+///
+/// Errors: InvalidArgument before anything is sent (bad quota, unknown zone, bad week start,
+/// limit or permits out of range); InvalidConfigError if the key holds another Redis type or
+/// another kind of limiter, InvalidStateError if it holds an unusable window (nothing is written
+/// then); IoError and subclasses when Redis cannot be asked, which the failure policy decides for
+/// decide and tryAcquire (Decision::byPolicy), as for the other limiters.
+class CalendarRateLimiter {
+ public:
+  static constexpr std::int64_t kMaxPermits = 4294967295;  // uint32 in the key
+  static constexpr std::size_t kMaxNameLength = 1024;      // bytes
+
+  /// A handle on the quota whose key is `name`. Sends nothing. Throws InvalidArgument for a null
+  /// client, an empty or too long name, a bad quota (validateQuota) or bad options.
+  CalendarRateLimiter(std::shared_ptr<Client> client, std::string name, CalendarQuota quota,
+                      CalendarRateLimiterOptions options = {});
+
+  /// The checks every handle makes before it sends anything: limit in 1..kMaxPermits, a known
+  /// unit, weekStart in Sunday..Saturday, a zone the system's database has. Throws InvalidArgument.
+  static void validateQuota(const CalendarQuota& quota);
+
+  /// Takes `permits` (1..limit) if the current window has them left. Never waits. When Redis cannot
+  /// be asked, the failure policy decides (Decision::byPolicy).
+  [[nodiscard]] Decision decide(std::int64_t permits = 1);
+  /// decide(permits).allowed.
+  [[nodiscard]] bool tryAcquire(std::int64_t permits = 1);
+  /// What decide(permits) would answer now, taking nothing. Throws IoError when Redis cannot be asked.
+  [[nodiscard]] Decision peek(std::int64_t permits = 1);
+  /// The window holding `at` by this handle's database (not necessarily the one the key holds).
+  [[nodiscard]] CalendarWindow windowAt(std::chrono::microseconds at) const;
+  /// Deletes the quota's key. True if it existed.
+  bool deleteLimiter();
+  /// True if the quota's key exists.
+  [[nodiscard]] bool isExists();
+
+  [[nodiscard]] const std::string& getName() const noexcept;
+  [[nodiscard]] const CalendarQuota& quota() const noexcept;
+  /// Decisions made under the failure policy, and whether the limiter is degraded now.
+  [[nodiscard]] FailureStats failureStats() const;
+  /// The handle's metrics, shadow mode and events.
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
+
+ private:
+  class Core;
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace redlimit
