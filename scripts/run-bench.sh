@@ -105,7 +105,8 @@ record_run() {
   local build=$1 commit dirty="" version
   commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   # Changes not committed in the code that is measured (documentation does not count).
-  if ! git -C "$root" diff --quiet HEAD -- include src lua bench CMakeLists.txt cmake 2>/dev/null; then
+  # (bench/results is what the run writes: not code.)
+  if ! git -C "$root" diff --quiet HEAD -- include src lua bench ':!bench/results' CMakeLists.txt cmake 2>/dev/null; then
     dirty=" (with uncommitted changes in include/, src/, lua/, bench/ or the build files)"
   fi
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
