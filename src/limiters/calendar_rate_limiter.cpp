@@ -215,7 +215,7 @@ class CalendarRateLimiter::Core {
     const std::int64_t started = gate_.callStart();
     gate_.monitor().roundTrip();
     try {
-      Decision d = toDecision(run("take", permits), permits);
+      Decision d = detail::decisionOf(run("take", permits), permits);
       gate_.answered(started);
       return d;
     } catch (const Error&) {
@@ -239,18 +239,6 @@ class CalendarRateLimiter::Core {
     d.permits = permits;
     d.limit = quota_.limit;
     d.byPolicy = true;
-    return d;
-  }
-
-  static Decision toDecision(const detail::DecisionReply& v, std::int64_t permits) {
-    Decision d;
-    d.allowed = v.allowed;
-    d.permits = permits;
-    d.remaining = std::max<std::int64_t>(0, v.remaining);
-    d.retryAfter = microseconds{v.retryAfterUs};
-    d.resetAfter = microseconds{v.resetAfterUs};
-    d.limit = v.limit;
-    d.time = microseconds{v.nowUs};
     return d;
   }
 
@@ -299,7 +287,7 @@ bool CalendarRateLimiter::tryAcquire(std::int64_t permits) { return decide(permi
 
 Decision CalendarRateLimiter::peek(std::int64_t permits) {
   core_->checkPermits(permits);
-  return Core::toDecision(core_->run("peek", permits), permits);
+  return detail::decisionOf(core_->run("peek", permits), permits);
 }
 
 CalendarWindow CalendarRateLimiter::windowAt(microseconds at) const {

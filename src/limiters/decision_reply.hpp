@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string_view>
 
+#include "redlimit/decision.hpp"
 #include "redlimit/detail/reply.hpp"
 
 namespace redlimit::detail {
@@ -54,6 +57,19 @@ enum class DecisionForm {
 /// elements, the nine values first (a reserve reply has one more: repeated).
 [[nodiscard]] DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_view limiter,
                                                std::size_t arraySize = 9);
+
+/// The Decision of a decoded reply for `permits` (remaining floored at 0).
+[[nodiscard]] inline Decision decisionOf(const DecisionReply& v, std::int64_t permits) {
+  Decision d;
+  d.allowed = v.allowed;
+  d.permits = permits;
+  d.remaining = std::max<std::int64_t>(0, v.remaining);
+  d.retryAfter = std::chrono::microseconds{v.retryAfterUs};
+  d.resetAfter = std::chrono::microseconds{v.resetAfterUs};
+  d.limit = v.limit;
+  d.time = std::chrono::microseconds{v.nowUs};
+  return d;
+}
 
 /// The form kind `kind`'s script answers in.
 [[nodiscard]] constexpr DecisionForm decisionFormOf(char kind) noexcept {

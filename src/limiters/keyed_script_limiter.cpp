@@ -24,22 +24,9 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 
-// A decoded reply of `permits`.
-Decision toDecision(const DecisionReply& v, std::int64_t permits) {
-  Decision d;
-  d.allowed = v.allowed;
-  d.permits = permits;
-  d.remaining = std::max<std::int64_t>(0, v.remaining);
-  d.retryAfter = microseconds{v.retryAfterUs};
-  d.resetAfter = microseconds{v.resetAfterUs};
-  d.limit = v.limit;
-  d.time = microseconds{v.nowUs};
-  return d;
-}
-
 // The take/peek reply of the script of `kind` on `key`.
 Decision parseDecision(const std::string& key, char kind, const Reply& r, std::int64_t permits) {
-  return toDecision(parseDecisionReply(r, decisionFormOf(kind), key), permits);
+  return decisionOf(parseDecisionReply(r, decisionFormOf(kind), key), permits);
 }
 
 }  // namespace
@@ -248,7 +235,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
           callWithRecord("reserve", key, recordKey, fmt::to_string(permits), fmt::to_string(recordTtl.count()));
       out.repeated = parseReserveRepeated(std::string(key), reply);
       // A reserve reply is an array: take's nine values, then repeated.
-      out.decision = toDecision(parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
+      out.decision = decisionOf(parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
       gate_.answered(started);
       return out;
     } catch (const Error&) {

@@ -280,14 +280,7 @@ Reservation ScriptLimiter::Core::parse(Core* self, const std::string& name, char
 
 Reservation ScriptLimiter::Core::fromReply(Core* self, const DecisionReply& v, std::int64_t permits) {
   Reservation out;
-  Decision& d = out.decision;
-  d.allowed = v.allowed;
-  d.permits = permits;
-  d.remaining = std::max<std::int64_t>(0, v.remaining);
-  d.retryAfter = microseconds{v.retryAfterUs};
-  d.resetAfter = microseconds{v.resetAfterUs};
-  d.limit = v.limit;
-  d.time = microseconds{v.nowUs};
+  out.decision = decisionOf(v, permits);
   out.delay = microseconds{v.delayUs};
   if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
   return out;
