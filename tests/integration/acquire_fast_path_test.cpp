@@ -23,7 +23,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr std::int64_t kIntervalMs = 10000;
+constexpr std::int64_t kFastPathIntervalMs = 10000;
 
 /// What one call left behind, in a form two limiters can be compared by.
 struct State {
@@ -121,7 +121,7 @@ class AcquireFastPath : public RedissonMixTest {
   }
 
   void hash(const RateLimiter& rl, const std::string& rate, const std::string& keepAlive = "0") {
-    (void)raw({"HSET", rl.keys()[0], "rate", rate, "interval", std::to_string(kIntervalMs), "type", "0",
+    (void)raw({"HSET", rl.keys()[0], "rate", rate, "interval", std::to_string(kFastPathIntervalMs), "type", "0",
                "keepAliveTime", keepAlive});
   }
   void value(const RateLimiter& rl, const std::string& v) { (void)raw({"SET", rl.keys()[1], v}); }
@@ -190,7 +190,7 @@ TEST_F(AcquireFastPath, GrantsAndDenialsOnUsableState) {
       [&](auto& rl, auto now) {
         hash(rl, "10");
         value(rl, "5");
-        members(rl, now, 3, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 3, kFastPathIntervalMs + 500, 1, 'x');
         members(rl, now, 2, 100, 1, 'a');
       },
       "7");
@@ -199,7 +199,7 @@ TEST_F(AcquireFastPath, GrantsAndDenialsOnUsableState) {
       [&](auto& rl, auto now) {
         hash(rl, "5");
         value(rl, "0");
-        members(rl, now, 2, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 2, kFastPathIntervalMs + 500, 1, 'x');
         members(rl, now, 3, 100, 1, 'a');
       },
       "3");
@@ -208,7 +208,7 @@ TEST_F(AcquireFastPath, GrantsAndDenialsOnUsableState) {
       [&](auto& rl, auto now) {
         hash(rl, "10");
         value(rl, "0");
-        members(rl, now, 10, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 10, kFastPathIntervalMs + 500, 1, 'x');
       },
       "10");
 }
@@ -278,7 +278,7 @@ TEST_F(AcquireFastPath, StateTheFullCodeRepairsOrRefuses) {
       [&](auto& rl, auto now) {
         hash(rl, "4");
         value(rl, "0");
-        members(rl, now, 1, kIntervalMs + 500, 1, 'x');
+        members(rl, now, 1, kFastPathIntervalMs + 500, 1, 'x');
         members(rl, now, 3, 100, 1, 'a');
       },
       "1", "10");
@@ -310,7 +310,7 @@ TEST_F(AcquireFastPath, StateTheFullCodeRepairsOrRefuses) {
       [&](auto& rl, auto now) {
         hash(rl, "10");
         value(rl, "5");
-        (void)raw({"ZADD", rl.keys()[3], std::to_string(now - kIntervalMs - 100), "abc"});
+        (void)raw({"ZADD", rl.keys()[3], std::to_string(now - kFastPathIntervalMs - 100), "abc"});
         members(rl, now, 2, 100, 1, 'a');
       },
       "1");
@@ -351,7 +351,7 @@ TEST_F(AcquireFastPath, StateTheFullCodeRepairsOrRefuses) {
 TEST_F(AcquireFastPath, MoreThanABatchExpired) {
   const std::int64_t batch = kScriptBatch;
   auto fill = [&](const RateLimiter& rl, std::int64_t expired, std::int64_t live) {
-    ASSERT_EQ(fillLog(rl.keys()[3], expired, kIntervalMs + 1000, live), expired + live);
+    ASSERT_EQ(fillLog(rl.keys()[3], expired, kFastPathIntervalMs + 1000, live), expired + live);
   };
   expectSame(
       "a batch and a half expired, some live",

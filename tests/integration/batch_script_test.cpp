@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "helpers.hpp"
 #include "one_key_support.hpp"
 
 using namespace redlimit;
@@ -18,8 +19,6 @@ using namespace redlimit::test;
 namespace {
 
 const Script kBatch{detail::lua::batch.name, detail::lua::batch.sha1, detail::lua::batch.source};
-
-std::string str(std::int64_t n) { return std::to_string(n); }
 
 // A one-key limiter's configuration, as its script's `set` and the configuration in the call take it.
 struct LimiterConfig {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "helpers.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/http.hpp"
@@ -27,14 +28,6 @@ CalendarQuota berlinDay(std::int64_t limit) {
   q.unit = CalendarUnit::Day;
   q.zone = "Europe/Berlin";
   return q;
-}
-
-void putLe(std::string& out, std::int64_t v, int bytes) {
-  auto u = static_cast<std::uint64_t>(v);
-  for (int i = 0; i < bytes; ++i) {
-    out.push_back(static_cast<char>(u & 0xFFU));
-    u >>= 8U;
-  }
 }
 
 std::int64_t getLe(const std::string& s, std::size_t at, int bytes) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "topology/key_slot.hpp"
+#include "redlimit_test/fixture.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_cluster.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"
@@ -16,12 +17,6 @@ using namespace redlimit::test;
 using std::chrono::milliseconds;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::int64_t msSince(Clock::time_point start) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
-}
 
 // Prints a duration and records it in the test's XML output.
 void report(const std::string& what, std::int64_t ms) {

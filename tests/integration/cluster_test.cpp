@@ -17,6 +17,7 @@
 
 #include "topology/cluster.hpp"
 #include "helpers.hpp"
+#include "topology_counters.hpp"
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -35,12 +36,6 @@ using std::chrono::milliseconds;
 
 std::shared_ptr<Client> clusterClient(const RedisCluster& cluster, ClientOptions base = {}) {
   return Client::fromUri(cluster.seeds(), std::move(base));
-}
-
-detail::ClusterCounters clusterCountersOf(Client& c) {
-  auto* runner = dynamic_cast<detail::ClusterRunner*>(&detail::ClientAccess::runner(c));
-  if (runner == nullptr) throw std::runtime_error("not a cluster client");
-  return runner->clusterCounters();
 }
 
 std::int64_t zcard(Client& c, const std::string& key) { return detail::command(c, {"ZCARD", key}).asInteger(); }
@@ -200,7 +195,6 @@ TEST(Cluster, AFailoverIsCoveredByThePolicyAndCallsReachTheNewPrimaryWithinOneRe
   ASSERT_GE(primary, 0);
   ASSERT_LT(primary, 3);
 
-  using Clock = std::chrono::steady_clock;
   std::atomic<bool> killed{false};
   Clock::time_point killedAt;
   UntilGranted seen;

@@ -19,11 +19,10 @@ namespace redlimit::test {
 namespace {
 
 using std::chrono::milliseconds;
-using SteadyTime = std::chrono::steady_clock;
 
 class Coalesce : public RedisTest {};
 
-struct Decision {
+struct AcquireOutcome {
   std::int64_t granted = -1;
   std::int64_t remaining = -1;
   bool invalid = false;
@@ -48,13 +47,13 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   ASSERT_TRUE(b.trySetRate(RateType::Overall, kRate, milliseconds(60000)));
 
   // Coalesced: all issued at once from one thread; each callback fills its own slot.
-  std::vector<Decision> coalesced(kCalls);
+  std::vector<AcquireOutcome> coalesced(kCalls);
   std::atomic<int> finished{0};
   const PoolStats before = together->poolStats();
   for (int i = 0; i < kCalls; ++i) {
     a.tryAcquireUpToAsync(permitsOf(i, kRate), permitsOf(i, kRate),
                           [&, i](const AcquireResult& r, const std::exception_ptr& e) {
-                            Decision& d = coalesced[static_cast<std::size_t>(i)];
+                            AcquireOutcome& d = coalesced[static_cast<std::size_t>(i)];
                             if (e) {
                               try {
                                 std::rethrow_exception(e);
@@ -78,7 +77,7 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   for (int i = 0; i < kCalls; ++i) {
     SCOPED_TRACE(i);
     const std::int64_t p = permitsOf(i, kRate);
-    const Decision& d = coalesced[static_cast<std::size_t>(i)];
+    const AcquireOutcome& d = coalesced[static_cast<std::size_t>(i)];
     try {
       const AcquireResult r = b.tryAcquireUpTo(p, p);
       EXPECT_FALSE(d.invalid);

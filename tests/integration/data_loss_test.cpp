@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "redlimit/redlimit.hpp"
+#include "helpers.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -18,8 +19,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr FailurePolicy kPolicies[] = {FailurePolicy::Throw, FailurePolicy::Allow, FailurePolicy::Deny,
-                                       FailurePolicy::Local};
+constexpr FailurePolicy kEveryPolicy[] = {FailurePolicy::Throw, FailurePolicy::Allow, FailurePolicy::Deny,
+                                          FailurePolicy::Local};
 
 const char* policyName(FailurePolicy p) {
   switch (p) {
@@ -83,17 +84,13 @@ bool seesNotInitialized(Decide decide) {
   return false;
 }
 
-bool exists(Client& client, const std::string& key) {
-  return detail::command(client, {"EXISTS", key}).asInteger() == 1;
-}
-
 }  // namespace
 
 class DataLoss : public RedisTest {};
 
 // FLUSHALL: Redis is up all along, so no policy decides anything; the data is simply gone.
 TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
-  for (const FailurePolicy policy : kPolicies) {
+  for (const FailurePolicy policy : kEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     const std::string tag = policyName(policy);
     GcraRateLimiterOptions oneKeyOptions;
@@ -142,7 +139,7 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
 
 // A restart without persistence: an outage (decided by the policy), then an empty Redis.
 TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
-  for (const FailurePolicy policy : kPolicies) {
+  for (const FailurePolicy policy : kEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     RedisServer server;  // no persistence: a restart comes back empty
     ClientOptions co;

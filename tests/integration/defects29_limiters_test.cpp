@@ -190,7 +190,7 @@ TEST_F(Defects29Limiters, Item03_OneKeyAndMultiLimitCallbacksThatThrowAreCounted
 
 // ----- Item 2 ------------------------------------------------------------------------------------
 
-struct ChildReport {
+struct LimiterChildReport {
   std::int64_t granted = 0;
   std::int64_t timeouts = 0;
   std::int64_t otherErrors = 0;
@@ -234,7 +234,7 @@ TEST_F(Defects29Limiters, Item02_ForkWithAcquiresInFlightLeavesTheChildsHandleWo
     // The child: redlimit calls only, no gtest; the report goes through the pipe. It stops at the
     // first failure (on the old code each ended with TimeoutError after the call's bound).
     ::close(fds[0]);
-    ChildReport r;
+    LimiterChildReport r;
     for (int i = 0; i < kChildCalls && r.timeouts + r.otherErrors == 0; ++i) {
       try {
         r.granted += limiter.tryAcquire() ? 1 : 0;
@@ -263,8 +263,8 @@ TEST_F(Defects29Limiters, Item02_ForkWithAcquiresInFlightLeavesTheChildsHandleWo
   }
   ASSERT_TRUE(WIFEXITED(status)) << "wait status " << status;
   ASSERT_EQ(WEXITSTATUS(status), 0);
-  ASSERT_EQ(bytes.size(), sizeof(ChildReport));
-  ChildReport child;
+  ASSERT_EQ(bytes.size(), sizeof(LimiterChildReport));
+  LimiterChildReport child;
   std::memcpy(&child, bytes.data(), sizeof child);
   EXPECT_EQ(child.timeouts, 0) << "the child's calls on the handle decide (they waited for the parent's group)";
   EXPECT_EQ(child.otherErrors, 0);

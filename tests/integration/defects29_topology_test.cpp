@@ -19,10 +19,12 @@
 #include "topology/cluster.hpp"
 #include "base/error_mapping.hpp"
 #include "helpers.hpp"
+#include "topology_counters.hpp"
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/no_free_descriptors.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_cluster.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"
@@ -32,27 +34,6 @@ namespace redlimit::test {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
-
-detail::ClusterCounters clusterCountersOf(Client& c) {
-  auto* runner = dynamic_cast<detail::ClusterRunner*>(&detail::ClientAccess::runner(c));
-  if (runner == nullptr) throw std::runtime_error("not a cluster client");
-  return runner->clusterCounters();
-}
-
-detail::SentinelCounters sentinelCountersOf(Client& c) {
-  auto* runner = dynamic_cast<detail::SentinelRunner*>(&detail::ClientAccess::runner(c));
-  if (runner == nullptr) throw std::runtime_error("not a sentinel client");
-  return runner->sentinelCounters();
-}
-
-char processState(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
-}
 
 pid_t pidOf(RedisServer& s) {
   const RawReply info = rawCommand(s.host(), s.port(), {"INFO", "server"});
@@ -99,18 +80,6 @@ bool waitForClusterState(const std::vector<RedisServer*>& nodes, const std::stri
     if (Clock::now() >= until) return false;
     std::this_thread::sleep_for(milliseconds(20));
   }
-}
-
-std::size_t threadCount() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
-
-std::size_t openDescriptors() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
-  return n;
 }
 
 }  // namespace

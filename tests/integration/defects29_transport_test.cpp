@@ -33,20 +33,8 @@
 using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
-
-std::string messageOf(const std::exception_ptr& e) {
-  if (!e) return "(no error)";
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
 
 // A PING with its deadline `budget` from now.
 detail::Request ping(milliseconds budget) {

@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include "helpers.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/errors.hpp"
@@ -32,7 +33,6 @@
 using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
-using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 
@@ -43,8 +43,6 @@ std::string typeName(const std::exception& e) {
   std::free(name);
   return out;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 /// Runs `call`, expecting it to throw E; then runs `check` on it. Reports what happened otherwise
 /// (returned, or the type and text of the exception it threw instead).

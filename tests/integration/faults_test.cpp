@@ -17,7 +17,6 @@
 using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -26,7 +25,7 @@ constexpr milliseconds kCommandTimeout{200};
 constexpr milliseconds kProbe{100};
 // A call may take connect + command timeout; the slack is for a loaded 2-core machine.
 constexpr milliseconds kCallBound = kConnectTimeout + kCommandTimeout;
-constexpr milliseconds kSlack{500};
+constexpr milliseconds kCallSlack{500};
 
 ClientOptions faultClientOptions(const std::string& uri, std::size_t poolSize) {
   ClientOptions o;
@@ -37,15 +36,15 @@ ClientOptions faultClientOptions(const std::string& uri, std::size_t poolSize) {
   return o;
 }
 
-std::int64_t msSince(Clock::time_point origin, Clock::time_point t) {
+std::int64_t msBetween(Clock::time_point origin, Clock::time_point t) {
   return std::chrono::duration_cast<milliseconds>(t - origin).count();
 }
 
-enum class Outcome { Granted, Denied, IoFailure, OtherFailure };
+enum class CallOutcome { Granted, Denied, IoFailure, OtherFailure };
 
 struct Call {
   Clock::time_point start, end;
-  Outcome outcome;
+  CallOutcome outcome;
 };
 
 // Runs `threads` threads calling limiter.tryAcquire() until `stop`; records every call.
@@ -59,12 +58,12 @@ class Load {
           Call c;
           c.start = Clock::now();
           try {
-            c.outcome = limiter.tryAcquire() ? Outcome::Granted : Outcome::Denied;
+            c.outcome = limiter.tryAcquire() ? CallOutcome::Granted : CallOutcome::Denied;
           } catch (const IoError& e) {
-            c.outcome = Outcome::IoFailure;
+            c.outcome = CallOutcome::IoFailure;
             if (std::getenv("REDLIMIT_TEST_VERBOSE")) std::fprintf(stderr, "io error: %s\n", e.what());
           } catch (const Error& e) {
-            c.outcome = Outcome::OtherFailure;
+            c.outcome = CallOutcome::OtherFailure;
             std::fprintf(stderr, "unexpected error: %s\n", e.what());
           }
           c.end = Clock::now();
@@ -92,7 +91,7 @@ class Load {
   std::vector<Call> calls_;
 };
 
-struct Events {
+struct PolicyEvents {
   std::mutex mutex;
   std::vector<std::pair<HealthEvent::Kind, Clock::time_point>> seen;
   std::string log;  // the events with their errors, for failure messages
@@ -123,7 +122,7 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
   // needs; "always" adds an fsync per write and stalls a loaded machine.)
   RedisServer server({"--appendonly", "yes", "--appendfsync", "everysec"});
   auto client = Client::create(faultClientOptions(server.uri(), 8));
-  Events events;
+  PolicyEvents events;
   RateLimiterOptions lo;
   lo.failure = events.options(policy, 0.5);
   RateLimiter limiter(client, "crash", lo);
@@ -165,21 +164,21 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
   const auto firstRecoveredAt = seen[1].second;
   const auto recoveredAt = seen.back().second;
   for (const Call& c : calls) {
-    maxCall = std::max<std::int64_t>(maxCall, msSince(c.start, c.end));
-    if (c.outcome == Outcome::OtherFailure) ++other;
+    maxCall = std::max<std::int64_t>(maxCall, msBetween(c.start, c.end));
+    if (c.outcome == CallOutcome::OtherFailure) ++other;
     // Calls that began after the crash and ended before the restart began.
     if (c.start > killedAt + milliseconds(50) && c.end < restartAt) {
       ++outageCalls;
-      outageGranted += c.outcome == Outcome::Granted;
-      outageDenied += c.outcome == Outcome::Denied;
-      outageFailed += c.outcome == Outcome::IoFailure;
+      outageGranted += c.outcome == CallOutcome::Granted;
+      outageDenied += c.outcome == CallOutcome::Denied;
+      outageFailed += c.outcome == CallOutcome::IoFailure;
     }
     if (c.start > recoveredAt + milliseconds(20)) {
       ++afterCalls;
-      afterFailed += c.outcome == Outcome::IoFailure || c.outcome == Outcome::OtherFailure;
+      afterFailed += c.outcome == CallOutcome::IoFailure || c.outcome == CallOutcome::OtherFailure;
     }
   }
-  const auto recoveryMs = msSince(restartedAt, firstRecoveredAt);
+  const auto recoveryMs = msBetween(restartedAt, firstRecoveredAt);
   if (seen.size() > 2) std::printf("FAULT sigkill second outage after the restart:\n%s", events.log.c_str());
   std::printf(
       "FAULT sigkill policy=%s calls=%zu outage_calls=%d granted=%d denied=%d errors=%d "
@@ -188,7 +187,7 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
       static_cast<long long>(maxCall), static_cast<long long>(recoveryMs));
 
   EXPECT_EQ(other, 0);
-  EXPECT_LE(maxCall, (kCallBound + kSlack).count());
+  EXPECT_LE(maxCall, (kCallBound + kCallSlack).count());
   EXPECT_GT(outageCalls, 50);
   EXPECT_LE(recoveryMs, 1000);
   EXPECT_GT(afterCalls, 0);
@@ -216,7 +215,7 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
       EXPECT_EQ(outageFailed, 0);
       EXPECT_EQ(outageGranted + outageDenied, outageCalls);
       // rate 100 per 1 s at share 0.5: a bucket of 50, refilled at 50 per second.
-      const double outageSeconds = static_cast<double>(msSince(killedAt, restartAt)) / 1000.0;
+      const double outageSeconds = static_cast<double>(msBetween(killedAt, restartAt)) / 1000.0;
       EXPECT_GT(outageGranted, 0);
       EXPECT_LE(outageGranted, static_cast<int>(50 + 50 * outageSeconds) + 1);
       EXPECT_GT(outageDenied, 0);
@@ -260,8 +259,8 @@ TEST_F(Faults, ScriptFlushDuringLoadReachesNoCaller) {
   flusher.join();
   int granted = 0, failed = 0;
   for (const Call& c : calls) {
-    granted += c.outcome == Outcome::Granted;
-    failed += c.outcome == Outcome::IoFailure || c.outcome == Outcome::OtherFailure;
+    granted += c.outcome == CallOutcome::Granted;
+    failed += c.outcome == CallOutcome::IoFailure || c.outcome == CallOutcome::OtherFailure;
   }
   std::printf("FAULT script-flush flushes=%d calls=%zu granted=%d errors=%d loads=%lld\n", flushes, calls.size(),
               granted, failed, static_cast<long long>(commandCalls(admin(), "script|load")));
@@ -291,9 +290,9 @@ TEST_F(Faults, ClientKillDuringLoadNeverCountsAGrantTwice) {
   killer.join();
   int granted = 0, ioFailed = 0, other = 0;
   for (const Call& c : calls) {
-    granted += c.outcome == Outcome::Granted;
-    ioFailed += c.outcome == Outcome::IoFailure;
-    other += c.outcome == Outcome::OtherFailure;
+    granted += c.outcome == CallOutcome::Granted;
+    ioFailed += c.outcome == CallOutcome::IoFailure;
+    other += c.outcome == CallOutcome::OtherFailure;
   }
   const std::int64_t members = raw({"ZCARD", suffixName(name(), "permits")}).asInteger();
   const std::int64_t value = raw({"GET", suffixName(name(), "value")}).asInteger();
@@ -318,7 +317,7 @@ TEST_F(Faults, ClientKillDuringLoadNeverCountsAGrantTwice) {
 
 TEST_F(Faults, StalledServerTimesOutWithinCommandTimeoutAndRecovers) {
   auto client = Client::create(faultClientOptions(server().uri(), 4));
-  Events events;
+  PolicyEvents events;
   RateLimiterOptions lo;
   lo.failure = events.options(FailurePolicy::Throw);
   RateLimiter limiter(client, name(), lo);
@@ -332,7 +331,7 @@ TEST_F(Faults, StalledServerTimesOutWithinCommandTimeoutAndRecovers) {
   sleepMs(50);
   const auto start = Clock::now();
   EXPECT_THROW((void)limiter.tryAcquire(), TimeoutError);
-  const auto took = msSince(start, Clock::now());
+  const auto took = msBetween(start, Clock::now());
   stall.join();
   const auto stallEnded = Clock::now();
   // The next probe reaches the server again.
@@ -344,11 +343,11 @@ TEST_F(Faults, StalledServerTimesOutWithinCommandTimeoutAndRecovers) {
       sleepMs(10);
     }
   }
-  const auto recovery = msSince(stallEnded, Clock::now());
+  const auto recovery = msBetween(stallEnded, Clock::now());
   std::printf("FAULT debug-sleep timeout_after_ms=%lld recovery_after_stall_ms=%lld\n", static_cast<long long>(took),
               static_cast<long long>(recovery));
   EXPECT_GE(took, kCommandTimeout.count() - 20);
-  EXPECT_LE(took, (kCommandTimeout + kSlack).count());
+  EXPECT_LE(took, (kCommandTimeout + kCallSlack).count());
   EXPECT_TRUE(ok);
   EXPECT_LE(recovery, 1000);
   EXPECT_EQ(limiter.failureStats().outages, 1u);
@@ -365,7 +364,7 @@ TEST_F(Faults, WrongPasswordIsAnAuthErrorAtOnceUnderEveryPolicy) {
     RateLimiter limiter(client, "auth", lo);
     const auto start = Clock::now();
     EXPECT_THROW((void)limiter.tryAcquire(), AuthError) << failurePolicyName(policy);
-    EXPECT_LE(msSince(start, Clock::now()), kConnectTimeout.count()) << "no retry loop";
+    EXPECT_LE(msBetween(start, Clock::now()), kConnectTimeout.count()) << "no retry loop";
     EXPECT_EQ(limiter.failureStats().outages, 0u) << "bad credentials are not an outage";
   }
   ClientOptions o = faultClientOptions(secured.uri(), 1);
@@ -446,7 +445,7 @@ TEST(SegmentFaults, SegmentedLimiterFollowsItsSourcesFailurePolicy) {
       } catch (const IoError&) {
         ++thrown;
       }
-      EXPECT_LE(msSince(start, Clock::now()), (kCallBound + kSlack).count());
+      EXPECT_LE(msBetween(start, Clock::now()), (kCallBound + kCallSlack).count());
     }
     (void)segmented.close();
     EXPECT_EQ(granted, policy == FailurePolicy::Allow ? 20 : 0);

@@ -7,12 +7,16 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -21,12 +25,16 @@
 #include "redlimit/detail/limiter_errors.hpp"
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/hex.hpp"
 #include "redlimit/detail/script.hpp"
+#include "redlimit/fixed_window_rate_limiter.hpp"
+#include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit::test {
@@ -341,5 +349,78 @@ class RedissonMixTest : public RedisTest {
         .integer;
   }
 };
+
+// Small helpers that several test files need. They live here, not in each file's anonymous
+// namespace, because CI builds the test files as unity batches (tests/CMakeLists.txt): two
+// files defining one name would clash there.
+
+/// Whether `text` contains `part`.
+inline bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+/// The decimal text of `n` (script arguments).
+inline std::string str(std::int64_t n) { return std::to_string(n); }
+
+/// Appends the `bytes` low bytes of `v`, little-endian, as the scripts' struct.pack writes them.
+inline void putLe(std::string& out, std::int64_t v, int bytes) {
+  auto u = static_cast<std::uint64_t>(v);
+  for (int i = 0; i < bytes; ++i) {
+    out.push_back(static_cast<char>(u & 0xFFU));
+    u >>= 8U;
+  }
+}
+
+/// The what() of the exception `e` holds; "(no error)" for none.
+inline std::string messageOf(const std::exception_ptr& e) {
+  if (!e) return "(no error)";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "(not a std::exception)";
+  }
+}
+
+/// Threads of this process now (/proc/self/task).
+inline std::size_t threadCount() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// The state letter of process `pid` (/proc/<pid>/stat: 'R', 'S', 'T', 'Z', ...; '?' if unreadable).
+inline char processState(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');  // the command name may contain spaces
+  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+}
+
+/// One-key configurations, as the tests write them.
+inline GcraConfig gcra(std::int64_t burst, std::int64_t rate, std::chrono::milliseconds period,
+                       std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
+  GcraConfig c;
+  c.burst = burst;
+  c.rate = rate;
+  c.period = period;
+  c.keepAlive = keepAlive;
+  return c;
+}
+inline TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, std::chrono::milliseconds interval) {
+  TokenBucketConfig c;
+  c.capacity = capacity;
+  c.refillPermits = permits;
+  c.refillInterval = interval;
+  return c;
+}
+inline FixedWindowConfig window(std::int64_t limit, std::chrono::milliseconds length,
+                                std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
+  FixedWindowConfig c;
+  c.limit = limit;
+  c.window = length;
+  c.keepAlive = keepAlive;
+  return c;
+}
 
 }  // namespace redlimit::test

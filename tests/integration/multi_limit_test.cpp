@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "helpers.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
@@ -31,35 +32,10 @@ Reply runMulti(Client& c, const std::vector<std::string>& keys, const std::vecto
   }
 }
 
-std::string str(std::int64_t n) { return std::to_string(n); }
-
 // A time in epoch µs this far into an aligned window of `windowMs`, a few days from now.
 std::int64_t windowTime(std::int64_t windowMs, std::int64_t intoUs) {
   const std::int64_t base = 1'900'000'000'000'000;  // 2030: later than any server clock in a test
   return base - base % (windowMs * 1000) + intoUs;
-}
-
-TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, milliseconds interval) {
-  TokenBucketConfig c;
-  c.capacity = capacity;
-  c.refillPermits = permits;
-  c.refillInterval = interval;
-  return c;
-}
-
-GcraConfig gcra(std::int64_t burst, std::int64_t rate, milliseconds period) {
-  GcraConfig c;
-  c.burst = burst;
-  c.rate = rate;
-  c.period = period;
-  return c;
-}
-
-FixedWindowConfig window(std::int64_t limit, milliseconds w) {
-  FixedWindowConfig c;
-  c.limit = limit;
-  c.window = w;
-  return c;
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
-using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 

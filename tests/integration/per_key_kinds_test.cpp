@@ -23,35 +23,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-GcraConfig gcra(std::int64_t burst, std::int64_t rate, milliseconds period) {
-  GcraConfig c;
-  c.burst = burst;
-  c.rate = rate;
-  c.period = period;
-  return c;
-}
-
-TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, milliseconds interval) {
-  TokenBucketConfig c;
-  c.capacity = capacity;
-  c.refillPermits = permits;
-  c.refillInterval = interval;
-  return c;
-}
-
-FixedWindowConfig window(std::int64_t limit, milliseconds length, milliseconds keepAlive = milliseconds{0}) {
-  FixedWindowConfig c;
-  c.limit = limit;
-  c.window = length;
-  c.keepAlive = keepAlive;
-  return c;
-}
-
-// Little-endian fields, as the scripts' struct.pack writes them.
-void putLe(std::string& out, std::int64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xffU));
-}
-
 // A GCRA or token bucket key (lua/lib/gcra_core.lua): kind, B, P, I ms, keepAlive ms, TAT µs, remainder.
 std::string gcraValue(char kind, std::int64_t b, std::int64_t p, std::int64_t intervalMs, std::int64_t tatUs) {
   std::string v(1, kind);

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "helpers.hpp"
 #include "redlimit/redlimit.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -17,26 +18,7 @@ using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
 
-namespace {
-
-GcraConfig gcra(std::int64_t burst, std::int64_t rate, milliseconds period, milliseconds keepAlive = milliseconds{0}) {
-  GcraConfig c;
-  c.burst = burst;
-  c.rate = rate;
-  c.period = period;
-  c.keepAlive = keepAlive;
-  return c;
-}
-
-TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, milliseconds interval) {
-  TokenBucketConfig c;
-  c.capacity = capacity;
-  c.refillPermits = permits;
-  c.refillInterval = interval;
-  return c;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 using PerKey = RedisTest;
 

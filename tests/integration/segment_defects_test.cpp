@@ -24,7 +24,6 @@
 using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
-using SteadyTime = std::chrono::steady_clock;
 
 namespace {
 
@@ -32,21 +31,6 @@ using Segmented = SegmentedRateLimiter<RateLimiter>;
 
 // Fault tests on this 2-core machine allow this much beyond a computed bound.
 constexpr milliseconds kSlack{500};
-
-/// Threads of this process now (/proc/self/task).
-std::ptrdiff_t threadCount() {
-  const std::filesystem::directory_iterator tasks("/proc/self/task");
-  return std::distance(begin(tasks), end(tasks));
-}
-
-/// The state letter of a process in /proc/<pid>/stat ('T' = stopped), or '?' if unreadable.
-char processState(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto paren = line.rfind(')');  // the command name may contain spaces
-  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
-}
 
 /// Stops a redis-server process (SIGSTOP) until destroyed: the kernel still accepts connections
 /// and queues requests, but nothing is answered, so calls wait for their command timeout.
@@ -148,13 +132,13 @@ TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
 // runtime may start a helper thread of its own with the process's second thread.)
 TEST_F(SegmentedDefects, Item08_TwoHundredLimitersShareOneSweeperThread) {
   constexpr int kLimiters = 200;
-  const std::ptrdiff_t none = threadCount();
+  const std::size_t none = threadCount();
   std::vector<std::unique_ptr<Segmented>> limiters;
   SegmentOptions so;
   so.segmentSize = 10;
   so.returnWhenIdle = true;
   so.idleReturnAfter = milliseconds(50);
-  std::ptrdiff_t withOne = 0;
+  std::size_t withOne = 0;
   for (int i = 0; i < kLimiters; ++i) {
     auto source = std::make_shared<RateLimiter>(client(), name(std::to_string(i)));
     ASSERT_TRUE(source->trySetRate(RateType::Overall, 100, milliseconds(60000)));
@@ -162,7 +146,7 @@ TEST_F(SegmentedDefects, Item08_TwoHundredLimitersShareOneSweeperThread) {
     ASSERT_TRUE(limiters.back()->tryAcquire());  // holds 9
     if (i == 0) withOne = threadCount();
   }
-  const std::ptrdiff_t withAll = threadCount();
+  const std::size_t withAll = threadCount();
   std::printf("ITEM08 threads: %lld without limiters, %lld with one, %lld with %d\n", static_cast<long long>(none),
               static_cast<long long>(withOne), static_cast<long long>(withAll), kLimiters);
   EXPECT_EQ(withAll, withOne) << "thread count independent of the number of limiters";

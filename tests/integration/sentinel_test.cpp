@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "topology_counters.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
@@ -20,13 +21,6 @@ namespace redlimit::test {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
-
-detail::SentinelCounters sentinelCountersOf(Client& c) {
-  auto* runner = dynamic_cast<detail::SentinelRunner*>(&detail::ClientAccess::runner(c));
-  if (runner == nullptr) throw std::runtime_error("not a sentinel client");
-  return runner->sentinelCounters();
-}
 
 TEST(Sentinel, TheClientFindsThePrimaryAndFollowsAFailoverWhileThePolicyCoversTheGap) {
   constexpr milliseconds kDownAfter{500};

@@ -26,7 +26,6 @@ using namespace redlimit;
 using namespace redlimit::test;
 using detail::Stream;
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -34,8 +33,6 @@ constexpr char kPing[] = "*1\r\n$4\r\nPING\r\n";
 constexpr milliseconds kGenerous{5000};  // for steps that should take a few ms
 
 Clock::time_point after(milliseconds ms) { return Clock::now() + ms; }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Reads until the buffer holds a whole line (a RESP simple reply).
 std::string readLine(Stream& s, Clock::time_point deadline) {
@@ -53,7 +50,7 @@ std::string ping(Stream& s) {
 
 // Runs `f`, expects it to throw exactly E (or a subclass), and returns the message.
 template <class E>
-std::string messageOf(const std::function<void()>& f) {
+std::string messageOfCall(const std::function<void()>& f) {
   try {
     f();
   } catch (const E& e) {
@@ -170,7 +167,7 @@ TEST(Stream, RefusedPortIsIoErrorWithinTheDeadline) {
   ConnectionOptions o;
   o.port = port;
   const auto start = Clock::now();
-  const std::string message = messageOf<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message = messageOfCall<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_LT(msSince(start), kGenerous.count());
   EXPECT_TRUE(contains(message, "connect to 127.0.0.1:" + std::to_string(port))) << message;
   EXPECT_TRUE(contains(message, "Connection refused")) << message;
@@ -188,7 +185,7 @@ TEST(Stream, RefusedPortIsIoErrorWithinTheDeadline) {
 TEST(Stream, MissingUnixSocketIsIoError) {
   ConnectionOptions o;
   o.unixSocket = "/nonexistent/redlimit.sock";
-  const std::string message = messageOf<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message = messageOfCall<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "connect to unix:/nonexistent/redlimit.sock")) << message;
   EXPECT_TRUE(contains(message, "No such file or directory")) << message;
 }
@@ -197,7 +194,7 @@ TEST(Stream, MissingUnixSocketIsIoError) {
 // later); returns the error's message.
 std::string timesOutAtTheDeadline(const ConnectionOptions& o) {
   const auto start = Clock::now();
-  std::string message = messageOf<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
+  std::string message = messageOfCall<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
   const auto took = msSince(start);
   EXPECT_GE(took, 250) << "returned before the deadline";
   EXPECT_LT(took, 3000) << "generous slack for a loaded machine";
@@ -217,7 +214,7 @@ TEST(Stream, WriteToAClosedConnectionRaisesNoSigpipe) {
   RedisServer server;
   auto s = detail::connectStream(plainOptions(server), after(kGenerous));
   server.kill();
-  const std::string message = messageOf<ClosedError>([&] {
+  const std::string message = messageOfCall<ClosedError>([&] {
     for (int i = 0; i < 100; ++i) {
       detail::writeAll(*s, kPing, sizeof kPing - 1, after(kGenerous));
       sleepMs(10);
@@ -324,7 +321,7 @@ TEST(Stream, TlsMutualAuthWithoutClientCertificate) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, true));
   for (int i = 0; i < 3; ++i) {
-    const std::string message = messageOf<TlsError>([&] {
+    const std::string message = messageOfCall<TlsError>([&] {
       auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
       (void)ping(*s);
     });
@@ -341,7 +338,7 @@ TEST(Stream, TlsMutualAuthWithARefusedClientCertificate) {
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.certFile = certs.serverCert;  // signed by the right CA, but for serverAuth only
   o.tls.keyFile = certs.serverKey;
-  const std::string message = messageOf<TlsError>([&] {
+  const std::string message = messageOfCall<TlsError>([&] {
     auto s = detail::connectStream(o, after(kGenerous));
     (void)ping(*s);
   });
@@ -397,7 +394,7 @@ TEST(Stream, TlsPeerClosesDuringTheHandshake) {
   o.port = listener.port();
   o.tls.enabled = true;
   o.tls.verifyPeer = false;
-  const std::string message = messageOf<ClosedError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message = messageOfCall<ClosedError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   closer.join();
   EXPECT_TRUE(contains(message, "TLS handshake with 127.0.0.1:" + std::to_string(listener.port()))) << message;
   EXPECT_TRUE(contains(message, "closed the connection before the handshake finished")) << message;
@@ -408,7 +405,7 @@ TEST(Stream, TlsWrongCa) {
   RedisServer server(tlsArgs(certs, false));
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.caFile = certs.otherCaFile;
-  const std::string message = messageOf<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message = messageOfCall<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "certificate verification failed")) << message;
   // redis-server sends its CA after the leaf (OpenSSL builds the chain from tls-ca-cert-file):
   // the unknown root is "self-signed"; a server sending the leaf alone gets "unable to get
@@ -425,7 +422,7 @@ TEST(Stream, TlsWrongHostname) {
   RedisServer server(tlsArgs(certs, false));
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.serverName = "wrong.example";
-  const std::string message = messageOf<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message = messageOfCall<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "does not name \"wrong.example\"")) << message;
   EXPECT_TRUE(contains(message, "DNS:localhost, IP:127.0.0.1")) << message;
 }
@@ -438,7 +435,7 @@ TEST(Stream, TlsWrongIpAddress) {
   RedisServer server(args);
   ConnectionOptions o = tlsOptions(server, certs);
   o.host = "127.0.0.2";  // loopback too, but not in the certificate
-  const std::string message = messageOf<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message = messageOfCall<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "does not name \"127.0.0.2\" (expected from the host)")) << message;
 }
 
@@ -469,7 +466,7 @@ TEST(Stream, TlsWriteToAClosedConnectionRaisesNoSigpipe) {
   auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
   EXPECT_EQ(ping(*s), "+PONG\r\n");
   server.kill();
-  (void)messageOf<ClosedError>([&] {
+  (void)messageOfCall<ClosedError>([&] {
     for (int i = 0; i < 100; ++i) {
       detail::writeAll(*s, kPing, sizeof kPing - 1, after(kGenerous));
       sleepMs(10);

@@ -43,7 +43,6 @@ using namespace redlimit;
 using namespace redlimit::test;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using Clock = std::chrono::steady_clock;
 using Behaviour = FakePeer::Behaviour;
 
 namespace {
@@ -89,19 +88,6 @@ std::string kindOf(const std::exception_ptr& e) {
     return "unknown";
   }
 }
-
-std::string messageOf(const std::exception_ptr& e) {
-  if (!e) return {};
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "(not a std::exception)";
-  }
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // What a call ended with and how long it took.
 struct Caught {
@@ -179,18 +165,6 @@ struct Tally {
     return out;
   }
 };
-
-// Threads of this process, from /proc/self/task.
-std::size_t threadCount() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/task")) {
-    while (const dirent* e = ::readdir(d)) {
-      if (e->d_name[0] != '.') ++n;
-    }
-    ::closedir(d);
-  }
-  return n;
-}
 
 // ----- 1. fake peers: a typed error within the deadline, whatever the peer does -----------------
 

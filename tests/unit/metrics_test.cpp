@@ -26,18 +26,18 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
 
-constexpr int kThreads = 8;
+constexpr int kMetricThreads = 8;
 
-// Runs `body(thread index)` on kThreads threads that start together.
+// Runs `body(thread index)` on kMetricThreads threads that start together.
 template <class Body>
 void onThreads(Body body) {
   std::atomic<int> ready{0};
   std::vector<std::thread> threads;
-  threads.reserve(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
+  threads.reserve(kMetricThreads);
+  for (int t = 0; t < kMetricThreads; ++t) {
     threads.emplace_back([&, t] {
       ready.fetch_add(1);
-      while (ready.load() < kThreads) std::this_thread::yield();
+      while (ready.load() < kMetricThreads) std::this_thread::yield();
       body(t);
     });
   }
@@ -60,7 +60,7 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
     }
   });
   const LimiterMetricsSnapshot s = m.snapshot();
-  const std::uint64_t n = std::uint64_t{kThreads} * kEach;
+  const std::uint64_t n = std::uint64_t{kMetricThreads} * kEach;
   EXPECT_EQ(s.limiter, "api");
   EXPECT_EQ(s.localHits, n);
   EXPECT_EQ(s.granted, n * 3 / 4 + n);  // decisions granted plus the local hits
@@ -84,7 +84,7 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
   EXPECT_EQ(s.latency.counts[3], std::uint64_t{2} * kEach);
   EXPECT_EQ(s.latency.counts[4], std::uint64_t{3} * kEach);
   double expectedSum = 0;
-  for (int t = 0; t < kThreads; ++t) expectedSum += (t * 100 + 10) * 1e-6 * kEach;
+  for (int t = 0; t < kMetricThreads; ++t) expectedSum += (t * 100 + 10) * 1e-6 * kEach;
   EXPECT_NEAR(s.latency.sumSeconds, expectedSum, 1e-9);
 }
 
@@ -97,8 +97,8 @@ TEST(LimiterMetrics, DegradedCountsHandlesUpAndDown) {
     }
     m.degradedBy(1);
   });
-  EXPECT_EQ(m.snapshot().degraded, std::uint64_t{kThreads});
-  for (int t = 0; t < kThreads; ++t) m.degradedBy(-1);
+  EXPECT_EQ(m.snapshot().degraded, std::uint64_t{kMetricThreads});
+  for (int t = 0; t < kMetricThreads; ++t) m.degradedBy(-1);
   EXPECT_EQ(m.snapshot().degraded, 0u);
 }
 
@@ -157,7 +157,7 @@ TEST(MetricsRegistry, ConcurrentLookupsOfManyNamesStayWithinTheCap) {
   ASSERT_EQ(all.size(), 51u);  // 50 names and other
   std::uint64_t total = 0;
   for (const auto& s : all) total += s.granted;
-  EXPECT_EQ(total, std::uint64_t{kThreads} * 200);
+  EXPECT_EQ(total, std::uint64_t{kMetricThreads} * 200);
   EXPECT_EQ(all.back().limiter, "other");
 }
 

@@ -76,19 +76,19 @@ class RecordingClock {
   FakeStopwatch* stopwatch_;
 };
 
-using Limiter = BasicSmoothRateLimiter<RecordingClock>;
+using RecordingLimiter = BasicSmoothRateLimiter<RecordingClock>;
 using ManualLimiter = BasicSmoothRateLimiter<ClockRef<ManualClock>>;
 
 class SmoothRateLimiterTest : public ::testing::Test {
  protected:
-  Limiter bursty(double qps, double maxBurstSeconds = 1.0) {
-    return Limiter::bursty(qps, maxBurstSeconds, RecordingClock(stopwatch_));
+  RecordingLimiter bursty(double qps, double maxBurstSeconds = 1.0) {
+    return RecordingLimiter::bursty(qps, maxBurstSeconds, RecordingClock(stopwatch_));
   }
-  Limiter warmingUp(double qps, microseconds warmup, double coldFactor = 3.0) {
-    return Limiter::warmingUp(qps, warmup, coldFactor, RecordingClock(stopwatch_));
+  RecordingLimiter warmingUp(double qps, microseconds warmup, double coldFactor = 3.0) {
+    return RecordingLimiter::warmingUp(qps, warmup, coldFactor, RecordingClock(stopwatch_));
   }
   // n acquire(1) calls; checks that each returns what the limiter slept.
-  void acquireTimes(Limiter& limiter, int n) {
+  void acquireTimes(RecordingLimiter& limiter, int n) {
     for (int i = 0; i < n; ++i) {
       const std::int64_t before = stopwatch_.nowMicros();
       const microseconds waited = limiter.acquire();
@@ -319,8 +319,9 @@ TEST_F(SmoothRateLimiterTest, Validation) {
     EXPECT_THROW((void)warmingUp(bad, seconds{1}), InvalidArgument) << bad;
   }
   EXPECT_THROW((void)warmingUp(1.0, microseconds{-1}), InvalidArgument);
-  EXPECT_THROW((void)Limiter::warmingUp(1.0, std::chrono::duration<double>(nan), 3.0, RecordingClock(stopwatch_)),
-               InvalidArgument);
+  EXPECT_THROW(
+      (void)RecordingLimiter::warmingUp(1.0, std::chrono::duration<double>(nan), 3.0, RecordingClock(stopwatch_)),
+      InvalidArgument);
   for (double bad : {0.999, 0.0, -1.0, nan, std::numeric_limits<double>::infinity()}) {
     EXPECT_THROW((void)warmingUp(1.0, seconds{1}, bad), InvalidArgument) << bad;
   }
@@ -408,7 +409,7 @@ TEST_F(SmoothRateLimiterTest, ReserveReturnsTheWaitWithoutSleeping) {
 TEST_F(SmoothRateLimiterTest, RefusedTryAcquireReservesNothing) {
   auto refused = warmingUp(2.0, seconds{4});
   FakeStopwatch otherStopwatch;
-  auto untouched = Limiter::warmingUp(2.0, seconds{4}, 3.0, RecordingClock(otherStopwatch));
+  auto untouched = RecordingLimiter::warmingUp(2.0, seconds{4}, 3.0, RecordingClock(otherStopwatch));
   for (int i = 0; i < 6; ++i) {
     (void)refused.acquire();
     (void)untouched.acquire();
@@ -625,7 +626,7 @@ TEST_F(SmoothRateLimiterTest, ZeroWarmUpIsStrictlyPacedNotUnlimited) {
   EXPECT_THAT(events(), ElementsAre(R(0), R(200000), R(200000), U(10000000), R(0), R(200000), R(200000), R(200000),
                                     R(100000), R(100000)));
   // A sub-microsecond warm-up truncates to zero and is the same limiter.
-  auto tiny = Limiter::warmingUp(5.0, std::chrono::nanoseconds{999}, 3.0, RecordingClock(stopwatch_));
+  auto tiny = RecordingLimiter::warmingUp(5.0, std::chrono::nanoseconds{999}, 3.0, RecordingClock(stopwatch_));
   acquireTimes(tiny, 2);
   EXPECT_THAT(events(), ElementsAre(R(0), R(200000)));
 }

@@ -157,7 +157,7 @@ using redlimit::Topology;
 
 namespace {
 
-std::string rejection(const std::string& uri) {
+std::string uriRejection(const std::string& uri) {
   try {
     (void)parseClientUri(uri);
   } catch (const redlimit::InvalidArgument& e) {
@@ -240,10 +240,10 @@ TEST(ParseClientUri, ClusterOverTls) {
 
 TEST(ParseClientUri, ClusterHasOnlyDb0) {
   for (const char* uri : {"redis-cluster://h:7000/1", "redis-cluster://h:7000?db=2", "rediss-cluster://h?db=15"}) {
-    const std::string message = rejection(uri);
+    const std::string message = uriRejection(uri);
     EXPECT_NE(message.find("a Redis Cluster has only db 0"), std::string::npos) << message;
   }
-  EXPECT_NE(rejection("redis-cluster://h:7000?db=x").find("db must be a number"), std::string::npos);
+  EXPECT_NE(uriRejection("redis-cluster://h:7000?db=x").find("db must be a number"), std::string::npos);
 }
 
 TEST(ParseClientUri, Sentinel) {
@@ -283,7 +283,7 @@ TEST(ParseClientUri, SentinelOverTls) {
 TEST(ParseClientUri, SentinelNeedsThePrimaryName) {
   for (const char* uri : {"redis-sentinel://s1:26379", "redis-sentinel://s1:26379/", "redis-sentinel://s1//3",
                           "rediss-sentinel://s1?db=1"}) {
-    const std::string message = rejection(uri);
+    const std::string message = uriRejection(uri);
     EXPECT_NE(message.find("missing the primary's name"), std::string::npos) << message;
   }
 }
@@ -314,22 +314,22 @@ TEST(ParseClientUri, RejectsMalformed) {
        }) {
     EXPECT_THROW((void)parseClientUri(uri), redlimit::InvalidArgument) << uri;
   }
-  EXPECT_NE(rejection("redis-cluster://h?foo=1")
+  EXPECT_NE(uriRejection("redis-cluster://h?foo=1")
                 .find("bad Redis URI \"redis-cluster://h?foo=1\": unknown query "
                       "parameter \"foo\""),
             std::string::npos);
-  EXPECT_NE(rejection("valkey://h").find("redis-cluster://"), std::string::npos) << "names every scheme";
+  EXPECT_NE(uriRejection("valkey://h").find("redis-cluster://"), std::string::npos) << "names every scheme";
 }
 
 TEST(ParseClientUri, TlsParametersNeedTheTlsScheme) {
-  EXPECT_NE(rejection("redis-cluster://h?cacert=/ca.pem").find("use a rediss-cluster:// URI"), std::string::npos);
-  EXPECT_NE(rejection("redis-sentinel://h/m?verify=0").find("use a rediss-sentinel:// URI"), std::string::npos);
+  EXPECT_NE(uriRejection("redis-cluster://h?cacert=/ca.pem").find("use a rediss-cluster:// URI"), std::string::npos);
+  EXPECT_NE(uriRejection("redis-sentinel://h/m?verify=0").find("use a rediss-sentinel:// URI"), std::string::npos);
 }
 
 TEST(ParseClientUri, SentinelParametersOnlyOnSentinelUris) {
   for (const char* uri :
        {"redis://h?sentinel_user=u", "redis-cluster://h?sentinel_password=p", "unix:///tmp/r.sock?sentinel_user=u"}) {
-    const std::string message = rejection(uri);
+    const std::string message = uriRejection(uri);
     EXPECT_NE(message.find("is for redis-sentinel:// URIs"), std::string::npos) << message;
   }
 }

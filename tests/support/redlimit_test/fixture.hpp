@@ -55,6 +55,10 @@ class RedisTest : public ::testing::Test {
 /// Sleeps for d. Integration tests use short intervals and sleep only to let a window pass.
 inline void sleepMs(std::int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
+/// The clock the tests measure elapsed time with, under the two names the test files use.
+using Clock = std::chrono::steady_clock;
+using SteadyTime = std::chrono::steady_clock;
+
 /// Whole milliseconds of std::chrono::steady_clock since `start`.
 inline std::int64_t msSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
