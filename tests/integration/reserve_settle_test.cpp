@@ -414,6 +414,47 @@ TYPED_TEST(ReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   EXPECT_EQ(a.permitsRefunded, 3u);
 }
 
+// (8b) reserveForAsync and settleAsync with every connection of the limiter's Client killed before
+// each: a reservation is taken once and its permits come back once.
+TYPED_TEST(ReserveSettle, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  auto rl = this->limiter(registry);
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(100)));
+  int reserved = 0, repeated = 0, settled = 0, again = 0, failed = 0;
+  for (int i = 0; i < 10; ++i) {
+    (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
+    try {
+      const HeldPermits h = rl.reserveForAsync(40, "req-1").get();
+      EXPECT_TRUE(h.decision.allowed);
+      EXPECT_EQ(h.decision.remaining, 60);
+      (h.repeated ? repeated : reserved)++;
+    } catch (const IoError&) {
+      ++failed;  // the kill can still be in flight: a retry follows
+    }
+  }
+  EXPECT_EQ(reserved, 1);
+  EXPECT_EQ(reserved + repeated + failed, 10);
+  for (int i = 0; i < 10; ++i) {
+    (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});
+    try {
+      const Settlement s = rl.settleAsync("req-1", 10).get();
+      EXPECT_EQ(s.returned, 30);
+      EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
+      (s.status == SettleStatus::Settled ? settled : again)++;
+    } catch (const IoError&) {
+      ++failed;
+    }
+  }
+  EXPECT_EQ(settled, 1);
+  EXPECT_GE(again, 5);
+  EXPECT_EQ(rl.peek().remaining, 90) << "40 taken once, 30 back once";
+  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_EQ(m.reservationsOpened, 1u);
+  EXPECT_EQ(m.reservationsSettled, 1u);
+  EXPECT_EQ(m.permitsRefunded, 30u);
+  EXPECT_EQ(m.permitsGranted, 40u);
+}
+
 // (9) Bad input reaches the callback (and the future) as InvalidArgument before the call returns,
 // with nothing sent.
 TYPED_TEST(ReserveSettle, AsyncBadInputIsRefusedBeforeSending) {
