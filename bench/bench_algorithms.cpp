@@ -22,6 +22,12 @@
 //     Hierarchical limits (issue 27): a MultiLimit of three GCRA levels (multi.lua, one call per
 //     decision) runs the same workloads; the summary sets its server µs per call beside three GCRA
 //     calls' (the same decision made level by level, without the all-or-nothing).
+//     Reserve then settle and leases (issue 27): GcraRateLimiter::reserveFor(10, id) and settle(id, 3)
+//     (gcra.lua), ConcurrencyLimiter's acquire and release (concurrency.lua), each call with a fresh
+//     id (a call counter in the id: PreparedCalls' counterArg); settle and release run on
+//     reservations and leases opened by untimed calls before the phase, and in the "denied"
+//     workload on ones settled or released already (retries). The summary sets each beside GCRA's
+//     take, and a whole reservation or lease (the two calls) beside one take.
 //  2. Bytes per key: MEMORY USAGE of one limiter's key (ours and textbook), and RateLimiter's keys
 //     with 1, 100 and 10 000 live permits.
 //  3. Accuracy: kClients Clients x kThreadsPerClient threads call decide() on one limiter per
@@ -160,6 +166,10 @@ struct Variant {
   std::function<std::vector<std::string>(const std::string& name, const Limits& limits)> argv;
   std::size_t idArg = rb::PreparedCalls::kNoId;     // a 16-byte argument refreshed on every call
   std::size_t clockArg = rb::PreparedCalls::kNoId;  // the caller's epoch ms, refreshed on every call
+  // An argument whose last `counterWidth` bytes are a call counter (a fresh reservation or lease id
+  // per call; see PreparedCalls). The MONITOR check compares the rest of it.
+  std::size_t counterArg = rb::PreparedCalls::kNoId;
+  std::size_t counterWidth = 0;
 };
 
 struct Algorithm {
@@ -342,6 +352,116 @@ std::function<std::vector<std::string>(const std::string&, const Limits&)> textb
   };
 }
 
+// --- Reserve then settle, and leases (issue 27 §1, §2) ------------------------------------------
+
+constexpr std::int64_t kReservePermits = 10;     // reserveFor(10, id): the estimate...
+constexpr std::int64_t kSettleActual = 3;        // ...and settle(id, 3): 7 given back
+constexpr std::size_t kRecordKeyArg = 4;         // EVALSHA sha 2 name <record key> ...
+constexpr std::size_t kReservationIdWidth = 10;  // the bench's reservation ids: "r" + a 10-digit call counter
+constexpr std::size_t kLeaseIdArg = 7;           // EVALSHA sha 1 name acquire|release '' C <lease id> ...
+constexpr std::size_t kLeaseIdWidth = 32;        // a lease id: 32 hex digits (here decimal ones: a counter)
+const std::string kFirstReservationId = "r" + std::string(kReservationIdWidth, '0');
+
+redlimit::GcraConfig gcraConfig(const Limits& l) {
+  redlimit::GcraConfig c;
+  c.rate = l.permits;
+  c.period = milliseconds{l.intervalMs};
+  c.burst = l.burst;
+  return c;
+}
+
+// The calls one phase makes on `names` (its warm-up and timed calls, see runVariant): the ids a
+// settle or release phase needs open, in the order its calls use them.
+std::int64_t callsPerPhase(const std::vector<std::string>& names) {
+  return (names.size() > 1 ? kWorkloadSpecs[kManyGranted].warmup : kWorkloadSpecs[kHotGranted].warmup) + kCalls;
+}
+// The settle and release phases of the "hot key, denied" workload repeat calls that went through
+// already (a retry after a timeout): nothing to deny there.
+bool retryWorkload(const std::vector<std::string>& names, const Limits& limits) {
+  return names.size() == 1 && limits.permits == kUsedUp.permits;
+}
+
+// GcraRateLimiter::reserveFor(10, id) sends `reserve "" G 10 <record TTL ms>` on the limiter's key
+// and the record's (reservationKey(id)); settle(id, 3) sends `settle "" G 3 0` on the same two.
+std::vector<std::string> reservationArgv(const std::string& name, const std::vector<std::string>& args) {
+  const redlimit::GcraRateLimiter handle(gWorld->client, name);  // sends nothing: the record key only
+  std::vector<std::string> argv{"EVALSHA", std::string(redlimit::detail::lua::gcra.sha1), "2", name,
+                                handle.reservationKey(kFirstReservationId)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+std::vector<std::string> reserveArgv(const std::string& name) {
+  return reservationArgv(name, {"reserve", "", "G", std::to_string(kReservePermits),
+                                std::to_string(redlimit::GcraRateLimiter::kDefaultReservationTtl.count())});
+}
+std::vector<std::string> settleArgv(const std::string& name) {
+  return reservationArgv(name, {"settle", "", "G", std::to_string(kSettleActual), "0"});
+}
+
+// ConcurrencyLimiter::decide() sends `acquire "" C <lease id> <limit> <lease TTL ms>`, release(lease)
+// `release "" C <lease id>`. The bench's limiters: limit = the workload's burst, TTL its interval.
+std::vector<std::string> acquireLeaseArgv(const std::string& name, const Limits& l) {
+  return {"EVALSHA",
+          std::string(redlimit::detail::lua::concurrency.sha1),
+          "1",
+          name,
+          "acquire",
+          "",
+          "C",
+          std::string(kLeaseIdWidth, '0'),
+          std::to_string(l.burst),
+          std::to_string(l.intervalMs)};
+}
+std::vector<std::string> releaseLeaseArgv(const std::string& name) {
+  return {"EVALSHA", std::string(redlimit::detail::lua::concurrency.sha1),
+          "1",       name,
+          "release", "",
+          "C",       std::string(kLeaseIdWidth, '0')};
+}
+redlimit::ConcurrencyConfig leaseConfig(const Limits& l) {
+  redlimit::ConcurrencyConfig c;
+  c.limit = l.burst;
+  c.leaseTtl = milliseconds{l.intervalMs};
+  return c;
+}
+
+// Untimed calls that make the state a phase starts from: `count` calls of argvOf(name) round-robin
+// over `names` with the counter from 0 (so the phase's own calls, counting from 0 as well, find
+// their ids in the same keys); each must be answered allowed (granted, settled, released).
+void runSetUp(const std::vector<std::string>& names,
+              const std::function<std::vector<std::string>(const std::string&)>& argvOf, std::size_t counterArg,
+              std::size_t counterWidth, std::int64_t count, const char* what) {
+  std::vector<std::vector<std::string>> argvs;
+  argvs.reserve(names.size());
+  for (const std::string& n : names) argvs.push_back(argvOf(n));
+  rb::PreparedCalls calls(std::move(argvs), rb::PreparedCalls::kNoId, rb::PreparedCalls::kNoId, counterArg,
+                          counterWidth);
+  const rb::LoadResult r = gWorld->load->run(calls, count);
+  if (r.allowed != count) {
+    throw std::runtime_error(
+        fmt::format("bench: {}: {} of {} calls were not answered allowed", what, count - r.allowed, count));
+  }
+}
+
+// A settle phase settles reservations made here (10 permits each, one id per call it will make);
+// in the retry workload they are settled once here too, so its calls answer AlreadySettled.
+void configureSettle(const std::vector<std::string>& names, const Limits& limits) {
+  const bool retry = retryWorkload(names, limits);
+  configureOneKey<redlimit::GcraRateLimiter>(gcraConfig)(names, retry ? kNeverReached : limits);
+  runSetUp(names, reserveArgv, kRecordKeyArg, kReservationIdWidth, callsPerPhase(names), "the reservations to settle");
+  if (retry) runSetUp(names, settleArgv, kRecordKeyArg, kReservationIdWidth, callsPerPhase(names), "the first settles");
+}
+
+// A release phase frees leases acquired here (one id per call it will make); in the retry workload
+// they are released once here too (the key is gone then), so its calls answer false.
+void configureLeaseRelease(const std::vector<std::string>& names, const Limits& limits) {
+  const auto acquire = [](const std::string& n) { return acquireLeaseArgv(n, kNeverReached); };
+  runSetUp(names, acquire, kLeaseIdArg, kLeaseIdWidth, callsPerPhase(names), "the leases to release");
+  if (retryWorkload(names, limits)) {
+    runSetUp(names, releaseLeaseArgv, kLeaseIdArg, kLeaseIdWidth, callsPerPhase(names), "the first releases");
+  }
+}
+
 std::vector<Algorithm> algorithms() {
   namespace lua = redlimit::detail::lua;
   const std::string dir = REDLIMIT_BENCH_SOURCE_DIR;
@@ -372,13 +492,7 @@ std::vector<Algorithm> algorithms() {
   gcra.key = "gcra";
   gcra.title = "GCRA";
   gcra.ours.label = "GcraRateLimiter (gcra.lua)";
-  gcra.ours.configure = configureOneKey<redlimit::GcraRateLimiter>([](const Limits& l) {
-    redlimit::GcraConfig c;
-    c.rate = l.permits;
-    c.period = milliseconds{l.intervalMs};
-    c.burst = l.burst;
-    return c;
-  });
+  gcra.ours.configure = configureOneKey<redlimit::GcraRateLimiter>(gcraConfig);
   gcra.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'G'); };
   gcra.textbook = Variant{"textbook/gcra.lua (GET, floats, SET PX)", nullptr,
                           textbookArgv(loadScript(readFile(dir + "/textbook/gcra.lua")), true)};
@@ -476,6 +590,79 @@ std::vector<Algorithm> algorithms() {
   };
   out.push_back(std::move(rel));
 
+  // Reserve, then settle (issue 27 §1): GcraRateLimiter::reserveFor(10, id) with a fresh id per call
+  // (a record key per reservation), and settle(id, 3) of reservations opened before the phase. No
+  // textbook script: the summary sets their server µs per call beside GCRA's take.
+  Algorithm reserve;
+  reserve.key = "reserve";
+  reserve.title = "reserveFor";
+  reserve.oneKey = false;
+  reserve.ours.label = "GcraRateLimiter::reserveFor(10, id) (gcra.lua reserve)";
+  reserve.ours.configure = configureOneKey<redlimit::GcraRateLimiter>(gcraConfig);
+  reserve.ours.argv = [](const std::string& name, const Limits&) { return reserveArgv(name); };
+  reserve.ours.counterArg = kRecordKeyArg;
+  reserve.ours.counterWidth = kReservationIdWidth;
+  reserve.libraryCall = [](const std::string& name) {
+    redlimit::GcraRateLimiter limiter(gWorld->client, name);
+    for (int i = 0; i < 2; ++i) (void)limiter.reserveFor(kReservePermits, "r0000000042");
+  };
+  out.push_back(std::move(reserve));
+
+  Algorithm settle;
+  settle.key = "settle";
+  settle.title = "settle";
+  settle.oneKey = false;
+  settle.ours.label = "GcraRateLimiter::settle(id, 3) of 10 (gcra.lua settle)";
+  settle.ours.configure = configureSettle;
+  settle.ours.argv = [](const std::string& name, const Limits&) { return settleArgv(name); };
+  settle.ours.counterArg = kRecordKeyArg;
+  settle.ours.counterWidth = kReservationIdWidth;
+  settle.workloadLabels = {"hot key, open reservations", "hot key, settled already", "10k keys, open reservations"};
+  settle.libraryCall = [](const std::string& name) {
+    redlimit::GcraRateLimiter limiter(gWorld->client, name);
+    (void)limiter.reserveFor(kReservePermits, "r0000000042");
+    for (int i = 0; i < 2; ++i) (void)limiter.settle("r0000000042", kSettleActual);
+  };
+  out.push_back(std::move(settle));
+
+  // Leases (issue 27 §2): ConcurrencyLimiter's acquire with a fresh lease id per call (limit: the
+  // workload's burst; the hot key's leases pile up, as nothing releases them during the phase), and
+  // release of leases acquired before the phase.
+  Algorithm acquireLease;
+  acquireLease.key = "lease_acquire";
+  acquireLease.title = "lease acquire";
+  acquireLease.oneKey = false;
+  acquireLease.ours.label = "ConcurrencyLimiter::decide() (concurrency.lua acquire)";
+  acquireLease.ours.configure = [](const std::vector<std::string>&, const Limits&) {};
+  acquireLease.ours.argv = acquireLeaseArgv;
+  acquireLease.ours.counterArg = kLeaseIdArg;
+  acquireLease.ours.counterWidth = kLeaseIdWidth;
+  acquireLease.workloadLabels = {"hot key, granted, 1k..21k live", "hot key, denied, 100 live", ""};
+  acquireLease.libraryCall = [](const std::string& name) {
+    redlimit::ConcurrencyLimiter limiter(gWorld->client, name, leaseConfig(kNeverReached));
+    for (int i = 0; i < 2; ++i) (void)limiter.decide();
+  };
+  out.push_back(std::move(acquireLease));
+
+  Algorithm releaseLease;
+  releaseLease.key = "lease_release";
+  releaseLease.title = "lease release";
+  releaseLease.oneKey = false;
+  releaseLease.ours.label = "ConcurrencyLimiter::release(lease) (concurrency.lua release)";
+  releaseLease.ours.configure = configureLeaseRelease;
+  releaseLease.ours.argv = [](const std::string& name, const Limits&) { return releaseLeaseArgv(name); };
+  releaseLease.ours.counterArg = kLeaseIdArg;
+  releaseLease.ours.counterWidth = kLeaseIdWidth;
+  releaseLease.workloadLabels = {"hot key, 21k live, freed one by one", "hot key, released already",
+                                 "10k keys, 2..3 live each"};
+  releaseLease.libraryCall = [](const std::string& name) {
+    redlimit::ConcurrencyLimiter limiter(gWorld->client, name, leaseConfig(kNeverReached));
+    const std::optional<redlimit::Lease> lease = limiter.tryAcquire();
+    if (!lease) throw std::runtime_error("bench: no lease for the MONITOR check");
+    for (int i = 0; i < 2; ++i) (void)limiter.release(*lease);
+  };
+  out.push_back(std::move(releaseLease));
+
   // Hierarchical limits (issue 27): org > team > user as one MultiLimit of three GCRA levels, one
   // multi.lua call per decision, next to the GCRA row's one level per call (the summary compares it
   // with three of those).
@@ -546,7 +733,7 @@ std::unique_ptr<rb::PreparedCalls> prepare(const Variant& v, const std::vector<s
   std::vector<std::vector<std::string>> argvs;
   argvs.reserve(keys.size());
   for (const std::string& k : keys) argvs.push_back(v.argv(k, limits));
-  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg, v.clockArg);
+  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg, v.clockArg, v.counterArg, v.counterWidth);
 }
 
 // --- MONITOR: the argv the library really sends ---------------------------------------------------
@@ -625,6 +812,11 @@ std::string checkArgvAgainstLibrary() {
     if (a.ours.idArg != rb::PreparedCalls::kNoId && a.ours.idArg < theirs.size()) {
       if (theirs[a.ours.idArg].size() != 16) throw std::runtime_error("bench: the library's member id is not 16 bytes");
       theirs[a.ours.idArg] = mine[a.ours.idArg];
+    }
+    if (const std::size_t c = a.ours.counterArg; c != rb::PreparedCalls::kNoId && c < theirs.size()) {
+      // The id the library made (or was given) in place of the counter: same length, same text before it.
+      const std::size_t keep = mine[c].size() - a.ours.counterWidth;
+      if (theirs[c].size() == mine[c].size() && theirs[c].compare(0, keep, mine[c], 0, keep) == 0) theirs[c] = mine[c];
     }
     if (mine != theirs) {
       auto join = [](const std::vector<std::string>& v) {
@@ -1126,6 +1318,33 @@ std::string summary(const std::string& argvChecked) {
           usecPerCall(calendarIndex, 0, w) / usecPerCall(gcraIndex, 0, w), 2, "", false);
     }
   }
+  // Reserve then settle, leases: each call beside GCRA's take in the same workload, and a whole
+  // reservation (reserve + settle) or lease (acquire + release) beside one take.
+  for (std::size_t a = 0; a < algs.size() && gcraIndex < algs.size(); ++a) {
+    const std::string& k = algs[a].key;
+    if (k != "reserve" && k != "settle" && k != "lease_acquire" && k != "lease_release") continue;
+    for (int w = 0; w < kWorkloads; ++w) {
+      const std::string& state = workloadLabel(algs[a], w);
+      row(state == kWorkloadSpecs[w].label
+              ? fmt::format("{}, {}: ours / GCRA take, server us per call", algs[a].title, state)
+              : fmt::format("{}, {}: ours / GCRA take ({}), server us", algs[a].title, state, kWorkloadSpecs[w].label),
+          usecPerCall(a, 0, w) / usecPerCall(gcraIndex, 0, w), 2, "", false);
+    }
+  }
+  for (const auto& [first, second, what] :
+       {std::array<std::string, 3>{"reserve", "settle", "reserveFor + settle"},
+        std::array<std::string, 3>{"lease_acquire", "lease_release", "lease acquire + release"}}) {
+    std::size_t i = algs.size(), j = algs.size();
+    for (std::size_t a = 0; a < algs.size(); ++a) {
+      if (algs[a].key == first) i = a;
+      if (algs[a].key == second) j = a;
+    }
+    if (i == algs.size() || j == algs.size() || gcraIndex == algs.size()) continue;
+    for (const int w : {static_cast<int>(kHotGranted), static_cast<int>(kManyGranted)}) {
+      row(fmt::format("{}, {}: one pair / one GCRA take, server us", what, kWorkloadSpecs[w].label),
+          (usecPerCall(i, 0, w) + usecPerCall(j, 0, w)) / usecPerCall(gcraIndex, 0, w), 2, "", false);
+    }
+  }
   if (gcraIndex < algs.size() && multiIndex < algs.size()) {
     for (int w = 0; w < kWorkloads; ++w) {
       row(fmt::format("3-level MultiLimit, {}: one multi.lua call / 3 GCRA calls, server us", kWorkloadSpecs[w].label),
@@ -1248,9 +1467,9 @@ int main(int argc, char** argv) try {
     options.connection.port = server.port();
     options.connection.commandTimeout = std::chrono::seconds(10);  // a loaded machine: latency, not errors
     world.client = redlimit::Client::create(options);
-    for (const auto& script :
-         {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::acquire,
-          redlimit::detail::lua::available_permits, redlimit::detail::lua::release}) {
+    for (const auto& script : {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window,
+                               redlimit::detail::lua::acquire, redlimit::detail::lua::available_permits,
+                               redlimit::detail::lua::release, redlimit::detail::lua::concurrency}) {
       if (loadScript(script.source) != script.sha1)
         throw std::runtime_error("bench: SCRIPT LOAD returned another SHA1");
     }

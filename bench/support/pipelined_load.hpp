@@ -27,7 +27,10 @@ namespace redlimit::bench {
 /// context on demand. Optionally one argument, the same index in every argv, is a 16-byte id
 /// refilled with fresh random bytes before every send (acquire.lua's member id); optionally
 /// another is the caller's clock in epoch ms (13 digits), rewritten before every send (what
-/// Redisson passes its scripts as "now").
+/// Redisson passes its scripts as "now"); optionally another ends in a call counter: its last
+/// `counterWidth` bytes are rewritten before every send with the number of calls sent so far, in
+/// zero-padded decimal (a fresh reservation or lease id per call, in the same sequence every time:
+/// call i of a run that starts at key 0 goes to key i mod size() with counter i).
 /// Not copyable (the pointers point into it).
 class PreparedCalls {
  public:
@@ -35,15 +38,25 @@ class PreparedCalls {
 
   /// `argvs[k]` is the whole command for key k (e.g. EVALSHA sha numkeys keys... args...).
   /// `idArg`: index of the id argument (its string must be 16 bytes long), or kNoId.
+  /// `counterArg`: index of the argument that ends in the counter, or kNoId; `counterWidth`: its
+  /// digits (at least 1, at most the argument's length; zeros beyond the counter's own).
   explicit PreparedCalls(std::vector<std::vector<std::string>> argvs, std::size_t idArg = kNoId,
-                         std::size_t clockArg = kNoId)
-      : argvs_(std::move(argvs)), idArg_(idArg), clockArg_(clockArg) {
+                         std::size_t clockArg = kNoId, std::size_t counterArg = kNoId, std::size_t counterWidth = 0)
+      : argvs_(std::move(argvs)),
+        idArg_(idArg),
+        clockArg_(clockArg),
+        counterArg_(counterArg),
+        counterWidth_(counterWidth) {
     if (argvs_.empty()) throw std::invalid_argument("bench: PreparedCalls needs at least one command");
     ptr_.resize(argvs_.size());
     len_.resize(argvs_.size());
     for (std::size_t k = 0; k < argvs_.size(); ++k) {
       if (idArg_ != kNoId && (idArg_ >= argvs_[k].size() || argvs_[k][idArg_].size() != 16)) {
         throw std::invalid_argument("bench: PreparedCalls id argument must be 16 bytes");
+      }
+      if (counterArg_ != kNoId &&
+          (counterArg_ >= argvs_[k].size() || counterWidth_ < 1 || argvs_[k][counterArg_].size() < counterWidth_)) {
+        throw std::invalid_argument("bench: PreparedCalls counter argument missing or shorter than its width");
       }
       if (clockArg_ != kNoId) {
         if (clockArg_ >= argvs_[k].size()) throw std::invalid_argument("bench: PreparedCalls clock argument missing");
@@ -70,6 +83,13 @@ class PreparedCalls {
       if (now.size() != arg.size()) throw std::runtime_error("bench: the clock argument changed its length");
       arg.replace(0, now.size(), now);
     }
+    if (counterArg_ != kNoId) {
+      std::string& arg = argvs_[key][counterArg_];
+      std::uint64_t n = counter_++;
+      for (std::size_t i = 0; i < counterWidth_; ++i, n /= 10) {  // in place: the pointers stay valid
+        arg[arg.size() - 1 - i] = static_cast<char>('0' + n % 10);
+      }
+    }
     if (redisAppendCommandArgv(ctx, static_cast<int>(ptr_[key].size()), ptr_[key].data(), len_[key].data()) !=
         REDIS_OK) {
       throw std::runtime_error("bench: append of a prepared call failed");
@@ -87,6 +107,9 @@ class PreparedCalls {
 
   std::size_t idArg_;
   std::size_t clockArg_;
+  std::size_t counterArg_;
+  std::size_t counterWidth_;
+  std::uint64_t counter_ = 0;
   XorShift rng_;
 };
 

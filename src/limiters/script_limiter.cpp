@@ -212,8 +212,17 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   static Reservation parse(Core* self, const std::string& name, char kind, const Reply& r, std::int64_t permits);
   // A decoded reply (a take/peek's or reserve's first nine values).
   static Reservation fromReply(Core* self, const DecisionReply& v, std::int64_t permits);
+  // call() without waiting: `done` gets the reply or the error (ScriptErrors as the limiter's
+  // types), once, on the I/O thread. Sent again (as call(): at most kMaxTries in all, within one
+  // call bound) if the connection closed under it and resendIfClosed. recordKey empty: none.
+  void callAsync(std::string op, std::vector<std::string> args, bool resendIfClosed, std::string recordKey,
+                 ReplyCallback done);
   // reserveFor: a guarded reserve (the failure policy decides an outage), not coalesced.
   HeldPermits hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl);
+  // hold() without waiting; `done` runs once, on the I/O thread (or here, when the arguments are
+  // refused or the failure policy decides without Redis).
+  void holdAsync(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
+                 std::function<void(HeldPermits, std::exception_ptr)> done);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
@@ -241,6 +250,8 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
                       policy->maxPermits, permits));
     }
   }
+
+  static constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
 
   std::shared_ptr<Client> client_;
   std::string name_;
@@ -403,7 +414,6 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
   std::vector<std::string_view> keys{name_};
   if (recordKey != nullptr) keys.emplace_back(*recordKey);
   const SteadyTime deadline = callDeadline();
-  constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
     try {
       const SteadyTime tryDeadline =
@@ -415,6 +425,134 @@ Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::stri
       if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
     }
   }
+}
+
+namespace {
+// One asynchronous script call and what a resend needs (kept alive by its completion).
+struct AsyncCall {
+  std::string op;
+  std::vector<std::string> args;
+  std::string recordKey;
+  bool resendIfClosed = false;
+  SteadyTime deadline;
+  int tries = 0;
+  ReplyCallback done;
+};
+bool closedConnection(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ClosedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+}  // namespace
+
+void ScriptLimiter::Core::callAsync(std::string op, std::vector<std::string> args, bool resendIfClosed,
+                                    std::string recordKey, ReplyCallback done) {
+  auto c = std::make_shared<AsyncCall>();
+  c->op = std::move(op);
+  c->args = std::move(args);
+  c->recordKey = std::move(recordKey);
+  c->resendIfClosed = resendIfClosed;
+  c->deadline = callDeadline();
+  c->done = std::move(done);
+  // Each try: the request is formatted before evalAsync returns; `c` lives in the completion. The
+  // completion holds the handle weakly: a request in flight must not keep a dropped limiter alive
+  // (a resend needs it, and is not made without it).
+  struct Send {
+    static void run(Core& core, const std::shared_ptr<AsyncCall>& c) {
+      ++c->tries;
+      std::vector<std::string_view> argViews{c->op, "", core.kind_};
+      argViews.insert(argViews.end(), c->args.begin(), c->args.end());
+      std::vector<std::string_view> keys{core.name_};
+      if (!c->recordKey.empty()) keys.emplace_back(c->recordKey);
+      const SteadyTime tryDeadline = std::min(
+          c->deadline, deadlineAfter<Steady>(Steady::now(), core.client_->options().connection.commandTimeout));
+      evalAsync(
+          *core.client_, core.script_, keys, argViews,
+          [weak = core.weak_from_this(), name = core.name_, kind = core.kind_[0], c](const Reply& reply,
+                                                                                     std::exception_ptr error) {
+            if (!error) {
+              c->done(reply, nullptr);
+              return;
+            }
+            if (c->resendIfClosed && c->tries < kMaxTries && Steady::now() < c->deadline && closedConnection(error)) {
+              if (const std::shared_ptr<Core> self = weak.lock()) {
+                run(*self, c);
+                return;
+              }
+            }
+            c->done(Reply{}, scriptError(std::move(error), name, kind));
+          },
+          tryDeadline);
+    }
+  };
+  Send::run(*this, c);
+}
+
+void ScriptLimiter::Core::holdAsync(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
+                                    std::function<void(HeldPermits, std::exception_ptr)> done) {
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  try {
+    checkPermitsFor(permits, config.get());
+  } catch (...) {
+    done(HeldPermits{}, std::current_exception());
+    return;
+  }
+  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  if (!gate_.shouldTry()) {
+    if (auto d = gate_.decide(permits, rate, interval)) {
+      HeldPermits out;
+      out.decision = byPolicy(permits, *d).decision;
+      done(out, nullptr);
+      return;
+    }
+    try {
+      gate_.throwUnavailable();
+    } catch (...) {
+      done(HeldPermits{}, std::current_exception());
+    }
+    return;
+  }
+  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
+  if (config) args.push_back(config->packed);
+  const std::int64_t started = gate_.callStart();
+  gate_.monitor().roundTrip();
+  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
+  callAsync("reserve", std::move(args), true, std::move(recordKey),
+            [weak = weak_from_this(), name = name_, permits, rate, interval, started, done = std::move(done)](
+                const Reply& reply, std::exception_ptr error) {
+              const std::shared_ptr<Core> self = weak.lock();
+              HeldPermits out;
+              if (!error) {
+                try {
+                  out.repeated = parseReserveRepeated(name, reply);
+                  out.decision =
+                      fromReply(self.get(), parseDecisionReply(reply, DecisionForm::Array, name, kReserveReplySize),
+                                permits)
+                          .decision;
+                } catch (...) {
+                  error = std::current_exception();
+                }
+              }
+              if (!error) {
+                if (self) self->gate_.answered(started);
+                done(out, nullptr);
+                return;
+              }
+              if (self) {
+                if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
+                  HeldPermits decided;
+                  decided.decision = self->byPolicy(permits, *d).decision;
+                  done(decided, nullptr);
+                  return;
+                }
+              }
+              done(HeldPermits{}, std::move(error));
+            });
 }
 
 HeldPermits ScriptLimiter::Core::hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
@@ -556,6 +694,71 @@ Settlement ScriptLimiter::settle(const std::string& id, std::int64_t actual) {
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.push_back(config->packed);
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
   return parseSettlement(core_->name_, core_->call("settle", args, true, &recordKey), monitor());
+}
+
+void ScriptLimiter::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
+                                    HeldCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = isolated(std::move(done), monitor(), core_->name_);
+  std::string recordKey;
+  try {
+    recordKey = reservationKey(id);
+    checkReservationTtl(recordTtl);
+  } catch (...) {
+    done(HeldPermits{}, std::current_exception());
+    return;
+  }
+  core_->holdAsync(permits, std::move(recordKey), recordTtl,
+                   [monitor = monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
+                     if (!error && !out.repeated) {  // a repeat was counted when it was granted
+                       monitor.admit(out.decision);
+                       if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) {
+                         monitor.reservationOpened();
+                       }
+                     }
+                     done(out, std::move(error));
+                   });
+}
+
+void ScriptLimiter::reserveForAsync(std::int64_t permits, const std::string& id, HeldCallback done) {
+  reserveForAsync(permits, id, kDefaultReservationTtl, std::move(done));
+}
+
+std::future<HeldPermits> ScriptLimiter::reserveForAsync(std::int64_t permits, const std::string& id,
+                                                        milliseconds recordTtl) {
+  return futureOf<HeldPermits>([&](auto done) { reserveForAsync(permits, id, recordTtl, std::move(done)); });
+}
+
+void ScriptLimiter::settleAsync(const std::string& id, std::int64_t actual, SettleCallback done) {
+  done = isolated(std::move(done), monitor(), core_->name_);
+  std::string recordKey;
+  try {
+    recordKey = reservationKey(id);
+    checkActualPermits(actual);
+  } catch (...) {
+    done(Settlement{}, std::current_exception());
+    return;
+  }
+  std::vector<std::string> args{fmt::to_string(actual), "0"};
+  if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.push_back(config->packed);
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  core_->callAsync(
+      "settle", std::move(args), true, std::move(recordKey),
+      [name = core_->name_, monitor = monitor(), done = std::move(done)](const Reply& reply, std::exception_ptr error) {
+        Settlement out;
+        if (!error) {
+          try {
+            out = parseSettlement(name, reply, monitor);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        done(out, std::move(error));
+      });
+}
+
+std::future<Settlement> ScriptLimiter::settleAsync(const std::string& id, std::int64_t actual) {
+  return futureOf<Settlement>([&](auto done) { settleAsync(id, actual, std::move(done)); });
 }
 
 Settlement ScriptLimiter::cancel(const std::string& id) { return settle(id, 0); }

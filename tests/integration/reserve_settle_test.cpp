@@ -3,8 +3,10 @@
 // a grant under an id, settle gives back (or charges) the difference exactly once however often it
 // is retried, and bad input, corrupted records and a killed server are handled as documented.
 #include <atomic>
+#include <future>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "one_key_support.hpp"
 #include "redlimit/keyed_fixed_window_rate_limiter.hpp"
@@ -298,6 +300,299 @@ TYPED_TEST(ReserveSettle, CorruptedRecordIsRefusedWithNothingWritten) {
     EXPECT_EQ(keyStates(this->admin(), keys), before);
   }
   EXPECT_EQ(rl.peek().remaining, 8);
+}
+
+// What an ...Async call with a callback hands its callback, waited for here; `ranBeforeReturn`
+// says whether the callback had run when the call returned (decided without Redis).
+template <class T, class Start>
+std::pair<T, std::exception_ptr> viaCallback(Start&& start, bool* ranBeforeReturn = nullptr) {
+  // Shared with the callback: it may still be finishing on the I/O thread when get() returns.
+  auto promise = std::make_shared<std::promise<std::pair<T, std::exception_ptr>>>();
+  std::future<std::pair<T, std::exception_ptr>> result = promise->get_future();
+  std::forward<Start>(start)([promise](T value, std::exception_ptr error) {
+    promise->set_value({std::move(value), std::move(error)});
+  });
+  if (ranBeforeReturn != nullptr) {
+    *ranBeforeReturn = result.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  return result.get();
+}
+
+void expectSameHeld(const HeldPermits& async, const HeldPermits& sync) {
+  EXPECT_EQ(async.decision.allowed, sync.decision.allowed);
+  EXPECT_EQ(async.decision.permits, sync.decision.permits);
+  EXPECT_EQ(async.decision.remaining, sync.decision.remaining);
+  EXPECT_EQ(async.decision.limit, sync.decision.limit);
+  EXPECT_EQ(async.decision.byPolicy, sync.decision.byPolicy);
+  EXPECT_EQ(async.decision.retryAfter.count() > 0, sync.decision.retryAfter.count() > 0);
+  EXPECT_EQ(async.repeated, sync.repeated);
+}
+
+void expectSameSettlement(const Settlement& async, const Settlement& sync) {
+  EXPECT_EQ(async.status, sync.status);
+  EXPECT_EQ(async.reserved, sync.reserved);
+  EXPECT_EQ(async.actual, sync.actual);
+  EXPECT_EQ(async.returned, sync.returned);
+  EXPECT_EQ(async.charged, sync.charged);
+  EXPECT_EQ(async.unpaid, sync.unpaid);
+  EXPECT_EQ(async.remaining, sync.remaining);
+}
+
+// (8) reserveForAsync and settleAsync (callback and future forms) give the answers, state and
+// metrics of the sync forms: two limiters configured alike, one driven sync, one async.
+TYPED_TEST(ReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
+  auto syncRegistry = std::make_shared<MetricsRegistry>(), asyncRegistry = std::make_shared<MetricsRegistry>();
+  auto sync = this->limiter(syncRegistry);
+  typename TypeParam::Options options;
+  options.monitor.registry = asyncRegistry;
+  typename TypeParam::Limiter async(this->client(), this->name("async"), options);
+  ASSERT_TRUE(sync.trySetConfig(this->frozenConfig(10)));
+  ASSERT_TRUE(async.trySetConfig(this->frozenConfig(10)));
+
+  // reserve 4 (granted), the same id again (repeated), 8 more (denied), 2 with a TTL of its own.
+  const struct {
+    std::int64_t permits;
+    const char* id;
+    bool future;
+  } reserves[] = {{4, "a", false}, {4, "a", true}, {8, "b", false}, {2, "c", true}};
+  for (const auto& r : reserves) {
+    SCOPED_TRACE(r.id);
+    const HeldPermits expected = sync.reserveFor(r.permits, r.id, milliseconds(60000));
+    HeldPermits got;
+    if (r.future) {
+      got = async.reserveForAsync(r.permits, r.id, milliseconds(60000)).get();
+    } else {
+      auto [held, error] = viaCallback<HeldPermits>(
+          [&](auto done) { async.reserveForAsync(r.permits, r.id, milliseconds(60000), std::move(done)); });
+      ASSERT_FALSE(error);
+      got = held;
+    }
+    expectSameHeld(got, expected);
+  }
+  EXPECT_TRUE(exists(this->admin(), async.reservationKey("a")));
+  EXPECT_FALSE(exists(this->admin(), async.reservationKey("b")));
+  const std::int64_t ttl = this->raw({"PTTL", async.reservationKey("c")}).integer;
+  EXPECT_GT(ttl, 50000);
+  EXPECT_LE(ttl, 60000);
+  // The default TTL (the callback form without one).
+  auto [held, heldError] = viaCallback<HeldPermits>([&](auto done) { async.reserveForAsync(1, "d", std::move(done)); });
+  ASSERT_FALSE(heldError);
+  expectSameHeld(held, sync.reserveFor(1, "d"));
+
+  // settle 1 of 4 (3 back), the same again (AlreadySettled), an unknown id, 5 of 2 (3 charged).
+  const struct {
+    const char* id;
+    std::int64_t actual;
+    bool future;
+  } settles[] = {{"a", 1, false}, {"a", 1, true}, {"zz", 0, false}, {"c", 5, true}};
+  for (const auto& st : settles) {
+    SCOPED_TRACE(st.id);
+    const Settlement expected = sync.settle(st.id, st.actual);
+    Settlement got;
+    if (st.future) {
+      got = async.settleAsync(st.id, st.actual).get();
+    } else {
+      auto [settled, error] =
+          viaCallback<Settlement>([&](auto done) { async.settleAsync(st.id, st.actual, std::move(done)); });
+      ASSERT_FALSE(error);
+      got = settled;
+    }
+    expectSameSettlement(got, expected);
+  }
+  EXPECT_EQ(async.peek().remaining, sync.peek().remaining);
+  const LimiterMetricsSnapshot a = asyncRegistry->snapshot(this->name("async"));
+  const LimiterMetricsSnapshot b = syncRegistry->snapshot(this->name());
+  EXPECT_EQ(a.granted, b.granted);
+  EXPECT_EQ(a.denied, b.denied);
+  EXPECT_EQ(a.permitsGranted, b.permitsGranted);
+  EXPECT_EQ(a.reservationsOpened, b.reservationsOpened);
+  EXPECT_EQ(a.reservationsSettled, b.reservationsSettled);
+  EXPECT_EQ(a.permitsRefunded, b.permitsRefunded);
+  EXPECT_EQ(a.roundTrips, b.roundTrips);
+  EXPECT_EQ(a.reservationsOpened, 3u);
+  EXPECT_EQ(a.reservationsSettled, 2u);
+  EXPECT_EQ(a.permitsRefunded, 3u);
+}
+
+// (8b) reserveForAsync and settleAsync with every connection of the limiter's Client killed before
+// each: a reservation is taken once and its permits come back once.
+TYPED_TEST(ReserveSettle, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  auto rl = this->limiter(registry);
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(100)));
+  int reserved = 0, repeated = 0, settled = 0, again = 0, failed = 0;
+  for (int i = 0; i < 10; ++i) {
+    (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
+    try {
+      const HeldPermits h = rl.reserveForAsync(40, "req-1").get();
+      EXPECT_TRUE(h.decision.allowed);
+      EXPECT_EQ(h.decision.remaining, 60);
+      (h.repeated ? repeated : reserved)++;
+    } catch (const IoError&) {
+      ++failed;  // the kill can still be in flight: a retry follows
+    }
+  }
+  EXPECT_EQ(reserved, 1);
+  EXPECT_EQ(reserved + repeated + failed, 10);
+  for (int i = 0; i < 10; ++i) {
+    (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});
+    try {
+      const Settlement s = rl.settleAsync("req-1", 10).get();
+      EXPECT_EQ(s.returned, 30);
+      EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
+      (s.status == SettleStatus::Settled ? settled : again)++;
+    } catch (const IoError&) {
+      ++failed;
+    }
+  }
+  EXPECT_EQ(settled, 1);
+  EXPECT_GE(again, 5);
+  EXPECT_EQ(rl.peek().remaining, 90) << "40 taken once, 30 back once";
+  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_EQ(m.reservationsOpened, 1u);
+  EXPECT_EQ(m.reservationsSettled, 1u);
+  EXPECT_EQ(m.permitsRefunded, 30u);
+  EXPECT_EQ(m.permitsGranted, 40u);
+}
+
+// (9) Bad input reaches the callback (and the future) as InvalidArgument before the call returns,
+// with nothing sent.
+TYPED_TEST(ReserveSettle, AsyncBadInputIsRefusedBeforeSending) {
+  auto rl = this->limiter();
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
+  ASSERT_TRUE(rl.reserveFor(2, "ok").decision.allowed);
+  const std::vector<std::string> keys{this->name(), rl.reservationKey("ok")};
+  const auto statesBefore = keyStates(this->admin(), keys);
+  const std::int64_t calibrate = totalCommandCalls(this->admin());
+  const std::int64_t overhead = totalCommandCalls(this->admin()) - calibrate;
+  const std::int64_t before = totalCommandCalls(this->admin());
+  auto refused = [](const std::exception_ptr& error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const InvalidArgument&) {
+      return true;
+    } catch (...) {
+    }
+    return false;
+  };
+  const auto reserve = [&](std::int64_t permits, const std::string& id, milliseconds ttl) {
+    bool atOnce = false;
+    auto [held, error] =
+        viaCallback<HeldPermits>([&](auto done) { rl.reserveForAsync(permits, id, ttl, std::move(done)); }, &atOnce);
+    EXPECT_TRUE(atOnce) << id;
+    EXPECT_FALSE(held.decision.allowed);
+    return refused(error);
+  };
+  const auto settle = [&](const std::string& id, std::int64_t actual) {
+    bool atOnce = false;
+    auto [settled, error] =
+        viaCallback<Settlement>([&](auto done) { rl.settleAsync(id, actual, std::move(done)); }, &atOnce);
+    EXPECT_TRUE(atOnce) << id;
+    return refused(error);
+  };
+  for (const std::string& id : {std::string(), std::string("a b"), std::string("{tag}"),
+                                std::string(detail::ScriptLimiter::kMaxReservationIdLength + 1, 'x')}) {
+    EXPECT_TRUE(reserve(1, id, milliseconds(1000))) << id;
+    EXPECT_TRUE(settle(id, 1)) << id;
+    EXPECT_THROW((void)rl.reserveForAsync(1, id).get(), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.settleAsync(id, 0).get(), InvalidArgument) << id;
+  }
+  EXPECT_TRUE(reserve(0, "p", milliseconds(1000)));
+  EXPECT_TRUE(reserve(detail::ScriptLimiter::kMaxPermits + 1, "p", milliseconds(1000)));
+  EXPECT_TRUE(reserve(1, "t", milliseconds(0)));
+  EXPECT_TRUE(reserve(1, "t", detail::ScriptLimiter::kMaxReservationTtl + milliseconds(1)));
+  EXPECT_TRUE(settle("ok", -1));
+  EXPECT_TRUE(settle("ok", detail::ScriptLimiter::kMaxPermits + 1));
+  EXPECT_EQ(totalCommandCalls(this->admin()) - before, overhead) << "a command reached Redis";
+  EXPECT_EQ(keyStates(this->admin(), keys), statesBefore);
+}
+
+// (10) Shadow mode: a refused reserveForAsync comes back allowed (shadowDenied), records nothing,
+// and counts as the sync form does.
+TYPED_TEST(ReserveSettle, AsyncReserveInShadowModeLetsADenialThrough) {
+  typename TypeParam::Options options;
+  options.monitor.registry = std::make_shared<MetricsRegistry>();
+  options.monitor.shadow = true;
+  typename TypeParam::Limiter rl(this->client(), this->name(), options);
+  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(3)));
+  const HeldPermits granted = rl.reserveForAsync(2, "g").get();
+  EXPECT_TRUE(granted.decision.allowed);
+  EXPECT_FALSE(granted.decision.shadowDenied);
+  const HeldPermits over = rl.reserveForAsync(2, "over").get();
+  EXPECT_TRUE(over.decision.allowed);
+  EXPECT_TRUE(over.decision.shadowDenied);
+  EXPECT_FALSE(exists(this->admin(), rl.reservationKey("over")));
+  EXPECT_EQ(rl.settleAsync("over", 0).get().status, SettleStatus::Unknown);
+  const LimiterMetricsSnapshot m = options.monitor.registry->snapshot(this->name());
+  EXPECT_EQ(m.reservationsOpened, 1u);
+  EXPECT_EQ(m.granted, 1u);
+  EXPECT_EQ(m.denied, 1u);
+  EXPECT_EQ(m.shadowDenied, 1u);
+}
+
+// (11) On a killed server reserveForAsync's callback gets what the failure policy decides (nothing
+// recorded) or the IoError under Throw; settleAsync's gets the IoError; the metrics count it.
+TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    RedisServer server;
+    ClientOptions co;
+    co.connection = parseUri(server.uri());
+    co.connection.connectTimeout = milliseconds(200);
+    co.connection.commandTimeout = milliseconds(200);
+    auto client = Client::create(co);
+    GcraRateLimiterOptions options;
+    options.failure.policy = policy;
+    options.failure.probeInterval = milliseconds(50);
+    options.monitor.registry = std::make_shared<MetricsRegistry>();
+    GcraRateLimiter rl(client, "policy", options);
+    ASSERT_TRUE(rl.trySetConfig(GcraTraits::config(5, 5, milliseconds(60000))));
+    ASSERT_TRUE(rl.reserveForAsync(2, "before").get().decision.allowed);
+    server.kill();
+    constexpr int kTries = 3;
+    int byPolicy = 0, thrown = 0;
+    for (int i = 0; i < kTries; ++i) {
+      auto [held, error] =
+          viaCallback<HeldPermits>([&](auto done) { rl.reserveForAsync(1, "during", std::move(done)); });
+      if (error) {
+        EXPECT_THROW(std::rethrow_exception(error), IoError);
+        ++thrown;
+        continue;
+      }
+      EXPECT_TRUE(held.decision.byPolicy);
+      EXPECT_FALSE(held.repeated);
+      EXPECT_EQ(held.decision.allowed, policy == FailurePolicy::Allow);
+      ++byPolicy;
+    }
+    EXPECT_EQ(thrown, policy == FailurePolicy::Throw ? kTries : 0);
+    EXPECT_EQ(byPolicy, policy == FailurePolicy::Throw ? 0 : kTries);
+    auto [settled, settleError] =
+        viaCallback<Settlement>([&](auto done) { rl.settleAsync("before", 0, std::move(done)); });
+    EXPECT_EQ(settled.status, SettleStatus::Unknown);
+    EXPECT_THROW(std::rethrow_exception(settleError), IoError);
+    EXPECT_THROW((void)rl.settleAsync("before", 0).get(), IoError);
+    const LimiterMetricsSnapshot m = options.monitor.registry->snapshot("policy");
+    EXPECT_EQ(m.reservationsOpened, 1u) << "a policy grant records nothing";
+    if (policy == FailurePolicy::Allow) {
+      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Granted), static_cast<std::uint64_t>(kTries));
+    } else if (policy == FailurePolicy::Deny) {
+      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Denied), static_cast<std::uint64_t>(kTries));
+    } else {
+      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Thrown), static_cast<std::uint64_t>(kTries));
+    }
+    server.restart();  // no persistence: it comes back empty
+    bool answered = false;
+    for (int i = 0; i < 100 && !answered; ++i) {
+      try {
+        ASSERT_TRUE(rl.trySetConfig(GcraTraits::config(5, 5, milliseconds(60000))));
+        answered = true;
+      } catch (const IoError&) {
+        sleepMs(10);
+      }
+    }
+    ASSERT_TRUE(answered);
+    EXPECT_EQ(rl.settleAsync("during", 0).get().status, SettleStatus::Unknown);
+  }
 }
 
 // (7) reserveFor follows the failure policy on a killed server, recording nothing; settle throws

@@ -180,6 +180,33 @@ class ScriptLimiter {
   /// tryAcquireAsync with a future.
   [[nodiscard]] std::future<bool> tryAcquireAsync(std::int64_t permits = 1);
 
+  /// How an asynchronous reserveFor ends: what reserveFor would return (error == nullptr) or the
+  /// exception it would have thrown. Called once, as DecisionCallback is (same threads, same rules).
+  using HeldCallback = std::function<void(HeldPermits held, std::exception_ptr error)>;
+  /// How an asynchronous settle ends: what settle would return (error == nullptr) or the exception
+  /// it would have thrown. Called once, as DecisionCallback is (same threads, same rules).
+  using SettleCallback = std::function<void(Settlement settlement, std::exception_ptr error)>;
+
+  /// reserveFor(permits, id, recordTtl) without waiting for the reply: the same answers, failure
+  /// policy, shadow mode and metrics. Bad arguments (those reserveFor refuses before sending) and
+  /// the failure policy while the limiter is degraded reach `done` on this thread before the call
+  /// returns; nothing is sent then. Sent once more if the connection closed under it (the record
+  /// makes a resend take nothing twice).
+  void reserveForAsync(std::int64_t permits, const std::string& id, std::chrono::milliseconds recordTtl,
+                       HeldCallback done);
+  /// reserveForAsync with the default record TTL.
+  void reserveForAsync(std::int64_t permits, const std::string& id, HeldCallback done);
+  /// reserveForAsync with a future.
+  [[nodiscard]] std::future<HeldPermits> reserveForAsync(std::int64_t permits, const std::string& id,
+                                                         std::chrono::milliseconds recordTtl = kDefaultReservationTtl);
+  /// settle(id, actual) without waiting for the reply: the same answers and metrics; not a
+  /// decision, so an IoError reaches `done` (no failure policy). Bad arguments reach `done` on
+  /// this thread before the call returns, nothing sent. Sent once more if the connection closed
+  /// under it (a settle that went through answers AlreadySettled).
+  void settleAsync(const std::string& id, std::int64_t actual, SettleCallback done);
+  /// settleAsync with a future.
+  [[nodiscard]] std::future<Settlement> settleAsync(const std::string& id, std::int64_t actual);
+
   /// The permit-source members, so that a SegmentedRateLimiter can hand this limiter's permits
   /// out locally (SegmentedRateLimiter<TokenBucketRateLimiter> etc.).
   ///
