@@ -70,7 +70,12 @@ local MAX_LIMITS = 32
 local op = ARGV[1]
 local k = #KEYS
 local rkey = nil                               -- reserve and settle: the record key, the last key
-if op == 'reserve' or op == 'settle' then rkey, k = KEYS[k], k - 1 end
+if op == 'reserve' or op == 'settle' then
+  rkey, k = KEYS[k], k - 1
+  if string.find(ARGV[3] or '', '[^TGW]') then   -- the record holds what these kinds give back
+    fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA and fixed window limits only')
+  end
+end
 if k < 1 or k > MAX_LIMITS then
   fail('REDLIMIT_INVALID_ARGUMENT', 'a multi-limit decides 1..' .. MAX_LIMITS .. ' limits, got ' .. k)
 end

@@ -62,9 +62,9 @@ struct MultiLimitOptions {
 /// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
 /// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each
 /// naming the key. When Redis cannot be asked, the deciding calls (decide, tryAcquire, acquire,
-/// reserve, their ...Async forms) follow options.failure as the single limiters do: Local runs an
-/// in-process bucket at the tightest rate the limits reported (permits per time), refusing until
-/// one decision has reached Redis. peek and refund throw the IoError.
+/// reserve, reserveFor, their ...Async forms) follow options.failure as the single limiters do:
+/// Local runs an in-process bucket at the tightest rate the limits reported (permits per time),
+/// refusing until one decision has reached Redis. peek, refund and settle throw the IoError.
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
@@ -133,7 +133,8 @@ class MultiLimit {
   MultiSettlement cancel(const std::string& id);
   /// The record key of `id`: the first limit's name + ":mrsv:" + id (that name wrapped in braces
   /// if it has no hash tag, as ScriptLimiter::reservationKey does with ":rsv:"), so a one-key
-  /// reservation of that limiter with the same id is another record. Throws InvalidArgument.
+  /// reservation of that limiter with the same id is another record. Throws InvalidArgument (also
+  /// when a limit is of another kind than token bucket, GCRA or fixed window).
   [[nodiscard]] std::string reservationKey(const std::string& id) const;
 
   /// decide() without waiting for the reply (see ScriptLimiter::decideAsync for the callback).

@@ -475,6 +475,11 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 // --- Reserve, then settle ------------------------------------------------------------------
 
 std::string MultiLimit::reservationKey(const std::string& id) const {
+  // The record says what each limit gives back: token bucket, GCRA and fixed window only.
+  if (core_->kinds_.find_first_not_of("TGW") != std::string::npos) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: reserveFor and settle take token bucket, GCRA and fixed window limits only", core_->label_));
+  }
   return detail::reservationRecordKey(core_->names_.front(), id, "mrsv");
 }
 
