@@ -177,20 +177,9 @@ if op == 'settle' then
   local r = recordRead(rkey, 'W', WINDOW_LABEL)
   if not r then return RECORD_UNKNOWN end
   if r.state == 'S' then return recordAnswer(r) end
-  local count, nextCount, returned, charged, unpaid = s.count, s.nextCount, 0, 0, 0
-  if actual < r.reserved then
-    if r.start == s.start then returned = math.min(r.reserved - actual, count) end
-    count = count - returned
-  elseif actual > r.reserved then
-    local extra = actual - r.reserved
-    local now = math.min(extra, s.l - count)
-    local later = math.min(extra - now, s.l - nextCount)
-    count, nextCount, charged = count + now, nextCount + later, now + later
-    unpaid = extra - charged
-  end
-  if count ~= s.count or nextCount ~= s.nextCount or s.clamped then windowStore(s, count, nextCount) end
-  recordClose(rkey, r, actual, returned, charged, unpaid, s.l - count)
-  return {1, r.reserved, actual, returned, charged, unpaid, s.l - count}
+  local returned, charged, unpaid, remaining = windowSettle(s, r.reserved, r.start, actual)
+  recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
+  return {1, r.reserved, actual, returned, charged, unpaid, remaining}
 end
 
 if op == 'set' then

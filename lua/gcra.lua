@@ -220,20 +220,7 @@ if op == 'settle' then
   local r = recordRead(rkey, kind, label)
   if not r then return RECORD_UNKNOWN end
   if r.state == 'S' then return recordAnswer(r) end
-  local d, returned, charged, unpaid = s.d, 0, 0, 0
-  if actual < r.reserved then
-    returned = math.min(r.reserved - actual, ceilDiv(s.d, s.ip))
-    d = gcraRefund(s, r.reserved - actual)
-  elseif actual > r.reserved then
-    local dmax = s.cap + s.maxWait * s.pp  -- the furthest D a reservation may leave (gcraLoad's clamp)
-    local room = 0
-    if d < dmax then room = floorDiv(dmax - d, s.ip) end
-    charged = math.min(actual - r.reserved, room)
-    unpaid = actual - r.reserved - charged
-    d = d + charged * s.ip
-    if charged > 0 or s.clamped then gcraStore(s, d) end
-  end
-  local remaining = gcraRemaining(s, d)
+  local returned, charged, unpaid, remaining = gcraSettle(s, r.reserved, actual)
   recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
   return {1, r.reserved, actual, returned, charged, unpaid, remaining}
 end

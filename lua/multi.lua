@@ -1,4 +1,4 @@
--- include: onekey gcra_core fixed_window_core
+-- include: onekey gcra_core fixed_window_core reservation_core
 -- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, any mix) decided in one
 -- call, all or nothing. MultiLimit runs it. Each limit is computed by the same code as its own
 -- script (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua): same layout, bounds, exactness.
@@ -52,9 +52,30 @@
 --   resetAfter = the longest (until all are full again), limit = the least (the most permits one
 --   call can ever get from all).
 -- Reply of refund: the remaining permits of each limit, in KEYS order.
+-- Reserve, then settle (lib/reservation_core.lua's multi record; the record key is the LAST key,
+-- after the k limits, in their slot):
+--   reserve n ttlMs [cfg1..cfgk]
+--                      `take n 0` (all or nothing, as decide) and, when it grants, ONE record of
+--                      the n permits for every limit (each fixed window's start included) with a
+--                      TTL of ttlMs, in this call. A record there already (of these limits, n
+--                      permits): nothing is taken, the reply is the grant again as the limits are
+--                      now. Reply: take's, then repeated (0 or 1).
+--   settle actual 0 [cfg1..cfgk]
+--                      an open record of r permits: every limit settles as its own script's
+--                      settle does (gives back r - actual, or charges actual - r up to its debt
+--                      rule), the record is marked settled with every answer. Reply {status (1 now,
+--                      2 before: the stored answer, 0 no record), reserved, actual, then per limit
+--                      returned, charged, unpaid, remaining}.
 local MAX_LIMITS = 32
 local op = ARGV[1]
 local k = #KEYS
+local rkey = nil                               -- reserve and settle: the record key, the last key
+if op == 'reserve' or op == 'settle' then
+  rkey, k = KEYS[k], k - 1
+  if string.find(ARGV[3] or '', '[^TGW]') then   -- the record holds what these kinds give back
+    fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA and fixed window limits only')
+  end
+end
 if k < 1 or k > MAX_LIMITS then
   fail('REDLIMIT_INVALID_ARGUMENT', 'a multi-limit decides 1..' .. MAX_LIMITS .. ' limits, got ' .. k)
 end
@@ -62,7 +83,7 @@ local kinds = ARGV[3]
 if type(kinds) ~= 'string' or #kinds ~= k then
   fail('REDLIMIT_INVALID_ARGUMENT', 'multi.lua needs one kind byte per key')
 end
-local owner = table.concat(KEYS, ' + ')
+local owner = table.concat(KEYS, ' + ', 1, math.max(k, 0))
 local seen = {}
 for i = 1, k do
   if seen[KEYS[i]] then
@@ -94,6 +115,49 @@ local function loadAll()
     all[i].window = kind == 'W'
   end
   return all
+end
+
+-- reserve n ttlMs [cfg1..cfgk]: `take n 0` and, when it grants, the record (both in this call),
+-- by the take branch below (finishReserve); a record there already: its `peek`, answered as the
+-- grant again (finishReserve). See the reserve operation in the header.
+local reserving = nil
+if op == 'reserve' then
+  if not rkey then fail('REDLIMIT_INVALID_ARGUMENT', 'reserve needs the record key as the last key') end
+  local n = countArg(ARGV[4], 1, MAX_U32, 'permits', owner)
+  local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', owner)
+  local r = multiRecordRead(rkey, KEYS, k, kinds, owner)
+  if r and r.reserved ~= n then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'reservation ' .. rkey .. ' holds ' .. r.reserved .. ' permits, not ' .. n ..
+      ': a reservation id names one reservation')
+  end
+  reserving = {ttl = ttl, n = n, repeated = r ~= nil}
+  if r then op = 'peek' else op = 'take' end
+  ARGV[5] = '0'                                -- take's maxWait: now or not at all
+end
+
+-- The reply of a reserve, from the take (or peek) branch's reply: the record written when granted,
+-- then `repeated` (0 or 1) appended.
+local function finishReserve(reply, all)
+  if reserving.repeated then                   -- the first grant again, as the limits are now
+    reply[1], reply[3], reply[7], reply[8] = 1, 0, 0, 0
+    for i = 1, k do
+      local base = 8 + 7 * (i - 1)
+      reply[base + 1], reply[base + 3] = 1, 0
+    end
+    reply[#reply + 1] = 1
+    return reply
+  end
+  if reply[1] == 1 then
+    local limits = {}
+    for i = 1, k do
+      local start = 0
+      if all[i].window then start = all[i].start end  -- maxWait 0: counted in the current window
+      limits[i] = {start = start, returned = 0, charged = 0, unpaid = 0, remaining = 0}
+    end
+    redis.call('SET', rkey, multiRecordPack(KEYS, k, kinds, 'O', reserving.n, 0, limits), 'PX', reserving.ttl)
+  end
+  reply[#reply + 1] = 0
+  return reply
 end
 
 if op == 'take' or op == 'peek' then
@@ -214,6 +278,7 @@ if op == 'take' or op == 'peek' then
     reply[base + 7] = lms
   end
   reply[2], reply[4], reply[5] = remaining, resetAfter, limit
+  if reserving then return finishReserve(reply, all) end
   return reply
 end
 
@@ -229,6 +294,31 @@ if op == 'refund' then
       reply[i] = gcraRemaining(s, gcraRefund(s, n))
     end
   end
+  return reply
+end
+
+if op == 'settle' then
+  if not rkey then fail('REDLIMIT_INVALID_ARGUMENT', 'settle needs the record key as the last key') end
+  local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', owner)
+  local all = loadAll()
+  local r = multiRecordRead(rkey, KEYS, k, kinds, owner)
+  if not r then return multiRecordUnknown(k) end
+  if r.state == 'S' then return multiRecordAnswer(r, k) end
+  -- Everything is read and checked: from here on every limit settles.
+  for i = 1, k do
+    local s, l = all[i], r.limits[i]
+    if s.window then
+      l.returned, l.charged, l.unpaid, l.remaining = windowSettle(s, r.reserved, l.start, actual)
+    else
+      l.returned, l.charged, l.unpaid, l.remaining = gcraSettle(s, r.reserved, actual)
+    end
+  end
+  local packed = multiRecordPack(KEYS, k, kinds, 'S', r.reserved, actual, r.limits)
+  local ttl = redis.call('PTTL', rkey)
+  if ttl > 0 then redis.call('SET', rkey, packed, 'PX', ttl) else redis.call('SET', rkey, packed) end
+  r.actual = actual
+  local reply = multiRecordAnswer(r, k)
+  reply[1] = 1
   return reply
 end
 

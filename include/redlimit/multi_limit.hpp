@@ -17,6 +17,7 @@
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/reservation.hpp"
+#include "redlimit/settlement.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit {
@@ -61,9 +62,9 @@ struct MultiLimitOptions {
 /// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
 /// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each
 /// naming the key. When Redis cannot be asked, the deciding calls (decide, tryAcquire, acquire,
-/// reserve, their ...Async forms) follow options.failure as the single limiters do: Local runs an
-/// in-process bucket at the tightest rate the limits reported (permits per time), refusing until
-/// one decision has reached Redis. peek and refund throw the IoError.
+/// reserve, reserveFor, their ...Async forms) follow options.failure as the single limiters do:
+/// Local runs an in-process bucket at the tightest rate the limits reported (permits per time),
+/// refusing until one decision has reached Redis. peek, refund and settle throw the IoError.
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
@@ -107,6 +108,34 @@ class MultiLimit {
   [[nodiscard]] MultiDecision peek(std::int64_t permits = 1);
   /// Gives back `permits` (0..kMaxPermits) to every limit, each as its own refund() does.
   void refund(std::int64_t permits);
+
+  /// Reserve, then settle, for all limits at once (docs/algorithms.md "Reserve, then settle"):
+  /// takes `permits` as decide(permits) does (all or nothing) and, when granted, writes ONE record
+  /// of them (reservationKey(id), in the limits' hash slot, same script call) naming every limit,
+  /// with each fixed window's start; it expires after `recordTtl` (1 ms..kMaxReservationTtl). The
+  /// same id again takes nothing and answers the grant (repeated); other permits: InvalidArgument
+  /// from the script. A denial (by any limit) records nothing and charges nothing. When Redis
+  /// cannot be asked the failure policy decides and nothing is recorded; sent again if its
+  /// connection closes (the record makes that safe). Bad permits, id or TTL: InvalidArgument
+  /// before sending; a record that is not this MultiLimit's (corrupt, a one-key limiter's, another
+  /// MultiLimit's limits): InvalidStateError naming it, nothing written.
+  [[nodiscard]] MultiHeldPermits reserveFor(
+      std::int64_t permits, const std::string& id,
+      std::chrono::milliseconds recordTtl = detail::ScriptLimiter::kDefaultReservationTtl);
+  /// Settles the reservation `id` with the permits really used, once, in every limit: each gives
+  /// back reserved - actual or charges actual - reserved under its own debt rule, as its own
+  /// limiter's settle does (see MultiSettlement). A retry answers AlreadySettled with the first
+  /// answer and changes nothing; no record (never reserved, by the policy, expired): Unknown,
+  /// nothing changes. Not a decision: throws the IoError when Redis cannot be asked (safe to
+  /// retry); InvalidArgument before sending for a bad id or actual; InvalidStateError as reserveFor.
+  MultiSettlement settle(const std::string& id, std::int64_t actual);
+  /// settle(id, 0).
+  MultiSettlement cancel(const std::string& id);
+  /// The record key of `id`: the first limit's name + ":mrsv:" + id (that name wrapped in braces
+  /// if it has no hash tag, as ScriptLimiter::reservationKey does with ":rsv:"), so a one-key
+  /// reservation of that limiter with the same id is another record. Throws InvalidArgument (also
+  /// when a limit is of another kind than token bucket, GCRA or fixed window).
+  [[nodiscard]] std::string reservationKey(const std::string& id) const;
 
   /// decide() without waiting for the reply (see ScriptLimiter::decideAsync for the callback).
   void decideAsync(std::int64_t permits, DecisionCallback done);

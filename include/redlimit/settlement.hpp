@@ -5,13 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "redlimit/decision.hpp"
 
 namespace redlimit {
 
-/// The outcome of reserveFor (TokenBucketRateLimiter, GcraRateLimiter, FixedWindowRateLimiter). A
-/// value type.
+/// The outcome of reserveFor (TokenBucketRateLimiter, GcraRateLimiter, FixedWindowRateLimiter; a
+/// MultiLimit answers MultiHeldPermits). A value type.
 struct HeldPermits {
   Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
                           // under the id (unless byPolicy: the failure policy decided, nothing was
@@ -49,6 +50,29 @@ struct Settlement {
   std::int64_t unpaid = 0;     // actual - reserved - charged: beyond the furthest the limiter may owe,
                                // not taken
   std::int64_t remaining = 0;  // permits that could be taken at once right after the settling call
+};
+
+/// The outcome of MultiLimit::reserveFor: HeldPermits with the MultiDecision (each limit's own
+/// answer in decision.limits). A value type.
+struct MultiHeldPermits {
+  MultiDecision decision;  // as MultiLimit::decide(permits) answers; allowed = taken from every
+                           // limit and recorded under the id (byPolicy: nothing recorded)
+  bool repeated = false;   // as HeldPermits::repeated (decision.limits as the limits are now)
+
+  explicit operator bool() const noexcept { return decision.allowed; }
+};
+
+/// The outcome of MultiLimit::settle and cancel: one settle settles every limit of the
+/// reservation. `limits` holds each limit's own Settlement, in construction order (status,
+/// reserved and actual are the combined ones; returned, charged, unpaid and remaining that
+/// limit's, as its own settle would answer: a bucket that refilled meanwhile gives back less, a
+/// fixed window whose window ended gives back 0). The combined fields: status, reserved, actual;
+/// returned and charged the least of the limits' (what every limit got back, or was charged),
+/// unpaid the most, remaining the least (what one call could take at once from all). The
+/// Settlement invariant holds for the combined fields too. Unknown: every field 0, `limits` one
+/// zero Settlement per limit.
+struct MultiSettlement : Settlement {
+  std::vector<Settlement> limits;
 };
 
 }  // namespace redlimit

@@ -156,3 +156,24 @@ local function windowWithConfig(key, nowUs, cfg)
   windowRescale(old, s)
   return s
 end
+
+-- Settles a reservation of `reserved` permits counted in the window starting at `start` that used
+-- `actual` (fixed_window.lua's and multi.lua's settle): gives back reserved - actual to that window
+-- if it is still the current one (else its count is gone: nothing to give back), or counts
+-- actual - reserved more in the current window, then in the next one, each up to L (the rest is
+-- unpaid). Stores what changed. Returns returned, charged, unpaid, remaining.
+local function windowSettle(s, reserved, start, actual)
+  local count, nextCount, returned, charged, unpaid = s.count, s.nextCount, 0, 0, 0
+  if actual < reserved then
+    if start == s.start then returned = math.min(reserved - actual, count) end
+    count = count - returned
+  elseif actual > reserved then
+    local extra = actual - reserved
+    local now = math.min(extra, s.l - count)
+    local later = math.min(extra - now, s.l - nextCount)
+    count, nextCount, charged = count + now, nextCount + later, now + later
+    unpaid = extra - charged
+  end
+  if count ~= s.count or nextCount ~= s.nextCount or s.clamped then windowStore(s, count, nextCount) end
+  return returned, charged, unpaid, s.l - count
+end

@@ -207,3 +207,24 @@ local function gcraWithConfig(key, kind, nowUs, cfg)
   gcraRescale(old, s)
   return s
 end
+
+-- Settles a reservation of `reserved` permits that used `actual` (gcra.lua's and multi.lua's
+-- settle): gives back reserved - actual (refund's arithmetic, up to a full bucket), or takes
+-- actual - reserved more as debt, D at most B*I' + H*P' (what a reservation with the longest wait
+-- may leave; the rest is unpaid). Stores what changed. Returns returned, charged, unpaid, remaining.
+local function gcraSettle(s, reserved, actual)
+  local d, returned, charged, unpaid = s.d, 0, 0, 0
+  if actual < reserved then
+    returned = math.min(reserved - actual, ceilDiv(s.d, s.ip))
+    d = gcraRefund(s, reserved - actual)
+  elseif actual > reserved then
+    local dmax = s.cap + s.maxWait * s.pp  -- the furthest D a reservation may leave (gcraLoad's clamp)
+    local room = 0
+    if d < dmax then room = floorDiv(dmax - d, s.ip) end
+    charged = math.min(actual - reserved, room)
+    unpaid = actual - reserved - charged
+    d = d + charged * s.ip
+    if charged > 0 or s.clamped then gcraStore(s, d) end
+  end
+  return returned, charged, unpaid, gcraRemaining(s, d)
+end

@@ -85,3 +85,96 @@ local function recordAnswer(r)
   return {2, r.reserved, r.actual, r.returned, r.charged, r.unpaid, r.remaining}
 end
 local RECORD_UNKNOWN = {0, 0, 0, 0, 0, 0, 0}
+
+-- The record of a MultiLimit's reservation (multi.lua): ONE key for every limit of the decision,
+-- in their hash slot (the client derives it from the first limit's name: <name>:mrsv:<id>). It
+-- names the limits, so a settle through another MultiLimit (other keys, kinds or order) is
+-- refused, and keeps each limit's fixed window start and, once settled, each limit's answer.
+-- Layout (struct.pack little-endian): 'R', 'M', the state 'O' or 'S', reserved (uint32, >= 1),
+--   actual (uint32; 0 while open), the number of limits k (uint8, 1..32), then per limit in KEYS
+--   order: its kind byte, the fixed window's start (µs, uint56; 0 for the token bucket and GCRA),
+--   returned, charged, unpaid, remaining (uint32 each; 0 while open), the length of its key
+--   (uint16) and the key. TTL as the one-key record's.
+local MULTI_HEAD = '<c1c1c1I4I4B'
+local MULTI_HEAD_SIZE = 12
+local MULTI_LIMIT = '<c1I7I4I4I4I4I2'
+local MULTI_LIMIT_SIZE = 27
+
+-- The multi record in `rkey` as a table {state, reserved, actual, limits = {{kind, start, returned,
+-- charged, unpaid, remaining}...}}, nil if the key does not exist. keys[1..k] and kinds are the
+-- caller's limits. Anything redlimit did not write fails with REDLIMIT_INVALID_STATE, and so does a
+-- record of a one-key limiter or of another MultiLimit (other limits): nothing has been written.
+local function multiRecordRead(rkey, keys, k, kinds, owner)
+  local v = redis.pcall('GET', rkey)
+  if type(v) == 'table' and v.err then
+    if string.find(v.err, 'WRONGTYPE', 1, true) then
+      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of MultiLimit ' .. owner ..
+        ' holds another Redis type (another program wrote it); delete it')
+    end
+    error(v)
+  end
+  if not v then return nil end
+  local function corrupt()
+    fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of MultiLimit ' .. owner ..
+      ' holds a value redlimit did not write; delete it')
+  end
+  if #v < MULTI_HEAD_SIZE then corrupt() end
+  local tag, rk, state, reserved, actual, count, pos = struct.unpack(MULTI_HEAD, v)
+  if tag ~= 'R' then corrupt() end
+  if rk ~= 'M' then
+    if #v == RECORD_SIZE then
+      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to a one-key limiter, not to ' ..
+        'MultiLimit ' .. owner .. '; delete it or use another reservation id')
+    end
+    corrupt()
+  end
+  if (state ~= 'O' and state ~= 'S') or reserved < 1 or count < 1 or count > 32 then corrupt() end
+  local r = {state = state, reserved = reserved, actual = actual, limits = {}}
+  local same = count == k
+  for i = 1, count do
+    if pos + MULTI_LIMIT_SIZE - 1 > #v then corrupt() end
+    local kind, start, returned, charged, unpaid, remaining, len, nextPos = struct.unpack(MULTI_LIMIT, v, pos)
+    if start >= TWO52 * 2 or nextPos + len - 1 > #v then corrupt() end
+    local name = string.sub(v, nextPos, nextPos + len - 1)
+    pos = nextPos + len
+    r.limits[i] = {kind = kind, start = start, returned = returned, charged = charged, unpaid = unpaid,
+                   remaining = remaining}
+    if same and (name ~= keys[i] or kind ~= string.sub(kinds, i, i)) then same = false end
+  end
+  if pos ~= #v + 1 then corrupt() end
+  if not same then
+    fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to another MultiLimit (other limits),' ..
+      ' not to ' .. owner .. '; use another reservation id')
+  end
+  return r
+end
+
+-- The packed multi record: state, reserved, actual, and per limit (KEYS order) {start, returned,
+-- charged, unpaid, remaining}.
+local function multiRecordPack(keys, k, kinds, state, reserved, actual, limits)
+  local parts = {struct.pack(MULTI_HEAD, 'R', 'M', state, reserved, actual, k)}
+  for i = 1, k do
+    local l = limits[i]
+    parts[#parts + 1] = struct.pack(MULTI_LIMIT, string.sub(kinds, i, i), l.start, l.returned, l.charged, l.unpaid,
+      l.remaining, #keys[i])
+    parts[#parts + 1] = keys[i]
+  end
+  return table.concat(parts)
+end
+
+-- The reply of a multi settle that found `r` settled already: {2, reserved, actual, then per limit
+-- returned, charged, unpaid, remaining}; of one that found nothing: {0, 0, 0, then 4k zeros}.
+local function multiRecordAnswer(r, k)
+  local reply = {2, r.reserved, r.actual}
+  for i = 1, k do
+    local l = r.limits[i]
+    local base = 3 + 4 * (i - 1)
+    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = l.returned, l.charged, l.unpaid, l.remaining
+  end
+  return reply
+end
+local function multiRecordUnknown(k)
+  local reply = {0, 0, 0}
+  for i = 1, 4 * k do reply[3 + i] = 0 end
+  return reply
+end

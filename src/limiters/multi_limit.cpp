@@ -14,6 +14,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
@@ -89,8 +90,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   Outcome take(std::int64_t permits, microseconds maxWait);
   void takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done);
-  // An unguarded call of the script (`op` and its arguments after now and the kinds).
-  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed);
+  // An unguarded call of the script (`op` and its arguments after now and the kinds). With
+  // `recordKey`, it is the last key, after the limits' (a reservation record).
+  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+             const std::string* recordKey = nullptr);
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits.
   static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits);
   Outcome byPolicy(std::int64_t permits, bool allowed) const;
@@ -313,16 +316,19 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
       callDeadline());
 }
 
-Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
+Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+                             const std::string* recordKey) {
   std::vector<std::string_view> argViews{op, "", kinds_};
   argViews.insert(argViews.end(), args.begin(), args.end());
+  std::vector<std::string_view> keyViews = keys();
+  if (recordKey != nullptr) keyViews.emplace_back(*recordKey);
   const SteadyTime deadline = callDeadline();
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
     try {
       const SteadyTime tryDeadline = std::min(
           deadline, detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
-      return detail::eval(*client_, kMulti, keys(), argViews, tryDeadline);
+      return detail::eval(*client_, kMulti, keyViews, argViews, tryDeadline);
     } catch (const ScriptError&) {
       std::rethrow_exception(detail::limiterError(std::current_exception()));
     } catch (const ClosedError&) {
@@ -465,6 +471,121 @@ void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, 
 std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
 }
+
+// --- Reserve, then settle ------------------------------------------------------------------
+
+std::string MultiLimit::reservationKey(const std::string& id) const {
+  // The record says what each limit gives back: token bucket, GCRA and fixed window only.
+  if (core_->kinds_.find_first_not_of("TGW") != std::string::npos) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: reserveFor and settle take token bucket, GCRA and fixed window limits only", core_->label_));
+  }
+  return detail::reservationRecordKey(core_->names_.front(), id, "mrsv");
+}
+
+MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
+  Core& c = *core_;
+  const std::string recordKey = reservationKey(id);
+  detail::checkReservationTtl(recordTtl);
+  c.checkPermitsFor(permits);
+  if (c.client_->onIoThread()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: a sync reserveFor from a completion callback would wait for the thread that "
+                    "runs it",
+                    c.label_));
+  }
+  const std::int64_t rate = c.localRate_.load(std::memory_order_relaxed);
+  const milliseconds interval{c.localIntervalMs_.load(std::memory_order_relaxed)};
+  MultiHeldPermits out;
+  if (!c.gate_.shouldTry()) {
+    if (auto d = c.gate_.decide(permits, rate, interval)) {
+      out.decision = c.byPolicy(permits, *d).decision;
+    } else {
+      c.gate_.throwUnavailable();
+    }
+  } else {
+    std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
+    args.insert(args.end(), c.configs_.begin(), c.configs_.end());
+    const std::int64_t started = c.gate_.callStart();
+    c.gate_.monitor().roundTrip();
+    try {
+      // Sent again if the connection closed under it: the record makes a resend take nothing twice.
+      const Reply reply = c.call("reserve", args, true, &recordKey);
+      const std::size_t expected = kHead + kPerLimit * c.names_.size() + 1;
+      if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
+        throw UnexpectedReplyError(fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", c.label_,
+                                               expected, reply.describe()));
+      }
+      Reply head = reply;
+      head.elements.pop_back();
+      out.repeated = reply.elements.back().asInteger() == 1;
+      out.decision = Core::parse(&c, c.label_, c.names_.size(), head, permits).decision;
+      c.gate_.answered(started);
+    } catch (const Error&) {
+      auto d = c.gate_.settle(std::current_exception(), started, permits, rate, interval);
+      if (!d) throw;
+      out.decision = c.byPolicy(permits, *d).decision;
+    }
+  }
+  if (out.repeated) return out;  // counted when it was granted
+  monitor().admit(out.decision);
+  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor().reservationOpened();
+  return out;
+}
+
+MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
+  Core& c = *core_;
+  const std::string recordKey = reservationKey(id);
+  detail::checkActualPermits(actual);
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  const Reply r = c.call("settle", c.opArgs(actual), true, &recordKey);
+  const std::size_t count = c.names_.size();
+  const std::size_t expected = 3 + 4 * count;
+  if (r.type != Reply::Type::Array || r.elements.size() != expected) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: {}: expected an array of {} from settle, got {}", c.label_, expected, r.describe()));
+  }
+  MultiSettlement out;
+  switch (r.elements[0].asInteger()) {
+    case 0:
+      out.status = SettleStatus::Unknown;
+      break;
+    case 1:
+      out.status = SettleStatus::Settled;
+      break;
+    case 2:
+      out.status = SettleStatus::AlreadySettled;
+      break;
+    default:
+      throw UnexpectedReplyError(
+          fmt::format("redlimit: {}: settle answered status {}", c.label_, r.elements[0].asInteger()));
+  }
+  out.reserved = r.elements[1].asInteger();
+  out.actual = r.elements[2].asInteger();
+  out.limits.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    Settlement& one = out.limits[i];
+    const std::size_t base = 3 + 4 * i;
+    one.status = out.status;
+    one.reserved = out.reserved;
+    one.actual = out.actual;
+    one.returned = r.elements[base].asInteger();
+    one.charged = r.elements[base + 1].asInteger();
+    one.unpaid = r.elements[base + 2].asInteger();
+    one.remaining = r.elements[base + 3].asInteger();
+    out.returned = i == 0 ? one.returned : std::min(out.returned, one.returned);
+    out.charged = i == 0 ? one.charged : std::min(out.charged, one.charged);
+    out.unpaid = std::max(out.unpaid, one.unpaid);
+    out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
+  }
+  if (out.status == SettleStatus::Settled) {
+    monitor().reservationSettled();
+    if (out.returned > 0) monitor().refunded(out.returned);  // what came back to every limit
+  }
+  return out;
+}
+
+MultiSettlement MultiLimit::cancel(const std::string& id) { return settle(id, 0); }
 
 const std::vector<std::string>& MultiLimit::names() const noexcept { return core_->names_; }
 std::size_t MultiLimit::size() const noexcept { return core_->names_.size(); }

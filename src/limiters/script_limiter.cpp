@@ -101,10 +101,10 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
   return scriptError(std::move(error), key, kind);
 }
 
-std::string reservationRecordKey(const std::string& name, const std::string& id) {
+std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix) {
   checkReservationId(id);
   // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
-  if (hashedPart(name).size() != name.size()) return fmt::format("{}:rsv:{}", name, id);
+  if (hashedPart(name).size() != name.size()) return fmt::format("{}:{}:{}", name, infix, id);
   // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
   // name if no '}' ends the tag early.
   if (name.find('}') != std::string::npos) {
@@ -113,7 +113,7 @@ std::string reservationRecordKey(const std::string& name, const std::string& id)
                     "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
                     name));
   }
-  return fmt::format("{{{}}}:rsv:{}", name, id);
+  return fmt::format("{{{}}}:{}:{}", name, infix, id);
 }
 
 void checkReservationTtl(milliseconds recordTtl) {
