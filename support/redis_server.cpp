@@ -12,6 +12,7 @@
 #include <spawn.h>
 #include <stdexcept>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -33,29 +34,49 @@ bool canConnect(const std::string& host, int port) {
   return ok;
 }
 
-// Sends PING over a raw socket and checks for +PONG, or -NOAUTH from a server started with
-// --requirepass (it is up, it only wants a password). No library code under test involved.
-bool answersPing(const std::string& host, int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+// Sends PING over a connected raw socket `fd` and checks for +PONG, or -NOAUTH from a server
+// started with --requirepass (it is up, it only wants a password). Closes `fd`. No library code
+// under test involved.
+bool pingAnswered(int fd, const sockaddr* addr, socklen_t len) {
   timeval tv{0, 200000};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
   bool ok = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+  if (::connect(fd, addr, len) == 0) {
     const char ping[] = "PING\r\n";
     if (::write(fd, ping, sizeof ping - 1) == static_cast<ssize_t>(sizeof ping - 1)) {
       char buf[16] = {};
       ssize_t n = ::read(fd, buf, sizeof buf - 1);
-      // A server with requirepass answers -NOAUTH: it is up all the same.
       ok = (n >= 5 && std::strncmp(buf, "+PONG", 5) == 0) || (n >= 7 && std::strncmp(buf, "-NOAUTH", 7) == 0);
     }
   }
   ::close(fd);
   return ok;
+}
+
+// A server answers PING on host:port.
+bool answersPing(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  return pingAnswered(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+}
+
+// The server listening on the Unix socket `path` answers PING. Only the process started with
+// that path can: it proves that this server, not another one, is up.
+bool answersPingOn(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    ::close(fd);
+    return false;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return pingAnswered(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
 }
 
 }  // namespace
@@ -135,6 +156,14 @@ RedisServer::~RedisServer() {
   std::filesystem::remove_all(dir_, ec);
 }
 
+std::string RedisServer::ownUnixSocket() const {
+  std::string path = unixSocket();
+  for (std::size_t i = 0; i + 1 < extraArgs_.size(); ++i) {
+    if (extraArgs_[i] == "--unixsocket") path = extraArgs_[i + 1];  // the last one given counts
+  }
+  return path;
+}
+
 std::string RedisServer::uri() const { return "redis://" + host_ + ":" + std::to_string(port_); }
 
 void RedisServer::launch() {
@@ -181,7 +210,11 @@ void RedisServer::waitReady(std::chrono::milliseconds limit) {
       std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
       throw std::runtime_error("redis-server exited at start-up: " + text);
     }
-    if (answersPing(host_, port_)) return;
+    // Another test process may have picked the same free port a moment earlier: its server then
+    // answers on the port while this one fails to bind it and exits. So the port answering is not
+    // enough; this server's own Unix socket must answer too (Redis serves it only once every port
+    // is bound: the event loop starts after all of them).
+    if (answersPing(host_, port_) && answersPingOn(ownUnixSocket())) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   throw std::runtime_error("redis-server did not answer PING in time on port " + std::to_string(port_));

@@ -57,6 +57,8 @@ class RedisServer {
   int port_ = 0;
   int tlsPort_ = 0;
   int clusterPort_ = 0;
+  // The Unix socket this server listens on: unixSocket(), or the --unixsocket extraArgs give.
+  [[nodiscard]] std::string ownUnixSocket() const;
   std::vector<std::size_t> autoPorts_;  // indexes in extraArgs_ of `auto` port values to pick
   pid_t pid_ = -1;
 };
