@@ -1,14 +1,16 @@
--- include: onekey gcra_core fixed_window_core reservation_core
--- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, any mix) decided in one
--- call, all or nothing. MultiLimit runs it. Each limit is computed by the same code as its own
--- script (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua): same layout, bounds, exactness.
+-- include: onekey gcra_core fixed_window_core reservation_core concurrency_core
+-- multi.lua: several one-key limiters (token bucket, GCRA, fixed window) and concurrency limits,
+-- any mix, decided in one call, all or nothing. MultiLimit runs it. Each limit is computed by the
+-- same code as its own script (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua,
+-- lua/lib/concurrency_core.lua): same layout, bounds, exactness.
 --
 -- KEYS: the limiters' keys, 1..32, distinct (the client also checks that they share one hash
 -- slot). ARGV[1] the operation, ARGV[2] now in epoch µs or '' (TIME is read once: every limit
 -- decides at the same instant), ARGV[3] the kinds, one byte per key in KEYS order ('T' token
--- bucket, 'G' GCRA, 'W' fixed window). Every key is read and checked (Redis type, kind,
--- configuration, state), and the permits against every limit, before anything is written: a call
--- that fails has written nothing, and its error names the key.
+-- bucket, 'G' GCRA, 'W' fixed window, 'C' concurrency limit: lib/concurrency_core.lua's lease
+-- set). Every key is read and checked (Redis type, kind, configuration, state), and the permits
+-- against every limit, before anything is written: a call that fails has written nothing, and its
+-- error names the key.
 -- Operations:
 --   take n maxWaitUs   takes n permits from every limit, or from none; with maxWaitUs > 0, also
 --                      ahead of time (a reservation) if all can take them within maxWaitUs. Writes
@@ -23,6 +25,17 @@
 --                      as a full (empty) limiter of cfgi, one holding cfgi as it is, one holding
 --                      another configuration with cfgi, its permits in use (counts) kept; what
 --                      writes writes cfgi with the state.
+--                      A concurrency limit always has its cfgi: "limit:ttlMs" (nothing of it is
+--                      stored). With one or more, take has the lease id at ARGV[6 + k] (32 lowercase
+--                      hex digits, made by the client), and maxWait must be 0: a place cannot be
+--                      taken ahead of time.
+--   renew id 0 cfg1..cfgk, release id 0 cfg1..cfgk
+--                      every key a concurrency limit: a lease of a take, in all of them. renew: if
+--                      it is live in every one, each expiry becomes now + its ttlMs; if it is not
+--                      (expired in one, released), it is removed from every one (a lease is live
+--                      only while live in all). release removes it from every one. Reply of renew
+--                      {renewed, the soonest new expiry (0 if not renewed), nowUs}; of release
+--                      {released (1 if it was live in every one), nowUs}.
 --
 -- The combined decision. Alone, a limit can take the n permits at the times (from now, if nobody
 -- else takes any) of a set: [wait, inf) for GCRA and the token bucket, whole windows for the fixed
@@ -43,15 +56,23 @@
 --   With only GCRA and token buckets and maxWait = 0 this is the largest of the denying limits'
 --   own retryAfter; a fixed window can push it further (its next window full: the one after).
 --   deniedBy = the limit whose own earliest time is the latest (the first of equals), 1-based.
+--   A concurrency limit takes one place per call whatever n is (it counts calls in flight); its
+--   earliest time is 0 if fewer than its limit are live (or the call's lease is live there: a take
+--   sent twice), else until enough leases expire (lib/concurrency_core.lua's leaseWait). Granted,
+--   it adds the lease with expiry now + ttlMs.
 -- Reply of take and peek: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs,
 --   deniedBy (0 if allowed), then 7 per limit in KEYS order: allowedAlone, remaining,
---   retryAfterAloneUs, resetAfterUs, limit, localRate, localIntervalMs}.
+--   retryAfterAloneUs, resetAfterUs, limit, localRate, localIntervalMs, then, if any limit is a
+--   concurrency limit, the lease's expiry (the soonest of the limits'; 0 if denied or peek)}. A
+--   concurrency limit's remaining and limit count places (leases), its resetAfter runs until its
+--   last live lease expires, its localRate/localIntervalMs are limit per ttlMs.
 --   Per limit: allowedAlone and retryAfterAlone are what its own script would answer to the same
 --   call; remaining and resetAfter are its state after this call (permits taken only if granted).
 --   Combined: remaining = the least of the limits' (what one call could take at once from all),
 --   resetAfter = the longest (until all are full again), limit = the least (the most permits one
 --   call can ever get from all).
--- Reply of refund: the remaining permits of each limit, in KEYS order.
+-- Reply of refund: the remaining permits of each limit, in KEYS order (a concurrency limit: its
+-- free places; a refund gives it nothing back: its place is freed by release).
 -- Reserve, then settle (lib/reservation_core.lua's multi record; the record key is the LAST key,
 -- after the k limits, in their slot):
 --   reserve n ttlMs [cfg1..cfgk]
@@ -91,21 +112,35 @@ for i = 1, k do
   end
   seen[KEYS[i]] = true
   local c = string.sub(kinds, i, i)
-  if c ~= 'T' and c ~= 'G' and c ~= 'W' then
+  if c ~= 'T' and c ~= 'G' and c ~= 'W' and c ~= 'C' then
     fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. c .. '" for key ' .. KEYS[i])
   end
 end
 local nowUs = currentMicros(ARGV[2])
+local leases = string.find(kinds, 'C', 1, true) ~= nil
+
+-- A concurrency limit's configuration in the call, "limit:ttlMs": limit, ttlMs.
+local function leaseConfig(key, cfg)
+  if cfg == nil or cfg == '' then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'concurrency limit ' .. key .. ' needs its limit and lease TTL in the call')
+  end
+  local l, ttl = string.match(cfg, '^(%d+):(%d+)$')
+  return countArg(l, 1, MAX_U32, 'limit', key), countArg(ttl, 1, MAX_U32, 'lease TTL (ms)', key)
+end
 
 -- Every limit, loaded and checked before anything is written: with the configuration in the call
 -- (ARGV[5 + i], when not '') or the stored one.
-local function loadAll()
+local function loadAll(leaseId)
   local all = {}
   for i = 1, k do
     local kind = string.sub(kinds, i, i)
     local cfg = ARGV[5 + i]
     if cfg == '' then cfg = nil end
-    if kind == 'W' then
+    if kind == 'C' then
+      local s = leaseLoad(KEYS[i], nowUs, leaseId)
+      s.lease, s.limit, s.ttl = true, leaseConfig(KEYS[i], cfg)
+      all[i] = s
+    elseif kind == 'W' then
       if cfg then all[i] = windowWithConfig(KEYS[i], nowUs, cfg) else all[i] = windowLoad(KEYS[i], nowUs) end
     elseif cfg then
       all[i] = gcraWithConfig(KEYS[i], kind, nowUs, cfg)
@@ -164,12 +199,28 @@ if op == 'take' or op == 'peek' then
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', owner)
   local maxWait = 0
   if op == 'take' then maxWait = countArg(ARGV[5], 0, 1e14 - 1, 'maxWait', owner) end
-  local all = loadAll()
+  local leaseId = nil
+  if leases then
+    if maxWait > 0 then
+      fail('REDLIMIT_INVALID_ARGUMENT', 'a concurrency limit cannot be taken ahead of time (maxWait must be 0) in ' ..
+        owner)
+    end
+    if op == 'take' then leaseId = leaseIdArg(ARGV[6 + k], owner) end
+  end
+  local all = loadAll(leaseId)
   local maxWaitAll = maxWait                   -- cut to every GCRA's longest reservation
   for i = 1, k do
     local s = all[i]
-    if s.window then windowCheckPermits(s, n) else gcraCheckPermits(s, n) end
-    if not s.window and maxWaitAll > s.maxWait then maxWaitAll = s.maxWait end
+    if s.lease then
+      s.held = leaseHeld(s)
+      s.latest = leaseLatestBut(s, nil)
+      if leaseLive(s) then s.wait = 0 else s.wait = leaseWait(s, s.held, s.limit) end
+    elseif s.window then
+      windowCheckPermits(s, n)
+    else
+      gcraCheckPermits(s, n)
+      if maxWaitAll > s.maxWait then maxWaitAll = s.maxWait end
+    end
   end
 
   -- Each limit alone: its own answer, its earliest time, and the candidates for E.
@@ -178,7 +229,12 @@ if op == 'take' or op == 'peek' then
   for i = 1, k do
     local s = all[i]
     local earliest
-    if s.window then
+    if s.lease then
+      earliest = s.wait
+      s.ownRetry = earliest
+      if earliest == 0 then s.ownAllowed = 1 else s.ownAllowed = 0 end
+      candidates[#candidates + 1] = earliest
+    elseif s.window then
       local ok, _, retryAlone = windowTake(s, n, maxWait)
       s.ownAllowed, s.ownRetry = ok, retryAlone
       local wait = s.nextStart - nowUs
@@ -206,7 +262,9 @@ if op == 'take' or op == 'peek' then
     local fits = true
     for i = 1, k do
       local s = all[i]
-      if s.window then
+      if s.lease then
+        fits = t >= s.wait
+      elseif s.window then
         fits = windowFitsAt(s, n, t)
       else
         fits = t >= gcraWait(s, n)
@@ -245,10 +303,26 @@ if op == 'take' or op == 'peek' then
   -- Each limit's state after the call: written only when granted (take).
   local reply = {allowed, 0, retry, 0, 0, nowUs, delay, deniedBy}
   local remaining, resetAfter, limit = nil, 0, nil
+  local leaseExpiry = 0                        -- the lease's: the soonest of the limits'
   for i = 1, k do
     local s = all[i]
     local rem, reset, lim, lr, lms
-    if s.window then
+    if s.lease then
+      local held, latest = s.held, s.latest
+      if allowed == 1 and op == 'take' then
+        local expiry = s.own
+        if not leaseLive(s) then           -- a take sent twice finds its lease live: nothing to add
+          expiry, held = nowUs + s.ttl * 1000, held + 1
+          if expiry > latest then latest = expiry end
+          leasePut(s, leaseId, expiry, latest)
+        end
+        if leaseExpiry == 0 or expiry < leaseExpiry then leaseExpiry = expiry end
+      end
+      rem, lim, lr, lms = s.limit - held, s.limit, s.limit, s.ttl
+      if rem < 0 then rem = 0 end
+      reset = 0
+      if latest > nowUs then reset = latest - nowUs end
+    elseif s.window then
       local count, nextCount = s.count, s.nextCount
       if allowed == 1 then
         if e < s.nextStart - nowUs then count = count + n else nextCount = nextCount + n end
@@ -279,6 +353,7 @@ if op == 'take' or op == 'peek' then
   end
   reply[2], reply[4], reply[5] = remaining, resetAfter, limit
   if reserving then return finishReserve(reply, all) end
+  if leases then reply[#reply + 1] = leaseExpiry end
   return reply
 end
 
@@ -288,7 +363,10 @@ if op == 'refund' then
   local reply = {}
   for i = 1, k do
     local s = all[i]
-    if s.window then
+    if s.lease then
+      reply[i] = s.limit - leaseHeld(s)
+      if reply[i] < 0 then reply[i] = 0 end
+    elseif s.window then
       reply[i] = s.l - windowRefund(s, n)
     else
       reply[i] = gcraRemaining(s, gcraRefund(s, n))
@@ -320,6 +398,38 @@ if op == 'settle' then
   local reply = multiRecordAnswer(r, k)
   reply[1] = 1
   return reply
+end
+
+if op == 'renew' or op == 'release' then
+  if string.find(kinds, '[^C]') then
+    fail('REDLIMIT_INVALID_ARGUMENT', op .. ' takes concurrency limits only, got kinds ' .. kinds)
+  end
+  local id = leaseIdArg(ARGV[4], owner)
+  local all = loadAll(id)
+  local live = true
+  for i = 1, k do
+    if not leaseLive(all[i]) then live = false end
+  end
+  -- Everything is read and checked: from here on every limit writes.
+  if op == 'renew' and live then
+    local soonest = 0
+    for i = 1, k do
+      local s = all[i]
+      local expiry = nowUs + s.ttl * 1000
+      local latest = leaseLatestBut(s, id)
+      if expiry > latest then latest = expiry end
+      leasePut(s, id, expiry, latest, 'XX')
+      if soonest == 0 or expiry < soonest then soonest = expiry end
+    end
+    return {1, soonest, nowUs}
+  end
+  for i = 1, k do                              -- released, or no longer live in every limit: gone from all
+    local s = all[i]
+    leaseFinish(s, leaseLatestBut(s, id), s.own and id)
+  end
+  if op == 'renew' then return {0, 0, nowUs} end
+  if live then return {1, nowUs} end
+  return {0, nowUs}
 end
 
 fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for multi.lua')

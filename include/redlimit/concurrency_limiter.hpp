@@ -14,6 +14,7 @@
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/lease.hpp"
 #include "redlimit/monitor.hpp"
 
 namespace redlimit {
@@ -29,15 +30,6 @@ struct ConcurrencyConfig {
 struct ConcurrencyLimiterOptions {
   FailureOptions failure;  // acquisitions when Redis cannot be asked (default: throw the IoError)
   MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
-};
-
-/// A lease: one of the `limit` places, held until it expires or is released.
-struct Lease {
-  std::string id;                          // 32 lowercase hex digits, random, unique per acquisition
-  std::chrono::microseconds expiresAt{0};  // epoch µs on the server's clock; 0 when Redis holds no such
-                                           // lease (granted by the failure policy or shadow mode)
-  bool byPolicy = false;                   // granted by the failure policy: Redis was not asked
-  bool shadowDenied = false;               // shadow mode let a denial through: Redis holds no lease
 };
 
 /// What an acquisition answers: the Decision (permits 1, limit, remaining = places free after it,
@@ -120,6 +112,7 @@ class ConcurrencyLimiter {
 
   [[nodiscard]] const std::string& getName() const noexcept;
   [[nodiscard]] const ConcurrencyConfig& config() const noexcept;
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Acquisitions made under the failure policy, and whether the limiter is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
   /// The handle's metrics, shadow mode and events; decisions are decide and tryAcquire.

@@ -7,7 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
+
+#include "redlimit/lease.hpp"
 
 namespace redlimit {
 
@@ -51,6 +54,9 @@ struct Decision {
 ///                wait on its own (the first of equals), the one that Retry-After is about;
 ///                kNone when allowed and for decisions of the failure policy;
 ///  * time        the server time of the decision, the same instant for every limit.
+/// A concurrency limit (a ConcurrencyLimiter in the MultiLimit) takes one place per call, whatever
+/// the permits; its remaining and limit count places, so a combined remaining of r says r more
+/// calls of one permit could be granted now.
 struct MultiDecision : Decision {
   /// One per limit, in construction order (empty only for a default-constructed value): allowed
   /// and retryAfter are what that limiter alone would have answered to the same call (so several
@@ -58,6 +64,9 @@ struct MultiDecision : Decision {
   /// the combined decision allowed); limit is that limiter's own; permits, byPolicy and time are
   /// the combined decision's.
   std::vector<Decision> limits;
+  /// Set exactly when allowed and the MultiLimit has a concurrency limit: the place taken in each
+  /// of them, under one id; give it back with MultiLimit::release (renew it with MultiLimit::renew).
+  std::optional<Lease> lease;
 };
 
 }  // namespace redlimit

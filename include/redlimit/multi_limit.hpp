@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "redlimit/client.hpp"
+#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/monitor.hpp"
@@ -33,10 +34,19 @@ struct MultiLimitOptions {
 };
 
 /// Several limiters of the one-key family (TokenBucketRateLimiter, GcraRateLimiter,
-/// FixedWindowRateLimiter, any mix, on one Client) decided in one script call, all or nothing:
-/// if any limit denies, no limit is charged. Each limit is computed exactly as its own limiter
-/// computes it (same script code, bounds and exactness), all at one server time. Thread-safe;
-/// copies share one failure gate.
+/// FixedWindowRateLimiter) and ConcurrencyLimiters, any mix, on one Client, decided in one script
+/// call, all or nothing: if any limit denies, no limit is charged. Each limit is computed exactly
+/// as its own limiter computes it (same script code, bounds and exactness), all at one server
+/// time. Thread-safe; copies share one failure gate.
+///
+/// Concurrency limits ("10 per second AND at most 3 at once, per tenant"): a granted decide()
+/// takes one place (a lease, whatever the permits) in every ConcurrencyLimiter of the MultiLimit,
+/// each with that limiter's limit and leaseTtl, under one lease id, returned in
+/// MultiDecision::lease. Give it back with release(lease); renew(lease) extends it. A denial by
+/// any limit takes no place and no permit. A place cannot be taken ahead of time and a lease must
+/// not be lost, so a MultiLimit with a concurrency limit refuses (InvalidArgument, nothing sent)
+/// the calls that wait or answer without the lease: tryAcquire, acquire, reserve, reserveFor,
+/// tryAcquireAsync. Use decide or decideAsync.
 ///
 /// Keys: a script may only touch keys of one Redis Cluster hash slot, so the limiters' names must
 /// share one: give them one hash tag, the part between the first '{' and the next '}', which is
@@ -68,8 +78,22 @@ struct MultiLimitOptions {
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
-  /// A limiter of the one-key family, by reference (only its name and kind are kept).
-  using Limit = std::reference_wrapper<const detail::ScriptLimiter>;
+  /// A limit: a limiter of the one-key family or a ConcurrencyLimiter, by reference (only its
+  /// name, kind, configuration and Client are kept). Made implicitly from either, so that
+  /// `MultiLimit both({perUser, perTenant, inFlight});` reads as a list of limiters.
+  class Limit {
+   public:
+    Limit(const detail::ScriptLimiter& limiter) noexcept : rate_(&limiter) {}      // NOLINT(*-explicit-*)
+    Limit(const ConcurrencyLimiter& limiter) noexcept : concurrency_(&limiter) {}  // NOLINT(*-explicit-*)
+    /// The one-key limiter, or null.
+    [[nodiscard]] const detail::ScriptLimiter* rateLimiter() const noexcept { return rate_; }
+    /// The ConcurrencyLimiter, or null.
+    [[nodiscard]] const ConcurrencyLimiter* concurrencyLimiter() const noexcept { return concurrency_; }
+
+   private:
+    const detail::ScriptLimiter* rate_ = nullptr;
+    const ConcurrencyLimiter* concurrency_ = nullptr;
+  };
   /// As ScriptLimiter::DecisionCallback, with the MultiDecision.
   using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
 
@@ -103,11 +127,26 @@ class MultiLimit {
   /// further ahead). Refused (nothing taken): decision.retryAfter says when the same reservation
   /// would succeed.
   [[nodiscard]] Reservation reserve(std::int64_t permits, std::chrono::microseconds maxWait);
-  /// What decide(permits) would answer now, taking nothing. Throws IoError when Redis cannot be
-  /// asked.
+  /// What decide(permits) would answer now, taking nothing (no lease either). Throws IoError when
+  /// Redis cannot be asked.
   [[nodiscard]] MultiDecision peek(std::int64_t permits = 1);
-  /// Gives back `permits` (0..kMaxPermits) to every limit, each as its own refund() does.
+  /// Gives back `permits` (0..kMaxPermits) to every limit, each as its own refund() does (a
+  /// concurrency limit gets nothing back: release its lease).
   void refund(std::int64_t permits);
+
+  /// Concurrency limits: extends the lease of a decide() in every concurrency limit, each to now +
+  /// its own leaseTtl (or to now + `leaseTtl` in all), and sets lease.expiresAt to the soonest.
+  /// False if it is no longer live in all of them (expired in one, released): it is then removed
+  /// from every one, for good. A lease of the failure policy or shadow mode answers false.
+  /// Throws InvalidArgument before sending for a MultiLimit without a concurrency limit, a lease id
+  /// that is not 32 lowercase hex digits or a bad TTL; the IoError when Redis cannot be asked (safe
+  /// to retry).
+  [[nodiscard]] bool renew(Lease& lease);
+  [[nodiscard]] bool renew(Lease& lease, std::chrono::milliseconds leaseTtl);
+  /// Frees the lease's place in every concurrency limit. True if it was live in all of them;
+  /// false if it had expired (in one) or was released already (a second release is a no-op).
+  /// Errors as renew.
+  bool release(const Lease& lease);
 
   /// Reserve, then settle, for all limits at once (docs/algorithms.md "Reserve, then settle"):
   /// takes `permits` as decide(permits) does (all or nothing) and, when granted, writes ONE record
@@ -134,7 +173,7 @@ class MultiLimit {
   /// The record key of `id`: the first limit's name + ":mrsv:" + id (that name wrapped in braces
   /// if it has no hash tag, as ScriptLimiter::reservationKey does with ":rsv:"), so a one-key
   /// reservation of that limiter with the same id is another record. Throws InvalidArgument (also
-  /// when a limit is of another kind than token bucket, GCRA or fixed window).
+  /// when a limit is a concurrency limit).
   [[nodiscard]] std::string reservationKey(const std::string& id) const;
 
   /// decide() without waiting for the reply (see ScriptLimiter::decideAsync for the callback).

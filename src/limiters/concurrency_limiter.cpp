@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "base/random.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/lease_id.hpp"
 #include "config/config_checks.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -22,6 +22,8 @@
 
 namespace redlimit {
 
+using detail::checkLeaseId;
+using detail::newLeaseId;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
@@ -33,30 +35,6 @@ const detail::Script kConcurrency{detail::lua::concurrency.name, detail::lua::co
                                   detail::lua::concurrency.source};
 constexpr char kKind = 'C';
 constexpr std::size_t kAcquireReplySize = 8;  // {granted, expiryUs, remaining, limit, nowUs, retryUs, resetUs, held}
-
-std::string newLeaseId() {
-  const std::array<std::uint8_t, 16> bytes = detail::randomId16();
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    id[2 * i] = kHex[bytes[i] >> 4U];
-    id[2 * i + 1] = kHex[bytes[i] & 0x0FU];
-  }
-  return id;
-}
-
-void checkLeaseId(const std::string& id) {
-  const bool ok = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
-                    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                  });
-  if (!ok) {
-    throw InvalidArgument(fmt::format("redlimit: a lease id is 32 lowercase hex digits, got \"{}\"", id.substr(0, 40)));
-  }
-}
-
-void checkTtl(milliseconds ttl) {
-  detail::checkCount("leaseTtl (ms)", ttl.count(), 1, ConcurrencyLimiter::kMaxLeaseTtl.count());
-}
 
 std::int64_t at(const detail::Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
 
@@ -112,7 +90,7 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
   }
 
   LeaseDecision acquire(milliseconds ttl) {
-    checkTtl(ttl);
+    detail::checkLeaseTtl(ttl);
     if (client_->onIoThread()) {
       throw InvalidArgument(fmt::format(
           "redlimit: limiter {}: a sync call from a completion callback would wait for the thread that runs it",
@@ -167,7 +145,7 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
   // once more with the same lease id (a live lease with that id is granted again, not added).
   void acquireAsync(milliseconds ttl, std::function<void(LeaseDecision, std::exception_ptr)> done) {
     try {
-      checkTtl(ttl);
+      detail::checkLeaseTtl(ttl);
     } catch (...) {
       done(LeaseDecision{}, std::current_exception());
       return;
@@ -252,7 +230,7 @@ ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<Client> client, std::stri
 
 void ConcurrencyLimiter::validateConfig(const ConcurrencyConfig& config) {
   detail::checkCount("limit", config.limit, 1, kMaxLimit);
-  checkTtl(config.leaseTtl);
+  detail::checkLeaseTtl(config.leaseTtl);
 }
 
 LeaseDecision ConcurrencyLimiter::decide() { return decide(core_->config_.leaseTtl); }
@@ -311,7 +289,7 @@ bool ConcurrencyLimiter::renew(Lease& lease) { return renew(lease, core_->config
 
 bool ConcurrencyLimiter::renew(Lease& lease, milliseconds leaseTtl) {
   checkLeaseId(lease.id);
-  checkTtl(leaseTtl);
+  detail::checkLeaseTtl(leaseTtl);
   const detail::Reply r = core_->call("renew", {lease.id, fmt::to_string(leaseTtl.count())}, true);
   if (r.type != detail::Reply::Type::Array || r.elements.size() != 3) {
     throw UnexpectedReplyError(
@@ -349,6 +327,7 @@ bool ConcurrencyLimiter::deleteLimiter() {
 
 const std::string& ConcurrencyLimiter::getName() const noexcept { return core_->name_; }
 const ConcurrencyConfig& ConcurrencyLimiter::config() const noexcept { return core_->config_; }
+const std::shared_ptr<Client>& ConcurrencyLimiter::client() const noexcept { return core_->client_; }
 FailureStats ConcurrencyLimiter::failureStats() const { return core_->gate_.stats(); }
 const LimiterMonitor& ConcurrencyLimiter::monitor() const noexcept { return core_->gate_.monitor(); }
 

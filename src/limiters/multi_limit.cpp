@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <atomic>
 #include <iterator>
+#include <optional>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/lease_id.hpp"
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -32,9 +34,11 @@ using SteadyTime = Steady::time_point;
 
 const detail::Script kMulti{detail::lua::multi.name, detail::lua::multi.sha1, detail::lua::multi.source};
 
-// A take/peek reply: 8 combined elements, then 7 per limit (see lua/multi.lua).
+// A take/peek reply: 8 combined elements, then 7 per limit, then the lease's expiry when a limit is
+// a concurrency limit (see lua/multi.lua).
 constexpr std::size_t kHead = 8;
 constexpr std::size_t kPerLimit = 7;
+constexpr char kLeaseKind = 'C';
 
 void checkPermits(std::int64_t permits) {
   if (permits < 1 || permits > detail::ScriptLimiter::kMaxPermits) {
@@ -73,11 +77,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   using OutcomeCallback = std::function<void(Outcome, std::exception_ptr)>;
 
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
-       std::vector<std::string> configs, std::int64_t maxPermits, std::string label, const MultiLimitOptions& options)
+       std::vector<std::string> configs, std::vector<ConcurrencyConfig> leaseConfigs, std::int64_t maxPermits,
+       std::string label, const MultiLimitOptions& options)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
         configs_(std::move(configs)),
+        leaseConfigs_(std::move(leaseConfigs)),
         maxPermits_(maxPermits),
         label_(std::move(label)),
         gate_(label_, options.failure, ClockView{},
@@ -85,7 +91,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         knownLimits_(std::make_unique<std::atomic<std::int64_t>[]>(names_.size())) {
     const ClientOptions& o = client_->options();
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
-    for (std::size_t i = 0; i < names_.size(); ++i) knownLimits_[i].store(0, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      knownLimits_[i].store(0, std::memory_order_relaxed);
+      if (kinds_[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
+    }
   }
 
   Outcome take(std::int64_t permits, microseconds maxWait);
@@ -94,10 +103,27 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // `recordKey`, it is the last key, after the limits' (a reservation record).
   Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
              const std::string* recordKey = nullptr);
-  // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits.
-  static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits);
+  // As call, on `keys` of `kinds`.
+  Reply callOn(std::vector<std::string_view> keys, std::string_view kinds, std::string_view op,
+               const std::vector<std::string>& args, bool resendIfClosed);
+  // renew or release of a lease in every concurrency limit; no `ttl`: each limit's leaseTtl.
+  Reply leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize);
+  // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
+  // `leases` the reply ends with the lease's expiry; a granted take's lease gets `leaseId` (empty
+  // for peek: no lease).
+  static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits,
+                       bool leases, const std::string& leaseId);
   Outcome byPolicy(std::int64_t permits, bool allowed) const;
-  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait) const;
+  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait, const std::string& leaseId) const;
+  bool hasLeases() const noexcept { return !leaseNames_.empty(); }
+  // A new lease id when a limit is a concurrency limit, else "".
+  std::string newLeaseIdIfAny() const { return hasLeases() ? detail::newLeaseId() : std::string(); }
+  // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
+  // limit is a concurrency limit.
+  void refuseWithLeases(std::string_view what) const;
+  // With `leases`, a decision let through by shadow mode gets a lease Redis does not hold, as
+  // ConcurrencyLimiter's.
+  static void leaseForShadow(bool leases, MultiDecision& d);
   // The arguments of peek and refund: the permits, and the configurations if any.
   std::vector<std::string> opArgs(std::int64_t permits) const;
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
@@ -116,8 +142,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> names_;
   std::string kinds_;                 // one kind byte per limit
   std::vector<std::string> configs_;  // per limit: its configuration sent in the call, or ""; empty if none has one
-  std::int64_t maxPermits_;           // the most one call may take, as far as the configurations say
-  std::string label_;                 // "MultiLimit(a + b)", for messages and events
+  std::vector<ConcurrencyConfig> leaseConfigs_;  // the concurrency limits' configurations, in order
+  std::vector<std::string> leaseNames_;          // the concurrency limits' names, in order
+  std::int64_t maxPermits_;                      // the most one call may take, as far as the configurations say
+  std::string label_;                            // "MultiLimit(a + b)", for messages and events
   detail::FailureGate gate_;
   milliseconds callBound_{0};                                 // connect + command timeout, saturated
   std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits_;  // per limit, last seen; 0 = unknown
@@ -140,12 +168,36 @@ MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool 
     one.limit = knownLimits_[i].load(std::memory_order_relaxed);
     d.limit = i == 0 ? one.limit : std::min(d.limit, one.limit);
   }
+  if (allowed && hasLeases()) {
+    Lease lease;
+    lease.id = detail::newLeaseId();
+    lease.byPolicy = true;
+    d.lease = std::move(lease);
+  }
   return out;
 }
 
+void MultiLimit::Core::refuseWithLeases(std::string_view what) const {
+  if (!hasLeases()) return;
+  throw InvalidArgument(fmt::format(
+      "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of time, "
+      "and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
+      label_, what));
+}
+
+void MultiLimit::Core::leaseForShadow(bool leases, MultiDecision& d) {
+  if (!leases || !d.allowed || d.lease) return;
+  Lease lease;
+  lease.id = detail::newLeaseId();
+  lease.byPolicy = d.byPolicy;
+  lease.shadowDenied = d.shadowDenied;
+  d.lease = std::move(lease);
+}
+
 MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string& label, std::size_t count,
-                                                  const Reply& r, std::int64_t permits) {
-  const std::size_t expected = kHead + kPerLimit * count;
+                                                  const Reply& r, std::int64_t permits, bool leases,
+                                                  const std::string& leaseId) {
+  const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
     throw UnexpectedReplyError(
         fmt::format("redlimit: {}: expected an array of {} from the script, got {}", label, expected, r.describe()));
@@ -195,13 +247,21 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
     self->localRate_.store(tightRate, std::memory_order_relaxed);
     self->localIntervalMs_.store(tightMs, std::memory_order_relaxed);
   }
+  if (leases && d.allowed && !leaseId.empty()) {
+    Lease lease;
+    lease.id = leaseId;
+    lease.expiresAt = microseconds{at(expected - 1)};
+    d.lease = std::move(lease);
+  }
   return out;
 }
 
-std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait) const {
+std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait,
+                                                    const std::string& leaseId) const {
   const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::ScriptLimiter::kMaxWait);
   std::vector<std::string> args{"take", "", kinds_, fmt::to_string(permits), fmt::to_string(wait.count())};
   args.insert(args.end(), configs_.begin(), configs_.end());
+  if (hasLeases()) args.push_back(leaseId);
   return args;
 }
 
@@ -238,7 +298,8 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
     if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
     gate_.throwUnavailable();
   }
-  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  const std::string leaseId = newLeaseIdIfAny();
+  const std::vector<std::string> args = takeArgs(permits, maxWait, leaseId);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::int64_t started = gate_.callStart();
   gate_.monitor().roundTrip();
@@ -249,7 +310,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
     } catch (const ScriptError&) {
       std::rethrow_exception(detail::limiterError(std::current_exception()));
     }
-    Outcome out = parse(this, label_, names_.size(), reply, permits);
+    Outcome out = parse(this, label_, names_.size(), reply, permits, hasLeases(), leaseId);
     gate_.answered(started);
     return out;
   } catch (const Error&) {
@@ -279,7 +340,8 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
     }
     return;
   }
-  const std::vector<std::string> args = takeArgs(permits, maxWait);
+  std::string leaseId = newLeaseIdIfAny();
+  const std::vector<std::string> args = takeArgs(permits, maxWait, leaseId);
   const std::vector<std::string_view> argViews(args.begin(), args.end());
   const std::int64_t started = gate_.callStart();
   gate_.monitor().roundTrip();
@@ -287,13 +349,14 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
   // (and through it the Client and its I/O thread) alive.
   detail::evalAsync(
       *client_, kMulti, keys(), argViews,
-      [weak = weak_from_this(), label = label_, count = names_.size(), permits, rate, interval, started,
+      [weak = weak_from_this(), label = label_, count = names_.size(), leases = hasLeases(),
+       leaseId = std::move(leaseId), permits, rate, interval, started,
        done = std::move(done)](const Reply& reply, std::exception_ptr error) {
         const std::shared_ptr<Core> self = weak.lock();
         Outcome out;
         if (!error) {
           try {
-            out = parse(self.get(), label, count, reply, permits);
+            out = parse(self.get(), label, count, reply, permits, leases, leaseId);
           } catch (...) {
             error = std::current_exception();
           }
@@ -318,10 +381,15 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
 
 Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
                              const std::string* recordKey) {
-  std::vector<std::string_view> argViews{op, "", kinds_};
-  argViews.insert(argViews.end(), args.begin(), args.end());
   std::vector<std::string_view> keyViews = keys();
   if (recordKey != nullptr) keyViews.emplace_back(*recordKey);
+  return callOn(std::move(keyViews), kinds_, op, args, resendIfClosed);
+}
+
+Reply MultiLimit::Core::callOn(std::vector<std::string_view> keyViews, std::string_view kinds, std::string_view op,
+                               const std::vector<std::string>& args, bool resendIfClosed) {
+  std::vector<std::string_view> argViews{op, "", kinds};
+  argViews.insert(argViews.end(), args.begin(), args.end());
   const SteadyTime deadline = callDeadline();
   constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
   for (int tries = 1;; ++tries) {
@@ -337,6 +405,28 @@ Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>
   }
 }
 
+Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
+                                  std::size_t replySize) {
+  if (!hasLeases()) {
+    throw InvalidArgument(fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", label_, op));
+  }
+  detail::checkLeaseId(lease.id);
+  if (ttl) detail::checkLeaseTtl(*ttl);
+  std::vector<std::string> args{lease.id, "0"};
+  for (const ConcurrencyConfig& c : leaseConfigs_) {
+    args.push_back(fmt::format("{}:{}", c.limit, ttl.value_or(c.leaseTtl).count()));
+  }
+  // Safe to send again: a renew sent twice extends twice from about the same instant, a release
+  // sent twice answers what the first did not see.
+  const Reply r =
+      callOn({leaseNames_.begin(), leaseNames_.end()}, std::string(leaseNames_.size(), kLeaseKind), op, args, true);
+  if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label_, replySize, op, r.describe()));
+  }
+  return r;
+}
+
 // --- The handle -------------------------------------------------------------------------------
 
 MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options) {
@@ -344,25 +434,41 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
   }
-  const std::shared_ptr<Client>& client = limits.front().get().client();
+  const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& {
+    return l.rateLimiter() != nullptr ? l.rateLimiter()->client() : l.concurrencyLimiter()->client();
+  };
+  const auto nameOf = [](const Limit& l) -> const std::string& {
+    return l.rateLimiter() != nullptr ? l.rateLimiter()->getName() : l.concurrencyLimiter()->getName();
+  };
+  const std::shared_ptr<Client>& client = clientOf(limits.front());
   std::vector<std::string> names;
   std::string kinds;
   std::vector<std::string> configs;
+  std::vector<ConcurrencyConfig> leaseConfigs;
   bool anyConfig = false;
   std::int64_t maxPermits = detail::ScriptLimiter::kMaxPermits;
   std::unordered_set<std::string_view> seen;
   for (const Limit& limit : limits) {
-    const detail::ScriptLimiter& l = limit.get();
-    if (l.client() != client) {
+    const std::string& name = nameOf(limit);
+    if (clientOf(limit) != client) {
       throw InvalidArgument(
           fmt::format("redlimit: MultiLimit: limiter {} uses another Client than {}; one script "
                       "call runs on one Client",
-                      l.getName(), limits.front().get().getName()));
+                      name, nameOf(limits.front())));
     }
-    if (!seen.insert(l.getName()).second) {
-      throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", l.getName()));
+    if (!seen.insert(name).second) {
+      throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", name));
     }
-    names.push_back(l.getName());
+    names.push_back(name);
+    if (const ConcurrencyLimiter* c = limit.concurrencyLimiter()) {
+      // Nothing of a concurrency limit is stored: its limit and lease TTL go in every call.
+      kinds.push_back(kLeaseKind);
+      configs.push_back(fmt::format("{}:{}", c->config().limit, c->config().leaseTtl.count()));
+      leaseConfigs.push_back(c->config());
+      anyConfig = true;
+      continue;
+    }
+    const detail::ScriptLimiter& l = *limit.rateLimiter();
     kinds.push_back(l.kind());
     const std::shared_ptr<const detail::KeyedPolicy> policy = l.policySnapshot();
     configs.push_back(policy ? policy->packed : std::string());
@@ -377,19 +483,24 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
   label += ")";
-  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs), maxPermits,
-                                 std::move(label), options);
+  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs),
+                                 std::move(leaseConfigs), maxPermits, std::move(label), options);
 }
 
 MultiDecision MultiLimit::decide(std::int64_t permits) {
   MultiDecision d = core_->take(permits, microseconds{0}).decision;
   monitor().admit(d);
+  Core::leaseForShadow(core_->hasLeases(), d);
   return d;
 }
 
-bool MultiLimit::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
+bool MultiLimit::tryAcquire(std::int64_t permits) {
+  core_->refuseWithLeases("tryAcquire");
+  return decide(permits).allowed;
+}
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  core_->refuseWithLeases("tryAcquire");
   if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
   const Core::Outcome r = core_->take(permits, maxWait);
@@ -399,6 +510,7 @@ bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
 }
 
 void MultiLimit::acquire(std::int64_t permits) {
+  core_->refuseWithLeases("acquire");
   if (monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
     (void)decide(permits);
     return;
@@ -419,6 +531,7 @@ void MultiLimit::acquire(std::int64_t permits) {
 }
 
 Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
+  core_->refuseWithLeases("reserve");
   if (maxWait.count() < 0) {
     throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
@@ -433,7 +546,7 @@ Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
 MultiDecision MultiLimit::peek(std::int64_t permits) {
   core_->checkPermitsFor(permits);
   const Reply r = core_->call("peek", core_->opArgs(permits), true);
-  return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits).decision;
+  return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits, core_->hasLeases(), "").decision;
 }
 
 void MultiLimit::refund(std::int64_t permits) {
@@ -446,12 +559,34 @@ void MultiLimit::refund(std::int64_t permits) {
   monitor().refunded(permits);
 }
 
+namespace {
+bool renewed(const Reply& r, Lease& lease) {
+  if (r.elements[0].asInteger() != 1) return false;
+  lease.expiresAt = microseconds{r.elements[1].asInteger()};
+  return true;
+}
+}  // namespace
+
+bool MultiLimit::renew(Lease& lease) { return renewed(core_->leaseCall("renew", lease, std::nullopt, 3), lease); }
+
+bool MultiLimit::renew(Lease& lease, milliseconds leaseTtl) {
+  return renewed(core_->leaseCall("renew", lease, leaseTtl, 3), lease);
+}
+
+bool MultiLimit::release(const Lease& lease) {
+  return core_->leaseCall("release", lease, std::nullopt, 2).elements[0].asInteger() == 1;
+}
+
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
   done = detail::isolated(std::move(done), monitor(), core_->label_);
   core_->takeAsync(permits, microseconds{0},
-                   [monitor = monitor(), done = std::move(done)](Core::Outcome r, std::exception_ptr error) {
-                     if (!error) monitor.admit(r.decision);
+                   [monitor = monitor(), leases = core_->hasLeases(), done = std::move(done)](
+                       Core::Outcome r, std::exception_ptr error) {
+                     if (!error) {
+                       monitor.admit(r.decision);
+                       Core::leaseForShadow(leases, r.decision);
+                     }
                      done(std::move(r.decision), std::move(error));
                    });
 }
@@ -462,6 +597,12 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
   done = detail::isolated(std::move(done), monitor(), core_->label_);
+  try {
+    core_->refuseWithLeases("tryAcquireAsync");
+  } catch (...) {
+    done(false, std::current_exception());
+    return;
+  }
   decideAsync(permits, [done = std::move(done)](const MultiDecision& d, std::exception_ptr error) {
     const bool allowed = !error && d.allowed;
     done(allowed, std::move(error));
@@ -476,10 +617,7 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 
 std::string MultiLimit::reservationKey(const std::string& id) const {
   // The record says what each limit gives back: token bucket, GCRA and fixed window only.
-  if (core_->kinds_.find_first_not_of("TGW") != std::string::npos) {
-    throw InvalidArgument(fmt::format(
-        "redlimit: {}: reserveFor and settle take token bucket, GCRA and fixed window limits only", core_->label_));
-  }
+  core_->refuseWithLeases("reserveFor or settle");
   return detail::reservationRecordKey(core_->names_.front(), id, "mrsv");
 }
 
@@ -519,7 +657,7 @@ MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string&
       Reply head = reply;
       head.elements.pop_back();
       out.repeated = reply.elements.back().asInteger() == 1;
-      out.decision = Core::parse(&c, c.label_, c.names_.size(), head, permits).decision;
+      out.decision = Core::parse(&c, c.label_, c.names_.size(), head, permits, false, "").decision;
       c.gate_.answered(started);
     } catch (const Error&) {
       auto d = c.gate_.settle(std::current_exception(), started, permits, rate, interval);

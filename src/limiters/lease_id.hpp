@@ -1,0 +1,44 @@
+// redlimit — lease ids: 32 lowercase hex digits, made by the client before an acquire is sent (so
+// that a resend takes one place), checked before anything is sent.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "base/random.hpp"
+#include "config/config_checks.hpp"
+#include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+
+inline std::string newLeaseId() {
+  const std::array<std::uint8_t, 16> bytes = randomId16();
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    id[2 * i] = kHex[bytes[i] >> 4U];
+    id[2 * i + 1] = kHex[bytes[i] & 0x0FU];
+  }
+  return id;
+}
+
+inline void checkLeaseId(const std::string& id) {
+  const bool ok = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+                    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                  });
+  if (!ok) {
+    throw InvalidArgument(fmt::format("redlimit: a lease id is 32 lowercase hex digits, got \"{}\"", id.substr(0, 40)));
+  }
+}
+
+inline void checkLeaseTtl(std::chrono::milliseconds ttl) {
+  checkCount("leaseTtl (ms)", ttl.count(), 1, ConcurrencyLimiter::kMaxLeaseTtl.count());
+}
+
+}  // namespace redlimit::detail
