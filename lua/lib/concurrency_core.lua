@@ -69,24 +69,25 @@ end
 -- reclaim (s.n of them), lease `id`'s expiry (s.own, nil if absent or id is nil), the two latest
 -- leases (s.top = {id, expiry, id, expiry}).
 local function leaseLoad(key, nowUs, id)
-  local s = {key = key, now = nowUs, nowArg = string.format('%d', nowUs)}
-  local expired = redis.pcall('ZRANGEBYSCORE', key, '-inf', s.nowArg, 'WITHSCORES', 'LIMIT', 0, LEASE_RECLAIM)
+  local nowArg = string.format('%d', nowUs)
+  local expired = redis.pcall('ZRANGEBYSCORE', key, '-inf', nowArg, 'WITHSCORES', 'LIMIT', 0, LEASE_RECLAIM)
   if expired.err then leaseWrongType(key, expired) end
   for i = 1, #expired, 2 do
     leaseCheckId(key, expired[i])
     leaseExpiryOf(key, expired[i + 1], nowUs)
   end
-  s.n = #expired / 2
+  local own = nil                              -- ZSCORE answers false for no lease: keep nil
   if id then
-    local own = redis.call('ZSCORE', key, id)
-    if own then s.own = leaseExpiryOf(key, own, nowUs) end
+    local score = redis.call('ZSCORE', key, id)
+    if score then own = leaseExpiryOf(key, score, nowUs) end
   end
-  s.top = redis.call('ZREVRANGE', key, 0, 1, 'WITHSCORES')
-  for i = 1, #s.top, 2 do
-    leaseCheckId(key, s.top[i])
-    s.top[i + 1] = leaseExpiryOf(key, s.top[i + 1], nowUs)
+  local top = redis.call('ZREVRANGE', key, 0, 1, 'WITHSCORES')
+  for i = 1, #top, 2 do
+    leaseCheckId(key, top[i])
+    top[i + 1] = leaseExpiryOf(key, top[i + 1], nowUs)
   end
-  return s
+  -- One constructor: the table is made at its size once (a multi-limit adds a few fields later).
+  return {key = key, now = nowUs, nowArg = nowArg, n = #expired / 2, own = own, top = top}
 end
 
 -- True if lease `id` (loaded by leaseLoad) is live.
@@ -109,11 +110,17 @@ end
 
 -- How long until fewer than `limit` of the `held` live leases are left, if none is released and
 -- none added: 0 when held < limit, else until the (held - limit + 1)-th soonest live lease
--- expires (the soonest when held == limit). By rank: the expired leases not reclaimed yet come first.
+-- expires: the soonest when held == limit (one read), else by rank, past the expired leases not
+-- reclaimed yet (O(log n) each: no offset scan when a handle with a lower limit asks).
 local function leaseWait(s, held, limit)
   if held < limit then return 0 end
-  local rank = redis.call('ZCOUNT', s.key, '-inf', s.nowArg) + held - limit
-  local e = redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')
+  local e
+  if held == limit then
+    e = redis.call('ZRANGEBYSCORE', s.key, '(' .. s.nowArg, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  else
+    local rank = redis.call('ZCOUNT', s.key, '-inf', s.nowArg) + held - limit
+    e = redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')
+  end
   leaseCheckId(s.key, e[1])
   return leaseExpiryOf(s.key, e[2], s.now) - s.now
 end
