@@ -54,4 +54,17 @@ DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_
   return d;
 }
 
+SettleStatus settleStatusOf(std::int64_t code, std::string_view who) {
+  switch (code) {
+    case 0:
+      return SettleStatus::Unknown;
+    case 1:
+      return SettleStatus::Settled;
+    case 2:
+      return SettleStatus::AlreadySettled;
+    default:
+      throw UnexpectedReplyError(fmt::format("redlimit: {}: settle answered status {}", who, code));
+  }
+}
+
 }  // namespace redlimit::detail

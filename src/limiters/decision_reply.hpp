@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "redlimit/decision.hpp"
+#include "redlimit/settlement.hpp"
 #include "redlimit/detail/reply.hpp"
 
 namespace redlimit::detail {
@@ -70,6 +71,11 @@ enum class DecisionForm {
   d.time = std::chrono::microseconds{v.nowUs};
   return d;
 }
+
+/// The status code of a settle reply (every settling script: 0 no record, 1 settled by this call,
+/// 2 settled before). Another code is UnexpectedReplyError naming `who` ("limiter x", a MultiLimit's
+/// label).
+[[nodiscard]] SettleStatus settleStatusOf(std::int64_t code, std::string_view who);
 
 /// The form kind `kind`'s script answers in.
 [[nodiscard]] constexpr DecisionForm decisionFormOf(char kind) noexcept {

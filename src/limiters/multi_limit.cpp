@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "limiters/completion.hpp"
+#include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/lease_id.hpp"
 #include "topology/key_slot.hpp"
@@ -684,20 +685,7 @@ MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
         fmt::format("redlimit: {}: expected an array of {} from settle, got {}", c.label_, expected, r.describe()));
   }
   MultiSettlement out;
-  switch (r.elements[0].asInteger()) {
-    case 0:
-      out.status = SettleStatus::Unknown;
-      break;
-    case 1:
-      out.status = SettleStatus::Settled;
-      break;
-    case 2:
-      out.status = SettleStatus::AlreadySettled;
-      break;
-    default:
-      throw UnexpectedReplyError(
-          fmt::format("redlimit: {}: settle answered status {}", c.label_, r.elements[0].asInteger()));
-  }
+  out.status = detail::settleStatusOf(r.elements[0].asInteger(), c.label_);
   out.reserved = r.elements[1].asInteger();
   out.actual = r.elements[2].asInteger();
   out.limits.resize(count);

@@ -144,19 +144,8 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
                                            kSettleReplySize, r.describe()));
   }
   Settlement out;
-  switch (r.elements[0].asInteger()) {
-    case 0:
-      return out;
-    case 1:
-      out.status = SettleStatus::Settled;
-      break;
-    case 2:
-      out.status = SettleStatus::AlreadySettled;
-      break;
-    default:
-      throw UnexpectedReplyError(
-          fmt::format("redlimit: limiter {}: settle answered status {}", name, r.elements[0].asInteger()));
-  }
+  out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
+  if (out.status == SettleStatus::Unknown) return out;
   out.reserved = r.elements[1].asInteger();
   out.actual = r.elements[2].asInteger();
   out.returned = r.elements[3].asInteger();
@@ -224,6 +213,30 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   void holdAsync(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
                  std::function<void(HeldPermits, std::exception_ptr)> done);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
+  // What an async call does before it asks Redis: checks the permits and asks the failure gate.
+  // True when `done` has been called (with the refusal, or with `decided(allowed)`, the answer of
+  // the failure policy's decision); false when Redis is to be asked.
+  template <class Out, class Decided>
+  bool answeredWithoutRedis(std::int64_t permits, const KeyedPolicy* config, std::int64_t rate, milliseconds interval,
+                            const std::function<void(Out, std::exception_ptr)>& done, Decided decided) {
+    try {
+      checkPermitsFor(permits, config);
+    } catch (...) {
+      done(Out{}, std::current_exception());
+      return true;
+    }
+    if (gate_.shouldTry()) return false;
+    if (auto d = gate_.decide(permits, rate, interval)) {
+      done(decided(*d), nullptr);
+      return true;
+    }
+    try {
+      gate_.throwUnavailable();
+    } catch (...) {
+      done(Out{}, std::current_exception());
+    }
+    return true;
+  }
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait,
@@ -347,24 +360,10 @@ Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait
 
 void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
-  try {
-    checkPermitsFor(permits, config.get());
-  } catch (...) {
-    done(Reservation{}, std::current_exception());
-    return;
-  }
   const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) {
-      done(byPolicy(permits, *d), nullptr);
-      return;
-    }
-    try {
-      gate_.throwUnavailable();
-    } catch (...) {
-      done(Reservation{}, std::current_exception());
-    }
+  if (answeredWithoutRedis<Reservation>(permits, config.get(), rate, interval, done,
+                                        [&](bool allowed) { return byPolicy(permits, allowed); })) {
     return;
   }
   std::vector<std::string> args = takeArgs(permits, maxWait, config);
@@ -495,26 +494,13 @@ void ScriptLimiter::Core::callAsync(std::string op, std::vector<std::string> arg
 void ScriptLimiter::Core::holdAsync(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
                                     std::function<void(HeldPermits, std::exception_ptr)> done) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
-  try {
-    checkPermitsFor(permits, config.get());
-  } catch (...) {
-    done(HeldPermits{}, std::current_exception());
-    return;
-  }
   const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) {
-      HeldPermits out;
-      out.decision = byPolicy(permits, *d).decision;
-      done(out, nullptr);
-      return;
-    }
-    try {
-      gate_.throwUnavailable();
-    } catch (...) {
-      done(HeldPermits{}, std::current_exception());
-    }
+  if (answeredWithoutRedis<HeldPermits>(permits, config.get(), rate, interval, done, [&](bool allowed) {
+        HeldPermits out;
+        out.decision = byPolicy(permits, allowed).decision;
+        return out;
+      })) {
     return;
   }
   std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};

@@ -248,11 +248,7 @@ TEST_F(CalendarQuotaTest, UnreachableRedisIsDecidedByThePolicy) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw, FailurePolicy::Local}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto c = Client::create(co);
+    auto c = shortTimeoutClient(server);
     CalendarRateLimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);

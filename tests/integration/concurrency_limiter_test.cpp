@@ -24,13 +24,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-ConcurrencyConfig config(std::int64_t limit, milliseconds ttl) {
-  ConcurrencyConfig c;
-  c.limit = limit;
-  c.leaseTtl = ttl;
-  return c;
-}
-
 template <class E>
 struct Tag {
   using type = E;
@@ -59,7 +52,7 @@ class ConcurrencyLimiterTest : public RedisTest {
 };
 
 TEST_F(ConcurrencyLimiterTest, AtMostLimitLeasesAreHeldAndADenialSaysWhenOneExpires) {
-  ConcurrencyLimiter cl(client(), name(), config(3, milliseconds(10000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(3, milliseconds(10000)));
   std::vector<Lease> leases;
   for (int i = 0; i < 3; ++i) {
     const LeaseDecision d = cl.decide();
@@ -93,7 +86,7 @@ TEST_F(ConcurrencyLimiterTest, AtMostLimitLeasesAreHeldAndADenialSaysWhenOneExpi
   EXPECT_TRUE(cl.tryAcquire().has_value());
   EXPECT_FALSE(cl.tryAcquire().has_value());
   // Another handle on the same name shares the leases.
-  ConcurrencyLimiter other(newClient(), name(), config(3, milliseconds(10000)));
+  ConcurrencyLimiter other(newClient(), name(), leaseConfig(3, milliseconds(10000)));
   EXPECT_FALSE(other.tryAcquire().has_value());
   EXPECT_EQ(other.held(), 3);
   // Metrics (one series per name): 4 granted, 4 denied (one of them `other`'s), one round trip each.
@@ -105,7 +98,7 @@ TEST_F(ConcurrencyLimiterTest, AtMostLimitLeasesAreHeldAndADenialSaysWhenOneExpi
 }
 
 TEST_F(ConcurrencyLimiterTest, ReleaseIsIdempotentAndTheLastReleaseDeletesTheKey) {
-  ConcurrencyLimiter cl(client(), name(), config(2, milliseconds(10000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(10000)));
   const std::optional<Lease> a = cl.tryAcquire();
   const std::optional<Lease> b = cl.tryAcquire();
   ASSERT_TRUE(a && b);
@@ -125,7 +118,7 @@ TEST_F(ConcurrencyLimiterTest, ReleaseIsIdempotentAndTheLastReleaseDeletesTheKey
 }
 
 TEST_F(ConcurrencyLimiterTest, RenewExtendsALiveLeaseOnly) {
-  ConcurrencyLimiter cl(client(), name(), config(1, milliseconds(100)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(1, milliseconds(100)));
   std::optional<Lease> lease = cl.tryAcquire();
   ASSERT_TRUE(lease);
   const microseconds first = lease->expiresAt;
@@ -156,7 +149,7 @@ TEST_F(ConcurrencyLimiterTest, RenewExtendsALiveLeaseOnly) {
 }
 
 TEST_F(ConcurrencyLimiterTest, AnExpiredLeaseFreesItsPlaceAtItsExpiryAndNeverBefore) {
-  ConcurrencyLimiter cl(client(), name(), config(2, milliseconds(10000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(10000)));
   std::optional<Lease> a = cl.tryAcquire(milliseconds(150));
   const std::optional<Lease> b = cl.tryAcquire(milliseconds(300));
   ASSERT_TRUE(a && b);
@@ -183,7 +176,7 @@ TEST_F(ConcurrencyLimiterTest, AnExpiredLeaseFreesItsPlaceAtItsExpiryAndNeverBef
 }
 
 TEST_F(ConcurrencyLimiterTest, ExpiredLeasesAreReclaimedAtMost100PerCall) {
-  ConcurrencyLimiter cl(client(), name(), config(5, milliseconds(10000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(5, milliseconds(10000)));
   // 250 expired leases, as crashed holders leave them.
   const std::int64_t past = serverTimeUs(admin()) - 1000000;
   for (int i = 0; i < 250; ++i) {
@@ -200,7 +193,7 @@ TEST_F(ConcurrencyLimiterTest, ExpiredLeasesAreReclaimedAtMost100PerCall) {
 }
 
 TEST_F(ConcurrencyLimiterTest, AnAcquireSentTwiceTakesOnePlace) {
-  ConcurrencyLimiter cl(client(), name(), config(2, milliseconds(10000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(10000)));
   const std::string id = fakeId(7);
   const std::vector<std::string> args{"acquire", "", "C", id, "2", "10000"};
   const Reply first = runOneKey(admin(), detail::lua::concurrency, name(), args);
@@ -215,23 +208,23 @@ TEST_F(ConcurrencyLimiterTest, AnAcquireSentTwiceTakesOnePlace) {
 
 TEST_F(ConcurrencyLimiterTest, BadInputIsRefusedBeforeAnythingIsSent) {
   const ConcurrencyConfig bad[] = {
-      config(0, milliseconds(1000)),
-      config(-1, milliseconds(1000)),
-      config(ConcurrencyLimiter::kMaxLimit + 1, milliseconds(1000)),
-      config(1, milliseconds(0)),
-      config(1, milliseconds(-5)),
-      config(1, ConcurrencyLimiter::kMaxLeaseTtl + milliseconds(1)),
+      leaseConfig(0, milliseconds(1000)),
+      leaseConfig(-1, milliseconds(1000)),
+      leaseConfig(ConcurrencyLimiter::kMaxLimit + 1, milliseconds(1000)),
+      leaseConfig(1, milliseconds(0)),
+      leaseConfig(1, milliseconds(-5)),
+      leaseConfig(1, ConcurrencyLimiter::kMaxLeaseTtl + milliseconds(1)),
   };
   for (const ConcurrencyConfig& c : bad) {
     EXPECT_THROW([&] { ConcurrencyLimiter cl(client(), name(), c); }(), InvalidArgument);
     EXPECT_THROW(ConcurrencyLimiter::validateConfig(c), InvalidArgument);
   }
-  EXPECT_THROW([&] { ConcurrencyLimiter cl(nullptr, name(), config(1, milliseconds(1000))); }(), InvalidArgument);
-  EXPECT_THROW([&] { ConcurrencyLimiter cl(client(), "", config(1, milliseconds(1000))); }(), InvalidArgument);
-  EXPECT_THROW([&] { ConcurrencyLimiter cl(client(), std::string(1025, 'x'), config(1, milliseconds(1000))); }(),
+  EXPECT_THROW([&] { ConcurrencyLimiter cl(nullptr, name(), leaseConfig(1, milliseconds(1000))); }(), InvalidArgument);
+  EXPECT_THROW([&] { ConcurrencyLimiter cl(client(), "", leaseConfig(1, milliseconds(1000))); }(), InvalidArgument);
+  EXPECT_THROW([&] { ConcurrencyLimiter cl(client(), std::string(1025, 'x'), leaseConfig(1, milliseconds(1000))); }(),
                InvalidArgument);
 
-  ConcurrencyLimiter cl(client(), name(), config(2, milliseconds(1000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(1000)));
   const std::int64_t calls = scriptCalls();
   EXPECT_THROW((void)cl.tryAcquire(milliseconds(0)), InvalidArgument);
   EXPECT_THROW((void)cl.decide(ConcurrencyLimiter::kMaxLeaseTtl + milliseconds(1)), InvalidArgument);
@@ -257,7 +250,7 @@ TEST_F(ConcurrencyLimiterTest, BadInputIsRefusedBeforeAnythingIsSent) {
 }
 
 TEST_F(ConcurrencyLimiterTest, CorruptedKeysAreTypedErrorsAndNothingIsWritten) {
-  ConcurrencyLimiter cl(client(), name(), config(3, milliseconds(10000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(3, milliseconds(10000)));
   Lease lease;
   lease.id = fakeId(3);
   auto expectRefused = [&](const char* what, auto tag) {
@@ -304,11 +297,7 @@ TEST_F(ConcurrencyLimiterTest, UnreachableRedisIsDecidedByThePolicy) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw, FailurePolicy::Local}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto c = Client::create(co);
+    auto c = shortTimeoutClient(server);
     ConcurrencyLimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
@@ -316,7 +305,7 @@ TEST_F(ConcurrencyLimiterTest, UnreachableRedisIsDecidedByThePolicy) {
     options.failure.onHealthChange = [&](const HealthEvent& e) {
       if (e.kind == HealthEvent::Kind::Degraded) degraded.fetch_add(1);
     };
-    ConcurrencyLimiter cl(c, "policy", config(3, milliseconds(60000)), options);
+    ConcurrencyLimiter cl(c, "policy", leaseConfig(3, milliseconds(60000)), options);
     std::optional<Lease> held = cl.tryAcquire();
     ASSERT_TRUE(held);
     server.kill();
@@ -374,7 +363,7 @@ TEST_F(ConcurrencyLimiterTest, UnreachableRedisIsDecidedByThePolicy) {
 }
 
 TEST_F(ConcurrencyLimiterTest, AsyncAcquisitionsHoldTheLimitAndGetTheirLeases) {
-  ConcurrencyLimiter cl(client(), name(), config(3, milliseconds(60000)));
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(3, milliseconds(60000)));
   std::vector<std::future<LeaseDecision>> all;
   for (int i = 0; i < 10; ++i) all.push_back(cl.decideAsync());
   std::vector<Lease> leases;
@@ -418,15 +407,11 @@ TEST_F(ConcurrencyLimiterTest, AsyncAcquisitionsOfAnUnreachableRedisAreDecidedBy
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto c = Client::create(co);
+    auto c = shortTimeoutClient(server);
     ConcurrencyLimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
-    ConcurrencyLimiter cl(c, "policy", config(3, milliseconds(60000)), options);
+    ConcurrencyLimiter cl(c, "policy", leaseConfig(3, milliseconds(60000)), options);
     ASSERT_TRUE(cl.decideAsync().get().lease.has_value());
     server.kill();
     int allowed = 0, denied = 0, thrown = 0;
@@ -449,7 +434,7 @@ TEST_F(ConcurrencyLimiterTest, AsyncAcquisitionsOfAnUnreachableRedisAreDecidedBy
 
 TEST_F(ConcurrencyLimiterTest, AKilledHolderProcessFreesItsLeasesAfterTheTtlNeverBefore) {
   const std::string n = name();
-  ConcurrencyLimiter cl(client(), n, config(3, milliseconds(300)));
+  ConcurrencyLimiter cl(client(), n, leaseConfig(3, milliseconds(300)));
   auto holder = std::make_unique<ChildProcess>(
       std::vector<std::string>{REDLIMIT_CONCURRENCY_WORKER, "hold", server().uri(), n, "3", "300", "3"});
   // Wait until the holder has its 3 leases, then SIGKILL it (the destructor kills and reaps).
@@ -482,7 +467,7 @@ TEST_F(ConcurrencyLimiterTest, AKilledHolderProcessFreesItsLeasesAfterTheTtlNeve
 TEST_F(ConcurrencyLimiterTest, ThreeProcessesOfFourThreadsNeverHoldMoreThanTheLimit) {
   const std::string n = name();
   constexpr int kLimit = 5;
-  ConcurrencyLimiter cl(client(), n, config(kLimit, milliseconds(20000)));
+  ConcurrencyLimiter cl(client(), n, leaseConfig(kLimit, milliseconds(20000)));
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int i = 0; i < 3; ++i) {
     workers.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
@@ -524,7 +509,7 @@ TEST_F(ConcurrencyLimiterTest, ShadowModeLetsADenialThroughWithoutTakingAPlace) 
   options.monitor.shadow = true;
   std::atomic<int> reported{0};
   options.monitor.onShadowDenial = [&](const ShadowDenial&) { reported.fetch_add(1); };
-  ConcurrencyLimiter cl(client(), name(), config(1, milliseconds(10000)), options);
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(1, milliseconds(10000)), options);
   const LeaseDecision first = cl.decide();
   ASSERT_TRUE(first.decision.allowed);
   EXPECT_FALSE(first.decision.shadowDenied);

@@ -142,11 +142,7 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
   for (const FailurePolicy policy : kEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     RedisServer server;  // no persistence: a restart comes back empty
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto c = Client::create(co);
+    auto c = shortTimeoutClient(server);
     GcraRateLimiterOptions oneKeyOptions;
     oneKeyOptions.failure = failureOptions(policy);
     GcraRateLimiter oneKey(c, "one", threeAMinute(), oneKeyOptions);

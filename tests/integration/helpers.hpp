@@ -31,6 +31,7 @@
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/hex.hpp"
+#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
@@ -420,6 +421,13 @@ inline FixedWindowConfig window(std::int64_t limit, std::chrono::milliseconds le
   c.limit = limit;
   c.window = length;
   c.keepAlive = keepAlive;
+  return c;
+}
+
+inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::milliseconds ttl) {
+  ConcurrencyConfig c;
+  c.limit = limit;
+  c.leaseTtl = ttl;
   return c;
 }
 

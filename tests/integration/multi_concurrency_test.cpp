@@ -23,13 +23,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-ConcurrencyConfig places(std::int64_t limit, milliseconds ttl) {
-  ConcurrencyConfig c;
-  c.limit = limit;
-  c.leaseTtl = ttl;
-  return c;
-}
-
 // A lease's expiry in the lease set `key` (epoch µs), or -1 if the set does not hold it.
 std::int64_t leaseScore(Client& c, const std::string& key, const std::string& id) {
   const Reply r = detail::command(c, {"ZSCORE", key, id});
@@ -53,7 +46,7 @@ class MultiConcurrencyTest : public RedisTest {
 
 TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {
   GcraRateLimiter perSecond(client(), key("rate"), gcra(10, 10, milliseconds(1000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(3, milliseconds(10000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
   MultiLimit both({perSecond, inFlight});
   std::vector<Lease> leases;
   for (int i = 0; i < 3; ++i) {
@@ -103,7 +96,7 @@ TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {
 
 TEST_F(MultiConcurrencyTest, ADenialByTheRateTakesNoPlace) {
   GcraRateLimiter slow(client(), key("rate"), gcra(2, 2, milliseconds(60000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(5, milliseconds(10000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(5, milliseconds(10000)));
   MultiLimit both({inFlight, slow});
   ASSERT_TRUE(both.decide().allowed);
   ASSERT_TRUE(both.decide().allowed);
@@ -126,8 +119,8 @@ TEST_F(MultiConcurrencyTest, ADenialByTheRateTakesNoPlace) {
 }
 
 TEST_F(MultiConcurrencyTest, ALeaseIsRenewedInEveryLimitAndEndsWhenOnePartExpires) {
-  ConcurrencyLimiter perUser(client(), key("user"), places(2, milliseconds(10000)));
-  ConcurrencyLimiter perTenant(client(), key("tenant"), places(5, milliseconds(150)));
+  ConcurrencyLimiter perUser(client(), key("user"), leaseConfig(2, milliseconds(10000)));
+  ConcurrencyLimiter perTenant(client(), key("tenant"), leaseConfig(5, milliseconds(150)));
   MultiLimit both({perUser, perTenant});
   MultiDecision d = both.decide();
   ASSERT_TRUE(d.lease.has_value());
@@ -169,14 +162,14 @@ TEST_F(MultiConcurrencyTest, ALeaseIsRenewedInEveryLimitAndEndsWhenOnePartExpire
 TEST_F(MultiConcurrencyTest, ALowerLimitWaitsUntilEnoughLeasesExpire) {
   // Three leases held under a limit of 3: a handle with a limit of 1 can take a place once none of
   // them is live (when the latest expires), one with a limit of 2 once one is left (the second).
-  ConcurrencyLimiter three(client(), key("jobs"), places(3, milliseconds(60000)));
+  ConcurrencyLimiter three(client(), key("jobs"), leaseConfig(3, milliseconds(60000)));
   std::vector<Lease> held;
   for (int ttl : {10000, 20000, 30000}) {
     const LeaseDecision d = three.decide(milliseconds(ttl));
     ASSERT_TRUE(d.lease.has_value());
     held.push_back(*d.lease);
   }
-  ConcurrencyLimiter one(client(), key("jobs"), places(1, milliseconds(60000)));
+  ConcurrencyLimiter one(client(), key("jobs"), leaseConfig(1, milliseconds(60000)));
   const LeaseDecision alone = one.decide();
   ASSERT_FALSE(alone.decision.allowed);
   EXPECT_EQ(alone.decision.retryAfter.count(), held[2].expiresAt.count() - alone.decision.time.count());
@@ -184,7 +177,7 @@ TEST_F(MultiConcurrencyTest, ALowerLimitWaitsUntilEnoughLeasesExpire) {
   const MultiDecision m = multi.decide();
   ASSERT_FALSE(m.allowed);
   EXPECT_EQ(m.retryAfter.count(), held[2].expiresAt.count() - m.time.count());
-  ConcurrencyLimiter two(client(), key("jobs"), places(2, milliseconds(60000)));
+  ConcurrencyLimiter two(client(), key("jobs"), leaseConfig(2, milliseconds(60000)));
   const LeaseDecision second = two.decide();
   EXPECT_EQ(second.decision.retryAfter.count(), held[1].expiresAt.count() - second.decision.time.count());
 }
@@ -193,7 +186,7 @@ TEST_F(MultiConcurrencyTest, ThreadsNeverHoldMoreThanTheLimitCheckedInRedis) {
   constexpr int kThreads = 6;
   constexpr int kRounds = 25;
   GcraRateLimiter budget(client(), key("rate"), gcra(1000, 1000, milliseconds(360'000'000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(3, milliseconds(60000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(60000)));
   MultiLimit both({budget, inFlight});
   std::atomic<int> granted{0}, denied{0}, over{0}, errors{0};
   std::atomic<std::int64_t> most{0};
@@ -233,7 +226,7 @@ TEST_F(MultiConcurrencyTest, ThreadsNeverHoldMoreThanTheLimitCheckedInRedis) {
 
 TEST_F(MultiConcurrencyTest, CallsThatWaitOrLoseTheLeaseAreRefusedBeforeAnythingIsSent) {
   GcraRateLimiter rate(client(), key("rate"), gcra(10, 10, milliseconds(1000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(3, milliseconds(10000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
   MultiLimit both({rate, inFlight});
   MultiLimit rateOnly({rate});
   Lease bad;
@@ -259,10 +252,10 @@ TEST_F(MultiConcurrencyTest, CallsThatWaitOrLoseTheLeaseAreRefusedBeforeAnything
   EXPECT_THROW((void)rateOnly.renew(fine), InvalidArgument);
   EXPECT_THROW((void)rateOnly.release(fine), InvalidArgument);
   // Made of limits in two slots, twice the same name, or two Clients.
-  ConcurrencyLimiter elsewhere(client(), "{another-tag}:inflight", places(3, milliseconds(10000)));
+  ConcurrencyLimiter elsewhere(client(), "{another-tag}:inflight", leaseConfig(3, milliseconds(10000)));
   EXPECT_THROW(MultiLimit({rate, elsewhere}), InvalidArgument);
   EXPECT_THROW(MultiLimit({inFlight, inFlight}), InvalidArgument);
-  ConcurrencyLimiter otherClient(newClient(), key("other"), places(3, milliseconds(10000)));
+  ConcurrencyLimiter otherClient(newClient(), key("other"), leaseConfig(3, milliseconds(10000)));
   EXPECT_THROW(MultiLimit({rate, otherClient}), InvalidArgument);
   try {
     (void)both.tryAcquire();
@@ -276,7 +269,7 @@ TEST_F(MultiConcurrencyTest, CallsThatWaitOrLoseTheLeaseAreRefusedBeforeAnything
 
 TEST_F(MultiConcurrencyTest, CorruptedLeaseSetsAreTypedErrorsAndNothingIsWritten) {
   GcraRateLimiter rate(client(), key("rate"), gcra(10, 10, milliseconds(1000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(3, milliseconds(10000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
   MultiLimit both({rate, inFlight});
   ASSERT_TRUE(both.decide().allowed);  // the rate key holds state
   (void)raw({"DEL", key("inflight")});
@@ -329,7 +322,7 @@ TEST_F(MultiConcurrencyTest, CorruptedLeaseSetsAreTypedErrorsAndNothingIsWritten
 
 TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
   GcraRateLimiter rate(client(), key("rate"), gcra(100, 100, milliseconds(60000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(3, milliseconds(10000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
   MultiLimit both({rate, inFlight});
   std::vector<std::future<MultiDecision>> all;
   for (int i = 0; i < 8; ++i) all.push_back(both.decideAsync(1));
@@ -367,7 +360,7 @@ TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
 
 TEST_F(MultiConcurrencyTest, ShadowModeLetsADenialThroughWithALeaseRedisDoesNotHold) {
   GcraRateLimiter rate(client(), key("rate"), gcra(10, 10, milliseconds(60000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), places(1, milliseconds(10000)));
+  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(1, milliseconds(10000)));
   MultiLimitOptions options;
   options.monitor.shadow = true;
   MultiLimit both({rate, inFlight}, options);
@@ -390,13 +383,9 @@ TEST_F(MultiConcurrencyTest, UnreachableRedisIsDecidedByThePolicyWithLeases) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto c = Client::create(co);
+    auto c = shortTimeoutClient(server);
     GcraRateLimiter rate(c, "{p}:rate", gcra(10, 10, milliseconds(60000)));
-    ConcurrencyLimiter inFlight(c, "{p}:inflight", places(3, milliseconds(60000)));
+    ConcurrencyLimiter inFlight(c, "{p}:inflight", leaseConfig(3, milliseconds(60000)));
     MultiLimitOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);

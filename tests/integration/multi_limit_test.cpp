@@ -514,11 +514,7 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw, FailurePolicy::Local}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto c = Client::create(co);
+    auto c = shortTimeoutClient(server);
     TokenBucketRateLimiter wide(c, "{p}:wide");
     GcraRateLimiter tight(c, "{p}:tight");
     ASSERT_TRUE(wide.trySetConfig(bucket(10, 10, milliseconds(60000))));

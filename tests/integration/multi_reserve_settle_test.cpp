@@ -303,11 +303,7 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto client = Client::create(co);
+    auto client = shortTimeoutClient(server);
     GcraRateLimiter gcra(client, "{p}:gcra");
     FixedWindowRateLimiter window(client, "{p}:window");
     MultiLimitOptions options;

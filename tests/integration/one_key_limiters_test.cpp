@@ -468,11 +468,7 @@ TYPED_TEST(OneKey, UnreachableRedisIsDecidedByThePolicy) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw, FailurePolicy::Local}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto client = Client::create(co);
+    auto client = shortTimeoutClient(server);
     typename TypeParam::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);

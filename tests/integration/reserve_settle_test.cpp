@@ -536,11 +536,7 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto client = Client::create(co);
+    auto client = shortTimeoutClient(server);
     GcraRateLimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
@@ -601,11 +597,7 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
-    ClientOptions co;
-    co.connection = parseUri(server.uri());
-    co.connection.connectTimeout = milliseconds(200);
-    co.connection.commandTimeout = milliseconds(200);
-    auto client = Client::create(co);
+    auto client = shortTimeoutClient(server);
     TokenBucketRateLimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);

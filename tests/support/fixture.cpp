@@ -30,6 +30,14 @@ std::int64_t commandCalls(Client& client, const std::string& command) {
   return std::stoll(stats.substr(pos + 6));
 }
 
+std::shared_ptr<Client> shortTimeoutClient(const RedisServer& server, std::chrono::milliseconds timeout) {
+  ClientOptions options;
+  options.connection = parseUri(server.uri());
+  options.connection.connectTimeout = timeout;
+  options.connection.commandTimeout = timeout;
+  return Client::create(options);
+}
+
 void RedisTest::SetUp() {
   ClientOptions options;
   options.connection = parseUri(sharedServer().uri());

@@ -30,6 +30,11 @@ std::int64_t commandCalls(Client& client, const std::string& command);
 /// Parses one "field:value" line of an INFO section; returns "" if absent.
 std::string infoField(Client& client, const std::string& section, const std::string& field);
 
+/// A Client of `server` whose connects and commands give up after `timeout`: for tests that kill
+/// the server and watch the failure policy decide.
+std::shared_ptr<Client> shortTimeoutClient(const RedisServer& server,
+                                           std::chrono::milliseconds timeout = std::chrono::milliseconds(200));
+
 /// Base fixture: client() talks to sharedServer(); name() is unique per test; raw() runs plain
 /// commands on a separate client so that assertions never share the code under test's pool.
 class RedisTest : public ::testing::Test {
