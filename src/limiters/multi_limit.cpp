@@ -105,7 +105,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
              const std::string* recordKey = nullptr);
   // As call, on `keys` of `kinds`.
-  Reply callOn(std::vector<std::string_view> keys, std::string_view kinds, std::string_view op,
+  Reply callOn(const std::vector<std::string_view>& keys, std::string_view kinds, std::string_view op,
                const std::vector<std::string>& args, bool resendIfClosed);
   // renew or release of a lease in every concurrency limit; no `ttl`: each limit's leaseTtl.
   Reply leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize);
@@ -384,11 +384,11 @@ Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>
                              const std::string* recordKey) {
   std::vector<std::string_view> keyViews = keys();
   if (recordKey != nullptr) keyViews.emplace_back(*recordKey);
-  return callOn(std::move(keyViews), kinds_, op, args, resendIfClosed);
+  return callOn(keyViews, kinds_, op, args, resendIfClosed);
 }
 
-Reply MultiLimit::Core::callOn(std::vector<std::string_view> keyViews, std::string_view kinds, std::string_view op,
-                               const std::vector<std::string>& args, bool resendIfClosed) {
+Reply MultiLimit::Core::callOn(const std::vector<std::string_view>& keyViews, std::string_view kinds,
+                               std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
   std::vector<std::string_view> argViews{op, "", kinds};
   argViews.insert(argViews.end(), args.begin(), args.end());
   const SteadyTime deadline = callDeadline();
@@ -419,7 +419,7 @@ Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::
   }
   // Safe to send again: a renew sent twice extends twice from about the same instant, a release
   // sent twice answers what the first did not see.
-  const Reply r =
+  Reply r =
       callOn({leaseNames_.begin(), leaseNames_.end()}, std::string(leaseNames_.size(), kLeaseKind), op, args, true);
   if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
     throw UnexpectedReplyError(
