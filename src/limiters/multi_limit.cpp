@@ -122,9 +122,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
   // limit is a concurrency limit.
   void refuseWithLeases(std::string_view what) const;
-  // With `leases`, a decision let through by shadow mode gets a lease Redis does not hold, as
+  // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
+  // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
   // ConcurrencyLimiter's.
-  static void leaseForShadow(bool leases, MultiDecision& d);
+  static void unheldLease(bool leases, MultiDecision& d);
   // The arguments of peek and refund: the permits, and the configurations if any.
   std::vector<std::string> opArgs(std::int64_t permits) const;
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
@@ -169,12 +170,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool 
     one.limit = knownLimits_[i].load(std::memory_order_relaxed);
     d.limit = i == 0 ? one.limit : std::min(d.limit, one.limit);
   }
-  if (allowed && hasLeases()) {
-    Lease lease;
-    lease.id = detail::newLeaseId();
-    lease.byPolicy = true;
-    d.lease = std::move(lease);
-  }
+  unheldLease(hasLeases(), d);
   return out;
 }
 
@@ -186,7 +182,7 @@ void MultiLimit::Core::refuseWithLeases(std::string_view what) const {
       label_, what));
 }
 
-void MultiLimit::Core::leaseForShadow(bool leases, MultiDecision& d) {
+void MultiLimit::Core::unheldLease(bool leases, MultiDecision& d) {
   if (!leases || !d.allowed || d.lease) return;
   Lease lease;
   lease.id = detail::newLeaseId();
@@ -491,7 +487,7 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
 MultiDecision MultiLimit::decide(std::int64_t permits) {
   MultiDecision d = core_->take(permits, microseconds{0}).decision;
   monitor().admit(d);
-  Core::leaseForShadow(core_->hasLeases(), d);
+  Core::unheldLease(core_->hasLeases(), d);
   return d;
 }
 
@@ -586,7 +582,7 @@ void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
                        Core::Outcome r, std::exception_ptr error) {
                      if (!error) {
                        monitor.admit(r.decision);
-                       Core::leaseForShadow(leases, r.decision);
+                       Core::unheldLease(leases, r.decision);
                      }
                      done(std::move(r.decision), std::move(error));
                    });
