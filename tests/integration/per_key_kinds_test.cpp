@@ -100,17 +100,29 @@ class PerKeyKinds : public RedisTest {
 TEST_F(PerKeyKinds, KeyedFixedWindowNeedsNoSetUpAndItsKeyExpiresAtTheWindowsEnd) {
   KeyedRateLimiterOptions allow;
   allow.failure.policy = FailurePolicy::Allow;
-  KeyedFixedWindowRateLimiter quota(client(), "quota", window(3, milliseconds(60000)), allow);
-  const std::string key = name("user:42");
+  constexpr std::int64_t kWindowMs = 60000;
+  KeyedFixedWindowRateLimiter quota(client(), "quota", window(3, milliseconds(kWindowMs)), allow);
+  // Windows are aligned to the epoch on the server's clock: a sequence that a window's start cut
+  // in two (about once in 2 000 runs) is done again on a new key, and only a whole one is checked.
+  std::string key;
+  std::vector<Decision> decisions;
+  std::int64_t ttl = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    key = name("user:42:" + std::to_string(attempt));
+    decisions.clear();
+    const std::int64_t before = serverTimeMs(admin());
+    for (int i = 0; i < 4; ++i) decisions.push_back(quota.decide(key));
+    ttl = pttl(key);
+    if (serverTimeMs(admin()) / kWindowMs == before / kWindowMs) break;
+  }
   for (std::int64_t left = 2; left >= 0; --left) {
-    const Decision d = quota.decide(key);
+    const Decision& d = decisions[static_cast<std::size_t>(2 - left)];
     ASSERT_TRUE(d.allowed);
     EXPECT_FALSE(d.byPolicy) << "a key without configuration is a normal decision, not the policy's";
     EXPECT_EQ(d.remaining, left);
   }
-  const Decision denied = quota.decide(key);
+  const Decision& denied = decisions[3];
   EXPECT_FALSE(denied.allowed);
-  const std::int64_t ttl = pttl(key);
   const std::int64_t endMs = (denied.retryAfter.count() + 999) / 1000;  // the window's end
   EXPECT_GT(ttl, endMs) << "the window's end plus the margin";
   EXPECT_LE(ttl, endMs + kDefaultIdleMargin.count());
@@ -227,12 +239,14 @@ TEST_F(PerKeyKinds, FixedWindowSetConfigKeepsTheCounts) {
     bool allowed;
     std::int64_t remaining;  // after 6 of 10 were taken and one more asked for now
   };
-  // Windows of an hour or more: a boundary inside the test is not a concern.
-  const FixedWindowConfig from = window(10, milliseconds(3600000));
-  for (const Change& c :
-       {Change{"limit up (the rate)", window(20, milliseconds(3600000)), true, 13},
-        Change{"limit down (the burst)", window(4, milliseconds(3600000)), false, 0},
-        Change{"window (the period)", window(10, milliseconds(7200000)), true, 3}, Change{"same", from, true, 3}}) {
+  // Windows of 24.8 and 49.7 days (aligned to the epoch): a window's start falls inside the test
+  // about once in ten million runs (an hour-long window: once in 20 000).
+  constexpr milliseconds kLong = GcraRateLimiter::kMaxInterval;
+  constexpr milliseconds kHalf = kLong / 2;
+  const FixedWindowConfig from = window(10, kHalf);
+  for (const Change& c : {Change{"limit up (the rate)", window(20, kHalf), true, 13},
+                          Change{"limit down (the burst)", window(4, kHalf), false, 0},
+                          Change{"window (the period)", window(10, kLong), true, 3}, Change{"same", from, true, 3}}) {
     FixedWindowRateLimiter rl(client(), name(c.what));
     rl.setConfig(from);
     ASSERT_TRUE(rl.decide(6).allowed) << c.what;
@@ -386,7 +400,7 @@ TEST_F(PerKeyKinds, MultiLimitSendsTheConfigurationsOfHandlesMadeWithThem) {
   const std::string user = "{" + name("tag") + "}:user";
   const std::string tenant = "{" + name("tag") + "}:tenant";
   GcraRateLimiter perUser(client(), user, gcra(2, 1, milliseconds(10000)));
-  FixedWindowRateLimiter perTenant(client(), tenant, window(3, milliseconds(3600000)));
+  FixedWindowRateLimiter perTenant(client(), tenant, window(3, GcraRateLimiter::kMaxInterval));
   MultiLimitOptions allow;
   allow.failure.policy = FailurePolicy::Allow;
   MultiLimit both({perUser, perTenant}, allow);
