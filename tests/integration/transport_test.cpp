@@ -529,6 +529,10 @@ TEST_F(TransportTest, ForkedChildNeverUsesItsParentsConnections) {
 TEST_F(TransportTest, PipeliningUnderClientKillAndScriptFlushLosesNothing) {
   ClientOptions o;
   o.pool.size = 2;
+  // 16 threads' requests in flight through reconnects on a machine loaded by a sanitizer and other
+  // tests: deadlines far from the 500 ms default, as this test checks that nothing is lost, not
+  // timeouts (a resend on ClosedError needs another try to fit in the call's time bound).
+  o.connection.connectTimeout = o.connection.commandTimeout = milliseconds(10000);
   auto client = newClient(o);
   RateLimiter limiter(client, name());
   constexpr std::int64_t kRate = 1000000;
