@@ -103,6 +103,21 @@ class ConcurrencyLimiter {
   /// Frees the lease. True if it was live; false if it had expired or was released already (a
   /// second release is a no-op).
   bool release(const Lease& lease);
+  /// renew() without waiting: `done` gets the lease with its new expiresAt, or nullopt if it had
+  /// expired or was released, or the error; once, on the Client's I/O thread (at once on this
+  /// thread when the lease id or TTL is refused: InvalidArgument, nothing sent). It must not block
+  /// or make sync calls. Sent once more if the connection closes before the reply.
+  using RenewCallback = std::function<void(std::optional<Lease> renewed, std::exception_ptr error)>;
+  void renewAsync(Lease lease, RenewCallback done);
+  void renewAsync(Lease lease, std::chrono::milliseconds leaseTtl, RenewCallback done);
+  /// renewAsync with a future.
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(Lease lease);
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(Lease lease, std::chrono::milliseconds leaseTtl);
+  /// release() without waiting: `done` gets release()'s answer or the error, as renewAsync.
+  using ReleaseCallback = std::function<void(bool released, std::exception_ptr error)>;
+  void releaseAsync(const Lease& lease, ReleaseCallback done);
+  /// releaseAsync with a future.
+  [[nodiscard]] std::future<bool> releaseAsync(const Lease& lease);
   /// Live leases now (may exceed `limit` after a handle with a higher limit acquired).
   [[nodiscard]] std::int64_t held();
   /// limit - held(), at least 0.

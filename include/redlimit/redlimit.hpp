@@ -3,6 +3,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/lease_heartbeat.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
+#include <optional>
 #include <exception>
 #include <string_view>
 #include <utility>
@@ -37,6 +39,35 @@ constexpr char kKind = 'C';
 constexpr std::size_t kAcquireReplySize = 8;  // {granted, expiryUs, remaining, limit, nowUs, retryUs, resetUs, held}
 
 std::int64_t at(const detail::Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
+
+bool isClosed(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ClosedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// renew's reply {renewed, expiryUs, nowUs}: the new expiry, or nullopt when the lease was not live.
+std::optional<microseconds> parseRenew(const std::string& name, const detail::Reply& r) {
+  if (r.type != detail::Reply::Type::Array || r.elements.size() != 3) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 3 from renew, got {}", name, r.describe()));
+  }
+  if (at(r, 0) != 1) return std::nullopt;
+  return microseconds{at(r, 1)};
+}
+
+// release's reply {released, nowUs}.
+bool parseRelease(const std::string& name, const detail::Reply& r) {
+  if (r.type != detail::Reply::Type::Array || r.elements.size() != 2) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 2 from release, got {}", name, r.describe()));
+  }
+  return at(r, 0) == 1;
+}
 
 }  // namespace
 
@@ -165,54 +196,72 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
     }
     const std::int64_t started = gate_.callStart();
     gate_.monitor().roundTrip();
-    sendAcquire(newLeaseId(), ttl, started, callDeadline(), 1, std::move(done));
+    sendAcquire(newLeaseId(), ttl, started, callDeadline(), std::move(done));
   }
 
-  void sendAcquire(std::string id, milliseconds ttl, std::int64_t started, Steady::time_point deadline, int tries,
+  void sendAcquire(const std::string& id, milliseconds ttl, std::int64_t started, Steady::time_point deadline,
                    std::function<void(LeaseDecision, std::exception_ptr)> done) {
-    const std::string limit = fmt::to_string(config_.limit), ttlArg = fmt::to_string(ttl.count());
-    const std::vector<std::string_view> argv{"acquire", "", std::string_view(&kKind, 1), id, limit, ttlArg};
-    const std::vector<std::string_view> keys{name_};
     // The completion holds the handle weakly: a request in flight must not keep a dropped limiter
     // (and through it the Client and its I/O thread) alive.
+    callAsync(argvOf("acquire", {id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())}), deadline,
+              [weak = weak_from_this(), name = name_, id, started, done = std::move(done)](const detail::Reply& r,
+                                                                                           std::exception_ptr error) {
+                const std::shared_ptr<Core> self = weak.lock();
+                LeaseDecision out;
+                if (!error) {
+                  try {
+                    out = parseAcquire(name, r, id);
+                  } catch (...) {
+                    error = std::current_exception();
+                  }
+                }
+                if (!error) {
+                  if (self) self->gate_.answered(started);
+                  done(std::move(out), nullptr);
+                  return;
+                }
+                if (self) {
+                  if (auto d = self->gate_.settle(error, started, 1, self->config_.limit, self->config_.leaseTtl)) {
+                    done(self->byPolicy(*d), nullptr);
+                    return;
+                  }
+                }
+                done(LeaseDecision{}, std::move(error));
+              });
+  }
+
+  // The script's arguments for `op` (the time argument empty: the server's clock).
+  static std::shared_ptr<const std::vector<std::string>> argvOf(std::string_view op, std::vector<std::string> rest) {
+    std::vector<std::string> argv{std::string(op), "", std::string(1, kKind)};
+    argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    return std::make_shared<const std::vector<std::string>>(std::move(argv));
+  }
+
+  using ReplyDone = std::function<void(const detail::Reply&, std::exception_ptr)>;
+
+  // call() without waiting: `done` gets the reply or the error (ScriptErrors as the limiter's
+  // types) once, on the I/O thread. Sent once more if the connection closed before the reply and
+  // the deadline is not reached (every operation is safe to send twice). The completion holds the
+  // handle weakly; a dropped handle's request is not sent again.
+  void callAsync(std::shared_ptr<const std::vector<std::string>> argv, Steady::time_point deadline, ReplyDone done,
+                 int tries = 1) {
+    const std::vector<std::string_view> views(argv->begin(), argv->end());
+    const std::vector<std::string_view> keys{name_};
     detail::evalAsync(
-        *client_, kConcurrency, keys, argv,
-        [weak = weak_from_this(), name = name_, id, ttl, started, deadline, tries, done = std::move(done)](
+        *client_, kConcurrency, keys, views,
+        [weak = weak_from_this(), name = name_, argv, deadline, tries, done = std::move(done)](
             const detail::Reply& r, std::exception_ptr error) mutable {
-          const std::shared_ptr<Core> self = weak.lock();
-          LeaseDecision out;
           if (!error) {
-            try {
-              out = parseAcquire(name, r, id);
-            } catch (...) {
-              error = std::current_exception();
-            }
-          } else {
-            error = detail::oneKeyScriptError(std::move(error), name, kKind);
-          }
-          if (!error) {
-            if (self) self->gate_.answered(started);
-            done(std::move(out), nullptr);
+            done(r, nullptr);
             return;
           }
-          if (self) {
-            bool closed = false;
-            try {
-              std::rethrow_exception(error);
-            } catch (const ClosedError&) {
-              closed = true;
-            } catch (...) {
-            }
-            if (closed && tries < 2 && Steady::now() < deadline) {
-              self->sendAcquire(std::move(id), ttl, started, deadline, tries + 1, std::move(done));
-              return;
-            }
-            if (auto d = self->gate_.settle(error, started, 1, self->config_.limit, self->config_.leaseTtl)) {
-              done(self->byPolicy(*d), nullptr);
+          if (isClosed(error) && tries < 2 && Steady::now() < deadline) {
+            if (const std::shared_ptr<Core> self = weak.lock()) {
+              self->callAsync(std::move(argv), deadline, std::move(done), tries + 1);
               return;
             }
           }
-          done(LeaseDecision{}, std::move(error));
+          done(r, detail::oneKeyScriptError(std::move(error), name, kKind));
         },
         deadline);
   }
@@ -290,24 +339,91 @@ bool ConcurrencyLimiter::renew(Lease& lease) { return renew(lease, core_->config
 bool ConcurrencyLimiter::renew(Lease& lease, milliseconds leaseTtl) {
   checkLeaseId(lease.id);
   detail::checkLeaseTtl(leaseTtl);
-  const detail::Reply r = core_->call("renew", {lease.id, fmt::to_string(leaseTtl.count())}, true);
-  if (r.type != detail::Reply::Type::Array || r.elements.size() != 3) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of 3 from renew, got {}", core_->name_, r.describe()));
-  }
-  if (at(r, 0) != 1) return false;
-  lease.expiresAt = microseconds{at(r, 1)};
+  const std::optional<microseconds> expiry =
+      parseRenew(core_->name_, core_->call("renew", {lease.id, fmt::to_string(leaseTtl.count())}, true));
+  if (!expiry) return false;
+  lease.expiresAt = *expiry;
   return true;
 }
 
 bool ConcurrencyLimiter::release(const Lease& lease) {
   checkLeaseId(lease.id);
-  const detail::Reply r = core_->call("release", {lease.id}, true);
-  if (r.type != detail::Reply::Type::Array || r.elements.size() != 2) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of 2 from release, got {}", core_->name_, r.describe()));
+  return parseRelease(core_->name_, core_->call("release", {lease.id}, true));
+}
+
+void ConcurrencyLimiter::renewAsync(Lease lease, RenewCallback done) {
+  renewAsync(std::move(lease), core_->config_.leaseTtl, std::move(done));
+}
+
+void ConcurrencyLimiter::renewAsync(Lease lease, milliseconds leaseTtl, RenewCallback done) {
+  done = detail::isolated(std::move(done), monitor(), core_->name_);
+  try {
+    checkLeaseId(lease.id);
+    detail::checkLeaseTtl(leaseTtl);
+  } catch (...) {
+    done(std::nullopt, std::current_exception());
+    return;
   }
-  return at(r, 0) == 1;
+  std::vector<std::string> rest{lease.id, fmt::to_string(leaseTtl.count())};
+  core_->callAsync(
+      Core::argvOf("renew", std::move(rest)), core_->callDeadline(),
+      [name = core_->name_, lease = std::move(lease), done](const detail::Reply& r, std::exception_ptr error) mutable {
+        if (error) {
+          done(std::nullopt, std::move(error));
+          return;
+        }
+        std::optional<microseconds> expiry;
+        try {
+          expiry = parseRenew(name, r);
+        } catch (...) {
+          done(std::nullopt, std::current_exception());
+          return;
+        }
+        if (!expiry) {
+          done(std::nullopt, nullptr);
+          return;
+        }
+        lease.expiresAt = *expiry;
+        done(std::move(lease), nullptr);
+      });
+}
+
+std::future<std::optional<Lease>> ConcurrencyLimiter::renewAsync(Lease lease) {
+  return renewAsync(std::move(lease), core_->config_.leaseTtl);
+}
+
+std::future<std::optional<Lease>> ConcurrencyLimiter::renewAsync(Lease lease, milliseconds leaseTtl) {
+  return detail::futureOf<std::optional<Lease>>(
+      [&](auto done) { renewAsync(std::move(lease), leaseTtl, RenewCallback(std::move(done))); });
+}
+
+void ConcurrencyLimiter::releaseAsync(const Lease& lease, ReleaseCallback done) {
+  done = detail::isolated(std::move(done), monitor(), core_->name_);
+  try {
+    checkLeaseId(lease.id);
+  } catch (...) {
+    done(false, std::current_exception());
+    return;
+  }
+  core_->callAsync(Core::argvOf("release", {lease.id}), core_->callDeadline(),
+                   [name = core_->name_, done](const detail::Reply& r, std::exception_ptr error) {
+                     if (error) {
+                       done(false, std::move(error));
+                       return;
+                     }
+                     bool released = false;
+                     try {
+                       released = parseRelease(name, r);
+                     } catch (...) {
+                       done(false, std::current_exception());
+                       return;
+                     }
+                     done(released, nullptr);
+                   });
+}
+
+std::future<bool> ConcurrencyLimiter::releaseAsync(const Lease& lease) {
+  return detail::futureOf<bool>([&](auto done) { releaseAsync(lease, ReleaseCallback(std::move(done))); });
 }
 
 std::int64_t ConcurrencyLimiter::held() {

@@ -48,7 +48,8 @@ std::uint64_t IdleSweeper::add(void* owner, Task task) {
       thread_ = start_ ? start_([this] { run(); }) : std::thread([this] { run(); });
       threadId_ = thread_.get_id();
     } catch (const std::system_error& e) {
-      throw Error(fmt::format("redlimit: cannot start the thread that gives back idle segments: {}", e.what()));
+      throw Error(fmt::format("redlimit: cannot start the thread that gives back idle segments and renews leases: {}",
+                              e.what()));
     }
   }
   const std::uint64_t id = nextId_++;

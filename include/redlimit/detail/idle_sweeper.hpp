@@ -1,4 +1,5 @@
-// redlimit — one thread that runs the idle give-back of every SegmentedRateLimiter in the process.
+// redlimit — one thread that runs the idle give-back of every SegmentedRateLimiter in the process
+// and times the renewals of every LeaseHeartbeat.
 #pragma once
 
 #include <chrono>
@@ -17,8 +18,9 @@ namespace redlimit::detail {
 
 /// Runs periodic tasks of many owners on one thread, so that the number of threads does not grow
 /// with the number of owners: instance() is the sweeper of every SegmentedRateLimiter with
-/// returnWhenIdle. Type-erased (an owner is a `void*` and a function pointer; SegmentedRateLimiter
-/// is a template), and it never owns, copies or keeps alive what it runs.
+/// returnWhenIdle and of every LeaseHeartbeat. Type-erased (an owner is a `void*` and a function
+/// pointer; SegmentedRateLimiter is a template), and it never owns, copies or keeps alive what it
+/// runs.
 ///
 /// A task runs when its due time (steady_clock) comes and returns how long until it wants to run
 /// again, or a negative value to sleep until its owner calls schedule(). Tasks run one at a time

@@ -1,0 +1,83 @@
+// redlimit — LeaseHeartbeat: keeps a ConcurrencyLimiter's lease alive while its holder works, by
+// renewing it in the background (Redisson's lock watchdog, etcd's lease keep-alive).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+
+#include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/lease.hpp"
+
+namespace redlimit {
+
+/// Options of a LeaseHeartbeat.
+struct LeaseHeartbeatOptions {
+  /// Each renewal's TTL. 0 (default): the limiter's configured leaseTtl.
+  std::chrono::milliseconds leaseTtl{0};
+  /// Time between renewals, 1 ms..leaseTtl - 1 ms. 0 (default): a third of leaseTtl (at least 1 ms),
+  /// so two more tries fit before the lease expires when one fails.
+  std::chrono::milliseconds interval{0};
+  /// Called once when the lease is lost: a renewal answered that it was not live (expired, or
+  /// released by someone else; `why` is null), or no renewal was answered before the lease's
+  /// expiry as last known (`why` is the last error). Runs on the Client's I/O thread or the
+  /// heartbeat thread; it must not block or make sync calls. An exception from it is reported
+  /// through the limiter's events and dropped.
+  std::function<void(const Lease& lease, std::exception_ptr why)> onLost;
+};
+
+/// Renews one lease every `interval` until it is released, stopped or lost, so that a holder may
+/// work longer than the TTL and a crashed holder still frees its place one TTL after the last
+/// renewal. The renewals are timed by one thread for the whole process (the one that gives back
+/// SegmentedRateLimiter's idle segments) and sent with ConcurrencyLimiter::renewAsync, so no call
+/// waits on Redis there and the replies are handled on the Client's I/O thread; no thread is made
+/// per heartbeat. A renewal that fails (an IoError) is tried again at the next interval, and
+/// sooner when the lease would expire before it.
+///
+/// Destroying the heartbeat stops the renewals and releases the lease without waiting (a failed
+/// release leaves it to expire), like a lock guard; release() does it and waits for the answer,
+/// stop() keeps the lease as it is. A lease that Redis does not hold (granted by the failure
+/// policy or shadow mode: expiresAt 0) is never renewed nor released, and is never lost.
+///
+/// Throws InvalidArgument from the constructor (nothing sent) for a lease id that is not a lease's,
+/// a bad leaseTtl or interval, or redlimit::Error if the heartbeat thread cannot start. Thread-safe;
+/// move-only. Not fork-safe: a child process does not renew its parent's leases.
+class LeaseHeartbeat {
+ public:
+  LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options = {});
+  /// stop(), then releaseAsync unless the lease was released, stopped or lost.
+  ~LeaseHeartbeat();
+  LeaseHeartbeat(LeaseHeartbeat&& other) noexcept;
+  LeaseHeartbeat& operator=(LeaseHeartbeat&& other) noexcept;
+  LeaseHeartbeat(const LeaseHeartbeat&) = delete;
+  LeaseHeartbeat& operator=(const LeaseHeartbeat&) = delete;
+
+  /// The lease, with the expiry of its last renewal.
+  [[nodiscard]] Lease lease() const;
+  /// True once the lease is lost (see LeaseHeartbeatOptions::onLost): the holder should stop.
+  [[nodiscard]] bool lost() const;
+  /// Renewals answered so far (a lease that was live each time).
+  [[nodiscard]] std::uint64_t renewals() const;
+  /// Stops the renewals and releases the lease, waiting for the answer: release()'s (false if it
+  /// had expired or was released; false without sending for a lease Redis does not hold). Throws
+  /// what ConcurrencyLimiter::release throws; the lease then expires by itself. Not from a
+  /// completion callback.
+  bool release();
+  /// Stops the renewals and returns the lease, which lives on until its expiry (or a release).
+  /// Waits for a renewal being sent, never for Redis.
+  Lease stop();
+
+  /// The interval and TTL the options give for `limiter` (defaults filled in), after the checks of
+  /// the constructor. Throws InvalidArgument.
+  [[nodiscard]] static LeaseHeartbeatOptions resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options);
+
+ private:
+  class State;
+  std::shared_ptr<State> state_;  // null once moved from
+
+  void halt() noexcept;
+};
+
+}  // namespace redlimit

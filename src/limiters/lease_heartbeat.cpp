@@ -1,0 +1,237 @@
+#include "redlimit/lease_heartbeat.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "limiters/completion.hpp"
+#include "limiters/lease_id.hpp"
+#include "redlimit/detail/idle_sweeper.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+// A lease that Redis holds (not one the failure policy or shadow mode made up).
+bool heldByRedis(const Lease& lease) { return lease.expiresAt.count() > 0 && !lease.byPolicy && !lease.shadowDenied; }
+
+}  // namespace
+
+// What the heartbeat thread's task, the renewals' completions and the handle share. The task gets
+// a raw pointer (IdleSweeper owns nothing): the handle removes the task before it drops the State.
+// Completions hold it weakly.
+class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat::State> {
+ public:
+  State(ConcurrencyLimiter l, const Lease& first, LeaseHeartbeatOptions o)
+      : limiter(std::move(l)), options(std::move(o)), lease(first) {}
+
+  ConcurrencyLimiter limiter;           // a handle: thread-safe
+  const LeaseHeartbeatOptions options;  // resolved: leaseTtl and interval set
+
+  mutable detail::Mutex m;
+  Lease lease REDLIMIT_GUARDED_BY(m);
+  bool lost REDLIMIT_GUARDED_BY(m) = false;
+  bool stopped REDLIMIT_GUARDED_BY(m) = false;  // by stop(), release() or the destructor
+  std::uint64_t renewals REDLIMIT_GUARDED_BY(m) = 0;
+  std::exception_ptr lastError REDLIMIT_GUARDED_BY(m);
+  // Until when the lease is live for sure: a renewal's send time (steady clock) plus its TTL, as
+  // the server's expiry is its own clock at the renewal plus the TTL, which is no earlier.
+  Steady::time_point liveUntil REDLIMIT_GUARDED_BY(m);
+  std::uint64_t sweepId REDLIMIT_GUARDED_BY(m) = 0;
+
+  // The heartbeat thread's task: one renewal, sent without waiting. Returns -1: the renewal's
+  // completion schedules the next visit.
+  static std::int64_t tick(void* owner) noexcept {
+    const std::shared_ptr<State> self = static_cast<State*>(owner)->shared_from_this();
+    const Steady::time_point sent = Steady::now();
+    Lease copy;
+    std::exception_ptr why;
+    bool lostNow = false;
+    {
+      const detail::LockGuard lk(self->m);
+      if (self->stopped || self->lost) return -1;
+      copy = self->lease;
+      if (sent >= self->liveUntil) {  // not one renewal answered in time
+        self->lost = lostNow = true;
+        why = self->lastError;
+      }
+    }
+    if (lostNow) {
+      self->notifyLost(copy, why);
+      return -1;
+    }
+    try {
+      self->limiter.renewAsync(
+          copy, self->options.leaseTtl,
+          [weak = self->weak_from_this(), sent](std::optional<Lease> renewed, std::exception_ptr e) {
+            if (const std::shared_ptr<State> s = weak.lock()) {
+              s->answered(std::move(renewed), std::move(e), sent);
+            }
+          });
+    } catch (...) {  // renewAsync reports through its callback; this is an allocation that failed
+      return std::chrono::duration_cast<microseconds>(self->options.interval).count();
+    }
+    return -1;
+  }
+
+  // A renewal's completion: on the I/O thread (or at once on the heartbeat thread when the
+  // request was refused before it was queued).
+  void answered(std::optional<Lease> renewed, std::exception_ptr error, Steady::time_point sent) noexcept {
+    Steady::duration delay = options.interval;
+    Lease copy;
+    bool lostNow = false;
+    std::uint64_t id = 0;
+    {
+      const detail::LockGuard lk(m);
+      if (stopped || lost) return;
+      const Steady::time_point now = Steady::now();
+      if (!error && renewed) {
+        lease.expiresAt = renewed->expiresAt;
+        ++renewals;
+        liveUntil = std::max(liveUntil, sent + options.leaseTtl);
+        lastError = nullptr;
+      } else if (!error) {  // not live any more: expired, or released by someone else
+        lost = lostNow = true;
+      } else if (now >= liveUntil) {
+        lastError = error;
+        lost = lostNow = true;
+      } else {  // tried again at the next interval, or when the lease may expire if that is sooner
+        lastError = error;
+        delay = std::min<Steady::duration>(delay, liveUntil - now);
+      }
+      copy = lease;
+      id = sweepId;
+    }
+    if (lostNow) {
+      notifyLost(copy, error);
+      return;
+    }
+    detail::IdleSweeper::instance().schedule(id, std::chrono::duration_cast<microseconds>(delay));
+  }
+
+  void notifyLost(const Lease& which, const std::exception_ptr& why) const noexcept {
+    if (!options.onLost) return;
+    try {
+      options.onLost(which, why);
+    } catch (...) {
+      detail::reportCallbackThrew(limiter.monitor(), limiter.getName(), std::current_exception());
+    }
+  }
+};
+
+LeaseHeartbeatOptions LeaseHeartbeat::resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options) {
+  if (options.leaseTtl.count() == 0) options.leaseTtl = limiter.config().leaseTtl;
+  detail::checkLeaseTtl(options.leaseTtl);
+  if (options.interval.count() == 0) options.interval = std::max(milliseconds{1}, options.leaseTtl / 3);
+  if (options.interval.count() < 1 || options.interval >= options.leaseTtl) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: limiter {}: a lease heartbeat's interval must be 1 ms or more and shorter than the leaseTtl of "
+        "{} ms, got {} ms",
+        limiter.getName(), options.leaseTtl.count(), options.interval.count()));
+  }
+  return options;
+}
+
+LeaseHeartbeat::LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options) {
+  detail::checkLeaseId(lease.id);
+  options = resolved(limiter, std::move(options));
+  const milliseconds ttl = options.leaseTtl, interval = options.interval;
+  state_ = std::make_shared<State>(std::move(limiter), lease, std::move(options));
+  if (!heldByRedis(lease)) return;
+  // How long the lease has left, read against this machine's clock (the server's may differ: at
+  // most one TTL is assumed, so a clock ahead of the server's cannot make it seem longer).
+  const std::int64_t nowUs =
+      std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const microseconds left{std::clamp<std::int64_t>(lease.expiresAt.count() - nowUs, 0,
+                                                   std::chrono::duration_cast<microseconds>(ttl).count())};
+  detail::IdleSweeper& sweeper = detail::IdleSweeper::instance();
+  const std::uint64_t id = sweeper.add(state_.get(), &State::tick);
+  {
+    const detail::LockGuard lk(state_->m);
+    state_->liveUntil = Steady::now() + left;
+    state_->sweepId = id;
+  }
+  // The first renewal after one interval, or at once if the lease may expire sooner than that.
+  sweeper.schedule(id, left > interval ? std::chrono::duration_cast<microseconds>(interval) : microseconds{0});
+}
+
+LeaseHeartbeat::~LeaseHeartbeat() {
+  if (!state_) return;
+  Lease held;
+  bool toRelease = false;
+  {
+    const detail::LockGuard lk(state_->m);
+    toRelease = !state_->stopped && !state_->lost && heldByRedis(state_->lease);
+    held = state_->lease;
+  }
+  halt();
+  if (!toRelease) return;
+  try {  // without waiting: a release that fails leaves the lease to expire after its TTL
+    state_->limiter.releaseAsync(held, [](bool, const std::exception_ptr&) {});
+  } catch (...) {
+  }
+}
+
+LeaseHeartbeat::LeaseHeartbeat(LeaseHeartbeat&& other) noexcept = default;
+
+LeaseHeartbeat& LeaseHeartbeat::operator=(LeaseHeartbeat&& other) noexcept {
+  if (this != &other) {
+    LeaseHeartbeat ending(std::move(*this));  // ends this one's lease as its destructor does
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+void LeaseHeartbeat::halt() noexcept {
+  std::uint64_t id = 0;
+  {
+    const detail::LockGuard lk(state_->m);
+    state_->stopped = true;
+    id = std::exchange(state_->sweepId, 0);
+  }
+  // Waits for a visit that is sending a renewal (never for Redis); a completion that comes later
+  // finds the heartbeat stopped.
+  if (id != 0) detail::IdleSweeper::instance().remove(id);
+}
+
+Lease LeaseHeartbeat::lease() const {
+  if (!state_) throw InvalidArgument("redlimit: a LeaseHeartbeat that was moved from has no lease");
+  const detail::LockGuard lk(state_->m);
+  return state_->lease;
+}
+
+bool LeaseHeartbeat::lost() const {
+  if (!state_) return false;
+  const detail::LockGuard lk(state_->m);
+  return state_->lost;
+}
+
+std::uint64_t LeaseHeartbeat::renewals() const {
+  if (!state_) return 0;
+  const detail::LockGuard lk(state_->m);
+  return state_->renewals;
+}
+
+bool LeaseHeartbeat::release() {
+  const Lease held = stop();
+  if (!heldByRedis(held)) return false;
+  return state_->limiter.release(held);
+}
+
+Lease LeaseHeartbeat::stop() {
+  if (!state_) throw InvalidArgument("redlimit: a LeaseHeartbeat that was moved from has no lease");
+  halt();
+  const detail::LockGuard lk(state_->m);
+  return state_->lease;
+}
+
+}  // namespace redlimit

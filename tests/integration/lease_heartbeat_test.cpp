@@ -1,0 +1,297 @@
+// ConcurrencyLimiter's asynchronous renew and release, and LeaseHeartbeat, against a real
+// redis-server: a lease kept alive past many TTLs, released when the heartbeat ends, lost once when
+// someone else releases it or Redis is gone, bad options refused before anything is sent, and one
+// thread for every heartbeat. Waits are for conditions (renewals counted, the server's clock),
+// never on elapsed time.
+#include <atomic>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "redlimit/lease_heartbeat.hpp"
+#include "redlimit_test/fixture.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Polls `ready` every 5 ms for up to 20 s (a loaded machine may be slow; a pass ends at once).
+template <class Ready>
+bool heartbeatSees(Ready&& ready) {
+  for (int i = 0; i < 4000; ++i) {
+    if (ready()) return true;
+    sleepMs(5);
+  }
+  return ready();
+}
+
+// A valid lease id that no acquire made.
+std::string unusedLeaseId() { return std::string(32, 'b'); }
+
+}  // namespace
+
+class LeaseHeartbeatTest : public RedisTest {
+ protected:
+  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
+  std::int64_t zcard(const std::string& key) { return raw({"ZCARD", key}).integer; }
+  // The expiry Redis holds for lease `id` (epoch µs), or -1 if it holds none.
+  std::int64_t expiryOf(const std::string& key, const std::string& id) {
+    const Reply r = raw({"ZSCORE", key, id});
+    return r.type == Reply::Type::Nil ? -1 : std::stoll(r.str);
+  }
+  // A client with one connection: one thread's calls reach Redis in the order they were made, so a
+  // sync call after the heartbeat's end shows whether that end sent a release.
+  std::shared_ptr<Client> oneConnection() {
+    ClientOptions o;
+    o.pool.size = 1;
+    return newClient(o);
+  }
+};
+
+TEST_F(LeaseHeartbeatTest, RenewAsyncAndReleaseAsyncAnswerAsTheSyncForms) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(100)));
+  const std::optional<Lease> lease = cl.tryAcquire();
+  ASSERT_TRUE(lease);
+  const std::optional<Lease> renewed = cl.renewAsync(*lease, milliseconds(60000)).get();
+  ASSERT_TRUE(renewed);
+  EXPECT_EQ(renewed->id, lease->id);
+  EXPECT_GT(renewed->expiresAt, lease->expiresAt);
+  EXPECT_EQ(expiryOf(name(), lease->id), renewed->expiresAt.count());
+
+  std::promise<std::pair<std::optional<Lease>, std::exception_ptr>> got;
+  cl.renewAsync(*renewed, [&](std::optional<Lease> r, std::exception_ptr e) { got.set_value({std::move(r), e}); });
+  const auto [byCallback, error] = got.get_future().get();
+  EXPECT_FALSE(error);
+  ASSERT_TRUE(byCallback);
+  EXPECT_EQ(expiryOf(name(), lease->id), byCallback->expiresAt.count()) << "the configuration's 100 ms TTL";
+  EXPECT_LT(byCallback->expiresAt, renewed->expiresAt);
+
+  EXPECT_TRUE(cl.releaseAsync(*lease).get());
+  EXPECT_FALSE(cl.releaseAsync(*lease).get()) << "a second release is a no-op";
+  EXPECT_FALSE(cl.renewAsync(*lease).get().has_value()) << "a released lease is not renewed";
+  EXPECT_FALSE(exists(admin(), name()));
+
+  // Bad input: InvalidArgument through the future and the callback, nothing sent.
+  const std::int64_t calls = scriptCalls();
+  Lease bogus = *lease;
+  bogus.id = "abc";
+  EXPECT_THROW((void)cl.renewAsync(bogus).get(), InvalidArgument);
+  EXPECT_THROW((void)cl.releaseAsync(bogus).get(), InvalidArgument);
+  EXPECT_THROW((void)cl.renewAsync(*lease, milliseconds(0)).get(), InvalidArgument);
+  std::promise<std::exception_ptr> refused;
+  cl.releaseAsync(bogus, [&](bool, std::exception_ptr e) { refused.set_value(e); });
+  EXPECT_THROW(std::rethrow_exception(refused.get_future().get()), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
+
+  // A corrupted key: the limiter's typed error, nothing written.
+  (void)raw({"SET", name(), "garbage"});
+  EXPECT_THROW((void)cl.renewAsync(*lease).get(), InvalidConfigError);
+  EXPECT_THROW((void)cl.releaseAsync(*lease).get(), InvalidConfigError);
+  EXPECT_EQ(raw({"GET", name()}).str, "garbage");
+}
+
+TEST_F(LeaseHeartbeatTest, KeepsALeaseAlivePastItsTtlUntilReleased) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(1, milliseconds(1000)));
+  const std::optional<Lease> lease = cl.tryAcquire();
+  ASSERT_TRUE(lease);
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(100);
+  LeaseHeartbeat hb(cl, *lease, o);
+  // Past the acquired lease's expiry on the server's clock, with renewals seen.
+  ASSERT_TRUE(heartbeatSees([&] { return serverTimeUs(admin()) > lease->expiresAt.count() + 200000; }));
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 3; }));
+  EXPECT_FALSE(hb.lost());
+  EXPECT_GT(expiryOf(name(), lease->id), serverTimeUs(admin())) << "the lease is live in Redis";
+  EXPECT_GT(hb.lease().expiresAt, lease->expiresAt);
+  EXPECT_FALSE(cl.tryAcquire().has_value()) << "its place is still held";
+
+  EXPECT_TRUE(hb.release());
+  EXPECT_FALSE(exists(admin(), name())) << "released: the last lease's key is deleted";
+  const std::uint64_t renewals = hb.renewals();
+  EXPECT_FALSE(hb.release()) << "a second release answers false";
+  sleepMs(300);  // three intervals: a heartbeat that went on would have renewed (and counted) by now
+  EXPECT_EQ(hb.renewals(), renewals);
+  EXPECT_FALSE(hb.lost());
+  EXPECT_TRUE(cl.tryAcquire().has_value());
+}
+
+TEST_F(LeaseHeartbeatTest, EndingTheHeartbeatReleasesTheLeaseAndStopKeepsIt) {
+  ConcurrencyLimiter cl(oneConnection(), name(), leaseConfig(3, milliseconds(60000)));
+  const std::optional<Lease> ended = cl.tryAcquire();
+  ASSERT_TRUE(ended);
+  { LeaseHeartbeat hb(cl, *ended); }
+  EXPECT_EQ(cl.held(), 0) << "the destructor sent a release before this call, on the same connection";
+
+  const std::optional<Lease> kept = cl.tryAcquire();
+  ASSERT_TRUE(kept);
+  {
+    LeaseHeartbeat hb(cl, *kept);
+    const Lease back = hb.stop();
+    EXPECT_EQ(back.id, kept->id);
+  }
+  EXPECT_EQ(cl.held(), 1) << "stop() keeps the lease: nothing was released";
+
+  // Moved: the heartbeat moved to renews and releases; the one moved from does neither.
+  const std::optional<Lease> moved = cl.tryAcquire();
+  ASSERT_TRUE(moved);
+  std::optional<LeaseHeartbeat> from;
+  from.emplace(cl, *moved);
+  LeaseHeartbeat to(std::move(*from));
+  from.reset();
+  EXPECT_EQ(cl.held(), 2) << "the moved-from heartbeat released nothing";
+  EXPECT_EQ(to.lease().id, moved->id);
+  LeaseHeartbeat other(cl, *kept);
+  to = std::move(other);  // ends `moved` as a destructor would, and takes `kept`
+  EXPECT_EQ(cl.held(), 1);
+  EXPECT_EQ(to.lease().id, kept->id);
+  EXPECT_TRUE(to.release());
+  EXPECT_EQ(cl.held(), 0);
+}
+
+TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(1, milliseconds(1000)));
+  const std::optional<Lease> lease = cl.tryAcquire();
+  ASSERT_TRUE(lease);
+  std::atomic<int> lostCalls{0};
+  std::mutex m;
+  std::exception_ptr why = std::make_exception_ptr(std::runtime_error("not called"));
+  std::string lostId;
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(20);
+  o.onLost = [&](const Lease& l, std::exception_ptr e) {
+    const std::lock_guard<std::mutex> lock(m);
+    why = std::move(e);
+    lostId = l.id;
+    lostCalls.fetch_add(1);
+  };
+  LeaseHeartbeat hb(cl, *lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  ASSERT_TRUE(cl.release(*lease));  // another holder of the id releases it
+  ASSERT_TRUE(heartbeatSees([&] { return hb.lost(); }));
+  const std::uint64_t renewals = hb.renewals();
+  sleepMs(100);  // five intervals: a heartbeat that went on would have called onLost again by now
+  EXPECT_EQ(lostCalls.load(), 1);
+  EXPECT_EQ(hb.renewals(), renewals);
+  {
+    const std::lock_guard<std::mutex> lock(m);
+    EXPECT_FALSE(why) << "not live: no error";
+    EXPECT_EQ(lostId, lease->id);
+  }
+  EXPECT_FALSE(hb.release()) << "nothing to release";
+  EXPECT_FALSE(exists(admin(), name()));
+}
+
+TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
+  RedisServer server;
+  auto c = shortTimeoutClient(server);
+  ConcurrencyLimiter cl(c, "gone", leaseConfig(1, milliseconds(600)));
+  const std::optional<Lease> lease = cl.tryAcquire();
+  ASSERT_TRUE(lease);
+  std::promise<std::exception_ptr> lost;
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(100);
+  o.onLost = [&](const Lease&, std::exception_ptr e) { lost.set_value(std::move(e)); };
+  LeaseHeartbeat hb(cl, *lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  server.kill();
+  std::future<std::exception_ptr> why = lost.get_future();
+  ASSERT_EQ(why.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  const std::exception_ptr error = why.get();
+  ASSERT_TRUE(error) << "lost for want of an answer: the last error is given";
+  EXPECT_THROW(std::rethrow_exception(error), IoError);
+  EXPECT_TRUE(hb.lost());
+  EXPECT_FALSE(hb.lease().id.empty());
+}
+
+TEST_F(LeaseHeartbeatTest, BadOptionsAreRefusedBeforeAnythingIsSent) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(900)));
+  const LeaseHeartbeatOptions defaults = LeaseHeartbeat::resolved(cl, {});
+  EXPECT_EQ(defaults.leaseTtl, milliseconds(900));
+  EXPECT_EQ(defaults.interval, milliseconds(300)) << "a third of the TTL";
+  LeaseHeartbeatOptions ttlOnly;
+  ttlOnly.leaseTtl = milliseconds(2);
+  EXPECT_EQ(LeaseHeartbeat::resolved(cl, ttlOnly).interval, milliseconds(1)) << "at least 1 ms";
+
+  Lease lease;
+  lease.id = unusedLeaseId();
+  lease.expiresAt = microseconds(1);
+  const std::int64_t calls = scriptCalls();
+  const auto refused = [&](milliseconds ttl, milliseconds interval) {
+    LeaseHeartbeatOptions o;
+    o.leaseTtl = ttl;
+    o.interval = interval;
+    EXPECT_THROW([&] { LeaseHeartbeat hb(cl, lease, o); }(), InvalidArgument)
+        << ttl.count() << " ms, every " << interval.count() << " ms";
+  };
+  refused(milliseconds(900), milliseconds(900));
+  refused(milliseconds(900), milliseconds(1000));
+  refused(milliseconds(900), milliseconds(-1));
+  refused(milliseconds(-1), milliseconds(0));
+  refused(ConcurrencyLimiter::kMaxLeaseTtl + milliseconds(1), milliseconds(0));
+  refused(milliseconds(1), milliseconds(0));  // no time between renewals
+  for (const std::string& id : {std::string(), std::string(32, 'G'), unusedLeaseId() + "0"}) {
+    Lease bad = lease;
+    bad.id = id;
+    EXPECT_THROW([&] { LeaseHeartbeat hb(cl, bad); }(), InvalidArgument) << id;
+  }
+  EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
+  EXPECT_FALSE(exists(admin(), name()));
+}
+
+TEST_F(LeaseHeartbeatTest, ALeaseRedisDoesNotHoldIsNeitherRenewedNorReleased) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(300)));
+  Lease byPolicy;
+  byPolicy.id = unusedLeaseId();
+  byPolicy.byPolicy = true;  // as the failure policy grants one: expiresAt 0
+  const std::int64_t calls = scriptCalls();
+  {
+    LeaseHeartbeatOptions o;
+    o.interval = milliseconds(10);
+    LeaseHeartbeat hb(cl, byPolicy, o);
+    sleepMs(50);  // five intervals
+    EXPECT_EQ(hb.renewals(), 0u);
+    EXPECT_FALSE(hb.lost());
+    EXPECT_FALSE(hb.release()) << "Redis holds no such lease";
+  }
+  { LeaseHeartbeat ended(cl, byPolicy); }
+  EXPECT_EQ(scriptCalls(), calls) << "nothing sent for a lease Redis does not hold";
+}
+
+TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(50, milliseconds(1000)));
+  std::vector<Lease> leases;
+  for (int i = 0; i < 50; ++i) {
+    const std::optional<Lease> l = cl.tryAcquire();
+    ASSERT_TRUE(l);
+    leases.push_back(*l);
+  }
+  {
+    LeaseHeartbeat warm(cl, leases[0]);  // the heartbeat thread exists from here on
+    (void)warm.stop();
+  }
+  const std::size_t threads = threadCount();
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(50);
+  std::vector<LeaseHeartbeat> beats;
+  beats.reserve(leases.size());
+  for (const Lease& l : leases) beats.emplace_back(cl, l, o);
+  EXPECT_EQ(threadCount(), threads) << "no thread per heartbeat";
+  ASSERT_TRUE(heartbeatSees([&] {
+    for (const LeaseHeartbeat& b : beats) {
+      if (b.renewals() < 2) return false;
+    }
+    return true;
+  }));
+  for (const LeaseHeartbeat& b : beats) EXPECT_FALSE(b.lost());
+  EXPECT_EQ(cl.held(), 50);
+  beats.clear();  // each releases its lease without waiting
+  EXPECT_TRUE(heartbeatSees([&] { return cl.held() == 0; }));
+}
