@@ -1,5 +1,5 @@
-// redlimit — LeaseHeartbeat: keeps a ConcurrencyLimiter's lease alive while its holder works, by
-// renewing it in the background (Redisson's lock watchdog, etcd's lease keep-alive).
+// redlimit — LeaseHeartbeat: keeps a lease (a ConcurrencyLimiter's, or a MultiLimit's) alive while
+// its holder works, by renewing it in the background (Redisson's lock watchdog, etcd's lease keep-alive).
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,7 @@
 
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/lease.hpp"
+#include "redlimit/multi_limit.hpp"
 
 namespace redlimit {
 
@@ -47,6 +48,10 @@ struct LeaseHeartbeatOptions {
 class LeaseHeartbeat {
  public:
   LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options = {});
+  /// The lease of a MultiLimit's decision, renewed in every concurrency limit (MultiLimit::renewAsync):
+  /// with each limit's own leaseTtl unless options.leaseTtl sets one for all; the default interval
+  /// is a third of the shortest. InvalidArgument for a MultiLimit without a concurrency limit.
+  LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeatOptions options = {});
   /// stop(), then releaseAsync unless the lease was released, stopped or lost.
   ~LeaseHeartbeat();
   LeaseHeartbeat(LeaseHeartbeat&& other) noexcept;
@@ -72,11 +77,14 @@ class LeaseHeartbeat {
   /// The interval and TTL the options give for `limiter` (defaults filled in), after the checks of
   /// the constructor. Throws InvalidArgument.
   [[nodiscard]] static LeaseHeartbeatOptions resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options);
+  /// As above for a MultiLimit: leaseTtl stays 0 (each limit's own) unless set.
+  [[nodiscard]] static LeaseHeartbeatOptions resolved(const MultiLimit& limits, LeaseHeartbeatOptions options);
 
  private:
   class State;
   std::shared_ptr<State> state_;  // null once moved from
 
+  void start(std::shared_ptr<State> state);
   void halt() noexcept;
 };
 

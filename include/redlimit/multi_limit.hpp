@@ -9,6 +9,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,21 @@ class MultiLimit {
   /// false if it had expired (in one) or was released already (a second release is a no-op).
   /// Errors as renew.
   bool release(const Lease& lease);
+  /// renew() and release() without waiting, as ConcurrencyLimiter's renewAsync and releaseAsync:
+  /// the callback gets the renewed lease (nullopt when not live in all) or release()'s answer, or
+  /// the error, once, on the Client's I/O thread (at once on this thread when refused before
+  /// sending). Sent again if the connection closes before the reply.
+  using RenewCallback = ConcurrencyLimiter::RenewCallback;
+  using ReleaseCallback = ConcurrencyLimiter::ReleaseCallback;
+  void renewAsync(Lease lease, RenewCallback done);
+  void renewAsync(Lease lease, std::chrono::milliseconds leaseTtl, RenewCallback done);
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(Lease lease);
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(Lease lease, std::chrono::milliseconds leaseTtl);
+  void releaseAsync(const Lease& lease, ReleaseCallback done);
+  [[nodiscard]] std::future<bool> releaseAsync(const Lease& lease);
+  /// The shortest leaseTtl of its concurrency limits (0 without one): how long a renewal without a
+  /// TTL keeps a lease for sure.
+  [[nodiscard]] std::chrono::milliseconds leaseTtl() const noexcept;
 
   /// Reserve, then settle, for all limits at once (docs/algorithms.md "Reserve, then settle"):
   /// takes `permits` as decide(permits) does (all or nothing) and, when granted, writes ONE record
@@ -198,6 +214,8 @@ class MultiLimit {
  private:
   class Core;
   std::shared_ptr<Core> core_;
+
+  void renewAsyncWith(Lease lease, std::optional<std::chrono::milliseconds> leaseTtl, RenewCallback done);
 };
 
 }  // namespace redlimit

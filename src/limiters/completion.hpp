@@ -10,10 +10,23 @@
 
 #include <fmt/format.h>
 
+#include "redlimit/errors.hpp"
 #include "redlimit/events.hpp"
 #include "redlimit/monitor.hpp"
 
 namespace redlimit::detail {
+
+/// True if `error` is a ClosedError: the connection closed before the reply, and a request that is
+/// safe to send twice may be sent again.
+inline bool closedConnection(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ClosedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 /// Counts a completion callback that threw `thrown` (LimiterMetrics::callbackThrew) and publishes
 /// one Event::Kind::CallbackThrew through `monitor`. Never throws: an event callback that throws,

@@ -40,16 +40,6 @@ constexpr std::size_t kAcquireReplySize = 8;  // {granted, expiryUs, remaining, 
 
 std::int64_t at(const detail::Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
 
-bool isClosed(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ClosedError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 // renew's reply {renewed, expiryUs, nowUs}: the new expiry, or nullopt when the lease was not live.
 std::optional<microseconds> parseRenew(const std::string& name, const detail::Reply& r) {
   if (r.type != detail::Reply::Type::Array || r.elements.size() != 3) {
@@ -255,7 +245,7 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
             done(r, nullptr);
             return;
           }
-          if (isClosed(error) && tries < 2 && Steady::now() < deadline) {
+          if (detail::closedConnection(error) && tries < 2 && Steady::now() < deadline) {
             if (const std::shared_ptr<Core> self = weak.lock()) {
               self->callAsync(std::move(argv), deadline, std::move(done), tries + 1);
               return;

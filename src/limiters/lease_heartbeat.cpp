@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <variant>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "limiters/completion.hpp"
 #include "limiters/lease_id.hpp"
@@ -31,11 +34,21 @@ bool heldByRedis(const Lease& lease) { return lease.expiresAt.count() > 0 && !le
 // Completions hold it weakly.
 class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat::State> {
  public:
-  State(ConcurrencyLimiter l, const Lease& first, LeaseHeartbeatOptions o)
-      : limiter(std::move(l)), options(std::move(o)), lease(first) {}
+  using Target = std::variant<ConcurrencyLimiter, MultiLimit>;
 
-  ConcurrencyLimiter limiter;           // a handle: thread-safe
-  const LeaseHeartbeatOptions options;  // resolved: leaseTtl and interval set
+  State(Target t, const Lease& first, const LeaseHeartbeatOptions& o, milliseconds shortestTtl)
+      : target(std::move(t)),
+        renewTtl(o.leaseTtl.count() > 0 ? std::optional<milliseconds>(o.leaseTtl) : std::nullopt),
+        horizon(shortestTtl),
+        interval(o.interval),
+        onLost(o.onLost),
+        lease(first) {}
+
+  Target target;                               // handles: thread-safe
+  const std::optional<milliseconds> renewTtl;  // none: each concurrency limit's own
+  const milliseconds horizon;                  // the shortest TTL a renewal gives
+  const milliseconds interval;
+  const std::function<void(const Lease&, std::exception_ptr)> onLost;
 
   mutable detail::Mutex m;
   Lease lease REDLIMIT_GUARDED_BY(m);
@@ -70,15 +83,21 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       return -1;
     }
     try {
-      self->limiter.renewAsync(
-          copy, self->options.leaseTtl,
-          [weak = self->weak_from_this(), sent](std::optional<Lease> renewed, std::exception_ptr e) {
-            if (const std::shared_ptr<State> s = weak.lock()) {
-              s->answered(std::move(renewed), std::move(e), sent);
+      ConcurrencyLimiter::RenewCallback done = [weak = self->weak_from_this(), sent](std::optional<Lease> renewed,
+                                                                                     std::exception_ptr e) {
+        if (const std::shared_ptr<State> s = weak.lock()) s->answered(std::move(renewed), std::move(e), sent);
+      };
+      std::visit(
+          [&](auto& t) {
+            if (self->renewTtl) {
+              t.renewAsync(std::move(copy), *self->renewTtl, std::move(done));
+            } else {
+              t.renewAsync(std::move(copy), std::move(done));
             }
-          });
+          },
+          self->target);
     } catch (...) {  // renewAsync reports through its callback; this is an allocation that failed
-      return std::chrono::duration_cast<microseconds>(self->options.interval).count();
+      return std::chrono::duration_cast<microseconds>(self->interval).count();
     }
     return -1;
   }
@@ -86,7 +105,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   // A renewal's completion: on the I/O thread (or at once on the heartbeat thread when the
   // request was refused before it was queued).
   void answered(std::optional<Lease> renewed, std::exception_ptr error, Steady::time_point sent) noexcept {
-    Steady::duration delay = options.interval;
+    Steady::duration delay = interval;
     Lease copy;
     bool lostNow = false;
     std::uint64_t id = 0;
@@ -97,7 +116,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       if (!error && renewed) {
         lease.expiresAt = renewed->expiresAt;
         ++renewals;
-        liveUntil = std::max(liveUntil, sent + options.leaseTtl);
+        liveUntil = std::max(liveUntil, sent + horizon);
         lastError = nullptr;
       } else if (!error) {  // not live any more: expired, or released by someone else
         lost = lostNow = true;
@@ -119,40 +138,87 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   }
 
   void notifyLost(const Lease& which, const std::exception_ptr& why) const noexcept {
-    if (!options.onLost) return;
+    if (!onLost) return;
     try {
-      options.onLost(which, why);
+      onLost(which, why);
     } catch (...) {
-      detail::reportCallbackThrew(limiter.monitor(), limiter.getName(), std::current_exception());
+      std::visit([&](const auto& t) { detail::reportCallbackThrew(t.monitor(), nameOf(t), std::current_exception()); },
+                 target);
     }
   }
+
+  static std::string nameOf(const ConcurrencyLimiter& limiter) { return limiter.getName(); }
+  static std::string nameOf(const MultiLimit& limits) { return fmt::format("{}", fmt::join(limits.names(), "+")); }
+
+  void releaseAsync(const Lease& held) {
+    std::visit([&](auto& t) { t.releaseAsync(held, [](bool, const std::exception_ptr&) {}); }, target);
+  }
+  bool release(const Lease& held) {
+    return std::visit([&](auto& t) { return t.release(held); }, target);
+  }
 };
+
+namespace {
+
+LeaseHeartbeatOptions checkedInterval(const std::string& name, LeaseHeartbeatOptions options, milliseconds horizon) {
+  if (options.interval.count() == 0) options.interval = std::max(milliseconds{1}, horizon / 3);
+  if (options.interval.count() < 1 || options.interval >= horizon) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: a lease heartbeat's interval must be 1 ms or more and shorter than the leaseTtl of "
+                    "{} ms, got {} ms",
+                    name, horizon.count(), options.interval.count()));
+  }
+  return options;
+}
+
+}  // namespace
 
 LeaseHeartbeatOptions LeaseHeartbeat::resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options) {
   if (options.leaseTtl.count() == 0) options.leaseTtl = limiter.config().leaseTtl;
   detail::checkLeaseTtl(options.leaseTtl);
-  if (options.interval.count() == 0) options.interval = std::max(milliseconds{1}, options.leaseTtl / 3);
-  if (options.interval.count() < 1 || options.interval >= options.leaseTtl) {
-    throw InvalidArgument(fmt::format(
-        "redlimit: limiter {}: a lease heartbeat's interval must be 1 ms or more and shorter than the leaseTtl of "
-        "{} ms, got {} ms",
-        limiter.getName(), options.leaseTtl.count(), options.interval.count()));
+  const milliseconds horizon = options.leaseTtl;
+  return checkedInterval("limiter " + limiter.getName(), std::move(options), horizon);
+}
+
+LeaseHeartbeatOptions LeaseHeartbeat::resolved(const MultiLimit& limits, LeaseHeartbeatOptions options) {
+  const std::string name = State::nameOf(limits);
+  if (limits.leaseTtl().count() == 0) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: a lease heartbeat needs a concurrency limit in the MultiLimit", name));
   }
-  return options;
+  if (options.leaseTtl.count() != 0) detail::checkLeaseTtl(options.leaseTtl);
+  const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
+  return checkedInterval(name, std::move(options), horizon);
 }
 
 LeaseHeartbeat::LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options) {
   detail::checkLeaseId(lease.id);
   options = resolved(limiter, std::move(options));
-  const milliseconds ttl = options.leaseTtl, interval = options.interval;
-  state_ = std::make_shared<State>(std::move(limiter), lease, std::move(options));
+  const milliseconds horizon = options.leaseTtl;
+  start(std::make_shared<State>(std::move(limiter), lease, options, horizon));
+}
+
+LeaseHeartbeat::LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeatOptions options) {
+  detail::checkLeaseId(lease.id);
+  options = resolved(limits, std::move(options));
+  const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
+  start(std::make_shared<State>(std::move(limits), lease, options, horizon));
+}
+
+void LeaseHeartbeat::start(std::shared_ptr<State> state) {
+  state_ = std::move(state);
+  Lease lease;
+  {
+    const detail::LockGuard lk(state_->m);
+    lease = state_->lease;
+  }
   if (!heldByRedis(lease)) return;
   // How long the lease has left, read against this machine's clock (the server's may differ: at
   // most one TTL is assumed, so a clock ahead of the server's cannot make it seem longer).
   const std::int64_t nowUs =
       std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const microseconds left{std::clamp<std::int64_t>(lease.expiresAt.count() - nowUs, 0,
-                                                   std::chrono::duration_cast<microseconds>(ttl).count())};
+                                                   std::chrono::duration_cast<microseconds>(state_->horizon).count())};
   detail::IdleSweeper& sweeper = detail::IdleSweeper::instance();
   const std::uint64_t id = sweeper.add(state_.get(), &State::tick);
   {
@@ -161,7 +227,8 @@ LeaseHeartbeat::LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, L
     state_->sweepId = id;
   }
   // The first renewal after one interval, or at once if the lease may expire sooner than that.
-  sweeper.schedule(id, left > interval ? std::chrono::duration_cast<microseconds>(interval) : microseconds{0});
+  sweeper.schedule(
+      id, left > state_->interval ? std::chrono::duration_cast<microseconds>(state_->interval) : microseconds{0});
 }
 
 LeaseHeartbeat::~LeaseHeartbeat() {
@@ -176,7 +243,7 @@ LeaseHeartbeat::~LeaseHeartbeat() {
   halt();
   if (!toRelease) return;
   try {  // without waiting: a release that fails leaves the lease to expire after its TTL
-    state_->limiter.releaseAsync(held, [](bool, const std::exception_ptr&) {});
+    state_->releaseAsync(held);
   } catch (...) {
   }
 }
@@ -224,7 +291,7 @@ std::uint64_t LeaseHeartbeat::renewals() const {
 bool LeaseHeartbeat::release() {
   const Lease held = stop();
   if (!heldByRedis(held)) return false;
-  return state_->limiter.release(held);
+  return state_->release(held);
 }
 
 Lease LeaseHeartbeat::stop() {

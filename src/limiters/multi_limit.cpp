@@ -109,6 +109,17 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
                const std::vector<std::string>& args, bool resendIfClosed);
   // renew or release of a lease in every concurrency limit; no `ttl`: each limit's leaseTtl.
   Reply leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize);
+  using ReplyDone = std::function<void(const Reply&, std::exception_ptr)>;
+  // leaseCall without waiting: `done` gets the reply (of replySize elements) or the error, once, on
+  // the I/O thread (at once here when the arguments are refused).
+  void leaseCallAsync(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize,
+                      ReplyDone done);
+  // The checks of a lease call (InvalidArgument) and its arguments after the kinds.
+  std::vector<std::string> leaseArgs(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const;
+  // One try of a lease call whose whole arguments are `argv`; sent again (up to 3 tries in all)
+  // if the connection closes before the reply and the deadline allows.
+  void sendLeaseCall(std::shared_ptr<const std::vector<std::string>> argv, std::size_t replySize, SteadyTime deadline,
+                     int tries, ReplyDone done);
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
   // `leases` the reply ends with the lease's expiry; a granted take's lease gets `leaseId` (empty
   // for peek: no lease).
@@ -402,8 +413,8 @@ Reply MultiLimit::Core::callOn(const std::vector<std::string_view>& keyViews, st
   }
 }
 
-Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
-                                  std::size_t replySize) {
+std::vector<std::string> MultiLimit::Core::leaseArgs(std::string_view op, const Lease& lease,
+                                                     std::optional<milliseconds> ttl) const {
   if (!hasLeases()) {
     throw InvalidArgument(fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", label_, op));
   }
@@ -413,15 +424,76 @@ Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::
   for (const ConcurrencyConfig& c : leaseConfigs_) {
     args.push_back(fmt::format("{}:{}", c.limit, ttl.value_or(c.leaseTtl).count()));
   }
+  return args;
+}
+
+namespace {
+void checkLeaseReply(const std::string& label, std::string_view op, const Reply& r, std::size_t replySize) {
+  if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label, replySize, op, r.describe()));
+  }
+}
+}  // namespace
+
+Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
+                                  std::size_t replySize) {
+  const std::vector<std::string> args = leaseArgs(op, lease, ttl);
   // Safe to send again: a renew sent twice extends twice from about the same instant, a release
   // sent twice answers what the first did not see.
   Reply r =
       callOn({leaseNames_.begin(), leaseNames_.end()}, std::string(leaseNames_.size(), kLeaseKind), op, args, true);
-  if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label_, replySize, op, r.describe()));
-  }
+  checkLeaseReply(label_, op, r, replySize);
   return r;
+}
+
+void MultiLimit::Core::leaseCallAsync(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
+                                      std::size_t replySize, ReplyDone done) {
+  std::shared_ptr<const std::vector<std::string>> argv;
+  try {
+    std::vector<std::string> all{std::string(op), "", std::string(leaseNames_.size(), kLeaseKind)};
+    std::vector<std::string> args = leaseArgs(op, lease, ttl);
+    all.insert(all.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+    argv = std::make_shared<const std::vector<std::string>>(std::move(all));
+  } catch (...) {
+    done(Reply{}, std::current_exception());
+    return;
+  }
+  sendLeaseCall(std::move(argv), replySize, callDeadline(), 1, std::move(done));
+}
+
+void MultiLimit::Core::sendLeaseCall(std::shared_ptr<const std::vector<std::string>> argv, std::size_t replySize,
+                                     SteadyTime deadline, int tries, ReplyDone done) {
+  const std::vector<std::string_view> keyViews(leaseNames_.begin(), leaseNames_.end());
+  const std::vector<std::string_view> argViews(argv->begin(), argv->end());
+  const SteadyTime tryDeadline =
+      std::min(deadline, detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
+  // The completion holds the handle weakly, as takeAsync's does; a dropped handle's call is not
+  // sent again.
+  detail::evalAsync(
+      *client_, kMulti, keyViews, argViews,
+      [weak = weak_from_this(), label = label_, argv, replySize, deadline, tries, done = std::move(done)](
+          const Reply& r, std::exception_ptr error) mutable {
+        constexpr int kMaxTries = 3;
+        if (error) {
+          if (detail::closedConnection(error) && tries < kMaxTries && Steady::now() < deadline) {
+            if (const std::shared_ptr<Core> self = weak.lock()) {
+              self->sendLeaseCall(std::move(argv), replySize, deadline, tries + 1, std::move(done));
+              return;
+            }
+          }
+          done(r, detail::limiterError(std::move(error)));
+          return;
+        }
+        try {
+          checkLeaseReply(label, argv->front(), r, replySize);
+        } catch (...) {
+          done(r, std::current_exception());
+          return;
+        }
+        done(r, nullptr);
+      },
+      tryDeadline);
 }
 
 // --- The handle -------------------------------------------------------------------------------
@@ -572,6 +644,62 @@ bool MultiLimit::renew(Lease& lease, milliseconds leaseTtl) {
 
 bool MultiLimit::release(const Lease& lease) {
   return core_->leaseCall("release", lease, std::nullopt, 2).elements[0].asInteger() == 1;
+}
+
+void MultiLimit::renewAsync(Lease lease, RenewCallback done) {
+  renewAsyncWith(std::move(lease), std::nullopt, std::move(done));
+}
+
+void MultiLimit::renewAsync(Lease lease, milliseconds leaseTtl, RenewCallback done) {
+  renewAsyncWith(std::move(lease), leaseTtl, std::move(done));
+}
+
+void MultiLimit::renewAsyncWith(Lease lease, std::optional<milliseconds> leaseTtl, RenewCallback done) {
+  done = detail::isolated(std::move(done), monitor(), core_->label_);
+  const std::string id = lease.id;
+  core_->leaseCallAsync("renew", Lease{id}, leaseTtl, 3,
+                        [lease = std::move(lease), done](const Reply& r, std::exception_ptr error) mutable {
+                          if (error) {
+                            done(std::nullopt, std::move(error));
+                          } else if (renewed(r, lease)) {
+                            done(std::move(lease), nullptr);
+                          } else {
+                            done(std::nullopt, nullptr);
+                          }
+                        });
+}
+
+std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease) {
+  return detail::futureOf<std::optional<Lease>>(
+      [&](auto done) { renewAsyncWith(std::move(lease), std::nullopt, RenewCallback(std::move(done))); });
+}
+
+std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease, milliseconds leaseTtl) {
+  return detail::futureOf<std::optional<Lease>>(
+      [&](auto done) { renewAsyncWith(std::move(lease), leaseTtl, RenewCallback(std::move(done))); });
+}
+
+void MultiLimit::releaseAsync(const Lease& lease, ReleaseCallback done) {
+  done = detail::isolated(std::move(done), monitor(), core_->label_);
+  core_->leaseCallAsync("release", lease, std::nullopt, 2, [done](const Reply& r, std::exception_ptr error) {
+    if (error) {
+      done(false, std::move(error));
+    } else {
+      done(r.elements[0].asInteger() == 1, nullptr);
+    }
+  });
+}
+
+std::future<bool> MultiLimit::releaseAsync(const Lease& lease) {
+  return detail::futureOf<bool>([&](auto done) { releaseAsync(lease, ReleaseCallback(std::move(done))); });
+}
+
+milliseconds MultiLimit::leaseTtl() const noexcept {
+  milliseconds shortest{0};
+  for (const ConcurrencyConfig& c : core_->leaseConfigs_) {
+    if (shortest.count() == 0 || c.leaseTtl < shortest) shortest = c.leaseTtl;
+  }
+  return shortest;
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {

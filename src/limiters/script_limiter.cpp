@@ -437,15 +437,6 @@ struct AsyncCall {
   int tries = 0;
   ReplyCallback done;
 };
-bool closedConnection(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ClosedError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 }  // namespace
 
 void ScriptLimiter::Core::callAsync(std::string op, std::vector<std::string> args, bool resendIfClosed,
@@ -477,7 +468,8 @@ void ScriptLimiter::Core::callAsync(std::string op, std::vector<std::string> arg
               c->done(reply, nullptr);
               return;
             }
-            if (c->resendIfClosed && c->tries < kMaxTries && Steady::now() < c->deadline && closedConnection(error)) {
+            if (c->resendIfClosed && c->tries < kMaxTries && Steady::now() < c->deadline &&
+                detail::closedConnection(error)) {
               if (const std::shared_ptr<Core> self = weak.lock()) {
                 run(*self, c);
                 return;

@@ -295,3 +295,57 @@ TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
   beats.clear();  // each releases its lease without waiting
   EXPECT_TRUE(heartbeatSees([&] { return cl.held() == 0; }));
 }
+
+// --- A MultiLimit's lease --------------------------------------------------------------------------
+
+TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWithItsOwnTtl) {
+  const std::string tag = "{" + name("multi") + "}:";
+  GcraRateLimiter rate(client(), tag + "rate", gcra(100, 100, milliseconds(1000)));
+  ConcurrencyLimiter shortLeases(client(), tag + "short", leaseConfig(1, milliseconds(1000)));
+  ConcurrencyLimiter longLeases(client(), tag + "long", leaseConfig(2, milliseconds(3000)));
+  MultiLimit all({rate, shortLeases, longLeases});
+  EXPECT_EQ(all.leaseTtl(), milliseconds(1000)) << "the shortest";
+  EXPECT_EQ(LeaseHeartbeat::resolved(all, {}).interval, milliseconds(333)) << "a third of the shortest";
+  EXPECT_EQ(LeaseHeartbeat::resolved(all, {}).leaseTtl, milliseconds(0)) << "each limit's own";
+  const MultiDecision d = all.decide();
+  ASSERT_TRUE(d.allowed);
+  ASSERT_TRUE(d.lease);
+  const Lease lease = *d.lease;
+
+  // The async forms first.
+  const std::optional<Lease> renewed = all.renewAsync(lease).get();
+  ASSERT_TRUE(renewed);
+  EXPECT_EQ(expiryOf(tag + "long", lease.id) - expiryOf(tag + "short", lease.id), 2'000'000)
+      << "one call, each limit's own TTL";
+  EXPECT_EQ(renewed->expiresAt.count(), expiryOf(tag + "short", lease.id)) << "the soonest";
+
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(100);
+  LeaseHeartbeat hb(all, lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return serverTimeUs(admin()) > renewed->expiresAt.count() + 200000; }));
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 3; }));
+  EXPECT_FALSE(hb.lost());
+  const std::int64_t now = serverTimeUs(admin());
+  EXPECT_GT(expiryOf(tag + "short", lease.id), now) << "live past its first expiry";
+  EXPECT_GT(expiryOf(tag + "long", lease.id), now);
+  EXPECT_FALSE(all.decide().allowed) << "the short limit's one place is still held";
+  EXPECT_TRUE(hb.release());
+  EXPECT_FALSE(exists(admin(), tag + "short"));
+  EXPECT_FALSE(exists(admin(), tag + "long"));
+  EXPECT_FALSE(all.releaseAsync(lease).get()) << "released already";
+
+  // Refused before anything is sent: no concurrency limit, a bad id or TTL.
+  const std::int64_t calls = scriptCalls();
+  MultiLimit rateOnly({rate});
+  EXPECT_THROW([&] { LeaseHeartbeat none(rateOnly, lease); }(), InvalidArgument);
+  EXPECT_THROW((void)rateOnly.renewAsync(lease).get(), InvalidArgument);
+  EXPECT_THROW((void)rateOnly.releaseAsync(lease).get(), InvalidArgument);
+  Lease bogus = lease;
+  bogus.id = "xyz";
+  EXPECT_THROW((void)all.renewAsync(bogus).get(), InvalidArgument);
+  EXPECT_THROW((void)all.renewAsync(lease, milliseconds(0)).get(), InvalidArgument);
+  LeaseHeartbeatOptions tooSlow;
+  tooSlow.interval = milliseconds(1000);
+  EXPECT_THROW([&] { LeaseHeartbeat slow(all, lease, tooSlow); }(), InvalidArgument) << "not shorter than 1 s";
+  EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
+}
