@@ -35,7 +35,9 @@ struct LeaseHeartbeatOptions {
 /// SegmentedRateLimiter's idle segments) and sent with ConcurrencyLimiter::renewAsync, so no call
 /// waits on Redis there and the replies are handled on the Client's I/O thread; no thread is made
 /// per heartbeat. A renewal that fails (an IoError) is tried again at the next interval, and
-/// sooner when the lease would expire before it.
+/// sooner when the lease would expire before it. The same thread gives segments back, each waiting
+/// for Redis up to one call deadline: keep the TTL well above the Client's connectTimeout +
+/// commandTimeout.
 ///
 /// Destroying the heartbeat stops the renewals and releases the lease without waiting (a failed
 /// release leaves it to expire), like a lock guard; release() does it and waits for the answer,
