@@ -121,8 +121,15 @@ class CalendarRateLimiter {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
+  friend class KeyedCalendarRateLimiter;
   class Core;
   std::shared_ptr<Core> core_;
+
+  // decide and peek on `key` instead of the name (KeyedCalendarRateLimiter: the name is the
+  // policy's, for metrics and events).
+  Decision decideOn(const std::string& key, std::int64_t permits);
+  Decision peekOn(const std::string& key, std::int64_t permits);
+  bool deleteOn(const std::string& key);
 };
 
 }  // namespace redlimit

@@ -24,6 +24,7 @@
 #include "redlimit/keyed_distributed_smooth_rate_limiter.hpp"
 #include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/keyed_calendar_rate_limiter.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"

@@ -171,9 +171,10 @@ class CalendarRateLimiter::Core {
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   }
 
-  // The script's answer for `op` (take or peek): a table around the server's time as last seen,
-  // and once more around the time the server answered when that was outside it.
-  detail::DecisionReply run(std::string_view op, std::int64_t permits) {
+  // The script's answer for `op` (take or peek) on `key` (this limiter's name, or a key of the
+  // keyed family): a table around the server's time as last seen, and once more around the time
+  // the server answered when that was outside it.
+  detail::DecisionReply run(const std::string& key, std::string_view op, std::int64_t permits) {
     const std::string n = fmt::to_string(permits);
     const std::string limit = fmt::to_string(quota_.limit);
     const std::string unit(1, unitCode(quota_.unit));
@@ -183,29 +184,29 @@ class CalendarRateLimiter::Core {
     for (int tries = 0; tries < 2; ++tries) {
       const std::string table = packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter));
       const std::vector<std::string_view> args{op, "", kind, n, limit, unit, keepAlive_, table};
-      const std::vector<std::string_view> keys{name_};
+      const std::vector<std::string_view> keys{key};
       detail::Reply r;
       try {
         r = detail::ClientAccess::eval(*client_, kCalendar, keys, args,
                                        detail::deadlineAfter<Steady>(Steady::now(), callBound_));
       } catch (const ScriptError&) {
-        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), name_, kKind));
+        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), key, kKind));
       }
       if (r.type == detail::Reply::Type::Integer) {  // the server's now, outside the table
         around = microseconds{r.integer};
         offsetUs_.store((around - sentAt).count(), std::memory_order_relaxed);
         continue;
       }
-      detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, name_);
+      detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
       offsetUs_.store(v.nowUs - sentAt.count(), std::memory_order_relaxed);
       localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
       return v;
     }
     throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", name_));
+        fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", key));
   }
 
-  Decision take(std::int64_t permits) {
+  Decision take(const std::string& key, std::int64_t permits) {
     checkPermits(permits);
     const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
     if (!gate_.shouldTry()) {
@@ -215,7 +216,7 @@ class CalendarRateLimiter::Core {
     const std::int64_t started = gate_.callStart();
     gate_.monitor().roundTrip();
     try {
-      Decision d = detail::decisionOf(run("take", permits), permits);
+      Decision d = detail::decisionOf(run(key, "take", permits), permits);
       gate_.answered(started);
       return d;
     } catch (const Error&) {
@@ -277,25 +278,31 @@ void CalendarRateLimiter::validateQuota(const CalendarQuota& quota) {
   (void)zoneOf(quota.zone);
 }
 
-Decision CalendarRateLimiter::decide(std::int64_t permits) {
-  Decision d = core_->take(permits);
+Decision CalendarRateLimiter::decide(std::int64_t permits) { return decideOn(core_->name_, permits); }
+
+Decision CalendarRateLimiter::decideOn(const std::string& key, std::int64_t permits) {
+  Decision d = core_->take(key, permits);
   monitor().admit(d);
   return d;
 }
 
 bool CalendarRateLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
 
-Decision CalendarRateLimiter::peek(std::int64_t permits) {
+Decision CalendarRateLimiter::peek(std::int64_t permits) { return peekOn(core_->name_, permits); }
+
+Decision CalendarRateLimiter::peekOn(const std::string& key, std::int64_t permits) {
   core_->checkPermits(permits);
-  return detail::decisionOf(core_->run("peek", permits), permits);
+  return detail::decisionOf(core_->run(key, "peek", permits), permits);
 }
 
 CalendarWindow CalendarRateLimiter::windowAt(microseconds at) const {
   return windowsIn(core_->quota_, *core_->zone_, at, 0, 0).front();
 }
 
-bool CalendarRateLimiter::deleteLimiter() {
-  return detail::command(*core_->client_, {"DEL", core_->name_}).asInteger() > 0;
+bool CalendarRateLimiter::deleteLimiter() { return deleteOn(core_->name_); }
+
+bool CalendarRateLimiter::deleteOn(const std::string& key) {
+  return detail::command(*core_->client_, {"DEL", key}).asInteger() > 0;
 }
 
 bool CalendarRateLimiter::isExists() {
