@@ -36,13 +36,13 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
  public:
   using Target = std::variant<ConcurrencyLimiter, MultiLimit>;
 
-  State(Target t, const Lease& first, const LeaseHeartbeatOptions& o, milliseconds shortestTtl)
+  State(Target t, Lease first, const LeaseHeartbeatOptions& o, milliseconds shortestTtl)
       : target(std::move(t)),
         renewTtl(o.leaseTtl.count() > 0 ? std::optional<milliseconds>(o.leaseTtl) : std::nullopt),
         horizon(shortestTtl),
         interval(o.interval),
         onLost(o.onLost),
-        lease(first) {}
+        lease(std::move(first)) {}
 
   Target target;                               // handles: thread-safe
   const std::optional<milliseconds> renewTtl;  // none: each concurrency limit's own
@@ -62,9 +62,19 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   std::uint64_t sweepId REDLIMIT_GUARDED_BY(m) = 0;
 
   // The heartbeat thread's task: one renewal, sent without waiting. Returns -1: the renewal's
-  // completion schedules the next visit.
+  // completion schedules the next visit. Should anything throw here (memory ran out), the visit
+  // comes again after an interval.
   static std::int64_t tick(void* owner) noexcept {
-    const std::shared_ptr<State> self = static_cast<State*>(owner)->shared_from_this();
+    auto* const state = static_cast<State*>(owner);
+    try {
+      return state->visit();
+    } catch (...) {
+      return std::chrono::duration_cast<microseconds>(state->interval).count();
+    }
+  }
+
+  std::int64_t visit() {
+    const std::shared_ptr<State> self = shared_from_this();
     const Steady::time_point sent = Steady::now();
     Lease copy;
     std::exception_ptr why;
@@ -79,32 +89,42 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       }
     }
     if (lostNow) {
-      self->notifyLost(copy, why);
+      notifyLost(copy, why);
       return -1;
     }
-    try {
-      ConcurrencyLimiter::RenewCallback done = [weak = self->weak_from_this(), sent](std::optional<Lease> renewed,
-                                                                                     std::exception_ptr e) {
-        if (const std::shared_ptr<State> s = weak.lock()) s->answered(std::move(renewed), std::move(e), sent);
-      };
-      std::visit(
-          [&](auto& t) {
-            if (self->renewTtl) {
-              t.renewAsync(std::move(copy), *self->renewTtl, std::move(done));
-            } else {
-              t.renewAsync(std::move(copy), std::move(done));
-            }
-          },
-          self->target);
-    } catch (...) {  // renewAsync reports through its callback; this is an allocation that failed
-      return std::chrono::duration_cast<microseconds>(self->interval).count();
-    }
+    ConcurrencyLimiter::RenewCallback done = [weak = self->weak_from_this(), sent](const std::optional<Lease>& renewed,
+                                                                                   const std::exception_ptr& e) {
+      if (const std::shared_ptr<State> s = weak.lock()) s->answered(renewed, e, sent);
+    };
+    std::visit(
+        [&](auto& t) {
+          if (self->renewTtl) {
+            t.renewAsync(std::move(copy), *self->renewTtl, std::move(done));
+          } else {
+            t.renewAsync(std::move(copy), std::move(done));
+          }
+        },
+        self->target);
     return -1;
   }
 
   // A renewal's completion: on the I/O thread (or at once on the heartbeat thread when the
-  // request was refused before it was queued).
-  void answered(std::optional<Lease> renewed, std::exception_ptr error, Steady::time_point sent) noexcept {
+  // request was refused before it was queued). Should anything throw (memory ran out), the lease
+  // counts as lost: nobody would renew it any more.
+  void answered(const std::optional<Lease>& renewed, const std::exception_ptr& error,
+                Steady::time_point sent) noexcept {
+    try {
+      settle(renewed, error, sent);
+    } catch (...) {
+      try {
+        const detail::LockGuard lk(m);
+        lost = true;
+      } catch (...) {
+      }
+    }
+  }
+
+  void settle(const std::optional<Lease>& renewed, const std::exception_ptr& error, Steady::time_point sent) {
     Steady::duration delay = interval;
     Lease copy;
     bool lostNow = false;
@@ -142,8 +162,11 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     try {
       onLost(which, why);
     } catch (...) {
-      std::visit([&](const auto& t) { detail::reportCallbackThrew(t.monitor(), nameOf(t), std::current_exception()); },
-                 target);
+      const std::exception_ptr thrown = std::current_exception();
+      try {
+        std::visit([&](const auto& t) { detail::reportCallbackThrew(t.monitor(), nameOf(t), thrown); }, target);
+      } catch (...) {  // the limiter's name could not be copied: the report is dropped
+      }
     }
   }
 
