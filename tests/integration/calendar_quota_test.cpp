@@ -22,13 +22,7 @@ namespace {
 constexpr std::int64_t kDayUs = 86400000000;
 constexpr std::int64_t kHourUs = 3600000000;
 
-CalendarQuota berlinDay(std::int64_t limit) {
-  CalendarQuota q;
-  q.limit = limit;
-  q.unit = CalendarUnit::Day;
-  q.zone = "Europe/Berlin";
-  return q;
-}
+CalendarQuota berlinDay(std::int64_t limit) { return berlinQuota(limit, CalendarUnit::Day); }
 
 std::int64_t getLe(const std::string& s, std::size_t at, int bytes) {
   std::uint64_t u = 0;

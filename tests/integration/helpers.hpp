@@ -431,4 +431,13 @@ inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::millisecon
   return c;
 }
 
+/// `limit` per calendar `unit` in Europe/Berlin.
+inline CalendarQuota berlinQuota(std::int64_t limit, CalendarUnit unit) {
+  CalendarQuota q;
+  q.limit = limit;
+  q.unit = unit;
+  q.zone = "Europe/Berlin";
+  return q;
+}
+
 }  // namespace redlimit::test

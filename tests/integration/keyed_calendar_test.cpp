@@ -16,13 +16,7 @@ using std::chrono::milliseconds;
 namespace {
 
 // A month in Berlin: a window's end falls inside a test about once in 20 million runs.
-CalendarQuota berlinMonth(std::int64_t limit) {
-  CalendarQuota q;
-  q.limit = limit;
-  q.unit = CalendarUnit::Month;
-  q.zone = "Europe/Berlin";
-  return q;
-}
+CalendarQuota berlinMonth(std::int64_t limit) { return berlinQuota(limit, CalendarUnit::Month); }
 
 }  // namespace
 
