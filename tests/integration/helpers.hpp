@@ -31,6 +31,7 @@
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/hex.hpp"
+#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
