@@ -3,6 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <future>
+#include <functional>
+#include <exception>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -104,6 +107,14 @@ class CalendarRateLimiter {
   [[nodiscard]] Decision decide(std::int64_t permits = 1);
   /// decide(permits).allowed.
   [[nodiscard]] bool tryAcquire(std::int64_t permits = 1);
+  /// decide() without waiting for the reply: `done` gets the decision (the failure policy's when
+  /// Redis cannot be asked) or the error, once, on the Client's I/O thread (at once on this thread
+  /// when refused before sending, or decided by the policy without asking). It must not block or
+  /// make sync calls; one that throws is reported (events) and counted, not run again.
+  using DecisionCallback = std::function<void(Decision decision, std::exception_ptr error)>;
+  void decideAsync(std::int64_t permits, DecisionCallback done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<Decision> decideAsync(std::int64_t permits = 1);
   /// What decide(permits) would answer now, taking nothing. Throws IoError when Redis cannot be asked.
   [[nodiscard]] Decision peek(std::int64_t permits = 1);
   /// The window holding `at` by this handle's database (not necessarily the one the key holds).
@@ -129,6 +140,7 @@ class CalendarRateLimiter {
   // policy's, for metrics and events).
   Decision decideOn(const std::string& key, std::int64_t permits);
   Decision peekOn(const std::string& key, std::int64_t permits);
+  void decideOnAsync(const std::string& key, std::int64_t permits, DecisionCallback done);
   bool deleteOn(const std::string& key);
 };
 

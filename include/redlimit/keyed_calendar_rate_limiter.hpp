@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,6 +38,10 @@ class KeyedCalendarRateLimiter {
   [[nodiscard]] Decision decide(std::string_view key, std::int64_t permits = 1);
   /// decide(key, permits).allowed.
   [[nodiscard]] bool tryAcquire(std::string_view key, std::int64_t permits = 1);
+  /// decide(key, permits) without waiting for the reply (CalendarRateLimiter::decideAsync).
+  void decideAsync(std::string_view key, std::int64_t permits, CalendarRateLimiter::DecisionCallback done);
+  /// decideAsync with a future.
+  [[nodiscard]] std::future<Decision> decideAsync(std::string_view key, std::int64_t permits = 1);
   /// What decide(key, permits) would answer now, writing nothing. Throws IoError when Redis cannot
   /// be asked.
   [[nodiscard]] Decision peek(std::string_view key, std::int64_t permits = 1);

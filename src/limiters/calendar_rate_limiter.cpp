@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string_view>
 
 #include <date/date.h>
 #include <date/tz.h>
 #include <fmt/format.h>
 
+#include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
+#include "limiters/future_of.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
@@ -157,7 +161,7 @@ std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, microsec
   return windowsIn(quota, *zoneOf(quota.zone), at, before, after);
 }
 
-class CalendarRateLimiter::Core {
+class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRateLimiter::Core> {
  public:
   Core(std::shared_ptr<Client> client, std::string name, CalendarQuota quota, CalendarRateLimiterOptions options,
        const date::time_zone* zone, LimiterMonitor monitor)
@@ -227,6 +231,108 @@ class CalendarRateLimiter::Core {
     }
   }
 
+  using DecisionDone = std::function<void(Decision, std::exception_ptr)>;
+
+  // take() without waiting: `done` gets the decision (the failure policy's when Redis cannot be
+  // asked) or the error, once, on the I/O thread (at once here when refused before sending).
+  void takeAsync(const std::string& key, std::int64_t permits, DecisionDone done) {
+    try {
+      checkPermits(permits);
+    } catch (...) {
+      done(Decision{}, std::current_exception());
+      return;
+    }
+    const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+    if (!gate_.shouldTry()) {
+      if (auto d = gate_.decide(permits, quota_.limit, interval)) {
+        done(byPolicy(permits, *d), nullptr);
+        return;
+      }
+      try {
+        gate_.throwUnavailable();
+      } catch (...) {
+        done(Decision{}, std::current_exception());
+      }
+      return;
+    }
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    const microseconds sentAt = systemNow();
+    sendTake(key, permits, sentAt, sentAt + microseconds{offsetUs_.load(std::memory_order_relaxed)}, 0, started,
+             std::move(done));
+  }
+
+  // One try of takeAsync, with a table around `around`; the second try is around the time the
+  // server answered with when the first table did not hold it (as run()). Never resent on a closed
+  // connection: a take sent twice would count twice.
+  void sendTake(const std::string& key, std::int64_t permits, microseconds sentAt, microseconds around, int tries,
+                std::int64_t started, DecisionDone done) {
+    std::string table;
+    try {
+      table = packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter));
+    } catch (...) {
+      failTake(permits, started, std::current_exception(), done);
+      return;
+    }
+    const std::string n = fmt::to_string(permits), limit = fmt::to_string(quota_.limit);
+    const std::string unit(1, unitCode(quota_.unit)), kind(1, kKind);
+    const std::vector<std::string_view> args{"take", "", kind, n, limit, unit, keepAlive_, table};
+    const std::vector<std::string_view> keys{key};
+    // The completion holds the handle weakly: a request in flight must not keep a dropped limiter
+    // (and through it the Client and its I/O thread) alive.
+    detail::ClientAccess::evalAsync(
+        *client_, kCalendar, keys, args,
+        [weak = weak_from_this(), key, permits, sentAt, tries, started, done = std::move(done)](
+            const detail::Reply& r, std::exception_ptr error) mutable {
+          const std::shared_ptr<Core> self = weak.lock();  // null: the handle was dropped meanwhile
+          const auto fail = [&](const std::exception_ptr& e) {
+            if (self) {
+              self->failTake(permits, started, e, done);
+            } else {
+              done(Decision{}, e);
+            }
+          };
+          if (error) {
+            fail(detail::oneKeyScriptError(std::move(error), key, kKind));
+            return;
+          }
+          try {
+            if (r.type == detail::Reply::Type::Integer) {  // the server's now, outside the table
+              if (tries > 0) {
+                throw UnexpectedReplyError(
+                    fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", key));
+              }
+              if (!self) throw ClosedError("redlimit: limiter " + key + ": the handle was dropped before its reply");
+              const microseconds serverNow{r.integer};
+              self->offsetUs_.store((serverNow - sentAt).count(), std::memory_order_relaxed);
+              self->sendTake(key, permits, sentAt, serverNow, tries + 1, started, std::move(done));
+              return;
+            }
+            const detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
+            Decision d = detail::decisionOf(v, permits);
+            if (self) {
+              self->offsetUs_.store(v.nowUs - sentAt.count(), std::memory_order_relaxed);
+              self->localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
+              self->gate_.answered(started);
+            }
+            done(std::move(d), nullptr);
+          } catch (...) {
+            fail(std::current_exception());
+          }
+        },
+        detail::deadlineAfter<Steady>(Steady::now(), callBound_));
+  }
+
+  // A take that ended with `error`: the failure policy decides, or `done` gets the error.
+  void failTake(std::int64_t permits, std::int64_t started, const std::exception_ptr& error, const DecisionDone& done) {
+    const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+    if (auto d = gate_.settle(error, started, permits, quota_.limit, interval)) {
+      done(byPolicy(permits, *d), nullptr);
+      return;
+    }
+    done(Decision{}, error);
+  }
+
   void checkPermits(std::int64_t permits) const {
     if (permits < 1 || permits > quota_.limit) {
       throw InvalidArgument(fmt::format("redlimit: limiter {}: permits must be in 1..{} (its limit), got {}", name_,
@@ -287,6 +393,23 @@ Decision CalendarRateLimiter::decideOn(const std::string& key, std::int64_t perm
 }
 
 bool CalendarRateLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
+
+void CalendarRateLimiter::decideAsync(std::int64_t permits, DecisionCallback done) {
+  decideOnAsync(core_->name_, permits, std::move(done));
+}
+
+std::future<Decision> CalendarRateLimiter::decideAsync(std::int64_t permits) {
+  return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, DecisionCallback(std::move(done))); });
+}
+
+void CalendarRateLimiter::decideOnAsync(const std::string& key, std::int64_t permits, DecisionCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = detail::isolated(std::move(done), monitor(), core_->name_);
+  core_->takeAsync(key, permits, [monitor = monitor(), done](Decision d, const std::exception_ptr& error) {
+    if (!error) monitor.admit(d);
+    done(std::move(d), error);
+  });
+}
 
 Decision CalendarRateLimiter::peek(std::int64_t permits) { return peekOn(core_->name_, permits); }
 

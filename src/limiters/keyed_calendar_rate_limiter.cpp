@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "limiters/completion.hpp"
+#include "limiters/future_of.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
@@ -27,6 +29,24 @@ Decision KeyedCalendarRateLimiter::decide(std::string_view key, std::int64_t per
 
 bool KeyedCalendarRateLimiter::tryAcquire(std::string_view key, std::int64_t permits) {
   return decide(key, permits).allowed;
+}
+
+void KeyedCalendarRateLimiter::decideAsync(std::string_view key, std::int64_t permits,
+                                           CalendarRateLimiter::DecisionCallback done) {
+  done = detail::isolated(std::move(done), monitor(), getName());
+  std::string k;
+  try {
+    k = checkedKey(key);
+  } catch (...) {
+    done(Decision{}, std::current_exception());
+    return;
+  }
+  policy_.decideOnAsync(k, permits, std::move(done));
+}
+
+std::future<Decision> KeyedCalendarRateLimiter::decideAsync(std::string_view key, std::int64_t permits) {
+  return detail::futureOf<Decision>(
+      [&](auto done) { decideAsync(key, permits, CalendarRateLimiter::DecisionCallback(std::move(done))); });
 }
 
 Decision KeyedCalendarRateLimiter::peek(std::string_view key, std::int64_t permits) {

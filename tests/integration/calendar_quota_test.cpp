@@ -2,6 +2,9 @@
 // the server's clock: the limiter's calls read TIME, and the script-level tests pass the time and
 // the calendar table themselves, so a window's end is reached without waiting.
 #include <atomic>
+#include <future>
+#include <memory>
+#include <utility>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -289,5 +292,66 @@ TEST_F(CalendarQuotaTest, UnreachableRedisIsDecidedByThePolicy) {
     }
     EXPECT_TRUE(recovered);
     EXPECT_FALSE(rl.failureStats().degraded);
+  }
+}
+
+TEST_F(CalendarQuotaTest, AsyncDecisionsDecideLikeTheSyncOnes) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiterOptions o;
+  o.monitor.registry = registry;
+  CalendarRateLimiter rl(client(), name(), berlinQuota(3, CalendarUnit::Month), o);
+  const Decision first = rl.decideAsync(2).get();
+  EXPECT_TRUE(first.allowed);
+  EXPECT_EQ(first.remaining, 1);
+  std::promise<std::pair<Decision, std::exception_ptr>> got;
+  rl.decideAsync(1, [&](Decision d, std::exception_ptr e) { got.set_value({d, std::move(e)}); });
+  const auto [second, error] = got.get_future().get();
+  EXPECT_FALSE(error);
+  EXPECT_TRUE(second.allowed);
+  EXPECT_EQ(second.remaining, 0);
+  const Decision denied = rl.decideAsync(1).get();
+  EXPECT_FALSE(denied.allowed);
+  const CalendarWindow w = rl.windowAt(denied.time);
+  EXPECT_EQ(denied.retryAfter, w.end - denied.time) << "exact to the window's end";
+  const auto s = registry->snapshot(name());
+  EXPECT_EQ(s.granted, 2u);
+  EXPECT_EQ(s.denied, 1u);
+  EXPECT_EQ(s.permitsGranted, 3u);
+
+  // Bad permits: InvalidArgument through the future, nothing sent.
+  const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
+  EXPECT_THROW((void)rl.decideAsync(0).get(), InvalidArgument);
+  EXPECT_THROW((void)rl.decideAsync(4).get(), InvalidArgument);
+  EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"), calls) << "nothing sent";
+
+  // 60 in flight at once on a quota of 20: exactly 20 granted.
+  CalendarRateLimiter many(client(), name("many"), berlinQuota(20, CalendarUnit::Month));
+  std::vector<std::future<Decision>> inFlight;
+  for (int i = 0; i < 60; ++i) inFlight.push_back(many.decideAsync());
+  int granted = 0;
+  for (auto& f : inFlight) granted += f.get().allowed ? 1 : 0;
+  EXPECT_EQ(granted, 20);
+}
+
+TEST_F(CalendarQuotaTest, AsyncDecisionsOfAnUnreachableRedisAreDecidedByThePolicy) {
+  for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Throw}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    RedisServer server;
+    auto c = shortTimeoutClient(server);
+    CalendarRateLimiterOptions options;
+    options.failure.policy = policy;
+    CalendarRateLimiter rl(c, "policy", berlinDay(3), options);
+    ASSERT_TRUE(rl.decideAsync().get().allowed);
+    server.kill();
+    for (int i = 0; i < 3; ++i) {
+      std::future<Decision> f = rl.decideAsync();
+      if (policy == FailurePolicy::Allow) {
+        const Decision d = f.get();
+        EXPECT_TRUE(d.allowed);
+        EXPECT_TRUE(d.byPolicy);
+      } else {
+        EXPECT_THROW((void)f.get(), IoError);
+      }
+    }
   }
 }

@@ -1,6 +1,7 @@
 // KeyedCalendarRateLimiter against a real redis-server: one calendar quota over many keys, the quota
 // in every call (no set-up), CalendarRateLimiter's keys, bad keys refused before sending, keys of
 // other kinds refused with nothing written, one metrics series and one failure gate per policy.
+#include <future>
 #include <memory>
 #include <string>
 
@@ -38,7 +39,8 @@ TEST_F(KeyedCalendarTest, EachKeyHasItsOwnWindowWithNoSetUp) {
   EXPECT_FALSE(denied.allowed);
   const CalendarWindow w = monthly.windowAt(denied.time);
   EXPECT_EQ(denied.retryAfter, w.end - denied.time) << "exact to the window's end";
-  EXPECT_TRUE(monthly.tryAcquire(bob, 3)) << "another key: its own window";
+  EXPECT_TRUE(monthly.decideAsync(bob, 2).get().allowed) << "another key: its own window";
+  EXPECT_TRUE(monthly.tryAcquire(bob, 1));
   EXPECT_FALSE(monthly.peek(bob).allowed);
   EXPECT_EQ(monthly.peek(name("carol")).remaining, 3);
   EXPECT_FALSE(exists(admin(), name("carol"))) << "peek writes nothing";
@@ -69,6 +71,11 @@ TEST_F(KeyedCalendarTest, BadKeysAndPermitsAreRefusedBeforeSendingAndOtherKindsW
   EXPECT_THROW((void)monthly.deleteKey(""), InvalidArgument);
   EXPECT_THROW((void)monthly.decide(name("k"), 0), InvalidArgument);
   EXPECT_THROW((void)monthly.decide(name("k"), 4), InvalidArgument) << "more than the limit";
+  EXPECT_THROW((void)monthly.decideAsync("").get(), InvalidArgument);
+  EXPECT_THROW((void)monthly.decideAsync(name("k"), 0).get(), InvalidArgument);
+  std::promise<std::exception_ptr> refused;
+  monthly.decideAsync("", 1, [&](Decision, std::exception_ptr e) { refused.set_value(std::move(e)); });
+  EXPECT_THROW(std::rethrow_exception(refused.get_future().get()), InvalidArgument);
   EXPECT_THROW(KeyedCalendarRateLimiter(nullptr, "p", berlinMonth(3)), InvalidArgument);
   CalendarQuota badZone = berlinMonth(3);
   badZone.zone = "Mars/Olympus";
