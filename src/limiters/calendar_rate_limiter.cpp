@@ -309,13 +309,13 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
               return;
             }
             const detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
-            Decision d = detail::decisionOf(v, permits);
+            const Decision d = detail::decisionOf(v, permits);
             if (self) {
               self->offsetUs_.store(v.nowUs - sentAt.count(), std::memory_order_relaxed);
               self->localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
               self->gate_.answered(started);
             }
-            done(std::move(d), nullptr);
+            done(d, nullptr);
           } catch (...) {
             fail(std::current_exception());
           }
@@ -407,7 +407,7 @@ void CalendarRateLimiter::decideOnAsync(const std::string& key, std::int64_t per
   done = detail::isolated(std::move(done), monitor(), core_->name_);
   core_->takeAsync(key, permits, [monitor = monitor(), done](Decision d, const std::exception_ptr& error) {
     if (!error) monitor.admit(d);
-    done(std::move(d), error);
+    done(d, error);
   });
 }
 
