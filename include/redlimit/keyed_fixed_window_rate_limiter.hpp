@@ -35,7 +35,9 @@ class KeyedFixedWindowRateLimiter : public detail::KeyedScriptLimiter {
   using KeyedScriptLimiter::cancel;
   using KeyedScriptLimiter::reservationKey;
   using KeyedScriptLimiter::reserveFor;
+  using KeyedScriptLimiter::reserveForAsync;
   using KeyedScriptLimiter::settle;
+  using KeyedScriptLimiter::settleAsync;
 
  private:
   FixedWindowConfig config_;

@@ -42,7 +42,9 @@ class KeyedGcraRateLimiter : public detail::KeyedScriptLimiter {
   using KeyedScriptLimiter::cancel;
   using KeyedScriptLimiter::reservationKey;
   using KeyedScriptLimiter::reserveFor;
+  using KeyedScriptLimiter::reserveForAsync;
   using KeyedScriptLimiter::settle;
+  using KeyedScriptLimiter::settleAsync;
 
  private:
   GcraConfig config_;

@@ -30,7 +30,9 @@ class KeyedTokenBucketRateLimiter : public detail::KeyedScriptLimiter {
   using KeyedScriptLimiter::cancel;
   using KeyedScriptLimiter::reservationKey;
   using KeyedScriptLimiter::reserveFor;
+  using KeyedScriptLimiter::reserveForAsync;
   using KeyedScriptLimiter::settle;
+  using KeyedScriptLimiter::settleAsync;
 
  private:
   TokenBucketConfig config_;

@@ -214,6 +214,98 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     }
   }
 
+  // callWithRecord without waiting: `done` gets the reply or the error once, on the I/O thread.
+  // Sent again (3 tries in all, as the sync call) if the connection closed under it, while the
+  // deadline allows; the completion holds the policy weakly, and a dropped policy's call is not
+  // sent again.
+  struct RecordCall {
+    std::string op, key, recordKey, a, b;
+  };
+  void callWithRecordAsync(RecordCall call, ReplyCallback done) {
+    sendWithRecord(std::make_shared<const RecordCall>(std::move(call)),
+                   deadlineAfter<Steady>(Steady::now(), callBound_), 1, std::move(done));
+  }
+
+  void sendWithRecord(std::shared_ptr<const RecordCall> call, Steady::time_point deadline, int tries,
+                      ReplyCallback done) {
+    const std::vector<std::string_view> argv{call->op, "", kind_, call->a, call->b, policy_.packed};
+    const std::vector<std::string_view> keys{call->key, call->recordKey};
+    const auto tryDeadline =
+        std::min(deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
+    evalAsync(
+        *client_, script_, keys, argv,
+        [weak = weak_from_this(), call, deadline, tries, kind = kind_[0], done = std::move(done)](
+            const Reply& reply, std::exception_ptr error) mutable {
+          constexpr int kMaxTries = 3;
+          if (error && closedConnection(error) && tries < kMaxTries && Steady::now() < deadline) {
+            if (const std::shared_ptr<Core> self = weak.lock()) {
+              self->sendWithRecord(std::move(call), deadline, tries + 1, std::move(done));
+              return;
+            }
+          }
+          done(reply, error ? oneKeyScriptError(std::move(error), call->key, kind) : nullptr);
+        },
+        tryDeadline);
+  }
+
+  // hold() without waiting: `done` gets what hold() would return or throw, once.
+  void holdAsync(std::string_view key, std::int64_t permits, std::string recordKey, milliseconds recordTtl,
+                 std::function<void(HeldPermits, std::exception_ptr)> done) {
+    try {
+      check(key, permits);
+    } catch (...) {
+      done(HeldPermits{}, std::current_exception());
+      return;
+    }
+    if (!gate_.shouldTry()) {
+      HeldPermits out;
+      if (auto d = policyDecide(permits)) {
+        out.decision = byPolicy(permits, *d);
+        done(out, nullptr);
+        return;
+      }
+      try {
+        gate_.throwUnavailable();
+      } catch (...) {
+        done(out, std::current_exception());
+      }
+      return;
+    }
+    const std::int64_t started = gate_.callStart();
+    gate_.monitor().roundTrip();
+    callWithRecordAsync(RecordCall{"reserve", std::string(key), std::move(recordKey), fmt::to_string(permits),
+                                   fmt::to_string(recordTtl.count())},
+                        [weak = weak_from_this(), key = std::string(key), permits, started, done = std::move(done)](
+                            const Reply& reply, std::exception_ptr error) {
+                          const std::shared_ptr<Core> self = weak.lock();
+                          HeldPermits out;
+                          if (!error) {
+                            try {
+                              out.repeated = parseReserveRepeated(key, reply);
+                              out.decision = decisionOf(
+                                  parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
+                            } catch (...) {
+                              error = std::current_exception();
+                            }
+                          }
+                          if (!error) {
+                            if (self) self->gate_.answered(started);
+                            done(out, nullptr);
+                            return;
+                          }
+                          if (self) {
+                            if (auto d = self->gate_.settle(error, started, permits, self->policy_.localRate,
+                                                            milliseconds{self->policy_.localIntervalMs})) {
+                              HeldPermits decided;
+                              decided.decision = self->byPolicy(permits, *d);
+                              done(decided, nullptr);
+                              return;
+                            }
+                          }
+                          done(HeldPermits{}, std::move(error));
+                        });
+  }
+
   HeldPermits hold(std::string_view key, std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
     check(key, permits);
     if (client_->onIoThread()) {
@@ -316,6 +408,68 @@ Settlement KeyedScriptLimiter::settle(std::string_view key, const std::string& i
 }
 
 Settlement KeyedScriptLimiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
+
+void KeyedScriptLimiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                                         milliseconds recordTtl, ScriptLimiter::HeldCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = isolated(std::move(done), monitor(), core_->name_);
+  std::string recordKey;
+  try {
+    recordKey = reservationKey(key, id);
+    checkReservationTtl(recordTtl);
+  } catch (...) {
+    done(HeldPermits{}, std::current_exception());
+    return;
+  }
+  core_->holdAsync(key, permits, std::move(recordKey), recordTtl,
+                   [monitor = monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
+                     if (!error && !out.repeated) {  // a repeat was counted when it was granted
+                       monitor.admit(out.decision);
+                       if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) {
+                         monitor.reservationOpened();
+                       }
+                     }
+                     done(out, std::move(error));
+                   });
+}
+
+std::future<HeldPermits> KeyedScriptLimiter::reserveForAsync(std::string_view key, std::int64_t permits,
+                                                             const std::string& id, milliseconds recordTtl) {
+  return futureOf<HeldPermits>([&](auto done) { reserveForAsync(key, permits, id, recordTtl, std::move(done)); });
+}
+
+void KeyedScriptLimiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual,
+                                     ScriptLimiter::SettleCallback done) {
+  done = isolated(std::move(done), monitor(), core_->name_);
+  std::string recordKey;
+  try {
+    recordKey = reservationKey(key, id);
+    checkActualPermits(actual);
+  } catch (...) {
+    done(Settlement{}, std::current_exception());
+    return;
+  }
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  core_->callWithRecordAsync(
+      Core::RecordCall{"settle", std::string(key), std::move(recordKey), fmt::to_string(actual), "0"},
+      [key = std::string(key), monitor = monitor(), done = std::move(done)](const Reply& reply,
+                                                                            std::exception_ptr error) {
+        Settlement out;
+        if (!error) {
+          try {
+            out = parseSettlement(key, reply, monitor);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        done(out, std::move(error));
+      });
+}
+
+std::future<Settlement> KeyedScriptLimiter::settleAsync(std::string_view key, const std::string& id,
+                                                        std::int64_t actual) {
+  return futureOf<Settlement>([&](auto done) { settleAsync(key, id, actual, std::move(done)); });
+}
 
 const std::string& KeyedScriptLimiter::getName() const noexcept { return core_->name_; }
 const std::shared_ptr<Client>& KeyedScriptLimiter::client() const noexcept { return core_->client_; }

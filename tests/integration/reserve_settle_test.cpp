@@ -694,3 +694,78 @@ void ReserveSettleKeyed::reserveAndSettle() {
 TEST_F(ReserveSettleKeyed, TokenBucket) { reserveAndSettle<KeyedTokenBucketRateLimiter, TokenBucketTraits>(); }
 TEST_F(ReserveSettleKeyed, Gcra) { reserveAndSettle<KeyedGcraRateLimiter, GcraTraits>(); }
 TEST_F(ReserveSettleKeyed, FixedWindow) { reserveAndSettle<KeyedFixedWindowRateLimiter, FixedWindowTraits>(); }
+
+// The keyed families' async reserve and settle: the same answers without waiting.
+class ReserveSettleKeyedAsync : public RedisTest {
+ protected:
+  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
+  template <class Keyed, class Traits>
+  void reserveAndSettleAsync();
+};
+
+template <class Keyed, class Traits>
+void ReserveSettleKeyedAsync::reserveAndSettleAsync() {
+  const std::string policyName = name("policy");
+  const auto config = std::is_same_v<Traits, FixedWindowTraits> ? Traits::config(10, 1, milliseconds(4000000000))
+                                                                : Traits::config(10, 1, milliseconds(86400000));
+  KeyedRateLimiterOptions options;
+  options.monitor.registry = std::make_shared<MetricsRegistry>();
+  Keyed rl(client(), policyName, config, options);
+  const std::string k1 = name("user:1"), k2 = name("user:2");
+  ASSERT_EQ(rl.reserveForAsync(k1, 6, "r").get().decision.remaining, 4);
+  std::promise<std::pair<HeldPermits, std::exception_ptr>> held;
+  rl.reserveForAsync(k2, 6, "r", milliseconds(60000), [&](HeldPermits h, std::exception_ptr e) {
+    held.set_value({h, std::move(e)});
+  });
+  const auto [second, heldError] = held.get_future().get();
+  EXPECT_FALSE(heldError);
+  EXPECT_EQ(second.decision.remaining, 4) << "one id on another key is another reservation";
+  EXPECT_TRUE(rl.reserveForAsync(k1, 6, "r").get().repeated);
+  int settled = 0;
+  for (int i = 0; i < 5; ++i) {
+    (void)raw({"CLIENT", "KILL", "TYPE", "normal"});
+    try {
+      const Settlement s = rl.settleAsync(k1, "r", 2).get();
+      EXPECT_EQ(s.returned, 4);
+      settled += s.status == SettleStatus::Settled ? 1 : 0;
+    } catch (const IoError&) {
+    }
+  }
+  EXPECT_EQ(settled, 1) << "a settle retried after CLIENT KILL gives back once";
+  EXPECT_EQ(rl.peek(k1).remaining, 8);
+  std::promise<Settlement> cancelled;
+  rl.settleAsync(k2, "r", 0, [&](Settlement s, const std::exception_ptr&) { cancelled.set_value(s); });
+  EXPECT_EQ(cancelled.get_future().get().returned, 6);
+  EXPECT_EQ(rl.peek(k2).remaining, 10);
+  const auto m = options.monitor.registry->snapshot(policyName);
+  EXPECT_EQ(m.reservationsOpened, 2u);
+  EXPECT_EQ(m.reservationsSettled, 2u);
+
+  const std::int64_t start = scriptCalls();
+  EXPECT_THROW((void)rl.reserveForAsync("", 1, "x").get(), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveForAsync(k1, 1, "bad id").get(), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveForAsync(k1, 11, "x").get(), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveForAsync(k1, 1, "x", milliseconds(0)).get(), InvalidArgument);
+  EXPECT_THROW((void)rl.settleAsync(k1, "r", -1).get(), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), start) << "nothing sent";
+
+  // A killed server: the failure policy decides the reservation; a settle reports the IoError.
+  RedisServer server;
+  KeyedRateLimiterOptions allow;
+  allow.failure.policy = FailurePolicy::Allow;
+  Keyed gone(shortTimeoutClient(server), "gone", config, allow);
+  ASSERT_TRUE(gone.reserveForAsync("k", 1, "a").get().decision.allowed);
+  server.kill();
+  const HeldPermits byPolicy = gone.reserveForAsync("k", 1, "b").get();
+  EXPECT_TRUE(byPolicy.decision.allowed);
+  EXPECT_TRUE(byPolicy.decision.byPolicy);
+  EXPECT_THROW((void)gone.settleAsync("k", "a", 1).get(), IoError);
+}
+
+TEST_F(ReserveSettleKeyedAsync, TokenBucket) {
+  reserveAndSettleAsync<KeyedTokenBucketRateLimiter, TokenBucketTraits>();
+}
+TEST_F(ReserveSettleKeyedAsync, Gcra) { reserveAndSettleAsync<KeyedGcraRateLimiter, GcraTraits>(); }
+TEST_F(ReserveSettleKeyedAsync, FixedWindow) {
+  reserveAndSettleAsync<KeyedFixedWindowRateLimiter, FixedWindowTraits>();
+}

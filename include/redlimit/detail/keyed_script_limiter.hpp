@@ -96,6 +96,16 @@ class KeyedScriptLimiter {
   Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
   /// settle(key, id, 0).
   Settlement cancel(std::string_view key, const std::string& id);
+  /// ScriptLimiter::reserveForAsync and settleAsync on the limiter `key`: the same answers without
+  /// waiting (callback or future), bad arguments to `done` before anything is sent.
+  void reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                       std::chrono::milliseconds recordTtl, ScriptLimiter::HeldCallback done);
+  [[nodiscard]] std::future<HeldPermits> reserveForAsync(
+      std::string_view key, std::int64_t permits, const std::string& id,
+      std::chrono::milliseconds recordTtl = ScriptLimiter::kDefaultReservationTtl);
+  void settleAsync(std::string_view key, const std::string& id, std::int64_t actual,
+                   ScriptLimiter::SettleCallback done);
+  [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
   /// The key of the reservation record `id` of the limiter `key` (ScriptLimiter::reservationKey).
   [[nodiscard]] std::string reservationKey(std::string_view key, const std::string& id) const;
 
