@@ -243,16 +243,9 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
       return;
     }
     const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-    if (!gate_.shouldTry()) {
-      if (auto d = gate_.decide(permits, quota_.limit, interval)) {
-        done(byPolicy(permits, *d), nullptr);
-        return;
-      }
-      try {
-        gate_.throwUnavailable();
-      } catch (...) {
-        done(Decision{}, std::current_exception());
-      }
+    if (gate_.answerWithoutRedis(
+            permits, quota_.limit, interval, [&](bool allowed) { done(byPolicy(permits, allowed), nullptr); },
+            [&](const std::exception_ptr& e) { done(Decision{}, e); })) {
       return;
     }
     const std::int64_t started = gate_.callStart();

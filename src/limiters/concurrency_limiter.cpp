@@ -172,16 +172,9 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
       return;
     }
     const milliseconds interval = config_.leaseTtl;
-    if (!gate_.shouldTry()) {
-      if (auto d = gate_.decide(1, config_.limit, interval)) {
-        done(byPolicy(*d), nullptr);
-        return;
-      }
-      try {
-        gate_.throwUnavailable();
-      } catch (...) {
-        done(LeaseDecision{}, std::current_exception());
-      }
+    if (gate_.answerWithoutRedis(
+            1, config_.limit, interval, [&](bool allowed) { done(byPolicy(allowed), nullptr); },
+            [&](const std::exception_ptr& e) { done(LeaseDecision{}, e); })) {
       return;
     }
     const std::int64_t started = gate_.callStart();

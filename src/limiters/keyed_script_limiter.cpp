@@ -125,16 +125,10 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       done(Decision{}, std::current_exception());
       return;
     }
-    if (!gate_.shouldTry()) {
-      if (auto d = policyDecide(permits)) {
-        done(byPolicy(permits, *d), nullptr);
-        return;
-      }
-      try {
-        gate_.throwUnavailable();
-      } catch (...) {
-        done(Decision{}, std::current_exception());
-      }
+    if (gate_.answerWithoutRedis(
+            permits, policy_.localRate, milliseconds{policy_.localIntervalMs},
+            [&](bool allowed) { done(byPolicy(permits, allowed), nullptr); },
+            [&](const std::exception_ptr& e) { done(Decision{}, e); })) {
       return;
     }
     const fmt::format_int digits(permits);
@@ -257,18 +251,13 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       done(HeldPermits{}, std::current_exception());
       return;
     }
-    if (!gate_.shouldTry()) {
+    const auto byPolicyHeld = [&](bool allowed) {
       HeldPermits out;
-      if (auto d = policyDecide(permits)) {
-        out.decision = byPolicy(permits, *d);
-        done(out, nullptr);
-        return;
-      }
-      try {
-        gate_.throwUnavailable();
-      } catch (...) {
-        done(out, std::current_exception());
-      }
+      out.decision = byPolicy(permits, allowed);
+      done(out, nullptr);
+    };
+    if (gate_.answerWithoutRedis(permits, policy_.localRate, milliseconds{policy_.localIntervalMs}, byPolicyHeld,
+                                 [&](const std::exception_ptr& e) { done(HeldPermits{}, e); })) {
       return;
     }
     const std::int64_t started = gate_.callStart();

@@ -336,16 +336,9 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
   }
   const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) {
-      done(byPolicy(permits, *d), nullptr);
-      return;
-    }
-    try {
-      gate_.throwUnavailable();
-    } catch (...) {
-      done(Outcome{}, std::current_exception());
-    }
+  if (gate_.answerWithoutRedis(
+          permits, rate, interval, [&](bool allowed) { done(byPolicy(permits, allowed), nullptr); },
+          [&](const std::exception_ptr& e) { done(Outcome{}, e); })) {
     return;
   }
   std::string leaseId = newLeaseIdIfAny();

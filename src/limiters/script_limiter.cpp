@@ -225,17 +225,9 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
       done(Out{}, std::current_exception());
       return true;
     }
-    if (gate_.shouldTry()) return false;
-    if (auto d = gate_.decide(permits, rate, interval)) {
-      done(decided(*d), nullptr);
-      return true;
-    }
-    try {
-      gate_.throwUnavailable();
-    } catch (...) {
-      done(Out{}, std::current_exception());
-    }
-    return true;
+    return gate_.answerWithoutRedis(
+        permits, rate, interval, [&](bool allowed) { done(decided(allowed), nullptr); },
+        [&](const std::exception_ptr& e) { done(Out{}, e); });
   }
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }

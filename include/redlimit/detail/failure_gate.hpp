@@ -82,6 +82,24 @@ class FailureGate {
                                            std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// Throws the IoError for a call that was not sent because the limiter is degraded.
   [[noreturn]] void throwUnavailable() const;
+  /// For a call that reports through a callback, before it is sent: false when Redis is to be
+  /// asked (shouldTry()); otherwise true, after `decided(allowed)` got the policy's decision
+  /// (decide(permits, rate, interval)) or `failed(error)` the IoError of throwUnavailable().
+  template <class Decided, class Failed>
+  bool answerWithoutRedis(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval,
+                          Decided&& decided, Failed&& failed) {
+    if (shouldTry()) return false;
+    if (const std::optional<bool> d = decide(permits, rate, interval)) {
+      decided(*d);
+      return true;
+    }
+    try {
+      throwUnavailable();
+    } catch (...) {
+      failed(std::current_exception());
+    }
+    return true;
+  }
 
   [[nodiscard]] FailureStats stats() const;
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
