@@ -198,18 +198,11 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
                     error = std::current_exception();
                   }
                 }
-                if (!error) {
-                  if (self) self->gate_.answered(started);
-                  done(std::move(out), nullptr);
-                  return;
-                }
-                if (self) {
-                  if (auto d = self->gate_.settle(error, started, 1, self->config_.limit, self->config_.leaseTtl)) {
-                    done(self->byPolicy(*d), nullptr);
-                    return;
-                  }
-                }
-                done(LeaseDecision{}, std::move(error));
+                detail::FailureGate::finish(
+                    self ? &self->gate_ : nullptr, error, started, 1, self ? self->config_.limit : 0,
+                    self ? self->config_.leaseTtl : milliseconds{0}, [&] { done(std::move(out), nullptr); },
+                    [&](bool allowed) { done(self->byPolicy(allowed), nullptr); },
+                    [&](const std::exception_ptr& e) { done(LeaseDecision{}, e); });
               });
   }
 

@@ -149,19 +149,10 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       } else {
         error = oneKeyScriptError(std::move(error), key, kind);
       }
-      if (!error) {
-        if (self) self->gate_.answered(started);
-        done(out, nullptr);
-        return;
-      }
-      if (self) {
-        if (auto d = self->gate_.settle(error, started, permits, self->policy_.localRate,
-                                        milliseconds{self->policy_.localIntervalMs})) {
-          done(self->byPolicy(permits, *d), nullptr);
-          return;
-        }
-      }
-      done(Decision{}, std::move(error));
+      finish(
+          self, error, started, permits, [&] { done(out, nullptr); },
+          [&](bool allowed) { done(self->byPolicy(permits, allowed), nullptr); },
+          [&](const std::exception_ptr& e) { done(Decision{}, e); });
     };
     const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
     if (batcher_) {
@@ -277,22 +268,25 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
                               error = std::current_exception();
                             }
                           }
-                          if (!error) {
-                            if (self) self->gate_.answered(started);
-                            done(out, nullptr);
-                            return;
-                          }
-                          if (self) {
-                            if (auto d = self->gate_.settle(error, started, permits, self->policy_.localRate,
-                                                            milliseconds{self->policy_.localIntervalMs})) {
-                              HeldPermits decided;
-                              decided.decision = self->byPolicy(permits, *d);
-                              done(decided, nullptr);
-                              return;
-                            }
-                          }
-                          done(HeldPermits{}, std::move(error));
+                          finish(
+                              self, error, started, permits, [&] { done(out, nullptr); },
+                              [&](bool allowed) {
+                                HeldPermits decided;
+                                decided.decision = self->byPolicy(permits, allowed);
+                                done(decided, nullptr);
+                              },
+                              [&](const std::exception_ptr& e) { done(HeldPermits{}, e); });
                         });
+  }
+
+  // FailureGate::finish with the policy's local rate, for a completion whose policy may have been
+  // dropped meanwhile (`self` null).
+  template <class Ok, class Decided, class Failed>
+  static void finish(const std::shared_ptr<Core>& self, const std::exception_ptr& error, std::int64_t started,
+                     std::int64_t permits, Ok&& ok, Decided&& decided, Failed&& failed) {
+    FailureGate::finish(self ? &self->gate_ : nullptr, error, started, permits, self ? self->policy_.localRate : 0,
+                        milliseconds{self ? self->policy_.localIntervalMs : 0}, std::forward<Ok>(ok),
+                        std::forward<Decided>(decided), std::forward<Failed>(failed));
   }
 
   HeldPermits hold(std::string_view key, std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {

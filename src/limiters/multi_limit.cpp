@@ -364,18 +364,11 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
         } else {
           error = detail::limiterError(std::move(error));
         }
-        if (!error) {
-          if (self) self->gate_.answered(started);
-          done(std::move(out), nullptr);
-          return;
-        }
-        if (self) {
-          if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
-            done(self->byPolicy(permits, *d), nullptr);
-            return;
-          }
-        }
-        done(Outcome{}, std::move(error));
+        detail::FailureGate::finish(
+            self ? &self->gate_ : nullptr, error, started, permits, rate, interval,
+            [&] { done(std::move(out), nullptr); },
+            [&](bool allowed) { done(self->byPolicy(permits, allowed), nullptr); },
+            [&](const std::exception_ptr& e) { done(Outcome{}, e); });
       },
       callDeadline());
 }

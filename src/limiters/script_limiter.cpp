@@ -376,18 +376,10 @@ void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, 
     } else {
       error = scriptError(std::move(error), name, kind);
     }
-    if (!error) {
-      if (self) self->gate_.answered(started);
-      done(out, nullptr);
-      return;
-    }
-    if (self) {
-      if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
-        done(self->byPolicy(permits, *d), nullptr);
-        return;
-      }
-    }
-    done(Reservation{}, std::move(error));
+    FailureGate::finish(
+        self ? &self->gate_ : nullptr, error, started, permits, rate, interval, [&] { done(out, nullptr); },
+        [&](bool allowed) { done(self->byPolicy(permits, allowed), nullptr); },
+        [&](const std::exception_ptr& e) { done(Reservation{}, e); });
   };
   if (batcher_) {
     batcher_->takeAsync(OneKeyCall{name_, script_, std::move(args), callDeadline(), std::move(completion)});
@@ -508,20 +500,14 @@ void ScriptLimiter::Core::holdAsync(std::int64_t permits, std::string recordKey,
                   error = std::current_exception();
                 }
               }
-              if (!error) {
-                if (self) self->gate_.answered(started);
-                done(out, nullptr);
-                return;
-              }
-              if (self) {
-                if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
-                  HeldPermits decided;
-                  decided.decision = self->byPolicy(permits, *d).decision;
-                  done(decided, nullptr);
-                  return;
-                }
-              }
-              done(HeldPermits{}, std::move(error));
+              FailureGate::finish(
+                  self ? &self->gate_ : nullptr, error, started, permits, rate, interval, [&] { done(out, nullptr); },
+                  [&](bool allowed) {
+                    HeldPermits decided;
+                    decided.decision = self->byPolicy(permits, allowed).decision;
+                    done(decided, nullptr);
+                  },
+                  [&](const std::exception_ptr& e) { done(HeldPermits{}, e); });
             });
 }
 
