@@ -20,40 +20,6 @@ namespace {
 
 const Script kBatch{detail::lua::batch.name, detail::lua::batch.sha1, detail::lua::batch.source};
 
-// A one-key limiter's configuration, as its script's `set` and the configuration in the call take it.
-struct LimiterConfig {
-  char kind = 'T';              // 'T' token bucket, 'G' GCRA, 'W' fixed window
-  std::int64_t limit = 1;       // burst (T, G) or permits per window (W)
-  std::int64_t permits = 1;     // permits per interval (T, G); not used by W
-  std::int64_t intervalMs = 1;  // refill interval (T, G) or window (W), ms
-  std::int64_t keepAliveMs = 0;
-};
-
-void appendU32(std::string& out, std::int64_t v) {
-  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<char>((v >> shift) & 0xff));
-}
-
-// The key's header: what gcra.lua (17 bytes) and fixed_window.lua (13 bytes) take at ARGV[6].
-std::string header(const LimiterConfig& c) {
-  std::string out(1, c.kind);
-  appendU32(out, c.limit);
-  if (c.kind != 'W') appendU32(out, c.permits);
-  appendU32(out, c.intervalMs);
-  appendU32(out, c.keepAliveMs);
-  return out;
-}
-
-const detail::lua::EmbeddedScript& scriptOf(const std::string& kind) {
-  return kind == "W" ? detail::lua::fixed_window : detail::lua::gcra;
-}
-
-// `set reset` with `initial` permits (T, G) or an empty window (W), at nowUs.
-std::vector<std::string> setArgs(const LimiterConfig& c, std::int64_t nowUs, std::int64_t initial) {
-  if (c.kind == 'W') return {"set", str(nowUs), "W", "reset", str(c.limit), str(c.intervalMs), str(c.keepAliveMs)};
-  return {"set",          str(nowUs),        std::string(1, c.kind), "reset",     str(c.limit),
-          str(c.permits), str(c.intervalMs), str(c.keepAliveMs),     str(initial)};
-}
-
 // One decision of a batch: its ARGV, as batch.lua takes them.
 struct Take {
   explicit Take(std::string k, std::string p = "1", std::string w = "0", std::string c = "")

@@ -17,29 +17,6 @@ using namespace redlimit::test;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-namespace {
-
-const Script kMultiScript{detail::lua::multi.name, detail::lua::multi.sha1, detail::lua::multi.source};
-
-// Runs lua/multi.lua directly (args: op, now µs or '', kinds, ...), mapping REDLIMIT_* codes.
-Reply runMulti(Client& c, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
-  const std::vector<std::string_view> k(keys.begin(), keys.end());
-  const std::vector<std::string_view> a(args.begin(), args.end());
-  try {
-    return detail::eval(c, kMultiScript, k, a);
-  } catch (const ScriptError&) {
-    std::rethrow_exception(detail::limiterError(std::current_exception()));
-  }
-}
-
-// A time in epoch µs this far into an aligned window of `windowMs`, a few days from now.
-std::int64_t windowTime(std::int64_t windowMs, std::int64_t intoUs) {
-  const std::int64_t base = 1'900'000'000'000'000;  // 2030: later than any server clock in a test
-  return base - base % (windowMs * 1000) + intoUs;
-}
-
-}  // namespace
-
 class MultiLimitTest : public RedisTest {
  protected:
   /// A key of this test in its one hash tag.

@@ -19,19 +19,29 @@
 
 namespace redlimit::test {
 
-/// Runs a one-key limiter script on `key`: `args` are the operation, now in epoch µs ('' = the
-/// server's clock), the kind byte, then the operation's arguments. Maps REDLIMIT_* codes as the
-/// limiters do.
-inline Reply runOneKey(Client& c, const detail::lua::EmbeddedScript& s, const std::string& key,
+/// Runs the script `s` on `keys` with `args`, mapping REDLIMIT_* codes as the limiters do.
+inline Reply runScript(Client& c, const detail::lua::EmbeddedScript& s, const std::vector<std::string>& keys,
                        const std::vector<std::string>& args) {
   const Script script{s.name, s.sha1, s.source};
-  const std::vector<std::string_view> keys{key};
-  const std::vector<std::string_view> views(args.begin(), args.end());
+  const std::vector<std::string_view> k(keys.begin(), keys.end());
+  const std::vector<std::string_view> a(args.begin(), args.end());
   try {
-    return detail::eval(c, script, keys, views);
+    return detail::eval(c, script, k, a);
   } catch (const ScriptError&) {
     std::rethrow_exception(detail::limiterError(std::current_exception()));
   }
+}
+
+/// Runs a one-key limiter script on `key`: `args` are the operation, now in epoch µs ('' = the
+/// server's clock), the kind byte, then the operation's arguments.
+inline Reply runOneKey(Client& c, const detail::lua::EmbeddedScript& s, const std::string& key,
+                       const std::vector<std::string>& args) {
+  return runScript(c, s, {key}, args);
+}
+
+/// Runs lua/multi.lua on `keys` (args: the operation, now in epoch µs or '', the kinds, ...).
+inline Reply runMulti(Client& c, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  return runScript(c, detail::lua::multi, keys, args);
 }
 
 /// A take/peek reply: {allowed, remaining, retryAfterUs, resetAfterUs, limit, nowUs, delayUs, ...}.
@@ -44,6 +54,44 @@ inline TakeReply takeReply(const Reply& r) {
   const detail::DecisionForm form =
       r.type == Reply::Type::Array ? detail::DecisionForm::Array : detail::DecisionForm::Packed;
   return detail::parseDecisionReply(r, form, "(test)");
+}
+
+/// A one-key limiter's configuration, as its script's `set` and the configuration in the call take it.
+struct LimiterConfig {
+  char kind = 'T';              // 'T' token bucket, 'G' GCRA, 'W' fixed window
+  std::int64_t limit = 1;       // burst (T, G) or permits per window (W)
+  std::int64_t permits = 1;     // permits per interval (T, G); not used by W
+  std::int64_t intervalMs = 1;  // refill interval (T, G) or window (W), ms
+  std::int64_t keepAliveMs = 0;
+};
+
+/// The key's header: what gcra.lua (17 bytes), fixed_window.lua (13 bytes), batch.lua and
+/// multi.lua take as the configuration in the call.
+inline std::string header(const LimiterConfig& c) {
+  std::string out(1, c.kind);
+  putLe(out, c.limit, 4);
+  if (c.kind != 'W') putLe(out, c.permits, 4);
+  putLe(out, c.intervalMs, 4);
+  putLe(out, c.keepAliveMs, 4);
+  return out;
+}
+
+/// The script of the kind "T", "G" or "W".
+inline const detail::lua::EmbeddedScript& scriptOf(const std::string& kind) {
+  return kind == "W" ? detail::lua::fixed_window : detail::lua::gcra;
+}
+
+/// `set reset` with `initial` permits (T, G) or an empty window (W), at nowUs.
+inline std::vector<std::string> setArgs(const LimiterConfig& c, std::int64_t nowUs, std::int64_t initial) {
+  if (c.kind == 'W') return {"set", str(nowUs), "W", "reset", str(c.limit), str(c.intervalMs), str(c.keepAliveMs)};
+  return {"set",          str(nowUs),        std::string(1, c.kind), "reset",     str(c.limit),
+          str(c.permits), str(c.intervalMs), str(c.keepAliveMs),     str(initial)};
+}
+
+/// A time in epoch µs this far into an aligned window of `windowMs`, a few days from now.
+inline std::int64_t windowTime(std::int64_t windowMs, std::int64_t intoUs) {
+  const std::int64_t base = 1'900'000'000'000'000;  // 2030: later than any server clock in a test
+  return base - base % (windowMs * 1000) + intoUs;
 }
 
 struct TokenBucketTraits {
