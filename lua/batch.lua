@@ -65,8 +65,8 @@ local function gcraDecision(key, kind, permits, maxWaitArg, cfg)
   local allowed, delay, retry, after = gcraTake(s, n, maxWait)
   if allowed == 1 then
     gcraStore(s, after)
-  elseif s.clamped then
-    gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
+  elseif s.stale then
+    gcraStore(s, s.d)                      -- clamped, or another configuration (lib/gcra_core.lua)
   end
   local lr, lms = gcraLocalRate(s)
   return packDecision(allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms)
@@ -80,7 +80,7 @@ local function windowDecision(key, permits, maxWaitArg, cfg)
   windowCheckPermits(s, n)
   local maxWait = countArg(maxWaitArg, 0, 1e14 - 1, 'maxWait', key)
   local allowed, delay, retry, c, nextCount = windowTake(s, n, maxWait)
-  if allowed == 1 or s.clamped then        -- a clamped window is written back, also on a denial
+  if allowed == 1 or s.stale then          -- a stale window is written back, also on a denial
     windowStore(s, c, nextCount)
   end
   return packDecision(allowed, s.l - c, retry, windowResetAfter(s, c, nextCount), s.l, nowUs, delay, s.l, s.windowMs)

@@ -6,7 +6,8 @@
 -- Operations (ARGV[1]; ARGV[2] is now in epoch µs or '', ARGV[3] the kind 'W'):
 --   take n maxWaitUs   takes n permits in the current window if they are left; otherwise, with
 --                      maxWaitUs at least the time until the next window starts, reserves them
---                      there (delay = that time). Writes only when it takes.
+--                      there (delay = that time). Writes when it takes; a denial writes only a
+--                      window clamped after a clock step, or another configuration (below).
 --   peek n             what `take n 0` would decide; writes nothing
 --   refund n           gives n permits back to the current window (its count does not go below 0)
 --   reserve n ttlMs    KEYS[2] the record key (lib/reservation_core.lua): `take n 0`, and when it
@@ -32,8 +33,12 @@
 --                      the limit in the call: cfg is the caller's configuration packed as the
 --                      key's first 13 bytes ('W', L, W ms, keepAlive ms). A key without one is
 --                      decided as an empty window of cfg; a key holding cfg as it is; a key holding
---                      another configuration with cfg, its counts kept (windowRescale). Only what
---                      takes or gives back writes, and it writes cfg with the state.
+--                      another configuration with cfg, its counts kept (windowRescale). What takes
+--                      or gives back writes cfg with the state; so does a take that denies, or a
+--                      refund that gives nothing back, on a key that held another configuration:
+--                      the change applies from then on (the counts in the new windows), so the
+--                      denial's retryAfter is exact. peek writes nothing and answers what take
+--                      would.
 -- Reply of take and peek: ONE 65-byte string (lib/onekey.lua's packDecision: byte 0xA0 + allowed,
 --   then remaining, retryAfterUs, resetAfterUs, L, nowUs, delayUs, localRate (L), localIntervalMs
 --   (W) as little-endian signed 64-bit integers; the fast path packs the same layout inline).
@@ -136,7 +141,7 @@ if op == 'take' or op == 'peek' then
   local allowed, delay, retry, count, nextCount = windowTake(s, n, maxWait)
   if op == 'peek' then
     count, nextCount = s.count, s.nextCount
-  elseif allowed == 1 or s.clamped then    -- a clamped window is written back, also on a denial
+  elseif allowed == 1 or s.stale then      -- a stale window is written back, also on a denial
     windowStore(s, count, nextCount)
   end
   return packDecision(allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l,
@@ -164,7 +169,7 @@ if op == 'reserve' then
   if allowed == 1 then
     windowStore(s, count, nextCount)
     recordOpen(rkey, 'W', n, s.start, ttl)
-  elseif s.clamped then
+  elseif s.stale then
     windowStore(s, count, nextCount)
   end
   return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs, 0}

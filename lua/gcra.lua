@@ -9,7 +9,9 @@
 --                      now + B*T (the bucket goes into debt) and tells the caller to wait
 --                      `delay`; maxWaitUs is cut to the horizon H = max(B*T, I) (see
 --                      lib/gcra_core.lua: it bounds how far ahead TAT can legally be, so a
---                      server clock stepped back costs at most H + n*T). Writes only when it takes.
+--                      server clock stepped back costs at most H + n*T). Writes when it takes; a
+--                      denial writes only a state clamped after a clock step, or another
+--                      configuration (below).
 --   peek n             what `take n 0` would decide, with remaining and resetAfter as they are
 --                      now; writes nothing
 --   refund n           gives n permits back, up to a full bucket
@@ -41,8 +43,11 @@
 --                      keepAlive ms). A key without one is decided as an idle bucket of cfg; a
 --                      key holding cfg as it is; a key holding another configuration of this kind
 --                      is decided with cfg, its permits in use kept (gcraRescale). take writes
---                      cfg with the state when it takes (refund: when it gives back); nothing is
---                      written on a denial.
+--                      cfg with the state when it takes, and also when it denies if the key held
+--                      another configuration: the change applies from then on, so the permits in
+--                      use come back at cfg's rate and the denial's retryAfter is exact (refund
+--                      writes when it gives back or the key held another configuration; peek
+--                      writes nothing and answers what take would).
 -- Reply of take and peek: ONE 65-byte string (lib/onekey.lua's packDecision: byte 0xA0 + allowed,
 --   then remaining, retryAfterUs, resetAfterUs, B, nowUs, delayUs, localRate, localIntervalMs as
 --   little-endian signed 64-bit integers; the fast path packs the same layout inline). retryAfter (denied) is exact: the same call succeeds at
@@ -175,8 +180,8 @@ if op == 'take' or op == 'peek' then
     after = s.d
   elseif allowed == 1 then
     gcraStore(s, after)
-  elseif s.clamped then
-    gcraStore(s, s.d)                      -- a clock step: written back clamped (lib/gcra_core.lua)
+  elseif s.stale then
+    gcraStore(s, s.d)                      -- clamped, or another configuration (lib/gcra_core.lua)
   end
   local lr, lms = gcraLocalRate(s)
   return packDecision(allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms)
@@ -206,7 +211,7 @@ if op == 'reserve' then
   if allowed == 1 then
     gcraStore(s, after)
     recordOpen(rkey, kind, n, 0, ttl)
-  elseif s.clamped then
+  elseif s.stale then
     gcraStore(s, s.d)
   end
   return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms, 0}

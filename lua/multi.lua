@@ -14,7 +14,8 @@
 -- Operations:
 --   take n maxWaitUs   takes n permits from every limit, or from none; with maxWaitUs > 0, also
 --                      ahead of time (a reservation) if all can take them within maxWaitUs. Writes
---                      only when it takes.
+--                      when it takes; a denial writes only the states clamped after a clock step,
+--                      or holding another configuration (below).
 --   peek n             what `take n 0` would decide; writes nothing
 --   refund n           gives n permits back to every limit (each as its own script's refund)
 --   take n maxWaitUs cfg1..cfgk, peek n 0 cfg1..cfgk, refund n 0 cfg1..cfgk
@@ -24,7 +25,8 @@
 --                      follows its own script's rules: a key without a configuration is decided
 --                      as a full (empty) limiter of cfgi, one holding cfgi as it is, one holding
 --                      another configuration with cfgi, its permits in use (counts) kept; what
---                      writes writes cfgi with the state.
+--                      writes writes cfgi with the state, and a take that denies writes every such
+--                      key (the change applies from then on: the combined retryAfter is exact).
 --                      A concurrency limit always has its cfgi: "limit:ttlMs" (nothing of it is
 --                      stored). With one or more, take has the lease id at ARGV[6 + k] (32 lowercase
 --                      hex digits, made by the client), and maxWait must be 0: a place cannot be
@@ -290,13 +292,14 @@ if op == 'take' or op == 'peek' then
   end
   local allowed, delay = 0, 0
   if retry == 0 then allowed, delay, deniedBy = 1, e, 0 end
-  -- A state clamped after a clock step (lib/gcra_core.lua, lib/fixed_window_core.lua) is written
-  -- back by a take that denies; one that grants writes every limit below anyway.
+  -- A stale state (clamped after a clock step, or another configuration kept under the one in the
+  -- call: lib/gcra_core.lua, lib/fixed_window_core.lua) is written back by a take that denies; one
+  -- that grants writes every limit below anyway.
   if allowed == 0 and op == 'take' then
     for i = 1, k do
       local s = all[i]
-      if s.clamped and s.window then windowStore(s, s.count, s.nextCount)
-      elseif s.clamped then gcraStore(s, s.d) end
+      if s.stale and s.window then windowStore(s, s.count, s.nextCount)
+      elseif s.stale then gcraStore(s, s.d) end
     end
   end
 

@@ -62,10 +62,11 @@ struct MultiLimitOptions {
 /// The configurations: a limiter made without one uses the configuration stored in its key (set
 /// it with the limiter's trySetConfig or setConfig; a key without one is NotInitializedError); a
 /// limiter made with one has it sent in the call, with its rules (a key without state is decided
-/// full and written with the grant, another stored configuration is replaced keeping the permits
-/// in use, the key expires once idle: see detail::ScriptLimiter). The MultiLimit keeps the names,
-/// kinds and the configurations the limiters had when it was made, not the limiter handles: a
-/// later setConfig of a handle does not change what an existing MultiLimit sends.
+/// full and written with the grant, another stored configuration is replaced, keeping the permits
+/// in use, by the first take whether granted or denied; the key expires once idle: see
+/// detail::ScriptLimiter). The MultiLimit keeps the names, kinds and the configurations the
+/// limiters had when it was made, not the limiter handles: a later setConfig of a handle does not
+/// change what an existing MultiLimit sends.
 ///
 /// Errors: InvalidArgument before anything is sent (bad permits or waits; permits above the
 /// burst or limit of a limiter made with a configuration); from the script, with

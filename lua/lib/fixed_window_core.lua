@@ -16,10 +16,17 @@
 --   current one was written by a clock ahead of the server's clock now. Less than a window ahead it
 --   stays current until the clock is past it (exact: its count is not forgotten); further ahead it
 --   is clamped to the next window, its counts kept, and written back so by the next take (also
---   when it denies).
+--   when it denies: s.stale).
+-- Another configuration (windowWithConfig: the caller's, the key holding another one) applies from
+--   the first call that may write: take, reserve, refund and settle write the counts kept under the
+--   caller's configuration also when they deny or change nothing else (s.stale), so a denial's
+--   retryAfter, in the new windows, is exact (no count is left in a window of the stored length);
+--   peek writes nothing and answers what take would.
 --
 -- A limiter is a table s: key, nowUs, the configuration (l, windowMs, keepAlive), wus = W in µs,
--- and as of nowUs: start (of the current window), nextStart, count, nextCount.
+-- and as of nowUs: start (of the current window), nextStart, count, nextCount, and stale: the key
+-- does not hold s (a window clamped after a clock step, another configuration), so every call that
+-- may write writes s back, also one that denies or changes nothing else.
 local WINDOW_LAYOUT = '<c1I4I4I4I7I4I4'
 local WINDOW_LABEL = 'FixedWindowRateLimiter'
 
@@ -62,7 +69,7 @@ local function windowLoad(key, nowUs)
     -- The server's clock went back: the stored window stays current until the clock is past it,
     -- but it is never more than one window ahead (clamped, counts kept): a step back costs at
     -- most the rest of this window and one more, whatever its size.
-    if start > s.start + s.wus then start, s.clamped = s.start + s.wus, true end
+    if start > s.start + s.wus then start, s.stale = s.start + s.wus, true end
     s.start, s.count, s.nextCount = start, count, nextCount
     s.nextStart = start + s.wus
   end                                        -- else expired: nothing counted
@@ -119,11 +126,11 @@ local function windowFitsAt(s, n, e)
 end
 
 -- Gives n permits back to the current window (its count does not go below 0) and stores the
--- result if it changed; returns the count.
+-- result if it changed or s is stale; returns the count.
 local function windowRefund(s, n)
   local count = s.count - n
   if count < 0 then count = 0 end
-  if count ~= s.count then windowStore(s, count, s.nextCount) end
+  if count ~= s.count or s.stale then windowStore(s, count, s.nextCount) end
   return count
 end
 
@@ -132,15 +139,17 @@ end
 -- the new limit (more is the same answer: the window is full). The same window length keeps the
 -- windows; another length counts them in the new current and next windows (aligned to the epoch
 -- by the new length), until those end. Counts of earlier windows are gone already, as always.
+-- s is then stale (the key holds old).
 local function windowRescale(old, s)
   s.count, s.nextCount = math.min(old.count, s.l), math.min(old.nextCount, s.l)
   if old.wus == s.wus then s.start, s.nextStart = old.start, old.nextStart end
-  s.clamped = old.clamped
+  s.stale = true
 end
 
 -- The fixed window of `key` at nowUs under the caller's configuration `cfg` (the key's 13-byte
 -- header: 'W', L, W ms, keepAlive ms): empty if the key does not exist, the stored counts if it
--- holds cfg, the stored counts kept under cfg (windowRescale) if it holds another configuration.
+-- holds cfg, the stored counts kept under cfg (windowRescale) if it holds another configuration
+-- (stale: the next call that may write writes them, with cfg).
 -- Fails with REDLIMIT_INVALID_ARGUMENT for a cfg that is not a usable fixed window configuration.
 local function windowWithConfig(key, nowUs, cfg)
   if #cfg ~= 13 then fail('REDLIMIT_INVALID_ARGUMENT', 'the configuration in the call must be 13 bytes') end
@@ -161,7 +170,7 @@ end
 -- `actual` (fixed_window.lua's and multi.lua's settle): gives back reserved - actual to that window
 -- if it is still the current one (else its count is gone: nothing to give back), or counts
 -- actual - reserved more in the current window, then in the next one, each up to L (the rest is
--- unpaid). Stores what changed. Returns returned, charged, unpaid, remaining.
+-- unpaid). Stores what changed, or s when stale. Returns returned, charged, unpaid, remaining.
 local function windowSettle(s, reserved, start, actual)
   local count, nextCount, returned, charged, unpaid = s.count, s.nextCount, 0, 0, 0
   if actual < reserved then
@@ -174,6 +183,6 @@ local function windowSettle(s, reserved, start, actual)
     count, nextCount, charged = count + now, nextCount + later, now + later
     unpaid = extra - charged
   end
-  if count ~= s.count or nextCount ~= s.nextCount or s.clamped then windowStore(s, count, nextCount) end
+  if count ~= s.count or nextCount ~= s.nextCount or s.stale then windowStore(s, count, nextCount) end
   return returned, charged, unpaid, s.l - count
 end

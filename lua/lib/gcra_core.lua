@@ -26,13 +26,20 @@
 --   server's clock now (a server clock stepped back, a failover to a replica whose clock is
 --   behind): D is clamped to B*I' + H*P', the furthest legal value, so such a step costs at most
 --   H + n*T of denials, whatever its size. A clamped state is written back by the next take, also
---   when it denies (s.clamped), so the step is not met again.
+--   when it denies (s.stale), so the step is not met again.
+-- Another configuration (gcraWithConfig: the caller's, the key holding another one) applies from
+--   the first call that may write: take, reserve, refund and settle write the rescaled state with
+--   the caller's configuration also when they deny or change nothing else (s.stale), so a denial's
+--   retryAfter, at the new rate, is exact (nothing is left draining at the stored configuration's
+--   pace); peek writes nothing and answers what take would.
 -- Layout (28 bytes): kind 'G' or 'T', B (uint32), P (uint32), I ms (uint32), keepAlive ms
 --   (uint32), TAT µs (uint56), TAT's remainder in units (uint32).
 -- TTL: none unless keepAlive > 0; then the time until the bucket is full again plus keepAlive.
 --
 -- A limiter is a table s: key, kind, label, nowUs, the configuration (b, p, intervalMs,
--- keepAlive), pp = P', ip = I', cap = B*I', maxWait = H, and d = D at nowUs.
+-- keepAlive), pp = P', ip = I', cap = B*I', maxWait = H, d = D at nowUs, and stale: the key does
+-- not hold s (a state clamped after a clock step, another configuration), so every call that may
+-- write writes s back, also one that denies or changes nothing else.
 local GCRA_LAYOUT = '<c1I4I4I4I4I7I4'
 local GCRA_LABELS = {G = 'GcraRateLimiter', T = 'TokenBucketRateLimiter'}
 
@@ -92,10 +99,10 @@ local function gcraLoad(key, kind, nowUs)
     local dt = tatUs - nowUs
     if dt > ceilDiv(dmax, s.pp) then
       s.d = dmax                           -- the server's clock went back: clamped, as far ahead as TAT can be
-      s.clamped = true
+      s.stale = true
     else
       s.d = dt * s.pp + tatRem             -- <= dmax + 2P' < 2^53
-      if s.d > dmax then s.d, s.clamped = dmax, true end
+      if s.d > dmax then s.d, s.stale = dmax, true end
     end
   end
   return s
@@ -163,7 +170,8 @@ local function gcraResetAfter(s, after)
   return ceilDiv(after, s.pp)
 end
 
--- Gives n permits back (up to a full bucket) and stores the result if it changed; returns D.
+-- Gives n permits back (up to a full bucket) and stores the result if it changed or s is stale;
+-- returns D.
 local function gcraRefund(s, n)
   local d = s.d
   if n >= ceilDiv(d, s.ip) then
@@ -171,26 +179,28 @@ local function gcraRefund(s, n)
   else
     d = d - n * s.ip                       -- n*I' < D + I'
   end
-  if d ~= s.d then gcraStore(s, d) end
+  if d ~= s.d or s.stale then gcraStore(s, d) end
   return d
 end
 
 -- The permits in use of `old` (D / I'), kept in `s` (another configuration of the same kind, at
 -- the same now): s.d = ceil(D_old x I'_new / I'_old) units, at most s's furthest D. The same I'
 -- keeps D exactly (a change of keepAlive or of burst only); otherwise the double product is
--- rounded up, so a change never hands out a permit that was in use.
+-- rounded up, so a change never hands out a permit that was in use. s is then stale (the key
+-- holds old).
 local function gcraRescale(old, s)
   local d = old.d
   if old.ip ~= s.ip then d = math.ceil(d / old.ip * s.ip) end
   local dmax = s.cap + s.maxWait * s.pp
   if d > dmax then d = dmax end
   s.d = d
-  s.clamped = old.clamped
+  s.stale = true
 end
 
 -- The limiter of `key` at nowUs under the caller's configuration `cfg` (the key's 17-byte
 -- header: kind, B, P, I ms, keepAlive ms): idle if the key does not exist, the stored state if
--- it holds cfg, the stored state rescaled to cfg if it holds another configuration of `kind`.
+-- it holds cfg, the stored state rescaled to cfg if it holds another configuration of `kind`
+-- (stale: the next call that may write writes it, with cfg).
 -- Fails with REDLIMIT_INVALID_ARGUMENT for a cfg that is not a usable configuration of `kind`.
 local function gcraWithConfig(key, kind, nowUs, cfg)
   local label = GCRA_LABELS[kind]
@@ -211,7 +221,8 @@ end
 -- Settles a reservation of `reserved` permits that used `actual` (gcra.lua's and multi.lua's
 -- settle): gives back reserved - actual (refund's arithmetic, up to a full bucket), or takes
 -- actual - reserved more as debt, D at most B*I' + H*P' (what a reservation with the longest wait
--- may leave; the rest is unpaid). Stores what changed. Returns returned, charged, unpaid, remaining.
+-- may leave; the rest is unpaid). Stores what changed, or s when stale. Returns returned, charged,
+-- unpaid, remaining.
 local function gcraSettle(s, reserved, actual)
   local d, returned, charged, unpaid = s.d, 0, 0, 0
   if actual < reserved then
@@ -224,7 +235,7 @@ local function gcraSettle(s, reserved, actual)
     charged = math.min(actual - reserved, room)
     unpaid = actual - reserved - charged
     d = d + charged * s.ip
-    if charged > 0 or s.clamped then gcraStore(s, d) end
   end
+  if actual >= reserved and (d ~= s.d or s.stale) then gcraStore(s, d) end
   return returned, charged, unpaid, gcraRemaining(s, d)
 end

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
+#include "one_key_support.hpp"
 #include "redlimit/redlimit.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -92,6 +93,52 @@ class PerKeyKinds : public RedisTest {
     stop.store(true);
     for (auto& t : deciders) t.join();
     return {granted.load(), static_cast<double>(msSince(start)) / 1000.0};
+  }
+
+  /// `op` ("take" or "peek") of n permits on `key` at nowUs, with `cfg` in the call (gcra.lua or
+  /// fixed_window.lua, as the keyed limiters and the handles made with a configuration send it).
+  TakeReply withConfigAt(const std::string& op, const std::string& key, const LimiterConfig& cfg, std::int64_t nowUs,
+                         std::int64_t n) {
+    const std::string kind(1, cfg.kind);
+    return takeReply(runOneKey(admin(), scriptOf(kind), key, {op, str(nowUs), kind, str(n), "0", header(cfg)}));
+  }
+
+  /// The key holds `stored`, full at t0 (every permit in use, or the window's limit counted). A take
+  /// of n with `cfg` in the call at t0 is denied, and its answer is exact: retryAfter (R, `retry`) is
+  /// the first instant the same take is granted (denied at t0 + R - 1 µs); remaining and
+  /// resetAfter are the state the denial left (a peek then answers the same; n = remaining fits and
+  /// one more does not; the limiter is full again at t0 + resetAfter and not a µs earlier).
+  void expectExactDenialUnderAnotherConfiguration(const LimiterConfig& stored, const LimiterConfig& cfg,
+                                                  std::int64_t t0, std::int64_t n, std::int64_t retry) {
+    const std::string kind(1, stored.kind);
+    const std::string key = name(kind + str(stored.limit) + "." + str(stored.permits) + "." + str(stored.intervalMs) +
+                                 "-" + str(cfg.limit) + "." + str(cfg.permits) + "." + str(cfg.intervalMs));
+    (void)runOneKey(admin(), scriptOf(kind), key, setArgs(stored, t0, 0));
+    if (stored.kind == 'W') {
+      ASSERT_TRUE(
+          takeReply(runOneKey(admin(), scriptOf(kind), key, {"take", str(t0), kind, str(stored.limit), "0"})).allowed);
+    }
+    const TakeReply denied = withConfigAt("take", key, cfg, t0, n);
+    ASSERT_FALSE(denied.allowed);
+    const std::int64_t r = denied.retryAfterUs;
+    ASSERT_GT(r, 0);
+    EXPECT_EQ(r, retry);
+
+    const TakeReply peeked = withConfigAt("peek", key, cfg, t0, n);
+    EXPECT_FALSE(peeked.allowed);
+    EXPECT_EQ(peeked.retryAfterUs, r);
+    EXPECT_EQ(peeked.remaining, denied.remaining);
+    EXPECT_EQ(peeked.resetAfterUs, denied.resetAfterUs);
+    if (denied.remaining > 0) {
+      EXPECT_TRUE(withConfigAt("peek", key, cfg, t0, denied.remaining).allowed);
+    }
+    EXPECT_FALSE(withConfigAt("peek", key, cfg, t0, std::max<std::int64_t>(denied.remaining, 0) + 1).allowed);
+    ASSERT_GT(denied.resetAfterUs, 0);
+    EXPECT_LT(withConfigAt("peek", key, cfg, t0 + denied.resetAfterUs - 1, 1).remaining, cfg.limit);
+    EXPECT_EQ(withConfigAt("peek", key, cfg, t0 + denied.resetAfterUs, 1).remaining, cfg.limit);
+
+    EXPECT_FALSE(withConfigAt("take", key, cfg, t0 + r - 1, n).allowed) << "retryAfter " << r << " us";
+    EXPECT_TRUE(withConfigAt("take", key, cfg, t0 + r, n).allowed) << "retryAfter " << r << " us";
   }
 };
 
@@ -392,6 +439,106 @@ TEST_F(PerKeyKinds, ASmoothLimitersNextFreeTimeIsClampedToTheDebtOwedAtTheWrite)
   ASSERT_TRUE(big.decision.allowed);
   const Decision after = rl.peek();
   EXPECT_GT(after.retryAfter.count(), 1'900'000) << "20 permits at 10/s: 2 s owed";
+}
+
+// --- a key holding another configuration than the call's: the change applies from the first take -
+
+// Denied or granted, a take with another configuration than the key's writes the state kept under
+// it (lib/gcra_core.lua's gcraRescale): the permits in use come back at the new rate from then on,
+// so retryAfter is exact. Before, a denial wrote nothing: the permits kept coming back at the
+// stored pace, and a retry at retryAfter was denied again (1/s -> 10/s: 100 ms, then 90 ms...).
+TEST_F(PerKeyKinds, RetryAfterUnderAnotherConfigurationInTheCallIsExactForGcraAndTheTokenBucket) {
+  const std::int64_t t0 = windowTime(1000, 0);
+  for (const char kind : {'G', 'T'}) {
+    struct Change {
+      const char* what;
+      LimiterConfig stored, call;
+      std::int64_t permits, retry;
+    };
+    const Change changes[] = {
+        {"rate up", {kind, 1, 1, 1000}, {kind, 1, 10, 1000}, 1, 100000},
+        {"rate down", {kind, 1, 10, 1000}, {kind, 1, 1, 1000}, 1, 1000000},
+        {"burst up", {kind, 3, 1, 1000}, {kind, 5, 1, 1000}, 3, 1000000},
+        {"burst down", {kind, 5, 1, 1000}, {kind, 3, 1, 1000}, 1, 3000000},
+        {"period up", {kind, 1, 1, 100}, {kind, 1, 1, 1000}, 1, 1000000},
+        {"period down", {kind, 1, 1, 1000}, {kind, 1, 1, 100}, 1, 100000},
+        {"rate in units of 1/7 us", {kind, 2, 3, 1000}, {kind, 2, 7, 1000}, 1, 142858},
+    };
+    for (const Change& c : changes) {
+      SCOPED_TRACE(std::string(1, kind) + ": " + c.what);
+      expectExactDenialUnderAnotherConfiguration(c.stored, c.call, t0, c.permits, c.retry);
+    }
+  }
+}
+
+// The same for the fixed window: the counts kept under the call's configuration are written by the
+// denial, so they end with the new windows. Before, 3 per 1 s (full) asked as 3 per 100 ms was
+// denied again at its retryAfter, until the stored 1 s window ended.
+TEST_F(PerKeyKinds, RetryAfterUnderAnotherConfigurationInTheCallIsExactForTheFixedWindow) {
+  const std::int64_t t0 = windowTime(1000, 250000);  // 250 ms into a second, 50 ms into 100 ms
+  struct Change {
+    const char* what;
+    LimiterConfig stored, call;
+    std::int64_t permits, retry;
+  };
+  const Change changes[] = {
+      {"shorter window", {'W', 3, 0, 1000}, {'W', 3, 0, 100}, 1, 50000},
+      {"longer window", {'W', 3, 0, 100}, {'W', 3, 0, 1000}, 1, 750000},
+      {"lower limit", {'W', 3, 0, 1000}, {'W', 2, 0, 1000}, 1, 750000},
+      {"higher limit", {'W', 3, 0, 1000}, {'W', 4, 0, 1000}, 2, 750000},
+  };
+  for (const Change& c : changes) {
+    SCOPED_TRACE(c.what);
+    expectExactDenialUnderAnotherConfiguration(c.stored, c.call, t0, c.permits, c.retry);
+  }
+}
+
+// MultiLimit with the configurations in the call: a denial writes every limit whose key held
+// another configuration, so the combined retryAfter is exact.
+TEST_F(PerKeyKinds, MultiLimitRetryAfterUnderAnotherConfigurationInTheCallIsExact) {
+  const std::int64_t t0 = windowTime(1000, 250000);
+  struct Change {
+    const char* what;
+    LimiterConfig storedG, storedW, callG, callW;
+    std::int64_t retry;
+  };
+  const Change changes[] = {
+      {"faster", {'G', 1, 1, 1000}, {'W', 3, 0, 1000}, {'G', 1, 1, 100}, {'W', 3, 0, 100}, 100000},
+      {"slower", {'G', 1, 1, 100}, {'W', 3, 0, 100}, {'G', 1, 1, 1000}, {'W', 3, 0, 1000}, 1000000},
+  };
+  for (const Change& c : changes) {
+    SCOPED_TRACE(c.what);
+    const std::string tag = "{" + name(c.what) + "}";
+    const std::vector<std::string> keys{tag + ":g", tag + ":w"};
+    (void)runOneKey(admin(), detail::lua::gcra, keys[0], setArgs(c.storedG, t0, 0));
+    (void)runOneKey(admin(), detail::lua::fixed_window, keys[1], setArgs(c.storedW, t0, 0));
+    ASSERT_TRUE(
+        takeReply(runOneKey(admin(), detail::lua::fixed_window, keys[1], {"take", str(t0), "W", "3", "0"})).allowed);
+    const auto multi = [&](const std::string& op, std::int64_t at) {
+      return runMulti(admin(), keys, {op, str(at), "GW", "1", "0", header(c.callG), header(c.callW)});
+    };
+    const Reply denied = multi("take", t0);
+    ASSERT_EQ(denied.elements[0].asInteger(), 0);
+    const std::int64_t r = denied.elements[2].asInteger();
+    EXPECT_EQ(r, c.retry);
+
+    const Reply peeked = multi("peek", t0);
+    for (const std::size_t field : {0U, 1U, 2U, 3U}) {
+      EXPECT_EQ(peeked.elements[field].asInteger(), denied.elements[field].asInteger()) << "field " << field;
+    }
+    const std::int64_t reset = denied.elements[3].asInteger();
+    ASSERT_GT(reset, 0);
+    const auto full = [&](const Reply& m, std::size_t i) {  // limit i: remaining == its limit
+      return m.elements[8 + 7 * i + 1].asInteger() == m.elements[8 + 7 * i + 4].asInteger();
+    };
+    const Reply justBefore = multi("peek", t0 + reset - 1);
+    EXPECT_FALSE(full(justBefore, 0) && full(justBefore, 1)) << "resetAfter " << reset << " us";
+    const Reply atReset = multi("peek", t0 + reset);
+    EXPECT_TRUE(full(atReset, 0) && full(atReset, 1)) << "resetAfter " << reset << " us";
+
+    EXPECT_EQ(multi("take", t0 + r - 1).elements[0].asInteger(), 0) << "retryAfter " << r << " us";
+    EXPECT_EQ(multi("take", t0 + r).elements[0].asInteger(), 1) << "retryAfter " << r << " us";
+  }
 }
 
 // --- (5) MultiLimit with the configurations in the call ------------------------------------------

@@ -69,10 +69,12 @@ struct KeyedPolicy {
 /// unless the configuration's keepAlive says so (its configuration would go with it). A handle
 /// made WITH a configuration (the Bucket4j and redis_rate way) sends it in every call, as the
 /// keyed families do: a key without one is decided as a full limiter and written with the first
-/// grant, a key holding another configuration is decided with this one keeping the permits in use,
-/// there is no NotInitializedError, and the key expires once the limiter is full again plus
-/// keepAlive (kDefaultIdleMargin for 0, unless the options ask for permanentKeys). Its setConfig
-/// replaces the handle's configuration (for it and its copies) and writes it keeping the state.
+/// grant, a key holding another configuration is decided with this one keeping the permits in use
+/// and written with it by the first take, granted or denied (the change applies from then on, so a
+/// denial's retryAfter is exact), there is no NotInitializedError, and the key expires once the
+/// limiter is full again plus keepAlive (kDefaultIdleMargin for 0, unless the options ask for
+/// permanentKeys). Its setConfig replaces the handle's configuration (for it and its copies) and
+/// writes it keeping the state.
 ///
 /// Reservations (tryAcquire with a timeout, acquire, reserve) of the token bucket and GCRA wait at
 /// most the horizon max(burst x T, period) (T = one permit's time): a longer wait is refused, with
