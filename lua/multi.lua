@@ -47,11 +47,13 @@
 -- every limit accepts.
 --   Granted iff E <= maxWait (cut to each GCRA's longest reservation W) and every fixed window can
 --   count the permits at E (in its current or next window: it keeps no count further ahead).
---   Then every limit takes n as arriving at now + E, and delay = E: a GCRA moves TAT to
---   max(TAT, now + E) + n*T (exact for the time the permits are used; as its own script when E is
---   its own wait), a window counts them in the window E falls in. A GCRA whose own wait is
---   shorter than E thus holds, until now + E, up to (E - its wait) / T permits more than a bucket
---   with separate tokens would: one stored time cannot say "free now, booked later".
+--   Then every limit takes n at E, and delay = E: a GCRA takes them at the first instant that
+--   rounds up to now + E whole µs, (E - 1) µs plus one unit (1/P' µs) after now (gcraAfterAt;
+--   at now for E = 0), so TAT moves to max(TAT, now + (E - 1) µs + 1 unit) + n*T (exact in units
+--   for the time the permits are used; as its own script when E is its own wait); a window counts
+--   them in the window E falls in. A GCRA whose own wait is shorter than E thus holds, until
+--   now + E, up to (E - its wait) / T permits more than a bucket with separate tokens would: one
+--   stored time cannot say "free now, booked later".
 --   Denied: retryAfter = the smallest r for which the same call made at now + r is granted, if
 --   nobody else takes permits: max(E - maxWait, and for each fixed window that could not count
 --   them, the first window start after now + E - 2 windows). Exact: at now + r - 1 µs it fails.
