@@ -120,7 +120,12 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer = true)
       REDLIMIT_REQUIRES(c.m);
   void watch(Conn& c, bool out) REDLIMIT_REQUIRES(c.m);
+  // Runs the completions in `done` (left empty), earliest deadline first, in slices with
+  // expireDue() between them.
   void complete(std::vector<Finished>& done);
+  // Steps the connectors and probes whose time came and fails every request whose deadline passed
+  // at `now`, on every connection (appended to `done`).
+  void expireDue(SteadyTime now, std::vector<Finished>& done);
   // A completion callback held the I/O thread from `from` to `to`: remembered, counted, reported.
   void noteStall(SteadyTime from, SteadyTime to);
   // What a plain-text connection reset before its first reply may mean: a TLS port (asked with a
@@ -151,6 +156,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow)
   std::atomic<std::uint64_t> stalls_{0}, stalled_{0};  // PoolStats::stalls, ::stalled
   Stall stall_;                                        // the last stall (I/O thread only)
+  CompletionQueue completions_;                        // completions waiting to run (I/O thread only)
   bool sawStall_ = false;  // any stall yet (I/O thread only): only then are errors looked at
   Mutex timerMutex_;       // and the timer's setting
   SteadyTime armedAt_ REDLIMIT_GUARDED_BY(timerMutex_) = SteadyTime::max();  // when timerFd_ fires; max: disarmed
