@@ -429,6 +429,39 @@ void Transport::expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done
   c.held = held;
 }
 
+bool Transport::ready(const Conn& c) { return c.stream && c.greeted && !c.writeFailed && !c.pipe->broken(); }
+
+void Transport::routeToReady(std::vector<Finished>& done) {
+  readyConns_.clear();
+  for (auto& c : conns_) {
+    const LockGuard lock(c->m);
+    if (ready(*c)) readyConns_.push_back(c.get());
+  }
+  if (readyConns_.empty() || readyConns_.size() == conns_.size()) return;
+  std::size_t next = 0;
+  std::vector<Request> moving;
+  for (auto& c : conns_) {
+    {
+      const LockGuard lock(c->m);
+      // The first `held` wait for the TLS-port probe's verdict on their own connection.
+      if (ready(*c) || c->carry.size() <= c->held) continue;
+      const auto from = c->carry.begin() + static_cast<std::ptrdiff_t>(c->held);
+      moving.assign(std::make_move_iterator(from), std::make_move_iterator(c->carry.end()));
+      c->carry.erase(from, c->carry.end());
+    }
+    for (auto& r : moving) {
+      Conn& to = *readyConns_[next++ % readyConns_.size()];
+      const LockGuard lock(to.m);
+      to.pipe->push(std::move(r));
+    }
+    moving.clear();
+  }
+  for (Conn* c : readyConns_) {
+    const LockGuard lock(c->m);
+    flush(*c, done);
+  }
+}
+
 SteadyTime Transport::carryDeadline(const Conn& c) {
   SteadyTime next = SteadyTime::max();
   for (const auto& r : c.carry) next = std::min(next, r.deadline);
@@ -723,6 +756,7 @@ void Transport::run() {
       }
       flush(*c, done);
     }
+    if (conns_.size() > 1) routeToReady(done);
     complete(done);
 
     SteadyTime now = Steady::now();
