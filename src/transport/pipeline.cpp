@@ -77,6 +77,49 @@ Request makeScriptRequest(const Script& script, const std::vector<std::string_vi
   return r;
 }
 
+Finished failed(Request& r, std::exception_ptr error) {
+  return Finished{std::move(r.done), Outcome{Reply{}, std::move(error)}, r.counted, r.deadline};
+}
+
+void CompletionQueue::add(std::vector<Finished>& done) {
+  if (done.empty()) return;
+  if (head_ > 0 && head_ == items_.size()) {
+    items_.clear();
+    head_ = 0;
+  }
+  unsorted_ = unsorted_ || !items_.empty() || done.size() > 1;
+  items_.insert(items_.end(), std::make_move_iterator(done.begin()), std::make_move_iterator(done.end()));
+  done.clear();
+}
+
+void CompletionQueue::take(std::size_t max, std::vector<Finished>& slice) {
+  if (unsorted_) {
+    std::stable_sort(items_.begin() + static_cast<std::ptrdiff_t>(head_), items_.end(),
+                     [](const Finished& a, const Finished& b) { return a.deadline < b.deadline; });
+    unsorted_ = false;
+  }
+  const std::size_t n = std::min(max, size());
+  for (std::size_t i = 0; i < n; ++i) slice.push_back(std::move(items_[head_++]));
+  if (head_ == items_.size()) {
+    items_.clear();
+    head_ = 0;
+  }
+}
+
+void runCompletions(CompletionQueue& queue, std::size_t slice, const std::function<void(std::vector<Finished>&)>& due,
+                    const std::function<void(std::vector<Finished>&)>& run) {
+  std::vector<Finished> batch;
+  std::vector<Finished> more;
+  while (!queue.empty()) {
+    queue.take(slice, batch);
+    run(batch);
+    batch.clear();
+    if (queue.empty()) return;
+    due(more);
+    queue.add(more);
+  }
+}
+
 Pipeline::Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events,
                    std::vector<const Script*>* scriptsSeen)
     : parser_(limits),
@@ -165,7 +208,8 @@ void Pipeline::finishReply(WireReply&& reply, std::vector<Finished>& done) {
   written_.pop_front();
   if (!reply.isError) {
     if (w.request.script != nullptr) (void)noteSeen(scriptsSeen_, w.request.script);
-    done.push_back(Finished{std::move(w.request.done), Outcome{std::move(reply.value), nullptr}, w.request.counted});
+    done.push_back(Finished{std::move(w.request.done), Outcome{std::move(reply.value), nullptr}, w.request.counted,
+                            w.request.deadline});
     return;
   }
   if (w.request.script != nullptr && reply.error.compare(0, 9, "NOSCRIPT ") == 0 && retryNoScript(w, done)) return;
@@ -210,7 +254,8 @@ bool Pipeline::retryNoScript(Written& w, std::vector<Finished>& done) {
           "server {} no longer had script {} (NOSCRIPT: restarted or SCRIPT FLUSH); loaded it again and "
           "resent the calls",
           endpoint_, script.name);
-      done.push_back(Finished{[events = events_, e = std::move(e)](const Outcome&) { events(e); }, Outcome{}, false});
+      done.push_back(
+          Finished{[events = events_, e = std::move(e)](const Outcome&) { events(e); }, Outcome{}, false, r.deadline});
     }
   }
   queued_.push_back(std::move(r));
@@ -219,7 +264,7 @@ bool Pipeline::retryNoScript(Written& w, std::vector<Finished>& done) {
 
 void Pipeline::fail(Written& w, const std::exception_ptr& error, std::vector<Finished>& done) {
   // Its own copy: the same error may go to many callers, and this pipeline keeps it (brokenBy()).
-  done.push_back(Finished{std::move(w.request.done), Outcome{Reply{}, cloneError(error)}, w.request.counted});
+  done.push_back(failed(w.request, cloneError(error)));
 }
 
 void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& done) {
@@ -251,14 +296,11 @@ std::exception_ptr Stall::error(std::string_view command, std::chrono::milliseco
 void Pipeline::expire(SteadyTime now, std::vector<Finished>& done, const Stall& stall) {
   for (auto it = queued_.begin(); it != queued_.end();) {
     if (it->deadline <= now) {
-      done.push_back(Finished{
-          std::move(it->done),
-          Outcome{Reply{}, stall.covers(it->deadline)
-                               ? stall.error(it->command, it->budget)
-                               : errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms "
-                                                                   "deadline ({})",
-                                                                   it->command, it->budget.count(), endpoint_))},
-          it->counted});
+      done.push_back(
+          failed(*it, stall.covers(it->deadline)
+                          ? stall.error(it->command, it->budget)
+                          : errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms deadline ({})",
+                                                              it->command, it->budget.count(), endpoint_))));
       it = queued_.erase(it);
     } else {
       ++it;

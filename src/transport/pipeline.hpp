@@ -66,8 +66,39 @@ struct Stall {
 struct Finished {
   Completion done;
   Outcome outcome;
-  bool counted = true;  // Request::counted
+  bool counted = true;                      // Request::counted
+  SteadyTime deadline = SteadyTime::max();  // Request::deadline: when its completion is due at the latest
 };
+
+/// `r` ended with `error`: its completion, to run with it.
+[[nodiscard]] Finished failed(Request& r, std::exception_ptr error);
+
+/// Finished requests whose completions wait to run, handed out earliest deadline first (equal
+/// deadlines in the order they came) in slices, so that whoever runs them can look at the clock
+/// between slices: thousands of requests failed at once (a connection that timed out, with its
+/// whole pipeline) must not hold back another request whose deadline passes meanwhile.
+class CompletionQueue {
+ public:
+  /// Moves every entry of `done` in (`done` is left empty).
+  void add(std::vector<Finished>& done);
+  [[nodiscard]] bool empty() const noexcept { return head_ == items_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return items_.size() - head_; }
+  /// Moves up to `max` entries, the earliest deadlines first, to the end of `slice`.
+  void take(std::size_t max, std::vector<Finished>& slice);
+
+ private:
+  std::vector<Finished> items_;  // items_[head_..] wait; sorted from head_ on unless unsorted_
+  std::size_t head_ = 0;
+  bool unsorted_ = false;
+};
+
+/// Runs the completions in `queue` (with `run`) earliest deadline first, `slice` at a time. Before
+/// each slice after the first, `due(done)` adds the requests whose deadline passed meanwhile (the
+/// transport: what every connection failed since), which are served by their deadline too. So no
+/// completion runs later than its deadline plus the time one slice takes (if the completions keep
+/// up with the deadlines), however many requests ended at once. Returns once the queue is empty.
+void runCompletions(CompletionQueue& queue, std::size_t slice, const std::function<void(std::vector<Finished>&)>& due,
+                    const std::function<void(std::vector<Finished>&)>& run);
 
 /// True if `error` holds an E (or a subclass of it).
 template <class E>

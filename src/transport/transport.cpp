@@ -23,6 +23,9 @@ namespace {
 // A completion callback that runs this long has blocked the I/O thread (a decision's own work on
 // it takes microseconds; a thread descheduled on a loaded machine comes back well within this).
 constexpr std::chrono::milliseconds kBlockedCallback{100};
+// Completions run this many at a time, the deadlines of every connection checked between (a
+// decision's completion takes microseconds: a slice, well under a millisecond).
+constexpr std::size_t kCompletionSlice = 32;
 
 using std::chrono::milliseconds;
 
@@ -292,7 +295,7 @@ void Transport::unregister(int fd) {
 void Transport::failCarry(Conn& c, std::size_t count, const std::exception_ptr& why, std::vector<Finished>& done) {
   count = std::min(count, c.carry.size());
   for (std::size_t i = 0; i < count; ++i) {
-    done.push_back(Finished{std::move(c.carry[i].done), Outcome{Reply{}, cloneError(why)}, true});
+    done.push_back(failed(c.carry[i], cloneError(why)));
   }
   c.carry.erase(c.carry.begin(), c.carry.begin() + static_cast<std::ptrdiff_t>(count));
   c.held -= std::min(c.held, count);
@@ -410,23 +413,53 @@ void Transport::expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done
       continue;
     }
     if (stall_.covers(r.deadline)) {
-      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, stall_.error(r.command, r.budget)}, r.counted});
+      done.push_back(failed(r, stall_.error(r.command, r.budget)));
       continue;
     }
     if (wasHeld) {
       // Its connection was reset before any reply: that is its error, whatever the probe says later.
-      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(c.heldError)}, r.counted});
+      done.push_back(failed(r, cloneError(c.heldError)));
       continue;
     }
-    done.push_back(Finished{
-        std::move(r.done),
-        Outcome{Reply{}, errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms deadline: it "
-                                                           "waited for a connection to {} ({})",
-                                                           r.command, r.budget.count(), endpoint_, state))},
-        r.counted});
+    done.push_back(failed(r, errorOf<TimeoutError>(fmt::format("redlimit: {}: not sent within its {} ms deadline: it "
+                                                               "waited for a connection to {} ({})",
+                                                               r.command, r.budget.count(), endpoint_, state))));
   }
   c.carry = std::move(kept);
   c.held = held;
+}
+
+bool Transport::ready(const Conn& c) { return c.stream && c.greeted && !c.writeFailed && !c.pipe->broken(); }
+
+void Transport::routeToReady(std::vector<Finished>& done) {
+  readyConns_.clear();
+  for (auto& c : conns_) {
+    const LockGuard lock(c->m);
+    if (ready(*c)) readyConns_.push_back(c.get());
+  }
+  if (readyConns_.empty() || readyConns_.size() == conns_.size()) return;
+  std::size_t next = 0;
+  std::vector<Request> moving;
+  for (auto& c : conns_) {
+    {
+      const LockGuard lock(c->m);
+      // The first `held` wait for the TLS-port probe's verdict on their own connection.
+      if (ready(*c) || c->carry.size() <= c->held) continue;
+      const auto from = c->carry.begin() + static_cast<std::ptrdiff_t>(c->held);
+      moving.assign(std::make_move_iterator(from), std::make_move_iterator(c->carry.end()));
+      c->carry.erase(from, c->carry.end());
+    }
+    for (auto& r : moving) {
+      Conn& to = *readyConns_[next++ % readyConns_.size()];
+      const LockGuard lock(to.m);
+      to.pipe->push(std::move(r));
+    }
+    moving.clear();
+  }
+  for (Conn* c : readyConns_) {
+    const LockGuard lock(c->m);
+    flush(*c, done);
+  }
 }
 
 SteadyTime Transport::carryDeadline(const Conn& c) {
@@ -568,7 +601,7 @@ void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performanc
     return;
   }
   if (!c.greeted) {
-    for (auto& r : c.carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
+    for (auto& r : c.carry) done.push_back(failed(r, cloneError(why)));
     c.carry.clear();
   }
   for (auto& r : rest) {
@@ -576,35 +609,56 @@ void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performanc
     if (carry) {
       c.carry.push_back(std::move(r));
     } else {
-      done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
+      done.push_back(failed(r, cloneError(why)));
     }
   }
 }
 
 void Transport::complete(std::vector<Finished>& done) {
   if (done.empty()) return;
-  // Counted out before the callbacks run: a caller woken by one sees its request gone.
-  std::size_t counted = 0;
-  for (const auto& f : done) counted += f.counted ? 1 : 0;
-  if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
-  // Each callback is timed (one clock read each): one that holds the thread for kBlockedCallback
-  // or more is a stall, and requests whose deadline falls within it end with CallbackBlockedError.
-  SteadyTime before = Steady::now();
-  for (auto& f : done) {
-    if (!f.done) continue;
-    if (sawStall_ && f.outcome.error && holds<CallbackBlockedError>(f.outcome.error)) {
-      stalled_.fetch_add(1, std::memory_order_relaxed);
-    }
-    try {
-      f.done(std::move(f.outcome));
-    } catch (...) {
-      // A completion must not throw (documented); the loop cannot report it to anyone.
-    }
-    const SteadyTime after = Steady::now();
-    if (after - before >= kBlockedCallback) noteStall(before, after);
-    before = after;
+  completions_.add(done);
+  // Earliest deadline first, kCompletionSlice at a time, every connection's deadlines checked
+  // between slices: a connection that timed out with thousands of requests on it fails them all
+  // at once, and another connection's request whose deadline passes meanwhile must not wait for
+  // every one of their callbacks.
+  runCompletions(
+      completions_, kCompletionSlice, [this](std::vector<Finished>& due) { expireDue(Steady::now(), due); },
+      [this](std::vector<Finished>& slice) {
+        // Counted out before the callbacks run: a caller woken by one sees its request gone.
+        std::size_t counted = 0;
+        for (const auto& f : slice) counted += f.counted ? 1 : 0;
+        if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
+        // Each callback is timed (one clock read each): one that holds the thread for
+        // kBlockedCallback or more is a stall, and requests whose deadline falls within it end
+        // with CallbackBlockedError.
+        SteadyTime before = Steady::now();
+        for (auto& f : slice) {
+          if (!f.done) continue;
+          if (sawStall_ && f.outcome.error && holds<CallbackBlockedError>(f.outcome.error)) {
+            stalled_.fetch_add(1, std::memory_order_relaxed);
+          }
+          try {
+            f.done(std::move(f.outcome));
+          } catch (...) {
+            // A completion must not throw (documented); the loop cannot report it to anyone.
+          }
+          const SteadyTime after = Steady::now();
+          if (after - before >= kBlockedCallback) noteStall(before, after);
+          before = after;
+        }
+      });
+}
+
+void Transport::expireDue(SteadyTime now, std::vector<Finished>& done) {
+  for (auto& c : conns_) {
+    const LockGuard lock(c->m);
+    if (c->connector && c->connector->wakeAt() <= now) stepConnector(*c, done);
+    if (c->tlsPortProbe && c->tlsPortProbe->wakeAt() <= now) stepTlsPortProbe(*c, done);
+    expireCarry(*c, now, done);
+    if (!c->pipe) continue;
+    if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done, stall_);
+    if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);
   }
-  done.clear();
 }
 
 void Transport::noteStall(SteadyTime from, SteadyTime to) {
@@ -637,7 +691,7 @@ void Transport::failEverything(std::vector<Finished>& done) {
     c->tlsPortProbe.reset();
     c->held = 0;
     c->heldError = nullptr;
-    for (auto& r : c->carry) done.push_back(Finished{std::move(r.done), Outcome{Reply{}, cloneError(why)}, true});
+    for (auto& r : c->carry) done.push_back(failed(r, cloneError(why)));
     c->carry.clear();
   }
 }
@@ -680,9 +734,7 @@ void Transport::run() {
       complete(done);
       const LockGuard lock(mutex_);
       for (auto& [index, request] : incoming_) {
-        done.push_back(Finished{std::move(request.done),
-                                Outcome{Reply{}, errorOf<ClosedError>("redlimit: the Client was shut down; not sent")},
-                                true});
+        done.push_back(failed(request, errorOf<ClosedError>("redlimit: the Client was shut down; not sent")));
       }
       incoming_.clear();
       stopped_ = true;
@@ -704,6 +756,7 @@ void Transport::run() {
       }
       flush(*c, done);
     }
+    if (conns_.size() > 1) routeToReady(done);
     complete(done);
 
     SteadyTime now = Steady::now();
@@ -753,16 +806,7 @@ void Transport::run() {
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
       if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);
     }
-    now = Steady::now();
-    for (auto& c : conns_) {
-      const LockGuard lock(c->m);
-      if (c->connector && c->connector->wakeAt() <= now) stepConnector(*c, done);
-      if (c->tlsPortProbe && c->tlsPortProbe->wakeAt() <= now) stepTlsPortProbe(*c, done);
-      expireCarry(*c, now, done);
-      if (!c->pipe) continue;
-      if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done, stall_);
-      if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);
-    }
+    expireDue(Steady::now(), done);
     complete(done);
   }
   complete(done);

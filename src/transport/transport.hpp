@@ -114,13 +114,23 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   void expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
   static SteadyTime carryDeadline(const Conn& c) REDLIMIT_REQUIRES(c.m);
   void flush(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
+  // Open and greeted, nothing wrong with it: a request pushed to its pipeline is written at once.
+  static bool ready(const Conn& c) REDLIMIT_REQUIRES(c.m);
+  // The requests that wait for a connection still connecting (or reconnecting) go to the ready
+  // ones, if any, in turn: a request waits on a connect only when no connection is ready.
+  void routeToReady(std::vector<Finished>& done);
   void readFrom(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
   // Closes c's stream; requests never written move to c.carry when a new connection may carry them.
   // `byPeer`: the server closed it (a reset before any reply may mean a TLS port: probed).
   void closeConn(Conn& c, std::exception_ptr why, std::vector<Finished>& done, bool byPeer = true)
       REDLIMIT_REQUIRES(c.m);
   void watch(Conn& c, bool out) REDLIMIT_REQUIRES(c.m);
+  // Runs the completions in `done` (left empty), earliest deadline first, in slices with
+  // expireDue() between them.
   void complete(std::vector<Finished>& done);
+  // Steps the connectors and probes whose time came and fails every request whose deadline passed
+  // at `now`, on every connection (appended to `done`).
+  void expireDue(SteadyTime now, std::vector<Finished>& done);
   // A completion callback held the I/O thread from `from` to `to`: remembered, counted, reported.
   void noteStall(SteadyTime from, SteadyTime to);
   // What a plain-text connection reset before its first reply may mean: a TLS port (asked with a
@@ -151,6 +161,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow)
   std::atomic<std::uint64_t> stalls_{0}, stalled_{0};  // PoolStats::stalls, ::stalled
   Stall stall_;                                        // the last stall (I/O thread only)
+  CompletionQueue completions_;                        // completions waiting to run (I/O thread only)
+  std::vector<Conn*> readyConns_;                      // routeToReady's (I/O thread only)
   bool sawStall_ = false;  // any stall yet (I/O thread only): only then are errors looked at
   Mutex timerMutex_;       // and the timer's setting
   SteadyTime armedAt_ REDLIMIT_GUARDED_BY(timerMutex_) = SteadyTime::max();  // when timerFd_ fires; max: disarmed

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,7 +39,11 @@
 #include "redlimit_test/fd_io.hpp"
 #include "redlimit_test/process.hpp"
 #include "redlimit_test/redis_server.hpp"
+#include "redlimit_test/scripted_resolver.hpp"
 #include "redlimit_test/tls_certs.hpp"
+#include "transport/connector.hpp"
+#include "transport/pipeline.hpp"
+#include "transport/transport.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -842,3 +848,46 @@ TEST(TransportDeadline, ATrickledReplyCannotStretchTheDeadline) {
 }
 
 }  // namespace
+
+// ----- 9. a pool with connections still connecting --------------------------------------------
+
+// Pool of 4: one connection reaches Redis, the name lookups of the other three hang (they connect
+// until the connect timeout). Every request goes to the ready connection, and none fails. The old
+// transport dealt the requests to the connections in turn and left them there: three in four
+// waited for a connect that never finished and failed with it.
+TEST(TransportPool, RequestsGoToAReadyConnectionWhileOthersAreStillConnecting) {
+  RedisServer server;
+  ScriptedResolver names({server.port(), 0});  // the first lookup answers, every later one hangs
+  ConnectionOptions o;
+  o.host = "redis.test";
+  o.port = 6379;
+  o.connectTimeout = seconds(5);
+  PoolOptions pool;
+  pool.size = 4;
+  auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
+  constexpr int kCalls = 400;
+  std::mutex m;
+  std::condition_variable cv;
+  int left = kCalls;
+  std::vector<std::string> failures;
+  for (int i = 0; i < kCalls; ++i) {
+    const std::string_view argv[] = {"PING"};
+    detail::Request r = detail::makeRequest(argv, 1);
+    r.budget = seconds(60);
+    r.deadline = Clock::now() + r.budget;
+    r.done = [&](detail::Outcome out) {
+      const std::lock_guard<std::mutex> lock(m);
+      if (out.error) failures.push_back(messageOf(out.error));
+      if (--left == 0) cv.notify_all();
+    };
+    t->submit(std::move(r));
+  }
+  {
+    std::unique_lock<std::mutex> lock(m);
+    // A bound for a hung test, never a measure: the requests' deadline is 60 s.
+    ASSERT_TRUE(cv.wait_for(lock, seconds(90), [&] { return left == 0; })) << left << " of " << kCalls << " unanswered";
+    EXPECT_TRUE(failures.empty()) << failures.size() << " of " << kCalls
+                                  << " failed, the first with: " << failures.front();
+  }
+  t->shutdown();
+}

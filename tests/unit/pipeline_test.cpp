@@ -1,6 +1,8 @@
 // The request/reply state machine of one connection, fed bytes by hand: no server, no socket.
 #include "transport/pipeline.hpp"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -295,6 +297,99 @@ TEST(Pipeline, CloseFailsWrittenRequestsAndHandsBackTheOthers) {
   EXPECT_TRUE(holds<RequestLimitError>(log.outcomes[1])) << "a 2 MiB request on a connection the server closed";
   ASSERT_EQ(rest.size(), 1u);
   EXPECT_EQ(rest[0].command, "PING");
+}
+
+// Two connections, each request's completion taking one millisecond of a clock the test moves.
+// Connection A's head passes its deadline at t0: A breaks, and the 100 requests written behind it
+// (due from t0 + 100 ms) fail with it at once. Connection B's head is due at t0 + 5 ms. Run as the
+// transport runs them (runCompletions: earliest deadline first, 8 at a time, every connection's
+// deadlines checked between slices), B's head times out within a slice of its deadline, and so
+// does every other completion. All of A's at once, B's head would wait for the 101 of them.
+TEST(Pipeline, CompletionsRunEarliestDeadlineFirstInSlicesSoAnotherConnectionsDeadlineIsNotMissed) {
+  constexpr std::size_t kSlice = 8;
+  const SteadyTime t0 = Steady::now();  // a base only: `now` below is moved by the test
+  SteadyTime now = t0;
+  struct Answer {
+    SteadyTime deadline;
+    SteadyTime at;
+    Outcome outcome;
+  };
+  std::vector<Answer> answers;
+  auto timed = [&](SteadyTime deadline) {
+    Request r = makeRequest(std::array<std::string_view, 1>{"PING"}.data(), 1);
+    r.deadline = deadline;
+    r.budget = milliseconds(100);
+    r.done = [&answers, &now, deadline](Outcome o) { answers.push_back(Answer{deadline, now, std::move(o)}); };
+    return r;
+  };
+  Pipeline a(ReplyLimits{}, "", "a:6379");
+  Pipeline b(ReplyLimits{}, "", "b:6379");
+  a.push(timed(t0));
+  for (int i = 0; i < 100; ++i) a.push(timed(t0 + milliseconds(100 + i)));
+  b.push(timed(t0 + milliseconds(5)));
+  b.push(timed(t0 + milliseconds(400)));
+  drain(a);
+  drain(b);
+
+  std::vector<Finished> done;
+  a.expire(now, done);
+  ASSERT_EQ(done.size(), 101u);
+  CompletionQueue queue;
+  queue.add(done);
+  std::size_t slices = 0;
+  runCompletions(
+      queue, kSlice,
+      [&](std::vector<Finished>& due) {
+        if (b.nextDeadline() <= now) b.expire(now, due);
+      },
+      [&](std::vector<Finished>& slice) {
+        ++slices;
+        EXPECT_LE(slice.size(), kSlice);
+        for (auto& f : slice) {
+          now += milliseconds(1);
+          f.done(std::move(f.outcome));
+        }
+      });
+
+  ASSERT_EQ(answers.size(), 103u);
+  EXPECT_GE(slices, 103u / kSlice);
+  for (const Answer& x : answers) {
+    EXPECT_LE(x.at - x.deadline, milliseconds(kSlice))
+        << "due at t0 + " << std::chrono::duration_cast<milliseconds>(x.deadline - t0).count()
+        << " ms, answered at t0 + " << std::chrono::duration_cast<milliseconds>(x.at - t0).count() << " ms";
+  }
+  const auto bHead =
+      std::find_if(answers.begin(), answers.end(), [&](const Answer& x) { return x.deadline == t0 + milliseconds(5); });
+  ASSERT_NE(bHead, answers.end());
+  EXPECT_TRUE(holds<TimeoutError>(bHead->outcome)) << messageOf(bHead->outcome);
+  // Earliest deadline first: B's head before A's tail, whatever came first.
+  for (auto it = std::next(bHead); it != answers.end(); ++it) EXPECT_GE(it->deadline, bHead->deadline);
+}
+
+TEST(Pipeline, TheCompletionQueueHandsOutEarliestDeadlinesFirstAndEqualOnesInTheOrderTheyCame) {
+  const SteadyTime t0 = Steady::now();
+  std::vector<int> order;
+  auto finished = [&](int id, SteadyTime deadline) {
+    return Finished{[&order, id](const Outcome&) { order.push_back(id); }, Outcome{}, true, deadline};
+  };
+  CompletionQueue queue;
+  std::vector<Finished> in;
+  in.push_back(finished(1, t0 + milliseconds(30)));
+  in.push_back(finished(2, t0 + milliseconds(10)));
+  in.push_back(finished(3, t0 + milliseconds(30)));
+  queue.add(in);
+  EXPECT_TRUE(in.empty());
+  std::vector<Finished> slice;
+  queue.take(1, slice);
+  ASSERT_EQ(slice.size(), 1u);
+  in.push_back(finished(4, t0 + milliseconds(20)));
+  in.push_back(finished(5, SteadyTime::max()));  // no deadline (an event): last
+  queue.add(in);
+  EXPECT_EQ(queue.size(), 4u);
+  queue.take(10, slice);
+  EXPECT_TRUE(queue.empty());
+  for (auto& f : slice) f.done(f.outcome);
+  EXPECT_EQ(order, (std::vector<int>{2, 4, 1, 3, 5}));
 }
 
 }  // namespace
