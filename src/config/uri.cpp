@@ -1,8 +1,10 @@
 // parseUri and parseClientUri. Every scheme goes through the same pieces: the scheme table, the
 // split into authority, path and query, the userinfo, the host:port (or host list) and the query
 // parameters; each scheme only says what its path means and which query parameters it adds.
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,8 +18,64 @@
 namespace redlimit {
 namespace {
 
+constexpr std::string_view kMask = "***";
+
+// A query parameter whose value messages may show: the known ones that hold no secret. The values
+// of password=, sentinel_password=, of every unknown parameter (a misspelt "pasword=") and a
+// parameter without '=' are not shown.
+bool showsValue(std::string_view key) {
+  static constexpr std::string_view kShown[] = {"db",   "user", "sentinel_user", "cacert", "capath",
+                                                "cert", "key",  "sni",           "verify"};
+  return std::find(std::begin(kShown), std::end(kShown), key) != std::end(kShown);
+}
+
+// `uri` as messages show it: the password of the userinfo and the values of the query parameters
+// that may hold one replaced by "***" (the user name is kept). The userinfo is taken to end at
+// the last '@' of the URI, which is more than the parser takes when a password holds an unescaped
+// '/' or '?' (then the URI is bad, and its message must not show the password either): masking too
+// much only hides part of the host, masking too little would show a secret.
+std::string redacted(std::string_view uri) {
+  std::string out;
+  const auto schemeEnd = uri.find("://");
+  const std::size_t start = schemeEnd == std::string_view::npos ? 0 : schemeEnd + 3;
+  out.append(uri.substr(0, start));
+  std::string_view rest = uri.substr(start);
+  const auto at = uri.substr(0, 7) == "unix://" ? std::string_view::npos : rest.rfind('@');
+  if (at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    const auto colon = userinfo.find(':');
+    if (colon != std::string_view::npos) out.append(userinfo.substr(0, colon + 1));
+    out.append(kMask);
+    out.push_back('@');
+    rest.remove_prefix(at + 1);
+  }
+  const auto q = rest.find('?');
+  out.append(rest.substr(0, q));
+  if (q == std::string_view::npos) return out;
+  std::string_view query = rest.substr(q + 1);
+  out.push_back('?');
+  for (;;) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      out.append(kMask);  // not a parameter: perhaps a password pasted without its name
+    } else if (!showsValue(pair.substr(0, eq))) {
+      out.append(pair.substr(0, eq + 1));
+      out.append(kMask);
+    } else {
+      out.append(pair);
+    }
+    if (amp == std::string_view::npos) break;
+    out.push_back('&');
+    query.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
+// Every message about a URI goes through here: none may show a password.
 [[noreturn]] void bad(const std::string& uri, const std::string& why) {
-  throw InvalidArgument(fmt::format("redlimit: bad Redis URI \"{}\": {}", uri, why));
+  throw InvalidArgument(fmt::format("redlimit: bad Redis URI \"{}\": {}", redacted(uri), why));
 }
 
 int toInt(const std::string& uri, std::string_view text, const char* what, int lo, int hi) {

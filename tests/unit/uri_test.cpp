@@ -315,7 +315,7 @@ TEST(ParseClientUri, RejectsMalformed) {
     EXPECT_THROW((void)parseClientUri(uri), redlimit::InvalidArgument) << uri;
   }
   EXPECT_NE(uriRejection("redis-cluster://h?foo=1")
-                .find("bad Redis URI \"redis-cluster://h?foo=1\": unknown query "
+                .find("bad Redis URI \"redis-cluster://h?foo=***\": unknown query "
                       "parameter \"foo\""),
             std::string::npos);
   EXPECT_NE(uriRejection("valkey://h").find("redis-cluster://"), std::string::npos) << "names every scheme";
@@ -351,4 +351,44 @@ TEST(ParseUri, NamesTheClientUriFormsItDoesNotTake) {
       EXPECT_NE(std::string(e.what()).find("parseClientUri"), std::string::npos) << e.what();
     }
   }
+}
+
+// No message about a URI shows a password: not the userinfo's, not password= or sentinel_password=,
+// not a misspelt parameter's value; each still says what is wrong, and the user name stays.
+TEST(ParseClientUri, RejectionsMaskEveryPassword) {
+  const struct {
+    std::string uri;
+    std::string says;
+  } cases[] = {
+      {"redis://:s3cret@127.0.0.1:notaport", "port must be a number"},
+      {"redis://app:s3cret@127.0.0.1:6379?foo=1", "unknown query parameter \"foo\""},
+      {"redis://app:s3cret@127.0.0.1:6379/notadb", "db must be a number"},
+      {"redis://s3cret@127.0.0.1:0", "port must be a number"},
+      {"rediss://app:s3cret@h:6379?verify=2", "verify must be 0 or 1"},
+      {"redis-cluster://app:s3cret@h1:7000,h2:7001/3", "a Redis Cluster has only db 0"},
+      {"redis-cluster://h1:7000?password=s3cret&db=1", "a Redis Cluster has only db 0"},
+      {"redis-sentinel://app:s3cret@s1:26379,s2:26379", "missing the primary's name"},
+      {"redis-sentinel://s1:26379/mymaster?sentinel_password=s3cret&db=x", "db must be a number"},
+      {"redis-sentinel://s1:26379/mymaster?sentinel_user=watch&sentinel_password=s3cret&foo=1",
+       "unknown query parameter \"foo\""},
+      {"redis://h:6379?password=s3cret&bogus=1", "unknown query parameter \"bogus\""},
+      {"redis://h:6379?pasword=s3cret", "unknown query parameter \"pasword\""},
+      {"redis://h:6379?s3cret", "query parameter without '='"},
+      {"unix:///run/redis.sock?password=s3cret&db=-1", "db must be a number"},
+      {"redis://app:s3cret@h1:6379,h2:6379", "a list of hosts names a cluster or sentinels"},
+      {"redis://:s3%63ret@h:6379/x", "db must be a number"},
+      {"redis://:s3cr/et@h:6379", "db must be a number"},    // an unescaped '/' in the password
+      {"redis://:s3cr?et@h:6379", "port must be a number"},  // an unescaped '?' in the password
+      {"redis://:s3cret@h:6379?password=%zz", "broken percent-escape"},
+  };
+  for (const auto& c : cases) {
+    const std::string message = uriRejection(c.uri);
+    EXPECT_EQ(message.find("s3cr"), std::string::npos) << c.uri << " -> " << message;
+    EXPECT_EQ(message.find("et@"), std::string::npos) << c.uri << " -> " << message;
+    EXPECT_NE(message.find(c.says), std::string::npos) << c.uri << " -> " << message;
+  }
+  // What stays: the user name, the hosts, and the values that hold no secret.
+  const std::string message = uriRejection("redis://app:s3cret@cache.internal:6379?db=1&password=s3cret&foo=1");
+  EXPECT_NE(message.find("\"redis://app:***@cache.internal:6379?db=1&password=***&foo=***\""), std::string::npos)
+      << message;
 }
