@@ -44,8 +44,22 @@ bool isServerCode(std::string_view code) {
   return std::find(std::begin(kCodes), std::end(kCodes), code) != std::end(kCodes);
 }
 
-constexpr std::string_view kPasswordAdvice =
-    "set ConnectionOptions::password (and ::user for an ACL user), or redis://[user]:password@host";
+// Where the login a server refused is configured, for the advice of an AuthError.
+struct LoginOptions {
+  std::string_view check;       // what to check after WRONGPASS
+  std::string_view set;         // what to set after NOAUTH
+  std::string_view leaveEmpty;  // what to leave empty for a server without a password
+};
+
+constexpr LoginOptions kServerLogin{
+    "ConnectionOptions::user and ::password",
+    "set ConnectionOptions::password (and ::user for an ACL user), or redis://[user]:password@host",
+    "ConnectionOptions::password"};
+constexpr LoginOptions kSentinelLogin{
+    "the sentinels' own login: SentinelOptions::user and ::password, or sentinel_user= and sentinel_password= in "
+    "the URI",
+    "set the sentinels' own SentinelOptions::password (and ::user for an ACL user), or sentinel_password= in the URI",
+    "SentinelOptions::password (sentinel_password= in the URI)"};
 
 std::string userName(const ReplyContext& c) { return c.user.empty() ? "default" : std::string(c.user); }
 
@@ -140,21 +154,20 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
   std::string codeText(code);
 
   // Credentials: no retry or policy fixes them.
+  const LoginOptions& login = context.toSentinel ? kSentinelLogin : kServerLogin;
   if (code == "WRONGPASS") {
-    throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (check ConnectionOptions::user and "
-                                          "::password)",
-                                          text));
+    throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (check {})", text, login.check));
   }
   if (code == "NOAUTH" || startsWith(message, "ERR Protocol error: unauthenticated")) {
     // More than 10 arguments (or a bulk over 16 KiB) from an unauthenticated client make Redis
     // answer "Protocol error: unauthenticated multibulk length" and close the connection.
     throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (the server requires a password: {})",
-                                          text, kPasswordAdvice));
+                                          text, login.set));
   }
   if (code == "ERR" && contains(message, "called without any password configured")) {
     throw AuthError(codeText, fmt::format("redlimit: authentication failed: {} (the server has no password for this "
-                                          "user: leave ConnectionOptions::password empty, or set one on the server)",
-                                          text));
+                                          "user: leave {} empty, or set one on the server)",
+                                          text, login.leaveEmpty));
   }
   if (code == "NOPERM" || (code == "ERR" && contains(message, "The user executing the script can't"))) {
     throwPermission(code, text, context);

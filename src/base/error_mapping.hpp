@@ -26,6 +26,7 @@ struct ReplyContext {
   std::string_view command;  // argv[0] ("EVALSHA", "AUTH", ...); "" if unknown
   std::string_view user;     // the ACL user the connection authenticates as; "" = default
   bool fromScript = false;   // the reply answered EVAL/EVALSHA
+  bool toSentinel = false;   // the server is a Sentinel: a refused login names SentinelOptions
 };
 
 /// Throws the exception for a failed hiredis context: `err` is redisContext::err, `savedErrno`

@@ -20,21 +20,37 @@ constexpr milliseconds kMinDiscoveryInterval{200};
 constexpr milliseconds kResubscribePause{250};
 
 // A blocking connection for a few commands: the sentinels' questions and ROLE on a candidate.
+// `toSentinel`: the server is a sentinel, whose login is SentinelOptions' (for the messages).
 class Conversation {
  public:
-  Conversation(const ConnectionOptions& options, SteadyTime deadline)
-      : stream_(connectStream(options, deadline)), parser_(options.replyLimits), deadline_(deadline) {
+  Conversation(const ConnectionOptions& options, SteadyTime deadline, bool toSentinel)
+      : stream_(connectStream(options, deadline)),
+        parser_(options.replyLimits),
+        deadline_(deadline),
+        user_(options.user),
+        toSentinel_(toSentinel) {
     if (!options.password.empty()) {
-      const WireReply r =
-          options.user.empty() ? ask({"AUTH", options.password}) : ask({"AUTH", options.user, options.password});
-      if (r.isError) throwReplyError(r.error, false);
+      if (options.user.empty()) {
+        (void)ask({"AUTH", options.password});
+      } else {
+        (void)ask({"AUTH", options.user, options.password});
+      }
     }
   }
+  // The reply to argv; an error reply is thrown as error_mapping classifies it.
   WireReply ask(std::initializer_list<std::string_view> argv) {
     std::string out;
     appendCommand(out, argv.begin(), argv.size());
     writeAll(*stream_, out.data(), out.size(), deadline_);
-    return next(deadline_);
+    WireReply r = next(deadline_);
+    if (r.isError) {
+      ReplyContext context;
+      context.command = *argv.begin();
+      context.user = user_;
+      context.toSentinel = toSentinel_;
+      throwReplyError(r.error, context);
+    }
+    return r;
   }
   // The next reply (a pushed message on a subscribed connection), waiting until `deadline`.
   WireReply next(SteadyTime deadline) {
@@ -50,6 +66,8 @@ class Conversation {
   std::unique_ptr<Stream> stream_;
   ReplyParser parser_;
   SteadyTime deadline_;
+  std::string user_;
+  bool toSentinel_;
 };
 
 std::optional<int> portOf(const std::string& text) {
@@ -88,19 +106,27 @@ void SentinelRunner::send(Request request, int /*slot*/) {
   std::shared_ptr<Transport> primary;
   std::uint64_t generation = 0;
   bool full = false;
+  std::exception_ptr refused;
   {
     const LockGuard lock(mutex_);
     primary = primary_;
     generation = generation_;
     if (!stopping_ && !primary) {
-      full = parked_.size() >= options_.pool.maxPending;
-      if (!full) {
+      // The last discovery was refused a login: this fails at once too (the maintainer keeps
+      // looking, every 200 ms, so a fixed login is found).
+      refused = loginRefused_;
+      full = !refused && parked_.size() >= options_.pool.maxPending;
+      if (!refused && !full) {
         parked_.push_back(std::move(request));
         discoveryWanted_ = true;
         wake_.notify_one();
         return;
       }
     }
+  }
+  if (refused) {
+    request.done(Outcome{Reply{}, cloneError(refused)});
+    return;
   }
   if (full) {
     request.done(Outcome{Reply{}, errorOf<PoolTimeoutError>(fmt::format(
@@ -201,6 +227,15 @@ void SentinelRunner::maintain() {
   setCurrentIoRunner(this);
   UniqueLock lock(mutex_);
   while (!stopping_) {
+    if (loginRefused_ && !parked_.empty()) {
+      std::vector<Request> refused;
+      refused.swap(parked_);
+      const std::exception_ptr why = loginRefused_;
+      lock.unlock();
+      for (Request& r : refused) r.done(Outcome{Reply{}, cloneError(why)});
+      lock.lock();
+      continue;
+    }
     std::vector<Request> expired;
     expireParked(expired);
     if (!expired.empty()) {
@@ -239,6 +274,11 @@ void SentinelRunner::maintain() {
 bool SentinelRunner::discover() {
   const std::string& name = options_.sentinel.primaryName;
   std::string failures;
+  // A refused login is configuration, not an outage: once no primary is found, the first one
+  // ends the requests at once, under every policy (see loginRefused_).
+  std::exception_ptr sentinelRefused;   // a sentinel refused our login
+  std::exception_ptr candidateRefused;  // a primary the sentinels named refused the primary's login
+  bool sentinelAnswered = false;        // a sentinel took our login and answered
   for (const NodeAddress& sentinel : options_.sentinel.sentinels) {
     if (stopped_.load(std::memory_order_acquire)) return true;
     NodeAddress candidate;
@@ -246,9 +286,9 @@ bool SentinelRunner::discover() {
       ConnectionOptions o = sentinelConnection_;
       o.host = sentinel.host;
       o.port = sentinel.port;
-      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout));
+      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout), true);
       const WireReply r = c.ask({"SENTINEL", "get-master-addr-by-name", name});
-      if (r.isError) throwReplyError(r.error, false);
+      sentinelAnswered = true;
       if (r.value.type != Reply::Type::Array || r.value.elements.size() != 2) {
         failures += fmt::format("; {} does not know \"{}\"", endpointOf(sentinel), name);
         continue;
@@ -259,17 +299,9 @@ bool SentinelRunner::discover() {
         throw UnexpectedReplyError(fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"",
                                                endpointOf(sentinel), r.value.elements[1].str, name));
       candidate.port = *port;
-    } catch (const AuthError& e) {
-      // error_mapping's advice names the primary's options; these are the sentinels' own.
-      std::string text = e.what();
-      text = text.substr(0, text.find(" (check ConnectionOptions"));
-      failures += fmt::format(
-          "; sentinel {}: {} (check the sentinels' own login: SentinelOptions::user and "
-          "::password, or sentinel_user= and sentinel_password= in the URI)",
-          endpointOf(sentinel), text);
-      continue;
     } catch (const Error& e) {
       failures += fmt::format("; sentinel {}: {}", endpointOf(sentinel), e.what());
+      if (!sentinelRefused && dynamic_cast<const AuthError*>(&e) != nullptr) sentinelRefused = std::current_exception();
       continue;
     }
     // The sentinels may not have noticed a failure yet: believe the server itself.
@@ -278,9 +310,8 @@ bool SentinelRunner::discover() {
       o.host = candidate.host;
       o.port = candidate.port;
       o.unixSocket.clear();
-      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout));
+      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout), false);
       const WireReply role = c.ask({"ROLE"});
-      if (role.isError) throwReplyError(role.error, false);
       if (role.value.type != Reply::Type::Array || role.value.elements.empty() ||
           role.value.elements[0].str != "master") {
         failures +=
@@ -289,6 +320,9 @@ bool SentinelRunner::discover() {
       }
     } catch (const Error& e) {
       failures += fmt::format("; {} (named by {}): {}", endpointOf(candidate), endpointOf(sentinel), e.what());
+      if (!candidateRefused && dynamic_cast<const AuthError*>(&e) != nullptr) {
+        candidateRefused = std::current_exception();
+      }
       continue;
     }
     std::shared_ptr<Transport> fresh;
@@ -301,6 +335,7 @@ bool SentinelRunner::discover() {
       if (stopping_) return true;
       if (primary_ && primaryAddress_.host == candidate.host && primaryAddress_.port == candidate.port) {
         lastFailure_.clear();
+        loginRefused_ = nullptr;
         return true;  // no change
       }
     }
@@ -323,6 +358,7 @@ bool SentinelRunner::discover() {
       generation = ++generation_;
       primaryAddress_ = candidate;
       lastFailure_.clear();
+      loginRefused_ = nullptr;
       parked.swap(parked_);
     }
     discoveries_.fetch_add(1, std::memory_order_relaxed);
@@ -354,9 +390,28 @@ bool SentinelRunner::discover() {
     }
     return true;
   }
+  // A sentinel that refused our login while none took it, or a primary that refused its own.
+  const std::exception_ptr refused = candidateRefused ? candidateRefused : sentinelAnswered ? nullptr : sentinelRefused;
   const LockGuard lock(mutex_);
   lastFailure_ = failures.empty() ? std::string("no sentinel configured") : failures.substr(2);
+  loginRefused_ = refused ? refusedLoginError(refused, lastFailure_) : nullptr;
   return false;
+}
+
+std::exception_ptr SentinelRunner::refusedLoginError(const std::exception_ptr& error, const std::string& why) const {
+  const std::string message = fmt::format(
+      "redlimit: no primary for \"{}\" can be found: a login was refused ({}); a configuration error, "
+      "thrown under every failure policy",
+      options_.sentinel.primaryName, why);
+  try {
+    std::rethrow_exception(error);
+  } catch (const NoPermissionError& e) {
+    return std::make_exception_ptr(NoPermissionError(e.code(), message));
+  } catch (const AuthError& e) {
+    return std::make_exception_ptr(AuthError(e.code(), message));
+  } catch (...) {
+    return error;
+  }
 }
 
 void SentinelRunner::subscribe() {
@@ -370,9 +425,8 @@ void SentinelRunner::subscribe() {
       ConnectionOptions o = sentinelConnection_;
       o.host = sentinel.host;
       o.port = sentinel.port;
-      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout));
-      const WireReply ok = c.ask({"SUBSCRIBE", "+switch-master"});
-      if (ok.isError) throwReplyError(ok.error, false);
+      Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout), true);
+      (void)c.ask({"SUBSCRIBE", "+switch-master"});
       // Subscribed: a failover that happened while we were not may have been missed.
       wantDiscovery();
       while (!stopped_.load(std::memory_order_acquire)) {

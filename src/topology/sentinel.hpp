@@ -32,7 +32,10 @@ struct SentinelCounters {
 ///     background thread: at start, when a +switch-master message for the primary arrives (a
 ///     second thread stays subscribed to one sentinel), and at most every 200 ms after a request
 ///     to the primary fails with a transport error or a READONLY / MASTERDOWN answer.
-///   - Requests sent before any primary is known wait for it, within their own deadline.
+///   - Requests sent before any primary is known wait for it, within their own deadline; but
+///     when no primary can be found because a login is refused (every sentinel that answered
+///     refused SentinelOptions' login, or a primary they named refused ConnectionOptions'), they
+///     fail at once with an AuthError: configuration, never an outage a policy decides.
 ///   - A request the old primary could not run (gone, or demoted: READONLY) ends with an IoError
 ///     (UnavailableError for READONLY): an outage the limiter's failure policy decides, never the
 ///     configuration error READONLY means for a fixed address. The next requests go to the new
@@ -71,6 +74,9 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   void maintain();
   void subscribe();
   bool discover();  // true if a primary was found (and is in use now)
+  // The AuthError (or NoPermissionError) `error` as parked and later requests get it: no primary
+  // can be found because a login was refused; `why` is every sentinel's and candidate's answer.
+  std::exception_ptr refusedLoginError(const std::exception_ptr& error, const std::string& why) const;
   void expireParked(std::vector<Request>& expired) REDLIMIT_REQUIRES(mutex_);
 
   const ClientOptions options_;
@@ -88,6 +94,10 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   std::chrono::steady_clock::time_point lastDiscovery_ REDLIMIT_GUARDED_BY(mutex_){};
   bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
   std::string lastFailure_ REDLIMIT_GUARDED_BY(mutex_);  // why the last discovery failed (for parked requests' errors)
+  // Set when the last discovery found no primary because a login was refused (every sentinel that
+  // answered refused it, or a primary they named refused the primary's): requests fail at once
+  // with it, under every failure policy, until a discovery finds a primary.
+  std::exception_ptr loginRefused_ REDLIMIT_GUARDED_BY(mutex_);
   std::thread maintainer_, subscriber_;
 
   std::atomic<bool> stopped_{false};

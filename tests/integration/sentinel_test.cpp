@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_sentinel_group.hpp"
+#include "base/error_mapping.hpp"
 #include "topology/sentinel.hpp"
 
 namespace redlimit::test {
@@ -103,28 +105,63 @@ TEST(Sentinel, SentinelsWithTheirOwnPasswordAndAPrimaryWithAnother) {
   for (int k = 0; k < 5; ++k) granted += rl.tryAcquire() ? 1 : 0;
   EXPECT_EQ(granted, 3);
   EXPECT_EQ(sentinelCountersOf(*client).primary.port, group.primary().port());
+}
 
-  // The primary's password offered to the sentinels: they refuse it, and the call ends by its
-  // deadline saying why no primary was found.
-  std::string wrongUri = uri;
-  wrongUri.replace(wrongUri.find("sentinel_password=s-pass"), std::string::npos, "sentinel_password=p-pass");
-  auto wrong = Client::fromUri(wrongUri, base);
-  const auto start = Clock::now();
+// The message of the AuthError that `call` throws ("" and a failure if it throws anything else).
+template <typename Call>
+std::string authErrorOf(Call call) {
   try {
-    detail::command(*wrong, {"PING"});
-    ADD_FAILURE() << "PING answered with a wrong sentinel password";
-  } catch (const TimeoutError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("authentication failed: WRONGPASS"), std::string::npos) << message;
-    EXPECT_NE(message.find("SentinelOptions::user and ::password"), std::string::npos) << message;
-    EXPECT_EQ(message.find("ConnectionOptions"), std::string::npos)
-        << "the primary's options are not the ones to check";
-    EXPECT_NE(message.find("sentinel 127.0.0.1:" + std::to_string(group.sentinel(0).port())), std::string::npos)
-        << message;
+    call();
+    ADD_FAILURE() << "answered";
+  } catch (const AuthError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << detail::errorTypeName(e) << ": " << e.what();
   }
-  const auto took = Clock::now() - start;
-  EXPECT_GE(took, milliseconds(250));
-  EXPECT_LT(took, std::chrono::seconds(2));
+  return {};
+}
+
+// Each limiter call under Allow, Deny and Throw throws AuthError saying `says`, and no password.
+void expectRefusedUnderEveryPolicy(const std::string& uri, const std::string& says,
+                                   const std::vector<std::string>& secrets) {
+  auto client = Client::fromUri(uri);
+  for (const FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
+    RateLimiterOptions options;
+    options.failure.policy = policy;
+    RateLimiter rl(client, "sentinel:refused", options);
+    for (int k = 0; k < 3; ++k) {
+      const std::string message = authErrorOf([&] { (void)rl.tryAcquire(); });
+      EXPECT_NE(message.find(says), std::string::npos) << uri << ": " << message;
+      EXPECT_NE(message.find("configuration error"), std::string::npos) << message;
+      for (const std::string& secret : secrets) EXPECT_EQ(message.find(secret), std::string::npos) << message;
+    }
+    const FailureStats stats = rl.failureStats();
+    EXPECT_EQ(stats.allowed + stats.denied + stats.thrown + stats.outages, 0u) << "the policy decided a refused login";
+    EXPECT_TRUE(stats.misconfigured);
+  }
+}
+
+TEST(Sentinel, RefusedLoginIsAnAuthErrorAtOnceUnderEveryPolicy) {
+  RedisSentinelGroup group(milliseconds(500), "mymaster", SentinelGroupPasswords{"s-pass", "p-pass"});
+  const std::string uri = group.uri();
+  const std::vector<std::string> secrets{"s-pass", "p-pass", "wrong-pass"};
+  auto withQuery = [&](const std::string& query) { return uri.substr(0, uri.find('?')) + query; };
+  // The primary's password offered to the sentinels.
+  expectRefusedUnderEveryPolicy(withQuery("?sentinel_password=p-pass"), "authentication failed: WRONGPASS", secrets);
+  expectRefusedUnderEveryPolicy(withQuery("?sentinel_password=p-pass"),
+                                "check the sentinels' own login: SentinelOptions::user and ::password", secrets);
+  // None offered to sentinels that want one.
+  expectRefusedUnderEveryPolicy(withQuery(""), "set the sentinels' own SentinelOptions::password", secrets);
+  // The sentinels take their login; the primary they name refuses its own.
+  std::string wrongPrimary = uri;
+  wrongPrimary.replace(wrongPrimary.find(":p-pass@"), 8, ":wrong-pass@");
+  expectRefusedUnderEveryPolicy(wrongPrimary, "check ConnectionOptions::user and ::password", secrets);
+}
+
+TEST(Sentinel, APasswordForSentinelsThatHaveNoneIsAnAuthErrorAtOnceUnderEveryPolicy) {
+  RedisSentinelGroup group;
+  expectRefusedUnderEveryPolicy(group.uri() + "?sentinel_password=unneeded",
+                                "leave SentinelOptions::password (sentinel_password= in the URI) empty", {"unneeded"});
 }
 
 }  // namespace
