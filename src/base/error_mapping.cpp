@@ -202,6 +202,16 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                                   "request client-query-buffer-limit; nothing was run)",
                                                   text));
   }
+  // Scripting switched off (rename-command EVALSHA "", a Valkey built or started without its Lua
+  // module): this server cannot run a script, and no retry or policy changes that.
+  if (context.fromScript && startsWith(message, "ERR unknown command")) {
+    throw ConfigurationError(codeText,
+                             fmt::format("redlimit: the server runs no scripts: {} (redlimit runs every decision as "
+                                         "a Lua script and needs EVALSHA, EVAL and SCRIPT LOAD: enable scripting "
+                                         "(no rename-command of them; on Valkey, load its Lua module); a "
+                                         "configuration error, thrown under every failure policy)",
+                                         text));
+  }
   if (context.fromScript) {
     // redis.error_reply("REDLIMIT_X message") from lua/common.lua arrives as "REDLIMIT_X message".
     // error() in a script appends " script: <sha>, on @user_script:<line>."; keep our own text.

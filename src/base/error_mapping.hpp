@@ -6,7 +6,8 @@
 //     (UnavailableError)
 //   configuration, thrown under every policy (ConfigurationError): READONLY, MASTERDOWN
 //     (ReplicaError); TLS bytes as a reply (TlsPortError); EMFILE, ENFILE (ResourceLimitError);
-//     "ERR Protocol error: ..." other than unauthenticated (RequestLimitError)
+//     "ERR Protocol error: ..." other than unauthenticated (RequestLimitError); "ERR unknown
+//     command" to EVALSHA / EVAL (scripting switched off)
 //   credentials, thrown under every policy (AuthError): WRONGPASS, NOAUTH, "Protocol error:
 //     unauthenticated ...", AUTH without a configured password; NOPERM and a script's "can't run
 //     this command" (NoPermissionError)

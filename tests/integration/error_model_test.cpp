@@ -583,3 +583,34 @@ TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
   } catch (const Error&) {
   }
 }
+
+// A server that runs no scripts (rename-command EVALSHA "", as a Valkey without its Lua module
+// looks): a configuration error under every policy, saying what redlimit needs. With EVALSHA
+// kept but EVAL and SCRIPT renamed, the NOSCRIPT resend ends the same way.
+TEST_F(ErrorModel, ScriptingSwitchedOffIsAConfigurationErrorUnderEveryPolicy) {
+  RedisServer noEvalsha({}, "rename-command EVALSHA \"\"\n");
+  RedisServer noEval({}, "rename-command EVAL \"\"\nrename-command SCRIPT \"\"\n");
+  for (RedisServer* server : {&noEvalsha, &noEval}) {
+    auto client = clientOn(server->uri());
+    for (FailurePolicy policy : kPolicies) {
+      SCOPED_TRACE(failurePolicyName(policy));
+      Events events;
+      RateLimiter rl(client, "noscripts", events.options(policy));
+      for (int i = 0; i < 3; ++i) {
+        expectThrow<ConfigurationError>([&] { (void)rl.tryAcquire(); },
+                                        [](const ConfigurationError& e) {
+                                          EXPECT_EQ(e.code(), "ERR");
+                                          EXPECT_TRUE(contains(e.what(), "runs no scripts")) << e.what();
+                                          EXPECT_TRUE(contains(e.what(), "EVALSHA, EVAL and SCRIPT LOAD")) << e.what();
+                                          EXPECT_TRUE(contains(e.what(), "unknown command")) << e.what();
+                                        });
+      }
+      const FailureStats stats = rl.failureStats();
+      EXPECT_EQ(stats.allowed + stats.denied + stats.outages, 0u) << "no decision by the policy";
+      EXPECT_EQ(stats.misconfigurations, 1u);
+      const std::vector<HealthEvent> seen = events.get();
+      ASSERT_EQ(seen.size(), 1u);
+      EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+    }
+  }
+}
