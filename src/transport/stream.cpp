@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -410,6 +411,45 @@ std::string nameLine(const X509_NAME* name) {
   return buf;
 }
 
+// A certificate's notBefore / notAfter as "2026-12-05 06:00:33 UTC".
+std::string timeText(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (t == nullptr || ::ASN1_TIME_to_tm(t, &tm) != 1) return "(an unreadable time)";
+  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+// The message for a certificate outside its validity period (X509_V_ERR_CERT_HAS_EXPIRED, or
+// ..._NOT_YET_VALID when `expired` is false): which certificate, and since or until when. The
+// peer's chain is searched leaf first; a certificate outside it is a CA from `trust`.
+std::string validityMessage(const std::string& what, bool expired, STACK_OF(X509) * chain, const std::string& trust) {
+  const int count = chain == nullptr ? 0 : sk_X509_num(chain);
+  for (int i = 0; i < count; ++i) {
+    X509* cert = sk_X509_value(chain, i);
+    const ASN1_TIME* bound = expired ? ::X509_get0_notAfter(cert) : ::X509_get0_notBefore(cert);
+    const int cmp = ::X509_cmp_current_time(bound);
+    if (expired ? cmp >= 0 : cmp <= 0) continue;  // this one is inside its period (or unreadable)
+    const std::string whose = i == 0 ? std::string("the server's certificate") : "a CA certificate the server sent";
+    const std::string names = fmt::format("subject {}, issuer {}", nameLine(::X509_get_subject_name(cert)),
+                                          nameLine(::X509_get_issuer_name(cert)));
+    if (expired) {
+      return fmt::format(
+          "redlimit: {}: certificate verification failed: {} ({}) expired at {} (its notAfter); it is trusted "
+          "otherwise: renew it (the server's tls-cert-file), or, if that time is still to come, set this host's "
+          "clock right",
+          what, whose, names, timeText(bound));
+    }
+    return fmt::format(
+        "redlimit: {}: certificate verification failed: {} ({}) is not valid before {} (its notBefore); set this "
+        "host's clock right, or have the server use a certificate that is valid now",
+        what, whose, names, timeText(bound));
+  }
+  return fmt::format(
+      "redlimit: {}: certificate verification failed: a CA certificate from {} {}; renew the CA certificate (or set "
+      "this host's clock right)",
+      what, trust, expired ? "has expired" : "is not valid yet");
+}
+
 bool isClientCertificateAlert(int reason) {
   switch (reason) {
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
@@ -694,6 +734,11 @@ class TlsStream final : public HandshakingStream {
       trust += fmt::format("{}TlsOptions::caPath \"{}\"", trust.empty() ? "" : " and ", tls_.caPath);
     }
     if (trust.empty()) trust = "the system's trust store (no TlsOptions::caFile or ::caPath)";
+    // The right CA, a certificate outside its validity period: pointing caFile elsewhere is no fix.
+    if (result == X509_V_ERR_CERT_HAS_EXPIRED || result == X509_V_ERR_CERT_NOT_YET_VALID) {
+      tlsError(
+          validityMessage(what, result == X509_V_ERR_CERT_HAS_EXPIRED, ::SSL_get_peer_cert_chain(ssl_.get()), trust));
+    }
     const std::string who = cert == nullptr
                                 ? std::string("(no certificate)")
                                 : fmt::format("subject {}, issuer {}", nameLine(::X509_get_subject_name(cert)),

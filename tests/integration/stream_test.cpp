@@ -4,8 +4,11 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,6 +49,15 @@ std::string ping(Stream& s) {
   const auto deadline = after(kGenerous);
   detail::writeAll(s, kPing, sizeof kPing - 1, deadline);
   return readLine(s, deadline);
+}
+
+// What `command` prints on stdout (its first line), for reading a certificate with the openssl CLI.
+std::string commandOutput(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), &::pclose);
+  if (!pipe) return "popen failed";
+  char buf[256] = {};
+  if (std::fgets(buf, sizeof buf, pipe.get()) == nullptr) return "no output from " + command;
+  return buf;
 }
 
 // Runs `f`, expects it to throw exactly E (or a subclass), and returns the message.
@@ -415,6 +427,25 @@ TEST(Stream, TlsWrongCa) {
       << message;
   EXPECT_TRUE(contains(message, "issuer /CN=redlimit-test-ca")) << message;
   EXPECT_TRUE(contains(message, "TlsOptions::caFile \"" + certs.otherCaFile + "\"")) << message;
+}
+
+// The right CA signed it, but it expired: the message says so, and when, not to change the CA.
+TEST(Stream, TlsExpiredCertificateSaysWhenItExpired) {
+  const TlsCerts certs = makeTlsCerts();
+  std::vector<std::string> args = tlsArgs(certs, false);
+  *(std::find(args.begin(), args.end(), certs.serverCert)) = certs.expiredServerCert;
+  RedisServer server(args);
+  const std::string message =
+      messageOfCall<TlsError>([&] { (void)detail::connectStream(tlsOptions(server, certs), after(kGenerous)); });
+  // "notAfter=2026-12-05 06:00:33Z"
+  const std::string line =
+      commandOutput("openssl x509 -noout -enddate -dateopt iso_8601 -in '" + certs.expiredServerCert + "'");
+  ASSERT_EQ(line.rfind("notAfter=", 0), 0u) << line;
+  const std::string notAfter = line.substr(9, 19);
+  EXPECT_TRUE(contains(message, "the server's certificate (subject /CN=localhost")) << message;
+  EXPECT_TRUE(contains(message, "expired at " + notAfter + " UTC (its notAfter)")) << message;
+  EXPECT_TRUE(contains(message, "renew it")) << message;
+  EXPECT_FALSE(contains(message, "point caFile")) << "the CA given did sign it: " << message;
 }
 
 TEST(Stream, TlsWrongHostname) {

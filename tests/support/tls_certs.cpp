@@ -52,7 +52,8 @@ TlsCerts::TlsCerts(TlsCerts&& other) noexcept
       serverKey(std::move(other.serverKey)),
       clientCert(std::move(other.clientCert)),
       clientKey(std::move(other.clientKey)),
-      otherCaFile(std::move(other.otherCaFile)) {}
+      otherCaFile(std::move(other.otherCaFile)),
+      expiredServerCert(std::move(other.expiredServerCert)) {}
 
 TlsCerts::~TlsCerts() {
   if (dir.empty()) return;
@@ -74,17 +75,23 @@ TlsCerts makeTlsCerts() {
                " -keyout '" + d + "/" + name + ".key' -out '" + d + "/" + name + ".pem'");
     return d + "/" + name + ".pem";
   };
+  // Signs <csr>.csr with the CA into <out>.pem, valid for `days` from now (-1: it expired a day ago).
+  auto sign = [&](const std::string& csr, const std::string& out, const std::string& extensions, int serial, int days) {
+    run(d, "openssl x509 -req -in '" + d + "/" + csr + ".csr' -CA '" + d + "/ca.pem' -CAkey '" + d +
+               "/ca.key' -set_serial " + std::to_string(serial) + " -days " + std::to_string(days) + " -extfile '" +
+               config + "' -extensions " + extensions + " -out '" + d + "/" + out + ".pem'");
+  };
   auto makeLeaf = [&](const std::string& name, const std::string& cn, const std::string& extensions, int serial) {
     run(d, "openssl req -config '" + config + "' -new" + newKey + " -subj /CN=" + cn + " -keyout '" + d + "/" + name +
                ".key' -out '" + d + "/" + name + ".csr'");
-    run(d, "openssl x509 -req -in '" + d + "/" + name + ".csr' -CA '" + d + "/ca.pem' -CAkey '" + d +
-               "/ca.key' -set_serial " + std::to_string(serial) + " -days 2 -extfile '" + config + "' -extensions " +
-               extensions + " -out '" + d + "/" + name + ".pem'");
+    sign(name, name, extensions, serial, 2);
   };
   c.caFile = makeCa("ca", "redlimit-test-ca");
   makeLeaf("server", "localhost", "server", 2);
   c.serverCert = d + "/server.pem";
   c.serverKey = d + "/server.key";
+  sign("server", "server-expired", "server", 4, -1);
+  c.expiredServerCert = d + "/server-expired.pem";
   makeLeaf("client", "redlimit-test-client", "client", 3);
   c.clientCert = d + "/client.pem";
   c.clientKey = d + "/client.key";
