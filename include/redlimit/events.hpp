@@ -19,7 +19,9 @@ struct Event {
                       // SCRIPT FLUSH): the script was loaded again and the calls resent; none failed
                       // (a script's first load on a server is no event)
     Topology,         // the deployment changed under the Client: a Sentinel failover (a new
-                      // primary) or a new Redis Cluster slot map (slots moved between nodes)
+                      // primary) or a new Redis Cluster slot map (slots moved between nodes); or
+                      // a redis-cluster:// Client found no cluster (its seeds have cluster support
+                      // disabled): its calls throw ConfigurationError, `node` names the seed
     CallbackThrew,    // a completion callback of an ...Async call threw: the exception was caught
                       // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
                       // completed and every other call are unaffected; `limiter` names the limiter

@@ -1,6 +1,9 @@
 #include "topology/cluster.hpp"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -49,6 +52,17 @@ Verdict classify(const std::exception_ptr& error) {
     return {Verdict::Answered, {}, {}};  // the node answered (a reply or script error)
   } catch (...) {
     return {Verdict::Deliver, {}, {}};
+  }
+}
+
+// "ERR This instance has cluster support disabled": the answer of a server without cluster mode.
+bool saysClusterDisabled(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ReplyError& e) {
+    return std::string_view(e.what()).find("cluster support disabled") != std::string_view::npos;
+  } catch (...) {
+    return false;
   }
 }
 
@@ -161,6 +175,16 @@ ClusterRunner::NodePtr ClusterRunner::nodeAt(const NodeAddress& address) {
 
 void ClusterRunner::send(Request request, int slot) {
   used_.store(true, std::memory_order_relaxed);
+  if (notCluster_.load(std::memory_order_acquire)) {
+    std::string why;
+    {
+      const LockGuard lock(mutex_);
+      why = notClusterWhy_;
+    }
+    request.done(Outcome{Reply{}, std::make_exception_ptr(ConfigurationError(
+                                      "ERR", fmt::format("redlimit: {}: {}; not sent", request.command, why)))});
+    return;
+  }
   auto a = std::make_shared<Attempt>();
   a->done = std::move(request.done);
   a->proto = std::move(request);
@@ -445,6 +469,7 @@ bool ClusterRunner::refresh() {
   // this thread runs meanwhile.
   std::stable_partition(ask.begin(), ask.end(),
                         [](const NodePtr& n) { return !n->down.load(std::memory_order_acquire); });
+  std::vector<std::string> disabled;  // nodes that answered "cluster support disabled"
   for (const NodePtr& n : ask) {
     if (stopped_.load(std::memory_order_acquire)) return true;
     auto askFor = [&](std::initializer_list<std::string_view> argv) {
@@ -458,7 +483,10 @@ bool ClusterRunner::refresh() {
       Outcome out = askFor({"CLUSTER", "SHARDS"});
       if (out.error && holds<ReplyError>(out.error) && !holds<UnexpectedReplyError>(out.error)) {
         out = askFor({"CLUSTER", "SLOTS"});  // before Redis 7.0
-        if (out.error) continue;
+        if (out.error) {
+          if (saysClusterDisabled(out.error)) disabled.push_back(n->endpoint);
+          continue;
+        }
         ranges = parseClusterSlots(out.reply, n->address.host);
       } else if (out.error) {
         continue;
@@ -523,6 +551,7 @@ bool ClusterRunner::refresh() {
       options_.onEvent(e);
     }
     refreshes_.fetch_add(1, std::memory_order_relaxed);
+    notCluster_.store(false, std::memory_order_release);
     if (moved > 0 && options_.onEvent) {  // no lock held
       std::vector<NodePtr> snapshot;
       {
@@ -544,7 +573,28 @@ bool ClusterRunner::refresh() {
     }
     return true;
   }
+  if (!disabled.empty()) noteNotACluster(disabled);
   return false;
+}
+
+void ClusterRunner::noteNotACluster(const std::vector<std::string>& disabled) {
+  std::string nodes;
+  for (const std::string& endpoint : disabled) nodes += (nodes.empty() ? "" : ", ") + endpoint;
+  const std::string why = fmt::format(
+      "the Client was made for a Redis Cluster (redis-cluster://, Topology::Cluster), but {} {} cluster support "
+      "disabled (a single server, not a cluster node): connect with redis://host:port (Topology::Standalone), or "
+      "run the server with cluster-enabled yes; a configuration error, thrown under every failure policy",
+      nodes, disabled.size() == 1 ? "has" : "have");
+  {
+    const LockGuard lock(mutex_);
+    notClusterWhy_ = why;
+  }
+  if (notCluster_.exchange(true, std::memory_order_acq_rel) || !options_.onEvent) return;
+  Event e;
+  e.kind = Event::Kind::Topology;
+  e.node = disabled.front();
+  e.description = fmt::format("not a Redis Cluster: {}", why);
+  options_.onEvent(e);
 }
 
 void ClusterRunner::releaseRetired() {

@@ -63,6 +63,11 @@ struct ClusterCounters {
 ///   - Before the first slot map, a request whose node (a seed) is unreachable goes on to the
 ///     next known node that is not in an outage, within its deadline.
 ///   - Scripts are loaded per node when it first answers NOSCRIPT (the pipeline's resend).
+///   - A refresh that finds no slot map because the seeds answer "cluster support disabled" (a
+///     single server behind redis-cluster://) makes every request fail at once with
+///     ConfigurationError saying so (thrown under every failure policy), reported once as a
+///     Topology event, until a refresh finds a map. Requests sent before that first refresh ended
+///     went to the seed (see above).
 ///   - A primary that a new slot map no longer names (its slots moved away, it left the cluster)
 ///     and that is not a seed is retired: no request goes to it any more, and once the requests
 ///     still on it have ended (each holds its node), the maintenance thread shuts its transport
@@ -128,6 +133,9 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   bool retryLater(const std::shared_ptr<Attempt>& a);  // false: no time left
   void later(SteadyTime at, std::function<void()> run);
   void wantRefresh();
+  // After a refresh found no map: `disabled` lists the seeds that have cluster support disabled
+  // (empty: none, and requests go on as before).
+  void noteNotACluster(const std::vector<std::string>& disabled);
   void maintain();
   bool refresh();
   void releaseRetired();  // shuts down the retired transports no request holds any more
@@ -157,7 +165,10 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   std::thread thread_;  // started by the constructor, joined by shutdown()
 
   std::atomic<bool> stopped_{false};  // shutdown() began: no new nodes, no new timers
-  std::atomic<bool> used_{false};     // a request was sent since the last refresh
+  // The last refresh found no map because seeds have cluster support disabled: requests fail.
+  std::atomic<bool> notCluster_{false};
+  std::string notClusterWhy_ REDLIMIT_GUARDED_BY(mutex_);  // which seeds said so
+  std::atomic<bool> used_{false};                          // a request was sent since the last refresh
   std::atomic<std::uint64_t> moved_{0}, asked_{0}, retried_{0}, refreshes_{0};
   std::atomic<std::uint64_t> outages_{0}, probes_{0}, failedFast_{0}, seedsSkipped_{0};
   std::atomic<std::uint64_t> retiredNodes_{0}, released_{0};

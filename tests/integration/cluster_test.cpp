@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error_mapping.hpp"
 #include "topology/cluster.hpp"
 #include "helpers.hpp"
 #include "topology_counters.hpp"
@@ -298,6 +299,47 @@ TEST(Cluster, AClientSetUpForOneServerSaysHowToReachTheClusterInsteadOfLettingCa
     EXPECT_NE(std::string(e.what()).find("redis-cluster://"), std::string::npos) << e.what();
   }
   EXPECT_EQ(rl.failureStats().allowed, 0u) << "a set-up error is thrown under every policy, never granted";
+}
+
+// The mirror image: redis-cluster:// pointed at a server without cluster mode. Once the first
+// refresh hears "cluster support disabled" (a Topology event says so), every call throws a
+// ConfigurationError saying to use redis://, under every policy, instead of working as one node.
+TEST(Cluster, ASingleServerBehindAClusterUriIsRefusedWithAConfigurationError) {
+  RedisServer single;
+  EventLog events;
+  ClientOptions base;
+  base.onEvent = events.callback();
+  auto client = Client::fromUri("redis-cluster://127.0.0.1:" + std::to_string(single.port()), base);
+  auto saidSo = [&] {
+    for (const Event& e : events.of(Event::Kind::Topology)) {
+      if (e.description.find("cluster support disabled") != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 1000 && !saidSo(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(saidSo()) << "no Topology event about the missing cluster within 10 s";
+  const auto topology = events.of(Event::Kind::Topology);
+  ASSERT_EQ(topology.size(), 1u);
+  EXPECT_EQ(topology[0].node, "127.0.0.1:" + std::to_string(single.port()));
+  for (const FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
+    RateLimiterOptions options;
+    options.failure.policy = policy;
+    RateLimiter rl(client, "notacluster", options);
+    for (int k = 0; k < 3; ++k) {
+      try {
+        (void)rl.tryAcquire();
+        ADD_FAILURE() << "a single server answered a cluster Client";
+      } catch (const ConfigurationError& e) {
+        EXPECT_NE(std::string(e.what()).find("cluster support disabled"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("connect with redis://"), std::string::npos) << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << detail::errorTypeName(e) << ": " << e.what();
+      }
+    }
+    const FailureStats stats = rl.failureStats();
+    EXPECT_EQ(stats.allowed + stats.denied + stats.outages, 0u) << "a set-up error is no outage";
+  }
+  EXPECT_EQ(events.of(Event::Kind::Topology).size(), 1u) << "reported once";
 }
 
 // The local port of every connection in CLIENT LIST ("laddr=127.0.0.1:<port>") other than the one
