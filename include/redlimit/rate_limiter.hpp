@@ -25,10 +25,11 @@ struct RateLimiterOptions {
   TimeSource timeSource = TimeSource::Server;  // clock that stamps permits
   FailureOptions failure;                      // decisions when Redis cannot be asked
                                                // (default: throw the IoError)
-  bool coalesce = true;                        // acquisitions of this handle that queue up while
-                                               // one is in flight go to Redis together, as one
-                                               // script call deciding each in order (false: one
-                                               // call each)
+  bool coalesce = true;                        // acquisitions of this handle that arrive while it
+                                               // has a call in flight on each connection of the
+                                               // pool queue up and go to Redis together, as one
+                                               // script call deciding each in order; fewer go at
+                                               // once, alone (false: one call each)
   MonitorOptions monitor;                      // metrics (on, into MetricsRegistry::global()), shadow
                                                // mode (off), events
 };

@@ -1,16 +1,25 @@
-// detail::Batcher: the coalescing queue of every limiter. While one group of calls is in flight,
-// the calls that arrive queue up behind it; when its reply has been handled, the owner takes the
-// next group (the oldest queued calls, at most maxGroup) and sends it as one request. A call that
-// finds nothing in flight goes alone at once, so a lone caller waits for nobody.
+// detail::Batcher: the coalescing queue of every limiter. Up to maxInFlight groups of calls may be
+// in flight at once; a call that finds fewer goes alone at once, so a lone caller, and callers no
+// more numerous than the groups allowed in flight, wait for nobody. Calls that arrive while
+// maxInFlight groups are in flight queue up; when one of those groups has been handled, the owner
+// takes the next group (the oldest queued calls, at most maxGroup) and sends it as one request.
+// Calls queue only while the bound holds them back: a queue is never left waiting with a place
+// free.
+//
+// maxInFlight is the number of connections the owner's requests spread over (one group in flight
+// per connection): with one, a single group is in flight and its successor leaves when it is
+// answered, so on that connection the groups are decided in the order of their calls. With more,
+// groups on different connections may be decided in either order, as one-by-one calls on them
+// would be; each group is still decided in its calls' order.
 //
 // RateLimiter queues the acquisitions of one handle (acquire_batch.lua decides a group);
 // OneKeyBatcher queues the takes of every one-key limiter of a Client (batch.lua decides a group,
 // whatever their keys). The owner decides what "send" means; the Batcher only keeps the queue.
 //
-// Fork: a child gets a fresh queue on its first call. The inherited group in flight is the
-// parent's and never finishes in the child, its queued calls belong to the parent's callers, and
-// its lock may be held by a parent thread that does not exist in the child; the inherited queue is
-// leaked, never touched again.
+// Fork: a child gets a fresh queue on its first call. The groups in flight are the parent's and
+// never finish in the child, its queued calls belong to the parent's callers, and its lock may be
+// held by a parent thread that does not exist in the child; the inherited queue is leaked, never
+// touched again.
 #pragma once
 
 #include <algorithm>
@@ -25,13 +34,20 @@
 
 #include "base/fork_guard.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
+#include "redlimit/options.hpp"
 
 namespace redlimit::detail {
+
+/// The groups a Batcher of a Client's requests keeps in flight: one per connection of its pool
+/// (on a cluster, of the pool of the node that serves the queue's slot).
+inline std::size_t groupsInFlight(const ClientOptions& options) { return options.pool.size; }
 
 template <class Item>
 class Batcher {
  public:
-  explicit Batcher(std::size_t maxGroup) : maxGroup_(maxGroup) {
+  /// maxGroup, maxInFlight >= 1.
+  Batcher(std::size_t maxGroup, std::size_t maxInFlight)
+      : maxGroup_(std::max<std::size_t>(1, maxGroup)), maxInFlight_(std::max<std::size_t>(1, maxInFlight)) {
     queue_.store(new Queue(forkGeneration()), std::memory_order_release);
   }
   ~Batcher() {
@@ -41,28 +57,29 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  /// True: nothing was in flight; the caller sends `item` now and calls next() once its reply has
-  /// been handled. False: `item` was moved into the queue behind the group in flight.
+  /// True: fewer than maxInFlight groups were in flight (so nothing was queued); the caller sends
+  /// `item` now, as a group of one, and calls next() once its reply has been handled. False: `item`
+  /// was moved into the queue behind the groups in flight.
   bool claimOrQueue(Item& item) {
     Queue& q = queue();
     const LockGuard lock(q.mutex);
-    if (q.inFlight) {
+    if (q.inFlight == maxInFlight_) {
       q.waiting.push_back(std::move(item));
       return false;
     }
-    q.inFlight = true;
+    ++q.inFlight;  // the queue is empty: calls queue only while maxInFlight groups are in flight
     return true;
   }
 
-  /// The group in flight has been handled: the next group (oldest first, at most maxGroup), which
-  /// the caller sends at once and answers with next() in turn; empty when nothing waits (nothing is
-  /// in flight any more).
+  /// A group in flight has been handled: the next group (oldest first, at most maxGroup), which
+  /// takes its place in flight and which the caller sends at once and answers with next() in turn;
+  /// empty when nothing waits (one group fewer is in flight).
   std::vector<Item> next() {
     std::vector<Item> group;
     Queue& q = queue();
     const LockGuard lock(q.mutex);
     if (q.waiting.empty()) {
-      q.inFlight = false;
+      if (q.inFlight > 0) --q.inFlight;
       return group;
     }
     group.reserve(std::min(maxGroup_, q.waiting.size()));
@@ -91,7 +108,7 @@ class Batcher {
     explicit Queue(std::uint64_t g) : generation(g) {}
     const std::uint64_t generation;  // forkGeneration() of the process it serves
     Mutex mutex;
-    bool inFlight REDLIMIT_GUARDED_BY(mutex) = false;
+    std::size_t inFlight REDLIMIT_GUARDED_BY(mutex) = 0;  // groups sent and not yet handled
     std::deque<Item> waiting REDLIMIT_GUARDED_BY(mutex);
   };
 
@@ -111,6 +128,7 @@ class Batcher {
   }
 
   const std::size_t maxGroup_;
+  const std::size_t maxInFlight_;
   std::atomic<Queue*> queue_{nullptr};
 };
 

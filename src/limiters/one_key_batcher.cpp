@@ -53,7 +53,9 @@ std::shared_ptr<OneKeyBatcher> OneKeyBatcher::of(const std::shared_ptr<Client>& 
 }
 
 OneKeyBatcher::OneKeyBatcher(std::shared_ptr<Client> client)
-    : client_(std::move(client)), cluster_(client_->options().topology == Topology::Cluster) {}
+    : client_(std::move(client)),
+      cluster_(client_->options().topology == Topology::Cluster),
+      single_(kMaxGroup, groupsInFlight(client_->options())) {}
 
 OneKeyBatcher::~OneKeyBatcher() {
   std::vector<std::shared_ptr<OneKeyCall>> left;
@@ -78,7 +80,7 @@ OneKeyBatcher::Queue& OneKeyBatcher::queueFor(const std::string& key) {
   const int slot = keySlot(key);
   const LockGuard lock(slotsMutex_);
   std::unique_ptr<Queue>& q = slots_[slot];
-  if (!q) q = std::make_unique<Queue>(kMaxGroup);
+  if (!q) q = std::make_unique<Queue>(kMaxGroup, groupsInFlight(client_->options()));
   return *q;
 }
 
@@ -96,8 +98,8 @@ Reply OneKeyBatcher::take(OneKeyCall call) {
   c->done = wait.callback();
   std::shared_ptr<OneKeyCall> mine = c;
   if (q.claimOrQueue(c)) {
-    // Nothing in flight: sent from this thread, as eval, while the takes that arrive meanwhile
-    // queue up; they leave together once this one is answered (or has failed).
+    // A place free: sent from this thread, as eval; takes that find every place taken queue up,
+    // and leave together once a group in flight is answered (or has failed).
     struct Next {
       OneKeyBatcher* self;
       Queue& queue;

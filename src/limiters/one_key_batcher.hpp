@@ -1,10 +1,11 @@
 // detail::OneKeyBatcher: one script call for many one-key decisions. The takes of every token
 // bucket, GCRA and fixed-window limiter of a Client (handles and keyed limiters alike) go through
-// it: a take that finds nothing in flight is sent at once with its own script (gcra.lua,
-// fixed_window.lua), as without a batcher; takes that arrive meanwhile queue up (limiters/batcher.hpp)
-// and go together, up to kMaxGroup, as one lua/batch.lua call that decides each in order exactly
-// as its own script would, the server's clock read once. On a cluster there is one queue per hash
-// slot: a script call's keys must share one.
+// it: a take that finds a place free (fewer groups in flight than the pool has connections) is
+// sent at once with its own script (gcra.lua, fixed_window.lua), as without a batcher; takes that
+// arrive while every place is taken queue up (limiters/batcher.hpp) and go together, up to
+// kMaxGroup, as one lua/batch.lua call that decides each in order exactly as its own script would,
+// the server's clock read once. On a cluster there is one queue per hash slot: a script call's
+// keys must share one.
 //
 // What a group shares is the fixed cost of a script call (EVALSHA's lookup, the arguments, TIME,
 // the reply), which is most of what Redis spends on one decision.
@@ -47,10 +48,10 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
   OneKeyBatcher(const OneKeyBatcher&) = delete;
   OneKeyBatcher& operator=(const OneKeyBatcher&) = delete;
 
-  /// Sends `call` now, or queues it behind the group in flight; `call.done` runs on the I/O thread.
+  /// Sends `call` now, or queues it behind the groups in flight; `call.done` runs on the I/O thread.
   void takeAsync(OneKeyCall call);
-  /// The same, waiting: a take that finds nothing in flight is sent from this thread (as eval); one
-  /// that queues waits for its group's reply. Throws what the call failed with.
+  /// The same, waiting: a take that finds a place free is sent from this thread (as eval); one that
+  /// queues waits for its group's reply. Throws what the call failed with.
   Reply take(OneKeyCall call);
 
  private:
@@ -67,7 +68,7 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
 
   std::shared_ptr<Client> client_;
   bool cluster_ = false;
-  Queue single_{kMaxGroup};  // standalone and Sentinel: one queue
+  Queue single_;  // standalone and Sentinel: one queue
   Mutex slotsMutex_;
   std::unordered_map<int, std::unique_ptr<Queue>> slots_ REDLIMIT_GUARDED_BY(slotsMutex_);  // a cluster's
 };

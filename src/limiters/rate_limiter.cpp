@@ -223,7 +223,8 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
   static void finish(Impl* self, Pending& attempt, AcquireResult result, std::exception_ptr error) noexcept;
   void send(const std::shared_ptr<Pending>& attempt);
-  // Sends `attempt`, or queues it behind this handle's call in flight (RateLimiterOptions::coalesce).
+  // Sends `attempt`, or queues it while this handle has a group in flight on each connection
+  // (RateLimiterOptions::coalesce).
   void dispatch(std::shared_ptr<Pending> attempt);
   // Sends a group of queued whole acquisitions: alone with acquire.lua, together with acquire_batch.lua.
   void sendGroup(std::vector<std::shared_ptr<Pending>> group);
@@ -235,7 +236,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   void sendBatch(const std::shared_ptr<Batch>& batch);
   // The batch script's reply, to each acquisition; `self` may be null (the handle is gone).
   static void finishBatch(Impl* self, const Batch& batch, const Reply& r);
-  // The group in flight has finished: sends the next one, or marks nothing in flight.
+  // A group in flight has finished: sends the next one in its place, or frees the place.
   void groupDone();
   bool resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const;
   // The deadline of one try of a call that must end by `callDeadline`: a command timeout from now,
@@ -286,8 +287,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
   // The coalescing queue (RateLimiterOptions::coalesce): whole acquisitions that arrive while a
-  // group is in flight go together as one acquire_batch.lua call (limiters/batcher.hpp).
-  detail::Batcher<std::shared_ptr<Pending>> coalescing_{kMaxCoalesced};
+  // group is in flight on each connection go together as one acquire_batch.lua call
+  // (limiters/batcher.hpp).
+  detail::Batcher<std::shared_ptr<Pending>> coalescing_;
 };
 
 namespace {
@@ -306,7 +308,8 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
     : client_(std::move(client)),
       name_(std::move(name)),
       options_(std::move(options)),
-      gate_(name_, options_.failure, ClockView{}, checkedMonitor(client_, name_, options_.monitor)) {
+      gate_(name_, options_.failure, ClockView{}, checkedMonitor(client_, name_, options_.monitor)),
+      coalescing_(kMaxCoalesced, detail::groupsInFlight(client_->options())) {
   const std::string& id = client_->clientId();
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id), suffixName(name_, "permits"),
            suffixName(name_, "permits:" + id)};

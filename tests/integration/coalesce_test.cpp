@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,7 +21,31 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class Coalesce : public RedisTest {};
+class Coalesce : public RedisTest {
+ protected:
+  // Write commands (scripts included) wait until resume(); reads and CLIENT UNPAUSE do not. What a
+  // Client has pending meanwhile is what it sent.
+  void pauseWrites() { ASSERT_EQ(raw({"CLIENT", "PAUSE", "20000", "WRITE"}).str, "OK"); }
+  void resume() { (void)raw({"CLIENT", "UNPAUSE"}); }
+  void TearDown() override {
+    resume();
+    RedisTest::TearDown();
+  }
+  // A Client of two connections whose command timeout a paused server does not reach during a
+  // test, and a limiter of rate 1000 on it, both connections open and both acquire scripts loaded:
+  // its requests are then script calls alone.
+  std::shared_ptr<Client> twoConnections(std::unique_ptr<RateLimiter>& limiter) {
+    ClientOptions o;
+    o.pool.size = 2;
+    o.connection.commandTimeout = std::chrono::seconds(30);
+    auto c = newClient(o);
+    (void)raw({"SCRIPT", "LOAD", detail::lua::acquire_batch.source});
+    limiter = std::make_unique<RateLimiter>(c, name());
+    EXPECT_TRUE(limiter->trySetRate(RateType::Overall, 1000, milliseconds(60000)));
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(limiter->tryAcquire());  // round-robin: both connections
+    return c;
+  }
+};
 
 struct AcquireOutcome {
   std::int64_t granted = -1;
@@ -151,6 +176,61 @@ TEST_F(Coalesce, TheScriptRefusesABadBatchBeforeWriting) {
   EXPECT_EQ(again.elements[6].integer, 4);
   EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, "3");
   EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, 2);
+}
+
+TEST_F(Coalesce, SyncCallersAreNotHeldBehindOneGroup) {
+  std::unique_ptr<RateLimiter> rl;
+  auto c = twoConnections(rl);
+  constexpr int kThreads = 8;
+  pauseWrites();
+  ASSERT_EQ(c->poolStats().pending, 0u);
+  std::atomic<int> granted{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      try {
+        (rl->tryAcquire() ? granted : failed).fetch_add(1);
+      } catch (const std::exception&) {
+        failed.fetch_add(1);
+      }
+    });
+  }
+  // The server holds every script call: a second one pending was sent while the first was in
+  // flight, rather than queued behind it.
+  const auto start = SteadyTime::now();
+  while (c->poolStats().pending < 2 && msSince(start) < 10000) std::this_thread::sleep_for(milliseconds(1));
+  const std::size_t inFlight = c->poolStats().pending;
+  resume();
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(inFlight, 2u) << "one group in flight per connection";
+  EXPECT_EQ(granted.load(), kThreads);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(raw({"ZCARD", rl->keys()[3]}).integer, 4 + kThreads) << "each grant its own member";
+}
+
+TEST_F(Coalesce, QueuedAcquisitionsLeaveAsOneGroupWhenAGroupInFlightIsAnswered) {
+  std::unique_ptr<RateLimiter> rl;
+  auto c = twoConnections(rl);
+  constexpr int kCalls = 20;
+  pauseWrites();
+  const PoolStats before = c->poolStats();
+  std::atomic<int> granted{0}, finished{0};
+  for (int i = 0; i < kCalls; ++i) {
+    rl->tryAcquireAsync(1, [&](bool ok, const std::exception_ptr& e) {
+      if (ok && !e) granted.fetch_add(1);
+      finished.fetch_add(1);
+    });
+  }
+  // Two go at once, one on each connection; the other 18 wait for a place.
+  EXPECT_EQ(c->poolStats().pending, 2u);
+  resume();
+  const auto start = SteadyTime::now();
+  while (finished.load() < kCalls && msSince(start) < 10000) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_EQ(finished.load(), kCalls);
+  EXPECT_EQ(granted.load(), kCalls);
+  // The first answer lets the 18 go as one acquire_batch.lua call; the second finds none waiting.
+  EXPECT_EQ(c->poolStats().requests - before.requests, 3u);
+  EXPECT_EQ(raw({"ZCARD", rl->keys()[3]}).integer, 4 + kCalls);
 }
 
 }  // namespace

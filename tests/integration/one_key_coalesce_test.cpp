@@ -56,7 +56,7 @@ void OneKeyCoalesce::warmBatch(const std::shared_ptr<Client>& c) {
   GcraRateLimiter warm(c, name("warm"), config);
   pauseWrites();
   std::vector<std::future<Decision>> all;
-  for (int i = 0; i < 3; ++i) all.push_back(warm.decideAsync(1));
+  for (int i = 0; i < 8; ++i) all.push_back(warm.decideAsync(1));  // a group after the first on each connection
   resume();
   for (auto& f : all) (void)f.get();
 }
@@ -169,7 +169,7 @@ TEST_F(OneKeyCoalesce, AKeyedLimiterSendsTheTakesOfManyKeysTogether) {
 }
 
 TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
-  auto together = newClient(coalescing());
+  auto together = newClient(oneConnection());  // one group in flight: the second and third go together
   GcraRateLimiter good(together, name("good"), gcra(5));
   GcraRateLimiter bad(together, name("bad"), gcra(5));
   raw({"RPUSH", bad.getName(), "not", "a", "limiter"});
@@ -186,6 +186,25 @@ TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 2);
   EXPECT_EQ(raw({"LLEN", bad.getName()}).integer, 3) << "nothing written to the key of another type";
+}
+
+TEST_F(OneKeyCoalesce, TakesLeaveAsOneGroupWhenAGroupInFlightIsAnswered) {
+  ClientOptions o = coalescing();
+  o.pool.size = 2;
+  o.connection.commandTimeout = std::chrono::seconds(30);  // a paused server does not reach it
+  auto c = newClient(o);
+  GcraRateLimiter a(c, name(), gcra(100));
+  warmBatch(c);
+  pauseWrites();
+  const std::uint64_t before = requestsOf(c);
+  std::vector<std::future<Decision>> all;
+  for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync(1));
+  // Two go at once, one on each connection; the other 18 wait for a place.
+  EXPECT_EQ(c->poolStats().pending, 2u);
+  resume();
+  for (auto& f : all) EXPECT_TRUE(f.get().allowed);
+  // The first answer lets the 18 go as one batch.lua call; the second finds none waiting.
+  EXPECT_EQ(requestsOf(c) - before, 3u);
 }
 
 TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
@@ -225,7 +244,7 @@ TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
 }
 
 TEST_F(OneKeyCoalesce, TakesStillQueuedWhenTheLastLimiterIsDroppedEndWithClosedError) {
-  auto c = newClient(coalescing());
+  auto c = newClient(oneConnection());  // one group in flight: the first take
   std::vector<std::future<Decision>> all;
   {
     GcraRateLimiter a(c, name(), gcra(100));
