@@ -13,7 +13,7 @@ namespace redlimit::detail {
 namespace {
 
 TEST(Batcher, TheFirstCallSendsTheOthersWaitAndLeaveInGroupsInOrder) {
-  Batcher<int> b(3);
+  Batcher<int> b(3, 1);
   int first = 0;
   EXPECT_TRUE(b.claimOrQueue(first)) << "nothing in flight: the caller sends";
   for (int i = 1; i <= 7; ++i) {
@@ -30,8 +30,26 @@ TEST(Batcher, TheFirstCallSendsTheOthersWaitAndLeaveInGroupsInOrder) {
   EXPECT_TRUE(b.claimOrQueue(again)) << "the next call sends at once";
 }
 
+TEST(Batcher, CallsQueueOnlyWhileEveryPlaceInFlightIsTaken) {
+  Batcher<int> b(4, 2);
+  int first = 1, second = 2;
+  EXPECT_TRUE(b.claimOrQueue(first)) << "one place of two taken: the caller sends";
+  EXPECT_TRUE(b.claimOrQueue(second)) << "the second place: this caller sends too";
+  for (int i = 3; i <= 7; ++i) {
+    int item = i;
+    EXPECT_FALSE(b.claimOrQueue(item)) << i;
+  }
+  EXPECT_EQ(b.next(), (std::vector<int>{3, 4, 5, 6})) << "a group answered: the queued leave in its place";
+  EXPECT_EQ(b.next(), (std::vector<int>{7}));
+  EXPECT_TRUE(b.next().empty()) << "one of the two places is free again";
+  int late = 8;
+  EXPECT_TRUE(b.claimOrQueue(late)) << "a free place: sent at once";
+  int queued = 9;
+  EXPECT_FALSE(b.claimOrQueue(queued)) << "both places taken again";
+}
+
 TEST(Batcher, DrainTakesWhatIsQueuedAndLeavesTheGroupInFlight) {
-  Batcher<std::unique_ptr<int>> b(64);
+  Batcher<std::unique_ptr<int>> b(64, 1);
   auto a = std::make_unique<int>(1);
   ASSERT_TRUE(b.claimOrQueue(a));
   for (int i = 2; i <= 4; ++i) {
@@ -46,7 +64,7 @@ TEST(Batcher, DrainTakesWhatIsQueuedAndLeavesTheGroupInFlight) {
 }
 
 TEST(Batcher, ManyThreadsEachItemLeavesExactlyOnce) {
-  Batcher<int> b(5);
+  Batcher<int> b(5, 2);
   constexpr int kThreads = 4, kPerThread = 500;
   std::vector<int> sent;  // by whoever holds the right to send, one at a time
   std::mutex m;
