@@ -46,7 +46,9 @@ struct LeaseHeartbeatOptions {
 ///
 /// Throws InvalidArgument from the constructor (nothing sent) for a lease id that is not a lease's,
 /// a bad leaseTtl or interval, or redlimit::Error if the heartbeat thread cannot start. Thread-safe;
-/// move-only. Not fork-safe: a child process does not renew its parent's leases.
+/// move-only. After fork(): a heartbeat made in the child renews and reports there (the child gets
+/// a heartbeat thread of its own); one the child inherited is the parent's and does nothing there,
+/// its destructor included (the parent's lease is neither renewed nor released by the child).
 class LeaseHeartbeat {
  public:
   LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options = {});

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/fork_guard.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/lease_id.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
@@ -45,6 +46,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
         lease(std::move(first)) {}
 
   Target target;                               // handles: thread-safe
+  const std::uint64_t generation = detail::forkGeneration();  // of the process that made it
   const std::optional<milliseconds> renewTtl;  // none: each concurrency limit's own
   const milliseconds horizon;                  // the shortest TTL a renewal gives
   const milliseconds interval;
@@ -256,6 +258,12 @@ void LeaseHeartbeat::start(std::shared_ptr<State> state) {
 
 LeaseHeartbeat::~LeaseHeartbeat() {
   if (!state_) return;
+  // Inherited through fork(): the lease and its renewals are the parent's. Left alone (and the
+  // state is not locked: a parent thread that does not exist here may have held its mutex).
+  if (state_->generation != detail::forkGeneration()) {
+    new std::shared_ptr<State>(std::move(state_));  // leaked on purpose: its mutex may be held
+    return;
+  }
   Lease held;
   bool toRelease = false;
   {
