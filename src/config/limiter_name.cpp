@@ -52,6 +52,22 @@ void checkLimiterName(const std::string& name, std::size_t maxLength) {
                     "UTF-8 name",
                     bad, name.size(), static_cast<unsigned char>(name[bad])));
   }
+  checkNotRecordKey(name, "limiter name");
+}
+
+void checkNotRecordKey(std::string_view key, std::string_view what) {
+  for (const std::string_view segment : {std::string_view(":rsv"), std::string_view(":mrsv")}) {
+    for (std::size_t at = key.find(segment); at != std::string_view::npos; at = key.find(segment, at + 1)) {
+      const std::size_t end = at + segment.size();
+      if (end == key.size() || key[end] == ':') {
+        throw InvalidArgument(fmt::format(
+            "redlimit: {} \"{}\" has the form of a reservation record's key (\"{}\" followed by ':' or at its "
+            "end), so a decision on it could take the place of a reservation's record; choose one without that "
+            "segment",
+            what, key, segment.substr(1)));
+      }
+    }
+  }
 }
 
 }  // namespace redlimit::detail

@@ -10,6 +10,7 @@
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/keyed_calendar_rate_limiter.hpp"
 #include "redlimit/keyed_gcra_rate_limiter.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
@@ -38,6 +39,21 @@ std::shared_ptr<redlimit::Client> clientToNowhere() {
   o.connection.port = redlimit::test::freeLoopbackPort();
   return redlimit::Client::create(o);
 }
+
+// A valid configuration of each family the tests construct.
+struct Configs {
+  Configs() {
+    gcra.burst = 10;
+    gcra.rate = 10;
+    gcra.period = std::chrono::milliseconds(1000);
+    lease.limit = 1;
+    lease.leaseTtl = std::chrono::milliseconds(1000);
+    quota.limit = 10;
+  }
+  redlimit::GcraConfig gcra;
+  redlimit::ConcurrencyConfig lease;
+  redlimit::CalendarQuota quota;
+};
 
 // Runs `make` and expects InvalidArgument saying the name is not UTF-8.
 template <class Make>
@@ -72,15 +88,10 @@ TEST(LimiterName, FirstInvalidUtf8FindsTheFirstByteOfNoValidSequence) {
 TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   const auto client = clientToNowhere();
   const std::string bad = "api\xff\xfe";
-  redlimit::GcraConfig gcra;
-  gcra.burst = 10;
-  gcra.rate = 10;
-  gcra.period = std::chrono::milliseconds(1000);
-  redlimit::ConcurrencyConfig lease;
-  lease.limit = 1;
-  lease.leaseTtl = std::chrono::milliseconds(1000);
-  redlimit::CalendarQuota quota;
-  quota.limit = 10;
+  const Configs c;
+  const redlimit::GcraConfig& gcra = c.gcra;
+  const redlimit::ConcurrencyConfig& lease = c.lease;
+  const redlimit::CalendarQuota& quota = c.quota;
   refusedAsNotUtf8([&] { redlimit::RateLimiter l(client, bad); }, "RateLimiter");
   refusedAsNotUtf8([&] { redlimit::GcraRateLimiter l(client, bad, gcra); }, "GcraRateLimiter");
   refusedAsNotUtf8([&] { redlimit::KeyedGcraRateLimiter l(client, bad, gcra); }, "KeyedGcraRateLimiter");
@@ -92,5 +103,30 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   refusedAsNotUtf8([&] { redlimit::MultiLimit m({good}, named); }, "MultiLimit");
   for (const redlimit::LimiterMetricsSnapshot& m : redlimit::MetricsRegistry::global()->snapshot()) {
     EXPECT_NE(m.limiter, bad) << "a refused name has no metrics entry";
+  }
+}
+
+// --- A name or key never has the form of a reservation record's key ---------------------------
+
+TEST(LimiterName, ANameOrKeyWithTheFormOfARecordKeyIsRefusedByEveryLimiter) {
+  const auto client = clientToNowhere();
+  const Configs c;
+  const redlimit::GcraConfig& gcra = c.gcra;
+  const redlimit::ConcurrencyConfig& lease = c.lease;
+  const redlimit::CalendarQuota& quota = c.quota;
+  for (const std::string bad : {"{bob}:rsv:req-2", "{bob}:mrsv:req-2", "{a}:rsv", "x:mrsv", "a:rsv:b c"}) {
+    EXPECT_THROW(redlimit::RateLimiter(client, bad), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::GcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::KeyedGcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::ConcurrencyLimiter(client, bad, lease), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::CalendarRateLimiter(client, bad, quota), redlimit::InvalidArgument) << bad;
+    redlimit::KeyedGcraRateLimiter keyed(client, "policy", gcra);
+    EXPECT_THROW((void)keyed.decide(bad), redlimit::InvalidArgument) << bad;
+    redlimit::KeyedCalendarRateLimiter calendar(client, "quota", quota);
+    EXPECT_THROW((void)calendar.decide(bad), redlimit::InvalidArgument) << bad;
+  }
+  for (const std::string fine : {"{bob}:rsvp", "rsv:x", "{rsv}:x", "a:rsvx:b", "mrsv", "{a}:rsv-1"}) {
+    EXPECT_NO_THROW(redlimit::RateLimiter(client, fine)) << fine;
+    EXPECT_NO_THROW(redlimit::GcraRateLimiter(client, fine, gcra)) << fine;
   }
 }
