@@ -103,7 +103,7 @@ int freeLoopbackPort() {
 }
 
 RedisServer::RedisServer(std::vector<std::string> extraArgs, const std::string& configText)
-    : extraArgs_(std::move(extraArgs)) {
+    : extraArgs_(std::move(extraArgs)), owner_(::getpid()) {
   for (std::size_t i = 0; i + 1 < extraArgs_.size(); ++i) {
     if (extraArgs_[i] != "--tls-port" && extraArgs_[i] != "--cluster-port") continue;
     if (extraArgs_[i + 1] == "auto") autoPorts_.push_back(i + 1);
@@ -151,6 +151,7 @@ void RedisServer::pickPorts() {
 }
 
 RedisServer::~RedisServer() {
+  if (::getpid() != owner_) return;  // a fork() child's copy: the server is the parent's
   stop();
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);

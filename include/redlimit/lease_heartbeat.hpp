@@ -23,7 +23,10 @@ struct LeaseHeartbeatOptions {
   std::chrono::milliseconds interval{0};
   /// Called once when the lease is lost: a renewal answered that it was not live (expired, or
   /// released by someone else; `why` is null), or no renewal was answered before the lease's
-  /// expiry as last known (`why` is the last error). Runs on the Client's I/O thread or the
+  /// expiry as last known (`why` is the last error, or a TimeoutError if a renewal is still in
+  /// flight and none failed). The loss is declared at that expiry even while a renewal is in
+  /// flight (its deadline may come later, with a TTL not above the call deadline); that renewal's
+  /// late answer then changes nothing. Runs on the Client's I/O thread or the
   /// heartbeat thread; it must not block or make sync calls. An exception from it is reported
   /// through the limiter's events and dropped.
   std::function<void(const Lease& lease, std::exception_ptr why)> onLost;
@@ -46,7 +49,9 @@ struct LeaseHeartbeatOptions {
 ///
 /// Throws InvalidArgument from the constructor (nothing sent) for a lease id that is not a lease's,
 /// a bad leaseTtl or interval, or redlimit::Error if the heartbeat thread cannot start. Thread-safe;
-/// move-only. Not fork-safe: a child process does not renew its parent's leases.
+/// move-only. After fork(): a heartbeat made in the child renews and reports there (the child gets
+/// a heartbeat thread of its own); one the child inherited is the parent's and does nothing there,
+/// its destructor included (the parent's lease is neither renewed nor released by the child).
 class LeaseHeartbeat {
  public:
   LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options = {});

@@ -30,8 +30,8 @@ struct MultiLimitOptions {
                            // limiters' own failure options are not used by the MultiLimit
   MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
                            // the limiters' own are not used either
-  std::string name;        // the name its metrics and events carry; empty = the limits' names joined
-                           // by '+' ("{t}:user+{t}:tenant")
+  std::string name;  // the name its metrics and events carry (UTF-8, <= 1024 bytes); empty = the limits' names joined
+                     // by '+' ("{t}:user+{t}:tenant")
 };
 
 /// Several limiters of the one-key family (TokenBucketRateLimiter, GcraRateLimiter,

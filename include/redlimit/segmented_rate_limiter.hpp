@@ -543,9 +543,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // which still spends it or gives it back: it is dropped here without a give-back (counted as
   // expired). A refill or give-back in flight was a parent thread that does not exist here, and
   // the coordinator's mutex may be held by one: the coordinator is replaced in place (see
-  // RefillCoordinator::renewInPlace), never locked. The idle sweeper's thread is the parent's
-  // too: the child's handle leaves it alone (no idle give-back in the child). One thread of the
-  // child renews (claimed with a compare-exchange, no lock: a lock could be held by a parent
+  // RefillCoordinator::renewInPlace), never locked. The registration with the idle sweeper is
+  // the parent's too: the child's handle registers with the child's own sweeper (a new one, see
+  // IdleSweeper::instance), so idle segments are given back in the child as well; if that
+  // sweeper's thread cannot start, the child has no idle give-back. One thread of the child renews (claimed with a compare-exchange, no lock: a lock could be held by a parent
   // thread that was renewing at fork()); the others wait for it, without a lock either.
   void renewAfterFork() noexcept REDLIMIT_NO_THREAD_SAFETY_ANALYSIS {
     const std::uint64_t now = detail::forkCounter();
@@ -558,7 +559,13 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
       inHand_ = 0;
       backInFlight_ = 0;
       sweepArmed_ = false;
-      sweepId_ = 0;
+      if (sweepId_ != 0) {  // returnWhenIdle
+        try {
+          sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
+        } catch (...) {
+          sweepId_ = 0;
+        }
+      }
       forkGen_.store(now, std::memory_order_release);
       return;
     }

@@ -11,6 +11,7 @@
 #include <date/tz.h>
 #include <fmt/format.h>
 
+#include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
@@ -356,11 +357,7 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
 CalendarRateLimiter::CalendarRateLimiter(std::shared_ptr<Client> client, std::string name, CalendarQuota quota,
                                          CalendarRateLimiterOptions options) {
   if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
-  if (name.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
-  if (name.size() > kMaxNameLength) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name.size(), kMaxNameLength));
-  }
+  detail::checkLimiterName(name, kMaxNameLength);
   validateQuota(quota);
   if (options.keepAlive.count() < 0 || options.keepAlive.count() > 4294967295) {
     throw InvalidArgument(

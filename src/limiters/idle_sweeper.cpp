@@ -1,27 +1,54 @@
 #include "redlimit/detail/idle_sweeper.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <string>
 #include <system_error>
 
 #include <fmt/format.h>
 
+#include "base/fork_guard.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {
+
+namespace {
+
+// Ids of every sweeper of the process and of its fork() children (inherited with its value), so
+// that an id a parent's sweeper gave out is never given out again by the child's.
+std::atomic<std::uint64_t> gNextId{1};
+
+}  // namespace
 
 IdleSweeper& IdleSweeper::instance() {
   // Never destroyed: a limiter in a global holder was constructed before this and is destroyed
   // after anything constructed later, so it must still find the registry. The stopper (made
   // after the registry, destroyed before such limiters) ends the thread at exit instead.
-  static IdleSweeper* const sweeper = new IdleSweeper();
+  //
+  // One per process: a fork() child inherits its parent's sweeper without its thread, and
+  // possibly with its lock held by a thread that does not exist there. The child's first call
+  // makes a sweeper of its own (no lock: the first thread to swap its fresh one in wins) and
+  // leaks the inherited one, never touching it; the stopper stops only this process's sweeper.
+  static std::atomic<IdleSweeper*> current{nullptr};
   static const struct Stopper {
-    ~Stopper() { sweeper->stop(); }
+    ~Stopper() {
+      IdleSweeper* const sweeper = current.load(std::memory_order_acquire);
+      if (sweeper != nullptr && sweeper->generation_ == forkGeneration()) sweeper->stop();
+    }
   } stopper;
-  return *sweeper;
+  const std::uint64_t generation = forkGeneration();
+  IdleSweeper* seen = current.load(std::memory_order_acquire);
+  if (seen != nullptr && seen->generation_ == generation) return *seen;
+  auto fresh = std::make_unique<IdleSweeper>();
+  fresh->inherited_ = seen;
+  if (current.compare_exchange_strong(seen, fresh.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
+    return *fresh.release();  // the inherited one (if any) is never used again
+  }
+  return *seen;  // another thread of this process installed one: of this generation
 }
 
-IdleSweeper::IdleSweeper(StartThread start) : start_(std::move(start)) {}
+IdleSweeper::IdleSweeper(StartThread start) : start_(std::move(start)), generation_(forkGeneration()) {}
 
 IdleSweeper::~IdleSweeper() { stop(); }
 
@@ -52,7 +79,7 @@ std::uint64_t IdleSweeper::add(void* owner, Task task) {
                               e.what()));
     }
   }
-  const std::uint64_t id = nextId_++;
+  const std::uint64_t id = gNextId.fetch_add(1, std::memory_order_relaxed);
   entries_.emplace(id, Entry{owner, task});
   return id;
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "redlimit/errors.hpp"
@@ -20,6 +21,7 @@ std::string KeyedCalendarRateLimiter::checkedKey(std::string_view key) {
     throw InvalidArgument(
         fmt::format("redlimit: a key is {} bytes; at most {} are allowed", key.size(), kMaxKeyLength));
   }
+  detail::checkNotRecordKey(key, "key");
   return std::string(key);
 }
 

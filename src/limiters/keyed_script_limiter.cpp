@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
@@ -52,6 +53,7 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       throw InvalidArgument(fmt::format("redlimit: {}: key is {} bytes; at most {} are allowed", name_, key.size(),
                                         ScriptLimiter::kMaxNameLength));
     }
+    checkNotRecordKey(key, "key");
     if (permits < 1 || permits > policy_.maxPermits) {
       throw InvalidArgument(fmt::format("redlimit: {}: permits must be in 1..{} (the most one call may take), got {}",
                                         name_, policy_.maxPermits, permits));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/fork_guard.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/lease_id.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
@@ -44,9 +45,10 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
         onLost(o.onLost),
         lease(std::move(first)) {}
 
-  Target target;                               // handles: thread-safe
-  const std::optional<milliseconds> renewTtl;  // none: each concurrency limit's own
-  const milliseconds horizon;                  // the shortest TTL a renewal gives
+  Target target;                                              // handles: thread-safe
+  const std::uint64_t generation = detail::forkGeneration();  // of the process that made it
+  const std::optional<milliseconds> renewTtl;                 // none: each concurrency limit's own
+  const milliseconds horizon;                                 // the shortest TTL a renewal gives
   const milliseconds interval;
   const std::function<void(const Lease&, std::exception_ptr)> onLost;
 
@@ -59,11 +61,12 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   // Until when the lease is live for sure: a renewal's send time (steady clock) plus its TTL, as
   // the server's expiry is its own clock at the renewal plus the TTL, which is no earlier.
   Steady::time_point liveUntil REDLIMIT_GUARDED_BY(m);
+  Steady::time_point nextRenewal REDLIMIT_GUARDED_BY(m);  // when the next renewal is due
+  bool inFlight REDLIMIT_GUARDED_BY(m) = false;           // a renewal was sent and not answered yet
   std::uint64_t sweepId REDLIMIT_GUARDED_BY(m) = 0;
 
-  // The heartbeat thread's task: one renewal, sent without waiting. Returns -1: the renewal's
-  // completion schedules the next visit. Should anything throw here (memory ran out), the visit
-  // comes again after an interval.
+  // The heartbeat thread's task. Should anything throw here (memory ran out), the visit comes
+  // again after an interval.
   static std::int64_t tick(void* owner) noexcept {
     auto* const state = static_cast<State*>(owner);
     try {
@@ -73,39 +76,56 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     }
   }
 
+  // One visit: at the lease's known expiry the lease is lost, whether or not a renewal is in
+  // flight (its deadline may come later: a late answer then changes nothing); else a renewal is
+  // sent (without waiting) when one is due and none is in flight. Returns µs until the next
+  // visit: the next renewal or the expiry, whichever comes first (an answer reschedules sooner).
   std::int64_t visit() {
-    const std::shared_ptr<State> self = shared_from_this();
-    const Steady::time_point sent = Steady::now();
+    const Steady::time_point now = Steady::now();
     Lease copy;
     std::exception_ptr why;
     bool lostNow = false;
+    bool send = false;
+    Steady::time_point next;
     {
-      const detail::LockGuard lk(self->m);
-      if (self->stopped || self->lost) return -1;
-      copy = self->lease;
-      if (sent >= self->liveUntil) {  // not one renewal answered in time
-        self->lost = lostNow = true;
-        why = self->lastError;
+      const detail::LockGuard lk(m);
+      if (stopped || lost) return -1;
+      copy = lease;
+      if (now >= liveUntil) {  // no renewal answered in time
+        lost = lostNow = true;
+        why = lastError;
+        if (!why) {  // none failed either: one is in flight, unanswered
+          why = std::make_exception_ptr(TimeoutError(
+              fmt::format("redlimit: lease {}: no renewal was answered before its expiry; its holder must stop "
+                          "(keep the lease's TTL well above the Client's connectTimeout + commandTimeout)",
+                          lease.id)));
+        }
+      } else {
+        send = !inFlight && now >= nextRenewal;
+        inFlight = inFlight || send;
+        next = inFlight ? liveUntil : std::min(nextRenewal, liveUntil);
       }
     }
     if (lostNow) {
       notifyLost(copy, why);
       return -1;
     }
-    ConcurrencyLimiter::RenewCallback done = [weak = self->weak_from_this(), sent](const std::optional<Lease>& renewed,
-                                                                                   const std::exception_ptr& e) {
-      if (const std::shared_ptr<State> s = weak.lock()) s->answered(renewed, e, sent);
-    };
-    std::visit(
-        [&](auto& t) {
-          if (self->renewTtl) {
-            t.renewAsync(std::move(copy), *self->renewTtl, std::move(done));
-          } else {
-            t.renewAsync(std::move(copy), std::move(done));
-          }
-        },
-        self->target);
-    return -1;
+    if (send) {
+      ConcurrencyLimiter::RenewCallback done = [weak = weak_from_this(), now](const std::optional<Lease>& renewed,
+                                                                              const std::exception_ptr& e) {
+        if (const std::shared_ptr<State> s = weak.lock()) s->answered(renewed, e, now);
+      };
+      std::visit(
+          [&](auto& t) {
+            if (renewTtl) {
+              t.renewAsync(std::move(copy), *renewTtl, std::move(done));
+            } else {
+              t.renewAsync(std::move(copy), std::move(done));
+            }
+          },
+          target);
+    }
+    return std::max<std::int64_t>(0, std::chrono::duration_cast<microseconds>(next - Steady::now()).count());
   }
 
   // A renewal's completion: on the I/O thread (or at once on the heartbeat thread when the
@@ -125,13 +145,14 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   }
 
   void settle(const std::optional<Lease>& renewed, const std::exception_ptr& error, Steady::time_point sent) {
-    Steady::duration delay = interval;
     Lease copy;
     bool lostNow = false;
     std::uint64_t id = 0;
+    Steady::duration delay{};
     {
       const detail::LockGuard lk(m);
-      if (stopped || lost) return;
+      if (stopped || lost) return;  // a late answer changes nothing
+      inFlight = false;
       const Steady::time_point now = Steady::now();
       if (!error && renewed) {
         lease.expiresAt = renewed->expiresAt;
@@ -143,10 +164,11 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       } else if (now >= liveUntil) {
         lastError = error;
         lost = lostNow = true;
-      } else {  // tried again at the next interval, or when the lease may expire if that is sooner
+      } else {  // tried again at the next interval; the visit at the expiry declares the loss
         lastError = error;
-        delay = std::min<Steady::duration>(delay, liveUntil - now);
       }
+      nextRenewal = now + interval;
+      delay = std::min<Steady::duration>(interval, liveUntil - now);
       copy = lease;
       id = sweepId;
     }
@@ -246,16 +268,24 @@ void LeaseHeartbeat::start(std::shared_ptr<State> state) {
   const std::uint64_t id = sweeper.add(state_.get(), &State::tick);
   {
     const detail::LockGuard lk(state_->m);
-    state_->liveUntil = Steady::now() + left;
+    const Steady::time_point now = Steady::now();
+    state_->liveUntil = now + left;
+    // The first renewal after one interval, or at once if the lease may expire sooner than that.
+    state_->nextRenewal = left > state_->interval ? now + state_->interval : now;
     state_->sweepId = id;
   }
-  // The first renewal after one interval, or at once if the lease may expire sooner than that.
   sweeper.schedule(
       id, left > state_->interval ? std::chrono::duration_cast<microseconds>(state_->interval) : microseconds{0});
 }
 
 LeaseHeartbeat::~LeaseHeartbeat() {
   if (!state_) return;
+  // Inherited through fork(): the lease and its renewals are the parent's. Left alone (and the
+  // state is not locked: a parent thread that does not exist here may have held its mutex).
+  if (state_->generation != detail::forkGeneration()) {
+    new std::shared_ptr<State>(std::move(state_));  // leaked on purpose: its mutex may be held
+    return;
+  }
   Lease held;
   bool toRelease = false;
   {

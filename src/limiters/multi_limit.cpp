@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
@@ -489,6 +490,7 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
   }
+  if (!options.name.empty()) detail::checkLimiterName(options.name, detail::ScriptLimiter::kMaxNameLength);
   const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& {
     return l.rateLimiter() != nullptr ? l.rateLimiter()->client() : l.concurrencyLimiter()->client();
   };

@@ -18,6 +18,7 @@
 #include "base/fork_guard.hpp"
 #include "limiters/future_of.hpp"
 #include "base/random.hpp"
+#include "config/limiter_name.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
@@ -83,11 +84,7 @@ bool isStateSuffix(const std::string& name, std::size_t from) {
 // Refuses names that are too long or that would address another limiter's keys (see
 // RateLimiter::checkName).
 void checkName(const std::string& name) {
-  if (name.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
-  if (name.size() > RateLimiter::kMaxNameLength) {
-    throw InvalidArgument(fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name.size(),
-                                      RateLimiter::kMaxNameLength));
-  }
+  detail::checkLimiterName(name, RateLimiter::kMaxNameLength);
   const std::size_t brace = name.find('{');
   if (brace == std::string::npos) return;  // its keys are {name}:..., which no other name produces
   // "{x}" shares every state key with the plain name "x" ({x}:value, {x}:permits, ...).

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
@@ -164,11 +165,7 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor) {
   if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
-  if (name.empty()) throw InvalidArgument("redlimit: limiter name must not be empty");
-  if (name.size() > ScriptLimiter::kMaxNameLength) {
-    throw InvalidArgument(fmt::format("redlimit: limiter name is {} bytes; at most {} are allowed", name.size(),
-                                      ScriptLimiter::kMaxNameLength));
-  }
+  checkLimiterName(name, ScriptLimiter::kMaxNameLength);
   return LimiterMonitor(name, monitor, client->options().onEvent);
 }
 

@@ -11,7 +11,8 @@ namespace redlimit::test {
 
 /// Starts redis-server (from PATH) on 127.0.0.1 with a free port, no persistence, in a fresh
 /// temporary directory; stops it and removes the directory on destruction.
-/// Not thread-safe: drive it from the test's main thread.
+/// Not thread-safe: drive it from the test's main thread. A fork() child's copy (one destroyed by
+/// the child's exit()) leaves the server and its directory alone: they are the parent's.
 class RedisServer {
  public:
   /// Starts the server and waits until it answers PING on its plain port. extraArgs go on the
@@ -61,6 +62,7 @@ class RedisServer {
   [[nodiscard]] std::string ownUnixSocket() const;
   std::vector<std::size_t> autoPorts_;  // indexes in extraArgs_ of `auto` port values to pick
   pid_t pid_ = -1;
+  pid_t owner_ = -1;  // the process that started the server: only it stops it
 };
 
 /// Returns a loopback TCP port that nothing listens on at the moment of the call.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <chrono>
 #include <cstdint>
@@ -398,6 +399,32 @@ inline char processState(pid_t pid) {
   const auto paren = line.rfind(')');  // the command name may contain spaces
   return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
 }
+
+/// Stops a redis-server process (SIGSTOP) until destroyed: the kernel still accepts connections
+/// and queues requests, but nothing is answered, so calls wait for their command timeout.
+/// The constructor returns once the process has stopped (kill() returns before it has).
+class Stall {
+ public:
+  explicit Stall(pid_t pid) : pid_(pid) {
+    ::kill(pid_, SIGSTOP);
+    for (int i = 0; i < 1000 && processState(pid_) != 'T'; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(processState(pid_), 'T') << "redis-server " << pid_ << " did not stop";
+  }
+  ~Stall() { resume(); }
+  Stall(const Stall&) = delete;
+  Stall& operator=(const Stall&) = delete;
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+/// The pid of the server a client talks to (INFO server), so a test can stall its own server.
+inline pid_t serverPid(Client& c) { return static_cast<pid_t>(std::stol(infoField(c, "server", "process_id"))); }
 
 /// One-key configurations, as the tests write them.
 inline GcraConfig gcra(std::int64_t burst, std::int64_t rate, std::chrono::milliseconds period,

@@ -12,10 +12,13 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
+
 #include "helpers.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
 #include "redlimit/lease_heartbeat.hpp"
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/process.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -212,6 +215,45 @@ TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
   EXPECT_FALSE(hb.lease().id.empty());
 }
 
+// A renewal that hangs (the server is stopped, and the call deadline is far longer than the TTL)
+// does not put the loss off: it is declared at the lease's known expiry while that renewal is still
+// in flight (a TimeoutError, nothing having failed), and the renewal's late answer changes nothing.
+TEST_F(LeaseHeartbeatTest, ALeaseIsLostAtItsKnownExpiryWhileARenewalHangs) {
+  RedisServer server;
+  ClientOptions co;
+  co.connection = parseUri(server.uri());
+  co.connection.commandTimeout = std::chrono::seconds(60);  // the hung renewal's deadline
+  co.pool.size = 1;  // the test's sync call below is answered after the renewal sent before it
+  const std::shared_ptr<Client> c = Client::create(co);
+  ConcurrencyLimiter cl(c, "hung", leaseConfig(1, milliseconds(900)));
+  const std::optional<Lease> lease = cl.tryAcquire();
+  ASSERT_TRUE(lease);
+  std::atomic<int> lostCalls{0};
+  std::promise<std::exception_ptr> lost;
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(100);
+  o.onLost = [&](const Lease&, std::exception_ptr e) {
+    if (lostCalls.fetch_add(1) == 0) lost.set_value(std::move(e));
+  };
+  LeaseHeartbeat hb(cl, *lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  std::uint64_t renewals = 0;
+  {
+    Stall stall(serverPid(*c));
+    // Well before the hung renewal's deadline (60 s): it is still in flight when the loss comes.
+    std::future<std::exception_ptr> why = lost.get_future();
+    ASSERT_EQ(why.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << "the loss waited for the renewal in flight";
+    EXPECT_THROW(std::rethrow_exception(why.get()), TimeoutError);
+    EXPECT_TRUE(hb.lost());
+    renewals = hb.renewals();
+  }                 // the server goes on: the hung renewal is answered now
+  (void)cl.held();  // one connection: answered after the renewal
+  EXPECT_EQ(lostCalls.load(), 1);
+  EXPECT_EQ(hb.renewals(), renewals) << "a late answer changes nothing";
+  EXPECT_TRUE(hb.lost());
+}
+
 TEST_F(LeaseHeartbeatTest, BadOptionsAreRefusedBeforeAnythingIsSent) {
   ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(900)));
   const LeaseHeartbeatOptions defaults = LeaseHeartbeat::resolved(cl, {});
@@ -297,6 +339,50 @@ TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
   EXPECT_EQ(cl.held(), 50);
   beats.clear();  // each releases its lease without waiting
   EXPECT_TRUE(heartbeatSees([&] { return cl.held() == 0; }));
+}
+
+// A pre-fork server: the parent has used a heartbeat (the process's heartbeat thread runs), then
+// forks a worker that takes its own lease and heartbeat. The worker's heartbeat must renew it past
+// its TTL and report its loss, and the worker must exit normally. (It had no heartbeat thread:
+// nothing renewed, nothing was reported, and its exit aborted on the inherited thread object.)
+TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChildExitsNormally) {
+  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(1000)));
+  {
+    const std::optional<Lease> parents = cl.tryAcquire();
+    ASSERT_TRUE(parents);
+    LeaseHeartbeatOptions o;
+    o.interval = milliseconds(50);
+    LeaseHeartbeat hb(cl, *parents, o);
+    ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  }  // released
+  ASSERT_EQ(cl.held(), 0);
+
+  const int status = statusOfForkedChild(
+      [&]() -> int {
+        // Clients of its own (a child that ends with exit() must not leak an inherited one, see ChildExit).
+        const std::shared_ptr<Client> own = newClient();
+        ConcurrencyLimiter childs(own, name(), leaseConfig(2, milliseconds(1000)));
+        const std::optional<Lease> lease = childs.tryAcquire();
+        if (!lease) return 10;
+        std::atomic<int> lostCalls{0};
+        LeaseHeartbeatOptions o;
+        o.interval = milliseconds(100);
+        o.onLost = [&](const Lease&, const std::exception_ptr&) { lostCalls.fetch_add(1); };
+        LeaseHeartbeat hb(childs, *lease, o);
+        if (!heartbeatSees([&] { return hb.renewals() >= 3; })) return 11;  // renewed
+        // Past the acquired lease's expiry on the server's clock, and still held there.
+        const auto serverNow = [&] { return serverTimeUs(*own); };
+        if (!heartbeatSees([&] { return serverNow() > lease->expiresAt.count(); })) return 12;
+        const Reply expiry = detail::command(*own, {"ZSCORE", name(), lease->id});
+        if (expiry.type == Reply::Type::Nil || std::stoll(expiry.str) <= serverNow() || hb.lost()) return 13;
+        if (!childs.release(*lease)) return 14;  // someone else releases it: the heartbeat reports the loss
+        if (!heartbeatSees([&] { return lostCalls.load() == 1; }) || !hb.lost()) return 15;
+        return 0;  // ends with exit(): the process's statics are destroyed, the heartbeat thread stopped
+      },
+      ChildExit::Normally);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child " << describeWaitStatus(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check that failed (see its return codes)";
+  EXPECT_EQ(cl.held(), 0);
 }
 
 // --- A MultiLimit's lease --------------------------------------------------------------------------

@@ -639,6 +639,8 @@ class ReserveSettleKeyed : public RedisTest {
  protected:
   template <class Keyed, class Traits>
   void reserveAndSettle();
+  template <class Keyed, class Traits>
+  void aDecisionCannotTakeARecordKey(const std::string& family);
 };
 
 template <class Keyed, class Traits>
@@ -691,7 +693,36 @@ void ReserveSettleKeyed::reserveAndSettle() {
   EXPECT_EQ(totalCommandCalls(admin()) - start, overhead) << "a command reached Redis";
 }
 
+// An end user's key that is the record key of someone's reservation, taken before the owner
+// reserves, used to make that reservation fail (InvalidStateError under every policy): such a key
+// is refused before anything is sent, so the record key stays free.
+template <class Keyed, class Traits>
+void ReserveSettleKeyed::aDecisionCannotTakeARecordKey(const std::string& family) {
+  Keyed rl(client(), name("policy"), Traits::config(10, 1, milliseconds(86400000)));
+  const std::string owner = "{" + name("bob-" + family) + "}";
+  const std::string recordKey = rl.reservationKey(owner, "req-2");
+  ASSERT_EQ(recordKey, owner + ":rsv:req-2");
+  const std::int64_t before = totalCommandCalls(admin());
+  const std::int64_t overhead = totalCommandCalls(admin()) - before;
+  const std::int64_t start = totalCommandCalls(admin());
+  EXPECT_THROW((void)rl.decide(recordKey), InvalidArgument);
+  EXPECT_THROW((void)rl.tryAcquire(recordKey), InvalidArgument);
+  EXPECT_THROW((void)rl.decide(owner + ":mrsv:req-2"), InvalidArgument) << "a MultiLimit's record key";
+  EXPECT_THROW((void)rl.decide(owner + ":rsv"), InvalidArgument) << "a prefix of record keys";
+  EXPECT_EQ(totalCommandCalls(admin()) - start, overhead) << "a command reached Redis";
+  EXPECT_FALSE(exists(admin(), recordKey));
+  const HeldPermits held = rl.reserveFor(owner, 6, "req-2");
+  EXPECT_TRUE(held.decision.allowed);
+  EXPECT_EQ(rl.settle(owner, "req-2", 6).status, SettleStatus::Settled);
+  EXPECT_TRUE(rl.decide(owner + ":rsvp").allowed) << "only the segment rsv or mrsv is refused";
+}
+
 TEST_F(ReserveSettleKeyed, TokenBucket) { reserveAndSettle<KeyedTokenBucketRateLimiter, TokenBucketTraits>(); }
+TEST_F(ReserveSettleKeyed, ADecisionCannotTakeARecordKey) {
+  aDecisionCannotTakeARecordKey<KeyedTokenBucketRateLimiter, TokenBucketTraits>("tb");
+  aDecisionCannotTakeARecordKey<KeyedGcraRateLimiter, GcraTraits>("gcra");
+  aDecisionCannotTakeARecordKey<KeyedFixedWindowRateLimiter, FixedWindowTraits>("fw");
+}
 TEST_F(ReserveSettleKeyed, Gcra) { reserveAndSettle<KeyedGcraRateLimiter, GcraTraits>(); }
 TEST_F(ReserveSettleKeyed, FixedWindow) { reserveAndSettle<KeyedFixedWindowRateLimiter, FixedWindowTraits>(); }
 

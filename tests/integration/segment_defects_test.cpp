@@ -32,31 +32,6 @@ using Segmented = SegmentedRateLimiter<RateLimiter>;
 // Fault tests on this 2-core machine allow this much beyond a computed bound.
 constexpr milliseconds kSlack{500};
 
-/// Stops a redis-server process (SIGSTOP) until destroyed: the kernel still accepts connections
-/// and queues requests, but nothing is answered, so calls wait for their command timeout.
-/// The constructor returns once the process has stopped (kill() returns before it has).
-class Stall {
- public:
-  explicit Stall(pid_t pid) : pid_(pid) {
-    ::kill(pid_, SIGSTOP);
-    for (int i = 0; i < 1000 && processState(pid_) != 'T'; ++i) std::this_thread::sleep_for(milliseconds(1));
-    EXPECT_EQ(processState(pid_), 'T') << "redis-server " << pid_ << " did not stop";
-  }
-  ~Stall() { resume(); }
-  Stall(const Stall&) = delete;
-  Stall& operator=(const Stall&) = delete;
-  void resume() {
-    if (pid_ > 0) ::kill(pid_, SIGCONT);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_;
-};
-
-/// The pid of the server a client talks to (INFO server), so a test can stall its own server.
-pid_t serverPid(Client& c) { return static_cast<pid_t>(std::stol(infoField(c, "server", "process_id"))); }
-
 class SegmentedDefects : public RedisTest {};
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/process.hpp"
 
 extern char** environ;
 
@@ -246,6 +247,39 @@ TEST_F(SegmentedRateLimiterIT, IdleNodeGivesBackAndAnotherNodeUsesThePermitsInTh
   EXPECT_FALSE(segB.tryAcquire());
   EXPECT_LT(serverNowMs(), grantedAt + kIntervalMs) << "all of this happened within A's window";
   EXPECT_EQ(valuePlusMembers(*nodeA), 10);
+}
+
+// A fork() child gives idle segments back too, both of a limiter it inherited (the parent's had
+// been registered with the parent's sweeper) and of one it made: the child has a sweeper thread of
+// its own. It then exits normally.
+TEST_F(SegmentedRateLimiterIT, AForkedChildGivesIdleSegmentsBackAndExitsNormally) {
+  auto source = limiter(name(), newClient());
+  ASSERT_TRUE(source->trySetRate(RateType::Overall, 100, milliseconds(60000)));
+  SegmentOptions o;
+  o.segmentSize = 10;
+  o.idleReturnAfter = milliseconds(50);
+  Segmented inherited(source, o);
+  ASSERT_TRUE(inherited.tryAcquire());  // the parent's sweeper thread runs from here on
+  // Waits (bounded) until `s` has given 9 more permits back than `before`.
+  const auto givenBack = [](Segmented& s, std::int64_t before) {
+    for (int i = 0; i < 4000 && s.stats().permitsReturned < before + 9; ++i) sleepMs(5);
+    return s.stats().permitsReturned == before + 9;
+  };
+  ASSERT_TRUE(givenBack(inherited, 0)) << "the parent gives its idle segment back";
+
+  const int status = statusOfForkedChild(
+      [&]() -> int {
+        if (!inherited.tryAcquire()) return 10;  // the child's own segment of 10: uses 1, holds 9
+        if (!givenBack(inherited, 9)) return 11;
+        Segmented made(source, o);
+        if (!made.tryAcquire()) return 12;
+        if (!givenBack(made, 0)) return 13;
+        return 0;
+      },
+      ChildExit::Immediately);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child " << describeWaitStatus(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check that failed (see its return codes)";
+  EXPECT_EQ(source->availablePermits(), 97) << "three permits used, every idle one given back";
 }
 
 // --- 5 per window, segment 3: the second node gets the remaining 2 ----------------------------

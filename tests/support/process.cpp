@@ -1,6 +1,10 @@
 #include "redlimit_test/process.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +88,36 @@ bool waitUntilOtherThreadsSleep(int maxScans) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
+}
+
+int statusOfForkedChild(const std::function<int()>& child, ChildExit how) {
+  (void)waitUntilOtherThreadsSleep();
+  (void)std::fflush(nullptr);  // else the child's exit() writes the parent's buffered output again
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 100;
+    try {
+      code = child();
+    } catch (...) {
+      code = 101;
+    }
+    if (how == ChildExit::Immediately) ::_exit(code);
+    std::exit(code);
+  }
+  if (pid < 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+std::string describeWaitStatus(int status) {
+  if (status == -1) return "fork() failed";
+  if (WIFEXITED(status)) return "exited with " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + ::strsignal(WTERMSIG(status)) + ")";
+  }
+  return "wait status " + std::to_string(status);
 }
 
 }  // namespace redlimit::test

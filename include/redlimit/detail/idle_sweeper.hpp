@@ -30,8 +30,12 @@ namespace redlimit::detail {
 /// Thread-safe. remove() returns once the task is not running and will not start again — except
 /// when called on the sweeper thread itself (a task that destroys an owner), where it cannot wait
 /// for the task it is part of: it returns at once, and the sweeper does not touch that owner
-/// again after the task returns. Not fork-safe: a child process has no sweeper thread.
-/// instance() is never destroyed, so a limiter closed during static destruction (one held by a
+/// again after the task returns.
+///
+/// instance() is one per process: in a fork() child it is a new sweeper, with a thread of its own
+/// (started by the child's first add()) and none of the parent's tasks, which stay the parent's;
+/// ids are never given out twice across a parent and its children, so a child's remove() of an
+/// id it inherited touches no task of its own. instance() is never destroyed, so a limiter closed during static destruction (one held by a
 /// global smart pointer) can still leave it; its thread is stopped and joined at exit, so no
 /// task runs while the process's statics are being destroyed.
 class IdleSweeper {
@@ -84,13 +88,16 @@ class IdleSweeper {
   void scheduleLocked(std::uint64_t id, Entry& e, Time due) REDLIMIT_REQUIRES(mutex_);
 
   StartThread start_;
+  const std::uint64_t generation_;  // detail::forkGeneration() of the process that made it
+  // instance() in a fork() child: the parent's sweeper it replaced, never used (its lock may be
+  // held by a thread that does not exist here), only kept reachable for leak checkers.
+  const IdleSweeper* inherited_ = nullptr;
   mutable Mutex mutex_;
   std::condition_variable wake_;  // a task became due sooner, or stopping
   std::condition_variable done_;  // the running task returned (remove() waits for it)
   std::unordered_map<std::uint64_t, Entry> entries_ REDLIMIT_GUARDED_BY(mutex_);
   std::set<std::pair<Time, std::uint64_t>> queue_ REDLIMIT_GUARDED_BY(mutex_);  // scheduled tasks by due time
-  std::uint64_t nextId_ REDLIMIT_GUARDED_BY(mutex_) = 1;
-  std::uint64_t running_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // the task running now; 0 = none
+  std::uint64_t running_ REDLIMIT_GUARDED_BY(mutex_) = 0;                       // the task running now; 0 = none
   std::uint64_t runs_ REDLIMIT_GUARDED_BY(mutex_) = 0;
   bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
   std::thread thread_ REDLIMIT_GUARDED_BY(mutex_);        // started by the first add(); empty once stopped

@@ -1,6 +1,7 @@
 // Runs helper processes for the multi-process tests and collects their output.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,25 @@ class ChildProcess {
 /// around fork(); LLVM's runtime does since llvm-project PR 96600, 2024). A sleeping thread holds
 /// none. Harmless without a sanitizer: the fork waits for threads that were about to sleep anyway.
 bool waitUntilOtherThreadsSleep(int maxScans = 5000);
+
+/// How a fork() child of statusOfForkedChild ends.
+enum class ChildExit {
+  /// std::exit: static destructors and atexit handlers run, as in a worker that returns from main
+  /// (the harness's RedisServer copies leave the parent's servers alone). Under AddressSanitizer
+  /// the leak check runs too: the child must then not use a Client it inherited (a child leaks
+  /// the parent's transport on purpose, see Client).
+  Normally,
+  /// _exit: nothing more runs.
+  Immediately,
+};
+
+/// Runs `child` in a fork() child that then ends with its result as exit code, as `how` says.
+/// The child must not use gtest's assertions: it reports through its exit code. Flushes stdio
+/// and waits for the other threads to sleep (waitUntilOtherThreadsSleep) before forking. Returns
+/// the child's wait status (see waitpid), or -1 if fork() failed.
+int statusOfForkedChild(const std::function<int()>& child, ChildExit how);
+
+/// A wait status in words ("exited with 3", "killed by signal 6 (Aborted)"), for failure messages.
+std::string describeWaitStatus(int status);
 
 }  // namespace redlimit::test
