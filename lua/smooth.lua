@@ -38,7 +38,7 @@
 --   since the last reservation), stored units' low 48 bits (uint48), nextFree's low 48 bits
 --   (uint48), byte A (stored's bits 48..52, then e's bits 0..2 as bits 5..7), byte B (nextFree's
 --   bits 48..51, then e's bits 3..5 as bits 4..6, and bit 7 set). e is the clamp's exponent (see
---   Clock steps). The first 14 bytes are the configuration. Before issue 25 the last 14 bytes
+--   Clock steps). The first 14 bytes are the configuration. Before the clamp the last 14 bytes
 --   were stored and nextFree as two uint56 (no e): byte B's bit 7 is 0 there (nextFree < 2^52),
 --   and such a value is read with no clamp until the next write stores this layout.
 --   keepAlive is not stored (no room in 28 bytes): it travels in the call (the limit in the

@@ -8,7 +8,7 @@
 //    never below 1 (a denial with retryAfter 0 says 1: "Retry-After: 0" asks for an instant retry).
 //  * RateLimit-Policy and RateLimit, as defined by draft-ietf-httpapi-ratelimit-headers-11
 //    (May 2026; syntax checked against its text). A -12 is said to exist; its text was not at hand
-//    when this was last checked (issue #25), so -11 is what is implemented: the field names,
+//    when this was last checked, so -11 is what is implemented: the field names,
 //    Structured Field List syntax and the q/w/r/t parameters have been stable since -07, and a
 //    client that reads -11 fields is what redlimit can test against. Both are Structured Field Lists
 //    (RFC 9651) whose items are Strings naming the policy:

@@ -1,4 +1,4 @@
-// Issue 30 item 3: Redis loses its data (FLUSHALL, or a restart without persistence) under each
+// Redis loses its data (FLUSHALL, or a restart without persistence) under each
 // failure policy. A limiter that knows its configuration (a one-key handle made with it, a keyed
 // family) decides normally afterwards, writing its key again; a handle made without one (the
 // Redisson way) answers NotInitializedError until someone sets the configuration again; set-up

@@ -1,4 +1,4 @@
-// Issue 9, items 10, 12, 14 and 15, against real redis-servers: durations that would overflow,
+// The error model against real redis-servers: durations that would overflow,
 // unix socket paths over the OS limit, error classification (script errors, ACL permissions, a
 // missing password, replies of the wrong shape), and configuration errors that are not outages
 // (a replica, a TLS port, no file descriptors left, a request over the server's limits).
@@ -148,9 +148,9 @@ class ErrorModel : public RedisTest {};
 
 }  // namespace
 
-// ---- Item 10: durations saturate or are refused; nothing overflows ----------------------------
+// ---- Durations saturate or are refused; nothing overflows -------------------------------------
 
-TEST_F(ErrorModel, Item10_TryAcquireWithMaxTimeoutWaitsForThePermit) {
+TEST_F(ErrorModel, TryAcquireWithMaxTimeoutWaitsForThePermit) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1, milliseconds(300)));
   ASSERT_TRUE(rl.tryAcquire());
@@ -163,7 +163,7 @@ TEST_F(ErrorModel, Item10_TryAcquireWithMaxTimeoutWaitsForThePermit) {
 
 // One multiplexed connection: a request queued behind a slow one waits for it (Redis answers a
 // connection's requests in order) and still gets its own reply within its own deadline.
-TEST_F(ErrorModel, Item10_ARequestBehindASlowOneOnTheSameConnectionGetsItsOwnReply) {
+TEST_F(ErrorModel, ARequestBehindASlowOneOnTheSameConnectionGetsItsOwnReply) {
   ClientOptions co;
   co.pool.size = 1;
   co.connection.commandTimeout = milliseconds(3000);
@@ -182,7 +182,7 @@ TEST_F(ErrorModel, Item10_ARequestBehindASlowOneOnTheSameConnectionGetsItsOwnRep
   EXPECT_EQ(c->poolStats().created, 1u);
 }
 
-TEST_F(ErrorModel, Item10_ConnectionTimeoutsAboveWhatPollTakesAreRefusedAtConstruction) {
+TEST_F(ErrorModel, ConnectionTimeoutsAboveWhatPollTakesAreRefusedAtConstruction) {
   const milliseconds overLimit = kMaxConnectionTimeout + milliseconds(1);
   for (milliseconds huge : {overLimit, milliseconds::max()}) {
     for (int which = 0; which < 2; ++which) {
@@ -201,7 +201,7 @@ TEST_F(ErrorModel, Item10_ConnectionTimeoutsAboveWhatPollTakesAreRefusedAtConstr
   EXPECT_EQ(detail::command(*Client::create(longest), {"PING"}).str, "PONG");
 }
 
-TEST_F(ErrorModel, Item10_ResendAfterAKilledConnectionWithTheLongestTimeouts) {
+TEST_F(ErrorModel, ResendAfterAKilledConnectionWithTheLongestTimeouts) {
   ClientOptions co;
   co.connection.connectTimeout = kMaxConnectionTimeout;
   co.connection.commandTimeout = kMaxConnectionTimeout;
@@ -219,7 +219,7 @@ TEST_F(ErrorModel, Item10_ResendAfterAKilledConnectionWithTheLongestTimeouts) {
   EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, 2);
 }
 
-TEST_F(ErrorModel, Item10_ExpireWithATtlRedisCannotHoldIsInvalidArgument) {
+TEST_F(ErrorModel, ExpireWithATtlRedisCannotHoldIsInvalidArgument) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
   expectThrow<InvalidArgument>([&] { (void)rl.expire(milliseconds::max()); },
@@ -253,9 +253,9 @@ TEST_F(ErrorModel, ConnectTimeoutCoversTheFirstExchange) {
   EXPECT_LT(took, 450) << "the PING waited for the command timeout";
 }
 
-// ---- Item 12: a unix socket path over the OS limit is refused, not truncated -------------------
+// ---- A unix socket path over the OS limit is refused, not truncated ----------------------------
 
-TEST_F(ErrorModel, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
+TEST_F(ErrorModel, UnixSocketPathOverTheOsLimitIsRefused) {
   TempDir dir;
   // A server on a path of 107 bytes, the longest the OS takes (sun_path holds 108 with the NUL)...
   std::string osLongest = dir.path() + "/";
@@ -285,9 +285,9 @@ TEST_F(ErrorModel, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
   }
 }
 
-// ---- Item 14: each error gets its type and a message that says what to do ---------------------
+// ---- Each error gets its type and a message that says what to do ------------------------------
 
-TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
+TEST_F(ErrorModel, WrongTypeInsideScriptIsScriptError) {
   const std::string key = name("list");
   (void)raw({"RPUSH", key, "a"});
   const std::string source = "return redis.call('INCR', KEYS[1])";
@@ -317,7 +317,7 @@ TEST_F(ErrorModel, Item14_WrongTypeInsideScriptIsScriptError) {
   (void)raw({"CONFIG", "SET", "maxmemory", "0"});
 }
 
-TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
+TEST_F(ErrorModel, NoPermIsAPermissionErrorThatSaysWhatToGrant) {
   RedisServer secured({"--requirepass", "pw"});
   const std::string at = "@127.0.0.1:" + std::to_string(secured.port());
   auto root = Client::fromUri("redis://:pw" + at);
@@ -355,7 +355,7 @@ TEST_F(ErrorModel, Item14_NoPermIsAPermissionErrorThatSaysWhatToGrant) {
   expectThrow<NoPermissionError>([&] { (void)bobAllowed.tryAcquire(); });
 }
 
-TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
+TEST_F(ErrorModel, NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
   RedisServer secured({"--requirepass", "pw"});
   auto says = [](const AuthError& e) { EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what(); };
   // A limiter's EVALSHA has 13 arguments: Redis answers "Protocol error: unauthenticated
@@ -382,7 +382,7 @@ TEST_F(ErrorModel, Item14_NoPasswordForARequirepassServerIsAnAuthErrorThatSaysTo
   EXPECT_EQ(c->poolStats().discarded, 1u) << "the closed connection is not used again";
 }
 
-TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
+TEST_F(ErrorModel, ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   const std::string key = name("list");
   (void)raw({"RPUSH", key, "a", "b"});
   expectThrow<UnexpectedReplyError>(
@@ -400,9 +400,9 @@ TEST_F(ErrorModel, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
       [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what(); });
 }
 
-// ---- Item 15: configuration errors are thrown under every policy and reported as such ----------
+// ---- Configuration errors are thrown under every policy and reported as such -------------------
 
-TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) {
+TEST_F(ErrorModel, ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) {
   RedisServer primary;
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(primary.port())});
   auto onPrimary = clientOn(primary.uri());
@@ -456,7 +456,7 @@ TEST_F(ErrorModel, Item15_ReplicaIsAConfigurationErrorUnderEveryPolicyAndReporte
   EXPECT_FALSE(rl.failureStats().misconfigured);
 }
 
-TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
+TEST_F(ErrorModel, TlsPortIsAConfigurationError) {
   TempDir dir;
   const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
   const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " + key +
@@ -487,7 +487,7 @@ TEST_F(ErrorModel, Item15_TlsPortIsAConfigurationError) {
   EXPECT_TRUE(plain.trySetRate(RateType::Overall, 1, milliseconds(1000)));
 }
 
-TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
+TEST_F(ErrorModel, OutOfFileDescriptorsIsAConfigurationError) {
   for (FailurePolicy policy : kPolicies) {
     SCOPED_TRACE(failurePolicyName(policy));
     Events events;
@@ -536,7 +536,7 @@ TEST_F(ErrorModel, Item15_OutOfFileDescriptorsIsAConfigurationError) {
   }
 }
 
-TEST_F(ErrorModel, Item15_RequestOverTheServersLimitsIsAConfigurationError) {
+TEST_F(ErrorModel, RequestOverTheServersLimitsIsAConfigurationError) {
   RedisServer limited({"--proto-max-bulk-len", "1mb"});
   auto c = clientOn(limited.uri());
   ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");

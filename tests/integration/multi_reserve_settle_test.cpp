@@ -1,4 +1,4 @@
-// Reserve, then settle on a MultiLimit (issue 27 §1) against a real redis-server: one script call
+// Reserve, then settle on a MultiLimit against a real redis-server: one script call
 // grants every limit (all or nothing) and writes ONE record naming them; one settle gives back (or
 // charges) the difference to every limit exactly once however often it is retried; a denial
 // records and charges nothing; bad input, corrupted records and a killed server are handled as

@@ -99,7 +99,7 @@ TYPED_TEST(OneKey, TrySetConfigWritesOnlyWhenAbsentAndSetConfigKeepsTheState) {
 
   rl.setConfig(second);
   EXPECT_EQ(rl.getConfig(), second);
-  EXPECT_FALSE(rl.decide(9).allowed) << "setConfig keeps the 4 permits in use (issue 25)";
+  EXPECT_FALSE(rl.decide(9).allowed) << "setConfig keeps the 4 permits in use";
   const Decision d = rl.decide(5);
   EXPECT_TRUE(d.allowed) << "9 - 4 in use";
   EXPECT_EQ(d.limit, 9);

@@ -1,4 +1,4 @@
-// Per-key limits at scale (issue 25), the rest: the limit in the call for the fixed window and the
+// Per-key limits at scale, the rest: the limit in the call for the fixed window and the
 // smooth limiter (keyed families), one-key handles made with their configuration, setConfig that
 // keeps the state for every kind, the clock-step clamp, MultiLimit with the configurations in the
 // call, and one metrics series per keyed policy. Against a real redis-server.

@@ -1,4 +1,4 @@
-// Per-key limits at scale (issue #25) against a real redis-server: the limit in the call (keyed
+// Per-key limits at scale against a real redis-server: the limit in the call (keyed
 // families), idle keys reclaimed by default, a configuration change that keeps the permits in use.
 #include <atomic>
 #include <future>
@@ -22,9 +22,9 @@ namespace {}  // namespace
 
 using PerKey = RedisTest;
 
-// Issue 25, item 1: a key with no configuration is decided with the caller's (no trySetConfig),
+// A key with no configuration is decided with the caller's (no trySetConfig),
 // and the key then holds it, readable by the one-key handle.
-TEST_F(PerKey, Item1KeyWithoutConfigurationIsDecidedWithTheCallersLimit) {
+TEST_F(PerKey, KeyWithoutConfigurationIsDecidedWithTheCallersLimit) {
   const GcraConfig c = gcra(3, 1, milliseconds(10000));
   KeyedGcraRateLimiter api(client(), "api", c);
   const std::string key = name("user:42");
@@ -47,9 +47,9 @@ TEST_F(PerKey, Item1KeyWithoutConfigurationIsDecidedWithTheCallersLimit) {
   EXPECT_FALSE(one.tryAcquire()) << "the handle sees the keyed state";
 }
 
-// Issue 25, item 1: the failure policy on a key with no configuration. The limit in the call: a
+// The failure policy on a key with no configuration. The limit in the call: a
 // normal decision (not the policy's); the explicit path: NotInitializedError, also under Allow.
-TEST_F(PerKey, Item1FailurePolicyOnAKeyWithoutConfiguration) {
+TEST_F(PerKey, FailurePolicyOnAKeyWithoutConfiguration) {
   KeyedRateLimiterOptions keyedOptions;
   keyedOptions.failure.policy = FailurePolicy::Allow;
   KeyedGcraRateLimiter keyed(client(), "allow", gcra(2, 1, milliseconds(10000)), keyedOptions);
@@ -65,9 +65,9 @@ TEST_F(PerKey, Item1FailurePolicyOnAKeyWithoutConfiguration) {
   EXPECT_EQ(plain.failureStats().allowed, 0U);
 }
 
-// Issue 25, item 2: keys expire once full again plus the idle margin (kDefaultIdleMargin), as
+// Keys expire once full again plus the idle margin (kDefaultIdleMargin), as
 // redis_rate's do; permanentKeys keeps them.
-TEST_F(PerKey, Item2KeysExpireOnceFullByDefault) {
+TEST_F(PerKey, KeysExpireOnceFullByDefault) {
   KeyedGcraRateLimiter api(client(), "ttl", gcra(10, 10, milliseconds(10000)));
   const Decision d = api.decide(name("a"), 4);
   ASSERT_TRUE(d.allowed);
@@ -83,8 +83,8 @@ TEST_F(PerKey, Item2KeysExpireOnceFullByDefault) {
   EXPECT_EQ(raw({"PTTL", name("b")}).integer, -1);
 }
 
-// Issue 25, item 3: an expired key (its configuration gone with the state) decides as a full one.
-TEST_F(PerKey, Item3ExpiredKeyDecidesAsFull) {
+// An expired key (its configuration gone with the state) decides as a full one.
+TEST_F(PerKey, ExpiredKeyDecidesAsFull) {
   KeyedTokenBucketRateLimiter api(client(), "expiring", [] {
     TokenBucketConfig c = bucket(2, 2, milliseconds(20));
     c.keepAlive = milliseconds(30);
@@ -99,7 +99,7 @@ TEST_F(PerKey, Item3ExpiredKeyDecidesAsFull) {
   EXPECT_EQ(d.remaining, 1);
 }
 
-// Issue 25, "limits in the call": a key holding another configuration of the kind is decided
+// Limits in the call: a key holding another configuration of the kind is decided
 // with the caller's, keeping the permits in use; the same configuration changes nothing.
 TEST_F(PerKey, AnotherConfigurationInTheCallKeepsThePermitsInUse) {
   const std::string key = name("k");
@@ -163,7 +163,7 @@ TEST_F(PerKey, AsyncDecisionsOnManyKeysShareOnePolicy) {
   EXPECT_EQ(one.getConfig(), api.config());
 }
 
-// Issue 29, item 3, on the keyed family: a decideAsync callback that throws runs once, is counted
+// A throwing callback, on the keyed family: a decideAsync callback that throws runs once, is counted
 // and reported once under the policy's name, and the other keys' callbacks are unaffected.
 TEST_F(PerKey, AThrowingCallbackIsCountedOnceAndLeavesTheOthersAlone) {
   KeyedRateLimiterOptions o;
@@ -193,9 +193,9 @@ TEST_F(PerKey, AThrowingCallbackIsCountedOnceAndLeavesTheOthersAlone) {
   EXPECT_EQ(api.monitor().metrics()->snapshot().callbacksThrew, 1u);
 }
 
-// Issue 25, item 4: setConfig keeps the permits in use for the token bucket and GCRA, on a change
+// setConfig keeps the permits in use for the token bucket and GCRA, on a change
 // of rate, of period and of burst; the same configuration again changes nothing.
-TEST_F(PerKey, Item4SetConfigKeepsThePermitsInUse) {
+TEST_F(PerKey, SetConfigKeepsThePermitsInUse) {
   struct Change {
     const char* what;
     GcraConfig to;
@@ -225,9 +225,9 @@ TEST_F(PerKey, Item4SetConfigKeepsThePermitsInUse) {
   EXPECT_TRUE(bucketed.tryAcquire()) << "asking for initialTokens restarts the bucket with them";
 }
 
-// Issue 25, item 4: setConfig of the same configuration about every 10 ms under 4 deciding
+// setConfig of the same configuration about every 10 ms under 4 deciding
 // threads stays within capacity + rate x T (it granted 971 in 1 s against a bound of 20).
-TEST_F(PerKey, Item4SetConfigUnderDecisionsStaysWithinTheBound) {
+TEST_F(PerKey, SetConfigUnderDecisionsStaysWithinTheBound) {
   const TokenBucketConfig c = bucket(10, 10, milliseconds(1000));
   TokenBucketRateLimiter rl(client(), name("hot"));
   rl.setConfig(c);

@@ -1,4 +1,4 @@
-// Reserve, then settle (issue 27 §1) on the one-key limiters against a real redis-server, as typed
+// Reserve, then settle on the one-key limiters against a real redis-server, as typed
 // tests over TokenBucketRateLimiter, GcraRateLimiter and FixedWindowRateLimiter: reserveFor records
 // a grant under an id, settle gives back (or charges) the difference exactly once however often it
 // is retried, and bad input, corrupted records and a killed server are handled as documented.

@@ -521,7 +521,7 @@ TEST_F(SmoothScript, UnusableStateIsATypedErrorAndNothingIsWritten) {
   EXPECT_TRUE(take(1, 0).allowed);
 }
 
-// Issue 11 asks for <= 100 bytes per limiter key (MEMORY USAGE); the typed test of the class
+// The target is <= 100 bytes per limiter key (MEMORY USAGE); the typed test of the class
 // measures it under a 14-byte name, this one records the layout's size under a one-byte name.
 TEST_F(SmoothScript, OneSmallKeyPerLimiter) {
   auto measure = [&](const Config& c, std::int64_t permits) {

@@ -122,7 +122,7 @@ TEST_F(BadInput, KeepAliveShorterThanIntervalOrTooLong) {
 
 TEST_F(BadInput, PermitsOutOfRange) {
   // 11 > rate 10 is not among them: the rate may have been raised elsewhere, so the script decides
-  // (Item02_* in defects_test.cpp).
+  // (RateLimiterVsRedisson.PermitsAboveTheRateAreRejected).
   for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-3}, RateLimiter::kMaxRate + 1, kMin64}) {
     const std::string p = std::to_string(permits);
     expectRejectedLocally("tryAcquire " + p, [&] { (void)rl().tryAcquire(permits); });

@@ -1,7 +1,7 @@
 // Client::admitBestEffort without a server: a refused connection is a transport failure that
 // makes the client skip best-effort calls; ClientOptions::bestEffortRetry is checked. (The probe
 // timing is the FailureGate's, tested in failure_gate_test.cpp; a stalled server in
-// tests/integration/segment_defects_test.cpp.)
+// tests/integration/segmented_rate_limiter_faults_test.cpp.)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

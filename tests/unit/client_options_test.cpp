@@ -61,9 +61,9 @@ TEST(ClientOptionsCheck, FromUriTakesClientUris) {
 
 }  // namespace
 
-// Issue 29 item 10: verifyPeer = false disables authentication of the server; the Client says so
+// verifyPeer = false disables authentication of the server; the Client says so
 // once, as an event, when it is made (no server needed: a Client connects lazily).
-TEST(ClientOptionsCheck, Defects29Item10InsecureTlsIsReportedOncePerClient) {
+TEST(ClientOptionsCheck, InsecureTlsIsReportedOncePerClient) {
   std::vector<Event> seen;
   ClientOptions o;
   o.connection.host = "127.0.0.1";

@@ -1,4 +1,5 @@
-// Saturating duration arithmetic (include/redlimit/detail/deadline.hpp), issue 9 item 10.
+// Saturating duration arithmetic (include/redlimit/detail/deadline.hpp): durations that would
+// overflow saturate instead.
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -25,7 +26,7 @@ constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 
 }  // namespace
 
-TEST(Deadline, Item10_SaturatingAddClampsAtBothEnds) {
+TEST(Deadline, SaturatingAddClampsAtBothEnds) {
   EXPECT_EQ(saturatingAdd(std::int64_t{1}, std::int64_t{2}), 3);
   EXPECT_EQ(saturatingAdd(kMax, std::int64_t{1}), kMax);
   EXPECT_EQ(saturatingAdd(kMax - 5, std::int64_t{5}), kMax);
@@ -35,7 +36,7 @@ TEST(Deadline, Item10_SaturatingAddClampsAtBothEnds) {
   EXPECT_EQ(saturatingAdd(milliseconds(100), milliseconds(500)), milliseconds(600));
 }
 
-TEST(Deadline, Item10_SaturatingCastClampsWhereDurationCastWouldWrap) {
+TEST(Deadline, SaturatingCastClampsWhereDurationCastWouldWrap) {
   EXPECT_EQ(saturatingCast<nanoseconds>(milliseconds::max()), nanoseconds::max());
   EXPECT_EQ(saturatingCast<microseconds>(milliseconds::max()), microseconds::max());
   EXPECT_EQ(saturatingCast<nanoseconds>(milliseconds::min()), nanoseconds::min());
@@ -50,7 +51,7 @@ TEST(Deadline, Item10_SaturatingCastClampsWhereDurationCastWouldWrap) {
   EXPECT_EQ(saturatingCast<milliseconds>(milliseconds(42)), milliseconds(42));
 }
 
-TEST(Deadline, Item10_DeadlineAfterSaturatesInsteadOfWrappingIntoThePast) {
+TEST(Deadline, DeadlineAfterSaturatesInsteadOfWrappingIntoThePast) {
   const FixedClock::time_point now{nanoseconds(123456789)};
   EXPECT_EQ(deadlineAfter<FixedClock>(now, milliseconds(5)), now + milliseconds(5));
   EXPECT_EQ(deadlineAfter<FixedClock>(now, milliseconds::max()), FixedClock::time_point::max());

@@ -77,8 +77,8 @@ TEST(ErrorMapping, ReplyErrors) {
 }
 
 TEST(ErrorMapping, ServerThatCannotServeNowIsUnavailableNotAReplyError) {
-  // READONLY and MASTERDOWN were here until issue 9 item 15: they say the address names a replica,
-  // a configuration error (see Item15_ConfigurationErrorsAreNotIoErrors).
+  // READONLY and MASTERDOWN are not here: they say the address names a replica, a configuration
+  // error (see ErrorMapping.ConfigurationErrorsAreNotIoErrors).
   for (const char* reply :
        {"LOADING Redis is loading the dataset in memory", "BUSY Redis is busy running a script.",
         "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
@@ -137,10 +137,10 @@ void expectNot(const std::function<void()>& call, const char* why) {
 
 }  // namespace
 
-// Issue 9 item 14: an error reply that comes from the script's own execution (Redis appends
+// An error reply that comes from the script's own execution (Redis appends
 // " script: <sha>, on @user_script:<line>.", or the message names user_script) is a ScriptError,
 // whatever its code; the server refusing to run the script keeps its own type.
-TEST(ErrorMapping, Item14_ErrorsRaisedInsideAScriptAreScriptErrors) {
+TEST(ErrorMapping, ErrorsRaisedInsideAScriptAreScriptErrors) {
   const std::string trailer = " script: f793247de6e1e3c553cd42d39c812df499e679e4, on @user_script:1.";
   expectThrow<ScriptError>(
       [&] { throwReplyError("WRONGTYPE Operation against a key holding the wrong kind of value" + trailer, true); },
@@ -178,7 +178,7 @@ TEST(ErrorMapping, Item14_ErrorsRaisedInsideAScriptAreScriptErrors) {
       [] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); });
 }
 
-TEST(ErrorMapping, Item14_NoPermIsAMissingPermissionNotAFailedAuthentication) {
+TEST(ErrorMapping, NoPermIsAMissingPermissionNotAFailedAuthentication) {
   expectThrow<NoPermissionError>(
       [] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); },
       [](const NoPermissionError& e) {
@@ -206,7 +206,7 @@ TEST(ErrorMapping, Item14_NoPermIsAMissingPermissionNotAFailedAuthentication) {
       [] { throwReplyError("NOPERM this user has no permissions to run the 'get' command", false); });
 }
 
-TEST(ErrorMapping, Item14_UnauthenticatedProtocolErrorIsAnAuthErrorThatSaysToSetThePassword) {
+TEST(ErrorMapping, UnauthenticatedProtocolErrorIsAnAuthErrorThatSaysToSetThePassword) {
   for (const char* reply : {"ERR Protocol error: unauthenticated multibulk length",
                             "ERR Protocol error: unauthenticated bulk length", "NOAUTH Authentication required."}) {
     SCOPED_TRACE(reply);
@@ -216,7 +216,7 @@ TEST(ErrorMapping, Item14_UnauthenticatedProtocolErrorIsAnAuthErrorThatSaysToSet
   }
 }
 
-TEST(ErrorMapping, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
+TEST(ErrorMapping, ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   Reply array;
   array.type = Reply::Type::Array;
   array.elements.resize(2);
@@ -239,9 +239,9 @@ TEST(ErrorMapping, Item14_ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   EXPECT_EQ(nil.asOptionalInteger(), std::nullopt);
 }
 
-// Issue 9 item 15: what no retry fixes is a ConfigurationError, never an IoError (the failure
+// What no retry fixes is a ConfigurationError, never an IoError (the failure
 // policy decides IoErrors only).
-TEST(ErrorMapping, Item15_ConfigurationErrorsAreNotIoErrors) {
+TEST(ErrorMapping, ConfigurationErrorsAreNotIoErrors) {
   for (const char* reply : {"READONLY You can't write against a read only replica.",
                             "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."}) {
     SCOPED_TRACE(reply);

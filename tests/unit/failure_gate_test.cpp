@@ -205,7 +205,7 @@ TEST(FailureGate, LocalRefusesWithoutAKnownConfig) {
   EXPECT_EQ(gate.decide(1, 0, milliseconds(0)), std::optional<bool>(false));
 }
 
-// Issue 30: a Local gate can be seeded, so a limiter that has not seen a configuration yet (say a
+// A Local gate can be seeded, so a limiter that has not seen a configuration yet (say a
 // service that starts while Redis is down) decides with the seed; the configuration seen later
 // replaces it.
 TEST(FailureGate, LocalUsesItsSeedUntilAConfigIsKnown) {
@@ -257,9 +257,9 @@ TEST(FailureGate, RejectsBadOptions) {
   EXPECT_THROW(FailureGate("x", o), InvalidArgument);
 }
 
-// Issue 9 item 10: a probe interval of milliseconds::max() means "probe as rarely as the clock
+// A probe interval of milliseconds::max() means "probe as rarely as the clock
 // allows", not an overflow into the past (a probe on every call).
-TEST(FailureGate, Item10_HugeProbeIntervalSaturates) {
+TEST(FailureGate, HugeProbeIntervalSaturates) {
   FailureOptions o;
   o.policy = FailurePolicy::Deny;
   o.probeInterval = milliseconds::max();
@@ -270,9 +270,9 @@ TEST(FailureGate, Item10_HugeProbeIntervalSaturates) {
   EXPECT_FALSE(gate.shouldTry()) << "a year later, still within the interval";
 }
 
-// Issue 9 item 15: a configuration error is reported once with its cause, gates nothing (every
+// A configuration error is reported once with its cause, gates nothing (every
 // call still goes to Redis and throws), and the first success reports the recovery.
-TEST(FailureGate, Item15_ConfigurationErrorIsReportedOnceWithoutProbeGating) {
+TEST(FailureGate, ConfigurationErrorIsReportedOnceWithoutProbeGating) {
   Recorder r;
   FailureGate gate("g", r.options(FailurePolicy::Allow), ClockView(clock_));
   try {

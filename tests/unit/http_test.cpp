@@ -54,7 +54,7 @@ TEST(HttpRetryAfter, RoundsUpToWholeSeconds) {
   EXPECT_EQ(retryAfterSeconds(denied(1'000'000)), 1);
   EXPECT_EQ(retryAfterSeconds(denied(1'000'001)), 2);
   EXPECT_EQ(retryAfterSeconds(denied(2'000'000)), 2);
-  EXPECT_EQ(retryAfterSeconds(denied(0)), 1) << "issue 25: a denial never says 0";
+  EXPECT_EQ(retryAfterSeconds(denied(0)), 1) << "a denial never says 0";
   EXPECT_EQ(retryAfterSeconds(denied(-5)), 1);
   const std::int64_t most = std::numeric_limits<std::int64_t>::max();
   EXPECT_EQ(retryAfterSeconds(denied(most)), most / 1'000'000 + 1);
@@ -231,9 +231,9 @@ TEST(HttpMultiLimit, RejectsPolicyListsThatDoNotFit) {
 
 }  // namespace
 
-// Issue 25, item 6: a hand-built denial with retryAfter 0 renders Retry-After: 1 (and t=1), never
+// A hand-built denial with retryAfter 0 renders Retry-After: 1 (and t=1), never
 // Retry-After: 0 on a 429.
-TEST(Defects25, Item6DenialNeverSaysRetryAfterZero) {
+TEST(HttpRetryAfter, DenialNeverSaysRetryAfterZero) {
   Decision d;
   d.allowed = false;
   d.limit = 10;
@@ -249,7 +249,7 @@ TEST(Defects25, Item6DenialNeverSaysRetryAfterZero) {
   EXPECT_EQ(retryAfterHeader(d), std::nullopt);
 }
 
-// Issue 30: the policy a limiter's configuration advertises: q its burst, w the time the burst takes
+// The policy a limiter's configuration advertises: q its burst, w the time the burst takes
 // to come back, rounded up to whole seconds.
 TEST(HttpPolicyOf, EachOneKeyConfiguration) {
   GcraConfig g;

@@ -503,10 +503,10 @@ TEST(RespLimits, CheckLimitsRejectsEachField) {
   EXPECT_THROW(ReplyParser{limitsWith(1, 1, 8)}, InvalidArgument);
 }
 
-// Issue 29 item 7: 70 bytes of "*1048576\r\n" nested 7 deep made the parser reserve each
+// 70 bytes of "*1048576\r\n" nested 7 deep made the parser reserve each
 // level's announced count (about 600 MB of address space); a client under `ulimit -v` then got
 // std::bad_alloc rather than a redlimit::Error. Memory must grow with the bytes received.
-TEST(Defects29, Item07_AnnouncedArrayCountsAllocateNothing) {
+TEST(RespLimits, AnnouncedArrayCountsAllocateNothing) {
   std::string bytes;
   for (int i = 0; i < 7; ++i) bytes += "*1048576\r\n";
   ASSERT_EQ(bytes.size(), 70u);
@@ -523,7 +523,7 @@ TEST(Defects29, Item07_AnnouncedArrayCountsAllocateNothing) {
   EXPECT_LE(p.elementCapacity(), 2048u);
 }
 
-TEST(Defects29, Item07_NestedArraysBuiltIncrementallyKeepTheirShape) {
+TEST(RespLimits, NestedArraysBuiltIncrementallyKeepTheirShape) {
   // Arrays closing at every level, empty arrays, nils and errors between them: the open arrays
   // move into their parents in order.
   EXPECT_EQ(parseOne("*3\r\n*2\r\n*1\r\n:1\r\n:2\r\n*0\r\n*2\r\n$-1\r\n*-1\r\n"), "[[[:1], :2], [], [nil, nil]]");

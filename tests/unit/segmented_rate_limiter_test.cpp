@@ -699,10 +699,10 @@ TEST_F(SegmentedRateLimiterTest, WaiterGivesUpAfterRefillWait) {
   EXPECT_EQ(src->acquires().size(), 1u);
 }
 
-// Issue 9, item 9: an idle give-back held the leader role during its I/O, so while it was stuck
+// An idle give-back held the leader role during its I/O, so while it was stuck
 // on the source every acquirer that found the segment empty waited refillWait and got false.
 // The give-back holds no role: the acquirer leads its own refill at once.
-TEST_F(SegmentedRateLimiterTest, Item09_StuckIdleGiveBackDoesNotBlockAcquirers) {
+TEST_F(SegmentedRateLimiterTest, StuckIdleGiveBackDoesNotBlockAcquirers) {
   auto src = makeSource(100, milliseconds(1000));
   SegmentOptions o;
   o.refillWait = milliseconds(50);
@@ -766,7 +766,7 @@ TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIs
   EXPECT_EQ(rl.stats().refillWaits, 3);
 }
 
-// Issue 9, item 7, at the segment: a give-back the source skips (its Client has just found Redis
+// Closing while Redis is down, at the segment: a give-back the source skips (its Client has just found Redis
 // unreachable) sends nothing and counts its permits as expired; one that goes is a round trip.
 TEST_F(SegmentedRateLimiterTest, SkippedBestEffortGiveBackSendsNothingAndCountsThePermitsAsExpired) {
   auto src = std::make_shared<PolicySource>(clock_, 100, milliseconds(1000));
@@ -862,9 +862,9 @@ TEST_F(SegmentedRateLimiterTest, RejectsBadArgumentsBeforeAskingTheSource) {
   EXPECT_THROW(Limiter(nullptr, {}, ClockRef<ManualClock>(clock_)), InvalidArgument);
 }
 
-// Issue 9, item 10: a huge refillWait or idleReturnAfter overflowed the µs and steady_clock
+// A huge refillWait or idleReturnAfter overflowed the µs and steady_clock
 // deadlines computed from it (a refill wait ended in the past; the idle check spun). Refused.
-TEST_F(SegmentedRateLimiterTest, Item10_HugeWaitOptionsAreRefusedAtConstruction) {
+TEST_F(SegmentedRateLimiterTest, HugeWaitOptionsAreRefusedAtConstruction) {
   auto src = makeSource(100, milliseconds(1000));
   for (const milliseconds huge : {milliseconds::max(), Limiter::kMaxWait + milliseconds(1)}) {
     SegmentOptions bad;
@@ -1074,7 +1074,7 @@ TEST_F(SegmentedRateLimiterTest, LimiterInAGlobalHolderClosesCleanlyAtExit) {
 }
 
 // 10 000 limiters, each holding a segment and registered for idle give-back: the process has as
-// many threads as with one (the shared sweeper; tests/integration/segment_defects_test.cpp shows
+// many threads as with one (the shared sweeper; tests/integration/segmented_rate_limiter_faults_test.cpp shows
 // that thread giving back every idle limiter's segment).
 TEST_F(SegmentedRateLimiterTest, TenThousandLimitersAddNoThreads) {
   auto threads = [] {

@@ -67,9 +67,9 @@ TEST(ParseUri, RejectsMalformed) {
   }
 }
 
-// Issue 9 item 12: a path longer than hiredis can hand to the OS intact (sun_path less its NUL
+// A path longer than hiredis can hand to the OS intact (sun_path less its NUL
 // and the byte hiredis leaves unterminated) would be cut to another socket's path.
-TEST(ParseUri, Item12_UnixSocketPathOverTheOsLimitIsRefused) {
+TEST(ParseUri, UnixSocketPathOverTheOsLimitIsRefused) {
   EXPECT_EQ(redlimit::kMaxUnixSocketPath, 106u) << "on Linux";
   const std::string longest = "/" + std::string(redlimit::kMaxUnixSocketPath - 1, 's');
   EXPECT_EQ(parseUri("unix://" + longest).unixSocket, longest);

@@ -1,5 +1,5 @@
 // Test fixture: loopback peers that make a client's connect stall in one chosen step, for tests of
-// a transport whose connects must not delay each other (issue 29, item 4): a listener whose
+// a transport whose connects must not delay each other (TransportConnect.*): a listener whose
 // accept queue is full (the TCP connect never completes), one that serves its first connections
 // through to a real server and then stops accepting, and one that resets its first connections
 // once they send something (as a TLS port does to a plain request) and leaves later ones silent.

@@ -1,4 +1,4 @@
-// Issue 9, items 7, 8, 9 and 11: SegmentedRateLimiter against a real redis-server that stalls
+// SegmentedRateLimiter against a real redis-server that stalls
 // (SIGSTOP: connections are accepted and requests queued, nothing is answered — an unreachable
 // server that does not refuse), with many limiters, and with bad reconfigure() arguments.
 #include <csignal>
@@ -32,15 +32,15 @@ using Segmented = SegmentedRateLimiter<RateLimiter>;
 // Fault tests on this 2-core machine allow this much beyond a computed bound.
 constexpr milliseconds kSlack{500};
 
-class SegmentedDefects : public RedisTest {};
+class SegmentedRateLimiterFaults : public RedisTest {};
 
 }  // namespace
 
-// Item 7: close() gave back each limiter's unspent permits with no failure gate, one command
+// close() gave back each limiter's unspent permits with no failure gate, one command
 // timeout (~512 ms) per limiter, one after another. Closing 20 limiters on one Client while the
 // server stalls must cost one bounded attempt in total; the others are skipped and their
 // permits counted as expired (they expire in Redis within one interval anyway).
-TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
+TEST_F(SegmentedRateLimiterFaults, CloseWhileRedisDownIsOneAttemptInTotal) {
   constexpr int kLimiters = 20;
   RedisServer own;
   ClientOptions co;
@@ -70,8 +70,8 @@ TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
   const BestEffortStats be = client->bestEffortStats();
   const ConnectionOptions& c = co.connection;
   const milliseconds oneAttempt = c.connectTimeout + c.commandTimeout;
-  std::printf("ITEM07 closing %d limiters while stalled took %lld ms; give-backs sent %llu, skipped %llu\n", kLimiters,
-              static_cast<long long>(took), static_cast<unsigned long long>(be.sent),
+  std::printf("[ close  ] closing %d limiters while stalled took %lld ms; give-backs sent %llu, skipped %llu\n",
+              kLimiters, static_cast<long long>(took), static_cast<unsigned long long>(be.sent),
               static_cast<unsigned long long>(be.skipped));
   EXPECT_EQ(be.sent, 1u) << "the first give-back finds the server stalled";
   EXPECT_EQ(be.skipped, static_cast<std::uint64_t>(kLimiters - 1)) << "the others are skipped";
@@ -87,7 +87,7 @@ TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
   for (int i = 0; i < 100 && commandCalls(*admin, "evalsha") - evalsBefore < 1; ++i) sleepMs(10);
   sleepMs(100);
   const std::int64_t sent = commandCalls(*admin, "evalsha") - evalsBefore;
-  std::printf("ITEM07 give-backs that reached the server: %lld\n", static_cast<long long>(sent));
+  std::printf("[ close  ] give-backs that reached the server: %lld\n", static_cast<long long>(sent));
   EXPECT_EQ(sent, 1);
 
   // Once a call reaches Redis again, give-backs go at once.
@@ -100,12 +100,12 @@ TEST_F(SegmentedDefects, Item07_CloseWhileRedisDownIsOneAttemptInTotal) {
   EXPECT_EQ(client->bestEffortStats().sent, 2u);
 }
 
-// Item 8: each SegmentedRateLimiter started its own idle give-back thread (10 000 limiters =
+// Each SegmentedRateLimiter started its own idle give-back thread (10 000 limiters =
 // 10 001 threads). The thread count must not depend on the number of limiters: with one limiter
 // or with 200 it is the same (one shared sweeper), and that one thread still gives back every
 // idle limiter's segment. (The count is taken after the first limiter, because a sanitizer
 // runtime may start a helper thread of its own with the process's second thread.)
-TEST_F(SegmentedDefects, Item08_TwoHundredLimitersShareOneSweeperThread) {
+TEST_F(SegmentedRateLimiterFaults, TwoHundredLimitersShareOneSweeperThread) {
   constexpr int kLimiters = 200;
   const std::size_t none = threadCount();
   std::vector<std::unique_ptr<Segmented>> limiters;
@@ -122,7 +122,7 @@ TEST_F(SegmentedDefects, Item08_TwoHundredLimitersShareOneSweeperThread) {
     if (i == 0) withOne = threadCount();
   }
   const std::size_t withAll = threadCount();
-  std::printf("ITEM08 threads: %lld without limiters, %lld with one, %lld with %d\n", static_cast<long long>(none),
+  std::printf("[ sweeper] threads: %lld without limiters, %lld with one, %lld with %d\n", static_cast<long long>(none),
               static_cast<long long>(withOne), static_cast<long long>(withAll), kLimiters);
   EXPECT_EQ(withAll, withOne) << "thread count independent of the number of limiters";
 
@@ -140,9 +140,9 @@ TEST_F(SegmentedDefects, Item08_TwoHundredLimitersShareOneSweeperThread) {
   EXPECT_EQ(threadCount(), withOne);
 }
 
-// Item 9: while the leader's refill is stuck on an unresponsive server, the other callers waited
+// While the leader's refill is stuck on an unresponsive server, the other callers waited
 // refillWait and got `false` whatever the policy. They must get the policy's answer.
-TEST_F(SegmentedDefects, Item09_WaitersForAStuckRefillGetThePolicysAnswer) {
+TEST_F(SegmentedRateLimiterFaults, WaitersForAStuckRefillGetThePolicysAnswer) {
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Local, FailurePolicy::Throw}) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer own;
@@ -210,10 +210,10 @@ TEST_F(SegmentedDefects, Item09_WaitersForAStuckRefillGetThePolicysAnswer) {
   }
 }
 
-// Item 11: reconfigure() read the configuration and gave the segment back before the source
+// reconfigure() read the configuration and gave the segment back before the source
 // refused an interval above kMaxInterval or an unknown RateType. It must refuse first, sending
 // nothing.
-TEST_F(SegmentedDefects, Item11_ReconfigureRefusesBadArgumentsBeforeSendingAnything) {
+TEST_F(SegmentedRateLimiterFaults, ReconfigureRefusesBadArgumentsBeforeSendingAnything) {
   auto source = std::make_shared<RateLimiter>(client(), name());
   ASSERT_TRUE(source->trySetRate(RateType::Overall, 100, milliseconds(60000)));
   SegmentOptions so;

@@ -1,5 +1,6 @@
-// Regressions for issue 29 item 2 ("a limiter with requests in flight at fork() is dead in the
-// child"), the segment cache's part: a fork() child's SegmentedRateLimiter must neither spend nor
+// A limiter with requests in flight at fork() must not be dead in the child; the segment cache's
+// part (RateLimiterFork and FailureGate's fork test have the rest): a fork() child's
+// SegmentedRateLimiter must neither spend nor
 // give back the segment it inherited (the parent's), nor wait for a refill that a parent thread
 // was leading; its calls decide with fresh segments from Redis.
 #include <sys/types.h>
@@ -33,7 +34,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class Defects29Fork : public RedisTest {
+class SegmentedRateLimiterFork : public RedisTest {
  protected:
   void SetUp() override {
     RedisTest::SetUp();
@@ -108,7 +109,7 @@ void countCall(ChildReport& r, Call&& call) {
 // so Redis has nothing left. A child spending its inherited copy of the segment would admit
 // permits Redis never granted to it (old code: 5 of 5 granted, and its close() gave the parent's
 // 49 back to Redis). Now the child is denied, gives nothing back, and the parent keeps its 49.
-TEST_F(Defects29Fork, Item02_SegmentCacheChildDoesNotSpendTheParentsSegment) {
+TEST_F(SegmentedRateLimiterFork, ChildDoesNotSpendTheParentsSegment) {
   constexpr int kChildCalls = 5;
   ClientOptions co;
   co.connection.commandTimeout = milliseconds(3000);
@@ -145,7 +146,7 @@ TEST_F(Defects29Fork, Item02_SegmentCacheChildDoesNotSpendTheParentsSegment) {
 // coordinator must not wait for that leader, which does not exist in the child: on the old code
 // each child call waited refillWait and then the Throw policy gave a TimeoutError. Now the
 // child's calls lead their own refills and are granted once Redis answers.
-TEST_F(Defects29Fork, Item02_SegmentCacheRefillInFlightAtForkLeavesTheChildWorking) {
+TEST_F(SegmentedRateLimiterFork, RefillInFlightAtForkLeavesTheChildWorking) {
   constexpr int kChildCalls = 5;
   ClientOptions co;
   co.connection.commandTimeout = milliseconds(5000);

@@ -1,7 +1,7 @@
-// Regressions for issue 29 ("Defects found by trying to break the transport"), the limiters' items:
-// 2 (a limiter with requests in flight at fork() was dead in the child), 3 (one throwing
-// completion callback broke its whole coalesced batch) and 7 (memory amplification by a hostile
-// peer; the parser's own tests are in tests/unit/resp_test.cpp, Defects29.Item07_*).
+// The limiters against what their callers and peers may do to them: a completion callback that
+// throws (it must not break its coalesced batch, nor run twice), a fork() with requests in flight
+// (the child's handle must work), and a hostile peer's nested array headers (no memory
+// amplification; the parser's own tests are in tests/unit/resp_test.cpp, RespLimits.*).
 #include <malloc.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -43,8 +43,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class Defects29Limiters : public RedisTest {};
-
 // Waits (polling, 1 ms) until `done()` or 20 s passed; returns done().
 template <class Done>
 bool waitFor(Done&& done) {
@@ -53,7 +51,9 @@ bool waitFor(Done&& done) {
   return done();
 }
 
-// ----- Item 3 ------------------------------------------------------------------------------------
+// ----- A throwing completion callback -----------------------------------------------------------
+
+class LimiterCallbacks : public RedisTest {};
 
 struct Completion {
   std::atomic<int> runs{0};
@@ -61,7 +61,7 @@ struct Completion {
   std::atomic<bool> failed{false};
 };
 
-TEST_F(Defects29Limiters, Item03_AThrowingCallbackLeavesItsBatchMatesAlone) {
+TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
   constexpr int kCalls = 200;
   constexpr int kThrower = 5;
   constexpr std::int64_t kRate = 100;
@@ -125,7 +125,7 @@ TEST_F(Defects29Limiters, Item03_AThrowingCallbackLeavesItsBatchMatesAlone) {
 
 // The other async forms of a RateLimiter: the throw is reported and nothing runs twice (the
 // policy's path used to call a throwing callback again with its own exception).
-TEST_F(Defects29Limiters, Item03_ThrowingDecideAndTryAcquireCallbacksRunOnce) {
+TEST_F(LimiterCallbacks, ThrowingDecideAndTryAcquireCallbacksRunOnce) {
   auto registry = std::make_shared<MetricsRegistry>();
   RateLimiterOptions options;
   options.monitor.registry = registry;
@@ -150,7 +150,7 @@ TEST_F(Defects29Limiters, Item03_ThrowingDecideAndTryAcquireCallbacksRunOnce) {
 
 // The one-key limiters and MultiLimit: a throwing callback is caught, counted and reported (it
 // used to escape into the transport, which dropped it unreported), and runs once.
-TEST_F(Defects29Limiters, Item03_OneKeyAndMultiLimitCallbacksThatThrowAreCountedOnce) {
+TEST_F(LimiterCallbacks, OneKeyAndMultiLimitCallbacksThatThrowAreCountedOnce) {
   const std::string tag = "{" + name("k") + "}:";
   TokenBucketRateLimiterOptions bucketOptions;
   bucketOptions.monitor.registry = std::make_shared<MetricsRegistry>();
@@ -189,7 +189,9 @@ TEST_F(Defects29Limiters, Item03_OneKeyAndMultiLimitCallbacksThatThrowAreCounted
   EXPECT_TRUE(multi.tryAcquireAsync(1).get());
 }
 
-// ----- Item 2 ------------------------------------------------------------------------------------
+// ----- fork() with requests in flight -----------------------------------------------------------
+
+class RateLimiterFork : public RedisTest {};
 
 struct LimiterChildReport {
   std::int64_t granted = 0;
@@ -198,7 +200,7 @@ struct LimiterChildReport {
   std::int64_t asyncGranted = -1;  // 1 granted, 0 denied, -1 not answered, -2 threw
 };
 
-TEST_F(Defects29Limiters, Item02_ForkWithAcquiresInFlightLeavesTheChildsHandleWorking) {
+TEST_F(RateLimiterFork, AcquiresInFlightAtForkLeaveTheChildsHandleWorking) {
 #if defined(__SANITIZE_THREAD__)
   // The child's Client starts an I/O thread: ThreadSanitizer must not kill it (the tsan preset
   // sets die_after_fork=0; this test is never skipped).
@@ -277,7 +279,9 @@ TEST_F(Defects29Limiters, Item02_ForkWithAcquiresInFlightLeavesTheChildsHandleWo
   EXPECT_EQ(parentGranted.load(), kInFlight);
 }
 
-// ----- Item 7 ------------------------------------------------------------------------------------
+// ----- A hostile peer's nested array headers ----------------------------------------------------
+
+class RateLimiterHostilePeer : public RedisTest {};
 
 // Bytes the process has allocated with malloc now (in use from the heap plus mmap'd blocks), as
 // glibc counts them (mallinfo2). Sanitizers replace malloc, so under them this reads glibc's idle
@@ -292,7 +296,7 @@ std::uint64_t mallocInUseBytes() {
 // `ulimit -v` the caller got std::bad_alloc, which no failure policy sees). Now the request ends at
 // its deadline with a TimeoutError, the limiter's policy decides, and the memory in use while the
 // reply is pending stays within a few MB of what it was (sampled by a second thread).
-TEST_F(Defects29Limiters, Item07_NestedArrayHeadersFromAHostilePeerCostNoMemory) {
+TEST_F(RateLimiterHostilePeer, NestedArrayHeadersCostNoMemory) {
   FakePeer::Options po;
   po.behaviour = FakePeer::Behaviour::Trickle;  // the reply below, a byte a millisecond, then nothing
   po.trickleEvery = milliseconds(1);
@@ -309,10 +313,10 @@ TEST_F(Defects29Limiters, Item07_NestedArrayHeadersFromAHostilePeerCostNoMemory)
   lo.failure.policy = FailurePolicy::Deny;
   lo.monitor.registry = std::make_shared<MetricsRegistry>();
   auto client = Client::create(co);
-  RateLimiter limiter(client, "defects29-item07", lo);
+  RateLimiter limiter(client, "nested-array-headers", lo);
   // A request the peer answers (CLIENT is part of its greeting) first: the Client's threads and their malloc arenas (64 MB of
   // address space each) exist before the baseline is taken.
-  EXPECT_EQ(redlimit::detail::command(*client, {"CLIENT", "SETNAME", "item07"}).str, "OK");
+  EXPECT_EQ(redlimit::detail::command(*client, {"CLIENT", "SETNAME", "nested-array-headers"}).str, "OK");
   const std::uint64_t before = mallocInUseBytes();
   std::atomic<bool> decided{false};
   std::uint64_t most = before;

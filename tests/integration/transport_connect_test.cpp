@@ -1,6 +1,8 @@
-// Regressions of issue 29, "Defects found by trying to break the transport": one test (or a few)
-// per item, named after it. Loopback only: real redis-servers, fake peers that never answer, and
-// listeners whose accept queue is full (a connect that never completes).
+// The transport's connects under hostile peers: connecting never blocks the I/O thread, a request
+// waiting for a connection ends at its own deadline, rediss:// to a plain port and verifyPeer are
+// configuration errors, and a blocking callback is not taken for an outage. Loopback only: real
+// redis-servers, fake peers that never answer, and listeners whose accept queue is full (a connect
+// that never completes).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -87,14 +89,14 @@ std::shared_ptr<Pending> submitPing(detail::Transport& t, milliseconds budget) {
   return p;
 }
 
-// ----- 4. Connecting never blocks the I/O thread ------------------------------------------------
+// ----- Connecting never blocks the I/O thread ---------------------------------------------------
 
 // Pool of 2: connection 0 reaches Redis through the peer, which then stops accepting, so
 // connection 1's TCP connect hangs (30 s timeout). A PING on connection 0 must be answered while
 // it hangs. The old transport connected on the I/O thread: the PING was written (by its caller)
 // but its reply was not read until the connect gave up, so it timed out. The PING dealt to
 // connection 1 is answered too: a request waits on a connect only when no connection is ready.
-TEST(Defects29, Item04_AHungConnectDelaysNoRequestOnAnotherConnection) {
+TEST(TransportConnect, AHungConnectDelaysNoRequestOnAnotherConnection) {
   RedisServer server;
   ForwardThenBlackhole gate(server.port(), 1);
   ConnectionOptions o;
@@ -121,7 +123,7 @@ TEST(Defects29, Item04_AHungConnectDelaysNoRequestOnAnotherConnection) {
 // Pool of 4 towards a listener whose accept queue is full: the four connects run side by side
 // (four sockets in SYN_SENT at once), and each request ends with a TimeoutError naming the
 // connect. The old transport connected one after another: never more than one at a time.
-TEST(Defects29, Item04_APoolConnectsToABlackholeSideBySide) {
+TEST(TransportConnect, APoolConnectsToABlackholeSideBySide) {
   FullBacklog blackhole;
   ConnectionOptions o;
   o.host = "127.0.0.1";
@@ -148,7 +150,7 @@ TEST(Defects29, Item04_APoolConnectsToABlackholeSideBySide) {
 // A name lookup that never returns holds up only its own connection (what was dealt to it goes to
 // the other, ready, one), and a request that waits on it (none is ready) ends at the connect
 // timeout with an error that names the lookup (the old one blamed the I/O thread).
-TEST(Defects29, Item04_AStalledNameLookupDelaysNoOtherConnectionAndIsNamed) {
+TEST(TransportConnect, AStalledNameLookupDelaysNoOtherConnectionAndIsNamed) {
   RedisServer server;
   ScriptedResolver names({server.port(), 0});  // connection 0 resolves, connection 1 stalls
   ConnectionOptions o;
@@ -182,7 +184,7 @@ TEST(Defects29, Item04_AStalledNameLookupDelaysNoOtherConnectionAndIsNamed) {
 }
 
 // A lookup that fails names the host; the next connect looks it up again.
-TEST(Defects29, Item04_AFailedNameLookupIsAnIoErrorNamingTheHost) {
+TEST(TransportConnect, AFailedNameLookupIsAnIoErrorNamingTheHost) {
   ConnectionOptions o;
   o.host = "no-such-host.invalid";
   o.port = 6379;
@@ -204,7 +206,7 @@ TEST(Defects29, Item04_AFailedNameLookupIsAnIoErrorNamingTheHost) {
 // A TLS peer that accepts and never sends a byte holds its connection in the handshake (and its
 // plain-text probe, unanswered too); another connection of the pool goes on, and answers what
 // was dealt to the one in its handshake.
-TEST(Defects29, Item04_ASilentTlsHandshakeDelaysNoOtherConnection) {
+TEST(TransportConnect, ASilentTlsHandshakeDelaysNoOtherConnection) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server({"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
                       "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no"});
@@ -238,7 +240,7 @@ TEST(Defects29, Item04_ASilentTlsHandshakeDelaysNoOtherConnection) {
 // takes what is dealt to connection 0 meanwhile), and the request that waited on the reset
 // connection ends at its own deadline with the reset (ClosedError), not when the probe gives up
 // (the old probe blocked the I/O thread until then).
-TEST(Defects29, Item04_AResetThenSilentPortIsProbedWithoutBlocking) {
+TEST(TransportConnect, AResetThenSilentPortIsProbedWithoutBlocking) {
   RedisServer server;
   CloseThenSilent peer(1);
   ScriptedResolver names({peer.port(), server.port()});
@@ -260,13 +262,13 @@ TEST(Defects29, Item04_AResetThenSilentPortIsProbedWithoutBlocking) {
   t->shutdown();
 }
 
-// ----- 5. A request waiting for a connection ends at its own deadline --------------------------
+// ----- A request waiting for a connection ends at its own deadline -----------------------------
 
 // The peer accepts and reads the greeting but never answers it: the connection stays in its
 // greeting for the whole connect timeout (10 s). A request queued behind it has 100 ms: it must
 // end then, naming the wait, and not when the greeting times out (the old code ended it only with
 // the connection, so call() gave up first with "the I/O thread did not end the request").
-TEST(Defects29, Item5_QueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets) {
+TEST(TransportDeadline, AQueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets) {
   FakePeer::Options po;
   po.answerGreeting = false;
   FakePeer peer(po);
@@ -290,14 +292,14 @@ TEST(Defects29, Item5_QueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets) {
   t->shutdown();
 }
 
-// ----- 1. rediss:// to a plain-text port is a configuration error ------------------------------
+// ----- rediss:// to a plain-text port is a configuration error ---------------------------------
 
 // A real redis-server's plain port with a rediss:// URI: the server reads the ClientHello as an
 // unfinished inline command and never answers (or, when the hello's random bytes hold a '\n',
 // answers an error). The old code ended the silent case with TimeoutError, an outage that Allow
 // decided (fail open, for ever). Now the TLS client asks the port in plain text when nothing came
 // back, finds RESP, and throws TlsError under every policy.
-TEST(Defects29, Item1_RedissToAPlainPortThrowsTlsErrorUnderAllow) {
+TEST(TransportTls, RedissToAPlainPortIsATlsErrorUnderEveryPolicy) {
   RedisServer server;
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Local}) {
     ClientOptions co;
@@ -309,7 +311,7 @@ TEST(Defects29, Item1_RedissToAPlainPortThrowsTlsErrorUnderAllow) {
     auto client = Client::create(co);
     RateLimiterOptions ro;
     ro.failure.policy = policy;
-    RateLimiter rl(client, "defects29:item1", ro);
+    RateLimiter rl(client, "rediss-to-plain", ro);
     for (int i = 0; i < 3; ++i) {  // new connections each time: both ways a plain port can answer
       try {
         (void)rl.tryAcquire();
@@ -323,10 +325,10 @@ TEST(Defects29, Item1_RedissToAPlainPortThrowsTlsErrorUnderAllow) {
   }
 }
 
-// ----- 10 (TLS). verifyPeer = false is no advice, and does not silently drop a CA -------------
+// ----- verifyPeer = false is no advice, and does not silently drop a CA -------------------------
 
 // A CA named together with verifyPeer = false would never be used: refused before connecting.
-TEST(Defects29, Item10_VerifyPeerOffWithACaIsRefusedBeforeConnecting) {
+TEST(TransportTls, VerifyPeerOffWithACaIsRefusedBeforeConnecting) {
   FakePeer peer(FakePeer::Options{});
   for (const std::string query : {"cacert=/etc/ssl/ca.pem&verify=0", "capath=/etc/ssl/certs&verify=0"}) {
     SCOPED_TRACE(query);
@@ -349,7 +351,7 @@ TEST(Defects29, Item10_VerifyPeerOffWithACaIsRefusedBeforeConnecting) {
 }
 
 // An untrusted certificate names the CA to fix; it no longer recommends turning verification off.
-TEST(Defects29, Item10_CertificateErrorsDoNotRecommendVerifyPeerOff) {
+TEST(TransportTls, CertificateErrorsDoNotRecommendVerifyPeerOff) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server({"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
                       "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no"});
@@ -360,7 +362,7 @@ TEST(Defects29, Item10_CertificateErrorsDoNotRecommendVerifyPeerOff) {
   co.connection.commandTimeout = milliseconds(2000);
   RateLimiterOptions ro;
   ro.failure.policy = FailurePolicy::Allow;
-  RateLimiter rl(Client::create(co), "defects29:item10", ro);
+  RateLimiter rl(Client::create(co), "untrusted-certificate", ro);
   try {
     (void)rl.tryAcquire();
     ADD_FAILURE() << "an untrusted certificate was accepted";
@@ -371,7 +373,7 @@ TEST(Defects29, Item10_CertificateErrorsDoNotRecommendVerifyPeerOff) {
   }
 }
 
-// ----- 11. A callback that blocks is its own cause, not a Redis outage --------------------------
+// ----- A callback that blocks is its own cause, not a Redis outage ------------------------------
 
 // A completion callback blocks the Client's I/O thread (it waits for the test). A call
 // of another limiter made meanwhile cannot be sent (over TLS only the I/O thread writes) and
@@ -379,7 +381,7 @@ TEST(Defects29, Item10_CertificateErrorsDoNotRecommendVerifyPeerOff) {
 // limiter does not degrade (no Redis outage is counted). The Client reports the stall once, counts
 // it, and the next call is decided by Redis. Before, the call ended with TimeoutError and the
 // limiter degraded by "an outage" although Redis was fine.
-TEST(Defects29, Item11_ABlockingCallbackIsItsOwnCauseNotAnOutage) {
+TEST(Client, ABlockingCallbackIsItsOwnCauseNotAnOutage) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server({"--tls-port", "auto", "--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey,
                       "--tls-ca-cert-file", certs.caFile, "--tls-auth-clients", "no"});
@@ -398,8 +400,8 @@ TEST(Defects29, Item11_ABlockingCallbackIsItsOwnCauseNotAnOutage) {
   auto client = Client::create(co);
   RateLimiterOptions ro;
   ro.failure.policy = FailurePolicy::Deny;
-  RateLimiter blocker(client, "defects29:item11:blocker", ro);
-  RateLimiter other(client, "defects29:item11:other", ro);
+  RateLimiter blocker(client, "blocking-callback:blocker", ro);
+  RateLimiter other(client, "blocking-callback:other", ro);
   ASSERT_TRUE(blocker.trySetRate(RateType::Overall, 1000, std::chrono::seconds(60)));
   ASSERT_TRUE(other.trySetRate(RateType::Overall, 1000, std::chrono::seconds(60)));
   const PoolStats before = client->poolStats();

@@ -27,7 +27,7 @@ const char* const kRedissonStyleRefill =
     "for i, v in ipairs(expired) do local _, permits = struct.unpack('<Bc0I4', v) released = released + permits end "
     "redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now - tonumber(ARGV[1])) return released";
 
-class RedissonDefect : public RedissonMixTest {
+class RateLimiterVsRedisson : public RedissonMixTest {
  protected:
   /// Loads the acquire script and opens the connection, so that a measurement sees one round trip.
   void warmUp() {
@@ -41,7 +41,7 @@ class RedissonDefect : public RedissonMixTest {
 
 // Redisson: tryAcquire(-5) adds capacity. redlimit: rejected before anything is sent, and the
 // script rejects it too (for a caller that bypasses the class).
-TEST_F(RedissonDefect, NonPositivePermitsAreRejected) {
+TEST_F(RateLimiterVsRedisson, NonPositivePermitsAreRejected) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
   ASSERT_TRUE(rl.tryAcquire(4));
@@ -71,7 +71,7 @@ TEST_F(RedissonDefect, NonPositivePermitsAreRejected) {
 // same, from the script (the rate may have been raised elsewhere since this handle last saw it,
 // so only the script can tell); nothing is written. acquire() must throw instead of waiting
 // forever. More than kMaxRate is refused before anything is sent.
-TEST_F(RedissonDefect, PermitsAboveTheRateAreRejected) {
+TEST_F(RateLimiterVsRedisson, PermitsAboveTheRateAreRejected) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
   ASSERT_TRUE(rl.tryAcquire(10));  // the handle has seen rate 10
@@ -97,7 +97,7 @@ TEST_F(RedissonDefect, PermitsAboveTheRateAreRejected) {
 // Redisson: a resend after a timeout runs the acquire twice, so value drops twice while only
 // one member is added and that capacity is lost for good. redlimit: a resend (ARGV[5] = '1')
 // with the same member id finds its member and grants again without taking anything.
-TEST_F(RedissonDefect, ResendWithTheSameIdDoesNotTakePermitsTwice) {
+TEST_F(RateLimiterVsRedisson, ResendWithTheSameIdDoesNotTakePermitsTwice) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
   const std::string id = testId(16, 42);
@@ -130,7 +130,7 @@ TEST_F(RedissonDefect, ResendWithTheSameIdDoesNotTakePermitsTwice) {
 // Redisson: acquire(1), release(1), and once the permit expires availablePermits says 11 of 10.
 // redlimit never reports more than the rate, and never more than rate - live permits: after
 // Redisson's release (value raised, the 3 permits still live in the log) it reports 7 again.
-TEST_F(RedissonDefect, AvailablePermitsNeverExceedTheRateAfterRelease) {
+TEST_F(RateLimiterVsRedisson, AvailablePermitsNeverExceedTheRateAfterRelease) {
   RateLimiter ours(client(), name("ours"));
   RateLimiter foreign(client(), name("foreign"));
   for (RateLimiter* rl : {&ours, &foreign}) {
@@ -154,7 +154,7 @@ TEST_F(RedissonDefect, AvailablePermitsNeverExceedTheRateAfterRelease) {
 }
 
 // redlimit's release shrinks or removes the newest members, so value + live permits == rate.
-TEST_F(RedissonDefect, ReleaseKeepsValuePlusLivePermitsEqualToTheRate) {
+TEST_F(RateLimiterVsRedisson, ReleaseKeepsValuePlusLivePermitsEqualToTheRate) {
   RateLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(5000)));
   const std::string valueKey = rl.keys()[1], permitsKey = rl.keys()[3];
@@ -186,7 +186,7 @@ TEST_F(RedissonDefect, ReleaseKeepsValuePlusLivePermitsEqualToTheRate) {
 // redlimit drops a completely expired log without unpacking it (it reads one batch of at most
 // kScriptBatch members, sees that even the newest has expired, and UNLINKs the log). The time is
 // printed, not asserted.
-TEST_F(RedissonDefect, FullyExpiredLogOfOneHundredThousandEntriesIsDropped) {
+TEST_F(RateLimiterVsRedisson, FullyExpiredLogOfOneHundredThousandEntriesIsDropped) {
   constexpr std::int64_t kRate = 200000, kEntries = 100000;
   RateLimiter rl(patientClient(), name());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, kRate, milliseconds(300)));
@@ -227,7 +227,7 @@ TEST_F(RedissonDefect, FullyExpiredLogOfOneHundredThousandEntriesIsDropped) {
 // Half of 100k entries expired: each call reclaims at most kScriptBatch expired members (they
 // count as in use until then: the limiter under-admits, never over-admits), so the value climbs
 // to exact over the following calls. Times printed, not asserted.
-TEST_F(RedissonDefect, HalfExpiredLogOfOneHundredThousandEntries) {
+TEST_F(RateLimiterVsRedisson, HalfExpiredLogOfOneHundredThousandEntries) {
   constexpr std::int64_t kRate = 200000, kIntervalMs = 60000;  // long: the live half must stay live
   struct Case {
     const char* label;
@@ -260,7 +260,7 @@ TEST_F(RedissonDefect, HalfExpiredLogOfOneHundredThousandEntries) {
 
 // Redisson: PER_CLIENT ids are random per restart, so keys leak. redlimit: a stable id chosen by
 // the caller finds its own state again after a "restart" (a new Client).
-TEST_F(RedissonDefect, StableClientIdFindsItsStateAfterARestart) {
+TEST_F(RateLimiterVsRedisson, StableClientIdFindsItsStateAfterARestart) {
   ClientOptions options;
   options.clientId = "billing-1";
   {
@@ -275,7 +275,7 @@ TEST_F(RedissonDefect, StableClientIdFindsItsStateAfterARestart) {
 }
 
 // Redisson: the value key created by availablePermits gets no TTL and outlives the config.
-TEST_F(RedissonDefect, ValueCreatedByAvailablePermitsGetsTheTtl) {
+TEST_F(RateLimiterVsRedisson, ValueCreatedByAvailablePermitsGetsTheTtl) {
   RateLimiter keepAlive(client(), name("keepalive"));
   ASSERT_TRUE(keepAlive.trySetRate(RateType::Overall, 5, milliseconds(200), milliseconds(250)));
   EXPECT_EQ(keepAlive.availablePermits(), 5);

@@ -1,4 +1,5 @@
-// Regression for issue 29 item 2, the failure gate's part: a fork() child whose parent was
+// A limiter with requests in flight at fork() must not be dead in the child; the failure gate's
+// part: a fork() child whose parent was
 // delivering a health event at fork() must deliver its own events (the inherited "delivering"
 // flag belonged to a parent thread that does not exist in the child).
 #include <sys/types.h>
@@ -30,7 +31,7 @@ std::atomic<int> gChildRecovered{0};
 
 }  // namespace
 
-TEST(Defects29Fork, Item02_FailureGateDeliversInAChildForkedMidDelivery) {
+TEST(FailureGate, DeliversInAChildForkedMidDelivery) {
   gParent = ::getpid();
   FailureOptions o;
   o.policy = FailurePolicy::Deny;

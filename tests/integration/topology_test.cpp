@@ -1,5 +1,6 @@
-// Issue 29, topology items: a hung Cluster node learnt once per Client (6), a dead first cluster
-// seed (9), Sentinel's retired transports (8) and its READONLY message (10).
+// Cluster and Sentinel topologies under outages and changes: a hung Cluster node learnt once per
+// Client, a dead first cluster seed, the transports of retired nodes and primaries released, and
+// Sentinel's READONLY message.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -84,12 +85,12 @@ bool waitForClusterState(const std::vector<RedisServer*>& nodes, const std::stri
 
 }  // namespace
 
-// Item 6: a hung primary (SIGSTOP, no replica) was learnt per limiter: with 300 limiters almost
+// A hung primary (SIGSTOP, no replica) was learnt per limiter: with 300 limiters almost
 // every call was a probe that waited for its command timeout. Now the node's outage is learnt
 // once per Client: its limiters are decided by the policy at once, one probe per
 // bestEffortRetry reaches the node, and the limiters on the healthy primaries go on deciding
 // through Redis.
-TEST(Defects29, Item06_AHungClusterNodeIsLearntOncePerClientAndHealthyNodesGoOn) {
+TEST(Cluster, AHungNodeIsLearntOncePerClientAndHealthyNodesGoOn) {
   RedisCluster cluster(3, 0, milliseconds(1000));
   ClientOptions co;
   co.connection.connectTimeout = milliseconds(1000);  // healthy nodes answer in time on a loaded machine
@@ -175,7 +176,7 @@ TEST(Defects29, Item06_AHungClusterNodeIsLearntOncePerClientAndHealthyNodesGoOn)
   EXPECT_LE(evalAfter - evalBefore, static_cast<long long>(after.probes + 20))
       << "EVALSHA calls the hung node saw while stopped (" << elapsedMs << " ms, " << onHung << " calls to it)";
   std::printf(
-      "[ defects29] hung node: %d calls in %lld ms, %d on the hung node: %llu probes, %llu failed fast; "
+      "[ cluster  ] hung node: %d calls in %lld ms, %d on the hung node: %llu probes, %llu failed fast; "
       "the node saw %lld EVALSHA\n",
       kCalls, static_cast<long long>(elapsedMs), onHung, static_cast<unsigned long long>(probes),
       static_cast<unsigned long long>(failedFast), evalAfter - evalBefore);
@@ -193,13 +194,13 @@ TEST(Defects29, Item06_AHungClusterNodeIsLearntOncePerClientAndHealthyNodesGoOn)
   EXPECT_TRUE(back);
 }
 
-// Item 6, the cluster's own outage: with cluster-require-full-coverage yes, a primary without a
+// The cluster's own outage: with cluster-require-full-coverage yes, a primary without a
 // replica that hangs (SIGSTOP) puts the whole cluster in cluster_state:fail and the healthy
 // primaries answer every keyed command with "CLUSTERDOWN The cluster is down". That was retried
 // until each call's deadline, per limiter. Now each node's outage is learnt once per Client: all
 // limiters are decided by their policy at once, one probe per bestEffortRetry goes to each node,
 // and once the cluster is ok again the calls are decided by Redis.
-TEST(Defects29, Item06_ClusterDownIsLearntOnceAndThePolicyDecides) {
+TEST(Cluster, ClusterDownIsLearntOnceAndThePolicyDecides) {
   RedisCluster cluster(3, 0, milliseconds(1000), {"--cluster-require-full-coverage", "yes"});
   for (int i = 0; i < cluster.size(); ++i) {
     const RawReply conf =
@@ -306,7 +307,7 @@ TEST(Defects29, Item06_ClusterDownIsLearntOnceAndThePolicyDecides) {
   EXPECT_LE(downSeen, static_cast<long long>(probes) + 2 + 2) << calls << " calls";
   EXPECT_LE(evalshaCount, static_cast<long long>(probes) + 2 + 2) << calls << " calls";
   std::printf(
-      "[ defects29] cluster down: %d calls in %lld ms: %llu probes, %llu failed fast; the healthy nodes answered "
+      "[ cluster  ] cluster down: %d calls in %lld ms: %llu probes, %llu failed fast; the healthy nodes answered "
       "%lld CLUSTERDOWN, saw %lld EVALSHA\n",
       calls, static_cast<long long>(elapsedMs), static_cast<unsigned long long>(probes),
       static_cast<unsigned long long>(failedFast), downSeen, evalshaCount);
@@ -334,9 +335,9 @@ TEST(Defects29, Item06_ClusterDownIsLearntOnceAndThePolicyDecides) {
   }
 }
 
-// Item 9: a dead first seed failed the first call with "connection refused" although a later seed
+// A dead first seed failed the first call with "connection refused" although a later seed
 // was up; now a request sent before the first slot map goes on to the next seed.
-TEST(Defects29, Item09_ADeadFirstSeedDoesNotFailTheFirstCall) {
+TEST(Cluster, ADeadFirstSeedDoesNotFailTheFirstCall) {
   RedisCluster cluster(3, 0, milliseconds(1000));
   const std::string live = cluster.seeds().substr(std::string("redis-cluster://").size());
   for (int round = 0; round < 3; ++round) {
@@ -353,10 +354,10 @@ TEST(Defects29, Item09_ADeadFirstSeedDoesNotFailTheFirstCall) {
   }
 }
 
-// Item 8, the cluster part: a primary that left the slot map (all its slots given to another)
+// A primary that left the slot map (all its slots given to another)
 // kept its transport (connections, I/O thread, epoll, eventfd and timerfd) until the Client went.
 // Now it is retired by the refresh that no longer names it and released once no request holds it.
-TEST(Defects29, Item08_AClusterNodeThatServesNoSlotReleasesItsTransport) {
+TEST(Cluster, ANodeThatServesNoSlotReleasesItsTransport) {
   RedisCluster cluster(3, 0, milliseconds(1000));
   // Seeds 0 and 1 only: a seed is kept (it is asked for the map), node 2 is learnt from the map.
   const std::string uri = "redis-cluster://127.0.0.1:" + std::to_string(cluster.node(0).port()) +
@@ -396,13 +397,13 @@ TEST(Defects29, Item08_AClusterNodeThatServesNoSlotReleasesItsTransport) {
   const std::size_t fdsAfter = openDescriptors();
   EXPECT_LT(threadsAfter, threadsWith) << "its I/O thread ended";
   EXPECT_LT(fdsAfter, fdsWith) << fdsWith << " descriptors with node 2's transport, " << fdsAfter << " after";
-  std::printf("[ defects29] cluster node retired: %zu threads -> %zu, %zu descriptors -> %zu\n", threadsWith,
+  std::printf("[ cluster  ] cluster node retired: %zu threads -> %zu, %zu descriptors -> %zu\n", threadsWith,
               threadsAfter, fdsWith, fdsAfter);
 }
 
-// Item 8: every primary switch kept the old primary's transport (its epoll, eventfd and timerfd,
+// Every primary switch kept the old primary's transport (its epoll, eventfd and timerfd,
 // and its I/O thread) until the Client went; now it is released once shut down.
-TEST(Defects29, Item08_SentinelSwitchesReleaseTheOldPrimarysTransport) {
+TEST(Sentinel, SwitchesReleaseTheOldPrimarysTransport) {
   RedisSentinelGroup group(milliseconds(500));
   auto client = Client::fromUri(group.uri(), failoverClientOptions());
   RateLimiter rl(client, "d29:sentinel:fds", denyDuringOutages());
@@ -440,11 +441,11 @@ TEST(Defects29, Item08_SentinelSwitchesReleaseTheOldPrimarysTransport) {
                                      << " after (3 per retired transport leaked)";
 }
 
-// Item 8: callers whose request was on the retired transport read "the Client was shut down".
-// Item 10: a demoted primary's READONLY said "a configuration error, thrown under every failure
+// Callers whose request was on the retired transport read "the Client was shut down", and a
+// demoted primary's READONLY said "a configuration error, thrown under every failure
 // policy" while the Sentinel runner handles it as an outage. Both now say what happened and that a
 // retry goes to the new primary.
-TEST(Defects29, Item10_SentinelReadonlyIsAnOutageAndSaysSo) {
+TEST(Sentinel, ReadonlyOfADemotedPrimaryIsAnOutageAndSaysSo) {
   RedisSentinelGroup group(milliseconds(500));
   auto client = Client::fromUri(group.uri(), failoverClientOptions());
   ASSERT_EQ(detail::command(*client, {"SET", "d29:ro", "1"}).str, "OK");
