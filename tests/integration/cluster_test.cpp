@@ -441,8 +441,9 @@ TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     try {
       const Decision d = all[i].get();
+      // Which rounds are granted is not pinned: groups in flight on different connections of a
+      // node may be decided in either order, as calls sent one by one on them would be.
       if (d.allowed) ++allowed[keys[i % keys.size()]];
-      EXPECT_EQ(d.allowed, i / keys.size() < 5) << keys[i % keys.size()] << " round " << i / keys.size();
     } catch (const std::exception& e) {
       if (errors++ == 0) ADD_FAILURE() << e.what();
     }
