@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-
 namespace {
 
 using RaiseFn = _Unwind_Reason_Code (*)(_Unwind_Exception*);
