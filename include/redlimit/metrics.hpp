@@ -46,6 +46,8 @@ inline constexpr std::size_t kErrorKindCount = 10;
 [[nodiscard]] const char* errorKindName(ErrorKind kind) noexcept;
 /// The kind of `error` (a redlimit::Error, or Other). Rethrows and catches: not for hot paths.
 [[nodiscard]] ErrorKind errorKindOf(const std::exception_ptr& error) noexcept;
+/// The kind of the exception `error` (a redlimit::Error, or Other), without rethrowing.
+[[nodiscard]] ErrorKind errorKindOf(const std::exception& error) noexcept;
 
 /// How a decision of the failure policy ended. `Allowed` is the old name of `Granted` (the label
 /// word is "granted" in every family now).
@@ -284,28 +286,32 @@ inline const char* errorKindName(ErrorKind kind) noexcept {
   return "other";
 }
 
+namespace detail {
+template <class E>
+bool isA(const std::exception& error) noexcept {
+  return dynamic_cast<const E*>(&error) != nullptr;
+}
+}  // namespace detail
+
+inline ErrorKind errorKindOf(const std::exception& error) noexcept {
+  if (detail::isA<PoolTimeoutError>(error)) return ErrorKind::PoolTimeout;  // before TimeoutError, its base
+  if (detail::isA<TimeoutError>(error)) return ErrorKind::Timeout;
+  if (detail::isA<ClosedError>(error)) return ErrorKind::Closed;
+  if (detail::isA<UnavailableError>(error)) return ErrorKind::Unavailable;
+  if (detail::isA<IoError>(error)) return ErrorKind::Io;
+  if (detail::isA<ConfigurationError>(error)) return ErrorKind::Configuration;
+  if (detail::isA<AuthError>(error)) return ErrorKind::Auth;  // before ReplyError, its base
+  if (detail::isA<ReplyError>(error)) return ErrorKind::Reply;
+  if (detail::isA<InvalidArgument>(error)) return ErrorKind::InvalidArgument;
+  return ErrorKind::Other;
+}
+
 inline ErrorKind errorKindOf(const std::exception_ptr& error) noexcept {
   if (!error) return ErrorKind::Other;
   try {
     std::rethrow_exception(error);
-  } catch (const PoolTimeoutError&) {  // before TimeoutError, its base
-    return ErrorKind::PoolTimeout;
-  } catch (const TimeoutError&) {
-    return ErrorKind::Timeout;
-  } catch (const ClosedError&) {
-    return ErrorKind::Closed;
-  } catch (const UnavailableError&) {
-    return ErrorKind::Unavailable;
-  } catch (const IoError&) {
-    return ErrorKind::Io;
-  } catch (const ConfigurationError&) {
-    return ErrorKind::Configuration;
-  } catch (const AuthError&) {  // before ReplyError, its base
-    return ErrorKind::Auth;
-  } catch (const ReplyError&) {
-    return ErrorKind::Reply;
-  } catch (const InvalidArgument&) {
-    return ErrorKind::InvalidArgument;
+  } catch (const std::exception& e) {
+    return errorKindOf(e);
   } catch (...) {
     return ErrorKind::Other;
   }

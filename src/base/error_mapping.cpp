@@ -246,61 +246,63 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
   throw ReplyError(codeText, fmt::format("redlimit: Redis replied with an error: {}", text));
 }
 
-std::exception_ptr cloneError(const std::exception_ptr& error) {
-  if (!error) return error;
+namespace {
+
+// Every type errors.hpp declares below Error, each before its bases (copyAs's order).
+template <class... E>
+struct ErrorTypes {};
+using DerivedErrors =
+    ErrorTypes<CallbackBlockedError, PoolTimeoutError, TimeoutError, ClosedError, UnavailableError, ProtocolError,
+               IoError, ReplicaError, TlsPortError, TlsError, ResourceLimitError, RequestLimitError, ConfigurationError,
+               UnexpectedReplyError, NoPermissionError, AuthError, NotInitializedError, InvalidConfigError,
+               InvalidStateError, ScriptError, ReplyError, InvalidArgument>;
+
+// The copy as the listed type `error` is exactly (one type_info comparison each), else as the
+// first listed type it derives from, as a chain of catch clauses, most derived first, would;
+// else as an Error.
+template <class... E>
+std::exception_ptr copyAs(const Error& error, ErrorTypes<E...> /*types*/) {
+  std::exception_ptr copy;
+  if (((typeid(error) == typeid(E) && (copy = std::make_exception_ptr(static_cast<const E&>(error)))) || ...)) {
+    return copy;
+  }
+  if (((dynamic_cast<const E*>(&error) != nullptr && (copy = std::make_exception_ptr(dynamic_cast<const E&>(error)))) ||
+       ...)) {
+    return copy;
+  }
+  return std::make_exception_ptr(error);
+}
+
+}  // namespace
+
+const Error* errorIn(const std::exception_ptr& error) noexcept {
+  if (!error) return nullptr;
+#if defined(__GLIBCXX__) && defined(__cpp_rtti)
+  // libstdc++'s exception_ptr is one pointer, to the thrown object (its ABI since GCC 4.4;
+  // bits/exception_ptr.h), and tells the object's type. __do_catch is the test a catch clause
+  // makes, and adjusts the pointer to the base subobject as the catch would.
+  static_assert(sizeof(std::exception_ptr) == sizeof(void*), "libstdc++'s exception_ptr is one pointer");
+  const std::type_info* thrown = error.__cxa_exception_type();
+  void* object = nullptr;
+  std::memcpy(&object, static_cast<const void*>(&error), sizeof object);
+  if (thrown == nullptr || object == nullptr || !typeid(Error).__do_catch(thrown, &object, 1)) return nullptr;
+  return static_cast<const Error*>(object);
+#else
   try {
     std::rethrow_exception(error);
-  }
-  // Most derived first, branch by branch (errors.hpp).
-  catch (const ClosedError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const UnavailableError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const ProtocolError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const CallbackBlockedError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const PoolTimeoutError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const TimeoutError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const IoError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const ReplicaError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const TlsPortError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const TlsError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const ResourceLimitError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const RequestLimitError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const ConfigurationError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const UnexpectedReplyError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const NoPermissionError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const AuthError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const NotInitializedError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const InvalidConfigError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const InvalidStateError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const ScriptError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const ReplyError& e) {
-    return std::make_exception_ptr(e);
-  } catch (const InvalidArgument& e) {
-    return std::make_exception_ptr(e);
   } catch (const Error& e) {
-    return std::make_exception_ptr(e);
+    return &e;  // the object `error` holds: std::rethrow_exception throws it, not a copy
   } catch (...) {
-    return error;
+    return nullptr;
   }
+#endif
+}
+
+std::exception_ptr copyError(const Error& error) { return copyAs(error, DerivedErrors{}); }
+
+std::exception_ptr cloneError(const std::exception_ptr& error) {
+  if (const Error* e = errorIn(error)) return copyError(*e);
+  return error;
 }
 
 bool replyEndsConnection(std::string_view message) {

@@ -20,6 +20,10 @@
 #include <string>
 #include <string_view>
 
+namespace redlimit {
+class Error;
+}  // namespace redlimit
+
 namespace redlimit::detail {
 
 /// What was being done when a reply error arrived, for the messages.
@@ -58,11 +62,23 @@ struct ReplyContext {
 /// the next connection may reach a new primary behind the same address).
 [[nodiscard]] bool replyEndsConnection(std::string_view message);
 
+/// The redlimit::Error `error` holds, or null (no error, or an exception of another type). The
+/// object belongs to `error`: valid while it (or a copy of it) is alive. With libstdc++ it is
+/// found without rethrowing (the exception_ptr's type and object, matched as a catch clause
+/// matches them, std::type_info::__do_catch): a rethrow unwinds, about 2 µs each, and a timed-out
+/// pipeline fails every request it held at once, on the I/O thread. Elsewhere it rethrows.
+[[nodiscard]] const Error* errorIn(const std::exception_ptr& error) noexcept;
+
+/// A new exception object of the dynamic type and contents of `error` (the most derived type
+/// errors.hpp declares, for a subclass of one of them). Allocates, never throws an exception
+/// to copy it (std::make_exception_ptr of the concrete type does not unwind in libstdc++).
+[[nodiscard]] std::exception_ptr copyError(const Error& error);
+
 /// A new exception object of the same type and contents as the one `error` holds (a redlimit
-/// error; anything else is returned as is). Each party that gets an error from another thread gets
-/// its own object: libstdc++ counts exception_ptr references inside its uninstrumented library, so
-/// ThreadSanitizer cannot see that a shared exception is destroyed only after every thread is done
-/// with it, and one object per recipient leaves nothing to see.
+/// error, copied with copyError; anything else is returned as is). Each party that gets an error
+/// from another thread gets its own object: libstdc++ counts exception_ptr references inside its
+/// uninstrumented library, so ThreadSanitizer cannot see that a shared exception is destroyed
+/// only after every thread is done with it, and one object per recipient leaves nothing to see.
 [[nodiscard]] std::exception_ptr cloneError(const std::exception_ptr& error);
 
 /// The demangled type of `e` ("redlimit::ReplicaError"), for HealthEvent::errorType and messages.

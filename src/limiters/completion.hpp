@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "base/error_mapping.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/events.hpp"
 #include "redlimit/monitor.hpp"
@@ -19,13 +20,7 @@ namespace redlimit::detail {
 /// True if `error` is a ClosedError: the connection closed before the reply, and a request that is
 /// safe to send twice may be sent again.
 inline bool closedConnection(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ClosedError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
+  return dynamic_cast<const ClosedError*>(errorIn(error)) != nullptr;  // looked at in place: no rethrow
 }
 
 /// Counts a completion callback that threw `thrown` (LimiterMetrics::callbackThrew) and publishes

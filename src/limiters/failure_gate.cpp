@@ -11,25 +11,6 @@
 #include "redlimit/detail/deadline.hpp"
 
 namespace redlimit::detail {
-namespace {
-
-// The error as an exception_ptr of its own type: the exception being handled when the gate is
-// called from a catch clause (as the limiter does), else a copy (sliced to redlimit::Error).
-// The event's own copy of the error being handled (the caller keeps, and may hand on, the original).
-std::exception_ptr copyOf(const Error& error) {
-  if (std::exception_ptr current = std::current_exception()) {
-    try {
-      std::rethrow_exception(current);
-    } catch (const Error& e) {
-      if (&e == &error) return cloneError(current);
-    } catch (...) {
-    }
-  }
-  return std::make_exception_ptr(error);
-}
-
-}  // namespace
-
 FailureGate::FailureGate(std::string limiter, FailureOptions options, ClockView clock, LimiterMonitor monitor)
     : limiter_(std::move(limiter)),
       options_(std::move(options)),
@@ -151,19 +132,21 @@ void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(k
 
 void FailureGate::misconfigured(const Error& error, std::int64_t startedAt) { enter(kMisconfigured, error, startedAt); }
 
-void FailureGate::noteError(std::int64_t startedAt) {
-  try {
-    throw;
-  } catch (const PoolTimeoutError&) {
-  } catch (const IoError& e) {
-    failed(e, startedAt);
-  } catch (const ConfigurationError& e) {
-    misconfigured(e, startedAt);
-  } catch (const AuthError& e) {
-    misconfigured(e, startedAt);
-  } catch (const Error&) {
+void FailureGate::noteError(std::int64_t startedAt) { noteError(std::current_exception(), startedAt); }
+
+void FailureGate::noteError(const std::exception_ptr& error, std::int64_t startedAt) {
+  note(errorIn(error), startedAt);
+}
+
+void FailureGate::note(const Error* error, std::int64_t startedAt) {
+  if (error == nullptr || dynamic_cast<const PoolTimeoutError*>(error) != nullptr) return;
+  if (const auto* outage = dynamic_cast<const IoError*>(error)) {
+    failed(*outage, startedAt);
+  } else if (dynamic_cast<const ConfigurationError*>(error) != nullptr ||
+             dynamic_cast<const AuthError*>(error) != nullptr) {
+    misconfigured(*error, startedAt);
+  } else {
     succeeded();
-  } catch (...) {
   }
 }
 
@@ -191,7 +174,7 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
     event.limiter = limiter_;
     event.error = error.what();
     event.errorType = errorTypeName(error);
-    event.exception = copyOf(error);
+    event.exception = copyError(error);  // the event's own object, of the error's own type
     l.pending.push_back(std::move(event));
   }
   deliver();
@@ -248,20 +231,14 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
 
 std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::int64_t startedAt, std::int64_t permits,
                                         std::int64_t rate, std::chrono::milliseconds interval) {
+  // The error is looked at in place, once (errorIn): no rethrow per failed call.
+  const Error* e = errorIn(error);
   if (LimiterMetrics* m = monitor_.metrics()) {
     countLatency(startedAt);
-    m->error(errorKindOf(error));
+    m->error(e != nullptr ? errorKindOf(*e) : ErrorKind::Other);
   }
-  bool outage = false;
-  try {
-    std::rethrow_exception(error);
-  } catch (const IoError&) {
-    outage = true;
-    noteError(startedAt);
-  } catch (...) {
-    noteError(startedAt);
-  }
-  if (!outage) return std::nullopt;
+  note(e, startedAt);
+  if (dynamic_cast<const IoError*>(e) == nullptr) return std::nullopt;
   return decide(permits, rate, interval);
 }
 

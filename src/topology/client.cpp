@@ -220,12 +220,9 @@ Reply Client::callTracked(detail::Request request, int slot, std::chrono::steady
     reachability_->succeeded();
     return std::move(out.reply);
   }
-  try {
-    std::rethrow_exception(out.error);
-  } catch (const Error&) {
-    reachability_->noteError(started);  // only an outage (an IoError but PoolTimeoutError) gates best-effort calls
-    throw;
-  }
+  // Only an outage (an IoError but PoolTimeoutError) gates best-effort calls.
+  reachability_->noteError(out.error, started);
+  std::rethrow_exception(out.error);
 }
 
 Reply Client::command(std::initializer_list<std::string_view> argv, std::chrono::steady_clock::time_point deadline) {
@@ -253,12 +250,7 @@ void Client::evalAsync(const Script& script, const std::vector<std::string_view>
     if (!out.error) {
       gate->succeeded();
     } else {
-      try {
-        std::rethrow_exception(out.error);
-      } catch (const Error&) {
-        gate->noteError(started);
-      } catch (...) {
-      }
+      gate->noteError(out.error, started);
     }
     done(std::move(out.reply), std::move(out.error));
   };

@@ -13,13 +13,16 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include "redlimit/errors.hpp"
 #include "redlimit/events.hpp"
 #include "redlimit/options.hpp"
 #include "redlimit/detail/reply.hpp"
 #include "redlimit/detail/script.hpp"
+#include "base/error_mapping.hpp"
 #include "codec/resp.hpp"
 
 namespace redlimit::detail {
@@ -100,17 +103,12 @@ class CompletionQueue {
 void runCompletions(CompletionQueue& queue, std::size_t slice, const std::function<void(std::vector<Finished>&)>& due,
                     const std::function<void(std::vector<Finished>&)>& run);
 
-/// True if `error` holds an E (or a subclass of it).
+/// True if `error` holds an E (or a subclass of it), a redlimit error. Looked at in place
+/// (errorIn), without a rethrow.
 template <class E>
 [[nodiscard]] bool holds(const std::exception_ptr& error) {
-  if (!error) return false;
-  try {
-    std::rethrow_exception(error);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
+  static_assert(std::is_base_of_v<Error, E>, "holds<E>: E is a redlimit error");
+  return dynamic_cast<const E*>(errorIn(error)) != nullptr;
 }
 
 /// `E(message)` as an exception_ptr.

@@ -1,15 +1,23 @@
 // The one place that classifies failures (src/base/error_mapping.cpp).
 #include <cerrno>
+#include <cstdint>
+#include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <typeinfo>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
 #include "base/error_mapping.hpp"
+#include "limiters/completion.hpp"
+#include "transport/pipeline.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/detail/reply.hpp"
+#include "redlimit_test/raise_counter.hpp"
 
 using namespace redlimit;
 using detail::Reply;
@@ -305,4 +313,90 @@ TEST(ErrorMapping, ConfigurationErrorsAreNotIoErrors) {
   expectThrow<ClosedError>([] { throwContextError(REDIS_ERR_IO, ECONNRESET, "Connection reset by peer", "PING"); });
   expectThrow<IoError>(
       [] { throwContextError(REDIS_ERR_PROTOCOL, 0, "Protocol error, got \"H\" as reply type byte", "PING"); });
+}
+
+namespace {
+
+// The type of the object `error` holds (it rethrows: call it outside the counted part).
+std::string heldType(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return detail::errorTypeName(e);
+  }
+}
+
+// A subclass errors.hpp does not declare: copied as its nearest declared base, as a chain of
+// catch clauses, most derived first, would catch it.
+class OwnTimeoutError : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
+}  // namespace
+
+TEST(ErrorMapping, CloneErrorCopiesTypeMessageAndCodeIntoANewObjectWithoutRaisingIt) {
+  if (!test::canCountRaises()) GTEST_SKIP() << "this unwinder's raises cannot be counted";
+  // A timed-out pipeline gives each of its requests its own copy of the error, on the I/O thread:
+  // an allocation each, not an unwind.
+  const std::vector<std::pair<std::exception_ptr, std::string>> cases = {
+      {std::make_exception_ptr(TimeoutError("redlimit: timed out")), "redlimit::TimeoutError"},
+      {std::make_exception_ptr(ClosedError("redlimit: closed")), "redlimit::ClosedError"},
+      {std::make_exception_ptr(CallbackBlockedError("redlimit: blocked")), "redlimit::CallbackBlockedError"},
+      {std::make_exception_ptr(UnavailableError("LOADING", "redlimit: loading")), "redlimit::UnavailableError"},
+      {std::make_exception_ptr(ReplicaError("READONLY", "redlimit: a replica")), "redlimit::ReplicaError"},
+      {std::make_exception_ptr(NotInitializedError("REDLIMIT_NOT_INITIALIZED", "redlimit: no configuration")),
+       "redlimit::NotInitializedError"},
+      {std::make_exception_ptr(NoPermissionError("NOPERM", "redlimit: no permission")), "redlimit::NoPermissionError"},
+      {std::make_exception_ptr(Error("redlimit: plain")), "redlimit::Error"},
+      {std::make_exception_ptr(OwnTimeoutError("redlimit: own")), "redlimit::TimeoutError"}};
+  for (const auto& [error, type] : cases) {
+    const std::uint64_t before = test::raisedExceptions();
+    const std::exception_ptr copy = detail::cloneError(error);
+    EXPECT_EQ(test::raisedExceptions(), before) << type << ": copied by rethrowing it";
+    ASSERT_TRUE(copy);
+    EXPECT_NE(copy, error) << type << ": the same object, shared between recipients";
+    EXPECT_EQ(heldType(copy), type);
+    const Error* original = detail::errorIn(error);
+    const Error* copied = detail::errorIn(copy);
+    ASSERT_NE(original, nullptr);
+    ASSERT_NE(copied, nullptr);
+    EXPECT_NE(copied, original);
+    EXPECT_STREQ(copied->what(), original->what());
+    if (const auto* reply = dynamic_cast<const ReplyError*>(original)) {
+      EXPECT_EQ(dynamic_cast<const ReplyError&>(*copied).code(), reply->code());
+    }
+    if (const auto* config = dynamic_cast<const ConfigurationError*>(original)) {
+      EXPECT_EQ(dynamic_cast<const ConfigurationError&>(*copied).code(), config->code());
+    }
+  }
+  // Anything else is handed on as it is.
+  const auto other = std::make_exception_ptr(std::runtime_error("not ours"));
+  EXPECT_EQ(detail::cloneError(other), other);
+  EXPECT_FALSE(detail::cloneError(nullptr));
+}
+
+TEST(ErrorMapping, ErrorInFindsTheHeldErrorInPlaceWithoutRaisingIt) {
+  if (!test::canCountRaises()) GTEST_SKIP() << "this unwinder's raises cannot be counted";
+  const auto closed = std::make_exception_ptr(ClosedError("redlimit: closed"));
+  const auto other = std::make_exception_ptr(std::runtime_error("not ours"));
+  const auto number = std::make_exception_ptr(42);
+  const std::uint64_t before = test::raisedExceptions();
+  const Error* found = detail::errorIn(closed);
+  const bool closedFound = detail::holds<ClosedError>(closed) && detail::closedConnection(closed);
+  const bool timeoutFound = detail::holds<TimeoutError>(closed);
+  const Error* none = detail::errorIn(other);
+  const Error* notAnObject = detail::errorIn(number);
+  const Error* null = detail::errorIn(nullptr);
+  EXPECT_EQ(test::raisedExceptions(), before);
+  EXPECT_TRUE(closedFound);
+  EXPECT_FALSE(timeoutFound);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(notAnObject, nullptr);
+  EXPECT_EQ(null, nullptr);
+  try {
+    std::rethrow_exception(closed);
+  } catch (const Error& e) {
+    EXPECT_EQ(found, &e);  // the object the exception_ptr holds, not a copy
+  }
 }

@@ -1,5 +1,9 @@
 // The failure gate's state machine and the Local policy's bucket, on a manual clock.
+#include <cstdint>
+#include <exception>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -8,6 +12,9 @@
 
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/metrics.hpp"
+#include "redlimit/monitor.hpp"
+#include "redlimit_test/raise_counter.hpp"
 
 using namespace redlimit;
 using detail::FailureGate;
@@ -356,4 +363,60 @@ TEST(FailureGate, NoteErrorClassifiesTheExceptionBeingHandled) {
   EXPECT_EQ(r.events[2].cause, HealthEvent::Cause::Configuration);
   EXPECT_EQ(r.events[4].cause, HealthEvent::Cause::Configuration);
   EXPECT_EQ(r.events[3].kind, HealthEvent::Kind::Recovered);
+}
+
+TEST(FailureGate, SettlingAFailedCompletionRaisesNoException) {
+  if (!test::canCountRaises()) GTEST_SKIP() << "this unwinder's raises cannot be counted";
+  // A completion's error is looked at in place: a timed-out pipeline settles thousands of them
+  // at once on the I/O thread, where a rethrow each cost more than the rest of the completion.
+  Recorder r;
+  auto registry = std::make_shared<MetricsRegistry>();
+  MonitorOptions m;
+  m.registry = registry;
+  FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_), LimiterMonitor("g", m));
+  const auto timeout = std::make_exception_ptr(TimeoutError("redlimit: timed out"));
+  const auto pool = std::make_exception_ptr(PoolTimeoutError("redlimit: pool"));
+  const auto replica = std::make_exception_ptr(ReplicaError("READONLY", "redlimit: a replica"));
+  const std::uint64_t before = test::raisedExceptions();
+  const std::optional<bool> poolDecision = gate.settle(pool, manualNow(), 1, 10, milliseconds(1000));
+  const bool degradedByPool = gate.stats().degraded;
+  const std::optional<bool> decision = gate.settle(timeout, manualNow(), 1, 10, milliseconds(1000));
+  const bool degraded = gate.stats().degraded;
+  gate.noteError(replica, manualNow());
+  const bool misconfigured = gate.stats().misconfigured;
+  const std::optional<bool> replicaDecision = gate.settle(replica, manualNow(), 1, 10, milliseconds(1000));
+  EXPECT_EQ(test::raisedExceptions(), before);
+  EXPECT_EQ(poolDecision, std::optional<bool>(false));  // an IoError: the policy decides
+  EXPECT_FALSE(degradedByPool);                         // but congestion in this process is no outage
+  EXPECT_EQ(decision, std::optional<bool>(false));
+  EXPECT_TRUE(degraded);
+  EXPECT_TRUE(misconfigured);
+  EXPECT_FALSE(replicaDecision);  // not an outage: the caller throws it
+  const auto s = registry->snapshot("g");
+  EXPECT_EQ(s.errorCount(ErrorKind::PoolTimeout), 1u);
+  EXPECT_EQ(s.errorCount(ErrorKind::Timeout), 1u);
+  EXPECT_EQ(s.errorCount(ErrorKind::Configuration), 1u);
+  ASSERT_EQ(r.events.size(), 2u);  // Degraded by the outage, then by the configuration error
+  EXPECT_EQ(r.events[0].errorType, "redlimit::TimeoutError");
+  EXPECT_EQ(r.events[1].errorType, "redlimit::ReplicaError");
+}
+
+TEST(FailureGate, ADegradedEventCarriesItsOwnCopyOfTheErrorOfItsOwnType) {
+  Recorder r;
+  FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_));
+  // Called outside a catch block, as a completion does: the event's exception is still a
+  // ClosedError (it was a copy sliced to redlimit::Error), and not the caller's object.
+  const ClosedError closed("redlimit: closed");
+  gate.failed(closed, manualNow());
+  ASSERT_EQ(r.events.size(), 1u);
+  const std::exception_ptr copy = r.events[0].exception;
+  ASSERT_TRUE(copy);
+  try {
+    std::rethrow_exception(copy);
+  } catch (const ClosedError& e) {
+    EXPECT_NE(&e, &closed);
+    EXPECT_STREQ(e.what(), "redlimit: closed");
+  } catch (...) {
+    ADD_FAILURE() << "the event's exception is not a ClosedError";
+  }
 }

@@ -68,6 +68,9 @@ class FailureGate {
   /// and AuthError are misconfigured(); any other redlimit::Error means Redis answered:
   /// succeeded(). The one place that says what each error means for a limiter's health.
   void noteError(std::int64_t startedAt);
+  /// noteError() for a call that failed with `error` (a completion's, not being handled): looks
+  /// at it in place, without rethrowing it.
+  void noteError(const std::exception_ptr& error, std::int64_t startedAt);
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then uses
   /// FailureOptions::localSeedRate/localSeedInterval, and refuses without a seed).
@@ -134,6 +137,8 @@ class FailureGate {
 
   std::int64_t nowMicros() const { return clock_.now().count(); }
   bool takeLocal(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
+  // noteError() for `error` (null: not a redlimit::Error, which changes nothing).
+  void note(const Error* error, std::int64_t startedAt);
   // Moves to `to` because of `error`; reports Degraded if the state changed.
   void enter(State to, const Error& error, std::int64_t startedAt);
   // Reports a health change to onHealthChange and the monitor's subscribers (no lock held).
