@@ -131,15 +131,13 @@ std::optional<std::int64_t> luaInteger(const std::string& text) {
 }  // namespace
 
 std::exception_ptr detail::limiterError(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ScriptError& e) {
-    const std::string& code = e.code();
-    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e.what()));
-    if (code == "REDLIMIT_INVALID_CONFIG") return std::make_exception_ptr(InvalidConfigError(code, e.what()));
-    if (code == "REDLIMIT_INVALID_STATE") return std::make_exception_ptr(InvalidStateError(code, e.what()));
-    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e.what()));
-  } catch (...) {
+  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
+  if (const auto* e = dynamic_cast<const ScriptError*>(detail::errorIn(error))) {
+    const std::string& code = e->code();
+    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
+    if (code == "REDLIMIT_INVALID_CONFIG") return std::make_exception_ptr(InvalidConfigError(code, e->what()));
+    if (code == "REDLIMIT_INVALID_STATE") return std::make_exception_ptr(InvalidStateError(code, e->what()));
+    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
   }
   return error;
 }

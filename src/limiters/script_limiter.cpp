@@ -81,17 +81,13 @@ const char* labelOf(char kind) {
 // that key, as the script's own check words it. The script touches no other key, and a read is
 // its first command on it, so nothing was written.
 std::exception_ptr scriptError(std::exception_ptr error, const std::string& name, char kind) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ScriptError& e) {
-    if (e.code() == "WRONGTYPE") {
-      return std::make_exception_ptr(
-          InvalidConfigError("REDLIMIT_INVALID_CONFIG",
-                             fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
-                                         "delete it or use another limiter name",
-                                         name, labelOf(kind))));
-    }
-  } catch (...) {
+  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
+  const auto* e = dynamic_cast<const ScriptError*>(errorIn(error));
+  if (e != nullptr && e->code() == "WRONGTYPE") {
+    return std::make_exception_ptr(InvalidConfigError(
+        "REDLIMIT_INVALID_CONFIG", fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
+                                               "delete it or use another limiter name",
+                                               name, labelOf(kind))));
   }
   return limiterError(std::move(error));
 }
