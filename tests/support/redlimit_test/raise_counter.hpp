@@ -8,7 +8,7 @@
 namespace redlimit::test {
 
 /// True if raisedExceptions() counts (a dynamically linked libgcc_s unwinder that this process's
-/// definition of _Unwind_RaiseException interposes); the tests that use it skip otherwise.
+/// definition of _Unwind_RaiseException interposes); the tests that use it fail otherwise (they could not tell a rethrow from none).
 [[nodiscard]] bool canCountRaises();
 /// The exceptions raised so far by this thread (each throw, std::rethrow_exception and `throw;`
 /// goes through _Unwind_RaiseException once).
