@@ -9,6 +9,8 @@
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/limiter_call.hpp"
+#include "limiters/script_call.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -181,24 +183,45 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
     if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
   }
 
+  // A call of the script: `argv` (op, now, kind and the operation's arguments) on the key, and
+  // on `recordKey` (KEYS[2], a reservation record) unless it is empty; a take through the
+  // Client's coalescing when `coalesce`. Every call goes through the call protocol.
+  ScriptRequest request(std::vector<std::string> argv, std::string recordKey = {}, bool coalesce = false) {
+    ScriptRequest r{&script_, {name_}, std::move(argv), coalesce ? batcher_.get() : nullptr};
+    if (!recordKey.empty()) r.keys.push_back(std::move(recordKey));
+    return r;
+  }
+  LimiterCall::Params decision(std::int64_t permits) const {
+    return LimiterCall::decision(callBound_, permits, localRate_.load(std::memory_order_relaxed),
+                                 milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
+  }
+  OneKeyErrors mapError() const { return OneKeyErrors{name_, kind_[0]}; }
+  template <class Parse, class ByPolicy>
+  auto run(const LimiterCall::Params& p, std::string_view what, const ScriptRequest& r, Parse&& parse,
+           ByPolicy&& byPolicy) {
+    return runScript(*this, p, what, r, mapError(), parse, byPolicy);
+  }
+  template <class Out, class Parse, class ByPolicy>
+  void runAsync(const LimiterCall::Params& p, ScriptRequest r, Parse parse, ByPolicy byPolicy,
+                std::function<void(Out, std::exception_ptr)> done) {
+    runScriptAsync<Out>(shared_from_this(), p, std::move(r), mapError(), std::move(parse), std::move(byPolicy),
+                        std::move(done));
+  }
+
   // One guarded take: the script unless the gate says not to; an outage is decided by the policy.
   Reservation take(std::int64_t permits, microseconds maxWait);
   void takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done);
-  // An unguarded call of the script (`op` and its arguments after now and kind). Reads are sent
-  // once more if the connection closed under them.
-  // With `recordKey`, it is the script's KEYS[2] (a reservation record).
-  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+  // An unguarded call of the script (`op` and its arguments after now and kind), sent again after
+  // a closed connection unless `resend` says Never. With `recordKey`, it is the script's KEYS[2].
+  Reply call(std::string_view op, const std::vector<std::string>& args, LimiterCall::Resend resend,
              const std::string* recordKey = nullptr);
   // The take/peek reply of a script of `kind`; `self` (may be null: the handle is gone) remembers
   // the configuration.
   static Reservation parse(Core* self, const std::string& name, char kind, const Reply& r, std::int64_t permits);
   // A decoded reply (a take/peek's or reserve's first nine values).
   static Reservation fromReply(Core* self, const DecisionReply& v, std::int64_t permits);
-  // call() without waiting: `done` gets the reply or the error (ScriptErrors as the limiter's
-  // types), once, on the I/O thread. Sent again (as call(): at most kMaxTries in all, within one
-  // call bound) if the connection closed under it and resendIfClosed. recordKey empty: none.
-  void callAsync(std::string op, std::vector<std::string> args, bool resendIfClosed, std::string recordKey,
-                 ReplyCallback done);
+  // A reserve's reply.
+  static HeldPermits held(Core* self, const std::string& name, const Reply& r, std::int64_t permits);
   // reserveFor: a guarded reserve (the failure policy decides an outage), not coalesced.
   HeldPermits hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl);
   // hold() without waiting; `done` runs once, on the I/O thread (or here, when the arguments are
@@ -206,24 +229,14 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
   void holdAsync(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
                  std::function<void(HeldPermits, std::exception_ptr)> done);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
-  // What an async call does before it asks Redis: checks the permits and asks the failure gate.
-  // True when `done` has been called (with the refusal, or with `decided(allowed)`, the answer of
-  // the failure policy's decision); false when Redis is to be asked.
-  template <class Out, class Decided>
-  bool answeredWithoutRedis(std::int64_t permits, const KeyedPolicy* config, std::int64_t rate, milliseconds interval,
-                            const std::function<void(Out, std::exception_ptr)>& done, Decided decided) {
-    try {
-      checkPermitsFor(permits, config);
-    } catch (...) {
-      done(Out{}, std::current_exception());
-      return true;
-    }
-    return gate_.answerWithoutRedis(
-        permits, rate, interval, [&](bool allowed) { done(decided(allowed), nullptr); },
-        [&](const std::exception_ptr& e) { done(Out{}, e); });
+  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const {
+    HeldPermits out;
+    out.decision = byPolicy(permits, allowed).decision;
+    return out;
   }
+  ScriptRequest reserveRequest(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
+                               const KeyedPolicy* config);
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
-  SteadyTime callDeadline() const { return deadlineAfter<Steady>(Steady::now(), callBound_); }
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait,
                                     const std::shared_ptr<const KeyedPolicy>& policy) const;
   // The handle's configuration, or null when it has none (one lock, only for handles with one).
@@ -248,8 +261,6 @@ class ScriptLimiter::Core : public std::enable_shared_from_this<ScriptLimiter::C
                       policy->maxPermits, permits));
     }
   }
-
-  static constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
 
   std::shared_ptr<Client> client_;
   std::string name_;
@@ -306,242 +317,75 @@ std::vector<std::string> ScriptLimiter::Core::takeArgs(std::int64_t permits, mic
 Reservation ScriptLimiter::Core::take(std::int64_t permits, microseconds maxWait) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
   checkPermitsFor(permits, config.get());
-  if (client_->onIoThread()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: a sync decision from a completion callback would wait "
-                    "for the thread that runs it; use decideAsync there",
-                    name_));
-  }
-  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
-    gate_.throwUnavailable();
-  }
-  std::vector<std::string> args = takeArgs(permits, maxWait, config);
-  const std::int64_t started = gate_.callStart();
-  gate_.monitor().roundTrip();
-  try {
-    Reply reply;
-    try {
-      if (batcher_) {
-        reply = batcher_->take(OneKeyCall{name_, script_, std::move(args), callDeadline(), nullptr});
-      } else {
-        const std::vector<std::string_view> argViews(args.begin(), args.end());
-        const std::vector<std::string_view> keys{name_};
-        reply = eval(*client_, script_, keys, argViews, callDeadline());
-      }
-    } catch (const ScriptError&) {
-      std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
-    }
-    Reservation out = parse(this, name_, kind_[0], reply, permits);
-    gate_.answered(started);
-    return out;
-  } catch (const Error&) {
-    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) return byPolicy(permits, *d);
-    throw;
-  }
+  // A resent take may count twice, never grant twice (docs/failure-modes.md).
+  return run(
+      decision(permits), "decide", request(takeArgs(permits, maxWait, config), {}, true),
+      [&](const Reply& r) { return parse(this, name_, kind_[0], r, permits); },
+      [&](bool allowed) { return byPolicy(permits, allowed); });
 }
 
 void ScriptLimiter::Core::takeAsync(std::int64_t permits, microseconds maxWait, ReservationCallback done) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
-  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (answeredWithoutRedis<Reservation>(permits, config.get(), rate, interval, done,
-                                        [&](bool allowed) { return byPolicy(permits, allowed); })) {
+  try {
+    checkPermitsFor(permits, config.get());
+  } catch (...) {
+    done(Reservation{}, std::current_exception());
     return;
   }
-  std::vector<std::string> args = takeArgs(permits, maxWait, config);
-  const std::int64_t started = gate_.callStart();
-  gate_.monitor().roundTrip();
-  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter
-  // (and through it the Client and its I/O thread) alive.
-  ReplyCallback completion = [weak = weak_from_this(), name = name_, kind = kind_[0], permits, rate, interval, started,
-                              done = std::move(done)](const Reply& reply, std::exception_ptr error) {
-    const std::shared_ptr<Core> self = weak.lock();
-    Reservation out;
-    if (!error) {
-      try {
-        out = parse(self.get(), name, kind, reply, permits);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    } else {
-      error = scriptError(std::move(error), name, kind);
-    }
-    FailureGate::finish(
-        self ? &self->gate_ : nullptr, error, started, permits, rate, interval, [&] { done(out, nullptr); },
-        [&](bool allowed) { done(self->byPolicy(permits, allowed), nullptr); },
-        [&](const std::exception_ptr& e) { done(Reservation{}, e); });
-  };
-  if (batcher_) {
-    batcher_->takeAsync(OneKeyCall{name_, script_, std::move(args), callDeadline(), std::move(completion)});
-    return;
-  }
-  const std::vector<std::string_view> argViews(args.begin(), args.end());
-  const std::vector<std::string_view> keys{name_};
-  evalAsync(*client_, script_, keys, argViews, std::move(completion), callDeadline());
+  runAsync<Reservation>(
+      decision(permits), request(takeArgs(permits, maxWait, config), {}, true),
+      [name = name_, kind = kind_[0], permits](Core* self, const Reply& r) {
+        return parse(self, name, kind, r, permits);
+      },
+      [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
 }
 
-Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+Reply ScriptLimiter::Core::call(std::string_view op, const std::vector<std::string>& args, LimiterCall::Resend resend,
                                 const std::string* recordKey) {
-  std::vector<std::string_view> argViews{op, "", kind_};
-  argViews.insert(argViews.end(), args.begin(), args.end());
-  std::vector<std::string_view> keys{name_};
-  if (recordKey != nullptr) keys.emplace_back(*recordKey);
-  const SteadyTime deadline = callDeadline();
-  for (int tries = 1;; ++tries) {
-    try {
-      const SteadyTime tryDeadline =
-          std::min(deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
-      return eval(*client_, script_, keys, argViews, tryDeadline);
-    } catch (const ScriptError&) {
-      std::rethrow_exception(scriptError(std::current_exception(), name_, kind_[0]));
-    } catch (const ClosedError&) {
-      if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
-    }
-  }
+  std::vector<std::string> argv{std::string(op), "", kind_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(
+      LimiterCall::plain(callBound_, resend), op, request(std::move(argv), recordKey != nullptr ? *recordKey : ""),
+      [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
 }
 
-namespace {
-// One asynchronous script call and what a resend needs (kept alive by its completion).
-struct AsyncCall {
-  std::string op;
-  std::vector<std::string> args;
-  std::string recordKey;
-  bool resendIfClosed = false;
-  SteadyTime deadline;
-  int tries = 0;
-  ReplyCallback done;
-};
-}  // namespace
+HeldPermits ScriptLimiter::Core::held(Core* self, const std::string& name, const Reply& r, std::int64_t permits) {
+  HeldPermits out;
+  out.repeated = parseReserveRepeated(name, r);
+  out.decision = fromReply(self, parseDecisionReply(r, DecisionForm::Array, name, kReserveReplySize), permits).decision;
+  return out;
+}
 
-void ScriptLimiter::Core::callAsync(std::string op, std::vector<std::string> args, bool resendIfClosed,
-                                    std::string recordKey, ReplyCallback done) {
-  auto c = std::make_shared<AsyncCall>();
-  c->op = std::move(op);
-  c->args = std::move(args);
-  c->recordKey = std::move(recordKey);
-  c->resendIfClosed = resendIfClosed;
-  c->deadline = callDeadline();
-  c->done = std::move(done);
-  // Each try: the request is formatted before evalAsync returns; `c` lives in the completion. The
-  // completion holds the handle weakly: a request in flight must not keep a dropped limiter alive
-  // (a resend needs it, and is not made without it).
-  struct Send {
-    static void run(Core& core, const std::shared_ptr<AsyncCall>& c) {
-      ++c->tries;
-      std::vector<std::string_view> argViews{c->op, "", core.kind_};
-      argViews.insert(argViews.end(), c->args.begin(), c->args.end());
-      std::vector<std::string_view> keys{core.name_};
-      if (!c->recordKey.empty()) keys.emplace_back(c->recordKey);
-      const SteadyTime tryDeadline = std::min(
-          c->deadline, deadlineAfter<Steady>(Steady::now(), core.client_->options().connection.commandTimeout));
-      evalAsync(
-          *core.client_, core.script_, keys, argViews,
-          [weak = core.weak_from_this(), name = core.name_, kind = core.kind_[0], c](const Reply& reply,
-                                                                                     std::exception_ptr error) {
-            if (!error) {
-              c->done(reply, nullptr);
-              return;
-            }
-            if (c->resendIfClosed && c->tries < kMaxTries && Steady::now() < c->deadline &&
-                detail::closedConnection(error)) {
-              if (const std::shared_ptr<Core> self = weak.lock()) {
-                run(*self, c);
-                return;
-              }
-            }
-            c->done(Reply{}, scriptError(std::move(error), name, kind));
-          },
-          tryDeadline);
-    }
-  };
-  Send::run(*this, c);
+ScriptRequest ScriptLimiter::Core::reserveRequest(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
+                                                  const KeyedPolicy* config) {
+  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
+  std::vector<std::string> argv{"reserve", "", kind_, fmt::to_string(permits), fmt::to_string(recordTtl.count())};
+  if (config != nullptr) argv.push_back(config->packed);
+  return request(std::move(argv), std::move(recordKey));
 }
 
 void ScriptLimiter::Core::holdAsync(std::int64_t permits, std::string recordKey, milliseconds recordTtl,
                                     std::function<void(HeldPermits, std::exception_ptr)> done) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
-  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (answeredWithoutRedis<HeldPermits>(permits, config.get(), rate, interval, done, [&](bool allowed) {
-        HeldPermits out;
-        out.decision = byPolicy(permits, allowed).decision;
-        return out;
-      })) {
+  try {
+    checkPermitsFor(permits, config.get());
+  } catch (...) {
+    done(HeldPermits{}, std::current_exception());
     return;
   }
-  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
-  if (config) args.push_back(config->packed);
-  const std::int64_t started = gate_.callStart();
-  gate_.monitor().roundTrip();
-  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
-  callAsync("reserve", std::move(args), true, std::move(recordKey),
-            [weak = weak_from_this(), name = name_, permits, rate, interval, started, done = std::move(done)](
-                const Reply& reply, std::exception_ptr error) {
-              const std::shared_ptr<Core> self = weak.lock();
-              HeldPermits out;
-              if (!error) {
-                try {
-                  out.repeated = parseReserveRepeated(name, reply);
-                  out.decision =
-                      fromReply(self.get(), parseDecisionReply(reply, DecisionForm::Array, name, kReserveReplySize),
-                                permits)
-                          .decision;
-                } catch (...) {
-                  error = std::current_exception();
-                }
-              }
-              FailureGate::finish(
-                  self ? &self->gate_ : nullptr, error, started, permits, rate, interval, [&] { done(out, nullptr); },
-                  [&](bool allowed) {
-                    HeldPermits decided;
-                    decided.decision = self->byPolicy(permits, allowed).decision;
-                    done(decided, nullptr);
-                  },
-                  [&](const std::exception_ptr& e) { done(HeldPermits{}, e); });
-            });
+  runAsync<HeldPermits>(
+      decision(permits), reserveRequest(permits, std::move(recordKey), recordTtl, config.get()),
+      [name = name_, permits](Core* self, const Reply& r) { return held(self, name, r, permits); },
+      [permits](Core& self, bool allowed) { return self.heldByPolicy(permits, allowed); }, std::move(done));
 }
 
 HeldPermits ScriptLimiter::Core::hold(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
   checkPermitsFor(permits, config.get());
-  if (client_->onIoThread()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: a sync reserveFor from a completion callback would wait "
-                    "for the thread that runs it",
-                    name_));
-  }
-  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  HeldPermits out;
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) {
-      out.decision = byPolicy(permits, *d).decision;
-      return out;
-    }
-    gate_.throwUnavailable();
-  }
-  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
-  if (config) args.push_back(config->packed);
-  const std::int64_t started = gate_.callStart();
-  gate_.monitor().roundTrip();
-  try {
-    // Sent again if the connection closed under it: the record makes a resend take nothing twice.
-    const Reply reply = call("reserve", args, true, &recordKey);
-    out.repeated = parseReserveRepeated(name_, reply);
-    out.decision =
-        fromReply(this, parseDecisionReply(reply, DecisionForm::Array, name_, kReserveReplySize), permits).decision;
-    gate_.answered(started);
-    return out;
-  } catch (const Error&) {
-    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) {
-      out.decision = byPolicy(permits, *d).decision;
-      return out;
-    }
-    throw;
-  }
+  return run(
+      decision(permits), "reserveFor", reserveRequest(permits, recordKey, recordTtl, config.get()),
+      [&](const Reply& r) { return held(this, name_, r, permits); },
+      [&](bool allowed) { return heldByPolicy(permits, allowed); });
 }
 
 // --- The handle -------------------------------------------------------------------------------
@@ -602,7 +446,9 @@ Decision ScriptLimiter::peek(std::int64_t permits) {
   core_->checkPermitsFor(permits, config.get());
   std::vector<std::string> args{fmt::to_string(permits)};
   if (config) args.insert(args.end(), {"0", config->packed});  // the configuration at ARGV[6], as take's
-  return Core::parse(core_.get(), core_->name_, core_->kind_[0], core_->call("peek", args, true), permits).decision;
+  return Core::parse(core_.get(), core_->name_, core_->kind_[0],
+                     core_->call("peek", args, LimiterCall::Resend::IfClosed), permits)
+      .decision;
 }
 
 void ScriptLimiter::refund(std::int64_t permits) {
@@ -617,7 +463,8 @@ void ScriptLimiter::giveBack(std::int64_t permits) {
   if (permits == 0) return;
   std::vector<std::string> args{fmt::to_string(permits)};
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.insert(args.end(), {"0", config->packed});
-  (void)core_->call("refund", args, false);
+  // Never resent: a refund that went through and was sent again would give the permits back twice.
+  (void)core_->call("refund", args, LimiterCall::Resend::Never);
 }
 
 std::string ScriptLimiter::reservationKey(const std::string& id) const {
@@ -642,7 +489,8 @@ Settlement ScriptLimiter::settle(const std::string& id, std::int64_t actual) {
   std::vector<std::string> args{fmt::to_string(actual), "0"};
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.push_back(config->packed);
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  return parseSettlement(core_->name_, core_->call("settle", args, true, &recordKey), monitor());
+  return parseSettlement(core_->name_, core_->call("settle", args, LimiterCall::Resend::IfClosed, &recordKey),
+                         monitor());
 }
 
 void ScriptLimiter::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
@@ -691,19 +539,15 @@ void ScriptLimiter::settleAsync(const std::string& id, std::int64_t actual, Sett
   std::vector<std::string> args{fmt::to_string(actual), "0"};
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) args.push_back(config->packed);
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  core_->callAsync(
-      "settle", std::move(args), true, std::move(recordKey),
-      [name = core_->name_, monitor = monitor(), done = std::move(done)](const Reply& reply, std::exception_ptr error) {
-        Settlement out;
-        if (!error) {
-          try {
-            out = parseSettlement(name, reply, monitor);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        }
-        done(out, std::move(error));
-      });
+  std::vector<std::string> argv{"settle", "", core_->kind_, fmt::to_string(actual), "0"};
+  if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) argv.push_back(config->packed);
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  core_->runAsync<Settlement>(
+      LimiterCall::plain(core_->callBound_), core_->request(std::move(argv), std::move(recordKey)),
+      [name = core_->name_, monitor = monitor()](Core*, const Reply& reply) {
+        return parseSettlement(name, reply, monitor);
+      },
+      [](Core&, bool) { return Settlement{}; }, std::move(done));
 }
 
 std::future<Settlement> ScriptLimiter::settleAsync(const std::string& id, std::int64_t actual) {
@@ -794,7 +638,7 @@ bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string
   std::vector<std::string> args{onlyIfAbsent ? "try" : "reset"};
   args.insert(args.end(), config.begin(), config.end());
   // 'reset' is safe to send twice; 'try' is not (a resend of a write that went through says false).
-  const Reply r = core_->call("set", args, !onlyIfAbsent);
+  const Reply r = core_->call("set", args, onlyIfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
   if (r.type != Reply::Type::Array || r.elements.size() != 4) {
     throw UnexpectedReplyError(fmt::format(
         "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
@@ -807,7 +651,8 @@ bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string
 void ScriptLimiter::writeConfigKeepingState(const std::vector<std::string>& config) {
   std::vector<std::string> args{"keep"};
   args.insert(args.end(), config.begin(), config.end());
-  const Reply r = core_->call("set", args, true);  // safe to send twice: the second changes nothing
+  const Reply r =
+      core_->call("set", args, LimiterCall::Resend::IfClosed);  // safe to send twice: the second changes nothing
   if (r.type != Reply::Type::Array || r.elements.size() != 4) {
     throw UnexpectedReplyError(fmt::format(
         "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
@@ -819,12 +664,12 @@ std::vector<std::int64_t> ScriptLimiter::readConfig() {
   Reply r;
   if (const std::shared_ptr<const KeyedPolicy> config = core_->policy()) {
     try {
-      r = core_->call("config", {}, true);
+      r = core_->call("config", {}, LimiterCall::Resend::IfClosed);
     } catch (const NotInitializedError&) {
       return config->fields;  // the key expired (or was never written): this handle's configuration
     }
   } else {
-    r = core_->call("config", {}, true);
+    r = core_->call("config", {}, LimiterCall::Resend::IfClosed);
   }
   if (r.type != Reply::Type::Array || r.elements.size() < 3) {
     throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array from the config operation, got {}",

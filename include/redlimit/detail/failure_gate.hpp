@@ -127,6 +127,8 @@ class FailureGate {
 
   [[nodiscard]] FailureStats stats() const;
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
+  /// The limiter's name, as its events give it.
+  [[nodiscard]] const std::string& limiter() const noexcept { return limiter_; }
   /// The limiter's clock: the gate's probe timing and the limiter's own retry sleeps read it.
   [[nodiscard]] const ClockView& clock() const noexcept { return clock_; }
   /// The limiter's metrics, shadow mode and event hooks.

@@ -60,8 +60,10 @@ struct KeyedPolicy {
 /// options decides instead what an unreachable Redis means, as for RateLimiter; the other calls
 /// (peek, refund, configuration, deleteLimiter) throw the IoError.
 ///
-/// A deciding call whose connection closes before its reply came is not sent again (it may have
-/// taken permits, and a resend would take them twice): it is an outage for the failure policy.
+/// A call whose connection closes before its reply came is sent again within its deadline (three
+/// tries at most) before the failure policy hears of it: a resent take may count twice, never
+/// grant twice; refund and trySetConfig are not sent again (docs/failure-modes.md, "A connection
+/// closed under a call").
 ///
 /// Where the configuration lives. A handle made WITHOUT a configuration (the Redisson way) uses
 /// the one stored in the key, written by trySetConfig or setConfig here or anywhere else: a key

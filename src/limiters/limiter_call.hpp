@@ -1,0 +1,275 @@
+// redlimit — the protocol of one limiter call, without I/O (as the transport's pipeline keeps a
+// connection's, and Boost.Redis's exec_fsm a request's): the failure gate before sending, the
+// call's deadline, the one resend rule, the gate's reading of the outcome and the round-trip
+// metric. Events go in (start, a reply, an error); actions come out (send, answer, the failure
+// policy's decision, fail). runSync and runAsync are the thin drivers every limiter call goes
+// through; tests drive the machine itself on a ManualClock.
+//
+// The resend rule (docs/failure-modes.md, "A connection closed under a call"): a connection that
+// closes under a call (ClosedError) is not by itself an outage. The call is sent again, at most
+// kMaxTries times in all and only while its deadline allows; only then does the error reach the
+// failure gate. An operation that may already have been applied is resent only where that cannot
+// grant twice: reserve and settle carry their record's id (the second answers the first), a take
+// may count twice but grants only what the script grants on the try that answers. An operation
+// whose resend could give permits back twice or answer its own write wrongly (refund, the
+// set-if-absent configuration) is Resend::Never: its ClosedError reaches the caller.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "limiters/completion.hpp"
+#include "redlimit/client.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/reply.hpp"
+
+namespace redlimit::detail {
+
+class LimiterCall {
+ public:
+  /// Tries in all, for a server that closes every connection: not retried forever.
+  static constexpr int kMaxTries = 3;
+
+  /// A Decision passes the failure gate (an outage is decided by the failure policy, the outcome
+  /// reported to the gate, the round trip counted); a Plain call (peek, settle, configuration,
+  /// lease renewal) does not: its errors reach the caller.
+  enum class Guard { Decision, Plain };
+  /// Whether a call whose connection closed under it is sent again (see above).
+  enum class Resend { IfClosed, Never };
+
+  struct Params {
+    Guard guard = Guard::Plain;
+    Resend resend = Resend::IfClosed;
+    std::chrono::microseconds bound{0};  // the whole call, every try, ends within it
+    // For the failure policy's decision: the permits asked for, the last configuration seen.
+    std::int64_t permits = 1;
+    std::int64_t rate = 0;
+    std::chrono::milliseconds interval{0};
+  };
+
+  struct Action {
+    enum class Kind { Send, Answer, Decide, Fail };
+    Kind kind = Kind::Fail;
+    std::chrono::microseconds budget{0};  // Send: how long this try may take (to the call's deadline)
+    bool allowed = false;                 // Decide: the failure policy's answer
+    std::exception_ptr error;             // Fail: what the caller gets
+  };
+
+  LimiterCall(FailureGate& gate, const Params& params) : gate_(&gate), params_(params) {}
+
+  /// A Decision of `permits`, sent again after a closed connection; `rate`/`interval` as
+  /// FailureGate::decide takes them.
+  static Params decision(std::chrono::microseconds bound, std::int64_t permits, std::int64_t rate,
+                         std::chrono::milliseconds interval) {
+    return Params{Guard::Decision, Resend::IfClosed, bound, permits, rate, interval};
+  }
+  /// A Plain call.
+  static Params plain(std::chrono::microseconds bound, Resend resend = Resend::IfClosed) {
+    Params p;
+    p.resend = resend;
+    p.bound = bound;
+    return p;
+  }
+
+  /// The call begins: Send; or, for a Decision while the gate holds calls back, the policy's
+  /// Decide, or Fail with the gate's IoError (FailurePolicy::Throw).
+  Action start() {
+    if (params_.guard == Guard::Decision) {
+      if (!gate_->shouldTry()) {
+        if (const std::optional<bool> d = gate_->decide(params_.permits, params_.rate, params_.interval)) {
+          return decide(*d);
+        }
+        try {
+          gate_->throwUnavailable();
+        } catch (...) {
+          return fail(std::current_exception());
+        }
+      }
+    }
+    started_ = gate_->callStart();
+    deadline_ = saturatingAdd(started_, params_.bound.count());
+    return send();
+  }
+
+  /// The try answered and its reply was read: Answer (a Decision reports it to the gate).
+  Action replied() {
+    if (params_.guard == Guard::Decision) gate_->answered(started_);
+    Action a;
+    a.kind = Action::Kind::Answer;
+    return a;
+  }
+
+  /// The try failed with `error` (the limiter's error types), or its reply could not be read:
+  /// Send again after a closed connection while the rule allows; else a Decision's outcome as the
+  /// gate reads it (Decide under the policy, or Fail), a Plain call's Fail.
+  Action failed(std::exception_ptr error) {
+    if (params_.resend == Resend::IfClosed && tries_ < kMaxTries && gate_->clock().now().count() < deadline_ &&
+        closedConnection(error)) {
+      return send();
+    }
+    if (params_.guard == Guard::Decision) {
+      if (const std::optional<bool> d =
+              gate_->settle(error, started_, params_.permits, params_.rate, params_.interval)) {
+        return decide(*d);
+      }
+    }
+    return fail(std::move(error));
+  }
+
+  /// Tries sent so far.
+  [[nodiscard]] int tries() const noexcept { return tries_; }
+
+ private:
+  Action send() {
+    ++tries_;
+    if (params_.guard == Guard::Decision) gate_->monitor().roundTrip();  // a resend is another request
+    Action a;
+    a.kind = Action::Kind::Send;
+    a.budget = std::chrono::microseconds{std::max<std::int64_t>(deadline_ - gate_->clock().now().count(), 0)};
+    return a;
+  }
+  static Action decide(bool allowed) {
+    Action a;
+    a.kind = Action::Kind::Decide;
+    a.allowed = allowed;
+    return a;
+  }
+  static Action fail(std::exception_ptr error) {
+    Action a;
+    a.error = std::move(error);
+    return a;
+  }
+
+  FailureGate* gate_;
+  Params params_;
+  std::int64_t started_ = 0;   // µs, the gate's clock
+  std::int64_t deadline_ = 0;  // µs, the gate's clock
+  int tries_ = 0;
+};
+
+/// The steady-clock deadline of a try given `budget`.
+inline std::chrono::steady_clock::time_point tryDeadline(std::chrono::microseconds budget) {
+  return deadlineAfter<std::chrono::steady_clock>(std::chrono::steady_clock::now(), budget);
+}
+
+/// One call, waiting for its outcome on this thread. `send(deadline)` sends one try and returns
+/// its reply, throwing its error as the limiter's types; `parse(reply)` reads the answer (may
+/// throw); `byPolicy(allowed)` is the failure policy's answer. A Decision refuses to wait on the
+/// Client's I/O thread (it would wait for itself): InvalidArgument naming `what`.
+template <class Send, class Parse, class ByPolicy>
+auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& params, std::string_view what, Send&& send,
+             Parse&& parse, ByPolicy&& byPolicy) -> decltype(parse(std::declval<const Reply&>())) {
+  if (params.guard == LimiterCall::Guard::Decision && client.onIoThread()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a sync {} from a completion callback would wait for the thread that runs "
+                    "it; use {}Async there",
+                    gate.limiter(), what, what));
+  }
+  LimiterCall call(gate, params);
+  for (LimiterCall::Action a = call.start();;) {
+    switch (a.kind) {
+      case LimiterCall::Action::Kind::Send:
+        try {
+          auto out = parse(send(tryDeadline(a.budget)));
+          (void)call.replied();
+          return out;
+        } catch (const Error&) {
+          a = call.failed(std::current_exception());
+        }
+        break;
+      case LimiterCall::Action::Kind::Decide:
+        return byPolicy(a.allowed);
+      case LimiterCall::Action::Kind::Answer:  // never the answer of start() or failed()
+      case LimiterCall::Action::Kind::Fail:
+        std::rethrow_exception(a.error);
+    }
+  }
+}
+
+/// One call reporting through `done`, once: on this thread when it is decided without sending,
+/// else on the I/O thread. `owner` (the limiter's core, with its FailureGate gate_) is held weakly
+/// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
+/// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion)`
+/// sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
+/// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `done` that throws is
+/// reported (Event::Kind::CallbackThrew) and affects nothing else.
+template <class Out, class Owner, class Send, class MapError, class Parse, class ByPolicy>
+void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, Send send, MapError mapError,
+              Parse parse, ByPolicy byPolicy, std::function<void(Out, std::exception_ptr)> done) {
+  struct State {
+    std::weak_ptr<Owner> owner;
+    LimiterCall call;
+    Send send;
+    MapError mapError;
+    Parse parse;
+    ByPolicy byPolicy;
+    std::function<void(Out, std::exception_ptr)> done;
+    LimiterMonitor monitor;
+    std::string limiter;
+
+    void deliver(Out out, std::exception_ptr error) noexcept {
+      try {
+        done(std::move(out), std::move(error));
+      } catch (...) {
+        reportCallbackThrew(monitor, limiter, std::current_exception());
+      }
+    }
+    static void act(const std::shared_ptr<State>& s, Owner& self, LimiterCall::Action a) {
+      switch (a.kind) {
+        case LimiterCall::Action::Kind::Send:
+          s->send(self, tryDeadline(a.budget),
+                  [s](const Reply& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+          return;
+        case LimiterCall::Action::Kind::Decide:
+          s->deliver(s->byPolicy(self, a.allowed), nullptr);
+          return;
+        case LimiterCall::Action::Kind::Answer:
+        case LimiterCall::Action::Kind::Fail:
+          s->deliver(Out{}, std::move(a.error));
+          return;
+      }
+    }
+    static void completed(const std::shared_ptr<State>& s, const Reply& reply, std::exception_ptr error) {
+      const std::shared_ptr<Owner> self = s->owner.lock();
+      Out out{};
+      if (error) {
+        error = s->mapError(std::move(error));
+      } else {
+        try {
+          out = s->parse(self.get(), reply);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      if (!self) {  // dropped: no gate to report to, nothing sent again
+        s->deliver(error ? Out{} : std::move(out), error);
+        return;
+      }
+      if (!error) {
+        (void)s->call.replied();
+        s->deliver(std::move(out), nullptr);
+        return;
+      }
+      act(s, *self, s->call.failed(std::move(error)));
+    }
+  };
+  FailureGate& gate = owner->gate_;
+  auto s = std::make_shared<State>(State{owner, LimiterCall(gate, params), std::move(send), std::move(mapError),
+                                         std::move(parse), std::move(byPolicy), std::move(done), gate.monitor(),
+                                         gate.limiter()});
+  State::act(s, *owner, s->call.start());
+}
+
+}  // namespace redlimit::detail

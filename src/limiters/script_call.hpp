@@ -1,0 +1,83 @@
+// redlimit — a limiter's script call through the call protocol (limiter_call.hpp): what one try
+// sends (the script, its keys and ARGV, through the Client's coalescing of takes or not) and the
+// drivers that send it, written once for every limiter that calls a script.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "limiters/limiter_call.hpp"
+#include "limiters/one_key_batcher.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
+
+namespace redlimit::detail {
+
+/// One script call, as every try sends it.
+struct ScriptRequest {
+  const Script* script = nullptr;  // lives as long as the limiter (a resend needs the limiter)
+  std::vector<std::string> keys;
+  std::vector<std::string> argv;
+  OneKeyBatcher* batcher = nullptr;  // a one-key take through the Client's coalescing; null: alone
+
+  Reply send(Client& client, std::chrono::steady_clock::time_point deadline) const {
+    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), *script, argv, deadline, nullptr});
+    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(argv.begin(), argv.end());
+    return eval(client, *script, k, a, deadline);
+  }
+  void sendAsync(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
+    if (batcher != nullptr) {
+      batcher->takeAsync(OneKeyCall{keys.front(), *script, argv, deadline, std::move(done)});
+      return;
+    }
+    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(argv.begin(), argv.end());
+    evalAsync(client, *script, k, a, std::move(done), deadline);
+  }
+};
+
+/// The errors of a one-key script on `key` as the limiter's (oneKeyScriptError).
+struct OneKeyErrors {
+  std::string key;
+  char kind;
+  std::exception_ptr operator()(std::exception_ptr e) const { return oneKeyScriptError(std::move(e), key, kind); }
+};
+
+/// `r` through the protocol, waiting: `mapError(error)` makes a ScriptError the limiter's error,
+/// `parse(reply)` reads the answer, `byPolicy(allowed)` is the failure policy's. `what` names the
+/// call for the I/O-thread guard. `owner` has a Client client_ and a FailureGate gate_.
+template <class Owner, class MapError, class Parse, class ByPolicy>
+auto runScript(Owner& owner, const LimiterCall::Params& params, std::string_view what, const ScriptRequest& r,
+               MapError&& mapError, Parse&& parse, ByPolicy&& byPolicy) {
+  return runSync(
+      *owner.client_, owner.gate_, params, what,
+      [&](std::chrono::steady_clock::time_point deadline) {
+        try {
+          return r.send(*owner.client_, deadline);
+        } catch (const ScriptError&) {
+          std::rethrow_exception(mapError(std::current_exception()));
+        }
+      },
+      parse, byPolicy);
+}
+
+/// `r` through the protocol, reporting to `done` (runAsync): `parse(Owner*, reply)`,
+/// `byPolicy(Owner&, allowed)`.
+template <class Out, class Owner, class MapError, class Parse, class ByPolicy>
+void runScriptAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, ScriptRequest r,
+                    MapError mapError, Parse parse, ByPolicy byPolicy,
+                    std::function<void(Out, std::exception_ptr)> done) {
+  runAsync<Out>(
+      owner, params,
+      [r = std::move(r)](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback sent) {
+        r.sendAsync(*self.client_, deadline, std::move(sent));
+      },
+      std::move(mapError), std::move(parse), std::move(byPolicy), std::move(done));
+}
+
+}  // namespace redlimit::detail

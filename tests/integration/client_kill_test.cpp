@@ -1,0 +1,80 @@
+// The one resend rule (src/limiters/limiter_call.hpp): a connection closed under a call is not an
+// outage. CLIENT KILL TYPE normal, five times, under 8 threads deciding: no caller sees an error,
+// no limiter changes health, and no window grants more than its limit (a resent take may count
+// twice, never grant twice).
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "helpers.hpp"
+#include "redlimit/fixed_window_rate_limiter.hpp"
+#include "redlimit_test/fixture.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::milliseconds;
+
+namespace {
+
+class ClientKill : public RedisTest {
+ protected:
+  static constexpr std::int64_t kLimit = 1000;
+  static constexpr int kThreads = 8;
+  static constexpr int kPerThread = 300;  // 2 400 decisions on a limit of 1 000: grants and denials
+  static constexpr int kKills = 5;
+
+  struct Outcome {
+    std::int64_t granted = 0;
+    std::int64_t errors = 0;
+    int kills = 0;
+  };
+
+  // Runs `decide` kThreads x kPerThread times while the connections are killed kKills times, each
+  // kill after the callers made progress since the last (no sleeps: the kills land among calls).
+  Outcome underKills(const std::function<bool()>& decide) {
+    std::atomic<std::int64_t> granted{0}, errors{0}, done{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < kPerThread; ++i) {
+          try {
+            if (decide()) granted.fetch_add(1);
+          } catch (const std::exception&) {
+            errors.fetch_add(1);
+          }
+          done.fetch_add(1);
+        }
+      });
+    }
+    Outcome out;
+    const std::int64_t total = std::int64_t{kThreads} * kPerThread;
+    for (std::int64_t seen = 0; out.kills < kKills && done.load() < total; ++out.kills) {
+      while (done.load() < seen + 40 && done.load() < total) std::this_thread::yield();
+      (void)raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
+      seen = done.load();
+    }
+    for (std::thread& t : threads) t.join();
+    out.granted = granted.load();
+    out.errors = errors.load();
+    return out;
+  }
+
+  static void expectHealthy(const FailureStats& s) {
+    EXPECT_EQ(s.outages, 0u);
+    EXPECT_FALSE(s.degraded);
+    EXPECT_EQ(s.allowed + s.denied + s.thrown, 0u) << "nothing decided by the failure policy";
+  }
+};
+
+}  // namespace
+
+TEST_F(ClientKill, OneKeyTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
+  FixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
+  const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
+  EXPECT_GE(o.kills, 1);
+  EXPECT_EQ(o.errors, 0);
+  expectHealthy(limiter.failureStats());
+  EXPECT_LE(o.granted, kLimit);
+  EXPECT_GT(o.granted, 0);
+}

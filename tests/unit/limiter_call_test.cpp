@@ -1,0 +1,178 @@
+// One limiter call's protocol (the gate, the deadline, the resend rule, the policy's decision), on
+// a manual clock, without a server: the events a driver would feed it and the actions it answers.
+#include <chrono>
+#include <exception>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "limiters/limiter_call.hpp"
+#include "redlimit/clock.hpp"
+#include "redlimit/errors.hpp"
+
+using namespace redlimit;
+using detail::FailureGate;
+using detail::LimiterCall;
+using Kind = LimiterCall::Action::Kind;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+struct Fixture {
+  ManualClock clock{microseconds(5000000)};
+  std::vector<HealthEvent> events;
+  FailureGate gate;
+
+  explicit Fixture(FailurePolicy policy) : gate("calls", options(policy), ClockView(clock)) {}
+  FailureOptions options(FailurePolicy policy) {
+    FailureOptions o;
+    o.policy = policy;
+    o.probeInterval = milliseconds(100);
+    o.onHealthChange = [this](const HealthEvent& e) { events.push_back(e); };
+    return o;
+  }
+  static LimiterCall::Params decision(LimiterCall::Resend resend = LimiterCall::Resend::IfClosed) {
+    LimiterCall::Params p;
+    p.guard = LimiterCall::Guard::Decision;
+    p.resend = resend;
+    p.bound = milliseconds(300);
+    return p;
+  }
+};
+
+std::exception_ptr closed() { return std::make_exception_ptr(ClosedError("connection closed")); }
+
+}  // namespace
+
+TEST(LimiterCall, AnsweredCallIsSentOnceAndLeavesTheGateHealthy) {
+  Fixture f(FailurePolicy::Throw);
+  LimiterCall call(f.gate, Fixture::decision());
+  const LimiterCall::Action a = call.start();
+  ASSERT_EQ(a.kind, Kind::Send);
+  EXPECT_EQ(a.budget, milliseconds(300));
+  EXPECT_EQ(call.replied().kind, Kind::Answer);
+  EXPECT_EQ(call.tries(), 1);
+  EXPECT_TRUE(f.events.empty());
+}
+
+TEST(LimiterCall, ClosedConnectionIsResentWithinTheDeadline) {
+  Fixture f(FailurePolicy::Allow);
+  LimiterCall call(f.gate, Fixture::decision());
+  ASSERT_EQ(call.start().kind, Kind::Send);
+  f.clock.advance(milliseconds(100));
+  const LimiterCall::Action again = call.failed(closed());
+  ASSERT_EQ(again.kind, Kind::Send);
+  EXPECT_EQ(again.budget, milliseconds(200));  // what is left of the call's deadline
+  EXPECT_EQ(call.replied().kind, Kind::Answer);
+  EXPECT_EQ(call.tries(), 2);
+  // Not an outage: nothing decided by the policy, no health event, the gate still sends.
+  EXPECT_TRUE(f.events.empty());
+  EXPECT_EQ(f.gate.stats().outages, 0u);
+  EXPECT_EQ(f.gate.stats().allowed, 0u);
+  EXPECT_TRUE(f.gate.shouldTry());
+}
+
+TEST(LimiterCall, ClosedConnectionIsNotResentPastTheDeadline) {
+  Fixture f(FailurePolicy::Deny);
+  LimiterCall call(f.gate, Fixture::decision());
+  ASSERT_EQ(call.start().kind, Kind::Send);
+  f.clock.advance(milliseconds(300));
+  const LimiterCall::Action a = call.failed(closed());
+  ASSERT_EQ(a.kind, Kind::Decide);  // now it is an outage, decided by the policy
+  EXPECT_FALSE(a.allowed);
+  EXPECT_EQ(call.tries(), 1);
+  EXPECT_TRUE(f.gate.stats().degraded);
+}
+
+TEST(LimiterCall, ClosedConnectionIsSentAtMostMaxTriesTimes) {
+  Fixture f(FailurePolicy::Throw);
+  LimiterCall call(f.gate, Fixture::decision());
+  ASSERT_EQ(call.start().kind, Kind::Send);
+  for (int i = 1; i < LimiterCall::kMaxTries; ++i) ASSERT_EQ(call.failed(closed()).kind, Kind::Send);
+  const LimiterCall::Action a = call.failed(closed());
+  ASSERT_EQ(a.kind, Kind::Fail);
+  EXPECT_EQ(call.tries(), LimiterCall::kMaxTries);
+  EXPECT_THROW(std::rethrow_exception(a.error), ClosedError);
+  ASSERT_EQ(f.events.size(), 1u);
+  EXPECT_EQ(f.events[0].kind, HealthEvent::Kind::Degraded);
+}
+
+TEST(LimiterCall, NeverResentCallFailsAtTheFirstClosedConnection) {
+  Fixture f(FailurePolicy::Throw);
+  LimiterCall::Params p;
+  p.resend = LimiterCall::Resend::Never;
+  p.bound = milliseconds(300);
+  LimiterCall call(f.gate, p);
+  ASSERT_EQ(call.start().kind, Kind::Send);
+  const LimiterCall::Action a = call.failed(closed());
+  ASSERT_EQ(a.kind, Kind::Fail);
+  EXPECT_THROW(std::rethrow_exception(a.error), ClosedError);
+  EXPECT_TRUE(f.events.empty());  // a plain call does not report to the gate
+}
+
+TEST(LimiterCall, OtherErrorsAreNotResent) {
+  Fixture f(FailurePolicy::Allow);
+  LimiterCall call(f.gate, Fixture::decision());
+  ASSERT_EQ(call.start().kind, Kind::Send);
+  const LimiterCall::Action a = call.failed(std::make_exception_ptr(TimeoutError("no reply in time")));
+  ASSERT_EQ(a.kind, Kind::Decide);
+  EXPECT_TRUE(a.allowed);
+  EXPECT_EQ(call.tries(), 1);
+}
+
+TEST(LimiterCall, OutageUnderAllowIsDecidedByThePolicy) {
+  Fixture f(FailurePolicy::Allow);
+  {
+    LimiterCall call(f.gate, Fixture::decision());
+    ASSERT_EQ(call.start().kind, Kind::Send);
+    const LimiterCall::Action a = call.failed(std::make_exception_ptr(IoError("refused")));
+    ASSERT_EQ(a.kind, Kind::Decide);
+    EXPECT_TRUE(a.allowed);
+  }
+  // Degraded: the next call is decided without sending, until the probe interval passed.
+  LimiterCall held(f.gate, Fixture::decision());
+  const LimiterCall::Action a = held.start();
+  ASSERT_EQ(a.kind, Kind::Decide);
+  EXPECT_TRUE(a.allowed);
+  EXPECT_EQ(held.tries(), 0);
+  EXPECT_EQ(f.gate.stats().allowed, 2u);
+  f.clock.advance(milliseconds(100));
+  LimiterCall probe(f.gate, Fixture::decision());
+  ASSERT_EQ(probe.start().kind, Kind::Send);
+  EXPECT_EQ(probe.replied().kind, Kind::Answer);
+  ASSERT_EQ(f.events.size(), 2u);
+  EXPECT_EQ(f.events[1].kind, HealthEvent::Kind::Recovered);
+}
+
+TEST(LimiterCall, OutageUnderThrowFailsWithTheGatesErrorWithoutSending) {
+  Fixture f(FailurePolicy::Throw);
+  f.gate.failed(IoError("refused"), f.clock.now().count());
+  LimiterCall call(f.gate, Fixture::decision());
+  const LimiterCall::Action a = call.start();
+  ASSERT_EQ(a.kind, Kind::Fail);
+  EXPECT_EQ(call.tries(), 0);
+  EXPECT_THROW(std::rethrow_exception(a.error), IoError);
+}
+
+TEST(LimiterCall, AnswerFromRedisThatIsAnErrorReachesTheCallerUnderEveryPolicy) {
+  Fixture f(FailurePolicy::Allow);
+  LimiterCall call(f.gate, Fixture::decision());
+  ASSERT_EQ(call.start().kind, Kind::Send);
+  const LimiterCall::Action a = call.failed(std::make_exception_ptr(InvalidArgument("permits above the burst")));
+  ASSERT_EQ(a.kind, Kind::Fail);
+  EXPECT_THROW(std::rethrow_exception(a.error), InvalidArgument);
+  EXPECT_FALSE(f.gate.stats().degraded);
+}
+
+TEST(LimiterCall, PlainCallIgnoresTheGate) {
+  Fixture f(FailurePolicy::Deny);
+  f.gate.failed(IoError("refused"), f.clock.now().count());
+  LimiterCall::Params p;
+  p.bound = milliseconds(300);
+  LimiterCall call(f.gate, p);
+  ASSERT_EQ(call.start().kind, Kind::Send);  // sent although the gate holds decisions back
+  const LimiterCall::Action a = call.failed(std::make_exception_ptr(IoError("refused")));
+  ASSERT_EQ(a.kind, Kind::Fail);  // not decided by the policy
+  EXPECT_EQ(f.gate.stats().denied, 0u);
+}
