@@ -10,6 +10,7 @@
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/one_key_batcher.hpp"
+#include "limiters/script_call.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
@@ -69,55 +70,30 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
     return d;
   }
 
-  [[nodiscard]] std::optional<bool> policyDecide(std::int64_t permits) {
-    return gate_.decide(permits, policy_.localRate, milliseconds{policy_.localIntervalMs});
+  // A call of the script on `key` (and `recordKey`, KEYS[2], unless empty): ARGV op, now, kind,
+  // `a`, `b` and the configuration (ARGV[6]: the same position for every operation); a take
+  // through the Client's coalescing when `coalesce`.
+  ScriptRequest request(std::string_view op, std::string_view key, std::string a, std::string b,
+                        std::string recordKey = {}, bool coalesce = false) {
+    ScriptRequest r{&script_,
+                    {std::string(key)},
+                    {std::string(op), "", kind_, std::move(a), std::move(b), policy_.packed},
+                    coalesce ? batcher_.get() : nullptr};
+    if (!recordKey.empty()) r.keys.push_back(std::move(recordKey));
+    return r;
   }
-
-  // The script's arguments for `op` ("take" or "peek") of `permits`; `digits` holds the number.
-  std::vector<std::string_view> args(std::string_view op, const fmt::format_int& digits) const {
-    // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
-    return {op, "", kind_, std::string_view(digits.data(), digits.size()), "0", policy_.packed};
+  LimiterCall::Params decision(std::int64_t permits) const {
+    return LimiterCall::decision(callBound_, permits, policy_.localRate, milliseconds{policy_.localIntervalMs});
   }
 
   Decision take(std::string_view key, std::int64_t permits) {
     check(key, permits);
-    if (client_->onIoThread()) {
-      throw InvalidArgument(fmt::format(
-          "redlimit: {}: a sync decision from a completion callback would wait for the thread that runs it; "
-          "use decideAsync there",
-          name_));
-    }
-    if (!gate_.shouldTry()) {
-      if (auto d = policyDecide(permits)) return byPolicy(permits, *d);
-      gate_.throwUnavailable();
-    }
-    const fmt::format_int digits(permits);
-    const std::vector<std::string_view> keys{key};
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    try {
-      Reply reply;
-      try {
-        const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
-        if (batcher_) {
-          const std::vector<std::string_view> a = args("take", digits);
-          reply = batcher_->take(OneKeyCall{std::string(key), script_, {a.begin(), a.end()}, deadline, nullptr});
-        } else {
-          reply = eval(*client_, script_, keys, args("take", digits), deadline);
-        }
-      } catch (const ScriptError&) {
-        std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
-      }
-      Decision d = parseDecision(std::string(key), kind_[0], reply, permits);
-      gate_.answered(started);
-      return d;
-    } catch (const Error&) {
-      if (auto d = gate_.settle(std::current_exception(), started, permits, policy_.localRate,
-                                milliseconds{policy_.localIntervalMs})) {
-        return byPolicy(permits, *d);
-      }
-      throw;
-    }
+    // A resent take may count twice, never grant twice (docs/failure-modes.md).
+    return runScript(
+        *this, decision(permits), "decide", request("take", key, fmt::to_string(permits), "0", {}, true),
+        OneKeyErrors{std::string(key), kind_[0]},
+        [&](const Reply& r) { return parseDecision(std::string(key), kind_[0], r, permits); },
+        [&](bool allowed) { return byPolicy(permits, allowed); });
   }
 
   void takeAsync(std::string_view key, std::int64_t permits, DecisionCallback done) {
@@ -127,112 +103,47 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       done(Decision{}, std::current_exception());
       return;
     }
-    if (gate_.answerWithoutRedis(
-            permits, policy_.localRate, milliseconds{policy_.localIntervalMs},
-            [&](bool allowed) { done(byPolicy(permits, allowed), nullptr); },
-            [&](const std::exception_ptr& e) { done(Decision{}, e); })) {
-      return;
-    }
-    const fmt::format_int digits(permits);
-    const std::vector<std::string_view> keys{key};
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    // The completion holds the policy weakly, as ScriptLimiter's does.
-    ReplyCallback completion = [weak = weak_from_this(), key = std::string(key), kind = kind_[0], permits, started,
-                                done = std::move(done)](const Reply& reply, std::exception_ptr error) {
-      const std::shared_ptr<Core> self = weak.lock();
-      Decision out;
-      if (!error) {
-        try {
-          out = parseDecision(key, kind, reply, permits);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      } else {
-        error = oneKeyScriptError(std::move(error), key, kind);
-      }
-      finish(
-          self, error, started, permits, [&] { done(out, nullptr); },
-          [&](bool allowed) { done(self->byPolicy(permits, allowed), nullptr); },
-          [&](const std::exception_ptr& e) { done(Decision{}, e); });
-    };
-    const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
-    if (batcher_) {
-      const std::vector<std::string_view> a = args("take", digits);
-      batcher_->takeAsync(OneKeyCall{std::string(key), script_, {a.begin(), a.end()}, deadline, std::move(completion)});
-      return;
-    }
-    evalAsync(*client_, script_, keys, args("take", digits), std::move(completion), deadline);
+    runScriptAsync<Decision>(
+        shared_from_this(), decision(permits), request("take", key, fmt::to_string(permits), "0", {}, true),
+        OneKeyErrors{std::string(key), kind_[0]},
+        [key = std::string(key), kind = kind_[0], permits](Core*, const Reply& r) {
+          return parseDecision(key, kind, r, permits);
+        },
+        [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
   }
 
   Decision peek(std::string_view key, std::int64_t permits) {
     check(key, permits);
-    const fmt::format_int digits(permits);
-    const std::vector<std::string_view> keys{key};
-    try {
-      return parseDecision(
-          std::string(key), kind_[0],
-          eval(*client_, script_, keys, args("peek", digits), deadlineAfter<Steady>(Steady::now(), callBound_)),
-          permits);
-    } catch (const ScriptError&) {
-      std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
-    }
+    // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
+    return runScript(
+        *this, LimiterCall::plain(callBound_), "peek", request("peek", key, fmt::to_string(permits), "0"),
+        OneKeyErrors{std::string(key), kind_[0]},
+        [&](const Reply& r) { return parseDecision(std::string(key), kind_[0], r, permits); },
+        [](bool) { return Decision{}; });
   }
 
-  // An unguarded script call of `op` on `key` and its reservation record `recordKey`: ARGV[4] and
-  // [5] are `a` and `b`, the configuration ARGV[6]. Sent again if the connection closed under it
-  // (reserve and settle are safe to send twice: the record says what was done).
-  Reply callWithRecord(std::string_view op, std::string_view key, const std::string& recordKey, const std::string& a,
-                       const std::string& b) {
-    const std::vector<std::string_view> argv{op, "", kind_, a, b, policy_.packed};
-    const std::vector<std::string_view> keys{key, recordKey};
-    const auto deadline = deadlineAfter<Steady>(Steady::now(), callBound_);
-    constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
-    for (int tries = 1;; ++tries) {
-      try {
-        const auto tryDeadline =
-            std::min(deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
-        return eval(*client_, script_, keys, argv, tryDeadline);
-      } catch (const ScriptError&) {
-        std::rethrow_exception(oneKeyScriptError(std::current_exception(), std::string(key), kind_[0]));
-      } catch (const ClosedError&) {
-        if (tries == kMaxTries || Steady::now() >= deadline) throw;
-      }
-    }
+  // A reserve's reply: take's nine values, then repeated.
+  static HeldPermits held(const std::string& key, const Reply& reply, std::int64_t permits) {
+    HeldPermits out;
+    out.repeated = parseReserveRepeated(key, reply);
+    out.decision = decisionOf(parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
+    return out;
+  }
+  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const {
+    HeldPermits out;
+    out.decision = byPolicy(permits, allowed);
+    return out;
   }
 
-  // callWithRecord without waiting: `done` gets the reply or the error once, on the I/O thread.
-  // Sent again (3 tries in all, as the sync call) if the connection closed under it, while the
-  // deadline allows; the completion holds the policy weakly, and a dropped policy's call is not
-  // sent again.
-  struct RecordCall {
-    std::string op, key, recordKey, a, b;
-  };
-  void callWithRecordAsync(RecordCall call, ReplyCallback done) {
-    sendWithRecord(std::make_shared<const RecordCall>(std::move(call)),
-                   deadlineAfter<Steady>(Steady::now(), callBound_), 1, std::move(done));
-  }
-
-  void sendWithRecord(std::shared_ptr<const RecordCall> call, Steady::time_point deadline, int tries,
-                      ReplyCallback done) {
-    const std::vector<std::string_view> argv{call->op, "", kind_, call->a, call->b, policy_.packed};
-    const std::vector<std::string_view> keys{call->key, call->recordKey};
-    const auto tryDeadline =
-        std::min(deadline, deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
-    evalAsync(
-        *client_, script_, keys, argv,
-        [weak = weak_from_this(), call, deadline, tries, kind = kind_[0], done = std::move(done)](
-            const Reply& reply, std::exception_ptr error) mutable {
-          constexpr int kMaxTries = 3;
-          if (error && closedConnection(error) && tries < kMaxTries && Steady::now() < deadline) {
-            if (const std::shared_ptr<Core> self = weak.lock()) {
-              self->sendWithRecord(std::move(call), deadline, tries + 1, std::move(done));
-              return;
-            }
-          }
-          done(reply, error ? oneKeyScriptError(std::move(error), call->key, kind) : nullptr);
-        },
-        tryDeadline);
+  // The reserve and settle calls are sent again if the connection closed under them: the record
+  // says what was done.
+  HeldPermits hold(std::string_view key, std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
+    check(key, permits);
+    return runScript(
+        *this, decision(permits), "reserveFor",
+        request("reserve", key, fmt::to_string(permits), fmt::to_string(recordTtl.count()), recordKey),
+        OneKeyErrors{std::string(key), kind_[0]}, [&](const Reply& r) { return held(std::string(key), r, permits); },
+        [&](bool allowed) { return heldByPolicy(permits, allowed); });
   }
 
   // hold() without waiting: `done` gets what hold() would return or throw, once.
@@ -244,85 +155,32 @@ class KeyedScriptLimiter::Core : public std::enable_shared_from_this<KeyedScript
       done(HeldPermits{}, std::current_exception());
       return;
     }
-    const auto byPolicyHeld = [&](bool allowed) {
-      HeldPermits out;
-      out.decision = byPolicy(permits, allowed);
-      done(out, nullptr);
-    };
-    if (gate_.answerWithoutRedis(permits, policy_.localRate, milliseconds{policy_.localIntervalMs}, byPolicyHeld,
-                                 [&](const std::exception_ptr& e) { done(HeldPermits{}, e); })) {
-      return;
-    }
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    callWithRecordAsync(RecordCall{"reserve", std::string(key), std::move(recordKey), fmt::to_string(permits),
-                                   fmt::to_string(recordTtl.count())},
-                        [weak = weak_from_this(), key = std::string(key), permits, started, done = std::move(done)](
-                            const Reply& reply, std::exception_ptr error) {
-                          const std::shared_ptr<Core> self = weak.lock();
-                          HeldPermits out;
-                          if (!error) {
-                            try {
-                              out.repeated = parseReserveRepeated(key, reply);
-                              out.decision = decisionOf(
-                                  parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
-                            } catch (...) {
-                              error = std::current_exception();
-                            }
-                          }
-                          finish(
-                              self, error, started, permits, [&] { done(out, nullptr); },
-                              [&](bool allowed) {
-                                HeldPermits decided;
-                                decided.decision = self->byPolicy(permits, allowed);
-                                done(decided, nullptr);
-                              },
-                              [&](const std::exception_ptr& e) { done(HeldPermits{}, e); });
-                        });
+    runScriptAsync<HeldPermits>(
+        shared_from_this(), decision(permits),
+        request("reserve", key, fmt::to_string(permits), fmt::to_string(recordTtl.count()), std::move(recordKey)),
+        OneKeyErrors{std::string(key), kind_[0]},
+        [key = std::string(key), permits](Core*, const Reply& r) { return held(key, r, permits); },
+        [permits](Core& self, bool allowed) { return self.heldByPolicy(permits, allowed); }, std::move(done));
   }
 
-  // FailureGate::finish with the policy's local rate, for a completion whose policy may have been
-  // dropped meanwhile (`self` null).
-  template <class Ok, class Decided, class Failed>
-  static void finish(const std::shared_ptr<Core>& self, const std::exception_ptr& error, std::int64_t started,
-                     std::int64_t permits, Ok&& ok, Decided&& decided, Failed&& failed) {
-    FailureGate::finish(self ? &self->gate_ : nullptr, error, started, permits, self ? self->policy_.localRate : 0,
-                        milliseconds{self ? self->policy_.localIntervalMs : 0}, std::forward<Ok>(ok),
-                        std::forward<Decided>(decided), std::forward<Failed>(failed));
+  Settlement settle(std::string_view key, const std::string& recordKey, std::int64_t actual) {
+    return runScript(
+        *this, LimiterCall::plain(callBound_), "settle", request("settle", key, fmt::to_string(actual), "0", recordKey),
+        OneKeyErrors{std::string(key), kind_[0]},
+        [&](const Reply& r) { return parseSettlement(std::string(key), r, gate_.monitor()); },
+        [](bool) { return Settlement{}; });
   }
 
-  HeldPermits hold(std::string_view key, std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) {
-    check(key, permits);
-    if (client_->onIoThread()) {
-      throw InvalidArgument(fmt::format(
-          "redlimit: {}: a sync reserveFor from a completion callback would wait for the thread that runs it", name_));
-    }
-    HeldPermits out;
-    if (!gate_.shouldTry()) {
-      if (auto d = policyDecide(permits)) {
-        out.decision = byPolicy(permits, *d);
-        return out;
-      }
-      gate_.throwUnavailable();
-    }
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    try {
-      const Reply reply =
-          callWithRecord("reserve", key, recordKey, fmt::to_string(permits), fmt::to_string(recordTtl.count()));
-      out.repeated = parseReserveRepeated(std::string(key), reply);
-      // A reserve reply is an array: take's nine values, then repeated.
-      out.decision = decisionOf(parseDecisionReply(reply, DecisionForm::Array, key, kReserveReplySize), permits);
-      gate_.answered(started);
-      return out;
-    } catch (const Error&) {
-      if (auto d = gate_.settle(std::current_exception(), started, permits, policy_.localRate,
-                                milliseconds{policy_.localIntervalMs})) {
-        out.decision = byPolicy(permits, *d);
-        return out;
-      }
-      throw;
-    }
+  void settleAsync(std::string_view key, std::string recordKey, std::int64_t actual,
+                   ScriptLimiter::SettleCallback done) {
+    runScriptAsync<Settlement>(
+        shared_from_this(), LimiterCall::plain(callBound_),
+        request("settle", key, fmt::to_string(actual), "0", std::move(recordKey)),
+        OneKeyErrors{std::string(key), kind_[0]},
+        [key = std::string(key), monitor = gate_.monitor()](Core*, const Reply& r) {
+          return parseSettlement(key, r, monitor);
+        },
+        [](Core&, bool) { return Settlement{}; }, std::move(done));
   }
 
   std::shared_ptr<Client> client_;
@@ -388,8 +246,8 @@ HeldPermits KeyedScriptLimiter::reserveFor(std::string_view key, std::int64_t pe
 Settlement KeyedScriptLimiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
   const std::string recordKey = reservationKey(key, id);
   checkActualPermits(actual);
-  return parseSettlement(std::string(key), core_->callWithRecord("settle", key, recordKey, fmt::to_string(actual), "0"),
-                         monitor());
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  return core_->settle(key, recordKey, actual);
 }
 
 Settlement KeyedScriptLimiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
@@ -435,20 +293,7 @@ void KeyedScriptLimiter::settleAsync(std::string_view key, const std::string& id
     return;
   }
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  core_->callWithRecordAsync(
-      Core::RecordCall{"settle", std::string(key), std::move(recordKey), fmt::to_string(actual), "0"},
-      [key = std::string(key), monitor = monitor(), done = std::move(done)](const Reply& reply,
-                                                                            std::exception_ptr error) {
-        Settlement out;
-        if (!error) {
-          try {
-            out = parseSettlement(key, reply, monitor);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        }
-        done(out, std::move(error));
-      });
+  core_->settleAsync(key, std::move(recordKey), actual, std::move(done));
 }
 
 std::future<Settlement> KeyedScriptLimiter::settleAsync(std::string_view key, const std::string& id,

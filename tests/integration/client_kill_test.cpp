@@ -9,6 +9,7 @@
 
 #include "helpers.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
+#include "redlimit/keyed_fixed_window_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -72,6 +73,17 @@ class ClientKill : public RedisTest {
 TEST_F(ClientKill, OneKeyTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
   FixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
+  EXPECT_GE(o.kills, 1);
+  EXPECT_EQ(o.errors, 0);
+  expectHealthy(limiter.failureStats());
+  EXPECT_LE(o.granted, kLimit);
+  EXPECT_GT(o.granted, 0);
+}
+
+TEST_F(ClientKill, KeyedTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
+  KeyedFixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
+  const std::string key = name("user");
+  const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(key); });
   EXPECT_GE(o.kills, 1);
   EXPECT_EQ(o.errors, 0);
   expectHealthy(limiter.failureStats());
