@@ -14,6 +14,7 @@
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/lease_id.hpp"
+#include "limiters/script_call.hpp"
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -101,26 +102,35 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   Outcome take(std::int64_t permits, microseconds maxWait);
   void takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done);
-  // An unguarded call of the script (`op` and its arguments after now and the kinds). With
-  // `recordKey`, it is the last key, after the limits' (a reservation record).
-  Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
+  // An unguarded call of the script (`op` and its arguments after now and the kinds), through the
+  // call protocol. With `recordKey`, it is the last key, after the limits' (a reservation record).
+  Reply call(std::string_view op, const std::vector<std::string>& args, detail::LimiterCall::Resend resend,
              const std::string* recordKey = nullptr);
-  // As call, on `keys` of `kinds`.
-  Reply callOn(const std::vector<std::string_view>& keys, std::string_view kinds, std::string_view op,
-               const std::vector<std::string>& args, bool resendIfClosed);
+  // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`.
+  static detail::ScriptRequest request(std::vector<std::string> keys, std::string_view op, std::string_view kinds,
+                                       const std::vector<std::string>& args) {
+    std::vector<std::string> argv{std::string(op), "", std::string(kinds)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr};
+  }
+  static std::exception_ptr mapError(std::exception_ptr e) { return detail::limiterError(std::move(e)); }
+  detail::LimiterCall::Params decision(std::int64_t permits) const {
+    return detail::LimiterCall::decision(callBound_, permits, localRate_.load(std::memory_order_relaxed),
+                                         milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
+  }
   // renew or release of a lease in every concurrency limit; no `ttl`: each limit's leaseTtl.
   Reply leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize);
-  using ReplyDone = std::function<void(const Reply&, std::exception_ptr)>;
+  using ReplyDone = std::function<void(Reply, std::exception_ptr)>;
   // leaseCall without waiting: `done` gets the reply (of replySize elements) or the error, once, on
   // the I/O thread (at once here when the arguments are refused).
   void leaseCallAsync(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize,
                       ReplyDone done);
   // The checks of a lease call (InvalidArgument) and its arguments after the kinds.
   std::vector<std::string> leaseArgs(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const;
-  // One try of a lease call whose whole arguments are `argv`; sent again (up to 3 tries in all)
-  // if the connection closes before the reply and the deadline allows.
-  void sendLeaseCall(std::shared_ptr<const std::vector<std::string>> argv, std::size_t replySize, SteadyTime deadline,
-                     int tries, ReplyDone done);
+  // A lease call on the concurrency limits.
+  detail::ScriptRequest leaseRequest(std::string_view op, const std::vector<std::string>& args) const {
+    return request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args);
+  }
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
   // `leases` the reply ends with the lease's expiry; a granted take's lease gets `leaseId` (empty
   // for peek: no lease).
@@ -142,8 +152,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> opArgs(std::int64_t permits) const;
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
   void checkPermitsFor(std::int64_t permits) const;
-  SteadyTime callDeadline() const { return detail::deadlineAfter<Steady>(Steady::now(), callBound_); }
-  std::vector<std::string_view> keys() const { return {names_.begin(), names_.end()}; }
   // MultiLimitOptions::name, or the limits' names joined by '+'.
   std::string metricsName(const MultiLimitOptions& options) const {
     if (!options.name.empty()) return options.name;
@@ -268,7 +276,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
 std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait,
                                                     const std::string& leaseId) const {
   const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::ScriptLimiter::kMaxWait);
-  std::vector<std::string> args{"take", "", kinds_, fmt::to_string(permits), fmt::to_string(wait.count())};
+  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(wait.count())};
   args.insert(args.end(), configs_.begin(), configs_.end());
   if (hasLeases()) args.push_back(leaseId);
   return args;
@@ -295,37 +303,13 @@ std::vector<std::string> MultiLimit::Core::opArgs(std::int64_t permits) const {
 
 MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
   checkPermitsFor(permits);
-  if (client_->onIoThread()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: {}: a sync decision from a completion callback would wait for the "
-                    "thread that runs it; use decideAsync there",
-                    label_));
-  }
-  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (!gate_.shouldTry()) {
-    if (auto d = gate_.decide(permits, rate, interval)) return byPolicy(permits, *d);
-    gate_.throwUnavailable();
-  }
+  // A resent take may count twice, never grant twice (docs/failure-modes.md); its lease id is the
+  // same in every try, so a resend holds one place.
   const std::string leaseId = newLeaseIdIfAny();
-  const std::vector<std::string> args = takeArgs(permits, maxWait, leaseId);
-  const std::vector<std::string_view> argViews(args.begin(), args.end());
-  const std::int64_t started = gate_.callStart();
-  gate_.monitor().roundTrip();
-  try {
-    Reply reply;
-    try {
-      reply = detail::eval(*client_, kMulti, keys(), argViews, callDeadline());
-    } catch (const ScriptError&) {
-      std::rethrow_exception(detail::limiterError(std::current_exception()));
-    }
-    Outcome out = parse(this, label_, names_.size(), reply, permits, hasLeases(), leaseId);
-    gate_.answered(started);
-    return out;
-  } catch (const Error&) {
-    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) return byPolicy(permits, *d);
-    throw;
-  }
+  return detail::runScript(
+      *this, decision(permits), "decide", request(names_, "take", kinds_, takeArgs(permits, maxWait, leaseId)),
+      &mapError, [&](const Reply& r) { return parse(this, label_, names_.size(), r, permits, hasLeases(), leaseId); },
+      [&](bool allowed) { return byPolicy(permits, allowed); });
 }
 
 void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done) {
@@ -335,69 +319,22 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
     done(Outcome{}, std::current_exception());
     return;
   }
-  const std::int64_t rate = localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (gate_.answerWithoutRedis(
-          permits, rate, interval, [&](bool allowed) { done(byPolicy(permits, allowed), nullptr); },
-          [&](const std::exception_ptr& e) { done(Outcome{}, e); })) {
-    return;
-  }
   std::string leaseId = newLeaseIdIfAny();
-  const std::vector<std::string> args = takeArgs(permits, maxWait, leaseId);
-  const std::vector<std::string_view> argViews(args.begin(), args.end());
-  const std::int64_t started = gate_.callStart();
-  gate_.monitor().roundTrip();
-  // The completion holds the handle weakly: requests in flight must not keep a dropped MultiLimit
-  // (and through it the Client and its I/O thread) alive.
-  detail::evalAsync(
-      *client_, kMulti, keys(), argViews,
-      [weak = weak_from_this(), label = label_, count = names_.size(), leases = hasLeases(),
-       leaseId = std::move(leaseId), permits, rate, interval, started,
-       done = std::move(done)](const Reply& reply, std::exception_ptr error) {
-        const std::shared_ptr<Core> self = weak.lock();
-        Outcome out;
-        if (!error) {
-          try {
-            out = parse(self.get(), label, count, reply, permits, leases, leaseId);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        } else {
-          error = detail::limiterError(std::move(error));
-        }
-        detail::FailureGate::finish(
-            self ? &self->gate_ : nullptr, error, started, permits, rate, interval,
-            [&] { done(std::move(out), nullptr); },
-            [&](bool allowed) { done(self->byPolicy(permits, allowed), nullptr); },
-            [&](const std::exception_ptr& e) { done(Outcome{}, e); });
-      },
-      callDeadline());
+  detail::ScriptRequest call = request(names_, "take", kinds_, takeArgs(permits, maxWait, leaseId));
+  detail::runScriptAsync<Outcome>(
+      shared_from_this(), decision(permits), std::move(call), &mapError,
+      [label = label_, count = names_.size(), leases = hasLeases(), leaseId = std::move(leaseId), permits](
+          Core* self, const Reply& r) { return parse(self, label, count, r, permits, leases, leaseId); },
+      [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
 }
 
-Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed,
-                             const std::string* recordKey) {
-  std::vector<std::string_view> keyViews = keys();
-  if (recordKey != nullptr) keyViews.emplace_back(*recordKey);
-  return callOn(keyViews, kinds_, op, args, resendIfClosed);
-}
-
-Reply MultiLimit::Core::callOn(const std::vector<std::string_view>& keyViews, std::string_view kinds,
-                               std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
-  std::vector<std::string_view> argViews{op, "", kinds};
-  argViews.insert(argViews.end(), args.begin(), args.end());
-  const SteadyTime deadline = callDeadline();
-  constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
-  for (int tries = 1;; ++tries) {
-    try {
-      const SteadyTime tryDeadline = std::min(
-          deadline, detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
-      return detail::eval(*client_, kMulti, keyViews, argViews, tryDeadline);
-    } catch (const ScriptError&) {
-      std::rethrow_exception(detail::limiterError(std::current_exception()));
-    } catch (const ClosedError&) {
-      if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
-    }
-  }
+Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args,
+                             detail::LimiterCall::Resend resend, const std::string* recordKey) {
+  std::vector<std::string> keys = names_;
+  if (recordKey != nullptr) keys.push_back(*recordKey);
+  return detail::runScript(
+      *this, detail::LimiterCall::plain(callBound_, resend), op, request(std::move(keys), op, kinds_, args), &mapError,
+      [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
 }
 
 std::vector<std::string> MultiLimit::Core::leaseArgs(std::string_view op, const Lease& lease,
@@ -425,62 +362,33 @@ void checkLeaseReply(const std::string& label, std::string_view op, const Reply&
 
 Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
                                   std::size_t replySize) {
-  const std::vector<std::string> args = leaseArgs(op, lease, ttl);
   // Safe to send again: a renew sent twice extends twice from about the same instant, a release
   // sent twice answers what the first did not see.
-  Reply r =
-      callOn({leaseNames_.begin(), leaseNames_.end()}, std::string(leaseNames_.size(), kLeaseKind), op, args, true);
-  checkLeaseReply(label_, op, r, replySize);
-  return r;
+  return detail::runScript(
+      *this, detail::LimiterCall::plain(callBound_), op, leaseRequest(op, leaseArgs(op, lease, ttl)), &mapError,
+      [&](const Reply& r) {
+        checkLeaseReply(label_, op, r, replySize);
+        return r;
+      },
+      [](bool) { return Reply{}; });
 }
 
 void MultiLimit::Core::leaseCallAsync(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
                                       std::size_t replySize, ReplyDone done) {
-  std::shared_ptr<const std::vector<std::string>> argv;
+  std::vector<std::string> args;
   try {
-    std::vector<std::string> all{std::string(op), "", std::string(leaseNames_.size(), kLeaseKind)};
-    std::vector<std::string> args = leaseArgs(op, lease, ttl);
-    all.insert(all.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
-    argv = std::make_shared<const std::vector<std::string>>(std::move(all));
+    args = leaseArgs(op, lease, ttl);
   } catch (...) {
     done(Reply{}, std::current_exception());
     return;
   }
-  sendLeaseCall(std::move(argv), replySize, callDeadline(), 1, std::move(done));
-}
-
-void MultiLimit::Core::sendLeaseCall(std::shared_ptr<const std::vector<std::string>> argv, std::size_t replySize,
-                                     SteadyTime deadline, int tries, ReplyDone done) {
-  const std::vector<std::string_view> keyViews(leaseNames_.begin(), leaseNames_.end());
-  const std::vector<std::string_view> argViews(argv->begin(), argv->end());
-  const SteadyTime tryDeadline =
-      std::min(deadline, detail::deadlineAfter<Steady>(Steady::now(), client_->options().connection.commandTimeout));
-  // The completion holds the handle weakly, as takeAsync's does; a dropped handle's call is not
-  // sent again.
-  detail::evalAsync(
-      *client_, kMulti, keyViews, argViews,
-      [weak = weak_from_this(), label = label_, argv, replySize, deadline, tries, done = std::move(done)](
-          const Reply& r, std::exception_ptr error) mutable {
-        constexpr int kMaxTries = 3;
-        if (error) {
-          if (detail::closedConnection(error) && tries < kMaxTries && Steady::now() < deadline) {
-            if (const std::shared_ptr<Core> self = weak.lock()) {
-              self->sendLeaseCall(std::move(argv), replySize, deadline, tries + 1, std::move(done));
-              return;
-            }
-          }
-          done(r, detail::limiterError(std::move(error)));
-          return;
-        }
-        try {
-          checkLeaseReply(label, argv->front(), r, replySize);
-        } catch (...) {
-          done(r, std::current_exception());
-          return;
-        }
-        done(r, nullptr);
+  detail::runScriptAsync<Reply>(
+      shared_from_this(), detail::LimiterCall::plain(callBound_), leaseRequest(op, args), &mapError,
+      [label = label_, op = std::string(op), replySize](Core*, const Reply& r) {
+        checkLeaseReply(label, op, r, replySize);
+        return r;
       },
-      tryDeadline);
+      [](Core&, bool) { return Reply{}; }, std::move(done));
 }
 
 // --- The handle -------------------------------------------------------------------------------
@@ -602,7 +510,7 @@ Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
 
 MultiDecision MultiLimit::peek(std::int64_t permits) {
   core_->checkPermitsFor(permits);
-  const Reply r = core_->call("peek", core_->opArgs(permits), true);
+  const Reply r = core_->call("peek", core_->opArgs(permits), detail::LimiterCall::Resend::IfClosed);
   return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits, core_->hasLeases(), "").decision;
 }
 
@@ -612,7 +520,8 @@ void MultiLimit::refund(std::int64_t permits) {
                                       detail::ScriptLimiter::kMaxPermits, permits));
   }
   if (permits == 0) return;
-  (void)core_->call("refund", core_->opArgs(permits), false);
+  // Never resent: a refund that went through and was sent again would give the permits back twice.
+  (void)core_->call("refund", core_->opArgs(permits), detail::LimiterCall::Resend::Never);
   monitor().refunded(permits);
 }
 
@@ -739,45 +648,31 @@ MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string&
   const std::string recordKey = reservationKey(id);
   detail::checkReservationTtl(recordTtl);
   c.checkPermitsFor(permits);
-  if (c.client_->onIoThread()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: {}: a sync reserveFor from a completion callback would wait for the thread that "
-                    "runs it",
-                    c.label_));
-  }
-  const std::int64_t rate = c.localRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{c.localIntervalMs_.load(std::memory_order_relaxed)};
-  MultiHeldPermits out;
-  if (!c.gate_.shouldTry()) {
-    if (auto d = c.gate_.decide(permits, rate, interval)) {
-      out.decision = c.byPolicy(permits, *d).decision;
-    } else {
-      c.gate_.throwUnavailable();
-    }
-  } else {
-    std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
-    args.insert(args.end(), c.configs_.begin(), c.configs_.end());
-    const std::int64_t started = c.gate_.callStart();
-    c.gate_.monitor().roundTrip();
-    try {
-      // Sent again if the connection closed under it: the record makes a resend take nothing twice.
-      const Reply reply = c.call("reserve", args, true, &recordKey);
-      const std::size_t expected = kHead + kPerLimit * c.names_.size() + 1;
-      if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
-        throw UnexpectedReplyError(fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", c.label_,
-                                               expected, reply.describe()));
-      }
-      Reply head = reply;
-      head.elements.pop_back();
-      out.repeated = reply.elements.back().asInteger() == 1;
-      out.decision = Core::parse(&c, c.label_, c.names_.size(), head, permits, false, "").decision;
-      c.gate_.answered(started);
-    } catch (const Error&) {
-      auto d = c.gate_.settle(std::current_exception(), started, permits, rate, interval);
-      if (!d) throw;
-      out.decision = c.byPolicy(permits, *d).decision;
-    }
-  }
+  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
+  args.insert(args.end(), c.configs_.begin(), c.configs_.end());
+  std::vector<std::string> keys = c.names_;
+  keys.push_back(recordKey);
+  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
+  MultiHeldPermits out = detail::runScript(
+      c, c.decision(permits), "reserveFor", Core::request(std::move(keys), "reserve", c.kinds_, args), &Core::mapError,
+      [&](const Reply& reply) {
+        const std::size_t expected = kHead + kPerLimit * c.names_.size() + 1;
+        if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
+          throw UnexpectedReplyError(fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", c.label_,
+                                                 expected, reply.describe()));
+        }
+        Reply head = reply;
+        head.elements.pop_back();
+        MultiHeldPermits held;
+        held.repeated = reply.elements.back().asInteger() == 1;
+        held.decision = Core::parse(&c, c.label_, c.names_.size(), head, permits, false, "").decision;
+        return held;
+      },
+      [&](bool allowed) {
+        MultiHeldPermits held;
+        held.decision = c.byPolicy(permits, allowed).decision;
+        return held;
+      });
   if (out.repeated) return out;  // counted when it was granted
   monitor().admit(out.decision);
   if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor().reservationOpened();
@@ -789,7 +684,7 @@ MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
   const std::string recordKey = reservationKey(id);
   detail::checkActualPermits(actual);
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  const Reply r = c.call("settle", c.opArgs(actual), true, &recordKey);
+  const Reply r = c.call("settle", c.opArgs(actual), detail::LimiterCall::Resend::IfClosed, &recordKey);
   const std::size_t count = c.names_.size();
   const std::size_t expected = 3 + 4 * count;
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {

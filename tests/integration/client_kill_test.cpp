@@ -10,6 +10,7 @@
 #include "helpers.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/keyed_fixed_window_rate_limiter.hpp"
+#include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -87,6 +88,18 @@ TEST_F(ClientKill, KeyedTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHea
   EXPECT_GE(o.kills, 1);
   EXPECT_EQ(o.errors, 0);
   expectHealthy(limiter.failureStats());
+  EXPECT_LE(o.granted, kLimit);
+  EXPECT_GT(o.granted, 0);
+}
+
+TEST_F(ClientKill, MultiLimitTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
+  FixedWindowRateLimiter perUser(client(), "{" + name() + "}:user", window(kLimit, milliseconds(3600000)));
+  FixedWindowRateLimiter global(client(), "{" + name() + "}:all", window(2 * kLimit, milliseconds(3600000)));
+  MultiLimit both({perUser, global});
+  const ClientKill::Outcome o = underKills([&] { return both.tryAcquire(); });
+  EXPECT_GE(o.kills, 1);
+  EXPECT_EQ(o.errors, 0);
+  expectHealthy(both.failureStats());
   EXPECT_LE(o.granted, kLimit);
   EXPECT_GT(o.granted, 0);
 }
