@@ -106,7 +106,8 @@ class ConcurrencyLimiter {
   /// renew() without waiting: `done` gets the lease with its new expiresAt, or nullopt if it had
   /// expired or was released, or the error; once, on the Client's I/O thread (at once on this
   /// thread when the lease id or TTL is refused: InvalidArgument, nothing sent). It must not block
-  /// or make sync calls. Sent once more if the connection closes before the reply.
+  /// or make sync calls. Sent again (three tries in all, within the call's deadline) if the
+  /// connection closes before the reply.
   using RenewCallback = std::function<void(std::optional<Lease> renewed, std::exception_ptr error)>;
   void renewAsync(Lease lease, RenewCallback done);
   void renewAsync(Lease lease, std::chrono::milliseconds leaseTtl, RenewCallback done);

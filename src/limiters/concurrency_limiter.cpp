@@ -14,6 +14,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/lease_id.hpp"
+#include "limiters/script_call.hpp"
 #include "config/config_checks.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -73,26 +74,34 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   }
 
-  Steady::time_point callDeadline() const { return detail::deadlineAfter<Steady>(Steady::now(), callBound_); }
+  // A run of the script: op, now (empty: the server's clock), kind, `rest`. Every operation is
+  // safe to send again after a closed connection: acquire by its lease id, renew and release by
+  // theirs.
+  detail::ScriptRequest request(std::string_view op, std::vector<std::string> rest) const {
+    std::vector<std::string> argv{std::string(op), "", std::string(1, kKind)};
+    argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    return detail::ScriptRequest{&kConcurrency, {name_}, std::move(argv), nullptr};
+  }
+  detail::OneKeyErrors errors() const { return detail::OneKeyErrors{name_, kKind}; }
+  // FailurePolicy::Local: limit x localShare leases per leaseTtl.
+  detail::LimiterCall::Params decision() const {
+    return detail::LimiterCall::decision(callBound_, 1, config_.limit, config_.leaseTtl);
+  }
 
-  // One run of the script (op, now = server's, kind, args...). ScriptErrors become the limiter's
-  // types. `resendIfClosed`: sent once more if the connection closed before the reply (every
-  // operation is safe to send twice: acquire by its id, renew and release by theirs).
-  detail::Reply call(std::string_view op, const std::vector<std::string>& args, bool resendIfClosed) {
-    std::vector<std::string_view> argv{op, "", std::string_view(&kKind, 1)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const std::vector<std::string_view> keys{name_};
-    const Steady::time_point deadline = callDeadline();
-    constexpr int kMaxTries = 2;
-    for (int tries = 1;; ++tries) {
-      try {
-        return detail::eval(*client_, kConcurrency, keys, argv, deadline);
-      } catch (const ScriptError&) {
-        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), name_, kKind));
-      } catch (const ClosedError&) {
-        if (!resendIfClosed || tries == kMaxTries || Steady::now() >= deadline) throw;
-      }
-    }
+  // A call that is not a decision (renew, release, held): its errors reach the caller.
+  detail::Reply call(std::string_view op, std::vector<std::string> rest) {
+    return detail::runScript(
+        *this, detail::LimiterCall::plain(callBound_), op, request(op, std::move(rest)), errors(),
+        [](const detail::Reply& r) { return r; }, [](bool) { return detail::Reply{}; });
+  }
+  // call() without waiting: `done` gets parse(reply) or the error, once.
+  template <class Out, class Parse>
+  void callAsync(std::string_view op, std::vector<std::string> rest, Parse parse,
+                 std::function<void(Out, std::exception_ptr)> done) {
+    detail::runScriptAsync<Out>(
+        shared_from_this(), detail::LimiterCall::plain(callBound_), request(op, std::move(rest)), errors(),
+        [parse = std::move(parse)](Core*, const detail::Reply& r) { return parse(r); },
+        [](Core&, bool) { return Out{}; }, std::move(done));
   }
 
   LeaseDecision byPolicy(bool allowed) const {
@@ -112,29 +121,12 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
 
   LeaseDecision acquire(milliseconds ttl) {
     detail::checkLeaseTtl(ttl);
-    if (client_->onIoThread()) {
-      throw InvalidArgument(fmt::format(
-          "redlimit: limiter {}: a sync call from a completion callback would wait for the thread that runs it",
-          name_));
-    }
-    // FailurePolicy::Local: limit x localShare leases per leaseTtl.
-    const milliseconds interval = config_.leaseTtl;
-    if (!gate_.shouldTry()) {
-      if (auto d = gate_.decide(1, config_.limit, interval)) return byPolicy(*d);
-      gate_.throwUnavailable();
-    }
     const std::string id = newLeaseId();
-    const std::vector<std::string> args{id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())};
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    try {
-      LeaseDecision out = parseAcquire(name_, call("acquire", args, true), id);
-      gate_.answered(started);
-      return out;
-    } catch (const Error&) {
-      if (auto d = gate_.settle(std::current_exception(), started, 1, config_.limit, interval)) return byPolicy(*d);
-      throw;
-    }
+    return detail::runScript(
+        *this, decision(), "acquire",
+        request("acquire", {id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())}), errors(),
+        [&](const detail::Reply& r) { return parseAcquire(name_, r, id); },
+        [&](bool allowed) { return byPolicy(allowed); });
   }
 
   // The acquire script's reply, for the lease `id`.
@@ -163,7 +155,7 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
 
   // acquire() without waiting; `done` runs once, on the I/O thread (or here, when the failure
   // policy decides or the arguments are refused). A connection closed under the request is sent
-  // once more with the same lease id (a live lease with that id is granted again, not added).
+  // again with the same lease id (a live lease with that id is granted again, not added).
   void acquireAsync(milliseconds ttl, std::function<void(LeaseDecision, std::exception_ptr)> done) {
     try {
       detail::checkLeaseTtl(ttl);
@@ -171,75 +163,12 @@ class ConcurrencyLimiter::Core : public std::enable_shared_from_this<Concurrency
       done(LeaseDecision{}, std::current_exception());
       return;
     }
-    const milliseconds interval = config_.leaseTtl;
-    if (gate_.answerWithoutRedis(
-            1, config_.limit, interval, [&](bool allowed) { done(byPolicy(allowed), nullptr); },
-            [&](const std::exception_ptr& e) { done(LeaseDecision{}, e); })) {
-      return;
-    }
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    sendAcquire(newLeaseId(), ttl, started, callDeadline(), std::move(done));
-  }
-
-  void sendAcquire(const std::string& id, milliseconds ttl, std::int64_t started, Steady::time_point deadline,
-                   std::function<void(LeaseDecision, std::exception_ptr)> done) {
-    // The completion holds the handle weakly: a request in flight must not keep a dropped limiter
-    // (and through it the Client and its I/O thread) alive.
-    callAsync(argvOf("acquire", {id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())}), deadline,
-              [weak = weak_from_this(), name = name_, id, started, done = std::move(done)](const detail::Reply& r,
-                                                                                           std::exception_ptr error) {
-                const std::shared_ptr<Core> self = weak.lock();
-                LeaseDecision out;
-                if (!error) {
-                  try {
-                    out = parseAcquire(name, r, id);
-                  } catch (...) {
-                    error = std::current_exception();
-                  }
-                }
-                detail::FailureGate::finish(
-                    self ? &self->gate_ : nullptr, error, started, 1, self ? self->config_.limit : 0,
-                    self ? self->config_.leaseTtl : milliseconds{0}, [&] { done(std::move(out), nullptr); },
-                    [&](bool allowed) { done(self->byPolicy(allowed), nullptr); },
-                    [&](const std::exception_ptr& e) { done(LeaseDecision{}, e); });
-              });
-  }
-
-  // The script's arguments for `op` (the time argument empty: the server's clock).
-  static std::shared_ptr<const std::vector<std::string>> argvOf(std::string_view op, std::vector<std::string> rest) {
-    std::vector<std::string> argv{std::string(op), "", std::string(1, kKind)};
-    argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
-    return std::make_shared<const std::vector<std::string>>(std::move(argv));
-  }
-
-  using ReplyDone = std::function<void(const detail::Reply&, std::exception_ptr)>;
-
-  // call() without waiting: `done` gets the reply or the error (ScriptErrors as the limiter's
-  // types) once, on the I/O thread. Sent once more if the connection closed before the reply and
-  // the deadline is not reached (every operation is safe to send twice). The completion holds the
-  // handle weakly; a dropped handle's request is not sent again.
-  void callAsync(std::shared_ptr<const std::vector<std::string>> argv, Steady::time_point deadline, ReplyDone done,
-                 int tries = 1) {
-    const std::vector<std::string_view> views(argv->begin(), argv->end());
-    const std::vector<std::string_view> keys{name_};
-    detail::evalAsync(
-        *client_, kConcurrency, keys, views,
-        [weak = weak_from_this(), name = name_, argv, deadline, tries, done = std::move(done)](
-            const detail::Reply& r, std::exception_ptr error) mutable {
-          if (!error) {
-            done(r, nullptr);
-            return;
-          }
-          if (detail::closedConnection(error) && tries < 2 && Steady::now() < deadline) {
-            if (const std::shared_ptr<Core> self = weak.lock()) {
-              self->callAsync(std::move(argv), deadline, std::move(done), tries + 1);
-              return;
-            }
-          }
-          done(r, detail::oneKeyScriptError(std::move(error), name, kKind));
-        },
-        deadline);
+    const std::string id = newLeaseId();
+    detail::runScriptAsync<LeaseDecision>(
+        shared_from_this(), decision(),
+        request("acquire", {id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())}), errors(),
+        [name = name_, id](Core*, const detail::Reply& r) { return parseAcquire(name, r, id); },
+        [](Core& self, bool allowed) { return self.byPolicy(allowed); }, std::move(done));
   }
 
   std::shared_ptr<Client> client_;
@@ -316,7 +245,7 @@ bool ConcurrencyLimiter::renew(Lease& lease, milliseconds leaseTtl) {
   checkLeaseId(lease.id);
   detail::checkLeaseTtl(leaseTtl);
   const std::optional<microseconds> expiry =
-      parseRenew(core_->name_, core_->call("renew", {lease.id, fmt::to_string(leaseTtl.count())}, true));
+      parseRenew(core_->name_, core_->call("renew", {lease.id, fmt::to_string(leaseTtl.count())}));
   if (!expiry) return false;
   lease.expiresAt = *expiry;
   return true;
@@ -324,7 +253,7 @@ bool ConcurrencyLimiter::renew(Lease& lease, milliseconds leaseTtl) {
 
 bool ConcurrencyLimiter::release(const Lease& lease) {
   checkLeaseId(lease.id);
-  return parseRelease(core_->name_, core_->call("release", {lease.id}, true));
+  return parseRelease(core_->name_, core_->call("release", {lease.id}));
 }
 
 void ConcurrencyLimiter::renewAsync(Lease lease, RenewCallback done) {
@@ -341,27 +270,16 @@ void ConcurrencyLimiter::renewAsync(Lease lease, milliseconds leaseTtl, RenewCal
     return;
   }
   std::vector<std::string> rest{lease.id, fmt::to_string(leaseTtl.count())};
-  core_->callAsync(
-      Core::argvOf("renew", std::move(rest)), core_->callDeadline(),
-      [name = core_->name_, lease = std::move(lease), done](const detail::Reply& r, std::exception_ptr error) mutable {
-        if (error) {
-          done(std::nullopt, std::move(error));
-          return;
-        }
-        std::optional<microseconds> expiry;
-        try {
-          expiry = parseRenew(name, r);
-        } catch (...) {
-          done(std::nullopt, std::current_exception());
-          return;
-        }
-        if (!expiry) {
-          done(std::nullopt, nullptr);
-          return;
-        }
-        lease.expiresAt = *expiry;
-        done(std::move(lease), nullptr);
-      });
+  core_->callAsync<std::optional<Lease>>(
+      "renew", std::move(rest),
+      [name = core_->name_, lease = std::move(lease)](const detail::Reply& r) -> std::optional<Lease> {
+        const std::optional<microseconds> expiry = parseRenew(name, r);
+        if (!expiry) return std::nullopt;
+        Lease renewed = lease;
+        renewed.expiresAt = *expiry;
+        return renewed;
+      },
+      std::move(done));
 }
 
 std::future<std::optional<Lease>> ConcurrencyLimiter::renewAsync(Lease lease) {
@@ -381,21 +299,9 @@ void ConcurrencyLimiter::releaseAsync(const Lease& lease, ReleaseCallback done) 
     done(false, std::current_exception());
     return;
   }
-  core_->callAsync(Core::argvOf("release", {lease.id}), core_->callDeadline(),
-                   [name = core_->name_, done](const detail::Reply& r, std::exception_ptr error) {
-                     if (error) {
-                       done(false, std::move(error));
-                       return;
-                     }
-                     bool released = false;
-                     try {
-                       released = parseRelease(name, r);
-                     } catch (...) {
-                       done(false, std::current_exception());
-                       return;
-                     }
-                     done(released, nullptr);
-                   });
+  core_->callAsync<bool>(
+      "release", {lease.id}, [name = core_->name_](const detail::Reply& r) { return parseRelease(name, r); },
+      std::move(done));
 }
 
 std::future<bool> ConcurrencyLimiter::releaseAsync(const Lease& lease) {
@@ -403,7 +309,7 @@ std::future<bool> ConcurrencyLimiter::releaseAsync(const Lease& lease) {
 }
 
 std::int64_t ConcurrencyLimiter::held() {
-  const detail::Reply r = core_->call("held", {}, true);
+  const detail::Reply r = core_->call("held", {});
   if (r.type != detail::Reply::Type::Array || r.elements.size() != 2) {
     throw UnexpectedReplyError(
         fmt::format("redlimit: limiter {}: expected an array of 2 from held, got {}", core_->name_, r.describe()));
