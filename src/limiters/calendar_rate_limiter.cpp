@@ -5,6 +5,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include <date/date.h>
@@ -15,6 +16,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/script_call.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
@@ -30,6 +32,7 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
+using SteadyTime = Steady::time_point;
 
 const detail::Script kCalendar{detail::lua::calendar_quota.name, detail::lua::calendar_quota.sha1,
                                detail::lua::calendar_quota.source};
@@ -176,60 +179,112 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   }
 
-  // The script's answer for `op` (take or peek) on `key` (this limiter's name, or a key of the
-  // keyed family): a table around the server's time as last seen, and once more around the time
-  // the server answered when that was outside it.
-  detail::DecisionReply run(const std::string& key, std::string_view op, std::int64_t permits) {
-    const std::string n = fmt::to_string(permits);
-    const std::string limit = fmt::to_string(quota_.limit);
-    const std::string unit(1, unitCode(quota_.unit));
-    const std::string kind(1, kKind);
-    const microseconds sentAt = systemNow();
-    microseconds around = sentAt + microseconds{offsetUs_.load(std::memory_order_relaxed)};
-    for (int tries = 0; tries < 2; ++tries) {
-      const std::string table = packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter));
-      const std::vector<std::string_view> args{op, "", kind, n, limit, unit, keepAlive_, table};
-      const std::vector<std::string_view> keys{key};
-      detail::Reply r;
-      try {
-        r = detail::ClientAccess::eval(*client_, kCalendar, keys, args,
-                                       detail::deadlineAfter<Steady>(Steady::now(), callBound_));
-      } catch (const ScriptError&) {
-        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), key, kKind));
-      }
-      if (r.type == detail::Reply::Type::Integer) {  // the server's now, outside the table
-        around = microseconds{r.integer};
-        offsetUs_.store((around - sentAt).count(), std::memory_order_relaxed);
-        continue;
-      }
-      detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
-      offsetUs_.store(v.nowUs - sentAt.count(), std::memory_order_relaxed);
-      localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
-      return v;
-    }
-    throw UnexpectedReplyError(
+  // The script's arguments for `op` (take or peek) of `permits`, with a table of windows around
+  // `around` (the server's time as this host guesses it).
+  std::vector<std::string> argv(std::string_view op, std::int64_t permits, microseconds around) const {
+    return {std::string(op),
+            "",
+            std::string(1, kKind),
+            fmt::to_string(permits),
+            fmt::to_string(quota_.limit),
+            std::string(1, unitCode(quota_.unit)),
+            keepAlive_,
+            packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter))};
+  }
+  microseconds serverNowGuess() const { return systemNow() + microseconds{offsetUs_.load(std::memory_order_relaxed)}; }
+  void sawServerNow(microseconds serverNow) {
+    offsetUs_.store((serverNow - systemNow()).count(), std::memory_order_relaxed);
+  }
+  static UnexpectedReplyError outsideTwice(const std::string& key) {
+    return UnexpectedReplyError(
         fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", key));
   }
 
+  // One try of `op` on `key` (this limiter's name, or a key of the keyed family): a table around
+  // the server's time as last seen, and once more around the time the server answered when that
+  // was outside it. The decision's reply; the limiter's errors.
+  detail::Reply send(const std::string& key, std::string_view op, std::int64_t permits, SteadyTime deadline) {
+    microseconds around = serverNowGuess();
+    for (int tries = 0; tries < 2; ++tries) {
+      const detail::ScriptRequest r{&kCalendar, {key}, argv(op, permits, around), nullptr};
+      detail::Reply reply;
+      try {
+        reply = r.send(*client_, deadline);
+      } catch (const ScriptError&) {
+        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), key, kKind));
+      }
+      if (reply.type != detail::Reply::Type::Integer) return reply;
+      around = microseconds{reply.integer};  // the server's now, outside the table
+      sawServerNow(around);
+    }
+    throw outsideTwice(key);
+  }
+
+  // send() without waiting, for a take: `done` gets the reply or the error (ScriptErrors as they
+  // are), once. `around`: the second table's time.
+  void sendAsync(const std::string& key, std::int64_t permits, SteadyTime deadline, detail::ReplyCallback done,
+                 std::optional<microseconds> around = std::nullopt) {
+    detail::ScriptRequest r{&kCalendar, {key}, {}, nullptr};
+    try {
+      r.argv = argv("take", permits, around.value_or(serverNowGuess()));
+    } catch (...) {
+      done(detail::Reply{}, std::current_exception());
+      return;
+    }
+    const bool second = around.has_value();
+    r.sendAsync(*client_, deadline,
+                [weak = weak_from_this(), key, permits, deadline, second, done = std::move(done)](
+                    const detail::Reply& reply, std::exception_ptr error) mutable {
+                  if (error || reply.type != detail::Reply::Type::Integer) {
+                    done(reply, std::move(error));
+                    return;
+                  }
+                  const std::shared_ptr<Core> self = weak.lock();
+                  if (second || !self) {
+                    done(detail::Reply{},
+                         second ? std::make_exception_ptr(outsideTwice(key))
+                                : std::make_exception_ptr(ClosedError("redlimit: limiter " + key +
+                                                                      ": the handle was dropped before its reply")));
+                    return;
+                  }
+                  const microseconds serverNow{reply.integer};
+                  self->sawServerNow(serverNow);
+                  self->sendAsync(key, permits, deadline, std::move(done), serverNow);
+                });
+  }
+
+  // The decision in a take or peek reply; `self` (null: the handle was dropped) remembers the
+  // server's time and the Local policy's interval.
+  static Decision parse(Core* self, const std::string& key, const detail::Reply& r, std::int64_t permits) {
+    const detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
+    if (self != nullptr) {
+      self->sawServerNow(microseconds{v.nowUs});
+      self->localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
+    }
+    return detail::decisionOf(v, permits);
+  }
+
+  detail::LimiterCall::Params decision(std::int64_t permits) const {
+    return detail::LimiterCall::decision(callBound_, permits, quota_.limit,
+                                         milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
+  }
+
+  // A take is sent again after a closed connection: it may count twice, never grant twice.
   Decision take(const std::string& key, std::int64_t permits) {
     checkPermits(permits);
-    const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-    if (!gate_.shouldTry()) {
-      if (auto d = gate_.decide(permits, quota_.limit, interval)) return byPolicy(permits, *d);
-      gate_.throwUnavailable();
-    }
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    try {
-      Decision d = detail::decisionOf(run(key, "take", permits), permits);
-      gate_.answered(started);
-      return d;
-    } catch (const Error&) {
-      if (auto d = gate_.settle(std::current_exception(), started, permits, quota_.limit, interval)) {
-        return byPolicy(permits, *d);
-      }
-      throw;
-    }
+    return detail::runSync(
+        *client_, gate_, decision(permits), "decide",
+        [&](SteadyTime deadline) { return send(key, "take", permits, deadline); },
+        [&](const detail::Reply& r) { return parse(this, key, r, permits); },
+        [&](bool allowed) { return byPolicy(permits, allowed); });
+  }
+
+  Decision peek(const std::string& key, std::int64_t permits) {
+    checkPermits(permits);
+    return detail::runSync(
+        *client_, gate_, detail::LimiterCall::plain(callBound_), "peek",
+        [&](SteadyTime deadline) { return send(key, "peek", permits, deadline); },
+        [&](const detail::Reply& r) { return parse(this, key, r, permits); }, [](bool) { return Decision{}; });
   }
 
   using DecisionDone = std::function<void(Decision, std::exception_ptr)>;
@@ -243,88 +298,14 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
       done(Decision{}, std::current_exception());
       return;
     }
-    const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-    if (gate_.answerWithoutRedis(
-            permits, quota_.limit, interval, [&](bool allowed) { done(byPolicy(permits, allowed), nullptr); },
-            [&](const std::exception_ptr& e) { done(Decision{}, e); })) {
-      return;
-    }
-    const std::int64_t started = gate_.callStart();
-    gate_.monitor().roundTrip();
-    const microseconds sentAt = systemNow();
-    sendTake(key, permits, sentAt, sentAt + microseconds{offsetUs_.load(std::memory_order_relaxed)}, 0, started,
-             std::move(done));
-  }
-
-  // One try of takeAsync, with a table around `around`; the second try is around the time the
-  // server answered with when the first table did not hold it (as run()). Never resent on a closed
-  // connection: a take sent twice would count twice.
-  void sendTake(const std::string& key, std::int64_t permits, microseconds sentAt, microseconds around, int tries,
-                std::int64_t started, DecisionDone done) {
-    std::string table;
-    try {
-      table = packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter));
-    } catch (...) {
-      failTake(permits, started, std::current_exception(), done);
-      return;
-    }
-    const std::string n = fmt::to_string(permits), limit = fmt::to_string(quota_.limit);
-    const std::string unit(1, unitCode(quota_.unit)), kind(1, kKind);
-    const std::vector<std::string_view> args{"take", "", kind, n, limit, unit, keepAlive_, table};
-    const std::vector<std::string_view> keys{key};
-    // The completion holds the handle weakly: a request in flight must not keep a dropped limiter
-    // (and through it the Client and its I/O thread) alive.
-    detail::ClientAccess::evalAsync(
-        *client_, kCalendar, keys, args,
-        [weak = weak_from_this(), key, permits, sentAt, tries, started, done = std::move(done)](
-            const detail::Reply& r, std::exception_ptr error) mutable {
-          const std::shared_ptr<Core> self = weak.lock();  // null: the handle was dropped meanwhile
-          const auto fail = [&](const std::exception_ptr& e) {
-            if (self) {
-              self->failTake(permits, started, e, done);
-            } else {
-              done(Decision{}, e);
-            }
-          };
-          if (error) {
-            fail(detail::oneKeyScriptError(std::move(error), key, kKind));
-            return;
-          }
-          try {
-            if (r.type == detail::Reply::Type::Integer) {  // the server's now, outside the table
-              if (tries > 0) {
-                throw UnexpectedReplyError(
-                    fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", key));
-              }
-              if (!self) throw ClosedError("redlimit: limiter " + key + ": the handle was dropped before its reply");
-              const microseconds serverNow{r.integer};
-              self->offsetUs_.store((serverNow - sentAt).count(), std::memory_order_relaxed);
-              self->sendTake(key, permits, sentAt, serverNow, tries + 1, started, std::move(done));
-              return;
-            }
-            const detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
-            const Decision d = detail::decisionOf(v, permits);
-            if (self) {
-              self->offsetUs_.store(v.nowUs - sentAt.count(), std::memory_order_relaxed);
-              self->localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
-              self->gate_.answered(started);
-            }
-            done(d, nullptr);
-          } catch (...) {
-            fail(std::current_exception());
-          }
+    detail::runAsync<Decision>(
+        shared_from_this(), decision(permits),
+        [key, permits](Core& self, SteadyTime deadline, detail::ReplyCallback sent) {
+          self.sendAsync(key, permits, deadline, std::move(sent));
         },
-        detail::deadlineAfter<Steady>(Steady::now(), callBound_));
-  }
-
-  // A take that ended with `error`: the failure policy decides, or `done` gets the error.
-  void failTake(std::int64_t permits, std::int64_t started, const std::exception_ptr& error, const DecisionDone& done) {
-    const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-    if (auto d = gate_.settle(error, started, permits, quota_.limit, interval)) {
-      done(byPolicy(permits, *d), nullptr);
-      return;
-    }
-    done(Decision{}, error);
+        detail::OneKeyErrors{key, kKind},
+        [key, permits](Core* self, const detail::Reply& r) { return parse(self, key, r, permits); },
+        [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
   }
 
   void checkPermits(std::int64_t permits) const {
@@ -403,10 +384,7 @@ void CalendarRateLimiter::decideOnAsync(const std::string& key, std::int64_t per
 
 Decision CalendarRateLimiter::peek(std::int64_t permits) { return peekOn(core_->name_, permits); }
 
-Decision CalendarRateLimiter::peekOn(const std::string& key, std::int64_t permits) {
-  core_->checkPermits(permits);
-  return detail::decisionOf(core_->run(key, "peek", permits), permits);
-}
+Decision CalendarRateLimiter::peekOn(const std::string& key, std::int64_t permits) { return core_->peek(key, permits); }
 
 CalendarWindow CalendarRateLimiter::windowAt(microseconds at) const {
   return windowsIn(core_->quota_, *core_->zone_, at, 0, 0).front();
