@@ -85,46 +85,6 @@ class FailureGate {
                                            std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval);
   /// Throws the IoError for a call that was not sent because the limiter is degraded.
   [[noreturn]] void throwUnavailable() const;
-  /// The end of an async guarded call that started at `startedAt`, in its completion: with no
-  /// `error`, answered() and `ok()`; otherwise settle()'s decision to `decided(allowed)`, or
-  /// `failed(error)` when the failure policy does not decide (another error, FailurePolicy::Throw).
-  /// `gate` is null when the limiter was dropped while the call was in flight: ok() or failed().
-  template <class Ok, class Decided, class Failed>
-  static void finish(FailureGate* gate, const std::exception_ptr& error, std::int64_t startedAt, std::int64_t permits,
-                     std::int64_t rate, std::chrono::milliseconds interval, Ok&& ok, Decided&& decided,
-                     Failed&& failed) {
-    if (!error) {
-      if (gate != nullptr) gate->answered(startedAt);
-      ok();
-      return;
-    }
-    if (gate != nullptr) {
-      if (const std::optional<bool> d = gate->settle(error, startedAt, permits, rate, interval)) {
-        decided(*d);
-        return;
-      }
-    }
-    failed(error);
-  }
-  /// For a call that reports through a callback, before it is sent: false when Redis is to be
-  /// asked (shouldTry()); otherwise true, after `decided(allowed)` got the policy's decision
-  /// (decide(permits, rate, interval)) or `failed(error)` the IoError of throwUnavailable().
-  template <class Decided, class Failed>
-  bool answerWithoutRedis(std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval,
-                          Decided&& decided, Failed&& failed) {
-    if (shouldTry()) return false;
-    if (const std::optional<bool> d = decide(permits, rate, interval)) {
-      decided(*d);
-      return true;
-    }
-    try {
-      throwUnavailable();
-    } catch (...) {
-      failed(std::current_exception());
-    }
-    return true;
-  }
-
   [[nodiscard]] FailureStats stats() const;
   [[nodiscard]] const FailureOptions& options() const noexcept { return options_; }
   /// The limiter's name, as its events give it.
