@@ -62,10 +62,16 @@ class ClientKill : public RedisTest {
     return out;
   }
 
-  static void expectHealthy(const FailureStats& s) {
+  // No caller saw an error, the limiter did not change health (nothing counted as an outage,
+  // nothing decided by the failure policy), and no more than `limit` were granted.
+  static void expectResent(const Outcome& o, const FailureStats& s, std::int64_t limit) {
+    EXPECT_GE(o.kills, 1);
+    EXPECT_EQ(o.errors, 0);
     EXPECT_EQ(s.outages, 0u);
     EXPECT_FALSE(s.degraded);
     EXPECT_EQ(s.allowed + s.denied + s.thrown, 0u) << "nothing decided by the failure policy";
+    EXPECT_LE(o.granted, limit);
+    EXPECT_GT(o.granted, 0);
   }
 };
 
@@ -74,22 +80,14 @@ class ClientKill : public RedisTest {
 TEST_F(ClientKill, OneKeyTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
   FixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
-  EXPECT_GE(o.kills, 1);
-  EXPECT_EQ(o.errors, 0);
-  expectHealthy(limiter.failureStats());
-  EXPECT_LE(o.granted, kLimit);
-  EXPECT_GT(o.granted, 0);
+  expectResent(o, limiter.failureStats(), kLimit);
 }
 
 TEST_F(ClientKill, KeyedTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
   KeyedFixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
   const std::string key = name("user");
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(key); });
-  EXPECT_GE(o.kills, 1);
-  EXPECT_EQ(o.errors, 0);
-  expectHealthy(limiter.failureStats());
-  EXPECT_LE(o.granted, kLimit);
-  EXPECT_GT(o.granted, 0);
+  expectResent(o, limiter.failureStats(), kLimit);
 }
 
 TEST_F(ClientKill, MultiLimitTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
@@ -97,9 +95,19 @@ TEST_F(ClientKill, MultiLimitTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterSta
   FixedWindowRateLimiter global(client(), "{" + name() + "}:all", window(2 * kLimit, milliseconds(3600000)));
   MultiLimit both({perUser, global});
   const ClientKill::Outcome o = underKills([&] { return both.tryAcquire(); });
-  EXPECT_GE(o.kills, 1);
-  EXPECT_EQ(o.errors, 0);
-  expectHealthy(both.failureStats());
-  EXPECT_LE(o.granted, kLimit);
-  EXPECT_GT(o.granted, 0);
+  expectResent(o, both.failureStats(), kLimit);
+}
+
+TEST_F(ClientKill, AsyncTakesAreResentSoNoCallerSeesAnErrorAndTheLimitersStayHealthy) {
+  FixedWindowRateLimiter one(client(), name("one"), window(kLimit, milliseconds(3600000)));
+  FixedWindowRateLimiter perUser(client(), "{" + name() + "}:user", window(kLimit, milliseconds(3600000)));
+  MultiLimit both({perUser});
+  const ClientKill::Outcome o = underKills([&] {
+    std::future<Decision> a = one.decideAsync();
+    std::future<MultiDecision> b = both.decideAsync();
+    const bool first = a.get().allowed;
+    return b.get().allowed && first;
+  });
+  expectResent(o, one.failureStats(), kLimit);
+  expectResent(o, both.failureStats(), kLimit);
 }

@@ -41,6 +41,13 @@ struct Fixture {
   }
 };
 
+// A call of `params` on `f`'s gate, started: its first action was Send.
+LimiterCall sent(Fixture& f, const LimiterCall::Params& params = Fixture::decision()) {
+  LimiterCall call(f.gate, params);
+  EXPECT_EQ(call.start().kind, Kind::Send);
+  return call;
+}
+
 std::exception_ptr closed() { return std::make_exception_ptr(ClosedError("connection closed")); }
 
 }  // namespace
@@ -58,8 +65,7 @@ TEST(LimiterCall, AnsweredCallIsSentOnceAndLeavesTheGateHealthy) {
 
 TEST(LimiterCall, ClosedConnectionIsResentWithinTheDeadline) {
   Fixture f(FailurePolicy::Allow);
-  LimiterCall call(f.gate, Fixture::decision());
-  ASSERT_EQ(call.start().kind, Kind::Send);
+  LimiterCall call = sent(f);
   f.clock.advance(milliseconds(100));
   const LimiterCall::Action again = call.failed(closed());
   ASSERT_EQ(again.kind, Kind::Send);
@@ -75,8 +81,7 @@ TEST(LimiterCall, ClosedConnectionIsResentWithinTheDeadline) {
 
 TEST(LimiterCall, ClosedConnectionIsNotResentPastTheDeadline) {
   Fixture f(FailurePolicy::Deny);
-  LimiterCall call(f.gate, Fixture::decision());
-  ASSERT_EQ(call.start().kind, Kind::Send);
+  LimiterCall call = sent(f);
   f.clock.advance(milliseconds(300));
   const LimiterCall::Action a = call.failed(closed());
   ASSERT_EQ(a.kind, Kind::Decide);  // now it is an outage, decided by the policy
@@ -87,8 +92,7 @@ TEST(LimiterCall, ClosedConnectionIsNotResentPastTheDeadline) {
 
 TEST(LimiterCall, ClosedConnectionIsSentAtMostMaxTriesTimes) {
   Fixture f(FailurePolicy::Throw);
-  LimiterCall call(f.gate, Fixture::decision());
-  ASSERT_EQ(call.start().kind, Kind::Send);
+  LimiterCall call = sent(f);
   for (int i = 1; i < LimiterCall::kMaxTries; ++i) ASSERT_EQ(call.failed(closed()).kind, Kind::Send);
   const LimiterCall::Action a = call.failed(closed());
   ASSERT_EQ(a.kind, Kind::Fail);
@@ -103,8 +107,7 @@ TEST(LimiterCall, NeverResentCallFailsAtTheFirstClosedConnection) {
   LimiterCall::Params p;
   p.resend = LimiterCall::Resend::Never;
   p.bound = milliseconds(300);
-  LimiterCall call(f.gate, p);
-  ASSERT_EQ(call.start().kind, Kind::Send);
+  LimiterCall call = sent(f, p);
   const LimiterCall::Action a = call.failed(closed());
   ASSERT_EQ(a.kind, Kind::Fail);
   EXPECT_THROW(std::rethrow_exception(a.error), ClosedError);
@@ -113,8 +116,7 @@ TEST(LimiterCall, NeverResentCallFailsAtTheFirstClosedConnection) {
 
 TEST(LimiterCall, OtherErrorsAreNotResent) {
   Fixture f(FailurePolicy::Allow);
-  LimiterCall call(f.gate, Fixture::decision());
-  ASSERT_EQ(call.start().kind, Kind::Send);
+  LimiterCall call = sent(f);
   const LimiterCall::Action a = call.failed(std::make_exception_ptr(TimeoutError("no reply in time")));
   ASSERT_EQ(a.kind, Kind::Decide);
   EXPECT_TRUE(a.allowed);
@@ -124,8 +126,7 @@ TEST(LimiterCall, OtherErrorsAreNotResent) {
 TEST(LimiterCall, OutageUnderAllowIsDecidedByThePolicy) {
   Fixture f(FailurePolicy::Allow);
   {
-    LimiterCall call(f.gate, Fixture::decision());
-    ASSERT_EQ(call.start().kind, Kind::Send);
+    LimiterCall call = sent(f);
     const LimiterCall::Action a = call.failed(std::make_exception_ptr(IoError("refused")));
     ASSERT_EQ(a.kind, Kind::Decide);
     EXPECT_TRUE(a.allowed);
@@ -138,8 +139,7 @@ TEST(LimiterCall, OutageUnderAllowIsDecidedByThePolicy) {
   EXPECT_EQ(held.tries(), 0);
   EXPECT_EQ(f.gate.stats().allowed, 2u);
   f.clock.advance(milliseconds(100));
-  LimiterCall probe(f.gate, Fixture::decision());
-  ASSERT_EQ(probe.start().kind, Kind::Send);
+  LimiterCall probe = sent(f);
   EXPECT_EQ(probe.replied().kind, Kind::Answer);
   ASSERT_EQ(f.events.size(), 2u);
   EXPECT_EQ(f.events[1].kind, HealthEvent::Kind::Recovered);
@@ -157,8 +157,7 @@ TEST(LimiterCall, OutageUnderThrowFailsWithTheGatesErrorWithoutSending) {
 
 TEST(LimiterCall, AnswerFromRedisThatIsAnErrorReachesTheCallerUnderEveryPolicy) {
   Fixture f(FailurePolicy::Allow);
-  LimiterCall call(f.gate, Fixture::decision());
-  ASSERT_EQ(call.start().kind, Kind::Send);
+  LimiterCall call = sent(f);
   const LimiterCall::Action a = call.failed(std::make_exception_ptr(InvalidArgument("permits above the burst")));
   ASSERT_EQ(a.kind, Kind::Fail);
   EXPECT_THROW(std::rethrow_exception(a.error), InvalidArgument);
@@ -170,8 +169,7 @@ TEST(LimiterCall, PlainCallIgnoresTheGate) {
   f.gate.failed(IoError("refused"), f.clock.now().count());
   LimiterCall::Params p;
   p.bound = milliseconds(300);
-  LimiterCall call(f.gate, p);
-  ASSERT_EQ(call.start().kind, Kind::Send);  // sent although the gate holds decisions back
+  LimiterCall call = sent(f, p);  // sent although the gate holds decisions back
   const LimiterCall::Action a = call.failed(std::make_exception_ptr(IoError("refused")));
   ASSERT_EQ(a.kind, Kind::Fail);  // not decided by the policy
   EXPECT_EQ(f.gate.stats().denied, 0u);
