@@ -74,7 +74,7 @@ void runScriptAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Para
                     std::function<void(Out, std::exception_ptr)> done) {
   runAsync<Out>(
       owner, params,
-      [r = std::move(r)](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback sent) {
+      [r = std::move(r)](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
         r.sendAsync(*self.client_, deadline, std::move(sent));
       },
       std::move(mapError), std::move(parse), std::move(byPolicy), std::move(done));
