@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "helpers.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/keyed_fixed_window_rate_limiter.hpp"
+#include "redlimit/keyed_token_bucket_rate_limiter.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -25,6 +25,10 @@ class ClientKill : public RedisTest {
   static constexpr int kThreads = 8;
   static constexpr int kPerThread = 300;  // 2 400 decisions on a limit of 1 000: grants and denials
   static constexpr int kKills = 5;
+
+  // A bucket of `capacity` that refills one permit a day: no window boundary to race, so at
+  // most `capacity` are ever granted during a test.
+  static TokenBucketConfig full(std::int64_t capacity) { return bucket(capacity, 1, std::chrono::hours(24)); }
 
   struct Outcome {
     std::int64_t granted = 0;
@@ -78,29 +82,29 @@ class ClientKill : public RedisTest {
 }  // namespace
 
 TEST_F(ClientKill, OneKeyTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
-  FixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
+  TokenBucketRateLimiter limiter(client(), name(), full(kLimit));
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
   expectResent(o, limiter.failureStats(), kLimit);
 }
 
 TEST_F(ClientKill, KeyedTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
-  KeyedFixedWindowRateLimiter limiter(client(), name(), window(kLimit, milliseconds(3600000)));
+  KeyedTokenBucketRateLimiter limiter(client(), name(), full(kLimit));
   const std::string key = name("user");
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(key); });
   expectResent(o, limiter.failureStats(), kLimit);
 }
 
 TEST_F(ClientKill, MultiLimitTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
-  FixedWindowRateLimiter perUser(client(), "{" + name() + "}:user", window(kLimit, milliseconds(3600000)));
-  FixedWindowRateLimiter global(client(), "{" + name() + "}:all", window(2 * kLimit, milliseconds(3600000)));
+  TokenBucketRateLimiter perUser(client(), "{" + name() + "}:user", full(kLimit));
+  TokenBucketRateLimiter global(client(), "{" + name() + "}:all", full(2 * kLimit));
   MultiLimit both({perUser, global});
   const ClientKill::Outcome o = underKills([&] { return both.tryAcquire(); });
   expectResent(o, both.failureStats(), kLimit);
 }
 
 TEST_F(ClientKill, AsyncTakesAreResentSoNoCallerSeesAnErrorAndTheLimitersStayHealthy) {
-  FixedWindowRateLimiter one(client(), name("one"), window(kLimit, milliseconds(3600000)));
-  FixedWindowRateLimiter perUser(client(), "{" + name() + "}:user", window(kLimit, milliseconds(3600000)));
+  TokenBucketRateLimiter one(client(), name("one"), full(kLimit));
+  TokenBucketRateLimiter perUser(client(), "{" + name() + "}:user", full(kLimit));
   MultiLimit both({perUser});
   const ClientKill::Outcome o = underKills([&] {
     std::future<Decision> a = one.decideAsync();
