@@ -133,7 +133,7 @@ struct ClientOptions {
                                                    // (events.hpp), after the limiter's own; empty = none
   bool coalesce = false;                           // true: decisions of the token bucket, GCRA and
                                                    // fixed-window limiters (handles and keyed) that arrive
-                                                   // while one is in flight on each connection of the pool
+                                                   // while 4 are in flight on each connection of the pool
                                                    // go to Redis together, up to 64 in one script call
                                                    // (lua/batch.lua), whatever their keys (on a
                                                    // cluster: keys of one slot). Off by default: it

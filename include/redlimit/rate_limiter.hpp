@@ -26,7 +26,7 @@ struct RateLimiterOptions {
   FailureOptions failure;                      // decisions when Redis cannot be asked
                                                // (default: throw the IoError)
   bool coalesce = true;                        // acquisitions of this handle that arrive while it
-                                               // has a call in flight on each connection of the
+                                               // has 4 calls in flight on each connection of the
                                                // pool queue up and go to Redis together, as one
                                                // script call deciding each in order; fewer go at
                                                // once, alone (false: one call each)

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "limiters/batcher.hpp"
+
 #include "helpers.hpp"
 #include "redlimit_lua.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -198,11 +200,13 @@ TEST_F(Coalesce, SyncCallersAreNotHeldBehindOneGroup) {
   // The server holds every script call: a second one pending was sent while the first was in
   // flight, rather than queued behind it.
   const auto start = SteadyTime::now();
-  while (c->poolStats().pending < 2 && msSince(start) < 10000) std::this_thread::sleep_for(milliseconds(1));
+  while (c->poolStats().pending < static_cast<std::size_t>(kThreads) && msSince(start) < 10000)
+    std::this_thread::sleep_for(milliseconds(1));
   const std::size_t inFlight = c->poolStats().pending;
   resume();
   for (auto& th : threads) th.join();
-  EXPECT_EQ(inFlight, 2u) << "one group in flight per connection";
+  EXPECT_EQ(inFlight, static_cast<std::size_t>(kThreads))
+      << "every sync caller in flight at once: none waits behind a group";
   EXPECT_EQ(granted.load(), kThreads);
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(raw({"ZCARD", rl->keys()[3]}).integer, 4 + kThreads) << "each grant its own member";
@@ -221,15 +225,15 @@ TEST_F(Coalesce, QueuedAcquisitionsLeaveAsOneGroupWhenAGroupInFlightIsAnswered) 
       finished.fetch_add(1);
     });
   }
-  // Two go at once, one on each connection; the other 18 wait for a place.
-  EXPECT_EQ(c->poolStats().pending, 2u);
+  // 2 x kGroupsPerConnection go at once, spread over the connections; the other 12 wait for a place.
+  EXPECT_EQ(c->poolStats().pending, 2 * detail::kGroupsPerConnection);
   resume();
   const auto start = SteadyTime::now();
   while (finished.load() < kCalls && msSince(start) < 10000) std::this_thread::sleep_for(milliseconds(1));
   ASSERT_EQ(finished.load(), kCalls);
   EXPECT_EQ(granted.load(), kCalls);
-  // The first answer lets the 18 go as one acquire_batch.lua call; the second finds none waiting.
-  EXPECT_EQ(c->poolStats().requests - before.requests, 3u);
+  // The first answer lets the 12 go as one acquire_batch.lua call; the others find none waiting.
+  EXPECT_EQ(c->poolStats().requests - before.requests, 2 * detail::kGroupsPerConnection + 1);
   EXPECT_EQ(raw({"ZCARD", rl->keys()[3]}).integer, 4 + kCalls);
 }
 

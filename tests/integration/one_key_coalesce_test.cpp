@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "limiters/batcher.hpp"
+
 #include "redlimit/errors.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
@@ -71,6 +73,9 @@ ClientOptions coalescing() {
   return o;
 }
 
+// Groups of takes a connection keeps in flight before takes queue (detail::kGroupsPerConnection).
+constexpr std::size_t kInFlightOnOne = detail::kGroupsPerConnection;
+
 ClientOptions oneConnection(bool coalesce = true) {
   ClientOptions o;
   o.pool.size = 1;
@@ -107,9 +112,9 @@ TEST_F(OneKeyCoalesce, QueuedTakesOfOneLimiterGetWhatOneByOneCallsGetInTheSameOr
     EXPECT_EQ(d.limit, one.limit);
     EXPECT_FALSE(d.byPolicy);
   }
-  // The first alone, then groups of at most 64: 199 = 64 + 64 + 64 + 7.
+  // The first kInFlightOnOne alone, then groups of at most 64: 196 = 64 + 64 + 64 + 4.
   std::printf("[ coalesce ] %d takes in %llu script calls\n", kCalls, static_cast<unsigned long long>(calls));
-  EXPECT_EQ(calls, 5u);
+  EXPECT_EQ(calls, kInFlightOnOne + 4);
 }
 
 TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAlone) {
@@ -127,8 +132,8 @@ TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAl
   FixedWindowRateLimiter wa(together, name("aw"), fw), wb(alone, name("bw"), fw);
   const std::vector<detail::ScriptLimiter*> mine{&ga, &ta, &wa}, theirs{&gb, &tb2, &wb};
   warmBatch(together);
-  (void)mine[0]->decide(1);
-  (void)theirs[0]->decide(1);
+  for (auto* l : mine) (void)l->decide(1);  // each kind's own script loaded for the takes that go alone
+  for (auto* l : theirs) (void)l->decide(1);
 
   pauseWrites();
   const std::uint64_t before = requestsOf(together);
@@ -143,7 +148,7 @@ TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAl
     EXPECT_EQ(d.remaining, one.remaining);
     EXPECT_EQ(d.limit, one.limit);
   }
-  EXPECT_EQ(requestsOf(together) - before, 2u) << "the first alone, the other 29 in one call";
+  EXPECT_EQ(requestsOf(together) - before, kInFlightOnOne + 1) << "the first ones alone, the others in one call";
 }
 
 TEST_F(OneKeyCoalesce, AKeyedLimiterSendsTheTakesOfManyKeysTogether) {
@@ -165,21 +170,24 @@ TEST_F(OneKeyCoalesce, AKeyedLimiterSendsTheTakesOfManyKeysTogether) {
     EXPECT_EQ(d.allowed, i < 20) << i;
   }
   for (int k = 0; k < 10; ++k) EXPECT_EQ(allowed[static_cast<std::size_t>(k)], 2) << k;
-  EXPECT_EQ(requestsOf(together) - before, 2u) << "the first alone, the other 39 in one call";
+  EXPECT_EQ(requestsOf(together) - before, kInFlightOnOne + 1) << "the first ones alone, the others in one call";
 }
 
 TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
-  auto together = newClient(oneConnection());  // one group in flight: the second and third go together
-  GcraRateLimiter good(together, name("good"), gcra(5));
+  auto together = newClient(oneConnection());  // the places in flight taken: the second and third go together
+  GcraRateLimiter good(together, name("good"), gcra(4 + kInFlightOnOne));  // 2 left at the end
   GcraRateLimiter bad(together, name("bad"), gcra(5));
   raw({"RPUSH", bad.getName(), "not", "a", "limiter"});
   (void)good.decide(1);
 
   pauseWrites();
+  std::vector<std::future<Decision>> alone;
+  for (std::size_t i = 1; i < kInFlightOnOne; ++i) alone.push_back(good.decideAsync(1));
   auto first = good.decideAsync(1);
   auto second = bad.decideAsync(1);
   auto third = good.decideAsync(1);
   resume();
+  for (auto& f : alone) EXPECT_TRUE(f.get().allowed);
   EXPECT_TRUE(first.get().allowed);
   EXPECT_THROW((void)second.get(), InvalidConfigError);
   const Decision d = third.get();
@@ -199,12 +207,12 @@ TEST_F(OneKeyCoalesce, TakesLeaveAsOneGroupWhenAGroupInFlightIsAnswered) {
   const std::uint64_t before = requestsOf(c);
   std::vector<std::future<Decision>> all;
   for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync(1));
-  // Two go at once, one on each connection; the other 18 wait for a place.
-  EXPECT_EQ(c->poolStats().pending, 2u);
+  // 2 x kInFlightOnOne go at once, spread over the connections; the other 12 wait for a place.
+  EXPECT_EQ(c->poolStats().pending, 2 * kInFlightOnOne);
   resume();
   for (auto& f : all) EXPECT_TRUE(f.get().allowed);
-  // The first answer lets the 18 go as one batch.lua call; the second finds none waiting.
-  EXPECT_EQ(requestsOf(c) - before, 3u);
+  // The first answer lets the 12 go as one batch.lua call; the others find none waiting.
+  EXPECT_EQ(requestsOf(c) - before, 2 * kInFlightOnOne + 1);
 }
 
 TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
@@ -244,17 +252,17 @@ TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
 }
 
 TEST_F(OneKeyCoalesce, TakesStillQueuedWhenTheLastLimiterIsDroppedEndWithClosedError) {
-  auto c = newClient(oneConnection());  // one group in flight: the first take
+  auto c = newClient(oneConnection());  // kInFlightOnOne groups in flight: the first takes
   std::vector<std::future<Decision>> all;
   {
     GcraRateLimiter a(c, name(), gcra(100));
     (void)a.decide(1);
     pauseWrites();
-    for (int i = 0; i < 5; ++i) all.push_back(a.decideAsync(1));
+    for (std::size_t i = 0; i < kInFlightOnOne + 4; ++i) all.push_back(a.decideAsync(1));
   }
   resume();
-  EXPECT_TRUE(all[0].get().allowed) << "the one in flight is answered";
-  for (std::size_t i = 1; i < all.size(); ++i) EXPECT_THROW((void)all[i].get(), ClosedError) << i;
+  for (std::size_t i = 0; i < kInFlightOnOne; ++i) EXPECT_TRUE(all[i].get().allowed) << "in flight, answered: " << i;
+  for (std::size_t i = kInFlightOnOne; i < all.size(); ++i) EXPECT_THROW((void)all[i].get(), ClosedError) << i;
 }
 
 }  // namespace
