@@ -223,6 +223,19 @@ void SentinelRunner::expireParked(std::vector<Request>& expired) {
   parked_.erase(late, parked_.end());
 }
 
+template <class End>
+bool SentinelRunner::endCallbacks(std::vector<Request>& requests, End&& end) {
+  // A callback, or the destruction of its request, may drop the last other reference to this
+  // runner: hold one meanwhile, and if it turns out to be the last, the runner ends with this
+  // thread (its destructor detaches it) and nothing of it may be touched afterwards.
+  std::shared_ptr<SentinelRunner> keep = weak_from_this().lock();
+  for (Request& r : requests) end(r);
+  requests.clear();
+  const std::weak_ptr<SentinelRunner> alive = keep;
+  keep.reset();
+  return !alive.expired();
+}
+
 void SentinelRunner::maintain() {
   setCurrentIoRunner(this);
   UniqueLock lock(mutex_);
@@ -232,7 +245,7 @@ void SentinelRunner::maintain() {
       refused.swap(parked_);
       const std::exception_ptr why = loginRefused_;
       lock.unlock();
-      for (Request& r : refused) r.done(Outcome{Reply{}, cloneError(why)});
+      if (!endCallbacks(refused, [&](Request& r) { r.done(Outcome{Reply{}, cloneError(why)}); })) return;
       lock.lock();
       continue;
     }
@@ -241,11 +254,14 @@ void SentinelRunner::maintain() {
     if (!expired.empty()) {
       const std::string why = lastFailure_.empty() ? std::string("no sentinel has answered yet") : lastFailure_;
       lock.unlock();
-      for (Request& r : expired) {
-        r.done(Outcome{Reply{}, errorOf<TimeoutError>(fmt::format(
-                                    "redlimit: {}: no primary for \"{}\" was found within the request's {} ms "
-                                    "deadline ({})",
-                                    r.command, options_.sentinel.primaryName, r.budget.count(), why))});
+      const std::string& primaryName = options_.sentinel.primaryName;
+      if (!endCallbacks(expired, [&](Request& r) {
+            r.done(Outcome{Reply{}, errorOf<TimeoutError>(fmt::format(
+                                        "redlimit: {}: no primary for \"{}\" was found within the request's {} ms "
+                                        "deadline ({})",
+                                        r.command, primaryName, r.budget.count(), why))});
+          })) {
+        return;
       }
       lock.lock();
       continue;

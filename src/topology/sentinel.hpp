@@ -72,6 +72,10 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
                                   const std::exception_ptr& error) const;
   void wantDiscovery();
   void maintain();
+  // Runs `end` on each of `requests` (taken out of parked_, lock not held) and destroys them;
+  // false if that released the last reference to this runner (then nothing of it may be touched).
+  template <class End>
+  bool endCallbacks(std::vector<Request>& requests, End&& end);
   void subscribe();
   bool discover();  // true if a primary was found (and is in use now)
   // The AuthError (or NoPermissionError) `error` as parked and later requests get it: no primary

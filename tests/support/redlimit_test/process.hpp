@@ -38,9 +38,8 @@ bool waitUntilOtherThreadsSleep(int maxScans = 5000);
 /// How a fork() child of statusOfForkedChild ends.
 enum class ChildExit {
   /// std::exit: static destructors and atexit handlers run, as in a worker that returns from main
-  /// (the harness's RedisServer copies leave the parent's servers alone). Under AddressSanitizer
-  /// the leak check runs too: the child must then not use a Client it inherited (a child leaks
-  /// the parent's transport on purpose, see Client).
+  /// (the harness's RedisServer copies leave the parent's servers alone). LeakSanitizer's check
+  /// is off in the child: the parent's threads' memory would read as leaked there.
   Normally,
   /// _exit: nothing more runs.
   Immediately,
