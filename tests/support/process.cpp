@@ -96,9 +96,14 @@ namespace {
 std::atomic<bool> gInForkedChild{false};
 }  // namespace
 
-int statusOfForkedChild(const std::function<int()>& child, ChildExit how) {
+int statusOfForkedChild(const std::function<int()>& child, ChildExit how, int* result) {
   (void)waitUntilOtherThreadsSleep();
   (void)std::fflush(nullptr);  // else the child's exit() writes the parent's buffered output again
+  int fds[2] = {-1, -1};
+  if (result != nullptr) {
+    *result = -1;
+    if (::pipe(fds) != 0) return -1;
+  }
   const pid_t pid = ::fork();
   if (pid == 0) {
     gInForkedChild.store(true);
@@ -108,12 +113,25 @@ int statusOfForkedChild(const std::function<int()>& child, ChildExit how) {
     } catch (...) {
       code = 101;
     }
+    if (fds[1] >= 0) {
+      (void)!::write(fds[1], &code, sizeof code);
+      ::close(fds[1]);
+    }
     if (how == ChildExit::Immediately) ::_exit(code);
     std::exit(code);
   }
-  if (pid < 0) return -1;
+  if (fds[1] >= 0) ::close(fds[1]);
+  if (pid < 0) {
+    if (fds[0] >= 0) ::close(fds[0]);
+    return -1;
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (fds[0] >= 0) {
+    int code = -1;
+    if (::read(fds[0], &code, sizeof code) == static_cast<ssize_t>(sizeof code)) *result = code;
+    ::close(fds[0]);
   }
   return status;
 }

@@ -48,8 +48,10 @@ enum class ChildExit {
 /// Runs `child` in a fork() child that then ends with its result as exit code, as `how` says.
 /// The child must not use gtest's assertions: it reports through its exit code. Flushes stdio
 /// and waits for the other threads to sleep (waitUntilOtherThreadsSleep) before forking. Returns
-/// the child's wait status (see waitpid), or -1 if fork() failed.
-int statusOfForkedChild(const std::function<int()>& child, ChildExit how);
+/// the child's wait status (see waitpid), or -1 if fork() failed. With `result`, also what
+/// `child` returned, sent through a pipe before the child ends (-1 if it never came): a sanitizer
+/// may replace the exit code of a child that ran to its end (see LeaseHeartbeatTest).
+int statusOfForkedChild(const std::function<int()>& child, ChildExit how, int* result = nullptr);
 
 /// A wait status in words ("exited with 3", "killed by signal 6 (Aborted)"), for failure messages.
 std::string describeWaitStatus(int status);
