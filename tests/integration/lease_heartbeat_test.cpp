@@ -391,7 +391,9 @@ TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChi
 #else
   const bool threadIdReported = false;
 #endif
-  if (!threadIdReported) EXPECT_EQ(WEXITSTATUS(status), 0) << "the child ran to its end, then did not exit normally";
+  if (!threadIdReported) {
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child ran to its end, then did not exit normally";
+  }
   EXPECT_EQ(cl.held(), 0);
 }
 
