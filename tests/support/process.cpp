@@ -14,6 +14,7 @@
 #include <string>
 #include <sys/wait.h>
 #include <thread>
+#include <pthread.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -107,6 +108,18 @@ int statusOfForkedChild(const std::function<int()>& child, ChildExit how, int* r
   const pid_t pid = ::fork();
   if (pid == 0) {
     gInForkedChild.store(true);
+#if defined(__SANITIZE_THREAD__)
+    // glibc hands the child's first threads the stacks of the parent's threads (cached at fork),
+    // and with them their ids, which ThreadSanitizer still holds as running: it reports "dup thread
+    // with used id" and halts. A larger default stack than any cached one makes each new thread
+    // map its own.
+    pthread_attr_t attr;
+    if (::pthread_attr_init(&attr) == 0) {
+      (void)::pthread_attr_setstacksize(&attr, std::size_t{32} << 20);
+      (void)::pthread_setattr_default_np(&attr);
+      (void)::pthread_attr_destroy(&attr);
+    }
+#endif
     int code = 100;
     try {
       code = child();
