@@ -57,6 +57,9 @@ class LimiterCall {
     std::int64_t permits = 1;
     std::int64_t rate = 0;
     std::chrono::milliseconds interval{0};
+    // A Decision's requests are counted (LimiterMetrics::roundTrip) here, one per try, unless its
+    // sender counts them itself (a coalesced batch of several calls is one request).
+    bool senderCountsRequests = false;
   };
 
   struct Action {
@@ -134,7 +137,9 @@ class LimiterCall {
  private:
   Action send() {
     ++tries_;
-    if (params_.guard == Guard::Decision) gate_->monitor().roundTrip();  // a resend is another request
+    if (params_.guard == Guard::Decision && !params_.senderCountsRequests) {
+      gate_->monitor().roundTrip();  // a resend is another request
+    }
     Action a;
     a.kind = Action::Kind::Send;
     a.budget = std::chrono::microseconds{std::max<std::int64_t>(deadline_ - gate_->clock().now().count(), 0)};
@@ -165,12 +170,12 @@ inline std::chrono::steady_clock::time_point tryDeadline(std::chrono::microsecon
 }
 
 /// One call, waiting for its outcome on this thread. `send(deadline)` sends one try and returns
-/// its reply, throwing its error as the limiter's types; `parse(reply)` reads the answer (may
+/// its reply (a Reply, or what a sender that groups calls makes of its reply for this one), throwing its error as the limiter's types; `parse(reply)` reads the answer (may
 /// throw); `byPolicy(allowed)` is the failure policy's answer. A Decision refuses to wait on the
 /// Client's I/O thread (it would wait for itself): InvalidArgument naming `what`.
 template <class Send, class Parse, class ByPolicy>
 auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& params, std::string_view what, Send&& send,
-             Parse&& parse, ByPolicy&& byPolicy) -> decltype(parse(std::declval<const Reply&>())) {
+             Parse&& parse, ByPolicy&& byPolicy) -> decltype(parse(send(std::chrono::steady_clock::time_point{}))) {
   if (params.guard == LimiterCall::Guard::Decision && client.onIoThread()) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: a sync {} from a completion callback would wait for the thread that runs "
@@ -199,13 +204,14 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
 }
 
 /// One call reporting through `done`, once: on this thread when it is decided without sending,
-/// else on the I/O thread. `owner` (the limiter's core, with its FailureGate gate_) is held weakly
+/// else on the I/O thread. A try's raw outcome is a Raw (a Reply, or what a sender that groups
+/// calls makes of its reply for this one). `owner` (the limiter's core, with its FailureGate gate_) is held weakly
 /// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
 /// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion)`
 /// sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
 /// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `done` that throws is
 /// reported (Event::Kind::CallbackThrew) and affects nothing else.
-template <class Out, class Owner, class Send, class MapError, class Parse, class ByPolicy>
+template <class Out, class Raw = Reply, class Owner, class Send, class MapError, class Parse, class ByPolicy>
 void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, Send send, MapError mapError,
               Parse parse, ByPolicy byPolicy, std::function<void(Out, std::exception_ptr)> done) {
   struct State {
@@ -230,7 +236,7 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
       switch (a.kind) {
         case LimiterCall::Action::Kind::Send:
           s->send(self, tryDeadline(a.budget),
-                  [s](const Reply& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+                  [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
           return;
         case LimiterCall::Action::Kind::Decide:
           s->deliver(s->byPolicy(self, a.allowed), nullptr);
@@ -241,7 +247,7 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
           return;
       }
     }
-    static void completed(const std::shared_ptr<State>& s, const Reply& reply, std::exception_ptr error) {
+    static void completed(const std::shared_ptr<State>& s, const Raw& reply, std::exception_ptr error) {
       const std::shared_ptr<Owner> self = s->owner.lock();
       Out out{};
       if (error) {

@@ -17,6 +17,7 @@
 #include "limiters/completion.hpp"
 #include "base/fork_guard.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/limiter_call.hpp"
 #include "base/random.hpp"
 #include "config/limiter_name.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -204,15 +205,16 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   bool isExists();
   bool deleteLimiter();
 
-  // One acquire attempt in flight: resent (with the same id) when the connection closed under it.
+  // One try of an acquisition (the call protocol, limiters/limiter_call.hpp, sends another with
+  // the same id when the connection closed under it).
   struct Pending {
     std::int64_t atLeast = 0;
     std::int64_t atMost = 0;
     std::string id;
-    std::string record;  // the partial-grant record's key; empty when atLeast == atMost
-    int tries = 0;
-    detail::SteadyTime deadline;  // the whole call's, resends included
-    AcquireCallback done;
+    std::string record;           // the partial-grant record's key; empty when atLeast == atMost
+    bool resent = false;          // a later try: the script answers a grant already made under the id
+    detail::SteadyTime deadline;  // this try's
+    AcquireCallback done;         // the try's outcome, errors as the limiter's types
   };
   // Runs the attempt's callback once (later calls do nothing); one that throws is reported through
   // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
@@ -225,7 +227,6 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   void sendGroup(std::vector<std::shared_ptr<Pending>> group);
   struct Batch {
     std::vector<std::shared_ptr<Pending>> items;
-    int tries = 0;
     detail::SteadyTime deadline;  // the earliest of its acquisitions'
   };
   void sendBatch(const std::shared_ptr<Batch>& batch);
@@ -233,16 +234,24 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   static void finishBatch(Impl* self, const Batch& batch, const Reply& r);
   // A group in flight has finished: sends the next one in its place, or frees the place.
   void groupDone();
-  bool resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const;
-  // The deadline of one try of a call that must end by `callDeadline`: a command timeout from now,
-  // or the call's deadline if that comes first.
-  detail::SteadyTime tryDeadline(detail::SteadyTime callDeadline) const;
-  // The deadline of a call starting now: callBound_ from now.
-  detail::SteadyTime callDeadline() const;
   // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
   static AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
-  // askGuarded without waiting: the gate's bookkeeping runs in the completion.
-  void askGuardedAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
+  // One try of an acquisition of atLeast..atMost under `id` (`attempt` 1 for the first), through
+  // the coalescing queue; `done` gets its outcome on the I/O thread.
+  void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, int attempt,
+               detail::SteadyTime deadline, AcquireCallback done);
+  // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
+  detail::LimiterCall::Params decision(std::int64_t permits) const;
+  // An acquisition of atLeast..atMost under `id` through the call protocol: the failure gate, the
+  // resend after a closed connection, the failure policy's decision (granted = atLeast or 0,
+  // wait = 0, no member) when Redis cannot be asked.
+  AcquireResult ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
+  void askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
+  // A call that takes no decision (a read, a configuration write, a give-back) through the call
+  // protocol: `send(deadline)` sends one try; sent again after a closed connection if `resend` says so.
+  template <class Send>
+  Reply plainCall(detail::LimiterCall::Resend resend, Send&& send);
 
   void checkPermits(std::int64_t permits) const;
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
@@ -251,18 +260,12 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::int64_t releasePermits(std::int64_t permits, const std::string& member);
   void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
                  std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
-  AcquireResult askOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
-  // One guarded acquire attempt for atLeast..atMost permits: goes to Redis unless the gate says
-  // not to; an unreachable Redis is decided by the failure policy (granted = atLeast or 0,
-  // wait = 0, no member).
-  AcquireResult askGuarded(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
-  // Before a call: nullopt if it should go to Redis; else the failure policy's decision (the limiter
-  // is degraded and this is not a probe). Throws the IoError under FailurePolicy::Throw.
-  std::optional<AcquireResult> decidedWithoutRedis(std::int64_t permits, std::int64_t rate, milliseconds interval);
-  template <class Call>
-  auto onceMoreIfClosed(Call&& call) -> decltype(call(false, detail::SteadyTime{}));
-  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args,
-                 detail::SteadyTime deadline = detail::SteadyTime{});
+  // One try of `script` on the five keys, errors as the limiter's.
+  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args, detail::SteadyTime deadline);
+  // `script` on the five keys through the call protocol (plainCall).
+  Reply evalCall(const Script& script, std::vector<std::string_view> args, detail::LimiterCall::Resend resend);
+  // A command through the call protocol (plainCall).
+  Reply commandCall(std::vector<std::string_view> command, detail::LimiterCall::Resend resend);
   std::string nowArg() const;
   std::string expectedRateArg() const;
 
@@ -349,35 +352,11 @@ void RateLimiter::Impl::finish(Impl* self, Pending& a, AcquireResult result, std
   }
 }
 
-// Runs `call`; if the connection was closed under it (the reply may or may not have been lost),
-// runs it again on a fresh connection with `resend` set, up to three tries in all and as long as
-// another try fits in the call's time bound (callBound_): that holds when each close was noticed at
-// once (a killed connection, a restarted server), and a close that hits the fresh
-// connection too (CLIENT KILL of every client) is tried again rather than reported as an outage.
-// Only for calls that are safe to send more than once: reads, and acquires whose member id makes
-// a resend a no-op grant. The pool drops its idle connections when one breaks, so each try gets a
-// fresh one.
-template <class Call>
-auto RateLimiter::Impl::onceMoreIfClosed(Call&& call) -> decltype(call(false, detail::SteadyTime{})) {
-  const detail::SteadyTime deadline = callDeadline();
-  constexpr int kMaxTries = 3;  // a server that closes every connection is not retried forever
-  for (int tries = 1;; ++tries) {
-    try {
-      return call(tries > 1, tryDeadline(deadline));
-    } catch (const ClosedError&) {
-      if (tries == kMaxTries || detail::Steady::now() >= deadline) throw;
-    }
-  }
-}
-
-detail::SteadyTime RateLimiter::Impl::callDeadline() const {
-  return detail::deadlineAfter<detail::Steady>(detail::Steady::now(), callBound_);
-}
-
-detail::SteadyTime RateLimiter::Impl::tryDeadline(detail::SteadyTime callDeadline) const {
-  const auto next =
-      detail::deadlineAfter<detail::Steady>(detail::Steady::now(), client_->options().connection.commandTimeout);
-  return std::min(next, callDeadline);
+template <class Send>
+Reply RateLimiter::Impl::plainCall(detail::LimiterCall::Resend resend, Send&& send) {
+  return detail::runSync(
+      *client_, gate_, detail::LimiterCall::plain(callBound_, resend), "call", std::forward<Send>(send),
+      [](Reply r) { return r; }, [](bool) { return Reply{}; });
 }
 
 void RateLimiter::Impl::remember(std::int64_t rate, milliseconds interval) noexcept {
@@ -396,6 +375,15 @@ std::string RateLimiter::Impl::nowArg() const {
 std::string RateLimiter::Impl::expectedRateArg() const {
   const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
   return rate > 0 ? fmt::to_string(rate) : std::string();
+}
+
+Reply RateLimiter::Impl::evalCall(const Script& script, std::vector<std::string_view> args,
+                                  detail::LimiterCall::Resend resend) {
+  return plainCall(resend, [&](detail::SteadyTime deadline) { return evalOnce(script, args, deadline); });
+}
+
+Reply RateLimiter::Impl::commandCall(std::vector<std::string_view> command, detail::LimiterCall::Resend resend) {
+  return plainCall(resend, [&](detail::SteadyTime deadline) { return detail::command(*client_, command, deadline); });
 }
 
 Reply RateLimiter::Impl::evalOnce(const Script& s, const std::vector<std::string_view>& args,
@@ -421,7 +409,9 @@ void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds
   const std::string rateArg = fmt::to_string(rate), intervalArg = fmt::to_string(interval.count()),
                     typeArg = fmt::to_string(static_cast<int>(type)), keepArg = fmt::to_string(keepAlive.count()),
                     now = nowArg();
-  const Reply r = evalOnce(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now});
+  // Not sent again: a second "try" after a first that was applied would answer its own write.
+  const Reply r =
+      evalCall(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now}, detail::LimiterCall::Resend::Never);
   const bool done = r.asInteger() == 1;
   if (done) remember(rate, interval);
   if (written != nullptr) *written = done;
@@ -468,8 +458,7 @@ AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const 
 }
 
 void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
-  ++a->tries;
-  gate_.monitor().roundTrip();
+  gate_.monitor().roundTrip();  // the protocol leaves the count to this sender (a batch is one request)
   const fmt::format_int most(a->atMost), least(a->atLeast);
   const std::string now = nowArg(), expected = expectedRateArg();
   // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
@@ -484,7 +473,7 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
                                               std::string_view(least.data(), least.size()),
                                               a->id,
                                               now,
-                                              a->tries > 1 ? "1" : "0",
+                                              a->resent ? "1" : "0",
                                               recordTtl_,
                                               expected};
   // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
@@ -494,20 +483,7 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
       [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
         const std::shared_ptr<Impl> self = weak.lock();
         if (error) {
-          error = detail::limiterError(std::move(error));
-          if (!self) {
-            finish(nullptr, *a, AcquireResult{}, std::move(error));
-            return;
-          }
-          // The connection closed under the request: the reply may be lost. Send it again (the
-          // member id makes a resend a no-op grant) up to three tries and while one fits in the
-          // call's bound; a close that hits the fresh connection too is tried again rather than
-          // reported as an outage.
-          if (self->resendable(error, a->tries, a->deadline)) {
-            self->send(a);
-            return;
-          }
-          finish(self.get(), *a, AcquireResult{}, std::move(error));
+          finish(self.get(), *a, AcquireResult{}, detail::limiterError(std::move(error)));
           return;
         }
         AcquireResult out;
@@ -519,17 +495,7 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
         }
         finish(self.get(), *a, std::move(out), nullptr);
       },
-      tryDeadline(a->deadline));
-}
-
-bool RateLimiter::Impl::resendable(const std::exception_ptr& error, int tries, detail::SteadyTime deadline) const {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ClosedError&) {
-    return tries < 3 && detail::Steady::now() < deadline;
-  } catch (...) {
-    return false;
-  }
+      a->deadline);
 }
 
 void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
@@ -564,7 +530,6 @@ void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {
 }
 
 void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
-  ++b->tries;
   gate_.monitor().roundTrip();
   const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(b->items.size());
   std::vector<std::string> permits;
@@ -578,16 +543,14 @@ void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
     permits.push_back(fmt::to_string(a->atLeast));
     args.push_back(permits.back());
     args.push_back(a->id);
-    args.emplace_back(b->tries > 1 ? "1" : "0");
+    args.emplace_back(a->resent ? "1" : "0");
   }
   detail::evalAsync(
       *client_, kAcquireBatch, keyViews_, args,
       [weak = weak_from_this(), b](const Reply& r, std::exception_ptr error) {
+        // Each acquisition's own call decides whether it is sent again (with its id: one granted
+        // is found, not taken twice).
         const std::shared_ptr<Impl> self = weak.lock();
-        if (error && self && self->resendable(error, b->tries, b->deadline)) {
-          self->sendBatch(b);  // every acquisition again with its id: those granted are found, not taken twice
-          return;
-        }
         if (self) self->groupDone();
         if (error) {
           error = detail::limiterError(std::move(error));
@@ -602,7 +565,7 @@ void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
           for (const auto& a : b->items) finish(self.get(), *a, AcquireResult{}, detail::cloneError(bad));
         }
       },
-      tryDeadline(b->deadline));
+      b->deadline);
 }
 
 void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) {
@@ -643,36 +606,13 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   for (std::size_t i = 0; i < n; ++i) finish(self, *b.items[i], std::move(results[i].first), results[i].second);
 }
 
-AcquireResult RateLimiter::Impl::askOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
-  if (client_->onIoThread()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: a sync acquire from a completion callback would wait "
-                    "for the thread that runs it; use tryAcquireAsync there",
-                    name_));
-  }
-  auto a = std::make_shared<Pending>();
-  a->atLeast = atLeast;
-  a->atMost = atMost;
-  a->id = id;
-  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
-  a->deadline = callDeadline();
-  detail::SyncWait<AcquireResult> wait;
-  a->done = wait.callback();
-  // The call ends by its deadline (a request waiting for a connection gets the connect time on
-  // top); a second later, the wait gives up instead of hanging.
-  const detail::SteadyTime giveUp = detail::deadlineAfter<detail::Steady>(
-      a->deadline, detail::saturatingAdd(client_->options().connection.connectTimeout, milliseconds{1000}));
-  dispatch(std::move(a));
-  return wait.get(giveUp);
-}
-
 AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
   checkPermits(atLeast);
   if (atMost < atLeast) {
     throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
   }
   if (atMost > kMaxRate) atMost = kMaxRate;
-  return askGuarded(atLeast, atMost, idBytes());
+  return ask(atLeast, atMost, idBytes());
 }
 
 namespace {
@@ -685,72 +625,52 @@ AcquireResult policyResult(std::int64_t permits, bool granted) {
 }
 }  // namespace
 
-std::optional<AcquireResult> RateLimiter::Impl::decidedWithoutRedis(std::int64_t permits, std::int64_t rate,
-                                                                    milliseconds interval) {
-  if (gate_.shouldTry()) return std::nullopt;
-  if (auto d = gate_.decide(permits, rate, interval)) return policyResult(permits, *d);
-  gate_.throwUnavailable();
-}
-
-AcquireResult RateLimiter::Impl::askGuarded(std::int64_t permits, std::int64_t atMost, const std::string& id) {
-  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
-  if (auto r = decidedWithoutRedis(permits, rate, interval)) return *r;
-  const std::int64_t started = gate_.callStart();
-  try {
-    AcquireResult r = askOnce(permits, atMost, id);
-    gate_.answered(started);
-    return r;
-  } catch (...) {
-    // FailureGate::settle: an outage goes to the policy; anything else is noted and thrown.
-    if (auto d = gate_.settle(std::current_exception(), started, permits, rate, interval)) {
-      return policyResult(permits, *d);
-    }
-    throw;
-  }
-}
-
-void RateLimiter::Impl::askGuardedAsync(std::int64_t permits, std::int64_t atMost, std::string id,
-                                        AcquireCallback done) {
-  const std::int64_t rate = knownRate_.load(std::memory_order_relaxed);
-  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
-  std::optional<AcquireResult> decided;
-  try {
-    decided = decidedWithoutRedis(permits, rate, interval);
-  } catch (...) {
-    done(AcquireResult{}, std::current_exception());
-    return;
-  }
-  if (decided) {  // outside the try: a throwing callback must not run a second time with its own exception
-    done(std::move(*decided), nullptr);
-    return;
-  }
+void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, int attempt,
+                                detail::SteadyTime deadline, AcquireCallback done) {
   auto a = std::make_shared<Pending>();
-  a->atLeast = permits;
+  a->atLeast = atLeast;
   a->atMost = atMost;
-  if (permits < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
-  a->id = std::move(id);
-  a->deadline = callDeadline();
-  const std::int64_t started = gate_.callStart();
-  a->done = [weak = weak_from_this(), permits, rate, interval, started, done = std::move(done)](
-                AcquireResult r, std::exception_ptr error) {
-    const std::shared_ptr<Impl> self = weak.lock();
-    if (!self) {
-      done(std::move(r), std::move(error));
-      return;
-    }
-    if (!error) {
-      self->gate_.answered(started);
-      done(std::move(r), nullptr);
-      return;
-    }
-    if (auto d = self->gate_.settle(error, started, permits, rate, interval)) {
-      done(policyResult(permits, *d), nullptr);
-      return;
-    }
-    done(AcquireResult{}, std::move(error));
-  };
+  a->id = id;
+  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
+  a->resent = attempt > 1;
+  a->deadline = deadline;
+  a->done = std::move(done);
   dispatch(std::move(a));
+}
+
+detail::LimiterCall::Params RateLimiter::Impl::decision(std::int64_t permits) const {
+  detail::LimiterCall::Params p =
+      detail::LimiterCall::decision(callBound_, permits, knownRate_.load(std::memory_order_relaxed),
+                                    milliseconds{knownIntervalMs_.load(std::memory_order_relaxed)});
+  p.senderCountsRequests = true;  // send() and sendBatch() count: a coalesced batch is one request
+  return p;
+}
+
+AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
+  int attempt = 0;
+  return detail::runSync(
+      *client_, gate_, decision(atLeast), "tryAcquire",
+      [&](detail::SteadyTime deadline) {
+        detail::SyncWait<AcquireResult> wait;
+        tryOnce(atLeast, atMost, id, ++attempt, deadline, wait.callback());
+        // The try ends by its deadline (one waiting for a connection gets the connect time on
+        // top); a second later, the wait gives up instead of hanging.
+        return wait.get(detail::deadlineAfter<detail::Steady>(
+            deadline, detail::saturatingAdd(client_->options().connection.connectTimeout, milliseconds{1000})));
+      },
+      [](AcquireResult r) { return r; }, [&](bool allowed) { return policyResult(atLeast, allowed); });
+}
+
+void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done) {
+  detail::runAsync<AcquireResult, AcquireResult>(
+      shared_from_this(), decision(atLeast),
+      [atLeast, atMost, id = std::move(id), attempt = 0](Impl& self, detail::SteadyTime deadline,
+                                                         AcquireCallback sent) mutable {
+        self.tryOnce(atLeast, atMost, id, ++attempt, deadline, std::move(sent));
+      },
+      [](std::exception_ptr error) { return error; },  // tryOnce reports the limiter's errors
+      [](Impl*, const AcquireResult& r) { return r; },
+      [atLeast](Impl&, bool allowed) { return policyResult(atLeast, allowed); }, std::move(done));
 }
 
 void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
@@ -763,7 +683,7 @@ void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t a
     done(AcquireResult{}, std::current_exception());
     return;
   }
-  askGuardedAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
+  askAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
 }
 
 bool RateLimiter::Impl::admit(const AcquireResult& r, std::int64_t permits) const {
@@ -772,7 +692,7 @@ bool RateLimiter::Impl::admit(const AcquireResult& r, std::int64_t permits) cons
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return admit(askGuarded(permits, permits, idBytes()), permits);
+  return admit(ask(permits, permits, idBytes()), permits);
 }
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
@@ -786,7 +706,7 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
       std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
-    const AcquireResult r = askGuarded(permits, permits, id);
+    const AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
     const std::chrono::microseconds wait = r.wait;
     if (until - clock.now().count() < wait.count()) return admit(r, permits);
@@ -802,7 +722,7 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
   }
   const std::string id = idBytes();
   for (;;) {
-    const AcquireResult r = askGuarded(permits, permits, id);
+    const AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0) {
       (void)admit(r, permits);
       return;
@@ -814,16 +734,12 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
 }
 
 std::int64_t RateLimiter::Impl::availablePermits() {
-  return onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-    const std::string now = nowArg(), expected = expectedRateArg();
-    return evalOnce(kAvailable, {now, expected}, deadline).asInteger();
-  });
+  const std::string now = nowArg(), expected = expectedRateArg();
+  return evalCall(kAvailable, {now, expected}, detail::LimiterCall::Resend::IfClosed).asInteger();
 }
 
 RateLimiterConfig RateLimiter::Impl::getConfig() {
-  const Reply r = onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-    return detail::command(*client_, {"HGETALL", keys_[0]}, deadline);
-  });
+  const Reply r = commandCall({"HGETALL", keys_[0]}, detail::LimiterCall::Resend::IfClosed);
   if (r.type != Reply::Type::Array || r.elements.empty()) {
     throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", name_));
   }
@@ -869,7 +785,8 @@ std::int64_t RateLimiter::Impl::releasePermits(std::int64_t permits, const std::
   // Each script call looks at a bounded number of members and says whether it stopped early.
   while (left > 0) {
     const std::string n = fmt::to_string(left), now = nowArg(), expected = expectedRateArg();
-    const Reply r = evalOnce(kRelease, {n, member, now, expected});
+    const Reply r =
+        evalCall(kRelease, {n, member, now, expected}, detail::LimiterCall::Resend::Never);  // could give back twice
     if (r.type != Reply::Type::Array || r.elements.size() != 3) {
       throw UnexpectedReplyError(fmt::format(
           "redlimit: limiter {}: expected an array of 3 from the release script, got another reply", name_));
@@ -912,33 +829,32 @@ bool RateLimiter::Impl::expire(milliseconds ttl) {
         fmt::format("redlimit: expire needs a TTL in 1..{} ms, got {} ms", kMaxInterval.count(), ttl.count()));
   }
   const std::string ms = fmt::to_string(ttl.count());
-  return evalOnce(kTtl, {"PEXPIRE", ms}).asInteger() == 1;
+  return evalCall(kTtl, {"PEXPIRE", ms}, detail::LimiterCall::Resend::Never).asInteger() == 1;
 }
 
 bool RateLimiter::Impl::expireAt(std::chrono::system_clock::time_point when) {
   const auto ms = std::chrono::duration_cast<milliseconds>(when.time_since_epoch()).count();
   if (ms <= 0) throw InvalidArgument("redlimit: expireAt needs a time after the epoch");
   const std::string arg = fmt::to_string(ms);
-  return evalOnce(kTtl, {"PEXPIREAT", arg}).asInteger() == 1;
+  return evalCall(kTtl, {"PEXPIREAT", arg}, detail::LimiterCall::Resend::Never).asInteger() == 1;
 }
 
-bool RateLimiter::Impl::clearExpire() { return evalOnce(kTtl, {"PERSIST", ""}).asInteger() == 1; }
+bool RateLimiter::Impl::clearExpire() {
+  return evalCall(kTtl, {"PERSIST", ""}, detail::LimiterCall::Resend::Never).asInteger() == 1;
+}
 
 milliseconds RateLimiter::Impl::remainTimeToLive() {
-  return milliseconds{onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-                        return detail::command(*client_, {"PTTL", keys_[0]}, deadline);
-                      }).asInteger()};
+  return milliseconds{commandCall({"PTTL", keys_[0]}, detail::LimiterCall::Resend::IfClosed).asInteger()};
 }
 
 bool RateLimiter::Impl::isExists() {
-  return onceMoreIfClosed([&](bool, detail::SteadyTime deadline) {
-           return detail::command(*client_, {"EXISTS", keys_[0]}, deadline);
-         }).asInteger() == 1;
+  return commandCall({"EXISTS", keys_[0]}, detail::LimiterCall::Resend::IfClosed).asInteger() == 1;
 }
 
 bool RateLimiter::Impl::deleteLimiter() {
   knownRate_.store(0, std::memory_order_relaxed);
-  return detail::command(*client_, {"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}).asInteger() > 0;
+  return commandCall({"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}, detail::LimiterCall::Resend::Never)
+             .asInteger() > 0;
 }
 
 // --- The handle: forwards to the shared state ----------------------------------------------------

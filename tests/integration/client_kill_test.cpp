@@ -11,6 +11,7 @@
 #include "redlimit/keyed_token_bucket_rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"
+#include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -114,4 +115,22 @@ TEST_F(ClientKill, AsyncTakesAreResentSoNoCallerSeesAnErrorAndTheLimitersStayHea
   });
   expectResent(o, one.failureStats(), kLimit);
   expectResent(o, both.failureStats(), kLimit);
+}
+
+// RateLimiter's takes carry an id: a resent take whose first try was applied finds that grant, so
+// the permits left are exactly the limit less what callers were granted.
+TEST_F(ClientKill, RateLimiterTakesAreResentOnceEachSoNoCallerSeesAnErrorAndAccountingIsExact) {
+  RateLimiter limiter(client(), name());
+  ASSERT_TRUE(limiter.trySetRate(RateType::Overall, kLimit, std::chrono::hours(24)));
+  const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
+  expectResent(o, limiter.failureStats(), kLimit);
+  EXPECT_EQ(limiter.availablePermits(), kLimit - o.granted);
+}
+
+TEST_F(ClientKill, RateLimiterAsyncTakesAreResentOnceEachSoNoCallerSeesAnErrorAndAccountingIsExact) {
+  RateLimiter limiter(client(), name());
+  ASSERT_TRUE(limiter.trySetRate(RateType::Overall, kLimit, std::chrono::hours(24)));
+  const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquireAsync().get(); });
+  expectResent(o, limiter.failureStats(), kLimit);
+  EXPECT_EQ(limiter.availablePermits(), kLimit - o.granted);
 }

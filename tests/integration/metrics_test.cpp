@@ -29,6 +29,8 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
   EventLog clientEvents, limiterEvents;
   ClientOptions co;
   co.connection = parseUri(server().uri());
+  // A limiter call's bound is connectTimeout + commandTimeout: 200 ms, well inside the stall below.
+  co.connection.connectTimeout = milliseconds(100);
   co.connection.commandTimeout = milliseconds(100);
   co.onEvent = clientEvents.callback();
   auto client = Client::create(co);

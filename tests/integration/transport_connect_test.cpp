@@ -416,10 +416,11 @@ TEST(Client, ABlockingCallbackIsItsOwnCauseNotAnOutage) {
   });
   ASSERT_TRUE(eventually([&] { return entered.load(); }));
   // This call's request waits in the queue for the blocked loop; the callback is let go only once
-  // the request's 100 ms deadline is well behind.
+  // the call's deadline (a limiter call's bound: connectTimeout + commandTimeout) is well behind.
   auto decided = std::async(std::launch::async, [&] { return other.tryAcquire(); });
   ASSERT_TRUE(eventually([&] { return client->poolStats().pending >= 1; }));
-  const auto deadlinePassed = Clock::now() + milliseconds(300);
+  const auto deadlinePassed =
+      Clock::now() + co.connection.connectTimeout + co.connection.commandTimeout + milliseconds(200);
   while (Clock::now() < deadlinePassed) std::this_thread::sleep_for(milliseconds(5));
   release = true;
   EXPECT_FALSE(decided.get()) << "Deny decides the call";
