@@ -120,8 +120,10 @@ class KeyedScriptLimiter {
   KeyedScriptLimiter& operator=(KeyedScriptLimiter&&) noexcept = default;
 
  private:
-  class Core;
-  std::shared_ptr<Core> core_;
+  // Checks `key` (InvalidArgument: empty, too long, a record's key) and returns it as the core takes it.
+  [[nodiscard]] std::string checkedKey(std::string_view key) const;
+
+  std::shared_ptr<ScriptCore> core_;
 };
 
 }  // namespace redlimit::detail

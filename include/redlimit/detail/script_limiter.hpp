@@ -30,6 +30,8 @@ class MultiLimit;
 
 namespace redlimit::detail {
 
+class ScriptCore;  // src/limiters/script_core.hpp
+
 /// A configuration sent in every call (the keyed families, and the one-key handles made with a
 /// configuration): `packed` is the configuration as the script stores it (the key's header: 17
 /// bytes for the token bucket and GCRA, 13 for the fixed window; 18 for the smooth limiter: its
@@ -284,8 +286,7 @@ class ScriptLimiter {
   /// The configuration the handle sends, null if it has none (MultiLimit sends it too).
   [[nodiscard]] std::shared_ptr<const KeyedPolicy> policySnapshot() const;
 
-  class Core;
-  std::shared_ptr<Core> core_;
+  std::shared_ptr<ScriptCore> core_;
 };
 
 }  // namespace redlimit::detail

@@ -1,0 +1,440 @@
+#include "limiters/script_core.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "config/limiter_name.hpp"
+#include "limiters/completion.hpp"
+#include "limiters/decision_reply.hpp"
+#include "redlimit/detail/client_access.hpp"
+#include "redlimit/detail/deadline.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "redlimit/detail/limiter_errors.hpp"
+#include "redlimit/errors.hpp"
+#include "topology/key_slot.hpp"
+
+namespace redlimit::detail {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+using SteadyTime = Steady::time_point;
+
+// A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
+constexpr std::size_t kSettleReplySize = 7;
+
+bool reservationIdByte(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+         c == '.' || c == ':';
+}
+
+void checkReservationId(const std::string& id) {
+  if (id.empty() || id.size() > ScriptLimiter::kMaxReservationIdLength) {
+    throw InvalidArgument(fmt::format("redlimit: a reservation id must be 1..{} bytes, got {}",
+                                      ScriptLimiter::kMaxReservationIdLength, id.size()));
+  }
+  for (const char c : id) {
+    if (!reservationIdByte(c)) {
+      throw InvalidArgument(
+          fmt::format("redlimit: reservation id \"{}\" holds byte 0x{:02x}; allowed are "
+                      "A-Z a-z 0-9 and - _ . :",
+                      id, static_cast<unsigned>(static_cast<unsigned char>(c))));
+    }
+  }
+}
+
+void checkPermitRange(std::int64_t permits) {
+  if (permits < 1 || permits > ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: permits must be in 1..{}, got {}", ScriptLimiter::kMaxPermits, permits));
+  }
+}
+
+const char* labelOf(char kind) {
+  switch (kind) {
+    case 'T':
+      return "TokenBucketRateLimiter";
+    case 'G':
+      return "GcraRateLimiter";
+    case 'W':
+      return "FixedWindowRateLimiter";
+    case 'S':
+      return "DistributedSmoothRateLimiter";
+    case 'C':
+      return "ConcurrencyLimiter";
+    default:
+      return "limiter";
+  }
+}
+
+// limiterError(), and a WRONGTYPE raised by a Redis command inside the limiter's script (its
+// fast path reads the one key with redis.call, not pcall: cheaper) -> InvalidConfigError naming
+// that key, as the script's own check words it. The script touches no other key, and a read is
+// its first command on it, so nothing was written.
+std::exception_ptr scriptError(std::exception_ptr error, const std::string& name, char kind) {
+  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
+  const auto* e = dynamic_cast<const ScriptError*>(errorIn(error));
+  if (e != nullptr && e->code() == "WRONGTYPE") {
+    return std::make_exception_ptr(InvalidConfigError(
+        "REDLIMIT_INVALID_CONFIG", fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
+                                               "delete it or use another limiter name",
+                                               name, labelOf(kind))));
+  }
+  return limiterError(std::move(error));
+}
+
+}  // namespace
+
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
+  return scriptError(std::move(error), key, kind);
+}
+
+std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix) {
+  checkReservationId(id);
+  // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
+  if (hashedPart(name).size() != name.size()) return fmt::format("{}:{}:{}", name, infix, id);
+  // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
+  // name if no '}' ends the tag early.
+  if (name.find('}') != std::string::npos) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: its name holds a '}}' but no hash tag, so no reservation record can "
+                    "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
+                    name));
+  }
+  return fmt::format("{{{}}}:{}:{}", name, infix, id);
+}
+
+void checkReservationTtl(milliseconds recordTtl) {
+  if (recordTtl.count() < 1 || recordTtl > ScriptLimiter::kMaxReservationTtl) {
+    throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
+                                      ScriptLimiter::kMaxReservationTtl.count(), recordTtl.count()));
+  }
+}
+
+void checkActualPermits(std::int64_t actual) {
+  if (actual < 0 || actual > ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: actual permits must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, actual));
+  }
+}
+
+bool parseReserveRepeated(const std::string& name, const Reply& r) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kReserveReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
+                                           kReserveReplySize, r.describe()));
+  }
+  return r.elements[kReserveReplySize - 1].asInteger() == 1;
+}
+
+Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
+  if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
+    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
+                                           kSettleReplySize, r.describe()));
+  }
+  Settlement out;
+  out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
+  if (out.status == SettleStatus::Unknown) return out;
+  out.reserved = r.elements[1].asInteger();
+  out.actual = r.elements[2].asInteger();
+  out.returned = r.elements[3].asInteger();
+  out.charged = r.elements[4].asInteger();
+  out.unpaid = r.elements[5].asInteger();
+  out.remaining = r.elements[6].asInteger();
+  if (out.status == SettleStatus::Settled) {
+    monitor.reservationSettled();
+    if (out.returned > 0) monitor.refunded(out.returned);
+  }
+  return out;
+}
+
+// The monitor of a handle whose client and name pass the checks (made only then: a refused name
+// must not take a place in the metrics registry).
+LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
+                              const MonitorOptions& monitor) {
+  if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
+  checkLimiterName(name, ScriptLimiter::kMaxNameLength);
+  return LimiterMonitor(name, monitor, client->options().onEvent);
+}
+
+ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
+                       const MonitorOptions& monitor, const Script& script, char kind)
+    : client_(std::move(client)),
+      name_(std::move(name)),
+      script_(script),
+      kind_(1, kind),
+      gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
+  const ClientOptions& o = client_->options();
+  callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
+}
+
+std::shared_ptr<const KeyedPolicy> ScriptCore::policy() const {
+  if (!hasPolicy_.load(std::memory_order_acquire)) return nullptr;
+  LockGuard lock(policyMutex_);
+  return policy_;
+}
+
+void ScriptCore::setPolicy(KeyedPolicy policy) {
+  auto shared = std::make_shared<const KeyedPolicy>(std::move(policy));
+  remember(shared->limit, shared->localRate, shared->localIntervalMs);
+  LockGuard lock(policyMutex_);
+  policy_ = std::move(shared);
+  hasPolicy_.store(true, std::memory_order_release);
+}
+
+void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept {
+  knownLimit_.store(limit, std::memory_order_relaxed);
+  localRate_.store(localRate, std::memory_order_relaxed);
+  localIntervalMs_.store(localIntervalMs, std::memory_order_relaxed);
+}
+
+void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) const {
+  checkPermitRange(permits);
+  if (policy != nullptr && permits > policy->maxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: permits must be in 1..{} (the most one call may take), got {}", name_,
+                    policy->maxPermits, permits));
+  }
+}
+
+ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string recordKey,
+                                  bool coalesce) {
+  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr};
+  if (!recordKey.empty()) r.keys.push_back(std::move(recordKey));
+  return r;
+}
+
+std::vector<std::string> ScriptCore::args(std::string_view op, std::string a, std::string b,
+                                          const KeyedPolicy* policy) const {
+  std::vector<std::string> argv{std::string(op), "", kind_, std::move(a), std::move(b)};
+  if (policy != nullptr) argv.push_back(policy->packed);
+  return argv;
+}
+
+LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
+  return LimiterCall::decision(callBound_, permits, localRate_.load(std::memory_order_relaxed),
+                               milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
+}
+
+Reservation ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
+  Reservation r;
+  r.decision.allowed = allowed;
+  r.decision.permits = permits;
+  r.decision.limit = knownLimit_.load(std::memory_order_relaxed);
+  r.decision.byPolicy = true;
+  return r;
+}
+
+HeldPermits ScriptCore::heldByPolicy(std::int64_t permits, bool allowed) const {
+  HeldPermits out;
+  out.decision = byPolicy(permits, allowed).decision;
+  return out;
+}
+
+Reservation ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r,
+                              std::int64_t permits) {
+  const DecisionReply v = parseDecisionReply(r, decisionFormOf(kind), key);
+  Reservation out;
+  out.decision = decisionOf(v, permits);
+  out.delay = microseconds{v.delayUs};
+  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
+  return out;
+}
+
+HeldPermits ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
+  HeldPermits out;
+  out.repeated = parseReserveRepeated(key, r);
+  const DecisionReply v = parseDecisionReply(r, DecisionForm::Array, key, kReserveReplySize);
+  out.decision = decisionOf(v, permits);
+  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
+  return out;
+}
+
+void ScriptCore::admitHeld(const LimiterMonitor& monitor, HeldPermits& out) {
+  if (out.repeated) return;  // counted when it was granted
+  monitor.admit(out.decision);
+  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor.reservationOpened();
+}
+
+Reservation ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  checkPermits(permits, config.get());
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, ScriptLimiter::kMaxWait);
+  return runScript(
+      *this, decision(permits), "decide",
+      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config.get()), {}, true),
+      mapError(key), [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); },
+      [&](bool allowed) { return byPolicy(permits, allowed); });
+}
+
+void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microseconds maxWait,
+                           ReservationCallback done) {
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  try {
+    checkPermits(permits, config.get());
+  } catch (...) {
+    done(Reservation{}, std::current_exception());
+    return;
+  }
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, ScriptLimiter::kMaxWait);
+  runScriptAsync<Reservation>(
+      shared_from_this(), decision(permits),
+      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config.get()), {}, true),
+      mapError(key),
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
+      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
+}
+
+Decision ScriptCore::decide(const std::string& key, std::int64_t permits) {
+  Decision d = take(key, permits, microseconds{0}).decision;
+  gate_.monitor().admit(d);
+  return d;
+}
+
+void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = isolated(std::move(done), gate_.monitor(), name_);
+  takeAsync(key, permits, microseconds{0},
+            [monitor = gate_.monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
+              if (!error) monitor.admit(r.decision);
+              done(r.decision, std::move(error));
+            });
+}
+
+HeldPermits ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                                   milliseconds recordTtl) {
+  const std::string recordKey = reservationRecordKey(key, id);
+  checkReservationTtl(recordTtl);
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  checkPermits(permits, config.get());
+  HeldPermits out = runScript(
+      *this, decision(permits), "reserveFor",
+      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()),
+              recordKey),
+      mapError(key), [&](const Reply& r) { return held(this, key, r, permits); },
+      [&](bool allowed) { return heldByPolicy(permits, allowed); });
+  admitHeld(gate_.monitor(), out);
+  return out;
+}
+
+void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
+                                 milliseconds recordTtl, ScriptLimiter::HeldCallback done) {
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  done = isolated(std::move(done), gate_.monitor(), name_);
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  std::string recordKey;
+  try {
+    recordKey = reservationRecordKey(key, id);
+    checkReservationTtl(recordTtl);
+    checkPermits(permits, config.get());
+  } catch (...) {
+    done(HeldPermits{}, std::current_exception());
+    return;
+  }
+  runScriptAsync<HeldPermits>(
+      shared_from_this(), decision(permits),
+      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()),
+              std::move(recordKey)),
+      mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return held(self, key, r, permits); },
+      [permits](ScriptCore& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
+      [monitor = gate_.monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
+        if (!error) admitHeld(monitor, out);
+        done(out, std::move(error));
+      });
+}
+
+Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  checkPermits(permits, config.get());
+  // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
+  return runScript(
+      *this, LimiterCall::plain(callBound_), "peek",
+      request(key, args("peek", fmt::to_string(permits), "0", config.get())), mapError(key),
+      [&](const Reply& r) { return parse(this, key, kind_[0], r, permits).decision; }, [](bool) { return Decision{}; });
+}
+
+void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
+  if (permits < 0 || permits > ScriptLimiter::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: permits to refund must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, permits));
+  }
+  if (permits == 0) return;
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  // Never resent: a refund that went through and was sent again would give the permits back twice.
+  (void)runScript(
+      *this, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund",
+      request(key, args("refund", fmt::to_string(permits), "0", config.get())), mapError(key),
+      [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
+}
+
+Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
+  const std::string recordKey = reservationRecordKey(key, id);
+  checkActualPermits(actual);
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  return runScript(
+      *this, LimiterCall::plain(callBound_), "settle",
+      request(key, args("settle", fmt::to_string(actual), "0", config.get()), recordKey), mapError(key),
+      [&](const Reply& r) { return parseSettlement(key, r, gate_.monitor()); }, [](bool) { return Settlement{}; });
+}
+
+void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
+                             ScriptLimiter::SettleCallback done) {
+  done = isolated(std::move(done), gate_.monitor(), name_);
+  std::string recordKey;
+  try {
+    recordKey = reservationRecordKey(key, id);
+    checkActualPermits(actual);
+  } catch (...) {
+    done(Settlement{}, std::current_exception());
+    return;
+  }
+  const std::shared_ptr<const KeyedPolicy> config = policy();
+  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+  runScriptAsync<Settlement>(
+      shared_from_this(), LimiterCall::plain(callBound_),
+      request(key, args("settle", fmt::to_string(actual), "0", config.get()), std::move(recordKey)), mapError(key),
+      [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
+      [](ScriptCore&, bool) { return Settlement{}; }, std::move(done));
+}
+
+Reply ScriptCore::call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
+                       LimiterCall::Resend resend, const std::string* recordKey) {
+  std::vector<std::string> argv{std::string(op), "", kind_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return runScript(
+      *this, LimiterCall::plain(callBound_, resend), op,
+      request(key, std::move(argv), recordKey != nullptr ? *recordKey : ""), mapError(key),
+      [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
+}
+
+bool ScriptCore::deleteKey(const std::string& key) {
+  return runSync(
+             *client_, gate_, LimiterCall::plain(callBound_), "deleteKey",
+             [&](SteadyTime deadline) {
+               return command(*client_, {"DEL", key}, deadline);
+             },
+             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) > 0;
+}
+
+bool ScriptCore::exists(const std::string& key) {
+  return runSync(
+             *client_, gate_, LimiterCall::plain(callBound_), "isExists",
+             [&](SteadyTime deadline) {
+               return command(*client_, {"EXISTS", key}, deadline);
+             },
+             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) == 1;
+}
+
+bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
+  checkPermitRange(permits);
+  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
+  if (auto d = gate_.decide(permits, localRate_.load(std::memory_order_relaxed), interval)) return *d;
+  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
+}
+
+}  // namespace redlimit::detail

@@ -1,0 +1,121 @@
+// redlimit — one limiter of a one-key script (lua/gcra.lua, lua/fixed_window.lua, lua/smooth.lua)
+// over any number of keys: the Client, the name (the metrics label and the limiter named in
+// events), the failure gate, the configuration the calls carry (none: each key's stored one), and
+// every operation of the script on a key given per call, through the call protocol
+// (limiter_call.hpp). The one-key handles (ScriptLimiter: the key is the name) and the keyed
+// families (KeyedScriptLimiter: a key per call) are faces of it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "limiters/limiter_call.hpp"
+#include "limiters/one_key_batcher.hpp"
+#include "limiters/script_call.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/reservation.hpp"
+#include "redlimit/settlement.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+#include "redlimit/detail/script_limiter.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
+
+namespace redlimit::detail {
+
+class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
+ public:
+  using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
+
+  /// Sends nothing. Throws InvalidArgument for a null client, a bad name or bad failure options.
+  ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
+             const Script& script, char kind);
+
+  // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
+  // A resent take may count twice, never grant twice (docs/failure-modes.md).
+  Reservation take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
+  void takeAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
+                 ReservationCallback done);
+  /// take() without a wait, counted in the metrics (shadow mode applied).
+  Decision decide(const std::string& key, std::int64_t permits);
+  /// decide() without waiting; `done` isolated (a callback that throws is reported once).
+  void decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done);
+  /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
+  /// resend take nothing twice), counted; bad id or TTL: InvalidArgument before sending.
+  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                         std::chrono::milliseconds recordTtl);
+  void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
+                       std::chrono::milliseconds recordTtl, ScriptLimiter::HeldCallback done);
+
+  // The other operations: their IoError reaches the caller.
+  Decision peek(const std::string& key, std::int64_t permits);
+  /// Gives `permits` (0..kMaxPermits) back to `key`; never sent again (it could give back twice).
+  void giveBack(const std::string& key, std::int64_t permits);
+  /// Settles the reservation `id` of `key` (safe to send again: a second answers AlreadySettled).
+  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
+  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
+                   ScriptLimiter::SettleCallback done);
+  /// The script's `op` on `key` with its arguments after now and kind; `recordKey` is KEYS[2].
+  Reply call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
+             LimiterCall::Resend resend, const std::string* recordKey = nullptr);
+  /// DEL and EXISTS of `key` (sent again after a closed connection: both say the same twice).
+  bool deleteKey(const std::string& key);
+  bool exists(const std::string& key);
+
+  /// The configuration every call carries, or null when the handle has none (one lock, only for
+  /// handles with one).
+  std::shared_ptr<const KeyedPolicy> policy() const;
+  void setPolicy(KeyedPolicy policy);
+  [[nodiscard]] bool configured() const noexcept { return hasPolicy_.load(std::memory_order_acquire); }
+  /// The limit and the Local policy's bucket last seen (a reply's, or the configuration's).
+  void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
+  /// 1..kMaxPermits, and for a handle with a configuration its own bound.
+  void checkPermits(std::int64_t permits, const KeyedPolicy* policy) const;
+  /// The failure policy's decision of `permits` without a reply (the segment cache's wait that
+  /// timed out): the policy's answer, or TimeoutError naming `reason`.
+  bool decideUnanswered(std::int64_t permits, const std::string& reason);
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  Script script_;
+  std::string kind_;
+  FailureGate gate_;
+  std::chrono::milliseconds callBound_{0};   // connect + command timeout, saturated
+  std::atomic<std::int64_t> knownLimit_{0};  // the limit last seen; 0 = unknown
+  std::atomic<std::int64_t> localRate_{0};   // the Local policy's bucket, last seen
+  std::atomic<std::int64_t> localIntervalMs_{0};
+
+ private:
+  // A call of the script on `key`: `argv` (op, now, kind and the operation's arguments), and
+  // `recordKey` (KEYS[2], a reservation record) unless it is empty; a take through the Client's
+  // coalescing when `coalesce`.
+  ScriptRequest request(const std::string& key, std::vector<std::string> argv, std::string recordKey = {},
+                        bool coalesce = false);
+  // argv for `op` on a key: op, now ('' = the server's), kind, `a`, `b`, and the configuration at
+  // ARGV[6] when the handle has one (the same position for every operation).
+  std::vector<std::string> args(std::string_view op, std::string a, std::string b, const KeyedPolicy* policy) const;
+  LimiterCall::Params decision(std::int64_t permits) const;
+  OneKeyErrors mapError(const std::string& key) const { return OneKeyErrors{key, kind_[0]}; }
+  // The take/peek reply of this script; `self` (may be null: the handle is gone) remembers the
+  // configuration it tells.
+  static Reservation parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits);
+  // A reserve's reply: take's values, then repeated.
+  static HeldPermits held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  Reservation byPolicy(std::int64_t permits, bool allowed) const;
+  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
+  // A reserve's admission in the metrics (a repeat was counted when it was granted).
+  static void admitHeld(const LimiterMonitor& monitor, HeldPermits& out);
+
+  std::atomic<bool> hasPolicy_{false};
+  mutable Mutex policyMutex_;
+  std::shared_ptr<const KeyedPolicy> policy_ REDLIMIT_GUARDED_BY(policyMutex_);
+  // The Client's coalescing of takes (token bucket, GCRA, fixed window; null: one call each).
+  std::shared_ptr<OneKeyBatcher> batcher_;
+};
+
+}  // namespace redlimit::detail
