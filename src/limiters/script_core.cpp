@@ -414,7 +414,7 @@ Reply ScriptCore::call(const std::string& key, std::string_view op, const std::v
 
 bool ScriptCore::deleteKey(const std::string& key) {
   return runSync(
-             *client_, gate_, LimiterCall::plain(callBound_), "deleteKey",
+             *client_, gate_, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "deleteKey",
              [&](SteadyTime deadline) {
                return command(*client_, {"DEL", key}, deadline);
              },

@@ -63,7 +63,8 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// The script's `op` on `key` with its arguments after now and kind; `recordKey` is KEYS[2].
   Reply call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
              LimiterCall::Resend resend, const std::string* recordKey = nullptr);
-  /// DEL and EXISTS of `key` (sent again after a closed connection: both say the same twice).
+  /// DEL of `key` (not sent again: a second DEL after a first that was applied would answer 0) and
+  /// EXISTS (sent again after a closed connection).
   bool deleteKey(const std::string& key);
   bool exists(const std::string& key);
 
