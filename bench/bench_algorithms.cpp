@@ -871,18 +871,20 @@ std::array<Variant, kProbes> gProbes;
 std::array<std::array<PhaseResult, kPasses>, kProbes> gProbeCost;
 
 void makeProbes() {
-  // gcra.lua's take and acquire.lua's fast path run above their `-- @shared` line, before
-  // common.lua; the probe measures what the full code pays for common.lua before its first line:
-  // the text cmake/EmbedLua.cmake puts between its markers.
+  // gcra.lua's take and acquire.lua's fast path run above their `-- include:` line, before the
+  // libraries' helpers are made; the probe measures what the full code pays for acquire.lua's
+  // libraries (lib/base.lua, lib/redisson.lua) before its first line: the text cmake/EmbedLua.cmake
+  // puts between the include line and the script's continuation.
   const std::string full = redlimit::detail::lua::acquire.source;
-  const std::string begin = "-- ==== common.lua ====\n", end = "-- ==== acquire.lua, continued ====\n";
+  const std::string begin = "-- ==== lib/", end = "-- ==== acquire.lua, continued ====\n";
   const auto from = full.find(begin), to = full.find(end);
   if (from == std::string::npos || to == std::string::npos) {
-    throw std::runtime_error("bench: the embedded acquire.lua has no common.lua markers");
+    throw std::runtime_error("bench: the embedded acquire.lua has no library markers");
   }
   const std::string sources[kProbes] = {"return {1}\n", full.substr(from, to - from) + "return {1}\n"};
-  const char* const labels[kProbes] = {"EVALSHA of `return {1}` (the floor of any script call)",
-                                       "common.lua + `return {1}` (the full code's prelude; fast paths run before it)"};
+  const char* const labels[kProbes] = {
+      "EVALSHA of `return {1}` (the floor of any script call)",
+      "acquire.lua's libraries + `return {1}` (the full code's prelude; fast paths run before it)"};
   for (int p = 0; p < kProbes; ++p) {
     const std::string sha = loadScript(sources[p]);
     gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {
@@ -1402,7 +1404,7 @@ std::string summary(const std::string& argvChecked) {
       kServerCpu, kServerCpu);
   out +=
       "  textbook scripts take their configuration from the caller's arguments; ours read it from the key and check\n"
-      "  it, the state and the arguments before any write (lua/common.lua, gcra.lua, fixed_window.lua).\n"
+      "  it, the state and the arguments before any write (lua/lib/, gcra.lua, fixed_window.lua).\n"
       "  textbook token bucket writes on every call (granted or not), as the classic does; textbook fixed window\n"
       "  counts denied calls too (INCRBY first); textbook GCRA writes only when it grants.\n";
 
