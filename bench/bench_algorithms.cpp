@@ -28,6 +28,10 @@
 //     reservations and leases opened by untimed calls before the phase, and in the "denied"
 //     workload on ones settled or released already (retries). The summary sets each beside GCRA's
 //     take, and a whole reservation or lease (the two calls) beside one take.
+//     Redis Functions against EVALSHA: gcra.lua's take and acquire.lua, hot key granted and denied,
+//     also as a function library loaded once (FUNCTION LOAD, the helpers made at load time) and
+//     called with FCALL, the same argv otherwise; medians and minimums of kFunctionPasses passes
+//     (docs/benchmarks.head.md has the numbers and the decision: EVALSHA stays).
 //  2. Bytes per key: MEMORY USAGE of one limiter's key (ours and textbook), and RateLimiter's keys
 //     with 1, 100 and 10 000 live permits.
 //  3. Accuracy: kClients Clients x kThreadsPerClient threads call decide() on one limiter per
@@ -871,18 +875,20 @@ std::array<Variant, kProbes> gProbes;
 std::array<std::array<PhaseResult, kPasses>, kProbes> gProbeCost;
 
 void makeProbes() {
-  // gcra.lua's take and acquire.lua's fast path run above their `-- @shared` line, before
-  // common.lua; the probe measures what the full code pays for common.lua before its first line:
-  // the text cmake/EmbedLua.cmake puts between its markers.
+  // gcra.lua's take and acquire.lua's fast path run above their `-- include:` line, before the
+  // libraries' helpers are made; the probe measures what the full code pays for acquire.lua's
+  // libraries (lib/base.lua, lib/redisson.lua) before its first line: the text cmake/EmbedLua.cmake
+  // puts between the include line and the script's continuation.
   const std::string full = redlimit::detail::lua::acquire.source;
-  const std::string begin = "-- ==== common.lua ====\n", end = "-- ==== acquire.lua, continued ====\n";
+  const std::string begin = "-- ==== lib/", end = "-- ==== acquire.lua, continued ====\n";
   const auto from = full.find(begin), to = full.find(end);
   if (from == std::string::npos || to == std::string::npos) {
-    throw std::runtime_error("bench: the embedded acquire.lua has no common.lua markers");
+    throw std::runtime_error("bench: the embedded acquire.lua has no library markers");
   }
   const std::string sources[kProbes] = {"return {1}\n", full.substr(from, to - from) + "return {1}\n"};
-  const char* const labels[kProbes] = {"EVALSHA of `return {1}` (the floor of any script call)",
-                                       "common.lua + `return {1}` (the full code's prelude; fast paths run before it)"};
+  const char* const labels[kProbes] = {
+      "EVALSHA of `return {1}` (the floor of any script call)",
+      "acquire.lua's libraries + `return {1}` (the full code's prelude; fast paths run before it)"};
   for (int p = 0; p < kProbes; ++p) {
     const std::string sha = loadScript(sources[p]);
     gProbes[static_cast<std::size_t>(p)] = Variant{labels[p], nullptr, [sha](const std::string& name, const Limits&) {
@@ -902,6 +908,92 @@ void BM_Probe(benchmark::State& state, int probe, int pass) {
       state.SetIterationTime(r.load.seconds);
     }
     gProbeCost[static_cast<std::size_t>(probe)][static_cast<std::size_t>(pass)] = r;
+    state.counters["usec_per_call"] = r.cost.usecPerCall;
+    state.counters["server_cpu_us_per_decision"] = r.cost.cpuUsPerCall;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// Redis Functions against EVALSHA: gcra.lua's take (GcraRateLimiter's argv) and acquire.lua (RateLimiter's),
+// hot key granted and denied, each also as a Redis 7 function library loaded once (FUNCTION LOAD) and
+// called with FCALL, the same keys and arguments. The library holds the script's libraries at its
+// top level, so their helpers are made once, at load time, not on every call; the function's body is
+// the script's own text (the fast path above its `-- include:` line, the full code below it), with
+// KEYS and ARGV upvalues it sets from its arguments. Same load as the other phases; kFunctionPasses passes,
+// every other one mirrored, and the medians and minimums shown: on a shared machine a pass that other
+// jobs preempted is far off, and preemption only adds.
+enum FunctionCaseId { kFnGcra, kFnAcquire, kFunctionCases };
+const char* const kFunctionAlgorithms[kFunctionCases] = {"gcra", "rate_limiter"};
+const int kFunctionWorkloads[] = {kHotGranted, kHotDenied};
+constexpr int kFunctionWorkloadCount = 2;
+constexpr int kFunctionPasses = 10;
+std::array<std::array<Variant, 2>, kFunctionCases> gFunctionVariants;  // [case][0 EVALSHA, 1 FCALL]
+// [case][variant][workload index in kFunctionWorkloads][pass]
+std::array<std::array<std::array<std::array<PhaseResult, kFunctionPasses>, kFunctionWorkloadCount>, 2>, kFunctionCases>
+    gFunctionCost;
+
+// The library for one embedded script: its libraries at the top level, its own text as the function.
+std::string functionLibrary(const redlimit::detail::lua::EmbeddedScript& script) {
+  const std::string text = script.source;
+  const std::string include = "\n-- include:";
+  const std::string resume = fmt::format("-- ==== {}.lua, continued ====\n", script.name);
+  const auto line = text.find(include);
+  const auto libs = line == std::string::npos ? std::string::npos : text.find('\n', line + 1);
+  const auto rest = text.find(resume);
+  if (libs == std::string::npos || rest == std::string::npos || rest < libs) {
+    throw std::runtime_error(fmt::format("bench: the embedded {}.lua has no include line and libraries", script.name));
+  }
+  return fmt::format(
+      "#!lua name=bench_{0}\n"
+      "local KEYS, ARGV\n"
+      "{1}"
+      "redis.register_function('{0}', function(keys, args)\n"
+      "KEYS, ARGV = keys, args\n"
+      "{2}{3}\n"
+      "end)\n",
+      script.name, text.substr(libs + 1, rest - libs - 1), text.substr(0, libs + 1), text.substr(rest));
+}
+
+void makeFunctionVariants() {
+  const redlimit::detail::lua::EmbeddedScript* scripts[kFunctionCases] = {&redlimit::detail::lua::gcra,
+                                                                          &redlimit::detail::lua::acquire};
+  for (std::size_t c = 0; c < kFunctionCases; ++c) {
+    const Algorithm* alg = nullptr;
+    for (const Algorithm& a : *gAlgorithms) {
+      if (a.key == kFunctionAlgorithms[c]) alg = &a;
+    }
+    if (alg == nullptr) throw std::logic_error(fmt::format("bench: no {} entry", kFunctionAlgorithms[c]));
+    auto loaded = gWorld->admin->command({"FUNCTION", "LOAD", "REPLACE", functionLibrary(*scripts[c])});
+    if (loaded->type == REDIS_REPLY_ERROR) {
+      throw std::runtime_error(
+          fmt::format("bench: FUNCTION LOAD of {}.lua: {}", scripts[c]->name, std::string(loaded->str, loaded->len)));
+    }
+    Variant evalsha = alg->ours;
+    evalsha.label = fmt::format("{}.lua, EVALSHA", scripts[c]->name);
+    Variant fcall = alg->ours;
+    fcall.label = fmt::format("{}.lua, FCALL (helpers made at FUNCTION LOAD)", scripts[c]->name);
+    fcall.argv = [argv = alg->ours.argv, name = std::string(scripts[c]->name)](const std::string& key,
+                                                                               const Limits& l) {
+      std::vector<std::string> a = argv(key, l);  // EVALSHA sha numkeys ...: FCALL name numkeys ...
+      a[0] = "FCALL";
+      a[1] = name;
+      return a;
+    };
+    gFunctionVariants[c] = {evalsha, fcall};
+  }
+}
+
+void BM_Function(benchmark::State& state, int fcase, int variant, int workload, int pass) {
+  try {
+    const Variant& v = gFunctionVariants[static_cast<std::size_t>(fcase)][static_cast<std::size_t>(variant)];
+    PhaseResult r;
+    for (auto _ : state) {
+      r = runVariant(v, fmt::format("b:fn:{}:{}", fcase, variant), kWorkloadSpecs[kFunctionWorkloads[workload]]);
+      state.SetIterationTime(r.load.seconds);
+    }
+    gFunctionCost[static_cast<std::size_t>(fcase)][static_cast<std::size_t>(variant)]
+                 [static_cast<std::size_t>(workload)][static_cast<std::size_t>(pass)] = r;
     state.counters["usec_per_call"] = r.cost.usecPerCall;
     state.counters["server_cpu_us_per_decision"] = r.cost.cpuUsPerCall;
   } catch (const std::exception& e) {
@@ -1205,6 +1297,18 @@ void registerBenchmarks() {
           ->UseManualTime();
     }
   }
+  for (int pass = 0; pass < kFunctionPasses; ++pass) {
+    for (int i = 0; i < kFunctionCases * 2 * kFunctionWorkloadCount; ++i) {
+      const int step = pass % 2 == 0 ? i : kFunctionCases * 2 * kFunctionWorkloadCount - 1 - i;  // mirrored
+      const int c = step / (2 * kFunctionWorkloadCount), w = step / 2 % kFunctionWorkloadCount, v = step % 2;
+      RegisterBenchmark(fmt::format("Functions/{}/{}/{}/pass:{}", kFunctionAlgorithms[c], v == 0 ? "evalsha" : "fcall",
+                                    kWorkloadSpecs[kFunctionWorkloads[w]].key, pass + 1)
+                            .c_str(),
+                        BM_Function, c, v, w, pass)
+          ->Iterations(1)
+          ->UseManualTime();
+    }
+  }
   RegisterBenchmark("Memory/bytes_per_key", BM_Memory)->Iterations(1)->UseManualTime();
   for (const char* which : {"token_bucket", "gcra", "fixed_window"}) {
     RegisterBenchmark(fmt::format("Accuracy/{}", which).c_str(), BM_Accuracy, std::string(which))
@@ -1402,7 +1506,7 @@ std::string summary(const std::string& argvChecked) {
       kServerCpu, kServerCpu);
   out +=
       "  textbook scripts take their configuration from the caller's arguments; ours read it from the key and check\n"
-      "  it, the state and the arguments before any write (lua/common.lua, gcra.lua, fixed_window.lua).\n"
+      "  it, the state and the arguments before any write (lua/lib/, gcra.lua, fixed_window.lua).\n"
       "  textbook token bucket writes on every call (granted or not), as the classic does; textbook fixed window\n"
       "  counts denied calls too (INCRBY first); textbook GCRA writes only when it grants.\n";
 
@@ -1428,6 +1532,38 @@ std::string summary(const std::string& argvChecked) {
                        cell(usecPerCall(0, v, kHotGranted), 2), cell(cpuPerDecision(0, v, kHotGranted), 2));
   }
 
+  out += fmt::format(
+      "\nRedis Functions against EVALSHA, {} passes (FCALL of a library loaded once, its helpers made at FUNCTION\n"
+      "LOAD; the same keys and arguments): median (min) of the passes     server us/call     server CPU us/dec"
+      "   FCALL/EVALSHA, medians: us, CPU\n",
+      kFunctionPasses);
+  // The median and the minimum of one figure over the passes; NaN if a pass is missing.
+  auto spread = [](const std::array<PhaseResult, kFunctionPasses>& passes, double rb::ServerCost::*figure) {
+    std::vector<double> v;
+    for (const PhaseResult& r : passes) v.push_back(r.valid ? r.cost.*figure : NAN);
+    if (std::any_of(v.begin(), v.end(), [](double x) { return std::isnan(x); }))
+      return std::pair<double, double>{NAN, NAN};
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return std::pair<double, double>{n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front()};
+  };
+  for (std::size_t c = 0; c < kFunctionCases; ++c) {
+    for (std::size_t w = 0; w < kFunctionWorkloadCount; ++w) {
+      std::pair<double, double> us[2], cpu[2];
+      for (std::size_t v = 0; v < 2; ++v) {
+        us[v] = spread(gFunctionCost[c][v][w], &rb::ServerCost::usecPerCall);
+        cpu[v] = spread(gFunctionCost[c][v][w], &rb::ServerCost::cpuUsPerCall);
+      }
+      for (std::size_t v = 0; v < 2; ++v) {
+        out += fmt::format(
+            "  {:<78} {:>7} ({:>5})  {:>9} ({:>5})  {}\n",
+            fmt::format("{}, {}", gFunctionVariants[c][v].label, kWorkloadSpecs[kFunctionWorkloads[w]].label),
+            cell(us[v].first, 2), cell(us[v].second, 2), cell(cpu[v].first, 2), cell(cpu[v].second, 2),
+            v == 0 ? std::string()
+                   : fmt::format("{}, {}", cell(us[1].first / us[0].first, 2), cell(cpu[1].first / cpu[0].first, 2)));
+      }
+    }
+  }
   out += "\nBytes per key (MEMORY USAGE key SAMPLES 0, after one decision)                ours   textbook\n";
   for (const MemoryRow& m : gMemory) {
     out += fmt::format("  {:<74} {:>6}   {:>8}{}\n", m.what, m.ours,
@@ -1478,6 +1614,7 @@ int main(int argc, char** argv) try {
     gAlgorithms = &algs;
     gCost.resize(algs.size());
     makeProbes();
+    makeFunctionVariants();
     const std::string checked = checkArgvAgainstLibrary();
     std::cout << "CPU placement: " << world.pinned.placement << "\nargv checked against the library: " << checked
               << '\n'

@@ -1,83 +1,121 @@
-# cmake -DLUA_DIR=<lua/> -DOUT=<header> -P EmbedLua.cmake
-# Writes a header with every lua/<name>.lua as a string constant and the SHA1 that EVALSHA uses.
-# lua/common.lua is not a script of its own: it holds helpers that are prepended to every script.
-# A script whose first line is `-- include: a b ...` also gets lua/lib/a.lua, lua/lib/b.lua, ...
-# (in that order) between common.lua and its own text; lua/lib/ files are never scripts of their
-# own. So the text (and SHA1) Redis sees is common.lua, the included files, then the script.
-# A first line `-- include-first: a b ...` puts the files in front of everything instead, common.lua
-# included: for a library that uses nothing of common.lua (lib/concurrency_core.lua), so that a
-# script with `-- @shared` (below) uses it without paying for common.lua.
-# A script may hold one line that is exactly `-- @shared`: then common.lua and the included files
-# go there instead of in front. The code above that line runs before their `local function`s are
-# created (each one is a closure made on every call), so it must use none of them: it is a fast
-# path for the hot operation that falls through to the full code below when anything is unusual.
+# cmake -DLUA_DIR=<lua/> -DOUT=<header> -DSCRIPTS_OUT=<dir> -P EmbedLua.cmake
+# Composes every lua/<name>.lua into the text Redis runs, writes that text to <dir>/<name>.lua
+# (build/<preset>/lua/ in a preset build) and a header with each text as a string constant and
+# its SHA1, which EVALSHA sends.
+#
+# One mechanism: a script may hold one line `-- include: a b ...` (at the start of a line, names in
+# lowercase separated by spaces). The build keeps that line and puts lua/lib/a.lua, lua/lib/b.lua,
+# ... right after it, in that order, each headed by `-- ==== lib/<name>.lua ====`, then
+# `-- ==== <name>.lua, continued ====` and the rest of the script. Nothing else is added: a script
+# without the line is sent as it is. lua/lib/ files are never scripts of their own and include
+# nothing themselves, so a script names every file it uses, those used by another first
+# (lib/base.lua before lib/redisson.lua or lib/onekey.lua).
+# Where the line sits is where the helpers are made. Most scripts have it as their first line. A
+# script with a fast path for its hot operation (acquire.lua, gcra.lua, fixed_window.lua) has it
+# below that path: each `local function` of a library is a closure made on every call, so code above
+# the line runs before any is made and uses none of them, and falls through to the full code below
+# when anything is unusual.
+# Line numbers: an error's `user_script:LINE` (Redis names every script so) is a line of the text
+# in <dir>/<name>.lua, exactly the text whose SHA1 is sent. Up to the include line it is also the
+# line of lua/<name>.lua; below it, the `-- ====` headers say which file a line comes from.
 cmake_minimum_required(VERSION 3.25)
-# read_libs(<script path> <names separated by spaces> <out var>): the text of lua/lib/<name>.lua
-# for each name, in order, each headed by a marker line.
-function(read_libs path names out)
-  string(STRIP "${names}" libs)
-  if(libs STREQUAL "")
+foreach(var LUA_DIR OUT SCRIPTS_OUT)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "EmbedLua.cmake needs -D${var}=...")
+  endif()
+endforeach()
+
+# write_if_changed(<path> <text>): a file whose text is already that keeps its time stamp.
+function(write_if_changed path text)
+  if(EXISTS "${path}")
+    file(READ "${path}" old)
+    if(old STREQUAL text)
+      return()
+    endif()
+  endif()
+  file(WRITE "${path}" "${text}")
+endfunction()
+
+# compose(<script path> <name> <out var>): the text Redis runs for lua/<name>.lua.
+function(compose path name out)
+  file(READ "${path}" text)
+  set(padded "\n${text}")  # every line, the first one too, starts after a newline
+  if(padded MATCHES "\n-- (@shared|include-first)")
+    message(FATAL_ERROR "${path}: '-- ${CMAKE_MATCH_1}' is gone; the one way to put libraries in is a line "
+                        "'-- include: name ...' where they go (see cmake/EmbedLua.cmake)")
+  endif()
+  # Every line that starts with "-- include" must be the one include line.
+  string(REGEX MATCHALL "\n-- include[^\n]*" lines "${padded}")
+  list(LENGTH lines count)
+  if(count EQUAL 0)
+    set(${out} "${text}" PARENT_SCOPE)
+    return()
+  endif()
+  if(count GREATER 1)
+    message(FATAL_ERROR "${path}: more than one '-- include' line; name every library on one line")
+  endif()
+  if(NOT padded MATCHES "\n(-- include:([ a-z0-9_]*)\n)")
+    message(FATAL_ERROR "${path}: the include line must be '-- include: name ...' (lowercase names, spaces)")
+  endif()
+  set(line "${CMAKE_MATCH_1}")
+  string(STRIP "${CMAKE_MATCH_2}" names)
+  if(names STREQUAL "")
     message(FATAL_ERROR "${path}: '-- include:' names no file")
   endif()
-  string(REPLACE " " ";" libs "${libs}")
-  set(result "")
-  foreach(lib IN LISTS libs)
-    if(lib STREQUAL "")
-      continue()
+  string(FIND "${padded}" "\n${line}" at)  # at + 1 in padded is at in text: after = at + length
+  string(LENGTH "${line}" lineLength)
+  math(EXPR after "${at} + ${lineLength}")
+  string(SUBSTRING "${text}" 0 ${after} result)
+  string(SUBSTRING "${text}" ${after} -1 rest)
+  string(REGEX REPLACE " +" ";" names "${names}")
+  set(seen "")
+  foreach(lib IN LISTS names)
+    if(lib IN_LIST seen)
+      message(FATAL_ERROR "${path} includes ${lib} twice")
     endif()
-    if(NOT EXISTS "${LUA_DIR}/lib/${lib}.lua")
-      message(FATAL_ERROR "${path} includes ${lib}, but ${LUA_DIR}/lib/${lib}.lua does not exist")
+    list(APPEND seen "${lib}")
+    set(libPath "${LUA_DIR}/lib/${lib}.lua")
+    if(NOT EXISTS "${libPath}")
+      message(FATAL_ERROR "${path} includes ${lib}, but ${libPath} does not exist")
     endif()
-    file(READ "${LUA_DIR}/lib/${lib}.lua" libText)
-    string(APPEND result "\n-- ==== lib/${lib}.lua ====\n${libText}")
+    file(READ "${libPath}" libText)
+    if("\n${libText}" MATCHES "\n-- (include|@shared)")
+      message(FATAL_ERROR "${libPath}: a library includes nothing; the script names every file it uses")
+    endif()
+    if(NOT libText MATCHES "\n$")
+      string(APPEND libText "\n")
+    endif()
+    string(APPEND result "-- ==== lib/${lib}.lua ====\n${libText}")
   endforeach()
+  string(APPEND result "-- ==== ${name}.lua, continued ====\n${rest}")
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
-file(READ "${LUA_DIR}/common.lua" common)
 file(GLOB scripts "${LUA_DIR}/*.lua")
 list(SORT scripts)
+file(MAKE_DIRECTORY "${SCRIPTS_OUT}")
 set(body "")
+set(all "")
+set(written "")
 foreach(path IN LISTS scripts)
   get_filename_component(name "${path}" NAME_WE)
-  if(name STREQUAL "common")
-    continue()
-  endif()
-  file(READ "${path}" text)
-  set(included "")
-  set(first "")
-  if(text MATCHES "^-- include:([ a-z0-9_]*)\n")
-    read_libs("${path}" "${CMAKE_MATCH_1}" included)
-  elseif(text MATCHES "^-- include-first:([ a-z0-9_]*)\n")
-    read_libs("${path}" "${CMAKE_MATCH_1}" first)
-  elseif(text MATCHES "^-- include")
-    message(FATAL_ERROR "${path}: the first line must be '-- include: name ...' or '-- include-first: name ...' (lowercase names, spaces)")
-  endif()
-  string(FIND "${text}" "\n-- @shared\n" at)
-  if(at EQUAL -1)
-    set(text "${first}${common}${included}\n-- ==== ${name}.lua ====\n${text}")
-  else()
-    string(SUBSTRING "${text}" 0 ${at} head)
-    math(EXPR after "${at} + 12")
-    string(SUBSTRING "${text}" ${after} -1 tail)
-    string(FIND "${tail}" "\n-- @shared\n" again)
-    if(NOT again EQUAL -1)
-      message(FATAL_ERROR "${path}: more than one '-- @shared' line")
-    endif()
-    set(text "${first}\n-- ==== ${name}.lua ====\n${head}\n-- ==== common.lua ====\n${common}${included}\n-- ==== ${name}.lua, continued ====\n${tail}")
-  endif()
+  compose("${path}" "${name}" text)
   string(SHA1 sha "${text}")
   string(FIND "${text}" ")redlimit_lua\"" clash)
   if(NOT clash EQUAL -1)
     message(FATAL_ERROR "${path} contains the raw-string delimiter")
   endif()
+  write_if_changed("${SCRIPTS_OUT}/${name}.lua" "${text}")
+  list(APPEND written "${SCRIPTS_OUT}/${name}.lua")
   string(APPEND body "inline constexpr EmbeddedScript ${name}{\"${name}\", \"${sha}\", R\"redlimit_lua(${text})redlimit_lua\"};\n")
+  string(APPEND all "    &${name},\n")
 endforeach()
-set(content "// Generated by cmake/EmbedLua.cmake from lua/*.lua. Do not edit.\n#pragma once\n\n// A script with its libraries may be over the 65 536 characters C++ guarantees for a string\n// literal (multi.lua is): g++ and clang++ take it; -Wpedantic would say so.\n#pragma GCC diagnostic push\n#pragma GCC diagnostic ignored \"-Woverlength-strings\"\n\nnamespace redlimit::detail::lua {\n\nstruct EmbeddedScript {\n  const char* name;\n  const char* sha1;\n  const char* source;\n};\n\n${body}\n}  // namespace redlimit::detail::lua\n\n#pragma GCC diagnostic pop\n")
-if(EXISTS "${OUT}")
-  file(READ "${OUT}" old)
-  if(old STREQUAL content)
-    return()
+# A script that was removed from lua/ leaves no composed text behind.
+file(GLOB stale "${SCRIPTS_OUT}/*.lua")
+foreach(path IN LISTS stale)
+  if(NOT path IN_LIST written)
+    file(REMOVE "${path}")
   endif()
-endif()
-file(WRITE "${OUT}" "${content}")
+endforeach()
+set(content "// Generated by cmake/EmbedLua.cmake from lua/*.lua. Do not edit.\n#pragma once\n\n// A script with its libraries may be over the 65 536 characters C++ guarantees for a string\n// literal (multi.lua is): g++ and clang++ take it; -Wpedantic would say so.\n#pragma GCC diagnostic push\n#pragma GCC diagnostic ignored \"-Woverlength-strings\"\n\nnamespace redlimit::detail::lua {\n\nstruct EmbeddedScript {\n  const char* name;\n  const char* sha1;\n  const char* source;\n};\n\n${body}\n// Every script above, in the order of their names.\ninline constexpr const EmbeddedScript* kAll[] = {\n${all}};\n\n}  // namespace redlimit::detail::lua\n\n#pragma GCC diagnostic pop\n")
+write_if_changed("${OUT}" "${content}")

@@ -11,8 +11,8 @@
 -- permits stamped nowUs; they expire `interval` ms later. granted = 0: denied, retry after waitMs
 -- (when enough permits will have expired).
 --
--- The fast path (above the `-- @shared` line, so it runs before common.lua's closures are made; it
--- uses none of them, and no table or closure of its own): a whole acquire (least = most, not a
+-- The fast path (above the `-- include:` line, so it runs before the libraries' closures are made;
+-- it uses none of them, and no table or closure of its own): a whole acquire (least = most, not a
 -- resend, server clock) on a limiter whose configuration, value and log are usable is decided here
 -- with locals only, by exactly the rules of the full code below (readConfig, loadState,
 -- writeState, applyTtl, denialWait), and with the same bounded work (one batch of expired members
@@ -27,7 +27,7 @@
 -- and one ZREMRANGEBYRANK; a full batch expired adds ZCOUNT (and UNLINK when the whole log has
 -- expired).
 -- Numbers: fields, arguments and the value are read with tonumber and checked as integers in
--- range ("1e1" is 10), as common.lua's parseInteger does. The value's first write is either
+-- range ("1e1" is 10), as lib/base.lua's parseInteger does. The value's first write is either
 -- DECRBY by the permits (which refuses a value not in plain decimal form; then nothing has been
 -- written and the full code decides) or SET, so no command after the first write can fail. Every
 -- number sent to Redis on the hot path is formatted here with %d (Redis would format a Lua number
@@ -195,7 +195,7 @@ if most == ARGV[2] and ARGV[4] == '' and ARGV[5] ~= '1' then
     end
   end
 end
--- @shared
+-- include: base redisson
 local cfg = readConfig()
 local want, least = parseCount(ARGV[1]), parseCount(ARGV[2])
 if not want or want < 1 or want > MAX_RATE or not least or least < 1 or least > want then

@@ -1,3 +1,4 @@
+-- include: base redisson
 -- acquire_batch.lua: decide several whole acquisitions of one limiter in one call, in order, at one
 -- server time: what acquire.lua would answer to each of them called one after the other (each
 -- grant its own member; one write of the value at the end). Used to coalesce acquisitions that

@@ -1,3 +1,4 @@
+-- include: base redisson
 -- available_permits.lua: permits that could be taken now.
 -- ARGV[1] now in epoch µs ('' = server clock), ARGV[2] the rate the client saw last ('' if unknown).
 -- Reply: the value after reclaiming expired permits (and repairing the invariant, see

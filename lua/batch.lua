@@ -1,4 +1,4 @@
--- include: onekey gcra_core fixed_window_core
+-- include: base onekey gcra_core fixed_window_core
 -- batch.lua: up to 64 independent `take` decisions of one-key limiters (token bucket 'T', GCRA
 -- 'G', fixed window 'W', any mix) in one call. Each decision is exactly what its own script's
 -- `take` would answer (gcra.lua, fixed_window.lua), made by the same library code
@@ -30,7 +30,7 @@
 -- two apart by the first byte and the size. A failing decision writes nothing (the libraries check
 -- everything before their one write) and the decisions after it go on.
 --
--- No fast path: gcra.lua and fixed_window.lua decide a usable key above their `-- @shared` line
+-- No fast path: gcra.lua and fixed_window.lua decide a usable key above their `-- include:` line
 -- so that a call does not pay for making the libraries' closures. Here that cost is paid once per
 -- call and shared by up to 64 decisions, like the fixed cost of the call itself (parsing,
 -- EVALSHA lookup, the reply), which is what the batch saves; so every decision takes the full,

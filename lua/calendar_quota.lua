@@ -1,4 +1,4 @@
--- include: onekey
+-- include: base onekey
 -- calendar_quota.lua: at most L permits per calendar window (a day, a week starting on a given
 -- weekday, or a month) of an IANA time zone. CalendarRateLimiter (kind 'Q') runs it.
 --

@@ -1,4 +1,4 @@
--- include-first: concurrency_core
+-- include: concurrency_core
 -- concurrency.lua: ConcurrencyLimiter (kind 'C'): at most `limit` leases held at once, each with a
 -- TTL, so that a crashed holder's lease frees itself. One key, the limiter's name: a sorted set
 -- whose members are lease ids (32 lowercase hex digits, made by the client) and whose scores are
@@ -21,15 +21,15 @@
 -- (multi.lua) shares: every member and score a call reads is checked before its first write, so a
 -- call that fails has written nothing.
 --
--- Self-contained: lib/concurrency_core.lua uses nothing from common.lua and is put in front of
--- this text (`-- include-first:`); the whole script sits above its `-- @shared` line (the last),
--- so common.lua's helpers, which it does not use, are never made (each `local function` there is
--- a closure made on every call). Measured with 20 000 pipelined EVALSHA (acquire then release, 10
--- other leases held, on a loaded 2-core machine): 12.4 µs per call self-contained, 17.3 µs with
--- common.lua and lib/onekey.lua in front; gcra.lua's take: 5.2 µs in the same run. Sharing
--- lib/concurrency_core.lua with multi.lua cost about 0.5 µs on a denial (12.3 against 11.7 µs,
--- 10 leases held, 100 000 acquires by redis-benchmark -P 16, INFO commandstats) and nothing
--- measurable on a grant (18.2 against 18.1 µs, leases of 2 ms piling up and being reclaimed).
+-- Self-contained: it includes lib/concurrency_core.lua alone, which uses nothing of lib/base.lua,
+-- so no helper it does not use is made (each `local function` of a library is a closure made on
+-- every call). Measured with 20 000 pipelined EVALSHA (acquire then release, 10 other leases held,
+-- on a loaded 2-core machine): 12.4 µs per call self-contained, 17.3 µs with lib/base.lua's and
+-- lib/redisson.lua's helpers and lib/onekey.lua in front; gcra.lua's take: 5.2 µs in the same run.
+-- Sharing lib/concurrency_core.lua with multi.lua cost about 0.5 µs on a denial (12.3 against
+-- 11.7 µs, 10 leases held, 100 000 acquires by redis-benchmark -P 16, INFO commandstats) and
+-- nothing measurable on a grant (18.2 against 18.1 µs, leases of 2 ms piling up and being
+-- reclaimed).
 
 local MAX_U32 = 4294967295
 local key, op = KEYS[1], ARGV[1]
@@ -111,4 +111,3 @@ if op == 'held' then
 end
 
 leaseFail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for concurrency.lua')
--- @shared

@@ -1,4 +1,3 @@
--- include: onekey fixed_window_core reservation_core
 -- fixed_window.lua: at most L permits per window of W ms, windows aligned to the epoch.
 -- FixedWindowRateLimiter (kind 'W') runs it. The algorithm, layout (28 bytes), bounds and TTL are
 -- described in lua/lib/fixed_window_core.lua, which multi.lua shares.
@@ -47,8 +46,8 @@
 --   resetAfter is the time until no permit is counted any more (end of the current window, or of
 --   the next one when permits are reserved there).
 --
--- The fast path (above the `-- @shared` line, so it runs before common.lua's and the libs'
--- closures are made; it uses none of them): `take` on a key that holds a fixed window with a
+-- The fast path (above the `-- include:` line, so it runs before the libraries' closures are
+-- made; it uses none of them): `take` on a key that holds a fixed window with a
 -- usable configuration and state, and usable arguments, is decided right here with locals only,
 -- by exactly the arithmetic of lib/fixed_window_core.lua (windowLoad, windowTake, windowStore,
 -- windowResetAfter). Anything else falls through to the full code below, which checks everything
@@ -122,7 +121,7 @@ if op == 'take' and ARGV[3] == 'W' then
   end
 end
 
--- @shared
+-- include: base onekey fixed_window_core reservation_core
 if ARGV[3] ~= 'W' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for fixed_window.lua') end
 local nowUs = currentMicros(ARGV[2])
 

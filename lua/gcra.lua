@@ -1,4 +1,3 @@
--- include: onekey gcra_core reservation_core
 -- gcra.lua: the generic cell rate algorithm on one key. GcraRateLimiter (kind 'G') and
 -- TokenBucketRateLimiter (kind 'T') both run it. The algorithm, its exact integer units, bounds,
 -- layout (28 bytes) and TTL are described in lua/lib/gcra_core.lua, which multi.lua shares.
@@ -55,8 +54,8 @@
 --   localIntervalMs (B permits, refilled at the same average rate) is what the client's Local
 --   failure policy runs when Redis cannot be asked.
 --
--- The fast path (above the `-- @shared` line, so it runs before common.lua's and the libs'
--- closures are made; it uses none of them): `take` on a key that holds a limiter of the asked
+-- The fast path (above the `-- include:` line, so it runs before the libraries' closures are
+-- made; it uses none of them): `take` on a key that holds a limiter of the asked
 -- kind with a usable configuration and state, and usable arguments, is decided right here with
 -- locals only (no tables, no closures), by exactly the arithmetic of lib/gcra_core.lua (gcraLoad,
 -- gcraTake, gcraAfterAt, gcraStore, gcraRemaining, gcraResetAfter, gcraLocalRate). Anything else
@@ -163,7 +162,7 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
   end
 end
 
--- @shared
+-- include: base onekey gcra_core reservation_core
 local label = GCRA_LABELS[kind]
 if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gcra.lua') end
 local nowUs = currentMicros(ARGV[2])

@@ -1,4 +1,4 @@
--- include: onekey gcra_core fixed_window_core reservation_core concurrency_core
+-- include: base onekey gcra_core fixed_window_core reservation_core concurrency_core
 -- multi.lua: several one-key limiters (token bucket, GCRA, fixed window) and concurrency limits,
 -- any mix, decided in one call, all or nothing. MultiLimit runs it. Each limit is computed by the
 -- same code as its own script (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua,

@@ -1,3 +1,4 @@
+-- include: base redisson
 -- release.lua: give permits back before they expire.
 -- ARGV[1] permits to give back (>= 0), ARGV[2] the exact member to take them from ('' = the
 -- newest live members, as many as needed), ARGV[3] now in epoch µs ('' = server clock),

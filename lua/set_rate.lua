@@ -1,3 +1,4 @@
+-- include: base redisson
 -- set_rate.lua: write the configuration.
 -- ARGV[1] rate, ARGV[2] interval ms, ARGV[3] type ('0' OVERALL, '1' PER_CLIENT),
 -- ARGV[4] keepAliveTime ms (0 = none), ARGV[5] mode, ARGV[6] now in epoch µs ('' = server clock).

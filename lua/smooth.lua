@@ -1,4 +1,4 @@
--- include: onekey
+-- include: base onekey
 -- smooth.lua: Guava's SmoothBursty and SmoothWarmingUp (the math of redlimit's local
 -- SmoothRateLimiter, include/redlimit/smooth_rate_limiter.hpp) on one key, so that every process
 -- using the key paces and warms up together. DistributedSmoothRateLimiter (kind 'S') runs it. It

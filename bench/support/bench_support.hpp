@@ -275,7 +275,7 @@ inline void addOnePermitMembers(RawRedis& r, const std::string& key, std::int64_
 
 struct ServerSample {
   double cpuSeconds = 0;         // used_cpu_user + used_cpu_sys
-  std::int64_t scriptCalls = 0;  // EVALSHA + EVAL
+  std::int64_t scriptCalls = 0;  // EVALSHA + EVAL + FCALL
   std::int64_t scriptUsec = 0;   // time spent executing them, the commands they call included
   std::int64_t innerUsec = 0;    // time spent in every other command but INFO (in a window where
                                  // only scripts run: the commands the scripts called)
@@ -298,7 +298,7 @@ inline ServerSample sampleServer(RawRedis& admin) {
       if (field.compare(0, eq, "usec") == 0) usec = std::stoll(field.substr(eq + 1));
     }
     const std::string name = key.substr(8);
-    if (name == "evalsha" || name == "eval") {
+    if (name == "evalsha" || name == "eval" || name == "fcall") {
       s.scriptCalls += calls;
       s.scriptUsec += usec;
     } else if (name != "info") {

@@ -14,8 +14,8 @@
 -- not a lease id, a score that is not an integer expiry in 0..9e15 or lies further ahead than two
 -- longest TTLs: REDLIMIT_INVALID_STATE; a key of another type: REDLIMIT_INVALID_CONFIG).
 --
--- Self-contained: it uses nothing from common.lua, so concurrency.lua puts it in front of its own
--- text (`-- include-first:`) and never pays for common.lua's closures (see concurrency.lua).
+-- Self-contained: it uses nothing of lib/base.lua, so concurrency.lua includes it alone and pays
+-- for no other library's closures (see concurrency.lua).
 
 local LEASE_RECLAIM = 100                       -- expired leases removed per write, at most
 local LEASE_MAX_TTL_US = 4294967295 * 1000      -- the longest lease TTL, µs (49.7 days)

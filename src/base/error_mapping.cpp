@@ -213,7 +213,7 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                          text));
   }
   if (context.fromScript) {
-    // redis.error_reply("REDLIMIT_X message") from lua/common.lua arrives as "REDLIMIT_X message".
+    // error({err = "REDLIMIT_X message"}) from lua/lib/base.lua's fail() arrives as "REDLIMIT_X message".
     // error() in a script appends " script: <sha>, on @user_script:<line>."; keep our own text.
     auto ownText = [&] {
       std::string_view rest = message.substr(std::min(message.size(), code.size() + 1));

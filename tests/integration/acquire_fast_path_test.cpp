@@ -1,8 +1,8 @@
-// acquire.lua decides a whole acquire on usable state in a fast path above common.lua, written
-// again with locals only. These tests hold it to the full code below it: the same state on two
-// limiters, one call each, the first by the fast path (resend flag 0) and the second by the full
-// code (resend flag 1 with an id that was never granted: the resend look-up finds nothing and the
-// call goes on as an ordinary acquire). The replies and what each call left in Redis must agree.
+// acquire.lua decides a whole acquire on usable state in a fast path above its `-- include:` line
+// (before its libraries), written again with locals only. These tests hold it to the full code
+// below it: the same state on two limiters, one call each, the first by the fast path (resend flag
+// 0) and the second by the full code (resend flag 1 with an id that was never granted: the resend
+// look-up finds nothing and the call goes on as an ordinary acquire). The replies and what each call left in Redis must agree.
 #include <algorithm>
 #include <functional>
 #include <string>

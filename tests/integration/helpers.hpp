@@ -42,7 +42,7 @@
 
 namespace redlimit::test {
 
-/// BATCH in lua/common.lua: no script call reads, unpacks or removes more members than this.
+/// BATCH in lua/lib/redisson.lua: no script call reads, unpacks or removes more members than this.
 constexpr std::int64_t kScriptBatch = 1000;
 
 /// The events a Client or a limiter reported, as they arrived (from any thread).

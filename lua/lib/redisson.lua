@@ -1,11 +1,6 @@
--- common.lua: helpers shared by every redlimit script. The build (cmake/EmbedLua.cmake) puts this
--- text in front of each script, so what Redis runs is common.lua followed by the script. Helpers
--- that only some scripts need live in lua/lib/ and are put in by a first line `-- include: a b`
--- (lua/lib/a.lua, then lua/lib/b.lua, between common.lua and the script), so that scripts on the
--- hot path of Redisson's layout (acquire.lua) do not pay for the one-key family's code. A script
--- with a line `-- @shared` gets this text and its libs there instead, below a fast path that uses
--- none of them (gcra.lua, fixed_window.lua): every `local function` here is a closure made on
--- every call, which the fast path does not pay for.
+-- lib/redisson.lua: the helpers of the scripts on Redisson's data layout (acquire.lua,
+-- acquire_batch.lua, available_permits.lua, release.lua, set_rate.lua; ttl.lua needs none of them).
+-- Uses lib/base.lua, included before it.
 --
 -- Every script of RateLimiter gets the same five keys, in Redisson's order (one hash slot when the name
 -- has no '{'; see README "Compatibility with Redisson"):
@@ -34,14 +29,6 @@
 -- Every script reads and checks everything it uses (key types, the value as an integer,
 -- members as packed entries) before its first write, so a failing script has written nothing.
 
--- Redis 5.0 and later replicate a script's effects, not the script, so a script may read TIME
--- and then write (redlimit needs 5.0+; earlier versions would need redis.replicate_commands()).
-
--- Raises an error reply "CODE message"; the client maps the code to an exception type.
-local function fail(code, message)
-  error({err = code .. ' ' .. message})
-end
-
 local MAX_RATE = 4294967295          -- permits are stored as uint32 in a member
 local MAX_INTERVAL = 1000000000000   -- ms (about 31 years); keeps every sum exact and printable
 local BATCH = 1000                   -- members read, unpacked or removed per call, at most
@@ -50,24 +37,6 @@ local BATCH = 1000                   -- members read, unpacked or removed per ca
 -- whole log has expired and the value is reset to the rate. Any value below FROZEN_BELOW is frozen.
 local FROZEN = -10000000000000
 local FROZEN_BELOW = -1000000000000
-
--- The integer Lua's tonumber reads in `s` ("10", " 10", "1e1" and "0x0a" are all 10), if it is one
--- with |n| < 10^14 (every sum of such numbers stays exact in a double), or nil: what Redisson's
--- scripts read with tonumber too. A value's first write in a call is SET, or (acquire.lua's fast
--- path) a DECRBY whose refusal leaves nothing written, so a value read this way cannot make a later
--- command of the same call fail; what redlimit writes is always the plain decimal form.
-local function parseInteger(s)
-  local n = tonumber(s)
-  if n and n < 1e14 and n > -1e14 and n % 1 == 0 then return n end
-  return nil
-end
-
--- As parseInteger, and >= 0.
-local function parseCount(s)
-  local n = parseInteger(s)
-  if n == nil or n < 0 then return nil end
-  return n
-end
 
 -- Runs a read command on `key` with redis.pcall; a key of the wrong type fails with `code` and a
 -- message naming the key and what it should hold.
@@ -118,19 +87,6 @@ local function readConfig()
       '; fix it with setRate()')
   end
   return makeConfig(rate, interval, f[3], keepAlive)
-end
-
--- Now in epoch microseconds: the server's clock, or the client's when the caller passed one.
-local function currentMicros(arg)
-  if arg == nil or arg == '' then
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  local n = tonumber(arg)
-  if n == nil or n ~= math.floor(n) or n < 0 or n > 9e15 then
-    fail('REDLIMIT_INVALID_ARGUMENT', 'time must be epoch microseconds')
-  end
-  return n
 end
 
 -- The score for a time in epoch µs: epoch ms with three decimals ("1700000000000.123"). Redis
