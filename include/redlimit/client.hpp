@@ -132,7 +132,7 @@ class Client {
   /// connection and every request that failed is sent again (and if the script was flushed again
   /// in between, with EVAL and the source). Error replies raised by the script are thrown as
   /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
-  /// says so, see lua/common.lua). The sync form of evalAsync.
+  /// says so, see lua/lib/base.lua). The sync form of evalAsync.
   detail::Reply eval(const detail::Script& script, const std::vector<std::string_view>& keys,
                      const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});
   /// eval without waiting: `keys` and `args` are copied before it returns; `done` gets the

@@ -49,13 +49,13 @@ struct MultiLimitOptions {
 /// the calls that wait or answer without the lease: tryAcquire, acquire, reserve, reserveFor,
 /// tryAcquireAsync. Use decide or decideAsync.
 ///
-/// Keys: a script may only touch keys of one Redis Cluster hash slot, so the limiters' names must
-/// share one: give them one hash tag, the part between the first '{' and the next '}', which is
-/// all Redis Cluster hashes: "{tenant42}:user:7", "{tenant42}:tenant", "{tenant42}:burst". This is
-/// checked (CRC16 of the tag, as Redis Cluster computes it) when the MultiLimit is made, on every
-/// deployment, standalone included, so that code that works today keeps working on Cluster.
-/// Consequence: a limit shared by every tenant cannot be in one slot with every tenant's keys.
-/// Either give every key of the service one tag (e.g. "{api}:global", "{api}:tenant:42"; one
+/// Keys: on a single server (standalone, or behind Sentinel) any keys may be combined. On a Redis
+/// Cluster a script may only touch keys of one hash slot, so the limiters' names must share one:
+/// give them one hash tag, the part between the first '{' and the next '}', which is all Redis
+/// Cluster hashes: "{tenant42}:user:7", "{tenant42}:tenant", "{tenant42}:burst". On a Cluster this
+/// is checked (CRC16 of the tag, as Redis Cluster computes it) when the MultiLimit is made.
+/// Consequence there: a limit shared by every tenant cannot be in one slot with every tenant's
+/// keys. Either give every key of the service one tag (e.g. "{api}:global", "{api}:tenant:42"; one
 /// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
 /// call, not atomic with this one: refund it when the MultiLimit denies).
 ///
@@ -101,8 +101,8 @@ class MultiLimit {
 
   /// A MultiLimit over `limits` (1..kMaxLimits distinct limiters, one Client), e.g.
   /// `MultiLimit both({perUser, perTenant});`. Sends nothing. Throws InvalidArgument when there
-  /// are none or too many, when two have the same name or another Client, or when their names
-  /// are not all in one hash slot (the message says how to name them).
+  /// are none or too many, when two have the same name or another Client, or, on a Cluster, when
+  /// their names are not all in one hash slot (the message says how to name them).
   explicit MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options = {});
 
   /// Takes `permits` (1..kMaxPermits, at most every limit's burst or limit) from every limit if
@@ -167,7 +167,7 @@ class MultiLimit {
 
   /// Reserve, then settle, for all limits at once (docs/algorithms.md "Reserve, then settle"):
   /// takes `permits` as decide(permits) does (all or nothing) and, when granted, writes ONE record
-  /// of them (reservationKey(id), in the limits' hash slot, same script call) naming every limit,
+  /// of them (reservationKey(id), in the first limit's hash slot, same script call) naming every limit,
   /// with each fixed window's start; it expires after `recordTtl` (1 ms..kMaxReservationTtl). The
   /// same id again takes nothing and answers the grant (repeated); other permits: InvalidArgument
   /// from the script. A denial (by any limit) records nothing and charges nothing. When Redis

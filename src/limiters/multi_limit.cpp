@@ -50,21 +50,21 @@ void checkPermits(std::int64_t permits) {
   }
 }
 
-// Refuses, before anything is sent, keys that Redis Cluster would not let one script touch.
-void checkOneSlot(const std::vector<std::string>& names) {
+// Refuses, before anything is sent, keys that Redis Cluster would not let one script touch. A
+// single server (standalone or behind Sentinel) runs one script over any keys: nothing to check.
+void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
+  if (client.options().topology != Topology::Cluster) return;
   const std::uint16_t slot = detail::keySlot(names.front());
   for (const std::string& name : names) {
     const std::uint16_t other = detail::keySlot(name);
     if (other == slot) continue;
     throw InvalidArgument(fmt::format(
-        "redlimit: MultiLimit: the keys of its limiters must share one Redis Cluster hash slot (one script may only "
-        "touch keys of one slot), but \"{}\" is in slot {} and \"{}\" in slot {}. Give them one hash tag, the part "
-        "between the first '{{' and the next '}}', which is all that Redis Cluster hashes: e.g. "
-        "\"{{tenant42}}:user:7\", "
-        "\"{{tenant42}}:tenant\", \"{{tenant42}}:burst\". A limit shared by every tenant cannot share a slot with each "
-        "tenant's keys: give every key one tag (\"{{api}}:global\", \"{{api}}:tenant:42\": one slot, one Cluster node) "
-        "or "
-        "decide the shared limit in a call of its own. Checked on every deployment, standalone Redis included.",
+        "redlimit: MultiLimit: on a Redis Cluster the keys of its limiters must share one hash slot (one script may "
+        "only touch keys of one slot), but \"{}\" is in slot {} and \"{}\" in slot {}. Give them one hash tag, the "
+        "part between the first '{{' and the next '}}', which is all that Redis Cluster hashes: e.g. "
+        "\"{{tenant42}}:user:7\", \"{{tenant42}}:tenant\", \"{{tenant42}}:burst\". A limit shared by every tenant "
+        "cannot share a slot with each tenant's keys: give every key one tag (\"{{api}}:global\", "
+        "\"{{api}}:tenant:42\": one slot, one Cluster node) or decide the shared limit in a call of its own.",
         names.front(), slot, name, other));
   }
 }
@@ -443,7 +443,7 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
     }
   }
   if (!anyConfig) configs.clear();  // nothing in the call: the stored configurations, as before
-  checkOneSlot(names);
+  checkOneSlot(*client, names);
   std::string label = "MultiLimit(";
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);

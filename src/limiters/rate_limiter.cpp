@@ -115,7 +115,7 @@ void checkClientId(const std::string& id) {
   }
 }
 
-// The integer that the scripts read in a field of the configuration hash (lua/common.lua's
+// The integer that the scripts read in a field of the configuration hash (lua/lib/base.lua's
 // parseInteger: Lua 5.1's tonumber, which is strtod followed by white space only, so " 10", "1e1"
 // and "0xa" are 10), if it is one below 10^14 in magnitude; nullopt otherwise. getConfig() reads
 // the hash as every script does.

@@ -23,6 +23,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit_test/raw_command.hpp"
@@ -415,6 +416,35 @@ TEST(Cluster, OneKeyLimitersRouteByTheirKey) {
     EXPECT_TRUE(b.tryAcquire());
     EXPECT_FALSE(b.tryAcquire());
   }
+}
+
+// One script may only touch keys of one slot: a MultiLimit over keys of two slots is refused
+// before anything is sent, saying how to co-locate them; one hash tag makes it work.
+TEST(Cluster, AMultiLimitOverKeysOfDifferentSlotsIsRefusedBeforeSendingAndOneHashTagMakesItWork) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TokenBucketRateLimiter user(client, "multi:user:7");
+  TokenBucketRateLimiter global(client, "multi:global");
+  ASSERT_NE(detail::keySlot(user.getName()), detail::keySlot(global.getName()));
+  try {
+    MultiLimit both({user, global});
+    ADD_FAILURE() << "keys in two slots were accepted on a cluster";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("hash slot"), std::string::npos) << what;
+    EXPECT_NE(what.find("{tenant42}:user:7"), std::string::npos) << what;
+    EXPECT_NE(what.find("multi:user:7"), std::string::npos) << what;
+    EXPECT_NE(what.find("shared by every tenant"), std::string::npos) << what;
+  }
+  TokenBucketConfig config;
+  config.capacity = 2;
+  config.refillPermits = 1;
+  config.refillInterval = std::chrono::hours(24);
+  TokenBucketRateLimiter taggedUser(client, "{multi}:user:7", config);
+  TokenBucketRateLimiter taggedGlobal(client, "{multi}:global", config);
+  MultiLimit both({taggedUser, taggedGlobal});
+  EXPECT_TRUE(both.tryAcquire(2));
+  EXPECT_FALSE(both.tryAcquire());
 }
 
 TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {

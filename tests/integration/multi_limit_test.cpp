@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "helpers.hpp"
+#include "topology/key_slot.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
@@ -368,23 +369,26 @@ TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
 
 // --- Refusals before sending, typed errors with nothing written ---------------------------------------
 
-TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreRefusedBeforeSending) {
+// One server runs one script over any keys: a per-key and a global limit whose keys hash to
+// different slots are decided together, all or nothing (on a Cluster: ClusterMultiLimit).
+TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreDecidedTogetherOnOneServer) {
   TokenBucketRateLimiter user(client(), name("user"));  // no hash tag: slots of their own
-  TokenBucketRateLimiter tenant(client(), name("tenant-x"));
-  ASSERT_TRUE(user.trySetConfig(bucket(5, 5, milliseconds(1000))));
-  ASSERT_TRUE(tenant.trySetConfig(bucket(5, 5, milliseconds(1000))));
+  TokenBucketRateLimiter global(client(), name("global-x"));
+  ASSERT_NE(detail::keySlot(user.getName()), detail::keySlot(global.getName()));
+  ASSERT_TRUE(user.trySetConfig(bucket(5, 1, std::chrono::hours(24))));
+  ASSERT_TRUE(global.trySetConfig(bucket(2, 1, std::chrono::hours(24))));
+  MultiLimit both({user, global});
+  EXPECT_TRUE(both.tryAcquire());
+  EXPECT_TRUE(both.tryAcquire());
+  const MultiDecision d = both.decide();
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.deniedBy, 1u) << "the global limit denies";
+  EXPECT_EQ(user.peek().remaining, 3) << "the per-key permit of the denied call was not taken";
+  EXPECT_EQ(global.peek().remaining, 0);
+}
+
+TEST_F(MultiLimitTest, BadLimitListsAndPermitsAreRefusedBeforeSending) {
   const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
-  try {
-    MultiLimit both({user, tenant});
-    ADD_FAILURE() << "keys in two slots were accepted";
-  } catch (const InvalidArgument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("hash slot"), std::string::npos) << what;
-    EXPECT_NE(what.find("{tenant42}:user:7"), std::string::npos) << what;
-    EXPECT_NE(what.find(name("user")), std::string::npos) << what;
-    EXPECT_NE(what.find("shared by every tenant"), std::string::npos) << what;
-  }
-  // Other refusals.
   TokenBucketRateLimiter tagged(client(), key("t"));
   EXPECT_THROW(MultiLimit({tagged, tagged}), InvalidArgument) << "the same key twice";
   EXPECT_THROW(MultiLimit(std::vector<MultiLimit::Limit>{}), InvalidArgument);

@@ -1,5 +1,5 @@
 // redlimit — the limiters' own error codes. The Redis layer reports an error a script raised with
-// a code of its own as ScriptError(code, text); the limiters' scripts (lua/common.lua's fail())
+// a code of its own as ScriptError(code, text); the limiters' scripts (lua/lib/base.lua's fail())
 // use REDLIMIT_* codes, which this maps to the limiter error types.
 #pragma once
 
