@@ -13,6 +13,8 @@
 #include "redlimit/options.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/http.hpp"
+#include "redlimit/limiter.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"

@@ -7,6 +7,7 @@
 #include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
+#include "limiters/key_layout.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/keyed_script_limiter.hpp"
@@ -161,12 +162,13 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 }
 
 ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-                       const MonitorOptions& monitor, const Script& script, char kind)
+                       const MonitorOptions& monitor, const Script& script, char kind, Records records)
     : client_(std::move(client)),
       name_(std::move(name)),
       script_(script),
       kind_(1, kind),
-      gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
+      gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
+      records_(records) {
   const ClientOptions& o = client_->options();
   callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
@@ -201,10 +203,10 @@ void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) c
   }
 }
 
-ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string recordKey,
+ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
                                   bool coalesce) {
   ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr};
-  if (!recordKey.empty()) r.keys.push_back(std::move(recordKey));
+  if (!record.empty()) r.keys.push_back(std::move(record));
   return r;
 }
 
@@ -307,14 +309,13 @@ void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, Scrip
 
 HeldPermits ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
                                    milliseconds recordTtl) {
-  const std::string recordKey = reservationRecordKey(key, id);
+  const std::string record = recordKey(key, id);
   checkReservationTtl(recordTtl);
   const std::shared_ptr<const KeyedPolicy> config = policy();
   checkPermits(permits, config.get());
   HeldPermits out = runScript(
       *this, decision(permits), "reserveFor",
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()),
-              recordKey),
+      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()), record),
       mapError(key), [&](const Reply& r) { return held(this, key, r, permits); },
       [&](bool allowed) { return heldByPolicy(permits, allowed); });
   admitHeld(gate_.monitor(), out);
@@ -326,9 +327,9 @@ void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, c
   // Isolated: a callback that throws is reported once and cannot make this one run again.
   done = isolated(std::move(done), gate_.monitor(), name_);
   const std::shared_ptr<const KeyedPolicy> config = policy();
-  std::string recordKey;
+  std::string record;
   try {
-    recordKey = reservationRecordKey(key, id);
+    record = recordKey(key, id);
     checkReservationTtl(recordTtl);
     checkPermits(permits, config.get());
   } catch (...) {
@@ -338,13 +339,82 @@ void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, c
   runScriptAsync<HeldPermits>(
       shared_from_this(), decision(permits),
       request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()),
-              std::move(recordKey)),
+              std::move(record)),
       mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return held(self, key, r, permits); },
       [permits](ScriptCore& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
       [monitor = gate_.monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
         if (!error) admitHeld(monitor, out);
         done(out, std::move(error));
       });
+}
+
+bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, milliseconds timeout) {
+  const LimiterMonitor& monitor = gate_.monitor();
+  if (monitor.shadow()) return decide(key, permits).allowed;  // shadow mode never waits
+  const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
+  const Reservation r = take(key, permits, maxWait);
+  if (!monitor.admit(r.decision.allowed, permits, r.decision.retryAfter, r.decision.byPolicy)) return false;
+  if (r.delay.count() > 0) sleepFor(r.delay);
+  return true;
+}
+
+microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
+  const LimiterMonitor& monitor = gate_.monitor();
+  if (monitor.shadow()) {  // shadow mode never waits: one attempt, a denial let through
+    (void)decide(key, permits);
+    return microseconds{0};
+  }
+  microseconds waited{0};
+  for (;;) {
+    const Reservation r = take(key, permits, ScriptLimiter::kMaxWait);
+    if (r.decision.allowed) {
+      (void)monitor.admit(true, permits);
+      if (r.delay.count() > 0) sleepFor(r.delay);
+      return microseconds{saturatingAdd(waited.count(), r.delay.count())};
+    }
+    // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
+    // the script: the wait was longer than a reservation may be; sleep until it fits.
+    const microseconds pause =
+        r.decision.byPolicy ? saturatingCast<microseconds>(gate_.options().probeInterval) : r.decision.retryAfter;
+    sleepFor(pause);
+    waited = microseconds{saturatingAdd(waited.count(), pause.count())};
+  }
+}
+
+namespace {
+void checkMaxWait(microseconds maxWait) {
+  if (maxWait.count() < 0) {
+    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
+  }
+}
+}  // namespace
+
+Reservation ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
+  checkMaxWait(maxWait);
+  Reservation r = take(key, permits, maxWait);
+  gate_.monitor().admit(r.decision);  // shadow mode: a refused reservation comes back allowed, without delay
+  return r;
+}
+
+void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait,
+                              ReservationCallback done) {
+  done = isolated(std::move(done), gate_.monitor(), name_);
+  try {
+    checkMaxWait(maxWait);
+  } catch (...) {
+    done(Reservation{}, std::current_exception());
+    return;
+  }
+  takeAsync(key, permits, maxWait,
+            [monitor = gate_.monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
+              if (!error) monitor.admit(r.decision);
+              done(r, std::move(error));
+            });
+}
+
+std::string ScriptCore::recordKey(const std::string& key, const std::string& id) const {
+  if (records_ == Records::NextToKey) return reservationRecordKey(key, id);
+  return namespacedRecordKey(key, id);
 }
 
 Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
@@ -372,22 +442,22 @@ void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
 }
 
 Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
-  const std::string recordKey = reservationRecordKey(key, id);
+  const std::string record = recordKey(key, id);
   checkActualPermits(actual);
   const std::shared_ptr<const KeyedPolicy> config = policy();
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
   return runScript(
       *this, LimiterCall::plain(callBound_), "settle",
-      request(key, args("settle", fmt::to_string(actual), "0", config.get()), recordKey), mapError(key),
+      request(key, args("settle", fmt::to_string(actual), "0", config.get()), record), mapError(key),
       [&](const Reply& r) { return parseSettlement(key, r, gate_.monitor()); }, [](bool) { return Settlement{}; });
 }
 
 void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
                              ScriptLimiter::SettleCallback done) {
   done = isolated(std::move(done), gate_.monitor(), name_);
-  std::string recordKey;
+  std::string record;
   try {
-    recordKey = reservationRecordKey(key, id);
+    record = recordKey(key, id);
     checkActualPermits(actual);
   } catch (...) {
     done(Settlement{}, std::current_exception());
@@ -397,18 +467,18 @@ void ScriptCore::settleAsync(const std::string& key, const std::string& id, std:
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
   runScriptAsync<Settlement>(
       shared_from_this(), LimiterCall::plain(callBound_),
-      request(key, args("settle", fmt::to_string(actual), "0", config.get()), std::move(recordKey)), mapError(key),
+      request(key, args("settle", fmt::to_string(actual), "0", config.get()), std::move(record)), mapError(key),
       [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
       [](ScriptCore&, bool) { return Settlement{}; }, std::move(done));
 }
 
 Reply ScriptCore::call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
-                       LimiterCall::Resend resend, const std::string* recordKey) {
+                       LimiterCall::Resend resend, const std::string* record) {
   std::vector<std::string> argv{std::string(op), "", kind_};
   argv.insert(argv.end(), args.begin(), args.end());
   return runScript(
       *this, LimiterCall::plain(callBound_, resend), op,
-      request(key, std::move(argv), recordKey != nullptr ? *recordKey : ""), mapError(key),
+      request(key, std::move(argv), record != nullptr ? *record : ""), mapError(key),
       [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
 }
 

@@ -32,9 +32,13 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
  public:
   using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
 
+  /// Where a key's reservation records live: next to it (`<key>:rsv:<id>`, the 0.x classes), or
+  /// in redlimit's own namespace, where no caller's key can reach (Limiter: docs/api.md, "Keys").
+  enum class Records { NextToKey, Namespaced };
+
   /// Sends nothing. Throws InvalidArgument for a null client, a bad name or bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
-             const Script& script, char kind);
+             const Script& script, char kind, Records records = Records::NextToKey);
 
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).
@@ -43,6 +47,17 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
                  ReservationCallback done);
   /// take() without a wait, counted in the metrics (shadow mode applied).
   Decision decide(const std::string& key, std::int64_t permits);
+  /// Takes `permits` if they come within `timeout` (one call reserves them, then this sleeps the
+  /// wait); false at once when they do not (nothing taken). Shadow mode never waits.
+  bool tryAcquire(const std::string& key, std::int64_t permits, std::chrono::milliseconds timeout);
+  /// Takes `permits`, waiting as long as it takes (the failure policy's denial: a probe interval);
+  /// returns the time slept.
+  std::chrono::microseconds acquire(const std::string& key, std::int64_t permits);
+  /// A reservation of `permits` at most `maxWait` (>= 0) ahead, counted.
+  Reservation reserve(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
+  /// reserve() without waiting for the reply; `done` isolated.
+  void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
+                    ReservationCallback done);
   /// decide() without waiting; `done` isolated (a callback that throws is reported once).
   void decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done);
   /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
@@ -77,6 +92,10 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   /// 1..kMaxPermits, and for a handle with a configuration its own bound.
   void checkPermits(std::int64_t permits, const KeyedPolicy* policy) const;
+  /// The key of the reservation record `id` of `key` (Records); InvalidArgument for a bad id.
+  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const;
+  void sleepFor(std::chrono::microseconds d) const { gate_.clock().sleepFor(d); }
+
   /// The failure policy's decision of `permits` without a reply (the segment cache's wait that
   /// timed out): the policy's answer, or TimeoutError naming `reason`.
   bool decideUnanswered(std::int64_t permits, const std::string& reason);
@@ -112,6 +131,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // A reserve's admission in the metrics (a repeat was counted when it was granted).
   static void admitHeld(const LimiterMonitor& monitor, HeldPermits& out);
 
+  Records records_;
   std::atomic<bool> hasPolicy_{false};
   mutable Mutex policyMutex_;
   std::shared_ptr<const KeyedPolicy> policy_ REDLIMIT_GUARDED_BY(policyMutex_);

@@ -22,47 +22,20 @@ ScriptLimiter::ScriptLimiter(std::shared_ptr<Client> client, std::string name, F
     : core_(std::make_shared<ScriptCore>(std::move(client), std::move(name), std::move(failure), monitor, script,
                                          kind)) {}
 
-void ScriptLimiter::sleepFor(microseconds d) const { core_->gate_.clock().sleepFor(d); }
+void ScriptLimiter::sleepFor(microseconds d) const { core_->sleepFor(d); }
 
 Decision ScriptLimiter::decide(std::int64_t permits) { return core_->decide(core_->name_, permits); }
 
 bool ScriptLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
 
 bool ScriptLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
-  if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
-  const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
-  const Reservation r = core_->take(core_->name_, permits, maxWait);
-  if (!monitor().admit(r.decision.allowed, permits, r.decision.retryAfter, r.decision.byPolicy)) return false;
-  if (r.delay.count() > 0) sleepFor(r.delay);
-  return true;
+  return core_->tryAcquire(core_->name_, permits, timeout);
 }
 
-void ScriptLimiter::acquire(std::int64_t permits) {
-  if (monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
-    (void)decide(permits);
-    return;
-  }
-  for (;;) {
-    const Reservation r = core_->take(core_->name_, permits, kMaxWait);
-    if (r.decision.allowed) {
-      (void)monitor().admit(true, permits);
-      if (r.delay.count() > 0) sleepFor(r.delay);
-      return;
-    }
-    // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
-    // the script: the wait was longer than a reservation may be; sleep until it fits.
-    sleepFor(r.decision.byPolicy ? saturatingCast<microseconds>(core_->gate_.options().probeInterval)
-                                 : r.decision.retryAfter);
-  }
-}
+void ScriptLimiter::acquire(std::int64_t permits) { (void)core_->acquire(core_->name_, permits); }
 
 Reservation ScriptLimiter::reserve(std::int64_t permits, microseconds maxWait) {
-  if (maxWait.count() < 0) {
-    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
-  }
-  Reservation r = core_->take(core_->name_, permits, maxWait);
-  monitor().admit(r.decision);  // shadow mode: a refused reservation comes back allowed, without delay
-  return r;
+  return core_->reserve(core_->name_, permits, maxWait);
 }
 
 Decision ScriptLimiter::peek(std::int64_t permits) { return core_->peek(core_->name_, permits); }

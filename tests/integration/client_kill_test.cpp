@@ -2,6 +2,7 @@
 // outage. CLIENT KILL TYPE normal, five times, under 8 threads deciding: no caller sees an error,
 // no limiter changes health, and no window grants more than its limit (a resent take may count
 // twice, never grant twice).
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <thread>
@@ -9,6 +10,7 @@
 
 #include "helpers.hpp"
 #include "redlimit/keyed_token_bucket_rate_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
@@ -133,4 +135,24 @@ TEST_F(ClientKill, RateLimiterAsyncTakesAreResentOnceEachSoNoCallerSeesAnErrorAn
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquireAsync().get(); });
   expectResent(o, limiter.failureStats(), kLimit);
   EXPECT_EQ(limiter.availablePermits(), kLimit - o.granted);
+}
+
+// A Limiter under every policy: the same rule. Its policies hold kLimit and refill about nothing
+// during a test, so at most kLimit (the smooth limiter: one more, lent ahead) are granted.
+TEST_F(ClientKill, LimiterTakesAreResentUnderEveryPolicySoNoCallerSeesAnError) {
+  using std::chrono::hours;
+  const std::vector<std::pair<std::string, Policy>> policies = {
+      {"gcra", Policy::gcra(1, hours(24), kLimit)},
+      {"bucket", Policy::tokenBucket(kLimit, 1, hours(24))},
+      {"window", Policy::fixedWindow(kLimit, hours(24))},
+      {"smooth", Policy::smoothBursty(1, hours(1), hours(kLimit))},
+  };
+  for (const auto& [label, policy] : policies) {
+    SCOPED_TRACE(label);
+    std::string limiterName = name(label);
+    std::replace(limiterName.begin(), limiterName.end(), ':', '.');
+    Limiter limiter(client(), limiterName, policy);
+    const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire("user"); });
+    expectResent(o, limiter.failureStats(), policy.kind() == Policy::Kind::Smooth ? kLimit + 1 : kLimit);
+  }
 }

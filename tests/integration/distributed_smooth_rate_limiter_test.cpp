@@ -23,7 +23,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-using Limiter = DistributedSmoothRateLimiter;
+using SmoothLimiter = DistributedSmoothRateLimiter;
 
 class DistributedSmooth : public RedisTest {
  protected:
@@ -33,7 +33,7 @@ class DistributedSmooth : public RedisTest {
 };
 
 TEST_F(DistributedSmooth, DecidesLikeGuava) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::bursty(5, milliseconds(1000))));
   const std::int64_t before = serverTimeUs(admin());
   const Decision first = rl.decide(3);
@@ -62,7 +62,7 @@ TEST_F(DistributedSmooth, DecidesLikeGuava) {
 }
 
 TEST_F(DistributedSmooth, AcquireReturnsTheWaitAndTryAcquireWaitsOnlyWhenItFits) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::bursty(20, milliseconds(1000), milliseconds(0))));  // 50 ms each
   EXPECT_EQ(rl.acquire().count(), 0);
   const std::int64_t t0 = serverTimeUs(admin());
@@ -84,7 +84,7 @@ TEST_F(DistributedSmooth, AcquireReturnsTheWaitAndTryAcquireWaitsOnlyWhenItFits)
 }
 
 TEST_F(DistributedSmooth, ConfigurationIsWrittenOnlyWhenAbsentOrAsked) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   const SmoothConfig bursty = SmoothConfig::bursty(5, milliseconds(1000), milliseconds(2000));
   const SmoothConfig warm = SmoothConfig::warmingUp(2, milliseconds(1000), milliseconds(4000), 3);
   EXPECT_FALSE(rl.isExists());
@@ -102,7 +102,7 @@ TEST_F(DistributedSmooth, ConfigurationIsWrittenOnlyWhenAbsentOrAsked) {
   ASSERT_TRUE(rl.deleteLimiter());
   ASSERT_TRUE(rl.trySetConfig(warm));
   EXPECT_EQ(rl.peek().remaining, 8) << "a warming-up limiter starts cold";
-  Limiter other(newClient(), name());
+  SmoothLimiter other(newClient(), name());
   EXPECT_EQ(other.getConfig(), warm);
   EXPECT_TRUE(rl.deleteLimiter());
   EXPECT_FALSE(rl.deleteLimiter());
@@ -116,7 +116,7 @@ TEST_F(DistributedSmooth, ConfigRaceBetweenTwoWritersLeavesExactlyOne) {
   const SmoothConfig b = SmoothConfig::warmingUp(11, milliseconds(1000), milliseconds(3000), 4);
   for (int round = 0; round < 25; ++round) {
     const std::string n = name("race" + std::to_string(round));
-    Limiter l1(c1, n), l2(c2, n);
+    SmoothLimiter l1(c1, n), l2(c2, n);
     std::promise<void> go;
     std::shared_future<void> start = go.get_future().share();
     auto f1 = std::async(std::launch::async, [&] {
@@ -136,7 +136,7 @@ TEST_F(DistributedSmooth, ConfigRaceBetweenTwoWritersLeavesExactlyOne) {
 }
 
 TEST_F(DistributedSmooth, SetRateKeepsTheStateAndScalesStoredPermits) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::warmingUp(2, milliseconds(1000), milliseconds(4000))));
   rl.setRate(4, milliseconds(1000));
   EXPECT_EQ(rl.getConfig(), SmoothConfig::warmingUp(4, milliseconds(1000), milliseconds(4000)));
@@ -144,7 +144,7 @@ TEST_F(DistributedSmooth, SetRateKeepsTheStateAndScalesStoredPermits) {
   EXPECT_EQ(d.limit, 16) << "the maximum moves with the rate";
   EXPECT_EQ(d.remaining, 16) << "still cold: stored x 16 / 8";
   // A debt is kept across a rate change.
-  Limiter paced(client(), name("paced"));
+  SmoothLimiter paced(client(), name("paced"));
   ASSERT_TRUE(paced.trySetConfig(SmoothConfig::bursty(1, milliseconds(1000), milliseconds(0))));
   ASSERT_TRUE(paced.tryAcquire(3));
   paced.setRate(1000, milliseconds(1000));
@@ -153,26 +153,26 @@ TEST_F(DistributedSmooth, SetRateKeepsTheStateAndScalesStoredPermits) {
   EXPECT_GT(owed.retryAfter.count(), 2'000'000) << "the 3 s debt at the old rate stays";
   EXPECT_THROW(paced.setRate(0, milliseconds(1000)), InvalidArgument);
   EXPECT_THROW(paced.setRate(1, milliseconds(0)), InvalidArgument);
-  Limiter missing(client(), name("missing"));
+  SmoothLimiter missing(client(), name("missing"));
   EXPECT_THROW(missing.setRate(1, milliseconds(1000)), NotInitializedError);
 }
 
 TEST_F(DistributedSmooth, RefundGivesTimeBackAndStoresNoMoreThanTheMaximum) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::bursty(1, milliseconds(10000), milliseconds(30000))));  // 10 s each, 3 max
   ASSERT_TRUE(rl.tryAcquire());
   EXPECT_FALSE(rl.tryAcquire());
   rl.refund(1);
   EXPECT_TRUE(rl.tryAcquire()) << "the debt of the refunded permit is gone";
   rl.refund(0);
-  rl.refund(Limiter::kMaxPermits / 100000);  // far more than the debt: the rest is stored, up to 3
+  rl.refund(SmoothLimiter::kMaxPermits / 100000);  // far more than the debt: the rest is stored, up to 3
   EXPECT_EQ(rl.peek().remaining, 3);
   EXPECT_TRUE(rl.tryAcquire(4)) << "3 stored and 1 the next caller pays for";
   EXPECT_FALSE(rl.tryAcquire());
 }
 
 TEST_F(DistributedSmooth, AsyncFormsDecideLikeTheSyncOnes) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::bursty(1, milliseconds(10000))));
   const Decision first = rl.decideAsync(1).get();
   EXPECT_TRUE(first.allowed);
@@ -193,7 +193,7 @@ TEST_F(DistributedSmooth, AsyncFormsDecideLikeTheSyncOnes) {
 }
 
 TEST_F(DistributedSmooth, WrongTypeOrKindOrCorruptContentsAreTypedErrorsAndNothingIsWritten) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   (void)raw({"HSET", name(), "rate", "10"});
   const std::string before = keyState(admin(), name());
   const SmoothConfig c = SmoothConfig::bursty(5, milliseconds(1000));
@@ -242,19 +242,19 @@ TEST_F(DistributedSmooth, WrongTypeOrKindOrCorruptContentsAreTypedErrorsAndNothi
 }
 
 TEST_F(DistributedSmooth, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
-  Limiter rl(client(), name());
+  SmoothLimiter rl(client(), name());
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::bursty(5, milliseconds(1000))));
   const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
   const SmoothConfig bad[] = {
       SmoothConfig::bursty(0, milliseconds(1000)),
-      SmoothConfig::bursty(Limiter::kMaxPermits + 1, milliseconds(1000)),
+      SmoothConfig::bursty(SmoothLimiter::kMaxPermits + 1, milliseconds(1000)),
       SmoothConfig::bursty(5, milliseconds(0)),
-      SmoothConfig::bursty(5, Limiter::kMaxInterval + milliseconds(1)),
+      SmoothConfig::bursty(5, SmoothLimiter::kMaxInterval + milliseconds(1)),
       SmoothConfig::bursty(5, milliseconds(1000), milliseconds(-1)),
-      SmoothConfig::bursty(1'000'003, milliseconds(1), Limiter::kMaxInterval),  // maxBurst x P' > 2^52
+      SmoothConfig::bursty(1'000'003, milliseconds(1), SmoothLimiter::kMaxInterval),  // maxBurst x P' > 2^52
       SmoothConfig::warmingUp(5, milliseconds(1000), milliseconds(-1)),
       SmoothConfig::warmingUp(5, milliseconds(1000), milliseconds(4000), 0),
-      SmoothConfig::warmingUp(5, milliseconds(1000), milliseconds(4000), Limiter::kMaxColdFactor + 1),
+      SmoothConfig::warmingUp(5, milliseconds(1000), milliseconds(4000), SmoothLimiter::kMaxColdFactor + 1),
       SmoothConfig::warmingUp(999, milliseconds(1000), milliseconds(3'600'000)),  // too large to keep exact
   };
   for (const SmoothConfig& c : bad) {
@@ -263,7 +263,7 @@ TEST_F(DistributedSmooth, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
   }
   EXPECT_THROW((void)rl.decide(0), InvalidArgument);
   EXPECT_THROW((void)rl.decide(-1), InvalidArgument);
-  EXPECT_THROW((void)rl.tryAcquire(Limiter::kMaxPermits + 1), InvalidArgument);
+  EXPECT_THROW((void)rl.tryAcquire(SmoothLimiter::kMaxPermits + 1), InvalidArgument);
   EXPECT_THROW((void)rl.tryAcquire(0, milliseconds(10)), InvalidArgument);
   EXPECT_THROW((void)rl.acquire(0), InvalidArgument);
   EXPECT_THROW((void)rl.peek(0), InvalidArgument);
@@ -274,17 +274,17 @@ TEST_F(DistributedSmooth, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
   EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"), calls) << "nothing sent";
   // The bounds the client checks are the script's: the largest exact ones are accepted.
   EXPECT_NO_THROW(rl.setConfig(SmoothConfig::warmingUp(999, milliseconds(1000), milliseconds(70'000))));
-  EXPECT_NO_THROW(rl.setConfig(SmoothConfig::bursty(1, milliseconds(1), Limiter::kMaxInterval)));
-  EXPECT_THROW([&] { Limiter unnamed(client(), ""); }(), InvalidArgument);
-  EXPECT_THROW([&] { Limiter clientless(nullptr, name()); }(), InvalidArgument);
+  EXPECT_NO_THROW(rl.setConfig(SmoothConfig::bursty(1, milliseconds(1), SmoothLimiter::kMaxInterval)));
+  EXPECT_THROW([&] { SmoothLimiter unnamed(client(), ""); }(), InvalidArgument);
+  EXPECT_THROW([&] { SmoothLimiter clientless(nullptr, name()); }(), InvalidArgument);
 }
 
 TEST_F(DistributedSmooth, MemoryUsageIsAtMost100BytesPerKey) {
   const std::string key = "{o1:S123456}:m";  // a name of 14 bytes, as for the other one-key limiters
   ASSERT_EQ(key.size(), 14u);
-  for (const SmoothConfig& c : {SmoothConfig::bursty(Limiter::kMaxPermits, milliseconds(1000)),
+  for (const SmoothConfig& c : {SmoothConfig::bursty(SmoothLimiter::kMaxPermits, milliseconds(1000)),
                                 SmoothConfig::warmingUp(100, milliseconds(1000), milliseconds(60000), 10)}) {
-    Limiter rl(client(), key);
+    SmoothLimiter rl(client(), key);
     rl.setConfig(c);
     ASSERT_TRUE(rl.tryAcquire(123456));
     (void)rl.reserve(1000, microseconds(100'000'000));
@@ -303,7 +303,7 @@ TEST_F(DistributedSmooth, UnreachableRedisIsDecidedByThePolicy) {
     DistributedSmoothRateLimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
-    Limiter rl(client, "policy", options);
+    SmoothLimiter rl(client, "policy", options);
     // 3 stored at most (3 s at 1/s): the Local policy's bucket is that burst + 1.
     ASSERT_TRUE(rl.trySetConfig(SmoothConfig::bursty(1, milliseconds(1000), milliseconds(3000))));
     ASSERT_TRUE(rl.decide().allowed);  // the limiter learns its limit
@@ -355,7 +355,7 @@ TEST_F(DistributedSmooth, UnreachableRedisIsDecidedByThePolicy) {
 // in that order. Then this process sees the warm state the workers left.
 TEST_F(DistributedSmooth, WarmsUpAcrossProcesses) {
   const std::string n = name();
-  Limiter rl(client(), n);
+  SmoothLimiter rl(client(), n);
   // 100/s (s = 10 ms), warm-up 200 ms, cold factor 3: threshold 10, max 20 permits; exact doubles.
   ASSERT_TRUE(rl.trySetConfig(SmoothConfig::warmingUp(100, milliseconds(1000), milliseconds(200), 3)));
   struct Grant {

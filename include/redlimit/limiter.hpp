@@ -1,0 +1,146 @@
+// redlimit — one distributed limiter: a Policy applied to every key its callers name, each key's
+// state in Redis under the limiter's name.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "redlimit/client.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/monitor.hpp"
+#include "redlimit/policy.hpp"
+#include "redlimit/reservation.hpp"
+#include "redlimit/settlement.hpp"
+
+namespace redlimit {
+
+namespace detail {
+class ScriptCore;
+}  // namespace detail
+
+/// Options of a Limiter.
+struct LimiterOptions {
+  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
+  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+};
+
+/// A Policy applied to any number of keys (a user, an API key, a tenant, "global"), the way
+/// redis_rate's Limiter and Bucket4j's proxy manager are: each call names its key and carries the
+/// policy, so a key needs no set-up, never goes uninitialized, and expires once idle (the
+/// policy's keepAlive). The object is a cheap, copyable value (copies share one failure gate and
+/// one metrics series, labelled with the limiter's name, never with a key). Thread-safe.
+///
+/// Keys. The state of `key` is the Redis key `rl:<name>:<key>`: the name (which holds no ':') is
+/// the namespace of its keys, so two limiters with different names never share state whatever
+/// keys their callers pass ("login" and "search" on one user are two limits). A caller's key may
+/// be any 1..1024 bytes. Reservation records live at `rl::rsv:<id>:...`, where no caller's key can
+/// reach. On a Redis Cluster a key's slot is its hash tag's, if it has one: "{user42}" puts the
+/// keys of user 42 of every limiter in one slot (for one MultiLimit call); a '{' in an end
+/// user's key only moves that key to another slot.
+///
+/// The failure policy is the limiter's, for all its keys: one outage degrades every key (they
+/// share one Redis), and FailurePolicy::Local runs ONE local bucket of the policy's rate for all
+/// the keys of this process together.
+///
+/// Errors: InvalidArgument before anything is sent (a bad key, permits outside 1..the policy's
+/// maxPermits, a bad wait, id or TTL, reserveFor under a smooth policy); InvalidConfigError if the
+/// key holds another Redis type or another kind of limiter, InvalidStateError if its state is
+/// unusable; ConfigurationError and AuthError; IoError and subclasses, which the failure policy
+/// decides for the deciding calls (decide, tryAcquire, acquire, reserve, reserveFor and their
+/// ...Async forms); peek, refund, settle and deleteKey throw them. A call whose connection closed
+/// under it is sent again within its deadline (docs/failure-modes.md, "A connection closed under
+/// a call").
+class Limiter {
+ public:
+  /// How an asynchronous call ends: its answer (error == nullptr) or the exception the sync call
+  /// would have thrown. Called exactly once, on the Client's I/O thread, or on the calling thread
+  /// before the call returns when it was decided without Redis. Must not block or make sync calls
+  /// on this Client; one that throws is reported (Event::Kind::CallbackThrew) and dropped.
+  template <class T>
+  using Callback = std::function<void(T result, std::exception_ptr error)>;
+
+  /// Kept this long by default: reserveFor's record (1 hour).
+  static constexpr std::chrono::milliseconds kDefaultRecordTtl{3600000};
+
+  /// Sends nothing. Throws InvalidArgument for a null client, a bad name (1..1024 bytes of UTF-8,
+  /// no ':') and bad failure options.
+  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options = {});
+
+  /// Takes `permits` from `key` if available now, and says what remains and when to retry. Never
+  /// waits. When Redis cannot be asked, the failure policy decides (Decision::byPolicy).
+  [[nodiscard]] Decision decide(std::string_view key, std::int64_t permits = 1);
+  /// decide(key, permits).allowed.
+  [[nodiscard]] bool tryAcquire(std::string_view key, std::int64_t permits = 1);
+  /// Takes `permits` if they come within `timeout`: one call reserves them when the wait fits,
+  /// and this sleeps exactly that wait; false at once when it does not (nothing taken).
+  [[nodiscard]] bool tryAcquire(std::string_view key, std::int64_t permits, std::chrono::milliseconds timeout);
+  /// Takes `permits`, waiting as long as it takes; returns the time slept.
+  std::chrono::microseconds acquire(std::string_view key, std::int64_t permits = 1);
+  /// Takes `permits` now or reserves them up to `maxWait` ahead (>= 0), without sleeping:
+  /// Reservation::delay is how long the caller must wait before using them.
+  [[nodiscard]] Reservation reserve(std::string_view key, std::int64_t permits, std::chrono::microseconds maxWait);
+  /// What decide(key, permits) would answer now, taking and writing nothing.
+  [[nodiscard]] Decision peek(std::string_view key, std::int64_t permits = 1);
+  /// Gives `permits` (0..the policy's maxPermits) back to `key`, at most up to full. Never sent
+  /// twice (a resend could give them back twice): a closed connection reaches the caller.
+  void refund(std::string_view key, std::int64_t permits);
+
+  /// Takes `permits` under the reservation `id` (1..128 bytes of A-Z a-z 0-9 - _ .), recorded for
+  /// `recordTtl`: settle(key, id, actual) later keeps `actual` and gives the rest back, once. A
+  /// second reserveFor of the id answers the first's decision (HeldPermits::repeated). Not for a
+  /// smooth policy (InvalidArgument before sending).
+  [[nodiscard]] HeldPermits reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
+                                       std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
+  /// Settles the reservation `id` of `key`: keeps `actual` (0..kMaxPermits), gives back the rest;
+  /// a settle of a settled reservation changes nothing (SettleStatus::AlreadySettled).
+  Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
+  /// settle(key, id, 0).
+  Settlement cancel(std::string_view key, const std::string& id);
+
+  /// Deletes `key`'s state: the next decision finds it full. True if it existed.
+  bool deleteKey(std::string_view key);
+
+  /// The ...Async forms: the same answers without waiting, through `done` or a future. Bad
+  /// arguments reach `done` before anything is sent.
+  void decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done);
+  [[nodiscard]] std::future<Decision> decideAsync(std::string_view key, std::int64_t permits = 1);
+  void reserveAsync(std::string_view key, std::int64_t permits, std::chrono::microseconds maxWait,
+                    Callback<Reservation> done);
+  [[nodiscard]] std::future<Reservation> reserveAsync(std::string_view key, std::int64_t permits,
+                                                      std::chrono::microseconds maxWait);
+  void reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                       std::chrono::milliseconds recordTtl, Callback<HeldPermits> done);
+  [[nodiscard]] std::future<HeldPermits> reserveForAsync(std::string_view key, std::int64_t permits,
+                                                         const std::string& id,
+                                                         std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
+  void settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done);
+  [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
+
+  /// The Redis key holding `key`'s state (rl:<name>:<key>); InvalidArgument for a bad key.
+  [[nodiscard]] std::string redisKey(std::string_view key) const;
+  /// The Redis key of the reservation record `id` of `key`.
+  [[nodiscard]] std::string recordKey(std::string_view key, const std::string& id) const;
+
+  [[nodiscard]] const std::string& name() const noexcept;
+  [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
+  /// Decisions made under the failure policy (all keys), and whether it is degraded now.
+  [[nodiscard]] FailureStats failureStats() const;
+  /// The limiter's metrics, shadow mode and events.
+  [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
+
+ private:
+  void checkHold() const;
+
+  std::shared_ptr<detail::ScriptCore> core_;
+  Policy policy_;
+};
+
+}  // namespace redlimit

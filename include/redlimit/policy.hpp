@@ -1,0 +1,89 @@
+// redlimit — an algorithm and its parameters as a value: what a Limiter applies to each key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace redlimit {
+
+class Limiter;
+class MultiLimit;
+
+namespace detail {
+struct KeyedPolicy;
+}  // namespace detail
+
+/// An algorithm with its parameters, checked when it is made (InvalidArgument, before anything is
+/// sent), immutable, cheap to copy. A Limiter sends it with every call: a key without state is
+/// decided as a full limiter, a key holding another policy's state of the same algorithm is
+/// decided with this one keeping the permits in use (docs/algorithms.md, "Where the configuration
+/// lives"). Every duration is exact: integer milliseconds, decisions in integer microseconds.
+///
+/// The algorithms (docs/algorithms.md has each one's bound, layout and cost):
+///  - gcra / perSecond / perMinute / perHour: the generic cell rate algorithm (redis_rate's
+///    Limit): `rate` per `period` sustained, up to `burst` at once after an idle time;
+///  - tokenBucket: `capacity` tokens, `refill` more every `period` (Bucket4j's greedy refill);
+///    the same script and key layout as GCRA (a bucket is a GCRA of burst = capacity);
+///  - fixedWindow: at most `limit` per window of `window`, windows aligned to the epoch;
+///  - smoothBursty / smoothWarmingUp: Guava's SmoothBursty and SmoothWarmingUp on the server,
+///    for every process at once (reservations pay the debt of the previous caller; no reserveFor).
+class Policy {
+ public:
+  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth };
+
+  /// `rate` permits per `period` (1 ms..49.7 days), at most `burst` at once; rate and burst in
+  /// 1..4294967295.
+  [[nodiscard]] static Policy gcra(std::int64_t rate, std::chrono::milliseconds period, std::int64_t burst);
+  /// gcra(rate, 1 s, burst); the burst defaults to the rate, as redis_rate's PerSecond.
+  [[nodiscard]] static Policy perSecond(std::int64_t rate, std::int64_t burst = 0);
+  /// gcra(rate, 1 min, burst); the burst defaults to the rate.
+  [[nodiscard]] static Policy perMinute(std::int64_t rate, std::int64_t burst = 0);
+  /// gcra(rate, 1 h, burst); the burst defaults to the rate.
+  [[nodiscard]] static Policy perHour(std::int64_t rate, std::int64_t burst = 0);
+  /// A bucket of `capacity`, `refill` tokens added every `period` (continuously, to the µs).
+  [[nodiscard]] static Policy tokenBucket(std::int64_t capacity, std::int64_t refill, std::chrono::milliseconds period);
+  /// At most `limit` per window of `window`.
+  [[nodiscard]] static Policy fixedWindow(std::int64_t limit, std::chrono::milliseconds window);
+  /// Guava's SmoothBursty: `permits` per `interval`, up to `maxBurst` worth stored while idle.
+  [[nodiscard]] static Policy smoothBursty(std::int64_t permits, std::chrono::milliseconds interval,
+                                           std::chrono::milliseconds maxBurst = std::chrono::seconds(1));
+  /// Guava's SmoothWarmingUp: `permits` per `interval`, cold at first, reaching the stable rate
+  /// after `warmup` of full use; a cold permit costs up to `coldFactor` (1..127) stable ones.
+  [[nodiscard]] static Policy smoothWarmingUp(std::int64_t permits, std::chrono::milliseconds interval,
+                                              std::chrono::milliseconds warmup, std::int64_t coldFactor = 3);
+
+  /// This policy with keys that expire once idle (full again, or cold) for `idle` (1 ms..49.7
+  /// days); by default kDefaultIdleMargin (1 s). Permanent keys: permanent().
+  [[nodiscard]] Policy keepAlive(std::chrono::milliseconds idle) const;
+  /// This policy with keys kept until deleted.
+  [[nodiscard]] Policy permanent() const;
+
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  /// What a decision reports as its limit: the burst, the capacity, the window's limit, or the
+  /// smooth limiter's stored permits.
+  [[nodiscard]] std::int64_t limit() const noexcept;
+  /// The most permits one call may ask for.
+  [[nodiscard]] std::int64_t maxPermits() const noexcept;
+  /// Whether reserveFor/settle work under it (every kind but Smooth: a smooth limiter lends ahead
+  /// rather than holding).
+  [[nodiscard]] bool canHold() const noexcept { return kind_ != Kind::Smooth; }
+
+  friend bool operator==(const Policy& a, const Policy& b) noexcept;
+  friend bool operator!=(const Policy& a, const Policy& b) noexcept { return !(a == b); }
+
+ private:
+  friend class Limiter;
+  friend class MultiLimit;
+  [[nodiscard]] const detail::KeyedPolicy& packedPolicy() const noexcept { return *packed_; }
+
+  // The parameters as given, and how long an idle key lives (0: permanent).
+  Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs);
+
+  Kind kind_;
+  std::int64_t a_, b_, c_, d_;
+  std::int64_t keepAliveMs_;
+  std::shared_ptr<const detail::KeyedPolicy> packed_;
+};
+
+}  // namespace redlimit

@@ -1,0 +1,131 @@
+#include "redlimit/policy.hpp"
+
+#include <fmt/format.h>
+
+#include "limiters/keyed_policy.hpp"
+#include "redlimit/distributed_smooth_rate_limiter.hpp"
+#include "redlimit/errors.hpp"
+#include "redlimit/fixed_window_rate_limiter.hpp"
+#include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/token_bucket_rate_limiter.hpp"
+
+namespace redlimit {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+// Checks the parameters as the algorithm's configuration (the messages name its fields) and packs
+// them as its script stores them.
+detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
+                             std::int64_t keepAliveMs) {
+  const milliseconds keepAlive{keepAliveMs};
+  switch (kind) {
+    case Policy::Kind::Gcra: {
+      GcraConfig g;
+      g.rate = a;
+      g.period = milliseconds{b};
+      g.burst = c;
+      g.keepAlive = keepAlive;
+      GcraRateLimiter::validateConfig(g);
+      return detail::gcraPolicy('G', g.burst, g.rate, g.period, keepAlive);
+    }
+    case Policy::Kind::TokenBucket: {
+      TokenBucketConfig t;
+      t.capacity = a;
+      t.refillPermits = b;
+      t.refillInterval = milliseconds{c};
+      t.keepAlive = keepAlive;
+      TokenBucketRateLimiter::validateConfig(t);
+      return detail::gcraPolicy('T', t.capacity, t.refillPermits, t.refillInterval, keepAlive);
+    }
+    case Policy::Kind::FixedWindow: {
+      FixedWindowConfig w;
+      w.limit = a;
+      w.window = milliseconds{b};
+      w.keepAlive = keepAlive;
+      FixedWindowRateLimiter::validateConfig(w);
+      return detail::windowPolicy(w.limit, w.window, keepAlive);
+    }
+    case Policy::Kind::Smooth: {
+      SmoothConfig s;
+      s.permits = a;
+      s.interval = milliseconds{b};
+      s.keepAlive = keepAlive;
+      if (d > 0) {  // warming up: c the warm-up period, d the cold factor
+        s.warmupPeriod = milliseconds{c};
+        s.coldFactor = d;
+        if (c < 1)
+          throw InvalidArgument(
+              fmt::format("redlimit: warmup must be in 1..{} ms, got {} ms", GcraRateLimiter::kMaxInterval.count(), c));
+      } else {
+        s.maxBurst = milliseconds{c};
+      }
+      DistributedSmoothRateLimiter::validateConfig(s);
+      return d > 0 ? detail::smoothPolicy(s.permits, s.interval, s.warmupPeriod, s.coldFactor, keepAlive)
+                   : detail::smoothPolicy(s.permits, s.interval, s.maxBurst, 0, keepAlive);
+    }
+  }
+  throw InvalidArgument("redlimit: unknown policy kind");
+}
+
+std::int64_t burstOr(std::int64_t burst, std::int64_t rate) { return burst == 0 ? rate : burst; }
+
+}  // namespace
+
+Policy::Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs)
+    : kind_(kind),
+      a_(a),
+      b_(b),
+      c_(c),
+      d_(d),
+      keepAliveMs_(keepAliveMs),
+      packed_(std::make_shared<const detail::KeyedPolicy>(packedOf(kind, a, b, c, d, keepAliveMs))) {}
+
+Policy Policy::gcra(std::int64_t rate, milliseconds period, std::int64_t burst) {
+  return Policy(Kind::Gcra, rate, period.count(), burst, 0, kDefaultIdleMargin.count());
+}
+Policy Policy::perSecond(std::int64_t rate, std::int64_t burst) {
+  return gcra(rate, std::chrono::seconds(1), burstOr(burst, rate));
+}
+Policy Policy::perMinute(std::int64_t rate, std::int64_t burst) {
+  return gcra(rate, std::chrono::minutes(1), burstOr(burst, rate));
+}
+Policy Policy::perHour(std::int64_t rate, std::int64_t burst) {
+  return gcra(rate, std::chrono::hours(1), burstOr(burst, rate));
+}
+Policy Policy::tokenBucket(std::int64_t capacity, std::int64_t refill, milliseconds period) {
+  return Policy(Kind::TokenBucket, capacity, refill, period.count(), 0, kDefaultIdleMargin.count());
+}
+Policy Policy::fixedWindow(std::int64_t limit, milliseconds window) {
+  return Policy(Kind::FixedWindow, limit, window.count(), 0, 0, kDefaultIdleMargin.count());
+}
+Policy Policy::smoothBursty(std::int64_t permits, milliseconds interval, milliseconds maxBurst) {
+  return Policy(Kind::Smooth, permits, interval.count(), maxBurst.count(), 0, kDefaultIdleMargin.count());
+}
+Policy Policy::smoothWarmingUp(std::int64_t permits, milliseconds interval, milliseconds warmup,
+                               std::int64_t coldFactor) {
+  if (coldFactor < 1) {
+    throw InvalidArgument(fmt::format("redlimit: coldFactor must be in 1..{}, got {}",
+                                      DistributedSmoothRateLimiter::kMaxColdFactor, coldFactor));
+  }
+  return Policy(Kind::Smooth, permits, interval.count(), warmup.count(), coldFactor, kDefaultIdleMargin.count());
+}
+
+Policy Policy::keepAlive(milliseconds idle) const {
+  if (idle.count() < 1 || idle > GcraRateLimiter::kMaxInterval) {
+    throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms",
+                                      GcraRateLimiter::kMaxInterval.count(), idle.count()));
+  }
+  return Policy(kind_, a_, b_, c_, d_, idle.count());
+}
+
+Policy Policy::permanent() const { return Policy(kind_, a_, b_, c_, d_, 0); }
+
+std::int64_t Policy::limit() const noexcept { return packed_->limit; }
+std::int64_t Policy::maxPermits() const noexcept { return packed_->maxPermits; }
+
+bool operator==(const Policy& a, const Policy& b) noexcept { return a.packed_->packed == b.packed_->packed; }
+
+}  // namespace redlimit

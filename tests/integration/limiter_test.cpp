@@ -1,0 +1,258 @@
+// Limiter: one policy over any keys, each key's state under the limiter's name. Every policy
+// through every operation, sync and async (the capability table of docs/api.md); the namespace
+// (two names never share state, no caller key reaches a record); refusals before sending.
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <string>
+
+#include "helpers.hpp"
+#include "redlimit/limiter.hpp"
+#include "redlimit_test/fixture.hpp"
+
+using namespace redlimit;
+using namespace redlimit::test;
+using std::chrono::hours;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+class LimiterTest : public RedisTest {
+ protected:
+  // A unique limiter name for this test (the fixture's names hold ':', which a Limiter refuses).
+  std::string limiterName(const std::string& suffix = "l") {
+    std::string n = name(suffix);
+    std::replace(n.begin(), n.end(), ':', '.');
+    return n;
+  }
+  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
+  // Takes one permit at a time from `key` until a denial; returns how many were granted.
+  static std::int64_t exhaust(Limiter& limiter, const std::string& key) {
+    std::int64_t granted = 0;
+    while (granted <= limiter.policy().limit() + 1 && limiter.tryAcquire(key)) ++granted;
+    return granted;
+  }
+};
+
+// --- Every policy through every operation ---------------------------------------------------------
+
+// Five permits at once and about one a day back: nothing refills during a test.
+// kGranted: how many one-permit takes a fresh key grants before the first denial.
+struct GcraPolicy {
+  static Policy make() { return Policy::gcra(1, hours(24), 5); }
+  static constexpr std::int64_t kGranted = 5;
+};
+struct TokenBucketPolicy {
+  static Policy make() { return Policy::tokenBucket(5, 1, hours(24)); }
+  static constexpr std::int64_t kGranted = 5;
+};
+struct FixedWindowPolicy {
+  static Policy make() { return Policy::fixedWindow(5, hours(24)); }
+  static constexpr std::int64_t kGranted = 5;
+};
+// Guava's bursty limiter storing 5 permits (one per 5 h, 25 h of burst); as Guava's, it lends the
+// next permit ahead, so a sixth take is granted and the seventh pays its debt.
+struct SmoothPolicy {
+  static Policy make() { return Policy::smoothBursty(1, hours(5), hours(25)); }
+  static constexpr std::int64_t kGranted = 6;
+};
+
+template <class P>
+class LimiterPolicies : public LimiterTest {};
+using Policies = ::testing::Types<GcraPolicy, TokenBucketPolicy, FixedWindowPolicy, SmoothPolicy>;
+TYPED_TEST_SUITE(LimiterPolicies, Policies);
+
+TYPED_TEST(LimiterPolicies, DecideTakesUntilTheLimitThenDeniesWithARetryAfter) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  const std::int64_t limit = limiter.policy().limit();
+  ASSERT_EQ(limit, 5);
+  for (std::int64_t i = 0; i < TypeParam::kGranted; ++i) {
+    const Decision d = limiter.decide("u");
+    ASSERT_TRUE(d.allowed) << i;
+    EXPECT_EQ(d.remaining, std::max<std::int64_t>(limit - 1 - i, 0));
+    EXPECT_EQ(d.limit, limit);
+  }
+  const Decision denied = limiter.decide("u");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_GT(denied.retryAfter.count(), 0);
+  EXPECT_TRUE(limiter.tryAcquire("v")) << "another key has its own state";
+}
+
+TYPED_TEST(LimiterPolicies, DecideAsyncAnswersAsDecideDoes) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  for (std::int64_t i = 0; i < TypeParam::kGranted; ++i) ASSERT_TRUE(limiter.decideAsync("u").get().allowed) << i;
+  EXPECT_FALSE(limiter.decideAsync("u").get().allowed);
+  std::promise<Decision> seen;
+  limiter.decideAsync("v", 1, [&](Decision d, const std::exception_ptr& e) {
+    if (e) {
+      seen.set_exception(e);
+    } else {
+      seen.set_value(d);
+    }
+  });
+  EXPECT_TRUE(seen.get_future().get().allowed);
+}
+
+TYPED_TEST(LimiterPolicies, PeekWritesNothingAndRefundGivesBack) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  const std::int64_t limit = limiter.policy().limit();
+  EXPECT_TRUE(limiter.peek("u").allowed);
+  EXPECT_EQ(limiter.peek("u").remaining, limit) << "the permits there now";
+  EXPECT_EQ(this->raw({"EXISTS", limiter.redisKey("u")}).integer, 0) << "peek writes nothing";
+  ASSERT_TRUE(limiter.tryAcquire("u", 2));
+  EXPECT_EQ(limiter.peek("u").remaining, limit - 2);
+  limiter.refund("u", 2);
+  EXPECT_EQ(limiter.peek("u").remaining, limit);
+}
+
+TYPED_TEST(LimiterPolicies, ReserveSaysTheDelayAndTryAcquireWithATimeoutWaitsNoLongerThanItFits) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  ASSERT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
+  const Reservation now = limiter.reserve("u", 1, microseconds(0));
+  EXPECT_FALSE(now.decision.allowed) << "nothing within no wait";
+  EXPECT_FALSE(limiter.tryAcquire("u", 1, milliseconds(1))) << "the next permit is hours away";
+  const Reservation async = limiter.reserveAsync("u", 1, microseconds(0)).get();
+  EXPECT_FALSE(async.decision.allowed);
+  const Reservation fresh = limiter.reserve("v", 1, microseconds(0));
+  EXPECT_TRUE(fresh.decision.allowed);
+  EXPECT_EQ(fresh.delay.count(), 0);
+  EXPECT_EQ(limiter.acquire("w").count(), 0) << "available at once: no sleep";
+}
+
+TYPED_TEST(LimiterPolicies, ReserveForAndSettleHoldThenGiveBackOnceOrAreRefusedBeforeSending) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  const std::int64_t limit = limiter.policy().limit();
+  if (!limiter.policy().canHold()) {
+    const std::int64_t before = this->scriptCalls();
+    EXPECT_THROW((void)limiter.reserveFor("u", 1, "order-1"), InvalidArgument);
+    EXPECT_THROW((void)limiter.settle("u", "order-1", 1), InvalidArgument);
+    EXPECT_THROW((void)limiter.reserveForAsync("u", 1, "order-1").get(), InvalidArgument);
+    EXPECT_THROW((void)limiter.settleAsync("u", "order-1", 1).get(), InvalidArgument);
+    EXPECT_EQ(this->scriptCalls(), before) << "nothing sent";
+    return;
+  }
+  const HeldPermits held = limiter.reserveFor("u", 3, "order-1");
+  ASSERT_TRUE(held.decision.allowed);
+  EXPECT_FALSE(held.repeated);
+  EXPECT_TRUE(limiter.reserveFor("u", 3, "order-1").repeated) << "the same id answers the first";
+  EXPECT_EQ(limiter.peek("u").remaining, limit - 3);
+  const Settlement s = limiter.settle("u", "order-1", 1);
+  EXPECT_EQ(s.status, SettleStatus::Settled);
+  EXPECT_EQ(s.returned, 2);
+  EXPECT_EQ(limiter.settle("u", "order-1", 1).status, SettleStatus::AlreadySettled);
+  EXPECT_EQ(limiter.peek("u").remaining, limit - 1);
+  // Async, and cancel.
+  const HeldPermits second = limiter.reserveForAsync("u", 2, "order-2").get();
+  ASSERT_TRUE(second.decision.allowed);
+  EXPECT_EQ(limiter.settleAsync("u", "order-2", 2).get().status, SettleStatus::Settled);
+  ASSERT_TRUE(limiter.reserveFor("v", 2, "order-3").decision.allowed);
+  EXPECT_EQ(limiter.cancel("v", "order-3").returned, 2);
+}
+
+TYPED_TEST(LimiterPolicies, DeleteKeyStartsTheKeyFull) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  ASSERT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
+  EXPECT_TRUE(limiter.deleteKey("u"));
+  EXPECT_FALSE(limiter.deleteKey("u"));
+  EXPECT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
+}
+
+// --- The namespace ------------------------------------------------------------------------------
+
+TEST_F(LimiterTest, TwoLimitersWithDifferentNamesNeverShareStateWhateverKeysTheirCallersPass) {
+  Limiter login(client(), limiterName("login"), Policy::perMinute(20));
+  Limiter search(client(), limiterName("search"), Policy::perMinute(5));
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(login.tryAcquire("user:1")) << i;
+  EXPECT_FALSE(login.tryAcquire("user:1"));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(search.tryAcquire("user:1")) << "search has its own bucket, " << i;
+  EXPECT_NE(login.redisKey("user:1"), search.redisKey("user:1"));
+  EXPECT_EQ(login.redisKey("user:1"), "rl:" + login.name() + ":user:1");
+  EXPECT_EQ(raw({"EXISTS", "user:1"}).integer, 0) << "the caller's key as given is never written";
+  // A caller key that spells another limiter's name reaches only its own limiter's namespace.
+  const std::string spelled = search.name() + ":user:1";
+  EXPECT_TRUE(login.tryAcquire(spelled));
+  EXPECT_EQ(search.peek("user:1").remaining, 0) << "search's key was not touched";
+}
+
+TEST_F(LimiterTest, ANameWithAColonIsRefusedSoTheSplitOfAKeyIsUnique) {
+  try {
+    Limiter bad(client(), "api:login", Policy::perSecond(10));
+    ADD_FAILURE() << "a name with ':' was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("api.login"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(LimiterTest, NoCallerKeyReachesAReservationRecord) {
+  Limiter limiter(client(), limiterName(), Policy::tokenBucket(10, 1, hours(24)));
+  ASSERT_TRUE(limiter.reserveFor("u", 4, "order-1").decision.allowed);
+  const std::string record = limiter.recordKey("u", "order-1");
+  EXPECT_EQ(record.rfind("rl::rsv:order-1:", 0), 0u) << record;
+  EXPECT_EQ(raw({"EXISTS", record}).integer, 1);
+  const std::string before = raw({"GET", record}).str;
+  // Keys spelled like the record, or like its parts, are keys of their own.
+  for (const std::string& k : {record, std::string(":rsv:order-1"), std::string("u:rsv:order-1"),
+                               record.substr(std::string("rl:").size() + limiter.name().size() + 1)}) {
+    EXPECT_TRUE(limiter.tryAcquire(k, 10)) << k;
+    EXPECT_NE(limiter.redisKey(k), record);
+  }
+  EXPECT_EQ(raw({"GET", record}).str, before) << "the record is as the reservation left it";
+  EXPECT_EQ(limiter.settle("u", "order-1", 1).returned, 3);
+}
+
+TEST_F(LimiterTest, AHashTagInTheKeyPutsOneUsersKeysOfEveryLimiterInOneSlot) {
+  Limiter login(client(), limiterName("login"), Policy::perSecond(5));
+  Limiter search(client(), limiterName("search"), Policy::perSecond(5));
+  EXPECT_EQ(detail::keySlot(login.redisKey("{user42}")), detail::keySlot(search.redisKey("{user42}")));
+  EXPECT_EQ(detail::keySlot(login.recordKey("{user42}", "id")), detail::keySlot(login.redisKey("{user42}")));
+  EXPECT_EQ(detail::keySlot(login.recordKey("user42", "id")), detail::keySlot(login.redisKey("user42")));
+}
+
+// --- Refusals before sending --------------------------------------------------------------------
+
+TEST_F(LimiterTest, BadKeysPermitsAndIdsAreRefusedBeforeAnythingIsSent) {
+  Limiter limiter(client(), limiterName(), Policy::perSecond(10));
+  const std::int64_t before = scriptCalls();
+  EXPECT_THROW((void)limiter.decide(""), InvalidArgument);
+  EXPECT_THROW((void)limiter.decide(std::string(1025, 'k')), InvalidArgument);
+  EXPECT_THROW((void)limiter.decide("u", 0), InvalidArgument);
+  EXPECT_THROW((void)limiter.decide("u", 11), InvalidArgument) << "above the burst";
+  EXPECT_THROW((void)limiter.peek("u", 11), InvalidArgument);
+  EXPECT_THROW(limiter.refund("u", -1), InvalidArgument);
+  EXPECT_THROW(limiter.refund("u", 11), InvalidArgument);
+  EXPECT_THROW((void)limiter.reserve("u", 1, microseconds(-1)), InvalidArgument);
+  EXPECT_THROW((void)limiter.reserveFor("u", 1, "a:b"), InvalidArgument) << "':' in an id";
+  EXPECT_THROW((void)limiter.reserveFor("u", 1, ""), InvalidArgument);
+  EXPECT_THROW((void)limiter.reserveFor("a}b", 1, "id"), InvalidArgument) << "no record could share its slot";
+  EXPECT_THROW((void)limiter.settle("u", "id", -1), InvalidArgument);
+  EXPECT_THROW((void)limiter.decideAsync("", 1).get(), InvalidArgument);
+  EXPECT_THROW((void)limiter.decideAsync("u", 0).get(), InvalidArgument);
+  EXPECT_THROW((void)limiter.reserveForAsync("u", 1, "a b").get(), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+}
+
+TEST_F(LimiterTest, BadPoliciesAreRefusedWhenMade) {
+  EXPECT_THROW((void)Policy::gcra(0, std::chrono::seconds(1), 1), InvalidArgument);
+  EXPECT_THROW((void)Policy::gcra(1, milliseconds(0), 1), InvalidArgument);
+  EXPECT_THROW((void)Policy::perSecond(10, -1), InvalidArgument);
+  EXPECT_THROW((void)Policy::tokenBucket(0, 1, std::chrono::seconds(1)), InvalidArgument);
+  EXPECT_THROW((void)Policy::fixedWindow(1, milliseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)Policy::smoothWarmingUp(1, std::chrono::seconds(1), milliseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)Policy::smoothWarmingUp(1, std::chrono::seconds(1), std::chrono::seconds(1), 0), InvalidArgument);
+  EXPECT_THROW((void)Policy::perSecond(10).keepAlive(milliseconds(0)), InvalidArgument);
+  EXPECT_EQ(Policy::perSecond(10), Policy::gcra(10, std::chrono::seconds(1), 10));
+  EXPECT_NE(Policy::perSecond(10), Policy::perSecond(10).permanent());
+  EXPECT_EQ(Policy::perMinute(100, 20).limit(), 20);
+}
+
+TEST_F(LimiterTest, AKeyIdleForItsKeepAliveExpiresAndAPermanentOneStays) {
+  Limiter idle(client(), limiterName("idle"), Policy::perSecond(1000).keepAlive(milliseconds(50)));
+  Limiter kept(client(), limiterName("kept"), Policy::perSecond(1000).permanent());
+  ASSERT_TRUE(idle.tryAcquire("u"));
+  ASSERT_TRUE(kept.tryAcquire("u"));
+  EXPECT_GT(raw({"PTTL", idle.redisKey("u")}).integer, 0);
+  EXPECT_EQ(raw({"PTTL", kept.redisKey("u")}).integer, -1);
+}
+
+}  // namespace
