@@ -11,10 +11,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "redlimit/client.hpp"
 #include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/monitor.hpp"
@@ -87,6 +89,9 @@ class MultiLimit {
    public:
     Limit(const detail::ScriptLimiter& limiter) noexcept : rate_(&limiter) {}      // NOLINT(*-explicit-*)
     Limit(const ConcurrencyLimiter& limiter) noexcept : concurrency_(&limiter) {}  // NOLINT(*-explicit-*)
+    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}                 // NOLINT(*-explicit-*)
+    /// The Limiter, or null.
+    [[nodiscard]] const Limiter* limiter() const noexcept { return limiter_; }
     /// The one-key limiter, or null.
     [[nodiscard]] const detail::ScriptLimiter* rateLimiter() const noexcept { return rate_; }
     /// The ConcurrencyLimiter, or null.
@@ -95,6 +100,7 @@ class MultiLimit {
    private:
     const detail::ScriptLimiter* rate_ = nullptr;
     const ConcurrencyLimiter* concurrency_ = nullptr;
+    const Limiter* limiter_ = nullptr;
   };
   /// As ScriptLimiter::DecisionCallback, with the MultiDecision.
   using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
@@ -104,6 +110,15 @@ class MultiLimit {
   /// are none or too many, when two have the same name or another Client, or, on a Cluster, when
   /// their names are not all in one hash slot (the message says how to name them).
   explicit MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options = {});
+
+  /// A MultiLimit of Limiters (made once, e.g. `MultiLimit gateway({perKey, global});`) decides
+  /// keys: on({apiKey, "all"}) is the same limits on those keys, keys[i] for limiter i, sharing
+  /// this one's failure gate and metrics (one series, labelled with the limiters' names). Its
+  /// calls are all or nothing in one script call. Throws InvalidArgument for a count other than
+  /// size(), a bad key (Limiter's rules), or, on a Cluster, keys of different hash slots (a hash
+  /// tag in the keys co-locates them: "{user42}"). A MultiLimit of Limiters used without on()
+  /// throws InvalidArgument on every call. Limiters with a smooth policy cannot be combined.
+  [[nodiscard]] MultiLimit on(const std::vector<std::string_view>& keys) const;
 
   /// Takes `permits` (1..kMaxPermits, at most every limit's burst or limit) from every limit if
   /// all have them now, else from none. Never waits. When Redis cannot be asked, the failure
@@ -214,6 +229,7 @@ class MultiLimit {
 
  private:
   class Core;
+  explicit MultiLimit(std::shared_ptr<Core> core) noexcept;
   std::shared_ptr<Core> core_;
 
   void renewAsyncWith(Lease lease, std::optional<std::chrono::milliseconds> leaseTtl, RenewCallback done);

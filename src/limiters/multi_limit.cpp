@@ -15,6 +15,9 @@
 #include "limiters/future_of.hpp"
 #include "limiters/lease_id.hpp"
 #include "limiters/script_call.hpp"
+#include "limiters/key_layout.hpp"
+#include "limiters/keyed_policy.hpp"
+#include "redlimit/limiter.hpp"
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -79,9 +82,25 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   };
   using OutcomeCallback = std::function<void(Outcome, std::exception_ptr)>;
 
+  // What every key set of one MultiLimit shares: its failure gate (and metrics), and what the
+  // replies told of its limits.
+  struct State {
+    State(const std::string& label, const MultiLimitOptions& options, LimiterMonitor monitor, std::size_t count)
+        : gate(label, options.failure, ClockView{}, std::move(monitor)),
+          knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(count)) {
+      for (std::size_t i = 0; i < count; ++i) knownLimits[i].store(0, std::memory_order_relaxed);
+    }
+    detail::FailureGate gate;
+    std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits;  // per limit, last seen; 0 = unknown
+    std::atomic<std::int64_t> localRate{0};  // the Local policy's bucket: the tightest limit's, last seen
+    std::atomic<std::int64_t> localIntervalMs{0};
+  };
+
+  // `names` are the limits' keys; with `unbound`, a MultiLimit of Limiters whose keys come with
+  // on(): `names` are the limiters' names, and no call may be sent.
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
        std::vector<std::string> configs, std::vector<ConcurrencyConfig> leaseConfigs, std::int64_t maxPermits,
-       std::string label, const MultiLimitOptions& options)
+       std::string label, const MultiLimitOptions& options, bool unbound)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
@@ -89,15 +108,55 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         leaseConfigs_(std::move(leaseConfigs)),
         maxPermits_(maxPermits),
         label_(std::move(label)),
-        gate_(label_, options.failure, ClockView{},
-              LimiterMonitor(metricsName(options), options.monitor, client_->options().onEvent)),
-        knownLimits_(std::make_unique<std::atomic<std::int64_t>[]>(names_.size())) {
+        unbound_(unbound),
+        namespaced_(unbound),
+        limiterNames_(names_),
+        state_(std::make_shared<State>(
+            label_, options, LimiterMonitor(metricsName(options), options.monitor, client_->options().onEvent),
+            names_.size())),
+        gate_(state_->gate),
+        knownLimits_(state_->knownLimits.get()),
+        localRate_(state_->localRate),
+        localIntervalMs_(state_->localIntervalMs) {
     const ClientOptions& o = client_->options();
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
     for (std::size_t i = 0; i < names_.size(); ++i) {
-      knownLimits_[i].store(0, std::memory_order_relaxed);
       if (kinds_[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
     }
+  }
+  // The limits of `proto` (unbound) on the keys `keys`, sharing its state.
+  Core(const Core& proto, std::vector<std::string> keys)
+      : client_(proto.client_),
+        names_(std::move(keys)),
+        kinds_(proto.kinds_),
+        configs_(proto.configs_),
+        leaseConfigs_(proto.leaseConfigs_),
+        maxPermits_(proto.maxPermits_),
+        label_(proto.label_),
+        unbound_(false),
+        namespaced_(proto.namespaced_),
+        limiterNames_(proto.limiterNames_),
+        state_(proto.state_),
+        gate_(state_->gate),
+        callBound_(proto.callBound_),
+        knownLimits_(state_->knownLimits.get()),
+        localRate_(state_->localRate),
+        localIntervalMs_(state_->localIntervalMs) {
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      if (kinds_[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
+    }
+  }
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // The limits' keys, for a call: InvalidArgument for an unbound MultiLimit of Limiters.
+  const std::vector<std::string>& keys() const {
+    if (unbound_) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: {}: a MultiLimit of Limiters decides keys: name them with on({{key, ...}}), one per limiter",
+          label_));
+    }
+    return names_;
   }
 
   Outcome take(std::int64_t permits, microseconds maxWait);
@@ -129,6 +188,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> leaseArgs(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const;
   // A lease call on the concurrency limits.
   detail::ScriptRequest leaseRequest(std::string_view op, const std::vector<std::string>& args) const {
+    (void)keys();
     return request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args);
   }
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
@@ -168,11 +228,15 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> leaseNames_;          // the concurrency limits' names, in order
   std::int64_t maxPermits_;                      // the most one call may take, as far as the configurations say
   std::string label_;                            // "MultiLimit(a + b)", for messages and events
-  detail::FailureGate gate_;
-  milliseconds callBound_{0};                                 // connect + command timeout, saturated
-  std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits_;  // per limit, last seen; 0 = unknown
-  std::atomic<std::int64_t> localRate_{0};                    // the Local policy's bucket: the tightest limit's,
-  std::atomic<std::int64_t> localIntervalMs_{0};              // last seen
+  bool unbound_;                                 // a MultiLimit of Limiters before on(): no keys
+  bool namespaced_;                              // of Limiters: keys rl:<name>:<key> (limiter.hpp)
+  std::vector<std::string> limiterNames_;        // the limiters' names (of one-key limiters: the keys)
+  std::shared_ptr<State> state_;
+  detail::FailureGate& gate_;
+  milliseconds callBound_{0};  // connect + command timeout, saturated
+  std::atomic<std::int64_t>* knownLimits_;
+  std::atomic<std::int64_t>& localRate_;
+  std::atomic<std::int64_t>& localIntervalMs_;
 };
 
 MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
@@ -307,7 +371,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
   // same in every try, so a resend holds one place.
   const std::string leaseId = newLeaseIdIfAny();
   return detail::runScript(
-      *this, decision(permits), "decide", request(names_, "take", kinds_, takeArgs(permits, maxWait, leaseId)),
+      *this, decision(permits), "decide", request(keys(), "take", kinds_, takeArgs(permits, maxWait, leaseId)),
       &mapError, [&](const Reply& r) { return parse(this, label_, names_.size(), r, permits, hasLeases(), leaseId); },
       [&](bool allowed) { return byPolicy(permits, allowed); });
 }
@@ -315,6 +379,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
 void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done) {
   try {
     checkPermitsFor(permits);
+    (void)keys();
   } catch (...) {
     done(Outcome{}, std::current_exception());
     return;
@@ -330,10 +395,10 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
 
 Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args,
                              detail::LimiterCall::Resend resend, const std::string* recordKey) {
-  std::vector<std::string> keys = names_;
-  if (recordKey != nullptr) keys.push_back(*recordKey);
+  std::vector<std::string> all = keys();
+  if (recordKey != nullptr) all.push_back(*recordKey);
   return detail::runScript(
-      *this, detail::LimiterCall::plain(callBound_, resend), op, request(std::move(keys), op, kinds_, args), &mapError,
+      *this, detail::LimiterCall::plain(callBound_, resend), op, request(std::move(all), op, kinds_, args), &mapError,
       [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
 }
 
@@ -378,6 +443,7 @@ void MultiLimit::Core::leaseCallAsync(std::string_view op, const Lease& lease, s
   std::vector<std::string> args;
   try {
     args = leaseArgs(op, lease, ttl);
+    (void)keys();
   } catch (...) {
     done(Reply{}, std::current_exception());
     return;
@@ -400,11 +466,14 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   }
   if (!options.name.empty()) detail::checkLimiterName(options.name, detail::ScriptLimiter::kMaxNameLength);
   const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& {
+    if (l.limiter() != nullptr) return l.limiter()->client();
     return l.rateLimiter() != nullptr ? l.rateLimiter()->client() : l.concurrencyLimiter()->client();
   };
   const auto nameOf = [](const Limit& l) -> const std::string& {
+    if (l.limiter() != nullptr) return l.limiter()->name();
     return l.rateLimiter() != nullptr ? l.rateLimiter()->getName() : l.concurrencyLimiter()->getName();
   };
+  const bool ofLimiters = limits.front().limiter() != nullptr;
   const std::shared_ptr<Client>& client = clientOf(limits.front());
   std::vector<std::string> names;
   std::string kinds;
@@ -425,6 +494,25 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
       throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", name));
     }
     names.push_back(name);
+    if ((limit.limiter() != nullptr) != ofLimiters) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: MultiLimit: {} mixes Limiters with 0.x limiter handles; make it of Limiters only", name));
+    }
+    if (const Limiter* l = limit.limiter()) {
+      const Policy& policy = l->policy();
+      if (policy.kind() == Policy::Kind::Smooth) {
+        throw InvalidArgument(fmt::format(
+            "redlimit: MultiLimit: limiter {} has a smooth policy, which lends the next permit ahead and makes the "
+            "following caller pay: all-or-nothing across limits cannot give that back; use GCRA or a token bucket",
+            name));
+      }
+      const detail::KeyedPolicy& packed = policy.packedPolicy();
+      kinds.push_back(packed.packed.front());
+      configs.push_back(packed.packed);
+      anyConfig = true;
+      maxPermits = std::min(maxPermits, packed.maxPermits);
+      continue;
+    }
     if (const ConcurrencyLimiter* c = limit.concurrencyLimiter()) {
       // Nothing of a concurrency limit is stored: its limit and lease TTL go in every call.
       kinds.push_back(kLeaseKind);
@@ -442,14 +530,35 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
       maxPermits = std::min(maxPermits, policy->maxPermits);
     }
   }
-  if (!anyConfig) configs.clear();  // nothing in the call: the stored configurations, as before
-  checkOneSlot(*client, names);
+  if (!anyConfig) configs.clear();                // nothing in the call: the stored configurations, as before
+  if (!ofLimiters) checkOneSlot(*client, names);  // a MultiLimit of Limiters: its keys come with on()
   std::string label = "MultiLimit(";
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
   label += ")";
   core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs),
-                                 std::move(leaseConfigs), maxPermits, std::move(label), options);
+                                 std::move(leaseConfigs), maxPermits, std::move(label), options, ofLimiters);
+}
+
+MultiLimit::MultiLimit(std::shared_ptr<Core> core) noexcept : core_(std::move(core)) {}
+
+MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
+  const Core& c = *core_;
+  if (!c.namespaced_) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: on() names the keys of a MultiLimit of Limiters; this one's "
+                    "limiters have one key each",
+                    c.label_));
+  }
+  if (keys.size() != c.limiterNames_.size()) {
+    throw InvalidArgument(fmt::format("redlimit: {}: on() needs one key per limiter ({}), got {}", c.label_,
+                                      c.limiterNames_.size(), keys.size()));
+  }
+  std::vector<std::string> stateKeys;
+  stateKeys.reserve(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) stateKeys.push_back(detail::namespacedKey(c.limiterNames_[i], keys[i]));
+  checkOneSlot(*c.client_, stateKeys);
+  return MultiLimit(std::make_shared<Core>(c, std::move(stateKeys)));
 }
 
 MultiDecision MultiLimit::decide(std::int64_t permits) {
@@ -640,7 +749,8 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 std::string MultiLimit::reservationKey(const std::string& id) const {
   // The record says what each limit gives back: token bucket, GCRA and fixed window only.
   core_->refuseWithLeases("reserveFor or settle");
-  return detail::reservationRecordKey(core_->names_.front(), id, "mrsv");
+  if (core_->namespaced_) return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
+  return detail::reservationRecordKey(core_->keys().front(), id, "mrsv");
 }
 
 MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
@@ -650,7 +760,7 @@ MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string&
   c.checkPermitsFor(permits);
   std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
   args.insert(args.end(), c.configs_.begin(), c.configs_.end());
-  std::vector<std::string> keys = c.names_;
+  std::vector<std::string> keys = c.keys();
   keys.push_back(recordKey);
   // Sent again if the connection closed under it: the record makes a resend take nothing twice.
   MultiHeldPermits out = detail::runScript(

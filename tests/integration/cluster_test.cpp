@@ -23,6 +23,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
@@ -445,6 +446,14 @@ TEST(Cluster, AMultiLimitOverKeysOfDifferentSlotsIsRefusedBeforeSendingAndOneHas
   MultiLimit both({taggedUser, taggedGlobal});
   EXPECT_TRUE(both.tryAcquire(2));
   EXPECT_FALSE(both.tryAcquire());
+  // A MultiLimit of Limiters: the keys of each call, refused in two slots, co-located by a tag.
+  Limiter perUser(client, "multi.user", Policy::perMinute(2));
+  Limiter everyone(client, "multi.global", Policy::perMinute(2));
+  const MultiLimit gateway({perUser, everyone});
+  ASSERT_NE(detail::keySlot(perUser.redisKey("u7")), detail::keySlot(everyone.redisKey("all")));
+  EXPECT_THROW((void)gateway.on({"u7", "all"}), InvalidArgument);
+  EXPECT_TRUE(gateway.on({"{t7}:u7", "{t7}:all"}).tryAcquire(2));
+  EXPECT_FALSE(gateway.on({"{t7}:u7", "{t7}:all"}).tryAcquire());
 }
 
 TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {

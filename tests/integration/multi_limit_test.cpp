@@ -2,6 +2,7 @@
 // sets), each limit exactly as its own script (twin keys at chosen server times), the combined
 // retryAfter to the microsecond, deniedBy, one-slot refusal, typed errors with nothing written,
 // and the failure policy on a server that is gone.
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <random>
@@ -10,6 +11,7 @@
 #include "helpers.hpp"
 #include "topology/key_slot.hpp"
 #include "one_key_support.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -551,4 +553,72 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
     EXPECT_TRUE(both.failureStats().degraded);
     EXPECT_EQ(degraded.load(), 1);
   }
+}
+
+// --- A MultiLimit of Limiters: keys per call -------------------------------------------------------
+
+namespace {
+std::string dotted(std::string n) {
+  std::replace(n.begin(), n.end(), ':', '.');
+  return n;
+}
+}  // namespace
+
+// The gateway: a per-key and a global limit in one call, all or nothing, on one server (their keys
+// are in different slots). 8 threads over 4 keys: the global limit grants exactly its capacity, no
+// key more than its own, and no per-key permit is taken for a call the global limit denied.
+TEST_F(MultiLimitTest, OfLimitersDecidesAPerKeyAndAGlobalLimitInOneCallAndLosesNoPermit) {
+  constexpr std::int64_t kPerKey = 5, kGlobal = 12;
+  constexpr int kThreads = 8, kCalls = 10, kKeys = 4;
+  Limiter perKey(client(), dotted(name("perkey")), Policy::tokenBucket(kPerKey, 1, std::chrono::hours(24)));
+  Limiter global(client(), dotted(name("global")), Policy::tokenBucket(kGlobal, 1, std::chrono::hours(24)));
+  const MultiLimit gateway({perKey, global});
+  (void)gateway.on({"warm", "all"}).peek();  // the script loaded: one EVALSHA per decision below
+  const std::int64_t before = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
+  std::atomic<std::int64_t> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string k = "key" + std::to_string(t % kKeys);
+      for (int i = 0; i < kCalls; ++i) {
+        if (gateway.on({k, "all"}).decide().allowed) granted.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(granted.load(), kGlobal) << "the global limit grants exactly its capacity";
+  EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval") - before, kThreads * kCalls)
+      << "one script call per decision";
+  EXPECT_EQ(global.peek("all").remaining, 0);
+  std::int64_t takenPerKey = 0;
+  for (int k = 0; k < kKeys; ++k) {
+    const std::int64_t left = perKey.peek("key" + std::to_string(k)).remaining;
+    EXPECT_GE(left, 0);
+    takenPerKey += kPerKey - left;
+  }
+  EXPECT_EQ(takenPerKey, kGlobal) << "a per-key permit is taken only with a global one";
+  const MultiDecision d = gateway.on({"key0", "all"}).decide();
+  EXPECT_FALSE(d.allowed);
+  EXPECT_NE(d.deniedBy, Decision::kNone);
+  EXPECT_EQ(gateway.on({"fresh", "all"}).decide().deniedBy, 1u) << "the global limit denies a fresh key";
+}
+
+TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotCombineBeforeSending) {
+  Limiter a(client(), dotted(name("a")), Policy::perSecond(10));
+  Limiter b(client(), dotted(name("b")), Policy::fixedWindow(10, std::chrono::seconds(1)));
+  Limiter smooth(client(), dotted(name("s")), Policy::smoothBursty(10, std::chrono::seconds(1)));
+  TokenBucketRateLimiter old(client(), key("old"));
+  const std::int64_t before = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
+  const MultiLimit both({a, b});
+  EXPECT_THROW((void)both.on({"u"}), InvalidArgument) << "one key per limiter";
+  EXPECT_THROW((void)both.on({"u", ""}), InvalidArgument) << "an empty key";
+  EXPECT_THROW((void)MultiLimit(both).decide(), InvalidArgument) << "no keys named";
+  EXPECT_THROW((void)MultiLimit(both).decideAsync().get(), InvalidArgument);
+  EXPECT_THROW(MultiLimit({a, smooth}), InvalidArgument) << "a smooth policy";
+  EXPECT_THROW(MultiLimit({a, old}), InvalidArgument) << "a Limiter with a 0.x handle";
+  EXPECT_THROW((void)MultiLimit({old}).on({"u"}), InvalidArgument) << "a MultiLimit of one-key handles";
+  EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"), before) << "nothing sent";
+  EXPECT_TRUE(both.on({"u", "u"}).decide().allowed);
+  EXPECT_EQ(a.peek("u").remaining, 9);
+  EXPECT_EQ(b.peek("u").remaining, 9);
 }
