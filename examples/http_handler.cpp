@@ -1,15 +1,18 @@
 // http_handler: the rate-limiting part of a web service's request handler, ready to copy.
 // Two limits apply to every request, each shared by every instance of the service:
-//  * per API key: a token bucket of kPerKeyBurst requests, refilled at that many per kPerKeyRefill,
-//    in ONE KeyedTokenBucketRateLimiter for all keys (the limit travels in each call; a key idle
-//    long enough expires in Redis, so nothing grows with the number of keys, here or there);
-//  * for the whole service: kGlobalRate requests per kGlobalInterval in one RateLimiter.
-// The per-key limit is decided first, so a caller over its own limit spends no global permit.
-// A request the per-key limit refuses gets 429, one the global limit refuses 503 (the service is
-// busy, the caller did nothing wrong); either with Retry-After and the IETF RateLimit-Policy and
-// RateLimit fields of the limit that refused it. A request both allow gets the per-key fields: the
-// global limit's remaining is shared by every caller, so it would promise one caller what the
-// others may take first (docs/algorithms.md, "HTTP headers").
+//  * per API key: a token bucket of kPerKeyBurst requests, refilled at that many per kPerKeyRefill
+//    (a key idle long enough expires in Redis, so nothing grows with the number of keys);
+//  * for the whole service: kGlobalRate requests per kGlobalInterval.
+// Both are Limiters (one Policy each, the key in the call), decided together in ONE MultiLimit
+// call, all or nothing: a request either takes a permit of both or of neither, so a request the
+// global limit refuses spends nothing of its caller's own limit. A request its own limit refuses
+// gets 429, one the global limit refuses 503 (the service is busy, the caller did nothing wrong);
+// either with Retry-After and the IETF RateLimit-Policy and RateLimit fields of the limit that
+// refused it. A request both allow gets the per-key fields: the global limit's remaining is shared
+// by every caller, so it would promise one caller what the others may take first
+// (docs/algorithms.md, "HTTP headers"). One call touches keys of two hash slots: fine on one
+// server (standalone or Sentinel); on a Redis Cluster give both keys one hash tag or decide the
+// global limit in a call of its own.
 //
 //   http_handler [redis://host:port]       (default: $REDLIMIT_URI, else redis://127.0.0.1:6379)
 //
@@ -49,67 +52,36 @@ struct Response {
   std::string body;
 };
 
-redlimit::TokenBucketConfig perKeyConfig() {
-  redlimit::TokenBucketConfig config;
-  config.capacity = kPerKeyBurst;
-  config.refillPermits = kPerKeyBurst;
-  config.refillInterval = kPerKeyRefill;
-  return config;  // keepAlive 0: a key expires kDefaultIdleMargin (1 s) after its bucket is full again
-}
-
-// One per process, shared by every request thread (both limiters are thread-safe).
+// One per process, shared by every request thread (Limiter and MultiLimit are thread-safe).
 class RateLimitedService {
  public:
   RateLimitedService(const std::shared_ptr<redlimit::Client>& client, const std::string& prefix)
-      : perKey_(client, prefix + "per-key", perKeyConfig(), keyedOptions()),
-        global_(client, prefix + "global", globalOptions()),
-        perKeyPolicy_(redlimit::http::policyOf(perKey_.config(), "per-key")),  // "per-key";q=5;w=2
-        globalPolicy_(redlimit::http::policyOf(globalConfig(), "global")),     // "global";q=8;w=10
-        keyPrefix_(prefix + "key:") {}
+      : perKey_(client, prefix + "per-key", redlimit::Policy::tokenBucket(kPerKeyBurst, kPerKeyBurst, kPerKeyRefill),
+                options()),
+        global_(client, prefix + "global", redlimit::Policy::gcra(kGlobalRate, kGlobalInterval, kGlobalRate),
+                options()),
+        both_({perKey_, global_}),
+        perKeyPolicy_(redlimit::http::policyOf(perKey_.policy(), "per-key")),   // "per-key";q=5;w=2
+        globalPolicy_(redlimit::http::policyOf(global_.policy(), "global")) {}  // "global";q=8;w=10
 
   Response handle(const Request& request) {
-    const redlimit::Decision mine = perKey_.decide(keyOf(request.apiKey));
-    if (!mine.allowed) return refuse(429, mine, perKeyPolicy_);
-    const redlimit::Decision all = decideGlobal();
-    if (!all.allowed) return refuse(503, all, globalPolicy_);
+    const redlimit::MultiDecision d = both_.on({request.apiKey, "all"}).decide();
+    if (!d.allowed && d.deniedBy == 0) return refuse(429, d.limits[0], perKeyPolicy_);
+    if (!d.allowed) return refuse(503, d.limits[1], globalPolicy_);
     Response response;
-    response.headers = redlimit::http::rateLimitHeaders(mine, perKeyPolicy_, headerOptions_);
+    response.headers = redlimit::http::rateLimitHeaders(d.limits[0], perKeyPolicy_, headerOptions_);
     response.body = fmt::format("hello from {}\n", request.path);
     return response;
   }
 
-  std::string keyOf(const std::string& apiKey) const { return keyPrefix_ + apiKey; }
-  redlimit::KeyedTokenBucketRateLimiter& perKey() { return perKey_; }
-  redlimit::RateLimiter& global() { return global_; }
+  redlimit::Limiter& perKey() { return perKey_; }
+  redlimit::Limiter& global() { return global_; }
 
  private:
-  static redlimit::KeyedRateLimiterOptions keyedOptions() {
-    redlimit::KeyedRateLimiterOptions options;
+  static redlimit::LimiterOptions options() {
+    redlimit::LimiterOptions options;
     options.failure.policy = redlimit::FailurePolicy::Allow;  // Redis down: serve, unlimited
     return options;
-  }
-  static redlimit::RateLimiterOptions globalOptions() {
-    redlimit::RateLimiterOptions options;
-    options.failure.policy = redlimit::FailurePolicy::Allow;
-    return options;
-  }
-  static redlimit::RateLimiterConfig globalConfig() {
-    redlimit::RateLimiterConfig config;
-    config.rateType = redlimit::RateType::Overall;
-    config.rate = kGlobalRate;
-    config.rateInterval = kGlobalInterval;
-    return config;
-  }
-
-  // A RateLimiter reads its configuration from Redis: the first request anywhere (or the first
-  // after Redis lost its data) creates it, only if still absent so that instances agree.
-  redlimit::Decision decideGlobal() {
-    try {
-      return global_.decide(1);
-    } catch (const redlimit::NotInitializedError&) {
-      (void)global_.trySetRate(redlimit::RateType::Overall, kGlobalRate, kGlobalInterval);
-      return global_.decide(1);
-    }
   }
 
   Response refuse(int status, const redlimit::Decision& decision, const redlimit::http::RateLimitPolicy& policy) const {
@@ -120,12 +92,12 @@ class RateLimitedService {
     return response;
   }
 
-  redlimit::KeyedTokenBucketRateLimiter perKey_;
-  redlimit::RateLimiter global_;
+  redlimit::Limiter perKey_;
+  redlimit::Limiter global_;
+  const redlimit::MultiLimit both_;  // per key first: limits[0] is the caller's, limits[1] the global
   const redlimit::http::RateLimitPolicy perKeyPolicy_;
   const redlimit::http::RateLimitPolicy globalPolicy_;
   const redlimit::http::HeaderOptions headerOptions_;  // xRateLimit = true adds X-RateLimit-*
-  const std::string keyPrefix_;
 };
 
 }  // namespace
@@ -139,7 +111,7 @@ int main(int argc, char** argv) try {
     // Names of this run's own, so runs against a shared server do not meet each other's limits.
     const std::string run =
         fmt::format("{}", duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
-    RateLimitedService service(client, "api:" + run + ":");
+    RateLimitedService service(client, "api." + run + ".");
 
     // alice sends 7: 5 pass (her burst), 2 get 429. bob sends 1 and carol 3: 2 of those pass, which
     // makes the global limit's 8, so carol's last gets 503.
@@ -156,8 +128,8 @@ int main(int argc, char** argv) try {
       wrong += r.status != status;
     }
 
-    for (const char* who : {"alice", "bob", "carol"}) (void)service.perKey().deleteKey(service.keyOf(who));
-    (void)service.global().deleteLimiter();
+    for (const char* who : {"alice", "bob", "carol"}) (void)service.perKey().deleteKey(who);
+    (void)service.global().deleteKey("all");
     if (wrong != 0) {
       fmt::print(stderr, "http_handler: {} answers were not the expected ones\n", wrong);
       return 1;

@@ -63,6 +63,7 @@ struct TokenBucketConfig;
 struct FixedWindowConfig;
 struct SmoothConfig;
 struct RateLimiterConfig;
+class Policy;
 }  // namespace redlimit
 
 namespace redlimit::http {
@@ -93,6 +94,9 @@ struct RateLimitPolicy {
 [[nodiscard]] RateLimitPolicy policyOf(const FixedWindowConfig& config, std::string name = "default");
 [[nodiscard]] RateLimitPolicy policyOf(const SmoothConfig& config, std::string name = "default");
 [[nodiscard]] RateLimitPolicy policyOf(const RateLimiterConfig& config, std::string name = "default");
+/// The RateLimitPolicy of a Limiter's Policy: q = policy.limit(), w = policy.refillTime() in
+/// seconds, rounded up.
+[[nodiscard]] RateLimitPolicy policyOf(const Policy& policy, std::string name = "default");
 
 /// Which fields rateLimitHeaders() produces.
 struct HeaderOptions {

@@ -12,6 +12,7 @@
 #include "redlimit/errors.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 
@@ -164,6 +165,11 @@ RateLimitPolicy policyOf(const FixedWindowConfig& config, std::string name) {
 RateLimitPolicy policyOf(const SmoothConfig& config, std::string name) {
   DistributedSmoothRateLimiter::validateConfig(config);
   return made(std::move(name), config.permits, refillSeconds(1, config.interval.count(), 1));
+}
+
+RateLimitPolicy policyOf(const Policy& policy, std::string name) {
+  return made(std::move(name), policy.limit(),
+              refillSeconds(1, std::max<std::int64_t>(policy.refillTime().count(), 1), 1));
 }
 
 RateLimitPolicy policyOf(const RateLimiterConfig& config, std::string name) {

@@ -2,6 +2,7 @@
 // fields' syntax (draft-ietf-httpapi-ratelimit-headers-11), the X-RateLimit option, decisions made
 // by the failure policy, and policy validation.
 #include "redlimit/http.hpp"
+#include "redlimit/policy.hpp"
 
 #include <gtest/gtest.h>
 
@@ -290,6 +291,20 @@ TEST(HttpPolicyOf, EachOneKeyConfiguration) {
   slow.period = milliseconds(4294967295);
   slow.burst = 262;
   EXPECT_EQ(policyOf(slow).window, seconds(1125281432)) << "262 x 4294967.295 s, rounded up";
+}
+
+// A Limiter's Policy: q its limit(), w its refillTime() rounded up to whole seconds.
+TEST(HttpPolicyOf, EachPolicy) {
+  EXPECT_EQ(rateLimitPolicyField(policyOf(Policy::gcra(5, milliseconds(1000), 10), "api")), R"("api";q=10;w=2)");
+  EXPECT_EQ(policyOf(Policy::tokenBucket(7, 2, milliseconds(1000))).window, seconds(4)) << "3.5 s rounded up";
+  EXPECT_EQ(policyOf(Policy::tokenBucket(7, 2, milliseconds(1000))).quota, 7);
+  EXPECT_EQ(rateLimitPolicyField(policyOf(Policy::fixedWindow(100, milliseconds(60000)), "w")), R"("w";q=100;w=60)");
+  EXPECT_EQ(policyOf(Policy::perMinute(100, 20)).window, seconds(12)) << "20 permits at 100 a minute";
+  EXPECT_EQ(policyOf(Policy::smoothBursty(20, milliseconds(500), milliseconds(1000))).quota, 40)
+      << "a second of 40 per second stored";
+  EXPECT_EQ(policyOf(Policy::smoothBursty(20, milliseconds(500), milliseconds(1000))).window, seconds(1));
+  EXPECT_EQ(policyOf(Policy::gcra(1, milliseconds(4294967295), 262)).window, seconds(1125281432))
+      << "262 x 4294967.295 s, rounded up";
 }
 
 TEST(HttpPolicyOf, RejectsWhatTheLimiterWouldRefuse) {
