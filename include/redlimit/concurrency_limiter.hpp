@@ -19,6 +19,10 @@
 
 namespace redlimit {
 
+namespace detail {
+class LeaseCore;  // src/limiters/lease_core.hpp
+}  // namespace detail
+
 /// A ConcurrencyLimiter's configuration (not stored in Redis: every acquire sends it).
 struct ConcurrencyConfig {
   std::int64_t limit = 0;                 // most leases live at once, 1..ConcurrencyLimiter::kMaxLimit
@@ -135,8 +139,7 @@ class ConcurrencyLimiter {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
-  class Core;
-  std::shared_ptr<Core> core_;
+  std::shared_ptr<detail::LeaseCore> core_;
 };
 
 }  // namespace redlimit

@@ -8,12 +8,15 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
+#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/failure_policy.hpp"
+#include "redlimit/lease.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/reservation.hpp"
@@ -22,7 +25,9 @@
 namespace redlimit {
 
 namespace detail {
+class FailureGate;
 class ScriptCore;
+class LeaseCore;
 }  // namespace detail
 
 /// Options of a Limiter.
@@ -49,8 +54,13 @@ struct LimiterOptions {
 /// share one Redis), and FailurePolicy::Local runs ONE local bucket of the policy's rate for all
 /// the keys of this process together.
 ///
+/// A concurrency policy gives leases, not permits: acquireLease / renew / release (and their
+/// ...Async forms), and the permit operations are refused before anything is sent; the lease
+/// operations under a rate policy likewise.
+///
 /// Errors: InvalidArgument before anything is sent (a bad key, permits outside 1..the policy's
-/// maxPermits, a bad wait, id or TTL, reserveFor under a smooth policy); InvalidConfigError if the
+/// maxPermits, a bad wait, id or TTL, reserveFor under a smooth policy, an operation its policy
+/// has not); InvalidConfigError if the
 /// key holds another Redis type or another kind of limiter, InvalidStateError if its state is
 /// unusable; ConfigurationError and AuthError; IoError and subclasses, which the failure policy
 /// decides for the deciding calls (decide, tryAcquire, acquire, reserve, reserveFor and their
@@ -104,8 +114,23 @@ class Limiter {
   /// settle(key, id, 0).
   Settlement cancel(std::string_view key, const std::string& id);
 
-  /// Deletes `key`'s state: the next decision finds it full. True if it existed.
+  /// Deletes `key`'s state: the next decision finds it full (a concurrency limit: every lease of
+  /// it is gone). True if it existed.
   bool deleteKey(std::string_view key);
+
+  /// Concurrency: a lease of `key` if fewer than the limit are held (LeaseDecision::lease, set
+  /// exactly when allowed), for the policy's leaseTtl or `leaseTtl`; never waits. Release it when
+  /// done (a crashed holder's lease expires).
+  [[nodiscard]] LeaseDecision acquireLease(std::string_view key);
+  [[nodiscard]] LeaseDecision acquireLease(std::string_view key, std::chrono::milliseconds leaseTtl);
+  /// Extends `lease` to the policy's leaseTtl (or `leaseTtl`) from now; false when it was no
+  /// longer held (it expired or was released: the place may be someone else's).
+  bool renew(std::string_view key, Lease& lease);
+  bool renew(std::string_view key, Lease& lease, std::chrono::milliseconds leaseTtl);
+  /// Gives `lease` back; false when it was no longer held.
+  bool release(std::string_view key, const Lease& lease);
+  /// The leases of `key` live now.
+  [[nodiscard]] std::int64_t held(std::string_view key);
 
   /// The ...Async forms: the same answers without waiting, through `done` or a future. Bad
   /// arguments reach `done` before anything is sent.
@@ -122,6 +147,13 @@ class Limiter {
                                                          std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   void settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done);
   [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
+  void acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done);
+  [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key);
+  /// The renewed lease, or nullopt when it was no longer held.
+  void renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done);
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(std::string_view key, Lease lease);
+  void releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done);
+  [[nodiscard]] std::future<bool> releaseAsync(std::string_view key, const Lease& lease);
 
   /// The Redis key holding `key`'s state (rl:<name>:<key>); InvalidArgument for a bad key.
   [[nodiscard]] std::string redisKey(std::string_view key) const;
@@ -137,9 +169,15 @@ class Limiter {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
-  void checkHold() const;
+  // InvalidArgument naming `what` unless the policy has it: reserveFor/settle, the permit
+  // operations, the lease operations.
+  void checkHold(std::string_view what) const;
+  void checkPermitPolicy(std::string_view what) const;
+  void checkLeasePolicy(std::string_view what) const;
+  const detail::FailureGate& gate() const noexcept;
 
-  std::shared_ptr<detail::ScriptCore> core_;
+  std::shared_ptr<detail::ScriptCore> core_;   // the rate policies'
+  std::shared_ptr<detail::LeaseCore> leases_;  // a concurrency policy's
   Policy policy_;
 };
 

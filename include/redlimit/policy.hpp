@@ -27,10 +27,12 @@ struct KeyedPolicy;
 ///    the same script and key layout as GCRA (a bucket is a GCRA of burst = capacity);
 ///  - fixedWindow: at most `limit` per window of `window`, windows aligned to the epoch;
 ///  - smoothBursty / smoothWarmingUp: Guava's SmoothBursty and SmoothWarmingUp on the server,
-///    for every process at once (reservations pay the debt of the previous caller; no reserveFor).
+///    for every process at once (reservations pay the debt of the previous caller; no reserveFor);
+///  - concurrency: at most `limit` leases held at once, each for a TTL so that a crashed holder's
+///    lease frees itself (Redisson's RPermitExpirableSemaphore): acquireLease, renew, release.
 class Policy {
  public:
-  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth };
+  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth, Concurrency };
 
   /// `rate` permits per `period` (1 ms..49.7 days), at most `burst` at once; rate and burst in
   /// 1..4294967295.
@@ -53,6 +55,10 @@ class Policy {
   [[nodiscard]] static Policy smoothWarmingUp(std::int64_t permits, std::chrono::milliseconds interval,
                                               std::chrono::milliseconds warmup, std::int64_t coldFactor = 3);
 
+  /// At most `limit` (1..4294967295) leases held at once per key, each for `leaseTtl` (1 ms..49.7
+  /// days) unless renewed.
+  [[nodiscard]] static Policy concurrency(std::int64_t limit, std::chrono::milliseconds leaseTtl);
+
   /// This policy with keys that expire once idle (full again, or cold) for `idle` (1 ms..49.7
   /// days); by default kDefaultIdleMargin (1 s). Permanent keys: permanent().
   [[nodiscard]] Policy keepAlive(std::chrono::milliseconds idle) const;
@@ -65,9 +71,18 @@ class Policy {
   [[nodiscard]] std::int64_t limit() const noexcept;
   /// The most permits one call may ask for.
   [[nodiscard]] std::int64_t maxPermits() const noexcept;
-  /// Whether reserveFor/settle work under it (every kind but Smooth: a smooth limiter lends ahead
-  /// rather than holding).
-  [[nodiscard]] bool canHold() const noexcept { return kind_ != Kind::Smooth; }
+  /// How long limit() permits take to come back at the sustained rate, rounded up (a fixed
+  /// window: the window); saturating. What an HTTP RateLimit-Policy advertises as its window.
+  [[nodiscard]] std::chrono::milliseconds refillTime() const noexcept;
+  /// Whether reserveFor/settle work under it (GCRA, token bucket, fixed window: a smooth limiter
+  /// lends ahead rather than holding, a concurrency limit holds leases).
+  [[nodiscard]] bool canHold() const noexcept { return kind_ != Kind::Smooth && kind_ != Kind::Concurrency; }
+  /// Whether it gives leases (acquireLease, renew, release) rather than permits.
+  [[nodiscard]] bool givesLeases() const noexcept { return kind_ == Kind::Concurrency; }
+  /// A concurrency policy's lease TTL (0 for the others).
+  [[nodiscard]] std::chrono::milliseconds leaseTtl() const noexcept {
+    return std::chrono::milliseconds{kind_ == Kind::Concurrency ? b_ : 0};
+  }
 
   friend bool operator==(const Policy& a, const Policy& b) noexcept;
   friend bool operator!=(const Policy& a, const Policy& b) noexcept { return !(a == b); }

@@ -6,6 +6,7 @@
 #include "limiters/future_of.hpp"
 #include "limiters/key_layout.hpp"
 #include "limiters/keyed_policy.hpp"
+#include "limiters/lease_core.hpp"
 #include "limiters/script_core.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
@@ -31,6 +32,8 @@ const detail::Script& scriptOf(Policy::Kind kind) {
       return kFixedWindow;
     case Policy::Kind::Smooth:
       return kSmooth;
+    case Policy::Kind::Concurrency:  // LeaseCore's own
+      break;
   }
   return kGcra;
 }
@@ -45,6 +48,14 @@ std::string checkedName(std::string name) {
 
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
     : policy_(std::move(policy)) {
+  if (policy_.givesLeases()) {
+    ConcurrencyConfig config;
+    config.limit = policy_.limit();
+    config.leaseTtl = policy_.leaseTtl();
+    leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), config,
+                                                  std::move(options.failure), options.monitor);
+    return;
+  }
   const char kind = policy_.packedPolicy().packed.front();
   core_ = std::make_shared<detail::ScriptCore>(std::move(client), checkedName(std::move(name)),
                                                std::move(options.failure), options.monitor, scriptOf(policy_.kind()),
@@ -52,40 +63,71 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
   core_->setPolicy(policy_.packedPolicy());
 }
 
-std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(core_->name_, key); }
+const detail::FailureGate& Limiter::gate() const noexcept { return leases_ ? leases_->gate_ : core_->gate_; }
+
+std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
 
 std::string Limiter::recordKey(std::string_view key, const std::string& id) const {
+  checkHold("recordKey");
   return core_->recordKey(redisKey(key), id);
 }
 
-void Limiter::checkHold() const {
-  if (!policy_.canHold()) {
-    throw InvalidArgument(fmt::format(
-        "redlimit: limiter {}: a smooth policy lends ahead rather than holding, so it has no reserveFor/settle; use "
-        "reserve() (its delay) or another policy",
-        core_->name_));
+void Limiter::checkPermitPolicy(std::string_view what) const {
+  if (policy_.givesLeases()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: {} takes permits, but its concurrency policy gives "
+                    "leases: use acquireLease, renew and release",
+                    name(), what));
   }
 }
 
-Decision Limiter::decide(std::string_view key, std::int64_t permits) { return core_->decide(redisKey(key), permits); }
+void Limiter::checkLeasePolicy(std::string_view what) const {
+  if (!policy_.givesLeases()) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: limiter {}: {} works on leases, which only a concurrency policy gives (Policy::concurrency)", name(),
+        what));
+  }
+}
+
+void Limiter::checkHold(std::string_view what) const {
+  checkPermitPolicy(what);
+  if (!policy_.canHold()) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: limiter {}: a smooth policy lends ahead rather than holding, so it has no {}; use reserve() "
+        "(its delay) or another policy",
+        name(), what));
+  }
+}
+
+Decision Limiter::decide(std::string_view key, std::int64_t permits) {
+  checkPermitPolicy("decide");
+  return core_->decide(redisKey(key), permits);
+}
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits, milliseconds timeout) {
+  checkPermitPolicy("tryAcquire");
   return core_->tryAcquire(redisKey(key), permits, timeout);
 }
 
 microseconds Limiter::acquire(std::string_view key, std::int64_t permits) {
+  checkPermitPolicy("acquire");
   return core_->acquire(redisKey(key), permits);
 }
 
 Reservation Limiter::reserve(std::string_view key, std::int64_t permits, microseconds maxWait) {
+  checkPermitPolicy("reserve");
   return core_->reserve(redisKey(key), permits, maxWait);
 }
 
-Decision Limiter::peek(std::string_view key, std::int64_t permits) { return core_->peek(redisKey(key), permits); }
+Decision Limiter::peek(std::string_view key, std::int64_t permits) {
+  checkPermitPolicy("peek");
+  return core_->peek(redisKey(key), permits);
+}
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
+  checkPermitPolicy("refund");
   if (permits > policy_.maxPermits()) {
     throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", core_->name_,
                                       policy_.maxPermits(), permits));
@@ -96,25 +138,52 @@ void Limiter::refund(std::string_view key, std::int64_t permits) {
 
 HeldPermits Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                                 milliseconds recordTtl) {
-  checkHold();
+  checkHold("reserveFor");
   return core_->reserveFor(redisKey(key), permits, id, recordTtl);
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
-  checkHold();
+  checkHold("settle");
   return core_->settle(redisKey(key), id, actual);
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
-bool Limiter::deleteKey(std::string_view key) { return core_->deleteKey(redisKey(key)); }
+bool Limiter::deleteKey(std::string_view key) {
+  return leases_ ? leases_->deleteKey(redisKey(key)) : core_->deleteKey(redisKey(key));
+}
+
+LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }
+
+LeaseDecision Limiter::acquireLease(std::string_view key, milliseconds leaseTtl) {
+  checkLeasePolicy("acquireLease");
+  return leases_->acquire(redisKey(key), leaseTtl);
+}
+
+bool Limiter::renew(std::string_view key, Lease& lease) { return renew(key, lease, policy_.leaseTtl()); }
+
+bool Limiter::renew(std::string_view key, Lease& lease, milliseconds leaseTtl) {
+  checkLeasePolicy("renew");
+  return leases_->renew(redisKey(key), lease, leaseTtl);
+}
+
+bool Limiter::release(std::string_view key, const Lease& lease) {
+  checkLeasePolicy("release");
+  return leases_->release(redisKey(key), lease);
+}
+
+std::int64_t Limiter::held(std::string_view key) {
+  checkLeasePolicy("held");
+  return leases_->held(redisKey(key));
+}
 
 namespace {
-// `body(redisKey)` with the checked key, or `done` with the error of a bad one (isolated).
-template <class T, class Body>
-void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& done, Body&& body) {
+// `body(redisKey)` after `check()` and with the checked key, or `done` with the error (isolated).
+template <class T, class Check, class Body>
+void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& done, Check&& check, Body&& body) {
   std::string redisKey;
   try {
+    check();
     redisKey = self.redisKey(key);
   } catch (...) {
     detail::isolated(std::move(done), self.monitor(), self.name())(T{}, std::current_exception());
@@ -125,7 +194,9 @@ void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& do
 }  // namespace
 
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
-  withKey<Decision>(*this, key, done, [&](std::string k) { core_->decideAsync(k, permits, std::move(done)); });
+  withKey<Decision>(
+      *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
+      [&](std::string k) { core_->decideAsync(k, permits, std::move(done)); });
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -134,8 +205,9 @@ std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t pe
 
 void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait,
                            Callback<Reservation> done) {
-  withKey<Reservation>(*this, key, done,
-                       [&](std::string k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
+  withKey<Reservation>(
+      *this, key, done, [&] { checkPermitPolicy("reserveAsync"); },
+      [&](std::string k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
 }
 
 std::future<Reservation> Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait) {
@@ -144,14 +216,9 @@ std::future<Reservation> Limiter::reserveAsync(std::string_view key, std::int64_
 
 void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id, milliseconds recordTtl,
                               Callback<HeldPermits> done) {
-  try {
-    checkHold();
-  } catch (...) {
-    detail::isolated(std::move(done), monitor(), name())(HeldPermits{}, std::current_exception());
-    return;
-  }
-  withKey<HeldPermits>(*this, key, done,
-                       [&](std::string k) { core_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
+  withKey<HeldPermits>(
+      *this, key, done, [&] { checkHold("reserveForAsync"); },
+      [&](std::string k) { core_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
 }
 
 std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
@@ -161,22 +228,49 @@ std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int
 }
 
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
-  try {
-    checkHold();
-  } catch (...) {
-    detail::isolated(std::move(done), monitor(), name())(Settlement{}, std::current_exception());
-    return;
-  }
-  withKey<Settlement>(*this, key, done, [&](std::string k) { core_->settleAsync(k, id, actual, std::move(done)); });
+  withKey<Settlement>(
+      *this, key, done, [&] { checkHold("settleAsync"); },
+      [&](std::string k) { core_->settleAsync(k, id, actual, std::move(done)); });
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
   return detail::futureOf<Settlement>([&](auto done) { settleAsync(key, id, actual, std::move(done)); });
 }
 
-const std::string& Limiter::name() const noexcept { return core_->name_; }
-const std::shared_ptr<Client>& Limiter::client() const noexcept { return core_->client_; }
-FailureStats Limiter::failureStats() const { return core_->gate_.stats(); }
-const LimiterMonitor& Limiter::monitor() const noexcept { return core_->gate_.monitor(); }
+void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done) {
+  withKey<LeaseDecision>(
+      *this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); },
+      [&](std::string k) { leases_->acquireAsync(k, policy_.leaseTtl(), std::move(done)); });
+}
+
+std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
+  return detail::futureOf<LeaseDecision>([&](auto done) { acquireLeaseAsync(key, std::move(done)); });
+}
+
+void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done) {
+  withKey<std::optional<Lease>>(
+      *this, key, done, [&] { checkLeasePolicy("renewAsync"); },
+      [&](std::string k) { leases_->renewAsync(k, std::move(lease), policy_.leaseTtl(), std::move(done)); });
+}
+
+std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
+  return detail::futureOf<std::optional<Lease>>(
+      [&](auto done) { renewAsync(key, std::move(lease), Callback<std::optional<Lease>>(std::move(done))); });
+}
+
+void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {
+  withKey<bool>(
+      *this, key, done, [&] { checkLeasePolicy("releaseAsync"); },
+      [&](std::string k) { leases_->releaseAsync(k, lease, std::move(done)); });
+}
+
+std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease) {
+  return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, Callback<bool>(std::move(done))); });
+}
+
+const std::string& Limiter::name() const noexcept { return leases_ ? leases_->name_ : core_->name_; }
+const std::shared_ptr<Client>& Limiter::client() const noexcept { return leases_ ? leases_->client_ : core_->client_; }
+FailureStats Limiter::failureStats() const { return gate().stats(); }
+const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
 
 }  // namespace redlimit

@@ -507,6 +507,16 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
             name));
       }
       const detail::KeyedPolicy& packed = policy.packedPolicy();
+      if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL, as a ConcurrencyLimiter's
+        kinds.push_back(kLeaseKind);
+        configs.push_back(packed.packed);
+        ConcurrencyConfig c;
+        c.limit = policy.limit();
+        c.leaseTtl = policy.leaseTtl();
+        leaseConfigs.push_back(c);
+        anyConfig = true;
+        continue;
+      }
       kinds.push_back(packed.packed.front());
       configs.push_back(packed.packed);
       anyConfig = true;

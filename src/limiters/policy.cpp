@@ -1,8 +1,11 @@
 #include "redlimit/policy.hpp"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "limiters/keyed_policy.hpp"
+#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
@@ -66,6 +69,20 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
       return d > 0 ? detail::smoothPolicy(s.permits, s.interval, s.warmupPeriod, s.coldFactor, keepAlive)
                    : detail::smoothPolicy(s.permits, s.interval, s.maxBurst, 0, keepAlive);
     }
+    case Policy::Kind::Concurrency: {
+      ConcurrencyConfig config;
+      config.limit = a;
+      config.leaseTtl = milliseconds{b};
+      ConcurrencyLimiter::validateConfig(config);
+      detail::KeyedPolicy p;
+      p.packed = fmt::format("{}:{}", a, b);  // as multi.lua reads a concurrency limit's configuration
+      p.limit = a;
+      p.maxPermits = 1;
+      p.localRate = a;
+      p.localIntervalMs = b;
+      p.fields = {a, b};
+      return p;
+    }
   }
   throw InvalidArgument("redlimit: unknown policy kind");
 }
@@ -113,6 +130,10 @@ Policy Policy::smoothWarmingUp(std::int64_t permits, milliseconds interval, mill
   return Policy(Kind::Smooth, permits, interval.count(), warmup.count(), coldFactor, kDefaultIdleMargin.count());
 }
 
+Policy Policy::concurrency(std::int64_t limit, milliseconds leaseTtl) {
+  return Policy(Kind::Concurrency, limit, leaseTtl.count(), 0, 0, 0);
+}
+
 Policy Policy::keepAlive(milliseconds idle) const {
   if (idle.count() < 1 || idle > GcraRateLimiter::kMaxInterval) {
     throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms",
@@ -124,6 +145,32 @@ Policy Policy::keepAlive(milliseconds idle) const {
 Policy Policy::permanent() const { return Policy(kind_, a_, b_, c_, d_, 0); }
 
 std::int64_t Policy::limit() const noexcept { return packed_->limit; }
+
+namespace {
+// ceil(permits x ms / per), saturating (the factors are validated: at most 2^32 each).
+std::int64_t ceilTimes(std::int64_t permits, std::int64_t ms, std::int64_t per) noexcept {
+  if (ms != 0 && permits > std::numeric_limits<std::int64_t>::max() / ms)
+    return std::numeric_limits<std::int64_t>::max();
+  const std::int64_t product = permits * ms;
+  return product / per + (product % per != 0 ? 1 : 0);
+}
+}  // namespace
+
+milliseconds Policy::refillTime() const noexcept {
+  switch (kind_) {
+    case Kind::Gcra:  // rate a per period b, burst c
+      return milliseconds{ceilTimes(c_, b_, a_)};
+    case Kind::TokenBucket:  // capacity a, refill b per period c
+      return milliseconds{ceilTimes(a_, c_, b_)};
+    case Kind::FixedWindow:  // limit a per window b
+      return milliseconds{b_};
+    case Kind::Smooth:  // permits a per interval b
+      return milliseconds{ceilTimes(limit(), b_, a_)};
+    case Kind::Concurrency:  // a lease's TTL
+      return milliseconds{b_};
+  }
+  return milliseconds{0};
+}
 std::int64_t Policy::maxPermits() const noexcept { return packed_->maxPermits; }
 
 bool operator==(const Policy& a, const Policy& b) noexcept { return a.packed_->packed == b.packed_->packed; }

@@ -80,4 +80,16 @@ void runScriptAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Para
       std::move(mapError), std::move(parse), std::move(byPolicy), std::move(done));
 }
 
+/// DEL of `key` through the protocol (`owner` as for runScript, with its call bound callBound_):
+/// true if it existed. Not sent again: a second DEL after a first that went through answers 0.
+template <class Owner>
+bool deleteKey(Owner& owner, const std::string& key) {
+  return runSync(
+             *owner.client_, owner.gate_, LimiterCall::plain(owner.callBound_, LimiterCall::Resend::Never), "deleteKey",
+             [&](std::chrono::steady_clock::time_point deadline) {
+               return command(*owner.client_, {"DEL", key}, deadline);
+             },
+             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) > 0;
+}
+
 }  // namespace redlimit::detail

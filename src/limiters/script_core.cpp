@@ -482,14 +482,7 @@ Reply ScriptCore::call(const std::string& key, std::string_view op, const std::v
       [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
 }
 
-bool ScriptCore::deleteKey(const std::string& key) {
-  return runSync(
-             *client_, gate_, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "deleteKey",
-             [&](SteadyTime deadline) {
-               return command(*client_, {"DEL", key}, deadline);
-             },
-             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) > 0;
-}
+bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
 bool ScriptCore::exists(const std::string& key) {
   return runSync(

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <string>
 
 #include "helpers.hpp"
@@ -156,6 +157,63 @@ TYPED_TEST(LimiterPolicies, DeleteKeyStartsTheKeyFull) {
   EXPECT_TRUE(limiter.deleteKey("u"));
   EXPECT_FALSE(limiter.deleteKey("u"));
   EXPECT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
+}
+
+// --- A concurrency policy: leases -----------------------------------------------------------------
+
+TEST_F(LimiterTest, AConcurrencyPolicyGivesLeasesUpToItsLimitPerKeyAndTakesThemBack) {
+  Limiter inFlight(client(), limiterName(), Policy::concurrency(2, std::chrono::seconds(30)));
+  LeaseDecision first = inFlight.acquireLease("u");
+  ASSERT_TRUE(first.decision.allowed);
+  ASSERT_TRUE(first.lease.has_value());
+  const LeaseDecision second = inFlight.acquireLeaseAsync("u").get();
+  ASSERT_TRUE(second.lease.has_value());
+  const LeaseDecision third = inFlight.acquireLease("u");
+  EXPECT_FALSE(third.decision.allowed);
+  EXPECT_FALSE(third.lease.has_value());
+  EXPECT_GT(third.decision.retryAfter.count(), 0) << "until the first lease expires";
+  EXPECT_TRUE(inFlight.acquireLease("v").decision.allowed) << "another key has its own places";
+  EXPECT_EQ(inFlight.held("u"), 2);
+  const std::chrono::microseconds expiry = first.lease->expiresAt;
+  EXPECT_TRUE(inFlight.renew("u", *first.lease, std::chrono::seconds(60)));
+  EXPECT_GT(first.lease->expiresAt, expiry);
+  const std::optional<Lease> renewed = inFlight.renewAsync("u", *second.lease).get();
+  ASSERT_TRUE(renewed.has_value());
+  EXPECT_TRUE(inFlight.release("u", *first.lease));
+  EXPECT_FALSE(inFlight.release("u", *first.lease)) << "released once";
+  EXPECT_TRUE(inFlight.releaseAsync("u", *renewed).get());
+  EXPECT_EQ(inFlight.held("u"), 0);
+  EXPECT_FALSE(inFlight.renew("u", *first.lease)) << "a released lease is not renewed";
+  EXPECT_TRUE(inFlight.deleteKey("v"));
+}
+
+TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
+  Limiter leases(client(), limiterName("leases"), Policy::concurrency(2, std::chrono::seconds(30)));
+  Limiter permits(client(), limiterName("permits"), Policy::perSecond(10));
+  Lease lease;
+  lease.id = std::string(32, 'a');
+  const std::int64_t before = scriptCalls();
+  EXPECT_THROW((void)leases.decide("u"), InvalidArgument);
+  EXPECT_THROW((void)leases.tryAcquire("u"), InvalidArgument);
+  EXPECT_THROW((void)leases.tryAcquire("u", 1, milliseconds(10)), InvalidArgument);
+  EXPECT_THROW((void)leases.acquire("u"), InvalidArgument);
+  EXPECT_THROW((void)leases.reserve("u", 1, microseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)leases.peek("u"), InvalidArgument);
+  EXPECT_THROW(leases.refund("u", 1), InvalidArgument);
+  EXPECT_THROW((void)leases.reserveFor("u", 1, "id"), InvalidArgument);
+  EXPECT_THROW((void)leases.settle("u", "id", 1), InvalidArgument);
+  EXPECT_THROW((void)leases.decideAsync("u").get(), InvalidArgument);
+  EXPECT_THROW((void)leases.reserveAsync("u", 1, microseconds(0)).get(), InvalidArgument);
+  EXPECT_THROW((void)leases.reserveForAsync("u", 1, "id").get(), InvalidArgument);
+  EXPECT_THROW((void)permits.acquireLease("u"), InvalidArgument);
+  EXPECT_THROW((void)permits.renew("u", lease), InvalidArgument);
+  EXPECT_THROW((void)permits.release("u", lease), InvalidArgument);
+  EXPECT_THROW((void)permits.held("u"), InvalidArgument);
+  EXPECT_THROW((void)permits.acquireLeaseAsync("u").get(), InvalidArgument);
+  EXPECT_THROW((void)permits.renewAsync("u", lease).get(), InvalidArgument);
+  EXPECT_THROW((void)permits.releaseAsync("u", lease).get(), InvalidArgument);
+  EXPECT_THROW((void)leases.acquireLease("u", milliseconds(0)), InvalidArgument) << "a lease TTL of 0";
+  EXPECT_EQ(scriptCalls(), before) << "nothing sent";
 }
 
 // --- The namespace ------------------------------------------------------------------------------

@@ -621,4 +621,30 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
   EXPECT_TRUE(both.on({"u", "u"}).decide().allowed);
   EXPECT_EQ(a.peek("u").remaining, 9);
   EXPECT_EQ(b.peek("u").remaining, 9);
+  // Reserve, then settle, on the keys of the call: one record, in redlimit's namespace.
+  MultiLimit onU = both.on({"u", "u"});
+  EXPECT_EQ(onU.reservationKey("order-1").rfind("rl::mrsv:order-1:", 0), 0u) << onU.reservationKey("order-1");
+  ASSERT_TRUE(onU.reserveFor(4, "order-1").decision.allowed);
+  EXPECT_EQ(a.peek("u").remaining, 5);
+  EXPECT_EQ(onU.settle("order-1", 1).status, SettleStatus::Settled);
+  EXPECT_EQ(a.peek("u").remaining, 8);
+  EXPECT_EQ(b.peek("u").remaining, 8);
+}
+
+// A concurrency Limiter in a MultiLimit of Limiters: a place and a permit, together or neither.
+TEST_F(MultiLimitTest, OfLimitersTakesALeaseAndAPermitTogether) {
+  Limiter rate(client(), dotted(name("rate")), Policy::tokenBucket(3, 1, std::chrono::hours(24)));
+  Limiter inFlight(client(), dotted(name("inflight")), Policy::concurrency(1, std::chrono::seconds(30)));
+  const MultiLimit both({rate, inFlight});
+  MultiLimit onU = both.on({"u", "u"});
+  const MultiDecision first = onU.decide();
+  ASSERT_TRUE(first.allowed);
+  ASSERT_TRUE(first.lease.has_value());
+  const MultiDecision second = onU.decide();
+  EXPECT_FALSE(second.allowed) << "the one place is held";
+  EXPECT_EQ(second.deniedBy, 1u);
+  EXPECT_EQ(rate.peek("u").remaining, 2) << "the denied call took no permit";
+  EXPECT_TRUE(onU.release(*first.lease));
+  EXPECT_TRUE(onU.decide().allowed);
+  EXPECT_EQ(inFlight.held("u"), 1);
 }

@@ -1,0 +1,69 @@
+// redlimit — a concurrency limit over any number of keys (lua/concurrency.lua): at most `limit`
+// leases held at once per key, each with a TTL. Every operation takes the key per call, through the
+// call protocol; ConcurrencyLimiter (the key is its name) and Limiter under Policy::concurrency
+// are its faces.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "limiters/limiter_call.hpp"
+#include "limiters/script_call.hpp"
+#include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+
+namespace redlimit::detail {
+
+class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
+ public:
+  using LeaseDone = std::function<void(LeaseDecision, std::exception_ptr)>;
+  using RenewDone = std::function<void(std::optional<Lease>, std::exception_ptr)>;
+  using ReleaseDone = std::function<void(bool, std::exception_ptr)>;
+
+  /// Sends nothing. Throws InvalidArgument for a null client, a bad name, configuration or failure
+  /// options.
+  LeaseCore(std::shared_ptr<Client> client, std::string name, const ConcurrencyConfig& config, FailureOptions failure,
+            const MonitorOptions& monitor);
+
+  /// A lease of `key` for `ttl` if fewer than the limit are held (the failure gate first: an
+  /// outage is the failure policy's), counted (shadow mode: a denial let through with a lease
+  /// Redis does not hold). Sent again after a closed connection with the same lease id (a live
+  /// lease with that id is granted again, not added).
+  LeaseDecision acquire(const std::string& key, std::chrono::milliseconds ttl);
+  /// acquire() without waiting; `done` isolated, once.
+  void acquireAsync(const std::string& key, std::chrono::milliseconds ttl, LeaseDone done);
+  /// Extends `lease` of `key` to `ttl` from now; false when it was no longer held.
+  bool renew(const std::string& key, Lease& lease, std::chrono::milliseconds ttl);
+  void renewAsync(const std::string& key, Lease lease, std::chrono::milliseconds ttl, RenewDone done);
+  /// Gives `lease` of `key` back; false when it was no longer held.
+  bool release(const std::string& key, const Lease& lease);
+  void releaseAsync(const std::string& key, const Lease& lease, ReleaseDone done);
+  /// The leases of `key` live now.
+  std::int64_t held(const std::string& key);
+  /// DEL of `key` (not sent again: a second would answer 0).
+  bool deleteKey(const std::string& key);
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  ConcurrencyConfig config_;
+  FailureGate gate_;
+  std::chrono::milliseconds callBound_{0};
+
+ private:
+  ScriptRequest request(const std::string& key, std::string_view op, std::vector<std::string> rest) const;
+  LimiterCall::Params decision() const;
+  Reply call(const std::string& key, std::string_view op, std::vector<std::string> rest);
+  template <class Out, class Parse>
+  void callAsync(const std::string& key, std::string_view op, std::vector<std::string> rest, Parse parse,
+                 std::function<void(Out, std::exception_ptr)> done);
+  LeaseDecision byPolicy(bool allowed) const;
+};
+
+}  // namespace redlimit::detail
