@@ -273,7 +273,7 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
   // `c` through the call protocol, waiting: `parse(reply)`, `byPolicy(allowed)` as runSync's.
   template <class Parse, class ByPolicy>
   auto call(const detail::LimiterCall::Params& params, std::string_view what, const Call& c, Parse&& parse,
-           ByPolicy&& byPolicy) {
+            ByPolicy&& byPolicy) {
     return detail::runSync(
         *client_, gate_, params, what, [&](SteadyTime deadline) { return send(c, deadline); },
         std::forward<Parse>(parse), std::forward<ByPolicy>(byPolicy));
@@ -283,7 +283,7 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
   // `byPolicy(Core&, allowed)`.
   template <class Out, class Parse, class ByPolicy>
   void callAsync(const detail::LimiterCall::Params& params, Call c, Parse parse, ByPolicy byPolicy,
-                std::function<void(Out, std::exception_ptr)> done) {
+                 std::function<void(Out, std::exception_ptr)> done) {
     detail::OneKeyErrors errors{c.key, kKind};
     detail::runAsync<Out>(
         shared_from_this(), params,
@@ -352,16 +352,14 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
 
   // A reserve of `permits` on `key` under the record of `id` (checked before anything is sent); a
   // decision, sent again after a closed connection (the record answers a resend: repeated).
-  Call reserveCall(const std::string& key, std::int64_t permits, const std::string& id,
-                   milliseconds recordTtl) const {
+  Call reserveCall(const std::string& key, std::int64_t permits, const std::string& id, milliseconds recordTtl) const {
     std::string recordKey = detail::reservationRecordKey(key, id);
     detail::checkReservationTtl(recordTtl);
     checkPermits(permits);
     return Call{key, "reserve", permits, std::move(recordKey), recordTtl};
   }
 
-  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                         milliseconds recordTtl) {
+  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id, milliseconds recordTtl) {
     const Call c = reserveCall(key, permits, id, recordTtl);
     HeldPermits out = call(
         decision(permits), "reserveFor", c, [&](const detail::Reply& r) { return held(this, key, r, permits); },
@@ -436,8 +434,8 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
         Call{key, "refund", permits, {}, {}},
         [&](const detail::Reply& r) {
           if (r.type != detail::Reply::Type::Array || r.elements.size() != 1) {
-            throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of 1 from refund, got {}",
-                                                   key, r.describe()));
+            throw UnexpectedReplyError(
+                fmt::format("redlimit: limiter {}: expected an array of 1 from refund, got {}", key, r.describe()));
           }
           return r.elements[0].asInteger();
         },

@@ -72,9 +72,7 @@ Settlement KeyedCalendarRateLimiter::settle(std::string_view key, const std::str
   return policy_.settleOn(checkedKey(key), id, actual);
 }
 
-Settlement KeyedCalendarRateLimiter::cancel(std::string_view key, const std::string& id) {
-  return settle(key, id, 0);
-}
+Settlement KeyedCalendarRateLimiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
 void KeyedCalendarRateLimiter::refund(std::string_view key, std::int64_t permits) {
   policy_.refundOn(checkedKey(key), permits);

@@ -553,8 +553,9 @@ TEST_F(CalendarRateLimiterTest, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   EXPECT_FALSE(error);
   EXPECT_TRUE(repeat.repeated);
   std::promise<std::pair<HeldPermits, std::exception_ptr>> got2;
-  rl.reserveForAsync(20, "g", milliseconds(5000),
-                     [&](HeldPermits h, std::exception_ptr e) { got2.set_value({h, std::move(e)}); });
+  rl.reserveForAsync(20, "g", milliseconds(5000), [&](HeldPermits h, std::exception_ptr e) {
+    got2.set_value({h, std::move(e)});
+  });
   EXPECT_EQ(got2.get_future().get().first.decision.remaining, 40);
   EXPECT_LE(raw({"PTTL", rl.reservationKey("g")}).integer, 5000);
 

@@ -177,9 +177,8 @@ TEST_F(KeyedCalendarRateLimiterTest, AsyncFormsRefundAndBadKeysRefusedBeforeSend
   ASSERT_TRUE(held.decision.allowed);
   EXPECT_EQ(held.decision.remaining, 4);
   std::promise<HeldPermits> again;
-  monthly.reserveForAsync(key, 6, "a", milliseconds(60000), [&](HeldPermits h, std::exception_ptr) {
-    again.set_value(h);
-  });
+  monthly.reserveForAsync(key, 6, "a", milliseconds(60000),
+                          [&](HeldPermits h, std::exception_ptr) { again.set_value(h); });
   EXPECT_TRUE(again.get_future().get().repeated);
   const Settlement s = monthly.settleAsync(key, "a", 2).get();
   EXPECT_EQ(s.returned, 4);
