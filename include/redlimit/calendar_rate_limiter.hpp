@@ -162,12 +162,10 @@ class CalendarRateLimiter {
   /// tag that holds a '}'.
   [[nodiscard]] std::string reservationKey(const std::string& id) const;
 
-  /// How an asynchronous reserveFor ends: what reserveFor would return (error == nullptr) or the
-  /// exception it would have thrown. Called once, as DecisionCallback is (same threads, same rules).
-  using HeldCallback = std::function<void(HeldPermits held, std::exception_ptr error)>;
-  /// How an asynchronous settle ends: what settle would return or the exception it would have
-  /// thrown. Called once, as DecisionCallback is.
-  using SettleCallback = std::function<void(Settlement settlement, std::exception_ptr error)>;
+  /// How an asynchronous reserveFor and settle end: what the sync call would return (error ==
+  /// nullptr) or the exception it would have thrown; called once, as DecisionCallback is.
+  using HeldCallback = detail::ScriptLimiter::HeldCallback;
+  using SettleCallback = detail::ScriptLimiter::SettleCallback;
   /// reserveFor without waiting for the reply: the same answers, failure policy, shadow mode and
   /// metrics. Bad arguments and the failure policy while the limiter is degraded reach `done` on
   /// this thread before the call returns, with nothing sent.

@@ -394,6 +394,18 @@ void expectSettlement(const Settlement& s, SettleStatus status, std::int64_t res
   EXPECT_EQ(s.remaining, remaining);
 }
 
+// The reservation counts of `name` in `registry`: opened, settled, permits refunded, granted
+// decisions and their permits.
+void expectCounted(const MetricsRegistry& registry, const std::string& name, std::uint64_t opened,
+                   std::uint64_t settled, std::uint64_t refunded, std::uint64_t granted, std::uint64_t permits) {
+  const LimiterMetricsSnapshot m = registry.snapshot(name);
+  EXPECT_EQ(m.reservationsOpened, opened);
+  EXPECT_EQ(m.reservationsSettled, settled);
+  EXPECT_EQ(m.permitsRefunded, refunded);
+  EXPECT_EQ(m.granted, granted);
+  EXPECT_EQ(m.permitsGranted, permits);
+}
+
 // A reserve reply of the script: take's nine values, then repeated.
 TakeReply reserveReply(const Reply& r) {
   return detail::parseDecisionReply(r, detail::DecisionForm::Array, "(test)", detail::kReserveReplySize);
@@ -447,12 +459,7 @@ TEST_F(CalendarRateLimiterTest, ReserveThenSettleGivesBackTheUnusedOnceInTheSame
   expectSettlement(rl.settle("never", 3), SettleStatus::Unknown, 0, 0, 0, 0, 0, 0);
   EXPECT_FALSE(exists(admin(), rl.reservationKey("never")));
 
-  const LimiterMetricsSnapshot m = registry->snapshot(name());
-  EXPECT_EQ(m.reservationsOpened, 3u);
-  EXPECT_EQ(m.reservationsSettled, 3u);
-  EXPECT_EQ(m.permitsRefunded, 30u);
-  EXPECT_EQ(m.granted, 3u);
-  EXPECT_EQ(m.permitsGranted, 110u);
+  expectCounted(*registry, name(), 3, 3, 30, 3, 110);
 }
 
 TEST_F(CalendarRateLimiterTest, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecordsNothing) {
@@ -565,12 +572,7 @@ TEST_F(CalendarRateLimiterTest, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   const auto [again, settleError] = settled.get_future().get();
   EXPECT_FALSE(settleError);
   expectSettlement(again, SettleStatus::AlreadySettled, 40, 30, 10, 0, 0, 50);
-  const LimiterMetricsSnapshot m = registry->snapshot(name());
-  EXPECT_EQ(m.reservationsOpened, 2u);
-  EXPECT_EQ(m.reservationsSettled, 1u);
-  EXPECT_EQ(m.permitsRefunded, 10u);
-  EXPECT_EQ(m.granted, 2u);
-  EXPECT_EQ(m.permitsGranted, 60u);
+  expectCounted(*registry, name(), 2, 1, 10, 2, 60);
 }
 
 TEST_F(CalendarRateLimiterTest, BadReserveSettleAndRefundAreRefusedBeforeSending) {
@@ -640,10 +642,6 @@ TEST_F(CalendarRateLimiterTest, AReserveResentAfterAKilledConnectionIsAppliedOnc
   EXPECT_EQ(settled, 1);
   EXPECT_GE(again, 5);
   EXPECT_EQ(rl.peek().remaining, 90) << "40 taken once, 30 back once";
-  const LimiterMetricsSnapshot m = registry->snapshot(name());
-  EXPECT_EQ(m.reservationsOpened, 1u);
-  EXPECT_EQ(m.reservationsSettled, 1u);
-  EXPECT_EQ(m.permitsRefunded, 30u);
-  EXPECT_EQ(m.permitsGranted, 40u);
+  expectCounted(*registry, name(), 1, 1, 30, 1, 40);
   EXPECT_EQ(rl.failureStats().outages, 0u) << "a closed connection is no outage";
 }
