@@ -16,6 +16,8 @@
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/keyed_rate_limiter_options.hpp"
 #include "redlimit/monitor.hpp"
+#include "redlimit/settlement.hpp"
+#include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit {
 
@@ -78,6 +80,12 @@ struct CalendarRateLimiterOptions {
 /// Decisions are exact: retryAfter of a denial and resetAfter are the window's end minus the
 /// server's now (resetAfter 0 while nothing is counted); the permits are never reserved ahead.
 ///
+/// Reserve, then settle (docs/algorithms.md "Reserve, then settle"): reserveFor records a grant
+/// under an id with the window it was counted in; settle gives back the unused permits once, to
+/// that window only (a settle after it ended gives back nothing: its count is gone), or charges
+/// the permits used beyond the reservation in the window in force, up to the limit (the rest is
+/// unpaid: nothing is counted ahead in the next window).
+///
 /// Storage: one string key, the name, 28 bytes (unit, limit, label, bounds, count), written only
 /// by a grant, with a TTL to the window's end plus keepAlive. The quota is sent in every call (the
 /// limit is the caller's: a key counted under another keeps its count). Thread-safe; copies share
@@ -117,6 +125,63 @@ class CalendarRateLimiter {
   [[nodiscard]] std::future<Decision> decideAsync(std::int64_t permits = 1);
   /// What decide(permits) would answer now, taking nothing. Throws IoError when Redis cannot be asked.
   [[nodiscard]] Decision peek(std::int64_t permits = 1);
+
+  /// How long a reservation record lives unless reserveFor is told otherwise: 1 hour.
+  static constexpr std::chrono::milliseconds kDefaultReservationTtl = detail::ScriptLimiter::kDefaultReservationTtl;
+  /// Takes `permits` (1..limit) as decide(permits) does and, when granted, records them under the
+  /// reservation `id` with the window they were counted in, in a key of their own
+  /// (reservationKey(id), same hash slot, written in the same script call) that expires after
+  /// `recordTtl` (1 ms..7 days). Idempotent: the same id again takes nothing more and answers the
+  /// first grant (HeldPermits::repeated); with other permits it is refused (InvalidArgument from
+  /// the script). A denial records nothing. When Redis cannot be asked the failure policy decides
+  /// and nothing is recorded. Sent again after a closed connection (the record makes that safe).
+  /// Throws InvalidArgument before sending for permits out of range, a bad id (1..128 bytes of
+  /// [A-Za-z0-9._:-]) or recordTtl, or a name no record key can share a slot with
+  /// (reservationKey); InvalidStateError if the record holds something redlimit did not write.
+  [[nodiscard]] HeldPermits reserveFor(std::int64_t permits, const std::string& id,
+                                       std::chrono::milliseconds recordTtl = kDefaultReservationTtl);
+  /// Settles the reservation `id` with the permits really used (`actual`, 0..kMaxPermits), once:
+  /// gives back reserved - actual to the window the grant was counted in while that window is in
+  /// force (nothing once it has ended), or takes actual - reserved more in the window in force, up
+  /// to the limit, reporting the rest as unpaid. A retry answers AlreadySettled with the first
+  /// answer and changes nothing; no record: SettleStatus::Unknown. The give-back is counted in the
+  /// metrics' permitsRefunded. Safe to retry (sent again after a closed connection). Not a
+  /// decision: throws the IoError when Redis cannot be asked; InvalidArgument before sending for
+  /// a bad id or actual; InvalidStateError naming the record key for a record redlimit did not
+  /// write or one of another kind of limiter (nothing written then).
+  Settlement settle(const std::string& id, std::int64_t actual);
+  /// settle(id, 0): gives the whole reservation back.
+  Settlement cancel(const std::string& id);
+  /// Gives `permits` (0..kMaxPermits) back to the window in force (its count never below 0),
+  /// counted in the metrics' permitsRefunded. Never sent again after a closed connection (a second
+  /// could give back twice): the ClosedError reaches the caller. Throws IoError when Redis cannot
+  /// be asked; InvalidArgument before sending for permits out of range.
+  void refund(std::int64_t permits);
+  /// The key of the reservation record `id`: name + ":rsv:" + id if the name has a hash tag, else
+  /// "{" + name + "}:rsv:" + id. Throws InvalidArgument for a bad id, and for a name without a hash
+  /// tag that holds a '}'.
+  [[nodiscard]] std::string reservationKey(const std::string& id) const;
+
+  /// How an asynchronous reserveFor and settle end: what the sync call would return (error ==
+  /// nullptr) or the exception it would have thrown; called once, as DecisionCallback is.
+  using HeldCallback = detail::ScriptLimiter::HeldCallback;
+  using SettleCallback = detail::ScriptLimiter::SettleCallback;
+  /// reserveFor without waiting for the reply: the same answers, failure policy, shadow mode and
+  /// metrics. Bad arguments and the failure policy while the limiter is degraded reach `done` on
+  /// this thread before the call returns, with nothing sent.
+  void reserveForAsync(std::int64_t permits, const std::string& id, std::chrono::milliseconds recordTtl,
+                       HeldCallback done);
+  /// reserveForAsync with the default record TTL.
+  void reserveForAsync(std::int64_t permits, const std::string& id, HeldCallback done);
+  /// reserveForAsync with a future.
+  [[nodiscard]] std::future<HeldPermits> reserveForAsync(std::int64_t permits, const std::string& id,
+                                                         std::chrono::milliseconds recordTtl = kDefaultReservationTtl);
+  /// settle without waiting for the reply: the same answers and metrics; an IoError reaches `done`
+  /// (no failure policy). Bad arguments reach `done` on this thread, nothing sent.
+  void settleAsync(const std::string& id, std::int64_t actual, SettleCallback done);
+  /// settleAsync with a future.
+  [[nodiscard]] std::future<Settlement> settleAsync(const std::string& id, std::int64_t actual);
+
   /// The window holding `at` by this handle's database (not necessarily the one the key holds).
   [[nodiscard]] CalendarWindow windowAt(std::chrono::microseconds at) const;
   /// Deletes the quota's key. True if it existed.
@@ -142,6 +207,14 @@ class CalendarRateLimiter {
   Decision peekOn(const std::string& key, std::int64_t permits);
   void decideOnAsync(const std::string& key, std::int64_t permits, DecisionCallback done);
   bool deleteOn(const std::string& key);
+  // Reserve, then settle, and refund, on `key` (the Core's operations).
+  HeldPermits reserveForOn(const std::string& key, std::int64_t permits, const std::string& id,
+                           std::chrono::milliseconds recordTtl);
+  void reserveForOnAsync(const std::string& key, std::int64_t permits, const std::string& id,
+                         std::chrono::milliseconds recordTtl, HeldCallback done);
+  Settlement settleOn(const std::string& key, const std::string& id, std::int64_t actual);
+  void settleOnAsync(const std::string& key, const std::string& id, std::int64_t actual, SettleCallback done);
+  void refundOn(const std::string& key, std::int64_t permits);
 };
 
 }  // namespace redlimit

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 #include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
+#include "redlimit/settlement.hpp"
 
 namespace redlimit {
 
@@ -45,6 +48,28 @@ class KeyedCalendarRateLimiter {
   /// What decide(key, permits) would answer now, writing nothing. Throws IoError when Redis cannot
   /// be asked.
   [[nodiscard]] Decision peek(std::string_view key, std::int64_t permits = 1);
+
+  /// Reserve, then settle, on the quota of `key`, as CalendarRateLimiter's (reserveFor, settle,
+  /// cancel, refund and their async forms; docs/algorithms.md "Reserve, then settle"): the record
+  /// of `id` belongs to that key (reservationKey(key, id)), so one id may be used on several keys.
+  /// Bad keys are refused as decide's are, before anything is sent.
+  [[nodiscard]] HeldPermits reserveFor(
+      std::string_view key, std::int64_t permits, const std::string& id,
+      std::chrono::milliseconds recordTtl = CalendarRateLimiter::kDefaultReservationTtl);
+  Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
+  /// settle(key, id, 0).
+  Settlement cancel(std::string_view key, const std::string& id);
+  void refund(std::string_view key, std::int64_t permits);
+  [[nodiscard]] std::string reservationKey(std::string_view key, const std::string& id) const;
+  void reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                       std::chrono::milliseconds recordTtl, CalendarRateLimiter::HeldCallback done);
+  [[nodiscard]] std::future<HeldPermits> reserveForAsync(
+      std::string_view key, std::int64_t permits, const std::string& id,
+      std::chrono::milliseconds recordTtl = CalendarRateLimiter::kDefaultReservationTtl);
+  void settleAsync(std::string_view key, const std::string& id, std::int64_t actual,
+                   CalendarRateLimiter::SettleCallback done);
+  [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
+
   /// The window that holds `at` (µs since the epoch), from the time zone database.
   [[nodiscard]] CalendarWindow windowAt(std::chrono::microseconds at) const;
   /// Deletes the key: its next decision opens a new window. True if it existed.
@@ -62,6 +87,9 @@ class KeyedCalendarRateLimiter {
   CalendarRateLimiter policy_;  // named after the policy; decides on the caller's keys
 
   static std::string checkedKey(std::string_view key);
+  // go(checked key, done); a key the check refuses goes to `done` instead (isolated), nothing sent.
+  template <class Out, class Go>
+  void onCheckedKey(std::string_view key, std::function<void(Out, std::exception_ptr)> done, Go go);
 };
 
 }  // namespace redlimit

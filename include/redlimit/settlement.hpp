@@ -11,8 +11,8 @@
 
 namespace redlimit {
 
-/// The outcome of reserveFor (TokenBucketRateLimiter, GcraRateLimiter, FixedWindowRateLimiter; a
-/// MultiLimit answers MultiHeldPermits). A value type.
+/// The outcome of reserveFor (TokenBucketRateLimiter, GcraRateLimiter, FixedWindowRateLimiter,
+/// CalendarRateLimiter and their keyed families; a MultiLimit answers MultiHeldPermits). A value type.
 struct HeldPermits {
   Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
                           // under the id (unless byPolicy: the failure policy decided, nothing was
@@ -43,8 +43,9 @@ struct Settlement {
   std::int64_t reserved = 0;   // permits the reservation took
   std::int64_t actual = 0;     // permits used, as the settling call said
   std::int64_t returned = 0;   // permits given back: reserved - actual, less when the limiter was full
-                               // again sooner (it never holds more than full), 0 when a fixed window's
-                               // reservation was made in a window that has ended (its count is gone)
+                               // again sooner (it never holds more than full), 0 when a fixed window's or
+                               // calendar quota's reservation was made in a window that has ended
+                               // (its count is gone)
   std::int64_t charged = 0;    // permits taken beyond the reservation (actual > reserved): the debt
                                // rule, see docs/algorithms.md "Reserve, then settle"
   std::int64_t unpaid = 0;     // actual - reserved - charged: beyond the furthest the limiter may owe,

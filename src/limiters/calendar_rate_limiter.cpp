@@ -179,17 +179,35 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
     callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   }
 
-  // The script's arguments for `op` (take or peek) of `permits`, with a table of windows around
-  // `around` (the server's time as this host guesses it).
-  std::vector<std::string> argv(std::string_view op, std::int64_t permits, microseconds around) const {
-    return {std::string(op),
-            "",
-            std::string(1, kKind),
-            fmt::to_string(permits),
-            fmt::to_string(quota_.limit),
-            std::string(1, unitCode(quota_.unit)),
-            keepAlive_,
-            packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter))};
+  // One script call: `op` of `count` on `key` (count: the permits of take, peek and reserve, the
+  // actual permits of settle, the permits of refund), with the reservation record `recordKey`
+  // (KEYS[2] of reserve and settle; empty: none) and, for reserve, its TTL.
+  struct Call {
+    std::string key;
+    std::string op;
+    std::int64_t count = 0;
+    std::string recordKey;
+    milliseconds recordTtl{0};
+  };
+
+  // The script's arguments for `c`, with a table of windows around `around` (the server's time as
+  // this host guesses it).
+  std::vector<std::string> argv(const Call& c, microseconds around) const {
+    std::vector<std::string> out{c.op,
+                                 "",
+                                 std::string(1, kKind),
+                                 fmt::to_string(c.count),
+                                 fmt::to_string(quota_.limit),
+                                 std::string(1, unitCode(quota_.unit)),
+                                 keepAlive_,
+                                 packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter))};
+    if (c.recordTtl.count() > 0) out.push_back(fmt::to_string(c.recordTtl.count()));
+    return out;
+  }
+  detail::ScriptRequest request(const Call& c, microseconds around) const {
+    detail::ScriptRequest r{&kCalendar, {c.key}, argv(c, around), nullptr};
+    if (!c.recordKey.empty()) r.keys.push_back(c.recordKey);
+    return r;
   }
   microseconds serverNowGuess() const { return systemNow() + microseconds{offsetUs_.load(std::memory_order_relaxed)}; }
   void sawServerNow(microseconds serverNow) {
@@ -200,40 +218,39 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
         fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", key));
   }
 
-  // One try of `op` on `key` (this limiter's name, or a key of the keyed family): a table around
-  // the server's time as last seen, and once more around the time the server answered when that
-  // was outside it. The decision's reply; the limiter's errors.
-  detail::Reply send(const std::string& key, std::string_view op, std::int64_t permits, SteadyTime deadline) {
+  // One try of `c`: a table around the server's time as last seen, and once more around the time
+  // the server answered when that was outside it (nothing was written then). The operation's
+  // reply; the limiter's errors.
+  detail::Reply send(const Call& c, SteadyTime deadline) {
     microseconds around = serverNowGuess();
     for (int tries = 0; tries < 2; ++tries) {
-      const detail::ScriptRequest r{&kCalendar, {key}, argv(op, permits, around), nullptr};
       detail::Reply reply;
       try {
-        reply = r.send(*client_, deadline);
+        reply = request(c, around).send(*client_, deadline);
       } catch (const ScriptError&) {
-        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), key, kKind));
+        std::rethrow_exception(detail::oneKeyScriptError(std::current_exception(), c.key, kKind));
       }
       if (reply.type != detail::Reply::Type::Integer) return reply;
       around = microseconds{reply.integer};  // the server's now, outside the table
       sawServerNow(around);
     }
-    throw outsideTwice(key);
+    throw outsideTwice(c.key);
   }
 
-  // send() without waiting, for a take: `done` gets the reply or the error (ScriptErrors as they
-  // are), once. `around`: the second table's time.
-  void sendAsync(const std::string& key, std::int64_t permits, SteadyTime deadline, detail::ReplyCallback done,
+  // send() without waiting: `done` gets the reply or the error (ScriptErrors as they are), once.
+  // `around`: the second table's time.
+  void sendAsync(const Call& c, SteadyTime deadline, detail::ReplyCallback done,
                  std::optional<microseconds> around = std::nullopt) {
-    detail::ScriptRequest r{&kCalendar, {key}, {}, nullptr};
+    detail::ScriptRequest r;
     try {
-      r.argv = argv("take", permits, around.value_or(serverNowGuess()));
+      r = request(c, around.value_or(serverNowGuess()));
     } catch (...) {
       done(detail::Reply{}, std::current_exception());
       return;
     }
     const bool second = around.has_value();
     r.sendAsync(*client_, deadline,
-                [weak = weak_from_this(), key, permits, deadline, second, done = std::move(done)](
+                [weak = weak_from_this(), c, deadline, second, done = std::move(done)](
                     const detail::Reply& reply, std::exception_ptr error) mutable {
                   if (error || reply.type != detail::Reply::Type::Integer) {
                     done(reply, std::move(error));
@@ -242,26 +259,57 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
                   const std::shared_ptr<Core> self = weak.lock();
                   if (second || !self) {
                     done(detail::Reply{},
-                         second ? std::make_exception_ptr(outsideTwice(key))
-                                : std::make_exception_ptr(ClosedError("redlimit: limiter " + key +
+                         second ? std::make_exception_ptr(outsideTwice(c.key))
+                                : std::make_exception_ptr(ClosedError("redlimit: limiter " + c.key +
                                                                       ": the handle was dropped before its reply")));
                     return;
                   }
                   const microseconds serverNow{reply.integer};
                   self->sawServerNow(serverNow);
-                  self->sendAsync(key, permits, deadline, std::move(done), serverNow);
+                  self->sendAsync(c, deadline, std::move(done), serverNow);
                 });
+  }
+
+  // `c` through the call protocol, waiting: `parse(reply)`, `byPolicy(allowed)` as runSync's.
+  template <class Parse, class ByPolicy>
+  auto call(const detail::LimiterCall::Params& params, std::string_view what, const Call& c, Parse&& parse,
+            ByPolicy&& byPolicy) {
+    return detail::runSync(
+        *client_, gate_, params, what, [&](SteadyTime deadline) { return send(c, deadline); },
+        std::forward<Parse>(parse), std::forward<ByPolicy>(byPolicy));
+  }
+
+  // `c` through the call protocol, reporting to `done` once (runAsync): `parse(Core*, reply)`,
+  // `byPolicy(Core&, allowed)`.
+  template <class Out, class Parse, class ByPolicy>
+  void callAsync(const detail::LimiterCall::Params& params, Call c, Parse parse, ByPolicy byPolicy,
+                 std::function<void(Out, std::exception_ptr)> done) {
+    detail::OneKeyErrors errors{c.key, kKind};
+    detail::runAsync<Out>(
+        shared_from_this(), params,
+        [c = std::move(c)](Core& self, SteadyTime deadline, detail::ReplyCallback sent) {
+          self.sendAsync(c, deadline, std::move(sent));
+        },
+        std::move(errors), std::move(parse), std::move(byPolicy), std::move(done));
   }
 
   // The decision in a take or peek reply; `self` (null: the handle was dropped) remembers the
   // server's time and the Local policy's interval.
   static Decision parse(Core* self, const std::string& key, const detail::Reply& r, std::int64_t permits) {
     const detail::DecisionReply v = detail::parseDecisionReply(r, detail::DecisionForm::Packed, key);
-    if (self != nullptr) {
-      self->sawServerNow(microseconds{v.nowUs});
-      self->localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
-    }
+    if (self != nullptr) self->saw(v);
     return detail::decisionOf(v, permits);
+  }
+  // The same for a reserve reply.
+  static HeldPermits held(Core* self, const std::string& key, const detail::Reply& r, std::int64_t permits) {
+    detail::DecisionReply v;
+    HeldPermits out = detail::parseHeld(r, key, permits, v);
+    if (self != nullptr) self->saw(v);
+    return out;
+  }
+  void saw(const detail::DecisionReply& v) {
+    sawServerNow(microseconds{v.nowUs});
+    localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
   }
 
   detail::LimiterCall::Params decision(std::int64_t permits) const {
@@ -272,18 +320,16 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
   // A take is sent again after a closed connection: it may count twice, never grant twice.
   Decision take(const std::string& key, std::int64_t permits) {
     checkPermits(permits);
-    return detail::runSync(
-        *client_, gate_, decision(permits), "decide",
-        [&](SteadyTime deadline) { return send(key, "take", permits, deadline); },
+    return call(
+        decision(permits), "decide", Call{key, "take", permits, {}, {}},
         [&](const detail::Reply& r) { return parse(this, key, r, permits); },
         [&](bool allowed) { return byPolicy(permits, allowed); });
   }
 
   Decision peek(const std::string& key, std::int64_t permits) {
     checkPermits(permits);
-    return detail::runSync(
-        *client_, gate_, detail::LimiterCall::plain(callBound_), "peek",
-        [&](SteadyTime deadline) { return send(key, "peek", permits, deadline); },
+    return call(
+        detail::LimiterCall::plain(callBound_), "peek", Call{key, "peek", permits, {}, {}},
         [&](const detail::Reply& r) { return parse(this, key, r, permits); }, [](bool) { return Decision{}; });
   }
 
@@ -298,14 +344,103 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
       done(Decision{}, std::current_exception());
       return;
     }
-    detail::runAsync<Decision>(
-        shared_from_this(), decision(permits),
-        [key, permits](Core& self, SteadyTime deadline, detail::ReplyCallback sent) {
-          self.sendAsync(key, permits, deadline, std::move(sent));
-        },
-        detail::OneKeyErrors{key, kKind},
+    callAsync<Decision>(
+        decision(permits), Call{key, "take", permits, {}, {}},
         [key, permits](Core* self, const detail::Reply& r) { return parse(self, key, r, permits); },
         [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
+  }
+
+  // A reserve of `permits` on `key` under the record of `id` (checked before anything is sent); a
+  // decision, sent again after a closed connection (the record answers a resend: repeated).
+  Call reserveCall(const std::string& key, std::int64_t permits, const std::string& id, milliseconds recordTtl) const {
+    std::string recordKey = detail::reservationRecordKey(key, id);
+    detail::checkReservationTtl(recordTtl);
+    checkPermits(permits);
+    return Call{key, "reserve", permits, std::move(recordKey), recordTtl};
+  }
+
+  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id, milliseconds recordTtl) {
+    const Call c = reserveCall(key, permits, id, recordTtl);
+    HeldPermits out = call(
+        decision(permits), "reserveFor", c, [&](const detail::Reply& r) { return held(this, key, r, permits); },
+        [&](bool allowed) { return heldByPolicy(permits, allowed); });
+    detail::admitHeld(gate_.monitor(), out);
+    return out;
+  }
+
+  void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id, milliseconds recordTtl,
+                       HeldCallback done) {
+    // Isolated: a callback that throws is reported once and cannot make this one run again.
+    done = detail::isolated(std::move(done), gate_.monitor(), name_);
+    Call c;
+    try {
+      c = reserveCall(key, permits, id, recordTtl);
+    } catch (...) {
+      done(HeldPermits{}, std::current_exception());
+      return;
+    }
+    callAsync<HeldPermits>(
+        decision(permits), std::move(c),
+        [key, permits](Core* self, const detail::Reply& r) { return held(self, key, r, permits); },
+        [permits](Core& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
+        [monitor = gate_.monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
+          if (!error) detail::admitHeld(monitor, out);
+          done(out, std::move(error));
+        });
+  }
+
+  // A settle of the record of `id` on `key` with `actual` (checked before anything is sent). Not a
+  // decision; sent again after a closed connection (a second answers AlreadySettled).
+  static Call settleCall(const std::string& key, const std::string& id, std::int64_t actual) {
+    std::string recordKey = detail::reservationRecordKey(key, id);
+    detail::checkActualPermits(actual);
+    return Call{key, "settle", actual, std::move(recordKey), {}};
+  }
+
+  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual) {
+    return call(
+        detail::LimiterCall::plain(callBound_), "settle", settleCall(key, id, actual),
+        [&](const detail::Reply& r) { return detail::parseSettlement(key, r, gate_.monitor()); },
+        [](bool) { return Settlement{}; });
+  }
+
+  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, SettleCallback done) {
+    done = detail::isolated(std::move(done), gate_.monitor(), name_);
+    Call c;
+    try {
+      c = settleCall(key, id, actual);
+    } catch (...) {
+      done(Settlement{}, std::current_exception());
+      return;
+    }
+    callAsync<Settlement>(
+        detail::LimiterCall::plain(callBound_), std::move(c),
+        [key, monitor = gate_.monitor()](Core*, const detail::Reply& r) {
+          return detail::parseSettlement(key, r, monitor);
+        },
+        [](Core&, bool) { return Settlement{}; }, std::move(done));
+  }
+
+  // Gives `permits` back to the window in force on `key`, counted in the metrics. Never sent
+  // again: a refund that went through and was sent again would give the permits back twice.
+  void refund(const std::string& key, std::int64_t permits) {
+    if (permits < 0 || permits > kMaxPermits) {
+      throw InvalidArgument(
+          fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name_, kMaxPermits, permits));
+    }
+    if (permits == 0) return;
+    (void)call(
+        detail::LimiterCall::plain(callBound_, detail::LimiterCall::Resend::Never), "refund",
+        Call{key, "refund", permits, {}, {}},
+        [&](const detail::Reply& r) {
+          if (r.type != detail::Reply::Type::Array || r.elements.size() != 1) {
+            throw UnexpectedReplyError(
+                fmt::format("redlimit: limiter {}: expected an array of 1 from refund, got {}", key, r.describe()));
+          }
+          return r.elements[0].asInteger();
+        },
+        [](bool) { return std::int64_t{0}; });
+    gate_.monitor().refunded(permits);
   }
 
   void checkPermits(std::int64_t permits) const {
@@ -322,6 +457,11 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
     d.limit = quota_.limit;
     d.byPolicy = true;
     return d;
+  }
+  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const {
+    HeldPermits out;
+    out.decision = byPolicy(permits, allowed);
+    return out;
   }
 
   std::shared_ptr<Client> client_;
@@ -385,6 +525,66 @@ void CalendarRateLimiter::decideOnAsync(const std::string& key, std::int64_t per
 Decision CalendarRateLimiter::peek(std::int64_t permits) { return peekOn(core_->name_, permits); }
 
 Decision CalendarRateLimiter::peekOn(const std::string& key, std::int64_t permits) { return core_->peek(key, permits); }
+
+HeldPermits CalendarRateLimiter::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
+  return reserveForOn(core_->name_, permits, id, recordTtl);
+}
+
+HeldPermits CalendarRateLimiter::reserveForOn(const std::string& key, std::int64_t permits, const std::string& id,
+                                              milliseconds recordTtl) {
+  return core_->reserveFor(key, permits, id, recordTtl);
+}
+
+void CalendarRateLimiter::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
+                                          HeldCallback done) {
+  reserveForOnAsync(core_->name_, permits, id, recordTtl, std::move(done));
+}
+
+void CalendarRateLimiter::reserveForAsync(std::int64_t permits, const std::string& id, HeldCallback done) {
+  reserveForAsync(permits, id, kDefaultReservationTtl, std::move(done));
+}
+
+std::future<HeldPermits> CalendarRateLimiter::reserveForAsync(std::int64_t permits, const std::string& id,
+                                                              milliseconds recordTtl) {
+  return detail::futureOf<HeldPermits>(
+      [&](auto done) { reserveForAsync(permits, id, recordTtl, HeldCallback(std::move(done))); });
+}
+
+void CalendarRateLimiter::reserveForOnAsync(const std::string& key, std::int64_t permits, const std::string& id,
+                                            milliseconds recordTtl, HeldCallback done) {
+  core_->reserveForAsync(key, permits, id, recordTtl, std::move(done));
+}
+
+Settlement CalendarRateLimiter::settle(const std::string& id, std::int64_t actual) {
+  return settleOn(core_->name_, id, actual);
+}
+
+Settlement CalendarRateLimiter::settleOn(const std::string& key, const std::string& id, std::int64_t actual) {
+  return core_->settle(key, id, actual);
+}
+
+Settlement CalendarRateLimiter::cancel(const std::string& id) { return settle(id, 0); }
+
+void CalendarRateLimiter::settleAsync(const std::string& id, std::int64_t actual, SettleCallback done) {
+  settleOnAsync(core_->name_, id, actual, std::move(done));
+}
+
+std::future<Settlement> CalendarRateLimiter::settleAsync(const std::string& id, std::int64_t actual) {
+  return detail::futureOf<Settlement>([&](auto done) { settleAsync(id, actual, SettleCallback(std::move(done))); });
+}
+
+void CalendarRateLimiter::settleOnAsync(const std::string& key, const std::string& id, std::int64_t actual,
+                                        SettleCallback done) {
+  core_->settleAsync(key, id, actual, std::move(done));
+}
+
+void CalendarRateLimiter::refund(std::int64_t permits) { refundOn(core_->name_, permits); }
+
+void CalendarRateLimiter::refundOn(const std::string& key, std::int64_t permits) { core_->refund(key, permits); }
+
+std::string CalendarRateLimiter::reservationKey(const std::string& id) const {
+  return detail::reservationRecordKey(core_->name_, id);
+}
 
 CalendarWindow CalendarRateLimiter::windowAt(microseconds at) const {
   return windowsIn(core_->quota_, *core_->zone_, at, 0, 0).front();

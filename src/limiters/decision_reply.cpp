@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "redlimit/errors.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
 
 namespace redlimit::detail {
 
@@ -52,6 +53,20 @@ DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_
   d.localRate = at(7);
   d.localIntervalMs = at(8);
   return d;
+}
+
+HeldPermits parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits, DecisionReply& values) {
+  HeldPermits out;
+  out.repeated = parseReserveRepeated(limiter, r);
+  values = parseDecisionReply(r, DecisionForm::Array, limiter, kReserveReplySize);
+  out.decision = decisionOf(values, permits);
+  return out;
+}
+
+void admitHeld(const LimiterMonitor& monitor, HeldPermits& held) {
+  if (held.repeated) return;  // counted when it was granted
+  monitor.admit(held.decision);
+  if (held.decision.allowed && !held.decision.byPolicy && !held.decision.shadowDenied) monitor.reservationOpened();
 }
 
 SettleStatus settleStatusOf(std::int64_t code, std::string_view who) {

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "redlimit/decision.hpp"
+#include "redlimit/monitor.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/reply.hpp"
 
@@ -71,6 +73,15 @@ enum class DecisionForm {
   d.time = std::chrono::microseconds{v.nowUs};
   return d;
 }
+
+/// A reserve reply of `limiter` for `permits` (kReserveReplySize values: take's nine, then
+/// repeated); `values` gets the nine. Throws UnexpectedReplyError for another shape.
+[[nodiscard]] HeldPermits parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits,
+                                    DecisionReply& values);
+
+/// A reserve's answer counted in `monitor`: a decision (shadow mode applied to held.decision) and,
+/// when Redis recorded it, an opened reservation; a repeat counts nothing (counted when granted).
+void admitHeld(const LimiterMonitor& monitor, HeldPermits& held);
 
 /// The status code of a settle reply (every settling script: 0 no record, 1 settled by this call,
 /// 2 settled before). Another code is UnexpectedReplyError naming `who` ("limiter x", a MultiLimit's

@@ -8,6 +8,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
 
 namespace redlimit {
 
@@ -33,17 +34,24 @@ bool KeyedCalendarRateLimiter::tryAcquire(std::string_view key, std::int64_t per
   return decide(key, permits).allowed;
 }
 
-void KeyedCalendarRateLimiter::decideAsync(std::string_view key, std::int64_t permits,
-                                           CalendarRateLimiter::DecisionCallback done) {
-  done = detail::isolated(std::move(done), monitor(), getName());
+template <class Out, class Go>
+void KeyedCalendarRateLimiter::onCheckedKey(std::string_view key, std::function<void(Out, std::exception_ptr)> done,
+                                            Go go) {
   std::string k;
   try {
     k = checkedKey(key);
   } catch (...) {
-    done(Decision{}, std::current_exception());
+    detail::isolated(std::move(done), monitor(), getName())(Out{}, std::current_exception());
     return;
   }
-  policy_.decideOnAsync(k, permits, std::move(done));
+  go(k, std::move(done));
+}
+
+void KeyedCalendarRateLimiter::decideAsync(std::string_view key, std::int64_t permits,
+                                           CalendarRateLimiter::DecisionCallback done) {
+  onCheckedKey<Decision>(key, std::move(done), [&](const std::string& k, CalendarRateLimiter::DecisionCallback d) {
+    policy_.decideOnAsync(k, permits, std::move(d));
+  });
 }
 
 std::future<Decision> KeyedCalendarRateLimiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -53,6 +61,54 @@ std::future<Decision> KeyedCalendarRateLimiter::decideAsync(std::string_view key
 
 Decision KeyedCalendarRateLimiter::peek(std::string_view key, std::int64_t permits) {
   return policy_.peekOn(checkedKey(key), permits);
+}
+
+HeldPermits KeyedCalendarRateLimiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
+                                                 std::chrono::milliseconds recordTtl) {
+  return policy_.reserveForOn(checkedKey(key), permits, id, recordTtl);
+}
+
+Settlement KeyedCalendarRateLimiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
+  return policy_.settleOn(checkedKey(key), id, actual);
+}
+
+Settlement KeyedCalendarRateLimiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
+
+void KeyedCalendarRateLimiter::refund(std::string_view key, std::int64_t permits) {
+  policy_.refundOn(checkedKey(key), permits);
+}
+
+std::string KeyedCalendarRateLimiter::reservationKey(std::string_view key, const std::string& id) const {
+  return detail::reservationRecordKey(checkedKey(key), id);
+}
+
+void KeyedCalendarRateLimiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                                               std::chrono::milliseconds recordTtl,
+                                               CalendarRateLimiter::HeldCallback done) {
+  onCheckedKey<HeldPermits>(key, std::move(done), [&](const std::string& k, CalendarRateLimiter::HeldCallback d) {
+    policy_.reserveForOnAsync(k, permits, id, recordTtl, std::move(d));
+  });
+}
+
+std::future<HeldPermits> KeyedCalendarRateLimiter::reserveForAsync(std::string_view key, std::int64_t permits,
+                                                                   const std::string& id,
+                                                                   std::chrono::milliseconds recordTtl) {
+  return detail::futureOf<HeldPermits>([&](auto done) {
+    reserveForAsync(key, permits, id, recordTtl, CalendarRateLimiter::HeldCallback(std::move(done)));
+  });
+}
+
+void KeyedCalendarRateLimiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual,
+                                           CalendarRateLimiter::SettleCallback done) {
+  onCheckedKey<Settlement>(key, std::move(done), [&](const std::string& k, CalendarRateLimiter::SettleCallback d) {
+    policy_.settleOnAsync(k, id, actual, std::move(d));
+  });
+}
+
+std::future<Settlement> KeyedCalendarRateLimiter::settleAsync(std::string_view key, const std::string& id,
+                                                              std::int64_t actual) {
+  return detail::futureOf<Settlement>(
+      [&](auto done) { settleAsync(key, id, actual, CalendarRateLimiter::SettleCallback(std::move(done))); });
 }
 
 CalendarWindow KeyedCalendarRateLimiter::windowAt(std::chrono::microseconds at) const { return policy_.windowAt(at); }

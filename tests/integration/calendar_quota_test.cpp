@@ -12,7 +12,9 @@
 #include "helpers.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/detail/keyed_script_limiter.hpp"
 #include "redlimit/http.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -354,4 +356,292 @@ TEST_F(CalendarQuotaTest, AsyncDecisionsOfAnUnreachableRedisAreDecidedByThePolic
       }
     }
   }
+}
+
+// Reserve, then settle on a calendar quota (docs/algorithms.md "Reserve, then settle"). The
+// limiter's calls decide with the server's clock, in a month of Berlin (a window's end falls inside
+// a test about once in 20 million runs); the window's end is reached by the script-level test,
+// which passes the time itself.
+class CalendarRateLimiterTest : public CalendarQuotaTest {
+ protected:
+  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
+  CalendarRateLimiter monthly(std::int64_t limit, const std::shared_ptr<MetricsRegistry>& registry = nullptr) {
+    CalendarRateLimiterOptions o;
+    o.monitor.registry = registry;
+    return CalendarRateLimiter(client(), name(), berlinQuota(limit, CalendarUnit::Month), o);
+  }
+  // The script's reserve/settle/refund of `key` at `nowUs` with the record of `id` (none for refund).
+  Reply hold(const std::string& op, const std::string& key, const std::string& id, std::int64_t nowUs,
+             std::int64_t count, const std::string& tbl) {
+    std::vector<std::string> keys{key};
+    if (!id.empty()) keys.push_back(detail::reservationRecordKey(key, id));
+    std::vector<std::string> args{op, std::to_string(nowUs), "Q", std::to_string(count), "3", "D", "1000", tbl};
+    if (op == "reserve") args.emplace_back("60000");
+    return runScript(admin(), detail::lua::calendar_quota, keys, args);
+  }
+};
+
+namespace {
+
+void expectSettlement(const Settlement& s, SettleStatus status, std::int64_t reserved, std::int64_t actual,
+                      std::int64_t returned, std::int64_t charged, std::int64_t unpaid, std::int64_t remaining) {
+  EXPECT_EQ(s.status, status);
+  EXPECT_EQ(s.reserved, reserved);
+  EXPECT_EQ(s.actual, actual);
+  EXPECT_EQ(s.returned, returned);
+  EXPECT_EQ(s.charged, charged);
+  EXPECT_EQ(s.unpaid, unpaid);
+  EXPECT_EQ(s.remaining, remaining);
+}
+
+// The reservation counts of `name` in `registry`: opened, settled, permits refunded, granted
+// decisions and their permits.
+void expectCounted(const MetricsRegistry& registry, const std::string& name, std::uint64_t opened,
+                   std::uint64_t settled, std::uint64_t refunded, std::uint64_t granted, std::uint64_t permits) {
+  const LimiterMetricsSnapshot m = registry.snapshot(name);
+  EXPECT_EQ(m.reservationsOpened, opened);
+  EXPECT_EQ(m.reservationsSettled, settled);
+  EXPECT_EQ(m.permitsRefunded, refunded);
+  EXPECT_EQ(m.granted, granted);
+  EXPECT_EQ(m.permitsGranted, permits);
+}
+
+// A reserve reply of the script: take's nine values, then repeated.
+TakeReply reserveReply(const Reply& r) {
+  return detail::parseDecisionReply(r, detail::DecisionForm::Array, "(test)", detail::kReserveReplySize);
+}
+
+// A settle reply of the script.
+Settlement settlementOf(const Reply& r) {
+  EXPECT_EQ(r.type, Reply::Type::Array);
+  EXPECT_EQ(r.elements.size(), 7u);
+  if (r.elements.size() != 7) return {};
+  Settlement s;
+  s.status = detail::settleStatusOf(r.elements[0].integer, "(test)");
+  s.reserved = r.elements[1].integer;
+  s.actual = r.elements[2].integer;
+  s.returned = r.elements[3].integer;
+  s.charged = r.elements[4].integer;
+  s.unpaid = r.elements[5].integer;
+  s.remaining = r.elements[6].integer;
+  return s;
+}
+
+}  // namespace
+
+TEST_F(CalendarRateLimiterTest, ReserveThenSettleGivesBackTheUnusedOnceInTheSameWindow) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiter rl = monthly(100, registry);
+  const HeldPermits held = rl.reserveFor(40, "req-1");
+  ASSERT_TRUE(held.decision.allowed);
+  EXPECT_FALSE(held.repeated);
+  EXPECT_EQ(held.decision.remaining, 60);
+  EXPECT_EQ(held.decision.limit, 100);
+  const CalendarWindow w = rl.windowAt(held.decision.time);
+  EXPECT_EQ(held.decision.resetAfter, w.end - held.decision.time) << "exact to the window's end";
+  EXPECT_EQ(rl.reservationKey("req-1"), "{" + name() + "}:rsv:req-1");
+  EXPECT_TRUE(exists(admin(), rl.reservationKey("req-1")));
+  const std::int64_t pttl = raw({"PTTL", rl.reservationKey("req-1")}).integer;
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 3600000) << "the default record TTL: 1 hour";
+
+  expectSettlement(rl.settle("req-1", 10), SettleStatus::Settled, 40, 10, 30, 0, 0, 90);
+  // A retry (another actual too) answers the first settle and changes nothing.
+  expectSettlement(rl.settle("req-1", 25), SettleStatus::AlreadySettled, 40, 10, 30, 0, 0, 90);
+  EXPECT_EQ(rl.peek().remaining, 90);
+  // Used beyond the reservation: charged in the window, up to the limit; the rest is unpaid.
+  ASSERT_TRUE(rl.reserveFor(10, "req-2").decision.allowed);
+  expectSettlement(rl.settle("req-2", 25), SettleStatus::Settled, 10, 25, 0, 15, 0, 65);
+  ASSERT_TRUE(rl.reserveFor(60, "req-3").decision.allowed);
+  expectSettlement(rl.settle("req-3", 70), SettleStatus::Settled, 60, 70, 0, 5, 5, 0);
+  EXPECT_EQ(rl.peek().remaining, 0);
+  // No record: Unknown, nothing changes.
+  expectSettlement(rl.settle("never", 3), SettleStatus::Unknown, 0, 0, 0, 0, 0, 0);
+  EXPECT_FALSE(exists(admin(), rl.reservationKey("never")));
+
+  expectCounted(*registry, name(), 3, 3, 30, 3, 110);
+}
+
+TEST_F(CalendarRateLimiterTest, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecordsNothing) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiter rl = monthly(10, registry);
+  ASSERT_TRUE(rl.reserveFor(3, "a").decision.allowed);
+  const HeldPermits again = rl.reserveFor(3, "a");
+  EXPECT_TRUE(again.decision.allowed);
+  EXPECT_TRUE(again.repeated);
+  EXPECT_EQ(again.decision.remaining, 7) << "nothing more taken";
+  EXPECT_THROW((void)rl.reserveFor(4, "a"), InvalidArgument) << "an id names one reservation";
+  expectSettlement(rl.settle("a", 1), SettleStatus::Settled, 3, 1, 2, 0, 0, 9);
+  const HeldPermits settled = rl.reserveFor(3, "a");
+  EXPECT_TRUE(settled.repeated) << "also once settled, while the record lives";
+  EXPECT_EQ(settled.decision.remaining, 9);
+  // A denial records nothing: the id may be tried again.
+  const HeldPermits denied = rl.reserveFor(10, "b");
+  EXPECT_FALSE(denied.decision.allowed);
+  EXPECT_FALSE(denied.repeated);
+  EXPECT_EQ(denied.decision.retryAfter, rl.windowAt(denied.decision.time).end - denied.decision.time);
+  EXPECT_FALSE(exists(admin(), rl.reservationKey("b")));
+  EXPECT_EQ(rl.settle("b", 0).status, SettleStatus::Unknown);
+  const LimiterMetricsSnapshot m = registry->snapshot(name());
+  EXPECT_EQ(m.reservationsOpened, 1u);
+  EXPECT_EQ(m.granted, 1u) << "repeats count nothing";
+  EXPECT_EQ(m.denied, 1u);
+}
+
+TEST_F(CalendarRateLimiterTest, CancelGivesTheReservationBackAndRefundNeverGoesBelowNothingUsed) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiter rl = monthly(10, registry);
+  ASSERT_TRUE(rl.reserveFor(5, "c").decision.allowed);
+  expectSettlement(rl.cancel("c"), SettleStatus::Settled, 5, 0, 5, 0, 0, 10);
+  ASSERT_TRUE(rl.tryAcquire(3));
+  rl.refund(2);
+  EXPECT_EQ(rl.peek().remaining, 9);
+  rl.refund(100);
+  EXPECT_EQ(rl.peek().remaining, 10) << "never below 0 used";
+  rl.refund(0);
+  EXPECT_EQ(registry->snapshot(name()).permitsRefunded, 107u);
+  // A refund on a quota with nothing counted writes nothing.
+  CalendarRateLimiter fresh(client(), name("fresh"), berlinQuota(10, CalendarUnit::Month));
+  fresh.refund(4);
+  EXPECT_FALSE(exists(admin(), name("fresh")));
+}
+
+TEST_F(CalendarRateLimiterTest, ASettleAfterTheWindowEndedGivesNothingBackAndChargesTheNewWindow) {
+  const std::int64_t t0 = serverTimeUs(admin()) / kDayUs * kDayUs;
+  const std::string tbl = table(100, t0 - kDayUs, kDayUs);  // labels 100..103, 101 holding t0
+  const std::string key = name();
+  const std::string tbl2 = table(101, t0, kDayUs);  // a client a day later: 102 holds t0 + 1 day
+  // Made in day 101, settled in it: given back.
+  ASSERT_TRUE(reserveReply(hold("reserve", key, "same", t0 + 10, 2, tbl)).allowed);
+  EXPECT_EQ(stored(key).count, 2);
+  const Settlement same = settlementOf(hold("settle", key, "same", t0 + kDayUs - 1, 0, tbl));
+  expectSettlement(same, SettleStatus::Settled, 2, 0, 2, 0, 0, 3);
+  EXPECT_EQ(stored(key).count, 0);
+  // Made in day 101, settled in day 102: day 101's count is gone, nothing is given back.
+  ASSERT_TRUE(reserveReply(hold("reserve", key, "late", t0 + 20, 3, tbl)).allowed);
+  const Settlement late = settlementOf(hold("settle", key, "late", t0 + kDayUs + 10, 1, tbl2));
+  expectSettlement(late, SettleStatus::Settled, 3, 1, 0, 0, 0, 3);
+  EXPECT_EQ(stored(key).label, 101) << "nothing changed: nothing written";
+  // Used beyond it, settled in day 102: the extra is counted in day 102.
+  const std::string key2 = name("charged");
+  ASSERT_TRUE(reserveReply(hold("reserve", key2, "over", t0 + 20, 1, tbl)).allowed);
+  const Settlement over = settlementOf(hold("settle", key2, "over", t0 + kDayUs + 10, 3, tbl2));
+  expectSettlement(over, SettleStatus::Settled, 1, 3, 0, 2, 0, 1);
+  EXPECT_EQ(stored(key2).label, 102);
+  EXPECT_EQ(stored(key2).start, t0 + kDayUs);
+  EXPECT_EQ(stored(key2).count, 2);
+  // A reserve repeated in day 102 answers as the window is now.
+  const Reply repeatedReply = hold("reserve", key2, "over", t0 + kDayUs + 20, 1, tbl2);
+  const TakeReply repeated = reserveReply(repeatedReply);
+  EXPECT_EQ(repeatedReply.elements.at(9).integer, 1) << "repeated";
+  EXPECT_TRUE(repeated.allowed);
+  EXPECT_EQ(repeated.remaining, 1);
+  // A refund gives back to the window in force only.
+  const Reply refunded = hold("refund", key2, "", t0 + kDayUs + 30, 5, tbl2);
+  ASSERT_EQ(refunded.type, Reply::Type::Array);
+  EXPECT_EQ(refunded.elements.at(0).integer, 3);
+  EXPECT_EQ(stored(key2).count, 0);
+  // Outside the caller's table: the server's time, nothing read or written but the key.
+  const Reply outside = hold("settle", key2, "over", t0 + 10 * kDayUs, 0, tbl);
+  ASSERT_EQ(outside.type, Reply::Type::Integer);
+  EXPECT_EQ(outside.integer, t0 + 10 * kDayUs);
+}
+
+TEST_F(CalendarRateLimiterTest, AsyncReserveAndSettleAnswerAsTheSyncForms) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiter rl = monthly(100, registry);
+  const HeldPermits first = rl.reserveForAsync(40, "f").get();
+  EXPECT_TRUE(first.decision.allowed);
+  EXPECT_FALSE(first.repeated);
+  EXPECT_EQ(first.decision.remaining, 60);
+  std::promise<std::pair<HeldPermits, std::exception_ptr>> got;
+  rl.reserveForAsync(40, "f", [&](HeldPermits h, std::exception_ptr e) { got.set_value({h, std::move(e)}); });
+  const auto [repeat, error] = got.get_future().get();
+  EXPECT_FALSE(error);
+  EXPECT_TRUE(repeat.repeated);
+  std::promise<std::pair<HeldPermits, std::exception_ptr>> got2;
+  rl.reserveForAsync(20, "g", milliseconds(5000), [&](HeldPermits h, std::exception_ptr e) {
+    got2.set_value({h, std::move(e)});
+  });
+  EXPECT_EQ(got2.get_future().get().first.decision.remaining, 40);
+  EXPECT_LE(raw({"PTTL", rl.reservationKey("g")}).integer, 5000);
+
+  expectSettlement(rl.settleAsync("f", 30).get(), SettleStatus::Settled, 40, 30, 10, 0, 0, 50);
+  std::promise<std::pair<Settlement, std::exception_ptr>> settled;
+  rl.settleAsync("f", 30, [&](Settlement s, std::exception_ptr e) { settled.set_value({s, std::move(e)}); });
+  const auto [again, settleError] = settled.get_future().get();
+  EXPECT_FALSE(settleError);
+  expectSettlement(again, SettleStatus::AlreadySettled, 40, 30, 10, 0, 0, 50);
+  expectCounted(*registry, name(), 2, 1, 10, 2, 60);
+}
+
+TEST_F(CalendarRateLimiterTest, BadReserveSettleAndRefundAreRefusedBeforeSending) {
+  CalendarRateLimiter rl = monthly(10);
+  (void)rl.peek();  // the script is loaded
+  const std::int64_t calls = scriptCalls();
+  EXPECT_THROW((void)rl.reserveFor(0, "a"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(11, "a"), InvalidArgument) << "more than the limit";
+  EXPECT_THROW((void)rl.reserveFor(1, ""), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(1, "a b"), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(1, std::string(129, 'a')), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(1, "a", milliseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveFor(1, "a", milliseconds(604800001)), InvalidArgument);
+  EXPECT_THROW((void)rl.settle("", 1), InvalidArgument);
+  EXPECT_THROW((void)rl.settle("a", -1), InvalidArgument);
+  EXPECT_THROW((void)rl.settle("a", CalendarRateLimiter::kMaxPermits + 1), InvalidArgument);
+  EXPECT_THROW((void)rl.cancel("a/b"), InvalidArgument);
+  EXPECT_THROW(rl.refund(-1), InvalidArgument);
+  EXPECT_THROW(rl.refund(CalendarRateLimiter::kMaxPermits + 1), InvalidArgument);
+  EXPECT_THROW((void)rl.reservationKey(""), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveForAsync(0, "a").get(), InvalidArgument);
+  EXPECT_THROW((void)rl.reserveForAsync(1, "", milliseconds(10)).get(), InvalidArgument);
+  EXPECT_THROW((void)rl.settleAsync("a", -1).get(), InvalidArgument);
+  std::promise<std::exception_ptr> refused;
+  rl.settleAsync("", 1, [&](Settlement, std::exception_ptr e) { refused.set_value(std::move(e)); });
+  EXPECT_THROW(std::rethrow_exception(refused.get_future().get()), InvalidArgument);
+  std::promise<std::exception_ptr> refusedHold;
+  rl.reserveForAsync(0, "a", [&](HeldPermits, std::exception_ptr e) { refusedHold.set_value(std::move(e)); });
+  EXPECT_THROW(std::rethrow_exception(refusedHold.get_future().get()), InvalidArgument);
+  // A name without a hash tag that holds a '}': no record key can share its slot.
+  CalendarRateLimiter braced(client(), name("a}b"), berlinQuota(10, CalendarUnit::Month));
+  EXPECT_THROW((void)braced.reserveFor(1, "a"), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
+}
+
+// CLIENT KILL TYPE normal before each call (client_kill_test.cpp's kill): the closed connection
+// makes reserve and settle be sent again, and their record applies them once.
+TEST_F(CalendarRateLimiterTest, AReserveResentAfterAKilledConnectionIsAppliedOnce) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiter rl = monthly(100, registry);
+  int reserved = 0, repeated = 0, settled = 0, again = 0, failed = 0;
+  for (int i = 0; i < 10; ++i) {
+    (void)raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
+    try {
+      const HeldPermits h = i % 2 == 0 ? rl.reserveFor(40, "req-1") : rl.reserveForAsync(40, "req-1").get();
+      EXPECT_TRUE(h.decision.allowed);
+      EXPECT_EQ(h.decision.remaining, 60);
+      (h.repeated ? repeated : reserved)++;
+    } catch (const IoError&) {
+      ++failed;  // the kill can still be in flight: a retry follows
+    }
+  }
+  EXPECT_EQ(reserved, 1);
+  EXPECT_EQ(reserved + repeated + failed, 10);
+  EXPECT_EQ(rl.peek().remaining, 60) << "40 taken once";
+  for (int i = 0; i < 10; ++i) {
+    (void)raw({"CLIENT", "KILL", "TYPE", "normal"});
+    try {
+      const Settlement s = i % 2 == 0 ? rl.settle("req-1", 10) : rl.settleAsync("req-1", 10).get();
+      EXPECT_EQ(s.returned, 30);
+      EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
+      (s.status == SettleStatus::Settled ? settled : again)++;
+    } catch (const IoError&) {
+      ++failed;
+    }
+  }
+  EXPECT_EQ(settled, 1);
+  EXPECT_GE(again, 5);
+  EXPECT_EQ(rl.peek().remaining, 90) << "40 taken once, 30 back once";
+  expectCounted(*registry, name(), 1, 1, 30, 1, 40);
+  EXPECT_EQ(rl.failureStats().outages, 0u) << "a closed connection is no outage";
 }

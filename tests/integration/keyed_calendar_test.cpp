@@ -8,6 +8,7 @@
 #include "helpers.hpp"
 #include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/keyed_calendar_rate_limiter.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -124,4 +125,83 @@ TEST_F(KeyedCalendarTest, OneMetricsSeriesAndOneFailureGateForThePolicy) {
   }
   EXPECT_TRUE(gone.failureStats().degraded) << "one gate for every key";
   EXPECT_THROW((void)gone.peek("a"), IoError) << "peek is not a decision";
+}
+
+// Reserve, then settle per key (docs/algorithms.md "Reserve, then settle").
+class KeyedCalendarRateLimiterTest : public KeyedCalendarTest {};
+
+// An LLM token budget: 50 000 tokens per tenant per day in Europe/Berlin. Each call reserves an
+// estimate and settles what the answer used: the day's remaining is the limit minus the actuals,
+// exactly (a reservation that was never settled would leave its estimate counted).
+TEST_F(KeyedCalendarRateLimiterTest, AnLlmTokenBudgetPerTenantPerBerlinDayIsChargedTheActuals) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  CalendarRateLimiterOptions o;
+  o.monitor.registry = registry;
+  KeyedCalendarRateLimiter daily(client(), name("llm-tokens"), berlinQuota(50000, CalendarUnit::Day), o);
+  const std::string tenant = name("{tenant:7}:tokens"), other = name("{tenant:8}:tokens");
+  const HeldPermits first = daily.reserveFor(tenant, 1000, "req-1");
+  ASSERT_TRUE(first.decision.allowed);
+  EXPECT_EQ(first.decision.remaining, 49000);
+  EXPECT_EQ(daily.reservationKey(tenant, "req-1"), tenant + ":rsv:req-1");
+  const Settlement s1 = daily.settle(tenant, "req-1", 234);
+  const HeldPermits second = daily.reserveFor(tenant, 1000, "req-2");
+  ASSERT_TRUE(second.decision.allowed);
+  const Settlement s2 = daily.settle(tenant, "req-2", 532);
+  const Decision now = daily.peek(tenant);
+  if (daily.windowAt(first.decision.time).label != daily.windowAt(now.time).label) {
+    GTEST_SKIP() << "Berlin's midnight fell inside the test: the first day's count is gone";
+  }
+  EXPECT_EQ(s1.status, SettleStatus::Settled);
+  EXPECT_EQ(s1.returned, 766);
+  EXPECT_EQ(s1.remaining, 50000 - 234);
+  EXPECT_EQ(s2.returned, 468);
+  EXPECT_EQ(s2.remaining, 50000 - 234 - 532);
+  EXPECT_EQ(now.remaining, 50000 - 234 - 532) << "the limit minus the actuals";
+  EXPECT_EQ(daily.settle(tenant, "req-2", 532).status, SettleStatus::AlreadySettled);
+  EXPECT_EQ(daily.peek(tenant).remaining, 50000 - 234 - 532) << "a retried settle changes nothing";
+  // The same id on another tenant is another reservation; CalendarRateLimiter on a key sees its count.
+  EXPECT_FALSE(daily.reserveFor(other, 1000, "req-1").repeated);
+  EXPECT_EQ(daily.cancel(other, "req-1").returned, 1000);
+  CalendarRateLimiter one(client(), tenant, berlinQuota(50000, CalendarUnit::Day));
+  EXPECT_EQ(one.peek().remaining, 50000 - 234 - 532);
+  const LimiterMetricsSnapshot m = registry->snapshot(name("llm-tokens"));
+  EXPECT_EQ(m.reservationsOpened, 3u);
+  EXPECT_EQ(m.reservationsSettled, 3u);
+  EXPECT_EQ(m.permitsRefunded, 766u + 468u + 1000u);
+}
+
+TEST_F(KeyedCalendarRateLimiterTest, AsyncFormsRefundAndBadKeysRefusedBeforeSending) {
+  KeyedCalendarRateLimiter monthly(client(), "monthly", berlinMonth(10));
+  const std::string key = name("k");
+  const HeldPermits held = monthly.reserveForAsync(key, 6, "a").get();
+  ASSERT_TRUE(held.decision.allowed);
+  EXPECT_EQ(held.decision.remaining, 4);
+  std::promise<HeldPermits> again;
+  monthly.reserveForAsync(key, 6, "a", milliseconds(60000),
+                          [&](HeldPermits h, std::exception_ptr) { again.set_value(h); });
+  EXPECT_TRUE(again.get_future().get().repeated);
+  const Settlement s = monthly.settleAsync(key, "a", 2).get();
+  EXPECT_EQ(s.returned, 4);
+  EXPECT_EQ(s.remaining, 8);
+  std::promise<Settlement> retried;
+  monthly.settleAsync(key, "a", 2, [&](Settlement r, std::exception_ptr) { retried.set_value(r); });
+  EXPECT_EQ(retried.get_future().get().status, SettleStatus::AlreadySettled);
+  monthly.refund(key, 1);
+  EXPECT_EQ(monthly.peek(key).remaining, 9);
+
+  const std::int64_t calls = scriptCalls();
+  EXPECT_THROW((void)monthly.reserveFor("", 1, "a"), InvalidArgument);
+  EXPECT_THROW((void)monthly.reserveFor(key, 11, "a"), InvalidArgument);
+  EXPECT_THROW((void)monthly.reserveFor(name("x:rsv:a"), 1, "a"), InvalidArgument) << "a record's key";
+  EXPECT_THROW((void)monthly.settle("", "a", 1), InvalidArgument);
+  EXPECT_THROW((void)monthly.cancel(key, ""), InvalidArgument);
+  EXPECT_THROW(monthly.refund("", 1), InvalidArgument);
+  EXPECT_THROW(monthly.refund(key, -1), InvalidArgument);
+  EXPECT_THROW((void)monthly.reservationKey("", "a"), InvalidArgument);
+  EXPECT_THROW((void)monthly.reserveForAsync("", 1, "a").get(), InvalidArgument);
+  EXPECT_THROW((void)monthly.settleAsync("", "a", 1).get(), InvalidArgument);
+  std::promise<std::exception_ptr> refused;
+  monthly.settleAsync("", "a", 1, [&](Settlement, std::exception_ptr e) { refused.set_value(std::move(e)); });
+  EXPECT_THROW(std::rethrow_exception(refused.get_future().get()), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
 }
