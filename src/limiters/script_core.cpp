@@ -248,18 +248,10 @@ Reservation ScriptCore::parse(ScriptCore* self, const std::string& key, char kin
 }
 
 HeldPermits ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
-  HeldPermits out;
-  out.repeated = parseReserveRepeated(key, r);
-  const DecisionReply v = parseDecisionReply(r, DecisionForm::Array, key, kReserveReplySize);
-  out.decision = decisionOf(v, permits);
+  DecisionReply v;
+  HeldPermits out = parseHeld(r, key, permits, v);
   if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
   return out;
-}
-
-void ScriptCore::admitHeld(const LimiterMonitor& monitor, HeldPermits& out) {
-  if (out.repeated) return;  // counted when it was granted
-  monitor.admit(out.decision);
-  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor.reservationOpened();
 }
 
 Reservation ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {

@@ -128,8 +128,6 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   static HeldPermits held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
-  // A reserve's admission in the metrics (a repeat was counted when it was granted).
-  static void admitHeld(const LimiterMonitor& monitor, HeldPermits& out);
 
   Records records_;
   std::atomic<bool> hasPolicy_{false};
