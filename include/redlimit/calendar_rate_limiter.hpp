@@ -191,6 +191,7 @@ class CalendarRateLimiter {
 
   [[nodiscard]] const std::string& getName() const noexcept;
   [[nodiscard]] const CalendarQuota& quota() const noexcept;
+  [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the limiter is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
   /// The handle's metrics, shadow mode and events.
@@ -198,6 +199,11 @@ class CalendarRateLimiter {
 
  private:
   friend class KeyedCalendarRateLimiter;
+  friend class Limiter;  // under Policy::calendar, on its keys
+
+  // Reservation records in redlimit's namespace (a Limiter's keys), and the record of `key`.
+  void useNamespacedRecords() noexcept;
+  [[nodiscard]] std::string recordKeyOn(const std::string& key, const std::string& id) const;
   class Core;
   std::shared_ptr<Core> core_;
 

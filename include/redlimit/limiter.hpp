@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/concurrency_limiter.hpp"
@@ -174,10 +175,12 @@ class Limiter {
   void checkHold(std::string_view what) const;
   void checkPermitPolicy(std::string_view what) const;
   void checkLeasePolicy(std::string_view what) const;
+  void checkWaitPolicy(std::string_view what) const;
   const detail::FailureGate& gate() const noexcept;
 
-  std::shared_ptr<detail::ScriptCore> core_;   // the rate policies'
-  std::shared_ptr<detail::LeaseCore> leases_;  // a concurrency policy's
+  std::shared_ptr<detail::ScriptCore> core_;       // the rate policies'
+  std::shared_ptr<detail::LeaseCore> leases_;      // a concurrency policy's
+  std::shared_ptr<CalendarRateLimiter> calendar_;  // a calendar policy's (its operations on a key)
   Policy policy_;
 };
 

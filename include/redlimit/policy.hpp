@@ -4,11 +4,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace redlimit {
 
 class Limiter;
 class MultiLimit;
+enum class CalendarUnit;  // calendar_rate_limiter.hpp
+enum class Weekday;
 
 namespace detail {
 struct KeyedPolicy;
@@ -28,11 +31,13 @@ struct KeyedPolicy;
 ///  - fixedWindow: at most `limit` per window of `window`, windows aligned to the epoch;
 ///  - smoothBursty / smoothWarmingUp: Guava's SmoothBursty and SmoothWarmingUp on the server,
 ///    for every process at once (reservations pay the debt of the previous caller; no reserveFor);
+///  - calendar: at most `limit` per calendar day, week or month of an IANA time zone (DST days
+///    are 23 or 25 hours), e.g. a daily token budget per tenant;
 ///  - concurrency: at most `limit` leases held at once, each for a TTL so that a crashed holder's
 ///    lease frees itself (Redisson's RPermitExpirableSemaphore): acquireLease, renew, release.
 class Policy {
  public:
-  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth, Concurrency };
+  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth, Concurrency, Calendar };
 
   /// `rate` permits per `period` (1 ms..49.7 days), at most `burst` at once; rate and burst in
   /// 1..4294967295.
@@ -59,6 +64,12 @@ class Policy {
   /// days) unless renewed.
   [[nodiscard]] static Policy concurrency(std::int64_t limit, std::chrono::milliseconds leaseTtl);
 
+  /// At most `limit` (1..4294967295) permits per calendar `unit` (day, week from `weekStart`,
+  /// month) of the time zone `zone` (an IANA name of the system's database, "Europe/Berlin").
+  /// Throws InvalidArgument for an unknown zone.
+  [[nodiscard]] static Policy calendar(std::int64_t limit, CalendarUnit unit, std::string zone, Weekday weekStart);
+  [[nodiscard]] static Policy calendar(std::int64_t limit, CalendarUnit unit, std::string zone);
+
   /// This policy with keys that expire once idle (full again, or cold) for `idle` (1 ms..49.7
   /// days); by default kDefaultIdleMargin (1 s). Permanent keys: permanent().
   [[nodiscard]] Policy keepAlive(std::chrono::milliseconds idle) const;
@@ -77,6 +88,9 @@ class Policy {
   /// Whether reserveFor/settle work under it (GCRA, token bucket, fixed window: a smooth limiter
   /// lends ahead rather than holding, a concurrency limit holds leases).
   [[nodiscard]] bool canHold() const noexcept { return kind_ != Kind::Smooth && kind_ != Kind::Concurrency; }
+  /// Whether it can take permits ahead of time (tryAcquire with a timeout, acquire, reserve): not a
+  /// calendar quota (its next window opens at the zone's next midnight) nor a concurrency limit.
+  [[nodiscard]] bool canWait() const noexcept { return kind_ != Kind::Calendar && kind_ != Kind::Concurrency; }
   /// Whether it gives leases (acquireLease, renew, release) rather than permits.
   [[nodiscard]] bool givesLeases() const noexcept { return kind_ == Kind::Concurrency; }
   /// A concurrency policy's lease TTL (0 for the others).
@@ -93,10 +107,12 @@ class Policy {
   [[nodiscard]] const detail::KeyedPolicy& packedPolicy() const noexcept { return *packed_; }
 
   // The parameters as given, and how long an idle key lives (0: permanent).
-  Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs);
+  Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs,
+         std::string zone = {});
 
   Kind kind_;
   std::int64_t a_, b_, c_, d_;
+  std::string zone_;  // a calendar quota's time zone
   std::int64_t keepAliveMs_;
   std::shared_ptr<const detail::KeyedPolicy> packed_;
 };

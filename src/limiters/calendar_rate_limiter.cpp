@@ -16,6 +16,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
+#include "limiters/key_layout.hpp"
 #include "limiters/script_call.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -353,7 +354,7 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
   // A reserve of `permits` on `key` under the record of `id` (checked before anything is sent); a
   // decision, sent again after a closed connection (the record answers a resend: repeated).
   Call reserveCall(const std::string& key, std::int64_t permits, const std::string& id, milliseconds recordTtl) const {
-    std::string recordKey = detail::reservationRecordKey(key, id);
+    std::string recordKey = recordKeyOf(key, id);
     detail::checkReservationTtl(recordTtl);
     checkPermits(permits);
     return Call{key, "reserve", permits, std::move(recordKey), recordTtl};
@@ -391,8 +392,8 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
 
   // A settle of the record of `id` on `key` with `actual` (checked before anything is sent). Not a
   // decision; sent again after a closed connection (a second answers AlreadySettled).
-  static Call settleCall(const std::string& key, const std::string& id, std::int64_t actual) {
-    std::string recordKey = detail::reservationRecordKey(key, id);
+  Call settleCall(const std::string& key, const std::string& id, std::int64_t actual) const {
+    std::string recordKey = recordKeyOf(key, id);
     detail::checkActualPermits(actual);
     return Call{key, "settle", actual, std::move(recordKey), {}};
   }
@@ -423,6 +424,11 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
 
   // Gives `permits` back to the window in force on `key`, counted in the metrics. Never sent
   // again: a refund that went through and was sent again would give the permits back twice.
+  // The record `id` of `key`: next to it (0.x), or in redlimit's namespace (a Limiter's).
+  std::string recordKeyOf(const std::string& key, const std::string& id) const {
+    return namespacedRecords_ ? detail::namespacedRecordKey(key, id) : detail::reservationRecordKey(key, id);
+  }
+
   void refund(const std::string& key, std::int64_t permits) {
     if (permits < 0 || permits > kMaxPermits) {
       throw InvalidArgument(
@@ -468,7 +474,8 @@ class CalendarRateLimiter::Core : public std::enable_shared_from_this<CalendarRa
   std::string name_;
   CalendarQuota quota_;
   const date::time_zone* zone_;
-  std::string keepAlive_;  // ms, as sent
+  std::string keepAlive_;           // ms, as sent
+  bool namespacedRecords_ = false;  // a Limiter's (recordKeyOf)
   detail::FailureGate gate_;
   milliseconds callBound_{0};
   std::atomic<std::int64_t> offsetUs_{0};                // server time - this host's, as last seen
@@ -582,6 +589,12 @@ void CalendarRateLimiter::refund(std::int64_t permits) { refundOn(core_->name_, 
 
 void CalendarRateLimiter::refundOn(const std::string& key, std::int64_t permits) { core_->refund(key, permits); }
 
+void CalendarRateLimiter::useNamespacedRecords() noexcept { core_->namespacedRecords_ = true; }
+
+std::string CalendarRateLimiter::recordKeyOn(const std::string& key, const std::string& id) const {
+  return core_->recordKeyOf(key, id);
+}
+
 std::string CalendarRateLimiter::reservationKey(const std::string& id) const {
   return detail::reservationRecordKey(core_->name_, id);
 }
@@ -603,6 +616,7 @@ bool CalendarRateLimiter::isExists() {
 const std::string& CalendarRateLimiter::getName() const noexcept { return core_->name_; }
 
 const CalendarQuota& CalendarRateLimiter::quota() const noexcept { return core_->quota_; }
+const std::shared_ptr<Client>& CalendarRateLimiter::client() const noexcept { return core_->client_; }
 
 FailureStats CalendarRateLimiter::failureStats() const { return core_->gate_.stats(); }
 

@@ -33,6 +33,7 @@ const detail::Script& scriptOf(Policy::Kind kind) {
     case Policy::Kind::Smooth:
       return kSmooth;
     case Policy::Kind::Concurrency:  // LeaseCore's own
+    case Policy::Kind::Calendar:     // CalendarRateLimiter's own
       break;
   }
   return kGcra;
@@ -48,6 +49,21 @@ std::string checkedName(std::string name) {
 
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
     : policy_(std::move(policy)) {
+  if (policy_.kind() == Policy::Kind::Calendar) {
+    CalendarQuota quota;
+    quota.limit = policy_.a_;
+    quota.unit = static_cast<CalendarUnit>(policy_.b_);
+    quota.weekStart = static_cast<Weekday>(policy_.c_);
+    quota.zone = policy_.zone_;
+    CalendarRateLimiterOptions calendarOptions;
+    calendarOptions.failure = std::move(options.failure);
+    calendarOptions.monitor = options.monitor;
+    calendarOptions.keepAlive = milliseconds{policy_.keepAliveMs_};
+    calendar_ = std::make_shared<CalendarRateLimiter>(std::move(client), checkedName(std::move(name)), std::move(quota),
+                                                      std::move(calendarOptions));
+    calendar_->useNamespacedRecords();
+    return;
+  }
   if (policy_.givesLeases()) {
     ConcurrencyConfig config;
     config.limit = policy_.limit();
@@ -69,7 +85,18 @@ std::string Limiter::redisKey(std::string_view key) const { return detail::names
 
 std::string Limiter::recordKey(std::string_view key, const std::string& id) const {
   checkHold("recordKey");
-  return core_->recordKey(redisKey(key), id);
+  return calendar_ ? calendar_->recordKeyOn(redisKey(key), id) : core_->recordKey(redisKey(key), id);
+}
+
+void Limiter::checkWaitPolicy(std::string_view what) const {
+  checkPermitPolicy(what);
+  if (!policy_.canWait()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a calendar quota takes no permits ahead of time (its "
+                    "next window opens at the zone's next midnight), so it has no {}; use decide "
+                    "and its retryAfter",
+                    name(), what));
+  }
 }
 
 void Limiter::checkPermitPolicy(std::string_view what) const {
@@ -101,29 +128,29 @@ void Limiter::checkHold(std::string_view what) const {
 
 Decision Limiter::decide(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("decide");
-  return core_->decide(redisKey(key), permits);
+  return calendar_ ? calendar_->decideOn(redisKey(key), permits) : core_->decide(redisKey(key), permits);
 }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits, milliseconds timeout) {
-  checkPermitPolicy("tryAcquire");
+  checkWaitPolicy("tryAcquire with a timeout");
   return core_->tryAcquire(redisKey(key), permits, timeout);
 }
 
 microseconds Limiter::acquire(std::string_view key, std::int64_t permits) {
-  checkPermitPolicy("acquire");
+  checkWaitPolicy("acquire");
   return core_->acquire(redisKey(key), permits);
 }
 
 Reservation Limiter::reserve(std::string_view key, std::int64_t permits, microseconds maxWait) {
-  checkPermitPolicy("reserve");
+  checkWaitPolicy("reserve");
   return core_->reserve(redisKey(key), permits, maxWait);
 }
 
 Decision Limiter::peek(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("peek");
-  return core_->peek(redisKey(key), permits);
+  return calendar_ ? calendar_->peekOn(redisKey(key), permits) : core_->peek(redisKey(key), permits);
 }
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
@@ -132,6 +159,10 @@ void Limiter::refund(std::string_view key, std::int64_t permits) {
     throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", core_->name_,
                                       policy_.maxPermits(), permits));
   }
+  if (calendar_) {
+    calendar_->refundOn(redisKey(key), permits);  // counted there
+    return;
+  }
   core_->giveBack(redisKey(key), permits);
   core_->gate_.monitor().refunded(permits);
 }
@@ -139,17 +170,20 @@ void Limiter::refund(std::string_view key, std::int64_t permits) {
 HeldPermits Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                                 milliseconds recordTtl) {
   checkHold("reserveFor");
+  if (calendar_) return calendar_->reserveForOn(redisKey(key), permits, id, recordTtl);
   return core_->reserveFor(redisKey(key), permits, id, recordTtl);
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
   checkHold("settle");
+  if (calendar_) return calendar_->settleOn(redisKey(key), id, actual);
   return core_->settle(redisKey(key), id, actual);
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
 bool Limiter::deleteKey(std::string_view key) {
+  if (calendar_) return calendar_->deleteOn(redisKey(key));
   return leases_ ? leases_->deleteKey(redisKey(key)) : core_->deleteKey(redisKey(key));
 }
 
@@ -196,7 +230,13 @@ void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& do
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
   withKey<Decision>(
       *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
-      [&](std::string k) { core_->decideAsync(k, permits, std::move(done)); });
+      [&](std::string k) {
+        if (calendar_) {
+          calendar_->decideOnAsync(k, permits, std::move(done));
+        } else {
+          core_->decideAsync(k, permits, std::move(done));
+        }
+      });
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -206,7 +246,7 @@ std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t pe
 void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait,
                            Callback<Reservation> done) {
   withKey<Reservation>(
-      *this, key, done, [&] { checkPermitPolicy("reserveAsync"); },
+      *this, key, done, [&] { checkWaitPolicy("reserveAsync"); },
       [&](std::string k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
 }
 
@@ -218,7 +258,13 @@ void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const 
                               Callback<HeldPermits> done) {
   withKey<HeldPermits>(
       *this, key, done, [&] { checkHold("reserveForAsync"); },
-      [&](std::string k) { core_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
+      [&](std::string k) {
+        if (calendar_) {
+          calendar_->reserveForOnAsync(k, permits, id, recordTtl, std::move(done));
+        } else {
+          core_->reserveForAsync(k, permits, id, recordTtl, std::move(done));
+        }
+      });
 }
 
 std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
@@ -230,7 +276,13 @@ std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
   withKey<Settlement>(
       *this, key, done, [&] { checkHold("settleAsync"); },
-      [&](std::string k) { core_->settleAsync(k, id, actual, std::move(done)); });
+      [&](std::string k) {
+        if (calendar_) {
+          calendar_->settleOnAsync(k, id, actual, std::move(done));
+        } else {
+          core_->settleAsync(k, id, actual, std::move(done));
+        }
+      });
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
@@ -268,9 +320,15 @@ std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease
   return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, Callback<bool>(std::move(done))); });
 }
 
-const std::string& Limiter::name() const noexcept { return leases_ ? leases_->name_ : core_->name_; }
-const std::shared_ptr<Client>& Limiter::client() const noexcept { return leases_ ? leases_->client_ : core_->client_; }
-FailureStats Limiter::failureStats() const { return gate().stats(); }
-const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
+const std::string& Limiter::name() const noexcept {
+  if (calendar_) return calendar_->getName();
+  return leases_ ? leases_->name_ : core_->name_;
+}
+const std::shared_ptr<Client>& Limiter::client() const noexcept {
+  if (calendar_) return calendar_->client();
+  return leases_ ? leases_->client_ : core_->client_;
+}
+FailureStats Limiter::failureStats() const { return calendar_ ? calendar_->failureStats() : gate().stats(); }
+const LimiterMonitor& Limiter::monitor() const noexcept { return calendar_ ? calendar_->monitor() : gate().monitor(); }
 
 }  // namespace redlimit

@@ -506,6 +506,13 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
             "following caller pay: all-or-nothing across limits cannot give that back; use GCRA or a token bucket",
             name));
       }
+      if (policy.kind() == Policy::Kind::Calendar) {
+        throw InvalidArgument(
+            fmt::format("redlimit: MultiLimit: limiter {} has a calendar policy, which cannot join a MultiLimit yet; "
+                        "decide it in a "
+                        "call of its own",
+                        name));
+      }
       const detail::KeyedPolicy& packed = policy.packedPolicy();
       if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL, as a ConcurrencyLimiter's
         kinds.push_back(kLeaseKind);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "limiters/keyed_policy.hpp"
+#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
@@ -22,7 +23,7 @@ namespace {
 // Checks the parameters as the algorithm's configuration (the messages name its fields) and packs
 // them as its script stores them.
 detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
-                             std::int64_t keepAliveMs) {
+                             std::int64_t keepAliveMs, const std::string& zone) {
   const milliseconds keepAlive{keepAliveMs};
   switch (kind) {
     case Policy::Kind::Gcra: {
@@ -69,6 +70,22 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
       return d > 0 ? detail::smoothPolicy(s.permits, s.interval, s.warmupPeriod, s.coldFactor, keepAlive)
                    : detail::smoothPolicy(s.permits, s.interval, s.maxBurst, 0, keepAlive);
     }
+    case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
+      CalendarQuota q;
+      q.limit = a;
+      q.unit = static_cast<CalendarUnit>(b);
+      q.zone = zone;
+      q.weekStart = static_cast<Weekday>(c);
+      CalendarRateLimiter::validateQuota(q);
+      detail::KeyedPolicy p;
+      p.packed = fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone);  // for equality: no script reads it
+      p.limit = a;
+      p.maxPermits = a;
+      p.localRate = a;
+      p.localIntervalMs = 86400000;
+      p.fields = {a, b, c, keepAliveMs};
+      return p;
+    }
     case Policy::Kind::Concurrency: {
       ConcurrencyConfig config;
       config.limit = a;
@@ -91,14 +108,16 @@ std::int64_t burstOr(std::int64_t burst, std::int64_t rate) { return burst == 0 
 
 }  // namespace
 
-Policy::Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs)
+Policy::Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs,
+               std::string zone)
     : kind_(kind),
       a_(a),
       b_(b),
       c_(c),
       d_(d),
+      zone_(std::move(zone)),
       keepAliveMs_(keepAliveMs),
-      packed_(std::make_shared<const detail::KeyedPolicy>(packedOf(kind, a, b, c, d, keepAliveMs))) {}
+      packed_(std::make_shared<const detail::KeyedPolicy>(packedOf(kind, a, b, c, d, keepAliveMs, zone_))) {}
 
 Policy Policy::gcra(std::int64_t rate, milliseconds period, std::int64_t burst) {
   return Policy(Kind::Gcra, rate, period.count(), burst, 0, kDefaultIdleMargin.count());
@@ -130,6 +149,15 @@ Policy Policy::smoothWarmingUp(std::int64_t permits, milliseconds interval, mill
   return Policy(Kind::Smooth, permits, interval.count(), warmup.count(), coldFactor, kDefaultIdleMargin.count());
 }
 
+Policy Policy::calendar(std::int64_t limit, CalendarUnit unit, std::string zone, Weekday weekStart) {
+  return Policy(Kind::Calendar, limit, static_cast<std::int64_t>(unit), static_cast<std::int64_t>(weekStart), 0,
+                kDefaultIdleMargin.count(), std::move(zone));
+}
+
+Policy Policy::calendar(std::int64_t limit, CalendarUnit unit, std::string zone) {
+  return calendar(limit, unit, std::move(zone), Weekday::Monday);
+}
+
 Policy Policy::concurrency(std::int64_t limit, milliseconds leaseTtl) {
   return Policy(Kind::Concurrency, limit, leaseTtl.count(), 0, 0, 0);
 }
@@ -139,10 +167,10 @@ Policy Policy::keepAlive(milliseconds idle) const {
     throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms",
                                       GcraRateLimiter::kMaxInterval.count(), idle.count()));
   }
-  return Policy(kind_, a_, b_, c_, d_, idle.count());
+  return Policy(kind_, a_, b_, c_, d_, idle.count(), zone_);
 }
 
-Policy Policy::permanent() const { return Policy(kind_, a_, b_, c_, d_, 0); }
+Policy Policy::permanent() const { return Policy(kind_, a_, b_, c_, d_, 0, zone_); }
 
 std::int64_t Policy::limit() const noexcept { return packed_->limit; }
 
@@ -168,6 +196,16 @@ milliseconds Policy::refillTime() const noexcept {
       return milliseconds{ceilTimes(limit(), b_, a_)};
     case Kind::Concurrency:  // a lease's TTL
       return milliseconds{b_};
+    case Kind::Calendar:  // a window: a day, a week, a (31-day) month at most
+      switch (static_cast<CalendarUnit>(b_)) {
+        case CalendarUnit::Day:
+          return std::chrono::hours(24);
+        case CalendarUnit::Week:
+          return std::chrono::hours(24 * 7);
+        case CalendarUnit::Month:
+          return std::chrono::hours(24 * 31);
+      }
+      return std::chrono::hours(24);
   }
   return milliseconds{0};
 }

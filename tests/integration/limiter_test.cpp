@@ -8,7 +8,9 @@
 #include <string>
 
 #include "helpers.hpp"
+#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
+#include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -213,7 +215,57 @@ TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
   EXPECT_THROW((void)permits.renewAsync("u", lease).get(), InvalidArgument);
   EXPECT_THROW((void)permits.releaseAsync("u", lease).get(), InvalidArgument);
   EXPECT_THROW((void)leases.acquireLease("u", milliseconds(0)), InvalidArgument) << "a lease TTL of 0";
+  Limiter daily(client(), limiterName("daily"), Policy::calendar(10, CalendarUnit::Day, "UTC"));
+  EXPECT_THROW((void)daily.tryAcquire("u", 1, milliseconds(10)), InvalidArgument) << "no permit ahead of time";
+  EXPECT_THROW((void)daily.acquire("u"), InvalidArgument);
+  EXPECT_THROW((void)daily.reserve("u", 1, microseconds(0)), InvalidArgument);
+  EXPECT_THROW((void)daily.reserveAsync("u", 1, microseconds(0)).get(), InvalidArgument);
+  EXPECT_THROW((void)daily.acquireLease("u"), InvalidArgument);
+  EXPECT_THROW((void)daily.decide("u", 11), InvalidArgument) << "above the limit";
+  EXPECT_THROW(MultiLimit({daily, permits}), InvalidArgument) << "not in a MultiLimit yet";
+  EXPECT_THROW((void)Policy::calendar(10, CalendarUnit::Day, "Mars/Olympus"), InvalidArgument);
   EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+}
+
+// --- A calendar policy ------------------------------------------------------------------------
+
+// On Redis's clock: should Berlin's midnight fall inside a run, the run is made again on a fresh
+// key (a second midnight cannot follow within the same seconds).
+TEST_F(LimiterTest, ACalendarPolicyTakesHoldsSettlesAndRefundsPerKeyInItsZone) {
+  const Policy daily = Policy::calendar(10, CalendarUnit::Day, "Europe/Berlin");
+  Limiter quota(client(), limiterName(), daily);
+  CalendarQuota same;
+  same.limit = 10;
+  same.zone = "Europe/Berlin";
+  const CalendarRateLimiter clock(client(), name("clock"), same);  // its windowAt, nothing sent
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 2) << "two Berlin midnights within one test";
+    const std::string key = "tenant-" + std::to_string(attempt);
+    const Decision first = quota.decide(key, 3);
+    ASSERT_TRUE(first.allowed);
+    const HeldPermits held = quota.reserveFor(key, 4, "r1");
+    const Settlement settled = quota.settle(key, "r1", 1);
+    quota.refund(key, 1);
+    const Decision async = quota.decideAsync(key, 1).get();
+    const HeldPermits heldAsync = quota.reserveForAsync(key, 2, "r2").get();
+    const Settlement settledAsync = quota.settleAsync(key, "r2", 2).get();
+    const Decision last = quota.peek(key);
+    if (clock.windowAt(first.time).label != clock.windowAt(last.time).label) continue;
+    EXPECT_EQ(first.remaining, 7);
+    EXPECT_TRUE(held.decision.allowed);
+    EXPECT_EQ(held.decision.remaining, 3);
+    EXPECT_EQ(settled.status, SettleStatus::Settled);
+    EXPECT_EQ(settled.returned, 3);
+    EXPECT_TRUE(async.allowed);
+    EXPECT_EQ(async.remaining, 6) << "3 + 1 settled - 1 refunded + 1";
+    EXPECT_TRUE(heldAsync.decision.allowed);
+    EXPECT_EQ(settledAsync.returned, 0);
+    EXPECT_EQ(last.remaining, 4);
+    EXPECT_EQ(quota.recordKey(key, "r1").rfind("rl::rsv:r1:", 0), 0u) << quota.recordKey(key, "r1");
+    EXPECT_EQ(raw({"EXISTS", quota.recordKey(key, "r1")}).integer, 1);
+    EXPECT_TRUE(quota.deleteKey(key));
+    return;
+  }
 }
 
 // --- The namespace ------------------------------------------------------------------------------
