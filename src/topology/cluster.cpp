@@ -300,10 +300,16 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, const NodePtr& n
   if (v.kind == Verdict::NodeDown) {
     nodeFailed(*node, sentAt, v.code, v.text);
     wantRefresh();  // a failover, perhaps: the caller's policy decides meanwhile
-    // Before the map knows the slot, the node was only a guess (a seed): try the next one.
-    if (!stopped_.load(std::memory_order_acquire) && Steady::now() < a->proto.deadline && !mapped(a->slot)) {
+    // A node the map does not name for the slot was only a guess (a seed, sent before the map was
+    // known): try the slot's owner if the map learnt it meanwhile (a refresh may have finished
+    // while this request was failing), else the next seed. The owner itself down is a failover:
+    // the caller's policy decides.
+    const NodePtr owner = mapped(a->slot) ? route(a->slot) : nullptr;
+    if (!stopped_.load(std::memory_order_acquire) && Steady::now() < a->proto.deadline && owner != node) {
       a->unreachable.push_back(node->endpoint);
-      if (NodePtr next = anotherNode(*a)) {
+      const bool ownerUntried = owner != nullptr && std::find(a->unreachable.begin(), a->unreachable.end(),
+                                                              owner->endpoint) == a->unreachable.end();
+      if (NodePtr next = ownerUntried ? owner : anotherNode(*a)) {
         seedsSkipped_.fetch_add(1, std::memory_order_relaxed);
         dispatch(a, next, false);
         return;
