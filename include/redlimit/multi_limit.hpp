@@ -202,6 +202,17 @@ class MultiLimit {
   MultiSettlement settle(const std::string& id, std::int64_t actual);
   /// settle(id, 0).
   MultiSettlement cancel(const std::string& id);
+  using HeldCallback = std::function<void(MultiHeldPermits held, std::exception_ptr error)>;
+  using SettleCallback = std::function<void(MultiSettlement settlement, std::exception_ptr error)>;
+  /// reserveFor and settle without waiting: the same answers through `done` (once, as
+  /// DecisionCallback) or a future; bad arguments reach `done` before anything is sent.
+  void reserveForAsync(std::int64_t permits, const std::string& id, std::chrono::milliseconds recordTtl,
+                       HeldCallback done);
+  [[nodiscard]] std::future<MultiHeldPermits> reserveForAsync(
+      std::int64_t permits, const std::string& id,
+      std::chrono::milliseconds recordTtl = detail::ScriptLimiter::kDefaultReservationTtl);
+  void settleAsync(const std::string& id, std::int64_t actual, SettleCallback done);
+  [[nodiscard]] std::future<MultiSettlement> settleAsync(const std::string& id, std::int64_t actual);
   /// The record key of `id`: the first limit's name + ":mrsv:" + id (that name wrapped in braces
   /// if it has no hash tag, as ScriptLimiter::reservationKey does with ":rsv:"), so a one-key
   /// reservation of that limiter with the same id is another record. Throws InvalidArgument (also

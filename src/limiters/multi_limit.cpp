@@ -212,6 +212,16 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> opArgs(std::int64_t permits) const;
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
   void checkPermitsFor(std::int64_t permits) const;
+  // Reserve, then settle: the calls (checked before anything is sent) and their answers.
+  detail::ScriptRequest holdRequest(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const;
+  MultiHeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
+  static void admitHeld(const LimiterMonitor& monitor, MultiHeldPermits& out);
+  // A reserve's reply: take's head, then repeated; `self` (may be null) remembers the limits.
+  static MultiHeldPermits parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
+                                    std::int64_t permits);
+  detail::ScriptRequest settleRequest(std::int64_t actual, const std::string& recordKey) const;
+  static MultiSettlement parseSettlement(const std::string& label, std::size_t count, const Reply& r,
+                                         const LimiterMonitor& monitor);
   // MultiLimitOptions::name, or the limits' names joined by '+'.
   std::string metricsName(const MultiLimitOptions& options) const {
     if (!options.name.empty()) return options.name;
@@ -770,56 +780,48 @@ std::string MultiLimit::reservationKey(const std::string& id) const {
   return detail::reservationRecordKey(core_->keys().front(), id, "mrsv");
 }
 
-MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
-  Core& c = *core_;
-  const std::string recordKey = reservationKey(id);
+// The reserve call of `permits` under the record `recordKey` (checked before anything is sent).
+detail::ScriptRequest MultiLimit::Core::holdRequest(std::int64_t permits, const std::string& recordKey,
+                                                    milliseconds recordTtl) const {
   detail::checkReservationTtl(recordTtl);
-  c.checkPermitsFor(permits);
+  checkPermitsFor(permits);
   std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
-  args.insert(args.end(), c.configs_.begin(), c.configs_.end());
-  std::vector<std::string> keys = c.keys();
-  keys.push_back(recordKey);
-  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
-  MultiHeldPermits out = detail::runScript(
-      c, c.decision(permits), "reserveFor", Core::request(std::move(keys), "reserve", c.kinds_, args), &Core::mapError,
-      [&](const Reply& reply) {
-        const std::size_t expected = kHead + kPerLimit * c.names_.size() + 1;
-        if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
-          throw UnexpectedReplyError(fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", c.label_,
-                                                 expected, reply.describe()));
-        }
-        Reply head = reply;
-        head.elements.pop_back();
-        MultiHeldPermits held;
-        held.repeated = reply.elements.back().asInteger() == 1;
-        held.decision = Core::parse(&c, c.label_, c.names_.size(), head, permits, false, "").decision;
-        return held;
-      },
-      [&](bool allowed) {
-        MultiHeldPermits held;
-        held.decision = c.byPolicy(permits, allowed).decision;
-        return held;
-      });
-  if (out.repeated) return out;  // counted when it was granted
-  monitor().admit(out.decision);
-  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor().reservationOpened();
-  return out;
+  args.insert(args.end(), configs_.begin(), configs_.end());
+  std::vector<std::string> all = keys();
+  all.push_back(recordKey);
+  return request(std::move(all), "reserve", kinds_, args);
 }
 
-MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
-  Core& c = *core_;
-  const std::string recordKey = reservationKey(id);
+MultiHeldPermits MultiLimit::Core::heldByPolicy(std::int64_t permits, bool allowed) const {
+  MultiHeldPermits held;
+  held.decision = byPolicy(permits, allowed).decision;
+  return held;
+}
+
+void MultiLimit::Core::admitHeld(const LimiterMonitor& monitor, MultiHeldPermits& out) {
+  if (out.repeated) return;  // counted when it was granted
+  monitor.admit(out.decision);
+  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor.reservationOpened();
+}
+
+// The settle call of the record `recordKey` (checked before anything is sent). Safe to send
+// again: a settle that went through answers AlreadySettled and changes nothing.
+detail::ScriptRequest MultiLimit::Core::settleRequest(std::int64_t actual, const std::string& recordKey) const {
   detail::checkActualPermits(actual);
-  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  const Reply r = c.call("settle", c.opArgs(actual), detail::LimiterCall::Resend::IfClosed, &recordKey);
-  const std::size_t count = c.names_.size();
+  std::vector<std::string> all = keys();
+  all.push_back(recordKey);
+  return request(std::move(all), "settle", kinds_, opArgs(actual));
+}
+
+MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std::size_t count, const Reply& r,
+                                                  const LimiterMonitor& monitor) {
   const std::size_t expected = 3 + 4 * count;
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
     throw UnexpectedReplyError(
-        fmt::format("redlimit: {}: expected an array of {} from settle, got {}", c.label_, expected, r.describe()));
+        fmt::format("redlimit: {}: expected an array of {} from settle, got {}", label, expected, r.describe()));
   }
   MultiSettlement out;
-  out.status = detail::settleStatusOf(r.elements[0].asInteger(), c.label_);
+  out.status = detail::settleStatusOf(r.elements[0].asInteger(), label);
   out.reserved = r.elements[1].asInteger();
   out.actual = r.elements[2].asInteger();
   out.limits.resize(count);
@@ -839,10 +841,94 @@ MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
     out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
   }
   if (out.status == SettleStatus::Settled) {
-    monitor().reservationSettled();
-    if (out.returned > 0) monitor().refunded(out.returned);  // what came back to every limit
+    monitor.reservationSettled();
+    if (out.returned > 0) monitor.refunded(out.returned);  // what came back to every limit
   }
   return out;
+}
+
+MultiHeldPermits MultiLimit::Core::parseHeld(Core* self, const std::string& label, std::size_t count,
+                                             const Reply& reply, std::int64_t permits) {
+  const std::size_t expected = kHead + kPerLimit * count + 1;
+  if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", label, expected, reply.describe()));
+  }
+  Reply head = reply;
+  head.elements.pop_back();
+  MultiHeldPermits held;
+  held.repeated = reply.elements.back().asInteger() == 1;
+  held.decision = parse(self, label, count, head, permits, false, "").decision;
+  return held;
+}
+
+MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
+  Core& c = *core_;
+  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
+  MultiHeldPermits out = detail::runScript(
+      c, c.decision(permits), "reserveFor", c.holdRequest(permits, reservationKey(id), recordTtl), &Core::mapError,
+      [&](const Reply& reply) { return Core::parseHeld(&c, c.label_, c.names_.size(), reply, permits); },
+      [&](bool allowed) { return c.heldByPolicy(permits, allowed); });
+  Core::admitHeld(monitor(), out);
+  return out;
+}
+
+void MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
+                                 HeldCallback done) {
+  done = detail::isolated(std::move(done), monitor(), core_->label_);
+  detail::ScriptRequest call;
+  try {
+    call = core_->holdRequest(permits, reservationKey(id), recordTtl);
+  } catch (...) {
+    done(MultiHeldPermits{}, std::current_exception());
+    return;
+  }
+  detail::runScriptAsync<MultiHeldPermits>(
+      core_, core_->decision(permits), std::move(call), &Core::mapError,
+      [label = core_->label_, count = core_->names_.size(), permits](Core* self, const Reply& reply) {
+        return Core::parseHeld(self, label, count, reply, permits);
+      },
+      [permits](Core& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
+      [monitor = monitor(), done = std::move(done)](MultiHeldPermits out, std::exception_ptr error) {
+        if (!error) Core::admitHeld(monitor, out);
+        done(std::move(out), std::move(error));
+      });
+}
+
+std::future<MultiHeldPermits> MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id,
+                                                          milliseconds recordTtl) {
+  return detail::futureOf<MultiHeldPermits>(
+      [&](auto done) { reserveForAsync(permits, id, recordTtl, HeldCallback(std::move(done))); });
+}
+
+MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
+  Core& c = *core_;
+  return detail::runScript(
+      c, detail::LimiterCall::plain(c.callBound_), "settle", c.settleRequest(actual, reservationKey(id)),
+      &Core::mapError, [&](const Reply& r) { return Core::parseSettlement(c.label_, c.names_.size(), r, monitor()); },
+      [](bool) { return MultiSettlement{}; });
+}
+
+void MultiLimit::settleAsync(const std::string& id, std::int64_t actual, SettleCallback done) {
+  done = detail::isolated(std::move(done), monitor(), core_->label_);
+  detail::ScriptRequest call;
+  try {
+    call = core_->settleRequest(actual, reservationKey(id));
+  } catch (...) {
+    done(MultiSettlement{}, std::current_exception());
+    return;
+  }
+  detail::runScriptAsync<MultiSettlement>(
+      core_, detail::LimiterCall::plain(core_->callBound_), std::move(call), &Core::mapError,
+      [label = core_->label_, count = core_->names_.size(), monitor = monitor()](Core*, const Reply& r) {
+        return Core::parseSettlement(label, count, r, monitor);
+      },
+      [](Core&, bool) { return MultiSettlement{}; }, std::move(done));
+}
+
+std::future<MultiSettlement> MultiLimit::settleAsync(const std::string& id, std::int64_t actual) {
+  return detail::futureOf<MultiSettlement>(
+      [&](auto done) { settleAsync(id, actual, SettleCallback(std::move(done))); });
 }
 
 MultiSettlement MultiLimit::cancel(const std::string& id) { return settle(id, 0); }

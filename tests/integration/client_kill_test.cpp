@@ -10,6 +10,7 @@
 
 #include "helpers.hpp"
 #include "redlimit/keyed_token_bucket_rate_limiter.hpp"
+#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"
@@ -146,6 +147,7 @@ TEST_F(ClientKill, LimiterTakesAreResentUnderEveryPolicySoNoCallerSeesAnError) {
       {"bucket", Policy::tokenBucket(kLimit, 1, hours(24))},
       {"window", Policy::fixedWindow(kLimit, hours(24))},
       {"smooth", Policy::smoothBursty(1, hours(1), hours(kLimit))},
+      {"calendar", Policy::calendar(kLimit, CalendarUnit::Month, "UTC")},
   };
   for (const auto& [label, policy] : policies) {
     SCOPED_TRACE(label);
@@ -155,4 +157,31 @@ TEST_F(ClientKill, LimiterTakesAreResentUnderEveryPolicySoNoCallerSeesAnError) {
     const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire("user"); });
     expectResent(o, limiter.failureStats(), policy.kind() == Policy::Kind::Smooth ? kLimit + 1 : kLimit);
   }
+}
+
+// Leases: acquire and release are resent with their lease id, so no place is held twice or lost:
+// never more than the limit at once, and none left held after the run.
+TEST_F(ClientKill, LimiterLeasesAreResentSoNoCallerSeesAnErrorAndNoPlaceIsLeftHeld) {
+  std::string limiterName = name("leases");
+  std::replace(limiterName.begin(), limiterName.end(), ':', '.');
+  Limiter inFlight(client(), limiterName, Policy::concurrency(4, std::chrono::seconds(60)));
+  const ClientKill::Outcome o = underKills([&] {
+    const LeaseDecision d = inFlight.acquireLease("user");
+    if (!d.lease) return false;
+    const bool released = inFlight.release("user", *d.lease);
+    return released;
+  });
+  expectResent(o, inFlight.failureStats(), std::int64_t{kThreads} * kPerThread);
+  EXPECT_EQ(inFlight.held("user"), 0) << "every place taken was given back";
+}
+
+// A MultiLimit of Limiters: the per-key and the global limit in one call, resent as one.
+TEST_F(ClientKill, MultiLimitOfLimitersTakesAreResentSoNoCallerSeesAnError) {
+  std::string base = name("gateway");
+  std::replace(base.begin(), base.end(), ':', '.');
+  Limiter perKey(client(), base + ".key", Policy::tokenBucket(kLimit, 1, std::chrono::hours(24)));
+  Limiter global(client(), base + ".all", Policy::tokenBucket(2 * kLimit, 1, std::chrono::hours(24)));
+  const MultiLimit gateway({perKey, global});
+  const ClientKill::Outcome o = underKills([&] { return gateway.on({"user", "all"}).decide().allowed; });
+  expectResent(o, gateway.failureStats(), kLimit);
 }

@@ -4,6 +4,7 @@
 // records and charges nothing; bad input, corrupted records and a killed server are handled as
 // documented; the MultiLimit's metrics count it.
 #include <atomic>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -236,7 +237,9 @@ TEST_F(MultiReserveSettle, BadInputIsRefusedBeforeSending) {
   for (const std::string& id : {std::string(), tooLong, std::string("a b"), std::string("{tag}"), std::string("x\n"),
                                 std::string("caf\xc3\xa9"), std::string("a*")}) {
     EXPECT_THROW((void)both.reserveFor(1, id), InvalidArgument) << id;
+    EXPECT_THROW((void)both.reserveForAsync(1, id).get(), InvalidArgument) << id;
     EXPECT_THROW((void)both.settle(id, 1), InvalidArgument) << id;
+    EXPECT_THROW((void)both.settleAsync(id, 1).get(), InvalidArgument) << id;
     EXPECT_THROW((void)both.cancel(id), InvalidArgument) << id;
   }
   for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
@@ -344,4 +347,31 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     ASSERT_TRUE(window.trySetConfig(frozenWindow(5)));
     EXPECT_EQ(both.settle("during", 0).status, SettleStatus::Unknown);
   }
+}
+
+TEST_F(MultiReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
+  GcraRateLimiter gcra(client(), key("gcra"));
+  FixedWindowRateLimiter window(client(), key("window"));
+  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(10)));
+  ASSERT_TRUE(window.trySetConfig(frozenWindow(10)));
+  auto registry = std::make_shared<MetricsRegistry>();
+  MultiLimit both({gcra, window}, options(registry));
+  const MultiHeldPermits held = both.reserveForAsync(4, "req-1").get();
+  ASSERT_TRUE(held.decision.allowed);
+  EXPECT_FALSE(held.repeated);
+  std::promise<MultiHeldPermits> again;
+  both.reserveForAsync(4, "req-1", milliseconds(60000),
+                       [&](MultiHeldPermits h, const std::exception_ptr&) { again.set_value(std::move(h)); });
+  EXPECT_TRUE(again.get_future().get().repeated) << "the same id answers the first";
+  EXPECT_EQ(gcra.peek().remaining, 6);
+  const MultiSettlement settled = both.settleAsync("req-1", 1).get();
+  EXPECT_EQ(settled.status, SettleStatus::Settled);
+  EXPECT_EQ(settled.returned, 3);
+  EXPECT_EQ(both.settleAsync("req-1", 1).get().status, SettleStatus::AlreadySettled);
+  EXPECT_EQ(gcra.peek().remaining, 9);
+  EXPECT_EQ(window.peek().remaining, 9);
+  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  EXPECT_EQ(m.reservationsOpened, 1u);
+  EXPECT_EQ(m.reservationsSettled, 1u);
+  EXPECT_EQ(m.permitsRefunded, 3u);
 }
