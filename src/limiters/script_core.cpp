@@ -28,26 +28,6 @@ using SteadyTime = Steady::time_point;
 // A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
 constexpr std::size_t kSettleReplySize = 7;
 
-bool reservationIdByte(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-         c == '.' || c == ':';
-}
-
-void checkReservationId(const std::string& id) {
-  if (id.empty() || id.size() > ScriptLimiter::kMaxReservationIdLength) {
-    throw InvalidArgument(fmt::format("redlimit: a reservation id must be 1..{} bytes, got {}",
-                                      ScriptLimiter::kMaxReservationIdLength, id.size()));
-  }
-  for (const char c : id) {
-    if (!reservationIdByte(c)) {
-      throw InvalidArgument(
-          fmt::format("redlimit: reservation id \"{}\" holds byte 0x{:02x}; allowed are "
-                      "A-Z a-z 0-9 and - _ . :",
-                      id, static_cast<unsigned>(static_cast<unsigned char>(c))));
-    }
-  }
-}
-
 void checkPermitRange(std::int64_t permits) {
   if (permits < 1 || permits > ScriptLimiter::kMaxPermits) {
     throw InvalidArgument(
@@ -95,7 +75,7 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
 }
 
 std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix) {
-  checkReservationId(id);
+  checkReservationId(id, true);
   // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
   if (hashedPart(name).size() != name.size()) return fmt::format("{}:{}:{}", name, infix, id);
   // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
