@@ -230,7 +230,7 @@ void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& do
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
   withKey<Decision>(
       *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
-      [&](std::string k) {
+      [&](const std::string& k) {
         if (calendar_) {
           calendar_->decideOnAsync(k, permits, std::move(done));
         } else {
@@ -247,7 +247,7 @@ void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseco
                            Callback<Reservation> done) {
   withKey<Reservation>(
       *this, key, done, [&] { checkWaitPolicy("reserveAsync"); },
-      [&](std::string k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
+      [&](const std::string& k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
 }
 
 std::future<Reservation> Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait) {
@@ -258,7 +258,7 @@ void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const 
                               Callback<HeldPermits> done) {
   withKey<HeldPermits>(
       *this, key, done, [&] { checkHold("reserveForAsync"); },
-      [&](std::string k) {
+      [&](const std::string& k) {
         if (calendar_) {
           calendar_->reserveForOnAsync(k, permits, id, recordTtl, std::move(done));
         } else {
@@ -276,7 +276,7 @@ std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
   withKey<Settlement>(
       *this, key, done, [&] { checkHold("settleAsync"); },
-      [&](std::string k) {
+      [&](const std::string& k) {
         if (calendar_) {
           calendar_->settleOnAsync(k, id, actual, std::move(done));
         } else {
@@ -292,7 +292,7 @@ std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::st
 void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done) {
   withKey<LeaseDecision>(
       *this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); },
-      [&](std::string k) { leases_->acquireAsync(k, policy_.leaseTtl(), std::move(done)); });
+      [&](const std::string& k) { leases_->acquireAsync(k, policy_.leaseTtl(), std::move(done)); });
 }
 
 std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
@@ -302,7 +302,7 @@ std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
 void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done) {
   withKey<std::optional<Lease>>(
       *this, key, done, [&] { checkLeasePolicy("renewAsync"); },
-      [&](std::string k) { leases_->renewAsync(k, std::move(lease), policy_.leaseTtl(), std::move(done)); });
+      [&](const std::string& k) { leases_->renewAsync(k, std::move(lease), policy_.leaseTtl(), std::move(done)); });
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
@@ -313,7 +313,7 @@ std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Leas
 void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {
   withKey<bool>(
       *this, key, done, [&] { checkLeasePolicy("releaseAsync"); },
-      [&](std::string k) { leases_->releaseAsync(k, lease, std::move(done)); });
+      [&](const std::string& k) { leases_->releaseAsync(k, lease, std::move(done)); });
 }
 
 std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease) {
