@@ -38,8 +38,8 @@ test-clang:
 	ctest --preset clang-cxx20 $(CTEST_ARGS)
 
 # Built by clang++ as C++20 against hiredis 1.2.0, fetched with npm and built into
-# build/hiredis-1.2.0 (CI's clang suite; Debian 12 has 0.14.1): the unit tests, an integration
-# subset, the README's blocks and the examples.
+# build/hiredis-1.2.0 (CI's clang and ThreadSanitizer suite; Debian 12 has 0.14.1): the whole
+# suite but the package tests, under ThreadSanitizer.
 test-hiredis12: deps
 	@scripts/ci-hiredis12.sh
 

@@ -36,6 +36,7 @@
 #include "redlimit_test/fake_peer.hpp"
 #include "redlimit_test/fd_io.hpp"
 #include "redlimit_test/process.hpp"
+#include "redlimit_test/sanitizers.hpp"
 
 namespace redlimit::test {
 namespace {
@@ -201,7 +202,7 @@ struct LimiterChildReport {
 };
 
 TEST_F(RateLimiterFork, AcquiresInFlightAtForkLeaveTheChildsHandleWorking) {
-#if defined(__SANITIZE_THREAD__)
+#if REDLIMIT_TEST_TSAN
   // The child's Client starts an I/O thread: ThreadSanitizer must not kill it (the tsan preset
   // sets die_after_fork=0; this test is never skipped).
   const char* tsanOptions = std::getenv("TSAN_OPTIONS");

@@ -27,6 +27,7 @@
 #include "redlimit/segmented_rate_limiter.hpp"
 #include "redlimit_test/fd_io.hpp"
 #include "redlimit_test/process.hpp"
+#include "redlimit_test/sanitizers.hpp"
 
 namespace redlimit::test {
 namespace {
@@ -38,7 +39,7 @@ class SegmentedRateLimiterFork : public RedisTest {
  protected:
   void SetUp() override {
     RedisTest::SetUp();
-#if defined(__SANITIZE_THREAD__)
+#if REDLIMIT_TEST_TSAN
     // The child's Client starts an I/O thread: ThreadSanitizer must not kill it (the tsan preset
     // sets die_after_fork=0; these tests are never skipped).
     const char* tsanOptions = std::getenv("TSAN_OPTIONS");

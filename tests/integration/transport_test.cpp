@@ -44,6 +44,7 @@
 #include "transport/connector.hpp"
 #include "transport/pipeline.hpp"
 #include "transport/transport.hpp"
+#include "redlimit_test/sanitizers.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -447,7 +448,7 @@ struct ForkReport {
 };
 
 TEST_F(TransportTest, ForkedChildNeverUsesItsParentsConnections) {
-#if defined(__SANITIZE_THREAD__)
+#if REDLIMIT_TEST_TSAN
   // ThreadSanitizer kills a child of a multi-threaded process that starts a thread (its
   // die_after_fork flag), and the child's Client must start its own I/O thread.
   // The tsan preset sets it (CMakePresets.json); this test is never skipped.

@@ -1,4 +1,5 @@
 #include "redlimit_test/process.hpp"
+#include "redlimit_test/sanitizers.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -108,7 +109,7 @@ int statusOfForkedChild(const std::function<int()>& child, ChildExit how, int* r
   const pid_t pid = ::fork();
   if (pid == 0) {
     gInForkedChild.store(true);
-#if defined(__SANITIZE_THREAD__)
+#if REDLIMIT_TEST_TSAN
     // glibc hands the child's first threads the stacks of the parent's threads (cached at fork),
     // and with them their ids, which ThreadSanitizer still holds as running: it reports "dup thread
     // with used id" and halts. A larger default stack than any cached one makes each new thread

@@ -5,6 +5,7 @@
 // Only for the static_asserts at the end (RateLimiter is a permit source): the tests run over an
 // in-process stand-in and need nothing of the Client.
 #include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/sanitizers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -23,12 +24,23 @@
 #include <string>
 #include <thread>
 #include <vector>
+#if REDLIMIT_TEST_SANITIZER_OWNS_NEW
+#include <sanitizer/allocator_interface.h>
+#endif
 
 // Counts allocations per thread so a test can show that the local hit path allocates nothing.
-// (A replacement of the global operator new applies to the whole test binary; it only counts.)
+// (A replacement of the global operator new applies to the whole test binary; it only counts.
+// Where the sanitizer's runtime owns operator new, its allocator's malloc hook counts instead.)
 namespace {
 thread_local std::int64_t tAllocations = 0;
 }  // namespace
+#if REDLIMIT_TEST_SANITIZER_OWNS_NEW
+namespace {
+void countAllocation(const volatile void*, std::size_t) { ++tAllocations; }
+void ignoreFree(const volatile void*) {}  // the runtime installs a pair or nothing
+const int gAllocationHookInstalled = __sanitizer_install_malloc_and_free_hooks(countAllocation, ignoreFree);
+}  // namespace
+#else
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // g++ 12 flags free() in a replacement delete
@@ -48,6 +60,7 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 namespace {
@@ -965,6 +978,9 @@ TEST_F(SegmentedRateLimiterTest, ReconfigureCreatesAMissingConfiguration) {
 TEST_F(SegmentedRateLimiterTest, LocalHitDoesNotAllocate) {
   auto src = makeSource(1000, milliseconds(1000));
   auto rl = make(src, 100);
+#if REDLIMIT_TEST_SANITIZER_OWNS_NEW
+  ASSERT_NE(gAllocationHookInstalled, 0) << "the sanitizer's malloc hook counts this test's allocations";
+#endif
   ASSERT_TRUE(rl->tryAcquire());
   const std::int64_t before = tAllocations;
   bool all = true;
