@@ -67,4 +67,20 @@ std::function<void(Args...)> isolated(std::function<void(Args...)> done, Limiter
   };
 }
 
+/// The start of an async call: `done` becomes isolated(done, monitor, limiter), then `check()` runs
+/// (the argument checks, made before anything is sent). True when it passed; when it threw,
+/// `done` has had the error (with a default result) and false is returned: the call ends there.
+template <class T, class Check>
+bool isolateThenCheck(std::function<void(T, std::exception_ptr)>& done, const LimiterMonitor& monitor,
+                      const std::string& limiter, Check&& check) {
+  done = isolated(std::move(done), monitor, limiter);
+  try {
+    check();
+    return true;
+  } catch (...) {
+    done(T{}, std::current_exception());
+    return false;
+  }
+}
+
 }  // namespace redlimit::detail

@@ -63,12 +63,6 @@ HeldPermits parseHeld(const Reply& r, const std::string& limiter, std::int64_t p
   return out;
 }
 
-void admitHeld(const LimiterMonitor& monitor, HeldPermits& held) {
-  if (held.repeated) return;  // counted when it was granted
-  monitor.admit(held.decision);
-  if (held.decision.allowed && !held.decision.byPolicy && !held.decision.shadowDenied) monitor.reservationOpened();
-}
-
 SettleStatus settleStatusOf(std::int64_t code, std::string_view who) {
   switch (code) {
     case 0:

@@ -81,7 +81,13 @@ enum class DecisionForm {
 
 /// A reserve's answer counted in `monitor`: a decision (shadow mode applied to held.decision) and,
 /// when Redis recorded it, an opened reservation; a repeat counts nothing (counted when granted).
-void admitHeld(const LimiterMonitor& monitor, HeldPermits& held);
+/// `Held` is HeldPermits or MultiHeldPermits.
+template <class Held>
+void admitHeld(const LimiterMonitor& monitor, Held& held) {
+  if (held.repeated) return;  // counted when it was granted
+  monitor.admit(held.decision);
+  if (held.decision.allowed && !held.decision.byPolicy && !held.decision.shadowDenied) monitor.reservationOpened();
+}
 
 /// The status code of a settle reply (every settling script: 0 no record, 1 settled by this call,
 /// 2 settled before). Another code is UnexpectedReplyError naming `who` ("limiter x", a MultiLimit's

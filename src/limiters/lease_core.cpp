@@ -20,8 +20,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-using Steady = std::chrono::steady_clock;
-
 const detail::Script kConcurrency{detail::lua::concurrency.name, detail::lua::concurrency.sha1,
                                   detail::lua::concurrency.source};
 constexpr char kKind = 'C';
@@ -160,13 +158,7 @@ LeaseDecision LeaseCore::acquire(const std::string& key, milliseconds ttl) {
 
 void LeaseCore::acquireAsync(const std::string& key, milliseconds ttl, LeaseDone done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  try {
-    checkLeaseTtl(ttl);
-  } catch (...) {
-    done(LeaseDecision{}, std::current_exception());
-    return;
-  }
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkLeaseTtl(ttl); })) return;
   const std::string id = newLeaseId();
   runScriptAsync<LeaseDecision>(
       shared_from_this(), decision(),
@@ -193,12 +185,10 @@ bool LeaseCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
 }
 
 void LeaseCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, RenewDone done) {
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  try {
-    checkLeaseId(lease.id);
-    checkLeaseTtl(ttl);
-  } catch (...) {
-    done(std::nullopt, std::current_exception());
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
+        checkLeaseId(lease.id);
+        checkLeaseTtl(ttl);
+      })) {
     return;
   }
   std::vector<std::string> rest{lease.id, fmt::to_string(ttl.count())};
@@ -220,13 +210,7 @@ bool LeaseCore::release(const std::string& key, const Lease& lease) {
 }
 
 void LeaseCore::releaseAsync(const std::string& key, const Lease& lease, ReleaseDone done) {
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  try {
-    checkLeaseId(lease.id);
-  } catch (...) {
-    done(false, std::current_exception());
-    return;
-  }
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkLeaseId(lease.id); })) return;
   callAsync<bool>(
       key, "release", {lease.id}, [key](const Reply& r) { return parseRelease(key, r); }, std::move(done));
 }

@@ -215,7 +215,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // Reserve, then settle: the calls (checked before anything is sent) and their answers.
   detail::ScriptRequest holdRequest(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const;
   MultiHeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
-  static void admitHeld(const LimiterMonitor& monitor, MultiHeldPermits& out);
   // A reserve's reply: take's head, then repeated; `self` (may be null) remembers the limits.
   static MultiHeldPermits parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
                                     std::int64_t permits);
@@ -754,11 +753,7 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 }
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  done = detail::isolated(std::move(done), monitor(), core_->label_);
-  try {
-    core_->refuseWithLeases("tryAcquireAsync");
-  } catch (...) {
-    done(false, std::current_exception());
+  if (!detail::isolateThenCheck(done, monitor(), core_->label_, [&] { core_->refuseWithLeases("tryAcquireAsync"); })) {
     return;
   }
   decideAsync(permits, [done = std::move(done)](const MultiDecision& d, std::exception_ptr error) {
@@ -796,12 +791,6 @@ MultiHeldPermits MultiLimit::Core::heldByPolicy(std::int64_t permits, bool allow
   MultiHeldPermits held;
   held.decision = byPolicy(permits, allowed).decision;
   return held;
-}
-
-void MultiLimit::Core::admitHeld(const LimiterMonitor& monitor, MultiHeldPermits& out) {
-  if (out.repeated) return;  // counted when it was granted
-  monitor.admit(out.decision);
-  if (out.decision.allowed && !out.decision.byPolicy && !out.decision.shadowDenied) monitor.reservationOpened();
 }
 
 // The settle call of the record `recordKey` (checked before anything is sent). Safe to send
@@ -869,18 +858,15 @@ MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string&
       c, c.decision(permits), "reserveFor", c.holdRequest(permits, reservationKey(id), recordTtl), &Core::mapError,
       [&](const Reply& reply) { return Core::parseHeld(&c, c.label_, c.names_.size(), reply, permits); },
       [&](bool allowed) { return c.heldByPolicy(permits, allowed); });
-  Core::admitHeld(monitor(), out);
+  detail::admitHeld(monitor(), out);
   return out;
 }
 
 void MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
                                  HeldCallback done) {
-  done = detail::isolated(std::move(done), monitor(), core_->label_);
   detail::ScriptRequest call;
-  try {
-    call = core_->holdRequest(permits, reservationKey(id), recordTtl);
-  } catch (...) {
-    done(MultiHeldPermits{}, std::current_exception());
+  if (!detail::isolateThenCheck(done, monitor(), core_->label_,
+                                [&] { call = core_->holdRequest(permits, reservationKey(id), recordTtl); })) {
     return;
   }
   detail::runScriptAsync<MultiHeldPermits>(
@@ -890,7 +876,7 @@ void MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id, mi
       },
       [permits](Core& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
       [monitor = monitor(), done = std::move(done)](MultiHeldPermits out, std::exception_ptr error) {
-        if (!error) Core::admitHeld(monitor, out);
+        if (!error) detail::admitHeld(monitor, out);
         done(std::move(out), std::move(error));
       });
 }
@@ -910,12 +896,9 @@ MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
 }
 
 void MultiLimit::settleAsync(const std::string& id, std::int64_t actual, SettleCallback done) {
-  done = detail::isolated(std::move(done), monitor(), core_->label_);
   detail::ScriptRequest call;
-  try {
-    call = core_->settleRequest(actual, reservationKey(id));
-  } catch (...) {
-    done(MultiSettlement{}, std::current_exception());
+  if (!detail::isolateThenCheck(done, monitor(), core_->label_,
+                                [&] { call = core_->settleRequest(actual, reservationKey(id)); })) {
     return;
   }
   detail::runScriptAsync<MultiSettlement>(
