@@ -140,6 +140,9 @@ class Client {
   void evalAsync(const detail::Script& script, const std::vector<std::string_view>& keys,
                  const std::vector<std::string_view>& args, detail::ReplyCallback done,
                  std::chrono::steady_clock::time_point deadline = {});
+  /// command without waiting: `argv` is copied before it returns; `done` gets the outcome.
+  void commandAsync(const std::vector<std::string_view>& argv, detail::ReplyCallback done,
+                    std::chrono::steady_clock::time_point deadline = {});
 
   // The runner of this process: after fork(), a new one for the child (the parent's is left
   // unused, its sockets closed without a byte sent).
@@ -151,6 +154,9 @@ class Client {
   int slotOf(const std::string_view* argv, std::size_t argc) const;
   // Sends a request and waits for it, recording in reachability_ whether it reached Redis.
   detail::Reply callTracked(detail::Request request, int slot, std::chrono::steady_clock::time_point deadline);
+  // Sends a request without waiting; `done` gets its outcome, recorded in reachability_ first.
+  void sendTracked(detail::Request request, int slot, detail::ReplyCallback done,
+                   std::chrono::steady_clock::time_point deadline);
   // Sets the request's deadline: `deadline`, or now + commandTimeout for the epoch.
   void setDeadline(detail::Request& request, std::chrono::steady_clock::time_point deadline) const;
 

@@ -46,6 +46,15 @@ bool parseRelease(const std::string& name, const detail::Reply& r) {
   return at(r, 0) == 1;
 }
 
+// held's reply: {leases live, ...}.
+std::int64_t parseHeld(const std::string& key, const Reply& r) {
+  if (r.type != Reply::Type::Array || r.elements.size() != 2) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 2 from held, got {}", key, r.describe()));
+  }
+  return at(r, 0);
+}
+
 // The acquire script's reply, for the lease `id`.
 LeaseDecision parseAcquire(const std::string& name, const detail::Reply& r, const std::string& id) {
   if (r.type != detail::Reply::Type::Array || r.elements.size() != kAcquireReplySize) {
@@ -215,15 +224,18 @@ void LeaseCore::releaseAsync(const std::string& key, const Lease& lease, Release
       key, "release", {lease.id}, [key](const Reply& r) { return parseRelease(key, r); }, std::move(done));
 }
 
-std::int64_t LeaseCore::held(const std::string& key) {
-  const Reply r = call(key, "held", {});
-  if (r.type != Reply::Type::Array || r.elements.size() != 2) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of 2 from held, got {}", key, r.describe()));
-  }
-  return at(r, 0);
+std::int64_t LeaseCore::held(const std::string& key) { return parseHeld(key, call(key, "held", {})); }
+
+void LeaseCore::heldAsync(const std::string& key, std::function<void(std::int64_t, std::exception_ptr)> done) {
+  callAsync<std::int64_t>(
+      key, "held", {}, [key](const Reply& r) { return parseHeld(key, r); },
+      isolated(std::move(done), gate_.monitor(), name_));
 }
 
 bool LeaseCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
+
+void LeaseCore::deleteKeyAsync(const std::string& key, ReleaseDone done) {
+  redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
+}
 
 }  // namespace redlimit::detail

@@ -47,8 +47,10 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   void releaseAsync(const std::string& key, const Lease& lease, ReleaseDone done);
   /// The leases of `key` live now.
   std::int64_t held(const std::string& key);
+  void heldAsync(const std::string& key, std::function<void(std::int64_t, std::exception_ptr)> done);
   /// DEL of `key` (not sent again: a second would answer 0).
   bool deleteKey(const std::string& key);
+  void deleteKeyAsync(const std::string& key, ReleaseDone done);
 
   std::shared_ptr<Client> client_;
   std::string name_;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <string>
@@ -80,16 +82,51 @@ void runScriptAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Para
       std::move(mapError), std::move(parse), std::move(byPolicy), std::move(done));
 }
 
-/// DEL of `key` through the protocol (`owner` as for runScript, with its call bound callBound_):
-/// true if it existed. Not sent again: a second DEL after a first that went through answers 0.
+/// A command on one key answered by an integer (DEL, EXISTS) through the protocol (`owner` as for
+/// runScript, with its call bound callBound_). `what` names it for the I/O-thread guard.
+template <class Owner>
+std::int64_t integerCommand(Owner& owner, std::string_view what, std::initializer_list<std::string_view> argv,
+                            LimiterCall::Resend resend) {
+  return runSync(
+      *owner.client_, owner.gate_, LimiterCall::plain(owner.callBound_, resend), what,
+      [&](std::chrono::steady_clock::time_point deadline) { return command(*owner.client_, argv, deadline); },
+      [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; });
+}
+
+/// integerCommand without waiting: `done` gets the integer or the error (runAsync).
+template <class Owner>
+void integerCommandAsync(const std::shared_ptr<Owner>& owner, std::vector<std::string> argv, LimiterCall::Resend resend,
+                         std::function<void(std::int64_t, std::exception_ptr)> done) {
+  runAsync<std::int64_t>(
+      owner, LimiterCall::plain(owner->callBound_, resend),
+      [argv = std::move(argv)](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
+        const std::vector<std::string_view> a(argv.begin(), argv.end());
+        commandAsync(*self.client_, a, std::move(sent), deadline);
+      },
+      [](std::exception_ptr error) { return error; }, [](Owner*, const Reply& r) { return r.asInteger(); },
+      [](Owner&, bool) { return std::int64_t{0}; }, std::move(done));
+}
+
+/// DEL of `key`: true if it existed. Not sent again: a second DEL after a first that went through
+/// answers 0.
 template <class Owner>
 bool deleteKey(Owner& owner, const std::string& key) {
-  return runSync(
-             *owner.client_, owner.gate_, LimiterCall::plain(owner.callBound_, LimiterCall::Resend::Never), "deleteKey",
-             [&](std::chrono::steady_clock::time_point deadline) {
-               return command(*owner.client_, {"DEL", key}, deadline);
-             },
-             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) > 0;
+  return integerCommand(owner, "deleteKey", {"DEL", key}, LimiterCall::Resend::Never) > 0;
+}
+
+/// deleteKey without waiting.
+template <class Owner>
+void deleteKeyAsync(const std::shared_ptr<Owner>& owner, const std::string& key,
+                    std::function<void(bool, std::exception_ptr)> done) {
+  integerCommandAsync(
+      owner, {"DEL", key}, LimiterCall::Resend::Never,
+      [done = std::move(done)](std::int64_t n, std::exception_ptr error) { done(n > 0, std::move(error)); });
+}
+
+/// EXISTS `key`: true if it exists. Safe to send again.
+template <class Owner>
+bool exists(Owner& owner, const std::string& key) {
+  return integerCommand(owner, "exists", {"EXISTS", key}, LimiterCall::Resend::IfClosed) == 1;
 }
 
 }  // namespace redlimit::detail

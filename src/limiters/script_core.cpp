@@ -389,28 +389,60 @@ std::string ScriptCore::recordKey(const std::string& key, const std::string& id)
   return namespacedRecordKey(key, id);
 }
 
-Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
+ScriptRequest ScriptCore::peekRequest(const std::string& key, std::int64_t permits) {
   const std::shared_ptr<const KeyedPolicy> config = policy();
   checkPermits(permits, config.get());
   // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
+  return request(key, args("peek", fmt::to_string(permits), "0", config.get()));
+}
+
+Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
   return runScript(
-      *this, LimiterCall::plain(callBound_), "peek",
-      request(key, args("peek", fmt::to_string(permits), "0", config.get())), mapError(key),
+      *this, LimiterCall::plain(callBound_), "peek", peekRequest(key, permits), mapError(key),
       [&](const Reply& r) { return parse(this, key, kind_[0], r, permits).decision; }, [](bool) { return Decision{}; });
 }
 
-void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
+void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) {
+  ScriptRequest call;
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = peekRequest(key, permits); })) return;
+  runScriptAsync<Decision>(
+      shared_from_this(), LimiterCall::plain(callBound_), std::move(call), mapError(key),
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) {
+        return parse(self, key, kind, r, permits).decision;
+      },
+      [](ScriptCore&, bool) { return Decision{}; }, std::move(done));
+}
+
+std::optional<ScriptRequest> ScriptCore::refundRequest(const std::string& key, std::int64_t permits) {
   if (permits < 0 || permits > ScriptLimiter::kMaxPermits) {
     throw InvalidArgument(
         fmt::format("redlimit: permits to refund must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, permits));
   }
-  if (permits == 0) return;
+  if (permits == 0) return std::nullopt;
   const std::shared_ptr<const KeyedPolicy> config = policy();
-  // Never resent: a refund that went through and was sent again would give the permits back twice.
+  return request(key, args("refund", fmt::to_string(permits), "0", config.get()));
+}
+
+// Never resent: a refund that went through and was sent again would give the permits back twice.
+void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
+  const std::optional<ScriptRequest> call = refundRequest(key, permits);
+  if (!call) return;
   (void)runScript(
-      *this, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund",
-      request(key, args("refund", fmt::to_string(permits), "0", config.get())), mapError(key),
+      *this, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund", *call, mapError(key),
       [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
+}
+
+void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits,
+                               std::function<void(bool, std::exception_ptr)> done) {
+  std::optional<ScriptRequest> call;
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = refundRequest(key, permits); })) return;
+  if (!call) {
+    done(true, nullptr);
+    return;
+  }
+  runScriptAsync<bool>(
+      shared_from_this(), LimiterCall::plain(callBound_, LimiterCall::Resend::Never), std::move(*call), mapError(key),
+      [](ScriptCore*, const Reply&) { return true; }, [](ScriptCore&, bool) { return false; }, std::move(done));
 }
 
 Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
@@ -456,14 +488,11 @@ Reply ScriptCore::call(const std::string& key, std::string_view op, const std::v
 
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
-bool ScriptCore::exists(const std::string& key) {
-  return runSync(
-             *client_, gate_, LimiterCall::plain(callBound_), "isExists",
-             [&](SteadyTime deadline) {
-               return command(*client_, {"EXISTS", key}, deadline);
-             },
-             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) == 1;
+void ScriptCore::deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+  redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
+
+bool ScriptCore::exists(const std::string& key) { return redlimit::detail::exists(*this, key); }
 
 bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
   checkPermitRange(permits);

@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,8 +70,10 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
 
   // The other operations: their IoError reaches the caller.
   Decision peek(const std::string& key, std::int64_t permits);
+  void peekAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done);
   /// Gives `permits` (0..kMaxPermits) back to `key`; never sent again (it could give back twice).
   void giveBack(const std::string& key, std::int64_t permits);
+  void giveBackAsync(const std::string& key, std::int64_t permits, std::function<void(bool, std::exception_ptr)> done);
   /// Settles the reservation `id` of `key` (safe to send again: a second answers AlreadySettled).
   Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
   void settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
@@ -81,6 +84,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// DEL of `key` (not sent again: a second DEL after a first that was applied would answer 0) and
   /// EXISTS (sent again after a closed connection).
   bool deleteKey(const std::string& key);
+  void deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done);
   bool exists(const std::string& key);
 
   /// The configuration every call carries, or null when the handle has none (one lock, only for
@@ -120,6 +124,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // ARGV[6] when the handle has one (the same position for every operation).
   std::vector<std::string> args(std::string_view op, std::string a, std::string b, const KeyedPolicy* policy) const;
   LimiterCall::Params decision(std::int64_t permits) const;
+  // peek's and refund's calls, checked before anything is sent (refund of 0: no call, nullopt).
+  ScriptRequest peekRequest(const std::string& key, std::int64_t permits);
+  std::optional<ScriptRequest> refundRequest(const std::string& key, std::int64_t permits);
   OneKeyErrors mapError(const std::string& key) const { return OneKeyErrors{key, kind_[0]}; }
   // The take/peek reply of this script; `self` (may be null: the handle is gone) remembers the
   // configuration it tells.

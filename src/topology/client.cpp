@@ -243,7 +243,17 @@ void Client::evalAsync(const Script& script, const std::vector<std::string_view>
                        const std::vector<std::string_view>& args, ReplyCallback done,
                        std::chrono::steady_clock::time_point deadline) {
   const int slot = slotOf(keys);
-  detail::Request request = detail::makeScriptRequest(script, keys, args);
+  sendTracked(detail::makeScriptRequest(script, keys, args), slot, std::move(done), deadline);
+}
+
+void Client::commandAsync(const std::vector<std::string_view>& argv, ReplyCallback done,
+                          std::chrono::steady_clock::time_point deadline) {
+  sendTracked(detail::makeRequest(argv.data(), argv.size()), slotOf(argv.data(), argv.size()), std::move(done),
+              deadline);
+}
+
+void Client::sendTracked(detail::Request request, int slot, ReplyCallback done,
+                         std::chrono::steady_clock::time_point deadline) {
   setDeadline(request, deadline);
   const std::int64_t started = reachability_->callStart();
   request.done = [gate = reachability_, started, done = std::move(done)](detail::Outcome out) {

@@ -36,6 +36,10 @@ struct ClientAccess {
                         std::chrono::steady_clock::time_point deadline = {}) {
     c.evalAsync(script, keys, args, std::move(done), deadline);
   }
+  static void commandAsync(Client& c, const std::vector<std::string_view>& argv, ReplyCallback done,
+                           std::chrono::steady_clock::time_point deadline = {}) {
+    c.commandAsync(argv, std::move(done), deadline);
+  }
 };
 
 /// Runs one command and waits for its reply (Client's request deadline).
@@ -46,6 +50,11 @@ inline Reply command(Client& c, std::initializer_list<std::string_view> argv,
 inline Reply command(Client& c, const std::vector<std::string_view>& argv,
                      std::chrono::steady_clock::time_point deadline = {}) {
   return ClientAccess::command(c, argv, deadline);
+}
+/// command without waiting: `done` gets the outcome (see ReplyCallback).
+inline void commandAsync(Client& c, const std::vector<std::string_view>& argv, ReplyCallback done,
+                         std::chrono::steady_clock::time_point deadline = {}) {
+  ClientAccess::commandAsync(c, argv, std::move(done), deadline);
 }
 /// Runs a script with EVALSHA (NOSCRIPT handled) and waits for its reply.
 inline Reply eval(Client& c, const Script& script, const std::vector<std::string_view>& keys,
