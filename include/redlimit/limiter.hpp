@@ -116,8 +116,18 @@ class Limiter {
   Settlement cancel(std::string_view key, const std::string& id);
 
   /// Deletes `key`'s state: the next decision finds it full (a concurrency limit: every lease of
-  /// it is gone). True if it existed.
+  /// it is gone; a stored policy: its configuration too). True if it existed.
   bool deleteKey(std::string_view key);
+
+  /// A stored policy (Policy::stored): writes this limiter's policy into `key` unless the key
+  /// holds a configuration already (true if written), as Redisson's trySetRate. Not sent again
+  /// after a closed connection (a resend of a write that went through would answer false): the
+  /// ClosedError reaches the caller. InvalidArgument for a policy sent with every call.
+  bool trySetPolicy(std::string_view key);
+  /// A stored policy: writes `policy` (the same algorithm, stored()) into `key`, keeping the
+  /// permits in use, for every process that decides `key` from now on; a key without one starts
+  /// as trySetPolicy's. Safe to send again.
+  void setPolicy(std::string_view key, const Policy& policy);
 
   /// Concurrency: a lease of `key` if fewer than the limit are held (LeaseDecision::lease, set
   /// exactly when allowed), for the policy's leaseTtl or `leaseTtl`; never waits. Release it when
@@ -176,6 +186,7 @@ class Limiter {
   void checkPermitPolicy(std::string_view what) const;
   void checkLeasePolicy(std::string_view what) const;
   void checkWaitPolicy(std::string_view what) const;
+  void checkStored(std::string_view what) const;
   const detail::FailureGate& gate() const noexcept;
 
   std::shared_ptr<detail::ScriptCore> core_;       // the rate policies'

@@ -75,6 +75,16 @@ class Policy {
   [[nodiscard]] Policy keepAlive(std::chrono::milliseconds idle) const;
   /// This policy with keys kept until deleted.
   [[nodiscard]] Policy permanent() const;
+  /// This policy kept in Redis, per key, rather than sent with every call: a Limiter of a stored
+  /// policy decides each key by the configuration stored in it, which Limiter::trySetPolicy and
+  /// setPolicy write (here or in any process: one place to change a limit for every caller), and
+  /// a key without one is NotInitializedError. Its keys are permanent (the configuration must
+  /// outlive idle time; deleteKey removes one), so keepAlive() refuses it. GCRA, token bucket,
+  /// fixed window and smooth; a calendar quota or a concurrency limit travels in every call
+  /// (InvalidArgument).
+  [[nodiscard]] Policy stored() const;
+  /// Whether the configuration lives in each key (stored()).
+  [[nodiscard]] bool isStored() const noexcept { return stored_; }
 
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
   /// What a decision reports as its limit: the burst, the capacity, the window's limit, or the
@@ -115,6 +125,7 @@ class Policy {
   std::string zone_;  // a calendar quota's time zone
   std::int64_t keepAliveMs_;
   std::shared_ptr<const detail::KeyedPolicy> packed_;
+  bool stored_ = false;
 };
 
 }  // namespace redlimit

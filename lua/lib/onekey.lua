@@ -99,7 +99,8 @@ end
 local function notInitialized(label, key)
   key = key or KEYS[1]
   fail('REDLIMIT_NOT_INITIALIZED', label .. ' ' .. key ..
-    ' is not initialized: call trySetConfig() or setConfig() first')
+    ' is not initialized: store its configuration first (Limiter::trySetPolicy or setPolicy; a 0.1 handle: ' ..
+    'trySetConfig or setConfig)')
 end
 
 -- Writes the packed value to `key` (default KEYS[1]); keepAlive > 0 (ms) gives the key a TTL of the time until the limiter is

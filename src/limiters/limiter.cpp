@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/key_layout.hpp"
@@ -76,7 +79,7 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
   core_ = std::make_shared<detail::ScriptCore>(std::move(client), checkedName(std::move(name)),
                                                std::move(options.failure), options.monitor, scriptOf(policy_.kind()),
                                                kind, detail::ScriptCore::Records::Namespaced);
-  core_->setPolicy(policy_.packedPolicy());
+  if (!policy_.isStored()) core_->setPolicy(policy_.packedPolicy());  // stored: each key's own
 }
 
 const detail::FailureGate& Limiter::gate() const noexcept { return leases_ ? leases_->gate_ : core_->gate_; }
@@ -155,7 +158,7 @@ Decision Limiter::peek(std::string_view key, std::int64_t permits) {
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("refund");
-  if (permits > policy_.maxPermits()) {
+  if (permits > (policy_.isStored() ? detail::ScriptLimiter::kMaxPermits : policy_.maxPermits())) {
     throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", core_->name_,
                                       policy_.maxPermits(), permits));
   }
@@ -185,6 +188,43 @@ Settlement Limiter::cancel(std::string_view key, const std::string& id) { return
 bool Limiter::deleteKey(std::string_view key) {
   if (calendar_) return calendar_->deleteOn(redisKey(key));
   return leases_ ? leases_->deleteKey(redisKey(key)) : core_->deleteKey(redisKey(key));
+}
+
+namespace {
+// The script's "set" arguments for `policy`: its fields (lua/gcra.lua, fixed_window.lua,
+// smooth.lua), and for GCRA and the token bucket the permits a new key starts with (all).
+std::vector<std::string> configArgs(const detail::KeyedPolicy& policy) {
+  std::vector<std::string> out;
+  for (const std::int64_t f : policy.fields) out.push_back(fmt::to_string(f));
+  const char kind = policy.packed.front();
+  if (kind == 'G' || kind == 'T') out.push_back(fmt::to_string(policy.limit));
+  return out;
+}
+}  // namespace
+
+void Limiter::checkStored(std::string_view what) const {
+  if (!policy_.isStored()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: {} writes a configuration into a key, but this limiter's policy travels "
+                    "in every call; make it Policy::...stored() to keep it in Redis",
+                    name(), what));
+  }
+}
+
+bool Limiter::trySetPolicy(std::string_view key) {
+  checkStored("trySetPolicy");
+  return core_->writeConfig(redisKey(key), detail::ScriptCore::ConfigWrite::IfAbsent,
+                            configArgs(policy_.packedPolicy()));
+}
+
+void Limiter::setPolicy(std::string_view key, const Policy& policy) {
+  checkStored("setPolicy");
+  if (policy.kind() != policy_.kind() || !policy.isStored()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: setPolicy takes a stored policy of the limiter's own algorithm", name()));
+  }
+  (void)core_->writeConfig(redisKey(key), detail::ScriptCore::ConfigWrite::KeepState,
+                           configArgs(policy.packedPolicy()));
 }
 
 LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }

@@ -534,6 +534,10 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
         continue;
       }
       kinds.push_back(packed.packed.front());
+      if (policy.isStored()) {  // the key's own configuration
+        configs.emplace_back();
+        continue;
+      }
       configs.push_back(packed.packed);
       anyConfig = true;
       maxPermits = std::min(maxPermits, packed.maxPermits);

@@ -163,14 +163,37 @@ Policy Policy::concurrency(std::int64_t limit, milliseconds leaseTtl) {
 }
 
 Policy Policy::keepAlive(milliseconds idle) const {
+  if (stored_) {
+    throw InvalidArgument(
+        "redlimit: a stored policy's keys are permanent (its configuration lives in them); keepAlive does not apply");
+  }
   if (idle.count() < 1 || idle > GcraRateLimiter::kMaxInterval) {
     throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms",
                                       GcraRateLimiter::kMaxInterval.count(), idle.count()));
   }
-  return Policy(kind_, a_, b_, c_, d_, idle.count(), zone_);
+  Policy p(kind_, a_, b_, c_, d_, idle.count(), zone_);
+  p.stored_ = stored_;
+  return p;
 }
 
-Policy Policy::permanent() const { return Policy(kind_, a_, b_, c_, d_, 0, zone_); }
+Policy Policy::permanent() const {
+  Policy p(kind_, a_, b_, c_, d_, 0, zone_);
+  p.stored_ = stored_;
+  return p;
+}
+
+Policy Policy::stored() const {
+  if (kind_ == Kind::Calendar || kind_ == Kind::Concurrency) {
+    throw InvalidArgument(
+        fmt::format("redlimit: a {} travels in every call and cannot be stored; stored() is for "
+                    "gcra, tokenBucket, fixedWindow and the smooth policies",
+                    kind_ == Kind::Calendar ? "calendar quota" : "concurrency limit"));
+  }
+  // Permanent: a stored configuration must outlive the key's idle time (deleteKey removes it).
+  Policy p(kind_, a_, b_, c_, d_, 0, zone_);
+  p.stored_ = true;
+  return p;
+}
 
 std::int64_t Policy::limit() const noexcept { return packed_->limit; }
 
@@ -211,6 +234,8 @@ milliseconds Policy::refillTime() const noexcept {
 }
 std::int64_t Policy::maxPermits() const noexcept { return packed_->maxPermits; }
 
-bool operator==(const Policy& a, const Policy& b) noexcept { return a.packed_->packed == b.packed_->packed; }
+bool operator==(const Policy& a, const Policy& b) noexcept {
+  return a.stored_ == b.stored_ && a.packed_->packed == b.packed_->packed;
+}
 
 }  // namespace redlimit

@@ -486,6 +486,20 @@ Reply ScriptCore::call(const std::string& key, std::string_view op, const std::v
       [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
 }
 
+bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config) {
+  std::vector<std::string> args{how == ConfigWrite::IfAbsent ? "try" : how == ConfigWrite::Restart ? "reset" : "keep"};
+  args.insert(args.end(), config.begin(), config.end());
+  const Reply r =
+      call(key, "set", args, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
+  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 4 from the set operation, got {}", key, r.describe()));
+  }
+  const bool written = how == ConfigWrite::KeepState || r.elements[0].asInteger() == 1;
+  if (written) remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
+  return written;
+}
+
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
 void ScriptCore::deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {

@@ -81,6 +81,13 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// The script's `op` on `key` with its arguments after now and kind; `recordKey` is KEYS[2].
   Reply call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
              LimiterCall::Resend resend, const std::string* recordKey = nullptr);
+  /// How writeConfig writes: only where the key has none (not sent again: a resend of a write that
+  /// went through would say false), restarting the state with it, or keeping the permits in use
+  /// (both safe to send again).
+  enum class ConfigWrite { IfAbsent, Restart, KeepState };
+  /// Writes a configuration (the script's "set" arguments after the mode) into `key`; true if
+  /// written (KeepState: always).
+  bool writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config);
   /// DEL of `key` (not sent again: a second DEL after a first that was applied would answer 0) and
   /// EXISTS (sent again after a closed connection).
   bool deleteKey(const std::string& key);

@@ -154,30 +154,12 @@ std::future<bool> ScriptLimiter::tryAcquireAsync(std::int64_t permits) {
 }
 
 bool ScriptLimiter::writeConfig(bool onlyIfAbsent, const std::vector<std::string>& config) {
-  std::vector<std::string> args{onlyIfAbsent ? "try" : "reset"};
-  args.insert(args.end(), config.begin(), config.end());
-  // 'reset' is safe to send twice; 'try' is not (a resend of a write that went through says false).
-  const Reply r =
-      core_->call(core_->name_, "set", args, onlyIfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
-  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
-    throw UnexpectedReplyError(fmt::format(
-        "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
-  }
-  const bool written = r.elements[0].asInteger() == 1;
-  if (written) core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
-  return written;
+  return core_->writeConfig(
+      core_->name_, onlyIfAbsent ? ScriptCore::ConfigWrite::IfAbsent : ScriptCore::ConfigWrite::Restart, config);
 }
 
 void ScriptLimiter::writeConfigKeepingState(const std::vector<std::string>& config) {
-  std::vector<std::string> args{"keep"};
-  args.insert(args.end(), config.begin(), config.end());
-  const Reply r = core_->call(core_->name_, "set", args,
-                              LimiterCall::Resend::IfClosed);  // safe to send twice: the second changes nothing
-  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
-    throw UnexpectedReplyError(fmt::format(
-        "redlimit: limiter {}: expected an array of 4 from the set operation, got {}", core_->name_, r.describe()));
-  }
-  core_->remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
+  (void)core_->writeConfig(core_->name_, ScriptCore::ConfigWrite::KeepState, config);
 }
 
 std::vector<std::int64_t> ScriptLimiter::readConfig() {

@@ -333,7 +333,9 @@ TEST_F(BatchScript, AFailingDecisionNamesItsOwnKeyAndWritesNothing) {
             "1..4294967295 for limiter " +
                 t2 + ", got \"0\"");
   EXPECT_EQ(describeElement(batch.elements[2]), "error: REDLIMIT_NOT_INITIALIZED GcraRateLimiter " + t3 +
-                                                    " is not initialized: call trySetConfig() or setConfig() first");
+                                                    " is not initialized: store its configuration first "
+                                                    "(Limiter::trySetPolicy or setPolicy; a 0.1 handle: trySetConfig "
+                                                    "or setConfig)");
   EXPECT_EQ(describeElement(batch.elements[3]),
             "error: REDLIMIT_INVALID_ARGUMENT Requested permits (9) exceed the burst (5) of TokenBucketRateLimiter " +
                 t2 + ": they could never be granted at once");
