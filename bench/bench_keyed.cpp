@@ -1,5 +1,5 @@
 // bench_keyed: per-user limits at scale (issue 25). 1 000 000 distinct keys decided once each
-// through KeyedGcraRateLimiter (the limit in the call), then idle for one period: used_memory
+// through a Limiter of a GCRA policy (the limit in the call), then idle for one period: used_memory
 // before, with the keys, and after (the keys are gone: each expires once its bucket is full again
 // plus the idle margin). And the server's cost per decision with the configuration in the call
 // next to a textbook GCRA in go-redis/redis_rate's argument shape (bench/textbook/
@@ -8,8 +8,8 @@
 // commandstats (EVALSHA usec / decisions), CPU per decision INFO cpu's delta / decisions, as
 // bench_algorithms measures them (a coalesced library call decides up to 64). The
 // raw rows send the same argv from one pipelined hiredis connection (256 in flight) so the two
-// scripts meet the same load; the library row is KeyedGcraRateLimiter::decideAsync with 1024 in
-// flight. Writing a million keys takes longer than their TTL (1.1 s), so the server's active
+// scripts meet the same load; the library row is Limiter::decideAsync with 1024 in flight. Every
+// row decides the same Redis keys, the library's (rl:<name>:<key>). Writing a million keys takes longer than their TTL (1.1 s), so the server's active
 // expiry is paused while they are written (DEBUG SET-ACTIVE-EXPIRE 0: every key is still in memory
 // when used_memory is read, expired or not) and turned on again for the idle period, whose end is
 // when DBSIZE reads 0.
@@ -17,7 +17,7 @@
 // Under load (issue 26), two workloads: 10 000 keys round-robin and one hot key, the limit in the
 // call and far above what the server decides (every decision granted), one thread keeping 256
 // decisions in flight. Three rows each, same run, same pinned server: the library coalesced
-// (KeyedGcraRateLimiter::decideAsync on a Client with ClientOptions::coalesce = true: the takes that
+// (Limiter::decideAsync on a Client with ClientOptions::coalesce = true: the takes that
 // queue behind the call in flight go together as one batch.lua call, up to 64), the library one by
 // one (the same with coalesce = false, the default), and the textbook GCRA as raw pipelined EVALSHA,
 // one decision per call (support/pipelined_load.hpp, one connection, 256 in flight): the one-by-one
@@ -89,7 +89,8 @@ struct World {
   std::shared_ptr<redlimit::Client> together;  // ClientOptions::coalesce = true
   std::string oursSha;
   std::string textbookSha;
-  std::string packed;  // the 17 bytes KeyedGcraRateLimiter sends: 'G', burst, rate, period ms, keepAlive ms
+  std::string packed;  // the 17 bytes the library sends: 'G', burst, rate, period ms, keepAlive ms
+  std::unique_ptr<redlimit::Limiter> perKey;  // the library's limiter of the new and hot keys rows
 };
 World* gWorld = nullptr;
 
@@ -107,6 +108,13 @@ struct Phase {
 std::map<std::string, Phase> gPhases;
 
 std::string keyOf(std::int64_t i) { return fmt::format("k{:07}", i); }  // 8 bytes
+
+// The limiter of the load rows: 10^6 per 1 s, burst 10^6 (every decision granted).
+constexpr const char* kLoadName = "bench-load";
+redlimit::Policy loadPolicy() { return redlimit::Policy::gcra(kLoadRate, kPeriod, kLoadBurst); }
+
+// The Redis key of the caller's key i of the new and hot keys rows: the library's.
+std::string redisKeyOf(std::int64_t i) { return gWorld->perKey->redisKey(keyOf(i)); }
 
 std::int64_t usedMemory() { return std::stoll(rb::parseInfo(gWorld->admin->info({"memory"})).at("used_memory")); }
 std::int64_t dbsize() { return gWorld->admin->command({"DBSIZE"})->integer; }
@@ -181,19 +189,15 @@ void BM_LibraryNewKeys(benchmark::State& state) {
   for (auto _ : state) {
     Phase& p = gPhases["library"];
     (void)gWorld->admin->command({"FLUSHALL"});
-    redlimit::GcraConfig c;
-    c.burst = kBurst;
-    c.rate = kRate;
-    c.period = kPeriod;
-    redlimit::KeyedGcraRateLimiter perKey(gWorld->client, "bench:keyed", c);
+    redlimit::Limiter& perKey = *gWorld->perKey;
     // The raw rows below send exactly the configuration the library sends (the key's first 17 bytes).
     (void)perKey.decide("check");
-    auto v = gWorld->admin->command({"GET", "check"});
+    auto v = gWorld->admin->command({"GET", perKey.redisKey("check")});
     if (v->type != REDIS_REPLY_STRING || std::string(v->str, v->len).compare(0, 17, gWorld->packed) != 0) {
       state.SkipWithError("the raw argv's configuration is not the library's");
       return;
     }
-    (void)gWorld->admin->command({"DEL", "check"});
+    (void)gWorld->admin->command({"DEL", perKey.redisKey("check")});
     p.usedBefore = usedMemory();
     activeExpire(false);
     const rb::ServerSample before = rb::sampleServer(*gWorld->admin);
@@ -247,11 +251,11 @@ void rawNewKeys(benchmark::State& state, const std::string& name, bool ours) {
     rawRun(
         kKeys,
         [ours](std::int64_t i) -> std::vector<std::string> {
-          if (ours) return {"EVALSHA", gWorld->oursSha, "1", keyOf(i), "take", "", "G", "1", "0", gWorld->packed};
+          if (ours) return {"EVALSHA", gWorld->oursSha, "1", redisKeyOf(i), "take", "", "G", "1", "0", gWorld->packed};
           return {"EVALSHA",
                   gWorld->textbookSha,
                   "1",
-                  keyOf(i),
+                  redisKeyOf(i),
                   fmt::to_string(kBurst),
                   fmt::to_string(kRate),
                   fmt::format("{}", static_cast<double>(kPeriod.count()) / 1000.0),
@@ -277,7 +281,7 @@ void rawHotKeys(benchmark::State& state, const std::string& name, bool ours) {
     (void)gWorld->admin->command({"FLUSHALL"});
     // Far above the rate: most calls are denied, as a limited user's are; denials write nothing.
     const auto argvOf = [ours](std::int64_t i) -> std::vector<std::string> {
-      const std::string key = keyOf(i % kHotKeys);
+      const std::string key = redisKeyOf(i % kHotKeys);
       if (ours) return {"EVALSHA", gWorld->oursSha, "1", key, "take", "", "G", "1", "0", gWorld->packed};
       return {"EVALSHA",
               gWorld->textbookSha,
@@ -342,8 +346,7 @@ std::vector<std::string> loadKeys(int workload) {
 }
 
 // n decisions through `perKey`, round-robin over `keys`, kRawDepth in flight from this thread.
-void libraryLoad(redlimit::KeyedGcraRateLimiter& perKey, const std::vector<std::string>& keys, std::int64_t n,
-                 LoadTotals& t) {
+void libraryLoad(redlimit::Limiter& perKey, const std::vector<std::string>& keys, std::int64_t n, LoadTotals& t) {
   std::mutex m;
   std::condition_variable cv;
   std::int64_t inFlight = 0;
@@ -383,10 +386,12 @@ void loadRow(int workload, int variant) {
   LoadTotals scratch;
   rb::ServerSample before;
   if (variant == kTextbook) {
+    const redlimit::Limiter names(gWorld->client, kLoadName, loadPolicy());  // the library's keys, nothing sent
     std::vector<std::vector<std::string>> argvs;
     for (const std::string& k : keys) {
-      argvs.push_back({"EVALSHA", gWorld->textbookSha, "1", k, fmt::to_string(kLoadBurst), fmt::to_string(kLoadRate),
-                       fmt::format("{}", static_cast<double>(kPeriod.count()) / 1000.0), "1"});
+      argvs.push_back({"EVALSHA", gWorld->textbookSha, "1", names.redisKey(k), fmt::to_string(kLoadBurst),
+                       fmt::to_string(kLoadRate), fmt::format("{}", static_cast<double>(kPeriod.count()) / 1000.0),
+                       "1"});
     }
     rb::PreparedCalls prepared(std::move(argvs));
     rb::PipelinedLoad load(gWorld->pinned.server->host(), gWorld->pinned.server->port(), 1, kRawDepth);
@@ -397,11 +402,7 @@ void loadRow(int workload, int variant) {
     t.decisions += r.calls;
     t.granted += r.allowed;
   } else {
-    redlimit::GcraConfig c;
-    c.burst = kLoadBurst;
-    c.rate = kLoadRate;
-    c.period = kPeriod;
-    redlimit::KeyedGcraRateLimiter perKey(variant == kCoalesced ? gWorld->together : gWorld->oneByOne, "bench:load", c);
+    redlimit::Limiter perKey(variant == kCoalesced ? gWorld->together : gWorld->oneByOne, kLoadName, loadPolicy());
     libraryLoad(perKey, keys, warmUp, scratch);
     before = rb::sampleServer(*gWorld->admin);
     libraryLoad(perKey, keys, kLoadDecisions, t);
@@ -444,10 +445,11 @@ std::string num(double v, int digits) { return std::isnan(v) ? std::string("n/a"
 std::string summary() {
   std::ostringstream out;
   const auto& lib = gPhases["library"];
-  out << "Per-user limits at scale (bench_keyed): KeyedGcraRateLimiter, the limit in the call, 10 per 1 s, burst 10\n"
+  out << "Per-user limits at scale (bench_keyed): Limiter, Policy::gcra in the call, 10 per 1 s, burst 10\n"
       << "  " << gWorld->pinned.placement << "\n"
       << "  " << rb::machineDescription(gWorld->pinned.server->version()) << "\n";
-  out << fmt::format("  1 000 000 distinct keys (8-byte names) decided once each{}:\n", lib.ran ? "" : " (not run)");
+  out << fmt::format("  1 000 000 distinct keys (8-byte names, rl:<name>: before them) decided once each{}:\n",
+                     lib.ran ? "" : " (not run)");
   out << "                                        used_memory: before      with keys   after idle  bytes/key  keys "
          "gone "
          "after\n";
@@ -457,7 +459,7 @@ std::string summary() {
                        num(static_cast<double>(p.usedWith - p.usedBefore) / kKeys, 1),
                        std::isnan(p.goneAfter) ? std::string("NOT gone") : num(p.goneAfter, 1) + " s");
   };
-  memoryRow("KeyedGcraRateLimiter (library)", lib);
+  memoryRow("Limiter (library)", lib);
   memoryRow("ours, raw EVALSHA (same argv)", gPhases["ours_new"]);
   memoryRow("textbook/redis_rate_gcra.lua", gPhases["textbook_new"]);
   out << "  (active expiry paused while the keys are written; after idle: resumed, then one period and the idle\n"
@@ -537,8 +539,16 @@ std::string summary() {
 int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  World world{
-      rb::startPinnedServer({}, kServerCpu, kClientCpu), nullptr, nullptr, nullptr, nullptr, nullptr, "", "", ""};
+  World world{rb::startPinnedServer({}, kServerCpu, kClientCpu),
+              nullptr,
+              nullptr,
+              nullptr,
+              nullptr,
+              nullptr,
+              "",
+              "",
+              "",
+              nullptr};
   gWorld = &world;
   world.admin = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
   world.load = std::make_unique<rb::RawRedis>(world.pinned.server->host(), world.pinned.server->port());
@@ -553,24 +563,27 @@ int main(int argc, char** argv) try {
   world.textbookSha = loadScript(readFile(REDLIMIT_BENCH_SOURCE_DIR "/textbook/redis_rate_gcra.lua"));
   world.packed =
       "G" + packU32(kBurst) + packU32(kRate) + packU32(kPeriod.count()) + packU32(redlimit::kDefaultIdleMargin.count());
+  world.perKey =
+      std::make_unique<redlimit::Limiter>(world.client, "bench-keyed", redlimit::Policy::gcra(kRate, kPeriod, kBurst));
 
-  benchmark::RegisterBenchmark("KeyedGcra/library/new_keys", BM_LibraryNewKeys)->Iterations(1)->UseManualTime();
-  benchmark::RegisterBenchmark("KeyedGcra/ours_raw/new_keys", BM_OursRawNewKeys)->Iterations(1)->UseManualTime();
-  benchmark::RegisterBenchmark("KeyedGcra/textbook_raw/new_keys", BM_TextbookRawNewKeys)
+  benchmark::RegisterBenchmark("LimiterGcra/library/new_keys", BM_LibraryNewKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("LimiterGcra/ours_raw/new_keys", BM_OursRawNewKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("LimiterGcra/textbook_raw/new_keys", BM_TextbookRawNewKeys)
       ->Iterations(1)
       ->UseManualTime();
-  benchmark::RegisterBenchmark("KeyedGcra/ours_raw/hot_keys", BM_OursRawHotKeys)->Iterations(1)->UseManualTime();
-  benchmark::RegisterBenchmark("KeyedGcra/textbook_raw/hot_keys", BM_TextbookRawHotKeys)
+  benchmark::RegisterBenchmark("LimiterGcra/ours_raw/hot_keys", BM_OursRawHotKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("LimiterGcra/textbook_raw/hot_keys", BM_TextbookRawHotKeys)
       ->Iterations(1)
       ->UseManualTime();
-  benchmark::RegisterBenchmark("KeyedGcra/load/10000_keys", BM_Load)->Arg(kManyKeys)->Iterations(1)->UseManualTime();
-  benchmark::RegisterBenchmark("KeyedGcra/load/hot_key", BM_Load)->Arg(kHotKey)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("LimiterGcra/load/10000_keys", BM_Load)->Arg(kManyKeys)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("LimiterGcra/load/hot_key", BM_Load)->Arg(kHotKey)->Iterations(1)->UseManualTime();
   rb::CollectReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   const std::string text = summary();
   std::cout << '\n' << text << std::flush;
   std::ofstream(rb::resultsDir() + "/bench_keyed.summary.txt") << text;
+  world.perKey.reset();
   world.client.reset();
   world.oneByOne.reset();
   gWorld = nullptr;

@@ -5,7 +5,7 @@
 //   cmake --preset release && cmake --build --preset release --target deadline_lateness
 //   build/release/bench/deadline_lateness [calls] [stopAfter]      (defaults 20000 10000)
 //
-// One thread makes `calls` async KeyedGcraRateLimiter decisions (default options: the bound of a
+// One thread makes `calls` async Limiter decisions (a GCRA policy; default options: the bound of a
 // call is connectTimeout + commandTimeout = 1 000 ms) on 1 000 keys; after the first `stopAfter`
 // it SIGSTOPs redis-server, so the rest (and whatever of the first was not answered yet) end by
 // their deadline, through the failure policy. Each answer's time is taken in its callback; a
@@ -47,11 +47,7 @@ int main(int argc, char** argv) try {
   options.pool.maxPending = std::max<std::size_t>(options.pool.maxPending, calls * 2);
   const auto bound = options.connection.connectTimeout + options.connection.commandTimeout;
   auto client = redlimit::Client::create(options);
-  redlimit::GcraConfig config;
-  config.rate = 1000000;
-  config.period = std::chrono::seconds(1);
-  config.burst = 1000000;
-  redlimit::KeyedGcraRateLimiter limiter(client, "lateness", config);
+  redlimit::Limiter limiter(client, "lateness", redlimit::Policy::gcra(1000000, std::chrono::seconds(1), 1000000));
   (void)limiter.decide("warm:{0}");  // the script loaded, the connections open
 
   std::vector<Clock::time_point> started(calls), answered(calls);

@@ -14,7 +14,7 @@
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
-#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/script_limiter.hpp"

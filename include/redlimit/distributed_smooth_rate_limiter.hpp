@@ -9,7 +9,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
-#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 

@@ -12,7 +12,7 @@
 namespace redlimit {
 
 /// The outcome of reserveFor (TokenBucketRateLimiter, GcraRateLimiter, FixedWindowRateLimiter,
-/// CalendarRateLimiter and their keyed families; a MultiLimit answers MultiHeldPermits). A value type.
+/// CalendarRateLimiter, KeyedCalendarRateLimiter, Limiter; a MultiLimit answers MultiHeldPermits). A value type.
 struct HeldPermits {
   Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
                           // under the id (unless byPolicy: the failure policy decided, nothing was

@@ -9,7 +9,7 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/failure_policy.hpp"
-#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
@@ -86,7 +86,7 @@ class TokenBucketRateLimiter : public detail::ScriptLimiter {
   /// Writes the configuration and a bucket with config.initialTokens (default full) if the key
   /// does not exist. True if this call wrote it. A key of another kind: InvalidConfigError.
   [[nodiscard]] bool trySetConfig(const TokenBucketConfig& config);
-  /// Writes the configuration keeping the permits in use (as KeyedTokenBucketRateLimiter does
+  /// Writes the configuration keeping the permits in use (as a Limiter's token bucket policy does
   /// on a change: they come back at the new rate, and count against the new capacity); the same
   /// configuration again changes nothing. With config.initialTokens set, restarts the bucket with
   /// them instead. A key without a configuration starts with initialTokens (default full); one

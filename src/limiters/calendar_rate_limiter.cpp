@@ -21,7 +21,7 @@
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/errors.hpp"

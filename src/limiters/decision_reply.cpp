@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "redlimit/errors.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 
 namespace redlimit::detail {
 

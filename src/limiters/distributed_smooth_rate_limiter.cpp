@@ -88,7 +88,7 @@ void checkStorable(const SmoothConfig& c) {
   if (c.keepAlive.count() != 0) {
     throw InvalidArgument(fmt::format(
         "redlimit: keepAlive {} ms: a DistributedSmoothRateLimiter's key stores no keepAlive (28 bytes); make the "
-        "handle with its configuration (or use KeyedDistributedSmoothRateLimiter): it then travels in every call and "
+        "handle with its configuration (or use a Limiter of Policy::smoothBursty): it then travels in every call and "
         "the key expires once idle",
         c.keepAlive.count()));
   }

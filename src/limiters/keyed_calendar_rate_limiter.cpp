@@ -8,7 +8,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 
 namespace redlimit {
 

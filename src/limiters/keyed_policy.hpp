@@ -1,5 +1,5 @@
-// redlimit — building the configuration a keyed family or a one-key handle made with a
-// configuration sends in every call (src/keyed_*_rate_limiter.cpp, src/*_rate_limiter.cpp).
+// redlimit — building the configuration a Limiter's policy or a one-key handle made with a
+// configuration sends in every call (policy.cpp, src/limiters/*_rate_limiter.cpp).
 #pragma once
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <numeric>
 #include <string>
 
-#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/detail/script_limiter.hpp"
 
 namespace redlimit::detail {

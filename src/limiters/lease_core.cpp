@@ -9,7 +9,7 @@
 #include "limiters/lease_id.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 

@@ -1,5 +1,5 @@
 // detail::OneKeyBatcher: one script call for many one-key decisions. The takes of every token
-// bucket, GCRA and fixed-window limiter of a Client (handles and keyed limiters alike) go through
+// bucket, GCRA and fixed-window limiter of a Client (handles and Limiters alike) go through
 // it: a take that finds a place free (fewer groups in flight than the pool has connections) is
 // sent at once with its own script (gcra.lua, fixed_window.lua), as without a batcher; takes that
 // arrive while every place is taken queue up (limiters/batcher.hpp) and go together, up to

@@ -11,7 +11,7 @@
 #include "redlimit/errors.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
-#include "redlimit/keyed_rate_limiter_options.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 
 namespace redlimit {

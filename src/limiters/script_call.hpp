@@ -17,7 +17,7 @@
 #include "limiters/limiter_call.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 
 namespace redlimit::detail {
 

@@ -2,8 +2,8 @@
 // over any number of keys: the Client, the name (the metrics label and the limiter named in
 // events), the failure gate, the configuration the calls carry (none: each key's stored one), and
 // every operation of the script on a key given per call, through the call protocol
-// (limiter_call.hpp). The one-key handles (ScriptLimiter: the key is the name) and the keyed
-// families (KeyedScriptLimiter: a key per call) are faces of it.
+// (limiter_call.hpp). The one-key handles (ScriptLimiter: the key is the name) and Limiter (a key
+// per call, under its name) are faces of it.
 #pragma once
 
 #include <atomic>

@@ -7,7 +7,7 @@
 #include "limiters/future_of.hpp"
 #include "limiters/script_core.hpp"
 #include "redlimit/detail/deadline.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {

@@ -12,7 +12,7 @@
 #include "helpers.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/calendar_rate_limiter.hpp"
-#include "redlimit/detail/keyed_script_limiter.hpp"
+#include "limiters/script_helpers.hpp"
 #include "redlimit/http.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit_test/fixture.hpp"

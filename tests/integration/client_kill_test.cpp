@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "helpers.hpp"
-#include "redlimit/keyed_token_bucket_rate_limiter.hpp"
 #include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
@@ -88,13 +87,6 @@ class ClientKill : public RedisTest {
 TEST_F(ClientKill, OneKeyTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
   TokenBucketRateLimiter limiter(client(), name(), full(kLimit));
   const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
-  expectResent(o, limiter.failureStats(), kLimit);
-}
-
-TEST_F(ClientKill, KeyedTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
-  KeyedTokenBucketRateLimiter limiter(client(), name(), full(kLimit));
-  const std::string key = name("user");
-  const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(key); });
   expectResent(o, limiter.failureStats(), kLimit);
 }
 

@@ -22,7 +22,6 @@
 #include "topology/key_slot.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/failure_policy.hpp"
-#include "redlimit/keyed_gcra_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
@@ -461,11 +460,7 @@ TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {
   ClientOptions coalescing;
   coalescing.coalesce = true;
   auto client = clusterClient(cluster, coalescing);
-  GcraConfig config;
-  config.rate = 1;
-  config.period = std::chrono::hours(1);
-  config.burst = 5;
-  KeyedGcraRateLimiter keyed(client, "per-key", config);
+  Limiter perKey(client, "per-key", Policy::gcra(1, std::chrono::hours(1), 5));
   // 3 hash tags x 10 keys: keys of one tag may share a batch, keys of different tags never can.
   std::vector<std::string> keys;
   for (const char* tag : {"{a}", "{b}", "{c}"}) {
@@ -473,7 +468,7 @@ TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {
   }
   std::vector<std::future<Decision>> all;
   for (int round = 0; round < 8; ++round) {
-    for (const auto& k : keys) all.push_back(keyed.decideAsync(k));
+    for (const auto& k : keys) all.push_back(perKey.decideAsync(k));
   }
   std::map<std::string, int> allowed;
   std::size_t errors = 0;
@@ -517,14 +512,11 @@ TEST(Cluster, ReservationRecordsShareTheirLimitersSlot) {
     EXPECT_EQ(rl.peek().remaining, 8);
   }
   EXPECT_GE(slots.size(), 10u);
-  GcraConfig perDay;
-  perDay.burst = 10;
-  perDay.rate = 1;
-  perDay.period = std::chrono::hours(24);
-  KeyedGcraRateLimiter keyed(client, "rsv-keyed", perDay);
+  Limiter perKey(client, "rsv-keyed", Policy::gcra(1, std::chrono::hours(24), 10));
   for (const std::string key : {"user:1", "user:2", "{org:3}:user:4"}) {
-    ASSERT_TRUE(keyed.reserveFor(key, 3, "r").decision.allowed) << key;
-    EXPECT_EQ(keyed.cancel(key, "r").returned, 3) << key;
+    EXPECT_EQ(detail::keySlot(perKey.recordKey(key, "r")), detail::keySlot(perKey.redisKey(key))) << key;
+    ASSERT_TRUE(perKey.reserveFor(key, 3, "r").decision.allowed) << key;
+    EXPECT_EQ(perKey.cancel(key, "r").returned, 3) << key;
   }
 }
 

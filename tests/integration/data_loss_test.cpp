@@ -1,6 +1,6 @@
 // Redis loses its data (FLUSHALL, or a restart without persistence) under each
-// failure policy. A limiter that knows its configuration (a one-key handle made with it, a keyed
-// family) decides normally afterwards, writing its key again; a handle made without one (the
+// failure policy. A limiter that knows its configuration (a one-key handle made with it, a Limiter
+// and its policy) decides normally afterwards, writing its key again; a handle made without one (the
 // Redisson way) answers NotInitializedError until someone sets the configuration again; set-up
 // calls during the outage throw the IoError under every policy; FailurePolicy::Local can be
 // seeded for a limiter that has not seen its configuration yet. Against a real redis-server.
@@ -37,6 +37,7 @@ const char* policyName(FailurePolicy p) {
 }
 
 // 3 at once, then one a minute: nothing refills while a test runs.
+Policy threeAMinutePolicy() { return Policy::gcra(1, milliseconds(60000), 3); }
 GcraConfig threeAMinute() {
   GcraConfig c;
   c.burst = 3;
@@ -96,10 +97,10 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
     GcraRateLimiterOptions oneKeyOptions;
     oneKeyOptions.failure = failureOptions(policy);
     GcraRateLimiter oneKey(client(), name("one" + tag), threeAMinute(), oneKeyOptions);
-    KeyedRateLimiterOptions keyedOptions;
-    keyedOptions.failure = failureOptions(policy);
-    KeyedGcraRateLimiter keyed(client(), name("keyed" + tag), threeAMinute(), keyedOptions);
-    const std::string key = name("user" + tag);
+    LimiterOptions limiterOptions;
+    limiterOptions.failure = failureOptions(policy);
+    Limiter perKey(client(), asLimiterName(name("perKey" + tag)), threeAMinutePolicy(), limiterOptions);
+    const std::string key = "user" + tag;
     RateLimiterOptions centralOptions;
     centralOptions.failure = failureOptions(policy);
     RateLimiter central(client(), name("central" + tag), centralOptions);
@@ -107,11 +108,11 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
 
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(oneKey.decide().allowed);
-      ASSERT_TRUE(keyed.decide(key).allowed);
+      ASSERT_TRUE(perKey.decide(key).allowed);
       ASSERT_TRUE(central.tryAcquire());
     }
     ASSERT_FALSE(oneKey.decide().allowed);
-    ASSERT_FALSE(keyed.decide(key).allowed);
+    ASSERT_FALSE(perKey.decide(key).allowed);
     ASSERT_FALSE(central.tryAcquire());
 
     (void)raw({"FLUSHALL"});
@@ -121,12 +122,12 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
     EXPECT_TRUE(one.allowed);
     EXPECT_FALSE(one.byPolicy);
     EXPECT_EQ(one.remaining, 2);
-    const Decision k = keyed.decide(key);
+    const Decision k = perKey.decide(key);
     EXPECT_TRUE(k.allowed);
     EXPECT_FALSE(k.byPolicy);
     EXPECT_EQ(k.remaining, 2);
     EXPECT_TRUE(exists(admin(), name("one" + tag)));
-    EXPECT_TRUE(exists(admin(), key)) << "the keyed family's key is the caller's";
+    EXPECT_TRUE(exists(admin(), perKey.redisKey(key))) << "written again under the limiter's name";
     // Made without one: the documented rule, under every policy.
     EXPECT_THROW((void)central.tryAcquire(), NotInitializedError);
     EXPECT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
@@ -147,9 +148,9 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     oneKeyOptions.failure = failureOptions(policy);
     GcraRateLimiter oneKey(c, "one", threeAMinute(), oneKeyOptions);
     GcraRateLimiter centralGcra(c, "central-gcra", oneKeyOptions);  // made without its configuration
-    KeyedRateLimiterOptions keyedOptions;
-    keyedOptions.failure = failureOptions(policy);
-    KeyedGcraRateLimiter keyed(c, "keyed", threeAMinute(), keyedOptions);
+    LimiterOptions limiterOptions;
+    limiterOptions.failure = failureOptions(policy);
+    Limiter perKey(c, "perKey", threeAMinutePolicy(), limiterOptions);
     RateLimiterOptions centralOptions;
     centralOptions.failure = failureOptions(policy);
     RateLimiter central(c, "central", centralOptions);
@@ -157,7 +158,7 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     ASSERT_TRUE(centralGcra.trySetConfig(threeAMinute()));
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(oneKey.decide().allowed);
-      ASSERT_TRUE(keyed.decide("user:{1}").allowed);
+      ASSERT_TRUE(perKey.decide("user:{1}").allowed);
     }
     ASSERT_FALSE(oneKey.decide().allowed);
 
@@ -190,13 +191,13 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     const Decision one = firstAnswerFromRedis([&] { return oneKey.decide(); });
     EXPECT_TRUE(one.allowed);
     EXPECT_EQ(one.remaining, 2);
-    const Decision k = firstAnswerFromRedis([&] { return keyed.decide("user:{1}"); });
+    const Decision k = firstAnswerFromRedis([&] { return perKey.decide("user:{1}"); });
     EXPECT_TRUE(k.allowed);
     EXPECT_EQ(k.remaining, 2);
     EXPECT_FALSE(oneKey.failureStats().degraded);
-    EXPECT_FALSE(keyed.failureStats().degraded);
+    EXPECT_FALSE(perKey.failureStats().degraded);
     EXPECT_TRUE(exists(*c, "one")) << "written again by the handle";
-    EXPECT_TRUE(exists(*c, "user:{1}"));
+    EXPECT_TRUE(exists(*c, perKey.redisKey("user:{1}")));
     // Made without one: NotInitializedError until the configuration is set again, then normal.
     EXPECT_TRUE(seesNotInitialized([&] { return central.decide(); }));
     EXPECT_FALSE(exists(*c, "central")) << "nothing re-created it";

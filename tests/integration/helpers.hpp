@@ -459,6 +459,12 @@ inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::millisecon
   return c;
 }
 
+/// `name` (a RedisTest::name(), which holds ':') as a Limiter's name, which may not: '.' for ':'.
+inline std::string asLimiterName(std::string name) {
+  std::replace(name.begin(), name.end(), ':', '.');
+  return name;
+}
+
 /// `limit` per calendar `unit` in Europe/Berlin.
 inline CalendarQuota berlinQuota(std::int64_t limit, CalendarUnit unit) {
   CalendarQuota q;

@@ -1,6 +1,6 @@
-// Coalesced one-key decisions: takes of the token bucket, GCRA and fixed-window limiters of one
-// Client that queue up while a call is in flight go to Redis together as one lua/batch.lua call,
-// whatever their keys, and get what one-by-one calls would have got, in the same order.
+// Coalesced one-key decisions: takes of the token bucket, GCRA and fixed-window limiters (one-key
+// handles and Limiters) of one Client that queue up while a call is in flight go to Redis together as
+// one lua/batch.lua call, whatever their keys, and get what one-by-one calls would have got, in order.
 //
 // The server is held with CLIENT PAUSE ... WRITE while the takes are issued, so that every take
 // after the first is queued before the first is answered: the grouping is then known exactly.
@@ -17,10 +17,11 @@
 #include "limiters/batcher.hpp"
 #include "redlimit_lua.hpp"
 
+#include "helpers.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
-#include "redlimit/keyed_gcra_rate_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -156,16 +157,16 @@ TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAl
   EXPECT_EQ(requestsOf(together) - before, kInFlightOnOne + 1) << "the first ones alone, the others in one call";
 }
 
-TEST_F(OneKeyCoalesce, AKeyedLimiterSendsTheTakesOfManyKeysTogether) {
+TEST_F(OneKeyCoalesce, ALimiterSendsTheTakesOfManyKeysTogether) {
   auto together = newClient(oneConnection());
-  KeyedGcraRateLimiter keyed(together, name("policy"), gcra(2));
-  const std::string prefix = name("user:");
+  Limiter perKey(together, asLimiterName(name("policy")), Policy::gcra(1, milliseconds(3600000), 2));
+  const std::string prefix = "user:";
   warmBatch(together);
 
   pauseWrites();
   const std::uint64_t before = requestsOf(together);
   std::vector<std::future<Decision>> coalesced;
-  for (int i = 0; i < 40; ++i) coalesced.push_back(keyed.decideAsync(prefix + std::to_string(i % 10)));
+  for (int i = 0; i < 40; ++i) coalesced.push_back(perKey.decideAsync(prefix + std::to_string(i % 10)));
   resume();
   std::vector<int> allowed(10, 0);
   for (int i = 0; i < 40; ++i) {
@@ -235,15 +236,15 @@ TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
 
 TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
   auto c = newClient(coalescing());
-  KeyedGcraRateLimiter keyed(c, name("policy"), gcra(20));
-  const std::string prefix = name("k:");
+  Limiter perKey(c, asLimiterName(name("policy")), Policy::gcra(1, milliseconds(3600000), 20));
+  const std::string prefix = "k:";
   std::atomic<int> granted{0}, denied{0}, errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
         try {
-          (keyed.decide(prefix + std::to_string((t + i) % 10)).allowed ? granted : denied).fetch_add(1);
+          (perKey.decide(prefix + std::to_string((t + i) % 10)).allowed ? granted : denied).fetch_add(1);
         } catch (const std::exception&) {
           errors.fetch_add(1);
         }

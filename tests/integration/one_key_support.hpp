@@ -76,6 +76,16 @@ inline std::string header(const LimiterConfig& c) {
   return out;
 }
 
+/// A GCRA or token bucket key's value (lua/lib/gcra_core.lua): kind, B, P, I ms, keepAlive 0, TAT µs,
+/// remainder 0.
+inline std::string gcraValue(char kind, std::int64_t b, std::int64_t p, std::int64_t intervalMs, std::int64_t tatUs) {
+  std::string v(1, kind);
+  for (const std::int64_t f : {b, p, intervalMs, std::int64_t{0}}) putLe(v, f, 4);
+  putLe(v, tatUs, 7);
+  putLe(v, 0, 4);
+  return v;
+}
+
 /// The script of the kind "T", "G" or "W".
 inline const detail::lua::EmbeddedScript& scriptOf(const std::string& kind) {
   return kind == "W" ? detail::lua::fixed_window : detail::lua::gcra;

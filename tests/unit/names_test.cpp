@@ -10,8 +10,8 @@
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/keyed_calendar_rate_limiter.hpp"
-#include "redlimit/keyed_gcra_rate_limiter.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
@@ -94,7 +94,7 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   const redlimit::CalendarQuota& quota = c.quota;
   refusedAsNotUtf8([&] { redlimit::RateLimiter l(client, bad); }, "RateLimiter");
   refusedAsNotUtf8([&] { redlimit::GcraRateLimiter l(client, bad, gcra); }, "GcraRateLimiter");
-  refusedAsNotUtf8([&] { redlimit::KeyedGcraRateLimiter l(client, bad, gcra); }, "KeyedGcraRateLimiter");
+  refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
   refusedAsNotUtf8([&] { redlimit::ConcurrencyLimiter l(client, bad, lease); }, "ConcurrencyLimiter");
   refusedAsNotUtf8([&] { redlimit::CalendarRateLimiter l(client, bad, quota); }, "CalendarRateLimiter");
   redlimit::MultiLimitOptions named;
@@ -117,11 +117,9 @@ TEST(LimiterName, ANameOrKeyWithTheFormOfARecordKeyIsRefusedByEveryLimiter) {
   for (const std::string bad : {"{bob}:rsv:req-2", "{bob}:mrsv:req-2", "{a}:rsv", "x:mrsv", "a:rsv:b c"}) {
     EXPECT_THROW(redlimit::RateLimiter(client, bad), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::GcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
-    EXPECT_THROW(redlimit::KeyedGcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::Limiter(client, bad, redlimit::Policy::perSecond(10)), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::ConcurrencyLimiter(client, bad, lease), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::CalendarRateLimiter(client, bad, quota), redlimit::InvalidArgument) << bad;
-    redlimit::KeyedGcraRateLimiter keyed(client, "policy", gcra);
-    EXPECT_THROW((void)keyed.decide(bad), redlimit::InvalidArgument) << bad;
     redlimit::KeyedCalendarRateLimiter calendar(client, "quota", quota);
     EXPECT_THROW((void)calendar.decide(bad), redlimit::InvalidArgument) << bad;
   }

@@ -32,7 +32,7 @@ namespace redlimit::detail {
 
 class ScriptCore;  // src/limiters/script_core.hpp
 
-/// A configuration sent in every call (the keyed families, and the one-key handles made with a
+/// A configuration sent in every call (a Limiter's policy, and the one-key handles made with a
 /// configuration): `packed` is the configuration as the script stores it (the key's header: 17
 /// bytes for the token bucket and GCRA, 13 for the fixed window; 18 for the smooth limiter: its
 /// key's 14 and the keepAlive, which its key has no room for),
@@ -71,8 +71,8 @@ struct KeyedPolicy {
 /// the one stored in the key, written by trySetConfig or setConfig here or anywhere else: a key
 /// without one answers NotInitializedError (under every failure policy), and the key has no TTL
 /// unless the configuration's keepAlive says so (its configuration would go with it). A handle
-/// made WITH a configuration (the Bucket4j and redis_rate way) sends it in every call, as the
-/// keyed families do: a key without one is decided as a full limiter and written with the first
+/// made WITH a configuration (the Bucket4j and redis_rate way) sends it in every call, as a
+/// Limiter does: a key without one is decided as a full limiter and written with the first
 /// grant, a key holding another configuration is decided with this one keeping the permits in use
 /// and written with it by the first take, granted or denied (the change applies from then on, so a
 /// denial's retryAfter is exact), there is no NotInitializedError, and the key expires once the

@@ -1,0 +1,41 @@
+// redlimit — what the limiters of a one-key script (ScriptCore and its faces, the calendar quota)
+// and MultiLimit share: their errors, their monitor, reservation records, and the checks and
+// replies of reserve and settle. Defined in script_core.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "redlimit/client.hpp"
+#include "redlimit/monitor.hpp"
+#include "redlimit/settlement.hpp"
+#include "redlimit/detail/reply.hpp"
+#include "redlimit/detail/script_limiter.hpp"
+
+namespace redlimit::detail {
+
+/// The error a one-key limiter's script call ended with, as ScriptLimiter reports it (a
+/// WRONGTYPE from the script's read of `key` becomes InvalidConfigError naming it and the kind).
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind);
+/// The monitor of a one-key handle named `name`, after the checks of its client and name (throws
+/// InvalidArgument), as ScriptLimiter makes it.
+LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
+                              const MonitorOptions& monitor);
+/// The key of the reservation record `id` of the limiter whose key is `name`
+/// (ScriptLimiter::reservationKey): name:<infix>:id, wrapped as {name}:<infix>:id for a name
+/// without a hash tag. MultiLimit's records use the infix "mrsv". Throws InvalidArgument.
+std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix = "rsv");
+/// Throw InvalidArgument for a record TTL outside 1 ms..kMaxReservationTtl, actual permits outside
+/// 0..kMaxPermits.
+void checkReservationTtl(std::chrono::milliseconds recordTtl);
+void checkActualPermits(std::int64_t actual);
+/// The `repeated` flag of a reserve reply (checking its shape: UnexpectedReplyError).
+bool parseReserveRepeated(const std::string& name, const Reply& reply);
+/// A settle reply, counted in `monitor` when it settled (UnexpectedReplyError for a bad shape).
+Settlement parseSettlement(const std::string& name, const Reply& reply, const LimiterMonitor& monitor);
+
+}  // namespace redlimit::detail
