@@ -156,7 +156,7 @@ Decision Limiter::peek(std::string_view key, std::int64_t permits) {
 void Limiter::refund(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("refund");
   if (permits > policy_.maxPermits()) {
-    throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", core_->name_,
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(),
                                       policy_.maxPermits(), permits));
   }
   if (calendar_) {

@@ -342,6 +342,19 @@ TEST_F(LimiterTest, BadKeysPermitsAndIdsAreRefusedBeforeAnythingIsSent) {
   EXPECT_EQ(scriptCalls(), before) << "nothing sent";
 }
 
+TEST_F(LimiterTest, ARefundAboveTheLimitOfACalendarPolicyIsRefusedBeforeSendingNamingTheLimiter) {
+  Limiter daily(client(), limiterName("daily"), Policy::calendar(10, CalendarUnit::Day, "UTC"));
+  const std::int64_t before = scriptCalls();
+  try {
+    daily.refund("u", 11);
+    ADD_FAILURE() << "a refund above the limit was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(daily.name()), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(daily.refund("u", -1), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+}
+
 TEST_F(LimiterTest, BadPoliciesAreRefusedWhenMade) {
   EXPECT_THROW((void)Policy::gcra(0, std::chrono::seconds(1), 1), InvalidArgument);
   EXPECT_THROW((void)Policy::gcra(1, milliseconds(0), 1), InvalidArgument);
