@@ -242,4 +242,6 @@ std::int64_t LeaseCore::held(const std::string& key) {
 
 bool LeaseCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
+bool LeaseCore::exists(const std::string& key) { return keyExists(*this, key); }
+
 }  // namespace redlimit::detail

@@ -47,8 +47,9 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   void releaseAsync(const std::string& key, const Lease& lease, ReleaseDone done);
   /// The leases of `key` live now.
   std::int64_t held(const std::string& key);
-  /// DEL of `key` (not sent again: a second would answer 0).
+  /// DEL of `key` (not sent again: a second would answer 0), and EXISTS (sent again).
   bool deleteKey(const std::string& key);
+  bool exists(const std::string& key);
 
   std::shared_ptr<Client> client_;
   std::string name_;

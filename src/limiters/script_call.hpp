@@ -92,4 +92,16 @@ bool deleteKey(Owner& owner, const std::string& key) {
              [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) > 0;
 }
 
+/// EXISTS of `key` through the protocol (`owner` as for deleteKey): true if it exists. Sent again
+/// after a closed connection (it changes nothing).
+template <class Owner>
+bool keyExists(Owner& owner, const std::string& key) {
+  return runSync(
+             *owner.client_, owner.gate_, LimiterCall::plain(owner.callBound_), "exists",
+             [&](std::chrono::steady_clock::time_point deadline) {
+               return command(*owner.client_, {"EXISTS", key}, deadline);
+             },
+             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) == 1;
+}
+
 }  // namespace redlimit::detail

@@ -22,9 +22,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-using Steady = std::chrono::steady_clock;
-using SteadyTime = Steady::time_point;
-
 // A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
 constexpr std::size_t kSettleReplySize = 7;
 
@@ -456,14 +453,7 @@ Reply ScriptCore::call(const std::string& key, std::string_view op, const std::v
 
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
-bool ScriptCore::exists(const std::string& key) {
-  return runSync(
-             *client_, gate_, LimiterCall::plain(callBound_), "isExists",
-             [&](SteadyTime deadline) {
-               return command(*client_, {"EXISTS", key}, deadline);
-             },
-             [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; }) == 1;
-}
+bool ScriptCore::exists(const std::string& key) { return keyExists(*this, key); }
 
 bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
   checkPermitRange(permits);

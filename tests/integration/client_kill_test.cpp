@@ -10,7 +10,7 @@
 
 #include "helpers.hpp"
 #include "redlimit/keyed_token_bucket_rate_limiter.hpp"
-#include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/calendar.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"
