@@ -4,7 +4,7 @@
 // <results>/bench_algorithms.summary.txt; the accuracy picture to <results>/accuracy_algorithms.svg.
 //
 //  1. Server cost. For each algorithm (TokenBucketRateLimiter and GcraRateLimiter: lua/gcra.lua;
-//     FixedWindowRateLimiter: lua/fixed_window.lua; CalendarRateLimiter: lua/calendar_quota.lua, no
+//     FixedWindowRateLimiter: lua/fixed_window.lua; Limiter's calendar day: lua/calendar_quota.lua, no
 //     textbook script, compared with GCRA's; RateLimiter: lua/acquire.lua) and for each
 //     workload (one hot key, all granted; one hot key, all denied; 10 000 keys round-robin, all
 //     granted), a raw hiredis load (50 connections x 16 requests in flight) sends EVALSHA with the
@@ -200,22 +200,28 @@ std::vector<std::string> oneKeyArgv(std::string_view sha, const std::string& nam
 }
 
 // The calendar quota the bench decides: `limit` per day in Europe/Berlin.
-redlimit::CalendarQuota benchDay(std::int64_t limit) {
-  redlimit::CalendarQuota q;
-  q.limit = limit;
-  q.unit = redlimit::CalendarUnit::Day;
-  q.zone = "Europe/Berlin";
-  return q;
+redlimit::Policy benchDay(std::int64_t limit) {
+  return redlimit::Policy::calendar(limit, redlimit::CalendarUnit::Day, "Europe/Berlin");
 }
 
-// CalendarRateLimiter::decide(1) sends `take "" Q 1 <limit> D <keepAlive ms> <table>`, the table
-// being the four windows around now packed as little-endian int64 (label, start, end): the same all
-// day, so one argv serves a whole run (unless it crosses Berlin's midnight).
+// The Limiter the calendar rows stand for: its name, and the Redis key of `key` under it
+// (Limiter::redisKey's layout, which checkArgvAgainstLibrary's MONITOR check confirms).
+constexpr const char* kCalendarLimiter = "bench";
+std::string calendarKey(const std::string& key) { return fmt::format("rl:{}:{}", kCalendarLimiter, key); }
+
+// A Limiter's decide(key, 1) under a calendar policy sends `take "" Q 1 <limit> D <keepAlive ms>
+// <table>`, the table being the four windows around now (the day before, today, the two after)
+// packed as little-endian int64 (label, start, end): the same all day, so one argv serves a whole
+// run (unless it crosses Berlin's midnight).
 std::vector<std::string> calendarArgv(std::string_view sha, const std::string& name, std::int64_t limit) {
   const auto now =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+  const redlimit::Policy day = benchDay(limit);
+  const redlimit::CalendarWindow today = day.windowAt(now);
+  const redlimit::CalendarWindow tomorrow = day.windowAt(today.end);
   std::string table;
-  for (const redlimit::CalendarWindow& w : redlimit::calendarWindows(benchDay(limit), now, 1, 2)) {
+  for (const redlimit::CalendarWindow& w :
+       {day.windowAt(today.start - std::chrono::microseconds(1)), today, tomorrow, day.windowAt(tomorrow.end)}) {
     for (const std::int64_t v : {w.label, w.start.count(), w.end.count()}) {
       for (unsigned i = 0; i < 8; ++i)
         table.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8U * i)) & 0xFFU));
@@ -224,7 +230,7 @@ std::vector<std::string> calendarArgv(std::string_view sha, const std::string& n
   return {"EVALSHA",
           std::string(sha),
           "1",
-          name,
+          calendarKey(name),
           "take",
           "",
           "Q",
@@ -533,14 +539,14 @@ std::vector<Algorithm> algorithms() {
   Algorithm cal;
   cal.key = "calendar";
   cal.title = "calendar day";
-  cal.ours.label = "CalendarRateLimiter, day (calendar_quota.lua)";
+  cal.ours.label = "Limiter, calendar day (calendar_quota.lua)";
   cal.ours.configure = [](const std::vector<std::string>&, const Limits&) {};
   cal.ours.argv = [](const std::string& name, const Limits& l) {
     return calendarArgv(lua::calendar_quota.sha1, name, l.burst);
   };
   cal.libraryCall = [](const std::string& name) {
-    redlimit::CalendarRateLimiter limiter(gWorld->client, name, benchDay(kNeverReached.burst));
-    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
+    redlimit::Limiter limiter(gWorld->client, kCalendarLimiter, benchDay(kNeverReached.burst));
+    for (int i = 0; i < 2; ++i) (void)limiter.decide(name, 1);
   };
   out.push_back(std::move(cal));
 

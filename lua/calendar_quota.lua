@@ -1,6 +1,6 @@
 -- include: base onekey reservation_core
 -- calendar_quota.lua: at most L permits per calendar window (a day, a week starting on a given
--- weekday, or a month) of an IANA time zone. CalendarRateLimiter (kind 'Q') runs it.
+-- weekday, or a month) of an IANA time zone. A Limiter under Policy::calendar (kind 'Q') runs it.
 --
 -- Lua has no time zone database, so the client computes the windows' bounds from its own (the
 -- system's tzdata) and sends a small TABLE of consecutive windows around its idea of now; this
@@ -63,7 +63,7 @@ local MAX_SPAN = 2764800000000      -- 32 days in µs: a month of 31 days plus a
 local MAX_US = 72057594037927935    -- 2^56 - 1: I7 in the key
 local LABEL_MIN, LABEL_MAX = -2147483648, 2147483647
 
-local LABEL = 'CalendarRateLimiter'
+local LABEL = 'calendar quota'
 
 if ARGV[3] ~= 'Q' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for calendar_quota.lua') end
 local op = ARGV[1]
@@ -115,7 +115,7 @@ local v = readPacked('Q', LABEL, key)
 if v then
   local _, u, _, label, s, e, count = struct.unpack('<c1c1I4i4I7I7I4', v)
   if (u ~= 'D' and u ~= 'W' and u ~= 'M') or s >= e or e - s > MAX_SPAN then
-    fail('REDLIMIT_INVALID_STATE', 'key ' .. key .. ' holds a CalendarRateLimiter whose window is unusable ' ..
+    fail('REDLIMIT_INVALID_STATE', 'key ' .. key .. ' holds a calendar quota whose window is unusable ' ..
       '(another program wrote it); delete it (deleteLimiter)')
   end
   stored = {unit = u, label = label, s = s, e = e, count = count}

@@ -12,7 +12,6 @@
 #include <string>
 #include <string_view>
 
-#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/concurrency_limiter.hpp"
@@ -29,6 +28,7 @@ namespace detail {
 class FailureGate;
 class ScriptCore;
 class LeaseCore;
+class CalendarCore;
 }  // namespace detail
 
 /// Options of a Limiter.
@@ -118,6 +118,9 @@ class Limiter {
   /// Deletes `key`'s state: the next decision finds it full (a concurrency limit: every lease of
   /// it is gone; a stored policy: its configuration too). True if it existed.
   bool deleteKey(std::string_view key);
+  /// Whether `key` has state in Redis now (a key expires once idle: the policy's keepAlive).
+  /// Writes nothing; its IoError reaches the caller.
+  [[nodiscard]] bool exists(std::string_view key);
 
   /// A stored policy (Policy::stored): writes this limiter's policy into `key` unless the key
   /// holds a configuration already (true if written), as Redisson's trySetRate. Not sent again
@@ -189,9 +192,9 @@ class Limiter {
   void checkStored(std::string_view what) const;
   const detail::FailureGate& gate() const noexcept;
 
-  std::shared_ptr<detail::ScriptCore> core_;       // the rate policies'
-  std::shared_ptr<detail::LeaseCore> leases_;      // a concurrency policy's
-  std::shared_ptr<CalendarRateLimiter> calendar_;  // a calendar policy's (its operations on a key)
+  std::shared_ptr<detail::ScriptCore> core_;        // the rate policies'
+  std::shared_ptr<detail::LeaseCore> leases_;       // a concurrency policy's
+  std::shared_ptr<detail::CalendarCore> calendar_;  // a calendar policy's
   Policy policy_;
 };
 

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "redlimit/calendar.hpp"
+
 namespace redlimit {
 
 /// How long a key whose configuration travels in the call (a Limiter's, a one-key handle's made
@@ -16,11 +18,10 @@ inline constexpr std::chrono::milliseconds kDefaultIdleMargin{1000};
 
 class Limiter;
 class MultiLimit;
-enum class CalendarUnit;  // calendar_rate_limiter.hpp
-enum class Weekday;
 
 namespace detail {
 struct KeyedPolicy;
+struct CalendarQuota;
 }  // namespace detail
 
 /// An algorithm with its parameters, checked when it is made (InvalidArgument, before anything is
@@ -76,6 +77,15 @@ class Policy {
   [[nodiscard]] static Policy calendar(std::int64_t limit, CalendarUnit unit, std::string zone, Weekday weekStart);
   [[nodiscard]] static Policy calendar(std::int64_t limit, CalendarUnit unit, std::string zone);
 
+  /// A calendar policy's window holding `at` (µs since the epoch, UTC), from the system's time zone
+  /// database (/usr/share/zoneinfo, read by Howard Hinnant's date/tz, the basis of C++20's <chrono>
+  /// zones): a day starts at the first instant of its local date (local midnight, or the end of a
+  /// DST gap that skips midnight; where midnight occurs twice, the first). The window a Limiter
+  /// counts in is the one its key holds, which this host's database may date differently
+  /// (docs/algorithms.md, "Calendar quotas"). Sends nothing; thread-safe. Throws InvalidArgument
+  /// for a policy that is not a calendar quota or `at` before 1970.
+  [[nodiscard]] CalendarWindow windowAt(std::chrono::microseconds at) const;
+
   /// This policy with keys that expire once idle (full again, or cold) for `idle` (1 ms..49.7
   /// days); by default kDefaultIdleMargin (1 s). Permanent keys: permanent().
   [[nodiscard]] Policy keepAlive(std::chrono::milliseconds idle) const;
@@ -121,6 +131,8 @@ class Policy {
   friend class Limiter;
   friend class MultiLimit;
   [[nodiscard]] const detail::KeyedPolicy& packedPolicy() const noexcept { return *packed_; }
+  // A calendar policy's quota (InvalidArgument for another policy, naming `what` it was asked for).
+  [[nodiscard]] detail::CalendarQuota calendarQuota(const char* what) const;
 
   // The parameters as given, and how long an idle key lives (0: permanent).
   Policy(Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::int64_t keepAliveMs,

@@ -88,7 +88,7 @@ local function readPacked(kind, label, key)
     elseif #v == PACKED_SIZE and k == 'G' then what = 'a GcraRateLimiter'
     elseif #v == PACKED_SIZE and k == 'W' then what = 'a FixedWindowRateLimiter'
     elseif #v == PACKED_SIZE and k == 'S' then what = 'a DistributedSmoothRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'Q' then what = 'a CalendarRateLimiter' end
+    elseif #v == PACKED_SIZE and k == 'Q' then what = 'a calendar quota' end
     fail('REDLIMIT_INVALID_CONFIG', 'key ' .. key .. ' holds ' .. what .. ', not a ' .. label ..
       '; delete it (deleteLimiter) or use another limiter name')
   end

@@ -238,4 +238,6 @@ void LeaseCore::deleteKeyAsync(const std::string& key, ReleaseDone done) {
   redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 
+bool LeaseCore::exists(const std::string& key) { return keyExists(*this, key); }
+
 }  // namespace redlimit::detail

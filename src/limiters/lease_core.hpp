@@ -48,9 +48,10 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   /// The leases of `key` live now.
   std::int64_t held(const std::string& key);
   void heldAsync(const std::string& key, std::function<void(std::int64_t, std::exception_ptr)> done);
-  /// DEL of `key` (not sent again: a second would answer 0).
+  /// DEL of `key` (not sent again: a second would answer 0), and EXISTS (sent again).
   bool deleteKey(const std::string& key);
   void deleteKeyAsync(const std::string& key, ReleaseDone done);
+  bool exists(const std::string& key);
 
   std::shared_ptr<Client> client_;
   std::string name_;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "limiters/calendar_core.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/key_layout.hpp"
@@ -36,7 +37,7 @@ const detail::Script& scriptOf(Policy::Kind kind) {
     case Policy::Kind::Smooth:
       return kSmooth;
     case Policy::Kind::Concurrency:  // LeaseCore's own
-    case Policy::Kind::Calendar:     // CalendarRateLimiter's own
+    case Policy::Kind::Calendar:     // CalendarCore's own
       break;
   }
   return kGcra;
@@ -53,18 +54,9 @@ std::string checkedName(std::string name) {
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
     : policy_(std::move(policy)) {
   if (policy_.kind() == Policy::Kind::Calendar) {
-    CalendarQuota quota;
-    quota.limit = policy_.a_;
-    quota.unit = static_cast<CalendarUnit>(policy_.b_);
-    quota.weekStart = static_cast<Weekday>(policy_.c_);
-    quota.zone = policy_.zone_;
-    CalendarRateLimiterOptions calendarOptions;
-    calendarOptions.failure = std::move(options.failure);
-    calendarOptions.monitor = options.monitor;
-    calendarOptions.keepAlive = milliseconds{policy_.keepAliveMs_};
-    calendar_ = std::make_shared<CalendarRateLimiter>(std::move(client), checkedName(std::move(name)), std::move(quota),
-                                                      std::move(calendarOptions));
-    calendar_->useNamespacedRecords();
+    calendar_ = std::make_shared<detail::CalendarCore>(
+        std::move(client), checkedName(std::move(name)), policy_.calendarQuota("a calendar limiter"),
+        milliseconds{policy_.keepAliveMs_}, std::move(options.failure), options.monitor);
     return;
   }
   if (policy_.givesLeases()) {
@@ -82,13 +74,16 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
   if (!policy_.isStored()) core_->setPolicy(policy_.packedPolicy());  // stored: each key's own
 }
 
-const detail::FailureGate& Limiter::gate() const noexcept { return leases_ ? leases_->gate_ : core_->gate_; }
+const detail::FailureGate& Limiter::gate() const noexcept {
+  if (calendar_) return calendar_->gate_;
+  return leases_ ? leases_->gate_ : core_->gate_;
+}
 
 std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
 
 std::string Limiter::recordKey(std::string_view key, const std::string& id) const {
   checkHold("recordKey");
-  return calendar_ ? calendar_->recordKeyOn(redisKey(key), id) : core_->recordKey(redisKey(key), id);
+  return calendar_ ? calendar_->recordKey(redisKey(key), id) : core_->recordKey(redisKey(key), id);
 }
 
 void Limiter::checkWaitPolicy(std::string_view what) const {
@@ -131,7 +126,7 @@ void Limiter::checkHold(std::string_view what) const {
 
 Decision Limiter::decide(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("decide");
-  return calendar_ ? calendar_->decideOn(redisKey(key), permits) : core_->decide(redisKey(key), permits);
+  return calendar_ ? calendar_->decide(redisKey(key), permits) : core_->decide(redisKey(key), permits);
 }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
@@ -153,17 +148,17 @@ Reservation Limiter::reserve(std::string_view key, std::int64_t permits, microse
 
 Decision Limiter::peek(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("peek");
-  return calendar_ ? calendar_->peekOn(redisKey(key), permits) : core_->peek(redisKey(key), permits);
+  return calendar_ ? calendar_->peek(redisKey(key), permits) : core_->peek(redisKey(key), permits);
 }
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("refund");
   if (permits > (policy_.isStored() ? detail::ScriptLimiter::kMaxPermits : policy_.maxPermits())) {
-    throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", core_->name_,
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(),
                                       policy_.maxPermits(), permits));
   }
   if (calendar_) {
-    calendar_->refundOn(redisKey(key), permits);  // counted there
+    calendar_->refund(redisKey(key), permits);  // counted there
     return;
   }
   core_->giveBack(redisKey(key), permits);
@@ -173,20 +168,20 @@ void Limiter::refund(std::string_view key, std::int64_t permits) {
 HeldPermits Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                                 milliseconds recordTtl) {
   checkHold("reserveFor");
-  if (calendar_) return calendar_->reserveForOn(redisKey(key), permits, id, recordTtl);
+  if (calendar_) return calendar_->reserveFor(redisKey(key), permits, id, recordTtl);
   return core_->reserveFor(redisKey(key), permits, id, recordTtl);
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
   checkHold("settle");
-  if (calendar_) return calendar_->settleOn(redisKey(key), id, actual);
+  if (calendar_) return calendar_->settle(redisKey(key), id, actual);
   return core_->settle(redisKey(key), id, actual);
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
 bool Limiter::deleteKey(std::string_view key) {
-  if (calendar_) return calendar_->deleteOn(redisKey(key));
+  if (calendar_) return calendar_->deleteKey(redisKey(key));
   return leases_ ? leases_->deleteKey(redisKey(key)) : core_->deleteKey(redisKey(key));
 }
 
@@ -225,6 +220,11 @@ void Limiter::setPolicy(std::string_view key, const Policy& policy) {
   }
   (void)core_->writeConfig(redisKey(key), detail::ScriptCore::ConfigWrite::KeepState,
                            configArgs(policy.packedPolicy()));
+}
+
+bool Limiter::exists(std::string_view key) {
+  if (calendar_) return calendar_->exists(redisKey(key));
+  return leases_ ? leases_->exists(redisKey(key)) : core_->exists(redisKey(key));
 }
 
 LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }
@@ -272,7 +272,7 @@ void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<D
       *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
       [&](const std::string& k) {
         if (calendar_) {
-          calendar_->decideOnAsync(k, permits, std::move(done));
+          calendar_->decideAsync(k, permits, std::move(done));
         } else {
           core_->decideAsync(k, permits, std::move(done));
         }
@@ -300,7 +300,7 @@ void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const 
       *this, key, done, [&] { checkHold("reserveForAsync"); },
       [&](const std::string& k) {
         if (calendar_) {
-          calendar_->reserveForOnAsync(k, permits, id, recordTtl, std::move(done));
+          calendar_->reserveForAsync(k, permits, id, recordTtl, std::move(done));
         } else {
           core_->reserveForAsync(k, permits, id, recordTtl, std::move(done));
         }
@@ -318,7 +318,7 @@ void Limiter::settleAsync(std::string_view key, const std::string& id, std::int6
       *this, key, done, [&] { checkHold("settleAsync"); },
       [&](const std::string& k) {
         if (calendar_) {
-          calendar_->settleOnAsync(k, id, actual, std::move(done));
+          calendar_->settleAsync(k, id, actual, std::move(done));
         } else {
           core_->settleAsync(k, id, actual, std::move(done));
         }
@@ -361,14 +361,14 @@ std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease
 }
 
 const std::string& Limiter::name() const noexcept {
-  if (calendar_) return calendar_->getName();
+  if (calendar_) return calendar_->name_;
   return leases_ ? leases_->name_ : core_->name_;
 }
 const std::shared_ptr<Client>& Limiter::client() const noexcept {
-  if (calendar_) return calendar_->client();
+  if (calendar_) return calendar_->client_;
   return leases_ ? leases_->client_ : core_->client_;
 }
-FailureStats Limiter::failureStats() const { return calendar_ ? calendar_->failureStats() : gate().stats(); }
-const LimiterMonitor& Limiter::monitor() const noexcept { return calendar_ ? calendar_->monitor() : gate().monitor(); }
+FailureStats Limiter::failureStats() const { return gate().stats(); }
+const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
 
 }  // namespace redlimit

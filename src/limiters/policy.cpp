@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "limiters/calendar_core.hpp"
 #include "limiters/keyed_policy.hpp"
-#include "redlimit/calendar_rate_limiter.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
@@ -71,12 +71,12 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
                    : detail::smoothPolicy(s.permits, s.interval, s.maxBurst, 0, keepAlive);
     }
     case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
-      CalendarQuota q;
+      detail::CalendarQuota q;
       q.limit = a;
       q.unit = static_cast<CalendarUnit>(b);
       q.zone = zone;
       q.weekStart = static_cast<Weekday>(c);
-      CalendarRateLimiter::validateQuota(q);
+      detail::checkCalendarQuota(q);
       detail::KeyedPolicy p;
       p.packed = fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone);  // for equality: no script reads it
       p.limit = a;
@@ -156,6 +156,23 @@ Policy Policy::calendar(std::int64_t limit, CalendarUnit unit, std::string zone,
 
 Policy Policy::calendar(std::int64_t limit, CalendarUnit unit, std::string zone) {
   return calendar(limit, unit, std::move(zone), Weekday::Monday);
+}
+
+detail::CalendarQuota Policy::calendarQuota(const char* what) const {
+  if (kind_ != Kind::Calendar) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {} is a calendar policy's: make the policy with Policy::calendar", what));
+  }
+  detail::CalendarQuota q;
+  q.limit = a_;
+  q.unit = static_cast<CalendarUnit>(b_);
+  q.zone = zone_;
+  q.weekStart = static_cast<Weekday>(c_);
+  return q;
+}
+
+CalendarWindow Policy::windowAt(std::chrono::microseconds at) const {
+  return detail::calendarWindows(calendarQuota("windowAt"), at, 0, 0).front();
 }
 
 Policy Policy::concurrency(std::int64_t limit, milliseconds leaseTtl) {

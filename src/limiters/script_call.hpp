@@ -123,9 +123,9 @@ void deleteKeyAsync(const std::shared_ptr<Owner>& owner, const std::string& key,
       [done = std::move(done)](std::int64_t n, std::exception_ptr error) { done(n > 0, std::move(error)); });
 }
 
-/// EXISTS `key`: true if it exists. Safe to send again.
+/// EXISTS of `key`: true if it exists. Sent again after a closed connection (it changes nothing).
 template <class Owner>
-bool exists(Owner& owner, const std::string& key) {
+bool keyExists(Owner& owner, const std::string& key) {
   return integerCommand(owner, "exists", {"EXISTS", key}, LimiterCall::Resend::IfClosed) == 1;
 }
 

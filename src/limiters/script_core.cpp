@@ -22,9 +22,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-using Steady = std::chrono::steady_clock;
-using SteadyTime = Steady::time_point;
-
 // A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
 constexpr std::size_t kSettleReplySize = 7;
 
@@ -506,7 +503,7 @@ void ScriptCore::deleteKeyAsync(const std::string& key, std::function<void(bool,
   redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 
-bool ScriptCore::exists(const std::string& key) { return redlimit::detail::exists(*this, key); }
+bool ScriptCore::exists(const std::string& key) { return keyExists(*this, key); }
 
 bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
   checkPermitRange(permits);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "helpers.hpp"
-#include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/calendar.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"

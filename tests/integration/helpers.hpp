@@ -32,7 +32,8 @@
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/hex.hpp"
-#include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/calendar.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
@@ -466,12 +467,14 @@ inline std::string asLimiterName(std::string name) {
 }
 
 /// `limit` per calendar `unit` in Europe/Berlin.
-inline CalendarQuota berlinQuota(std::int64_t limit, CalendarUnit unit) {
-  CalendarQuota q;
-  q.limit = limit;
-  q.unit = unit;
-  q.zone = "Europe/Berlin";
-  return q;
+inline Policy berlinCalendar(std::int64_t limit, CalendarUnit unit) {
+  return Policy::calendar(limit, unit, "Europe/Berlin");
+}
+
+/// `fixtureName` (a RedisTest's name(), which holds ':') as a Limiter name (which may not).
+inline std::string limiterNameOf(std::string fixtureName) {
+  std::replace(fixtureName.begin(), fixtureName.end(), ':', '.');
+  return fixtureName;
 }
 
 }  // namespace redlimit::test

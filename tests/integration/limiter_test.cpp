@@ -8,7 +8,7 @@
 #include <string>
 
 #include "helpers.hpp"
-#include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/calendar.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
@@ -24,11 +24,7 @@ namespace {
 class LimiterTest : public RedisTest {
  protected:
   // A unique limiter name for this test (the fixture's names hold ':', which a Limiter refuses).
-  std::string limiterName(const std::string& suffix = "l") {
-    std::string n = name(suffix);
-    std::replace(n.begin(), n.end(), ':', '.');
-    return n;
-  }
+  std::string limiterName(const std::string& suffix = "l") { return limiterNameOf(name(suffix)); }
   std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
   // Takes one permit at a time from `key` until a denial; returns how many were granted.
   static std::int64_t exhaust(Limiter& limiter, const std::string& key) {
@@ -161,6 +157,18 @@ TYPED_TEST(LimiterPolicies, DeleteKeyStartsTheKeyFull) {
   EXPECT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
 }
 
+TYPED_TEST(LimiterPolicies, ExistsSaysWhetherTheKeyHasStateAndWritesNothing) {
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
+  EXPECT_FALSE(limiter.exists("u"));
+  EXPECT_EQ(this->raw({"EXISTS", limiter.redisKey("u")}).integer, 0) << "exists writes nothing";
+  ASSERT_TRUE(limiter.tryAcquire("u"));
+  EXPECT_TRUE(limiter.exists("u"));
+  EXPECT_FALSE(limiter.exists("v")) << "another key";
+  EXPECT_TRUE(limiter.deleteKey("u"));
+  EXPECT_FALSE(limiter.exists("u"));
+  EXPECT_THROW((void)limiter.exists(""), InvalidArgument);
+}
+
 // --- A concurrency policy: leases -----------------------------------------------------------------
 
 TEST_F(LimiterTest, AConcurrencyPolicyGivesLeasesUpToItsLimitPerKeyAndTakesThemBack) {
@@ -186,7 +194,9 @@ TEST_F(LimiterTest, AConcurrencyPolicyGivesLeasesUpToItsLimitPerKeyAndTakesThemB
   EXPECT_TRUE(inFlight.releaseAsync("u", *renewed).get());
   EXPECT_EQ(inFlight.held("u"), 0);
   EXPECT_FALSE(inFlight.renew("u", *first.lease)) << "a released lease is not renewed";
+  EXPECT_TRUE(inFlight.exists("v"));
   EXPECT_TRUE(inFlight.deleteKey("v"));
+  EXPECT_FALSE(inFlight.exists("v"));
 }
 
 TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
@@ -234,10 +244,6 @@ TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
 TEST_F(LimiterTest, ACalendarPolicyTakesHoldsSettlesAndRefundsPerKeyInItsZone) {
   const Policy daily = Policy::calendar(10, CalendarUnit::Day, "Europe/Berlin");
   Limiter quota(client(), limiterName(), daily);
-  CalendarQuota same;
-  same.limit = 10;
-  same.zone = "Europe/Berlin";
-  const CalendarRateLimiter clock(client(), name("clock"), same);  // its windowAt, nothing sent
   for (int attempt = 0;; ++attempt) {
     ASSERT_LT(attempt, 2) << "two Berlin midnights within one test";
     const std::string key = "tenant-" + std::to_string(attempt);
@@ -250,7 +256,7 @@ TEST_F(LimiterTest, ACalendarPolicyTakesHoldsSettlesAndRefundsPerKeyInItsZone) {
     const HeldPermits heldAsync = quota.reserveForAsync(key, 2, "r2").get();
     const Settlement settledAsync = quota.settleAsync(key, "r2", 2).get();
     const Decision last = quota.peek(key);
-    if (clock.windowAt(first.time).label != clock.windowAt(last.time).label) continue;
+    if (daily.windowAt(first.time).label != daily.windowAt(last.time).label) continue;
     EXPECT_EQ(first.remaining, 7);
     EXPECT_TRUE(held.decision.allowed);
     EXPECT_EQ(held.decision.remaining, 3);
@@ -263,7 +269,9 @@ TEST_F(LimiterTest, ACalendarPolicyTakesHoldsSettlesAndRefundsPerKeyInItsZone) {
     EXPECT_EQ(last.remaining, 4);
     EXPECT_EQ(quota.recordKey(key, "r1").rfind("rl::rsv:r1:", 0), 0u) << quota.recordKey(key, "r1");
     EXPECT_EQ(raw({"EXISTS", quota.recordKey(key, "r1")}).integer, 1);
+    EXPECT_TRUE(quota.exists(key));
     EXPECT_TRUE(quota.deleteKey(key));
+    EXPECT_FALSE(quota.exists(key));
     return;
   }
 }
@@ -339,6 +347,19 @@ TEST_F(LimiterTest, BadKeysPermitsAndIdsAreRefusedBeforeAnythingIsSent) {
   EXPECT_THROW((void)limiter.decideAsync("", 1).get(), InvalidArgument);
   EXPECT_THROW((void)limiter.decideAsync("u", 0).get(), InvalidArgument);
   EXPECT_THROW((void)limiter.reserveForAsync("u", 1, "a b").get(), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+}
+
+TEST_F(LimiterTest, ARefundAboveTheLimitOfACalendarPolicyIsRefusedBeforeSendingNamingTheLimiter) {
+  Limiter daily(client(), limiterName("daily"), Policy::calendar(10, CalendarUnit::Day, "UTC"));
+  const std::int64_t before = scriptCalls();
+  try {
+    daily.refund("u", 11);
+    ADD_FAILURE() << "a refund above the limit was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(daily.name()), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(daily.refund("u", -1), InvalidArgument);
   EXPECT_EQ(scriptCalls(), before) << "nothing sent";
 }
 

@@ -6,12 +6,11 @@
 #include <string_view>
 
 #include "config/limiter_name.hpp"
-#include "redlimit/calendar_rate_limiter.hpp"
+#include "redlimit/calendar.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
-#include "redlimit/keyed_calendar_rate_limiter.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
@@ -48,11 +47,10 @@ struct Configs {
     gcra.period = std::chrono::milliseconds(1000);
     lease.limit = 1;
     lease.leaseTtl = std::chrono::milliseconds(1000);
-    quota.limit = 10;
   }
   redlimit::GcraConfig gcra;
   redlimit::ConcurrencyConfig lease;
-  redlimit::CalendarQuota quota;
+  redlimit::Policy quota = redlimit::Policy::calendar(10, redlimit::CalendarUnit::Day, "UTC");
 };
 
 // Runs `make` and expects InvalidArgument saying the name is not UTF-8.
@@ -91,12 +89,12 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   const Configs c;
   const redlimit::GcraConfig& gcra = c.gcra;
   const redlimit::ConcurrencyConfig& lease = c.lease;
-  const redlimit::CalendarQuota& quota = c.quota;
+  const redlimit::Policy& quota = c.quota;
   refusedAsNotUtf8([&] { redlimit::RateLimiter l(client, bad); }, "RateLimiter");
   refusedAsNotUtf8([&] { redlimit::GcraRateLimiter l(client, bad, gcra); }, "GcraRateLimiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
   refusedAsNotUtf8([&] { redlimit::ConcurrencyLimiter l(client, bad, lease); }, "ConcurrencyLimiter");
-  refusedAsNotUtf8([&] { redlimit::CalendarRateLimiter l(client, bad, quota); }, "CalendarRateLimiter");
+  refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, quota); }, "Limiter under a calendar policy");
   redlimit::MultiLimitOptions named;
   named.name = bad;
   const redlimit::GcraRateLimiter good(client, "api", gcra);
@@ -113,15 +111,13 @@ TEST(LimiterName, ANameOrKeyWithTheFormOfARecordKeyIsRefusedByEveryLimiter) {
   const Configs c;
   const redlimit::GcraConfig& gcra = c.gcra;
   const redlimit::ConcurrencyConfig& lease = c.lease;
-  const redlimit::CalendarQuota& quota = c.quota;
+  const redlimit::Policy& quota = c.quota;
   for (const std::string bad : {"{bob}:rsv:req-2", "{bob}:mrsv:req-2", "{a}:rsv", "x:mrsv", "a:rsv:b c"}) {
     EXPECT_THROW(redlimit::RateLimiter(client, bad), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::GcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, redlimit::Policy::perSecond(10)), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::ConcurrencyLimiter(client, bad, lease), redlimit::InvalidArgument) << bad;
-    EXPECT_THROW(redlimit::CalendarRateLimiter(client, bad, quota), redlimit::InvalidArgument) << bad;
-    redlimit::KeyedCalendarRateLimiter calendar(client, "quota", quota);
-    EXPECT_THROW((void)calendar.decide(bad), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::Limiter(client, bad, quota), redlimit::InvalidArgument) << bad;
   }
   for (const std::string fine : {"{bob}:rsvp", "rsv:x", "{rsv}:x", "a:rsvx:b", "mrsv", "{a}:rsv-1"}) {
     EXPECT_NO_THROW(redlimit::RateLimiter(client, fine)) << fine;

@@ -1,0 +1,146 @@
+// redlimit — a calendar quota over any number of keys (lua/calendar_quota.lua): at most `limit`
+// permits per calendar day, week or month of an IANA time zone per key, the quota sent in every
+// call. Every operation takes the key per call, through the call protocol (limiter_call.hpp);
+// Limiter under Policy::calendar is its face.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "limiters/limiter_call.hpp"
+#include "limiters/script_call.hpp"
+#include "redlimit/calendar.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/settlement.hpp"
+#include "redlimit/detail/failure_gate.hpp"
+
+namespace date {
+class time_zone;
+}  // namespace date
+
+namespace redlimit::detail {
+
+struct DecisionReply;
+
+/// A calendar quota's parameters, as Policy::calendar takes them.
+struct CalendarQuota {
+  std::int64_t limit = 0;                 // permits per window, 1..kMaxCalendarPermits
+  CalendarUnit unit = CalendarUnit::Day;  // the window
+  std::string zone = "UTC";               // an IANA zone name of the system's database
+  Weekday weekStart = Weekday::Monday;    // CalendarUnit::Week: the first day of a week
+};
+
+/// The most a calendar key counts (a uint32 in the key).
+inline constexpr std::int64_t kMaxCalendarPermits = 4294967295;
+
+/// Throws InvalidArgument unless `quota` is usable: limit in 1..kMaxCalendarPermits, a known unit,
+/// weekStart in Sunday..Saturday, a zone the system's database has.
+void checkCalendarQuota(const CalendarQuota& quota);
+
+/// `before` windows before the one holding `at` (µs since the epoch), that one, and `after` after
+/// it, consecutive, from the system's time zone database (Policy::windowAt says how a day starts).
+/// Throws InvalidArgument for a bad quota, `before` or `after` outside 0..3, or `at` before 1970.
+[[nodiscard]] std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, std::chrono::microseconds at,
+                                                          int before, int after);
+
+class CalendarCore : public std::enable_shared_from_this<CalendarCore> {
+ public:
+  using DecisionDone = std::function<void(Decision, std::exception_ptr)>;
+  using HeldDone = std::function<void(HeldPermits, std::exception_ptr)>;
+  using SettleDone = std::function<void(Settlement, std::exception_ptr)>;
+
+  /// Sends nothing. Throws InvalidArgument for a null client, a bad name, quota, keepAlive
+  /// (0..2^32-1 ms: how long a key outlives its window) or failure options.
+  CalendarCore(std::shared_ptr<Client> client, std::string name, CalendarQuota quota,
+               std::chrono::milliseconds keepAlive, FailureOptions failure, const MonitorOptions& monitor);
+
+  /// Takes `permits` (1..limit) from the window in force on `key` (the failure gate first: an
+  /// outage is the failure policy's), counted. Sent again after a closed connection: it may count
+  /// twice, never grant twice.
+  Decision decide(const std::string& key, std::int64_t permits);
+  /// decide() without waiting; `done` isolated, once.
+  void decideAsync(const std::string& key, std::int64_t permits, DecisionDone done);
+  /// What decide() would answer, writing nothing; its IoError reaches the caller.
+  Decision peek(const std::string& key, std::int64_t permits);
+  /// decide() under the record of `id` (recordKey) for `recordTtl`, counted; sent again after a
+  /// closed connection (a resend answers repeated). Bad id or TTL: InvalidArgument before sending.
+  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                         std::chrono::milliseconds recordTtl);
+  void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
+                       std::chrono::milliseconds recordTtl, HeldDone done);
+  /// Settles the record `id` of `key` with `actual` (0..kMaxCalendarPermits), once: the unused
+  /// back to the window it was counted in while that is in force, the extra charged to the window
+  /// in force up to the limit. Safe to send again (a second answers AlreadySettled).
+  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
+  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, SettleDone done);
+  /// Gives `permits` (0..kMaxCalendarPermits) back to the window in force on `key` (its count never
+  /// below 0), counted; never sent again (it could give back twice).
+  void refund(const std::string& key, std::int64_t permits);
+  /// DEL of `key` (not sent again) and EXISTS (sent again after a closed connection).
+  bool deleteKey(const std::string& key);
+  bool exists(const std::string& key);
+  /// The record `id` of `key`, in redlimit's namespace (namespacedRecordKey).
+  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const;
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  CalendarQuota quota_;
+  FailureGate gate_;
+  std::chrono::milliseconds callBound_{0};  // connect + command timeout, saturated
+
+ private:
+  // One script call: `op` of `count` on `key` (count: the permits of take, peek and reserve, the
+  // actual permits of settle, the permits of refund), with the record `recordKey` (KEYS[2] of
+  // reserve and settle; empty: none) and, for reserve, its TTL.
+  struct Call {
+    std::string key;
+    std::string op;
+    std::int64_t count = 0;
+    std::string recordKey;
+    std::chrono::milliseconds recordTtl{0};
+  };
+
+  // The script call of `c` with a table of windows around `around` (the server's time as this
+  // host guesses it).
+  ScriptRequest request(const Call& c, std::chrono::microseconds around) const;
+  std::chrono::microseconds serverNowGuess() const;
+  void sawServerNow(std::chrono::microseconds serverNow);
+  // One try of `c`: a table around the server's time as last seen, and once more around the time
+  // the server answered when that was outside it (nothing was written then).
+  Reply send(const Call& c, std::chrono::steady_clock::time_point deadline);
+  // send() without waiting: `done` gets the reply or the error, once; `around`: the second table's.
+  void sendAsync(const Call& c, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
+                 std::optional<std::chrono::microseconds> around = std::nullopt);
+  template <class Parse, class ByPolicy>
+  auto call(const LimiterCall::Params& params, std::string_view what, const Call& c, Parse&& parse,
+            ByPolicy&& byPolicy);
+  template <class Out, class Parse, class ByPolicy>
+  void callAsync(const LimiterCall::Params& params, Call c, Parse parse, ByPolicy byPolicy,
+                 std::function<void(Out, std::exception_ptr)> done);
+  // The decision in a take or peek reply, and in a reserve reply; `self` (null: the limiter is
+  // gone) remembers the server's time and the Local policy's interval.
+  static Decision parse(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  static HeldPermits held(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  void saw(const DecisionReply& v);
+  LimiterCall::Params decision(std::int64_t permits) const;
+  Call reserveCall(const std::string& key, std::int64_t permits, const std::string& id,
+                   std::chrono::milliseconds recordTtl) const;
+  Call settleCall(const std::string& key, const std::string& id, std::int64_t actual) const;
+  void checkPermits(std::int64_t permits) const;
+  Decision byPolicy(std::int64_t permits, bool allowed) const;
+  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
+
+  const date::time_zone* zone_;
+  std::string keepAlive_;                                // ms, as sent
+  std::atomic<std::int64_t> offsetUs_{0};                // server time - this host's, as last seen
+  std::atomic<std::int64_t> localIntervalMs_{86400000};  // the Local policy's interval: the last window's length
+};
+
+}  // namespace redlimit::detail
