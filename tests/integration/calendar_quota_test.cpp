@@ -123,8 +123,6 @@ class CalendarQuotaStore : public RedisTest {
 
 class LimiterCalendar : public CalendarQuotaStore {
  protected:
-  std::string limiterName(const std::string& suffix = "l") { return limiterNameOf(name(suffix)); }
-  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
   // `limit` per month of Berlin: a window's end falls inside a test about once in 20 million runs.
   Limiter monthly(std::int64_t limit, const std::shared_ptr<MetricsRegistry>& registry = nullptr,
                   const std::string& suffix = "l") {

@@ -143,9 +143,7 @@ TEST_F(ClientKill, LimiterTakesAreResentUnderEveryPolicySoNoCallerSeesAnError) {
   };
   for (const auto& [label, policy] : policies) {
     SCOPED_TRACE(label);
-    std::string limiterName = name(label);
-    std::replace(limiterName.begin(), limiterName.end(), ':', '.');
-    Limiter limiter(client(), limiterName, policy);
+    Limiter limiter(client(), limiterName(label), policy);
     const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire("user"); });
     expectResent(o, limiter.failureStats(), policy.kind() == Policy::Kind::Smooth ? kLimit + 1 : kLimit);
   }
@@ -154,9 +152,7 @@ TEST_F(ClientKill, LimiterTakesAreResentUnderEveryPolicySoNoCallerSeesAnError) {
 // Leases: acquire and release are resent with their lease id, so no place is held twice or lost:
 // never more than the limit at once, and none left held after the run.
 TEST_F(ClientKill, LimiterLeasesAreResentSoNoCallerSeesAnErrorAndNoPlaceIsLeftHeld) {
-  std::string limiterName = name("leases");
-  std::replace(limiterName.begin(), limiterName.end(), ':', '.');
-  Limiter inFlight(client(), limiterName, Policy::concurrency(4, std::chrono::seconds(60)));
+  Limiter inFlight(client(), limiterName("leases"), Policy::concurrency(4, std::chrono::seconds(60)));
   const ClientKill::Outcome o = underKills([&] {
     const LeaseDecision d = inFlight.acquireLease("user");
     if (!d.lease) return false;
@@ -169,8 +165,7 @@ TEST_F(ClientKill, LimiterLeasesAreResentSoNoCallerSeesAnErrorAndNoPlaceIsLeftHe
 
 // A MultiLimit of Limiters: the per-key and the global limit in one call, resent as one.
 TEST_F(ClientKill, MultiLimitOfLimitersTakesAreResentSoNoCallerSeesAnError) {
-  std::string base = name("gateway");
-  std::replace(base.begin(), base.end(), ':', '.');
+  const std::string base = limiterName("gateway");
   Limiter perKey(client(), base + ".key", Policy::tokenBucket(kLimit, 1, std::chrono::hours(24)));
   Limiter global(client(), base + ".all", Policy::tokenBucket(2 * kLimit, 1, std::chrono::hours(24)));
   const MultiLimit gateway({perKey, global});

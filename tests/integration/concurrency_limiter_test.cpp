@@ -47,7 +47,6 @@ std::vector<std::int64_t> expiries(Client& c, const std::string& key) {
 
 class ConcurrencyLimiterTest : public RedisTest {
  protected:
-  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
   std::int64_t zcard(const std::string& key) { return raw({"ZCARD", key}).integer; }
 };
 

@@ -99,7 +99,7 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
     GcraRateLimiter oneKey(client(), name("one" + tag), threeAMinute(), oneKeyOptions);
     LimiterOptions limiterOptions;
     limiterOptions.failure = failureOptions(policy);
-    Limiter perKey(client(), asLimiterName(name("perKey" + tag)), threeAMinutePolicy(), limiterOptions);
+    Limiter perKey(client(), limiterName("perKey" + tag), threeAMinutePolicy(), limiterOptions);
     const std::string key = "user" + tag;
     RateLimiterOptions centralOptions;
     centralOptions.failure = failureOptions(policy);

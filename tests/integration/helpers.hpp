@@ -460,21 +460,9 @@ inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::millisecon
   return c;
 }
 
-/// `name` (a RedisTest::name(), which holds ':') as a Limiter's name, which may not: '.' for ':'.
-inline std::string asLimiterName(std::string name) {
-  std::replace(name.begin(), name.end(), ':', '.');
-  return name;
-}
-
 /// `limit` per calendar `unit` in Europe/Berlin.
 inline Policy berlinCalendar(std::int64_t limit, CalendarUnit unit) {
   return Policy::calendar(limit, unit, "Europe/Berlin");
-}
-
-/// `fixtureName` (a RedisTest's name(), which holds ':') as a Limiter name (which may not).
-inline std::string limiterNameOf(std::string fixtureName) {
-  std::replace(fixtureName.begin(), fixtureName.end(), ':', '.');
-  return fixtureName;
 }
 
 }  // namespace redlimit::test

@@ -44,7 +44,6 @@ std::string unusedLeaseId() { return std::string(32, 'b'); }
 
 class LeaseHeartbeatTest : public RedisTest {
  protected:
-  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
   std::int64_t zcard(const std::string& key) { return raw({"ZCARD", key}).integer; }
   // The expiry Redis holds for lease `id` (epoch µs), or -1 if it holds none.
   std::int64_t expiryOf(const std::string& key, const std::string& id) {

@@ -26,8 +26,6 @@ using std::chrono::milliseconds;
 
 class LimiterPerKey : public RedisTest {
  protected:
-  // A unique limiter name for this test.
-  std::string limiterName(const std::string& suffix = "l") { return asLimiterName(name(suffix)); }
   std::int64_t pttl(const std::string& key) { return raw({"PTTL", key}).integer; }
 };
 

@@ -38,8 +38,6 @@ struct HoldingFixedWindow {
 template <class P>
 class LimiterReserveSettle : public RedisTest {
  protected:
-  std::string limiterName(const std::string& suffix = "l") { return asLimiterName(this->name(suffix)); }
-  std::int64_t scriptCalls() { return commandCalls(this->admin(), "evalsha") + commandCalls(this->admin(), "eval"); }
   // The policy's limiter named `suffix`, with its own metrics registry (so counts are this test's).
   Limiter limiter(const std::string& suffix, const std::shared_ptr<MetricsRegistry>& registry) {
     LimiterOptions options;

@@ -18,13 +18,6 @@ namespace {
 
 class LimiterStoredPolicy : public RedisTest {
  protected:
-  // A unique limiter name for this test (the fixture's names hold ':', which a Limiter refuses).
-  std::string storedName(const std::string& suffix = "l") {
-    std::string n = name(suffix);
-    std::replace(n.begin(), n.end(), ':', '.');
-    return n;
-  }
-  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
 };
 
 // Five permits at once, about one a day back: nothing refills during a test.
@@ -53,7 +46,7 @@ using StoredPolicies = ::testing::Types<StoredGcra, StoredTokenBucket, StoredFix
 TYPED_TEST_SUITE(LimiterStoredPolicies, StoredPolicies);
 
 TYPED_TEST(LimiterStoredPolicies, AKeyWithoutAStoredPolicyIsNotInitializedUntilTrySetPolicyWritesIt) {
-  Limiter limiter(this->client(), this->storedName(), TypeParam::make());
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
   try {
     (void)limiter.decide("global");
     FAIL() << "a stored policy's key without a configuration has nothing to decide with";
@@ -69,7 +62,7 @@ TYPED_TEST(LimiterStoredPolicies, AKeyWithoutAStoredPolicyIsNotInitializedUntilT
 }
 
 TYPED_TEST(LimiterStoredPolicies, SetPolicyChangesTheLimitForEveryHandleOfTheKeyKeepingThePermitsInUse) {
-  const std::string name = this->storedName();
+  const std::string name = this->limiterName();
   Limiter admin(this->client(), name, TypeParam::make());
   Limiter service(this->client(), name, TypeParam::make(), {});  // another process's handle
   ASSERT_TRUE(admin.trySetPolicy("global"));
@@ -85,13 +78,13 @@ TYPED_TEST(LimiterStoredPolicies, SetPolicyChangesTheLimitForEveryHandleOfTheKey
 }
 
 TEST_F(LimiterStoredPolicy, NoCallerKeyOfAnotherLimiterReachesAStoredConfiguration) {
-  const std::string svc = storedName("svc");
+  const std::string svc = limiterName("svc");
   Limiter central(client(), svc, Policy::gcra(1000, std::chrono::seconds(1), 1000).stored());
   ASSERT_TRUE(central.trySetPolicy("global"));
   const Reply before = raw({"GET", central.redisKey("global")});
   ASSERT_EQ(before.type, Reply::Type::String);
   // A per-user limiter whose end users choose their keys, some spelled like the stored key.
-  Limiter perUser(client(), storedName("login"), Policy::perMinute(5));
+  Limiter perUser(client(), limiterName("login"), Policy::perMinute(5));
   for (const std::string& hostile : {std::string("global"), svc + ":global", "rl:" + svc + ":global",
                                      central.redisKey("global"), std::string("{") + svc + "}:global"}) {
     for (int i = 0; i < 6; ++i) (void)perUser.decide(hostile);
@@ -110,10 +103,10 @@ TEST_F(LimiterStoredPolicy, WhatCannotBeStoredIsRefusedBeforeAnythingIsSent) {
   EXPECT_THROW((void)Policy::concurrency(5, std::chrono::seconds(10)).stored(), InvalidArgument);
   EXPECT_THROW((void)Policy::perSecond(5).stored().keepAlive(std::chrono::seconds(1)), InvalidArgument)
       << "a stored policy's keys are permanent";
-  Limiter inCall(client(), storedName("incall"), Policy::perSecond(5));
+  Limiter inCall(client(), limiterName("incall"), Policy::perSecond(5));
   EXPECT_THROW((void)inCall.trySetPolicy("k"), InvalidArgument) << "its policy travels in every call";
   EXPECT_THROW(inCall.setPolicy("k", Policy::perSecond(5).stored()), InvalidArgument);
-  Limiter stored(client(), storedName("stored"), Policy::perSecond(5).stored());
+  Limiter stored(client(), limiterName("stored"), Policy::perSecond(5).stored());
   EXPECT_THROW(stored.setPolicy("k", Policy::fixedWindow(5, hours(1)).stored()), InvalidArgument)
       << "another algorithm";
   EXPECT_THROW(stored.setPolicy("k", Policy::perSecond(9)), InvalidArgument) << "not a stored policy";
@@ -124,8 +117,8 @@ TEST_F(LimiterStoredPolicy, WhatCannotBeStoredIsRefusedBeforeAnythingIsSent) {
 }
 
 TEST_F(LimiterStoredPolicy, AStoredLimiterJoinsAMultiLimitWithAPolicyInTheCall) {
-  Limiter global(client(), storedName("global"), Policy::gcra(1, hours(24), 3).stored());
-  Limiter perUser(client(), storedName("user"), Policy::gcra(1, hours(24), 10));
+  Limiter global(client(), limiterName("global"), Policy::gcra(1, hours(24), 3).stored());
+  Limiter perUser(client(), limiterName("user"), Policy::gcra(1, hours(24), 10));
   ASSERT_TRUE(global.trySetPolicy("all"));
   MultiLimit both({perUser, global});
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(both.on({"u1", "all"}).decide().allowed) << i;

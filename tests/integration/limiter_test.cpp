@@ -23,9 +23,6 @@ namespace {
 
 class LimiterTest : public RedisTest {
  protected:
-  // A unique limiter name for this test (the fixture's names hold ':', which a Limiter refuses).
-  std::string limiterName(const std::string& suffix = "l") { return limiterNameOf(name(suffix)); }
-  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
   // Takes one permit at a time from `key` until a denial; returns how many were granted.
   static std::int64_t exhaust(Limiter& limiter, const std::string& key) {
     std::int64_t granted = 0;

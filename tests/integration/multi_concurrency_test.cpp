@@ -41,7 +41,6 @@ class MultiConcurrencyTest : public RedisTest {
   /// A key of this test in its one hash tag.
   std::string key(const std::string& suffix) { return "{" + name("mc") + "}:" + suffix; }
   std::int64_t zcard(const std::string& k) { return raw({"ZCARD", k}).integer; }
-  std::int64_t scriptCalls() { return commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"); }
 };
 
 TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {

@@ -557,21 +557,14 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
 
 // --- A MultiLimit of Limiters: keys per call -------------------------------------------------------
 
-namespace {
-std::string dotted(std::string n) {
-  std::replace(n.begin(), n.end(), ':', '.');
-  return n;
-}
-}  // namespace
-
 // The gateway: a per-key and a global limit in one call, all or nothing, on one server (their keys
 // are in different slots). 8 threads over 4 keys: the global limit grants exactly its capacity, no
 // key more than its own, and no per-key permit is taken for a call the global limit denied.
 TEST_F(MultiLimitTest, OfLimitersDecidesAPerKeyAndAGlobalLimitInOneCallAndLosesNoPermit) {
   constexpr std::int64_t kPerKey = 5, kGlobal = 12;
   constexpr int kThreads = 8, kCalls = 10, kKeys = 4;
-  Limiter perKey(client(), dotted(name("perkey")), Policy::tokenBucket(kPerKey, 1, std::chrono::hours(24)));
-  Limiter global(client(), dotted(name("global")), Policy::tokenBucket(kGlobal, 1, std::chrono::hours(24)));
+  Limiter perKey(client(), limiterName("perkey"), Policy::tokenBucket(kPerKey, 1, std::chrono::hours(24)));
+  Limiter global(client(), limiterName("global"), Policy::tokenBucket(kGlobal, 1, std::chrono::hours(24)));
   const MultiLimit gateway({perKey, global});
   (void)gateway.on({"warm", "all"}).peek();  // the script loaded: one EVALSHA per decision below
   const std::int64_t before = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
@@ -604,9 +597,9 @@ TEST_F(MultiLimitTest, OfLimitersDecidesAPerKeyAndAGlobalLimitInOneCallAndLosesN
 }
 
 TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotCombineBeforeSending) {
-  Limiter a(client(), dotted(name("a")), Policy::perSecond(10));
-  Limiter b(client(), dotted(name("b")), Policy::fixedWindow(10, std::chrono::seconds(1)));
-  Limiter smooth(client(), dotted(name("s")), Policy::smoothBursty(10, std::chrono::seconds(1)));
+  Limiter a(client(), limiterName("a"), Policy::perSecond(10));
+  Limiter b(client(), limiterName("b"), Policy::fixedWindow(10, std::chrono::seconds(1)));
+  Limiter smooth(client(), limiterName("s"), Policy::smoothBursty(10, std::chrono::seconds(1)));
   TokenBucketRateLimiter old(client(), key("old"));
   const std::int64_t before = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
   const MultiLimit both({a, b});
@@ -633,8 +626,8 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
 
 // A concurrency Limiter in a MultiLimit of Limiters: a place and a permit, together or neither.
 TEST_F(MultiLimitTest, OfLimitersTakesALeaseAndAPermitTogether) {
-  Limiter rate(client(), dotted(name("rate")), Policy::tokenBucket(3, 1, std::chrono::hours(24)));
-  Limiter inFlight(client(), dotted(name("inflight")), Policy::concurrency(1, std::chrono::seconds(30)));
+  Limiter rate(client(), limiterName("rate"), Policy::tokenBucket(3, 1, std::chrono::hours(24)));
+  Limiter inFlight(client(), limiterName("inflight"), Policy::concurrency(1, std::chrono::seconds(30)));
   const MultiLimit both({rate, inFlight});
   MultiLimit onU = both.on({"u", "u"});
   const MultiDecision first = onU.decide();

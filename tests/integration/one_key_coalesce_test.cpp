@@ -159,7 +159,7 @@ TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAl
 
 TEST_F(OneKeyCoalesce, ALimiterSendsTheTakesOfManyKeysTogether) {
   auto together = newClient(oneConnection());
-  Limiter perKey(together, asLimiterName(name("policy")), Policy::gcra(1, milliseconds(3600000), 2));
+  Limiter perKey(together, limiterName("policy"), Policy::gcra(1, milliseconds(3600000), 2));
   const std::string prefix = "user:";
   warmBatch(together);
 
@@ -236,7 +236,7 @@ TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
 
 TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
   auto c = newClient(coalescing());
-  Limiter perKey(c, asLimiterName(name("policy")), Policy::gcra(1, milliseconds(3600000), 20));
+  Limiter perKey(c, limiterName("policy"), Policy::gcra(1, milliseconds(3600000), 20));
   const std::string prefix = "k:";
   std::atomic<int> granted{0}, denied{0}, errors{0};
   std::vector<std::thread> threads;

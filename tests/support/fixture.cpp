@@ -1,5 +1,6 @@
 #include "redlimit_test/fixture.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -51,16 +52,20 @@ void RedisTest::SetUp() {
   admin_ = Client::create(options);
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   prefix_ = std::string("rltest:") + info->test_suite_name() + "." + info->name() + ":";
+  dottedPrefix_ = prefix_;
+  std::replace(dottedPrefix_.begin(), dottedPrefix_.end(), ':', '.');
 }
 
 void RedisTest::TearDown() {
   // Delete every key this test made (the server is throwaway, but keep tests independent).
-  std::string cursor = "0";
-  do {
-    const Reply r = detail::command(*admin_, {"SCAN", cursor, "MATCH", "*" + prefix_ + "*", "COUNT", "1000"});
-    cursor = r.elements[0].str;
-    for (const Reply& key : r.elements[1].elements) (void)detail::command(*admin_, {"DEL", key.str});
-  } while (cursor != "0");
+  for (const std::string& prefix : {prefix_, dottedPrefix_}) {
+    std::string cursor = "0";
+    do {
+      const Reply r = detail::command(*admin_, {"SCAN", cursor, "MATCH", "*" + prefix + "*", "COUNT", "1000"});
+      cursor = r.elements[0].str;
+      for (const Reply& key : r.elements[1].elements) (void)detail::command(*admin_, {"DEL", key.str});
+    } while (cursor != "0");
+  }
 }
 
 std::shared_ptr<Client> RedisTest::newClient(ClientOptions options) {
@@ -69,5 +74,7 @@ std::shared_ptr<Client> RedisTest::newClient(ClientOptions options) {
 }
 
 std::string RedisTest::name(const std::string& suffix) { return prefix_ + suffix; }
+
+std::string RedisTest::limiterName(const std::string& suffix) { return dottedPrefix_ + suffix; }
 
 }  // namespace redlimit::test

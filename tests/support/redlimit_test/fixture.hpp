@@ -47,6 +47,10 @@ class RedisTest : public ::testing::Test {
   std::shared_ptr<Client> newClient(ClientOptions options = {});
   /// A limiter name unique to this test; `suffix` tells several apart.
   std::string name(const std::string& suffix = "l");
+  /// Script calls (EVALSHA and EVAL) the server has run so far: a refusal before sending leaves it.
+  std::int64_t scriptCalls() { return commandCalls(*admin_, "evalsha") + commandCalls(*admin_, "eval"); }
+  /// The same for a Limiter, whose name may not hold ':' ('.' instead); cleaned up as name()'s.
+  std::string limiterName(const std::string& suffix = "l");
   Reply raw(std::initializer_list<std::string_view> argv) { return detail::command(*admin_, argv); }
   Client& admin() { return *admin_; }
   RedisServer& server() { return sharedServer(); }
@@ -55,6 +59,7 @@ class RedisTest : public ::testing::Test {
   std::shared_ptr<Client> client_;
   std::shared_ptr<Client> admin_;
   std::string prefix_;
+  std::string dottedPrefix_;  // prefix_ with '.' for ':'
 };
 
 /// Sleeps for d. Integration tests use short intervals and sleep only to let a window pass.
