@@ -29,6 +29,7 @@ class FailureGate;
 class ScriptCore;
 class LeaseCore;
 class CalendarCore;
+class PermitCore;
 }  // namespace detail
 
 /// Options of a Limiter.
@@ -161,6 +162,17 @@ class Limiter {
                                                          std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   void settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done);
   [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
+  /// peek, refund (true once given back), deleteKey and held without waiting. The waiting
+  /// operations (tryAcquire with a timeout, acquire) have no async form: reserveAsync says the
+  /// delay, and the caller waits it on its own timer (nothing of redlimit blocks a thread).
+  void peekAsync(std::string_view key, std::int64_t permits, Callback<Decision> done);
+  [[nodiscard]] std::future<Decision> peekAsync(std::string_view key, std::int64_t permits = 1);
+  void refundAsync(std::string_view key, std::int64_t permits, Callback<bool> done);
+  [[nodiscard]] std::future<bool> refundAsync(std::string_view key, std::int64_t permits);
+  void deleteKeyAsync(std::string_view key, Callback<bool> done);
+  [[nodiscard]] std::future<bool> deleteKeyAsync(std::string_view key);
+  void heldAsync(std::string_view key, Callback<std::int64_t> done);
+  [[nodiscard]] std::future<std::int64_t> heldAsync(std::string_view key);
   void acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done);
   [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key);
   /// The renewed lease, or nullopt when it was no longer held.
@@ -190,11 +202,12 @@ class Limiter {
   void checkLeasePolicy(std::string_view what) const;
   void checkWaitPolicy(std::string_view what) const;
   void checkStored(std::string_view what) const;
+  void checkRefund(std::string_view what, std::int64_t permits) const;
   const detail::FailureGate& gate() const noexcept;
 
-  std::shared_ptr<detail::ScriptCore> core_;        // the rate policies'
-  std::shared_ptr<detail::LeaseCore> leases_;       // a concurrency policy's
-  std::shared_ptr<detail::CalendarCore> calendar_;  // a calendar policy's
+  std::shared_ptr<detail::PermitCore> permits_;  // a permit policy's: ScriptCore or CalendarCore
+  std::shared_ptr<detail::ScriptCore> core_;     // the same, if a ScriptCore (waiting, stored policies)
+  std::shared_ptr<detail::LeaseCore> leases_;    // a concurrency policy's
   Policy policy_;
 };
 

@@ -342,6 +342,14 @@ Decision CalendarCore::peek(const std::string& key, std::int64_t permits) {
       [&](const Reply& r) { return parse(this, key, r, permits); }, [](bool) { return Decision{}; });
 }
 
+void CalendarCore::peekAsync(const std::string& key, std::int64_t permits, DecisionDone done) {
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkPermits(permits); })) return;
+  callAsync<Decision>(
+      LimiterCall::plain(callBound_), Call{key, "peek", permits, {}, {}},
+      [key, permits](CalendarCore* self, const Reply& r) { return parse(self, key, r, permits); },
+      [](CalendarCore&, bool) { return Decision{}; }, std::move(done));
+}
+
 CalendarCore::Call CalendarCore::reserveCall(const std::string& key, std::int64_t permits, const std::string& id,
                                              milliseconds recordTtl) const {
   std::string record = recordKey(key, id);
@@ -408,26 +416,52 @@ void CalendarCore::settleAsync(const std::string& key, const std::string& id, st
       [](CalendarCore&, bool) { return Settlement{}; }, std::move(done));
 }
 
-void CalendarCore::refund(const std::string& key, std::int64_t permits) {
+void CalendarCore::checkRefund(std::int64_t permits) const {
   if (permits < 0 || permits > kMaxCalendarPermits) {
     throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name_,
                                       kMaxCalendarPermits, permits));
   }
+}
+
+std::int64_t CalendarCore::parseRefund(const std::string& key, const Reply& r) {
+  if (r.type != Reply::Type::Array || r.elements.size() != 1) {
+    throw UnexpectedReplyError(
+        fmt::format("redlimit: limiter {}: expected an array of 1 from refund, got {}", key, r.describe()));
+  }
+  return r.elements[0].asInteger();
+}
+
+// Never resent: a refund that went through and was sent again would give the permits back twice.
+void CalendarCore::refund(const std::string& key, std::int64_t permits) {
+  checkRefund(permits);
   if (permits == 0) return;
   (void)call(
       LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund", Call{key, "refund", permits, {}, {}},
-      [&](const Reply& r) {
-        if (r.type != Reply::Type::Array || r.elements.size() != 1) {
-          throw UnexpectedReplyError(
-              fmt::format("redlimit: limiter {}: expected an array of 1 from refund, got {}", key, r.describe()));
-        }
-        return r.elements[0].asInteger();
-      },
-      [](bool) { return std::int64_t{0}; });
+      [&](const Reply& r) { return parseRefund(key, r); }, [](bool) { return std::int64_t{0}; });
   gate_.monitor().refunded(permits);
 }
 
+void CalendarCore::refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkRefund(permits); })) return;
+  if (permits == 0) {
+    done(true, nullptr);
+    return;
+  }
+  callAsync<bool>(
+      LimiterCall::plain(callBound_, LimiterCall::Resend::Never), Call{key, "refund", permits, {}, {}},
+      [key](CalendarCore*, const Reply& r) { return parseRefund(key, r) >= 0; },
+      [](CalendarCore&, bool) { return false; },
+      [monitor = gate_.monitor(), permits, done = std::move(done)](bool, std::exception_ptr e) {
+        if (!e) monitor.refunded(permits);
+        done(!e, std::move(e));
+      });
+}
+
 bool CalendarCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
+
+void CalendarCore::deleteKeyAsync(const std::string& key, Done<bool> done) {
+  redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
+}
 
 bool CalendarCore::exists(const std::string& key) { return keyExists(*this, key); }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "limiters/limiter_call.hpp"
+#include "limiters/permit_core.hpp"
 #include "limiters/script_call.hpp"
 #include "redlimit/calendar.hpp"
 #include "redlimit/decision.hpp"
@@ -50,7 +51,7 @@ void checkCalendarQuota(const CalendarQuota& quota);
 [[nodiscard]] std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, std::chrono::microseconds at,
                                                           int before, int after);
 
-class CalendarCore : public std::enable_shared_from_this<CalendarCore> {
+class CalendarCore : public PermitCore, public std::enable_shared_from_this<CalendarCore> {
  public:
   using DecisionDone = std::function<void(Decision, std::exception_ptr)>;
   using HeldDone = std::function<void(HeldPermits, std::exception_ptr)>;
@@ -64,30 +65,36 @@ class CalendarCore : public std::enable_shared_from_this<CalendarCore> {
   /// Takes `permits` (1..limit) from the window in force on `key` (the failure gate first: an
   /// outage is the failure policy's), counted. Sent again after a closed connection: it may count
   /// twice, never grant twice.
-  Decision decide(const std::string& key, std::int64_t permits);
+  Decision decide(const std::string& key, std::int64_t permits) override;
   /// decide() without waiting; `done` isolated, once.
-  void decideAsync(const std::string& key, std::int64_t permits, DecisionDone done);
+  void decideAsync(const std::string& key, std::int64_t permits, DecisionDone done) override;
   /// What decide() would answer, writing nothing; its IoError reaches the caller.
-  Decision peek(const std::string& key, std::int64_t permits);
+  Decision peek(const std::string& key, std::int64_t permits) override;
+  void peekAsync(const std::string& key, std::int64_t permits, DecisionDone done) override;
   /// decide() under the record of `id` (recordKey) for `recordTtl`, counted; sent again after a
   /// closed connection (a resend answers repeated). Bad id or TTL: InvalidArgument before sending.
   HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                         std::chrono::milliseconds recordTtl);
+                         std::chrono::milliseconds recordTtl) override;
   void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, HeldDone done);
+                       std::chrono::milliseconds recordTtl, HeldDone done) override;
   /// Settles the record `id` of `key` with `actual` (0..kMaxCalendarPermits), once: the unused
   /// back to the window it was counted in while that is in force, the extra charged to the window
   /// in force up to the limit. Safe to send again (a second answers AlreadySettled).
-  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
-  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, SettleDone done);
+  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual) override;
+  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, SettleDone done) override;
   /// Gives `permits` (0..kMaxCalendarPermits) back to the window in force on `key` (its count never
   /// below 0), counted; never sent again (it could give back twice).
-  void refund(const std::string& key, std::int64_t permits);
+  void refund(const std::string& key, std::int64_t permits) override;
+  void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) override;
   /// DEL of `key` (not sent again) and EXISTS (sent again after a closed connection).
-  bool deleteKey(const std::string& key);
-  bool exists(const std::string& key);
+  bool deleteKey(const std::string& key) override;
+  void deleteKeyAsync(const std::string& key, Done<bool> done) override;
+  bool exists(const std::string& key) override;
   /// The record `id` of `key`, in redlimit's namespace (namespacedRecordKey).
-  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const;
+  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const override;
+  [[nodiscard]] const std::string& coreName() const noexcept override { return name_; }
+  [[nodiscard]] const std::shared_ptr<Client>& coreClient() const noexcept override { return client_; }
+  [[nodiscard]] const FailureGate& coreGate() const noexcept override { return gate_; }
 
   std::shared_ptr<Client> client_;
   std::string name_;
@@ -134,6 +141,8 @@ class CalendarCore : public std::enable_shared_from_this<CalendarCore> {
                    std::chrono::milliseconds recordTtl) const;
   Call settleCall(const std::string& key, const std::string& id, std::int64_t actual) const;
   void checkPermits(std::int64_t permits) const;
+  void checkRefund(std::int64_t permits) const;
+  static std::int64_t parseRefund(const std::string& key, const Reply& r);
   Decision byPolicy(std::int64_t permits, bool allowed) const;
   HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
 

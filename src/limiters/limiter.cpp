@@ -54,7 +54,7 @@ std::string checkedName(std::string name) {
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
     : policy_(std::move(policy)) {
   if (policy_.kind() == Policy::Kind::Calendar) {
-    calendar_ = std::make_shared<detail::CalendarCore>(
+    permits_ = std::make_shared<detail::CalendarCore>(
         std::move(client), checkedName(std::move(name)), policy_.calendarQuota("a calendar limiter"),
         milliseconds{policy_.keepAliveMs_}, std::move(options.failure), options.monitor);
     return;
@@ -72,18 +72,16 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
                                                std::move(options.failure), options.monitor, scriptOf(policy_.kind()),
                                                kind, detail::ScriptCore::Records::Namespaced);
   if (!policy_.isStored()) core_->setPolicy(policy_.packedPolicy());  // stored: each key's own
+  permits_ = core_;
 }
 
-const detail::FailureGate& Limiter::gate() const noexcept {
-  if (calendar_) return calendar_->gate_;
-  return leases_ ? leases_->gate_ : core_->gate_;
-}
+const detail::FailureGate& Limiter::gate() const noexcept { return leases_ ? leases_->gate_ : permits_->coreGate(); }
 
 std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
 
 std::string Limiter::recordKey(std::string_view key, const std::string& id) const {
   checkHold("recordKey");
-  return calendar_ ? calendar_->recordKey(redisKey(key), id) : core_->recordKey(redisKey(key), id);
+  return permits_->recordKey(redisKey(key), id);
 }
 
 void Limiter::checkWaitPolicy(std::string_view what) const {
@@ -126,7 +124,7 @@ void Limiter::checkHold(std::string_view what) const {
 
 Decision Limiter::decide(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("decide");
-  return calendar_ ? calendar_->decide(redisKey(key), permits) : core_->decide(redisKey(key), permits);
+  return permits_->decide(redisKey(key), permits);
 }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
@@ -148,41 +146,38 @@ Reservation Limiter::reserve(std::string_view key, std::int64_t permits, microse
 
 Decision Limiter::peek(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("peek");
-  return calendar_ ? calendar_->peek(redisKey(key), permits) : core_->peek(redisKey(key), permits);
+  return permits_->peek(redisKey(key), permits);
+}
+
+void Limiter::checkRefund(std::string_view what, std::int64_t permits) const {
+  checkPermitPolicy(what);
+  const std::int64_t most = policy_.isStored() ? detail::ScriptLimiter::kMaxPermits : policy_.maxPermits();
+  if (permits < 0 || permits > most) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(), most, permits));
+  }
 }
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
-  checkPermitPolicy("refund");
-  if (permits > (policy_.isStored() ? detail::ScriptLimiter::kMaxPermits : policy_.maxPermits())) {
-    throw InvalidArgument(fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(),
-                                      policy_.maxPermits(), permits));
-  }
-  if (calendar_) {
-    calendar_->refund(redisKey(key), permits);  // counted there
-    return;
-  }
-  core_->giveBack(redisKey(key), permits);
-  core_->gate_.monitor().refunded(permits);
+  checkRefund("refund", permits);
+  permits_->refund(redisKey(key), permits);
 }
 
 HeldPermits Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                                 milliseconds recordTtl) {
   checkHold("reserveFor");
-  if (calendar_) return calendar_->reserveFor(redisKey(key), permits, id, recordTtl);
-  return core_->reserveFor(redisKey(key), permits, id, recordTtl);
+  return permits_->reserveFor(redisKey(key), permits, id, recordTtl);
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
   checkHold("settle");
-  if (calendar_) return calendar_->settle(redisKey(key), id, actual);
-  return core_->settle(redisKey(key), id, actual);
+  return permits_->settle(redisKey(key), id, actual);
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
 bool Limiter::deleteKey(std::string_view key) {
-  if (calendar_) return calendar_->deleteKey(redisKey(key));
-  return leases_ ? leases_->deleteKey(redisKey(key)) : core_->deleteKey(redisKey(key));
+  return leases_ ? leases_->deleteKey(redisKey(key)) : permits_->deleteKey(redisKey(key));
 }
 
 namespace {
@@ -223,8 +218,7 @@ void Limiter::setPolicy(std::string_view key, const Policy& policy) {
 }
 
 bool Limiter::exists(std::string_view key) {
-  if (calendar_) return calendar_->exists(redisKey(key));
-  return leases_ ? leases_->exists(redisKey(key)) : core_->exists(redisKey(key));
+  return leases_ ? leases_->exists(redisKey(key)) : permits_->exists(redisKey(key));
 }
 
 LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }
@@ -270,13 +264,7 @@ void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& do
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
   withKey<Decision>(
       *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
-      [&](const std::string& k) {
-        if (calendar_) {
-          calendar_->decideAsync(k, permits, std::move(done));
-        } else {
-          core_->decideAsync(k, permits, std::move(done));
-        }
-      });
+      [&](const std::string& k) { permits_->decideAsync(k, permits, std::move(done)); });
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -298,13 +286,7 @@ void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const 
                               Callback<HeldPermits> done) {
   withKey<HeldPermits>(
       *this, key, done, [&] { checkHold("reserveForAsync"); },
-      [&](const std::string& k) {
-        if (calendar_) {
-          calendar_->reserveForAsync(k, permits, id, recordTtl, std::move(done));
-        } else {
-          core_->reserveForAsync(k, permits, id, recordTtl, std::move(done));
-        }
-      });
+      [&](const std::string& k) { permits_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
 }
 
 std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
@@ -316,17 +298,57 @@ std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
   withKey<Settlement>(
       *this, key, done, [&] { checkHold("settleAsync"); },
-      [&](const std::string& k) {
-        if (calendar_) {
-          calendar_->settleAsync(k, id, actual, std::move(done));
-        } else {
-          core_->settleAsync(k, id, actual, std::move(done));
-        }
-      });
+      [&](const std::string& k) { permits_->settleAsync(k, id, actual, std::move(done)); });
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
   return detail::futureOf<Settlement>([&](auto done) { settleAsync(key, id, actual, std::move(done)); });
+}
+
+void Limiter::peekAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
+  withKey<Decision>(
+      *this, key, done, [&] { checkPermitPolicy("peekAsync"); },
+      [&](const std::string& k) { permits_->peekAsync(k, permits, std::move(done)); });
+}
+
+std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t permits) {
+  return detail::futureOf<Decision>([&](auto done) { peekAsync(key, permits, std::move(done)); });
+}
+
+void Limiter::refundAsync(std::string_view key, std::int64_t permits, Callback<bool> done) {
+  withKey<bool>(
+      *this, key, done, [&] { checkRefund("refundAsync", permits); },
+      [&](const std::string& k) { permits_->refundAsync(k, permits, std::move(done)); });
+}
+
+std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permits) {
+  return detail::futureOf<bool>([&](auto done) { refundAsync(key, permits, Callback<bool>(std::move(done))); });
+}
+
+void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
+  withKey<bool>(
+      *this, key, done, [] {},
+      [&](const std::string& k) {
+        if (leases_) {
+          leases_->deleteKeyAsync(k, std::move(done));
+        } else {
+          permits_->deleteKeyAsync(k, std::move(done));
+        }
+      });
+}
+
+std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
+  return detail::futureOf<bool>([&](auto done) { deleteKeyAsync(key, Callback<bool>(std::move(done))); });
+}
+
+void Limiter::heldAsync(std::string_view key, Callback<std::int64_t> done) {
+  withKey<std::int64_t>(
+      *this, key, done, [&] { checkLeasePolicy("heldAsync"); },
+      [&](const std::string& k) { leases_->heldAsync(k, std::move(done)); });
+}
+
+std::future<std::int64_t> Limiter::heldAsync(std::string_view key) {
+  return detail::futureOf<std::int64_t>([&](auto done) { heldAsync(key, Callback<std::int64_t>(std::move(done))); });
 }
 
 void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done) {
@@ -360,13 +382,9 @@ std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease
   return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, Callback<bool>(std::move(done))); });
 }
 
-const std::string& Limiter::name() const noexcept {
-  if (calendar_) return calendar_->name_;
-  return leases_ ? leases_->name_ : core_->name_;
-}
+const std::string& Limiter::name() const noexcept { return leases_ ? leases_->name_ : permits_->coreName(); }
 const std::shared_ptr<Client>& Limiter::client() const noexcept {
-  if (calendar_) return calendar_->client_;
-  return leases_ ? leases_->client_ : core_->client_;
+  return leases_ ? leases_->client_ : permits_->coreClient();
 }
 FailureStats Limiter::failureStats() const { return gate().stats(); }
 const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }

@@ -420,6 +420,18 @@ std::optional<ScriptRequest> ScriptCore::refundRequest(const std::string& key, s
   return request(key, args("refund", fmt::to_string(permits), "0", config.get()));
 }
 
+void ScriptCore::refund(const std::string& key, std::int64_t permits) {
+  giveBack(key, permits);
+  gate_.monitor().refunded(permits);
+}
+
+void ScriptCore::refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
+  giveBackAsync(key, permits, [monitor = gate_.monitor(), permits, done = std::move(done)](bool, std::exception_ptr e) {
+    if (!e) monitor.refunded(permits);
+    done(!e, std::move(e));
+  });
+}
+
 // Never resent: a refund that went through and was sent again would give the permits back twice.
 void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
   const std::optional<ScriptRequest> call = refundRequest(key, permits);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "limiters/limiter_call.hpp"
+#include "limiters/permit_core.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "limiters/script_call.hpp"
 #include "redlimit/decision.hpp"
@@ -29,7 +30,7 @@
 
 namespace redlimit::detail {
 
-class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
+class ScriptCore : public PermitCore, public std::enable_shared_from_this<ScriptCore> {
  public:
   using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
 
@@ -47,7 +48,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void takeAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
                  ReservationCallback done);
   /// take() without a wait, counted in the metrics (shadow mode applied).
-  Decision decide(const std::string& key, std::int64_t permits);
+  Decision decide(const std::string& key, std::int64_t permits) override;
   /// Takes `permits` if they come within `timeout` (one call reserves them, then this sleeps the
   /// wait); false at once when they do not (nothing taken). Shadow mode never waits.
   bool tryAcquire(const std::string& key, std::int64_t permits, std::chrono::milliseconds timeout);
@@ -60,24 +61,27 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
                     ReservationCallback done);
   /// decide() without waiting; `done` isolated (a callback that throws is reported once).
-  void decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done);
+  void decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) override;
   /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
   /// resend take nothing twice), counted; bad id or TTL: InvalidArgument before sending.
   HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                         std::chrono::milliseconds recordTtl);
+                         std::chrono::milliseconds recordTtl) override;
   void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, ScriptLimiter::HeldCallback done);
+                       std::chrono::milliseconds recordTtl, ScriptLimiter::HeldCallback done) override;
 
   // The other operations: their IoError reaches the caller.
-  Decision peek(const std::string& key, std::int64_t permits);
-  void peekAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done);
+  Decision peek(const std::string& key, std::int64_t permits) override;
+  void peekAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) override;
   /// Gives `permits` (0..kMaxPermits) back to `key`; never sent again (it could give back twice).
   void giveBack(const std::string& key, std::int64_t permits);
   void giveBackAsync(const std::string& key, std::int64_t permits, std::function<void(bool, std::exception_ptr)> done);
+  /// giveBack, counted as a caller's refund (a segment's give-back is not).
+  void refund(const std::string& key, std::int64_t permits) override;
+  void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) override;
   /// Settles the reservation `id` of `key` (safe to send again: a second answers AlreadySettled).
-  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
+  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual) override;
   void settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
-                   ScriptLimiter::SettleCallback done);
+                   ScriptLimiter::SettleCallback done) override;
   /// The script's `op` on `key` with its arguments after now and kind; `recordKey` is KEYS[2].
   Reply call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
              LimiterCall::Resend resend, const std::string* recordKey = nullptr);
@@ -90,9 +94,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   bool writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config);
   /// DEL of `key` (not sent again: a second DEL after a first that was applied would answer 0) and
   /// EXISTS (sent again after a closed connection).
-  bool deleteKey(const std::string& key);
-  void deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done);
-  bool exists(const std::string& key);
+  bool deleteKey(const std::string& key) override;
+  void deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
+  bool exists(const std::string& key) override;
 
   /// The configuration every call carries, or null when the handle has none (one lock, only for
   /// handles with one).
@@ -104,7 +108,10 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// 1..kMaxPermits, and for a handle with a configuration its own bound.
   void checkPermits(std::int64_t permits, const KeyedPolicy* policy) const;
   /// The key of the reservation record `id` of `key` (Records); InvalidArgument for a bad id.
-  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const;
+  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const override;
+  [[nodiscard]] const std::string& coreName() const noexcept override { return name_; }
+  [[nodiscard]] const std::shared_ptr<Client>& coreClient() const noexcept override { return client_; }
+  [[nodiscard]] const FailureGate& coreGate() const noexcept override { return gate_; }
   void sleepFor(std::chrono::microseconds d) const { gate_.clock().sleepFor(d); }
 
   /// The failure policy's decision of `permits` without a reply (the segment cache's wait that

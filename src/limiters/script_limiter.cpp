@@ -41,8 +41,7 @@ Reservation ScriptLimiter::reserve(std::int64_t permits, microseconds maxWait) {
 Decision ScriptLimiter::peek(std::int64_t permits) { return core_->peek(core_->name_, permits); }
 
 void ScriptLimiter::refund(std::int64_t permits) {
-  giveBack(permits);
-  core_->gate_.monitor().refunded(permits);  // a caller's refund: counted (a segment's give-back is not)
+  core_->refund(core_->name_, permits);  // a caller's refund: counted (a segment's give-back is not)
 }
 
 void ScriptLimiter::giveBack(std::int64_t permits) { core_->giveBack(core_->name_, permits); }

@@ -489,6 +489,21 @@ TEST_F(LimiterCalendar, CancelGivesTheReservationBackAndRefundNeverGoesBelowNoth
   EXPECT_FALSE(rl.exists("fresh"));
 }
 
+TEST_F(LimiterCalendar, PeekRefundAndDeleteKeyAsyncAnswerAsTheSyncForms) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  Limiter rl = monthly(10, registry);
+  ASSERT_TRUE(rl.tryAcquire("k", 3));
+  EXPECT_EQ(rl.peekAsync("k").get().remaining, 7);
+  EXPECT_TRUE(rl.refundAsync("k", 2).get());
+  EXPECT_EQ(rl.peek("k").remaining, 9);
+  EXPECT_TRUE(rl.refundAsync("k", 0).get()) << "nothing to give back: nothing sent";
+  EXPECT_EQ(registry->snapshot(rl.name()).permitsRefunded, 2u);
+  EXPECT_THROW((void)rl.refundAsync("k", 11).get(), InvalidArgument) << "above the limit";
+  EXPECT_TRUE(rl.deleteKeyAsync("k").get());
+  EXPECT_FALSE(rl.exists("k"));
+  EXPECT_FALSE(rl.deleteKeyAsync("k").get());
+}
+
 TEST_F(LimiterCalendar, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = monthly(100, registry);

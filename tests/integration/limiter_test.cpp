@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "helpers.hpp"
 #include "redlimit/calendar.hpp"
 #include "redlimit/limiter.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -166,6 +168,39 @@ TYPED_TEST(LimiterPolicies, ExistsSaysWhetherTheKeyHasStateAndWritesNothing) {
   EXPECT_THROW((void)limiter.exists(""), InvalidArgument);
 }
 
+TYPED_TEST(LimiterPolicies, PeekRefundAndDeleteKeyAsyncAnswerAsTheirSyncForms) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  LimiterOptions options;
+  options.monitor.registry = registry;
+  Limiter limiter(this->client(), this->limiterName(), TypeParam::make(), options);
+  const std::int64_t limit = limiter.policy().limit();
+  ASSERT_TRUE(limiter.tryAcquire("u", 2));
+  EXPECT_EQ(limiter.peekAsync("u").get().remaining, limit - 2);
+  EXPECT_EQ(limiter.peekAsync("u", 2).get().remaining, limiter.peek("u", 2).remaining);
+  EXPECT_TRUE(limiter.refundAsync("u", 2).get());
+  EXPECT_EQ(limiter.peek("u").remaining, limit) << "given back";
+  EXPECT_EQ(registry->snapshot(limiter.name()).permitsRefunded, 2u) << "counted as refund() counts";
+  std::promise<bool> deleted;
+  limiter.deleteKeyAsync("u", [&](bool existed, const std::exception_ptr& e) {
+    if (e) {
+      deleted.set_exception(e);
+    } else {
+      deleted.set_value(existed);
+    }
+  });
+  EXPECT_TRUE(deleted.get_future().get());
+  EXPECT_FALSE(limiter.exists("u"));
+  EXPECT_FALSE(limiter.deleteKeyAsync("u").get()) << "nothing left to delete";
+  // Refused before anything is sent, through the future.
+  const std::int64_t calls = this->scriptCalls();
+  EXPECT_THROW((void)limiter.refundAsync("u", limiter.policy().maxPermits() + 1).get(), InvalidArgument);
+  EXPECT_THROW((void)limiter.refundAsync("u", -1).get(), InvalidArgument);
+  EXPECT_THROW((void)limiter.peekAsync("", 1).get(), InvalidArgument);
+  EXPECT_THROW((void)limiter.deleteKeyAsync("").get(), InvalidArgument);
+  EXPECT_THROW((void)limiter.heldAsync("u").get(), InvalidArgument) << "held is a lease policy's";
+  EXPECT_EQ(this->scriptCalls(), calls);
+}
+
 // --- A concurrency policy: leases -----------------------------------------------------------------
 
 TEST_F(LimiterTest, AConcurrencyPolicyGivesLeasesUpToItsLimitPerKeyAndTakesThemBack) {
@@ -194,6 +229,18 @@ TEST_F(LimiterTest, AConcurrencyPolicyGivesLeasesUpToItsLimitPerKeyAndTakesThemB
   EXPECT_TRUE(inFlight.exists("v"));
   EXPECT_TRUE(inFlight.deleteKey("v"));
   EXPECT_FALSE(inFlight.exists("v"));
+}
+
+TEST_F(LimiterTest, AConcurrencyPolicysHeldAndDeleteKeyHaveAsyncForms) {
+  Limiter inFlight(client(), limiterName(), Policy::concurrency(3, std::chrono::seconds(30)));
+  ASSERT_TRUE(inFlight.acquireLease("u").lease.has_value());
+  ASSERT_TRUE(inFlight.acquireLease("u").lease.has_value());
+  EXPECT_EQ(inFlight.heldAsync("u").get(), 2);
+  EXPECT_EQ(inFlight.heldAsync("v").get(), 0);
+  EXPECT_TRUE(inFlight.deleteKeyAsync("u").get());
+  EXPECT_EQ(inFlight.heldAsync("u").get(), 0) << "every lease of the key is gone";
+  EXPECT_THROW((void)inFlight.peekAsync("u").get(), InvalidArgument) << "a lease policy takes no permits";
+  EXPECT_THROW((void)inFlight.refundAsync("u", 1).get(), InvalidArgument);
 }
 
 TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
