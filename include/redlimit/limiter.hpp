@@ -162,7 +162,7 @@ class Limiter {
                                                          std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   void settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done);
   [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
-  /// peek, refund (true once given back), deleteKey and held without waiting. The waiting
+  /// peek, refund (true once given back), deleteKey, exists and held without waiting. The waiting
   /// operations (tryAcquire with a timeout, acquire) have no async form: reserveAsync says the
   /// delay, and the caller waits it on its own timer (nothing of redlimit blocks a thread).
   void peekAsync(std::string_view key, std::int64_t permits, Callback<Decision> done);
@@ -171,6 +171,8 @@ class Limiter {
   [[nodiscard]] std::future<bool> refundAsync(std::string_view key, std::int64_t permits);
   void deleteKeyAsync(std::string_view key, Callback<bool> done);
   [[nodiscard]] std::future<bool> deleteKeyAsync(std::string_view key);
+  void existsAsync(std::string_view key, Callback<bool> done);
+  [[nodiscard]] std::future<bool> existsAsync(std::string_view key);
   void heldAsync(std::string_view key, Callback<std::int64_t> done);
   [[nodiscard]] std::future<std::int64_t> heldAsync(std::string_view key);
   void acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done);

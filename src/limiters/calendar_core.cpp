@@ -465,6 +465,10 @@ void CalendarCore::deleteKeyAsync(const std::string& key, Done<bool> done) {
 
 bool CalendarCore::exists(const std::string& key) { return keyExists(*this, key); }
 
+void CalendarCore::existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+  keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
+}
+
 std::string CalendarCore::recordKey(const std::string& key, const std::string& id) const {
   return namespacedRecordKey(key, id);
 }

@@ -90,6 +90,7 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
   bool deleteKey(const std::string& key) override;
   void deleteKeyAsync(const std::string& key, Done<bool> done) override;
   bool exists(const std::string& key) override;
+  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
   /// The record `id` of `key`, in redlimit's namespace (namespacedRecordKey).
   [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const override;
   [[nodiscard]] const std::string& coreName() const noexcept override { return name_; }

@@ -240,4 +240,8 @@ void LeaseCore::deleteKeyAsync(const std::string& key, ReleaseDone done) {
 
 bool LeaseCore::exists(const std::string& key) { return keyExists(*this, key); }
 
+void LeaseCore::existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+  keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
+}
+
 }  // namespace redlimit::detail

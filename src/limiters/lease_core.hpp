@@ -52,6 +52,7 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   bool deleteKey(const std::string& key);
   void deleteKeyAsync(const std::string& key, ReleaseDone done);
   bool exists(const std::string& key);
+  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done);
 
   std::shared_ptr<Client> client_;
   std::string name_;

@@ -341,6 +341,22 @@ std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
   return detail::futureOf<bool>([&](auto done) { deleteKeyAsync(key, Callback<bool>(std::move(done))); });
 }
 
+void Limiter::existsAsync(std::string_view key, Callback<bool> done) {
+  withKey<bool>(
+      *this, key, done, [] {},
+      [&](const std::string& k) {
+        if (leases_) {
+          leases_->existsAsync(k, std::move(done));
+        } else {
+          permits_->existsAsync(k, std::move(done));
+        }
+      });
+}
+
+std::future<bool> Limiter::existsAsync(std::string_view key) {
+  return detail::futureOf<bool>([&](auto done) { existsAsync(key, Callback<bool>(std::move(done))); });
+}
+
 void Limiter::heldAsync(std::string_view key, Callback<std::int64_t> done) {
   withKey<std::int64_t>(
       *this, key, done, [&] { checkLeasePolicy("heldAsync"); },

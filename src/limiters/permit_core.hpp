@@ -53,6 +53,7 @@ class PermitCore {
   virtual bool deleteKey(const std::string& key) = 0;
   virtual void deleteKeyAsync(const std::string& key, Done<bool> done) = 0;
   virtual bool exists(const std::string& key) = 0;
+  virtual void existsAsync(const std::string& key, Done<bool> done) = 0;
 
   [[nodiscard]] virtual const std::string& coreName() const noexcept = 0;
   [[nodiscard]] virtual const std::shared_ptr<Client>& coreClient() const noexcept = 0;

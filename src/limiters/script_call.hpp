@@ -129,4 +129,13 @@ bool keyExists(Owner& owner, const std::string& key) {
   return integerCommand(owner, "exists", {"EXISTS", key}, LimiterCall::Resend::IfClosed) == 1;
 }
 
+/// keyExists without waiting.
+template <class Owner>
+void keyExistsAsync(const std::shared_ptr<Owner>& owner, const std::string& key,
+                    std::function<void(bool, std::exception_ptr)> done) {
+  integerCommandAsync(
+      owner, {"EXISTS", key}, LimiterCall::Resend::IfClosed,
+      [done = std::move(done)](std::int64_t n, std::exception_ptr error) { done(n == 1, std::move(error)); });
+}
+
 }  // namespace redlimit::detail

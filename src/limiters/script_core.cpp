@@ -517,6 +517,10 @@ void ScriptCore::deleteKeyAsync(const std::string& key, std::function<void(bool,
 
 bool ScriptCore::exists(const std::string& key) { return keyExists(*this, key); }
 
+void ScriptCore::existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+  keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
+}
+
 bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
   checkPermitRange(permits);
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};

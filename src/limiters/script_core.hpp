@@ -97,6 +97,7 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   bool deleteKey(const std::string& key) override;
   void deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
   bool exists(const std::string& key) override;
+  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
 
   /// The configuration every call carries, or null when the handle has none (one lock, only for
   /// handles with one).

@@ -499,8 +499,9 @@ TEST_F(LimiterCalendar, PeekRefundAndDeleteKeyAsyncAnswerAsTheSyncForms) {
   EXPECT_TRUE(rl.refundAsync("k", 0).get()) << "nothing to give back: nothing sent";
   EXPECT_EQ(registry->snapshot(rl.name()).permitsRefunded, 2u);
   EXPECT_THROW((void)rl.refundAsync("k", 11).get(), InvalidArgument) << "above the limit";
+  EXPECT_TRUE(rl.existsAsync("k").get());
   EXPECT_TRUE(rl.deleteKeyAsync("k").get());
-  EXPECT_FALSE(rl.exists("k"));
+  EXPECT_FALSE(rl.existsAsync("k").get());
   EXPECT_FALSE(rl.deleteKeyAsync("k").get());
 }
 

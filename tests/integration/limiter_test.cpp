@@ -175,6 +175,7 @@ TYPED_TEST(LimiterPolicies, PeekRefundAndDeleteKeyAsyncAnswerAsTheirSyncForms) {
   Limiter limiter(this->client(), this->limiterName(), TypeParam::make(), options);
   const std::int64_t limit = limiter.policy().limit();
   ASSERT_TRUE(limiter.tryAcquire("u", 2));
+  EXPECT_TRUE(limiter.existsAsync("u").get());
   EXPECT_EQ(limiter.peekAsync("u").get().remaining, limit - 2);
   EXPECT_EQ(limiter.peekAsync("u", 2).get().remaining, limiter.peek("u", 2).remaining);
   EXPECT_TRUE(limiter.refundAsync("u", 2).get());
@@ -189,7 +190,7 @@ TYPED_TEST(LimiterPolicies, PeekRefundAndDeleteKeyAsyncAnswerAsTheirSyncForms) {
     }
   });
   EXPECT_TRUE(deleted.get_future().get());
-  EXPECT_FALSE(limiter.exists("u"));
+  EXPECT_FALSE(limiter.existsAsync("u").get());
   EXPECT_FALSE(limiter.deleteKeyAsync("u").get()) << "nothing left to delete";
   // Refused before anything is sent, through the future.
   const std::int64_t calls = this->scriptCalls();
@@ -237,8 +238,10 @@ TEST_F(LimiterTest, AConcurrencyPolicysHeldAndDeleteKeyHaveAsyncForms) {
   ASSERT_TRUE(inFlight.acquireLease("u").lease.has_value());
   EXPECT_EQ(inFlight.heldAsync("u").get(), 2);
   EXPECT_EQ(inFlight.heldAsync("v").get(), 0);
+  EXPECT_TRUE(inFlight.existsAsync("u").get());
   EXPECT_TRUE(inFlight.deleteKeyAsync("u").get());
   EXPECT_EQ(inFlight.heldAsync("u").get(), 0) << "every lease of the key is gone";
+  EXPECT_FALSE(inFlight.existsAsync("u").get());
   EXPECT_THROW((void)inFlight.peekAsync("u").get(), InvalidArgument) << "a lease policy takes no permits";
   EXPECT_THROW((void)inFlight.refundAsync("u", 1).get(), InvalidArgument);
 }
