@@ -452,8 +452,9 @@ void CalendarCore::refundAsync(const std::string& key, std::int64_t permits, Don
       [key](CalendarCore*, const Reply& r) { return parseRefund(key, r) >= 0; },
       [](CalendarCore&, bool) { return false; },
       [monitor = gate_.monitor(), permits, done = std::move(done)](bool, std::exception_ptr e) {
-        if (!e) monitor.refunded(permits);
-        done(!e, std::move(e));
+        const bool given = !e;
+        if (given) monitor.refunded(permits);
+        done(given, std::move(e));
       });
 }
 

@@ -427,8 +427,9 @@ void ScriptCore::refund(const std::string& key, std::int64_t permits) {
 
 void ScriptCore::refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
   giveBackAsync(key, permits, [monitor = gate_.monitor(), permits, done = std::move(done)](bool, std::exception_ptr e) {
-    if (!e) monitor.refunded(permits);
-    done(!e, std::move(e));
+    const bool given = !e;
+    if (given) monitor.refunded(permits);
+    done(given, std::move(e));
   });
 }
 
