@@ -318,13 +318,7 @@ Decision CalendarCore::decide(const std::string& key, std::int64_t permits) {
 
 void CalendarCore::decideAsync(const std::string& key, std::int64_t permits, DecisionDone done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  try {
-    checkPermits(permits);
-  } catch (...) {
-    done(Decision{}, std::current_exception());
-    return;
-  }
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkPermits(permits); })) return;
   callAsync<Decision>(
       decision(permits), Call{key, "take", permits, {}, {}},
       [key, permits](CalendarCore* self, const Reply& r) { return parse(self, key, r, permits); },
@@ -370,14 +364,8 @@ HeldPermits CalendarCore::reserveFor(const std::string& key, std::int64_t permit
 
 void CalendarCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
                                    milliseconds recordTtl, HeldDone done) {
-  done = isolated(std::move(done), gate_.monitor(), name_);
   Call c;
-  try {
-    c = reserveCall(key, permits, id, recordTtl);
-  } catch (...) {
-    done(HeldPermits{}, std::current_exception());
-    return;
-  }
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { c = reserveCall(key, permits, id, recordTtl); })) return;
   callAsync<HeldPermits>(
       decision(permits), std::move(c),
       [key, permits](CalendarCore* self, const Reply& r) { return held(self, key, r, permits); },
@@ -402,14 +390,8 @@ Settlement CalendarCore::settle(const std::string& key, const std::string& id, s
 }
 
 void CalendarCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual, SettleDone done) {
-  done = isolated(std::move(done), gate_.monitor(), name_);
   Call c;
-  try {
-    c = settleCall(key, id, actual);
-  } catch (...) {
-    done(Settlement{}, std::current_exception());
-    return;
-  }
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { c = settleCall(key, id, actual); })) return;
   callAsync<Settlement>(
       LimiterCall::plain(callBound_), std::move(c),
       [key, monitor = gate_.monitor()](CalendarCore*, const Reply& r) { return parseSettlement(key, r, monitor); },

@@ -325,15 +325,24 @@ std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permit
   return detail::futureOf<bool>([&](auto done) { refundAsync(key, permits, Callback<bool>(std::move(done))); });
 }
 
+namespace {
+// `op(core)` on the core that holds the limiter's keys: the lease core or the permit core.
+template <class Op>
+void onKeyCore(const std::shared_ptr<detail::LeaseCore>& leases, const std::shared_ptr<detail::PermitCore>& permits,
+               Op&& op) {
+  if (leases) {
+    op(*leases);
+  } else {
+    op(*permits);
+  }
+}
+}  // namespace
+
 void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
   withKey<bool>(
       *this, key, done, [] {},
       [&](const std::string& k) {
-        if (leases_) {
-          leases_->deleteKeyAsync(k, std::move(done));
-        } else {
-          permits_->deleteKeyAsync(k, std::move(done));
-        }
+        onKeyCore(leases_, permits_, [&](auto& core) { core.deleteKeyAsync(k, std::move(done)); });
       });
 }
 
@@ -345,11 +354,7 @@ void Limiter::existsAsync(std::string_view key, Callback<bool> done) {
   withKey<bool>(
       *this, key, done, [] {},
       [&](const std::string& k) {
-        if (leases_) {
-          leases_->existsAsync(k, std::move(done));
-        } else {
-          permits_->existsAsync(k, std::move(done));
-        }
+        onKeyCore(leases_, permits_, [&](auto& core) { core.existsAsync(k, std::move(done)); });
       });
 }
 

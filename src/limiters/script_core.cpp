@@ -294,15 +294,13 @@ HeldPermits ScriptCore::reserveFor(const std::string& key, std::int64_t permits,
 void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
                                  milliseconds recordTtl, ScriptLimiter::HeldCallback done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
-  done = isolated(std::move(done), gate_.monitor(), name_);
   const std::shared_ptr<const KeyedPolicy> config = policy();
   std::string record;
-  try {
-    record = recordKey(key, id);
-    checkReservationTtl(recordTtl);
-    checkPermits(permits, config.get());
-  } catch (...) {
-    done(HeldPermits{}, std::current_exception());
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
+        record = recordKey(key, id);
+        checkReservationTtl(recordTtl);
+        checkPermits(permits, config.get());
+      })) {
     return;
   }
   runScriptAsync<HeldPermits>(
@@ -367,13 +365,7 @@ Reservation ScriptCore::reserve(const std::string& key, std::int64_t permits, mi
 
 void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait,
                               ReservationCallback done) {
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  try {
-    checkMaxWait(maxWait);
-  } catch (...) {
-    done(Reservation{}, std::current_exception());
-    return;
-  }
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkMaxWait(maxWait); })) return;
   takeAsync(key, permits, maxWait,
             [monitor = gate_.monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
               if (!error) monitor.admit(r.decision);
@@ -468,13 +460,11 @@ Settlement ScriptCore::settle(const std::string& key, const std::string& id, std
 
 void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
                              ScriptLimiter::SettleCallback done) {
-  done = isolated(std::move(done), gate_.monitor(), name_);
   std::string record;
-  try {
-    record = recordKey(key, id);
-    checkActualPermits(actual);
-  } catch (...) {
-    done(Settlement{}, std::current_exception());
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
+        record = recordKey(key, id);
+        checkActualPermits(actual);
+      })) {
     return;
   }
   const std::shared_ptr<const KeyedPolicy> config = policy();
