@@ -7,9 +7,11 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/lease.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 
 namespace redlimit {
@@ -55,6 +57,10 @@ struct LeaseHeartbeatOptions {
 class LeaseHeartbeat {
  public:
   LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options = {});
+  /// The lease of `key` of a Limiter under a concurrency policy (Limiter::acquireLease), renewed
+  /// with the policy's leaseTtl unless options.leaseTtl sets one. InvalidArgument for another
+  /// policy or a bad key.
+  LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, LeaseHeartbeatOptions options = {});
   /// The lease of a MultiLimit's decision, renewed in every concurrency limit (MultiLimit::renewAsync):
   /// with each limit's own leaseTtl unless options.leaseTtl sets one for all; the default interval
   /// is a third of the shortest. InvalidArgument for a MultiLimit without a concurrency limit.
@@ -84,6 +90,8 @@ class LeaseHeartbeat {
   /// The interval and TTL the options give for `limiter` (defaults filled in), after the checks of
   /// the constructor. Throws InvalidArgument.
   [[nodiscard]] static LeaseHeartbeatOptions resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options);
+  /// As above for a Limiter under a concurrency policy.
+  [[nodiscard]] static LeaseHeartbeatOptions resolved(const Limiter& limiter, LeaseHeartbeatOptions options);
   /// As above for a MultiLimit: leaseTtl stays 0 (each limit's own) unless set.
   [[nodiscard]] static LeaseHeartbeatOptions resolved(const MultiLimit& limits, LeaseHeartbeatOptions options);
 

@@ -179,6 +179,8 @@ class Limiter {
   [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key);
   /// The renewed lease, or nullopt when it was no longer held.
   void renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done);
+  void renewAsync(std::string_view key, Lease lease, std::chrono::milliseconds leaseTtl,
+                  Callback<std::optional<Lease>> done);
   [[nodiscard]] std::future<std::optional<Lease>> renewAsync(std::string_view key, Lease lease);
   void releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done);
   [[nodiscard]] std::future<bool> releaseAsync(std::string_view key, const Lease& lease);

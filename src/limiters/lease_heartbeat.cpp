@@ -35,7 +35,21 @@ bool heldByRedis(const Lease& lease) { return lease.expiresAt.count() > 0 && !le
 // Completions hold it weakly.
 class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat::State> {
  public:
-  using Target = std::variant<ConcurrencyLimiter, MultiLimit>;
+  // A Limiter's lease of one key, with the operations the others have.
+  struct LimiterKey {
+    Limiter limiter;
+    std::string key;
+    void renewAsync(Lease l, milliseconds ttl, Limiter::Callback<std::optional<Lease>> done) {
+      limiter.renewAsync(key, std::move(l), ttl, std::move(done));
+    }
+    void renewAsync(Lease l, Limiter::Callback<std::optional<Lease>> done) {
+      limiter.renewAsync(key, std::move(l), std::move(done));
+    }
+    void releaseAsync(const Lease& l, Limiter::Callback<bool> done) { limiter.releaseAsync(key, l, std::move(done)); }
+    bool release(const Lease& l) { return limiter.release(key, l); }
+    [[nodiscard]] const LimiterMonitor& monitor() const noexcept { return limiter.monitor(); }
+  };
+  using Target = std::variant<ConcurrencyLimiter, MultiLimit, LimiterKey>;
 
   State(Target t, Lease first, const LeaseHeartbeatOptions& o, milliseconds shortestTtl)
       : target(std::move(t)),
@@ -194,6 +208,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
 
   static std::string nameOf(const ConcurrencyLimiter& limiter) { return limiter.getName(); }
   static std::string nameOf(const MultiLimit& limits) { return fmt::format("{}", fmt::join(limits.names(), "+")); }
+  static std::string nameOf(const LimiterKey& t) { return t.limiter.name(); }
 
   void releaseAsync(const Lease& held) {
     std::visit([&](auto& t) { t.releaseAsync(held, [](bool, const std::exception_ptr&) {}); }, target);
@@ -225,6 +240,18 @@ LeaseHeartbeatOptions LeaseHeartbeat::resolved(const ConcurrencyLimiter& limiter
   return checkedInterval("limiter " + limiter.getName(), std::move(options), horizon);
 }
 
+LeaseHeartbeatOptions LeaseHeartbeat::resolved(const Limiter& limiter, LeaseHeartbeatOptions options) {
+  if (!limiter.policy().givesLeases()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a lease heartbeat renews leases, which only a concurrency policy gives",
+                    limiter.name()));
+  }
+  if (options.leaseTtl.count() == 0) options.leaseTtl = limiter.policy().leaseTtl();
+  detail::checkLeaseTtl(options.leaseTtl);
+  const milliseconds horizon = options.leaseTtl;
+  return checkedInterval("limiter " + limiter.name(), std::move(options), horizon);
+}
+
 LeaseHeartbeatOptions LeaseHeartbeat::resolved(const MultiLimit& limits, LeaseHeartbeatOptions options) {
   const std::string name = State::nameOf(limits);
   if (limits.leaseTtl().count() == 0) {
@@ -241,6 +268,14 @@ LeaseHeartbeat::LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, L
   options = resolved(limiter, std::move(options));
   const milliseconds horizon = options.leaseTtl;
   start(std::make_shared<State>(std::move(limiter), lease, options, horizon));
+}
+
+LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, LeaseHeartbeatOptions options) {
+  detail::checkLeaseId(lease.id);
+  options = resolved(limiter, std::move(options));
+  (void)limiter.redisKey(key);  // a bad key: InvalidArgument now
+  const milliseconds horizon = options.leaseTtl;
+  start(std::make_shared<State>(State::LimiterKey{std::move(limiter), std::move(key)}, lease, options, horizon));
 }
 
 LeaseHeartbeat::LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeatOptions options) {

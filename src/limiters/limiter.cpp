@@ -383,9 +383,14 @@ std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
 }
 
 void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done) {
+  renewAsync(key, std::move(lease), policy_.leaseTtl(), std::move(done));
+}
+
+void Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTtl,
+                         Callback<std::optional<Lease>> done) {
   withKey<std::optional<Lease>>(
       *this, key, done, [&] { checkLeasePolicy("renewAsync"); },
-      [&](const std::string& k) { leases_->renewAsync(k, std::move(lease), policy_.leaseTtl(), std::move(done)); });
+      [&](const std::string& k) { leases_->renewAsync(k, std::move(lease), leaseTtl, std::move(done)); });
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {

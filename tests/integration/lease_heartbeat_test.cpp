@@ -17,6 +17,7 @@
 #include "helpers.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
 #include "redlimit/lease_heartbeat.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/process.hpp"
 
@@ -124,6 +125,38 @@ TEST_F(LeaseHeartbeatTest, KeepsALeaseAlivePastItsTtlUntilReleased) {
   EXPECT_EQ(hb.renewals(), renewals);
   EXPECT_FALSE(hb.lost());
   EXPECT_TRUE(cl.tryAcquire().has_value());
+}
+
+TEST_F(LeaseHeartbeatTest, KeepsALimitersLeaseOfAKeyAlivePastItsTtlUntilReleased) {
+  Limiter jobs(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)));
+  const LeaseDecision first = jobs.acquireLease("job");
+  ASSERT_TRUE(first.lease.has_value());
+  LeaseHeartbeatOptions o;
+  o.interval = milliseconds(100);
+  LeaseHeartbeat hb(jobs, "job", *first.lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return serverTimeUs(admin()) > first.lease->expiresAt.count() + 200000; }));
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 3; }));
+  EXPECT_FALSE(hb.lost());
+  EXPECT_GT(hb.lease().expiresAt, first.lease->expiresAt);
+  EXPECT_FALSE(jobs.acquireLease("job").decision.allowed) << "its place is still held";
+  EXPECT_TRUE(jobs.acquireLease("other").decision.allowed) << "another key has its own places";
+  EXPECT_TRUE(hb.release());
+  EXPECT_EQ(jobs.held("job"), 0);
+  EXPECT_TRUE(jobs.acquireLease("job").decision.allowed);
+}
+
+TEST_F(LeaseHeartbeatTest, ALimiterHeartbeatNeedsAConcurrencyPolicyAndAGoodKeyBeforeAnythingIsSent) {
+  Limiter jobs(client(), limiterName("jobs"), Policy::concurrency(1, milliseconds(1000)));
+  Limiter rate(client(), limiterName("rate"), Policy::perSecond(10));
+  Lease lease;
+  lease.id = "0123456789abcdef0123456789abcdef";
+  const std::int64_t calls = scriptCalls();
+  EXPECT_THROW(LeaseHeartbeat(rate, "job", lease), InvalidArgument) << "a rate policy gives no leases";
+  EXPECT_THROW(LeaseHeartbeat(jobs, "", lease), InvalidArgument) << "an empty key";
+  LeaseHeartbeatOptions tooSlow;
+  tooSlow.interval = milliseconds(1000);
+  EXPECT_THROW(LeaseHeartbeat(jobs, "job", lease, tooSlow), InvalidArgument) << "not shorter than the TTL";
+  EXPECT_EQ(scriptCalls(), calls);
 }
 
 TEST_F(LeaseHeartbeatTest, EndingTheHeartbeatReleasesTheLeaseAndStopKeepsIt) {
