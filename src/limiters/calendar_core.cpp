@@ -11,6 +11,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/key_layout.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "limiters/script_helpers.hpp"
@@ -25,9 +26,6 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 namespace {
-
-using Steady = std::chrono::steady_clock;
-using SteadyTime = Steady::time_point;
 
 const Script kCalendar{lua::calendar_quota.name, lua::calendar_quota.sha1, lua::calendar_quota.source};
 
@@ -149,11 +147,6 @@ microseconds systemNow() {
   return std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch());
 }
 
-UnexpectedReplyError outsideTwice(const std::string& key) {
-  return UnexpectedReplyError(
-      fmt::format("redlimit: limiter {}: the server's time was outside the calendar table twice", key));
-}
-
 std::string checkedKeepAlive(milliseconds keepAlive) {
   if (keepAlive.count() < 0 || keepAlive.count() > 4294967295) {
     throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 0..4294967295 ms, got {} ms", keepAlive.count()));
@@ -164,6 +157,46 @@ std::string checkedKeepAlive(milliseconds keepAlive) {
 }  // namespace
 
 void checkCalendarQuota(const CalendarQuota& quota) { (void)checkedZone(quota); }
+
+std::string calendarConfig(const CalendarQuota& quota, milliseconds keepAlive) {
+  (void)checkedZone(quota);
+  (void)checkedKeepAlive(keepAlive);
+  std::string out{kKind, unitCode(quota.unit)};
+  packU32(out, quota.limit);
+  packU32(out, keepAlive.count());
+  return out;
+}
+
+void CalendarTables::add(std::size_t index, const CalendarQuota& quota, std::string prefix) {
+  slots_.push_back(Slot{index, quota, checkedZone(quota), std::move(prefix)});
+}
+
+std::vector<std::string> CalendarTables::filled(std::vector<std::string> argv, microseconds serverNow) const {
+  if (serverNow.count() < 0) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: the server's time {} µs is before 1970", owner_, serverNow.count()));
+  }
+  for (const Slot& s : slots_) {
+    if (s.index >= argv.size()) {
+      throw InvalidArgument(fmt::format("redlimit: {}: no argument {} for a calendar table", owner_, s.index));
+    }
+    argv[s.index] = s.prefix + packTable(windowsIn(s.quota, *s.zone, serverNow, kBefore, kAfter));
+  }
+  return argv;
+}
+
+microseconds CalendarTables::serverNowGuess() const {
+  return systemNow() + microseconds{offsetUs_.load(std::memory_order_relaxed)};
+}
+
+void CalendarTables::sawServerNow(microseconds serverNow) const {
+  offsetUs_.store((serverNow - systemNow()).count(), std::memory_order_relaxed);
+}
+
+UnexpectedReplyError CalendarTables::outsideTwice() const {
+  return UnexpectedReplyError(
+      fmt::format("redlimit: {}: the server's time was outside the calendar table twice", owner_));
+}
 
 std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, microseconds at, int before, int after) {
   const date::time_zone* zone = checkedZone(quota);
@@ -184,13 +217,14 @@ CalendarCore::CalendarCore(std::shared_ptr<Client> client, std::string name, Cal
       name_(std::move(name)),
       quota_(std::move(quota)),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
-      zone_(checkedZone(quota_)),
+      tables_(std::make_shared<CalendarTables>("limiter " + name_)),
       keepAlive_(checkedKeepAlive(keepAlive)) {
+  tables_->add(7, quota_, {});  // ARGV[8]
   const ClientOptions& o = client_->options();
   callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
 }
 
-ScriptRequest CalendarCore::request(const Call& c, microseconds around) const {
+ScriptRequest CalendarCore::request(const Call& c) const {
   std::vector<std::string> argv{c.op,
                                 "",
                                 std::string(1, kKind),
@@ -198,89 +232,28 @@ ScriptRequest CalendarCore::request(const Call& c, microseconds around) const {
                                 fmt::to_string(quota_.limit),
                                 std::string(1, unitCode(quota_.unit)),
                                 keepAlive_,
-                                packTable(windowsIn(quota_, *zone_, around, kBefore, kAfter))};
+                                {}};  // the table, per try
   if (c.recordTtl.count() > 0) argv.push_back(fmt::to_string(c.recordTtl.count()));
-  ScriptRequest r{&kCalendar, {c.key}, std::move(argv), nullptr};
+  ScriptRequest r{&kCalendar, {c.key}, std::move(argv), nullptr, tables_};
   if (!c.recordKey.empty()) r.keys.push_back(c.recordKey);
   return r;
-}
-
-microseconds CalendarCore::serverNowGuess() const {
-  return systemNow() + microseconds{offsetUs_.load(std::memory_order_relaxed)};
-}
-
-void CalendarCore::sawServerNow(microseconds serverNow) {
-  offsetUs_.store((serverNow - systemNow()).count(), std::memory_order_relaxed);
-}
-
-Reply CalendarCore::send(const Call& c, SteadyTime deadline) {
-  microseconds around = serverNowGuess();
-  for (int tries = 0; tries < 2; ++tries) {
-    Reply reply;
-    try {
-      reply = request(c, around).send(*client_, deadline);
-    } catch (const ScriptError&) {
-      std::rethrow_exception(oneKeyScriptError(std::current_exception(), c.key, kKind));
-    }
-    if (reply.type != Reply::Type::Integer) return reply;
-    around = microseconds{reply.integer};  // the server's now, outside the table
-    sawServerNow(around);
-  }
-  throw outsideTwice(c.key);
-}
-
-void CalendarCore::sendAsync(const Call& c, SteadyTime deadline, ReplyCallback done,
-                             std::optional<microseconds> around) {
-  ScriptRequest r;
-  try {
-    r = request(c, around.value_or(serverNowGuess()));
-  } catch (...) {
-    done(Reply{}, std::current_exception());
-    return;
-  }
-  const bool second = around.has_value();
-  r.sendAsync(*client_, deadline,
-              [weak = weak_from_this(), c, deadline, second, done = std::move(done)](const Reply& reply,
-                                                                                     std::exception_ptr error) mutable {
-                if (error || reply.type != Reply::Type::Integer) {
-                  done(reply, std::move(error));
-                  return;
-                }
-                const std::shared_ptr<CalendarCore> self = weak.lock();
-                if (second || !self) {
-                  done(Reply{},
-                       second ? std::make_exception_ptr(outsideTwice(c.key))
-                              : std::make_exception_ptr(ClosedError("redlimit: limiter " + c.key +
-                                                                    ": the limiter was dropped before its reply")));
-                  return;
-                }
-                const microseconds serverNow{reply.integer};
-                self->sawServerNow(serverNow);
-                self->sendAsync(c, deadline, std::move(done), serverNow);
-              });
 }
 
 // `c` through the call protocol, waiting: `parse(reply)`, `byPolicy(allowed)` as runSync's.
 template <class Parse, class ByPolicy>
 auto CalendarCore::call(const LimiterCall::Params& params, std::string_view what, const Call& c, Parse&& parse,
                         ByPolicy&& byPolicy) {
-  return runSync(
-      *client_, gate_, params, what, [&](SteadyTime deadline) { return send(c, deadline); }, std::forward<Parse>(parse),
-      std::forward<ByPolicy>(byPolicy));
+  return runScript(*this, params, what, request(c), OneKeyErrors{c.key, kKind}, std::forward<Parse>(parse),
+                   std::forward<ByPolicy>(byPolicy));
 }
 
-// `c` through the call protocol, reporting to `done` once (runAsync): `parse(CalendarCore*, reply)`,
-// `byPolicy(CalendarCore&, allowed)`.
+// `c` through the call protocol, reporting to `done` once (runScriptAsync): `parse(CalendarCore*,
+// reply)`, `byPolicy(CalendarCore&, allowed)`.
 template <class Out, class Parse, class ByPolicy>
-void CalendarCore::callAsync(const LimiterCall::Params& params, Call c, Parse parse, ByPolicy byPolicy,
+void CalendarCore::callAsync(const LimiterCall::Params& params, const Call& c, Parse parse, ByPolicy byPolicy,
                              std::function<void(Out, std::exception_ptr)> done) {
-  OneKeyErrors errors{c.key, kKind};
-  runAsync<Out>(
-      shared_from_this(), params,
-      [c = std::move(c)](CalendarCore& self, SteadyTime deadline, ReplyCallback sent) {
-        self.sendAsync(c, deadline, std::move(sent));
-      },
-      std::move(errors), std::move(parse), std::move(byPolicy), std::move(done));
+  runScriptAsync<Out>(shared_from_this(), params, request(c), OneKeyErrors{c.key, kKind}, std::move(parse),
+                      std::move(byPolicy), std::move(done));
 }
 
 Decision CalendarCore::parse(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
@@ -297,7 +270,7 @@ HeldPermits CalendarCore::held(CalendarCore* self, const std::string& key, const
 }
 
 void CalendarCore::saw(const DecisionReply& v) {
-  sawServerNow(microseconds{v.nowUs});
+  tables_->sawServerNow(microseconds{v.nowUs});
   localIntervalMs_.store(v.localIntervalMs, std::memory_order_relaxed);
 }
 
@@ -367,8 +340,7 @@ void CalendarCore::reserveForAsync(const std::string& key, std::int64_t permits,
   Call c;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { c = reserveCall(key, permits, id, recordTtl); })) return;
   callAsync<HeldPermits>(
-      decision(permits), std::move(c),
-      [key, permits](CalendarCore* self, const Reply& r) { return held(self, key, r, permits); },
+      decision(permits), c, [key, permits](CalendarCore* self, const Reply& r) { return held(self, key, r, permits); },
       [permits](CalendarCore& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
       [monitor = gate_.monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
         if (!error) admitHeld(monitor, out);
@@ -393,7 +365,7 @@ void CalendarCore::settleAsync(const std::string& key, const std::string& id, st
   Call c;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { c = settleCall(key, id, actual); })) return;
   callAsync<Settlement>(
-      LimiterCall::plain(callBound_), std::move(c),
+      LimiterCall::plain(callBound_), c,
       [key, monitor = gate_.monitor()](CalendarCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
       [](CalendarCore&, bool) { return Settlement{}; }, std::move(done));
 }

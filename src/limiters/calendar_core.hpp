@@ -10,10 +10,10 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "limiters/calendar_tables.hpp"
 #include "limiters/limiter_call.hpp"
 #include "limiters/permit_core.hpp"
 #include "limiters/script_call.hpp"
@@ -22,24 +22,9 @@
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 
-namespace date {
-class time_zone;
-}  // namespace date
-
 namespace redlimit::detail {
 
 struct DecisionReply;
-
-/// A calendar quota's parameters, as Policy::calendar takes them.
-struct CalendarQuota {
-  std::int64_t limit = 0;                 // permits per window, 1..kMaxCalendarPermits
-  CalendarUnit unit = CalendarUnit::Day;  // the window
-  std::string zone = "UTC";               // an IANA zone name of the system's database
-  Weekday weekStart = Weekday::Monday;    // CalendarUnit::Week: the first day of a week
-};
-
-/// The most a calendar key counts (a uint32 in the key).
-inline constexpr std::int64_t kMaxCalendarPermits = 4294967295;
 
 /// Throws InvalidArgument unless `quota` is usable: limit in 1..kMaxCalendarPermits, a known unit,
 /// weekStart in Sunday..Saturday, a zone the system's database has.
@@ -50,6 +35,11 @@ void checkCalendarQuota(const CalendarQuota& quota);
 /// Throws InvalidArgument for a bad quota, `before` or `after` outside 0..3, or `at` before 1970.
 [[nodiscard]] std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, std::chrono::microseconds at,
                                                           int before, int after);
+
+/// The configuration multi.lua takes for a calendar limit ahead of its table (lua/lib/calendar_core.lua's
+/// calendarWithConfig): 'Q', the unit, the limit and `keepAlive` ms (uint32s, little-endian). Throws
+/// InvalidArgument for a bad quota or keepAlive (0..2^32-1 ms).
+[[nodiscard]] std::string calendarConfig(const CalendarQuota& quota, std::chrono::milliseconds keepAlive);
 
 class CalendarCore : public PermitCore, public std::enable_shared_from_this<CalendarCore> {
  public:
@@ -115,22 +105,13 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
     std::chrono::milliseconds recordTtl{0};
   };
 
-  // The script call of `c` with a table of windows around `around` (the server's time as this
-  // host guesses it).
-  ScriptRequest request(const Call& c, std::chrono::microseconds around) const;
-  std::chrono::microseconds serverNowGuess() const;
-  void sawServerNow(std::chrono::microseconds serverNow);
-  // One try of `c`: a table around the server's time as last seen, and once more around the time
-  // the server answered when that was outside it (nothing was written then).
-  Reply send(const Call& c, std::chrono::steady_clock::time_point deadline);
-  // send() without waiting: `done` gets the reply or the error, once; `around`: the second table's.
-  void sendAsync(const Call& c, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
-                 std::optional<std::chrono::microseconds> around = std::nullopt);
+  // The script call of `c`; its table is filled around the server's now in every try (tables_).
+  ScriptRequest request(const Call& c) const;
   template <class Parse, class ByPolicy>
   auto call(const LimiterCall::Params& params, std::string_view what, const Call& c, Parse&& parse,
             ByPolicy&& byPolicy);
   template <class Out, class Parse, class ByPolicy>
-  void callAsync(const LimiterCall::Params& params, Call c, Parse parse, ByPolicy byPolicy,
+  void callAsync(const LimiterCall::Params& params, const Call& c, Parse parse, ByPolicy byPolicy,
                  std::function<void(Out, std::exception_ptr)> done);
   // The decision in a take or peek reply, and in a reserve reply; `self` (null: the limiter is
   // gone) remembers the server's time and the Local policy's interval.
@@ -147,9 +128,8 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
   Decision byPolicy(std::int64_t permits, bool allowed) const;
   HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
 
-  const date::time_zone* zone_;
+  std::shared_ptr<CalendarTables> tables_;               // the table at ARGV[8], the server's time as seen
   std::string keepAlive_;                                // ms, as sent
-  std::atomic<std::int64_t> offsetUs_{0};                // server time - this host's, as last seen
   std::atomic<std::int64_t> localIntervalMs_{86400000};  // the Local policy's interval: the last window's length
 };
 

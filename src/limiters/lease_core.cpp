@@ -116,7 +116,7 @@ LeaseCore::LeaseCore(std::shared_ptr<Client> client, std::string name, const Con
 ScriptRequest LeaseCore::request(const std::string& key, std::string_view op, std::vector<std::string> rest) const {
   std::vector<std::string> argv{std::string(op), "", std::string(1, kKind)};
   argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
-  return ScriptRequest{&kConcurrency, {key}, std::move(argv), nullptr};
+  return ScriptRequest{&kConcurrency, {key}, std::move(argv), nullptr, nullptr};
 }
 
 // FailurePolicy::Local: limit leases per leaseTtl.

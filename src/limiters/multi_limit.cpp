@@ -170,7 +170,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
                                        const std::vector<std::string>& args) {
     std::vector<std::string> argv{std::string(op), "", std::string(kinds)};
     argv.insert(argv.end(), args.begin(), args.end());
-    return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr};
+    return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr, nullptr};
   }
   static std::exception_ptr mapError(std::exception_ptr e) { return detail::limiterError(std::move(e)); }
   detail::LimiterCall::Params decision(std::int64_t permits) const {

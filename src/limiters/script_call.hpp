@@ -9,11 +9,13 @@
 #include <initializer_list>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "limiters/calendar_tables.hpp"
 #include "limiters/limiter_call.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -27,19 +29,72 @@ struct ScriptRequest {
   std::vector<std::string> keys;
   std::vector<std::string> argv;
   OneKeyBatcher* batcher = nullptr;  // a one-key take through the Client's coalescing; null: alone
+  // Calendar tables filled into argv in every try around the server's now, and sent once more
+  // around the server's answer when it was outside one (calendar_tables.hpp); null: none.
+  std::shared_ptr<const CalendarTables> tables;
 
   Reply send(Client& client, std::chrono::steady_clock::time_point deadline) const {
-    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), *script, argv, deadline, nullptr});
-    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(argv.begin(), argv.end());
-    return eval(client, *script, k, a, deadline);
+    if (!tables) return sendArgv(client, argv, deadline);
+    std::chrono::microseconds around = tables->serverNowGuess();
+    for (int tries = 0; tries < 2; ++tries) {
+      Reply reply = sendArgv(client, tables->filled(argv, around), deadline);
+      if (reply.type != Reply::Type::Integer) return reply;
+      around = std::chrono::microseconds{reply.integer};  // the server's now, outside a table: nothing written
+      tables->sawServerNow(around);
+    }
+    throw tables->outsideTwice();
   }
   void sendAsync(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
-    if (batcher != nullptr) {
-      batcher->takeAsync(OneKeyCall{keys.front(), *script, argv, deadline, std::move(done)});
+    if (!tables) {
+      sendArgvAsync(client, argv, deadline, std::move(done));
       return;
     }
-    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(argv.begin(), argv.end());
+    sendAround(client, deadline, std::move(done), std::nullopt);
+  }
+
+ private:
+  Reply sendArgv(Client& client, const std::vector<std::string>& args,
+                 std::chrono::steady_clock::time_point deadline) const {
+    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), *script, args, deadline, nullptr});
+    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(args.begin(), args.end());
+    return eval(client, *script, k, a, deadline);
+  }
+  void sendArgvAsync(Client& client, const std::vector<std::string>& args,
+                     std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
+    if (batcher != nullptr) {
+      batcher->takeAsync(OneKeyCall{keys.front(), *script, args, deadline, std::move(done)});
+      return;
+    }
+    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(args.begin(), args.end());
     evalAsync(client, *script, k, a, std::move(done), deadline);
+  }
+  // send() without waiting: tables around `around` (the second try's) or the guess.
+  void sendAround(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
+                  std::optional<std::chrono::microseconds> around) const {
+    std::vector<std::string> args;
+    try {
+      args = tables->filled(argv, around.value_or(tables->serverNowGuess()));
+    } catch (...) {
+      done(Reply{}, std::current_exception());
+      return;
+    }
+    const bool second = around.has_value();
+    // The Client outlives its own callbacks: `client` is alive when this runs.
+    sendArgvAsync(client, args, deadline,
+                  [self = *this, &client, deadline, second, done = std::move(done)](const Reply& reply,
+                                                                                    std::exception_ptr error) mutable {
+                    if (error || reply.type != Reply::Type::Integer) {
+                      done(reply, std::move(error));
+                      return;
+                    }
+                    if (second) {
+                      done(Reply{}, std::make_exception_ptr(self.tables->outsideTwice()));
+                      return;
+                    }
+                    const std::chrono::microseconds serverNow{reply.integer};
+                    self.tables->sawServerNow(serverNow);
+                    self.sendAround(client, deadline, std::move(done), serverNow);
+                  });
   }
 };
 

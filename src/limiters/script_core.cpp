@@ -182,7 +182,7 @@ void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) c
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
                                   bool coalesce) {
-  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr};
+  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, nullptr};
   if (!record.empty()) r.keys.push_back(std::move(record));
   return r;
 }

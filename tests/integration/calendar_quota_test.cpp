@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "limiters/calendar_tables.hpp"
 #include "limiters/key_layout.hpp"
+#include "limiters/script_call.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/calendar.hpp"
 #include "limiters/script_helpers.hpp"
@@ -38,15 +40,8 @@ std::int64_t getLe(const std::string& s, std::size_t at, int bytes) {
   return static_cast<std::int64_t>(u);
 }
 
-// Consecutive windows of `len` µs labelled from `label`, the first starting at `start`.
 std::string table(std::int64_t label, std::int64_t start, std::int64_t len, int count = 4) {
-  std::string out;
-  for (int i = 0; i < count; ++i) {
-    putLe(out, label + i, 8);
-    putLe(out, start + i * len, 8);
-    putLe(out, start + (i + 1) * len, 8);
-  }
-  return out;
+  return calendarTable(label, start, len, count);
 }
 
 // The key's 28 bytes: 'Q', unit, limit, label, start, end, count.
@@ -782,4 +777,64 @@ TEST_F(CalendarQuotaScript, ASettleAfterTheWindowEndedGivesNothingBackAndCharges
   const Reply outside = hold("settle", key2, "over", t0 + 10 * kDayUs, 0, tbl);
   ASSERT_EQ(outside.type, Reply::Type::Integer);
   EXPECT_EQ(outside.integer, t0 + 10 * kDayUs);
+}
+
+// --- The calendar tables of a script call (CalendarTables), sent once more around the server's time
+
+// A stand-in for a calendar script: the first try (or every one, with ARGV[2] 'always') answers a
+// server time of 1970-01-04 00:00:00.000005 as a bare integer; a later one answers {tries}. Each try
+// appends the first label of its table (ARGV[1] after its prefix 'T') to KEYS[2].
+class CalendarTables : public RedisTest {};
+
+TEST_F(CalendarTables, AreSentOnceMoreAroundTheServersTimeItAnswered) {
+  const std::string source =
+      "local tries = redis.call('INCR', KEYS[1])\n"
+      "redis.call('RPUSH', KEYS[2], (struct.unpack('<i8', ARGV[1], 2)))\n"
+      "if ARGV[2] == 'always' or tries == 1 then return 3 * 86400000000 + 5 end\n"
+      "return {tries}\n";
+  const std::string sha1 = raw({"SCRIPT", "LOAD", source}).str;
+  const detail::Script script{"calendar_tables_test", sha1, source};
+  auto tables = std::make_shared<detail::CalendarTables>("calendar tables test");
+  detail::CalendarQuota utcDays;
+  utcDays.limit = 1;
+  tables->add(0, utcDays, "T");
+  const std::int64_t today = serverTimeUs(admin()) / kDayUs;
+  const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(30); };
+  const auto request = [&](const std::string& suffix, const std::string& mode) {
+    return detail::ScriptRequest{
+        &script, {name("tries" + suffix), name("labels" + suffix)}, {"", mode}, nullptr, tables};
+  };
+  const auto labels = [&](const std::string& suffix) {
+    std::vector<std::int64_t> out;
+    for (const Reply& e : raw({"LRANGE", name("labels" + suffix), "0", "-1"}).elements) out.push_back(e.asInteger());
+    return out;
+  };
+
+  const Reply once = request("sync", "").send(*client(), deadline());
+  ASSERT_EQ(once.type, Reply::Type::Array);
+  EXPECT_EQ(once.elements.at(0).integer, 2) << "sent twice";
+  EXPECT_EQ(labels("sync"), (std::vector<std::int64_t>{today - 1, 2})) << "the second table around the answer";
+  EXPECT_LT(tables->serverNowGuess().count(), 4 * kDayUs) << "the server's time as answered, remembered";
+  EXPECT_THROW((void)request("twice", "always").send(*client(), deadline()), UnexpectedReplyError);
+  EXPECT_EQ(labels("twice").size(), 2u) << "sent twice, not more";
+
+  // sendAsync's answer, waited for.
+  const auto sendAsync = [&](const detail::ScriptRequest& r) {
+    auto answered = std::make_shared<std::promise<Reply>>();
+    r.sendAsync(*client(), deadline(), [answered](const Reply& reply, std::exception_ptr e) {
+      if (e) {
+        answered->set_exception(e);
+      } else {
+        answered->set_value(reply);
+      }
+    });
+    return answered->get_future().get();
+  };
+  tables->sawServerNow(std::chrono::microseconds{today * kDayUs});
+  const Reply async = sendAsync(request("async", ""));
+  ASSERT_EQ(async.type, Reply::Type::Array);
+  EXPECT_EQ(async.elements.at(0).integer, 2);
+  EXPECT_EQ(labels("async"), (std::vector<std::int64_t>{today - 1, 2}));
+  EXPECT_THROW((void)sendAsync(request("async-twice", "always")), UnexpectedReplyError);
+  EXPECT_EQ(labels("async-twice").size(), 2u);
 }

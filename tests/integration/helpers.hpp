@@ -465,4 +465,16 @@ inline Policy berlinCalendar(std::int64_t limit, CalendarUnit unit) {
   return Policy::calendar(limit, unit, "Europe/Berlin");
 }
 
+/// A calendar table as lua/lib/calendar_core.lua takes it: `count` consecutive windows of `len` µs
+/// labelled from `label`, the first starting at `start`.
+inline std::string calendarTable(std::int64_t label, std::int64_t start, std::int64_t len, int count = 4) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    putLe(out, label + i, 8);
+    putLe(out, start + i * len, 8);
+    putLe(out, start + (i + 1) * len, 8);
+  }
+  return out;
+}
+
 }  // namespace redlimit::test
