@@ -1,14 +1,15 @@
--- include: base onekey gcra_core fixed_window_core reservation_core concurrency_core
--- multi.lua: several one-key limiters (token bucket, GCRA, fixed window) and concurrency limits,
--- any mix, decided in one call, all or nothing. MultiLimit runs it. Each limit is computed by the
--- same code as its own script (lua/lib/gcra_core.lua, lua/lib/fixed_window_core.lua,
--- lua/lib/concurrency_core.lua): same layout, bounds, exactness.
+-- include: base onekey gcra_core fixed_window_core reservation_core concurrency_core calendar_core
+-- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, calendar quota) and
+-- concurrency limits, any mix, decided in one call, all or nothing. MultiLimit runs it. Each limit
+-- is computed by the same code as its own script (lua/lib/gcra_core.lua,
+-- lua/lib/fixed_window_core.lua, lua/lib/calendar_core.lua, lua/lib/concurrency_core.lua): same
+-- layout, bounds, exactness.
 --
 -- KEYS: the limiters' keys, 1..32, distinct (the client also checks that they share one hash
 -- slot). ARGV[1] the operation, ARGV[2] now in epoch µs or '' (TIME is read once: every limit
 -- decides at the same instant), ARGV[3] the kinds, one byte per key in KEYS order ('T' token
--- bucket, 'G' GCRA, 'W' fixed window, 'C' concurrency limit: lib/concurrency_core.lua's lease
--- set). Every key is read and checked (Redis type, kind, configuration, state), and the permits
+-- bucket, 'G' GCRA, 'W' fixed window, 'Q' calendar quota, 'C' concurrency limit:
+-- lib/concurrency_core.lua's lease set). Every key is read and checked (Redis type, kind, configuration, state), and the permits
 -- against every limit, before anything is written: a call that fails has written nothing, and its
 -- error names the key.
 -- Operations:
@@ -31,6 +32,14 @@
 --                      stored). With one or more, take has the lease id at ARGV[6 + k] (32 lowercase
 --                      hex digits, made by the client), and maxWait must be 0: a place cannot be
 --                      taken ahead of time.
+--                      A calendar quota always has its cfgi too (nothing of it is stored but its
+--                      window and count): 'Q', unit, L (uint32), keepAlive ms (uint32), then its
+--                      table of windows around the client's idea of now (lib/calendar_core.lua).
+--                      Its permits are taken now or not at all (its next window is not booked
+--                      ahead): with one, maxWait counts as 0. If the server's now is outside any
+--                      calendar limit's table, the reply of every operation is that now as a bare
+--                      INTEGER and nothing is written: the client recomputes the tables around it
+--                      and calls once more.
 --   renew id 0 cfg1..cfgk, release id 0 cfg1..cfgk
 --                      every key a concurrency limit: a lease of a take, in all of them. renew: if
 --                      it is live in every one, each expiry becomes now + its ttlMs; if it is not
@@ -41,10 +50,11 @@
 --
 -- The combined decision. Alone, a limit can take the n permits at the times (from now, if nobody
 -- else takes any) of a set: [wait, inf) for GCRA and the token bucket, whole windows for the fixed
--- window (the current one if it has room, the next one if it has room, every later one). E, the
+-- window (the current one if it has room, the next one if it has room, every later one), the
+-- calendar quota's window in force if it has room, every time from its end on. E, the
 -- earliest time at which all can, is the left end of one of these pieces, so it is the smallest
--- candidate (0, each GCRA's wait, each window's next start and the start of the one after) that
--- every limit accepts.
+-- candidate (0, each GCRA's wait, each window's next start and the start of the one after, each
+-- calendar window's end) that every limit accepts.
 --   Granted iff E <= maxWait (cut to each GCRA's longest reservation W) and every fixed window can
 --   count the permits at E (in its current or next window: it keeps no count further ahead).
 --   Then every limit takes n at E, and delay = E: a GCRA takes them at the first instant that
@@ -97,8 +107,8 @@ local k = #KEYS
 local rkey = nil                               -- reserve and settle: the record key, the last key
 if op == 'reserve' or op == 'settle' then
   rkey, k = KEYS[k], k - 1
-  if string.find(ARGV[3] or '', '[^TGW]') then   -- the record holds what these kinds give back
-    fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA and fixed window limits only')
+  if string.find(ARGV[3] or '', '[^TGWQ]') then  -- the record holds what these kinds give back
+    fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA, fixed window and calendar limits only')
   end
 end
 if k < 1 or k > MAX_LIMITS then
@@ -116,7 +126,7 @@ for i = 1, k do
   end
   seen[KEYS[i]] = true
   local c = string.sub(kinds, i, i)
-  if c ~= 'T' and c ~= 'G' and c ~= 'W' and c ~= 'C' then
+  if c ~= 'T' and c ~= 'G' and c ~= 'W' and c ~= 'Q' and c ~= 'C' then
     fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. c .. '" for key ' .. KEYS[i])
   end
 end
@@ -133,14 +143,18 @@ local function leaseConfig(key, cfg)
 end
 
 -- Every limit, loaded and checked before anything is written: with the configuration in the call
--- (ARGV[5 + i], when not '') or the stored one.
+-- (ARGV[5 + i], when not '') or the stored one. nil when the server's now is outside a calendar
+-- limit's table (every limit checked first: a bad call fails as it would).
 local function loadAll(leaseId)
-  local all = {}
+  local all, outside = {}, false
   for i = 1, k do
     local kind = string.sub(kinds, i, i)
     local cfg = ARGV[5 + i]
     if cfg == '' then cfg = nil end
-    if kind == 'C' then
+    if kind == 'Q' then
+      all[i] = calendarWithConfig(KEYS[i], nowUs, cfg)
+      if not all[i] then outside, all[i] = true, {} end
+    elseif kind == 'C' then
       local s = leaseLoad(KEYS[i], nowUs, leaseId)
       s.lease, s.limit, s.ttl = true, leaseConfig(KEYS[i], cfg)
       all[i] = s
@@ -153,6 +167,7 @@ local function loadAll(leaseId)
     end
     all[i].window = kind == 'W'
   end
+  if outside then return nil end
   return all
 end
 
@@ -190,7 +205,7 @@ local function finishReserve(reply, all)
     local limits = {}
     for i = 1, k do
       local start = 0
-      if all[i].window then start = all[i].start end  -- maxWait 0: counted in the current window
+      if all[i].window or all[i].calendar then start = all[i].start end  -- maxWait 0: counted now
       limits[i] = {start = start, returned = 0, charged = 0, unpaid = 0, remaining = 0}
     end
     redis.call('SET', rkey, multiRecordPack(KEYS, k, kinds, 'O', reserving.n, 0, limits), 'PX', reserving.ttl)
@@ -212,10 +227,14 @@ if op == 'take' or op == 'peek' then
     if op == 'take' then leaseId = leaseIdArg(ARGV[6 + k], owner) end
   end
   local all = loadAll(leaseId)
-  local maxWaitAll = maxWait                   -- cut to every GCRA's longest reservation
+  if not all then return nowUs end             -- outside a calendar table: asked again around nowUs
+  local maxWaitAll = maxWait                   -- cut to every GCRA's longest reservation, 0 by a calendar
   for i = 1, k do
     local s = all[i]
-    if s.lease then
+    if s.calendar then
+      calendarCheckPermits(s, n)
+      maxWaitAll = 0
+    elseif s.lease then
       s.held = leaseHeld(s)
       s.latest = leaseLatestBut(s, nil)
       if leaseLive(s) then s.wait = 0 else s.wait = leaseWait(s, s.held, s.limit) end
@@ -233,7 +252,13 @@ if op == 'take' or op == 'peek' then
   for i = 1, k do
     local s = all[i]
     local earliest
-    if s.lease then
+    if s.calendar then
+      local ok, _, retryAlone = calendarTake(s, n)
+      s.ownAllowed, s.ownRetry = ok, retryAlone
+      local wait = s.finish - nowUs
+      candidates[#candidates + 1] = wait
+      if ok == 1 then earliest = 0 else earliest = wait end
+    elseif s.lease then
       earliest = s.wait
       s.ownRetry = earliest
       if earliest == 0 then s.ownAllowed = 1 else s.ownAllowed = 0 end
@@ -266,7 +291,9 @@ if op == 'take' or op == 'peek' then
     local fits = true
     for i = 1, k do
       local s = all[i]
-      if s.lease then
+      if s.calendar then
+        fits = t >= s.finish - nowUs or s.count + n <= s.l
+      elseif s.lease then
         fits = t >= s.wait
       elseif s.window then
         fits = windowFitsAt(s, n, t)
@@ -312,7 +339,15 @@ if op == 'take' or op == 'peek' then
   for i = 1, k do
     local s = all[i]
     local rem, reset, lim, lr, lms
-    if s.lease then
+    if s.calendar then
+      local count = s.count
+      if allowed == 1 then                     -- E = 0 (maxWait 0): counted in the window in force
+        count = count + n
+        if op == 'take' then calendarStore(s, count) end
+      end
+      if op == 'peek' then count = s.count end
+      rem, reset, lim, lr, lms = s.l - count, calendarResetAfter(s, count), s.l, s.l, calendarWindowMs(s)
+    elseif s.lease then
       local held, latest = s.held, s.latest
       if allowed == 1 and op == 'take' then
         local expiry = s.own
@@ -365,10 +400,13 @@ end
 if op == 'refund' then
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', owner)
   local all = loadAll()
+  if not all then return nowUs end
   local reply = {}
   for i = 1, k do
     local s = all[i]
-    if s.lease then
+    if s.calendar then
+      reply[i] = s.l - calendarRefund(s, n)
+    elseif s.lease then
       reply[i] = s.limit - leaseHeld(s)
       if reply[i] < 0 then reply[i] = 0 end
     elseif s.window then
@@ -384,6 +422,7 @@ if op == 'settle' then
   if not rkey then fail('REDLIMIT_INVALID_ARGUMENT', 'settle needs the record key as the last key') end
   local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', owner)
   local all = loadAll()
+  if not all then return nowUs end
   local r = multiRecordRead(rkey, KEYS, k, kinds, owner)
   if not r then return multiRecordUnknown(k) end
   if r.state == 'S' then return multiRecordAnswer(r, k) end
@@ -392,6 +431,8 @@ if op == 'settle' then
     local s, l = all[i], r.limits[i]
     if s.window then
       l.returned, l.charged, l.unpaid, l.remaining = windowSettle(s, r.reserved, l.start, actual)
+    elseif s.calendar then
+      l.returned, l.charged, l.unpaid, l.remaining = calendarSettle(s, r.reserved, l.start, actual)
     else
       l.returned, l.charged, l.unpaid, l.remaining = gcraSettle(s, r.reserved, actual)
     end

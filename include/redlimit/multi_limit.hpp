@@ -117,7 +117,10 @@ class MultiLimit {
   /// calls are all or nothing in one script call. Throws InvalidArgument for a count other than
   /// size(), a bad key (Limiter's rules), or, on a Cluster, keys of different hash slots (a hash
   /// tag in the keys co-locates them: "{user42}"). A MultiLimit of Limiters used without on()
-  /// throws InvalidArgument on every call. Limiters with a smooth policy cannot be combined.
+  /// throws InvalidArgument on every call. Limiters with a smooth policy cannot be combined. A
+  /// calendar quota can: each call carries its table of windows (sent once more around the
+  /// server's time if that is outside it); it takes no permits ahead of time, so a MultiLimit with
+  /// one refuses reserve, acquire and tryAcquire with a timeout (InvalidArgument, nothing sent).
   [[nodiscard]] MultiLimit on(const std::vector<std::string_view>& keys) const;
 
   /// Takes `permits` (1..kMaxPermits, at most every limit's burst or limit) from every limit if

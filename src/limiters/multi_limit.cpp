@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "config/limiter_name.hpp"
+#include "limiters/calendar_core.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
@@ -99,13 +100,15 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // `names` are the limits' keys; with `unbound`, a MultiLimit of Limiters whose keys come with
   // on(): `names` are the limiters' names, and no call may be sent.
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
-       std::vector<std::string> configs, std::vector<ConcurrencyConfig> leaseConfigs, std::int64_t maxPermits,
-       std::string label, const MultiLimitOptions& options, bool unbound)
+       std::vector<std::string> configs, std::vector<ConcurrencyConfig> leaseConfigs,
+       std::shared_ptr<detail::CalendarTables> tables, std::int64_t maxPermits, std::string label,
+       const MultiLimitOptions& options, bool unbound)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
         configs_(std::move(configs)),
         leaseConfigs_(std::move(leaseConfigs)),
+        tables_(std::move(tables)),
         maxPermits_(maxPermits),
         label_(std::move(label)),
         unbound_(unbound),
@@ -131,6 +134,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         kinds_(proto.kinds_),
         configs_(proto.configs_),
         leaseConfigs_(proto.leaseConfigs_),
+        tables_(proto.tables_),
         maxPermits_(proto.maxPermits_),
         label_(proto.label_),
         unbound_(false),
@@ -165,12 +169,19 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // call protocol. With `recordKey`, it is the last key, after the limits' (a reservation record).
   Reply call(std::string_view op, const std::vector<std::string>& args, detail::LimiterCall::Resend resend,
              const std::string* recordKey = nullptr);
-  // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`.
+  // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`, with the calendar limits'
+  // tables (`tables`: their configurations' places in ARGV are those of take, reserve and opArgs).
   static detail::ScriptRequest request(std::vector<std::string> keys, std::string_view op, std::string_view kinds,
-                                       const std::vector<std::string>& args) {
+                                       const std::vector<std::string>& args,
+                                       std::shared_ptr<const detail::CalendarTables> tables) {
     std::vector<std::string> argv{std::string(op), "", std::string(kinds)};
     argv.insert(argv.end(), args.begin(), args.end());
-    return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr, nullptr};
+    return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr, std::move(tables)};
+  }
+  // A call of every limit (not a lease call): with the calendar tables.
+  detail::ScriptRequest limitsRequest(std::vector<std::string> keys, std::string_view op,
+                                      const std::vector<std::string>& args) const {
+    return request(std::move(keys), op, kinds_, args, tables_);
   }
   static std::exception_ptr mapError(std::exception_ptr e) { return detail::limiterError(std::move(e)); }
   detail::LimiterCall::Params decision(std::int64_t permits) const {
@@ -189,7 +200,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // A lease call on the concurrency limits.
   detail::ScriptRequest leaseRequest(std::string_view op, const std::vector<std::string>& args) const {
     (void)keys();
-    return request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args);
+    return request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args, nullptr);
   }
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
   // `leases` the reply ends with the lease's expiry; a granted take's lease gets `leaseId` (empty
@@ -204,6 +215,9 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
   // limit is a concurrency limit.
   void refuseWithLeases(std::string_view what) const;
+  // Throws InvalidArgument for `what`, a call that takes permits ahead of time, when a limit is a
+  // calendar quota (as Limiter's: its next window opens at the zone's next midnight).
+  void refuseWithCalendars(std::string_view what) const;
   // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
   // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
   // ConcurrencyLimiter's.
@@ -233,13 +247,14 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> names_;
   std::string kinds_;                 // one kind byte per limit
   std::vector<std::string> configs_;  // per limit: its configuration sent in the call, or ""; empty if none has one
-  std::vector<ConcurrencyConfig> leaseConfigs_;  // the concurrency limits' configurations, in order
-  std::vector<std::string> leaseNames_;          // the concurrency limits' names, in order
-  std::int64_t maxPermits_;                      // the most one call may take, as far as the configurations say
-  std::string label_;                            // "MultiLimit(a + b)", for messages and events
-  bool unbound_;                                 // a MultiLimit of Limiters before on(): no keys
-  bool namespaced_;                              // of Limiters: keys rl:<name>:<key> (limiter.hpp)
-  std::vector<std::string> limiterNames_;        // the limiters' names (of one-key limiters: the keys)
+  std::vector<ConcurrencyConfig> leaseConfigs_;     // the concurrency limits' configurations, in order
+  std::vector<std::string> leaseNames_;             // the concurrency limits' names, in order
+  std::shared_ptr<detail::CalendarTables> tables_;  // the calendar limits' tables; null: none
+  std::int64_t maxPermits_;                         // the most one call may take, as far as the configurations say
+  std::string label_;                               // "MultiLimit(a + b)", for messages and events
+  bool unbound_;                                    // a MultiLimit of Limiters before on(): no keys
+  bool namespaced_;                                 // of Limiters: keys rl:<name>:<key> (limiter.hpp)
+  std::vector<std::string> limiterNames_;           // the limiters' names (of one-key limiters: the keys)
   std::shared_ptr<State> state_;
   detail::FailureGate& gate_;
   milliseconds callBound_{0};  // connect + command timeout, saturated
@@ -272,6 +287,14 @@ void MultiLimit::Core::refuseWithLeases(std::string_view what) const {
   throw InvalidArgument(fmt::format(
       "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of time, "
       "and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
+      label_, what));
+}
+
+void MultiLimit::Core::refuseWithCalendars(std::string_view what) const {
+  if (!tables_) return;
+  throw InvalidArgument(fmt::format(
+      "redlimit: {}: {} cannot be used when a limit is a calendar quota: it takes no permits ahead of time (its next "
+      "window opens at the zone's next midnight). Use decide() and its retryAfter",
       label_, what));
 }
 
@@ -334,6 +357,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
     if (self != nullptr) self->knownLimits_[i].store(one.limit, std::memory_order_relaxed);
   }
   if (self != nullptr) {
+    if (self->tables_) self->tables_->sawServerNow(d.time);
     self->localRate_.store(tightRate, std::memory_order_relaxed);
     self->localIntervalMs_.store(tightMs, std::memory_order_relaxed);
   }
@@ -380,8 +404,8 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
   // same in every try, so a resend holds one place.
   const std::string leaseId = newLeaseIdIfAny();
   return detail::runScript(
-      *this, decision(permits), "decide", request(keys(), "take", kinds_, takeArgs(permits, maxWait, leaseId)),
-      &mapError, [&](const Reply& r) { return parse(this, label_, names_.size(), r, permits, hasLeases(), leaseId); },
+      *this, decision(permits), "decide", limitsRequest(keys(), "take", takeArgs(permits, maxWait, leaseId)), &mapError,
+      [&](const Reply& r) { return parse(this, label_, names_.size(), r, permits, hasLeases(), leaseId); },
       [&](bool allowed) { return byPolicy(permits, allowed); });
 }
 
@@ -394,7 +418,7 @@ void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, Out
     return;
   }
   std::string leaseId = newLeaseIdIfAny();
-  detail::ScriptRequest call = request(names_, "take", kinds_, takeArgs(permits, maxWait, leaseId));
+  detail::ScriptRequest call = limitsRequest(names_, "take", takeArgs(permits, maxWait, leaseId));
   detail::runScriptAsync<Outcome>(
       shared_from_this(), decision(permits), std::move(call), &mapError,
       [label = label_, count = names_.size(), leases = hasLeases(), leaseId = std::move(leaseId), permits](
@@ -407,7 +431,7 @@ Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>
   std::vector<std::string> all = keys();
   if (recordKey != nullptr) all.push_back(*recordKey);
   return detail::runScript(
-      *this, detail::LimiterCall::plain(callBound_, resend), op, request(std::move(all), op, kinds_, args), &mapError,
+      *this, detail::LimiterCall::plain(callBound_, resend), op, limitsRequest(std::move(all), op, args), &mapError,
       [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
 }
 
@@ -488,6 +512,7 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   std::string kinds;
   std::vector<std::string> configs;
   std::vector<ConcurrencyConfig> leaseConfigs;
+  std::vector<std::pair<std::size_t, detail::CalendarQuota>> calendars;  // limit index, quota
   bool anyConfig = false;
   std::int64_t maxPermits = detail::ScriptLimiter::kMaxPermits;
   std::unordered_set<std::string_view> seen;
@@ -515,14 +540,16 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
             "following caller pay: all-or-nothing across limits cannot give that back; use GCRA or a token bucket",
             name));
       }
-      if (policy.kind() == Policy::Kind::Calendar) {
-        throw InvalidArgument(
-            fmt::format("redlimit: MultiLimit: limiter {} has a calendar policy, which cannot join a MultiLimit yet; "
-                        "decide it in a "
-                        "call of its own",
-                        name));
-      }
       const detail::KeyedPolicy& packed = policy.packedPolicy();
+      if (policy.kind() == Policy::Kind::Calendar) {  // its quota and, per call, its table (tables)
+        const detail::CalendarQuota quota = policy.calendarQuota("a calendar limit");
+        kinds.push_back('Q');
+        configs.push_back(detail::calendarConfig(quota, milliseconds{policy.keepAliveMs_}));
+        calendars.emplace_back(configs.size() - 1, quota);
+        anyConfig = true;
+        maxPermits = std::min(maxPermits, quota.limit);
+        continue;
+      }
       if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL, as a ConcurrencyLimiter's
         kinds.push_back(kLeaseKind);
         configs.push_back(packed.packed);
@@ -566,8 +593,15 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
   label += ")";
-  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs),
-                                 std::move(leaseConfigs), maxPermits, std::move(label), options, ofLimiters);
+  std::shared_ptr<detail::CalendarTables> tables;
+  if (!calendars.empty()) {
+    tables = std::make_shared<detail::CalendarTables>(label);
+    // A limit's configuration is ARGV[6 + i] of every call of the limits (take, reserve, opArgs).
+    for (const auto& [index, quota] : calendars) tables->add(5 + index, quota, configs[index]);
+  }
+  core_ =
+      std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs), std::move(leaseConfigs),
+                             std::move(tables), maxPermits, std::move(label), options, ofLimiters);
 }
 
 MultiLimit::MultiLimit(std::shared_ptr<Core> core) noexcept : core_(std::move(core)) {}
@@ -605,6 +639,7 @@ bool MultiLimit::tryAcquire(std::int64_t permits) {
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
   core_->refuseWithLeases("tryAcquire");
+  core_->refuseWithCalendars("tryAcquire with a timeout");
   if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
   const Core::Outcome r = core_->take(permits, maxWait);
@@ -615,6 +650,7 @@ bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
 
 void MultiLimit::acquire(std::int64_t permits) {
   core_->refuseWithLeases("acquire");
+  core_->refuseWithCalendars("acquire");
   if (monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
     (void)decide(permits);
     return;
@@ -636,6 +672,7 @@ void MultiLimit::acquire(std::int64_t permits) {
 
 Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
   core_->refuseWithLeases("reserve");
+  core_->refuseWithCalendars("reserve");
   if (maxWait.count() < 0) {
     throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
@@ -788,7 +825,7 @@ detail::ScriptRequest MultiLimit::Core::holdRequest(std::int64_t permits, const 
   args.insert(args.end(), configs_.begin(), configs_.end());
   std::vector<std::string> all = keys();
   all.push_back(recordKey);
-  return request(std::move(all), "reserve", kinds_, args);
+  return limitsRequest(std::move(all), "reserve", args);
 }
 
 MultiHeldPermits MultiLimit::Core::heldByPolicy(std::int64_t permits, bool allowed) const {
@@ -803,7 +840,7 @@ detail::ScriptRequest MultiLimit::Core::settleRequest(std::int64_t actual, const
   detail::checkActualPermits(actual);
   std::vector<std::string> all = keys();
   all.push_back(recordKey);
-  return request(std::move(all), "settle", kinds_, opArgs(actual));
+  return limitsRequest(std::move(all), "settle", opArgs(actual));
 }
 
 MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std::size_t count, const Reply& r,

@@ -279,7 +279,8 @@ TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
   EXPECT_THROW((void)daily.reserveAsync("u", 1, microseconds(0)).get(), InvalidArgument);
   EXPECT_THROW((void)daily.acquireLease("u"), InvalidArgument);
   EXPECT_THROW((void)daily.decide("u", 11), InvalidArgument) << "above the limit";
-  EXPECT_THROW(MultiLimit({daily, permits}), InvalidArgument) << "not in a MultiLimit yet";
+  EXPECT_THROW((void)MultiLimit({daily, permits}).on({"u", "u"}).reserve(1, microseconds(0)), InvalidArgument)
+      << "in a MultiLimit neither";
   EXPECT_THROW((void)Policy::calendar(10, CalendarUnit::Day, "Mars/Olympus"), InvalidArgument);
   EXPECT_EQ(scriptCalls(), before) << "nothing sent";
 }
