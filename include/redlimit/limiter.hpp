@@ -30,6 +30,7 @@ class ScriptCore;
 class LeaseCore;
 class CalendarCore;
 class PermitCore;
+class KeyCore;
 }  // namespace detail
 
 /// Options of a Limiter.
@@ -212,6 +213,7 @@ class Limiter {
   std::shared_ptr<detail::PermitCore> permits_;  // a permit policy's: ScriptCore or CalendarCore
   std::shared_ptr<detail::ScriptCore> core_;     // the same, if a ScriptCore (waiting, stored policies)
   std::shared_ptr<detail::LeaseCore> leases_;    // a concurrency policy's
+  std::shared_ptr<detail::KeyCore> keys_;        // whichever of the two holds the keys
   Policy policy_;
 };
 

@@ -15,13 +15,14 @@
 #include <vector>
 
 #include "limiters/limiter_call.hpp"
+#include "limiters/permit_core.hpp"
 #include "limiters/script_call.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 
 namespace redlimit::detail {
 
-class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
+class LeaseCore : public KeyCore, public std::enable_shared_from_this<LeaseCore> {
  public:
   using LeaseDone = std::function<void(LeaseDecision, std::exception_ptr)>;
   using RenewDone = std::function<void(std::optional<Lease>, std::exception_ptr)>;
@@ -49,10 +50,13 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   std::int64_t held(const std::string& key);
   void heldAsync(const std::string& key, std::function<void(std::int64_t, std::exception_ptr)> done);
   /// DEL of `key` (not sent again: a second would answer 0), and EXISTS (sent again).
-  bool deleteKey(const std::string& key);
-  void deleteKeyAsync(const std::string& key, ReleaseDone done);
-  bool exists(const std::string& key);
-  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done);
+  bool deleteKey(const std::string& key) override;
+  void deleteKeyAsync(const std::string& key, ReleaseDone done) override;
+  bool exists(const std::string& key) override;
+  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
+  [[nodiscard]] const std::string& coreName() const noexcept override { return name_; }
+  [[nodiscard]] const std::shared_ptr<Client>& coreClient() const noexcept override { return client_; }
+  [[nodiscard]] const FailureGate& coreGate() const noexcept override { return gate_; }
 
   std::shared_ptr<Client> client_;
   std::string name_;

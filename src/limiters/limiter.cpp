@@ -57,6 +57,7 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
     permits_ = std::make_shared<detail::CalendarCore>(
         std::move(client), checkedName(std::move(name)), policy_.calendarQuota("a calendar limiter"),
         milliseconds{policy_.keepAliveMs_}, std::move(options.failure), options.monitor);
+    keys_ = permits_;
     return;
   }
   if (policy_.givesLeases()) {
@@ -65,6 +66,7 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
     config.leaseTtl = policy_.leaseTtl();
     leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), config,
                                                   std::move(options.failure), options.monitor);
+    keys_ = leases_;
     return;
   }
   const char kind = policy_.packedPolicy().packed.front();
@@ -73,9 +75,10 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
                                                kind, detail::ScriptCore::Records::Namespaced);
   if (!policy_.isStored()) core_->setPolicy(policy_.packedPolicy());  // stored: each key's own
   permits_ = core_;
+  keys_ = core_;
 }
 
-const detail::FailureGate& Limiter::gate() const noexcept { return leases_ ? leases_->gate_ : permits_->coreGate(); }
+const detail::FailureGate& Limiter::gate() const noexcept { return keys_->coreGate(); }
 
 std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
 
@@ -176,9 +179,7 @@ Settlement Limiter::settle(std::string_view key, const std::string& id, std::int
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
-bool Limiter::deleteKey(std::string_view key) {
-  return leases_ ? leases_->deleteKey(redisKey(key)) : permits_->deleteKey(redisKey(key));
-}
+bool Limiter::deleteKey(std::string_view key) { return keys_->deleteKey(redisKey(key)); }
 
 namespace {
 // The script's "set" arguments for `policy`: its fields (lua/gcra.lua, fixed_window.lua,
@@ -217,9 +218,7 @@ void Limiter::setPolicy(std::string_view key, const Policy& policy) {
                            configArgs(policy.packedPolicy()));
 }
 
-bool Limiter::exists(std::string_view key) {
-  return leases_ ? leases_->exists(redisKey(key)) : permits_->exists(redisKey(key));
-}
+bool Limiter::exists(std::string_view key) { return keys_->exists(redisKey(key)); }
 
 LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }
 
@@ -325,25 +324,9 @@ std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permit
   return detail::futureOf<bool>([&](auto done) { refundAsync(key, permits, Callback<bool>(std::move(done))); });
 }
 
-namespace {
-// `op(core)` on the core that holds the limiter's keys: the lease core or the permit core.
-template <class Op>
-void onKeyCore(const std::shared_ptr<detail::LeaseCore>& leases, const std::shared_ptr<detail::PermitCore>& permits,
-               Op&& op) {
-  if (leases) {
-    op(*leases);
-  } else {
-    op(*permits);
-  }
-}
-}  // namespace
-
 void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
   withKey<bool>(
-      *this, key, done, [] {},
-      [&](const std::string& k) {
-        onKeyCore(leases_, permits_, [&](auto& core) { core.deleteKeyAsync(k, std::move(done)); });
-      });
+      *this, key, done, [] {}, [&](const std::string& k) { keys_->deleteKeyAsync(k, std::move(done)); });
 }
 
 std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
@@ -352,10 +335,7 @@ std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
 
 void Limiter::existsAsync(std::string_view key, Callback<bool> done) {
   withKey<bool>(
-      *this, key, done, [] {},
-      [&](const std::string& k) {
-        onKeyCore(leases_, permits_, [&](auto& core) { core.existsAsync(k, std::move(done)); });
-      });
+      *this, key, done, [] {}, [&](const std::string& k) { keys_->existsAsync(k, std::move(done)); });
 }
 
 std::future<bool> Limiter::existsAsync(std::string_view key) {
@@ -408,10 +388,8 @@ std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease
   return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, Callback<bool>(std::move(done))); });
 }
 
-const std::string& Limiter::name() const noexcept { return leases_ ? leases_->name_ : permits_->coreName(); }
-const std::shared_ptr<Client>& Limiter::client() const noexcept {
-  return leases_ ? leases_->client_ : permits_->coreClient();
-}
+const std::string& Limiter::name() const noexcept { return keys_->coreName(); }
+const std::shared_ptr<Client>& Limiter::client() const noexcept { return keys_->coreClient(); }
 FailureStats Limiter::failureStats() const { return gate().stats(); }
 const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
 

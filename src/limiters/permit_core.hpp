@@ -1,7 +1,9 @@
-// redlimit — what a Limiter asks of the core of a permit policy, on a Redis key: ScriptCore (GCRA,
-// token bucket, fixed window, smooth) and CalendarCore implement it, so each Limiter operation is
-// written once over either. The waiting operations (tryAcquire with a timeout, acquire, reserve)
-// and the stored configuration are ScriptCore's alone; a lease policy's core is LeaseCore.
+// redlimit — what a Limiter asks of its core, on a Redis key. Every core (ScriptCore, CalendarCore,
+// LeaseCore) is a KeyCore: the key operations and what names the limiter. A permit policy's core
+// (ScriptCore: GCRA, token bucket, fixed window, smooth; CalendarCore) is a PermitCore, so each
+// Limiter operation is written once over either. The waiting operations (tryAcquire with a
+// timeout, acquire, reserve) and the stored configuration are ScriptCore's alone; the lease
+// operations LeaseCore's.
 #pragma once
 
 #include <chrono>
@@ -22,16 +24,29 @@ namespace redlimit::detail {
 
 class FailureGate;
 
-class PermitCore {
+class KeyCore {
  public:
   template <class T>
   using Done = std::function<void(T, std::exception_ptr)>;
 
-  PermitCore() = default;
-  PermitCore(const PermitCore&) = delete;
-  PermitCore& operator=(const PermitCore&) = delete;
-  virtual ~PermitCore() = default;
+  KeyCore() = default;
+  KeyCore(const KeyCore&) = delete;
+  KeyCore& operator=(const KeyCore&) = delete;
+  virtual ~KeyCore() = default;
 
+  /// DEL of `key` (not sent again: a second would answer 0), EXISTS (sent again); `done` isolated.
+  virtual bool deleteKey(const std::string& key) = 0;
+  virtual void deleteKeyAsync(const std::string& key, Done<bool> done) = 0;
+  virtual bool exists(const std::string& key) = 0;
+  virtual void existsAsync(const std::string& key, Done<bool> done) = 0;
+
+  [[nodiscard]] virtual const std::string& coreName() const noexcept = 0;
+  [[nodiscard]] virtual const std::shared_ptr<Client>& coreClient() const noexcept = 0;
+  [[nodiscard]] virtual const FailureGate& coreGate() const noexcept = 0;
+};
+
+class PermitCore : public KeyCore {
+ public:
   // The deciding operations (the failure gate first; an outage is the failure policy's), counted.
   virtual Decision decide(const std::string& key, std::int64_t permits) = 0;
   virtual void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) = 0;
@@ -50,14 +65,6 @@ class PermitCore {
   virtual void settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
                            Done<Settlement> done) = 0;
   [[nodiscard]] virtual std::string recordKey(const std::string& key, const std::string& id) const = 0;
-  virtual bool deleteKey(const std::string& key) = 0;
-  virtual void deleteKeyAsync(const std::string& key, Done<bool> done) = 0;
-  virtual bool exists(const std::string& key) = 0;
-  virtual void existsAsync(const std::string& key, Done<bool> done) = 0;
-
-  [[nodiscard]] virtual const std::string& coreName() const noexcept = 0;
-  [[nodiscard]] virtual const std::shared_ptr<Client>& coreClient() const noexcept = 0;
-  [[nodiscard]] virtual const FailureGate& coreGate() const noexcept = 0;
 };
 
 }  // namespace redlimit::detail
