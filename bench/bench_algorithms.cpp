@@ -3,8 +3,8 @@
 // O(1) algorithm keeps its bound. A summary of ratios goes to stdout and
 // <results>/bench_algorithms.summary.txt; the accuracy picture to <results>/accuracy_algorithms.svg.
 //
-//  1. Server cost. For each algorithm (TokenBucketRateLimiter and GcraRateLimiter: lua/gcra.lua;
-//     FixedWindowRateLimiter: lua/fixed_window.lua; Limiter's calendar day: lua/calendar_quota.lua, no
+//  1. Server cost. For each algorithm (a Limiter of a stored token bucket and GCRA: lua/gcra.lua;
+//     of a stored fixed window: lua/fixed_window.lua; of a calendar day: lua/calendar_quota.lua, no
 //     textbook script, compared with GCRA's; RateLimiter: lua/acquire.lua) and for each
 //     workload (one hot key, all granted; one hot key, all denied; 10 000 keys round-robin, all
 //     granted), a raw hiredis load (50 connections x 16 requests in flight) sends EVALSHA with the
@@ -22,7 +22,7 @@
 //     Hierarchical limits (issue 27): a MultiLimit of three GCRA levels (multi.lua, one call per
 //     decision) runs the same workloads; the summary sets its server µs per call beside three GCRA
 //     calls' (the same decision made level by level, without the all-or-nothing).
-//     Reserve then settle and leases (issue 27): GcraRateLimiter::reserveFor(10, id) and settle(id, 3)
+//     Reserve then settle and leases (issue 27): Limiter::reserveFor(key, 10, id) and settle(key, id, 3)
 //     (gcra.lua), ConcurrencyLimiter's acquire and release (concurrency.lua), each call with a fresh
 //     id (a call counter in the id: PreparedCalls' counterArg); settle and release run on
 //     reservations and leases opened by untimed calls before the phase, and in the "denied"
@@ -170,10 +170,12 @@ struct Variant {
   std::function<std::vector<std::string>(const std::string& name, const Limits& limits)> argv;
   std::size_t idArg = rb::PreparedCalls::kNoId;     // a 16-byte argument refreshed on every call
   std::size_t clockArg = rb::PreparedCalls::kNoId;  // the caller's epoch ms, refreshed on every call
-  // An argument whose last `counterWidth` bytes are a call counter (a fresh reservation or lease id
-  // per call; see PreparedCalls). The MONITOR check compares the rest of it.
+  // An argument with `counterWidth` bytes of a call counter (a fresh reservation or lease id per
+  // call), at its end or ending where `counterMarker` ends (see PreparedCalls). The MONITOR check
+  // compares the rest of it.
   std::size_t counterArg = rb::PreparedCalls::kNoId;
   std::size_t counterWidth = 0;
+  std::string counterMarker = {};
 };
 
 struct Algorithm {
@@ -193,10 +195,36 @@ struct Algorithm {
   std::function<void(const std::string& name)> libraryCall;
 };
 
-// The one-key limiters: decide(1) sends `take "" <kind> 1 0` (ScriptLimiter's takeArgs: permits,
-// then maxWait 0 µs) on the limiter's one key.
+// The one-key rows are Limiters of a stored policy (the configuration in the key, none in the
+// call: the rows of the 0.1 one-key classes made without a configuration). A row's `name` is the
+// Redis key of one of its keys: a name of the form rl:<limiter>:<key> is that Limiter's key as it
+// is (kMemoryName: 14 bytes), any other is the key `name` of the Limiter kOneKeyLimiter.
+constexpr const char* kOneKeyLimiter = "bench1";
+struct LimiterKey {
+  std::string limiter;
+  std::string key;
+};
+LimiterKey limiterKeyOf(const std::string& name) {
+  const std::size_t colon = name.rfind("rl:", 0) == 0 ? name.find(':', 3) : std::string::npos;
+  if (colon == std::string::npos) return {kOneKeyLimiter, name};
+  return {name.substr(3, colon - 3), name.substr(colon + 1)};
+}
+std::string oneKeyRedisKey(const std::string& name) {
+  const LimiterKey k = limiterKeyOf(name);
+  return fmt::format("rl:{}:{}", k.limiter, k.key);
+}
+
+// A Limiter's decide(key, 1) under a stored policy sends `take "" <kind> 1 0` (permits, then
+// maxWait 0 µs; no configuration in the call) on the key.
 std::vector<std::string> oneKeyArgv(std::string_view sha, const std::string& name, char kind) {
-  return {"EVALSHA", std::string(sha), "1", name, "take", "", std::string(1, kind), "1", "0"};
+  return {"EVALSHA", std::string(sha), "1", oneKeyRedisKey(name), "take", "", std::string(1, kind), "1", "0"};
+}
+
+// Two library decisions on the key `name` under a stored `policy`, for the MONITOR check.
+void twoOneKeyDecisions(const std::string& name, const redlimit::Policy& policy) {
+  const LimiterKey k = limiterKeyOf(name);
+  redlimit::Limiter limiter(gWorld->client, k.limiter, policy.stored());
+  for (int i = 0; i < 2; ++i) (void)limiter.decide(k.key, 1);
 }
 
 // The calendar quota the bench decides: `limit` per day in Europe/Berlin.
@@ -241,19 +269,29 @@ std::vector<std::string> calendarArgv(std::string_view sha, const std::string& n
           table};
 }
 
-template <class Limiter, class MakeConfig>
-std::function<void(const std::vector<std::string>&, const Limits&)> configureOneKey(MakeConfig makeConfig) {
-  return [makeConfig](const std::vector<std::string>& names, const Limits& limits) {
-    Limiter limiter(gWorld->client, names.front());
-    limiter.setConfig(makeConfig(limits));
-    if (names.size() > 1) copyKey(names.front(), std::vector<std::string>(names.begin() + 1, names.end()));
+// Stores makePolicy(limits) in the key of names.front() (Limiter::setPolicy) and copies it to the
+// others' keys.
+template <class MakePolicy>
+std::function<void(const std::vector<std::string>&, const Limits&)> configureOneKey(MakePolicy makePolicy) {
+  return [makePolicy](const std::vector<std::string>& names, const Limits& limits) {
+    const LimiterKey k = limiterKeyOf(names.front());
+    const redlimit::Policy policy = makePolicy(limits).stored();
+    redlimit::Limiter(gWorld->client, k.limiter, policy).setPolicy(k.key, policy);
+    std::vector<std::string> rest;
+    for (std::size_t i = 1; i < names.size(); ++i) rest.push_back(oneKeyRedisKey(names[i]));
+    if (!rest.empty()) copyKey(oneKeyRedisKey(names.front()), rest);
   };
 }
 
-// The three keys of one hierarchical limit named `name` (one hash tag: a MultiLimit's keys share
-// a slot).
+// The three levels of a hierarchical limit: Limiters of a stored GCRA, and the key `{name}` of each
+// (one hash tag: a MultiLimit's keys share a slot).
+constexpr std::array<const char*, 3> kLevelLimiters{"org", "team", "user"};
+std::string hierarchyKey(const std::string& name) { return "{" + name + "}"; }
+// The Redis keys of the three levels of the hierarchical limit `name`.
 std::array<std::string, 3> hierarchyLevels(const std::string& name) {
-  return {"{" + name + "}:org", "{" + name + "}:team", "{" + name + "}:user"};
+  std::array<std::string, 3> out;
+  for (std::size_t i = 0; i < 3; ++i) out[i] = fmt::format("rl:{}:{}", kLevelLimiters[i], hierarchyKey(name));
+  return out;
 }
 
 // What RateLimiter::tryAcquire() sends once it has seen the rate: acquire.lua with the five keys
@@ -372,12 +410,16 @@ constexpr std::size_t kLeaseIdArg = 7;           // EVALSHA sha 1 name acquire|r
 constexpr std::size_t kLeaseIdWidth = 32;        // a lease id: 32 hex digits (here decimal ones: a counter)
 const std::string kFirstReservationId = "r" + std::string(kReservationIdWidth, '0');
 
-redlimit::GcraConfig gcraConfig(const Limits& l) {
-  redlimit::GcraConfig c;
-  c.rate = l.permits;
-  c.period = milliseconds{l.intervalMs};
-  c.burst = l.burst;
-  return c;
+// The policies of the one-key rows under `l`: a burst (capacity, limit) of l.burst, l.permits per
+// l.intervalMs (the fixed window: l.burst per window of l.intervalMs).
+redlimit::Policy gcraPolicy(const Limits& l) {
+  return redlimit::Policy::gcra(l.permits, milliseconds{l.intervalMs}, l.burst);
+}
+redlimit::Policy tokenBucketPolicy(const Limits& l) {
+  return redlimit::Policy::tokenBucket(l.burst, l.permits, milliseconds{l.intervalMs});
+}
+redlimit::Policy fixedWindowPolicy(const Limits& l) {
+  return redlimit::Policy::fixedWindow(l.burst, milliseconds{l.intervalMs});
 }
 
 // The calls one phase makes on `names` (its warm-up and timed calls, see runVariant): the ids a
@@ -391,18 +433,20 @@ bool retryWorkload(const std::vector<std::string>& names, const Limits& limits) 
   return names.size() == 1 && limits.permits == kUsedUp.permits;
 }
 
-// GcraRateLimiter::reserveFor(10, id) sends `reserve "" G 10 <record TTL ms>` on the limiter's key
-// and the record's (reservationKey(id)); settle(id, 3) sends `settle "" G 3 0` on the same two.
+// Limiter::reserveFor(key, 10, id) under a stored GCRA sends `reserve "" G 10 <record TTL ms>` on
+// the key and its record (recordKey(key, id), the id inside it); settle(key, id, 3) sends
+// `settle "" G 3 0` on the same two.
 std::vector<std::string> reservationArgv(const std::string& name, const std::vector<std::string>& args) {
-  const redlimit::GcraRateLimiter handle(gWorld->client, name);  // sends nothing: the record key only
-  std::vector<std::string> argv{"EVALSHA", std::string(redlimit::detail::lua::gcra.sha1), "2", name,
-                                handle.reservationKey(kFirstReservationId)};
+  const LimiterKey k = limiterKeyOf(name);
+  const redlimit::Limiter limiter(gWorld->client, k.limiter, gcraPolicy(kNeverReached).stored());  // sends nothing
+  std::vector<std::string> argv{"EVALSHA", std::string(redlimit::detail::lua::gcra.sha1), "2", oneKeyRedisKey(name),
+                                limiter.recordKey(k.key, kFirstReservationId)};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
 std::vector<std::string> reserveArgv(const std::string& name) {
   return reservationArgv(name, {"reserve", "", "G", std::to_string(kReservePermits),
-                                std::to_string(redlimit::GcraRateLimiter::kDefaultReservationTtl.count())});
+                                std::to_string(redlimit::Limiter::kDefaultRecordTtl.count())});
 }
 std::vector<std::string> settleArgv(const std::string& name) {
   return reservationArgv(name, {"settle", "", "G", std::to_string(kSettleActual), "0"});
@@ -440,12 +484,12 @@ redlimit::ConcurrencyConfig leaseConfig(const Limits& l) {
 // their ids in the same keys); each must be answered allowed (granted, settled, released).
 void runSetUp(const std::vector<std::string>& names,
               const std::function<std::vector<std::string>(const std::string&)>& argvOf, std::size_t counterArg,
-              std::size_t counterWidth, std::int64_t count, const char* what) {
+              std::size_t counterWidth, std::int64_t count, const char* what, const std::string& counterMarker = {}) {
   std::vector<std::vector<std::string>> argvs;
   argvs.reserve(names.size());
   for (const std::string& n : names) argvs.push_back(argvOf(n));
   rb::PreparedCalls calls(std::move(argvs), rb::PreparedCalls::kNoId, rb::PreparedCalls::kNoId, counterArg,
-                          counterWidth);
+                          counterWidth, counterMarker);
   const rb::LoadResult r = gWorld->load->run(calls, count);
   if (r.allowed != count) {
     throw std::runtime_error(
@@ -457,9 +501,13 @@ void runSetUp(const std::vector<std::string>& names,
 // in the retry workload they are settled once here too, so its calls answer AlreadySettled.
 void configureSettle(const std::vector<std::string>& names, const Limits& limits) {
   const bool retry = retryWorkload(names, limits);
-  configureOneKey<redlimit::GcraRateLimiter>(gcraConfig)(names, retry ? kNeverReached : limits);
-  runSetUp(names, reserveArgv, kRecordKeyArg, kReservationIdWidth, callsPerPhase(names), "the reservations to settle");
-  if (retry) runSetUp(names, settleArgv, kRecordKeyArg, kReservationIdWidth, callsPerPhase(names), "the first settles");
+  configureOneKey(gcraPolicy)(names, retry ? kNeverReached : limits);
+  runSetUp(names, reserveArgv, kRecordKeyArg, kReservationIdWidth, callsPerPhase(names), "the reservations to settle",
+           kFirstReservationId);
+  if (retry) {
+    runSetUp(names, settleArgv, kRecordKeyArg, kReservationIdWidth, callsPerPhase(names), "the first settles",
+             kFirstReservationId);
+  }
 }
 
 // A release phase frees leases acquired here (one id per call it will make); in the retry workload
@@ -480,57 +528,37 @@ std::vector<Algorithm> algorithms() {
   Algorithm tb;
   tb.key = "token_bucket";
   tb.title = "token bucket";
-  tb.ours.label = "TokenBucketRateLimiter (gcra.lua)";
-  tb.ours.configure = configureOneKey<redlimit::TokenBucketRateLimiter>([](const Limits& l) {
-    redlimit::TokenBucketConfig c;
-    c.capacity = l.burst;
-    c.refillPermits = l.permits;
-    c.refillInterval = milliseconds{l.intervalMs};
-    return c;
-  });
+  tb.ours.label = "Limiter tokenBucket (gcra.lua)";
+  tb.ours.configure = configureOneKey(tokenBucketPolicy);
   tb.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'T'); };
   tb.textbook = Variant{"textbook/token_bucket.lua (HMGET, floats, HSET, PEXPIRE)", nullptr,
                         textbookArgv(loadScript(readFile(dir + "/textbook/token_bucket.lua")), true)};
   tb.ratioSource = "issue 11";
-  tb.libraryCall = [](const std::string& name) {
-    redlimit::TokenBucketRateLimiter limiter(gWorld->client, name);
-    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
-  };
+  tb.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, tokenBucketPolicy(kNeverReached)); };
   out.push_back(std::move(tb));
 
   Algorithm gcra;
   gcra.key = "gcra";
   gcra.title = "GCRA";
-  gcra.ours.label = "GcraRateLimiter (gcra.lua)";
-  gcra.ours.configure = configureOneKey<redlimit::GcraRateLimiter>(gcraConfig);
+  gcra.ours.label = "Limiter gcra (gcra.lua)";
+  gcra.ours.configure = configureOneKey(gcraPolicy);
   gcra.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'G'); };
   gcra.textbook = Variant{"textbook/gcra.lua (GET, floats, SET PX)", nullptr,
                           textbookArgv(loadScript(readFile(dir + "/textbook/gcra.lua")), true)};
   gcra.ratioSource = "issue 11";
-  gcra.libraryCall = [](const std::string& name) {
-    redlimit::GcraRateLimiter limiter(gWorld->client, name);
-    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
-  };
+  gcra.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, gcraPolicy(kNeverReached)); };
   out.push_back(std::move(gcra));
 
   Algorithm fw;
   fw.key = "fixed_window";
   fw.title = "fixed window";
-  fw.ours.label = "FixedWindowRateLimiter (fixed_window.lua)";
-  fw.ours.configure = configureOneKey<redlimit::FixedWindowRateLimiter>([](const Limits& l) {
-    redlimit::FixedWindowConfig c;
-    c.limit = l.burst;
-    c.window = milliseconds{l.intervalMs};
-    return c;
-  });
+  fw.ours.label = "Limiter fixedWindow (fixed_window.lua)";
+  fw.ours.configure = configureOneKey(fixedWindowPolicy);
   fw.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::fixed_window.sha1, name, 'W'); };
   fw.textbook = Variant{"textbook/fixed_window.lua (INCRBY + PEXPIRE, key per window)", nullptr,
                         textbookArgv(loadScript(readFile(dir + "/textbook/fixed_window.lua")), false)};
   fw.ratioSource = "issue 11";
-  fw.libraryCall = [](const std::string& name) {
-    redlimit::FixedWindowRateLimiter limiter(gWorld->client, name);
-    for (int i = 0; i < 2; ++i) (void)limiter.decide(1);
-  };
+  fw.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, fixedWindowPolicy(kNeverReached)); };
   out.push_back(std::move(fw));
 
   // Calendar quotas (issue 27 §3): a day in Europe/Berlin; the quota is in the call, so nothing to
@@ -600,21 +628,23 @@ std::vector<Algorithm> algorithms() {
   };
   out.push_back(std::move(rel));
 
-  // Reserve, then settle (issue 27 §1): GcraRateLimiter::reserveFor(10, id) with a fresh id per call
+  // Reserve, then settle (issue 27 §1): Limiter::reserveFor(key, 10, id) with a fresh id per call
   // (a record key per reservation), and settle(id, 3) of reservations opened before the phase. No
   // textbook script: the summary sets their server µs per call beside GCRA's take.
   Algorithm reserve;
   reserve.key = "reserve";
   reserve.title = "reserveFor";
   reserve.oneKey = false;
-  reserve.ours.label = "GcraRateLimiter::reserveFor(10, id) (gcra.lua reserve)";
-  reserve.ours.configure = configureOneKey<redlimit::GcraRateLimiter>(gcraConfig);
+  reserve.ours.label = "Limiter gcra reserveFor(key, 10, id) (gcra.lua reserve)";
+  reserve.ours.configure = configureOneKey(gcraPolicy);
   reserve.ours.argv = [](const std::string& name, const Limits&) { return reserveArgv(name); };
   reserve.ours.counterArg = kRecordKeyArg;
   reserve.ours.counterWidth = kReservationIdWidth;
+  reserve.ours.counterMarker = kFirstReservationId;
   reserve.libraryCall = [](const std::string& name) {
-    redlimit::GcraRateLimiter limiter(gWorld->client, name);
-    for (int i = 0; i < 2; ++i) (void)limiter.reserveFor(kReservePermits, "r0000000042");
+    const LimiterKey k = limiterKeyOf(name);
+    redlimit::Limiter limiter(gWorld->client, k.limiter, gcraPolicy(kNeverReached).stored());
+    for (int i = 0; i < 2; ++i) (void)limiter.reserveFor(k.key, kReservePermits, "r0000000042");
   };
   out.push_back(std::move(reserve));
 
@@ -622,16 +652,18 @@ std::vector<Algorithm> algorithms() {
   settle.key = "settle";
   settle.title = "settle";
   settle.oneKey = false;
-  settle.ours.label = "GcraRateLimiter::settle(id, 3) of 10 (gcra.lua settle)";
+  settle.ours.label = "Limiter gcra settle(key, id, 3) of 10 (gcra.lua settle)";
   settle.ours.configure = configureSettle;
   settle.ours.argv = [](const std::string& name, const Limits&) { return settleArgv(name); };
   settle.ours.counterArg = kRecordKeyArg;
   settle.ours.counterWidth = kReservationIdWidth;
+  settle.ours.counterMarker = kFirstReservationId;
   settle.workloadLabels = {"hot key, open reservations", "hot key, settled already", "10k keys, open reservations"};
   settle.libraryCall = [](const std::string& name) {
-    redlimit::GcraRateLimiter limiter(gWorld->client, name);
-    (void)limiter.reserveFor(kReservePermits, "r0000000042");
-    for (int i = 0; i < 2; ++i) (void)limiter.settle("r0000000042", kSettleActual);
+    const LimiterKey k = limiterKeyOf(name);
+    redlimit::Limiter limiter(gWorld->client, k.limiter, gcraPolicy(kNeverReached).stored());
+    (void)limiter.reserveFor(k.key, kReservePermits, "r0000000042");
+    for (int i = 0; i < 2; ++i) (void)limiter.settle(k.key, "r0000000042", kSettleActual);
   };
   out.push_back(std::move(settle));
 
@@ -680,14 +712,11 @@ std::vector<Algorithm> algorithms() {
   multi.key = "multi3";
   multi.title = "3-level MultiLimit";
   multi.oneKey = false;
-  multi.ours.label = "MultiLimit of 3 GcraRateLimiters (multi.lua)";
+  multi.ours.label = "MultiLimit of 3 Limiters gcra (multi.lua)";
   multi.ours.configure = [](const std::vector<std::string>& names, const Limits& l) {
-    redlimit::GcraConfig c;
-    c.rate = l.permits;
-    c.period = milliseconds{l.intervalMs};
-    c.burst = l.burst;
-    for (const std::string& level : hierarchyLevels(names.front())) {
-      redlimit::GcraRateLimiter(gWorld->client, level).setConfig(c);
+    const redlimit::Policy policy = gcraPolicy(l).stored();
+    for (const char* level : kLevelLimiters) {
+      redlimit::Limiter(gWorld->client, level, policy).setPolicy(hierarchyKey(names.front()), policy);
     }
     for (std::size_t k = 0; k < 3 && names.size() > 1; ++k) {
       std::vector<std::string> rest;
@@ -704,9 +733,11 @@ std::vector<Algorithm> algorithms() {
   };
   multi.libraryCall = [](const std::string& name) {
     const std::array<std::string, 3> levels = hierarchyLevels(name);
-    redlimit::GcraRateLimiter org(gWorld->client, levels[0]), team(gWorld->client, levels[1]),
-        user(gWorld->client, levels[2]);
-    redlimit::MultiLimit all({org, team, user});
+    const redlimit::Policy policy = gcraPolicy(kNeverReached).stored();
+    const redlimit::Limiter org(gWorld->client, kLevelLimiters[0], policy),
+        team(gWorld->client, kLevelLimiters[1], policy), user(gWorld->client, kLevelLimiters[2], policy);
+    const std::string key = hierarchyKey(name);
+    redlimit::MultiLimit all = redlimit::MultiLimit({org, team, user}).on({key, key, key});
     for (int i = 0; i < 2; ++i) (void)all.decide(1);
   };
   out.push_back(std::move(multi));
@@ -743,7 +774,8 @@ std::unique_ptr<rb::PreparedCalls> prepare(const Variant& v, const std::vector<s
   std::vector<std::vector<std::string>> argvs;
   argvs.reserve(keys.size());
   for (const std::string& k : keys) argvs.push_back(v.argv(k, limits));
-  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg, v.clockArg, v.counterArg, v.counterWidth);
+  return std::make_unique<rb::PreparedCalls>(std::move(argvs), v.idArg, v.clockArg, v.counterArg, v.counterWidth,
+                                             v.counterMarker);
 }
 
 // --- MONITOR: the argv the library really sends ---------------------------------------------------
@@ -824,9 +856,16 @@ std::string checkArgvAgainstLibrary() {
       theirs[a.ours.idArg] = mine[a.ours.idArg];
     }
     if (const std::size_t c = a.ours.counterArg; c != rb::PreparedCalls::kNoId && c < theirs.size()) {
-      // The id the library made (or was given) in place of the counter: same length, same text before it.
-      const std::size_t keep = mine[c].size() - a.ours.counterWidth;
-      if (theirs[c].size() == mine[c].size() && theirs[c].compare(0, keep, mine[c], 0, keep) == 0) theirs[c] = mine[c];
+      // The id the library made (or was given) in place of the counter: same length, same text
+      // around it.
+      const std::size_t end = a.ours.counterMarker.empty()
+                                  ? mine[c].size()
+                                  : mine[c].find(a.ours.counterMarker) + a.ours.counterMarker.size();
+      const std::size_t keep = end - a.ours.counterWidth;
+      if (theirs[c].size() == mine[c].size() && theirs[c].compare(0, keep, mine[c], 0, keep) == 0 &&
+          theirs[c].compare(end, std::string::npos, mine[c], end, std::string::npos) == 0) {
+        theirs[c] = mine[c];
+      }
     }
     if (mine != theirs) {
       auto join = [](const std::vector<std::string>& v) {
@@ -921,7 +960,7 @@ void BM_Probe(benchmark::State& state, int probe, int pass) {
   }
 }
 
-// Redis Functions against EVALSHA: gcra.lua's take (GcraRateLimiter's argv) and acquire.lua (RateLimiter's),
+// Redis Functions against EVALSHA: gcra.lua's take (a stored GCRA Limiter's argv) and acquire.lua (RateLimiter's),
 // hot key granted and denied, each also as a Redis 7 function library loaded once (FUNCTION LOAD) and
 // called with FCALL, the same keys and arguments. The library holds the script's libraries at its
 // top level, so their helpers are made once, at load time, not on every call; the function's body is
@@ -1109,6 +1148,13 @@ struct AccuracyRow {
 std::vector<AccuracyRow> gAccuracy;
 std::vector<rb::EnvelopeSeries> gEnvelopes;
 
+// One key of a Limiter, decided as the accuracy rows decide it.
+struct OneKey {
+  redlimit::Limiter limiter;
+  std::string key;
+  redlimit::Decision decide(std::int64_t permits) { return limiter.decide(key, permits); }
+};
+
 // Calls `decide()` from kClients x kThreadsPerClient threads for kAccuracyRun; returns the server
 // times (µs) of the grants, sorted.
 template <class MakeLimiter>
@@ -1200,39 +1246,23 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
     std::vector<std::int64_t> us;
     for (auto _ : state) {
       const Limits l = which == "fixed_window" ? kAccuracyWindow : kAccuracyBucket;
+      redlimit::Policy policy = which == "token_bucket" ? tokenBucketPolicy(l)
+                                : which == "gcra"       ? gcraPolicy(l)
+                                                        : fixedWindowPolicy(l);
+      policy = policy.stored();
+      const LimiterKey k = limiterKeyOf(name);
+      redlimit::Limiter(gWorld->client, k.limiter, policy).setPolicy(k.key, policy);
+      us = hammer(
+          [&](const std::shared_ptr<redlimit::Client>& client) {
+            return OneKey{{client, k.limiter, policy}, k.key};
+          },
+          row.attempts, row.errors);
       if (which == "token_bucket") {
-        redlimit::TokenBucketConfig c;
-        c.capacity = l.burst;
-        c.refillPermits = l.permits;
-        c.refillInterval = milliseconds{l.intervalMs};
-        redlimit::TokenBucketRateLimiter(gWorld->client, name).setConfig(c);
-        us = hammer(
-            [&](const std::shared_ptr<redlimit::Client>& client) {
-              return redlimit::TokenBucketRateLimiter(client, name);
-            },
-            row.attempts, row.errors);
-        row.title = fmt::format("TokenBucketRateLimiter, capacity {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
+        row.title = fmt::format("Limiter tokenBucket, capacity {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
       } else if (which == "gcra") {
-        redlimit::GcraConfig c;
-        c.rate = l.permits;
-        c.period = milliseconds{l.intervalMs};
-        c.burst = l.burst;
-        redlimit::GcraRateLimiter(gWorld->client, name).setConfig(c);
-        us = hammer(
-            [&](const std::shared_ptr<redlimit::Client>& client) { return redlimit::GcraRateLimiter(client, name); },
-            row.attempts, row.errors);
-        row.title = fmt::format("GcraRateLimiter, burst {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
+        row.title = fmt::format("Limiter gcra, burst {}, {} per {} ms", l.burst, l.permits, l.intervalMs);
       } else {
-        redlimit::FixedWindowConfig c;
-        c.limit = l.burst;
-        c.window = milliseconds{l.intervalMs};
-        redlimit::FixedWindowRateLimiter(gWorld->client, name).setConfig(c);
-        us = hammer(
-            [&](const std::shared_ptr<redlimit::Client>& client) {
-              return redlimit::FixedWindowRateLimiter(client, name);
-            },
-            row.attempts, row.errors);
-        row.title = fmt::format("FixedWindowRateLimiter, {} per aligned {} ms window", l.burst, l.intervalMs);
+        row.title = fmt::format("Limiter fixedWindow, {} per aligned {} ms window", l.burst, l.intervalMs);
       }
       state.SetIterationTime(std::chrono::duration<double>(kAccuracyRun).count());
       row.grants = static_cast<std::int64_t>(us.size());

@@ -1,6 +1,7 @@
 // cluster: per-tenant limits on a Redis Cluster. Each tenant has a Redisson-compatible limiter
-// and two one-key limits decided together by a MultiLimit; the tenants spread over the cluster's
-// primaries, and each tenant's keys share one slot through the hash tag in its names.
+// and two limits (Limiters, one key per tenant) decided together by a MultiLimit; the tenants
+// spread over the cluster's primaries, and each tenant's keys share one slot through the hash tag
+// in their names.
 //
 //   cluster [redis-cluster://host:port[,host:port...]]   (default: $REDLIMIT_URI)
 //
@@ -28,6 +29,10 @@ int main(int argc, char** argv) try {
     constexpr int kTenants = 6;
     constexpr std::int64_t kRate = 5;
     int failures = 0;
+    // Two limits decided together, all or nothing: 3 per second and 4 per minute, per tenant.
+    redlimit::Limiter perSecond(client, "per-second", redlimit::Policy::tokenBucket(3, 3, seconds(1)));
+    redlimit::Limiter perMinute(client, "per-minute", redlimit::Policy::fixedWindow(4, minutes(1)));
+    const redlimit::MultiLimit both({perSecond, perMinute});
     for (int t = 0; t < kTenants; ++t) {
       const std::string tag = fmt::format("{{tenant-{}}}", t);  // "{tenant-3}": one slot per tenant
 
@@ -38,28 +43,17 @@ int main(int argc, char** argv) try {
       int granted = 0;
       for (int i = 0; i < 8; ++i) granted += api.tryAcquire() ? 1 : 0;
 
-      // Two limits decided together, all or nothing: 3 per second and 4 per minute.
-      redlimit::TokenBucketRateLimiter perSecond(client, tag + ":per-second");
-      redlimit::FixedWindowRateLimiter perMinute(client, tag + ":per-minute");
-      redlimit::TokenBucketConfig bucket;
-      bucket.capacity = 3;
-      bucket.refillPermits = 3;
-      bucket.refillInterval = seconds(1);
-      perSecond.setConfig(bucket);
-      redlimit::FixedWindowConfig window;
-      window.limit = 4;
-      window.window = minutes(1);
-      perMinute.setConfig(window);
-      redlimit::MultiLimit both({perSecond, perMinute});
+      // The tenant's keys: "rl:per-second:{tenant-3}" and "rl:per-minute:{tenant-3}", one slot.
+      redlimit::MultiLimit tenant = both.on({tag, tag});
       int together = 0;
-      for (int i = 0; i < 6; ++i) together += both.tryAcquire() ? 1 : 0;
+      for (int i = 0; i < 6; ++i) together += tenant.tryAcquire() ? 1 : 0;
 
       fmt::print("tenant {}: api {}/8 granted (rate {}), per-second AND per-minute {}/6 granted (3/s)\n", t, granted,
                  kRate, together);
       if (granted != kRate || together != 3) ++failures;
       api.deleteLimiter();
-      perSecond.deleteLimiter();
-      perMinute.deleteLimiter();
+      (void)perSecond.deleteKey(tag);
+      (void)perMinute.deleteKey(tag);
     }
     const redlimit::PoolStats stats = client->poolStats();
     fmt::print("connections opened: {} (one pool per primary)\n", stats.created);

@@ -1,5 +1,5 @@
 -- fixed_window.lua: at most L permits per window of W ms, windows aligned to the epoch.
--- FixedWindowRateLimiter (kind 'W') runs it. The algorithm, layout (28 bytes), bounds and TTL are
+-- A Limiter of Policy::fixedWindow (kind 'W') runs it. The algorithm, layout (28 bytes), bounds and TTL are
 -- described in lua/lib/fixed_window_core.lua, which multi.lua shares.
 --
 -- Operations (ARGV[1]; ARGV[2] is now in epoch µs or '', ARGV[3] the kind 'W'):
@@ -52,7 +52,7 @@
 -- by exactly the arithmetic of lib/fixed_window_core.lua (windowLoad, windowTake, windowStore,
 -- windowResetAfter). Anything else falls through to the full code below, which checks everything
 -- in order and fails with the precise error before writing anything. A key of another Redis type
--- fails the GET with Redis's WRONGTYPE error; ScriptLimiter, which knows the key, turns it into
+-- fails the GET with Redis's WRONGTYPE error; ScriptCore, which knows the key, turns it into
 -- InvalidConfigError. A grant costs two Redis calls, the GET and one SET (with PX when keepAlive >
 -- 0), and TIME when ARGV[2] is '' (always, from the limiters). a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles. With the
 -- configuration in the call (ARGV[6]), the fast path also requires the key to begin with it.

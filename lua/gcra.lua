@@ -1,5 +1,5 @@
--- gcra.lua: the generic cell rate algorithm on one key. GcraRateLimiter (kind 'G') and
--- TokenBucketRateLimiter (kind 'T') both run it. The algorithm, its exact integer units, bounds,
+-- gcra.lua: the generic cell rate algorithm on one key. A Limiter of Policy::gcra (kind 'G') or
+-- Policy::tokenBucket (kind 'T') runs it. The algorithm, its exact integer units, bounds,
 -- layout (28 bytes) and TTL are described in lua/lib/gcra_core.lua, which multi.lua shares.
 --
 -- Operations (ARGV[1]; ARGV[2] is now in epoch µs or '', ARGV[3] the kind):
@@ -62,7 +62,7 @@
 -- (a missing key, another kind or size, a configuration or state that is out of bounds, a bad
 -- argument) falls through to the full code below, which checks everything in order and fails
 -- with the precise error before writing anything. A key of another Redis type fails the GET with
--- Redis's WRONGTYPE error; ScriptLimiter, which knows the key, turns it into InvalidConfigError.
+-- Redis's WRONGTYPE error; ScriptCore, which knows the key, turns it into InvalidConfigError.
 -- With the configuration in the call (ARGV[6]), the fast path also requires the key to begin with
 -- it: one plain string.find, no new string (measured with 20 000 pipelined EVALSHA, median of 11
 -- runs: 4.19 µs per call against 4.12 µs for the stored-config call; the difference is Redis

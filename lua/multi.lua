@@ -20,7 +20,7 @@
 --   peek n             what `take n 0` would decide; writes nothing
 --   refund n           gives n permits back to every limit (each as its own script's refund)
 --   take n maxWaitUs cfg1..cfgk, peek n 0 cfg1..cfgk, refund n 0 cfg1..cfgk
---                      the limits in the call (one-key handles made with a configuration): cfgi is
+--                      the limits in the call (Limiters of a policy that is not stored): cfgi is
 --                      the configuration of KEYS[i] packed as its key's header (as gcra.lua and
 --                      fixed_window.lua take it), or '' for the one stored in the key. Each limit
 --                      follows its own script's rules: a key without a configuration is decided

@@ -1,8 +1,8 @@
 -- include: base onekey
 -- smooth.lua: Guava's SmoothBursty and SmoothWarmingUp (the math of redlimit's local
 -- SmoothRateLimiter, include/redlimit/smooth_rate_limiter.hpp) on one key, so that every process
--- using the key paces and warms up together. DistributedSmoothRateLimiter (kind 'S') runs it. It
--- answers the operations of the one-key family (gcra.lua) with the same reply shapes.
+-- using the key paces and warms up together. A Limiter of Policy::smoothBursty or smoothWarmingUp
+-- (kind 'S') runs it. It answers the operations of gcra.lua with the same reply shapes.
 --
 -- The model (Guava's): one permit costs the stable interval s = I / P. `nextFree` is the time at
 -- which the limiter is next free; a request waits only until the current nextFree and then pushes
@@ -100,7 +100,7 @@ local LAYOUT = '<c1I4I4I4BI6I6BB'
 local OLD_LAYOUT = '<c1I4I4I4BI7I7'
 local CONFIG_LAYOUT = '<c1I4I4I4BI4'
 local TWO48 = 281474976710656
-local label = 'DistributedSmoothRateLimiter'
+local label = 'smooth limiter'
 local op = ARGV[1]
 if ARGV[3] ~= 'S' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for smooth.lua') end
 local nowUs = currentMicros(ARGV[2])
@@ -205,11 +205,11 @@ local function unpackState(v)
   local c, why = derive(p, intervalMs, lms, cbyte)
   if not c then
     fail('REDLIMIT_INVALID_CONFIG', 'configuration of ' .. label .. ' ' .. KEYS[1] .. ': ' .. why ..
-      '; fix it with setConfig()')
+      '; fix it with Limiter::setPolicy')
   end
   if stored > c.maxK or nextFree > MAX_TIME then
     fail('REDLIMIT_INVALID_STATE', 'key ' .. KEYS[1] .. ' of ' .. label ..
-      ' holds stored permits or a time redlimit did not write; reset it with setConfig()')
+      ' holds stored permits or a time redlimit did not write; reset it with Limiter::setPolicy')
   end
   local clamped = false
   if bound and nextFree > nowUs + bound then

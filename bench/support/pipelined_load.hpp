@@ -27,10 +27,12 @@ namespace redlimit::bench {
 /// context on demand. Optionally one argument, the same index in every argv, is a 16-byte id
 /// refilled with fresh random bytes before every send (acquire.lua's member id); optionally
 /// another is the caller's clock in epoch ms (13 digits), rewritten before every send (what
-/// Redisson passes its scripts as "now"); optionally another ends in a call counter: its last
-/// `counterWidth` bytes are rewritten before every send with the number of calls sent so far, in
-/// zero-padded decimal (a fresh reservation or lease id per call, in the same sequence every time:
-/// call i of a run that starts at key 0 goes to key i mod size() with counter i).
+/// Redisson passes its scripts as "now"); optionally another holds a call counter: its last
+/// `counterWidth` bytes (or, given a `counterMarker`, the `counterWidth` bytes that end where the
+/// marker's first occurrence ends: an id inside a Limiter's record key) are rewritten before every
+/// send with the number of calls sent so far, in zero-padded decimal (a fresh reservation or lease
+/// id per call, in the same sequence every time: call i of a run that starts at key 0 goes to key
+/// i mod size() with counter i).
 /// Not copyable (the pointers point into it).
 class PreparedCalls {
  public:
@@ -38,10 +40,12 @@ class PreparedCalls {
 
   /// `argvs[k]` is the whole command for key k (e.g. EVALSHA sha numkeys keys... args...).
   /// `idArg`: index of the id argument (its string must be 16 bytes long), or kNoId.
-  /// `counterArg`: index of the argument that ends in the counter, or kNoId; `counterWidth`: its
-  /// digits (at least 1, at most the argument's length; zeros beyond the counter's own).
+  /// `counterArg`: index of the argument that holds the counter, or kNoId; `counterWidth`: its
+  /// digits (at least 1, at most the argument's length; zeros beyond the counter's own);
+  /// `counterMarker`: see the class comment (empty: the counter ends the argument).
   explicit PreparedCalls(std::vector<std::vector<std::string>> argvs, std::size_t idArg = kNoId,
-                         std::size_t clockArg = kNoId, std::size_t counterArg = kNoId, std::size_t counterWidth = 0)
+                         std::size_t clockArg = kNoId, std::size_t counterArg = kNoId, std::size_t counterWidth = 0,
+                         const std::string& counterMarker = {})
       : argvs_(std::move(argvs)),
         idArg_(idArg),
         clockArg_(clockArg),
@@ -58,6 +62,7 @@ class PreparedCalls {
           (counterArg_ >= argvs_[k].size() || counterWidth_ < 1 || argvs_[k][counterArg_].size() < counterWidth_)) {
         throw std::invalid_argument("bench: PreparedCalls counter argument missing or shorter than its width");
       }
+      if (counterArg_ != kNoId) counterEnd_.push_back(counterEnd(argvs_[k][counterArg_], counterMarker));
       if (clockArg_ != kNoId) {
         if (clockArg_ >= argvs_[k].size()) throw std::invalid_argument("bench: PreparedCalls clock argument missing");
         argvs_[k][clockArg_] = epochMillis();  // 13 digits until the year 2286: the size stays
@@ -87,7 +92,7 @@ class PreparedCalls {
       std::string& arg = argvs_[key][counterArg_];
       std::uint64_t n = counter_++;
       for (std::size_t i = 0; i < counterWidth_; ++i, n /= 10) {  // in place: the pointers stay valid
-        arg[arg.size() - 1 - i] = static_cast<char>('0' + n % 10);
+        arg[counterEnd_[key] - 1 - i] = static_cast<char>('0' + n % 10);
       }
     }
     if (redisAppendCommandArgv(ctx, static_cast<int>(ptr_[key].size()), ptr_[key].data(), len_[key].data()) !=
@@ -96,7 +101,16 @@ class PreparedCalls {
     }
   }
 
+  /// Where the counter of `arg` ends: after the first `marker` (it must hold one), else at its end.
+  static std::size_t counterEnd(const std::string& arg, const std::string& marker) {
+    if (marker.empty()) return arg.size();
+    const std::size_t at = arg.find(marker);
+    if (at == std::string::npos) throw std::invalid_argument("bench: PreparedCalls counter marker missing");
+    return at + marker.size();
+  }
+
  private:
+  std::vector<std::size_t> counterEnd_;  // per key: where the counter ends in its argument
   std::vector<std::vector<std::string>> argvs_;
   std::vector<std::vector<const char*>> ptr_;
   std::vector<std::vector<std::size_t>> len_;

@@ -58,10 +58,6 @@
 #include "redlimit/decision.hpp"
 
 namespace redlimit {
-struct GcraConfig;
-struct TokenBucketConfig;
-struct FixedWindowConfig;
-struct SmoothConfig;
 struct RateLimiterConfig;
 class Policy;
 }  // namespace redlimit
@@ -79,23 +75,16 @@ struct RateLimitPolicy {
   std::chrono::seconds window{0};  // w: the window, seconds; 1..kMaxSfInteger, or 0 to omit w
 };
 
-/// The RateLimitPolicy a limiter's configuration advertises, named `name`: q is the most permits
-/// the limiter grants at once (its burst), w the time that many take to come back, in seconds
-/// rounded up (at least 1, at most kMaxSfInteger):
-///   GCRA            q = burst,    w = burst x period / rate
-///   token bucket    q = capacity, w = capacity x refillInterval / refillPermits
-///   fixed window    q = limit,    w = window
-///   smooth          q = permits,  w = interval (the stable rate; a burst it stored is not advertised)
-///   RateLimiter     q = rate,     w = rateInterval (PerClient: each client's own quota)
-/// Throws InvalidArgument for a configuration the limiter would refuse (its validateConfig) or a
-/// name with a character outside 0x20..0x7E. Thread-safe.
-[[nodiscard]] RateLimitPolicy policyOf(const GcraConfig& config, std::string name = "default");
-[[nodiscard]] RateLimitPolicy policyOf(const TokenBucketConfig& config, std::string name = "default");
-[[nodiscard]] RateLimitPolicy policyOf(const FixedWindowConfig& config, std::string name = "default");
-[[nodiscard]] RateLimitPolicy policyOf(const SmoothConfig& config, std::string name = "default");
+/// The RateLimitPolicy a RateLimiter's configuration advertises, named `name`: q = rate,
+/// w = rateInterval in seconds rounded up (at least 1, at most kMaxSfInteger; PerClient: each
+/// client's own quota). Throws InvalidArgument for a configuration the limiter would refuse (its
+/// validateConfig) or a name with a character outside 0x20..0x7E. Thread-safe.
 [[nodiscard]] RateLimitPolicy policyOf(const RateLimiterConfig& config, std::string name = "default");
-/// The RateLimitPolicy of a Limiter's Policy: q = policy.limit(), w = policy.refillTime() in
-/// seconds, rounded up.
+/// The RateLimitPolicy of a Limiter's Policy, named `name`: q = policy.limit(), the most permits
+/// it grants at once (GCRA: burst, token bucket: capacity, fixed window: limit, smooth: the
+/// permits it stores), w = policy.refillTime(), the time that many take to come back, in seconds
+/// rounded up (at least 1, at most kMaxSfInteger). Throws InvalidArgument for a name with a
+/// character outside 0x20..0x7E. Thread-safe.
 [[nodiscard]] RateLimitPolicy policyOf(const Policy& policy, std::string name = "default");
 
 /// Which fields rateLimitHeaders() produces.

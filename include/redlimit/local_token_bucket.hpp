@@ -2,7 +2,7 @@
 //
 // The bucket holds up to `capacity` permits and refills `refillPermits` every `refillInterval`,
 // continuously: one permit every refillInterval / refillPermits, with no rounding that
-// accumulates (the same definition as the distributed TokenBucketRateLimiter). In any window of
+// accumulates (the same definition as a Limiter's Policy::tokenBucket). In any window of
 // length T it grants at most capacity + refillPermits x T / refillInterval permits.
 //
 // Design choices:
@@ -16,7 +16,7 @@
 //    segment cache's word is for.
 //  * tryAcquire(permits, timeout) may take permits ahead of time (the bucket goes into debt)
 //    when the wait fits in the timeout, then sleeps that wait on the clock, like
-//    TokenBucketRateLimiter and Guava's tryAcquire(permits, timeout).
+//    Policy::tokenBucket and Guava's tryAcquire(permits, timeout).
 //  * A request for more than `capacity` permits can never be granted: it returns false (and
 //    waitFor() answers microseconds::max()).
 //
@@ -48,7 +48,7 @@ __extension__ using Int128 = __int128;  // GCC and clang; -Wpedantic-clean with 
 template <class Clock = SteadyClock>
 class BasicLocalTokenBucket {
  public:
-  static constexpr std::int64_t kMaxPermits = 4294967295;  // capacity and refillPermits, as TokenBucketConfig
+  static constexpr std::int64_t kMaxPermits = 4294967295;  // capacity and refillPermits, as Policy::tokenBucket
   static constexpr std::chrono::microseconds kMaxInterval{std::int64_t{1} << 52};  // about 142 years
 
   /// A full bucket of `capacity` permits refilled with `refillPermits` per `refillInterval`.

@@ -22,7 +22,7 @@
 #include "redlimit/monitor.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
-#include "redlimit/detail/script_limiter.hpp"
+#include "redlimit/detail/limits.hpp"
 
 namespace redlimit {
 
@@ -36,9 +36,8 @@ struct MultiLimitOptions {
                      // by '+' ("{t}:user+{t}:tenant")
 };
 
-/// Several limiters of the one-key family (TokenBucketRateLimiter, GcraRateLimiter,
-/// FixedWindowRateLimiter) and ConcurrencyLimiters, any mix, on one Client, decided in one script
-/// call, all or nothing: if any limit denies, no limit is charged. Each limit is computed exactly
+/// Several Limiters (GCRA, token bucket, fixed window, calendar and concurrency policies; see on()
+/// for their keys), or ConcurrencyLimiters, on one Client, decided in one script call, all or nothing: if any limit denies, no limit is charged. Each limit is computed exactly
 /// as its own limiter computes it (same script code, bounds and exactness), all at one server
 /// time. Thread-safe; copies share one failure gate.
 ///
@@ -61,14 +60,13 @@ struct MultiLimitOptions {
 /// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
 /// call, not atomic with this one: refund it when the MultiLimit denies).
 ///
-/// The configurations: a limiter made without one uses the configuration stored in its key (set
-/// it with the limiter's trySetConfig or setConfig; a key without one is NotInitializedError); a
-/// limiter made with one has it sent in the call, with its rules (a key without state is decided
-/// full and written with the grant, another stored configuration is replaced, keeping the permits
-/// in use, by the first take whether granted or denied; the key expires once idle: see
-/// detail::ScriptLimiter). The MultiLimit keeps the names, kinds and the configurations the
-/// limiters had when it was made, not the limiter handles: a later setConfig of a handle does not
-/// change what an existing MultiLimit sends.
+/// The configurations: a Limiter of a stored policy uses the configuration stored in each key (set
+/// it with Limiter::trySetPolicy or setPolicy; a key without one is NotInitializedError); any other
+/// has its policy sent in the call, with its rules (a key without state is decided full and
+/// written with the grant, another stored configuration of the same algorithm is replaced,
+/// keeping the permits in use, by the first take whether granted or denied; the key expires once
+/// idle: docs/algorithms.md, "Where the configuration lives"). The MultiLimit keeps the names,
+/// kinds and policies of the limiters, not the limiter objects.
 ///
 /// Errors: InvalidArgument before anything is sent (bad permits or waits; permits above the
 /// burst or limit of a limiter made with a configuration); from the script, with
@@ -82,27 +80,23 @@ struct MultiLimitOptions {
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
-  /// A limit: a limiter of the one-key family or a ConcurrencyLimiter, by reference (only its
+  /// A limit: a Limiter or a ConcurrencyLimiter, by reference (only its
   /// name, kind, configuration and Client are kept). Made implicitly from either, so that
   /// `MultiLimit both({perUser, perTenant, inFlight});` reads as a list of limiters.
   class Limit {
    public:
-    Limit(const detail::ScriptLimiter& limiter) noexcept : rate_(&limiter) {}      // NOLINT(*-explicit-*)
     Limit(const ConcurrencyLimiter& limiter) noexcept : concurrency_(&limiter) {}  // NOLINT(*-explicit-*)
     Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}                 // NOLINT(*-explicit-*)
     /// The Limiter, or null.
     [[nodiscard]] const Limiter* limiter() const noexcept { return limiter_; }
-    /// The one-key limiter, or null.
-    [[nodiscard]] const detail::ScriptLimiter* rateLimiter() const noexcept { return rate_; }
     /// The ConcurrencyLimiter, or null.
     [[nodiscard]] const ConcurrencyLimiter* concurrencyLimiter() const noexcept { return concurrency_; }
 
    private:
-    const detail::ScriptLimiter* rate_ = nullptr;
     const ConcurrencyLimiter* concurrency_ = nullptr;
     const Limiter* limiter_ = nullptr;
   };
-  /// As ScriptLimiter::DecisionCallback, with the MultiDecision.
+  /// As Limiter::Callback<Decision>, with the MultiDecision.
   using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
 
   /// A MultiLimit over `limits` (1..kMaxLimits distinct limiters, one Client), e.g.
@@ -134,10 +128,10 @@ class MultiLimit {
   /// until then. Returns false at once when that time is beyond the timeout (nothing is taken).
   /// timeout <= 0: one attempt that never waits. No polling: one call.
   [[nodiscard]] bool tryAcquire(std::int64_t permits, std::chrono::milliseconds timeout);
-  /// Takes `permits`, waiting as long as it takes (as ScriptLimiter::acquire).
+  /// Takes `permits`, waiting as long as it takes (as Limiter::acquire).
   void acquire(std::int64_t permits = 1);
   /// Reserves `permits` in every limit at the earliest time E at which all can give them, if that
-  /// is within `maxWait` (0..ScriptLimiter::kMaxWait; longer is cut to it, and to each GCRA's
+  /// is within `maxWait` (0..kMaxWait; longer is cut to it, and to each GCRA's
   /// longest reservation); the caller waits `delay` = E. Every limit takes them as arriving at E,
   /// which keeps each limit exact for the time the permits are used. The cost: a token bucket or
   /// GCRA keeps one time, not tokens plus a booking, so a limit that could give the permits
@@ -193,9 +187,8 @@ class MultiLimit {
   /// connection closes (the record makes that safe). Bad permits, id or TTL: InvalidArgument
   /// before sending; a record that is not this MultiLimit's (corrupt, a one-key limiter's, another
   /// MultiLimit's limits): InvalidStateError naming it, nothing written.
-  [[nodiscard]] MultiHeldPermits reserveFor(
-      std::int64_t permits, const std::string& id,
-      std::chrono::milliseconds recordTtl = detail::ScriptLimiter::kDefaultReservationTtl);
+  [[nodiscard]] MultiHeldPermits reserveFor(std::int64_t permits, const std::string& id,
+                                            std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
   /// Settles the reservation `id` with the permits really used, once, in every limit: each gives
   /// back reserved - actual or charges actual - reserved under its own debt rule, as its own
   /// limiter's settle does (see MultiSettlement). A retry answers AlreadySettled with the first
@@ -213,16 +206,14 @@ class MultiLimit {
                        HeldCallback done);
   [[nodiscard]] std::future<MultiHeldPermits> reserveForAsync(
       std::int64_t permits, const std::string& id,
-      std::chrono::milliseconds recordTtl = detail::ScriptLimiter::kDefaultReservationTtl);
+      std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
   void settleAsync(const std::string& id, std::int64_t actual, SettleCallback done);
   [[nodiscard]] std::future<MultiSettlement> settleAsync(const std::string& id, std::int64_t actual);
   /// The record key of `id`: the first limit's name + ":mrsv:" + id (that name wrapped in braces
-  /// if it has no hash tag, as ScriptLimiter::reservationKey does with ":rsv:"), so a one-key
-  /// reservation of that limiter with the same id is another record. Throws InvalidArgument (also
-  /// when a limit is a concurrency limit).
+  /// if it has no hash tag). Throws InvalidArgument (also when a limit is a concurrency limit).
   [[nodiscard]] std::string reservationKey(const std::string& id) const;
 
-  /// decide() without waiting for the reply (see ScriptLimiter::decideAsync for the callback).
+  /// decide() without waiting for the reply (see Limiter::decideAsync for the callback).
   void decideAsync(std::int64_t permits, DecisionCallback done);
   /// decideAsync with a future.
   [[nodiscard]] std::future<MultiDecision> decideAsync(std::int64_t permits = 1);

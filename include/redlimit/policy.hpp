@@ -10,8 +10,7 @@
 
 namespace redlimit {
 
-/// How long a key whose configuration travels in the call (a Limiter's, a one-key handle's made
-/// with its configuration) lives once idle, by default: it expires this long after its limiter is
+/// How long a key whose configuration travels in the call (a Limiter's) lives once idle, by default: it expires this long after its limiter is
 /// full again (the fixed window: its window ended), and an expired key decides exactly as a full
 /// one, so nothing is lost. Policy::keepAlive changes it, Policy::permanent keeps keys.
 inline constexpr std::chrono::milliseconds kDefaultIdleMargin{1000};

@@ -9,8 +9,7 @@
 
 namespace redlimit {
 
-/// The outcome of one reservation (GcraRateLimiter::reserve and the other one-key limiters'). A
-/// value type.
+/// The outcome of one reservation (Limiter::reserve). A value type.
 struct Reservation {
   Decision decision;                   // allowed = reserved: the permits are taken (possibly ahead of
                                        // time). Refused: retryAfter is the earliest time from now at which

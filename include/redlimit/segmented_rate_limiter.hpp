@@ -164,7 +164,7 @@ struct HasDecideUnanswered : std::false_type {};
 template <class Source>
 struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
                                        std::int64_t{}, std::declval<const std::string&>())))>> : std::true_type {};
-// A monitor() (RateLimiter's and the one-key limiters'): the segment cache counts its decisions and
+// A monitor() (RateLimiter's): the segment cache counts its decisions and
 // applies shadow mode with the source's LimiterMonitor.
 template <class Source, class = void>
 struct HasMonitor : std::false_type {};
@@ -232,10 +232,7 @@ struct SegmentStats {
 /// A local segment cache over a distributed limiter: takes `segmentSize` permits per round trip
 /// and hands them out in-process, lock-free (see the file comment for the guarantee and design).
 ///
-/// `Source` is a permit source: RateLimiter, and the one-key limiters (TokenBucketRateLimiter,
-/// GcraRateLimiter, FixedWindowRateLimiter, DistributedSmoothRateLimiter, whose segments count for
-/// the time their permits take to come back, see ScriptLimiter::tryAcquireUpTo). Any type with
-/// these members works (checked at
+/// `Source` is a permit source, such as RateLimiter. Any type with these members works (checked at
 /// compile time: IsPermitSource, and a static_assert naming a missing member):
 ///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
 ///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or

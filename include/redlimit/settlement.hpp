@@ -11,8 +11,7 @@
 
 namespace redlimit {
 
-/// The outcome of reserveFor (Limiter, TokenBucketRateLimiter, GcraRateLimiter,
-/// FixedWindowRateLimiter; a MultiLimit answers MultiHeldPermits). A value type.
+/// The outcome of reserveFor (Limiter; a MultiLimit answers MultiHeldPermits). A value type.
 struct HeldPermits {
   Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
                           // under the id (unless byPolicy: the failure policy decided, nothing was

@@ -1,6 +1,6 @@
 -- lib/base.lua: what every script that includes a library needs: the error reply, integer
 -- arguments as Lua's tonumber reads them, and the time of the call. Included by the scripts of
--- Redisson's layout (with lib/redisson.lua) and by the one-key family (with lib/onekey.lua).
+-- Redisson's layout (with lib/redisson.lua) and by the one-key scripts (with lib/onekey.lua).
 --
 -- Redis 5.0 and later replicate a script's effects, not the script, so a script may read TIME
 -- and then write (redlimit needs 5.0+; earlier versions would need redis.replicate_commands()).

@@ -1,7 +1,7 @@
 -- lib/fixed_window_core.lua: at most L permits per window of W ms on one packed key, windows
 -- aligned to the epoch (window start = floor(now / W) * W on the server's clock), so every host
 -- agrees where a window starts. For fixed_window.lua (one limiter) and multi.lua (several decided
--- together). FixedWindowRateLimiter (kind 'W') runs it.
+-- together). Policy::fixedWindow (kind 'W') runs it.
 --
 -- The textbook counter is INCRBY on a key per window plus PEXPIRE; here the window's start and its
 -- count live in the limiter's one key beside the configuration, and a count from an earlier
@@ -28,7 +28,7 @@
 -- does not hold s (a window clamped after a clock step, another configuration), so every call that
 -- may write writes s back, also one that denies or changes nothing else.
 local WINDOW_LAYOUT = '<c1I4I4I4I7I4I4'
-local WINDOW_LABEL = 'FixedWindowRateLimiter'
+local WINDOW_LABEL = 'fixed window limiter'
 
 local function windowConfigProblem(l, windowMs, keepAlive)
   if l < 1 or l > MAX_U32 then return 'the limit must be in 1..' .. MAX_U32 end
@@ -54,12 +54,12 @@ local function windowLoad(key, nowUs)
   local bad = windowConfigProblem(l, windowMs, keepAlive)
   if bad then
     fail('REDLIMIT_INVALID_CONFIG', 'configuration of ' .. WINDOW_LABEL .. ' ' .. key .. ': ' .. bad ..
-      '; fix it with setConfig()')
+      '; fix it with Limiter::setPolicy')
   end
   local s = windowNew(key, nowUs, l, windowMs, keepAlive)
   if start >= TWO52 * 2 or math.fmod(start, s.wus) ~= 0 or count > l or nextCount > l then
     fail('REDLIMIT_INVALID_STATE', 'key ' .. key .. ' of ' .. WINDOW_LABEL ..
-      ' holds a window or count redlimit did not write; reset it with setConfig()')
+      ' holds a window or count redlimit did not write; reset it with Limiter::setPolicy')
   end
   if start == s.start then
     s.count, s.nextCount = count, nextCount

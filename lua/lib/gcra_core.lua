@@ -1,5 +1,5 @@
 -- lib/gcra_core.lua: the generic cell rate algorithm on one packed key, for gcra.lua (one limiter)
--- and multi.lua (several decided together). GcraRateLimiter (kind 'G') and TokenBucketRateLimiter
+-- and multi.lua (several decided together). Policy::gcra (kind 'G') and Policy::tokenBucket
 -- (kind 'T') both run it.
 --
 -- A token bucket of capacity B refilled with P permits every I, and GCRA with burst B and rate
@@ -41,7 +41,7 @@
 -- not hold s (a state clamped after a clock step, another configuration), so every call that may
 -- write writes s back, also one that denies or changes nothing else.
 local GCRA_LAYOUT = '<c1I4I4I4I4I7I4'
-local GCRA_LABELS = {G = 'GcraRateLimiter', T = 'TokenBucketRateLimiter'}
+local GCRA_LABELS = {G = 'GCRA limiter', T = 'token bucket limiter'}
 
 -- nil if the configuration is usable, else what is wrong with it.
 local function gcraConfigProblem(b, p, intervalMs, keepAlive)
@@ -87,12 +87,12 @@ local function gcraLoad(key, kind, nowUs)
   local bad = gcraConfigProblem(b, p, intervalMs, keepAlive)
   if bad then
     fail('REDLIMIT_INVALID_CONFIG', 'configuration of ' .. label .. ' ' .. key .. ': ' .. bad ..
-      '; fix it with setConfig()')
+      '; fix it with Limiter::setPolicy')
   end
   local s = gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
   if tatRem >= s.pp or tatUs >= TWO52 * 2 then
     fail('REDLIMIT_INVALID_STATE', 'key ' .. key .. ' of ' .. label ..
-      ' holds a time redlimit did not write; reset it with setConfig()')
+      ' holds a time redlimit did not write; reset it with Limiter::setPolicy')
   end
   local dmax = s.cap + s.maxWait * s.pp
   if tatUs >= nowUs then

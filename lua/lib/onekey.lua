@@ -84,13 +84,13 @@ local function readPacked(kind, label, key)
   if #v ~= PACKED_SIZE or string.sub(v, 1, 1) ~= kind then
     local what = 'a value redlimit did not write'
     local k = string.sub(v, 1, 1)
-    if #v == PACKED_SIZE and k == 'T' then what = 'a TokenBucketRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'G' then what = 'a GcraRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'W' then what = 'a FixedWindowRateLimiter'
-    elseif #v == PACKED_SIZE and k == 'S' then what = 'a DistributedSmoothRateLimiter'
+    if #v == PACKED_SIZE and k == 'T' then what = 'a token bucket limiter'
+    elseif #v == PACKED_SIZE and k == 'G' then what = 'a GCRA limiter'
+    elseif #v == PACKED_SIZE and k == 'W' then what = 'a fixed window limiter'
+    elseif #v == PACKED_SIZE and k == 'S' then what = 'a smooth limiter'
     elseif #v == PACKED_SIZE and k == 'Q' then what = 'a calendar quota' end
     fail('REDLIMIT_INVALID_CONFIG', 'key ' .. key .. ' holds ' .. what .. ', not a ' .. label ..
-      '; delete it (deleteLimiter) or use another limiter name')
+      '; delete it (deleteKey) or use another limiter name')
   end
   return v
 end
@@ -99,8 +99,7 @@ end
 local function notInitialized(label, key)
   key = key or KEYS[1]
   fail('REDLIMIT_NOT_INITIALIZED', label .. ' ' .. key ..
-    ' is not initialized: store its configuration first (Limiter::trySetPolicy or setPolicy; a 0.1 handle: ' ..
-    'trySetConfig or setConfig)')
+    ' is not initialized: store its configuration first (Limiter::trySetPolicy or setPolicy)')
 end
 
 -- Writes the packed value to `key` (default KEYS[1]); keepAlive > 0 (ms) gives the key a TTL of the time until the limiter is

@@ -13,7 +13,7 @@
 -- TTL: the one reserve was given (ms); a settle keeps what is left of it.
 local RECORD_LAYOUT = '<c1c1c1I4I7I4I4I4I4I4'
 local RECORD_SIZE = 34
-local MAX_RECORD_TTL_MS = 604800000        -- 7 days, ScriptLimiter::kMaxReservationTtl
+local MAX_RECORD_TTL_MS = 604800000        -- 7 days, detail::kMaxReservationTtl
 
 -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
 local function recordKey()

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "redlimit/detail/rate_units.hpp"
-#include "redlimit/detail/script_limiter.hpp"
+#include "redlimit/detail/limits.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {
@@ -21,9 +21,9 @@ inline void checkCount(std::string_view what, std::int64_t value, std::int64_t l
 }
 
 inline void checkMillis(std::string_view what, std::chrono::milliseconds value, std::int64_t lo) {
-  if (value.count() < lo || value > ScriptLimiter::kMaxInterval) {
-    throw InvalidArgument(fmt::format("redlimit: {} must be in {}..{} ms, got {} ms", what, lo,
-                                      ScriptLimiter::kMaxInterval.count(), value.count()));
+  if (value.count() < lo || value > kMaxInterval) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {} must be in {}..{} ms, got {} ms", what, lo, kMaxInterval.count(), value.count()));
   }
 }
 

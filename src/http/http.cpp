@@ -8,13 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/rate_limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
 
 namespace redlimit::http {
 namespace {
@@ -145,27 +141,6 @@ RateLimitPolicy made(std::string name, std::int64_t quota, std::chrono::seconds 
 }
 
 }  // namespace
-
-RateLimitPolicy policyOf(const GcraConfig& config, std::string name) {
-  GcraRateLimiter::validateConfig(config);
-  return made(std::move(name), config.burst, refillSeconds(config.burst, config.period.count(), config.rate));
-}
-
-RateLimitPolicy policyOf(const TokenBucketConfig& config, std::string name) {
-  TokenBucketRateLimiter::validateConfig(config);
-  return made(std::move(name), config.capacity,
-              refillSeconds(config.capacity, config.refillInterval.count(), config.refillPermits));
-}
-
-RateLimitPolicy policyOf(const FixedWindowConfig& config, std::string name) {
-  FixedWindowRateLimiter::validateConfig(config);
-  return made(std::move(name), config.limit, refillSeconds(1, config.window.count(), 1));
-}
-
-RateLimitPolicy policyOf(const SmoothConfig& config, std::string name) {
-  DistributedSmoothRateLimiter::validateConfig(config);
-  return made(std::move(name), config.permits, refillSeconds(1, config.interval.count(), 1));
-}
 
 RateLimitPolicy policyOf(const Policy& policy, std::string name) {
   return made(std::move(name), policy.limit(),

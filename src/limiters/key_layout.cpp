@@ -4,7 +4,7 @@
 
 #include "config/limiter_name.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/detail/script_limiter.hpp"
+#include "redlimit/detail/limits.hpp"
 #include "topology/key_slot.hpp"
 
 namespace redlimit::detail {
@@ -32,9 +32,9 @@ std::string namespacedKey(std::string_view name, std::string_view key) {
 }
 
 void checkReservationId(const std::string& id, bool colon) {
-  if (id.empty() || id.size() > ScriptLimiter::kMaxReservationIdLength) {
-    throw InvalidArgument(fmt::format("redlimit: a reservation id must be 1..{} bytes, got {}",
-                                      ScriptLimiter::kMaxReservationIdLength, id.size()));
+  if (id.empty() || id.size() > kMaxReservationIdLength) {
+    throw InvalidArgument(
+        fmt::format("redlimit: a reservation id must be 1..{} bytes, got {}", kMaxReservationIdLength, id.size()));
   }
   for (const char c : id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||

@@ -1,5 +1,5 @@
-// redlimit — building the configuration a Limiter's policy or a one-key handle made with a
-// configuration sends in every call (policy.cpp, src/limiters/*_rate_limiter.cpp).
+// redlimit — a Policy as its script takes it in every call (policy.cpp builds it, ScriptCore and
+// MultiLimit send it).
 #pragma once
 
 #include <algorithm>
@@ -9,18 +9,27 @@
 #include <initializer_list>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "redlimit/policy.hpp"
-#include "redlimit/detail/script_limiter.hpp"
+#include "redlimit/detail/limits.hpp"
 
 namespace redlimit::detail {
 
-/// The keepAlive a key gets when its configuration travels in the call: `keepAlive`, or
-/// kDefaultIdleMargin for 0 unless the keys are to be permanent.
-inline std::chrono::milliseconds keyedKeepAlive(std::chrono::milliseconds keepAlive, bool permanent) {
-  if (keepAlive.count() == 0 && !permanent) return kDefaultIdleMargin;
-  return keepAlive;
-}
+/// A configuration sent in every call (a Limiter's policy): `packed` is the configuration as the
+/// script stores it (the key's header: 17 bytes for the token bucket and GCRA, 13 for the fixed
+/// window; 18 for the smooth limiter: its key's 14 and the keepAlive, which its key has no room
+/// for), `limit` what a decision reports as its limit, `maxPermits` the most one call may ask for,
+/// `localRate` per `localIntervalMs` the Local failure policy's bucket, and `fields` the
+/// configuration in the order of the script's `config` reply.
+struct KeyedPolicy {
+  std::string packed;
+  std::int64_t limit = 0;
+  std::int64_t maxPermits = 0;
+  std::int64_t localRate = 0;
+  std::int64_t localIntervalMs = 0;
+  std::vector<std::int64_t> fields;
+};
 
 /// Appends `v` (checked: 0..2^32-1) to `out` as 4 little-endian bytes, as struct.pack's I4.
 inline void packU32(std::string& out, std::int64_t v) {
@@ -95,7 +104,7 @@ inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds 
   const std::int64_t k = cold == 0 ? t : t * 2 * (1 + cold);
   const std::int64_t maxK = cold == 0 ? span.count() * 1000 * pp : span.count() * 1000 * pp * (5 + cold);
   p.limit = maxK / k;
-  p.maxPermits = std::min<std::int64_t>(ScriptLimiter::kMaxPermits, ((std::int64_t{1} << 53) - 1) / k);
+  p.maxPermits = std::min<std::int64_t>(kMaxPermits, ((std::int64_t{1} << 53) - 1) / k);
   p.localRate = cold == 0 ? p.limit + 1 : 1;
   p.localIntervalMs = localIntervalMs(p.localRate, interval.count(), permits);
   p.fields = {permits, static_cast<std::int64_t>(interval.count()), static_cast<std::int64_t>(span.count()), cold,

@@ -45,7 +45,7 @@ const detail::Script& scriptOf(Policy::Kind kind) {
 
 // The checked name (made only then: a refused name must not take a place in the metrics registry).
 std::string checkedName(std::string name) {
-  detail::checkNamespaceName(name, detail::ScriptLimiter::kMaxNameLength);
+  detail::checkNamespaceName(name, detail::kMaxNameLength);
   return name;
 }
 
@@ -70,10 +70,9 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
     return;
   }
   const char kind = policy_.packedPolicy().packed.front();
-  core_ = std::make_shared<detail::ScriptCore>(std::move(client), checkedName(std::move(name)),
-                                               std::move(options.failure), options.monitor, scriptOf(policy_.kind()),
-                                               kind, detail::ScriptCore::Records::Namespaced);
-  if (!policy_.isStored()) core_->setPolicy(policy_.packedPolicy());  // stored: each key's own
+  core_ = std::make_shared<detail::ScriptCore>(
+      std::move(client), checkedName(std::move(name)), std::move(options.failure), options.monitor,
+      scriptOf(policy_.kind()), kind, policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
   permits_ = core_;
   keys_ = core_;
 }
@@ -154,7 +153,7 @@ Decision Limiter::peek(std::string_view key, std::int64_t permits) {
 
 void Limiter::checkRefund(std::string_view what, std::int64_t permits) const {
   checkPermitPolicy(what);
-  const std::int64_t most = policy_.isStored() ? detail::ScriptLimiter::kMaxPermits : policy_.maxPermits();
+  const std::int64_t most = policy_.isStored() ? detail::kMaxPermits : policy_.maxPermits();
   if (permits < 0 || permits > most) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(), most, permits));

@@ -48,9 +48,8 @@ constexpr std::size_t kPerLimit = 7;
 constexpr char kLeaseKind = 'C';
 
 void checkPermits(std::int64_t permits) {
-  if (permits < 1 || permits > detail::ScriptLimiter::kMaxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: permits must be in 1..{}, got {}", detail::ScriptLimiter::kMaxPermits, permits));
+  if (permits < 1 || permits > detail::kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", detail::kMaxPermits, permits));
   }
 }
 
@@ -372,7 +371,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
 
 std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait,
                                                     const std::string& leaseId) const {
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::ScriptLimiter::kMaxWait);
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::kMaxWait);
   std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(wait.count())};
   args.insert(args.end(), configs_.begin(), configs_.end());
   if (hasLeases()) args.push_back(leaseId);
@@ -383,8 +382,8 @@ void MultiLimit::Core::checkPermitsFor(std::int64_t permits) const {
   checkPermits(permits);
   if (permits > maxPermits_) {
     throw InvalidArgument(
-        fmt::format("redlimit: {}: permits must be in 1..{} (the least burst or limit of its "
-                    "limiters made with a configuration), got {}",
+        fmt::format("redlimit: {}: permits must be in 1..{} (the least burst or limit of its limiters' "
+                    "policies), got {}",
                     label_, maxPermits_, permits));
   }
 }
@@ -497,14 +496,12 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
   }
-  if (!options.name.empty()) detail::checkLimiterName(options.name, detail::ScriptLimiter::kMaxNameLength);
+  if (!options.name.empty()) detail::checkLimiterName(options.name, detail::kMaxNameLength);
   const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& {
-    if (l.limiter() != nullptr) return l.limiter()->client();
-    return l.rateLimiter() != nullptr ? l.rateLimiter()->client() : l.concurrencyLimiter()->client();
+    return l.limiter() != nullptr ? l.limiter()->client() : l.concurrencyLimiter()->client();
   };
   const auto nameOf = [](const Limit& l) -> const std::string& {
-    if (l.limiter() != nullptr) return l.limiter()->name();
-    return l.rateLimiter() != nullptr ? l.rateLimiter()->getName() : l.concurrencyLimiter()->getName();
+    return l.limiter() != nullptr ? l.limiter()->name() : l.concurrencyLimiter()->getName();
   };
   const bool ofLimiters = limits.front().limiter() != nullptr;
   const std::shared_ptr<Client>& client = clientOf(limits.front());
@@ -514,7 +511,7 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   std::vector<ConcurrencyConfig> leaseConfigs;
   std::vector<std::pair<std::size_t, detail::CalendarQuota>> calendars;  // limit index, quota
   bool anyConfig = false;
-  std::int64_t maxPermits = detail::ScriptLimiter::kMaxPermits;
+  std::int64_t maxPermits = detail::kMaxPermits;
   std::unordered_set<std::string_view> seen;
   for (const Limit& limit : limits) {
     const std::string& name = nameOf(limit);
@@ -577,14 +574,6 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
       leaseConfigs.push_back(c->config());
       anyConfig = true;
       continue;
-    }
-    const detail::ScriptLimiter& l = *limit.rateLimiter();
-    kinds.push_back(l.kind());
-    const std::shared_ptr<const detail::KeyedPolicy> policy = l.policySnapshot();
-    configs.push_back(policy ? policy->packed : std::string());
-    if (policy) {
-      anyConfig = true;
-      maxPermits = std::min(maxPermits, policy->maxPermits);
     }
   }
   if (!anyConfig) configs.clear();                // nothing in the call: the stored configurations, as before
@@ -656,7 +645,7 @@ void MultiLimit::acquire(std::int64_t permits) {
     return;
   }
   for (;;) {
-    const Core::Outcome r = core_->take(permits, detail::ScriptLimiter::kMaxWait);
+    const Core::Outcome r = core_->take(permits, detail::kMaxWait);
     if (r.decision.allowed) {
       (void)monitor().admit(true, permits);
       if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
@@ -691,9 +680,9 @@ MultiDecision MultiLimit::peek(std::int64_t permits) {
 }
 
 void MultiLimit::refund(std::int64_t permits) {
-  if (permits < 0 || permits > detail::ScriptLimiter::kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}",
-                                      detail::ScriptLimiter::kMaxPermits, permits));
+  if (permits < 0 || permits > detail::kMaxPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: permits to refund must be in 0..{}, got {}", detail::kMaxPermits, permits));
   }
   if (permits == 0) return;
   // Never resent: a refund that went through and was sent again would give the permits back twice.

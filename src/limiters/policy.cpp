@@ -1,18 +1,16 @@
 #include "redlimit/policy.hpp"
 
 #include <limits>
+#include <numeric>
 
 #include <fmt/format.h>
 
+#include "config/config_checks.hpp"
 #include "limiters/calendar_core.hpp"
 #include "limiters/keyed_policy.hpp"
 #include "redlimit/concurrency_limiter.hpp"
-#include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
-#include "redlimit/policy.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit/detail/limits.hpp"
 
 namespace redlimit {
 
@@ -20,55 +18,92 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// Checks the parameters as the algorithm's configuration (the messages name its fields) and packs
-// them as its script stores them.
+constexpr std::int64_t kTwo52 = std::int64_t{1} << 52;
+constexpr std::int64_t kTwo53 = std::int64_t{1} << 53;
+
+// a x b, or the largest int64 when it overflows (every bound below is far under it).
+std::int64_t mul(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) return std::numeric_limits<std::int64_t>::max();
+  return out;
+}
+std::int64_t add(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) return std::numeric_limits<std::int64_t>::max();
+  return out;
+}
+
+// The exactness bounds of lua/smooth.lua's derive() for `permits` per `interval`, `span` the
+// maxBurst (cold = 0) or the warm-up period, each field already in range.
+void checkSmoothExact(std::int64_t permits, milliseconds interval, milliseconds span, std::int64_t cold) {
+  const std::int64_t intervalUs = interval.count() * 1000;
+  const std::int64_t g = std::gcd(permits, intervalUs);
+  const std::int64_t p = permits / g;
+  const std::int64_t t = intervalUs / g;
+  if (cold == 0) {
+    if (mul(span.count() * 1000, p) > kTwo52) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: maxBurst {} ms is too long for {} permits per {} ms: maxBurst in us x {} (permits / gcd(permits, "
+          "interval in us)) must be at most 2^52",
+          span.count(), permits, interval.count(), p));
+    }
+    return;
+  }
+  const std::int64_t w = span.count() * 1000;
+  const std::int64_t m = 2 * (1 + cold);
+  const std::int64_t earn = mul(p, 5 + cold);
+  const std::int64_t maxK = mul(mul(w, p), 5 + cold);
+  const std::int64_t d = mul(mul(mul(16 * w, p), p), 1 + cold);
+  const std::int64_t retryK = mul(mul(cold, t), 5 + cold);
+  const bool fits = mul(t, m) < kTwo53 && earn < kTwo53 && maxK <= kTwo52 && d <= kTwo52 &&
+                    mul(mul(8 * w, p), cold) < kTwo53 && mul(t, 5 + cold) < kTwo53 && mul(p, m) < kTwo53 &&
+                    add(add(maxK, retryK), earn) < kTwo53;
+  if (!fits) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: a warm-up period of {} ms with cold factor {} is too long for {} permits per {} ms to keep exact: "
+        "warm-up in us x P'^2 x 16 x (1 + coldFactor) must be at most 2^52, with P' = {} (permits / gcd(permits, "
+        "interval in us))",
+        span.count(), cold, permits, interval.count(), p));
+  }
+}
+
+// Checks the parameters (InvalidArgument naming the parameter, its bound and the value) and packs
+// them as the algorithm's script stores them.
 detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
                              std::int64_t keepAliveMs, const std::string& zone) {
   const milliseconds keepAlive{keepAliveMs};
+  detail::checkMillis("keepAlive", keepAlive, 0);
   switch (kind) {
-    case Policy::Kind::Gcra: {
-      GcraConfig g;
-      g.rate = a;
-      g.period = milliseconds{b};
-      g.burst = c;
-      g.keepAlive = keepAlive;
-      GcraRateLimiter::validateConfig(g);
-      return detail::gcraPolicy('G', g.burst, g.rate, g.period, keepAlive);
+    case Policy::Kind::Gcra: {  // rate a per period b, burst c
+      detail::checkCount("rate", a, 1, detail::kMaxPermits);
+      detail::checkMillis("period", milliseconds{b}, 1);
+      detail::checkCount("burst", c, 1, detail::kMaxPermits);
+      detail::checkExact("burst", c, a, milliseconds{b});
+      return detail::gcraPolicy('G', c, a, milliseconds{b}, keepAlive);
     }
-    case Policy::Kind::TokenBucket: {
-      TokenBucketConfig t;
-      t.capacity = a;
-      t.refillPermits = b;
-      t.refillInterval = milliseconds{c};
-      t.keepAlive = keepAlive;
-      TokenBucketRateLimiter::validateConfig(t);
-      return detail::gcraPolicy('T', t.capacity, t.refillPermits, t.refillInterval, keepAlive);
+    case Policy::Kind::TokenBucket: {  // capacity a, refill b per period c
+      detail::checkCount("capacity", a, 1, detail::kMaxPermits);
+      detail::checkCount("refill", b, 1, detail::kMaxPermits);
+      detail::checkMillis("period", milliseconds{c}, 1);
+      detail::checkExact("capacity", a, b, milliseconds{c});
+      return detail::gcraPolicy('T', a, b, milliseconds{c}, keepAlive);
     }
-    case Policy::Kind::FixedWindow: {
-      FixedWindowConfig w;
-      w.limit = a;
-      w.window = milliseconds{b};
-      w.keepAlive = keepAlive;
-      FixedWindowRateLimiter::validateConfig(w);
-      return detail::windowPolicy(w.limit, w.window, keepAlive);
+    case Policy::Kind::FixedWindow: {  // limit a per window b
+      detail::checkCount("limit", a, 1, detail::kMaxPermits);
+      detail::checkMillis("window", milliseconds{b}, 1);
+      return detail::windowPolicy(a, milliseconds{b}, keepAlive);
     }
-    case Policy::Kind::Smooth: {
-      SmoothConfig s;
-      s.permits = a;
-      s.interval = milliseconds{b};
-      s.keepAlive = keepAlive;
-      if (d > 0) {  // warming up: c the warm-up period, d the cold factor
-        s.warmupPeriod = milliseconds{c};
-        s.coldFactor = d;
-        if (c < 1)
-          throw InvalidArgument(
-              fmt::format("redlimit: warmup must be in 1..{} ms, got {} ms", GcraRateLimiter::kMaxInterval.count(), c));
+    case Policy::Kind::Smooth: {  // permits a per interval b; c the maxBurst, or the warm-up with cold factor d > 0
+      detail::checkCount("permits", a, 1, detail::kMaxPermits);
+      detail::checkMillis("interval", milliseconds{b}, 1);
+      if (d > 0) {
+        detail::checkMillis("warmup", milliseconds{c}, 1);
+        detail::checkCount("coldFactor", d, 1, detail::kMaxColdFactor);
       } else {
-        s.maxBurst = milliseconds{c};
+        detail::checkMillis("maxBurst", milliseconds{c}, 0);
       }
-      DistributedSmoothRateLimiter::validateConfig(s);
-      return d > 0 ? detail::smoothPolicy(s.permits, s.interval, s.warmupPeriod, s.coldFactor, keepAlive)
-                   : detail::smoothPolicy(s.permits, s.interval, s.maxBurst, 0, keepAlive);
+      checkSmoothExact(a, milliseconds{b}, milliseconds{c}, d);
+      return detail::smoothPolicy(a, milliseconds{b}, milliseconds{c}, d, keepAlive);
     }
     case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
       detail::CalendarQuota q;
@@ -143,8 +178,8 @@ Policy Policy::smoothBursty(std::int64_t permits, milliseconds interval, millise
 Policy Policy::smoothWarmingUp(std::int64_t permits, milliseconds interval, milliseconds warmup,
                                std::int64_t coldFactor) {
   if (coldFactor < 1) {
-    throw InvalidArgument(fmt::format("redlimit: coldFactor must be in 1..{}, got {}",
-                                      DistributedSmoothRateLimiter::kMaxColdFactor, coldFactor));
+    throw InvalidArgument(
+        fmt::format("redlimit: coldFactor must be in 1..{}, got {}", detail::kMaxColdFactor, coldFactor));
   }
   return Policy(Kind::Smooth, permits, interval.count(), warmup.count(), coldFactor, kDefaultIdleMargin.count());
 }
@@ -184,9 +219,9 @@ Policy Policy::keepAlive(milliseconds idle) const {
     throw InvalidArgument(
         "redlimit: a stored policy's keys are permanent (its configuration lives in them); keepAlive does not apply");
   }
-  if (idle.count() < 1 || idle > GcraRateLimiter::kMaxInterval) {
-    throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms",
-                                      GcraRateLimiter::kMaxInterval.count(), idle.count()));
+  if (idle.count() < 1 || idle > detail::kMaxInterval) {
+    throw InvalidArgument(
+        fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms", detail::kMaxInterval.count(), idle.count()));
   }
   Policy p(kind_, a_, b_, c_, d_, idle.count(), zone_);
   p.stored_ = stored_;

@@ -26,22 +26,21 @@ namespace {
 constexpr std::size_t kSettleReplySize = 7;
 
 void checkPermitRange(std::int64_t permits) {
-  if (permits < 1 || permits > ScriptLimiter::kMaxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: permits must be in 1..{}, got {}", ScriptLimiter::kMaxPermits, permits));
+  if (permits < 1 || permits > kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxPermits, permits));
   }
 }
 
 const char* labelOf(char kind) {
   switch (kind) {
     case 'T':
-      return "TokenBucketRateLimiter";
+      return "token bucket limiter";
     case 'G':
-      return "GcraRateLimiter";
+      return "GCRA limiter";
     case 'W':
-      return "FixedWindowRateLimiter";
+      return "fixed window limiter";
     case 'S':
-      return "DistributedSmoothRateLimiter";
+      return "smooth limiter";
     case 'C':
       return "ConcurrencyLimiter";
     default:
@@ -87,16 +86,15 @@ std::string reservationRecordKey(const std::string& name, const std::string& id,
 }
 
 void checkReservationTtl(milliseconds recordTtl) {
-  if (recordTtl.count() < 1 || recordTtl > ScriptLimiter::kMaxReservationTtl) {
+  if (recordTtl.count() < 1 || recordTtl > kMaxReservationTtl) {
     throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
-                                      ScriptLimiter::kMaxReservationTtl.count(), recordTtl.count()));
+                                      kMaxReservationTtl.count(), recordTtl.count()));
   }
 }
 
 void checkActualPermits(std::int64_t actual) {
-  if (actual < 0 || actual > ScriptLimiter::kMaxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: actual permits must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, actual));
+  if (actual < 0 || actual > kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: actual permits must be in 0..{}, got {}", kMaxPermits, actual));
   }
 }
 
@@ -134,35 +132,23 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor) {
   if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
-  checkLimiterName(name, ScriptLimiter::kMaxNameLength);
+  checkLimiterName(name, kMaxNameLength);
   return LimiterMonitor(name, monitor, client->options().onEvent);
 }
 
 ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-                       const MonitorOptions& monitor, const Script& script, char kind, Records records)
+                       const MonitorOptions& monitor, const Script& script, char kind,
+                       std::shared_ptr<const KeyedPolicy> policy)
     : client_(std::move(client)),
       name_(std::move(name)),
       script_(script),
       kind_(1, kind),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
-      records_(records) {
+      policy_(std::move(policy)) {
+  if (policy_) remember(policy_->limit, policy_->localRate, policy_->localIntervalMs);
   const ClientOptions& o = client_->options();
   callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
-}
-
-std::shared_ptr<const KeyedPolicy> ScriptCore::policy() const {
-  if (!hasPolicy_.load(std::memory_order_acquire)) return nullptr;
-  LockGuard lock(policyMutex_);
-  return policy_;
-}
-
-void ScriptCore::setPolicy(KeyedPolicy policy) {
-  auto shared = std::make_shared<const KeyedPolicy>(std::move(policy));
-  remember(shared->limit, shared->localRate, shared->localIntervalMs);
-  LockGuard lock(policyMutex_);
-  policy_ = std::move(shared);
-  hasPolicy_.store(true, std::memory_order_release);
 }
 
 void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept {
@@ -232,29 +218,29 @@ HeldPermits ScriptCore::held(ScriptCore* self, const std::string& key, const Rep
 }
 
 Reservation ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
-  const std::shared_ptr<const KeyedPolicy> config = policy();
-  checkPermits(permits, config.get());
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, ScriptLimiter::kMaxWait);
+  const KeyedPolicy* config = policy_.get();
+  checkPermits(permits, config);
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
   return runScript(
       *this, decision(permits), "decide",
-      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config.get()), {}, true),
+      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
       mapError(key), [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); },
       [&](bool allowed) { return byPolicy(permits, allowed); });
 }
 
 void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microseconds maxWait,
                            ReservationCallback done) {
-  const std::shared_ptr<const KeyedPolicy> config = policy();
+  const KeyedPolicy* config = policy_.get();
   try {
-    checkPermits(permits, config.get());
+    checkPermits(permits, config);
   } catch (...) {
     done(Reservation{}, std::current_exception());
     return;
   }
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, ScriptLimiter::kMaxWait);
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
   runScriptAsync<Reservation>(
       shared_from_this(), decision(permits),
-      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config.get()), {}, true),
+      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
       mapError(key),
       [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
       [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
@@ -266,7 +252,7 @@ Decision ScriptCore::decide(const std::string& key, std::int64_t permits) {
   return d;
 }
 
-void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) {
+void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
   done = isolated(std::move(done), gate_.monitor(), name_);
   takeAsync(key, permits, microseconds{0},
@@ -280,11 +266,11 @@ HeldPermits ScriptCore::reserveFor(const std::string& key, std::int64_t permits,
                                    milliseconds recordTtl) {
   const std::string record = recordKey(key, id);
   checkReservationTtl(recordTtl);
-  const std::shared_ptr<const KeyedPolicy> config = policy();
-  checkPermits(permits, config.get());
+  const KeyedPolicy* config = policy_.get();
+  checkPermits(permits, config);
   HeldPermits out = runScript(
       *this, decision(permits), "reserveFor",
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()), record),
+      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config), record),
       mapError(key), [&](const Reply& r) { return held(this, key, r, permits); },
       [&](bool allowed) { return heldByPolicy(permits, allowed); });
   admitHeld(gate_.monitor(), out);
@@ -292,20 +278,20 @@ HeldPermits ScriptCore::reserveFor(const std::string& key, std::int64_t permits,
 }
 
 void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                                 milliseconds recordTtl, ScriptLimiter::HeldCallback done) {
+                                 milliseconds recordTtl, Done<HeldPermits> done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
-  const std::shared_ptr<const KeyedPolicy> config = policy();
+  const KeyedPolicy* config = policy_.get();
   std::string record;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
         record = recordKey(key, id);
         checkReservationTtl(recordTtl);
-        checkPermits(permits, config.get());
+        checkPermits(permits, config);
       })) {
     return;
   }
   runScriptAsync<HeldPermits>(
       shared_from_this(), decision(permits),
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config.get()),
+      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
               std::move(record)),
       mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return held(self, key, r, permits); },
       [permits](ScriptCore& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
@@ -333,7 +319,7 @@ microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
   }
   microseconds waited{0};
   for (;;) {
-    const Reservation r = take(key, permits, ScriptLimiter::kMaxWait);
+    const Reservation r = take(key, permits, kMaxWait);
     if (r.decision.allowed) {
       (void)monitor.admit(true, permits);
       if (r.delay.count() > 0) sleepFor(r.delay);
@@ -374,15 +360,14 @@ void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, micr
 }
 
 std::string ScriptCore::recordKey(const std::string& key, const std::string& id) const {
-  if (records_ == Records::NextToKey) return reservationRecordKey(key, id);
   return namespacedRecordKey(key, id);
 }
 
 ScriptRequest ScriptCore::peekRequest(const std::string& key, std::int64_t permits) {
-  const std::shared_ptr<const KeyedPolicy> config = policy();
-  checkPermits(permits, config.get());
+  const KeyedPolicy* config = policy_.get();
+  checkPermits(permits, config);
   // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
-  return request(key, args("peek", fmt::to_string(permits), "0", config.get()));
+  return request(key, args("peek", fmt::to_string(permits), "0", config));
 }
 
 Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
@@ -391,7 +376,7 @@ Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
       [&](const Reply& r) { return parse(this, key, kind_[0], r, permits).decision; }, [](bool) { return Decision{}; });
 }
 
-void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) {
+void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
   ScriptRequest call;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = peekRequest(key, permits); })) return;
   runScriptAsync<Decision>(
@@ -403,13 +388,12 @@ void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, ScriptL
 }
 
 std::optional<ScriptRequest> ScriptCore::refundRequest(const std::string& key, std::int64_t permits) {
-  if (permits < 0 || permits > ScriptLimiter::kMaxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: permits to refund must be in 0..{}, got {}", ScriptLimiter::kMaxPermits, permits));
+  if (permits < 0 || permits > kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
   }
   if (permits == 0) return std::nullopt;
-  const std::shared_ptr<const KeyedPolicy> config = policy();
-  return request(key, args("refund", fmt::to_string(permits), "0", config.get()));
+  const KeyedPolicy* config = policy_.get();
+  return request(key, args("refund", fmt::to_string(permits), "0", config));
 }
 
 void ScriptCore::refund(const std::string& key, std::int64_t permits) {
@@ -450,16 +434,16 @@ void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits,
 Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
   const std::string record = recordKey(key, id);
   checkActualPermits(actual);
-  const std::shared_ptr<const KeyedPolicy> config = policy();
+  const KeyedPolicy* config = policy_.get();
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
   return runScript(
       *this, LimiterCall::plain(callBound_), "settle",
-      request(key, args("settle", fmt::to_string(actual), "0", config.get()), record), mapError(key),
+      request(key, args("settle", fmt::to_string(actual), "0", config), record), mapError(key),
       [&](const Reply& r) { return parseSettlement(key, r, gate_.monitor()); }, [](bool) { return Settlement{}; });
 }
 
 void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
-                             ScriptLimiter::SettleCallback done) {
+                             Done<Settlement> done) {
   std::string record;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
         record = recordKey(key, id);
@@ -467,11 +451,11 @@ void ScriptCore::settleAsync(const std::string& key, const std::string& id, std:
       })) {
     return;
   }
-  const std::shared_ptr<const KeyedPolicy> config = policy();
+  const KeyedPolicy* config = policy_.get();
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
   runScriptAsync<Settlement>(
       shared_from_this(), LimiterCall::plain(callBound_),
-      request(key, args("settle", fmt::to_string(actual), "0", config.get()), std::move(record)), mapError(key),
+      request(key, args("settle", fmt::to_string(actual), "0", config), std::move(record)), mapError(key),
       [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
       [](ScriptCore&, bool) { return Settlement{}; }, std::move(done));
 }
@@ -487,7 +471,7 @@ Reply ScriptCore::call(const std::string& key, std::string_view op, const std::v
 }
 
 bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config) {
-  std::vector<std::string> args{how == ConfigWrite::IfAbsent ? "try" : how == ConfigWrite::Restart ? "reset" : "keep"};
+  std::vector<std::string> args{how == ConfigWrite::IfAbsent ? "try" : "keep"};
   args.insert(args.end(), config.begin(), config.end());
   const Reply r =
       call(key, "set", args, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);

@@ -2,8 +2,7 @@
 // over any number of keys: the Client, the name (the metrics label and the limiter named in
 // events), the failure gate, the configuration the calls carry (none: each key's stored one), and
 // every operation of the script on a key given per call, through the call protocol
-// (limiter_call.hpp). The one-key handles (ScriptLimiter: the key is the name) and Limiter (a key
-// per call, under its name) are faces of it.
+// (limiter_call.hpp). Limiter (a key per call, under its name) is its face.
 #pragma once
 
 #include <atomic>
@@ -25,7 +24,7 @@
 #include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/failure_gate.hpp"
-#include "redlimit/detail/script_limiter.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 
 namespace redlimit::detail {
@@ -34,13 +33,12 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
  public:
   using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
 
-  /// Where a key's reservation records live: next to it (`<key>:rsv:<id>`, the 0.x classes), or
-  /// in redlimit's own namespace, where no caller's key can reach (Limiter: docs/api.md, "Keys").
-  enum class Records { NextToKey, Namespaced };
-
-  /// Sends nothing. Throws InvalidArgument for a null client, a bad name or bad failure options.
+  /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A key's
+  /// reservation records live in redlimit's own namespace, where no caller's key can reach
+  /// (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument for a null client, a bad name or
+  /// bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
-             const Script& script, char kind, Records records = Records::NextToKey);
+             const Script& script, char kind, std::shared_ptr<const KeyedPolicy> policy);
 
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).
@@ -61,17 +59,17 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
                     ReservationCallback done);
   /// decide() without waiting; `done` isolated (a callback that throws is reported once).
-  void decideAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) override;
+  void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) override;
   /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
   /// resend take nothing twice), counted; bad id or TTL: InvalidArgument before sending.
   HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
                          std::chrono::milliseconds recordTtl) override;
   void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, ScriptLimiter::HeldCallback done) override;
+                       std::chrono::milliseconds recordTtl, Done<HeldPermits> done) override;
 
   // The other operations: their IoError reaches the caller.
   Decision peek(const std::string& key, std::int64_t permits) override;
-  void peekAsync(const std::string& key, std::int64_t permits, ScriptLimiter::DecisionCallback done) override;
+  void peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) override;
   /// Gives `permits` (0..kMaxPermits) back to `key`; never sent again (it could give back twice).
   void giveBack(const std::string& key, std::int64_t permits);
   void giveBackAsync(const std::string& key, std::int64_t permits, std::function<void(bool, std::exception_ptr)> done);
@@ -80,15 +78,13 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) override;
   /// Settles the reservation `id` of `key` (safe to send again: a second answers AlreadySettled).
   Settlement settle(const std::string& key, const std::string& id, std::int64_t actual) override;
-  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
-                   ScriptLimiter::SettleCallback done) override;
+  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, Done<Settlement> done) override;
   /// The script's `op` on `key` with its arguments after now and kind; `recordKey` is KEYS[2].
   Reply call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
              LimiterCall::Resend resend, const std::string* recordKey = nullptr);
   /// How writeConfig writes: only where the key has none (not sent again: a resend of a write that
-  /// went through would say false), restarting the state with it, or keeping the permits in use
-  /// (both safe to send again).
-  enum class ConfigWrite { IfAbsent, Restart, KeepState };
+  /// went through would say false), or keeping the permits in use (safe to send again).
+  enum class ConfigWrite { IfAbsent, KeepState };
   /// Writes a configuration (the script's "set" arguments after the mode) into `key`; true if
   /// written (KeepState: always).
   bool writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config);
@@ -99,16 +95,13 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   bool exists(const std::string& key) override;
   void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
 
-  /// The configuration every call carries, or null when the handle has none (one lock, only for
-  /// handles with one).
-  std::shared_ptr<const KeyedPolicy> policy() const;
-  void setPolicy(KeyedPolicy policy);
-  [[nodiscard]] bool configured() const noexcept { return hasPolicy_.load(std::memory_order_acquire); }
+  /// The configuration every call carries, or null (each key's stored one).
+  [[nodiscard]] const KeyedPolicy* policy() const noexcept { return policy_.get(); }
   /// The limit and the Local policy's bucket last seen (a reply's, or the configuration's).
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
-  /// 1..kMaxPermits, and for a handle with a configuration its own bound.
+  /// 1..kMaxPermits, and under a configuration in the call its own bound.
   void checkPermits(std::int64_t permits, const KeyedPolicy* policy) const;
-  /// The key of the reservation record `id` of `key` (Records); InvalidArgument for a bad id.
+  /// The key of the reservation record `id` of `key`; InvalidArgument for a bad id.
   [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const override;
   [[nodiscard]] const std::string& coreName() const noexcept override { return name_; }
   [[nodiscard]] const std::shared_ptr<Client>& coreClient() const noexcept override { return client_; }
@@ -151,10 +144,7 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   Reservation byPolicy(std::int64_t permits, bool allowed) const;
   HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
 
-  Records records_;
-  std::atomic<bool> hasPolicy_{false};
-  mutable Mutex policyMutex_;
-  std::shared_ptr<const KeyedPolicy> policy_ REDLIMIT_GUARDED_BY(policyMutex_);
+  const std::shared_ptr<const KeyedPolicy> policy_;
   // The Client's coalescing of takes (token bucket, GCRA, fixed window; null: one call each).
   std::shared_ptr<OneKeyBatcher> batcher_;
 };

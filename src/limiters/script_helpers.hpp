@@ -14,19 +14,19 @@
 #include "redlimit/monitor.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/reply.hpp"
-#include "redlimit/detail/script_limiter.hpp"
+#include "redlimit/detail/limits.hpp"
 
 namespace redlimit::detail {
 
-/// The error a one-key limiter's script call ended with, as ScriptLimiter reports it (a
+/// The error a one-key script's call ended with, as ScriptCore reports it (a
 /// WRONGTYPE from the script's read of `key` becomes InvalidConfigError naming it and the kind).
 std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind);
-/// The monitor of a one-key handle named `name`, after the checks of its client and name (throws
-/// InvalidArgument), as ScriptLimiter makes it.
+/// The monitor of a limiter named `name`, after the checks of its client and name (throws
+/// InvalidArgument), as ScriptCore makes it.
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor);
 /// The key of the reservation record `id` of the limiter whose key is `name`
-/// (ScriptLimiter::reservationKey): name:<infix>:id, wrapped as {name}:<infix>:id for a name
+/// (MultiLimit of 0.x handles): name:<infix>:id, wrapped as {name}:<infix>:id for a name
 /// without a hash tag. MultiLimit's records use the infix "mrsv". Throws InvalidArgument.
 std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix = "rsv");
 /// Throw InvalidArgument for a record TTL outside 1 ms..kMaxReservationTtl, actual permits outside

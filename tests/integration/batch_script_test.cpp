@@ -332,12 +332,11 @@ TEST_F(BatchScript, AFailingDecisionNamesItsOwnKeyAndWritesNothing) {
             "error: REDLIMIT_INVALID_ARGUMENT permits must be an integer in "
             "1..4294967295 for limiter " +
                 t2 + ", got \"0\"");
-  EXPECT_EQ(describeElement(batch.elements[2]), "error: REDLIMIT_NOT_INITIALIZED GcraRateLimiter " + t3 +
+  EXPECT_EQ(describeElement(batch.elements[2]), "error: REDLIMIT_NOT_INITIALIZED GCRA limiter " + t3 +
                                                     " is not initialized: store its configuration first "
-                                                    "(Limiter::trySetPolicy or setPolicy; a 0.1 handle: trySetConfig "
-                                                    "or setConfig)");
+                                                    "(Limiter::trySetPolicy or setPolicy)");
   EXPECT_EQ(describeElement(batch.elements[3]),
-            "error: REDLIMIT_INVALID_ARGUMENT Requested permits (9) exceed the burst (5) of TokenBucketRateLimiter " +
+            "error: REDLIMIT_INVALID_ARGUMENT Requested permits (9) exceed the burst (5) of token bucket limiter " +
                 t2 + ": they could never be granted at once");
   EXPECT_EQ(takeReply(batch.elements[4]).remaining, 4) << "the unknown kind took nothing from " << t1;
   EXPECT_TRUE(raw({"GET", t2}).isNil()) << "the failing decisions wrote nothing";

@@ -11,7 +11,6 @@
 #include "helpers.hpp"
 #include "redlimit/calendar.hpp"
 #include "redlimit/limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
@@ -31,7 +30,7 @@ class ClientKill : public RedisTest {
 
   // A bucket of `capacity` that refills one permit a day: no window boundary to race, so at
   // most `capacity` are ever granted during a test.
-  static TokenBucketConfig full(std::int64_t capacity) { return bucket(capacity, 1, std::chrono::hours(24)); }
+  static Policy full(std::int64_t capacity) { return Policy::tokenBucket(capacity, 1, std::chrono::hours(24)); }
 
   struct Outcome {
     std::int64_t granted = 0;
@@ -84,26 +83,20 @@ class ClientKill : public RedisTest {
 
 }  // namespace
 
-TEST_F(ClientKill, OneKeyTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
-  TokenBucketRateLimiter limiter(client(), name(), full(kLimit));
-  const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire(); });
-  expectResent(o, limiter.failureStats(), kLimit);
-}
-
 TEST_F(ClientKill, MultiLimitTakesAreResentSoNoCallerSeesAnErrorAndTheLimiterStaysHealthy) {
-  TokenBucketRateLimiter perUser(client(), "{" + name() + "}:user", full(kLimit));
-  TokenBucketRateLimiter global(client(), "{" + name() + "}:all", full(2 * kLimit));
-  MultiLimit both({perUser, global});
+  Limiter perUser(client(), limiterName("user"), full(kLimit));
+  Limiter global(client(), limiterName("all"), full(2 * kLimit));
+  MultiLimit both = MultiLimit({perUser, global}).on({"u", "all"});
   const ClientKill::Outcome o = underKills([&] { return both.tryAcquire(); });
   expectResent(o, both.failureStats(), kLimit);
 }
 
 TEST_F(ClientKill, AsyncTakesAreResentSoNoCallerSeesAnErrorAndTheLimitersStayHealthy) {
-  TokenBucketRateLimiter one(client(), name("one"), full(kLimit));
-  TokenBucketRateLimiter perUser(client(), "{" + name() + "}:user", full(kLimit));
-  MultiLimit both({perUser});
+  Limiter one(client(), limiterName("one"), full(kLimit));
+  Limiter perUser(client(), limiterName("user"), full(kLimit));
+  MultiLimit both = MultiLimit({perUser}).on({"u"});
   const ClientKill::Outcome o = underKills([&] {
-    std::future<Decision> a = one.decideAsync();
+    std::future<Decision> a = one.decideAsync("k");
     std::future<MultiDecision> b = both.decideAsync();
     const bool first = a.get().allowed;
     return b.get().allowed && first;

@@ -273,8 +273,7 @@ TEST_F(ConcurrencyLimiterTest, CorruptedKeysAreTypedErrorsAndNothingIsWritten) {
     EXPECT_NE(std::string(e.what()).find(name()), std::string::npos) << e.what();
   }
   expectRefused("hash", Tag<InvalidConfigError>{});
-  GcraRateLimiter gcra(client(), name());
-  ASSERT_TRUE(gcra.trySetConfig(GcraTraits::config(5, 5, milliseconds(1000))));
+  (void)raw({"SET", name(), gcraValue('G', 5, 5, 1000, 0)});  // a GCRA key
   expectRefused("gcra", Tag<InvalidConfigError>{});
   // A member that is not a lease id (expired: read by the reclaim), and one among the latest.
   (void)raw({"ZADD", name(), "1", "hello"});

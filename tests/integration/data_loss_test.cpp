@@ -38,13 +38,6 @@ const char* policyName(FailurePolicy p) {
 
 // 3 at once, then one a minute: nothing refills while a test runs.
 Policy threeAMinutePolicy() { return Policy::gcra(1, milliseconds(60000), 3); }
-GcraConfig threeAMinute() {
-  GcraConfig c;
-  c.burst = 3;
-  c.rate = 1;
-  c.period = milliseconds(60000);
-  return c;
-}
 
 FailureOptions failureOptions(FailurePolicy policy) {
   FailureOptions f;
@@ -94,9 +87,6 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
   for (const FailurePolicy policy : kEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     const std::string tag = policyName(policy);
-    GcraRateLimiterOptions oneKeyOptions;
-    oneKeyOptions.failure = failureOptions(policy);
-    GcraRateLimiter oneKey(client(), name("one" + tag), threeAMinute(), oneKeyOptions);
     LimiterOptions limiterOptions;
     limiterOptions.failure = failureOptions(policy);
     Limiter perKey(client(), limiterName("perKey" + tag), threeAMinutePolicy(), limiterOptions);
@@ -107,33 +97,26 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
     ASSERT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
 
     for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(oneKey.decide().allowed);
       ASSERT_TRUE(perKey.decide(key).allowed);
       ASSERT_TRUE(central.tryAcquire());
     }
-    ASSERT_FALSE(oneKey.decide().allowed);
     ASSERT_FALSE(perKey.decide(key).allowed);
     ASSERT_FALSE(central.tryAcquire());
 
     (void)raw({"FLUSHALL"});
 
     // Known configuration: the next decision writes the key again and decides as a new limiter.
-    const Decision one = oneKey.decide();
-    EXPECT_TRUE(one.allowed);
-    EXPECT_FALSE(one.byPolicy);
-    EXPECT_EQ(one.remaining, 2);
     const Decision k = perKey.decide(key);
     EXPECT_TRUE(k.allowed);
     EXPECT_FALSE(k.byPolicy);
     EXPECT_EQ(k.remaining, 2);
-    EXPECT_TRUE(exists(admin(), name("one" + tag)));
     EXPECT_TRUE(exists(admin(), perKey.redisKey(key))) << "written again under the limiter's name";
     // Made without one: the documented rule, under every policy.
     EXPECT_THROW((void)central.tryAcquire(), NotInitializedError);
     EXPECT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
     EXPECT_TRUE(central.tryAcquire());
-    EXPECT_FALSE(oneKey.failureStats().degraded);
-    EXPECT_EQ(oneKey.failureStats().outages, 0u);
+    EXPECT_FALSE(perKey.failureStats().degraded);
+    EXPECT_EQ(perKey.failureStats().outages, 0u);
     (void)raw({"FLUSHALL"});
   }
 }
@@ -144,35 +127,29 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     RedisServer server;  // no persistence: a restart comes back empty
     auto c = shortTimeoutClient(server);
-    GcraRateLimiterOptions oneKeyOptions;
-    oneKeyOptions.failure = failureOptions(policy);
-    GcraRateLimiter oneKey(c, "one", threeAMinute(), oneKeyOptions);
-    GcraRateLimiter centralGcra(c, "central-gcra", oneKeyOptions);  // made without its configuration
     LimiterOptions limiterOptions;
     limiterOptions.failure = failureOptions(policy);
     Limiter perKey(c, "perKey", threeAMinutePolicy(), limiterOptions);
+    Limiter centralGcra(c, "central-gcra", threeAMinutePolicy().stored(), limiterOptions);  // stored in the key
     RateLimiterOptions centralOptions;
     centralOptions.failure = failureOptions(policy);
     RateLimiter central(c, "central", centralOptions);
     ASSERT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
-    ASSERT_TRUE(centralGcra.trySetConfig(threeAMinute()));
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(oneKey.decide().allowed);
-      ASSERT_TRUE(perKey.decide("user:{1}").allowed);
-    }
-    ASSERT_FALSE(oneKey.decide().allowed);
+    ASSERT_TRUE(centralGcra.trySetPolicy("k"));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(perKey.decide("user:{1}").allowed);
+    ASSERT_FALSE(perKey.decide("user:{1}").allowed);
 
     server.kill();
     // During the outage: decisions follow the policy ...
     try {
-      const Decision d = oneKey.decide();
+      const Decision d = perKey.decide("user:{1}");
       EXPECT_NE(policy, FailurePolicy::Throw);
       EXPECT_TRUE(d.byPolicy);
-      EXPECT_EQ(d.allowed, policy != FailurePolicy::Deny) << "Local: the handle's own configuration";
+      EXPECT_EQ(d.allowed, policy != FailurePolicy::Deny) << "Local: the limiter's own policy";
     } catch (const IoError&) {
       EXPECT_EQ(policy, FailurePolicy::Throw);
     }
-    const FailureStats during = oneKey.failureStats();
+    const FailureStats during = perKey.failureStats();
     EXPECT_TRUE(during.degraded);
     EXPECT_EQ(during.outages, 1u);
     EXPECT_EQ(during.allowed, policy == FailurePolicy::Allow || policy == FailurePolicy::Local ? 1u : 0u);
@@ -180,32 +157,27 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     EXPECT_EQ(during.thrown, policy == FailurePolicy::Throw ? 1u : 0u);
     // ... and set-up calls are not decisions: they throw the IoError under every policy.
     EXPECT_THROW((void)central.trySetRate(RateType::Overall, 3, milliseconds(60000)), IoError);
-    EXPECT_THROW((void)centralGcra.trySetConfig(threeAMinute()), IoError);
-    EXPECT_THROW(oneKey.refund(1), IoError);
-    EXPECT_EQ(oneKey.failureStats().outages, 1u) << "set-up calls do not count as decisions";
+    EXPECT_THROW((void)centralGcra.trySetPolicy("k"), IoError);
+    EXPECT_THROW(perKey.refund("user:{1}", 1), IoError);
+    EXPECT_EQ(perKey.failureStats().outages, 1u) << "set-up calls do not count as decisions";
     EXPECT_EQ(centralGcra.failureStats().outages, 0u);
     EXPECT_EQ(central.failureStats().outages, 0u);
 
     server.restart();
     // Known configuration: decided as a new limiter (full), the key written again.
-    const Decision one = firstAnswerFromRedis([&] { return oneKey.decide(); });
-    EXPECT_TRUE(one.allowed);
-    EXPECT_EQ(one.remaining, 2);
     const Decision k = firstAnswerFromRedis([&] { return perKey.decide("user:{1}"); });
     EXPECT_TRUE(k.allowed);
     EXPECT_EQ(k.remaining, 2);
-    EXPECT_FALSE(oneKey.failureStats().degraded);
     EXPECT_FALSE(perKey.failureStats().degraded);
-    EXPECT_TRUE(exists(*c, "one")) << "written again by the handle";
-    EXPECT_TRUE(exists(*c, perKey.redisKey("user:{1}")));
+    EXPECT_TRUE(exists(*c, perKey.redisKey("user:{1}"))) << "written again by the decision";
     // Made without one: NotInitializedError until the configuration is set again, then normal.
     EXPECT_TRUE(seesNotInitialized([&] { return central.decide(); }));
     EXPECT_FALSE(exists(*c, "central")) << "nothing re-created it";
     EXPECT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
     EXPECT_TRUE(central.tryAcquire());
-    EXPECT_TRUE(seesNotInitialized([&] { return centralGcra.decide(); }));
-    EXPECT_TRUE(centralGcra.trySetConfig(threeAMinute()));
-    const Decision g = centralGcra.decide();
+    EXPECT_TRUE(seesNotInitialized([&] { return centralGcra.decide("k"); }));
+    EXPECT_TRUE(centralGcra.trySetPolicy("k"));
+    const Decision g = centralGcra.decide("k");
     EXPECT_TRUE(g.allowed);
     EXPECT_EQ(g.remaining, 2);
   }
@@ -233,11 +205,11 @@ TEST_F(DataLoss, LocalCanBeSeededBeforeAConfigurationIsSeen) {
   EXPECT_EQ(central.failureStats().allowed, 2u);
   EXPECT_EQ(central.failureStats().denied, 1u);
 
-  GcraRateLimiterOptions gcraSeeded;
+  LimiterOptions gcraSeeded;
   gcraSeeded.failure = seeded.failure;
-  GcraRateLimiter oneKey(c, "gcra", gcraSeeded);
-  EXPECT_TRUE(oneKey.decide(2).allowed);
-  EXPECT_FALSE(oneKey.decide().allowed);
+  Limiter stored(c, "gcra", threeAMinutePolicy().stored(), gcraSeeded);  // no configuration seen: its keys hold it
+  EXPECT_TRUE(stored.decide("k", 2).allowed);
+  EXPECT_FALSE(stored.decide("k").allowed);
 
   RateLimiterOptions bad = unseeded;
   bad.failure.localSeedRate = 2;  // without an interval

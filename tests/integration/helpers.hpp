@@ -36,9 +36,7 @@
 #include "redlimit/policy.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/script.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit::test {
@@ -427,30 +425,16 @@ class Stall {
 /// The pid of the server a client talks to (INFO server), so a test can stall its own server.
 inline pid_t serverPid(Client& c) { return static_cast<pid_t>(std::stol(infoField(c, "server", "process_id"))); }
 
-/// One-key configurations, as the tests write them.
-inline GcraConfig gcra(std::int64_t burst, std::int64_t rate, std::chrono::milliseconds period,
-                       std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
-  GcraConfig c;
-  c.burst = burst;
-  c.rate = rate;
-  c.period = period;
-  c.keepAlive = keepAlive;
-  return c;
+/// Policies as the tests write them: a GCRA of `burst` at `rate` per `period`, a token bucket of
+/// `capacity` refilled `permits` per `interval`, a fixed window of `limit` per `length`.
+inline Policy gcra(std::int64_t burst, std::int64_t rate, std::chrono::milliseconds period) {
+  return Policy::gcra(rate, period, burst);
 }
-inline TokenBucketConfig bucket(std::int64_t capacity, std::int64_t permits, std::chrono::milliseconds interval) {
-  TokenBucketConfig c;
-  c.capacity = capacity;
-  c.refillPermits = permits;
-  c.refillInterval = interval;
-  return c;
+inline Policy bucket(std::int64_t capacity, std::int64_t permits, std::chrono::milliseconds interval) {
+  return Policy::tokenBucket(capacity, permits, interval);
 }
-inline FixedWindowConfig window(std::int64_t limit, std::chrono::milliseconds length,
-                                std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
-  FixedWindowConfig c;
-  c.limit = limit;
-  c.window = length;
-  c.keepAlive = keepAlive;
-  return c;
+inline Policy window(std::int64_t limit, std::chrono::milliseconds length) {
+  return Policy::fixedWindow(limit, length);
 }
 
 inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::milliseconds ttl) {

@@ -422,11 +422,13 @@ TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChi
 // --- A MultiLimit's lease --------------------------------------------------------------------------
 
 TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWithItsOwnTtl) {
-  const std::string tag = "{" + name("multi") + "}:";
-  GcraRateLimiter rate(client(), tag + "rate", gcra(100, 100, milliseconds(1000)));
-  ConcurrencyLimiter shortLeases(client(), tag + "short", leaseConfig(1, milliseconds(1000)));
-  ConcurrencyLimiter longLeases(client(), tag + "long", leaseConfig(2, milliseconds(3000)));
-  MultiLimit all({rate, shortLeases, longLeases});
+  const std::string user = "{" + name("multi") + "}";
+  Limiter rate(client(), limiterName("rate"), gcra(100, 100, milliseconds(1000)));
+  Limiter shortLeases(client(), limiterName("short"), Policy::concurrency(1, milliseconds(1000)));
+  Limiter longLeases(client(), limiterName("long"), Policy::concurrency(2, milliseconds(3000)));
+  const std::string shortKey = shortLeases.redisKey(user);
+  const std::string longKey = longLeases.redisKey(user);
+  MultiLimit all = MultiLimit({rate, shortLeases, longLeases}).on({user, user, user});
   EXPECT_EQ(all.leaseTtl(), milliseconds(1000)) << "the shortest";
   EXPECT_EQ(LeaseHeartbeat::resolved(all, {}).interval, milliseconds(333)) << "a third of the shortest";
   EXPECT_EQ(LeaseHeartbeat::resolved(all, {}).leaseTtl, milliseconds(0)) << "each limit's own";
@@ -438,9 +440,8 @@ TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWith
   // The async forms first.
   const std::optional<Lease> renewed = all.renewAsync(lease).get();
   ASSERT_TRUE(renewed);
-  EXPECT_EQ(expiryOf(tag + "long", lease.id) - expiryOf(tag + "short", lease.id), 2'000'000)
-      << "one call, each limit's own TTL";
-  EXPECT_EQ(renewed->expiresAt.count(), expiryOf(tag + "short", lease.id)) << "the soonest";
+  EXPECT_EQ(expiryOf(longKey, lease.id) - expiryOf(shortKey, lease.id), 2'000'000) << "one call, each limit's own TTL";
+  EXPECT_EQ(renewed->expiresAt.count(), expiryOf(shortKey, lease.id)) << "the soonest";
 
   LeaseHeartbeatOptions o;
   o.interval = milliseconds(100);
@@ -449,17 +450,17 @@ TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWith
   ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 3; }));
   EXPECT_FALSE(hb.lost());
   const std::int64_t now = serverTimeUs(admin());
-  EXPECT_GT(expiryOf(tag + "short", lease.id), now) << "live past its first expiry";
-  EXPECT_GT(expiryOf(tag + "long", lease.id), now);
+  EXPECT_GT(expiryOf(shortKey, lease.id), now) << "live past its first expiry";
+  EXPECT_GT(expiryOf(longKey, lease.id), now);
   EXPECT_FALSE(all.decide().allowed) << "the short limit's one place is still held";
   EXPECT_TRUE(hb.release());
-  EXPECT_FALSE(exists(admin(), tag + "short"));
-  EXPECT_FALSE(exists(admin(), tag + "long"));
+  EXPECT_FALSE(exists(admin(), shortKey));
+  EXPECT_FALSE(exists(admin(), longKey));
   EXPECT_FALSE(all.releaseAsync(lease).get()) << "released already";
 
   // Refused before anything is sent: no concurrency limit, a bad id or TTL.
   const std::int64_t calls = scriptCalls();
-  MultiLimit rateOnly({rate});
+  MultiLimit rateOnly = MultiLimit({rate}).on({user});
   EXPECT_THROW([&] { LeaseHeartbeat none(rateOnly, lease); }(), InvalidArgument);
   EXPECT_THROW((void)rateOnly.renewAsync(lease).get(), InvalidArgument);
   EXPECT_THROW((void)rateOnly.releaseAsync(lease).get(), InvalidArgument);

@@ -29,15 +29,8 @@ class LimiterPerKey : public RedisTest {
   std::int64_t pttl(const std::string& key) { return raw({"PTTL", key}).integer; }
 };
 
-// A one-key configuration with the keepAlive a policy gives its keys by default.
-template <class Config>
-Config withIdleMargin(Config c) {
-  c.keepAlive = kDefaultIdleMargin;
-  return c;
-}
-
 // A key without state is decided with the policy (no set-up, no NotInitializedError), and then
-// holds it: a one-key handle on its Redis key reads the policy and the state.
+// holds it: a Limiter of the same name under a stored policy reads the policy and the state.
 TEST_F(LimiterPerKey, AKeyWithoutStateIsDecidedWithThePolicyAndThenHoldsIt) {
   Limiter api(client(), limiterName("api"), Policy::gcra(1, milliseconds(10000), 3));
   for (std::int64_t left = 2; left >= 0; --left) {
@@ -53,9 +46,10 @@ TEST_F(LimiterPerKey, AKeyWithoutStateIsDecidedWithThePolicyAndThenHoldsIt) {
   EXPECT_LE(denied.retryAfter.count(), 10000000);
   EXPECT_TRUE(api.tryAcquire("user:43")) << "another key, another limit";
 
-  GcraRateLimiter one(client(), api.redisKey("user:42"));
-  EXPECT_EQ(one.getConfig(), withIdleMargin(gcra(3, 1, milliseconds(10000))));
-  EXPECT_FALSE(one.tryAcquire()) << "the handle sees the limiter's state";
+  Limiter stored(client(), api.name(), Policy::gcra(1, milliseconds(10000), 5).stored());
+  const Decision seen = stored.peek("user:42");
+  EXPECT_EQ(seen.limit, 3) << "the policy was written with the grant";
+  EXPECT_FALSE(seen.allowed) << "a stored limiter of the name sees the key's state";
 }
 
 // A key without state is a normal decision, not the failure policy's, under Allow too.
@@ -114,23 +108,27 @@ TEST_F(LimiterPerKey, AnotherPolicyOfTheSameAlgorithmKeepsThePermitsInUse) {
   const Decision d = slower.decide("k");
   ASSERT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 3) << "6 in use, then 1";
-  GcraRateLimiter one(client(), slower.redisKey("k"));
-  EXPECT_EQ(one.getConfig(), withIdleMargin(gcra(10, 1, milliseconds(20000))))
-      << "the caller's policy was written with the grant";
+  Limiter stored(client(), shared, Policy::gcra(1, milliseconds(10000), 1).stored());
+  const Decision byKey = stored.peek("k", 4);
+  const Decision byCall = slower.peek("k", 4);
+  EXPECT_EQ(byKey.limit, 10);
+  EXPECT_EQ(byKey.time + byKey.retryAfter, byCall.time + byCall.retryAfter)
+      << "the caller's policy was written with the grant: the key's own is one permit per 20 s";
   EXPECT_EQ(a.peek("k").remaining, 3) << "7 in use, back to the first policy";
 }
 
-// A key written by a one-key handle (keepAlive 0) keeps its state exactly under a policy that
-// differs in keepAlive only; a key of another kind or Redis type is refused, nothing written.
-TEST_F(LimiterPerKey, KeysWrittenByAOneKeyHandleAreDecidedByThePolicy) {
+// A key written under a stored policy (keepAlive 0) keeps its state exactly under a policy in the
+// call that differs in keepAlive only; a key of another kind or Redis type is refused, nothing
+// written.
+TEST_F(LimiterPerKey, KeysWrittenUnderAStoredPolicyAreDecidedByThePolicyInTheCall) {
   Limiter api(client(), limiterName("api"), Policy::gcra(1, milliseconds(10000), 5));
-  GcraRateLimiter one(client(), api.redisKey("one"));
-  one.setConfig(gcra(5, 1, milliseconds(10000)));
-  ASSERT_TRUE(one.decide(2).allowed);
+  Limiter stored(client(), api.name(), Policy::gcra(1, milliseconds(10000), 5).stored());
+  ASSERT_TRUE(stored.trySetPolicy("one"));
+  ASSERT_TRUE(stored.decide("one", 2).allowed);
   EXPECT_EQ(api.decide("one").remaining, 2);
 
-  TokenBucketRateLimiter other(client(), api.redisKey("bucket"));
-  other.setConfig(bucket(5, 1, milliseconds(10000)));
+  Limiter bucket(client(), api.name(), Policy::tokenBucket(5, 1, milliseconds(10000)).stored());
+  ASSERT_TRUE(bucket.trySetPolicy("bucket"));
   EXPECT_THROW((void)api.decide("bucket"), InvalidConfigError);
   (void)raw({"SET", api.redisKey("str"), "hello"});
   EXPECT_THROW((void)api.decide("str"), InvalidConfigError);
@@ -148,8 +146,8 @@ TEST_F(LimiterPerKey, AsyncDecisionsOnManyKeysShareOnePolicy) {
   int allowed = 0;
   for (auto& f : futures) allowed += f.get().allowed ? 1 : 0;
   EXPECT_EQ(allowed, 40) << "2 of 3 on each of 20 keys";
-  TokenBucketRateLimiter one(client(), api.redisKey("u7"));
-  EXPECT_EQ(one.getConfig(), withIdleMargin(bucket(2, 1, milliseconds(10000))));
+  Limiter stored(client(), api.name(), Policy::tokenBucket(1, 1, milliseconds(1000)).stored());
+  EXPECT_EQ(stored.peek("u7").limit, 2) << "one policy written to every key";
 }
 
 // A decideAsync callback that throws runs once, is counted and reported once under the limiter's
@@ -212,9 +210,8 @@ TEST_F(LimiterPerKey, AFixedWindowKeyNeedsNoSetUpAndExpiresAtTheWindowsEnd) {
   const std::int64_t endMs = (denied.retryAfter.count() + 999) / 1000;  // the window's end
   EXPECT_GT(ttl, endMs) << "the window's end plus the margin";
   EXPECT_LE(ttl, endMs + kDefaultIdleMargin.count());
-  FixedWindowRateLimiter one(client(), quota.redisKey(key));
-  EXPECT_EQ(one.getConfig(), window(3, milliseconds(kWindowMs), kDefaultIdleMargin))
-      << "the policy was written with the grant";
+  Limiter stored(client(), quota.name(), Policy::fixedWindow(1, milliseconds(1000)).stored());
+  EXPECT_EQ(stored.peek(key).limit, 3) << "the policy was written with the grant";
   EXPECT_THROW((void)quota.decide(key, 4), InvalidArgument) << "more than the limit, before sending";
 }
 

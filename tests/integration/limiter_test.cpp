@@ -14,6 +14,7 @@
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
+#include "topology/key_slot.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;

@@ -14,7 +14,7 @@
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "helpers.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -154,17 +154,12 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
   ro.monitor = shadow;
   RateLimiter rl(client(), name("redisson"), ro);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(10000)));
-  TokenBucketRateLimiterOptions to;
+  LimiterOptions to;
   to.monitor = shadow;
-  TokenBucketRateLimiter bucket(client(), name("bucket"), to);
-  TokenBucketConfig cfg;
   // A burst of 10, refilled over 10 s: a bucket refills continuously (at 10 per 1000 ms one token
   // every 100 ms, and the 100 calls take longer than that under TSan), so at one per second no
   // whole token comes back within the 900 ms the calls are given below.
-  cfg.capacity = 10;
-  cfg.refillPermits = 10;
-  cfg.refillInterval = milliseconds(10000);
-  ASSERT_TRUE(bucket.trySetConfig(cfg));
+  Limiter bucket(client(), limiterName("bucket"), Policy::tokenBucket(10, 10, milliseconds(10000)), to);
   RateLimiter segmentSource(client(), name("segment"), ro);
   ASSERT_TRUE(segmentSource.trySetRate(RateType::Overall, 10, milliseconds(10000)));
   SegmentOptions so;
@@ -176,14 +171,14 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 100; ++i) {
     allowed[0] += rl.tryAcquire() ? 1 : 0;
-    allowed[1] += bucket.tryAcquire() ? 1 : 0;
+    allowed[1] += bucket.tryAcquire("k") ? 1 : 0;
     allowed[2] += segment.tryAcquire() ? 1 : 0;
   }
   const auto took = msSince(start);
   ASSERT_LT(took, 900) << "the 100 calls must fit in the limiter's second for the count to be 90";
   for (int a : allowed) EXPECT_EQ(a, 100);
   EXPECT_EQ(hook.load(), 270);
-  for (const std::string& limiter : {rl.getName(), bucket.getName(), segmentSource.getName()}) {
+  for (const std::string& limiter : {rl.getName(), bucket.name(), segmentSource.getName()}) {
     const auto s = registry->snapshot(limiter);
     EXPECT_EQ(s.granted, 10u) << limiter;
     EXPECT_EQ(s.denied, 90u) << limiter;
@@ -192,7 +187,7 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
   EXPECT_EQ(registry->snapshot(segmentSource.getName()).localHits, 8u);
   // The permits really were taken: Redis holds the 10 granted ones, not 100.
   EXPECT_EQ(rl.availablePermits(), 0);
-  const Decision peeked = bucket.peek();
+  const Decision peeked = bucket.peek("k");
   EXPECT_FALSE(peeked.allowed);
   // A Decision in shadow mode says what it would have been.
   const Decision d = rl.decide();
@@ -203,7 +198,7 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
   const auto before = std::chrono::steady_clock::now();
   EXPECT_TRUE(rl.tryAcquire(1, milliseconds(5000)));
   rl.acquire();
-  bucket.acquire();
+  (void)bucket.acquire("k");
   segment.acquire();
   // A wait would last until a permit of a 10 s interval comes back: seconds, not the half here.
   EXPECT_LT(msSince(before), 5000);
@@ -211,20 +206,15 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
 
 TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   auto registry = std::make_shared<MetricsRegistry>();
-  TokenBucketRateLimiterOptions to;
+  LimiterOptions to;
   to.monitor.registry = registry;
-  TokenBucketRateLimiter a(client(), "{" + name() + "}:a", to);
-  TokenBucketRateLimiter b(client(), "{" + name() + "}:b", to);
-  TokenBucketConfig cfg;
-  cfg.capacity = 3;
-  cfg.refillPermits = 1;
-  cfg.refillInterval = milliseconds(60000);
-  ASSERT_TRUE(a.trySetConfig(cfg));
-  ASSERT_TRUE(b.trySetConfig(cfg));
+  const Policy cfg = Policy::tokenBucket(3, 1, milliseconds(60000));
+  Limiter a(client(), limiterName("a"), cfg, to);
+  Limiter b(client(), limiterName("b"), cfg, to);
   int granted = 0;
-  for (int i = 0; i < 5; ++i) granted += a.tryAcquireAsync(1).get() ? 1 : 0;
+  for (int i = 0; i < 5; ++i) granted += a.decideAsync("k", 1).get().allowed ? 1 : 0;
   EXPECT_EQ(granted, 3);
-  const auto sa = registry->snapshot(a.getName());
+  const auto sa = registry->snapshot(a.name());
   EXPECT_EQ(sa.granted, 3u);
   EXPECT_EQ(sa.denied, 2u);
   EXPECT_EQ(sa.roundTrips, 5u);
@@ -232,56 +222,39 @@ TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   MultiLimitOptions mo;
   mo.monitor.registry = registry;
   mo.name = "both";
-  MultiLimit both({a, b}, mo);
+  MultiLimit both = MultiLimit({a, b}, mo).on({"k", "k"});
   EXPECT_FALSE(both.decide().allowed);  // a is empty
   EXPECT_FALSE(both.decideAsync().get().allowed);
   const auto sm = registry->snapshot("both");
   EXPECT_EQ(sm.denied, 2u);
   EXPECT_EQ(sm.roundTrips, 2u);
-  EXPECT_EQ(registry->snapshot(b.getName()).roundTrips, 0u) << "the limits' own metrics are not the MultiLimit's";
+  EXPECT_EQ(registry->snapshot(b.name()).roundTrips, 0u) << "the limits' own metrics are not the MultiLimit's";
 }
 
 // A caller's refund is counted as permits refunded, its grant staying counted as granted; a
-// segment cache's give-back of unspent permits is no refund; a MultiLimit counts its own refunds.
-TEST_F(Metrics, RefundsAreCountedAndASegmentsGiveBackIsNot) {
+// MultiLimit counts its own refunds.
+TEST_F(Metrics, RefundsAreCountedUnderTheLimiterThatMadeThem) {
   auto registry = std::make_shared<MetricsRegistry>();
-  TokenBucketRateLimiterOptions to;
+  LimiterOptions to;
   to.monitor.registry = registry;
-  auto bucket = std::make_shared<TokenBucketRateLimiter>(client(), "{" + name() + "}:bucket", to);
-  TokenBucketConfig cfg;
-  cfg.capacity = 20;
-  cfg.refillPermits = 1;
-  cfg.refillInterval = milliseconds(60000);
-  ASSERT_TRUE(bucket->trySetConfig(cfg));
-  ASSERT_TRUE(bucket->tryAcquire(3));
-  bucket->refund(2);
-  auto s = registry->snapshot(bucket->getName());
+  const Policy cfg = Policy::tokenBucket(20, 1, milliseconds(60000));
+  Limiter bucket(client(), limiterName("bucket"), cfg, to);
+  ASSERT_TRUE(bucket.tryAcquire("k", 3));
+  bucket.refund("k", 2);
+  const auto s = registry->snapshot(bucket.name());
   EXPECT_EQ(s.granted, 1u);
   EXPECT_EQ(s.permitsGranted, 3u);
   EXPECT_EQ(s.permitsRefunded, 2u);
 
-  SegmentOptions so;
-  so.segmentSize = 10;
-  so.returnWhenIdle = false;
-  {
-    SegmentedRateLimiter<TokenBucketRateLimiter> cached(bucket, so);
-    EXPECT_TRUE(cached.tryAcquire());
-    cached.close();  // gives the 9 unspent permits back
-    EXPECT_EQ(cached.stats().permitsReturned, 9);
-  }
-  EXPECT_GE(bucket->peek(1).remaining, 17) << "the give-back reached Redis (19 - 10 + 9 = 18 left)";
-  EXPECT_EQ(registry->snapshot(bucket->getName()).permitsRefunded, 2u) << "a give-back is not a refund";
-
-  TokenBucketRateLimiter other(client(), "{" + name() + "}:other", to);
-  ASSERT_TRUE(other.trySetConfig(cfg));
+  Limiter other(client(), limiterName("other"), cfg, to);
   MultiLimitOptions mo;
   mo.monitor.registry = registry;
   mo.name = "both-refund";
-  MultiLimit both({*bucket, other}, mo);
+  MultiLimit both = MultiLimit({bucket, other}, mo).on({"k", "k"});
   ASSERT_TRUE(both.decide(2).allowed);
   both.refund(2);
   EXPECT_EQ(registry->snapshot("both-refund").permitsRefunded, 2u);
-  EXPECT_EQ(registry->snapshot(bucket->getName()).permitsRefunded, 2u) << "counted under the MultiLimit's name only";
+  EXPECT_EQ(registry->snapshot(bucket.name()).permitsRefunded, 2u) << "counted under the MultiLimit's name only";
 }
 
 }  // namespace

@@ -27,15 +27,12 @@ class MultiLimitTest : public RedisTest {
 };
 
 TEST_F(MultiLimitTest, DecidesAllOrNothingAndSaysWhichLimitDenied) {
-  TokenBucketRateLimiter user(client(), key("user"));
-  GcraRateLimiter tenant(client(), key("tenant"));
-  FixedWindowRateLimiter global(client(), key("global"));
-  ASSERT_TRUE(user.trySetConfig(bucket(5, 5, milliseconds(100000))));
-  ASSERT_TRUE(tenant.trySetConfig(gcra(3, 3, milliseconds(100000))));
-  ASSERT_TRUE(global.trySetConfig(window(4, TokenBucketRateLimiter::kMaxInterval)));
-  MultiLimit all({user, tenant, global});
+  Limiter user(client(), limiterName("user"), bucket(5, 5, milliseconds(100000)));
+  Limiter tenant(client(), limiterName("tenant"), gcra(3, 3, milliseconds(100000)));
+  Limiter global(client(), limiterName("global"), window(4, milliseconds(4294967295)));
+  MultiLimit all = MultiLimit({user, tenant, global}).on({"k", "k", "k"});
   EXPECT_EQ(all.size(), 3u);
-  EXPECT_EQ(all.names(), (std::vector<std::string>{key("user"), key("tenant"), key("global")}));
+  EXPECT_EQ(all.names(), (std::vector<std::string>{user.redisKey("k"), tenant.redisKey("k"), global.redisKey("k")}));
 
   const std::int64_t before = serverTimeUs(admin());
   const MultiDecision d = all.decide(2);
@@ -69,33 +66,31 @@ TEST_F(MultiLimitTest, DecidesAllOrNothingAndSaysWhichLimitDenied) {
   EXPECT_TRUE(denied.limits[2].allowed);
   EXPECT_EQ(denied.retryAfter, denied.limits[1].retryAfter);
   EXPECT_GT(denied.retryAfter.count(), 0);
-  EXPECT_EQ(user.peek().remaining, 3);
-  EXPECT_EQ(tenant.peek().remaining, 1);
-  EXPECT_EQ(global.peek().remaining, 2);
+  EXPECT_EQ(user.peek("k").remaining, 3);
+  EXPECT_EQ(tenant.peek("k").remaining, 1);
+  EXPECT_EQ(global.peek("k").remaining, 2);
 
   // peek takes nothing; a call that fits goes through; then the window is the tightest.
   EXPECT_TRUE(all.peek(1).allowed);
-  EXPECT_EQ(tenant.peek().remaining, 1);
+  EXPECT_EQ(tenant.peek("k").remaining, 1);
   EXPECT_TRUE(all.tryAcquire(1));
-  EXPECT_EQ(global.peek().remaining, 1);
+  EXPECT_EQ(global.peek("k").remaining, 1);
   EXPECT_FALSE(all.tryAcquire(1)) << "the tenant is empty";
-  EXPECT_EQ(global.peek().remaining, 1) << "the window was not charged for the denial";
+  EXPECT_EQ(global.peek("k").remaining, 1) << "the window was not charged for the denial";
 
   // refund goes to every limit.
   all.refund(1);
-  EXPECT_EQ(user.peek().remaining, 3);
-  EXPECT_EQ(tenant.peek().remaining, 1);
-  EXPECT_EQ(global.peek().remaining, 2);
+  EXPECT_EQ(user.peek("k").remaining, 3);
+  EXPECT_EQ(tenant.peek("k").remaining, 1);
+  EXPECT_EQ(global.peek("k").remaining, 2);
 }
 
 TEST_F(MultiLimitTest, DeniedByIsTheLimitWithTheLongestWait) {
-  GcraRateLimiter fast(client(), key("fast"));
-  GcraRateLimiter slow(client(), key("slow"));
-  ASSERT_TRUE(fast.trySetConfig(gcra(1, 1, milliseconds(1000))));
-  ASSERT_TRUE(slow.trySetConfig(gcra(1, 1, milliseconds(100000))));
-  ASSERT_TRUE(fast.tryAcquire());
-  ASSERT_TRUE(slow.tryAcquire());
-  MultiLimit both({fast, slow});
+  Limiter fast(client(), limiterName("fast"), gcra(1, 1, milliseconds(1000)));
+  Limiter slow(client(), limiterName("slow"), gcra(1, 1, milliseconds(100000)));
+  ASSERT_TRUE(fast.tryAcquire("k"));
+  ASSERT_TRUE(slow.tryAcquire("k"));
+  MultiLimit both = MultiLimit({fast, slow}).on({"k", "k"});
   const MultiDecision d = both.decide();
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.deniedBy, 1u);
@@ -103,7 +98,7 @@ TEST_F(MultiLimitTest, DeniedByIsTheLimitWithTheLongestWait) {
   EXPECT_FALSE(d.limits[1].allowed);
   EXPECT_EQ(d.retryAfter, d.limits[1].retryAfter) << "the largest of the denying limits' retryAfter";
   EXPECT_LT(d.limits[0].retryAfter, d.limits[1].retryAfter);
-  MultiLimit reversed({slow, fast});
+  MultiLimit reversed = MultiLimit({slow, fast}).on({"k", "k"});
   EXPECT_EQ(reversed.decide().deniedBy, 0u);
 }
 
@@ -111,14 +106,12 @@ TEST_F(MultiLimitTest, DeniedByIsTheLimitWithTheLongestWait) {
 
 TEST_F(MultiLimitTest, EightThreadsOnOverlappingSetsNeverChargeAPart) {
   // Nothing refills during the test: one permit per hour, a window of 49 days.
-  TokenBucketRateLimiter a(client(), key("a"));
-  GcraRateLimiter b(client(), key("b"));
-  FixedWindowRateLimiter c(client(), key("c"));
   constexpr std::int64_t kCapA = 300, kCapB = 250, kCapC = 280;
-  ASSERT_TRUE(a.trySetConfig(bucket(kCapA, 1, milliseconds(3600000))));
-  ASSERT_TRUE(b.trySetConfig(gcra(kCapB, 1, milliseconds(3600000))));
-  ASSERT_TRUE(c.trySetConfig(window(kCapC, TokenBucketRateLimiter::kMaxInterval)));
-  std::vector<MultiLimit> sets{MultiLimit({a, b}), MultiLimit({b, c}), MultiLimit({a, c}), MultiLimit({a, b, c})};
+  Limiter a(client(), limiterName("a"), bucket(kCapA, 1, milliseconds(3600000)));
+  Limiter b(client(), limiterName("b"), gcra(kCapB, 1, milliseconds(3600000)));
+  Limiter c(client(), limiterName("c"), window(kCapC, milliseconds(4294967295)));
+  std::vector<MultiLimit> sets{MultiLimit({a, b}).on({"k", "k"}), MultiLimit({b, c}).on({"k", "k"}),
+                               MultiLimit({a, c}).on({"k", "k"}), MultiLimit({a, b, c}).on({"k", "k", "k"})};
   const std::vector<std::vector<int>> members{{0, 1}, {1, 2}, {0, 2}, {0, 1, 2}};
   std::atomic<std::int64_t> taken[3] = {0, 0, 0};
   std::atomic<std::int64_t> grants{0}, denials{0};
@@ -143,9 +136,9 @@ TEST_F(MultiLimitTest, EightThreadsOnOverlappingSetsNeverChargeAPart) {
   for (auto& th : threads) th.join();
   EXPECT_GT(grants.load(), 50);
   EXPECT_GT(denials.load(), 50) << "the limits ran out: the test reached the edge where a partial charge could happen";
-  EXPECT_EQ(a.peek().remaining, kCapA - taken[0].load());
-  EXPECT_EQ(b.peek().remaining, kCapB - taken[1].load());
-  EXPECT_EQ(c.peek().remaining, kCapC - taken[2].load());
+  EXPECT_EQ(a.peek("k").remaining, kCapA - taken[0].load());
+  EXPECT_EQ(b.peek("k").remaining, kCapB - taken[1].load());
+  EXPECT_EQ(c.peek("k").remaining, kCapC - taken[2].load());
 }
 
 // --- Each limit exactly as its own script -------------------------------------------------------
@@ -338,28 +331,24 @@ TEST_F(MultiLimitTest, ReservationsWaitForTheEarliestTimeAllCanGive) {
   // Through the API on the server's clock: a reservation is granted with the wait of the slowest
   // (1 per 2 s), and every limit takes the permit as of then: the bucket (5 per minute, one
   // permit per 12 s), full now, holds the permit and the 2 s it cannot bank: 3 whole permits left.
-  GcraRateLimiter slow(client(), key("slow"));
-  TokenBucketRateLimiter quick(client(), key("quick"));
-  ASSERT_TRUE(slow.trySetConfig(gcra(1, 1, milliseconds(2000))));
-  ASSERT_TRUE(quick.trySetConfig(bucket(5, 5, milliseconds(60000))));
-  ASSERT_TRUE(slow.tryAcquire());
-  MultiLimit both({quick, slow});
+  Limiter slow(client(), limiterName("slow"), gcra(1, 1, milliseconds(2000)));
+  Limiter quick(client(), limiterName("quick"), bucket(5, 5, milliseconds(60000)));
+  ASSERT_TRUE(slow.tryAcquire("k"));
+  MultiLimit both = MultiLimit({quick, slow}).on({"k", "k"});
   const Reservation r = both.reserve(1, microseconds(10000000));
   EXPECT_TRUE(r.decision.allowed);
   EXPECT_GT(r.delay.count(), 1000000);
   EXPECT_LE(r.delay.count(), 2000000);
-  EXPECT_EQ(quick.peek().remaining, 3);
+  EXPECT_EQ(quick.peek("k").remaining, 3);
   EXPECT_FALSE(both.tryAcquire(1, milliseconds(1000))) << "the next one is 4 s away: nothing taken, no wait";
-  EXPECT_EQ(quick.peek().remaining, 3);
+  EXPECT_EQ(quick.peek("k").remaining, 3);
 }
 
 TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
-  TokenBucketRateLimiter a(client(), key("a"));
-  GcraRateLimiter b(client(), key("b"));
+  Limiter a(client(), limiterName("a"), bucket(2, 2, milliseconds(300)));
+  Limiter b(client(), limiterName("b"), gcra(1, 1, milliseconds(300)));
   // a's reservation horizon, max(2 x 150 ms, 300 ms), lets a wait for b's next permit.
-  ASSERT_TRUE(a.trySetConfig(bucket(2, 2, milliseconds(300))));
-  ASSERT_TRUE(b.trySetConfig(gcra(1, 1, milliseconds(300))));
-  MultiLimit both({a, b});
+  MultiLimit both = MultiLimit({a, b}).on({"k", "k"});
   ASSERT_TRUE(both.tryAcquire());
   const MultiDecision d = both.decide();
   ASSERT_FALSE(d.allowed);
@@ -374,38 +363,38 @@ TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
 // One server runs one script over any keys: a per-key and a global limit whose keys hash to
 // different slots are decided together, all or nothing (on a Cluster: ClusterMultiLimit).
 TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreDecidedTogetherOnOneServer) {
-  TokenBucketRateLimiter user(client(), name("user"));  // no hash tag: slots of their own
-  TokenBucketRateLimiter global(client(), name("global-x"));
-  ASSERT_NE(detail::keySlot(user.getName()), detail::keySlot(global.getName()));
-  ASSERT_TRUE(user.trySetConfig(bucket(5, 1, std::chrono::hours(24))));
-  ASSERT_TRUE(global.trySetConfig(bucket(2, 1, std::chrono::hours(24))));
-  MultiLimit both({user, global});
+  Limiter user(client(), limiterName("user"), bucket(5, 1, std::chrono::hours(24)));  // no hash tag: slots of their own
+  Limiter global(client(), limiterName("global-x"), bucket(2, 1, std::chrono::hours(24)));
+  ASSERT_NE(detail::keySlot(user.redisKey("k")), detail::keySlot(global.redisKey("k")));
+  MultiLimit both = MultiLimit({user, global}).on({"k", "k"});
   EXPECT_TRUE(both.tryAcquire());
   EXPECT_TRUE(both.tryAcquire());
   const MultiDecision d = both.decide();
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.deniedBy, 1u) << "the global limit denies";
-  EXPECT_EQ(user.peek().remaining, 3) << "the per-key permit of the denied call was not taken";
-  EXPECT_EQ(global.peek().remaining, 0);
+  EXPECT_EQ(user.peek("k").remaining, 3) << "the per-key permit of the denied call was not taken";
+  EXPECT_EQ(global.peek("k").remaining, 0);
 }
 
 TEST_F(MultiLimitTest, BadLimitListsAndPermitsAreRefusedBeforeSending) {
   const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
-  TokenBucketRateLimiter tagged(client(), key("t"));
-  EXPECT_THROW(MultiLimit({tagged, tagged}), InvalidArgument) << "the same key twice";
+  Limiter tagged(client(), limiterName("t"), bucket(5, 5, milliseconds(100000)));
+  EXPECT_THROW(MultiLimit({tagged, tagged}).on({"k", "k"}), InvalidArgument) << "the same key twice";
   EXPECT_THROW(MultiLimit(std::vector<MultiLimit::Limit>{}), InvalidArgument);
-  TokenBucketRateLimiter elsewhere(newClient(), key("u"));
-  EXPECT_THROW(MultiLimit({tagged, elsewhere}), InvalidArgument) << "another Client";
-  std::vector<TokenBucketRateLimiter> many;
-  for (int i = 0; i <= static_cast<int>(MultiLimit::kMaxLimits); ++i) many.emplace_back(client(), key("m" + str(i)));
+  Limiter elsewhere(newClient(), limiterName("u"), bucket(5, 5, milliseconds(100000)));
+  EXPECT_THROW(MultiLimit({tagged, elsewhere}).on({"k", "k"}), InvalidArgument) << "another Client";
+  std::vector<Limiter> many;
+  for (int i = 0; i <= static_cast<int>(MultiLimit::kMaxLimits); ++i) {
+    many.emplace_back(client(), limiterName("m" + str(i)), bucket(5, 5, milliseconds(100000)));
+  }
   std::vector<MultiLimit::Limit> refs(many.begin(), many.end());
   EXPECT_THROW(MultiLimit{refs}, InvalidArgument);
   refs.pop_back();
   EXPECT_NO_THROW(MultiLimit{refs});
   // Bad permits.
-  MultiLimit one({tagged});
+  MultiLimit one = MultiLimit({tagged}).on({"k"});
   EXPECT_THROW((void)one.decide(0), InvalidArgument);
-  EXPECT_THROW((void)one.peek(TokenBucketRateLimiter::kMaxPermits + 1), InvalidArgument);
+  EXPECT_THROW((void)one.peek(4294967295 + 1), InvalidArgument);
   EXPECT_THROW(one.refund(-1), InvalidArgument);
   EXPECT_THROW((void)one.reserve(1, microseconds(-1)), InvalidArgument);
   EXPECT_THROW((void)one.decideAsync(0).get(), InvalidArgument);
@@ -413,15 +402,12 @@ TEST_F(MultiLimitTest, BadLimitListsAndPermitsAreRefusedBeforeSending) {
 }
 
 TEST_F(MultiLimitTest, OneBadKeyAmongThreeIsATypedErrorAndNothingIsWritten) {
-  TokenBucketRateLimiter a(client(), key("a"));
-  GcraRateLimiter b(client(), key("b"));
-  FixedWindowRateLimiter c(client(), key("c"));
-  ASSERT_TRUE(a.trySetConfig(bucket(5, 5, milliseconds(100000))));
-  ASSERT_TRUE(b.trySetConfig(gcra(5, 5, milliseconds(100000))));
-  ASSERT_TRUE(c.trySetConfig(window(5, milliseconds(100000))));
-  ASSERT_TRUE(a.tryAcquire(2));
-  MultiLimit all({a, b, c});
-  const auto states = [&] { return keyStates(admin(), {key("a"), key("b"), key("c")}); };
+  Limiter a(client(), limiterName("a"), bucket(5, 5, milliseconds(100000)));
+  Limiter b(client(), limiterName("b"), gcra(5, 5, milliseconds(100000)));
+  Limiter c(client(), limiterName("c"), window(5, milliseconds(100000)));
+  ASSERT_TRUE(a.tryAcquire("k", 2));
+  MultiLimit all = MultiLimit({a, b, c}).on({"k", "k", "k"});
+  const auto states = [&] { return keyStates(admin(), {a.redisKey("k"), b.redisKey("k"), c.redisKey("k")}); };
   const auto expectNamed = [&](auto&& call, const std::string& culprit, const char* what) {
     try {
       call();
@@ -431,51 +417,47 @@ TEST_F(MultiLimitTest, OneBadKeyAmongThreeIsATypedErrorAndNothingIsWritten) {
     }
   };
 
-  // Permits above one limit's burst: InvalidArgument from the script, naming that key.
+  // Permits above the limits' bursts: InvalidArgument before sending, saying the bound.
   const auto before = states();
   EXPECT_THROW((void)all.decide(6), InvalidArgument);
-  expectNamed([&] { (void)all.decide(6); }, key("a"), "six permits");
+  expectNamed([&] { (void)all.decide(6); }, "1..5", "six permits");
   EXPECT_EQ(states(), before);
 
   // The last key corrupted: the first two are untouched.
-  (void)raw({"SET", key("c"), "garbage"});
+  (void)raw({"SET", c.redisKey("k"), "garbage"});
   const auto corrupted = states();
   EXPECT_THROW((void)all.decide(1), InvalidConfigError);
-  expectNamed([&] { (void)all.decide(1); }, key("c"), "decide");
-  expectNamed([&] { (void)all.peek(1); }, key("c"), "peek");
-  expectNamed([&] { all.refund(1); }, key("c"), "refund");
+  expectNamed([&] { (void)all.decide(1); }, c.redisKey("k"), "decide");
+  expectNamed([&] { (void)all.peek(1); }, c.redisKey("k"), "peek");
+  expectNamed([&] { all.refund(1); }, c.redisKey("k"), "refund");
   EXPECT_EQ(states(), corrupted);
 
   // Another Redis type in the middle.
-  (void)raw({"DEL", key("c")});
-  ASSERT_TRUE(c.trySetConfig(window(5, milliseconds(100000))));
-  (void)raw({"DEL", key("b")});
-  (void)raw({"HSET", key("b"), "rate", "10"});
+  (void)raw({"DEL", c.redisKey("k")});  // decided full again with the policy in the call
+  (void)raw({"DEL", b.redisKey("k")});
+  (void)raw({"HSET", b.redisKey("k"), "rate", "10"});
   const auto hashed = states();
   EXPECT_THROW((void)all.decide(1), InvalidConfigError);
   EXPECT_EQ(states(), hashed);
 
-  // A limiter of another kind under the name, and a missing one.
-  (void)raw({"DEL", key("b")});
-  TokenBucketRateLimiter impostor(client(), key("b"));
-  ASSERT_TRUE(impostor.trySetConfig(bucket(5, 5, milliseconds(100000))));
+  // A limiter of another kind under the name; a missing key is decided full, with the policy in the
+  // call.
+  (void)raw({"DEL", b.redisKey("k")});
+  Limiter impostor(client(), b.name(), bucket(5, 5, milliseconds(100000)));
+  ASSERT_TRUE(impostor.tryAcquire("k"));
   const auto wrongKind = states();
   EXPECT_THROW((void)all.decide(1), InvalidConfigError);
   EXPECT_EQ(states(), wrongKind);
-  (void)raw({"DEL", key("b")});
-  const auto missing = states();
-  EXPECT_THROW((void)all.decide(1), NotInitializedError);
-  expectNamed([&] { (void)all.decide(1); }, key("b"), "missing");
-  EXPECT_EQ(states(), missing);
-  EXPECT_EQ(a.peek().remaining, 3);
+  EXPECT_EQ(a.peek("k").remaining, 3) << "nothing taken by the refusals";
+  (void)raw({"DEL", b.redisKey("k")});
+  EXPECT_TRUE(all.decide(1).allowed);
+  EXPECT_EQ(a.peek("k").remaining, 2);
 }
 
 TEST_F(MultiLimitTest, AsyncFormsDecideLikeTheSyncOnes) {
-  TokenBucketRateLimiter a(client(), key("a"));
-  FixedWindowRateLimiter b(client(), key("b"));
-  ASSERT_TRUE(a.trySetConfig(bucket(3, 3, milliseconds(100000))));
-  ASSERT_TRUE(b.trySetConfig(window(2, TokenBucketRateLimiter::kMaxInterval)));
-  MultiLimit both({a, b});
+  Limiter a(client(), limiterName("a"), bucket(3, 3, milliseconds(100000)));
+  Limiter b(client(), limiterName("b"), window(2, milliseconds(4294967295)));
+  MultiLimit both = MultiLimit({a, b}).on({"k", "k"});
   const MultiDecision d = both.decideAsync(1).get();
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.limits.size(), 2u);
@@ -486,9 +468,9 @@ TEST_F(MultiLimitTest, AsyncFormsDecideLikeTheSyncOnes) {
   std::promise<bool> failed;
   both.tryAcquireAsync(1, [&](bool allowed, const std::exception_ptr& error) { failed.set_value(allowed || error); });
   EXPECT_FALSE(failed.get_future().get());
-  (void)raw({"SET", key("b"), "garbage"});
+  (void)raw({"SET", b.redisKey("k"), "garbage"});
   EXPECT_THROW((void)both.decideAsync(1).get(), InvalidConfigError);
-  EXPECT_EQ(a.peek().remaining, 1);
+  EXPECT_EQ(a.peek("k").remaining, 1);
 }
 
 // --- Failure policy ---------------------------------------------------------------------------------
@@ -498,10 +480,8 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    TokenBucketRateLimiter wide(c, "{p}:wide");
-    GcraRateLimiter tight(c, "{p}:tight");
-    ASSERT_TRUE(wide.trySetConfig(bucket(10, 10, milliseconds(60000))));
-    ASSERT_TRUE(tight.trySetConfig(gcra(3, 3, milliseconds(60000))));
+    Limiter wide(c, "wide", bucket(10, 10, milliseconds(60000)));
+    Limiter tight(c, "tight", gcra(3, 3, milliseconds(60000)));
     MultiLimitOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
@@ -509,7 +489,7 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
     options.failure.onHealthChange = [&](const HealthEvent& e) {
       if (e.kind == HealthEvent::Kind::Degraded) degraded.fetch_add(1);
     };
-    MultiLimit both({wide, tight}, options);
+    MultiLimit both = MultiLimit({wide, tight}, options).on({"k", "k"});
     ASSERT_TRUE(both.decide().allowed);  // learns the limits and the tightest rate
     server.kill();
     int allowed = 0, denied = 0, thrown = 0;
@@ -600,16 +580,13 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
   Limiter a(client(), limiterName("a"), Policy::perSecond(10));
   Limiter b(client(), limiterName("b"), Policy::fixedWindow(10, std::chrono::seconds(1)));
   Limiter smooth(client(), limiterName("s"), Policy::smoothBursty(10, std::chrono::seconds(1)));
-  TokenBucketRateLimiter old(client(), key("old"));
   const std::int64_t before = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
   const MultiLimit both({a, b});
   EXPECT_THROW((void)both.on({"u"}), InvalidArgument) << "one key per limiter";
   EXPECT_THROW((void)both.on({"u", ""}), InvalidArgument) << "an empty key";
   EXPECT_THROW((void)MultiLimit(both).decide(), InvalidArgument) << "no keys named";
   EXPECT_THROW((void)MultiLimit(both).decideAsync().get(), InvalidArgument);
-  EXPECT_THROW(MultiLimit({a, smooth}), InvalidArgument) << "a smooth policy";
-  EXPECT_THROW(MultiLimit({a, old}), InvalidArgument) << "a Limiter with a 0.x handle";
-  EXPECT_THROW((void)MultiLimit({old}).on({"u"}), InvalidArgument) << "a MultiLimit of one-key handles";
+  EXPECT_THROW(MultiLimit({a, smooth}).on({"k", "k"}), InvalidArgument) << "a smooth policy";
   EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"), before) << "nothing sent";
   EXPECT_TRUE(both.on({"u", "u"}).decide().allowed);
   EXPECT_EQ(a.peek("u").remaining, 9);

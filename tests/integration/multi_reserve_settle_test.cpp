@@ -20,14 +20,10 @@ using std::chrono::milliseconds;
 namespace {
 
 // `limit` at once, nothing back for a day.
-GcraConfig frozenGcra(std::int64_t limit) { return GcraTraits::config(limit, 1, milliseconds(86400000)); }
-TokenBucketConfig frozenBucket(std::int64_t limit) {
-  return TokenBucketTraits::config(limit, 1, milliseconds(86400000));
-}
+Policy frozenGcra(std::int64_t limit) { return GcraTraits::policy(limit, 1, milliseconds(86400000)); }
+Policy frozenBucket(std::int64_t limit) { return TokenBucketTraits::policy(limit, 1, milliseconds(86400000)); }
 // One window of 46 days.
-FixedWindowConfig frozenWindow(std::int64_t limit) {
-  return FixedWindowTraits::config(limit, 1, milliseconds(4000000000));
-}
+Policy frozenWindow(std::int64_t limit) { return FixedWindowTraits::policy(limit, 1, milliseconds(4000000000)); }
 
 }  // namespace
 
@@ -46,15 +42,12 @@ class MultiReserveSettle : public RedisTest {
 // (1) The settle of one reservation sent 10 times, every connection of the Client killed between
 // tries: the permits come back once, to every limit; metrics counted on the MultiLimit's monitor.
 TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit) {
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  TokenBucketRateLimiter bucket(client(), key("bucket"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(100)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(100)));
-  ASSERT_TRUE(bucket.trySetConfig(frozenBucket(50)));
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(100));
+  Limiter window(client(), limiterName("window"), frozenWindow(100));
+  Limiter bucket(client(), limiterName("bucket"), frozenBucket(50));
   auto registry = std::make_shared<MetricsRegistry>();
-  MultiLimit all({gcra, window, bucket}, options(registry));
-  EXPECT_EQ(all.reservationKey("req-1"), key("gcra") + ":mrsv:req-1");
+  MultiLimit all = MultiLimit({gcra, window, bucket}, options(registry)).on({"k", "k", "k"});
+  EXPECT_EQ(all.reservationKey("req-1").rfind("rl::mrsv:req-1:", 0), 0u) << all.reservationKey("req-1");
 
   const MultiHeldPermits held = all.reserveFor(40, "req-1");
   ASSERT_TRUE(held.decision.allowed);
@@ -65,7 +58,7 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
   EXPECT_EQ(held.decision.limits[1].remaining, 60);
   EXPECT_EQ(held.decision.limits[2].remaining, 10);
   EXPECT_TRUE(exists(admin(), all.reservationKey("req-1")));
-  EXPECT_FALSE(exists(admin(), gcra.reservationKey("req-1"))) << "one record, the MultiLimit's";
+  EXPECT_FALSE(exists(admin(), gcra.recordKey("k", "req-1"))) << "one record, the MultiLimit's";
 
   int settled = 0, again = 0, failed = 0;
   for (int i = 0; i < 10; ++i) {
@@ -91,9 +84,9 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
   EXPECT_EQ(settled, 1);
   EXPECT_EQ(settled + again + failed, 10);
   EXPECT_GE(again, 5);
-  EXPECT_EQ(gcra.peek().remaining, 90) << "30 came back, once";
-  EXPECT_EQ(window.peek().remaining, 90);
-  EXPECT_EQ(bucket.peek().remaining, 40);
+  EXPECT_EQ(gcra.peek("k").remaining, 90) << "30 came back, once";
+  EXPECT_EQ(window.peek("k").remaining, 90);
+  EXPECT_EQ(bucket.peek("k").remaining, 40);
   const LimiterMetricsSnapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
@@ -106,11 +99,9 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
 // MultiLimit of a GCRA and a fixed window: the permits in use in each are the sum of the actuals.
 TEST_F(MultiReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActualsInEveryLimit) {
   constexpr std::int64_t kLimit = 10000;
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(kLimit)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(kLimit)));
-  MultiLimit both({gcra, window});
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(kLimit));
+  Limiter window(client(), limiterName("window"), frozenWindow(kLimit));
+  MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
   constexpr int kThreads = 8, kRounds = 12;
   std::atomic<std::int64_t> sum{0};
   std::atomic<int> problems{0};
@@ -136,20 +127,18 @@ TEST_F(MultiReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActualsInEv
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(problems.load(), 0);
-  EXPECT_EQ(kLimit - gcra.peek().remaining, sum.load()) << "used == sum of the actuals";
-  EXPECT_EQ(kLimit - window.peek().remaining, sum.load()) << "used == sum of the actuals";
+  EXPECT_EQ(kLimit - gcra.peek("k").remaining, sum.load()) << "used == sum of the actuals";
+  EXPECT_EQ(kLimit - window.peek("k").remaining, sum.load()) << "used == sum of the actuals";
 }
 
 // (3) A denial by one limit records nothing and charges nothing; a repeated reserve takes nothing
 // more; an unknown id changes nothing; actual above the reservation is charged in every limit.
 TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(10)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(4)));
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
+  Limiter window(client(), limiterName("window"), frozenWindow(4));
   auto registry = std::make_shared<MetricsRegistry>();
-  MultiLimit both({gcra, window}, options(registry));
-  const std::vector<std::string> keys{key("gcra"), key("window"), both.reservationKey("d")};
+  MultiLimit both = MultiLimit({gcra, window}, options(registry)).on({"k", "k"});
+  const std::vector<std::string> keys{gcra.redisKey("k"), window.redisKey("k"), both.reservationKey("d")};
 
   const MultiHeldPermits first = both.reserveFor(3, "a");
   ASSERT_TRUE(first.decision.allowed);
@@ -170,15 +159,15 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
   EXPECT_FALSE(exists(admin(), both.reservationKey("d")));
 
   EXPECT_THROW((void)both.reserveFor(2, "a"), InvalidArgument) << "an id names one reservation";
-  EXPECT_EQ(gcra.peek().remaining, 7);
-  EXPECT_EQ(window.peek().remaining, 1);
+  EXPECT_EQ(gcra.peek("k").remaining, 7);
+  EXPECT_EQ(window.peek("k").remaining, 1);
 
-  const auto known = keyStates(admin(), {key("gcra"), key("window")});
+  const auto known = keyStates(admin(), {gcra.redisKey("k"), window.redisKey("k")});
   const MultiSettlement unknown = both.settle("never", 0);
   EXPECT_EQ(unknown.status, SettleStatus::Unknown);
   EXPECT_EQ(unknown.limits.size(), 2u);
   EXPECT_EQ(unknown.returned, 0);
-  EXPECT_EQ(keyStates(admin(), {key("gcra"), key("window")}), known);
+  EXPECT_EQ(keyStates(admin(), {gcra.redisKey("k"), window.redisKey("k")}), known);
   EXPECT_FALSE(exists(admin(), both.reservationKey("never")));
 
   // 3 reserved, 6 used: 3 more charged in every limit (the window: its last 1 now, 2 in the next).
@@ -188,12 +177,12 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
   EXPECT_EQ(s.limits[1].charged, 3);
   EXPECT_EQ(s.charged, 3);
   EXPECT_EQ(s.unpaid, 0);
-  EXPECT_EQ(gcra.peek().remaining, 4);
-  EXPECT_EQ(window.peek().remaining, 0);
+  EXPECT_EQ(gcra.peek("k").remaining, 4);
+  EXPECT_EQ(window.peek("k").remaining, 0);
   EXPECT_EQ(both.settle("a", 0).status, SettleStatus::AlreadySettled);
   EXPECT_EQ(both.settle("a", 0).actual, 6) << "the first settle's answer";
   EXPECT_TRUE(both.reserveFor(3, "a").repeated) << "settled, the id still answers the grant";
-  EXPECT_EQ(gcra.peek().remaining, 4);
+  EXPECT_EQ(gcra.peek("k").remaining, 4);
 
   const LimiterMetricsSnapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
@@ -204,11 +193,9 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
 
 // An expired record: the reservation stays counted as fully used in every limit.
 TEST_F(MultiReserveSettle, ExpiredReservationCountsAsFullyUsed) {
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(10)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(10)));
-  MultiLimit both({gcra, window});
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
+  Limiter window(client(), limiterName("window"), frozenWindow(10));
+  MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
   ASSERT_TRUE(both.reserveFor(2, "ttl", milliseconds(60000)).decision.allowed);
   const std::int64_t ttl = raw({"PTTL", both.reservationKey("ttl")}).integer;
   EXPECT_GT(ttl, 50000);
@@ -216,24 +203,22 @@ TEST_F(MultiReserveSettle, ExpiredReservationCountsAsFullyUsed) {
   ASSERT_TRUE(both.reserveFor(2, "brief", milliseconds(1)).decision.allowed);
   for (int i = 0; i < 200 && exists(admin(), both.reservationKey("brief")); ++i) sleepMs(2);
   EXPECT_EQ(both.settle("brief", 0).status, SettleStatus::Unknown);
-  EXPECT_EQ(gcra.peek().remaining, 6);
-  EXPECT_EQ(window.peek().remaining, 6);
+  EXPECT_EQ(gcra.peek("k").remaining, 6);
+  EXPECT_EQ(window.peek("k").remaining, 6);
 }
 
 // (4) Bad input is refused before anything is sent.
 TEST_F(MultiReserveSettle, BadInputIsRefusedBeforeSending) {
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(10)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(10)));
-  MultiLimit both({gcra, window});
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
+  Limiter window(client(), limiterName("window"), frozenWindow(10));
+  MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
   ASSERT_TRUE(both.reserveFor(2, "ok").decision.allowed);
-  const std::vector<std::string> keys{key("gcra"), key("window"), both.reservationKey("ok")};
+  const std::vector<std::string> keys{gcra.redisKey("k"), window.redisKey("k"), both.reservationKey("ok")};
   const auto statesBefore = keyStates(admin(), keys);
   const std::int64_t calibrate = totalCommandCalls(admin());
   const std::int64_t overhead = totalCommandCalls(admin()) - calibrate;
   const std::int64_t before = totalCommandCalls(admin());
-  const std::string tooLong(detail::ScriptLimiter::kMaxReservationIdLength + 1, 'x');
+  const std::string tooLong(detail::kMaxReservationIdLength + 1, 'x');
   for (const std::string& id : {std::string(), tooLong, std::string("a b"), std::string("{tag}"), std::string("x\n"),
                                 std::string("caf\xc3\xa9"), std::string("a*")}) {
     EXPECT_THROW((void)both.reserveFor(1, id), InvalidArgument) << id;
@@ -242,14 +227,13 @@ TEST_F(MultiReserveSettle, BadInputIsRefusedBeforeSending) {
     EXPECT_THROW((void)both.settleAsync(id, 1).get(), InvalidArgument) << id;
     EXPECT_THROW((void)both.cancel(id), InvalidArgument) << id;
   }
-  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
+  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, detail::kMaxPermits + 1}) {
     EXPECT_THROW((void)both.reserveFor(permits, "p"), InvalidArgument) << permits;
   }
-  for (std::int64_t actual : {std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
+  for (std::int64_t actual : {std::int64_t{-1}, detail::kMaxPermits + 1}) {
     EXPECT_THROW((void)both.settle("ok", actual), InvalidArgument) << actual;
   }
-  for (milliseconds ttl :
-       {milliseconds(0), milliseconds(-5), detail::ScriptLimiter::kMaxReservationTtl + milliseconds(1)}) {
+  for (milliseconds ttl : {milliseconds(0), milliseconds(-5), detail::kMaxReservationTtl + milliseconds(1)}) {
     EXPECT_THROW((void)both.reserveFor(1, "t", ttl), InvalidArgument) << ttl.count();
   }
   EXPECT_EQ(totalCommandCalls(admin()) - before, overhead) << "a command reached Redis";
@@ -259,19 +243,16 @@ TEST_F(MultiReserveSettle, BadInputIsRefusedBeforeSending) {
 // (5) A corrupted record, a one-key limiter's record, or another MultiLimit's record is refused
 // naming the key, with nothing written.
 TEST_F(MultiReserveSettle, CorruptedOrForeignRecordIsRefusedWithNothingWritten) {
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  TokenBucketRateLimiter bucket(client(), key("bucket"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(10)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(10)));
-  ASSERT_TRUE(bucket.trySetConfig(frozenBucket(10)));
-  MultiLimit both({gcra, window});
-  MultiLimit other({gcra, bucket});  // the same first limit: the same record key
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
+  Limiter window(client(), limiterName("window"), frozenWindow(10));
+  Limiter bucket(client(), limiterName("bucket"), frozenBucket(10));
+  MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
+  MultiLimit other = MultiLimit({gcra, bucket}).on({"k", "k"});  // the same first limit: the same record key
   ASSERT_EQ(other.reservationKey("c"), both.reservationKey("c"));
   ASSERT_TRUE(both.reserveFor(2, "c").decision.allowed);
   const std::string record = both.reservationKey("c");
   const std::string good = raw({"GET", record}).str;
-  const std::vector<std::string> keys{key("gcra"), key("window"), key("bucket"), record};
+  const std::vector<std::string> keys{gcra.redisKey("k"), window.redisKey("k"), bucket.redisKey("k"), record};
   for (int variant = 0; variant < 5; ++variant) {
     SCOPED_TRACE(variant);
     (void)raw({"DEL", record});
@@ -293,9 +274,9 @@ TEST_F(MultiReserveSettle, CorruptedOrForeignRecordIsRefusedWithNothingWritten) 
     EXPECT_THROW((void)through.reserveFor(2, "c"), InvalidStateError);
     EXPECT_EQ(keyStates(admin(), keys), before);
   }
-  EXPECT_EQ(gcra.peek().remaining, 8);
-  EXPECT_EQ(window.peek().remaining, 8);
-  EXPECT_EQ(bucket.peek().remaining, 10);
+  EXPECT_EQ(gcra.peek("k").remaining, 8);
+  EXPECT_EQ(window.peek("k").remaining, 8);
+  EXPECT_EQ(bucket.peek("k").remaining, 10);
   (void)raw({"SET", record, good});
   EXPECT_EQ(both.cancel("c").returned, 2) << "the record itself was never touched";
 }
@@ -307,16 +288,14 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    GcraRateLimiter gcra(client, "{p}:gcra");
-    FixedWindowRateLimiter window(client, "{p}:window");
+    Limiter gcra(client, "gcra", frozenGcra(5));
+    Limiter window(client, "window", frozenWindow(5));
     MultiLimitOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
     options.name = "policy";
-    MultiLimit both({gcra, window}, options);
-    ASSERT_TRUE(gcra.trySetConfig(frozenGcra(5)));
-    ASSERT_TRUE(window.trySetConfig(frozenWindow(5)));
+    MultiLimit both = MultiLimit({gcra, window}, options).on({"k", "k"});
     ASSERT_TRUE(both.reserveFor(2, "before").decision.allowed);
     server.kill();
     for (int i = 0; i < 3; ++i) {
@@ -337,25 +316,22 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     bool answered = false;
     for (int i = 0; i < 100 && !answered; ++i) {
       try {
-        ASSERT_TRUE(gcra.trySetConfig(frozenGcra(5)));
+        EXPECT_FALSE(gcra.exists("k")) << "the restarted server is empty";
         answered = true;
       } catch (const IoError&) {
         sleepMs(10);
       }
     }
     ASSERT_TRUE(answered);
-    ASSERT_TRUE(window.trySetConfig(frozenWindow(5)));
     EXPECT_EQ(both.settle("during", 0).status, SettleStatus::Unknown);
   }
 }
 
 TEST_F(MultiReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
-  GcraRateLimiter gcra(client(), key("gcra"));
-  FixedWindowRateLimiter window(client(), key("window"));
-  ASSERT_TRUE(gcra.trySetConfig(frozenGcra(10)));
-  ASSERT_TRUE(window.trySetConfig(frozenWindow(10)));
+  Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
+  Limiter window(client(), limiterName("window"), frozenWindow(10));
   auto registry = std::make_shared<MetricsRegistry>();
-  MultiLimit both({gcra, window}, options(registry));
+  MultiLimit both = MultiLimit({gcra, window}, options(registry)).on({"k", "k"});
   const MultiHeldPermits held = both.reserveForAsync(4, "req-1").get();
   ASSERT_TRUE(held.decision.allowed);
   EXPECT_FALSE(held.repeated);
@@ -363,13 +339,13 @@ TEST_F(MultiReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   both.reserveForAsync(4, "req-1", milliseconds(60000),
                        [&](MultiHeldPermits h, const std::exception_ptr&) { again.set_value(std::move(h)); });
   EXPECT_TRUE(again.get_future().get().repeated) << "the same id answers the first";
-  EXPECT_EQ(gcra.peek().remaining, 6);
+  EXPECT_EQ(gcra.peek("k").remaining, 6);
   const MultiSettlement settled = both.settleAsync("req-1", 1).get();
   EXPECT_EQ(settled.status, SettleStatus::Settled);
   EXPECT_EQ(settled.returned, 3);
   EXPECT_EQ(both.settleAsync("req-1", 1).get().status, SettleStatus::AlreadySettled);
-  EXPECT_EQ(gcra.peek().remaining, 9);
-  EXPECT_EQ(window.peek().remaining, 9);
+  EXPECT_EQ(gcra.peek("k").remaining, 9);
+  EXPECT_EQ(window.peek("k").remaining, 9);
   const LimiterMetricsSnapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);

@@ -1,5 +1,6 @@
-// Shared by the one-key limiter tests: a traits type per class (for typed tests) and running the
-// limiters' scripts directly with an explicit time, as the limiters run them with the server's.
+// Shared by the tests of the one-key scripts (lua/gcra.lua, fixed_window.lua, smooth.lua) under a
+// Limiter: a traits type per algorithm (for typed tests) and running the scripts directly with an
+// explicit time, as a Limiter runs them with the server's.
 #pragma once
 
 #include <chrono>
@@ -9,9 +10,8 @@
 
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
+#include "redlimit/limiter.hpp"
+#include "redlimit/policy.hpp"
 #include "helpers.hpp"
 #include "limiters/decision_reply.hpp"
 #include "redlimit_lua.hpp"
@@ -56,7 +56,7 @@ inline TakeReply takeReply(const Reply& r) {
   return detail::parseDecisionReply(r, form, "(test)");
 }
 
-/// A one-key limiter's configuration, as its script's `set` and the configuration in the call take it.
+/// A one-key script's configuration, as its `set` and the configuration in the call take it.
 struct LimiterConfig {
   char kind = 'T';              // 'T' token bucket, 'G' GCRA, 'W' fixed window
   std::int64_t limit = 1;       // burst (T, G) or permits per window (W)
@@ -104,62 +104,36 @@ inline std::int64_t windowTime(std::int64_t windowMs, std::int64_t intoUs) {
   return base - base % (windowMs * 1000) + intoUs;
 }
 
+// A traits type per algorithm of the one-key scripts, for typed tests: its kind byte, its script,
+// the name one_key_worker knows it by, and its Policy.
 struct TokenBucketTraits {
-  using Limiter = TokenBucketRateLimiter;
-  using Config = TokenBucketConfig;
-  using Options = TokenBucketRateLimiterOptions;
   static constexpr const char* kKind = "T";
   static constexpr const char* kWorkerKind = "token_bucket";
   static const detail::lua::EmbeddedScript& script() { return detail::lua::gcra; }
   /// `limit` permits at once, `permits` more per `interval`.
-  static Config config(std::int64_t limit, std::int64_t permits, std::chrono::milliseconds interval,
-                       std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
-    Config c;
-    c.capacity = limit;
-    c.refillPermits = permits;
-    c.refillInterval = interval;
-    c.keepAlive = keepAlive;
-    return c;
+  static Policy policy(std::int64_t limit, std::int64_t permits, std::chrono::milliseconds interval) {
+    return Policy::tokenBucket(limit, permits, interval);
   }
-  static std::int64_t limitOf(const Config& c) { return c.capacity; }
 };
 
 struct GcraTraits {
-  using Limiter = GcraRateLimiter;
-  using Config = GcraConfig;
-  using Options = GcraRateLimiterOptions;
   static constexpr const char* kKind = "G";
   static constexpr const char* kWorkerKind = "gcra";
   static const detail::lua::EmbeddedScript& script() { return detail::lua::gcra; }
-  static Config config(std::int64_t limit, std::int64_t permits, std::chrono::milliseconds interval,
-                       std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
-    Config c;
-    c.burst = limit;
-    c.rate = permits;
-    c.period = interval;
-    c.keepAlive = keepAlive;
-    return c;
+  /// A burst of `limit`, `permits` per `interval`.
+  static Policy policy(std::int64_t limit, std::int64_t permits, std::chrono::milliseconds interval) {
+    return Policy::gcra(permits, interval, limit);
   }
-  static std::int64_t limitOf(const Config& c) { return c.burst; }
 };
 
 struct FixedWindowTraits {
-  using Limiter = FixedWindowRateLimiter;
-  using Config = FixedWindowConfig;
-  using Options = FixedWindowRateLimiterOptions;
   static constexpr const char* kKind = "W";
   static constexpr const char* kWorkerKind = "fixed_window";
   static const detail::lua::EmbeddedScript& script() { return detail::lua::fixed_window; }
   /// `limit` per window of `interval` (`permits` is not used: the window refills all at once).
-  static Config config(std::int64_t limit, std::int64_t /*permits*/, std::chrono::milliseconds interval,
-                       std::chrono::milliseconds keepAlive = std::chrono::milliseconds{0}) {
-    Config c;
-    c.limit = limit;
-    c.window = interval;
-    c.keepAlive = keepAlive;
-    return c;
+  static Policy policy(std::int64_t limit, std::int64_t /*permits*/, std::chrono::milliseconds interval) {
+    return Policy::fixedWindow(limit, interval);
   }
-  static std::int64_t limitOf(const Config& c) { return c.limit; }
 };
 
 }  // namespace redlimit::test

@@ -1,4 +1,4 @@
-// Script-level tests of lua/smooth.lua (DistributedSmoothRateLimiter's state machine), run through
+// Script-level tests of lua/smooth.lua (the smooth policies' state machine), run through
 // detail::eval on a real redis-server. Two ways of checking it:
 //
 //  1. Replay against the local model on the server's clock. Every reply carries the server time
@@ -36,7 +36,7 @@ using namespace redlimit::test;
 namespace {
 
 constexpr std::int64_t kSecond = 1'000'000;
-constexpr std::int64_t kLongWait = 31'536'000'000'000;  // ScriptLimiter::kMaxWait: acquire()'s reservation
+constexpr std::int64_t kLongWait = 31'536'000'000'000;  // detail::kMaxWait: acquire()'s reservation
 
 // A clock policy that reads a time the test sets (the server's, from each reply) and never sleeps.
 struct ReplayClock {
@@ -369,7 +369,7 @@ TEST_F(SmoothScript, GuavaVectorsTryAcquire) {
     EXPECT_TRUE(run.tryAcquire(1, 100000));
     EXPECT_EQ(run.lastWait(), 100000);
   }
-  {  // overflow: the longest wait the script takes (the client clamps to ScriptLimiter::kMaxWait)
+  {  // overflow: the longest wait the script takes (the client clamps to detail::kMaxWait)
     VirtualRun run(*this, kQps5);
     EXPECT_TRUE(run.tryAcquire(1, 0));
     run.userSleep(100000);

@@ -1,5 +1,6 @@
-// one_key_worker KIND URI NAME THREADS DURATION_MS MAX_WAIT_US: hammers the one-key limiter NAME
-// (KIND: token_bucket, gcra, fixed_window or smooth) from THREADS threads for DURATION_MS. Thread 0
+// one_key_worker KIND URI NAME KEY THREADS DURATION_MS MAX_WAIT_US: hammers the key KEY of the
+// Limiter NAME, whose policy of KIND (token_bucket, gcra, fixed_window or smooth) is stored in the
+// key (Policy::stored: the test wrote it with trySetPolicy), from THREADS threads for DURATION_MS. Thread 0
 // reserves (maxWait MAX_WAIT_US, without sleeping the delay) when MAX_WAIT_US > 0; the others call
 // decide(), asking for 1 or 2 permits in turn. Prints "grants errors" and then one line per grant:
 // "useTimeUs permits", where useTime is the server time of the decision plus the reservation's
@@ -15,43 +16,44 @@
 #include <utility>
 #include <vector>
 
-#include "redlimit/distributed_smooth_rate_limiter.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
+#include <optional>
+
+#include "redlimit/limiter.hpp"
+#include "redlimit/policy.hpp"
 
 namespace {
 
-// shared_ptr: it deletes the limiter as the class it was made as.
-std::shared_ptr<redlimit::detail::ScriptLimiter> makeLimiter(const std::string& kind,
-                                                             const std::shared_ptr<redlimit::Client>& client,
-                                                             const std::string& name) {
-  if (kind == "token_bucket") return std::make_shared<redlimit::TokenBucketRateLimiter>(client, name);
-  if (kind == "gcra") return std::make_shared<redlimit::GcraRateLimiter>(client, name);
-  if (kind == "fixed_window") return std::make_shared<redlimit::FixedWindowRateLimiter>(client, name);
-  if (kind == "smooth") return std::make_shared<redlimit::DistributedSmoothRateLimiter>(client, name);
-  return nullptr;
+// A stored policy of `kind`: each key's own configuration decides, so its numbers do not matter.
+std::optional<redlimit::Policy> storedPolicy(const std::string& kind) {
+  const std::chrono::seconds second(1);
+  if (kind == "token_bucket") return redlimit::Policy::tokenBucket(1, 1, second).stored();
+  if (kind == "gcra") return redlimit::Policy::gcra(1, second, 1).stored();
+  if (kind == "fixed_window") return redlimit::Policy::fixedWindow(1, second).stored();
+  if (kind == "smooth") return redlimit::Policy::smoothBursty(1, second).stored();
+  return std::nullopt;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: one_key_worker KIND URI NAME THREADS DURATION_MS MAX_WAIT_US\n");
+  if (argc != 8) {
+    std::fprintf(stderr, "usage: one_key_worker KIND URI NAME KEY THREADS DURATION_MS MAX_WAIT_US\n");
     return 2;
   }
   try {
-    const int threads = std::atoi(argv[4]);
-    const auto duration = std::chrono::milliseconds(std::atoll(argv[5]));
-    const auto maxWait = std::chrono::microseconds(std::atoll(argv[6]));
+    const std::string key = argv[4];
+    const int threads = std::atoi(argv[5]);
+    const auto duration = std::chrono::milliseconds(std::atoll(argv[6]));
+    const auto maxWait = std::chrono::microseconds(std::atoll(argv[7]));
     redlimit::ClientOptions options;
     options.pool.size = static_cast<std::size_t>(threads);
     auto client = redlimit::Client::fromUri(argv[2], options);
-    auto limiter = makeLimiter(argv[1], client, argv[3]);
-    if (!limiter) {
+    const std::optional<redlimit::Policy> policy = storedPolicy(argv[1]);
+    if (!policy) {
       std::fprintf(stderr, "one_key_worker: unknown kind %s\n", argv[1]);
       return 2;
     }
+    redlimit::Limiter limiter(client, argv[3], *policy);
     std::mutex mutex;
     std::vector<std::pair<long long, long long>> grants;
     std::atomic<long> errors{0};
@@ -65,9 +67,9 @@ int main(int argc, char** argv) {
           try {
             redlimit::Reservation r;
             if (t == 0 && maxWait.count() > 0) {
-              r = limiter->reserve(permits, maxWait);
+              r = limiter.reserve(key, permits, maxWait);
             } else {
-              r.decision = limiter->decide(permits);
+              r.decision = limiter.decide(key, permits);
             }
             if (r.decision.allowed) mine.emplace_back((r.decision.time + r.delay).count(), permits);
           } catch (const redlimit::Error& e) {

@@ -11,12 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "redlimit/distributed_smooth_rate_limiter.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/rate_limiter_config.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
 
 namespace {
 
@@ -250,47 +246,15 @@ TEST(HttpRetryAfter, DenialNeverSaysRetryAfterZero) {
   EXPECT_EQ(retryAfterHeader(d), std::nullopt);
 }
 
-// The policy a limiter's configuration advertises: q its burst, w the time the burst takes
-// to come back, rounded up to whole seconds.
-TEST(HttpPolicyOf, EachOneKeyConfiguration) {
-  GcraConfig g;
-  g.rate = 5;
-  g.period = milliseconds(1000);
-  g.burst = 10;
-  const RateLimitPolicy gp = policyOf(g, "api");
-  EXPECT_EQ(gp.name, "api");
-  EXPECT_EQ(gp.quota, 10);
-  EXPECT_EQ(gp.window, seconds(2));
-  EXPECT_EQ(rateLimitPolicyField(gp), R"("api";q=10;w=2)");
-
-  TokenBucketConfig t;
-  t.capacity = 7;
-  t.refillPermits = 2;
-  t.refillInterval = milliseconds(1000);
-  EXPECT_EQ(policyOf(t).quota, 7);
-  EXPECT_EQ(policyOf(t).window, seconds(4)) << "3.5 s rounded up";
-  EXPECT_EQ(policyOf(t).name, "default");
-
-  FixedWindowConfig w;
-  w.limit = 100;
-  w.window = milliseconds(60000);
-  EXPECT_EQ(rateLimitPolicyField(policyOf(w, "w")), R"("w";q=100;w=60)");
-
-  const SmoothConfig s = SmoothConfig::bursty(20, milliseconds(500));
-  EXPECT_EQ(policyOf(s).quota, 20);
-  EXPECT_EQ(policyOf(s).window, seconds(1)) << "under a second: 1, never 0 (which would omit w)";
-
+// The policy a RateLimiter's configuration advertises: q its rate, w its interval rounded up to
+// whole seconds.
+TEST(HttpPolicyOf, ARateLimiterConfiguration) {
   RateLimiterConfig r;
   r.rate = 3;
   r.rateInterval = milliseconds(60001);
   EXPECT_EQ(policyOf(r).quota, 3);
   EXPECT_EQ(policyOf(r).window, seconds(61));
-
-  GcraConfig slow;  // a long refill: 262 permits, one per 49.7 days
-  slow.rate = 1;
-  slow.period = milliseconds(4294967295);
-  slow.burst = 262;
-  EXPECT_EQ(policyOf(slow).window, seconds(1125281432)) << "262 x 4294967.295 s, rounded up";
+  EXPECT_EQ(policyOf(r).name, "default");
 }
 
 // A Limiter's Policy: q its limit(), w its refillTime() rounded up to whole seconds.
@@ -298,6 +262,7 @@ TEST(HttpPolicyOf, EachPolicy) {
   EXPECT_EQ(rateLimitPolicyField(policyOf(Policy::gcra(5, milliseconds(1000), 10), "api")), R"("api";q=10;w=2)");
   EXPECT_EQ(policyOf(Policy::tokenBucket(7, 2, milliseconds(1000))).window, seconds(4)) << "3.5 s rounded up";
   EXPECT_EQ(policyOf(Policy::tokenBucket(7, 2, milliseconds(1000))).quota, 7);
+  EXPECT_EQ(policyOf(Policy::tokenBucket(7, 2, milliseconds(1000))).name, "default");
   EXPECT_EQ(rateLimitPolicyField(policyOf(Policy::fixedWindow(100, milliseconds(60000)), "w")), R"("w";q=100;w=60)");
   EXPECT_EQ(policyOf(Policy::perMinute(100, 20)).window, seconds(12)) << "20 permits at 100 a minute";
   EXPECT_EQ(policyOf(Policy::smoothBursty(20, milliseconds(500), milliseconds(1000))).quota, 40)
@@ -308,13 +273,6 @@ TEST(HttpPolicyOf, EachPolicy) {
 }
 
 TEST(HttpPolicyOf, RejectsWhatTheLimiterWouldRefuse) {
-  EXPECT_THROW((void)policyOf(GcraConfig{}), InvalidArgument);
-  EXPECT_THROW((void)policyOf(TokenBucketConfig{}), InvalidArgument);
-  EXPECT_THROW((void)policyOf(FixedWindowConfig{}), InvalidArgument);
   EXPECT_THROW((void)policyOf(RateLimiterConfig{}), InvalidArgument);
-  EXPECT_THROW((void)policyOf(SmoothConfig{}), InvalidArgument);
-  FixedWindowConfig w;
-  w.limit = 1;
-  w.window = milliseconds(1000);
-  EXPECT_THROW((void)policyOf(w, "bad\nname"), InvalidArgument);
+  EXPECT_THROW((void)policyOf(Policy::fixedWindow(1, milliseconds(1000)), "bad\nname"), InvalidArgument);
 }

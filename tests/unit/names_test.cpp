@@ -9,7 +9,6 @@
 #include "redlimit/calendar.hpp"
 #include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
@@ -42,13 +41,9 @@ std::shared_ptr<redlimit::Client> clientToNowhere() {
 // A valid configuration of each family the tests construct.
 struct Configs {
   Configs() {
-    gcra.burst = 10;
-    gcra.rate = 10;
-    gcra.period = std::chrono::milliseconds(1000);
     lease.limit = 1;
     lease.leaseTtl = std::chrono::milliseconds(1000);
   }
-  redlimit::GcraConfig gcra;
   redlimit::ConcurrencyConfig lease;
   redlimit::Policy quota = redlimit::Policy::calendar(10, redlimit::CalendarUnit::Day, "UTC");
 };
@@ -87,17 +82,15 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   const auto client = clientToNowhere();
   const std::string bad = "api\xff\xfe";
   const Configs c;
-  const redlimit::GcraConfig& gcra = c.gcra;
   const redlimit::ConcurrencyConfig& lease = c.lease;
   const redlimit::Policy& quota = c.quota;
   refusedAsNotUtf8([&] { redlimit::RateLimiter l(client, bad); }, "RateLimiter");
-  refusedAsNotUtf8([&] { redlimit::GcraRateLimiter l(client, bad, gcra); }, "GcraRateLimiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
   refusedAsNotUtf8([&] { redlimit::ConcurrencyLimiter l(client, bad, lease); }, "ConcurrencyLimiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, quota); }, "Limiter under a calendar policy");
   redlimit::MultiLimitOptions named;
   named.name = bad;
-  const redlimit::GcraRateLimiter good(client, "api", gcra);
+  const redlimit::Limiter good(client, "api", redlimit::Policy::perSecond(10));
   refusedAsNotUtf8([&] { redlimit::MultiLimit m({good}, named); }, "MultiLimit");
   for (const redlimit::LimiterMetricsSnapshot& m : redlimit::MetricsRegistry::global()->snapshot()) {
     EXPECT_NE(m.limiter, bad) << "a refused name has no metrics entry";
@@ -109,18 +102,15 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
 TEST(LimiterName, ANameOrKeyWithTheFormOfARecordKeyIsRefusedByEveryLimiter) {
   const auto client = clientToNowhere();
   const Configs c;
-  const redlimit::GcraConfig& gcra = c.gcra;
   const redlimit::ConcurrencyConfig& lease = c.lease;
   const redlimit::Policy& quota = c.quota;
   for (const std::string bad : {"{bob}:rsv:req-2", "{bob}:mrsv:req-2", "{a}:rsv", "x:mrsv", "a:rsv:b c"}) {
     EXPECT_THROW(redlimit::RateLimiter(client, bad), redlimit::InvalidArgument) << bad;
-    EXPECT_THROW(redlimit::GcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, redlimit::Policy::perSecond(10)), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::ConcurrencyLimiter(client, bad, lease), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, quota), redlimit::InvalidArgument) << bad;
   }
   for (const std::string fine : {"{bob}:rsvp", "rsv:x", "{rsv}:x", "a:rsvx:b", "mrsv", "{a}:rsv-1"}) {
     EXPECT_NO_THROW(redlimit::RateLimiter(client, fine)) << fine;
-    EXPECT_NO_THROW(redlimit::GcraRateLimiter(client, fine, gcra)) << fine;
   }
 }

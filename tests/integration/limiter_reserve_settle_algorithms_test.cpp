@@ -1,5 +1,5 @@
-// Reserve, then settle on the one-key limiters against a real redis-server, as typed
-// tests over TokenBucketRateLimiter, GcraRateLimiter and FixedWindowRateLimiter: reserveFor records
+// Reserve, then settle on a Limiter against a real redis-server, as typed tests over the token
+// bucket, GCRA and fixed window policies, on one key of each: reserveFor records
 // a grant under an id, settle gives back (or charges) the difference exactly once however often it
 // is retried, and bad input, corrupted records and a killed server are handled as documented.
 #include <atomic>
@@ -18,22 +18,19 @@ using namespace redlimit::test;
 using std::chrono::milliseconds;
 
 template <class Traits>
-class ReserveSettle : public RedisTest {
+class LimiterReserveSettleAlgorithms : public RedisTest {
  protected:
-  using Limiter = typename Traits::Limiter;
-  using Config = typename Traits::Config;
-
   /// `limit` at once, nothing back for a day (the fixed window: one window of 46 days), so the
   /// permits in use are exactly what the test took while it runs.
-  static Config frozenConfig(std::int64_t limit) {
-    if (std::is_same_v<Traits, FixedWindowTraits>) return Traits::config(limit, 1, milliseconds(4000000000));
-    return Traits::config(limit, 1, milliseconds(86400000));
+  static Policy frozenPolicy(std::int64_t limit) {
+    if (std::is_same_v<Traits, FixedWindowTraits>) return Traits::policy(limit, 1, milliseconds(4000000000));
+    return Traits::policy(limit, 1, milliseconds(86400000));
   }
-  /// A handle with its own metrics registry, so counts are this test's.
-  Limiter limiter(const std::shared_ptr<MetricsRegistry>& registry = nullptr) {
-    typename Traits::Options options;
+  /// A Limiter of `policy` with its own metrics registry, so counts are this test's.
+  Limiter limiter(const Policy& policy, const std::shared_ptr<MetricsRegistry>& registry = nullptr) {
+    LimiterOptions options;
     options.monitor.registry = registry;
-    return Limiter(this->client(), this->name(), options);
+    return Limiter(this->client(), this->limiterName(), policy, options);
   }
 };
 
@@ -48,25 +45,24 @@ class ReserveSettleNames {
     return "FixedWindow";
   }
 };
-TYPED_TEST_SUITE(ReserveSettle, ReserveSettleTypes, ReserveSettleNames);
+TYPED_TEST_SUITE(LimiterReserveSettleAlgorithms, ReserveSettleTypes, ReserveSettleNames);
 
 // (1) The settle of one reservation sent 10 times, every connection of the limiter's Client killed
 // between tries: the permits come back once.
-TYPED_TEST(ReserveSettle, SettleRetriedAfterClientKillGivesBackOnce) {
+TYPED_TEST(LimiterReserveSettleAlgorithms, SettleRetriedAfterClientKillGivesBackOnce) {
   auto registry = std::make_shared<MetricsRegistry>();
-  auto rl = this->limiter(registry);
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(100)));
-  const HeldPermits held = rl.reserveFor(40, "req-1");
+  auto rl = this->limiter(this->frozenPolicy(100), registry);
+  const HeldPermits held = rl.reserveFor("k", 40, "req-1");
   ASSERT_TRUE(held.decision.allowed);
   EXPECT_FALSE(held.repeated);
   EXPECT_EQ(held.decision.remaining, 60);
-  EXPECT_TRUE(exists(this->admin(), rl.reservationKey("req-1")));
+  EXPECT_TRUE(exists(this->admin(), rl.recordKey("k", "req-1")));
 
   int settled = 0, again = 0, failed = 0;
   for (int i = 0; i < 10; ++i) {
     (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
     try {
-      const Settlement s = rl.settle("req-1", 10);
+      const Settlement s = rl.settle("k", "req-1", 10);
       EXPECT_EQ(s.reserved, 40);
       EXPECT_EQ(s.actual, 10);
       EXPECT_EQ(s.returned, 30);
@@ -81,8 +77,8 @@ TYPED_TEST(ReserveSettle, SettleRetriedAfterClientKillGivesBackOnce) {
   EXPECT_EQ(settled, 1);
   EXPECT_EQ(settled + again + failed, 10);
   EXPECT_GE(again, 5);
-  EXPECT_EQ(rl.peek().remaining, 90) << "30 came back, once";
-  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_EQ(rl.peek("k").remaining, 90) << "30 came back, once";
+  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -92,10 +88,9 @@ TYPED_TEST(ReserveSettle, SettleRetriedAfterClientKillGivesBackOnce) {
 
 // (2) 8 threads reserving and settling random actuals (seeded), some above the reservation: the
 // permits in use are exactly the sum of the actuals.
-TYPED_TEST(ReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActuals) {
-  auto rl = this->limiter();
+TYPED_TEST(LimiterReserveSettleAlgorithms, ParallelReserveAndSettleKeepUsedEqualToTheActuals) {
   constexpr std::int64_t kLimit = 10000;
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(kLimit)));
+  auto rl = this->limiter(this->frozenPolicy(kLimit));
   constexpr int kThreads = 8, kRounds = 12;
   std::atomic<std::int64_t> sum{0};
   std::atomic<int> problems{0};
@@ -107,8 +102,8 @@ TYPED_TEST(ReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActuals) {
         const std::int64_t reserved = std::uniform_int_distribution<std::int64_t>(1, 50)(rng);
         const std::int64_t actual = std::uniform_int_distribution<std::int64_t>(0, 2 * reserved)(rng);
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
-        if (!rl.reserveFor(reserved, id).decision.allowed) ++problems;
-        const Settlement s = rl.settle(id, actual);
+        if (!rl.reserveFor("k", reserved, id).decision.allowed) ++problems;
+        const Settlement s = rl.settle("k", id, actual);
         const bool exact = s.status == SettleStatus::Settled && s.unpaid == 0 &&
                            s.returned == std::max<std::int64_t>(0, reserved - actual) &&
                            s.charged == std::max<std::int64_t>(0, actual - reserved);
@@ -119,162 +114,135 @@ TYPED_TEST(ReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActuals) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(problems.load(), 0);
-  EXPECT_EQ(kLimit - rl.peek().remaining, sum.load()) << "used == sum of the actuals";
+  EXPECT_EQ(kLimit - rl.peek("k").remaining, sum.load()) << "used == sum of the actuals";
 }
 
 // (3) A reserve sent again with the same id takes nothing more and answers the first grant.
-TYPED_TEST(ReserveSettle, ReserveIsIdempotent) {
+TYPED_TEST(LimiterReserveSettleAlgorithms, ReserveIsIdempotent) {
   auto registry = std::make_shared<MetricsRegistry>();
-  auto rl = this->limiter(registry);
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
-  const HeldPermits first = rl.reserveFor(3, "a");
+  auto rl = this->limiter(this->frozenPolicy(10), registry);
+  const HeldPermits first = rl.reserveFor("k", 3, "a");
   ASSERT_TRUE(first.decision.allowed);
   EXPECT_FALSE(first.repeated);
   EXPECT_EQ(first.decision.remaining, 7);
   for (int i = 0; i < 3; ++i) {
-    const HeldPermits again = rl.reserveFor(3, "a");
+    const HeldPermits again = rl.reserveFor("k", 3, "a");
     EXPECT_TRUE(again.decision.allowed);
     EXPECT_TRUE(again.repeated);
     EXPECT_EQ(again.decision.remaining, 7);
   }
-  EXPECT_EQ(rl.peek().remaining, 7);
-  EXPECT_THROW((void)rl.reserveFor(4, "a"), InvalidArgument) << "an id names one reservation";
-  EXPECT_EQ(rl.peek().remaining, 7);
+  EXPECT_EQ(rl.peek("k").remaining, 7);
+  EXPECT_THROW((void)rl.reserveFor("k", 4, "a"), InvalidArgument) << "an id names one reservation";
+  EXPECT_EQ(rl.peek("k").remaining, 7);
 
   // A denial records nothing: the same id may be reserved again once permits are there.
-  const HeldPermits denied = rl.reserveFor(8, "b");
+  const HeldPermits denied = rl.reserveFor("k", 8, "b");
   EXPECT_FALSE(denied.decision.allowed);
   EXPECT_GT(denied.decision.retryAfter.count(), 0);
-  EXPECT_FALSE(exists(this->admin(), rl.reservationKey("b")));
-  EXPECT_EQ(rl.cancel("a").returned, 3);
-  EXPECT_TRUE(rl.reserveFor(8, "b").decision.allowed);
-  EXPECT_EQ(rl.peek().remaining, 2);
+  EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "b")));
+  EXPECT_EQ(rl.cancel("k", "a").returned, 3);
+  EXPECT_TRUE(rl.reserveFor("k", 8, "b").decision.allowed);
+  EXPECT_EQ(rl.peek("k").remaining, 2);
 
   // Settled, the id still answers the first grant and takes nothing.
-  EXPECT_TRUE(rl.reserveFor(3, "a").repeated);
-  EXPECT_EQ(rl.peek().remaining, 2);
-  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_TRUE(rl.reserveFor("k", 3, "a").repeated);
+  EXPECT_EQ(rl.peek("k").remaining, 2);
+  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.granted, 2u) << "repeats are not decisions";
   EXPECT_EQ(m.denied, 1u);
 
   // The record lives for the TTL it was given.
-  ASSERT_TRUE(rl.reserveFor(1, "short", milliseconds(60000)).decision.allowed);
-  const std::int64_t ttl = this->raw({"PTTL", rl.reservationKey("short")}).integer;
+  ASSERT_TRUE(rl.reserveFor("k", 1, "short", milliseconds(60000)).decision.allowed);
+  const std::int64_t ttl = this->raw({"PTTL", rl.recordKey("k", "short")}).integer;
   EXPECT_GT(ttl, 50000);
   EXPECT_LE(ttl, 60000);
 }
 
 // (4) A settle of an id that was never reserved (or whose record expired) changes nothing.
-TYPED_TEST(ReserveSettle, SettleOfAnUnknownIdChangesNothing) {
-  auto rl = this->limiter();
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
-  ASSERT_TRUE(rl.tryAcquire(4));
-  const std::string before = keyState(this->admin(), this->name());
-  const Settlement s = rl.settle("never", 0);
+TYPED_TEST(LimiterReserveSettleAlgorithms, SettleOfAnUnknownIdChangesNothing) {
+  auto rl = this->limiter(this->frozenPolicy(10));
+  ASSERT_TRUE(rl.tryAcquire("k", 4));
+  const std::string before = keyState(this->admin(), rl.redisKey("k"));
+  const Settlement s = rl.settle("k", "never", 0);
   EXPECT_EQ(s.status, SettleStatus::Unknown);
   EXPECT_EQ(s.reserved, 0);
   EXPECT_EQ(s.returned, 0);
-  EXPECT_EQ(rl.cancel("never").status, SettleStatus::Unknown);
-  EXPECT_EQ(keyState(this->admin(), this->name()), before);
-  EXPECT_FALSE(exists(this->admin(), rl.reservationKey("never")));
+  EXPECT_EQ(rl.cancel("k", "never").status, SettleStatus::Unknown);
+  EXPECT_EQ(keyState(this->admin(), rl.redisKey("k")), before);
+  EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "never")));
 
   // An expired record: the reservation stays counted as fully used.
-  ASSERT_TRUE(rl.reserveFor(2, "brief", milliseconds(1)).decision.allowed);
-  for (int i = 0; i < 200 && exists(this->admin(), rl.reservationKey("brief")); ++i) sleepMs(2);
-  EXPECT_EQ(rl.settle("brief", 0).status, SettleStatus::Unknown);
-  EXPECT_EQ(rl.peek().remaining, 4);
+  ASSERT_TRUE(rl.reserveFor("k", 2, "brief", milliseconds(1)).decision.allowed);
+  for (int i = 0; i < 200 && exists(this->admin(), rl.recordKey("k", "brief")); ++i) sleepMs(2);
+  EXPECT_EQ(rl.settle("k", "brief", 0).status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.peek("k").remaining, 4);
 }
 
 // The debt rule: actual above the reservation is charged as far as the limiter may owe (token
 // bucket, GCRA: burst x T + the horizon, here 2 x 10; fixed window: the rest of this window and the
 // next one); the rest is reported unpaid. A give-back never fills the limiter past full.
-TYPED_TEST(ReserveSettle, ActualAboveTheReservationIsChargedUpToTheDebtBound) {
-  auto rl = this->limiter();
+TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpToTheDebtBound) {
   // 10 at once, 10 more per hour: the horizon is one hour, 10 permits of debt.
-  const auto config = std::is_same_v<TypeParam, FixedWindowTraits> ? this->frozenConfig(10)
-                                                                   : TypeParam::config(10, 10, milliseconds(3600000));
-  ASSERT_TRUE(rl.trySetConfig(config));
-  ASSERT_TRUE(rl.reserveFor(4, "big").decision.allowed);
-  const Settlement s = rl.settle("big", 30);
+  const Policy config = std::is_same_v<TypeParam, FixedWindowTraits> ? this->frozenPolicy(10)
+                                                                     : TypeParam::policy(10, 10, milliseconds(3600000));
+  auto rl = this->limiter(config);
+  ASSERT_TRUE(rl.reserveFor("k", 4, "big").decision.allowed);
+  const Settlement s = rl.settle("k", "big", 30);
   EXPECT_EQ(s.status, SettleStatus::Settled);
   EXPECT_EQ(s.returned, 0);
   EXPECT_EQ(s.charged, 16);
   EXPECT_EQ(s.unpaid, 10);
   EXPECT_EQ(s.remaining, 0);
-  const Decision d = rl.decide(1);
+  const Decision d = rl.decide("k", 1);
   EXPECT_FALSE(d.allowed);
   EXPECT_GT(d.retryAfter.count(), 0);
 
   // A give-back beyond full is cut: the limiter was refilled by a refund meanwhile.
-  ASSERT_TRUE(rl.deleteLimiter());  // start again, full
-  ASSERT_TRUE(rl.trySetConfig(config));
-  ASSERT_TRUE(rl.reserveFor(4, "small").decision.allowed);
-  rl.refund(4);
-  const Settlement back = rl.cancel("small");
+  ASSERT_TRUE(rl.deleteKey("k"));  // start again, full
+  ASSERT_TRUE(rl.reserveFor("k", 4, "small").decision.allowed);
+  rl.refund("k", 4);
+  const Settlement back = rl.cancel("k", "small");
   EXPECT_EQ(back.status, SettleStatus::Settled);
   EXPECT_EQ(back.returned, 0);
   EXPECT_EQ(back.remaining, 10);
 }
 
 // (5) Bad input is refused before anything is sent.
-TYPED_TEST(ReserveSettle, BadInputIsRefusedBeforeSending) {
-  auto rl = this->limiter();
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
-  ASSERT_TRUE(rl.reserveFor(2, "ok").decision.allowed);
-  const std::vector<std::string> keys{this->name(), rl.reservationKey("ok")};
+TYPED_TEST(LimiterReserveSettleAlgorithms, BadInputIsRefusedBeforeSending) {
+  auto rl = this->limiter(this->frozenPolicy(10));
+  ASSERT_TRUE(rl.reserveFor("k", 2, "ok").decision.allowed);
+  const std::vector<std::string> keys{rl.redisKey("k"), rl.recordKey("k", "ok")};
   const auto statesBefore = keyStates(this->admin(), keys);
   const std::int64_t calibrate = totalCommandCalls(this->admin());
   const std::int64_t overhead = totalCommandCalls(this->admin()) - calibrate;
   const std::int64_t before = totalCommandCalls(this->admin());
-  const std::string tooLong(detail::ScriptLimiter::kMaxReservationIdLength + 1, 'x');
+  const std::string tooLong(detail::kMaxReservationIdLength + 1, 'x');
   for (const std::string& id : {std::string(), tooLong, std::string("a b"), std::string("{tag}"), std::string("x\n"),
                                 std::string("caf\xc3\xa9"), std::string("a*")}) {
-    EXPECT_THROW((void)rl.reserveFor(1, id), InvalidArgument) << id;
-    EXPECT_THROW((void)rl.settle(id, 1), InvalidArgument) << id;
-    EXPECT_THROW((void)rl.cancel(id), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.reserveFor("k", 1, id), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.settle("k", id, 1), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.cancel("k", id), InvalidArgument) << id;
   }
-  EXPECT_NO_THROW((void)rl.reservationKey(std::string(detail::ScriptLimiter::kMaxReservationIdLength, 'x')));
-  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
-    EXPECT_THROW((void)rl.reserveFor(permits, "p"), InvalidArgument) << permits;
+  EXPECT_NO_THROW((void)rl.recordKey("k", std::string(detail::kMaxReservationIdLength, 'x')));
+  for (std::int64_t permits : {std::int64_t{0}, std::int64_t{-1}, detail::kMaxPermits + 1}) {
+    EXPECT_THROW((void)rl.reserveFor("k", permits, "p"), InvalidArgument) << permits;
   }
-  for (std::int64_t actual : {std::int64_t{-1}, detail::ScriptLimiter::kMaxPermits + 1}) {
-    EXPECT_THROW((void)rl.settle("ok", actual), InvalidArgument) << actual;
+  for (std::int64_t actual : {std::int64_t{-1}, detail::kMaxPermits + 1}) {
+    EXPECT_THROW((void)rl.settle("k", "ok", actual), InvalidArgument) << actual;
   }
-  for (milliseconds ttl :
-       {milliseconds(0), milliseconds(-5), detail::ScriptLimiter::kMaxReservationTtl + milliseconds(1)}) {
-    EXPECT_THROW((void)rl.reserveFor(1, "t", ttl), InvalidArgument) << ttl.count();
+  for (milliseconds ttl : {milliseconds(0), milliseconds(-5), detail::kMaxReservationTtl + milliseconds(1)}) {
+    EXPECT_THROW((void)rl.reserveFor("k", 1, "t", ttl), InvalidArgument) << ttl.count();
   }
-  // A name without a hash tag that holds '}': no record key can share its slot.
-  typename TypeParam::Limiter odd(this->client(), this->name("odd}name"));
-  EXPECT_THROW((void)odd.reservationKey("x"), InvalidArgument);
-  EXPECT_THROW((void)odd.reserveFor(1, "x"), InvalidArgument);
-  EXPECT_THROW((void)odd.settle("x", 0), InvalidArgument);
   EXPECT_EQ(totalCommandCalls(this->admin()) - before, overhead) << "a command reached Redis";
   EXPECT_EQ(keyStates(this->admin(), keys), statesBefore);
 }
 
-// The record key shares the limiter's hash slot: the tag of a tagged name, else the whole name.
-TYPED_TEST(ReserveSettle, RecordKeySharesTheLimitersSlot) {
-  typename TypeParam::Limiter plain(this->client(), "tenant:7:tokens");
-  EXPECT_EQ(plain.reservationKey("r1"), "{tenant:7:tokens}:rsv:r1");
-  typename TypeParam::Limiter tagged(this->client(), "{tenant:7}:tokens");
-  EXPECT_EQ(tagged.reservationKey("r1"), "{tenant:7}:tokens:rsv:r1");
-  typename TypeParam::Limiter open(this->client(), "a{b");
-  EXPECT_EQ(open.reservationKey("r1"), "{a{b}:rsv:r1");
-  typename TypeParam::Limiter empty(this->client(), "x{}y");  // empty braces: no tag, hashed whole
-  EXPECT_THROW((void)empty.reservationKey("r1"), InvalidArgument);
-  for (const auto* rl : {&plain, &tagged, &open}) {
-    EXPECT_EQ(detail::keySlot(rl->reservationKey("r1")), detail::keySlot(rl->getName())) << rl->getName();
-  }
-}
-
 // (6) A corrupted record is refused naming its key, with nothing written.
-TYPED_TEST(ReserveSettle, CorruptedRecordIsRefusedWithNothingWritten) {
-  auto rl = this->limiter();
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
-  ASSERT_TRUE(rl.reserveFor(2, "c").decision.allowed);
-  const std::string record = rl.reservationKey("c");
+TYPED_TEST(LimiterReserveSettleAlgorithms, CorruptedRecordIsRefusedWithNothingWritten) {
+  auto rl = this->limiter(this->frozenPolicy(10));
+  ASSERT_TRUE(rl.reserveFor("k", 2, "c").decision.allowed);
+  const std::string record = rl.recordKey("k", "c");
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE(variant);
     (void)this->raw({"DEL", record});
@@ -285,18 +253,18 @@ TYPED_TEST(ReserveSettle, CorruptedRecordIsRefusedWithNothingWritten) {
       other += std::string("\x02\x00\x00\x00", 4) + std::string(27, '\0');
       (void)this->raw({"SET", record, other});
     }
-    const std::vector<std::string> keys{this->name(), record};
+    const std::vector<std::string> keys{rl.redisKey("k"), record};
     const auto before = keyStates(this->admin(), keys);
     try {
-      (void)rl.settle("c", 0);
+      (void)rl.settle("k", "c", 0);
       ADD_FAILURE() << "settle of a corrupted record";
     } catch (const InvalidStateError& e) {
       EXPECT_NE(std::string(e.what()).find(record), std::string::npos) << e.what();
     }
-    EXPECT_THROW((void)rl.reserveFor(2, "c"), InvalidStateError);
+    EXPECT_THROW((void)rl.reserveFor("k", 2, "c"), InvalidStateError);
     EXPECT_EQ(keyStates(this->admin(), keys), before);
   }
-  EXPECT_EQ(rl.peek().remaining, 8);
+  EXPECT_EQ(rl.peek("k").remaining, 8);
 }
 
 // What an ...Async call with a callback hands its callback, waited for here; `ranBeforeReturn`
@@ -337,14 +305,12 @@ void expectSameSettlement(const Settlement& async, const Settlement& sync) {
 
 // (8) reserveForAsync and settleAsync (callback and future forms) give the answers, state and
 // metrics of the sync forms: two limiters configured alike, one driven sync, one async.
-TYPED_TEST(ReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
+TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   auto syncRegistry = std::make_shared<MetricsRegistry>(), asyncRegistry = std::make_shared<MetricsRegistry>();
-  auto sync = this->limiter(syncRegistry);
-  typename TypeParam::Options options;
+  auto sync = this->limiter(this->frozenPolicy(10), syncRegistry);
+  LimiterOptions options;
   options.monitor.registry = asyncRegistry;
-  typename TypeParam::Limiter async(this->client(), this->name("async"), options);
-  ASSERT_TRUE(sync.trySetConfig(this->frozenConfig(10)));
-  ASSERT_TRUE(async.trySetConfig(this->frozenConfig(10)));
+  Limiter async(this->client(), this->limiterName("async"), this->frozenPolicy(10), options);
 
   // reserve 4 (granted), the same id again (repeated), 8 more (denied), 2 with a TTL of its own.
   const struct {
@@ -354,27 +320,28 @@ TYPED_TEST(ReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   } reserves[] = {{4, "a", false}, {4, "a", true}, {8, "b", false}, {2, "c", true}};
   for (const auto& r : reserves) {
     SCOPED_TRACE(r.id);
-    const HeldPermits expected = sync.reserveFor(r.permits, r.id, milliseconds(60000));
+    const HeldPermits expected = sync.reserveFor("k", r.permits, r.id, milliseconds(60000));
     HeldPermits got;
     if (r.future) {
-      got = async.reserveForAsync(r.permits, r.id, milliseconds(60000)).get();
+      got = async.reserveForAsync("k", r.permits, r.id, milliseconds(60000)).get();
     } else {
       auto [held, error] = viaCallback<HeldPermits>(
-          [&](auto done) { async.reserveForAsync(r.permits, r.id, milliseconds(60000), std::move(done)); });
+          [&](auto done) { async.reserveForAsync("k", r.permits, r.id, milliseconds(60000), std::move(done)); });
       ASSERT_FALSE(error);
       got = held;
     }
     expectSameHeld(got, expected);
   }
-  EXPECT_TRUE(exists(this->admin(), async.reservationKey("a")));
-  EXPECT_FALSE(exists(this->admin(), async.reservationKey("b")));
-  const std::int64_t ttl = this->raw({"PTTL", async.reservationKey("c")}).integer;
+  EXPECT_TRUE(exists(this->admin(), async.recordKey("k", "a")));
+  EXPECT_FALSE(exists(this->admin(), async.recordKey("k", "b")));
+  const std::int64_t ttl = this->raw({"PTTL", async.recordKey("k", "c")}).integer;
   EXPECT_GT(ttl, 50000);
   EXPECT_LE(ttl, 60000);
   // The default TTL (the callback form without one).
-  auto [held, heldError] = viaCallback<HeldPermits>([&](auto done) { async.reserveForAsync(1, "d", std::move(done)); });
+  auto [held, heldError] = viaCallback<HeldPermits>(
+      [&](auto done) { async.reserveForAsync("k", 1, "d", Limiter::kDefaultRecordTtl, std::move(done)); });
   ASSERT_FALSE(heldError);
-  expectSameHeld(held, sync.reserveFor(1, "d"));
+  expectSameHeld(held, sync.reserveFor("k", 1, "d"));
 
   // settle 1 of 4 (3 back), the same again (AlreadySettled), an unknown id, 5 of 2 (3 charged).
   const struct {
@@ -384,21 +351,21 @@ TYPED_TEST(ReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   } settles[] = {{"a", 1, false}, {"a", 1, true}, {"zz", 0, false}, {"c", 5, true}};
   for (const auto& st : settles) {
     SCOPED_TRACE(st.id);
-    const Settlement expected = sync.settle(st.id, st.actual);
+    const Settlement expected = sync.settle("k", st.id, st.actual);
     Settlement got;
     if (st.future) {
-      got = async.settleAsync(st.id, st.actual).get();
+      got = async.settleAsync("k", st.id, st.actual).get();
     } else {
       auto [settled, error] =
-          viaCallback<Settlement>([&](auto done) { async.settleAsync(st.id, st.actual, std::move(done)); });
+          viaCallback<Settlement>([&](auto done) { async.settleAsync("k", st.id, st.actual, std::move(done)); });
       ASSERT_FALSE(error);
       got = settled;
     }
     expectSameSettlement(got, expected);
   }
-  EXPECT_EQ(async.peek().remaining, sync.peek().remaining);
-  const LimiterMetricsSnapshot a = asyncRegistry->snapshot(this->name("async"));
-  const LimiterMetricsSnapshot b = syncRegistry->snapshot(this->name());
+  EXPECT_EQ(async.peek("k").remaining, sync.peek("k").remaining);
+  const LimiterMetricsSnapshot a = asyncRegistry->snapshot(async.name());
+  const LimiterMetricsSnapshot b = syncRegistry->snapshot(sync.name());
   EXPECT_EQ(a.granted, b.granted);
   EXPECT_EQ(a.denied, b.denied);
   EXPECT_EQ(a.permitsGranted, b.permitsGranted);
@@ -413,15 +380,14 @@ TYPED_TEST(ReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
 
 // (8b) reserveForAsync and settleAsync with every connection of the limiter's Client killed before
 // each: a reservation is taken once and its permits come back once.
-TYPED_TEST(ReserveSettle, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
+TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
   auto registry = std::make_shared<MetricsRegistry>();
-  auto rl = this->limiter(registry);
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(100)));
+  auto rl = this->limiter(this->frozenPolicy(100), registry);
   int reserved = 0, repeated = 0, settled = 0, again = 0, failed = 0;
   for (int i = 0; i < 10; ++i) {
     (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
     try {
-      const HeldPermits h = rl.reserveForAsync(40, "req-1").get();
+      const HeldPermits h = rl.reserveForAsync("k", 40, "req-1").get();
       EXPECT_TRUE(h.decision.allowed);
       EXPECT_EQ(h.decision.remaining, 60);
       (h.repeated ? repeated : reserved)++;
@@ -434,7 +400,7 @@ TYPED_TEST(ReserveSettle, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
   for (int i = 0; i < 10; ++i) {
     (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});
     try {
-      const Settlement s = rl.settleAsync("req-1", 10).get();
+      const Settlement s = rl.settleAsync("k", "req-1", 10).get();
       EXPECT_EQ(s.returned, 30);
       EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
       (s.status == SettleStatus::Settled ? settled : again)++;
@@ -444,8 +410,8 @@ TYPED_TEST(ReserveSettle, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
   }
   EXPECT_EQ(settled, 1);
   EXPECT_GE(again, 5);
-  EXPECT_EQ(rl.peek().remaining, 90) << "40 taken once, 30 back once";
-  const LimiterMetricsSnapshot m = registry->snapshot(this->name());
+  EXPECT_EQ(rl.peek("k").remaining, 90) << "40 taken once, 30 back once";
+  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -454,11 +420,10 @@ TYPED_TEST(ReserveSettle, AsyncCallsAfterClientKillTakeAndGiveBackOnce) {
 
 // (9) Bad input reaches the callback (and the future) as InvalidArgument before the call returns,
 // with nothing sent.
-TYPED_TEST(ReserveSettle, AsyncBadInputIsRefusedBeforeSending) {
-  auto rl = this->limiter();
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(10)));
-  ASSERT_TRUE(rl.reserveFor(2, "ok").decision.allowed);
-  const std::vector<std::string> keys{this->name(), rl.reservationKey("ok")};
+TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncBadInputIsRefusedBeforeSending) {
+  auto rl = this->limiter(this->frozenPolicy(10));
+  ASSERT_TRUE(rl.reserveFor("k", 2, "ok").decision.allowed);
+  const std::vector<std::string> keys{rl.redisKey("k"), rl.recordKey("k", "ok")};
   const auto statesBefore = keyStates(this->admin(), keys);
   const std::int64_t calibrate = totalCommandCalls(this->admin());
   const std::int64_t overhead = totalCommandCalls(this->admin()) - calibrate;
@@ -474,8 +439,8 @@ TYPED_TEST(ReserveSettle, AsyncBadInputIsRefusedBeforeSending) {
   };
   const auto reserve = [&](std::int64_t permits, const std::string& id, milliseconds ttl) {
     bool atOnce = false;
-    auto [held, error] =
-        viaCallback<HeldPermits>([&](auto done) { rl.reserveForAsync(permits, id, ttl, std::move(done)); }, &atOnce);
+    auto [held, error] = viaCallback<HeldPermits>(
+        [&](auto done) { rl.reserveForAsync("k", permits, id, ttl, std::move(done)); }, &atOnce);
     EXPECT_TRUE(atOnce) << id;
     EXPECT_FALSE(held.decision.allowed);
     return refused(error);
@@ -483,44 +448,43 @@ TYPED_TEST(ReserveSettle, AsyncBadInputIsRefusedBeforeSending) {
   const auto settle = [&](const std::string& id, std::int64_t actual) {
     bool atOnce = false;
     auto [settled, error] =
-        viaCallback<Settlement>([&](auto done) { rl.settleAsync(id, actual, std::move(done)); }, &atOnce);
+        viaCallback<Settlement>([&](auto done) { rl.settleAsync("k", id, actual, std::move(done)); }, &atOnce);
     EXPECT_TRUE(atOnce) << id;
     return refused(error);
   };
   for (const std::string& id : {std::string(), std::string("a b"), std::string("{tag}"),
-                                std::string(detail::ScriptLimiter::kMaxReservationIdLength + 1, 'x')}) {
+                                std::string(detail::kMaxReservationIdLength + 1, 'x')}) {
     EXPECT_TRUE(reserve(1, id, milliseconds(1000))) << id;
     EXPECT_TRUE(settle(id, 1)) << id;
-    EXPECT_THROW((void)rl.reserveForAsync(1, id).get(), InvalidArgument) << id;
-    EXPECT_THROW((void)rl.settleAsync(id, 0).get(), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.reserveForAsync("k", 1, id).get(), InvalidArgument) << id;
+    EXPECT_THROW((void)rl.settleAsync("k", id, 0).get(), InvalidArgument) << id;
   }
   EXPECT_TRUE(reserve(0, "p", milliseconds(1000)));
-  EXPECT_TRUE(reserve(detail::ScriptLimiter::kMaxPermits + 1, "p", milliseconds(1000)));
+  EXPECT_TRUE(reserve(detail::kMaxPermits + 1, "p", milliseconds(1000)));
   EXPECT_TRUE(reserve(1, "t", milliseconds(0)));
-  EXPECT_TRUE(reserve(1, "t", detail::ScriptLimiter::kMaxReservationTtl + milliseconds(1)));
+  EXPECT_TRUE(reserve(1, "t", detail::kMaxReservationTtl + milliseconds(1)));
   EXPECT_TRUE(settle("ok", -1));
-  EXPECT_TRUE(settle("ok", detail::ScriptLimiter::kMaxPermits + 1));
+  EXPECT_TRUE(settle("ok", detail::kMaxPermits + 1));
   EXPECT_EQ(totalCommandCalls(this->admin()) - before, overhead) << "a command reached Redis";
   EXPECT_EQ(keyStates(this->admin(), keys), statesBefore);
 }
 
 // (10) Shadow mode: a refused reserveForAsync comes back allowed (shadowDenied), records nothing,
 // and counts as the sync form does.
-TYPED_TEST(ReserveSettle, AsyncReserveInShadowModeLetsADenialThrough) {
-  typename TypeParam::Options options;
+TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialThrough) {
+  LimiterOptions options;
   options.monitor.registry = std::make_shared<MetricsRegistry>();
   options.monitor.shadow = true;
-  typename TypeParam::Limiter rl(this->client(), this->name(), options);
-  ASSERT_TRUE(rl.trySetConfig(this->frozenConfig(3)));
-  const HeldPermits granted = rl.reserveForAsync(2, "g").get();
+  Limiter rl(this->client(), this->limiterName(), this->frozenPolicy(3), options);
+  const HeldPermits granted = rl.reserveForAsync("k", 2, "g").get();
   EXPECT_TRUE(granted.decision.allowed);
   EXPECT_FALSE(granted.decision.shadowDenied);
-  const HeldPermits over = rl.reserveForAsync(2, "over").get();
+  const HeldPermits over = rl.reserveForAsync("k", 2, "over").get();
   EXPECT_TRUE(over.decision.allowed);
   EXPECT_TRUE(over.decision.shadowDenied);
-  EXPECT_FALSE(exists(this->admin(), rl.reservationKey("over")));
-  EXPECT_EQ(rl.settleAsync("over", 0).get().status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = options.monitor.registry->snapshot(this->name());
+  EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "over")));
+  EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, SettleStatus::Unknown);
+  const LimiterMetricsSnapshot m = options.monitor.registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.granted, 1u);
   EXPECT_EQ(m.denied, 1u);
@@ -534,19 +498,18 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    GcraRateLimiterOptions options;
+    LimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
-    GcraRateLimiter rl(client, "policy", options);
-    ASSERT_TRUE(rl.trySetConfig(GcraTraits::config(5, 5, milliseconds(60000))));
-    ASSERT_TRUE(rl.reserveForAsync(2, "before").get().decision.allowed);
+    Limiter rl(client, "policy", GcraTraits::policy(5, 5, milliseconds(60000)), options);
+    ASSERT_TRUE(rl.reserveForAsync("k", 2, "before").get().decision.allowed);
     server.kill();
     constexpr int kTries = 3;
     int byPolicy = 0, thrown = 0;
     for (int i = 0; i < kTries; ++i) {
-      auto [held, error] =
-          viaCallback<HeldPermits>([&](auto done) { rl.reserveForAsync(1, "during", std::move(done)); });
+      auto [held, error] = viaCallback<HeldPermits>(
+          [&](auto done) { rl.reserveForAsync("k", 1, "during", Limiter::kDefaultRecordTtl, std::move(done)); });
       if (error) {
         EXPECT_THROW(std::rethrow_exception(error), IoError);
         ++thrown;
@@ -560,10 +523,10 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     EXPECT_EQ(thrown, policy == FailurePolicy::Throw ? kTries : 0);
     EXPECT_EQ(byPolicy, policy == FailurePolicy::Throw ? 0 : kTries);
     auto [settled, settleError] =
-        viaCallback<Settlement>([&](auto done) { rl.settleAsync("before", 0, std::move(done)); });
+        viaCallback<Settlement>([&](auto done) { rl.settleAsync("k", "before", 0, std::move(done)); });
     EXPECT_EQ(settled.status, SettleStatus::Unknown);
     EXPECT_THROW(std::rethrow_exception(settleError), IoError);
-    EXPECT_THROW((void)rl.settleAsync("before", 0).get(), IoError);
+    EXPECT_THROW((void)rl.settleAsync("k", "before", 0).get(), IoError);
     const LimiterMetricsSnapshot m = options.monitor.registry->snapshot("policy");
     EXPECT_EQ(m.reservationsOpened, 1u) << "a policy grant records nothing";
     if (policy == FailurePolicy::Allow) {
@@ -577,14 +540,14 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     bool answered = false;
     for (int i = 0; i < 100 && !answered; ++i) {
       try {
-        ASSERT_TRUE(rl.trySetConfig(GcraTraits::config(5, 5, milliseconds(60000))));
+        EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty";
         answered = true;
       } catch (const IoError&) {
         sleepMs(10);
       }
     }
     ASSERT_TRUE(answered);
-    EXPECT_EQ(rl.settleAsync("during", 0).get().status, SettleStatus::Unknown);
+    EXPECT_EQ(rl.settleAsync("k", "during", 0).get().status, SettleStatus::Unknown);
   }
 }
 
@@ -595,17 +558,16 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    TokenBucketRateLimiterOptions options;
+    LimiterOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
-    TokenBucketRateLimiter rl(client, "policy", options);
-    ASSERT_TRUE(rl.trySetConfig(TokenBucketTraits::config(5, 5, milliseconds(60000))));
-    ASSERT_TRUE(rl.reserveFor(2, "before").decision.allowed);
+    Limiter rl(client, "policy", TokenBucketTraits::policy(5, 5, milliseconds(60000)), options);
+    ASSERT_TRUE(rl.reserveFor("k", 2, "before").decision.allowed);
     server.kill();
     for (int i = 0; i < 3; ++i) {
       try {
-        const HeldPermits h = rl.reserveFor(1, "during");
+        const HeldPermits h = rl.reserveFor("k", 1, "during");
         EXPECT_TRUE(h.decision.byPolicy);
         EXPECT_FALSE(h.repeated);
         EXPECT_EQ(h.decision.allowed, policy == FailurePolicy::Allow);
@@ -614,19 +576,19 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
         EXPECT_EQ(policy, FailurePolicy::Throw);
       }
     }
-    EXPECT_THROW((void)rl.settle("before", 0), IoError);
+    EXPECT_THROW((void)rl.settle("k", "before", 0), IoError);
     EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
     server.restart();  // no persistence: it comes back empty
     bool answered = false;
     for (int i = 0; i < 100 && !answered; ++i) {
       try {
-        ASSERT_TRUE(rl.trySetConfig(TokenBucketTraits::config(5, 5, milliseconds(60000))));
+        EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty";
         answered = true;
       } catch (const IoError&) {
         sleepMs(10);
       }
     }
     ASSERT_TRUE(answered);
-    EXPECT_EQ(rl.settle("during", 0).status, SettleStatus::Unknown);
+    EXPECT_EQ(rl.settle("k", "during", 0).status, SettleStatus::Unknown);
   }
 }

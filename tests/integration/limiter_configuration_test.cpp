@@ -1,7 +1,6 @@
-// The one-key handles' configuration against a real redis-server: handles made with their
-// configuration (it travels in every call, their keys are reclaimed when idle), setConfig that keeps
-// the state for every kind, the clock-step clamp, a configuration in the call other than the key's
-// (the scripts driven at chosen times), and MultiLimit with the configurations of its handles.
+// Limiter's configuration in the keys against a real redis-server: setPolicy of a stored policy
+// that keeps the state for every algorithm, the clock-step clamp, a configuration in the call other
+// than the key's (the scripts driven at chosen times), and MultiLimit with policies in the call.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -14,7 +13,8 @@
 
 #include "helpers.hpp"
 #include "one_key_support.hpp"
-#include "redlimit/redlimit.hpp"
+#include "redlimit/limiter.hpp"
+#include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
 using namespace redlimit;
@@ -54,31 +54,35 @@ constexpr std::int64_t kTwo53Minus1 = (std::int64_t{1} << 53) - 1;  // the large
 
 }  // namespace
 
-class OneKeyConfiguration : public RedisTest {
+class LimiterConfiguration : public RedisTest {
  protected:
   std::int64_t now() { return serverTimeUs(admin()); }
   void set(const std::string& key, const std::string& value) { (void)raw({"SET", key, value}); }
   std::int64_t pttl(const std::string& key) { return raw({"PTTL", key}).integer; }
 
-  // setConfig(c) on `key` about every 10 ms for ~1 s while 4 threads (each its own Client) decide
-  // one permit at a time: the permits granted, and the span in seconds.
-  template <class Limiter, class Config>
-  std::pair<int, double> setConfigUnderDecisions(const std::string& key, const Config& c) {
-    Limiter rl(client(), key);
-    rl.setConfig(c);
+  /// A Limiter named `suffix` whose `policy` is stored in its keys (trySetPolicy, setPolicy).
+  Limiter storedLimiter(const Policy& policy, const std::string& suffix = "l") {
+    return Limiter(client(), limiterName(suffix), policy.stored());
+  }
+
+  // setPolicy("k", p) about every 10 ms for ~1 s while 4 threads (each its own Client) decide one
+  // permit at a time: the permits granted, and the span in seconds.
+  std::pair<int, double> setPolicyUnderDecisions(const std::string& suffix, const Policy& p) {
+    Limiter rl = storedLimiter(p, suffix);
+    rl.setPolicy("k", p.stored());
     std::atomic<bool> stop{false};
     std::atomic<int> granted{0};
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> deciders;
     for (int t = 0; t < 4; ++t) {
-      deciders.emplace_back([&, mine = Limiter(newClient(), key)]() mutable {
+      deciders.emplace_back([&, mine = Limiter(newClient(), rl.name(), p.stored())]() mutable {
         while (!stop.load()) {
-          if (mine.tryAcquire()) granted.fetch_add(1);
+          if (mine.tryAcquire("k")) granted.fetch_add(1);
         }
       });
     }
     for (int i = 0; i < 100; ++i) {
-      rl.setConfig(c);
+      rl.setPolicy("k", p.stored());
       sleepMs(10);
     }
     stop.store(true);
@@ -87,7 +91,7 @@ class OneKeyConfiguration : public RedisTest {
   }
 
   /// `op` ("take" or "peek") of n permits on `key` at nowUs, with `cfg` in the call (gcra.lua or
-  /// fixed_window.lua, as a Limiter and the handles made with a configuration send it).
+  /// fixed_window.lua, as a Limiter sends it).
   TakeReply withConfigAt(const std::string& op, const std::string& key, const LimiterConfig& cfg, std::int64_t nowUs,
                          std::int64_t n) {
     const std::string kind(1, cfg.kind);
@@ -133,184 +137,131 @@ class OneKeyConfiguration : public RedisTest {
   }
 };
 
-// --- One-key handles made with their configuration ------------------------------------------------
+// --- A stored policy -------------------------------------------------------------------------------
 
-TEST_F(OneKeyConfiguration, HandlesMadeWithAConfigurationReclaimTheirKeysAndRecreateThem) {
-  GcraRateLimiter g(client(), name("g"), gcra(3, 1, milliseconds(10000)));
-  TokenBucketRateLimiter t(client(), name("t"), bucket(3, 1, milliseconds(10000)));
-  FixedWindowRateLimiter w(client(), name("w"), window(3, milliseconds(60000)));
-  DistributedSmoothRateLimiter s(client(), name("s"), SmoothConfig::bursty(3, milliseconds(1000)));
-  for (int round = 0; round < 2; ++round) {
-    SCOPED_TRACE(round);
-    EXPECT_EQ(g.decide(2).remaining, 1);
-    EXPECT_EQ(t.decide(2).remaining, 1);
-    EXPECT_EQ(w.decide(2).remaining, 1);
-    EXPECT_EQ(s.decide(2).remaining, 1);
-    for (const char* k : {"g", "t", "w", "s"}) EXPECT_GT(pttl(name(k)), 0) << k << ": the key expires when idle";
-    EXPECT_EQ(g.getConfig().keepAlive, kDefaultIdleMargin);
-    // Redis lost the keys (they expired, a restart without persistence, a failover): the next
-    // decision writes them again, with no NotInitializedError.
-    (void)raw({"DEL", name("g"), name("t"), name("w"), name("s")});
-    EXPECT_EQ(s.getConfig(), [] {
-      SmoothConfig c = SmoothConfig::bursty(3, milliseconds(1000));
-      c.keepAlive = kDefaultIdleMargin;
-      return c;
-    }()) << "a handle with a configuration answers its own for a key that has none";
-  }
-  GcraRateLimiterOptions permanent;
-  permanent.permanentKeys = true;
-  GcraRateLimiter kept(client(), name("kept"), gcra(3, 1, milliseconds(10000)), permanent);
-  ASSERT_TRUE(kept.tryAcquire());
-  EXPECT_EQ(pttl(name("kept")), -1);
-
-  // Without a configuration: the central way, unchanged.
-  GcraRateLimiterOptions allow;
+// A key without a stored configuration: NotInitializedError, also under Allow (the failure policy
+// decides outages, not a missing configuration).
+TEST_F(LimiterConfiguration, AKeyWithoutAStoredPolicyIsNotInitializedEvenUnderAllow) {
+  LimiterOptions allow;
   allow.failure.policy = FailurePolicy::Allow;
-  GcraRateLimiter central(client(), name("central"), allow);
-  EXPECT_THROW((void)central.decide(), NotInitializedError);
-  EXPECT_THROW((void)DistributedSmoothRateLimiter(client(), name("sc")).trySetConfig([] {
-    SmoothConfig c = SmoothConfig::bursty(3, milliseconds(1000));
-    c.keepAlive = milliseconds(5);
-    return c;
-  }()),
-               InvalidArgument)
-      << "a smooth key stores no keepAlive";
-  EXPECT_THROW((void)g.decide(4), InvalidArgument) << "above the handle's burst, before sending";
-}
-
-TEST_F(OneKeyConfiguration, SetConfigOfAHandleMadeWithAConfigurationReplacesItsOwn) {
-  GcraRateLimiter a(client(), name("k"), gcra(10, 1, milliseconds(10000)));
-  GcraRateLimiter copy = a;
-  ASSERT_TRUE(a.decide(6).allowed);
-  a.setConfig(gcra(20, 1, milliseconds(10000)));
-  const Decision d = copy.decide();
-  EXPECT_EQ(d.limit, 20) << "the copy decides with the new configuration too";
-  EXPECT_EQ(d.remaining, 13) << "6 kept in use of 20, then 1";
-}
-
-// A handle made without a configuration, on a key without one: NotInitializedError, also under
-// Allow (the failure policy decides outages, not a missing configuration).
-TEST_F(OneKeyConfiguration, AHandleWithoutAConfigurationOnAnEmptyKeyThrowsNotInitializedUnderAllow) {
-  GcraRateLimiterOptions explicitOptions;
-  explicitOptions.failure.policy = FailurePolicy::Allow;
-  GcraRateLimiter plain(client(), name("unset"), explicitOptions);
-  EXPECT_THROW((void)plain.decide(), NotInitializedError);
+  Limiter plain(client(), limiterName("unset"), Policy::gcra(1, milliseconds(10000), 10).stored(), allow);
+  EXPECT_THROW((void)plain.decide("k"), NotInitializedError);
   EXPECT_EQ(plain.failureStats().allowed, 0U);
 }
 
-// --- setConfig keeps the state; the concurrency bound for each kind --------------------------------
+// --- setPolicy keeps the state; the concurrency bound for each algorithm ----------------------------
 
-// setConfig keeps the permits in use for the token bucket and GCRA, on a change
-// of rate, of period and of burst; the same configuration again changes nothing.
-TEST_F(OneKeyConfiguration, SetConfigKeepsThePermitsInUse) {
+// setPolicy keeps the permits in use for the token bucket and GCRA, on a change of rate, of period
+// and of burst; the same policy again changes nothing.
+TEST_F(LimiterConfiguration, SetPolicyKeepsThePermitsInUse) {
   struct Change {
     const char* what;
-    GcraConfig to;
+    Policy to;
     std::int64_t remaining;  // after 6 of 10 were taken and one more now
   };
-  const GcraConfig from = gcra(10, 1, milliseconds(10000));
+  const Policy from = Policy::gcra(1, milliseconds(10000), 10).stored();
   for (const Change& c :
-       {Change{"rate", gcra(10, 2, milliseconds(10000)), 3}, Change{"period", gcra(10, 1, milliseconds(20000)), 3},
-        Change{"burst", gcra(20, 1, milliseconds(10000)), 13}, Change{"same", from, 3}}) {
-    GcraRateLimiter rl(client(), name(c.what));
-    rl.setConfig(from);
-    ASSERT_TRUE(rl.decide(6).allowed) << c.what;
-    rl.setConfig(c.to);
-    EXPECT_EQ(rl.getConfig(), c.to) << c.what;
-    const Decision d = rl.decide();
+       {Change{"rate", Policy::gcra(2, milliseconds(10000), 10).stored(), 3},
+        Change{"period", Policy::gcra(1, milliseconds(20000), 10).stored(), 3},
+        Change{"burst", Policy::gcra(1, milliseconds(10000), 20).stored(), 13}, Change{"same", from, 3}}) {
+    Limiter rl = storedLimiter(from, c.what);
+    rl.setPolicy("k", from);
+    ASSERT_TRUE(rl.decide("k", 6).allowed) << c.what;
+    rl.setPolicy("k", c.to);
+    const Decision d = rl.decide("k");
     EXPECT_TRUE(d.allowed) << c.what;
+    EXPECT_EQ(d.limit, c.to.limit()) << c.what;
     EXPECT_EQ(d.remaining, c.remaining) << c.what;
   }
-  TokenBucketRateLimiter bucketed(client(), name("bucket"));
-  bucketed.setConfig(bucket(10, 1, milliseconds(10000)));
-  ASSERT_TRUE(bucketed.decide(10).allowed);
-  bucketed.setConfig(bucket(10, 1, milliseconds(10000)));
-  EXPECT_FALSE(bucketed.tryAcquire()) << "the same configuration does not refill";
-  TokenBucketConfig refill = bucket(10, 1, milliseconds(10000));
-  refill.initialTokens = 10;
-  bucketed.setConfig(refill);
-  EXPECT_TRUE(bucketed.tryAcquire()) << "asking for initialTokens restarts the bucket with them";
+  const Policy bucket = Policy::tokenBucket(10, 1, milliseconds(10000)).stored();
+  Limiter bucketed = storedLimiter(bucket, "bucket");
+  bucketed.setPolicy("k", bucket);
+  ASSERT_TRUE(bucketed.decide("k", 10).allowed);
+  bucketed.setPolicy("k", bucket);
+  EXPECT_FALSE(bucketed.tryAcquire("k")) << "the same policy does not refill";
 }
 
-TEST_F(OneKeyConfiguration, FixedWindowSetConfigKeepsTheCounts) {
+TEST_F(LimiterConfiguration, FixedWindowSetPolicyKeepsTheCounts) {
   struct Change {
     const char* what;
-    FixedWindowConfig to;
+    Policy to;
     bool allowed;
     std::int64_t remaining;  // after 6 of 10 were taken and one more asked for now
   };
   // Windows of 24.8 and 49.7 days (aligned to the epoch): a window's start falls inside the test
   // about once in ten million runs (an hour-long window: once in 20 000).
-  constexpr milliseconds kLong = GcraRateLimiter::kMaxInterval;
+  constexpr milliseconds kLong{4294967295};
   constexpr milliseconds kHalf = kLong / 2;
-  const FixedWindowConfig from = window(10, kHalf);
-  for (const Change& c : {Change{"limit up (the rate)", window(20, kHalf), true, 13},
-                          Change{"limit down (the burst)", window(4, kHalf), false, 0},
-                          Change{"window (the period)", window(10, kLong), true, 3}, Change{"same", from, true, 3}}) {
-    FixedWindowRateLimiter rl(client(), name(c.what));
-    rl.setConfig(from);
-    ASSERT_TRUE(rl.decide(6).allowed) << c.what;
-    rl.setConfig(c.to);
-    EXPECT_EQ(rl.getConfig(), c.to) << c.what;
-    const Decision d = rl.decide();
+  const Policy from = Policy::fixedWindow(10, kHalf).stored();
+  for (const Change& c :
+       {Change{"limit up", Policy::fixedWindow(20, kHalf).stored(), true, 13},
+        Change{"limit down", Policy::fixedWindow(4, kHalf).stored(), false, 0},
+        Change{"window", Policy::fixedWindow(10, kLong).stored(), true, 3}, Change{"same", from, true, 3}}) {
+    Limiter rl = storedLimiter(from, c.what);
+    rl.setPolicy("k", from);
+    ASSERT_TRUE(rl.decide("k", 6).allowed) << c.what;
+    rl.setPolicy("k", c.to);
+    const Decision d = rl.decide("k");
+    EXPECT_EQ(d.limit, c.to.limit()) << c.what;
     EXPECT_EQ(d.allowed, c.allowed) << c.what;
     EXPECT_EQ(d.remaining, c.remaining) << c.what;
   }
 }
 
-TEST_F(OneKeyConfiguration, SmoothSetConfigScalesTheStoredPermits) {
+TEST_F(LimiterConfiguration, SmoothSetPolicyScalesTheStoredPermits) {
   struct Change {
     const char* what;
-    SmoothConfig to;
+    Policy to;
     std::int64_t remaining;  // stored: 6 of 10, scaled to the new maximum
   };
-  const SmoothConfig from = SmoothConfig::bursty(10, milliseconds(1000), milliseconds(1000));
-  for (const Change& c : {Change{"rate", SmoothConfig::bursty(20, milliseconds(1000), milliseconds(1000)), 12},
-                          Change{"burst", SmoothConfig::bursty(10, milliseconds(1000), milliseconds(2000)), 12},
-                          Change{"period", SmoothConfig::bursty(10, milliseconds(2000), milliseconds(1000)), 3},
+  const Policy from = Policy::smoothBursty(10, milliseconds(1000), milliseconds(1000));
+  for (const Change& c : {Change{"rate", Policy::smoothBursty(20, milliseconds(1000), milliseconds(1000)), 12},
+                          Change{"burst", Policy::smoothBursty(10, milliseconds(1000), milliseconds(2000)), 12},
+                          Change{"period", Policy::smoothBursty(10, milliseconds(2000), milliseconds(1000)), 3},
                           Change{"same", from, 6}}) {
-    DistributedSmoothRateLimiter rl(client(), name(c.what), from);  // a new key starts full: 10 stored
-    ASSERT_TRUE(rl.decide(4).allowed) << c.what;
-    rl.setConfig(c.to);
-    const Decision d = rl.peek();
+    // The policy in the call first (a new key starts full: 10 stored), then stored over the same
+    // key by a Limiter of the same name.
+    Limiter inCall(client(), limiterName(c.what), from);
+    ASSERT_TRUE(inCall.decide("k", 4).allowed) << c.what;
+    Limiter rl(client(), inCall.name(), from.stored());
+    rl.setPolicy("k", c.to.stored());
+    const Decision d = rl.peek("k");
     EXPECT_EQ(d.remaining, c.remaining) << c.what;
     EXPECT_TRUE(d.allowed) << c.what << ": the debt owed (none) is kept";
   }
-  // Without a configuration in the handle: the stored one, kept the same way.
-  DistributedSmoothRateLimiter central(client(), name("central"));
-  ASSERT_TRUE(central.trySetConfig(SmoothConfig::bursty(10, milliseconds(1000), milliseconds(0))));
-  ASSERT_TRUE(central.tryAcquire(5)) << "free: granted, and the next caller pays 500 ms";
-  central.setConfig(SmoothConfig::bursty(10, milliseconds(1000), milliseconds(0)));
-  EXPECT_FALSE(central.tryAcquire()) << "the same configuration again: the debt is still owed";
+  // Stored from the start: kept the same way.
+  const Policy strict = Policy::smoothBursty(10, milliseconds(1000), milliseconds(0)).stored();
+  Limiter central = storedLimiter(strict, "central");
+  ASSERT_TRUE(central.trySetPolicy("k"));
+  ASSERT_TRUE(central.tryAcquire("k", 5)) << "free: granted, and the next caller pays 500 ms";
+  central.setPolicy("k", strict);
+  EXPECT_FALSE(central.tryAcquire("k")) << "the same policy again: the debt is still owed";
 }
 
-// setConfig of the same configuration about every 10 ms under 4 deciding threads stays within each
-// kind's bound.
-TEST_F(OneKeyConfiguration, SetConfigUnderDecisionsStaysWithinTheBoundForEachKind) {
+// setPolicy of the same policy about every 10 ms under 4 deciding threads stays within each
+// algorithm's bound.
+TEST_F(LimiterConfiguration, SetPolicyUnderDecisionsStaysWithinTheBoundForEachAlgorithm) {
   {
-    const auto [granted, seconds] =
-        setConfigUnderDecisions<TokenBucketRateLimiter>(name("t"), bucket(10, 10, milliseconds(1000)));
+    const auto [granted, seconds] = setPolicyUnderDecisions("t", Policy::tokenBucket(10, 10, milliseconds(1000)));
     // The bound over the whole span (it only grows with the span, so a slow machine loosens it).
     EXPECT_LE(granted, 10 + static_cast<int>(10 * seconds) + 1) << "token bucket over " << seconds << " s";
     EXPECT_GE(granted, 10) << "the first burst at least";
   }
   {
-    const auto [granted, seconds] =
-        setConfigUnderDecisions<GcraRateLimiter>(name("g"), gcra(10, 10, milliseconds(1000)));
+    const auto [granted, seconds] = setPolicyUnderDecisions("g", Policy::gcra(10, milliseconds(1000), 10));
     EXPECT_LE(granted, 10 + static_cast<int>(10 * seconds) + 1) << "GCRA over " << seconds << " s";
     EXPECT_GE(granted, 10);
   }
   {
     // 10 per 200 ms window: every window the span touches (whole ones and the two ends) at most 10.
-    const auto [granted, seconds] =
-        setConfigUnderDecisions<FixedWindowRateLimiter>(name("w"), window(10, milliseconds(200)));
+    const auto [granted, seconds] = setPolicyUnderDecisions("w", Policy::fixedWindow(10, milliseconds(200)));
     EXPECT_LE(granted, 10 * (static_cast<int>(seconds / 0.2) + 2)) << "fixed window over " << seconds << " s";
     EXPECT_GE(granted, 10);
   }
   {
     // 10 per second, 1 s of burst: what is stored, the one the next caller pays for, the rate.
-    const auto [granted, seconds] = setConfigUnderDecisions<DistributedSmoothRateLimiter>(
-        name("s"), SmoothConfig::bursty(10, milliseconds(1000), milliseconds(1000)));
+    const auto [granted, seconds] =
+        setPolicyUnderDecisions("s", Policy::smoothBursty(10, milliseconds(1000), milliseconds(1000)));
     EXPECT_LE(granted, 10 + 1 + static_cast<int>(10 * seconds) + 1) << "smooth over " << seconds << " s";
     EXPECT_GE(granted, 1);
   }
@@ -320,81 +271,78 @@ TEST_F(OneKeyConfiguration, SetConfigUnderDecisionsStaysWithinTheBoundForEachKin
 
 // A stored time an hour (or 2^53-1 µs) ahead of the server's clock, as a server clock stepped back
 // leaves it: the denial lasts one horizon plus one permit (GCRA, token bucket), never the step.
-TEST_F(OneKeyConfiguration, AStoredTimeFarAheadIsClampedForGcraAndTheTokenBucket) {
+TEST_F(LimiterConfiguration, AStoredTimeFarAheadIsClampedForGcraAndTheTokenBucket) {
   // 2 per 200 ms: T = 100 ms, burst x T = 200 ms, period 200 ms: the horizon is 200 ms, so TAT is
   // at most 400 ms ahead and one permit comes 300 ms after the clamp.
   for (const std::int64_t ahead : {kHour, std::int64_t{0}}) {
     for (const char kind : {'G', 'T'}) {
       SCOPED_TRACE(std::string(1, kind) + (ahead == 0 ? " 2^53-1" : " an hour"));
-      const std::string key = name(std::string(1, kind) + std::to_string(ahead));
-      set(key, gcraValue(kind, 2, 2, 200, ahead == 0 ? kTwo53Minus1 : now() + ahead));
-      const Decision peeked =
-          kind == 'G' ? GcraRateLimiter(client(), key).peek() : TokenBucketRateLimiter(client(), key).peek();
+      Limiter rl = storedLimiter(
+          kind == 'G' ? Policy::gcra(2, milliseconds(200), 2) : Policy::tokenBucket(2, 2, milliseconds(200)),
+          std::string(1, kind) + std::to_string(ahead));
+      set(rl.redisKey("k"), gcraValue(kind, 2, 2, 200, ahead == 0 ? kTwo53Minus1 : now() + ahead));
+      const Decision peeked = rl.peek("k");
       EXPECT_FALSE(peeked.allowed);
       EXPECT_EQ(peeked.retryAfter.count(), 300000) << "peek (the full path)";
-      const Decision d =
-          kind == 'G' ? GcraRateLimiter(client(), key).decide() : TokenBucketRateLimiter(client(), key).decide();
+      const Decision d = rl.decide("k");
       EXPECT_FALSE(d.allowed);
       EXPECT_EQ(d.retryAfter.count(), 300000) << "decide (the fast path)";
       EXPECT_EQ(d.resetAfter.count(), 400000);
       std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
-      EXPECT_TRUE(kind == 'G' ? GcraRateLimiter(client(), key).tryAcquire()
-                              : TokenBucketRateLimiter(client(), key).tryAcquire())
-          << "the denial wrote the clamped time back: the step is over";
+      EXPECT_TRUE(rl.tryAcquire("k")) << "the denial wrote the clamped time back: the step is over";
     }
   }
 }
 
 // What legitimately puts TAT ahead (reservations, up to the horizon) is not clamped.
-TEST_F(OneKeyConfiguration, ReservationsWithinTheHorizonAreNotClamped) {
-  GcraRateLimiter rl(client(), name("r"));
-  ASSERT_TRUE(rl.trySetConfig(gcra(2, 2, milliseconds(200))));  // the horizon is 200 ms
-  ASSERT_TRUE(rl.decide(2).allowed);
-  const Reservation r = rl.reserve(2, microseconds(10'000'000));
+TEST_F(LimiterConfiguration, ReservationsWithinTheHorizonAreNotClamped) {
+  Limiter rl = storedLimiter(Policy::gcra(2, milliseconds(200), 2), "r");
+  ASSERT_TRUE(rl.trySetPolicy("k"));  // the horizon is 200 ms
+  ASSERT_TRUE(rl.decide("k", 2).allowed);
+  const Reservation r = rl.reserve("k", 2, microseconds(10'000'000));
   ASSERT_TRUE(r.decision.allowed);
   EXPECT_GT(r.delay.count(), 190000) << "booked a whole burst ahead";
-  const Decision d = rl.peek();
+  const Decision d = rl.peek("k");
   EXPECT_GT(d.retryAfter.count(), 290000) << "the booking stands: TAT 400 ms ahead, the furthest legal";
-  const Reservation further = rl.reserve(1, microseconds(10'000'000));
+  const Reservation further = rl.reserve("k", 1, microseconds(10'000'000));
   EXPECT_FALSE(further.decision.allowed) << "beyond the horizon: refused, with when it fits";
   EXPECT_GT(further.decision.retryAfter.count(), 90000);
   EXPECT_LE(further.decision.retryAfter.count(), 100000);
-  EXPECT_THROW(rl.refund(-1), InvalidArgument) << "a negative refund cannot push TAT ahead";
+  EXPECT_THROW(rl.refund("k", -1), InvalidArgument) << "a negative refund cannot push TAT ahead";
 }
 
-TEST_F(OneKeyConfiguration, AStoredWindowFarAheadIsClampedToTheNextWindow) {
+TEST_F(LimiterConfiguration, AStoredWindowFarAheadIsClampedToTheNextWindow) {
   constexpr std::int64_t kWindowUs = 100000;  // 100 ms
   for (const bool extreme : {false, true}) {
     SCOPED_TRACE(extreme ? "2^53-1" : "an hour");
-    const std::string key = name(extreme ? "x" : "h");
+    Limiter rl = storedLimiter(Policy::fixedWindow(3, milliseconds(100)), extreme ? "x" : "h");
     const std::int64_t start = extreme ? kTwo53Minus1 - kTwo53Minus1 % kWindowUs : now() + kHour;
-    set(key, windowValue(3, 100, start - start % kWindowUs, 3));
-    FixedWindowRateLimiter rl(client(), key);
-    const Decision d = rl.decide();
+    set(rl.redisKey("k"), windowValue(3, 100, start - start % kWindowUs, 3));
+    const Decision d = rl.decide("k");
     EXPECT_FALSE(d.allowed);
     EXPECT_LE(d.retryAfter.count(), 2 * kWindowUs) << "the rest of this window and the next one, full";
     std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
-    EXPECT_TRUE(rl.tryAcquire()) << "the denial wrote the clamped window back";
+    EXPECT_TRUE(rl.tryAcquire("k")) << "the denial wrote the clamped window back";
   }
 }
 
-TEST_F(OneKeyConfiguration, ASmoothLimitersNextFreeTimeIsClampedToTheDebtOwedAtTheWrite) {
-  const std::string key = name("s");
+TEST_F(LimiterConfiguration, ASmoothKeysNextFreeTimeIsClampedToTheDebtOwedAtTheWrite) {
+  Limiter rl = storedLimiter(Policy::smoothBursty(10, milliseconds(1000), milliseconds(0)), "s");
+  const std::string key = rl.redisKey("k");
   // 10 per second; written with e = 17 (a debt of at most 2^17 - 1 µs), its next free time an hour ahead.
   set(key, smoothValue(10, 1000, 0, now() + kHour, 17));
-  DistributedSmoothRateLimiter rl(client(), key);
-  const Decision d = rl.decide();
+  const Decision d = rl.decide("k");
   EXPECT_FALSE(d.allowed);
   EXPECT_LE(d.retryAfter.count(), 131071);
   std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
-  EXPECT_TRUE(rl.tryAcquire()) << "the refusal wrote the clamped time back";
+  EXPECT_TRUE(rl.tryAcquire("k")) << "the refusal wrote the clamped time back";
   // The largest time a key may hold (2^52 - 1 µs), with the bound of a key that owed nothing.
   set(key, smoothValue(10, 1000, 0, (std::int64_t{1} << 52) - 1, 0));
-  EXPECT_TRUE(rl.tryAcquire()) << "owed nothing at the write: free now";
+  EXPECT_TRUE(rl.tryAcquire("k")) << "owed nothing at the write: free now";
   // A legitimate debt (Guava: the next caller pays for a big acquire) is kept whole.
-  const Reservation big = rl.reserve(20, microseconds(10'000'000));
+  const Reservation big = rl.reserve("k", 20, microseconds(10'000'000));
   ASSERT_TRUE(big.decision.allowed);
-  const Decision after = rl.peek();
+  const Decision after = rl.peek("k");
   EXPECT_GT(after.retryAfter.count(), 1'900'000) << "20 permits at 10/s: 2 s owed";
 }
 
@@ -404,7 +352,7 @@ TEST_F(OneKeyConfiguration, ASmoothLimitersNextFreeTimeIsClampedToTheDebtOwedAtT
 // it (lib/gcra_core.lua's gcraRescale): the permits in use come back at the new rate from then on,
 // so retryAfter is exact. Before, a denial wrote nothing: the permits kept coming back at the
 // stored pace, and a retry at retryAfter was denied again (1/s -> 10/s: 100 ms, then 90 ms...).
-TEST_F(OneKeyConfiguration, RetryAfterUnderAnotherConfigurationInTheCallIsExactForGcraAndTheTokenBucket) {
+TEST_F(LimiterConfiguration, RetryAfterUnderAnotherConfigurationInTheCallIsExactForGcraAndTheTokenBucket) {
   const std::int64_t t0 = windowTime(1000, 0);
   for (const char kind : {'G', 'T'}) {
     struct Change {
@@ -431,7 +379,7 @@ TEST_F(OneKeyConfiguration, RetryAfterUnderAnotherConfigurationInTheCallIsExactF
 // The same for the fixed window: the counts kept under the call's configuration are written by the
 // denial, so they end with the new windows. Before, 3 per 1 s (full) asked as 3 per 100 ms was
 // denied again at its retryAfter, until the stored 1 s window ended.
-TEST_F(OneKeyConfiguration, RetryAfterUnderAnotherConfigurationInTheCallIsExactForTheFixedWindow) {
+TEST_F(LimiterConfiguration, RetryAfterUnderAnotherConfigurationInTheCallIsExactForTheFixedWindow) {
   const std::int64_t t0 = windowTime(1000, 250000);  // 250 ms into a second, 50 ms into 100 ms
   struct Change {
     const char* what;
@@ -452,7 +400,7 @@ TEST_F(OneKeyConfiguration, RetryAfterUnderAnotherConfigurationInTheCallIsExactF
 
 // MultiLimit with the configurations in the call: a denial writes every limit whose key held
 // another configuration, so the combined retryAfter is exact.
-TEST_F(OneKeyConfiguration, MultiLimitRetryAfterUnderAnotherConfigurationInTheCallIsExact) {
+TEST_F(LimiterConfiguration, MultiLimitRetryAfterUnderAnotherConfigurationInTheCallIsExact) {
   const std::int64_t t0 = windowTime(1000, 250000);
   struct Change {
     const char* what;
@@ -500,43 +448,34 @@ TEST_F(OneKeyConfiguration, MultiLimitRetryAfterUnderAnotherConfigurationInTheCa
 
 // --- MultiLimit with the configurations in the call ----------------------------------------------
 
-TEST_F(OneKeyConfiguration, MultiLimitSendsTheConfigurationsOfHandlesMadeWithThem) {
-  const std::string user = "{" + name("tag") + "}:user";
-  const std::string tenant = "{" + name("tag") + "}:tenant";
-  GcraRateLimiter perUser(client(), user, gcra(2, 1, milliseconds(10000)));
-  FixedWindowRateLimiter perTenant(client(), tenant, window(3, GcraRateLimiter::kMaxInterval));
+TEST_F(LimiterConfiguration, MultiLimitSendsThePoliciesOfItsLimiters) {
+  Limiter perUser(client(), limiterName("user"), Policy::gcra(1, milliseconds(10000), 2));
+  Limiter perTenant(client(), limiterName("tenant"), Policy::fixedWindow(3, milliseconds(4294967295)));
   MultiLimitOptions allow;
   allow.failure.policy = FailurePolicy::Allow;
-  MultiLimit both({perUser, perTenant}, allow);
+  const std::string user = "{" + name("tag") + "}u";
+  const std::string tenant = "{" + name("tag") + "}t";
+  MultiLimit both = MultiLimit({perUser, perTenant}, allow).on({user, tenant});
   const MultiDecision first = both.decide();
-  ASSERT_TRUE(first.allowed) << "no trySetConfig: the keys are written with the grant";
+  ASSERT_TRUE(first.allowed) << "no set-up: the keys are written with the grant";
   EXPECT_FALSE(first.byPolicy);
   EXPECT_EQ(first.limits[0].remaining, 1);
   EXPECT_EQ(first.limits[1].remaining, 2);
-  EXPECT_GT(pttl(user), 0);
-  EXPECT_GT(pttl(tenant), 0);
+  EXPECT_GT(pttl(perUser.redisKey(user)), 0);
+  EXPECT_GT(pttl(perTenant.redisKey(tenant)), 0);
   ASSERT_TRUE(both.decide().allowed);
   const MultiDecision third = both.decide();
   EXPECT_FALSE(third.allowed);
   EXPECT_EQ(third.deniedBy, 0U);
-  EXPECT_EQ(perTenant.peek().remaining, 1) << "all or nothing: the tenant gave nothing";
+  EXPECT_EQ(perTenant.peek(tenant).remaining, 1) << "all or nothing: the tenant gave nothing";
   EXPECT_THROW((void)both.decide(3), InvalidArgument) << "above the user's burst, before sending";
 
-  // A key holding another configuration keeps its permits in use; a key without one is full.
-  (void)raw({"DEL", user});
-  GcraRateLimiter older(client(), user);
-  older.setConfig(gcra(4, 1, milliseconds(10000)));
-  ASSERT_TRUE(older.decide(3).allowed);
+  // A key holding another policy of the same algorithm keeps its permits in use.
+  (void)raw({"DEL", perUser.redisKey(user)});
+  Limiter older(client(), perUser.name(), Policy::gcra(1, milliseconds(10000), 4));
+  ASSERT_TRUE(older.decide(user, 3).allowed);
   const MultiDecision kept = both.decide();
-  EXPECT_FALSE(kept.allowed) << "3 in use of the handle's burst of 2";
+  EXPECT_FALSE(kept.allowed) << "3 in use of the policy's burst of 2";
   both.refund(1);
-  EXPECT_EQ(perTenant.peek().remaining, 2);
-
-  // Mixed with a limiter whose configuration is stored.
-  const std::string stored = "{" + name("tag") + "}:stored";
-  GcraRateLimiter central(client(), stored);
-  MultiLimit mixed({perTenant, central});
-  EXPECT_THROW((void)mixed.decide(), NotInitializedError);
-  ASSERT_TRUE(central.trySetConfig(gcra(5, 1, milliseconds(10000))));
-  EXPECT_TRUE(mixed.decide().allowed);
+  EXPECT_EQ(perTenant.peek(tenant).remaining, 2);
 }

@@ -1,4 +1,4 @@
-// The one-key limiters' arithmetic and bounds: the scripts against exact models (128-bit
+// Limiter's arithmetic and bounds under the one-key scripts: the scripts against exact models (128-bit
 // integers, written from the algorithms' definitions) at chosen server times over random and
 // extreme configurations; the limits held by 3 processes x 4 threads, checked from the grants'
 // server times; reservations spaced exactly at the rate.
@@ -161,14 +161,14 @@ void expectSame(const TakeReply& got, const TakeReply& want, const std::string& 
 
 }  // namespace
 
-class OneKeyBounds : public RedisTest {
+class LimiterBounds : public RedisTest {
  protected:
   Reply run(const detail::lua::EmbeddedScript& s, const std::string& key, const std::vector<std::string>& args) {
     return runOneKey(admin(), s, key, args);
   }
 };
 
-TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurations) {
+TEST_F(LimiterBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurations) {
   std::mt19937_64 rng(20240611);
   auto uniform = [&](std::int64_t lo, std::int64_t hi) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
@@ -191,8 +191,7 @@ TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurati
   }
   int index = 0;
   for (const Cfg& cfg : configs) {
-    ASSERT_NO_THROW(
-        GcraRateLimiter::validateConfig(GcraTraits::config(cfg.burst, cfg.permits, milliseconds(cfg.intervalMs))));
+    ASSERT_NO_THROW((void)GcraTraits::policy(cfg.burst, cfg.permits, milliseconds(cfg.intervalMs)));
     const std::string key = name("gcra" + std::to_string(index++));
     const std::string kind = index % 2 == 0 ? "G" : "T";
     std::int64_t now = 1700000000000000 + uniform(0, 1000000000);
@@ -234,7 +233,7 @@ TEST_F(OneKeyBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurati
   }
 }
 
-TEST_F(OneKeyBounds, FixedWindowScriptMatchesTheModel) {
+TEST_F(LimiterBounds, FixedWindowScriptMatchesTheModel) {
   std::mt19937_64 rng(7);
   auto uniform = [&](std::int64_t lo, std::int64_t hi) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
@@ -271,15 +270,15 @@ TEST_F(OneKeyBounds, FixedWindowScriptMatchesTheModel) {
   }
 }
 
-TEST_F(OneKeyBounds, TokenBucketInitialTokensAndExactRefill) {
-  // 3 permits per second: one every 333333.33 µs, never rounded to whole ms or seconds.
-  TokenBucketRateLimiter rl(client(), name());
-  TokenBucketConfig c = TokenBucketTraits::config(6, 3, milliseconds(1000));
-  c.initialTokens = 0;
-  ASSERT_TRUE(rl.trySetConfig(c));
-  EXPECT_EQ(rl.getConfig(), c);
-  EXPECT_FALSE(rl.getConfig().initialTokens.has_value());
-  const Decision d = rl.decide();
+TEST_F(LimiterBounds, TokenBucketInitialTokensAndExactRefill) {
+  // 3 permits per second: one every 333333.33 µs, never rounded to whole ms or seconds. The bucket
+  // is written empty by the script's `set` (initial tokens 0), then decided by a Limiter of a
+  // stored token bucket.
+  Limiter rl(client(), limiterName(), Policy::tokenBucket(6, 3, milliseconds(1000)).stored());
+  const std::string key = rl.redisKey("k");
+  LimiterConfig c{'T', 6, 3, 1000, 0};
+  (void)runOneKey(admin(), detail::lua::gcra, key, setArgs(c, serverTimeUs(admin()), 0));
+  const Decision d = rl.decide("k");
   ASSERT_FALSE(d.allowed) << "the bucket starts empty";
   EXPECT_EQ(d.remaining, 0);
   EXPECT_EQ(d.limit, 6);
@@ -288,42 +287,41 @@ TEST_F(OneKeyBounds, TokenBucketInitialTokensAndExactRefill) {
   EXPECT_EQ(d.resetAfter.count(), 2000000 - (333334 - d.retryAfter.count()));
   const std::int64_t at = d.time.count() + d.retryAfter.count();
   EXPECT_FALSE(
-      takeReply(runOneKey(admin(), detail::lua::gcra, name(), {"peek", std::to_string(at - 1), "T", "1"})).allowed);
-  EXPECT_TRUE(takeReply(runOneKey(admin(), detail::lua::gcra, name(), {"peek", std::to_string(at), "T", "1"})).allowed);
+      takeReply(runOneKey(admin(), detail::lua::gcra, key, {"peek", std::to_string(at - 1), "T", "1"})).allowed);
+  EXPECT_TRUE(takeReply(runOneKey(admin(), detail::lua::gcra, key, {"peek", std::to_string(at), "T", "1"})).allowed);
 
   // Polled faster than one permit comes back, the bucket still refills (the whole-second seed
   // never did): 3 per 10 ms, asked every ms.
-  c = TokenBucketTraits::config(3, 3, milliseconds(10));
-  c.initialTokens = 0;
-  rl.setConfig(c);
+  c = LimiterConfig{'T', 3, 3, 10, 0};
+  (void)runOneKey(admin(), detail::lua::gcra, key, setArgs(c, serverTimeUs(admin()), 0));
   int granted = 0;
   const auto start = std::chrono::steady_clock::now();
   while (granted < 5 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
-    if (rl.tryAcquire()) ++granted;
+    if (rl.tryAcquire("k")) ++granted;
     sleepMs(1);
   }
   EXPECT_EQ(granted, 5);
 }
 
-TEST_F(OneKeyBounds, GcraReservationsLeaveExactlyAtTheRate) {
+TEST_F(LimiterBounds, GcraReservationsLeaveExactlyAtTheRate) {
   // 10 per 100 ms, burst 1: one every 10 ms. Callers that reserve are queued: each may use its
   // permit exactly 10 ms after the one before.
-  GcraRateLimiter rl(client(), name());
-  ASSERT_TRUE(rl.trySetConfig(GcraTraits::config(1, 10, milliseconds(100))));
+  Limiter rl(client(), limiterName(), GcraTraits::policy(1, 10, milliseconds(100)).stored());
+  ASSERT_TRUE(rl.trySetPolicy("k"));
   std::vector<std::int64_t> useTimes;
   for (int i = 0; i < 10; ++i) {
-    const Reservation r = rl.reserve(1, microseconds(1000000));
+    const Reservation r = rl.reserve("k", 1, microseconds(1000000));
     ASSERT_TRUE(r.decision.allowed);
     EXPECT_EQ(r.decision.retryAfter.count(), 0);
     useTimes.push_back((r.decision.time + r.delay).count());
   }
   for (std::size_t i = 2; i < useTimes.size(); ++i) EXPECT_EQ(useTimes[i] - useTimes[i - 1], 10000) << i;
   // A caller that will not wait that long is refused, nothing taken, and told when it would fit.
-  const Reservation refused = rl.reserve(1, microseconds(5000));
+  const Reservation refused = rl.reserve("k", 1, microseconds(5000));
   ASSERT_FALSE(refused.decision.allowed);
   const std::int64_t due = useTimes.back() + 10000;  // when the next permit is free
   EXPECT_EQ(refused.decision.time.count() + refused.decision.retryAfter.count() + 5000, due);
-  const Reservation next = rl.reserve(1, microseconds(1000000));
+  const Reservation next = rl.reserve("k", 1, microseconds(1000000));
   EXPECT_EQ((next.decision.time + next.delay).count(), due) << "the refusal took nothing";
 }
 
@@ -336,13 +334,14 @@ struct Grant {
   std::int64_t permits = 0;
 };
 
-// Runs 3 one_key_worker processes of 4 threads on `limiter` for `ms` and collects their grants.
-std::vector<Grant> hammer(const std::string& kind, const std::string& uri, const std::string& limiter, int ms,
-                          std::int64_t maxWaitUs) {
+// Runs 3 one_key_worker processes of 4 threads on the key `key` of the Limiter `limiter` for `ms`
+// and collects their grants.
+std::vector<Grant> hammer(const std::string& kind, const std::string& uri, const std::string& limiter,
+                          const std::string& key, int ms, std::int64_t maxWaitUs) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int i = 0; i < 3; ++i) {
     workers.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-        REDLIMIT_ONE_KEY_WORKER, kind, uri, limiter, "4", std::to_string(ms), std::to_string(maxWaitUs)}));
+        REDLIMIT_ONE_KEY_WORKER, kind, uri, limiter, key, "4", std::to_string(ms), std::to_string(maxWaitUs)}));
   }
   std::vector<Grant> grants;
   for (auto& w : workers) {
@@ -383,7 +382,7 @@ std::string gcraViolation(const std::vector<Grant>& g, std::int64_t burst, std::
 }  // namespace
 
 template <class Traits>
-class OneKeyProcesses : public RedisTest {};
+class LimiterProcesses : public RedisTest {};
 using ProcessTypes = ::testing::Types<TokenBucketTraits, GcraTraits, FixedWindowTraits>;
 class ProcessNames {
  public:
@@ -392,16 +391,17 @@ class ProcessNames {
     return T::kWorkerKind;
   }
 };
-TYPED_TEST_SUITE(OneKeyProcesses, ProcessTypes, ProcessNames);
+TYPED_TEST_SUITE(LimiterProcesses, ProcessTypes, ProcessNames);
 
-TYPED_TEST(OneKeyProcesses, ThreeProcessesOfFourThreadsNeverExceedTheBound) {
+TYPED_TEST(LimiterProcesses, ThreeProcessesOfFourThreadsNeverExceedTheBound) {
   // Burst 20, 50 per 100 ms (the window: 40 per 100 ms). One thread per process reserves with a
   // 30 ms maxWait; the grants are checked at the times their permits may be used.
   constexpr std::int64_t kBurst = 20, kPermits = 50, kIntervalMs = 100;
   const std::int64_t limit = std::is_same_v<TypeParam, FixedWindowTraits> ? 40 : kBurst;
-  typename TypeParam::Limiter rl(this->client(), this->name());
-  ASSERT_TRUE(rl.trySetConfig(TypeParam::config(limit, kPermits, milliseconds(kIntervalMs))));
-  const std::vector<Grant> grants = hammer(TypeParam::kWorkerKind, this->server().uri(), this->name(), 1000, 30000);
+  Limiter rl(this->client(), this->limiterName(),
+             TypeParam::policy(limit, kPermits, milliseconds(kIntervalMs)).stored());
+  ASSERT_TRUE(rl.trySetPolicy("k"));
+  const std::vector<Grant> grants = hammer(TypeParam::kWorkerKind, this->server().uri(), rl.name(), "k", 1000, 30000);
   ASSERT_FALSE(grants.empty());
   std::int64_t total = 0;
   for (const Grant& g : grants) total += g.permits;

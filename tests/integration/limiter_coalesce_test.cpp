@@ -1,6 +1,6 @@
-// Coalesced one-key decisions: takes of the token bucket, GCRA and fixed-window limiters (one-key
-// handles and Limiters) of one Client that queue up while a call is in flight go to Redis together as
-// one lua/batch.lua call, whatever their keys, and get what one-by-one calls would have got, in order.
+// Coalesced one-key decisions: takes of Limiters under the token bucket, GCRA and fixed-window
+// policies of one Client that queue up while a call is in flight go to Redis together as one
+// lua/batch.lua call, whatever their keys, and get what one-by-one calls would have got, in order.
 //
 // The server is held with CLIENT PAUSE ... WRITE while the takes are issued, so that every take
 // after the first is queued before the first is answered: the grouping is then known exactly.
@@ -19,10 +19,7 @@
 
 #include "helpers.hpp"
 #include "redlimit/errors.hpp"
-#include "redlimit/fixed_window_rate_limiter.hpp"
-#include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
-#include "redlimit/token_bucket_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 
 namespace redlimit::test {
@@ -30,7 +27,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class OneKeyCoalesce : public RedisTest {
+class LimiterCoalesce : public RedisTest {
  protected:
   // Write commands (scripts included) wait until resume(); reads and CLIENT UNPAUSE do not.
   void pauseWrites() { ASSERT_EQ(raw({"CLIENT", "PAUSE", "20000", "WRITE"}).str, "OK"); }
@@ -44,30 +41,21 @@ class OneKeyCoalesce : public RedisTest {
   }
 };
 
-GcraConfig gcra(std::int64_t burst) {
-  GcraConfig c;
-  c.rate = 1;
-  c.period = milliseconds(3600000);  // refills one an hour: nothing comes back during a test
-  c.burst = burst;
-  return c;
-}
+// A burst of `burst`, refilled one an hour: nothing comes back during a test.
+Policy gcra(std::int64_t burst) { return Policy::gcra(1, milliseconds(3600000), burst); }
 
 // Groups of takes a connection keeps in flight before takes queue (detail::kGroupsPerConnection).
 constexpr std::size_t kInFlightOnOne = detail::kGroupsPerConnection;
 
-void OneKeyCoalesce::warmBatch(const std::shared_ptr<Client>& c) {
-  GcraConfig config;
-  config.rate = 1;
-  config.period = milliseconds(1000);
-  config.burst = 10;
-  GcraRateLimiter warm(c, name("warm"), config);
+void LimiterCoalesce::warmBatch(const std::shared_ptr<Client>& c) {
+  Limiter warm(c, limiterName("warm"), Policy::gcra(1, milliseconds(1000), 10));
   pauseWrites();
   std::vector<std::future<Decision>> all;
   // batch.lua in the server's script cache before a test counts requests (a NOSCRIPT would add a
   // load and a resend); then every place in flight taken, and a group.
   (void)raw({"SCRIPT", "LOAD", detail::lua::batch.source});
   const std::size_t calls = kInFlightOnOne * c->options().pool.size + 2;
-  for (std::size_t i = 0; i < calls; ++i) all.push_back(warm.decideAsync(1));
+  for (std::size_t i = 0; i < calls; ++i) all.push_back(warm.decideAsync("k", 1));
   resume();
   for (auto& f : all) (void)f.get();
 }
@@ -89,21 +77,21 @@ ClientOptions oneConnection(bool coalesce = true) {
   return o;
 }
 
-TEST_F(OneKeyCoalesce, QueuedTakesOfOneLimiterGetWhatOneByOneCallsGetInTheSameOrder) {
+TEST_F(LimiterCoalesce, QueuedTakesOfOneLimiterGetWhatOneByOneCallsGetInTheSameOrder) {
   constexpr int kCalls = 200;
   constexpr std::int64_t kBurst = 50;
   auto together = newClient(oneConnection());
   auto alone = newClient(oneConnection(false));
-  GcraRateLimiter a(together, name("a"), gcra(kBurst));
-  GcraRateLimiter b(alone, name("b"), gcra(kBurst));
+  Limiter a(together, limiterName("a"), gcra(kBurst));
+  Limiter b(alone, limiterName("b"), gcra(kBurst));
   warmBatch(together);
-  (void)a.decide(1);  // one permit used on both
-  (void)b.decide(1);
+  (void)a.decide("k", 1);  // one permit used on both
+  (void)b.decide("k", 1);
 
   pauseWrites();
   const std::uint64_t before = requestsOf(together);
   std::vector<std::future<Decision>> coalesced;
-  for (int i = 0; i < kCalls; ++i) coalesced.push_back(a.decideAsync(1 + i % 3));
+  for (int i = 0; i < kCalls; ++i) coalesced.push_back(a.decideAsync("k", 1 + i % 3));
   resume();
   std::vector<Decision> got;
   for (auto& f : coalesced) got.push_back(f.get());
@@ -111,7 +99,7 @@ TEST_F(OneKeyCoalesce, QueuedTakesOfOneLimiterGetWhatOneByOneCallsGetInTheSameOr
 
   for (int i = 0; i < kCalls; ++i) {
     SCOPED_TRACE(i);
-    const Decision one = b.decide(1 + i % 3);
+    const Decision one = b.decide("k", 1 + i % 3);
     const Decision& d = got[static_cast<std::size_t>(i)];
     EXPECT_EQ(d.allowed, one.allowed);
     EXPECT_EQ(d.remaining, one.remaining);
@@ -123,33 +111,28 @@ TEST_F(OneKeyCoalesce, QueuedTakesOfOneLimiterGetWhatOneByOneCallsGetInTheSameOr
   EXPECT_EQ(calls, kInFlightOnOne + 4);
 }
 
-TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAlone) {
+TEST_F(LimiterCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAlone) {
   auto together = newClient(oneConnection());
   auto alone = newClient(oneConnection(false));
-  TokenBucketConfig tb;
-  tb.capacity = 3;
-  tb.refillPermits = 1;
-  tb.refillInterval = milliseconds(3600000);
-  FixedWindowConfig fw;
-  fw.limit = 2;
-  fw.window = milliseconds(3600000);
-  GcraRateLimiter ga(together, name("ag"), gcra(4)), gb(alone, name("bg"), gcra(4));
-  TokenBucketRateLimiter ta(together, name("at"), tb), tb2(alone, name("bt"), tb);
-  FixedWindowRateLimiter wa(together, name("aw"), fw), wb(alone, name("bw"), fw);
-  const std::vector<detail::ScriptLimiter*> mine{&ga, &ta, &wa}, theirs{&gb, &tb2, &wb};
+  const Policy tb = Policy::tokenBucket(3, 1, milliseconds(3600000));
+  const Policy fw = Policy::fixedWindow(2, milliseconds(3600000));
+  Limiter ga(together, limiterName("ag"), gcra(4)), gb(alone, limiterName("bg"), gcra(4));
+  Limiter ta(together, limiterName("at"), tb), tb2(alone, limiterName("bt"), tb);
+  Limiter wa(together, limiterName("aw"), fw), wb(alone, limiterName("bw"), fw);
+  const std::vector<Limiter*> mine{&ga, &ta, &wa}, theirs{&gb, &tb2, &wb};
   warmBatch(together);
-  for (auto* l : mine) (void)l->decide(1);  // each kind's own script loaded for the takes that go alone
-  for (auto* l : theirs) (void)l->decide(1);
+  for (auto* l : mine) (void)l->decide("k", 1);  // each kind's own script loaded for the takes that go alone
+  for (auto* l : theirs) (void)l->decide("k", 1);
 
   pauseWrites();
   const std::uint64_t before = requestsOf(together);
   std::vector<std::future<Decision>> coalesced;
-  for (int i = 0; i < 30; ++i) coalesced.push_back(mine[static_cast<std::size_t>(i % 3)]->decideAsync(1));
+  for (int i = 0; i < 30; ++i) coalesced.push_back(mine[static_cast<std::size_t>(i % 3)]->decideAsync("k", 1));
   resume();
   for (int i = 0; i < 30; ++i) {
     SCOPED_TRACE(i);
     const Decision d = coalesced[static_cast<std::size_t>(i)].get();
-    const Decision one = theirs[static_cast<std::size_t>(i % 3)]->decide(1);
+    const Decision one = theirs[static_cast<std::size_t>(i % 3)]->decide("k", 1);
     EXPECT_EQ(d.allowed, one.allowed);
     EXPECT_EQ(d.remaining, one.remaining);
     EXPECT_EQ(d.limit, one.limit);
@@ -157,7 +140,7 @@ TEST_F(OneKeyCoalesce, TakesOfManyLimitersAndKindsGoTogetherAndEachIsDecidedAsAl
   EXPECT_EQ(requestsOf(together) - before, kInFlightOnOne + 1) << "the first ones alone, the others in one call";
 }
 
-TEST_F(OneKeyCoalesce, ALimiterSendsTheTakesOfManyKeysTogether) {
+TEST_F(LimiterCoalesce, ALimiterSendsTheTakesOfManyKeysTogether) {
   auto together = newClient(oneConnection());
   Limiter perKey(together, limiterName("policy"), Policy::gcra(1, milliseconds(3600000), 2));
   const std::string prefix = "user:";
@@ -179,19 +162,19 @@ TEST_F(OneKeyCoalesce, ALimiterSendsTheTakesOfManyKeysTogether) {
   EXPECT_EQ(requestsOf(together) - before, kInFlightOnOne + 1) << "the first ones alone, the others in one call";
 }
 
-TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
+TEST_F(LimiterCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
   auto together = newClient(oneConnection());  // the places in flight taken: the second and third go together
-  GcraRateLimiter good(together, name("good"), gcra(4 + kInFlightOnOne));  // 2 left at the end
-  GcraRateLimiter bad(together, name("bad"), gcra(5));
-  raw({"RPUSH", bad.getName(), "not", "a", "limiter"});
-  (void)good.decide(1);
+  Limiter good(together, limiterName("good"), gcra(4 + kInFlightOnOne));  // 2 left at the end
+  Limiter bad(together, limiterName("bad"), gcra(5));
+  raw({"RPUSH", bad.redisKey("k"), "not", "a", "limiter"});
+  (void)good.decide("k", 1);
 
   pauseWrites();
   std::vector<std::future<Decision>> alone;
-  for (std::size_t i = 1; i < kInFlightOnOne; ++i) alone.push_back(good.decideAsync(1));
-  auto first = good.decideAsync(1);
-  auto second = bad.decideAsync(1);
-  auto third = good.decideAsync(1);
+  for (std::size_t i = 1; i < kInFlightOnOne; ++i) alone.push_back(good.decideAsync("k", 1));
+  auto first = good.decideAsync("k", 1);
+  auto second = bad.decideAsync("k", 1);
+  auto third = good.decideAsync("k", 1);
   resume();
   for (auto& f : alone) EXPECT_TRUE(f.get().allowed);
   EXPECT_TRUE(first.get().allowed);
@@ -199,20 +182,20 @@ TEST_F(OneKeyCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
   const Decision d = third.get();
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 2);
-  EXPECT_EQ(raw({"LLEN", bad.getName()}).integer, 3) << "nothing written to the key of another type";
+  EXPECT_EQ(raw({"LLEN", bad.redisKey("k")}).integer, 3) << "nothing written to the key of another type";
 }
 
-TEST_F(OneKeyCoalesce, TakesLeaveAsOneGroupWhenAGroupInFlightIsAnswered) {
+TEST_F(LimiterCoalesce, TakesLeaveAsOneGroupWhenAGroupInFlightIsAnswered) {
   ClientOptions o = coalescing();
   o.pool.size = 2;
   o.connection.commandTimeout = std::chrono::seconds(30);  // a paused server does not reach it
   auto c = newClient(o);
-  GcraRateLimiter a(c, name(), gcra(100));
+  Limiter a(c, limiterName(), gcra(100));
   warmBatch(c);
   pauseWrites();
   const std::uint64_t before = requestsOf(c);
   std::vector<std::future<Decision>> all;
-  for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync(1));
+  for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync("k", 1));
   // 2 x kInFlightOnOne go at once, spread over the connections; the other 12 wait for a place.
   EXPECT_EQ(c->poolStats().pending, 2 * kInFlightOnOne);
   resume();
@@ -221,20 +204,20 @@ TEST_F(OneKeyCoalesce, TakesLeaveAsOneGroupWhenAGroupInFlightIsAnswered) {
   EXPECT_EQ(requestsOf(c) - before, 2 * kInFlightOnOne + 1);
 }
 
-TEST_F(OneKeyCoalesce, OffMeansOneCallPerTake) {
+TEST_F(LimiterCoalesce, OffMeansOneCallPerTake) {
   auto c = newClient(oneConnection(false));
-  GcraRateLimiter a(c, name(), gcra(100));
-  (void)a.decide(1);
+  Limiter a(c, limiterName(), gcra(100));
+  (void)a.decide("k", 1);
   pauseWrites();
   const std::uint64_t before = requestsOf(c);
   std::vector<std::future<Decision>> all;
-  for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync(1));
+  for (int i = 0; i < 20; ++i) all.push_back(a.decideAsync("k", 1));
   resume();
   for (auto& f : all) EXPECT_TRUE(f.get().allowed);
   EXPECT_EQ(requestsOf(c) - before, 20u);
 }
 
-TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
+TEST_F(LimiterCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
   auto c = newClient(coalescing());
   Limiter perKey(c, limiterName("policy"), Policy::gcra(1, milliseconds(3600000), 20));
   const std::string prefix = "k:";
@@ -257,14 +240,14 @@ TEST_F(OneKeyCoalesce, SyncCallersOfEightThreadsAreHeldToTheLimit) {
   EXPECT_EQ(denied.load(), 8 * 50 - 10 * 20);
 }
 
-TEST_F(OneKeyCoalesce, TakesStillQueuedWhenTheLastLimiterIsDroppedEndWithClosedError) {
+TEST_F(LimiterCoalesce, TakesStillQueuedWhenTheLastLimiterIsDroppedEndWithClosedError) {
   auto c = newClient(oneConnection());  // kInFlightOnOne groups in flight: the first takes
   std::vector<std::future<Decision>> all;
   {
-    GcraRateLimiter a(c, name(), gcra(100));
-    (void)a.decide(1);
+    Limiter a(c, limiterName(), gcra(100));
+    (void)a.decide("k", 1);
     pauseWrites();
-    for (std::size_t i = 0; i < kInFlightOnOne + 4; ++i) all.push_back(a.decideAsync(1));
+    for (std::size_t i = 0; i < kInFlightOnOne + 4; ++i) all.push_back(a.decideAsync("k", 1));
   }
   resume();
   for (std::size_t i = 0; i < kInFlightOnOne; ++i) EXPECT_TRUE(all[i].get().allowed) << "in flight, answered: " << i;
