@@ -43,17 +43,6 @@ class LimiterAlgorithms : public RedisTest {
   }
 };
 
-using AlgorithmTypes = ::testing::Types<TokenBucketTraits, GcraTraits, FixedWindowTraits>;
-
-class AlgorithmNames {
- public:
-  template <class T>
-  static std::string GetName(int) {
-    if (std::is_same_v<T, TokenBucketTraits>) return "TokenBucket";
-    if (std::is_same_v<T, GcraTraits>) return "Gcra";
-    return "FixedWindow";
-  }
-};
 TYPED_TEST_SUITE(LimiterAlgorithms, AlgorithmTypes, AlgorithmNames);
 
 TYPED_TEST(LimiterAlgorithms, StartsFullAndDecidesWithTheWholeAnswer) {

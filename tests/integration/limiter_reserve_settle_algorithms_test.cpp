@@ -34,18 +34,7 @@ class LimiterReserveSettleAlgorithms : public RedisTest {
   }
 };
 
-using ReserveSettleTypes = ::testing::Types<TokenBucketTraits, GcraTraits, FixedWindowTraits>;
-
-class ReserveSettleNames {
- public:
-  template <class T>
-  static std::string GetName(int) {
-    if (std::is_same_v<T, TokenBucketTraits>) return "TokenBucket";
-    if (std::is_same_v<T, GcraTraits>) return "Gcra";
-    return "FixedWindow";
-  }
-};
-TYPED_TEST_SUITE(LimiterReserveSettleAlgorithms, ReserveSettleTypes, ReserveSettleNames);
+TYPED_TEST_SUITE(LimiterReserveSettleAlgorithms, AlgorithmTypes, AlgorithmNames);
 
 // (1) The settle of one reservation sent 10 times, every connection of the limiter's Client killed
 // between tries: the permits come back once.
@@ -537,16 +526,7 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
       EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Thrown), static_cast<std::uint64_t>(kTries));
     }
     server.restart();  // no persistence: it comes back empty
-    bool answered = false;
-    for (int i = 0; i < 100 && !answered; ++i) {
-      try {
-        EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty";
-        answered = true;
-      } catch (const IoError&) {
-        sleepMs(10);
-      }
-    }
-    ASSERT_TRUE(answered);
+    ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));
     EXPECT_EQ(rl.settleAsync("k", "during", 0).get().status, SettleStatus::Unknown);
   }
 }
@@ -579,16 +559,7 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     EXPECT_THROW((void)rl.settle("k", "before", 0), IoError);
     EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
     server.restart();  // no persistence: it comes back empty
-    bool answered = false;
-    for (int i = 0; i < 100 && !answered; ++i) {
-      try {
-        EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty";
-        answered = true;
-      } catch (const IoError&) {
-        sleepMs(10);
-      }
-    }
-    ASSERT_TRUE(answered);
+    ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));
     EXPECT_EQ(rl.settle("k", "during", 0).status, SettleStatus::Unknown);
   }
 }

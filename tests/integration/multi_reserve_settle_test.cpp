@@ -313,16 +313,7 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     EXPECT_THROW((void)both.settle("before", 0), IoError);
     EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
     server.restart();  // no persistence: it comes back empty
-    bool answered = false;
-    for (int i = 0; i < 100 && !answered; ++i) {
-      try {
-        EXPECT_FALSE(gcra.exists("k")) << "the restarted server is empty";
-        answered = true;
-      } catch (const IoError&) {
-        sleepMs(10);
-      }
-    }
-    ASSERT_TRUE(answered);
+    ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(gcra.exists("k")) << "the restarted server is empty"; }));
     EXPECT_EQ(both.settle("during", 0).status, SettleStatus::Unknown);
   }
 }

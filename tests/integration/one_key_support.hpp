@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "redlimit/detail/client_access.hpp"
@@ -135,5 +137,32 @@ struct FixedWindowTraits {
     return Policy::fixedWindow(limit, interval);
   }
 };
+
+/// The typed tests over the three algorithms of the one-key scripts, and their names.
+using AlgorithmTypes = ::testing::Types<TokenBucketTraits, GcraTraits, FixedWindowTraits>;
+class AlgorithmNames {
+ public:
+  template <class T>
+  static std::string GetName(int) {
+    if (std::is_same_v<T, TokenBucketTraits>) return "TokenBucket";
+    if (std::is_same_v<T, GcraTraits>) return "Gcra";
+    return "FixedWindow";
+  }
+};
+
+/// Calls `read` (a read of the server, e.g. an EXISTS through a limiter) until the server answers
+/// it without an IoError: a restarted server, whose pooled connections still went to the old
+/// process. True once it did (at most 100 tries, 10 ms apart).
+inline bool untilAnswered(const std::function<void()>& read) {
+  for (int i = 0; i < 100; ++i) {
+    try {
+      read();
+      return true;
+    } catch (const IoError&) {
+      sleepMs(10);
+    }
+  }
+  return false;
+}
 
 }  // namespace redlimit::test
