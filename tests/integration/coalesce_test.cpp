@@ -63,6 +63,10 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   constexpr std::int64_t kRate = 200;
   ClientOptions co;
   co.pool.size = 1;
+  // Order is the point, not deadlines: with the default 500 ms, a loaded machine (a sanitizer)
+  // could time a queued call out, close the connection under the others and resend them behind
+  // later calls.
+  co.connection.commandTimeout = std::chrono::seconds(30);
   auto together = newClient(co);
   auto alone = newClient(co);
   RateLimiterOptions on;
