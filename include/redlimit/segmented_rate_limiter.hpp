@@ -114,6 +114,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -135,11 +136,12 @@
 
 namespace redlimit {
 
-class RateLimiter;  // the default source (rate_limiter.hpp, which also declares the instantiations
+class RateLimiter;  // a source over one limit (rate_limiter.hpp, which also declares its instantiations
                     // compiled into the library)
+class Limiter;      // a source over one key (limiter.hpp, likewise)
 
 namespace detail {
-// The members of a permit source (see SegmentedRateLimiter), each detected on its own so that a
+// The members of a stand-in permit source (see SegmentAccess), each detected on its own so that a
 // static_assert can name the one that is missing. The call is checked, not the exact signature:
 // a member that accepts these arguments and whose result converts to the type named works.
 template <class Source, class = void>
@@ -164,14 +166,15 @@ struct HasDecideUnanswered : std::false_type {};
 template <class Source>
 struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
                                        std::int64_t{}, std::declval<const std::string&>())))>> : std::true_type {};
-// A monitor() (RateLimiter's and the one-key limiters'): the segment cache counts its decisions and
-// applies shadow mode with the source's LimiterMonitor.
+// A monitor(): the segment cache counts its decisions and applies shadow mode with the source's
+// LimiterMonitor.
 template <class Source, class = void>
 struct HasMonitor : std::false_type {};
 template <class Source>
 struct HasMonitor<Source, std::void_t<decltype(LimiterMonitor(std::declval<const Source&>().monitor()))>>
     : std::true_type {};
-// What reconfigure() needs on top (checked only when reconfigure() is used).
+// What reconfigure() needs on top (checked only when reconfigure() is used): RateLimiter's
+// configuration calls, which are public.
 template <class Source, class = void>
 struct HasConfigCalls : std::false_type {};
 template <class Source>
@@ -188,23 +191,137 @@ template <class Source>
 struct HasValidateConfig<
     Source, std::void_t<decltype(Source::validateConfig(RateType{}, std::int64_t{}, std::chrono::milliseconds{}))>>
     : std::true_type {};
-}  // namespace detail
 
-/// True if `Source` has the members SegmentedRateLimiter requires of a permit source:
+/// The narrow interface through which a SegmentedRateLimiter reaches its source: the only calls it
+/// makes to it. `key` is the key of a keyed source (kKeyed: a Limiter), empty for the others. The
+/// library's sources (RateLimiter, Limiter) keep these operations private and befriend their
+/// specialisation; this primary template reaches a stand-in (unit tests, benchmarks) through its
+/// public members:
 ///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
+///       granted = 0 with `wait` set
 ///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
-/// (see SegmentedRateLimiter for what they must do, and for the optional members).
+///       gives back up to `permits` of that grant; returns how many went back
+/// and optionally (detected at compile time):
+///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
+///   bool decideUnanswered(std::int64_t permits, const std::string& reason);
+///       the failure policy's answer for a call that got no answer in time (without it: false)
+///   const LimiterMonitor& monitor() const;
+///       the source's metrics and shadow mode (without it: a monitor that counts nothing)
 template <class Source>
-struct IsPermitSource
-    : std::bool_constant<detail::HasTryAcquireUpTo<Source>::value && detail::HasReleaseGrant<Source>::value> {};
+struct SegmentAccess {
+  static constexpr bool kKeyed = false;
+  static constexpr bool kTakes = HasTryAcquireUpTo<Source>::value;
+  static constexpr bool kGivesBack = HasReleaseGrant<Source>::value;
+
+  static void check(const Source& /*source*/, const std::string& /*key*/) {}
+  static LimiterMonitor monitor(const Source& source) {
+    if constexpr (HasMonitor<Source>::value) {
+      return source.monitor();
+    } else {
+      (void)source;
+      return LimiterMonitor{};
+    }
+  }
+  static AcquireResult tryAcquireUpTo(Source& source, const std::string& /*key*/, std::int64_t atLeast,
+                                      std::int64_t atMost) {
+    return source.tryAcquireUpTo(atLeast, atMost);
+  }
+  static std::optional<std::int64_t> releaseGrantBestEffort(Source& source, const std::string& /*key*/,
+                                                            const std::string& member, std::int64_t permits) {
+    if constexpr (HasBestEffortRelease<Source>::value) {
+      return source.releaseGrantBestEffort(member, permits);
+    } else {
+      return source.releaseGrant(member, permits);
+    }
+  }
+  static bool decideUnanswered(Source& source, const std::string& /*key*/, std::int64_t permits,
+                               const std::string& reason) {
+    if constexpr (HasDecideUnanswered<Source>::value) {
+      return source.decideUnanswered(permits, reason);
+    } else {
+      (void)source, (void)permits, (void)reason;
+      return false;
+    }
+  }
+};
+
+/// RateLimiter's (defined in src/limiters/rate_limiter.cpp): its sorted-set grants. The two calls
+/// after the cache's are for tests and benchmarks, which check the grants themselves.
+template <>
+struct SegmentAccess<RateLimiter> {
+  static constexpr bool kKeyed = false;
+  static constexpr bool kTakes = true;
+  static constexpr bool kGivesBack = true;
+
+  static void check(const RateLimiter& source, const std::string& key);
+  static LimiterMonitor monitor(const RateLimiter& source);
+  /// One attempt for between atLeast and atMost permits (as many as are free, up to atMost); the
+  /// grant, or the wait. When Redis cannot be asked, the failure policy decides `atLeast` permits
+  /// (no member, no interval). Counted as a round trip, not a decision.
+  static AcquireResult tryAcquireUpTo(RateLimiter& source, const std::string& key, std::int64_t atLeast,
+                                      std::int64_t atMost);
+  /// releaseGrant, not sent while the Client has found Redis unreachable (Client::admitBestEffort):
+  /// then nullopt, and the permits come back by themselves when the grant expires.
+  static std::optional<std::int64_t> releaseGrantBestEffort(RateLimiter& source, const std::string& key,
+                                                            const std::string& member, std::int64_t permits);
+  /// The failure policy's decision for `permits` when a call could not get Redis's answer in time
+  /// (Allow true, Deny false, Local the local bucket, Throw a TimeoutError naming the limiter and
+  /// `reason`), counted in failureStats(). Sends nothing.
+  static bool decideUnanswered(RateLimiter& source, const std::string& key, std::int64_t permits,
+                               const std::string& reason);
+
+  /// Gives back up to `permits` of a grant (`member` from tryAcquireUpTo's result); returns how
+  /// many went back (0 once the grant has expired). Always sent.
+  static std::int64_t releaseGrant(RateLimiter& source, const std::string& member, std::int64_t permits);
+  /// tryAcquireUpTo without waiting for the reply (coalesced with the handle's other acquisitions).
+  static void tryAcquireUpToAsync(RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
+                                  std::function<void(AcquireResult result, std::exception_ptr error)> done);
+};
+
+/// Limiter's (defined in src/limiters/limiter.cpp): one key of a GCRA, token bucket, fixed window
+/// or smooth policy, whose segments count for the time their permits take to come back.
+template <>
+struct SegmentAccess<Limiter> {
+  static constexpr bool kKeyed = true;
+  static constexpr bool kTakes = true;
+  static constexpr bool kGivesBack = true;
+
+  /// InvalidArgument, before anything is sent, for a bad key or a policy that cannot serve
+  /// segments (a concurrency limit, a calendar quota, a stored policy).
+  static void check(const Limiter& source, const std::string& key);
+  static LimiterMonitor monitor(const Limiter& source);
+  /// One attempt for between atLeast and atMost permits of `key` (atMost cut to the policy's
+  /// limit): atMost if available now; else, if at least atLeast remain, what remains (a second
+  /// call); else denied with the wait for atLeast (a second call, exact). `interval` is how long
+  /// the granted permits count against the key: the time they take to come back at the policy's
+  /// rate or, if sooner, until the key is full again (a fixed window: its end), rounded down to
+  /// ms; `member` is empty. The failure policy decides when Redis cannot be asked.
+  static AcquireResult tryAcquireUpTo(Limiter& source, const std::string& key, std::int64_t atLeast,
+                                      std::int64_t atMost);
+  /// Gives `permits` back to `key` (not counted as a caller's refund), not sent while the Client
+  /// has found Redis unreachable (nullopt then: the permits come back as the key refills).
+  static std::optional<std::int64_t> releaseGrantBestEffort(Limiter& source, const std::string& key,
+                                                            const std::string& member, std::int64_t permits);
+  /// As RateLimiter's, under the Limiter's failure policy.
+  static bool decideUnanswered(Limiter& source, const std::string& key, std::int64_t permits,
+                               const std::string& reason);
+};
+
+/// True if SegmentedRateLimiter can take segments from `Source`: RateLimiter, Limiter, and a
+/// stand-in with the members the primary SegmentAccess calls.
+template <class Source>
+struct IsPermitSource : std::bool_constant<SegmentAccess<Source>::kTakes && SegmentAccess<Source>::kGivesBack> {};
 template <class Source>
 inline constexpr bool isPermitSourceV = IsPermitSource<Source>::value;
 
 #if defined(__cpp_concepts) && __cpp_concepts >= 201907L
-/// C++20: the permit-source requirements as a concept (the same test as IsPermitSource).
+/// C++20: the same test as a concept.
 template <class Source>
 concept PermitSource = isPermitSourceV<Source>;
 #endif
+}  // namespace detail
 
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
@@ -271,10 +388,11 @@ struct SegmentStats {
 /// close() or when the sweeper's thread cannot be started.
 template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
-  static_assert(detail::HasTryAcquireUpTo<Source>::value,
+  using Access = detail::SegmentAccess<Source>;
+  static_assert(Access::kTakes,
                 "SegmentedRateLimiter: Source is not a permit source: it lacks "
                 "AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost)");
-  static_assert(detail::HasReleaseGrant<Source>::value,
+  static_assert(Access::kGivesBack,
                 "SegmentedRateLimiter: Source is not a permit source: it lacks "
                 "std::int64_t releaseGrant(const std::string& member, std::int64_t permits)");
 
@@ -288,29 +406,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
   /// limiter. Throws InvalidArgument for a null source or bad options, Error if the sweeper's
   /// thread cannot be started.
+  template <bool Keyed = Access::kKeyed, std::enable_if_t<!Keyed, int> = 0>
   explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {}, Clock clock = Clock{})
-      : clock_(std::move(clock)),
-        source_(std::move(source)),
-        refillWait_(options.refillWait),
-        idleReturnAfter_(options.idleReturnAfter) {
-    if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
-    if constexpr (detail::HasMonitor<Source>::value) monitor_ = source_->monitor();
-    checkSegmentSize(options.segmentSize);
-    // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
-    if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
-      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) + " ms, got " +
-                            std::to_string(options.refillWait.count()) + " ms");
-    }
-    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > kMaxWait) {
-      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." + std::to_string(kMaxWait.count()) +
-                            " ms, got " + std::to_string(options.idleReturnAfter.count()) + " ms");
-    }
-    segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
-    if (!detail::registerForkCounter()) throw Error("redlimit: SegmentedRateLimiter: pthread_atfork failed (ENOMEM)");
-    forkGen_.store(detail::forkCounter(), std::memory_order_relaxed);
-    renewClaim_.store(detail::forkCounter(), std::memory_order_relaxed);
-    if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
-  }
+      : SegmentedRateLimiter(Build{}, std::move(source), std::string{}, options, std::move(clock)) {}
+
+  /// Takes segments from `key` of `source` (a Limiter); otherwise as above. Throws
+  /// InvalidArgument, before anything is sent, also for a bad key and for a policy that cannot
+  /// serve segments: a concurrency limit (it gives leases, not permits), a calendar quota (its
+  /// permits come back only when its window ends, up to a month later: a segment would outlive
+  /// the one-interval horizon over which clock rates are taken as equal, design choice 3) and a
+  /// stored policy (each key's own rate, which any process may change while a segment is held: its
+  /// permits could come back sooner than the segment ends).
+  template <bool Keyed = Access::kKeyed, std::enable_if_t<Keyed, int> = 0>
+  SegmentedRateLimiter(std::shared_ptr<Source> source, std::string key, SegmentOptions options = {},
+                       Clock clock = Clock{})
+      : SegmentedRateLimiter(Build{}, std::move(source), std::move(key), options, std::move(clock)) {}
+
+  /// The same over a copy of `source` (a Limiter is a cheap value; copies share its state).
+  template <bool Keyed = Access::kKeyed, std::enable_if_t<Keyed, int> = 0>
+  SegmentedRateLimiter(const Source& source, std::string key, SegmentOptions options = {}, Clock clock = Clock{})
+      : SegmentedRateLimiter(Build{}, std::make_shared<Source>(source), std::move(key), options, std::move(clock)) {}
 
   /// close(): gives back the unspent permits and leaves the idle sweeper. Must not run inside a
   /// call this limiter makes to its own source.
@@ -376,15 +491,17 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// if none exists. Returns true if it wrote the configuration. Waits for a refill in flight.
   /// Throws InvalidArgument for bad values (before anything is sent), what the source throws,
   /// Error after close().
+  /// RateLimiter only (a template so that a source without it compiles the rest).
+  template <class S = Source>
   bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval, std::int64_t segmentSize) {
-    static_assert(detail::HasConfigCalls<Source>::value,
+    static_assert(detail::HasConfigCalls<S>::value,
                   "SegmentedRateLimiter::reconfigure: Source lacks getConfig(), trySetRate(RateType, "
                   "std::int64_t, std::chrono::milliseconds) or setRate(RateType, std::int64_t, "
                   "std::chrono::milliseconds, std::chrono::milliseconds, bool)");
     checkSegmentSize(segmentSize);
     // The keepAliveTime written is derived from a valid configuration.
-    if constexpr (detail::HasValidateConfig<Source>::value) {
-      Source::validateConfig(type, rate, interval);
+    if constexpr (detail::HasValidateConfig<S>::value) {
+      S::validateConfig(type, rate, interval);
     } else if (rate < 1 || interval.count() < 1) {
       throw InvalidArgument("redlimit: reconfigure needs rate >= 1 and interval >= 1 ms, got " + std::to_string(rate) +
                             " per " + std::to_string(interval.count()) + " ms");
@@ -500,9 +617,40 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   [[nodiscard]] std::int64_t segmentSize() const noexcept { return segmentSize_.load(std::memory_order_relaxed); }
   /// The distributed limiter segments come from.
   [[nodiscard]] const std::shared_ptr<Source>& source() const noexcept { return source_; }
+  /// The key of the Limiter segments come from; empty for another source.
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
 
  private:
   using Word = detail::SegmentWord;
+
+  // Every public constructor: `key` for a keyed source, empty for the others.
+  struct Build {};
+  SegmentedRateLimiter(Build /*tag*/, std::shared_ptr<Source> source, std::string key, SegmentOptions options,
+                       Clock clock)
+      : clock_(std::move(clock)),
+        source_(std::move(source)),
+        key_(std::move(key)),
+        refillWait_(options.refillWait),
+        idleReturnAfter_(options.idleReturnAfter) {
+    if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
+    Access::check(*source_, key_);
+    monitor_ = Access::monitor(*source_);
+    checkSegmentSize(options.segmentSize);
+    // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
+    if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
+      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) + " ms, got " +
+                            std::to_string(options.refillWait.count()) + " ms");
+    }
+    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > kMaxWait) {
+      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." + std::to_string(kMaxWait.count()) +
+                            " ms, got " + std::to_string(options.idleReturnAfter.count()) + " ms");
+    }
+    segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
+    if (!detail::registerForkCounter()) throw Error("redlimit: SegmentedRateLimiter: pthread_atfork failed (ENOMEM)");
+    forkGen_.store(detail::forkCounter(), std::memory_order_relaxed);
+    renewClaim_.store(detail::forkCounter(), std::memory_order_relaxed);
+    if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
+  }
 
   struct TryResult {
     bool granted = false;
@@ -622,22 +770,18 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // short: it returns false, as RateLimiter::tryAcquire(permits, timeout) does.
   bool refillTimedOut(std::int64_t permits, std::chrono::microseconds waited, bool ownTimeout) {
     if (ownTimeout && waited < std::chrono::microseconds{refillWait_}) return false;
-    if constexpr (detail::HasDecideUnanswered<Source>::value) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
-      return source_->decideUnanswered(permits, "waited " + std::to_string(ms) + " ms (" +
-                                                    (ownTimeout ? "the call's timeout" : "refillWait") +
-                                                    ") for another thread's refill in flight, still unanswered");
-    } else {
-      (void)permits, (void)waited, (void)ownTimeout;
-      return false;
-    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+    return Access::decideUnanswered(*source_, key_, permits,
+                                    "waited " + std::to_string(ms) + " ms (" +
+                                        (ownTimeout ? "the call's timeout" : "refillWait") +
+                                        ") for another thread's refill in flight, still unanswered");
   }
 
   // One attempt for more permits than a segment holds: straight to the source.
   TryResult askSourceDirectly(std::int64_t permits) {
     if (word_.closed()) throwClosed();
     remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-    const AcquireResult r = source_->tryAcquireUpTo(permits, permits);
+    const AcquireResult r = Access::tryAcquireUpTo(*source_, key_, permits, permits);
     if (r.granted <= 0) return TryResult{false, false, r.wait};
     permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
     directGrants_.fetch_add(r.granted, std::memory_order_relaxed);
@@ -688,7 +832,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     const std::int64_t sentAt = clock_.now().count();
     try {
       remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-      r = source_->tryAcquireUpTo(need, most);
+      r = Access::tryAcquireUpTo(*source_, key_, need, most);
     } catch (...) {
       refill_.mutex().lock();
       inHand_ = 0;
@@ -745,13 +889,9 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     bool sent = true;  // false: the source skipped the best-effort call and sent nothing
     std::exception_ptr error;
     try {
-      if constexpr (detail::HasBestEffortRelease<Source>::value) {
-        const std::optional<std::int64_t> answer = source_->releaseGrantBestEffort(member, n);
-        sent = answer.has_value();
-        returned = answer.value_or(0);
-      } else {
-        returned = source_->releaseGrant(member, n);
-      }
+      const std::optional<std::int64_t> answer = Access::releaseGrantBestEffort(*source_, key_, member, n);
+      sent = answer.has_value();
+      returned = answer.value_or(0);
     } catch (...) {
       error = std::current_exception();
     }
@@ -796,7 +936,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Read-only after construction.
   Clock clock_;
   std::shared_ptr<Source> source_;
-  LimiterMonitor monitor_;  // the source's (HasMonitor), else one that counts nothing
+  std::string key_;         // a keyed source's key (a Limiter's); empty for the others
+  LimiterMonitor monitor_;  // the source's (SegmentAccess::monitor)
   std::chrono::milliseconds refillWait_;
   std::chrono::milliseconds idleReturnAfter_;
   // detail::forkCounter() of the process this handle's state belongs to: read by every local
