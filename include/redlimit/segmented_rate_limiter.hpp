@@ -21,10 +21,13 @@
 // spend it any time before grant + interval — as with any client that acquires and works later.
 //
 // Design choices (each one a decision, written down so it can be revisited):
-//  1. Source. The limiter is a template over a "permit source" (below) and a clock policy
-//     (clock.hpp). RateLimiter is the source in production; unit tests use an in-process
-//     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, SteadyClock> and
-//     <RateLimiter, CoarseSteadyClock> are compiled into the library (src/limiters/segmented_rate_limiter.cpp).
+//  1. Source. The limiter is a template over a source and a clock policy (clock.hpp). The
+//     sources are RateLimiter and one key of a Limiter; the cache reaches either through one
+//     narrow internal interface, detail::SegmentAccess<Source> (below), whose specialisations
+//     are their friends: the calls it makes are not public members of either. Unit tests use an
+//     in-process stand-in (reached through its public members) and ClockRef<ManualClock>.
+//     <RateLimiter, SteadyClock>, <RateLimiter, CoarseSteadyClock>, <Limiter, SteadyClock> and
+//     <Limiter, CoarseSteadyClock> are compiled into the library (src/limiters/segmented_rate_limiter.cpp).
 //  2. Hot path. detail::SegmentWord (segment_word.hpp): one cache-line-aligned 64-bit atomic
 //     word, generation (high 32 bits) and permits left (low 32), and the segment deadline beside
 //     it. A local acquire is a compare_exchange_weak loop that subtracts permits, after checking
@@ -33,7 +36,7 @@
 //     several times cheaper than the exact SteadyClock, at the price of ending each segment
 //     clockMaxLag() (12 ms at HZ=250) early and of resting on a measured, not proven, bound on
 //     how late the kernel's tick can be: opt in with SegmentedRateLimiter<RateLimiter,
-//     CoarseSteadyClock> when intervals are long (>= ~500 ms).
+//     CoarseSteadyClock> (or <Limiter, CoarseSteadyClock>) when intervals are long (>= ~500 ms).
 //  3. Deadline. Local permits expire at (local clock when the refill request was sent) +
 //     (interval the script reports with the grant) - (clockMaxLag(clock): how far the clock may
 //     trail the true time, 0 for exact clocks). The server stamped the grant after the request
@@ -48,13 +51,13 @@
 //     was denied, followers asking for as many permits or more share the denial instead of each
 //     sending a request. Each call leads at most one attempt per retry. A follower that waited at
 //     least refillWait and still sees the refill in flight has no answer from Redis in time: the
-//     source's failure policy decides it (RateLimiter::decideUnanswered: Allow true, Deny false, Local the
-//     local bucket, Throw a TimeoutError naming the limiter and the wait), counted in the
-//     source's failureStats(). A source without that member (a test stand-in) gives false. A
+//     source's failure policy decides it (SegmentAccess::decideUnanswered: Allow true, Deny false,
+//     Local the local bucket, Throw a TimeoutError naming the limiter and the wait), counted in the
+//     source's failureStats(). A stand-in without decideUnanswered gives false. A
 //     follower whose own, shorter timeout ran out returns false. acquire(), which has no
 //     deadline, keeps waiting instead.
 //  5. Partial segments. A refill asks for between `need` and `segmentSize` permits
-//     (RateLimiter::tryAcquireUpTo), so it takes what Redis has left rather than failing while
+//     (SegmentAccess::tryAcquireUpTo), so it takes what Redis has left rather than failing while
 //     permits remain. A call that needs more than the segment has left uses the leftover and
 //     asks Redis only for the difference; the leftover is restored if Redis denies.
 //  6. Large requests. A call for more permits than `segmentSize` goes straight to the source
@@ -63,9 +66,10 @@
 //     reconfigure() when something changes, and when the node is idle. Nothing is returned at
 //     expiry: the grant expires in Redis at the same moment (at most one one-way latency
 //     later), so its permits come back there by themselves. That makes every give-back
-//     best-effort: it uses releaseGrantBestEffort(member, unspent) when the source has it
-//     (RateLimiter: skipped, sending nothing, while its Client has just found Redis unreachable,
-//     see Client::admitBestEffort), else releaseGrant. A skipped or failed give-back counts its
+//     best-effort: SegmentAccess::releaseGrantBestEffort(member, unspent) skips it, sending
+//     nothing, while the source's Client has just found Redis unreachable (see
+//     Client::admitBestEffort; a stand-in without it: releaseGrant). Over a Limiter key the
+//     give-back is the key's refund, not counted as a caller's. A skipped or failed give-back counts its
 //     permits as expired. So closing 10 000 limiters on one Client while Redis does not answer
 //     costs one command timeout in total (then one probe per ClientOptions::bestEffortRetry),
 //     not one per limiter. A give-back holds no leader role during its I/O: a caller that finds
@@ -349,41 +353,31 @@ struct SegmentStats {
 /// A local segment cache over a distributed limiter: takes `segmentSize` permits per round trip
 /// and hands them out in-process, lock-free (see the file comment for the guarantee and design).
 ///
-/// `Source` is a permit source: RateLimiter, and the one-key limiters (TokenBucketRateLimiter,
-/// GcraRateLimiter, FixedWindowRateLimiter, DistributedSmoothRateLimiter, whose segments count for
-/// the time their permits take to come back, see ScriptLimiter::tryAcquireUpTo). Any type with
-/// these members works (checked at
-/// compile time: IsPermitSource, and a static_assert naming a missing member):
-///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
-///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
-///       granted = 0 with `wait` set
-///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
-///       gives back up to `permits` of that grant; returns how many went back
-/// and optionally (detected at compile time; RateLimiter has both):
-///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
-///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
-///   bool decideUnanswered(std::int64_t permits, const std::string& reason);
-///       the failure policy's answer for a call that got no answer in time (design choice 4)
-///   RateLimiterConfig getConfig();                                        reconfigure() only
-///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
-///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
-///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
-///   const LimiterMonitor& monitor() const;
-///       the source's metrics and shadow mode, which the segment cache uses for its own decisions
-/// (the three reconfigure() members are checked by a static_assert in reconfigure()).
+/// `Source` is where segments come from, one of two:
+///  - RateLimiter (the default): SegmentedRateLimiter<>(rateLimiter, options). Segments are
+///    grants in its sorted set, live for one interval; reconfigure() writes its configuration.
+///  - Limiter: SegmentedRateLimiter<Limiter>(limiter, key, options), one key of a GCRA, token
+///    bucket, fixed window or smooth policy sent with every call. A segment counts for the time its
+///    permits take to come back in that key (a fixed window: until its end), so the policy's bound
+///    holds plus at most one segment per node. Other policies are refused (constructor).
+/// What the cache asks of its source (take between atLeast and atMost permits, give the unspent
+/// part of a grant back, the failure policy's answer for a call left unanswered, the monitor) is
+/// internal: detail::SegmentAccess, which reaches the sources' private members. Unit tests drive
+/// the cache with in-process stand-ins through that interface's primary template (see there).
 ///
 /// Metrics and shadow mode are the source's (its options' `monitor`): a hit on the segment counts
 /// as a granted decision and a local hit (one relaxed addition; the hit is not timed), a call that
 /// needed the slow path as a decision; the source's refills count as its round trips. In shadow
 /// mode a denial is let through and counted, and no call waits (acquire and tryAcquire with a
-/// timeout make one attempt). A source without monitor() counts nothing.
+/// timeout make one attempt).
 /// `Clock` is a clock policy (clock.hpp): segment deadlines, waits for another thread's refill,
 /// the idle check and sleeps between retries all read or wait on it.
 ///
 /// Thread-safe: any thread may call any member, including close() (the destructor must not race
 /// with other calls, as for any object, nor run inside a call this limiter makes to its own
 /// source). Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
-/// (RateLimiter: IoError and subclasses, NotInitializedError, ...; under FailurePolicy::Throw a
+/// (IoError and subclasses, NotInitializedError for a RateLimiter without configuration, ...;
+/// under FailurePolicy::Throw a
 /// TimeoutError when a refill by another thread is still in flight after refillWait); Error after
 /// close() or when the sweeper's thread cannot be started.
 template <class Source = RateLimiter, class Clock = SteadyClock>
@@ -765,7 +759,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // A call gave up waiting for another thread's refill after `waited`: Redis has not answered that
   // refill yet, so the source's failure policy decides, as for a call of its own that got no
-  // answer in time (RateLimiter::decideUnanswered). A source without a policy: false. A call
+  // answer in time (SegmentAccess::decideUnanswered). A source without a policy: false. A call
   // whose own timeout ran out before refillWait did not find Redis slow, only its own time
   // short: it returns false, as RateLimiter::tryAcquire(permits, timeout) does.
   bool refillTimedOut(std::int64_t permits, std::chrono::microseconds waited, bool ownTimeout) {

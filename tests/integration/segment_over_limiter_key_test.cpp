@@ -39,8 +39,7 @@ SegmentOptions keySegments(std::int64_t size) {
 // cache of 10 get exactly its 100 (no refill comes within the test), in about a tenth of the round
 // trips.
 TEST_F(SegmentOverLimiterKey, TokenBucketKeyDrainsExactlyItsCapacityInSegments) {
-  auto bucket = std::make_shared<Limiter>(client(), limiterName("bucket"),
-                                          Policy::tokenBucket(100, 1, hours(1)));
+  auto bucket = std::make_shared<Limiter>(client(), limiterName("bucket"), Policy::tokenBucket(100, 1, hours(1)));
   SegmentedRateLimiter<Limiter> cached(bucket, "user:42", keySegments(10));
   std::atomic<std::int64_t> granted{0};
   std::vector<std::thread> threads;
@@ -140,7 +139,8 @@ TEST_F(SegmentOverLimiterKey, PoliciesThatCannotServeSegmentsAreRefusedBeforeSen
   const Limiter stored(client(), limiterName("stored"), Policy::perSecond(10).stored());
   const Limiter rate(client(), limiterName("rate"), Policy::perSecond(10));
   const std::int64_t before = scriptCalls();
-  EXPECT_THROW((void)SegmentedRateLimiter<Limiter>(leases, "k", keySegments(3)), InvalidArgument) << "leases, not permits";
+  EXPECT_THROW((void)SegmentedRateLimiter<Limiter>(leases, "k", keySegments(3)), InvalidArgument)
+      << "leases, not permits";
   EXPECT_THROW((void)SegmentedRateLimiter<Limiter>(daily, "k", keySegments(3)), InvalidArgument) << "a calendar quota";
   EXPECT_THROW((void)SegmentedRateLimiter<Limiter>(stored, "k", keySegments(3)), InvalidArgument) << "a stored policy";
   EXPECT_THROW((void)SegmentedRateLimiter<Limiter>(rate, "", keySegments(3)), InvalidArgument) << "an empty key";

@@ -747,8 +747,8 @@ TEST_F(SegmentedRateLimiterTest, StuckIdleGiveBackDoesNotBlockAcquirers) {
 }
 
 // A waiter that gives up on a refill still in flight asks the source's failure policy
-// (RateLimiter::decideUnanswered), detected at compile time; FakeSource has none and the waiter
-// gets false (WaiterGivesUpAfterRefillWait).
+// (detail::SegmentAccess::decideUnanswered: a stand-in's member, detected at compile time);
+// FakeSource has none and the waiter gets false (WaiterGivesUpAfterRefillWait).
 TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIsStillInFlight) {
   auto src = std::make_shared<PolicySource>(sim_, 100, milliseconds(1000));
   SegmentOptions o;
