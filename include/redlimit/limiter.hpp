@@ -31,6 +31,8 @@ class LeaseCore;
 class CalendarCore;
 class PermitCore;
 class KeyCore;
+template <class Source>
+struct SegmentAccess;
 }  // namespace detail
 
 /// Options of a Limiter.
@@ -200,6 +202,10 @@ class Limiter {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
+  // The segment cache over one key (SegmentedRateLimiter<Limiter>, segmented_rate_limiter.hpp):
+  // take-up-to and give-back over the ScriptCore, the failure policy's decision of an unanswered call.
+  friend struct detail::SegmentAccess<Limiter>;
+
   // InvalidArgument naming `what` unless the policy has it: reserveFor/settle, the permit
   // operations, the lease operations.
   void checkHold(std::string_view what) const;
@@ -217,4 +223,13 @@ class Limiter {
   Policy policy_;
 };
 
+}  // namespace redlimit
+
+// The segment caches over a Limiter key: compiled into the library (src/limiters/segmented_rate_limiter.cpp),
+// as RateLimiter's are.
+#include "redlimit/segmented_rate_limiter.hpp"
+
+namespace redlimit {
+extern template class SegmentedRateLimiter<Limiter, SteadyClock>;
+extern template class SegmentedRateLimiter<Limiter, CoarseSteadyClock>;
 }  // namespace redlimit

@@ -393,4 +393,51 @@ const std::shared_ptr<Client>& Limiter::client() const noexcept { return keys_->
 FailureStats Limiter::failureStats() const { return gate().stats(); }
 const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
 
+// --- The segment cache's access ------------------------------------------------------------------
+
+namespace detail {
+
+void SegmentAccess<Limiter>::check(const Limiter& source, const std::string& key) {
+  const Policy& policy = source.policy();
+  const auto refuse = [&](std::string_view why) {
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: a SegmentedRateLimiter cannot take segments from it: {}",
+                                      source.name(), why));
+  };
+  if (policy.givesLeases()) refuse("its concurrency policy gives leases, not permits; use acquireLease and release");
+  if (policy.kind() == Policy::Kind::Calendar) {
+    refuse(
+        "a calendar quota's permits come back only when its window ends (up to a month), longer than a segment "
+        "may live; call decide on the limiter itself");
+  }
+  if (policy.isStored()) {
+    refuse(
+        "a stored policy's rate is each key's own and may be changed by any process while a segment is held; use "
+        "a policy sent with every call (without stored())");
+  }
+  (void)source.redisKey(key);  // InvalidArgument for a bad key
+}
+
+LimiterMonitor SegmentAccess<Limiter>::monitor(const Limiter& source) { return source.monitor(); }
+
+AcquireResult SegmentAccess<Limiter>::tryAcquireUpTo(Limiter& source, const std::string& key, std::int64_t atLeast,
+                                                     std::int64_t atMost) {
+  return source.core_->takeUpTo(source.redisKey(key), atLeast, atMost);
+}
+
+std::optional<std::int64_t> SegmentAccess<Limiter>::releaseGrantBestEffort(Limiter& source, const std::string& key,
+                                                                           const std::string& /*member*/,
+                                                                           std::int64_t permits) {
+  if (permits <= 0) return 0;
+  if (!source.client()->admitBestEffort()) return std::nullopt;
+  source.core_->giveBack(source.redisKey(key), permits);  // a segment's give-back, not a caller's refund
+  return permits;
+}
+
+bool SegmentAccess<Limiter>::decideUnanswered(Limiter& source, const std::string& /*key*/, std::int64_t permits,
+                                              const std::string& reason) {
+  return source.core_->decideUnanswered(permits, reason);
+}
+
+}  // namespace detail
+
 }  // namespace redlimit

@@ -878,16 +878,6 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 bool RateLimiter::tryAcquire(std::int64_t permits) { return impl_->tryAcquire(permits); }
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) { return impl_->tryAcquire(permits, timeout); }
 void RateLimiter::acquire(std::int64_t permits) { impl_->acquire(permits); }
-AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
-  return impl_->tryAcquireUpTo(atLeast, atMost);
-}
-void RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
-  impl_->tryAcquireUpToAsync(atLeast, atMost, detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_));
-}
-std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost) {
-  return detail::futureOf<AcquireResult>(
-      [&](auto done) { impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done)); });
-}
 namespace {
 
 // An acquire of exactly `permits` as a Decision; `knownRate` is the limit reported for a decision
@@ -948,15 +938,6 @@ void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool,
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
 }
-std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
-  return impl_->releaseGrant(member, permits);
-}
-std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
-  return impl_->releaseGrantBestEffort(member, permits);
-}
-bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  return impl_->decideUnanswered(permits, reason);
-}
 std::int64_t RateLimiter::availablePermits() { return impl_->availablePermits(); }
 RateLimiterConfig RateLimiter::getConfig() { return impl_->getConfig(); }
 void RateLimiter::release(std::int64_t permits) { impl_->release(permits); }
@@ -971,5 +952,43 @@ const std::vector<std::string>& RateLimiter::keys() const noexcept { return impl
 const std::shared_ptr<Client>& RateLimiter::client() const noexcept { return impl_->client_; }
 FailureStats RateLimiter::failureStats() const { return impl_->gate_.stats(); }
 const LimiterMonitor& RateLimiter::monitor() const noexcept { return impl_->gate_.monitor(); }
+
+// --- The segment cache's access ------------------------------------------------------------------
+
+namespace detail {
+
+void SegmentAccess<RateLimiter>::check(const RateLimiter& /*source*/, const std::string& /*key*/) {}
+
+LimiterMonitor SegmentAccess<RateLimiter>::monitor(const RateLimiter& source) { return source.monitor(); }
+
+AcquireResult SegmentAccess<RateLimiter>::tryAcquireUpTo(RateLimiter& source, const std::string& /*key*/,
+                                                         std::int64_t atLeast, std::int64_t atMost) {
+  return source.impl_->tryAcquireUpTo(atLeast, atMost);
+}
+
+std::optional<std::int64_t> SegmentAccess<RateLimiter>::releaseGrantBestEffort(RateLimiter& source,
+                                                                               const std::string& /*key*/,
+                                                                               const std::string& member,
+                                                                               std::int64_t permits) {
+  return source.impl_->releaseGrantBestEffort(member, permits);
+}
+
+bool SegmentAccess<RateLimiter>::decideUnanswered(RateLimiter& source, const std::string& /*key*/, std::int64_t permits,
+                                                  const std::string& reason) {
+  return source.impl_->decideUnanswered(permits, reason);
+}
+
+std::int64_t SegmentAccess<RateLimiter>::releaseGrant(RateLimiter& source, const std::string& member,
+                                                      std::int64_t permits) {
+  return source.impl_->releaseGrant(member, permits);
+}
+
+void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
+                                                     std::function<void(AcquireResult, std::exception_ptr)> done) {
+  const RateLimiter::Impl& impl = *source.impl_;
+  source.impl_->tryAcquireUpToAsync(atLeast, atMost, isolated(std::move(done), impl.gate_.monitor(), impl.name_));
+}
+
+}  // namespace detail
 
 }  // namespace redlimit
