@@ -14,7 +14,6 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/lease.hpp"
 #include "redlimit/monitor.hpp"
@@ -179,12 +178,16 @@ class Limiter {
   void heldAsync(std::string_view key, Callback<std::int64_t> done);
   [[nodiscard]] std::future<std::int64_t> heldAsync(std::string_view key);
   void acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done);
+  void acquireLeaseAsync(std::string_view key, std::chrono::milliseconds leaseTtl, Callback<LeaseDecision> done);
   [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key);
+  [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key, std::chrono::milliseconds leaseTtl);
   /// The renewed lease, or nullopt when it was no longer held.
   void renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done);
   void renewAsync(std::string_view key, Lease lease, std::chrono::milliseconds leaseTtl,
                   Callback<std::optional<Lease>> done);
   [[nodiscard]] std::future<std::optional<Lease>> renewAsync(std::string_view key, Lease lease);
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(std::string_view key, Lease lease,
+                                                             std::chrono::milliseconds leaseTtl);
   void releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done);
   [[nodiscard]] std::future<bool> releaseAsync(std::string_view key, const Lease& lease);
 

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "redlimit/client.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -37,13 +36,13 @@ struct MultiLimitOptions {
 };
 
 /// Several limiters of the one-key family (TokenBucketRateLimiter, GcraRateLimiter,
-/// FixedWindowRateLimiter) and ConcurrencyLimiters, any mix, on one Client, decided in one script
-/// call, all or nothing: if any limit denies, no limit is charged. Each limit is computed exactly
-/// as its own limiter computes it (same script code, bounds and exactness), all at one server
-/// time. Thread-safe; copies share one failure gate.
+/// FixedWindowRateLimiter), or Limiters (concurrency policies among them), on one Client, decided
+/// in one script call, all or nothing: if any limit denies, no limit is charged. Each limit is
+/// computed exactly as its own limiter computes it (same script code, bounds and exactness), all at
+/// one server time. Thread-safe; copies share one failure gate.
 ///
 /// Concurrency limits ("10 per second AND at most 3 at once, per tenant"): a granted decide()
-/// takes one place (a lease, whatever the permits) in every ConcurrencyLimiter of the MultiLimit,
+/// takes one place (a lease, whatever the permits) in every concurrency limit of the MultiLimit,
 /// each with that limiter's limit and leaseTtl, under one lease id, returned in
 /// MultiDecision::lease. Give it back with release(lease); renew(lease) extends it. A denial by
 /// any limit takes no place and no permit. A place cannot be taken ahead of time and a lease must
@@ -82,24 +81,20 @@ struct MultiLimitOptions {
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
-  /// A limit: a limiter of the one-key family or a ConcurrencyLimiter, by reference (only its
+  /// A limit: a Limiter or a limiter of the one-key family, by reference (only its
   /// name, kind, configuration and Client are kept). Made implicitly from either, so that
   /// `MultiLimit both({perUser, perTenant, inFlight});` reads as a list of limiters.
   class Limit {
    public:
-    Limit(const detail::ScriptLimiter& limiter) noexcept : rate_(&limiter) {}      // NOLINT(*-explicit-*)
-    Limit(const ConcurrencyLimiter& limiter) noexcept : concurrency_(&limiter) {}  // NOLINT(*-explicit-*)
-    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}                 // NOLINT(*-explicit-*)
+    Limit(const detail::ScriptLimiter& limiter) noexcept : rate_(&limiter) {}  // NOLINT(*-explicit-*)
+    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}             // NOLINT(*-explicit-*)
     /// The Limiter, or null.
     [[nodiscard]] const Limiter* limiter() const noexcept { return limiter_; }
     /// The one-key limiter, or null.
     [[nodiscard]] const detail::ScriptLimiter* rateLimiter() const noexcept { return rate_; }
-    /// The ConcurrencyLimiter, or null.
-    [[nodiscard]] const ConcurrencyLimiter* concurrencyLimiter() const noexcept { return concurrency_; }
 
    private:
     const detail::ScriptLimiter* rate_ = nullptr;
-    const ConcurrencyLimiter* concurrency_ = nullptr;
     const Limiter* limiter_ = nullptr;
   };
   /// As ScriptLimiter::DecisionCallback, with the MultiDecision.
@@ -167,12 +162,12 @@ class MultiLimit {
   /// false if it had expired (in one) or was released already (a second release is a no-op).
   /// Errors as renew.
   bool release(const Lease& lease);
-  /// renew() and release() without waiting, as ConcurrencyLimiter's renewAsync and releaseAsync:
+  /// renew() and release() without waiting, as Limiter's renewAsync and releaseAsync:
   /// the callback gets the renewed lease (nullopt when not live in all) or release()'s answer, or
   /// the error, once, on the Client's I/O thread (at once on this thread when refused before
   /// sending). Sent again if the connection closes before the reply.
-  using RenewCallback = ConcurrencyLimiter::RenewCallback;
-  using ReleaseCallback = ConcurrencyLimiter::ReleaseCallback;
+  using RenewCallback = Limiter::Callback<std::optional<Lease>>;
+  using ReleaseCallback = Limiter::Callback<bool>;
   void renewAsync(Lease lease, RenewCallback done);
   void renewAsync(Lease lease, std::chrono::milliseconds leaseTtl, RenewCallback done);
   [[nodiscard]] std::future<std::optional<Lease>> renewAsync(Lease lease);

@@ -61,10 +61,7 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
     return;
   }
   if (policy_.givesLeases()) {
-    ConcurrencyConfig config;
-    config.limit = policy_.limit();
-    config.leaseTtl = policy_.leaseTtl();
-    leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), config,
+    leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), policy_,
                                                   std::move(options.failure), options.monitor);
     keys_ = leases_;
     return;
@@ -353,13 +350,21 @@ std::future<std::int64_t> Limiter::heldAsync(std::string_view key) {
 }
 
 void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done) {
+  acquireLeaseAsync(key, policy_.leaseTtl(), std::move(done));
+}
+
+void Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl, Callback<LeaseDecision> done) {
   withKey<LeaseDecision>(
       *this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); },
-      [&](const std::string& k) { leases_->acquireAsync(k, policy_.leaseTtl(), std::move(done)); });
+      [&](const std::string& k) { leases_->acquireAsync(k, leaseTtl, std::move(done)); });
 }
 
 std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
-  return detail::futureOf<LeaseDecision>([&](auto done) { acquireLeaseAsync(key, std::move(done)); });
+  return acquireLeaseAsync(key, policy_.leaseTtl());
+}
+
+std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl) {
+  return detail::futureOf<LeaseDecision>([&](auto done) { acquireLeaseAsync(key, leaseTtl, std::move(done)); });
 }
 
 void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done) {
@@ -374,8 +379,12 @@ void Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTt
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
+  return renewAsync(key, std::move(lease), policy_.leaseTtl());
+}
+
+std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTtl) {
   return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsync(key, std::move(lease), Callback<std::optional<Lease>>(std::move(done))); });
+      [&](auto done) { renewAsync(key, std::move(lease), leaseTtl, Callback<std::optional<Lease>>(std::move(done))); });
 }
 
 void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {

@@ -43,7 +43,7 @@ const char* labelOf(char kind) {
     case 'S':
       return "DistributedSmoothRateLimiter";
     case 'C':
-      return "ConcurrencyLimiter";
+      return "concurrency limit";
     default:
       return "limiter";
   }

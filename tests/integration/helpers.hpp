@@ -34,7 +34,6 @@
 #include "redlimit_test/hex.hpp"
 #include "redlimit/calendar.hpp"
 #include "redlimit/policy.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/fixed_window_rate_limiter.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
@@ -450,13 +449,6 @@ inline FixedWindowConfig window(std::int64_t limit, std::chrono::milliseconds le
   c.limit = limit;
   c.window = length;
   c.keepAlive = keepAlive;
-  return c;
-}
-
-inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::milliseconds ttl) {
-  ConcurrencyConfig c;
-  c.limit = limit;
-  c.leaseTtl = ttl;
   return c;
 }
 

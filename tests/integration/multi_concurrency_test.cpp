@@ -12,7 +12,7 @@
 
 #include "helpers.hpp"
 #include "one_key_support.hpp"
-#include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 
@@ -38,15 +38,24 @@ void untilServerTimePasses(Client& c, std::int64_t epochUs) {
 
 class MultiConcurrencyTest : public RedisTest {
  protected:
-  /// A key of this test in its one hash tag.
-  std::string key(const std::string& suffix) { return "{" + name("mc") + "}:" + suffix; }
+  static constexpr const char* kTenant = "t";  // the key every limit of a test is decided on
+  /// A Limiter of this test under `policy`, named after `suffix`.
+  Limiter limiter(const std::string& suffix, const Policy& policy) {
+    return Limiter(client(), limiterName(suffix), policy);
+  }
+  /// `limits` on kTenant each.
+  static MultiLimit onTenant(const std::vector<MultiLimit::Limit>& limits, const MultiLimitOptions& options = {}) {
+    return MultiLimit(limits, options).on(std::vector<std::string_view>(limits.size(), kTenant));
+  }
+  /// The Redis key of kTenant under `l`.
+  static std::string key(const Limiter& l) { return l.redisKey(kTenant); }
   std::int64_t zcard(const std::string& k) { return raw({"ZCARD", k}).integer; }
 };
 
 TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {
-  GcraRateLimiter perSecond(client(), key("rate"), gcra(10, 10, milliseconds(1000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
-  MultiLimit both({perSecond, inFlight});
+  Limiter perSecond = limiter("rate", Policy::gcra(10, milliseconds(1000), 10));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(3, milliseconds(10000)));
+  MultiLimit both = onTenant({perSecond, inFlight});
   std::vector<Lease> leases;
   for (int i = 0; i < 3; ++i) {
     const MultiDecision d = both.decide();
@@ -55,7 +64,7 @@ TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {
     EXPECT_EQ(d.lease->id.size(), 32u);
     EXPECT_FALSE(d.lease->byPolicy);
     EXPECT_EQ(d.lease->expiresAt.count(), d.time.count() + 10'000'000);
-    EXPECT_EQ(leaseScore(admin(), key("inflight"), d.lease->id), d.lease->expiresAt.count());
+    EXPECT_EQ(leaseScore(admin(), key(inFlight), d.lease->id), d.lease->expiresAt.count());
     ASSERT_EQ(d.limits.size(), 2u);
     EXPECT_EQ(d.limits[1].remaining, 2 - i) << "places free after it";
     EXPECT_EQ(d.limits[1].limit, 3);
@@ -64,9 +73,9 @@ TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {
     leases.push_back(*d.lease);
   }
   // The fourth: the rate alone would grant it, the places deny it; nothing is taken from either.
-  const std::string rateBefore = keyState(admin(), key("rate"));
+  const std::string rateBefore = keyState(admin(), key(perSecond));
   const MultiDecision denied = both.decide();
-  EXPECT_EQ(keyState(admin(), key("rate")), rateBefore) << "the rate limit is not charged for the denial";
+  EXPECT_EQ(keyState(admin(), key(perSecond)), rateBefore) << "the rate limit is not charged for the denial";
   EXPECT_FALSE(denied.allowed);
   EXPECT_FALSE(denied.lease.has_value());
   EXPECT_EQ(denied.deniedBy, 1u);
@@ -75,118 +84,119 @@ TEST_F(MultiConcurrencyTest, TenPerSecondAndThreeAtOnceDecideTogether) {
   EXPECT_EQ(denied.retryAfter.count(), leases[0].expiresAt.count() - denied.time.count())
       << "until the soonest lease expires, exactly";
   EXPECT_EQ(denied.limits[1].resetAfter.count(), leases[2].expiresAt.count() - denied.time.count());
-  EXPECT_EQ(zcard(key("inflight")), 3);
+  EXPECT_EQ(zcard(key(inFlight)), 3);
   // A release frees a place at once, once.
   EXPECT_TRUE(both.release(leases[0]));
   EXPECT_FALSE(both.release(leases[0]));
-  EXPECT_EQ(zcard(key("inflight")), 2);
+  EXPECT_EQ(zcard(key(inFlight)), 2);
   const MultiDecision again = both.decide();
   ASSERT_TRUE(again.allowed);
   ASSERT_TRUE(again.lease.has_value());
   EXPECT_NE(again.lease->id, leases[0].id);
   for (const Lease& l : {leases[1], leases[2], *again.lease}) EXPECT_TRUE(both.release(l));
-  EXPECT_EQ(raw({"EXISTS", key("inflight")}).integer, 0) << "the last release deletes the lease set";
-  // The MultiLimit's leases are the ConcurrencyLimiter's: its own handle sees and frees them.
+  EXPECT_EQ(raw({"EXISTS", key(inFlight)}).integer, 0) << "the last release deletes the lease set";
+  // The MultiLimit's leases are the Limiter's: its own calls see and free them.
   const MultiDecision shared = both.decide();
   ASSERT_TRUE(shared.lease.has_value());
-  EXPECT_EQ(inFlight.held(), 1);
-  EXPECT_TRUE(inFlight.release(*shared.lease));
+  EXPECT_EQ(inFlight.held(kTenant), 1);
+  EXPECT_TRUE(inFlight.release(kTenant, *shared.lease));
 }
 
 TEST_F(MultiConcurrencyTest, ADenialByTheRateTakesNoPlace) {
-  GcraRateLimiter slow(client(), key("rate"), gcra(2, 2, milliseconds(60000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(5, milliseconds(10000)));
-  MultiLimit both({inFlight, slow});
+  Limiter slow = limiter("rate", Policy::gcra(2, milliseconds(60000), 2));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(5, milliseconds(10000)));
+  MultiLimit both = onTenant({inFlight, slow});
   ASSERT_TRUE(both.decide().allowed);
   ASSERT_TRUE(both.decide().allowed);
-  const std::string before = keyState(admin(), key("inflight"));
+  const std::string before = keyState(admin(), key(inFlight));
   const MultiDecision d = both.decide();
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.deniedBy, 1u) << "the rate limit, second in the list";
   EXPECT_TRUE(d.limits[0].allowed) << "places were free";
   EXPECT_EQ(d.limits[0].remaining, 3);
   EXPECT_FALSE(d.lease.has_value());
-  EXPECT_EQ(keyState(admin(), key("inflight")), before) << "no place taken, nothing written";
-  EXPECT_EQ(zcard(key("inflight")), 2);
+  EXPECT_EQ(keyState(admin(), key(inFlight)), before) << "no place taken, nothing written";
+  EXPECT_EQ(zcard(key(inFlight)), 2);
   // Permits above one still take one place: a concurrency limit counts calls in flight.
-  MultiLimit wide({inFlight, GcraRateLimiter(client(), key("wide"), gcra(100, 100, milliseconds(60000)))});
+  Limiter wideRate = limiter("wide", Policy::gcra(100, milliseconds(60000), 100));
+  MultiLimit wide = onTenant({inFlight, wideRate});
   const MultiDecision many = wide.decide(40);
   ASSERT_TRUE(many.allowed);
   EXPECT_EQ(many.limits[0].remaining, 2);
   EXPECT_EQ(many.limits[1].remaining, 60);
-  EXPECT_EQ(zcard(key("inflight")), 3);
+  EXPECT_EQ(zcard(key(inFlight)), 3);
 }
 
 TEST_F(MultiConcurrencyTest, ALeaseIsRenewedInEveryLimitAndEndsWhenOnePartExpires) {
-  ConcurrencyLimiter perUser(client(), key("user"), leaseConfig(2, milliseconds(10000)));
-  ConcurrencyLimiter perTenant(client(), key("tenant"), leaseConfig(5, milliseconds(150)));
-  MultiLimit both({perUser, perTenant});
+  Limiter perUser = limiter("user", Policy::concurrency(2, milliseconds(10000)));
+  Limiter perTenant = limiter("tenant", Policy::concurrency(5, milliseconds(150)));
+  MultiLimit both = onTenant({perUser, perTenant});
   MultiDecision d = both.decide();
   ASSERT_TRUE(d.lease.has_value());
   Lease lease = *d.lease;
   EXPECT_EQ(lease.expiresAt.count(), d.time.count() + 150'000) << "the soonest of the limits' expiries";
-  EXPECT_EQ(leaseScore(admin(), key("user"), lease.id), d.time.count() + 10'000'000);
+  EXPECT_EQ(leaseScore(admin(), key(perUser), lease.id), d.time.count() + 10'000'000);
   // renew(lease): each limit's own TTL, from one server time.
   ASSERT_TRUE(both.renew(lease));
-  const std::int64_t user = leaseScore(admin(), key("user"), lease.id);
-  const std::int64_t tenant = leaseScore(admin(), key("tenant"), lease.id);
+  const std::int64_t user = leaseScore(admin(), key(perUser), lease.id);
+  const std::int64_t tenant = leaseScore(admin(), key(perTenant), lease.id);
   EXPECT_EQ(lease.expiresAt.count(), tenant);
   EXPECT_EQ(user - tenant, 10'000'000 - 150'000);
   EXPECT_GE(tenant, d.lease->expiresAt.count());
   // renew(lease, ttl): one TTL in all.
   ASSERT_TRUE(both.renew(lease, milliseconds(5000)));
-  EXPECT_EQ(leaseScore(admin(), key("user"), lease.id), leaseScore(admin(), key("tenant"), lease.id));
-  EXPECT_EQ(lease.expiresAt.count(), leaseScore(admin(), key("user"), lease.id));
+  EXPECT_EQ(leaseScore(admin(), key(perUser), lease.id), leaseScore(admin(), key(perTenant), lease.id));
+  EXPECT_EQ(lease.expiresAt.count(), leaseScore(admin(), key(perUser), lease.id));
   // Back to the limits' own TTLs, then the tenant's part runs out: the lease is over in both.
   ASSERT_TRUE(both.renew(lease));
   untilServerTimePasses(admin(), lease.expiresAt.count());
-  EXPECT_EQ(perUser.held(), 1) << "still live in the user's limit alone";
+  EXPECT_EQ(perUser.held(kTenant), 1) << "still live in the user's limit alone";
   Lease copy = lease;
   EXPECT_FALSE(both.renew(copy));
   EXPECT_EQ(copy.expiresAt, lease.expiresAt) << "unchanged when not renewed";
-  EXPECT_EQ(leaseScore(admin(), key("user"), lease.id), -1) << "removed from every limit, for good";
-  EXPECT_EQ(perUser.held(), 0);
+  EXPECT_EQ(leaseScore(admin(), key(perUser), lease.id), -1) << "removed from every limit, for good";
+  EXPECT_EQ(perUser.held(kTenant), 0);
   EXPECT_FALSE(both.release(lease));
   // A release of a live lease frees both places; a second is a no-op.
   d = both.decide();
   ASSERT_TRUE(d.lease.has_value());
-  EXPECT_EQ(perUser.held(), 1);
-  EXPECT_EQ(perTenant.held(), 1);
+  EXPECT_EQ(perUser.held(kTenant), 1);
+  EXPECT_EQ(perTenant.held(kTenant), 1);
   EXPECT_TRUE(both.release(*d.lease));
   EXPECT_FALSE(both.release(*d.lease));
-  EXPECT_EQ(perUser.held(), 0);
-  EXPECT_EQ(perTenant.held(), 0);
+  EXPECT_EQ(perUser.held(kTenant), 0);
+  EXPECT_EQ(perTenant.held(kTenant), 0);
 }
 
 TEST_F(MultiConcurrencyTest, ALowerLimitWaitsUntilEnoughLeasesExpire) {
   // Three leases held under a limit of 3: a handle with a limit of 1 can take a place once none of
   // them is live (when the latest expires), one with a limit of 2 once one is left (the second).
-  ConcurrencyLimiter three(client(), key("jobs"), leaseConfig(3, milliseconds(60000)));
+  Limiter three = limiter("jobs", Policy::concurrency(3, milliseconds(60000)));
   std::vector<Lease> held;
   for (int ttl : {10000, 20000, 30000}) {
-    const LeaseDecision d = three.decide(milliseconds(ttl));
+    const LeaseDecision d = three.acquireLease(kTenant, milliseconds(ttl));
     ASSERT_TRUE(d.lease.has_value());
     held.push_back(*d.lease);
   }
-  ConcurrencyLimiter one(client(), key("jobs"), leaseConfig(1, milliseconds(60000)));
-  const LeaseDecision alone = one.decide();
+  Limiter one = limiter("jobs", Policy::concurrency(1, milliseconds(60000)));
+  const LeaseDecision alone = one.acquireLease(kTenant);
   ASSERT_FALSE(alone.decision.allowed);
   EXPECT_EQ(alone.decision.retryAfter.count(), held[2].expiresAt.count() - alone.decision.time.count());
-  MultiLimit multi({one});
+  MultiLimit multi = onTenant({one});
   const MultiDecision m = multi.decide();
   ASSERT_FALSE(m.allowed);
   EXPECT_EQ(m.retryAfter.count(), held[2].expiresAt.count() - m.time.count());
-  ConcurrencyLimiter two(client(), key("jobs"), leaseConfig(2, milliseconds(60000)));
-  const LeaseDecision second = two.decide();
+  Limiter two = limiter("jobs", Policy::concurrency(2, milliseconds(60000)));
+  const LeaseDecision second = two.acquireLease(kTenant);
   EXPECT_EQ(second.decision.retryAfter.count(), held[1].expiresAt.count() - second.decision.time.count());
 }
 
 TEST_F(MultiConcurrencyTest, ThreadsNeverHoldMoreThanTheLimitCheckedInRedis) {
   constexpr int kThreads = 6;
   constexpr int kRounds = 25;
-  GcraRateLimiter budget(client(), key("rate"), gcra(1000, 1000, milliseconds(360'000'000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(60000)));
-  MultiLimit both({budget, inFlight});
+  Limiter budget = limiter("rate", Policy::gcra(1000, milliseconds(360'000'000), 1000));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(3, milliseconds(60000)));
+  MultiLimit both = onTenant({budget, inFlight});
   std::atomic<int> granted{0}, denied{0}, over{0}, errors{0};
   std::atomic<std::int64_t> most{0};
   std::vector<std::thread> threads;
@@ -201,7 +211,7 @@ TEST_F(MultiConcurrencyTest, ThreadsNeverHoldMoreThanTheLimitCheckedInRedis) {
           }
           granted.fetch_add(1);
           // Held now, as Redis counts them (every lease is live for a minute).
-          const std::int64_t n = detail::command(admin(), {"ZCARD", key("inflight")}).integer;
+          const std::int64_t n = detail::command(admin(), {"ZCARD", key(inFlight)}).integer;
           if (n > 3) over.fetch_add(1);
           std::int64_t seen = most.load();
           while (n > seen && !most.compare_exchange_weak(seen, n)) {
@@ -219,15 +229,15 @@ TEST_F(MultiConcurrencyTest, ThreadsNeverHoldMoreThanTheLimitCheckedInRedis) {
   EXPECT_GE(most.load(), 1);
   EXPECT_EQ(granted.load() + denied.load(), kThreads * kRounds);
   EXPECT_GT(granted.load(), 0);
-  EXPECT_EQ(zcard(key("inflight")), 0);
-  EXPECT_EQ(budget.peek().remaining, 1000 - granted.load()) << "the rate limit was charged for grants only";
+  EXPECT_EQ(zcard(key(inFlight)), 0);
+  EXPECT_EQ(budget.peek(kTenant).remaining, 1000 - granted.load()) << "the rate limit was charged for grants only";
 }
 
 TEST_F(MultiConcurrencyTest, CallsThatWaitOrLoseTheLeaseAreRefusedBeforeAnythingIsSent) {
-  GcraRateLimiter rate(client(), key("rate"), gcra(10, 10, milliseconds(1000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
-  MultiLimit both({rate, inFlight});
-  MultiLimit rateOnly({rate});
+  Limiter rate = limiter("rate", Policy::gcra(10, milliseconds(1000), 10));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(3, milliseconds(10000)));
+  MultiLimit both = onTenant({rate, inFlight});
+  MultiLimit rateOnly = onTenant({rate});
   Lease bad;
   bad.id = "not-a-lease-id";
   Lease upper;
@@ -251,10 +261,9 @@ TEST_F(MultiConcurrencyTest, CallsThatWaitOrLoseTheLeaseAreRefusedBeforeAnything
   EXPECT_THROW((void)rateOnly.renew(fine), InvalidArgument);
   EXPECT_THROW((void)rateOnly.release(fine), InvalidArgument);
   // Made of twice the same name, or two Clients (limits in two slots are fine on one server).
-  ConcurrencyLimiter elsewhere(client(), "{another-tag}:inflight", leaseConfig(3, milliseconds(10000)));
-  EXPECT_NO_THROW(MultiLimit({rate, elsewhere}));
+  EXPECT_NO_THROW((void)MultiLimit({rate, inFlight}).on({"{one-tag}:t", "{another-tag}:t"}));
   EXPECT_THROW(MultiLimit({inFlight, inFlight}), InvalidArgument);
-  ConcurrencyLimiter otherClient(newClient(), key("other"), leaseConfig(3, milliseconds(10000)));
+  Limiter otherClient(newClient(), limiterName("other"), Policy::concurrency(3, milliseconds(10000)));
   EXPECT_THROW(MultiLimit({rate, otherClient}), InvalidArgument);
   try {
     (void)both.tryAcquire();
@@ -263,20 +272,20 @@ TEST_F(MultiConcurrencyTest, CallsThatWaitOrLoseTheLeaseAreRefusedBeforeAnything
     EXPECT_TRUE(contains(e.what(), "decide")) << e.what();
   }
   EXPECT_EQ(scriptCalls(), before) << "nothing was sent";
-  EXPECT_EQ(raw({"EXISTS", key("rate"), key("inflight")}).integer, 0);
+  EXPECT_EQ(raw({"EXISTS", key(rate), key(inFlight)}).integer, 0);
 }
 
 TEST_F(MultiConcurrencyTest, CorruptedLeaseSetsAreTypedErrorsAndNothingIsWritten) {
-  GcraRateLimiter rate(client(), key("rate"), gcra(10, 10, milliseconds(1000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
-  MultiLimit both({rate, inFlight});
+  Limiter rate = limiter("rate", Policy::gcra(10, milliseconds(1000), 10));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(3, milliseconds(10000)));
+  MultiLimit both = onTenant({rate, inFlight});
   ASSERT_TRUE(both.decide().allowed);  // the rate key holds state
-  (void)raw({"DEL", key("inflight")});
+  (void)raw({"DEL", key(inFlight)});
   Lease lease;
   lease.id = std::string(32, 'b');
   const auto expectRefused = [&](const char* what, bool config) {
     SCOPED_TRACE(what);
-    const std::vector<std::string> before = keyStates(admin(), {key("rate"), key("inflight")});
+    const std::vector<std::string> before = keyStates(admin(), {key(rate), key(inFlight)});
     for (int call = 0; call < 4; ++call) {
       try {
         switch (call) {
@@ -296,22 +305,22 @@ TEST_F(MultiConcurrencyTest, CorruptedLeaseSetsAreTypedErrorsAndNothingIsWritten
         ADD_FAILURE() << "call " << call << " succeeded";
       } catch (const InvalidConfigError& e) {
         EXPECT_TRUE(config) << e.what();
-        EXPECT_TRUE(contains(e.what(), key("inflight"))) << e.what();
+        EXPECT_TRUE(contains(e.what(), key(inFlight))) << e.what();
       } catch (const InvalidStateError& e) {
         EXPECT_FALSE(config) << e.what();
-        EXPECT_TRUE(contains(e.what(), key("inflight"))) << e.what();
+        EXPECT_TRUE(contains(e.what(), key(inFlight))) << e.what();
       }
     }
-    EXPECT_EQ(keyStates(admin(), {key("rate"), key("inflight")}), before) << "nothing written";
-    (void)raw({"DEL", key("inflight")});
+    EXPECT_EQ(keyStates(admin(), {key(rate), key(inFlight)}), before) << "nothing written";
+    (void)raw({"DEL", key(inFlight)});
   };
-  (void)raw({"SET", key("inflight"), "3"});
+  (void)raw({"SET", key(inFlight), "3"});
   expectRefused("a string", true);
-  (void)raw({"ZADD", key("inflight"), "1", "hello"});
+  (void)raw({"ZADD", key(inFlight), "1", "hello"});
   expectRefused("an expired member that is not a lease id", false);
-  (void)raw({"ZADD", key("inflight"), std::to_string(serverTimeUs(admin()) + 5'000'000), "not-a-lease"});
+  (void)raw({"ZADD", key(inFlight), std::to_string(serverTimeUs(admin()) + 5'000'000), "not-a-lease"});
   expectRefused("a live member that is not a lease id", false);
-  (void)raw({"ZADD", key("inflight"), "+inf", std::string(32, 'c')});
+  (void)raw({"ZADD", key(inFlight), "+inf", std::string(32, 'c')});
   expectRefused("an infinite score", false);
   // Healthy again.
   const MultiDecision d = both.decide();
@@ -320,9 +329,9 @@ TEST_F(MultiConcurrencyTest, CorruptedLeaseSetsAreTypedErrorsAndNothingIsWritten
 }
 
 TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
-  GcraRateLimiter rate(client(), key("rate"), gcra(100, 100, milliseconds(60000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(3, milliseconds(10000)));
-  MultiLimit both({rate, inFlight});
+  Limiter rate = limiter("rate", Policy::gcra(100, milliseconds(60000), 100));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(3, milliseconds(10000)));
+  MultiLimit both = onTenant({rate, inFlight});
   std::vector<std::future<MultiDecision>> all;
   for (int i = 0; i < 8; ++i) all.push_back(both.decideAsync(1));
   std::vector<Lease> leases;
@@ -331,7 +340,7 @@ TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
     const MultiDecision d = f.get();
     EXPECT_EQ(d.allowed, d.lease.has_value());
     if (d.lease) {
-      EXPECT_EQ(leaseScore(admin(), key("inflight"), d.lease->id), d.lease->expiresAt.count());
+      EXPECT_EQ(leaseScore(admin(), key(inFlight), d.lease->id), d.lease->expiresAt.count());
       leases.push_back(*d.lease);
     } else {
       ++denied;
@@ -358,11 +367,11 @@ TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
 }
 
 TEST_F(MultiConcurrencyTest, ShadowModeLetsADenialThroughWithALeaseRedisDoesNotHold) {
-  GcraRateLimiter rate(client(), key("rate"), gcra(10, 10, milliseconds(60000)));
-  ConcurrencyLimiter inFlight(client(), key("inflight"), leaseConfig(1, milliseconds(10000)));
+  Limiter rate = limiter("rate", Policy::gcra(10, milliseconds(60000), 10));
+  Limiter inFlight = limiter("inflight", Policy::concurrency(1, milliseconds(10000)));
   MultiLimitOptions options;
   options.monitor.shadow = true;
-  MultiLimit both({rate, inFlight}, options);
+  MultiLimit both = onTenant({rate, inFlight}, options);
   const MultiDecision first = both.decide();
   ASSERT_TRUE(first.lease.has_value());
   EXPECT_FALSE(first.lease->shadowDenied);
@@ -372,7 +381,7 @@ TEST_F(MultiConcurrencyTest, ShadowModeLetsADenialThroughWithALeaseRedisDoesNotH
   ASSERT_TRUE(second.lease.has_value());
   EXPECT_TRUE(second.lease->shadowDenied);
   EXPECT_EQ(second.lease->expiresAt.count(), 0);
-  EXPECT_EQ(zcard(key("inflight")), 1) << "the denial took no place";
+  EXPECT_EQ(zcard(key(inFlight)), 1) << "the denial took no place";
   EXPECT_FALSE(both.release(*second.lease));
   EXPECT_TRUE(both.release(*first.lease));
   EXPECT_EQ(both.monitor().metrics()->snapshot().shadowDenied, 1u);
@@ -383,12 +392,12 @@ TEST_F(MultiConcurrencyTest, UnreachableRedisIsDecidedByThePolicyWithLeases) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    GcraRateLimiter rate(c, "{p}:rate", gcra(10, 10, milliseconds(60000)));
-    ConcurrencyLimiter inFlight(c, "{p}:inflight", leaseConfig(3, milliseconds(60000)));
+    Limiter rate(c, "rate", Policy::gcra(10, milliseconds(60000), 10));
+    Limiter inFlight(c, "inflight", Policy::concurrency(3, milliseconds(60000)));
     MultiLimitOptions options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
-    MultiLimit both({rate, inFlight}, options);
+    MultiLimit both = onTenant({rate, inFlight}, options);
     const MultiDecision live = both.decide();
     ASSERT_TRUE(live.lease.has_value());
     server.kill();

@@ -7,7 +7,6 @@
 
 #include "config/limiter_name.hpp"
 #include "redlimit/calendar.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/gcra_rate_limiter.hpp"
 #include "redlimit/limiter.hpp"
@@ -45,11 +44,9 @@ struct Configs {
     gcra.burst = 10;
     gcra.rate = 10;
     gcra.period = std::chrono::milliseconds(1000);
-    lease.limit = 1;
-    lease.leaseTtl = std::chrono::milliseconds(1000);
   }
   redlimit::GcraConfig gcra;
-  redlimit::ConcurrencyConfig lease;
+  redlimit::Policy lease = redlimit::Policy::concurrency(1, std::chrono::milliseconds(1000));
   redlimit::Policy quota = redlimit::Policy::calendar(10, redlimit::CalendarUnit::Day, "UTC");
 };
 
@@ -88,12 +85,12 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   const std::string bad = "api\xff\xfe";
   const Configs c;
   const redlimit::GcraConfig& gcra = c.gcra;
-  const redlimit::ConcurrencyConfig& lease = c.lease;
+  const redlimit::Policy& lease = c.lease;
   const redlimit::Policy& quota = c.quota;
   refusedAsNotUtf8([&] { redlimit::RateLimiter l(client, bad); }, "RateLimiter");
   refusedAsNotUtf8([&] { redlimit::GcraRateLimiter l(client, bad, gcra); }, "GcraRateLimiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
-  refusedAsNotUtf8([&] { redlimit::ConcurrencyLimiter l(client, bad, lease); }, "ConcurrencyLimiter");
+  refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, lease); }, "Limiter under a concurrency policy");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, quota); }, "Limiter under a calendar policy");
   redlimit::MultiLimitOptions named;
   named.name = bad;
@@ -110,13 +107,13 @@ TEST(LimiterName, ANameOrKeyWithTheFormOfARecordKeyIsRefusedByEveryLimiter) {
   const auto client = clientToNowhere();
   const Configs c;
   const redlimit::GcraConfig& gcra = c.gcra;
-  const redlimit::ConcurrencyConfig& lease = c.lease;
+  const redlimit::Policy& lease = c.lease;
   const redlimit::Policy& quota = c.quota;
   for (const std::string bad : {"{bob}:rsv:req-2", "{bob}:mrsv:req-2", "{a}:rsv", "x:mrsv", "a:rsv:b c"}) {
     EXPECT_THROW(redlimit::RateLimiter(client, bad), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::GcraRateLimiter(client, bad, gcra), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, redlimit::Policy::perSecond(10)), redlimit::InvalidArgument) << bad;
-    EXPECT_THROW(redlimit::ConcurrencyLimiter(client, bad, lease), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::Limiter(client, bad, lease), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, quota), redlimit::InvalidArgument) << bad;
   }
   for (const std::string fine : {"{bob}:rsvp", "rsv:x", "{rsv}:x", "a:rsvx:b", "mrsv", "{a}:rsv-1"}) {
