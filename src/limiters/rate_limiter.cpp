@@ -236,9 +236,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   void groupDone();
   // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
   static AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
-  // One try of an acquisition of atLeast..atMost under `id` (`attempt` 1 for the first), through
-  // the coalescing queue; `done` gets its outcome on the I/O thread.
-  void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, int attempt,
+  // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call),
+  // through the coalescing queue; `done` gets its outcome on the I/O thread.
+  void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                detail::SteadyTime deadline, AcquireCallback done);
   // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
   detail::LimiterCall::Params decision(std::int64_t permits) const;
@@ -625,14 +625,14 @@ AcquireResult policyResult(std::int64_t permits, bool granted) {
 }
 }  // namespace
 
-void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, int attempt,
+void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                                 detail::SteadyTime deadline, AcquireCallback done) {
   auto a = std::make_shared<Pending>();
   a->atLeast = atLeast;
   a->atMost = atMost;
   a->id = id;
   if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
-  a->resent = attempt > 1;
+  a->resent = resend;
   a->deadline = deadline;
   a->done = std::move(done);
   dispatch(std::move(a));
@@ -647,12 +647,11 @@ detail::LimiterCall::Params RateLimiter::Impl::decision(std::int64_t permits) co
 }
 
 AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
-  int attempt = 0;
   return detail::runSync(
       *client_, gate_, decision(atLeast), "tryAcquire",
-      [&](detail::SteadyTime deadline) {
+      [&](detail::SteadyTime deadline, bool resend) {
         detail::SyncWait<AcquireResult> wait;
-        tryOnce(atLeast, atMost, id, ++attempt, deadline, wait.callback());
+        tryOnce(atLeast, atMost, id, resend, deadline, wait.callback());
         // The try ends by its deadline (one waiting for a connection gets the connect time on
         // top); a second later, the wait gives up instead of hanging.
         return wait.get(detail::deadlineAfter<detail::Steady>(
@@ -664,9 +663,9 @@ AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, 
 void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done) {
   detail::runAsync<AcquireResult, AcquireResult>(
       shared_from_this(), decision(atLeast),
-      [atLeast, atMost, id = std::move(id), attempt = 0](Impl& self, detail::SteadyTime deadline,
-                                                         AcquireCallback sent) mutable {
-        self.tryOnce(atLeast, atMost, id, ++attempt, deadline, std::move(sent));
+      [atLeast, atMost, id = std::move(id)](Impl& self, detail::SteadyTime deadline, AcquireCallback sent,
+                                            bool resend) {
+        self.tryOnce(atLeast, atMost, id, resend, deadline, std::move(sent));
       },
       [](std::exception_ptr error) { return error; },  // tryOnce reports the limiter's errors
       [](Impl*, const AcquireResult& r) { return r; },
