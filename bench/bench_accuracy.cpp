@@ -129,7 +129,8 @@ class RecordingSource {
 
   redlimit::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
     const std::int64_t sent = localMicros(rb::Clock::now());
-    redlimit::AcquireResult r = limiter_.tryAcquireUpTo(atLeast, atMost);
+    redlimit::AcquireResult r =
+        redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter_, {}, atLeast, atMost);
     const std::int64_t received = localMicros(rb::Clock::now());
     if (r.granted > 0) {
       std::lock_guard<std::mutex> lk(mutex_);
@@ -139,7 +140,8 @@ class RecordingSource {
   }
 
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits) {
-    const std::int64_t n = limiter_.releaseGrant(member, permits);
+    const std::int64_t n =
+        redlimit::detail::SegmentAccess<redlimit::RateLimiter>::releaseGrant(limiter_, member, permits);
     std::lock_guard<std::mutex> lk(mutex_);
     giveBacks_.push_back(GiveBack{localMicros(rb::Clock::now()), n});
     return n;
@@ -310,7 +312,8 @@ void BM_Accuracy_RateLimiter(benchmark::State& state) {
     for (auto _ : state) {
       grants = hammer<std::int64_t>(
           [&](std::vector<std::int64_t>& out) {
-            const redlimit::AcquireResult r = limiter.tryAcquireUpTo(1, 1);
+            const redlimit::AcquireResult r =
+                redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter, {}, 1, 1);
             if (r.granted > 0) out.push_back(floorMs(r.grantTime));
           },
           attempts, errors);

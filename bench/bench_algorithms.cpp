@@ -23,7 +23,7 @@
 //     decision) runs the same workloads; the summary sets its server µs per call beside three GCRA
 //     calls' (the same decision made level by level, without the all-or-nothing).
 //     Reserve then settle and leases (issue 27): Limiter::reserveFor(key, 10, id) and settle(key, id, 3)
-//     (gcra.lua), ConcurrencyLimiter's acquire and release (concurrency.lua), each call with a fresh
+//     (gcra.lua), a lease Limiter's acquire and release (concurrency.lua), each call with a fresh
 //     id (a call counter in the id: PreparedCalls' counterArg); settle and release run on
 //     reservations and leases opened by untimed calls before the phase, and in the "denied"
 //     workload on ones settled or released already (retries). The summary sets each beside GCRA's
@@ -232,10 +232,10 @@ redlimit::Policy benchDay(std::int64_t limit) {
   return redlimit::Policy::calendar(limit, redlimit::CalendarUnit::Day, "Europe/Berlin");
 }
 
-// The Limiter the calendar rows stand for: its name, and the Redis key of `key` under it
+// The Limiter the calendar and lease rows stand for: its name, and the Redis key of `key` under it
 // (Limiter::redisKey's layout, which checkArgvAgainstLibrary's MONITOR check confirms).
-constexpr const char* kCalendarLimiter = "bench";
-std::string calendarKey(const std::string& key) { return fmt::format("rl:{}:{}", kCalendarLimiter, key); }
+constexpr const char* kBenchLimiter = "bench";
+std::string limiterKey(const std::string& key) { return fmt::format("rl:{}:{}", kBenchLimiter, key); }
 
 // A Limiter's decide(key, 1) under a calendar policy sends `take "" Q 1 <limit> D <keepAlive ms>
 // <table>`, the table being the four windows around now (the day before, today, the two after)
@@ -258,7 +258,7 @@ std::vector<std::string> calendarArgv(std::string_view sha, const std::string& n
   return {"EVALSHA",
           std::string(sha),
           "1",
-          calendarKey(name),
+          limiterKey(name),
           "take",
           "",
           "Q",
@@ -452,13 +452,14 @@ std::vector<std::string> settleArgv(const std::string& name) {
   return reservationArgv(name, {"settle", "", "G", std::to_string(kSettleActual), "0"});
 }
 
-// ConcurrencyLimiter::decide() sends `acquire "" C <lease id> <limit> <lease TTL ms>`, release(lease)
-// `release "" C <lease id>`. The bench's limiters: limit = the workload's burst, TTL its interval.
+// A Limiter's acquireLease(key) under a concurrency policy sends `acquire "" C <lease id> <limit>
+// <lease TTL ms>` on limiterKey(key), release(key, lease) `release "" C <lease id>`. The bench's
+// policies: limit = the workload's burst, TTL its interval.
 std::vector<std::string> acquireLeaseArgv(const std::string& name, const Limits& l) {
   return {"EVALSHA",
           std::string(redlimit::detail::lua::concurrency.sha1),
           "1",
-          name,
+          limiterKey(name),
           "acquire",
           "",
           "C",
@@ -468,15 +469,12 @@ std::vector<std::string> acquireLeaseArgv(const std::string& name, const Limits&
 }
 std::vector<std::string> releaseLeaseArgv(const std::string& name) {
   return {"EVALSHA", std::string(redlimit::detail::lua::concurrency.sha1),
-          "1",       name,
+          "1",       limiterKey(name),
           "release", "",
           "C",       std::string(kLeaseIdWidth, '0')};
 }
-redlimit::ConcurrencyConfig leaseConfig(const Limits& l) {
-  redlimit::ConcurrencyConfig c;
-  c.limit = l.burst;
-  c.leaseTtl = milliseconds{l.intervalMs};
-  return c;
+redlimit::Policy leasePolicy(const Limits& l) {
+  return redlimit::Policy::concurrency(l.burst, milliseconds{l.intervalMs});
 }
 
 // Untimed calls that make the state a phase starts from: `count` calls of argvOf(name) round-robin
@@ -573,7 +571,7 @@ std::vector<Algorithm> algorithms() {
     return calendarArgv(lua::calendar_quota.sha1, name, l.burst);
   };
   cal.libraryCall = [](const std::string& name) {
-    redlimit::Limiter limiter(gWorld->client, kCalendarLimiter, benchDay(kNeverReached.burst));
+    redlimit::Limiter limiter(gWorld->client, kBenchLimiter, benchDay(kNeverReached.burst));
     for (int i = 0; i < 2; ++i) (void)limiter.decide(name, 1);
   };
   out.push_back(std::move(cal));
@@ -667,22 +665,22 @@ std::vector<Algorithm> algorithms() {
   };
   out.push_back(std::move(settle));
 
-  // Leases (issue 27 §2): ConcurrencyLimiter's acquire with a fresh lease id per call (limit: the
+  // Leases (issue 27 §2): a Limiter's acquireLease with a fresh lease id per call (limit: the
   // workload's burst; the hot key's leases pile up, as nothing releases them during the phase), and
   // release of leases acquired before the phase.
   Algorithm acquireLease;
   acquireLease.key = "lease_acquire";
   acquireLease.title = "lease acquire";
   acquireLease.oneKey = false;
-  acquireLease.ours.label = "ConcurrencyLimiter::decide() (concurrency.lua acquire)";
+  acquireLease.ours.label = "Limiter::acquireLease(key) (concurrency.lua acquire)";
   acquireLease.ours.configure = [](const std::vector<std::string>&, const Limits&) {};
   acquireLease.ours.argv = acquireLeaseArgv;
   acquireLease.ours.counterArg = kLeaseIdArg;
   acquireLease.ours.counterWidth = kLeaseIdWidth;
   acquireLease.workloadLabels = {"hot key, granted, 1k..21k live", "hot key, denied, 100 live", ""};
   acquireLease.libraryCall = [](const std::string& name) {
-    redlimit::ConcurrencyLimiter limiter(gWorld->client, name, leaseConfig(kNeverReached));
-    for (int i = 0; i < 2; ++i) (void)limiter.decide();
+    redlimit::Limiter limiter(gWorld->client, kBenchLimiter, leasePolicy(kNeverReached));
+    for (int i = 0; i < 2; ++i) (void)limiter.acquireLease(name);
   };
   out.push_back(std::move(acquireLease));
 
@@ -690,7 +688,7 @@ std::vector<Algorithm> algorithms() {
   releaseLease.key = "lease_release";
   releaseLease.title = "lease release";
   releaseLease.oneKey = false;
-  releaseLease.ours.label = "ConcurrencyLimiter::release(lease) (concurrency.lua release)";
+  releaseLease.ours.label = "Limiter::release(key, lease) (concurrency.lua release)";
   releaseLease.ours.configure = configureLeaseRelease;
   releaseLease.ours.argv = [](const std::string& name, const Limits&) { return releaseLeaseArgv(name); };
   releaseLease.ours.counterArg = kLeaseIdArg;
@@ -698,10 +696,10 @@ std::vector<Algorithm> algorithms() {
   releaseLease.workloadLabels = {"hot key, 21k live, freed one by one", "hot key, released already",
                                  "10k keys, 2..3 live each"};
   releaseLease.libraryCall = [](const std::string& name) {
-    redlimit::ConcurrencyLimiter limiter(gWorld->client, name, leaseConfig(kNeverReached));
-    const std::optional<redlimit::Lease> lease = limiter.tryAcquire();
+    redlimit::Limiter limiter(gWorld->client, kBenchLimiter, leasePolicy(kNeverReached));
+    const std::optional<redlimit::Lease> lease = limiter.acquireLease(name).lease;
     if (!lease) throw std::runtime_error("bench: no lease for the MONITOR check");
-    for (int i = 0; i < 2; ++i) (void)limiter.release(*lease);
+    for (int i = 0; i < 2; ++i) (void)limiter.release(name, *lease);
   };
   out.push_back(std::move(releaseLease));
 

@@ -469,11 +469,13 @@ void BM_Growth_LiveMembers(benchmark::State& state) {
     const std::string& valueKey = limiter.keys()[1];
     std::vector<double> us;
     rb::ServerCost cost;
-    for (int i = 0; i < kWarmup; ++i) (void)limiter.tryAcquireUpTo(1, 1);
+    for (int i = 0; i < kWarmup; ++i)
+      (void)redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter, {}, 1, 1);
     const rb::ServerSample s0 = rb::sampleServer(admin);
     for (auto _ : state) {
       const auto t0 = rb::Clock::now();
-      const redlimit::AcquireResult r = limiter.tryAcquireUpTo(1, 1);
+      const redlimit::AcquireResult r =
+          redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter, {}, 1, 1);
       const auto t1 = rb::Clock::now();
       const double d = rb::micros(t0, t1);
       state.SetIterationTime(d / 1e6);

@@ -1,5 +1,5 @@
 -- include: concurrency_core
--- concurrency.lua: ConcurrencyLimiter (kind 'C'): at most `limit` leases held at once, each with a
+-- concurrency.lua: a Limiter's concurrency policy (kind 'C'): at most `limit` leases held at once, each with a
 -- TTL, so that a crashed holder's lease frees itself. One key, the limiter's name: a sorted set
 -- whose members are lease ids (32 lowercase hex digits, made by the client) and whose scores are
 -- the leases' expiries in epoch µs on the server's clock (integers: exact in a double below 2^53).

@@ -1,5 +1,5 @@
 -- textbook/fixed_window.lua: the fixed-window counter as it is usually written for Redis, the
--- baseline bench_algorithms compares FixedWindowRateLimiter (lua/fixed_window.lua) with.
+-- baseline bench_algorithms compares a fixed window Limiter (lua/fixed_window.lua) with.
 -- Benchmark only; not in the library.
 --
 -- One counter key per window, named after the window's start (windows aligned to the epoch, as

@@ -1,6 +1,6 @@
 -- textbook/gcra.lua: GCRA as it is usually written for Redis (the shape of Brandur Leach's
 -- throttled and redis-cell, and of go-redis/redis_rate's script), the baseline bench_algorithms
--- compares GcraRateLimiter (lua/gcra.lua) with. Benchmark only; not in the library.
+-- compares a GCRA Limiter (lua/gcra.lua) with. Benchmark only; not in the library.
 --
 -- One string key holds the theoretical arrival time (TAT) in ms as a float. A request for n
 -- permits conforms when max(TAT, now) + n * T - burst * T <= now, with T = period / rate; a

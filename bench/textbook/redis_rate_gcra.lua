@@ -1,6 +1,6 @@
 -- textbook/redis_rate_gcra.lua: GCRA in the argument shape of go-redis/redis_rate (the limit in the
 -- call, floats in seconds), written for bench_keyed from the algorithm's definition, not copied:
--- the baseline for KeyedGcraRateLimiter's limit in the call. Benchmark only; not in the library.
+-- the baseline for a GCRA Limiter's limit in the call. Benchmark only; not in the library.
 --
 -- KEYS[1] the key; ARGV[1] burst, ARGV[2] rate (permits per period), ARGV[3] period in seconds
 -- (a float), ARGV[4] cost (permits asked for). The key holds the theoretical arrival time (TAT) in

@@ -1,5 +1,5 @@
 -- textbook/token_bucket.lua: the token bucket as it is usually written for Redis, the baseline
--- bench_algorithms compares TokenBucketRateLimiter (lua/gcra.lua) with. Benchmark only; not in
+-- bench_algorithms compares a token bucket Limiter (lua/gcra.lua) with. Benchmark only; not in
 -- the library.
 --
 -- The classic shape: a hash with the tokens left and the time of the last refill, read with HMGET,

@@ -1,5 +1,5 @@
-// redlimit — AcquireResult: the outcome of one attempt for a range of permits, as a permit source
-// gives it to SegmentedRateLimiter (RateLimiter::tryAcquireUpTo).
+// redlimit — AcquireResult: the outcome of one attempt for a range of permits, as a source gives
+// it to SegmentedRateLimiter (detail::SegmentAccess::tryAcquireUpTo).
 #pragma once
 
 #include <chrono>
@@ -8,9 +8,9 @@
 
 namespace redlimit {
 
-/// The outcome of one acquire attempt (see RateLimiter::tryAcquireUpTo). For a source without a
-/// sorted-set member, `interval` is how long the granted permits count against the limiter and
-/// `member` is empty.
+/// The outcome of one attempt for between atLeast and atMost permits (the segment cache's refill,
+/// see detail::SegmentAccess). Over a Limiter key (no sorted-set member), `interval` is how long
+/// the granted permits count against the key and `member` is empty.
 struct AcquireResult {
   std::int64_t granted = 0;                // permits granted; 0 = denied
   std::chrono::milliseconds wait{0};       // when denied: retry after this long

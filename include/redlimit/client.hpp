@@ -47,13 +47,10 @@ struct PoolStats {
   std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
                                 // (they blocked: Event::Kind::CallbackBlocked)
   std::uint64_t stalled = 0;    // requests whose deadline passed meanwhile (CallbackBlockedError)
-};
-
-/// Counters of a Client's best-effort calls (see Client::admitBestEffort).
-struct BestEffortStats {
-  std::uint64_t sent = 0;     // best-effort calls let through (calls)
-  std::uint64_t skipped = 0;  // best-effort calls skipped because Redis was found unreachable (calls)
-  bool unreachable = false;   // the last transport failure has not been followed by a success yet
+  // Best-effort calls (Client::admitBestEffort):
+  std::uint64_t bestEffortSent = 0;     // let through (calls)
+  std::uint64_t bestEffortSkipped = 0;  // skipped because Redis was found unreachable (calls)
+  bool unreachable = false;             // the last transport failure has not been followed by a success yet
 };
 
 /// A handle on one Redis deployment: a server, a Redis Cluster (a pool and an I/O thread per
@@ -112,9 +109,8 @@ class Client {
   /// until a call reaches Redis again or ClientOptions::bestEffortRetry has passed; from then on
   /// true for one caller per bestEffortRetry (a probe). So closing many limiters while Redis does
   /// not answer costs one command timeout in total, not one per limiter. Counted in
-  /// bestEffortStats(). Never blocks, sends nothing.
+  /// poolStats() (bestEffortSent, bestEffortSkipped, unreachable). Never blocks, sends nothing.
   [[nodiscard]] bool admitBestEffort() noexcept;
-  [[nodiscard]] BestEffortStats bestEffortStats() const noexcept;
 
  private:
   // The Redis layer, reached from the limiters (and tests) through detail::ClientAccess

@@ -40,6 +40,15 @@ struct Decision {
   explicit operator bool() const noexcept { return allowed; }
 };
 
+/// What a lease acquisition (Limiter::acquireLease under a concurrency policy) answers: the
+/// Decision (permits 1, limit, remaining = places free after it, retryAfter when denied = until the
+/// soonest live lease expires, though a release may free one sooner; resetAfter = until the last
+/// live lease expires) and the lease when allowed.
+struct LeaseDecision {
+  Decision decision;
+  std::optional<Lease> lease;  // set exactly when decision.allowed
+};
+
 /// A MultiLimit's decision: the combined Decision (the base), and each limit's own view in
 /// `limits`. The combined fields apply Decision's definitions to "every limit at once":
 ///  * allowed     every limit took the permits (if any denied, none took any);
@@ -54,7 +63,7 @@ struct Decision {
 ///                wait on its own (the first of equals), the one that Retry-After is about;
 ///                kNone when allowed and for decisions of the failure policy;
 ///  * time        the server time of the decision, the same instant for every limit.
-/// A concurrency limit (a ConcurrencyLimiter in the MultiLimit) takes one place per call, whatever
+/// A concurrency limit (a Limiter under Policy::concurrency in the MultiLimit) takes one place per call, whatever
 /// the permits; its remaining and limit count places, so a combined remaining of r says r more
 /// calls of one permit could be granted now.
 struct MultiDecision : Decision {

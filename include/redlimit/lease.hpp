@@ -1,5 +1,5 @@
-// redlimit — Lease: one place of a concurrency limit (ConcurrencyLimiter, or the concurrency limits
-// of a MultiLimit), held until it expires or is released.
+// redlimit — Lease: one place of a concurrency limit (a Limiter under Policy::concurrency, or the
+// concurrency limits of a MultiLimit), held until it expires or is released.
 #pragma once
 
 #include <chrono>

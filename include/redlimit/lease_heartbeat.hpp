@@ -1,5 +1,6 @@
-// redlimit — LeaseHeartbeat: keeps a lease (a ConcurrencyLimiter's, or a MultiLimit's) alive while
-// its holder works, by renewing it in the background (Redisson's lock watchdog, etcd's lease keep-alive).
+// redlimit — LeaseHeartbeat: keeps a lease (of a Limiter under Policy::concurrency, or a MultiLimit's)
+// alive while its holder works, by renewing it in the background (Redisson's lock watchdog, etcd's
+// lease keep-alive).
 #pragma once
 
 #include <chrono>
@@ -9,7 +10,6 @@
 #include <memory>
 #include <string>
 
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/lease.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
@@ -37,7 +37,7 @@ struct LeaseHeartbeatOptions {
 /// Renews one lease every `interval` until it is released, stopped or lost, so that a holder may
 /// work longer than the TTL and a crashed holder still frees its place one TTL after the last
 /// renewal. The renewals are timed by one thread for the whole process (the one that gives back
-/// SegmentedRateLimiter's idle segments) and sent with ConcurrencyLimiter::renewAsync, so no call
+/// SegmentedRateLimiter's idle segments) and sent with Limiter::renewAsync, so no call
 /// waits on Redis there and the replies are handled on the Client's I/O thread; no thread is made
 /// per heartbeat. A renewal that fails (an IoError) is tried again at the next interval, and
 /// sooner when the lease would expire before it. The same thread gives segments back, each waiting
@@ -56,7 +56,6 @@ struct LeaseHeartbeatOptions {
 /// its destructor included (the parent's lease is neither renewed nor released by the child).
 class LeaseHeartbeat {
  public:
-  LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options = {});
   /// The lease of `key` of a Limiter under a concurrency policy (Limiter::acquireLease), renewed
   /// with the policy's leaseTtl unless options.leaseTtl sets one. InvalidArgument for another
   /// policy or a bad key.
@@ -80,17 +79,15 @@ class LeaseHeartbeat {
   [[nodiscard]] std::uint64_t renewals() const;
   /// Stops the renewals and releases the lease, waiting for the answer: release()'s (false if it
   /// had expired or was released; false without sending for a lease Redis does not hold). Throws
-  /// what ConcurrencyLimiter::release throws; the lease then expires by itself. Not from a
+  /// what Limiter::release throws; the lease then expires by itself. Not from a
   /// completion callback.
   bool release();
   /// Stops the renewals and returns the lease, which lives on until its expiry (or a release).
   /// Waits for a renewal being sent, never for Redis.
   Lease stop();
 
-  /// The interval and TTL the options give for `limiter` (defaults filled in), after the checks of
-  /// the constructor. Throws InvalidArgument.
-  [[nodiscard]] static LeaseHeartbeatOptions resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options);
-  /// As above for a Limiter under a concurrency policy.
+  /// The interval and TTL the options give for `limiter`, a Limiter under a concurrency policy
+  /// (defaults filled in), after the checks of the constructor. Throws InvalidArgument.
   [[nodiscard]] static LeaseHeartbeatOptions resolved(const Limiter& limiter, LeaseHeartbeatOptions options);
   /// As above for a MultiLimit: leaseTtl stays 0 (each limit's own) unless set.
   [[nodiscard]] static LeaseHeartbeatOptions resolved(const MultiLimit& limits, LeaseHeartbeatOptions options);

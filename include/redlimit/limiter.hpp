@@ -14,7 +14,6 @@
 
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/lease.hpp"
 #include "redlimit/monitor.hpp"
@@ -31,6 +30,8 @@ class LeaseCore;
 class CalendarCore;
 class PermitCore;
 class KeyCore;
+template <class Source>
+struct SegmentAccess;
 }  // namespace detail
 
 /// Options of a Limiter.
@@ -177,12 +178,16 @@ class Limiter {
   void heldAsync(std::string_view key, Callback<std::int64_t> done);
   [[nodiscard]] std::future<std::int64_t> heldAsync(std::string_view key);
   void acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done);
+  void acquireLeaseAsync(std::string_view key, std::chrono::milliseconds leaseTtl, Callback<LeaseDecision> done);
   [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key);
+  [[nodiscard]] std::future<LeaseDecision> acquireLeaseAsync(std::string_view key, std::chrono::milliseconds leaseTtl);
   /// The renewed lease, or nullopt when it was no longer held.
   void renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done);
   void renewAsync(std::string_view key, Lease lease, std::chrono::milliseconds leaseTtl,
                   Callback<std::optional<Lease>> done);
   [[nodiscard]] std::future<std::optional<Lease>> renewAsync(std::string_view key, Lease lease);
+  [[nodiscard]] std::future<std::optional<Lease>> renewAsync(std::string_view key, Lease lease,
+                                                             std::chrono::milliseconds leaseTtl);
   void releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done);
   [[nodiscard]] std::future<bool> releaseAsync(std::string_view key, const Lease& lease);
 
@@ -200,6 +205,10 @@ class Limiter {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
+  // The segment cache over one key (SegmentedRateLimiter<Limiter>, segmented_rate_limiter.hpp):
+  // take-up-to and give-back over the ScriptCore, the failure policy's decision of an unanswered call.
+  friend struct detail::SegmentAccess<Limiter>;
+
   // InvalidArgument naming `what` unless the policy has it: reserveFor/settle, the permit
   // operations, the lease operations.
   void checkHold(std::string_view what) const;
@@ -217,4 +226,13 @@ class Limiter {
   Policy policy_;
 };
 
+}  // namespace redlimit
+
+// The segment caches over a Limiter key: compiled into the library (src/limiters/segmented_rate_limiter.cpp),
+// as RateLimiter's are.
+#include "redlimit/segmented_rate_limiter.hpp"
+
+namespace redlimit {
+extern template class SegmentedRateLimiter<Limiter, SteadyClock>;
+extern template class SegmentedRateLimiter<Limiter, CoarseSteadyClock>;
 }  // namespace redlimit

@@ -1,4 +1,4 @@
-// redlimit — MultiLimit: several one-key limiters decided together, all or nothing, in one script
+// redlimit — MultiLimit: several Limiters decided together, all or nothing, in one script
 // call (for example 10/s per user AND 1000/min per tenant AND 5000/s for the whole service).
 #pragma once
 
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "redlimit/client.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -37,12 +36,12 @@ struct MultiLimitOptions {
 };
 
 /// Several Limiters (GCRA, token bucket, fixed window, calendar and concurrency policies; see on()
-/// for their keys), or ConcurrencyLimiters, on one Client, decided in one script call, all or nothing: if any limit denies, no limit is charged. Each limit is computed exactly
-/// as its own limiter computes it (same script code, bounds and exactness), all at one server
-/// time. Thread-safe; copies share one failure gate.
+/// for their keys) on one Client, decided in one script call, all or nothing: if any limit denies,
+/// no limit is charged. Each limit is computed exactly as its own limiter computes it (same script
+/// code, bounds and exactness), all at one server time. Thread-safe; copies share one failure gate.
 ///
 /// Concurrency limits ("10 per second AND at most 3 at once, per tenant"): a granted decide()
-/// takes one place (a lease, whatever the permits) in every ConcurrencyLimiter of the MultiLimit,
+/// takes one place (a lease, whatever the permits) in every concurrency limit of the MultiLimit,
 /// each with that limiter's limit and leaseTtl, under one lease id, returned in
 /// MultiDecision::lease. Give it back with release(lease); renew(lease) extends it. A denial by
 /// any limit takes no place and no permit. A place cannot be taken ahead of time and a lease must
@@ -69,7 +68,7 @@ struct MultiLimitOptions {
 /// kinds and policies of the limiters, not the limiter objects.
 ///
 /// Errors: InvalidArgument before anything is sent (bad permits or waits; permits above the
-/// burst or limit of a limiter made with a configuration); from the script, with
+/// burst or limit of a policy in the call); from the script, with
 /// nothing written: InvalidArgument for permits above a limit's burst or limit, NotInitializedError
 /// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
 /// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each
@@ -80,20 +79,16 @@ struct MultiLimitOptions {
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
-  /// A limit: a Limiter or a ConcurrencyLimiter, by reference (only its
+  /// A limit: a Limiter, by reference (only its
   /// name, kind, configuration and Client are kept). Made implicitly from either, so that
   /// `MultiLimit both({perUser, perTenant, inFlight});` reads as a list of limiters.
   class Limit {
    public:
-    Limit(const ConcurrencyLimiter& limiter) noexcept : concurrency_(&limiter) {}  // NOLINT(*-explicit-*)
-    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}                 // NOLINT(*-explicit-*)
-    /// The Limiter, or null.
+    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}  // NOLINT(*-explicit-*)
+    /// The Limiter.
     [[nodiscard]] const Limiter* limiter() const noexcept { return limiter_; }
-    /// The ConcurrencyLimiter, or null.
-    [[nodiscard]] const ConcurrencyLimiter* concurrencyLimiter() const noexcept { return concurrency_; }
 
    private:
-    const ConcurrencyLimiter* concurrency_ = nullptr;
     const Limiter* limiter_ = nullptr;
   };
   /// As Limiter::Callback<Decision>, with the MultiDecision.
@@ -161,12 +156,12 @@ class MultiLimit {
   /// false if it had expired (in one) or was released already (a second release is a no-op).
   /// Errors as renew.
   bool release(const Lease& lease);
-  /// renew() and release() without waiting, as ConcurrencyLimiter's renewAsync and releaseAsync:
+  /// renew() and release() without waiting, as Limiter's renewAsync and releaseAsync:
   /// the callback gets the renewed lease (nullopt when not live in all) or release()'s answer, or
   /// the error, once, on the Client's I/O thread (at once on this thread when refused before
   /// sending). Sent again if the connection closes before the reply.
-  using RenewCallback = ConcurrencyLimiter::RenewCallback;
-  using ReleaseCallback = ConcurrencyLimiter::ReleaseCallback;
+  using RenewCallback = Limiter::Callback<std::optional<Lease>>;
+  using ReleaseCallback = Limiter::Callback<bool>;
   void renewAsync(Lease lease, RenewCallback done);
   void renewAsync(Lease lease, std::chrono::milliseconds leaseTtl, RenewCallback done);
   [[nodiscard]] std::future<std::optional<Lease>> renewAsync(Lease lease);

@@ -7,7 +7,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,11 @@
 #include "redlimit/rate_limiter_config.hpp"
 
 namespace redlimit {
+
+namespace detail {
+template <class Source>
+struct SegmentAccess;
+}  // namespace detail
 
 /// Options of one RateLimiter handle.
 struct RateLimiterOptions {
@@ -121,47 +125,22 @@ class RateLimiter {
   /// permit in use was taken). When Redis cannot be asked the failure policy decides
   /// (Decision::byPolicy, limit = the rate last seen). Never waits.
   [[nodiscard]] Decision decide(std::int64_t permits = 1);
-  /// decide() without waiting for the reply; `done` as for AcquireCallback.
+  /// decide() without waiting for the reply; `done` is called as tryAcquireAsync's.
   void decideAsync(std::int64_t permits, std::function<void(Decision decision, std::exception_ptr error)> done);
   /// decideAsync with a future.
   [[nodiscard]] std::future<Decision> decideAsync(std::int64_t permits = 1);
 
-  /// One attempt to take between `atLeast` and `atMost` permits (as many as are free, up to
-  /// atMost); returns the grant, or the wait. Used by the segment cache. When Redis cannot be
-  /// asked, the failure policy decides `atLeast` permits (result without member or interval).
-  [[nodiscard]] AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
-  /// How an asynchronous acquire ends: the result (error == nullptr), or the exception the sync
-  /// call would have thrown. Called exactly once: on the Client's I/O thread, or on the calling
-  /// thread before the call returns when the call is decided without Redis (bad arguments, the
-  /// failure policy while the limiter is degraded, a request refused before it was queued). Must
-  /// not throw, must not block, and must not make sync calls on this Client (they would wait for
-  /// the thread the callback runs on; they throw InvalidArgument instead).
-  using AcquireCallback = std::function<void(AcquireResult result, std::exception_ptr error)>;
-  /// tryAcquire(permits) without waiting for the reply: `done` gets granted() > 0 or the error.
+  /// tryAcquire(permits) without waiting for the reply: `done` gets granted or the error (the
+  /// exception the sync call would have thrown). Called exactly once: on the Client's I/O thread,
+  /// or on the calling thread before the call returns when the call is decided without Redis (bad
+  /// arguments, the failure policy while the limiter is degraded, a request refused before it was
+  /// queued). `done` must not throw, must not block, and must not make sync calls on this Client
+  /// (they would wait for the thread the callback runs on; they throw InvalidArgument instead).
   /// The failure policy and the health events apply as for tryAcquire. One thread can keep
   /// thousands in flight.
   void tryAcquireAsync(std::int64_t permits, std::function<void(bool granted, std::exception_ptr error)> done);
   /// tryAcquireAsync with a future instead of a callback.
   [[nodiscard]] std::future<bool> tryAcquireAsync(std::int64_t permits = 1);
-  /// tryAcquireUpTo without waiting for the reply.
-  void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
-  /// tryAcquireUpToAsync with a future.
-  [[nodiscard]] std::future<AcquireResult> tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost);
-
-  /// Gives back up to `permits` of a grant made by tryAcquireUpTo (`member` from its result) and
-  /// returns how many went back (0 if the grant has expired meanwhile).
-  std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
-  /// releaseGrant for a give-back nobody waits for (SegmentedRateLimiter's close, idle and
-  /// reconfigure give-backs): not sent while the Client has found Redis unreachable
-  /// (Client::admitBestEffort), and then returns nullopt — the permits come back by themselves
-  /// when the grant expires. Otherwise releaseGrant, with its result and errors.
-  [[nodiscard]] std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
-  /// The failure policy's decision for `permits` (>= 1) when a call could not get Redis's answer
-  /// in time for a reason only the caller knows (SegmentedRateLimiter: it waited refillWait for
-  /// another thread's refill, still in flight). Allow: true; Deny: false; Local: the local bucket;
-  /// Throw: throws TimeoutError naming this limiter and `reason`. Counted in failureStats(); the
-  /// health state is left to the calls that reach Redis or fail to. Sends nothing.
-  [[nodiscard]] bool decideUnanswered(std::int64_t permits, const std::string& reason);
 
   /// Permits that could be taken now, 0..rate. Returns expired permits first, like tryAcquire.
   [[nodiscard]] std::int64_t availablePermits();
@@ -193,10 +172,14 @@ class RateLimiter {
   /// The handle's metrics, shadow mode and events (RateLimiterOptions::monitor). A
   /// SegmentedRateLimiter over this limiter counts its decisions and applies shadow mode with it.
   /// Decisions are the calls that decide (tryAcquire, acquire, decide and their ...Async forms);
-  /// tryAcquireUpTo and releaseGrant, the segment cache's calls, count round trips only.
+  /// the segment cache's refills and give-backs count round trips only.
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
+  // The segment cache's calls (segmented_rate_limiter.hpp): take-up-to and give-back of a grant,
+  // the failure policy's decision of an unanswered call.
+  friend struct detail::SegmentAccess<RateLimiter>;
+  using AcquireCallback = std::function<void(AcquireResult result, std::exception_ptr error)>;
   class Impl;
   std::shared_ptr<Impl> impl_;
 };

@@ -2,7 +2,6 @@
 #pragma once
 
 #include "redlimit/client.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/lease_heartbeat.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/clock.hpp"

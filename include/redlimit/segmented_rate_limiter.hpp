@@ -21,10 +21,13 @@
 // spend it any time before grant + interval — as with any client that acquires and works later.
 //
 // Design choices (each one a decision, written down so it can be revisited):
-//  1. Source. The limiter is a template over a "permit source" (below) and a clock policy
-//     (clock.hpp). RateLimiter is the source in production; unit tests use an in-process
-//     stand-in and ClockRef<ManualClock>. SegmentedRateLimiter<RateLimiter, SteadyClock> and
-//     <RateLimiter, CoarseSteadyClock> are compiled into the library (src/limiters/segmented_rate_limiter.cpp).
+//  1. Source. The limiter is a template over a source and a clock policy (clock.hpp). The
+//     sources are RateLimiter and one key of a Limiter; the cache reaches either through one
+//     narrow internal interface, detail::SegmentAccess<Source> (below), whose specialisations
+//     are their friends: the calls it makes are not public members of either. Unit tests use an
+//     in-process stand-in (reached through its public members) and ClockRef<ManualClock>.
+//     <RateLimiter, SteadyClock>, <RateLimiter, CoarseSteadyClock>, <Limiter, SteadyClock> and
+//     <Limiter, CoarseSteadyClock> are compiled into the library (src/limiters/segmented_rate_limiter.cpp).
 //  2. Hot path. detail::SegmentWord (segment_word.hpp): one cache-line-aligned 64-bit atomic
 //     word, generation (high 32 bits) and permits left (low 32), and the segment deadline beside
 //     it. A local acquire is a compare_exchange_weak loop that subtracts permits, after checking
@@ -33,7 +36,7 @@
 //     several times cheaper than the exact SteadyClock, at the price of ending each segment
 //     clockMaxLag() (12 ms at HZ=250) early and of resting on a measured, not proven, bound on
 //     how late the kernel's tick can be: opt in with SegmentedRateLimiter<RateLimiter,
-//     CoarseSteadyClock> when intervals are long (>= ~500 ms).
+//     CoarseSteadyClock> (or <Limiter, CoarseSteadyClock>) when intervals are long (>= ~500 ms).
 //  3. Deadline. Local permits expire at (local clock when the refill request was sent) +
 //     (interval the script reports with the grant) - (clockMaxLag(clock): how far the clock may
 //     trail the true time, 0 for exact clocks). The server stamped the grant after the request
@@ -48,13 +51,13 @@
 //     was denied, followers asking for as many permits or more share the denial instead of each
 //     sending a request. Each call leads at most one attempt per retry. A follower that waited at
 //     least refillWait and still sees the refill in flight has no answer from Redis in time: the
-//     source's failure policy decides it (RateLimiter::decideUnanswered: Allow true, Deny false, Local the
-//     local bucket, Throw a TimeoutError naming the limiter and the wait), counted in the
-//     source's failureStats(). A source without that member (a test stand-in) gives false. A
+//     source's failure policy decides it (SegmentAccess::decideUnanswered: Allow true, Deny false,
+//     Local the local bucket, Throw a TimeoutError naming the limiter and the wait), counted in the
+//     source's failureStats(). A stand-in without decideUnanswered gives false. A
 //     follower whose own, shorter timeout ran out returns false. acquire(), which has no
 //     deadline, keeps waiting instead.
 //  5. Partial segments. A refill asks for between `need` and `segmentSize` permits
-//     (RateLimiter::tryAcquireUpTo), so it takes what Redis has left rather than failing while
+//     (SegmentAccess::tryAcquireUpTo), so it takes what Redis has left rather than failing while
 //     permits remain. A call that needs more than the segment has left uses the leftover and
 //     asks Redis only for the difference; the leftover is restored if Redis denies.
 //  6. Large requests. A call for more permits than `segmentSize` goes straight to the source
@@ -63,9 +66,10 @@
 //     reconfigure() when something changes, and when the node is idle. Nothing is returned at
 //     expiry: the grant expires in Redis at the same moment (at most one one-way latency
 //     later), so its permits come back there by themselves. That makes every give-back
-//     best-effort: it uses releaseGrantBestEffort(member, unspent) when the source has it
-//     (RateLimiter: skipped, sending nothing, while its Client has just found Redis unreachable,
-//     see Client::admitBestEffort), else releaseGrant. A skipped or failed give-back counts its
+//     best-effort: SegmentAccess::releaseGrantBestEffort(member, unspent) skips it, sending
+//     nothing, while the source's Client has just found Redis unreachable (see
+//     Client::admitBestEffort; a stand-in without it: releaseGrant). Over a Limiter key the
+//     give-back is the key's refund, not counted as a caller's. A skipped or failed give-back counts its
 //     permits as expired. So closing 10 000 limiters on one Client while Redis does not answer
 //     costs one command timeout in total (then one probe per ClientOptions::bestEffortRetry),
 //     not one per limiter. A give-back holds no leader role during its I/O: a caller that finds
@@ -114,6 +118,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -135,11 +140,12 @@
 
 namespace redlimit {
 
-class RateLimiter;  // the default source (rate_limiter.hpp, which also declares the instantiations
+class RateLimiter;  // a source over one limit (rate_limiter.hpp, which also declares its instantiations
                     // compiled into the library)
+class Limiter;      // a source over one key (limiter.hpp, likewise)
 
 namespace detail {
-// The members of a permit source (see SegmentedRateLimiter), each detected on its own so that a
+// The members of a stand-in permit source (see SegmentAccess), each detected on its own so that a
 // static_assert can name the one that is missing. The call is checked, not the exact signature:
 // a member that accepts these arguments and whose result converts to the type named works.
 template <class Source, class = void>
@@ -164,14 +170,15 @@ struct HasDecideUnanswered : std::false_type {};
 template <class Source>
 struct HasDecideUnanswered<Source, std::void_t<decltype(bool(std::declval<Source&>().decideUnanswered(
                                        std::int64_t{}, std::declval<const std::string&>())))>> : std::true_type {};
-// A monitor() (RateLimiter's): the segment cache counts its decisions and
-// applies shadow mode with the source's LimiterMonitor.
+// A monitor(): the segment cache counts its decisions and applies shadow mode with the source's
+// LimiterMonitor.
 template <class Source, class = void>
 struct HasMonitor : std::false_type {};
 template <class Source>
 struct HasMonitor<Source, std::void_t<decltype(LimiterMonitor(std::declval<const Source&>().monitor()))>>
     : std::true_type {};
-// What reconfigure() needs on top (checked only when reconfigure() is used).
+// What reconfigure() needs on top (checked only when reconfigure() is used): RateLimiter's
+// configuration calls, which are public.
 template <class Source, class = void>
 struct HasConfigCalls : std::false_type {};
 template <class Source>
@@ -188,23 +195,137 @@ template <class Source>
 struct HasValidateConfig<
     Source, std::void_t<decltype(Source::validateConfig(RateType{}, std::int64_t{}, std::chrono::milliseconds{}))>>
     : std::true_type {};
-}  // namespace detail
 
-/// True if `Source` has the members SegmentedRateLimiter requires of a permit source:
+/// The narrow interface through which a SegmentedRateLimiter reaches its source: the only calls it
+/// makes to it. `key` is the key of a keyed source (kKeyed: a Limiter), empty for the others. The
+/// library's sources (RateLimiter, Limiter) keep these operations private and befriend their
+/// specialisation; this primary template reaches a stand-in (unit tests, benchmarks) through its
+/// public members:
 ///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
+///       granted = 0 with `wait` set
 ///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
-/// (see SegmentedRateLimiter for what they must do, and for the optional members).
+///       gives back up to `permits` of that grant; returns how many went back
+/// and optionally (detected at compile time):
+///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
+///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
+///   bool decideUnanswered(std::int64_t permits, const std::string& reason);
+///       the failure policy's answer for a call that got no answer in time (without it: false)
+///   const LimiterMonitor& monitor() const;
+///       the source's metrics and shadow mode (without it: a monitor that counts nothing)
 template <class Source>
-struct IsPermitSource
-    : std::bool_constant<detail::HasTryAcquireUpTo<Source>::value && detail::HasReleaseGrant<Source>::value> {};
+struct SegmentAccess {
+  static constexpr bool kKeyed = false;
+  static constexpr bool kTakes = HasTryAcquireUpTo<Source>::value;
+  static constexpr bool kGivesBack = HasReleaseGrant<Source>::value;
+
+  static void check(const Source& /*source*/, const std::string& /*key*/) {}
+  static LimiterMonitor monitor(const Source& source) {
+    if constexpr (HasMonitor<Source>::value) {
+      return source.monitor();
+    } else {
+      (void)source;
+      return LimiterMonitor{};
+    }
+  }
+  static AcquireResult tryAcquireUpTo(Source& source, const std::string& /*key*/, std::int64_t atLeast,
+                                      std::int64_t atMost) {
+    return source.tryAcquireUpTo(atLeast, atMost);
+  }
+  static std::optional<std::int64_t> releaseGrantBestEffort(Source& source, const std::string& /*key*/,
+                                                            const std::string& member, std::int64_t permits) {
+    if constexpr (HasBestEffortRelease<Source>::value) {
+      return source.releaseGrantBestEffort(member, permits);
+    } else {
+      return source.releaseGrant(member, permits);
+    }
+  }
+  static bool decideUnanswered(Source& source, const std::string& /*key*/, std::int64_t permits,
+                               const std::string& reason) {
+    if constexpr (HasDecideUnanswered<Source>::value) {
+      return source.decideUnanswered(permits, reason);
+    } else {
+      (void)source, (void)permits, (void)reason;
+      return false;
+    }
+  }
+};
+
+/// RateLimiter's (defined in src/limiters/rate_limiter.cpp): its sorted-set grants. The two calls
+/// after the cache's are for tests and benchmarks, which check the grants themselves.
+template <>
+struct SegmentAccess<RateLimiter> {
+  static constexpr bool kKeyed = false;
+  static constexpr bool kTakes = true;
+  static constexpr bool kGivesBack = true;
+
+  static void check(const RateLimiter& source, const std::string& key);
+  static LimiterMonitor monitor(const RateLimiter& source);
+  /// One attempt for between atLeast and atMost permits (as many as are free, up to atMost); the
+  /// grant, or the wait. When Redis cannot be asked, the failure policy decides `atLeast` permits
+  /// (no member, no interval). Counted as a round trip, not a decision.
+  static AcquireResult tryAcquireUpTo(RateLimiter& source, const std::string& key, std::int64_t atLeast,
+                                      std::int64_t atMost);
+  /// releaseGrant, not sent while the Client has found Redis unreachable (Client::admitBestEffort):
+  /// then nullopt, and the permits come back by themselves when the grant expires.
+  static std::optional<std::int64_t> releaseGrantBestEffort(RateLimiter& source, const std::string& key,
+                                                            const std::string& member, std::int64_t permits);
+  /// The failure policy's decision for `permits` when a call could not get Redis's answer in time
+  /// (Allow true, Deny false, Local the local bucket, Throw a TimeoutError naming the limiter and
+  /// `reason`), counted in failureStats(). Sends nothing.
+  static bool decideUnanswered(RateLimiter& source, const std::string& key, std::int64_t permits,
+                               const std::string& reason);
+
+  /// Gives back up to `permits` of a grant (`member` from tryAcquireUpTo's result); returns how
+  /// many went back (0 once the grant has expired). Always sent.
+  static std::int64_t releaseGrant(RateLimiter& source, const std::string& member, std::int64_t permits);
+  /// tryAcquireUpTo without waiting for the reply (coalesced with the handle's other acquisitions).
+  static void tryAcquireUpToAsync(RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
+                                  std::function<void(AcquireResult result, std::exception_ptr error)> done);
+};
+
+/// Limiter's (defined in src/limiters/limiter.cpp): one key of a GCRA, token bucket, fixed window
+/// or smooth policy, whose segments count for the time their permits take to come back.
+template <>
+struct SegmentAccess<Limiter> {
+  static constexpr bool kKeyed = true;
+  static constexpr bool kTakes = true;
+  static constexpr bool kGivesBack = true;
+
+  /// InvalidArgument, before anything is sent, for a bad key or a policy that cannot serve
+  /// segments (a concurrency limit, a calendar quota, a stored policy).
+  static void check(const Limiter& source, const std::string& key);
+  static LimiterMonitor monitor(const Limiter& source);
+  /// One attempt for between atLeast and atMost permits of `key` (atMost cut to the policy's
+  /// limit): atMost if available now; else, if at least atLeast remain, what remains (a second
+  /// call); else denied with the wait for atLeast (a second call, exact). `interval` is how long
+  /// the granted permits count against the key: the time they take to come back at the policy's
+  /// rate or, if sooner, until the key is full again (a fixed window: its end), rounded down to
+  /// ms; `member` is empty. The failure policy decides when Redis cannot be asked.
+  static AcquireResult tryAcquireUpTo(Limiter& source, const std::string& key, std::int64_t atLeast,
+                                      std::int64_t atMost);
+  /// Gives `permits` back to `key` (not counted as a caller's refund), not sent while the Client
+  /// has found Redis unreachable (nullopt then: the permits come back as the key refills).
+  static std::optional<std::int64_t> releaseGrantBestEffort(Limiter& source, const std::string& key,
+                                                            const std::string& member, std::int64_t permits);
+  /// As RateLimiter's, under the Limiter's failure policy.
+  static bool decideUnanswered(Limiter& source, const std::string& key, std::int64_t permits,
+                               const std::string& reason);
+};
+
+/// True if SegmentedRateLimiter can take segments from `Source`: RateLimiter, Limiter, and a
+/// stand-in with the members the primary SegmentAccess calls.
+template <class Source>
+struct IsPermitSource : std::bool_constant<SegmentAccess<Source>::kTakes && SegmentAccess<Source>::kGivesBack> {};
 template <class Source>
 inline constexpr bool isPermitSourceV = IsPermitSource<Source>::value;
 
 #if defined(__cpp_concepts) && __cpp_concepts >= 201907L
-/// C++20: the permit-source requirements as a concept (the same test as IsPermitSource).
+/// C++20: the same test as a concept.
 template <class Source>
 concept PermitSource = isPermitSourceV<Source>;
 #endif
+}  // namespace detail
 
 /// Options of a SegmentedRateLimiter.
 struct SegmentOptions {
@@ -232,46 +353,40 @@ struct SegmentStats {
 /// A local segment cache over a distributed limiter: takes `segmentSize` permits per round trip
 /// and hands them out in-process, lock-free (see the file comment for the guarantee and design).
 ///
-/// `Source` is a permit source, such as RateLimiter. Any type with these members works (checked at
-/// compile time: IsPermitSource, and a static_assert naming a missing member):
-///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
-///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
-///       granted = 0 with `wait` set
-///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
-///       gives back up to `permits` of that grant; returns how many went back
-/// and optionally (detected at compile time; RateLimiter has both):
-///   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
-///       releaseGrant, or nullopt when it skipped the call (give-backs use it)
-///   bool decideUnanswered(std::int64_t permits, const std::string& reason);
-///       the failure policy's answer for a call that got no answer in time (design choice 4)
-///   RateLimiterConfig getConfig();                                        reconfigure() only
-///   bool trySetRate(RateType, std::int64_t, std::chrono::milliseconds);    reconfigure() only
-///   void setRate(RateType, std::int64_t, std::chrono::milliseconds,
-///                std::chrono::milliseconds keepAlive, bool keepState);     reconfigure() only
-///   const LimiterMonitor& monitor() const;
-///       the source's metrics and shadow mode, which the segment cache uses for its own decisions
-/// (the three reconfigure() members are checked by a static_assert in reconfigure()).
+/// `Source` is where segments come from, one of two:
+///  - RateLimiter (the default): SegmentedRateLimiter<>(rateLimiter, options). Segments are
+///    grants in its sorted set, live for one interval; reconfigure() writes its configuration.
+///  - Limiter: SegmentedRateLimiter<Limiter>(limiter, key, options), one key of a GCRA, token
+///    bucket, fixed window or smooth policy sent with every call. A segment counts for the time its
+///    permits take to come back in that key (a fixed window: until its end), so the policy's bound
+///    holds plus at most one segment per node. Other policies are refused (constructor).
+/// What the cache asks of its source (take between atLeast and atMost permits, give the unspent
+/// part of a grant back, the failure policy's answer for a call left unanswered, the monitor) is
+/// internal: detail::SegmentAccess, which reaches the sources' private members. Unit tests drive
+/// the cache with in-process stand-ins through that interface's primary template (see there).
 ///
 /// Metrics and shadow mode are the source's (its options' `monitor`): a hit on the segment counts
 /// as a granted decision and a local hit (one relaxed addition; the hit is not timed), a call that
 /// needed the slow path as a decision; the source's refills count as its round trips. In shadow
 /// mode a denial is let through and counted, and no call waits (acquire and tryAcquire with a
-/// timeout make one attempt). A source without monitor() counts nothing.
+/// timeout make one attempt).
 /// `Clock` is a clock policy (clock.hpp): segment deadlines, waits for another thread's refill,
 /// the idle check and sleeps between retries all read or wait on it.
 ///
 /// Thread-safe: any thread may call any member, including close() (the destructor must not race
 /// with other calls, as for any object, nor run inside a call this limiter makes to its own
 /// source). Errors: InvalidArgument for bad arguments (nothing sent); what the source throws
-/// (RateLimiter: IoError and subclasses, NotInitializedError, ...; under FailurePolicy::Throw a
+/// (IoError and subclasses, NotInitializedError for a RateLimiter without configuration, ...;
+/// under FailurePolicy::Throw a
 /// TimeoutError when a refill by another thread is still in flight after refillWait); Error after
 /// close() or when the sweeper's thread cannot be started.
 template <class Source = RateLimiter, class Clock = SteadyClock>
 class alignas(detail::kCacheLine) SegmentedRateLimiter {
-  static_assert(detail::HasTryAcquireUpTo<Source>::value,
+  using Access = detail::SegmentAccess<Source>;
+  static_assert(Access::kTakes,
                 "SegmentedRateLimiter: Source is not a permit source: it lacks "
                 "AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost)");
-  static_assert(detail::HasReleaseGrant<Source>::value,
+  static_assert(Access::kGivesBack,
                 "SegmentedRateLimiter: Source is not a permit source: it lacks "
                 "std::int64_t releaseGrant(const std::string& member, std::int64_t permits)");
 
@@ -285,29 +400,26 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// process's idle sweeper (detail::IdleSweeper), starting its one thread if this is the first
   /// limiter. Throws InvalidArgument for a null source or bad options, Error if the sweeper's
   /// thread cannot be started.
+  template <bool Keyed = Access::kKeyed, std::enable_if_t<!Keyed, int> = 0>
   explicit SegmentedRateLimiter(std::shared_ptr<Source> source, SegmentOptions options = {}, Clock clock = Clock{})
-      : clock_(std::move(clock)),
-        source_(std::move(source)),
-        refillWait_(options.refillWait),
-        idleReturnAfter_(options.idleReturnAfter) {
-    if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
-    if constexpr (detail::HasMonitor<Source>::value) monitor_ = source_->monitor();
-    checkSegmentSize(options.segmentSize);
-    // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
-    if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
-      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) + " ms, got " +
-                            std::to_string(options.refillWait.count()) + " ms");
-    }
-    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > kMaxWait) {
-      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." + std::to_string(kMaxWait.count()) +
-                            " ms, got " + std::to_string(options.idleReturnAfter.count()) + " ms");
-    }
-    segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
-    if (!detail::registerForkCounter()) throw Error("redlimit: SegmentedRateLimiter: pthread_atfork failed (ENOMEM)");
-    forkGen_.store(detail::forkCounter(), std::memory_order_relaxed);
-    renewClaim_.store(detail::forkCounter(), std::memory_order_relaxed);
-    if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
-  }
+      : SegmentedRateLimiter(Build{}, std::move(source), std::string{}, options, std::move(clock)) {}
+
+  /// Takes segments from `key` of `source` (a Limiter); otherwise as above. Throws
+  /// InvalidArgument, before anything is sent, also for a bad key and for a policy that cannot
+  /// serve segments: a concurrency limit (it gives leases, not permits), a calendar quota (its
+  /// permits come back only when its window ends, up to a month later: a segment would outlive
+  /// the one-interval horizon over which clock rates are taken as equal, design choice 3) and a
+  /// stored policy (each key's own rate, which any process may change while a segment is held: its
+  /// permits could come back sooner than the segment ends).
+  template <bool Keyed = Access::kKeyed, std::enable_if_t<Keyed, int> = 0>
+  SegmentedRateLimiter(std::shared_ptr<Source> source, std::string key, SegmentOptions options = {},
+                       Clock clock = Clock{})
+      : SegmentedRateLimiter(Build{}, std::move(source), std::move(key), options, std::move(clock)) {}
+
+  /// The same over a copy of `source` (a Limiter is a cheap value; copies share its state).
+  template <bool Keyed = Access::kKeyed, std::enable_if_t<Keyed, int> = 0>
+  SegmentedRateLimiter(const Source& source, std::string key, SegmentOptions options = {}, Clock clock = Clock{})
+      : SegmentedRateLimiter(Build{}, std::make_shared<Source>(source), std::move(key), options, std::move(clock)) {}
 
   /// close(): gives back the unspent permits and leaves the idle sweeper. Must not run inside a
   /// call this limiter makes to its own source.
@@ -373,15 +485,17 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   /// if none exists. Returns true if it wrote the configuration. Waits for a refill in flight.
   /// Throws InvalidArgument for bad values (before anything is sent), what the source throws,
   /// Error after close().
+  /// RateLimiter only (a template so that a source without it compiles the rest).
+  template <class S = Source>
   bool reconfigure(RateType type, std::int64_t rate, std::chrono::milliseconds interval, std::int64_t segmentSize) {
-    static_assert(detail::HasConfigCalls<Source>::value,
+    static_assert(detail::HasConfigCalls<S>::value,
                   "SegmentedRateLimiter::reconfigure: Source lacks getConfig(), trySetRate(RateType, "
                   "std::int64_t, std::chrono::milliseconds) or setRate(RateType, std::int64_t, "
                   "std::chrono::milliseconds, std::chrono::milliseconds, bool)");
     checkSegmentSize(segmentSize);
     // The keepAliveTime written is derived from a valid configuration.
-    if constexpr (detail::HasValidateConfig<Source>::value) {
-      Source::validateConfig(type, rate, interval);
+    if constexpr (detail::HasValidateConfig<S>::value) {
+      S::validateConfig(type, rate, interval);
     } else if (rate < 1 || interval.count() < 1) {
       throw InvalidArgument("redlimit: reconfigure needs rate >= 1 and interval >= 1 ms, got " + std::to_string(rate) +
                             " per " + std::to_string(interval.count()) + " ms");
@@ -497,9 +611,40 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   [[nodiscard]] std::int64_t segmentSize() const noexcept { return segmentSize_.load(std::memory_order_relaxed); }
   /// The distributed limiter segments come from.
   [[nodiscard]] const std::shared_ptr<Source>& source() const noexcept { return source_; }
+  /// The key of the Limiter segments come from; empty for another source.
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
 
  private:
   using Word = detail::SegmentWord;
+
+  // Every public constructor: `key` for a keyed source, empty for the others.
+  struct Build {};
+  SegmentedRateLimiter(Build /*tag*/, std::shared_ptr<Source> source, std::string key, SegmentOptions options,
+                       Clock clock)
+      : clock_(std::move(clock)),
+        source_(std::move(source)),
+        key_(std::move(key)),
+        refillWait_(options.refillWait),
+        idleReturnAfter_(options.idleReturnAfter) {
+    if (!source_) throw InvalidArgument("redlimit: SegmentedRateLimiter needs a source");
+    Access::check(*source_, key_);
+    monitor_ = Access::monitor(*source_);
+    checkSegmentSize(options.segmentSize);
+    // Bounded above so that every deadline computed from them (µs, steady_clock) stays in range.
+    if (options.refillWait.count() <= 0 || options.refillWait > kMaxWait) {
+      throw InvalidArgument("redlimit: refillWait must be in 1.." + std::to_string(kMaxWait.count()) + " ms, got " +
+                            std::to_string(options.refillWait.count()) + " ms");
+    }
+    if (options.idleReturnAfter.count() < 0 || options.idleReturnAfter > kMaxWait) {
+      throw InvalidArgument("redlimit: idleReturnAfter must be in 0.." + std::to_string(kMaxWait.count()) +
+                            " ms, got " + std::to_string(options.idleReturnAfter.count()) + " ms");
+    }
+    segmentSize_.store(options.segmentSize, std::memory_order_relaxed);
+    if (!detail::registerForkCounter()) throw Error("redlimit: SegmentedRateLimiter: pthread_atfork failed (ENOMEM)");
+    forkGen_.store(detail::forkCounter(), std::memory_order_relaxed);
+    renewClaim_.store(detail::forkCounter(), std::memory_order_relaxed);
+    if (options.returnWhenIdle) sweepId_ = detail::IdleSweeper::instance().add(this, &sweepTask);
+  }
 
   struct TryResult {
     bool granted = false;
@@ -614,27 +759,23 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
 
   // A call gave up waiting for another thread's refill after `waited`: Redis has not answered that
   // refill yet, so the source's failure policy decides, as for a call of its own that got no
-  // answer in time (RateLimiter::decideUnanswered). A source without a policy: false. A call
+  // answer in time (SegmentAccess::decideUnanswered). A source without a policy: false. A call
   // whose own timeout ran out before refillWait did not find Redis slow, only its own time
   // short: it returns false, as RateLimiter::tryAcquire(permits, timeout) does.
   bool refillTimedOut(std::int64_t permits, std::chrono::microseconds waited, bool ownTimeout) {
     if (ownTimeout && waited < std::chrono::microseconds{refillWait_}) return false;
-    if constexpr (detail::HasDecideUnanswered<Source>::value) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
-      return source_->decideUnanswered(permits, "waited " + std::to_string(ms) + " ms (" +
-                                                    (ownTimeout ? "the call's timeout" : "refillWait") +
-                                                    ") for another thread's refill in flight, still unanswered");
-    } else {
-      (void)permits, (void)waited, (void)ownTimeout;
-      return false;
-    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+    return Access::decideUnanswered(*source_, key_, permits,
+                                    "waited " + std::to_string(ms) + " ms (" +
+                                        (ownTimeout ? "the call's timeout" : "refillWait") +
+                                        ") for another thread's refill in flight, still unanswered");
   }
 
   // One attempt for more permits than a segment holds: straight to the source.
   TryResult askSourceDirectly(std::int64_t permits) {
     if (word_.closed()) throwClosed();
     remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-    const AcquireResult r = source_->tryAcquireUpTo(permits, permits);
+    const AcquireResult r = Access::tryAcquireUpTo(*source_, key_, permits, permits);
     if (r.granted <= 0) return TryResult{false, false, r.wait};
     permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
     directGrants_.fetch_add(r.granted, std::memory_order_relaxed);
@@ -685,7 +826,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     const std::int64_t sentAt = clock_.now().count();
     try {
       remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-      r = source_->tryAcquireUpTo(need, most);
+      r = Access::tryAcquireUpTo(*source_, key_, need, most);
     } catch (...) {
       refill_.mutex().lock();
       inHand_ = 0;
@@ -742,13 +883,9 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     bool sent = true;  // false: the source skipped the best-effort call and sent nothing
     std::exception_ptr error;
     try {
-      if constexpr (detail::HasBestEffortRelease<Source>::value) {
-        const std::optional<std::int64_t> answer = source_->releaseGrantBestEffort(member, n);
-        sent = answer.has_value();
-        returned = answer.value_or(0);
-      } else {
-        returned = source_->releaseGrant(member, n);
-      }
+      const std::optional<std::int64_t> answer = Access::releaseGrantBestEffort(*source_, key_, member, n);
+      sent = answer.has_value();
+      returned = answer.value_or(0);
     } catch (...) {
       error = std::current_exception();
     }
@@ -793,7 +930,8 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // Read-only after construction.
   Clock clock_;
   std::shared_ptr<Source> source_;
-  LimiterMonitor monitor_;  // the source's (HasMonitor), else one that counts nothing
+  std::string key_;         // a keyed source's key (a Limiter's); empty for the others
+  LimiterMonitor monitor_;  // the source's (SegmentAccess::monitor)
   std::chrono::milliseconds refillWait_;
   std::chrono::milliseconds idleReturnAfter_;
   // detail::forkCounter() of the process this handle's state belongs to: read by every local

@@ -1,4 +1,4 @@
--- lib/concurrency_core.lua: lease sets, the state of a ConcurrencyLimiter (concurrency.lua) and of
+-- lib/concurrency_core.lua: lease sets, the state of a Limiter's concurrency policy (concurrency.lua) and of
 -- a concurrency limit decided in a MultiLimit (multi.lua). One key per limit: a sorted set whose
 -- members are lease ids (32 lowercase hex digits, made by the client) and whose scores are the
 -- leases' expiries in epoch µs on the server's clock (integers: exact in a double below 2^53). A
@@ -40,15 +40,15 @@ end
 -- The first read of key failed (`r` is its error reply): a key of another type, or an error to pass on.
 local function leaseWrongType(key, r)
   if string.find(r.err, 'WRONGTYPE', 1, true) then
-    leaseFail('REDLIMIT_INVALID_CONFIG', 'key ' .. key .. ' holds another Redis type, not a ConcurrencyLimiter ' ..
+    leaseFail('REDLIMIT_INVALID_CONFIG', 'key ' .. key .. ' holds another Redis type, not a concurrency limit ' ..
       '(another program wrote it); delete it or use another limiter name')
   end
   error(r)
 end
 
 local function leaseCorrupt(key, what)
-  leaseFail('REDLIMIT_INVALID_STATE', 'sorted set ' .. key .. ' of ConcurrencyLimiter ' .. key .. ' holds ' .. what ..
-    ' (another program wrote it); delete it (deleteLimiter) or use another limiter name')
+  leaseFail('REDLIMIT_INVALID_STATE', 'sorted set ' .. key .. ' of a concurrency limit holds ' .. what ..
+    ' (another program wrote it); delete it (deleteKey) or use another limiter name')
 end
 
 local function leaseCheckId(key, m)

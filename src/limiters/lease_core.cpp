@@ -100,11 +100,12 @@ LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
 }
 }  // namespace
 
-LeaseCore::LeaseCore(std::shared_ptr<Client> client, std::string name, const ConcurrencyConfig& config,
-                     FailureOptions failure, const MonitorOptions& monitor)
+LeaseCore::LeaseCore(std::shared_ptr<Client> client, std::string name, const Policy& policy, FailureOptions failure,
+                     const MonitorOptions& monitor)
     : client_(std::move(client)),
       name_(std::move(name)),
-      config_((ConcurrencyLimiter::validateConfig(config), config)),
+      limit_(policy.limit()),
+      leaseTtl_(policy.leaseTtl()),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)) {
   const ClientOptions& o = client_->options();
   callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
@@ -120,9 +121,7 @@ ScriptRequest LeaseCore::request(const std::string& key, std::string_view op, st
 }
 
 // FailurePolicy::Local: limit leases per leaseTtl.
-LimiterCall::Params LeaseCore::decision() const {
-  return LimiterCall::decision(callBound_, 1, config_.limit, config_.leaseTtl);
-}
+LimiterCall::Params LeaseCore::decision() const { return LimiterCall::decision(callBound_, 1, limit_, leaseTtl_); }
 
 Reply LeaseCore::call(const std::string& key, std::string_view op, std::vector<std::string> rest) {
   return runScript(
@@ -143,7 +142,7 @@ LeaseDecision LeaseCore::byPolicy(bool allowed) const {
   LeaseDecision out;
   out.decision.allowed = allowed;
   out.decision.permits = 1;
-  out.decision.limit = config_.limit;
+  out.decision.limit = limit_;
   out.decision.byPolicy = true;
   if (allowed) {
     Lease lease;
@@ -157,12 +156,12 @@ LeaseDecision LeaseCore::byPolicy(bool allowed) const {
 LeaseDecision LeaseCore::acquire(const std::string& key, milliseconds ttl) {
   checkLeaseTtl(ttl);
   const std::string id = newLeaseId();
-  return admitted(gate_.monitor(),
-                  runScript(
-                      *this, decision(), "acquire",
-                      request(key, "acquire", {id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())}),
-                      OneKeyErrors{key, kKind}, [&](const Reply& r) { return parseAcquire(key, r, id); },
-                      [&](bool allowed) { return byPolicy(allowed); }));
+  return admitted(
+      gate_.monitor(),
+      runScript(
+          *this, decision(), "acquire",
+          request(key, "acquire", {id, fmt::to_string(limit_), fmt::to_string(ttl.count())}), OneKeyErrors{key, kKind},
+          [&](const Reply& r) { return parseAcquire(key, r, id); }, [&](bool allowed) { return byPolicy(allowed); }));
 }
 
 void LeaseCore::acquireAsync(const std::string& key, milliseconds ttl, LeaseDone done) {
@@ -171,8 +170,8 @@ void LeaseCore::acquireAsync(const std::string& key, milliseconds ttl, LeaseDone
   const std::string id = newLeaseId();
   runScriptAsync<LeaseDecision>(
       shared_from_this(), decision(),
-      request(key, "acquire", {id, fmt::to_string(config_.limit), fmt::to_string(ttl.count())}),
-      OneKeyErrors{key, kKind}, [key, id](LeaseCore*, const Reply& r) { return parseAcquire(key, r, id); },
+      request(key, "acquire", {id, fmt::to_string(limit_), fmt::to_string(ttl.count())}), OneKeyErrors{key, kKind},
+      [key, id](LeaseCore*, const Reply& r) { return parseAcquire(key, r, id); },
       [](LeaseCore& self, bool allowed) { return self.byPolicy(allowed); },
       [monitor = gate_.monitor(), done = std::move(done)](LeaseDecision d, std::exception_ptr e) {
         if (e) {

@@ -1,7 +1,6 @@
 // redlimit — a concurrency limit over any number of keys (lua/concurrency.lua): at most `limit`
 // leases held at once per key, each with a TTL. Every operation takes the key per call, through the
-// call protocol; ConcurrencyLimiter (the key is its name) and Limiter under Policy::concurrency
-// are its faces.
+// call protocol; Limiter under Policy::concurrency is its face.
 #pragma once
 
 #include <chrono>
@@ -17,7 +16,8 @@
 #include "limiters/limiter_call.hpp"
 #include "limiters/permit_core.hpp"
 #include "limiters/script_call.hpp"
-#include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/decision.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 
 namespace redlimit::detail {
@@ -28,9 +28,9 @@ class LeaseCore : public KeyCore, public std::enable_shared_from_this<LeaseCore>
   using RenewDone = std::function<void(std::optional<Lease>, std::exception_ptr)>;
   using ReleaseDone = std::function<void(bool, std::exception_ptr)>;
 
-  /// Sends nothing. Throws InvalidArgument for a null client, a bad name, configuration or failure
-  /// options.
-  LeaseCore(std::shared_ptr<Client> client, std::string name, const ConcurrencyConfig& config, FailureOptions failure,
+  /// The limit and lease TTL of `policy`, a concurrency policy (checked when it was made). Sends
+  /// nothing. Throws InvalidArgument for a null client, a bad name or failure options.
+  LeaseCore(std::shared_ptr<Client> client, std::string name, const Policy& policy, FailureOptions failure,
             const MonitorOptions& monitor);
 
   /// A lease of `key` for `ttl` if fewer than the limit are held (the failure gate first: an
@@ -60,7 +60,8 @@ class LeaseCore : public KeyCore, public std::enable_shared_from_this<LeaseCore>
 
   std::shared_ptr<Client> client_;
   std::string name_;
-  ConcurrencyConfig config_;
+  std::int64_t limit_;                  // places per key
+  std::chrono::milliseconds leaseTtl_;  // a lease's TTL when the call gives none
   FailureGate gate_;
   std::chrono::milliseconds callBound_{0};
 

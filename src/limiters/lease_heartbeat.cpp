@@ -49,7 +49,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     bool release(const Lease& l) { return limiter.release(key, l); }
     [[nodiscard]] const LimiterMonitor& monitor() const noexcept { return limiter.monitor(); }
   };
-  using Target = std::variant<ConcurrencyLimiter, MultiLimit, LimiterKey>;
+  using Target = std::variant<MultiLimit, LimiterKey>;
 
   State(Target t, Lease first, const LeaseHeartbeatOptions& o, milliseconds shortestTtl)
       : target(std::move(t)),
@@ -125,8 +125,8 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       return -1;
     }
     if (send) {
-      ConcurrencyLimiter::RenewCallback done = [weak = weak_from_this(), now](const std::optional<Lease>& renewed,
-                                                                              const std::exception_ptr& e) {
+      MultiLimit::RenewCallback done = [weak = weak_from_this(), now](const std::optional<Lease>& renewed,
+                                                                      const std::exception_ptr& e) {
         if (const std::shared_ptr<State> s = weak.lock()) s->answered(renewed, e, now);
       };
       std::visit(
@@ -206,7 +206,6 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     }
   }
 
-  static std::string nameOf(const ConcurrencyLimiter& limiter) { return limiter.getName(); }
   static std::string nameOf(const MultiLimit& limits) { return fmt::format("{}", fmt::join(limits.names(), "+")); }
   static std::string nameOf(const LimiterKey& t) { return t.limiter.name(); }
 
@@ -233,13 +232,6 @@ LeaseHeartbeatOptions checkedInterval(const std::string& name, LeaseHeartbeatOpt
 
 }  // namespace
 
-LeaseHeartbeatOptions LeaseHeartbeat::resolved(const ConcurrencyLimiter& limiter, LeaseHeartbeatOptions options) {
-  if (options.leaseTtl.count() == 0) options.leaseTtl = limiter.config().leaseTtl;
-  detail::checkLeaseTtl(options.leaseTtl);
-  const milliseconds horizon = options.leaseTtl;
-  return checkedInterval("limiter " + limiter.getName(), std::move(options), horizon);
-}
-
 LeaseHeartbeatOptions LeaseHeartbeat::resolved(const Limiter& limiter, LeaseHeartbeatOptions options) {
   if (!limiter.policy().givesLeases()) {
     throw InvalidArgument(
@@ -261,13 +253,6 @@ LeaseHeartbeatOptions LeaseHeartbeat::resolved(const MultiLimit& limits, LeaseHe
   if (options.leaseTtl.count() != 0) detail::checkLeaseTtl(options.leaseTtl);
   const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
   return checkedInterval(name, std::move(options), horizon);
-}
-
-LeaseHeartbeat::LeaseHeartbeat(ConcurrencyLimiter limiter, const Lease& lease, LeaseHeartbeatOptions options) {
-  detail::checkLeaseId(lease.id);
-  options = resolved(limiter, std::move(options));
-  const milliseconds horizon = options.leaseTtl;
-  start(std::make_shared<State>(std::move(limiter), lease, options, horizon));
 }
 
 LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, LeaseHeartbeatOptions options) {

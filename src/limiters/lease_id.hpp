@@ -1,5 +1,6 @@
 // redlimit — lease ids: 32 lowercase hex digits, made by the client before an acquire is sent (so
-// that a resend takes one place), checked before anything is sent.
+// that a resend takes one place), checked before anything is sent; and the bounds of a concurrency
+// limit (Policy::concurrency, a lease's TTL), checked here for every caller.
 #pragma once
 
 #include <algorithm>
@@ -12,10 +13,12 @@
 
 #include "base/random.hpp"
 #include "config/config_checks.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
 
 namespace redlimit::detail {
+
+inline constexpr std::int64_t kMaxLeases = 4294967295;                // a concurrency limit's most places
+inline constexpr std::chrono::milliseconds kMaxLeaseTtl{4294967295};  // 49.7 days: lua/concurrency.lua's bound
 
 inline std::string newLeaseId() {
   const std::array<std::uint8_t, 16> bytes = randomId16();
@@ -38,7 +41,14 @@ inline void checkLeaseId(const std::string& id) {
 }
 
 inline void checkLeaseTtl(std::chrono::milliseconds ttl) {
-  checkCount("leaseTtl (ms)", ttl.count(), 1, ConcurrencyLimiter::kMaxLeaseTtl.count());
+  checkCount("leaseTtl (ms)", ttl.count(), 1, kMaxLeaseTtl.count());
+}
+
+/// A concurrency limit's parameters: `limit` places (1..kMaxLeases), leases of `leaseTtl`. Throws
+/// InvalidArgument.
+inline void checkLeaseLimit(std::int64_t limit, std::chrono::milliseconds leaseTtl) {
+  checkCount("limit", limit, 1, kMaxLeases);
+  checkLeaseTtl(leaseTtl);
 }
 
 }  // namespace redlimit::detail

@@ -61,10 +61,7 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
     return;
   }
   if (policy_.givesLeases()) {
-    ConcurrencyConfig config;
-    config.limit = policy_.limit();
-    config.leaseTtl = policy_.leaseTtl();
-    leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), config,
+    leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), policy_,
                                                   std::move(options.failure), options.monitor);
     keys_ = leases_;
     return;
@@ -352,13 +349,21 @@ std::future<std::int64_t> Limiter::heldAsync(std::string_view key) {
 }
 
 void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done) {
+  acquireLeaseAsync(key, policy_.leaseTtl(), std::move(done));
+}
+
+void Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl, Callback<LeaseDecision> done) {
   withKey<LeaseDecision>(
       *this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); },
-      [&](const std::string& k) { leases_->acquireAsync(k, policy_.leaseTtl(), std::move(done)); });
+      [&](const std::string& k) { leases_->acquireAsync(k, leaseTtl, std::move(done)); });
 }
 
 std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
-  return detail::futureOf<LeaseDecision>([&](auto done) { acquireLeaseAsync(key, std::move(done)); });
+  return acquireLeaseAsync(key, policy_.leaseTtl());
+}
+
+std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl) {
+  return detail::futureOf<LeaseDecision>([&](auto done) { acquireLeaseAsync(key, leaseTtl, std::move(done)); });
 }
 
 void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::optional<Lease>> done) {
@@ -373,8 +378,12 @@ void Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTt
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
+  return renewAsync(key, std::move(lease), policy_.leaseTtl());
+}
+
+std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTtl) {
   return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsync(key, std::move(lease), Callback<std::optional<Lease>>(std::move(done))); });
+      [&](auto done) { renewAsync(key, std::move(lease), leaseTtl, Callback<std::optional<Lease>>(std::move(done))); });
 }
 
 void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {
@@ -391,5 +400,52 @@ const std::string& Limiter::name() const noexcept { return keys_->coreName(); }
 const std::shared_ptr<Client>& Limiter::client() const noexcept { return keys_->coreClient(); }
 FailureStats Limiter::failureStats() const { return gate().stats(); }
 const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
+
+// --- The segment cache's access ------------------------------------------------------------------
+
+namespace detail {
+
+void SegmentAccess<Limiter>::check(const Limiter& source, const std::string& key) {
+  const Policy& policy = source.policy();
+  const auto refuse = [&](std::string_view why) {
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: a SegmentedRateLimiter cannot take segments from it: {}",
+                                      source.name(), why));
+  };
+  if (policy.givesLeases()) refuse("its concurrency policy gives leases, not permits; use acquireLease and release");
+  if (policy.kind() == Policy::Kind::Calendar) {
+    refuse(
+        "a calendar quota's permits come back only when its window ends (up to a month), longer than a segment "
+        "may live; call decide on the limiter itself");
+  }
+  if (policy.isStored()) {
+    refuse(
+        "a stored policy's rate is each key's own and may be changed by any process while a segment is held; use "
+        "a policy sent with every call (without stored())");
+  }
+  (void)source.redisKey(key);  // InvalidArgument for a bad key
+}
+
+LimiterMonitor SegmentAccess<Limiter>::monitor(const Limiter& source) { return source.monitor(); }
+
+AcquireResult SegmentAccess<Limiter>::tryAcquireUpTo(Limiter& source, const std::string& key, std::int64_t atLeast,
+                                                     std::int64_t atMost) {
+  return source.core_->takeUpTo(source.redisKey(key), atLeast, atMost);
+}
+
+std::optional<std::int64_t> SegmentAccess<Limiter>::releaseGrantBestEffort(Limiter& source, const std::string& key,
+                                                                           const std::string& /*member*/,
+                                                                           std::int64_t permits) {
+  if (permits <= 0) return 0;
+  if (!source.client()->admitBestEffort()) return std::nullopt;
+  source.core_->giveBack(source.redisKey(key), permits);  // a segment's give-back, not a caller's refund
+  return permits;
+}
+
+bool SegmentAccess<Limiter>::decideUnanswered(Limiter& source, const std::string& /*key*/, std::int64_t permits,
+                                              const std::string& reason) {
+  return source.core_->decideUnanswered(permits, reason);
+}
+
+}  // namespace detail
 
 }  // namespace redlimit

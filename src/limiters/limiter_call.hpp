@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -66,6 +67,7 @@ class LimiterCall {
     enum class Kind { Send, Answer, Decide, Fail };
     Kind kind = Kind::Fail;
     std::chrono::microseconds budget{0};  // Send: how long this try may take (to the call's deadline)
+    bool resend = false;                  // Send: a later try of the call (its connection closed under the last)
     bool allowed = false;                 // Decide: the failure policy's answer
     std::exception_ptr error;             // Fail: what the caller gets
   };
@@ -142,6 +144,7 @@ class LimiterCall {
     }
     Action a;
     a.kind = Action::Kind::Send;
+    a.resend = tries_ > 1;
     a.budget = std::chrono::microseconds{std::max<std::int64_t>(deadline_ - gate_->clock().now().count(), 0)};
     return a;
   }
@@ -164,18 +167,30 @@ class LimiterCall {
   int tries_ = 0;
 };
 
+/// Sends one try: `send(args..., resend)` when the sender takes whether the try is a resend (one
+/// whose script answers a grant already made under the call's id), else `send(args...)`.
+template <class Send, class... Args>
+decltype(auto) sendTry(Send& send, bool resend, Args&&... args) {
+  if constexpr (std::is_invocable_v<Send&, Args..., bool>) {
+    return send(std::forward<Args>(args)..., resend);
+  } else {
+    return send(std::forward<Args>(args)...);
+  }
+}
+
 /// The steady-clock deadline of a try given `budget`.
 inline std::chrono::steady_clock::time_point tryDeadline(std::chrono::microseconds budget) {
   return deadlineAfter<std::chrono::steady_clock>(std::chrono::steady_clock::now(), budget);
 }
 
-/// One call, waiting for its outcome on this thread. `send(deadline)` sends one try and returns
+/// One call, waiting for its outcome on this thread. `send(deadline[, resend])` sends one try and returns
 /// its reply (a Reply, or what a sender that groups calls makes of its reply for this one), throwing its error as the limiter's types; `parse(reply)` reads the answer (may
 /// throw); `byPolicy(allowed)` is the failure policy's answer. A Decision refuses to wait on the
 /// Client's I/O thread (it would wait for itself): InvalidArgument naming `what`.
 template <class Send, class Parse, class ByPolicy>
 auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& params, std::string_view what, Send&& send,
-             Parse&& parse, ByPolicy&& byPolicy) -> decltype(parse(send(std::chrono::steady_clock::time_point{}))) {
+             Parse&& parse, ByPolicy&& byPolicy)
+    -> decltype(parse(sendTry(send, false, std::chrono::steady_clock::time_point{}))) {
   if (params.guard == LimiterCall::Guard::Decision && client.onIoThread()) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: a sync {} from a completion callback would wait for the thread that runs "
@@ -187,7 +202,7 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
     switch (a.kind) {
       case LimiterCall::Action::Kind::Send:
         try {
-          auto out = parse(send(tryDeadline(a.budget)));
+          auto out = parse(sendTry(send, a.resend, tryDeadline(a.budget)));
           (void)call.replied();
           return out;
         } catch (const Error&) {
@@ -207,8 +222,8 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
 /// else on the I/O thread. A try's raw outcome is a Raw (a Reply, or what a sender that groups
 /// calls makes of its reply for this one). `owner` (the limiter's core, with its FailureGate gate_) is held weakly
 /// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
-/// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion)`
-/// sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
+/// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion[,
+/// resend])` sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
 /// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `done` that throws is
 /// reported (Event::Kind::CallbackThrew) and affects nothing else.
 template <class Out, class Raw = Reply, class Owner, class Send, class MapError, class Parse, class ByPolicy>
@@ -235,7 +250,7 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
     static void act(const std::shared_ptr<State>& s, Owner& self, LimiterCall::Action a) {
       switch (a.kind) {
         case LimiterCall::Action::Kind::Send:
-          s->send(self, tryDeadline(a.budget),
+          sendTry(s->send, a.resend, self, tryDeadline(a.budget),
                   [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
           return;
         case LimiterCall::Action::Kind::Decide:

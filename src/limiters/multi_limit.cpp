@@ -99,7 +99,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // `names` are the limits' keys; with `unbound`, a MultiLimit of Limiters whose keys come with
   // on(): `names` are the limiters' names, and no call may be sent.
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
-       std::vector<std::string> configs, std::vector<ConcurrencyConfig> leaseConfigs,
+       std::vector<std::string> configs, std::vector<Policy> leaseConfigs,
        std::shared_ptr<detail::CalendarTables> tables, std::int64_t maxPermits, std::string label,
        const MultiLimitOptions& options, bool unbound)
       : client_(std::move(client)),
@@ -219,7 +219,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   void refuseWithCalendars(std::string_view what) const;
   // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
   // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
-  // ConcurrencyLimiter's.
+  // Limiter::acquireLease's.
   static void unheldLease(bool leases, MultiDecision& d);
   // The arguments of peek and refund: the permits, and the configurations if any.
   std::vector<std::string> opArgs(std::int64_t permits) const;
@@ -244,10 +244,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   std::shared_ptr<Client> client_;
   std::vector<std::string> names_;
-  std::string kinds_;                 // one kind byte per limit
-  std::vector<std::string> configs_;  // per limit: its configuration sent in the call, or ""; empty if none has one
-  std::vector<ConcurrencyConfig> leaseConfigs_;     // the concurrency limits' configurations, in order
-  std::vector<std::string> leaseNames_;             // the concurrency limits' names, in order
+  std::string kinds_;                    // one kind byte per limit
+  std::vector<std::string> configs_;     // per limit: its configuration sent in the call, or ""; empty if none has one
+  std::vector<Policy> leaseConfigs_;     // the concurrency limits' policies, in order
+  std::vector<std::string> leaseNames_;  // the concurrency limits' names, in order
   std::shared_ptr<detail::CalendarTables> tables_;  // the calendar limits' tables; null: none
   std::int64_t maxPermits_;                         // the most one call may take, as far as the configurations say
   std::string label_;                               // "MultiLimit(a + b)", for messages and events
@@ -442,8 +442,8 @@ std::vector<std::string> MultiLimit::Core::leaseArgs(std::string_view op, const 
   detail::checkLeaseId(lease.id);
   if (ttl) detail::checkLeaseTtl(*ttl);
   std::vector<std::string> args{lease.id, "0"};
-  for (const ConcurrencyConfig& c : leaseConfigs_) {
-    args.push_back(fmt::format("{}:{}", c.limit, ttl.value_or(c.leaseTtl).count()));
+  for (const Policy& c : leaseConfigs_) {
+    args.push_back(fmt::format("{}:{}", c.limit(), ttl.value_or(c.leaseTtl()).count()));
   }
   return args;
 }
@@ -497,18 +497,14 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
   }
   if (!options.name.empty()) detail::checkLimiterName(options.name, detail::kMaxNameLength);
-  const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& {
-    return l.limiter() != nullptr ? l.limiter()->client() : l.concurrencyLimiter()->client();
-  };
-  const auto nameOf = [](const Limit& l) -> const std::string& {
-    return l.limiter() != nullptr ? l.limiter()->name() : l.concurrencyLimiter()->getName();
-  };
+  const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& { return l.limiter()->client(); };
+  const auto nameOf = [](const Limit& l) -> const std::string& { return l.limiter()->name(); };
   const bool ofLimiters = limits.front().limiter() != nullptr;
   const std::shared_ptr<Client>& client = clientOf(limits.front());
   std::vector<std::string> names;
   std::string kinds;
   std::vector<std::string> configs;
-  std::vector<ConcurrencyConfig> leaseConfigs;
+  std::vector<Policy> leaseConfigs;
   std::vector<std::pair<std::size_t, detail::CalendarQuota>> calendars;  // limit index, quota
   bool anyConfig = false;
   std::int64_t maxPermits = detail::kMaxPermits;
@@ -547,13 +543,10 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
         maxPermits = std::min(maxPermits, quota.limit);
         continue;
       }
-      if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL, as a ConcurrencyLimiter's
+      if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL
         kinds.push_back(kLeaseKind);
         configs.push_back(packed.packed);
-        ConcurrencyConfig c;
-        c.limit = policy.limit();
-        c.leaseTtl = policy.leaseTtl();
-        leaseConfigs.push_back(c);
+        leaseConfigs.push_back(policy);
         anyConfig = true;
         continue;
       }
@@ -565,14 +558,6 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
       configs.push_back(packed.packed);
       anyConfig = true;
       maxPermits = std::min(maxPermits, packed.maxPermits);
-      continue;
-    }
-    if (const ConcurrencyLimiter* c = limit.concurrencyLimiter()) {
-      // Nothing of a concurrency limit is stored: its limit and lease TTL go in every call.
-      kinds.push_back(kLeaseKind);
-      configs.push_back(fmt::format("{}:{}", c->config().limit, c->config().leaseTtl.count()));
-      leaseConfigs.push_back(c->config());
-      anyConfig = true;
       continue;
     }
   }
@@ -758,8 +743,8 @@ std::future<bool> MultiLimit::releaseAsync(const Lease& lease) {
 
 milliseconds MultiLimit::leaseTtl() const noexcept {
   milliseconds shortest{0};
-  for (const ConcurrencyConfig& c : core_->leaseConfigs_) {
-    if (shortest.count() == 0 || c.leaseTtl < shortest) shortest = c.leaseTtl;
+  for (const Policy& c : core_->leaseConfigs_) {
+    if (shortest.count() == 0 || c.leaseTtl() < shortest) shortest = c.leaseTtl();
   }
   return shortest;
 }

@@ -8,7 +8,7 @@
 #include "config/config_checks.hpp"
 #include "limiters/calendar_core.hpp"
 #include "limiters/keyed_policy.hpp"
-#include "redlimit/concurrency_limiter.hpp"
+#include "limiters/lease_id.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/detail/limits.hpp"
 
@@ -122,10 +122,7 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
       return p;
     }
     case Policy::Kind::Concurrency: {
-      ConcurrencyConfig config;
-      config.limit = a;
-      config.leaseTtl = milliseconds{b};
-      ConcurrencyLimiter::validateConfig(config);
+      detail::checkLeaseLimit(a, milliseconds{b});
       detail::KeyedPolicy p;
       p.packed = fmt::format("{}:{}", a, b);  // as multi.lua reads a concurrency limit's configuration
       p.limit = a;

@@ -236,9 +236,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   void groupDone();
   // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
   static AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
-  // One try of an acquisition of atLeast..atMost under `id` (`attempt` 1 for the first), through
-  // the coalescing queue; `done` gets its outcome on the I/O thread.
-  void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, int attempt,
+  // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call),
+  // through the coalescing queue; `done` gets its outcome on the I/O thread.
+  void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                detail::SteadyTime deadline, AcquireCallback done);
   // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
   detail::LimiterCall::Params decision(std::int64_t permits) const;
@@ -625,14 +625,14 @@ AcquireResult policyResult(std::int64_t permits, bool granted) {
 }
 }  // namespace
 
-void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, int attempt,
+void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                                 detail::SteadyTime deadline, AcquireCallback done) {
   auto a = std::make_shared<Pending>();
   a->atLeast = atLeast;
   a->atMost = atMost;
   a->id = id;
   if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
-  a->resent = attempt > 1;
+  a->resent = resend;
   a->deadline = deadline;
   a->done = std::move(done);
   dispatch(std::move(a));
@@ -647,12 +647,11 @@ detail::LimiterCall::Params RateLimiter::Impl::decision(std::int64_t permits) co
 }
 
 AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
-  int attempt = 0;
   return detail::runSync(
       *client_, gate_, decision(atLeast), "tryAcquire",
-      [&](detail::SteadyTime deadline) {
+      [&](detail::SteadyTime deadline, bool resend) {
         detail::SyncWait<AcquireResult> wait;
-        tryOnce(atLeast, atMost, id, ++attempt, deadline, wait.callback());
+        tryOnce(atLeast, atMost, id, resend, deadline, wait.callback());
         // The try ends by its deadline (one waiting for a connection gets the connect time on
         // top); a second later, the wait gives up instead of hanging.
         return wait.get(detail::deadlineAfter<detail::Steady>(
@@ -664,9 +663,9 @@ AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, 
 void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done) {
   detail::runAsync<AcquireResult, AcquireResult>(
       shared_from_this(), decision(atLeast),
-      [atLeast, atMost, id = std::move(id), attempt = 0](Impl& self, detail::SteadyTime deadline,
-                                                         AcquireCallback sent) mutable {
-        self.tryOnce(atLeast, atMost, id, ++attempt, deadline, std::move(sent));
+      [atLeast, atMost, id = std::move(id)](Impl& self, detail::SteadyTime deadline, AcquireCallback sent,
+                                            bool resend) {
+        self.tryOnce(atLeast, atMost, id, resend, deadline, std::move(sent));
       },
       [](std::exception_ptr error) { return error; },  // tryOnce reports the limiter's errors
       [](Impl*, const AcquireResult& r) { return r; },
@@ -878,16 +877,6 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 bool RateLimiter::tryAcquire(std::int64_t permits) { return impl_->tryAcquire(permits); }
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) { return impl_->tryAcquire(permits, timeout); }
 void RateLimiter::acquire(std::int64_t permits) { impl_->acquire(permits); }
-AcquireResult RateLimiter::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
-  return impl_->tryAcquireUpTo(atLeast, atMost);
-}
-void RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
-  impl_->tryAcquireUpToAsync(atLeast, atMost, detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_));
-}
-std::future<AcquireResult> RateLimiter::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost) {
-  return detail::futureOf<AcquireResult>(
-      [&](auto done) { impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done)); });
-}
 namespace {
 
 // An acquire of exactly `permits` as a Decision; `knownRate` is the limit reported for a decision
@@ -948,15 +937,6 @@ void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool,
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
 }
-std::int64_t RateLimiter::releaseGrant(const std::string& member, std::int64_t permits) {
-  return impl_->releaseGrant(member, permits);
-}
-std::optional<std::int64_t> RateLimiter::releaseGrantBestEffort(const std::string& member, std::int64_t permits) {
-  return impl_->releaseGrantBestEffort(member, permits);
-}
-bool RateLimiter::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  return impl_->decideUnanswered(permits, reason);
-}
 std::int64_t RateLimiter::availablePermits() { return impl_->availablePermits(); }
 RateLimiterConfig RateLimiter::getConfig() { return impl_->getConfig(); }
 void RateLimiter::release(std::int64_t permits) { impl_->release(permits); }
@@ -971,5 +951,43 @@ const std::vector<std::string>& RateLimiter::keys() const noexcept { return impl
 const std::shared_ptr<Client>& RateLimiter::client() const noexcept { return impl_->client_; }
 FailureStats RateLimiter::failureStats() const { return impl_->gate_.stats(); }
 const LimiterMonitor& RateLimiter::monitor() const noexcept { return impl_->gate_.monitor(); }
+
+// --- The segment cache's access ------------------------------------------------------------------
+
+namespace detail {
+
+void SegmentAccess<RateLimiter>::check(const RateLimiter& /*source*/, const std::string& /*key*/) {}
+
+LimiterMonitor SegmentAccess<RateLimiter>::monitor(const RateLimiter& source) { return source.monitor(); }
+
+AcquireResult SegmentAccess<RateLimiter>::tryAcquireUpTo(RateLimiter& source, const std::string& /*key*/,
+                                                         std::int64_t atLeast, std::int64_t atMost) {
+  return source.impl_->tryAcquireUpTo(atLeast, atMost);
+}
+
+std::optional<std::int64_t> SegmentAccess<RateLimiter>::releaseGrantBestEffort(RateLimiter& source,
+                                                                               const std::string& /*key*/,
+                                                                               const std::string& member,
+                                                                               std::int64_t permits) {
+  return source.impl_->releaseGrantBestEffort(member, permits);
+}
+
+bool SegmentAccess<RateLimiter>::decideUnanswered(RateLimiter& source, const std::string& /*key*/, std::int64_t permits,
+                                                  const std::string& reason) {
+  return source.impl_->decideUnanswered(permits, reason);
+}
+
+std::int64_t SegmentAccess<RateLimiter>::releaseGrant(RateLimiter& source, const std::string& member,
+                                                      std::int64_t permits) {
+  return source.impl_->releaseGrant(member, permits);
+}
+
+void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
+                                                     std::function<void(AcquireResult, std::exception_ptr)> done) {
+  const RateLimiter::Impl& impl = *source.impl_;
+  source.impl_->tryAcquireUpToAsync(atLeast, atMost, isolated(std::move(done), impl.gate_.monitor(), impl.name_));
+}
+
+}  // namespace detail
 
 }  // namespace redlimit

@@ -42,7 +42,7 @@ const char* labelOf(char kind) {
     case 'S':
       return "smooth limiter";
     case 'C':
-      return "ConcurrencyLimiter";
+      return "concurrency limit";
     default:
       return "limiter";
   }
@@ -501,6 +501,43 @@ bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reaso
   const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
   if (auto d = gate_.decide(permits, localRate_.load(std::memory_order_relaxed), interval)) return *d;
   throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
+}
+
+AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast, std::int64_t atMost) {
+  const KeyedPolicy* config = policy_.get();
+  checkPermits(atLeast, config);
+  if (atMost < atLeast) {
+    throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
+  }
+  // Until a reply told the limit, ask for atLeast only: more could exceed it (InvalidArgument).
+  const std::int64_t limit = config ? config->limit : knownLimit_.load(std::memory_order_relaxed);
+  const std::int64_t ask = limit > 0 ? std::max(atLeast, std::min(atMost, limit)) : atLeast;
+  Decision d = take(key, ask, microseconds{0}).decision;
+  if (!d.allowed && !d.byPolicy && ask > atLeast) {
+    d = take(key, d.remaining >= atLeast ? std::min(d.remaining, ask) : atLeast, microseconds{0}).decision;
+  }
+  AcquireResult r;
+  r.byPolicy = d.byPolicy;
+  r.remaining = d.remaining;
+  r.grantTime = d.time;
+  if (!d.allowed) {
+    r.wait = std::chrono::ceil<milliseconds>(d.retryAfter);
+    return r;
+  }
+  r.granted = d.permits;
+  const std::int64_t localRate = config ? config->localRate : localRate_.load(std::memory_order_relaxed);
+  const std::int64_t localMs = config ? config->localIntervalMs : localIntervalMs_.load(std::memory_order_relaxed);
+  r.rate = localRate;
+  if (!d.byPolicy && localRate > 0) {
+    // In double: permits x localMs can pass 2^63. Its rounding (well under a µs here) is lost in
+    // the floor to ms below.
+    const double backUs =
+        static_cast<double>(d.permits) * static_cast<double>(localMs) * 1000.0 / static_cast<double>(localRate);
+    const microseconds back{backUs >= static_cast<double>(d.resetAfter.count()) ? d.resetAfter.count()
+                                                                                : static_cast<std::int64_t>(backUs)};
+    r.interval = std::chrono::floor<milliseconds>(back);
+  }
+  return r;
 }
 
 }  // namespace redlimit::detail

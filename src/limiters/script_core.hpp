@@ -20,6 +20,7 @@
 #include "limiters/permit_core.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "limiters/script_call.hpp"
+#include "redlimit/acquire_result.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
@@ -111,6 +112,15 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   /// The failure policy's decision of `permits` without a reply (the segment cache's wait that
   /// timed out): the policy's answer, or TimeoutError naming `reason`.
   bool decideUnanswered(std::int64_t permits, const std::string& reason);
+  /// The segment cache's refill from `key`: one attempt for between atLeast and atMost permits
+  /// (1 <= atLeast <= atMost; atMost cut to the limit, once known): atMost if available now; else,
+  /// if at least atLeast remain, what remains (a second call); else denied with the wait for
+  /// atLeast (a second call, exact). Never waits. AcquireResult::interval is how long the granted
+  /// permits count against the key: the time they take to come back (permits x one permit's share
+  /// of the Local bucket's interval) or, if sooner, until the key is full again (a fixed window:
+  /// its end), rounded down to ms; with a configuration the handle's own rate, else the one the
+  /// reply told. The failure policy decides when Redis cannot be asked (AcquireResult::byPolicy).
+  AcquireResult takeUpTo(const std::string& key, std::int64_t atLeast, std::int64_t atMost);
 
   std::shared_ptr<Client> client_;
   std::string name_;

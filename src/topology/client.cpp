@@ -155,6 +155,9 @@ PoolStats Client::poolStats() const {
   s.direct = c.direct;
   s.stalls = c.stalls;
   s.stalled = c.stalled;
+  s.bestEffortSent = bestEffortSent_.load(std::memory_order_relaxed);
+  s.bestEffortSkipped = bestEffortSkipped_.load(std::memory_order_relaxed);
+  s.unreachable = reachability_->stats().degraded;
   return s;
 }
 
@@ -162,11 +165,6 @@ bool Client::admitBestEffort() noexcept {
   const bool go = reachability_->shouldTry();
   (go ? bestEffortSent_ : bestEffortSkipped_).fetch_add(1, std::memory_order_relaxed);
   return go;
-}
-
-BestEffortStats Client::bestEffortStats() const noexcept {
-  return BestEffortStats{bestEffortSent_.load(std::memory_order_relaxed),
-                         bestEffortSkipped_.load(std::memory_order_relaxed), reachability_->stats().degraded};
 }
 
 bool Client::onIoThread() const noexcept { return runner_.load(std::memory_order_acquire)->onIoThread(); }

@@ -34,7 +34,6 @@
 #include "redlimit_test/hex.hpp"
 #include "redlimit/calendar.hpp"
 #include "redlimit/policy.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/detail/script.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit_lua.hpp"
@@ -435,13 +434,6 @@ inline Policy bucket(std::int64_t capacity, std::int64_t permits, std::chrono::m
 }
 inline Policy window(std::int64_t limit, std::chrono::milliseconds length) {
   return Policy::fixedWindow(limit, length);
-}
-
-inline ConcurrencyConfig leaseConfig(std::int64_t limit, std::chrono::milliseconds ttl) {
-  ConcurrencyConfig c;
-  c.limit = limit;
-  c.leaseTtl = ttl;
-  return c;
 }
 
 /// `limit` per calendar `unit` in Europe/Berlin.

@@ -181,7 +181,7 @@ TEST_F(Hostile, ResendOfAWideAcquireIsTwoLookUpsWhateverTheRange) {
   EXPECT_EQ(api.availablePermits(), kMax);  // opens the pooled connection
   const std::uint64_t created = client()->poolStats().created;
   (void)raw({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
-  const AcquireResult got = api.tryAcquireUpTo(1, kMax);
+  const AcquireResult got = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(api, {}, 1, kMax);
   EXPECT_EQ(got.granted, kMax);
   EXPECT_GT(client()->poolStats().created, created) << "the call was resent on a new connection";
   EXPECT_EQ(valuePlusLive(api, 60000), kMax);
@@ -199,7 +199,7 @@ TEST_F(Hostile, ARateRaisedElsewhereIsUsedAtOnce) {
   const std::vector<std::string>& k = rl.keys();  // Redisson elsewhere: keepState to 200
   (void)raw({"EVAL", kRedissonKeepState, "5", k[0], k[1], k[2], k[3], k[4], "200", "2000", std::to_string(wallMs())});
   EXPECT_TRUE(rl.tryAcquire(120, milliseconds(100)));
-  EXPECT_EQ(rl.tryAcquireUpTo(20, 20).granted, 20);
+  EXPECT_EQ(redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 20, 20).granted, 20);
   (void)raw({"HSET", name(), "rate", "20"});  // lowered: the script refuses, nothing is written
   const auto before = snapshot(rl);
   EXPECT_THROW((void)rl.tryAcquire(50), InvalidArgument);
@@ -257,7 +257,7 @@ TEST_F(Hostile, StampsCarryMicroseconds) {
   int outside = 0;
   for (int i = 0; i < 200; ++i) {
     const std::int64_t before = wallUs();
-    const AcquireResult r = rl.tryAcquireUpTo(1, 1);
+    const AcquireResult r = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 1);
     const std::int64_t after = wallUs();
     ASSERT_EQ(r.granted, 1);
     const double score = std::stod(raw({"ZSCORE", rl.keys()[3], r.member}).str);
@@ -341,16 +341,17 @@ TEST_F(Hostile, CorruptedStateIsRefusedAndNothingChanges) {
     SCOPED_TRACE(shape.label);
     RateLimiter rl(client(), name(shape.label));
     rl.setRate(RateType::Overall, 10, milliseconds(5000));
-    const AcquireResult held = rl.tryAcquireUpTo(2, 2);
+    const AcquireResult held = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 2, 2);
     ASSERT_EQ(held.granted, 2);
     shape.corrupt(rl);
     const auto before = snapshot(rl);
     EXPECT_THROW((void)rl.tryAcquire(), InvalidStateError);
     EXPECT_THROW((void)rl.tryAcquire(3), InvalidStateError);
-    EXPECT_THROW((void)rl.tryAcquireUpTo(1, 5), InvalidStateError);
+    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 5), InvalidStateError);
     EXPECT_THROW((void)rl.availablePermits(), InvalidStateError);
     EXPECT_THROW(rl.release(1), InvalidStateError);
-    EXPECT_THROW((void)rl.releaseGrant(held.member, 1), InvalidStateError);
+    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::releaseGrant(rl, held.member, 1),
+                 InvalidStateError);
     EXPECT_THROW(rl.setRate(RateType::Overall, 20, milliseconds(5000), milliseconds(0), true), InvalidStateError);
     EXPECT_THROW((void)rl.updateRate(RateType::Overall, 20, milliseconds(5000)), InvalidStateError);
     EXPECT_EQ(snapshot(rl), before) << "a failed call changed a key";
@@ -379,7 +380,7 @@ TEST_F(Hostile, ValuesLuaReadsAsIntegersAreUsedAndRewrittenPlain) {
     SCOPED_TRACE(text);
     RateLimiter rl(client(), name(text));
     rl.setRate(RateType::Overall, 10, milliseconds(5000));
-    ASSERT_EQ(rl.tryAcquireUpTo(2, 2).granted, 2);  // value 8
+    ASSERT_EQ(redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 2, 2).granted, 2);  // value 8
     (void)raw({"SET", rl.keys()[1], text});
     EXPECT_TRUE(rl.tryAcquire());
     EXPECT_EQ(raw({"GET", rl.keys()[1]}).str, "7") << "the grant stores the plain form";
@@ -389,7 +390,7 @@ TEST_F(Hostile, ValuesLuaReadsAsIntegersAreUsedAndRewrittenPlain) {
   // "-0" reads as 0: a deny, nothing written; availablePermits' exact recount then repairs it.
   RateLimiter rl(client(), name("-0"));
   rl.setRate(RateType::Overall, 10, milliseconds(5000));
-  ASSERT_EQ(rl.tryAcquireUpTo(2, 2).granted, 2);
+  ASSERT_EQ(redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 2, 2).granted, 2);
   (void)raw({"SET", rl.keys()[1], "-0"});
   EXPECT_FALSE(rl.tryAcquire());
   EXPECT_EQ(raw({"ZCARD", rl.keys()[3]}).integer, 1) << "a deny adds no member";

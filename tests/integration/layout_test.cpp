@@ -313,7 +313,7 @@ TEST_F(Interop, InvariantHoldsAfterEveryOperation) {
   check("tryAcquire(5)");
   rl.acquire(4);
   check("acquire(4)");
-  EXPECT_EQ(rl.tryAcquireUpTo(1, 50).granted, 11);
+  EXPECT_EQ(redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 50).granted, 11);
   check("tryAcquireUpTo");
   rl.release(7);
   check("release(7)");

@@ -1,4 +1,4 @@
-// ConcurrencyLimiter's asynchronous renew and release, and LeaseHeartbeat, against a real
+// A lease Limiter's asynchronous renew and release, and LeaseHeartbeat, against a real
 // redis-server: a lease kept alive past many TTLs, released when the heartbeat ends, lost once when
 // someone else releases it or Redis is gone, bad options refused before anything is sent, and one
 // thread for every heartbeat. Waits are for conditions (renewals counted, the server's clock),
@@ -45,6 +45,7 @@ std::string unusedLeaseId() { return std::string(32, 'b'); }
 
 class LeaseHeartbeatTest : public RedisTest {
  protected:
+  static constexpr const char* kJob = "job";  // the key whose leases a test's Limiter takes
   std::int64_t zcard(const std::string& key) { return raw({"ZCARD", key}).integer; }
   // The expiry Redis holds for lease `id` (epoch µs), or -1 if it holds none.
   std::int64_t expiryOf(const std::string& key, const std::string& id) {
@@ -61,70 +62,72 @@ class LeaseHeartbeatTest : public RedisTest {
 };
 
 TEST_F(LeaseHeartbeatTest, RenewAsyncAndReleaseAsyncAnswerAsTheSyncForms) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(100)));
-  const std::optional<Lease> lease = cl.tryAcquire();
+  Limiter cl(client(), limiterName(), Policy::concurrency(2, milliseconds(100)));
+  const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
-  const std::optional<Lease> renewed = cl.renewAsync(*lease, milliseconds(60000)).get();
+  const std::optional<Lease> renewed = cl.renewAsync(kJob, *lease, milliseconds(60000)).get();
   ASSERT_TRUE(renewed);
   EXPECT_EQ(renewed->id, lease->id);
   EXPECT_GT(renewed->expiresAt, lease->expiresAt);
-  EXPECT_EQ(expiryOf(name(), lease->id), renewed->expiresAt.count());
+  EXPECT_EQ(expiryOf(cl.redisKey(kJob), lease->id), renewed->expiresAt.count());
 
   std::promise<std::pair<std::optional<Lease>, std::exception_ptr>> got;
-  cl.renewAsync(*renewed, [&](std::optional<Lease> r, std::exception_ptr e) { got.set_value({std::move(r), e}); });
+  cl.renewAsync(kJob, *renewed, [&](std::optional<Lease> r, std::exception_ptr e) {
+    got.set_value({std::move(r), e});
+  });
   const auto [byCallback, error] = got.get_future().get();
   EXPECT_FALSE(error);
   ASSERT_TRUE(byCallback);
-  EXPECT_EQ(expiryOf(name(), lease->id), byCallback->expiresAt.count()) << "the configuration's 100 ms TTL";
+  EXPECT_EQ(expiryOf(cl.redisKey(kJob), lease->id), byCallback->expiresAt.count()) << "the policy's 100 ms TTL";
   EXPECT_LT(byCallback->expiresAt, renewed->expiresAt);
 
-  EXPECT_TRUE(cl.releaseAsync(*lease).get());
-  EXPECT_FALSE(cl.releaseAsync(*lease).get()) << "a second release is a no-op";
-  EXPECT_FALSE(cl.renewAsync(*lease).get().has_value()) << "a released lease is not renewed";
-  EXPECT_FALSE(exists(admin(), name()));
+  EXPECT_TRUE(cl.releaseAsync(kJob, *lease).get());
+  EXPECT_FALSE(cl.releaseAsync(kJob, *lease).get()) << "a second release is a no-op";
+  EXPECT_FALSE(cl.renewAsync(kJob, *lease).get().has_value()) << "a released lease is not renewed";
+  EXPECT_FALSE(exists(admin(), cl.redisKey(kJob)));
 
   // Bad input: InvalidArgument through the future and the callback, nothing sent.
   const std::int64_t calls = scriptCalls();
   Lease bogus = *lease;
   bogus.id = "abc";
-  EXPECT_THROW((void)cl.renewAsync(bogus).get(), InvalidArgument);
-  EXPECT_THROW((void)cl.releaseAsync(bogus).get(), InvalidArgument);
-  EXPECT_THROW((void)cl.renewAsync(*lease, milliseconds(0)).get(), InvalidArgument);
+  EXPECT_THROW((void)cl.renewAsync(kJob, bogus).get(), InvalidArgument);
+  EXPECT_THROW((void)cl.releaseAsync(kJob, bogus).get(), InvalidArgument);
+  EXPECT_THROW((void)cl.renewAsync(kJob, *lease, milliseconds(0)).get(), InvalidArgument);
   std::promise<std::exception_ptr> refused;
-  cl.releaseAsync(bogus, [&](bool, std::exception_ptr e) { refused.set_value(e); });
+  cl.releaseAsync(kJob, bogus, [&](bool, std::exception_ptr e) { refused.set_value(e); });
   EXPECT_THROW(std::rethrow_exception(refused.get_future().get()), InvalidArgument);
   EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
 
   // A corrupted key: the limiter's typed error, nothing written.
-  (void)raw({"SET", name(), "garbage"});
-  EXPECT_THROW((void)cl.renewAsync(*lease).get(), InvalidConfigError);
-  EXPECT_THROW((void)cl.releaseAsync(*lease).get(), InvalidConfigError);
-  EXPECT_EQ(raw({"GET", name()}).str, "garbage");
+  (void)raw({"SET", cl.redisKey(kJob), "garbage"});
+  EXPECT_THROW((void)cl.renewAsync(kJob, *lease).get(), InvalidConfigError);
+  EXPECT_THROW((void)cl.releaseAsync(kJob, *lease).get(), InvalidConfigError);
+  EXPECT_EQ(raw({"GET", cl.redisKey(kJob)}).str, "garbage");
 }
 
 TEST_F(LeaseHeartbeatTest, KeepsALeaseAlivePastItsTtlUntilReleased) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(1, milliseconds(1000)));
-  const std::optional<Lease> lease = cl.tryAcquire();
+  Limiter cl(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)));
+  const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
   LeaseHeartbeatOptions o;
   o.interval = milliseconds(100);
-  LeaseHeartbeat hb(cl, *lease, o);
+  LeaseHeartbeat hb(cl, kJob, *lease, o);
   // Past the acquired lease's expiry on the server's clock, with renewals seen.
   ASSERT_TRUE(heartbeatSees([&] { return serverTimeUs(admin()) > lease->expiresAt.count() + 200000; }));
   ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 3; }));
   EXPECT_FALSE(hb.lost());
-  EXPECT_GT(expiryOf(name(), lease->id), serverTimeUs(admin())) << "the lease is live in Redis";
+  EXPECT_GT(expiryOf(cl.redisKey(kJob), lease->id), serverTimeUs(admin())) << "the lease is live in Redis";
   EXPECT_GT(hb.lease().expiresAt, lease->expiresAt);
-  EXPECT_FALSE(cl.tryAcquire().has_value()) << "its place is still held";
+  EXPECT_FALSE(cl.acquireLease(kJob).lease.has_value()) << "its place is still held";
 
   EXPECT_TRUE(hb.release());
-  EXPECT_FALSE(exists(admin(), name())) << "released: the last lease's key is deleted";
+  EXPECT_FALSE(exists(admin(), cl.redisKey(kJob))) << "released: the last lease's key is deleted";
   const std::uint64_t renewals = hb.renewals();
   EXPECT_FALSE(hb.release()) << "a second release answers false";
   sleepMs(300);  // three intervals: a heartbeat that went on would have renewed (and counted) by now
   EXPECT_EQ(hb.renewals(), renewals);
   EXPECT_FALSE(hb.lost());
-  EXPECT_TRUE(cl.tryAcquire().has_value());
+  EXPECT_TRUE(cl.acquireLease(kJob).lease.has_value());
 }
 
 TEST_F(LeaseHeartbeatTest, KeepsALimitersLeaseOfAKeyAlivePastItsTtlUntilReleased) {
@@ -160,41 +163,41 @@ TEST_F(LeaseHeartbeatTest, ALimiterHeartbeatNeedsAConcurrencyPolicyAndAGoodKeyBe
 }
 
 TEST_F(LeaseHeartbeatTest, EndingTheHeartbeatReleasesTheLeaseAndStopKeepsIt) {
-  ConcurrencyLimiter cl(oneConnection(), name(), leaseConfig(3, milliseconds(60000)));
-  const std::optional<Lease> ended = cl.tryAcquire();
+  Limiter cl(oneConnection(), limiterName(), Policy::concurrency(3, milliseconds(60000)));
+  const std::optional<Lease> ended = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(ended);
-  { LeaseHeartbeat hb(cl, *ended); }
-  EXPECT_EQ(cl.held(), 0) << "the destructor sent a release before this call, on the same connection";
+  { LeaseHeartbeat hb(cl, kJob, *ended); }
+  EXPECT_EQ(cl.held(kJob), 0) << "the destructor sent a release before this call, on the same connection";
 
-  const std::optional<Lease> kept = cl.tryAcquire();
+  const std::optional<Lease> kept = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(kept);
   {
-    LeaseHeartbeat hb(cl, *kept);
+    LeaseHeartbeat hb(cl, kJob, *kept);
     const Lease back = hb.stop();
     EXPECT_EQ(back.id, kept->id);
   }
-  EXPECT_EQ(cl.held(), 1) << "stop() keeps the lease: nothing was released";
+  EXPECT_EQ(cl.held(kJob), 1) << "stop() keeps the lease: nothing was released";
 
   // Moved: the heartbeat moved to renews and releases; the one moved from does neither.
-  const std::optional<Lease> moved = cl.tryAcquire();
+  const std::optional<Lease> moved = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(moved);
   std::optional<LeaseHeartbeat> from;
-  from.emplace(cl, *moved);
+  from.emplace(cl, kJob, *moved);
   LeaseHeartbeat to(std::move(*from));
   from.reset();
-  EXPECT_EQ(cl.held(), 2) << "the moved-from heartbeat released nothing";
+  EXPECT_EQ(cl.held(kJob), 2) << "the moved-from heartbeat released nothing";
   EXPECT_EQ(to.lease().id, moved->id);
-  LeaseHeartbeat other(cl, *kept);
+  LeaseHeartbeat other(cl, kJob, *kept);
   to = std::move(other);  // ends `moved` as a destructor would, and takes `kept`
-  EXPECT_EQ(cl.held(), 1);
+  EXPECT_EQ(cl.held(kJob), 1);
   EXPECT_EQ(to.lease().id, kept->id);
   EXPECT_TRUE(to.release());
-  EXPECT_EQ(cl.held(), 0);
+  EXPECT_EQ(cl.held(kJob), 0);
 }
 
 TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(1, milliseconds(1000)));
-  const std::optional<Lease> lease = cl.tryAcquire();
+  Limiter cl(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)));
+  const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
   std::atomic<int> lostCalls{0};
   std::mutex m;
@@ -208,9 +211,9 @@ TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) 
     lostId = l.id;
     lostCalls.fetch_add(1);
   };
-  LeaseHeartbeat hb(cl, *lease, o);
+  LeaseHeartbeat hb(cl, kJob, *lease, o);
   ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
-  ASSERT_TRUE(cl.release(*lease));  // another holder of the id releases it
+  ASSERT_TRUE(cl.release(kJob, *lease));  // another holder of the id releases it
   ASSERT_TRUE(heartbeatSees([&] { return hb.lost(); }));
   const std::uint64_t renewals = hb.renewals();
   sleepMs(100);  // five intervals: a heartbeat that went on would have called onLost again by now
@@ -222,20 +225,20 @@ TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) 
     EXPECT_EQ(lostId, lease->id);
   }
   EXPECT_FALSE(hb.release()) << "nothing to release";
-  EXPECT_FALSE(exists(admin(), name()));
+  EXPECT_FALSE(exists(admin(), cl.redisKey(kJob)));
 }
 
 TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
   RedisServer server;
   auto c = shortTimeoutClient(server);
-  ConcurrencyLimiter cl(c, "gone", leaseConfig(1, milliseconds(600)));
-  const std::optional<Lease> lease = cl.tryAcquire();
+  Limiter cl(c, "gone", Policy::concurrency(1, milliseconds(600)));
+  const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
   std::promise<std::exception_ptr> lost;
   LeaseHeartbeatOptions o;
   o.interval = milliseconds(100);
   o.onLost = [&](const Lease&, std::exception_ptr e) { lost.set_value(std::move(e)); };
-  LeaseHeartbeat hb(cl, *lease, o);
+  LeaseHeartbeat hb(cl, kJob, *lease, o);
   ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
   server.kill();
   std::future<std::exception_ptr> why = lost.get_future();
@@ -257,8 +260,8 @@ TEST_F(LeaseHeartbeatTest, ALeaseIsLostAtItsKnownExpiryWhileARenewalHangs) {
   co.connection.commandTimeout = std::chrono::seconds(60);  // the hung renewal's deadline
   co.pool.size = 1;  // the test's sync call below is answered after the renewal sent before it
   const std::shared_ptr<Client> c = Client::create(co);
-  ConcurrencyLimiter cl(c, "hung", leaseConfig(1, milliseconds(900)));
-  const std::optional<Lease> lease = cl.tryAcquire();
+  Limiter cl(c, "hung", Policy::concurrency(1, milliseconds(900)));
+  const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
   std::atomic<int> lostCalls{0};
   std::promise<std::exception_ptr> lost;
@@ -267,7 +270,7 @@ TEST_F(LeaseHeartbeatTest, ALeaseIsLostAtItsKnownExpiryWhileARenewalHangs) {
   o.onLost = [&](const Lease&, std::exception_ptr e) {
     if (lostCalls.fetch_add(1) == 0) lost.set_value(std::move(e));
   };
-  LeaseHeartbeat hb(cl, *lease, o);
+  LeaseHeartbeat hb(cl, kJob, *lease, o);
   ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
   std::uint64_t renewals = 0;
   {
@@ -279,15 +282,15 @@ TEST_F(LeaseHeartbeatTest, ALeaseIsLostAtItsKnownExpiryWhileARenewalHangs) {
     EXPECT_THROW(std::rethrow_exception(why.get()), TimeoutError);
     EXPECT_TRUE(hb.lost());
     renewals = hb.renewals();
-  }                 // the server goes on: the hung renewal is answered now
-  (void)cl.held();  // one connection: answered after the renewal
+  }                     // the server goes on: the hung renewal is answered now
+  (void)cl.held(kJob);  // one connection: answered after the renewal
   EXPECT_EQ(lostCalls.load(), 1);
   EXPECT_EQ(hb.renewals(), renewals) << "a late answer changes nothing";
   EXPECT_TRUE(hb.lost());
 }
 
 TEST_F(LeaseHeartbeatTest, BadOptionsAreRefusedBeforeAnythingIsSent) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(900)));
+  Limiter cl(client(), limiterName(), Policy::concurrency(2, milliseconds(900)));
   const LeaseHeartbeatOptions defaults = LeaseHeartbeat::resolved(cl, {});
   EXPECT_EQ(defaults.leaseTtl, milliseconds(900));
   EXPECT_EQ(defaults.interval, milliseconds(300)) << "a third of the TTL";
@@ -303,26 +306,26 @@ TEST_F(LeaseHeartbeatTest, BadOptionsAreRefusedBeforeAnythingIsSent) {
     LeaseHeartbeatOptions o;
     o.leaseTtl = ttl;
     o.interval = interval;
-    EXPECT_THROW([&] { LeaseHeartbeat hb(cl, lease, o); }(), InvalidArgument)
+    EXPECT_THROW([&] { LeaseHeartbeat hb(cl, kJob, lease, o); }(), InvalidArgument)
         << ttl.count() << " ms, every " << interval.count() << " ms";
   };
   refused(milliseconds(900), milliseconds(900));
   refused(milliseconds(900), milliseconds(1000));
   refused(milliseconds(900), milliseconds(-1));
   refused(milliseconds(-1), milliseconds(0));
-  refused(ConcurrencyLimiter::kMaxLeaseTtl + milliseconds(1), milliseconds(0));
-  refused(milliseconds(1), milliseconds(0));  // no time between renewals
+  refused(milliseconds(4294967295) + milliseconds(1), milliseconds(0));  // above the longest TTL, 49.7 days
+  refused(milliseconds(1), milliseconds(0));                             // no time between renewals
   for (const std::string& id : {std::string(), std::string(32, 'G'), unusedLeaseId() + "0"}) {
     Lease bad = lease;
     bad.id = id;
-    EXPECT_THROW([&] { LeaseHeartbeat hb(cl, bad); }(), InvalidArgument) << id;
+    EXPECT_THROW([&] { LeaseHeartbeat hb(cl, kJob, bad); }(), InvalidArgument) << id;
   }
   EXPECT_EQ(scriptCalls(), calls) << "nothing sent";
-  EXPECT_FALSE(exists(admin(), name()));
+  EXPECT_FALSE(exists(admin(), cl.redisKey(kJob)));
 }
 
 TEST_F(LeaseHeartbeatTest, ALeaseRedisDoesNotHoldIsNeitherRenewedNorReleased) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(300)));
+  Limiter cl(client(), limiterName(), Policy::concurrency(2, milliseconds(300)));
   Lease byPolicy;
   byPolicy.id = unusedLeaseId();
   byPolicy.byPolicy = true;  // as the failure policy grants one: expiresAt 0
@@ -330,26 +333,26 @@ TEST_F(LeaseHeartbeatTest, ALeaseRedisDoesNotHoldIsNeitherRenewedNorReleased) {
   {
     LeaseHeartbeatOptions o;
     o.interval = milliseconds(10);
-    LeaseHeartbeat hb(cl, byPolicy, o);
+    LeaseHeartbeat hb(cl, kJob, byPolicy, o);
     sleepMs(50);  // five intervals
     EXPECT_EQ(hb.renewals(), 0u);
     EXPECT_FALSE(hb.lost());
     EXPECT_FALSE(hb.release()) << "Redis holds no such lease";
   }
-  { LeaseHeartbeat ended(cl, byPolicy); }
+  { LeaseHeartbeat ended(cl, kJob, byPolicy); }
   EXPECT_EQ(scriptCalls(), calls) << "nothing sent for a lease Redis does not hold";
 }
 
 TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(50, milliseconds(1000)));
+  Limiter cl(client(), limiterName(), Policy::concurrency(50, milliseconds(1000)));
   std::vector<Lease> leases;
   for (int i = 0; i < 50; ++i) {
-    const std::optional<Lease> l = cl.tryAcquire();
+    const std::optional<Lease> l = cl.acquireLease(kJob).lease;
     ASSERT_TRUE(l);
     leases.push_back(*l);
   }
   {
-    LeaseHeartbeat warm(cl, leases[0]);  // the heartbeat thread exists from here on
+    LeaseHeartbeat warm(cl, kJob, leases[0]);  // the heartbeat thread exists from here on
     (void)warm.stop();
   }
   const std::size_t threads = threadCount();
@@ -357,7 +360,7 @@ TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
   o.interval = milliseconds(50);
   std::vector<LeaseHeartbeat> beats;
   beats.reserve(leases.size());
-  for (const Lease& l : leases) beats.emplace_back(cl, l, o);
+  for (const Lease& l : leases) beats.emplace_back(cl, kJob, l, o);
   // Not a thread per heartbeat (50 more); the Client may start a thread of its own meanwhile.
   EXPECT_LT(threadCount(), threads + 5);
   EXPECT_GE(detail::IdleSweeper::instance().size(), 50u) << "50 tasks of the one heartbeat thread";
@@ -368,9 +371,9 @@ TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
     return true;
   }));
   for (const LeaseHeartbeat& b : beats) EXPECT_FALSE(b.lost());
-  EXPECT_EQ(cl.held(), 50);
+  EXPECT_EQ(cl.held(kJob), 50);
   beats.clear();  // each releases its lease without waiting
-  EXPECT_TRUE(heartbeatSees([&] { return cl.held() == 0; }));
+  EXPECT_TRUE(heartbeatSees([&] { return cl.held(kJob) == 0; }));
 }
 
 // A pre-fork server: the parent has used a heartbeat (the process's heartbeat thread runs), then
@@ -378,37 +381,37 @@ TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
 // its TTL and report its loss, and the worker must exit normally. (It had no heartbeat thread:
 // nothing renewed, nothing was reported, and its exit aborted on the inherited thread object.)
 TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChildExitsNormally) {
-  ConcurrencyLimiter cl(client(), name(), leaseConfig(2, milliseconds(1000)));
+  Limiter cl(client(), limiterName(), Policy::concurrency(2, milliseconds(1000)));
   {
-    const std::optional<Lease> parents = cl.tryAcquire();
+    const std::optional<Lease> parents = cl.acquireLease(kJob).lease;
     ASSERT_TRUE(parents);
     LeaseHeartbeatOptions o;
     o.interval = milliseconds(50);
-    LeaseHeartbeat hb(cl, *parents, o);
+    LeaseHeartbeat hb(cl, kJob, *parents, o);
     ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
   }  // released
-  ASSERT_EQ(cl.held(), 0);
+  ASSERT_EQ(cl.held(kJob), 0);
 
   int result = -1;
   const int status = statusOfForkedChild(
       [&]() -> int {
         // Clients of its own (a child that ends with exit() must not leak an inherited one, see ChildExit).
         const std::shared_ptr<Client> own = newClient();
-        ConcurrencyLimiter childs(own, name(), leaseConfig(2, milliseconds(1000)));
-        const std::optional<Lease> lease = childs.tryAcquire();
+        Limiter childs(own, limiterName(), Policy::concurrency(2, milliseconds(1000)));
+        const std::optional<Lease> lease = childs.acquireLease(kJob).lease;
         if (!lease) return 10;
         std::atomic<int> lostCalls{0};
         LeaseHeartbeatOptions o;
         o.interval = milliseconds(100);
         o.onLost = [&](const Lease&, const std::exception_ptr&) { lostCalls.fetch_add(1); };
-        LeaseHeartbeat hb(childs, *lease, o);
+        LeaseHeartbeat hb(childs, kJob, *lease, o);
         if (!heartbeatSees([&] { return hb.renewals() >= 3; })) return 11;  // renewed
         // Past the acquired lease's expiry on the server's clock, and still held there.
         const auto serverNow = [&] { return serverTimeUs(*own); };
         if (!heartbeatSees([&] { return serverNow() > lease->expiresAt.count(); })) return 12;
-        const Reply expiry = detail::command(*own, {"ZSCORE", name(), lease->id});
+        const Reply expiry = detail::command(*own, {"ZSCORE", childs.redisKey(kJob), lease->id});
         if (expiry.type == Reply::Type::Nil || std::stoll(expiry.str) <= serverNow() || hb.lost()) return 13;
-        if (!childs.release(*lease)) return 14;  // someone else releases it: the heartbeat reports the loss
+        if (!childs.release(kJob, *lease)) return 14;  // someone else releases it: the heartbeat reports the loss
         if (!heartbeatSees([&] { return lostCalls.load() == 1; }) || !hb.lost()) return 15;
         return 0;  // ends with exit(): the process's statics are destroyed, the heartbeat thread stopped
       },
@@ -416,19 +419,18 @@ TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChi
   EXPECT_EQ(result, 0) << "the child's check that failed (see its return codes; -1: it never got to the end)";
   ASSERT_TRUE(WIFEXITED(status)) << "the child " << describeWaitStatus(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child ran to its end, then did not exit normally";
-  EXPECT_EQ(cl.held(), 0);
+  EXPECT_EQ(cl.held(kJob), 0);
 }
 
 // --- A MultiLimit's lease --------------------------------------------------------------------------
 
 TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWithItsOwnTtl) {
-  const std::string user = "{" + name("multi") + "}";
-  Limiter rate(client(), limiterName("rate"), gcra(100, 100, milliseconds(1000)));
+  Limiter rate(client(), limiterName("rate"), Policy::gcra(100, milliseconds(1000), 100));
   Limiter shortLeases(client(), limiterName("short"), Policy::concurrency(1, milliseconds(1000)));
   Limiter longLeases(client(), limiterName("long"), Policy::concurrency(2, milliseconds(3000)));
-  const std::string shortKey = shortLeases.redisKey(user);
-  const std::string longKey = longLeases.redisKey(user);
-  MultiLimit all = MultiLimit({rate, shortLeases, longLeases}).on({user, user, user});
+  const std::string shortKey = shortLeases.redisKey(kJob);
+  const std::string longKey = longLeases.redisKey(kJob);
+  MultiLimit all = MultiLimit({rate, shortLeases, longLeases}).on({kJob, kJob, kJob});
   EXPECT_EQ(all.leaseTtl(), milliseconds(1000)) << "the shortest";
   EXPECT_EQ(LeaseHeartbeat::resolved(all, {}).interval, milliseconds(333)) << "a third of the shortest";
   EXPECT_EQ(LeaseHeartbeat::resolved(all, {}).leaseTtl, milliseconds(0)) << "each limit's own";
@@ -460,7 +462,7 @@ TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWith
 
   // Refused before anything is sent: no concurrency limit, a bad id or TTL.
   const std::int64_t calls = scriptCalls();
-  MultiLimit rateOnly = MultiLimit({rate}).on({user});
+  MultiLimit rateOnly = MultiLimit({rate}).on({kJob});
   EXPECT_THROW([&] { LeaseHeartbeat none(rateOnly, lease); }(), InvalidArgument);
   EXPECT_THROW((void)rateOnly.renewAsync(lease).get(), InvalidArgument);
   EXPECT_THROW((void)rateOnly.releaseAsync(lease).get(), InvalidArgument);

@@ -86,13 +86,14 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
   (void)raw({"CLIENT", "PAUSE", "300", "ALL"});
   std::vector<Completion> seen(kCalls);
   for (int i = 0; i < kCalls; ++i) {
-    limiter.tryAcquireUpToAsync(1, 1, [&seen, i](const AcquireResult& r, const std::exception_ptr& e) {
-      Completion& c = seen[static_cast<std::size_t>(i)];
-      c.failed = e != nullptr;
-      c.granted = r.granted;
-      c.runs.fetch_add(1);
-      if (i == kThrower) throw std::runtime_error("callback 5 throws");
-    });
+    redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
+        limiter, 1, 1, [&seen, i](const AcquireResult& r, const std::exception_ptr& e) {
+          Completion& c = seen[static_cast<std::size_t>(i)];
+          c.failed = e != nullptr;
+          c.granted = r.granted;
+          c.runs.fetch_add(1);
+          if (i == kThrower) throw std::runtime_error("callback 5 throws");
+        });
   }
   ASSERT_TRUE(waitFor([&] {
     for (const auto& c : seen)

@@ -54,7 +54,9 @@ TEST_F(RateLimiterVsRedisson, NonPositivePermitsAreRejected) {
     EXPECT_THROW((void)rl.tryAcquire(permits), InvalidArgument) << permits;
     EXPECT_THROW((void)rl.tryAcquire(permits, milliseconds(100)), InvalidArgument) << permits;
     EXPECT_THROW(rl.acquire(permits), InvalidArgument) << permits;
-    EXPECT_THROW((void)rl.tryAcquireUpTo(permits, 5), InvalidArgument) << permits;
+    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, permits, 5),
+                 InvalidArgument)
+        << permits;
   }
   EXPECT_EQ(totalCommandCalls(admin()) - before, overhead) << "a command reached Redis";
   EXPECT_EQ(snapshot(rl), keysBefore);

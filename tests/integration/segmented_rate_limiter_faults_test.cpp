@@ -67,14 +67,14 @@ TEST_F(SegmentedRateLimiterFaults, CloseWhileRedisDownIsOneAttemptInTotal) {
   const std::int64_t took = msSince(start);
   stall.resume();
 
-  const BestEffortStats be = client->bestEffortStats();
+  const PoolStats be = client->poolStats();
   const ConnectionOptions& c = co.connection;
   const milliseconds oneAttempt = c.connectTimeout + c.commandTimeout;
   std::printf("[ close  ] closing %d limiters while stalled took %lld ms; give-backs sent %llu, skipped %llu\n",
-              kLimiters, static_cast<long long>(took), static_cast<unsigned long long>(be.sent),
-              static_cast<unsigned long long>(be.skipped));
-  EXPECT_EQ(be.sent, 1u) << "the first give-back finds the server stalled";
-  EXPECT_EQ(be.skipped, static_cast<std::uint64_t>(kLimiters - 1)) << "the others are skipped";
+              kLimiters, static_cast<long long>(took), static_cast<unsigned long long>(be.bestEffortSent),
+              static_cast<unsigned long long>(be.bestEffortSkipped));
+  EXPECT_EQ(be.bestEffortSent, 1u) << "the first give-back finds the server stalled";
+  EXPECT_EQ(be.bestEffortSkipped, static_cast<std::uint64_t>(kLimiters - 1)) << "the others are skipped";
   EXPECT_TRUE(be.unreachable);
   EXPECT_EQ(returned, 0) << "nothing could be given back";
   EXPECT_LE(took, (oneAttempt + kSlack).count()) << "one bounded attempt in total, not one per limiter";
@@ -93,11 +93,11 @@ TEST_F(SegmentedRateLimiterFaults, CloseWhileRedisDownIsOneAttemptInTotal) {
   // Once a call reaches Redis again, give-backs go at once.
   auto after = std::make_shared<RateLimiter>(client, "close-after");
   ASSERT_TRUE(after->trySetRate(RateType::Overall, 100, milliseconds(60000)));
-  EXPECT_FALSE(client->bestEffortStats().unreachable);
+  EXPECT_FALSE(client->poolStats().unreachable);
   Segmented last(after, so);
   ASSERT_TRUE(last.tryAcquire());
   EXPECT_EQ(last.close(), 9);
-  EXPECT_EQ(client->bestEffortStats().sent, 2u);
+  EXPECT_EQ(client->poolStats().bestEffortSent, 2u);
 }
 
 // Each SegmentedRateLimiter started its own idle give-back thread (10 000 limiters =

@@ -55,7 +55,7 @@ class CorruptConfig : public RedisTest {
     EXPECT_THROW((void)rl.tryAcquire(2), E);
     EXPECT_THROW((void)rl.tryAcquire(1, milliseconds(50)), E);
     EXPECT_THROW(rl.acquire(), E);  // must not wait forever either
-    EXPECT_THROW((void)rl.tryAcquireUpTo(1, 5), E);
+    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 5), E);
     EXPECT_THROW((void)rl.availablePermits(), E);
     EXPECT_THROW(rl.release(1), E);
     EXPECT_THROW((void)rl.getConfig(), E);
@@ -128,11 +128,15 @@ TEST_F(BadInput, PermitsOutOfRange) {
     expectRejectedLocally("tryAcquire " + p, [&] { (void)rl().tryAcquire(permits); });
     expectRejectedLocally("tryAcquire timeout " + p, [&] { (void)rl().tryAcquire(permits, milliseconds(100)); });
     expectRejectedLocally("acquire " + p, [&] { rl().acquire(permits); });
-    expectRejectedLocally("tryAcquireUpTo " + p, [&] { (void)rl().tryAcquireUpTo(permits, permits); });
+    expectRejectedLocally("tryAcquireUpTo " + p, [&] {
+      (void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl(), {}, permits, permits);
+    });
   }
-  expectRejectedLocally("tryAcquireUpTo atMost < atLeast", [&] { (void)rl().tryAcquireUpTo(3, 2); });
+  expectRejectedLocally("tryAcquireUpTo atMost < atLeast",
+                        [&] { (void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl(), {}, 3, 2); });
   expectRejectedLocally("release -1", [&] { rl().release(-1); });
-  expectRejectedLocally("releaseGrant without member", [&] { (void)rl().releaseGrant("", 1); });
+  expectRejectedLocally("releaseGrant without member",
+                        [&] { (void)redlimit::detail::SegmentAccess<RateLimiter>::releaseGrant(rl(), "", 1); });
 }
 
 TEST_F(BadInput, TtlAndTypeOutOfRange) {

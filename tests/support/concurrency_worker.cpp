@@ -1,10 +1,11 @@
-// concurrency_worker: one process of the multi-process ConcurrencyLimiter tests
-// (tests/integration/concurrency_limiter_test.cpp).
+// concurrency_worker: one process of the multi-process tests of a Limiter under a concurrency
+// policy (tests/integration/limiter_leases_test.cpp). NAME is the Limiter's name, KEY the key whose
+// leases it takes, under Policy::concurrency(LIMIT, TTL_MS).
 //
-//   concurrency_worker hold URI NAME LIMIT TTL_MS COUNT
+//   concurrency_worker hold URI NAME KEY LIMIT TTL_MS COUNT
 //     acquires COUNT leases of TTL_MS (asking until it has them), prints their ids, one a line,
 //     then "held", and sleeps until it is killed: the crashed holder.
-//   concurrency_worker churn URI NAME LIMIT TTL_MS THREADS DURATION_MS
+//   concurrency_worker churn URI NAME KEY LIMIT TTL_MS THREADS DURATION_MS
 //     THREADS threads acquire a lease, hold it about 1 ms, and release it, for DURATION_MS. Prints
 //     "grants denials errors maxInProcess": maxInProcess is the most leases this process held at
 //     once, counted by the holders themselves.
@@ -18,14 +19,14 @@
 #include <thread>
 #include <vector>
 
-#include "redlimit/concurrency_limiter.hpp"
+#include "redlimit/limiter.hpp"
 
 namespace {
 
-int hold(redlimit::ConcurrencyLimiter& limiter, int count) {
+int hold(redlimit::Limiter& limiter, const std::string& key, int count) {
   std::vector<redlimit::Lease> leases;
   while (static_cast<int>(leases.size()) < count) {
-    if (auto lease = limiter.tryAcquire()) {
+    if (auto lease = limiter.acquireLease(key).lease) {
       leases.push_back(*lease);
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -37,7 +38,7 @@ int hold(redlimit::ConcurrencyLimiter& limiter, int count) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-int churn(redlimit::ConcurrencyLimiter& limiter, int threads, std::chrono::milliseconds duration) {
+int churn(redlimit::Limiter& limiter, const std::string& key, int threads, std::chrono::milliseconds duration) {
   std::atomic<long> grants{0}, denials{0}, errors{0};
   std::atomic<int> inProcess{0}, maxInProcess{0};
   const auto end = std::chrono::steady_clock::now() + duration;
@@ -46,7 +47,7 @@ int churn(redlimit::ConcurrencyLimiter& limiter, int threads, std::chrono::milli
     pool.emplace_back([&] {
       while (std::chrono::steady_clock::now() < end) {
         try {
-          const std::optional<redlimit::Lease> lease = limiter.tryAcquire();
+          const std::optional<redlimit::Lease> lease = limiter.acquireLease(key).lease;
           if (!lease) {
             denials.fetch_add(1);
             std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -59,7 +60,7 @@ int churn(redlimit::ConcurrencyLimiter& limiter, int threads, std::chrono::milli
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
           inProcess.fetch_sub(1);
-          if (!limiter.release(*lease)) {
+          if (!limiter.release(key, *lease)) {
             errors.fetch_add(1);
             std::fprintf(stderr, "concurrency_worker: a live lease was not released\n");
           }
@@ -78,24 +79,24 @@ int churn(redlimit::ConcurrencyLimiter& limiter, int threads, std::chrono::milli
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 7) {
+  if (argc < 8) {
     std::fprintf(stderr,
-                 "usage: concurrency_worker hold URI NAME LIMIT TTL_MS COUNT\n"
-                 "       concurrency_worker churn URI NAME LIMIT TTL_MS THREADS DURATION_MS\n");
+                 "usage: concurrency_worker hold URI NAME KEY LIMIT TTL_MS COUNT\n"
+                 "       concurrency_worker churn URI NAME KEY LIMIT TTL_MS THREADS DURATION_MS\n");
     return 2;
   }
   try {
     const std::string mode = argv[1];
-    redlimit::ConcurrencyConfig config;
-    config.limit = std::atoll(argv[4]);
-    config.leaseTtl = std::chrono::milliseconds(std::atoll(argv[5]));
+    const std::string key = argv[4];
     redlimit::ClientOptions options;
     options.pool.size = 4;
     auto client = redlimit::Client::fromUri(argv[2], options);
-    redlimit::ConcurrencyLimiter limiter(client, argv[3], config);
-    if (mode == "hold") return hold(limiter, std::atoi(argv[6]));
-    if (mode == "churn" && argc == 8) {
-      return churn(limiter, std::atoi(argv[6]), std::chrono::milliseconds(std::atoll(argv[7])));
+    redlimit::Limiter limiter(
+        client, argv[3],
+        redlimit::Policy::concurrency(std::atoll(argv[5]), std::chrono::milliseconds(std::atoll(argv[6]))));
+    if (mode == "hold") return hold(limiter, key, std::atoi(argv[7]));
+    if (mode == "churn" && argc == 9) {
+      return churn(limiter, key, std::atoi(argv[7]), std::chrono::milliseconds(std::atoll(argv[8])));
     }
     std::fprintf(stderr, "concurrency_worker: bad mode or arguments\n");
     return 2;

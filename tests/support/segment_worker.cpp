@@ -39,7 +39,8 @@ class RecordingSource {
   RecordingSource(std::shared_ptr<Client> client, std::string name) : limiter_(std::move(client), std::move(name)) {}
 
   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
-    AcquireResult r = limiter_.tryAcquireUpTo(atLeast, atMost);
+    AcquireResult r =
+        redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter_, {}, atLeast, atMost);
     if (r.granted > 0) {
       std::lock_guard<std::mutex> lk(m_);
       log_ += "G " + std::to_string(r.grantTime.count()) + " " + std::to_string(r.granted) + " " + hex(r.member) + "\n";
@@ -47,7 +48,8 @@ class RecordingSource {
     return r;
   }
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits) {
-    const std::int64_t released = limiter_.releaseGrant(member, permits);
+    const std::int64_t released =
+        redlimit::detail::SegmentAccess<redlimit::RateLimiter>::releaseGrant(limiter_, member, permits);
     std::lock_guard<std::mutex> lk(m_);
     log_ += "R " + hex(member) + " " + std::to_string(permits) + " " + std::to_string(released) + "\n";
     return released;

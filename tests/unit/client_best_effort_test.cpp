@@ -42,10 +42,10 @@ TEST(ClientBestEffort, TransportFailureSkipsBestEffortCallsUntilTheRetryInterval
   EXPECT_TRUE(client.admitBestEffort()) << "nothing failed yet";
   EXPECT_THROW((void)detail::command(client, {"PING"}), IoError);  // refused
   for (int i = 0; i < 1000; ++i) EXPECT_FALSE(client.admitBestEffort()) << i;
-  const BestEffortStats s = client.bestEffortStats();
+  const PoolStats s = client.poolStats();
   EXPECT_TRUE(s.unreachable);
-  EXPECT_EQ(s.sent, 1u);
-  EXPECT_EQ(s.skipped, 1000u);
+  EXPECT_EQ(s.bestEffortSent, 1u);
+  EXPECT_EQ(s.bestEffortSkipped, 1000u);
 }
 
 TEST(ClientBestEffort, ClientRefusesANonPositiveRetryInterval) {
@@ -56,8 +56,8 @@ TEST(ClientBestEffort, ClientRefusesANonPositiveRetryInterval) {
   EXPECT_THROW(Client{o}, InvalidArgument);
   o.bestEffortRetry = milliseconds(1);
   const Client c(o);  // connects lazily: nothing sent
-  const BestEffortStats s = c.bestEffortStats();
-  EXPECT_EQ(s.sent, 0u);
-  EXPECT_EQ(s.skipped, 0u);
+  const PoolStats s = c.poolStats();
+  EXPECT_EQ(s.bestEffortSent, 0u);
+  EXPECT_EQ(s.bestEffortSkipped, 0u);
   EXPECT_FALSE(s.unreachable);
 }

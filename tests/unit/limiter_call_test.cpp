@@ -79,6 +79,38 @@ TEST(LimiterCall, ClosedConnectionIsResentWithinTheDeadline) {
   EXPECT_TRUE(f.gate.shouldTry());
 }
 
+// A sender that takes it learns which tries are resends (a take resent under its id must find a
+// grant already made, not take again): the first is not, every later one is.
+TEST(LimiterCall, EveryTryButTheFirstIsMarkedAResend) {
+  Fixture f(FailurePolicy::Throw);
+  LimiterCall call(f.gate, Fixture::decision());
+  const LimiterCall::Action first = call.start();
+  ASSERT_EQ(first.kind, Kind::Send);
+  EXPECT_FALSE(first.resend);
+  for (int i = 1; i < LimiterCall::kMaxTries; ++i) {
+    const LimiterCall::Action again = call.failed(closed());
+    ASSERT_EQ(again.kind, Kind::Send);
+    EXPECT_TRUE(again.resend) << "try " << i + 1;
+  }
+}
+
+TEST(LimiterCall, SendTryPassesTheResendFlagOnlyToASenderThatTakesIt) {
+  int plain = 0;
+  bool seen = false;
+  auto withoutFlag = [&](int deadline) { plain = deadline; };
+  auto withFlag = [&](int deadline, bool resend) {
+    plain = deadline;
+    seen = resend;
+  };
+  detail::sendTry(withoutFlag, true, 7);
+  EXPECT_EQ(plain, 7);
+  detail::sendTry(withFlag, true, 8);
+  EXPECT_EQ(plain, 8);
+  EXPECT_TRUE(seen);
+  detail::sendTry(withFlag, false, 9);
+  EXPECT_FALSE(seen);
+}
+
 TEST(LimiterCall, ClosedConnectionIsNotResentPastTheDeadline) {
   Fixture f(FailurePolicy::Deny);
   LimiterCall call = sent(f);

@@ -7,7 +7,6 @@
 
 #include "config/limiter_name.hpp"
 #include "redlimit/calendar.hpp"
-#include "redlimit/concurrency_limiter.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/metrics.hpp"
@@ -40,11 +39,7 @@ std::shared_ptr<redlimit::Client> clientToNowhere() {
 
 // A valid configuration of each family the tests construct.
 struct Configs {
-  Configs() {
-    lease.limit = 1;
-    lease.leaseTtl = std::chrono::milliseconds(1000);
-  }
-  redlimit::ConcurrencyConfig lease;
+  redlimit::Policy lease = redlimit::Policy::concurrency(1, std::chrono::milliseconds(1000));
   redlimit::Policy quota = redlimit::Policy::calendar(10, redlimit::CalendarUnit::Day, "UTC");
 };
 
@@ -82,11 +77,11 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   const auto client = clientToNowhere();
   const std::string bad = "api\xff\xfe";
   const Configs c;
-  const redlimit::ConcurrencyConfig& lease = c.lease;
+  const redlimit::Policy& lease = c.lease;
   const redlimit::Policy& quota = c.quota;
   refusedAsNotUtf8([&] { redlimit::RateLimiter l(client, bad); }, "RateLimiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
-  refusedAsNotUtf8([&] { redlimit::ConcurrencyLimiter l(client, bad, lease); }, "ConcurrencyLimiter");
+  refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, lease); }, "Limiter under a concurrency policy");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, quota); }, "Limiter under a calendar policy");
   redlimit::MultiLimitOptions named;
   named.name = bad;
@@ -102,12 +97,12 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
 TEST(LimiterName, ANameOrKeyWithTheFormOfARecordKeyIsRefusedByEveryLimiter) {
   const auto client = clientToNowhere();
   const Configs c;
-  const redlimit::ConcurrencyConfig& lease = c.lease;
+  const redlimit::Policy& lease = c.lease;
   const redlimit::Policy& quota = c.quota;
   for (const std::string bad : {"{bob}:rsv:req-2", "{bob}:mrsv:req-2", "{a}:rsv", "x:mrsv", "a:rsv:b c"}) {
     EXPECT_THROW(redlimit::RateLimiter(client, bad), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, redlimit::Policy::perSecond(10)), redlimit::InvalidArgument) << bad;
-    EXPECT_THROW(redlimit::ConcurrencyLimiter(client, bad, lease), redlimit::InvalidArgument) << bad;
+    EXPECT_THROW(redlimit::Limiter(client, bad, lease), redlimit::InvalidArgument) << bad;
     EXPECT_THROW(redlimit::Limiter(client, bad, quota), redlimit::InvalidArgument) << bad;
   }
   for (const std::string fine : {"{bob}:rsvp", "rsv:x", "{rsv}:x", "a:rsvx:b", "mrsv", "{a}:rsv-1"}) {

@@ -747,8 +747,8 @@ TEST_F(SegmentedRateLimiterTest, StuckIdleGiveBackDoesNotBlockAcquirers) {
 }
 
 // A waiter that gives up on a refill still in flight asks the source's failure policy
-// (RateLimiter::decideUnanswered), detected at compile time; FakeSource has none and the waiter
-// gets false (WaiterGivesUpAfterRefillWait).
+// (detail::SegmentAccess::decideUnanswered: a stand-in's member, detected at compile time);
+// FakeSource has none and the waiter gets false (WaiterGivesUpAfterRefillWait).
 TEST_F(SegmentedRateLimiterTest, WaiterGetsTheSourcesPolicyAnswerWhenTheRefillIsStillInFlight) {
   auto src = std::make_shared<PolicySource>(sim_, 100, milliseconds(1000));
   SegmentOptions o;
@@ -1227,8 +1227,9 @@ TEST_F(SegmentedRateLimiterTest, CountersAddUpUnderARandomMix) {
 
 }  // namespace
 
-// The permit-source concept is checked at compile time (IsPermitSource; SegmentedRateLimiter's
-// static_asserts name the missing member). Stand-ins that lack one member each:
+// The permit-source concept is checked at compile time (detail::IsPermitSource; SegmentedRateLimiter's
+// static_asserts name the missing member): the library's sources reach their private members
+// through their detail::SegmentAccess, a stand-in its public ones. Stand-ins that lack one member each:
 namespace {
 struct NoRelease {
   redlimit::AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t) { return {}; }
@@ -1244,18 +1245,19 @@ struct WrongAcquire {  // takes a Tag where the count goes: not callable as a so
 struct Minimal : NoRelease {
   std::int64_t releaseGrant(const std::string&, std::int64_t) { return 0; }
 };
-static_assert(redlimit::isPermitSourceV<redlimit::RateLimiter>);
-static_assert(redlimit::isPermitSourceV<FakeSource>);
-static_assert(redlimit::isPermitSourceV<Minimal>);
-static_assert(!redlimit::isPermitSourceV<NoRelease>);
-static_assert(!redlimit::isPermitSourceV<NoAcquire>);
-static_assert(!redlimit::isPermitSourceV<WrongAcquire>);
-static_assert(!redlimit::isPermitSourceV<int>);
+static_assert(redlimit::detail::isPermitSourceV<redlimit::RateLimiter>);
+static_assert(redlimit::detail::isPermitSourceV<FakeSource>);
+static_assert(redlimit::detail::isPermitSourceV<Minimal>);
+static_assert(!redlimit::detail::isPermitSourceV<NoRelease>);
+static_assert(!redlimit::detail::isPermitSourceV<NoAcquire>);
+static_assert(!redlimit::detail::isPermitSourceV<WrongAcquire>);
+static_assert(!redlimit::detail::isPermitSourceV<int>);
+static_assert(redlimit::detail::isPermitSourceV<redlimit::Limiter>);
 static_assert(!redlimit::detail::HasDecideUnanswered<Minimal>::value);
 static_assert(redlimit::detail::HasConfigCalls<redlimit::RateLimiter>::value);
 static_assert(!redlimit::detail::HasConfigCalls<Minimal>::value);
 #if defined(__cpp_concepts) && __cpp_concepts >= 201907L
-static_assert(redlimit::PermitSource<redlimit::RateLimiter> && !redlimit::PermitSource<NoRelease>);
+static_assert(redlimit::detail::PermitSource<redlimit::RateLimiter> && !redlimit::detail::PermitSource<NoRelease>);
 #endif
 }  // namespace
 
