@@ -180,7 +180,7 @@ class MultiLimit {
   /// from the script. A denial (by any limit) records nothing and charges nothing. When Redis
   /// cannot be asked the failure policy decides and nothing is recorded; sent again if its
   /// connection closes (the record makes that safe). Bad permits, id or TTL: InvalidArgument
-  /// before sending; a record that is not this MultiLimit's (corrupt, a one-key limiter's, another
+  /// before sending; a record that is not this MultiLimit's (corrupt, a single key's, another
   /// MultiLimit's limits): InvalidStateError naming it, nothing written.
   [[nodiscard]] MultiHeldPermits reserveFor(std::int64_t permits, const std::string& id,
                                             std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);

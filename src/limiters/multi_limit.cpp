@@ -1,4 +1,4 @@
-// redlimit — MultiLimit: several one-key limiters decided in one call of lua/multi.lua.
+// redlimit — MultiLimit: several Limiters decided in one call of lua/multi.lua.
 #include "redlimit/multi_limit.hpp"
 
 #include <algorithm>
@@ -253,7 +253,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::string label_;                               // "MultiLimit(a + b)", for messages and events
   bool unbound_;                                    // a MultiLimit of Limiters before on(): no keys
   bool namespaced_;                                 // of Limiters: keys rl:<name>:<key> (limiter.hpp)
-  std::vector<std::string> limiterNames_;           // the limiters' names (of one-key limiters: the keys)
+  std::vector<std::string> limiterNames_;           // the limiters' names
   std::shared_ptr<State> state_;
   detail::FailureGate& gate_;
   milliseconds callBound_{0};  // connect + command timeout, saturated
