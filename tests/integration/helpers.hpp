@@ -33,9 +33,9 @@
 #include "redlimit_test/stall_peers.hpp"
 #include "redlimit_test/hex.hpp"
 #include "redlimit/calendar.hpp"
+#include "redlimit/failure_policy.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/detail/script.hpp"
-#include "redlimit/policy.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit::test {
@@ -423,6 +423,28 @@ class Stall {
 
 /// The pid of the server a client talks to (INFO server), so a test can stall its own server.
 inline pid_t serverPid(Client& c) { return static_cast<pid_t>(std::stol(infoField(c, "server", "process_id"))); }
+
+/// Checks the outcomes of `calls` decisions made while Redis was gone (`allowed`, `denied`, and
+/// `thrown` IoErrors) against what `policy` decides: Allow grants all, Deny denies all, Throw
+/// throws, Local grants `localGrants` (its bucket) and denies the rest.
+inline void expectDecidedByPolicy(FailurePolicy policy, int allowed, int denied, int thrown, int calls,
+                                  int localGrants) {
+  switch (policy) {
+    case FailurePolicy::Allow:
+      EXPECT_EQ(allowed, calls);
+      break;
+    case FailurePolicy::Deny:
+      EXPECT_EQ(denied, calls);
+      break;
+    case FailurePolicy::Throw:
+      EXPECT_EQ(thrown, calls);
+      break;
+    case FailurePolicy::Local:
+      EXPECT_EQ(allowed, localGrants) << "the local bucket";
+      EXPECT_EQ(denied, calls - localGrants);
+      break;
+  }
+}
 
 /// Policies as the tests write them: a GCRA of `burst` at `rate` per `period`, a token bucket of
 /// `capacity` refilled `permits` per `interval`, a fixed window of `limit` per `length`.

@@ -493,21 +493,8 @@ TYPED_TEST(LimiterAlgorithms, UnreachableRedisIsDecidedByThePolicy) {
         ++thrown;
       }
     }
-    switch (policy) {
-      case FailurePolicy::Allow:
-        EXPECT_EQ(allowed, 6);
-        break;
-      case FailurePolicy::Deny:
-        EXPECT_EQ(denied, 6);
-        break;
-      case FailurePolicy::Throw:
-        EXPECT_EQ(thrown, 6);
-        break;
-      case FailurePolicy::Local:
-        EXPECT_EQ(allowed, 3) << "the local bucket holds the limit";
-        EXPECT_EQ(denied, 3);
-        break;
-    }
+    // Local: its bucket holds the limit.
+    expectDecidedByPolicy(policy, allowed, denied, thrown, 6, 3);
     // Async decisions follow the same policy.
     if (policy == FailurePolicy::Allow) {
       EXPECT_TRUE(rl.decideAsync("k", 1).get().byPolicy);

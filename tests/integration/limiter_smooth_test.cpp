@@ -295,21 +295,8 @@ TEST_F(LimiterSmooth, UnreachableRedisIsDecidedByThePolicy) {
         ++thrown;
       }
     }
-    switch (policy) {
-      case FailurePolicy::Allow:
-        EXPECT_EQ(allowed, 6);
-        break;
-      case FailurePolicy::Deny:
-        EXPECT_EQ(denied, 6);
-        break;
-      case FailurePolicy::Throw:
-        EXPECT_EQ(thrown, 6);
-        break;
-      case FailurePolicy::Local:
-        EXPECT_EQ(allowed, 4) << "the local bucket: the burst and the one the next caller pays for";
-        EXPECT_EQ(denied, 2);
-        break;
-    }
+    // Local: its bucket grants the burst and the one the next caller pays for.
+    expectDecidedByPolicy(policy, allowed, denied, thrown, 6, 4);
     if (policy == FailurePolicy::Allow) {
       EXPECT_TRUE(rl.decideAsync("k", 1).get().byPolicy);
       EXPECT_TRUE(rl.tryAcquire("k", 1, milliseconds(100)));
