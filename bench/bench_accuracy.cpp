@@ -4,7 +4,7 @@
 // per limiter type. A summary goes to stdout and <results>/bench_accuracy.summary.txt.
 //
 // Times, all on the server's clock (epoch ms):
-//  - RateLimiter: each grant's AcquireResult::grantTime, the stamp Redis counts it by.
+//  - RateLimiter: each grant's detail::AcquireResult::grantTime, the stamp Redis counts it by.
 //  - SegmentedRateLimiter, use time: each permit when its tryAcquire() call returned (it was
 //    handed out during the call; the summary also counts only calls that began and returned
 //    within a window), read from this host's steady clock and moved to the server's clock by an
@@ -127,9 +127,9 @@ class RecordingSource {
 
   redlimit::RateLimiter& limiter() { return limiter_; }
 
-  redlimit::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+  redlimit::detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
     const std::int64_t sent = localMicros(rb::Clock::now());
-    redlimit::AcquireResult r =
+    redlimit::detail::AcquireResult r =
         redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter_, {}, atLeast, atMost);
     const std::int64_t received = localMicros(rb::Clock::now());
     if (r.granted > 0) {
@@ -286,7 +286,8 @@ void record(benchmark::State& state, const std::string& title, std::vector<std::
   series.title = title;
   series.grantMs = std::move(grants);
   series.note =
-      "bars, orange: each permit at its grant time (AcquireResult::grantTime, the server's clock), as Redis counts it.";
+      "bars, orange: each permit at its grant time (detail::AcquireResult::grantTime, the server's clock), as Redis "
+      "counts it.";
   gChart.series.push_back(std::move(series));
   gRows.push_back(std::move(row));
 }
@@ -312,7 +313,7 @@ void BM_Accuracy_RateLimiter(benchmark::State& state) {
     for (auto _ : state) {
       grants = hammer<std::int64_t>(
           [&](std::vector<std::int64_t>& out) {
-            const redlimit::AcquireResult r =
+            const redlimit::detail::AcquireResult r =
                 redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter, {}, 1, 1);
             if (r.granted > 0) out.push_back(floorMs(r.grantTime));
           },

@@ -474,7 +474,7 @@ void BM_Growth_LiveMembers(benchmark::State& state) {
     const rb::ServerSample s0 = rb::sampleServer(admin);
     for (auto _ : state) {
       const auto t0 = rb::Clock::now();
-      const redlimit::AcquireResult r =
+      const redlimit::detail::AcquireResult r =
           redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter, {}, 1, 1);
       const auto t1 = rb::Clock::now();
       const double d = rb::micros(t0, t1);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "redlimit/acquire_result.hpp"
+#include "redlimit/detail/acquire_result.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
@@ -179,7 +179,7 @@ class RateLimiter {
   // The segment cache's calls (segmented_rate_limiter.hpp): take-up-to and give-back of a grant,
   // the failure policy's decision of an unanswered call.
   friend struct detail::SegmentAccess<RateLimiter>;
-  using AcquireCallback = std::function<void(AcquireResult result, std::exception_ptr error)>;
+  using AcquireCallback = std::function<void(detail::AcquireResult result, std::exception_ptr error)>;
   class Impl;
   std::shared_ptr<Impl> impl_;
 };

@@ -127,7 +127,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "redlimit/acquire_result.hpp"
+#include "redlimit/detail/acquire_result.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
 #include "redlimit/detail/fork_generation.hpp"
@@ -203,7 +203,7 @@ struct HasValidateConfig<
 /// public members:
 ///   AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
 ///       one attempt: granted in [atLeast, atMost] with `member` and `interval` set, or
-///       granted = 0 with `wait` set
+///       granted = 0 with `wait` (µs) set
 ///   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
 ///       gives back up to `permits` of that grant; returns how many went back
 /// and optionally (detected at compile time):
@@ -385,7 +385,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   using Access = detail::SegmentAccess<Source>;
   static_assert(Access::kTakes,
                 "SegmentedRateLimiter: Source is not a permit source: it lacks "
-                "AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost)");
+                "detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost)");
   static_assert(Access::kGivesBack,
                 "SegmentedRateLimiter: Source is not a permit source: it lacks "
                 "std::int64_t releaseGrant(const std::string& member, std::int64_t permits)");
@@ -649,7 +649,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   struct TryResult {
     bool granted = false;
     bool timedOut = false;              // gave up waiting for another thread's refill
-    std::chrono::milliseconds wait{0};  // denied: the distributed limiter's retry-after
+    std::chrono::microseconds wait{0};  // denied: the distributed limiter's retry-after
   };
 
   static void checkPermits(std::int64_t permits) {
@@ -723,12 +723,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   // failure policy answered), which shadow mode reports as the would-be retryAfter.
   struct SlowResult {
     bool granted = false;
-    std::chrono::milliseconds wait{0};
+    std::chrono::microseconds wait{0};
   };
 
-  bool admitSlow(const SlowResult& r, std::int64_t permits) const {
-    return monitor_.admit(r.granted, permits, std::chrono::microseconds{r.wait});
-  }
+  bool admitSlow(const SlowResult& r, std::int64_t permits) const { return monitor_.admit(r.granted, permits, r.wait); }
 
   SlowResult acquireSlow(std::int64_t permits, std::chrono::microseconds timeout, bool forever) {
     ensureThisProcess();
@@ -748,10 +746,10 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
         if (forever) continue;
         return SlowResult{refillTimedOut(permits, waitFor, ownTimeout), {}};
       }
-      const std::chrono::milliseconds wait = std::max(a.wait, std::chrono::milliseconds{1});
+      const std::chrono::microseconds wait = std::max<std::chrono::microseconds>(a.wait, std::chrono::milliseconds{1});
       if (!forever) {
         if (timeout.count() <= 0) return SlowResult{false, wait};
-        if (until - clock_.now().count() < std::chrono::microseconds{wait}.count()) return SlowResult{false, wait};
+        if (until - clock_.now().count() < wait.count()) return SlowResult{false, wait};
       }
       clock_.sleepFor(wait);
     }
@@ -775,7 +773,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
   TryResult askSourceDirectly(std::int64_t permits) {
     if (word_.closed()) throwClosed();
     remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);
-    const AcquireResult r = Access::tryAcquireUpTo(*source_, key_, permits, permits);
+    const detail::AcquireResult r = Access::tryAcquireUpTo(*source_, key_, permits, permits);
     if (r.granted <= 0) return TryResult{false, false, r.wait};
     permitsFromRemote_.fetch_add(r.granted, std::memory_order_relaxed);
     directGrants_.fetch_add(r.granted, std::memory_order_relaxed);
@@ -822,7 +820,7 @@ class alignas(detail::kCacheLine) SegmentedRateLimiter {
     const std::int64_t need = permits - leftover;
     const std::int64_t most = std::max(need, segmentSize_.load(std::memory_order_relaxed));
     refill_.mutex().unlock();  // the request goes out without the lock
-    AcquireResult r;
+    detail::AcquireResult r;
     const std::int64_t sentAt = clock_.now().count();
     try {
       remoteRoundTrips_.fetch_add(1, std::memory_order_relaxed);

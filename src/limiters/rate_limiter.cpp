@@ -187,10 +187,10 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   bool updateRate(RateType type, std::int64_t rate, milliseconds rateInterval, milliseconds keepAliveTime);
   bool tryAcquire(std::int64_t permits);
   // Counts the decision `r` for `permits` and returns what the caller gets (shadow mode: true).
-  bool admit(const AcquireResult& r, std::int64_t permits) const;
+  bool admit(const detail::AcquireResult& r, std::int64_t permits) const;
   bool tryAcquire(std::int64_t permits, milliseconds timeout);
   void acquire(std::int64_t permits);
-  AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
+  detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
   void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
   std::optional<std::int64_t> releaseGrantBestEffort(const std::string& member, std::int64_t permits);
@@ -218,7 +218,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   };
   // Runs the attempt's callback once (later calls do nothing); one that throws is reported through
   // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
-  static void finish(Impl* self, Pending& attempt, AcquireResult result, std::exception_ptr error) noexcept;
+  static void finish(Impl* self, Pending& attempt, detail::AcquireResult result, std::exception_ptr error) noexcept;
   void send(const std::shared_ptr<Pending>& attempt);
   // Sends `attempt`, or queues it while this handle has a group in flight on each connection
   // (RateLimiterOptions::coalesce).
@@ -235,7 +235,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // A group in flight has finished: sends the next one in its place, or frees the place.
   void groupDone();
   // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
-  static AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
+  static detail::AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
   // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call),
   // through the coalescing queue; `done` gets its outcome on the I/O thread.
   void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
@@ -245,7 +245,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // An acquisition of atLeast..atMost under `id` through the call protocol: the failure gate, the
   // resend after a closed connection, the failure policy's decision (granted = atLeast or 0,
   // wait = 0, no member) when Redis cannot be asked.
-  AcquireResult ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  detail::AcquireResult ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
   // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
   void askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
   // A call that takes no decision (a read, a configuration write, a give-back) through the call
@@ -338,10 +338,11 @@ RateLimiter::Impl::~Impl() {
   if (left.empty()) return;
   const auto closed = std::make_exception_ptr(ClosedError(
       fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
-  for (const auto& a : left) finish(this, *a, AcquireResult{}, detail::cloneError(closed));
+  for (const auto& a : left) finish(this, *a, detail::AcquireResult{}, detail::cloneError(closed));
 }
 
-void RateLimiter::Impl::finish(Impl* self, Pending& a, AcquireResult result, std::exception_ptr error) noexcept {
+void RateLimiter::Impl::finish(Impl* self, Pending& a, detail::AcquireResult result,
+                               std::exception_ptr error) noexcept {
   AcquireCallback done = std::move(a.done);
   a.done = nullptr;
   if (!done) return;
@@ -439,15 +440,15 @@ bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, millisecond
   return written;
 }
 
-AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const std::string& id) {
+detail::AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const std::string& id) {
   if (r.type != Reply::Type::Array || r.elements.size() != 6) {
     throw UnexpectedReplyError(
         fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
                     self != nullptr ? self->name_ : std::string("?"), r.describe()));
   }
-  AcquireResult out;
+  detail::AcquireResult out;
   out.granted = r.elements[0].asInteger();
-  out.wait = milliseconds{r.elements[1].asInteger()};
+  out.wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{r.elements[1].asInteger()});
   out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
   out.rate = r.elements[3].asInteger();
   out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
@@ -483,14 +484,14 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
       [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
         const std::shared_ptr<Impl> self = weak.lock();
         if (error) {
-          finish(self.get(), *a, AcquireResult{}, detail::limiterError(std::move(error)));
+          finish(self.get(), *a, detail::AcquireResult{}, detail::limiterError(std::move(error)));
           return;
         }
-        AcquireResult out;
+        detail::AcquireResult out;
         try {
           out = parseAcquire(self.get(), r, a->id);
         } catch (...) {
-          finish(self.get(), *a, AcquireResult{}, std::current_exception());
+          finish(self.get(), *a, detail::AcquireResult{}, std::current_exception());
           return;
         }
         finish(self.get(), *a, std::move(out), nullptr);
@@ -515,7 +516,7 @@ void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {
   if (group.size() == 1) {
     // Alone: the ordinary script, which costs Redis less than a batch of one.
     std::shared_ptr<Pending> a = std::move(group.front());
-    a->done = [weak = weak_from_this(), done = std::move(a->done)](AcquireResult r, std::exception_ptr error) {
+    a->done = [weak = weak_from_this(), done = std::move(a->done)](detail::AcquireResult r, std::exception_ptr error) {
       if (const auto self = weak.lock()) self->groupDone();  // the next group leaves before this callback runs
       done(std::move(r), std::move(error));
     };
@@ -555,14 +556,14 @@ void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
         if (error) {
           error = detail::limiterError(std::move(error));
           for (const auto& a : b->items)
-            finish(self.get(), *a, AcquireResult{}, detail::cloneError(error));  // one each
+            finish(self.get(), *a, detail::AcquireResult{}, detail::cloneError(error));  // one each
           return;
         }
         try {
           finishBatch(self.get(), *b, r);
         } catch (...) {
           const auto bad = std::current_exception();
-          for (const auto& a : b->items) finish(self.get(), *a, AcquireResult{}, detail::cloneError(bad));
+          for (const auto& a : b->items) finish(self.get(), *a, detail::AcquireResult{}, detail::cloneError(bad));
         }
       },
       b->deadline);
@@ -581,12 +582,12 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
   const milliseconds interval{r.elements[2].asInteger()};
   if (self != nullptr) self->remember(rate, interval);
-  std::vector<std::pair<AcquireResult, std::exception_ptr>> results(n);
+  std::vector<std::pair<detail::AcquireResult, std::exception_ptr>> results(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Pending& a = *b.items[i];
     const std::int64_t granted = r.elements[3 + 3 * i].asInteger();
     const std::int64_t wait = r.elements[4 + 3 * i].asInteger();
-    AcquireResult& out = results[i].first;
+    detail::AcquireResult& out = results[i].first;
     if (granted < 0) {
       results[i].second = std::make_exception_ptr(InvalidArgument(
           fmt::format("redlimit: Requested permits amount ({}) cannot exceed defined rate ({}) of limiter {}",
@@ -594,7 +595,7 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
       continue;
     }
     out.granted = granted;
-    out.wait = milliseconds{granted > 0 ? 0 : wait};
+    out.wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{granted > 0 ? 0 : wait});
     out.remaining = std::max<std::int64_t>(0, r.elements[5 + 3 * i].asInteger());
     out.rate = rate;
     out.grantTime = granted > 0 && wait < 0 ? std::chrono::microseconds{-wait} : nowUs;
@@ -606,7 +607,7 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   for (std::size_t i = 0; i < n; ++i) finish(self, *b.items[i], std::move(results[i].first), results[i].second);
 }
 
-AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+detail::AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
   checkPermits(atLeast);
   if (atMost < atLeast) {
     throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
@@ -617,8 +618,8 @@ AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64
 
 namespace {
 // A decision of the failure policy: no member, no interval, nothing recorded in Redis.
-AcquireResult policyResult(std::int64_t permits, bool granted) {
-  AcquireResult r;
+detail::AcquireResult policyResult(std::int64_t permits, bool granted) {
+  detail::AcquireResult r;
   r.granted = granted ? permits : 0;
   r.byPolicy = true;
   return r;
@@ -646,29 +647,29 @@ detail::LimiterCall::Params RateLimiter::Impl::decision(std::int64_t permits) co
   return p;
 }
 
-AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
+detail::AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
   return detail::runSync(
       *client_, gate_, decision(atLeast), "tryAcquire",
       [&](detail::SteadyTime deadline, bool resend) {
-        detail::SyncWait<AcquireResult> wait;
+        detail::SyncWait<detail::AcquireResult> wait;
         tryOnce(atLeast, atMost, id, resend, deadline, wait.callback());
         // The try ends by its deadline (one waiting for a connection gets the connect time on
         // top); a second later, the wait gives up instead of hanging.
         return wait.get(detail::deadlineAfter<detail::Steady>(
             deadline, detail::saturatingAdd(client_->options().connection.connectTimeout, milliseconds{1000})));
       },
-      [](AcquireResult r) { return r; }, [&](bool allowed) { return policyResult(atLeast, allowed); });
+      [](detail::AcquireResult r) { return r; }, [&](bool allowed) { return policyResult(atLeast, allowed); });
 }
 
 void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done) {
-  detail::runAsync<AcquireResult, AcquireResult>(
+  detail::runAsync<detail::AcquireResult, detail::AcquireResult>(
       shared_from_this(), decision(atLeast),
       [atLeast, atMost, id = std::move(id)](Impl& self, detail::SteadyTime deadline, AcquireCallback sent,
                                             bool resend) {
         self.tryOnce(atLeast, atMost, id, resend, deadline, std::move(sent));
       },
       [](std::exception_ptr error) { return error; },  // tryOnce reports the limiter's errors
-      [](Impl*, const AcquireResult& r) { return r; },
+      [](Impl*, const detail::AcquireResult& r) { return r; },
       [atLeast](Impl&, bool allowed) { return policyResult(atLeast, allowed); }, std::move(done));
 }
 
@@ -679,13 +680,13 @@ void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t a
       throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
     }
   } catch (...) {
-    done(AcquireResult{}, std::current_exception());
+    done(detail::AcquireResult{}, std::current_exception());
     return;
   }
   askAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
 }
 
-bool RateLimiter::Impl::admit(const AcquireResult& r, std::int64_t permits) const {
+bool RateLimiter::Impl::admit(const detail::AcquireResult& r, std::int64_t permits) const {
   return gate_.monitor().admit(r.granted > 0, permits, r.wait, r.byPolicy);
 }
 
@@ -705,7 +706,7 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
       std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
   const std::string id = idBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
-    const AcquireResult r = ask(permits, permits, id);
+    const detail::AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
     const std::chrono::microseconds wait = r.wait;
     if (until - clock.now().count() < wait.count()) return admit(r, permits);
@@ -721,14 +722,15 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
   }
   const std::string id = idBytes();
   for (;;) {
-    const AcquireResult r = ask(permits, permits, id);
+    const detail::AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0) {
       (void)admit(r, permits);
       return;
     }
     // Denied by the failure policy (no wait known): try again after a probe interval.
-    gate_.clock().sleepFor(detail::saturatingCast<std::chrono::microseconds>(
-        r.wait.count() > 0 ? r.wait : options_.failure.probeInterval));
+    gate_.clock().sleepFor(r.wait.count() > 0
+                               ? r.wait
+                               : detail::saturatingCast<std::chrono::microseconds>(options_.failure.probeInterval));
   }
 }
 
@@ -881,7 +883,7 @@ namespace {
 
 // An acquire of exactly `permits` as a Decision; `knownRate` is the limit reported for a decision
 // of the failure policy.
-Decision decisionOf(const AcquireResult& r, std::int64_t permits, std::int64_t knownRate) {
+Decision decisionOf(const detail::AcquireResult& r, std::int64_t permits, std::int64_t knownRate) {
   Decision d;
   d.allowed = r.granted > 0;
   d.permits = permits;
@@ -891,7 +893,7 @@ Decision decisionOf(const AcquireResult& r, std::int64_t permits, std::int64_t k
     return d;
   }
   d.remaining = r.remaining;
-  d.retryAfter = d.allowed ? std::chrono::microseconds{0} : std::chrono::microseconds{r.wait};
+  d.retryAfter = d.allowed ? std::chrono::microseconds{0} : r.wait;
   d.resetAfter = r.interval;
   d.limit = r.rate;
   d.time = r.grantTime;
@@ -910,7 +912,7 @@ void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision,
   done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
   impl_->tryAcquireUpToAsync(permits, permits,
                              [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
-                              done = std::move(done)](const AcquireResult& r, std::exception_ptr error) {
+                              done = std::move(done)](const detail::AcquireResult& r, std::exception_ptr error) {
                                if (error) {
                                  done(Decision{}, std::move(error));
                                  return;
@@ -929,7 +931,7 @@ void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool,
   done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
   impl_->tryAcquireUpToAsync(permits, permits,
                              [monitor = impl_->gate_.monitor(), permits, done = std::move(done)](
-                                 const AcquireResult& r, std::exception_ptr error) {
+                                 const detail::AcquireResult& r, std::exception_ptr error) {
                                const bool granted = !error && monitor.admit(r.granted > 0, permits, r.wait, r.byPolicy);
                                done(granted, std::move(error));  // moved: the caller's reference is the last one
                              });
@@ -960,8 +962,8 @@ void SegmentAccess<RateLimiter>::check(const RateLimiter& /*source*/, const std:
 
 LimiterMonitor SegmentAccess<RateLimiter>::monitor(const RateLimiter& source) { return source.monitor(); }
 
-AcquireResult SegmentAccess<RateLimiter>::tryAcquireUpTo(RateLimiter& source, const std::string& /*key*/,
-                                                         std::int64_t atLeast, std::int64_t atMost) {
+detail::AcquireResult SegmentAccess<RateLimiter>::tryAcquireUpTo(RateLimiter& source, const std::string& /*key*/,
+                                                                 std::int64_t atLeast, std::int64_t atMost) {
   return source.impl_->tryAcquireUpTo(atLeast, atMost);
 }
 
@@ -982,8 +984,9 @@ std::int64_t SegmentAccess<RateLimiter>::releaseGrant(RateLimiter& source, const
   return source.impl_->releaseGrant(member, permits);
 }
 
-void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
-                                                     std::function<void(AcquireResult, std::exception_ptr)> done) {
+void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
+    RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
+    std::function<void(detail::AcquireResult, std::exception_ptr)> done) {
   const RateLimiter::Impl& impl = *source.impl_;
   source.impl_->tryAcquireUpToAsync(atLeast, atMost, isolated(std::move(done), impl.gate_.monitor(), impl.name_));
 }

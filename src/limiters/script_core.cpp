@@ -521,7 +521,7 @@ AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast,
   r.remaining = d.remaining;
   r.grantTime = d.time;
   if (!d.allowed) {
-    r.wait = std::chrono::ceil<milliseconds>(d.retryAfter);
+    r.wait = d.retryAfter;
     return r;
   }
   r.granted = d.permits;

@@ -20,7 +20,7 @@
 #include "limiters/permit_core.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "limiters/script_call.hpp"
-#include "redlimit/acquire_result.hpp"
+#include "redlimit/detail/acquire_result.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"

@@ -83,7 +83,8 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   const PoolStats before = together->poolStats();
   for (int i = 0; i < kCalls; ++i) {
     redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
-        a, permitsOf(i, kRate), permitsOf(i, kRate), [&, i](const AcquireResult& r, const std::exception_ptr& e) {
+        a, permitsOf(i, kRate), permitsOf(i, kRate),
+        [&, i](const detail::AcquireResult& r, const std::exception_ptr& e) {
           AcquireOutcome& d = coalesced[static_cast<std::size_t>(i)];
           if (e) {
             try {
@@ -110,7 +111,7 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
     const std::int64_t p = permitsOf(i, kRate);
     const AcquireOutcome& d = coalesced[static_cast<std::size_t>(i)];
     try {
-      const AcquireResult r = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(b, {}, p, p);
+      const detail::AcquireResult r = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(b, {}, p, p);
       EXPECT_FALSE(d.invalid);
       EXPECT_EQ(d.granted, r.granted);
       EXPECT_EQ(d.remaining, r.remaining);

@@ -181,7 +181,7 @@ TEST_F(Hostile, ResendOfAWideAcquireIsTwoLookUpsWhateverTheRange) {
   EXPECT_EQ(api.availablePermits(), kMax);  // opens the pooled connection
   const std::uint64_t created = client()->poolStats().created;
   (void)raw({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
-  const AcquireResult got = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(api, {}, 1, kMax);
+  const detail::AcquireResult got = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(api, {}, 1, kMax);
   EXPECT_EQ(got.granted, kMax);
   EXPECT_GT(client()->poolStats().created, created) << "the call was resent on a new connection";
   EXPECT_EQ(valuePlusLive(api, 60000), kMax);
@@ -257,7 +257,7 @@ TEST_F(Hostile, StampsCarryMicroseconds) {
   int outside = 0;
   for (int i = 0; i < 200; ++i) {
     const std::int64_t before = wallUs();
-    const AcquireResult r = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 1);
+    const detail::AcquireResult r = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 1);
     const std::int64_t after = wallUs();
     ASSERT_EQ(r.granted, 1);
     const double score = std::stod(raw({"ZSCORE", rl.keys()[3], r.member}).str);
@@ -341,7 +341,7 @@ TEST_F(Hostile, CorruptedStateIsRefusedAndNothingChanges) {
     SCOPED_TRACE(shape.label);
     RateLimiter rl(client(), name(shape.label));
     rl.setRate(RateType::Overall, 10, milliseconds(5000));
-    const AcquireResult held = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 2, 2);
+    const detail::AcquireResult held = redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 2, 2);
     ASSERT_EQ(held.granted, 2);
     shape.corrupt(rl);
     const auto before = snapshot(rl);

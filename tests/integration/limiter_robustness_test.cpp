@@ -87,7 +87,7 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
   std::vector<Completion> seen(kCalls);
   for (int i = 0; i < kCalls; ++i) {
     redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
-        limiter, 1, 1, [&seen, i](const AcquireResult& r, const std::exception_ptr& e) {
+        limiter, 1, 1, [&seen, i](const detail::AcquireResult& r, const std::exception_ptr& e) {
           Completion& c = seen[static_cast<std::size_t>(i)];
           c.failed = e != nullptr;
           c.granted = r.granted;

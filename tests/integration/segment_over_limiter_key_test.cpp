@@ -80,7 +80,7 @@ TEST_F(SegmentOverLimiterKey, CloseGivesTheUnspentSegmentBackToTheKey) {
 // spent in the next.
 TEST_F(SegmentOverLimiterKey, FixedWindowSegmentsEndWithTheirWindow) {
   Limiter window(client(), limiterName("window"), Policy::fixedWindow(1000, milliseconds(60000)));
-  const AcquireResult r = KeyAccess::tryAcquireUpTo(window, "user:42", 1, 10);
+  const detail::AcquireResult r = KeyAccess::tryAcquireUpTo(window, "user:42", 1, 10);
   ASSERT_EQ(r.granted, 10);
   EXPECT_TRUE(r.member.empty());
   EXPECT_GT(r.interval.count(), 0);
@@ -93,15 +93,15 @@ TEST_F(SegmentOverLimiterKey, FixedWindowSegmentsEndWithTheirWindow) {
 // wait for atLeast (a permit a minute: none comes back during the test).
 TEST_F(SegmentOverLimiterKey, TryAcquireUpToTakesWhatRemainsAndDeniesWithTheWaitForAtLeast) {
   Limiter bucket(client(), limiterName("range"), Policy::tokenBucket(10, 1, milliseconds(60000)));
-  const AcquireResult first = KeyAccess::tryAcquireUpTo(bucket, "user:42", 1, 4);
+  const detail::AcquireResult first = KeyAccess::tryAcquireUpTo(bucket, "user:42", 1, 4);
   EXPECT_EQ(first.granted, 4);
   EXPECT_EQ(first.interval.count(), 240000) << "4 permits come back in 4 minutes";
   EXPECT_EQ(KeyAccess::tryAcquireUpTo(bucket, "user:42", 2, 3).granted, 3);
   EXPECT_EQ(KeyAccess::tryAcquireUpTo(bucket, "user:42", 1, 8).granted, 3) << "what remains";
-  const AcquireResult denied = KeyAccess::tryAcquireUpTo(bucket, "user:42", 2, 5);
+  const detail::AcquireResult denied = KeyAccess::tryAcquireUpTo(bucket, "user:42", 2, 5);
   EXPECT_EQ(denied.granted, 0);
-  EXPECT_GT(denied.wait.count(), 60000) << "two permits take two minutes to come back";
-  EXPECT_LE(denied.wait.count(), 120000);
+  EXPECT_GT(denied.wait, milliseconds(60000)) << "two permits take two minutes to come back";
+  EXPECT_LE(denied.wait, milliseconds(120000));
 }
 
 // Every permit policy sent with the calls serves segments: a cache of 3 over a key whose policy

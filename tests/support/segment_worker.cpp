@@ -38,8 +38,8 @@ class RecordingSource {
  public:
   RecordingSource(std::shared_ptr<Client> client, std::string name) : limiter_(std::move(client), std::move(name)) {}
 
-  AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
-    AcquireResult r =
+  detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+    detail::AcquireResult r =
         redlimit::detail::SegmentAccess<redlimit::RateLimiter>::tryAcquireUpTo(limiter_, {}, atLeast, atMost);
     if (r.granted > 0) {
       std::lock_guard<std::mutex> lk(m_);

@@ -224,14 +224,14 @@ class WindowSource {
  public:
   WindowSource(ManualClock& clock, std::int64_t rate, LimiterMonitor monitor)
       : clock_(clock), rate_(rate), monitor_(std::move(monitor)) {}
-  AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+  detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
     ++calls_;
     const std::int64_t window = clock_.now().count() / 1000000;
     if (window != window_) {
       window_ = window;
       used_ = 0;
     }
-    AcquireResult r;
+    detail::AcquireResult r;
     const std::int64_t left = rate_ - used_;
     if (left < atLeast) {
       r.wait = milliseconds((window + 1) * 1000 - clock_.now().count() / 1000);

@@ -108,7 +108,7 @@ class FakeSource {
   FakeSource(SourceClock clock, std::int64_t rate, milliseconds interval)
       : clock_(clock), rate_(rate), interval_(interval) {}
 
-  AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
+  detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
     std::unique_lock<std::mutex> lk(m_);
     ++atGate_;
     gateCv_.notify_all();
@@ -122,7 +122,7 @@ class FakeSource {
     clock_.advance(latency_ / 2);
     const std::int64_t now = clock_.now().count();
     dropExpiredLocked(now);
-    AcquireResult r;
+    detail::AcquireResult r;
     r.rate = rate_;
     r.interval = interval_;
     r.grantTime = milliseconds{now / 1000};
@@ -1106,9 +1106,9 @@ TEST_F(SegmentedRateLimiterTest, TenThousandLimitersAddNoThreads) {
   // A source that grants every request in O(1) (FakeSource's bookkeeping is linear in its grants).
   struct Endless {
     std::atomic<std::int64_t> out{0};
-    AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t atMost) {
+    detail::AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t atMost) {
       out += atMost;
-      AcquireResult r;
+      detail::AcquireResult r;
       r.granted = atMost;
       r.interval = milliseconds(60000);
       r.member = "m";
@@ -1232,14 +1232,14 @@ TEST_F(SegmentedRateLimiterTest, CountersAddUpUnderARandomMix) {
 // through their detail::SegmentAccess, a stand-in its public ones. Stand-ins that lack one member each:
 namespace {
 struct NoRelease {
-  redlimit::AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t) { return {}; }
+  redlimit::detail::AcquireResult tryAcquireUpTo(std::int64_t, std::int64_t) { return {}; }
 };
 struct NoAcquire {
   std::int64_t releaseGrant(const std::string&, std::int64_t) { return 0; }
 };
 struct Tag {};
 struct WrongAcquire {  // takes a Tag where the count goes: not callable as a source
-  redlimit::AcquireResult tryAcquireUpTo(Tag, std::int64_t) { return {}; }
+  redlimit::detail::AcquireResult tryAcquireUpTo(Tag, std::int64_t) { return {}; }
   std::int64_t releaseGrant(const std::string&, std::int64_t) { return 0; }
 };
 struct Minimal : NoRelease {

@@ -76,7 +76,7 @@ class RefillCoordinator {
     lastDenied_ = false;
   }
   /// The leader's refill for `permits` came back denied, to retry after `wait`.
-  void recordDenial(std::int64_t permits, std::chrono::milliseconds wait) REDLIMIT_REQUIRES(mutex_) {
+  void recordDenial(std::int64_t permits, std::chrono::microseconds wait) REDLIMIT_REQUIRES(mutex_) {
     ++attempts_;
     lastDenied_ = true;
     lastDeniedPermits_ = permits;
@@ -84,7 +84,7 @@ class RefillCoordinator {
   }
   /// The retry-after of a denied refill completed since `seenAttempts` that asked for `permits`
   /// or fewer (so it covers this request too), if the last one was such.
-  [[nodiscard]] std::optional<std::chrono::milliseconds> sharedDenial(std::uint64_t seenAttempts,
+  [[nodiscard]] std::optional<std::chrono::microseconds> sharedDenial(std::uint64_t seenAttempts,
                                                                       std::int64_t permits) const
       REDLIMIT_REQUIRES(mutex_) {
     if (attempts_ != seenAttempts && lastDenied_ && permits >= lastDeniedPermits_) return lastWait_;
@@ -128,7 +128,7 @@ class RefillCoordinator {
   std::uint64_t attempts_ REDLIMIT_GUARDED_BY(mutex_) = 0;  // refill attempts completed
   bool lastDenied_ REDLIMIT_GUARDED_BY(mutex_) = false;     // outcome of the last attempt
   std::int64_t lastDeniedPermits_ REDLIMIT_GUARDED_BY(mutex_) = 0;
-  std::chrono::milliseconds lastWait_ REDLIMIT_GUARDED_BY(mutex_){0};
+  std::chrono::microseconds lastWait_ REDLIMIT_GUARDED_BY(mutex_){0};
   std::int64_t refillWaits_ REDLIMIT_GUARDED_BY(mutex_) = 0;
 };
 

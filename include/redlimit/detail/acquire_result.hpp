@@ -1,19 +1,20 @@
-// redlimit — AcquireResult: the outcome of one attempt for a range of permits, as a source gives
-// it to SegmentedRateLimiter (detail::SegmentAccess::tryAcquireUpTo).
+// redlimit — detail::AcquireResult: the outcome of one attempt for a range of permits, as a source
+// gives it to SegmentedRateLimiter (detail::SegmentAccess::tryAcquireUpTo). Internal: no public
+// call answers it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
 
-namespace redlimit {
+namespace redlimit::detail {
 
 /// The outcome of one attempt for between atLeast and atMost permits (the segment cache's refill,
-/// see detail::SegmentAccess). Over a Limiter key (no sorted-set member), `interval` is how long
-/// the granted permits count against the key and `member` is empty.
+/// see SegmentAccess). Over a Limiter key (no sorted-set member), `interval` is how long the
+/// granted permits count against the key and `member` is empty.
 struct AcquireResult {
   std::int64_t granted = 0;                // permits granted; 0 = denied
-  std::chrono::milliseconds wait{0};       // when denied: retry after this long
+  std::chrono::microseconds wait{0};       // when denied: retry after this long, µs
   std::int64_t remaining = 0;              // permits left in the limiter after the call
   std::int64_t rate = 0;                   // the rate in force
   std::chrono::microseconds grantTime{0};  // the stamp of the grant, epoch µs (the
@@ -24,4 +25,4 @@ struct AcquireResult {
                                            // asked (no wait, remaining, rate or member)
 };
 
-}  // namespace redlimit
+}  // namespace redlimit::detail
