@@ -14,8 +14,11 @@
 
 namespace redlimit {
 
-/// The outcome of one decision. All durations are exact integer microseconds, computed by the
-/// script on the server's clock (or, for local limiters, on the limiter's clock).
+/// The outcome of one decision, and of a reservation: reserve() (the leaky bucket as a queue:
+/// permits not there yet are taken ahead of time, `delay` says when to use them) and reserveFor()
+/// (reserve, then settle: `repeated` says the id was reserved already). All durations are exact
+/// integer microseconds, computed by the script on the server's clock (or, for local limiters, on
+/// the limiter's clock). A trivially copyable value type.
 struct Decision {
   /// No limit denied (Decision::deniedBy when allowed, and for a single limiter's decision).
   static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
@@ -36,6 +39,15 @@ struct Decision {
   bool shadowDenied = false;                // shadow mode (MonitorOptions::shadow): the limiter denied and
                                             // the caller is let through: allowed is true, nothing was
                                             // taken, retryAfter says when it would have been allowed
+  std::chrono::microseconds delay{0};       // reserve: the permits are taken ahead of time; wait this long
+                                            // after the decision (time) before using them; 0 = at once.
+                                            // Refused, and every other call: 0
+  bool repeated = false;                    // reserveFor: the id was reserved already (a retried call, or a
+                                            // resend after a closed connection): nothing more was taken;
+                                            // allowed for the same permits, with remaining, resetAfter and
+                                            // time as the limiter is now; the metrics count nothing (the
+                                            // first grant was counted, unless its reply was lost and this
+                                            // is the resend). Every other call: false
 
   explicit operator bool() const noexcept { return allowed; }
 };
@@ -71,7 +83,8 @@ struct MultiDecision : Decision {
   /// and retryAfter are what that limiter alone would have answered to the same call (so several
   /// may deny); remaining and resetAfter are its state after this call (permits taken only if
   /// the combined decision allowed); limit is that limiter's own; permits, byPolicy and time are
-  /// the combined decision's.
+  /// the combined decision's; delay and repeated are the combined decision's only (0 and false
+  /// here).
   std::vector<Decision> limits;
   /// Set exactly when allowed and the MultiLimit has a concurrency limit: the place taken in each
   /// of them, under one id; give it back with MultiLimit::release (renew it with MultiLimit::renew).

@@ -18,7 +18,6 @@
 #include "redlimit/lease.hpp"
 #include "redlimit/monitor.hpp"
 #include "redlimit/policy.hpp"
-#include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
 
 namespace redlimit {
@@ -98,8 +97,10 @@ class Limiter {
   /// Takes `permits`, waiting as long as it takes; returns the time slept.
   std::chrono::microseconds acquire(std::string_view key, std::int64_t permits = 1);
   /// Takes `permits` now or reserves them up to `maxWait` ahead (>= 0), without sleeping:
-  /// Reservation::delay is how long the caller must wait before using them.
-  [[nodiscard]] Reservation reserve(std::string_view key, std::int64_t permits, std::chrono::microseconds maxWait);
+  /// Decision::delay is how long the caller must wait before using them. Refused (nothing taken):
+  /// retryAfter is the earliest time from now at which the same reservation (same permits, same
+  /// maxWait) would succeed.
+  [[nodiscard]] Decision reserve(std::string_view key, std::int64_t permits, std::chrono::microseconds maxWait);
   /// What decide(key, permits) would answer now, taking and writing nothing.
   [[nodiscard]] Decision peek(std::string_view key, std::int64_t permits = 1);
   /// Gives `permits` (0..the policy's maxPermits) back to `key`, at most up to full. Never sent
@@ -108,10 +109,11 @@ class Limiter {
 
   /// Takes `permits` under the reservation `id` (1..128 bytes of A-Z a-z 0-9 - _ .), recorded for
   /// `recordTtl`: settle(key, id, actual) later keeps `actual` and gives the rest back, once. A
-  /// second reserveFor of the id answers the first's decision (HeldPermits::repeated). Not for a
-  /// smooth policy (InvalidArgument before sending).
-  [[nodiscard]] HeldPermits reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
-                                       std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
+  /// second reserveFor of the id answers the first's decision (Decision::repeated). When the
+  /// failure policy decides (byPolicy) nothing is recorded, and a settle of the id answers
+  /// SettleStatus::Unknown. Not for a smooth policy (InvalidArgument before sending).
+  [[nodiscard]] Decision reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
+                                    std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   /// Settles the reservation `id` of `key`: keeps `actual` (0..kMaxPermits), gives back the rest;
   /// a settle of a settled reservation changes nothing (SettleStatus::AlreadySettled).
   Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
@@ -154,14 +156,13 @@ class Limiter {
   void decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done);
   [[nodiscard]] std::future<Decision> decideAsync(std::string_view key, std::int64_t permits = 1);
   void reserveAsync(std::string_view key, std::int64_t permits, std::chrono::microseconds maxWait,
-                    Callback<Reservation> done);
-  [[nodiscard]] std::future<Reservation> reserveAsync(std::string_view key, std::int64_t permits,
-                                                      std::chrono::microseconds maxWait);
+                    Callback<Decision> done);
+  [[nodiscard]] std::future<Decision> reserveAsync(std::string_view key, std::int64_t permits,
+                                                   std::chrono::microseconds maxWait);
   void reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, Callback<HeldPermits> done);
-  [[nodiscard]] std::future<HeldPermits> reserveForAsync(std::string_view key, std::int64_t permits,
-                                                         const std::string& id,
-                                                         std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
+                       std::chrono::milliseconds recordTtl, Callback<Decision> done);
+  [[nodiscard]] std::future<Decision> reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                                                      std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   void settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done);
   [[nodiscard]] std::future<Settlement> settleAsync(std::string_view key, const std::string& id, std::int64_t actual);
   /// peek, refund (true once given back), deleteKey, exists and held without waiting. The waiting

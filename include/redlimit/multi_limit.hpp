@@ -19,7 +19,6 @@
 #include "redlimit/decision.hpp"
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/monitor.hpp"
-#include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/limits.hpp"
 
@@ -133,9 +132,9 @@ class MultiLimit {
   /// sooner holds, until E, up to (E - its own wait) x its rate permits more than a bucket with
   /// separate tokens would (keep such waits short against the limits' intervals). A fixed window
   /// counts them in the window E falls in, the current or the next one only (it keeps no count
-  /// further ahead). Refused (nothing taken): decision.retryAfter says when the same reservation
-  /// would succeed.
-  [[nodiscard]] Reservation reserve(std::int64_t permits, std::chrono::microseconds maxWait);
+  /// further ahead). The combined Decision (Decision::delay = E); refused (nothing taken):
+  /// retryAfter says when the same reservation would succeed.
+  [[nodiscard]] Decision reserve(std::int64_t permits, std::chrono::microseconds maxWait);
   /// What decide(permits) would answer now, taking nothing (no lease either). Throws IoError when
   /// Redis cannot be asked.
   [[nodiscard]] MultiDecision peek(std::int64_t permits = 1);
@@ -176,14 +175,15 @@ class MultiLimit {
   /// takes `permits` as decide(permits) does (all or nothing) and, when granted, writes ONE record
   /// of them (reservationKey(id), in the first limit's hash slot, same script call) naming every limit,
   /// with each fixed window's start; it expires after `recordTtl` (1 ms..kMaxReservationTtl). The
-  /// same id again takes nothing and answers the grant (repeated); other permits: InvalidArgument
+  /// same id again takes nothing and answers the grant (Decision::repeated; `limits` as the limits
+  /// are now); other permits: InvalidArgument
   /// from the script. A denial (by any limit) records nothing and charges nothing. When Redis
   /// cannot be asked the failure policy decides and nothing is recorded; sent again if its
   /// connection closes (the record makes that safe). Bad permits, id or TTL: InvalidArgument
   /// before sending; a record that is not this MultiLimit's (corrupt, a single key's, another
   /// MultiLimit's limits): InvalidStateError naming it, nothing written.
-  [[nodiscard]] MultiHeldPermits reserveFor(std::int64_t permits, const std::string& id,
-                                            std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
+  [[nodiscard]] MultiDecision reserveFor(std::int64_t permits, const std::string& id,
+                                         std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
   /// Settles the reservation `id` with the permits really used, once, in every limit: each gives
   /// back reserved - actual or charges actual - reserved under its own debt rule, as its own
   /// limiter's settle does (see MultiSettlement). A retry answers AlreadySettled with the first
@@ -193,13 +193,12 @@ class MultiLimit {
   MultiSettlement settle(const std::string& id, std::int64_t actual);
   /// settle(id, 0).
   MultiSettlement cancel(const std::string& id);
-  using HeldCallback = std::function<void(MultiHeldPermits held, std::exception_ptr error)>;
   using SettleCallback = std::function<void(MultiSettlement settlement, std::exception_ptr error)>;
   /// reserveFor and settle without waiting: the same answers through `done` (once, as
   /// DecisionCallback) or a future; bad arguments reach `done` before anything is sent.
   void reserveForAsync(std::int64_t permits, const std::string& id, std::chrono::milliseconds recordTtl,
-                       HeldCallback done);
-  [[nodiscard]] std::future<MultiHeldPermits> reserveForAsync(
+                       DecisionCallback done);
+  [[nodiscard]] std::future<MultiDecision> reserveForAsync(
       std::int64_t permits, const std::string& id,
       std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
   void settleAsync(const std::string& id, std::int64_t actual, SettleCallback done);

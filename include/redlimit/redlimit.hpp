@@ -16,7 +16,6 @@
 #include "redlimit/calendar.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/rate_limiter.hpp"
-#include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/detail/reply.hpp"

@@ -1,7 +1,8 @@
 // redlimit — reserve, then settle: a cost known only afterwards (tokens of an LLM answer, bytes of
 // a response). reserveFor(estimate, id) takes the estimate and records it under a reservation id;
 // settle(id, actual) gives back what was not used (or takes what was used beyond it) exactly once,
-// however often it is retried. HeldPermits is what reserveFor answers, Settlement what settle does.
+// however often it is retried. reserveFor answers a Decision (Decision::repeated: the id was
+// reserved already; a MultiLimit's a MultiDecision), settle a Settlement.
 #pragma once
 
 #include <cstdint>
@@ -10,20 +11,6 @@
 #include "redlimit/decision.hpp"
 
 namespace redlimit {
-
-/// The outcome of reserveFor (Limiter; a MultiLimit answers MultiHeldPermits). A value type.
-struct HeldPermits {
-  Decision decision;      // as decide(permits) answers; allowed = the permits are taken and recorded
-                          // under the id (unless byPolicy: the failure policy decided, nothing was
-                          // recorded, and a settle of the id answers SettleStatus::Unknown)
-  bool repeated = false;  // the id was reserved already (a retried call, or a resend after a closed
-                          // connection): nothing more was taken, decision is allowed for the same
-                          // permits with remaining, resetAfter and time as the limiter is now, and
-                          // the metrics count nothing (the first grant was counted, unless its reply
-                          // was lost and this is the resend)
-
-  explicit operator bool() const noexcept { return decision.allowed; }
-};
 
 /// What a settle found under the reservation id.
 enum class SettleStatus : std::uint8_t {
@@ -50,16 +37,6 @@ struct Settlement {
   std::int64_t unpaid = 0;     // actual - reserved - charged: beyond the furthest the limiter may owe,
                                // not taken
   std::int64_t remaining = 0;  // permits that could be taken at once right after the settling call
-};
-
-/// The outcome of MultiLimit::reserveFor: HeldPermits with the MultiDecision (each limit's own
-/// answer in decision.limits). A value type.
-struct MultiHeldPermits {
-  MultiDecision decision;  // as MultiLimit::decide(permits) answers; allowed = taken from every
-                           // limit and recorded under the id (byPolicy: nothing recorded)
-  bool repeated = false;   // as HeldPermits::repeated (decision.limits as the limits are now)
-
-  explicit operator bool() const noexcept { return decision.allowed; }
 };
 
 /// The outcome of MultiLimit::settle and cancel: one settle settles every limit of the

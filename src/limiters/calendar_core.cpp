@@ -262,9 +262,9 @@ Decision CalendarCore::parse(CalendarCore* self, const std::string& key, const R
   return decisionOf(v, permits);
 }
 
-HeldPermits CalendarCore::held(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
+Decision CalendarCore::held(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
   DecisionReply v;
-  HeldPermits out = parseHeld(r, key, permits, v);
+  Decision out = parseHeld(r, key, permits, v);
   if (self != nullptr) self->saw(v);
   return out;
 }
@@ -325,24 +325,24 @@ CalendarCore::Call CalendarCore::reserveCall(const std::string& key, std::int64_
   return Call{key, "reserve", permits, std::move(record), recordTtl};
 }
 
-HeldPermits CalendarCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                                     milliseconds recordTtl) {
+Decision CalendarCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                                  milliseconds recordTtl) {
   const Call c = reserveCall(key, permits, id, recordTtl);
-  HeldPermits out = call(
+  Decision out = call(
       decision(permits), "reserveFor", c, [&](const Reply& r) { return held(this, key, r, permits); },
-      [&](bool allowed) { return heldByPolicy(permits, allowed); });
+      [&](bool allowed) { return byPolicy(permits, allowed); });
   admitHeld(gate_.monitor(), out);
   return out;
 }
 
 void CalendarCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                                   milliseconds recordTtl, HeldDone done) {
+                                   milliseconds recordTtl, DecisionDone done) {
   Call c;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { c = reserveCall(key, permits, id, recordTtl); })) return;
-  callAsync<HeldPermits>(
+  callAsync<Decision>(
       decision(permits), c, [key, permits](CalendarCore* self, const Reply& r) { return held(self, key, r, permits); },
-      [permits](CalendarCore& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
-      [monitor = gate_.monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
+      [permits](CalendarCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
+      [monitor = gate_.monitor(), done = std::move(done)](Decision out, std::exception_ptr error) {
         if (!error) admitHeld(monitor, out);
         done(out, std::move(error));
       });
@@ -442,12 +442,6 @@ Decision CalendarCore::byPolicy(std::int64_t permits, bool allowed) const {
   d.limit = quota_.limit;
   d.byPolicy = true;
   return d;
-}
-
-HeldPermits CalendarCore::heldByPolicy(std::int64_t permits, bool allowed) const {
-  HeldPermits out;
-  out.decision = byPolicy(permits, allowed);
-  return out;
 }
 
 }  // namespace redlimit::detail

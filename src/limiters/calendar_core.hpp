@@ -44,7 +44,6 @@ void checkCalendarQuota(const CalendarQuota& quota);
 class CalendarCore : public PermitCore, public std::enable_shared_from_this<CalendarCore> {
  public:
   using DecisionDone = std::function<void(Decision, std::exception_ptr)>;
-  using HeldDone = std::function<void(HeldPermits, std::exception_ptr)>;
   using SettleDone = std::function<void(Settlement, std::exception_ptr)>;
 
   /// Sends nothing. Throws InvalidArgument for a null client, a bad name, quota, keepAlive
@@ -63,10 +62,10 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
   void peekAsync(const std::string& key, std::int64_t permits, DecisionDone done) override;
   /// decide() under the record of `id` (recordKey) for `recordTtl`, counted; sent again after a
   /// closed connection (a resend answers repeated). Bad id or TTL: InvalidArgument before sending.
-  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                         std::chrono::milliseconds recordTtl) override;
+  Decision reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                      std::chrono::milliseconds recordTtl) override;
   void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, HeldDone done) override;
+                       std::chrono::milliseconds recordTtl, DecisionDone done) override;
   /// Settles the record `id` of `key` with `actual` (0..kMaxCalendarPermits), once: the unused
   /// back to the window it was counted in while that is in force, the extra charged to the window
   /// in force up to the limit. Safe to send again (a second answers AlreadySettled).
@@ -116,7 +115,7 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
   // The decision in a take or peek reply, and in a reserve reply; `self` (null: the limiter is
   // gone) remembers the server's time and the Local policy's interval.
   static Decision parse(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits);
-  static HeldPermits held(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  static Decision held(CalendarCore* self, const std::string& key, const Reply& r, std::int64_t permits);
   void saw(const DecisionReply& v);
   LimiterCall::Params decision(std::int64_t permits) const;
   Call reserveCall(const std::string& key, std::int64_t permits, const std::string& id,
@@ -126,7 +125,6 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
   void checkRefund(std::int64_t permits) const;
   static std::int64_t parseRefund(const std::string& key, const Reply& r);
   Decision byPolicy(std::int64_t permits, bool allowed) const;
-  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
 
   std::shared_ptr<CalendarTables> tables_;               // the table at ARGV[8], the server's time as seen
   std::string keepAlive_;                                // ms, as sent

@@ -55,11 +55,11 @@ DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_
   return d;
 }
 
-HeldPermits parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits, DecisionReply& values) {
-  HeldPermits out;
-  out.repeated = parseReserveRepeated(limiter, r);
+Decision parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits, DecisionReply& values) {
+  const bool repeated = parseReserveRepeated(limiter, r);
   values = parseDecisionReply(r, DecisionForm::Array, limiter, kReserveReplySize);
-  out.decision = decisionOf(values, permits);
+  Decision out = decisionOf(values, permits);
+  out.repeated = repeated;
   return out;
 }
 

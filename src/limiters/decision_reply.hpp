@@ -61,7 +61,8 @@ enum class DecisionForm {
 [[nodiscard]] DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_view limiter,
                                                std::size_t arraySize = 9);
 
-/// The Decision of a decoded reply for `permits` (remaining floored at 0).
+/// The Decision of a decoded reply for `permits` (remaining floored at 0; delay as the script said:
+/// 0 unless a reservation was made ahead of time).
 [[nodiscard]] inline Decision decisionOf(const DecisionReply& v, std::int64_t permits) {
   Decision d;
   d.allowed = v.allowed;
@@ -71,22 +72,23 @@ enum class DecisionForm {
   d.resetAfter = std::chrono::microseconds{v.resetAfterUs};
   d.limit = v.limit;
   d.time = std::chrono::microseconds{v.nowUs};
+  d.delay = std::chrono::microseconds{v.delayUs};
   return d;
 }
 
 /// A reserve reply of `limiter` for `permits` (kReserveReplySize values: take's nine, then
-/// repeated); `values` gets the nine. Throws UnexpectedReplyError for another shape.
-[[nodiscard]] HeldPermits parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits,
-                                    DecisionReply& values);
+/// repeated, in Decision::repeated); `values` gets the nine. Throws UnexpectedReplyError for
+/// another shape.
+[[nodiscard]] Decision parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits,
+                                 DecisionReply& values);
 
-/// A reserve's answer counted in `monitor`: a decision (shadow mode applied to held.decision) and,
-/// when Redis recorded it, an opened reservation; a repeat counts nothing (counted when granted).
-/// `Held` is HeldPermits or MultiHeldPermits.
-template <class Held>
-void admitHeld(const LimiterMonitor& monitor, Held& held) {
+/// A reserve's answer (a Limiter's Decision, a MultiLimit's MultiDecision) counted in `monitor`: a
+/// decision (shadow mode applied) and, when Redis recorded it, an opened reservation; a repeat
+/// counts nothing (counted when granted).
+inline void admitHeld(const LimiterMonitor& monitor, Decision& held) {
   if (held.repeated) return;  // counted when it was granted
-  monitor.admit(held.decision);
-  if (held.decision.allowed && !held.decision.byPolicy && !held.decision.shadowDenied) monitor.reservationOpened();
+  monitor.admit(held);
+  if (held.allowed && !held.byPolicy && !held.shadowDenied) monitor.reservationOpened();
 }
 
 /// The status code of a settle reply (every settling script: 0 no record, 1 settled by this call,

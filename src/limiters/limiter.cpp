@@ -138,7 +138,7 @@ microseconds Limiter::acquire(std::string_view key, std::int64_t permits) {
   return core_->acquire(redisKey(key), permits);
 }
 
-Reservation Limiter::reserve(std::string_view key, std::int64_t permits, microseconds maxWait) {
+Decision Limiter::reserve(std::string_view key, std::int64_t permits, microseconds maxWait) {
   checkWaitPolicy("reserve");
   return core_->reserve(redisKey(key), permits, maxWait);
 }
@@ -162,8 +162,8 @@ void Limiter::refund(std::string_view key, std::int64_t permits) {
   permits_->refund(redisKey(key), permits);
 }
 
-HeldPermits Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
-                                milliseconds recordTtl) {
+Decision Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
+                             milliseconds recordTtl) {
   checkHold("reserveFor");
   return permits_->reserveFor(redisKey(key), permits, id, recordTtl);
 }
@@ -266,28 +266,26 @@ std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t pe
   return detail::futureOf<Decision>([&](auto done) { decideAsync(key, permits, std::move(done)); });
 }
 
-void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait,
-                           Callback<Reservation> done) {
-  withKey<Reservation>(
+void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait, Callback<Decision> done) {
+  withKey<Decision>(
       *this, key, done, [&] { checkWaitPolicy("reserveAsync"); },
       [&](const std::string& k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
 }
 
-std::future<Reservation> Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait) {
-  return detail::futureOf<Reservation>([&](auto done) { reserveAsync(key, permits, maxWait, std::move(done)); });
+std::future<Decision> Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait) {
+  return detail::futureOf<Decision>([&](auto done) { reserveAsync(key, permits, maxWait, std::move(done)); });
 }
 
 void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id, milliseconds recordTtl,
-                              Callback<HeldPermits> done) {
-  withKey<HeldPermits>(
+                              Callback<Decision> done) {
+  withKey<Decision>(
       *this, key, done, [&] { checkHold("reserveForAsync"); },
       [&](const std::string& k) { permits_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
 }
 
-std::future<HeldPermits> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
-                                                  milliseconds recordTtl) {
-  return detail::futureOf<HeldPermits>(
-      [&](auto done) { reserveForAsync(key, permits, id, recordTtl, std::move(done)); });
+std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
+                                               milliseconds recordTtl) {
+  return detail::futureOf<Decision>([&](auto done) { reserveForAsync(key, permits, id, recordTtl, std::move(done)); });
 }
 
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {

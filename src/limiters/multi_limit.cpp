@@ -76,12 +76,6 @@ void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
 
 class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
  public:
-  struct Outcome {
-    MultiDecision decision;
-    microseconds delay{0};
-  };
-  using OutcomeCallback = std::function<void(Outcome, std::exception_ptr)>;
-
   // What every key set of one MultiLimit shares: its failure gate (and metrics), and what the
   // replies told of its limits.
   struct State {
@@ -162,8 +156,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     return names_;
   }
 
-  Outcome take(std::int64_t permits, microseconds maxWait);
-  void takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done);
+  MultiDecision take(std::int64_t permits, microseconds maxWait);
+  void takeAsync(std::int64_t permits, microseconds maxWait, DecisionCallback done);
   // An unguarded call of the script (`op` and its arguments after now and the kinds), through the
   // call protocol. With `recordKey`, it is the last key, after the limits' (a reservation record).
   Reply call(std::string_view op, const std::vector<std::string>& args, detail::LimiterCall::Resend resend,
@@ -204,9 +198,9 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
   // `leases` the reply ends with the lease's expiry; a granted take's lease gets `leaseId` (empty
   // for peek: no lease).
-  static Outcome parse(Core* self, const std::string& label, std::size_t count, const Reply& r, std::int64_t permits,
-                       bool leases, const std::string& leaseId);
-  Outcome byPolicy(std::int64_t permits, bool allowed) const;
+  static MultiDecision parse(Core* self, const std::string& label, std::size_t count, const Reply& r,
+                             std::int64_t permits, bool leases, const std::string& leaseId);
+  MultiDecision byPolicy(std::int64_t permits, bool allowed) const;
   std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait, const std::string& leaseId) const;
   bool hasLeases() const noexcept { return !leaseNames_.empty(); }
   // A new lease id when a limit is a concurrency limit, else "".
@@ -227,10 +221,9 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   void checkPermitsFor(std::int64_t permits) const;
   // Reserve, then settle: the calls (checked before anything is sent) and their answers.
   detail::ScriptRequest holdRequest(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const;
-  MultiHeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
   // A reserve's reply: take's head, then repeated; `self` (may be null) remembers the limits.
-  static MultiHeldPermits parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
-                                    std::int64_t permits);
+  static MultiDecision parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
+                                 std::int64_t permits);
   detail::ScriptRequest settleRequest(std::int64_t actual, const std::string& recordKey) const;
   static MultiSettlement parseSettlement(const std::string& label, std::size_t count, const Reply& r,
                                          const LimiterMonitor& monitor);
@@ -262,9 +255,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::atomic<std::int64_t>& localIntervalMs_;
 };
 
-MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
-  Outcome out;
-  MultiDecision& d = out.decision;
+MultiDecision MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
+  MultiDecision d;
   d.allowed = allowed;
   d.permits = permits;
   d.byPolicy = true;
@@ -278,7 +270,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::byPolicy(std::int64_t permits, bool 
     d.limit = i == 0 ? one.limit : std::min(d.limit, one.limit);
   }
   unheldLease(hasLeases(), d);
-  return out;
+  return d;
 }
 
 void MultiLimit::Core::refuseWithLeases(std::string_view what) const {
@@ -306,17 +298,15 @@ void MultiLimit::Core::unheldLease(bool leases, MultiDecision& d) {
   d.lease = std::move(lease);
 }
 
-MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string& label, std::size_t count,
-                                                  const Reply& r, std::int64_t permits, bool leases,
-                                                  const std::string& leaseId) {
+MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std::size_t count, const Reply& r,
+                                      std::int64_t permits, bool leases, const std::string& leaseId) {
   const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
     throw UnexpectedReplyError(
         fmt::format("redlimit: {}: expected an array of {} from the script, got {}", label, expected, r.describe()));
   }
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
-  Outcome out;
-  MultiDecision& d = out.decision;
+  MultiDecision d;
   d.allowed = at(0) == 1;
   d.permits = permits;
   d.remaining = std::max<std::int64_t>(0, at(1));
@@ -324,7 +314,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
   d.resetAfter = microseconds{at(3)};
   d.limit = at(4);
   d.time = microseconds{at(5)};
-  out.delay = microseconds{at(6)};
+  d.delay = microseconds{at(6)};
   const std::int64_t deniedBy = at(7);
   if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
     throw UnexpectedReplyError(fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
@@ -366,7 +356,7 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
     lease.expiresAt = microseconds{at(expected - 1)};
     d.lease = std::move(lease);
   }
-  return out;
+  return d;
 }
 
 std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait,
@@ -397,7 +387,7 @@ std::vector<std::string> MultiLimit::Core::opArgs(std::int64_t permits) const {
   return args;
 }
 
-MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
+MultiDecision MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
   checkPermitsFor(permits);
   // A resent take may count twice, never grant twice (docs/failure-modes.md); its lease id is the
   // same in every try, so a resend holds one place.
@@ -408,17 +398,17 @@ MultiLimit::Core::Outcome MultiLimit::Core::take(std::int64_t permits, microseco
       [&](bool allowed) { return byPolicy(permits, allowed); });
 }
 
-void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, OutcomeCallback done) {
+void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, DecisionCallback done) {
   try {
     checkPermitsFor(permits);
     (void)keys();
   } catch (...) {
-    done(Outcome{}, std::current_exception());
+    done(MultiDecision{}, std::current_exception());
     return;
   }
   std::string leaseId = newLeaseIdIfAny();
   detail::ScriptRequest call = limitsRequest(names_, "take", takeArgs(permits, maxWait, leaseId));
-  detail::runScriptAsync<Outcome>(
+  detail::runScriptAsync<MultiDecision>(
       shared_from_this(), decision(permits), std::move(call), &mapError,
       [label = label_, count = names_.size(), leases = hasLeases(), leaseId = std::move(leaseId), permits](
           Core* self, const Reply& r) { return parse(self, label, count, r, permits, leases, leaseId); },
@@ -600,7 +590,7 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
 }
 
 MultiDecision MultiLimit::decide(std::int64_t permits) {
-  MultiDecision d = core_->take(permits, microseconds{0}).decision;
+  MultiDecision d = core_->take(permits, microseconds{0});
   monitor().admit(d);
   Core::unheldLease(core_->hasLeases(), d);
   return d;
@@ -616,8 +606,8 @@ bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
   core_->refuseWithCalendars("tryAcquire with a timeout");
   if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
-  const Core::Outcome r = core_->take(permits, maxWait);
-  if (!monitor().admit(r.decision.allowed, permits, r.decision.retryAfter, r.decision.byPolicy)) return false;
+  const MultiDecision r = core_->take(permits, maxWait);
+  if (!monitor().admit(r.allowed, permits, r.retryAfter, r.byPolicy)) return false;
   if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
   return true;
 }
@@ -630,38 +620,35 @@ void MultiLimit::acquire(std::int64_t permits) {
     return;
   }
   for (;;) {
-    const Core::Outcome r = core_->take(permits, detail::kMaxWait);
-    if (r.decision.allowed) {
+    const MultiDecision r = core_->take(permits, detail::kMaxWait);
+    if (r.allowed) {
       (void)monitor().admit(true, permits);
       if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
       return;
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the wait was longer than a reservation may be; sleep until it fits.
-    core_->gate_.clock().sleepFor(r.decision.byPolicy
-                                      ? detail::saturatingCast<microseconds>(core_->gate_.options().probeInterval)
-                                      : r.decision.retryAfter);
+    core_->gate_.clock().sleepFor(
+        r.byPolicy ? detail::saturatingCast<microseconds>(core_->gate_.options().probeInterval) : r.retryAfter);
   }
 }
 
-Reservation MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
+Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
   core_->refuseWithLeases("reserve");
   core_->refuseWithCalendars("reserve");
   if (maxWait.count() < 0) {
     throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
-  Core::Outcome r = core_->take(permits, maxWait);
-  Reservation out;
-  out.decision = r.decision;
-  out.delay = r.delay;
-  monitor().admit(out.decision);  // shadow mode: a refused reservation comes back allowed, without delay
+  // The combined decision: a reservation answers no per-limit views.
+  Decision out = static_cast<const Decision&>(core_->take(permits, maxWait));
+  monitor().admit(out);  // shadow mode: a refused reservation comes back allowed, without delay
   return out;
 }
 
 MultiDecision MultiLimit::peek(std::int64_t permits) {
   core_->checkPermitsFor(permits);
   const Reply r = core_->call("peek", core_->opArgs(permits), detail::LimiterCall::Resend::IfClosed);
-  return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits, core_->hasLeases(), "").decision;
+  return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits, core_->hasLeases(), "");
 }
 
 void MultiLimit::refund(std::int64_t permits) {
@@ -754,12 +741,12 @@ void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
   done = detail::isolated(std::move(done), monitor(), core_->label_);
   core_->takeAsync(permits, microseconds{0},
                    [monitor = monitor(), leases = core_->hasLeases(), done = std::move(done)](
-                       Core::Outcome r, std::exception_ptr error) {
+                       MultiDecision r, std::exception_ptr error) {
                      if (!error) {
-                       monitor.admit(r.decision);
-                       Core::unheldLease(leases, r.decision);
+                       monitor.admit(r);
+                       Core::unheldLease(leases, r);
                      }
-                     done(std::move(r.decision), std::move(error));
+                     done(std::move(r), std::move(error));
                    });
 }
 
@@ -800,12 +787,6 @@ detail::ScriptRequest MultiLimit::Core::holdRequest(std::int64_t permits, const 
   std::vector<std::string> all = keys();
   all.push_back(recordKey);
   return limitsRequest(std::move(all), "reserve", args);
-}
-
-MultiHeldPermits MultiLimit::Core::heldByPolicy(std::int64_t permits, bool allowed) const {
-  MultiHeldPermits held;
-  held.decision = byPolicy(permits, allowed).decision;
-  return held;
 }
 
 // The settle call of the record `recordKey` (checked before anything is sent). Safe to send
@@ -851,8 +832,8 @@ MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std:
   return out;
 }
 
-MultiHeldPermits MultiLimit::Core::parseHeld(Core* self, const std::string& label, std::size_t count,
-                                             const Reply& reply, std::int64_t permits) {
+MultiDecision MultiLimit::Core::parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
+                                          std::int64_t permits) {
   const std::size_t expected = kHead + kPerLimit * count + 1;
   if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
     throw UnexpectedReplyError(
@@ -860,46 +841,45 @@ MultiHeldPermits MultiLimit::Core::parseHeld(Core* self, const std::string& labe
   }
   Reply head = reply;
   head.elements.pop_back();
-  MultiHeldPermits held;
+  MultiDecision held = parse(self, label, count, head, permits, false, "");
   held.repeated = reply.elements.back().asInteger() == 1;
-  held.decision = parse(self, label, count, head, permits, false, "").decision;
   return held;
 }
 
-MultiHeldPermits MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
+MultiDecision MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
   Core& c = *core_;
   // Sent again if the connection closed under it: the record makes a resend take nothing twice.
-  MultiHeldPermits out = detail::runScript(
+  MultiDecision out = detail::runScript(
       c, c.decision(permits), "reserveFor", c.holdRequest(permits, reservationKey(id), recordTtl), &Core::mapError,
       [&](const Reply& reply) { return Core::parseHeld(&c, c.label_, c.names_.size(), reply, permits); },
-      [&](bool allowed) { return c.heldByPolicy(permits, allowed); });
+      [&](bool allowed) { return c.byPolicy(permits, allowed); });
   detail::admitHeld(monitor(), out);
   return out;
 }
 
 void MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
-                                 HeldCallback done) {
+                                 DecisionCallback done) {
   detail::ScriptRequest call;
   if (!detail::isolateThenCheck(done, monitor(), core_->label_,
                                 [&] { call = core_->holdRequest(permits, reservationKey(id), recordTtl); })) {
     return;
   }
-  detail::runScriptAsync<MultiHeldPermits>(
+  detail::runScriptAsync<MultiDecision>(
       core_, core_->decision(permits), std::move(call), &Core::mapError,
       [label = core_->label_, count = core_->names_.size(), permits](Core* self, const Reply& reply) {
         return Core::parseHeld(self, label, count, reply, permits);
       },
-      [permits](Core& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
-      [monitor = monitor(), done = std::move(done)](MultiHeldPermits out, std::exception_ptr error) {
+      [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); },
+      [monitor = monitor(), done = std::move(done)](MultiDecision out, std::exception_ptr error) {
         if (!error) detail::admitHeld(monitor, out);
         done(std::move(out), std::move(error));
       });
 }
 
-std::future<MultiHeldPermits> MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id,
-                                                          milliseconds recordTtl) {
-  return detail::futureOf<MultiHeldPermits>(
-      [&](auto done) { reserveForAsync(permits, id, recordTtl, HeldCallback(std::move(done))); });
+std::future<MultiDecision> MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id,
+                                                       milliseconds recordTtl) {
+  return detail::futureOf<MultiDecision>(
+      [&](auto done) { reserveForAsync(permits, id, recordTtl, DecisionCallback(std::move(done))); });
 }
 
 MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {

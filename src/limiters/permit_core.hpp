@@ -50,10 +50,10 @@ class PermitCore : public KeyCore {
   // The deciding operations (the failure gate first; an outage is the failure policy's), counted.
   virtual Decision decide(const std::string& key, std::int64_t permits) = 0;
   virtual void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) = 0;
-  virtual HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                                 std::chrono::milliseconds recordTtl) = 0;
+  virtual Decision reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                              std::chrono::milliseconds recordTtl) = 0;
   virtual void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                               std::chrono::milliseconds recordTtl, Done<HeldPermits> done) = 0;
+                               std::chrono::milliseconds recordTtl, Done<Decision> done) = 0;
 
   // The others: their IoError reaches the caller. Every async form's `done` is isolated, once.
   virtual Decision peek(const std::string& key, std::int64_t permits) = 0;

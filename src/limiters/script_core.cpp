@@ -185,39 +185,29 @@ LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
                                milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
 }
 
-Reservation ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
-  Reservation r;
-  r.decision.allowed = allowed;
-  r.decision.permits = permits;
-  r.decision.limit = knownLimit_.load(std::memory_order_relaxed);
-  r.decision.byPolicy = true;
-  return r;
+Decision ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
+  Decision d;
+  d.allowed = allowed;
+  d.permits = permits;
+  d.limit = knownLimit_.load(std::memory_order_relaxed);
+  d.byPolicy = true;
+  return d;
 }
 
-HeldPermits ScriptCore::heldByPolicy(std::int64_t permits, bool allowed) const {
-  HeldPermits out;
-  out.decision = byPolicy(permits, allowed).decision;
-  return out;
-}
-
-Reservation ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r,
-                              std::int64_t permits) {
+Decision ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits) {
   const DecisionReply v = parseDecisionReply(r, decisionFormOf(kind), key);
-  Reservation out;
-  out.decision = decisionOf(v, permits);
-  out.delay = microseconds{v.delayUs};
   if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
-  return out;
+  return decisionOf(v, permits);
 }
 
-HeldPermits ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
+Decision ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
   DecisionReply v;
-  HeldPermits out = parseHeld(r, key, permits, v);
+  Decision out = parseHeld(r, key, permits, v);
   if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
   return out;
 }
 
-Reservation ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
+Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
   const KeyedPolicy* config = policy_.get();
   checkPermits(permits, config);
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
@@ -228,17 +218,16 @@ Reservation ScriptCore::take(const std::string& key, std::int64_t permits, micro
       [&](bool allowed) { return byPolicy(permits, allowed); });
 }
 
-void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microseconds maxWait,
-                           ReservationCallback done) {
+void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
   const KeyedPolicy* config = policy_.get();
   try {
     checkPermits(permits, config);
   } catch (...) {
-    done(Reservation{}, std::current_exception());
+    done(Decision{}, std::current_exception());
     return;
   }
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  runScriptAsync<Reservation>(
+  runScriptAsync<Decision>(
       shared_from_this(), decision(permits),
       request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
       mapError(key),
@@ -247,7 +236,7 @@ void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microse
 }
 
 Decision ScriptCore::decide(const std::string& key, std::int64_t permits) {
-  Decision d = take(key, permits, microseconds{0}).decision;
+  Decision d = take(key, permits, microseconds{0});
   gate_.monitor().admit(d);
   return d;
 }
@@ -256,29 +245,29 @@ void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, Done<
   // Isolated: a callback that throws is reported once and cannot make this one run again.
   done = isolated(std::move(done), gate_.monitor(), name_);
   takeAsync(key, permits, microseconds{0},
-            [monitor = gate_.monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
-              if (!error) monitor.admit(r.decision);
-              done(r.decision, std::move(error));
+            [monitor = gate_.monitor(), done = std::move(done)](Decision d, std::exception_ptr error) {
+              if (!error) monitor.admit(d);
+              done(d, std::move(error));
             });
 }
 
-HeldPermits ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                                   milliseconds recordTtl) {
+Decision ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                                milliseconds recordTtl) {
   const std::string record = recordKey(key, id);
   checkReservationTtl(recordTtl);
   const KeyedPolicy* config = policy_.get();
   checkPermits(permits, config);
-  HeldPermits out = runScript(
+  Decision out = runScript(
       *this, decision(permits), "reserveFor",
       request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config), record),
       mapError(key), [&](const Reply& r) { return held(this, key, r, permits); },
-      [&](bool allowed) { return heldByPolicy(permits, allowed); });
+      [&](bool allowed) { return byPolicy(permits, allowed); });
   admitHeld(gate_.monitor(), out);
   return out;
 }
 
 void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                                 milliseconds recordTtl, Done<HeldPermits> done) {
+                                 milliseconds recordTtl, Done<Decision> done) {
   // Isolated: a callback that throws is reported once and cannot make this one run again.
   const KeyedPolicy* config = policy_.get();
   std::string record;
@@ -289,13 +278,13 @@ void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, c
       })) {
     return;
   }
-  runScriptAsync<HeldPermits>(
+  runScriptAsync<Decision>(
       shared_from_this(), decision(permits),
       request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
               std::move(record)),
       mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return held(self, key, r, permits); },
-      [permits](ScriptCore& self, bool allowed) { return self.heldByPolicy(permits, allowed); },
-      [monitor = gate_.monitor(), done = std::move(done)](HeldPermits out, std::exception_ptr error) {
+      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
+      [monitor = gate_.monitor(), done = std::move(done)](Decision out, std::exception_ptr error) {
         if (!error) admitHeld(monitor, out);
         done(out, std::move(error));
       });
@@ -305,8 +294,8 @@ bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, millis
   const LimiterMonitor& monitor = gate_.monitor();
   if (monitor.shadow()) return decide(key, permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
-  const Reservation r = take(key, permits, maxWait);
-  if (!monitor.admit(r.decision.allowed, permits, r.decision.retryAfter, r.decision.byPolicy)) return false;
+  const Decision r = take(key, permits, maxWait);
+  if (!monitor.admit(r.allowed, permits, r.retryAfter, r.byPolicy)) return false;
   if (r.delay.count() > 0) sleepFor(r.delay);
   return true;
 }
@@ -319,16 +308,15 @@ microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
   }
   microseconds waited{0};
   for (;;) {
-    const Reservation r = take(key, permits, kMaxWait);
-    if (r.decision.allowed) {
+    const Decision r = take(key, permits, kMaxWait);
+    if (r.allowed) {
       (void)monitor.admit(true, permits);
       if (r.delay.count() > 0) sleepFor(r.delay);
       return microseconds{saturatingAdd(waited.count(), r.delay.count())};
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the wait was longer than a reservation may be; sleep until it fits.
-    const microseconds pause =
-        r.decision.byPolicy ? saturatingCast<microseconds>(gate_.options().probeInterval) : r.decision.retryAfter;
+    const microseconds pause = r.byPolicy ? saturatingCast<microseconds>(gate_.options().probeInterval) : r.retryAfter;
     sleepFor(pause);
     waited = microseconds{saturatingAdd(waited.count(), pause.count())};
   }
@@ -342,19 +330,18 @@ void checkMaxWait(microseconds maxWait) {
 }
 }  // namespace
 
-Reservation ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
+Decision ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
   checkMaxWait(maxWait);
-  Reservation r = take(key, permits, maxWait);
-  gate_.monitor().admit(r.decision);  // shadow mode: a refused reservation comes back allowed, without delay
+  Decision r = take(key, permits, maxWait);
+  gate_.monitor().admit(r);  // shadow mode: a refused reservation comes back allowed, without delay
   return r;
 }
 
-void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait,
-                              ReservationCallback done) {
+void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkMaxWait(maxWait); })) return;
   takeAsync(key, permits, maxWait,
-            [monitor = gate_.monitor(), done = std::move(done)](Reservation r, std::exception_ptr error) {
-              if (!error) monitor.admit(r.decision);
+            [monitor = gate_.monitor(), done = std::move(done)](Decision r, std::exception_ptr error) {
+              if (!error) monitor.admit(r);
               done(r, std::move(error));
             });
 }
@@ -373,7 +360,7 @@ ScriptRequest ScriptCore::peekRequest(const std::string& key, std::int64_t permi
 Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
   return runScript(
       *this, LimiterCall::plain(callBound_), "peek", peekRequest(key, permits), mapError(key),
-      [&](const Reply& r) { return parse(this, key, kind_[0], r, permits).decision; }, [](bool) { return Decision{}; });
+      [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); }, [](bool) { return Decision{}; });
 }
 
 void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
@@ -381,9 +368,7 @@ void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<De
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = peekRequest(key, permits); })) return;
   runScriptAsync<Decision>(
       shared_from_this(), LimiterCall::plain(callBound_), std::move(call), mapError(key),
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) {
-        return parse(self, key, kind, r, permits).decision;
-      },
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
       [](ScriptCore&, bool) { return Decision{}; }, std::move(done));
 }
 
@@ -512,9 +497,9 @@ AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast,
   // Until a reply told the limit, ask for atLeast only: more could exceed it (InvalidArgument).
   const std::int64_t limit = config ? config->limit : knownLimit_.load(std::memory_order_relaxed);
   const std::int64_t ask = limit > 0 ? std::max(atLeast, std::min(atMost, limit)) : atLeast;
-  Decision d = take(key, ask, microseconds{0}).decision;
+  Decision d = take(key, ask, microseconds{0});
   if (!d.allowed && !d.byPolicy && ask > atLeast) {
-    d = take(key, d.remaining >= atLeast ? std::min(d.remaining, ask) : atLeast, microseconds{0}).decision;
+    d = take(key, d.remaining >= atLeast ? std::min(d.remaining, ask) : atLeast, microseconds{0});
   }
   AcquireResult r;
   r.byPolicy = d.byPolicy;

@@ -22,7 +22,6 @@
 #include "limiters/script_call.hpp"
 #include "redlimit/detail/acquire_result.hpp"
 #include "redlimit/decision.hpp"
-#include "redlimit/reservation.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 #include "limiters/keyed_policy.hpp"
@@ -32,8 +31,6 @@ namespace redlimit::detail {
 
 class ScriptCore : public PermitCore, public std::enable_shared_from_this<ScriptCore> {
  public:
-  using ReservationCallback = std::function<void(Reservation, std::exception_ptr)>;
-
   /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A key's
   /// reservation records live in redlimit's own namespace, where no caller's key can reach
   /// (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument for a null client, a bad name or
@@ -43,9 +40,8 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
 
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).
-  Reservation take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
-  void takeAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
-                 ReservationCallback done);
+  Decision take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
+  void takeAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait, Done<Decision> done);
   /// take() without a wait, counted in the metrics (shadow mode applied).
   Decision decide(const std::string& key, std::int64_t permits) override;
   /// Takes `permits` if they come within `timeout` (one call reserves them, then this sleeps the
@@ -55,18 +51,18 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   /// returns the time slept.
   std::chrono::microseconds acquire(const std::string& key, std::int64_t permits);
   /// A reservation of `permits` at most `maxWait` (>= 0) ahead, counted.
-  Reservation reserve(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
+  Decision reserve(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
   /// reserve() without waiting for the reply; `done` isolated.
   void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
-                    ReservationCallback done);
+                    Done<Decision> done);
   /// decide() without waiting; `done` isolated (a callback that throws is reported once).
   void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) override;
   /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
   /// resend take nothing twice), counted; bad id or TTL: InvalidArgument before sending.
-  HeldPermits reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                         std::chrono::milliseconds recordTtl) override;
+  Decision reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
+                      std::chrono::milliseconds recordTtl) override;
   void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, Done<HeldPermits> done) override;
+                       std::chrono::milliseconds recordTtl, Done<Decision> done) override;
 
   // The other operations: their IoError reaches the caller.
   Decision peek(const std::string& key, std::int64_t permits) override;
@@ -148,11 +144,10 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   OneKeyErrors mapError(const std::string& key) const { return OneKeyErrors{key, kind_[0]}; }
   // The take/peek reply of this script; `self` (may be null: the handle is gone) remembers the
   // configuration it tells.
-  static Reservation parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits);
+  static Decision parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits);
   // A reserve's reply: take's values, then repeated.
-  static HeldPermits held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
-  Reservation byPolicy(std::int64_t permits, bool allowed) const;
-  HeldPermits heldByPolicy(std::int64_t permits, bool allowed) const;
+  static Decision held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  Decision byPolicy(std::int64_t permits, bool allowed) const;
 
   const std::shared_ptr<const KeyedPolicy> policy_;
   // The Client's coalescing of takes (token bucket, GCRA, fixed window; null: one call each).

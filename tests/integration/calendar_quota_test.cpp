@@ -411,13 +411,13 @@ TEST_F(LimiterCalendar, AsyncDecisionsOfAnUnreachableRedisAreDecidedByThePolicy)
 TEST_F(LimiterCalendar, ReserveThenSettleGivesBackTheUnusedOnceInTheSameWindow) {
   auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = monthly(100, registry);
-  const HeldPermits held = rl.reserveFor("k", 40, "req-1");
-  ASSERT_TRUE(held.decision.allowed);
+  const Decision held = rl.reserveFor("k", 40, "req-1");
+  ASSERT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
-  EXPECT_EQ(held.decision.remaining, 60);
-  EXPECT_EQ(held.decision.limit, 100);
-  const CalendarWindow w = rl.policy().windowAt(held.decision.time);
-  EXPECT_EQ(held.decision.resetAfter, w.end - held.decision.time) << "exact to the window's end";
+  EXPECT_EQ(held.remaining, 60);
+  EXPECT_EQ(held.limit, 100);
+  const CalendarWindow w = rl.policy().windowAt(held.time);
+  EXPECT_EQ(held.resetAfter, w.end - held.time) << "exact to the window's end";
   EXPECT_EQ(rl.recordKey("k", "req-1").rfind("rl::rsv:req-1:", 0), 0u) << rl.recordKey("k", "req-1");
   EXPECT_TRUE(exists(admin(), rl.recordKey("k", "req-1")));
   const std::int64_t pttl = raw({"PTTL", rl.recordKey("k", "req-1")}).integer;
@@ -429,9 +429,9 @@ TEST_F(LimiterCalendar, ReserveThenSettleGivesBackTheUnusedOnceInTheSameWindow) 
   expectSettlement(rl.settle("k", "req-1", 25), SettleStatus::AlreadySettled, 40, 10, 30, 0, 0, 90);
   EXPECT_EQ(rl.peek("k").remaining, 90);
   // Used beyond the reservation: charged in the window, up to the limit; the rest is unpaid.
-  ASSERT_TRUE(rl.reserveFor("k", 10, "req-2").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 10, "req-2").allowed);
   expectSettlement(rl.settle("k", "req-2", 25), SettleStatus::Settled, 10, 25, 0, 15, 0, 65);
-  ASSERT_TRUE(rl.reserveFor("k", 60, "req-3").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 60, "req-3").allowed);
   expectSettlement(rl.settle("k", "req-3", 70), SettleStatus::Settled, 60, 70, 0, 5, 5, 0);
   EXPECT_EQ(rl.peek("k").remaining, 0);
   // No record: Unknown, nothing changes.
@@ -444,21 +444,21 @@ TEST_F(LimiterCalendar, ReserveThenSettleGivesBackTheUnusedOnceInTheSameWindow) 
 TEST_F(LimiterCalendar, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecordsNothing) {
   auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = monthly(10, registry);
-  ASSERT_TRUE(rl.reserveFor("k", 3, "a").decision.allowed);
-  const HeldPermits again = rl.reserveFor("k", 3, "a");
-  EXPECT_TRUE(again.decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 3, "a").allowed);
+  const Decision again = rl.reserveFor("k", 3, "a");
+  EXPECT_TRUE(again.allowed);
   EXPECT_TRUE(again.repeated);
-  EXPECT_EQ(again.decision.remaining, 7) << "nothing more taken";
+  EXPECT_EQ(again.remaining, 7) << "nothing more taken";
   EXPECT_THROW((void)rl.reserveFor("k", 4, "a"), InvalidArgument) << "an id names one reservation";
   expectSettlement(rl.settle("k", "a", 1), SettleStatus::Settled, 3, 1, 2, 0, 0, 9);
-  const HeldPermits settled = rl.reserveFor("k", 3, "a");
+  const Decision settled = rl.reserveFor("k", 3, "a");
   EXPECT_TRUE(settled.repeated) << "also once settled, while the record lives";
-  EXPECT_EQ(settled.decision.remaining, 9);
+  EXPECT_EQ(settled.remaining, 9);
   // A denial records nothing: the id may be tried again.
-  const HeldPermits denied = rl.reserveFor("k", 10, "b");
-  EXPECT_FALSE(denied.decision.allowed);
+  const Decision denied = rl.reserveFor("k", 10, "b");
+  EXPECT_FALSE(denied.allowed);
   EXPECT_FALSE(denied.repeated);
-  EXPECT_EQ(denied.decision.retryAfter, rl.policy().windowAt(denied.decision.time).end - denied.decision.time);
+  EXPECT_EQ(denied.retryAfter, rl.policy().windowAt(denied.time).end - denied.time);
   EXPECT_FALSE(exists(admin(), rl.recordKey("k", "b")));
   EXPECT_EQ(rl.settle("k", "b", 0).status, SettleStatus::Unknown);
   const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
@@ -470,7 +470,7 @@ TEST_F(LimiterCalendar, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecor
 TEST_F(LimiterCalendar, CancelGivesTheReservationBackAndRefundNeverGoesBelowNothingUsed) {
   auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = monthly(10, registry);
-  ASSERT_TRUE(rl.reserveFor("k", 5, "c").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 5, "c").allowed);
   expectSettlement(rl.cancel("k", "c"), SettleStatus::Settled, 5, 0, 5, 0, 0, 10);
   ASSERT_TRUE(rl.tryAcquire("k", 3));
   rl.refund("k", 2);
@@ -503,22 +503,22 @@ TEST_F(LimiterCalendar, PeekRefundAndDeleteKeyAsyncAnswerAsTheSyncForms) {
 TEST_F(LimiterCalendar, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = monthly(100, registry);
-  const HeldPermits first = rl.reserveForAsync("k", 40, "f").get();
-  EXPECT_TRUE(first.decision.allowed);
+  const Decision first = rl.reserveForAsync("k", 40, "f").get();
+  EXPECT_TRUE(first.allowed);
   EXPECT_FALSE(first.repeated);
-  EXPECT_EQ(first.decision.remaining, 60);
-  std::promise<std::pair<HeldPermits, std::exception_ptr>> got;
-  rl.reserveForAsync("k", 40, "f", Limiter::kDefaultRecordTtl, [&](HeldPermits h, std::exception_ptr e) {
+  EXPECT_EQ(first.remaining, 60);
+  std::promise<std::pair<Decision, std::exception_ptr>> got;
+  rl.reserveForAsync("k", 40, "f", Limiter::kDefaultRecordTtl, [&](Decision h, std::exception_ptr e) {
     got.set_value({h, std::move(e)});
   });
   const auto [repeat, error] = got.get_future().get();
   EXPECT_FALSE(error);
   EXPECT_TRUE(repeat.repeated);
-  std::promise<std::pair<HeldPermits, std::exception_ptr>> got2;
-  rl.reserveForAsync("k", 20, "g", milliseconds(5000), [&](HeldPermits h, std::exception_ptr e) {
+  std::promise<std::pair<Decision, std::exception_ptr>> got2;
+  rl.reserveForAsync("k", 20, "g", milliseconds(5000), [&](Decision h, std::exception_ptr e) {
     got2.set_value({h, std::move(e)});
   });
-  EXPECT_EQ(got2.get_future().get().first.decision.remaining, 40);
+  EXPECT_EQ(got2.get_future().get().first.remaining, 40);
   EXPECT_LE(raw({"PTTL", rl.recordKey("k", "g")}).integer, 5000);
 
   expectSettlement(rl.settleAsync("k", "f", 30).get(), SettleStatus::Settled, 40, 30, 10, 0, 0, 50);
@@ -563,7 +563,7 @@ TEST_F(LimiterCalendar, BadReserveSettleAndRefundAreRefusedBeforeSending) {
   EXPECT_THROW(std::rethrow_exception(refused.get_future().get()), InvalidArgument);
   std::promise<std::exception_ptr> refusedHold;
   rl.reserveForAsync("k", 0, "a", Limiter::kDefaultRecordTtl,
-                     [&](HeldPermits, std::exception_ptr e) { refusedHold.set_value(std::move(e)); });
+                     [&](Decision, std::exception_ptr e) { refusedHold.set_value(std::move(e)); });
   EXPECT_THROW(std::rethrow_exception(refusedHold.get_future().get()), InvalidArgument);
   // A key without a hash tag that holds a '}': no record key can share its slot.
   EXPECT_THROW((void)rl.reserveFor("a}b", 1, "a"), InvalidArgument);
@@ -579,9 +579,9 @@ TEST_F(LimiterCalendar, AReserveResentAfterAKilledConnectionIsAppliedOnce) {
   for (int i = 0; i < 10; ++i) {
     (void)raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
     try {
-      const HeldPermits h = i % 2 == 0 ? rl.reserveFor("k", 40, "req-1") : rl.reserveForAsync("k", 40, "req-1").get();
-      EXPECT_TRUE(h.decision.allowed);
-      EXPECT_EQ(h.decision.remaining, 60);
+      const Decision h = i % 2 == 0 ? rl.reserveFor("k", 40, "req-1") : rl.reserveForAsync("k", 40, "req-1").get();
+      EXPECT_TRUE(h.allowed);
+      EXPECT_EQ(h.remaining, 60);
       (h.repeated ? repeated : reserved)++;
     } catch (const IoError&) {
       ++failed;  // the kill can still be in flight: a retry follows
@@ -622,15 +622,15 @@ TEST_F(LimiterCalendar, AnLlmTokenBudgetPerTenantPerBerlinDayIsChargedTheActuals
     Limiter daily(client(), limiterName("llm-tokens-" + run), berlinCalendar(50000, CalendarUnit::Day),
                   countedIn(registry));
     const std::string tenant = "{tenant:7}:tokens", other = "{tenant:8}:tokens";
-    const HeldPermits first = daily.reserveFor(tenant, 1000, "req-1");
-    ASSERT_TRUE(first.decision.allowed);
+    const Decision first = daily.reserveFor(tenant, 1000, "req-1");
+    ASSERT_TRUE(first.allowed);
     const Settlement s1 = daily.settle(tenant, "req-1", 234);
-    const HeldPermits second = daily.reserveFor(tenant, 1000, "req-2");
-    ASSERT_TRUE(second.decision.allowed);
+    const Decision second = daily.reserveFor(tenant, 1000, "req-2");
+    ASSERT_TRUE(second.allowed);
     const Settlement s2 = daily.settle(tenant, "req-2", 532);
     const Decision now = daily.peek(tenant);
-    if (daily.policy().windowAt(first.decision.time).label != daily.policy().windowAt(now.time).label) continue;
-    EXPECT_EQ(first.decision.remaining, 49000);
+    if (daily.policy().windowAt(first.time).label != daily.policy().windowAt(now.time).label) continue;
+    EXPECT_EQ(first.remaining, 49000);
     EXPECT_EQ(s1.status, SettleStatus::Settled);
     EXPECT_EQ(s1.returned, 766);
     EXPECT_EQ(s1.remaining, 50000 - 234);

@@ -482,7 +482,7 @@ TEST(Cluster, ReservationRecordsShareTheirKeysSlot) {
     const std::string id = "req-" + std::to_string(i);
     EXPECT_EQ(detail::keySlot(rl.recordKey(key, id)), detail::keySlot(rl.redisKey(key)));
     slots.insert(detail::keySlot(rl.redisKey(key)));
-    ASSERT_TRUE(rl.reserveFor(key, 6, id).decision.allowed);
+    ASSERT_TRUE(rl.reserveFor(key, 6, id).allowed);
     EXPECT_TRUE(rl.reserveFor(key, 6, id).repeated);
     const Settlement s = rl.settle(key, id, 2);
     EXPECT_EQ(s.status, SettleStatus::Settled);
@@ -494,7 +494,7 @@ TEST(Cluster, ReservationRecordsShareTheirKeysSlot) {
   Limiter perKey(client, "rsv-keyed", Policy::gcra(1, std::chrono::hours(24), 10));
   for (const std::string key : {"user:1", "user:2", "{org:3}:user:4"}) {
     EXPECT_EQ(detail::keySlot(perKey.recordKey(key, "r")), detail::keySlot(perKey.redisKey(key))) << key;
-    ASSERT_TRUE(perKey.reserveFor(key, 3, "r").decision.allowed) << key;
+    ASSERT_TRUE(perKey.reserveFor(key, 3, "r").allowed) << key;
     EXPECT_EQ(perKey.cancel(key, "r").returned, 3) << key;
   }
 }

@@ -310,19 +310,19 @@ TEST_F(LimiterBounds, GcraReservationsLeaveExactlyAtTheRate) {
   ASSERT_TRUE(rl.trySetPolicy("k"));
   std::vector<std::int64_t> useTimes;
   for (int i = 0; i < 10; ++i) {
-    const Reservation r = rl.reserve("k", 1, microseconds(1000000));
-    ASSERT_TRUE(r.decision.allowed);
-    EXPECT_EQ(r.decision.retryAfter.count(), 0);
-    useTimes.push_back((r.decision.time + r.delay).count());
+    const Decision r = rl.reserve("k", 1, microseconds(1000000));
+    ASSERT_TRUE(r.allowed);
+    EXPECT_EQ(r.retryAfter.count(), 0);
+    useTimes.push_back((r.time + r.delay).count());
   }
   for (std::size_t i = 2; i < useTimes.size(); ++i) EXPECT_EQ(useTimes[i] - useTimes[i - 1], 10000) << i;
   // A caller that will not wait that long is refused, nothing taken, and told when it would fit.
-  const Reservation refused = rl.reserve("k", 1, microseconds(5000));
-  ASSERT_FALSE(refused.decision.allowed);
+  const Decision refused = rl.reserve("k", 1, microseconds(5000));
+  ASSERT_FALSE(refused.allowed);
   const std::int64_t due = useTimes.back() + 10000;  // when the next permit is free
-  EXPECT_EQ(refused.decision.time.count() + refused.decision.retryAfter.count() + 5000, due);
-  const Reservation next = rl.reserve("k", 1, microseconds(1000000));
-  EXPECT_EQ((next.decision.time + next.delay).count(), due) << "the refusal took nothing";
+  EXPECT_EQ(refused.time.count() + refused.retryAfter.count() + 5000, due);
+  const Decision next = rl.reserve("k", 1, microseconds(1000000));
+  EXPECT_EQ((next.time + next.delay).count(), due) << "the refusal took nothing";
 }
 
 // --- 3 processes x 4 threads ---------------------------------------------------------------------

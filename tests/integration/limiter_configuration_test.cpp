@@ -299,15 +299,15 @@ TEST_F(LimiterConfiguration, ReservationsWithinTheHorizonAreNotClamped) {
   Limiter rl = storedLimiter(Policy::gcra(2, milliseconds(200), 2), "r");
   ASSERT_TRUE(rl.trySetPolicy("k"));  // the horizon is 200 ms
   ASSERT_TRUE(rl.decide("k", 2).allowed);
-  const Reservation r = rl.reserve("k", 2, microseconds(10'000'000));
-  ASSERT_TRUE(r.decision.allowed);
+  const Decision r = rl.reserve("k", 2, microseconds(10'000'000));
+  ASSERT_TRUE(r.allowed);
   EXPECT_GT(r.delay.count(), 190000) << "booked a whole burst ahead";
   const Decision d = rl.peek("k");
   EXPECT_GT(d.retryAfter.count(), 290000) << "the booking stands: TAT 400 ms ahead, the furthest legal";
-  const Reservation further = rl.reserve("k", 1, microseconds(10'000'000));
-  EXPECT_FALSE(further.decision.allowed) << "beyond the horizon: refused, with when it fits";
-  EXPECT_GT(further.decision.retryAfter.count(), 90000);
-  EXPECT_LE(further.decision.retryAfter.count(), 100000);
+  const Decision further = rl.reserve("k", 1, microseconds(10'000'000));
+  EXPECT_FALSE(further.allowed) << "beyond the horizon: refused, with when it fits";
+  EXPECT_GT(further.retryAfter.count(), 90000);
+  EXPECT_LE(further.retryAfter.count(), 100000);
   EXPECT_THROW(rl.refund("k", -1), InvalidArgument) << "a negative refund cannot push TAT ahead";
 }
 
@@ -340,8 +340,8 @@ TEST_F(LimiterConfiguration, ASmoothKeysNextFreeTimeIsClampedToTheDebtOwedAtTheW
   set(key, smoothValue(10, 1000, 0, (std::int64_t{1} << 52) - 1, 0));
   EXPECT_TRUE(rl.tryAcquire("k")) << "owed nothing at the write: free now";
   // A legitimate debt (Guava: the next caller pays for a big acquire) is kept whole.
-  const Reservation big = rl.reserve("k", 20, microseconds(10'000'000));
-  ASSERT_TRUE(big.decision.allowed);
+  const Decision big = rl.reserve("k", 20, microseconds(10'000'000));
+  ASSERT_TRUE(big.allowed);
   const Decision after = rl.peek("k");
   EXPECT_GT(after.retryAfter.count(), 1'900'000) << "20 permits at 10/s: 2 s owed";
 }

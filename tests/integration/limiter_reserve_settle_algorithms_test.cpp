@@ -41,10 +41,10 @@ TYPED_TEST_SUITE(LimiterReserveSettleAlgorithms, AlgorithmTypes, AlgorithmNames)
 TYPED_TEST(LimiterReserveSettleAlgorithms, SettleRetriedAfterClientKillGivesBackOnce) {
   auto registry = std::make_shared<MetricsRegistry>();
   auto rl = this->limiter(this->frozenPolicy(100), registry);
-  const HeldPermits held = rl.reserveFor("k", 40, "req-1");
-  ASSERT_TRUE(held.decision.allowed);
+  const Decision held = rl.reserveFor("k", 40, "req-1");
+  ASSERT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
-  EXPECT_EQ(held.decision.remaining, 60);
+  EXPECT_EQ(held.remaining, 60);
   EXPECT_TRUE(exists(this->admin(), rl.recordKey("k", "req-1")));
 
   int settled = 0, again = 0, failed = 0;
@@ -91,7 +91,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ParallelReserveAndSettleKeepUsedEqual
         const std::int64_t reserved = std::uniform_int_distribution<std::int64_t>(1, 50)(rng);
         const std::int64_t actual = std::uniform_int_distribution<std::int64_t>(0, 2 * reserved)(rng);
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
-        if (!rl.reserveFor("k", reserved, id).decision.allowed) ++problems;
+        if (!rl.reserveFor("k", reserved, id).allowed) ++problems;
         const Settlement s = rl.settle("k", id, actual);
         const bool exact = s.status == SettleStatus::Settled && s.unpaid == 0 &&
                            s.returned == std::max<std::int64_t>(0, reserved - actual) &&
@@ -110,27 +110,27 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ParallelReserveAndSettleKeepUsedEqual
 TYPED_TEST(LimiterReserveSettleAlgorithms, ReserveIsIdempotent) {
   auto registry = std::make_shared<MetricsRegistry>();
   auto rl = this->limiter(this->frozenPolicy(10), registry);
-  const HeldPermits first = rl.reserveFor("k", 3, "a");
-  ASSERT_TRUE(first.decision.allowed);
+  const Decision first = rl.reserveFor("k", 3, "a");
+  ASSERT_TRUE(first.allowed);
   EXPECT_FALSE(first.repeated);
-  EXPECT_EQ(first.decision.remaining, 7);
+  EXPECT_EQ(first.remaining, 7);
   for (int i = 0; i < 3; ++i) {
-    const HeldPermits again = rl.reserveFor("k", 3, "a");
-    EXPECT_TRUE(again.decision.allowed);
+    const Decision again = rl.reserveFor("k", 3, "a");
+    EXPECT_TRUE(again.allowed);
     EXPECT_TRUE(again.repeated);
-    EXPECT_EQ(again.decision.remaining, 7);
+    EXPECT_EQ(again.remaining, 7);
   }
   EXPECT_EQ(rl.peek("k").remaining, 7);
   EXPECT_THROW((void)rl.reserveFor("k", 4, "a"), InvalidArgument) << "an id names one reservation";
   EXPECT_EQ(rl.peek("k").remaining, 7);
 
   // A denial records nothing: the same id may be reserved again once permits are there.
-  const HeldPermits denied = rl.reserveFor("k", 8, "b");
-  EXPECT_FALSE(denied.decision.allowed);
-  EXPECT_GT(denied.decision.retryAfter.count(), 0);
+  const Decision denied = rl.reserveFor("k", 8, "b");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_GT(denied.retryAfter.count(), 0);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "b")));
   EXPECT_EQ(rl.cancel("k", "a").returned, 3);
-  EXPECT_TRUE(rl.reserveFor("k", 8, "b").decision.allowed);
+  EXPECT_TRUE(rl.reserveFor("k", 8, "b").allowed);
   EXPECT_EQ(rl.peek("k").remaining, 2);
 
   // Settled, the id still answers the first grant and takes nothing.
@@ -142,7 +142,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ReserveIsIdempotent) {
   EXPECT_EQ(m.denied, 1u);
 
   // The record lives for the TTL it was given.
-  ASSERT_TRUE(rl.reserveFor("k", 1, "short", milliseconds(60000)).decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 1, "short", milliseconds(60000)).allowed);
   const std::int64_t ttl = this->raw({"PTTL", rl.recordKey("k", "short")}).integer;
   EXPECT_GT(ttl, 50000);
   EXPECT_LE(ttl, 60000);
@@ -162,7 +162,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleOfAnUnknownIdChangesNothing) {
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "never")));
 
   // An expired record: the reservation stays counted as fully used.
-  ASSERT_TRUE(rl.reserveFor("k", 2, "brief", milliseconds(1)).decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 2, "brief", milliseconds(1)).allowed);
   for (int i = 0; i < 200 && exists(this->admin(), rl.recordKey("k", "brief")); ++i) sleepMs(2);
   EXPECT_EQ(rl.settle("k", "brief", 0).status, SettleStatus::Unknown);
   EXPECT_EQ(rl.peek("k").remaining, 4);
@@ -176,7 +176,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
   const Policy config = std::is_same_v<TypeParam, FixedWindowTraits> ? this->frozenPolicy(10)
                                                                      : TypeParam::policy(10, 10, milliseconds(3600000));
   auto rl = this->limiter(config);
-  ASSERT_TRUE(rl.reserveFor("k", 4, "big").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 4, "big").allowed);
   const Settlement s = rl.settle("k", "big", 30);
   EXPECT_EQ(s.status, SettleStatus::Settled);
   EXPECT_EQ(s.returned, 0);
@@ -189,7 +189,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
 
   // A give-back beyond full is cut: the limiter was refilled by a refund meanwhile.
   ASSERT_TRUE(rl.deleteKey("k"));  // start again, full
-  ASSERT_TRUE(rl.reserveFor("k", 4, "small").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 4, "small").allowed);
   rl.refund("k", 4);
   const Settlement back = rl.cancel("k", "small");
   EXPECT_EQ(back.status, SettleStatus::Settled);
@@ -200,7 +200,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
 // (5) Bad input is refused before anything is sent.
 TYPED_TEST(LimiterReserveSettleAlgorithms, BadInputIsRefusedBeforeSending) {
   auto rl = this->limiter(this->frozenPolicy(10));
-  ASSERT_TRUE(rl.reserveFor("k", 2, "ok").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 2, "ok").allowed);
   const std::vector<std::string> keys{rl.redisKey("k"), rl.recordKey("k", "ok")};
   const auto statesBefore = keyStates(this->admin(), keys);
   const std::int64_t calibrate = totalCommandCalls(this->admin());
@@ -230,7 +230,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, BadInputIsRefusedBeforeSending) {
 // (6) A corrupted record is refused naming its key, with nothing written.
 TYPED_TEST(LimiterReserveSettleAlgorithms, CorruptedRecordIsRefusedWithNothingWritten) {
   auto rl = this->limiter(this->frozenPolicy(10));
-  ASSERT_TRUE(rl.reserveFor("k", 2, "c").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 2, "c").allowed);
   const std::string record = rl.recordKey("k", "c");
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE(variant);
@@ -272,13 +272,13 @@ std::pair<T, std::exception_ptr> viaCallback(Start&& start, bool* ranBeforeRetur
   return result.get();
 }
 
-void expectSameHeld(const HeldPermits& async, const HeldPermits& sync) {
-  EXPECT_EQ(async.decision.allowed, sync.decision.allowed);
-  EXPECT_EQ(async.decision.permits, sync.decision.permits);
-  EXPECT_EQ(async.decision.remaining, sync.decision.remaining);
-  EXPECT_EQ(async.decision.limit, sync.decision.limit);
-  EXPECT_EQ(async.decision.byPolicy, sync.decision.byPolicy);
-  EXPECT_EQ(async.decision.retryAfter.count() > 0, sync.decision.retryAfter.count() > 0);
+void expectSameHeld(const Decision& async, const Decision& sync) {
+  EXPECT_EQ(async.allowed, sync.allowed);
+  EXPECT_EQ(async.permits, sync.permits);
+  EXPECT_EQ(async.remaining, sync.remaining);
+  EXPECT_EQ(async.limit, sync.limit);
+  EXPECT_EQ(async.byPolicy, sync.byPolicy);
+  EXPECT_EQ(async.retryAfter.count() > 0, sync.retryAfter.count() > 0);
   EXPECT_EQ(async.repeated, sync.repeated);
 }
 
@@ -309,12 +309,12 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncF
   } reserves[] = {{4, "a", false}, {4, "a", true}, {8, "b", false}, {2, "c", true}};
   for (const auto& r : reserves) {
     SCOPED_TRACE(r.id);
-    const HeldPermits expected = sync.reserveFor("k", r.permits, r.id, milliseconds(60000));
-    HeldPermits got;
+    const Decision expected = sync.reserveFor("k", r.permits, r.id, milliseconds(60000));
+    Decision got;
     if (r.future) {
       got = async.reserveForAsync("k", r.permits, r.id, milliseconds(60000)).get();
     } else {
-      auto [held, error] = viaCallback<HeldPermits>(
+      auto [held, error] = viaCallback<Decision>(
           [&](auto done) { async.reserveForAsync("k", r.permits, r.id, milliseconds(60000), std::move(done)); });
       ASSERT_FALSE(error);
       got = held;
@@ -327,7 +327,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncF
   EXPECT_GT(ttl, 50000);
   EXPECT_LE(ttl, 60000);
   // The default TTL (the callback form without one).
-  auto [held, heldError] = viaCallback<HeldPermits>(
+  auto [held, heldError] = viaCallback<Decision>(
       [&](auto done) { async.reserveForAsync("k", 1, "d", Limiter::kDefaultRecordTtl, std::move(done)); });
   ASSERT_FALSE(heldError);
   expectSameHeld(held, sync.reserveFor("k", 1, "d"));
@@ -376,9 +376,9 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveB
   for (int i = 0; i < 10; ++i) {
     (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
     try {
-      const HeldPermits h = rl.reserveForAsync("k", 40, "req-1").get();
-      EXPECT_TRUE(h.decision.allowed);
-      EXPECT_EQ(h.decision.remaining, 60);
+      const Decision h = rl.reserveForAsync("k", 40, "req-1").get();
+      EXPECT_TRUE(h.allowed);
+      EXPECT_EQ(h.remaining, 60);
       (h.repeated ? repeated : reserved)++;
     } catch (const IoError&) {
       ++failed;  // the kill can still be in flight: a retry follows
@@ -411,7 +411,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveB
 // with nothing sent.
 TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncBadInputIsRefusedBeforeSending) {
   auto rl = this->limiter(this->frozenPolicy(10));
-  ASSERT_TRUE(rl.reserveFor("k", 2, "ok").decision.allowed);
+  ASSERT_TRUE(rl.reserveFor("k", 2, "ok").allowed);
   const std::vector<std::string> keys{rl.redisKey("k"), rl.recordKey("k", "ok")};
   const auto statesBefore = keyStates(this->admin(), keys);
   const std::int64_t calibrate = totalCommandCalls(this->admin());
@@ -428,10 +428,10 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncBadInputIsRefusedBeforeSending) 
   };
   const auto reserve = [&](std::int64_t permits, const std::string& id, milliseconds ttl) {
     bool atOnce = false;
-    auto [held, error] = viaCallback<HeldPermits>(
-        [&](auto done) { rl.reserveForAsync("k", permits, id, ttl, std::move(done)); }, &atOnce);
+    auto [held, error] =
+        viaCallback<Decision>([&](auto done) { rl.reserveForAsync("k", permits, id, ttl, std::move(done)); }, &atOnce);
     EXPECT_TRUE(atOnce) << id;
-    EXPECT_FALSE(held.decision.allowed);
+    EXPECT_FALSE(held.allowed);
     return refused(error);
   };
   const auto settle = [&](const std::string& id, std::int64_t actual) {
@@ -465,12 +465,12 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialTh
   options.monitor.registry = std::make_shared<MetricsRegistry>();
   options.monitor.shadow = true;
   Limiter rl(this->client(), this->limiterName(), this->frozenPolicy(3), options);
-  const HeldPermits granted = rl.reserveForAsync("k", 2, "g").get();
-  EXPECT_TRUE(granted.decision.allowed);
-  EXPECT_FALSE(granted.decision.shadowDenied);
-  const HeldPermits over = rl.reserveForAsync("k", 2, "over").get();
-  EXPECT_TRUE(over.decision.allowed);
-  EXPECT_TRUE(over.decision.shadowDenied);
+  const Decision granted = rl.reserveForAsync("k", 2, "g").get();
+  EXPECT_TRUE(granted.allowed);
+  EXPECT_FALSE(granted.shadowDenied);
+  const Decision over = rl.reserveForAsync("k", 2, "over").get();
+  EXPECT_TRUE(over.allowed);
+  EXPECT_TRUE(over.shadowDenied);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "over")));
   EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, SettleStatus::Unknown);
   const LimiterMetricsSnapshot m = options.monitor.registry->snapshot(rl.name());
@@ -492,21 +492,21 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
     Limiter rl(client, "policy", GcraTraits::policy(5, 5, milliseconds(60000)), options);
-    ASSERT_TRUE(rl.reserveForAsync("k", 2, "before").get().decision.allowed);
+    ASSERT_TRUE(rl.reserveForAsync("k", 2, "before").get().allowed);
     server.kill();
     constexpr int kTries = 3;
     int byPolicy = 0, thrown = 0;
     for (int i = 0; i < kTries; ++i) {
-      auto [held, error] = viaCallback<HeldPermits>(
+      auto [held, error] = viaCallback<Decision>(
           [&](auto done) { rl.reserveForAsync("k", 1, "during", Limiter::kDefaultRecordTtl, std::move(done)); });
       if (error) {
         EXPECT_THROW(std::rethrow_exception(error), IoError);
         ++thrown;
         continue;
       }
-      EXPECT_TRUE(held.decision.byPolicy);
+      EXPECT_TRUE(held.byPolicy);
       EXPECT_FALSE(held.repeated);
-      EXPECT_EQ(held.decision.allowed, policy == FailurePolicy::Allow);
+      EXPECT_EQ(held.allowed, policy == FailurePolicy::Allow);
       ++byPolicy;
     }
     EXPECT_EQ(thrown, policy == FailurePolicy::Throw ? kTries : 0);
@@ -543,14 +543,14 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
     Limiter rl(client, "policy", TokenBucketTraits::policy(5, 5, milliseconds(60000)), options);
-    ASSERT_TRUE(rl.reserveFor("k", 2, "before").decision.allowed);
+    ASSERT_TRUE(rl.reserveFor("k", 2, "before").allowed);
     server.kill();
     for (int i = 0; i < 3; ++i) {
       try {
-        const HeldPermits h = rl.reserveFor("k", 1, "during");
-        EXPECT_TRUE(h.decision.byPolicy);
+        const Decision h = rl.reserveFor("k", 1, "during");
+        EXPECT_TRUE(h.byPolicy);
         EXPECT_FALSE(h.repeated);
-        EXPECT_EQ(h.decision.allowed, policy == FailurePolicy::Allow);
+        EXPECT_EQ(h.allowed, policy == FailurePolicy::Allow);
         EXPECT_NE(policy, FailurePolicy::Throw);
       } catch (const IoError&) {
         EXPECT_EQ(policy, FailurePolicy::Throw);

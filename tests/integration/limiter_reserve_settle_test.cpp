@@ -64,11 +64,11 @@ TYPED_TEST(LimiterReserveSettle, ARecordPerKeyAndIdAndASettleRetriedAfterClientK
   const auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = this->limiter("policy", registry);
   EXPECT_EQ(rl.recordKey("user:1", "r"), "rl::rsv:r:{" + rl.redisKey("user:1") + "}");
-  ASSERT_EQ(rl.reserveFor("user:1", 6, "r").decision.remaining, 4);
-  ASSERT_EQ(rl.reserveFor("user:2", 6, "r").decision.remaining, 4) << "one id on another key is another reservation";
-  const HeldPermits again = rl.reserveFor("user:1", 6, "r");
+  ASSERT_EQ(rl.reserveFor("user:1", 6, "r").remaining, 4);
+  ASSERT_EQ(rl.reserveFor("user:2", 6, "r").remaining, 4) << "one id on another key is another reservation";
+  const Decision again = rl.reserveFor("user:1", 6, "r");
   EXPECT_TRUE(again.repeated);
-  EXPECT_EQ(again.decision.remaining, 4);
+  EXPECT_EQ(again.remaining, 4);
   int settled = 0;
   for (int i = 0; i < 5; ++i) {
     (void)this->raw({"CLIENT", "KILL", "TYPE", "normal"});
@@ -112,8 +112,8 @@ TYPED_TEST(LimiterReserveSettle, AKeySpelledLikeARecordKeyIsAKeyOfItsOwn) {
     EXPECT_NE(rl.redisKey(k), record) << k;
   }
   EXPECT_FALSE(exists(this->admin(), record));
-  const HeldPermits held = rl.reserveFor(owner, 6, "req-2");
-  EXPECT_TRUE(held.decision.allowed);
+  const Decision held = rl.reserveFor(owner, 6, "req-2");
+  EXPECT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
   EXPECT_TRUE(exists(this->admin(), record));
   EXPECT_EQ(rl.settle(owner, "req-2", 6).status, SettleStatus::Settled);
@@ -125,14 +125,14 @@ TYPED_TEST(LimiterReserveSettle, AKeySpelledLikeARecordKeyIsAKeyOfItsOwn) {
 TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIsTheFailurePolicys) {
   const auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = this->limiter("policy", registry);
-  ASSERT_EQ(rl.reserveForAsync("user:1", 6, "r").get().decision.remaining, 4);
-  std::promise<std::pair<HeldPermits, std::exception_ptr>> held;
-  rl.reserveForAsync("user:2", 6, "r", milliseconds(60000), [&](HeldPermits h, std::exception_ptr e) {
+  ASSERT_EQ(rl.reserveForAsync("user:1", 6, "r").get().remaining, 4);
+  std::promise<std::pair<Decision, std::exception_ptr>> held;
+  rl.reserveForAsync("user:2", 6, "r", milliseconds(60000), [&](Decision h, std::exception_ptr e) {
     held.set_value({h, std::move(e)});
   });
   const auto [second, heldError] = held.get_future().get();
   EXPECT_FALSE(heldError);
-  EXPECT_EQ(second.decision.remaining, 4) << "one id on another key is another reservation";
+  EXPECT_EQ(second.remaining, 4) << "one id on another key is another reservation";
   EXPECT_TRUE(rl.reserveForAsync("user:1", 6, "r").get().repeated);
   int settled = 0;
   for (int i = 0; i < 5; ++i) {
@@ -166,11 +166,11 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
   LimiterOptions allow;
   allow.failure.policy = FailurePolicy::Allow;
   Limiter gone(shortTimeoutClient(server), "gone", TypeParam::make(), allow);
-  ASSERT_TRUE(gone.reserveForAsync("k", 1, "a").get().decision.allowed);
+  ASSERT_TRUE(gone.reserveForAsync("k", 1, "a").get().allowed);
   server.kill();
-  const HeldPermits byPolicy = gone.reserveForAsync("k", 1, "b").get();
-  EXPECT_TRUE(byPolicy.decision.allowed);
-  EXPECT_TRUE(byPolicy.decision.byPolicy);
+  const Decision byPolicy = gone.reserveForAsync("k", 1, "b").get();
+  EXPECT_TRUE(byPolicy.allowed);
+  EXPECT_TRUE(byPolicy.byPolicy);
   EXPECT_THROW((void)gone.settleAsync("k", "a", 1).get(), IoError);
 }
 

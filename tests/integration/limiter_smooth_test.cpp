@@ -80,8 +80,8 @@ TEST_F(LimiterSmooth, AcquireReturnsTheWaitAndTryAcquireWaitsOnlyWhenItFits) {
   EXPECT_TRUE(rl.tryAcquire("k", 1, milliseconds(5000)));
   EXPECT_GE(serverTimeUs(admin()), d.time.count() + d.retryAfter.count()) << "slept the returned wait";
   EXPECT_FALSE(rl.tryAcquire("k", 1, milliseconds(-5))) << "a negative timeout is one attempt";
-  const Reservation r = rl.reserve("k", 4, microseconds(10'000'000));
-  EXPECT_TRUE(r.decision.allowed);
+  const Decision r = rl.reserve("k", 4, microseconds(10'000'000));
+  EXPECT_TRUE(r.allowed);
   EXPECT_GT(r.delay.count(), 0);
 }
 
@@ -368,12 +368,12 @@ TEST_F(LimiterSmooth, WarmsUpAcrossProcesses) {
   ASSERT_GE(grants.size(), 15u);
   EXPECT_GT(grants[1].useUs - grants[0].useUs, 20000);
   // This process now finds the limiter warm: one more permit costs exactly the stable interval.
-  const Reservation a = rl.reserve("k", 1, microseconds(5'000'000));
-  const Reservation b = rl.reserve("k", 1, microseconds(5'000'000));
-  ASSERT_TRUE(a.decision.allowed);
-  ASSERT_TRUE(b.decision.allowed);
-  EXPECT_EQ((b.decision.time + b.delay - a.decision.time - a.delay).count(), 10000);
-  EXPECT_EQ(a.decision.remaining, 0) << "nothing stored: warm";
+  const Decision a = rl.reserve("k", 1, microseconds(5'000'000));
+  const Decision b = rl.reserve("k", 1, microseconds(5'000'000));
+  ASSERT_TRUE(a.allowed);
+  ASSERT_TRUE(b.allowed);
+  EXPECT_EQ((b.time + b.delay - a.time - a.delay).count(), 10000);
+  EXPECT_EQ(a.remaining, 0) << "nothing stored: warm";
 }
 
 }  // namespace

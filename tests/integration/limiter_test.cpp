@@ -108,13 +108,13 @@ TYPED_TEST(LimiterPolicies, PeekWritesNothingAndRefundGivesBack) {
 TYPED_TEST(LimiterPolicies, ReserveSaysTheDelayAndTryAcquireWithATimeoutWaitsNoLongerThanItFits) {
   Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
   ASSERT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
-  const Reservation now = limiter.reserve("u", 1, microseconds(0));
-  EXPECT_FALSE(now.decision.allowed) << "nothing within no wait";
+  const Decision now = limiter.reserve("u", 1, microseconds(0));
+  EXPECT_FALSE(now.allowed) << "nothing within no wait";
   EXPECT_FALSE(limiter.tryAcquire("u", 1, milliseconds(1))) << "the next permit is hours away";
-  const Reservation async = limiter.reserveAsync("u", 1, microseconds(0)).get();
-  EXPECT_FALSE(async.decision.allowed);
-  const Reservation fresh = limiter.reserve("v", 1, microseconds(0));
-  EXPECT_TRUE(fresh.decision.allowed);
+  const Decision async = limiter.reserveAsync("u", 1, microseconds(0)).get();
+  EXPECT_FALSE(async.allowed);
+  const Decision fresh = limiter.reserve("v", 1, microseconds(0));
+  EXPECT_TRUE(fresh.allowed);
   EXPECT_EQ(fresh.delay.count(), 0);
   EXPECT_EQ(limiter.acquire("w").count(), 0) << "available at once: no sleep";
 }
@@ -131,8 +131,8 @@ TYPED_TEST(LimiterPolicies, ReserveForAndSettleHoldThenGiveBackOnceOrAreRefusedB
     EXPECT_EQ(this->scriptCalls(), before) << "nothing sent";
     return;
   }
-  const HeldPermits held = limiter.reserveFor("u", 3, "order-1");
-  ASSERT_TRUE(held.decision.allowed);
+  const Decision held = limiter.reserveFor("u", 3, "order-1");
+  ASSERT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
   EXPECT_TRUE(limiter.reserveFor("u", 3, "order-1").repeated) << "the same id answers the first";
   EXPECT_EQ(limiter.peek("u").remaining, limit - 3);
@@ -142,10 +142,10 @@ TYPED_TEST(LimiterPolicies, ReserveForAndSettleHoldThenGiveBackOnceOrAreRefusedB
   EXPECT_EQ(limiter.settle("u", "order-1", 1).status, SettleStatus::AlreadySettled);
   EXPECT_EQ(limiter.peek("u").remaining, limit - 1);
   // Async, and cancel.
-  const HeldPermits second = limiter.reserveForAsync("u", 2, "order-2").get();
-  ASSERT_TRUE(second.decision.allowed);
+  const Decision second = limiter.reserveForAsync("u", 2, "order-2").get();
+  ASSERT_TRUE(second.allowed);
   EXPECT_EQ(limiter.settleAsync("u", "order-2", 2).get().status, SettleStatus::Settled);
-  ASSERT_TRUE(limiter.reserveFor("v", 2, "order-3").decision.allowed);
+  ASSERT_TRUE(limiter.reserveFor("v", 2, "order-3").allowed);
   EXPECT_EQ(limiter.cancel("v", "order-3").returned, 2);
 }
 
@@ -298,22 +298,22 @@ TEST_F(LimiterTest, ACalendarPolicyTakesHoldsSettlesAndRefundsPerKeyInItsZone) {
     const std::string key = "tenant-" + std::to_string(attempt);
     const Decision first = quota.decide(key, 3);
     ASSERT_TRUE(first.allowed);
-    const HeldPermits held = quota.reserveFor(key, 4, "r1");
+    const Decision held = quota.reserveFor(key, 4, "r1");
     const Settlement settled = quota.settle(key, "r1", 1);
     quota.refund(key, 1);
     const Decision async = quota.decideAsync(key, 1).get();
-    const HeldPermits heldAsync = quota.reserveForAsync(key, 2, "r2").get();
+    const Decision heldAsync = quota.reserveForAsync(key, 2, "r2").get();
     const Settlement settledAsync = quota.settleAsync(key, "r2", 2).get();
     const Decision last = quota.peek(key);
     if (daily.windowAt(first.time).label != daily.windowAt(last.time).label) continue;
     EXPECT_EQ(first.remaining, 7);
-    EXPECT_TRUE(held.decision.allowed);
-    EXPECT_EQ(held.decision.remaining, 3);
+    EXPECT_TRUE(held.allowed);
+    EXPECT_EQ(held.remaining, 3);
     EXPECT_EQ(settled.status, SettleStatus::Settled);
     EXPECT_EQ(settled.returned, 3);
     EXPECT_TRUE(async.allowed);
     EXPECT_EQ(async.remaining, 6) << "3 + 1 settled - 1 refunded + 1";
-    EXPECT_TRUE(heldAsync.decision.allowed);
+    EXPECT_TRUE(heldAsync.allowed);
     EXPECT_EQ(settledAsync.returned, 0);
     EXPECT_EQ(last.remaining, 4);
     EXPECT_EQ(quota.recordKey(key, "r1").rfind("rl::rsv:r1:", 0), 0u) << quota.recordKey(key, "r1");
@@ -353,7 +353,7 @@ TEST_F(LimiterTest, ANameWithAColonIsRefusedSoTheSplitOfAKeyIsUnique) {
 
 TEST_F(LimiterTest, NoCallerKeyReachesAReservationRecord) {
   Limiter limiter(client(), limiterName(), Policy::tokenBucket(10, 1, hours(24)));
-  ASSERT_TRUE(limiter.reserveFor("u", 4, "order-1").decision.allowed);
+  ASSERT_TRUE(limiter.reserveFor("u", 4, "order-1").allowed);
   const std::string record = limiter.recordKey("u", "order-1");
   EXPECT_EQ(record.rfind("rl::rsv:order-1:", 0), 0u) << record;
   EXPECT_EQ(raw({"EXISTS", record}).integer, 1);

@@ -54,8 +54,8 @@ TEST_F(MultiLimitCalendar, AnLlmBudgetPerBerlinDayAndATokenRateAreChargedTheActu
     const MultiLimit budget({daily, perMinute});
     MultiLimit tenant = budget.on({"tenant:7", "tenant:7"});
 
-    const MultiHeldPermits held = tenant.reserveFor(1000, "req-1");
-    ASSERT_TRUE(held.decision.allowed);
+    const MultiDecision held = tenant.reserveFor(1000, "req-1");
+    ASSERT_TRUE(held.allowed);
     EXPECT_FALSE(held.repeated);
     const MultiSettlement settled = tenant.settle("req-1", 234);
     const Decision day = daily.peek("tenant:7");
@@ -63,16 +63,16 @@ TEST_F(MultiLimitCalendar, AnLlmBudgetPerBerlinDayAndATokenRateAreChargedTheActu
     // A denial by the day: the token rate is not charged.
     ASSERT_TRUE(daily.decide("tenant:8", 50000).allowed);
     MultiLimit spent = budget.on({"tenant:8", "tenant:8"});
-    const MultiHeldPermits byDay = spent.reserveFor(1000, "req-2");
+    const MultiDecision byDay = spent.reserveFor(1000, "req-2");
     // A denial by the token rate: the day is not charged.
     ASSERT_TRUE(perMinute.decide("tenant:9", 20000).allowed);
     MultiLimit hurried = budget.on({"tenant:9", "tenant:9"});
-    const MultiHeldPermits byRate = hurried.reserveFor(1000, "req-3");
+    const MultiDecision byRate = hurried.reserveFor(1000, "req-3");
     const Decision last = daily.peek("tenant:9");
-    if (daily.policy().windowAt(held.decision.time).label != daily.policy().windowAt(last.time).label) continue;
+    if (daily.policy().windowAt(held.time).label != daily.policy().windowAt(last.time).label) continue;
 
-    EXPECT_EQ(held.decision.limits.at(0).remaining, 49000);
-    EXPECT_EQ(held.decision.limits.at(1).remaining, 19000);
+    EXPECT_EQ(held.limits.at(0).remaining, 49000);
+    EXPECT_EQ(held.limits.at(1).remaining, 19000);
     EXPECT_EQ(settled.status, SettleStatus::Settled);
     ASSERT_EQ(settled.limits.size(), 2u);
     for (const Settlement& one : settled.limits) {
@@ -83,13 +83,13 @@ TEST_F(MultiLimitCalendar, AnLlmBudgetPerBerlinDayAndATokenRateAreChargedTheActu
     EXPECT_EQ(day.remaining, 50000 - 234) << "the day: the limit minus the actuals";
     EXPECT_GE(perMinute.peek("tenant:7").remaining, 20000 - 234);
 
-    EXPECT_FALSE(byDay.decision.allowed);
-    EXPECT_EQ(byDay.decision.deniedBy, 0u);
+    EXPECT_FALSE(byDay.allowed);
+    EXPECT_EQ(byDay.deniedBy, 0u);
     EXPECT_FALSE(perMinute.exists("tenant:8")) << "denied by the day: the token rate untouched";
     EXPECT_EQ(spent.settle("req-2", 0).status, SettleStatus::Unknown) << "a denial records nothing";
 
-    EXPECT_FALSE(byRate.decision.allowed);
-    EXPECT_EQ(byRate.decision.deniedBy, 1u);
+    EXPECT_FALSE(byRate.allowed);
+    EXPECT_EQ(byRate.deniedBy, 1u);
     EXPECT_FALSE(daily.exists("tenant:9")) << "denied by the token rate: the day untouched";
     EXPECT_EQ(last.remaining, 50000);
     return;
@@ -103,8 +103,8 @@ TEST_F(MultiLimitCalendar, ASettleResentAfterAKilledConnectionIsAppliedOnce) {
     ASSERT_LT(attempt, 2) << "two Berlin midnights within one test";
     Limiter daily = perDay(attempt), perMinute = rate(attempt);
     MultiLimit tenant = MultiLimit({daily, perMinute}).on({"tenant:7", "tenant:7"});
-    const MultiHeldPermits held = tenant.reserveFor(1000, "req-1");
-    ASSERT_TRUE(held.decision.allowed);
+    const MultiDecision held = tenant.reserveFor(1000, "req-1");
+    ASSERT_TRUE(held.allowed);
     int settled = 0, again = 0, failed = 0;
     for (int i = 0; i < 10; ++i) {
       (void)raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
@@ -118,7 +118,7 @@ TEST_F(MultiLimitCalendar, ASettleResentAfterAKilledConnectionIsAppliedOnce) {
       }
     }
     const Decision day = daily.peek("tenant:7");
-    if (daily.policy().windowAt(held.decision.time).label != daily.policy().windowAt(day.time).label) continue;
+    if (daily.policy().windowAt(held.time).label != daily.policy().windowAt(day.time).label) continue;
     EXPECT_EQ(settled, 1);
     EXPECT_GE(again, 5);
     EXPECT_EQ(settled + again + failed, 10);

@@ -335,8 +335,8 @@ TEST_F(MultiLimitTest, ReservationsWaitForTheEarliestTimeAllCanGive) {
   Limiter quick(client(), limiterName("quick"), bucket(5, 5, milliseconds(60000)));
   ASSERT_TRUE(slow.tryAcquire("k"));
   MultiLimit both = MultiLimit({quick, slow}).on({"k", "k"});
-  const Reservation r = both.reserve(1, microseconds(10000000));
-  EXPECT_TRUE(r.decision.allowed);
+  const Decision r = both.reserve(1, microseconds(10000000));
+  EXPECT_TRUE(r.allowed);
   EXPECT_GT(r.delay.count(), 1000000);
   EXPECT_LE(r.delay.count(), 2000000);
   EXPECT_EQ(quick.peek("k").remaining, 3);
@@ -581,7 +581,7 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
   // Reserve, then settle, on the keys of the call: one record, in redlimit's namespace.
   MultiLimit onU = both.on({"u", "u"});
   EXPECT_EQ(onU.reservationKey("order-1").rfind("rl::mrsv:order-1:", 0), 0u) << onU.reservationKey("order-1");
-  ASSERT_TRUE(onU.reserveFor(4, "order-1").decision.allowed);
+  ASSERT_TRUE(onU.reserveFor(4, "order-1").allowed);
   EXPECT_EQ(a.peek("u").remaining, 5);
   EXPECT_EQ(onU.settle("order-1", 1).status, SettleStatus::Settled);
   EXPECT_EQ(a.peek("u").remaining, 8);

@@ -49,14 +49,14 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
   MultiLimit all = MultiLimit({gcra, window, bucket}, options(registry)).on({"k", "k", "k"});
   EXPECT_EQ(all.reservationKey("req-1").rfind("rl::mrsv:req-1:", 0), 0u) << all.reservationKey("req-1");
 
-  const MultiHeldPermits held = all.reserveFor(40, "req-1");
-  ASSERT_TRUE(held.decision.allowed);
+  const MultiDecision held = all.reserveFor(40, "req-1");
+  ASSERT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
-  EXPECT_EQ(held.decision.remaining, 10);
-  ASSERT_EQ(held.decision.limits.size(), 3u);
-  EXPECT_EQ(held.decision.limits[0].remaining, 60);
-  EXPECT_EQ(held.decision.limits[1].remaining, 60);
-  EXPECT_EQ(held.decision.limits[2].remaining, 10);
+  EXPECT_EQ(held.remaining, 10);
+  ASSERT_EQ(held.limits.size(), 3u);
+  EXPECT_EQ(held.limits[0].remaining, 60);
+  EXPECT_EQ(held.limits[1].remaining, 60);
+  EXPECT_EQ(held.limits[2].remaining, 10);
   EXPECT_TRUE(exists(admin(), all.reservationKey("req-1")));
   EXPECT_FALSE(exists(admin(), gcra.recordKey("k", "req-1"))) << "one record, the MultiLimit's";
 
@@ -113,7 +113,7 @@ TEST_F(MultiReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActualsInEv
         const std::int64_t reserved = std::uniform_int_distribution<std::int64_t>(1, 50)(rng);
         const std::int64_t actual = std::uniform_int_distribution<std::int64_t>(0, 2 * reserved)(rng);
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
-        if (!both.reserveFor(reserved, id).decision.allowed) ++problems;
+        if (!both.reserveFor(reserved, id).allowed) ++problems;
         const MultiSettlement s = both.settle(id, actual);
         bool exact = s.status == SettleStatus::Settled && s.limits.size() == 2;
         for (const Settlement& one : s.limits) {
@@ -140,21 +140,21 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
   MultiLimit both = MultiLimit({gcra, window}, options(registry)).on({"k", "k"});
   const std::vector<std::string> keys{gcra.redisKey("k"), window.redisKey("k"), both.reservationKey("d")};
 
-  const MultiHeldPermits first = both.reserveFor(3, "a");
-  ASSERT_TRUE(first.decision.allowed);
+  const MultiDecision first = both.reserveFor(3, "a");
+  ASSERT_TRUE(first.allowed);
   for (int i = 0; i < 3; ++i) {
-    const MultiHeldPermits again = both.reserveFor(3, "a");
-    EXPECT_TRUE(again.decision.allowed);
+    const MultiDecision again = both.reserveFor(3, "a");
+    EXPECT_TRUE(again.allowed);
     EXPECT_TRUE(again.repeated);
-    EXPECT_EQ(again.decision.remaining, 1);
-    EXPECT_EQ(again.decision.limits[0].remaining, 7);
-    EXPECT_EQ(again.decision.limits[1].remaining, 1);
+    EXPECT_EQ(again.remaining, 1);
+    EXPECT_EQ(again.limits[0].remaining, 7);
+    EXPECT_EQ(again.limits[1].remaining, 1);
   }
   const auto before = keyStates(admin(), keys);
-  const MultiHeldPermits denied = both.reserveFor(2, "d");
-  EXPECT_FALSE(denied.decision.allowed);
-  EXPECT_EQ(denied.decision.deniedBy, 1u) << "the fixed window";
-  EXPECT_GT(denied.decision.retryAfter.count(), 0);
+  const MultiDecision denied = both.reserveFor(2, "d");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.deniedBy, 1u) << "the fixed window";
+  EXPECT_GT(denied.retryAfter.count(), 0);
   EXPECT_EQ(keyStates(admin(), keys), before) << "nothing recorded, nothing charged";
   EXPECT_FALSE(exists(admin(), both.reservationKey("d")));
 
@@ -196,11 +196,11 @@ TEST_F(MultiReserveSettle, ExpiredReservationCountsAsFullyUsed) {
   Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
   Limiter window(client(), limiterName("window"), frozenWindow(10));
   MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
-  ASSERT_TRUE(both.reserveFor(2, "ttl", milliseconds(60000)).decision.allowed);
+  ASSERT_TRUE(both.reserveFor(2, "ttl", milliseconds(60000)).allowed);
   const std::int64_t ttl = raw({"PTTL", both.reservationKey("ttl")}).integer;
   EXPECT_GT(ttl, 50000);
   EXPECT_LE(ttl, 60000);
-  ASSERT_TRUE(both.reserveFor(2, "brief", milliseconds(1)).decision.allowed);
+  ASSERT_TRUE(both.reserveFor(2, "brief", milliseconds(1)).allowed);
   for (int i = 0; i < 200 && exists(admin(), both.reservationKey("brief")); ++i) sleepMs(2);
   EXPECT_EQ(both.settle("brief", 0).status, SettleStatus::Unknown);
   EXPECT_EQ(gcra.peek("k").remaining, 6);
@@ -212,7 +212,7 @@ TEST_F(MultiReserveSettle, BadInputIsRefusedBeforeSending) {
   Limiter gcra(client(), limiterName("gcra"), frozenGcra(10));
   Limiter window(client(), limiterName("window"), frozenWindow(10));
   MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
-  ASSERT_TRUE(both.reserveFor(2, "ok").decision.allowed);
+  ASSERT_TRUE(both.reserveFor(2, "ok").allowed);
   const std::vector<std::string> keys{gcra.redisKey("k"), window.redisKey("k"), both.reservationKey("ok")};
   const auto statesBefore = keyStates(admin(), keys);
   const std::int64_t calibrate = totalCommandCalls(admin());
@@ -249,7 +249,7 @@ TEST_F(MultiReserveSettle, CorruptedOrForeignRecordIsRefusedWithNothingWritten) 
   MultiLimit both = MultiLimit({gcra, window}).on({"k", "k"});
   MultiLimit other = MultiLimit({gcra, bucket}).on({"k", "k"});  // the same first limit: the same record key
   ASSERT_EQ(other.reservationKey("c"), both.reservationKey("c"));
-  ASSERT_TRUE(both.reserveFor(2, "c").decision.allowed);
+  ASSERT_TRUE(both.reserveFor(2, "c").allowed);
   const std::string record = both.reservationKey("c");
   const std::string good = raw({"GET", record}).str;
   const std::vector<std::string> keys{gcra.redisKey("k"), window.redisKey("k"), bucket.redisKey("k"), record};
@@ -296,15 +296,15 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     options.monitor.registry = std::make_shared<MetricsRegistry>();
     options.name = "policy";
     MultiLimit both = MultiLimit({gcra, window}, options).on({"k", "k"});
-    ASSERT_TRUE(both.reserveFor(2, "before").decision.allowed);
+    ASSERT_TRUE(both.reserveFor(2, "before").allowed);
     server.kill();
     for (int i = 0; i < 3; ++i) {
       try {
-        const MultiHeldPermits h = both.reserveFor(1, "during");
-        EXPECT_TRUE(h.decision.byPolicy);
+        const MultiDecision h = both.reserveFor(1, "during");
+        EXPECT_TRUE(h.byPolicy);
         EXPECT_FALSE(h.repeated);
-        EXPECT_EQ(h.decision.allowed, policy == FailurePolicy::Allow);
-        EXPECT_EQ(h.decision.limits.size(), 2u);
+        EXPECT_EQ(h.allowed, policy == FailurePolicy::Allow);
+        EXPECT_EQ(h.limits.size(), 2u);
         EXPECT_NE(policy, FailurePolicy::Throw);
       } catch (const IoError&) {
         EXPECT_EQ(policy, FailurePolicy::Throw);
@@ -323,12 +323,12 @@ TEST_F(MultiReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   Limiter window(client(), limiterName("window"), frozenWindow(10));
   auto registry = std::make_shared<MetricsRegistry>();
   MultiLimit both = MultiLimit({gcra, window}, options(registry)).on({"k", "k"});
-  const MultiHeldPermits held = both.reserveForAsync(4, "req-1").get();
-  ASSERT_TRUE(held.decision.allowed);
+  const MultiDecision held = both.reserveForAsync(4, "req-1").get();
+  ASSERT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
-  std::promise<MultiHeldPermits> again;
+  std::promise<MultiDecision> again;
   both.reserveForAsync(4, "req-1", milliseconds(60000),
-                       [&](MultiHeldPermits h, const std::exception_ptr&) { again.set_value(std::move(h)); });
+                       [&](MultiDecision h, const std::exception_ptr&) { again.set_value(std::move(h)); });
   EXPECT_TRUE(again.get_future().get().repeated) << "the same id answers the first";
   EXPECT_EQ(gcra.peek("k").remaining, 6);
   const MultiSettlement settled = both.settleAsync("req-1", 1).get();

@@ -65,13 +65,13 @@ int main(int argc, char** argv) {
         std::int64_t permits = 1;
         while (std::chrono::steady_clock::now() < end) {
           try {
-            redlimit::Reservation r;
+            redlimit::Decision r;
             if (t == 0 && maxWait.count() > 0) {
               r = limiter.reserve(key, permits, maxWait);
             } else {
-              r.decision = limiter.decide(key, permits);
+              r = limiter.decide(key, permits);
             }
-            if (r.decision.allowed) mine.emplace_back((r.decision.time + r.delay).count(), permits);
+            if (r.allowed) mine.emplace_back((r.time + r.delay).count(), permits);
           } catch (const redlimit::Error& e) {
             errors.fetch_add(1);
             std::fprintf(stderr, "one_key_worker: %s\n", e.what());

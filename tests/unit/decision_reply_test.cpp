@@ -1,21 +1,28 @@
 // parseDecisionReply: the packed take/peek reply of the one-key scripts (lib/onekey.lua's
-// packDecision) and smooth.lua's array of 9, byte by byte, and everything it refuses.
+// packDecision) and smooth.lua's array of 9, byte by byte, and everything it refuses; the Decision
+// made of it (decisionOf, parseHeld), a reservation's delay and repeated flag included.
 #include "limiters/decision_reply.hpp"
 
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include <gtest/gtest.h>
 
 #include "redlimit/errors.hpp"
 
+using redlimit::Decision;
 using redlimit::UnexpectedReplyError;
 using redlimit::detail::DecisionForm;
+using redlimit::detail::decisionOf;
 using redlimit::detail::DecisionReply;
 using redlimit::detail::isPackedDecision;
 using redlimit::detail::kPackedDecisionSize;
 using redlimit::detail::parseDecisionReply;
+using redlimit::detail::parseHeld;
 using redlimit::detail::Reply;
 
 namespace {
@@ -105,4 +112,53 @@ TEST(DecisionReply, SmoothsArrayOfNineIsTheArrayForm) {
   EXPECT_THROW((void)parseDecisionReply(array, DecisionForm::Array, "smooth"), UnexpectedReplyError);
   EXPECT_THROW((void)parseDecisionReply(packed(0xA1, {0, 0, 0, 0, 0, 0, 0, 0}), DecisionForm::Array, "smooth"),
                UnexpectedReplyError);
+}
+
+// The one result of every deciding call, a reservation's too, is a plain value: copied byte for
+// byte, it is the same decision.
+static_assert(std::is_trivially_copyable_v<Decision>, "Decision must stay trivially copyable");
+
+TEST(DecisionReply, DecisionIsTriviallyCopyableWithTheReservationsDelayAndRepeatedFlag) {
+  Decision d;
+  d.allowed = true;
+  d.permits = 3;
+  d.delay = std::chrono::microseconds(250000);
+  d.repeated = true;
+  Decision copy;
+  std::memcpy(&copy, &d, sizeof d);
+  EXPECT_TRUE(copy.allowed);
+  EXPECT_EQ(copy.permits, 3);
+  EXPECT_EQ(copy.delay.count(), 250000);
+  EXPECT_TRUE(copy.repeated);
+  EXPECT_EQ(Decision{}.delay.count(), 0) << "at once unless a reservation says otherwise";
+  EXPECT_FALSE(Decision{}.repeated);
+}
+
+// A take's reply carries the reservation's delay into the Decision; a reserve's reply (the nine
+// values, then repeated) sets Decision::repeated.
+TEST(DecisionReply, AReservationsDelayAndARepeatedReserveAreOnTheDecision) {
+  Reply array;
+  array.type = Reply::Type::Array;
+  for (const std::int64_t v : {1, 7, 0, 1000, 10, 5, 250000, 1, 1000}) array.elements.push_back(integer(v));
+  const Decision reserved = decisionOf(parseDecisionReply(array, DecisionForm::Array, "lim"), 3);
+  EXPECT_TRUE(reserved.allowed);
+  EXPECT_EQ(reserved.permits, 3);
+  EXPECT_EQ(reserved.remaining, 7);
+  EXPECT_EQ(reserved.time.count(), 5);
+  EXPECT_EQ(reserved.delay.count(), 250000) << "use the permits 250 ms after the decision";
+  EXPECT_FALSE(reserved.repeated);
+
+  array.elements[6] = integer(0);
+  array.elements.push_back(integer(1));
+  DecisionReply values;
+  const Decision again = parseHeld(array, "lim", 3, values);
+  EXPECT_TRUE(again.allowed);
+  EXPECT_TRUE(again.repeated) << "the id was reserved already";
+  EXPECT_EQ(again.permits, 3);
+  EXPECT_EQ(again.remaining, 7);
+  EXPECT_EQ(again.delay.count(), 0);
+  EXPECT_EQ(values.limit, 10);
+
+  array.elements.back() = integer(0);
+  EXPECT_FALSE(parseHeld(array, "lim", 3, values).repeated) << "a first reserve";
 }
