@@ -49,11 +49,11 @@ struct MultiLimitOptions {
 /// the calls that wait or answer without the lease: tryAcquire, acquire, reserve, reserveFor,
 /// tryAcquireAsync. Use decide or decideAsync.
 ///
-/// Keys: on a single server (standalone, or behind Sentinel) any keys may be combined. On a Redis
-/// Cluster a script may only touch keys of one hash slot, so the limiters' names must share one:
-/// give them one hash tag, the part between the first '{' and the next '}', which is all Redis
-/// Cluster hashes: "{tenant42}:user:7", "{tenant42}:tenant", "{tenant42}:burst". On a Cluster this
-/// is checked (CRC16 of the tag, as Redis Cluster computes it) when the MultiLimit is made.
+/// Keys come with on(), one per limiter. On a single server (standalone, or behind Sentinel) any
+/// keys may be combined. On a Redis Cluster a script may only touch keys of one hash slot, so the
+/// keys must share one: give them one hash tag, the part between the first '{' and the next '}',
+/// which is all Redis Cluster hashes: on({"{tenant42}:user:7", "{tenant42}"}). On a Cluster this is
+/// checked (CRC16 of the tag, as Redis Cluster computes it) by on(), before anything is sent.
 /// Consequence there: a limit shared by every tenant cannot be in one slot with every tenant's
 /// keys. Either give every key of the service one tag (e.g. "{api}:global", "{api}:tenant:42"; one
 /// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
@@ -79,26 +79,14 @@ struct MultiLimitOptions {
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
-  /// A limit: a Limiter, by reference (only its
-  /// name, kind, configuration and Client are kept). Made implicitly from either, so that
-  /// `MultiLimit both({perUser, perTenant, inFlight});` reads as a list of limiters.
-  class Limit {
-   public:
-    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}  // NOLINT(*-explicit-*)
-    /// The Limiter.
-    [[nodiscard]] const Limiter* limiter() const noexcept { return limiter_; }
-
-   private:
-    const Limiter* limiter_ = nullptr;
-  };
   /// As Limiter::Callback<Decision>, with the MultiDecision.
   using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
 
   /// A MultiLimit over `limits` (1..kMaxLimits distinct limiters, one Client), e.g.
-  /// `MultiLimit both({perUser, perTenant});`. Sends nothing. Throws InvalidArgument when there
-  /// are none or too many, when two have the same name or another Client, or, on a Cluster, when
-  /// their names are not all in one hash slot (the message says how to name them).
-  explicit MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options = {});
+  /// `MultiLimit both({perUser, perTenant});` (only their names, policies and Client are kept).
+  /// Sends nothing. Throws InvalidArgument when there are none or too many, when two have the same
+  /// name or another Client, or when one has a smooth policy.
+  explicit MultiLimit(const std::vector<Limiter>& limits, const MultiLimitOptions& options = {});
 
   /// A MultiLimit of Limiters (made once, e.g. `MultiLimit gateway({perKey, global});`) decides
   /// keys: on({apiKey, "all"}) is the same limits on those keys, keys[i] for limiter i, sharing

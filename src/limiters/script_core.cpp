@@ -70,21 +70,6 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
   return scriptError(std::move(error), key, kind);
 }
 
-std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix) {
-  checkReservationId(id, true);
-  // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
-  if (hashedPart(name).size() != name.size()) return fmt::format("{}:{}:{}", name, infix, id);
-  // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
-  // name if no '}' ends the tag early.
-  if (name.find('}') != std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: its name holds a '}}' but no hash tag, so no reservation record can "
-                    "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
-                    name));
-  }
-  return fmt::format("{{{}}}:{}:{}", name, infix, id);
-}
-
 void checkReservationTtl(milliseconds recordTtl) {
   if (recordTtl.count() < 1 || recordTtl > kMaxReservationTtl) {
     throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",

@@ -25,10 +25,6 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
 /// InvalidArgument), as ScriptCore makes it.
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor);
-/// The key of the reservation record `id` of the limiter whose key is `name`
-/// (MultiLimit of 0.x handles): name:<infix>:id, wrapped as {name}:<infix>:id for a name
-/// without a hash tag. MultiLimit's records use the infix "mrsv". Throws InvalidArgument.
-std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix = "rsv");
 /// Throw InvalidArgument for a record TTL outside 1 ms..kMaxReservationTtl, actual permits outside
 /// 0..kMaxPermits.
 void checkReservationTtl(std::chrono::milliseconds recordTtl);

@@ -44,7 +44,7 @@ class MultiConcurrencyTest : public RedisTest {
     return Limiter(client(), limiterName(suffix), policy);
   }
   /// `limits` on kTenant each.
-  static MultiLimit onTenant(const std::vector<MultiLimit::Limit>& limits, const MultiLimitOptions& options = {}) {
+  static MultiLimit onTenant(const std::vector<Limiter>& limits, const MultiLimitOptions& options = {}) {
     return MultiLimit(limits, options).on(std::vector<std::string_view>(limits.size(), kTenant));
   }
   /// The Redis key of kTenant under `l`.

@@ -380,17 +380,16 @@ TEST_F(MultiLimitTest, BadLimitListsAndPermitsAreRefusedBeforeSending) {
   const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
   Limiter tagged(client(), limiterName("t"), bucket(5, 5, milliseconds(100000)));
   EXPECT_THROW(MultiLimit({tagged, tagged}).on({"k", "k"}), InvalidArgument) << "the same key twice";
-  EXPECT_THROW(MultiLimit(std::vector<MultiLimit::Limit>{}), InvalidArgument);
+  EXPECT_THROW(MultiLimit(std::vector<Limiter>{}), InvalidArgument);
   Limiter elsewhere(newClient(), limiterName("u"), bucket(5, 5, milliseconds(100000)));
   EXPECT_THROW(MultiLimit({tagged, elsewhere}).on({"k", "k"}), InvalidArgument) << "another Client";
   std::vector<Limiter> many;
   for (int i = 0; i <= static_cast<int>(MultiLimit::kMaxLimits); ++i) {
     many.emplace_back(client(), limiterName("m" + str(i)), bucket(5, 5, milliseconds(100000)));
   }
-  std::vector<MultiLimit::Limit> refs(many.begin(), many.end());
-  EXPECT_THROW(MultiLimit{refs}, InvalidArgument);
-  refs.pop_back();
-  EXPECT_NO_THROW(MultiLimit{refs});
+  EXPECT_THROW(MultiLimit{many}, InvalidArgument);
+  many.pop_back();
+  EXPECT_NO_THROW(MultiLimit{many});
   // Bad permits.
   MultiLimit one = MultiLimit({tagged}).on({"k"});
   EXPECT_THROW((void)one.decide(0), InvalidArgument);
