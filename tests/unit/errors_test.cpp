@@ -46,6 +46,43 @@ TEST(ErrorMapping, ClosedAndRefused) {
   }
 }
 
+TEST(ErrorMapping, EveryErrorTypeHasItsPlainKindAndACode) {
+  EXPECT_EQ(Error("x").kind(), ErrorKind::Other);
+  EXPECT_EQ(Error("x").code(), "");
+  EXPECT_EQ(InvalidArgument("x").kind(), ErrorKind::InvalidArgument);
+  EXPECT_EQ(IoError("x").kind(), ErrorKind::Io);
+  EXPECT_EQ(ClosedError("x").kind(), ErrorKind::Closed);
+  EXPECT_EQ(TimeoutError("x").kind(), ErrorKind::Timeout);
+  const ConfigurationError configuration("EMFILE", "x");
+  EXPECT_EQ(configuration.kind(), ErrorKind::Configuration);
+  EXPECT_EQ(configuration.code(), "EMFILE");
+  EXPECT_EQ(ReplyError("OOM", "x").kind(), ErrorKind::Reply);
+  EXPECT_EQ(AuthError("WRONGPASS", "x").kind(), ErrorKind::Auth);
+  EXPECT_EQ(ScriptError("ERR", "x").kind(), ErrorKind::Script);
+  const NotInitializedError notInitialized("REDLIMIT_NOT_INITIALIZED", "x");
+  EXPECT_EQ(notInitialized.kind(), ErrorKind::NotInitialized);
+  EXPECT_EQ(static_cast<const Error&>(notInitialized).code(), "REDLIMIT_NOT_INITIALIZED");
+}
+
+TEST(ErrorMapping, AKindOfAnotherTypeIsTakenAsTheTypesPlainKind) {
+  // A type never carries a kind its family does not have: a handler that catches the type and
+  // switches on the kind sees only the kinds errors.hpp lists for it.
+  EXPECT_EQ(IoError(ErrorKind::Tls, "", "x").kind(), ErrorKind::Io);
+  EXPECT_EQ(IoError(ErrorKind::Closed, "", "x").kind(), ErrorKind::Io);
+  EXPECT_EQ(TimeoutError(ErrorKind::Unavailable, "x").kind(), ErrorKind::Timeout);
+  EXPECT_EQ(ConfigurationError(ErrorKind::Auth, "", "x").kind(), ErrorKind::Configuration);
+  EXPECT_EQ(ReplyError(ErrorKind::Script, "", "x").kind(), ErrorKind::Reply);
+  EXPECT_EQ(AuthError(ErrorKind::Replica, "", "x").kind(), ErrorKind::Auth);
+  EXPECT_EQ(ScriptError(ErrorKind::NotInitialized, "", "x").kind(), ErrorKind::Script);
+  // And its own kinds are kept.
+  EXPECT_EQ(IoError(ErrorKind::Unavailable, "LOADING", "x").kind(), ErrorKind::Unavailable);
+  EXPECT_EQ(TimeoutError(ErrorKind::CallbackBlocked, "x").kind(), ErrorKind::CallbackBlocked);
+  EXPECT_EQ(ConfigurationError(ErrorKind::RequestLimit, "ERR", "x").kind(), ErrorKind::RequestLimit);
+  EXPECT_EQ(ReplyError(ErrorKind::UnexpectedReply, "", "x").kind(), ErrorKind::UnexpectedReply);
+  EXPECT_EQ(AuthError(ErrorKind::NoPermission, "NOPERM", "x").kind(), ErrorKind::NoPermission);
+  EXPECT_EQ(ScriptError(ErrorKind::InvalidState, "REDLIMIT_INVALID_STATE", "x").kind(), ErrorKind::InvalidState);
+}
+
 TEST(ErrorMapping, PoolTimeoutIsATimeoutAndAnIoError) {
   try {
     throw TimeoutError(ErrorKind::PoolTimeout, "x");
