@@ -24,6 +24,7 @@
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/tls_certs.hpp"
 #include "transport/connector.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -73,19 +74,6 @@ std::string messageOfCall(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "did not throw";
   return {};
-}
-
-// The same, for an E of kind `kind`.
-template <class E>
-std::string messageOfCall(ErrorKind kind, const std::function<void()>& f) {
-  return messageOfCall<E>([&] {
-    try {
-      f();
-    } catch (const E& e) {
-      EXPECT_EQ(e.kind(), kind) << e.what();
-      throw;
-    }
-  });
 }
 
 std::vector<std::string> tlsArgs(const TlsCerts& c, bool authClients) {
@@ -349,7 +337,7 @@ TEST(Stream, TlsMutualAuthWithoutClientCertificate) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, true));
   for (int i = 0; i < 3; ++i) {
-    const std::string message = messageOfCall<ConfigurationError>(ErrorKind::Tls, [&] {
+    const std::string message = messageOfError<ConfigurationError>(ErrorKind::Tls, [&] {
       auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
       (void)ping(*s);
     });
@@ -366,7 +354,7 @@ TEST(Stream, TlsMutualAuthWithARefusedClientCertificate) {
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.certFile = certs.serverCert;  // signed by the right CA, but for serverAuth only
   o.tls.keyFile = certs.serverKey;
-  const std::string message = messageOfCall<ConfigurationError>(ErrorKind::Tls, [&] {
+  const std::string message = messageOfError<ConfigurationError>(ErrorKind::Tls, [&] {
     auto s = detail::connectStream(o, after(kGenerous));
     (void)ping(*s);
   });
@@ -435,7 +423,7 @@ TEST(Stream, TlsWrongCa) {
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.caFile = certs.otherCaFile;
   const std::string message =
-      messageOfCall<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
+      messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "certificate verification failed")) << message;
   // redis-server sends its CA after the leaf (OpenSSL builds the chain from tls-ca-cert-file):
   // the unknown root is "self-signed"; a server sending the leaf alone gets "unable to get
@@ -453,7 +441,7 @@ TEST(Stream, TlsExpiredCertificateSaysWhenItExpired) {
   std::vector<std::string> args = tlsArgs(certs, false);
   *(std::find(args.begin(), args.end(), certs.serverCert)) = certs.expiredServerCert;
   RedisServer server(args);
-  const std::string message = messageOfCall<ConfigurationError>(
+  const std::string message = messageOfError<ConfigurationError>(
       ErrorKind::Tls, [&] { (void)detail::connectStream(tlsOptions(server, certs), after(kGenerous)); });
   // "notAfter=2026-12-05 06:00:33Z"
   const std::string line =
@@ -472,7 +460,7 @@ TEST(Stream, TlsWrongHostname) {
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.serverName = "wrong.example";
   const std::string message =
-      messageOfCall<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
+      messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "does not name \"wrong.example\"")) << message;
   EXPECT_TRUE(contains(message, "DNS:localhost, IP:127.0.0.1")) << message;
 }
@@ -486,7 +474,7 @@ TEST(Stream, TlsWrongIpAddress) {
   ConnectionOptions o = tlsOptions(server, certs);
   o.host = "127.0.0.2";  // loopback too, but not in the certificate
   const std::string message =
-      messageOfCall<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
+      messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "does not name \"127.0.0.2\" (expected from the host)")) << message;
 }
 

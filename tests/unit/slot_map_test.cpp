@@ -12,6 +12,7 @@
 
 #include "redlimit/errors.hpp"
 #include "topology/slot_map.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using redlimit::detail::parseClusterShards;
 using redlimit::detail::parseClusterSlots;
@@ -110,18 +111,6 @@ std::string thrown(F f) {
   }
   ADD_FAILURE() << "no exception of the expected type";
   return {};
-}
-
-template <typename Error, typename F>
-std::string thrown(redlimit::ErrorKind kind, F f) {
-  return thrown<Error>([&] {
-    try {
-      f();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), kind) << e.what();
-      throw;
-    }
-  });
 }
 
 // --- CLUSTER SHARDS ---------------------------------------------------------------------------
@@ -228,7 +217,7 @@ TEST(ClusterShards, TlsPorts) {
   const Reply tlsOnly =
       arr({shard({num(0), num(16383)}, {shardNode({kIdA, nil(), num(17334), "", "", nil(), "master", "online"})})});
   expectRange(parseClusterShards(tlsOnly, true, "h").at(0), 0, 16383, "h", 17334);
-  const std::string message = thrown<redlimit::ConfigurationError>(
+  const std::string message = redlimit::test::messageOfError<redlimit::ConfigurationError>(
       redlimit::ErrorKind::TlsPort, [&] { (void)parseClusterShards(tlsOnly, false, "h"); });
   EXPECT_NE(message.find("only a TLS port (17334)"), std::string::npos) << message;
   // TLS towards a cluster that reports no tls-port (TLS terminated in front of it): "port"
@@ -284,11 +273,11 @@ TEST(ClusterShards, MalformedRepliesAreUnexpectedReplyErrors) {
                                                                 str("role"), str("master")})})})},
   };
   for (const auto& [name, reply] : cases) {
-    const std::string message = thrown<redlimit::ReplyError>(
+    const std::string message = redlimit::test::messageOfError<redlimit::ReplyError>(
         redlimit::ErrorKind::UnexpectedReply, [&, r = &reply] { (void)parseClusterShards(*r, false, "h"); });
     EXPECT_NE(message.find("unexpected CLUSTER SHARDS reply"), std::string::npos) << name << ": " << message;
   }
-  const std::string overlap = thrown<redlimit::ReplyError>(
+  const std::string overlap = redlimit::test::messageOfError<redlimit::ReplyError>(
       redlimit::ErrorKind::UnexpectedReply, [&] { (void)parseClusterShards(cases[13].second, false, "h"); });
   EXPECT_NE(overlap.find("slots 0-100"), std::string::npos) << overlap;
   EXPECT_NE(overlap.find("50-200"), std::string::npos) << overlap;
@@ -378,8 +367,8 @@ TEST(ClusterSlots, MalformedRepliesAreUnexpectedReplyErrors) {
       {"bad replica", arr({arr({num(0), num(1), good, arr({str("h")})})})},
   };
   for (const auto& [name, reply] : cases) {
-    const std::string message = thrown<redlimit::ReplyError>(redlimit::ErrorKind::UnexpectedReply,
-                                                             [&, r = &reply] { (void)parseClusterSlots(*r, "h"); });
+    const std::string message = redlimit::test::messageOfError<redlimit::ReplyError>(
+        redlimit::ErrorKind::UnexpectedReply, [&, r = &reply] { (void)parseClusterSlots(*r, "h"); });
     EXPECT_NE(message.find("unexpected CLUSTER SLOTS reply"), std::string::npos) << name << ": " << message;
   }
 }

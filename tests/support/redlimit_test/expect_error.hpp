@@ -86,6 +86,23 @@ template <class E, class F>
   return ::testing::AssertionFailure() << "threw nothing";
 }
 
+/// The message of the E of kind `kind` that `statement()` throws; else a test failure that says
+/// what came instead, and "".
+template <class E, class F>
+std::string messageOfError(ErrorKind kind, F&& statement) {
+  std::string message;
+  const ::testing::AssertionResult thrown = throwsError<E>(kind, [&] {
+    try {
+      std::forward<F>(statement)();
+    } catch (const E& e) {
+      message = e.what();
+      throw;
+    }
+  });
+  if (!thrown) ADD_FAILURE() << thrown.message();
+  return thrown ? message : std::string();
+}
+
 /// Success if `error` holds an E whose kind() is `kind` (for futures' and events' exception_ptr).
 template <class E>
 ::testing::AssertionResult holdsError(ErrorKind kind, const std::exception_ptr& error) {
