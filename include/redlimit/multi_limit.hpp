@@ -70,8 +70,8 @@ struct MultiLimitOptions {
 /// Errors: InvalidArgument before anything is sent (bad permits or waits; permits above the
 /// burst or limit of a policy in the call); from the script, with
 /// nothing written: InvalidArgument for permits above a limit's burst or limit, NotInitializedError
-/// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
-/// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each
+/// if a key holds no configuration, ScriptError (InvalidConfig) if a key holds another Redis type, another
+/// kind of limiter or an unusable configuration, ScriptError (InvalidState) for unusable state — each
 /// naming the key. When Redis cannot be asked, the deciding calls (decide, tryAcquire, acquire,
 /// reserve, reserveFor, their ...Async forms) follow options.failure as the single limiters do:
 /// Local runs an in-process bucket at the tightest rate the limits reported (permits per time),
@@ -169,7 +169,7 @@ class MultiLimit {
   /// cannot be asked the failure policy decides and nothing is recorded; sent again if its
   /// connection closes (the record makes that safe). Bad permits, id or TTL: InvalidArgument
   /// before sending; a record that is not this MultiLimit's (corrupt, a single key's, another
-  /// MultiLimit's limits): InvalidStateError naming it, nothing written.
+  /// MultiLimit's limits): ScriptError (InvalidState) naming it, nothing written.
   [[nodiscard]] MultiHeldPermits reserveFor(std::int64_t permits, const std::string& id,
                                             std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
   /// Settles the reservation `id` with the permits really used, once, in every limit: each gives
@@ -177,7 +177,7 @@ class MultiLimit {
   /// limiter's settle does (see MultiSettlement). A retry answers AlreadySettled with the first
   /// answer and changes nothing; no record (never reserved, by the policy, expired): Unknown,
   /// nothing changes. Not a decision: throws the IoError when Redis cannot be asked (safe to
-  /// retry); InvalidArgument before sending for a bad id or actual; InvalidStateError as reserveFor.
+  /// retry); InvalidArgument before sending for a bad id or actual; ScriptError (InvalidState) as reserveFor.
   MultiSettlement settle(const std::string& id, std::int64_t actual);
   /// settle(id, 0).
   MultiSettlement cancel(const std::string& id);

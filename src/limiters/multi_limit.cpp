@@ -308,7 +308,8 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
                                                   const std::string& leaseId) {
   const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from the script, got {}", label, expected, r.describe()));
   }
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
@@ -324,7 +325,8 @@ MultiLimit::Core::Outcome MultiLimit::Core::parse(Core* self, const std::string&
   out.delay = microseconds{at(6)};
   const std::int64_t deniedBy = at(7);
   if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
-    throw UnexpectedReplyError(fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
   }
   d.deniedBy = deniedBy == 0 ? Decision::kNone : static_cast<std::size_t>(deniedBy - 1);
   d.limits.resize(count);
@@ -448,7 +450,8 @@ std::vector<std::string> MultiLimit::Core::leaseArgs(std::string_view op, const 
 namespace {
 void checkLeaseReply(const std::string& label, std::string_view op, const Reply& r, std::size_t replySize) {
   if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label, replySize, op, r.describe()));
   }
 }
@@ -799,7 +802,8 @@ MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std:
                                                   const LimiterMonitor& monitor) {
   const std::size_t expected = 3 + 4 * count;
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from settle, got {}", label, expected, r.describe()));
   }
   MultiSettlement out;
@@ -833,7 +837,8 @@ MultiHeldPermits MultiLimit::Core::parseHeld(Core* self, const std::string& labe
                                              const Reply& reply, std::int64_t permits) {
   const std::size_t expected = kHead + kPerLimit * count + 1;
   if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", label, expected, reply.describe()));
   }
   Reply head = reply;

@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include "redlimit/errors.hpp"
+#include "redlimit_test/expect_error.hpp"
 
-using redlimit::UnexpectedReplyError;
+using redlimit::ErrorKind;
+using redlimit::ReplyError;
 using redlimit::detail::DecisionForm;
 using redlimit::detail::DecisionReply;
 using redlimit::detail::isPackedDecision;
@@ -86,7 +88,8 @@ TEST(DecisionReply, RefusesAnythingButAPackedDecisionNamingTheLimiter) {
     try {
       (void)parseDecisionReply(r, DecisionForm::Packed, "my-limiter");
       ADD_FAILURE() << "accepted " << r.describe();
-    } catch (const UnexpectedReplyError& e) {
+    } catch (const ReplyError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::UnexpectedReply) << e.what();
       EXPECT_NE(std::string(e.what()).find("my-limiter"), std::string::npos) << e.what();
     }
   }
@@ -102,7 +105,9 @@ TEST(DecisionReply, SmoothsArrayOfNineIsTheArrayForm) {
   EXPECT_EQ(d.nowUs, 6);
   EXPECT_EQ(d.localIntervalMs, 9);
   array.elements.pop_back();
-  EXPECT_THROW((void)parseDecisionReply(array, DecisionForm::Array, "smooth"), UnexpectedReplyError);
-  EXPECT_THROW((void)parseDecisionReply(packed(0xA1, {0, 0, 0, 0, 0, 0, 0, 0}), DecisionForm::Array, "smooth"),
-               UnexpectedReplyError);
+  EXPECT_TRUE(redlimit::test::throwsError<ReplyError>(
+      ErrorKind::UnexpectedReply, [&] { (void)parseDecisionReply(array, DecisionForm::Array, "smooth"); }));
+  EXPECT_TRUE(redlimit::test::throwsError<ReplyError>(ErrorKind::UnexpectedReply, [&] {
+    (void)parseDecisionReply(packed(0xA1, {0, 0, 0, 0, 0, 0, 0, 0}), DecisionForm::Array, "smooth");
+  }));
 }
