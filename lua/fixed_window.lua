@@ -53,7 +53,7 @@
 -- windowResetAfter). Anything else falls through to the full code below, which checks everything
 -- in order and fails with the precise error before writing anything. A key of another Redis type
 -- fails the GET with Redis's WRONGTYPE error; ScriptCore, which knows the key, turns it into
--- InvalidConfigError. A grant costs two Redis calls, the GET and one SET (with PX when keepAlive >
+-- ScriptError (InvalidConfig). A grant costs two Redis calls, the GET and one SET (with PX when keepAlive >
 -- 0), and TIME when ARGV[2] is '' (always, from the limiters). a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles. With the
 -- configuration in the call (ARGV[6]), the fast path also requires the key to begin with it.
 local op, key = ARGV[1], KEYS[1]

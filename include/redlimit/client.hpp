@@ -38,7 +38,7 @@ struct PoolStats {
   std::uint64_t created = 0;    // connections opened since start
   std::uint64_t discarded = 0;  // connections closed after a failure since start
   std::size_t pending = 0;      // requests queued or waiting for their replies now
-  std::uint64_t rejected = 0;   // requests refused with PoolTimeoutError (maxPending reached)
+  std::uint64_t rejected = 0;   // requests refused with TimeoutError, kind PoolTimeout (maxPending reached)
   std::uint64_t writes = 0;     // writes that carried requests since start
   std::uint64_t requests = 0;   // requests written since start (requests / writes: how
                                 // many left together, the effect of automatic pipelining)
@@ -46,7 +46,7 @@ struct PoolStats {
                                 // their connection was idle (no hand-off to the I/O thread)
   std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
                                 // (they blocked: Event::Kind::CallbackBlocked)
-  std::uint64_t stalled = 0;    // requests whose deadline passed meanwhile (CallbackBlockedError)
+  std::uint64_t stalled = 0;    // requests whose deadline passed meanwhile (TimeoutError, kind CallbackBlocked)
   // Best-effort calls (Client::admitBestEffort):
   std::uint64_t bestEffortSent = 0;     // let through (calls)
   std::uint64_t bestEffortSkipped = 0;  // skipped because Redis was found unreachable (calls)
@@ -105,7 +105,7 @@ class Client {
   /// Whether a best-effort call should be sent now: one nobody waits for, whose loss costs only
   /// capacity that comes back by itself (SegmentedRateLimiter's give-backs on close, when idle and
   /// on reconfigure). True while Redis is reachable. After a transport failure of any call on this
-  /// Client (an IoError other than PoolTimeoutError, which is congestion in this process), false
+  /// Client (an IoError other than TimeoutError (PoolTimeout), which is congestion in this process), false
   /// until a call reaches Redis again or ClientOptions::bestEffortRetry has passed; from then on
   /// true for one caller per bestEffortRetry (a probe). So closing many limiters while Redis does
   /// not answer costs one command timeout in total, not one per limiter. Counted in
@@ -117,7 +117,7 @@ class Client {
   // (redlimit/detail/client_access.hpp): not part of the public API.
   friend struct detail::ClientAccess;
   /// Runs one command and waits for its reply (at most the request deadline). Throws IoError and
-  /// subclasses (TimeoutError, ClosedError, ProtocolError, PoolTimeoutError), ConfigurationError,
+  /// subclasses (TimeoutError, ClosedError; kinds Io, Unavailable, Protocol, Timeout, PoolTimeout...), ConfigurationError,
   /// AuthError, or the exception for an error reply (see errors.hpp).
   /// `deadline`, if given (not the epoch), ends the request instead of now + commandTimeout.
   detail::Reply command(std::initializer_list<std::string_view> argv,
@@ -127,7 +127,7 @@ class Client {
   /// Runs `script` with EVALSHA; if the server answers NOSCRIPT, one SCRIPT LOAD goes out on that
   /// connection and every request that failed is sent again (and if the script was flushed again
   /// in between, with EVAL and the source). Error replies raised by the script are thrown as
-  /// ScriptError (or NotInitializedError / InvalidConfigError / InvalidArgument when the script
+  /// ScriptError (or NotInitializedError / ScriptError of kind InvalidConfig / InvalidArgument when the script
   /// says so, see lua/lib/base.lua). The sync form of evalAsync.
   detail::Reply eval(const detail::Script& script, const std::vector<std::string_view>& keys,
                      const std::vector<std::string_view>& args, std::chrono::steady_clock::time_point deadline = {});

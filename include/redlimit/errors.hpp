@@ -8,222 +8,239 @@
 // InvalidArgument, thrown before anything is sent. ConfigurationError and AuthError are thrown
 // under every failure policy. src/base/error_mapping.cpp is the one place that classifies.
 //
-//   Error
+//   Error                        kind(): the ErrorKind, code(): the server's or errno's code, if any
 //   ├── InvalidArgument          bad input, rejected on the client; nothing was sent
-//   ├── IoError                  connect refused, reset, protocol error: no decision was made
-//   │   ├── ClosedError          the server closed the connection
-//   │   ├── UnavailableError     the server answered that it cannot serve now (LOADING, BUSY...)
-//   │   ├── ProtocolError        the peer sent bytes that are not RESP, or a reply over ReplyLimits
-//   │   └── TimeoutError         connect timeout, or a request's whole deadline passed
-//   │       └── PoolTimeoutError too many requests already queued on this Client (PoolOptions::maxPending)
-//   ├── ConfigurationError       the set-up is wrong; retrying will not help (not an outage)
-//   │   ├── ReplicaError         the address names a read-only replica (READONLY, MASTERDOWN)
-//   │   ├── TlsPortError         the port speaks TLS and the client was told to connect in plain text
-//   │   ├── TlsError             TLS set-up failed: certificate not trusted, wrong name, unreadable files
-//   │   ├── ResourceLimitError   this process or host ran out of file descriptors (EMFILE, ENFILE)
-//   │   └── RequestLimitError    the server refused a request over its limits (proto-max-bulk-len...)
-//   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...)
-//       ├── UnexpectedReplyError the reply had another shape than the command answers
-//       ├── AuthError            WRONGPASS / NOAUTH / no password given to a requirepass server
-//       │   └── NoPermissionError    the ACL user lacks a command or key permission (NOPERM)
-//       └── ScriptError          a script failed (also WRONGTYPE etc. raised by a script's commands)
-//           ├── NotInitializedError  the limiter has no configuration (call trySetRate first)
-//           ├── InvalidConfigError   the configuration hash holds values redlimit cannot use
-//           └── InvalidStateError    a state key (value, permits) holds data redlimit cannot use
+//   ├── IoError                  no decision was made: Io (refused, reset), Unavailable (LOADING,
+//   │   │                        BUSY...), Protocol (bytes that are not RESP, a reply over ReplyLimits)
+//   │   ├── ClosedError          the server closed the connection (kind Closed)
+//   │   └── TimeoutError         Timeout (connect or whole-request deadline), PoolTimeout
+//   │                            (PoolOptions::maxPending), CallbackBlocked (a callback held the I/O thread)
+//   ├── ConfigurationError       the set-up is wrong; retrying will not help (not an outage): Replica,
+//   │                            TlsPort, Tls, ResourceLimit, RequestLimit, Configuration
+//   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...):
+//       │                        Reply, UnexpectedReply (another shape than the command answers)
+//       ├── AuthError            Auth (WRONGPASS, NOAUTH...), NoPermission (an ACL permission, NOPERM)
+//       └── ScriptError          a script failed: Script, InvalidConfig (unusable configuration
+//           │                    hash), InvalidState (unusable state key)
+//           └── NotInitializedError  the limiter has no configuration (call trySetRate first)
+//
+// A type is what a caller acts on (catch IoError to retry, ClosedError to ask whether a refund went
+// through, NotInitializedError to initialise); kind() tells the finer cause for logs, metrics and
+// the rarer caller that needs it (e.kind() == ErrorKind::Tls).
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace redlimit {
 
-/// Base of every exception redlimit throws.
+/// What went wrong, finer than the exception's type. The first ten kinds are also the metrics'
+/// error labels (errorKindName in redlimit/metrics.hpp); each later kind is counted under one of
+/// them (errorLabelKind: Tls under Configuration, NoPermission under Auth, ...).
+enum class ErrorKind : std::uint8_t {
+  // The metrics' labels, in their order.
+  Timeout,          // TimeoutError: no reply within the request's deadline, or connecting took too long
+  Closed,           // ClosedError: the connection closed under the request
+  PoolTimeout,      // TimeoutError: PoolOptions::maxPending requests already in flight (congestion here)
+  Unavailable,      // IoError: the server cannot serve now (LOADING, BUSY, CLUSTERDOWN, ...); code() says which
+  Io,               // IoError: connect refused, reset, a name that does not resolve
+  Configuration,    // ConfigurationError: another set-up error (a Cluster node, scripting switched off)
+  Auth,             // AuthError: wrong password, unknown user, no password given or none configured
+  Reply,            // ReplyError: another error reply (OOM, ERR ...)
+  InvalidArgument,  // InvalidArgument: refused before anything was sent
+  Other,            // an Error of no finer kind, or (in the metrics) not a redlimit::Error
+  // Finer kinds (counted under the label in brackets).
+  CallbackBlocked,  // TimeoutError: a completion callback held the I/O thread past the deadline [PoolTimeout]
+  Protocol,         // IoError: the peer's bytes are not RESP, or a reply exceeded ReplyLimits [Io]
+  Replica,          // ConfigurationError: the server is a read-only replica (READONLY, MASTERDOWN) [Configuration]
+  TlsPort,          // ConfigurationError: the port speaks TLS, the client plain text [Configuration]
+  Tls,              // ConfigurationError: TLS set-up failed (trust, name, files) [Configuration]
+  ResourceLimit,    // ConfigurationError: no file descriptor left (EMFILE, ENFILE) [Configuration]
+  RequestLimit,     // ConfigurationError: a request over the server's limits [Configuration]
+  UnexpectedReply,  // ReplyError: a reply of another shape than the command answers [Reply]
+  NoPermission,     // AuthError: the ACL user lacks a command or key permission (NOPERM) [Auth]
+  Script,           // ScriptError: a script failed (also WRONGTYPE etc. raised by its commands) [Reply]
+  InvalidConfig,    // ScriptError: the configuration hash holds values redlimit cannot use [Reply]
+  InvalidState,     // ScriptError: a state key holds data redlimit cannot use [Reply]
+  NotInitialized,   // NotInitializedError: no configuration (call trySetRate first) [Reply]
+};
+
+/// Base of every exception redlimit throws. kind() says what went wrong; code() is the server's
+/// error code ("READONLY", "LOADING"), the errno name of a local cause ("EMFILE"), or empty.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : Error(ErrorKind::Other, std::string(), message) {}
+  explicit Error(const char* message) : Error(std::string(message)) {}
+
+  [[nodiscard]] ErrorKind kind() const noexcept { return kind_; }
+  [[nodiscard]] const std::string& code() const noexcept { return code_; }
+
+ protected:
+  Error(ErrorKind kind, std::string code, const std::string& message)
+      : std::runtime_error(message), kind_(kind), code_(std::move(code)) {}
+
+  /// `kind` if it is one of `allowed` (the kinds of the type being built), else `allowed`'s first:
+  /// an error never carries a kind of another type.
+  static constexpr ErrorKind oneOf(ErrorKind kind, std::initializer_list<ErrorKind> allowed) noexcept {
+    for (const ErrorKind k : allowed) {
+      if (k == kind) return kind;
+    }
+    return *allowed.begin();
+  }
+
+ private:
+  ErrorKind kind_;
+  std::string code_;
 };
 
-/// An argument was out of range or malformed. Thrown before any command is sent.
+/// An argument was out of range or malformed. Thrown before any command is sent. Kind InvalidArgument.
 class InvalidArgument : public Error {
  public:
-  using Error::Error;
+  explicit InvalidArgument(const std::string& message) : Error(ErrorKind::InvalidArgument, std::string(), message) {}
 };
 
-/// The connection to Redis failed (refused, reset, protocol error). No decision was made.
+/// No decision was made: the connection to Redis failed (kind Io: refused, reset), the server is up
+/// but cannot serve now (kind Unavailable, code() "LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN",
+/// "NOREPLICAS", "ERR" for "max number of clients reached", "NODEDOWN" for a Cluster node marked
+/// down), or the peer's bytes are not a RESP reply or a reply exceeded
+/// ConnectionOptions::replyLimits (kind Protocol: the connection is closed, every request waiting
+/// on it fails). The failure policy decides. A replica is not this: see ConfigurationError.
 class IoError : public Error {
  public:
-  using Error::Error;
+  explicit IoError(const std::string& message) : IoError(ErrorKind::Io, std::string(), message) {}
+  /// `kind`: Io, Unavailable or Protocol (another is taken as Io).
+  IoError(ErrorKind kind, std::string code, const std::string& message)
+      : Error(oneOf(kind, {ErrorKind::Io, ErrorKind::Unavailable, ErrorKind::Protocol}), std::move(code), message) {}
+
+ protected:
+  struct Exact {};
+  IoError(Exact /*tag*/, ErrorKind kind, const std::string& message) : Error(kind, std::string(), message) {}
 };
 
-/// The server closed the connection.
+/// The server closed the connection (kind Closed). A request that was written may have run.
 class ClosedError : public IoError {
  public:
-  using IoError::IoError;
+  explicit ClosedError(const std::string& message) : IoError(Exact{}, ErrorKind::Closed, message) {}
 };
 
-/// The server is up but cannot serve this command now: it is loading its data set (LOADING), busy
-/// running a script (BUSY), has no room for another client ("max number of clients reached"), or
-/// the cluster is down (CLUSTERDOWN, TRYAGAIN), or a primary lacks the replicas its
-/// min-replicas-to-write asks for (NOREPLICAS). Like an unreachable server, no decision was made;
-/// the failure policy applies. A replica is not this: see ReplicaError.
-class UnavailableError : public IoError {
- public:
-  UnavailableError(std::string code, const std::string& message) : IoError(message), code_(std::move(code)) {}
-  [[nodiscard]] const std::string& code() const noexcept { return code_; }
-
- private:
-  std::string code_;
-};
-
-/// The peer's bytes are not a RESP reply (garbage, a reply to nothing), or a reply exceeded
-/// ConnectionOptions::replyLimits. The connection is closed; every request waiting on it fails.
-class ProtocolError : public IoError {
- public:
-  using IoError::IoError;
-};
-
-/// Connecting took longer than ConnectionOptions::connectTimeout, or a request's whole deadline
-/// (queueing, writing and waiting for the reply) passed. A request that timed out after it was
-/// written leaves its connection closed, so that no later reply can be matched to it.
+/// kind Timeout: connecting took longer than ConnectionOptions::connectTimeout, or a request's whole
+/// deadline (queueing, writing and waiting for the reply) passed; a request that timed out after it
+/// was written leaves its connection closed, so that no later reply can be matched to it.
+/// kind PoolTimeout: the Client already has PoolOptions::maxPending requests waiting for replies.
+/// kind CallbackBlocked: the deadline passed while a completion callback held the Client's I/O
+/// thread (one callback ran for 100 ms or more); counted in PoolStats::stalled, reported as
+/// Event::Kind::CallbackBlocked. PoolTimeout and CallbackBlocked are congestion in this process,
+/// not an outage: the failure policy decides the call, but a limiter does not degrade on them and a
+/// Cluster node is not marked down.
 class TimeoutError : public IoError {
  public:
-  using IoError::IoError;
+  explicit TimeoutError(const std::string& message) : TimeoutError(ErrorKind::Timeout, message) {}
+  /// `kind`: Timeout, PoolTimeout or CallbackBlocked (another is taken as Timeout).
+  TimeoutError(ErrorKind kind, const std::string& message)
+      : IoError(Exact{}, oneOf(kind, {ErrorKind::Timeout, ErrorKind::PoolTimeout, ErrorKind::CallbackBlocked}),
+                message) {}
 };
 
-/// The Client already has PoolOptions::maxPending requests waiting for replies: congestion in this
-/// process, not an outage (a limiter does not degrade on it).
-class PoolTimeoutError : public TimeoutError {
- public:
-  using TimeoutError::TimeoutError;
-};
-
-/// A request's deadline passed while a completion callback held the Client's I/O thread (one
-/// callback ran for 100 ms or more: it blocked). The cause is in this process, not in Redis: as for
-/// PoolTimeoutError, the failure policy decides the call, the limiter does not degrade, and a
-/// Cluster node is not marked down. Counted in PoolStats::stalled; the Client reports each such
-/// callback as Event::Kind::CallbackBlocked.
-class CallbackBlockedError : public PoolTimeoutError {
- public:
-  using PoolTimeoutError::PoolTimeoutError;
-};
-
-/// The set-up cannot work, and trying again will not change that: the address names a replica, the
-/// port speaks TLS, the process has no file descriptors left, or a request exceeds the server's
-/// limits. Not an IoError: a limiter throws it under every FailurePolicy (it never fails open or
-/// closed on it), and reports it to FailureOptions::onHealthChange as HealthEvent::Cause::Configuration.
+/// The set-up cannot work, and trying again will not change that. Not an IoError: a limiter throws
+/// it under every FailurePolicy (it never fails open or closed on it), and reports it to
+/// FailureOptions::onHealthChange as HealthEvent::Cause::Configuration. Kinds:
+///   Replica        READONLY to a write, or MASTERDOWN: point the client at the primary. The
+///                  connection is dropped, so a primary that a failover moves behind the same
+///                  address is found by the next call.
+///   TlsPort        the port speaks TLS and the client was set up for plain text: use rediss://
+///                  (TlsOptions::enabled) or the server's plain port.
+///   Tls            TLS could not be set up (code "TLS"): the server's certificate is not trusted by
+///                  the configured CA or does not name the host (or TlsOptions::serverName), a
+///                  certificate or key file cannot be read, or the server refused the client
+///                  certificate. The message says which.
+///   ResourceLimit  no file descriptor left: in this process (code "EMFILE": raise RLIMIT_NOFILE /
+///                  `ulimit -n`, or look for leaked descriptors) or on the host ("ENFILE": fs.file-max).
+///   RequestLimit   the server refused a request over its limits ("ERR Protocol error" such as
+///                  "invalid bulk length", or the connection closed while a request of more than
+///                  1 MiB was being sent). The server ran nothing; the same request would fail again.
+///   Configuration  anything else (a Cluster node answering MOVED to a one-server Client, scripting
+///                  switched off).
 /// code() is the server's error code when the server said so ("READONLY", "MASTERDOWN", "ERR"),
-/// the errno name for a local cause ("EMFILE", "ENFILE"), else empty.
+/// the errno name for a local cause ("EMFILE", "ENFILE"), "TLS", else empty.
 class ConfigurationError : public Error {
  public:
-  ConfigurationError(std::string code, const std::string& message) : Error(message), code_(std::move(code)) {}
-  [[nodiscard]] const std::string& code() const noexcept { return code_; }
-
- private:
-  std::string code_;
+  ConfigurationError(std::string code, const std::string& message)
+      : ConfigurationError(ErrorKind::Configuration, std::move(code), message) {}
+  /// `kind`: Configuration, Replica, TlsPort, Tls, ResourceLimit or RequestLimit (another is taken
+  /// as Configuration).
+  ConfigurationError(ErrorKind kind, std::string code, const std::string& message)
+      : Error(oneOf(kind, {ErrorKind::Configuration, ErrorKind::Replica, ErrorKind::TlsPort, ErrorKind::Tls,
+                           ErrorKind::ResourceLimit, ErrorKind::RequestLimit}),
+              std::move(code), message) {}
 };
 
-/// The server is a read-only replica: it answered READONLY to a write, or MASTERDOWN (a replica
-/// whose link to its master is down). Point the client at the primary. The connection is dropped,
-/// so if a failover moves the primary behind the same address, the next call finds it.
-class ReplicaError : public ConfigurationError {
- public:
-  using ConfigurationError::ConfigurationError;
-};
-
-/// The port speaks TLS (the server reset the plain-text connection and answered a TLS hello with
-/// a TLS record), and the client was set up for plain text: use rediss:// (TlsOptions::enabled) or
-/// the server's plain port.
-class TlsPortError : public ConfigurationError {
- public:
-  using ConfigurationError::ConfigurationError;
-};
-
-/// TLS could not be set up: the server's certificate is not trusted by the configured CA, does not
-/// name the host (or TlsOptions::serverName), a certificate or key file cannot be read, or the
-/// server refused the client certificate. The message says which.
-class TlsError : public ConfigurationError {
- public:
-  using ConfigurationError::ConfigurationError;
-};
-
-/// A socket could not be created because this process (EMFILE: raise RLIMIT_NOFILE / `ulimit -n`,
-/// or look for leaked descriptors) or the whole host (ENFILE: fs.file-max) has no file
-/// descriptors left.
-class ResourceLimitError : public ConfigurationError {
- public:
-  using ConfigurationError::ConfigurationError;
-};
-
-/// The server refused a request that exceeds one of its limits (an "ERR Protocol error" reply such
-/// as "invalid bulk length", or the connection closed while a request of more than 1 MiB was being
-/// sent: proto-max-bulk-len and client-query-buffer-limit are at least 1 MiB). The server ran
-/// nothing and closed the connection; the same request would fail again.
-class RequestLimitError : public ConfigurationError {
- public:
-  using ConfigurationError::ConfigurationError;
-};
-
-/// Redis answered with an error reply. code() is its first word ("ERR", "OOM", "NOSCRIPT", ...).
+/// Redis answered with an error reply (kind Reply; code() is its first word: "ERR", "OOM",
+/// "NOSCRIPT", ...), or a reply of another shape than the command answers (kind UnexpectedReply,
+/// for example an array where an integer was expected; the message says what was expected and what
+/// came; code() is empty).
 class ReplyError : public Error {
  public:
-  ReplyError(std::string code, const std::string& message) : Error(message), code_(std::move(code)) {}
-  [[nodiscard]] const std::string& code() const noexcept { return code_; }
+  ReplyError(std::string code, const std::string& message) : ReplyError(ErrorKind::Reply, std::move(code), message) {}
+  /// `kind`: Reply or UnexpectedReply (another is taken as Reply).
+  ReplyError(ErrorKind kind, std::string code, const std::string& message)
+      : Error(oneOf(kind, {ErrorKind::Reply, ErrorKind::UnexpectedReply}), std::move(code), message) {}
 
- private:
-  std::string code_;
+ protected:
+  struct Exact {};
+  ReplyError(Exact /*tag*/, ErrorKind kind, std::string code, const std::string& message)
+      : Error(kind, std::move(code), message) {}
 };
 
-/// The server answered, but not with the shape the command answers (for example an array where an
-/// integer was expected). The message says what was expected and what came. code() is empty.
-class UnexpectedReplyError : public ReplyError {
- public:
-  explicit UnexpectedReplyError(const std::string& message) : ReplyError(std::string(), message) {}
-};
-
-/// Authentication failed: a wrong password or unknown ACL user (WRONGPASS), no password given to a
-/// server that requires one (NOAUTH, or the connection closed as unauthenticated), or a password
-/// given to a server that has none. Thrown under every FailurePolicy.
+/// kind Auth: authentication failed: a wrong password or unknown ACL user (WRONGPASS), no password
+/// given to a server that requires one (NOAUTH, or the connection closed as unauthenticated), or a
+/// password given to a server that has none. kind NoPermission: the ACL user is authenticated but
+/// lacks a permission to run a command (NOPERM ... 'evalsha'), a command inside a script, or to
+/// access the limiter's keys; the message names what to grant. Thrown under every FailurePolicy.
 class AuthError : public ReplyError {
  public:
-  using ReplyError::ReplyError;
+  AuthError(std::string code, const std::string& message) : AuthError(ErrorKind::Auth, std::move(code), message) {}
+  /// `kind`: Auth or NoPermission (another is taken as Auth).
+  AuthError(ErrorKind kind, std::string code, const std::string& message)
+      : ReplyError(Exact{}, oneOf(kind, {ErrorKind::Auth, ErrorKind::NoPermission}), std::move(code), message) {}
 };
 
-/// The ACL user is authenticated but lacks a permission: to run a command (NOPERM ... 'evalsha'),
-/// a command inside a script, or to access the limiter's keys. The message names what to grant.
-class NoPermissionError : public AuthError {
- public:
-  using AuthError::AuthError;
-};
-
-/// A Lua script raised an error, or a command it called failed (WRONGTYPE, "not an integer", ...).
-/// Server refusals to run a script (NOSCRIPT, BUSY, LOADING, OOM, READONLY, NOPERM) keep their own
-/// types even when the server reports them from inside the script.
+/// A script failed. Kinds:
+///   Script         a Lua script raised an error, or a command it called failed (WRONGTYPE, "not
+///                  an integer", ...). Server refusals to run a script (NOSCRIPT, BUSY, LOADING, OOM,
+///                  READONLY, NOPERM) keep their own types even when reported from inside it.
+///   InvalidConfig  the limiter's configuration hash holds values that are missing, not numbers or
+///                  out of range, or its key holds another Redis type or another kind of limiter
+///                  (for example written by another program).
+///   InvalidState   a state key of the limiter (`{name}:value`, `{name}:permits` or their per-client
+///                  forms) holds data redlimit cannot use: a value that is not an integer (as Lua's
+///                  tonumber reads it, below 10^14 in magnitude: `2.5`, `nan`, `abc`; ` 3` and `3e0`
+///                  are 3), a key of the wrong type, or a sorted-set member that is not a packed
+///                  permit entry. The script checked this before writing anything: the keys are
+///                  unchanged.
 class ScriptError : public ReplyError {
  public:
-  using ReplyError::ReplyError;
+  ScriptError(std::string code, const std::string& message)
+      : ScriptError(ErrorKind::Script, std::move(code), message) {}
+  /// `kind`: Script, InvalidConfig or InvalidState (another is taken as Script).
+  ScriptError(ErrorKind kind, std::string code, const std::string& message)
+      : ReplyError(Exact{}, oneOf(kind, {ErrorKind::Script, ErrorKind::InvalidConfig, ErrorKind::InvalidState}),
+                   std::move(code), message) {}
+
+ protected:
+  using ReplyError::Exact;
+  ScriptError(Exact tag, ErrorKind kind, std::string code, const std::string& message)
+      : ReplyError(tag, kind, std::move(code), message) {}
 };
 
-/// The limiter's configuration hash does not exist: call trySetRate() or setRate() first.
+/// The limiter's configuration hash does not exist: call trySetRate() or setRate() first. Kind
+/// NotInitialized.
 class NotInitializedError : public ScriptError {
  public:
-  using ScriptError::ScriptError;
-};
-
-/// The limiter's configuration hash holds values that are missing, not numbers or out of range
-/// (for example written by another program).
-class InvalidConfigError : public ScriptError {
- public:
-  using ScriptError::ScriptError;
-};
-
-/// A state key of the limiter (`{name}:value`, `{name}:permits` or their per-client forms) holds
-/// data redlimit cannot use: a value that is not an integer (as Lua's tonumber reads it, below
-/// 10^14 in magnitude: `2.5`, `nan`, `abc`; ` 3` and `3e0` are 3), a key of the wrong type, or a sorted-set member that is not a packed permit entry (for example written by another
-/// program). The script checked this before writing anything: the keys are unchanged.
-class InvalidStateError : public ScriptError {
- public:
-  using ScriptError::ScriptError;
+  NotInitializedError(std::string code, const std::string& message)
+      : ScriptError(Exact{}, ErrorKind::NotInitialized, std::move(code), message) {}
 };
 
 }  // namespace redlimit

@@ -30,7 +30,7 @@ struct Event {
                       // as Redis; reported once, by the Client's constructor, on its thread
     CallbackBlocked,  // a completion callback held the Client's I/O thread for 100 ms or more
                       // (it blocked): no reply was read and no request written meanwhile; requests
-                      // whose deadline passed end with CallbackBlockedError, which no limiter counts
+                      // whose deadline passed end with TimeoutError (CallbackBlocked), which no limiter counts
                       // as a Redis outage; `node` names the server of that I/O thread
   };
   Kind kind = Kind::Health;

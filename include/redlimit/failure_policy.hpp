@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include "redlimit/errors.hpp"
+
 namespace redlimit {
 
 /// The decision a limiter makes when Redis is unreachable, times out, or the pool is exhausted
@@ -32,12 +34,13 @@ struct HealthEvent {
                     // goes to Redis and throws, under every policy, until it works again
   };
   Kind kind = Kind::Degraded;
-  Cause cause = Cause::Outage;          // Degraded: why; Recovered: the cause that ended
-  std::string limiter;                  // the limiter's name
-  std::string error;                    // Degraded: the text of the error that started it
-  std::string errorType;                // Degraded: its type, e.g. "redlimit::ReplicaError"
-  std::exception_ptr exception;         // Degraded: the error itself (rethrow to catch by type)
-  std::chrono::milliseconds outage{0};  // Recovered: how long it was degraded
+  Cause cause = Cause::Outage;             // Degraded: why; Recovered: the cause that ended
+  std::string limiter;                     // the limiter's name
+  std::string error;                       // Degraded: the text of the error that started it
+  std::string errorType;                   // Degraded: its type, e.g. "redlimit::ConfigurationError"
+  ErrorKind errorKind = ErrorKind::Other;  // Degraded: its kind, e.g. ErrorKind::Replica
+  std::exception_ptr exception;            // Degraded: the error itself (rethrow to catch by type)
+  std::chrono::milliseconds outage{0};     // Recovered: how long it was degraded
 };
 
 /// Failure handling of one limiter.

@@ -63,8 +63,8 @@ struct LimiterOptions {
 ///
 /// Errors: InvalidArgument before anything is sent (a bad key, permits outside 1..the policy's
 /// maxPermits, a bad wait, id or TTL, reserveFor under a smooth policy, an operation its policy
-/// has not); InvalidConfigError if the
-/// key holds another Redis type or another kind of limiter, InvalidStateError if its state is
+/// has not); ScriptError (InvalidConfig) if the
+/// key holds another Redis type or another kind of limiter, ScriptError (InvalidState) if its state is
 /// unusable; ConfigurationError and AuthError; IoError and subclasses, which the failure policy
 /// decides for the deciding calls (decide, tryAcquire, acquire, reserve, reserveFor and their
 /// ...Async forms); peek, refund, settle and deleteKey throw them. A call whose connection closed

@@ -25,28 +25,23 @@
 
 namespace redlimit {
 
-/// The kinds of error the metrics count, one label value each (errorKindName): the errors of calls
-/// that went to Redis, and bad input. A call not sent because its limiter is degraded is counted as
-/// the failure policy's decision instead (PolicyOutcome::Thrown under FailurePolicy::Throw).
-enum class ErrorKind : std::uint8_t {
-  Timeout,          // TimeoutError: no reply within the request's deadline
-  Closed,           // ClosedError: the connection closed under the request
-  PoolTimeout,      // PoolTimeoutError: maxPending requests already in flight (congestion here)
-  Unavailable,      // UnavailableError: the server cannot serve now (LOADING, BUSY, CLUSTERDOWN, ...)
-  Io,               // another IoError (connect refused, LOADING, TLS failure, ...)
-  Configuration,    // ConfigurationError: a replica, a TLS port, a request over the server's limits
-  Auth,             // AuthError: wrong password, a missing ACL permission
-  Reply,            // a ReplyError (script errors, NotInitializedError, InvalidConfigError, ...)
-  InvalidArgument,  // InvalidArgument: refused before anything was sent
-  Other,            // anything else (ProtocolError is an IoError: Io)
-};
+/// The metrics count the errors of calls that went to Redis, and bad input, under one label per
+/// kind: the first kErrorKindCount ErrorKinds (redlimit/errors.hpp), each finer kind under its
+/// label kind (errorLabelKind). A call not sent because its limiter is degraded is counted as the
+/// failure policy's decision instead (PolicyOutcome::Thrown under FailurePolicy::Throw).
 inline constexpr std::size_t kErrorKindCount = 10;
-/// "timeout", "closed", "pool_timeout", "unavailable", "io", "configuration", "auth", "reply",
-/// "invalid_argument", "other".
+/// The kind `kind` is counted under, one of the first kErrorKindCount: itself for those, else
+/// CallbackBlocked -> PoolTimeout, Protocol -> Io, Replica / TlsPort / Tls / ResourceLimit /
+/// RequestLimit -> Configuration, NoPermission -> Auth, UnexpectedReply / Script / InvalidConfig /
+/// InvalidState / NotInitialized -> Reply.
+[[nodiscard]] ErrorKind errorLabelKind(ErrorKind kind) noexcept;
+/// The label word of `kind`'s label kind: "timeout", "closed", "pool_timeout", "unavailable", "io",
+/// "configuration", "auth", "reply", "invalid_argument", "other" (errorKindName(ErrorKind::Tls) is
+/// "configuration").
 [[nodiscard]] const char* errorKindName(ErrorKind kind) noexcept;
-/// The kind of `error` (a redlimit::Error, or Other). Rethrows and catches: not for hot paths.
+/// The kind of `error` (a redlimit::Error's kind(), or Other). Rethrows and catches: not for hot paths.
 [[nodiscard]] ErrorKind errorKindOf(const std::exception_ptr& error) noexcept;
-/// The kind of the exception `error` (a redlimit::Error, or Other), without rethrowing.
+/// The kind of the exception `error` (a redlimit::Error's kind(), or Other), without rethrowing.
 [[nodiscard]] ErrorKind errorKindOf(const std::exception& error) noexcept;
 
 /// How a decision of the failure policy ended. `Allowed` is the old name of `Granted` (the label
@@ -115,7 +110,7 @@ struct LimiterMetricsSnapshot {
   std::uint64_t callbacksThrew = 0;       // completion callbacks of ...Async calls that threw (caught and dropped)
   std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
       policy{};                                         // [FailurePolicy][PolicyOutcome]
-  std::array<std::uint64_t, kErrorKindCount> errors{};  // [ErrorKind]
+  std::array<std::uint64_t, kErrorKindCount> errors{};  // [label ErrorKind]; errorCount() maps a finer kind
   LatencyHistogram::Snapshot latency;                   // deciding calls' time from the call to Redis's answer (or the
                                                         // failure), on the limiter's clock
 
@@ -123,7 +118,7 @@ struct LimiterMetricsSnapshot {
     return policy[static_cast<std::size_t>(p)][static_cast<std::size_t>(o)];
   }
   [[nodiscard]] std::uint64_t errorCount(ErrorKind kind) const noexcept {
-    return errors[static_cast<std::size_t>(kind)];
+    return errors[static_cast<std::size_t>(errorLabelKind(kind))];
   }
 };
 
@@ -169,7 +164,7 @@ class LimiterMetrics {
   }
   /// A call that failed with an error of `kind`.
   void error(ErrorKind kind) noexcept {
-    calls_.errors[static_cast<std::size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
+    calls_.errors[static_cast<std::size_t>(errorLabelKind(kind))].fetch_add(1, std::memory_order_relaxed);
   }
   /// `permits` given back by a caller's refund() (a segment cache's give-back is not one). The
   /// decision that took them stays counted as granted.
@@ -260,8 +255,33 @@ class MetricsRegistry {
 
 // --- Definitions (header-only: the in-process limiters of redlimit::local count too) ----------
 
-inline const char* errorKindName(ErrorKind kind) noexcept {
+inline ErrorKind errorLabelKind(ErrorKind kind) noexcept {
   switch (kind) {
+    case ErrorKind::CallbackBlocked:
+      return ErrorKind::PoolTimeout;
+    case ErrorKind::Protocol:
+      return ErrorKind::Io;
+    case ErrorKind::Replica:
+    case ErrorKind::TlsPort:
+    case ErrorKind::Tls:
+    case ErrorKind::ResourceLimit:
+    case ErrorKind::RequestLimit:
+      return ErrorKind::Configuration;
+    case ErrorKind::NoPermission:
+      return ErrorKind::Auth;
+    case ErrorKind::UnexpectedReply:
+    case ErrorKind::Script:
+    case ErrorKind::InvalidConfig:
+    case ErrorKind::InvalidState:
+    case ErrorKind::NotInitialized:
+      return ErrorKind::Reply;
+    default:
+      return static_cast<std::size_t>(kind) < kErrorKindCount ? kind : ErrorKind::Other;
+  }
+}
+
+inline const char* errorKindName(ErrorKind kind) noexcept {
+  switch (errorLabelKind(kind)) {
     case ErrorKind::Timeout:
       return "timeout";
     case ErrorKind::Closed:
@@ -280,29 +300,14 @@ inline const char* errorKindName(ErrorKind kind) noexcept {
       return "reply";
     case ErrorKind::InvalidArgument:
       return "invalid_argument";
-    case ErrorKind::Other:
+    default:
       break;
   }
   return "other";
 }
 
-namespace detail {
-template <class E>
-bool isA(const std::exception& error) noexcept {
-  return dynamic_cast<const E*>(&error) != nullptr;
-}
-}  // namespace detail
-
 inline ErrorKind errorKindOf(const std::exception& error) noexcept {
-  if (detail::isA<PoolTimeoutError>(error)) return ErrorKind::PoolTimeout;  // before TimeoutError, its base
-  if (detail::isA<TimeoutError>(error)) return ErrorKind::Timeout;
-  if (detail::isA<ClosedError>(error)) return ErrorKind::Closed;
-  if (detail::isA<UnavailableError>(error)) return ErrorKind::Unavailable;
-  if (detail::isA<IoError>(error)) return ErrorKind::Io;
-  if (detail::isA<ConfigurationError>(error)) return ErrorKind::Configuration;
-  if (detail::isA<AuthError>(error)) return ErrorKind::Auth;  // before ReplyError, its base
-  if (detail::isA<ReplyError>(error)) return ErrorKind::Reply;
-  if (detail::isA<InvalidArgument>(error)) return ErrorKind::InvalidArgument;
+  if (const auto* e = dynamic_cast<const Error*>(&error)) return e->kind();
   return ErrorKind::Other;
 }
 

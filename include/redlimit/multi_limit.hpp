@@ -48,11 +48,11 @@ struct MultiLimitOptions {
 /// the calls that wait or answer without the lease: tryAcquire, acquire, reserve, reserveFor,
 /// tryAcquireAsync. Use decide or decideAsync.
 ///
-/// Keys: on a single server (standalone, or behind Sentinel) any keys may be combined. On a Redis
-/// Cluster a script may only touch keys of one hash slot, so the limiters' names must share one:
-/// give them one hash tag, the part between the first '{' and the next '}', which is all Redis
-/// Cluster hashes: "{tenant42}:user:7", "{tenant42}:tenant", "{tenant42}:burst". On a Cluster this
-/// is checked (CRC16 of the tag, as Redis Cluster computes it) when the MultiLimit is made.
+/// Keys come with on(), one per limiter. On a single server (standalone, or behind Sentinel) any
+/// keys may be combined. On a Redis Cluster a script may only touch keys of one hash slot, so the
+/// keys must share one: give them one hash tag, the part between the first '{' and the next '}',
+/// which is all Redis Cluster hashes: on({"{tenant42}:user:7", "{tenant42}"}). On a Cluster this is
+/// checked (CRC16 of the tag, as Redis Cluster computes it) by on(), before anything is sent.
 /// Consequence there: a limit shared by every tenant cannot be in one slot with every tenant's
 /// keys. Either give every key of the service one tag (e.g. "{api}:global", "{api}:tenant:42"; one
 /// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
@@ -69,8 +69,8 @@ struct MultiLimitOptions {
 /// Errors: InvalidArgument before anything is sent (bad permits or waits; permits above the
 /// burst or limit of a policy in the call); from the script, with
 /// nothing written: InvalidArgument for permits above a limit's burst or limit, NotInitializedError
-/// if a key holds no configuration, InvalidConfigError if a key holds another Redis type, another
-/// kind of limiter or an unusable configuration, InvalidStateError for unusable state — each
+/// if a key holds no configuration, ScriptError (InvalidConfig) if a key holds another Redis type, another
+/// kind of limiter or an unusable configuration, ScriptError (InvalidState) for unusable state — each
 /// naming the key. When Redis cannot be asked, the deciding calls (decide, tryAcquire, acquire,
 /// reserve, reserveFor, their ...Async forms) follow options.failure as the single limiters do:
 /// Local runs an in-process bucket at the tightest rate the limits reported (permits per time),
@@ -78,26 +78,14 @@ struct MultiLimitOptions {
 class MultiLimit {
  public:
   static constexpr std::size_t kMaxLimits = 32;
-  /// A limit: a Limiter, by reference (only its
-  /// name, kind, configuration and Client are kept). Made implicitly from either, so that
-  /// `MultiLimit both({perUser, perTenant, inFlight});` reads as a list of limiters.
-  class Limit {
-   public:
-    Limit(const Limiter& limiter) noexcept : limiter_(&limiter) {}  // NOLINT(*-explicit-*)
-    /// The Limiter.
-    [[nodiscard]] const Limiter* limiter() const noexcept { return limiter_; }
-
-   private:
-    const Limiter* limiter_ = nullptr;
-  };
   /// As Limiter::Callback<Decision>, with the MultiDecision.
   using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
 
   /// A MultiLimit over `limits` (1..kMaxLimits distinct limiters, one Client), e.g.
-  /// `MultiLimit both({perUser, perTenant});`. Sends nothing. Throws InvalidArgument when there
-  /// are none or too many, when two have the same name or another Client, or, on a Cluster, when
-  /// their names are not all in one hash slot (the message says how to name them).
-  explicit MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options = {});
+  /// `MultiLimit both({perUser, perTenant});` (only their names, policies and Client are kept).
+  /// Sends nothing. Throws InvalidArgument when there are none or too many, when two have the same
+  /// name or another Client, or when one has a smooth policy.
+  explicit MultiLimit(const std::vector<Limiter>& limits, const MultiLimitOptions& options = {});
 
   /// A MultiLimit of Limiters (made once, e.g. `MultiLimit gateway({perKey, global});`) decides
   /// keys: on({apiKey, "all"}) is the same limits on those keys, keys[i] for limiter i, sharing
@@ -181,7 +169,7 @@ class MultiLimit {
   /// cannot be asked the failure policy decides and nothing is recorded; sent again if its
   /// connection closes (the record makes that safe). Bad permits, id or TTL: InvalidArgument
   /// before sending; a record that is not this MultiLimit's (corrupt, a single key's, another
-  /// MultiLimit's limits): InvalidStateError naming it, nothing written.
+  /// MultiLimit's limits): ScriptError (InvalidState) naming it, nothing written.
   [[nodiscard]] MultiDecision reserveFor(std::int64_t permits, const std::string& id,
                                          std::chrono::milliseconds recordTtl = detail::kDefaultReservationTtl);
   /// Settles the reservation `id` with the permits really used, once, in every limit: each gives
@@ -189,7 +177,7 @@ class MultiLimit {
   /// limiter's settle does (see MultiSettlement). A retry answers AlreadySettled with the first
   /// answer and changes nothing; no record (never reserved, by the policy, expired): Unknown,
   /// nothing changes. Not a decision: throws the IoError when Redis cannot be asked (safe to
-  /// retry); InvalidArgument before sending for a bad id or actual; InvalidStateError as reserveFor.
+  /// retry); InvalidArgument before sending for a bad id or actual; ScriptError (InvalidState) as reserveFor.
   MultiSettlement settle(const std::string& id, std::int64_t actual);
   /// settle(id, 0).
   MultiSettlement cancel(const std::string& id);

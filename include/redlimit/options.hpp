@@ -40,7 +40,7 @@ struct TlsOptions {
 
 /// The largest reply redlimit accepts from a server. A reply over a limit is a protocol failure,
 /// found at its header before anything is allocated: the connection is closed and every request
-/// waiting on it fails (ProtocolError for the one whose reply broke the limit). Limiters' replies are tiny; the limits only bound what a broken
+/// waiting on it fails (IoError (Protocol) for the one whose reply broke the limit). Limiters' replies are tiny; the limits only bound what a broken
 /// or hostile peer can make a client allocate.
 struct ReplyLimits {
   std::size_t maxBulkBytes = std::size_t{64} << 20;  // longest bulk string (and status or error line),
@@ -76,7 +76,7 @@ struct PoolOptions {
   std::size_t size = 2;             // connections to the server, opened when first
                                     // needed; requests spread round-robin; 1..1024
   std::size_t maxPending = 100000;  // requests queued or awaiting replies at once, per
-                                    // Client; more are refused with PoolTimeoutError; >= 1
+                                    // Client; more are refused with TimeoutError (PoolTimeout); >= 1
 };
 
 /// What a Client talks to: one server, a Redis Cluster, or the primary a group of Sentinels names.

@@ -50,12 +50,12 @@ struct RateLimiterOptions {
 /// Thread-safe.
 ///
 /// Errors: InvalidArgument before anything is sent (bad name, rate, interval, permits);
-/// NotInitializedError if no configuration exists; InvalidConfigError if the hash holds values
-/// redlimit cannot use; InvalidStateError if a state key does (nothing is written then);
+/// NotInitializedError if no configuration exists; ScriptError (InvalidConfig) if the hash holds values
+/// redlimit cannot use; ScriptError (InvalidState) if a state key does (nothing is written then);
 /// ConfigurationError (a replica, a TLS port, no file descriptors, a request over the server's
 /// limits) and AuthError (wrong or missing password, a missing ACL permission) when the set-up
 /// cannot work, under every failure policy; IoError and subclasses (TimeoutError, ClosedError,
-/// PoolTimeoutError, UnavailableError) when Redis cannot be reached in time — then no decision
+/// kinds PoolTimeout, Unavailable) when Redis cannot be reached in time — then no decision
 /// was made. For the acquire calls, RateLimiterOptions::failure decides instead what an
 /// unreachable Redis means (throw, allow, deny, or a local limiter), and while Redis stays
 /// unreachable only one call per probe interval tries it; the others are decided at once.

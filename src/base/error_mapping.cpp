@@ -89,11 +89,11 @@ std::string quotedCommand(std::string_view message) {
                    [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); });
     grant = fmt::format("grant it, e.g. ACL SETUSER {} +{}", user, command);
   }
-  throw NoPermissionError(std::string(code),
-                          fmt::format("redlimit: ACL user '{}' lacks a permission (not a password problem): {}; {} "
-                                      "(redlimit needs +evalsha +eval +script|load, and inside its scripts +@read "
-                                      "+@write +time, on the limiter's keys)",
-                                      user, text, grant));
+  throw AuthError(ErrorKind::NoPermission, std::string(code),
+                  fmt::format("redlimit: ACL user '{}' lacks a permission (not a password problem): {}; {} "
+                              "(redlimit needs +evalsha +eval +script|load, and inside its scripts +@read "
+                              "+@write +time, on the limiter's keys)",
+                              user, text, grant));
 }
 
 }  // namespace
@@ -105,20 +105,23 @@ void throwContextError(int err, int savedErrno, std::string_view errstr, std::st
   // (getaddrinfo), each with errno set.
   if (savedErrno == EMFILE ||
       (savedErrno == 0 && contains(errstr, "Too many open files") && !contains(errstr, "in system"))) {
-    throw ResourceLimitError("EMFILE", fmt::format("{} (no file descriptor left in this process, EMFILE: raise "
-                                                   "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)",
-                                                   message));
+    throw ConfigurationError(ErrorKind::ResourceLimit, "EMFILE",
+                             fmt::format("{} (no file descriptor left in this process, EMFILE: raise "
+                                         "RLIMIT_NOFILE / ulimit -n, or look for leaked descriptors)",
+                                         message));
   }
   if (savedErrno == ENFILE || contains(errstr, "Too many open files in system")) {
-    throw ResourceLimitError("ENFILE", fmt::format("{} (no file descriptor left on this host, ENFILE: raise "
-                                                   "fs.file-max, or find the process that holds them)",
-                                                   message));
+    throw ConfigurationError(ErrorKind::ResourceLimit, "ENFILE",
+                             fmt::format("{} (no file descriptor left on this host, ENFILE: raise "
+                                         "fs.file-max, or find the process that holds them)",
+                                         message));
   }
   // A TLS record where a RESP reply was expected: 0x15 is an alert, 0x16 a handshake.
   if (err == REDIS_ERR_PROTOCOL && (contains(errstr, "got \"\\x15\"") || contains(errstr, "got \"\\x16\""))) {
-    throw TlsPortError("", fmt::format("{} (the server answered with TLS bytes: this port speaks TLS, and redlimit "
-                                       "connects in plain text; use the server's plain port)",
-                                       message));
+    throw ConfigurationError(ErrorKind::TlsPort, "",
+                             fmt::format("{} (the server answered with TLS bytes: this port speaks TLS, and redlimit "
+                                         "connects in plain text; use the server's plain port)",
+                                         message));
   }
 #ifdef REDIS_ERR_TIMEOUT
   if (err == REDIS_ERR_TIMEOUT) throw TimeoutError(message);
@@ -175,10 +178,11 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
 
   // A replica: the address is wrong (or names a primary that was demoted); not an outage.
   if (code == "READONLY" || code == "MASTERDOWN") {
-    throw ReplicaError(codeText, fmt::format("redlimit: the server is a replica, not the primary: {} (point "
-                                             "ConnectionOptions at the primary; this is a configuration error, "
-                                             "thrown under every failure policy)",
-                                             text));
+    throw ConfigurationError(ErrorKind::Replica, codeText,
+                             fmt::format("redlimit: the server is a replica, not the primary: {} (point "
+                                         "ConnectionOptions at the primary; this is a configuration error, "
+                                         "thrown under every failure policy)",
+                                         text));
   }
   // A Redis Cluster node asked for a slot it does not serve: the Client was set up for one server.
   // (A cluster Client follows these redirects itself and never lets one reach a caller.)
@@ -193,14 +197,15 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
   // min-replicas-to-write set has lost the replicas it needs to accept writes.
   if (code == "LOADING" || code == "BUSY" || code == "CLUSTERDOWN" || code == "TRYAGAIN" || code == "NOREPLICAS" ||
       startsWith(message, "ERR max number of clients reached")) {
-    throw UnavailableError(codeText, fmt::format("redlimit: Redis cannot serve now: {}", text));
+    throw IoError(ErrorKind::Unavailable, codeText, fmt::format("redlimit: Redis cannot serve now: {}", text));
   }
   // The request broke one of the server's limits; it ran nothing and closes the connection.
   if (startsWith(message, "ERR Protocol error:")) {
-    throw RequestLimitError(codeText, fmt::format("redlimit: the server refused the request and closed the "
-                                                  "connection: {} (an argument exceeds proto-max-bulk-len, or the "
-                                                  "request client-query-buffer-limit; nothing was run)",
-                                                  text));
+    throw ConfigurationError(ErrorKind::RequestLimit, codeText,
+                             fmt::format("redlimit: the server refused the request and closed the "
+                                         "connection: {} (an argument exceeds proto-max-bulk-len, or the "
+                                         "request client-query-buffer-limit; nothing was run)",
+                                         text));
   }
   // Scripting switched off (rename-command EVALSHA "", a Valkey built or started without its Lua
   // module): this server cannot run a script, and no retry or policy changes that.
@@ -222,7 +227,7 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
     // The script's own error (error_reply or error() with "CODE text"): a code Redis never uses
     // itself. A ScriptError with the script's text (without the trailer Redis appends); the layer
     // that owns the script gives the code its meaning (the limiters map their REDLIMIT_* codes to
-    // NotInitializedError, InvalidConfigError, ...).
+    // NotInitializedError, ScriptError of kind InvalidConfig, ...).
     if (!isServerCode(code)) throw ScriptError(codeText, ownText());
     // OOM and NOSCRIPT are the server refusing to run (or go on with) the script, even when it
     // says so from inside it: plain ReplyError, so callers can tell "Redis said no" from "the
@@ -251,11 +256,8 @@ namespace {
 // Every type errors.hpp declares below Error, each before its bases (copyAs's order).
 template <class... E>
 struct ErrorTypes {};
-using DerivedErrors =
-    ErrorTypes<CallbackBlockedError, PoolTimeoutError, TimeoutError, ClosedError, UnavailableError, ProtocolError,
-               IoError, ReplicaError, TlsPortError, TlsError, ResourceLimitError, RequestLimitError, ConfigurationError,
-               UnexpectedReplyError, NoPermissionError, AuthError, NotInitializedError, InvalidConfigError,
-               InvalidStateError, ScriptError, ReplyError, InvalidArgument>;
+using DerivedErrors = ErrorTypes<TimeoutError, ClosedError, IoError, ConfigurationError, AuthError, NotInitializedError,
+                                 ScriptError, ReplyError, InvalidArgument>;
 
 // The copy as the listed type `error` is exactly (one type_info comparison each), else as the
 // first listed type it derives from, as a chain of catch clauses, most derived first, would;
@@ -308,6 +310,10 @@ std::exception_ptr cloneError(const std::exception_ptr& error) {
 bool replyEndsConnection(std::string_view message) {
   return startsWith(message, "ERR Protocol error:") || startsWith(message, "ERR max number of clients reached") ||
          startsWith(message, "READONLY") || startsWith(message, "MASTERDOWN");
+}
+
+bool isCongestion(const Error& error) noexcept {
+  return error.kind() == ErrorKind::PoolTimeout || error.kind() == ErrorKind::CallbackBlocked;
 }
 
 std::string errorTypeName(const std::exception& e) {

@@ -3,14 +3,14 @@
 // The classification (see README "Error model"):
 //   outage, left to the failure policy (IoError): refused, reset, closed, timeouts, protocol
 //     garbage; LOADING, BUSY, CLUSTERDOWN, TRYAGAIN, "max number of clients reached"
-//     (UnavailableError)
+//     (kind Unavailable)
 //   configuration, thrown under every policy (ConfigurationError): READONLY, MASTERDOWN
-//     (ReplicaError); TLS bytes as a reply (TlsPortError); EMFILE, ENFILE (ResourceLimitError);
-//     "ERR Protocol error: ..." other than unauthenticated (RequestLimitError); "ERR unknown
+//     (kind Replica); TLS bytes as a reply (TlsPort); EMFILE, ENFILE (ResourceLimit);
+//     "ERR Protocol error: ..." other than unauthenticated (RequestLimit); "ERR unknown
 //     command" to EVALSHA / EVAL (scripting switched off)
 //   credentials, thrown under every policy (AuthError): WRONGPASS, NOAUTH, "Protocol error:
 //     unauthenticated ...", AUTH without a configured password; NOPERM and a script's "can't run
-//     this command" (NoPermissionError)
+//     this command" (kind NoPermission)
 //   an error raised while a script ran (" script: <sha>" trailer, user_script): ScriptError, or
 //     redlimit's own REDLIMIT_* codes
 //   anything else: ReplyError (OOM with its cause spelled out)
@@ -37,8 +37,8 @@ struct ReplyContext {
 /// Throws the exception for a failed hiredis context: `err` is redisContext::err, `savedErrno`
 /// the errno captured right after the failing call, `errstr` redisContext::errstr, `what` says
 /// what was being done ("connect to 127.0.0.1:6379", "EVALSHA acquire").
-///   errno EMFILE / ENFILE (any err)                                  -> ResourceLimitError
-///   REDIS_ERR_PROTOCOL on a TLS record byte (0x15 alert, 0x16 hello) -> TlsPortError
+///   errno EMFILE / ENFILE (any err)                                  -> ConfigurationError, ResourceLimit
+///   REDIS_ERR_PROTOCOL on a TLS record byte (0x15 alert, 0x16 hello) -> ConfigurationError, TlsPort
 ///   REDIS_ERR_IO + EAGAIN/EWOULDBLOCK/ETIMEDOUT/EINPROGRESS, REDIS_ERR_TIMEOUT -> TimeoutError
 ///   (hiredis 0.14 reports a read timeout as REDIS_ERR_IO with errno EAGAIN)
 ///   REDIS_ERR_EOF, EPIPE, ECONNRESET                                 -> ClosedError
@@ -47,7 +47,7 @@ struct ReplyContext {
 
 /// Throws the exception for a failed system call on a socket (connect, recv, send, ...): the
 /// same classification as throwContextError for REDIS_ERR_IO, with strerror(savedErrno) as the
-/// text: EMFILE / ENFILE -> ResourceLimitError, EAGAIN / ETIMEDOUT -> TimeoutError, EPIPE /
+/// text: EMFILE / ENFILE -> ConfigurationError (ResourceLimit), EAGAIN / ETIMEDOUT -> TimeoutError, EPIPE /
 /// ECONNRESET -> ClosedError, anything else -> IoError. `what`: "connect to 127.0.0.1:6379".
 [[noreturn]] void throwErrnoError(int savedErrno, std::string_view what);
 
@@ -81,7 +81,13 @@ struct ReplyContext {
 /// only after every thread is done with it, and one object per recipient leaves nothing to see.
 [[nodiscard]] std::exception_ptr cloneError(const std::exception_ptr& error);
 
-/// The demangled type of `e` ("redlimit::ReplicaError"), for HealthEvent::errorType and messages.
+/// The demangled type of `e` ("redlimit::ConfigurationError"), for HealthEvent::errorType and messages.
 [[nodiscard]] std::string errorTypeName(const std::exception& e);
+
+/// True for congestion in this process, not an outage of Redis: a TimeoutError of kind PoolTimeout
+/// (PoolOptions::maxPending reached) or CallbackBlocked (a callback held the I/O thread). A limiter
+/// does not degrade on it, a Cluster node is not marked down, a Sentinel does not look for another
+/// primary.
+[[nodiscard]] bool isCongestion(const Error& error) noexcept;
 
 }  // namespace redlimit::detail

@@ -16,7 +16,8 @@ std::int64_t Reply::asInteger() const {
     auto [ptr, ec] = std::from_chars(str.data(), end, v);
     if (ec == std::errc() && ptr == end && !str.empty()) return v;
   }
-  throw UnexpectedReplyError(fmt::format("redlimit: expected an integer reply, got {}", describe()));
+  throw ReplyError(ErrorKind::UnexpectedReply, "",
+                   fmt::format("redlimit: expected an integer reply, got {}", describe()));
 }
 
 std::optional<std::int64_t> Reply::asOptionalInteger() const {

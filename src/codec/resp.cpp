@@ -254,7 +254,7 @@ ReplyParser::ReplyParser(const ReplyLimits& limits) : limits_(limits) {
   // The reader keeps hiredis's default maxbuf (16 KiB): a larger idle buffer is released.
   // hiredis takes a non-const table but never writes through it.
   reader_ = redisReaderCreateWithFunctions(const_cast<redisReplyObjectFunctions*>(&Callbacks::kTable));
-  if (reader_ == nullptr) throw ProtocolError("redlimit: out of memory creating a reply reader");
+  if (reader_ == nullptr) throw IoError(ErrorKind::Protocol, "", "redlimit: out of memory creating a reply reader");
   reader_->privdata = this;
 }
 
@@ -273,11 +273,11 @@ void ReplyParser::fail(std::string detail) {
   failed_ = true;
   failure_ = std::move(detail);
   release();
-  throw ProtocolError(fmt::format("redlimit: {}", failure_));
+  throw IoError(ErrorKind::Protocol, "", fmt::format("redlimit: {}", failure_));
 }
 
 void ReplyParser::throwFailed() const {
-  throw ProtocolError(fmt::format("redlimit: the reply stream was lost earlier: {}", failure_));
+  throw IoError(ErrorKind::Protocol, "", fmt::format("redlimit: the reply stream was lost earlier: {}", failure_));
 }
 
 void ReplyParser::feed(const char* data, std::size_t size) {
@@ -294,7 +294,7 @@ std::optional<WireReply> ReplyParser::next() {
   if (redisReaderGetReply(reader_, &object) != REDIS_OK) {
     if (outOfMemory_) fail(outOfMemoryText());
     if (!refusal_.empty()) fail(std::exchange(refusal_, std::string()));
-    // hiredis's own allocations fail with "Out of memory" too: a ProtocolError like the rest.
+    // hiredis's own allocations fail with "Out of memory" too: an IoError (Protocol) like the rest.
     fail(fmt::format("bytes that are not RESP2: {}", reader_->errstr));
   }
   if (object == nullptr) {

@@ -41,7 +41,7 @@ void checkLimits(const ReplyLimits& limits);
 /// array header announces (arrays grow as their elements arrive): about 100 bytes per element at
 /// most, and an element takes at least 3 bytes on the wire.
 ///
-/// Running out of memory anywhere in the parser is a ProtocolError (an IoError, so the limiter's
+/// Running out of memory anywhere in the parser is an IoError of kind Protocol (so the limiter's
 /// FailurePolicy decides the call), never std::bad_alloc: the stream is lost as for bytes that
 /// are not RESP2.
 class ReplyParser {
@@ -52,17 +52,17 @@ class ReplyParser {
   ReplyParser(const ReplyParser&) = delete;
   ReplyParser& operator=(const ReplyParser&) = delete;
 
-  /// Adds `size` bytes (copied). Throws ProtocolError if the parser already failed.
+  /// Adds `size` bytes (copied). Throws IoError (Protocol) if the parser already failed.
   void feed(const char* data, std::size_t size);
 
   /// The next complete reply, or std::nullopt when more bytes are needed. Call it until it
-  /// returns std::nullopt after each feed(): limits are checked here. Throws ProtocolError for
+  /// returns std::nullopt after each feed(): limits are checked here. Throws IoError (Protocol) for
   /// bytes that are not RESP2 (with hiredis's text when hiredis found it; RESP3 types, which
   /// hiredis 1.x reads, with the text hiredis 0.14 gives for them), or for a reply over a
   /// limit: the message names the limit, the value announced and the limit, e.g. "reply announces
   /// an array of 2147483647 elements, more than ReplyLimits::maxElements (1048576)". After it
-  /// threw once, every later call (and feed()) throws ProtocolError: the stream is lost. Out of
-  /// memory is a ProtocolError too ("out of memory building a reply ...").
+  /// threw once, every later call (and feed()) throws IoError (Protocol): the stream is lost. Out of
+  /// memory is an IoError (Protocol) too ("out of memory building a reply ...").
   [[nodiscard]] std::optional<WireReply> next();
 
   /// The elements the reply being built has room for, summed over its open arrays: what the

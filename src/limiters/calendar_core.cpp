@@ -193,9 +193,9 @@ void CalendarTables::sawServerNow(microseconds serverNow) const {
   offsetUs_.store((serverNow - systemNow()).count(), std::memory_order_relaxed);
 }
 
-UnexpectedReplyError CalendarTables::outsideTwice() const {
-  return UnexpectedReplyError(
-      fmt::format("redlimit: {}: the server's time was outside the calendar table twice", owner_));
+ReplyError CalendarTables::outsideTwice() const {
+  return ReplyError(ErrorKind::UnexpectedReply, "",
+                    fmt::format("redlimit: {}: the server's time was outside the calendar table twice", owner_));
 }
 
 std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, microseconds at, int before, int after) {
@@ -379,7 +379,8 @@ void CalendarCore::checkRefund(std::int64_t permits) const {
 
 std::int64_t CalendarCore::parseRefund(const std::string& key, const Reply& r) {
   if (r.type != Reply::Type::Array || r.elements.size() != 1) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: limiter {}: expected an array of 1 from refund, got {}", key, r.describe()));
   }
   return r.elements[0].asInteger();

@@ -55,7 +55,7 @@ class CalendarTables {
   /// Remembers the server's time `serverNow` (from a reply) against this host's clock.
   void sawServerNow(std::chrono::microseconds serverNow) const;
   /// The error of a call whose server time was outside its tables twice.
-  [[nodiscard]] UnexpectedReplyError outsideTwice() const;
+  [[nodiscard]] ReplyError outsideTwice() const;
 
  private:
   struct Slot {

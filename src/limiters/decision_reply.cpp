@@ -22,7 +22,8 @@ DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_
   DecisionReply d;
   if (form == DecisionForm::Packed) {
     if (!isPackedDecision(r)) {
-      throw UnexpectedReplyError(
+      throw ReplyError(
+          ErrorKind::UnexpectedReply, "",
           fmt::format("redlimit: limiter {}: expected a packed decision of {} bytes from the script, got {}", limiter,
                       kPackedDecisionSize, r.describe()));
     }
@@ -39,8 +40,9 @@ DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_
     return d;
   }
   if (r.type != Reply::Type::Array || arraySize < 9 || r.elements.size() != arraySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
-                                           limiter, arraySize, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", limiter,
+                                 arraySize, r.describe()));
   }
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
   d.allowed = at(0) == 1;
@@ -72,7 +74,8 @@ SettleStatus settleStatusOf(std::int64_t code, std::string_view who) {
     case 2:
       return SettleStatus::AlreadySettled;
     default:
-      throw UnexpectedReplyError(fmt::format("redlimit: {}: settle answered status {}", who, code));
+      throw ReplyError(ErrorKind::UnexpectedReply, "",
+                       fmt::format("redlimit: {}: settle answered status {}", who, code));
   }
 }
 

@@ -55,7 +55,7 @@ enum class DecisionForm {
   Array,   // smooth.lua (kind S): an array of 9 integers in DecisionReply's order
 };
 
-/// The reply of `limiter`'s take or peek in `form`. Throws UnexpectedReplyError naming `limiter`
+/// The reply of `limiter`'s take or peek in `form`. Throws ReplyError (UnexpectedReply) naming `limiter`
 /// for anything else (another type, size or marker). An Array reply must have `arraySize`
 /// elements, the nine values first (a reserve reply has one more: repeated).
 [[nodiscard]] DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_view limiter,
@@ -77,8 +77,8 @@ enum class DecisionForm {
 }
 
 /// A reserve reply of `limiter` for `permits` (kReserveReplySize values: take's nine, then
-/// repeated, in Decision::repeated); `values` gets the nine. Throws UnexpectedReplyError for
-/// another shape.
+/// repeated, in Decision::repeated); `values` gets the nine. Throws ReplyError (UnexpectedReply)
+/// for another shape.
 [[nodiscard]] Decision parseHeld(const Reply& r, const std::string& limiter, std::int64_t permits,
                                  DecisionReply& values);
 
@@ -92,7 +92,7 @@ inline void admitHeld(const LimiterMonitor& monitor, Decision& held) {
 }
 
 /// The status code of a settle reply (every settling script: 0 no record, 1 settled by this call,
-/// 2 settled before). Another code is UnexpectedReplyError naming `who` ("limiter x", a MultiLimit's
+/// 2 settled before). Another code is ReplyError (UnexpectedReply) naming `who` ("limiter x", a MultiLimit's
 /// label).
 [[nodiscard]] SettleStatus settleStatusOf(std::int64_t code, std::string_view who);
 

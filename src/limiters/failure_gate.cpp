@@ -139,7 +139,7 @@ void FailureGate::noteError(const std::exception_ptr& error, std::int64_t starte
 }
 
 void FailureGate::note(const Error* error, std::int64_t startedAt) {
-  if (error == nullptr || dynamic_cast<const PoolTimeoutError*>(error) != nullptr) return;
+  if (error == nullptr || isCongestion(*error)) return;
   if (const auto* outage = dynamic_cast<const IoError*>(error)) {
     failed(*outage, startedAt);
   } else if (dynamic_cast<const ConfigurationError*>(error) != nullptr ||
@@ -174,6 +174,7 @@ void FailureGate::enter(State to, const Error& error, std::int64_t startedAt) {
     event.limiter = limiter_;
     event.error = error.what();
     event.errorType = errorTypeName(error);
+    event.errorKind = error.kind();
     event.exception = copyError(error);  // the event's own object, of the error's own type
     l.pending.push_back(std::move(event));
   }

@@ -30,7 +30,8 @@ std::int64_t at(const detail::Reply& r, std::size_t i) { return r.elements.at(i)
 // renew's reply {renewed, expiryUs, nowUs}: the new expiry, or nullopt when the lease was not live.
 std::optional<microseconds> parseRenew(const std::string& name, const detail::Reply& r) {
   if (r.type != detail::Reply::Type::Array || r.elements.size() != 3) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: limiter {}: expected an array of 3 from renew, got {}", name, r.describe()));
   }
   if (at(r, 0) != 1) return std::nullopt;
@@ -40,7 +41,8 @@ std::optional<microseconds> parseRenew(const std::string& name, const detail::Re
 // release's reply {released, nowUs}.
 bool parseRelease(const std::string& name, const detail::Reply& r) {
   if (r.type != detail::Reply::Type::Array || r.elements.size() != 2) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: limiter {}: expected an array of 2 from release, got {}", name, r.describe()));
   }
   return at(r, 0) == 1;
@@ -49,8 +51,8 @@ bool parseRelease(const std::string& name, const detail::Reply& r) {
 // held's reply: {leases live, ...}.
 std::int64_t parseHeld(const std::string& key, const Reply& r) {
   if (r.type != Reply::Type::Array || r.elements.size() != 2) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of 2 from held, got {}", key, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of 2 from held, got {}", key, r.describe()));
   }
   return at(r, 0);
 }
@@ -58,8 +60,9 @@ std::int64_t parseHeld(const std::string& key, const Reply& r) {
 // The acquire script's reply, for the lease `id`.
 LeaseDecision parseAcquire(const std::string& name, const detail::Reply& r, const std::string& id) {
   if (r.type != detail::Reply::Type::Array || r.elements.size() != kAcquireReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}",
-                                           name, kAcquireReplySize, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", name,
+                                 kAcquireReplySize, r.describe()));
   }
   LeaseDecision out;
   Decision& d = out.decision;

@@ -90,12 +90,12 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     std::atomic<std::int64_t> localIntervalMs{0};
   };
 
-  // `names` are the limits' keys; with `unbound`, a MultiLimit of Limiters whose keys come with
-  // on(): `names` are the limiters' names, and no call may be sent.
+  // `names` are the limiters' names: the MultiLimit as made, whose keys come with on(); it sends
+  // no call.
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
        std::vector<std::string> configs, std::vector<Policy> leaseConfigs,
        std::shared_ptr<detail::CalendarTables> tables, std::int64_t maxPermits, std::string label,
-       const MultiLimitOptions& options, bool unbound)
+       const MultiLimitOptions& options)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
@@ -104,8 +104,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         tables_(std::move(tables)),
         maxPermits_(maxPermits),
         label_(std::move(label)),
-        unbound_(unbound),
-        namespaced_(unbound),
+        unbound_(true),
         limiterNames_(names_),
         state_(std::make_shared<State>(
             label_, options, LimiterMonitor(metricsName(options), options.monitor, client_->options().onEvent),
@@ -131,7 +130,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         maxPermits_(proto.maxPermits_),
         label_(proto.label_),
         unbound_(false),
-        namespaced_(proto.namespaced_),
         limiterNames_(proto.limiterNames_),
         state_(proto.state_),
         gate_(state_->gate),
@@ -245,7 +243,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::int64_t maxPermits_;                         // the most one call may take, as far as the configurations say
   std::string label_;                               // "MultiLimit(a + b)", for messages and events
   bool unbound_;                                    // a MultiLimit of Limiters before on(): no keys
-  bool namespaced_;                                 // of Limiters: keys rl:<name>:<key> (limiter.hpp)
   std::vector<std::string> limiterNames_;           // the limiters' names
   std::shared_ptr<State> state_;
   detail::FailureGate& gate_;
@@ -302,7 +299,8 @@ MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std:
                                       std::int64_t permits, bool leases, const std::string& leaseId) {
   const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from the script, got {}", label, expected, r.describe()));
   }
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
@@ -317,7 +315,8 @@ MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std:
   d.delay = microseconds{at(6)};
   const std::int64_t deniedBy = at(7);
   if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
-    throw UnexpectedReplyError(fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
   }
   d.deniedBy = deniedBy == 0 ? Decision::kNone : static_cast<std::size_t>(deniedBy - 1);
   d.limits.resize(count);
@@ -441,7 +440,8 @@ std::vector<std::string> MultiLimit::Core::leaseArgs(std::string_view op, const 
 namespace {
 void checkLeaseReply(const std::string& label, std::string_view op, const Reply& r, std::size_t replySize) {
   if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label, replySize, op, r.describe()));
   }
 }
@@ -481,16 +481,13 @@ void MultiLimit::Core::leaseCallAsync(std::string_view op, const Lease& lease, s
 
 // --- The handle -------------------------------------------------------------------------------
 
-MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions& options) {
+MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimitOptions& options) {
   if (limits.empty() || limits.size() > kMaxLimits) {
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
   }
   if (!options.name.empty()) detail::checkLimiterName(options.name, detail::kMaxNameLength);
-  const auto clientOf = [](const Limit& l) -> const std::shared_ptr<Client>& { return l.limiter()->client(); };
-  const auto nameOf = [](const Limit& l) -> const std::string& { return l.limiter()->name(); };
-  const bool ofLimiters = limits.front().limiter() != nullptr;
-  const std::shared_ptr<Client>& client = clientOf(limits.front());
+  const std::shared_ptr<Client>& client = limits.front().client();
   std::vector<std::string> names;
   std::string kinds;
   std::vector<std::string> configs;
@@ -499,60 +496,52 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
   bool anyConfig = false;
   std::int64_t maxPermits = detail::kMaxPermits;
   std::unordered_set<std::string_view> seen;
-  for (const Limit& limit : limits) {
-    const std::string& name = nameOf(limit);
-    if (clientOf(limit) != client) {
+  for (const Limiter& limiter : limits) {
+    const std::string& name = limiter.name();
+    if (limiter.client() != client) {
       throw InvalidArgument(
           fmt::format("redlimit: MultiLimit: limiter {} uses another Client than {}; one script "
                       "call runs on one Client",
-                      name, nameOf(limits.front())));
+                      name, limits.front().name()));
     }
     if (!seen.insert(name).second) {
       throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", name));
     }
     names.push_back(name);
-    if ((limit.limiter() != nullptr) != ofLimiters) {
+    const Policy& policy = limiter.policy();
+    if (policy.kind() == Policy::Kind::Smooth) {
       throw InvalidArgument(fmt::format(
-          "redlimit: MultiLimit: {} mixes Limiters with 0.x limiter handles; make it of Limiters only", name));
+          "redlimit: MultiLimit: limiter {} has a smooth policy, which lends the next permit ahead and makes the "
+          "following caller pay: all-or-nothing across limits cannot give that back; use GCRA or a token bucket",
+          name));
     }
-    if (const Limiter* l = limit.limiter()) {
-      const Policy& policy = l->policy();
-      if (policy.kind() == Policy::Kind::Smooth) {
-        throw InvalidArgument(fmt::format(
-            "redlimit: MultiLimit: limiter {} has a smooth policy, which lends the next permit ahead and makes the "
-            "following caller pay: all-or-nothing across limits cannot give that back; use GCRA or a token bucket",
-            name));
-      }
-      const detail::KeyedPolicy& packed = policy.packedPolicy();
-      if (policy.kind() == Policy::Kind::Calendar) {  // its quota and, per call, its table (tables)
-        const detail::CalendarQuota quota = policy.calendarQuota("a calendar limit");
-        kinds.push_back('Q');
-        configs.push_back(detail::calendarConfig(quota, milliseconds{policy.keepAliveMs_}));
-        calendars.emplace_back(configs.size() - 1, quota);
-        anyConfig = true;
-        maxPermits = std::min(maxPermits, quota.limit);
-        continue;
-      }
-      if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL
-        kinds.push_back(kLeaseKind);
-        configs.push_back(packed.packed);
-        leaseConfigs.push_back(policy);
-        anyConfig = true;
-        continue;
-      }
-      kinds.push_back(packed.packed.front());
-      if (policy.isStored()) {  // the key's own configuration
-        configs.emplace_back();
-        continue;
-      }
-      configs.push_back(packed.packed);
+    const detail::KeyedPolicy& packed = policy.packedPolicy();
+    if (policy.kind() == Policy::Kind::Calendar) {  // its quota and, per call, its table (tables)
+      const detail::CalendarQuota quota = policy.calendarQuota("a calendar limit");
+      kinds.push_back('Q');
+      configs.push_back(detail::calendarConfig(quota, milliseconds{policy.keepAliveMs_}));
+      calendars.emplace_back(configs.size() - 1, quota);
       anyConfig = true;
-      maxPermits = std::min(maxPermits, packed.maxPermits);
+      maxPermits = std::min(maxPermits, quota.limit);
       continue;
     }
+    if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL
+      kinds.push_back(kLeaseKind);
+      configs.push_back(packed.packed);
+      leaseConfigs.push_back(policy);
+      anyConfig = true;
+      continue;
+    }
+    kinds.push_back(packed.packed.front());
+    if (policy.isStored()) {  // the key's own configuration
+      configs.emplace_back();
+      continue;
+    }
+    configs.push_back(packed.packed);
+    anyConfig = true;
+    maxPermits = std::min(maxPermits, packed.maxPermits);
   }
-  if (!anyConfig) configs.clear();                // nothing in the call: the stored configurations, as before
-  if (!ofLimiters) checkOneSlot(*client, names);  // a MultiLimit of Limiters: its keys come with on()
+  if (!anyConfig) configs.clear();  // nothing in the call: the stored configurations
   std::string label = "MultiLimit(";
   for (std::size_t i = 0; i < names.size(); ++i)
     fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
@@ -563,21 +552,14 @@ MultiLimit::MultiLimit(const std::vector<Limit>& limits, const MultiLimitOptions
     // A limit's configuration is ARGV[6 + i] of every call of the limits (take, reserve, opArgs).
     for (const auto& [index, quota] : calendars) tables->add(5 + index, quota, configs[index]);
   }
-  core_ =
-      std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs), std::move(leaseConfigs),
-                             std::move(tables), maxPermits, std::move(label), options, ofLimiters);
+  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs),
+                                 std::move(leaseConfigs), std::move(tables), maxPermits, std::move(label), options);
 }
 
 MultiLimit::MultiLimit(std::shared_ptr<Core> core) noexcept : core_(std::move(core)) {}
 
 MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
   const Core& c = *core_;
-  if (!c.namespaced_) {
-    throw InvalidArgument(
-        fmt::format("redlimit: {}: on() names the keys of a MultiLimit of Limiters; this one's "
-                    "limiters have one key each",
-                    c.label_));
-  }
   if (keys.size() != c.limiterNames_.size()) {
     throw InvalidArgument(fmt::format("redlimit: {}: on() needs one key per limiter ({}), got {}", c.label_,
                                       c.limiterNames_.size(), keys.size()));
@@ -773,8 +755,7 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 std::string MultiLimit::reservationKey(const std::string& id) const {
   // The record says what each limit gives back: token bucket, GCRA and fixed window only.
   core_->refuseWithLeases("reserveFor or settle");
-  if (core_->namespaced_) return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
-  return detail::reservationRecordKey(core_->keys().front(), id, "mrsv");
+  return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
 }
 
 // The reserve call of `permits` under the record `recordKey` (checked before anything is sent).
@@ -802,7 +783,8 @@ MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std:
                                                   const LimiterMonitor& monitor) {
   const std::size_t expected = 3 + 4 * count;
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from settle, got {}", label, expected, r.describe()));
   }
   MultiSettlement out;
@@ -836,7 +818,8 @@ MultiDecision MultiLimit::Core::parseHeld(Core* self, const std::string& label, 
                                           std::int64_t permits) {
   const std::size_t expected = kHead + kPerLimit * count + 1;
   if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", label, expected, reply.describe()));
   }
   Reply head = reply;

@@ -209,7 +209,8 @@ void OneKeyBatcher::fail(Queue& queue, const std::vector<std::shared_ptr<OneKeyC
 void OneKeyBatcher::answer(const std::vector<std::shared_ptr<OneKeyCall>>& group, const Reply& reply) {
   const std::size_t n = group.size();
   if (reply.type != Reply::Type::Array || reply.elements.size() != n) {
-    const auto bad = std::make_exception_ptr(UnexpectedReplyError(
+    const auto bad = std::make_exception_ptr(ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: expected an array of {} from the batch script, got {}", n, reply.describe())));
     for (const auto& c : group) {
       if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(bad));

@@ -136,8 +136,10 @@ std::exception_ptr detail::limiterError(std::exception_ptr error) {
   if (const auto* e = dynamic_cast<const ScriptError*>(detail::errorIn(error))) {
     const std::string& code = e->code();
     if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
-    if (code == "REDLIMIT_INVALID_CONFIG") return std::make_exception_ptr(InvalidConfigError(code, e->what()));
-    if (code == "REDLIMIT_INVALID_STATE") return std::make_exception_ptr(InvalidStateError(code, e->what()));
+    if (code == "REDLIMIT_INVALID_CONFIG")
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, e->what()));
+    if (code == "REDLIMIT_INVALID_STATE")
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, e->what()));
     if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
   }
   return error;
@@ -442,9 +444,9 @@ bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, millisecond
 
 detail::AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const std::string& id) {
   if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
-                    self != nullptr ? self->name_ : std::string("?"), r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
+                                 self != nullptr ? self->name_ : std::string("?"), r.describe()));
   }
   detail::AcquireResult out;
   out.granted = r.elements[0].asInteger();
@@ -573,10 +575,10 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   const std::size_t n = b.items.size();
   const std::string name = self != nullptr ? self->name_ : std::string("?");
   if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
-    throw UnexpectedReplyError(
-        fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
-                    "script, got {}",
-                    name, 3 + 3 * n, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
+                                 "script, got {}",
+                                 name, 3 + 3 * n, r.describe()));
   }
   const std::int64_t rate = r.elements[0].asInteger();
   const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
@@ -754,8 +756,9 @@ RateLimiterConfig RateLimiter::Impl::getConfig() {
           value.type == Reply::Type::Integer ? std::optional<std::int64_t>(value.integer) : luaInteger(value.str);
       const std::int64_t v = read.value_or(lo - 1);
       if (v < lo || v > hi) {
-        throw InvalidConfigError("ERR", fmt::format("redlimit: field {} of {} holds \"{}\", not an integer in {}..{}",
-                                                    field, name_, value.str, lo, hi));
+        throw ScriptError(ErrorKind::InvalidConfig, "ERR",
+                          fmt::format("redlimit: field {} of {} holds \"{}\", not an integer in {}..{}", field, name_,
+                                      value.str, lo, hi));
       }
       return v;
     };
@@ -773,7 +776,8 @@ RateLimiterConfig RateLimiter::Impl::getConfig() {
     }
   }
   if (!haveRate || !haveInterval || !haveType) {
-    throw InvalidConfigError("ERR", fmt::format("redlimit: configuration of {} lacks rate, interval or type", name_));
+    throw ScriptError(ErrorKind::InvalidConfig, "ERR",
+                      fmt::format("redlimit: configuration of {} lacks rate, interval or type", name_));
   }
   remember(cfg.rate, cfg.rateInterval);
   return cfg;
@@ -789,8 +793,10 @@ std::int64_t RateLimiter::Impl::releasePermits(std::int64_t permits, const std::
     const Reply r =
         evalCall(kRelease, {n, member, now, expected}, detail::LimiterCall::Resend::Never);  // could give back twice
     if (r.type != Reply::Type::Array || r.elements.size() != 3) {
-      throw UnexpectedReplyError(fmt::format(
-          "redlimit: limiter {}: expected an array of 3 from the release script, got another reply", name_));
+      throw ReplyError(
+          ErrorKind::UnexpectedReply, "",
+          fmt::format("redlimit: limiter {}: expected an array of 3 from the release script, got another reply",
+                      name_));
     }
     const std::int64_t got = r.elements[0].asInteger();
     released += got;

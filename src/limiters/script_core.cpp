@@ -49,17 +49,18 @@ const char* labelOf(char kind) {
 }
 
 // limiterError(), and a WRONGTYPE raised by a Redis command inside the limiter's script (its
-// fast path reads the one key with redis.call, not pcall: cheaper) -> InvalidConfigError naming
+// fast path reads the one key with redis.call, not pcall: cheaper) -> ScriptError (InvalidConfig) naming
 // that key, as the script's own check words it. The script touches no other key, and a read is
 // its first command on it, so nothing was written.
 std::exception_ptr scriptError(std::exception_ptr error, const std::string& name, char kind) {
   // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
   const auto* e = dynamic_cast<const ScriptError*>(errorIn(error));
   if (e != nullptr && e->code() == "WRONGTYPE") {
-    return std::make_exception_ptr(InvalidConfigError(
-        "REDLIMIT_INVALID_CONFIG", fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
-                                               "delete it or use another limiter name",
-                                               name, labelOf(kind))));
+    return std::make_exception_ptr(
+        ScriptError(ErrorKind::InvalidConfig, "REDLIMIT_INVALID_CONFIG",
+                    fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
+                                "delete it or use another limiter name",
+                                name, labelOf(kind))));
   }
   return limiterError(std::move(error));
 }
@@ -68,21 +69,6 @@ std::exception_ptr scriptError(std::exception_ptr error, const std::string& name
 
 std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
   return scriptError(std::move(error), key, kind);
-}
-
-std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix) {
-  checkReservationId(id, true);
-  // A name with a hash tag hashes the tag, and a key that starts with the name has the same one.
-  if (hashedPart(name).size() != name.size()) return fmt::format("{}:{}:{}", name, infix, id);
-  // Otherwise the name is hashed whole: the record makes the whole name its tag, which is only that
-  // name if no '}' ends the tag early.
-  if (name.find('}') != std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: its name holds a '}}' but no hash tag, so no reservation record can "
-                    "share its hash slot; give the name a hash tag (\"{{tenant}}:tokens\")",
-                    name));
-  }
-  return fmt::format("{{{}}}:{}:{}", name, infix, id);
 }
 
 void checkReservationTtl(milliseconds recordTtl) {
@@ -100,16 +86,18 @@ void checkActualPermits(std::int64_t actual) {
 
 bool parseReserveRepeated(const std::string& name, const Reply& r) {
   if (r.type != Reply::Type::Array || r.elements.size() != kReserveReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
-                                           kReserveReplySize, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
+                                 kReserveReplySize, r.describe()));
   }
   return r.elements[kReserveReplySize - 1].asInteger() == 1;
 }
 
 Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
   if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
-    throw UnexpectedReplyError(fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
-                                           kSettleReplySize, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
+                                 kSettleReplySize, r.describe()));
   }
   Settlement out;
   out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
@@ -461,7 +449,8 @@ bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std:
   const Reply r =
       call(key, "set", args, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
   if (r.type != Reply::Type::Array || r.elements.size() != 4) {
-    throw UnexpectedReplyError(
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
         fmt::format("redlimit: limiter {}: expected an array of 4 from the set operation, got {}", key, r.describe()));
   }
   const bool written = how == ConfigWrite::KeepState || r.elements[0].asInteger() == 1;

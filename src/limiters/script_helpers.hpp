@@ -19,23 +19,19 @@
 namespace redlimit::detail {
 
 /// The error a one-key script's call ended with, as ScriptCore reports it (a
-/// WRONGTYPE from the script's read of `key` becomes InvalidConfigError naming it and the kind).
+/// WRONGTYPE from the script's read of `key` becomes ScriptError (InvalidConfig) naming it and the kind).
 std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind);
 /// The monitor of a limiter named `name`, after the checks of its client and name (throws
 /// InvalidArgument), as ScriptCore makes it.
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const MonitorOptions& monitor);
-/// The key of the reservation record `id` of the limiter whose key is `name`
-/// (MultiLimit of 0.x handles): name:<infix>:id, wrapped as {name}:<infix>:id for a name
-/// without a hash tag. MultiLimit's records use the infix "mrsv". Throws InvalidArgument.
-std::string reservationRecordKey(const std::string& name, const std::string& id, std::string_view infix = "rsv");
 /// Throw InvalidArgument for a record TTL outside 1 ms..kMaxReservationTtl, actual permits outside
 /// 0..kMaxPermits.
 void checkReservationTtl(std::chrono::milliseconds recordTtl);
 void checkActualPermits(std::int64_t actual);
-/// The `repeated` flag of a reserve reply (checking its shape: UnexpectedReplyError).
+/// The `repeated` flag of a reserve reply (checking its shape: ReplyError (UnexpectedReply)).
 bool parseReserveRepeated(const std::string& name, const Reply& reply);
-/// A settle reply, counted in `monitor` when it settled (UnexpectedReplyError for a bad shape).
+/// A settle reply, counted in `monitor` when it settled (ReplyError (UnexpectedReply) for a bad shape).
 Settlement parseSettlement(const std::string& name, const Reply& reply, const LimiterMonitor& monitor);
 
 }  // namespace redlimit::detail

@@ -218,7 +218,7 @@ Reply Client::callTracked(detail::Request request, int slot, std::chrono::steady
     reachability_->succeeded();
     return std::move(out.reply);
   }
-  // Only an outage (an IoError but PoolTimeoutError) gates best-effort calls.
+  // Only an outage (an IoError other than congestion, detail::isCongestion) gates best-effort calls.
   reachability_->noteError(out.error, started);
   std::rethrow_exception(out.error);
 }

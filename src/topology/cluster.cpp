@@ -28,7 +28,10 @@ struct Verdict {
 Verdict classify(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
-  } catch (const UnavailableError& e) {
+  } catch (const IoError& e) {
+    if (isCongestion(e)) return {Verdict::Deliver, {}, {}};  // congestion in this process, not the node's outage
+    // Slow or gone: the map may have changed (a failover).
+    if (e.kind() != ErrorKind::Unavailable) return {Verdict::NodeDown, e.what(), "NODEDOWN"};
     if (e.code() == "TRYAGAIN") return {Verdict::Retry, e.what(), {}};
     // CLUSTERDOWN lasts at least the cluster's node timeout: never retried within a deadline.
     // "The cluster is down" is the node's own view of the cluster: an outage of what it serves.
@@ -40,10 +43,6 @@ Verdict classify(const std::exception_ptr& error) {
     }
     if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Deliver, {}, {}};  // out of redirects
     return {Verdict::NodeDown, e.what(), "NODEDOWN"};  // LOADING, BUSY, max clients: up, but not serving
-  } catch (const PoolTimeoutError&) {
-    return {Verdict::Deliver, {}, {}};  // congestion in this process, not the node's outage
-  } catch (const IoError& e) {
-    return {Verdict::NodeDown, e.what(), "NODEDOWN"};  // slow or gone: the map may have changed (a failover)
   } catch (const ConfigurationError& e) {
     // error_mapping's words for a redirect, meant for a Client set up for one server.
     if (e.code() == "MOVED" || e.code() == "ASK") return {Verdict::Redirect, e.what(), {}};
@@ -246,11 +245,11 @@ void ClusterRunner::failFast(const std::shared_ptr<Attempt>& a, Node& node, std:
   const std::int64_t next = node.nextProbe.load(std::memory_order_relaxed);
   const auto inMs = next > now ? (next - now + 999999) / 1000000 : 0;
   a->done(Outcome{
-      Reply{},
-      std::make_exception_ptr(UnavailableError(
-          code, fmt::format("redlimit: {}: Redis Cluster node {} is in an outage ({}); not sent: its requests fail "
-                            "at once and one per {} ms goes to it as a probe (the next in {} ms)",
-                            a->proto.command, node.endpoint, why, options_.bestEffortRetry.count(), inMs)))});
+      Reply{}, std::make_exception_ptr(IoError(
+                   ErrorKind::Unavailable, code,
+                   fmt::format("redlimit: {}: Redis Cluster node {} is in an outage ({}); not sent: its requests fail "
+                               "at once and one per {} ms goes to it as a probe (the next in {} ms)",
+                               a->proto.command, node.endpoint, why, options_.bestEffortRetry.count(), inMs)))});
 }
 
 void ClusterRunner::nodeFailed(Node& node, std::int64_t sentAt, const std::string& code, const std::string& why) {
@@ -334,8 +333,8 @@ void ClusterRunner::finished(const std::shared_ptr<Attempt>& a, const NodePtr& n
 void ClusterRunner::redirect(const std::shared_ptr<Attempt>& a, const Redirect& to) {
   if (++a->redirects > options_.cluster.maxRedirects || Steady::now() >= a->proto.deadline) {
     a->done(Outcome{Reply{},
-                    std::make_exception_ptr(UnavailableError(
-                        to.ask ? "ASK" : "MOVED",
+                    std::make_exception_ptr(IoError(
+                        ErrorKind::Unavailable, to.ask ? "ASK" : "MOVED",
                         fmt::format("redlimit: {}: the cluster redirected it {} times (last to {}) within "
                                     "its {} ms deadline: the slot map is changing; not run",
                                     a->proto.command, a->redirects, endpointOf(to.node), a->proto.budget.count())))});
@@ -487,7 +486,7 @@ bool ClusterRunner::refresh() {
     std::vector<SlotRange> ranges;
     try {
       Outcome out = askFor({"CLUSTER", "SHARDS"});
-      if (out.error && holds<ReplyError>(out.error) && !holds<UnexpectedReplyError>(out.error)) {
+      if (out.error && holds<ReplyError>(out.error) && !holdsKind(out.error, ErrorKind::UnexpectedReply)) {
         out = askFor({"CLUSTER", "SLOTS"});  // before Redis 7.0
         if (out.error) {
           if (saysClusterDisabled(out.error)) disabled.push_back(n->endpoint);

@@ -51,10 +51,10 @@ struct ClusterCounters {
 ///     goes to the node named, after ASKING, and the map is left alone. At most maxRedirects per
 ///     request; TRYAGAIN is retried after a short pause (5 ms, doubling up to 100 ms). All of it
 ///     within the request's own deadline; a request that runs out of time or redirects ends with
-///     UnavailableError (an outage: the failure policy decides), never with a MOVED or an ASK.
+///     IoError (Unavailable) (an outage: the failure policy decides), never with a MOVED or an ASK.
 ///   - Node health, learnt once for the whole Client: a node that fails a request with an outage
 ///     (a timeout, an I/O error, CLUSTERDOWN "the cluster is down", LOADING, BUSY) is in an
-///     outage. Requests routed to it then end at once with UnavailableError (code "NODEDOWN", or
+///     outage. Requests routed to it then end at once with IoError (Unavailable) (code "NODEDOWN", or
 ///     "CLUSTERDOWN"), naming the node, the error and when the next probe is; one request per
 ///     ClientOptions::bestEffortRetry goes to it as the probe, and the first answer from it ends
 ///     the outage. Other nodes are not touched: their requests go on as before. CLUSTERDOWN is

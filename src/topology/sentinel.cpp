@@ -129,10 +129,12 @@ void SentinelRunner::send(Request request, int /*slot*/) {
     return;
   }
   if (full) {
-    request.done(Outcome{Reply{}, errorOf<PoolTimeoutError>(fmt::format(
-                                      "redlimit: {}: {} requests already wait for the primary of \"{}\" "
-                                      "(PoolOptions::maxPending); not sent",
-                                      request.command, options_.pool.maxPending, options_.sentinel.primaryName))});
+    request.done(Outcome{
+        Reply{},
+        errorOf<TimeoutError>(ErrorKind::PoolTimeout,
+                              fmt::format("redlimit: {}: {} requests already wait for the primary of \"{}\" "
+                                          "(PoolOptions::maxPending); not sent",
+                                          request.command, options_.pool.maxPending, options_.sentinel.primaryName))});
     return;
   }
   if (!primary) {
@@ -149,13 +151,13 @@ void SentinelRunner::submitTo(const std::shared_ptr<Transport>& primary, std::ui
   // fixed address.
   request.done = [self = shared_from_this(), generation, command = request.command,
                   done = std::move(request.done)](Outcome out) {
-    if (out.error && holds<ReplicaError>(out.error)) {
+    if (out.error && holdsKind(out.error, ErrorKind::Replica)) {
       self->wantDiscovery();
       out.error = self->demotedError(out.error);
     } else if (out.error && holds<ClosedError>(out.error)) {
       self->wantDiscovery();
       if (std::exception_ptr moved = self->retiredError(generation, command, out.error)) out.error = moved;
-    } else if (out.error && holds<IoError>(out.error) && !holds<PoolTimeoutError>(out.error)) {
+    } else if (out.error && holds<IoError>(out.error) && !isCongestion(*errorIn(out.error))) {
       self->wantDiscovery();
     }
     done(std::move(out));
@@ -176,11 +178,12 @@ std::exception_ptr SentinelRunner::demotedError(const std::exception_ptr& error)
   constexpr std::string_view kServerSaid = "not the primary: ";
   if (const auto at = text.find(kServerSaid); at != std::string::npos) text = text.substr(at + kServerSaid.size());
   if (const auto advice = text.find(" (point ConnectionOptions"); advice != std::string::npos) text.resize(advice);
-  return std::make_exception_ptr(UnavailableError(
-      "READONLY", fmt::format("redlimit: the primary the sentinels named for \"{}\" was demoted to a replica (a "
-                              "failover): {}; an outage, decided by the failure policy: the sentinels are asked "
-                              "for the new primary, and a retry goes there",
-                              options_.sentinel.primaryName, text)));
+  return std::make_exception_ptr(
+      IoError(ErrorKind::Unavailable, "READONLY",
+              fmt::format("redlimit: the primary the sentinels named for \"{}\" was demoted to a replica (a "
+                          "failover): {}; an outage, decided by the failure policy: the sentinels are asked "
+                          "for the new primary, and a retry goes there",
+                          options_.sentinel.primaryName, text)));
 }
 
 std::exception_ptr SentinelRunner::retiredError(std::uint64_t generation, const std::string& command,
@@ -312,8 +315,9 @@ bool SentinelRunner::discover() {
       candidate.host = r.value.elements[0].str;
       const auto port = portOf(r.value.elements[1].str);
       if (!port)
-        throw UnexpectedReplyError(fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"",
-                                               endpointOf(sentinel), r.value.elements[1].str, name));
+        throw ReplyError(ErrorKind::UnexpectedReply, "",
+                         fmt::format("redlimit: sentinel {} named the port \"{}\" for \"{}\"", endpointOf(sentinel),
+                                     r.value.elements[1].str, name));
       candidate.port = *port;
     } catch (const Error& e) {
       failures += fmt::format("; sentinel {}: {}", endpointOf(sentinel), e.what());
@@ -421,10 +425,8 @@ std::exception_ptr SentinelRunner::refusedLoginError(const std::exception_ptr& e
       options_.sentinel.primaryName, why);
   try {
     std::rethrow_exception(error);
-  } catch (const NoPermissionError& e) {
-    return std::make_exception_ptr(NoPermissionError(e.code(), message));
   } catch (const AuthError& e) {
-    return std::make_exception_ptr(AuthError(e.code(), message));
+    return std::make_exception_ptr(AuthError(e.kind(), e.code(), message));
   } catch (...) {
     return error;
   }

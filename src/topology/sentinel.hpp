@@ -37,7 +37,7 @@ struct SentinelCounters {
 ///     refused SentinelOptions' login, or a primary they named refused ConnectionOptions'), they
 ///     fail at once with an AuthError: configuration, never an outage a policy decides.
 ///   - A request the old primary could not run (gone, or demoted: READONLY) ends with an IoError
-///     (UnavailableError for READONLY): an outage the limiter's failure policy decides, never the
+///     (IoError of kind Unavailable for READONLY): an outage the limiter's failure policy decides, never the
 ///     configuration error READONLY means for a fixed address. The next requests go to the new
 ///     primary as soon as it is found.
 ///   - On a switch the old primary's transport is shut down and released (its connections, I/O
@@ -64,7 +64,7 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
  private:
   explicit SentinelRunner(const ClientOptions& options);
   void submitTo(const std::shared_ptr<Transport>& primary, std::uint64_t generation, Request request);
-  // A demoted primary's READONLY / MASTERDOWN (a ReplicaError) as the outage it is here.
+  // A demoted primary's READONLY / MASTERDOWN (a ConfigurationError (Replica)) as the outage it is here.
   std::exception_ptr demotedError(const std::exception_ptr& error) const;
   // A ClosedError from the transport of primary `generation` once another is in use: says the
   // primary moved and a retry goes to the new one (nullptr: still the primary, or shut down).
@@ -78,7 +78,7 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   bool endCallbacks(std::vector<Request>& requests, End&& end);
   void subscribe();
   bool discover();  // true if a primary was found (and is in use now)
-  // The AuthError (or NoPermissionError) `error` as parked and later requests get it: no primary
+  // The AuthError (kind Auth or NoPermission) `error` as parked and later requests get it: no primary
   // can be found because a login was refused; `why` is every sentinel's and candidate's answer.
   std::exception_ptr refusedLoginError(const std::exception_ptr& error, const std::string& why) const;
   void expireParked(std::vector<Request>& expired) REDLIMIT_REQUIRES(mutex_);

@@ -18,7 +18,8 @@ constexpr std::string_view kShards = "CLUSTER SHARDS";
 constexpr std::string_view kSlots = "CLUSTER SLOTS";
 
 [[noreturn]] void malformed(std::string_view command, std::string_view where, std::string_view why) {
-  throw UnexpectedReplyError(fmt::format("redlimit: unexpected {} reply: {}: {}", command, where, why));
+  throw ReplyError(ErrorKind::UnexpectedReply, "",
+                   fmt::format("redlimit: unexpected {} reply: {}: {}", command, where, why));
 }
 
 bool isText(const Reply& r) { return r.type == Reply::Type::String || r.type == Reply::Type::Status; }
@@ -102,7 +103,7 @@ void setAddress(NodeEntry& node, const std::optional<std::string>& host, int por
 NodeAddress primaryAddress(const NodeEntry& node) {
   if (node.address) return *node.address;
   const std::string message = fmt::format("redlimit: the Redis Cluster primary {} {}", node.id, node.unreachable);
-  if (node.tlsOnly) throw TlsPortError("", message);
+  if (node.tlsOnly) throw ConfigurationError(ErrorKind::TlsPort, "", message);
   throw ConfigurationError("", message);
 }
 

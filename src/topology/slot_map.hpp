@@ -39,9 +39,9 @@ struct SlotRange {
 /// until the cluster fails over, and the caller learns of that from failures, MOVED or a refresh.
 /// Replicas count only while their health is "online". Shards without slots are left out.
 /// Returns the ranges sorted by first slot; slots no shard serves are in no range.
-/// Throws UnexpectedReplyError (code "") for a reply of another shape: a missing or non-integer
+/// Throws ReplyError (UnexpectedReply) (code "") for a reply of another shape: a missing or non-integer
 /// port, slots outside 0..16383, a range that ends before it starts, ranges that overlap, a shard
-/// with slots and no "master". Throws TlsPortError when `tls` is false and a node has only a TLS
+/// with slots and no "master". Throws ConfigurationError (TlsPort) when `tls` is false and a node has only a TLS
 /// port, ConfigurationError for a primary whose endpoint is "?" and that has no ip.
 /// Thread-safe (a pure function).
 [[nodiscard]] std::vector<SlotRange> parseClusterShards(const Reply& reply, bool tls, const std::string& seedHost);

@@ -560,10 +560,11 @@ void Connector::handshake(SteadyTime now) {
       const bool plain = s == PortProbe::State::Answered && isPlainRedisAnswer(probe_->head());
       probe_.reset();
       if (plain && handshaking_->bytesReceived() == 0) {
-        throw TlsError("TLS", fmt::format("redlimit: {}: the server answers in plain text (RESP) and not in TLS: "
-                                          "this is its plain-text port; connect with redis:// "
-                                          "(TlsOptions::enabled = false), or to the server's tls-port",
-                                          what));
+        throw ConfigurationError(ErrorKind::Tls, "TLS",
+                                 fmt::format("redlimit: {}: the server answers in plain text (RESP) and not in TLS: "
+                                             "this is its plain-text port; connect with redis:// "
+                                             "(TlsOptions::enabled = false), or to the server's tls-port",
+                                             what));
       }
     }
   }
@@ -579,7 +580,7 @@ void Connector::handshake(SteadyTime now) {
   }
   watch(handshaking_->fd(), want == IoWant::Read ? EPOLLIN : EPOLLOUT, kSocketTag);
   // A plain Redis port reads the ClientHello as an unfinished inline command and stays silent:
-  // that is a set-up error (TlsError), not an outage. Asked once, in plain text, when nothing at
+  // that is a set-up error (ConfigurationError (Tls)), not an outage. Asked once, in plain text, when nothing at
   // all came back by half the time.
   if (!probed_ && now >= probeAt_ && handshaking_->bytesReceived() == 0) {
     probed_ = true;

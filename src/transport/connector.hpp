@@ -37,7 +37,7 @@ struct SocketAddress {
 
 /// Resolves host:port to the addresses to try, in order (getaddrinfo: AF_UNSPEC, SOCK_STREAM).
 /// Called on a lookup thread of its own, so it may block. Throws IoError naming the host when the
-/// name does not resolve, or ResourceLimitError.
+/// name does not resolve, or ConfigurationError (ResourceLimit).
 using NameResolver = std::function<std::vector<SocketAddress>(const std::string& host, int port)>;
 /// The system's resolver (getaddrinfo).
 [[nodiscard]] std::vector<SocketAddress> resolveName(const std::string& host, int port);
@@ -174,8 +174,8 @@ class Connector {
 ///                       handshake)
 ///   ClosedError         reset, or the peer closed during the TLS handshake without an alert
 ///   IoError             refused, unreachable, unknown host ("connect to 127.0.0.1:6379: Connection refused")
-///   ResourceLimitError  no file descriptor left (code "EMFILE" / "ENFILE")
-///   TlsError            (code "TLS") certificate chain not trusted (with OpenSSL's reason), name
+///   ConfigurationError (ResourceLimit)  no file descriptor left (code "EMFILE" / "ENFILE")
+///   ConfigurationError (Tls)            (code "TLS") certificate chain not trusted (with OpenSSL's reason), name
 ///                       mismatch (naming the expected name), unreadable caFile / caPath / certFile
 ///                       / keyFile, key not matching certificate, certFile without keyFile (or the
 ///                       reverse), a server alert refusing the client certificate, a port that

@@ -185,14 +185,16 @@ void Pipeline::received(const char* data, std::size_t size, std::vector<Finished
       auto reply = parser_.next();
       if (!reply) break;
       if (written_.empty()) {
-        throw ProtocolError(
+        throw IoError(
+            ErrorKind::Protocol, "",
             fmt::format("redlimit: {} sent a reply to no request: the reply stream is out of step", endpoint_));
       }
       finishReply(std::move(*reply), done);
     }
-  } catch (const ProtocolError& e) {
-    const auto why =
-        std::make_exception_ptr(ProtocolError(fmt::format("{} (from {}; connection closed)", e.what(), endpoint_)));
+  } catch (const IoError& e) {
+    if (e.kind() != ErrorKind::Protocol) throw;
+    const auto why = std::make_exception_ptr(
+        IoError(ErrorKind::Protocol, "", fmt::format("{} (from {}; connection closed)", e.what(), endpoint_)));
     if (!written_.empty()) {
       Written w = std::move(written_.front());
       written_.pop_front();
@@ -274,11 +276,12 @@ void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& d
     written_.pop_front();
     std::exception_ptr error = why;
     if (w.size > kSmallestServerRequestLimit && holds<ClosedError>(why)) {
-      error = std::make_exception_ptr(RequestLimitError(
-          "", fmt::format("redlimit: {}: the server ({}) closed the connection while a request of {} bytes was on it: "
-                          "it exceeds client-query-buffer-limit or proto-max-bulk-len (1 MiB at the least); "
-                          "nothing was run",
-                          w.request.command, endpoint_, w.size)));
+      error = std::make_exception_ptr(ConfigurationError(
+          ErrorKind::RequestLimit, "",
+          fmt::format("redlimit: {}: the server ({}) closed the connection while a request of {} bytes was on it: "
+                      "it exceeds client-query-buffer-limit or proto-max-bulk-len (1 MiB at the least); "
+                      "nothing was run",
+                      w.request.command, endpoint_, w.size)));
     }
     fail(w, error, done);
   }
@@ -287,10 +290,12 @@ void Pipeline::breakWith(const std::exception_ptr& why, std::vector<Finished>& d
 }
 
 std::exception_ptr Stall::error(std::string_view command, std::chrono::milliseconds budget) const {
-  return errorOf<CallbackBlockedError>(fmt::format(
-      "redlimit: {}: its {} ms deadline passed while a completion callback held the Client's I/O thread for {} ms "
-      "(callbacks run on that thread and must not block: hand slow work to a thread of your own)",
-      command, budget.count(), std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count()));
+  return errorOf<TimeoutError>(
+      ErrorKind::CallbackBlocked,
+      fmt::format(
+          "redlimit: {}: its {} ms deadline passed while a completion callback held the Client's I/O thread for {} ms "
+          "(callbacks run on that thread and must not block: hand slow work to a thread of your own)",
+          command, budget.count(), std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count()));
 }
 
 void Pipeline::expire(SteadyTime now, std::vector<Finished>& done, const Stall& stall) {

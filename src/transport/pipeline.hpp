@@ -56,7 +56,7 @@ struct Request {
 
 /// A request that finished, with its outcome; the caller runs done(outcome) outside its locks.
 /// When a completion callback held the I/O thread (from, to], and for how long: requests whose
-/// deadline fell within it end with CallbackBlockedError. Empty (from == to): none.
+/// deadline fell within it end with TimeoutError (CallbackBlocked). Empty (from == to): none.
 struct Stall {
   SteadyTime from{};
   SteadyTime to{};
@@ -111,10 +111,16 @@ template <class E>
   return dynamic_cast<const E*>(errorIn(error)) != nullptr;
 }
 
-/// `E(message)` as an exception_ptr.
-template <class E>
-[[nodiscard]] std::exception_ptr errorOf(std::string message) {
-  return std::make_exception_ptr(E(std::move(message)));
+/// True if `error` holds a redlimit error of kind `kind`. Looked at in place (errorIn).
+[[nodiscard]] inline bool holdsKind(const std::exception_ptr& error, ErrorKind kind) {
+  const Error* e = errorIn(error);
+  return e != nullptr && e->kind() == kind;
+}
+
+/// `E(args...)` as an exception_ptr: errorOf<TimeoutError>(ErrorKind::PoolTimeout, message).
+template <class E, class... Args>
+[[nodiscard]] std::exception_ptr errorOf(Args&&... args) {
+  return std::make_exception_ptr(E(std::forward<Args>(args)...));
 }
 
 /// Builds a Request for argv (copied into RESP at once: the caller's views may go away).
@@ -157,20 +163,20 @@ class Pipeline {
   /// after the script was last loaded queues one SCRIPT LOAD, and each failed request is queued
   /// again (after a load it already follows, as EVALSHA; if it fails again, as EVAL with the
   /// source). A protocol error or a reply over ReplyLimits breaks the pipeline: the request that
-  /// reply would answer fails with ProtocolError, the other written ones with ClosedError.
+  /// reply would answer fails with IoError (Protocol), the other written ones with ClosedError.
   void received(const char* data, std::size_t size, std::vector<Finished>& done);
 
   /// Fails the requests whose deadline has passed at `now` with TimeoutError. A written one breaks
   /// the pipeline (its reply may still come, and must never be matched to a later request): the
   /// other written requests then fail with ClosedError. Queued ones just leave the queue. A request
   /// whose deadline fell within `stall` (a completion callback held the I/O thread) fails with
-  /// CallbackBlockedError instead.
+  /// TimeoutError (CallbackBlocked) instead.
   void expire(SteadyTime now, std::vector<Finished>& done, const Stall& stall = {});
   /// The earliest deadline of any request here (SteadyTime::max() if none).
   [[nodiscard]] SteadyTime nextDeadline() const;
 
   /// Ends the pipeline because of `why` (the connection failed or is being closed): every written
-  /// request fails with `why` (requests over 1 MiB with RequestLimitError when `why` is a
+  /// request fails with `why` (requests over 1 MiB with ConfigurationError (RequestLimit) when `why` is a
   /// ClosedError: the server closes a connection whose request is over its limits); the queued
   /// requests, never written, are returned to be sent elsewhere.
   [[nodiscard]] std::vector<Request> close(const std::exception_ptr& why, std::vector<Finished>& done);

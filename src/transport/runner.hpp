@@ -17,12 +17,12 @@ struct TransportCounters {
   std::uint64_t created = 0;    // connections opened since start
   std::uint64_t discarded = 0;  // connections closed after a failure since start
   std::size_t pending = 0;      // requests queued or waiting for replies now
-  std::uint64_t rejected = 0;   // requests refused with PoolTimeoutError (maxPending reached)
+  std::uint64_t rejected = 0;   // requests refused with TimeoutError, kind PoolTimeout (maxPending reached)
   std::uint64_t writes = 0;     // write calls that sent requests (requests / writes = pipelining)
   std::uint64_t requests = 0;   // requests sent, resends included
   std::uint64_t direct = 0;     // of them, written by the submitting thread (idle connection)
   std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
-  std::uint64_t stalled = 0;    // requests ended with CallbackBlockedError
+  std::uint64_t stalled = 0;    // requests ended with TimeoutError, kind CallbackBlocked
 
   TransportCounters& operator+=(const TransportCounters& o) noexcept {
     open += o.open;

@@ -166,7 +166,7 @@ class SslErrors {
   std::vector<unsigned long> codes_;
 };
 
-[[noreturn]] void tlsError(const std::string& message) { throw TlsError("TLS", message); }
+[[noreturn]] void tlsError(const std::string& message) { throw ConfigurationError(ErrorKind::Tls, "TLS", message); }
 
 struct CtxDeleter {
   void operator()(SSL_CTX* c) const noexcept { ::SSL_CTX_free(c); }
@@ -193,7 +193,7 @@ void checkReadable(const std::string& path, const char* field, bool directory, c
   }
 }
 
-// An OpenSSL call that loads `path` failed: out of descriptors is a ResourceLimitError, anything
+// An OpenSSL call that loads `path` failed: out of descriptors is a ConfigurationError (ResourceLimit), anything
 // else says which file and what OpenSSL thought of it.
 [[noreturn]] void loadFailed(const char* field, const std::string& path, const char* expected,
                              const std::string& endpoint) {
@@ -636,7 +636,7 @@ class TlsStream final : public HandshakingStream {
     throwErrnoError(state_.lastErrno, what);
   }
 
-  // Throws TlsError if the server's next record is an alert refusing the client certificate;
+  // Throws ConfigurationError (Tls) if the server's next record is an alert refusing the client certificate;
   // returns otherwise (whatever else the read finds is dropped: the stream is broken already).
   void surfaceClientCertificateAlert(const std::string& what) {
     if (state_.eof) return;

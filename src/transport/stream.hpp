@@ -38,7 +38,7 @@ class Stream {
 
   /// Reads up to `size` bytes into `buf`. Returns the count (> 0), or 0 if nothing can be read
   /// now (or size is 0): then wantAfterRead() says whether to wait for readability or
-  /// writability (TLS may need to write first). Throws ClosedError on EOF or a reset, TlsError if
+  /// writability (TLS may need to write first). Throws ClosedError on EOF or a reset, ConfigurationError (Tls) if
   /// the server ended the TLS session with an alert about the client certificate, IoError
   /// otherwise; messages name the endpoint ("read from 127.0.0.1:6379: ...").
   [[nodiscard]] virtual std::size_t read(char* buf, std::size_t size) = 0;
@@ -71,7 +71,7 @@ class Stream {
 class HandshakingStream : public Stream {
  public:
   /// One step of the handshake, never blocking: true once it is done; false while it waits for
-  /// the socket (`want` says for what). Throws TlsError (certificate not trusted, name mismatch, a
+  /// the socket (`want` says for what). Throws ConfigurationError (Tls) (certificate not trusted, name mismatch, a
   /// server alert, bytes that are not TLS), ClosedError (the peer closed or reset without an
   /// alert) or IoError, with messages that say what to fix.
   [[nodiscard]] virtual bool handshakeStep(IoWant& want) = 0;
@@ -90,14 +90,14 @@ class HandshakingStream : public Stream {
 [[nodiscard]] std::unique_ptr<Stream> adoptPlainStream(int fd, std::string endpoint);
 
 /// A TLS client session over `fd` (connected, non-blocking; ownership taken) with `ctx`: the SNI
-/// and the name to verify come from options.tls.serverName or options.host. Throws TlsError if the
+/// and the name to verify come from options.tls.serverName or options.host. Throws ConfigurationError (Tls) if the
 /// session cannot be set up; the handshake itself is the caller's to step.
 [[nodiscard]] std::unique_ptr<HandshakingStream> startTlsStream(int fd, std::string endpoint, ssl_ctx_st* ctx,
                                                                 const ConnectionOptions& options);
 
 /// Reads the files TlsOptions names and builds an OpenSSL client context (TLS 1.2+, the CA or the
-/// system's trust store when verifyPeer, the client certificate). Throws TlsError naming the field
-/// and the file that cannot be used; ResourceLimitError when no descriptor is left to read it.
+/// system's trust store when verifyPeer, the client certificate). Throws ConfigurationError (Tls) naming the field
+/// and the file that cannot be used; ConfigurationError (ResourceLimit) when no descriptor is left to read it.
 [[nodiscard]] std::shared_ptr<ssl_ctx_st> makeTlsContext(const TlsOptions& tls, const std::string& endpoint);
 
 /// Writes all of `data`, waiting with poll() while the stream would block. Throws TimeoutError

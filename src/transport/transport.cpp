@@ -91,7 +91,7 @@ Transport::Transport(const ConnectionOptions& connection, const PoolOptions& poo
     if (wakeFd_ >= 0) ::close(wakeFd_);
     if (timerFd_ >= 0) ::close(timerFd_);
     if (e == EMFILE || e == ENFILE) {
-      throw ResourceLimitError(e == EMFILE ? "EMFILE" : "ENFILE",
+      throw ConfigurationError(ErrorKind::ResourceLimit, e == EMFILE ? "EMFILE" : "ENFILE",
                                fmt::format("redlimit: cannot start the I/O thread's poller: {}", std::strerror(e)));
     }
     throw IoError(fmt::format("redlimit: cannot start the I/O thread's poller: {}", std::strerror(e)));
@@ -120,10 +120,12 @@ void Transport::submit(Request request) {
   if (pending_.fetch_add(1, std::memory_order_relaxed) >= pool_.maxPending) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     rejected_.fetch_add(1, std::memory_order_relaxed);
-    request.done(Outcome{Reply{}, errorOf<PoolTimeoutError>(fmt::format(
-                                      "redlimit: {}: {} requests already wait for {} (PoolOptions::maxPending); "
-                                      "not sent",
-                                      request.command, pool_.maxPending, endpoint_))});
+    request.done(Outcome{
+        Reply{},
+        errorOf<TimeoutError>(ErrorKind::PoolTimeout,
+                              fmt::format("redlimit: {}: {} requests already wait for {} (PoolOptions::maxPending); "
+                                          "not sent",
+                                          request.command, pool_.maxPending, endpoint_))});
     return;
   }
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
@@ -501,7 +503,7 @@ void Transport::flush(Conn& c, std::vector<Finished>& done) {
   }
   // A server that refuses a request answers first and then closes (with a reset, as it leaves
   // the rest unread): its answer is usually still readable, and says more than the reset. A
-  // write that failed with more than an IoError (TlsError: the stream read the server's alert
+  // write that failed with more than an IoError (ConfigurationError (Tls): the stream read the server's alert
   // already) keeps its error; a read could only report the closed session.
   if (holds<IoError>(why)) readFrom(c, done);
   closeConn(c, why, done);
@@ -536,10 +538,11 @@ std::exception_ptr Transport::tlsPortError(const std::exception_ptr& why) const 
   } catch (const std::exception& e) {
     text = e.what();
   }
-  return std::make_exception_ptr(TlsPortError(
-      "", fmt::format("redlimit: connect to {}: port {} speaks TLS (it reset the plain-text connection and answered "
-                      "a TLS hello); use rediss:// or ConnectionOptions::tls.enabled, or the server's plain port ({})",
-                      endpoint_, connection_.port, text)));
+  return std::make_exception_ptr(ConfigurationError(
+      ErrorKind::TlsPort, "",
+      fmt::format("redlimit: connect to {}: port {} speaks TLS (it reset the plain-text connection and answered "
+                  "a TLS hello); use rediss:// or ConnectionOptions::tls.enabled, or the server's plain port ({})",
+                  endpoint_, connection_.port, text)));
 }
 
 void Transport::stepTlsPortProbe(Conn& c, std::vector<Finished>& done) {
@@ -630,11 +633,11 @@ void Transport::complete(std::vector<Finished>& done) {
         if (counted > 0) pending_.fetch_sub(counted, std::memory_order_relaxed);
         // Each callback is timed (one clock read each): one that holds the thread for
         // kBlockedCallback or more is a stall, and requests whose deadline falls within it end
-        // with CallbackBlockedError.
+        // with TimeoutError (CallbackBlocked).
         SteadyTime before = Steady::now();
         for (auto& f : slice) {
           if (!f.done) continue;
-          if (sawStall_ && f.outcome.error && holds<CallbackBlockedError>(f.outcome.error)) {
+          if (sawStall_ && f.outcome.error && holdsKind(f.outcome.error, ErrorKind::CallbackBlocked)) {
             stalled_.fetch_add(1, std::memory_order_relaxed);
           }
           try {
@@ -671,7 +674,8 @@ void Transport::noteStall(SteadyTime from, SteadyTime to) {
   e.node = endpoint_;
   e.description = fmt::format(
       "a completion callback held the I/O thread of the Client's connections to {} for {} ms: nothing was read or "
-      "written meanwhile, and requests whose deadline passed end with CallbackBlockedError (callbacks must not "
+      "written meanwhile, and requests whose deadline passed end with a TimeoutError of kind CallbackBlocked "
+      "(callbacks must not "
       "block: hand slow work to a thread of your own)",
       endpoint_, std::chrono::duration_cast<milliseconds>(to - from).count());
   try {

@@ -81,7 +81,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     std::unique_ptr<Connector> connector REDLIMIT_GUARDED_BY(m);  // connecting: no stream yet
     SocketAddress peer REDLIMIT_GUARDED_BY(m);                    // the address the stream reached
     // A plain-text connection reset before its first reply: is the port a TLS port? While the probe
-    // runs, the first `held` requests of carry wait for its answer, to fail with TlsPortError or
+    // runs, the first `held` requests of carry wait for its answer, to fail with ConfigurationError (TlsPort) or
     // with heldError.
     std::unique_ptr<PortProbe> tlsPortProbe REDLIMIT_GUARDED_BY(m);
     std::exception_ptr heldError REDLIMIT_GUARDED_BY(m);

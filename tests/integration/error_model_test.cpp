@@ -58,6 +58,15 @@ void expectThrow(Call&& call, const std::function<void(const E&)>& check = {}) {
   }
 }
 
+/// The same, and the E's kind() is `kind`.
+template <class E, class Call>
+void expectThrow(ErrorKind kind, Call&& call, const std::function<void(const E&)>& check = {}) {
+  expectThrow<E>(std::forward<Call>(call), [&](const E& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    if (check) check(e);
+  });
+}
+
 /// Records health events (thread-safe).
 struct Events {
   std::mutex mutex;
@@ -112,7 +121,7 @@ void warmVptrChecks(const std::shared_ptr<Client>& client) {
   // The library formats its messages with fmt, whose buffer is polymorphic: have UBSan check that
   // type once while descriptors are still free (its check needs one).
   EXPECT_THROW(RateLimiter(client, std::string(RateLimiter::kMaxNameLength + 1, 'n')), InvalidArgument);
-  const ResourceLimitError sample("EMFILE", "warm-up");
+  const ConfigurationError sample(ErrorKind::ResourceLimit, "EMFILE", "warm-up");
   const std::runtime_error& asRuntime = sample;
   const Error& asError = sample;
   const std::exception& asException = sample;
@@ -123,11 +132,13 @@ void warmVptrChecks(const std::shared_ptr<Client>& client) {
   // base) and passes it as an exception_ptr: the same checks, once, here.
   const ConfigurationError& asConfiguration = sample;
   EXPECT_EQ(asConfiguration.code(), "EMFILE");
-  const ResourceLimitError copy(sample);  // NOLINT(performance-unnecessary-copy-initialization): the copy is the test
+  const ConfigurationError copy(sample);  // NOLINT(performance-unnecessary-copy-initialization): the copy is the test
   EXPECT_EQ(copy.code(), "EMFILE");
+  EXPECT_EQ(copy.kind(), ErrorKind::ResourceLimit);
   try {
     std::rethrow_exception(std::make_exception_ptr(sample));
-  } catch (const ResourceLimitError& e) {
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::ResourceLimit) << e.what();
     const std::exception_ptr again = std::make_exception_ptr(e);
     EXPECT_TRUE(again != nullptr);
   }
@@ -327,32 +338,35 @@ TEST_F(ErrorModel, NoPermIsAPermissionErrorThatSaysWhatToGrant) {
   (void)detail::command(*root, {"ACL", "SETUSER", "carol", "on", ">pw3", "~*", "+@all", "-time", "-zadd"});
   (void)detail::command(*root, {"ACL", "SETUSER", "dave", "on", ">pw4", "~other*", "+@all"});
 
-  auto notAPasswordProblem = [](const NoPermissionError& e) {
+  auto notAPasswordProblem = [](const AuthError& e) {
     EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
     EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << "says what to grant: " << e.what();
   };
   RateLimiter bob(Client::fromUri("redis://bob:pw2" + at), "perm");
-  expectThrow<NoPermissionError>([&] { (void)bob.tryAcquire(); },
-                                 [&](const NoPermissionError& e) {
-                                   notAPasswordProblem(e);
-                                   EXPECT_EQ(e.code(), "NOPERM");
-                                   EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
-                                   EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
-                                 });
+  expectThrow<AuthError>(
+      ErrorKind::NoPermission, [&] { (void)bob.tryAcquire(); },
+      [&](const AuthError& e) {
+        notAPasswordProblem(e);
+        EXPECT_EQ(e.code(), "NOPERM");
+        EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
+        EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
+      });
   // A command the script calls is not allowed: Redis says so from inside the script.
   RateLimiter carol(Client::fromUri("redis://carol:pw3" + at), "perm");
-  expectThrow<NoPermissionError>([&] { (void)carol.tryAcquire(); }, notAPasswordProblem);
+  expectThrow<AuthError>(
+      ErrorKind::NoPermission, [&] { (void)carol.tryAcquire(); }, notAPasswordProblem);
   // The limiter's keys are outside the user's key patterns.
   RateLimiter dave(Client::fromUri("redis://dave:pw4" + at), "perm");
-  expectThrow<NoPermissionError>([&] { (void)dave.tryAcquire(); },
-                                 [&](const NoPermissionError& e) {
-                                   notAPasswordProblem(e);
-                                   EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
-                                 });
+  expectThrow<AuthError>(
+      ErrorKind::NoPermission, [&] { (void)dave.tryAcquire(); },
+      [&](const AuthError& e) {
+        notAPasswordProblem(e);
+        EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
+      });
   // Under every policy: a missing permission is not an outage.
   Events events;
   RateLimiter bobAllowed(Client::fromUri("redis://bob:pw2" + at), "perm", events.options(FailurePolicy::Allow));
-  expectThrow<NoPermissionError>([&] { (void)bobAllowed.tryAcquire(); });
+  expectThrow<AuthError>(ErrorKind::NoPermission, [&] { (void)bobAllowed.tryAcquire(); });
 }
 
 TEST_F(ErrorModel, NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
@@ -385,19 +399,21 @@ TEST_F(ErrorModel, NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) 
 TEST_F(ErrorModel, ReplyOfTheWrongShapeIsUnexpectedReplyError) {
   const std::string key = name("list");
   (void)raw({"RPUSH", key, "a", "b"});
-  expectThrow<UnexpectedReplyError>(
+  expectThrow<ReplyError>(
+      ErrorKind::UnexpectedReply,
       [&] {
         (void)detail::command(*client(), {"LRANGE", key, "0", "-1"}).asInteger();
       },
-      [](const UnexpectedReplyError& e) {
+      [](const ReplyError& e) {
         EXPECT_TRUE(contains(e.what(), "expected an integer")) << e.what();
         EXPECT_TRUE(contains(e.what(), "array of 2")) << e.what();
       });
-  expectThrow<UnexpectedReplyError>(
+  expectThrow<ReplyError>(
+      ErrorKind::UnexpectedReply,
       [&] {
         (void)detail::command(*client(), {"ECHO", "abc"}).asInteger();
       },
-      [](const UnexpectedReplyError& e) { EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what(); });
+      [](const ReplyError& e) { EXPECT_TRUE(contains(e.what(), "\"abc\"")) << e.what(); });
 }
 
 // ---- Configuration errors are thrown under every policy and reported as such -------------------
@@ -421,11 +437,12 @@ TEST_F(ErrorModel, ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) 
     const std::int64_t before = errorCount(*onReplica, "READONLY");
     // Back to back, within one probe interval: an outage gate would let only one call through.
     for (int i = 0; i < 4; ++i) {
-      expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); },
-                                [](const ReplicaError& e) {
-                                  EXPECT_EQ(e.code(), "READONLY");
-                                  EXPECT_TRUE(contains(e.what(), "replica")) << e.what();
-                                });
+      expectThrow<ConfigurationError>(
+          ErrorKind::Replica, [&] { (void)rl.tryAcquire(); },
+          [](const ConfigurationError& e) {
+            EXPECT_EQ(e.code(), "READONLY");
+            EXPECT_TRUE(contains(e.what(), "replica")) << e.what();
+          });
     }
     EXPECT_EQ(errorCount(*onReplica, "READONLY"), before + 4) << "every call asked Redis: no probe gating";
     const FailureStats stats = rl.failureStats();
@@ -437,16 +454,17 @@ TEST_F(ErrorModel, ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) 
     ASSERT_EQ(seen.size(), 1u);
     EXPECT_EQ(seen[0].kind, HealthEvent::Kind::Degraded);
     EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
-    EXPECT_EQ(seen[0].errorType, "redlimit::ReplicaError");
+    EXPECT_EQ(seen[0].errorType, "redlimit::ConfigurationError");
+    EXPECT_EQ(seen[0].errorKind, ErrorKind::Replica);
     EXPECT_TRUE(contains(seen[0].error, "READONLY")) << seen[0].error;
     ASSERT_TRUE(seen[0].exception);
-    expectThrow<ReplicaError>([&] { std::rethrow_exception(seen[0].exception); });
+    expectThrow<ConfigurationError>(ErrorKind::Replica, [&] { std::rethrow_exception(seen[0].exception); });
   }
 
   // Promoted: the next call works and reports the recovery, with its cause.
   Events events;
   RateLimiter rl(onReplica, "replicated", events.options(FailurePolicy::Allow));
-  expectThrow<ReplicaError>([&] { (void)rl.tryAcquire(); });
+  expectThrow<ConfigurationError>(ErrorKind::Replica, [&] { (void)rl.tryAcquire(); });
   (void)detail::command(*onReplica, {"REPLICAOF", "NO", "ONE"});
   EXPECT_TRUE(rl.tryAcquire());
   const std::vector<HealthEvent> seen = events.get();
@@ -471,16 +489,18 @@ TEST_F(ErrorModel, TlsPortIsAConfigurationError) {
     auto c = clientOn("redis://127.0.0.1:" + std::to_string(tlsPort));
     RateLimiter rl(c, "tls", events.options(policy));
     for (int i = 0; i < 2; ++i) {
-      expectThrow<TlsPortError>([&] { (void)rl.tryAcquire(); },
-                                [&](const TlsPortError& e) {
-                                  EXPECT_TRUE(contains(e.what(), "TLS")) << e.what();
-                                  EXPECT_TRUE(contains(e.what(), std::to_string(tlsPort))) << e.what();
-                                });
+      expectThrow<ConfigurationError>(
+          ErrorKind::TlsPort, [&] { (void)rl.tryAcquire(); },
+          [&](const ConfigurationError& e) {
+            EXPECT_TRUE(contains(e.what(), "TLS")) << e.what();
+            EXPECT_TRUE(contains(e.what(), std::to_string(tlsPort))) << e.what();
+          });
     }
     const std::vector<HealthEvent> seen = events.get();
     ASSERT_EQ(seen.size(), 1u);
     EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
-    EXPECT_EQ(seen[0].errorType, "redlimit::TlsPortError");
+    EXPECT_EQ(seen[0].errorType, "redlimit::ConfigurationError");
+    EXPECT_EQ(seen[0].errorKind, ErrorKind::TlsPort);
   }
   // The plain port of the same server works.
   RateLimiter plain(clientOn(tls.uri()), "tls");
@@ -518,11 +538,12 @@ TEST_F(ErrorModel, OutOfFileDescriptorsIsAConfigurationError) {
       }
     }
     EXPECT_FALSE(returned) << "decided by the policy";
-    expectThrow<ResourceLimitError>([&] { std::rethrow_exception(thrown); },
-                                    [](const ResourceLimitError& e) {
-                                      EXPECT_EQ(e.code(), "EMFILE");
-                                      EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
-                                    });
+    expectThrow<ConfigurationError>(
+        ErrorKind::ResourceLimit, [&] { std::rethrow_exception(thrown); },
+        [](const ConfigurationError& e) {
+          EXPECT_EQ(e.code(), "EMFILE");
+          EXPECT_TRUE(contains(e.what(), "RLIMIT_NOFILE")) << e.what();
+        });
     EXPECT_EQ(rl.failureStats().allowed + rl.failureStats().denied, 0u);
     // Descriptors free again: the next call works and the recovery is reported.
     EXPECT_TRUE(rl.trySetRate(RateType::Overall, 5, milliseconds(5000)));
@@ -530,7 +551,8 @@ TEST_F(ErrorModel, OutOfFileDescriptorsIsAConfigurationError) {
     const std::vector<HealthEvent> seen = events.get();
     ASSERT_EQ(seen.size(), 2u);
     EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
-    EXPECT_EQ(seen[0].errorType, "redlimit::ResourceLimitError");
+    EXPECT_EQ(seen[0].errorType, "redlimit::ConfigurationError");
+    EXPECT_EQ(seen[0].errorKind, ErrorKind::ResourceLimit);
     EXPECT_EQ(seen[1].kind, HealthEvent::Kind::Recovered);
     (void)raw({"DEL", rl.keys()[0], rl.keys()[1], rl.keys()[3]});
   }
@@ -545,11 +567,12 @@ TEST_F(ErrorModel, RequestOverTheServersLimitsIsAConfigurationError) {
   for (std::size_t size : {std::size_t{2} << 20, std::size_t{16} << 20}) {
     SCOPED_TRACE(size);
     const std::string big(size, 'x');
-    expectThrow<RequestLimitError>(
+    expectThrow<ConfigurationError>(
+        ErrorKind::RequestLimit,
         [&] {
           (void)detail::command(*c, {"SET", "big", big});
         },
-        [](const RequestLimitError& e) {
+        [](const ConfigurationError& e) {
           EXPECT_TRUE(contains(e.what(), "invalid bulk length")) << e.what();
           EXPECT_TRUE(contains(e.what(), "proto-max-bulk-len")) << e.what();
         });
@@ -564,11 +587,12 @@ TEST_F(ErrorModel, RequestOverTheServersLimitsIsAConfigurationError) {
   // A request the server closes the connection on without an answer (client-query-buffer-limit).
   RedisServer small({"--client-query-buffer-limit", "1mb"});
   auto d = clientOn(small.uri());
-  expectThrow<RequestLimitError>(
+  expectThrow<ConfigurationError>(
+      ErrorKind::RequestLimit,
       [&] {
         (void)detail::command(*d, {"SET", "big", std::string(std::size_t{4} << 20, 'x')});
       },
-      [](const RequestLimitError& e) { EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what(); });
+      [](const ConfigurationError& e) { EXPECT_TRUE(contains(e.what(), "client-query-buffer-limit")) << e.what(); });
   EXPECT_EQ(detail::command(*d, {"PING"}).str, "PONG");
 
   // Through a limiter under Allow: thrown, never granted. (A limiter name long enough to break the

@@ -14,6 +14,7 @@
 #include "helpers.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/segmented_rate_limiter.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -345,19 +346,26 @@ TEST_F(Hostile, CorruptedStateIsRefusedAndNothingChanges) {
     ASSERT_EQ(held.granted, 2);
     shape.corrupt(rl);
     const auto before = snapshot(rl);
-    EXPECT_THROW((void)rl.tryAcquire(), InvalidStateError);
-    EXPECT_THROW((void)rl.tryAcquire(3), InvalidStateError);
-    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 5), InvalidStateError);
-    EXPECT_THROW((void)rl.availablePermits(), InvalidStateError);
-    EXPECT_THROW(rl.release(1), InvalidStateError);
-    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::releaseGrant(rl, held.member, 1),
-                 InvalidStateError);
-    EXPECT_THROW(rl.setRate(RateType::Overall, 20, milliseconds(5000), milliseconds(0), true), InvalidStateError);
-    EXPECT_THROW((void)rl.updateRate(RateType::Overall, 20, milliseconds(5000)), InvalidStateError);
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.tryAcquire(); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.tryAcquire(3); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] {
+      (void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 5);
+    }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.availablePermits(); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { rl.release(1); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] {
+      (void)redlimit::detail::SegmentAccess<RateLimiter>::releaseGrant(rl, held.member, 1);
+    }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] {
+      rl.setRate(RateType::Overall, 20, milliseconds(5000), milliseconds(0), true);
+    }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(
+        ErrorKind::InvalidState, [&] { (void)rl.updateRate(RateType::Overall, 20, milliseconds(5000)); }));
     EXPECT_EQ(snapshot(rl), before) << "a failed call changed a key";
     try {
       (void)rl.tryAcquire();
-    } catch (const InvalidStateError& e) {
+    } catch (const ScriptError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidState) << e.what();
       EXPECT_NE(std::string(e.what()).find(rl.getName()), std::string::npos) << "names the limiter: " << e.what();
     }
     rl.setRate(RateType::Overall, 10, milliseconds(5000));  // the way out: a reset
@@ -367,8 +375,9 @@ TEST_F(Hostile, CorruptedStateIsRefusedAndNothingChanges) {
   RateLimiter wrong(client(), name("hash is a string"));
   (void)raw({"SET", name("hash is a string"), "x"});
   const auto before = snapshot(wrong);
-  EXPECT_THROW((void)wrong.tryAcquire(), InvalidConfigError);
-  EXPECT_THROW(wrong.setRate(RateType::Overall, 1, milliseconds(10)), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)wrong.tryAcquire(); }));
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig,
+                                             [&] { wrong.setRate(RateType::Overall, 1, milliseconds(10)); }));
   EXPECT_EQ(snapshot(wrong), before);
 }
 

@@ -20,6 +20,7 @@
 #include "redlimit/limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/process.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -100,8 +101,10 @@ TEST_F(LeaseHeartbeatTest, RenewAsyncAndReleaseAsyncAnswerAsTheSyncForms) {
 
   // A corrupted key: the limiter's typed error, nothing written.
   (void)raw({"SET", cl.redisKey(kJob), "garbage"});
-  EXPECT_THROW((void)cl.renewAsync(kJob, *lease).get(), InvalidConfigError);
-  EXPECT_THROW((void)cl.releaseAsync(kJob, *lease).get(), InvalidConfigError);
+  EXPECT_TRUE(
+      test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)cl.renewAsync(kJob, *lease).get(); }));
+  EXPECT_TRUE(
+      test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)cl.releaseAsync(kJob, *lease).get(); }));
   EXPECT_EQ(raw({"GET", cl.redisKey(kJob)}).str, "garbage");
 }
 

@@ -11,6 +11,7 @@
 #include "one_key_support.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -164,7 +165,8 @@ TYPED_TEST(LimiterAlgorithms, KeyOfAnotherTypeIsATypedErrorAndNothingIsWritten) 
     try {
       call();
       ADD_FAILURE() << what << " succeeded on a hash";
-    } catch (const InvalidConfigError& e) {
+    } catch (const ScriptError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidConfig) << e.what();
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   };
@@ -172,7 +174,8 @@ TYPED_TEST(LimiterAlgorithms, KeyOfAnotherTypeIsATypedErrorAndNothingIsWritten) 
   // The fast path of take reads the key with redis.call: Redis's WRONGTYPE, named by the limiter.
   try {
     (void)rl.decide("k");
-  } catch (const InvalidConfigError& e) {
+  } catch (const ScriptError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidConfig) << e.what();
     EXPECT_NE(std::string(e.what()).find("holds another Redis type"), std::string::npos) << e.what();
   }
   expectConfigError([&] { (void)rl.decideAsync("k", 1).get(); }, "decideAsync");
@@ -200,9 +203,10 @@ TYPED_TEST(LimiterAlgorithms, AKeyOfAnotherAlgorithmIsATypedError) {
   ASSERT_TRUE(writer.trySetPolicy("k"));
   const std::string before = keyState(this->admin(), writer.redisKey("k"));
   Limiter rl(this->client(), n, this->slowPolicy(3));
-  EXPECT_THROW((void)rl.decide("k"), InvalidConfigError);
-  EXPECT_THROW((void)rl.trySetPolicy("k"), InvalidConfigError);
-  EXPECT_THROW(rl.setPolicy("k", this->slowPolicy(3)), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)rl.decide("k"); }));
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)rl.trySetPolicy("k"); }));
+  EXPECT_TRUE(
+      test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { rl.setPolicy("k", this->slowPolicy(3)); }));
   EXPECT_EQ(keyState(this->admin(), writer.redisKey("k")), before);
 }
 
@@ -221,18 +225,18 @@ TYPED_TEST(LimiterAlgorithms, CorruptedFieldsAreTypedErrorsAndNothingIsWritten) 
   };
   // The limit (bytes 1..4) of 0: an unusable configuration.
   std::string before = withBytes(1, 4, 0);
-  EXPECT_THROW((void)rl.decide("k"), InvalidConfigError);
-  EXPECT_THROW(rl.refund("k", 1), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)rl.decide("k"); }));
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { rl.refund("k", 1); }));
   EXPECT_EQ(keyState(this->admin(), key), before);
   // The last field (bytes 24..27): for the bucket, a remainder of 2^32-1 units (never below P');
   // for the window, a reserved count of 2^32-1 (above the limit).
   before = withBytes(24, 4, 0xFF);
-  EXPECT_THROW((void)rl.decide("k"), InvalidStateError);
-  EXPECT_THROW((void)rl.peek("k"), InvalidStateError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.decide("k"); }));
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.peek("k"); }));
   EXPECT_EQ(keyState(this->admin(), key), before);
   // A value of another size.
   (void)detail::command(this->admin(), {"SET", key, good.substr(0, 27)});
-  EXPECT_THROW((void)rl.decide("k"), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)rl.decide("k"); }));
   // setPolicy repairs a key of its own algorithm.
   (void)detail::command(this->admin(), {"SET", key, good});
   (void)withBytes(24, 4, 0xFF);

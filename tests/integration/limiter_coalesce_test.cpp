@@ -21,6 +21,7 @@
 #include "redlimit/errors.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit_test/fixture.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 namespace redlimit::test {
 namespace {
@@ -178,7 +179,7 @@ TEST_F(LimiterCoalesce, AFailingTakeFailsAloneAndItsBatchMatesAreDecided) {
   resume();
   for (auto& f : alone) EXPECT_TRUE(f.get().allowed);
   EXPECT_TRUE(first.get().allowed);
-  EXPECT_THROW((void)second.get(), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)second.get(); }));
   const Decision d = third.get();
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.remaining, 2);

@@ -19,6 +19,7 @@
 #include "redlimit_lua.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/process.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -26,11 +27,6 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 namespace {
-
-template <class E>
-struct LeaseErrorTag {
-  using type = E;
-};
 
 // A valid lease id that no acquire made.
 std::string fakeLeaseId(int i) {
@@ -263,44 +259,44 @@ TEST_F(LimiterLeases, CorruptedKeysAreTypedErrorsAndNothingIsWritten) {
   const std::string key = cl.redisKey(kKey);
   Lease lease;
   lease.id = fakeLeaseId(3);
-  auto expectRefused = [&](const char* what, auto tag) {
+  auto expectRefused = [&](const char* what, ErrorKind kind) {
     SCOPED_TRACE(what);
-    using E = typename decltype(tag)::type;
     const std::string before = keyState(admin(), key);
-    EXPECT_THROW((void)cl.acquireLease(kKey), E);
-    EXPECT_THROW((void)cl.acquireLeaseAsync(kKey).get(), E);
-    EXPECT_THROW((void)cl.renew(kKey, lease), E);
-    EXPECT_THROW((void)cl.release(kKey, lease), E);
+    EXPECT_TRUE(test::throwsError<ScriptError>(kind, [&] { (void)cl.acquireLease(kKey); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(kind, [&] { (void)cl.acquireLeaseAsync(kKey).get(); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(kind, [&] { (void)cl.renew(kKey, lease); }));
+    EXPECT_TRUE(test::throwsError<ScriptError>(kind, [&] { (void)cl.release(kKey, lease); }));
     EXPECT_EQ(keyState(admin(), key), before) << "nothing written";
     (void)raw({"DEL", key});
   };
-  // Another Redis type; a string (another policy's state of the same key): InvalidConfigError
+  // Another Redis type; a string (another policy's state of the same key): ScriptError (InvalidConfig)
   // naming the key.
   (void)raw({"HSET", key, "limit", "3"});
-  EXPECT_THROW((void)cl.held(kKey), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)cl.held(kKey); }));
   try {
     (void)cl.acquireLease(kKey);
     ADD_FAILURE() << "acquireLease succeeded on a hash";
-  } catch (const InvalidConfigError& e) {
+  } catch (const ScriptError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidConfig) << e.what();
     EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
   }
-  expectRefused("hash", LeaseErrorTag<InvalidConfigError>{});
+  expectRefused("hash", ErrorKind::InvalidConfig);
   Limiter gcra(client(), limiterName(), Policy::gcra(5, milliseconds(1000), 5));
   ASSERT_TRUE(gcra.tryAcquire(kKey));
   ASSERT_TRUE(exists(admin(), key)) << "the GCRA state is in the key the leases would use";
-  expectRefused("gcra", LeaseErrorTag<InvalidConfigError>{});
+  expectRefused("gcra", ErrorKind::InvalidConfig);
   // A member that is not a lease id (expired: read by the reclaim), and one among the latest.
   (void)raw({"ZADD", key, "1", "hello"});
-  expectRefused("expired member", LeaseErrorTag<InvalidStateError>{});
+  expectRefused("expired member", ErrorKind::InvalidState);
   (void)raw({"ZADD", key, std::to_string(serverTimeUs(admin()) + 5000000), "not-a-lease"});
-  expectRefused("latest member", LeaseErrorTag<InvalidStateError>{});
+  expectRefused("latest member", ErrorKind::InvalidState);
   // Scores that are not expiries: fractional, infinite, or further ahead than any TTL.
   (void)raw({"ZADD", key, "1.5", fakeLeaseId(1)});
-  expectRefused("fractional score", LeaseErrorTag<InvalidStateError>{});
+  expectRefused("fractional score", ErrorKind::InvalidState);
   (void)raw({"ZADD", key, "+inf", fakeLeaseId(1)});
-  expectRefused("infinite score", LeaseErrorTag<InvalidStateError>{});
+  expectRefused("infinite score", ErrorKind::InvalidState);
   (void)raw({"ZADD", key, "8000000000000000", fakeLeaseId(1)});
-  expectRefused("far future score", LeaseErrorTag<InvalidStateError>{});
+  expectRefused("far future score", ErrorKind::InvalidState);
   // A healthy key again works.
   EXPECT_TRUE(cl.acquireLease(kKey).lease.has_value());
 }

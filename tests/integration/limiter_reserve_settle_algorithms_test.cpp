@@ -12,6 +12,7 @@
 #include "redlimit/metrics.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "topology/key_slot.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -247,10 +248,11 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, CorruptedRecordIsRefusedWithNothingWr
     try {
       (void)rl.settle("k", "c", 0);
       ADD_FAILURE() << "settle of a corrupted record";
-    } catch (const InvalidStateError& e) {
+    } catch (const ScriptError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidState) << e.what();
       EXPECT_NE(std::string(e.what()).find(record), std::string::npos) << e.what();
     }
-    EXPECT_THROW((void)rl.reserveFor("k", 2, "c"), InvalidStateError);
+    EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.reserveFor("k", 2, "c"); }));
     EXPECT_EQ(keyStates(this->admin(), keys), before);
   }
   EXPECT_EQ(rl.peek("k").remaining, 8);

@@ -15,6 +15,7 @@
 #include "redlimit/smooth_rate_limiter.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/process.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -181,7 +182,8 @@ TEST_F(LimiterSmooth, WrongTypeOrKindOrCorruptContentsAreTypedErrorsAndNothingIs
     try {
       call();
       ADD_FAILURE() << what << " succeeded";
-    } catch (const InvalidConfigError& e) {
+    } catch (const ScriptError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidConfig) << e.what();
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   };
@@ -201,19 +203,20 @@ TEST_F(LimiterSmooth, WrongTypeOrKindOrCorruptContentsAreTypedErrorsAndNothingIs
   EXPECT_EQ(keyState(admin(), key), gcraState);
   EXPECT_TRUE(rl.deleteKey("k"));
   ASSERT_TRUE(rl.trySetPolicy("k"));
-  EXPECT_THROW((void)gcra.decide("k"), InvalidConfigError) << "and the other way round";
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)gcra.decide("k"); }))
+      << "and the other way round";
   // Corrupt contents: a rate of 0 (configuration), a time past 2^52 (state).
   const std::string good = raw({"GET", key}).str;
   ASSERT_EQ(good.size(), 28u);
   std::string bad = good;
   for (int i = 1; i < 5; ++i) bad[static_cast<std::size_t>(i)] = '\0';
   (void)detail::command(admin(), {"SET", key, bad});
-  EXPECT_THROW((void)rl.decide("k"), InvalidConfigError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)rl.decide("k"); }));
   bad = good;
   for (int i = 21; i < 28; ++i) bad[static_cast<std::size_t>(i)] = '\xFF';
   (void)detail::command(admin(), {"SET", key, bad});
-  EXPECT_THROW((void)rl.decide("k"), InvalidStateError);
-  EXPECT_THROW(rl.refund("k", 1), InvalidStateError);
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { (void)rl.decide("k"); }));
+  EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidState, [&] { rl.refund("k", 1); }));
   EXPECT_EQ(raw({"GET", key}).str, bad) << "nothing written";
   rl.setPolicy("k", c);  // setPolicy repairs a key of its own algorithm
   EXPECT_TRUE(rl.tryAcquire("k"));

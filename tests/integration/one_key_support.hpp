@@ -51,7 +51,7 @@ using TakeReply = detail::DecisionReply;
 
 /// The values of a take/peek reply, parsed as the limiters parse it: the packed string of
 /// gcra.lua, fixed_window.lua and batch.lua's decisions, or smooth.lua's array of 9. Throws
-/// UnexpectedReplyError for anything else.
+/// ReplyError (UnexpectedReply) for anything else.
 inline TakeReply takeReply(const Reply& r) {
   const detail::DecisionForm form =
       r.type == Reply::Type::Array ? detail::DecisionForm::Array : detail::DecisionForm::Packed;

@@ -30,7 +30,7 @@ class Scenario : public RedisTest {
   }
   /// Every key on the server whose name contains the limiter's name.
   /// A Client for 8 threads: one connection each and generous waits, so that a loaded machine
-  /// gives slow answers rather than PoolTimeoutError (these scenarios test the limit, not the pool).
+  /// gives slow answers rather than TimeoutError (PoolTimeout) (these scenarios test the limit, not the pool).
   std::shared_ptr<Client> clientForThreads() {
     ClientOptions options;
     options.pool.size = 8;

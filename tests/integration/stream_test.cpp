@@ -24,6 +24,7 @@
 #include "redlimit_test/redis_server.hpp"
 #include "redlimit_test/tls_certs.hpp"
 #include "transport/connector.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -245,23 +246,26 @@ TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
   // UBSan (asan preset) checks an object's type through a pipe(2) the first time it meets the
   // type: meet the exception types and fmt's buffer while descriptors are still free.
   EXPECT_THROW((void)detail::connectStream(plain, after(kGenerous)), IoError);
-  const ResourceLimitError sample("EMFILE", "warm-up");
+  const ConfigurationError sample(ErrorKind::ResourceLimit, "EMFILE", "warm-up");
   EXPECT_NE(static_cast<const std::exception&>(sample).what(), nullptr);
   EXPECT_EQ(static_cast<const ConfigurationError&>(sample).code(), "EMFILE");
   EXPECT_NE(static_cast<const std::runtime_error&>(sample).what(), nullptr);
   EXPECT_NE(static_cast<const Error&>(sample).what(), nullptr);
-  EXPECT_EQ(ResourceLimitError(sample).code(), "EMFILE");
+  EXPECT_EQ(ConfigurationError(sample).code(),
+            "EMFILE");  // NOLINT(performance-unnecessary-copy-initialization): the copy is the test
   std::string plainCode, tlsCode, tlsMessage;
   {
     NoFreeDescriptors exhausted;
     try {
       (void)detail::connectStream(plain, after(kGenerous));
-    } catch (const ResourceLimitError& e) {
+    } catch (const ConfigurationError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::ResourceLimit) << e.what();
       plainCode = e.code();
     }
     try {
       (void)detail::connectStream(tls, after(kGenerous));  // the CA file cannot be opened
-    } catch (const ResourceLimitError& e) {
+    } catch (const ConfigurationError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::ResourceLimit) << e.what();
       tlsCode = e.code();
       tlsMessage = e.what();
     }
@@ -333,7 +337,7 @@ TEST(Stream, TlsMutualAuthWithoutClientCertificate) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, true));
   for (int i = 0; i < 3; ++i) {
-    const std::string message = messageOfCall<TlsError>([&] {
+    const std::string message = messageOfError<ConfigurationError>(ErrorKind::Tls, [&] {
       auto s = detail::connectStream(tlsOptions(server, certs), after(kGenerous));
       (void)ping(*s);
     });
@@ -350,7 +354,7 @@ TEST(Stream, TlsMutualAuthWithARefusedClientCertificate) {
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.certFile = certs.serverCert;  // signed by the right CA, but for serverAuth only
   o.tls.keyFile = certs.serverKey;
-  const std::string message = messageOfCall<TlsError>([&] {
+  const std::string message = messageOfError<ConfigurationError>(ErrorKind::Tls, [&] {
     auto s = detail::connectStream(o, after(kGenerous));
     (void)ping(*s);
   });
@@ -361,7 +365,7 @@ TEST(Stream, TlsMutualAuthWithARefusedClientCertificate) {
 TEST(Stream, TlsToAPlainPort) {
   // A plain Redis port reads the ClientHello as an inline command: it waits for a newline (then a
   // plain PING finds it answering in RESP), or answers an error where a TLS record belongs. Either
-  // way a TlsError, never a timeout.
+  // way a ConfigurationError (Tls), never a timeout.
   RedisServer server;
   ConnectionOptions o = plainOptions(server);
   o.tls.enabled = true;
@@ -370,7 +374,8 @@ TEST(Stream, TlsToAPlainPort) {
     try {
       (void)detail::connectStream(o, after(milliseconds(300)));
       ADD_FAILURE() << "a TLS handshake with a plain port succeeded";
-    } catch (const TlsError& e) {
+    } catch (const ConfigurationError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Tls) << e.what();
       EXPECT_TRUE(contains(e.what(), "did not answer in TLS") || contains(e.what(), "plain-text port")) << e.what();
     }
   }
@@ -417,7 +422,8 @@ TEST(Stream, TlsWrongCa) {
   RedisServer server(tlsArgs(certs, false));
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.caFile = certs.otherCaFile;
-  const std::string message = messageOfCall<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message =
+      messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "certificate verification failed")) << message;
   // redis-server sends its CA after the leaf (OpenSSL builds the chain from tls-ca-cert-file):
   // the unknown root is "self-signed"; a server sending the leaf alone gets "unable to get
@@ -435,8 +441,8 @@ TEST(Stream, TlsExpiredCertificateSaysWhenItExpired) {
   std::vector<std::string> args = tlsArgs(certs, false);
   *(std::find(args.begin(), args.end(), certs.serverCert)) = certs.expiredServerCert;
   RedisServer server(args);
-  const std::string message =
-      messageOfCall<TlsError>([&] { (void)detail::connectStream(tlsOptions(server, certs), after(kGenerous)); });
+  const std::string message = messageOfError<ConfigurationError>(
+      ErrorKind::Tls, [&] { (void)detail::connectStream(tlsOptions(server, certs), after(kGenerous)); });
   // "notAfter=2026-12-05 06:00:33Z"
   const std::string line =
       commandOutput("openssl x509 -noout -enddate -dateopt iso_8601 -in '" + certs.expiredServerCert + "'");
@@ -453,7 +459,8 @@ TEST(Stream, TlsWrongHostname) {
   RedisServer server(tlsArgs(certs, false));
   ConnectionOptions o = tlsOptions(server, certs);
   o.tls.serverName = "wrong.example";
-  const std::string message = messageOfCall<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message =
+      messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "does not name \"wrong.example\"")) << message;
   EXPECT_TRUE(contains(message, "DNS:localhost, IP:127.0.0.1")) << message;
 }
@@ -466,7 +473,8 @@ TEST(Stream, TlsWrongIpAddress) {
   RedisServer server(args);
   ConnectionOptions o = tlsOptions(server, certs);
   o.host = "127.0.0.2";  // loopback too, but not in the certificate
-  const std::string message = messageOfCall<TlsError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
+  const std::string message =
+      messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "does not name \"127.0.0.2\" (expected from the host)")) << message;
 }
 
@@ -518,7 +526,8 @@ TEST(Stream, TlsFileErrors) {
     try {
       (void)detail::connectStream(o, after(kGenerous));
       ADD_FAILURE() << "connected";
-    } catch (const TlsError& e) {
+    } catch (const ConfigurationError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Tls) << e.what();
       EXPECT_EQ(e.code(), "TLS");
       message = e.what();
     }

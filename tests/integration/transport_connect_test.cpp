@@ -298,7 +298,7 @@ TEST(TransportDeadline, AQueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets)
 // unfinished inline command and never answers (or, when the hello's random bytes hold a '\n',
 // answers an error). The old code ended the silent case with TimeoutError, an outage that Allow
 // decided (fail open, for ever). Now the TLS client asks the port in plain text when nothing came
-// back, finds RESP, and throws TlsError under every policy.
+// back, finds RESP, and throws ConfigurationError (Tls) under every policy.
 TEST(TransportTls, RedissToAPlainPortIsATlsErrorUnderEveryPolicy) {
   RedisServer server;
   for (FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Local}) {
@@ -316,7 +316,8 @@ TEST(TransportTls, RedissToAPlainPortIsATlsErrorUnderEveryPolicy) {
       try {
         (void)rl.tryAcquire();
         ADD_FAILURE() << "a call over TLS to a plain port was decided (policy " << static_cast<int>(policy) << ")";
-      } catch (const TlsError& e) {
+      } catch (const ConfigurationError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Tls) << e.what();
         EXPECT_TRUE(contains(e.what(), "plain-text port") || contains(e.what(), "did not answer in TLS")) << e.what();
       }
     }
@@ -366,7 +367,8 @@ TEST(TransportTls, CertificateErrorsDoNotRecommendVerifyPeerOff) {
   try {
     (void)rl.tryAcquire();
     ADD_FAILURE() << "an untrusted certificate was accepted";
-  } catch (const TlsError& e) {
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Tls) << e.what();
     EXPECT_TRUE(contains(e.what(), "certificate verification failed")) << e.what();
     EXPECT_TRUE(contains(e.what(), "point caFile/caPath at the CA that signed it")) << e.what();
     EXPECT_FALSE(contains(e.what(), "verifyPeer")) << e.what();
@@ -377,7 +379,7 @@ TEST(TransportTls, CertificateErrorsDoNotRecommendVerifyPeerOff) {
 
 // A completion callback blocks the Client's I/O thread (it waits for the test). A call
 // of another limiter made meanwhile cannot be sent (over TLS only the I/O thread writes) and
-// reaches its deadline: it ends with CallbackBlockedError, the Deny policy decides it, and the
+// reaches its deadline: it ends with TimeoutError (CallbackBlocked), the Deny policy decides it, and the
 // limiter does not degrade (no Redis outage is counted). The Client reports the stall once, counts
 // it, and the next call is decided by Redis. Before, the call ended with TimeoutError and the
 // limiter degraded by "an outage" although Redis was fine.

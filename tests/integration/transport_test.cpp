@@ -44,6 +44,7 @@
 #include "transport/connector.hpp"
 #include "transport/pipeline.hpp"
 #include "transport/transport.hpp"
+#include "redlimit_test/expect_error.hpp"
 #include "redlimit_test/sanitizers.hpp"
 
 using namespace redlimit;
@@ -60,29 +61,23 @@ constexpr std::int64_t kCommandBoundMs = 1500;
 // A limiter's acquire may be sent up to three times (on ClosedError): three deadlines plus slack.
 constexpr std::int64_t kAcquireBoundMs = 3 * kPeerTimeout.count() + 1500;
 
-// The most derived redlimit type of an error, by name, so that an assertion says what came.
+// The redlimit type of an error by name, with its kind when it is not the type's plain one
+// ("IoError/Protocol", "ConfigurationError/Tls"), so that an assertion says what came.
 std::string kindOf(const std::exception_ptr& e) {
   if (!e) return "none";
+  auto named = [](const char* type, ErrorKind plain, const Error& error) {
+    return error.kind() == plain ? std::string(type) : std::string(type) + "/" + test::kindName(error.kind());
+  };
   try {
     std::rethrow_exception(e);
-  } catch (const PoolTimeoutError&) {
-    return "PoolTimeoutError";
-  } catch (const TimeoutError&) {
-    return "TimeoutError";
+  } catch (const TimeoutError& t) {
+    return named("TimeoutError", ErrorKind::Timeout, t);
   } catch (const ClosedError&) {
     return "ClosedError";
-  } catch (const ProtocolError&) {
-    return "ProtocolError";
-  } catch (const UnavailableError&) {
-    return "UnavailableError";
-  } catch (const IoError&) {
-    return "IoError";
-  } catch (const TlsPortError&) {
-    return "TlsPortError";
-  } catch (const TlsError&) {
-    return "TlsError";
-  } catch (const ConfigurationError&) {
-    return "ConfigurationError";
+  } catch (const IoError& io) {
+    return named("IoError", ErrorKind::Io, io);
+  } catch (const ConfigurationError& c) {
+    return named("ConfigurationError", ErrorKind::Configuration, c);
   } catch (const InvalidArgument&) {
     return "InvalidArgument";
   } catch (const ReplyError& r) {
@@ -235,17 +230,17 @@ TEST(TransportFakePeer, TrickleLongerThanTheDeadlineTimesOut) {
 }
 
 TEST(TransportFakePeer, HugeArrayHeaderIsAProtocolErrorAtTheHeader) {
-  expectTypedFailures(Behaviour::HugeArrayHeader, "ProtocolError", true);
+  expectTypedFailures(Behaviour::HugeArrayHeader, "IoError/Protocol", true);
 }
 
 TEST(TransportFakePeer, HugeBulkHeaderIsAProtocolErrorAtTheHeader) {
-  expectTypedFailures(Behaviour::HugeBulkHeader, "ProtocolError", true);
+  expectTypedFailures(Behaviour::HugeBulkHeader, "IoError/Protocol", true);
 }
 
-TEST(TransportFakePeer, GarbageIsAProtocolError) { expectTypedFailures(Behaviour::Garbage, "ProtocolError", true); }
+TEST(TransportFakePeer, GarbageIsAProtocolError) { expectTypedFailures(Behaviour::Garbage, "IoError/Protocol", true); }
 
 TEST(TransportFakePeer, DeepNestingIsAProtocolError) {
-  expectTypedFailures(Behaviour::DeepNesting, "ProtocolError", true);
+  expectTypedFailures(Behaviour::DeepNesting, "IoError/Protocol", true);
 }
 
 TEST(TransportFakePeer, CloseMidReplyIsClosed) { expectTypedFailures(Behaviour::CloseMidReply, "ClosedError", false); }
@@ -320,11 +315,11 @@ TEST(TransportTls, MutualTlsWithAClientCertificate) {
 
 // Fails at 66de88c: when the greeting's write meets the refusal first, Transport::flush reads
 // before closing and the read's ClosedError ("the server closed the TLS session") replaces the
-// write's TlsError; the Allow limiter then grants.
+// write's ConfigurationError (Tls); the Allow limiter then grants.
 TEST(TransportTls, MissingClientCertificateIsATlsErrorEveryTimeAndNeverAllowed) {
   // A TLS 1.3 server refuses a missing client certificate after the client's handshake is done:
   // the greeting's write or its read meets the refusal, whichever comes first. Either way it is a
-  // set-up error (TlsError), never an outage that a failure policy could decide. Fresh clients,
+  // set-up error (ConfigurationError (Tls)), never an outage that a failure policy could decide. Fresh clients,
   // so that each try is a new connection and a new race.
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsServerArgs(certs, true));
@@ -335,7 +330,7 @@ TEST(TransportTls, MissingClientCertificateIsATlsErrorEveryTimeAndNeverAllowed) 
     auto client = Client::fromUri(uri);
     const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
     ++commandKinds[c.kind];
-    if (c.kind != "TlsError") otherMessage = c.message;
+    if (c.kind != "ConfigurationError/Tls") otherMessage = c.message;
     RateLimiterOptions lo;
     lo.failure.policy = FailurePolicy::Allow;
     RateLimiter limiter(Client::fromUri(uri), "transport-mtls-allow", lo);
@@ -348,8 +343,8 @@ TEST(TransportTls, MissingClientCertificateIsATlsErrorEveryTimeAndNeverAllowed) 
     for (const auto& [kind, n] : kinds) out += " " + kind + " x" + std::to_string(n);
     return out;
   };
-  EXPECT_EQ(commandKinds["TlsError"], 20) << describe(commandKinds) << "; e.g. " << otherMessage;
-  EXPECT_EQ(acquireKinds["TlsError"], 20) << describe(acquireKinds);
+  EXPECT_EQ(commandKinds["ConfigurationError/Tls"], 20) << describe(commandKinds) << "; e.g. " << otherMessage;
+  EXPECT_EQ(acquireKinds["ConfigurationError/Tls"], 20) << describe(acquireKinds);
 }
 
 TEST(TransportTls, WrongCaIsATlsErrorThatNoFailurePolicyDecides) {
@@ -357,7 +352,7 @@ TEST(TransportTls, WrongCaIsATlsErrorThatNoFailurePolicyDecides) {
   RedisServer server(tlsServerArgs(certs, false));
   auto client = Client::fromUri(tlsUri(server, "cacert=" + certs.otherCaFile));
   const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
-  EXPECT_EQ(c.kind, "TlsError") << c.message;
+  EXPECT_EQ(c.kind, "ConfigurationError/Tls") << c.message;
   EXPECT_TRUE(contains(c.message, "certificate verification failed")) << c.message;
   EXPECT_THROW((void)redlimit::detail::command(*client, {"PING"}), ConfigurationError);
 
@@ -366,7 +361,7 @@ TEST(TransportTls, WrongCaIsATlsErrorThatNoFailurePolicyDecides) {
   RateLimiter limiter(client, "transport-wrong-ca", lo);
   for (int i = 0; i < 2; ++i) {
     const Caught a = run([&] { (void)limiter.tryAcquire(); });
-    EXPECT_EQ(a.kind, "TlsError") << "Allow must not decide a configuration error: " << a.message;
+    EXPECT_EQ(a.kind, "ConfigurationError/Tls") << "Allow must not decide a configuration error: " << a.message;
   }
   EXPECT_EQ(limiter.failureStats().allowed, 0u);
   EXPECT_TRUE(limiter.failureStats().misconfigured);
@@ -378,7 +373,7 @@ TEST(TransportTls, WrongHostnameIsATlsErrorNamingTheExpectedName) {
   RedisServer server(tlsServerArgs(certs, false));
   auto client = Client::fromUri(tlsUri(server, "cacert=" + certs.caFile + "&sni=wrong.example"));
   const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
-  EXPECT_EQ(c.kind, "TlsError") << c.message;
+  EXPECT_EQ(c.kind, "ConfigurationError/Tls") << c.message;
   EXPECT_TRUE(contains(c.message, "wrong.example")) << c.message;
 }
 
@@ -387,14 +382,14 @@ TEST(TransportTls, PlainClientOnTheTlsPortIsATlsPortErrorSayingRediss) {
   RedisServer server(tlsServerArgs(certs, false));
   auto client = Client::fromUri("redis://127.0.0.1:" + std::to_string(server.tlsPort()));
   const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
-  EXPECT_EQ(c.kind, "TlsPortError") << c.message;
+  EXPECT_EQ(c.kind, "ConfigurationError/TlsPort") << c.message;
   EXPECT_TRUE(contains(c.message, "rediss://")) << c.message;
 
   RateLimiterOptions lo;
   lo.failure.policy = FailurePolicy::Deny;
   RateLimiter limiter(client, "transport-tls-port", lo);
   const Caught a = run([&] { (void)limiter.tryAcquire(); });
-  EXPECT_EQ(a.kind, "TlsPortError") << "Deny must not decide a configuration error: " << a.message;
+  EXPECT_EQ(a.kind, "ConfigurationError/TlsPort") << "Deny must not decide a configuration error: " << a.message;
 }
 
 TEST(TransportTls, ManyThreadsOverTwoTlsConnections) {

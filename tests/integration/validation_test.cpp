@@ -1,6 +1,6 @@
 // Bad input gives its typed error, leaves the keys unchanged, and — when the client can tell on
 // its own — sends nothing to Redis. A configuration hash written wrongly by someone else gives
-// InvalidConfigError; a missing one NotInitializedError.
+// ScriptError (InvalidConfig); a missing one NotInitializedError.
 #include <functional>
 #include <limits>
 
@@ -47,18 +47,20 @@ class BadInput : public RedisTest {
 
 class CorruptConfig : public RedisTest {
  protected:
-  /// Every operation that reads the configuration, each expected to throw E and change nothing.
+  /// Every operation that reads the configuration, each expected to throw an E of kind `kind` and
+  /// change nothing.
   template <class E>
-  void expectEveryReadFails(RateLimiter& rl) {
+  void expectEveryReadFails(ErrorKind kind, RateLimiter& rl) {
     const auto keysBefore = keyStates(admin(), rl.keys());
-    EXPECT_THROW((void)rl.tryAcquire(), E);
-    EXPECT_THROW((void)rl.tryAcquire(2), E);
-    EXPECT_THROW((void)rl.tryAcquire(1, milliseconds(50)), E);
-    EXPECT_THROW(rl.acquire(), E);  // must not wait forever either
-    EXPECT_THROW((void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 5), E);
-    EXPECT_THROW((void)rl.availablePermits(), E);
-    EXPECT_THROW(rl.release(1), E);
-    EXPECT_THROW((void)rl.getConfig(), E);
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { (void)rl.tryAcquire(); }));
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { (void)rl.tryAcquire(2); }));
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { (void)rl.tryAcquire(1, milliseconds(50)); }));
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { rl.acquire(); }));  // must not wait forever either
+    EXPECT_TRUE(test::throwsError<E>(
+        kind, [&] { (void)redlimit::detail::SegmentAccess<RateLimiter>::tryAcquireUpTo(rl, {}, 1, 5); }));
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { (void)rl.availablePermits(); }));
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { rl.release(1); }));
+    EXPECT_TRUE(test::throwsError<E>(kind, [&] { (void)rl.getConfig(); }));
     EXPECT_EQ(keyStates(admin(), rl.keys()), keysBefore) << "a failed call changed a key";
   }
 };
@@ -151,9 +153,9 @@ TEST_F(CorruptConfig, TypeIsNotZeroOrOne) {
   rl.setRate(RateType::Overall, 10, milliseconds(5000));
   ASSERT_TRUE(rl.tryAcquire(2));
   (void)raw({"HSET", name(), "type", "x"});
-  expectEveryReadFails<InvalidConfigError>(rl);
+  expectEveryReadFails<ScriptError>(ErrorKind::InvalidConfig, rl);
   (void)raw({"HSET", name(), "type", "2"});
-  expectEveryReadFails<InvalidConfigError>(rl);
+  expectEveryReadFails<ScriptError>(ErrorKind::InvalidConfig, rl);
   // Writing a new configuration repairs it.
   rl.setRate(RateType::Overall, 10, milliseconds(5000));
   EXPECT_TRUE(rl.tryAcquire());
@@ -166,7 +168,7 @@ TEST_F(CorruptConfig, RateIsNotAUsableNumber) {
   for (const char* rate : {"abc", "0", "-5", "1.5", "4294967296", "", "1e14", "nan"}) {
     SCOPED_TRACE(std::string("rate=\"") + rate + "\"");
     (void)raw({"HSET", name(), "rate", rate});
-    expectEveryReadFails<InvalidConfigError>(rl);
+    expectEveryReadFails<ScriptError>(ErrorKind::InvalidConfig, rl);
   }
 }
 
@@ -192,11 +194,11 @@ TEST_F(CorruptConfig, IntervalMissingOrUnusable) {
   rl.setRate(RateType::PerClient, 10, milliseconds(5000));
   ASSERT_TRUE(rl.tryAcquire(2));
   (void)raw({"HDEL", name(), "interval"});
-  expectEveryReadFails<InvalidConfigError>(rl);
+  expectEveryReadFails<ScriptError>(ErrorKind::InvalidConfig, rl);
   for (const char* interval : {"0", "soon", "1000000000001"}) {
     SCOPED_TRACE(std::string("interval=\"") + interval + "\"");
     (void)raw({"HSET", name(), "interval", interval});
-    expectEveryReadFails<InvalidConfigError>(rl);
+    expectEveryReadFails<ScriptError>(ErrorKind::InvalidConfig, rl);
   }
 }
 
@@ -204,16 +206,16 @@ TEST_F(CorruptConfig, KeepAliveTimeNotANumber) {
   RateLimiter rl(client(), name());
   rl.setRate(RateType::Overall, 10, milliseconds(5000));
   (void)raw({"HSET", name(), "keepAliveTime", "forever"});
-  expectEveryReadFails<InvalidConfigError>(rl);
+  expectEveryReadFails<ScriptError>(ErrorKind::InvalidConfig, rl);
 }
 
 TEST_F(CorruptConfig, NoHashMeansNotInitialized) {
   RateLimiter rl(client(), name());
-  expectEveryReadFails<NotInitializedError>(rl);
+  expectEveryReadFails<NotInitializedError>(ErrorKind::NotInitialized, rl);
   EXPECT_TRUE(raw({"KEYS", "*" + name() + "*"}).elements.empty()) << "a failed call created a key";
   // State keys without a hash (the hash expired or was deleted by hand): still not initialized.
   (void)raw({"SET", rl.keys()[1], "3"});
-  expectEveryReadFails<NotInitializedError>(rl);
+  expectEveryReadFails<NotInitializedError>(ErrorKind::NotInitialized, rl);
   EXPECT_FALSE(rl.isExists());
   EXPECT_EQ(rl.remainTimeToLive(), milliseconds(-2));
 }

@@ -13,9 +13,11 @@
 #include <gtest/gtest.h>
 
 #include "redlimit/errors.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using redlimit::Decision;
-using redlimit::UnexpectedReplyError;
+using redlimit::ErrorKind;
+using redlimit::ReplyError;
 using redlimit::detail::DecisionForm;
 using redlimit::detail::decisionOf;
 using redlimit::detail::DecisionReply;
@@ -93,7 +95,8 @@ TEST(DecisionReply, RefusesAnythingButAPackedDecisionNamingTheLimiter) {
     try {
       (void)parseDecisionReply(r, DecisionForm::Packed, "my-limiter");
       ADD_FAILURE() << "accepted " << r.describe();
-    } catch (const UnexpectedReplyError& e) {
+    } catch (const ReplyError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::UnexpectedReply) << e.what();
       EXPECT_NE(std::string(e.what()).find("my-limiter"), std::string::npos) << e.what();
     }
   }
@@ -109,9 +112,11 @@ TEST(DecisionReply, SmoothsArrayOfNineIsTheArrayForm) {
   EXPECT_EQ(d.nowUs, 6);
   EXPECT_EQ(d.localIntervalMs, 9);
   array.elements.pop_back();
-  EXPECT_THROW((void)parseDecisionReply(array, DecisionForm::Array, "smooth"), UnexpectedReplyError);
-  EXPECT_THROW((void)parseDecisionReply(packed(0xA1, {0, 0, 0, 0, 0, 0, 0, 0}), DecisionForm::Array, "smooth"),
-               UnexpectedReplyError);
+  EXPECT_TRUE(redlimit::test::throwsError<ReplyError>(
+      ErrorKind::UnexpectedReply, [&] { (void)parseDecisionReply(array, DecisionForm::Array, "smooth"); }));
+  EXPECT_TRUE(redlimit::test::throwsError<ReplyError>(ErrorKind::UnexpectedReply, [&] {
+    (void)parseDecisionReply(packed(0xA1, {0, 0, 0, 0, 0, 0, 0, 0}), DecisionForm::Array, "smooth");
+  }));
 }
 
 // The one result of every deciding call, a reservation's too, is a plain value: copied byte for

@@ -87,7 +87,7 @@ TEST(FailureGate, AFailureOfACallSentBeforeTheRecoveryIsStale) {
   gate.succeeded();  // the probe got through
   clock_.advance(milliseconds(5));
   // The call sent before the recovery now reports LOADING: old news, no new outage.
-  gate.failed(UnavailableError("LOADING", "loading"), sentWhileLoading);
+  gate.failed(IoError(ErrorKind::Unavailable, "LOADING", "loading"), sentWhileLoading);
   EXPECT_FALSE(gate.stats().degraded);
   EXPECT_EQ(r.events.size(), 2u);
   // A call sent after the recovery that fails is a new outage.
@@ -283,19 +283,22 @@ TEST(FailureGate, ConfigurationErrorIsReportedOnceWithoutProbeGating) {
   Recorder r;
   FailureGate gate("g", r.options(FailurePolicy::Allow), ClockView(clock_));
   try {
-    throw ReplicaError("READONLY", "READONLY You can't write against a read only replica.");
-  } catch (const ReplicaError& e) {
+    throw ConfigurationError(ErrorKind::Replica, "READONLY", "READONLY You can't write against a read only replica.");
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Replica) << e.what();
     gate.misconfigured(e, manualNow());
   }
-  gate.misconfigured(ReplicaError("READONLY", "again"), manualNow());
+  gate.misconfigured(ConfigurationError(ErrorKind::Replica, "READONLY", "again"), manualNow());
   ASSERT_EQ(r.events.size(), 1u);
   EXPECT_EQ(r.events[0].kind, HealthEvent::Kind::Degraded);
   EXPECT_EQ(r.events[0].cause, HealthEvent::Cause::Configuration);
-  EXPECT_EQ(r.events[0].errorType, "redlimit::ReplicaError");
+  EXPECT_EQ(r.events[0].errorType, "redlimit::ConfigurationError");
+  EXPECT_EQ(r.events[0].errorKind, ErrorKind::Replica);
   ASSERT_TRUE(r.events[0].exception);
   try {
     std::rethrow_exception(r.events[0].exception);
-  } catch (const ReplicaError& e) {
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Replica) << e.what();
     EXPECT_EQ(e.code(), "READONLY") << "the event carries the error itself, with its type";
   } catch (...) {
     ADD_FAILURE() << "the event's exception lost its type";
@@ -312,6 +315,7 @@ TEST(FailureGate, ConfigurationErrorIsReportedOnceWithoutProbeGating) {
   ASSERT_EQ(r.events.size(), 2u);
   EXPECT_EQ(r.events[1].cause, HealthEvent::Cause::Outage);
   EXPECT_EQ(r.events[1].errorType, "redlimit::IoError");
+  EXPECT_EQ(r.events[1].errorKind, ErrorKind::Io);
   EXPECT_FALSE(gate.shouldTry());
   // And back to the configuration error on the next probe.
   clock_.advance(milliseconds(100));
@@ -345,7 +349,7 @@ TEST(FailureGate, NoteErrorClassifiesTheExceptionBeingHandled) {
       gate.noteError(manualNow());
     }
   };
-  note(PoolTimeoutError("pool"));
+  note(TimeoutError(ErrorKind::PoolTimeout, "pool"));
   EXPECT_FALSE(gate.stats().degraded);
   EXPECT_TRUE(r.events.empty());
   note(ClosedError("closed"));
@@ -356,7 +360,7 @@ TEST(FailureGate, NoteErrorClassifiesTheExceptionBeingHandled) {
   EXPECT_TRUE(gate.stats().misconfigured);
   note(ScriptError("ERR", "answered"));
   EXPECT_FALSE(gate.stats().misconfigured);
-  note(ReplicaError("READONLY", "a replica"));
+  note(ConfigurationError(ErrorKind::Replica, "READONLY", "a replica"));
   EXPECT_TRUE(gate.stats().misconfigured);
   ASSERT_EQ(r.events.size(), 5u);  // Degraded, Recovered, Degraded, Recovered, Degraded
   EXPECT_EQ(r.events[0].cause, HealthEvent::Cause::Outage);
@@ -375,8 +379,9 @@ TEST(FailureGate, SettlingAFailedCompletionRaisesNoException) {
   m.registry = registry;
   FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_), LimiterMonitor("g", m));
   const auto timeout = std::make_exception_ptr(TimeoutError("redlimit: timed out"));
-  const auto pool = std::make_exception_ptr(PoolTimeoutError("redlimit: pool"));
-  const auto replica = std::make_exception_ptr(ReplicaError("READONLY", "redlimit: a replica"));
+  const auto pool = std::make_exception_ptr(TimeoutError(ErrorKind::PoolTimeout, "redlimit: pool"));
+  const auto replica =
+      std::make_exception_ptr(ConfigurationError(ErrorKind::Replica, "READONLY", "redlimit: a replica"));
   const std::uint64_t before = test::raisedExceptions();
   const std::optional<bool> poolDecision = gate.settle(pool, manualNow(), 1, 10, milliseconds(1000));
   const bool degradedByPool = gate.stats().degraded;
@@ -398,7 +403,9 @@ TEST(FailureGate, SettlingAFailedCompletionRaisesNoException) {
   EXPECT_EQ(s.errorCount(ErrorKind::Configuration), 1u);
   ASSERT_EQ(r.events.size(), 2u);  // Degraded by the outage, then by the configuration error
   EXPECT_EQ(r.events[0].errorType, "redlimit::TimeoutError");
-  EXPECT_EQ(r.events[1].errorType, "redlimit::ReplicaError");
+  EXPECT_EQ(r.events[1].errorType, "redlimit::ConfigurationError");
+  EXPECT_EQ(r.events[0].errorKind, ErrorKind::Timeout);
+  EXPECT_EQ(r.events[1].errorKind, ErrorKind::Replica);
 }
 
 TEST(FailureGate, ADegradedEventCarriesItsOwnCopyOfTheErrorOfItsOwnType) {

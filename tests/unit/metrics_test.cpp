@@ -161,19 +161,31 @@ TEST(MetricsRegistry, ConcurrentLookupsOfManyNamesStayWithinTheCap) {
   EXPECT_EQ(all.back().limiter, "other");
 }
 
-TEST(ErrorKind, EachErrorTypeHasItsLabel) {
-  auto kind = [](auto e) { return errorKindOf(std::make_exception_ptr(e)); };
-  EXPECT_EQ(kind(PoolTimeoutError("x")), ErrorKind::PoolTimeout);
-  EXPECT_EQ(kind(TimeoutError("x")), ErrorKind::Timeout);
-  EXPECT_EQ(kind(ClosedError("x")), ErrorKind::Closed);
-  EXPECT_EQ(kind(UnavailableError("LOADING", "x")), ErrorKind::Unavailable);
-  EXPECT_EQ(kind(ProtocolError("x")), ErrorKind::Io);
-  EXPECT_EQ(kind(IoError("x")), ErrorKind::Io);
-  EXPECT_EQ(kind(ReplicaError("READONLY", "x")), ErrorKind::Configuration);
-  EXPECT_EQ(kind(AuthError("WRONGPASS", "x")), ErrorKind::Auth);
-  EXPECT_EQ(kind(NotInitializedError("ERR", "x")), ErrorKind::Reply);
-  EXPECT_EQ(kind(InvalidArgument("x")), ErrorKind::InvalidArgument);
-  EXPECT_EQ(kind(std::runtime_error("x")), ErrorKind::Other);
+TEST(ErrorKind, EachErrorKindHasItsLabel) {
+  auto label = [](auto e) { return std::string(errorKindName(errorKindOf(std::make_exception_ptr(e)))); };
+  EXPECT_EQ(errorKindOf(std::make_exception_ptr(TimeoutError(ErrorKind::PoolTimeout, "x"))), ErrorKind::PoolTimeout);
+  EXPECT_EQ(label(TimeoutError(ErrorKind::PoolTimeout, "x")), "pool_timeout");
+  EXPECT_EQ(label(TimeoutError(ErrorKind::CallbackBlocked, "x")), "pool_timeout");
+  EXPECT_EQ(label(TimeoutError("x")), "timeout");
+  EXPECT_EQ(label(ClosedError("x")), "closed");
+  EXPECT_EQ(label(IoError(ErrorKind::Unavailable, "LOADING", "x")), "unavailable");
+  EXPECT_EQ(label(IoError(ErrorKind::Protocol, "", "x")), "io");
+  EXPECT_EQ(label(IoError("x")), "io");
+  for (ErrorKind k : {ErrorKind::Configuration, ErrorKind::Replica, ErrorKind::TlsPort, ErrorKind::Tls,
+                      ErrorKind::ResourceLimit, ErrorKind::RequestLimit}) {
+    EXPECT_EQ(label(ConfigurationError(k, "", "x")), "configuration");
+  }
+  EXPECT_EQ(label(AuthError("WRONGPASS", "x")), "auth");
+  EXPECT_EQ(label(AuthError(ErrorKind::NoPermission, "NOPERM", "x")), "auth");
+  EXPECT_EQ(label(ReplyError("OOM", "x")), "reply");
+  EXPECT_EQ(label(ReplyError(ErrorKind::UnexpectedReply, "", "x")), "reply");
+  for (ErrorKind k : {ErrorKind::Script, ErrorKind::InvalidConfig, ErrorKind::InvalidState}) {
+    EXPECT_EQ(label(ScriptError(k, "ERR", "x")), "reply");
+  }
+  EXPECT_EQ(label(NotInitializedError("ERR", "x")), "reply");
+  EXPECT_EQ(label(InvalidArgument("x")), "invalid_argument");
+  EXPECT_EQ(label(Error("x")), "other");
+  EXPECT_EQ(label(std::runtime_error("x")), "other");
   EXPECT_EQ(errorKindOf(nullptr), ErrorKind::Other);
   EXPECT_STREQ(errorKindName(ErrorKind::PoolTimeout), "pool_timeout");
   EXPECT_STREQ(failurePolicyName(FailurePolicy::Local), "local");

@@ -82,19 +82,20 @@ std::string parseOne(std::string_view bytes, const ReplyLimits& limits = {}) {
   return all.front();
 }
 
-// The message of the ProtocolError `f` throws, or a note that it threw none.
+// The message of the IoError of kind Protocol `f` throws, or a note that it threw none.
 std::string protocolError(const std::function<void()>& f) {
   try {
     f();
-  } catch (const ProtocolError& e) {
-    return e.what();
+  } catch (const IoError& e) {
+    if (e.kind() == ErrorKind::Protocol) return e.what();
+    return fmt::format("an IoError of another kind than Protocol: {}", e.what());
   } catch (const std::exception& e) {
-    return fmt::format("not a ProtocolError: {}", e.what());
+    return fmt::format("not an IoError of kind Protocol: {}", e.what());
   }
   return "no exception";
 }
 
-// Feeds `bytes` and reads until the parser wants more; the ProtocolError's message.
+// Feeds `bytes` and reads until the parser wants more; the IoError (Protocol)'s message.
 std::string parseError(std::string_view bytes, const ReplyLimits& limits = {}) {
   ReplyParser p(limits);
   return protocolError([&] {

@@ -12,6 +12,7 @@
 
 #include "redlimit/errors.hpp"
 #include "topology/slot_map.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using redlimit::detail::parseClusterShards;
 using redlimit::detail::parseClusterSlots;
@@ -216,7 +217,8 @@ TEST(ClusterShards, TlsPorts) {
   const Reply tlsOnly =
       arr({shard({num(0), num(16383)}, {shardNode({kIdA, nil(), num(17334), "", "", nil(), "master", "online"})})});
   expectRange(parseClusterShards(tlsOnly, true, "h").at(0), 0, 16383, "h", 17334);
-  const std::string message = thrown<redlimit::TlsPortError>([&] { (void)parseClusterShards(tlsOnly, false, "h"); });
+  const std::string message = redlimit::test::messageOfError<redlimit::ConfigurationError>(
+      redlimit::ErrorKind::TlsPort, [&] { (void)parseClusterShards(tlsOnly, false, "h"); });
   EXPECT_NE(message.find("only a TLS port (17334)"), std::string::npos) << message;
   // TLS towards a cluster that reports no tls-port (TLS terminated in front of it): "port"
   const Reply plainOnly = arr({shard(
@@ -271,12 +273,12 @@ TEST(ClusterShards, MalformedRepliesAreUnexpectedReplyErrors) {
                                                                 str("role"), str("master")})})})},
   };
   for (const auto& [name, reply] : cases) {
-    const std::string message =
-        thrown<redlimit::UnexpectedReplyError>([&, r = &reply] { (void)parseClusterShards(*r, false, "h"); });
+    const std::string message = redlimit::test::messageOfError<redlimit::ReplyError>(
+        redlimit::ErrorKind::UnexpectedReply, [&, r = &reply] { (void)parseClusterShards(*r, false, "h"); });
     EXPECT_NE(message.find("unexpected CLUSTER SHARDS reply"), std::string::npos) << name << ": " << message;
   }
-  const std::string overlap =
-      thrown<redlimit::UnexpectedReplyError>([&] { (void)parseClusterShards(cases[13].second, false, "h"); });
+  const std::string overlap = redlimit::test::messageOfError<redlimit::ReplyError>(
+      redlimit::ErrorKind::UnexpectedReply, [&] { (void)parseClusterShards(cases[13].second, false, "h"); });
   EXPECT_NE(overlap.find("slots 0-100"), std::string::npos) << overlap;
   EXPECT_NE(overlap.find("50-200"), std::string::npos) << overlap;
 }
@@ -365,8 +367,8 @@ TEST(ClusterSlots, MalformedRepliesAreUnexpectedReplyErrors) {
       {"bad replica", arr({arr({num(0), num(1), good, arr({str("h")})})})},
   };
   for (const auto& [name, reply] : cases) {
-    const std::string message =
-        thrown<redlimit::UnexpectedReplyError>([&, r = &reply] { (void)parseClusterSlots(*r, "h"); });
+    const std::string message = redlimit::test::messageOfError<redlimit::ReplyError>(
+        redlimit::ErrorKind::UnexpectedReply, [&, r = &reply] { (void)parseClusterSlots(*r, "h"); });
     EXPECT_NE(message.find("unexpected CLUSTER SLOTS reply"), std::string::npos) << name << ": " << message;
   }
 }

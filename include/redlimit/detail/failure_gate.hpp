@@ -63,7 +63,7 @@ class FailureGate {
   /// Stale news is ignored as in failed().
   void misconfigured(const Error& error, std::int64_t startedAt);
   /// Records the outcome of the call that started at `startedAt` and failed with the exception
-  /// being handled (call it from a catch block): PoolTimeoutError (every connection busy:
+  /// being handled (call it from a catch block): a TimeoutError of kind PoolTimeout or CallbackBlocked (every connection busy:
   /// congestion in this process) changes nothing; another IoError is failed(); ConfigurationError
   /// and AuthError are misconfigured(); any other redlimit::Error means Redis answered:
   /// succeeded(). The one place that says what each error means for a limiter's health.

@@ -8,8 +8,8 @@
 namespace redlimit::detail {
 
 /// `error` with a REDLIMIT_* ScriptError replaced by its type: REDLIMIT_NOT_INITIALIZED ->
-/// NotInitializedError, REDLIMIT_INVALID_CONFIG -> InvalidConfigError, REDLIMIT_INVALID_STATE ->
-/// InvalidStateError, REDLIMIT_INVALID_ARGUMENT -> InvalidArgument; anything else unchanged.
+/// NotInitializedError, REDLIMIT_INVALID_CONFIG -> ScriptError (InvalidConfig), REDLIMIT_INVALID_STATE ->
+/// ScriptError (InvalidState), REDLIMIT_INVALID_ARGUMENT -> InvalidArgument; anything else unchanged.
 [[nodiscard]] std::exception_ptr limiterError(std::exception_ptr error);
 
 }  // namespace redlimit::detail

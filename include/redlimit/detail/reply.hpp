@@ -21,9 +21,9 @@ struct Reply {
 
   [[nodiscard]] bool isNil() const noexcept { return type == Type::Nil; }
   /// The reply as an integer: an Integer, or a String/Status holding a decimal integer
-  /// (Redisson's scripts answer either). Throws UnexpectedReplyError if it is neither.
+  /// (Redisson's scripts answer either). Throws ReplyError (UnexpectedReply) if it is neither.
   [[nodiscard]] std::int64_t asInteger() const;
-  /// The reply as an integer, or nullopt for Nil. Throws UnexpectedReplyError otherwise.
+  /// The reply as an integer, or nullopt for Nil. Throws ReplyError (UnexpectedReply) otherwise.
   [[nodiscard]] std::optional<std::int64_t> asOptionalInteger() const;
   /// A short description for error messages: `nil`, `the integer 3`, `the string "abc"` (cut
   /// after 64 bytes), `the status "OK"`, `an array of 2`.
