@@ -380,10 +380,10 @@ TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreDecidedTogetherOnOneServer) {
 TEST_F(MultiLimitTest, BadLimitListsAndPermitsAreRefusedBeforeSending) {
   const std::int64_t calls = commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval");
   Limiter tagged(client(), limiterName("t"), bucket(5, 5, milliseconds(100000)));
-  EXPECT_THROW(MultiLimit({tagged, tagged}).on({"k", "k"}), InvalidArgument) << "the same key twice";
+  EXPECT_THROW((void)MultiLimit({tagged, tagged}).on({"k", "k"}), InvalidArgument) << "the same key twice";
   EXPECT_THROW(MultiLimit(std::vector<Limiter>{}), InvalidArgument);
   Limiter elsewhere(newClient(), limiterName("u"), bucket(5, 5, milliseconds(100000)));
-  EXPECT_THROW(MultiLimit({tagged, elsewhere}).on({"k", "k"}), InvalidArgument) << "another Client";
+  EXPECT_THROW((void)MultiLimit({tagged, elsewhere}).on({"k", "k"}), InvalidArgument) << "another Client";
   std::vector<Limiter> many;
   for (int i = 0; i <= static_cast<int>(MultiLimit::kMaxLimits); ++i) {
     many.emplace_back(client(), limiterName("m" + str(i)), bucket(5, 5, milliseconds(100000)));
@@ -573,7 +573,7 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
   EXPECT_THROW((void)both.on({"u", ""}), InvalidArgument) << "an empty key";
   EXPECT_THROW((void)MultiLimit(both).decide(), InvalidArgument) << "no keys named";
   EXPECT_THROW((void)MultiLimit(both).decideAsync().get(), InvalidArgument);
-  EXPECT_THROW(MultiLimit({a, smooth}).on({"k", "k"}), InvalidArgument) << "a smooth policy";
+  EXPECT_THROW((void)MultiLimit({a, smooth}).on({"k", "k"}), InvalidArgument) << "a smooth policy";
   EXPECT_EQ(commandCalls(admin(), "evalsha") + commandCalls(admin(), "eval"), before) << "nothing sent";
   EXPECT_TRUE(both.on({"u", "u"}).decide().allowed);
   EXPECT_EQ(a.peek("u").remaining, 9);
