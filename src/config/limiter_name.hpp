@@ -16,9 +16,10 @@ void checkLimiterName(const std::string& name, std::size_t maxLength);
 /// Throws InvalidArgument, before anything is sent, for a key that a decision writes (a limiter's
 /// name, a keyed limiter's key) with the form of a reservation record's key: one that holds the
 /// segment "rsv" or "mrsv" after a ':', followed by ':' or at its end. Record keys are
-/// <name>:rsv:<id> and <name>:mrsv:<id> (detail::reservationRecordKey), and a limiter's other keys
-/// append ":..." to its name, so a decision could otherwise write a reservation's record before
-/// its owner makes it. `what` names the key in the message ("limiter name", "key").
+/// rl::rsv:<id>:... and rl::mrsv:<id>:... (detail::namespacedRecordKey), and a RateLimiter's keys
+/// are its name and its name + ":...", so a RateLimiter named like a record could otherwise write a
+/// reservation's record before its owner makes it. `what` names the key in the message
+/// ("limiter name", "key").
 void checkNotRecordKey(std::string_view key, std::string_view what);
 
 /// The byte offset of the first byte of `text` that is not part of a valid UTF-8 sequence (an
