@@ -104,31 +104,10 @@ TYPED_TEST(LimiterAlgorithms, TrySetPolicyWritesOnlyWhenAbsentAndSetPolicyKeepsT
 }
 
 TYPED_TEST(LimiterAlgorithms, APolicyRaceBetweenTwoWritersLeavesExactlyOne) {
-  auto c1 = this->newClient();
-  auto c2 = this->newClient();
-  const Policy a = TypeParam::policy(7, 7, milliseconds(1000)).stored();
-  const Policy b = TypeParam::policy(11, 5, milliseconds(3000)).stored();
-  for (int round = 0; round < 25; ++round) {
-    const std::string n = this->limiterName("race" + std::to_string(round));
-    Limiter l1(c1, n, a), l2(c2, n, b);
-    std::promise<void> go;
-    std::shared_future<void> start = go.get_future().share();
-    auto f1 = std::async(std::launch::async, [&] {
-      start.wait();
-      return l1.trySetPolicy("k");
-    });
-    auto f2 = std::async(std::launch::async, [&] {
-      start.wait();
-      return l2.trySetPolicy("k");
-    });
-    go.set_value();
-    const bool won1 = f1.get(), won2 = f2.get();
-    ASSERT_NE(won1, won2) << "exactly one writer wins, round " << round;
-    const std::int64_t limit = (won1 ? a : b).limit();
-    EXPECT_EQ(l1.peek("k").limit, limit);
-    EXPECT_EQ(l2.peek("k").limit, limit);
-    EXPECT_EQ(l1.decide("k").limit, limit);
-  }
+  expectOneStoredPolicyWriterWins(this->newClient(), this->newClient(),
+                                  TypeParam::policy(7, 7, milliseconds(1000)).stored(),
+                                  TypeParam::policy(11, 5, milliseconds(3000)).stored(),
+                                  [&](int round) { return this->limiterName("race" + std::to_string(round)); });
 }
 
 TYPED_TEST(LimiterAlgorithms, MissingConfigurationIsNotInitializedNamingTheKey) {

@@ -112,29 +112,9 @@ TEST_F(LimiterSmooth, APolicyIsStoredOnlyWhenAbsentOrAsked) {
 }
 
 TEST_F(LimiterSmooth, APolicyRaceBetweenTwoWritersLeavesExactlyOne) {
-  auto c1 = newClient();
-  auto c2 = newClient();
-  const Policy a = Policy::smoothBursty(7, milliseconds(1000)).stored();
-  const Policy b = Policy::smoothWarmingUp(11, milliseconds(1000), milliseconds(3000), 4).stored();
-  for (int round = 0; round < 25; ++round) {
-    const std::string n = limiterName("race" + std::to_string(round));
-    Limiter l1(c1, n, a), l2(c2, n, b);
-    std::promise<void> go;
-    std::shared_future<void> start = go.get_future().share();
-    auto f1 = std::async(std::launch::async, [&] {
-      start.wait();
-      return l1.trySetPolicy("k");
-    });
-    auto f2 = std::async(std::launch::async, [&] {
-      start.wait();
-      return l2.trySetPolicy("k");
-    });
-    go.set_value();
-    const bool won1 = f1.get(), won2 = f2.get();
-    ASSERT_NE(won1, won2) << "exactly one writer wins, round " << round;
-    EXPECT_EQ(l1.peek("k").limit, (won1 ? a : b).limit());
-    EXPECT_EQ(l2.peek("k").limit, (won1 ? a : b).limit());
-  }
+  expectOneStoredPolicyWriterWins(newClient(), newClient(), Policy::smoothBursty(7, milliseconds(1000)).stored(),
+                                  Policy::smoothWarmingUp(11, milliseconds(1000), milliseconds(3000), 4).stored(),
+                                  [&](int round) { return limiterName("race" + std::to_string(round)); });
 }
 
 TEST_F(LimiterSmooth, RefundGivesTimeBackAndStoresNoMoreThanTheMaximum) {

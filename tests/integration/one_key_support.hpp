@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -163,6 +165,35 @@ inline bool untilAnswered(const std::function<void()>& read) {
     }
   }
   return false;
+}
+
+/// Two limiters of one name on two Clients, with stored policies `a` and `b`, race trySetPolicy
+/// on one key, 25 rounds (a fresh name each, from `nameOf(round)`): exactly one writer wins each
+/// round, and both limiters then decide under the winner's limit.
+template <class NameOf>
+void expectOneStoredPolicyWriterWins(const std::shared_ptr<Client>& c1, const std::shared_ptr<Client>& c2,
+                                     const Policy& a, const Policy& b, NameOf&& nameOf) {
+  for (int round = 0; round < 25; ++round) {
+    const std::string n = nameOf(round);
+    Limiter l1(c1, n, a), l2(c2, n, b);
+    std::promise<void> go;
+    std::shared_future<void> start = go.get_future().share();
+    auto f1 = std::async(std::launch::async, [&] {
+      start.wait();
+      return l1.trySetPolicy("k");
+    });
+    auto f2 = std::async(std::launch::async, [&] {
+      start.wait();
+      return l2.trySetPolicy("k");
+    });
+    go.set_value();
+    const bool won1 = f1.get(), won2 = f2.get();
+    ASSERT_NE(won1, won2) << "exactly one writer wins, round " << round;
+    const std::int64_t limit = (won1 ? a : b).limit();
+    EXPECT_EQ(l1.peek("k").limit, limit);
+    EXPECT_EQ(l2.peek("k").limit, limit);
+    EXPECT_EQ(l1.decide("k").limit, limit);
+  }
 }
 
 }  // namespace redlimit::test
