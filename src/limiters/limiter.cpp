@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "limiters/calendar_core.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/key_layout.hpp"
@@ -26,6 +25,8 @@ const detail::Script kGcra{detail::lua::gcra.name, detail::lua::gcra.sha1, detai
 const detail::Script kFixedWindow{detail::lua::fixed_window.name, detail::lua::fixed_window.sha1,
                                   detail::lua::fixed_window.source};
 const detail::Script kSmooth{detail::lua::smooth.name, detail::lua::smooth.sha1, detail::lua::smooth.source};
+const detail::Script kCalendar{detail::lua::calendar_quota.name, detail::lua::calendar_quota.sha1,
+                               detail::lua::calendar_quota.source};
 
 const detail::Script& scriptOf(Policy::Kind kind) {
   switch (kind) {
@@ -36,8 +37,9 @@ const detail::Script& scriptOf(Policy::Kind kind) {
       return kFixedWindow;
     case Policy::Kind::Smooth:
       return kSmooth;
+    case Policy::Kind::Calendar:
+      return kCalendar;
     case Policy::Kind::Concurrency:  // LeaseCore's own
-    case Policy::Kind::Calendar:     // CalendarCore's own
       break;
   }
   return kGcra;
@@ -53,20 +55,13 @@ std::string checkedName(std::string name) {
 
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
     : policy_(std::move(policy)) {
-  if (policy_.kind() == Policy::Kind::Calendar) {
-    permits_ = std::make_shared<detail::CalendarCore>(
-        std::move(client), checkedName(std::move(name)), policy_.calendarQuota("a calendar limiter"),
-        milliseconds{policy_.keepAliveMs_}, std::move(options.failure), options.monitor);
-    keys_ = permits_;
-    return;
-  }
   if (policy_.givesLeases()) {
     leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), policy_,
                                                   std::move(options.failure), options.monitor);
     keys_ = leases_;
     return;
   }
-  const char kind = policy_.packedPolicy().packed.front();
+  const char kind = policy_.packedPolicy().packed.front();  // a calendar quota's: 'Q'
   core_ = std::make_shared<detail::ScriptCore>(
       std::move(client), checkedName(std::move(name)), std::move(options.failure), options.monitor,
       scriptOf(policy_.kind()), kind, policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own

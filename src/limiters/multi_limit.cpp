@@ -10,7 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "config/limiter_name.hpp"
-#include "limiters/calendar_core.hpp"
+#include "limiters/calendar_tables.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"

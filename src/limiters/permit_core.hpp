@@ -1,9 +1,8 @@
-// redlimit — what a Limiter asks of its core, on a Redis key. Every core (ScriptCore, CalendarCore,
-// LeaseCore) is a KeyCore: the key operations and what names the limiter. A permit policy's core
-// (ScriptCore: GCRA, token bucket, fixed window, smooth; CalendarCore) is a PermitCore, so each
-// Limiter operation is written once over either. The waiting operations (tryAcquire with a
-// timeout, acquire, reserve) and the stored configuration are ScriptCore's alone; the lease
-// operations LeaseCore's.
+// redlimit — what a Limiter asks of its core, on a Redis key. Every core (ScriptCore, LeaseCore) is
+// a KeyCore: the key operations and what names the limiter. A permit policy's core (ScriptCore:
+// GCRA, token bucket, fixed window, smooth, calendar) is a PermitCore. The waiting operations
+// (tryAcquire with a timeout, acquire, reserve) and the stored configuration are ScriptCore's
+// beyond it; the lease operations LeaseCore's.
 #pragma once
 
 #include <chrono>

@@ -134,6 +134,11 @@ ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, Failure
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
       policy_(std::move(policy)) {
   if (policy_) remember(policy_->limit, policy_->localRate, policy_->localIntervalMs);
+  if (policy_ && policy_->calendar) {
+    calendarArgs_ = calendarArgs(*policy_->calendar, milliseconds{policy_->fields.back()});
+    tables_ = std::make_shared<CalendarTables>("limiter " + name_);
+    tables_->add(4 + calendarArgs_.size() - 1, *policy_->calendar, {});  // after op, now, kind and the count
+  }
   const ClientOptions& o = client_->options();
   callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
@@ -156,14 +161,20 @@ void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) c
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
                                   bool coalesce) {
-  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, nullptr};
+  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
   if (!record.empty()) r.keys.push_back(std::move(record));
   return r;
 }
 
 std::vector<std::string> ScriptCore::args(std::string_view op, std::string a, std::string b,
                                           const KeyedPolicy* policy) const {
-  std::vector<std::string> argv{std::string(op), "", kind_, std::move(a), std::move(b)};
+  std::vector<std::string> argv{std::string(op), "", kind_, std::move(a)};
+  if (tables_) {
+    argv.insert(argv.end(), calendarArgs_.begin(), calendarArgs_.end());
+    if (op == "reserve") argv.push_back(std::move(b));
+    return argv;
+  }
+  argv.push_back(std::move(b));
   if (policy != nullptr) argv.push_back(policy->packed);
   return argv;
 }
@@ -184,15 +195,20 @@ Decision ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
 
 Decision ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits) {
   const DecisionReply v = parseDecisionReply(r, decisionFormOf(kind), key);
-  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
+  if (self != nullptr) self->saw(v);
   return decisionOf(v, permits);
 }
 
 Decision ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
   DecisionReply v;
   Decision out = parseHeld(r, key, permits, v);
-  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
+  if (self != nullptr) self->saw(v);
   return out;
+}
+
+void ScriptCore::saw(const DecisionReply& v) {
+  remember(v.limit, v.localRate, v.localIntervalMs);
+  if (tables_) tables_->sawServerNow(microseconds{v.nowUs});
 }
 
 Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {

@@ -1,8 +1,9 @@
-// redlimit — one limiter of a one-key script (lua/gcra.lua, lua/fixed_window.lua, lua/smooth.lua)
-// over any number of keys: the Client, the name (the metrics label and the limiter named in
-// events), the failure gate, the configuration the calls carry (none: each key's stored one), and
-// every operation of the script on a key given per call, through the call protocol
-// (limiter_call.hpp). Limiter (a key per call, under its name) is its face.
+// redlimit — one limiter of a one-key script (lua/gcra.lua, lua/fixed_window.lua, lua/smooth.lua,
+// lua/calendar_quota.lua) over any number of keys: the Client, the name (the metrics label and the
+// limiter named in events), the failure gate, the configuration the calls carry (none: each key's
+// stored one; a calendar quota: with a table of its windows), and every operation of the script on
+// a key given per call, through the call protocol (limiter_call.hpp). Limiter (a key per call,
+// under its name) is its face.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "limiters/calendar_tables.hpp"
 #include "limiters/limiter_call.hpp"
 #include "limiters/permit_core.hpp"
 #include "limiters/one_key_batcher.hpp"
@@ -29,12 +31,15 @@
 
 namespace redlimit::detail {
 
+struct DecisionReply;
+
 class ScriptCore : public PermitCore, public std::enable_shared_from_this<ScriptCore> {
  public:
-  /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A key's
-  /// reservation records live in redlimit's own namespace, where no caller's key can reach
-  /// (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument for a null client, a bad name or
-  /// bad failure options.
+  /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A
+  /// calendar quota's (KeyedPolicy::calendar) goes with a table of its windows, filled in every
+  /// try around the server's time. A key's reservation records live in redlimit's own namespace,
+  /// where no caller's key can reach (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument
+  /// for a null client, a bad name, quota or keepAlive, or bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
              const Script& script, char kind, std::shared_ptr<const KeyedPolicy> policy);
 
@@ -135,7 +140,8 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   ScriptRequest request(const std::string& key, std::vector<std::string> argv, std::string recordKey = {},
                         bool coalesce = false);
   // argv for `op` on a key: op, now ('' = the server's), kind, `a`, `b`, and the configuration at
-  // ARGV[6] when the handle has one (the same position for every operation).
+  // ARGV[6] when the handle has one (the same position for every operation). A calendar quota's:
+  // op, now, kind, `a`, calendarArgs_ (the table's place last), and `b` only for reserve (its TTL).
   std::vector<std::string> args(std::string_view op, std::string a, std::string b, const KeyedPolicy* policy) const;
   LimiterCall::Params decision(std::int64_t permits) const;
   // peek's and refund's calls, checked before anything is sent (refund of 0: no call, nullopt).
@@ -143,15 +149,21 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   std::optional<ScriptRequest> refundRequest(const std::string& key, std::int64_t permits);
   OneKeyErrors mapError(const std::string& key) const { return OneKeyErrors{key, kind_[0]}; }
   // The take/peek reply of this script; `self` (may be null: the handle is gone) remembers the
-  // configuration it tells.
+  // configuration it tells (saw).
   static Decision parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits);
   // A reserve's reply: take's values, then repeated.
   static Decision held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
   Decision byPolicy(std::int64_t permits, bool allowed) const;
+  // Remembers a reply's limit and Local bucket and, for the calendar tables, the server's time.
+  void saw(const DecisionReply& v);
 
   const std::shared_ptr<const KeyedPolicy> policy_;
   // The Client's coalescing of takes (token bucket, GCRA, fixed window; null: one call each).
   std::shared_ptr<OneKeyBatcher> batcher_;
+  // A calendar quota's arguments after the count (calendarArgs) and its tables; empty and null
+  // for the other scripts.
+  std::vector<std::string> calendarArgs_;
+  std::shared_ptr<CalendarTables> tables_;
 };
 
 }  // namespace redlimit::detail
