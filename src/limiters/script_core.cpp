@@ -1,6 +1,8 @@
 #include "limiters/script_core.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -8,6 +10,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/key_layout.hpp"
+#include "limiters/lease_id.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "limiters/script_helpers.hpp"
@@ -24,6 +27,18 @@ namespace {
 
 // A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
 constexpr std::size_t kSettleReplySize = 7;
+
+// `r`, checked to be an array of `size` (ReplyError (UnexpectedReply) naming `key` and `what`).
+const Reply& arrayOf(const std::string& key, const Reply& r, std::size_t size, std::string_view what) {
+  if (r.type != Reply::Type::Array || r.elements.size() != size) {
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
+        fmt::format("redlimit: limiter {}: expected an array of {} from {}, got {}", key, size, what, r.describe()));
+  }
+  return r;
+}
+
+std::int64_t at(const Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
 
 void checkPermitRange(std::int64_t permits) {
   if (permits < 1 || permits > kMaxPermits) {
@@ -85,20 +100,11 @@ void checkActualPermits(std::int64_t actual) {
 }
 
 bool parseReserveRepeated(const std::string& name, const Reply& r) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kReserveReplySize) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
-                                 kReserveReplySize, r.describe()));
-  }
-  return r.elements[kReserveReplySize - 1].asInteger() == 1;
+  return at(arrayOf(name, r, kReserveReplySize, "reserve"), kReserveReplySize - 1) == 1;
 }
 
 Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
-                                 kSettleReplySize, r.describe()));
-  }
+  (void)arrayOf(name, r, kSettleReplySize, "settle");
   Settlement out;
   out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
   if (out.status == SettleStatus::Unknown) return out;
@@ -179,6 +185,29 @@ std::vector<std::string> ScriptCore::args(std::string_view op, std::string a, st
   return argv;
 }
 
+std::vector<std::string> ScriptCore::opArgs(std::string_view op, std::vector<std::string> rest) const {
+  std::vector<std::string> argv{std::string(op), "", kind_};
+  argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  return argv;
+}
+
+template <class Read>
+auto ScriptCore::plain(std::string_view what, const ScriptRequest& r, const std::string& key, Read read,
+                       LimiterCall::Resend resend) {
+  using Out = decltype(read(this, std::declval<const Reply&>()));
+  return runScript(
+      *this, LimiterCall::plain(callBound_, resend), what, r, mapError(key),
+      [&](const Reply& reply) { return read(this, reply); }, [](bool) { return Out{}; });
+}
+
+template <class Out, class Read>
+void ScriptCore::plainAsync(ScriptRequest r, const std::string& key, Read read, Done<Out> done,
+                            LimiterCall::Resend resend) {
+  runScriptAsync<Out>(
+      shared_from_this(), LimiterCall::plain(callBound_, resend), std::move(r), mapError(key), std::move(read),
+      [](ScriptCore&, bool) { return Out{}; }, std::move(done));
+}
+
 LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
   return LimiterCall::decision(callBound_, permits, localRate_.load(std::memory_order_relaxed),
                                milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
@@ -199,7 +228,7 @@ Decision ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, 
   return decisionOf(v, permits);
 }
 
-Decision ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
+Decision ScriptCore::reserved(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
   DecisionReply v;
   Decision out = parseHeld(r, key, permits, v);
   if (self != nullptr) self->saw(v);
@@ -264,7 +293,7 @@ Decision ScriptCore::reserveFor(const std::string& key, std::int64_t permits, co
   Decision out = runScript(
       *this, decision(permits), "reserveFor",
       request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config), record),
-      mapError(key), [&](const Reply& r) { return held(this, key, r, permits); },
+      mapError(key), [&](const Reply& r) { return reserved(this, key, r, permits); },
       [&](bool allowed) { return byPolicy(permits, allowed); });
   admitHeld(gate_.monitor(), out);
   return out;
@@ -286,7 +315,7 @@ void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, c
       shared_from_this(), decision(permits),
       request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
               std::move(record)),
-      mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return held(self, key, r, permits); },
+      mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return reserved(self, key, r, permits); },
       [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
       [monitor = gate_.monitor(), done = std::move(done)](Decision out, std::exception_ptr error) {
         if (!error) admitHeld(monitor, out);
@@ -362,18 +391,17 @@ ScriptRequest ScriptCore::peekRequest(const std::string& key, std::int64_t permi
 }
 
 Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
-  return runScript(
-      *this, LimiterCall::plain(callBound_), "peek", peekRequest(key, permits), mapError(key),
-      [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); }, [](bool) { return Decision{}; });
+  return plain("peek", peekRequest(key, permits), key,
+               [&](ScriptCore* self, const Reply& r) { return parse(self, key, kind_[0], r, permits); });
 }
 
 void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
   ScriptRequest call;
   if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = peekRequest(key, permits); })) return;
-  runScriptAsync<Decision>(
-      shared_from_this(), LimiterCall::plain(callBound_), std::move(call), mapError(key),
+  plainAsync<Decision>(
+      std::move(call), key,
       [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
-      [](ScriptCore&, bool) { return Decision{}; }, std::move(done));
+      std::move(done));
 }
 
 std::optional<ScriptRequest> ScriptCore::refundRequest(const std::string& key, std::int64_t permits) {
@@ -402,9 +430,8 @@ void ScriptCore::refundAsync(const std::string& key, std::int64_t permits, Done<
 void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
   const std::optional<ScriptRequest> call = refundRequest(key, permits);
   if (!call) return;
-  (void)runScript(
-      *this, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund", *call, mapError(key),
-      [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
+  (void)plain(
+      "refund", *call, key, [](ScriptCore*, const Reply&) { return true; }, LimiterCall::Resend::Never);
 }
 
 void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits,
@@ -415,9 +442,9 @@ void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits,
     done(true, nullptr);
     return;
   }
-  runScriptAsync<bool>(
-      shared_from_this(), LimiterCall::plain(callBound_, LimiterCall::Resend::Never), std::move(*call), mapError(key),
-      [](ScriptCore*, const Reply&) { return true; }, [](ScriptCore&, bool) { return false; }, std::move(done));
+  plainAsync<bool>(
+      std::move(*call), key, [](ScriptCore*, const Reply&) { return true; }, std::move(done),
+      LimiterCall::Resend::Never);
 }
 
 Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
@@ -425,10 +452,8 @@ Settlement ScriptCore::settle(const std::string& key, const std::string& id, std
   checkActualPermits(actual);
   const KeyedPolicy* config = policy_.get();
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  return runScript(
-      *this, LimiterCall::plain(callBound_), "settle",
-      request(key, args("settle", fmt::to_string(actual), "0", config), record), mapError(key),
-      [&](const Reply& r) { return parseSettlement(key, r, gate_.monitor()); }, [](bool) { return Settlement{}; });
+  return plain("settle", request(key, args("settle", fmt::to_string(actual), "0", config), record), key,
+               [&](ScriptCore*, const Reply& r) { return parseSettlement(key, r, gate_.monitor()); });
 }
 
 void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
@@ -442,36 +467,172 @@ void ScriptCore::settleAsync(const std::string& key, const std::string& id, std:
   }
   const KeyedPolicy* config = policy_.get();
   // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  runScriptAsync<Settlement>(
-      shared_from_this(), LimiterCall::plain(callBound_),
-      request(key, args("settle", fmt::to_string(actual), "0", config), std::move(record)), mapError(key),
+  plainAsync<Settlement>(
+      request(key, args("settle", fmt::to_string(actual), "0", config), std::move(record)), key,
       [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
-      [](ScriptCore&, bool) { return Settlement{}; }, std::move(done));
-}
-
-Reply ScriptCore::call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
-                       LimiterCall::Resend resend, const std::string* record) {
-  std::vector<std::string> argv{std::string(op), "", kind_};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return runScript(
-      *this, LimiterCall::plain(callBound_, resend), op,
-      request(key, std::move(argv), record != nullptr ? *record : ""), mapError(key),
-      [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
+      std::move(done));
 }
 
 bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config) {
-  std::vector<std::string> args{how == ConfigWrite::IfAbsent ? "try" : "keep"};
-  args.insert(args.end(), config.begin(), config.end());
-  const Reply r =
-      call(key, "set", args, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
-  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: limiter {}: expected an array of 4 from the set operation, got {}", key, r.describe()));
-  }
-  const bool written = how == ConfigWrite::KeepState || r.elements[0].asInteger() == 1;
-  if (written) remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
+  std::vector<std::string> rest{how == ConfigWrite::IfAbsent ? "try" : "keep"};
+  rest.insert(rest.end(), config.begin(), config.end());
+  const Reply r = plain(
+      "set", request(key, opArgs("set", std::move(rest))), key,
+      [&](ScriptCore*, const Reply& reply) { return arrayOf(key, reply, 4, "the set operation"); },
+      how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
+  const bool written = how == ConfigWrite::KeepState || at(r, 0) == 1;
+  if (written) remember(at(r, 1), at(r, 2), at(r, 3));
   return written;
+}
+
+namespace {
+
+// acquire's reply {granted, expiryUs, remaining, limit, nowUs, retryUs, resetUs, held}, for the
+// lease `id`.
+LeaseDecision parseAcquire(const std::string& key, const Reply& r, const std::string& id) {
+  (void)arrayOf(key, r, 8, "acquire");
+  LeaseDecision out;
+  Decision& d = out.decision;
+  d.allowed = at(r, 0) == 1;
+  d.permits = 1;
+  d.remaining = at(r, 2);
+  d.limit = at(r, 3);
+  d.time = microseconds{at(r, 4)};
+  d.retryAfter = microseconds{at(r, 5)};
+  d.resetAfter = microseconds{at(r, 6)};
+  if (d.allowed) {
+    Lease lease;
+    lease.id = id;
+    lease.expiresAt = microseconds{at(r, 1)};
+    out.lease = std::move(lease);
+  }
+  return out;
+}
+
+// A lease Redis was not asked for (the failure policy's, or shadow mode's): a new id, no expiry.
+Lease unheldLease(bool byPolicy, bool shadowDenied) {
+  Lease lease;
+  lease.id = newLeaseId();
+  lease.byPolicy = byPolicy;
+  lease.shadowDenied = shadowDenied;
+  return lease;
+}
+
+// Counts the decision and returns what the caller gets (shadow mode: a denial let through, with
+// a lease Redis does not hold).
+LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
+  Decision& d = out.decision;
+  if (d.allowed) {
+    (void)monitor.admit(true, 1);
+  } else if (monitor.admit(false, 1, d.retryAfter, d.byPolicy)) {
+    d.allowed = true;
+    d.shadowDenied = true;
+    out.lease = unheldLease(d.byPolicy, true);
+  }
+  return out;
+}
+
+// renew's reply {renewed, expiryUs, nowUs}: `lease` until its new expiry, or nullopt when it was
+// not live.
+std::optional<Lease> parseRenew(const std::string& key, const Reply& r, Lease lease) {
+  if (at(arrayOf(key, r, 3, "renew"), 0) != 1) return std::nullopt;
+  lease.expiresAt = microseconds{at(r, 1)};
+  return lease;
+}
+
+// release's reply {released, nowUs} and held's {held, nowUs}: their first value.
+std::int64_t firstOfTwo(const std::string& key, const Reply& r, std::string_view op) {
+  return at(arrayOf(key, r, 2, op), 0);
+}
+
+}  // namespace
+
+LeaseDecision ScriptCore::leaseByPolicy(bool allowed) const {
+  LeaseDecision out{byPolicy(1, allowed), std::nullopt};
+  if (allowed) out.lease = unheldLease(true, false);
+  return out;
+}
+
+// Sent again after a closed connection: a live lease `id` is granted again, not added.
+ScriptRequest ScriptCore::acquireRequest(const std::string& key, milliseconds ttl, const std::string& id) {
+  checkLeaseTtl(ttl);
+  return request(key, opArgs("acquire", {id, fmt::to_string(policy_->limit), fmt::to_string(ttl.count())}));
+}
+
+ScriptRequest ScriptCore::renewRequest(const std::string& key, const Lease& lease, milliseconds ttl) {
+  checkLeaseId(lease.id);
+  checkLeaseTtl(ttl);
+  return request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())}));
+}
+
+ScriptRequest ScriptCore::releaseRequest(const std::string& key, const Lease& lease) {
+  checkLeaseId(lease.id);
+  return request(key, opArgs("release", {lease.id}));
+}
+
+LeaseDecision ScriptCore::acquireLease(const std::string& key, milliseconds ttl) {
+  const std::string id = newLeaseId();
+  const ScriptRequest call = acquireRequest(key, ttl, id);
+  return admitted(gate_.monitor(), runScript(
+                                       *this, decision(1), "acquireLease", call, mapError(key),
+                                       [&](const Reply& r) { return parseAcquire(key, r, id); },
+                                       [&](bool allowed) { return leaseByPolicy(allowed); }));
+}
+
+void ScriptCore::acquireLeaseAsync(const std::string& key, milliseconds ttl, Done<LeaseDecision> done) {
+  const std::string id = newLeaseId();
+  ScriptRequest call;
+  // Isolated: a callback that throws is reported once and cannot make this one run again.
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = acquireRequest(key, ttl, id); })) return;
+  runScriptAsync<LeaseDecision>(
+      shared_from_this(), decision(1), std::move(call), mapError(key),
+      [key, id](ScriptCore*, const Reply& r) { return parseAcquire(key, r, id); },
+      [](ScriptCore& self, bool allowed) { return self.leaseByPolicy(allowed); },
+      [monitor = gate_.monitor(), done = std::move(done)](LeaseDecision d, std::exception_ptr error) {
+        if (!error) d = admitted(monitor, std::move(d));
+        done(std::move(d), std::move(error));
+      });
+}
+
+bool ScriptCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
+  std::optional<Lease> renewed = plain("renew", renewRequest(key, lease, ttl), key,
+                                       [&](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); });
+  if (!renewed) return false;
+  lease = std::move(*renewed);
+  return true;
+}
+
+void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, Done<std::optional<Lease>> done) {
+  ScriptRequest call;
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = renewRequest(key, lease, ttl); })) return;
+  plainAsync<std::optional<Lease>>(
+      std::move(call), key,
+      [key, lease = std::move(lease)](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); },
+      std::move(done));
+}
+
+bool ScriptCore::release(const std::string& key, const Lease& lease) {
+  return plain("release", releaseRequest(key, lease), key,
+               [&](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; });
+}
+
+void ScriptCore::releaseAsync(const std::string& key, const Lease& lease, Done<bool> done) {
+  ScriptRequest call;
+  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = releaseRequest(key, lease); })) return;
+  plainAsync<bool>(
+      std::move(call), key, [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; },
+      std::move(done));
+}
+
+std::int64_t ScriptCore::held(const std::string& key) {
+  return plain("held", request(key, opArgs("held", {})), key,
+               [&](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); });
+}
+
+void ScriptCore::heldAsync(const std::string& key, Done<std::int64_t> done) {
+  plainAsync<std::int64_t>(
+      request(key, opArgs("held", {})), key, [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); },
+      isolated(std::move(done), gate_.monitor(), name_));
 }
 
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
