@@ -166,7 +166,7 @@ void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) c
 }
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
-                                  bool coalesce) {
+                                  bool coalesce) const {
   ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
   if (!record.empty()) r.keys.push_back(std::move(record));
   return r;
@@ -191,21 +191,14 @@ std::vector<std::string> ScriptCore::opArgs(std::string_view op, std::vector<std
   return argv;
 }
 
-template <class Read>
-auto ScriptCore::plain(std::string_view what, const ScriptRequest& r, const std::string& key, Read read,
-                       LimiterCall::Resend resend) {
-  using Out = decltype(read(this, std::declval<const Reply&>()));
-  return runScript(
-      *this, LimiterCall::plain(callBound_, resend), what, r, mapError(key),
-      [&](const Reply& reply) { return read(this, reply); }, [](bool) { return Out{}; });
+template <class Out>
+Out ScriptCore::run(const Op<Out>& op) {
+  return runOp(*this, op, mapError(op.request.keys.front()));
 }
 
-template <class Out, class Read>
-void ScriptCore::plainAsync(ScriptRequest r, const std::string& key, Read read, Done<Out> done,
-                            LimiterCall::Resend resend) {
-  runScriptAsync<Out>(
-      shared_from_this(), LimiterCall::plain(callBound_, resend), std::move(r), mapError(key), std::move(read),
-      [](ScriptCore&, bool) { return Out{}; }, std::move(done));
+template <class Out, class Make>
+void ScriptCore::runAsync(const std::string& key, Make&& make, Done<Out> done) {
+  runOpAsync<Out>(shared_from_this(), name_, std::forward<Make>(make), mapError(key), std::move(done));
 }
 
 LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
@@ -240,87 +233,82 @@ void ScriptCore::saw(const DecisionReply& v) {
   if (tables_) tables_->sawServerNow(microseconds{v.nowUs});
 }
 
-Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
+// A resent take may count twice, never grant twice (docs/failure-modes.md).
+ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t permits, microseconds maxWait) const {
   const KeyedPolicy* config = policy_.get();
   checkPermits(permits, config);
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  return runScript(
-      *this, decision(permits), "decide",
+  return {
+      decision(permits), "decide",
       request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
-      mapError(key), [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); },
-      [&](bool allowed) { return byPolicy(permits, allowed); });
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
+      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }};
 }
 
-void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
-  const KeyedPolicy* config = policy_.get();
-  try {
-    checkPermits(permits, config);
-  } catch (...) {
-    done(Decision{}, std::current_exception());
-    return;
+Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
+  return run(takeOp(key, permits, maxWait));
+}
+
+namespace {
+void checkMaxWait(microseconds maxWait) {
+  if (maxWait.count() < 0) {
+    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  runScriptAsync<Decision>(
-      shared_from_this(), decision(permits),
-      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
-      mapError(key),
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
-      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
+}
+}  // namespace
+
+// Shadow mode: a refused decision comes back allowed, without delay.
+ScriptCore::Op<Decision> ScriptCore::countedTakeOp(const std::string& key, std::int64_t permits,
+                                                   microseconds maxWait) const {
+  checkMaxWait(maxWait);
+  Op<Decision> op = takeOp(key, permits, maxWait);
+  op.then = [monitor = gate_.monitor()](Decision& d) { monitor.admit(d); };
+  return op;
 }
 
 Decision ScriptCore::decide(const std::string& key, std::int64_t permits) {
-  Decision d = take(key, permits, microseconds{0});
-  gate_.monitor().admit(d);
-  return d;
+  return run(countedTakeOp(key, permits, microseconds{0}));
 }
 
 void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
-  // Isolated: a callback that throws is reported once and cannot make this one run again.
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  takeAsync(key, permits, microseconds{0},
-            [monitor = gate_.monitor(), done = std::move(done)](Decision d, std::exception_ptr error) {
-              if (!error) monitor.admit(d);
-              done(d, std::move(error));
-            });
+  runAsync<Decision>(
+      key, [&] { return countedTakeOp(key, permits, microseconds{0}); }, std::move(done));
+}
+
+Decision ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
+  return run(countedTakeOp(key, permits, maxWait));
+}
+
+void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
+  runAsync<Decision>(
+      key, [&] { return countedTakeOp(key, permits, maxWait); }, std::move(done));
+}
+
+// Sent again after a closed connection: the record makes a resend take nothing twice.
+ScriptCore::Op<Decision> ScriptCore::reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
+                                                  milliseconds recordTtl) const {
+  std::string record = recordKey(key, id);
+  checkReservationTtl(recordTtl);
+  const KeyedPolicy* config = policy_.get();
+  checkPermits(permits, config);
+  return {decision(permits),
+          "reserveFor",
+          request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
+                  std::move(record)),
+          [key, permits](ScriptCore* self, const Reply& r) { return reserved(self, key, r, permits); },
+          [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
+          [monitor = gate_.monitor()](Decision& out) { admitHeld(monitor, out); }};
 }
 
 Decision ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
                                 milliseconds recordTtl) {
-  const std::string record = recordKey(key, id);
-  checkReservationTtl(recordTtl);
-  const KeyedPolicy* config = policy_.get();
-  checkPermits(permits, config);
-  Decision out = runScript(
-      *this, decision(permits), "reserveFor",
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config), record),
-      mapError(key), [&](const Reply& r) { return reserved(this, key, r, permits); },
-      [&](bool allowed) { return byPolicy(permits, allowed); });
-  admitHeld(gate_.monitor(), out);
-  return out;
+  return run(reserveForOp(key, permits, id, recordTtl));
 }
 
 void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
                                  milliseconds recordTtl, Done<Decision> done) {
-  // Isolated: a callback that throws is reported once and cannot make this one run again.
-  const KeyedPolicy* config = policy_.get();
-  std::string record;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
-        record = recordKey(key, id);
-        checkReservationTtl(recordTtl);
-        checkPermits(permits, config);
-      })) {
-    return;
-  }
-  runScriptAsync<Decision>(
-      shared_from_this(), decision(permits),
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
-              std::move(record)),
-      mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return reserved(self, key, r, permits); },
-      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
-      [monitor = gate_.monitor(), done = std::move(done)](Decision out, std::exception_ptr error) {
-        if (!error) admitHeld(monitor, out);
-        done(out, std::move(error));
-      });
+  runAsync<Decision>(
+      key, [&] { return reserveForOp(key, permits, id, recordTtl); }, std::move(done));
 }
 
 bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, milliseconds timeout) {
@@ -355,131 +343,79 @@ microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
   }
 }
 
-namespace {
-void checkMaxWait(microseconds maxWait) {
-  if (maxWait.count() < 0) {
-    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
-  }
-}
-}  // namespace
-
-Decision ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
-  checkMaxWait(maxWait);
-  Decision r = take(key, permits, maxWait);
-  gate_.monitor().admit(r);  // shadow mode: a refused reservation comes back allowed, without delay
-  return r;
-}
-
-void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkMaxWait(maxWait); })) return;
-  takeAsync(key, permits, maxWait,
-            [monitor = gate_.monitor(), done = std::move(done)](Decision r, std::exception_ptr error) {
-              if (!error) monitor.admit(r);
-              done(r, std::move(error));
-            });
-}
-
 std::string ScriptCore::recordKey(const std::string& key, const std::string& id) const {
   return namespacedRecordKey(key, id);
 }
 
-ScriptRequest ScriptCore::peekRequest(const std::string& key, std::int64_t permits) {
+ScriptCore::Op<Decision> ScriptCore::peekOp(const std::string& key, std::int64_t permits) const {
   const KeyedPolicy* config = policy_.get();
   checkPermits(permits, config);
   // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
-  return request(key, args("peek", fmt::to_string(permits), "0", config));
+  return {
+      LimiterCall::plain(callBound_), "peek", request(key, args("peek", fmt::to_string(permits), "0", config)),
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); }};
 }
 
-Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
-  return plain("peek", peekRequest(key, permits), key,
-               [&](ScriptCore* self, const Reply& r) { return parse(self, key, kind_[0], r, permits); });
-}
+Decision ScriptCore::peek(const std::string& key, std::int64_t permits) { return run(peekOp(key, permits)); }
 
 void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
-  ScriptRequest call;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = peekRequest(key, permits); })) return;
-  plainAsync<Decision>(
-      std::move(call), key,
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
-      std::move(done));
-}
-
-std::optional<ScriptRequest> ScriptCore::refundRequest(const std::string& key, std::int64_t permits) {
-  if (permits < 0 || permits > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
-  }
-  if (permits == 0) return std::nullopt;
-  const KeyedPolicy* config = policy_.get();
-  return request(key, args("refund", fmt::to_string(permits), "0", config));
-}
-
-void ScriptCore::refund(const std::string& key, std::int64_t permits) {
-  giveBack(key, permits);
-  gate_.monitor().refunded(permits);
-}
-
-void ScriptCore::refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
-  giveBackAsync(key, permits, [monitor = gate_.monitor(), permits, done = std::move(done)](bool, std::exception_ptr e) {
-    const bool given = !e;
-    if (given) monitor.refunded(permits);
-    done(given, std::move(e));
-  });
+  runAsync<Decision>(
+      key, [&] { return peekOp(key, permits); }, std::move(done));
 }
 
 // Never resent: a refund that went through and was sent again would give the permits back twice.
-void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
-  const std::optional<ScriptRequest> call = refundRequest(key, permits);
-  if (!call) return;
-  (void)plain(
-      "refund", *call, key, [](ScriptCore*, const Reply&) { return true; }, LimiterCall::Resend::Never);
+ScriptCore::Op<bool> ScriptCore::giveBackOp(const std::string& key, std::int64_t permits, bool counted) const {
+  if (permits < 0 || permits > kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
+  }
+  Op<bool> op{LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund",
+              request(key, args("refund", fmt::to_string(permits), "0", policy_.get())),
+              [](ScriptCore*, const Reply&) { return true; }};
+  if (counted) op.then = [monitor = gate_.monitor(), permits](bool&) { monitor.refunded(permits); };
+  return op;
 }
 
-void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits,
-                               std::function<void(bool, std::exception_ptr)> done) {
-  std::optional<ScriptRequest> call;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = refundRequest(key, permits); })) return;
-  if (!call) {
-    done(true, nullptr);
+void ScriptCore::giveBack(const std::string& key, std::int64_t permits, bool counted) {
+  if (permits != 0) (void)run(giveBackOp(key, permits, counted));  // 0: nothing to send
+}
+
+void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done) {
+  if (permits == 0) {  // nothing to send
+    isolated(std::move(done), gate_.monitor(), name_)(true, nullptr);
     return;
   }
-  plainAsync<bool>(
-      std::move(*call), key, [](ScriptCore*, const Reply&) { return true; }, std::move(done),
-      LimiterCall::Resend::Never);
+  runAsync<bool>(
+      key, [&] { return giveBackOp(key, permits, counted); }, std::move(done));
+}
+
+// Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+ScriptCore::Op<Settlement> ScriptCore::settleOp(const std::string& key, const std::string& id,
+                                                std::int64_t actual) const {
+  std::string record = recordKey(key, id);
+  checkActualPermits(actual);
+  return {LimiterCall::plain(callBound_), "settle",
+          request(key, args("settle", fmt::to_string(actual), "0", policy_.get()), std::move(record)),
+          [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); }};
 }
 
 Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
-  const std::string record = recordKey(key, id);
-  checkActualPermits(actual);
-  const KeyedPolicy* config = policy_.get();
-  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  return plain("settle", request(key, args("settle", fmt::to_string(actual), "0", config), record), key,
-               [&](ScriptCore*, const Reply& r) { return parseSettlement(key, r, gate_.monitor()); });
+  return run(settleOp(key, id, actual));
 }
 
 void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
                              Done<Settlement> done) {
-  std::string record;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
-        record = recordKey(key, id);
-        checkActualPermits(actual);
-      })) {
-    return;
-  }
-  const KeyedPolicy* config = policy_.get();
-  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  plainAsync<Settlement>(
-      request(key, args("settle", fmt::to_string(actual), "0", config), std::move(record)), key,
-      [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
-      std::move(done));
+  runAsync<Settlement>(
+      key, [&] { return settleOp(key, id, actual); }, std::move(done));
 }
 
 bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config) {
   std::vector<std::string> rest{how == ConfigWrite::IfAbsent ? "try" : "keep"};
   rest.insert(rest.end(), config.begin(), config.end());
-  const Reply r = plain(
-      "set", request(key, opArgs("set", std::move(rest))), key,
-      [&](ScriptCore*, const Reply& reply) { return arrayOf(key, reply, 4, "the set operation"); },
-      how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
+  const Reply r =
+      run(Op<Reply>{LimiterCall::plain(callBound_, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never
+                                                                                : LimiterCall::Resend::IfClosed),
+                    "set", request(key, opArgs("set", std::move(rest))),
+                    [key](ScriptCore*, const Reply& reply) { return arrayOf(key, reply, 4, "the set operation"); }});
   const bool written = how == ConfigWrite::KeepState || at(r, 0) == 1;
   if (written) remember(at(r, 1), at(r, 2), at(r, 3));
   return written;
@@ -553,86 +489,73 @@ LeaseDecision ScriptCore::leaseByPolicy(bool allowed) const {
   return out;
 }
 
-// Sent again after a closed connection: a live lease `id` is granted again, not added.
-ScriptRequest ScriptCore::acquireRequest(const std::string& key, milliseconds ttl, const std::string& id) {
+// Sent again after a closed connection with the same lease id: a live lease `id` is granted
+// again, not added.
+ScriptCore::Op<LeaseDecision> ScriptCore::acquireOp(const std::string& key, milliseconds ttl) const {
   checkLeaseTtl(ttl);
-  return request(key, opArgs("acquire", {id, fmt::to_string(policy_->limit), fmt::to_string(ttl.count())}));
+  std::string id = newLeaseId();
+  ScriptRequest call =
+      request(key, opArgs("acquire", {id, fmt::to_string(policy_->limit), fmt::to_string(ttl.count())}));
+  return {decision(1),
+          "acquireLease",
+          std::move(call),
+          [key, id = std::move(id)](ScriptCore*, const Reply& r) { return parseAcquire(key, r, id); },
+          [](ScriptCore& self, bool allowed) { return self.leaseByPolicy(allowed); },
+          [monitor = gate_.monitor()](LeaseDecision& d) { d = admitted(monitor, std::move(d)); }};
 }
 
-ScriptRequest ScriptCore::renewRequest(const std::string& key, const Lease& lease, milliseconds ttl) {
-  checkLeaseId(lease.id);
-  checkLeaseTtl(ttl);
-  return request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())}));
-}
-
-ScriptRequest ScriptCore::releaseRequest(const std::string& key, const Lease& lease) {
-  checkLeaseId(lease.id);
-  return request(key, opArgs("release", {lease.id}));
-}
-
-LeaseDecision ScriptCore::acquireLease(const std::string& key, milliseconds ttl) {
-  const std::string id = newLeaseId();
-  const ScriptRequest call = acquireRequest(key, ttl, id);
-  return admitted(gate_.monitor(), runScript(
-                                       *this, decision(1), "acquireLease", call, mapError(key),
-                                       [&](const Reply& r) { return parseAcquire(key, r, id); },
-                                       [&](bool allowed) { return leaseByPolicy(allowed); }));
-}
+LeaseDecision ScriptCore::acquireLease(const std::string& key, milliseconds ttl) { return run(acquireOp(key, ttl)); }
 
 void ScriptCore::acquireLeaseAsync(const std::string& key, milliseconds ttl, Done<LeaseDecision> done) {
-  const std::string id = newLeaseId();
-  ScriptRequest call;
-  // Isolated: a callback that throws is reported once and cannot make this one run again.
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = acquireRequest(key, ttl, id); })) return;
-  runScriptAsync<LeaseDecision>(
-      shared_from_this(), decision(1), std::move(call), mapError(key),
-      [key, id](ScriptCore*, const Reply& r) { return parseAcquire(key, r, id); },
-      [](ScriptCore& self, bool allowed) { return self.leaseByPolicy(allowed); },
-      [monitor = gate_.monitor(), done = std::move(done)](LeaseDecision d, std::exception_ptr error) {
-        if (!error) d = admitted(monitor, std::move(d));
-        done(std::move(d), std::move(error));
-      });
+  runAsync<LeaseDecision>(
+      key, [&] { return acquireOp(key, ttl); }, std::move(done));
+}
+
+// renew and release are safe to send again: a renew sent twice extends twice from about the same
+// instant, a release sent twice answers what the first did not see.
+ScriptCore::Op<std::optional<Lease>> ScriptCore::renewOp(const std::string& key, const Lease& lease,
+                                                         milliseconds ttl) const {
+  checkLeaseId(lease.id);
+  checkLeaseTtl(ttl);
+  return {LimiterCall::plain(callBound_), "renew",
+          request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())})),
+          [key, lease](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); }};
 }
 
 bool ScriptCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
-  std::optional<Lease> renewed = plain("renew", renewRequest(key, lease, ttl), key,
-                                       [&](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); });
-  if (!renewed) return false;
-  lease = std::move(*renewed);
-  return true;
+  const std::optional<Lease> renewed = run(renewOp(key, lease, ttl));
+  if (renewed) lease.expiresAt = renewed->expiresAt;
+  return renewed.has_value();
 }
 
 void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, Done<std::optional<Lease>> done) {
-  ScriptRequest call;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = renewRequest(key, lease, ttl); })) return;
-  plainAsync<std::optional<Lease>>(
-      std::move(call), key,
-      [key, lease = std::move(lease)](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); },
-      std::move(done));
+  runAsync<std::optional<Lease>>(
+      key, [&] { return renewOp(key, lease, ttl); }, std::move(done));
 }
 
-bool ScriptCore::release(const std::string& key, const Lease& lease) {
-  return plain("release", releaseRequest(key, lease), key,
-               [&](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; });
+ScriptCore::Op<bool> ScriptCore::releaseOp(const std::string& key, const Lease& lease) const {
+  checkLeaseId(lease.id);
+  return {LimiterCall::plain(callBound_), "release", request(key, opArgs("release", {lease.id})),
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; }};
 }
+
+bool ScriptCore::release(const std::string& key, const Lease& lease) { return run(releaseOp(key, lease)); }
 
 void ScriptCore::releaseAsync(const std::string& key, const Lease& lease, Done<bool> done) {
-  ScriptRequest call;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = releaseRequest(key, lease); })) return;
-  plainAsync<bool>(
-      std::move(call), key, [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; },
-      std::move(done));
+  runAsync<bool>(
+      key, [&] { return releaseOp(key, lease); }, std::move(done));
 }
 
-std::int64_t ScriptCore::held(const std::string& key) {
-  return plain("held", request(key, opArgs("held", {})), key,
-               [&](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); });
+ScriptCore::Op<std::int64_t> ScriptCore::heldOp(const std::string& key) const {
+  return {LimiterCall::plain(callBound_), "held", request(key, opArgs("held", {})),
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); }};
 }
+
+std::int64_t ScriptCore::held(const std::string& key) { return run(heldOp(key)); }
 
 void ScriptCore::heldAsync(const std::string& key, Done<std::int64_t> done) {
-  plainAsync<std::int64_t>(
-      request(key, opArgs("held", {})), key, [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); },
-      isolated(std::move(done), gate_.monitor(), name_));
+  runAsync<std::int64_t>(
+      key, [&] { return heldOp(key); }, std::move(done));
 }
 
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }

@@ -48,11 +48,13 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
              const Script& script, char kind, std::shared_ptr<const KeyedPolicy> policy);
 
+  // Every operation on `key` is checked before anything is sent (InvalidArgument); an ...Async
+  // form's `done` is isolated (a callback that throws is reported once), and gets the checks'
+  // error at once.
+
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).
-  Decision take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
-  void takeAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait, Done<Decision> done);
-  /// take() without a wait, counted in the metrics (shadow mode applied).
+  /// Takes `permits` now if available, counted in the metrics (shadow mode applied).
   Decision decide(const std::string& key, std::int64_t permits);
   /// Takes `permits` if they come within `timeout` (one call reserves them, then this sleeps the
   /// wait); false at once when they do not (nothing taken). Shadow mode never waits.
@@ -62,10 +64,8 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   std::chrono::microseconds acquire(const std::string& key, std::int64_t permits);
   /// A reservation of `permits` at most `maxWait` (>= 0) ahead, counted.
   Decision reserve(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
-  /// reserve() without waiting for the reply; `done` isolated.
   void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
                     Done<Decision> done);
-  /// decide() without waiting; `done` isolated (a callback that throws is reported once).
   void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done);
   /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
   /// resend take nothing twice), counted; bad id or TTL: InvalidArgument before sending.
@@ -77,12 +77,14 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // The other operations: their IoError reaches the caller.
   Decision peek(const std::string& key, std::int64_t permits);
   void peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done);
-  /// Gives `permits` (0..kMaxPermits) back to `key`; never sent again (it could give back twice).
-  void giveBack(const std::string& key, std::int64_t permits);
-  void giveBackAsync(const std::string& key, std::int64_t permits, std::function<void(bool, std::exception_ptr)> done);
-  /// giveBack, counted as a caller's refund (a segment's give-back is not).
-  void refund(const std::string& key, std::int64_t permits);
-  void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done);
+  /// Gives `permits` (0..kMaxPermits; 0 sends nothing) back to `key`, counted as a caller's refund
+  /// when `counted` (a segment's give-back is not); never sent again (it could give back twice).
+  void giveBack(const std::string& key, std::int64_t permits, bool counted = false);
+  void giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done);
+  void refund(const std::string& key, std::int64_t permits) { giveBack(key, permits, true); }
+  void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
+    giveBackAsync(key, permits, true, std::move(done));
+  }
   /// Settles the reservation `id` of `key` (safe to send again: a second answers AlreadySettled).
   Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
   void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, Done<Settlement> done);
@@ -155,7 +157,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // `recordKey` (KEYS[2], a reservation record) unless it is empty; a take through the Client's
   // coalescing when `coalesce`.
   ScriptRequest request(const std::string& key, std::vector<std::string> argv, std::string recordKey = {},
-                        bool coalesce = false);
+                        bool coalesce = false) const;
   // argv for `op` on a key: op, now ('' = the server's), kind, `a`, `b`, and the configuration at
   // ARGV[6] when the handle has one (the same position for every operation). A calendar quota's:
   // op, now, kind, `a`, calendarArgs_ (the table's place last), and `b` only for reserve (its TTL).
@@ -163,23 +165,31 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // argv for `op` on a key: op, now (the server's), kind, then `rest` (a configuration's write, the
   // lease operations).
   std::vector<std::string> opArgs(std::string_view op, std::vector<std::string> rest) const;
-  // `r`, an operation that decides nothing (its IoError reaches the caller), its reply read by
-  // `read(self, reply)` (self: null once the handle is gone); sent again after a closed connection
-  // unless `resend` says not. `what` names it for the I/O-thread guard.
-  template <class Read>
-  auto plain(std::string_view what, const ScriptRequest& r, const std::string& key, Read read,
-             LimiterCall::Resend resend = LimiterCall::Resend::IfClosed);
-  template <class Out, class Read>
-  void plainAsync(ScriptRequest r, const std::string& key, Read read, Done<Out> done,
-                  LimiterCall::Resend resend = LimiterCall::Resend::IfClosed);
+
+  template <class Out>
+  using Op = ScriptOp<ScriptCore, Out>;
+  // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync), with the
+  // errors of its key (mapError).
+  template <class Out>
+  Out run(const Op<Out>& op);
+  template <class Out, class Make>
+  void runAsync(const std::string& key, Make&& make, Done<Out> done);
+  // Each operation on `key`, made by its checks, as both faces send it: a take (uncounted), one
+  // counted (decide: no wait; reserve), reserveFor, peek, a give-back (1.. permits), settle and
+  // the lease operations.
+  Op<Decision> takeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) const;
+  Decision take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
+  Op<Decision> countedTakeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) const;
+  Op<Decision> reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
+                            std::chrono::milliseconds recordTtl) const;
+  Op<Decision> peekOp(const std::string& key, std::int64_t permits) const;
+  Op<bool> giveBackOp(const std::string& key, std::int64_t permits, bool counted) const;
+  Op<Settlement> settleOp(const std::string& key, const std::string& id, std::int64_t actual) const;
+  Op<LeaseDecision> acquireOp(const std::string& key, std::chrono::milliseconds ttl) const;
+  Op<std::optional<Lease>> renewOp(const std::string& key, const Lease& lease, std::chrono::milliseconds ttl) const;
+  Op<bool> releaseOp(const std::string& key, const Lease& lease) const;
+  Op<std::int64_t> heldOp(const std::string& key) const;
   LimiterCall::Params decision(std::int64_t permits) const;
-  // The calls of peek, refund and the lease operations, checked before anything is sent (refund
-  // of 0: no call, nullopt).
-  ScriptRequest peekRequest(const std::string& key, std::int64_t permits);
-  std::optional<ScriptRequest> refundRequest(const std::string& key, std::int64_t permits);
-  ScriptRequest acquireRequest(const std::string& key, std::chrono::milliseconds ttl, const std::string& id);
-  ScriptRequest renewRequest(const std::string& key, const Lease& lease, std::chrono::milliseconds ttl);
-  ScriptRequest releaseRequest(const std::string& key, const Lease& lease);
   OneKeyErrors mapError(const std::string& key) const { return OneKeyErrors{key, kind_[0]}; }
   // The take/peek reply of this script; `self` (may be null: the handle is gone) remembers the
   // configuration it tells (saw).
