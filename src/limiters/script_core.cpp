@@ -560,13 +560,13 @@ void ScriptCore::heldAsync(const std::string& key, Done<std::int64_t> done) {
 
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
-void ScriptCore::deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+void ScriptCore::deleteKeyAsync(const std::string& key, Done<bool> done) {
   redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 
 bool ScriptCore::exists(const std::string& key) { return keyExists(*this, key); }
 
-void ScriptCore::existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+void ScriptCore::existsAsync(const std::string& key, Done<bool> done) {
   keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 

@@ -115,9 +115,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// DEL of `key` (not sent again: a second DEL after a first that was applied would answer 0) and
   /// EXISTS (sent again after a closed connection).
   bool deleteKey(const std::string& key);
-  void deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done);
+  void deleteKeyAsync(const std::string& key, Done<bool> done);
   bool exists(const std::string& key);
-  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done);
+  void existsAsync(const std::string& key, Done<bool> done);
 
   /// The configuration every call carries, or null (each key's stored one).
   [[nodiscard]] const KeyedPolicy* policy() const noexcept { return policy_.get(); }
