@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -20,6 +19,7 @@
 #include "limiters/script_call.hpp"
 #include "limiters/script_helpers.hpp"
 #include "base/random.hpp"
+#include "config/config_checks.hpp"
 #include "config/limiter_name.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/client_access.hpp"
@@ -49,18 +49,11 @@ const Script kRelease = script(detail::lua::release);
 const Script kSetRate = script(detail::lua::set_rate);
 const Script kTtl = script(detail::lua::ttl);
 
-std::string idBytes() {
-  auto id = detail::randomId16();
-  return std::string(reinterpret_cast<const char*>(id.data()), id.size());
-}
-
 void checkConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   if (type != RateType::Overall && type != RateType::PerClient) {
     throw InvalidArgument("redlimit: unknown RateType");
   }
-  if (rate < 1 || rate > RateLimiter::kMaxRate) {
-    throw InvalidArgument(fmt::format("redlimit: rate must be in 1..{}, got {}", RateLimiter::kMaxRate, rate));
-  }
+  detail::checkCount("rate", rate, 1, RateLimiter::kMaxRate);
   if (interval.count() < 1 || interval > RateLimiter::kMaxInterval) {
     throw InvalidArgument(fmt::format("redlimit: rateInterval must be in 1..{} ms, got {} ms",
                                       RateLimiter::kMaxInterval.count(), interval.count()));
@@ -158,18 +151,6 @@ std::string packedMember(const std::string& id, std::int64_t permits) {
   return member;
 }
 
-std::string hexOf(const std::string& bytes) {
-  static const char* const digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 15]);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string suffixName(const std::string& name, const std::string& suffix) {
@@ -222,9 +203,6 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // Runs the attempt's callback once (later calls do nothing); one that throws is reported through
   // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
   static void finish(Impl* self, Pending& attempt, detail::AcquireResult result, std::exception_ptr error) noexcept;
-  // Sends `attempt`, or queues it while this handle has a group in flight on each connection
-  // (RateLimiterOptions::coalesce).
-  void dispatch(std::shared_ptr<Pending> attempt);
   // What Sender sends (limiters/batcher.hpp): an acquisition alone with acquire.lua, a group of
   // whole ones with acquire_batch.lua; and how their replies and errors reach each attempt (`self`
   // may be null: the handle is gone; when not, it remembers the configuration seen).
@@ -234,8 +212,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   static void answerAlone(Impl* self, Pending& attempt, const Reply& r, std::exception_ptr error) noexcept;
   static void answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r);
   static void fail(Impl* self, Pending& attempt, std::exception_ptr error) noexcept;
-  // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call),
-  // through the coalescing queue; `done` gets its outcome on the I/O thread.
+  // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call):
+  // sent, or queued while this handle has a group in flight on each connection
+  // (RateLimiterOptions::coalesce); `done` gets its outcome on the I/O thread.
   void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                detail::SteadyTime deadline, AcquireCallback done);
   // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
@@ -248,6 +227,8 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   void askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
 
   void checkPermits(std::int64_t permits) const;
+  // checkPermits(atLeast) and atMost >= atLeast; returns atMost, at most kMaxRate.
+  std::int64_t checkRange(std::int64_t atLeast, std::int64_t atMost) const;
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
   void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
   // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
@@ -373,9 +354,13 @@ Reply RateLimiter::Impl::evalCall(const Script& script, std::vector<std::string>
 // Only what is invalid whatever the rate: the rate itself may have been raised by another
 // process since this handle last saw it, so `permits > rate` is the script's to decide.
 void RateLimiter::Impl::checkPermits(std::int64_t permits) const {
-  if (permits < 1 || permits > kMaxRate) {
-    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxRate, permits));
-  }
+  detail::checkCount("permits", permits, 1, kMaxRate);
+}
+
+std::int64_t RateLimiter::Impl::checkRange(std::int64_t atLeast, std::int64_t atMost) const {
+  checkPermits(atLeast);
+  if (atMost < atLeast) throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
+  return std::min(atMost, kMaxRate);
 }
 
 void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
@@ -468,18 +453,6 @@ void RateLimiter::Impl::sendAlone(const std::shared_ptr<Pending>& a, detail::Rep
   detail::evalAsync(*client_, kAcquire, keys, args, std::move(done), a->deadline);
 }
 
-void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
-  if (options_.coalesce && a->record.empty()) {  // a range is never coalesced: acquire_batch.lua takes whole ones
-    Sender::submit(*this, coalescing_, std::move(a));
-    return;
-  }
-  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
-  // through it the Client and its I/O thread) alive; without it they are answered as they are.
-  sendAlone(a, [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
-    answerAlone(weak.lock().get(), *a, r, std::move(error));
-  });
-}
-
 void RateLimiter::Impl::sendTogether(const std::vector<std::shared_ptr<Pending>>& group, detail::SteadyTime deadline,
                                      detail::ReplyCallback done) {
   gate_.monitor().roundTrip();
@@ -540,12 +513,7 @@ void RateLimiter::Impl::answerTogether(Impl* self, const std::vector<std::shared
 }
 
 detail::AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
-  checkPermits(atLeast);
-  if (atMost < atLeast) {
-    throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
-  }
-  if (atMost > kMaxRate) atMost = kMaxRate;
-  return ask(atLeast, atMost, idBytes());
+  return ask(atLeast, checkRange(atLeast, atMost), detail::randomIdBytes());
 }
 
 namespace {
@@ -564,11 +532,19 @@ void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const
   a->atLeast = atLeast;
   a->atMost = atMost;
   a->id = id;
-  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
+  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + detail::hexOf(id));
   a->resent = resend;
   a->deadline = deadline;
   a->done = std::move(done);
-  dispatch(std::move(a));
+  if (options_.coalesce && a->record.empty()) {  // a range is never coalesced: acquire_batch.lua takes whole ones
+    Sender::submit(*this, coalescing_, std::move(a));
+    return;
+  }
+  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
+  // through it the Client and its I/O thread) alive; without it they are answered as they are.
+  sendAlone(a, [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
+    answerAlone(weak.lock().get(), *a, r, std::move(error));
+  });
 }
 
 detail::LimiterCall::Params RateLimiter::Impl::decision(std::int64_t permits) const {
@@ -603,16 +579,14 @@ void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std:
 }
 
 void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
+  std::int64_t most = 0;
   try {
-    checkPermits(atLeast);
-    if (atMost < atLeast) {
-      throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
-    }
+    most = checkRange(atLeast, atMost);
   } catch (...) {
     done(detail::AcquireResult{}, std::current_exception());
     return;
   }
-  askAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
+  askAsync(atLeast, most, detail::randomIdBytes(), std::move(done));
 }
 
 bool RateLimiter::Impl::admit(const detail::AcquireResult& r, std::int64_t permits) const {
@@ -621,7 +595,7 @@ bool RateLimiter::Impl::admit(const detail::AcquireResult& r, std::int64_t permi
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return admit(ask(permits, permits, idBytes()), permits);
+  return admit(ask(permits, permits, detail::randomIdBytes()), permits);
 }
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
@@ -633,7 +607,7 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const std::int64_t until = detail::saturatingAdd(
       clock.now().count(),
       std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
-  const std::string id = idBytes();  // one id per call: a resend can never be granted twice
+  const std::string id = detail::randomIdBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const detail::AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
@@ -649,7 +623,7 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
     (void)tryAcquire(permits);
     return;
   }
-  const std::string id = idBytes();
+  const std::string id = detail::randomIdBytes();
   for (;;) {
     const detail::AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0) {
