@@ -835,13 +835,11 @@ std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
-  impl_->tryAcquireUpToAsync(permits, permits,
-                             [monitor = impl_->gate_.monitor(), permits, done = std::move(done)](
-                                 const detail::AcquireResult& r, std::exception_ptr error) {
-                               const bool granted = !error && monitor.admit(r.granted > 0, permits, r.wait, r.byPolicy);
-                               done(granted, std::move(error));  // moved: the caller's reference is the last one
-                             });
+  // decideAsync counts the decision and isolates `done` (a throw from it is reported, once).
+  decideAsync(permits, [done = std::move(done)](const Decision& d, std::exception_ptr error) {
+    const bool granted = !error && d.allowed;
+    done(granted, std::move(error));  // moved: the caller's reference is the last one
+  });
 }
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
