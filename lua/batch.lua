@@ -37,6 +37,8 @@
 -- checked path. One difference follows: a key holding another Redis type is reported as
 -- REDLIMIT_INVALID_CONFIG naming the key (readPacked), where the single scripts' fast path lets
 -- Redis's WRONGTYPE error through for the client to map.
+makeGcraCore()
+makeFixedWindowCore()
 local MAX_DECISIONS = 64
 local PER_DECISION = 4
 

@@ -123,6 +123,8 @@ if ARGV[1] == 'take' and ARGV[3] == 'Q' and type(ARGV[8]) == 'string' then
   end
 end
 -- include: base onekey reservation_core calendar_core
+makeCalendarCore()
+if ARGV[1] == 'reserve' or ARGV[1] == 'settle' then makeReservationCore() end
 local key = KEYS[1]
 
 if ARGV[3] ~= 'Q' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for calendar_quota.lua') end

@@ -122,6 +122,8 @@ if op == 'take' and ARGV[3] == 'W' then
 end
 
 -- include: base onekey fixed_window_core reservation_core
+makeFixedWindowCore()
+if op == 'reserve' or op == 'settle' then makeReservationCore() end
 if ARGV[3] ~= 'W' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for fixed_window.lua') end
 local nowUs = currentMicros(ARGV[2])
 

@@ -163,6 +163,8 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
 end
 
 -- include: base onekey gcra_core reservation_core
+makeGcraCore()
+if op == 'reserve' or op == 'settle' then makeReservationCore() end
 local label = GCRA_LABELS[kind]
 if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gcra.lua') end
 local nowUs = currentMicros(ARGV[2])

@@ -130,6 +130,13 @@ for i = 1, k do
     fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. c .. '" for key ' .. KEYS[i])
   end
 end
+-- The helpers of the kinds in this call only (each is a closure made on every call: a MultiLimit of
+-- GCRA limits makes none of the fixed window's, calendar's, lease set's or records').
+if string.find(kinds, '[TG]') then makeGcraCore() end
+if string.find(kinds, 'W', 1, true) then makeFixedWindowCore() end
+if string.find(kinds, 'Q', 1, true) then makeCalendarCore() end
+if string.find(kinds, 'C', 1, true) then makeConcurrencyCore() end
+if rkey then makeReservationCore() end
 local nowUs = currentMicros(ARGV[2])
 local leases = string.find(kinds, 'C', 1, true) ~= nil
 
