@@ -94,6 +94,9 @@ Settlement settlementOf(const Reply& r) {
   return s;
 }
 
+// Whether `reply` is a packed decision that grants (65 bytes, the first 0xA1).
+bool grants(const std::string& reply) { return reply.size() == 65 && static_cast<unsigned char>(reply[0]) == 0xA1; }
+
 // Options whose metrics go to `registry`.
 LimiterOptions countedIn(const std::shared_ptr<MetricsRegistry>& registry) {
   LimiterOptions o;
@@ -699,14 +702,19 @@ class CalendarQuotaScript : public CalendarQuotaStore {
     return full_;
   }
 
-  Outcome call(const detail::lua::EmbeddedScript& script, const std::string& key, const std::vector<std::string>& args) {
+  Outcome call(const detail::lua::EmbeddedScript& script, const std::string& key,
+               const std::vector<std::string>& args) {
     Outcome o;
     o.fromMs = serverTimeMs(admin());
     try {
       const Reply r = runOneKey(admin(), script, key, args);
-      if (r.type == Reply::Type::String) o.reply = r.str;
-      else if (r.type == Reply::Type::Integer) o.reply = "integer " + std::to_string(r.integer);
-      else o.reply = "unexpected " + r.describe();
+      if (r.type == Reply::Type::String) {
+        o.reply = r.str;
+      } else if (r.type == Reply::Type::Integer) {
+        o.reply = "integer " + std::to_string(r.integer);
+      } else {
+        o.reply = "unexpected " + r.describe();
+      }
     } catch (const std::exception& e) {
       o.reply = std::string("error: ") + e.what();
     }
@@ -739,7 +747,7 @@ class CalendarQuotaScript : public CalendarQuotaStore {
     EXPECT_EQ(fast.reply, full.reply) << what;
     EXPECT_EQ(fast.value, full.value) << what;
     for (const Outcome& o : {fast, full}) {
-      if (o.reply.size() == 65 && static_cast<unsigned char>(o.reply[0]) == 0xA1) {
+      if (grants(o.reply)) {
         const std::int64_t end = getLe(o.value, 17, 7), now = std::stoll(args[0]);
         const std::int64_t px = (end - now + 999) / 1000 + std::stoll(args[5]);
         EXPECT_GE(o.expireAtMs, o.fromMs + px) << what;
@@ -871,31 +879,28 @@ TEST_F(CalendarQuotaScript, TakesOnAWindowInForceAnswerAsTheFullCodeByteForByte)
   const std::string key = name();
   const std::string keep = "86400000";  // a day: no key expires while the test runs
   const auto at = [t0](std::int64_t us) { return std::to_string(t0 + us); };
-  const auto granted = [](const std::string& reply) {
-    return reply.size() == 65 && static_cast<unsigned char>(reply[0]) == 0xA1;
-  };
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(10), "Q", "1", "3", "D", keep, tbl})));  // opens day 101
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(20), "Q", "1", "3", "D", keep, tbl})));
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(1000001), "Q", "1", "3", "D", keep, tbl})));  // PX rounded up
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(40), "Q", "1", "3", "D", keep, tbl})));
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(50), "Q", "2", "3", "D", keep, tbl})));
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(60), "Q", "1", "5", "D", "0", tbl})));  // count 4 of 5
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(70), "Q", "1", "2", "D", keep, tbl})));  // remaining -2
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(80), "Q", "1e0", " 6", "D", keep, tbl})));
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(90), "Q", "1", "7", "W", keep, tbl})));  // the stored unit kept
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(-5), "Q", "1", "7", "D", keep, tbl})));  // before its start
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(10), "Q", "1", "3", "D", keep, tbl})));  // opens day 101
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(20), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(1000001), "Q", "1", "3", "D", keep, tbl})));  // PX rounded up
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(40), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(50), "Q", "2", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(60), "Q", "1", "5", "D", "0", tbl})));    // count 4 of 5
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(70), "Q", "1", "2", "D", keep, tbl})));  // remaining -2
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(80), "Q", "1e0", " 6", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(90), "Q", "1", "7", "W", keep, tbl})));  // the stored unit kept
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(-5), "Q", "1", "7", "D", keep, tbl})));  // before its start
   // Bad input on a window in force: the full code's error, nothing written.
   const std::string gap = table(10, 0, kDayUs, 1) + table(12, 2 * kDayUs, kDayUs, 1);
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(100), "Q", "1", "7", "D", keep, gap})));
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(100), "Q", "8", "7", "D", keep, tbl})));
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(100), "Q", "0", "7", "D", keep, tbl})));
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(100), "Q", "1", "7", "X", keep, tbl})));
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {"-1", "Q", "1", "7", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "1", "7", "D", keep, gap})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "8", "7", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "0", "7", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "1", "7", "X", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {"-1", "Q", "1", "7", "D", keep, tbl})));
   // The window's last µs, then the next window (opened by the full code), then takes in it.
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(kDayUs - 1), "Q", "1", "8", "D", keep, tbl})));
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(kDayUs), "Q", "1", "3", "D", keep, tbl})));
-  EXPECT_FALSE(granted(expectAsTheFullCode(key, {at(kDayUs + 5), "Q", "3", "3", "D", keep, tbl})));
-  EXPECT_TRUE(granted(expectAsTheFullCode(key, {at(kDayUs + 6), "Q", "2", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(kDayUs - 1), "Q", "1", "8", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(kDayUs), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(kDayUs + 5), "Q", "3", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(kDayUs + 6), "Q", "2", "3", "D", keep, tbl})));
   EXPECT_EQ(stored(key).label, 102);
   EXPECT_EQ(stored(key).count, 3);
   EXPECT_EQ(expectAsTheFullCode(key, {at(10 * kDayUs), "Q", "1", "3", "D", keep, tbl}),
@@ -905,7 +910,7 @@ TEST_F(CalendarQuotaScript, TakesOnAWindowInForceAnswerAsTheFullCodeByteForByte)
   std::string broken = "QX";
   broken.resize(28, '\0');
   (void)raw({"SET", bad, broken});
-  EXPECT_FALSE(granted(expectAsTheFullCode(bad, {at(10), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(bad, {at(10), "Q", "1", "3", "D", keep, tbl})));
 }
 
 // --- The calendar tables of a script call (CalendarTables), sent once more around the server's time
