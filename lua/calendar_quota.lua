@@ -68,8 +68,8 @@
 -- calendarWindowMs) and lib/onekey.lua's packDecision. Anything else (a missing key, a window that
 -- has ended, a bad argument or table, another kind, size or type of key) falls through to the full
 -- code below, which checks everything in order and fails with the precise error before writing
--- anything; the fast path has written nothing then. The text from the `-- include:` line on is the
--- whole script without the fast path (the tests run it alone and hold the fast path to it).
+-- anything; the fast path has written nothing then. The tests hold it to the full code: the same
+-- calls on the same keys, by this script and by this script with the path's `if` made `if false`.
 -- Quotients: now >= start, so end - now <= end - start <= 32 days in µs (< 2^42), and
 -- math.ceil(x / 1000) and math.floor(x / 1000) are exact (ceilDiv's and calendarWindowMs' values).
 if ARGV[1] == 'take' and ARGV[3] == 'Q' and type(ARGV[8]) == 'string' then
@@ -122,9 +122,9 @@ if ARGV[1] == 'take' and ARGV[3] == 'Q' and type(ARGV[8]) == 'string' then
     end
   end
 end
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesCalendar, makesRecords = true, ARGV[1] == 'reserve' or ARGV[1] == 'settle'
 -- include: base onekey reservation_core calendar_core
-makeCalendarCore()
-if ARGV[1] == 'reserve' or ARGV[1] == 'settle' then makeReservationCore() end
 local key = KEYS[1]
 
 if ARGV[3] ~= 'Q' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for calendar_quota.lua') end

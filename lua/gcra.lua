@@ -162,9 +162,9 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
   end
 end
 
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesGcra, makesRecords = true, op == 'reserve' or op == 'settle'
 -- include: base onekey gcra_core reservation_core
-makeGcraCore()
-if op == 'reserve' or op == 'settle' then makeReservationCore() end
 local label = GCRA_LABELS[kind]
 if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gcra.lua') end
 local nowUs = currentMicros(ARGV[2])

@@ -18,11 +18,12 @@ local CALENDAR_LABEL = 'calendar quota'
 local CALENDAR_MAX_SPAN = 2764800000000    -- 32 days in µs: a month of 31 days plus any DST shift
 local CALENDAR_MAX_US = 72057594037927935  -- 2^56 - 1: I7 in the key
 
--- The helpers below are made by makeCalendarCore(): a script calls it once, before it uses any of them,
--- and only if it does (a function is a closure made anew on every call: cmake/EmbedLua.cmake).
+-- The helpers below are made only if `makesCalendar` is true: a local that a script which includes this
+-- file sets above its `-- include:` line. A function is a closure made anew on every call
+-- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
 local calendarCheckUnit, calendarRows, calendarLoad, calendarStore, calendarResetAfter, calendarWindowMs,
   calendarCheckPermits, calendarTake, calendarRefund, calendarSettle, calendarWithConfig
-local function makeCalendarCore()
+if makesCalendar then
   -- Fails with REDLIMIT_INVALID_ARGUMENT unless `unit` is 'D', 'W' or 'M'.
   function calendarCheckUnit(unit, key)
     if unit ~= 'D' and unit ~= 'W' and unit ~= 'M' then

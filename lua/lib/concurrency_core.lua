@@ -20,11 +20,12 @@
 local LEASE_RECLAIM = 100                       -- expired leases removed per write, at most
 local LEASE_MAX_TTL_US = 4294967295 * 1000      -- the longest lease TTL, µs (49.7 days)
 
--- The helpers below are made by makeConcurrencyCore(): a script calls it once, before it uses any of them,
--- and only if it does (a function is a closure made anew on every call: cmake/EmbedLua.cmake).
+-- The helpers below are made only if `makesLeases` is true: a local that a script which includes this
+-- file sets above its `-- include:` line. A function is a closure made anew on every call
+-- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
 local leaseFail, leaseCeilDiv, leaseIdArg, leaseWrongType, leaseCorrupt, leaseCheckId, leaseExpiryOf,
   leaseLoad, leaseLive, leaseLatestBut, leaseHeld, leaseWait, leasePut, leaseFinish
-local function makeConcurrencyCore()
+if makesLeases then
   function leaseFail(code, message)
     error({err = code .. ' ' .. message})
   end

@@ -30,11 +30,12 @@
 local WINDOW_LAYOUT = '<c1I4I4I4I7I4I4'
 local WINDOW_LABEL = 'fixed window limiter'
 
--- The helpers below are made by makeFixedWindowCore(): a script calls it once, before it uses any of them,
--- and only if it does (a function is a closure made anew on every call: cmake/EmbedLua.cmake).
+-- The helpers below are made only if `makesWindow` is true: a local that a script which includes this
+-- file sets above its `-- include:` line. A function is a closure made anew on every call
+-- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
 local windowConfigProblem, windowNew, windowLoad, windowResetAfter, windowStore, windowCheckPermits,
   windowTake, windowFitsAt, windowRefund, windowRescale, windowWithConfig, windowSettle
-local function makeFixedWindowCore()
+if makesWindow then
   function windowConfigProblem(l, windowMs, keepAlive)
     if l < 1 or l > MAX_U32 then return 'the limit must be in 1..' .. MAX_U32 end
     if windowMs < 1 or windowMs > MAX_U32 then return 'the window must be in 1..' .. MAX_U32 .. ' ms' end

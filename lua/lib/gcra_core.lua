@@ -43,11 +43,12 @@
 local GCRA_LAYOUT = '<c1I4I4I4I4I7I4'
 local GCRA_LABELS = {G = 'GCRA limiter', T = 'token bucket limiter'}
 
--- The helpers below are made by makeGcraCore(): a script calls it once, before it uses any of them,
--- and only if it does (a function is a closure made anew on every call: cmake/EmbedLua.cmake).
+-- The helpers below are made only if `makesGcra` is true: a local that a script which includes this
+-- file sets above its `-- include:` line. A function is a closure made anew on every call
+-- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
 local gcraConfigProblem, gcraHorizon, gcraNew, gcraLoad, gcraLocalRate, gcraStore, gcraCheckPermits, gcraWait,
   gcraAfterAt, gcraTake, gcraRemaining, gcraResetAfter, gcraRefund, gcraRescale, gcraWithConfig, gcraSettle
-local function makeGcraCore()
+if makesGcra then
   -- nil if the configuration is usable, else what is wrong with it.
   function gcraConfigProblem(b, p, intervalMs, keepAlive)
     if b < 1 or b > MAX_U32 then return 'the burst (capacity) must be in 1..' .. MAX_U32 end

@@ -30,11 +30,12 @@ local MULTI_HEAD_SIZE = 12
 local MULTI_LIMIT = '<c1I7I4I4I4I4I2'
 local MULTI_LIMIT_SIZE = 27
 
--- The helpers below are made by makeReservationCore(): a script calls it once, before it uses any of them,
--- and only if it does (a function is a closure made anew on every call: cmake/EmbedLua.cmake).
+-- The helpers below are made only if `makesRecords` is true: a local that a script which includes this
+-- file sets above its `-- include:` line. A function is a closure made anew on every call
+-- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
 local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, multiRecordRead,
   multiRecordPack, multiRecordAnswer, multiRecordUnknown
-local function makeReservationCore()
+if makesRecords then
   -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
   function recordKey()
     local rkey = KEYS[2]

@@ -688,14 +688,15 @@ class CalendarQuotaScript : public CalendarQuotaStore {
     std::int64_t expireAtMs = 0, fromMs = 0, toMs = 0;
   };
 
-  // lua/calendar_quota.lua from its `-- include:` line on: the whole script without the fast path
-  // above that line.
+  // lua/calendar_quota.lua with its fast path switched off (the path's `if` made `if false`): every
+  // call goes to the full code.
   const detail::lua::EmbeddedScript& fullCode() {
     if (fullSha_.empty()) {
-      const std::string_view source = detail::lua::calendar_quota.source;
-      const std::size_t at = source.find("\n-- include:");
-      EXPECT_NE(at, std::string_view::npos);
-      fullSource_ = std::string(source.substr(at + 1));
+      const std::string fastPath = "if ARGV[1] == 'take' and ARGV[3] == 'Q' and type(ARGV[8]) == 'string' then\n";
+      fullSource_ = detail::lua::calendar_quota.source;
+      const std::size_t at = fullSource_.find("\n" + fastPath);
+      EXPECT_NE(at, std::string::npos) << "the fast path's first line";
+      if (at != std::string::npos) fullSource_.replace(at + 1, fastPath.size(), "if false then\n");
       fullSha_ = raw({"SCRIPT", "LOAD", fullSource_}).str;
       full_ = detail::lua::EmbeddedScript{"calendar_quota.lua (full code)", fullSha_.c_str(), fullSource_.c_str()};
     }
