@@ -36,6 +36,7 @@
 -- checked path. One difference follows: a key holding another Redis type is reported as
 -- REDLIMIT_INVALID_CONFIG naming the key (readPacked), where the single scripts' fast path lets
 -- Redis's WRONGTYPE error through for the client to map.
+
 -- The libraries' helpers this call makes (each is a closure made anew on every call).
 local makesGcra, makesWindow = true, true
 -- include: base onekey gcra_core fixed_window_core

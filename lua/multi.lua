@@ -100,6 +100,7 @@
 --                      rule), the record is marked settled with every answer. Reply {status (1 now,
 --                      2 before: the stored answer, 0 no record), reserved, actual, then per limit
 --                      returned, charged, unpaid, remaining}.
+
 -- The libraries' helpers this call makes (each is a closure made anew on every call): those of the
 -- kinds in the call and, for reserve and settle, the records'. A MultiLimit of GCRA limits makes
 -- none of the fixed window's, calendar's or lease set's. Kinds are checked below, before any helper
