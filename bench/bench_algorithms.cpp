@@ -976,7 +976,9 @@ std::array<std::array<Variant, 2>, kFunctionCases> gFunctionVariants;  // [case]
 std::array<std::array<std::array<std::array<PhaseResult, kFunctionPasses>, kFunctionWorkloadCount>, 2>, kFunctionCases>
     gFunctionCost;
 
-// The library for one embedded script: its libraries at the top level, its own text as the function.
+// The library for one embedded script: its libraries at the top level, every helper of theirs made
+// (each lib/*_core.lua makes its helpers under a flag a script sets above its include line; here
+// all are set at the top), its own text as the function.
 std::string functionLibrary(const redlimit::detail::lua::EmbeddedScript& script) {
   const std::string text = script.source;
   const std::string include = "\n-- include:";
@@ -990,6 +992,7 @@ std::string functionLibrary(const redlimit::detail::lua::EmbeddedScript& script)
   return fmt::format(
       "#!lua name=bench_{0}\n"
       "local KEYS, ARGV\n"
+      "local makesGcra, makesWindow, makesCalendar, makesLeases, makesRecords = true, true, true, true, true\n"
       "{1}"
       "redis.register_function('{0}', function(keys, args)\n"
       "KEYS, ARGV = keys, args\n"

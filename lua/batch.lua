@@ -1,4 +1,3 @@
--- include: base onekey gcra_core fixed_window_core
 -- batch.lua: up to 64 independent `take` decisions of one-key limiters (token bucket 'T', GCRA
 -- 'G', fixed window 'W', any mix) in one call. Each decision is exactly what its own script's
 -- `take` would answer (gcra.lua, fixed_window.lua), made by the same library code
@@ -37,6 +36,10 @@
 -- checked path. One difference follows: a key holding another Redis type is reported as
 -- REDLIMIT_INVALID_CONFIG naming the key (readPacked), where the single scripts' fast path lets
 -- Redis's WRONGTYPE error through for the client to map.
+
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesGcra, makesWindow = true, true
+-- include: base onekey gcra_core fixed_window_core
 local MAX_DECISIONS = 64
 local PER_DECISION = 4
 

@@ -1,4 +1,3 @@
--- include: base onekey reservation_core calendar_core
 -- calendar_quota.lua: at most L permits per calendar window (a day, a week starting on a given
 -- weekday, or a month) of an IANA time zone. A Limiter under Policy::calendar (kind 'Q') runs it.
 --
@@ -59,6 +58,73 @@
 -- returned, charged, unpaid, remaining} (status 0 no record, 1 settled now, 2 settled before).
 -- refund: {remaining} (an array: a bare integer is the answer "outside the table" of every
 -- operation, sent before anything is read or written but the key).
+--
+-- The fast path (above the `-- include:` line, so it runs before the libraries' helpers are made:
+-- each `local function` of a library is a new closure on every call, about 0.02 µs each, 33 of them
+-- here; it uses none of them): `take` on a key whose stored window is in force (now in
+-- [start, end), the stored unit the caller's) with usable arguments and table is decided right here
+-- with locals only, by exactly the arithmetic of lib/calendar_core.lua (calendarRows' checks of the
+-- table, calendarLoad of a window in force, calendarTake, calendarStore, calendarResetAfter,
+-- calendarWindowMs) and lib/onekey.lua's packDecision. Anything else (a missing key, a window that
+-- has ended, a bad argument or table, another kind, size or type of key) falls through to the full
+-- code below, which checks everything in order and fails with the precise error before writing
+-- anything; the fast path has written nothing then. The tests hold it to the full code: the same
+-- calls on the same keys, by this script and by this script with the path's `if` made `if false`.
+-- Quotients: now >= start, so end - now <= end - start <= 32 days in µs (< 2^42), and
+-- math.ceil(x / 1000) and math.floor(x / 1000) are exact (ceilDiv's and calendarWindowMs' values).
+if ARGV[1] == 'take' and ARGV[3] == 'Q' and type(ARGV[8]) == 'string' then
+  -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
+  local nowUs, n, l, unit, keepAlive, tbl = ARGV[2], ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
+  if n == '1' then n = 1 else n = tonumber(n) end
+  if nowUs == '' then
+    nowUs = 0                              -- read below, once the key is known to be usable
+  else
+    nowUs = tonumber(nowUs)
+    if nowUs and (nowUs < 0 or nowUs > 9e15 or nowUs % 1 ~= 0) then nowUs = nil end
+  end
+  local usable = nowUs and n and l and keepAlive and n >= 1 and n % 1 == 0 and n <= l and l <= 4294967295 and
+    l % 1 == 0 and keepAlive >= 0 and keepAlive <= 4294967295 and keepAlive % 1 == 0 and
+    (unit == 'D' or unit == 'W' or unit == 'M') and #tbl > 0 and #tbl % 24 == 0 and #tbl <= 192
+  if usable then                           -- calendarRows' checks, without making the rows
+    local prevLabel, prevEnd = nil, nil
+    for at = 1, #tbl, 24 do
+      local label, s, e = struct.unpack('<i8i8i8', tbl, at)
+      if label < -2147483648 or label > 2147483647 or s < 0 or e > 72057594037927935 or s >= e or
+          e - s > 2764800000000 or (prevLabel and (s ~= prevEnd or label <= prevLabel)) then
+        usable = false
+        break
+      end
+      prevLabel, prevEnd = label, e
+    end
+  end
+  local v = usable and redis.pcall('GET', KEYS[1])
+  if type(v) == 'string' and #v == 28 then
+    local k, u, _, label, start, finish, count = struct.unpack('<c1c1I4i4I7I7I4', v)
+    if k == 'Q' and u == unit and start < finish and finish - start <= 2764800000000 then
+      if ARGV[2] == '' then
+        local t = redis.call('TIME')
+        nowUs = t[1] * 1000000 + t[2]
+      end
+      if start <= nowUs and nowUs < finish then  -- the stored window is in force
+        local allowed, retry = 1, 0
+        if count + n <= l then
+          count = count + n
+          redis.call('SET', KEYS[1], struct.pack('<c1c1I4i4I7I7I4', 'Q', u, l, label, start, finish, count), 'PX',
+            math.ceil((finish - nowUs) / 1000) + keepAlive)
+        else
+          allowed, retry = 0, finish - nowUs
+        end
+        local resetUs = 0
+        if count > 0 then resetUs = finish - nowUs end
+        return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, l - count, retry, resetUs, l, nowUs, 0, l,
+          math.floor((finish - start) / 1000))
+      end
+    end
+  end
+end
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesCalendar, makesRecords = true, ARGV[1] == 'reserve' or ARGV[1] == 'settle'
+-- include: base onekey reservation_core calendar_core
 local key = KEYS[1]
 
 if ARGV[3] ~= 'Q' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for calendar_quota.lua') end

@@ -1,4 +1,3 @@
--- include: concurrency_core
 -- concurrency.lua: a Limiter's concurrency policy (kind 'C'): at most `limit` leases held at once, each with a
 -- TTL, so that a crashed holder's lease frees itself. One key, the limiter's name: a sorted set
 -- whose members are lease ids (32 lowercase hex digits, made by the client) and whose scores are
@@ -31,6 +30,9 @@
 -- nothing measurable on a grant (18.2 against 18.1 µs, leases of 2 ms piling up and being
 -- reclaimed).
 
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesLeases = true
+-- include: concurrency_core
 local MAX_U32 = 4294967295
 local key, op = KEYS[1], ARGV[1]
 

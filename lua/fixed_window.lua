@@ -121,6 +121,8 @@ if op == 'take' and ARGV[3] == 'W' then
   end
 end
 
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesWindow, makesRecords = true, op == 'reserve' or op == 'settle'
 -- include: base onekey fixed_window_core reservation_core
 if ARGV[3] ~= 'W' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for fixed_window.lua') end
 local nowUs = currentMicros(ARGV[2])

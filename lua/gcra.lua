@@ -162,6 +162,8 @@ if op == 'take' and (kind == 'T' or kind == 'G') then
   end
 end
 
+-- The libraries' helpers this call makes (each is a closure made anew on every call).
+local makesGcra, makesRecords = true, op == 'reserve' or op == 'settle'
 -- include: base onekey gcra_core reservation_core
 local label = GCRA_LABELS[kind]
 if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gcra.lua') end

@@ -1,4 +1,3 @@
--- include: base onekey gcra_core fixed_window_core reservation_core concurrency_core calendar_core
 -- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, calendar quota) and
 -- concurrency limits, any mix, decided in one call, all or nothing. MultiLimit runs it. Each limit
 -- is computed by the same code as its own script (lua/lib/gcra_core.lua,
@@ -101,6 +100,19 @@
 --                      rule), the record is marked settled with every answer. Reply {status (1 now,
 --                      2 before: the stored answer, 0 no record), reserved, actual, then per limit
 --                      returned, charged, unpaid, remaining}.
+
+-- The libraries' helpers this call makes (each is a closure made anew on every call): those of the
+-- kinds in the call and, for reserve and settle, the records'. A MultiLimit of GCRA limits makes
+-- none of the fixed window's, calendar's or lease set's. Kinds are checked below, before any helper
+-- is used.
+local kindBytes = ARGV[3]
+if type(kindBytes) ~= 'string' then kindBytes = '' end
+local makesGcra = string.find(kindBytes, '[TG]') ~= nil
+local makesWindow = string.find(kindBytes, 'W', 1, true) ~= nil
+local makesCalendar = string.find(kindBytes, 'Q', 1, true) ~= nil
+local makesLeases = string.find(kindBytes, 'C', 1, true) ~= nil
+local makesRecords = ARGV[1] == 'reserve' or ARGV[1] == 'settle'
+-- include: base onekey gcra_core fixed_window_core reservation_core concurrency_core calendar_core
 local MAX_LIMITS = 32
 local op = ARGV[1]
 local k = #KEYS

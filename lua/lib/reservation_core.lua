@@ -14,77 +14,7 @@
 local RECORD_LAYOUT = '<c1c1c1I4I7I4I4I4I4I4'
 local RECORD_SIZE = 34
 local MAX_RECORD_TTL_MS = 604800000        -- 7 days, detail::kMaxReservationTtl
-
--- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
-local function recordKey()
-  local rkey = KEYS[2]
-  if not rkey then fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle need the record key as KEYS[2]') end
-  return rkey
-end
-
--- The record in `rkey` as a table, nil if the key does not exist. Anything redlimit did not write
--- there, or a record of another kind of limiter, fails with REDLIMIT_INVALID_STATE naming the key:
--- nothing has been written yet.
-local function recordRead(rkey, kind, label)
-  local v = redis.pcall('GET', rkey)
-  if type(v) == 'table' and v.err then
-    if string.find(v.err, 'WRONGTYPE', 1, true) then
-      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of ' .. label .. ' ' .. KEYS[1] ..
-        ' holds another Redis type (another program wrote it); delete it')
-    end
-    error(v)
-  end
-  if not v then return nil end
-  local bad = #v ~= RECORD_SIZE
-  local r = nil
-  if not bad then
-    local tag, k, state, reserved, start, actual, returned, charged, unpaid, remaining = struct.unpack(RECORD_LAYOUT, v)
-    r = {kind = k, state = state, reserved = reserved, start = start, actual = actual, returned = returned,
-         charged = charged, unpaid = unpaid, remaining = remaining}
-    bad = tag ~= 'R' or (state ~= 'O' and state ~= 'S') or reserved < 1 or start >= TWO52 * 2
-  end
-  if bad then
-    fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of ' .. label .. ' ' .. KEYS[1] ..
-      ' holds a value redlimit did not write; delete it')
-  end
-  if r.kind ~= kind then
-    fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to another kind of limiter, not to ' ..
-      label .. ' ' .. KEYS[1] .. '; delete it or use another reservation id')
-  end
-  return r
-end
-
--- Fails with REDLIMIT_INVALID_ARGUMENT if the open or settled record `r` holds other permits than a
--- repeated reserve asks for (the id was used for another reservation).
-local function recordCheckRepeat(r, rkey, n)
-  if r.reserved ~= n then
-    fail('REDLIMIT_INVALID_ARGUMENT', 'reservation ' .. rkey .. ' holds ' .. r.reserved .. ' permits, not ' .. n ..
-      ': a reservation id names one reservation')
-  end
-end
-
--- Writes a new open record of n permits (counted in the window starting at `start`, or 0).
-local function recordOpen(rkey, kind, n, start, ttlMs)
-  redis.call('SET', rkey, struct.pack(RECORD_LAYOUT, 'R', kind, 'O', n, start, 0, 0, 0, 0, 0), 'PX', ttlMs)
-end
-
--- Marks the record `r` settled with its answer, keeping what is left of its TTL.
-local function recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
-  local packed = struct.pack(RECORD_LAYOUT, 'R', r.kind, 'S', r.reserved, r.start, actual, returned, charged, unpaid,
-    remaining)
-  local ttl = redis.call('PTTL', rkey)
-  if ttl > 0 then
-    redis.call('SET', rkey, packed, 'PX', ttl)
-  else
-    redis.call('SET', rkey, packed)
-  end
-end
-
--- The reply of a settle that found `r` settled already (status 2), and of one that found nothing.
-local function recordAnswer(r)
-  return {2, r.reserved, r.actual, r.returned, r.charged, r.unpaid, r.remaining}
-end
-local RECORD_UNKNOWN = {0, 0, 0, 0, 0, 0, 0}
+local RECORD_UNKNOWN = {0, 0, 0, 0, 0, 0, 0} -- the reply of a settle that found no record
 
 -- The record of a MultiLimit's reservation (multi.lua): ONE key for every limit of the decision,
 -- in their hash slot (the client derives it from the first limit's name: <name>:mrsv:<id>). It
@@ -100,81 +30,160 @@ local MULTI_HEAD_SIZE = 12
 local MULTI_LIMIT = '<c1I7I4I4I4I4I2'
 local MULTI_LIMIT_SIZE = 27
 
--- The multi record in `rkey` as a table {state, reserved, actual, limits = {{kind, start, returned,
--- charged, unpaid, remaining}...}}, nil if the key does not exist. keys[1..k] and kinds are the
--- caller's limits. Anything redlimit did not write fails with REDLIMIT_INVALID_STATE, and so does a
--- record of a one-key limiter or of another MultiLimit (other limits): nothing has been written.
-local function multiRecordRead(rkey, keys, k, kinds, owner)
-  local v = redis.pcall('GET', rkey)
-  if type(v) == 'table' and v.err then
-    if string.find(v.err, 'WRONGTYPE', 1, true) then
+-- The helpers below are made only if `makesRecords` is true: a local that a script which includes this
+-- file sets above its `-- include:` line. A function is a closure made anew on every call
+-- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
+local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, multiRecordRead,
+  multiRecordPack, multiRecordAnswer, multiRecordUnknown
+if makesRecords then
+  -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
+  function recordKey()
+    local rkey = KEYS[2]
+    if not rkey then fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle need the record key as KEYS[2]') end
+    return rkey
+  end
+
+  -- The record in `rkey` as a table, nil if the key does not exist. Anything redlimit did not write
+  -- there, or a record of another kind of limiter, fails with REDLIMIT_INVALID_STATE naming the key:
+  -- nothing has been written yet.
+  function recordRead(rkey, kind, label)
+    local v = redis.pcall('GET', rkey)
+    if type(v) == 'table' and v.err then
+      if string.find(v.err, 'WRONGTYPE', 1, true) then
+        fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of ' .. label .. ' ' .. KEYS[1] ..
+          ' holds another Redis type (another program wrote it); delete it')
+      end
+      error(v)
+    end
+    if not v then return nil end
+    local bad = #v ~= RECORD_SIZE
+    local r = nil
+    if not bad then
+      local tag, k, state, reserved, start, actual, returned, charged, unpaid, remaining =
+        struct.unpack(RECORD_LAYOUT, v)
+      r = {kind = k, state = state, reserved = reserved, start = start, actual = actual, returned = returned,
+           charged = charged, unpaid = unpaid, remaining = remaining}
+      bad = tag ~= 'R' or (state ~= 'O' and state ~= 'S') or reserved < 1 or start >= TWO52 * 2
+    end
+    if bad then
+      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of ' .. label .. ' ' .. KEYS[1] ..
+        ' holds a value redlimit did not write; delete it')
+    end
+    if r.kind ~= kind then
+      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to another kind of limiter, not to ' ..
+        label .. ' ' .. KEYS[1] .. '; delete it or use another reservation id')
+    end
+    return r
+  end
+
+  -- Fails with REDLIMIT_INVALID_ARGUMENT if the open or settled record `r` holds other permits than a
+  -- repeated reserve asks for (the id was used for another reservation).
+  function recordCheckRepeat(r, rkey, n)
+    if r.reserved ~= n then
+      fail('REDLIMIT_INVALID_ARGUMENT', 'reservation ' .. rkey .. ' holds ' .. r.reserved .. ' permits, not ' .. n ..
+        ': a reservation id names one reservation')
+    end
+  end
+
+  -- Writes a new open record of n permits (counted in the window starting at `start`, or 0).
+  function recordOpen(rkey, kind, n, start, ttlMs)
+    redis.call('SET', rkey, struct.pack(RECORD_LAYOUT, 'R', kind, 'O', n, start, 0, 0, 0, 0, 0), 'PX', ttlMs)
+  end
+
+  -- Marks the record `r` settled with its answer, keeping what is left of its TTL.
+  function recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
+    local packed = struct.pack(RECORD_LAYOUT, 'R', r.kind, 'S', r.reserved, r.start, actual, returned, charged, unpaid,
+      remaining)
+    local ttl = redis.call('PTTL', rkey)
+    if ttl > 0 then
+      redis.call('SET', rkey, packed, 'PX', ttl)
+    else
+      redis.call('SET', rkey, packed)
+    end
+  end
+
+  -- The reply of a settle that found `r` settled already (status 2), and of one that found nothing.
+  function recordAnswer(r)
+    return {2, r.reserved, r.actual, r.returned, r.charged, r.unpaid, r.remaining}
+  end
+
+  -- The multi record in `rkey` as a table {state, reserved, actual, limits = {{kind, start, returned,
+  -- charged, unpaid, remaining}...}}, nil if the key does not exist. keys[1..k] and kinds are the
+  -- caller's limits. Anything redlimit did not write fails with REDLIMIT_INVALID_STATE, and so does a
+  -- record of a one-key limiter or of another MultiLimit (other limits): nothing has been written.
+  function multiRecordRead(rkey, keys, k, kinds, owner)
+    local v = redis.pcall('GET', rkey)
+    if type(v) == 'table' and v.err then
+      if string.find(v.err, 'WRONGTYPE', 1, true) then
+        fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of MultiLimit ' .. owner ..
+          ' holds another Redis type (another program wrote it); delete it')
+      end
+      error(v)
+    end
+    if not v then return nil end
+    local function corrupt()
       fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of MultiLimit ' .. owner ..
-        ' holds another Redis type (another program wrote it); delete it')
+        ' holds a value redlimit did not write; delete it')
     end
-    error(v)
-  end
-  if not v then return nil end
-  local function corrupt()
-    fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of MultiLimit ' .. owner ..
-      ' holds a value redlimit did not write; delete it')
-  end
-  if #v < MULTI_HEAD_SIZE then corrupt() end
-  local tag, rk, state, reserved, actual, count, pos = struct.unpack(MULTI_HEAD, v)
-  if tag ~= 'R' then corrupt() end
-  if rk ~= 'M' then
-    if #v == RECORD_SIZE then
-      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to a one-key limiter, not to ' ..
-        'MultiLimit ' .. owner .. '; delete it or use another reservation id')
+    if #v < MULTI_HEAD_SIZE then corrupt() end
+    local tag, rk, state, reserved, actual, count, pos = struct.unpack(MULTI_HEAD, v)
+    if tag ~= 'R' then corrupt() end
+    if rk ~= 'M' then
+      if #v == RECORD_SIZE then
+        fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to a one-key limiter, not to ' ..
+          'MultiLimit ' .. owner .. '; delete it or use another reservation id')
+      end
+      corrupt()
     end
-    corrupt()
+    if (state ~= 'O' and state ~= 'S') or reserved < 1 or count < 1 or count > 32 then corrupt() end
+    local r = {state = state, reserved = reserved, actual = actual, limits = {}}
+    local same = count == k
+    for i = 1, count do
+      if pos + MULTI_LIMIT_SIZE - 1 > #v then corrupt() end
+      local kind, start, returned, charged, unpaid, remaining, len, nextPos = struct.unpack(MULTI_LIMIT, v, pos)
+      if start >= TWO52 * 2 or nextPos + len - 1 > #v then corrupt() end
+      local name = string.sub(v, nextPos, nextPos + len - 1)
+      pos = nextPos + len
+      r.limits[i] = {kind = kind, start = start, returned = returned, charged = charged, unpaid = unpaid,
+                     remaining = remaining}
+      if same and (name ~= keys[i] or kind ~= string.sub(kinds, i, i)) then same = false end
+    end
+    if pos ~= #v + 1 then corrupt() end
+    if not same then
+      fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to another MultiLimit (other ' ..
+        'limits), not to ' .. owner .. '; use another reservation id')
+    end
+    return r
   end
-  if (state ~= 'O' and state ~= 'S') or reserved < 1 or count < 1 or count > 32 then corrupt() end
-  local r = {state = state, reserved = reserved, actual = actual, limits = {}}
-  local same = count == k
-  for i = 1, count do
-    if pos + MULTI_LIMIT_SIZE - 1 > #v then corrupt() end
-    local kind, start, returned, charged, unpaid, remaining, len, nextPos = struct.unpack(MULTI_LIMIT, v, pos)
-    if start >= TWO52 * 2 or nextPos + len - 1 > #v then corrupt() end
-    local name = string.sub(v, nextPos, nextPos + len - 1)
-    pos = nextPos + len
-    r.limits[i] = {kind = kind, start = start, returned = returned, charged = charged, unpaid = unpaid,
-                   remaining = remaining}
-    if same and (name ~= keys[i] or kind ~= string.sub(kinds, i, i)) then same = false end
-  end
-  if pos ~= #v + 1 then corrupt() end
-  if not same then
-    fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' belongs to another MultiLimit (other limits),' ..
-      ' not to ' .. owner .. '; use another reservation id')
-  end
-  return r
-end
 
--- The packed multi record: state, reserved, actual, and per limit (KEYS order) {start, returned,
--- charged, unpaid, remaining}.
-local function multiRecordPack(keys, k, kinds, state, reserved, actual, limits)
-  local parts = {struct.pack(MULTI_HEAD, 'R', 'M', state, reserved, actual, k)}
-  for i = 1, k do
-    local l = limits[i]
-    parts[#parts + 1] = struct.pack(MULTI_LIMIT, string.sub(kinds, i, i), l.start, l.returned, l.charged, l.unpaid,
-      l.remaining, #keys[i])
-    parts[#parts + 1] = keys[i]
+  -- The packed multi record: state, reserved, actual, and per limit (KEYS order) {start, returned,
+  -- charged, unpaid, remaining}.
+  function multiRecordPack(keys, k, kinds, state, reserved, actual, limits)
+    local parts = {struct.pack(MULTI_HEAD, 'R', 'M', state, reserved, actual, k)}
+    for i = 1, k do
+      local l = limits[i]
+      parts[#parts + 1] = struct.pack(MULTI_LIMIT, string.sub(kinds, i, i), l.start, l.returned, l.charged, l.unpaid,
+        l.remaining, #keys[i])
+      parts[#parts + 1] = keys[i]
+    end
+    return table.concat(parts)
   end
-  return table.concat(parts)
-end
 
--- The reply of a multi settle that found `r` settled already: {2, reserved, actual, then per limit
--- returned, charged, unpaid, remaining}; of one that found nothing: {0, 0, 0, then 4k zeros}.
-local function multiRecordAnswer(r, k)
-  local reply = {2, r.reserved, r.actual}
-  for i = 1, k do
-    local l = r.limits[i]
-    local base = 3 + 4 * (i - 1)
-    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = l.returned, l.charged, l.unpaid, l.remaining
+  -- The reply of a multi settle that found `r` settled already: {2, reserved, actual, then per limit
+  -- returned, charged, unpaid, remaining}; of one that found nothing: {0, 0, 0, then 4k zeros}.
+  function multiRecordAnswer(r, k)
+    local reply = {2, r.reserved, r.actual}
+    for i = 1, k do
+      local l = r.limits[i]
+      local base = 3 + 4 * (i - 1)
+      reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = l.returned, l.charged, l.unpaid, l.remaining
+    end
+    return reply
   end
-  return reply
-end
-local function multiRecordUnknown(k)
-  local reply = {0, 0, 0}
-  for i = 1, 4 * k do reply[3 + i] = 0 end
-  return reply
+
+  function multiRecordUnknown(k)
+    local reply = {0, 0, 0}
+    for i = 1, 4 * k do reply[3 + i] = 0 end
+    return reply
+  end
 end

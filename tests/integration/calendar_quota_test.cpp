@@ -94,6 +94,9 @@ Settlement settlementOf(const Reply& r) {
   return s;
 }
 
+// Whether `reply` is a packed decision that grants (65 bytes, the first 0xA1).
+bool grants(const std::string& reply) { return reply.size() == 65 && static_cast<unsigned char>(reply[0]) == 0xA1; }
+
 // Options whose metrics go to `registry`.
 LimiterOptions countedIn(const std::shared_ptr<MetricsRegistry>& registry) {
   LimiterOptions o;
@@ -676,6 +679,91 @@ class CalendarQuotaScript : public CalendarQuotaStore {
     if (op == "reserve") args.emplace_back("60000");
     return runScript(admin(), detail::lua::calendar_quota, keys, args);
   }
+
+  // What one call left: the reply (the packed decision's bytes, "integer N", or "error: " and the
+  // error's text), the key's bytes ("" if none) and expiry (PEXPIRETIME), and the server's time (ms)
+  // read before and after the call.
+  struct Outcome {
+    std::string reply, value;
+    std::int64_t expireAtMs = 0, fromMs = 0, toMs = 0;
+  };
+
+  // lua/calendar_quota.lua with its fast path switched off (the path's `if` made `if false`): every
+  // call goes to the full code.
+  const detail::lua::EmbeddedScript& fullCode() {
+    if (fullSha_.empty()) {
+      const std::string fastPath = "if ARGV[1] == 'take' and ARGV[3] == 'Q' and type(ARGV[8]) == 'string' then\n";
+      fullSource_ = detail::lua::calendar_quota.source;
+      const std::size_t at = fullSource_.find("\n" + fastPath);
+      EXPECT_NE(at, std::string::npos) << "the fast path's first line";
+      if (at != std::string::npos) fullSource_.replace(at + 1, fastPath.size(), "if false then\n");
+      fullSha_ = raw({"SCRIPT", "LOAD", fullSource_}).str;
+      full_ = detail::lua::EmbeddedScript{"calendar_quota.lua (full code)", fullSha_.c_str(), fullSource_.c_str()};
+    }
+    return full_;
+  }
+
+  Outcome call(const detail::lua::EmbeddedScript& script, const std::string& key,
+               const std::vector<std::string>& args) {
+    Outcome o;
+    o.fromMs = serverTimeMs(admin());
+    try {
+      const Reply r = runOneKey(admin(), script, key, args);
+      if (r.type == Reply::Type::String) {
+        o.reply = r.str;
+      } else if (r.type == Reply::Type::Integer) {
+        o.reply = "integer " + std::to_string(r.integer);
+      } else {
+        o.reply = "unexpected " + r.describe();
+      }
+    } catch (const std::exception& e) {
+      o.reply = std::string("error: ") + e.what();
+    }
+    o.toMs = serverTimeMs(admin());
+    o.value = raw({"GET", key}).str;
+    o.expireAtMs = raw({"PEXPIRETIME", key}).integer;
+    return o;
+  }
+
+  // `args` (take's: now, 'Q', n, L, unit, keepAlive ms, table) run on `key` by the whole script,
+  // then on the same key as it was before by the full code alone: the same reply bytes and key bytes.
+  // What grants writes the key with PX = the time to the window's end (ms, rounded up) + keepAlive,
+  // set between the server times read around the call; anything else leaves the key as it was.
+  // Returns the whole script's reply.
+  std::string expectAsTheFullCode(const std::string& key, const std::vector<std::string>& args) {
+    const std::string before = raw({"GET", key}).str;
+    const std::int64_t beforeExpireAt = raw({"PEXPIRETIME", key}).integer;
+    std::vector<std::string> all{"take"};
+    all.insert(all.end(), args.begin(), args.end());
+    const Outcome fast = call(detail::lua::calendar_quota, key, all);
+    if (before.empty()) {
+      (void)raw({"DEL", key});
+    } else if (beforeExpireAt < 0) {
+      (void)raw({"SET", key, before});
+    } else {
+      (void)raw({"SET", key, before, "PXAT", std::to_string(beforeExpireAt)});
+    }
+    const Outcome full = call(fullCode(), key, all);
+    const std::string what = "take " + args[0] + " " + args[2] + " " + args[3] + " " + args[4];
+    EXPECT_EQ(fast.reply, full.reply) << what;
+    EXPECT_EQ(fast.value, full.value) << what;
+    for (const Outcome& o : {fast, full}) {
+      if (grants(o.reply)) {
+        const std::int64_t end = getLe(o.value, 17, 7), now = std::stoll(args[0]);
+        const std::int64_t px = (end - now + 999) / 1000 + std::stoll(args[5]);
+        EXPECT_GE(o.expireAtMs, o.fromMs + px) << what;
+        EXPECT_LE(o.expireAtMs, o.toMs + px) << what;
+      } else {
+        EXPECT_EQ(o.value, before) << what << ": nothing written";
+        EXPECT_EQ(o.expireAtMs, beforeExpireAt) << what << ": nothing written";
+      }
+    }
+    return fast.reply;
+  }
+
+ private:
+  std::string fullSource_, fullSha_;
+  detail::lua::EmbeddedScript full_{};
 };
 
 TEST_F(CalendarQuotaScript, TheWindowEndsExactlyAtItsEnd) {
@@ -779,6 +867,51 @@ TEST_F(CalendarQuotaScript, ASettleAfterTheWindowEndedGivesNothingBackAndCharges
   const Reply outside = hold("settle", key2, "over", t0 + 10 * kDayUs, 0, tbl);
   ASSERT_EQ(outside.type, Reply::Type::Integer);
   EXPECT_EQ(outside.integer, t0 + 10 * kDayUs);
+}
+
+TEST_F(CalendarQuotaScript, TakesOnAWindowInForceAnswerAsTheFullCodeByteForByte) {
+  // The fast path above the `-- include:` line decides a take on a window in force; the full code
+  // below it decides everything. Each call runs both ways from the same key: grants, denials, the
+  // limit changed under a stored count, numbers written otherwise, and what the fast path leaves
+  // to the full code (another unit, now before the window's start, its last µs and the next
+  // window, bad input, a time outside the table).
+  const std::int64_t t0 = serverTimeUs(admin()) / kDayUs * kDayUs;
+  const std::string tbl = table(100, t0 - kDayUs, kDayUs);  // labels 100..103, 101 holding t0
+  const std::string key = name();
+  const std::string keep = "86400000";  // a day: no key expires while the test runs
+  const auto at = [t0](std::int64_t us) { return std::to_string(t0 + us); };
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(10), "Q", "1", "3", "D", keep, tbl})));  // opens day 101
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(20), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(1000001), "Q", "1", "3", "D", keep, tbl})));  // PX rounded up
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(40), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(50), "Q", "2", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(60), "Q", "1", "5", "D", "0", tbl})));    // count 4 of 5
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(70), "Q", "1", "2", "D", keep, tbl})));  // remaining -2
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(80), "Q", "1e0", " 6", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(90), "Q", "1", "7", "W", keep, tbl})));  // the stored unit kept
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(-5), "Q", "1", "7", "D", keep, tbl})));  // before its start
+  // Bad input on a window in force: the full code's error, nothing written.
+  const std::string gap = table(10, 0, kDayUs, 1) + table(12, 2 * kDayUs, kDayUs, 1);
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "1", "7", "D", keep, gap})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "8", "7", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "0", "7", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(100), "Q", "1", "7", "X", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {"-1", "Q", "1", "7", "D", keep, tbl})));
+  // The window's last µs, then the next window (opened by the full code), then takes in it.
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(kDayUs - 1), "Q", "1", "8", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(kDayUs), "Q", "1", "3", "D", keep, tbl})));
+  EXPECT_FALSE(grants(expectAsTheFullCode(key, {at(kDayUs + 5), "Q", "3", "3", "D", keep, tbl})));
+  EXPECT_TRUE(grants(expectAsTheFullCode(key, {at(kDayUs + 6), "Q", "2", "3", "D", keep, tbl})));
+  EXPECT_EQ(stored(key).label, 102);
+  EXPECT_EQ(stored(key).count, 3);
+  EXPECT_EQ(expectAsTheFullCode(key, {at(10 * kDayUs), "Q", "1", "3", "D", keep, tbl}),
+            "integer " + at(10 * kDayUs));  // outside the table
+  // A key whose stored window cannot be: refused by both.
+  const std::string bad = name("bad");
+  std::string broken = "QX";
+  broken.resize(28, '\0');
+  (void)raw({"SET", bad, broken});
+  EXPECT_FALSE(grants(expectAsTheFullCode(bad, {at(10), "Q", "1", "3", "D", keep, tbl})));
 }
 
 // --- The calendar tables of a script call (CalendarTables), sent once more around the server's time
