@@ -78,8 +78,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         : client(std::move(c)),
           limiterNames(std::move(names)),
           label(std::move(labelText)),
-          callBound(detail::saturatingAdd(client->options().connection.connectTimeout,
-                                          client->options().connection.commandTimeout)),
+          callBound(detail::LimiterCall::boundOf(*client)),
           gate(label, options.failure, ClockView{},
                LimiterMonitor(metricsName(options, limiterNames), options.monitor, client->options().onEvent)),
           knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(limiterNames.size())) {
@@ -167,9 +166,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Op<bool> releaseOp(const Lease& lease) const;
   // renew, waiting: `lease` gets the new expiry when it was still held.
   bool renew(Lease& lease, std::optional<milliseconds> ttl) {
-    const std::optional<Lease> renewed = run(renewOp(lease, ttl));
-    if (renewed) lease.expiresAt = renewed->expiresAt;
-    return renewed.has_value();
+    return detail::renewedTo(lease, run(renewOp(lease, ttl)));
   }
 
   // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`, with the calendar limits'
@@ -225,11 +222,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   static void unheldLease(bool leases, MultiDecision& d);
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
   void checkPermitsFor(std::int64_t permits) const;
-  // A renew or release of `lease` (checked) on the concurrency limits, whose reply of `replySize`
-  // elements `read` reads.
+  // A renew or release of `lease` (checked) on the concurrency limits, whose reply `read(label, r)`
+  // reads.
   template <class Out, class Read>
-  Op<Out> leaseOp(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize,
-                  Read read) const;
+  Op<Out> leaseOp(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, Read read) const;
   // A settle reply, counted when it settled.
   static MultiSettlement parseSettlement(const State& state, const Reply& r);
 
@@ -327,13 +323,8 @@ MultiDecision MultiLimit::Core::parse(State& state, bool remember, const Reply& 
 }
 
 void MultiLimit::Core::checkPermitsFor(std::int64_t permits) const {
-  detail::checkPermitRange(permits);
-  if (permits > state_->maxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: {}: permits must be in 1..{} (the least burst or limit of its limiters' "
-                    "policies), got {}",
-                    state_->label, state_->maxPermits, permits));
-  }
+  detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
+                           "the least burst or limit of its limiters' policies");
 }
 
 MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::takeOp(std::int64_t permits, microseconds maxWait) const {
@@ -431,8 +422,7 @@ MultiSettlement MultiLimit::Core::parseSettlement(const State& state, const Repl
 // sent twice answers what the first did not see.
 template <class Out, class Read>
 MultiLimit::Core::Op<Out> MultiLimit::Core::leaseOp(std::string_view op, const Lease& lease,
-                                                    std::optional<milliseconds> ttl, std::size_t replySize,
-                                                    Read read) const {
+                                                    std::optional<milliseconds> ttl, Read read) const {
   if (!hasLeases()) {
     throw InvalidArgument(
         fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", state_->label, op));
@@ -446,26 +436,20 @@ MultiLimit::Core::Op<Out> MultiLimit::Core::leaseOp(std::string_view op, const L
   (void)keys();
   return {detail::LimiterCall::plain(callBound()), op,
           request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args, nullptr),
-          [label = state_->label, op = std::string(op), replySize, read = std::move(read)](Core*, const Reply& r) {
-            return read(detail::arrayReply("", label, r, replySize, op));
-          }};
+          [label = state_->label, read = std::move(read)](Core*, const Reply& r) { return read(label, r); }};
 }
 
 MultiLimit::Core::Op<std::optional<Lease>> MultiLimit::Core::renewOp(const Lease& lease,
                                                                      std::optional<milliseconds> ttl) const {
-  // The reply: {renewed, expiry µs, now µs}.
-  return leaseOp<std::optional<Lease>>("renew", lease, ttl, 3, [lease](const Reply& r) -> std::optional<Lease> {
-    if (r.elements[0].asInteger() != 1) return std::nullopt;
-    Lease renewed = lease;
-    renewed.expiresAt = microseconds{r.elements[1].asInteger()};
-    return renewed;
+  return leaseOp<std::optional<Lease>>("renew", lease, ttl, [lease](const std::string& label, const Reply& r) {
+    return detail::parseRenew("", label, r, lease);
   });
 }
 
 MultiLimit::Core::Op<bool> MultiLimit::Core::releaseOp(const Lease& lease) const {
-  // The reply: {released, now µs}.
-  return leaseOp<bool>("release", lease, std::nullopt, 2,
-                       [](const Reply& r) { return r.elements[0].asInteger() == 1; });
+  return leaseOp<bool>("release", lease, std::nullopt, [](const std::string& label, const Reply& r) {
+    return detail::firstOfTwo("", label, r, "release") == 1;
+  });
 }
 
 // --- The handle -------------------------------------------------------------------------------

@@ -81,6 +81,15 @@ void checkPermitRange(std::int64_t permits) {
   }
 }
 
+void checkPermitsUpTo(std::int64_t permits, std::int64_t most, std::string_view kind, std::string_view name,
+                      std::string_view why) {
+  checkPermitRange(permits);
+  if (permits > most) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}{}: permits must be in 1..{} ({}), got {}", kind, name, most, why, permits));
+  }
+}
+
 void checkRefundPermits(std::int64_t permits) {
   if (permits < 0 || permits > kMaxPermits) {
     throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
@@ -182,8 +191,7 @@ ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, Failure
     tables_ = std::make_shared<CalendarTables>("limiter " + name_);
     tables_->add(4 + calendarArgs_.size() - 1, *policy_->calendar, {});  // after op, now, kind and the count
   }
-  const ClientOptions& o = client_->options();
-  callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  callBound_ = LimiterCall::boundOf(*client_);
   if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
 }
 
@@ -194,12 +202,8 @@ void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64
 }
 
 void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) const {
-  checkPermitRange(permits);
-  if (policy != nullptr && permits > policy->maxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: permits must be in 1..{} (the most one call may take), got {}", name_,
-                    policy->maxPermits, permits));
-  }
+  checkPermitsUpTo(permits, policy != nullptr ? policy->maxPermits : kMaxPermits, "limiter ", name_,
+                   "the most one call may take");
 }
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
@@ -493,20 +497,22 @@ LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
   return out;
 }
 
-// renew's reply {renewed, expiryUs, nowUs}: `lease` until its new expiry, or nullopt when it was
-// not live.
-std::optional<Lease> parseRenew(const std::string& key, const Reply& r, Lease lease) {
-  if (at(arrayOf(key, r, 3, "renew"), 0) != 1) return std::nullopt;
+}  // namespace
+
+std::optional<Lease> parseRenew(std::string_view kind, std::string_view name, const Reply& r, Lease lease) {
+  if (at(arrayReply(kind, name, r, 3, "renew"), 0) != 1) return std::nullopt;
   lease.expiresAt = microseconds{at(r, 1)};
   return lease;
 }
 
-// release's reply {released, nowUs} and held's {held, nowUs}: their first value.
-std::int64_t firstOfTwo(const std::string& key, const Reply& r, std::string_view op) {
-  return at(arrayOf(key, r, 2, op), 0);
+std::int64_t firstOfTwo(std::string_view kind, std::string_view name, const Reply& r, std::string_view op) {
+  return at(arrayReply(kind, name, r, 2, op), 0);
 }
 
-}  // namespace
+bool renewedTo(Lease& lease, const std::optional<Lease>& renewed) {
+  if (renewed) lease.expiresAt = renewed->expiresAt;
+  return renewed.has_value();
+}
 
 LeaseDecision ScriptCore::leaseByPolicy(bool allowed) const {
   LeaseDecision out{byPolicy(1, allowed), std::nullopt};
@@ -544,13 +550,11 @@ ScriptCore::Op<std::optional<Lease>> ScriptCore::renewOp(const std::string& key,
   checkLeaseTtl(ttl);
   return {LimiterCall::plain(callBound_), "renew",
           request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())})),
-          [key, lease](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); }};
+          [key, lease](ScriptCore*, const Reply& r) { return parseRenew("limiter ", key, r, lease); }};
 }
 
 bool ScriptCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
-  const std::optional<Lease> renewed = run(renewOp(key, lease, ttl));
-  if (renewed) lease.expiresAt = renewed->expiresAt;
-  return renewed.has_value();
+  return renewedTo(lease, run(renewOp(key, lease, ttl)));
 }
 
 void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, Done<std::optional<Lease>> done) {
@@ -561,7 +565,7 @@ void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds tt
 ScriptCore::Op<bool> ScriptCore::releaseOp(const std::string& key, const Lease& lease) const {
   checkLeaseId(lease.id);
   return {LimiterCall::plain(callBound_), "release", request(key, opArgs("release", {lease.id})),
-          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; }};
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo("limiter ", key, r, "release") == 1; }};
 }
 
 bool ScriptCore::release(const std::string& key, const Lease& lease) { return run(releaseOp(key, lease)); }
@@ -573,7 +577,7 @@ void ScriptCore::releaseAsync(const std::string& key, const Lease& lease, Done<b
 
 ScriptCore::Op<std::int64_t> ScriptCore::heldOp(const std::string& key) const {
   return {LimiterCall::plain(callBound_), "held", request(key, opArgs("held", {})),
-          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); }};
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo("limiter ", key, r, "held"); }};
 }
 
 std::int64_t ScriptCore::held(const std::string& key) { return run(heldOp(key)); }

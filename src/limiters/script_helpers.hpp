@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,10 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 /// 0..kMaxPermits, a negative maxWait, a record TTL outside 1 ms..kMaxReservationTtl, actual
 /// permits outside 0..kMaxPermits.
 void checkPermitRange(std::int64_t permits);
+/// checkPermitRange, and InvalidArgument above `most`, the most one call may take as the
+/// configurations in the call say (`why`), naming the limiter as arrayReply does.
+void checkPermitsUpTo(std::int64_t permits, std::int64_t most, std::string_view kind, std::string_view name,
+                      std::string_view why);
 void checkRefundPermits(std::int64_t permits);
 void checkMaxWait(std::chrono::microseconds maxWait);
 void checkReservationTtl(std::chrono::milliseconds recordTtl);
@@ -42,6 +47,13 @@ void checkActualPermits(std::int64_t actual);
 /// `kind` then `name`: "limiter " and a key, or "" and a MultiLimit's label, and `what` answered).
 const Reply& arrayReply(std::string_view kind, std::string_view name, const Reply& r, std::size_t size,
                         std::string_view what);
+/// A lease renew's reply {renewed, expiry µs, now µs}: `lease` until its new expiry, or nullopt
+/// when it was not live; and the first value of a reply {value, now µs} (a release's, held's) to
+/// `op`. Checked as arrayReply.
+std::optional<Lease> parseRenew(std::string_view kind, std::string_view name, const Reply& r, Lease lease);
+std::int64_t firstOfTwo(std::string_view kind, std::string_view name, const Reply& r, std::string_view op);
+/// A renew's answer `renewed` to `lease`: its new expiry when it was still held (true).
+bool renewedTo(Lease& lease, const std::optional<Lease>& renewed);
 /// The failure policy's decision of `permits` (allowed or not) for a limit last seen as `limit`.
 Decision policyDecision(std::int64_t permits, bool allowed, std::int64_t limit);
 /// A lease Redis was not asked for (the failure policy's, or shadow mode's): a new id, no expiry.
