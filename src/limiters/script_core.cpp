@@ -75,24 +75,12 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
   return scriptError(std::move(error), key, kind);
 }
 
-void checkPermitRange(std::int64_t permits) {
-  if (permits < 1 || permits > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxPermits, permits));
-  }
-}
-
 void checkPermitsUpTo(std::int64_t permits, std::int64_t most, std::string_view kind, std::string_view name,
                       std::string_view why) {
   checkPermitRange(permits);
   if (permits > most) {
     throw InvalidArgument(
         fmt::format("redlimit: {}{}: permits must be in 1..{} ({}), got {}", kind, name, most, why, permits));
-  }
-}
-
-void checkRefundPermits(std::int64_t permits) {
-  if (permits < 0 || permits > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
   }
 }
 
@@ -106,12 +94,6 @@ void checkReservationTtl(milliseconds recordTtl) {
   if (recordTtl.count() < 1 || recordTtl > kMaxReservationTtl) {
     throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
                                       kMaxReservationTtl.count(), recordTtl.count()));
-  }
-}
-
-void checkActualPermits(std::int64_t actual) {
-  if (actual < 0 || actual > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: actual permits must be in 0..{}, got {}", kMaxPermits, actual));
   }
 }
 

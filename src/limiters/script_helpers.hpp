@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "config/config_checks.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
 #include "redlimit/lease.hpp"
@@ -34,15 +35,15 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 /// Throw InvalidArgument for permits to take outside 1..kMaxPermits, permits to refund outside
 /// 0..kMaxPermits, a negative maxWait, a record TTL outside 1 ms..kMaxReservationTtl, actual
 /// permits outside 0..kMaxPermits.
-void checkPermitRange(std::int64_t permits);
+inline void checkPermitRange(std::int64_t permits) { checkCount("permits", permits, 1, kMaxPermits); }
 /// checkPermitRange, and InvalidArgument above `most`, the most one call may take as the
 /// configurations in the call say (`why`), naming the limiter as arrayReply does.
 void checkPermitsUpTo(std::int64_t permits, std::int64_t most, std::string_view kind, std::string_view name,
                       std::string_view why);
-void checkRefundPermits(std::int64_t permits);
+inline void checkRefundPermits(std::int64_t permits) { checkCount("permits to refund", permits, 0, kMaxPermits); }
 void checkMaxWait(std::chrono::microseconds maxWait);
 void checkReservationTtl(std::chrono::milliseconds recordTtl);
-void checkActualPermits(std::int64_t actual);
+inline void checkActualPermits(std::int64_t actual) { checkCount("actual permits", actual, 0, kMaxPermits); }
 /// `r`, checked to be an array of `size` (else ReplyError (UnexpectedReply) naming the limiter,
 /// `kind` then `name`: "limiter " and a key, or "" and a MultiLimit's label, and `what` answered).
 const Reply& arrayReply(std::string_view kind, std::string_view name, const Reply& r, std::size_t size,
