@@ -74,6 +74,12 @@ class LimiterCall {
 
   LimiterCall(FailureGate& gate, const Params& params) : gate_(&gate), params_(params) {}
 
+  /// The bound of one call of a limiter on `client`, every try: its connect and command
+  /// timeouts, saturated.
+  static std::chrono::milliseconds boundOf(const Client& client) {
+    const ConnectionOptions& o = client.options().connection;
+    return saturatingAdd(o.connectTimeout, o.commandTimeout);
+  }
   /// A Decision of `permits`, sent again after a closed connection; `rate`/`interval` as
   /// FailureGate::decide takes them.
   static Params decision(std::chrono::microseconds bound, std::int64_t permits, std::int64_t rate,

@@ -47,12 +47,6 @@ constexpr std::size_t kHead = 8;
 constexpr std::size_t kPerLimit = 7;
 constexpr char kLeaseKind = 'C';
 
-void checkPermits(std::int64_t permits) {
-  if (permits < 1 || permits > detail::kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", detail::kMaxPermits, permits));
-  }
-}
-
 // Refuses, before anything is sent, keys that Redis Cluster would not let one script touch. A
 // single server (standalone or behind Sentinel) runs one script over any keys: nothing to check.
 void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
@@ -84,8 +78,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         : client(std::move(c)),
           limiterNames(std::move(names)),
           label(std::move(labelText)),
-          callBound(detail::saturatingAdd(client->options().connection.connectTimeout,
-                                          client->options().connection.commandTimeout)),
+          callBound(detail::LimiterCall::boundOf(*client)),
           gate(label, options.failure, ClockView{},
                LimiterMonitor(metricsName(options, limiterNames), options.monitor, client->options().onEvent)),
           knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(limiterNames.size())) {
@@ -115,31 +108,9 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   template <class Out>
   using Done = std::function<void(Out, std::exception_ptr)>;
-  // One operation of multi.lua, made by its checks before anything is sent, as both faces send it
-  // (run, runAsync): the protocol's parameters, its name for the I/O-thread guard, the request,
-  // how its reply reads (`self` null: the handle is gone), the failure policy's answer (a
-  // Decision's) and what is done with a result before the caller has it (counting), if anything.
+  // One operation of multi.lua, made by its checks before anything is sent (ScriptOp).
   template <class Out>
-  struct Op {
-    Op() = default;
-    Op(detail::LimiterCall::Params p, std::string_view w, detail::ScriptRequest r,
-       std::function<Out(Core*, const Reply&)> read, std::function<Out(Core&, bool)> policy = noPolicy,
-       std::function<void(Out&)> after = {})
-        : params(p),
-          what(w),
-          request(std::move(r)),
-          parse(std::move(read)),
-          byPolicy(std::move(policy)),
-          then(std::move(after)) {}
-    static Out noPolicy(Core&, bool) { return Out{}; }  // a Plain call's: never asked
-
-    detail::LimiterCall::Params params;
-    std::string_view what;
-    detail::ScriptRequest request;
-    std::function<Out(Core*, const Reply&)> parse;
-    std::function<Out(Core&, bool)> byPolicy = noPolicy;
-    std::function<void(Out&)> then;
-  };
+  using Op = detail::ScriptOp<Core, Out>;
 
   // The limits of `state` on `names`: the keys of a call, or (`unbound`) the limiters' names of a
   // MultiLimit as made, whose keys come with on(); it sends no call.
@@ -166,32 +137,20 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     return names_;
   }
 
-  // `op` through the call protocol, waiting.
+  // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync).
   template <class Out>
   Out run(const Op<Out>& op) {
-    Out out = detail::runScript(
-        *this, op.params, op.what, op.request, &mapError, [&](const Reply& r) { return op.parse(this, r); },
-        [&](bool allowed) { return op.byPolicy(*this, allowed); });
-    if (op.then) op.then(out);
-    return out;
+    return detail::runOp(*this, op, &mapError);
   }
-  // The operation `make()` makes, without waiting: `done` is isolated (a callback that throws is
-  // reported once and runs no second time) and gets the checks' error at once, else the outcome
-  // on the I/O thread.
   template <class Out, class Make>
   void runAsync(Make&& make, Done<Out> done) {
-    Op<Out> op;
-    if (!detail::isolateThenCheck(done, gate_.monitor(), state_->label, [&] { op = make(); })) return;
-    if (op.then) {
-      done = [then = std::move(op.then), done = std::move(done)](Out out, std::exception_ptr error) {
-        if (!error) then(out);
-        done(std::move(out), std::move(error));
-      };
-    }
-    detail::runScriptAsync<Out>(shared_from_this(), op.params, std::move(op.request), &mapError, std::move(op.parse),
-                                std::move(op.byPolicy), std::move(done));
+    detail::runOpAsync<Out>(shared_from_this(), state_->label, std::forward<Make>(make), &mapError, std::move(done));
   }
 
+  // takeOp, run waiting: the take of tryAcquire and acquire.
+  detail::TakeWithin taking(std::int64_t permits) {
+    return [this, permits](microseconds maxWait) -> Decision { return run(takeOp(permits, maxWait)); };
+  }
   // take of `permits` waiting at most `maxWait`, uncounted; decide: without a wait, counted (and
   // an allowed decision without a lease gets one Redis does not hold: unheldLease).
   Op<MultiDecision> takeOp(std::int64_t permits, microseconds maxWait) const;
@@ -207,9 +166,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Op<bool> releaseOp(const Lease& lease) const;
   // renew, waiting: `lease` gets the new expiry when it was still held.
   bool renew(Lease& lease, std::optional<milliseconds> ttl) {
-    const std::optional<Lease> renewed = run(renewOp(lease, ttl));
-    if (renewed) lease.expiresAt = renewed->expiresAt;
-    return renewed.has_value();
+    return detail::renewedTo(lease, run(renewOp(lease, ttl)));
   }
 
   // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`, with the calendar limits'
@@ -265,11 +222,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   static void unheldLease(bool leases, MultiDecision& d);
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
   void checkPermitsFor(std::int64_t permits) const;
-  // A renew or release of `lease` (checked) on the concurrency limits, whose reply of `replySize`
-  // elements `read` reads.
+  // A renew or release of `lease` (checked) on the concurrency limits, whose reply `read(label, r)`
+  // reads.
   template <class Out, class Read>
-  Op<Out> leaseOp(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize,
-                  Read read) const;
+  Op<Out> leaseOp(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, Read read) const;
   // A settle reply, counted when it settled.
   static MultiSettlement parseSettlement(const State& state, const Reply& r);
 
@@ -283,18 +239,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
 MultiDecision MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
   MultiDecision d;
-  d.allowed = allowed;
-  d.permits = permits;
-  d.byPolicy = true;
-  d.limits.resize(names_.size());
+  std::int64_t least = 0;
   for (std::size_t i = 0; i < names_.size(); ++i) {
-    Decision& one = d.limits[i];
-    one.allowed = allowed;
-    one.permits = permits;
-    one.byPolicy = true;
-    one.limit = state_->knownLimits[i].load(std::memory_order_relaxed);
-    d.limit = i == 0 ? one.limit : std::min(d.limit, one.limit);
+    const std::int64_t limit = state_->knownLimits[i].load(std::memory_order_relaxed);
+    d.limits.push_back(detail::policyDecision(permits, allowed, limit));
+    least = i == 0 ? limit : std::min(least, limit);
   }
+  static_cast<Decision&>(d) = detail::policyDecision(permits, allowed, least);
   unheldLease(hasLeases(), d);
   return d;
 }
@@ -317,11 +268,7 @@ void MultiLimit::Core::refuseWithCalendars(std::string_view what) const {
 
 void MultiLimit::Core::unheldLease(bool leases, MultiDecision& d) {
   if (!leases || !d.allowed || d.lease) return;
-  Lease lease;
-  lease.id = detail::newLeaseId();
-  lease.byPolicy = d.byPolicy;
-  lease.shadowDenied = d.shadowDenied;
-  d.lease = std::move(lease);
+  d.lease = detail::unheldLease(d.byPolicy, d.shadowDenied);
 }
 
 MultiDecision MultiLimit::Core::parse(State& state, bool remember, const Reply& r, std::int64_t permits,
@@ -329,11 +276,7 @@ MultiDecision MultiLimit::Core::parse(State& state, bool remember, const Reply& 
   const std::size_t count = state.limiterNames.size();
   const bool leases = state.leases();
   const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
-  if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: {}: expected an array of {} from the script, got {}", state.label, expected,
-                                 r.describe()));
-  }
+  (void)detail::arrayReply("", state.label, r, expected, "the script");
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
   MultiDecision d;
   static_cast<Decision&>(d) =
@@ -380,13 +323,8 @@ MultiDecision MultiLimit::Core::parse(State& state, bool remember, const Reply& 
 }
 
 void MultiLimit::Core::checkPermitsFor(std::int64_t permits) const {
-  checkPermits(permits);
-  if (permits > state_->maxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: {}: permits must be in 1..{} (the least burst or limit of its limiters' "
-                    "policies), got {}",
-                    state_->label, state_->maxPermits, permits));
-  }
+  detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
+                           "the least burst or limit of its limiters' policies");
 }
 
 MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::takeOp(std::int64_t permits, microseconds maxWait) const {
@@ -432,11 +370,7 @@ MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::reserveOp(std::int64_t per
           "reserveFor",
           limitsRequest("reserve", permits, recordTtl.count(), recordKey),
           [read = reading(permits, ""), state = state_, expected](Core* self, const Reply& reply) {
-            if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
-              throw ReplyError(ErrorKind::UnexpectedReply, "",
-                               fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", state->label,
-                                           expected, reply.describe()));
-            }
+            (void)detail::arrayReply("", state->label, reply, expected, "reserve");
             Reply head = reply;
             head.elements.pop_back();
             MultiDecision held = read(self, head);
@@ -459,11 +393,7 @@ MultiSettlement MultiLimit::Core::parseSettlement(const State& state, const Repl
   const std::string& label = state.label;
   const std::size_t count = state.limiterNames.size();
   const std::size_t expected = 3 + 4 * count;
-  if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: {}: expected an array of {} from settle, got {}", label, expected, r.describe()));
-  }
+  (void)detail::arrayReply("", label, r, expected, "settle");
   MultiSettlement out;
   out.status = detail::settleStatusOf(r.elements[0].asInteger(), label);
   out.reserved = r.elements[1].asInteger();
@@ -484,10 +414,7 @@ MultiSettlement MultiLimit::Core::parseSettlement(const State& state, const Repl
     out.unpaid = std::max(out.unpaid, one.unpaid);
     out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
   }
-  if (out.status == SettleStatus::Settled) {
-    state.gate.monitor().reservationSettled();
-    if (out.returned > 0) state.gate.monitor().refunded(out.returned);  // what came back to every limit
-  }
+  detail::countSettled(state.gate.monitor(), out);
   return out;
 }
 
@@ -495,8 +422,7 @@ MultiSettlement MultiLimit::Core::parseSettlement(const State& state, const Repl
 // sent twice answers what the first did not see.
 template <class Out, class Read>
 MultiLimit::Core::Op<Out> MultiLimit::Core::leaseOp(std::string_view op, const Lease& lease,
-                                                    std::optional<milliseconds> ttl, std::size_t replySize,
-                                                    Read read) const {
+                                                    std::optional<milliseconds> ttl, Read read) const {
   if (!hasLeases()) {
     throw InvalidArgument(
         fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", state_->label, op));
@@ -510,31 +436,20 @@ MultiLimit::Core::Op<Out> MultiLimit::Core::leaseOp(std::string_view op, const L
   (void)keys();
   return {detail::LimiterCall::plain(callBound()), op,
           request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args, nullptr),
-          [label = state_->label, op = std::string(op), replySize, read = std::move(read)](Core*, const Reply& r) {
-            if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
-              throw ReplyError(ErrorKind::UnexpectedReply, "",
-                               fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label, replySize,
-                                           op, r.describe()));
-            }
-            return read(r);
-          }};
+          [label = state_->label, read = std::move(read)](Core*, const Reply& r) { return read(label, r); }};
 }
 
 MultiLimit::Core::Op<std::optional<Lease>> MultiLimit::Core::renewOp(const Lease& lease,
                                                                      std::optional<milliseconds> ttl) const {
-  // The reply: {renewed, expiry µs, now µs}.
-  return leaseOp<std::optional<Lease>>("renew", lease, ttl, 3, [lease](const Reply& r) -> std::optional<Lease> {
-    if (r.elements[0].asInteger() != 1) return std::nullopt;
-    Lease renewed = lease;
-    renewed.expiresAt = microseconds{r.elements[1].asInteger()};
-    return renewed;
+  return leaseOp<std::optional<Lease>>("renew", lease, ttl, [lease](const std::string& label, const Reply& r) {
+    return detail::parseRenew("", label, r, lease);
   });
 }
 
 MultiLimit::Core::Op<bool> MultiLimit::Core::releaseOp(const Lease& lease) const {
-  // The reply: {released, now µs}.
-  return leaseOp<bool>("release", lease, std::nullopt, 2,
-                       [](const Reply& r) { return r.elements[0].asInteger() == 1; });
+  return leaseOp<bool>("release", lease, std::nullopt, [](const std::string& label, const Reply& r) {
+    return detail::firstOfTwo("", label, r, "release") == 1;
+  });
 }
 
 // --- The handle -------------------------------------------------------------------------------
@@ -641,41 +556,19 @@ bool MultiLimit::tryAcquire(std::int64_t permits) {
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
   core_->refuseWithLeases("tryAcquire");
   core_->refuseWithCalendars("tryAcquire with a timeout");
-  if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
-  const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
-  const MultiDecision r = core_->run(core_->takeOp(permits, maxWait));
-  if (!monitor().admit(r.allowed, permits, r.retryAfter, r.byPolicy)) return false;
-  if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
-  return true;
+  return detail::tryAcquireWithin(core_->gate_, permits, timeout, core_->taking(permits));
 }
 
 void MultiLimit::acquire(std::int64_t permits) {
   core_->refuseWithLeases("acquire");
   core_->refuseWithCalendars("acquire");
-  if (monitor().shadow()) {  // shadow mode never waits: one attempt, a denial let through
-    (void)decide(permits);
-    return;
-  }
-  for (;;) {
-    const MultiDecision r = core_->run(core_->takeOp(permits, detail::kMaxWait));
-    if (r.allowed) {
-      (void)monitor().admit(true, permits);
-      if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
-      return;
-    }
-    // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
-    // the script: the wait was longer than a reservation may be; sleep until it fits.
-    core_->gate_.clock().sleepFor(
-        r.byPolicy ? detail::saturatingCast<microseconds>(core_->gate_.options().probeInterval) : r.retryAfter);
-  }
+  (void)detail::acquireWaiting(core_->gate_, permits, core_->taking(permits));
 }
 
 Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
   core_->refuseWithLeases("reserve");
   core_->refuseWithCalendars("reserve");
-  if (maxWait.count() < 0) {
-    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
-  }
+  detail::checkMaxWait(maxWait);
   // The combined decision: a reservation answers no per-limit views.
   Decision out = static_cast<const Decision&>(core_->run(core_->takeOp(permits, maxWait)));
   monitor().admit(out);  // shadow mode: a refused reservation comes back allowed, without delay
@@ -685,10 +578,7 @@ Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
 MultiDecision MultiLimit::peek(std::int64_t permits) { return core_->run(core_->peekOp(permits)); }
 
 void MultiLimit::refund(std::int64_t permits) {
-  if (permits < 0 || permits > detail::kMaxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: permits to refund must be in 0..{}, got {}", detail::kMaxPermits, permits));
-  }
+  detail::checkRefundPermits(permits);
   if (permits > 0) (void)core_->run(core_->refundOp(permits));
 }
 

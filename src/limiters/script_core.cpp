@@ -30,21 +30,10 @@ constexpr std::size_t kSettleReplySize = 7;
 
 // `r`, checked to be an array of `size` (ReplyError (UnexpectedReply) naming `key` and `what`).
 const Reply& arrayOf(const std::string& key, const Reply& r, std::size_t size, std::string_view what) {
-  if (r.type != Reply::Type::Array || r.elements.size() != size) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: limiter {}: expected an array of {} from {}, got {}", key, size, what, r.describe()));
-  }
-  return r;
+  return arrayReply("limiter ", key, r, size, what);
 }
 
 std::int64_t at(const Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
-
-void checkPermitRange(std::int64_t permits) {
-  if (permits < 1 || permits > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxPermits, permits));
-  }
-}
 
 const char* labelOf(char kind) {
   switch (kind) {
@@ -86,6 +75,21 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
   return scriptError(std::move(error), key, kind);
 }
 
+void checkPermitsUpTo(std::int64_t permits, std::int64_t most, std::string_view kind, std::string_view name,
+                      std::string_view why) {
+  checkPermitRange(permits);
+  if (permits > most) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}{}: permits must be in 1..{} ({}), got {}", kind, name, most, why, permits));
+  }
+}
+
+void checkMaxWait(microseconds maxWait) {
+  if (maxWait.count() < 0) {
+    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
+  }
+}
+
 void checkReservationTtl(milliseconds recordTtl) {
   if (recordTtl.count() < 1 || recordTtl > kMaxReservationTtl) {
     throw InvalidArgument(fmt::format("redlimit: a reservation record's TTL must be in 1..{} ms, got {} ms",
@@ -93,10 +97,31 @@ void checkReservationTtl(milliseconds recordTtl) {
   }
 }
 
-void checkActualPermits(std::int64_t actual) {
-  if (actual < 0 || actual > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: actual permits must be in 0..{}, got {}", kMaxPermits, actual));
+const Reply& arrayReply(std::string_view kind, std::string_view name, const Reply& r, std::size_t size,
+                        std::string_view what) {
+  if (r.type != Reply::Type::Array || r.elements.size() != size) {
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
+        fmt::format("redlimit: {}{}: expected an array of {} from {}, got {}", kind, name, size, what, r.describe()));
   }
+  return r;
+}
+
+Decision policyDecision(std::int64_t permits, bool allowed, std::int64_t limit) {
+  Decision d;
+  d.allowed = allowed;
+  d.permits = permits;
+  d.limit = limit;
+  d.byPolicy = true;
+  return d;
+}
+
+Lease unheldLease(bool byPolicy, bool shadowDenied) {
+  Lease lease;
+  lease.id = newLeaseId();
+  lease.byPolicy = byPolicy;
+  lease.shadowDenied = shadowDenied;
+  return lease;
 }
 
 bool parseReserveRepeated(const std::string& name, const Reply& r) {
@@ -114,11 +139,14 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
   out.charged = r.elements[4].asInteger();
   out.unpaid = r.elements[5].asInteger();
   out.remaining = r.elements[6].asInteger();
-  if (out.status == SettleStatus::Settled) {
-    monitor.reservationSettled();
-    if (out.returned > 0) monitor.refunded(out.returned);
-  }
+  countSettled(monitor, out);
   return out;
+}
+
+void countSettled(const LimiterMonitor& monitor, const Settlement& s) {
+  if (s.status != SettleStatus::Settled) return;
+  monitor.reservationSettled();
+  if (s.returned > 0) monitor.refunded(s.returned);  // what came back (to every limit of a MultiLimit)
 }
 
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
@@ -145,8 +173,7 @@ ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, Failure
     tables_ = std::make_shared<CalendarTables>("limiter " + name_);
     tables_->add(4 + calendarArgs_.size() - 1, *policy_->calendar, {});  // after op, now, kind and the count
   }
-  const ClientOptions& o = client_->options();
-  callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  callBound_ = LimiterCall::boundOf(*client_);
   if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
 }
 
@@ -157,12 +184,8 @@ void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64
 }
 
 void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) const {
-  checkPermitRange(permits);
-  if (policy != nullptr && permits > policy->maxPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: permits must be in 1..{} (the most one call may take), got {}", name_,
-                    policy->maxPermits, permits));
-  }
+  checkPermitsUpTo(permits, policy != nullptr ? policy->maxPermits : kMaxPermits, "limiter ", name_,
+                   "the most one call may take");
 }
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
@@ -207,12 +230,7 @@ LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
 }
 
 Decision ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
-  Decision d;
-  d.allowed = allowed;
-  d.permits = permits;
-  d.limit = knownLimit_.load(std::memory_order_relaxed);
-  d.byPolicy = true;
-  return d;
+  return policyDecision(permits, allowed, knownLimit_.load(std::memory_order_relaxed));
 }
 
 Decision ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits) {
@@ -248,14 +266,6 @@ ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t
 Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
   return run(takeOp(key, permits, maxWait));
 }
-
-namespace {
-void checkMaxWait(microseconds maxWait) {
-  if (maxWait.count() < 0) {
-    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
-  }
-}
-}  // namespace
 
 // Shadow mode: a refused decision comes back allowed, without delay.
 ScriptCore::Op<Decision> ScriptCore::countedTakeOp(const std::string& key, std::int64_t permits,
@@ -311,36 +321,48 @@ void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, c
       key, [&] { return reserveForOp(key, permits, id, recordTtl); }, std::move(done));
 }
 
-bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, milliseconds timeout) {
-  const LimiterMonitor& monitor = gate_.monitor();
-  if (monitor.shadow()) return decide(key, permits).allowed;  // shadow mode never waits
+bool tryAcquireWithin(const FailureGate& gate, std::int64_t permits, milliseconds timeout, const TakeWithin& take) {
+  const LimiterMonitor& monitor = gate.monitor();
+  if (monitor.shadow()) {  // shadow mode never waits
+    Decision d = take(microseconds{0});
+    monitor.admit(d);
+    return d.allowed;
+  }
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : saturatingCast<microseconds>(timeout);
-  const Decision r = take(key, permits, maxWait);
+  const Decision r = take(maxWait);
   if (!monitor.admit(r.allowed, permits, r.retryAfter, r.byPolicy)) return false;
-  if (r.delay.count() > 0) sleepFor(r.delay);
+  if (r.delay.count() > 0) gate.clock().sleepFor(r.delay);
   return true;
 }
 
-microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
-  const LimiterMonitor& monitor = gate_.monitor();
-  if (monitor.shadow()) {  // shadow mode never waits: one attempt, a denial let through
-    (void)decide(key, permits);
+microseconds acquireWaiting(const FailureGate& gate, std::int64_t permits, const TakeWithin& take) {
+  const LimiterMonitor& monitor = gate.monitor();
+  if (monitor.shadow()) {  // shadow mode never waits: tryAcquire's one attempt, a denial let through
+    (void)tryAcquireWithin(gate, permits, milliseconds{0}, take);
     return microseconds{0};
   }
   microseconds waited{0};
   for (;;) {
-    const Decision r = take(key, permits, kMaxWait);
+    const Decision r = take(kMaxWait);
     if (r.allowed) {
       (void)monitor.admit(true, permits);
-      if (r.delay.count() > 0) sleepFor(r.delay);
+      if (r.delay.count() > 0) gate.clock().sleepFor(r.delay);
       return microseconds{saturatingAdd(waited.count(), r.delay.count())};
     }
     // Denied by the failure policy (no wait known): ask again after a probe interval. Denied by
     // the script: the wait was longer than a reservation may be; sleep until it fits.
-    const microseconds pause = r.byPolicy ? saturatingCast<microseconds>(gate_.options().probeInterval) : r.retryAfter;
-    sleepFor(pause);
+    const microseconds pause = r.byPolicy ? saturatingCast<microseconds>(gate.options().probeInterval) : r.retryAfter;
+    gate.clock().sleepFor(pause);
     waited = microseconds{saturatingAdd(waited.count(), pause.count())};
   }
+}
+
+bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, milliseconds timeout) {
+  return tryAcquireWithin(gate_, permits, timeout, [&](microseconds maxWait) { return take(key, permits, maxWait); });
+}
+
+microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
+  return acquireWaiting(gate_, permits, [&](microseconds maxWait) { return take(key, permits, maxWait); });
 }
 
 std::string ScriptCore::recordKey(const std::string& key, const std::string& id) const {
@@ -365,9 +387,7 @@ void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<De
 
 // Never resent: a refund that went through and was sent again would give the permits back twice.
 ScriptCore::Op<bool> ScriptCore::giveBackOp(const std::string& key, std::int64_t permits, bool counted) const {
-  if (permits < 0 || permits > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
-  }
+  checkRefundPermits(permits);
   Op<bool> op{LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund",
               request(key, args("refund", fmt::to_string(permits), "0", policy_.get())),
               [](ScriptCore*, const Reply&) { return true; }};
@@ -445,15 +465,6 @@ LeaseDecision parseAcquire(const std::string& key, const Reply& r, const std::st
   return out;
 }
 
-// A lease Redis was not asked for (the failure policy's, or shadow mode's): a new id, no expiry.
-Lease unheldLease(bool byPolicy, bool shadowDenied) {
-  Lease lease;
-  lease.id = newLeaseId();
-  lease.byPolicy = byPolicy;
-  lease.shadowDenied = shadowDenied;
-  return lease;
-}
-
 // Counts the decision and returns what the caller gets (shadow mode: a denial let through, with
 // a lease Redis does not hold).
 LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
@@ -468,20 +479,22 @@ LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
   return out;
 }
 
-// renew's reply {renewed, expiryUs, nowUs}: `lease` until its new expiry, or nullopt when it was
-// not live.
-std::optional<Lease> parseRenew(const std::string& key, const Reply& r, Lease lease) {
-  if (at(arrayOf(key, r, 3, "renew"), 0) != 1) return std::nullopt;
+}  // namespace
+
+std::optional<Lease> parseRenew(std::string_view kind, std::string_view name, const Reply& r, Lease lease) {
+  if (at(arrayReply(kind, name, r, 3, "renew"), 0) != 1) return std::nullopt;
   lease.expiresAt = microseconds{at(r, 1)};
   return lease;
 }
 
-// release's reply {released, nowUs} and held's {held, nowUs}: their first value.
-std::int64_t firstOfTwo(const std::string& key, const Reply& r, std::string_view op) {
-  return at(arrayOf(key, r, 2, op), 0);
+std::int64_t firstOfTwo(std::string_view kind, std::string_view name, const Reply& r, std::string_view op) {
+  return at(arrayReply(kind, name, r, 2, op), 0);
 }
 
-}  // namespace
+bool renewedTo(Lease& lease, const std::optional<Lease>& renewed) {
+  if (renewed) lease.expiresAt = renewed->expiresAt;
+  return renewed.has_value();
+}
 
 LeaseDecision ScriptCore::leaseByPolicy(bool allowed) const {
   LeaseDecision out{byPolicy(1, allowed), std::nullopt};
@@ -519,13 +532,11 @@ ScriptCore::Op<std::optional<Lease>> ScriptCore::renewOp(const std::string& key,
   checkLeaseTtl(ttl);
   return {LimiterCall::plain(callBound_), "renew",
           request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())})),
-          [key, lease](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); }};
+          [key, lease](ScriptCore*, const Reply& r) { return parseRenew("limiter ", key, r, lease); }};
 }
 
 bool ScriptCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
-  const std::optional<Lease> renewed = run(renewOp(key, lease, ttl));
-  if (renewed) lease.expiresAt = renewed->expiresAt;
-  return renewed.has_value();
+  return renewedTo(lease, run(renewOp(key, lease, ttl)));
 }
 
 void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, Done<std::optional<Lease>> done) {
@@ -536,7 +547,7 @@ void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds tt
 ScriptCore::Op<bool> ScriptCore::releaseOp(const std::string& key, const Lease& lease) const {
   checkLeaseId(lease.id);
   return {LimiterCall::plain(callBound_), "release", request(key, opArgs("release", {lease.id})),
-          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; }};
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo("limiter ", key, r, "release") == 1; }};
 }
 
 bool ScriptCore::release(const std::string& key, const Lease& lease) { return run(releaseOp(key, lease)); }
@@ -548,7 +559,7 @@ void ScriptCore::releaseAsync(const std::string& key, const Lease& lease, Done<b
 
 ScriptCore::Op<std::int64_t> ScriptCore::heldOp(const std::string& key) const {
   return {LimiterCall::plain(callBound_), "held", request(key, opArgs("held", {})),
-          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); }};
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo("limiter ", key, r, "held"); }};
 }
 
 std::int64_t ScriptCore::held(const std::string& key) { return run(heldOp(key)); }

@@ -127,7 +127,6 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void checkPermits(std::int64_t permits, const KeyedPolicy* policy) const;
   /// The key of the reservation record `id` of `key`; InvalidArgument for a bad id.
   [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const;
-  void sleepFor(std::chrono::microseconds d) const { gate_.clock().sleepFor(d); }
 
   /// The failure policy's decision of `permits` without a reply (the segment cache's wait that
   /// timed out): the policy's answer, or TimeoutError naming `reason`.

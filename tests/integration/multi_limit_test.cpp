@@ -359,6 +359,21 @@ TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
   EXPECT_TRUE(both.tryAcquire(1, milliseconds(2000))) << "reserves the next permit and waits for it";
 }
 
+// Shadow mode never waits: tryAcquire with a timeout and acquire make one attempt without a wait,
+// a denial let through and counted, and reserve nothing ahead (a's next permit is 10 s away).
+TEST_F(MultiLimitTest, ShadowModeTryAcquireWithATimeoutAndAcquireReserveNothingAhead) {
+  Limiter a(client(), limiterName("a"), bucket(1, 1, milliseconds(10000)));
+  Limiter b(client(), limiterName("b"), bucket(5, 5, std::chrono::hours(24)));
+  MultiLimitOptions options;
+  options.monitor.shadow = true;
+  MultiLimit both = MultiLimit({a, b}, options).on({"k", "k"});
+  ASSERT_TRUE(both.tryAcquire());
+  EXPECT_TRUE(both.tryAcquire(1, milliseconds(60000))) << "denied by a, let through";
+  both.acquire(1);
+  EXPECT_EQ(both.monitor().metrics()->snapshot().shadowDenied, 2u);
+  EXPECT_EQ(b.peek("k").remaining, 4) << "no permit reserved ahead";
+}
+
 // --- Refusals before sending, typed errors with nothing written ---------------------------------------
 
 // One server runs one script over any keys: a per-key and a global limit whose keys hash to
