@@ -25,7 +25,7 @@ struct Event {
     CallbackThrew,    // a completion callback of an ...Async call threw: the exception was caught
                       // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
                       // completed and every other call are unaffected; `limiter` names the limiter
-    InsecureTls,      // a Client was made with TLS and TlsOptions::verifyPeer = false: the server's
+    InsecureTls,      // a Client was made with TLS and ClientOptions::Tls::verifyPeer = false: the server's
                       // certificate is not checked, so whoever can intercept the connection can pose
                       // as Redis; reported once, by the Client's constructor, on its thread
     CallbackBlocked,  // a completion callback held the Client's I/O thread for 100 ms or more

@@ -56,7 +56,7 @@ void checkPermits(std::int64_t permits) {
 // Refuses, before anything is sent, keys that Redis Cluster would not let one script touch. A
 // single server (standalone or behind Sentinel) runs one script over any keys: nothing to check.
 void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
-  if (client.options().topology != Topology::Cluster) return;
+  if (client.options().topology != ClientOptions::Topology::Cluster) return;
   const std::uint16_t slot = detail::keySlot(names.front());
   for (const std::string& name : names) {
     const std::uint16_t other = detail::keySlot(name);

@@ -313,7 +313,8 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   const std::string& id = client_->clientId();
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id), suffixName(name_, "permits"),
            suffixName(name_, "permits:" + id)};
-  if (client_->options().topology == Topology::Cluster && detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
+  if (client_->options().topology == ClientOptions::Topology::Cluster &&
+      detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
     // Redisson's suffix rule wraps a name without '{' in braces ({name}:value); a name with one is
     // suffixed as it is, so its keys share a slot only if it holds a non-empty hash tag.
     throw InvalidArgument(fmt::format(

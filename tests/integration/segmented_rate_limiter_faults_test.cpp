@@ -68,7 +68,7 @@ TEST_F(SegmentedRateLimiterFaults, CloseWhileRedisDownIsOneAttemptInTotal) {
   stall.resume();
 
   const PoolStats be = client->poolStats();
-  const ConnectionOptions& c = co.connection;
+  const ClientOptions::Connection& c = co.connection;
   const milliseconds oneAttempt = c.connectTimeout + c.commandTimeout;
   std::printf("[ close  ] closing %d limiters while stalled took %lld ms; give-backs sent %llu, skipped %llu\n",
               kLimiters, static_cast<long long>(took), static_cast<unsigned long long>(be.bestEffortSent),

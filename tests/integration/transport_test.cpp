@@ -854,11 +854,11 @@ TEST(TransportDeadline, ATrickledReplyCannotStretchTheDeadline) {
 TEST(TransportPool, RequestsGoToAReadyConnectionWhileOthersAreStillConnecting) {
   RedisServer server;
   ScriptedResolver names({server.port(), 0});  // the first lookup answers, every later one hangs
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "redis.test";
   o.port = 6379;
   o.connectTimeout = seconds(5);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 4;
   auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
   constexpr int kCalls = 400;
