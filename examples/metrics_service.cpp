@@ -74,7 +74,7 @@ int main(int argc, char** argv) try {
     if (limiter.tryAcquire()) ++served;  // always true in shadow mode
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const redlimit::LimiterMetricsSnapshot s = redlimit::MetricsRegistry::global()->snapshot(limiter.getName());
+  const redlimit::LimiterMetrics::Snapshot s = redlimit::MetricsRegistry::global()->snapshot(limiter.getName());
   std::printf("served %d requests; the new limit would have denied %llu of them\n", served,
               static_cast<unsigned long long>(s.shadowDenied));
 

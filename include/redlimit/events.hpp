@@ -23,7 +23,7 @@ struct Event {
                       // a redis-cluster:// Client found no cluster (its seeds have cluster support
                       // disabled): its calls throw ConfigurationError, `node` names the seed
     CallbackThrew,    // a completion callback of an ...Async call threw: the exception was caught
-                      // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
+                      // and dropped (counted as LimiterMetrics::Snapshot::callbacksThrew); the call it
                       // completed and every other call are unaffected; `limiter` names the limiter
     InsecureTls,      // a Client was made with TLS and ClientOptions::Tls::verifyPeer = false: the server's
                       // certificate is not checked, so whoever can intercept the connection can pose

@@ -65,7 +65,7 @@ void expectSettlement(const Settlement& s, SettleStatus status, std::int64_t res
 // decisions and their permits.
 void expectCounted(const MetricsRegistry& registry, const std::string& name, std::uint64_t opened,
                    std::uint64_t settled, std::uint64_t refunded, std::uint64_t granted, std::uint64_t permits) {
-  const LimiterMetricsSnapshot m = registry.snapshot(name);
+  const LimiterMetrics::Snapshot m = registry.snapshot(name);
   EXPECT_EQ(m.reservationsOpened, opened);
   EXPECT_EQ(m.reservationsSettled, settled);
   EXPECT_EQ(m.permitsRefunded, refunded);
@@ -463,7 +463,7 @@ TEST_F(LimiterCalendar, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecor
   EXPECT_EQ(denied.retryAfter, rl.policy().windowAt(denied.time).end - denied.time);
   EXPECT_FALSE(exists(admin(), rl.recordKey("k", "b")));
   EXPECT_EQ(rl.settle("k", "b", 0).status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.granted, 1u) << "repeats count nothing";
   EXPECT_EQ(m.denied, 1u);
@@ -647,7 +647,7 @@ TEST_F(LimiterCalendar, AnLlmTokenBudgetPerTenantPerBerlinDayIsChargedTheActuals
     EXPECT_EQ(daily.cancel(other, "req-1").returned, 1000);
     Limiter same(client(), daily.name(), berlinCalendar(50000, CalendarUnit::Day));
     EXPECT_EQ(same.peek(tenant).remaining, 50000 - 234 - 532);
-    const LimiterMetricsSnapshot m = registry->snapshot(daily.name());
+    const LimiterMetrics::Snapshot m = registry->snapshot(daily.name());
     EXPECT_EQ(m.reservationsOpened, 3u);
     EXPECT_EQ(m.reservationsSettled, 3u);
     EXPECT_EQ(m.permitsRefunded, 766u + 468u + 1000u);

@@ -96,7 +96,7 @@ TEST_F(LimiterLeases, AtMostLimitLeasesAreHeldAndADenialSaysWhenOneExpires) {
   EXPECT_EQ(other.held(kKey), 3);
   // Metrics (one series per name): 4 granted, 4 denied (one of them `other`'s), one round trip each.
   ASSERT_NE(cl.monitor().metrics(), nullptr);
-  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = cl.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 4u);
   EXPECT_EQ(m.denied, 4u);
   EXPECT_EQ(m.roundTrips, 8u);
@@ -407,7 +407,7 @@ TEST_F(LimiterLeases, AsyncAcquisitionsHoldTheLimitAndGetTheirLeases) {
   ASSERT_TRUE(d.lease.has_value());
   EXPECT_EQ(d.lease->expiresAt.count(), d.decision.time.count() + 5000000);
   EXPECT_THROW((void)cl.acquireLeaseAsync(kKey, milliseconds(0)).get(), InvalidArgument);
-  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = cl.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 4u);
   EXPECT_EQ(m.denied, 7u);
 }
@@ -533,7 +533,7 @@ TEST_F(LimiterLeases, ShadowModeLetsADenialThroughWithoutTakingAPlace) {
   EXPECT_EQ(cl.held(kKey), 1) << "the denial took no place";
   EXPECT_FALSE(cl.release(kKey, *second.lease));
   EXPECT_TRUE(cl.release(kKey, *first.lease));
-  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = cl.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 1u);
   EXPECT_EQ(m.denied, 1u);
   EXPECT_EQ(m.shadowDenied, 1u);

@@ -280,7 +280,7 @@ TEST_F(LimiterPerKey, EachLimiterIsOneMetricsSeriesWhateverItsKeys) {
     (void)w.decide(key);
     (void)s.decide(key);
   }
-  const std::vector<LimiterMetricsSnapshot> all = o.monitor.registry->snapshot();
+  const std::vector<LimiterMetrics::Snapshot> all = o.monitor.registry->snapshot();
   EXPECT_EQ(all.size(), 4U) << "200 keys, four limiters";
   for (const auto& m : all) EXPECT_EQ(m.granted + m.denied, 50U) << m.limiter;
 }

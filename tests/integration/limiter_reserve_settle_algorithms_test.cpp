@@ -68,7 +68,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleRetriedAfterClientKillGivesBack
   EXPECT_EQ(settled + again + failed, 10);
   EXPECT_GE(again, 5);
   EXPECT_EQ(rl.peek("k").remaining, 90) << "30 came back, once";
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -137,7 +137,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ReserveIsIdempotent) {
   // Settled, the id still answers the first grant and takes nothing.
   EXPECT_TRUE(rl.reserveFor("k", 3, "a").repeated);
   EXPECT_EQ(rl.peek("k").remaining, 2);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.granted, 2u) << "repeats are not decisions";
   EXPECT_EQ(m.denied, 1u);
@@ -355,8 +355,8 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncF
     expectSameSettlement(got, expected);
   }
   EXPECT_EQ(async.peek("k").remaining, sync.peek("k").remaining);
-  const LimiterMetricsSnapshot a = asyncRegistry->snapshot(async.name());
-  const LimiterMetricsSnapshot b = syncRegistry->snapshot(sync.name());
+  const LimiterMetrics::Snapshot a = asyncRegistry->snapshot(async.name());
+  const LimiterMetrics::Snapshot b = syncRegistry->snapshot(sync.name());
   EXPECT_EQ(a.granted, b.granted);
   EXPECT_EQ(a.denied, b.denied);
   EXPECT_EQ(a.permitsGranted, b.permitsGranted);
@@ -402,7 +402,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveB
   EXPECT_EQ(settled, 1);
   EXPECT_GE(again, 5);
   EXPECT_EQ(rl.peek("k").remaining, 90) << "40 taken once, 30 back once";
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -475,7 +475,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialTh
   EXPECT_TRUE(over.shadowDenied);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "over")));
   EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = options.monitor.registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = options.monitor.registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.granted, 1u);
   EXPECT_EQ(m.denied, 1u);
@@ -518,14 +518,14 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     EXPECT_EQ(settled.status, SettleStatus::Unknown);
     EXPECT_THROW(std::rethrow_exception(settleError), IoError);
     EXPECT_THROW((void)rl.settleAsync("k", "before", 0).get(), IoError);
-    const LimiterMetricsSnapshot m = options.monitor.registry->snapshot("policy");
+    const LimiterMetrics::Snapshot m = options.monitor.registry->snapshot("policy");
     EXPECT_EQ(m.reservationsOpened, 1u) << "a policy grant records nothing";
     if (policy == FailurePolicy::Allow) {
-      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Granted), static_cast<std::uint64_t>(kTries));
+      EXPECT_EQ(m.policyDecisions(policy, LimiterMetrics::PolicyOutcome::Granted), static_cast<std::uint64_t>(kTries));
     } else if (policy == FailurePolicy::Deny) {
-      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Denied), static_cast<std::uint64_t>(kTries));
+      EXPECT_EQ(m.policyDecisions(policy, LimiterMetrics::PolicyOutcome::Denied), static_cast<std::uint64_t>(kTries));
     } else {
-      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Thrown), static_cast<std::uint64_t>(kTries));
+      EXPECT_EQ(m.policyDecisions(policy, LimiterMetrics::PolicyOutcome::Thrown), static_cast<std::uint64_t>(kTries));
     }
     server.restart();  // no persistence: it comes back empty
     ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));

@@ -86,7 +86,7 @@ TYPED_TEST(LimiterReserveSettle, ARecordPerKeyAndIdAndASettleRetriedAfterClientK
   EXPECT_EQ(rl.cancel("user:2", "r").returned, 6);
   EXPECT_EQ(rl.peek("user:2").remaining, 10);
   EXPECT_EQ(rl.settle("user:1", "nope", 1).status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.reservationsSettled, 2u);
   EXPECT_EQ(m.permitsRefunded, 10u);
@@ -150,7 +150,7 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
   rl.settleAsync("user:2", "r", 0, [&](Settlement s, const std::exception_ptr&) { cancelled.set_value(s); });
   EXPECT_EQ(cancelled.get_future().get().returned, 6);
   EXPECT_EQ(rl.peek("user:2").remaining, 10);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.reservationsSettled, 2u);
 

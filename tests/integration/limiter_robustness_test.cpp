@@ -110,7 +110,7 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
     EXPECT_FALSE(c.failed.load()) << "no callback gets another's exception";
     EXPECT_EQ(c.granted.load(), i < kRate ? 1 : 0) << "each gets its own decision, in order";
   }
-  const LimiterMetricsSnapshot m = limiter.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = limiter.monitor().metrics()->snapshot();
   EXPECT_EQ(m.callbacksThrew, 1u);
   EXPECT_LT(m.roundTrips, static_cast<std::uint64_t>(kCalls)) << "the acquisitions were coalesced";
   const std::lock_guard<std::mutex> lock(eventsMutex);
@@ -327,7 +327,7 @@ TEST_F(RateLimiterHostilePeer, NestedArrayHeadersCostNoMemory) {
   EXPECT_TRUE(d.byPolicy) << "the policy decided the call the peer never answered";
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(limiter.failureStats().denied, 1u);
-  const LimiterMetricsSnapshot m = limiter.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = limiter.monitor().metrics()->snapshot();
   EXPECT_EQ(m.errorCount(ErrorKind::Timeout), 1u) << "a typed error (TimeoutError) at the deadline";
   EXPECT_EQ(m.errorCount(ErrorKind::Other), 0u) << "no std::bad_alloc or other untyped error";
   const std::uint64_t grown = most - before;

@@ -60,7 +60,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
     const auto s = registry->snapshot(n);
     EXPECT_EQ(s.degraded, 1u);
     EXPECT_EQ(s.errorCount(ErrorKind::Timeout), 1u);
-    EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 1u);
+    EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, LimiterMetrics::PolicyOutcome::Denied), 1u);
   }
   stall.join();
   sleepMs(30);  // past the probe interval: the next call goes to Redis, which denies (7 of 7 used)
@@ -75,7 +75,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
   EXPECT_EQ(s.localHits, 0u);
   EXPECT_EQ(s.roundTrips, 10u);  // every deciding call went to Redis, the timed-out one included
   EXPECT_EQ(s.degraded, 0u);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 1u);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, LimiterMetrics::PolicyOutcome::Denied), 1u);
   std::uint64_t policyTotal = 0;
   for (const auto& byOutcome : s.policy)
     for (std::uint64_t c : byOutcome) policyTotal += c;

@@ -358,7 +358,7 @@ TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
   const MultiDecision d = got.get_future().get();
   ASSERT_TRUE(d.lease.has_value());
   EXPECT_TRUE(both.release(*d.lease));
-  const LimiterMetricsSnapshot m = both.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = both.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 4u);
   EXPECT_EQ(m.denied, 5u);
 }

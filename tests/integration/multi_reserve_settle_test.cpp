@@ -88,7 +88,7 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
   EXPECT_EQ(gcra.peek("k").remaining, 90) << "30 came back, once";
   EXPECT_EQ(window.peek("k").remaining, 90);
   EXPECT_EQ(bucket.peek("k").remaining, 40);
-  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  const LimiterMetrics::Snapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -185,7 +185,7 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
   EXPECT_TRUE(both.reserveFor(3, "a").repeated) << "settled, the id still answers the grant";
   EXPECT_EQ(gcra.peek("k").remaining, 4);
 
-  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  const LimiterMetrics::Snapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.granted, 1u) << "repeats are not decisions";
@@ -339,7 +339,7 @@ TEST_F(MultiReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   EXPECT_EQ(both.settleAsync("req-1", 1).get().status, SettleStatus::AlreadySettled);
   EXPECT_EQ(gcra.peek("k").remaining, 9);
   EXPECT_EQ(window.peek("k").remaining, 9);
-  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  const LimiterMetrics::Snapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 3u);

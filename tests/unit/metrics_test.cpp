@@ -53,13 +53,14 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
       m.localHit(i % 2 == 0 ? 1 : 3);  // alternately 1 and 3 permits
       m.roundTrip();
       m.decisionLatency(microseconds(t * 100 + 10));  // thread t: its own bucket
-      m.policyDecision(FailurePolicy::Local, i % 2 == 0 ? PolicyOutcome::Granted : PolicyOutcome::Denied);
+      m.policyDecision(FailurePolicy::Local,
+                       i % 2 == 0 ? LimiterMetrics::PolicyOutcome::Granted : LimiterMetrics::PolicyOutcome::Denied);
       m.error(ErrorKind::Timeout);
       if (i % 10 == 0) m.shadowDenied();
       if (i % 5 == 0) m.refunded(2);
     }
   });
-  const LimiterMetricsSnapshot s = m.snapshot();
+  const LimiterMetrics::Snapshot s = m.snapshot();
   const std::uint64_t n = std::uint64_t{kMetricThreads} * kEach;
   EXPECT_EQ(s.limiter, "api");
   EXPECT_EQ(s.localHits, n);
@@ -70,9 +71,9 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
   EXPECT_EQ(s.permitsRefunded, n / 5 * 2);
   EXPECT_EQ(s.permitsGranted, n * 3 / 4 * 2 + n * 2) << "a refund leaves the grants counted";
   EXPECT_EQ(s.roundTrips, n);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Granted), n / 2);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Denied), n / 2);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 0u);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, LimiterMetrics::PolicyOutcome::Granted), n / 2);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, LimiterMetrics::PolicyOutcome::Denied), n / 2);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, LimiterMetrics::PolicyOutcome::Denied), 0u);
   EXPECT_EQ(s.errorCount(ErrorKind::Timeout), n);
   EXPECT_EQ(s.errorCount(ErrorKind::Closed), 0u);
   EXPECT_EQ(s.latency.count, n);
@@ -189,7 +190,7 @@ TEST(ErrorKind, EachErrorKindHasItsLabel) {
   EXPECT_EQ(errorKindOf(nullptr), ErrorKind::Other);
   EXPECT_STREQ(errorKindName(ErrorKind::PoolTimeout), "pool_timeout");
   EXPECT_STREQ(failurePolicyName(FailurePolicy::Local), "local");
-  EXPECT_STREQ(policyOutcomeName(PolicyOutcome::Thrown), "thrown");
+  EXPECT_STREQ(policyOutcomeName(LimiterMetrics::PolicyOutcome::Thrown), "thrown");
 }
 
 TEST(LimiterMonitor, ShadowModeAllowsCountsAndReportsEachDenial) {

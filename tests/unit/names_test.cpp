@@ -87,7 +87,7 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   named.name = bad;
   const redlimit::Limiter good(client, "api", redlimit::Policy::perSecond(10));
   refusedAsNotUtf8([&] { redlimit::MultiLimit m({good}, named); }, "MultiLimit");
-  for (const redlimit::LimiterMetricsSnapshot& m : redlimit::MetricsRegistry::global()->snapshot()) {
+  for (const redlimit::LimiterMetrics::Snapshot& m : redlimit::MetricsRegistry::global()->snapshot()) {
     EXPECT_NE(m.limiter, bad) << "a refused name has no metrics entry";
   }
 }
