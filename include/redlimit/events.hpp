@@ -8,7 +8,7 @@
 
 namespace redlimit {
 
-/// Something an operator wants to hear about. Subscribe per limiter (MonitorOptions::onEvent: its
+/// Something an operator wants to hear about. Subscribe per limiter (LimiterMonitor::Options::onEvent: its
 /// health) or per Client (ClientOptions::onEvent: the health of every limiter made on it, and the
 /// Client's own script reloads and topology changes, which belong to a connection or a
 /// deployment rather than to one limiter). Switch on `kind` with a default: kinds may be added.

@@ -35,8 +35,8 @@ struct SegmentAccess;
 
 /// Options of a Limiter.
 struct LimiterOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError)
+  LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
 };
 
 /// A Policy applied to any number of keys (a user, an API key, a tenant, "global"), the way

@@ -233,7 +233,7 @@ class MetricsRegistry {
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
-  /// The process-wide registry limiters use unless their MonitorOptions name another.
+  /// The process-wide registry limiters use unless their LimiterMonitor::Options name another.
   [[nodiscard]] static const std::shared_ptr<MetricsRegistry>& global();
 
   /// The counters for `name`: its own while fewer than maxLimiters names have some (or it has

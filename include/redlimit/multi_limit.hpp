@@ -26,10 +26,10 @@ namespace redlimit {
 
 /// Options of one MultiLimit handle.
 struct MultiLimitOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError); the
-                           // limiters' own failure options are not used by the MultiLimit
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
-                           // the limiters' own are not used either
+  FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError); the
+                                    // limiters' own failure options are not used by the MultiLimit
+  LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
+                                    // the limiters' own are not used either
   std::string name;  // the name its metrics and events carry (UTF-8, <= 1024 bytes); empty = the limits' names joined
                      // by '+' ("{t}:user+{t}:tenant")
 };

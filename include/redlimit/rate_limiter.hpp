@@ -34,7 +34,7 @@ struct RateLimiterOptions {
                                                // pool queue up and go to Redis together, as one
                                                // script call deciding each in order; fewer go at
                                                // once, alone (false: one call each)
-  MonitorOptions monitor;                      // metrics (on, into MetricsRegistry::global()), shadow
+  LimiterMonitor::Options monitor;             // metrics (on, into MetricsRegistry::global()), shadow
                                                // mode (off), events
 };
 

@@ -212,7 +212,7 @@ std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, microsec
 }
 
 CalendarCore::CalendarCore(std::shared_ptr<Client> client, std::string name, CalendarQuota quota,
-                           milliseconds keepAlive, FailureOptions failure, const MonitorOptions& monitor)
+                           milliseconds keepAlive, FailureOptions failure, const LimiterMonitor::Options& monitor)
     : client_(std::move(client)),
       name_(std::move(name)),
       quota_(std::move(quota)),

@@ -49,7 +49,7 @@ class CalendarCore : public PermitCore, public std::enable_shared_from_this<Cale
   /// Sends nothing. Throws InvalidArgument for a null client, a bad name, quota, keepAlive
   /// (0..2^32-1 ms: how long a key outlives its window) or failure options.
   CalendarCore(std::shared_ptr<Client> client, std::string name, CalendarQuota quota,
-               std::chrono::milliseconds keepAlive, FailureOptions failure, const MonitorOptions& monitor);
+               std::chrono::milliseconds keepAlive, FailureOptions failure, const LimiterMonitor::Options& monitor);
 
   /// Takes `permits` (1..limit) from the window in force on `key` (the failure gate first: an
   /// outage is the failure policy's), counted. Sent again after a closed connection: it may count

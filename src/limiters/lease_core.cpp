@@ -104,7 +104,7 @@ LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
 }  // namespace
 
 LeaseCore::LeaseCore(std::shared_ptr<Client> client, std::string name, const Policy& policy, FailureOptions failure,
-                     const MonitorOptions& monitor)
+                     const LimiterMonitor::Options& monitor)
     : client_(std::move(client)),
       name_(std::move(name)),
       limit_(policy.limit()),

@@ -31,7 +31,7 @@ class LeaseCore : public KeyCore, public std::enable_shared_from_this<LeaseCore>
   /// The limit and lease TTL of `policy`, a concurrency policy (checked when it was made). Sends
   /// nothing. Throws InvalidArgument for a null client, a bad name or failure options.
   LeaseCore(std::shared_ptr<Client> client, std::string name, const Policy& policy, FailureOptions failure,
-            const MonitorOptions& monitor);
+            const LimiterMonitor::Options& monitor);
 
   /// A lease of `key` for `ttl` if fewer than the limit are held (the failure gate first: an
   /// outage is the failure policy's), counted (shadow mode: a denial let through with a lease

@@ -296,7 +296,7 @@ namespace {
 // The monitor of a handle whose arguments pass the checks (made only then: a refused name must not
 // take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
-                              const MonitorOptions& options) {
+                              const LimiterMonitor::Options& options) {
   if (!client) throw InvalidArgument("redlimit: RateLimiter needs a Client");
   checkName(name);
   checkClientId(client->clientId());

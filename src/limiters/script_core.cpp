@@ -118,14 +118,14 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
 // must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
-                              const MonitorOptions& monitor) {
+                              const LimiterMonitor::Options& monitor) {
   if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
   checkLimiterName(name, kMaxNameLength);
   return LimiterMonitor(name, monitor, client->options().onEvent);
 }
 
 ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-                       const MonitorOptions& monitor, const Script& script, char kind,
+                       const LimiterMonitor::Options& monitor, const Script& script, char kind,
                        std::shared_ptr<const KeyedPolicy> policy)
     : client_(std::move(client)),
       name_(std::move(name)),

@@ -35,8 +35,9 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   /// reservation records live in redlimit's own namespace, where no caller's key can reach
   /// (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument for a null client, a bad name or
   /// bad failure options.
-  ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
-             const Script& script, char kind, std::shared_ptr<const KeyedPolicy> policy);
+  ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
+             const LimiterMonitor::Options& monitor, const Script& script, char kind,
+             std::shared_ptr<const KeyedPolicy> policy);
 
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).

@@ -518,7 +518,7 @@ TEST_F(LimiterLeases, ShadowModeLetsADenialThroughWithoutTakingAPlace) {
   LimiterOptions options;
   options.monitor.shadow = true;
   std::atomic<int> reported{0};
-  options.monitor.onShadowDenial = [&](const ShadowDenial&) { reported.fetch_add(1); };
+  options.monitor.onShadowDenial = [&](const LimiterMonitor::ShadowDenial&) { reported.fetch_add(1); };
   Limiter cl = leases(1, milliseconds(10000), options);
   const LeaseDecision first = cl.acquireLease(kKey);
   ASSERT_TRUE(first.decision.allowed);

@@ -143,10 +143,10 @@ TEST_F(Metrics, AScriptFlushIsAScriptReloadEventOfTheClientAndNoCallFails) {
 TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndReportsNinety) {
   auto registry = std::make_shared<MetricsRegistry>();
   std::atomic<int> hook{0};
-  MonitorOptions shadow;
+  LimiterMonitor::Options shadow;
   shadow.registry = registry;
   shadow.shadow = true;
-  shadow.onShadowDenial = [&](const ShadowDenial& d) {
+  shadow.onShadowDenial = [&](const LimiterMonitor::ShadowDenial& d) {
     if (d.permits == 1 && !d.byPolicy) hook.fetch_add(1);
   };
 

@@ -195,11 +195,11 @@ TEST(ErrorKind, EachErrorKindHasItsLabel) {
 
 TEST(LimiterMonitor, ShadowModeAllowsCountsAndReportsEachDenial) {
   auto registry = std::make_shared<MetricsRegistry>();
-  std::vector<ShadowDenial> seen;
-  MonitorOptions o;
+  std::vector<LimiterMonitor::ShadowDenial> seen;
+  LimiterMonitor::Options o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&](const ShadowDenial& d) { seen.push_back(d); };
+  o.onShadowDenial = [&](const LimiterMonitor::ShadowDenial& d) { seen.push_back(d); };
   const LimiterMonitor m("s", o);
   EXPECT_TRUE(m.admit(true, 2));
   EXPECT_TRUE(m.admit(false, 3, microseconds(1500)));
@@ -221,7 +221,7 @@ TEST(LimiterMonitor, ShadowModeAllowsCountsAndReportsEachDenial) {
   EXPECT_EQ(s.shadowDenied, 2u);
 
   // Without shadow mode a denial stays one; with metrics off nothing is registered.
-  MonitorOptions plain;
+  LimiterMonitor::Options plain;
   plain.registry = registry;
   plain.metrics = false;
   const LimiterMonitor off("off", plain);
@@ -284,7 +284,7 @@ SegmentOptions segmentOf(std::int64_t size) {
 TEST(SegmentMetrics, HitsAndRefillsAreCountedWithTheSourcesMonitor) {
   ManualClock clock{std::chrono::seconds(100)};
   auto registry = std::make_shared<MetricsRegistry>();
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = registry;
   auto source = std::make_shared<WindowSource>(clock, 10, LimiterMonitor("seg", o));
   WindowLimiter rl(source, segmentOf(5), ClockRef<ManualClock>(clock));
@@ -304,10 +304,10 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
   auto registry = std::make_shared<MetricsRegistry>();
   int hook = 0;
   std::vector<microseconds> waits;
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&](const ShadowDenial& d) {
+  o.onShadowDenial = [&](const LimiterMonitor::ShadowDenial& d) {
     ++hook;
     waits.push_back(d.retryAfter);
   };
@@ -336,11 +336,11 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
 }
 
 // The in-process limiters (redlimit::local): the same monitor, set before use.
-MonitorOptions shadowInto(const std::shared_ptr<MetricsRegistry>& registry, int& hook) {
-  MonitorOptions o;
+LimiterMonitor::Options shadowInto(const std::shared_ptr<MetricsRegistry>& registry, int& hook) {
+  LimiterMonitor::Options o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&hook](const ShadowDenial&) { ++hook; };
+  o.onShadowDenial = [&hook](const LimiterMonitor::ShadowDenial&) { ++hook; };
   return o;
 }
 
@@ -397,7 +397,7 @@ TEST(LocalShadowMode, AGuavaLimiterOfTenPerSecondOfferedAHundredCallsAllowsAllAn
 TEST(LocalShadowMode, WithoutShadowModeTheLocalLimitersCountAndStillRefuse) {
   ManualClock clock{std::chrono::seconds(100)};
   auto registry = std::make_shared<MetricsRegistry>();
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = registry;
   BasicLocalTokenBucket<ClockRef<ManualClock>> bucket(2, 1, std::chrono::seconds(1), ClockRef<ManualClock>(clock));
   bucket.setMonitor(LimiterMonitor("plain", o));
