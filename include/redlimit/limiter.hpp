@@ -111,11 +111,11 @@ class Limiter {
   /// `recordTtl`: settle(key, id, actual) later keeps `actual` and gives the rest back, once. A
   /// second reserveFor of the id answers the first's decision (Decision::repeated). When the
   /// failure policy decides (byPolicy) nothing is recorded, and a settle of the id answers
-  /// SettleStatus::Unknown. Not for a smooth policy (InvalidArgument before sending).
+  /// Settlement::Status::Unknown. Not for a smooth policy (InvalidArgument before sending).
   [[nodiscard]] Decision reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                                     std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   /// Settles the reservation `id` of `key`: keeps `actual` (0..kMaxPermits), gives back the rest;
-  /// a settle of a settled reservation changes nothing (SettleStatus::AlreadySettled).
+  /// a settle of a settled reservation changes nothing (Settlement::Status::AlreadySettled).
   Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
   /// settle(key, id, 0).
   Settlement cancel(std::string_view key, const std::string& id);

@@ -807,7 +807,7 @@ MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std:
     out.unpaid = std::max(out.unpaid, one.unpaid);
     out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
   }
-  if (out.status == SettleStatus::Settled) {
+  if (out.status == Settlement::Status::Settled) {
     monitor.reservationSettled();
     if (out.returned > 0) monitor.refunded(out.returned);  // what came back to every limit
   }

@@ -101,14 +101,14 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
   }
   Settlement out;
   out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
-  if (out.status == SettleStatus::Unknown) return out;
+  if (out.status == Settlement::Status::Unknown) return out;
   out.reserved = r.elements[1].asInteger();
   out.actual = r.elements[2].asInteger();
   out.returned = r.elements[3].asInteger();
   out.charged = r.elements[4].asInteger();
   out.unpaid = r.elements[5].asInteger();
   out.remaining = r.elements[6].asInteger();
-  if (out.status == SettleStatus::Settled) {
+  if (out.status == Settlement::Status::Settled) {
     monitor.reservationSettled();
     if (out.returned > 0) monitor.refunded(out.returned);
   }

@@ -485,9 +485,9 @@ TEST(Cluster, ReservationRecordsShareTheirKeysSlot) {
     ASSERT_TRUE(rl.reserveFor(key, 6, id).allowed);
     EXPECT_TRUE(rl.reserveFor(key, 6, id).repeated);
     const Settlement s = rl.settle(key, id, 2);
-    EXPECT_EQ(s.status, SettleStatus::Settled);
+    EXPECT_EQ(s.status, Settlement::Status::Settled);
     EXPECT_EQ(s.returned, 4);
-    EXPECT_EQ(rl.settle(key, id, 2).status, SettleStatus::AlreadySettled);
+    EXPECT_EQ(rl.settle(key, id, 2).status, Settlement::Status::AlreadySettled);
     EXPECT_EQ(rl.peek(key).remaining, 8);
   }
   EXPECT_GE(slots.size(), 8u);

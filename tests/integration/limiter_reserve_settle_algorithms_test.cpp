@@ -59,7 +59,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleRetriedAfterClientKillGivesBack
       EXPECT_EQ(s.charged, 0);
       EXPECT_EQ(s.unpaid, 0);
       EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
-      (s.status == SettleStatus::Settled ? settled : again)++;
+      (s.status == Settlement::Status::Settled ? settled : again)++;
     } catch (const IoError&) {
       ++failed;  // the kill can still be in flight: a retry follows
     }
@@ -94,7 +94,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ParallelReserveAndSettleKeepUsedEqual
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
         if (!rl.reserveFor("k", reserved, id).allowed) ++problems;
         const Settlement s = rl.settle("k", id, actual);
-        const bool exact = s.status == SettleStatus::Settled && s.unpaid == 0 &&
+        const bool exact = s.status == Settlement::Status::Settled && s.unpaid == 0 &&
                            s.returned == std::max<std::int64_t>(0, reserved - actual) &&
                            s.charged == std::max<std::int64_t>(0, actual - reserved);
         if (!exact) ++problems;
@@ -155,17 +155,17 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleOfAnUnknownIdChangesNothing) {
   ASSERT_TRUE(rl.tryAcquire("k", 4));
   const std::string before = keyState(this->admin(), rl.redisKey("k"));
   const Settlement s = rl.settle("k", "never", 0);
-  EXPECT_EQ(s.status, SettleStatus::Unknown);
+  EXPECT_EQ(s.status, Settlement::Status::Unknown);
   EXPECT_EQ(s.reserved, 0);
   EXPECT_EQ(s.returned, 0);
-  EXPECT_EQ(rl.cancel("k", "never").status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.cancel("k", "never").status, Settlement::Status::Unknown);
   EXPECT_EQ(keyState(this->admin(), rl.redisKey("k")), before);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "never")));
 
   // An expired record: the reservation stays counted as fully used.
   ASSERT_TRUE(rl.reserveFor("k", 2, "brief", milliseconds(1)).allowed);
   for (int i = 0; i < 200 && exists(this->admin(), rl.recordKey("k", "brief")); ++i) sleepMs(2);
-  EXPECT_EQ(rl.settle("k", "brief", 0).status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.settle("k", "brief", 0).status, Settlement::Status::Unknown);
   EXPECT_EQ(rl.peek("k").remaining, 4);
 }
 
@@ -179,7 +179,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
   auto rl = this->limiter(config);
   ASSERT_TRUE(rl.reserveFor("k", 4, "big").allowed);
   const Settlement s = rl.settle("k", "big", 30);
-  EXPECT_EQ(s.status, SettleStatus::Settled);
+  EXPECT_EQ(s.status, Settlement::Status::Settled);
   EXPECT_EQ(s.returned, 0);
   EXPECT_EQ(s.charged, 16);
   EXPECT_EQ(s.unpaid, 10);
@@ -193,7 +193,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
   ASSERT_TRUE(rl.reserveFor("k", 4, "small").allowed);
   rl.refund("k", 4);
   const Settlement back = rl.cancel("k", "small");
-  EXPECT_EQ(back.status, SettleStatus::Settled);
+  EXPECT_EQ(back.status, Settlement::Status::Settled);
   EXPECT_EQ(back.returned, 0);
   EXPECT_EQ(back.remaining, 10);
 }
@@ -394,7 +394,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveB
       const Settlement s = rl.settleAsync("k", "req-1", 10).get();
       EXPECT_EQ(s.returned, 30);
       EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
-      (s.status == SettleStatus::Settled ? settled : again)++;
+      (s.status == Settlement::Status::Settled ? settled : again)++;
     } catch (const IoError&) {
       ++failed;
     }
@@ -474,7 +474,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialTh
   EXPECT_TRUE(over.allowed);
   EXPECT_TRUE(over.shadowDenied);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "over")));
-  EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, Settlement::Status::Unknown);
   const LimiterMetrics::Snapshot m = options.monitor.registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.granted, 1u);
@@ -515,7 +515,7 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     EXPECT_EQ(byPolicy, policy == FailurePolicy::Throw ? 0 : kTries);
     auto [settled, settleError] =
         viaCallback<Settlement>([&](auto done) { rl.settleAsync("k", "before", 0, std::move(done)); });
-    EXPECT_EQ(settled.status, SettleStatus::Unknown);
+    EXPECT_EQ(settled.status, Settlement::Status::Unknown);
     EXPECT_THROW(std::rethrow_exception(settleError), IoError);
     EXPECT_THROW((void)rl.settleAsync("k", "before", 0).get(), IoError);
     const LimiterMetrics::Snapshot m = options.monitor.registry->snapshot("policy");
@@ -529,7 +529,7 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     }
     server.restart();  // no persistence: it comes back empty
     ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));
-    EXPECT_EQ(rl.settleAsync("k", "during", 0).get().status, SettleStatus::Unknown);
+    EXPECT_EQ(rl.settleAsync("k", "during", 0).get().status, Settlement::Status::Unknown);
   }
 }
 
@@ -562,6 +562,6 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
     server.restart();  // no persistence: it comes back empty
     ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));
-    EXPECT_EQ(rl.settle("k", "during", 0).status, SettleStatus::Unknown);
+    EXPECT_EQ(rl.settle("k", "during", 0).status, Settlement::Status::Unknown);
   }
 }

@@ -76,7 +76,7 @@ TYPED_TEST(LimiterReserveSettle, ARecordPerKeyAndIdAndASettleRetriedAfterClientK
       const Settlement s = rl.settle("user:1", "r", 2);
       EXPECT_EQ(s.returned, 4);
       EXPECT_EQ(s.remaining, 8);
-      settled += s.status == SettleStatus::Settled ? 1 : 0;
+      settled += s.status == Settlement::Status::Settled ? 1 : 0;
     } catch (const IoError&) {
     }
   }
@@ -85,7 +85,7 @@ TYPED_TEST(LimiterReserveSettle, ARecordPerKeyAndIdAndASettleRetriedAfterClientK
   EXPECT_EQ(rl.peek("user:2").remaining, 4);
   EXPECT_EQ(rl.cancel("user:2", "r").returned, 6);
   EXPECT_EQ(rl.peek("user:2").remaining, 10);
-  EXPECT_EQ(rl.settle("user:1", "nope", 1).status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.settle("user:1", "nope", 1).status, Settlement::Status::Unknown);
   const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.reservationsSettled, 2u);
@@ -116,7 +116,7 @@ TYPED_TEST(LimiterReserveSettle, AKeySpelledLikeARecordKeyIsAKeyOfItsOwn) {
   EXPECT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
   EXPECT_TRUE(exists(this->admin(), record));
-  EXPECT_EQ(rl.settle(owner, "req-2", 6).status, SettleStatus::Settled);
+  EXPECT_EQ(rl.settle(owner, "req-2", 6).status, Settlement::Status::Settled);
 }
 
 // The async forms: the same answers without waiting; bad input reaches the callback before
@@ -140,7 +140,7 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
     try {
       const Settlement s = rl.settleAsync("user:1", "r", 2).get();
       EXPECT_EQ(s.returned, 4);
-      settled += s.status == SettleStatus::Settled ? 1 : 0;
+      settled += s.status == Settlement::Status::Settled ? 1 : 0;
     } catch (const IoError&) {
     }
   }

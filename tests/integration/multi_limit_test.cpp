@@ -583,7 +583,7 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
   EXPECT_EQ(onU.reservationKey("order-1").rfind("rl::mrsv:order-1:", 0), 0u) << onU.reservationKey("order-1");
   ASSERT_TRUE(onU.reserveFor(4, "order-1").allowed);
   EXPECT_EQ(a.peek("u").remaining, 5);
-  EXPECT_EQ(onU.settle("order-1", 1).status, SettleStatus::Settled);
+  EXPECT_EQ(onU.settle("order-1", 1).status, Settlement::Status::Settled);
   EXPECT_EQ(a.peek("u").remaining, 8);
   EXPECT_EQ(b.peek("u").remaining, 8);
 }
