@@ -329,7 +329,7 @@ int main(int argc, char** argv) try {
     SegmentOptions options;
     options.segmentSize = RateLimiter::kMaxRate;  // one refill for the whole run
     gSegment = std::make_unique<SegmentedRateLimiter<RateLimiter>>(segmentSource, options);
-    RateLimiterOptions noMetrics;
+    RateLimiter::Options noMetrics;
     noMetrics.monitor.metrics = false;
     gRemoteNoMetrics = std::make_shared<RateLimiter>(gClient, "bench:remote", noMetrics);
     auto plainSource = std::make_shared<RateLimiter>(gClient, "bench:segment-no-metrics", noMetrics);

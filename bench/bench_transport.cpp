@@ -183,9 +183,9 @@ PhaseClient makeClient(bool tls) {
   return out;
 }
 
-// `coalesce`: RateLimiterOptions::coalesce (the default is on; the one-by-one rows turn it off).
+// `coalesce`: RateLimiter::Options::coalesce (the default is on; the one-by-one rows turn it off).
 RateLimiter freshLimiter(const std::shared_ptr<redlimit::Client>& client, bool coalesce = false) {
-  redlimit::RateLimiterOptions options;
+  redlimit::RateLimiter::Options options;
   options.coalesce = coalesce;
   RateLimiter limiter(client, freshName("hot"), options);
   limiter.setRate(RateType::Overall, kHuge, kHour);

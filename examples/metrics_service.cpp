@@ -62,7 +62,7 @@ int main(int argc, char** argv) try {
   auto client = redlimit::Client::fromUri(uri);
   // The limit being rolled out: 20 per second, in shadow mode. Every call is decided and counted
   // (redlimit_decisions_total, redlimit_shadow_denials_total) but let through.
-  redlimit::RateLimiterOptions options;
+  redlimit::RateLimiter::Options options;
   options.monitor.shadow = true;
   options.failure.policy = redlimit::FailurePolicy::Allow;  // and through an outage too
   redlimit::RateLimiter limiter(client, "metrics-service:api", options);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
@@ -32,12 +33,6 @@ class KeyCore;
 template <class Source>
 struct SegmentAccess;
 }  // namespace detail
-
-/// Options of a Limiter.
-struct LimiterOptions {
-  FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError)
-  LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
-};
 
 /// A Policy applied to any number of keys (a user, an API key, a tenant, "global"), the way
 /// redis_rate's Limiter and Bucket4j's proxy manager are: each call names its key and carries the
@@ -72,6 +67,12 @@ struct LimiterOptions {
 /// a call").
 class Limiter {
  public:
+  /// Options of a Limiter.
+  struct Options {
+    FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError)
+    LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  };
+
   /// How an asynchronous call ends: its answer (error == nullptr) or the exception the sync call
   /// would have thrown. Called exactly once, on the Client's I/O thread, or on the calling thread
   /// before the call returns when it was decided without Redis. Must not block or make sync calls
@@ -84,7 +85,11 @@ class Limiter {
 
   /// Sends nothing. Throws InvalidArgument for a null client, a bad name (1..1024 bytes of UTF-8,
   /// no ':') and bad failure options.
-  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options = {});
+  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, Options options);
+  /// As above with the default Options (an overload, not a default argument: a nested type's
+  /// default member initializers are not usable inside its enclosing class, CWG 1397).
+  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy)
+      : Limiter(std::move(client), std::move(name), std::move(policy), Options{}) {}
 
   /// Takes `permits` from `key` if available now, and says what remains and when to retry. Never
   /// waits. When Redis cannot be asked, the failure policy decides (Decision::byPolicy).

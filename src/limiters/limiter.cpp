@@ -51,7 +51,7 @@ std::string checkedName(std::string name) {
 
 }  // namespace
 
-Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
+Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, Limiter::Options options)
     : policy_(std::move(policy)) {
   if (policy_.kind() == Policy::Kind::Calendar) {
     permits_ = std::make_shared<detail::CalendarCore>(

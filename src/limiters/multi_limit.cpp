@@ -79,7 +79,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // What every key set of one MultiLimit shares: its failure gate (and metrics), and what the
   // replies told of its limits.
   struct State {
-    State(const std::string& label, const MultiLimitOptions& options, LimiterMonitor monitor, std::size_t count)
+    State(const std::string& label, const MultiLimit::Options& options, LimiterMonitor monitor, std::size_t count)
         : gate(label, options.failure, ClockView{}, std::move(monitor)),
           knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(count)) {
       for (std::size_t i = 0; i < count; ++i) knownLimits[i].store(0, std::memory_order_relaxed);
@@ -95,7 +95,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
        std::vector<std::string> configs, std::vector<Policy> leaseConfigs,
        std::shared_ptr<detail::CalendarTables> tables, std::int64_t maxPermits, std::string label,
-       const MultiLimitOptions& options)
+       const MultiLimit::Options& options)
       : client_(std::move(client)),
         names_(std::move(names)),
         kinds_(std::move(kinds)),
@@ -225,8 +225,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   detail::ScriptRequest settleRequest(std::int64_t actual, const std::string& recordKey) const;
   static MultiSettlement parseSettlement(const std::string& label, std::size_t count, const Reply& r,
                                          const LimiterMonitor& monitor);
-  // MultiLimitOptions::name, or the limits' names joined by '+'.
-  std::string metricsName(const MultiLimitOptions& options) const {
+  // MultiLimit::Options::name, or the limits' names joined by '+'.
+  std::string metricsName(const MultiLimit::Options& options) const {
     if (!options.name.empty()) return options.name;
     std::string joined;
     for (const std::string& n : names_) joined += (joined.empty() ? "" : "+") + n;
@@ -481,7 +481,7 @@ void MultiLimit::Core::leaseCallAsync(std::string_view op, const Lease& lease, s
 
 // --- The handle -------------------------------------------------------------------------------
 
-MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimitOptions& options) {
+MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Options& options) {
   if (limits.empty() || limits.size() > kMaxLimits) {
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));

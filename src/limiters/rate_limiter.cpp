@@ -179,7 +179,7 @@ std::string suffixName(const std::string& name, const std::string& suffix) {
 
 class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl> {
  public:
-  Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options);
+  Impl(std::shared_ptr<Client> client, std::string name, RateLimiter::Options options);
   // Acquisitions still queued for coalescing end with ClosedError.
   ~Impl();
 
@@ -223,7 +223,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   static void finish(Impl* self, Pending& attempt, detail::AcquireResult result, std::exception_ptr error) noexcept;
   void send(const std::shared_ptr<Pending>& attempt);
   // Sends `attempt`, or queues it while this handle has a group in flight on each connection
-  // (RateLimiterOptions::coalesce).
+  // (RateLimiter::Options::coalesce).
   void dispatch(std::shared_ptr<Pending> attempt);
   // Sends a group of queued whole acquisitions: alone with acquire.lua, together with acquire_batch.lua.
   void sendGroup(std::vector<std::shared_ptr<Pending>> group);
@@ -273,7 +273,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
 
   std::shared_ptr<Client> client_;
   std::string name_;
-  RateLimiterOptions options_;
+  RateLimiter::Options options_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> keyViews_;
   // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
@@ -286,7 +286,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
-  // The coalescing queue (RateLimiterOptions::coalesce): whole acquisitions that arrive while a
+  // The coalescing queue (RateLimiter::Options::coalesce): whole acquisitions that arrive while a
   // group is in flight on each connection go together as one acquire_batch.lua call
   // (limiters/batcher.hpp).
   detail::Batcher<std::shared_ptr<Pending>> coalescing_;
@@ -304,7 +304,7 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 }
 }  // namespace
 
-RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiter::Options options)
     : client_(std::move(client)),
       name_(std::move(name)),
       options_(std::move(options)),
@@ -867,7 +867,7 @@ bool RateLimiter::Impl::deleteLimiter() {
 
 // --- The handle: forwards to the shared state ----------------------------------------------------
 
-RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiter::Options options)
     : impl_(std::make_shared<Impl>(std::move(client), std::move(name), std::move(options))) {}
 
 bool RateLimiter::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {

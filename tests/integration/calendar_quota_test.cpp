@@ -95,8 +95,8 @@ Settlement settlementOf(const Reply& r) {
 }
 
 // Options whose metrics go to `registry`.
-LimiterOptions countedIn(const std::shared_ptr<MetricsRegistry>& registry) {
-  LimiterOptions o;
+Limiter::Options countedIn(const std::shared_ptr<MetricsRegistry>& registry) {
+  Limiter::Options o;
   o.monitor.registry = registry;
   return o;
 }
@@ -297,7 +297,7 @@ TEST_F(LimiterCalendar, UnreachableRedisIsDecidedByThePolicyForEveryKey) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     Limiter rl(c, "policy", berlinCalendar(3, CalendarUnit::Day), options);
@@ -388,7 +388,7 @@ TEST_F(LimiterCalendar, AsyncDecisionsOfAnUnreachableRedisAreDecidedByThePolicy)
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     Limiter rl(c, "policy", berlinCalendar(3, CalendarUnit::Day), options);
     ASSERT_TRUE(rl.decideAsync("k").get().allowed);

@@ -204,7 +204,7 @@ TEST_F(ConnectionLayer, LimiterRetriesOnceAfterTheServerClosedTheConnection) {
 }
 
 TEST_F(ConnectionLayer, ServerRestartIsAnIoErrorThenWorksAgain) {
-  RateLimiterOptions options;
+  RateLimiter::Options options;
   options.failure.probeInterval = milliseconds(50);
   RateLimiter rl(client(), name(), options);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 3, milliseconds(5000)));

@@ -71,8 +71,8 @@ void expectThrow(ErrorKind kind, Call&& call, const std::function<void(const E&)
 struct Events {
   std::mutex mutex;
   std::vector<HealthEvent> seen;
-  RateLimiterOptions options(FailurePolicy policy) {
-    RateLimiterOptions o;
+  RateLimiter::Options options(FailurePolicy policy) {
+    RateLimiter::Options o;
     o.failure.policy = policy;
     o.failure.probeInterval = milliseconds(50);
     o.failure.onHealthChange = [this](const HealthEvent& e) {

@@ -50,7 +50,7 @@ const std::string kKey = "k";
 class LimiterLeases : public RedisTest {
  protected:
   // A Limiter of this test under Policy::concurrency(limit, leaseTtl).
-  Limiter leases(std::int64_t limit, milliseconds leaseTtl, LimiterOptions options = {}) {
+  Limiter leases(std::int64_t limit, milliseconds leaseTtl, Limiter::Options options = {}) {
     return Limiter(client(), limiterName(), Policy::concurrency(limit, leaseTtl), std::move(options));
   }
   std::int64_t zcard(const std::string& redisKey) { return raw({"ZCARD", redisKey}).integer; }
@@ -306,7 +306,7 @@ TEST_F(LimiterLeases, UnreachableRedisIsDecidedByThePolicy) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     std::atomic<int> degraded{0};
@@ -417,7 +417,7 @@ TEST_F(LimiterLeases, AsyncAcquisitionsOfAnUnreachableRedisAreDecidedByThePolicy
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     Limiter cl(c, "policy", Policy::concurrency(3, milliseconds(60000)), options);
@@ -515,7 +515,7 @@ TEST_F(LimiterLeases, ThreeProcessesOfFourThreadsNeverHoldMoreThanTheLimit) {
 }
 
 TEST_F(LimiterLeases, ShadowModeLetsADenialThroughWithoutTakingAPlace) {
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.shadow = true;
   std::atomic<int> reported{0};
   options.monitor.onShadowDenial = [&](const LimiterMonitor::ShadowDenial&) { reported.fetch_add(1); };

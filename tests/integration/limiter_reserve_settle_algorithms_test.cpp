@@ -29,7 +29,7 @@ class LimiterReserveSettleAlgorithms : public RedisTest {
   }
   /// A Limiter of `policy` with its own metrics registry, so counts are this test's.
   Limiter limiter(const Policy& policy, const std::shared_ptr<MetricsRegistry>& registry = nullptr) {
-    LimiterOptions options;
+    Limiter::Options options;
     options.monitor.registry = registry;
     return Limiter(this->client(), this->limiterName(), policy, options);
   }
@@ -299,7 +299,7 @@ void expectSameSettlement(const Settlement& async, const Settlement& sync) {
 TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   auto syncRegistry = std::make_shared<MetricsRegistry>(), asyncRegistry = std::make_shared<MetricsRegistry>();
   auto sync = this->limiter(this->frozenPolicy(10), syncRegistry);
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.registry = asyncRegistry;
   Limiter async(this->client(), this->limiterName("async"), this->frozenPolicy(10), options);
 
@@ -463,7 +463,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncBadInputIsRefusedBeforeSending) 
 // (10) Shadow mode: a refused reserveForAsync comes back allowed (shadowDenied), records nothing,
 // and counts as the sync form does.
 TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialThrough) {
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.registry = std::make_shared<MetricsRegistry>();
   options.monitor.shadow = true;
   Limiter rl(this->client(), this->limiterName(), this->frozenPolicy(3), options);
@@ -489,7 +489,7 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
@@ -540,7 +540,7 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();

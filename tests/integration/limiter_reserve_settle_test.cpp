@@ -40,7 +40,7 @@ class LimiterReserveSettle : public RedisTest {
  protected:
   // The policy's limiter named `suffix`, with its own metrics registry (so counts are this test's).
   Limiter limiter(const std::string& suffix, const std::shared_ptr<MetricsRegistry>& registry) {
-    LimiterOptions options;
+    Limiter::Options options;
     options.monitor.registry = registry;
     return Limiter(this->client(), limiterName(suffix), P::make(), options);
   }
@@ -163,7 +163,7 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
   EXPECT_EQ(this->scriptCalls(), start) << "nothing sent";
 
   RedisServer server;
-  LimiterOptions allow;
+  Limiter::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   Limiter gone(shortTimeoutClient(server), "gone", TypeParam::make(), allow);
   ASSERT_TRUE(gone.reserveForAsync("k", 1, "a").get().allowed);

@@ -171,7 +171,7 @@ TYPED_TEST(LimiterPolicies, ExistsSaysWhetherTheKeyHasStateAndWritesNothing) {
 
 TYPED_TEST(LimiterPolicies, PeekRefundAndDeleteKeyAsyncAnswerAsTheirSyncForms) {
   auto registry = std::make_shared<MetricsRegistry>();
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.registry = registry;
   Limiter limiter(this->client(), this->limiterName(), TypeParam::make(), options);
   const std::int64_t limit = limiter.policy().limit();

@@ -35,7 +35,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
   co.onEvent = clientEvents.callback();
   auto client = Client::create(co);
   auto registry = std::make_shared<MetricsRegistry>();
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.failure.policy = FailurePolicy::Deny;
   o.failure.probeInterval = milliseconds(20);
   o.monitor.registry = registry;
@@ -107,7 +107,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
 TEST_F(Metrics, AConfigurationErrorIsAnEventWithItsCause) {
   EventLog events;
   auto registry = std::make_shared<MetricsRegistry>();
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.failure.policy = FailurePolicy::Allow;
   o.monitor.registry = registry;
   o.monitor.onEvent = events.callback();
@@ -125,7 +125,7 @@ TEST_F(Metrics, AScriptFlushIsAScriptReloadEventOfTheClientAndNoCallFails) {
   co.connection = parseUri(server().uri());
   co.onEvent = clientEvents.callback();
   auto client = Client::create(co);
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.monitor.onEvent = limiterEvents.callback();
   RateLimiter rl(client, name(), o);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 100, milliseconds(60000)));
@@ -150,11 +150,11 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
     if (d.permits == 1 && !d.byPolicy) hook.fetch_add(1);
   };
 
-  RateLimiterOptions ro;
+  RateLimiter::Options ro;
   ro.monitor = shadow;
   RateLimiter rl(client(), name("redisson"), ro);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(10000)));
-  LimiterOptions to;
+  Limiter::Options to;
   to.monitor = shadow;
   // A burst of 10, refilled over 10 s: a bucket refills continuously (at 10 per 1000 ms one token
   // every 100 ms, and the 100 calls take longer than that under TSan), so at one per second no
@@ -206,7 +206,7 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
 
 TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   auto registry = std::make_shared<MetricsRegistry>();
-  LimiterOptions to;
+  Limiter::Options to;
   to.monitor.registry = registry;
   const Policy cfg = Policy::tokenBucket(3, 1, milliseconds(60000));
   Limiter a(client(), limiterName("a"), cfg, to);
@@ -219,7 +219,7 @@ TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   EXPECT_EQ(sa.denied, 2u);
   EXPECT_EQ(sa.roundTrips, 5u);
 
-  MultiLimitOptions mo;
+  MultiLimit::Options mo;
   mo.monitor.registry = registry;
   mo.name = "both";
   MultiLimit both = MultiLimit({a, b}, mo).on({"k", "k"});
@@ -235,7 +235,7 @@ TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
 // MultiLimit counts its own refunds.
 TEST_F(Metrics, RefundsAreCountedUnderTheLimiterThatMadeThem) {
   auto registry = std::make_shared<MetricsRegistry>();
-  LimiterOptions to;
+  Limiter::Options to;
   to.monitor.registry = registry;
   const Policy cfg = Policy::tokenBucket(20, 1, milliseconds(60000));
   Limiter bucket(client(), limiterName("bucket"), cfg, to);
@@ -247,7 +247,7 @@ TEST_F(Metrics, RefundsAreCountedUnderTheLimiterThatMadeThem) {
   EXPECT_EQ(s.permitsRefunded, 2u);
 
   Limiter other(client(), limiterName("other"), cfg, to);
-  MultiLimitOptions mo;
+  MultiLimit::Options mo;
   mo.monitor.registry = registry;
   mo.name = "both-refund";
   MultiLimit both = MultiLimit({bucket, other}, mo).on({"k", "k"});

@@ -482,7 +482,7 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
     auto c = shortTimeoutClient(server);
     Limiter wide(c, "wide", bucket(10, 10, milliseconds(60000)));
     Limiter tight(c, "tight", gcra(3, 3, milliseconds(60000)));
-    MultiLimitOptions options;
+    MultiLimit::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     std::atomic<int> degraded{0};

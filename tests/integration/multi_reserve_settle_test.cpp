@@ -32,8 +32,8 @@ class MultiReserveSettle : public RedisTest {
  protected:
   /// A key of this test in its one hash tag.
   std::string key(const std::string& suffix) { return "{" + name("mrs") + "}:" + suffix; }
-  MultiLimitOptions options(const std::shared_ptr<MetricsRegistry>& registry) {
-    MultiLimitOptions o;
+  MultiLimit::Options options(const std::shared_ptr<MetricsRegistry>& registry) {
+    MultiLimit::Options o;
     o.monitor.registry = registry;
     o.name = "multi";
     return o;
@@ -292,7 +292,7 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     auto client = shortTimeoutClient(server);
     Limiter gcra(client, "gcra", frozenGcra(5));
     Limiter window(client, "window", frozenWindow(5));
-    MultiLimitOptions options;
+    MultiLimit::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();

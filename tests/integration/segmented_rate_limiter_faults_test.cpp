@@ -151,7 +151,7 @@ TEST_F(SegmentedRateLimiterFaults, WaitersForAStuckRefillGetThePolicysAnswer) {
     co.connection.commandTimeout = milliseconds(3000);  // the leader stays stuck well past refillWait
     auto client = Client::create(co);
     auto admin = Client::create(co);
-    RateLimiterOptions lo;
+    RateLimiter::Options lo;
     lo.failure.policy = policy;
     const std::string limiterName = "stuck-refill";
     auto source = std::make_shared<RateLimiter>(client, limiterName, lo);

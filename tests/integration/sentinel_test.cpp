@@ -126,7 +126,7 @@ void expectRefusedUnderEveryPolicy(const std::string& uri, const std::string& sa
                                    const std::vector<std::string>& secrets) {
   auto client = Client::fromUri(uri);
   for (const FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
-    RateLimiterOptions options;
+    RateLimiter::Options options;
     options.failure.policy = policy;
     RateLimiter rl(client, "sentinel:refused", options);
     for (int k = 0; k < 3; ++k) {

@@ -309,7 +309,7 @@ TEST(TransportTls, RedissToAPlainPortIsATlsErrorUnderEveryPolicy) {
     co.connection.connectTimeout = milliseconds(3000);
     co.connection.commandTimeout = milliseconds(3000);
     auto client = Client::create(co);
-    RateLimiterOptions ro;
+    RateLimiter::Options ro;
     ro.failure.policy = policy;
     RateLimiter rl(client, "rediss-to-plain", ro);
     for (int i = 0; i < 3; ++i) {  // new connections each time: both ways a plain port can answer
@@ -361,7 +361,7 @@ TEST(TransportTls, CertificateErrorsDoNotRecommendVerifyPeerOff) {
   co.connection.tls.caFile = certs.otherCaFile;
   co.connection.connectTimeout = milliseconds(2000);
   co.connection.commandTimeout = milliseconds(2000);
-  RateLimiterOptions ro;
+  RateLimiter::Options ro;
   ro.failure.policy = FailurePolicy::Allow;
   RateLimiter rl(Client::create(co), "untrusted-certificate", ro);
   try {
@@ -400,7 +400,7 @@ TEST(Client, ABlockingCallbackIsItsOwnCauseNotAnOutage) {
     events.push_back(e);
   };
   auto client = Client::create(co);
-  RateLimiterOptions ro;
+  RateLimiter::Options ro;
   ro.failure.policy = FailurePolicy::Deny;
   RateLimiter blocker(client, "blocking-callback:blocker", ro);
   RateLimiter other(client, "blocking-callback:other", ro);

@@ -83,7 +83,7 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, lease); }, "Limiter under a concurrency policy");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, quota); }, "Limiter under a calendar policy");
-  redlimit::MultiLimitOptions named;
+  redlimit::MultiLimit::Options named;
   named.name = bad;
   const redlimit::Limiter good(client, "api", redlimit::Policy::perSecond(10));
   refusedAsNotUtf8([&] { redlimit::MultiLimit m({good}, named); }, "MultiLimit");
