@@ -26,10 +26,6 @@ namespace redlimit {
 namespace detail {
 class FailureGate;
 class ScriptCore;
-class LeaseCore;
-class CalendarCore;
-class PermitCore;
-class KeyCore;
 template <class Source>
 struct SegmentAccess;
 }  // namespace detail
@@ -225,10 +221,7 @@ class Limiter {
   void checkRefund(std::string_view what, std::int64_t permits) const;
   const detail::FailureGate& gate() const noexcept;
 
-  std::shared_ptr<detail::PermitCore> permits_;  // a permit policy's: ScriptCore or CalendarCore
-  std::shared_ptr<detail::ScriptCore> core_;     // the same, if a ScriptCore (waiting, stored policies)
-  std::shared_ptr<detail::LeaseCore> leases_;    // a concurrency policy's
-  std::shared_ptr<detail::KeyCore> keys_;        // whichever of the two holds the keys
+  std::shared_ptr<detail::ScriptCore> core_;  // every policy's: its script's operations on a key
   Policy policy_;
 };
 

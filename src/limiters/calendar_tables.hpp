@@ -1,9 +1,10 @@
-// redlimit — the tables of calendar windows a script call carries (lua/lib/calendar_core.lua). Lua
-// has no time zone database, so a call sends each calendar quota's windows around the client's idea
-// of the server's now; ScriptRequest (script_call.hpp) fills them in every try and, when the
-// server's now is outside a table (the reply is that now as a bare integer, nothing written), sends
-// once more with the tables around it. CalendarCore (one quota) and MultiLimit (a quota among other
-// limits) share this.
+// redlimit — a calendar quota as its scripts take it (lua/lib/calendar_core.lua): its checks, its
+// arguments, and the tables of windows a script call carries. Lua has no time zone database, so a
+// call sends each calendar quota's windows around the client's idea of the server's now;
+// ScriptRequest (script_call.hpp) fills them in every try and, when the server's now is outside a
+// table (the reply is that now as a bare integer, nothing written), sends once more with the tables
+// around it. ScriptCore (a Limiter's one quota, lua/calendar_quota.lua) and MultiLimit (a quota
+// among other limits, lua/multi.lua) share this.
 #pragma once
 
 #include <atomic>
@@ -33,6 +34,26 @@ struct CalendarQuota {
 
 /// The most a calendar key counts (a uint32 in the key).
 inline constexpr std::int64_t kMaxCalendarPermits = 4294967295;
+
+/// Throws InvalidArgument unless `quota` is usable: limit in 1..kMaxCalendarPermits, a known unit,
+/// weekStart in Sunday..Saturday, a zone the system's database has.
+void checkCalendarQuota(const CalendarQuota& quota);
+
+/// `before` windows before the one holding `at` (µs since the epoch), that one, and `after` after
+/// it, consecutive, from the system's time zone database (Policy::windowAt says how a day starts).
+/// Throws InvalidArgument for a bad quota, `before` or `after` outside 0..3, or `at` before 1970.
+[[nodiscard]] std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, std::chrono::microseconds at,
+                                                          int before, int after);
+
+/// The configuration multi.lua takes for a calendar limit ahead of its table (lua/lib/calendar_core.lua's
+/// calendarWithConfig): 'Q', the unit, the limit and `keepAlive` ms (uint32s, little-endian). Throws
+/// InvalidArgument for a bad quota or keepAlive (0..2^32-1 ms).
+[[nodiscard]] std::string calendarConfig(const CalendarQuota& quota, std::chrono::milliseconds keepAlive);
+
+/// The arguments lua/calendar_quota.lua takes after the count (ARGV[5..8]): the limit, the unit
+/// ('D', 'W', 'M'), `keepAlive` ms and, empty, the place of the table (CalendarTables fills it in
+/// every try). Throws InvalidArgument for a bad quota or keepAlive (0..2^32-1 ms).
+[[nodiscard]] std::vector<std::string> calendarArgs(const CalendarQuota& quota, std::chrono::milliseconds keepAlive);
 
 /// The calendar tables of one owner's script calls, and its guess of the server's time. Thread-safe
 /// once made (add() is for the owner's constructor only).

@@ -51,7 +51,7 @@ inline constexpr std::size_t kReserveReplySize = 10;
 
 /// Which form a limiter's script answers in.
 enum class DecisionForm {
-  Packed,  // gcra.lua, fixed_window.lua, batch.lua's elements (kinds T, G, W)
+  Packed,  // gcra.lua, fixed_window.lua, calendar_quota.lua, batch.lua's elements (kinds T, G, W, Q)
   Array,   // smooth.lua (kind S): an array of 9 integers in DecisionReply's order
 };
 

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "limiters/calendar_tables.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/detail/limits.hpp"
 
@@ -21,7 +23,9 @@ namespace redlimit::detail {
 /// window; 18 for the smooth limiter: its key's 14 and the keepAlive, which its key has no room
 /// for), `limit` what a decision reports as its limit, `maxPermits` the most one call may ask for,
 /// `localRate` per `localIntervalMs` the Local failure policy's bucket, and `fields` the
-/// configuration in the order of the script's `config` reply.
+/// configuration in the order of the script's `config` reply, keepAlive last. A calendar quota
+/// (kind 'Q') is sent otherwise: `calendar` holds it, its script takes it as arguments of their own
+/// (calendarArgs) with a table of its windows, and `packed` only tells policies apart.
 struct KeyedPolicy {
   std::string packed;
   std::int64_t limit = 0;
@@ -29,6 +33,7 @@ struct KeyedPolicy {
   std::int64_t localRate = 0;
   std::int64_t localIntervalMs = 0;
   std::vector<std::int64_t> fields;
+  std::optional<CalendarQuota> calendar;
 };
 
 /// Appends `v` (checked: 0..2^32-1) to `out` as 4 little-endian bytes, as struct.pack's I4.

@@ -5,12 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "limiters/calendar_core.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/key_layout.hpp"
 #include "limiters/keyed_policy.hpp"
-#include "limiters/lease_core.hpp"
 #include "limiters/script_core.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
@@ -26,6 +24,10 @@ const detail::Script kGcra{detail::lua::gcra.name, detail::lua::gcra.sha1, detai
 const detail::Script kFixedWindow{detail::lua::fixed_window.name, detail::lua::fixed_window.sha1,
                                   detail::lua::fixed_window.source};
 const detail::Script kSmooth{detail::lua::smooth.name, detail::lua::smooth.sha1, detail::lua::smooth.source};
+const detail::Script kCalendar{detail::lua::calendar_quota.name, detail::lua::calendar_quota.sha1,
+                               detail::lua::calendar_quota.source};
+const detail::Script kConcurrency{detail::lua::concurrency.name, detail::lua::concurrency.sha1,
+                                  detail::lua::concurrency.source};
 
 const detail::Script& scriptOf(Policy::Kind kind) {
   switch (kind) {
@@ -36,9 +38,10 @@ const detail::Script& scriptOf(Policy::Kind kind) {
       return kFixedWindow;
     case Policy::Kind::Smooth:
       return kSmooth;
-    case Policy::Kind::Concurrency:  // LeaseCore's own
-    case Policy::Kind::Calendar:     // CalendarCore's own
-      break;
+    case Policy::Kind::Calendar:
+      return kCalendar;
+    case Policy::Kind::Concurrency:
+      return kConcurrency;
   }
   return kGcra;
 }
@@ -53,34 +56,21 @@ std::string checkedName(std::string name) {
 
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, Limiter::Options options)
     : policy_(std::move(policy)) {
-  if (policy_.kind() == Policy::Kind::Calendar) {
-    permits_ = std::make_shared<detail::CalendarCore>(
-        std::move(client), checkedName(std::move(name)), policy_.calendarQuota("a calendar limiter"),
-        milliseconds{policy_.keepAliveMs_}, std::move(options.failure), options.monitor);
-    keys_ = permits_;
-    return;
-  }
-  if (policy_.givesLeases()) {
-    leases_ = std::make_shared<detail::LeaseCore>(std::move(client), checkedName(std::move(name)), policy_,
-                                                  std::move(options.failure), options.monitor);
-    keys_ = leases_;
-    return;
-  }
-  const char kind = policy_.packedPolicy().packed.front();
+  // The kind the script checks: a concurrency limit's 'C' (its packed form is multi.lua's
+  // "limit:ttl"), else the packed configuration's first byte (a calendar quota's: 'Q').
+  const char kind = policy_.givesLeases() ? 'C' : policy_.packedPolicy().packed.front();
   core_ = std::make_shared<detail::ScriptCore>(
       std::move(client), checkedName(std::move(name)), std::move(options.failure), options.monitor,
       scriptOf(policy_.kind()), kind, policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
-  permits_ = core_;
-  keys_ = core_;
 }
 
-const detail::FailureGate& Limiter::gate() const noexcept { return keys_->coreGate(); }
+const detail::FailureGate& Limiter::gate() const noexcept { return core_->gate_; }
 
 std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
 
 std::string Limiter::recordKey(std::string_view key, const std::string& id) const {
   checkHold("recordKey");
-  return permits_->recordKey(redisKey(key), id);
+  return core_->recordKey(redisKey(key), id);
 }
 
 void Limiter::checkWaitPolicy(std::string_view what) const {
@@ -123,7 +113,7 @@ void Limiter::checkHold(std::string_view what) const {
 
 Decision Limiter::decide(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("decide");
-  return permits_->decide(redisKey(key), permits);
+  return core_->decide(redisKey(key), permits);
 }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
@@ -145,7 +135,7 @@ Decision Limiter::reserve(std::string_view key, std::int64_t permits, microsecon
 
 Decision Limiter::peek(std::string_view key, std::int64_t permits) {
   checkPermitPolicy("peek");
-  return permits_->peek(redisKey(key), permits);
+  return core_->peek(redisKey(key), permits);
 }
 
 void Limiter::checkRefund(std::string_view what, std::int64_t permits) const {
@@ -159,23 +149,23 @@ void Limiter::checkRefund(std::string_view what, std::int64_t permits) const {
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
   checkRefund("refund", permits);
-  permits_->refund(redisKey(key), permits);
+  core_->refund(redisKey(key), permits);
 }
 
 Decision Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                              milliseconds recordTtl) {
   checkHold("reserveFor");
-  return permits_->reserveFor(redisKey(key), permits, id, recordTtl);
+  return core_->reserveFor(redisKey(key), permits, id, recordTtl);
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
   checkHold("settle");
-  return permits_->settle(redisKey(key), id, actual);
+  return core_->settle(redisKey(key), id, actual);
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
-bool Limiter::deleteKey(std::string_view key) { return keys_->deleteKey(redisKey(key)); }
+bool Limiter::deleteKey(std::string_view key) { return core_->deleteKey(redisKey(key)); }
 
 namespace {
 // The script's "set" arguments for `policy`: its fields (lua/gcra.lua, fixed_window.lua,
@@ -214,30 +204,30 @@ void Limiter::setPolicy(std::string_view key, const Policy& policy) {
                            configArgs(policy.packedPolicy()));
 }
 
-bool Limiter::exists(std::string_view key) { return keys_->exists(redisKey(key)); }
+bool Limiter::exists(std::string_view key) { return core_->exists(redisKey(key)); }
 
 LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }
 
 LeaseDecision Limiter::acquireLease(std::string_view key, milliseconds leaseTtl) {
   checkLeasePolicy("acquireLease");
-  return leases_->acquire(redisKey(key), leaseTtl);
+  return core_->acquireLease(redisKey(key), leaseTtl);
 }
 
 bool Limiter::renew(std::string_view key, Lease& lease) { return renew(key, lease, policy_.leaseTtl()); }
 
 bool Limiter::renew(std::string_view key, Lease& lease, milliseconds leaseTtl) {
   checkLeasePolicy("renew");
-  return leases_->renew(redisKey(key), lease, leaseTtl);
+  return core_->renew(redisKey(key), lease, leaseTtl);
 }
 
 bool Limiter::release(std::string_view key, const Lease& lease) {
   checkLeasePolicy("release");
-  return leases_->release(redisKey(key), lease);
+  return core_->release(redisKey(key), lease);
 }
 
 std::int64_t Limiter::held(std::string_view key) {
   checkLeasePolicy("held");
-  return leases_->held(redisKey(key));
+  return core_->held(redisKey(key));
 }
 
 namespace {
@@ -259,7 +249,7 @@ void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& do
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
   withKey<Decision>(
       *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
-      [&](const std::string& k) { permits_->decideAsync(k, permits, std::move(done)); });
+      [&](const std::string& k) { core_->decideAsync(k, permits, std::move(done)); });
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -280,7 +270,7 @@ void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const 
                               Callback<Decision> done) {
   withKey<Decision>(
       *this, key, done, [&] { checkHold("reserveForAsync"); },
-      [&](const std::string& k) { permits_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
+      [&](const std::string& k) { core_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
 }
 
 std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
@@ -291,7 +281,7 @@ std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
   withKey<Settlement>(
       *this, key, done, [&] { checkHold("settleAsync"); },
-      [&](const std::string& k) { permits_->settleAsync(k, id, actual, std::move(done)); });
+      [&](const std::string& k) { core_->settleAsync(k, id, actual, std::move(done)); });
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
@@ -301,7 +291,7 @@ std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::st
 void Limiter::peekAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
   withKey<Decision>(
       *this, key, done, [&] { checkPermitPolicy("peekAsync"); },
-      [&](const std::string& k) { permits_->peekAsync(k, permits, std::move(done)); });
+      [&](const std::string& k) { core_->peekAsync(k, permits, std::move(done)); });
 }
 
 std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t permits) {
@@ -311,7 +301,7 @@ std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t perm
 void Limiter::refundAsync(std::string_view key, std::int64_t permits, Callback<bool> done) {
   withKey<bool>(
       *this, key, done, [&] { checkRefund("refundAsync", permits); },
-      [&](const std::string& k) { permits_->refundAsync(k, permits, std::move(done)); });
+      [&](const std::string& k) { core_->refundAsync(k, permits, std::move(done)); });
 }
 
 std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permits) {
@@ -320,7 +310,7 @@ std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permit
 
 void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
   withKey<bool>(
-      *this, key, done, [] {}, [&](const std::string& k) { keys_->deleteKeyAsync(k, std::move(done)); });
+      *this, key, done, [] {}, [&](const std::string& k) { core_->deleteKeyAsync(k, std::move(done)); });
 }
 
 std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
@@ -329,7 +319,7 @@ std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
 
 void Limiter::existsAsync(std::string_view key, Callback<bool> done) {
   withKey<bool>(
-      *this, key, done, [] {}, [&](const std::string& k) { keys_->existsAsync(k, std::move(done)); });
+      *this, key, done, [] {}, [&](const std::string& k) { core_->existsAsync(k, std::move(done)); });
 }
 
 std::future<bool> Limiter::existsAsync(std::string_view key) {
@@ -339,7 +329,7 @@ std::future<bool> Limiter::existsAsync(std::string_view key) {
 void Limiter::heldAsync(std::string_view key, Callback<std::int64_t> done) {
   withKey<std::int64_t>(
       *this, key, done, [&] { checkLeasePolicy("heldAsync"); },
-      [&](const std::string& k) { leases_->heldAsync(k, std::move(done)); });
+      [&](const std::string& k) { core_->heldAsync(k, std::move(done)); });
 }
 
 std::future<std::int64_t> Limiter::heldAsync(std::string_view key) {
@@ -353,7 +343,7 @@ void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> do
 void Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl, Callback<LeaseDecision> done) {
   withKey<LeaseDecision>(
       *this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); },
-      [&](const std::string& k) { leases_->acquireAsync(k, leaseTtl, std::move(done)); });
+      [&](const std::string& k) { core_->acquireLeaseAsync(k, leaseTtl, std::move(done)); });
 }
 
 std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
@@ -372,7 +362,7 @@ void Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTt
                          Callback<std::optional<Lease>> done) {
   withKey<std::optional<Lease>>(
       *this, key, done, [&] { checkLeasePolicy("renewAsync"); },
-      [&](const std::string& k) { leases_->renewAsync(k, std::move(lease), leaseTtl, std::move(done)); });
+      [&](const std::string& k) { core_->renewAsync(k, std::move(lease), leaseTtl, std::move(done)); });
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
@@ -387,15 +377,15 @@ std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Leas
 void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {
   withKey<bool>(
       *this, key, done, [&] { checkLeasePolicy("releaseAsync"); },
-      [&](const std::string& k) { leases_->releaseAsync(k, lease, std::move(done)); });
+      [&](const std::string& k) { core_->releaseAsync(k, lease, std::move(done)); });
 }
 
 std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease) {
   return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, Callback<bool>(std::move(done))); });
 }
 
-const std::string& Limiter::name() const noexcept { return keys_->coreName(); }
-const std::shared_ptr<Client>& Limiter::client() const noexcept { return keys_->coreClient(); }
+const std::string& Limiter::name() const noexcept { return core_->name_; }
+const std::shared_ptr<Client>& Limiter::client() const noexcept { return core_->client_; }
 FailureStats Limiter::failureStats() const { return gate().stats(); }
 const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
 

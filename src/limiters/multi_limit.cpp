@@ -3,14 +3,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <optional>
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "config/limiter_name.hpp"
-#include "limiters/calendar_core.hpp"
+#include "limiters/calendar_tables.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/future_of.hpp"
@@ -76,69 +76,81 @@ void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
 
 class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
  public:
-  // What every key set of one MultiLimit shares: its failure gate (and metrics), and what the
-  // replies told of its limits.
+  // What every key set of one MultiLimit shares: its limits as made (set by the constructor, then
+  // only read), its failure gate (and metrics), and what the replies told of its limits.
   struct State {
-    State(const std::string& label, const MultiLimit::Options& options, LimiterMonitor monitor, std::size_t count)
-        : gate(label, options.failure, ClockView{}, std::move(monitor)),
-          knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(count)) {
-      for (std::size_t i = 0; i < count; ++i) knownLimits[i].store(0, std::memory_order_relaxed);
+    State(std::shared_ptr<Client> c, std::vector<std::string> names, std::string labelText,
+          const MultiLimit::Options& options)
+        : client(std::move(c)),
+          limiterNames(std::move(names)),
+          label(std::move(labelText)),
+          callBound(detail::saturatingAdd(client->options().connection.connectTimeout,
+                                          client->options().connection.commandTimeout)),
+          gate(label, options.failure, ClockView{},
+               LimiterMonitor(metricsName(options, limiterNames), options.monitor, client->options().onEvent)),
+          knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(limiterNames.size())) {
+      for (std::size_t i = 0; i < limiterNames.size(); ++i) knownLimits[i].store(0, std::memory_order_relaxed);
     }
+    // Whether a limit is a concurrency limit.
+    bool leases() const noexcept { return !leaseConfigs.empty(); }
+    // MultiLimit::Options::name, or the limiters' names joined by '+'.
+    static std::string metricsName(const MultiLimit::Options& options, const std::vector<std::string>& names) {
+      return options.name.empty() ? fmt::format("{}", fmt::join(names, "+")) : options.name;
+    }
+
+    std::shared_ptr<Client> client;
+    std::vector<std::string> limiterNames;  // the limiters' names
+    std::string label;                      // "MultiLimit(a + b)", for messages and events
+    milliseconds callBound{0};              // connect + command timeout, saturated
+    std::string kinds;                      // one kind byte per limit
+    std::vector<std::string> configs;  // per limit: its configuration sent in the call, or ""; empty if none has one
+    std::vector<Policy> leaseConfigs;  // the concurrency limits' policies, in order
+    std::shared_ptr<detail::CalendarTables> tables;  // the calendar limits' tables; null: none
+    std::int64_t maxPermits = detail::kMaxPermits;   // the most one call may take, as far as the configurations say
     detail::FailureGate gate;
     std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits;  // per limit, last seen; 0 = unknown
     std::atomic<std::int64_t> localRate{0};  // the Local policy's bucket: the tightest limit's, last seen
     std::atomic<std::int64_t> localIntervalMs{0};
   };
 
-  // `names` are the limiters' names: the MultiLimit as made, whose keys come with on(); it sends
-  // no call.
-  Core(std::shared_ptr<Client> client, std::vector<std::string> names, std::string kinds,
-       std::vector<std::string> configs, std::vector<Policy> leaseConfigs,
-       std::shared_ptr<detail::CalendarTables> tables, std::int64_t maxPermits, std::string label,
-       const MultiLimit::Options& options)
-      : client_(std::move(client)),
+  template <class Out>
+  using Done = std::function<void(Out, std::exception_ptr)>;
+  // One operation of multi.lua, made by its checks before anything is sent, as both faces send it
+  // (run, runAsync): the protocol's parameters, its name for the I/O-thread guard, the request,
+  // how its reply reads (`self` null: the handle is gone), the failure policy's answer (a
+  // Decision's) and what is done with a result before the caller has it (counting), if anything.
+  template <class Out>
+  struct Op {
+    Op() = default;
+    Op(detail::LimiterCall::Params p, std::string_view w, detail::ScriptRequest r,
+       std::function<Out(Core*, const Reply&)> read, std::function<Out(Core&, bool)> policy = noPolicy,
+       std::function<void(Out&)> after = {})
+        : params(p),
+          what(w),
+          request(std::move(r)),
+          parse(std::move(read)),
+          byPolicy(std::move(policy)),
+          then(std::move(after)) {}
+    static Out noPolicy(Core&, bool) { return Out{}; }  // a Plain call's: never asked
+
+    detail::LimiterCall::Params params;
+    std::string_view what;
+    detail::ScriptRequest request;
+    std::function<Out(Core*, const Reply&)> parse;
+    std::function<Out(Core&, bool)> byPolicy = noPolicy;
+    std::function<void(Out&)> then;
+  };
+
+  // The limits of `state` on `names`: the keys of a call, or (`unbound`) the limiters' names of a
+  // MultiLimit as made, whose keys come with on(); it sends no call.
+  Core(std::shared_ptr<State> state, std::vector<std::string> names, bool unbound)
+      : state_(std::move(state)),
+        client_(state_->client),
+        gate_(state_->gate),
         names_(std::move(names)),
-        kinds_(std::move(kinds)),
-        configs_(std::move(configs)),
-        leaseConfigs_(std::move(leaseConfigs)),
-        tables_(std::move(tables)),
-        maxPermits_(maxPermits),
-        label_(std::move(label)),
-        unbound_(true),
-        limiterNames_(names_),
-        state_(std::make_shared<State>(
-            label_, options, LimiterMonitor(metricsName(options), options.monitor, client_->options().onEvent),
-            names_.size())),
-        gate_(state_->gate),
-        knownLimits_(state_->knownLimits.get()),
-        localRate_(state_->localRate),
-        localIntervalMs_(state_->localIntervalMs) {
-    const ClientOptions& o = client_->options();
-    callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+        unbound_(unbound) {
     for (std::size_t i = 0; i < names_.size(); ++i) {
-      if (kinds_[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
-    }
-  }
-  // The limits of `proto` (unbound) on the keys `keys`, sharing its state.
-  Core(const Core& proto, std::vector<std::string> keys)
-      : client_(proto.client_),
-        names_(std::move(keys)),
-        kinds_(proto.kinds_),
-        configs_(proto.configs_),
-        leaseConfigs_(proto.leaseConfigs_),
-        tables_(proto.tables_),
-        maxPermits_(proto.maxPermits_),
-        label_(proto.label_),
-        unbound_(false),
-        limiterNames_(proto.limiterNames_),
-        state_(proto.state_),
-        gate_(state_->gate),
-        callBound_(proto.callBound_),
-        knownLimits_(state_->knownLimits.get()),
-        localRate_(state_->localRate),
-        localIntervalMs_(state_->localIntervalMs) {
-    for (std::size_t i = 0; i < names_.size(); ++i) {
-      if (kinds_[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
+      if (state_->kinds[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
     }
   }
   Core(const Core&) = delete;
@@ -149,19 +161,59 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     if (unbound_) {
       throw InvalidArgument(fmt::format(
           "redlimit: {}: a MultiLimit of Limiters decides keys: name them with on({{key, ...}}), one per limiter",
-          label_));
+          state_->label));
     }
     return names_;
   }
 
-  MultiDecision take(std::int64_t permits, microseconds maxWait);
-  void takeAsync(std::int64_t permits, microseconds maxWait, DecisionCallback done);
-  // An unguarded call of the script (`op` and its arguments after now and the kinds), through the
-  // call protocol. With `recordKey`, it is the last key, after the limits' (a reservation record).
-  Reply call(std::string_view op, const std::vector<std::string>& args, detail::LimiterCall::Resend resend,
-             const std::string* recordKey = nullptr);
+  // `op` through the call protocol, waiting.
+  template <class Out>
+  Out run(const Op<Out>& op) {
+    Out out = detail::runScript(
+        *this, op.params, op.what, op.request, &mapError, [&](const Reply& r) { return op.parse(this, r); },
+        [&](bool allowed) { return op.byPolicy(*this, allowed); });
+    if (op.then) op.then(out);
+    return out;
+  }
+  // The operation `make()` makes, without waiting: `done` is isolated (a callback that throws is
+  // reported once and runs no second time) and gets the checks' error at once, else the outcome
+  // on the I/O thread.
+  template <class Out, class Make>
+  void runAsync(Make&& make, Done<Out> done) {
+    Op<Out> op;
+    if (!detail::isolateThenCheck(done, gate_.monitor(), state_->label, [&] { op = make(); })) return;
+    if (op.then) {
+      done = [then = std::move(op.then), done = std::move(done)](Out out, std::exception_ptr error) {
+        if (!error) then(out);
+        done(std::move(out), std::move(error));
+      };
+    }
+    detail::runScriptAsync<Out>(shared_from_this(), op.params, std::move(op.request), &mapError, std::move(op.parse),
+                                std::move(op.byPolicy), std::move(done));
+  }
+
+  // take of `permits` waiting at most `maxWait`, uncounted; decide: without a wait, counted (and
+  // an allowed decision without a lease gets one Redis does not hold: unheldLease).
+  Op<MultiDecision> takeOp(std::int64_t permits, microseconds maxWait) const;
+  Op<MultiDecision> decideOp(std::int64_t permits) const;
+  Op<MultiDecision> peekOp(std::int64_t permits) const;
+  // Gives back `permits` (1..): never sent again, counted.
+  Op<Reply> refundOp(std::int64_t permits) const;
+  // Reserve under the record `recordKey`, counted; then settle it.
+  Op<MultiDecision> reserveOp(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const;
+  Op<MultiSettlement> settleOp(std::int64_t actual, const std::string& recordKey) const;
+  // renew (no `ttl`: each limit's leaseTtl) and release of a lease in every concurrency limit.
+  Op<std::optional<Lease>> renewOp(const Lease& lease, std::optional<milliseconds> ttl) const;
+  Op<bool> releaseOp(const Lease& lease) const;
+  // renew, waiting: `lease` gets the new expiry when it was still held.
+  bool renew(Lease& lease, std::optional<milliseconds> ttl) {
+    const std::optional<Lease> renewed = run(renewOp(lease, ttl));
+    if (renewed) lease.expiresAt = renewed->expiresAt;
+    return renewed.has_value();
+  }
+
   // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`, with the calendar limits'
-  // tables (`tables`: their configurations' places in ARGV are those of take, reserve and opArgs).
+  // tables (`tables`: their configurations' places in ARGV are limitsRequest's).
   static detail::ScriptRequest request(std::vector<std::string> keys, std::string_view op, std::string_view kinds,
                                        const std::vector<std::string>& args,
                                        std::shared_ptr<const detail::CalendarTables> tables) {
@@ -169,40 +221,38 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     argv.insert(argv.end(), args.begin(), args.end());
     return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr, std::move(tables)};
   }
-  // A call of every limit (not a lease call): with the calendar tables.
-  detail::ScriptRequest limitsRequest(std::vector<std::string> keys, std::string_view op,
-                                      const std::vector<std::string>& args) const {
-    return request(std::move(keys), op, kinds_, args, tables_);
+  // A call of every limit (not a lease call): ARGV[4] `permits`, ARGV[5] `second` (take's maxWait,
+  // reserve's record TTL; 0 for the others), the configurations at ARGV[6...] with the calendar
+  // tables, then `leaseId` (take's, when a limit is a concurrency limit); `recordKey` (a
+  // reservation record), if any, after the limits' keys.
+  detail::ScriptRequest limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
+                                      const std::string& recordKey = {}, const std::string& leaseId = {}) const {
+    std::vector<std::string> all = keys();
+    if (!recordKey.empty()) all.push_back(recordKey);
+    std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(second)};
+    args.insert(args.end(), state_->configs.begin(), state_->configs.end());
+    if (!leaseId.empty()) args.push_back(leaseId);
+    return request(std::move(all), op, state_->kinds, args, state_->tables);
   }
   static std::exception_ptr mapError(std::exception_ptr e) { return detail::limiterError(std::move(e)); }
   detail::LimiterCall::Params decision(std::int64_t permits) const {
-    return detail::LimiterCall::decision(callBound_, permits, localRate_.load(std::memory_order_relaxed),
-                                         milliseconds{localIntervalMs_.load(std::memory_order_relaxed)});
+    return detail::LimiterCall::decision(callBound(), permits, state_->localRate.load(std::memory_order_relaxed),
+                                         milliseconds{state_->localIntervalMs.load(std::memory_order_relaxed)});
   }
-  // renew or release of a lease in every concurrency limit; no `ttl`: each limit's leaseTtl.
-  Reply leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize);
-  using ReplyDone = std::function<void(Reply, std::exception_ptr)>;
-  // leaseCall without waiting: `done` gets the reply (of replySize elements) or the error, once, on
-  // the I/O thread (at once here when the arguments are refused).
-  void leaseCallAsync(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize,
-                      ReplyDone done);
-  // The checks of a lease call (InvalidArgument) and its arguments after the kinds.
-  std::vector<std::string> leaseArgs(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const;
-  // A lease call on the concurrency limits.
-  detail::ScriptRequest leaseRequest(std::string_view op, const std::vector<std::string>& args) const {
-    (void)keys();
-    return request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args, nullptr);
+  milliseconds callBound() const noexcept { return state_->callBound; }
+  // How a take or peek reply of `permits` reads (parse); a granted take's lease gets `leaseId` ("":
+  // peek, no lease).
+  std::function<MultiDecision(Core*, const Reply&)> reading(std::int64_t permits, std::string leaseId) const {
+    return [state = state_, leaseId = std::move(leaseId), permits](Core* self, const Reply& r) {
+      return parse(*state, self != nullptr, r, permits, leaseId);
+    };
   }
-  // The take/peek reply; `self` (may be null: the handle is gone) remembers the limits. With
-  // `leases` the reply ends with the lease's expiry; a granted take's lease gets `leaseId` (empty
-  // for peek: no lease).
-  static MultiDecision parse(Core* self, const std::string& label, std::size_t count, const Reply& r,
-                             std::int64_t permits, bool leases, const std::string& leaseId);
+  // The take/peek reply, remembering the limits when `remember`. With a concurrency limit the
+  // reply ends with the lease's expiry, and a granted take's lease gets `leaseId`.
+  static MultiDecision parse(State& state, bool remember, const Reply& r, std::int64_t permits,
+                             const std::string& leaseId);
   MultiDecision byPolicy(std::int64_t permits, bool allowed) const;
-  std::vector<std::string> takeArgs(std::int64_t permits, microseconds maxWait, const std::string& leaseId) const;
-  bool hasLeases() const noexcept { return !leaseNames_.empty(); }
-  // A new lease id when a limit is a concurrency limit, else "".
-  std::string newLeaseIdIfAny() const { return hasLeases() ? detail::newLeaseId() : std::string(); }
+  bool hasLeases() const noexcept { return state_->leases(); }
   // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
   // limit is a concurrency limit.
   void refuseWithLeases(std::string_view what) const;
@@ -213,43 +263,22 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
   // Limiter::acquireLease's.
   static void unheldLease(bool leases, MultiDecision& d);
-  // The arguments of peek and refund: the permits, and the configurations if any.
-  std::vector<std::string> opArgs(std::int64_t permits) const;
   // checkPermits, and the bound the configurations in the call give (before anything is sent).
   void checkPermitsFor(std::int64_t permits) const;
-  // Reserve, then settle: the calls (checked before anything is sent) and their answers.
-  detail::ScriptRequest holdRequest(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const;
-  // A reserve's reply: take's head, then repeated; `self` (may be null) remembers the limits.
-  static MultiDecision parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
-                                 std::int64_t permits);
-  detail::ScriptRequest settleRequest(std::int64_t actual, const std::string& recordKey) const;
-  static MultiSettlement parseSettlement(const std::string& label, std::size_t count, const Reply& r,
-                                         const LimiterMonitor& monitor);
-  // MultiLimit::Options::name, or the limits' names joined by '+'.
-  std::string metricsName(const MultiLimit::Options& options) const {
-    if (!options.name.empty()) return options.name;
-    std::string joined;
-    for (const std::string& n : names_) joined += (joined.empty() ? "" : "+") + n;
-    return joined;
-  }
+  // A renew or release of `lease` (checked) on the concurrency limits, whose reply of `replySize`
+  // elements `read` reads.
+  template <class Out, class Read>
+  Op<Out> leaseOp(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, std::size_t replySize,
+                  Read read) const;
+  // A settle reply, counted when it settled.
+  static MultiSettlement parseSettlement(const State& state, const Reply& r);
 
-  std::shared_ptr<Client> client_;
-  std::vector<std::string> names_;
-  std::string kinds_;                    // one kind byte per limit
-  std::vector<std::string> configs_;     // per limit: its configuration sent in the call, or ""; empty if none has one
-  std::vector<Policy> leaseConfigs_;     // the concurrency limits' policies, in order
-  std::vector<std::string> leaseNames_;  // the concurrency limits' names, in order
-  std::shared_ptr<detail::CalendarTables> tables_;  // the calendar limits' tables; null: none
-  std::int64_t maxPermits_;                         // the most one call may take, as far as the configurations say
-  std::string label_;                               // "MultiLimit(a + b)", for messages and events
-  bool unbound_;                                    // a MultiLimit of Limiters before on(): no keys
-  std::vector<std::string> limiterNames_;           // the limiters' names
   std::shared_ptr<State> state_;
-  detail::FailureGate& gate_;
-  milliseconds callBound_{0};  // connect + command timeout, saturated
-  std::atomic<std::int64_t>* knownLimits_;
-  std::atomic<std::int64_t>& localRate_;
-  std::atomic<std::int64_t>& localIntervalMs_;
+  std::shared_ptr<Client>& client_;      // the state's, as the call protocol reads it
+  detail::FailureGate& gate_;            // the state's
+  std::vector<std::string> names_;       // the keys, or the limiters' names while unbound_
+  std::vector<std::string> leaseNames_;  // the concurrency limits' names, in order
+  bool unbound_;                         // a MultiLimit of Limiters before on(): no keys
 };
 
 MultiDecision MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
@@ -263,7 +292,7 @@ MultiDecision MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) con
     one.allowed = allowed;
     one.permits = permits;
     one.byPolicy = true;
-    one.limit = knownLimits_[i].load(std::memory_order_relaxed);
+    one.limit = state_->knownLimits[i].load(std::memory_order_relaxed);
     d.limit = i == 0 ? one.limit : std::min(d.limit, one.limit);
   }
   unheldLease(hasLeases(), d);
@@ -275,15 +304,15 @@ void MultiLimit::Core::refuseWithLeases(std::string_view what) const {
   throw InvalidArgument(fmt::format(
       "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of time, "
       "and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
-      label_, what));
+      state_->label, what));
 }
 
 void MultiLimit::Core::refuseWithCalendars(std::string_view what) const {
-  if (!tables_) return;
+  if (!state_->tables) return;
   throw InvalidArgument(fmt::format(
       "redlimit: {}: {} cannot be used when a limit is a calendar quota: it takes no permits ahead of time (its next "
       "window opens at the zone's next midnight). Use decide() and its retryAfter",
-      label_, what));
+      state_->label, what));
 }
 
 void MultiLimit::Core::unheldLease(bool leases, MultiDecision& d) {
@@ -295,28 +324,24 @@ void MultiLimit::Core::unheldLease(bool leases, MultiDecision& d) {
   d.lease = std::move(lease);
 }
 
-MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std::size_t count, const Reply& r,
-                                      std::int64_t permits, bool leases, const std::string& leaseId) {
+MultiDecision MultiLimit::Core::parse(State& state, bool remember, const Reply& r, std::int64_t permits,
+                                      const std::string& leaseId) {
+  const std::size_t count = state.limiterNames.size();
+  const bool leases = state.leases();
   const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
   if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: {}: expected an array of {} from the script, got {}", label, expected, r.describe()));
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: {}: expected an array of {} from the script, got {}", state.label, expected,
+                                 r.describe()));
   }
   const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
   MultiDecision d;
-  d.allowed = at(0) == 1;
-  d.permits = permits;
-  d.remaining = std::max<std::int64_t>(0, at(1));
-  d.retryAfter = microseconds{at(2)};
-  d.resetAfter = microseconds{at(3)};
-  d.limit = at(4);
-  d.time = microseconds{at(5)};
-  d.delay = microseconds{at(6)};
+  static_cast<Decision&>(d) =
+      detail::decisionOf(detail::DecisionReply{at(0) == 1, at(1), at(2), at(3), at(4), at(5), at(6), 0, 0}, permits);
   const std::int64_t deniedBy = at(7);
   if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
     throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: {}: the script named limit {} of {}", label, deniedBy, count));
+                     fmt::format("redlimit: {}: the script named limit {} of {}", state.label, deniedBy, count));
   }
   d.deniedBy = deniedBy == 0 ? Decision::kNone : static_cast<std::size_t>(deniedBy - 1);
   d.limits.resize(count);
@@ -326,14 +351,10 @@ MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std:
   std::int64_t tightMs = 0;
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t base = kHead + kPerLimit * i;
-    Decision& one = d.limits[i];
-    one.allowed = at(base) == 1;
-    one.permits = permits;
-    one.remaining = std::max<std::int64_t>(0, at(base + 1));
-    one.retryAfter = microseconds{at(base + 2)};
-    one.resetAfter = microseconds{at(base + 3)};
-    one.limit = at(base + 4);
-    one.time = d.time;
+    // A limit's view: no delay of its own, the combined decision's time.
+    d.limits[i] = detail::decisionOf(detail::DecisionReply{at(base) == 1, at(base + 1), at(base + 2), at(base + 3),
+                                                           at(base + 4), d.time.count(), 0, 0, 0},
+                                     permits);
     const std::int64_t rate = at(base + 5);
     const std::int64_t ms = at(base + 6);
     if (rate > 0 && ms > 0 &&
@@ -342,12 +363,12 @@ MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std:
       tightRate = rate;
       tightMs = ms;
     }
-    if (self != nullptr) self->knownLimits_[i].store(one.limit, std::memory_order_relaxed);
+    if (remember) state.knownLimits[i].store(d.limits[i].limit, std::memory_order_relaxed);
   }
-  if (self != nullptr) {
-    if (self->tables_) self->tables_->sawServerNow(d.time);
-    self->localRate_.store(tightRate, std::memory_order_relaxed);
-    self->localIntervalMs_.store(tightMs, std::memory_order_relaxed);
+  if (remember) {
+    if (state.tables) state.tables->sawServerNow(d.time);
+    state.localRate.store(tightRate, std::memory_order_relaxed);
+    state.localIntervalMs.store(tightMs, std::memory_order_relaxed);
   }
   if (leases && d.allowed && !leaseId.empty()) {
     Lease lease;
@@ -358,125 +379,162 @@ MultiDecision MultiLimit::Core::parse(Core* self, const std::string& label, std:
   return d;
 }
 
-std::vector<std::string> MultiLimit::Core::takeArgs(std::int64_t permits, microseconds maxWait,
-                                                    const std::string& leaseId) const {
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::kMaxWait);
-  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(wait.count())};
-  args.insert(args.end(), configs_.begin(), configs_.end());
-  if (hasLeases()) args.push_back(leaseId);
-  return args;
-}
-
 void MultiLimit::Core::checkPermitsFor(std::int64_t permits) const {
   checkPermits(permits);
-  if (permits > maxPermits_) {
+  if (permits > state_->maxPermits) {
     throw InvalidArgument(
         fmt::format("redlimit: {}: permits must be in 1..{} (the least burst or limit of its limiters' "
                     "policies), got {}",
-                    label_, maxPermits_, permits));
+                    state_->label, state_->maxPermits, permits));
   }
 }
 
-std::vector<std::string> MultiLimit::Core::opArgs(std::int64_t permits) const {
-  std::vector<std::string> args{fmt::to_string(permits)};
-  if (!configs_.empty()) {
-    args.emplace_back("0");  // the configurations at ARGV[6...], as take's
-    args.insert(args.end(), configs_.begin(), configs_.end());
-  }
-  return args;
-}
-
-MultiDecision MultiLimit::Core::take(std::int64_t permits, microseconds maxWait) {
+MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::takeOp(std::int64_t permits, microseconds maxWait) const {
   checkPermitsFor(permits);
   // A resent take may count twice, never grant twice (docs/failure-modes.md); its lease id is the
   // same in every try, so a resend holds one place.
-  const std::string leaseId = newLeaseIdIfAny();
-  return detail::runScript(
-      *this, decision(permits), "decide", limitsRequest(keys(), "take", takeArgs(permits, maxWait, leaseId)), &mapError,
-      [&](const Reply& r) { return parse(this, label_, names_.size(), r, permits, hasLeases(), leaseId); },
-      [&](bool allowed) { return byPolicy(permits, allowed); });
+  const std::string leaseId = hasLeases() ? detail::newLeaseId() : std::string();
+  const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::kMaxWait);
+  return {decision(permits), "decide", limitsRequest("take", permits, wait.count(), {}, leaseId),
+          reading(permits, leaseId), [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }};
 }
 
-void MultiLimit::Core::takeAsync(std::int64_t permits, microseconds maxWait, DecisionCallback done) {
-  try {
-    checkPermitsFor(permits);
-    (void)keys();
-  } catch (...) {
-    done(MultiDecision{}, std::current_exception());
-    return;
+MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::decideOp(std::int64_t permits) const {
+  Op<MultiDecision> op = takeOp(permits, microseconds{0});
+  op.then = [state = state_](MultiDecision& d) {
+    state->gate.monitor().admit(d);
+    unheldLease(state->leases(), d);
+  };
+  return op;
+}
+
+MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::peekOp(std::int64_t permits) const {
+  checkPermitsFor(permits);
+  return {detail::LimiterCall::plain(callBound()), "peek", limitsRequest("peek", permits, 0), reading(permits, "")};
+}
+
+MultiLimit::Core::Op<Reply> MultiLimit::Core::refundOp(std::int64_t permits) const {
+  // Never resent: a refund that went through and was sent again would give the permits back twice.
+  Op<Reply> op{detail::LimiterCall::plain(callBound(), detail::LimiterCall::Resend::Never), "refund",
+               limitsRequest("refund", permits, 0), [](Core*, const Reply& r) { return r; }};
+  op.then = [monitor = gate_.monitor(), permits](Reply&) { monitor.refunded(permits); };
+  return op;
+}
+
+// Sent again if the connection closed under it: the record makes a resend take nothing twice.
+MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::reserveOp(std::int64_t permits, const std::string& recordKey,
+                                                                milliseconds recordTtl) const {
+  detail::checkReservationTtl(recordTtl);
+  checkPermitsFor(permits);
+  // The reply: take's head, then repeated.
+  const std::size_t expected = kHead + kPerLimit * names_.size() + 1;
+  return {decision(permits),
+          "reserveFor",
+          limitsRequest("reserve", permits, recordTtl.count(), recordKey),
+          [read = reading(permits, ""), state = state_, expected](Core* self, const Reply& reply) {
+            if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
+              throw ReplyError(ErrorKind::UnexpectedReply, "",
+                               fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", state->label,
+                                           expected, reply.describe()));
+            }
+            Reply head = reply;
+            head.elements.pop_back();
+            MultiDecision held = read(self, head);
+            held.repeated = reply.elements.back().asInteger() == 1;
+            return held;
+          },
+          [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); },
+          [monitor = gate_.monitor()](MultiDecision& out) { detail::admitHeld(monitor, out); }};
+}
+
+// Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+MultiLimit::Core::Op<MultiSettlement> MultiLimit::Core::settleOp(std::int64_t actual,
+                                                                 const std::string& recordKey) const {
+  detail::checkActualPermits(actual);
+  return {detail::LimiterCall::plain(callBound()), "settle", limitsRequest("settle", actual, 0, recordKey),
+          [state = state_](Core*, const Reply& r) { return parseSettlement(*state, r); }};
+}
+
+MultiSettlement MultiLimit::Core::parseSettlement(const State& state, const Reply& r) {
+  const std::string& label = state.label;
+  const std::size_t count = state.limiterNames.size();
+  const std::size_t expected = 3 + 4 * count;
+  if (r.type != Reply::Type::Array || r.elements.size() != expected) {
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
+        fmt::format("redlimit: {}: expected an array of {} from settle, got {}", label, expected, r.describe()));
   }
-  std::string leaseId = newLeaseIdIfAny();
-  detail::ScriptRequest call = limitsRequest(names_, "take", takeArgs(permits, maxWait, leaseId));
-  detail::runScriptAsync<MultiDecision>(
-      shared_from_this(), decision(permits), std::move(call), &mapError,
-      [label = label_, count = names_.size(), leases = hasLeases(), leaseId = std::move(leaseId), permits](
-          Core* self, const Reply& r) { return parse(self, label, count, r, permits, leases, leaseId); },
-      [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
+  MultiSettlement out;
+  out.status = detail::settleStatusOf(r.elements[0].asInteger(), label);
+  out.reserved = r.elements[1].asInteger();
+  out.actual = r.elements[2].asInteger();
+  out.limits.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    Settlement& one = out.limits[i];
+    const std::size_t base = 3 + 4 * i;
+    one.status = out.status;
+    one.reserved = out.reserved;
+    one.actual = out.actual;
+    one.returned = r.elements[base].asInteger();
+    one.charged = r.elements[base + 1].asInteger();
+    one.unpaid = r.elements[base + 2].asInteger();
+    one.remaining = r.elements[base + 3].asInteger();
+    out.returned = i == 0 ? one.returned : std::min(out.returned, one.returned);
+    out.charged = i == 0 ? one.charged : std::min(out.charged, one.charged);
+    out.unpaid = std::max(out.unpaid, one.unpaid);
+    out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
+  }
+  if (out.status == Settlement::Status::Settled) {
+    state.gate.monitor().reservationSettled();
+    if (out.returned > 0) state.gate.monitor().refunded(out.returned);  // what came back to every limit
+  }
+  return out;
 }
 
-Reply MultiLimit::Core::call(std::string_view op, const std::vector<std::string>& args,
-                             detail::LimiterCall::Resend resend, const std::string* recordKey) {
-  std::vector<std::string> all = keys();
-  if (recordKey != nullptr) all.push_back(*recordKey);
-  return detail::runScript(
-      *this, detail::LimiterCall::plain(callBound_, resend), op, limitsRequest(std::move(all), op, args), &mapError,
-      [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
-}
-
-std::vector<std::string> MultiLimit::Core::leaseArgs(std::string_view op, const Lease& lease,
-                                                     std::optional<milliseconds> ttl) const {
+// Safe to send again: a renew sent twice extends twice from about the same instant, a release
+// sent twice answers what the first did not see.
+template <class Out, class Read>
+MultiLimit::Core::Op<Out> MultiLimit::Core::leaseOp(std::string_view op, const Lease& lease,
+                                                    std::optional<milliseconds> ttl, std::size_t replySize,
+                                                    Read read) const {
   if (!hasLeases()) {
-    throw InvalidArgument(fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", label_, op));
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", state_->label, op));
   }
   detail::checkLeaseId(lease.id);
   if (ttl) detail::checkLeaseTtl(*ttl);
   std::vector<std::string> args{lease.id, "0"};
-  for (const Policy& c : leaseConfigs_) {
+  for (const Policy& c : state_->leaseConfigs) {
     args.push_back(fmt::format("{}:{}", c.limit(), ttl.value_or(c.leaseTtl()).count()));
   }
-  return args;
+  (void)keys();
+  return {detail::LimiterCall::plain(callBound()), op,
+          request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args, nullptr),
+          [label = state_->label, op = std::string(op), replySize, read = std::move(read)](Core*, const Reply& r) {
+            if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
+              throw ReplyError(ErrorKind::UnexpectedReply, "",
+                               fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label, replySize,
+                                           op, r.describe()));
+            }
+            return read(r);
+          }};
 }
 
-namespace {
-void checkLeaseReply(const std::string& label, std::string_view op, const Reply& r, std::size_t replySize) {
-  if (r.type != Reply::Type::Array || r.elements.size() != replySize) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: {}: expected an array of {} from {}, got {}", label, replySize, op, r.describe()));
-  }
-}
-}  // namespace
-
-Reply MultiLimit::Core::leaseCall(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
-                                  std::size_t replySize) {
-  // Safe to send again: a renew sent twice extends twice from about the same instant, a release
-  // sent twice answers what the first did not see.
-  return detail::runScript(
-      *this, detail::LimiterCall::plain(callBound_), op, leaseRequest(op, leaseArgs(op, lease, ttl)), &mapError,
-      [&](const Reply& r) {
-        checkLeaseReply(label_, op, r, replySize);
-        return r;
-      },
-      [](bool) { return Reply{}; });
+MultiLimit::Core::Op<std::optional<Lease>> MultiLimit::Core::renewOp(const Lease& lease,
+                                                                     std::optional<milliseconds> ttl) const {
+  // The reply: {renewed, expiry µs, now µs}.
+  return leaseOp<std::optional<Lease>>("renew", lease, ttl, 3, [lease](const Reply& r) -> std::optional<Lease> {
+    if (r.elements[0].asInteger() != 1) return std::nullopt;
+    Lease renewed = lease;
+    renewed.expiresAt = microseconds{r.elements[1].asInteger()};
+    return renewed;
+  });
 }
 
-void MultiLimit::Core::leaseCallAsync(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl,
-                                      std::size_t replySize, ReplyDone done) {
-  std::vector<std::string> args;
-  try {
-    args = leaseArgs(op, lease, ttl);
-    (void)keys();
-  } catch (...) {
-    done(Reply{}, std::current_exception());
-    return;
-  }
-  detail::runScriptAsync<Reply>(
-      shared_from_this(), detail::LimiterCall::plain(callBound_), leaseRequest(op, args), &mapError,
-      [label = label_, op = std::string(op), replySize](Core*, const Reply& r) {
-        checkLeaseReply(label, op, r, replySize);
-        return r;
-      },
-      [](Core&, bool) { return Reply{}; }, std::move(done));
+MultiLimit::Core::Op<bool> MultiLimit::Core::releaseOp(const Lease& lease) const {
+  // The reply: {released, now µs}.
+  return leaseOp<bool>("release", lease, std::nullopt, 2,
+                       [](const Reply& r) { return r.elements[0].asInteger() == 1; });
 }
 
 // --- The handle -------------------------------------------------------------------------------
@@ -542,41 +600,38 @@ MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Opt
     maxPermits = std::min(maxPermits, packed.maxPermits);
   }
   if (!anyConfig) configs.clear();  // nothing in the call: the stored configurations
-  std::string label = "MultiLimit(";
-  for (std::size_t i = 0; i < names.size(); ++i)
-    fmt::format_to(std::back_inserter(label), "{}{}", i ? " + " : "", names[i]);
-  label += ")";
+  std::string label = fmt::format("MultiLimit({})", fmt::join(names, " + "));
   std::shared_ptr<detail::CalendarTables> tables;
   if (!calendars.empty()) {
     tables = std::make_shared<detail::CalendarTables>(label);
-    // A limit's configuration is ARGV[6 + i] of every call of the limits (take, reserve, opArgs).
+    // A limit's configuration is ARGV[6 + i] of every call of the limits (limitsRequest).
     for (const auto& [index, quota] : calendars) tables->add(5 + index, quota, configs[index]);
   }
-  core_ = std::make_shared<Core>(client, std::move(names), std::move(kinds), std::move(configs),
-                                 std::move(leaseConfigs), std::move(tables), maxPermits, std::move(label), options);
+  auto state = std::make_shared<Core::State>(client, names, std::move(label), options);
+  state->kinds = std::move(kinds);
+  state->configs = std::move(configs);
+  state->leaseConfigs = std::move(leaseConfigs);
+  state->tables = std::move(tables);
+  state->maxPermits = maxPermits;
+  core_ = std::make_shared<Core>(std::move(state), std::move(names), true);
 }
 
 MultiLimit::MultiLimit(std::shared_ptr<Core> core) noexcept : core_(std::move(core)) {}
 
 MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
-  const Core& c = *core_;
-  if (keys.size() != c.limiterNames_.size()) {
-    throw InvalidArgument(fmt::format("redlimit: {}: on() needs one key per limiter ({}), got {}", c.label_,
-                                      c.limiterNames_.size(), keys.size()));
+  const Core::State& s = *core_->state_;
+  if (keys.size() != s.limiterNames.size()) {
+    throw InvalidArgument(fmt::format("redlimit: {}: on() needs one key per limiter ({}), got {}", s.label,
+                                      s.limiterNames.size(), keys.size()));
   }
   std::vector<std::string> stateKeys;
   stateKeys.reserve(keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) stateKeys.push_back(detail::namespacedKey(c.limiterNames_[i], keys[i]));
-  checkOneSlot(*c.client_, stateKeys);
-  return MultiLimit(std::make_shared<Core>(c, std::move(stateKeys)));
+  for (std::size_t i = 0; i < keys.size(); ++i) stateKeys.push_back(detail::namespacedKey(s.limiterNames[i], keys[i]));
+  checkOneSlot(*s.client, stateKeys);
+  return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
 }
 
-MultiDecision MultiLimit::decide(std::int64_t permits) {
-  MultiDecision d = core_->take(permits, microseconds{0});
-  monitor().admit(d);
-  Core::unheldLease(core_->hasLeases(), d);
-  return d;
-}
+MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->run(core_->decideOp(permits)); }
 
 bool MultiLimit::tryAcquire(std::int64_t permits) {
   core_->refuseWithLeases("tryAcquire");
@@ -588,7 +643,7 @@ bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
   core_->refuseWithCalendars("tryAcquire with a timeout");
   if (monitor().shadow()) return decide(permits).allowed;  // shadow mode never waits
   const microseconds maxWait = timeout.count() <= 0 ? microseconds{0} : detail::saturatingCast<microseconds>(timeout);
-  const MultiDecision r = core_->take(permits, maxWait);
+  const MultiDecision r = core_->run(core_->takeOp(permits, maxWait));
   if (!monitor().admit(r.allowed, permits, r.retryAfter, r.byPolicy)) return false;
   if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
   return true;
@@ -602,7 +657,7 @@ void MultiLimit::acquire(std::int64_t permits) {
     return;
   }
   for (;;) {
-    const MultiDecision r = core_->take(permits, detail::kMaxWait);
+    const MultiDecision r = core_->run(core_->takeOp(permits, detail::kMaxWait));
     if (r.allowed) {
       (void)monitor().admit(true, permits);
       if (r.delay.count() > 0) core_->gate_.clock().sleepFor(r.delay);
@@ -622,45 +677,26 @@ Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
     throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
   // The combined decision: a reservation answers no per-limit views.
-  Decision out = static_cast<const Decision&>(core_->take(permits, maxWait));
+  Decision out = static_cast<const Decision&>(core_->run(core_->takeOp(permits, maxWait)));
   monitor().admit(out);  // shadow mode: a refused reservation comes back allowed, without delay
   return out;
 }
 
-MultiDecision MultiLimit::peek(std::int64_t permits) {
-  core_->checkPermitsFor(permits);
-  const Reply r = core_->call("peek", core_->opArgs(permits), detail::LimiterCall::Resend::IfClosed);
-  return Core::parse(core_.get(), core_->label_, core_->names_.size(), r, permits, core_->hasLeases(), "");
-}
+MultiDecision MultiLimit::peek(std::int64_t permits) { return core_->run(core_->peekOp(permits)); }
 
 void MultiLimit::refund(std::int64_t permits) {
   if (permits < 0 || permits > detail::kMaxPermits) {
     throw InvalidArgument(
         fmt::format("redlimit: permits to refund must be in 0..{}, got {}", detail::kMaxPermits, permits));
   }
-  if (permits == 0) return;
-  // Never resent: a refund that went through and was sent again would give the permits back twice.
-  (void)core_->call("refund", core_->opArgs(permits), detail::LimiterCall::Resend::Never);
-  monitor().refunded(permits);
+  if (permits > 0) (void)core_->run(core_->refundOp(permits));
 }
 
-namespace {
-bool renewed(const Reply& r, Lease& lease) {
-  if (r.elements[0].asInteger() != 1) return false;
-  lease.expiresAt = microseconds{r.elements[1].asInteger()};
-  return true;
-}
-}  // namespace
+bool MultiLimit::renew(Lease& lease) { return core_->renew(lease, std::nullopt); }
 
-bool MultiLimit::renew(Lease& lease) { return renewed(core_->leaseCall("renew", lease, std::nullopt, 3), lease); }
+bool MultiLimit::renew(Lease& lease, milliseconds leaseTtl) { return core_->renew(lease, leaseTtl); }
 
-bool MultiLimit::renew(Lease& lease, milliseconds leaseTtl) {
-  return renewed(core_->leaseCall("renew", lease, leaseTtl, 3), lease);
-}
-
-bool MultiLimit::release(const Lease& lease) {
-  return core_->leaseCall("release", lease, std::nullopt, 2).elements[0].asInteger() == 1;
-}
+bool MultiLimit::release(const Lease& lease) { return core_->run(core_->releaseOp(lease)); }
 
 void MultiLimit::renewAsync(Lease lease, RenewCallback done) {
   renewAsyncWith(std::move(lease), std::nullopt, std::move(done));
@@ -671,18 +707,7 @@ void MultiLimit::renewAsync(Lease lease, milliseconds leaseTtl, RenewCallback do
 }
 
 void MultiLimit::renewAsyncWith(Lease lease, std::optional<milliseconds> leaseTtl, RenewCallback done) {
-  done = detail::isolated(std::move(done), monitor(), core_->label_);
-  const std::string id = lease.id;
-  core_->leaseCallAsync("renew", Lease{id}, leaseTtl, 3,
-                        [lease = std::move(lease), done](const Reply& r, std::exception_ptr error) mutable {
-                          if (error) {
-                            done(std::nullopt, std::move(error));
-                          } else if (renewed(r, lease)) {
-                            done(std::move(lease), nullptr);
-                          } else {
-                            done(std::nullopt, nullptr);
-                          }
-                        });
+  core_->runAsync<std::optional<Lease>>([&] { return core_->renewOp(lease, leaseTtl); }, std::move(done));
 }
 
 std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease) {
@@ -696,14 +721,7 @@ std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease, millisecon
 }
 
 void MultiLimit::releaseAsync(const Lease& lease, ReleaseCallback done) {
-  done = detail::isolated(std::move(done), monitor(), core_->label_);
-  core_->leaseCallAsync("release", lease, std::nullopt, 2, [done](const Reply& r, std::exception_ptr error) {
-    if (error) {
-      done(false, std::move(error));
-    } else {
-      done(r.elements[0].asInteger() == 1, nullptr);
-    }
-  });
+  core_->runAsync<bool>([&] { return core_->releaseOp(lease); }, std::move(done));
 }
 
 std::future<bool> MultiLimit::releaseAsync(const Lease& lease) {
@@ -712,24 +730,14 @@ std::future<bool> MultiLimit::releaseAsync(const Lease& lease) {
 
 milliseconds MultiLimit::leaseTtl() const noexcept {
   milliseconds shortest{0};
-  for (const Policy& c : core_->leaseConfigs_) {
+  for (const Policy& c : core_->state_->leaseConfigs) {
     if (shortest.count() == 0 || c.leaseTtl() < shortest) shortest = c.leaseTtl();
   }
   return shortest;
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
-  // Isolated: a callback that throws is reported once and cannot make this one run again.
-  done = detail::isolated(std::move(done), monitor(), core_->label_);
-  core_->takeAsync(permits, microseconds{0},
-                   [monitor = monitor(), leases = core_->hasLeases(), done = std::move(done)](
-                       MultiDecision r, std::exception_ptr error) {
-                     if (!error) {
-                       monitor.admit(r);
-                       Core::unheldLease(leases, r);
-                     }
-                     done(std::move(r), std::move(error));
-                   });
+  core_->runAsync<MultiDecision>([&] { return core_->decideOp(permits); }, std::move(done));
 }
 
 std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
@@ -737,7 +745,8 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 }
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  if (!detail::isolateThenCheck(done, monitor(), core_->label_, [&] { core_->refuseWithLeases("tryAcquireAsync"); })) {
+  if (!detail::isolateThenCheck(done, monitor(), core_->state_->label,
+                                [&] { core_->refuseWithLeases("tryAcquireAsync"); })) {
     return;
   }
   decideAsync(permits, [done = std::move(done)](const MultiDecision& d, std::exception_ptr error) {
@@ -758,105 +767,14 @@ std::string MultiLimit::reservationKey(const std::string& id) const {
   return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
 }
 
-// The reserve call of `permits` under the record `recordKey` (checked before anything is sent).
-detail::ScriptRequest MultiLimit::Core::holdRequest(std::int64_t permits, const std::string& recordKey,
-                                                    milliseconds recordTtl) const {
-  detail::checkReservationTtl(recordTtl);
-  checkPermitsFor(permits);
-  std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(recordTtl.count())};
-  args.insert(args.end(), configs_.begin(), configs_.end());
-  std::vector<std::string> all = keys();
-  all.push_back(recordKey);
-  return limitsRequest(std::move(all), "reserve", args);
-}
-
-// The settle call of the record `recordKey` (checked before anything is sent). Safe to send
-// again: a settle that went through answers AlreadySettled and changes nothing.
-detail::ScriptRequest MultiLimit::Core::settleRequest(std::int64_t actual, const std::string& recordKey) const {
-  detail::checkActualPermits(actual);
-  std::vector<std::string> all = keys();
-  all.push_back(recordKey);
-  return limitsRequest(std::move(all), "settle", opArgs(actual));
-}
-
-MultiSettlement MultiLimit::Core::parseSettlement(const std::string& label, std::size_t count, const Reply& r,
-                                                  const LimiterMonitor& monitor) {
-  const std::size_t expected = 3 + 4 * count;
-  if (r.type != Reply::Type::Array || r.elements.size() != expected) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: {}: expected an array of {} from settle, got {}", label, expected, r.describe()));
-  }
-  MultiSettlement out;
-  out.status = detail::settleStatusOf(r.elements[0].asInteger(), label);
-  out.reserved = r.elements[1].asInteger();
-  out.actual = r.elements[2].asInteger();
-  out.limits.resize(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    Settlement& one = out.limits[i];
-    const std::size_t base = 3 + 4 * i;
-    one.status = out.status;
-    one.reserved = out.reserved;
-    one.actual = out.actual;
-    one.returned = r.elements[base].asInteger();
-    one.charged = r.elements[base + 1].asInteger();
-    one.unpaid = r.elements[base + 2].asInteger();
-    one.remaining = r.elements[base + 3].asInteger();
-    out.returned = i == 0 ? one.returned : std::min(out.returned, one.returned);
-    out.charged = i == 0 ? one.charged : std::min(out.charged, one.charged);
-    out.unpaid = std::max(out.unpaid, one.unpaid);
-    out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
-  }
-  if (out.status == Settlement::Status::Settled) {
-    monitor.reservationSettled();
-    if (out.returned > 0) monitor.refunded(out.returned);  // what came back to every limit
-  }
-  return out;
-}
-
-MultiDecision MultiLimit::Core::parseHeld(Core* self, const std::string& label, std::size_t count, const Reply& reply,
-                                          std::int64_t permits) {
-  const std::size_t expected = kHead + kPerLimit * count + 1;
-  if (reply.type != Reply::Type::Array || reply.elements.size() != expected) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: {}: expected an array of {} from reserve, got {}", label, expected, reply.describe()));
-  }
-  Reply head = reply;
-  head.elements.pop_back();
-  MultiDecision held = parse(self, label, count, head, permits, false, "");
-  held.repeated = reply.elements.back().asInteger() == 1;
-  return held;
-}
-
 MultiDecision MultiLimit::reserveFor(std::int64_t permits, const std::string& id, milliseconds recordTtl) {
-  Core& c = *core_;
-  // Sent again if the connection closed under it: the record makes a resend take nothing twice.
-  MultiDecision out = detail::runScript(
-      c, c.decision(permits), "reserveFor", c.holdRequest(permits, reservationKey(id), recordTtl), &Core::mapError,
-      [&](const Reply& reply) { return Core::parseHeld(&c, c.label_, c.names_.size(), reply, permits); },
-      [&](bool allowed) { return c.byPolicy(permits, allowed); });
-  detail::admitHeld(monitor(), out);
-  return out;
+  return core_->run(core_->reserveOp(permits, reservationKey(id), recordTtl));
 }
 
 void MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id, milliseconds recordTtl,
                                  DecisionCallback done) {
-  detail::ScriptRequest call;
-  if (!detail::isolateThenCheck(done, monitor(), core_->label_,
-                                [&] { call = core_->holdRequest(permits, reservationKey(id), recordTtl); })) {
-    return;
-  }
-  detail::runScriptAsync<MultiDecision>(
-      core_, core_->decision(permits), std::move(call), &Core::mapError,
-      [label = core_->label_, count = core_->names_.size(), permits](Core* self, const Reply& reply) {
-        return Core::parseHeld(self, label, count, reply, permits);
-      },
-      [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); },
-      [monitor = monitor(), done = std::move(done)](MultiDecision out, std::exception_ptr error) {
-        if (!error) detail::admitHeld(monitor, out);
-        done(std::move(out), std::move(error));
-      });
+  core_->runAsync<MultiDecision>([&] { return core_->reserveOp(permits, reservationKey(id), recordTtl); },
+                                 std::move(done));
 }
 
 std::future<MultiDecision> MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id,
@@ -866,25 +784,11 @@ std::future<MultiDecision> MultiLimit::reserveForAsync(std::int64_t permits, con
 }
 
 MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
-  Core& c = *core_;
-  return detail::runScript(
-      c, detail::LimiterCall::plain(c.callBound_), "settle", c.settleRequest(actual, reservationKey(id)),
-      &Core::mapError, [&](const Reply& r) { return Core::parseSettlement(c.label_, c.names_.size(), r, monitor()); },
-      [](bool) { return MultiSettlement{}; });
+  return core_->run(core_->settleOp(actual, reservationKey(id)));
 }
 
 void MultiLimit::settleAsync(const std::string& id, std::int64_t actual, SettleCallback done) {
-  detail::ScriptRequest call;
-  if (!detail::isolateThenCheck(done, monitor(), core_->label_,
-                                [&] { call = core_->settleRequest(actual, reservationKey(id)); })) {
-    return;
-  }
-  detail::runScriptAsync<MultiSettlement>(
-      core_, detail::LimiterCall::plain(core_->callBound_), std::move(call), &Core::mapError,
-      [label = core_->label_, count = core_->names_.size(), monitor = monitor()](Core*, const Reply& r) {
-        return Core::parseSettlement(label, count, r, monitor);
-      },
-      [](Core&, bool) { return MultiSettlement{}; }, std::move(done));
+  core_->runAsync<MultiSettlement>([&] { return core_->settleOp(actual, reservationKey(id)); }, std::move(done));
 }
 
 std::future<MultiSettlement> MultiLimit::settleAsync(const std::string& id, std::int64_t actual) {

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "config/config_checks.hpp"
-#include "limiters/calendar_core.hpp"
+#include "limiters/calendar_tables.hpp"
 #include "limiters/keyed_policy.hpp"
 #include "limiters/lease_id.hpp"
 #include "redlimit/errors.hpp"
@@ -119,6 +119,7 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
       p.localRate = a;
       p.localIntervalMs = 86400000;
       p.fields = {a, b, c, keepAliveMs};
+      p.calendar = std::move(q);
       return p;
     }
     case Policy::Kind::Concurrency: {
@@ -195,12 +196,7 @@ detail::CalendarQuota Policy::calendarQuota(const char* what) const {
     throw InvalidArgument(
         fmt::format("redlimit: {} is a calendar policy's: make the policy with Policy::calendar", what));
   }
-  detail::CalendarQuota q;
-  q.limit = a_;
-  q.unit = static_cast<CalendarUnit>(b_);
-  q.zone = zone_;
-  q.weekStart = static_cast<Weekday>(c_);
-  return q;
+  return *packed_->calendar;
 }
 
 CalendarWindow Policy::windowAt(std::chrono::microseconds at) const {

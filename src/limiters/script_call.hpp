@@ -137,6 +137,60 @@ void runScriptAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Para
       std::move(mapError), std::move(parse), std::move(byPolicy), std::move(done));
 }
 
+/// One operation of a script, made by its checks before anything is sent, as both faces send it
+/// (runOp waiting, runOpAsync without): the protocol's parameters, its name for the I/O-thread
+/// guard, the request, how its reply reads (`self` null: the handle is gone), the failure
+/// policy's answer (a deciding call's) and what is done with a result before the caller has it
+/// (counting), if anything. `Owner` as for runScript.
+template <class Owner, class Out>
+struct ScriptOp {
+  ScriptOp() = default;
+  ScriptOp(LimiterCall::Params p, std::string_view w, ScriptRequest r, std::function<Out(Owner*, const Reply&)> read,
+           std::function<Out(Owner&, bool)> policy = noPolicy, std::function<void(Out&)> after = {})
+      : params(p),
+        what(w),
+        request(std::move(r)),
+        parse(std::move(read)),
+        byPolicy(std::move(policy)),
+        then(std::move(after)) {}
+  static Out noPolicy(Owner&, bool) { return Out{}; }  // a Plain call's: never asked
+
+  LimiterCall::Params params;
+  std::string_view what;
+  ScriptRequest request;
+  std::function<Out(Owner*, const Reply&)> parse;
+  std::function<Out(Owner&, bool)> byPolicy = noPolicy;
+  std::function<void(Out&)> then;
+};
+
+/// `op` through the protocol, waiting; `mapError` as for runScript.
+template <class Owner, class Out, class MapError>
+Out runOp(Owner& owner, const ScriptOp<Owner, Out>& op, MapError&& mapError) {
+  Out out = runScript(
+      owner, op.params, op.what, op.request, mapError, [&](const Reply& r) { return op.parse(&owner, r); },
+      [&](bool allowed) { return op.byPolicy(owner, allowed); });
+  if (op.then) op.then(out);
+  return out;
+}
+
+/// The operation `make()` makes, without waiting: `done` is isolated (a callback that throws is
+/// reported once, naming `limiter`, and runs no second time) and gets the checks' error at once,
+/// else the outcome on the I/O thread.
+template <class Out, class Owner, class Make, class MapError>
+void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter, Make&& make, MapError mapError,
+                std::function<void(Out, std::exception_ptr)> done) {
+  ScriptOp<Owner, Out> op;
+  if (!isolateThenCheck(done, owner->gate_.monitor(), limiter, [&] { op = make(); })) return;
+  if (op.then) {
+    done = [then = std::move(op.then), done = std::move(done)](Out out, std::exception_ptr error) {
+      if (!error) then(out);
+      done(std::move(out), std::move(error));
+    };
+  }
+  runScriptAsync<Out>(owner, op.params, std::move(op.request), std::move(mapError), std::move(op.parse),
+                      std::move(op.byPolicy), std::move(done));
+}
+
 /// A command on one key answered by an integer (DEL, EXISTS) through the protocol (`owner` as for
 /// runScript, with its call bound callBound_). `what` names it for the I/O-thread guard.
 template <class Owner>

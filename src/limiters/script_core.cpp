@@ -1,6 +1,8 @@
 #include "limiters/script_core.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -8,6 +10,7 @@
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "limiters/key_layout.hpp"
+#include "limiters/lease_id.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "limiters/script_helpers.hpp"
@@ -24,6 +27,18 @@ namespace {
 
 // A settle reply: {status, reserved, actual, returned, charged, unpaid, remaining}.
 constexpr std::size_t kSettleReplySize = 7;
+
+// `r`, checked to be an array of `size` (ReplyError (UnexpectedReply) naming `key` and `what`).
+const Reply& arrayOf(const std::string& key, const Reply& r, std::size_t size, std::string_view what) {
+  if (r.type != Reply::Type::Array || r.elements.size() != size) {
+    throw ReplyError(
+        ErrorKind::UnexpectedReply, "",
+        fmt::format("redlimit: limiter {}: expected an array of {} from {}, got {}", key, size, what, r.describe()));
+  }
+  return r;
+}
+
+std::int64_t at(const Reply& r, std::size_t i) { return r.elements.at(i).asInteger(); }
 
 void checkPermitRange(std::int64_t permits) {
   if (permits < 1 || permits > kMaxPermits) {
@@ -85,20 +100,11 @@ void checkActualPermits(std::int64_t actual) {
 }
 
 bool parseReserveRepeated(const std::string& name, const Reply& r) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kReserveReplySize) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of {} from reserve, got {}", name,
-                                 kReserveReplySize, r.describe()));
-  }
-  return r.elements[kReserveReplySize - 1].asInteger() == 1;
+  return at(arrayOf(name, r, kReserveReplySize, "reserve"), kReserveReplySize - 1) == 1;
 }
 
 Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
-  if (r.type != Reply::Type::Array || r.elements.size() != kSettleReplySize) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of {} from settle, got {}", name,
-                                 kSettleReplySize, r.describe()));
-  }
+  (void)arrayOf(name, r, kSettleReplySize, "settle");
   Settlement out;
   out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
   if (out.status == Settlement::Status::Unknown) return out;
@@ -134,6 +140,11 @@ ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, Failure
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
       policy_(std::move(policy)) {
   if (policy_) remember(policy_->limit, policy_->localRate, policy_->localIntervalMs);
+  if (policy_ && policy_->calendar) {
+    calendarArgs_ = calendarArgs(*policy_->calendar, milliseconds{policy_->fields.back()});
+    tables_ = std::make_shared<CalendarTables>("limiter " + name_);
+    tables_->add(4 + calendarArgs_.size() - 1, *policy_->calendar, {});  // after op, now, kind and the count
+  }
   const ClientOptions& o = client_->options();
   callBound_ = saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
   if (kind == 'T' || kind == 'G' || kind == 'W') batcher_ = OneKeyBatcher::of(client_);
@@ -155,17 +166,39 @@ void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) c
 }
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
-                                  bool coalesce) {
-  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, nullptr};
+                                  bool coalesce) const {
+  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
   if (!record.empty()) r.keys.push_back(std::move(record));
   return r;
 }
 
 std::vector<std::string> ScriptCore::args(std::string_view op, std::string a, std::string b,
                                           const KeyedPolicy* policy) const {
-  std::vector<std::string> argv{std::string(op), "", kind_, std::move(a), std::move(b)};
+  std::vector<std::string> argv{std::string(op), "", kind_, std::move(a)};
+  if (tables_) {
+    argv.insert(argv.end(), calendarArgs_.begin(), calendarArgs_.end());
+    if (op == "reserve") argv.push_back(std::move(b));
+    return argv;
+  }
+  argv.push_back(std::move(b));
   if (policy != nullptr) argv.push_back(policy->packed);
   return argv;
+}
+
+std::vector<std::string> ScriptCore::opArgs(std::string_view op, std::vector<std::string> rest) const {
+  std::vector<std::string> argv{std::string(op), "", kind_};
+  argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  return argv;
+}
+
+template <class Out>
+Out ScriptCore::run(const Op<Out>& op) {
+  return runOp(*this, op, mapError(op.request.keys.front()));
+}
+
+template <class Out, class Make>
+void ScriptCore::runAsync(const std::string& key, Make&& make, Done<Out> done) {
+  runOpAsync<Out>(shared_from_this(), name_, std::forward<Make>(make), mapError(key), std::move(done));
 }
 
 LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
@@ -184,98 +217,98 @@ Decision ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
 
 Decision ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits) {
   const DecisionReply v = parseDecisionReply(r, decisionFormOf(kind), key);
-  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
+  if (self != nullptr) self->saw(v);
   return decisionOf(v, permits);
 }
 
-Decision ScriptCore::held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
+Decision ScriptCore::reserved(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
   DecisionReply v;
   Decision out = parseHeld(r, key, permits, v);
-  if (self != nullptr) self->remember(v.limit, v.localRate, v.localIntervalMs);
+  if (self != nullptr) self->saw(v);
   return out;
 }
 
-Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
+void ScriptCore::saw(const DecisionReply& v) {
+  remember(v.limit, v.localRate, v.localIntervalMs);
+  if (tables_) tables_->sawServerNow(microseconds{v.nowUs});
+}
+
+// A resent take may count twice, never grant twice (docs/failure-modes.md).
+ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t permits, microseconds maxWait) const {
   const KeyedPolicy* config = policy_.get();
   checkPermits(permits, config);
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  return runScript(
-      *this, decision(permits), "decide",
+  return {
+      decision(permits), "decide",
       request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
-      mapError(key), [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); },
-      [&](bool allowed) { return byPolicy(permits, allowed); });
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
+      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }};
 }
 
-void ScriptCore::takeAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
-  const KeyedPolicy* config = policy_.get();
-  try {
-    checkPermits(permits, config);
-  } catch (...) {
-    done(Decision{}, std::current_exception());
-    return;
+Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
+  return run(takeOp(key, permits, maxWait));
+}
+
+namespace {
+void checkMaxWait(microseconds maxWait) {
+  if (maxWait.count() < 0) {
+    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
   }
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  runScriptAsync<Decision>(
-      shared_from_this(), decision(permits),
-      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
-      mapError(key),
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
-      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }, std::move(done));
+}
+}  // namespace
+
+// Shadow mode: a refused decision comes back allowed, without delay.
+ScriptCore::Op<Decision> ScriptCore::countedTakeOp(const std::string& key, std::int64_t permits,
+                                                   microseconds maxWait) const {
+  checkMaxWait(maxWait);
+  Op<Decision> op = takeOp(key, permits, maxWait);
+  op.then = [monitor = gate_.monitor()](Decision& d) { monitor.admit(d); };
+  return op;
 }
 
 Decision ScriptCore::decide(const std::string& key, std::int64_t permits) {
-  Decision d = take(key, permits, microseconds{0});
-  gate_.monitor().admit(d);
-  return d;
+  return run(countedTakeOp(key, permits, microseconds{0}));
 }
 
 void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
-  // Isolated: a callback that throws is reported once and cannot make this one run again.
-  done = isolated(std::move(done), gate_.monitor(), name_);
-  takeAsync(key, permits, microseconds{0},
-            [monitor = gate_.monitor(), done = std::move(done)](Decision d, std::exception_ptr error) {
-              if (!error) monitor.admit(d);
-              done(d, std::move(error));
-            });
+  runAsync<Decision>(
+      key, [&] { return countedTakeOp(key, permits, microseconds{0}); }, std::move(done));
+}
+
+Decision ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
+  return run(countedTakeOp(key, permits, maxWait));
+}
+
+void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
+  runAsync<Decision>(
+      key, [&] { return countedTakeOp(key, permits, maxWait); }, std::move(done));
+}
+
+// Sent again after a closed connection: the record makes a resend take nothing twice.
+ScriptCore::Op<Decision> ScriptCore::reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
+                                                  milliseconds recordTtl) const {
+  std::string record = recordKey(key, id);
+  checkReservationTtl(recordTtl);
+  const KeyedPolicy* config = policy_.get();
+  checkPermits(permits, config);
+  return {decision(permits),
+          "reserveFor",
+          request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
+                  std::move(record)),
+          [key, permits](ScriptCore* self, const Reply& r) { return reserved(self, key, r, permits); },
+          [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
+          [monitor = gate_.monitor()](Decision& out) { admitHeld(monitor, out); }};
 }
 
 Decision ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
                                 milliseconds recordTtl) {
-  const std::string record = recordKey(key, id);
-  checkReservationTtl(recordTtl);
-  const KeyedPolicy* config = policy_.get();
-  checkPermits(permits, config);
-  Decision out = runScript(
-      *this, decision(permits), "reserveFor",
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config), record),
-      mapError(key), [&](const Reply& r) { return held(this, key, r, permits); },
-      [&](bool allowed) { return byPolicy(permits, allowed); });
-  admitHeld(gate_.monitor(), out);
-  return out;
+  return run(reserveForOp(key, permits, id, recordTtl));
 }
 
 void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
                                  milliseconds recordTtl, Done<Decision> done) {
-  // Isolated: a callback that throws is reported once and cannot make this one run again.
-  const KeyedPolicy* config = policy_.get();
-  std::string record;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
-        record = recordKey(key, id);
-        checkReservationTtl(recordTtl);
-        checkPermits(permits, config);
-      })) {
-    return;
-  }
-  runScriptAsync<Decision>(
-      shared_from_this(), decision(permits),
-      request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
-              std::move(record)),
-      mapError(key), [key, permits](ScriptCore* self, const Reply& r) { return held(self, key, r, permits); },
-      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
-      [monitor = gate_.monitor(), done = std::move(done)](Decision out, std::exception_ptr error) {
-        if (!error) admitHeld(monitor, out);
-        done(out, std::move(error));
-      });
+  runAsync<Decision>(
+      key, [&] { return reserveForOp(key, permits, id, recordTtl); }, std::move(done));
 }
 
 bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, milliseconds timeout) {
@@ -310,163 +343,230 @@ microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
   }
 }
 
-namespace {
-void checkMaxWait(microseconds maxWait) {
-  if (maxWait.count() < 0) {
-    throw InvalidArgument(fmt::format("redlimit: maxWait must be >= 0, got {} us", maxWait.count()));
-  }
-}
-}  // namespace
-
-Decision ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
-  checkMaxWait(maxWait);
-  Decision r = take(key, permits, maxWait);
-  gate_.monitor().admit(r);  // shadow mode: a refused reservation comes back allowed, without delay
-  return r;
-}
-
-void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { checkMaxWait(maxWait); })) return;
-  takeAsync(key, permits, maxWait,
-            [monitor = gate_.monitor(), done = std::move(done)](Decision r, std::exception_ptr error) {
-              if (!error) monitor.admit(r);
-              done(r, std::move(error));
-            });
-}
-
 std::string ScriptCore::recordKey(const std::string& key, const std::string& id) const {
   return namespacedRecordKey(key, id);
 }
 
-ScriptRequest ScriptCore::peekRequest(const std::string& key, std::int64_t permits) {
+ScriptCore::Op<Decision> ScriptCore::peekOp(const std::string& key, std::int64_t permits) const {
   const KeyedPolicy* config = policy_.get();
   checkPermits(permits, config);
   // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
-  return request(key, args("peek", fmt::to_string(permits), "0", config));
+  return {
+      LimiterCall::plain(callBound_), "peek", request(key, args("peek", fmt::to_string(permits), "0", config)),
+      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); }};
 }
 
-Decision ScriptCore::peek(const std::string& key, std::int64_t permits) {
-  return runScript(
-      *this, LimiterCall::plain(callBound_), "peek", peekRequest(key, permits), mapError(key),
-      [&](const Reply& r) { return parse(this, key, kind_[0], r, permits); }, [](bool) { return Decision{}; });
-}
+Decision ScriptCore::peek(const std::string& key, std::int64_t permits) { return run(peekOp(key, permits)); }
 
 void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
-  ScriptRequest call;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = peekRequest(key, permits); })) return;
-  runScriptAsync<Decision>(
-      shared_from_this(), LimiterCall::plain(callBound_), std::move(call), mapError(key),
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
-      [](ScriptCore&, bool) { return Decision{}; }, std::move(done));
-}
-
-std::optional<ScriptRequest> ScriptCore::refundRequest(const std::string& key, std::int64_t permits) {
-  if (permits < 0 || permits > kMaxPermits) {
-    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
-  }
-  if (permits == 0) return std::nullopt;
-  const KeyedPolicy* config = policy_.get();
-  return request(key, args("refund", fmt::to_string(permits), "0", config));
-}
-
-void ScriptCore::refund(const std::string& key, std::int64_t permits) {
-  giveBack(key, permits);
-  gate_.monitor().refunded(permits);
-}
-
-void ScriptCore::refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
-  giveBackAsync(key, permits, [monitor = gate_.monitor(), permits, done = std::move(done)](bool, std::exception_ptr e) {
-    const bool given = !e;
-    if (given) monitor.refunded(permits);
-    done(given, std::move(e));
-  });
+  runAsync<Decision>(
+      key, [&] { return peekOp(key, permits); }, std::move(done));
 }
 
 // Never resent: a refund that went through and was sent again would give the permits back twice.
-void ScriptCore::giveBack(const std::string& key, std::int64_t permits) {
-  const std::optional<ScriptRequest> call = refundRequest(key, permits);
-  if (!call) return;
-  (void)runScript(
-      *this, LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund", *call, mapError(key),
-      [](const Reply& r) { return r; }, [](bool) { return Reply{}; });
+ScriptCore::Op<bool> ScriptCore::giveBackOp(const std::string& key, std::int64_t permits, bool counted) const {
+  if (permits < 0 || permits > kMaxPermits) {
+    throw InvalidArgument(fmt::format("redlimit: permits to refund must be in 0..{}, got {}", kMaxPermits, permits));
+  }
+  Op<bool> op{LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund",
+              request(key, args("refund", fmt::to_string(permits), "0", policy_.get())),
+              [](ScriptCore*, const Reply&) { return true; }};
+  if (counted) op.then = [monitor = gate_.monitor(), permits](bool&) { monitor.refunded(permits); };
+  return op;
 }
 
-void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits,
-                               std::function<void(bool, std::exception_ptr)> done) {
-  std::optional<ScriptRequest> call;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] { call = refundRequest(key, permits); })) return;
-  if (!call) {
-    done(true, nullptr);
+void ScriptCore::giveBack(const std::string& key, std::int64_t permits, bool counted) {
+  if (permits != 0) (void)run(giveBackOp(key, permits, counted));  // 0: nothing to send
+}
+
+void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done) {
+  if (permits == 0) {  // nothing to send
+    isolated(std::move(done), gate_.monitor(), name_)(true, nullptr);
     return;
   }
-  runScriptAsync<bool>(
-      shared_from_this(), LimiterCall::plain(callBound_, LimiterCall::Resend::Never), std::move(*call), mapError(key),
-      [](ScriptCore*, const Reply&) { return true; }, [](ScriptCore&, bool) { return false; }, std::move(done));
+  runAsync<bool>(
+      key, [&] { return giveBackOp(key, permits, counted); }, std::move(done));
+}
+
+// Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
+ScriptCore::Op<Settlement> ScriptCore::settleOp(const std::string& key, const std::string& id,
+                                                std::int64_t actual) const {
+  std::string record = recordKey(key, id);
+  checkActualPermits(actual);
+  return {LimiterCall::plain(callBound_), "settle",
+          request(key, args("settle", fmt::to_string(actual), "0", policy_.get()), std::move(record)),
+          [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); }};
 }
 
 Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
-  const std::string record = recordKey(key, id);
-  checkActualPermits(actual);
-  const KeyedPolicy* config = policy_.get();
-  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  return runScript(
-      *this, LimiterCall::plain(callBound_), "settle",
-      request(key, args("settle", fmt::to_string(actual), "0", config), record), mapError(key),
-      [&](const Reply& r) { return parseSettlement(key, r, gate_.monitor()); }, [](bool) { return Settlement{}; });
+  return run(settleOp(key, id, actual));
 }
 
 void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
                              Done<Settlement> done) {
-  std::string record;
-  if (!isolateThenCheck(done, gate_.monitor(), name_, [&] {
-        record = recordKey(key, id);
-        checkActualPermits(actual);
-      })) {
-    return;
-  }
-  const KeyedPolicy* config = policy_.get();
-  // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-  runScriptAsync<Settlement>(
-      shared_from_this(), LimiterCall::plain(callBound_),
-      request(key, args("settle", fmt::to_string(actual), "0", config), std::move(record)), mapError(key),
-      [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); },
-      [](ScriptCore&, bool) { return Settlement{}; }, std::move(done));
-}
-
-Reply ScriptCore::call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
-                       LimiterCall::Resend resend, const std::string* record) {
-  std::vector<std::string> argv{std::string(op), "", kind_};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return runScript(
-      *this, LimiterCall::plain(callBound_, resend), op,
-      request(key, std::move(argv), record != nullptr ? *record : ""), mapError(key),
-      [](const Reply& reply) { return reply; }, [](bool) { return Reply{}; });
+  runAsync<Settlement>(
+      key, [&] { return settleOp(key, id, actual); }, std::move(done));
 }
 
 bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config) {
-  std::vector<std::string> args{how == ConfigWrite::IfAbsent ? "try" : "keep"};
-  args.insert(args.end(), config.begin(), config.end());
+  std::vector<std::string> rest{how == ConfigWrite::IfAbsent ? "try" : "keep"};
+  rest.insert(rest.end(), config.begin(), config.end());
   const Reply r =
-      call(key, "set", args, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never : LimiterCall::Resend::IfClosed);
-  if (r.type != Reply::Type::Array || r.elements.size() != 4) {
-    throw ReplyError(
-        ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: limiter {}: expected an array of 4 from the set operation, got {}", key, r.describe()));
-  }
-  const bool written = how == ConfigWrite::KeepState || r.elements[0].asInteger() == 1;
-  if (written) remember(r.elements[1].asInteger(), r.elements[2].asInteger(), r.elements[3].asInteger());
+      run(Op<Reply>{LimiterCall::plain(callBound_, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never
+                                                                                : LimiterCall::Resend::IfClosed),
+                    "set", request(key, opArgs("set", std::move(rest))),
+                    [key](ScriptCore*, const Reply& reply) { return arrayOf(key, reply, 4, "the set operation"); }});
+  const bool written = how == ConfigWrite::KeepState || at(r, 0) == 1;
+  if (written) remember(at(r, 1), at(r, 2), at(r, 3));
   return written;
+}
+
+namespace {
+
+// acquire's reply {granted, expiryUs, remaining, limit, nowUs, retryUs, resetUs, held}, for the
+// lease `id`.
+LeaseDecision parseAcquire(const std::string& key, const Reply& r, const std::string& id) {
+  (void)arrayOf(key, r, 8, "acquire");
+  LeaseDecision out;
+  Decision& d = out.decision;
+  d.allowed = at(r, 0) == 1;
+  d.permits = 1;
+  d.remaining = at(r, 2);
+  d.limit = at(r, 3);
+  d.time = microseconds{at(r, 4)};
+  d.retryAfter = microseconds{at(r, 5)};
+  d.resetAfter = microseconds{at(r, 6)};
+  if (d.allowed) {
+    Lease lease;
+    lease.id = id;
+    lease.expiresAt = microseconds{at(r, 1)};
+    out.lease = std::move(lease);
+  }
+  return out;
+}
+
+// A lease Redis was not asked for (the failure policy's, or shadow mode's): a new id, no expiry.
+Lease unheldLease(bool byPolicy, bool shadowDenied) {
+  Lease lease;
+  lease.id = newLeaseId();
+  lease.byPolicy = byPolicy;
+  lease.shadowDenied = shadowDenied;
+  return lease;
+}
+
+// Counts the decision and returns what the caller gets (shadow mode: a denial let through, with
+// a lease Redis does not hold).
+LeaseDecision admitted(const LimiterMonitor& monitor, LeaseDecision out) {
+  Decision& d = out.decision;
+  if (d.allowed) {
+    (void)monitor.admit(true, 1);
+  } else if (monitor.admit(false, 1, d.retryAfter, d.byPolicy)) {
+    d.allowed = true;
+    d.shadowDenied = true;
+    out.lease = unheldLease(d.byPolicy, true);
+  }
+  return out;
+}
+
+// renew's reply {renewed, expiryUs, nowUs}: `lease` until its new expiry, or nullopt when it was
+// not live.
+std::optional<Lease> parseRenew(const std::string& key, const Reply& r, Lease lease) {
+  if (at(arrayOf(key, r, 3, "renew"), 0) != 1) return std::nullopt;
+  lease.expiresAt = microseconds{at(r, 1)};
+  return lease;
+}
+
+// release's reply {released, nowUs} and held's {held, nowUs}: their first value.
+std::int64_t firstOfTwo(const std::string& key, const Reply& r, std::string_view op) {
+  return at(arrayOf(key, r, 2, op), 0);
+}
+
+}  // namespace
+
+LeaseDecision ScriptCore::leaseByPolicy(bool allowed) const {
+  LeaseDecision out{byPolicy(1, allowed), std::nullopt};
+  if (allowed) out.lease = unheldLease(true, false);
+  return out;
+}
+
+// Sent again after a closed connection with the same lease id: a live lease `id` is granted
+// again, not added.
+ScriptCore::Op<LeaseDecision> ScriptCore::acquireOp(const std::string& key, milliseconds ttl) const {
+  checkLeaseTtl(ttl);
+  std::string id = newLeaseId();
+  ScriptRequest call =
+      request(key, opArgs("acquire", {id, fmt::to_string(policy_->limit), fmt::to_string(ttl.count())}));
+  return {decision(1),
+          "acquireLease",
+          std::move(call),
+          [key, id = std::move(id)](ScriptCore*, const Reply& r) { return parseAcquire(key, r, id); },
+          [](ScriptCore& self, bool allowed) { return self.leaseByPolicy(allowed); },
+          [monitor = gate_.monitor()](LeaseDecision& d) { d = admitted(monitor, std::move(d)); }};
+}
+
+LeaseDecision ScriptCore::acquireLease(const std::string& key, milliseconds ttl) { return run(acquireOp(key, ttl)); }
+
+void ScriptCore::acquireLeaseAsync(const std::string& key, milliseconds ttl, Done<LeaseDecision> done) {
+  runAsync<LeaseDecision>(
+      key, [&] { return acquireOp(key, ttl); }, std::move(done));
+}
+
+// renew and release are safe to send again: a renew sent twice extends twice from about the same
+// instant, a release sent twice answers what the first did not see.
+ScriptCore::Op<std::optional<Lease>> ScriptCore::renewOp(const std::string& key, const Lease& lease,
+                                                         milliseconds ttl) const {
+  checkLeaseId(lease.id);
+  checkLeaseTtl(ttl);
+  return {LimiterCall::plain(callBound_), "renew",
+          request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())})),
+          [key, lease](ScriptCore*, const Reply& r) { return parseRenew(key, r, lease); }};
+}
+
+bool ScriptCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
+  const std::optional<Lease> renewed = run(renewOp(key, lease, ttl));
+  if (renewed) lease.expiresAt = renewed->expiresAt;
+  return renewed.has_value();
+}
+
+void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, Done<std::optional<Lease>> done) {
+  runAsync<std::optional<Lease>>(
+      key, [&] { return renewOp(key, lease, ttl); }, std::move(done));
+}
+
+ScriptCore::Op<bool> ScriptCore::releaseOp(const std::string& key, const Lease& lease) const {
+  checkLeaseId(lease.id);
+  return {LimiterCall::plain(callBound_), "release", request(key, opArgs("release", {lease.id})),
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "release") == 1; }};
+}
+
+bool ScriptCore::release(const std::string& key, const Lease& lease) { return run(releaseOp(key, lease)); }
+
+void ScriptCore::releaseAsync(const std::string& key, const Lease& lease, Done<bool> done) {
+  runAsync<bool>(
+      key, [&] { return releaseOp(key, lease); }, std::move(done));
+}
+
+ScriptCore::Op<std::int64_t> ScriptCore::heldOp(const std::string& key) const {
+  return {LimiterCall::plain(callBound_), "held", request(key, opArgs("held", {})),
+          [key](ScriptCore*, const Reply& r) { return firstOfTwo(key, r, "held"); }};
+}
+
+std::int64_t ScriptCore::held(const std::string& key) { return run(heldOp(key)); }
+
+void ScriptCore::heldAsync(const std::string& key, Done<std::int64_t> done) {
+  runAsync<std::int64_t>(
+      key, [&] { return heldOp(key); }, std::move(done));
 }
 
 bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
 
-void ScriptCore::deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+void ScriptCore::deleteKeyAsync(const std::string& key, Done<bool> done) {
   redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 
 bool ScriptCore::exists(const std::string& key) { return keyExists(*this, key); }
 
-void ScriptCore::existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) {
+void ScriptCore::existsAsync(const std::string& key, Done<bool> done) {
   keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 

@@ -1,8 +1,11 @@
-// redlimit — one limiter of a one-key script (lua/gcra.lua, lua/fixed_window.lua, lua/smooth.lua)
-// over any number of keys: the Client, the name (the metrics label and the limiter named in
-// events), the failure gate, the configuration the calls carry (none: each key's stored one), and
-// every operation of the script on a key given per call, through the call protocol
-// (limiter_call.hpp). Limiter (a key per call, under its name) is its face.
+// redlimit — one limiter of a one-key script (lua/gcra.lua, lua/fixed_window.lua, lua/smooth.lua,
+// lua/calendar_quota.lua, lua/concurrency.lua) over any number of keys: the Client, the name (the
+// metrics label and the limiter named in events), the failure gate, the configuration the calls
+// carry (none: each key's stored one; a calendar quota: with a table of its windows; a concurrency
+// limit: its limit), and every operation of the script on a key given per call, through the call
+// protocol (limiter_call.hpp). Limiter (a key per call, under its name) is its only face: it
+// refuses, before anything is sent, the operations its policy has not (the permit operations
+// under a concurrency limit, the lease operations under the others).
 #pragma once
 
 #include <atomic>
@@ -16,12 +19,13 @@
 #include <string_view>
 #include <vector>
 
+#include "limiters/calendar_tables.hpp"
 #include "limiters/limiter_call.hpp"
-#include "limiters/permit_core.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "limiters/script_call.hpp"
 #include "redlimit/detail/acquire_result.hpp"
 #include "redlimit/decision.hpp"
+#include "redlimit/lease.hpp"
 #include "redlimit/settlement.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 #include "limiters/keyed_policy.hpp"
@@ -29,22 +33,30 @@
 
 namespace redlimit::detail {
 
-class ScriptCore : public PermitCore, public std::enable_shared_from_this<ScriptCore> {
+struct DecisionReply;
+
+class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
  public:
-  /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A key's
-  /// reservation records live in redlimit's own namespace, where no caller's key can reach
-  /// (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument for a null client, a bad name or
-  /// bad failure options.
+  template <class T>
+  using Done = std::function<void(T, std::exception_ptr)>;
+
+  /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A
+  /// calendar quota's (KeyedPolicy::calendar) goes with a table of its windows, filled in every
+  /// try around the server's time. A key's reservation records live in redlimit's own namespace,
+  /// where no caller's key can reach (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument
+  /// for a null client, a bad name, quota or keepAlive, or bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
              const LimiterMonitor::Options& monitor, const Script& script, char kind,
              std::shared_ptr<const KeyedPolicy> policy);
 
+  // Every operation on `key` is checked before anything is sent (InvalidArgument); an ...Async
+  // form's `done` is isolated (a callback that throws is reported once), and gets the checks'
+  // error at once.
+
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).
-  Decision take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
-  void takeAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait, Done<Decision> done);
-  /// take() without a wait, counted in the metrics (shadow mode applied).
-  Decision decide(const std::string& key, std::int64_t permits) override;
+  /// Takes `permits` now if available, counted in the metrics (shadow mode applied).
+  Decision decide(const std::string& key, std::int64_t permits);
   /// Takes `permits` if they come within `timeout` (one call reserves them, then this sleeps the
   /// wait); false at once when they do not (nothing taken). Shadow mode never waits.
   bool tryAcquire(const std::string& key, std::int64_t permits, std::chrono::milliseconds timeout);
@@ -53,33 +65,48 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   std::chrono::microseconds acquire(const std::string& key, std::int64_t permits);
   /// A reservation of `permits` at most `maxWait` (>= 0) ahead, counted.
   Decision reserve(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
-  /// reserve() without waiting for the reply; `done` isolated.
   void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
                     Done<Decision> done);
-  /// decide() without waiting; `done` isolated (a callback that throws is reported once).
-  void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) override;
+  void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done);
   /// A reserve under the record of `id` (sent again after a closed connection: the record makes a
   /// resend take nothing twice), counted; bad id or TTL: InvalidArgument before sending.
   Decision reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                      std::chrono::milliseconds recordTtl) override;
+                      std::chrono::milliseconds recordTtl);
   void reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                       std::chrono::milliseconds recordTtl, Done<Decision> done) override;
+                       std::chrono::milliseconds recordTtl, Done<Decision> done);
 
   // The other operations: their IoError reaches the caller.
-  Decision peek(const std::string& key, std::int64_t permits) override;
-  void peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) override;
-  /// Gives `permits` (0..kMaxPermits) back to `key`; never sent again (it could give back twice).
-  void giveBack(const std::string& key, std::int64_t permits);
-  void giveBackAsync(const std::string& key, std::int64_t permits, std::function<void(bool, std::exception_ptr)> done);
-  /// giveBack, counted as a caller's refund (a segment's give-back is not).
-  void refund(const std::string& key, std::int64_t permits) override;
-  void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) override;
+  Decision peek(const std::string& key, std::int64_t permits);
+  void peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done);
+  /// Gives `permits` (0..kMaxPermits; 0 sends nothing) back to `key`, counted as a caller's refund
+  /// when `counted` (a segment's give-back is not); never sent again (it could give back twice).
+  void giveBack(const std::string& key, std::int64_t permits, bool counted = false);
+  void giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done);
+  void refund(const std::string& key, std::int64_t permits) { giveBack(key, permits, true); }
+  void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
+    giveBackAsync(key, permits, true, std::move(done));
+  }
   /// Settles the reservation `id` of `key` (safe to send again: a second answers AlreadySettled).
-  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual) override;
-  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, Done<Settlement> done) override;
-  /// The script's `op` on `key` with its arguments after now and kind; `recordKey` is KEYS[2].
-  Reply call(const std::string& key, std::string_view op, const std::vector<std::string>& args,
-             LimiterCall::Resend resend, const std::string* recordKey = nullptr);
+  Settlement settle(const std::string& key, const std::string& id, std::int64_t actual);
+  void settleAsync(const std::string& key, const std::string& id, std::int64_t actual, Done<Settlement> done);
+
+  // A concurrency limit's operations (lua/concurrency.lua; its limit is the configuration's).
+  /// A lease of `key` for `ttl` if fewer than the limit are held (the failure gate first: an
+  /// outage is the failure policy's), counted (shadow mode: a denial let through, with a lease
+  /// Redis does not hold). Sent again after a closed connection with the same lease id (a live
+  /// lease with that id is granted again, not added).
+  LeaseDecision acquireLease(const std::string& key, std::chrono::milliseconds ttl);
+  void acquireLeaseAsync(const std::string& key, std::chrono::milliseconds ttl, Done<LeaseDecision> done);
+  /// Extends `lease` of `key` to `ttl` from now; false (async: nullopt) when it was no longer held.
+  bool renew(const std::string& key, Lease& lease, std::chrono::milliseconds ttl);
+  void renewAsync(const std::string& key, Lease lease, std::chrono::milliseconds ttl, Done<std::optional<Lease>> done);
+  /// Gives `lease` of `key` back; false when it was no longer held.
+  bool release(const std::string& key, const Lease& lease);
+  void releaseAsync(const std::string& key, const Lease& lease, Done<bool> done);
+  /// The leases of `key` live now.
+  std::int64_t held(const std::string& key);
+  void heldAsync(const std::string& key, Done<std::int64_t> done);
+
   /// How writeConfig writes: only where the key has none (not sent again: a resend of a write that
   /// went through would say false), or keeping the permits in use (safe to send again).
   enum class ConfigWrite { IfAbsent, KeepState };
@@ -88,10 +115,10 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   bool writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config);
   /// DEL of `key` (not sent again: a second DEL after a first that was applied would answer 0) and
   /// EXISTS (sent again after a closed connection).
-  bool deleteKey(const std::string& key) override;
-  void deleteKeyAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
-  bool exists(const std::string& key) override;
-  void existsAsync(const std::string& key, std::function<void(bool, std::exception_ptr)> done) override;
+  bool deleteKey(const std::string& key);
+  void deleteKeyAsync(const std::string& key, Done<bool> done);
+  bool exists(const std::string& key);
+  void existsAsync(const std::string& key, Done<bool> done);
 
   /// The configuration every call carries, or null (each key's stored one).
   [[nodiscard]] const KeyedPolicy* policy() const noexcept { return policy_.get(); }
@@ -100,10 +127,7 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   /// 1..kMaxPermits, and under a configuration in the call its own bound.
   void checkPermits(std::int64_t permits, const KeyedPolicy* policy) const;
   /// The key of the reservation record `id` of `key`; InvalidArgument for a bad id.
-  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const override;
-  [[nodiscard]] const std::string& coreName() const noexcept override { return name_; }
-  [[nodiscard]] const std::shared_ptr<Client>& coreClient() const noexcept override { return client_; }
-  [[nodiscard]] const FailureGate& coreGate() const noexcept override { return gate_; }
+  [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const;
   void sleepFor(std::chrono::microseconds d) const { gate_.clock().sleepFor(d); }
 
   /// The failure policy's decision of `permits` without a reply (the segment cache's wait that
@@ -134,25 +158,58 @@ class ScriptCore : public PermitCore, public std::enable_shared_from_this<Script
   // `recordKey` (KEYS[2], a reservation record) unless it is empty; a take through the Client's
   // coalescing when `coalesce`.
   ScriptRequest request(const std::string& key, std::vector<std::string> argv, std::string recordKey = {},
-                        bool coalesce = false);
+                        bool coalesce = false) const;
   // argv for `op` on a key: op, now ('' = the server's), kind, `a`, `b`, and the configuration at
-  // ARGV[6] when the handle has one (the same position for every operation).
+  // ARGV[6] when the handle has one (the same position for every operation). A calendar quota's:
+  // op, now, kind, `a`, calendarArgs_ (the table's place last), and `b` only for reserve (its TTL).
   std::vector<std::string> args(std::string_view op, std::string a, std::string b, const KeyedPolicy* policy) const;
+  // argv for `op` on a key: op, now (the server's), kind, then `rest` (a configuration's write, the
+  // lease operations).
+  std::vector<std::string> opArgs(std::string_view op, std::vector<std::string> rest) const;
+
+  template <class Out>
+  using Op = ScriptOp<ScriptCore, Out>;
+  // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync), with the
+  // errors of its key (mapError).
+  template <class Out>
+  Out run(const Op<Out>& op);
+  template <class Out, class Make>
+  void runAsync(const std::string& key, Make&& make, Done<Out> done);
+  // Each operation on `key`, made by its checks, as both faces send it: a take (uncounted), one
+  // counted (decide: no wait; reserve), reserveFor, peek, a give-back (1.. permits), settle and
+  // the lease operations.
+  Op<Decision> takeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) const;
+  Decision take(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait);
+  Op<Decision> countedTakeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) const;
+  Op<Decision> reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
+                            std::chrono::milliseconds recordTtl) const;
+  Op<Decision> peekOp(const std::string& key, std::int64_t permits) const;
+  Op<bool> giveBackOp(const std::string& key, std::int64_t permits, bool counted) const;
+  Op<Settlement> settleOp(const std::string& key, const std::string& id, std::int64_t actual) const;
+  Op<LeaseDecision> acquireOp(const std::string& key, std::chrono::milliseconds ttl) const;
+  Op<std::optional<Lease>> renewOp(const std::string& key, const Lease& lease, std::chrono::milliseconds ttl) const;
+  Op<bool> releaseOp(const std::string& key, const Lease& lease) const;
+  Op<std::int64_t> heldOp(const std::string& key) const;
   LimiterCall::Params decision(std::int64_t permits) const;
-  // peek's and refund's calls, checked before anything is sent (refund of 0: no call, nullopt).
-  ScriptRequest peekRequest(const std::string& key, std::int64_t permits);
-  std::optional<ScriptRequest> refundRequest(const std::string& key, std::int64_t permits);
   OneKeyErrors mapError(const std::string& key) const { return OneKeyErrors{key, kind_[0]}; }
   // The take/peek reply of this script; `self` (may be null: the handle is gone) remembers the
-  // configuration it tells.
+  // configuration it tells (saw).
   static Decision parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits);
   // A reserve's reply: take's values, then repeated.
-  static Decision held(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  static Decision reserved(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits);
+  // The failure policy's decision (a lease's: with a lease Redis was not asked for).
   Decision byPolicy(std::int64_t permits, bool allowed) const;
+  LeaseDecision leaseByPolicy(bool allowed) const;
+  // Remembers a reply's limit and Local bucket and, for the calendar tables, the server's time.
+  void saw(const DecisionReply& v);
 
   const std::shared_ptr<const KeyedPolicy> policy_;
   // The Client's coalescing of takes (token bucket, GCRA, fixed window; null: one call each).
   std::shared_ptr<OneKeyBatcher> batcher_;
+  // A calendar quota's arguments after the count (calendarArgs) and its tables; empty and null
+  // for the other scripts.
+  std::vector<std::string> calendarArgs_;
+  std::shared_ptr<CalendarTables> tables_;
 };
 
 }  // namespace redlimit::detail

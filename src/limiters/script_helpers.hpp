@@ -1,4 +1,4 @@
-// redlimit — what the limiters of a one-key script (ScriptCore and its faces, the calendar quota)
+// redlimit — what the limiter of the one-key scripts (ScriptCore, behind Limiter)
 // and MultiLimit share: their errors, their monitor, reservation records, and the checks and
 // replies of reserve and settle. Defined in script_core.cpp.
 #pragma once

@@ -128,4 +128,27 @@ TEST_F(LimiterStoredPolicy, AStoredLimiterJoinsAMultiLimitWithAPolicyInTheCall) 
   EXPECT_TRUE(both.on({"u1", "all"}).decide().allowed) << "the new stored limit, read by the MultiLimit too";
 }
 
+// With no policy in the call, every operation of the MultiLimit reads each key's stored one.
+TEST_F(LimiterStoredPolicy, AMultiLimitOfStoredLimitersPeeksRefundsReservesAndSettlesUnderTheKeysPolicies) {
+  Limiter global(client(), limiterName("global"), Policy::gcra(1, hours(24), 3).stored());
+  Limiter perUser(client(), limiterName("user"), Policy::fixedWindow(5, hours(24)).stored());
+  ASSERT_TRUE(global.trySetPolicy("all"));
+  ASSERT_TRUE(perUser.trySetPolicy("u1"));
+  MultiLimit both = MultiLimit({global, perUser}).on({"all", "u1"});
+  const MultiDecision peeked = both.peek(1);
+  ASSERT_TRUE(peeked.allowed);
+  EXPECT_EQ(peeked.limits.at(0).limit, 3);
+  EXPECT_EQ(peeked.limits.at(1).limit, 5);
+  ASSERT_TRUE(both.decide(2).allowed);
+  both.refund(1);
+  EXPECT_EQ(global.peek("all").remaining, 2);
+  EXPECT_EQ(perUser.peek("u1").remaining, 4);
+  ASSERT_TRUE(both.reserveFor(2, "r1", hours(1)).allowed);
+  const MultiSettlement settled = both.settle("r1", 1);
+  EXPECT_EQ(settled.status, Settlement::Status::Settled);
+  EXPECT_EQ(settled.returned, 1);
+  EXPECT_EQ(global.peek("all").remaining, 1);
+  EXPECT_EQ(perUser.peek("u1").remaining, 3);
+}
+
 }  // namespace

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "helpers.hpp"
-#include "limiters/calendar_core.hpp"
+#include "limiters/calendar_tables.hpp"
 #include "limiters/keyed_policy.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/limiter.hpp"

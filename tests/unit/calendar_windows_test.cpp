@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "limiters/calendar_core.hpp"
+#include "limiters/calendar_tables.hpp"
 #include "redlimit/calendar.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit/policy.hpp"
@@ -93,7 +93,7 @@ TEST(PolicyWindowAt, WeeksStartOnTheQuotasWeekday) {
   EXPECT_EQ(at(quota(CalendarUnit::Week, "UTC", Weekday::Wednesday), wednesday).label, 20789);
 }
 
-TEST(CalendarCoreWindows, TheTableIsConsecutiveAroundNow) {
+TEST(CalendarWindows, TheTableIsConsecutiveAroundNow) {
   const std::vector<CalendarWindow> t = tableAround(CalendarUnit::Day, "Europe/Berlin", 1792879200000000, 1, 2);
   ASSERT_EQ(t.size(), 4u);
   for (std::size_t i = 1; i < t.size(); ++i) {

@@ -1,0 +1,207 @@
+#include "limiters/calendar_tables.hpp"
+
+#include <exception>
+#include <utility>
+
+#include <date/date.h>
+#include <date/tz.h>
+#include <fmt/format.h>
+
+#include "limiters/keyed_policy.hpp"
+#include "redlimit/errors.hpp"
+
+namespace redlimit::detail {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr char kKind = 'Q';
+constexpr int kBefore = 1;  // windows sent before the current one
+constexpr int kAfter = 2;   // and after it
+
+const date::time_zone* zoneOf(const std::string& name) {
+  if (name.empty()) throw InvalidArgument("redlimit: a calendar quota needs a time zone name");
+  try {
+    return date::locate_zone(name);
+  } catch (const std::exception& e) {
+    throw InvalidArgument(
+        fmt::format("redlimit: unknown time zone \"{}\" (not in the system's database: {})", name, e.what()));
+  }
+}
+
+char unitCode(CalendarUnit u) {
+  switch (u) {
+    case CalendarUnit::Day:
+      return 'D';
+    case CalendarUnit::Week:
+      return 'W';
+    case CalendarUnit::Month:
+      return 'M';
+  }
+  return '?';
+}
+
+// The checks of checkCalendarQuota but the zone's; its zone, looked up.
+const date::time_zone* checkedZone(const CalendarQuota& q) {
+  if (q.limit < 1 || q.limit > kMaxCalendarPermits) {
+    throw InvalidArgument(
+        fmt::format("redlimit: a calendar quota's limit must be in 1..{}, got {}", kMaxCalendarPermits, q.limit));
+  }
+  if (unitCode(q.unit) == '?') {
+    throw InvalidArgument(fmt::format("redlimit: unknown calendar unit {}", static_cast<int>(q.unit)));
+  }
+  const int ws = static_cast<int>(q.weekStart);
+  if (ws < 0 || ws > 6) {
+    throw InvalidArgument(fmt::format("redlimit: a week must start on Sunday (0) .. Saturday (6), got {}", ws));
+  }
+  return zoneOf(q.zone);
+}
+
+// The first instant of the local day `d`: midnight, or the end of a gap that skips it (date::choose
+// maps a nonexistent local time to the transition), the first midnight where it occurs twice.
+microseconds startOf(const date::time_zone& zone, date::local_days d) {
+  const auto sys = zone.to_sys(date::local_seconds{d.time_since_epoch()}, date::choose::earliest);
+  return std::chrono::duration_cast<microseconds>(sys.time_since_epoch());
+}
+
+// The first local day of the window holding the local day `d`, and of the one `k` windows later.
+date::local_days windowDay(const CalendarQuota& q, date::local_days d, int k) {
+  switch (q.unit) {
+    case CalendarUnit::Day:
+      return d + date::days{k};
+    case CalendarUnit::Week: {
+      const unsigned wd = date::weekday{d}.c_encoding();
+      const auto back = (wd + 7U - static_cast<unsigned>(q.weekStart)) % 7U;
+      return d - date::days{back} + date::days{7 * k};
+    }
+    case CalendarUnit::Month: {
+      const date::year_month_day ymd{d};
+      const date::year_month ym = date::year_month{ymd.year(), ymd.month()} + date::months{k};
+      return date::local_days{ym / 1};
+    }
+  }
+  return d;
+}
+
+std::int64_t labelOf(const CalendarQuota& q, date::local_days first) {
+  if (q.unit == CalendarUnit::Month) {
+    const date::year_month_day ymd{first};
+    return static_cast<std::int64_t>(static_cast<int>(ymd.year())) * 12 +
+           static_cast<std::int64_t>(static_cast<unsigned>(ymd.month())) - 1;
+  }
+  return first.time_since_epoch().count();
+}
+
+std::vector<CalendarWindow> windowsIn(const CalendarQuota& q, const date::time_zone& zone, microseconds at, int before,
+                                      int after) {
+  const date::sys_time<microseconds> sys{at};
+  const auto local = zone.to_local(sys);
+  const date::local_days today = date::floor<date::days>(local);
+  std::vector<CalendarWindow> out;
+  out.reserve(static_cast<std::size_t>(before) + static_cast<std::size_t>(after) + 1);
+  for (int k = -before; k <= after; ++k) {
+    const date::local_days first = windowDay(q, today, k);
+    CalendarWindow w;
+    w.label = labelOf(q, first);
+    w.start = startOf(zone, first);
+    w.end = startOf(zone, windowDay(q, first, 1));
+    out.push_back(w);
+  }
+  return out;
+}
+
+void putLe64(std::string& out, std::int64_t v) {
+  auto u = static_cast<std::uint64_t>(v);
+  for (int i = 0; i < 8; ++i) {
+    out.push_back(static_cast<char>(u & 0xFFU));
+    u >>= 8U;
+  }
+}
+
+std::string packTable(const std::vector<CalendarWindow>& windows) {
+  std::string out;
+  out.reserve(windows.size() * 24);
+  for (const CalendarWindow& w : windows) {
+    putLe64(out, w.label);
+    putLe64(out, w.start.count());
+    putLe64(out, w.end.count());
+  }
+  return out;
+}
+
+microseconds systemNow() {
+  return std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch());
+}
+
+std::string checkedKeepAlive(milliseconds keepAlive) {
+  if (keepAlive.count() < 0 || keepAlive.count() > 4294967295) {
+    throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 0..4294967295 ms, got {} ms", keepAlive.count()));
+  }
+  return fmt::to_string(keepAlive.count());
+}
+
+}  // namespace
+
+void checkCalendarQuota(const CalendarQuota& quota) { (void)checkedZone(quota); }
+
+std::string calendarConfig(const CalendarQuota& quota, milliseconds keepAlive) {
+  (void)checkedZone(quota);
+  (void)checkedKeepAlive(keepAlive);
+  std::string out{kKind, unitCode(quota.unit)};
+  packU32(out, quota.limit);
+  packU32(out, keepAlive.count());
+  return out;
+}
+
+std::vector<std::string> calendarArgs(const CalendarQuota& quota, milliseconds keepAlive) {
+  (void)checkedZone(quota);
+  return {fmt::to_string(quota.limit), std::string(1, unitCode(quota.unit)), checkedKeepAlive(keepAlive), {}};
+}
+
+void CalendarTables::add(std::size_t index, const CalendarQuota& quota, std::string prefix) {
+  slots_.push_back(Slot{index, quota, checkedZone(quota), std::move(prefix)});
+}
+
+std::vector<std::string> CalendarTables::filled(std::vector<std::string> argv, microseconds serverNow) const {
+  if (serverNow.count() < 0) {
+    throw InvalidArgument(
+        fmt::format("redlimit: {}: the server's time {} µs is before 1970", owner_, serverNow.count()));
+  }
+  for (const Slot& s : slots_) {
+    if (s.index >= argv.size()) {
+      throw InvalidArgument(fmt::format("redlimit: {}: no argument {} for a calendar table", owner_, s.index));
+    }
+    argv[s.index] = s.prefix + packTable(windowsIn(s.quota, *s.zone, serverNow, kBefore, kAfter));
+  }
+  return argv;
+}
+
+microseconds CalendarTables::serverNowGuess() const {
+  return systemNow() + microseconds{offsetUs_.load(std::memory_order_relaxed)};
+}
+
+void CalendarTables::sawServerNow(microseconds serverNow) const {
+  offsetUs_.store((serverNow - systemNow()).count(), std::memory_order_relaxed);
+}
+
+ReplyError CalendarTables::outsideTwice() const {
+  return ReplyError(ErrorKind::UnexpectedReply, "",
+                    fmt::format("redlimit: {}: the server's time was outside the calendar table twice", owner_));
+}
+
+std::vector<CalendarWindow> calendarWindows(const CalendarQuota& quota, microseconds at, int before, int after) {
+  const date::time_zone* zone = checkedZone(quota);
+  if (before < 0 || before > 3 || after < 0 || after > 3) {
+    throw InvalidArgument(
+        fmt::format("redlimit: calendar windows: before and after must be in 0..3, got {} and {}", before, after));
+  }
+  if (at.count() < 0) {
+    throw InvalidArgument(
+        fmt::format("redlimit: calendar windows: {} µs is before 1970; pass a time since the epoch", at.count()));
+  }
+  return windowsIn(quota, *zone, at, before, after);
+}
+
+}  // namespace redlimit::detail
