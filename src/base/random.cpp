@@ -1,9 +1,12 @@
 #include "base/random.hpp"
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <iterator>
 #include <random>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <unistd.h>
@@ -65,6 +68,23 @@ std::array<std::uint8_t, 16> randomId16() {
   for (std::size_t half = 0; half < 2; ++half) {
     std::uint64_t v = gen();
     for (std::size_t i = 0; i < 8; ++i) out[half * 8 + i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+  return out;
+}
+
+std::string randomIdBytes() {
+  const std::array<std::uint8_t, 16> id = randomId16();
+  return std::string(id.begin(), id.end());
+}
+
+std::string hexOf(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out.push_back(kHex[b >> 4U]);
+    out.push_back(kHex[b & 0x0FU]);
   }
   return out;
 }

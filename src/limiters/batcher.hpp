@@ -11,9 +11,10 @@
 // pool would be; each group is still decided in its calls' order, and with maxInFlight 1 the
 // groups are decided in the order of their calls.
 //
-// RateLimiter queues the acquisitions of one handle (acquire_batch.lua decides a group);
-// OneKeyBatcher queues the takes of every one-key limiter of a Client (batch.lua decides a group,
-// whatever their keys). The owner decides what "send" means; the Batcher only keeps the queue.
+// detail::GroupSender sends the groups, the same way for every owner: RateLimiter queues the
+// acquisitions of one handle (acquire_batch.lua decides a group); OneKeyBatcher queues the takes of
+// every one-key limiter of a Client (batch.lua decides a group, whatever their keys). The owner
+// says what "send" means: its own script for a call alone, its batch script for a group.
 //
 // Fork: a child gets a fresh queue on its first call. The groups in flight are the parent's and
 // never finish in the child, its queued calls belong to the parent's callers, and its lock may be
@@ -23,17 +24,24 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "base/error_mapping.hpp"
 #include "base/fork_guard.hpp"
+#include "redlimit/client.hpp"
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
+#include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
+#include "transport/sync_wait.hpp"
 
 namespace redlimit::detail {
 
@@ -136,5 +144,114 @@ class Batcher {
   const std::size_t maxInFlight_;
   std::atomic<Queue*> queue_{nullptr};
 };
+
+/// Sends the groups of a Batcher<std::shared_ptr<Call>> for its owner, written once: a call that
+/// finds a place free goes at once, alone, with its own script; a group of queued calls goes as one
+/// call of the owner's batch script, with the soonest of their deadlines; the next group leaves as
+/// soon as a reply has arrived, before any callback of the group answered runs; a queued call whose
+/// deadline passed ends with TimeoutError rather than cut its group's deadline; a send that throws
+/// ends its group with that error and lets the next group go. Requests in flight hold the owner
+/// weakly: a dropped owner's calls are answered with a null owner, and no next group leaves.
+///
+/// A Call has `std::chrono::steady_clock::time_point deadline` (a default one: none). The Owner
+/// (std::enable_shared_from_this) has:
+///   void sendAlone(const std::shared_ptr<Call>&, ReplyCallback)              its own script; may throw
+///   void sendTogether(const std::vector<std::shared_ptr<Call>>&, time_point deadline, ReplyCallback)
+///                                                                            the batch script; may throw
+///   static void answerAlone(Owner*, Call&, const Reply&, std::exception_ptr) noexcept
+///   static void answerTogether(Owner*, const std::vector<std::shared_ptr<Call>>&, const Reply&)
+///       the batch reply to each call, each on its own (one whose callback throws stops no other);
+///       throws, before answering any, a reply it cannot read
+///   static void fail(Owner*, Call&, std::exception_ptr) noexcept             the call ends with the error
+template <class Owner, class Call>
+class GroupSender {
+ public:
+  using Item = std::shared_ptr<Call>;
+  using Queue = Batcher<Item>;
+
+  /// Sends `call` now, alone, or queues it behind the groups in flight on `queue` (the owner's).
+  static void submit(Owner& owner, Queue& queue, Item call) {
+    if (queue.claimOrQueue(call)) send(owner, queue, {std::move(call)});
+  }
+
+  /// Ends the calls still queued on `queue` with `error` (the owner's destructor).
+  static void close(Owner& owner, Queue& queue, const std::exception_ptr& error) {
+    for (const Item& c : queue.drain()) Owner::fail(&owner, *c, cloneError(error));
+  }
+
+ private:
+  using Time = std::chrono::steady_clock::time_point;
+
+  // A group in flight has been handled: the next one leaves in its place, or the place is freed.
+  static void groupDone(Owner& owner, Queue& queue) {
+    std::vector<Item> next = queue.next();
+    if (!next.empty()) send(owner, queue, std::move(next));
+  }
+
+  static void send(Owner& owner, Queue& queue, std::vector<Item> group) {
+    const Time now = std::chrono::steady_clock::now();
+    auto live = std::make_shared<std::vector<Item>>();
+    live->reserve(group.size());
+    Time deadline = Time::max();
+    for (Item& c : group) {
+      if (c->deadline != Time{} && c->deadline <= now) {
+        Owner::fail(&owner, *c,
+                    std::make_exception_ptr(TimeoutError(
+                        "redlimit: a decision waited for the calls queued before it until its deadline passed; give "
+                        "the calls more time (ClientOptions::Connection::commandTimeout) or send fewer at once")));
+        continue;
+      }
+      if (c->deadline != Time{}) deadline = std::min(deadline, c->deadline);
+      live->push_back(std::move(c));
+    }
+    if (live->empty()) {
+      groupDone(owner, queue);
+      return;
+    }
+    Queue* q = &queue;
+    try {
+      if (live->size() == 1) {
+        Item c = live->front();
+        owner.sendAlone(c, [weak = owner.weak_from_this(), q, c](const Reply& reply, std::exception_ptr error) {
+          const std::shared_ptr<Owner> self = weak.lock();
+          if (self) groupDone(*self, *q);  // the next group leaves before this call's callback runs
+          Owner::answerAlone(self.get(), *c, reply, std::move(error));
+        });
+        return;
+      }
+      owner.sendTogether(*live, deadline == Time::max() ? Time{} : deadline,
+                         [weak = owner.weak_from_this(), q, live](const Reply& reply, std::exception_ptr error) {
+                           const std::shared_ptr<Owner> self = weak.lock();
+                           if (self) groupDone(*self, *q);
+                           if (!error) {
+                             try {
+                               Owner::answerTogether(self.get(), *live, reply);
+                               return;
+                             } catch (...) {
+                               error = std::current_exception();
+                             }
+                           }
+                           for (const Item& c : *live) Owner::fail(self.get(), *c, cloneError(error));
+                         });
+    } catch (...) {
+      // The request could not even be queued: each call of the group ends with that error, and the
+      // next group goes, as after a reply.
+      const std::exception_ptr error = std::current_exception();
+      groupDone(owner, queue);
+      for (const Item& c : *live) Owner::fail(&owner, *c, cloneError(error));
+    }
+  }
+};
+
+/// A sync call whose try may queue: `start(callback)` sends it (or queues it), and this waits for
+/// the callback. The try ends by `deadline` (one waiting for a connection gets the connect time on
+/// top); a second later the wait gives up with TimeoutError rather than hang.
+template <class T, class Start>
+T awaitTry(const ClientOptions& options, std::chrono::steady_clock::time_point deadline, Start&& start) {
+  SyncWait<T> wait;
+  std::forward<Start>(start)(wait.callback());
+  return wait.get(deadlineAfter<std::chrono::steady_clock>(
+      deadline, saturatingAdd(options.connection.connectTimeout, std::chrono::milliseconds{1000})));
+}
 
 }  // namespace redlimit::detail

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -20,16 +19,7 @@ namespace redlimit::detail {
 inline constexpr std::int64_t kMaxLeases = 4294967295;                // a concurrency limit's most places
 inline constexpr std::chrono::milliseconds kMaxLeaseTtl{4294967295};  // 49.7 days: lua/concurrency.lua's bound
 
-inline std::string newLeaseId() {
-  const std::array<std::uint8_t, 16> bytes = randomId16();
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    id[2 * i] = kHex[bytes[i] >> 4U];
-    id[2 * i + 1] = kHex[bytes[i] & 0x0FU];
-  }
-  return id;
-}
+inline std::string newLeaseId() { return hexOf(randomIdBytes()); }
 
 inline void checkLeaseId(const std::string& id) {
   const bool ok = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {

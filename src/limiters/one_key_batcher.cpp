@@ -1,6 +1,5 @@
 #include "limiters/one_key_batcher.hpp"
 
-#include <algorithm>
 #include <mutex>
 #include <string_view>
 #include <utility>
@@ -10,11 +9,9 @@
 #include "base/error_mapping.hpp"
 #include "limiters/decision_reply.hpp"
 #include "redlimit/detail/client_access.hpp"
-#include "redlimit/detail/deadline.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
 #include "topology/key_slot.hpp"
-#include "transport/sync_wait.hpp"
 
 namespace redlimit::detail {
 
@@ -58,21 +55,14 @@ OneKeyBatcher::OneKeyBatcher(std::shared_ptr<Client> client)
       single_(kMaxGroup, groupsInFlight(client_->options())) {}
 
 OneKeyBatcher::~OneKeyBatcher() {
-  std::vector<std::shared_ptr<OneKeyCall>> left;
-  const auto take = [&](Queue& q) {
-    for (auto& c : q.drain()) left.push_back(std::move(c));
-  };
-  take(single_);
-  {
-    const LockGuard lock(slotsMutex_);
-    for (auto& [slot, q] : slots_) take(*q);
-  }
-  if (left.empty()) return;
   const auto closed = std::make_exception_ptr(
       ClosedError("redlimit: the last limiter of this Client was dropped before this decision was sent"));
-  for (const auto& c : left) {
-    if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(closed));
+  std::vector<Queue*> queues{&single_};
+  {
+    const LockGuard lock(slotsMutex_);  // not held while the callbacks run
+    for (auto& [slot, q] : slots_) queues.push_back(q.get());
   }
+  for (Queue* q : queues) Sender::close(*this, *q, closed);
 }
 
 OneKeyBatcher::Queue& OneKeyBatcher::queueFor(const std::string& key) {
@@ -85,143 +75,65 @@ OneKeyBatcher::Queue& OneKeyBatcher::queueFor(const std::string& key) {
 }
 
 void OneKeyBatcher::takeAsync(OneKeyCall call) {
-  auto c = std::make_shared<OneKeyCall>(std::move(call));
-  Queue& q = queueFor(c->key);
-  if (q.claimOrQueue(c)) send(q, {std::move(c)});
+  Queue& queue = queueFor(call.key);
+  Sender::submit(*this, queue, std::make_shared<OneKeyCall>(std::move(call)));
 }
 
 Reply OneKeyBatcher::take(OneKeyCall call) {
-  auto c = std::make_shared<OneKeyCall>(std::move(call));
-  Queue& q = queueFor(c->key);
-  SyncWait<Reply> wait;
-  const std::chrono::steady_clock::time_point deadline = c->deadline;
-  c->done = wait.callback();
-  std::shared_ptr<OneKeyCall> mine = c;
-  if (q.claimOrQueue(c)) {
-    // A place free: sent from this thread, as eval; takes that find every place taken queue up,
-    // and leave together once a group in flight is answered (or has failed).
-    struct Next {
-      OneKeyBatcher* self;
-      Queue& queue;
-      ~Next() { self->groupDone(queue); }
-    } next{this, q};
-    const std::vector<std::string_view> keys{mine->key};
-    const std::vector<std::string_view> args(mine->args.begin(), mine->args.end());
-    return eval(*client_, mine->script, keys, args, mine->deadline);
-  }
-  // Queued: its group is sent by the I/O thread, and ends by the group's deadline (at most this
-  // take's); a second more and the wait gives up rather than hang.
-  return wait.get(deadlineAfter<std::chrono::steady_clock>(
-      deadline, saturatingAdd(client_->options().connection.connectTimeout, std::chrono::milliseconds{1000})));
+  const std::chrono::steady_clock::time_point deadline = call.deadline;
+  return awaitTry<Reply>(client_->options(), deadline, [&](ReplyCallback done) {
+    call.done = std::move(done);
+    takeAsync(std::move(call));
+  });
 }
 
-void OneKeyBatcher::groupDone(Queue& queue) {
-  std::vector<std::shared_ptr<OneKeyCall>> next = queue.next();
-  if (!next.empty()) send(queue, std::move(next));
+void OneKeyBatcher::sendAlone(const std::shared_ptr<OneKeyCall>& c, ReplyCallback done) {
+  // Its own script, which costs Redis less than a batch of one (and has a fast path).
+  const std::vector<std::string_view> keys{c->key};
+  const std::vector<std::string_view> args(c->args.begin(), c->args.end());
+  evalAsync(*client_, c->script, keys, args, std::move(done), c->deadline);
 }
 
-void OneKeyBatcher::send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> group) {
-  // A take whose deadline passed while it queued ends now: sent, it would cut its group's deadline.
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<std::shared_ptr<OneKeyCall>> live;
-  live.reserve(group.size());
-  for (auto& c : group) {
-    if (c->deadline != std::chrono::steady_clock::time_point{} && c->deadline <= now) {
-      if (ReplyCallback done = std::move(c->done)) {
-        done(Reply{},
-             std::make_exception_ptr(TimeoutError(fmt::format(
-                 "redlimit: the decision on {} waited for the calls before it until its deadline passed", c->key))));
-      }
-    } else {
-      live.push_back(std::move(c));
-    }
-  }
-  if (live.empty()) {
-    groupDone(queue);
-    return;
-  }
-  std::weak_ptr<OneKeyBatcher> weak = weak_from_this();
-  Queue* q = &queue;
-  if (live.size() == 1) {
-    // Alone: its own script, which costs Redis less than a batch of one (and has a fast path).
-    std::shared_ptr<OneKeyCall> c = std::move(live.front());
-    const std::vector<std::string_view> keys{c->key};
-    const std::vector<std::string_view> args(c->args.begin(), c->args.end());
-    try {
-      evalAsync(
-          *client_, c->script, keys, args,
-          [weak, q, c](Reply reply, std::exception_ptr error) {      // NOLINT(performance-unnecessary-value-param)
-            if (const auto self = weak.lock()) self->groupDone(*q);  // the next group leaves first
-            if (ReplyCallback done = std::move(c->done)) done(std::move(reply), std::move(error));
-          },
-          c->deadline);
-    } catch (...) {
-      fail(queue, {c}, std::current_exception());
-    }
-    return;
-  }
-  const std::string count = fmt::to_string(live.size());
+void OneKeyBatcher::sendTogether(const std::vector<std::shared_ptr<OneKeyCall>>& group,
+                                 std::chrono::steady_clock::time_point deadline, ReplyCallback done) {
+  const std::string count = fmt::to_string(group.size());
   std::vector<std::string_view> keys;
   std::vector<std::string_view> args{"take", "", count};
-  keys.reserve(live.size());
-  args.reserve(3 + 4 * live.size());
-  auto deadline = std::chrono::steady_clock::time_point::max();
-  for (const auto& c : live) {
+  keys.reserve(group.size());
+  args.reserve(3 + 4 * group.size());
+  for (const auto& c : group) {
     keys.emplace_back(c->key);
     // The take's own arguments: kind, permits, maxWaitUs, the configuration in the call or ''.
     args.emplace_back(c->args.at(2));
     args.emplace_back(c->args.at(3));
     args.emplace_back(c->args.size() > 4 ? std::string_view(c->args[4]) : std::string_view("0"));
     args.emplace_back(c->args.size() > 5 ? std::string_view(c->args[5]) : std::string_view());
-    if (c->deadline != std::chrono::steady_clock::time_point{}) deadline = std::min(deadline, c->deadline);
   }
-  if (deadline == std::chrono::steady_clock::time_point::max()) deadline = {};
-  auto members = std::make_shared<std::vector<std::shared_ptr<OneKeyCall>>>(std::move(live));
+  evalAsync(*client_, kBatch, keys, args, std::move(done), deadline);
+}
+
+void OneKeyBatcher::answerAlone(OneKeyBatcher* /*self*/, OneKeyCall& call, const Reply& reply,
+                                std::exception_ptr error) noexcept {
+  // The callers' callbacks are isolated by the limiters; this must not depend on it.
   try {
-    evalAsync(
-        *client_, kBatch, keys, args,
-        [weak, q, members](Reply reply, std::exception_ptr error) {  // NOLINT(performance-unnecessary-value-param)
-          if (const auto self = weak.lock()) self->groupDone(*q);
-          if (error) {
-            for (const auto& c : *members) {
-              if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(error));
-            }
-            return;
-          }
-          answer(*members, reply);
-        },
-        deadline);
+    if (ReplyCallback done = std::move(call.done)) done(reply, std::move(error));
   } catch (...) {
-    fail(queue, *members, std::current_exception());
   }
 }
 
-void OneKeyBatcher::fail(Queue& queue, const std::vector<std::shared_ptr<OneKeyCall>>& group,
-                         const std::exception_ptr& error) {
-  // The request could not even be queued (thrown by the send itself): every take of the group
-  // ends with that error, and the next group goes, as after a reply.
-  groupDone(queue);
-  for (const auto& c : group) {
-    if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(error));
-  }
+void OneKeyBatcher::fail(OneKeyBatcher* self, OneKeyCall& call, std::exception_ptr error) noexcept {
+  answerAlone(self, call, Reply{}, std::move(error));
 }
 
-void OneKeyBatcher::answer(const std::vector<std::shared_ptr<OneKeyCall>>& group, const Reply& reply) {
+void OneKeyBatcher::answerTogether(OneKeyBatcher* self, const std::vector<std::shared_ptr<OneKeyCall>>& group,
+                                   const Reply& reply) {
   const std::size_t n = group.size();
   if (reply.type != Reply::Type::Array || reply.elements.size() != n) {
-    const auto bad = std::make_exception_ptr(ReplyError(
+    throw ReplyError(
         ErrorKind::UnexpectedReply, "",
-        fmt::format("redlimit: expected an array of {} from the batch script, got {}", n, reply.describe())));
-    for (const auto& c : group) {
-      if (ReplyCallback done = std::move(c->done)) done(Reply{}, cloneError(bad));
-    }
-    return;
+        fmt::format("redlimit: expected an array of {} from the batch script, got {}", n, reply.describe()));
   }
-  // Each completion on its own: one that throws cannot stop the others (the callers' callbacks
-  // are isolated by the limiters; this loop must not depend on it).
   for (std::size_t i = 0; i < n; ++i) {
-    ReplyCallback done = std::move(group[i]->done);
-    if (!done) continue;
     const Reply& element = reply.elements[i];
     if (element.type == Reply::Type::String && !isPackedDecision(element)) {
       // The take failed in the script ("CODE message", as its own script raises it): it wrote
@@ -233,16 +145,10 @@ void OneKeyBatcher::answer(const std::vector<std::shared_ptr<OneKeyCall>>& group
       } catch (...) {
         error = std::current_exception();
       }
-      try {
-        done(Reply{}, std::move(error));
-      } catch (...) {
-      }
+      fail(self, *group[i], std::move(error));
       continue;
     }
-    try {
-      done(element, nullptr);
-    } catch (...) {
-    }
+    answerAlone(self, *group[i], element, nullptr);
   }
 }
 

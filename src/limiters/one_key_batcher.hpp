@@ -55,16 +55,20 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
   Reply take(OneKeyCall call);
 
  private:
-  using Queue = Batcher<std::shared_ptr<OneKeyCall>>;
+  friend class GroupSender<OneKeyBatcher, OneKeyCall>;
+  using Sender = GroupSender<OneKeyBatcher, OneKeyCall>;
+  using Queue = Sender::Queue;
   Queue& queueFor(const std::string& key);
-  // Sends `group` (its takes whose deadline has not passed): alone with its own script, together
-  // with batch.lua. Calls next() on `queue` once the reply has been handled.
-  void send(Queue& queue, std::vector<std::shared_ptr<OneKeyCall>> group);
-  void groupDone(Queue& queue);
-  // The send of `group` threw: each take gets `error`, and the next group goes.
-  void fail(Queue& queue, const std::vector<std::shared_ptr<OneKeyCall>>& group, const std::exception_ptr& error);
+  // What GroupSender sends: a take alone with its own script, a group with batch.lua.
+  void sendAlone(const std::shared_ptr<OneKeyCall>& call, ReplyCallback done);
+  void sendTogether(const std::vector<std::shared_ptr<OneKeyCall>>& group,
+                    std::chrono::steady_clock::time_point deadline, ReplyCallback done);
+  // The take's outcome to its callback (one that throws touches nothing else).
+  static void answerAlone(OneKeyBatcher* self, OneKeyCall& call, const Reply& reply, std::exception_ptr error) noexcept;
+  static void fail(OneKeyBatcher* self, OneKeyCall& call, std::exception_ptr error) noexcept;
   // batch.lua's reply, to each take of the group.
-  static void answer(const std::vector<std::shared_ptr<OneKeyCall>>& group, const Reply& reply);
+  static void answerTogether(OneKeyBatcher* self, const std::vector<std::shared_ptr<OneKeyCall>>& group,
+                             const Reply& reply);
 
   std::shared_ptr<Client> client_;
   bool cluster_ = false;

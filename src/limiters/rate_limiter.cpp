@@ -5,9 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <deque>
 #include <optional>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -18,14 +16,16 @@
 #include "base/fork_guard.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/limiter_call.hpp"
+#include "limiters/script_call.hpp"
+#include "limiters/script_helpers.hpp"
 #include "base/random.hpp"
+#include "config/config_checks.hpp"
 #include "config/limiter_name.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
-#include "transport/sync_wait.hpp"
 #include "base/error_mapping.hpp"
 #include "topology/key_slot.hpp"
 #include "transport/pipeline.hpp"
@@ -49,18 +49,11 @@ const Script kRelease = script(detail::lua::release);
 const Script kSetRate = script(detail::lua::set_rate);
 const Script kTtl = script(detail::lua::ttl);
 
-std::string idBytes() {
-  auto id = detail::randomId16();
-  return std::string(reinterpret_cast<const char*>(id.data()), id.size());
-}
-
 void checkConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   if (type != RateType::Overall && type != RateType::PerClient) {
     throw InvalidArgument("redlimit: unknown RateType");
   }
-  if (rate < 1 || rate > RateLimiter::kMaxRate) {
-    throw InvalidArgument(fmt::format("redlimit: rate must be in 1..{}, got {}", RateLimiter::kMaxRate, rate));
-  }
+  detail::checkCount("rate", rate, 1, RateLimiter::kMaxRate);
   if (interval.count() < 1 || interval > RateLimiter::kMaxInterval) {
     throw InvalidArgument(fmt::format("redlimit: rateInterval must be in 1..{} ms, got {} ms",
                                       RateLimiter::kMaxInterval.count(), interval.count()));
@@ -158,18 +151,6 @@ std::string packedMember(const std::string& id, std::int64_t permits) {
   return member;
 }
 
-std::string hexOf(const std::string& bytes) {
-  static const char* const digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 15]);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string suffixName(const std::string& name, const std::string& suffix) {
@@ -218,28 +199,22 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::SteadyTime deadline;  // this try's
     AcquireCallback done;         // the try's outcome, errors as the limiter's types
   };
+  using Sender = detail::GroupSender<Impl, Pending>;
   // Runs the attempt's callback once (later calls do nothing); one that throws is reported through
   // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
   static void finish(Impl* self, Pending& attempt, detail::AcquireResult result, std::exception_ptr error) noexcept;
-  void send(const std::shared_ptr<Pending>& attempt);
-  // Sends `attempt`, or queues it while this handle has a group in flight on each connection
-  // (RateLimiter::Options::coalesce).
-  void dispatch(std::shared_ptr<Pending> attempt);
-  // Sends a group of queued whole acquisitions: alone with acquire.lua, together with acquire_batch.lua.
-  void sendGroup(std::vector<std::shared_ptr<Pending>> group);
-  struct Batch {
-    std::vector<std::shared_ptr<Pending>> items;
-    detail::SteadyTime deadline;  // the earliest of its acquisitions'
-  };
-  void sendBatch(const std::shared_ptr<Batch>& batch);
-  // The batch script's reply, to each acquisition; `self` may be null (the handle is gone).
-  static void finishBatch(Impl* self, const Batch& batch, const Reply& r);
-  // A group in flight has finished: sends the next one in its place, or frees the place.
-  void groupDone();
-  // The acquire script's reply; `self` (may be null: the handle is gone) remembers the configuration.
-  static detail::AcquireResult parseAcquire(Impl* self, const Reply& r, const std::string& id);
-  // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call),
-  // through the coalescing queue; `done` gets its outcome on the I/O thread.
+  // What Sender sends (limiters/batcher.hpp): an acquisition alone with acquire.lua, a group of
+  // whole ones with acquire_batch.lua; and how their replies and errors reach each attempt (`self`
+  // may be null: the handle is gone; when not, it remembers the configuration seen).
+  void sendAlone(const std::shared_ptr<Pending>& attempt, detail::ReplyCallback done);
+  void sendTogether(const std::vector<std::shared_ptr<Pending>>& group, detail::SteadyTime deadline,
+                    detail::ReplyCallback done);
+  static void answerAlone(Impl* self, Pending& attempt, const Reply& r, std::exception_ptr error) noexcept;
+  static void answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r);
+  static void fail(Impl* self, Pending& attempt, std::exception_ptr error) noexcept;
+  // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call):
+  // sent, or queued while this handle has a group in flight on each connection
+  // (RateLimiter::Options::coalesce); `done` gets its outcome on the I/O thread.
   void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                detail::SteadyTime deadline, AcquireCallback done);
   // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
@@ -250,24 +225,20 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   detail::AcquireResult ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
   // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
   void askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
-  // A call that takes no decision (a read, a configuration write, a give-back) through the call
-  // protocol: `send(deadline)` sends one try; sent again after a closed connection if `resend` says so.
-  template <class Send>
-  Reply plainCall(detail::LimiterCall::Resend resend, Send&& send);
 
   void checkPermits(std::int64_t permits) const;
+  // checkPermits(atLeast) and atMost >= atLeast; returns atMost, at most kMaxRate.
+  std::int64_t checkRange(std::int64_t atLeast, std::int64_t atMost) const;
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
   void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
   // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
   std::int64_t releasePermits(std::int64_t permits, const std::string& member);
   void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
                  std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
-  // One try of `script` on the five keys, errors as the limiter's.
-  Reply evalOnce(const Script& script, const std::vector<std::string_view>& args, detail::SteadyTime deadline);
-  // `script` on the five keys through the call protocol (plainCall).
-  Reply evalCall(const Script& script, std::vector<std::string_view> args, detail::LimiterCall::Resend resend);
-  // A command through the call protocol (plainCall).
-  Reply commandCall(std::vector<std::string_view> command, detail::LimiterCall::Resend resend);
+  // `script` on the five keys, a call that takes no decision (a read, a configuration write, a
+  // give-back) through the call protocol (runScript), errors as the limiter's; sent again after a
+  // closed connection if `resend` says so.
+  Reply evalCall(const Script& script, std::vector<std::string> args, detail::LimiterCall::Resend resend);
   std::string nowArg() const;
   std::string expectedRateArg() const;
 
@@ -289,18 +260,19 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // The coalescing queue (RateLimiter::Options::coalesce): whole acquisitions that arrive while a
   // group is in flight on each connection go together as one acquire_batch.lua call
   // (limiters/batcher.hpp).
-  detail::Batcher<std::shared_ptr<Pending>> coalescing_;
+  Sender::Queue coalescing_;
 };
 
 namespace {
-// The monitor of a handle whose arguments pass the checks (made only then: a refused name must not
-// take a place in the metrics registry).
+// The monitor of a handle whose arguments pass every limiter's checks and Redisson's (made only
+// then: a refused name must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const LimiterMonitor::Options& options) {
-  if (!client) throw InvalidArgument("redlimit: RateLimiter needs a Client");
-  checkName(name);
-  checkClientId(client->clientId());
-  return LimiterMonitor(name, options, client->options().onEvent);
+  if (client) {
+    checkName(name);
+    checkClientId(client->clientId());
+  }
+  return detail::checkedMonitor(client, name, options);
 }
 }  // namespace
 
@@ -337,11 +309,9 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
 }
 
 RateLimiter::Impl::~Impl() {
-  const std::deque<std::shared_ptr<Pending>> left = coalescing_.drain();
-  if (left.empty()) return;
-  const auto closed = std::make_exception_ptr(ClosedError(
-      fmt::format("redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_)));
-  for (const auto& a : left) finish(this, *a, detail::AcquireResult{}, detail::cloneError(closed));
+  Sender::close(*this, coalescing_,
+                std::make_exception_ptr(ClosedError(fmt::format(
+                    "redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_))));
 }
 
 void RateLimiter::Impl::finish(Impl* self, Pending& a, detail::AcquireResult result,
@@ -354,13 +324,6 @@ void RateLimiter::Impl::finish(Impl* self, Pending& a, detail::AcquireResult res
   } catch (...) {
     if (self != nullptr) detail::reportCallbackThrew(self->gate_.monitor(), self->name_, std::current_exception());
   }
-}
-
-template <class Send>
-Reply RateLimiter::Impl::plainCall(detail::LimiterCall::Resend resend, Send&& send) {
-  return detail::runSync(
-      *client_, gate_, detail::LimiterCall::plain(callBound_, resend), "call", std::forward<Send>(send),
-      [](Reply r) { return r; }, [](bool) { return Reply{}; });
 }
 
 void RateLimiter::Impl::remember(std::int64_t rate, milliseconds interval) noexcept {
@@ -381,30 +344,24 @@ std::string RateLimiter::Impl::expectedRateArg() const {
   return rate > 0 ? fmt::to_string(rate) : std::string();
 }
 
-Reply RateLimiter::Impl::evalCall(const Script& script, std::vector<std::string_view> args,
+Reply RateLimiter::Impl::evalCall(const Script& script, std::vector<std::string> args,
                                   detail::LimiterCall::Resend resend) {
-  return plainCall(resend, [&](detail::SteadyTime deadline) { return evalOnce(script, args, deadline); });
-}
-
-Reply RateLimiter::Impl::commandCall(std::vector<std::string_view> command, detail::LimiterCall::Resend resend) {
-  return plainCall(resend, [&](detail::SteadyTime deadline) { return detail::command(*client_, command, deadline); });
-}
-
-Reply RateLimiter::Impl::evalOnce(const Script& s, const std::vector<std::string_view>& args,
-                                  detail::SteadyTime deadline) {
-  try {
-    return detail::eval(*client_, s, keyViews_, args, deadline);
-  } catch (const ScriptError&) {
-    std::rethrow_exception(detail::limiterError(std::current_exception()));
-  }
+  return detail::runScript(
+      *this, detail::LimiterCall::plain(callBound_, resend), "call",
+      detail::ScriptRequest{&script, keys_, std::move(args), nullptr, nullptr}, detail::limiterError,
+      [](Reply r) { return r; }, [](bool) { return Reply{}; });
 }
 
 // Only what is invalid whatever the rate: the rate itself may have been raised by another
 // process since this handle last saw it, so `permits > rate` is the script's to decide.
 void RateLimiter::Impl::checkPermits(std::int64_t permits) const {
-  if (permits < 1 || permits > kMaxRate) {
-    throw InvalidArgument(fmt::format("redlimit: permits must be in 1..{}, got {}", kMaxRate, permits));
-  }
+  detail::checkCount("permits", permits, 1, kMaxRate);
+}
+
+std::int64_t RateLimiter::Impl::checkRange(std::int64_t atLeast, std::int64_t atMost) const {
+  checkPermits(atLeast);
+  if (atMost < atLeast) throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
+  return std::min(atMost, kMaxRate);
 }
 
 void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
@@ -443,25 +400,39 @@ bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, millisecond
   return written;
 }
 
-detail::AcquireResult RateLimiter::Impl::parseAcquire(Impl* self, const Reply& r, const std::string& id) {
-  if (r.type != Reply::Type::Array || r.elements.size() != 6) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
-                                 self != nullptr ? self->name_ : std::string("?"), r.describe()));
-  }
-  detail::AcquireResult out;
-  out.granted = r.elements[0].asInteger();
-  out.wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{r.elements[1].asInteger()});
-  out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
-  out.rate = r.elements[3].asInteger();
-  out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
-  out.interval = milliseconds{r.elements[5].asInteger()};
-  if (self != nullptr) self->remember(out.rate, out.interval);
-  if (out.granted > 0) out.member = packedMember(id, out.granted);
-  return out;
+void RateLimiter::Impl::fail(Impl* self, Pending& a, std::exception_ptr error) noexcept {
+  finish(self, a, detail::AcquireResult{}, detail::limiterError(std::move(error)));
 }
 
-void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
+void RateLimiter::Impl::answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
+  if (!error && (r.type != Reply::Type::Array || r.elements.size() != 6)) {
+    error = std::make_exception_ptr(
+        ReplyError(ErrorKind::UnexpectedReply, "",
+                   fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
+                               self != nullptr ? self->name_ : std::string("?"), r.describe())));
+  }
+  if (error) {
+    fail(self, a, std::move(error));
+    return;
+  }
+  detail::AcquireResult out;
+  try {
+    out.granted = r.elements[0].asInteger();
+    out.wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{r.elements[1].asInteger()});
+    out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
+    out.rate = r.elements[3].asInteger();
+    out.grantTime = std::chrono::microseconds{r.elements[4].asInteger()};
+    out.interval = milliseconds{r.elements[5].asInteger()};
+    if (out.granted > 0) out.member = packedMember(a.id, out.granted);
+  } catch (...) {
+    fail(self, a, std::current_exception());
+    return;
+  }
+  if (self != nullptr) self->remember(out.rate, out.interval);
+  finish(self, a, std::move(out), nullptr);
+}
+
+void RateLimiter::Impl::sendAlone(const std::shared_ptr<Pending>& a, detail::ReplyCallback done) {
   gate_.monitor().roundTrip();  // the protocol leaves the count to this sender (a batch is one request)
   const fmt::format_int most(a->atMost), least(a->atLeast);
   const std::string now = nowArg(), expected = expectedRateArg();
@@ -480,100 +451,33 @@ void RateLimiter::Impl::send(const std::shared_ptr<Pending>& a) {
                                               a->resent ? "1" : "0",
                                               recordTtl_,
                                               expected};
-  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
-  // through it the Client and its I/O thread) alive; without it they are answered as they are.
-  detail::evalAsync(
-      *client_, kAcquire, keys, args,
-      [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
-        const std::shared_ptr<Impl> self = weak.lock();
-        if (error) {
-          finish(self.get(), *a, detail::AcquireResult{}, detail::limiterError(std::move(error)));
-          return;
-        }
-        detail::AcquireResult out;
-        try {
-          out = parseAcquire(self.get(), r, a->id);
-        } catch (...) {
-          finish(self.get(), *a, detail::AcquireResult{}, std::current_exception());
-          return;
-        }
-        finish(self.get(), *a, std::move(out), nullptr);
-      },
-      a->deadline);
+  detail::evalAsync(*client_, kAcquire, keys, args, std::move(done), a->deadline);
 }
 
-void RateLimiter::Impl::dispatch(std::shared_ptr<Pending> a) {
-  if (!options_.coalesce || !a->record.empty()) {
-    send(a);  // a range is never coalesced: acquire_batch.lua takes whole acquisitions only
-    return;
-  }
-  if (coalescing_.claimOrQueue(a)) sendGroup({std::move(a)});
-}
-
-void RateLimiter::Impl::groupDone() {
-  std::vector<std::shared_ptr<Pending>> next = coalescing_.next();
-  if (!next.empty()) sendGroup(std::move(next));
-}
-
-void RateLimiter::Impl::sendGroup(std::vector<std::shared_ptr<Pending>> group) {
-  if (group.size() == 1) {
-    // Alone: the ordinary script, which costs Redis less than a batch of one.
-    std::shared_ptr<Pending> a = std::move(group.front());
-    a->done = [weak = weak_from_this(), done = std::move(a->done)](detail::AcquireResult r, std::exception_ptr error) {
-      if (const auto self = weak.lock()) self->groupDone();  // the next group leaves before this callback runs
-      done(std::move(r), std::move(error));
-    };
-    send(a);
-    return;
-  }
-  auto b = std::make_shared<Batch>();
-  b->items = std::move(group);
-  b->deadline = detail::SteadyTime::max();
-  for (const auto& a : b->items) b->deadline = std::min(b->deadline, a->deadline);
-  sendBatch(b);
-}
-
-void RateLimiter::Impl::sendBatch(const std::shared_ptr<Batch>& b) {
+void RateLimiter::Impl::sendTogether(const std::vector<std::shared_ptr<Pending>>& group, detail::SteadyTime deadline,
+                                     detail::ReplyCallback done) {
   gate_.monitor().roundTrip();
-  const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(b->items.size());
+  const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(group.size());
   std::vector<std::string> permits;
-  permits.reserve(b->items.size());
+  permits.reserve(group.size());
   std::vector<std::string_view> args;
-  args.reserve(3 + 3 * b->items.size());
+  args.reserve(3 + 3 * group.size());
   args.push_back(now);
   args.push_back(expected);
   args.push_back(count);
-  for (const auto& a : b->items) {
+  for (const auto& a : group) {
     permits.push_back(fmt::to_string(a->atLeast));
     args.push_back(permits.back());
     args.push_back(a->id);
     args.emplace_back(a->resent ? "1" : "0");
   }
-  detail::evalAsync(
-      *client_, kAcquireBatch, keyViews_, args,
-      [weak = weak_from_this(), b](const Reply& r, std::exception_ptr error) {
-        // Each acquisition's own call decides whether it is sent again (with its id: one granted
-        // is found, not taken twice).
-        const std::shared_ptr<Impl> self = weak.lock();
-        if (self) self->groupDone();
-        if (error) {
-          error = detail::limiterError(std::move(error));
-          for (const auto& a : b->items)
-            finish(self.get(), *a, detail::AcquireResult{}, detail::cloneError(error));  // one each
-          return;
-        }
-        try {
-          finishBatch(self.get(), *b, r);
-        } catch (...) {
-          const auto bad = std::current_exception();
-          for (const auto& a : b->items) finish(self.get(), *a, detail::AcquireResult{}, detail::cloneError(bad));
-        }
-      },
-      b->deadline);
+  // Each acquisition's own call decides whether it is sent again after an error (with its id: one
+  // granted is found, not taken twice).
+  detail::evalAsync(*client_, kAcquireBatch, keyViews_, args, std::move(done), deadline);
 }
 
-void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) {
-  const std::size_t n = b.items.size();
+void RateLimiter::Impl::answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r) {
+  const std::size_t n = group.size();
   const std::string name = self != nullptr ? self->name_ : std::string("?");
   if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
     throw ReplyError(ErrorKind::UnexpectedReply, "",
@@ -587,7 +491,7 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
   if (self != nullptr) self->remember(rate, interval);
   std::vector<std::pair<detail::AcquireResult, std::exception_ptr>> results(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const Pending& a = *b.items[i];
+    const Pending& a = *group[i];
     const std::int64_t granted = r.elements[3 + 3 * i].asInteger();
     const std::int64_t wait = r.elements[4 + 3 * i].asInteger();
     detail::AcquireResult& out = results[i].first;
@@ -605,18 +509,12 @@ void RateLimiter::Impl::finishBatch(Impl* self, const Batch& b, const Reply& r) 
     out.interval = interval;
     if (granted > 0) out.member = packedMember(a.id, granted);
   }
-  // Each completion on its own: one that throws is reported and the loop goes on (it once broke the
-  // batch: later batch-mates never completed, earlier ones completed again with its exception).
-  for (std::size_t i = 0; i < n; ++i) finish(self, *b.items[i], std::move(results[i].first), results[i].second);
+  // Each completion on its own: one that throws is reported and the loop goes on.
+  for (std::size_t i = 0; i < n; ++i) finish(self, *group[i], std::move(results[i].first), results[i].second);
 }
 
 detail::AcquireResult RateLimiter::Impl::tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
-  checkPermits(atLeast);
-  if (atMost < atLeast) {
-    throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
-  }
-  if (atMost > kMaxRate) atMost = kMaxRate;
-  return ask(atLeast, atMost, idBytes());
+  return ask(atLeast, checkRange(atLeast, atMost), detail::randomIdBytes());
 }
 
 namespace {
@@ -635,18 +533,26 @@ void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const
   a->atLeast = atLeast;
   a->atMost = atMost;
   a->id = id;
-  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + hexOf(id));
+  if (atLeast < atMost) a->record = suffixName(name_, "grant:" + detail::hexOf(id));
   a->resent = resend;
   a->deadline = deadline;
   a->done = std::move(done);
-  dispatch(std::move(a));
+  if (options_.coalesce && a->record.empty()) {  // a range is never coalesced: acquire_batch.lua takes whole ones
+    Sender::submit(*this, coalescing_, std::move(a));
+    return;
+  }
+  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
+  // through it the Client and its I/O thread) alive; without it they are answered as they are.
+  sendAlone(a, [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
+    answerAlone(weak.lock().get(), *a, r, std::move(error));
+  });
 }
 
 detail::LimiterCall::Params RateLimiter::Impl::decision(std::int64_t permits) const {
   detail::LimiterCall::Params p =
       detail::LimiterCall::decision(callBound_, permits, knownRate_.load(std::memory_order_relaxed),
                                     milliseconds{knownIntervalMs_.load(std::memory_order_relaxed)});
-  p.senderCountsRequests = true;  // send() and sendBatch() count: a coalesced batch is one request
+  p.senderCountsRequests = true;  // sendAlone() and sendTogether() count: a coalesced batch is one request
   return p;
 }
 
@@ -654,12 +560,9 @@ detail::AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t 
   return detail::runSync(
       *client_, gate_, decision(atLeast), "tryAcquire",
       [&](detail::SteadyTime deadline, bool resend) {
-        detail::SyncWait<detail::AcquireResult> wait;
-        tryOnce(atLeast, atMost, id, resend, deadline, wait.callback());
-        // The try ends by its deadline (one waiting for a connection gets the connect time on
-        // top); a second later, the wait gives up instead of hanging.
-        return wait.get(detail::deadlineAfter<detail::Steady>(
-            deadline, detail::saturatingAdd(client_->options().connection.connectTimeout, milliseconds{1000})));
+        return detail::awaitTry<detail::AcquireResult>(client_->options(), deadline, [&](AcquireCallback done) {
+          tryOnce(atLeast, atMost, id, resend, deadline, std::move(done));
+        });
       },
       [](detail::AcquireResult r) { return r; }, [&](bool allowed) { return policyResult(atLeast, allowed); });
 }
@@ -677,16 +580,14 @@ void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std:
 }
 
 void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
+  std::int64_t most = 0;
   try {
-    checkPermits(atLeast);
-    if (atMost < atLeast) {
-      throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
-    }
+    most = checkRange(atLeast, atMost);
   } catch (...) {
     done(detail::AcquireResult{}, std::current_exception());
     return;
   }
-  askAsync(atLeast, std::min(atMost, kMaxRate), idBytes(), std::move(done));
+  askAsync(atLeast, most, detail::randomIdBytes(), std::move(done));
 }
 
 bool RateLimiter::Impl::admit(const detail::AcquireResult& r, std::int64_t permits) const {
@@ -695,7 +596,7 @@ bool RateLimiter::Impl::admit(const detail::AcquireResult& r, std::int64_t permi
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   checkPermits(permits);
-  return admit(ask(permits, permits, idBytes()), permits);
+  return admit(ask(permits, permits, detail::randomIdBytes()), permits);
 }
 
 bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
@@ -707,7 +608,7 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
   const std::int64_t until = detail::saturatingAdd(
       clock.now().count(),
       std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
-  const std::string id = idBytes();  // one id per call: a resend can never be granted twice
+  const std::string id = detail::randomIdBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const detail::AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
@@ -723,7 +624,7 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
     (void)tryAcquire(permits);
     return;
   }
-  const std::string id = idBytes();
+  const std::string id = detail::randomIdBytes();
   for (;;) {
     const detail::AcquireResult r = ask(permits, permits, id);
     if (r.granted > 0) {
@@ -743,7 +644,8 @@ std::int64_t RateLimiter::Impl::availablePermits() {
 }
 
 RateLimiterConfig RateLimiter::Impl::getConfig() {
-  const Reply r = commandCall({"HGETALL", keys_[0]}, detail::LimiterCall::Resend::IfClosed);
+  const Reply r =
+      detail::plainCommand(*this, "getConfig", {"HGETALL", keys_[0]}, detail::LimiterCall::Resend::IfClosed);
   if (r.type != Reply::Type::Array || r.elements.empty()) {
     throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", name_));
   }
@@ -852,17 +754,16 @@ bool RateLimiter::Impl::clearExpire() {
 }
 
 milliseconds RateLimiter::Impl::remainTimeToLive() {
-  return milliseconds{commandCall({"PTTL", keys_[0]}, detail::LimiterCall::Resend::IfClosed).asInteger()};
+  return milliseconds{
+      detail::integerCommand(*this, "remainTimeToLive", {"PTTL", keys_[0]}, detail::LimiterCall::Resend::IfClosed)};
 }
 
-bool RateLimiter::Impl::isExists() {
-  return commandCall({"EXISTS", keys_[0]}, detail::LimiterCall::Resend::IfClosed).asInteger() == 1;
-}
+bool RateLimiter::Impl::isExists() { return detail::keyExists(*this, keys_[0]); }
 
 bool RateLimiter::Impl::deleteLimiter() {
   knownRate_.store(0, std::memory_order_relaxed);
-  return commandCall({"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]}, detail::LimiterCall::Resend::Never)
-             .asInteger() > 0;
+  return detail::integerCommand(*this, "deleteLimiter", {"DEL", keys_[0], keys_[1], keys_[2], keys_[3], keys_[4]},
+                                detail::LimiterCall::Resend::Never) > 0;
 }
 
 // --- The handle: forwards to the shared state ----------------------------------------------------
@@ -935,13 +836,11 @@ std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
 }
 void RateLimiter::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
-  impl_->tryAcquireUpToAsync(permits, permits,
-                             [monitor = impl_->gate_.monitor(), permits, done = std::move(done)](
-                                 const detail::AcquireResult& r, std::exception_ptr error) {
-                               const bool granted = !error && monitor.admit(r.granted > 0, permits, r.wait, r.byPolicy);
-                               done(granted, std::move(error));  // moved: the caller's reference is the last one
-                             });
+  // decideAsync counts the decision and isolates `done` (a throw from it is reported, once).
+  decideAsync(permits, [done = std::move(done)](const Decision& d, std::exception_ptr error) {
+    const bool granted = !error && d.allowed;
+    done(granted, std::move(error));  // moved: the caller's reference is the last one
+  });
 }
 std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });

@@ -191,15 +191,22 @@ void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter,
                       std::move(op.byPolicy), std::move(done));
 }
 
-/// A command on one key answered by an integer (DEL, EXISTS) through the protocol (`owner` as for
-/// runScript, with its call bound callBound_). `what` names it for the I/O-thread guard.
+/// A command (HGETALL, PTTL) through the protocol, waiting: its reply (`owner` as for runScript,
+/// with its call bound callBound_). `what` names it for the I/O-thread guard.
 template <class Owner>
-std::int64_t integerCommand(Owner& owner, std::string_view what, std::initializer_list<std::string_view> argv,
-                            LimiterCall::Resend resend) {
+Reply plainCommand(Owner& owner, std::string_view what, std::initializer_list<std::string_view> argv,
+                   LimiterCall::Resend resend) {
   return runSync(
       *owner.client_, owner.gate_, LimiterCall::plain(owner.callBound_, resend), what,
       [&](std::chrono::steady_clock::time_point deadline) { return command(*owner.client_, argv, deadline); },
-      [](const Reply& r) { return r.asInteger(); }, [](bool) { return std::int64_t{0}; });
+      [](Reply r) { return r; }, [](bool) { return Reply{}; });
+}
+
+/// A command answered by an integer (DEL, EXISTS) through the protocol (plainCommand).
+template <class Owner>
+std::int64_t integerCommand(Owner& owner, std::string_view what, std::initializer_list<std::string_view> argv,
+                            LimiterCall::Resend resend) {
+  return plainCommand(owner, what, argv, resend).asInteger();
 }
 
 /// integerCommand without waiting: `done` gets the integer or the error (runAsync).
