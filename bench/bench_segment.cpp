@@ -58,7 +58,7 @@ using std::chrono::milliseconds;
 std::shared_ptr<Client> gClient;
 std::shared_ptr<RateLimiter> gRemote;
 std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegment;  // default: SteadyClock
-// The same limiters with metrics off (MonitorOptions::metrics = false): the metrics' cost is the
+// The same limiters with metrics off (LimiterMonitor::Options::metrics = false): the metrics' cost is the
 // difference, measured in this run.
 std::shared_ptr<RateLimiter> gRemoteNoMetrics;
 std::unique_ptr<SegmentedRateLimiter<RateLimiter>> gSegmentNoMetrics;
@@ -137,7 +137,7 @@ BENCHMARK(BM_RateLimiterTryAcquireNoMetrics)->Name("BM_RateLimiterTryAcquireNoMe
 // the request counted, the second clock read and the histogram of its latency. Measured apart
 // because the A/B difference of two round trips is smaller than this machine's noise.
 void BM_MetricsOnADecision(benchmark::State& state) {
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = std::make_shared<MetricsRegistry>();
   const LimiterMonitor monitor("bench:metrics", o);
   const SteadyClock clock;
@@ -329,7 +329,7 @@ int main(int argc, char** argv) try {
     SegmentOptions options;
     options.segmentSize = RateLimiter::kMaxRate;  // one refill for the whole run
     gSegment = std::make_unique<SegmentedRateLimiter<RateLimiter>>(segmentSource, options);
-    RateLimiterOptions noMetrics;
+    RateLimiter::Options noMetrics;
     noMetrics.monitor.metrics = false;
     gRemoteNoMetrics = std::make_shared<RateLimiter>(gClient, "bench:remote", noMetrics);
     auto plainSource = std::make_shared<RateLimiter>(gClient, "bench:segment-no-metrics", noMetrics);

@@ -183,9 +183,9 @@ PhaseClient makeClient(bool tls) {
   return out;
 }
 
-// `coalesce`: RateLimiterOptions::coalesce (the default is on; the one-by-one rows turn it off).
+// `coalesce`: RateLimiter::Options::coalesce (the default is on; the one-by-one rows turn it off).
 RateLimiter freshLimiter(const std::shared_ptr<redlimit::Client>& client, bool coalesce = false) {
-  redlimit::RateLimiterOptions options;
+  redlimit::RateLimiter::Options options;
   options.coalesce = coalesce;
   RateLimiter limiter(client, freshName("hot"), options);
   limiter.setRate(RateType::Overall, kHuge, kHour);
@@ -612,7 +612,7 @@ std::string summary(const std::string& machine) {
       "One redis-server (plain and TLS port), acquire.lua on one hot limiter, every call granted; each throughput\n"
       "phase: {} decisions on a fresh limiter (equal state), run {} times in mirrored order, means shown.\n"
       "Clients: default pool ({} connections); raw driver: hiredis {}.{}.{}.\n\n",
-      kDecisions, kPasses, redlimit::PoolOptions{}.size, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+      kDecisions, kPasses, redlimit::ClientOptions::Pool{}.size, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
 
   out += fmt::format("{:<74} {:>8}  {}\n", "Ratios, each measured in this run", "value", "target");
   row(fmt::format("1. raw hiredis, {} conns x {} in flight: decisions/s (the reference)", kRawConnections, kRawDepth),

@@ -78,8 +78,8 @@ class RateLimitedService {
   redlimit::Limiter& global() { return global_; }
 
  private:
-  static redlimit::LimiterOptions options() {
-    redlimit::LimiterOptions options;
+  static redlimit::Limiter::Options options() {
+    redlimit::Limiter::Options options;
     options.failure.policy = redlimit::FailurePolicy::Allow;  // Redis down: serve, unlimited
     return options;
   }

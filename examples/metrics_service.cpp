@@ -62,7 +62,7 @@ int main(int argc, char** argv) try {
   auto client = redlimit::Client::fromUri(uri);
   // The limit being rolled out: 20 per second, in shadow mode. Every call is decided and counted
   // (redlimit_decisions_total, redlimit_shadow_denials_total) but let through.
-  redlimit::RateLimiterOptions options;
+  redlimit::RateLimiter::Options options;
   options.monitor.shadow = true;
   options.failure.policy = redlimit::FailurePolicy::Allow;  // and through an outage too
   redlimit::RateLimiter limiter(client, "metrics-service:api", options);
@@ -74,7 +74,7 @@ int main(int argc, char** argv) try {
     if (limiter.tryAcquire()) ++served;  // always true in shadow mode
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const redlimit::LimiterMetricsSnapshot s = redlimit::MetricsRegistry::global()->snapshot(limiter.getName());
+  const redlimit::LimiterMetrics::Snapshot s = redlimit::MetricsRegistry::global()->snapshot(limiter.getName());
   std::printf("served %d requests; the new limit would have denied %llu of them\n", served,
               static_cast<unsigned long long>(s.shadowDenied));
 

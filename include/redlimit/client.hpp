@@ -57,9 +57,9 @@ struct PoolStats {
 /// primary, routed by the keys' hash slot, redirects followed within each request's deadline), or
 /// the primary a group of Sentinels names (followed across failovers); see ClientOptions::topology.
 /// Runs the limiters' Lua scripts over a few multiplexed connections
-/// (PoolOptions::size) and one I/O thread: any number of threads share them, and requests queued
+/// (ClientOptions::Pool::size) and one I/O thread: any number of threads share them, and requests queued
 /// while a write is in flight leave together (automatic pipelining). Every request has one
-/// deadline, ConnectionOptions::commandTimeout, for queueing, writing and its reply, whatever
+/// deadline, ClientOptions::Connection::commandTimeout, for queueing, writing and its reply, whatever
 /// the server does; a request that times out after it was written closes its connection. In a
 /// forked child, the first call drops the inherited connections unused and starts afresh.
 /// Destroying the Client completes every pending request (ClosedError) and joins its thread.
@@ -144,7 +144,7 @@ class Client {
   // unused, its sockets closed without a byte sent).
   detail::Runner& runner();
   void startAfterFork();
-  // The cluster slot of a script's keys (kAnySlot unless Topology::Cluster); InvalidArgument if
+  // The cluster slot of a script's keys (kAnySlot unless ClientOptions::Topology::Cluster); InvalidArgument if
   // they are in different slots. For a command: the slot of argv[1], unless it names no key.
   int slotOf(const std::vector<std::string_view>& keys) const;
   int slotOf(const std::string_view* argv, std::size_t argc) const;

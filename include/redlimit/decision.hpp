@@ -36,7 +36,7 @@ struct Decision {
   bool byPolicy = false;                    // decided by the failure policy: Redis was not asked, and
                                             // remaining/retryAfter/resetAfter are estimates (0 if unknown)
   std::chrono::microseconds time{0};        // the server time of the decision, epoch µs (0 by policy)
-  bool shadowDenied = false;                // shadow mode (MonitorOptions::shadow): the limiter denied and
+  bool shadowDenied = false;                // shadow mode (LimiterMonitor::Options::shadow): the limiter denied and
                                             // the caller is let through: allowed is true, nothing was
                                             // taken, retryAfter says when it would have been allowed
   std::chrono::microseconds delay{0};       // reserve: the permits are taken ahead of time; wait this long

@@ -11,10 +11,10 @@
 //   Error                        kind(): the ErrorKind, code(): the server's or errno's code, if any
 //   ├── InvalidArgument          bad input, rejected on the client; nothing was sent
 //   ├── IoError                  no decision was made: Io (refused, reset), Unavailable (LOADING,
-//   │   │                        BUSY...), Protocol (bytes that are not RESP, a reply over ReplyLimits)
+//   │   │                        BUSY...), Protocol (bytes that are not RESP, a reply over ClientOptions::ReplyLimits)
 //   │   ├── ClosedError          the server closed the connection (kind Closed)
 //   │   └── TimeoutError         Timeout (connect or whole-request deadline), PoolTimeout
-//   │                            (PoolOptions::maxPending), CallbackBlocked (a callback held the I/O thread)
+//   │                            (ClientOptions::Pool::maxPending), CallbackBlocked (a callback held the I/O thread)
 //   ├── ConfigurationError       the set-up is wrong; retrying will not help (not an outage): Replica,
 //   │                            TlsPort, Tls, ResourceLimit, RequestLimit, Configuration
 //   └── ReplyError               the server answered with an error reply (code(): "ERR", "OOM"...):
@@ -44,7 +44,7 @@ enum class ErrorKind : std::uint8_t {
   // The metrics' labels, in their order.
   Timeout,          // TimeoutError: no reply within the request's deadline, or connecting took too long
   Closed,           // ClosedError: the connection closed under the request
-  PoolTimeout,      // TimeoutError: PoolOptions::maxPending requests already in flight (congestion here)
+  PoolTimeout,      // TimeoutError: ClientOptions::Pool::maxPending requests already in flight (congestion here)
   Unavailable,      // IoError: the server cannot serve now (LOADING, BUSY, CLUSTERDOWN, ...); code() says which
   Io,               // IoError: connect refused, reset, a name that does not resolve
   Configuration,    // ConfigurationError: another set-up error (a Cluster node, scripting switched off)
@@ -54,7 +54,7 @@ enum class ErrorKind : std::uint8_t {
   Other,            // an Error of no finer kind, or (in the metrics) not a redlimit::Error
   // Finer kinds (counted under the label in brackets).
   CallbackBlocked,  // TimeoutError: a completion callback held the I/O thread past the deadline [PoolTimeout]
-  Protocol,         // IoError: the peer's bytes are not RESP, or a reply exceeded ReplyLimits [Io]
+  Protocol,         // IoError: the peer's bytes are not RESP, or a reply exceeded ClientOptions::ReplyLimits [Io]
   Replica,          // ConfigurationError: the server is a read-only replica (READONLY, MASTERDOWN) [Configuration]
   TlsPort,          // ConfigurationError: the port speaks TLS, the client plain text [Configuration]
   Tls,              // ConfigurationError: TLS set-up failed (trust, name, files) [Configuration]
@@ -106,7 +106,7 @@ class InvalidArgument : public Error {
 /// but cannot serve now (kind Unavailable, code() "LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN",
 /// "NOREPLICAS", "ERR" for "max number of clients reached", "NODEDOWN" for a Cluster node marked
 /// down), or the peer's bytes are not a RESP reply or a reply exceeded
-/// ConnectionOptions::replyLimits (kind Protocol: the connection is closed, every request waiting
+/// ClientOptions::Connection::replyLimits (kind Protocol: the connection is closed, every request waiting
 /// on it fails). The failure policy decides. A replica is not this: see ConfigurationError.
 class IoError : public Error {
  public:
@@ -126,10 +126,10 @@ class ClosedError : public IoError {
   explicit ClosedError(const std::string& message) : IoError(Exact{}, ErrorKind::Closed, message) {}
 };
 
-/// kind Timeout: connecting took longer than ConnectionOptions::connectTimeout, or a request's whole
+/// kind Timeout: connecting took longer than ClientOptions::Connection::connectTimeout, or a request's whole
 /// deadline (queueing, writing and waiting for the reply) passed; a request that timed out after it
 /// was written leaves its connection closed, so that no later reply can be matched to it.
-/// kind PoolTimeout: the Client already has PoolOptions::maxPending requests waiting for replies.
+/// kind PoolTimeout: the Client already has ClientOptions::Pool::maxPending requests waiting for replies.
 /// kind CallbackBlocked: the deadline passed while a completion callback held the Client's I/O
 /// thread (one callback ran for 100 ms or more); counted in PoolStats::stalled, reported as
 /// Event::Kind::CallbackBlocked. PoolTimeout and CallbackBlocked are congestion in this process,
@@ -151,9 +151,9 @@ class TimeoutError : public IoError {
 ///                  connection is dropped, so a primary that a failover moves behind the same
 ///                  address is found by the next call.
 ///   TlsPort        the port speaks TLS and the client was set up for plain text: use rediss://
-///                  (TlsOptions::enabled) or the server's plain port.
+///                  (ClientOptions::Tls::enabled) or the server's plain port.
 ///   Tls            TLS could not be set up (code "TLS"): the server's certificate is not trusted by
-///                  the configured CA or does not name the host (or TlsOptions::serverName), a
+///                  the configured CA or does not name the host (or ClientOptions::Tls::serverName), a
 ///                  certificate or key file cannot be read, or the server refused the client
 ///                  certificate. The message says which.
 ///   ResourceLimit  no file descriptor left: in this process (code "EMFILE": raise RLIMIT_NOFILE /

@@ -8,7 +8,7 @@
 
 namespace redlimit {
 
-/// Something an operator wants to hear about. Subscribe per limiter (MonitorOptions::onEvent: its
+/// Something an operator wants to hear about. Subscribe per limiter (LimiterMonitor::Options::onEvent: its
 /// health) or per Client (ClientOptions::onEvent: the health of every limiter made on it, and the
 /// Client's own script reloads and topology changes, which belong to a connection or a
 /// deployment rather than to one limiter). Switch on `kind` with a default: kinds may be added.
@@ -23,9 +23,9 @@ struct Event {
                       // a redis-cluster:// Client found no cluster (its seeds have cluster support
                       // disabled): its calls throw ConfigurationError, `node` names the seed
     CallbackThrew,    // a completion callback of an ...Async call threw: the exception was caught
-                      // and dropped (counted as LimiterMetricsSnapshot::callbacksThrew); the call it
+                      // and dropped (counted as LimiterMetrics::Snapshot::callbacksThrew); the call it
                       // completed and every other call are unaffected; `limiter` names the limiter
-    InsecureTls,      // a Client was made with TLS and TlsOptions::verifyPeer = false: the server's
+    InsecureTls,      // a Client was made with TLS and ClientOptions::Tls::verifyPeer = false: the server's
                       // certificate is not checked, so whoever can intercept the connection can pose
                       // as Redis; reported once, by the Client's constructor, on its thread
     CallbackBlocked,  // a completion callback held the Client's I/O thread for 100 ms or more

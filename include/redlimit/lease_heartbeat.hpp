@@ -9,30 +9,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "redlimit/lease.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 
 namespace redlimit {
-
-/// Options of a LeaseHeartbeat.
-struct LeaseHeartbeatOptions {
-  /// Each renewal's TTL. 0 (default): the limiter's configured leaseTtl.
-  std::chrono::milliseconds leaseTtl{0};
-  /// Time between renewals, 1 ms..leaseTtl - 1 ms. 0 (default): a third of leaseTtl (at least 1 ms),
-  /// so two more tries fit before the lease expires when one fails.
-  std::chrono::milliseconds interval{0};
-  /// Called once when the lease is lost: a renewal answered that it was not live (expired, or
-  /// released by someone else; `why` is null), or no renewal was answered before the lease's
-  /// expiry as last known (`why` is the last error, or a TimeoutError if a renewal is still in
-  /// flight and none failed). The loss is declared at that expiry even while a renewal is in
-  /// flight (its deadline may come later, with a TTL not above the call deadline); that renewal's
-  /// late answer then changes nothing. Runs on the Client's I/O thread or the
-  /// heartbeat thread; it must not block or make sync calls. An exception from it is reported
-  /// through the limiter's events and dropped.
-  std::function<void(const Lease& lease, std::exception_ptr why)> onLost;
-};
 
 /// Renews one lease every `interval` until it is released, stopped or lost, so that a holder may
 /// work longer than the TTL and a crashed holder still frees its place one TTL after the last
@@ -56,14 +39,38 @@ struct LeaseHeartbeatOptions {
 /// its destructor included (the parent's lease is neither renewed nor released by the child).
 class LeaseHeartbeat {
  public:
+  /// Options of a LeaseHeartbeat.
+  struct Options {
+    /// Each renewal's TTL. 0 (default): the limiter's configured leaseTtl.
+    std::chrono::milliseconds leaseTtl{0};
+    /// Time between renewals, 1 ms..leaseTtl - 1 ms. 0 (default): a third of leaseTtl (at least 1 ms),
+    /// so two more tries fit before the lease expires when one fails.
+    std::chrono::milliseconds interval{0};
+    /// Called once when the lease is lost: a renewal answered that it was not live (expired, or
+    /// released by someone else; `why` is null), or no renewal was answered before the lease's
+    /// expiry as last known (`why` is the last error, or a TimeoutError if a renewal is still in
+    /// flight and none failed). The loss is declared at that expiry even while a renewal is in
+    /// flight (its deadline may come later, with a TTL not above the call deadline); that renewal's
+    /// late answer then changes nothing. Runs on the Client's I/O thread or the
+    /// heartbeat thread; it must not block or make sync calls. An exception from it is reported
+    /// through the limiter's events and dropped.
+    std::function<void(const Lease& lease, std::exception_ptr why)> onLost;
+  };
+
   /// The lease of `key` of a Limiter under a concurrency policy (Limiter::acquireLease), renewed
   /// with the policy's leaseTtl unless options.leaseTtl sets one. InvalidArgument for another
   /// policy or a bad key.
-  LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, LeaseHeartbeatOptions options = {});
+  LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, Options options);
+  /// As above with the default Options (an overload, not a default argument: a nested type's
+  /// default member initializers are not usable inside its enclosing class, CWG 1397).
+  LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease)
+      : LeaseHeartbeat(std::move(limiter), std::move(key), lease, Options{}) {}
   /// The lease of a MultiLimit's decision, renewed in every concurrency limit (MultiLimit::renewAsync):
   /// with each limit's own leaseTtl unless options.leaseTtl sets one for all; the default interval
   /// is a third of the shortest. InvalidArgument for a MultiLimit without a concurrency limit.
-  LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeatOptions options = {});
+  LeaseHeartbeat(MultiLimit limits, const Lease& lease, Options options);
+  /// As above with the default Options.
+  LeaseHeartbeat(MultiLimit limits, const Lease& lease) : LeaseHeartbeat(std::move(limits), lease, Options{}) {}
   /// stop(), then releaseAsync unless the lease was released, stopped or lost.
   ~LeaseHeartbeat();
   LeaseHeartbeat(LeaseHeartbeat&& other) noexcept;
@@ -73,7 +80,7 @@ class LeaseHeartbeat {
 
   /// The lease, with the expiry of its last renewal.
   [[nodiscard]] Lease lease() const;
-  /// True once the lease is lost (see LeaseHeartbeatOptions::onLost): the holder should stop.
+  /// True once the lease is lost (see Options::onLost): the holder should stop.
   [[nodiscard]] bool lost() const;
   /// Renewals answered so far (a lease that was live each time).
   [[nodiscard]] std::uint64_t renewals() const;
@@ -88,9 +95,9 @@ class LeaseHeartbeat {
 
   /// The interval and TTL the options give for `limiter`, a Limiter under a concurrency policy
   /// (defaults filled in), after the checks of the constructor. Throws InvalidArgument.
-  [[nodiscard]] static LeaseHeartbeatOptions resolved(const Limiter& limiter, LeaseHeartbeatOptions options);
+  [[nodiscard]] static Options resolved(const Limiter& limiter, Options options);
   /// As above for a MultiLimit: leaseTtl stays 0 (each limit's own) unless set.
-  [[nodiscard]] static LeaseHeartbeatOptions resolved(const MultiLimit& limits, LeaseHeartbeatOptions options);
+  [[nodiscard]] static Options resolved(const MultiLimit& limits, Options options);
 
  private:
   class State;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "redlimit/client.hpp"
 #include "redlimit/decision.hpp"
@@ -28,12 +29,6 @@ class ScriptCore;
 template <class Source>
 struct SegmentAccess;
 }  // namespace detail
-
-/// Options of a Limiter.
-struct LimiterOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError)
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
-};
 
 /// A Policy applied to any number of keys (a user, an API key, a tenant, "global"), the way
 /// redis_rate's Limiter and Bucket4j's proxy manager are: each call names its key and carries the
@@ -68,6 +63,12 @@ struct LimiterOptions {
 /// a call").
 class Limiter {
  public:
+  /// Options of a Limiter.
+  struct Options {
+    FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError)
+    LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+  };
+
   /// How an asynchronous call ends: its answer (error == nullptr) or the exception the sync call
   /// would have thrown. Called exactly once, on the Client's I/O thread, or on the calling thread
   /// before the call returns when it was decided without Redis. Must not block or make sync calls
@@ -80,7 +81,11 @@ class Limiter {
 
   /// Sends nothing. Throws InvalidArgument for a null client, a bad name (1..1024 bytes of UTF-8,
   /// no ':') and bad failure options.
-  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options = {});
+  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, Options options);
+  /// As above with the default Options (an overload, not a default argument: a nested type's
+  /// default member initializers are not usable inside its enclosing class, CWG 1397).
+  Limiter(std::shared_ptr<Client> client, std::string name, Policy policy)
+      : Limiter(std::move(client), std::move(name), std::move(policy), Options{}) {}
 
   /// Takes `permits` from `key` if available now, and says what remains and when to retry. Never
   /// waits. When Redis cannot be asked, the failure policy decides (Decision::byPolicy).
@@ -107,11 +112,11 @@ class Limiter {
   /// `recordTtl`: settle(key, id, actual) later keeps `actual` and gives the rest back, once. A
   /// second reserveFor of the id answers the first's decision (Decision::repeated). When the
   /// failure policy decides (byPolicy) nothing is recorded, and a settle of the id answers
-  /// SettleStatus::Unknown. Not for a smooth policy (InvalidArgument before sending).
+  /// Settlement::Status::Unknown. Not for a smooth policy (InvalidArgument before sending).
   [[nodiscard]] Decision reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                                     std::chrono::milliseconds recordTtl = kDefaultRecordTtl);
   /// Settles the reservation `id` of `key`: keeps `actual` (0..kMaxPermits), gives back the rest;
-  /// a settle of a settled reservation changes nothing (SettleStatus::AlreadySettled).
+  /// a settle of a settled reservation changes nothing (Settlement::Status::AlreadySettled).
   Settlement settle(std::string_view key, const std::string& id, std::int64_t actual);
   /// settle(key, id, 0).
   Settlement cancel(std::string_view key, const std::string& id);

@@ -95,7 +95,7 @@ class BasicLocalTokenBucket {
     return true;
   }
 
-  /// Counts this bucket's decisions and applies shadow mode (MonitorOptions: a registry, shadow,
+  /// Counts this bucket's decisions and applies shadow mode (LimiterMonitor::Options: a registry, shadow,
   /// onShadowDenial), e.g. setMonitor(LimiterMonitor("local:api", options)). Not thread-safe: call
   /// it before the bucket is shared. By default nothing is counted.
   void setMonitor(LimiterMonitor monitor) { monitor_ = std::move(monitor); }

@@ -28,7 +28,7 @@ namespace redlimit {
 /// The metrics count the errors of calls that went to Redis, and bad input, under one label per
 /// kind: the first kErrorKindCount ErrorKinds (redlimit/errors.hpp), each finer kind under its
 /// label kind (errorLabelKind). A call not sent because its limiter is degraded is counted as the
-/// failure policy's decision instead (PolicyOutcome::Thrown under FailurePolicy::Throw).
+/// failure policy's decision instead (LimiterMetrics::PolicyOutcome::Thrown under FailurePolicy::Throw).
 inline constexpr std::size_t kErrorKindCount = 10;
 /// The kind `kind` is counted under, one of the first kErrorKindCount: itself for those, else
 /// CallbackBlocked -> PoolTimeout, Protocol -> Io, Replica / TlsPort / Tls / ResourceLimit /
@@ -44,15 +44,10 @@ inline constexpr std::size_t kErrorKindCount = 10;
 /// The kind of the exception `error` (a redlimit::Error's kind(), or Other), without rethrowing.
 [[nodiscard]] ErrorKind errorKindOf(const std::exception& error) noexcept;
 
-/// How a decision of the failure policy ended. `Allowed` is the old name of `Granted` (the label
-/// word is "granted" in every family now).
-enum class PolicyOutcome : std::uint8_t { Granted, Denied, Thrown, Allowed [[deprecated("use Granted")]] = Granted };
 inline constexpr std::size_t kFailurePolicyCount = 4;  // FailurePolicy's values
-inline constexpr std::size_t kPolicyOutcomeCount = 3;  // PolicyOutcome's values
+inline constexpr std::size_t kPolicyOutcomeCount = 3;  // LimiterMetrics::PolicyOutcome's values
 /// "throw", "allow", "deny", "local".
 [[nodiscard]] const char* failurePolicyName(FailurePolicy policy) noexcept;
-/// "granted", "denied", "thrown" (the word of redlimit_decisions_total's outcome label too).
-[[nodiscard]] const char* policyOutcomeName(PolicyOutcome outcome) noexcept;
 
 /// The upper bounds of the decision-latency buckets, in seconds (a last bucket, +Inf, takes the
 /// rest): 50 µs to 5 s, because a decision on a local Redis takes tens of µs and one that hits
@@ -91,42 +86,45 @@ class LatencyHistogram {
   std::atomic<std::uint64_t> sumNanos_{0};
 };
 
-/// What a LimiterMetrics has counted, read at one moment (each counter read once).
-struct LimiterMetricsSnapshot {
-  std::string limiter;                    // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
-  std::uint64_t granted = 0;              // decisions that allowed (the segment cache's local hits included)
-  std::uint64_t denied = 0;               // decisions that refused (in shadow mode: still counted here)
-  std::uint64_t permitsGranted = 0;       // permits those granted decisions took
-  std::uint64_t shadowDenied = 0;         // shadow mode: denials the caller was let through anyway
-  std::uint64_t permitsRefunded = 0;      // permits callers gave back with refund(): their grants stay
-                                          // counted in granted and permitsGranted
-  std::uint64_t localHits = 0;            // decisions the segment cache served without Redis (in granted)
-  std::uint64_t reservationsOpened = 0;   // reserveFor grants recorded under a reservation id (also in granted)
-  std::uint64_t reservationsSettled = 0;  // settle/cancel calls that settled a reservation (their give-back is
-                                          // in permitsRefunded)
-  std::uint64_t roundTrips = 0;           // requests deciding calls sent to Redis (a coalesced batch is one,
-                                          // a resend another), the segment cache's refills included
-  std::uint64_t degraded = 0;             // handles of this name degraded now (outage or configuration error)
-  std::uint64_t callbacksThrew = 0;       // completion callbacks of ...Async calls that threw (caught and dropped)
-  std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
-      policy{};                                         // [FailurePolicy][PolicyOutcome]
-  std::array<std::uint64_t, kErrorKindCount> errors{};  // [label ErrorKind]; errorCount() maps a finer kind
-  LatencyHistogram::Snapshot latency;                   // deciding calls' time from the call to Redis's answer (or the
-                                                        // failure), on the limiter's clock
-
-  [[nodiscard]] std::uint64_t policyDecisions(FailurePolicy p, PolicyOutcome o) const noexcept {
-    return policy[static_cast<std::size_t>(p)][static_cast<std::size_t>(o)];
-  }
-  [[nodiscard]] std::uint64_t errorCount(ErrorKind kind) const noexcept {
-    return errors[static_cast<std::size_t>(errorLabelKind(kind))];
-  }
-};
-
 /// The counters of one limiter name, shared by every handle of that name made with the same
 /// registry. The record calls are wait-free relaxed additions (no lock, no allocation); the
 /// segment cache's hit costs one of them. Thread-safe.
 class LimiterMetrics {
  public:
+  /// How a decision of the failure policy ended (the label words "granted", "denied", "thrown").
+  enum class PolicyOutcome : std::uint8_t { Granted, Denied, Thrown };
+
+  /// What a LimiterMetrics has counted, read at one moment (each counter read once).
+  struct Snapshot {
+    std::string limiter;                    // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
+    std::uint64_t granted = 0;              // decisions that allowed (the segment cache's local hits included)
+    std::uint64_t denied = 0;               // decisions that refused (in shadow mode: still counted here)
+    std::uint64_t permitsGranted = 0;       // permits those granted decisions took
+    std::uint64_t shadowDenied = 0;         // shadow mode: denials the caller was let through anyway
+    std::uint64_t permitsRefunded = 0;      // permits callers gave back with refund(): their grants stay
+                                            // counted in granted and permitsGranted
+    std::uint64_t localHits = 0;            // decisions the segment cache served without Redis (in granted)
+    std::uint64_t reservationsOpened = 0;   // reserveFor grants recorded under a reservation id (also in granted)
+    std::uint64_t reservationsSettled = 0;  // settle/cancel calls that settled a reservation (their give-back is
+                                            // in permitsRefunded)
+    std::uint64_t roundTrips = 0;           // requests deciding calls sent to Redis (a coalesced batch is one,
+                                            // a resend another), the segment cache's refills included
+    std::uint64_t degraded = 0;             // handles of this name degraded now (outage or configuration error)
+    std::uint64_t callbacksThrew = 0;       // completion callbacks of ...Async calls that threw (caught and dropped)
+    std::array<std::array<std::uint64_t, kPolicyOutcomeCount>, kFailurePolicyCount>
+        policy{};                                         // [FailurePolicy][PolicyOutcome]
+    std::array<std::uint64_t, kErrorKindCount> errors{};  // [label ErrorKind]; errorCount() maps a finer kind
+    LatencyHistogram::Snapshot latency;  // deciding calls' time from the call to Redis's answer (or the
+                                         // failure), on the limiter's clock
+
+    [[nodiscard]] std::uint64_t policyDecisions(FailurePolicy p, PolicyOutcome o) const noexcept {
+      return policy[static_cast<std::size_t>(p)][static_cast<std::size_t>(o)];
+    }
+    [[nodiscard]] std::uint64_t errorCount(ErrorKind kind) const noexcept {
+      return errors[static_cast<std::size_t>(errorLabelKind(kind))];
+    }
+  };
+
   explicit LimiterMetrics(std::string limiter) : limiter_(std::move(limiter)) {}
   LimiterMetrics(const LimiterMetrics&) = delete;
   LimiterMetrics& operator=(const LimiterMetrics&) = delete;
@@ -182,7 +180,7 @@ class LimiterMetrics {
     calls_.degraded.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
   }
 
-  [[nodiscard]] LimiterMetricsSnapshot snapshot() const noexcept;
+  [[nodiscard]] Snapshot snapshot() const noexcept;
 
  private:
   const std::string limiter_;
@@ -215,6 +213,9 @@ class LimiterMetrics {
   alignas(detail::kCacheLine) LatencyHistogram latency_;
 };
 
+/// "granted", "denied", "thrown" (the word of redlimit_decisions_total's outcome label too).
+[[nodiscard]] const char* policyOutcomeName(LimiterMetrics::PolicyOutcome outcome) noexcept;
+
 /// The metrics of many limiters, by name. Limiters are often made per tenant or per user, so the
 /// number of names is capped: the first `maxLimiters` distinct names get their own counters, every
 /// later one shares the counters named kOtherLabel ("other"), so what a scrape returns stays
@@ -231,16 +232,16 @@ class MetricsRegistry {
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
-  /// The process-wide registry limiters use unless their MonitorOptions name another.
+  /// The process-wide registry limiters use unless their LimiterMonitor::Options name another.
   [[nodiscard]] static const std::shared_ptr<MetricsRegistry>& global();
 
   /// The counters for `name`: its own while fewer than maxLimiters names have some (or it has
   /// them already), else the shared kOtherLabel counters. A limiter named "other" shares those too.
   [[nodiscard]] std::shared_ptr<LimiterMetrics> limiter(const std::string& name);
   /// Every entry's counters, sorted by name, the kOtherLabel entry (if any name was collapsed) last.
-  [[nodiscard]] std::vector<LimiterMetricsSnapshot> snapshot() const;
+  [[nodiscard]] std::vector<LimiterMetrics::Snapshot> snapshot() const;
   /// The snapshot of one name's entry (kOtherLabel's if it was collapsed); all zero if unknown.
-  [[nodiscard]] LimiterMetricsSnapshot snapshot(const std::string& name) const;
+  [[nodiscard]] LimiterMetrics::Snapshot snapshot(const std::string& name) const;
   [[nodiscard]] std::size_t maxLimiters() const noexcept { return maxLimiters_; }
   /// Calls of limiter() answered with the kOtherLabel counters (handles made past the cap).
   [[nodiscard]] std::uint64_t collapsedLookups() const;
@@ -336,13 +337,13 @@ inline const char* failurePolicyName(FailurePolicy policy) noexcept {
   return "throw";
 }
 
-inline const char* policyOutcomeName(PolicyOutcome outcome) noexcept {
+inline const char* policyOutcomeName(LimiterMetrics::PolicyOutcome outcome) noexcept {
   switch (outcome) {
-    case PolicyOutcome::Granted:
+    case LimiterMetrics::PolicyOutcome::Granted:
       return "granted";
-    case PolicyOutcome::Denied:
+    case LimiterMetrics::PolicyOutcome::Denied:
       return "denied";
-    case PolicyOutcome::Thrown:
+    case LimiterMetrics::PolicyOutcome::Thrown:
       break;
   }
   return "thrown";
@@ -358,8 +359,8 @@ inline LatencyHistogram::Snapshot LatencyHistogram::snapshot() const noexcept {
   return s;
 }
 
-inline LimiterMetricsSnapshot LimiterMetrics::snapshot() const noexcept {
-  LimiterMetricsSnapshot s;
+inline LimiterMetrics::Snapshot LimiterMetrics::snapshot() const noexcept {
+  LimiterMetrics::Snapshot s;
   s.limiter = limiter_;
   // The local hits are read first: a hit counted between the reads then shows up in no total
   // rather than in localHits and not in granted.
@@ -414,7 +415,7 @@ inline std::shared_ptr<LimiterMetrics> MetricsRegistry::limiter(const std::strin
   return other_;
 }
 
-inline std::vector<LimiterMetricsSnapshot> MetricsRegistry::snapshot() const {
+inline std::vector<LimiterMetrics::Snapshot> MetricsRegistry::snapshot() const {
   std::vector<std::shared_ptr<LimiterMetrics>> all;
   {
     const detail::LockGuard lock(mutex_);
@@ -422,13 +423,13 @@ inline std::vector<LimiterMetricsSnapshot> MetricsRegistry::snapshot() const {
     for (const auto& entry : entries_) all.push_back(entry.second);
     if (other_) all.push_back(other_);
   }
-  std::vector<LimiterMetricsSnapshot> out;
+  std::vector<LimiterMetrics::Snapshot> out;
   out.reserve(all.size());
   for (const auto& m : all) out.push_back(m->snapshot());
   return out;
 }
 
-inline LimiterMetricsSnapshot MetricsRegistry::snapshot(const std::string& name) const {
+inline LimiterMetrics::Snapshot MetricsRegistry::snapshot(const std::string& name) const {
   std::shared_ptr<LimiterMetrics> m;
   {
     const detail::LockGuard lock(mutex_);
@@ -439,7 +440,7 @@ inline LimiterMetricsSnapshot MetricsRegistry::snapshot(const std::string& name)
     }
   }
   if (!m) {
-    LimiterMetricsSnapshot empty;
+    LimiterMetrics::Snapshot empty;
     empty.limiter = name;
     return empty;
   }

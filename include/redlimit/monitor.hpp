@@ -1,5 +1,5 @@
 // redlimit — how a limiter is watched: its metrics, shadow mode, and its events. Every limiter's
-// options have a MonitorOptions `monitor`; the handle's LimiterMonitor applies it.
+// options have a LimiterMonitor::Options `monitor`; the handle's LimiterMonitor applies it.
 #pragma once
 
 #include <chrono>
@@ -15,44 +15,44 @@
 
 namespace redlimit {
 
-/// A denial that shadow mode let through: what the limiter would have answered.
-struct ShadowDenial {
-  std::string limiter;                      // the limiter's name
-  std::int64_t permits = 0;                 // the permits asked for
-  std::chrono::microseconds retryAfter{0};  // when the same call would have been allowed (0 = unknown,
-                                            // e.g. a denial of the failure policy)
-  bool byPolicy = false;                    // the failure policy denied (Redis could not be asked)
-};
-
-/// Metrics, shadow mode and events of one limiter handle.
-///
-/// Shadow mode is for rolling a limit out safely: every decision is made as usual (permits are
-/// taken from Redis when granted, the failure policy decides when Redis cannot be asked) and
-/// counted, but the caller is always allowed; a denial is counted as such and again as
-/// `shadowDenied`, and reported to onShadowDenial. A waiting call (acquire, tryAcquire with a
-/// timeout) never waits in shadow mode: it makes one attempt, and a denial there is a would-be
-/// denial. Errors are still thrown (shadow mode changes decisions, not failures: choose
-/// FailurePolicy::Allow with it to let traffic through an outage too).
-struct MonitorOptions {
-  bool metrics = true;                                      // count this limiter's decisions (cheap: relaxed atomics)
-  std::shared_ptr<MetricsRegistry> registry;                // where; null = MetricsRegistry::global()
-  bool shadow = false;                                      // decide and count, but always allow (see above)
-  std::function<void(const ShadowDenial&)> onShadowDenial;  // shadow mode: called for each denial let
-                                                            // through, on the deciding thread (the I/O
-                                                            // thread for ...Async calls); must not throw
-  EventCallback onEvent;                                    // this limiter's events (health; see events.hpp)
-};
-
-/// The part of a limiter that applies its MonitorOptions. A cheap copyable value (one shared
+/// The part of a limiter that applies its LimiterMonitor::Options. A cheap copyable value (one shared
 /// pointer: copies share the counters and callbacks); default-constructed it counts nothing and is
 /// not in shadow mode. Thread-safe.
 class LimiterMonitor {
  public:
+  /// A denial that shadow mode let through: what the limiter would have answered.
+  struct ShadowDenial {
+    std::string limiter;                      // the limiter's name
+    std::int64_t permits = 0;                 // the permits asked for
+    std::chrono::microseconds retryAfter{0};  // when the same call would have been allowed (0 = unknown,
+                                              // e.g. a denial of the failure policy)
+    bool byPolicy = false;                    // the failure policy denied (Redis could not be asked)
+  };
+
+  /// Metrics, shadow mode and events of one limiter handle.
+  ///
+  /// Shadow mode is for rolling a limit out safely: every decision is made as usual (permits are
+  /// taken from Redis when granted, the failure policy decides when Redis cannot be asked) and
+  /// counted, but the caller is always allowed; a denial is counted as such and again as
+  /// `shadowDenied`, and reported to onShadowDenial. A waiting call (acquire, tryAcquire with a
+  /// timeout) never waits in shadow mode: it makes one attempt, and a denial there is a would-be
+  /// denial. Errors are still thrown (shadow mode changes decisions, not failures: choose
+  /// FailurePolicy::Allow with it to let traffic through an outage too).
+  struct Options {
+    bool metrics = true;                                      // count this limiter's decisions (cheap: relaxed atomics)
+    std::shared_ptr<MetricsRegistry> registry;                // where; null = MetricsRegistry::global()
+    bool shadow = false;                                      // decide and count, but always allow (see above)
+    std::function<void(const ShadowDenial&)> onShadowDenial;  // shadow mode: called for each denial let
+                                                              // through, on the deciding thread (the I/O
+                                                              // thread for ...Async calls); must not throw
+    EventCallback onEvent;                                    // this limiter's events (health; see events.hpp)
+  };
+
   LimiterMonitor() = default;
   /// The monitor of the limiter `limiter`: its counters come from the options' registry (made or
   /// found there now: this locks the registry once). `clientEvents` also receives its events (the
   /// Client's ClientOptions::onEvent).
-  LimiterMonitor(const std::string& limiter, const MonitorOptions& options, EventCallback clientEvents = {});
+  LimiterMonitor(const std::string& limiter, const Options& options, EventCallback clientEvents = {});
 
   /// The counters, or null when metrics are off.
   [[nodiscard]] LimiterMetrics* metrics() const noexcept { return metrics_; }
@@ -115,8 +115,7 @@ class LimiterMonitor {
 
 // --- Definitions ---------------------------------------------------------------------------------
 
-inline LimiterMonitor::LimiterMonitor(const std::string& limiter, const MonitorOptions& options,
-                                      EventCallback clientEvents)
+inline LimiterMonitor::LimiterMonitor(const std::string& limiter, const Options& options, EventCallback clientEvents)
     : shadow_(options.shadow) {
   auto state = std::make_shared<State>();
   state->limiter = limiter;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "redlimit/client.hpp"
@@ -23,16 +24,6 @@
 #include "redlimit/detail/limits.hpp"
 
 namespace redlimit {
-
-/// Options of one MultiLimit handle.
-struct MultiLimitOptions {
-  FailureOptions failure;  // decisions when Redis cannot be asked (default: throw the IoError); the
-                           // limiters' own failure options are not used by the MultiLimit
-  MonitorOptions monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
-                           // the limiters' own are not used either
-  std::string name;  // the name its metrics and events carry (UTF-8, <= 1024 bytes); empty = the limits' names joined
-                     // by '+' ("{t}:user+{t}:tenant")
-};
 
 /// Several Limiters (GCRA, token bucket, fixed window, calendar and concurrency policies; see on()
 /// for their keys) on one Client, decided in one script call, all or nothing: if any limit denies,
@@ -77,6 +68,16 @@ struct MultiLimitOptions {
 /// refusing until one decision has reached Redis. peek, refund and settle throw the IoError.
 class MultiLimit {
  public:
+  /// Options of one MultiLimit handle.
+  struct Options {
+    FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError); the
+                                      // limiters' own failure options are not used by the MultiLimit
+    LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
+                                      // the limiters' own are not used either
+    std::string name;  // the name its metrics and events carry (UTF-8, <= 1024 bytes); empty = the limits' names joined
+                       // by '+' ("{t}:user+{t}:tenant")
+  };
+
   static constexpr std::size_t kMaxLimits = 32;
   /// As Limiter::Callback<Decision>, with the MultiDecision.
   using DecisionCallback = std::function<void(MultiDecision decision, std::exception_ptr error)>;
@@ -85,7 +86,10 @@ class MultiLimit {
   /// `MultiLimit both({perUser, perTenant});` (only their names, policies and Client are kept).
   /// Sends nothing. Throws InvalidArgument when there are none or too many, when two have the same
   /// name or another Client, or when one has a smooth policy.
-  explicit MultiLimit(const std::vector<Limiter>& limits, const MultiLimitOptions& options = {});
+  explicit MultiLimit(const std::vector<Limiter>& limits, const Options& options);
+  /// As above with the default Options (an overload, not a default argument: a nested type's
+  /// default member initializers are not usable inside its enclosing class, CWG 1397).
+  explicit MultiLimit(const std::vector<Limiter>& limits) : MultiLimit(limits, Options{}) {}
 
   /// A MultiLimit of Limiters (made once, e.g. `MultiLimit gateway({perKey, global});`) decides
   /// keys: on({apiKey, "all"}) is the same limits on those keys, keys[i] for limiter i, sharing
@@ -211,7 +215,7 @@ class MultiLimit {
   [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the MultiLimit is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
-  /// Its metrics, shadow mode and events (MultiLimitOptions::monitor).
+  /// Its metrics, shadow mode and events (Options::monitor).
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:

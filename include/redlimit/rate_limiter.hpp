@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "redlimit/detail/acquire_result.hpp"
@@ -23,20 +24,6 @@ namespace detail {
 template <class Source>
 struct SegmentAccess;
 }  // namespace detail
-
-/// Options of one RateLimiter handle.
-struct RateLimiterOptions {
-  TimeSource timeSource = TimeSource::Server;  // clock that stamps permits
-  FailureOptions failure;                      // decisions when Redis cannot be asked
-                                               // (default: throw the IoError)
-  bool coalesce = true;                        // acquisitions of this handle that arrive while it
-                                               // has 4 calls in flight on each connection of the
-                                               // pool queue up and go to Redis together, as one
-                                               // script call deciding each in order; fewer go at
-                                               // once, alone (false: one call each)
-  MonitorOptions monitor;                      // metrics (on, into MetricsRegistry::global()), shadow
-                                               // mode (off), events
-};
 
 /// A distributed sliding-window rate limiter that reads and writes Redisson's RRateLimiter data
 /// layout (3.38+), so Java services using Redisson and C++ services using redlimit can take
@@ -56,7 +43,7 @@ struct RateLimiterOptions {
 /// limits) and AuthError (wrong or missing password, a missing ACL permission) when the set-up
 /// cannot work, under every failure policy; IoError and subclasses (TimeoutError, ClosedError,
 /// kinds PoolTimeout, Unavailable) when Redis cannot be reached in time — then no decision
-/// was made. For the acquire calls, RateLimiterOptions::failure decides instead what an
+/// was made. For the acquire calls, RateLimiter::Options::failure decides instead what an
 /// unreachable Redis means (throw, allow, deny, or a local limiter), and while Redis stays
 /// unreachable only one call per probe interval tries it; the others are decided at once.
 ///
@@ -65,6 +52,20 @@ struct RateLimiterOptions {
 /// sleep the waits the limiter asks for.
 class RateLimiter {
  public:
+  /// Options of one RateLimiter handle.
+  struct Options {
+    TimeSource timeSource = TimeSource::Server;  // clock that stamps permits
+    FailureOptions failure;                      // decisions when Redis cannot be asked
+                                                 // (default: throw the IoError)
+    bool coalesce = true;                        // acquisitions of this handle that arrive while it
+                                                 // has 4 calls in flight on each connection of the
+                                                 // pool queue up and go to Redis together, as one
+                                                 // script call deciding each in order; fewer go at
+                                                 // once, alone (false: one call each)
+    LimiterMonitor::Options monitor;             // metrics (on, into MetricsRegistry::global()), shadow
+                                                 // mode (off), events
+  };
+
   static constexpr std::int64_t kMaxRate = 4294967295;                     // uint32 in a member
   static constexpr std::chrono::milliseconds kMaxInterval{1000000000000};  // about 31 years
   static constexpr std::size_t kMaxNameLength = 1024;                      // bytes
@@ -82,7 +83,11 @@ class RateLimiter {
   /// that ends in ":value", ":permits", ":value:...", ":permits:..." or ":grant:..." (which are
   /// the state keys of the name before that colon). Also for a ClientOptions::clientId that is
   /// empty, longer than kMaxClientIdLength or contains '{' or '}'.
-  RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options = {});
+  RateLimiter(std::shared_ptr<Client> client, std::string name, Options options);
+  /// As above with the default Options (an overload, not a default argument: a nested type's
+  /// default member initializers are not usable inside its enclosing class, CWG 1397).
+  RateLimiter(std::shared_ptr<Client> client, std::string name)
+      : RateLimiter(std::move(client), std::move(name), Options{}) {}
 
   /// Writes the configuration if none exists (HSETNX semantics); touches no other key. Returns
   /// true if this call created it. keepAliveTime > 0 (at least rateInterval) sets an idle TTL.
@@ -169,7 +174,7 @@ class RateLimiter {
   [[nodiscard]] const std::shared_ptr<Client>& client() const noexcept;
   /// Decisions made under the failure policy, and whether the limiter is degraded now.
   [[nodiscard]] FailureStats failureStats() const;
-  /// The handle's metrics, shadow mode and events (RateLimiterOptions::monitor). A
+  /// The handle's metrics, shadow mode and events (Options::monitor). A
   /// SegmentedRateLimiter over this limiter counts its decisions and applies shadow mode with it.
   /// Decisions are the calls that decide (tryAcquire, acquire, decide and their ...Async forms);
   /// the segment cache's refills and give-backs count round trips only.

@@ -12,20 +12,20 @@
 
 namespace redlimit {
 
-/// What a settle found under the reservation id.
-enum class SettleStatus : std::uint8_t {
-  Settled,         // this call settled the reservation
-  AlreadySettled,  // an earlier call did: nothing changed, the fields are that call's answer
-  Unknown,         // no record: never reserved, reserved by the failure policy, or its record expired
-                   // (an expired reservation stays counted as fully used: nothing is given back)
-};
-
 /// The outcome of settle(id, actual) and cancel(id). A value type. For AlreadySettled every field
 /// is the first settle's answer (its `actual` included, whatever this call asked); for Unknown they
 /// are all 0. Invariant: actual == reserved - returned - forgiven + charged + unpaid, where
 /// forgiven (not a field) is what the limiter could not take back because it was full already.
 struct Settlement {
-  SettleStatus status = SettleStatus::Unknown;
+  /// What a settle found under the reservation id.
+  enum class Status : std::uint8_t {
+    Settled,         // this call settled the reservation
+    AlreadySettled,  // an earlier call did: nothing changed, the fields are that call's answer
+    Unknown,         // no record: never reserved, reserved by the failure policy, or its record expired
+                     // (an expired reservation stays counted as fully used: nothing is given back)
+  };
+
+  Status status = Status::Unknown;
   std::int64_t reserved = 0;   // permits the reservation took
   std::int64_t actual = 0;     // permits used, as the settling call said
   std::int64_t returned = 0;   // permits given back: reserved - actual, less when the limiter was full

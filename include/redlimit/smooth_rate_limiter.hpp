@@ -197,7 +197,7 @@ class BasicSmoothRateLimiter {
     return std::chrono::microseconds{wait};
   }
 
-  /// Counts this limiter's decisions and applies shadow mode (MonitorOptions: a registry, shadow,
+  /// Counts this limiter's decisions and applies shadow mode (LimiterMonitor::Options: a registry, shadow,
   /// onShadowDenial), e.g. setMonitor(LimiterMonitor("pacer", options)). Not thread-safe: call it
   /// before the limiter is shared. By default nothing is counted.
   void setMonitor(LimiterMonitor monitor) { monitor_ = std::move(monitor); }

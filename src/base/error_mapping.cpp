@@ -52,14 +52,16 @@ struct LoginOptions {
 };
 
 constexpr LoginOptions kServerLogin{
-    "ConnectionOptions::user and ::password",
-    "set ConnectionOptions::password (and ::user for an ACL user), or redis://[user]:password@host",
-    "ConnectionOptions::password"};
+    "ClientOptions::Connection::user and ::password",
+    "set ClientOptions::Connection::password (and ::user for an ACL user), or redis://[user]:password@host",
+    "ClientOptions::Connection::password"};
 constexpr LoginOptions kSentinelLogin{
-    "the sentinels' own login: SentinelOptions::user and ::password, or sentinel_user= and sentinel_password= in "
+    "the sentinels' own login: ClientOptions::Sentinel::user and ::password, or sentinel_user= and sentinel_password= "
+    "in "
     "the URI",
-    "set the sentinels' own SentinelOptions::password (and ::user for an ACL user), or sentinel_password= in the URI",
-    "SentinelOptions::password (sentinel_password= in the URI)"};
+    "set the sentinels' own ClientOptions::Sentinel::password (and ::user for an ACL user), or sentinel_password= in "
+    "the URI",
+    "ClientOptions::Sentinel::password (sentinel_password= in the URI)"};
 
 std::string userName(const ReplyContext& c) { return c.user.empty() ? "default" : std::string(c.user); }
 
@@ -180,18 +182,19 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
   if (code == "READONLY" || code == "MASTERDOWN") {
     throw ConfigurationError(ErrorKind::Replica, codeText,
                              fmt::format("redlimit: the server is a replica, not the primary: {} (point "
-                                         "ConnectionOptions at the primary; this is a configuration error, "
+                                         "ClientOptions::Connection at the primary; this is a configuration error, "
                                          "thrown under every failure policy)",
                                          text));
   }
   // A Redis Cluster node asked for a slot it does not serve: the Client was set up for one server.
   // (A cluster Client follows these redirects itself and never lets one reach a caller.)
   if (code == "MOVED" || code == "ASK") {
-    throw ConfigurationError(codeText, fmt::format("redlimit: the server is a Redis Cluster node and another node "
-                                                   "serves this key's slot: {} (connect with "
-                                                   "redis-cluster://host:port, or ClientOptions::topology = "
-                                                   "Topology::Cluster; thrown under every failure policy)",
-                                                   text));
+    throw ConfigurationError(codeText,
+                             fmt::format("redlimit: the server is a Redis Cluster node and another node "
+                                         "serves this key's slot: {} (connect with "
+                                         "redis-cluster://host:port, or ClientOptions::topology = "
+                                         "ClientOptions::Topology::Cluster; thrown under every failure policy)",
+                                         text));
   }
   // Up, but cannot serve now: an outage the failure policy decides. NOREPLICAS: a primary with
   // min-replicas-to-write set has lost the replicas it needs to accept writes.

@@ -31,7 +31,7 @@ struct ReplyContext {
   std::string_view command;  // argv[0] ("EVALSHA", "AUTH", ...); "" if unknown
   std::string_view user;     // the ACL user the connection authenticates as; "" = default
   bool fromScript = false;   // the reply answered EVAL/EVALSHA
-  bool toSentinel = false;   // the server is a Sentinel: a refused login names SentinelOptions
+  bool toSentinel = false;   // the server is a Sentinel: a refused login names ClientOptions::Sentinel
 };
 
 /// Throws the exception for a failed hiredis context: `err` is redisContext::err, `savedErrno`
@@ -85,7 +85,7 @@ struct ReplyContext {
 [[nodiscard]] std::string errorTypeName(const std::exception& e);
 
 /// True for congestion in this process, not an outage of Redis: a TimeoutError of kind PoolTimeout
-/// (PoolOptions::maxPending reached) or CallbackBlocked (a callback held the I/O thread). A limiter
+/// (ClientOptions::Pool::maxPending reached) or CallbackBlocked (a callback held the I/O thread). A limiter
 /// does not degrade on it, a Cluster node is not marked down, a Sentinel does not look for another
 /// primary.
 [[nodiscard]] bool isCongestion(const Error& error) noexcept;

@@ -79,12 +79,14 @@ std::string notResp2Type(char typeByte) {
 
 }  // namespace
 
-void checkLimits(const ReplyLimits& limits) {
-  if (limits.maxBulkBytes == 0) throw InvalidArgument("redlimit: ReplyLimits::maxBulkBytes must be >= 1, got 0");
-  if (limits.maxElements == 0) throw InvalidArgument("redlimit: ReplyLimits::maxElements must be >= 1, got 0");
+void checkLimits(const ClientOptions::ReplyLimits& limits) {
+  if (limits.maxBulkBytes == 0)
+    throw InvalidArgument("redlimit: ClientOptions::ReplyLimits::maxBulkBytes must be >= 1, got 0");
+  if (limits.maxElements == 0)
+    throw InvalidArgument("redlimit: ClientOptions::ReplyLimits::maxElements must be >= 1, got 0");
   if (limits.maxDepth < 1 || limits.maxDepth > kMaxDepth) {
-    throw InvalidArgument(
-        fmt::format("redlimit: ReplyLimits::maxDepth must be in 1..{}, got {}", kMaxDepth, limits.maxDepth));
+    throw InvalidArgument(fmt::format("redlimit: ClientOptions::ReplyLimits::maxDepth must be in 1..{}, got {}",
+                                      kMaxDepth, limits.maxDepth));
   }
 }
 
@@ -140,9 +142,11 @@ struct ReplyParser::Callbacks {
       if (len > p.limits_.maxBulkBytes) {
         p.refusal_ =
             task->type == REDIS_REPLY_STRING
-                ? fmt::format("reply announces a bulk string of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
-                              len, p.limits_.maxBulkBytes)
-                : fmt::format("reply has {} of {} bytes, more than ReplyLimits::maxBulkBytes ({})",
+                ? fmt::format(
+                      "reply announces a bulk string of {} bytes, more than ClientOptions::ReplyLimits::maxBulkBytes "
+                      "({})",
+                      len, p.limits_.maxBulkBytes)
+                : fmt::format("reply has {} of {} bytes, more than ClientOptions::ReplyLimits::maxBulkBytes ({})",
                               lineKind(task->type), len, p.limits_.maxBulkBytes);
         return nullptr;
       }
@@ -187,14 +191,16 @@ struct ReplyParser::Callbacks {
       const std::size_t level = levelOf(task);
       const std::size_t depth = level + 1;
       if (depth > static_cast<std::size_t>(p.limits_.maxDepth)) {
-        p.refusal_ = fmt::format("reply announces arrays nested {} deep, more than ReplyLimits::maxDepth ({})", depth,
-                                 p.limits_.maxDepth);
+        p.refusal_ =
+            fmt::format("reply announces arrays nested {} deep, more than ClientOptions::ReplyLimits::maxDepth ({})",
+                        depth, p.limits_.maxDepth);
         return nullptr;
       }
       const auto elements = static_cast<std::size_t>(count);
       if (elements > p.limits_.maxElements) {
-        p.refusal_ = fmt::format("reply announces an array of {} elements, more than ReplyLimits::maxElements ({})",
-                                 elements, p.limits_.maxElements);
+        p.refusal_ = fmt::format(
+            "reply announces an array of {} elements, more than ClientOptions::ReplyLimits::maxElements ({})", elements,
+            p.limits_.maxElements);
         return nullptr;
       }
       Reply* slot = p.arraySlot(level);
@@ -249,7 +255,7 @@ struct ReplyParser::Callbacks {
 
 const redisReplyObjectFunctions ReplyParser::Callbacks::kTable = makeTable();
 
-ReplyParser::ReplyParser(const ReplyLimits& limits) : limits_(limits) {
+ReplyParser::ReplyParser(const ClientOptions::ReplyLimits& limits) : limits_(limits) {
   checkLimits(limits_);
   // The reader keeps hiredis's default maxbuf (16 KiB): a larger idle buffer is released.
   // hiredis takes a non-const table but never writes through it.
@@ -390,8 +396,8 @@ void ReplyParser::checkWaitingItem() {
     default: {  // status or error line: pending holds no CRLF, perhaps a final '\r'
       const std::size_t atLeast = pending.size() - (!pending.empty() && pending.back() == '\r' ? 1 : 0);
       if (atLeast > limits_.maxBulkBytes) {
-        fail(fmt::format("reply has {} of at least {} bytes, more than ReplyLimits::maxBulkBytes ({})", lineKind(type),
-                         atLeast, limits_.maxBulkBytes));
+        fail(fmt::format("reply has {} of at least {} bytes, more than ClientOptions::ReplyLimits::maxBulkBytes ({})",
+                         lineKind(type), atLeast, limits_.maxBulkBytes));
       }
     }
   }
@@ -414,8 +420,8 @@ void ReplyParser::checkNumberLine(std::string_view pending, const char* noun, co
     }
     // No digits: "-1" (nil), or bytes hiredis refuses once the line is complete.
     if (digits > 0 && (overflow || value > limit)) {
-      fail(fmt::format("reply announces {} of {}{} {}, more than ReplyLimits::{} ({})", noun, ended ? "" : "at least ",
-                       pending.substr(0, digits), unit, limitName, limit));
+      fail(fmt::format("reply announces {} of {}{} {}, more than ClientOptions::ReplyLimits::{} ({})", noun,
+                       ended ? "" : "at least ", pending.substr(0, digits), unit, limitName, limit));
     }
   }
   if (!ended && scanned > kMaxNumberLine) {

@@ -26,7 +26,7 @@ struct WireReply {
 /// Throws InvalidArgument naming the field: maxBulkBytes == 0, maxElements == 0, maxDepth
 /// outside 1..7 (hiredis 0.14's reader nests at most 8 arrays; 7 keeps its own error out of reach,
 /// and the same bound holds on hiredis 1.x, which has none).
-void checkLimits(const ReplyLimits& limits);
+void checkLimits(const ClientOptions::ReplyLimits& limits);
 
 /// Parses RESP2 replies from bytes fed in any chunking. Not thread-safe; neither copyable nor
 /// movable (hiredis's reader points back at it).
@@ -47,7 +47,7 @@ void checkLimits(const ReplyLimits& limits);
 class ReplyParser {
  public:
   /// Throws InvalidArgument for limits checkLimits refuses.
-  explicit ReplyParser(const ReplyLimits& limits);
+  explicit ReplyParser(const ClientOptions::ReplyLimits& limits);
   ~ReplyParser();
   ReplyParser(const ReplyParser&) = delete;
   ReplyParser& operator=(const ReplyParser&) = delete;
@@ -60,7 +60,7 @@ class ReplyParser {
   /// bytes that are not RESP2 (with hiredis's text when hiredis found it; RESP3 types, which
   /// hiredis 1.x reads, with the text hiredis 0.14 gives for them), or for a reply over a
   /// limit: the message names the limit, the value announced and the limit, e.g. "reply announces
-  /// an array of 2147483647 elements, more than ReplyLimits::maxElements (1048576)". After it
+  /// an array of 2147483647 elements, more than ClientOptions::ReplyLimits::maxElements (1048576)". After it
   /// threw once, every later call (and feed()) throws IoError (Protocol): the stream is lost. Out of
   /// memory is an IoError (Protocol) too ("out of memory building a reply ...").
   [[nodiscard]] std::optional<WireReply> next();
@@ -86,7 +86,7 @@ class ReplyParser {
   [[noreturn]] void throwFailed() const;
   void release() noexcept;
 
-  ReplyLimits limits_;
+  ClientOptions::ReplyLimits limits_;
   redisReader* reader_ = nullptr;            // null once failed: its buffer is released at once
   static constexpr std::size_t kLevels = 8;  // arrays nest at most 7 deep (checkLimits)
   std::array<Reply, kLevels> open_;          // [0] the reply being built, [i] its open array at level i

@@ -170,8 +170,8 @@ std::string_view takeUserinfo(const std::string& uri, std::string_view authority
 
 // `host`, `host:port` or `[ipv6]:port`; an IPv6 address without brackets takes the part after its
 // last ':' as the port.
-NodeAddress parseNode(const std::string& uri, std::string_view text, int defaultPort) {
-  NodeAddress node;
+ClientOptions::Node parseNode(const std::string& uri, std::string_view text, int defaultPort) {
+  ClientOptions::Node node;
   node.port = defaultPort;
   std::string_view host = text;
   if (!text.empty() && text.front() == '[') {  // [::1]:6379
@@ -196,9 +196,9 @@ NodeAddress parseNode(const std::string& uri, std::string_view text, int default
 }
 
 // `node[,node...]` (each as parseNode takes it).
-std::vector<NodeAddress> parseNodes(const std::string& uri, std::string_view list, int defaultPort) {
+std::vector<ClientOptions::Node> parseNodes(const std::string& uri, std::string_view list, int defaultPort) {
   if (list.empty()) bad(uri, "missing host");
-  std::vector<NodeAddress> nodes;
+  std::vector<ClientOptions::Node> nodes;
   while (true) {
     auto comma = list.find(',');
     std::string_view item = list.substr(0, comma);
@@ -216,7 +216,7 @@ bool isTlsParameter(std::string_view key) {
 // One of the connection's query parameters: db, password, user; with TLS (`scheme.tls`) also
 // cacert, capath, cert, key, sni, verify=0|1. False for a parameter that is not one of them.
 bool applyConnectionParameter(const std::string& uri, const Scheme& scheme, std::string_view key,
-                              std::string_view value, ConnectionOptions& o) {
+                              std::string_view value, ClientOptions::Connection& o) {
   if (key == "db") {
     o.db = toDb(uri, value);
   } else if (key == "password") {
@@ -247,7 +247,7 @@ bool applyConnectionParameter(const std::string& uri, const Scheme& scheme, std:
 // Applies "a=1&b=2": each parameter goes first to `topology(key, value)` (the scheme's own
 // parameters; it returns false for others), then to the connection's.
 template <typename TopologyParameter>
-void applyQuery(const std::string& uri, const Scheme& scheme, std::string_view query, ConnectionOptions& o,
+void applyQuery(const std::string& uri, const Scheme& scheme, std::string_view query, ClientOptions::Connection& o,
                 TopologyParameter topology) {
   while (!query.empty()) {
     auto amp = query.find('&');
@@ -265,12 +265,12 @@ void applyQuery(const std::string& uri, const Scheme& scheme, std::string_view q
   }
 }
 
-void applyQuery(const std::string& uri, const Scheme& scheme, std::string_view query, ConnectionOptions& o) {
+void applyQuery(const std::string& uri, const Scheme& scheme, std::string_view query, ClientOptions::Connection& o) {
   applyQuery(uri, scheme, query, o, [](std::string_view, std::string_view) { return false; });
 }
 
 // unix:///path[?query]
-void parseUnix(const std::string& uri, const Scheme& scheme, ConnectionOptions& o) {
+void parseUnix(const std::string& uri, const Scheme& scheme, ClientOptions::Connection& o) {
   std::string_view rest = std::string_view(uri).substr(scheme.prefix.size());
   auto q = rest.find('?');
   std::string_view path = rest.substr(0, q);
@@ -286,7 +286,7 @@ void parseUnix(const std::string& uri, const Scheme& scheme, ConnectionOptions& 
 }
 
 // redis[s]://[[user]:password@]host[:port][/db][?query]
-void parseServer(const std::string& uri, const Scheme& scheme, ConnectionOptions& o) {
+void parseServer(const std::string& uri, const Scheme& scheme, ClientOptions::Connection& o) {
   const UriParts parts = splitUri(std::string_view(uri).substr(scheme.prefix.size()));
   if (parts.path && !parts.path->empty()) o.db = toDb(uri, *parts.path);
   std::string_view host = takeUserinfo(uri, parts.authority, o.user, o.password);
@@ -295,7 +295,7 @@ void parseServer(const std::string& uri, const Scheme& scheme, ConnectionOptions
         "a list of hosts names a cluster or sentinels: use redis-cluster:// or redis-sentinel:// "
         "(Client::fromUri, parseClientUri)");
   }
-  NodeAddress node = parseNode(uri, host, o.port);
+  ClientOptions::Node node = parseNode(uri, host, o.port);
   o.host = std::move(node.host);
   o.port = node.port;
   o.unixSocket.clear();
@@ -306,7 +306,7 @@ void parseServer(const std::string& uri, const Scheme& scheme, ConnectionOptions
 // redis[s]-cluster://[[user]:password@]host[:port][,host[:port]...][/0][?query]
 void parseCluster(const std::string& uri, const Scheme& scheme, ClientOptions& o) {
   const UriParts parts = splitUri(std::string_view(uri).substr(scheme.prefix.size()));
-  ConnectionOptions& c = o.connection;
+  ClientOptions::Connection& c = o.connection;
   auto onlyDb0 = [&](std::string_view text) {
     const int db = toDb(uri, text);
     if (db != 0) bad(uri, fmt::format("db {}: a Redis Cluster has only db 0", db));
@@ -314,7 +314,7 @@ void parseCluster(const std::string& uri, const Scheme& scheme, ClientOptions& o
   };
   if (parts.path && !parts.path->empty()) onlyDb0(*parts.path);
   std::string_view hosts = takeUserinfo(uri, parts.authority, c.user, c.password);
-  o.topology = Topology::Cluster;
+  o.topology = ClientOptions::Topology::Cluster;
   o.cluster.seeds = parseNodes(uri, hosts, 6379);
   c.unixSocket.clear();
   c.tls.enabled = scheme.tls;
@@ -328,8 +328,8 @@ void parseCluster(const std::string& uri, const Scheme& scheme, ClientOptions& o
 // redis[s]-sentinel://[[user]:password@]host[:port][,host[:port]...]/primaryName[/db][?query]
 void parseSentinel(const std::string& uri, const Scheme& scheme, ClientOptions& o) {
   const UriParts parts = splitUri(std::string_view(uri).substr(scheme.prefix.size()));
-  ConnectionOptions& c = o.connection;
-  SentinelOptions& s = o.sentinel;
+  ClientOptions::Connection& c = o.connection;
+  ClientOptions::Sentinel& s = o.sentinel;
   std::string_view path = parts.path.value_or(std::string_view{});
   auto slash = path.find('/');
   std::string name = percentDecode(uri, path.substr(0, slash));
@@ -339,7 +339,7 @@ void parseSentinel(const std::string& uri, const Scheme& scheme, ClientOptions& 
   }
   if (slash != std::string_view::npos && slash + 1 < path.size()) c.db = toDb(uri, path.substr(slash + 1));
   std::string_view hosts = takeUserinfo(uri, parts.authority, c.user, c.password);
-  o.topology = Topology::Sentinel;
+  o.topology = ClientOptions::Topology::Sentinel;
   s.sentinels = parseNodes(uri, hosts, 26379);
   s.primaryName = std::move(name);
   c.unixSocket.clear();
@@ -359,7 +359,7 @@ void parseSentinel(const std::string& uri, const Scheme& scheme, ClientOptions& 
 
 }  // namespace
 
-ConnectionOptions parseUri(const std::string& uri, ConnectionOptions o) {
+ClientOptions::Connection parseUri(const std::string& uri, ClientOptions::Connection o) {
   const Scheme* scheme = findScheme(uri);
   if (scheme == nullptr) bad(uri, "scheme must be redis://, rediss:// or unix://");
   switch (scheme->kind) {
@@ -387,7 +387,7 @@ ClientOptions parseClientUri(const std::string& uri, ClientOptions o) {
   switch (scheme->kind) {
     case Kind::Server:
     case Kind::Unix:
-      o.topology = Topology::Standalone;
+      o.topology = ClientOptions::Topology::Standalone;
       o.connection = parseUri(uri, std::move(o.connection));
       break;
     case Kind::Cluster:

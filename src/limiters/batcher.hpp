@@ -198,7 +198,7 @@ class GroupSender {
         Owner::fail(&owner, *c,
                     std::make_exception_ptr(TimeoutError(
                         "redlimit: a decision waited for the calls queued before it until its deadline passed; give "
-                        "the calls more time (ConnectionOptions::commandTimeout) or send fewer at once")));
+                        "the calls more time (ClientOptions::Connection::commandTimeout) or send fewer at once")));
         continue;
       }
       if (c->deadline != Time{}) deadline = std::min(deadline, c->deadline);

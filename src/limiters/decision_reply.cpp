@@ -65,14 +65,14 @@ Decision parseHeld(const Reply& r, const std::string& limiter, std::int64_t perm
   return out;
 }
 
-SettleStatus settleStatusOf(std::int64_t code, std::string_view who) {
+Settlement::Status settleStatusOf(std::int64_t code, std::string_view who) {
   switch (code) {
     case 0:
-      return SettleStatus::Unknown;
+      return Settlement::Status::Unknown;
     case 1:
-      return SettleStatus::Settled;
+      return Settlement::Status::Settled;
     case 2:
-      return SettleStatus::AlreadySettled;
+      return Settlement::Status::AlreadySettled;
     default:
       throw ReplyError(ErrorKind::UnexpectedReply, "",
                        fmt::format("redlimit: {}: settle answered status {}", who, code));

@@ -94,7 +94,7 @@ inline void admitHeld(const LimiterMonitor& monitor, Decision& held) {
 /// The status code of a settle reply (every settling script: 0 no record, 1 settled by this call,
 /// 2 settled before). Another code is ReplyError (UnexpectedReply) naming `who` ("limiter x", a MultiLimit's
 /// label).
-[[nodiscard]] SettleStatus settleStatusOf(std::int64_t code, std::string_view who);
+[[nodiscard]] Settlement::Status settleStatusOf(std::int64_t code, std::string_view who);
 
 /// The form kind `kind`'s script answers in.
 [[nodiscard]] constexpr DecisionForm decisionFormOf(char kind) noexcept {

@@ -220,11 +220,12 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
     case FailurePolicy::Throw:
       break;
   }
-  const PolicyOutcome outcome =
-      !decision ? PolicyOutcome::Thrown : (*decision ? PolicyOutcome::Granted : PolicyOutcome::Denied);
-  (outcome == PolicyOutcome::Granted  ? allowed_
-   : outcome == PolicyOutcome::Denied ? denied_
-                                      : thrown_)
+  const LimiterMetrics::PolicyOutcome outcome =
+      !decision ? LimiterMetrics::PolicyOutcome::Thrown
+                : (*decision ? LimiterMetrics::PolicyOutcome::Granted : LimiterMetrics::PolicyOutcome::Denied);
+  (outcome == LimiterMetrics::PolicyOutcome::Granted  ? allowed_
+   : outcome == LimiterMetrics::PolicyOutcome::Denied ? denied_
+                                                      : thrown_)
       .fetch_add(1, std::memory_order_relaxed);
   if (LimiterMetrics* m = monitor_.metrics()) m->policyDecision(options_.policy, outcome);
   return decision;

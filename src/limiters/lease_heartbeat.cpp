@@ -51,7 +51,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   };
   using Target = std::variant<MultiLimit, LimiterKey>;
 
-  State(Target t, Lease first, const LeaseHeartbeatOptions& o, milliseconds shortestTtl)
+  State(Target t, Lease first, const LeaseHeartbeat::Options& o, milliseconds shortestTtl)
       : target(std::move(t)),
         renewTtl(o.leaseTtl.count() > 0 ? std::optional<milliseconds>(o.leaseTtl) : std::nullopt),
         horizon(shortestTtl),
@@ -219,7 +219,8 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
 
 namespace {
 
-LeaseHeartbeatOptions checkedInterval(const std::string& name, LeaseHeartbeatOptions options, milliseconds horizon) {
+LeaseHeartbeat::Options checkedInterval(const std::string& name, LeaseHeartbeat::Options options,
+                                        milliseconds horizon) {
   if (options.interval.count() == 0) options.interval = std::max(milliseconds{1}, horizon / 3);
   if (options.interval.count() < 1 || options.interval >= horizon) {
     throw InvalidArgument(
@@ -232,7 +233,7 @@ LeaseHeartbeatOptions checkedInterval(const std::string& name, LeaseHeartbeatOpt
 
 }  // namespace
 
-LeaseHeartbeatOptions LeaseHeartbeat::resolved(const Limiter& limiter, LeaseHeartbeatOptions options) {
+LeaseHeartbeat::Options LeaseHeartbeat::resolved(const Limiter& limiter, LeaseHeartbeat::Options options) {
   if (!limiter.policy().givesLeases()) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: a lease heartbeat renews leases, which only a concurrency policy gives",
@@ -244,7 +245,7 @@ LeaseHeartbeatOptions LeaseHeartbeat::resolved(const Limiter& limiter, LeaseHear
   return checkedInterval("limiter " + limiter.name(), std::move(options), horizon);
 }
 
-LeaseHeartbeatOptions LeaseHeartbeat::resolved(const MultiLimit& limits, LeaseHeartbeatOptions options) {
+LeaseHeartbeat::Options LeaseHeartbeat::resolved(const MultiLimit& limits, LeaseHeartbeat::Options options) {
   const std::string name = State::nameOf(limits);
   if (limits.leaseTtl().count() == 0) {
     throw InvalidArgument(
@@ -255,7 +256,7 @@ LeaseHeartbeatOptions LeaseHeartbeat::resolved(const MultiLimit& limits, LeaseHe
   return checkedInterval(name, std::move(options), horizon);
 }
 
-LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, LeaseHeartbeatOptions options) {
+LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& lease, LeaseHeartbeat::Options options) {
   detail::checkLeaseId(lease.id);
   options = resolved(limiter, std::move(options));
   (void)limiter.redisKey(key);  // a bad key: InvalidArgument now
@@ -263,7 +264,7 @@ LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& le
   start(std::make_shared<State>(State::LimiterKey{std::move(limiter), std::move(key)}, lease, options, horizon));
 }
 
-LeaseHeartbeat::LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeatOptions options) {
+LeaseHeartbeat::LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeat::Options options) {
   detail::checkLeaseId(lease.id);
   options = resolved(limits, std::move(options));
   const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();

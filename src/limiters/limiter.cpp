@@ -54,7 +54,7 @@ std::string checkedName(std::string name) {
 
 }  // namespace
 
-Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, LimiterOptions options)
+Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, Limiter::Options options)
     : policy_(std::move(policy)) {
   // The kind the script checks: a concurrency limit's 'C' (its packed form is multi.lua's
   // "limit:ttl"), else the packed configuration's first byte (a calendar quota's: 'Q').

@@ -77,7 +77,7 @@ class LimiterCall {
   /// The bound of one call of a limiter on `client`, every try: its connect and command
   /// timeouts, saturated.
   static std::chrono::milliseconds boundOf(const Client& client) {
-    const ConnectionOptions& o = client.options().connection;
+    const ClientOptions::Connection& o = client.options().connection;
     return saturatingAdd(o.connectTimeout, o.commandTimeout);
   }
   /// A Decision of `permits`, sent again after a closed connection; `rate`/`interval` as

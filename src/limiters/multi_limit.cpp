@@ -50,7 +50,7 @@ constexpr char kLeaseKind = 'C';
 // Refuses, before anything is sent, keys that Redis Cluster would not let one script touch. A
 // single server (standalone or behind Sentinel) runs one script over any keys: nothing to check.
 void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
-  if (client.options().topology != Topology::Cluster) return;
+  if (client.options().topology != ClientOptions::Topology::Cluster) return;
   const std::uint16_t slot = detail::keySlot(names.front());
   for (const std::string& name : names) {
     const std::uint16_t other = detail::keySlot(name);
@@ -74,7 +74,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // only read), its failure gate (and metrics), and what the replies told of its limits.
   struct State {
     State(std::shared_ptr<Client> c, std::vector<std::string> names, std::string labelText,
-          const MultiLimitOptions& options)
+          const MultiLimit::Options& options)
         : client(std::move(c)),
           limiterNames(std::move(names)),
           label(std::move(labelText)),
@@ -86,8 +86,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     }
     // Whether a limit is a concurrency limit.
     bool leases() const noexcept { return !leaseConfigs.empty(); }
-    // MultiLimitOptions::name, or the limiters' names joined by '+'.
-    static std::string metricsName(const MultiLimitOptions& options, const std::vector<std::string>& names) {
+    // MultiLimit::Options::name, or the limiters' names joined by '+'.
+    static std::string metricsName(const MultiLimit::Options& options, const std::vector<std::string>& names) {
       return options.name.empty() ? fmt::format("{}", fmt::join(names, "+")) : options.name;
     }
 
@@ -454,7 +454,7 @@ MultiLimit::Core::Op<bool> MultiLimit::Core::releaseOp(const Lease& lease) const
 
 // --- The handle -------------------------------------------------------------------------------
 
-MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimitOptions& options) {
+MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Options& options) {
   if (limits.empty() || limits.size() > kMaxLimits) {
     throw InvalidArgument(
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));

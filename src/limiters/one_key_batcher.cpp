@@ -51,7 +51,7 @@ std::shared_ptr<OneKeyBatcher> OneKeyBatcher::of(const std::shared_ptr<Client>& 
 
 OneKeyBatcher::OneKeyBatcher(std::shared_ptr<Client> client)
     : client_(std::move(client)),
-      cluster_(client_->options().topology == Topology::Cluster),
+      cluster_(client_->options().topology == ClientOptions::Topology::Cluster),
       single_(kMaxGroup, groupsInFlight(client_->options())) {}
 
 OneKeyBatcher::~OneKeyBatcher() {

@@ -160,7 +160,7 @@ std::string suffixName(const std::string& name, const std::string& suffix) {
 
 class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl> {
  public:
-  Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options);
+  Impl(std::shared_ptr<Client> client, std::string name, RateLimiter::Options options);
   // Acquisitions still queued for coalescing end with ClosedError.
   ~Impl();
 
@@ -214,7 +214,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   static void fail(Impl* self, Pending& attempt, std::exception_ptr error) noexcept;
   // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call):
   // sent, or queued while this handle has a group in flight on each connection
-  // (RateLimiterOptions::coalesce); `done` gets its outcome on the I/O thread.
+  // (RateLimiter::Options::coalesce); `done` gets its outcome on the I/O thread.
   void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
                detail::SteadyTime deadline, AcquireCallback done);
   // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
@@ -244,7 +244,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
 
   std::shared_ptr<Client> client_;
   std::string name_;
-  RateLimiterOptions options_;
+  RateLimiter::Options options_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> keyViews_;
   // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
@@ -257,7 +257,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
   detail::FailureGate gate_;
-  // The coalescing queue (RateLimiterOptions::coalesce): whole acquisitions that arrive while a
+  // The coalescing queue (RateLimiter::Options::coalesce): whole acquisitions that arrive while a
   // group is in flight on each connection go together as one acquire_batch.lua call
   // (limiters/batcher.hpp).
   Sender::Queue coalescing_;
@@ -267,7 +267,7 @@ namespace {
 // The monitor of a handle whose arguments pass every limiter's checks and Redisson's (made only
 // then: a refused name must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
-                              const MonitorOptions& options) {
+                              const LimiterMonitor::Options& options) {
   if (client) {
     checkName(name);
     checkClientId(client->clientId());
@@ -276,7 +276,7 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 }
 }  // namespace
 
-RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLimiter::Options options)
     : client_(std::move(client)),
       name_(std::move(name)),
       options_(std::move(options)),
@@ -285,7 +285,8 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   const std::string& id = client_->clientId();
   keys_ = {name_, suffixName(name_, "value"), suffixName(name_, "value:" + id), suffixName(name_, "permits"),
            suffixName(name_, "permits:" + id)};
-  if (client_->options().topology == Topology::Cluster && detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
+  if (client_->options().topology == ClientOptions::Topology::Cluster &&
+      detail::keySlot(keys_[0]) != detail::keySlot(keys_[1])) {
     // Redisson's suffix rule wraps a name without '{' in braces ({name}:value); a name with one is
     // suffixed as it is, so its keys share a slot only if it holds a non-empty hash tag.
     throw InvalidArgument(fmt::format(
@@ -767,7 +768,7 @@ bool RateLimiter::Impl::deleteLimiter() {
 
 // --- The handle: forwards to the shared state ----------------------------------------------------
 
-RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiterOptions options)
+RateLimiter::RateLimiter(std::shared_ptr<Client> client, std::string name, RateLimiter::Options options)
     : impl_(std::make_shared<Impl>(std::move(client), std::move(name), std::move(options))) {}
 
 bool RateLimiter::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {

@@ -132,7 +132,7 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
   (void)arrayOf(name, r, kSettleReplySize, "settle");
   Settlement out;
   out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
-  if (out.status == SettleStatus::Unknown) return out;
+  if (out.status == Settlement::Status::Unknown) return out;
   out.reserved = r.elements[1].asInteger();
   out.actual = r.elements[2].asInteger();
   out.returned = r.elements[3].asInteger();
@@ -144,7 +144,7 @@ Settlement parseSettlement(const std::string& name, const Reply& r, const Limite
 }
 
 void countSettled(const LimiterMonitor& monitor, const Settlement& s) {
-  if (s.status != SettleStatus::Settled) return;
+  if (s.status != Settlement::Status::Settled) return;
   monitor.reservationSettled();
   if (s.returned > 0) monitor.refunded(s.returned);  // what came back (to every limit of a MultiLimit)
 }
@@ -152,14 +152,14 @@ void countSettled(const LimiterMonitor& monitor, const Settlement& s) {
 // The monitor of a handle whose client and name pass the checks (made only then: a refused name
 // must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
-                              const MonitorOptions& monitor) {
+                              const LimiterMonitor::Options& monitor) {
   if (!client) throw InvalidArgument("redlimit: a limiter needs a Client");
   checkLimiterName(name, kMaxNameLength);
   return LimiterMonitor(name, monitor, client->options().onEvent);
 }
 
 ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-                       const MonitorOptions& monitor, const Script& script, char kind,
+                       const LimiterMonitor::Options& monitor, const Script& script, char kind,
                        std::shared_ptr<const KeyedPolicy> policy)
     : client_(std::move(client)),
       name_(std::move(name)),

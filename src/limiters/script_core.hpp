@@ -45,8 +45,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// try around the server's time. A key's reservation records live in redlimit's own namespace,
   /// where no caller's key can reach (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument
   /// for a null client, a bad name, quota or keepAlive, or bad failure options.
-  ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure, const MonitorOptions& monitor,
-             const Script& script, char kind, std::shared_ptr<const KeyedPolicy> policy);
+  ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
+             const LimiterMonitor::Options& monitor, const Script& script, char kind,
+             std::shared_ptr<const KeyedPolicy> policy);
 
   // Every operation on `key` is checked before anything is sent (InvalidArgument); an ...Async
   // form's `done` is isolated (a callback that throws is reported once), and gets the checks'

@@ -31,7 +31,7 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
 /// The monitor of a limiter named `name`, after the checks of its client and name (throws
 /// InvalidArgument), as ScriptCore makes it.
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
-                              const MonitorOptions& monitor);
+                              const LimiterMonitor::Options& monitor);
 /// Throw InvalidArgument for permits to take outside 1..kMaxPermits, permits to refund outside
 /// 0..kMaxPermits, a negative maxWait, a record TTL outside 1 ms..kMaxReservationTtl, actual
 /// permits outside 0..kMaxPermits.

@@ -39,7 +39,7 @@ Collector::Collector(std::shared_ptr<MetricsRegistry> registry) : registry_(std:
 }
 
 std::vector<MetricFamily> Collector::Collect() const {
-  const std::vector<LimiterMetricsSnapshot> all = registry_->snapshot();
+  const std::vector<LimiterMetrics::Snapshot> all = registry_->snapshot();
   MetricFamily decisions = family("redlimit_decisions_total", "Decisions made, by outcome", MetricType::Counter);
   MetricFamily permits =
       family("redlimit_permits_granted_total", "Permits taken by granted decisions", MetricType::Counter);
@@ -71,7 +71,7 @@ std::vector<MetricFamily> Collector::Collect() const {
   MetricFamily degraded =
       family("redlimit_degraded", "Limiter handles in degraded mode now (an outage or a configuration error)",
              MetricType::Gauge);
-  for (const LimiterMetricsSnapshot& s : all) {
+  for (const LimiterMetrics::Snapshot& s : all) {
     decisions.metric.push_back(counter(s.limiter, s.granted, {{"outcome", "granted"}}));
     decisions.metric.push_back(counter(s.limiter, s.denied, {{"outcome", "denied"}}));
     permits.metric.push_back(counter(s.limiter, s.permitsGranted));
@@ -85,9 +85,10 @@ std::vector<MetricFamily> Collector::Collect() const {
     for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
       for (std::size_t o = 0; o < kPolicyOutcomeCount; ++o) {
         if (s.policy[p][o] == 0) continue;
-        policy.metric.push_back(counter(s.limiter, s.policy[p][o],
-                                        {{"policy", failurePolicyName(static_cast<FailurePolicy>(p))},
-                                         {"outcome", policyOutcomeName(static_cast<PolicyOutcome>(o))}}));
+        policy.metric.push_back(
+            counter(s.limiter, s.policy[p][o],
+                    {{"policy", failurePolicyName(static_cast<FailurePolicy>(p))},
+                     {"outcome", policyOutcomeName(static_cast<LimiterMetrics::PolicyOutcome>(o))}}));
       }
     }
     for (std::size_t k = 0; k < kErrorKindCount; ++k) {

@@ -35,11 +35,11 @@ FailureOptions reachabilityOptions(std::chrono::milliseconds bestEffortRetry) {
 // The runner for the topology the options name.
 std::shared_ptr<detail::Runner> startRunner(const ClientOptions& options) {
   switch (options.topology) {
-    case Topology::Cluster:
+    case ClientOptions::Topology::Cluster:
       return detail::ClusterRunner::start(options);
-    case Topology::Sentinel:
+    case ClientOptions::Topology::Sentinel:
       return detail::SentinelRunner::start(options);
-    case Topology::Standalone:
+    case ClientOptions::Topology::Standalone:
       break;
   }
   return detail::Transport::start(options.connection, options.pool, nullptr, options.onEvent);
@@ -68,18 +68,18 @@ void reportInsecureTls(const ClientOptions& o) {
   Event e;
   e.kind = Event::Kind::InsecureTls;
   switch (o.topology) {
-    case Topology::Cluster:
+    case ClientOptions::Topology::Cluster:
       e.node = o.cluster.seeds.empty() ? std::string() : detail::endpointOf(o.cluster.seeds.front());
       break;
-    case Topology::Sentinel:
+    case ClientOptions::Topology::Sentinel:
       e.node = o.sentinel.primaryName;
       break;
-    case Topology::Standalone:
+    case ClientOptions::Topology::Standalone:
       e.node = detail::endpointOf(o.connection);
       break;
   }
   e.description = fmt::format(
-      "redlimit: TLS to {} with TlsOptions::verifyPeer = false: the server's certificate is not checked, so "
+      "redlimit: TLS to {} with ClientOptions::Tls::verifyPeer = false: the server's certificate is not checked, so "
       "anyone who can intercept the connection can pose as Redis; point caFile or caPath at the CA that signed "
       "the server's certificate and keep verifyPeer on",
       e.node);
@@ -191,7 +191,7 @@ void Client::setDeadline(detail::Request& request, std::chrono::steady_clock::ti
 }
 
 int Client::slotOf(const std::vector<std::string_view>& keys) const {
-  if (options_.topology != Topology::Cluster || keys.empty()) return detail::kAnySlot;
+  if (options_.topology != ClientOptions::Topology::Cluster || keys.empty()) return detail::kAnySlot;
   const std::uint16_t slot = detail::keySlot(keys.front());
   for (std::size_t i = 1; i < keys.size(); ++i) {
     if (detail::keySlot(keys[i]) != slot) {
@@ -205,7 +205,7 @@ int Client::slotOf(const std::vector<std::string_view>& keys) const {
 }
 
 int Client::slotOf(const std::string_view* argv, std::size_t argc) const {
-  if (options_.topology != Topology::Cluster || argc < 2 || isKeyless(argv[0])) return detail::kAnySlot;
+  if (options_.topology != ClientOptions::Topology::Cluster || argc < 2 || isKeyless(argv[0])) return detail::kAnySlot;
   return detail::keySlot(argv[1]);
 }
 

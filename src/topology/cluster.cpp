@@ -91,7 +91,7 @@ std::shared_ptr<ClusterRunner> ClusterRunner::start(const ClientOptions& options
     } catch (const Error&) {
     }
   }
-  for (const NodeAddress& seed : options.cluster.seeds) {
+  for (const ClientOptions::Node& seed : options.cluster.seeds) {
     NodePtr n = r->nodeAt(seed);
     const WriteLock lock(r->mapMutex_);
     if (r->fallback_ == nullptr) r->fallback_ = n;
@@ -139,7 +139,7 @@ ClusterRunner::NodePtr ClusterRunner::anotherNode(const Attempt& a) const {
            !n.down.load(std::memory_order_acquire);
   };
   // The seeds in the order given, then any other node known.
-  for (const NodeAddress& seed : seeds_) {
+  for (const ClientOptions::Node& seed : seeds_) {
     auto it = nodes_.find(endpointOf(seed));
     if (it != nodes_.end() && untried(*it->second)) return it->second;
   }
@@ -149,7 +149,7 @@ ClusterRunner::NodePtr ClusterRunner::anotherNode(const Attempt& a) const {
   return nullptr;
 }
 
-ClusterRunner::NodePtr ClusterRunner::nodeAt(const NodeAddress& address) {
+ClusterRunner::NodePtr ClusterRunner::nodeAt(const ClientOptions::Node& address) {
   const std::string endpoint = endpointOf(address);
   {
     const ReadLock lock(mapMutex_);
@@ -160,7 +160,7 @@ ClusterRunner::NodePtr ClusterRunner::nodeAt(const NodeAddress& address) {
   auto it = nodes_.find(endpoint);
   if (it != nodes_.end()) return it->second;
   if (stopped_.load(std::memory_order_acquire)) return nullptr;
-  ConnectionOptions connection = options_.connection;
+  ClientOptions::Connection connection = options_.connection;
   connection.host = address.host;
   connection.port = address.port;
   connection.unixSocket.clear();
@@ -466,7 +466,7 @@ bool ClusterRunner::refresh() {
       if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
     }
   }
-  for (const NodeAddress& seed : seeds_) {
+  for (const ClientOptions::Node& seed : seeds_) {
     NodePtr n = nodeAt(seed);
     if (n != nullptr && std::find(ask.begin(), ask.end(), n) == ask.end()) ask.push_back(n);
   }
@@ -529,8 +529,9 @@ bool ClusterRunner::refresh() {
       // routes to it; releaseRetired() shuts its transport down once no request holds it.
       for (auto it = nodes_.begin(); it != nodes_.end();) {
         const Node* candidate = it->second.get();
-        const bool seed = std::any_of(seeds_.begin(), seeds_.end(),
-                                      [&](const NodeAddress& a) { return endpointOf(a) == candidate->endpoint; });
+        const bool seed = std::any_of(seeds_.begin(), seeds_.end(), [&](const ClientOptions::Node& a) {
+          return endpointOf(a) == candidate->endpoint;
+        });
         if (seed || std::find(before.begin(), before.end(), candidate) == before.end() ||
             std::find(after.begin(), after.end(), candidate) != after.end()) {
           ++it;
@@ -586,8 +587,10 @@ void ClusterRunner::noteNotACluster(const std::vector<std::string>& disabled) {
   std::string nodes;
   for (const std::string& endpoint : disabled) nodes += (nodes.empty() ? "" : ", ") + endpoint;
   const std::string why = fmt::format(
-      "the Client was made for a Redis Cluster (redis-cluster://, Topology::Cluster), but {} {} cluster support "
-      "disabled (a single server, not a cluster node): connect with redis://host:port (Topology::Standalone), or "
+      "the Client was made for a Redis Cluster (redis-cluster://, ClientOptions::Topology::Cluster), but {} {} cluster "
+      "support "
+      "disabled (a single server, not a cluster node): connect with redis://host:port "
+      "(ClientOptions::Topology::Standalone), or "
       "run the server with cluster-enabled yes; a configuration error, thrown under every failure policy",
       nodes, disabled.size() == 1 ? "has" : "have");
   {

@@ -44,7 +44,7 @@ struct ClusterCounters {
 /// Routes each request to the primary that serves its slot.
 ///   - The slot map comes from CLUSTER SHARDS (CLUSTER SLOTS on servers that lack it), asked of the
 ///     known primaries and then the seeds, on a background thread: at start, at most once per
-///     ClusterOptions::minRefreshInterval after a MOVED, a CLUSTERDOWN or a transport failure, and
+///     ClientOptions::Cluster::minRefreshInterval after a MOVED, a CLUSTERDOWN or a transport failure, and
 ///     every refreshPeriod while requests flow. A request never waits for a refresh: a slot not in
 ///     the map yet goes to any node, whose MOVED tells where it lives.
 ///   - MOVED: the slot is recorded at the node named and the request goes there. ASK: the request
@@ -93,7 +93,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
 
  private:
   struct Node {
-    NodeAddress address;
+    ClientOptions::Node address;
     std::string endpoint;                  // "host:port", the key of nodes_
     std::shared_ptr<Transport> transport;  // never null; fixed at creation
     // Health (see the class comment). Memory ordering: `why` and `nextProbe` are written before
@@ -120,8 +120,8 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
 
   explicit ClusterRunner(const ClientOptions& options);
   NodePtr route(int slot) const;
-  NodePtr nodeAt(const NodeAddress& address);   // finds or starts it; nullptr after shutdown
-  NodePtr anotherNode(const Attempt& a) const;  // for a request whose node failed before the map was known
+  NodePtr nodeAt(const ClientOptions::Node& address);  // finds or starts it; nullptr after shutdown
+  NodePtr anotherNode(const Attempt& a) const;         // for a request whose node failed before the map was known
   bool mapped(int slot) const;
   void dispatch(const std::shared_ptr<Attempt>& a, NodePtr node, bool asking);
   void finished(const std::shared_ptr<Attempt>& a, const NodePtr& node, std::int64_t sentAt, Outcome out);
@@ -153,7 +153,7 @@ class ClusterRunner final : public Runner, public std::enable_shared_from_this<C
   std::vector<Retired> retired_ REDLIMIT_GUARDED_BY(mapMutex_);
   TransportCounters retiredCounts_ REDLIMIT_GUARDED_BY(mapMutex_);  // what released transports counted
   std::atomic<bool> anyRetired_{false};                             // retired_ is not empty
-  std::vector<NodeAddress> seeds_;
+  std::vector<ClientOptions::Node> seeds_;
 
   Mutex mutex_;
   std::condition_variable wake_;

@@ -20,10 +20,10 @@ constexpr milliseconds kMinDiscoveryInterval{200};
 constexpr milliseconds kResubscribePause{250};
 
 // A blocking connection for a few commands: the sentinels' questions and ROLE on a candidate.
-// `toSentinel`: the server is a sentinel, whose login is SentinelOptions' (for the messages).
+// `toSentinel`: the server is a sentinel, whose login is ClientOptions::Sentinel' (for the messages).
 class Conversation {
  public:
-  Conversation(const ConnectionOptions& options, SteadyTime deadline, bool toSentinel)
+  Conversation(const ClientOptions::Connection& options, SteadyTime deadline, bool toSentinel)
       : stream_(connectStream(options, deadline)),
         parser_(options.replyLimits),
         deadline_(deadline),
@@ -133,7 +133,7 @@ void SentinelRunner::send(Request request, int /*slot*/) {
         Reply{},
         errorOf<TimeoutError>(ErrorKind::PoolTimeout,
                               fmt::format("redlimit: {}: {} requests already wait for the primary of \"{}\" "
-                                          "(PoolOptions::maxPending); not sent",
+                                          "(ClientOptions::Pool::maxPending); not sent",
                                           request.command, options_.pool.maxPending, options_.sentinel.primaryName))});
     return;
   }
@@ -172,12 +172,13 @@ std::exception_ptr SentinelRunner::demotedError(const std::exception_ptr& error)
   } catch (const std::exception& e) {
     text = e.what();
   }
-  // error_mapping's words are for a fixed address ("point ConnectionOptions at the primary; a
+  // error_mapping's words are for a fixed address ("point ClientOptions::Connection at the primary; a
   // configuration error"): here the address came from the sentinels, so only the server's own
   // answer is kept.
   constexpr std::string_view kServerSaid = "not the primary: ";
   if (const auto at = text.find(kServerSaid); at != std::string::npos) text = text.substr(at + kServerSaid.size());
-  if (const auto advice = text.find(" (point ConnectionOptions"); advice != std::string::npos) text.resize(advice);
+  if (const auto advice = text.find(" (point ClientOptions::Connection"); advice != std::string::npos)
+    text.resize(advice);
   return std::make_exception_ptr(
       IoError(ErrorKind::Unavailable, "READONLY",
               fmt::format("redlimit: the primary the sentinels named for \"{}\" was demoted to a replica (a "
@@ -188,7 +189,7 @@ std::exception_ptr SentinelRunner::demotedError(const std::exception_ptr& error)
 
 std::exception_ptr SentinelRunner::retiredError(std::uint64_t generation, const std::string& command,
                                                 const std::exception_ptr& error) const {
-  NodeAddress now;
+  ClientOptions::Node now;
   {
     const LockGuard lock(mutex_);
     if (stopping_ || generation == generation_) return nullptr;  // shut down, or still the primary
@@ -298,11 +299,11 @@ bool SentinelRunner::discover() {
   std::exception_ptr sentinelRefused;   // a sentinel refused our login
   std::exception_ptr candidateRefused;  // a primary the sentinels named refused the primary's login
   bool sentinelAnswered = false;        // a sentinel took our login and answered
-  for (const NodeAddress& sentinel : options_.sentinel.sentinels) {
+  for (const ClientOptions::Node& sentinel : options_.sentinel.sentinels) {
     if (stopped_.load(std::memory_order_acquire)) return true;
-    NodeAddress candidate;
+    ClientOptions::Node candidate;
     try {
-      ConnectionOptions o = sentinelConnection_;
+      ClientOptions::Connection o = sentinelConnection_;
       o.host = sentinel.host;
       o.port = sentinel.port;
       Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout), true);
@@ -326,7 +327,7 @@ bool SentinelRunner::discover() {
     }
     // The sentinels may not have noticed a failure yet: believe the server itself.
     try {
-      ConnectionOptions o = options_.connection;
+      ClientOptions::Connection o = options_.connection;
       o.host = candidate.host;
       o.port = candidate.port;
       o.unixSocket.clear();
@@ -347,7 +348,7 @@ bool SentinelRunner::discover() {
     }
     std::shared_ptr<Transport> fresh;
     std::shared_ptr<Transport> old;
-    NodeAddress previous;
+    ClientOptions::Node previous;
     std::vector<Request> parked;
     std::uint64_t generation = 0;
     {
@@ -359,7 +360,7 @@ bool SentinelRunner::discover() {
         return true;  // no change
       }
     }
-    ConnectionOptions o = options_.connection;
+    ClientOptions::Connection o = options_.connection;
     o.host = candidate.host;
     o.port = candidate.port;
     o.unixSocket.clear();
@@ -438,9 +439,9 @@ void SentinelRunner::subscribe() {
   const std::string& name = options_.sentinel.primaryName;
   std::size_t next = 0;
   while (!stopped_.load(std::memory_order_acquire)) {
-    const NodeAddress& sentinel = options_.sentinel.sentinels[next++ % options_.sentinel.sentinels.size()];
+    const ClientOptions::Node& sentinel = options_.sentinel.sentinels[next++ % options_.sentinel.sentinels.size()];
     try {
-      ConnectionOptions o = sentinelConnection_;
+      ClientOptions::Connection o = sentinelConnection_;
       o.host = sentinel.host;
       o.port = sentinel.port;
       Conversation c(o, deadlineAfter<Steady>(Steady::now(), o.connectTimeout), true);

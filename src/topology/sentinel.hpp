@@ -23,10 +23,10 @@ struct SentinelCounters {
   std::uint64_t discoveries = 0;    // times a primary was found (and checked with ROLE)
   std::uint64_t switches = 0;       // times the primary changed address after the first
   std::uint64_t announcements = 0;  // +switch-master messages received for our primary
-  NodeAddress primary;              // the primary in use now (empty host: none found yet)
+  ClientOptions::Node primary;      // the primary in use now (empty host: none found yet)
 };
 
-/// Sends every request to the primary that SentinelOptions::sentinels name for primaryName.
+/// Sends every request to the primary that ClientOptions::Sentinel::sentinels name for primaryName.
 ///   - Finding it: each sentinel in turn is asked SENTINEL get-master-addr-by-name; the address it
 ///     gives is accepted once the server there answers ROLE with "master". This runs on a
 ///     background thread: at start, when a +switch-master message for the primary arrives (a
@@ -34,7 +34,7 @@ struct SentinelCounters {
 ///     to the primary fails with a transport error or a READONLY / MASTERDOWN answer.
 ///   - Requests sent before any primary is known wait for it, within their own deadline; but
 ///     when no primary can be found because a login is refused (every sentinel that answered
-///     refused SentinelOptions' login, or a primary they named refused ConnectionOptions'), they
+///     refused ClientOptions::Sentinel' login, or a primary they named refused ClientOptions::Connection'), they
 ///     fail at once with an AuthError: configuration, never an outage a policy decides.
 ///   - A request the old primary could not run (gone, or demoted: READONLY) ends with an IoError
 ///     (IoError of kind Unavailable for READONLY): an outage the limiter's failure policy decides, never the
@@ -84,12 +84,12 @@ class SentinelRunner final : public Runner, public std::enable_shared_from_this<
   void expireParked(std::vector<Request>& expired) REDLIMIT_REQUIRES(mutex_);
 
   const ClientOptions options_;
-  ConnectionOptions sentinelConnection_;  // the sentinels' own user, password and TLS
+  ClientOptions::Connection sentinelConnection_;  // the sentinels' own user, password and TLS
 
   mutable Mutex mutex_;
   std::condition_variable wake_;
   std::shared_ptr<Transport> primary_ REDLIMIT_GUARDED_BY(mutex_);  // nullptr until found
-  NodeAddress primaryAddress_ REDLIMIT_GUARDED_BY(mutex_);
+  ClientOptions::Node primaryAddress_ REDLIMIT_GUARDED_BY(mutex_);
   std::uint64_t generation_ REDLIMIT_GUARDED_BY(mutex_) = 0;         // switches to a new primary_ so far (1: the first)
   std::shared_ptr<Transport> retiring_ REDLIMIT_GUARDED_BY(mutex_);  // the old primary's, while it shuts down
   TransportCounters retiredCounts_ REDLIMIT_GUARDED_BY(mutex_);      // what released transports counted

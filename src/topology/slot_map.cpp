@@ -74,9 +74,9 @@ std::optional<int> portNumber(const Reply& r, std::string_view what, std::string
 // A node as a reply names it, before the caller decides whether it needs it.
 struct NodeEntry {
   std::string id;
-  std::optional<NodeAddress> address;  // nullopt: not reachable, for the reason below
-  std::string unreachable;             // why, for the message
-  bool tlsOnly = false;                // unreachable because it has only a TLS port
+  std::optional<ClientOptions::Node> address;  // nullopt: not reachable, for the reason below
+  std::string unreachable;                     // why, for the message
+  bool tlsOnly = false;                        // unreachable because it has only a TLS port
 };
 
 // The host to connect to: the preferred endpoint (nullopt: nil), else per slot_map.hpp.
@@ -90,7 +90,7 @@ std::optional<std::string> chooseHost(const std::optional<std::string>& endpoint
 
 void setAddress(NodeEntry& node, const std::optional<std::string>& host, int port) {
   if (host) {
-    node.address = NodeAddress{*host, port};
+    node.address = ClientOptions::Node{*host, port};
   } else {
     node.unreachable = fmt::format(
         "has the endpoint \"?\" (port {}) and no ip: it is set to "
@@ -100,7 +100,7 @@ void setAddress(NodeEntry& node, const std::optional<std::string>& host, int por
 }
 
 // A primary must be reachable; a replica that is not is left out.
-NodeAddress primaryAddress(const NodeEntry& node) {
+ClientOptions::Node primaryAddress(const NodeEntry& node) {
   if (node.address) return *node.address;
   const std::string message = fmt::format("redlimit: the Redis Cluster primary {} {}", node.id, node.unreachable);
   if (node.tlsOnly) throw ConfigurationError(ErrorKind::TlsPort, "", message);
@@ -126,7 +126,7 @@ NodeEntry shardNode(const Reply& r, bool tls, const std::string& seedHost, std::
     node.tlsOnly = true;
     node.unreachable = fmt::format(
         "at {} has only a TLS port ({}): connect with TLS (rediss-cluster://, "
-        "TlsOptions::enabled)",
+        "ClientOptions::Tls::enabled)",
         chooseHost(endpoint, ip, seedHost).value_or("?"), *tlsPort);
     return node;
   }
@@ -213,7 +213,7 @@ std::optional<Redirect> redirectAfter(std::string_view text, bool ask) {
   }
   std::string_view host = endpoint.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return Redirect{ask, static_cast<std::uint16_t>(slot), NodeAddress{std::string(host), port}};
+  return Redirect{ask, static_cast<std::uint16_t>(slot), ClientOptions::Node{std::string(host), port}};
 }
 
 }  // namespace

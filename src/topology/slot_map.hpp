@@ -27,9 +27,9 @@ namespace redlimit::detail {
 struct SlotRange {
   std::uint16_t first = 0;
   std::uint16_t last = 0;
-  NodeAddress primary;                // where writes go
-  std::vector<NodeAddress> replicas;  // the shard's replicas that are online (may be empty)
-  std::string primaryId;              // the primary's 40-character node id ("" if the reply had none)
+  ClientOptions::Node primary;                // where writes go
+  std::vector<ClientOptions::Node> replicas;  // the shard's replicas that are online (may be empty)
+  std::string primaryId;                      // the primary's 40-character node id ("" if the reply had none)
 };
 
 /// The slot map in a CLUSTER SHARDS reply (RESP2: every shard and node a flat key/value array).
@@ -55,11 +55,11 @@ struct SlotRange {
 
 /// Where a MOVED or ASK error sends a request.
 struct Redirect {
-  bool ask = false;        // ASK: this one request goes to `node`, after ASKING; MOVED: the slot moved
-  std::uint16_t slot = 0;  // 0..16383
-  NodeAddress node;        // host "" = the node that answered (its endpoint is unknown: the error
-                           // read "MOVED 3999 :6381"); host "?" = a node without a known endpoint
-                           // (refresh the slot map)
+  bool ask = false;          // ASK: this one request goes to `node`, after ASKING; MOVED: the slot moved
+  std::uint16_t slot = 0;    // 0..16383
+  ClientOptions::Node node;  // host "" = the node that answered (its endpoint is unknown: the error
+                             // read "MOVED 3999 :6381"); host "?" = a node without a known endpoint
+                             // (refresh the slot map)
 };
 
 /// The redirect in an error text: "MOVED 3999 127.0.0.1:6381", "ASK 3999 127.0.0.1:6381", also

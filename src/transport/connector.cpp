@@ -108,7 +108,7 @@ std::optional<std::vector<SocketAddress>> lookUp(const std::string& host, int po
   addrinfo* found = nullptr;
   const std::string service = fmt::to_string(port);
   const int gai = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-  const std::string what = fmt::format("connect to {}", endpointOf(NodeAddress{host, port}));
+  const std::string what = fmt::format("connect to {}", endpointOf(ClientOptions::Node{host, port}));
   if (numericOnly && gai == EAI_NONAME) return std::nullopt;
   if (gai == EAI_SYSTEM) throwErrnoError(errno, what);
   if (gai != 0) throw IoError(fmt::format("redlimit: {}: cannot resolve \"{}\": {}", what, host, ::gai_strerror(gai)));
@@ -259,7 +259,8 @@ struct Connector::Lookup {
   ~Lookup() { closeFd(event); }
 };
 
-Connector::Connector(const ConnectionOptions& options, SteadyTime deadline, TlsContext tls, NameResolver resolver)
+Connector::Connector(const ClientOptions::Connection& options, SteadyTime deadline, TlsContext tls,
+                     NameResolver resolver)
     : options_(options),
       endpoint_(endpointOf(options)),
       started_(Clock::now()),
@@ -563,7 +564,7 @@ void Connector::handshake(SteadyTime now) {
         throw ConfigurationError(ErrorKind::Tls, "TLS",
                                  fmt::format("redlimit: {}: the server answers in plain text (RESP) and not in TLS: "
                                              "this is its plain-text port; connect with redis:// "
-                                             "(TlsOptions::enabled = false), or to the server's tls-port",
+                                             "(ClientOptions::Tls::enabled = false), or to the server's tls-port",
                                              what));
       }
     }
@@ -618,7 +619,7 @@ void Connector::timedOut() const {
                                  budget, tried_.empty() ? std::string("?") : tried_.back()));
 }
 
-std::unique_ptr<Stream> connectStream(const ConnectionOptions& options, SteadyTime deadline) {
+std::unique_ptr<Stream> connectStream(const ClientOptions::Connection& options, SteadyTime deadline) {
   Connector c(options, deadline);
   for (;;) {
     switch (c.step()) {

@@ -85,7 +85,7 @@ class PortProbe {
   State state_ = State::Working;
 };
 
-/// Opens one Stream to ConnectionOptions (see connectStream for what it does and throws), without
+/// Opens one Stream to ClientOptions::Connection (see connectStream for what it does and throws), without
 /// ever blocking the thread that drives it. Each step has the connection's deadline: the lookup
 /// (which runs on a thread of its own: a lookup that outlives the deadline is left to finish there
 /// and its answer dropped), the connect of each address, the TLS handshake, and the plain-text
@@ -97,7 +97,8 @@ class Connector {
   /// Starts at once: a numeric host connects now, a name starts its lookup. `tls` is the context
   /// for options.tls.enabled (built here when empty); `resolver` replaces getaddrinfo (tests).
   /// Never throws for a failure to connect: step() reports it.
-  Connector(const ConnectionOptions& options, SteadyTime deadline, TlsContext tls = {}, NameResolver resolver = {});
+  Connector(const ClientOptions::Connection& options, SteadyTime deadline, TlsContext tls = {},
+            NameResolver resolver = {});
   ~Connector();
   Connector(const Connector&) = delete;
   Connector& operator=(const Connector&) = delete;
@@ -136,7 +137,7 @@ class Connector {
   void unwatch(int fd) noexcept;
   [[noreturn]] void timedOut() const;
 
-  ConnectionOptions options_;
+  ClientOptions::Connection options_;
   std::string endpoint_;
   SteadyTime started_;
   SteadyTime deadline_;
@@ -183,7 +184,7 @@ class Connector {
 ///                       or stays silent and answers a plain PING in RESP (asked once, when nothing
 ///                       came back by half the time left at the start, within the same deadline)
 ///   InvalidArgument     TLS with a unix socket, a unix socket path longer than sun_path holds
-[[nodiscard]] std::unique_ptr<Stream> connectStream(const ConnectionOptions& options, SteadyTime deadline);
+[[nodiscard]] std::unique_ptr<Stream> connectStream(const ClientOptions::Connection& options, SteadyTime deadline);
 
 /// True if `head`, the first bytes a peer answered a plain-text PING with, is a RESP simple string
 /// or error ("+PONG", "-NOAUTH ..."): the peer is a plain-text Redis port. Pure; thread-safe.

@@ -120,8 +120,8 @@ void runCompletions(CompletionQueue& queue, std::size_t slice, const std::functi
   }
 }
 
-Pipeline::Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events,
-                   std::vector<const Script*>* scriptsSeen)
+Pipeline::Pipeline(const ClientOptions::ReplyLimits& limits, std::string user, std::string endpoint,
+                   EventCallback events, std::vector<const Script*>* scriptsSeen)
     : parser_(limits),
       user_(std::move(user)),
       endpoint_(std::move(endpoint)),

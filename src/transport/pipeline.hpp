@@ -142,7 +142,7 @@ class Pipeline {
   /// `scriptsSeen` (may be null) lists the scripts the server was seen to hold, shared by the
   /// connections to one server (their owner's, used on one thread): a NOSCRIPT for one of them is
   /// a reload (the server restarted or was flushed); for another, the first load, not reported.
-  Pipeline(const ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events = {},
+  Pipeline(const ClientOptions::ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events = {},
            std::vector<const Script*>* scriptsSeen = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
@@ -162,7 +162,7 @@ class Pipeline {
   /// (appended to `done`). NOSCRIPT answers to script requests are handled here: the first one
   /// after the script was last loaded queues one SCRIPT LOAD, and each failed request is queued
   /// again (after a load it already follows, as EVALSHA; if it fails again, as EVAL with the
-  /// source). A protocol error or a reply over ReplyLimits breaks the pipeline: the request that
+  /// source). A protocol error or a reply over ClientOptions::ReplyLimits breaks the pipeline: the request that
   /// reply would answer fails with IoError (Protocol), the other written ones with ClosedError.
   void received(const char* data, std::size_t size, std::vector<Finished>& done);
 

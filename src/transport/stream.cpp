@@ -176,7 +176,7 @@ using CtxPtr = std::unique_ptr<SSL_CTX, CtxDeleter>;
 // Refuses an encrypted key instead of letting OpenSSL prompt for its passphrase on the terminal.
 int noPassphrase(char*, int, int, void*) { return 0; }
 
-// A file (or directory) named by a TlsOptions field must be readable; says which one if not.
+// A file (or directory) named by a ClientOptions::Tls field must be readable; says which one if not.
 void checkReadable(const std::string& path, const char* field, bool directory, const std::string& endpoint) {
   struct stat st {};
   int e = 0;
@@ -188,7 +188,7 @@ void checkReadable(const std::string& path, const char* field, bool directory, c
     e = errno;
   }
   if (e != 0) {
-    tlsError(fmt::format("redlimit: TLS to {}: TlsOptions::{} \"{}\" cannot be read: {}", endpoint, field, path,
+    tlsError(fmt::format("redlimit: TLS to {}: ClientOptions::Tls::{} \"{}\" cannot be read: {}", endpoint, field, path,
                          std::strerror(e)));
   }
 }
@@ -199,15 +199,15 @@ void checkReadable(const std::string& path, const char* field, bool directory, c
                              const std::string& endpoint) {
   const SslErrors errors = SslErrors::take();
   const int sys = errors.systemErrno();
-  const std::string what = fmt::format("TLS to {}: load TlsOptions::{} \"{}\"", endpoint, field, path);
+  const std::string what = fmt::format("TLS to {}: load ClientOptions::Tls::{} \"{}\"", endpoint, field, path);
   if (sys == EMFILE || sys == ENFILE) throwErrnoError(sys, what);
   tlsError(fmt::format("redlimit: {}: not {} OpenSSL can load ({})", what, expected, errors.text()));
 }
 
-CtxPtr makeContext(const TlsOptions& tls, const std::string& endpoint) {
+CtxPtr makeContext(const ClientOptions::Tls& tls, const std::string& endpoint) {
   if (tls.certFile.empty() != tls.keyFile.empty()) {
     tlsError(fmt::format(
-        "redlimit: TLS to {}: TlsOptions::{} is set but ::{} is empty: a client certificate needs "
+        "redlimit: TLS to {}: ClientOptions::Tls::{} is set but ::{} is empty: a client certificate needs "
         "both the certificate (certFile) and its private key (keyFile)",
         endpoint, tls.certFile.empty() ? "keyFile" : "certFile", tls.certFile.empty() ? "certFile" : "keyFile"));
   }
@@ -259,26 +259,26 @@ CtxPtr makeContext(const TlsOptions& tls, const std::string& endpoint) {
     if (::SSL_CTX_use_PrivateKey_file(ctx.get(), tls.keyFile.c_str(), SSL_FILETYPE_PEM) != 1) {
       const SslErrors errors = SslErrors::take();
       if (errors.has(ERR_LIB_X509, X509_R_KEY_VALUES_MISMATCH) || errors.has(ERR_LIB_X509, X509_R_KEY_TYPE_MISMATCH)) {
-        tlsError(
-            fmt::format("redlimit: TLS to {}: TlsOptions::keyFile \"{}\" is not the private key of the certificate in "
-                        "TlsOptions::certFile \"{}\" ({})",
-                        endpoint, tls.keyFile, tls.certFile, errors.text()));
+        tlsError(fmt::format(
+            "redlimit: TLS to {}: ClientOptions::Tls::keyFile \"{}\" is not the private key of the certificate in "
+            "ClientOptions::Tls::certFile \"{}\" ({})",
+            endpoint, tls.keyFile, tls.certFile, errors.text()));
       }
       const int sys = errors.systemErrno();
       if (sys == EMFILE || sys == ENFILE) {
-        throwErrnoError(sys, fmt::format("TLS to {}: load TlsOptions::keyFile \"{}\"", endpoint, tls.keyFile));
+        throwErrnoError(sys, fmt::format("TLS to {}: load ClientOptions::Tls::keyFile \"{}\"", endpoint, tls.keyFile));
       }
-      tlsError(
-          fmt::format("redlimit: TLS to {}: load TlsOptions::keyFile \"{}\": not an unencrypted PEM private key "
-                      "OpenSSL can load ({})",
-                      endpoint, tls.keyFile, errors.text()));
+      tlsError(fmt::format(
+          "redlimit: TLS to {}: load ClientOptions::Tls::keyFile \"{}\": not an unencrypted PEM private key "
+          "OpenSSL can load ({})",
+          endpoint, tls.keyFile, errors.text()));
     }
     ::ERR_clear_error();
     if (::SSL_CTX_check_private_key(ctx.get()) != 1) {
-      tlsError(
-          fmt::format("redlimit: TLS to {}: TlsOptions::keyFile \"{}\" is not the private key of the certificate in "
-                      "TlsOptions::certFile \"{}\" ({})",
-                      endpoint, tls.keyFile, tls.certFile, SslErrors::take().text()));
+      tlsError(fmt::format(
+          "redlimit: TLS to {}: ClientOptions::Tls::keyFile \"{}\" is not the private key of the certificate in "
+          "ClientOptions::Tls::certFile \"{}\" ({})",
+          endpoint, tls.keyFile, tls.certFile, SslErrors::take().text()));
     }
   }
   ::SSL_CTX_set_verify(ctx.get(), tls.verifyPeer ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
@@ -480,7 +480,7 @@ class TlsStream final : public HandshakingStream {
   }
 
   // Creates the session on the connected socket: SNI, the name to verify, the socket BIO.
-  void start(SSL_CTX* ctx, const ConnectionOptions& o) {
+  void start(SSL_CTX* ctx, const ClientOptions::Connection& o) {
     tls_ = o.tls;
     expectedName_ = o.tls.serverName.empty() ? o.host : o.tls.serverName;
     ::ERR_clear_error();
@@ -627,7 +627,7 @@ class TlsStream final : public HandshakingStream {
       tlsError(
           fmt::format("redlimit: {}: the server closed the connection after asking for a client certificate, and "
                       "none is configured: it most likely requires one (tls-auth-clients yes); set "
-                      "TlsOptions::certFile and ::keyFile (rediss://...?cert=...&key=...)",
+                      "ClientOptions::Tls::certFile and ::keyFile (rediss://...?cert=...&key=...)",
                       what));
     }
     if (state_.eof || state_.lastErrno == 0) {
@@ -656,11 +656,11 @@ class TlsStream final : public HandshakingStream {
   [[noreturn]] void clientCertificateRefused(int alert, const std::string& what) const {
     const std::string alertName = SslErrors::alertText(alert);
     if (tls_.certFile.empty()) {
-      tlsError(
-          fmt::format("redlimit: {}: the server refused the connection with TLS alert \"{}\": it requires a client "
-                      "certificate (tls-auth-clients yes), and none is configured; set TlsOptions::certFile and "
-                      "::keyFile (rediss://...?cert=...&key=...)",
-                      what, alertName));
+      tlsError(fmt::format(
+          "redlimit: {}: the server refused the connection with TLS alert \"{}\": it requires a client "
+          "certificate (tls-auth-clients yes), and none is configured; set ClientOptions::Tls::certFile and "
+          "::keyFile (rediss://...?cert=...&key=...)",
+          what, alertName));
     }
     tlsError(
         fmt::format("redlimit: {}: the server rejected the client certificate \"{}\" with TLS alert \"{}\": is it "
@@ -703,7 +703,7 @@ class TlsStream final : public HandshakingStream {
       tlsError(
           fmt::format("redlimit: {}: the server closed the connection after asking for a client certificate, and "
                       "none is configured: it most likely requires one (tls-auth-clients yes); set "
-                      "TlsOptions::certFile and ::keyFile",
+                      "ClientOptions::Tls::certFile and ::keyFile",
                       what));
     }
     const std::string how = state_.lastErrno == ECONNRESET ? "reset the connection" : "closed the connection";
@@ -723,17 +723,17 @@ class TlsStream final : public HandshakingStream {
     }
     const std::string names = certificateNames(cert);
     if (result == X509_V_ERR_HOSTNAME_MISMATCH || result == X509_V_ERR_IP_ADDRESS_MISMATCH) {
-      tlsError(
-          fmt::format("redlimit: {}: the server's certificate does not name \"{}\" (expected from {}); it names {} "
-                      "(set TlsOptions::serverName, or sni= in the URI, to a name it carries)",
-                      what, expectedName_, tls_.serverName.empty() ? "the host" : "TlsOptions::serverName", names));
+      tlsError(fmt::format(
+          "redlimit: {}: the server's certificate does not name \"{}\" (expected from {}); it names {} "
+          "(set ClientOptions::Tls::serverName, or sni= in the URI, to a name it carries)",
+          what, expectedName_, tls_.serverName.empty() ? "the host" : "ClientOptions::Tls::serverName", names));
     }
     std::string trust;
-    if (!tls_.caFile.empty()) trust = fmt::format("TlsOptions::caFile \"{}\"", tls_.caFile);
+    if (!tls_.caFile.empty()) trust = fmt::format("ClientOptions::Tls::caFile \"{}\"", tls_.caFile);
     if (!tls_.caPath.empty()) {
-      trust += fmt::format("{}TlsOptions::caPath \"{}\"", trust.empty() ? "" : " and ", tls_.caPath);
+      trust += fmt::format("{}ClientOptions::Tls::caPath \"{}\"", trust.empty() ? "" : " and ", tls_.caPath);
     }
-    if (trust.empty()) trust = "the system's trust store (no TlsOptions::caFile or ::caPath)";
+    if (trust.empty()) trust = "the system's trust store (no ClientOptions::Tls::caFile or ::caPath)";
     // The right CA, a certificate outside its validity period: pointing caFile elsewhere is no fix.
     if (result == X509_V_ERR_CERT_HAS_EXPIRED || result == X509_V_ERR_CERT_NOT_YET_VALID) {
       tlsError(
@@ -752,7 +752,7 @@ class TlsStream final : public HandshakingStream {
 
   std::unique_ptr<SSL, SslDeleter> ssl_;  // frees the BIO; sends nothing
   SocketState state_;
-  TlsOptions tls_;
+  ClientOptions::Tls tls_;
   std::string expectedName_;
   IoWant wantAfterRead_ = IoWant::Read;
   IoWant wantAfterWrite_ = IoWant::Write;
@@ -761,13 +761,13 @@ class TlsStream final : public HandshakingStream {
 
 }  // namespace
 
-std::string endpointOf(const NodeAddress& a) {
+std::string endpointOf(const ClientOptions::Node& a) {
   return isIpv6Literal(a.host) ? fmt::format("[{}]:{}", a.host, a.port) : fmt::format("{}:{}", a.host, a.port);
 }
 
-std::string endpointOf(const ConnectionOptions& o) {
+std::string endpointOf(const ClientOptions::Connection& o) {
   if (!o.unixSocket.empty()) return fmt::format("unix:{}", o.unixSocket);
-  return endpointOf(NodeAddress{o.host, o.port});
+  return endpointOf(ClientOptions::Node{o.host, o.port});
 }
 
 Stream::Stream(int fd, bool tls, std::string endpoint) noexcept : fd_(fd), tls_(tls), endpoint_(std::move(endpoint)) {}
@@ -785,13 +785,13 @@ std::unique_ptr<Stream> adoptPlainStream(int fd, std::string endpoint) {
 }
 
 std::unique_ptr<HandshakingStream> startTlsStream(int fd, std::string endpoint, ssl_ctx_st* ctx,
-                                                  const ConnectionOptions& options) {
+                                                  const ClientOptions::Connection& options) {
   std::unique_ptr<TlsStream> tls(new TlsStream(fd, std::move(endpoint)));
   tls->start(ctx, options);
   return tls;
 }
 
-std::shared_ptr<ssl_ctx_st> makeTlsContext(const TlsOptions& tls, const std::string& endpoint) {
+std::shared_ptr<ssl_ctx_st> makeTlsContext(const ClientOptions::Tls& tls, const std::string& endpoint) {
   return std::shared_ptr<SSL_CTX>(makeContext(tls, endpoint).release(), CtxDeleter{});
 }
 

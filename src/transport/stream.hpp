@@ -83,8 +83,8 @@ class HandshakingStream : public Stream {
 };
 
 /// How messages name a server: "127.0.0.1:6379", "[::1]:6379" (an IPv6 literal), "unix:/path".
-[[nodiscard]] std::string endpointOf(const ConnectionOptions& options);
-[[nodiscard]] std::string endpointOf(const NodeAddress& address);
+[[nodiscard]] std::string endpointOf(const ClientOptions::Connection& options);
+[[nodiscard]] std::string endpointOf(const ClientOptions::Node& address);
 
 /// A stream over `fd`, a connected non-blocking socket whose ownership it takes.
 [[nodiscard]] std::unique_ptr<Stream> adoptPlainStream(int fd, std::string endpoint);
@@ -93,12 +93,12 @@ class HandshakingStream : public Stream {
 /// and the name to verify come from options.tls.serverName or options.host. Throws ConfigurationError (Tls) if the
 /// session cannot be set up; the handshake itself is the caller's to step.
 [[nodiscard]] std::unique_ptr<HandshakingStream> startTlsStream(int fd, std::string endpoint, ssl_ctx_st* ctx,
-                                                                const ConnectionOptions& options);
+                                                                const ClientOptions::Connection& options);
 
-/// Reads the files TlsOptions names and builds an OpenSSL client context (TLS 1.2+, the CA or the
+/// Reads the files ClientOptions::Tls names and builds an OpenSSL client context (TLS 1.2+, the CA or the
 /// system's trust store when verifyPeer, the client certificate). Throws ConfigurationError (Tls) naming the field
 /// and the file that cannot be used; ConfigurationError (ResourceLimit) when no descriptor is left to read it.
-[[nodiscard]] std::shared_ptr<ssl_ctx_st> makeTlsContext(const TlsOptions& tls, const std::string& endpoint);
+[[nodiscard]] std::shared_ptr<ssl_ctx_st> makeTlsContext(const ClientOptions::Tls& tls, const std::string& endpoint);
 
 /// Writes all of `data`, waiting with poll() while the stream would block. Throws TimeoutError
 /// once `deadline` passes, or what Stream::write throws.

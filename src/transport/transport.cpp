@@ -52,9 +52,9 @@ thread_local const Runner* tlsIoRunner = nullptr;
 const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
 void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
 
-std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection, const PoolOptions& pool,
-                                            const Runner* owner, EventCallback events, TlsContext tls,
-                                            NameResolver resolver) {
+std::shared_ptr<Transport> Transport::start(const ClientOptions::Connection& connection,
+                                            const ClientOptions::Pool& pool, const Runner* owner, EventCallback events,
+                                            TlsContext tls, NameResolver resolver) {
   checkOptions(connection);
   checkOptions(pool);
   if (connection.tls.enabled && !tls && connection.unixSocket.empty()) {
@@ -74,8 +74,8 @@ std::shared_ptr<Transport> Transport::start(const ConnectionOptions& connection,
   return t;
 }
 
-Transport::Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events, TlsContext tls,
-                     NameResolver resolver)
+Transport::Transport(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool, EventCallback events,
+                     TlsContext tls, NameResolver resolver)
     : connection_(connection),
       pool_(pool),
       endpoint_(endpointOf(connection)),
@@ -121,11 +121,11 @@ void Transport::submit(Request request) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     rejected_.fetch_add(1, std::memory_order_relaxed);
     request.done(Outcome{
-        Reply{},
-        errorOf<TimeoutError>(ErrorKind::PoolTimeout,
-                              fmt::format("redlimit: {}: {} requests already wait for {} (PoolOptions::maxPending); "
-                                          "not sent",
-                                          request.command, pool_.maxPending, endpoint_))});
+        Reply{}, errorOf<TimeoutError>(
+                     ErrorKind::PoolTimeout,
+                     fmt::format("redlimit: {}: {} requests already wait for {} (ClientOptions::Pool::maxPending); "
+                                 "not sent",
+                                 request.command, pool_.maxPending, endpoint_))});
     return;
   }
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
@@ -540,9 +540,10 @@ std::exception_ptr Transport::tlsPortError(const std::exception_ptr& why) const 
   }
   return std::make_exception_ptr(ConfigurationError(
       ErrorKind::TlsPort, "",
-      fmt::format("redlimit: connect to {}: port {} speaks TLS (it reset the plain-text connection and answered "
-                  "a TLS hello); use rediss:// or ConnectionOptions::tls.enabled, or the server's plain port ({})",
-                  endpoint_, connection_.port, text)));
+      fmt::format(
+          "redlimit: connect to {}: port {} speaks TLS (it reset the plain-text connection and answered "
+          "a TLS hello); use rediss:// or ClientOptions::Connection::tls.enabled, or the server's plain port ({})",
+          endpoint_, connection_.port, text)));
 }
 
 void Transport::stepTlsPortProbe(Conn& c, std::vector<Finished>& done) {

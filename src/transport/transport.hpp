@@ -21,7 +21,7 @@
 
 namespace redlimit::detail {
 
-/// PoolOptions::size connections to the server of ConnectionOptions, opened when first needed,
+/// ClientOptions::Pool::size connections to the server of ClientOptions::Connection, opened when first needed,
 /// and one I/O thread that writes, reads and enforces every request's deadline. Requests queued
 /// while a write is in flight leave together in the next write; replies are matched in order.
 /// Connecting never blocks the I/O thread: each connection's connect (name lookup on a thread of its
@@ -40,7 +40,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   /// thread, outside every lock. `tls`: the TLS context to connect with (built here, on the
   /// calling thread, when empty and connection.tls.enabled; should that fail, each connect tries
   /// again and fails its requests with the error). `resolver` replaces getaddrinfo (tests).
-  static std::shared_ptr<Transport> start(const ConnectionOptions& connection, const PoolOptions& pool,
+  static std::shared_ptr<Transport> start(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool,
                                           const Runner* owner = nullptr, EventCallback events = {}, TlsContext tls = {},
                                           NameResolver resolver = {});
   ~Transport() override;
@@ -66,7 +66,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   [[nodiscard]] Outcome sendAndWait(Request request, int /*slot*/) override { return call(std::move(request)); }
 
   [[nodiscard]] TransportCounters counters() const override;
-  [[nodiscard]] const ConnectionOptions& connectionOptions() const noexcept { return connection_; }
+  [[nodiscard]] const ClientOptions::Connection& connectionOptions() const noexcept { return connection_; }
   /// True on this transport's own I/O thread.
   [[nodiscard]] bool onIoThread() const noexcept override { return std::this_thread::get_id() == ioThreadId_; }
 
@@ -93,8 +93,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
     std::exception_ptr writeFailed REDLIMIT_GUARDED_BY(m);  // a submitting thread's write failed: the I/O thread closes
   };
-  Transport(const ConnectionOptions& connection, const PoolOptions& pool, EventCallback events, TlsContext tls,
-            NameResolver resolver);
+  Transport(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool, EventCallback events,
+            TlsContext tls, NameResolver resolver);
   void run();
   bool writeNow(Conn& c, Request& request);
   void armTimer(SteadyTime deadline) REDLIMIT_EXCLUDES(timerMutex_);
@@ -139,8 +139,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   [[nodiscard]] std::exception_ptr tlsPortError(const std::exception_ptr& why) const;
   void failEverything(std::vector<Finished>& done);
 
-  const ConnectionOptions connection_;
-  const PoolOptions pool_;
+  const ClientOptions::Connection connection_;
+  const ClientOptions::Pool pool_;
   const Runner* owner_ = this;  // what currentIoRunner() says on the I/O thread
   const std::string endpoint_;
   const EventCallback events_;

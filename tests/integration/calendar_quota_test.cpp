@@ -50,7 +50,7 @@ struct Stored {
   std::int64_t label, start, end, count;
 };
 
-void expectSettlement(const Settlement& s, SettleStatus status, std::int64_t reserved, std::int64_t actual,
+void expectSettlement(const Settlement& s, Settlement::Status status, std::int64_t reserved, std::int64_t actual,
                       std::int64_t returned, std::int64_t charged, std::int64_t unpaid, std::int64_t remaining) {
   EXPECT_EQ(s.status, status);
   EXPECT_EQ(s.reserved, reserved);
@@ -65,7 +65,7 @@ void expectSettlement(const Settlement& s, SettleStatus status, std::int64_t res
 // decisions and their permits.
 void expectCounted(const MetricsRegistry& registry, const std::string& name, std::uint64_t opened,
                    std::uint64_t settled, std::uint64_t refunded, std::uint64_t granted, std::uint64_t permits) {
-  const LimiterMetricsSnapshot m = registry.snapshot(name);
+  const LimiterMetrics::Snapshot m = registry.snapshot(name);
   EXPECT_EQ(m.reservationsOpened, opened);
   EXPECT_EQ(m.reservationsSettled, settled);
   EXPECT_EQ(m.permitsRefunded, refunded);
@@ -98,8 +98,8 @@ Settlement settlementOf(const Reply& r) {
 bool grants(const std::string& reply) { return reply.size() == 65 && static_cast<unsigned char>(reply[0]) == 0xA1; }
 
 // Options whose metrics go to `registry`.
-LimiterOptions countedIn(const std::shared_ptr<MetricsRegistry>& registry) {
-  LimiterOptions o;
+Limiter::Options countedIn(const std::shared_ptr<MetricsRegistry>& registry) {
+  Limiter::Options o;
   o.monitor.registry = registry;
   return o;
 }
@@ -300,7 +300,7 @@ TEST_F(LimiterCalendar, UnreachableRedisIsDecidedByThePolicyForEveryKey) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     Limiter rl(c, "policy", berlinCalendar(3, CalendarUnit::Day), options);
@@ -391,7 +391,7 @@ TEST_F(LimiterCalendar, AsyncDecisionsOfAnUnreachableRedisAreDecidedByThePolicy)
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     Limiter rl(c, "policy", berlinCalendar(3, CalendarUnit::Day), options);
     ASSERT_TRUE(rl.decideAsync("k").get().allowed);
@@ -429,18 +429,18 @@ TEST_F(LimiterCalendar, ReserveThenSettleGivesBackTheUnusedOnceInTheSameWindow) 
   EXPECT_GT(pttl, 0);
   EXPECT_LE(pttl, 3600000) << "the default record TTL: 1 hour";
 
-  expectSettlement(rl.settle("k", "req-1", 10), SettleStatus::Settled, 40, 10, 30, 0, 0, 90);
+  expectSettlement(rl.settle("k", "req-1", 10), Settlement::Status::Settled, 40, 10, 30, 0, 0, 90);
   // A retry (another actual too) answers the first settle and changes nothing.
-  expectSettlement(rl.settle("k", "req-1", 25), SettleStatus::AlreadySettled, 40, 10, 30, 0, 0, 90);
+  expectSettlement(rl.settle("k", "req-1", 25), Settlement::Status::AlreadySettled, 40, 10, 30, 0, 0, 90);
   EXPECT_EQ(rl.peek("k").remaining, 90);
   // Used beyond the reservation: charged in the window, up to the limit; the rest is unpaid.
   ASSERT_TRUE(rl.reserveFor("k", 10, "req-2").allowed);
-  expectSettlement(rl.settle("k", "req-2", 25), SettleStatus::Settled, 10, 25, 0, 15, 0, 65);
+  expectSettlement(rl.settle("k", "req-2", 25), Settlement::Status::Settled, 10, 25, 0, 15, 0, 65);
   ASSERT_TRUE(rl.reserveFor("k", 60, "req-3").allowed);
-  expectSettlement(rl.settle("k", "req-3", 70), SettleStatus::Settled, 60, 70, 0, 5, 5, 0);
+  expectSettlement(rl.settle("k", "req-3", 70), Settlement::Status::Settled, 60, 70, 0, 5, 5, 0);
   EXPECT_EQ(rl.peek("k").remaining, 0);
   // No record: Unknown, nothing changes.
-  expectSettlement(rl.settle("k", "never", 3), SettleStatus::Unknown, 0, 0, 0, 0, 0, 0);
+  expectSettlement(rl.settle("k", "never", 3), Settlement::Status::Unknown, 0, 0, 0, 0, 0, 0);
   EXPECT_FALSE(exists(admin(), rl.recordKey("k", "never")));
 
   expectCounted(*registry, rl.name(), 3, 3, 30, 3, 110);
@@ -455,7 +455,7 @@ TEST_F(LimiterCalendar, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecor
   EXPECT_TRUE(again.repeated);
   EXPECT_EQ(again.remaining, 7) << "nothing more taken";
   EXPECT_THROW((void)rl.reserveFor("k", 4, "a"), InvalidArgument) << "an id names one reservation";
-  expectSettlement(rl.settle("k", "a", 1), SettleStatus::Settled, 3, 1, 2, 0, 0, 9);
+  expectSettlement(rl.settle("k", "a", 1), Settlement::Status::Settled, 3, 1, 2, 0, 0, 9);
   const Decision settled = rl.reserveFor("k", 3, "a");
   EXPECT_TRUE(settled.repeated) << "also once settled, while the record lives";
   EXPECT_EQ(settled.remaining, 9);
@@ -465,8 +465,8 @@ TEST_F(LimiterCalendar, AReserveRepeatedWithItsIdTakesNothingMoreAndADenialRecor
   EXPECT_FALSE(denied.repeated);
   EXPECT_EQ(denied.retryAfter, rl.policy().windowAt(denied.time).end - denied.time);
   EXPECT_FALSE(exists(admin(), rl.recordKey("k", "b")));
-  EXPECT_EQ(rl.settle("k", "b", 0).status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  EXPECT_EQ(rl.settle("k", "b", 0).status, Settlement::Status::Unknown);
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.granted, 1u) << "repeats count nothing";
   EXPECT_EQ(m.denied, 1u);
@@ -476,7 +476,7 @@ TEST_F(LimiterCalendar, CancelGivesTheReservationBackAndRefundNeverGoesBelowNoth
   auto registry = std::make_shared<MetricsRegistry>();
   Limiter rl = monthly(10, registry);
   ASSERT_TRUE(rl.reserveFor("k", 5, "c").allowed);
-  expectSettlement(rl.cancel("k", "c"), SettleStatus::Settled, 5, 0, 5, 0, 0, 10);
+  expectSettlement(rl.cancel("k", "c"), Settlement::Status::Settled, 5, 0, 5, 0, 0, 10);
   ASSERT_TRUE(rl.tryAcquire("k", 3));
   rl.refund("k", 2);
   EXPECT_EQ(rl.peek("k").remaining, 9);
@@ -526,12 +526,12 @@ TEST_F(LimiterCalendar, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   EXPECT_EQ(got2.get_future().get().first.remaining, 40);
   EXPECT_LE(raw({"PTTL", rl.recordKey("k", "g")}).integer, 5000);
 
-  expectSettlement(rl.settleAsync("k", "f", 30).get(), SettleStatus::Settled, 40, 30, 10, 0, 0, 50);
+  expectSettlement(rl.settleAsync("k", "f", 30).get(), Settlement::Status::Settled, 40, 30, 10, 0, 0, 50);
   std::promise<std::pair<Settlement, std::exception_ptr>> settled;
   rl.settleAsync("k", "f", 30, [&](Settlement s, std::exception_ptr e) { settled.set_value({s, std::move(e)}); });
   const auto [again, settleError] = settled.get_future().get();
   EXPECT_FALSE(settleError);
-  expectSettlement(again, SettleStatus::AlreadySettled, 40, 30, 10, 0, 0, 50);
+  expectSettlement(again, Settlement::Status::AlreadySettled, 40, 30, 10, 0, 0, 50);
   expectCounted(*registry, rl.name(), 2, 1, 10, 2, 60);
 }
 
@@ -601,7 +601,7 @@ TEST_F(LimiterCalendar, AReserveResentAfterAKilledConnectionIsAppliedOnce) {
       const Settlement s = i % 2 == 0 ? rl.settle("k", "req-1", 10) : rl.settleAsync("k", "req-1", 10).get();
       EXPECT_EQ(s.returned, 30);
       EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
-      (s.status == SettleStatus::Settled ? settled : again)++;
+      (s.status == Settlement::Status::Settled ? settled : again)++;
     } catch (const IoError&) {
       ++failed;
     }
@@ -636,13 +636,13 @@ TEST_F(LimiterCalendar, AnLlmTokenBudgetPerTenantPerBerlinDayIsChargedTheActuals
     const Decision now = daily.peek(tenant);
     if (daily.policy().windowAt(first.time).label != daily.policy().windowAt(now.time).label) continue;
     EXPECT_EQ(first.remaining, 49000);
-    EXPECT_EQ(s1.status, SettleStatus::Settled);
+    EXPECT_EQ(s1.status, Settlement::Status::Settled);
     EXPECT_EQ(s1.returned, 766);
     EXPECT_EQ(s1.remaining, 50000 - 234);
     EXPECT_EQ(s2.returned, 468);
     EXPECT_EQ(s2.remaining, 50000 - 234 - 532);
     EXPECT_EQ(now.remaining, 50000 - 234 - 532) << "the limit minus the actuals";
-    EXPECT_EQ(daily.settle(tenant, "req-2", 532).status, SettleStatus::AlreadySettled);
+    EXPECT_EQ(daily.settle(tenant, "req-2", 532).status, Settlement::Status::AlreadySettled);
     EXPECT_EQ(daily.peek(tenant).remaining, 50000 - 234 - 532) << "a retried settle changes nothing";
     // The same id on another tenant is another reservation; another Limiter of the name sees the count.
     EXPECT_NE(daily.recordKey(tenant, "req-1"), daily.recordKey(other, "req-1"));
@@ -650,7 +650,7 @@ TEST_F(LimiterCalendar, AnLlmTokenBudgetPerTenantPerBerlinDayIsChargedTheActuals
     EXPECT_EQ(daily.cancel(other, "req-1").returned, 1000);
     Limiter same(client(), daily.name(), berlinCalendar(50000, CalendarUnit::Day));
     EXPECT_EQ(same.peek(tenant).remaining, 50000 - 234 - 532);
-    const LimiterMetricsSnapshot m = registry->snapshot(daily.name());
+    const LimiterMetrics::Snapshot m = registry->snapshot(daily.name());
     EXPECT_EQ(m.reservationsOpened, 3u);
     EXPECT_EQ(m.reservationsSettled, 3u);
     EXPECT_EQ(m.permitsRefunded, 766u + 468u + 1000u);
@@ -837,18 +837,18 @@ TEST_F(CalendarQuotaScript, ASettleAfterTheWindowEndedGivesNothingBackAndCharges
   ASSERT_TRUE(reserveReply(hold("reserve", key, "same", t0 + 10, 2, tbl)).allowed);
   EXPECT_EQ(stored(key).count, 2);
   const Settlement same = settlementOf(hold("settle", key, "same", t0 + kDayUs - 1, 0, tbl));
-  expectSettlement(same, SettleStatus::Settled, 2, 0, 2, 0, 0, 3);
+  expectSettlement(same, Settlement::Status::Settled, 2, 0, 2, 0, 0, 3);
   EXPECT_EQ(stored(key).count, 0);
   // Made in day 101, settled in day 102: day 101's count is gone, nothing is given back.
   ASSERT_TRUE(reserveReply(hold("reserve", key, "late", t0 + 20, 3, tbl)).allowed);
   const Settlement late = settlementOf(hold("settle", key, "late", t0 + kDayUs + 10, 1, tbl2));
-  expectSettlement(late, SettleStatus::Settled, 3, 1, 0, 0, 0, 3);
+  expectSettlement(late, Settlement::Status::Settled, 3, 1, 0, 0, 0, 3);
   EXPECT_EQ(stored(key).label, 101) << "nothing changed: nothing written";
   // Used beyond it, settled in day 102: the extra is counted in day 102.
   const std::string key2 = name("charged");
   ASSERT_TRUE(reserveReply(hold("reserve", key2, "over", t0 + 20, 1, tbl)).allowed);
   const Settlement over = settlementOf(hold("settle", key2, "over", t0 + kDayUs + 10, 3, tbl2));
-  expectSettlement(over, SettleStatus::Settled, 1, 3, 0, 2, 0, 1);
+  expectSettlement(over, Settlement::Status::Settled, 1, 3, 0, 2, 0, 1);
   EXPECT_EQ(stored(key2).label, 102);
   EXPECT_EQ(stored(key2).start, t0 + kDayUs);
   EXPECT_EQ(stored(key2).count, 2);

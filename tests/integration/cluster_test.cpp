@@ -50,7 +50,7 @@ std::vector<RateLimiter> limitersOnEveryPrimary(const RedisCluster& cluster, con
   limiters.reserve(static_cast<std::size_t>(n));
   // Their own registry: a thousand names in the global one would fill its cap (1000 limiters) for
   // every test after this one in the same process.
-  RateLimiterOptions options;
+  RateLimiter::Options options;
   options.monitor.registry = std::make_shared<MetricsRegistry>();
   for (int i = 0; i < n; ++i) {
     limiters.emplace_back(client, prefix + std::to_string(i), options);
@@ -288,7 +288,7 @@ TEST(Cluster, AClientSetUpForOneServerSaysHowToReachTheClusterInsteadOfLettingCa
     if (cluster.primaryOfSlot(detail::keySlot(candidate)) != 0) name = candidate;
   }
   auto single = Client::fromUri("redis://127.0.0.1:" + std::to_string(cluster.node(0).port()));
-  RateLimiterOptions allow;
+  RateLimiter::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   RateLimiter rl(single, name, allow);
   try {
@@ -322,7 +322,7 @@ TEST(Cluster, ASingleServerBehindAClusterUriIsRefusedWithAConfigurationError) {
   ASSERT_EQ(topology.size(), 1u);
   EXPECT_EQ(topology[0].node, "127.0.0.1:" + std::to_string(single.port()));
   for (const FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
-    RateLimiterOptions options;
+    RateLimiter::Options options;
     options.failure.policy = policy;
     RateLimiter rl(client, "notacluster", options);
     for (int k = 0; k < 3; ++k) {
@@ -485,9 +485,9 @@ TEST(Cluster, ReservationRecordsShareTheirKeysSlot) {
     ASSERT_TRUE(rl.reserveFor(key, 6, id).allowed);
     EXPECT_TRUE(rl.reserveFor(key, 6, id).repeated);
     const Settlement s = rl.settle(key, id, 2);
-    EXPECT_EQ(s.status, SettleStatus::Settled);
+    EXPECT_EQ(s.status, Settlement::Status::Settled);
     EXPECT_EQ(s.returned, 4);
-    EXPECT_EQ(rl.settle(key, id, 2).status, SettleStatus::AlreadySettled);
+    EXPECT_EQ(rl.settle(key, id, 2).status, Settlement::Status::AlreadySettled);
     EXPECT_EQ(rl.peek(key).remaining, 8);
   }
   EXPECT_GE(slots.size(), 8u);

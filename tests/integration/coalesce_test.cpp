@@ -69,8 +69,8 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   co.connection.commandTimeout = std::chrono::seconds(30);
   auto together = newClient(co);
   auto alone = newClient(co);
-  RateLimiterOptions on;
-  RateLimiterOptions off;
+  RateLimiter::Options on;
+  RateLimiter::Options off;
   off.coalesce = false;
   RateLimiter a(together, name("a"), on);
   RateLimiter b(alone, name("b"), off);

@@ -29,7 +29,7 @@ namespace {
 
 class ConnectionLayer : public RedisTest {
  protected:
-  ConnectionOptions options() { return parseUri(server().uri()); }
+  ClientOptions::Connection options() { return parseUri(server().uri()); }
   /// Runs CLIENT KILL TYPE normal from the admin client (which skips itself): every other
   /// client's connection is closed by the server.
   std::int64_t killOtherClients() { return raw({"CLIENT", "KILL", "TYPE", "normal"}).integer; }
@@ -48,7 +48,7 @@ class ScriptCache : public RedisTest {
 }  // namespace
 
 TEST_F(ConnectionLayer, ClosedPortFailsFastWithIoErrorNotTimeout) {
-  ConnectionOptions o = options();
+  ClientOptions::Connection o = options();
   o.port = freeLoopbackPort();
   o.connectTimeout = milliseconds(10000);  // a refusal must not wait for it: far below, under any load
   const auto start = SteadyTime::now();
@@ -76,7 +76,7 @@ TEST_F(ConnectionLayer, ClosedPortFailsFastWithIoErrorNotTimeout) {
 
 TEST_F(ConnectionLayer, ConnectTimeoutOnAListenerThatNeverAccepts) {
   FullBacklog blackhole;
-  ConnectionOptions o = options();
+  ClientOptions::Connection o = options();
   o.port = blackhole.port();
   o.connectTimeout = milliseconds(200);
   ClientOptions co;
@@ -204,7 +204,7 @@ TEST_F(ConnectionLayer, LimiterRetriesOnceAfterTheServerClosedTheConnection) {
 }
 
 TEST_F(ConnectionLayer, ServerRestartIsAnIoErrorThenWorksAgain) {
-  RateLimiterOptions options;
+  RateLimiter::Options options;
   options.failure.probeInterval = milliseconds(50);
   RateLimiter rl(client(), name(), options);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 3, milliseconds(5000)));

@@ -87,11 +87,11 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
   for (const FailurePolicy policy : kEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     const std::string tag = policyName(policy);
-    LimiterOptions limiterOptions;
+    Limiter::Options limiterOptions;
     limiterOptions.failure = failureOptions(policy);
     Limiter perKey(client(), limiterName("perKey" + tag), threeAMinutePolicy(), limiterOptions);
     const std::string key = "user" + tag;
-    RateLimiterOptions centralOptions;
+    RateLimiter::Options centralOptions;
     centralOptions.failure = failureOptions(policy);
     RateLimiter central(client(), name("central" + tag), centralOptions);
     ASSERT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
@@ -127,11 +127,11 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     SCOPED_TRACE(policyName(policy));
     RedisServer server;  // no persistence: a restart comes back empty
     auto c = shortTimeoutClient(server);
-    LimiterOptions limiterOptions;
+    Limiter::Options limiterOptions;
     limiterOptions.failure = failureOptions(policy);
     Limiter perKey(c, "perKey", threeAMinutePolicy(), limiterOptions);
     Limiter centralGcra(c, "central-gcra", threeAMinutePolicy().stored(), limiterOptions);  // stored in the key
-    RateLimiterOptions centralOptions;
+    RateLimiter::Options centralOptions;
     centralOptions.failure = failureOptions(policy);
     RateLimiter central(c, "central", centralOptions);
     ASSERT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
@@ -190,12 +190,12 @@ TEST_F(DataLoss, LocalCanBeSeededBeforeAConfigurationIsSeen) {
   gone.connection.port = freeLoopbackPort();  // nothing listens there
   gone.connection.connectTimeout = milliseconds(200);
   auto c = Client::create(gone);
-  RateLimiterOptions unseeded;
+  RateLimiter::Options unseeded;
   unseeded.failure.policy = FailurePolicy::Local;
   RateLimiter refusing(c, "unseeded", unseeded);
   EXPECT_FALSE(refusing.tryAcquire()) << "no configuration seen, no seed: refuse";
 
-  RateLimiterOptions seeded = unseeded;
+  RateLimiter::Options seeded = unseeded;
   seeded.failure.localSeedRate = 2;
   seeded.failure.localSeedInterval = milliseconds(60000);
   RateLimiter central(c, "seeded", seeded);
@@ -205,13 +205,13 @@ TEST_F(DataLoss, LocalCanBeSeededBeforeAConfigurationIsSeen) {
   EXPECT_EQ(central.failureStats().allowed, 2u);
   EXPECT_EQ(central.failureStats().denied, 1u);
 
-  LimiterOptions gcraSeeded;
+  Limiter::Options gcraSeeded;
   gcraSeeded.failure = seeded.failure;
   Limiter stored(c, "gcra", threeAMinutePolicy().stored(), gcraSeeded);  // no configuration seen: its keys hold it
   EXPECT_TRUE(stored.decide("k", 2).allowed);
   EXPECT_FALSE(stored.decide("k").allowed);
 
-  RateLimiterOptions bad = unseeded;
+  RateLimiter::Options bad = unseeded;
   bad.failure.localSeedRate = 2;  // without an interval
   EXPECT_THROW(RateLimiter(c, "bad", bad), InvalidArgument);
   bad.failure.localSeedRate = -1;

@@ -71,8 +71,8 @@ void expectThrow(ErrorKind kind, Call&& call, const std::function<void(const E&)
 struct Events {
   std::mutex mutex;
   std::vector<HealthEvent> seen;
-  RateLimiterOptions options(FailurePolicy policy) {
-    RateLimiterOptions o;
+  RateLimiter::Options options(FailurePolicy policy) {
+    RateLimiter::Options o;
     o.failure.policy = policy;
     o.failure.probeInterval = milliseconds(50);
     o.failure.onHealthChange = [this](const HealthEvent& e) {
@@ -287,7 +287,7 @@ TEST_F(ErrorModel, UnixSocketPathOverTheOsLimitIsRefused) {
   };
   for (const std::string& tooLong : {osLongest, osLongest + "2"}) {
     SCOPED_TRACE(tooLong.size());
-    ConnectionOptions o;
+    ClientOptions::Connection o;
     o.unixSocket = tooLong;
     ClientOptions co;
     co.connection = o;
@@ -371,7 +371,9 @@ TEST_F(ErrorModel, NoPermIsAPermissionErrorThatSaysWhatToGrant) {
 
 TEST_F(ErrorModel, NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
   RedisServer secured({"--requirepass", "pw"});
-  auto says = [](const AuthError& e) { EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what(); };
+  auto says = [](const AuthError& e) {
+    EXPECT_TRUE(contains(e.what(), "ClientOptions::Connection::password")) << e.what();
+  };
   // A limiter's EVALSHA has 13 arguments: Redis answers "Protocol error: unauthenticated
   // multibulk length" to more than 10 from an unauthenticated client, and closes the connection.
   for (FailurePolicy policy : kPolicies) {

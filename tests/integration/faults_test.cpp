@@ -124,7 +124,7 @@ TEST_P(ServerCrash, EveryCallAnsweredPerPolicyAndRecoveryWithinOneSecond) {
   RedisServer server({"--appendonly", "yes", "--appendfsync", "everysec"});
   auto client = Client::create(faultClientOptions(server.uri(), 8));
   PolicyEvents events;
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure = events.options(policy, 0.5);
   RateLimiter limiter(client, "crash", lo);
   // Local is checked against a saturated limiter; the others against one that always grants.
@@ -322,7 +322,7 @@ TEST_F(Faults, ClientKillDuringLoadNeverCountsAGrantTwice) {
 TEST_F(Faults, StalledServerTimesOutWithinCommandTimeoutAndRecovers) {
   auto client = Client::create(faultClientOptions(server().uri(), 4));
   PolicyEvents events;
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure = events.options(FailurePolicy::Throw);
   RateLimiter limiter(client, name(), lo);
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 1000000, milliseconds(1000)));
@@ -363,7 +363,7 @@ TEST_F(Faults, WrongPasswordIsAnAuthErrorAtOnceUnderEveryPolicy) {
     ClientOptions o = faultClientOptions(secured.uri(), 2);
     o.connection.password = "wrong";
     auto client = Client::create(o);
-    RateLimiterOptions lo;
+    RateLimiter::Options lo;
     lo.failure.policy = policy;
     RateLimiter limiter(client, "auth", lo);
     const auto start = Clock::now();
@@ -429,7 +429,7 @@ TEST(SegmentFaults, SegmentedLimiterFollowsItsSourcesFailurePolicy) {
     SCOPED_TRACE(failurePolicyName(policy));
     RedisServer server;
     auto client = Client::create(faultClientOptions(server.uri(), 2));
-    RateLimiterOptions lo;
+    RateLimiter::Options lo;
     lo.failure.policy = policy;
     lo.failure.probeInterval = kProbe;
     auto source = std::make_shared<RateLimiter>(client, "segmented", lo);

@@ -78,8 +78,8 @@ inline ClientOptions failoverClientOptions() {
 }
 
 /// Limiter options for failover tests: Deny decides while Redis cannot be asked, one probe per 20 ms.
-inline RateLimiterOptions denyDuringOutages() {
-  RateLimiterOptions o;
+inline RateLimiter::Options denyDuringOutages() {
+  RateLimiter::Options o;
   o.failure.policy = FailurePolicy::Deny;
   o.failure.probeInterval = std::chrono::milliseconds(20);
   return o;
@@ -114,8 +114,8 @@ inline UntilGranted callUntilGranted(RateLimiter& rl, std::chrono::steady_clock:
 }
 
 /// Limiter options with the given time source and the rest at their defaults.
-inline RateLimiterOptions timeSourceOptions(TimeSource source) {
-  RateLimiterOptions o;
+inline RateLimiter::Options timeSourceOptions(TimeSource source) {
+  RateLimiter::Options o;
   o.timeSource = source;
   return o;
 }

@@ -112,7 +112,7 @@ TEST_F(LeaseHeartbeatTest, KeepsALeaseAlivePastItsTtlUntilReleased) {
   Limiter cl(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)));
   const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(100);
   LeaseHeartbeat hb(cl, kJob, *lease, o);
   // Past the acquired lease's expiry on the server's clock, with renewals seen.
@@ -137,7 +137,7 @@ TEST_F(LeaseHeartbeatTest, KeepsALimitersLeaseOfAKeyAlivePastItsTtlUntilReleased
   Limiter jobs(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)));
   const LeaseDecision first = jobs.acquireLease("job");
   ASSERT_TRUE(first.lease.has_value());
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(100);
   LeaseHeartbeat hb(jobs, "job", *first.lease, o);
   ASSERT_TRUE(heartbeatSees([&] { return serverTimeUs(admin()) > first.lease->expiresAt.count() + 200000; }));
@@ -159,7 +159,7 @@ TEST_F(LeaseHeartbeatTest, ALimiterHeartbeatNeedsAConcurrencyPolicyAndAGoodKeyBe
   const std::int64_t calls = scriptCalls();
   EXPECT_THROW(LeaseHeartbeat(rate, "job", lease), InvalidArgument) << "a rate policy gives no leases";
   EXPECT_THROW(LeaseHeartbeat(jobs, "", lease), InvalidArgument) << "an empty key";
-  LeaseHeartbeatOptions tooSlow;
+  LeaseHeartbeat::Options tooSlow;
   tooSlow.interval = milliseconds(1000);
   EXPECT_THROW(LeaseHeartbeat(jobs, "job", lease, tooSlow), InvalidArgument) << "not shorter than the TTL";
   EXPECT_EQ(scriptCalls(), calls);
@@ -206,7 +206,7 @@ TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) 
   std::mutex m;
   std::exception_ptr why = std::make_exception_ptr(std::runtime_error("not called"));
   std::string lostId;
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(20);
   o.onLost = [&](const Lease& l, std::exception_ptr e) {
     const std::lock_guard<std::mutex> lock(m);
@@ -238,7 +238,7 @@ TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
   const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
   std::promise<std::exception_ptr> lost;
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(100);
   o.onLost = [&](const Lease&, std::exception_ptr e) { lost.set_value(std::move(e)); };
   LeaseHeartbeat hb(cl, kJob, *lease, o);
@@ -268,7 +268,7 @@ TEST_F(LeaseHeartbeatTest, ALeaseIsLostAtItsKnownExpiryWhileARenewalHangs) {
   ASSERT_TRUE(lease);
   std::atomic<int> lostCalls{0};
   std::promise<std::exception_ptr> lost;
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(100);
   o.onLost = [&](const Lease&, std::exception_ptr e) {
     if (lostCalls.fetch_add(1) == 0) lost.set_value(std::move(e));
@@ -294,10 +294,10 @@ TEST_F(LeaseHeartbeatTest, ALeaseIsLostAtItsKnownExpiryWhileARenewalHangs) {
 
 TEST_F(LeaseHeartbeatTest, BadOptionsAreRefusedBeforeAnythingIsSent) {
   Limiter cl(client(), limiterName(), Policy::concurrency(2, milliseconds(900)));
-  const LeaseHeartbeatOptions defaults = LeaseHeartbeat::resolved(cl, {});
+  const LeaseHeartbeat::Options defaults = LeaseHeartbeat::resolved(cl, {});
   EXPECT_EQ(defaults.leaseTtl, milliseconds(900));
   EXPECT_EQ(defaults.interval, milliseconds(300)) << "a third of the TTL";
-  LeaseHeartbeatOptions ttlOnly;
+  LeaseHeartbeat::Options ttlOnly;
   ttlOnly.leaseTtl = milliseconds(2);
   EXPECT_EQ(LeaseHeartbeat::resolved(cl, ttlOnly).interval, milliseconds(1)) << "at least 1 ms";
 
@@ -306,7 +306,7 @@ TEST_F(LeaseHeartbeatTest, BadOptionsAreRefusedBeforeAnythingIsSent) {
   lease.expiresAt = microseconds(1);
   const std::int64_t calls = scriptCalls();
   const auto refused = [&](milliseconds ttl, milliseconds interval) {
-    LeaseHeartbeatOptions o;
+    LeaseHeartbeat::Options o;
     o.leaseTtl = ttl;
     o.interval = interval;
     EXPECT_THROW([&] { LeaseHeartbeat hb(cl, kJob, lease, o); }(), InvalidArgument)
@@ -334,7 +334,7 @@ TEST_F(LeaseHeartbeatTest, ALeaseRedisDoesNotHoldIsNeitherRenewedNorReleased) {
   byPolicy.byPolicy = true;  // as the failure policy grants one: expiresAt 0
   const std::int64_t calls = scriptCalls();
   {
-    LeaseHeartbeatOptions o;
+    LeaseHeartbeat::Options o;
     o.interval = milliseconds(10);
     LeaseHeartbeat hb(cl, kJob, byPolicy, o);
     sleepMs(50);  // five intervals
@@ -359,7 +359,7 @@ TEST_F(LeaseHeartbeatTest, FiftyHeartbeatsShareOneThread) {
     (void)warm.stop();
   }
   const std::size_t threads = threadCount();
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(50);
   std::vector<LeaseHeartbeat> beats;
   beats.reserve(leases.size());
@@ -388,7 +388,7 @@ TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChi
   {
     const std::optional<Lease> parents = cl.acquireLease(kJob).lease;
     ASSERT_TRUE(parents);
-    LeaseHeartbeatOptions o;
+    LeaseHeartbeat::Options o;
     o.interval = milliseconds(50);
     LeaseHeartbeat hb(cl, kJob, *parents, o);
     ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
@@ -404,7 +404,7 @@ TEST_F(LeaseHeartbeatTest, AHeartbeatInAForkedChildRenewsReportsItsLossAndTheChi
         const std::optional<Lease> lease = childs.acquireLease(kJob).lease;
         if (!lease) return 10;
         std::atomic<int> lostCalls{0};
-        LeaseHeartbeatOptions o;
+        LeaseHeartbeat::Options o;
         o.interval = milliseconds(100);
         o.onLost = [&](const Lease&, const std::exception_ptr&) { lostCalls.fetch_add(1); };
         LeaseHeartbeat hb(childs, kJob, *lease, o);
@@ -448,7 +448,7 @@ TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWith
   EXPECT_EQ(expiryOf(longKey, lease.id) - expiryOf(shortKey, lease.id), 2'000'000) << "one call, each limit's own TTL";
   EXPECT_EQ(renewed->expiresAt.count(), expiryOf(shortKey, lease.id)) << "the soonest";
 
-  LeaseHeartbeatOptions o;
+  LeaseHeartbeat::Options o;
   o.interval = milliseconds(100);
   LeaseHeartbeat hb(all, lease, o);
   ASSERT_TRUE(heartbeatSees([&] { return serverTimeUs(admin()) > renewed->expiresAt.count() + 200000; }));
@@ -473,7 +473,7 @@ TEST_F(LeaseHeartbeatTest, AMultiLimitsLeaseIsRenewedInEveryConcurrencyLimitWith
   bogus.id = "xyz";
   EXPECT_THROW((void)all.renewAsync(bogus).get(), InvalidArgument);
   EXPECT_THROW((void)all.renewAsync(lease, milliseconds(0)).get(), InvalidArgument);
-  LeaseHeartbeatOptions tooSlow;
+  LeaseHeartbeat::Options tooSlow;
   tooSlow.interval = milliseconds(1000);
   EXPECT_THROW([&] { LeaseHeartbeat slow(all, lease, tooSlow); }(), InvalidArgument) << "not shorter than 1 s";
   EXPECT_EQ(scriptCalls(), calls) << "nothing sent";

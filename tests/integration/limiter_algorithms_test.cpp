@@ -453,7 +453,7 @@ TYPED_TEST(LimiterAlgorithms, UnreachableRedisIsDecidedByThePolicy) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     std::atomic<int> degraded{0};

@@ -142,7 +142,7 @@ class LimiterConfiguration : public RedisTest {
 // A key without a stored configuration: NotInitializedError, also under Allow (the failure policy
 // decides outages, not a missing configuration).
 TEST_F(LimiterConfiguration, AKeyWithoutAStoredPolicyIsNotInitializedEvenUnderAllow) {
-  LimiterOptions allow;
+  Limiter::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   Limiter plain(client(), limiterName("unset"), Policy::gcra(1, milliseconds(10000), 10).stored(), allow);
   EXPECT_THROW((void)plain.decide("k"), NotInitializedError);
@@ -451,7 +451,7 @@ TEST_F(LimiterConfiguration, MultiLimitRetryAfterUnderAnotherConfigurationInTheC
 TEST_F(LimiterConfiguration, MultiLimitSendsThePoliciesOfItsLimiters) {
   Limiter perUser(client(), limiterName("user"), Policy::gcra(1, milliseconds(10000), 2));
   Limiter perTenant(client(), limiterName("tenant"), Policy::fixedWindow(3, milliseconds(4294967295)));
-  MultiLimitOptions allow;
+  MultiLimit::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   const std::string user = "{" + name("tag") + "}u";
   const std::string tenant = "{" + name("tag") + "}t";

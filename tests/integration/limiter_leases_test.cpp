@@ -50,7 +50,7 @@ const std::string kKey = "k";
 class LimiterLeases : public RedisTest {
  protected:
   // A Limiter of this test under Policy::concurrency(limit, leaseTtl).
-  Limiter leases(std::int64_t limit, milliseconds leaseTtl, LimiterOptions options = {}) {
+  Limiter leases(std::int64_t limit, milliseconds leaseTtl, Limiter::Options options = {}) {
     return Limiter(client(), limiterName(), Policy::concurrency(limit, leaseTtl), std::move(options));
   }
   std::int64_t zcard(const std::string& redisKey) { return raw({"ZCARD", redisKey}).integer; }
@@ -96,7 +96,7 @@ TEST_F(LimiterLeases, AtMostLimitLeasesAreHeldAndADenialSaysWhenOneExpires) {
   EXPECT_EQ(other.held(kKey), 3);
   // Metrics (one series per name): 4 granted, 4 denied (one of them `other`'s), one round trip each.
   ASSERT_NE(cl.monitor().metrics(), nullptr);
-  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = cl.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 4u);
   EXPECT_EQ(m.denied, 4u);
   EXPECT_EQ(m.roundTrips, 8u);
@@ -306,7 +306,7 @@ TEST_F(LimiterLeases, UnreachableRedisIsDecidedByThePolicy) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     std::atomic<int> degraded{0};
@@ -407,7 +407,7 @@ TEST_F(LimiterLeases, AsyncAcquisitionsHoldTheLimitAndGetTheirLeases) {
   ASSERT_TRUE(d.lease.has_value());
   EXPECT_EQ(d.lease->expiresAt.count(), d.decision.time.count() + 5000000);
   EXPECT_THROW((void)cl.acquireLeaseAsync(kKey, milliseconds(0)).get(), InvalidArgument);
-  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = cl.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 4u);
   EXPECT_EQ(m.denied, 7u);
 }
@@ -417,7 +417,7 @@ TEST_F(LimiterLeases, AsyncAcquisitionsOfAnUnreachableRedisAreDecidedByThePolicy
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto c = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     Limiter cl(c, "policy", Policy::concurrency(3, milliseconds(60000)), options);
@@ -515,10 +515,10 @@ TEST_F(LimiterLeases, ThreeProcessesOfFourThreadsNeverHoldMoreThanTheLimit) {
 }
 
 TEST_F(LimiterLeases, ShadowModeLetsADenialThroughWithoutTakingAPlace) {
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.shadow = true;
   std::atomic<int> reported{0};
-  options.monitor.onShadowDenial = [&](const ShadowDenial&) { reported.fetch_add(1); };
+  options.monitor.onShadowDenial = [&](const LimiterMonitor::ShadowDenial&) { reported.fetch_add(1); };
   Limiter cl = leases(1, milliseconds(10000), options);
   const LeaseDecision first = cl.acquireLease(kKey);
   ASSERT_TRUE(first.decision.allowed);
@@ -533,7 +533,7 @@ TEST_F(LimiterLeases, ShadowModeLetsADenialThroughWithoutTakingAPlace) {
   EXPECT_EQ(cl.held(kKey), 1) << "the denial took no place";
   EXPECT_FALSE(cl.release(kKey, *second.lease));
   EXPECT_TRUE(cl.release(kKey, *first.lease));
-  const LimiterMetricsSnapshot m = cl.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = cl.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 1u);
   EXPECT_EQ(m.denied, 1u);
   EXPECT_EQ(m.shadowDenied, 1u);

@@ -55,7 +55,7 @@ TEST_F(LimiterPerKey, AKeyWithoutStateIsDecidedWithThePolicyAndThenHoldsIt) {
 
 // A key without state is a normal decision, not the failure policy's, under Allow too.
 TEST_F(LimiterPerKey, AKeyWithoutStateIsDecidedByRedisNotByTheFailurePolicy) {
-  LimiterOptions options;
+  Limiter::Options options;
   options.failure.policy = FailurePolicy::Allow;
   Limiter allow(client(), limiterName("allow"), Policy::gcra(1, milliseconds(10000), 2), options);
   const Decision d = allow.decide("fresh");
@@ -154,7 +154,7 @@ TEST_F(LimiterPerKey, AsyncDecisionsOnManyKeysShareOnePolicy) {
 // A decideAsync callback that throws runs once, is counted and reported once under the limiter's
 // name, and the other keys' callbacks are unaffected.
 TEST_F(LimiterPerKey, AThrowingCallbackIsCountedOnceAndLeavesTheOthersAlone) {
-  LimiterOptions o;
+  Limiter::Options o;
   o.monitor.registry = std::make_shared<MetricsRegistry>();
   std::atomic<int> events{0};
   std::promise<void> reported;  // the event comes after the count (reportCallbackThrew)
@@ -183,7 +183,7 @@ TEST_F(LimiterPerKey, AThrowingCallbackIsCountedOnceAndLeavesTheOthersAlone) {
 
 // A fixed window key needs no set-up, and expires at the window's end plus the idle margin.
 TEST_F(LimiterPerKey, AFixedWindowKeyNeedsNoSetUpAndExpiresAtTheWindowsEnd) {
-  LimiterOptions allow;
+  Limiter::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   constexpr std::int64_t kWindowMs = 60000;
   Limiter quota(client(), limiterName("quota"), Policy::fixedWindow(3, milliseconds(kWindowMs)), allow);
@@ -267,7 +267,7 @@ TEST_F(LimiterPerKey, AStoredTimeFarAheadIsClampedUnderThePolicyInTheCall) {
 
 // One limiter is one metrics series, whatever keys its callers pass.
 TEST_F(LimiterPerKey, EachLimiterIsOneMetricsSeriesWhateverItsKeys) {
-  LimiterOptions o;
+  Limiter::Options o;
   o.monitor.registry = std::make_shared<MetricsRegistry>();
   Limiter g(client(), limiterName("g"), Policy::gcra(1, milliseconds(1000), 2), o);
   Limiter t(client(), limiterName("t"), Policy::tokenBucket(2, 1, milliseconds(1000)), o);
@@ -280,7 +280,7 @@ TEST_F(LimiterPerKey, EachLimiterIsOneMetricsSeriesWhateverItsKeys) {
     (void)w.decide(key);
     (void)s.decide(key);
   }
-  const std::vector<LimiterMetricsSnapshot> all = o.monitor.registry->snapshot();
+  const std::vector<LimiterMetrics::Snapshot> all = o.monitor.registry->snapshot();
   EXPECT_EQ(all.size(), 4U) << "200 keys, four limiters";
   for (const auto& m : all) EXPECT_EQ(m.granted + m.denied, 50U) << m.limiter;
 }

@@ -29,7 +29,7 @@ class LimiterReserveSettleAlgorithms : public RedisTest {
   }
   /// A Limiter of `policy` with its own metrics registry, so counts are this test's.
   Limiter limiter(const Policy& policy, const std::shared_ptr<MetricsRegistry>& registry = nullptr) {
-    LimiterOptions options;
+    Limiter::Options options;
     options.monitor.registry = registry;
     return Limiter(this->client(), this->limiterName(), policy, options);
   }
@@ -59,7 +59,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleRetriedAfterClientKillGivesBack
       EXPECT_EQ(s.charged, 0);
       EXPECT_EQ(s.unpaid, 0);
       EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
-      (s.status == SettleStatus::Settled ? settled : again)++;
+      (s.status == Settlement::Status::Settled ? settled : again)++;
     } catch (const IoError&) {
       ++failed;  // the kill can still be in flight: a retry follows
     }
@@ -68,7 +68,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleRetriedAfterClientKillGivesBack
   EXPECT_EQ(settled + again + failed, 10);
   EXPECT_GE(again, 5);
   EXPECT_EQ(rl.peek("k").remaining, 90) << "30 came back, once";
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -94,7 +94,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ParallelReserveAndSettleKeepUsedEqual
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
         if (!rl.reserveFor("k", reserved, id).allowed) ++problems;
         const Settlement s = rl.settle("k", id, actual);
-        const bool exact = s.status == SettleStatus::Settled && s.unpaid == 0 &&
+        const bool exact = s.status == Settlement::Status::Settled && s.unpaid == 0 &&
                            s.returned == std::max<std::int64_t>(0, reserved - actual) &&
                            s.charged == std::max<std::int64_t>(0, actual - reserved);
         if (!exact) ++problems;
@@ -137,7 +137,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ReserveIsIdempotent) {
   // Settled, the id still answers the first grant and takes nothing.
   EXPECT_TRUE(rl.reserveFor("k", 3, "a").repeated);
   EXPECT_EQ(rl.peek("k").remaining, 2);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.granted, 2u) << "repeats are not decisions";
   EXPECT_EQ(m.denied, 1u);
@@ -155,17 +155,17 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, SettleOfAnUnknownIdChangesNothing) {
   ASSERT_TRUE(rl.tryAcquire("k", 4));
   const std::string before = keyState(this->admin(), rl.redisKey("k"));
   const Settlement s = rl.settle("k", "never", 0);
-  EXPECT_EQ(s.status, SettleStatus::Unknown);
+  EXPECT_EQ(s.status, Settlement::Status::Unknown);
   EXPECT_EQ(s.reserved, 0);
   EXPECT_EQ(s.returned, 0);
-  EXPECT_EQ(rl.cancel("k", "never").status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.cancel("k", "never").status, Settlement::Status::Unknown);
   EXPECT_EQ(keyState(this->admin(), rl.redisKey("k")), before);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "never")));
 
   // An expired record: the reservation stays counted as fully used.
   ASSERT_TRUE(rl.reserveFor("k", 2, "brief", milliseconds(1)).allowed);
   for (int i = 0; i < 200 && exists(this->admin(), rl.recordKey("k", "brief")); ++i) sleepMs(2);
-  EXPECT_EQ(rl.settle("k", "brief", 0).status, SettleStatus::Unknown);
+  EXPECT_EQ(rl.settle("k", "brief", 0).status, Settlement::Status::Unknown);
   EXPECT_EQ(rl.peek("k").remaining, 4);
 }
 
@@ -179,7 +179,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
   auto rl = this->limiter(config);
   ASSERT_TRUE(rl.reserveFor("k", 4, "big").allowed);
   const Settlement s = rl.settle("k", "big", 30);
-  EXPECT_EQ(s.status, SettleStatus::Settled);
+  EXPECT_EQ(s.status, Settlement::Status::Settled);
   EXPECT_EQ(s.returned, 0);
   EXPECT_EQ(s.charged, 16);
   EXPECT_EQ(s.unpaid, 10);
@@ -193,7 +193,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, ActualAboveTheReservationIsChargedUpT
   ASSERT_TRUE(rl.reserveFor("k", 4, "small").allowed);
   rl.refund("k", 4);
   const Settlement back = rl.cancel("k", "small");
-  EXPECT_EQ(back.status, SettleStatus::Settled);
+  EXPECT_EQ(back.status, Settlement::Status::Settled);
   EXPECT_EQ(back.returned, 0);
   EXPECT_EQ(back.remaining, 10);
 }
@@ -299,7 +299,7 @@ void expectSameSettlement(const Settlement& async, const Settlement& sync) {
 TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   auto syncRegistry = std::make_shared<MetricsRegistry>(), asyncRegistry = std::make_shared<MetricsRegistry>();
   auto sync = this->limiter(this->frozenPolicy(10), syncRegistry);
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.registry = asyncRegistry;
   Limiter async(this->client(), this->limiterName("async"), this->frozenPolicy(10), options);
 
@@ -355,8 +355,8 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveAndSettleAnswerAsTheSyncF
     expectSameSettlement(got, expected);
   }
   EXPECT_EQ(async.peek("k").remaining, sync.peek("k").remaining);
-  const LimiterMetricsSnapshot a = asyncRegistry->snapshot(async.name());
-  const LimiterMetricsSnapshot b = syncRegistry->snapshot(sync.name());
+  const LimiterMetrics::Snapshot a = asyncRegistry->snapshot(async.name());
+  const LimiterMetrics::Snapshot b = syncRegistry->snapshot(sync.name());
   EXPECT_EQ(a.granted, b.granted);
   EXPECT_EQ(a.denied, b.denied);
   EXPECT_EQ(a.permitsGranted, b.permitsGranted);
@@ -394,7 +394,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveB
       const Settlement s = rl.settleAsync("k", "req-1", 10).get();
       EXPECT_EQ(s.returned, 30);
       EXPECT_EQ(s.remaining, 90) << "the first settle's answer, every time";
-      (s.status == SettleStatus::Settled ? settled : again)++;
+      (s.status == Settlement::Status::Settled ? settled : again)++;
     } catch (const IoError&) {
       ++failed;
     }
@@ -402,7 +402,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncCallsAfterClientKillTakeAndGiveB
   EXPECT_EQ(settled, 1);
   EXPECT_GE(again, 5);
   EXPECT_EQ(rl.peek("k").remaining, 90) << "40 taken once, 30 back once";
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -463,7 +463,7 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncBadInputIsRefusedBeforeSending) 
 // (10) Shadow mode: a refused reserveForAsync comes back allowed (shadowDenied), records nothing,
 // and counts as the sync form does.
 TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialThrough) {
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.registry = std::make_shared<MetricsRegistry>();
   options.monitor.shadow = true;
   Limiter rl(this->client(), this->limiterName(), this->frozenPolicy(3), options);
@@ -474,8 +474,8 @@ TYPED_TEST(LimiterReserveSettleAlgorithms, AsyncReserveInShadowModeLetsADenialTh
   EXPECT_TRUE(over.allowed);
   EXPECT_TRUE(over.shadowDenied);
   EXPECT_FALSE(exists(this->admin(), rl.recordKey("k", "over")));
-  EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = options.monitor.registry->snapshot(rl.name());
+  EXPECT_EQ(rl.settleAsync("k", "over", 0).get().status, Settlement::Status::Unknown);
+  const LimiterMetrics::Snapshot m = options.monitor.registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.granted, 1u);
   EXPECT_EQ(m.denied, 1u);
@@ -489,7 +489,7 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
@@ -515,21 +515,21 @@ TEST(ReserveSettlePolicy, AsyncKilledServerFollowsThePolicyThroughTheCallback) {
     EXPECT_EQ(byPolicy, policy == FailurePolicy::Throw ? 0 : kTries);
     auto [settled, settleError] =
         viaCallback<Settlement>([&](auto done) { rl.settleAsync("k", "before", 0, std::move(done)); });
-    EXPECT_EQ(settled.status, SettleStatus::Unknown);
+    EXPECT_EQ(settled.status, Settlement::Status::Unknown);
     EXPECT_THROW(std::rethrow_exception(settleError), IoError);
     EXPECT_THROW((void)rl.settleAsync("k", "before", 0).get(), IoError);
-    const LimiterMetricsSnapshot m = options.monitor.registry->snapshot("policy");
+    const LimiterMetrics::Snapshot m = options.monitor.registry->snapshot("policy");
     EXPECT_EQ(m.reservationsOpened, 1u) << "a policy grant records nothing";
     if (policy == FailurePolicy::Allow) {
-      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Granted), static_cast<std::uint64_t>(kTries));
+      EXPECT_EQ(m.policyDecisions(policy, LimiterMetrics::PolicyOutcome::Granted), static_cast<std::uint64_t>(kTries));
     } else if (policy == FailurePolicy::Deny) {
-      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Denied), static_cast<std::uint64_t>(kTries));
+      EXPECT_EQ(m.policyDecisions(policy, LimiterMetrics::PolicyOutcome::Denied), static_cast<std::uint64_t>(kTries));
     } else {
-      EXPECT_EQ(m.policyDecisions(policy, PolicyOutcome::Thrown), static_cast<std::uint64_t>(kTries));
+      EXPECT_EQ(m.policyDecisions(policy, LimiterMetrics::PolicyOutcome::Thrown), static_cast<std::uint64_t>(kTries));
     }
     server.restart();  // no persistence: it comes back empty
     ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));
-    EXPECT_EQ(rl.settleAsync("k", "during", 0).get().status, SettleStatus::Unknown);
+    EXPECT_EQ(rl.settleAsync("k", "during", 0).get().status, Settlement::Status::Unknown);
   }
 }
 
@@ -540,7 +540,7 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
@@ -562,6 +562,6 @@ TEST(ReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) {
     EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
     server.restart();  // no persistence: it comes back empty
     ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(rl.exists("k")) << "the restarted server is empty"; }));
-    EXPECT_EQ(rl.settle("k", "during", 0).status, SettleStatus::Unknown);
+    EXPECT_EQ(rl.settle("k", "during", 0).status, Settlement::Status::Unknown);
   }
 }

@@ -40,7 +40,7 @@ class LimiterReserveSettle : public RedisTest {
  protected:
   // The policy's limiter named `suffix`, with its own metrics registry (so counts are this test's).
   Limiter limiter(const std::string& suffix, const std::shared_ptr<MetricsRegistry>& registry) {
-    LimiterOptions options;
+    Limiter::Options options;
     options.monitor.registry = registry;
     return Limiter(this->client(), limiterName(suffix), P::make(), options);
   }
@@ -76,7 +76,7 @@ TYPED_TEST(LimiterReserveSettle, ARecordPerKeyAndIdAndASettleRetriedAfterClientK
       const Settlement s = rl.settle("user:1", "r", 2);
       EXPECT_EQ(s.returned, 4);
       EXPECT_EQ(s.remaining, 8);
-      settled += s.status == SettleStatus::Settled ? 1 : 0;
+      settled += s.status == Settlement::Status::Settled ? 1 : 0;
     } catch (const IoError&) {
     }
   }
@@ -85,8 +85,8 @@ TYPED_TEST(LimiterReserveSettle, ARecordPerKeyAndIdAndASettleRetriedAfterClientK
   EXPECT_EQ(rl.peek("user:2").remaining, 4);
   EXPECT_EQ(rl.cancel("user:2", "r").returned, 6);
   EXPECT_EQ(rl.peek("user:2").remaining, 10);
-  EXPECT_EQ(rl.settle("user:1", "nope", 1).status, SettleStatus::Unknown);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  EXPECT_EQ(rl.settle("user:1", "nope", 1).status, Settlement::Status::Unknown);
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.reservationsSettled, 2u);
   EXPECT_EQ(m.permitsRefunded, 10u);
@@ -116,7 +116,7 @@ TYPED_TEST(LimiterReserveSettle, AKeySpelledLikeARecordKeyIsAKeyOfItsOwn) {
   EXPECT_TRUE(held.allowed);
   EXPECT_FALSE(held.repeated);
   EXPECT_TRUE(exists(this->admin(), record));
-  EXPECT_EQ(rl.settle(owner, "req-2", 6).status, SettleStatus::Settled);
+  EXPECT_EQ(rl.settle(owner, "req-2", 6).status, Settlement::Status::Settled);
 }
 
 // The async forms: the same answers without waiting; bad input reaches the callback before
@@ -140,7 +140,7 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
     try {
       const Settlement s = rl.settleAsync("user:1", "r", 2).get();
       EXPECT_EQ(s.returned, 4);
-      settled += s.status == SettleStatus::Settled ? 1 : 0;
+      settled += s.status == Settlement::Status::Settled ? 1 : 0;
     } catch (const IoError&) {
     }
   }
@@ -150,7 +150,7 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
   rl.settleAsync("user:2", "r", 0, [&](Settlement s, const std::exception_ptr&) { cancelled.set_value(s); });
   EXPECT_EQ(cancelled.get_future().get().returned, 6);
   EXPECT_EQ(rl.peek("user:2").remaining, 10);
-  const LimiterMetricsSnapshot m = registry->snapshot(rl.name());
+  const LimiterMetrics::Snapshot m = registry->snapshot(rl.name());
   EXPECT_EQ(m.reservationsOpened, 2u);
   EXPECT_EQ(m.reservationsSettled, 2u);
 
@@ -163,7 +163,7 @@ TYPED_TEST(LimiterReserveSettle, AsyncFormsAnswerAsTheSyncOnesAndAKilledServerIs
   EXPECT_EQ(this->scriptCalls(), start) << "nothing sent";
 
   RedisServer server;
-  LimiterOptions allow;
+  Limiter::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   Limiter gone(shortTimeoutClient(server), "gone", TypeParam::make(), allow);
   ASSERT_TRUE(gone.reserveForAsync("k", 1, "a").get().allowed);

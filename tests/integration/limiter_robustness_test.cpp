@@ -68,7 +68,7 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
   auto registry = std::make_shared<MetricsRegistry>();
   std::mutex eventsMutex;
   std::vector<Event> events;
-  RateLimiterOptions options;  // coalesce is on by default
+  RateLimiter::Options options;  // coalesce is on by default
   ASSERT_TRUE(options.coalesce);
   options.monitor.registry = registry;
   options.monitor.onEvent = [&](const Event& e) {
@@ -110,7 +110,7 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
     EXPECT_FALSE(c.failed.load()) << "no callback gets another's exception";
     EXPECT_EQ(c.granted.load(), i < kRate ? 1 : 0) << "each gets its own decision, in order";
   }
-  const LimiterMetricsSnapshot m = limiter.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = limiter.monitor().metrics()->snapshot();
   EXPECT_EQ(m.callbacksThrew, 1u);
   EXPECT_LT(m.roundTrips, static_cast<std::uint64_t>(kCalls)) << "the acquisitions were coalesced";
   const std::lock_guard<std::mutex> lock(eventsMutex);
@@ -128,7 +128,7 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
 // policy's path used to call a throwing callback again with its own exception).
 TEST_F(LimiterCallbacks, ThrowingDecideAndTryAcquireCallbacksRunOnce) {
   auto registry = std::make_shared<MetricsRegistry>();
-  RateLimiterOptions options;
+  RateLimiter::Options options;
   options.monitor.registry = registry;
   RateLimiter limiter(client(), name(), options);
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 10, seconds(60)));
@@ -152,14 +152,14 @@ TEST_F(LimiterCallbacks, ThrowingDecideAndTryAcquireCallbacksRunOnce) {
 // A Limiter under a token bucket and MultiLimit: a throwing callback is caught, counted and
 // reported (it used to escape into the transport, which dropped it unreported), and runs once.
 TEST_F(LimiterCallbacks, LimiterAndMultiLimitCallbacksThatThrowAreCountedOnce) {
-  LimiterOptions bucketOptions;
+  Limiter::Options bucketOptions;
   bucketOptions.monitor.registry = std::make_shared<MetricsRegistry>();
   std::atomic<int> bucketEvents{0};
   bucketOptions.monitor.onEvent = [&](const Event& e) {
     if (e.kind == Event::Kind::CallbackThrew) bucketEvents.fetch_add(1);
   };
   Limiter bucket(client(), limiterName("bucket"), Policy::tokenBucket(10, 10, milliseconds(60000)), bucketOptions);
-  MultiLimitOptions multiOptions;
+  MultiLimit::Options multiOptions;
   multiOptions.monitor.registry = std::make_shared<MetricsRegistry>();
   MultiLimit multi = MultiLimit({bucket}, multiOptions).on({"k"});
 
@@ -304,7 +304,7 @@ TEST_F(RateLimiterHostilePeer, NestedArrayHeadersCostNoMemory) {
   co.connection.port = peer.port();
   co.connection.commandTimeout = milliseconds(500);
   co.pool.size = 1;
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Deny;
   lo.monitor.registry = std::make_shared<MetricsRegistry>();
   auto client = Client::create(co);
@@ -327,7 +327,7 @@ TEST_F(RateLimiterHostilePeer, NestedArrayHeadersCostNoMemory) {
   EXPECT_TRUE(d.byPolicy) << "the policy decided the call the peer never answered";
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(limiter.failureStats().denied, 1u);
-  const LimiterMetricsSnapshot m = limiter.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = limiter.monitor().metrics()->snapshot();
   EXPECT_EQ(m.errorCount(ErrorKind::Timeout), 1u) << "a typed error (TimeoutError) at the deadline";
   EXPECT_EQ(m.errorCount(ErrorKind::Other), 0u) << "no std::bad_alloc or other untyped error";
   const std::uint64_t grown = most - before;

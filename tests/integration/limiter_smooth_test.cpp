@@ -259,7 +259,7 @@ TEST_F(LimiterSmooth, UnreachableRedisIsDecidedByThePolicy) {
     SCOPED_TRACE(static_cast<int>(policy));
     RedisServer server;
     auto client = shortTimeoutClient(server);
-    LimiterOptions options;
+    Limiter::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     // 3 stored at most (3 s at 1/s): the Local policy's bucket is that burst + 1.

@@ -145,7 +145,7 @@ TEST_F(LimiterStoredPolicy, AMultiLimitOfStoredLimitersPeeksRefundsReservesAndSe
   EXPECT_EQ(perUser.peek("u1").remaining, 4);
   ASSERT_TRUE(both.reserveFor(2, "r1", hours(1)).allowed);
   const MultiSettlement settled = both.settle("r1", 1);
-  EXPECT_EQ(settled.status, SettleStatus::Settled);
+  EXPECT_EQ(settled.status, Settlement::Status::Settled);
   EXPECT_EQ(settled.returned, 1);
   EXPECT_EQ(global.peek("all").remaining, 1);
   EXPECT_EQ(perUser.peek("u1").remaining, 3);

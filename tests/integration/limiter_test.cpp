@@ -137,14 +137,14 @@ TYPED_TEST(LimiterPolicies, ReserveForAndSettleHoldThenGiveBackOnceOrAreRefusedB
   EXPECT_TRUE(limiter.reserveFor("u", 3, "order-1").repeated) << "the same id answers the first";
   EXPECT_EQ(limiter.peek("u").remaining, limit - 3);
   const Settlement s = limiter.settle("u", "order-1", 1);
-  EXPECT_EQ(s.status, SettleStatus::Settled);
+  EXPECT_EQ(s.status, Settlement::Status::Settled);
   EXPECT_EQ(s.returned, 2);
-  EXPECT_EQ(limiter.settle("u", "order-1", 1).status, SettleStatus::AlreadySettled);
+  EXPECT_EQ(limiter.settle("u", "order-1", 1).status, Settlement::Status::AlreadySettled);
   EXPECT_EQ(limiter.peek("u").remaining, limit - 1);
   // Async, and cancel.
   const Decision second = limiter.reserveForAsync("u", 2, "order-2").get();
   ASSERT_TRUE(second.allowed);
-  EXPECT_EQ(limiter.settleAsync("u", "order-2", 2).get().status, SettleStatus::Settled);
+  EXPECT_EQ(limiter.settleAsync("u", "order-2", 2).get().status, Settlement::Status::Settled);
   ASSERT_TRUE(limiter.reserveFor("v", 2, "order-3").allowed);
   EXPECT_EQ(limiter.cancel("v", "order-3").returned, 2);
 }
@@ -171,7 +171,7 @@ TYPED_TEST(LimiterPolicies, ExistsSaysWhetherTheKeyHasStateAndWritesNothing) {
 
 TYPED_TEST(LimiterPolicies, PeekRefundAndDeleteKeyAsyncAnswerAsTheirSyncForms) {
   auto registry = std::make_shared<MetricsRegistry>();
-  LimiterOptions options;
+  Limiter::Options options;
   options.monitor.registry = registry;
   Limiter limiter(this->client(), this->limiterName(), TypeParam::make(), options);
   const std::int64_t limit = limiter.policy().limit();
@@ -309,7 +309,7 @@ TEST_F(LimiterTest, ACalendarPolicyTakesHoldsSettlesAndRefundsPerKeyInItsZone) {
     EXPECT_EQ(first.remaining, 7);
     EXPECT_TRUE(held.allowed);
     EXPECT_EQ(held.remaining, 3);
-    EXPECT_EQ(settled.status, SettleStatus::Settled);
+    EXPECT_EQ(settled.status, Settlement::Status::Settled);
     EXPECT_EQ(settled.returned, 3);
     EXPECT_TRUE(async.allowed);
     EXPECT_EQ(async.remaining, 6) << "3 + 1 settled - 1 refunded + 1";

@@ -35,7 +35,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
   co.onEvent = clientEvents.callback();
   auto client = Client::create(co);
   auto registry = std::make_shared<MetricsRegistry>();
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.failure.policy = FailurePolicy::Deny;
   o.failure.probeInterval = milliseconds(20);
   o.monitor.registry = registry;
@@ -60,7 +60,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
     const auto s = registry->snapshot(n);
     EXPECT_EQ(s.degraded, 1u);
     EXPECT_EQ(s.errorCount(ErrorKind::Timeout), 1u);
-    EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 1u);
+    EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, LimiterMetrics::PolicyOutcome::Denied), 1u);
   }
   stall.join();
   sleepMs(30);  // past the probe interval: the next call goes to Redis, which denies (7 of 7 used)
@@ -75,7 +75,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
   EXPECT_EQ(s.localHits, 0u);
   EXPECT_EQ(s.roundTrips, 10u);  // every deciding call went to Redis, the timed-out one included
   EXPECT_EQ(s.degraded, 0u);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 1u);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, LimiterMetrics::PolicyOutcome::Denied), 1u);
   std::uint64_t policyTotal = 0;
   for (const auto& byOutcome : s.policy)
     for (std::uint64_t c : byOutcome) policyTotal += c;
@@ -107,7 +107,7 @@ TEST_F(Metrics, AKnownSequenceWithOneOutageUnderDenyShowsInEveryMetric) {
 TEST_F(Metrics, AConfigurationErrorIsAnEventWithItsCause) {
   EventLog events;
   auto registry = std::make_shared<MetricsRegistry>();
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.failure.policy = FailurePolicy::Allow;
   o.monitor.registry = registry;
   o.monitor.onEvent = events.callback();
@@ -125,7 +125,7 @@ TEST_F(Metrics, AScriptFlushIsAScriptReloadEventOfTheClientAndNoCallFails) {
   co.connection = parseUri(server().uri());
   co.onEvent = clientEvents.callback();
   auto client = Client::create(co);
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.monitor.onEvent = limiterEvents.callback();
   RateLimiter rl(client, name(), o);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 100, milliseconds(60000)));
@@ -143,18 +143,18 @@ TEST_F(Metrics, AScriptFlushIsAScriptReloadEventOfTheClientAndNoCallFails) {
 TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndReportsNinety) {
   auto registry = std::make_shared<MetricsRegistry>();
   std::atomic<int> hook{0};
-  MonitorOptions shadow;
+  LimiterMonitor::Options shadow;
   shadow.registry = registry;
   shadow.shadow = true;
-  shadow.onShadowDenial = [&](const ShadowDenial& d) {
+  shadow.onShadowDenial = [&](const LimiterMonitor::ShadowDenial& d) {
     if (d.permits == 1 && !d.byPolicy) hook.fetch_add(1);
   };
 
-  RateLimiterOptions ro;
+  RateLimiter::Options ro;
   ro.monitor = shadow;
   RateLimiter rl(client(), name("redisson"), ro);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 10, milliseconds(10000)));
-  LimiterOptions to;
+  Limiter::Options to;
   to.monitor = shadow;
   // A burst of 10, refilled over 10 s: a bucket refills continuously (at 10 per 1000 ms one token
   // every 100 ms, and the 100 calls take longer than that under TSan), so at one per second no
@@ -206,7 +206,7 @@ TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndRepo
 
 TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   auto registry = std::make_shared<MetricsRegistry>();
-  LimiterOptions to;
+  Limiter::Options to;
   to.monitor.registry = registry;
   const Policy cfg = Policy::tokenBucket(3, 1, milliseconds(60000));
   Limiter a(client(), limiterName("a"), cfg, to);
@@ -219,7 +219,7 @@ TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
   EXPECT_EQ(sa.denied, 2u);
   EXPECT_EQ(sa.roundTrips, 5u);
 
-  MultiLimitOptions mo;
+  MultiLimit::Options mo;
   mo.monitor.registry = registry;
   mo.name = "both";
   MultiLimit both = MultiLimit({a, b}, mo).on({"k", "k"});
@@ -235,7 +235,7 @@ TEST_F(Metrics, AsyncDecisionsAndMultiLimitsAreCountedToo) {
 // MultiLimit counts its own refunds.
 TEST_F(Metrics, RefundsAreCountedUnderTheLimiterThatMadeThem) {
   auto registry = std::make_shared<MetricsRegistry>();
-  LimiterOptions to;
+  Limiter::Options to;
   to.monitor.registry = registry;
   const Policy cfg = Policy::tokenBucket(20, 1, milliseconds(60000));
   Limiter bucket(client(), limiterName("bucket"), cfg, to);
@@ -247,7 +247,7 @@ TEST_F(Metrics, RefundsAreCountedUnderTheLimiterThatMadeThem) {
   EXPECT_EQ(s.permitsRefunded, 2u);
 
   Limiter other(client(), limiterName("other"), cfg, to);
-  MultiLimitOptions mo;
+  MultiLimit::Options mo;
   mo.monitor.registry = registry;
   mo.name = "both-refund";
   MultiLimit both = MultiLimit({bucket, other}, mo).on({"k", "k"});

@@ -44,7 +44,7 @@ class MultiConcurrencyTest : public RedisTest {
     return Limiter(client(), limiterName(suffix), policy);
   }
   /// `limits` on kTenant each.
-  static MultiLimit onTenant(const std::vector<Limiter>& limits, const MultiLimitOptions& options = {}) {
+  static MultiLimit onTenant(const std::vector<Limiter>& limits, const MultiLimit::Options& options = {}) {
     return MultiLimit(limits, options).on(std::vector<std::string_view>(limits.size(), kTenant));
   }
   /// The Redis key of kTenant under `l`.
@@ -358,7 +358,7 @@ TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
   const MultiDecision d = got.get_future().get();
   ASSERT_TRUE(d.lease.has_value());
   EXPECT_TRUE(both.release(*d.lease));
-  const LimiterMetricsSnapshot m = both.monitor().metrics()->snapshot();
+  const LimiterMetrics::Snapshot m = both.monitor().metrics()->snapshot();
   EXPECT_EQ(m.granted, 4u);
   EXPECT_EQ(m.denied, 5u);
 }
@@ -366,7 +366,7 @@ TEST_F(MultiConcurrencyTest, AsyncDecisionsCarryTheirLeasesAndAreCounted) {
 TEST_F(MultiConcurrencyTest, ShadowModeLetsADenialThroughWithALeaseRedisDoesNotHold) {
   Limiter rate = limiter("rate", Policy::gcra(10, milliseconds(60000), 10));
   Limiter inFlight = limiter("inflight", Policy::concurrency(1, milliseconds(10000)));
-  MultiLimitOptions options;
+  MultiLimit::Options options;
   options.monitor.shadow = true;
   MultiLimit both = onTenant({rate, inFlight}, options);
   const MultiDecision first = both.decide();
@@ -391,7 +391,7 @@ TEST_F(MultiConcurrencyTest, UnreachableRedisIsDecidedByThePolicyWithLeases) {
     auto c = shortTimeoutClient(server);
     Limiter rate(c, "rate", Policy::gcra(10, milliseconds(60000), 10));
     Limiter inFlight(c, "inflight", Policy::concurrency(3, milliseconds(60000)));
-    MultiLimitOptions options;
+    MultiLimit::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     MultiLimit both = onTenant({rate, inFlight}, options);

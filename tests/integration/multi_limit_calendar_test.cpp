@@ -73,7 +73,7 @@ TEST_F(MultiLimitCalendar, AnLlmBudgetPerBerlinDayAndATokenRateAreChargedTheActu
 
     EXPECT_EQ(held.limits.at(0).remaining, 49000);
     EXPECT_EQ(held.limits.at(1).remaining, 19000);
-    EXPECT_EQ(settled.status, SettleStatus::Settled);
+    EXPECT_EQ(settled.status, Settlement::Status::Settled);
     ASSERT_EQ(settled.limits.size(), 2u);
     for (const Settlement& one : settled.limits) {
       EXPECT_EQ(one.returned, 766) << "both limits charged the 234 used";
@@ -86,7 +86,7 @@ TEST_F(MultiLimitCalendar, AnLlmBudgetPerBerlinDayAndATokenRateAreChargedTheActu
     EXPECT_FALSE(byDay.allowed);
     EXPECT_EQ(byDay.deniedBy, 0u);
     EXPECT_FALSE(perMinute.exists("tenant:8")) << "denied by the day: the token rate untouched";
-    EXPECT_EQ(spent.settle("req-2", 0).status, SettleStatus::Unknown) << "a denial records nothing";
+    EXPECT_EQ(spent.settle("req-2", 0).status, Settlement::Status::Unknown) << "a denial records nothing";
 
     EXPECT_FALSE(byRate.allowed);
     EXPECT_EQ(byRate.deniedBy, 1u);
@@ -112,7 +112,7 @@ TEST_F(MultiLimitCalendar, ASettleResentAfterAKilledConnectionIsAppliedOnce) {
         const MultiSettlement s = i % 2 == 0 ? tenant.settle("req-1", 234) : tenant.settleAsync("req-1", 234).get();
         EXPECT_EQ(s.limits.at(0).returned, 766);
         EXPECT_EQ(s.limits.at(0).remaining, 50000 - 234) << "the first settle's answer, every time";
-        (s.status == SettleStatus::Settled ? settled : again)++;
+        (s.status == Settlement::Status::Settled ? settled : again)++;
       } catch (const IoError&) {
         ++failed;  // the kill can still be in flight: a retry follows
       }

@@ -364,7 +364,7 @@ TEST_F(MultiLimitTest, WaitingTheReturnedRetryAfterSucceeds) {
 TEST_F(MultiLimitTest, ShadowModeTryAcquireWithATimeoutAndAcquireReserveNothingAhead) {
   Limiter a(client(), limiterName("a"), bucket(1, 1, milliseconds(10000)));
   Limiter b(client(), limiterName("b"), bucket(5, 5, std::chrono::hours(24)));
-  MultiLimitOptions options;
+  MultiLimit::Options options;
   options.monitor.shadow = true;
   MultiLimit both = MultiLimit({a, b}, options).on({"k", "k"});
   ASSERT_TRUE(both.tryAcquire());
@@ -497,7 +497,7 @@ TEST_F(MultiLimitTest, UnreachableRedisIsDecidedByThePolicy) {
     auto c = shortTimeoutClient(server);
     Limiter wide(c, "wide", bucket(10, 10, milliseconds(60000)));
     Limiter tight(c, "tight", gcra(3, 3, milliseconds(60000)));
-    MultiLimitOptions options;
+    MultiLimit::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     std::atomic<int> degraded{0};
@@ -598,7 +598,7 @@ TEST_F(MultiLimitTest, OfLimitersNeedsOneKeyPerLimiterAndRefusesWhatItCannotComb
   EXPECT_EQ(onU.reservationKey("order-1").rfind("rl::mrsv:order-1:", 0), 0u) << onU.reservationKey("order-1");
   ASSERT_TRUE(onU.reserveFor(4, "order-1").allowed);
   EXPECT_EQ(a.peek("u").remaining, 5);
-  EXPECT_EQ(onU.settle("order-1", 1).status, SettleStatus::Settled);
+  EXPECT_EQ(onU.settle("order-1", 1).status, Settlement::Status::Settled);
   EXPECT_EQ(a.peek("u").remaining, 8);
   EXPECT_EQ(b.peek("u").remaining, 8);
 }

@@ -32,8 +32,8 @@ class MultiReserveSettle : public RedisTest {
  protected:
   /// A key of this test in its one hash tag.
   std::string key(const std::string& suffix) { return "{" + name("mrs") + "}:" + suffix; }
-  MultiLimitOptions options(const std::shared_ptr<MetricsRegistry>& registry) {
-    MultiLimitOptions o;
+  MultiLimit::Options options(const std::shared_ptr<MetricsRegistry>& registry) {
+    MultiLimit::Options o;
     o.monitor.registry = registry;
     o.name = "multi";
     return o;
@@ -77,7 +77,7 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
       EXPECT_EQ(s.limits[1].remaining, 90);
       EXPECT_EQ(s.limits[2].remaining, 40);
       for (const Settlement& one : s.limits) EXPECT_EQ(one.returned, 30);
-      (s.status == SettleStatus::Settled ? settled : again)++;
+      (s.status == Settlement::Status::Settled ? settled : again)++;
     } catch (const IoError&) {
       ++failed;  // the kill can still be in flight: a retry follows
     }
@@ -88,7 +88,7 @@ TEST_F(MultiReserveSettle, SettleRetriedAfterClientKillGivesBackOnceToEveryLimit
   EXPECT_EQ(gcra.peek("k").remaining, 90) << "30 came back, once";
   EXPECT_EQ(window.peek("k").remaining, 90);
   EXPECT_EQ(bucket.peek("k").remaining, 40);
-  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  const LimiterMetrics::Snapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 30u);
@@ -116,7 +116,7 @@ TEST_F(MultiReserveSettle, ParallelReserveAndSettleKeepUsedEqualToTheActualsInEv
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
         if (!both.reserveFor(reserved, id).allowed) ++problems;
         const MultiSettlement s = both.settle(id, actual);
-        bool exact = s.status == SettleStatus::Settled && s.limits.size() == 2;
+        bool exact = s.status == Settlement::Status::Settled && s.limits.size() == 2;
         for (const Settlement& one : s.limits) {
           exact = exact && one.unpaid == 0 && one.returned == std::max<std::int64_t>(0, reserved - actual) &&
                   one.charged == std::max<std::int64_t>(0, actual - reserved);
@@ -165,7 +165,7 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
 
   const auto known = keyStates(admin(), {gcra.redisKey("k"), window.redisKey("k")});
   const MultiSettlement unknown = both.settle("never", 0);
-  EXPECT_EQ(unknown.status, SettleStatus::Unknown);
+  EXPECT_EQ(unknown.status, Settlement::Status::Unknown);
   EXPECT_EQ(unknown.limits.size(), 2u);
   EXPECT_EQ(unknown.returned, 0);
   EXPECT_EQ(keyStates(admin(), {gcra.redisKey("k"), window.redisKey("k")}), known);
@@ -173,19 +173,19 @@ TEST_F(MultiReserveSettle, DenialRecordsNothingAndRepeatsTakeNothing) {
 
   // 3 reserved, 6 used: 3 more charged in every limit (the window: its last 1 now, 2 in the next).
   const MultiSettlement s = both.settle("a", 6);
-  EXPECT_EQ(s.status, SettleStatus::Settled);
+  EXPECT_EQ(s.status, Settlement::Status::Settled);
   EXPECT_EQ(s.limits[0].charged, 3);
   EXPECT_EQ(s.limits[1].charged, 3);
   EXPECT_EQ(s.charged, 3);
   EXPECT_EQ(s.unpaid, 0);
   EXPECT_EQ(gcra.peek("k").remaining, 4);
   EXPECT_EQ(window.peek("k").remaining, 0);
-  EXPECT_EQ(both.settle("a", 0).status, SettleStatus::AlreadySettled);
+  EXPECT_EQ(both.settle("a", 0).status, Settlement::Status::AlreadySettled);
   EXPECT_EQ(both.settle("a", 0).actual, 6) << "the first settle's answer";
   EXPECT_TRUE(both.reserveFor(3, "a").repeated) << "settled, the id still answers the grant";
   EXPECT_EQ(gcra.peek("k").remaining, 4);
 
-  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  const LimiterMetrics::Snapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.granted, 1u) << "repeats are not decisions";
@@ -203,7 +203,7 @@ TEST_F(MultiReserveSettle, ExpiredReservationCountsAsFullyUsed) {
   EXPECT_LE(ttl, 60000);
   ASSERT_TRUE(both.reserveFor(2, "brief", milliseconds(1)).allowed);
   for (int i = 0; i < 200 && exists(admin(), both.reservationKey("brief")); ++i) sleepMs(2);
-  EXPECT_EQ(both.settle("brief", 0).status, SettleStatus::Unknown);
+  EXPECT_EQ(both.settle("brief", 0).status, Settlement::Status::Unknown);
   EXPECT_EQ(gcra.peek("k").remaining, 6);
   EXPECT_EQ(window.peek("k").remaining, 6);
 }
@@ -292,7 +292,7 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     auto client = shortTimeoutClient(server);
     Limiter gcra(client, "gcra", frozenGcra(5));
     Limiter window(client, "window", frozenWindow(5));
-    MultiLimitOptions options;
+    MultiLimit::Options options;
     options.failure.policy = policy;
     options.failure.probeInterval = milliseconds(50);
     options.monitor.registry = std::make_shared<MetricsRegistry>();
@@ -316,7 +316,7 @@ TEST(MultiReserveSettlePolicy, KilledServerIsDecidedByThePolicyAndSettleThrows) 
     EXPECT_EQ(options.monitor.registry->snapshot("policy").reservationsOpened, 1u) << "a policy grant records nothing";
     server.restart();  // no persistence: it comes back empty
     ASSERT_TRUE(untilAnswered([&] { EXPECT_FALSE(gcra.exists("k")) << "the restarted server is empty"; }));
-    EXPECT_EQ(both.settle("during", 0).status, SettleStatus::Unknown);
+    EXPECT_EQ(both.settle("during", 0).status, Settlement::Status::Unknown);
   }
 }
 
@@ -334,12 +334,12 @@ TEST_F(MultiReserveSettle, AsyncReserveAndSettleAnswerAsTheSyncForms) {
   EXPECT_TRUE(again.get_future().get().repeated) << "the same id answers the first";
   EXPECT_EQ(gcra.peek("k").remaining, 6);
   const MultiSettlement settled = both.settleAsync("req-1", 1).get();
-  EXPECT_EQ(settled.status, SettleStatus::Settled);
+  EXPECT_EQ(settled.status, Settlement::Status::Settled);
   EXPECT_EQ(settled.returned, 3);
-  EXPECT_EQ(both.settleAsync("req-1", 1).get().status, SettleStatus::AlreadySettled);
+  EXPECT_EQ(both.settleAsync("req-1", 1).get().status, Settlement::Status::AlreadySettled);
   EXPECT_EQ(gcra.peek("k").remaining, 9);
   EXPECT_EQ(window.peek("k").remaining, 9);
-  const LimiterMetricsSnapshot m = registry->snapshot("multi");
+  const LimiterMetrics::Snapshot m = registry->snapshot("multi");
   EXPECT_EQ(m.reservationsOpened, 1u);
   EXPECT_EQ(m.reservationsSettled, 1u);
   EXPECT_EQ(m.permitsRefunded, 3u);

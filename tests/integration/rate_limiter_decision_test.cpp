@@ -58,7 +58,7 @@ TEST_F(RateLimiterDecision, AsyncFormsAndThePolicy) {
   co.connection = parseUri(server.uri());
   co.connection.connectTimeout = milliseconds(200);
   co.connection.commandTimeout = milliseconds(200);
-  RateLimiterOptions options;
+  RateLimiter::Options options;
   options.failure.policy = FailurePolicy::Allow;
   RateLimiter gone(Client::create(co), "gone", options);
   ASSERT_TRUE(gone.trySetRate(RateType::Overall, 7, milliseconds(1000)));

@@ -68,7 +68,7 @@ TEST_F(SegmentedRateLimiterFaults, CloseWhileRedisDownIsOneAttemptInTotal) {
   stall.resume();
 
   const PoolStats be = client->poolStats();
-  const ConnectionOptions& c = co.connection;
+  const ClientOptions::Connection& c = co.connection;
   const milliseconds oneAttempt = c.connectTimeout + c.commandTimeout;
   std::printf("[ close  ] closing %d limiters while stalled took %lld ms; give-backs sent %llu, skipped %llu\n",
               kLimiters, static_cast<long long>(took), static_cast<unsigned long long>(be.bestEffortSent),
@@ -151,7 +151,7 @@ TEST_F(SegmentedRateLimiterFaults, WaitersForAStuckRefillGetThePolicysAnswer) {
     co.connection.commandTimeout = milliseconds(3000);  // the leader stays stuck well past refillWait
     auto client = Client::create(co);
     auto admin = Client::create(co);
-    RateLimiterOptions lo;
+    RateLimiter::Options lo;
     lo.failure.policy = policy;
     const std::string limiterName = "stuck-refill";
     auto source = std::make_shared<RateLimiter>(client, limiterName, lo);

@@ -152,7 +152,7 @@ TEST_F(SegmentedRateLimiterFork, RefillInFlightAtForkLeavesTheChildWorking) {
   ClientOptions co;
   co.connection.commandTimeout = milliseconds(5000);
   co.connection.connectTimeout = milliseconds(5000);  // the child's new connection PINGs Redis while it is paused
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Throw;
   auto source = std::make_shared<RateLimiter>(newClient(co), name(), lo);
   ASSERT_TRUE(source->trySetRate(RateType::Overall, 1000, seconds(60)));

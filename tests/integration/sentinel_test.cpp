@@ -126,7 +126,7 @@ void expectRefusedUnderEveryPolicy(const std::string& uri, const std::string& sa
                                    const std::vector<std::string>& secrets) {
   auto client = Client::fromUri(uri);
   for (const FailurePolicy policy : {FailurePolicy::Allow, FailurePolicy::Deny, FailurePolicy::Throw}) {
-    RateLimiterOptions options;
+    RateLimiter::Options options;
     options.failure.policy = policy;
     RateLimiter rl(client, "sentinel:refused", options);
     for (int k = 0; k < 3; ++k) {
@@ -149,19 +149,21 @@ TEST(Sentinel, RefusedLoginIsAnAuthErrorAtOnceUnderEveryPolicy) {
   // The primary's password offered to the sentinels.
   expectRefusedUnderEveryPolicy(withQuery("?sentinel_password=p-pass"), "authentication failed: WRONGPASS", secrets);
   expectRefusedUnderEveryPolicy(withQuery("?sentinel_password=p-pass"),
-                                "check the sentinels' own login: SentinelOptions::user and ::password", secrets);
+                                "check the sentinels' own login: ClientOptions::Sentinel::user and ::password",
+                                secrets);
   // None offered to sentinels that want one.
-  expectRefusedUnderEveryPolicy(withQuery(""), "set the sentinels' own SentinelOptions::password", secrets);
+  expectRefusedUnderEveryPolicy(withQuery(""), "set the sentinels' own ClientOptions::Sentinel::password", secrets);
   // The sentinels take their login; the primary they name refuses its own.
   std::string wrongPrimary = uri;
   wrongPrimary.replace(wrongPrimary.find(":p-pass@"), 8, ":wrong-pass@");
-  expectRefusedUnderEveryPolicy(wrongPrimary, "check ConnectionOptions::user and ::password", secrets);
+  expectRefusedUnderEveryPolicy(wrongPrimary, "check ClientOptions::Connection::user and ::password", secrets);
 }
 
 TEST(Sentinel, APasswordForSentinelsThatHaveNoneIsAnAuthErrorAtOnceUnderEveryPolicy) {
   RedisSentinelGroup group;
   expectRefusedUnderEveryPolicy(group.uri() + "?sentinel_password=unneeded",
-                                "leave SentinelOptions::password (sentinel_password= in the URI) empty", {"unneeded"});
+                                "leave ClientOptions::Sentinel::password (sentinel_password= in the URI) empty",
+                                {"unneeded"});
 }
 
 }  // namespace

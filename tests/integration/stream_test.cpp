@@ -84,15 +84,15 @@ std::vector<std::string> tlsArgs(const TlsCerts& c, bool authClients) {
           "--tls-auth-clients", authClients ? "yes" : "no"};
 }
 
-ConnectionOptions plainOptions(const RedisServer& server) {
-  ConnectionOptions o;
+ClientOptions::Connection plainOptions(const RedisServer& server) {
+  ClientOptions::Connection o;
   o.host = server.host();
   o.port = server.port();
   return o;
 }
 
-ConnectionOptions tlsOptions(const RedisServer& server, const TlsCerts& c) {
-  ConnectionOptions o;
+ClientOptions::Connection tlsOptions(const RedisServer& server, const TlsCerts& c) {
+  ClientOptions::Connection o;
   o.host = "127.0.0.1";
   o.port = server.tlsPort();
   o.tls.enabled = true;
@@ -147,7 +147,7 @@ TEST(Stream, PlainTcpPing) {
 TEST(Stream, LocalhostTriesEachAddress) {
   // The server listens on 127.0.0.1 only; "localhost" may resolve to ::1 first, which refuses.
   RedisServer server;
-  ConnectionOptions o = plainOptions(server);
+  ClientOptions::Connection o = plainOptions(server);
   o.host = "localhost";
   auto s = detail::connectStream(o, after(kGenerous));
   EXPECT_EQ(ping(*s), "+PONG\r\n");
@@ -155,7 +155,7 @@ TEST(Stream, LocalhostTriesEachAddress) {
 
 TEST(Stream, UnixSocketPing) {
   RedisServer server;
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.unixSocket = server.unixSocket();
   auto s = detail::connectStream(o, after(kGenerous));
   EXPECT_FALSE(s->isTls());
@@ -177,7 +177,7 @@ TEST(Stream, ReadWithNothingThereReturnsZero) {
 
 TEST(Stream, RefusedPortIsIoErrorWithinTheDeadline) {
   const int port = freeLoopbackPort();
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.port = port;
   const auto start = Clock::now();
   const std::string message = messageOfCall<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
@@ -196,7 +196,7 @@ TEST(Stream, RefusedPortIsIoErrorWithinTheDeadline) {
 }
 
 TEST(Stream, MissingUnixSocketIsIoError) {
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.unixSocket = "/nonexistent/redlimit.sock";
   const std::string message = messageOfCall<IoError>([&] { (void)detail::connectStream(o, after(kGenerous)); });
   EXPECT_TRUE(contains(message, "connect to unix:/nonexistent/redlimit.sock")) << message;
@@ -205,7 +205,7 @@ TEST(Stream, MissingUnixSocketIsIoError) {
 
 // Connects with a 300 ms deadline that must end in TimeoutError, not before it (and not much
 // later); returns the error's message.
-std::string timesOutAtTheDeadline(const ConnectionOptions& o) {
+std::string timesOutAtTheDeadline(const ClientOptions::Connection& o) {
   const auto start = Clock::now();
   std::string message = messageOfCall<TimeoutError>([&] { (void)detail::connectStream(o, after(milliseconds(300))); });
   const auto took = msSince(start);
@@ -216,7 +216,7 @@ std::string timesOutAtTheDeadline(const ConnectionOptions& o) {
 
 TEST(Stream, ConnectDeadlineOnAFullBacklog) {
   FullBacklog blackhole;
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.port = blackhole.port();
   const std::string message = timesOutAtTheDeadline(o);
   EXPECT_TRUE(contains(message, "connect to 127.0.0.1:" + std::to_string(blackhole.port()))) << message;
@@ -238,9 +238,9 @@ TEST(Stream, WriteToAClosedConnectionRaisesNoSigpipe) {
 
 TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
   const TlsCerts certs = makeTlsCerts();
-  ConnectionOptions plain;
+  ClientOptions::Connection plain;
   plain.port = freeLoopbackPort();
-  ConnectionOptions tls = plain;
+  ClientOptions::Connection tls = plain;
   tls.tls.enabled = true;
   tls.tls.caFile = certs.caFile;
   // UBSan (asan preset) checks an object's type through a pipe(2) the first time it meets the
@@ -272,7 +272,7 @@ TEST(Stream, OutOfDescriptorsIsAResourceLimitError) {
   }
   EXPECT_EQ(plainCode, "EMFILE");
   EXPECT_EQ(tlsCode, "EMFILE");
-  EXPECT_TRUE(contains(tlsMessage, "TlsOptions::caFile")) << tlsMessage;
+  EXPECT_TRUE(contains(tlsMessage, "ClientOptions::Tls::caFile")) << tlsMessage;
 }
 
 // ----- TLS -----------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ TEST(Stream, TlsPing) {
 TEST(Stream, TlsToLocalhostChecksTheDnsName) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, false));
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.host = "localhost";
   auto s = detail::connectStream(o, after(kGenerous));
   EXPECT_EQ(ping(*s), "+PONG\r\n");
@@ -323,7 +323,7 @@ TEST(Stream, TlsLargeRequestAndReply) {
 TEST(Stream, TlsMutualAuthWithClientCertificate) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, true));
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.tls.certFile = certs.clientCert;
   o.tls.keyFile = certs.clientKey;
   auto s = detail::connectStream(o, after(kGenerous));
@@ -343,7 +343,7 @@ TEST(Stream, TlsMutualAuthWithoutClientCertificate) {
     });
     EXPECT_TRUE(contains(message, "127.0.0.1:" + std::to_string(server.tlsPort()))) << message;
     EXPECT_TRUE(contains(message, "client certificate")) << message;
-    EXPECT_TRUE(contains(message, "set TlsOptions::certFile and ::keyFile")) << message;
+    EXPECT_TRUE(contains(message, "set ClientOptions::Tls::certFile and ::keyFile")) << message;
     EXPECT_TRUE(contains(message, "certificate required")) << message;
   }
 }
@@ -351,7 +351,7 @@ TEST(Stream, TlsMutualAuthWithoutClientCertificate) {
 TEST(Stream, TlsMutualAuthWithARefusedClientCertificate) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, true));
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.tls.certFile = certs.serverCert;  // signed by the right CA, but for serverAuth only
   o.tls.keyFile = certs.serverKey;
   const std::string message = messageOfError<ConfigurationError>(ErrorKind::Tls, [&] {
@@ -367,7 +367,7 @@ TEST(Stream, TlsToAPlainPort) {
   // plain PING finds it answering in RESP), or answers an error where a TLS record belongs. Either
   // way a ConfigurationError (Tls), never a timeout.
   RedisServer server;
-  ConnectionOptions o = plainOptions(server);
+  ClientOptions::Connection o = plainOptions(server);
   o.tls.enabled = true;
   o.tls.verifyPeer = false;
   for (int i = 0; i < 3; ++i) {  // the hello's random bytes hold a '\n' about one time in three
@@ -407,7 +407,7 @@ TEST(Stream, TlsPeerClosesDuringTheHandshake) {
     (void)::read(fd, buf, sizeof buf);  // the ClientHello: closing with it read sends a FIN, not a reset
     ::close(fd);
   });
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.port = listener.port();
   o.tls.enabled = true;
   o.tls.verifyPeer = false;
@@ -420,7 +420,7 @@ TEST(Stream, TlsPeerClosesDuringTheHandshake) {
 TEST(Stream, TlsWrongCa) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, false));
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.tls.caFile = certs.otherCaFile;
   const std::string message =
       messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
@@ -432,7 +432,7 @@ TEST(Stream, TlsWrongCa) {
               contains(message, "unable to get local issuer certificate"))
       << message;
   EXPECT_TRUE(contains(message, "issuer /CN=redlimit-test-ca")) << message;
-  EXPECT_TRUE(contains(message, "TlsOptions::caFile \"" + certs.otherCaFile + "\"")) << message;
+  EXPECT_TRUE(contains(message, "ClientOptions::Tls::caFile \"" + certs.otherCaFile + "\"")) << message;
 }
 
 // The right CA signed it, but it expired: the message says so, and when, not to change the CA.
@@ -457,7 +457,7 @@ TEST(Stream, TlsExpiredCertificateSaysWhenItExpired) {
 TEST(Stream, TlsWrongHostname) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, false));
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.tls.serverName = "wrong.example";
   const std::string message =
       messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
@@ -471,7 +471,7 @@ TEST(Stream, TlsWrongIpAddress) {
   std::vector<std::string> args = tlsArgs(certs, false);
   args.insert(args.end(), {"--bind", "127.0.0.1 127.0.0.2"});
   RedisServer server(args);
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.host = "127.0.0.2";  // loopback too, but not in the certificate
   const std::string message =
       messageOfError<ConfigurationError>(ErrorKind::Tls, [&] { (void)detail::connectStream(o, after(kGenerous)); });
@@ -481,7 +481,7 @@ TEST(Stream, TlsWrongIpAddress) {
 TEST(Stream, TlsVerifyPeerOffConnectsDespiteAnUnknownCa) {
   const TlsCerts certs = makeTlsCerts();
   RedisServer server(tlsArgs(certs, false));
-  ConnectionOptions o = tlsOptions(server, certs);
+  ClientOptions::Connection o = tlsOptions(server, certs);
   o.tls.caFile.clear();  // a CA with verifyPeer = false is refused by checkOptions (it would be ignored)
   o.tls.serverName = "wrong.example";
   o.tls.verifyPeer = false;
@@ -491,7 +491,7 @@ TEST(Stream, TlsVerifyPeerOffConnectsDespiteAnUnknownCa) {
 
 TEST(Stream, TlsHandshakeDeadline) {
   SilentListener silent;
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.port = silent.port();
   o.tls.enabled = true;
   o.tls.verifyPeer = false;
@@ -516,11 +516,11 @@ TEST(Stream, TlsWriteToAClosedConnectionRaisesNoSigpipe) {
 TEST(Stream, TlsFileErrors) {
   // The context is built before connecting: none of these needs a server.
   const TlsCerts certs = makeTlsCerts();
-  ConnectionOptions base;
+  ClientOptions::Connection base;
   base.port = freeLoopbackPort();
   base.tls.enabled = true;
-  auto fails = [&](const std::function<void(TlsOptions&)>& change) {
-    ConnectionOptions o = base;
+  auto fails = [&](const std::function<void(ClientOptions::Tls&)>& change) {
+    ClientOptions::Connection o = base;
     change(o.tls);
     std::string message;
     try {
@@ -534,35 +534,36 @@ TEST(Stream, TlsFileErrors) {
     return message;
   };
   const std::string missing = certs.dir + "/missing.pem";
-  std::string m = fails([&](TlsOptions& t) { t.caFile = missing; });
-  EXPECT_TRUE(contains(m, "TlsOptions::caFile \"" + missing + "\"") && contains(m, "No such file")) << m;
-  m = fails([&](TlsOptions& t) { t.caFile = certs.serverKey; });
-  EXPECT_TRUE(contains(m, "TlsOptions::caFile \"" + certs.serverKey + "\"")) << m;
-  m = fails([&](TlsOptions& t) { t.caPath = certs.caFile; });
-  EXPECT_TRUE(contains(m, "TlsOptions::caPath \"" + certs.caFile + "\"") && contains(m, "Not a directory")) << m;
-  m = fails([&](TlsOptions& t) { t.certFile = certs.clientCert; });
-  EXPECT_TRUE(contains(m, "TlsOptions::certFile is set but ::keyFile is empty")) << m;
-  m = fails([&](TlsOptions& t) { t.keyFile = certs.clientKey; });
-  EXPECT_TRUE(contains(m, "TlsOptions::keyFile is set but ::certFile is empty")) << m;
-  m = fails([&](TlsOptions& t) {
+  std::string m = fails([&](ClientOptions::Tls& t) { t.caFile = missing; });
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::caFile \"" + missing + "\"") && contains(m, "No such file")) << m;
+  m = fails([&](ClientOptions::Tls& t) { t.caFile = certs.serverKey; });
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::caFile \"" + certs.serverKey + "\"")) << m;
+  m = fails([&](ClientOptions::Tls& t) { t.caPath = certs.caFile; });
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::caPath \"" + certs.caFile + "\"") && contains(m, "Not a directory"))
+      << m;
+  m = fails([&](ClientOptions::Tls& t) { t.certFile = certs.clientCert; });
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::certFile is set but ::keyFile is empty")) << m;
+  m = fails([&](ClientOptions::Tls& t) { t.keyFile = certs.clientKey; });
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::keyFile is set but ::certFile is empty")) << m;
+  m = fails([&](ClientOptions::Tls& t) {
     t.certFile = certs.clientCert;
     t.keyFile = missing;
   });
-  EXPECT_TRUE(contains(m, "TlsOptions::keyFile \"" + missing + "\"")) << m;
-  m = fails([&](TlsOptions& t) {
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::keyFile \"" + missing + "\"")) << m;
+  m = fails([&](ClientOptions::Tls& t) {
     t.certFile = certs.clientCert;
     t.keyFile = certs.serverKey;
   });
   EXPECT_TRUE(contains(m, "is not the private key of the certificate")) << m;
-  m = fails([&](TlsOptions& t) {
+  m = fails([&](ClientOptions::Tls& t) {
     t.certFile = certs.caFile + ".nope";
     t.keyFile = certs.clientKey;
   });
-  EXPECT_TRUE(contains(m, "TlsOptions::certFile")) << m;
+  EXPECT_TRUE(contains(m, "ClientOptions::Tls::certFile")) << m;
 }
 
 TEST(Stream, TlsOverAUnixSocketIsInvalid) {
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.unixSocket = "/tmp/redlimit-none.sock";
   o.tls.enabled = true;
   EXPECT_THROW((void)detail::connectStream(o, after(kGenerous)), InvalidArgument);

@@ -97,7 +97,7 @@ TEST(Cluster, AHungNodeIsLearntOncePerClientAndHealthyNodesGoOn) {
   co.connection.commandTimeout = milliseconds(1000);  // (each probe of the hung node waits this long)
   co.bestEffortRetry = milliseconds(250);
   auto client = Client::fromUri(cluster.seeds(), co);
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Allow;
   lo.failure.probeInterval = milliseconds(50);  // each limiter asks often: the node-level gate must absorb it
   constexpr int kLimiters = 300;
@@ -213,7 +213,7 @@ TEST(Cluster, ClusterDownIsLearntOnceAndThePolicyDecides) {
   co.connection.commandTimeout = milliseconds(1000);  // each probe of the hung node waits this long
   co.bestEffortRetry = milliseconds(250);
   auto client = Client::fromUri(cluster.seeds(), co);
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Allow;
   lo.failure.probeInterval = milliseconds(50);  // each limiter asks often: the node-level gate must absorb it
   constexpr int kLimiters = 300;

@@ -99,11 +99,11 @@ std::shared_ptr<Pending> submitPing(detail::Transport& t, milliseconds budget) {
 TEST(TransportConnect, AHungConnectDelaysNoRequestOnAnotherConnection) {
   RedisServer server;
   ForwardThenBlackhole gate(server.port(), 1);
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "127.0.0.1";
   o.port = gate.port();
   o.connectTimeout = milliseconds(30000);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 2;
   auto t = detail::Transport::start(o, pool);
   const detail::Outcome first = t->call(ping(milliseconds(5000)));  // connection 0
@@ -125,11 +125,11 @@ TEST(TransportConnect, AHungConnectDelaysNoRequestOnAnotherConnection) {
 // connect. The old transport connected one after another: never more than one at a time.
 TEST(TransportConnect, APoolConnectsToABlackholeSideBySide) {
   FullBacklog blackhole;
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "127.0.0.1";
   o.port = blackhole.port();
   o.connectTimeout = milliseconds(3000);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 4;
   auto t = detail::Transport::start(o, pool);
   const std::size_t waitingBefore = connectsWaitingFor(blackhole.port());
@@ -153,11 +153,11 @@ TEST(TransportConnect, APoolConnectsToABlackholeSideBySide) {
 TEST(TransportConnect, AStalledNameLookupDelaysNoOtherConnectionAndIsNamed) {
   RedisServer server;
   ScriptedResolver names({server.port(), 0});  // connection 0 resolves, connection 1 stalls
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "redis.test";
   o.port = 6379;
   o.connectTimeout = milliseconds(300);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 2;
   auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
   const detail::Outcome first = t->call(ping(milliseconds(5000)));
@@ -185,11 +185,11 @@ TEST(TransportConnect, AStalledNameLookupDelaysNoOtherConnectionAndIsNamed) {
 
 // A lookup that fails names the host; the next connect looks it up again.
 TEST(TransportConnect, AFailedNameLookupIsAnIoErrorNamingTheHost) {
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "no-such-host.invalid";
   o.port = 6379;
   o.connectTimeout = milliseconds(5000);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 1;
   ScriptedResolver names({0});
   names.release();  // every lookup ends at once without an answer
@@ -214,14 +214,14 @@ TEST(TransportConnect, ASilentTlsHandshakeDelaysNoOtherConnection) {
   po.answerGreeting = false;
   FakePeer silent(po);
   ScriptedResolver names({server.tlsPort(), silent.port()});
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "redis.test";
   o.port = 6379;
   o.tls.enabled = true;
   o.tls.caFile = certs.caFile;
   o.tls.serverName = "localhost";
   o.connectTimeout = milliseconds(30000);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 2;
   auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
   const detail::Outcome first = t->call(ping(milliseconds(5000)));
@@ -244,11 +244,11 @@ TEST(TransportConnect, AResetThenSilentPortIsProbedWithoutBlocking) {
   RedisServer server;
   CloseThenSilent peer(1);
   ScriptedResolver names({peer.port(), server.port()});
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "redis.test";
   o.port = 6379;
   o.connectTimeout = milliseconds(30000);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 2;
   auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
   auto second = submitPing(*t, milliseconds(300));  // connection 0, to the peer: no connection is ready yet
@@ -272,11 +272,11 @@ TEST(TransportDeadline, AQueuedRequestEndsAtItsDeadlineWhileItsConnectionGreets)
   FakePeer::Options po;
   po.answerGreeting = false;
   FakePeer peer(po);
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "127.0.0.1";
   o.port = peer.port();
   o.connectTimeout = milliseconds(10000);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 1;
   auto t = detail::Transport::start(o, pool);
   for (int i = 0; i < 3; ++i) {
@@ -309,7 +309,7 @@ TEST(TransportTls, RedissToAPlainPortIsATlsErrorUnderEveryPolicy) {
     co.connection.connectTimeout = milliseconds(3000);
     co.connection.commandTimeout = milliseconds(3000);
     auto client = Client::create(co);
-    RateLimiterOptions ro;
+    RateLimiter::Options ro;
     ro.failure.policy = policy;
     RateLimiter rl(client, "rediss-to-plain", ro);
     for (int i = 0; i < 3; ++i) {  // new connections each time: both ways a plain port can answer
@@ -361,7 +361,7 @@ TEST(TransportTls, CertificateErrorsDoNotRecommendVerifyPeerOff) {
   co.connection.tls.caFile = certs.otherCaFile;
   co.connection.connectTimeout = milliseconds(2000);
   co.connection.commandTimeout = milliseconds(2000);
-  RateLimiterOptions ro;
+  RateLimiter::Options ro;
   ro.failure.policy = FailurePolicy::Allow;
   RateLimiter rl(Client::create(co), "untrusted-certificate", ro);
   try {
@@ -400,7 +400,7 @@ TEST(Client, ABlockingCallbackIsItsOwnCauseNotAnOutage) {
     events.push_back(e);
   };
   auto client = Client::create(co);
-  RateLimiterOptions ro;
+  RateLimiter::Options ro;
   ro.failure.policy = FailurePolicy::Deny;
   RateLimiter blocker(client, "blocking-callback:blocker", ro);
   RateLimiter other(client, "blocking-callback:other", ro);

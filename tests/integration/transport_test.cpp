@@ -248,7 +248,7 @@ TEST(TransportFakePeer, CloseMidReplyIsClosed) { expectTypedFailures(Behaviour::
 TEST(TransportFakePeer, AllowPolicyDecidesAnOutageWithinTheBound) {
   FakePeer peer(peerOptions(Behaviour::NeverAnswer));
   auto client = Client::create(peerClient(peer, kPeerTimeout));
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Allow;
   RateLimiter limiter(client, "transport-allow", lo);
   bool granted = false;
@@ -331,7 +331,7 @@ TEST(TransportTls, MissingClientCertificateIsATlsErrorEveryTimeAndNeverAllowed) 
     const Caught c = run([&] { (void)redlimit::detail::command(*client, {"PING"}); });
     ++commandKinds[c.kind];
     if (c.kind != "ConfigurationError/Tls") otherMessage = c.message;
-    RateLimiterOptions lo;
+    RateLimiter::Options lo;
     lo.failure.policy = FailurePolicy::Allow;
     RateLimiter limiter(Client::fromUri(uri), "transport-mtls-allow", lo);
     bool granted = false;
@@ -356,7 +356,7 @@ TEST(TransportTls, WrongCaIsATlsErrorThatNoFailurePolicyDecides) {
   EXPECT_TRUE(contains(c.message, "certificate verification failed")) << c.message;
   EXPECT_THROW((void)redlimit::detail::command(*client, {"PING"}), ConfigurationError);
 
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Allow;
   RateLimiter limiter(client, "transport-wrong-ca", lo);
   for (int i = 0; i < 2; ++i) {
@@ -385,7 +385,7 @@ TEST(TransportTls, PlainClientOnTheTlsPortIsATlsPortErrorSayingRediss) {
   EXPECT_EQ(c.kind, "ConfigurationError/TlsPort") << c.message;
   EXPECT_TRUE(contains(c.message, "rediss://")) << c.message;
 
-  RateLimiterOptions lo;
+  RateLimiter::Options lo;
   lo.failure.policy = FailurePolicy::Deny;
   RateLimiter limiter(client, "transport-tls-port", lo);
   const Caught a = run([&] { (void)limiter.tryAcquire(); });
@@ -399,7 +399,7 @@ TEST(TransportTls, ManyThreadsOverTwoTlsConnections) {
   base.pool.size = 2;
   base.connection.commandTimeout = milliseconds(2000);
   auto client = Client::fromUri(tlsUri(server, "cacert=" + certs.caFile), base);
-  RateLimiterOptions oneByOne;  // this test is about the transport's pipelining, not coalescing
+  RateLimiter::Options oneByOne;  // this test is about the transport's pipelining, not coalescing
   oneByOne.coalesce = false;
   RateLimiter limiter(client, "transport-tls-threads", oneByOne);
   constexpr std::int64_t kRate = 1000;
@@ -617,7 +617,7 @@ TEST_F(TransportTest, FiveThousandAsyncAcquiresFromOneThread) {
   ClientOptions patient;
   patient.connection.connectTimeout = patient.connection.commandTimeout = milliseconds(10000);
   auto client = newClient(patient);
-  RateLimiterOptions oneByOne;  // every acquisition its own request: the transport pipelines them
+  RateLimiter::Options oneByOne;  // every acquisition its own request: the transport pipelines them
   oneByOne.coalesce = false;
   RateLimiter limiter(client, name(), oneByOne);
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 3000, seconds(60)));
@@ -707,7 +707,7 @@ TEST(TransportShutdown, DroppingTheLastReferenceFailsEveryRequestInFlightAndJoin
   const std::size_t threadsBefore = threadCount();
   auto client = Client::create(peerClient(peer, milliseconds(10000)));
   std::weak_ptr<Client> weak = client;
-  RateLimiterOptions oneByOne;  // all 1000 in flight on the connection (coalesced ones wait in the handle)
+  RateLimiter::Options oneByOne;  // all 1000 in flight on the connection (coalesced ones wait in the handle)
   oneByOne.coalesce = false;
   auto limiter = std::make_unique<RateLimiter>(client, "transport-shutdown", oneByOne);
   auto tally = std::make_shared<Tally>();
@@ -854,11 +854,11 @@ TEST(TransportDeadline, ATrickledReplyCannotStretchTheDeadline) {
 TEST(TransportPool, RequestsGoToAReadyConnectionWhileOthersAreStillConnecting) {
   RedisServer server;
   ScriptedResolver names({server.port(), 0});  // the first lookup answers, every later one hangs
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.host = "redis.test";
   o.port = 6379;
   o.connectTimeout = seconds(5);
-  PoolOptions pool;
+  ClientOptions::Pool pool;
   pool.size = 4;
   auto t = detail::Transport::start(o, pool, nullptr, {}, {}, names.resolver());
   constexpr int kCalls = 400;

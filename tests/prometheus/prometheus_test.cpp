@@ -77,7 +77,7 @@ TEST_F(Prometheus, TheScrapedEndpointCountsWhatTheLimitersDid) {
   exposer.RegisterCollectable(collector);
   const int port = exposer.GetListeningPorts().at(0);
 
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.monitor.registry = registry;
   RateLimiter rl(client(), name("plain"), o);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 4, milliseconds(60000)));
@@ -138,7 +138,7 @@ TEST_F(Prometheus, PoliciesErrorsAndTheCardinalityCapAreLabelled) {
   co.connection.port = 1;  // nothing listens: every call is an outage
   co.connection.connectTimeout = milliseconds(50);
   auto dead = Client::create(co);
-  RateLimiterOptions o;
+  RateLimiter::Options o;
   o.monitor.registry = registry;
   o.failure.policy = FailurePolicy::Allow;
   RateLimiter a(dead, "tenant-a", o);

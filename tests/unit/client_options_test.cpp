@@ -24,32 +24,32 @@ std::string constructionError(const ClientOptions& o) {
 
 TEST(ClientOptionsCheck, ConstructorRefusesBadTopologyOptions) {
   ClientOptions o;
-  o.topology = Topology::Cluster;
-  EXPECT_NE(constructionError(o).find("ClusterOptions::seeds is empty"), std::string::npos);
+  o.topology = ClientOptions::Topology::Cluster;
+  EXPECT_NE(constructionError(o).find("ClientOptions::Cluster::seeds is empty"), std::string::npos);
   o.cluster.seeds = {{"127.0.0.1", 7000}};
   o.cluster.maxRedirects = 0;
-  EXPECT_NE(constructionError(o).find("ClusterOptions::maxRedirects"), std::string::npos);
-  o.topology = Topology::Sentinel;
-  EXPECT_NE(constructionError(o).find("SentinelOptions::sentinels is empty"), std::string::npos);
+  EXPECT_NE(constructionError(o).find("ClientOptions::Cluster::maxRedirects"), std::string::npos);
+  o.topology = ClientOptions::Topology::Sentinel;
+  EXPECT_NE(constructionError(o).find("ClientOptions::Sentinel::sentinels is empty"), std::string::npos);
 }
 
 TEST(ClientOptionsCheck, OptionsAreCheckedBeforeBestEffortRetry) {
   ClientOptions o;
-  o.topology = Topology::Cluster;
+  o.topology = ClientOptions::Topology::Cluster;
   o.bestEffortRetry = std::chrono::milliseconds(0);
-  EXPECT_NE(constructionError(o).find("ClusterOptions::seeds"), std::string::npos);
-  o.topology = Topology::Standalone;
+  EXPECT_NE(constructionError(o).find("ClientOptions::Cluster::seeds"), std::string::npos);
+  o.topology = ClientOptions::Topology::Standalone;
   EXPECT_NE(constructionError(o).find("bestEffortRetry"), std::string::npos) << "still checked";
   o.bestEffortRetry = std::chrono::milliseconds(1);
   o.connection.connectTimeout = std::chrono::milliseconds(0);
-  EXPECT_NE(constructionError(o).find("ConnectionOptions::connectTimeout"), std::string::npos);
+  EXPECT_NE(constructionError(o).find("ClientOptions::Connection::connectTimeout"), std::string::npos);
 }
 
 TEST(ClientOptionsCheck, FromUriTakesClientUris) {
   ClientOptions base;
   base.clientId = "from-base";
   auto client = Client::fromUri("redis://u:pw@127.0.0.1:1/2", base);
-  EXPECT_EQ(client->options().topology, Topology::Standalone);
+  EXPECT_EQ(client->options().topology, ClientOptions::Topology::Standalone);
   EXPECT_EQ(client->options().connection.db, 2);
   EXPECT_EQ(client->options().connection.user, "u");
   EXPECT_EQ(client->clientId(), "from-base");

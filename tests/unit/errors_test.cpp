@@ -270,7 +270,7 @@ TEST(ErrorMapping, UnauthenticatedProtocolErrorIsAnAuthErrorThatSaysToSetThePass
     SCOPED_TRACE(reply);
     expectThrow<AuthError>(
         [&] { throwReplyError(reply, true); },
-        [](const AuthError& e) { EXPECT_TRUE(contains(e.what(), "ConnectionOptions::password")) << e.what(); });
+        [](const AuthError& e) { EXPECT_TRUE(contains(e.what(), "ClientOptions::Connection::password")) << e.what(); });
   }
 }
 

@@ -375,7 +375,7 @@ TEST(FailureGate, SettlingAFailedCompletionRaisesNoException) {
   // at once on the I/O thread, where a rethrow each cost more than the rest of the completion.
   Recorder r;
   auto registry = std::make_shared<MetricsRegistry>();
-  MonitorOptions m;
+  LimiterMonitor::Options m;
   m.registry = registry;
   FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_), LimiterMonitor("g", m));
   const auto timeout = std::make_exception_ptr(TimeoutError("redlimit: timed out"));

@@ -53,13 +53,14 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
       m.localHit(i % 2 == 0 ? 1 : 3);  // alternately 1 and 3 permits
       m.roundTrip();
       m.decisionLatency(microseconds(t * 100 + 10));  // thread t: its own bucket
-      m.policyDecision(FailurePolicy::Local, i % 2 == 0 ? PolicyOutcome::Granted : PolicyOutcome::Denied);
+      m.policyDecision(FailurePolicy::Local,
+                       i % 2 == 0 ? LimiterMetrics::PolicyOutcome::Granted : LimiterMetrics::PolicyOutcome::Denied);
       m.error(ErrorKind::Timeout);
       if (i % 10 == 0) m.shadowDenied();
       if (i % 5 == 0) m.refunded(2);
     }
   });
-  const LimiterMetricsSnapshot s = m.snapshot();
+  const LimiterMetrics::Snapshot s = m.snapshot();
   const std::uint64_t n = std::uint64_t{kMetricThreads} * kEach;
   EXPECT_EQ(s.limiter, "api");
   EXPECT_EQ(s.localHits, n);
@@ -70,9 +71,9 @@ TEST(LimiterMetrics, ConcurrentIncrementsFromEightThreadsSumExactly) {
   EXPECT_EQ(s.permitsRefunded, n / 5 * 2);
   EXPECT_EQ(s.permitsGranted, n * 3 / 4 * 2 + n * 2) << "a refund leaves the grants counted";
   EXPECT_EQ(s.roundTrips, n);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Granted), n / 2);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, PolicyOutcome::Denied), n / 2);
-  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, PolicyOutcome::Denied), 0u);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, LimiterMetrics::PolicyOutcome::Granted), n / 2);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Local, LimiterMetrics::PolicyOutcome::Denied), n / 2);
+  EXPECT_EQ(s.policyDecisions(FailurePolicy::Deny, LimiterMetrics::PolicyOutcome::Denied), 0u);
   EXPECT_EQ(s.errorCount(ErrorKind::Timeout), n);
   EXPECT_EQ(s.errorCount(ErrorKind::Closed), 0u);
   EXPECT_EQ(s.latency.count, n);
@@ -189,16 +190,16 @@ TEST(ErrorKind, EachErrorKindHasItsLabel) {
   EXPECT_EQ(errorKindOf(nullptr), ErrorKind::Other);
   EXPECT_STREQ(errorKindName(ErrorKind::PoolTimeout), "pool_timeout");
   EXPECT_STREQ(failurePolicyName(FailurePolicy::Local), "local");
-  EXPECT_STREQ(policyOutcomeName(PolicyOutcome::Thrown), "thrown");
+  EXPECT_STREQ(policyOutcomeName(LimiterMetrics::PolicyOutcome::Thrown), "thrown");
 }
 
 TEST(LimiterMonitor, ShadowModeAllowsCountsAndReportsEachDenial) {
   auto registry = std::make_shared<MetricsRegistry>();
-  std::vector<ShadowDenial> seen;
-  MonitorOptions o;
+  std::vector<LimiterMonitor::ShadowDenial> seen;
+  LimiterMonitor::Options o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&](const ShadowDenial& d) { seen.push_back(d); };
+  o.onShadowDenial = [&](const LimiterMonitor::ShadowDenial& d) { seen.push_back(d); };
   const LimiterMonitor m("s", o);
   EXPECT_TRUE(m.admit(true, 2));
   EXPECT_TRUE(m.admit(false, 3, microseconds(1500)));
@@ -220,7 +221,7 @@ TEST(LimiterMonitor, ShadowModeAllowsCountsAndReportsEachDenial) {
   EXPECT_EQ(s.shadowDenied, 2u);
 
   // Without shadow mode a denial stays one; with metrics off nothing is registered.
-  MonitorOptions plain;
+  LimiterMonitor::Options plain;
   plain.registry = registry;
   plain.metrics = false;
   const LimiterMonitor off("off", plain);
@@ -283,7 +284,7 @@ SegmentOptions segmentOf(std::int64_t size) {
 TEST(SegmentMetrics, HitsAndRefillsAreCountedWithTheSourcesMonitor) {
   ManualClock clock{std::chrono::seconds(100)};
   auto registry = std::make_shared<MetricsRegistry>();
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = registry;
   auto source = std::make_shared<WindowSource>(clock, 10, LimiterMonitor("seg", o));
   WindowLimiter rl(source, segmentOf(5), ClockRef<ManualClock>(clock));
@@ -303,10 +304,10 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
   auto registry = std::make_shared<MetricsRegistry>();
   int hook = 0;
   std::vector<microseconds> waits;
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&](const ShadowDenial& d) {
+  o.onShadowDenial = [&](const LimiterMonitor::ShadowDenial& d) {
     ++hook;
     waits.push_back(d.retryAfter);
   };
@@ -335,11 +336,11 @@ TEST(SegmentMetrics, ShadowModeOfferedAHundredCallsAtTenPerSecondAllowsAllAndRep
 }
 
 // The in-process limiters (redlimit::local): the same monitor, set before use.
-MonitorOptions shadowInto(const std::shared_ptr<MetricsRegistry>& registry, int& hook) {
-  MonitorOptions o;
+LimiterMonitor::Options shadowInto(const std::shared_ptr<MetricsRegistry>& registry, int& hook) {
+  LimiterMonitor::Options o;
   o.registry = registry;
   o.shadow = true;
-  o.onShadowDenial = [&hook](const ShadowDenial&) { ++hook; };
+  o.onShadowDenial = [&hook](const LimiterMonitor::ShadowDenial&) { ++hook; };
   return o;
 }
 
@@ -396,7 +397,7 @@ TEST(LocalShadowMode, AGuavaLimiterOfTenPerSecondOfferedAHundredCallsAllowsAllAn
 TEST(LocalShadowMode, WithoutShadowModeTheLocalLimitersCountAndStillRefuse) {
   ManualClock clock{std::chrono::seconds(100)};
   auto registry = std::make_shared<MetricsRegistry>();
-  MonitorOptions o;
+  LimiterMonitor::Options o;
   o.registry = registry;
   BasicLocalTokenBucket<ClockRef<ManualClock>> bucket(2, 1, std::chrono::seconds(1), ClockRef<ManualClock>(clock));
   bucket.setMonitor(LimiterMonitor("plain", o));

@@ -83,11 +83,11 @@ TEST(LimiterName, ANameThatIsNotUtf8IsRefusedByEveryLimiter) {
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, redlimit::Policy::perSecond(10)); }, "Limiter");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, lease); }, "Limiter under a concurrency policy");
   refusedAsNotUtf8([&] { redlimit::Limiter l(client, bad, quota); }, "Limiter under a calendar policy");
-  redlimit::MultiLimitOptions named;
+  redlimit::MultiLimit::Options named;
   named.name = bad;
   const redlimit::Limiter good(client, "api", redlimit::Policy::perSecond(10));
   refusedAsNotUtf8([&] { redlimit::MultiLimit m({good}, named); }, "MultiLimit");
-  for (const redlimit::LimiterMetricsSnapshot& m : redlimit::MetricsRegistry::global()->snapshot()) {
+  for (const redlimit::LimiterMetrics::Snapshot& m : redlimit::MetricsRegistry::global()->snapshot()) {
     EXPECT_NE(m.limiter, bad) << "a refused name has no metrics entry";
   }
 }

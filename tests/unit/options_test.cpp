@@ -1,4 +1,4 @@
-// checkOptions(ConnectionOptions): the TLS checks (the others are covered by the integration
+// checkOptions(ClientOptions::Connection): the TLS checks (the others are covered by the integration
 // tests through Client's constructor). checkOptions(ClientOptions): the Cluster and Sentinel checks.
 #include <chrono>
 #include <string>
@@ -10,8 +10,6 @@
 #include "redlimit/options.hpp"
 
 using redlimit::ClientOptions;
-using redlimit::ConnectionOptions;
-using redlimit::Topology;
 
 namespace {
 
@@ -27,7 +25,7 @@ std::string rejection(const Options& o) {
 }
 
 TEST(CheckOptions, TlsIsFine) {
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.tls.enabled = true;
   EXPECT_NO_THROW(redlimit::checkOptions(o));
   o.tls.certFile = "/c.pem";
@@ -36,7 +34,7 @@ TEST(CheckOptions, TlsIsFine) {
 }
 
 TEST(CheckOptions, TlsOverAUnixSocketIsRefused) {
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.unixSocket = "/tmp/r.sock";
   o.tls.enabled = true;
   const std::string message = rejection(o);
@@ -46,27 +44,27 @@ TEST(CheckOptions, TlsOverAUnixSocketIsRefused) {
 }
 
 TEST(CheckOptions, ClientCertificateNeedsBothFiles) {
-  ConnectionOptions o;
+  ClientOptions::Connection o;
   o.tls.enabled = true;
   o.tls.certFile = "/c.pem";
   std::string message = rejection(o);
-  EXPECT_NE(message.find("TlsOptions::certFile is set but ::keyFile is empty"), std::string::npos) << message;
+  EXPECT_NE(message.find("ClientOptions::Tls::certFile is set but ::keyFile is empty"), std::string::npos) << message;
   o.tls.certFile.clear();
   o.tls.keyFile = "/k.pem";
   message = rejection(o);
-  EXPECT_NE(message.find("TlsOptions::keyFile is set but ::certFile is empty"), std::string::npos) << message;
+  EXPECT_NE(message.find("ClientOptions::Tls::keyFile is set but ::certFile is empty"), std::string::npos) << message;
 }
 
 ClientOptions clusterOptions() {
   ClientOptions o;
-  o.topology = Topology::Cluster;
+  o.topology = ClientOptions::Topology::Cluster;
   o.cluster.seeds = {{"10.0.0.1", 7000}, {"10.0.0.2", 7001}};
   return o;
 }
 
 ClientOptions sentinelOptions() {
   ClientOptions o;
-  o.topology = Topology::Sentinel;
+  o.topology = ClientOptions::Topology::Sentinel;
   o.sentinel.sentinels = {{"10.0.0.1", 26379}};
   o.sentinel.primaryName = "mymaster";
   return o;
@@ -99,7 +97,7 @@ TEST(CheckClientOptions, StandaloneRunsTheConnectionAndPoolChecks) {
   EXPECT_NE(rejection(o).find("an ACL user needs a password"), std::string::npos);
   o.connection.user.clear();
   o.pool.size = 0;
-  EXPECT_NE(rejection(o).find("PoolOptions::size"), std::string::npos);
+  EXPECT_NE(rejection(o).find("ClientOptions::Pool::size"), std::string::npos);
 }
 
 TEST(CheckClientOptions, Cluster) {
@@ -107,29 +105,29 @@ TEST(CheckClientOptions, Cluster) {
       clusterOptions(),
       {
           {"no seeds", [](ClientOptions& o) { o.cluster.seeds.clear(); },
-           "ClusterOptions::seeds is empty; give at least one node, e.g. redis-cluster://"},
+           "ClientOptions::Cluster::seeds is empty; give at least one node, e.g. redis-cluster://"},
           {"empty host", [](ClientOptions& o) { o.cluster.seeds[1].host.clear(); },
-           "ClusterOptions::seeds[1].host is empty"},
+           "ClientOptions::Cluster::seeds[1].host is empty"},
           {"port 0", [](ClientOptions& o) { o.cluster.seeds[0].port = 0; },
-           "ClusterOptions::seeds[0].port must be in 1..65535, got 0"},
+           "ClientOptions::Cluster::seeds[0].port must be in 1..65535, got 0"},
           {"port 65536", [](ClientOptions& o) { o.cluster.seeds[1].port = 65536; }, "seeds[1].port"},
           {"db 1", [](ClientOptions& o) { o.connection.db = 1; }, "a Redis Cluster has only db 0"},
           {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; },
-           "ConnectionOptions::unixSocket"},
+           "ClientOptions::Connection::unixSocket"},
           {"min refresh 0", [](ClientOptions& o) { o.cluster.minRefreshInterval = std::chrono::milliseconds(0); },
-           "ClusterOptions::minRefreshInterval must be > 0 ms, got 0 ms"},
+           "ClientOptions::Cluster::minRefreshInterval must be > 0 ms, got 0 ms"},
           {"refresh period under min",
            [](ClientOptions& o) {
              o.cluster.refreshPeriod = o.cluster.minRefreshInterval - std::chrono::milliseconds(1);
            },
-           "ClusterOptions::refreshPeriod (199 ms) must be >= minRefreshInterval (200 ms)"},
+           "ClientOptions::Cluster::refreshPeriod (199 ms) must be >= minRefreshInterval (200 ms)"},
           {"0 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 0; },
-           "ClusterOptions::maxRedirects must be in 1..16, got 0"},
+           "ClientOptions::Cluster::maxRedirects must be in 1..16, got 0"},
           {"17 redirects", [](ClientOptions& o) { o.cluster.maxRedirects = 17; }, "maxRedirects"},
           {"connection checked too",
            [](ClientOptions& o) { o.connection.commandTimeout = std::chrono::milliseconds(0); },
-           "ConnectionOptions::commandTimeout"},
-          {"pool checked too", [](ClientOptions& o) { o.pool.maxPending = 0; }, "PoolOptions::maxPending"},
+           "ClientOptions::Connection::commandTimeout"},
+          {"pool checked too", [](ClientOptions& o) { o.pool.maxPending = 0; }, "ClientOptions::Pool::maxPending"},
       });
   ClientOptions edges = clusterOptions();
   edges.cluster.seeds = {{"::1", 1}, {"h", 65535}};
@@ -147,18 +145,18 @@ TEST(CheckClientOptions, Sentinel) {
   expectRefused(sentinelOptions(),
                 {
                     {"no sentinels", [](ClientOptions& o) { o.sentinel.sentinels.clear(); },
-                     "SentinelOptions::sentinels is empty; give at least one node, e.g. redis-sentinel://"},
+                     "ClientOptions::Sentinel::sentinels is empty; give at least one node, e.g. redis-sentinel://"},
                     {"empty host", [](ClientOptions& o) { o.sentinel.sentinels[0].host.clear(); },
-                     "SentinelOptions::sentinels[0].host"},
+                     "ClientOptions::Sentinel::sentinels[0].host"},
                     {"port -1", [](ClientOptions& o) { o.sentinel.sentinels[0].port = -1; },
                      "sentinels[0].port must be in 1..65535"},
                     {"no primary name", [](ClientOptions& o) { o.sentinel.primaryName.clear(); },
-                     "SentinelOptions::primaryName is empty"},
+                     "ClientOptions::Sentinel::primaryName is empty"},
                     {"space in name", [](ClientOptions& o) { o.sentinel.primaryName = "my master"; }, "byte 0x20"},
                     {"newline in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\n"; }, "byte 0x0a"},
                     {"DEL in name", [](ClientOptions& o) { o.sentinel.primaryName = "m\x7f"; }, "byte 0x7f"},
                     {"user without password", [](ClientOptions& o) { o.sentinel.user = "sentinel-admin"; },
-                     "SentinelOptions::user needs SentinelOptions::password"},
+                     "ClientOptions::Sentinel::user needs ClientOptions::Sentinel::password"},
                     {"unix socket", [](ClientOptions& o) { o.connection.unixSocket = "/tmp/r.sock"; },
                      "sentinel nodes are reached over TCP"},
                     {"primary's user without password", [](ClientOptions& o) { o.connection.user = "app"; },
@@ -174,7 +172,7 @@ TEST(CheckClientOptions, Sentinel) {
 
 TEST(CheckClientOptions, UnknownTopologyIsRefused) {
   ClientOptions o;
-  o.topology = static_cast<Topology>(7);
+  o.topology = static_cast<ClientOptions::Topology>(7);
   EXPECT_NE(rejection(o).find("ClientOptions::topology"), std::string::npos);
 }
 

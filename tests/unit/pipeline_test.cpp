@@ -80,7 +80,7 @@ std::string drain(Pipeline& p) {
 }
 
 TEST(Pipeline, RequestsQueuedTogetherLeaveInOneWriteAndRepliesMatchInOrder) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   p.push(request({"ECHO", "a"}, log, 0));
   p.push(request({"PING"}, log, 1));
@@ -101,7 +101,7 @@ TEST(Pipeline, RequestsQueuedTogetherLeaveInOneWriteAndRepliesMatchInOrder) {
 }
 
 TEST(Pipeline, ErrorRepliesBecomeTheirTypedExceptionsAndTheConnectionGoesOn) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   p.push(request({"GET", "k"}, log, 0));
   p.push(request({"PING"}, log, 1));
@@ -116,7 +116,7 @@ TEST(Pipeline, ErrorRepliesBecomeTheirTypedExceptionsAndTheConnectionGoesOn) {
 }
 
 TEST(Pipeline, AWrittenRequestPastItsDeadlineTimesOutAndBreaksTheConnection) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   const SteadyTime t0 = Steady::now();
   p.push(request({"PING"}, log, 0, t0 + milliseconds(100)));
@@ -142,7 +142,7 @@ TEST(Pipeline, AWrittenRequestPastItsDeadlineTimesOutAndBreaksTheConnection) {
 }
 
 TEST(Pipeline, AQueuedRequestPastItsDeadlineLeavesAloneWithoutBreakingAnything) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   const SteadyTime t0 = Steady::now();
   p.push(request({"PING"}, log, 0, t0 + milliseconds(100)));
@@ -155,7 +155,7 @@ TEST(Pipeline, AQueuedRequestPastItsDeadlineLeavesAloneWithoutBreakingAnything) 
 }
 
 TEST(Pipeline, GarbageFailsTheRequestItAnswersWithProtocolErrorAndTheRestWithIt) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   p.push(request({"PING"}, log, 0));
   p.push(request({"PING"}, log, 1));
@@ -169,7 +169,7 @@ TEST(Pipeline, GarbageFailsTheRequestItAnswersWithProtocolErrorAndTheRestWithIt)
 }
 
 TEST(Pipeline, AReplyOverTheLimitsBreaksTheConnectionAtTheHeader) {
-  ReplyLimits limits;
+  ClientOptions::ReplyLimits limits;
   limits.maxElements = 16;
   Pipeline p(limits, "", "test:1");
   Log log;
@@ -184,7 +184,7 @@ TEST(Pipeline, AReplyOverTheLimitsBreaksTheConnectionAtTheHeader) {
 }
 
 TEST(Pipeline, AReplyToNoRequestIsAProtocolError) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   std::vector<Finished> done;
   p.received("+PONG\r\n", 7, done);
   EXPECT_TRUE(p.broken());
@@ -192,7 +192,7 @@ TEST(Pipeline, AReplyToNoRequestIsAProtocolError) {
 }
 
 TEST(Pipeline, NoScriptLoadsOnceAndResendsEveryFailedRequest) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   for (int i = 0; i < 3; ++i) p.push(scriptRequest(log, i));
   const std::string first = drain(p);
@@ -233,7 +233,7 @@ TEST(Pipeline, ANoScriptForAScriptTheServerHadRunIsAReloadEventAndAFirstLoadIsNo
   std::vector<Finished> done;
   {
     Pipeline p(
-        ReplyLimits{}, "", "test:1", [&](const Event& e) { events.push_back(e); }, &seen);
+        ClientOptions::ReplyLimits{}, "", "test:1", [&](const Event& e) { events.push_back(e); }, &seen);
     p.push(scriptRequest(log, 0));
     drain(p);
     p.received(noscript.data(), noscript.size(), done);  // the first load on this server
@@ -246,7 +246,7 @@ TEST(Pipeline, ANoScriptForAScriptTheServerHadRunIsAReloadEventAndAFirstLoadIsNo
   }
   // A new connection to the same server (after a restart): its NOSCRIPT is a reload.
   Pipeline p(
-      ReplyLimits{}, "", "test:1", [&](const Event& e) { events.push_back(e); }, &seen);
+      ClientOptions::ReplyLimits{}, "", "test:1", [&](const Event& e) { events.push_back(e); }, &seen);
   p.push(scriptRequest(log, 1));
   drain(p);
   p.received(noscript.data(), noscript.size(), done);
@@ -266,7 +266,7 @@ TEST(Pipeline, ANoScriptForAScriptTheServerHadRunIsAReloadEventAndAFirstLoadIsNo
 }
 
 TEST(Pipeline, AFailedGreetingFailsEverythingOnTheConnectionWithItsError) {
-  Pipeline p(ReplyLimits{}, "alice", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "alice", "test:1");
   Log log;
   Request auth = request({"AUTH", "alice", "wrong"}, log, 0);
   auth.internal = true;
@@ -283,7 +283,7 @@ TEST(Pipeline, AFailedGreetingFailsEverythingOnTheConnectionWithItsError) {
 }
 
 TEST(Pipeline, CloseFailsWrittenRequestsAndHandsBackTheOthers) {
-  Pipeline p(ReplyLimits{}, "", "test:1");
+  Pipeline p(ClientOptions::ReplyLimits{}, "", "test:1");
   Log log;
   p.push(request({"PING"}, log, 0));
   const std::string big(std::size_t{2} << 20, 'x');
@@ -323,8 +323,8 @@ TEST(Pipeline, CompletionsRunEarliestDeadlineFirstInSlicesSoAnotherConnectionsDe
     r.done = [&answers, &now, deadline](Outcome o) { answers.push_back(Answer{deadline, now, std::move(o)}); };
     return r;
   };
-  Pipeline a(ReplyLimits{}, "", "a:6379");
-  Pipeline b(ReplyLimits{}, "", "b:6379");
+  Pipeline a(ClientOptions::ReplyLimits{}, "", "a:6379");
+  Pipeline b(ClientOptions::ReplyLimits{}, "", "b:6379");
   a.push(timed(t0));
   for (int i = 0; i < 100; ++i) a.push(timed(t0 + milliseconds(100 + i)));
   b.push(timed(t0 + milliseconds(5)));

@@ -67,7 +67,7 @@ std::string show(const WireReply& w) {
 void feed(ReplyParser& p, std::string_view bytes) { p.feed(bytes.data(), bytes.size()); }
 
 // Every reply `bytes` hold (fed in one chunk), shown; "..." at the end if bytes are left waiting.
-std::vector<std::string> parseAll(std::string_view bytes, const ReplyLimits& limits = {}) {
+std::vector<std::string> parseAll(std::string_view bytes, const ClientOptions::ReplyLimits& limits = {}) {
   ReplyParser p(limits);
   feed(p, bytes);
   std::vector<std::string> out;
@@ -76,7 +76,7 @@ std::vector<std::string> parseAll(std::string_view bytes, const ReplyLimits& lim
 }
 
 // The one reply `bytes` hold, shown.
-std::string parseOne(std::string_view bytes, const ReplyLimits& limits = {}) {
+std::string parseOne(std::string_view bytes, const ClientOptions::ReplyLimits& limits = {}) {
   const auto all = parseAll(bytes, limits);
   if (all.size() != 1) return fmt::format("{} replies", all.size());
   return all.front();
@@ -96,7 +96,7 @@ std::string protocolError(const std::function<void()>& f) {
 }
 
 // Feeds `bytes` and reads until the parser wants more; the IoError (Protocol)'s message.
-std::string parseError(std::string_view bytes, const ReplyLimits& limits = {}) {
+std::string parseError(std::string_view bytes, const ClientOptions::ReplyLimits& limits = {}) {
   ReplyParser p(limits);
   return protocolError([&] {
     feed(p, bytes);
@@ -105,8 +105,8 @@ std::string parseError(std::string_view bytes, const ReplyLimits& limits = {}) {
   });
 }
 
-ReplyLimits limitsWith(std::size_t maxBulkBytes, std::size_t maxElements, int maxDepth) {
-  ReplyLimits l;
+ClientOptions::ReplyLimits limitsWith(std::size_t maxBulkBytes, std::size_t maxElements, int maxDepth) {
+  ClientOptions::ReplyLimits l;
   l.maxBulkBytes = maxBulkBytes;
   l.maxElements = maxElements;
   l.maxDepth = maxDepth;
@@ -139,7 +139,7 @@ TEST(Resp, EveryReplyType) {
 
 TEST(Resp, NestedReplyFedByteByByte) {
   const std::string bytes = "*4\r\n*2\r\n:1\r\n$3\r\nabc\r\n*-1\r\n*1\r\n*0\r\n$-1\r\n";
-  ReplyParser p(ReplyLimits{});
+  ReplyParser p(ClientOptions::ReplyLimits{});
   std::size_t waited = 0;
   std::optional<WireReply> reply;
   for (char c : bytes) {
@@ -160,7 +160,7 @@ TEST(Resp, SeveralRepliesInOneChunkComeInOrder) {
 }
 
 TEST(Resp, WaitsForTheRestOfAReply) {
-  ReplyParser p(ReplyLimits{});
+  ReplyParser p(ClientOptions::ReplyLimits{});
   feed(p, "$5\r\nhel");
   EXPECT_FALSE(p.next());
   feed(p, "lo\r");
@@ -178,7 +178,7 @@ TEST(Resp, WaitsForTheRestOfAReply) {
 }
 
 TEST(Resp, TopLevelErrorReply) {
-  ReplyParser p(ReplyLimits{});
+  ReplyParser p(ClientOptions::ReplyLimits{});
   feed(p, "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n+OK\r\n");
   auto r = p.next();
   ASSERT_TRUE(r);
@@ -236,7 +236,7 @@ TEST(Resp, AnyChunkingGivesTheSameReplies) {
   ASSERT_EQ(parseAll(bytes), expected);
   std::mt19937 random(12345);
   for (int round = 0; round < 200; ++round) {
-    ReplyParser p(ReplyLimits{});
+    ReplyParser p(ClientOptions::ReplyLimits{});
     std::vector<std::string> got;
     std::size_t at = 0;
     while (at < bytes.size()) {
@@ -277,7 +277,7 @@ TEST(Resp, Resp3IsRefusedAlikeOnEveryHiredis) {
     EXPECT_EQ(parseError(bytes), refused(bytes[0])) << bytes;
     EXPECT_EQ(parseError("*3\r\n:1\r\n*1\r\n$1\r\na\r\n" + std::string(bytes)), refused(bytes[0])) << bytes;
   }
-  ReplyParser p(ReplyLimits{});
+  ReplyParser p(ClientOptions::ReplyLimits{});
   feed(p, "+OK\r\n_\r\n+OK\r\n");
   auto r = p.next();
   ASSERT_TRUE(r);
@@ -307,7 +307,7 @@ TEST(Resp, LineWithALoneCrOrLfIsRefusedOnEveryHiredis) {
 }
 
 TEST(Resp, StaysFailedAfterAnError) {
-  ReplyParser p(ReplyLimits{});
+  ReplyParser p(ClientOptions::ReplyLimits{});
   feed(p, "+OK\r\n!");
   auto r = p.next();
   ASSERT_TRUE(r);
@@ -325,10 +325,12 @@ TEST(Resp, StaysFailedAfterALimit) {
   ReplyParser p(limitsWith(4, 4, 1));
   feed(p, "$5\r\n");
   const std::string first = protocolError([&] { (void)p.next(); });
-  EXPECT_EQ(first, "redlimit: reply announces a bulk string of 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
+  EXPECT_EQ(
+      first,
+      "redlimit: reply announces a bulk string of 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
   const std::string later =
       "redlimit: the reply stream was lost earlier: reply announces a bulk string of 5 bytes, more than "
-      "ReplyLimits::maxBulkBytes (4)";
+      "ClientOptions::ReplyLimits::maxBulkBytes (4)";
   EXPECT_EQ(protocolError([&] { feed(p, "hello\r\n+OK\r\n"); }), later);
   EXPECT_EQ(protocolError([&] { (void)p.next(); }), later);
 }
@@ -387,28 +389,33 @@ TEST(Resp, AppendCommandMatchesHiredisEncoder) {
 TEST(RespLimits, BulkOverLimitThrowsNamingTheLimit) {
   const auto limits = limitsWith(4, 8, 7);
   EXPECT_EQ(parseOne("$4\r\nabcd\r\n", limits), R"($"abcd")");
-  EXPECT_EQ(parseError("$5\r\nhello\r\n", limits),
-            "redlimit: reply announces a bulk string of 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
-  EXPECT_EQ(parseError("*2\r\n$1\r\na\r\n$5\r\nhello\r\n", limits),
-            "redlimit: reply announces a bulk string of 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
+  EXPECT_EQ(
+      parseError("$5\r\nhello\r\n", limits),
+      "redlimit: reply announces a bulk string of 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
+  EXPECT_EQ(
+      parseError("*2\r\n$1\r\na\r\n$5\r\nhello\r\n", limits),
+      "redlimit: reply announces a bulk string of 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
 }
 
 TEST(RespLimits, HugeBulkHeaderFailsWithoutThePayload) {
   EXPECT_EQ(parseError("$99999999999\r\n"),
-            "redlimit: reply announces a bulk string of 99999999999 bytes, more than ReplyLimits::maxBulkBytes "
+            "redlimit: reply announces a bulk string of 99999999999 bytes, more than "
+            "ClientOptions::ReplyLimits::maxBulkBytes "
             "(67108864)");
-  EXPECT_EQ(parseError("$2000000000\r\n"),
-            "redlimit: reply announces a bulk string of 2000000000 bytes, more than ReplyLimits::maxBulkBytes "
-            "(67108864)");
+  EXPECT_EQ(
+      parseError("$2000000000\r\n"),
+      "redlimit: reply announces a bulk string of 2000000000 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes "
+      "(67108864)");
   EXPECT_EQ(parseError("$9223372036854775807\r\n"),
             "redlimit: reply announces a bulk string of 9223372036854775807 bytes, more than "
-            "ReplyLimits::maxBulkBytes (67108864)");
+            "ClientOptions::ReplyLimits::maxBulkBytes (67108864)");
   // Behind replies and elements that are complete.
   EXPECT_EQ(parseError("+OK\r\n*2\r\n$1\r\na\r\n$99999999999\r\n"),
-            "redlimit: reply announces a bulk string of 99999999999 bytes, more than ReplyLimits::maxBulkBytes "
+            "redlimit: reply announces a bulk string of 99999999999 bytes, more than "
+            "ClientOptions::ReplyLimits::maxBulkBytes "
             "(67108864)");
   // At the limit, the parser waits for the payload.
-  ReplyParser p(ReplyLimits{});
+  ReplyParser p(ClientOptions::ReplyLimits{});
   feed(p, "$67108864\r\n");
   EXPECT_FALSE(p.next());
 }
@@ -420,16 +427,16 @@ TEST(RespLimits, BulkHeaderFailsAsSoonAsItsDigitsExceedTheLimit) {
   feed(p, "0");
   EXPECT_FALSE(p.next());
   feed(p, "0");
-  EXPECT_EQ(
-      protocolError([&] { (void)p.next(); }),
-      "redlimit: reply announces a bulk string of at least 1000 bytes, more than ReplyLimits::maxBulkBytes (100)");
+  EXPECT_EQ(protocolError([&] { (void)p.next(); }),
+            "redlimit: reply announces a bulk string of at least 1000 bytes, more than "
+            "ClientOptions::ReplyLimits::maxBulkBytes (100)");
   EXPECT_EQ(parseError("$99999999999"),
             "redlimit: reply announces a bulk string of at least 99999999999 bytes, more than "
-            "ReplyLimits::maxBulkBytes (67108864)");
+            "ClientOptions::ReplyLimits::maxBulkBytes (67108864)");
   // Past what 64 bits hold: the first 21 digits are shown.
   EXPECT_EQ(parseError("$" + std::string(26, '9')),
             fmt::format("redlimit: reply announces a bulk string of at least {} bytes, more than "
-                        "ReplyLimits::maxBulkBytes (67108864)",
+                        "ClientOptions::ReplyLimits::maxBulkBytes (67108864)",
                         std::string(21, '9')));
 }
 
@@ -437,28 +444,29 @@ TEST(RespLimits, ElementsOverLimitThrowsAtTheHeader) {
   const auto limits = limitsWith(64, 2, 7);
   EXPECT_EQ(parseOne("*2\r\n:1\r\n:2\r\n", limits), "[:1, :2]");
   EXPECT_EQ(parseError("*3\r\n", limits),
-            "redlimit: reply announces an array of 3 elements, more than ReplyLimits::maxElements (2)");
+            "redlimit: reply announces an array of 3 elements, more than ClientOptions::ReplyLimits::maxElements (2)");
   EXPECT_EQ(parseError("*1\r\n*3\r\n", limits),
-            "redlimit: reply announces an array of 3 elements, more than ReplyLimits::maxElements (2)");
+            "redlimit: reply announces an array of 3 elements, more than ClientOptions::ReplyLimits::maxElements (2)");
 }
 
 TEST(RespLimits, HugeArrayHeaderFailsAtOnce) {
   EXPECT_EQ(parseError("*2147483647\r\n"),
-            "redlimit: reply announces an array of 2147483647 elements, more than ReplyLimits::maxElements (1048576)");
+            "redlimit: reply announces an array of 2147483647 elements, more than "
+            "ClientOptions::ReplyLimits::maxElements (1048576)");
   EXPECT_EQ(parseError("*99999999999"),
             "redlimit: reply announces an array of at least 99999999999 elements, more than "
-            "ReplyLimits::maxElements (1048576)");
+            "ClientOptions::ReplyLimits::maxElements (1048576)");
 }
 
 TEST(RespLimits, DepthOverLimitThrows) {
   const auto two = limitsWith(64, 8, 2);
   EXPECT_EQ(parseOne(nested(2, ":1\r\n"), two), "[[:1]]");
   EXPECT_EQ(parseError(nested(3, ""), two),
-            "redlimit: reply announces arrays nested 3 deep, more than ReplyLimits::maxDepth (2)");
+            "redlimit: reply announces arrays nested 3 deep, more than ClientOptions::ReplyLimits::maxDepth (2)");
   EXPECT_EQ(parseOne(nested(7, ":1\r\n")), "[[[[[[[:1]]]]]]]");
   // hiredis would take one more level; the limit speaks first.
   EXPECT_EQ(parseError(nested(8, ":1\r\n")),
-            "redlimit: reply announces arrays nested 8 deep, more than ReplyLimits::maxDepth (7)");
+            "redlimit: reply announces arrays nested 8 deep, more than ClientOptions::ReplyLimits::maxDepth (7)");
   EXPECT_EQ(parseOne(nested(1, ":1\r\n"), limitsWith(64, 8, 1)), "[:1]");
 }
 
@@ -466,15 +474,17 @@ TEST(RespLimits, StatusAndErrorLinesAreBoundedByMaxBulkBytes) {
   const auto limits = limitsWith(4, 8, 7);
   EXPECT_EQ(parseOne("+OKAY\r\n", limits), R"(+"OKAY")");
   EXPECT_EQ(parseError("+OKAYS\r\n", limits),
-            "redlimit: reply has a status line of 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
+            "redlimit: reply has a status line of 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
   EXPECT_EQ(parseError("*1\r\n-ERROR\r\n", limits),
-            "redlimit: reply has an error line of 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
+            "redlimit: reply has an error line of 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
   // Without their CRLF: as soon as more is buffered than the line may hold.
   EXPECT_EQ(parseAll("+OKAY\r", limits), std::vector<std::string>{});
-  EXPECT_EQ(parseError("+OKAYS", limits),
-            "redlimit: reply has a status line of at least 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
-  EXPECT_EQ(parseError("-ERROR", limits),
-            "redlimit: reply has an error line of at least 5 bytes, more than ReplyLimits::maxBulkBytes (4)");
+  EXPECT_EQ(
+      parseError("+OKAYS", limits),
+      "redlimit: reply has a status line of at least 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
+  EXPECT_EQ(
+      parseError("-ERROR", limits),
+      "redlimit: reply has an error line of at least 5 bytes, more than ClientOptions::ReplyLimits::maxBulkBytes (4)");
 }
 
 TEST(RespLimits, EndlessNumberLineFails) {
@@ -486,9 +496,9 @@ TEST(RespLimits, EndlessNumberLineFails) {
 }
 
 TEST(RespLimits, CheckLimitsRejectsEachField) {
-  EXPECT_NO_THROW(checkLimits(ReplyLimits{}));
+  EXPECT_NO_THROW(checkLimits(ClientOptions::ReplyLimits{}));
   EXPECT_NO_THROW(checkLimits(limitsWith(1, 1, 1)));
-  auto message = [](const ReplyLimits& l) {
+  auto message = [](const ClientOptions::ReplyLimits& l) {
     try {
       checkLimits(l);
     } catch (const InvalidArgument& e) {
@@ -496,11 +506,11 @@ TEST(RespLimits, CheckLimitsRejectsEachField) {
     }
     return std::string("no InvalidArgument");
   };
-  EXPECT_EQ(message(limitsWith(0, 1, 1)), "redlimit: ReplyLimits::maxBulkBytes must be >= 1, got 0");
-  EXPECT_EQ(message(limitsWith(1, 0, 1)), "redlimit: ReplyLimits::maxElements must be >= 1, got 0");
-  EXPECT_EQ(message(limitsWith(1, 1, 0)), "redlimit: ReplyLimits::maxDepth must be in 1..7, got 0");
-  EXPECT_EQ(message(limitsWith(1, 1, 8)), "redlimit: ReplyLimits::maxDepth must be in 1..7, got 8");
-  EXPECT_EQ(message(limitsWith(1, 1, -1)), "redlimit: ReplyLimits::maxDepth must be in 1..7, got -1");
+  EXPECT_EQ(message(limitsWith(0, 1, 1)), "redlimit: ClientOptions::ReplyLimits::maxBulkBytes must be >= 1, got 0");
+  EXPECT_EQ(message(limitsWith(1, 0, 1)), "redlimit: ClientOptions::ReplyLimits::maxElements must be >= 1, got 0");
+  EXPECT_EQ(message(limitsWith(1, 1, 0)), "redlimit: ClientOptions::ReplyLimits::maxDepth must be in 1..7, got 0");
+  EXPECT_EQ(message(limitsWith(1, 1, 8)), "redlimit: ClientOptions::ReplyLimits::maxDepth must be in 1..7, got 8");
+  EXPECT_EQ(message(limitsWith(1, 1, -1)), "redlimit: ClientOptions::ReplyLimits::maxDepth must be in 1..7, got -1");
   EXPECT_THROW(ReplyParser{limitsWith(1, 1, 8)}, InvalidArgument);
 }
 
@@ -511,7 +521,7 @@ TEST(RespLimits, AnnouncedArrayCountsAllocateNothing) {
   std::string bytes;
   for (int i = 0; i < 7; ++i) bytes += "*1048576\r\n";
   ASSERT_EQ(bytes.size(), 70u);
-  ReplyParser p{ReplyLimits{}};
+  ReplyParser p{ClientOptions::ReplyLimits{}};
   feed(p, bytes);
   EXPECT_FALSE(p.next().has_value());  // waiting for the innermost array's first element
   EXPECT_EQ(p.elementCapacity(), 0u) << "no element arrived yet (the old parser reserved 1048576 per level)";
@@ -531,7 +541,7 @@ TEST(RespLimits, NestedArraysBuiltIncrementallyKeepTheirShape) {
   EXPECT_EQ(parseOne("*2\r\n*1\r\n*1\r\n*1\r\n+deep\r\n$3\r\nend\r\n"), R"([[[[+"deep"]]], $"end"])");
   EXPECT_EQ(parseOne(nested(7, ":7\r\n")), "[[[[[[[:7]]]]]]]");
   // Two replies in one feed, the first ending inside its deepest array.
-  ReplyParser p{ReplyLimits{}};
+  ReplyParser p{ClientOptions::ReplyLimits{}};
   feed(p, "*1\r\n*1\r\n:1\r\n*2\r\n:2\r\n*1\r\n:3\r\n");
   auto first = p.next();
   ASSERT_TRUE(first.has_value());

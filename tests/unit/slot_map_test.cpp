@@ -91,7 +91,7 @@ std::string ipEndpoint(int) { return "127.0.0.1"; }
 std::string hostnameEndpoint(int port) { return "node-" + std::to_string(port) + ".example"; }
 std::string unknownEndpoint(int) { return ""; }
 
-void expectNode(const redlimit::NodeAddress& n, const std::string& host, int port) {
+void expectNode(const redlimit::ClientOptions::Node& n, const std::string& host, int port) {
   EXPECT_EQ(n.host, host);
   EXPECT_EQ(n.port, port);
 }

@@ -8,11 +8,11 @@
 #include "redlimit/errors.hpp"
 #include "redlimit/options.hpp"
 
-using redlimit::ConnectionOptions;
+using redlimit::ClientOptions;
 using redlimit::parseUri;
 
 TEST(ParseUri, HostPortDb) {
-  ConnectionOptions o = parseUri("redis://cache.internal:6380/3");
+  ClientOptions::Connection o = parseUri("redis://cache.internal:6380/3");
   EXPECT_EQ(o.host, "cache.internal");
   EXPECT_EQ(o.port, 6380);
   EXPECT_EQ(o.db, 3);
@@ -22,9 +22,9 @@ TEST(ParseUri, HostPortDb) {
 }
 
 TEST(ParseUri, DefaultsKeepBase) {
-  ConnectionOptions base;
+  ClientOptions::Connection base;
   base.commandTimeout = std::chrono::milliseconds(42);
-  ConnectionOptions o = parseUri("redis://localhost", base);
+  ClientOptions::Connection o = parseUri("redis://localhost", base);
   EXPECT_EQ(o.host, "localhost");
   EXPECT_EQ(o.port, 6379);
   EXPECT_EQ(o.db, 0);
@@ -32,7 +32,7 @@ TEST(ParseUri, DefaultsKeepBase) {
 }
 
 TEST(ParseUri, UserAndPasswordPercentDecoded) {
-  ConnectionOptions o = parseUri("redis://app%40svc:p%3Ass@10.0.0.1:7000");
+  ClientOptions::Connection o = parseUri("redis://app%40svc:p%3Ass@10.0.0.1:7000");
   EXPECT_EQ(o.user, "app@svc");
   EXPECT_EQ(o.password, "p:ss");
   EXPECT_EQ(o.host, "10.0.0.1");
@@ -46,14 +46,14 @@ TEST(ParseUri, PasswordOnly) {
 }
 
 TEST(ParseUri, Ipv6) {
-  ConnectionOptions o = parseUri("redis://[::1]:6390/1");
+  ClientOptions::Connection o = parseUri("redis://[::1]:6390/1");
   EXPECT_EQ(o.host, "::1");
   EXPECT_EQ(o.port, 6390);
   EXPECT_EQ(o.db, 1);
 }
 
 TEST(ParseUri, UnixSocket) {
-  ConnectionOptions o = parseUri("unix:///run/redis/redis.sock?db=2&password=pw");
+  ClientOptions::Connection o = parseUri("unix:///run/redis/redis.sock?db=2&password=pw");
   EXPECT_EQ(o.unixSocket, "/run/redis/redis.sock");
   EXPECT_EQ(o.db, 2);
   EXPECT_EQ(o.password, "pw");
@@ -82,7 +82,7 @@ TEST(ParseUri, UnixSocketPathOverTheOsLimitIsRefused) {
 }
 
 TEST(ParseUri, RedissTurnsTlsOn) {
-  ConnectionOptions o = parseUri("rediss://:pw@cache.internal:6380/2");
+  ClientOptions::Connection o = parseUri("rediss://:pw@cache.internal:6380/2");
   EXPECT_TRUE(o.tls.enabled);
   EXPECT_EQ(o.host, "cache.internal");
   EXPECT_EQ(o.port, 6380);
@@ -94,7 +94,7 @@ TEST(ParseUri, RedissTurnsTlsOn) {
 }
 
 TEST(ParseUri, RedissTlsParametersPercentDecoded) {
-  ConnectionOptions o = parseUri(
+  ClientOptions::Connection o = parseUri(
       "rediss://[::1]:6390?cacert=%2Fetc%2Fredis%2Fca%20file.pem&capath=/etc/ssl/certs&cert=/k/c.pem&key=/k/c%2Bkey.pem"
       "&sni=cache.example&verify=0&db=3");
   EXPECT_TRUE(o.tls.enabled);
@@ -111,10 +111,10 @@ TEST(ParseUri, RedissTlsParametersPercentDecoded) {
 }
 
 TEST(ParseUri, RedissKeepsBaseTlsOptions) {
-  ConnectionOptions base;
+  ClientOptions::Connection base;
   base.tls.caFile = "/base/ca.pem";
   base.tls.verifyPeer = false;
-  ConnectionOptions o = parseUri("rediss://h?sni=s.example", base);
+  ClientOptions::Connection o = parseUri("rediss://h?sni=s.example", base);
   EXPECT_TRUE(o.tls.enabled);
   EXPECT_EQ(o.tls.caFile, "/base/ca.pem");
   EXPECT_FALSE(o.tls.verifyPeer);
@@ -122,7 +122,7 @@ TEST(ParseUri, RedissKeepsBaseTlsOptions) {
 }
 
 TEST(ParseUri, RedisAndUnixTurnTlsOff) {
-  ConnectionOptions base;
+  ClientOptions::Connection base;
   base.tls.enabled = true;
   EXPECT_FALSE(parseUri("redis://h", base).tls.enabled);
   EXPECT_FALSE(parseUri("unix:///tmp/r.sock", base).tls.enabled);
@@ -150,10 +150,7 @@ TEST(ParseUri, RejectsMalformedRediss) {
 
 // parseClientUri: the standalone forms go through parseUri; the cluster and sentinel forms share
 // its userinfo, host:port and query rules.
-using redlimit::ClientOptions;
-using redlimit::NodeAddress;
 using redlimit::parseClientUri;
-using redlimit::Topology;
 
 namespace {
 
@@ -167,7 +164,8 @@ std::string uriRejection(const std::string& uri) {
   return {};
 }
 
-void expectNodes(const std::vector<NodeAddress>& nodes, const std::vector<std::pair<std::string, int>>& expected) {
+void expectNodes(const std::vector<ClientOptions::Node>& nodes,
+                 const std::vector<std::pair<std::string, int>>& expected) {
   ASSERT_EQ(nodes.size(), expected.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     EXPECT_EQ(nodes[i].host, expected[i].first) << i;
@@ -179,15 +177,15 @@ void expectNodes(const std::vector<NodeAddress>& nodes, const std::vector<std::p
 
 TEST(ParseClientUri, StandaloneFormsAreParseUris) {
   ClientOptions base;
-  base.topology = Topology::Cluster;  // a standalone URI says what it names
+  base.topology = ClientOptions::Topology::Cluster;  // a standalone URI says what it names
   base.clientId = "kept";
   base.connection.commandTimeout = std::chrono::milliseconds(42);
   for (const char* uri :
        {"redis://u:p@h:7000/3", "rediss://[::1]:6390?cacert=/ca.pem&verify=0", "unix:///run/redis.sock?db=2"}) {
     ClientOptions o = parseClientUri(uri, base);
-    EXPECT_EQ(o.topology, Topology::Standalone) << uri;
+    EXPECT_EQ(o.topology, ClientOptions::Topology::Standalone) << uri;
     EXPECT_EQ(o.clientId, "kept");
-    ConnectionOptions expected = parseUri(uri, base.connection);
+    ClientOptions::Connection expected = parseUri(uri, base.connection);
     EXPECT_EQ(o.connection.host, expected.host) << uri;
     EXPECT_EQ(o.connection.port, expected.port) << uri;
     EXPECT_EQ(o.connection.unixSocket, expected.unixSocket) << uri;
@@ -206,7 +204,7 @@ TEST(ParseClientUri, Cluster) {
   base.connection.tls.enabled = true;          // redis-cluster:// is plain text
   base.cluster.maxRedirects = 3;
   ClientOptions o = parseClientUri("redis-cluster://app:p%40ss@10.0.0.1:7000,[::1]:7001,node-c,fe80::2:7003", base);
-  EXPECT_EQ(o.topology, Topology::Cluster);
+  EXPECT_EQ(o.topology, ClientOptions::Topology::Cluster);
   expectNodes(o.cluster.seeds, {{"10.0.0.1", 7000}, {"::1", 7001}, {"node-c", 6379}, {"fe80::2", 7003}});
   EXPECT_EQ(o.connection.user, "app");
   EXPECT_EQ(o.connection.password, "p@ss");
@@ -227,7 +225,7 @@ TEST(ParseClientUri, Cluster) {
 TEST(ParseClientUri, ClusterOverTls) {
   ClientOptions o = parseClientUri(
       "rediss-cluster://h1:7000,h2:7001?cacert=%2Fca%20dir%2Fca.pem&cert=/c.pem&key=/k.pem&sni=redis.example&verify=0");
-  EXPECT_EQ(o.topology, Topology::Cluster);
+  EXPECT_EQ(o.topology, ClientOptions::Topology::Cluster);
   expectNodes(o.cluster.seeds, {{"h1", 7000}, {"h2", 7001}});
   EXPECT_TRUE(o.connection.tls.enabled);
   EXPECT_EQ(o.connection.tls.caFile, "/ca dir/ca.pem");
@@ -249,7 +247,7 @@ TEST(ParseClientUri, ClusterHasOnlyDb0) {
 TEST(ParseClientUri, Sentinel) {
   ClientOptions o = parseClientUri(
       "redis-sentinel://app:secret@s1:26380,[::1],s3/my%2Dprimary/4?sentinel_user=watcher&sentinel_password=s%26p");
-  EXPECT_EQ(o.topology, Topology::Sentinel);
+  EXPECT_EQ(o.topology, ClientOptions::Topology::Sentinel);
   expectNodes(o.sentinel.sentinels, {{"s1", 26380}, {"::1", 26379}, {"s3", 26379}});
   EXPECT_EQ(o.sentinel.primaryName, "my-primary");
   EXPECT_EQ(o.connection.db, 4);
