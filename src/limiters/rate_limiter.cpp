@@ -49,6 +49,8 @@ const Script kRelease = script(detail::lua::release);
 const Script kSetRate = script(detail::lua::set_rate);
 const Script kTtl = script(detail::lua::ttl);
 
+static_assert(RateLimiter::kMaxRate == detail::kMaxPermits, "permits are checked as every limiter's");
+
 void checkConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   if (type != RateType::Overall && type != RateType::PerClient) {
     throw InvalidArgument("redlimit: unknown RateType");
@@ -226,15 +228,18 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
   void askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
 
-  void checkPermits(std::int64_t permits) const;
+  // Only what is invalid whatever the rate (1..kMaxRate): the rate itself may have been raised by
+  // another process since this handle last saw it, so `permits > rate` is the script's to decide.
+  static void checkPermits(std::int64_t permits) { detail::checkPermitRange(permits); }
   // checkPermits(atLeast) and atMost >= atLeast; returns atMost, at most kMaxRate.
   std::int64_t checkRange(std::int64_t atLeast, std::int64_t atMost) const;
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
   void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
   // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
   std::int64_t releasePermits(std::int64_t permits, const std::string& member);
-  void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
-                 std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
+  // set_rate.lua in `mode`: true if it wrote the configuration (then remembered).
+  bool writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                 std::chrono::milliseconds keepAliveTime, const char* mode);
   // `script` on the five keys, a call that takes no decision (a read, a configuration write, a
   // give-back) through the call protocol (runScript), errors as the limiter's; sent again after a
   // closed connection if `resend` says so.
@@ -297,9 +302,7 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   keyViews_.assign(keys_.begin(), keys_.end());
   acquireKeyViews_ = keyViews_;
   acquireKeyViews_.push_back(keys_[0]);
-  const ClientOptions& o = client_->options();
-  // Saturating: timeouts near kMaxConnectionTimeout must not wrap the bound negative.
-  callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  callBound_ = detail::LimiterCall::boundOf(*client_);
   // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
   // hour: a resend later than the grant's own interval could only take capacity again for a grant
   // whose window has passed.
@@ -351,20 +354,14 @@ Reply RateLimiter::Impl::evalCall(const Script& script, std::vector<std::string>
       [](Reply r) { return r; }, [](bool) { return Reply{}; });
 }
 
-// Only what is invalid whatever the rate: the rate itself may have been raised by another
-// process since this handle last saw it, so `permits > rate` is the script's to decide.
-void RateLimiter::Impl::checkPermits(std::int64_t permits) const {
-  detail::checkCount("permits", permits, 1, kMaxRate);
-}
-
 std::int64_t RateLimiter::Impl::checkRange(std::int64_t atLeast, std::int64_t atMost) const {
   checkPermits(atLeast);
   if (atMost < atLeast) throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
   return std::min(atMost, kMaxRate);
 }
 
-void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
-                                  const char* mode, bool* written) {
+bool RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+                                  const char* mode) {
   checkConfig(type, rate, interval, keepAlive);
   const std::string rateArg = fmt::to_string(rate), intervalArg = fmt::to_string(interval.count()),
                     typeArg = fmt::to_string(static_cast<int>(type)), keepArg = fmt::to_string(keepAlive.count()),
@@ -372,31 +369,28 @@ void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds
   // Not sent again: a second "try" after a first that was applied would answer its own write.
   const Reply r =
       evalCall(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now}, detail::LimiterCall::Resend::Never);
-  const bool done = r.asInteger() == 1;
-  if (done) remember(rate, interval);
-  if (written != nullptr) *written = done;
+  const bool written = r.asInteger() == 1;
+  if (written) remember(rate, interval);
+  return written;
 }
 
 bool RateLimiter::Impl::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  bool written = false;
-  writeRate(type, rate, interval, keepAlive, "try", &written);
+  const bool written = writeRate(type, rate, interval, keepAlive, "try");
   if (!written) knownRate_.store(0, std::memory_order_relaxed);  // someone else's rate is in force
   return written;
 }
 
 void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  writeRate(type, rate, interval, keepAlive, "reset", nullptr);
+  (void)writeRate(type, rate, interval, keepAlive, "reset");
 }
 
 void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                                 bool keepState) {
-  writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset", nullptr);
+  (void)writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset");
 }
 
 bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  bool written = false;
-  writeRate(type, rate, interval, keepAlive, "update", &written);
-  return written;
+  return writeRate(type, rate, interval, keepAlive, "update");
 }
 
 void RateLimiter::Impl::fail(Impl* self, Pending& a, std::exception_ptr error) noexcept {
@@ -404,18 +398,13 @@ void RateLimiter::Impl::fail(Impl* self, Pending& a, std::exception_ptr error) n
 }
 
 void RateLimiter::Impl::answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
-  if (!error && (r.type != Reply::Type::Array || r.elements.size() != 6)) {
-    error = std::make_exception_ptr(
-        ReplyError(ErrorKind::UnexpectedReply, "",
-                   fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
-                               self != nullptr ? self->name_ : std::string("?"), r.describe())));
-  }
   if (error) {
     fail(self, a, std::move(error));
     return;
   }
   detail::AcquireResult out;
   try {
+    (void)detail::arrayReply("limiter ", self != nullptr ? self->name_ : std::string("?"), r, 6, "the acquire script");
     out.granted = r.elements[0].asInteger();
     out.wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{r.elements[1].asInteger()});
     out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
@@ -478,12 +467,7 @@ void RateLimiter::Impl::sendTogether(const std::vector<std::shared_ptr<Pending>>
 void RateLimiter::Impl::answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r) {
   const std::size_t n = group.size();
   const std::string name = self != nullptr ? self->name_ : std::string("?");
-  if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
-                                 "script, got {}",
-                                 name, 3 + 3 * n, r.describe()));
-  }
+  (void)detail::arrayReply("limiter ", name, r, 3 + 3 * n, "the batch acquire script");
   const std::int64_t rate = r.elements[0].asInteger();
   const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
   const milliseconds interval{r.elements[2].asInteger()};
@@ -580,12 +564,7 @@ void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std:
 
 void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
   std::int64_t most = 0;
-  try {
-    most = checkRange(atLeast, atMost);
-  } catch (...) {
-    done(detail::AcquireResult{}, std::current_exception());
-    return;
-  }
+  if (!detail::isolateThenCheck(done, gate_.monitor(), name_, [&] { most = checkRange(atLeast, atMost); })) return;
   askAsync(atLeast, most, detail::randomIdBytes(), std::move(done));
 }
 
@@ -694,12 +673,7 @@ std::int64_t RateLimiter::Impl::releasePermits(std::int64_t permits, const std::
     const std::string n = fmt::to_string(left), now = nowArg(), expected = expectedRateArg();
     const Reply r =
         evalCall(kRelease, {n, member, now, expected}, detail::LimiterCall::Resend::Never);  // could give back twice
-    if (r.type != Reply::Type::Array || r.elements.size() != 3) {
-      throw ReplyError(
-          ErrorKind::UnexpectedReply, "",
-          fmt::format("redlimit: limiter {}: expected an array of 3 from the release script, got another reply",
-                      name_));
-    }
+    (void)detail::arrayReply("limiter ", name_, r, 3, "the release script");
     const std::int64_t got = r.elements[0].asInteger();
     released += got;
     left -= got;
@@ -726,10 +700,8 @@ std::optional<std::int64_t> RateLimiter::Impl::releaseGrantBestEffort(const std:
 }
 
 bool RateLimiter::Impl::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  checkPermits(permits);
-  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
-  if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
-  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
+  return detail::decideUnanswered(gate_, permits, knownRate_.load(std::memory_order_relaxed),
+                                  milliseconds{knownIntervalMs_.load(std::memory_order_relaxed)}, reason);
 }
 
 bool RateLimiter::Impl::expire(milliseconds ttl) {
@@ -791,14 +763,10 @@ namespace {
 // An acquire of exactly `permits` as a Decision; `knownRate` is the limit reported for a decision
 // of the failure policy.
 Decision decisionOf(const detail::AcquireResult& r, std::int64_t permits, std::int64_t knownRate) {
+  if (r.byPolicy) return detail::policyDecision(permits, r.granted > 0, knownRate);
   Decision d;
   d.allowed = r.granted > 0;
   d.permits = permits;
-  d.byPolicy = r.byPolicy;
-  if (r.byPolicy) {
-    d.limit = knownRate;
-    return d;
-  }
   d.remaining = r.remaining;
   d.retryAfter = d.allowed ? std::chrono::microseconds{0} : r.wait;
   d.resetAfter = r.interval;
@@ -816,7 +784,6 @@ Decision RateLimiter::decide(std::int64_t permits) {
   return d;
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
-  done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
   impl_->tryAcquireUpToAsync(permits, permits,
                              [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
                               done = std::move(done)](const detail::AcquireResult& r, std::exception_ptr error) {
@@ -892,8 +859,7 @@ std::int64_t SegmentAccess<RateLimiter>::releaseGrant(RateLimiter& source, const
 void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
     RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
     std::function<void(detail::AcquireResult, std::exception_ptr)> done) {
-  const RateLimiter::Impl& impl = *source.impl_;
-  source.impl_->tryAcquireUpToAsync(atLeast, atMost, isolated(std::move(done), impl.gate_.monitor(), impl.name_));
+  source.impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done));
 }
 
 }  // namespace detail

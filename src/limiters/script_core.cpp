@@ -581,11 +581,16 @@ void ScriptCore::existsAsync(const std::string& key, Done<bool> done) {
   keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 
-bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
+bool decideUnanswered(FailureGate& gate, std::int64_t permits, std::int64_t rate, milliseconds interval,
+                      const std::string& reason) {
   checkPermitRange(permits);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (auto d = gate_.decide(permits, localRate_.load(std::memory_order_relaxed), interval)) return *d;
-  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
+  if (auto d = gate.decide(permits, rate, interval)) return *d;
+  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", gate.limiter(), reason));
+}
+
+bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
+  return detail::decideUnanswered(gate_, permits, localRate_.load(std::memory_order_relaxed),
+                                  milliseconds{localIntervalMs_.load(std::memory_order_relaxed)}, reason);
 }
 
 AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast, std::int64_t atMost) {
