@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -175,6 +176,12 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   bool admit(const detail::AcquireResult& r, std::int64_t permits) const;
   bool tryAcquire(std::int64_t permits, milliseconds timeout);
   void acquire(std::int64_t permits);
+  // tryAcquire with a timeout and acquire (Redisson's: nothing is taken ahead of time): asks for
+  // `permits` under one id, sleeping each wait the script reports on the limiter's clock (its
+  // failure gate's), until granted or the next wait would end after `until` (µs on that clock). A
+  // denial by the failure policy (no wait known) ends it, or with `probe` is asked again after a
+  // probe interval. Counts the outcome; returns what the caller gets.
+  bool askUntil(std::int64_t permits, std::int64_t until, bool probe);
   detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
   void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
@@ -577,23 +584,26 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   return admit(ask(permits, permits, detail::randomIdBytes()), permits);
 }
 
-bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
-  checkPermits(permits);
-  if (gate_.monitor().shadow()) return tryAcquire(permits);  // shadow mode never waits
-  // The limiter's clock (its failure gate's) times the call's retries: µs, saturating; a timeout
-  // <= 0 means one attempt.
+bool RateLimiter::Impl::askUntil(std::int64_t permits, std::int64_t until, bool probe) {
   const ClockView& clock = gate_.clock();
-  const std::int64_t until = detail::saturatingAdd(
-      clock.now().count(),
-      std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
   const std::string id = detail::randomIdBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const detail::AcquireResult r = ask(permits, permits, id);
-    if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
-    const std::chrono::microseconds wait = r.wait;
-    if (until - clock.now().count() < wait.count()) return admit(r, permits);
+    if (r.granted > 0 || (r.wait.count() <= 0 && !probe)) return admit(r, permits);
+    const std::chrono::microseconds wait =
+        r.wait.count() > 0 ? r.wait : detail::saturatingCast<std::chrono::microseconds>(options_.failure.probeInterval);
+    if (detail::saturatingAdd(clock.now().count(), wait.count()) > until) return admit(r, permits);
     clock.sleepFor(wait);
   }
+}
+
+bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  checkPermits(permits);
+  if (gate_.monitor().shadow()) return tryAcquire(permits);  // shadow mode never waits
+  // A timeout <= 0 means one attempt.
+  const std::int64_t wait =
+      std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0);
+  return askUntil(permits, detail::saturatingAdd(gate_.clock().now().count(), wait), false);
 }
 
 void RateLimiter::Impl::acquire(std::int64_t permits) {
@@ -602,18 +612,7 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
     (void)tryAcquire(permits);
     return;
   }
-  const std::string id = detail::randomIdBytes();
-  for (;;) {
-    const detail::AcquireResult r = ask(permits, permits, id);
-    if (r.granted > 0) {
-      (void)admit(r, permits);
-      return;
-    }
-    // Denied by the failure policy (no wait known): try again after a probe interval.
-    gate_.clock().sleepFor(r.wait.count() > 0
-                               ? r.wait
-                               : detail::saturatingCast<std::chrono::microseconds>(options_.failure.probeInterval));
-  }
+  (void)askUntil(permits, std::numeric_limits<std::int64_t>::max(), true);
 }
 
 std::int64_t RateLimiter::Impl::availablePermits() {
