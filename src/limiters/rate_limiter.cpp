@@ -27,7 +27,6 @@
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
-#include "base/error_mapping.hpp"
 #include "topology/key_slot.hpp"
 #include "transport/pipeline.hpp"
 
@@ -124,24 +123,6 @@ std::optional<std::int64_t> luaInteger(const std::string& text) {
   if (*end != '\0' || !(d < 1e14 && d > -1e14) || d != std::floor(d)) return std::nullopt;
   return static_cast<std::int64_t>(d);
 }
-
-}  // namespace
-
-std::exception_ptr detail::limiterError(std::exception_ptr error) {
-  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
-  if (const auto* e = dynamic_cast<const ScriptError*>(detail::errorIn(error))) {
-    const std::string& code = e->code();
-    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
-    if (code == "REDLIMIT_INVALID_CONFIG")
-      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, e->what()));
-    if (code == "REDLIMIT_INVALID_STATE")
-      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, e->what()));
-    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
-  }
-  return error;
-}
-
-namespace {
 
 // The member as the scripts pack it: length byte, id, permits as little-endian uint32.
 std::string packedMember(const std::string& id, std::int64_t permits) {

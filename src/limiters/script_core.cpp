@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/error_mapping.hpp"
 #include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
@@ -22,6 +23,20 @@ namespace redlimit::detail {
 
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+
+std::exception_ptr limiterError(std::exception_ptr error) {
+  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
+  if (const auto* e = dynamic_cast<const ScriptError*>(errorIn(error))) {
+    const std::string& code = e->code();
+    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
+    if (code == "REDLIMIT_INVALID_CONFIG")
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, e->what()));
+    if (code == "REDLIMIT_INVALID_STATE")
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, e->what()));
+    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
+  }
+  return error;
+}
 
 namespace {
 
