@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,7 +27,6 @@
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
 #include "redlimit_lua.hpp"
-#include "base/error_mapping.hpp"
 #include "topology/key_slot.hpp"
 #include "transport/pipeline.hpp"
 
@@ -48,6 +48,8 @@ const Script kAvailable = script(detail::lua::available_permits);
 const Script kRelease = script(detail::lua::release);
 const Script kSetRate = script(detail::lua::set_rate);
 const Script kTtl = script(detail::lua::ttl);
+
+static_assert(RateLimiter::kMaxRate == detail::kMaxPermits, "permits are checked as every limiter's");
 
 void checkConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   if (type != RateType::Overall && type != RateType::PerClient) {
@@ -122,24 +124,6 @@ std::optional<std::int64_t> luaInteger(const std::string& text) {
   return static_cast<std::int64_t>(d);
 }
 
-}  // namespace
-
-std::exception_ptr detail::limiterError(std::exception_ptr error) {
-  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
-  if (const auto* e = dynamic_cast<const ScriptError*>(detail::errorIn(error))) {
-    const std::string& code = e->code();
-    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
-    if (code == "REDLIMIT_INVALID_CONFIG")
-      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, e->what()));
-    if (code == "REDLIMIT_INVALID_STATE")
-      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, e->what()));
-    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
-  }
-  return error;
-}
-
-namespace {
-
 // The member as the scripts pack it: length byte, id, permits as little-endian uint32.
 std::string packedMember(const std::string& id, std::int64_t permits) {
   std::string member;
@@ -173,6 +157,12 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   bool admit(const detail::AcquireResult& r, std::int64_t permits) const;
   bool tryAcquire(std::int64_t permits, milliseconds timeout);
   void acquire(std::int64_t permits);
+  // tryAcquire with a timeout and acquire (Redisson's: nothing is taken ahead of time): asks for
+  // `permits` under one id, sleeping each wait the script reports on the limiter's clock (its
+  // failure gate's), until granted or the next wait would end after `until` (µs on that clock). A
+  // denial by the failure policy (no wait known) ends it, or with `probe` is asked again after a
+  // probe interval. Counts the outcome; returns what the caller gets.
+  bool askUntil(std::int64_t permits, std::int64_t until, bool probe);
   detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost);
   void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
   std::int64_t releaseGrant(const std::string& member, std::int64_t permits);
@@ -226,15 +216,18 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
   void askAsync(std::int64_t atLeast, std::int64_t atMost, std::string id, AcquireCallback done);
 
-  void checkPermits(std::int64_t permits) const;
+  // Only what is invalid whatever the rate (1..kMaxRate): the rate itself may have been raised by
+  // another process since this handle last saw it, so `permits > rate` is the script's to decide.
+  static void checkPermits(std::int64_t permits) { detail::checkPermitRange(permits); }
   // checkPermits(atLeast) and atMost >= atLeast; returns atMost, at most kMaxRate.
   std::int64_t checkRange(std::int64_t atLeast, std::int64_t atMost) const;
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
   void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept;
   // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
   std::int64_t releasePermits(std::int64_t permits, const std::string& member);
-  void writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
-                 std::chrono::milliseconds keepAliveTime, const char* mode, bool* written);
+  // set_rate.lua in `mode`: true if it wrote the configuration (then remembered).
+  bool writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
+                 std::chrono::milliseconds keepAliveTime, const char* mode);
   // `script` on the five keys, a call that takes no decision (a read, a configuration write, a
   // give-back) through the call protocol (runScript), errors as the limiter's; sent again after a
   // closed connection if `resend` says so.
@@ -298,9 +291,7 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
   keyViews_.assign(keys_.begin(), keys_.end());
   acquireKeyViews_ = keyViews_;
   acquireKeyViews_.push_back(keys_[0]);
-  const ClientOptions& o = client_->options();
-  // Saturating: timeouts near kMaxConnectionTimeout must not wrap the bound negative.
-  callBound_ = detail::saturatingAdd(o.connection.connectTimeout, o.connection.commandTimeout);
+  callBound_ = detail::LimiterCall::boundOf(*client_);
   // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
   // hour: a resend later than the grant's own interval could only take capacity again for a grant
   // whose window has passed.
@@ -352,20 +343,14 @@ Reply RateLimiter::Impl::evalCall(const Script& script, std::vector<std::string>
       [](Reply r) { return r; }, [](bool) { return Reply{}; });
 }
 
-// Only what is invalid whatever the rate: the rate itself may have been raised by another
-// process since this handle last saw it, so `permits > rate` is the script's to decide.
-void RateLimiter::Impl::checkPermits(std::int64_t permits) const {
-  detail::checkCount("permits", permits, 1, kMaxRate);
-}
-
 std::int64_t RateLimiter::Impl::checkRange(std::int64_t atLeast, std::int64_t atMost) const {
   checkPermits(atLeast);
   if (atMost < atLeast) throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
   return std::min(atMost, kMaxRate);
 }
 
-void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
-                                  const char* mode, bool* written) {
+bool RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+                                  const char* mode) {
   checkConfig(type, rate, interval, keepAlive);
   const std::string rateArg = fmt::to_string(rate), intervalArg = fmt::to_string(interval.count()),
                     typeArg = fmt::to_string(static_cast<int>(type)), keepArg = fmt::to_string(keepAlive.count()),
@@ -373,31 +358,28 @@ void RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds
   // Not sent again: a second "try" after a first that was applied would answer its own write.
   const Reply r =
       evalCall(kSetRate, {rateArg, intervalArg, typeArg, keepArg, mode, now}, detail::LimiterCall::Resend::Never);
-  const bool done = r.asInteger() == 1;
-  if (done) remember(rate, interval);
-  if (written != nullptr) *written = done;
+  const bool written = r.asInteger() == 1;
+  if (written) remember(rate, interval);
+  return written;
 }
 
 bool RateLimiter::Impl::trySetRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  bool written = false;
-  writeRate(type, rate, interval, keepAlive, "try", &written);
+  const bool written = writeRate(type, rate, interval, keepAlive, "try");
   if (!written) knownRate_.store(0, std::memory_order_relaxed);  // someone else's rate is in force
   return written;
 }
 
 void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  writeRate(type, rate, interval, keepAlive, "reset", nullptr);
+  (void)writeRate(type, rate, interval, keepAlive, "reset");
 }
 
 void RateLimiter::Impl::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                                 bool keepState) {
-  writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset", nullptr);
+  (void)writeRate(type, rate, interval, keepAlive, keepState ? "keep" : "reset");
 }
 
 bool RateLimiter::Impl::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  bool written = false;
-  writeRate(type, rate, interval, keepAlive, "update", &written);
-  return written;
+  return writeRate(type, rate, interval, keepAlive, "update");
 }
 
 void RateLimiter::Impl::fail(Impl* self, Pending& a, std::exception_ptr error) noexcept {
@@ -405,18 +387,13 @@ void RateLimiter::Impl::fail(Impl* self, Pending& a, std::exception_ptr error) n
 }
 
 void RateLimiter::Impl::answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
-  if (!error && (r.type != Reply::Type::Array || r.elements.size() != 6)) {
-    error = std::make_exception_ptr(
-        ReplyError(ErrorKind::UnexpectedReply, "",
-                   fmt::format("redlimit: limiter {}: expected an array of 6 from the acquire script, got {}",
-                               self != nullptr ? self->name_ : std::string("?"), r.describe())));
-  }
   if (error) {
     fail(self, a, std::move(error));
     return;
   }
   detail::AcquireResult out;
   try {
+    (void)detail::arrayReply("limiter ", self != nullptr ? self->name_ : std::string("?"), r, 6, "the acquire script");
     out.granted = r.elements[0].asInteger();
     out.wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{r.elements[1].asInteger()});
     out.remaining = std::max<std::int64_t>(0, r.elements[2].asInteger());
@@ -479,12 +456,7 @@ void RateLimiter::Impl::sendTogether(const std::vector<std::shared_ptr<Pending>>
 void RateLimiter::Impl::answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r) {
   const std::size_t n = group.size();
   const std::string name = self != nullptr ? self->name_ : std::string("?");
-  if (r.type != Reply::Type::Array || r.elements.size() != 3 + 3 * n) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: limiter {}: expected an array of {} from the batch acquire "
-                                 "script, got {}",
-                                 name, 3 + 3 * n, r.describe()));
-  }
+  (void)detail::arrayReply("limiter ", name, r, 3 + 3 * n, "the batch acquire script");
   const std::int64_t rate = r.elements[0].asInteger();
   const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
   const milliseconds interval{r.elements[2].asInteger()};
@@ -581,12 +553,7 @@ void RateLimiter::Impl::askAsync(std::int64_t atLeast, std::int64_t atMost, std:
 
 void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
   std::int64_t most = 0;
-  try {
-    most = checkRange(atLeast, atMost);
-  } catch (...) {
-    done(detail::AcquireResult{}, std::current_exception());
-    return;
-  }
+  if (!detail::isolateThenCheck(done, gate_.monitor(), name_, [&] { most = checkRange(atLeast, atMost); })) return;
   askAsync(atLeast, most, detail::randomIdBytes(), std::move(done));
 }
 
@@ -599,23 +566,26 @@ bool RateLimiter::Impl::tryAcquire(std::int64_t permits) {
   return admit(ask(permits, permits, detail::randomIdBytes()), permits);
 }
 
-bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
-  checkPermits(permits);
-  if (gate_.monitor().shadow()) return tryAcquire(permits);  // shadow mode never waits
-  // The limiter's clock (its failure gate's) times the call's retries: µs, saturating; a timeout
-  // <= 0 means one attempt.
+bool RateLimiter::Impl::askUntil(std::int64_t permits, std::int64_t until, bool probe) {
   const ClockView& clock = gate_.clock();
-  const std::int64_t until = detail::saturatingAdd(
-      clock.now().count(),
-      std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0));
   const std::string id = detail::randomIdBytes();  // one id per call: a resend can never be granted twice
   for (;;) {
     const detail::AcquireResult r = ask(permits, permits, id);
-    if (r.granted > 0 || r.wait.count() <= 0) return admit(r, permits);  // granted, or by the failure policy
-    const std::chrono::microseconds wait = r.wait;
-    if (until - clock.now().count() < wait.count()) return admit(r, permits);
+    if (r.granted > 0 || (r.wait.count() <= 0 && !probe)) return admit(r, permits);
+    const std::chrono::microseconds wait =
+        r.wait.count() > 0 ? r.wait : detail::saturatingCast<std::chrono::microseconds>(options_.failure.probeInterval);
+    if (detail::saturatingAdd(clock.now().count(), wait.count()) > until) return admit(r, permits);
     clock.sleepFor(wait);
   }
+}
+
+bool RateLimiter::Impl::tryAcquire(std::int64_t permits, milliseconds timeout) {
+  checkPermits(permits);
+  if (gate_.monitor().shadow()) return tryAcquire(permits);  // shadow mode never waits
+  // A timeout <= 0 means one attempt.
+  const std::int64_t wait =
+      std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0);
+  return askUntil(permits, detail::saturatingAdd(gate_.clock().now().count(), wait), false);
 }
 
 void RateLimiter::Impl::acquire(std::int64_t permits) {
@@ -624,18 +594,7 @@ void RateLimiter::Impl::acquire(std::int64_t permits) {
     (void)tryAcquire(permits);
     return;
   }
-  const std::string id = detail::randomIdBytes();
-  for (;;) {
-    const detail::AcquireResult r = ask(permits, permits, id);
-    if (r.granted > 0) {
-      (void)admit(r, permits);
-      return;
-    }
-    // Denied by the failure policy (no wait known): try again after a probe interval.
-    gate_.clock().sleepFor(r.wait.count() > 0
-                               ? r.wait
-                               : detail::saturatingCast<std::chrono::microseconds>(options_.failure.probeInterval));
-  }
+  (void)askUntil(permits, std::numeric_limits<std::int64_t>::max(), true);
 }
 
 std::int64_t RateLimiter::Impl::availablePermits() {
@@ -695,12 +654,7 @@ std::int64_t RateLimiter::Impl::releasePermits(std::int64_t permits, const std::
     const std::string n = fmt::to_string(left), now = nowArg(), expected = expectedRateArg();
     const Reply r =
         evalCall(kRelease, {n, member, now, expected}, detail::LimiterCall::Resend::Never);  // could give back twice
-    if (r.type != Reply::Type::Array || r.elements.size() != 3) {
-      throw ReplyError(
-          ErrorKind::UnexpectedReply, "",
-          fmt::format("redlimit: limiter {}: expected an array of 3 from the release script, got another reply",
-                      name_));
-    }
+    (void)detail::arrayReply("limiter ", name_, r, 3, "the release script");
     const std::int64_t got = r.elements[0].asInteger();
     released += got;
     left -= got;
@@ -727,10 +681,8 @@ std::optional<std::int64_t> RateLimiter::Impl::releaseGrantBestEffort(const std:
 }
 
 bool RateLimiter::Impl::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  checkPermits(permits);
-  const milliseconds interval{knownIntervalMs_.load(std::memory_order_relaxed)};
-  if (auto d = gate_.decide(permits, knownRate_.load(std::memory_order_relaxed), interval)) return *d;
-  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
+  return detail::decideUnanswered(gate_, permits, knownRate_.load(std::memory_order_relaxed),
+                                  milliseconds{knownIntervalMs_.load(std::memory_order_relaxed)}, reason);
 }
 
 bool RateLimiter::Impl::expire(milliseconds ttl) {
@@ -792,14 +744,10 @@ namespace {
 // An acquire of exactly `permits` as a Decision; `knownRate` is the limit reported for a decision
 // of the failure policy.
 Decision decisionOf(const detail::AcquireResult& r, std::int64_t permits, std::int64_t knownRate) {
+  if (r.byPolicy) return detail::policyDecision(permits, r.granted > 0, knownRate);
   Decision d;
   d.allowed = r.granted > 0;
   d.permits = permits;
-  d.byPolicy = r.byPolicy;
-  if (r.byPolicy) {
-    d.limit = knownRate;
-    return d;
-  }
   d.remaining = r.remaining;
   d.retryAfter = d.allowed ? std::chrono::microseconds{0} : r.wait;
   d.resetAfter = r.interval;
@@ -817,7 +765,6 @@ Decision RateLimiter::decide(std::int64_t permits) {
   return d;
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
-  done = detail::isolated(std::move(done), impl_->gate_.monitor(), impl_->name_);
   impl_->tryAcquireUpToAsync(permits, permits,
                              [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
                               done = std::move(done)](const detail::AcquireResult& r, std::exception_ptr error) {
@@ -893,8 +840,7 @@ std::int64_t SegmentAccess<RateLimiter>::releaseGrant(RateLimiter& source, const
 void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
     RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
     std::function<void(detail::AcquireResult, std::exception_ptr)> done) {
-  const RateLimiter::Impl& impl = *source.impl_;
-  source.impl_->tryAcquireUpToAsync(atLeast, atMost, isolated(std::move(done), impl.gate_.monitor(), impl.name_));
+  source.impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done));
 }
 
 }  // namespace detail

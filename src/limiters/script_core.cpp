@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/error_mapping.hpp"
 #include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
@@ -22,6 +23,20 @@ namespace redlimit::detail {
 
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+
+std::exception_ptr limiterError(std::exception_ptr error) {
+  // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
+  if (const auto* e = dynamic_cast<const ScriptError*>(errorIn(error))) {
+    const std::string& code = e->code();
+    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
+    if (code == "REDLIMIT_INVALID_CONFIG")
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, e->what()));
+    if (code == "REDLIMIT_INVALID_STATE")
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, e->what()));
+    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
+  }
+  return error;
+}
 
 namespace {
 
@@ -581,11 +596,16 @@ void ScriptCore::existsAsync(const std::string& key, Done<bool> done) {
   keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
 }
 
-bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
+bool decideUnanswered(FailureGate& gate, std::int64_t permits, std::int64_t rate, milliseconds interval,
+                      const std::string& reason) {
   checkPermitRange(permits);
-  const milliseconds interval{localIntervalMs_.load(std::memory_order_relaxed)};
-  if (auto d = gate_.decide(permits, localRate_.load(std::memory_order_relaxed), interval)) return *d;
-  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", name_, reason));
+  if (auto d = gate.decide(permits, rate, interval)) return *d;
+  throw TimeoutError(fmt::format("redlimit: limiter {}: {}", gate.limiter(), reason));
+}
+
+bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
+  return detail::decideUnanswered(gate_, permits, localRate_.load(std::memory_order_relaxed),
+                                  milliseconds{localIntervalMs_.load(std::memory_order_relaxed)}, reason);
 }
 
 AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast, std::int64_t atMost) {

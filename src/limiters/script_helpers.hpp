@@ -57,6 +57,11 @@ std::int64_t firstOfTwo(std::string_view kind, std::string_view name, const Repl
 bool renewedTo(Lease& lease, const std::optional<Lease>& renewed);
 /// The failure policy's decision of `permits` (allowed or not) for a limit last seen as `limit`.
 Decision policyDecision(std::int64_t permits, bool allowed, std::int64_t limit);
+/// The failure policy's decision of `permits` (checkPermitRange) without a reply (the segment
+/// cache's wait that timed out), for a limit last seen as `rate` per `interval`: the policy's
+/// answer, or TimeoutError naming the gate's limiter and `reason`.
+bool decideUnanswered(FailureGate& gate, std::int64_t permits, std::int64_t rate, std::chrono::milliseconds interval,
+                      const std::string& reason);
 /// A lease Redis was not asked for (the failure policy's, or shadow mode's): a new id, no expiry.
 Lease unheldLease(bool byPolicy, bool shadowDenied);
 /// The `repeated` flag of a reserve reply (checking its shape: ReplyError (UnexpectedReply)).
