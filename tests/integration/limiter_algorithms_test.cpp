@@ -405,18 +405,6 @@ TYPED_TEST(LimiterAlgorithms, RetryAfterIsExactToTheMicrosecond) {
   }
 }
 
-TYPED_TEST(LimiterAlgorithms, WaitingTheReturnedRetryAfterSucceeds) {
-  Limiter rl = this->storedLimiter(TypeParam::policy(3, 3, milliseconds(60)));
-  ASSERT_TRUE(rl.trySetPolicy("k"));
-  for (int round = 0; round < 3; ++round) {
-    Decision d;
-    while ((d = rl.decide("k")).allowed) {
-    }
-    std::this_thread::sleep_for(d.retryAfter);
-    EXPECT_TRUE(rl.tryAcquire("k")) << "round " << round << ": waited " << d.retryAfter.count() << " us";
-  }
-}
-
 TYPED_TEST(LimiterAlgorithms, TryAcquireWithTimeoutReservesWhenTheWaitFits) {
   // A timeout shorter than the wait: false at once, nothing taken. An hour-long interval, so that
   // the wait cannot run out between the peek and the call on a loaded machine (a 100 ms one did,
