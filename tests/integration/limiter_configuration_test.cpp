@@ -98,6 +98,13 @@ class LimiterConfiguration : public RedisTest {
     return takeReply(runOneKey(admin(), scriptOf(kind), key, {op, str(nowUs), kind, str(n), "0", header(cfg)}));
   }
 
+  /// Whether `script` would grant one permit of `rl`'s key "k" (stored policy, kind `kind`) at the
+  /// server time atUs: its peek, which writes nothing, at that time instead of a sleep until then.
+  bool peekAllowedAt(const detail::lua::EmbeddedScript& script, const Limiter& rl, char kind, std::int64_t atUs) {
+    return takeReply(runOneKey(admin(), script, rl.redisKey("k"), {"peek", str(atUs), std::string(1, kind), "1"}))
+        .allowed;
+  }
+
   /// The key holds `stored`, full at t0 (every permit in use, or the window's limit counted). A take
   /// of n with `cfg` in the call at t0 is denied, and its answer is exact: retryAfter (R, `retry`) is
   /// the first instant the same take is granted (denied at t0 + R - 1 µs); remaining and
@@ -288,8 +295,11 @@ TEST_F(LimiterConfiguration, AStoredTimeFarAheadIsClampedForGcraAndTheTokenBucke
       EXPECT_FALSE(d.allowed);
       EXPECT_EQ(d.retryAfter.count(), 300000) << "decide (the fast path)";
       EXPECT_EQ(d.resetAfter.count(), 400000);
-      std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
-      EXPECT_TRUE(rl.tryAcquire("k")) << "the denial wrote the clamped time back: the step is over";
+      // The denial wrote the clamped time back: at the retry time the permit is there (a key still
+      // an hour ahead would be clamped again at that time, and denied).
+      const std::int64_t at = d.time.count() + d.retryAfter.count();
+      EXPECT_FALSE(peekAllowedAt(detail::lua::gcra, rl, kind, at - 1));
+      EXPECT_TRUE(peekAllowedAt(detail::lua::gcra, rl, kind, at)) << "the step is over";
     }
   }
 }
@@ -321,8 +331,10 @@ TEST_F(LimiterConfiguration, AStoredWindowFarAheadIsClampedToTheNextWindow) {
     const Decision d = rl.decide("k");
     EXPECT_FALSE(d.allowed);
     EXPECT_LE(d.retryAfter.count(), 2 * kWindowUs) << "the rest of this window and the next one, full";
-    std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
-    EXPECT_TRUE(rl.tryAcquire("k")) << "the denial wrote the clamped window back";
+    // The denial wrote the clamped window back: its successor opens at the retry time.
+    const std::int64_t at = d.time.count() + d.retryAfter.count();
+    EXPECT_FALSE(peekAllowedAt(detail::lua::fixed_window, rl, 'W', at - 1));
+    EXPECT_TRUE(peekAllowedAt(detail::lua::fixed_window, rl, 'W', at)) << "the clamped window was written back";
   }
 }
 
@@ -334,8 +346,10 @@ TEST_F(LimiterConfiguration, ASmoothKeysNextFreeTimeIsClampedToTheDebtOwedAtTheW
   const Decision d = rl.decide("k");
   EXPECT_FALSE(d.allowed);
   EXPECT_LE(d.retryAfter.count(), 131071);
-  std::this_thread::sleep_for(std::min(d.retryAfter, microseconds(1000000)));  // no hour-long hang on failure
-  EXPECT_TRUE(rl.tryAcquire("k")) << "the refusal wrote the clamped time back";
+  // The refusal wrote the clamped time back: at the retry time the permit is there.
+  const std::int64_t at = d.time.count() + d.retryAfter.count();
+  EXPECT_FALSE(peekAllowedAt(detail::lua::smooth, rl, 'S', at - 1));
+  EXPECT_TRUE(peekAllowedAt(detail::lua::smooth, rl, 'S', at)) << "the clamped time was written back";
   // The largest time a key may hold (2^52 - 1 µs), with the bound of a key that owed nothing.
   set(key, smoothValue(10, 1000, 0, (std::int64_t{1} << 52) - 1, 0));
   EXPECT_TRUE(rl.tryAcquire("k")) << "owed nothing at the write: free now";
