@@ -76,6 +76,11 @@ TEST_F(Coalesce, QueuedAcquisitionsGetWhatOneByOneCallsGetInTheSameOrder) {
   RateLimiter b(alone, name("b"), off);
   ASSERT_TRUE(a.trySetRate(RateType::Overall, kRate, milliseconds(60000)));
   ASSERT_TRUE(b.trySetRate(RateType::Overall, kRate, milliseconds(60000)));
+  // Both scripts loaded first: four calls go alone at once (the groups in flight on one connection),
+  // and a NOSCRIPT for one of them is resent behind the calls written after the SCRIPT LOAD,
+  // which would then be decided before it.
+  (void)raw({"SCRIPT", "LOAD", detail::lua::acquire.source});
+  (void)raw({"SCRIPT", "LOAD", detail::lua::acquire_batch.source});
 
   // Coalesced: all issued at once from one thread; each callback fills its own slot.
   std::vector<AcquireOutcome> coalesced(kCalls);

@@ -463,8 +463,9 @@ TEST_F(LimiterConfiguration, MultiLimitRetryAfterUnderAnotherConfigurationInTheC
 // --- MultiLimit with the configurations in the call ----------------------------------------------
 
 TEST_F(LimiterConfiguration, MultiLimitSendsThePoliciesOfItsLimiters) {
-  Limiter perUser(client(), limiterName("user"), Policy::gcra(1, milliseconds(10000), 2));
-  Limiter perTenant(client(), limiterName("tenant"), Policy::fixedWindow(3, milliseconds(4294967295)));
+  const std::shared_ptr<Client> patient = patientClient();
+  Limiter perUser(patient, limiterName("user"), Policy::gcra(1, milliseconds(10000), 2));
+  Limiter perTenant(patient, limiterName("tenant"), Policy::fixedWindow(3, milliseconds(4294967295)));
   MultiLimit::Options allow;
   allow.failure.policy = FailurePolicy::Allow;
   const std::string user = "{" + name("tag") + "}u";

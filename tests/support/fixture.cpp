@@ -73,6 +73,12 @@ std::shared_ptr<Client> RedisTest::newClient(ClientOptions options) {
   return Client::create(options);
 }
 
+std::shared_ptr<Client> RedisTest::patientClient() {
+  ClientOptions options;
+  options.connection.connectTimeout = options.connection.commandTimeout = std::chrono::milliseconds(10000);
+  return newClient(options);
+}
+
 std::string RedisTest::name(const std::string& suffix) { return prefix_ + suffix; }
 
 std::string RedisTest::limiterName(const std::string& suffix) { return dottedPrefix_ + suffix; }

@@ -43,6 +43,10 @@ class RedisTest : public ::testing::Test {
   void TearDown() override;
 
   std::shared_ptr<Client> client() { return client_; }
+  /// A Client like client() whose connects and commands give up after 10 s, not 500 ms: for a
+  /// limiter under FailurePolicy::Allow whose test checks Redis's answers, where a reply slowed by
+  /// a loaded machine would otherwise come back as the policy's silent grant.
+  std::shared_ptr<Client> patientClient();
   /// A new Client on the same server (another "process" for PER_CLIENT and id tests).
   std::shared_ptr<Client> newClient(ClientOptions options = {});
   /// A limiter name unique to this test; `suffix` tells several apart.
