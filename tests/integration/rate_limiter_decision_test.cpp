@@ -1,6 +1,8 @@
 // RateLimiter::decide: the sliding-window limiter's answer as the same Decision the one-key
 // limiters give.
-#include <thread>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "helpers.hpp"
 #include "redlimit_test/fixture.hpp"
@@ -33,8 +35,13 @@ TEST_F(RateLimiterDecision, AllowedAndDeniedCarryTheWholeAnswer) {
   EXPECT_GT(denied.retryAfter.count(), 0);
   EXPECT_LE(denied.retryAfter, milliseconds(200));
   EXPECT_EQ(denied.retryAfter.count() % 1000, 0) << "RateLimiter's waits are whole ms";
-  // The wait is when the first grant's permits expire: waiting it is enough.
-  std::this_thread::sleep_for(denied.retryAfter);
+  // The wait is when the first grant's permits expire: once they are retryAfter older, the same
+  // call succeeds. They are aged in place (their scores, ms on the server's clock, moved back)
+  // rather than waited for on the wall clock.
+  const Reply counted = raw({"ZRANGE", rl.keys()[3], "0", "-1", "WITHSCORES"});
+  ASSERT_EQ(counted.elements.size(), 2u) << "one grant counted";
+  const double aged = std::stod(counted.elements[1].str) - static_cast<double>(denied.retryAfter.count()) / 1000.0;
+  ASSERT_EQ(raw({"ZADD", rl.keys()[3], "XX", "CH", fmt::format("{:.3f}", aged), counted.elements[0].str}).integer, 1);
   EXPECT_TRUE(rl.decide(3).allowed);
   EXPECT_THROW((void)rl.decide(6), InvalidArgument);
   EXPECT_THROW((void)rl.decide(0), InvalidArgument);
