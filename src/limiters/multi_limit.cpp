@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
-#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,8 +19,6 @@
 #include "limiters/keyed_policy.hpp"
 #include "redlimit/limiter.hpp"
 #include "topology/key_slot.hpp"
-#include "redlimit/detail/client_access.hpp"
-#include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/failure_gate.hpp"
 #include "limiters/script_helpers.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
@@ -35,9 +32,6 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 namespace {
-
-using Steady = std::chrono::steady_clock;
-using SteadyTime = Steady::time_point;
 
 const detail::Script kMulti{detail::lua::multi.name, detail::lua::multi.sha1, detail::lua::multi.source};
 
@@ -70,47 +64,42 @@ void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
 
 class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
  public:
-  // What every key set of one MultiLimit shares: its limits as made (set by the constructor, then
-  // only read), its failure gate (and metrics), and what the replies told of its limits.
-  struct State {
-    State(std::shared_ptr<Client> c, std::vector<std::string> names, std::string labelText,
-          const MultiLimit::Options& options)
-        : client(std::move(c)),
-          limiterNames(std::move(names)),
-          label(std::move(labelText)),
-          callBound(detail::LimiterCall::boundOf(*client)),
-          gate(label, options.failure, ClockView{},
-               LimiterMonitor(metricsName(options, limiterNames), options.monitor, client->options().onEvent)),
-          knownLimits(std::make_unique<std::atomic<std::int64_t>[]>(limiterNames.size())) {
-      for (std::size_t i = 0; i < limiterNames.size(); ++i) knownLimits[i].store(0, std::memory_order_relaxed);
-    }
-    // Whether a limit is a concurrency limit.
-    bool leases() const noexcept { return !leaseConfigs.empty(); }
-    // MultiLimit::Options::name, or the limiters' names joined by '+'.
-    static std::string metricsName(const MultiLimit::Options& options, const std::vector<std::string>& names) {
-      return options.name.empty() ? fmt::format("{}", fmt::join(names, "+")) : options.name;
-    }
-
-    std::shared_ptr<Client> client;
+  // The limits as the calls send them, made by the MultiLimit's constructor from its limiters.
+  struct Limits {
+    std::shared_ptr<Client> client;         // the limiters' Client
     std::vector<std::string> limiterNames;  // the limiters' names
     std::string label;                      // "MultiLimit(a + b)", for messages and events
-    milliseconds callBound{0};              // connect + command timeout, saturated
     std::string kinds;                      // one kind byte per limit
     std::vector<std::string> configs;  // per limit: its configuration sent in the call, or ""; empty if none has one
     std::vector<Policy> leaseConfigs;  // the concurrency limits' policies, in order
     std::shared_ptr<detail::CalendarTables> tables;  // the calendar limits' tables; null: none
     std::int64_t maxPermits = detail::kMaxPermits;   // the most one call may take, as far as the configurations say
+  };
+  // What every key set of one MultiLimit shares: its limits as made (then only read), its failure
+  // gate (and metrics), and what the replies told of its limits.
+  struct State : Limits {
+    State(Limits made, const MultiLimit::Options& options)
+        : Limits(std::move(made)),
+          callBound(detail::LimiterCall::boundOf(*client)),
+          // Its metrics carry MultiLimit::Options::name, or the limiters' names joined by '+'.
+          gate(label, options.failure, ClockView{},
+               LimiterMonitor(options.name.empty() ? fmt::format("{}", fmt::join(limiterNames, "+")) : options.name,
+                              options.monitor, client->options().onEvent)),
+          knownLimits(limiterNames.size()) {}
+    // Whether a limit is a concurrency limit.
+    bool leases() const noexcept { return !leaseConfigs.empty(); }
+
+    milliseconds callBound{0};  // connect + command timeout, saturated
     detail::FailureGate gate;
-    std::unique_ptr<std::atomic<std::int64_t>[]> knownLimits;  // per limit, last seen; 0 = unknown
-    std::atomic<std::int64_t> localRate{0};  // the Local policy's bucket: the tightest limit's, last seen
+    std::vector<std::atomic<std::int64_t>> knownLimits;  // per limit, last seen; 0 (as made) = unknown
+    std::atomic<std::int64_t> localRate{0};              // the Local policy's bucket: the tightest limit's, last seen
     std::atomic<std::int64_t> localIntervalMs{0};
   };
 
-  template <class Out>
-  using Done = std::function<void(Out, std::exception_ptr)>;
   // One operation of multi.lua, made by its checks before anything is sent (ScriptOp).
   template <class Out>
   using Op = detail::ScriptOp<Core, Out>;
+  using Call = detail::LimiterCall;
 
   // The limits of `state` on `names`: the keys of a call, or (`unbound`) the limiters' names of a
   // MultiLimit as made, whose keys come with on(); it sends no call.
@@ -119,338 +108,265 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         client_(state_->client),
         gate_(state_->gate),
         names_(std::move(names)),
-        unbound_(unbound) {
-    for (std::size_t i = 0; i < names_.size(); ++i) {
-      if (state_->kinds[i] == kLeaseKind) leaseNames_.push_back(names_[i]);
-    }
-  }
+        unbound_(unbound) {}
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
 
   // The limits' keys, for a call: InvalidArgument for an unbound MultiLimit of Limiters.
   const std::vector<std::string>& keys() const {
-    if (unbound_) {
-      throw InvalidArgument(fmt::format(
-          "redlimit: {}: a MultiLimit of Limiters decides keys: name them with on({{key, ...}}), one per limiter",
-          state_->label));
-    }
-    return names_;
+    if (!unbound_) return names_;
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: a MultiLimit of Limiters decides keys: name them with on({{key, ...}}), one per limiter",
+        state_->label));
   }
 
   // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync).
   template <class Out>
   Out run(const Op<Out>& op) {
-    return detail::runOp(*this, op, &mapError);
+    return detail::runOp(*this, op, &detail::limiterError);
   }
   template <class Out, class Make>
-  void runAsync(Make&& make, Done<Out> done) {
-    detail::runOpAsync<Out>(shared_from_this(), state_->label, std::forward<Make>(make), &mapError, std::move(done));
+  void runAsync(Make&& make, std::function<void(Out, std::exception_ptr)> done) {
+    detail::runOpAsync<Out>(shared_from_this(), state_->label, std::forward<Make>(make), &detail::limiterError,
+                            std::move(done));
   }
 
   // takeOp, run waiting: the take of tryAcquire and acquire.
   detail::TakeWithin taking(std::int64_t permits) {
     return [this, permits](microseconds maxWait) -> Decision { return run(takeOp(permits, maxWait)); };
   }
-  // take of `permits` waiting at most `maxWait`, uncounted; decide: without a wait, counted (and
-  // an allowed decision without a lease gets one Redis does not hold: unheldLease).
-  Op<MultiDecision> takeOp(std::int64_t permits, microseconds maxWait) const;
-  Op<MultiDecision> decideOp(std::int64_t permits) const;
-  Op<MultiDecision> peekOp(std::int64_t permits) const;
-  // Gives back `permits` (1..): never sent again, counted.
-  Op<Reply> refundOp(std::int64_t permits) const;
-  // Reserve under the record `recordKey`, counted; then settle it.
-  Op<MultiDecision> reserveOp(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const;
-  Op<MultiSettlement> settleOp(std::int64_t actual, const std::string& recordKey) const;
+  // take of `permits` waiting at most `maxWait`, uncounted. A resent take may count twice, never
+  // grant twice (docs/failure-modes.md); its lease id is the same in every try, so a resend holds
+  // one place.
+  Op<MultiDecision> takeOp(std::int64_t permits, microseconds maxWait) const {
+    const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::kMaxWait);
+    return limitsOp(decision(permits), "decide", "take", permits, wait.count(), {},
+                    state_->leases() ? detail::newLeaseId() : std::string());
+  }
+  // takeOp after checkMaxWait, counted (shadow mode: a refused decision comes back allowed, without
+  // delay), and an allowed decision without a lease gets one Redis does not hold (unheldLease).
+  Op<MultiDecision> countedTakeOp(std::int64_t permits, microseconds maxWait = microseconds{0}) const {
+    detail::checkMaxWait(maxWait);
+    Op<MultiDecision> op = takeOp(permits, maxWait);
+    op.then = [state = state_](MultiDecision& d) {
+      state->gate.monitor().admit(d);
+      unheldLease(state->leases(), d);
+    };
+    return op;
+  }
+  Op<MultiDecision> peekOp(std::int64_t permits) const { return limitsOp(plain(), "peek", "peek", permits); }
+  // Gives back `permits` (1..), counted. Never resent: a refund that went through and was sent
+  // again would give the permits back twice.
+  Op<Reply> refundOp(std::int64_t permits) const {
+    Op<Reply> op{plain(Call::Resend::Never), "refund", limitsRequest("refund", permits, 0),
+                 [](Core*, const Reply& r) { return r; }};
+    op.then = [monitor = gate_.monitor(), permits](Reply&) { monitor.refunded(permits); };
+    return op;
+  }
+  // Reserve under the record `recordKey`, counted. Sent again if the connection closed under it:
+  // the record makes a resend take nothing twice.
+  Op<MultiDecision> reserveOp(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const {
+    detail::checkReservationTtl(recordTtl);
+    Op<MultiDecision> op = limitsOp(decision(permits), "reserveFor", "reserve", permits, recordTtl.count(), recordKey);
+    op.then = [monitor = gate_.monitor()](MultiDecision& out) { detail::admitHeld(monitor, out); };
+    return op;
+  }
+  // Then settle it. Safe to send again: a settle that went through answers AlreadySettled and
+  // changes nothing.
+  Op<MultiSettlement> settleOp(std::int64_t actual, const std::string& recordKey) const {
+    detail::checkActualPermits(actual);
+    return {plain(), "settle", limitsRequest("settle", actual, 0, recordKey),
+            [state = state_](Core*, const Reply& r) { return parseSettlement(*state, r); }};
+  }
   // renew (no `ttl`: each limit's leaseTtl) and release of a lease in every concurrency limit.
-  Op<std::optional<Lease>> renewOp(const Lease& lease, std::optional<milliseconds> ttl) const;
-  Op<bool> releaseOp(const Lease& lease) const;
+  // Safe to send again: a renew sent twice extends twice from about the same instant, a release
+  // sent twice answers what the first did not see.
+  Op<std::optional<Lease>> renewOp(const Lease& lease, std::optional<milliseconds> ttl) const {
+    return {plain(), "renew", leaseRequest("renew", lease, ttl),
+            [label = state_->label, lease](Core*, const Reply& r) { return detail::parseRenew("", label, r, lease); }};
+  }
+  Op<bool> releaseOp(const Lease& lease) const {
+    return {
+        plain(), "release", leaseRequest("release", lease, std::nullopt),
+        [label = state_->label](Core*, const Reply& r) { return detail::firstOfTwo("", label, r, "release") == 1; }};
+  }
   // renew, waiting: `lease` gets the new expiry when it was still held.
   bool renew(Lease& lease, std::optional<milliseconds> ttl) {
     return detail::renewedTo(lease, run(renewOp(lease, ttl)));
   }
 
-  // A call of multi.lua on `keys`: ARGV `op`, now, `kinds`, then `args`, with the calendar limits'
-  // tables (`tables`: their configurations' places in ARGV are limitsRequest's).
-  static detail::ScriptRequest request(std::vector<std::string> keys, std::string_view op, std::string_view kinds,
-                                       const std::vector<std::string>& args,
-                                       std::shared_ptr<const detail::CalendarTables> tables) {
-    std::vector<std::string> argv{std::string(op), "", std::string(kinds)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return detail::ScriptRequest{&kMulti, std::move(keys), std::move(argv), nullptr, std::move(tables)};
+  // A take, peek or reserve (`op`, sent with `params` and named `what`) of `permits` by every limit
+  // (limitsRequest), checked before anything is sent (checkPermitsUpTo: at most the bound the
+  // configurations in the call give); its reply reads as parse reads it (a reserve's: `recordKey`
+  // given), and when Redis cannot be asked a deciding call has the failure policy's decision.
+  Op<MultiDecision> limitsOp(Call::Params params, std::string_view what, std::string_view op, std::int64_t permits,
+                             std::int64_t second = 0, const std::string& recordKey = {},
+                             std::string leaseId = {}) const {
+    detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
+                             "the least burst or limit of its limiters' policies");
+    detail::ScriptRequest request = limitsRequest(op, permits, second, recordKey, leaseId);
+    return {params, what, std::move(request),
+            [state = state_, leaseId = std::move(leaseId), permits, reserve = !recordKey.empty()](
+                Core* self, const Reply& r) { return parse(*state, self != nullptr, r, permits, leaseId, reserve); },
+            [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }};
   }
-  // A call of every limit (not a lease call): ARGV[4] `permits`, ARGV[5] `second` (take's maxWait,
-  // reserve's record TTL; 0 for the others), the configurations at ARGV[6...] with the calendar
-  // tables, then `leaseId` (take's, when a limit is a concurrency limit); `recordKey` (a
-  // reservation record), if any, after the limits' keys.
+  // A call of every limit (not a lease call) of multi.lua on the keys: ARGV `op`, now, the kinds,
+  // `permits`, `second` (take's maxWait, reserve's record TTL; 0 for the others), the
+  // configurations at ARGV[6...] with the calendar tables (their places in ARGV are these), then
+  // `leaseId` (take's, when a limit is a concurrency limit); `recordKey` (a reservation record), if
+  // any, after the limits' keys.
   detail::ScriptRequest limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
                                       const std::string& recordKey = {}, const std::string& leaseId = {}) const {
     std::vector<std::string> all = keys();
     if (!recordKey.empty()) all.push_back(recordKey);
-    std::vector<std::string> args{fmt::to_string(permits), fmt::to_string(second)};
-    args.insert(args.end(), state_->configs.begin(), state_->configs.end());
-    if (!leaseId.empty()) args.push_back(leaseId);
-    return request(std::move(all), op, state_->kinds, args, state_->tables);
+    std::vector<std::string> argv{std::string(op), "", state_->kinds, fmt::to_string(permits), fmt::to_string(second)};
+    argv.insert(argv.end(), state_->configs.begin(), state_->configs.end());
+    if (!leaseId.empty()) argv.push_back(leaseId);
+    return {&kMulti, std::move(all), std::move(argv), nullptr, state_->tables};
   }
-  static std::exception_ptr mapError(std::exception_ptr e) { return detail::limiterError(std::move(e)); }
-  detail::LimiterCall::Params decision(std::int64_t permits) const {
-    return detail::LimiterCall::decision(callBound(), permits, state_->localRate.load(std::memory_order_relaxed),
-                                         milliseconds{state_->localIntervalMs.load(std::memory_order_relaxed)});
+  // A renew or release (`op`) of `lease` (checked) on the concurrency limits: ARGV `op`, now, their
+  // kinds, the lease id, 0, then each one's limit and TTL.
+  detail::ScriptRequest leaseRequest(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const {
+    if (!state_->leases()) {
+      throw InvalidArgument(
+          fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", state_->label, op));
+    }
+    detail::checkLeaseId(lease.id);
+    if (ttl) detail::checkLeaseTtl(*ttl);
+    std::vector<std::string> leaseKeys;
+    for (std::size_t i = 0; i < keys().size(); ++i) {
+      if (state_->kinds[i] == kLeaseKind) leaseKeys.push_back(names_[i]);
+    }
+    std::vector<std::string> argv{std::string(op), "", std::string(leaseKeys.size(), kLeaseKind), lease.id, "0"};
+    for (const Policy& c : state_->leaseConfigs) {
+      argv.push_back(fmt::format("{}:{}", c.limit(), ttl.value_or(c.leaseTtl()).count()));
+    }
+    return {&kMulti, std::move(leaseKeys), std::move(argv), nullptr, nullptr};
   }
-  milliseconds callBound() const noexcept { return state_->callBound; }
-  // How a take or peek reply of `permits` reads (parse); a granted take's lease gets `leaseId` ("":
-  // peek, no lease).
-  std::function<MultiDecision(Core*, const Reply&)> reading(std::int64_t permits, std::string leaseId) const {
-    return [state = state_, leaseId = std::move(leaseId), permits](Core* self, const Reply& r) {
-      return parse(*state, self != nullptr, r, permits, leaseId);
-    };
+  Call::Params decision(std::int64_t permits) const {
+    return Call::decision(state_->callBound, permits, state_->localRate.load(std::memory_order_relaxed),
+                          milliseconds{state_->localIntervalMs.load(std::memory_order_relaxed)});
   }
-  // The take/peek reply, remembering the limits when `remember`. With a concurrency limit the
-  // reply ends with the lease's expiry, and a granted take's lease gets `leaseId`.
+  Call::Params plain(Call::Resend resend = Call::Resend::IfClosed) const {
+    return Call::plain(state_->callBound, resend);
+  }
+  // The take/peek reply (a reserve's, `reserve`: then repeated), remembering the limits when
+  // `remember`. With a concurrency limit the reply ends with the lease's expiry, and a granted
+  // take's lease gets `leaseId` ("": peek, no lease).
   static MultiDecision parse(State& state, bool remember, const Reply& r, std::int64_t permits,
-                             const std::string& leaseId);
-  MultiDecision byPolicy(std::int64_t permits, bool allowed) const;
-  bool hasLeases() const noexcept { return state_->leases(); }
+                             const std::string& leaseId, bool reserve) {
+    const std::size_t count = state.limiterNames.size();
+    const bool leases = state.leases();
+    const std::size_t expected = kHead + kPerLimit * count + (leases || reserve ? 1 : 0);
+    (void)detail::arrayReply("", state.label, r, expected, reserve ? "reserve" : "the script");
+    const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+    MultiDecision d;
+    static_cast<Decision&>(d) =
+        detail::decisionOf(detail::DecisionReply{at(0) == 1, at(1), at(2), at(3), at(4), at(5), at(6), 0, 0}, permits);
+    const std::int64_t deniedBy = at(7);
+    if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
+      throw ReplyError(ErrorKind::UnexpectedReply, "",
+                       fmt::format("redlimit: {}: the script named limit {} of {}", state.label, deniedBy, count));
+    }
+    d.deniedBy = deniedBy == 0 ? Decision::kNone : static_cast<std::size_t>(deniedBy - 1);
+    // The Local policy's bucket: the limit that gives the fewest permits per time (rate / interval;
+    // doubles are exact enough to compare an emergency estimate).
+    std::int64_t tightRate = 0;
+    std::int64_t tightMs = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t base = kHead + kPerLimit * i;
+      // A limit's view: no delay of its own, the combined decision's time.
+      d.limits.push_back(detail::decisionOf(detail::DecisionReply{at(base) == 1, at(base + 1), at(base + 2),
+                                                                  at(base + 3), at(base + 4), d.time.count(), 0, 0, 0},
+                                            permits));
+      const std::int64_t rate = at(base + 5);
+      const std::int64_t ms = at(base + 6);
+      if (rate > 0 && ms > 0 &&
+          (tightRate == 0 || static_cast<double>(rate) * static_cast<double>(tightMs) <
+                                 static_cast<double>(tightRate) * static_cast<double>(ms))) {
+        tightRate = rate;
+        tightMs = ms;
+      }
+      if (remember) state.knownLimits[i].store(d.limits.back().limit, std::memory_order_relaxed);
+    }
+    if (remember) {
+      if (state.tables) state.tables->sawServerNow(d.time);
+      state.localRate.store(tightRate, std::memory_order_relaxed);
+      state.localIntervalMs.store(tightMs, std::memory_order_relaxed);
+    }
+    if (reserve) {
+      d.repeated = at(expected - 1) == 1;
+    } else if (leases && d.allowed && !leaseId.empty()) {
+      d.lease = Lease{leaseId, microseconds{at(expected - 1)}};
+    }
+    return d;
+  }
+  // A settle reply, counted when it settled.
+  static MultiSettlement parseSettlement(const State& state, const Reply& r) {
+    const std::size_t count = state.limiterNames.size();
+    (void)detail::arrayReply("", state.label, r, 3 + 4 * count, "settle");
+    const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
+    MultiSettlement out;
+    out.status = detail::settleStatusOf(at(0), state.label);
+    out.reserved = at(1);
+    out.actual = at(2);
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t base = 3 + 4 * i;
+      const Settlement& one = out.limits.emplace_back(
+          Settlement{out.status, out.reserved, out.actual, at(base), at(base + 1), at(base + 2), at(base + 3)});
+      out.returned = i == 0 ? one.returned : std::min(out.returned, one.returned);
+      out.charged = i == 0 ? one.charged : std::min(out.charged, one.charged);
+      out.unpaid = std::max(out.unpaid, one.unpaid);
+      out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
+    }
+    detail::countSettled(state.gate.monitor(), out);
+    return out;
+  }
+  MultiDecision byPolicy(std::int64_t permits, bool allowed) const {
+    MultiDecision d;
+    std::int64_t least = 0;
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      const std::int64_t limit = state_->knownLimits[i].load(std::memory_order_relaxed);
+      d.limits.push_back(detail::policyDecision(permits, allowed, limit));
+      least = i == 0 ? limit : std::min(least, limit);
+    }
+    static_cast<Decision&>(d) = detail::policyDecision(permits, allowed, least);
+    unheldLease(state_->leases(), d);
+    return d;
+  }
   // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
   // limit is a concurrency limit.
-  void refuseWithLeases(std::string_view what) const;
-  // Throws InvalidArgument for `what`, a call that takes permits ahead of time, when a limit is a
-  // calendar quota (as Limiter's: its next window opens at the zone's next midnight).
-  void refuseWithCalendars(std::string_view what) const;
+  void refuseWithLeases(std::string_view what) const {
+    if (!state_->leases()) return;
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of time, "
+        "and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
+        state_->label, what));
+  }
+  // Throws InvalidArgument for a call that takes permits ahead of time: refuseWithLeases(`what`),
+  // and for `calendarWhat` when a limit is a calendar quota (as Limiter's: its next window opens at
+  // the zone's next midnight).
+  void refuseAhead(std::string_view what, std::string_view calendarWhat) const {
+    refuseWithLeases(what);
+    if (!state_->tables) return;
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: {} cannot be used when a limit is a calendar quota: it takes no permits ahead of time (its "
+        "next window opens at the zone's next midnight). Use decide() and its retryAfter",
+        state_->label, calendarWhat));
+  }
   // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
   // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
   // Limiter::acquireLease's.
-  static void unheldLease(bool leases, MultiDecision& d);
-  // checkPermits, and the bound the configurations in the call give (before anything is sent).
-  void checkPermitsFor(std::int64_t permits) const;
-  // A renew or release of `lease` (checked) on the concurrency limits, whose reply `read(label, r)`
-  // reads.
-  template <class Out, class Read>
-  Op<Out> leaseOp(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl, Read read) const;
-  // A settle reply, counted when it settled.
-  static MultiSettlement parseSettlement(const State& state, const Reply& r);
+  static void unheldLease(bool leases, MultiDecision& d) {
+    if (leases && d.allowed && !d.lease) d.lease = detail::unheldLease(d.byPolicy, d.shadowDenied);
+  }
 
   std::shared_ptr<State> state_;
-  std::shared_ptr<Client>& client_;      // the state's, as the call protocol reads it
-  detail::FailureGate& gate_;            // the state's
-  std::vector<std::string> names_;       // the keys, or the limiters' names while unbound_
-  std::vector<std::string> leaseNames_;  // the concurrency limits' names, in order
-  bool unbound_;                         // a MultiLimit of Limiters before on(): no keys
+  std::shared_ptr<Client>& client_;  // the state's, as the call protocol reads it
+  detail::FailureGate& gate_;        // the state's
+  std::vector<std::string> names_;   // the keys, or the limiters' names while unbound_
+  bool unbound_;                     // a MultiLimit of Limiters before on(): no keys
 };
-
-MultiDecision MultiLimit::Core::byPolicy(std::int64_t permits, bool allowed) const {
-  MultiDecision d;
-  std::int64_t least = 0;
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    const std::int64_t limit = state_->knownLimits[i].load(std::memory_order_relaxed);
-    d.limits.push_back(detail::policyDecision(permits, allowed, limit));
-    least = i == 0 ? limit : std::min(least, limit);
-  }
-  static_cast<Decision&>(d) = detail::policyDecision(permits, allowed, least);
-  unheldLease(hasLeases(), d);
-  return d;
-}
-
-void MultiLimit::Core::refuseWithLeases(std::string_view what) const {
-  if (!hasLeases()) return;
-  throw InvalidArgument(fmt::format(
-      "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of time, "
-      "and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
-      state_->label, what));
-}
-
-void MultiLimit::Core::refuseWithCalendars(std::string_view what) const {
-  if (!state_->tables) return;
-  throw InvalidArgument(fmt::format(
-      "redlimit: {}: {} cannot be used when a limit is a calendar quota: it takes no permits ahead of time (its next "
-      "window opens at the zone's next midnight). Use decide() and its retryAfter",
-      state_->label, what));
-}
-
-void MultiLimit::Core::unheldLease(bool leases, MultiDecision& d) {
-  if (!leases || !d.allowed || d.lease) return;
-  d.lease = detail::unheldLease(d.byPolicy, d.shadowDenied);
-}
-
-MultiDecision MultiLimit::Core::parse(State& state, bool remember, const Reply& r, std::int64_t permits,
-                                      const std::string& leaseId) {
-  const std::size_t count = state.limiterNames.size();
-  const bool leases = state.leases();
-  const std::size_t expected = kHead + kPerLimit * count + (leases ? 1 : 0);
-  (void)detail::arrayReply("", state.label, r, expected, "the script");
-  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
-  MultiDecision d;
-  static_cast<Decision&>(d) =
-      detail::decisionOf(detail::DecisionReply{at(0) == 1, at(1), at(2), at(3), at(4), at(5), at(6), 0, 0}, permits);
-  const std::int64_t deniedBy = at(7);
-  if (deniedBy < 0 || static_cast<std::size_t>(deniedBy) > count) {
-    throw ReplyError(ErrorKind::UnexpectedReply, "",
-                     fmt::format("redlimit: {}: the script named limit {} of {}", state.label, deniedBy, count));
-  }
-  d.deniedBy = deniedBy == 0 ? Decision::kNone : static_cast<std::size_t>(deniedBy - 1);
-  d.limits.resize(count);
-  // The Local policy's bucket: the limit that gives the fewest permits per time (rate / interval;
-  // doubles are exact enough to compare an emergency estimate).
-  std::int64_t tightRate = 0;
-  std::int64_t tightMs = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t base = kHead + kPerLimit * i;
-    // A limit's view: no delay of its own, the combined decision's time.
-    d.limits[i] = detail::decisionOf(detail::DecisionReply{at(base) == 1, at(base + 1), at(base + 2), at(base + 3),
-                                                           at(base + 4), d.time.count(), 0, 0, 0},
-                                     permits);
-    const std::int64_t rate = at(base + 5);
-    const std::int64_t ms = at(base + 6);
-    if (rate > 0 && ms > 0 &&
-        (tightRate == 0 || static_cast<double>(rate) * static_cast<double>(tightMs) <
-                               static_cast<double>(tightRate) * static_cast<double>(ms))) {
-      tightRate = rate;
-      tightMs = ms;
-    }
-    if (remember) state.knownLimits[i].store(d.limits[i].limit, std::memory_order_relaxed);
-  }
-  if (remember) {
-    if (state.tables) state.tables->sawServerNow(d.time);
-    state.localRate.store(tightRate, std::memory_order_relaxed);
-    state.localIntervalMs.store(tightMs, std::memory_order_relaxed);
-  }
-  if (leases && d.allowed && !leaseId.empty()) {
-    Lease lease;
-    lease.id = leaseId;
-    lease.expiresAt = microseconds{at(expected - 1)};
-    d.lease = std::move(lease);
-  }
-  return d;
-}
-
-void MultiLimit::Core::checkPermitsFor(std::int64_t permits) const {
-  detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
-                           "the least burst or limit of its limiters' policies");
-}
-
-MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::takeOp(std::int64_t permits, microseconds maxWait) const {
-  checkPermitsFor(permits);
-  // A resent take may count twice, never grant twice (docs/failure-modes.md); its lease id is the
-  // same in every try, so a resend holds one place.
-  const std::string leaseId = hasLeases() ? detail::newLeaseId() : std::string();
-  const microseconds wait = std::clamp(maxWait, microseconds{0}, detail::kMaxWait);
-  return {decision(permits), "decide", limitsRequest("take", permits, wait.count(), {}, leaseId),
-          reading(permits, leaseId), [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }};
-}
-
-MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::decideOp(std::int64_t permits) const {
-  Op<MultiDecision> op = takeOp(permits, microseconds{0});
-  op.then = [state = state_](MultiDecision& d) {
-    state->gate.monitor().admit(d);
-    unheldLease(state->leases(), d);
-  };
-  return op;
-}
-
-MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::peekOp(std::int64_t permits) const {
-  checkPermitsFor(permits);
-  return {detail::LimiterCall::plain(callBound()), "peek", limitsRequest("peek", permits, 0), reading(permits, "")};
-}
-
-MultiLimit::Core::Op<Reply> MultiLimit::Core::refundOp(std::int64_t permits) const {
-  // Never resent: a refund that went through and was sent again would give the permits back twice.
-  Op<Reply> op{detail::LimiterCall::plain(callBound(), detail::LimiterCall::Resend::Never), "refund",
-               limitsRequest("refund", permits, 0), [](Core*, const Reply& r) { return r; }};
-  op.then = [monitor = gate_.monitor(), permits](Reply&) { monitor.refunded(permits); };
-  return op;
-}
-
-// Sent again if the connection closed under it: the record makes a resend take nothing twice.
-MultiLimit::Core::Op<MultiDecision> MultiLimit::Core::reserveOp(std::int64_t permits, const std::string& recordKey,
-                                                                milliseconds recordTtl) const {
-  detail::checkReservationTtl(recordTtl);
-  checkPermitsFor(permits);
-  // The reply: take's head, then repeated.
-  const std::size_t expected = kHead + kPerLimit * names_.size() + 1;
-  return {decision(permits),
-          "reserveFor",
-          limitsRequest("reserve", permits, recordTtl.count(), recordKey),
-          [read = reading(permits, ""), state = state_, expected](Core* self, const Reply& reply) {
-            (void)detail::arrayReply("", state->label, reply, expected, "reserve");
-            Reply head = reply;
-            head.elements.pop_back();
-            MultiDecision held = read(self, head);
-            held.repeated = reply.elements.back().asInteger() == 1;
-            return held;
-          },
-          [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); },
-          [monitor = gate_.monitor()](MultiDecision& out) { detail::admitHeld(monitor, out); }};
-}
-
-// Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
-MultiLimit::Core::Op<MultiSettlement> MultiLimit::Core::settleOp(std::int64_t actual,
-                                                                 const std::string& recordKey) const {
-  detail::checkActualPermits(actual);
-  return {detail::LimiterCall::plain(callBound()), "settle", limitsRequest("settle", actual, 0, recordKey),
-          [state = state_](Core*, const Reply& r) { return parseSettlement(*state, r); }};
-}
-
-MultiSettlement MultiLimit::Core::parseSettlement(const State& state, const Reply& r) {
-  const std::string& label = state.label;
-  const std::size_t count = state.limiterNames.size();
-  const std::size_t expected = 3 + 4 * count;
-  (void)detail::arrayReply("", label, r, expected, "settle");
-  MultiSettlement out;
-  out.status = detail::settleStatusOf(r.elements[0].asInteger(), label);
-  out.reserved = r.elements[1].asInteger();
-  out.actual = r.elements[2].asInteger();
-  out.limits.resize(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    Settlement& one = out.limits[i];
-    const std::size_t base = 3 + 4 * i;
-    one.status = out.status;
-    one.reserved = out.reserved;
-    one.actual = out.actual;
-    one.returned = r.elements[base].asInteger();
-    one.charged = r.elements[base + 1].asInteger();
-    one.unpaid = r.elements[base + 2].asInteger();
-    one.remaining = r.elements[base + 3].asInteger();
-    out.returned = i == 0 ? one.returned : std::min(out.returned, one.returned);
-    out.charged = i == 0 ? one.charged : std::min(out.charged, one.charged);
-    out.unpaid = std::max(out.unpaid, one.unpaid);
-    out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
-  }
-  detail::countSettled(state.gate.monitor(), out);
-  return out;
-}
-
-// Safe to send again: a renew sent twice extends twice from about the same instant, a release
-// sent twice answers what the first did not see.
-template <class Out, class Read>
-MultiLimit::Core::Op<Out> MultiLimit::Core::leaseOp(std::string_view op, const Lease& lease,
-                                                    std::optional<milliseconds> ttl, Read read) const {
-  if (!hasLeases()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", state_->label, op));
-  }
-  detail::checkLeaseId(lease.id);
-  if (ttl) detail::checkLeaseTtl(*ttl);
-  std::vector<std::string> args{lease.id, "0"};
-  for (const Policy& c : state_->leaseConfigs) {
-    args.push_back(fmt::format("{}:{}", c.limit(), ttl.value_or(c.leaseTtl()).count()));
-  }
-  (void)keys();
-  return {detail::LimiterCall::plain(callBound()), op,
-          request(leaseNames_, op, std::string(leaseNames_.size(), kLeaseKind), args, nullptr),
-          [label = state_->label, read = std::move(read)](Core*, const Reply& r) { return read(label, r); }};
-}
-
-MultiLimit::Core::Op<std::optional<Lease>> MultiLimit::Core::renewOp(const Lease& lease,
-                                                                     std::optional<milliseconds> ttl) const {
-  return leaseOp<std::optional<Lease>>("renew", lease, ttl, [lease](const std::string& label, const Reply& r) {
-    return detail::parseRenew("", label, r, lease);
-  });
-}
-
-MultiLimit::Core::Op<bool> MultiLimit::Core::releaseOp(const Lease& lease) const {
-  return leaseOp<bool>("release", lease, std::nullopt, [](const std::string& label, const Reply& r) {
-    return detail::firstOfTwo("", label, r, "release") == 1;
-  });
-}
 
 // --- The handle -------------------------------------------------------------------------------
 
@@ -460,24 +376,18 @@ MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Opt
         fmt::format("redlimit: a MultiLimit decides 1..{} limiters, got {}", kMaxLimits, limits.size()));
   }
   if (!options.name.empty()) detail::checkLimiterName(options.name, detail::kMaxNameLength);
-  const std::shared_ptr<Client>& client = limits.front().client();
-  std::vector<std::string> names;
-  std::string kinds;
-  std::vector<std::string> configs;
-  std::vector<Policy> leaseConfigs;
+  Core::Limits made;
+  made.client = limits.front().client();
+  std::vector<std::string>& names = made.limiterNames;
   std::vector<std::pair<std::size_t, detail::CalendarQuota>> calendars;  // limit index, quota
-  bool anyConfig = false;
-  std::int64_t maxPermits = detail::kMaxPermits;
-  std::unordered_set<std::string_view> seen;
   for (const Limiter& limiter : limits) {
     const std::string& name = limiter.name();
-    if (limiter.client() != client) {
-      throw InvalidArgument(
-          fmt::format("redlimit: MultiLimit: limiter {} uses another Client than {}; one script "
-                      "call runs on one Client",
-                      name, limits.front().name()));
+    if (limiter.client() != made.client) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: MultiLimit: limiter {} uses another Client than {}; one script call runs on one Client", name,
+          limits.front().name()));
     }
-    if (!seen.insert(name).second) {
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
       throw InvalidArgument(fmt::format("redlimit: MultiLimit: limiter {} appears twice", name));
     }
     names.push_back(name);
@@ -491,44 +401,32 @@ MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Opt
     const detail::KeyedPolicy& packed = policy.packedPolicy();
     if (policy.kind() == Policy::Kind::Calendar) {  // its quota and, per call, its table (tables)
       const detail::CalendarQuota quota = policy.calendarQuota("a calendar limit");
-      kinds.push_back('Q');
-      configs.push_back(detail::calendarConfig(quota, milliseconds{policy.keepAliveMs_}));
-      calendars.emplace_back(configs.size() - 1, quota);
-      anyConfig = true;
-      maxPermits = std::min(maxPermits, quota.limit);
-      continue;
+      made.kinds.push_back('Q');
+      made.configs.push_back(detail::calendarConfig(quota, milliseconds{policy.keepAliveMs_}));
+      calendars.emplace_back(made.configs.size() - 1, quota);
+      made.maxPermits = std::min(made.maxPermits, quota.limit);
+    } else if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL
+      made.kinds.push_back(kLeaseKind);
+      made.configs.push_back(packed.packed);
+      made.leaseConfigs.push_back(policy);
+    } else {  // its configuration in the call, or "" for a stored policy: the key's own
+      made.kinds.push_back(packed.packed.front());
+      made.configs.push_back(policy.isStored() ? std::string() : packed.packed);
+      if (!policy.isStored()) made.maxPermits = std::min(made.maxPermits, packed.maxPermits);
     }
-    if (policy.givesLeases()) {  // a concurrency limit: its limit and lease TTL
-      kinds.push_back(kLeaseKind);
-      configs.push_back(packed.packed);
-      leaseConfigs.push_back(policy);
-      anyConfig = true;
-      continue;
-    }
-    kinds.push_back(packed.packed.front());
-    if (policy.isStored()) {  // the key's own configuration
-      configs.emplace_back();
-      continue;
-    }
-    configs.push_back(packed.packed);
-    anyConfig = true;
-    maxPermits = std::min(maxPermits, packed.maxPermits);
   }
-  if (!anyConfig) configs.clear();  // nothing in the call: the stored configurations
-  std::string label = fmt::format("MultiLimit({})", fmt::join(names, " + "));
-  std::shared_ptr<detail::CalendarTables> tables;
+  // None in the call: the stored configurations, and no configuration sent.
+  if (std::all_of(made.configs.begin(), made.configs.end(), [](const std::string& c) { return c.empty(); })) {
+    made.configs.clear();
+  }
+  made.label = fmt::format("MultiLimit({})", fmt::join(names, " + "));
   if (!calendars.empty()) {
-    tables = std::make_shared<detail::CalendarTables>(label);
+    made.tables = std::make_shared<detail::CalendarTables>(made.label);
     // A limit's configuration is ARGV[6 + i] of every call of the limits (limitsRequest).
-    for (const auto& [index, quota] : calendars) tables->add(5 + index, quota, configs[index]);
+    for (const auto& [index, quota] : calendars) made.tables->add(5 + index, quota, made.configs[index]);
   }
-  auto state = std::make_shared<Core::State>(client, names, std::move(label), options);
-  state->kinds = std::move(kinds);
-  state->configs = std::move(configs);
-  state->leaseConfigs = std::move(leaseConfigs);
-  state->tables = std::move(tables);
-  state->maxPermits = maxPermits;
-  core_ = std::make_shared<Core>(std::move(state), std::move(names), true);
+  auto state = std::make_shared<Core::State>(std::move(made), options);
+  core_ = std::make_shared<Core>(state, state->limiterNames, true);
 }
 
 MultiLimit::MultiLimit(std::shared_ptr<Core> core) noexcept : core_(std::move(core)) {}
@@ -546,7 +444,7 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
   return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
 }
 
-MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->run(core_->decideOp(permits)); }
+MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->run(core_->countedTakeOp(permits)); }
 
 bool MultiLimit::tryAcquire(std::int64_t permits) {
   core_->refuseWithLeases("tryAcquire");
@@ -554,25 +452,19 @@ bool MultiLimit::tryAcquire(std::int64_t permits) {
 }
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
-  core_->refuseWithLeases("tryAcquire");
-  core_->refuseWithCalendars("tryAcquire with a timeout");
+  core_->refuseAhead("tryAcquire", "tryAcquire with a timeout");
   return detail::tryAcquireWithin(core_->gate_, permits, timeout, core_->taking(permits));
 }
 
 void MultiLimit::acquire(std::int64_t permits) {
-  core_->refuseWithLeases("acquire");
-  core_->refuseWithCalendars("acquire");
+  core_->refuseAhead("acquire", "acquire");
   (void)detail::acquireWaiting(core_->gate_, permits, core_->taking(permits));
 }
 
 Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
-  core_->refuseWithLeases("reserve");
-  core_->refuseWithCalendars("reserve");
-  detail::checkMaxWait(maxWait);
+  core_->refuseAhead("reserve", "reserve");
   // The combined decision: a reservation answers no per-limit views.
-  Decision out = static_cast<const Decision&>(core_->run(core_->takeOp(permits, maxWait)));
-  monitor().admit(out);  // shadow mode: a refused reservation comes back allowed, without delay
-  return out;
+  return static_cast<const Decision&>(core_->run(core_->countedTakeOp(permits, maxWait)));
 }
 
 MultiDecision MultiLimit::peek(std::int64_t permits) { return core_->run(core_->peekOp(permits)); }
@@ -602,12 +494,12 @@ void MultiLimit::renewAsyncWith(Lease lease, std::optional<milliseconds> leaseTt
 
 std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease) {
   return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsyncWith(std::move(lease), std::nullopt, RenewCallback(std::move(done))); });
+      [&](auto done) { renewAsyncWith(std::move(lease), std::nullopt, std::move(done)); });
 }
 
 std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease, milliseconds leaseTtl) {
   return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsyncWith(std::move(lease), leaseTtl, RenewCallback(std::move(done))); });
+      [&](auto done) { renewAsyncWith(std::move(lease), leaseTtl, std::move(done)); });
 }
 
 void MultiLimit::releaseAsync(const Lease& lease, ReleaseCallback done) {
@@ -615,7 +507,7 @@ void MultiLimit::releaseAsync(const Lease& lease, ReleaseCallback done) {
 }
 
 std::future<bool> MultiLimit::releaseAsync(const Lease& lease) {
-  return detail::futureOf<bool>([&](auto done) { releaseAsync(lease, ReleaseCallback(std::move(done))); });
+  return detail::futureOf<bool>([&](auto done) { releaseAsync(lease, std::move(done)); });
 }
 
 milliseconds MultiLimit::leaseTtl() const noexcept {
@@ -627,7 +519,7 @@ milliseconds MultiLimit::leaseTtl() const noexcept {
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
-  core_->runAsync<MultiDecision>([&] { return core_->decideOp(permits); }, std::move(done));
+  core_->runAsync<MultiDecision>([&] { return core_->countedTakeOp(permits); }, std::move(done));
 }
 
 std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
@@ -639,9 +531,8 @@ void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, 
                                 [&] { core_->refuseWithLeases("tryAcquireAsync"); })) {
     return;
   }
-  decideAsync(permits, [done = std::move(done)](const MultiDecision& d, std::exception_ptr error) {
-    const bool allowed = !error && d.allowed;
-    done(allowed, std::move(error));
+  decideAsync(permits, [done = std::move(done)](const MultiDecision& d, const std::exception_ptr& error) {
+    done(!error && d.allowed, error);
   });
 }
 
@@ -669,8 +560,7 @@ void MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id, mi
 
 std::future<MultiDecision> MultiLimit::reserveForAsync(std::int64_t permits, const std::string& id,
                                                        milliseconds recordTtl) {
-  return detail::futureOf<MultiDecision>(
-      [&](auto done) { reserveForAsync(permits, id, recordTtl, DecisionCallback(std::move(done))); });
+  return detail::futureOf<MultiDecision>([&](auto done) { reserveForAsync(permits, id, recordTtl, std::move(done)); });
 }
 
 MultiSettlement MultiLimit::settle(const std::string& id, std::int64_t actual) {
@@ -682,8 +572,7 @@ void MultiLimit::settleAsync(const std::string& id, std::int64_t actual, SettleC
 }
 
 std::future<MultiSettlement> MultiLimit::settleAsync(const std::string& id, std::int64_t actual) {
-  return detail::futureOf<MultiSettlement>(
-      [&](auto done) { settleAsync(id, actual, SettleCallback(std::move(done))); });
+  return detail::futureOf<MultiSettlement>([&](auto done) { settleAsync(id, actual, std::move(done)); });
 }
 
 MultiSettlement MultiLimit::cancel(const std::string& id) { return settle(id, 0); }
