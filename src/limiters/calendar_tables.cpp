@@ -7,6 +7,8 @@
 #include <date/tz.h>
 #include <fmt/format.h>
 
+#include "base/wall_clock.hpp"
+#include "config/config_checks.hpp"
 #include "limiters/keyed_policy.hpp"
 #include "redlimit/errors.hpp"
 
@@ -31,24 +33,15 @@ const date::time_zone* zoneOf(const std::string& name) {
   }
 }
 
+// The unit as the scripts take it: 'D', 'W', 'M' (CalendarUnit's order), '?' for another value.
 char unitCode(CalendarUnit u) {
-  switch (u) {
-    case CalendarUnit::Day:
-      return 'D';
-    case CalendarUnit::Week:
-      return 'W';
-    case CalendarUnit::Month:
-      return 'M';
-  }
-  return '?';
+  const auto i = static_cast<unsigned>(u);
+  return i < 3 ? "DWM"[i] : '?';
 }
 
 // The checks of checkCalendarQuota but the zone's; its zone, looked up.
 const date::time_zone* checkedZone(const CalendarQuota& q) {
-  if (q.limit < 1 || q.limit > kMaxCalendarPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: a calendar quota's limit must be in 1..{}, got {}", kMaxCalendarPermits, q.limit));
-  }
+  checkCount("a calendar quota's limit", q.limit, 1, kMaxCalendarPermits);
   if (unitCode(q.unit) == '?') {
     throw InvalidArgument(fmt::format("redlimit: unknown calendar unit {}", static_cast<int>(q.unit)));
   }
@@ -131,14 +124,8 @@ std::string packTable(const std::vector<CalendarWindow>& windows) {
   return out;
 }
 
-microseconds systemNow() {
-  return std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch());
-}
-
 std::string checkedKeepAlive(milliseconds keepAlive) {
-  if (keepAlive.count() < 0 || keepAlive.count() > 4294967295) {
-    throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 0..4294967295 ms, got {} ms", keepAlive.count()));
-  }
+  checkMillis("keepAlive", keepAlive, 0);  // kMaxInterval: what a uint32 holds
   return fmt::to_string(keepAlive.count());
 }
 
