@@ -6,15 +6,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
-#include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "limiters/calendar_tables.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/detail/limits.hpp"
+#include "redlimit/detail/rate_units.hpp"
 
 namespace redlimit::detail {
 
@@ -50,41 +50,35 @@ inline std::int64_t localIntervalMs(std::int64_t permits, std::int64_t intervalM
   return ms < 1 ? 1 : ms > 1e12 ? 1000000000000 : static_cast<std::int64_t>(ms);
 }
 
+/// A policy whose key header is `kind`, then each of `fields` as struct.pack's I4 (each checked:
+/// 0..2^32-1), reporting `limit`, taking up to `limit` a call, and `limit` per `localMs` the Local
+/// bucket.
+inline KeyedPolicy headerPolicy(char kind, std::vector<std::int64_t> fields, std::int64_t limit, std::int64_t localMs) {
+  KeyedPolicy p;
+  p.packed.push_back(kind);
+  for (const std::int64_t v : fields) packU32(p.packed, v);
+  p.limit = limit;
+  p.maxPermits = limit;
+  p.localRate = limit;
+  p.localIntervalMs = localMs;
+  p.fields = std::move(fields);
+  return p;
+}
+
 /// The policy of a checked GCRA configuration (kind 'G' or 'T'): the key's header as
 /// lua/lib/gcra_core.lua packs it ('<c1I4I4I4I4', little-endian), and the Local bucket as the
 /// script's gcraLocalRate computes it.
 inline KeyedPolicy gcraPolicy(char kind, std::int64_t burst, std::int64_t rate, std::chrono::milliseconds period,
                               std::chrono::milliseconds keepAlive) {
-  KeyedPolicy p;
-  p.packed.push_back(kind);
-  for (const std::int64_t v :
-       {burst, rate, static_cast<std::int64_t>(period.count()), static_cast<std::int64_t>(keepAlive.count())}) {
-    packU32(p.packed, v);
-  }
-  p.limit = burst;
-  p.maxPermits = burst;
-  p.localRate = burst;
-  p.localIntervalMs = localIntervalMs(burst, period.count(), rate);
-  p.fields = {burst, rate, static_cast<std::int64_t>(period.count()), static_cast<std::int64_t>(keepAlive.count())};
-  return p;
+  return headerPolicy(kind, {burst, rate, period.count(), keepAlive.count()}, burst,
+                      localIntervalMs(burst, period.count(), rate));
 }
 
 /// The policy of a checked fixed window configuration: the key's header as
 /// lua/lib/fixed_window_core.lua packs it ('<c1I4I4I4'); the Local bucket is the window.
 inline KeyedPolicy windowPolicy(std::int64_t limit, std::chrono::milliseconds window,
                                 std::chrono::milliseconds keepAlive) {
-  KeyedPolicy p;
-  p.packed.push_back('W');
-  for (const std::int64_t v :
-       {limit, static_cast<std::int64_t>(window.count()), static_cast<std::int64_t>(keepAlive.count())}) {
-    packU32(p.packed, v);
-  }
-  p.limit = limit;
-  p.maxPermits = limit;
-  p.localRate = limit;
-  p.localIntervalMs = window.count();
-  p.fields = {limit, static_cast<std::int64_t>(window.count()), static_cast<std::int64_t>(keepAlive.count())};
-  return p;
+  return headerPolicy('W', {limit, window.count(), keepAlive.count()}, limit, window.count());
 }
 
 /// The policy of a checked smooth configuration: `permits` per `interval`, `span` the maxBurst
@@ -101,10 +95,7 @@ inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds 
   packU32(p.packed, span.count());
   p.packed.push_back(static_cast<char>(cold));  // 0..127
   packU32(p.packed, keepAlive.count());
-  const std::int64_t intervalUs = interval.count() * 1000;
-  const std::int64_t g = std::gcd(permits, intervalUs);
-  const std::int64_t pp = permits / g;
-  const std::int64_t t = intervalUs / g;
+  const auto [pp, t] = rateUnits(permits, interval);  // P' and I'
   // K units per permit and the most units stored (checked by validateConfig: below 2^53).
   const std::int64_t k = cold == 0 ? t : t * 2 * (1 + cold);
   const std::int64_t maxK = cold == 0 ? span.count() * 1000 * pp : span.count() * 1000 * pp * (5 + cold);
@@ -112,8 +103,7 @@ inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds 
   p.maxPermits = std::min<std::int64_t>(kMaxPermits, ((std::int64_t{1} << 53) - 1) / k);
   p.localRate = cold == 0 ? p.limit + 1 : 1;
   p.localIntervalMs = localIntervalMs(p.localRate, interval.count(), permits);
-  p.fields = {permits, static_cast<std::int64_t>(interval.count()), static_cast<std::int64_t>(span.count()), cold,
-              static_cast<std::int64_t>(keepAlive.count())};
+  p.fields = {permits, interval.count(), span.count(), cold, keepAlive.count()};
   return p;
 }
 
