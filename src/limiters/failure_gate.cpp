@@ -220,14 +220,11 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
     case FailurePolicy::Throw:
       break;
   }
-  const LimiterMetrics::PolicyOutcome outcome =
-      !decision ? LimiterMetrics::PolicyOutcome::Thrown
-                : (*decision ? LimiterMetrics::PolicyOutcome::Granted : LimiterMetrics::PolicyOutcome::Denied);
-  (outcome == LimiterMetrics::PolicyOutcome::Granted  ? allowed_
-   : outcome == LimiterMetrics::PolicyOutcome::Denied ? denied_
-                                                      : thrown_)
-      .fetch_add(1, std::memory_order_relaxed);
-  if (LimiterMetrics* m = monitor_.metrics()) m->policyDecision(options_.policy, outcome);
+  using Outcome = LimiterMetrics::PolicyOutcome;
+  (!decision ? thrown_ : *decision ? allowed_ : denied_).fetch_add(1, std::memory_order_relaxed);
+  if (LimiterMetrics* m = monitor_.metrics()) {
+    m->policyDecision(options_.policy, !decision ? Outcome::Thrown : *decision ? Outcome::Granted : Outcome::Denied);
+  }
   return decision;
 }
 
