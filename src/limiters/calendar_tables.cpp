@@ -1,6 +1,7 @@
 #include "limiters/calendar_tables.hpp"
 
 #include <exception>
+#include <initializer_list>
 #include <utility>
 
 #include <date/date.h>
@@ -105,21 +106,11 @@ std::vector<CalendarWindow> windowsIn(const CalendarQuota& q, const date::time_z
   return out;
 }
 
-void putLe64(std::string& out, std::int64_t v) {
-  auto u = static_cast<std::uint64_t>(v);
-  for (int i = 0; i < 8; ++i) {
-    out.push_back(static_cast<char>(u & 0xFFU));
-    u >>= 8U;
-  }
-}
-
 std::string packTable(const std::vector<CalendarWindow>& windows) {
   std::string out;
   out.reserve(windows.size() * 24);
   for (const CalendarWindow& w : windows) {
-    putLe64(out, w.label);
-    putLe64(out, w.start.count());
-    putLe64(out, w.end.count());
+    for (const std::int64_t v : {w.label, w.start.count(), w.end.count()}) packLe(out, v, 8);  // '<i8i8i8'
   }
   return out;
 }
@@ -137,8 +128,8 @@ std::string calendarConfig(const CalendarQuota& quota, milliseconds keepAlive) {
   (void)checkedZone(quota);
   (void)checkedKeepAlive(keepAlive);
   std::string out{kKind, unitCode(quota.unit)};
-  packU32(out, quota.limit);
-  packU32(out, keepAlive.count());
+  packLe(out, quota.limit, 4);
+  packLe(out, keepAlive.count(), 4);
   return out;
 }
 

@@ -110,25 +110,17 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
     case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
       detail::CalendarQuota q{a, static_cast<CalendarUnit>(b), zone, static_cast<Weekday>(c)};
       detail::checkCalendarQuota(q);
-      detail::KeyedPolicy p;
-      p.packed = fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone);  // for equality: no script reads it
-      p.limit = a;
-      p.maxPermits = a;
-      p.localRate = a;
-      p.localIntervalMs = 86400000;
-      p.fields = {a, b, c, keepAliveMs};
+      // packed for equality only (no script reads it); the Local bucket: the limit per day
+      detail::KeyedPolicy p = detail::keyedPolicy(fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone),
+                                                  {a, b, c, keepAliveMs}, a, 86400000);
       p.calendar = std::move(q);
       return p;
     }
     case Policy::Kind::Concurrency: {
       detail::checkLeaseLimit(a, milliseconds{b});
-      detail::KeyedPolicy p;
-      p.packed = fmt::format("{}:{}", a, b);  // as multi.lua reads a concurrency limit's configuration
-      p.limit = a;
+      // packed as multi.lua reads a concurrency limit's configuration; a lease a call
+      detail::KeyedPolicy p = detail::keyedPolicy(fmt::format("{}:{}", a, b), {a, b}, a, b);
       p.maxPermits = 1;
-      p.localRate = a;
-      p.localIntervalMs = b;
-      p.fields = {a, b};
       return p;
     }
   }
