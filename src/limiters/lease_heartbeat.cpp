@@ -190,11 +190,9 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
         lastError = nullptr;
       } else if (!error) {  // not live any more: expired, or released by someone else
         lost = lostNow = true;
-      } else if (now >= liveUntil) {
+      } else {  // lost if the lease may have expired already, else tried again at the next interval
         lastError = error;
-        lost = lostNow = true;
-      } else {  // tried again at the next interval; the visit at the expiry declares the loss
-        lastError = error;
+        lost = lostNow = now >= liveUntil;
       }
       nextRenewal = now + interval;
       delay = std::min<Steady::duration>(interval, liveUntil - now);
