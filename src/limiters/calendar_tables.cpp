@@ -128,8 +128,7 @@ std::string calendarConfig(const CalendarQuota& quota, milliseconds keepAlive) {
   (void)checkedZone(quota);
   (void)checkedKeepAlive(keepAlive);
   std::string out{kKind, unitCode(quota.unit)};
-  packLe(out, quota.limit, 4);
-  packLe(out, keepAlive.count(), 4);
+  for (const std::int64_t v : {quota.limit, keepAlive.count()}) packLe(out, v, 4);
   return out;
 }
 

@@ -201,9 +201,7 @@ Policy Policy::keepAlive(milliseconds idle) const {
         "redlimit: a stored policy's keys are permanent (its configuration lives in them); keepAlive does not apply");
   }
   detail::checkMillis("keepAlive", idle, 1);
-  Policy p(kind_, a_, b_, c_, d_, idle.count(), zone_);
-  p.stored_ = stored_;
-  return p;
+  return Policy(kind_, a_, b_, c_, d_, idle.count(), zone_);  // not stored: refused above
 }
 
 Policy Policy::permanent() const {
