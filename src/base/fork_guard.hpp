@@ -30,15 +30,15 @@ namespace redlimit::detail {
 /// (`inherited` the pointer found, null at first) swapped in without a lock: in a fork() child a
 /// lock of the inherited object may be held by a parent thread that does not exist there. The first
 /// thread to swap its object in wins, the others drop theirs and use the winner's. The inherited
-/// object is never touched again (leaked). Throws what `make` throws (bad_alloc).
+/// object is never touched again (leaked). Thread-safe; throws what `make` throws (bad_alloc).
 ///
 /// Memory ordering: the swap is acq_rel, so the winner's object is seen whole by the threads that
 /// load it (acquire).
 template <class T, class Make>
 T& ofThisProcess(std::atomic<T*>& current, const std::uint64_t T::*generation, Make make) {
-  const std::uint64_t now = forkGeneration();
+  const std::uint64_t mine = forkGeneration();
   T* seen = current.load(std::memory_order_acquire);
-  if (seen != nullptr && seen->*generation == now) return *seen;
+  if (seen != nullptr && seen->*generation == mine) return *seen;
   std::unique_ptr<T> fresh = make(seen);
   if (current.compare_exchange_strong(seen, fresh.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
     return *fresh.release();
