@@ -1,7 +1,9 @@
 // Detecting that this process is a fork() child of the one that set up some per-process state.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 
 namespace redlimit::detail {
 
@@ -22,5 +24,26 @@ namespace redlimit::detail {
 /// Memory ordering: relaxed. The handler runs in the child's only thread before fork() returns
 /// there, and threads started later see the value through thread creation.
 [[nodiscard]] std::uint64_t forkGeneration() noexcept;
+
+/// The object `current` points to if this process made it (its `generation` member, set to
+/// forkGeneration() when it was made, is this process's), else a new one from `make(inherited)`
+/// (`inherited` the pointer found, null at first) swapped in without a lock: in a fork() child a
+/// lock of the inherited object may be held by a parent thread that does not exist there. The first
+/// thread to swap its object in wins, the others drop theirs and use the winner's. The inherited
+/// object is never touched again (leaked). Thread-safe; throws what `make` throws (bad_alloc).
+///
+/// Memory ordering: the swap is acq_rel, so the winner's object is seen whole by the threads that
+/// load it (acquire).
+template <class T, class Make>
+T& ofThisProcess(std::atomic<T*>& current, const std::uint64_t T::*generation, Make make) {
+  const std::uint64_t mine = forkGeneration();
+  T* seen = current.load(std::memory_order_acquire);
+  if (seen != nullptr && seen->*generation == mine) return *seen;
+  std::unique_ptr<T> fresh = make(seen);
+  if (current.compare_exchange_strong(seen, fresh.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
+    return *fresh.release();
+  }
+  return *seen;  // another thread of this process installed one: of this generation
+}
 
 }  // namespace redlimit::detail

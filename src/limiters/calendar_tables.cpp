@@ -1,12 +1,15 @@
 #include "limiters/calendar_tables.hpp"
 
 #include <exception>
+#include <initializer_list>
 #include <utility>
 
 #include <date/date.h>
 #include <date/tz.h>
 #include <fmt/format.h>
 
+#include "base/wall_clock.hpp"
+#include "config/config_checks.hpp"
 #include "limiters/keyed_policy.hpp"
 #include "redlimit/errors.hpp"
 
@@ -31,24 +34,15 @@ const date::time_zone* zoneOf(const std::string& name) {
   }
 }
 
+// The unit as the scripts take it: 'D', 'W', 'M' (CalendarUnit's order), '?' for another value.
 char unitCode(CalendarUnit u) {
-  switch (u) {
-    case CalendarUnit::Day:
-      return 'D';
-    case CalendarUnit::Week:
-      return 'W';
-    case CalendarUnit::Month:
-      return 'M';
-  }
-  return '?';
+  const auto i = static_cast<unsigned>(u);
+  return i < 3 ? "DWM"[i] : '?';
 }
 
 // The checks of checkCalendarQuota but the zone's; its zone, looked up.
 const date::time_zone* checkedZone(const CalendarQuota& q) {
-  if (q.limit < 1 || q.limit > kMaxCalendarPermits) {
-    throw InvalidArgument(
-        fmt::format("redlimit: a calendar quota's limit must be in 1..{}, got {}", kMaxCalendarPermits, q.limit));
-  }
+  checkCount("a calendar quota's limit", q.limit, 1, kMaxCalendarPermits);
   if (unitCode(q.unit) == '?') {
     throw InvalidArgument(fmt::format("redlimit: unknown calendar unit {}", static_cast<int>(q.unit)));
   }
@@ -112,33 +106,17 @@ std::vector<CalendarWindow> windowsIn(const CalendarQuota& q, const date::time_z
   return out;
 }
 
-void putLe64(std::string& out, std::int64_t v) {
-  auto u = static_cast<std::uint64_t>(v);
-  for (int i = 0; i < 8; ++i) {
-    out.push_back(static_cast<char>(u & 0xFFU));
-    u >>= 8U;
-  }
-}
-
 std::string packTable(const std::vector<CalendarWindow>& windows) {
   std::string out;
   out.reserve(windows.size() * 24);
   for (const CalendarWindow& w : windows) {
-    putLe64(out, w.label);
-    putLe64(out, w.start.count());
-    putLe64(out, w.end.count());
+    for (const std::int64_t v : {w.label, w.start.count(), w.end.count()}) packLe(out, v, 8);  // '<i8i8i8'
   }
   return out;
 }
 
-microseconds systemNow() {
-  return std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch());
-}
-
 std::string checkedKeepAlive(milliseconds keepAlive) {
-  if (keepAlive.count() < 0 || keepAlive.count() > 4294967295) {
-    throw InvalidArgument(fmt::format("redlimit: keepAlive must be in 0..4294967295 ms, got {} ms", keepAlive.count()));
-  }
+  checkMillis("keepAlive", keepAlive, 0);  // kMaxInterval: what a uint32 holds
   return fmt::to_string(keepAlive.count());
 }
 
@@ -150,8 +128,7 @@ std::string calendarConfig(const CalendarQuota& quota, milliseconds keepAlive) {
   (void)checkedZone(quota);
   (void)checkedKeepAlive(keepAlive);
   std::string out{kKind, unitCode(quota.unit)};
-  packU32(out, quota.limit);
-  packU32(out, keepAlive.count());
+  for (const std::int64_t v : {quota.limit, keepAlive.count()}) packLe(out, v, 4);
   return out;
 }
 

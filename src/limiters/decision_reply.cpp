@@ -19,33 +19,22 @@ std::int64_t int64At(const std::string& s, std::size_t at) noexcept {
 }  // namespace
 
 DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_view limiter, std::size_t arraySize) {
-  DecisionReply d;
-  if (form == DecisionForm::Packed) {
-    if (!isPackedDecision(r)) {
-      throw ReplyError(
-          ErrorKind::UnexpectedReply, "",
-          fmt::format("redlimit: limiter {}: expected a packed decision of {} bytes from the script, got {}", limiter,
-                      kPackedDecisionSize, r.describe()));
-    }
-    const std::string& s = r.str;
-    d.allowed = static_cast<unsigned char>(s[0]) == kPackedDecisionMarker + 1;
-    d.remaining = int64At(s, 1);
-    d.retryAfterUs = int64At(s, 9);
-    d.resetAfterUs = int64At(s, 17);
-    d.limit = int64At(s, 25);
-    d.nowUs = int64At(s, 33);
-    d.delayUs = int64At(s, 41);
-    d.localRate = int64At(s, 49);
-    d.localIntervalMs = int64At(s, 57);
-    return d;
+  const bool packed = form == DecisionForm::Packed;
+  if (packed && !isPackedDecision(r)) {
+    throw ReplyError(ErrorKind::UnexpectedReply, "",
+                     fmt::format("redlimit: limiter {}: expected a packed decision of {} bytes from the script, got {}",
+                                 limiter, kPackedDecisionSize, r.describe()));
   }
-  if (r.type != Reply::Type::Array || arraySize < 9 || r.elements.size() != arraySize) {
+  if (!packed && (r.type != Reply::Type::Array || arraySize < 9 || r.elements.size() != arraySize)) {
     throw ReplyError(ErrorKind::UnexpectedReply, "",
                      fmt::format("redlimit: limiter {}: expected an array of {} from the script, got {}", limiter,
                                  arraySize, r.describe()));
   }
-  const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
-  d.allowed = at(0) == 1;
+  // Value i of the nine in DecisionReply's order; packed, value 0 is the marker byte and value i
+  // the int64 at byte 1 + 8 (i - 1).
+  const auto at = [&](std::size_t i) { return packed ? int64At(r.str, 8 * i - 7) : r.elements[i].asInteger(); };
+  DecisionReply d;
+  d.allowed = packed ? static_cast<unsigned char>(r.str[0]) == kPackedDecisionMarker + 1 : at(0) == 1;
   d.remaining = at(1);
   d.retryAfterUs = at(2);
   d.resetAfterUs = at(3);

@@ -45,17 +45,10 @@ FailureGate::~FailureGate() {
 }
 
 FailureGate::Locked& FailureGate::locked() const {
-  Locked* l = locked_.load(std::memory_order_acquire);
-  const std::uint64_t generation = forkGeneration();
-  if (l->generation == generation) return *l;
-  // A fork child's first use. No lock (one could be held by a parent thread): the first thread
-  // to swap its fresh state in wins, the others free theirs and use the winner's. Events the
-  // parent had queued are its own and stay with it.
-  auto fresh = std::make_unique<Locked>(generation);
-  if (locked_.compare_exchange_strong(l, fresh.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
-    return *fresh.release();  // the inherited one is leaked
-  }
-  return *l;  // another thread of this process installed it: of this generation
+  // A fork child's first use makes a fresh one (without a lock: one could be held by a parent
+  // thread); the inherited one is leaked. Events the parent had queued are its own and stay with it.
+  return ofThisProcess(locked_, &Locked::generation,
+                       [](Locked*) { return std::make_unique<Locked>(forkGeneration()); });
 }
 
 void FailureGate::report(const HealthEvent& event) const {
@@ -220,14 +213,11 @@ std::optional<bool> FailureGate::decide(std::int64_t permits, std::int64_t rate,
     case FailurePolicy::Throw:
       break;
   }
-  const LimiterMetrics::PolicyOutcome outcome =
-      !decision ? LimiterMetrics::PolicyOutcome::Thrown
-                : (*decision ? LimiterMetrics::PolicyOutcome::Granted : LimiterMetrics::PolicyOutcome::Denied);
-  (outcome == LimiterMetrics::PolicyOutcome::Granted  ? allowed_
-   : outcome == LimiterMetrics::PolicyOutcome::Denied ? denied_
-                                                      : thrown_)
-      .fetch_add(1, std::memory_order_relaxed);
-  if (LimiterMetrics* m = monitor_.metrics()) m->policyDecision(options_.policy, outcome);
+  using Outcome = LimiterMetrics::PolicyOutcome;
+  (!decision ? thrown_ : *decision ? allowed_ : denied_).fetch_add(1, std::memory_order_relaxed);
+  if (LimiterMetrics* m = monitor_.metrics()) {
+    m->policyDecision(options_.policy, !decision ? Outcome::Thrown : *decision ? Outcome::Granted : Outcome::Denied);
+  }
   return decision;
 }
 

@@ -37,15 +37,11 @@ IdleSweeper& IdleSweeper::instance() {
       if (sweeper != nullptr && sweeper->generation_ == forkGeneration()) sweeper->stop();
     }
   } stopper;
-  const std::uint64_t generation = forkGeneration();
-  IdleSweeper* seen = current.load(std::memory_order_acquire);
-  if (seen != nullptr && seen->generation_ == generation) return *seen;
-  auto fresh = std::make_unique<IdleSweeper>();
-  fresh->inherited_ = seen;
-  if (current.compare_exchange_strong(seen, fresh.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
-    return *fresh.release();  // the inherited one (if any) is never used again
-  }
-  return *seen;  // another thread of this process installed one: of this generation
+  return ofThisProcess(current, &IdleSweeper::generation_, [](IdleSweeper* inherited) {
+    auto fresh = std::make_unique<IdleSweeper>();
+    fresh->inherited_ = inherited;  // never used again
+    return fresh;
+  });
 }
 
 IdleSweeper::IdleSweeper(StartThread start) : start_(std::move(start)), generation_(forkGeneration()) {}

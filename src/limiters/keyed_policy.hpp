@@ -7,14 +7,15 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "limiters/calendar_tables.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/detail/limits.hpp"
+#include "redlimit/detail/rate_units.hpp"
 
 namespace redlimit::detail {
 
@@ -36,10 +37,11 @@ struct KeyedPolicy {
   std::optional<CalendarQuota> calendar;
 };
 
-/// Appends `v` (checked: 0..2^32-1) to `out` as 4 little-endian bytes, as struct.pack's I4.
-inline void packU32(std::string& out, std::int64_t v) {
-  const auto u = static_cast<std::uint32_t>(v);
-  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<char>((u >> shift) & 0xffU));
+/// Appends the low `bytes` bytes of `v` to `out`, little-endian: struct.pack's I4 for 4 (`v`
+/// checked: 0..2^32-1), its i8 for 8.
+inline void packLe(std::string& out, std::int64_t v, int bytes) {
+  const auto u = static_cast<std::uint64_t>(v);
+  for (int shift = 0; shift < 8 * bytes; shift += 8) out.push_back(static_cast<char>((u >> shift) & 0xffU));
 }
 
 /// ceil(permits x intervalMs / rate) ms in 1..10^12: the Local policy's interval for `permits` at
@@ -50,41 +52,35 @@ inline std::int64_t localIntervalMs(std::int64_t permits, std::int64_t intervalM
   return ms < 1 ? 1 : ms > 1e12 ? 1000000000000 : static_cast<std::int64_t>(ms);
 }
 
+/// A policy of `packed` and `fields` (see KeyedPolicy) that reports `limit`, takes up to `limit` a
+/// call, and has `limit` per `localMs` as the Local bucket.
+inline KeyedPolicy keyedPolicy(std::string packed, std::vector<std::int64_t> fields, std::int64_t limit,
+                               std::int64_t localMs) {
+  return KeyedPolicy{std::move(packed), limit, limit, limit, localMs, std::move(fields), std::nullopt};
+}
+
+/// keyedPolicy() with the key header `kind`, then each of `fields` as struct.pack's I4 (each
+/// checked: 0..2^32-1).
+inline KeyedPolicy headerPolicy(char kind, std::vector<std::int64_t> fields, std::int64_t limit, std::int64_t localMs) {
+  std::string header(1, kind);
+  for (const std::int64_t v : fields) packLe(header, v, 4);
+  return keyedPolicy(std::move(header), std::move(fields), limit, localMs);
+}
+
 /// The policy of a checked GCRA configuration (kind 'G' or 'T'): the key's header as
 /// lua/lib/gcra_core.lua packs it ('<c1I4I4I4I4', little-endian), and the Local bucket as the
 /// script's gcraLocalRate computes it.
 inline KeyedPolicy gcraPolicy(char kind, std::int64_t burst, std::int64_t rate, std::chrono::milliseconds period,
                               std::chrono::milliseconds keepAlive) {
-  KeyedPolicy p;
-  p.packed.push_back(kind);
-  for (const std::int64_t v :
-       {burst, rate, static_cast<std::int64_t>(period.count()), static_cast<std::int64_t>(keepAlive.count())}) {
-    packU32(p.packed, v);
-  }
-  p.limit = burst;
-  p.maxPermits = burst;
-  p.localRate = burst;
-  p.localIntervalMs = localIntervalMs(burst, period.count(), rate);
-  p.fields = {burst, rate, static_cast<std::int64_t>(period.count()), static_cast<std::int64_t>(keepAlive.count())};
-  return p;
+  return headerPolicy(kind, {burst, rate, period.count(), keepAlive.count()}, burst,
+                      localIntervalMs(burst, period.count(), rate));
 }
 
 /// The policy of a checked fixed window configuration: the key's header as
 /// lua/lib/fixed_window_core.lua packs it ('<c1I4I4I4'); the Local bucket is the window.
 inline KeyedPolicy windowPolicy(std::int64_t limit, std::chrono::milliseconds window,
                                 std::chrono::milliseconds keepAlive) {
-  KeyedPolicy p;
-  p.packed.push_back('W');
-  for (const std::int64_t v :
-       {limit, static_cast<std::int64_t>(window.count()), static_cast<std::int64_t>(keepAlive.count())}) {
-    packU32(p.packed, v);
-  }
-  p.limit = limit;
-  p.maxPermits = limit;
-  p.localRate = limit;
-  p.localIntervalMs = window.count();
-  p.fields = {limit, static_cast<std::int64_t>(window.count()), static_cast<std::int64_t>(keepAlive.count())};
-  return p;
+  return headerPolicy('W', {limit, window.count(), keepAlive.count()}, limit, window.count());
 }
 
 /// The policy of a checked smooth configuration: `permits` per `interval`, `span` the maxBurst
@@ -96,15 +92,10 @@ inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds 
                                 std::chrono::milliseconds keepAlive) {
   KeyedPolicy p;
   p.packed.push_back('S');
-  packU32(p.packed, permits);
-  packU32(p.packed, interval.count());
-  packU32(p.packed, span.count());
-  p.packed.push_back(static_cast<char>(cold));  // 0..127
-  packU32(p.packed, keepAlive.count());
-  const std::int64_t intervalUs = interval.count() * 1000;
-  const std::int64_t g = std::gcd(permits, intervalUs);
-  const std::int64_t pp = permits / g;
-  const std::int64_t t = intervalUs / g;
+  for (const std::int64_t v : {permits, interval.count(), span.count()}) packLe(p.packed, v, 4);
+  packLe(p.packed, cold, 1);  // 0..127
+  packLe(p.packed, keepAlive.count(), 4);
+  const auto [pp, t] = rateUnits(permits, interval);  // P' and I'
   // K units per permit and the most units stored (checked by validateConfig: below 2^53).
   const std::int64_t k = cold == 0 ? t : t * 2 * (1 + cold);
   const std::int64_t maxK = cold == 0 ? span.count() * 1000 * pp : span.count() * 1000 * pp * (5 + cold);
@@ -112,8 +103,7 @@ inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds 
   p.maxPermits = std::min<std::int64_t>(kMaxPermits, ((std::int64_t{1} << 53) - 1) / k);
   p.localRate = cold == 0 ? p.limit + 1 : 1;
   p.localIntervalMs = localIntervalMs(p.localRate, interval.count(), permits);
-  p.fields = {permits, static_cast<std::int64_t>(interval.count()), static_cast<std::int64_t>(span.count()), cold,
-              static_cast<std::int64_t>(keepAlive.count())};
+  p.fields = {permits, interval.count(), span.count(), cold, keepAlive.count()};
   return p;
 }
 

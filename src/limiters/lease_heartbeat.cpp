@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "base/fork_guard.hpp"
+#include "base/wall_clock.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/lease_id.hpp"
 #include "redlimit/detail/idle_sweeper.hpp"
@@ -27,6 +28,11 @@ using Steady = std::chrono::steady_clock;
 
 // A lease that Redis holds (not one the failure policy or shadow mode made up).
 bool heldByRedis(const Lease& lease) { return lease.expiresAt.count() > 0 && !lease.byPolicy && !lease.shadowDenied; }
+
+// The shortest TTL a renewal gives: options.leaseTtl, or the limits' own (the shortest) when 0.
+milliseconds horizonOf(const MultiLimit& limits, const LeaseHeartbeat::Options& options) {
+  return options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
+}
 
 }  // namespace
 
@@ -51,13 +57,22 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   };
   using Target = std::variant<MultiLimit, LimiterKey>;
 
+  // An onLost that throws is reported through the target's events (detail::isolated).
   State(Target t, Lease first, const LeaseHeartbeat::Options& o, milliseconds shortestTtl)
       : target(std::move(t)),
         renewTtl(o.leaseTtl.count() > 0 ? std::optional<milliseconds>(o.leaseTtl) : std::nullopt),
         horizon(shortestTtl),
         interval(o.interval),
-        onLost(o.onLost),
-        lease(std::move(first)) {}
+        onLost(std::visit([&](const auto& x) { return detail::isolated(o.onLost, x.monitor(), nameOf(x)); }, target)),
+        lease(std::move(first)) {
+    // How long the lease has left, read against this machine's clock (the server's may differ: at
+    // most one TTL is assumed, so a clock ahead of the server's cannot make it seem longer).
+    const microseconds left = std::clamp<microseconds>(lease.expiresAt - detail::systemNow(), microseconds{0}, horizon);
+    const Steady::time_point now = Steady::now();
+    liveUntil = now + left;
+    // The first renewal after one interval, or at once if the lease may expire sooner than that.
+    nextRenewal = left > interval ? now + interval : now;
+  }
 
   Target target;                                              // handles: thread-safe
   const std::uint64_t generation = detail::forkGeneration();  // of the process that made it
@@ -121,7 +136,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       }
     }
     if (lostNow) {
-      notifyLost(copy, why);
+      onLost(copy, why);
       return -1;
     }
     if (send) {
@@ -175,11 +190,9 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
         lastError = nullptr;
       } else if (!error) {  // not live any more: expired, or released by someone else
         lost = lostNow = true;
-      } else if (now >= liveUntil) {
+      } else {  // lost if the lease may have expired already, else tried again at the next interval
         lastError = error;
-        lost = lostNow = true;
-      } else {  // tried again at the next interval; the visit at the expiry declares the loss
-        lastError = error;
+        lost = lostNow = now >= liveUntil;
       }
       nextRenewal = now + interval;
       delay = std::min<Steady::duration>(interval, liveUntil - now);
@@ -187,34 +200,14 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
       id = sweepId;
     }
     if (lostNow) {
-      notifyLost(copy, error);
+      onLost(copy, error);
       return;
     }
     detail::IdleSweeper::instance().schedule(id, std::chrono::duration_cast<microseconds>(delay));
   }
 
-  void notifyLost(const Lease& which, const std::exception_ptr& why) const noexcept {
-    if (!onLost) return;
-    try {
-      onLost(which, why);
-    } catch (...) {
-      const std::exception_ptr thrown = std::current_exception();
-      try {
-        std::visit([&](const auto& t) { detail::reportCallbackThrew(t.monitor(), nameOf(t), thrown); }, target);
-      } catch (...) {  // the limiter's name could not be copied: the report is dropped
-      }
-    }
-  }
-
   static std::string nameOf(const MultiLimit& limits) { return fmt::format("{}", fmt::join(limits.names(), "+")); }
   static std::string nameOf(const LimiterKey& t) { return t.limiter.name(); }
-
-  void releaseAsync(const Lease& held) {
-    std::visit([&](auto& t) { t.releaseAsync(held, [](bool, const std::exception_ptr&) {}); }, target);
-  }
-  bool release(const Lease& held) {
-    return std::visit([&](auto& t) { return t.release(held); }, target);
-  }
 };
 
 namespace {
@@ -252,7 +245,7 @@ LeaseHeartbeat::Options LeaseHeartbeat::resolved(const MultiLimit& limits, Lease
         fmt::format("redlimit: {}: a lease heartbeat needs a concurrency limit in the MultiLimit", name));
   }
   if (options.leaseTtl.count() != 0) detail::checkLeaseTtl(options.leaseTtl);
-  const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
+  const milliseconds horizon = horizonOf(limits, options);
   return checkedInterval(name, std::move(options), horizon);
 }
 
@@ -260,43 +253,32 @@ LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& le
   detail::checkLeaseId(lease.id);
   options = resolved(limiter, std::move(options));
   (void)limiter.redisKey(key);  // a bad key: InvalidArgument now
-  const milliseconds horizon = options.leaseTtl;
-  start(std::make_shared<State>(State::LimiterKey{std::move(limiter), std::move(key)}, lease, options, horizon));
+  start(
+      std::make_shared<State>(State::LimiterKey{std::move(limiter), std::move(key)}, lease, options, options.leaseTtl));
 }
 
 LeaseHeartbeat::LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeat::Options options) {
   detail::checkLeaseId(lease.id);
   options = resolved(limits, std::move(options));
-  const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
+  const milliseconds horizon = horizonOf(limits, options);
   start(std::make_shared<State>(std::move(limits), lease, options, horizon));
 }
 
 void LeaseHeartbeat::start(std::shared_ptr<State> state) {
   state_ = std::move(state);
-  Lease lease;
+  Steady::time_point first;  // the first visit: the first renewal (State's constructor set it)
   {
     const detail::LockGuard lk(state_->m);
-    lease = state_->lease;
+    if (!heldByRedis(state_->lease)) return;
+    first = state_->nextRenewal;
   }
-  if (!heldByRedis(lease)) return;
-  // How long the lease has left, read against this machine's clock (the server's may differ: at
-  // most one TTL is assumed, so a clock ahead of the server's cannot make it seem longer).
-  const std::int64_t nowUs =
-      std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const microseconds left{std::clamp<std::int64_t>(lease.expiresAt.count() - nowUs, 0,
-                                                   std::chrono::duration_cast<microseconds>(state_->horizon).count())};
   detail::IdleSweeper& sweeper = detail::IdleSweeper::instance();
   const std::uint64_t id = sweeper.add(state_.get(), &State::tick);
   {
     const detail::LockGuard lk(state_->m);
-    const Steady::time_point now = Steady::now();
-    state_->liveUntil = now + left;
-    // The first renewal after one interval, or at once if the lease may expire sooner than that.
-    state_->nextRenewal = left > state_->interval ? now + state_->interval : now;
     state_->sweepId = id;
   }
-  sweeper.schedule(
-      id, left > state_->interval ? std::chrono::duration_cast<microseconds>(state_->interval) : microseconds{0});
+  sweeper.schedule(id, std::chrono::duration_cast<microseconds>(first - Steady::now()));
 }
 
 LeaseHeartbeat::~LeaseHeartbeat() {
@@ -317,7 +299,7 @@ LeaseHeartbeat::~LeaseHeartbeat() {
   halt();
   if (!toRelease) return;
   try {  // without waiting: a release that fails leaves the lease to expire after its TTL
-    state_->releaseAsync(held);
+    std::visit([&](auto& t) { t.releaseAsync(held, [](bool, const std::exception_ptr&) {}); }, state_->target);
   } catch (...) {
   }
 }
@@ -365,14 +347,12 @@ std::uint64_t LeaseHeartbeat::renewals() const {
 bool LeaseHeartbeat::release() {
   const Lease held = stop();
   if (!heldByRedis(held)) return false;
-  return state_->release(held);
+  return std::visit([&](auto& t) { return t.release(held); }, state_->target);
 }
 
 Lease LeaseHeartbeat::stop() {
-  if (!state_) throw InvalidArgument("redlimit: a LeaseHeartbeat that was moved from has no lease");
-  halt();
-  const detail::LockGuard lk(state_->m);
-  return state_->lease;
+  if (state_) halt();
+  return lease();  // InvalidArgument for a heartbeat that was moved from
 }
 
 }  // namespace redlimit

@@ -1,7 +1,6 @@
 #include "redlimit/policy.hpp"
 
 #include <limits>
-#include <numeric>
 
 #include <fmt/format.h>
 
@@ -10,7 +9,9 @@
 #include "limiters/keyed_policy.hpp"
 #include "limiters/lease_id.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/limits.hpp"
+#include "redlimit/detail/rate_units.hpp"
 
 namespace redlimit {
 
@@ -21,25 +22,26 @@ namespace {
 constexpr std::int64_t kTwo52 = std::int64_t{1} << 52;
 constexpr std::int64_t kTwo53 = std::int64_t{1} << 53;
 
-// a x b, or the largest int64 when it overflows (every bound below is far under it).
+// a x b, or the largest int64 when it overflows (every bound below is far under it; sums saturate
+// with saturatingAdd).
 std::int64_t mul(std::int64_t a, std::int64_t b) {
   std::int64_t out = 0;
   if (__builtin_mul_overflow(a, b, &out)) return std::numeric_limits<std::int64_t>::max();
   return out;
 }
-std::int64_t add(std::int64_t a, std::int64_t b) {
-  std::int64_t out = 0;
-  if (__builtin_add_overflow(a, b, &out)) return std::numeric_limits<std::int64_t>::max();
-  return out;
+
+// ceil(permits x ms / per), saturating (the factors are validated: at most 2^32 each).
+std::int64_t ceilTimes(std::int64_t permits, std::int64_t ms, std::int64_t per) noexcept {
+  if (ms != 0 && permits > std::numeric_limits<std::int64_t>::max() / ms)
+    return std::numeric_limits<std::int64_t>::max();
+  const std::int64_t product = permits * ms;
+  return product / per + (product % per != 0 ? 1 : 0);
 }
 
 // The exactness bounds of lua/smooth.lua's derive() for `permits` per `interval`, `span` the
 // maxBurst (cold = 0) or the warm-up period, each field already in range.
 void checkSmoothExact(std::int64_t permits, milliseconds interval, milliseconds span, std::int64_t cold) {
-  const std::int64_t intervalUs = interval.count() * 1000;
-  const std::int64_t g = std::gcd(permits, intervalUs);
-  const std::int64_t p = permits / g;
-  const std::int64_t t = intervalUs / g;
+  const auto [p, t] = detail::rateUnits(permits, interval);  // P' and I'
   if (cold == 0) {
     if (mul(span.count() * 1000, p) > kTwo52) {
       throw InvalidArgument(fmt::format(
@@ -57,7 +59,7 @@ void checkSmoothExact(std::int64_t permits, milliseconds interval, milliseconds 
   const std::int64_t retryK = mul(mul(cold, t), 5 + cold);
   const bool fits = mul(t, m) < kTwo53 && earn < kTwo53 && maxK <= kTwo52 && d <= kTwo52 &&
                     mul(mul(8 * w, p), cold) < kTwo53 && mul(t, 5 + cold) < kTwo53 && mul(p, m) < kTwo53 &&
-                    add(add(maxK, retryK), earn) < kTwo53;
+                    detail::saturatingAdd(detail::saturatingAdd(maxK, retryK), earn) < kTwo53;
   if (!fits) {
     throw InvalidArgument(fmt::format(
         "redlimit: a warm-up period of {} ms with cold factor {} is too long for {} permits per {} ms to keep exact: "
@@ -106,31 +108,19 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
       return detail::smoothPolicy(a, milliseconds{b}, milliseconds{c}, d, keepAlive);
     }
     case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
-      detail::CalendarQuota q;
-      q.limit = a;
-      q.unit = static_cast<CalendarUnit>(b);
-      q.zone = zone;
-      q.weekStart = static_cast<Weekday>(c);
+      detail::CalendarQuota q{a, static_cast<CalendarUnit>(b), zone, static_cast<Weekday>(c)};
       detail::checkCalendarQuota(q);
-      detail::KeyedPolicy p;
-      p.packed = fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone);  // for equality: no script reads it
-      p.limit = a;
-      p.maxPermits = a;
-      p.localRate = a;
-      p.localIntervalMs = 86400000;
-      p.fields = {a, b, c, keepAliveMs};
+      // packed for equality only (no script reads it); the Local bucket: the limit per day
+      detail::KeyedPolicy p = detail::keyedPolicy(fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone),
+                                                  {a, b, c, keepAliveMs}, a, 86400000);
       p.calendar = std::move(q);
       return p;
     }
     case Policy::Kind::Concurrency: {
       detail::checkLeaseLimit(a, milliseconds{b});
-      detail::KeyedPolicy p;
-      p.packed = fmt::format("{}:{}", a, b);  // as multi.lua reads a concurrency limit's configuration
-      p.limit = a;
+      // packed as multi.lua reads a concurrency limit's configuration; a lease a call
+      detail::KeyedPolicy p = detail::keyedPolicy(fmt::format("{}:{}", a, b), {a, b}, a, b);
       p.maxPermits = 1;
-      p.localRate = a;
-      p.localIntervalMs = b;
-      p.fields = {a, b};
       return p;
     }
   }
@@ -175,10 +165,8 @@ Policy Policy::smoothBursty(std::int64_t permits, milliseconds interval, millise
 }
 Policy Policy::smoothWarmingUp(std::int64_t permits, milliseconds interval, milliseconds warmup,
                                std::int64_t coldFactor) {
-  if (coldFactor < 1) {
-    throw InvalidArgument(
-        fmt::format("redlimit: coldFactor must be in 1..{}, got {}", detail::kMaxColdFactor, coldFactor));
-  }
+  // Below 1 the constructor would take it for a bursty policy (it checks the rest of the range).
+  if (coldFactor < 1) detail::checkCount("coldFactor", coldFactor, 1, detail::kMaxColdFactor);
   return Policy(Kind::Smooth, permits, interval.count(), warmup.count(), coldFactor, kDefaultIdleMargin.count());
 }
 
@@ -212,13 +200,8 @@ Policy Policy::keepAlive(milliseconds idle) const {
     throw InvalidArgument(
         "redlimit: a stored policy's keys are permanent (its configuration lives in them); keepAlive does not apply");
   }
-  if (idle.count() < 1 || idle > detail::kMaxInterval) {
-    throw InvalidArgument(
-        fmt::format("redlimit: keepAlive must be in 1..{} ms, got {} ms", detail::kMaxInterval.count(), idle.count()));
-  }
-  Policy p(kind_, a_, b_, c_, d_, idle.count(), zone_);
-  p.stored_ = stored_;
-  return p;
+  detail::checkMillis("keepAlive", idle, 1);
+  return Policy(kind_, a_, b_, c_, d_, idle.count(), zone_);  // not stored: refused above
 }
 
 Policy Policy::permanent() const {
@@ -242,38 +225,21 @@ Policy Policy::stored() const {
 
 std::int64_t Policy::limit() const noexcept { return packed_->limit; }
 
-namespace {
-// ceil(permits x ms / per), saturating (the factors are validated: at most 2^32 each).
-std::int64_t ceilTimes(std::int64_t permits, std::int64_t ms, std::int64_t per) noexcept {
-  if (ms != 0 && permits > std::numeric_limits<std::int64_t>::max() / ms)
-    return std::numeric_limits<std::int64_t>::max();
-  const std::int64_t product = permits * ms;
-  return product / per + (product % per != 0 ? 1 : 0);
-}
-}  // namespace
-
 milliseconds Policy::refillTime() const noexcept {
   switch (kind_) {
     case Kind::Gcra:  // rate a per period b, burst c
       return milliseconds{ceilTimes(c_, b_, a_)};
     case Kind::TokenBucket:  // capacity a, refill b per period c
       return milliseconds{ceilTimes(a_, c_, b_)};
-    case Kind::FixedWindow:  // limit a per window b
-      return milliseconds{b_};
     case Kind::Smooth:  // permits a per interval b
       return milliseconds{ceilTimes(limit(), b_, a_)};
-    case Kind::Concurrency:  // a lease's TTL
+    case Kind::FixedWindow:  // limit a per window b
+    case Kind::Concurrency:  // b: a lease's TTL
       return milliseconds{b_};
-    case Kind::Calendar:  // a window: a day, a week, a (31-day) month at most
-      switch (static_cast<CalendarUnit>(b_)) {
-        case CalendarUnit::Day:
-          return std::chrono::hours(24);
-        case CalendarUnit::Week:
-          return std::chrono::hours(24 * 7);
-        case CalendarUnit::Month:
-          return std::chrono::hours(24 * 31);
-      }
-      return std::chrono::hours(24);
+    case Kind::Calendar: {  // a window: a day, a week, a (31-day) month at most
+      const auto unit = static_cast<CalendarUnit>(b_);
+      return std::chrono::hours(24 * (unit == CalendarUnit::Week ? 7 : unit == CalendarUnit::Month ? 31 : 1));
+    }
   }
   return milliseconds{0};
 }

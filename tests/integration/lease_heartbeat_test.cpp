@@ -18,6 +18,7 @@
 #include "redlimit/detail/idle_sweeper.hpp"
 #include "redlimit/lease_heartbeat.hpp"
 #include "redlimit/limiter.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/process.hpp"
 #include "redlimit_test/expect_error.hpp"
@@ -229,6 +230,43 @@ TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) 
   }
   EXPECT_FALSE(hb.release()) << "nothing to release";
   EXPECT_FALSE(exists(admin(), cl.redisKey(kJob)));
+}
+
+// An onLost that throws: the exception is counted and reported once, as a CallbackThrew event
+// under the limiter's name, and the lease stays lost.
+TEST_F(LeaseHeartbeatTest, AnOnLostThatThrowsIsCountedAndReportedUnderTheLimitersName) {
+  Limiter::Options lo;
+  lo.monitor.registry = std::make_shared<MetricsRegistry>();
+  std::mutex m;
+  std::vector<Event> threw;
+  std::promise<void> reported;
+  lo.monitor.onEvent = [&](const Event& e) {
+    if (e.kind != Event::Kind::CallbackThrew) return;
+    const std::lock_guard<std::mutex> lock(m);
+    threw.push_back(e);
+    if (threw.size() == 1) reported.set_value();
+  };
+  Limiter cl(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)), lo);
+  const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
+  ASSERT_TRUE(lease);
+  std::atomic<int> lostCalls{0};
+  LeaseHeartbeat::Options o;
+  o.interval = milliseconds(20);
+  o.onLost = [&](const Lease&, const std::exception_ptr&) {
+    lostCalls.fetch_add(1);
+    throw std::runtime_error("the holder's onLost throws");
+  };
+  LeaseHeartbeat hb(cl, kJob, *lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  ASSERT_TRUE(cl.release(kJob, *lease));  // another holder of the id releases it
+  ASSERT_EQ(reported.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(hb.lost());
+  EXPECT_EQ(lostCalls.load(), 1);
+  EXPECT_EQ(cl.monitor().metrics()->snapshot().callbacksThrew, 1u);
+  const std::lock_guard<std::mutex> lock(m);
+  ASSERT_EQ(threw.size(), 1u);
+  EXPECT_EQ(threw[0].limiter, cl.name());
+  EXPECT_NE(threw[0].description.find("the holder's onLost throws"), std::string::npos) << threw[0].description;
 }
 
 TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
