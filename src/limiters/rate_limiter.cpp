@@ -21,6 +21,7 @@
 #include "limiters/script_call.hpp"
 #include "limiters/script_helpers.hpp"
 #include "base/random.hpp"
+#include "base/wall_clock.hpp"
 #include "config/config_checks.hpp"
 #include "config/limiter_name.hpp"
 #include "redlimit/detail/deadline.hpp"
@@ -263,9 +264,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // The scripts' now: '' for the server's clock, else this host's, epoch µs.
   std::string nowArg() const {
     if (options_.timeSource == TimeSource::Server) return {};
-    return fmt::to_string(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    return fmt::to_string(detail::systemNow().count());
   }
   // The rate this handle saw last, for the scripts' check of a configuration changed elsewhere
   // ('' if none was seen yet).

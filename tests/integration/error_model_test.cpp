@@ -423,8 +423,12 @@ TEST_F(ErrorModel, ReplyOfTheWrongShapeIsUnexpectedReplyError) {
 TEST_F(ErrorModel, ReplicaIsAConfigurationErrorUnderEveryPolicyAndReportedOnce) {
   RedisServer primary;
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(primary.port())});
-  auto onPrimary = clientOn(primary.uri());
-  auto onReplica = clientOn(replica.uri());
+  // WAIT blocks up to its own 5 s, and a loaded machine may answer slowly: the replica's refusal,
+  // not a command timeout, is what this test is about.
+  ClientOptions patient;
+  patient.connection.commandTimeout = std::chrono::seconds(10);
+  auto onPrimary = clientOn(primary.uri(), patient);
+  auto onReplica = clientOn(replica.uri(), patient);
   const auto syncStart = SteadyTime::now();
   while (infoField(*onReplica, "replication", "master_link_status") != "up" && msSince(syncStart) < 10000) sleepMs(20);
   ASSERT_EQ(infoField(*onReplica, "replication", "master_link_status"), "up");
