@@ -236,15 +236,10 @@ Decision ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
 }
 
 // The kind is ARGV[3].
-Decision ScriptCore::parse(ScriptCore* self, const ScriptRequest& request, const Reply& r, std::int64_t permits) {
-  return decisionOf(saw(self, parseDecisionReply(r, decisionFormOf(request.argv[2][0]), request.keys[0])), permits);
-}
-
-Decision ScriptCore::reserved(ScriptCore* self, const ScriptRequest& request, const Reply& r, std::int64_t permits) {
-  DecisionReply v;
-  Decision out = parseHeld(r, request.keys[0], permits, v);
-  (void)saw(self, v);
-  return out;
+ScriptCore::Read<Decision> ScriptCore::reading(std::int64_t permits) {
+  return [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) {
+    return decisionOf(saw(self, parseDecisionReply(r, decisionFormOf(q.argv[2][0]), q.keys[0])), permits);
+  };
 }
 
 const DecisionReply& ScriptCore::saw(ScriptCore* self, const DecisionReply& v) {
@@ -254,21 +249,17 @@ const DecisionReply& ScriptCore::saw(ScriptCore* self, const DecisionReply& v) {
   return v;
 }
 
-// A resent take may count twice, never grant twice (docs/failure-modes.md).
-ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t permits, microseconds maxWait) const {
+// A resent take may count twice, never grant twice (docs/failure-modes.md). Counted: shadow mode
+// makes a refused decision allowed, without delay.
+ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t permits, microseconds maxWait,
+                                            bool counted) const {
+  if (counted) checkMaxWait(maxWait);
   checkPermits(permits);
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  return {decision(permits), "decide", request(key, args("take", permits, wait.count()), {}, true),
-          [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) { return parse(self, q, r, permits); },
-          [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }};
-}
-
-// Shadow mode: a refused decision comes back allowed, without delay.
-ScriptCore::Op<Decision> ScriptCore::countedTakeOp(const std::string& key, std::int64_t permits,
-                                                   microseconds maxWait) const {
-  checkMaxWait(maxWait);
-  Op<Decision> op = takeOp(key, permits, maxWait);
-  op.then = [](const LimiterMonitor& monitor, Decision& d) { monitor.admit(d); };
+  Op<Decision> op{decision(permits), "decide", request(key, args("take", permits, wait.count()), {}, true),
+                  reading(permits),
+                  [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }};
+  if (counted) op.then = [](const LimiterMonitor& monitor, Decision& d) { monitor.admit(d); };
   return op;
 }
 
@@ -281,7 +272,12 @@ ScriptCore::Op<Decision> ScriptCore::reserveForOp(const std::string& key, std::i
   return {decision(permits),
           "reserveFor",
           request(key, args("reserve", permits, recordTtl.count()), std::move(record)),
-          [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) { return reserved(self, q, r, permits); },
+          [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) {  // take's values, then repeated
+            DecisionReply v;
+            Decision out = parseHeld(r, q.keys[0], permits, v);
+            (void)saw(self, v);
+            return out;
+          },
           [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
           [](const LimiterMonitor& monitor, Decision& out) { admitHeld(monitor, out); }};
 }
@@ -325,8 +321,7 @@ microseconds acquireWaiting(const FailureGate& gate, std::int64_t permits, const
 ScriptCore::Op<Decision> ScriptCore::peekOp(const std::string& key, std::int64_t permits) const {
   checkPermits(permits);
   // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
-  return {LimiterCall::plain(callBound_), "peek", request(key, args("peek", permits, 0)),
-          [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) { return parse(self, q, r, permits); }};
+  return {LimiterCall::plain(callBound_), "peek", request(key, args("peek", permits, 0)), reading(permits)};
 }
 
 // Never resent: a refund that went through and was sent again would give the permits back twice.
@@ -337,14 +332,6 @@ ScriptCore::Op<bool> ScriptCore::giveBackOp(const std::string& key, std::int64_t
               [](ScriptCore*, const ScriptRequest&, const Reply&) { return true; }};
   if (counted) op.then = [permits](const LimiterMonitor& monitor, bool&) { monitor.refunded(permits); };
   return op;
-}
-
-void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done) {
-  if (permits == 0) {  // nothing to send
-    isolated(std::move(done), gate_.monitor(), name_)(true, nullptr);
-    return;
-  }
-  runAsync([&] { return giveBackOp(key, permits, counted); }, std::move(done));
 }
 
 // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.

@@ -58,7 +58,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // The deciding operations on `key` (the failure gate first; an outage is the failure policy's).
   // A resent take may count twice, never grant twice (docs/failure-modes.md).
   /// Takes `permits` now if available, counted in the metrics (shadow mode applied).
-  Decision decide(const std::string& key, std::int64_t permits) { return run(countedTakeOp(key, permits, {})); }
+  Decision decide(const std::string& key, std::int64_t permits) { return run(takeOp(key, permits, {}, true)); }
   /// Takes `permits` if they come within `timeout` (one call reserves them, then this sleeps the
   /// wait); false at once when they do not (nothing taken). Shadow mode never waits.
   bool tryAcquire(const std::string& key, std::int64_t permits, std::chrono::milliseconds timeout) {
@@ -71,11 +71,11 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   }
   /// A reservation of `permits` at most `maxWait` (>= 0) ahead, counted.
   Decision reserve(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) {
-    return run(countedTakeOp(key, permits, maxWait));
+    return run(takeOp(key, permits, maxWait, true));
   }
   void reserveAsync(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
                     Done<Decision> done) {
-    runAsync([&] { return countedTakeOp(key, permits, maxWait); }, std::move(done));
+    runAsync([&] { return takeOp(key, permits, maxWait, true); }, std::move(done));
   }
   void decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
     reserveAsync(key, permits, {}, std::move(done));
@@ -101,7 +101,10 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void giveBack(const std::string& key, std::int64_t permits, bool counted = false) {
     if (permits != 0) (void)run(giveBackOp(key, permits, counted));  // 0: nothing to send
   }
-  void giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done);
+  void giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done) {
+    if (permits == 0) return isolated(std::move(done), gate_.monitor(), name_)(true, nullptr);  // nothing to send
+    runAsync([&] { return giveBackOp(key, permits, counted); }, std::move(done));
+  }
   void refund(const std::string& key, std::int64_t permits) { giveBack(key, permits, true); }
   void refundAsync(const std::string& key, std::int64_t permits, Done<bool> done) {
     giveBackAsync(key, permits, true, std::move(done));
@@ -205,8 +208,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // capture), its result counted into the monitor it is given. What they capture fits in
   // std::function's own buffer where it matters: a decision allocates nothing for them.
   template <class Out>
-  using Op = ScriptOp<ScriptCore, Out, std::function<Out(ScriptCore*, const ScriptRequest&, const Reply&)>,
-                      std::function<void(const LimiterMonitor&, Out&)>>;
+  using Read = std::function<Out(ScriptCore*, const ScriptRequest&, const Reply&)>;
+  template <class Out>
+  using Op = ScriptOp<ScriptCore, Out, Read<Out>, std::function<void(const LimiterMonitor&, Out&)>>;
   // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync), with the
   // errors of its key (keyErrors).
   template <class Out>
@@ -231,11 +235,11 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   TakeWithin taking(const std::string& key, std::int64_t permits) {
     return [this, &key, permits](std::chrono::microseconds maxWait) { return run(takeOp(key, permits, maxWait)); };
   }
-  // Each operation on `key`, made by its checks, as both faces send it: a take (uncounted), one
-  // counted (decide: no wait; reserve), reserveFor, peek, a give-back (1.. permits), settle and
+  // Each operation on `key`, made by its checks, as both faces send it: a take (uncounted, or
+  // counted: decide, no wait; reserve), reserveFor, peek, a give-back (1.. permits), settle and
   // the lease operations.
-  Op<Decision> takeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) const;
-  Op<Decision> countedTakeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait) const;
+  Op<Decision> takeOp(const std::string& key, std::int64_t permits, std::chrono::microseconds maxWait,
+                      bool counted = false) const;
   Op<Decision> reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
                             std::chrono::milliseconds recordTtl) const;
   Op<Decision> peekOp(const std::string& key, std::int64_t permits) const;
@@ -246,10 +250,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   Op<bool> releaseOp(const std::string& key, const Lease& lease) const;
   Op<std::int64_t> heldOp(const std::string& key) const;
   LimiterCall::Params decision(std::int64_t permits) const;
-  // The take/peek reply of `request` (its key and kind); a reserve's (reserveFor: take's values,
-  // then repeated). `self` (may be null: the handle is gone) remembers the configuration it tells.
-  static Decision parse(ScriptCore* self, const ScriptRequest& request, const Reply& r, std::int64_t permits);
-  static Decision reserved(ScriptCore* self, const ScriptRequest& request, const Reply& r, std::int64_t permits);
+  // How a take/peek reply of `permits` reads (its key and kind are the request's); `self` (may be
+  // null: the handle is gone) remembers the configuration it tells (saw).
+  static Read<Decision> reading(std::int64_t permits);
   // The failure policy's decision (a lease's: with a lease Redis was not asked for).
   Decision byPolicy(std::int64_t permits, bool allowed) const;
   LeaseDecision leaseByPolicy(bool allowed) const;
