@@ -211,6 +211,12 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   using Read = std::function<Out(ScriptCore*, const ScriptRequest&, const Reply&)>;
   template <class Out>
   using Op = ScriptOp<ScriptCore, Out, Read<Out>, std::function<void(const LimiterMonitor&, Out&)>>;
+  // The errors of a request's key as the limiter's (oneKeyScriptError).
+  auto keyErrors() const {
+    return [kind = kind_[0]](std::exception_ptr e, const ScriptRequest& r) {
+      return oneKeyScriptError(std::move(e), r.keys[0], kind);
+    };
+  }
   // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync), with the
   // errors of its key (keyErrors).
   template <class Out>
@@ -220,12 +226,6 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   template <class Out, class Make>
   void runAsync(Make&& make, Done<Out> done) {
     runOpAsync<Out>(shared_from_this(), name_, std::forward<Make>(make), keyErrors(), std::move(done));
-  }
-  // The errors of a request's key as the limiter's (oneKeyScriptError).
-  auto keyErrors() const {
-    return [kind = kind_[0]](std::exception_ptr e, const ScriptRequest& r) {
-      return oneKeyScriptError(std::move(e), r.keys[0], kind);
-    };
   }
   // `c` on `key` without waiting, `done` isolated.
   void keyAsync(const KeyCommand& c, const std::string& key, Done<bool> done) {
