@@ -125,15 +125,6 @@ auto runScript(Owner& owner, const LimiterCall::Params& params, std::string_view
 template <class Owner, class Out, class Read = std::function<Out(Owner*, const Reply&)>,
           class Then = std::function<void(Out&)>>
 struct ScriptOp {
-  ScriptOp() = default;
-  ScriptOp(LimiterCall::Params p, std::string_view w, ScriptRequest r, Read read,
-           std::function<Out(Owner&, bool)> policy = noPolicy, Then after = {})
-      : params(p),
-        what(w),
-        request(std::move(r)),
-        parse(std::move(read)),
-        byPolicy(std::move(policy)),
-        then(std::move(after)) {}
   static Out noPolicy(Owner&, bool) { return Out{}; }  // a Plain call's: never asked
 
   // parse's answer to `reply`.
@@ -160,7 +151,7 @@ struct ScriptOp {
   ScriptRequest request;
   Read parse;
   std::function<Out(Owner&, bool)> byPolicy = noPolicy;
-  Then then;
+  Then then = {};
 };
 
 /// `mapError(error)`, or `mapError(error, request)` for one that names the request's keys.

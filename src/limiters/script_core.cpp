@@ -62,13 +62,13 @@ const char* labelOf(char kind) {
   }
 }
 
+}  // namespace
+
 // limiterError(), and a WRONGTYPE raised by a Redis command inside the limiter's script (its
 // fast path reads the one key with redis.call, not pcall: cheaper) -> ScriptError (InvalidConfig) naming
 // that key, as the script's own check words it. The script touches no other key, and a read is
 // its first command on it, so nothing was written.
-}  // namespace
-
-std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& name, char kind) {
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
   // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
   const auto* e = dynamic_cast<const ScriptError*>(errorIn(error));
   if (e != nullptr && e->code() == "WRONGTYPE") {
@@ -76,7 +76,7 @@ std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string
         ScriptError(ErrorKind::InvalidConfig, "REDLIMIT_INVALID_CONFIG",
                     fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
                                 "delete it or use another limiter name",
-                                name, labelOf(kind))));
+                                key, labelOf(kind))));
   }
   return limiterError(std::move(error));
 }
