@@ -136,15 +136,9 @@ bool parseReserveRepeated(const std::string& name, const Reply& r) {
 
 Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
   (void)arrayOf(name, r, kSettleReplySize, "settle");
-  Settlement out;
-  out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
-  if (out.status == Settlement::Status::Unknown) return out;
-  out.reserved = r.elements[1].asInteger();
-  out.actual = r.elements[2].asInteger();
-  out.returned = r.elements[3].asInteger();
-  out.charged = r.elements[4].asInteger();
-  out.unpaid = r.elements[5].asInteger();
-  out.remaining = r.elements[6].asInteger();
+  const Settlement::Status status = settleStatusOf(at(r, 0), fmt::format("limiter {}", name));
+  if (status == Settlement::Status::Unknown) return Settlement{};  // Unknown, nothing more
+  Settlement out{status, at(r, 1), at(r, 2), at(r, 3), at(r, 4), at(r, 5), at(r, 6)};
   countSettled(monitor, out);
   return out;
 }
@@ -365,21 +359,10 @@ namespace {
 // lease `id`.
 LeaseDecision parseAcquire(const std::string& key, const Reply& r, const std::string& id) {
   (void)arrayOf(key, r, 8, "acquire");
-  LeaseDecision out;
-  Decision& d = out.decision;
-  d.allowed = at(r, 0) == 1;
-  d.permits = 1;
-  d.remaining = at(r, 2);
-  d.limit = at(r, 3);
-  d.time = microseconds{at(r, 4)};
-  d.retryAfter = microseconds{at(r, 5)};
-  d.resetAfter = microseconds{at(r, 6)};
-  if (d.allowed) {
-    Lease lease;
-    lease.id = id;
-    lease.expiresAt = microseconds{at(r, 1)};
-    out.lease = std::move(lease);
-  }
+  // A decision as a take's (the script's remaining is never below 0).
+  LeaseDecision out{decisionOf(DecisionReply{at(r, 0) == 1, at(r, 2), at(r, 5), at(r, 6), at(r, 3), at(r, 4)}, 1),
+                    std::nullopt};
+  if (out.decision.allowed) out.lease = Lease{id, microseconds{at(r, 1)}};
   return out;
 }
 
