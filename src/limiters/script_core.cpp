@@ -183,11 +183,6 @@ void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64
   localIntervalMs_.store(localIntervalMs, std::memory_order_relaxed);
 }
 
-void ScriptCore::checkPermits(std::int64_t permits) const {
-  checkPermitsUpTo(permits, policy_ ? policy_->maxPermits : kMaxPermits, "limiter ", name_,
-                   "the most one call may take");
-}
-
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
                                   bool coalesce) const {
   ScriptRequest r{&script_, {}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
@@ -447,11 +442,6 @@ bool decideUnanswered(FailureGate& gate, std::int64_t permits, std::int64_t rate
   checkPermitRange(permits);
   if (auto d = gate.decide(permits, rate, interval)) return *d;
   throw TimeoutError(fmt::format("redlimit: limiter {}: {}", gate.limiter(), reason));
-}
-
-bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  return detail::decideUnanswered(gate_, permits, localRate_.load(std::memory_order_relaxed),
-                                  milliseconds{localIntervalMs_.load(std::memory_order_relaxed)}, reason);
 }
 
 AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast, std::int64_t atMost) {

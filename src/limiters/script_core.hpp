@@ -160,7 +160,10 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// The limit and the Local policy's bucket last seen (a reply's, or the configuration's).
   void remember(std::int64_t limit, std::int64_t localRate, std::int64_t localIntervalMs) noexcept;
   /// 1..kMaxPermits, and under a configuration in the call its own bound.
-  void checkPermits(std::int64_t permits) const;
+  void checkPermits(std::int64_t permits) const {
+    checkPermitsUpTo(permits, policy_ ? policy_->maxPermits : kMaxPermits, "limiter ", name_,
+                     "the most one call may take");
+  }
   /// The key of the reservation record `id` of `key`; InvalidArgument for a bad id.
   [[nodiscard]] std::string recordKey(const std::string& key, const std::string& id) const {
     return namespacedRecordKey(key, id);
@@ -168,7 +171,11 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
 
   /// The failure policy's decision of `permits` without a reply (the segment cache's wait that
   /// timed out): the policy's answer, or TimeoutError naming `reason`.
-  bool decideUnanswered(std::int64_t permits, const std::string& reason);
+  bool decideUnanswered(std::int64_t permits, const std::string& reason) {
+    return detail::decideUnanswered(gate_, permits, localRate_.load(std::memory_order_relaxed),
+                                    std::chrono::milliseconds{localIntervalMs_.load(std::memory_order_relaxed)},
+                                    reason);
+  }
   /// The segment cache's refill from `key`: one attempt for between atLeast and atMost permits
   /// (1 <= atLeast <= atMost; atMost cut to the limit, once known): atMost if available now; else,
   /// if at least atLeast remain, what remains (a second call); else denied with the wait for
