@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -44,33 +45,13 @@ struct ScriptRequest {
     }
     throw tables->outsideTwice();
   }
-  void sendAsync(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
+  // send() without waiting: tables around `around` (the second try's) or the guess.
+  void sendAsync(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
+                 std::optional<std::chrono::microseconds> around = std::nullopt) const {
     if (!tables) {
       sendArgvAsync(client, argv, deadline, std::move(done));
       return;
     }
-    sendAround(client, deadline, std::move(done), std::nullopt);
-  }
-
- private:
-  Reply sendArgv(Client& client, const std::vector<std::string>& args,
-                 std::chrono::steady_clock::time_point deadline) const {
-    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), *script, args, deadline, nullptr});
-    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(args.begin(), args.end());
-    return eval(client, *script, k, a, deadline);
-  }
-  void sendArgvAsync(Client& client, const std::vector<std::string>& args,
-                     std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
-    if (batcher != nullptr) {
-      batcher->takeAsync(OneKeyCall{keys.front(), *script, args, deadline, std::move(done)});
-      return;
-    }
-    const std::vector<std::string_view> k(keys.begin(), keys.end()), a(args.begin(), args.end());
-    evalAsync(client, *script, k, a, std::move(done), deadline);
-  }
-  // send() without waiting: tables around `around` (the second try's) or the guess.
-  void sendAround(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
-                  std::optional<std::chrono::microseconds> around) const {
     std::vector<std::string> args;
     try {
       args = tables->filled(argv, around.value_or(tables->serverNowGuess()));
@@ -93,16 +74,26 @@ struct ScriptRequest {
                     }
                     const std::chrono::microseconds serverNow{reply.integer};
                     self.tables->sawServerNow(serverNow);
-                    self.sendAround(client, deadline, std::move(done), serverNow);
+                    self.sendAsync(client, deadline, std::move(done), serverNow);
                   });
   }
-};
 
-/// The errors of a one-key script on `key` as the limiter's (oneKeyScriptError).
-struct OneKeyErrors {
-  std::string key;
-  char kind;
-  std::exception_ptr operator()(std::exception_ptr e) const { return oneKeyScriptError(std::move(e), key, kind); }
+ private:
+  // `v` as the Client takes it.
+  static std::vector<std::string_view> views(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
+  Reply sendArgv(Client& client, const std::vector<std::string>& args,
+                 std::chrono::steady_clock::time_point deadline) const {
+    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), *script, args, deadline, nullptr});
+    return eval(client, *script, views(keys), views(args), deadline);
+  }
+  void sendArgvAsync(Client& client, const std::vector<std::string>& args,
+                     std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
+    if (batcher != nullptr) {
+      batcher->takeAsync(OneKeyCall{keys.front(), *script, args, deadline, std::move(done)});
+      return;
+    }
+    evalAsync(client, *script, views(keys), views(args), std::move(done), deadline);
+  }
 };
 
 /// `r` through the protocol, waiting: `mapError(error)` makes a ScriptError the limiter's error,
@@ -123,72 +114,90 @@ auto runScript(Owner& owner, const LimiterCall::Params& params, std::string_view
       parse, byPolicy);
 }
 
-/// `r` through the protocol, reporting to `done` (runAsync): `parse(Owner*, reply)`,
-/// `byPolicy(Owner&, allowed)`.
-template <class Out, class Owner, class MapError, class Parse, class ByPolicy>
-void runScriptAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, ScriptRequest r,
-                    MapError mapError, Parse parse, ByPolicy byPolicy,
-                    std::function<void(Out, std::exception_ptr)> done) {
-  runAsync<Out>(
-      owner, params,
-      [r = std::move(r)](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
-        r.sendAsync(*self.client_, deadline, std::move(sent));
-      },
-      std::move(mapError), std::move(parse), std::move(byPolicy), std::move(done));
-}
-
 /// One operation of a script, made by its checks before anything is sent, as both faces send it
 /// (runOp waiting, runOpAsync without): the protocol's parameters, its name for the I/O-thread
 /// guard, the request, how its reply reads (`self` null: the handle is gone), the failure
 /// policy's answer (a deciding call's) and what is done with a result before the caller has it
-/// (counting), if anything. `Owner` as for runScript.
-template <class Owner, class Out>
+/// (counting), if anything. `Owner` as for runScript. A `Read` may take the request too
+/// (`parse(self, request, reply)`: its key, not a copy in a capture) and a `Then` the owner's
+/// monitor (`then(monitor, out)`): then small captures fit in std::function and a call allocates
+/// nothing for them.
+template <class Owner, class Out, class Read = std::function<Out(Owner*, const Reply&)>,
+          class Then = std::function<void(Out&)>>
 struct ScriptOp {
-  ScriptOp() = default;
-  ScriptOp(LimiterCall::Params p, std::string_view w, ScriptRequest r, std::function<Out(Owner*, const Reply&)> read,
-           std::function<Out(Owner&, bool)> policy = noPolicy, std::function<void(Out&)> after = {})
-      : params(p),
-        what(w),
-        request(std::move(r)),
-        parse(std::move(read)),
-        byPolicy(std::move(policy)),
-        then(std::move(after)) {}
   static Out noPolicy(Owner&, bool) { return Out{}; }  // a Plain call's: never asked
+
+  // parse's answer to `reply`.
+  Out read(Owner* self, const Reply& reply) const {
+    if constexpr (std::is_invocable_v<const Read&, Owner*, const ScriptRequest&, const Reply&>) {
+      return parse(self, request, reply);
+    } else {
+      return parse(self, reply);
+    }
+  }
+  // `out` after `then` (`monitor`: the owner's), if any.
+  Out finished(const LimiterMonitor& monitor, Out out) const {
+    if (!then) return out;
+    if constexpr (std::is_invocable_v<const Then&, const LimiterMonitor&, Out&>) {
+      then(monitor, out);
+    } else {
+      then(out);
+    }
+    return out;
+  }
 
   LimiterCall::Params params;
   std::string_view what;
   ScriptRequest request;
-  std::function<Out(Owner*, const Reply&)> parse;
+  Read parse;
   std::function<Out(Owner&, bool)> byPolicy = noPolicy;
-  std::function<void(Out&)> then;
+  Then then = {};
 };
 
-/// `op` through the protocol, waiting; `mapError` as for runScript.
-template <class Owner, class Out, class MapError>
-Out runOp(Owner& owner, const ScriptOp<Owner, Out>& op, MapError&& mapError) {
-  Out out = runScript(
-      owner, op.params, op.what, op.request, mapError, [&](const Reply& r) { return op.parse(&owner, r); },
-      [&](bool allowed) { return op.byPolicy(owner, allowed); });
-  if (op.then) op.then(out);
-  return out;
+/// `mapError(error)`, or `mapError(error, request)` for one that names the request's keys.
+template <class MapError>
+std::exception_ptr mappedError(MapError& mapError, std::exception_ptr error, const ScriptRequest& request) {
+  if constexpr (std::is_invocable_v<MapError&, std::exception_ptr, const ScriptRequest&>) {
+    return mapError(std::move(error), request);
+  } else {
+    return mapError(std::move(error));
+  }
 }
 
-/// The operation `make()` makes, without waiting: `done` is isolated (a callback that throws is
-/// reported once, naming `limiter`, and runs no second time) and gets the checks' error at once,
-/// else the outcome on the I/O thread.
+/// `op` through the protocol, waiting; `mapError` as for runScript, or taking the request too
+/// (mappedError).
+template <class Owner, class Op, class MapError>
+auto runOp(Owner& owner, const Op& op, MapError&& mapError) {
+  const auto mapped = [&](std::exception_ptr e) { return mappedError(mapError, std::move(e), op.request); };
+  const auto read = [&](const Reply& r) { return op.read(&owner, r); };
+  const auto policy = [&](bool allowed) { return op.byPolicy(owner, allowed); };
+  return op.finished(owner.gate_.monitor(), runScript(owner, op.params, op.what, op.request, mapped, read, policy));
+}
+
+/// The operation `make()` makes, without waiting (runAsync; `mapError` as for runOp): `done` is isolated (a callback that
+/// throws is reported once, naming `limiter`, and runs no second time) and gets the checks' error
+/// at once, else the outcome on the I/O thread.
 template <class Out, class Owner, class Make, class MapError>
 void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter, Make&& make, MapError mapError,
                 std::function<void(Out, std::exception_ptr)> done) {
-  ScriptOp<Owner, Out> op;
-  if (!isolateThenCheck(done, owner->gate_.monitor(), limiter, [&] { op = make(); })) return;
-  if (op.then) {
-    done = [then = std::move(op.then), done = std::move(done)](Out out, std::exception_ptr error) {
-      if (!error) then(out);
-      done(std::move(out), std::move(error));
-    };
+  using Op = std::decay_t<decltype(make())>;
+  std::shared_ptr<const Op> op;  // one for the sender, the reader and the policy
+  if (!isolateThenCheck(done, owner->gate_.monitor(), limiter, [&] { op = std::make_shared<const Op>(make()); })) {
+    return;
   }
-  runScriptAsync<Out>(owner, op.params, std::move(op.request), std::move(mapError), std::move(op.parse),
-                      std::move(op.byPolicy), std::move(done));
+  runAsync<Out>(
+      owner, op->params,
+      [op](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
+        op->request.sendAsync(*self.client_, deadline, std::move(sent));
+      },
+      [op, mapError = std::move(mapError)](std::exception_ptr e) mutable {
+        return mappedError(mapError, std::move(e), op->request);
+      },
+      [op, monitor = owner->gate_.monitor()](Owner* self, const Reply& r) {
+        return op->finished(monitor, op->read(self, r));
+      },
+      [op](Owner& self, bool allowed) { return op->finished(self.gate_.monitor(), op->byPolicy(self, allowed)); },
+      std::move(done));
 }
 
 /// A command (HGETALL, PTTL) through the protocol, waiting: its reply (`owner` as for runScript,
@@ -209,49 +218,43 @@ std::int64_t integerCommand(Owner& owner, std::string_view what, std::initialize
   return plainCommand(owner, what, argv, resend).asInteger();
 }
 
-/// integerCommand without waiting: `done` gets the integer or the error (runAsync).
-template <class Owner>
-void integerCommandAsync(const std::shared_ptr<Owner>& owner, std::vector<std::string> argv, LimiterCall::Resend resend,
-                         std::function<void(std::int64_t, std::exception_ptr)> done) {
-  runAsync<std::int64_t>(
-      owner, LimiterCall::plain(owner->callBound_, resend),
-      [argv = std::move(argv)](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
-        const std::vector<std::string_view> a(argv.begin(), argv.end());
-        commandAsync(*self.client_, a, std::move(sent), deadline);
-      },
-      [](std::exception_ptr error) { return error; }, [](Owner*, const Reply& r) { return r.asInteger(); },
-      [](Owner&, bool) { return std::int64_t{0}; }, std::move(done));
-}
-
-/// DEL of `key`: true if it existed. Not sent again: a second DEL after a first that went through
+/// A command on one key answered 1 or 0 (`name` `key`), and how it is sent again after a closed
+/// connection; `what` names it for the I/O-thread guard.
+struct KeyCommand {
+  std::string_view what;
+  std::string_view name;
+  LimiterCall::Resend resend;
+};
+/// DEL: true if the key existed. Not sent again: a second DEL after a first that went through
 /// answers 0.
+inline constexpr KeyCommand kDeleteKey{"deleteKey", "DEL", LimiterCall::Resend::Never};
+/// EXISTS: true if the key exists. Sent again after a closed connection (it changes nothing).
+inline constexpr KeyCommand kKeyExists{"exists", "EXISTS", LimiterCall::Resend::IfClosed};
+
+/// `c` on `key` through the protocol, waiting (integerCommand): true for 1.
 template <class Owner>
-bool deleteKey(Owner& owner, const std::string& key) {
-  return integerCommand(owner, "deleteKey", {"DEL", key}, LimiterCall::Resend::Never) > 0;
+bool keyCommand(Owner& owner, const KeyCommand& c, const std::string& key) {
+  return integerCommand(owner, c.what, {c.name, key}, c.resend) == 1;
 }
 
-/// deleteKey without waiting.
+/// keyCommand without waiting: `done` gets the answer or the error (runAsync).
 template <class Owner>
-void deleteKeyAsync(const std::shared_ptr<Owner>& owner, const std::string& key,
-                    std::function<void(bool, std::exception_ptr)> done) {
-  integerCommandAsync(
-      owner, {"DEL", key}, LimiterCall::Resend::Never,
-      [done = std::move(done)](std::int64_t n, std::exception_ptr error) { done(n > 0, std::move(error)); });
+void keyCommandAsync(const std::shared_ptr<Owner>& owner, const KeyCommand& c, const std::string& key,
+                     std::function<void(bool, std::exception_ptr)> done) {
+  runAsync<bool>(
+      owner, LimiterCall::plain(owner->callBound_, c.resend),
+      [argv = std::vector<std::string>{std::string(c.name), key}](
+          Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
+        commandAsync(*self.client_, {argv.begin(), argv.end()}, std::move(sent), deadline);
+      },
+      [](std::exception_ptr error) { return error; }, [](Owner*, const Reply& r) { return r.asInteger() == 1; },
+      [](Owner&, bool) { return false; }, std::move(done));
 }
 
-/// EXISTS of `key`: true if it exists. Sent again after a closed connection (it changes nothing).
+/// keyCommand of EXISTS.
 template <class Owner>
 bool keyExists(Owner& owner, const std::string& key) {
-  return integerCommand(owner, "exists", {"EXISTS", key}, LimiterCall::Resend::IfClosed) == 1;
-}
-
-/// keyExists without waiting.
-template <class Owner>
-void keyExistsAsync(const std::shared_ptr<Owner>& owner, const std::string& key,
-                    std::function<void(bool, std::exception_ptr)> done) {
-  integerCommandAsync(
-      owner, {"EXISTS", key}, LimiterCall::Resend::IfClosed,
-      [done = std::move(done)](std::int64_t n, std::exception_ptr error) { done(n == 1, std::move(error)); });
+  return keyCommand(owner, kKeyExists, key);
 }
 
 }  // namespace redlimit::detail

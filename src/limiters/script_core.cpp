@@ -1,7 +1,6 @@
 #include "limiters/script_core.hpp"
 
 #include <algorithm>
-#include <iterator>
 #include <utility>
 
 #include <fmt/format.h>
@@ -10,14 +9,10 @@
 #include "config/limiter_name.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
-#include "limiters/key_layout.hpp"
 #include "limiters/lease_id.hpp"
-#include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/deadline.hpp"
-#include "limiters/script_helpers.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include "redlimit/errors.hpp"
-#include "topology/key_slot.hpp"
 
 namespace redlimit::detail {
 
@@ -67,11 +62,13 @@ const char* labelOf(char kind) {
   }
 }
 
+}  // namespace
+
 // limiterError(), and a WRONGTYPE raised by a Redis command inside the limiter's script (its
 // fast path reads the one key with redis.call, not pcall: cheaper) -> ScriptError (InvalidConfig) naming
 // that key, as the script's own check words it. The script touches no other key, and a read is
 // its first command on it, so nothing was written.
-std::exception_ptr scriptError(std::exception_ptr error, const std::string& name, char kind) {
+std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
   // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
   const auto* e = dynamic_cast<const ScriptError*>(errorIn(error));
   if (e != nullptr && e->code() == "WRONGTYPE") {
@@ -79,15 +76,9 @@ std::exception_ptr scriptError(std::exception_ptr error, const std::string& name
         ScriptError(ErrorKind::InvalidConfig, "REDLIMIT_INVALID_CONFIG",
                     fmt::format("key {} holds another Redis type, not a {} (another program wrote it); "
                                 "delete it or use another limiter name",
-                                name, labelOf(kind))));
+                                key, labelOf(kind))));
   }
   return limiterError(std::move(error));
-}
-
-}  // namespace
-
-std::exception_ptr oneKeyScriptError(std::exception_ptr error, const std::string& key, char kind) {
-  return scriptError(std::move(error), key, kind);
 }
 
 void checkPermitsUpTo(std::int64_t permits, std::int64_t most, std::string_view kind, std::string_view name,
@@ -145,15 +136,9 @@ bool parseReserveRepeated(const std::string& name, const Reply& r) {
 
 Settlement parseSettlement(const std::string& name, const Reply& r, const LimiterMonitor& monitor) {
   (void)arrayOf(name, r, kSettleReplySize, "settle");
-  Settlement out;
-  out.status = settleStatusOf(r.elements[0].asInteger(), fmt::format("limiter {}", name));
-  if (out.status == Settlement::Status::Unknown) return out;
-  out.reserved = r.elements[1].asInteger();
-  out.actual = r.elements[2].asInteger();
-  out.returned = r.elements[3].asInteger();
-  out.charged = r.elements[4].asInteger();
-  out.unpaid = r.elements[5].asInteger();
-  out.remaining = r.elements[6].asInteger();
+  const Settlement::Status status = settleStatusOf(at(r, 0), fmt::format("limiter {}", name));
+  if (status == Settlement::Status::Unknown) return Settlement{};  // Unknown, nothing more
+  Settlement out{status, at(r, 1), at(r, 2), at(r, 3), at(r, 4), at(r, 5), at(r, 6)};
   countSettled(monitor, out);
   return out;
 }
@@ -198,45 +183,36 @@ void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64
   localIntervalMs_.store(localIntervalMs, std::memory_order_relaxed);
 }
 
-void ScriptCore::checkPermits(std::int64_t permits, const KeyedPolicy* policy) const {
-  checkPermitsUpTo(permits, policy != nullptr ? policy->maxPermits : kMaxPermits, "limiter ", name_,
-                   "the most one call may take");
-}
-
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
                                   bool coalesce) const {
-  ScriptRequest r{&script_, {key}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
+  ScriptRequest r{&script_, {}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
+  r.keys.reserve(record.empty() ? 1 : 2);
+  r.keys.push_back(key);
   if (!record.empty()) r.keys.push_back(std::move(record));
   return r;
 }
 
-std::vector<std::string> ScriptCore::args(std::string_view op, std::string a, std::string b,
-                                          const KeyedPolicy* policy) const {
-  std::vector<std::string> argv{std::string(op), "", kind_, std::move(a)};
+std::vector<std::string> ScriptCore::argvOf(std::string_view op, std::initializer_list<std::string_view> rest,
+                                            std::size_t more) const {
+  std::vector<std::string> argv;
+  argv.reserve(3 + rest.size() + more);
+  argv.emplace_back(op);
+  argv.emplace_back();
+  argv.push_back(kind_);
+  for (std::string_view arg : rest) argv.emplace_back(arg);
+  return argv;
+}
+
+std::vector<std::string> ScriptCore::args(std::string_view op, std::int64_t a, std::int64_t b) const {
+  std::vector<std::string> argv = argvOf(op, {fmt::to_string(a)}, calendarArgs_.size() + 2);
   if (tables_) {
     argv.insert(argv.end(), calendarArgs_.begin(), calendarArgs_.end());
-    if (op == "reserve") argv.push_back(std::move(b));
+    if (op == "reserve") argv.push_back(fmt::to_string(b));
     return argv;
   }
-  argv.push_back(std::move(b));
-  if (policy != nullptr) argv.push_back(policy->packed);
+  argv.push_back(fmt::to_string(b));
+  if (policy_) argv.push_back(policy_->packed);
   return argv;
-}
-
-std::vector<std::string> ScriptCore::opArgs(std::string_view op, std::vector<std::string> rest) const {
-  std::vector<std::string> argv{std::string(op), "", kind_};
-  argv.insert(argv.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
-  return argv;
-}
-
-template <class Out>
-Out ScriptCore::run(const Op<Out>& op) {
-  return runOp(*this, op, mapError(op.request.keys.front()));
-}
-
-template <class Out, class Make>
-void ScriptCore::runAsync(const std::string& key, Make&& make, Done<Out> done) {
-  runOpAsync<Out>(shared_from_this(), name_, std::forward<Make>(make), mapError(key), std::move(done));
 }
 
 LimiterCall::Params ScriptCore::decision(std::int64_t permits) const {
@@ -248,65 +224,32 @@ Decision ScriptCore::byPolicy(std::int64_t permits, bool allowed) const {
   return policyDecision(permits, allowed, knownLimit_.load(std::memory_order_relaxed));
 }
 
-Decision ScriptCore::parse(ScriptCore* self, const std::string& key, char kind, const Reply& r, std::int64_t permits) {
-  const DecisionReply v = parseDecisionReply(r, decisionFormOf(kind), key);
-  if (self != nullptr) self->saw(v);
-  return decisionOf(v, permits);
+// The kind is ARGV[3].
+ScriptCore::Read<Decision> ScriptCore::reading(std::int64_t permits) {
+  return [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) {
+    return decisionOf(saw(self, parseDecisionReply(r, decisionFormOf(q.argv[2][0]), q.keys[0])), permits);
+  };
 }
 
-Decision ScriptCore::reserved(ScriptCore* self, const std::string& key, const Reply& r, std::int64_t permits) {
-  DecisionReply v;
-  Decision out = parseHeld(r, key, permits, v);
-  if (self != nullptr) self->saw(v);
-  return out;
+const DecisionReply& ScriptCore::saw(ScriptCore* self, const DecisionReply& v) {
+  if (self == nullptr) return v;
+  self->remember(v.limit, v.localRate, v.localIntervalMs);
+  if (self->tables_) self->tables_->sawServerNow(microseconds{v.nowUs});
+  return v;
 }
 
-void ScriptCore::saw(const DecisionReply& v) {
-  remember(v.limit, v.localRate, v.localIntervalMs);
-  if (tables_) tables_->sawServerNow(microseconds{v.nowUs});
-}
-
-// A resent take may count twice, never grant twice (docs/failure-modes.md).
-ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t permits, microseconds maxWait) const {
-  const KeyedPolicy* config = policy_.get();
-  checkPermits(permits, config);
+// A resent take may count twice, never grant twice (docs/failure-modes.md). Counted: shadow mode
+// makes a refused decision allowed, without delay.
+ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t permits, microseconds maxWait,
+                                            bool counted) const {
+  if (counted) checkMaxWait(maxWait);
+  checkPermits(permits);
   const microseconds wait = std::clamp(maxWait, microseconds{0}, kMaxWait);
-  return {
-      decision(permits), "decide",
-      request(key, args("take", fmt::to_string(permits), fmt::to_string(wait.count()), config), {}, true),
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); },
-      [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }};
-}
-
-Decision ScriptCore::take(const std::string& key, std::int64_t permits, microseconds maxWait) {
-  return run(takeOp(key, permits, maxWait));
-}
-
-// Shadow mode: a refused decision comes back allowed, without delay.
-ScriptCore::Op<Decision> ScriptCore::countedTakeOp(const std::string& key, std::int64_t permits,
-                                                   microseconds maxWait) const {
-  checkMaxWait(maxWait);
-  Op<Decision> op = takeOp(key, permits, maxWait);
-  op.then = [monitor = gate_.monitor()](Decision& d) { monitor.admit(d); };
+  Op<Decision> op{decision(permits), "decide", request(key, args("take", permits, wait.count()), {}, true),
+                  reading(permits),
+                  [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); }};
+  if (counted) op.then = [](const LimiterMonitor& monitor, Decision& d) { monitor.admit(d); };
   return op;
-}
-
-Decision ScriptCore::decide(const std::string& key, std::int64_t permits) {
-  return run(countedTakeOp(key, permits, microseconds{0}));
-}
-
-void ScriptCore::decideAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
-  runAsync<Decision>(
-      key, [&] { return countedTakeOp(key, permits, microseconds{0}); }, std::move(done));
-}
-
-Decision ScriptCore::reserve(const std::string& key, std::int64_t permits, microseconds maxWait) {
-  return run(countedTakeOp(key, permits, maxWait));
-}
-
-void ScriptCore::reserveAsync(const std::string& key, std::int64_t permits, microseconds maxWait, Done<Decision> done) {
-  runAsync<Decision>(
-      key, [&] { return countedTakeOp(key, permits, maxWait); }, std::move(done));
 }
 
 // Sent again after a closed connection: the record makes a resend take nothing twice.
@@ -314,26 +257,18 @@ ScriptCore::Op<Decision> ScriptCore::reserveForOp(const std::string& key, std::i
                                                   milliseconds recordTtl) const {
   std::string record = recordKey(key, id);
   checkReservationTtl(recordTtl);
-  const KeyedPolicy* config = policy_.get();
-  checkPermits(permits, config);
+  checkPermits(permits);
   return {decision(permits),
           "reserveFor",
-          request(key, args("reserve", fmt::to_string(permits), fmt::to_string(recordTtl.count()), config),
-                  std::move(record)),
-          [key, permits](ScriptCore* self, const Reply& r) { return reserved(self, key, r, permits); },
+          request(key, args("reserve", permits, recordTtl.count()), std::move(record)),
+          [permits](ScriptCore* self, const ScriptRequest& q, const Reply& r) {  // take's values, then repeated
+            DecisionReply v;
+            Decision out = parseHeld(r, q.keys[0], permits, v);
+            (void)saw(self, v);
+            return out;
+          },
           [permits](ScriptCore& self, bool allowed) { return self.byPolicy(permits, allowed); },
-          [monitor = gate_.monitor()](Decision& out) { admitHeld(monitor, out); }};
-}
-
-Decision ScriptCore::reserveFor(const std::string& key, std::int64_t permits, const std::string& id,
-                                milliseconds recordTtl) {
-  return run(reserveForOp(key, permits, id, recordTtl));
-}
-
-void ScriptCore::reserveForAsync(const std::string& key, std::int64_t permits, const std::string& id,
-                                 milliseconds recordTtl, Done<Decision> done) {
-  runAsync<Decision>(
-      key, [&] { return reserveForOp(key, permits, id, recordTtl); }, std::move(done));
+          [](const LimiterMonitor& monitor, Decision& out) { admitHeld(monitor, out); }};
 }
 
 bool tryAcquireWithin(const FailureGate& gate, std::int64_t permits, milliseconds timeout, const TakeWithin& take) {
@@ -372,55 +307,20 @@ microseconds acquireWaiting(const FailureGate& gate, std::int64_t permits, const
   }
 }
 
-bool ScriptCore::tryAcquire(const std::string& key, std::int64_t permits, milliseconds timeout) {
-  return tryAcquireWithin(gate_, permits, timeout, [&](microseconds maxWait) { return take(key, permits, maxWait); });
-}
-
-microseconds ScriptCore::acquire(const std::string& key, std::int64_t permits) {
-  return acquireWaiting(gate_, permits, [&](microseconds maxWait) { return take(key, permits, maxWait); });
-}
-
-std::string ScriptCore::recordKey(const std::string& key, const std::string& id) const {
-  return namespacedRecordKey(key, id);
-}
-
 ScriptCore::Op<Decision> ScriptCore::peekOp(const std::string& key, std::int64_t permits) const {
-  const KeyedPolicy* config = policy_.get();
-  checkPermits(permits, config);
+  checkPermits(permits);
   // peek ignores the wait: the same positions keep the configuration at ARGV[6] for both.
-  return {
-      LimiterCall::plain(callBound_), "peek", request(key, args("peek", fmt::to_string(permits), "0", config)),
-      [key, kind = kind_[0], permits](ScriptCore* self, const Reply& r) { return parse(self, key, kind, r, permits); }};
-}
-
-Decision ScriptCore::peek(const std::string& key, std::int64_t permits) { return run(peekOp(key, permits)); }
-
-void ScriptCore::peekAsync(const std::string& key, std::int64_t permits, Done<Decision> done) {
-  runAsync<Decision>(
-      key, [&] { return peekOp(key, permits); }, std::move(done));
+  return {LimiterCall::plain(callBound_), "peek", request(key, args("peek", permits, 0)), reading(permits)};
 }
 
 // Never resent: a refund that went through and was sent again would give the permits back twice.
 ScriptCore::Op<bool> ScriptCore::giveBackOp(const std::string& key, std::int64_t permits, bool counted) const {
   checkRefundPermits(permits);
   Op<bool> op{LimiterCall::plain(callBound_, LimiterCall::Resend::Never), "refund",
-              request(key, args("refund", fmt::to_string(permits), "0", policy_.get())),
-              [](ScriptCore*, const Reply&) { return true; }};
-  if (counted) op.then = [monitor = gate_.monitor(), permits](bool&) { monitor.refunded(permits); };
+              request(key, args("refund", permits, 0)),
+              [](ScriptCore*, const ScriptRequest&, const Reply&) { return true; }};
+  if (counted) op.then = [permits](const LimiterMonitor& monitor, bool&) { monitor.refunded(permits); };
   return op;
-}
-
-void ScriptCore::giveBack(const std::string& key, std::int64_t permits, bool counted) {
-  if (permits != 0) (void)run(giveBackOp(key, permits, counted));  // 0: nothing to send
-}
-
-void ScriptCore::giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done) {
-  if (permits == 0) {  // nothing to send
-    isolated(std::move(done), gate_.monitor(), name_)(true, nullptr);
-    return;
-  }
-  runAsync<bool>(
-      key, [&] { return giveBackOp(key, permits, counted); }, std::move(done));
 }
 
 // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
@@ -428,29 +328,21 @@ ScriptCore::Op<Settlement> ScriptCore::settleOp(const std::string& key, const st
                                                 std::int64_t actual) const {
   std::string record = recordKey(key, id);
   checkActualPermits(actual);
-  return {LimiterCall::plain(callBound_), "settle",
-          request(key, args("settle", fmt::to_string(actual), "0", policy_.get()), std::move(record)),
-          [key, monitor = gate_.monitor()](ScriptCore*, const Reply& r) { return parseSettlement(key, r, monitor); }};
-}
-
-Settlement ScriptCore::settle(const std::string& key, const std::string& id, std::int64_t actual) {
-  return run(settleOp(key, id, actual));
-}
-
-void ScriptCore::settleAsync(const std::string& key, const std::string& id, std::int64_t actual,
-                             Done<Settlement> done) {
-  runAsync<Settlement>(
-      key, [&] { return settleOp(key, id, actual); }, std::move(done));
+  return {LimiterCall::plain(callBound_), "settle", request(key, args("settle", actual, 0), std::move(record)),
+          [monitor = gate_.monitor()](ScriptCore*, const ScriptRequest& q, const Reply& r) {
+            return parseSettlement(q.keys[0], r, monitor);
+          }};
 }
 
 bool ScriptCore::writeConfig(const std::string& key, ConfigWrite how, const std::vector<std::string>& config) {
-  std::vector<std::string> rest{how == ConfigWrite::IfAbsent ? "try" : "keep"};
-  rest.insert(rest.end(), config.begin(), config.end());
+  std::vector<std::string> argv = argvOf("set", {how == ConfigWrite::IfAbsent ? "try" : "keep"}, config.size());
+  argv.insert(argv.end(), config.begin(), config.end());
   const Reply r =
       run(Op<Reply>{LimiterCall::plain(callBound_, how == ConfigWrite::IfAbsent ? LimiterCall::Resend::Never
                                                                                 : LimiterCall::Resend::IfClosed),
-                    "set", request(key, opArgs("set", std::move(rest))),
-                    [key](ScriptCore*, const Reply& reply) { return arrayOf(key, reply, 4, "the set operation"); }});
+                    "set", request(key, std::move(argv)), [](ScriptCore*, const ScriptRequest& q, const Reply& reply) {
+                      return arrayOf(q.keys[0], reply, 4, "the set operation");
+                    }});
   const bool written = how == ConfigWrite::KeepState || at(r, 0) == 1;
   if (written) remember(at(r, 1), at(r, 2), at(r, 3));
   return written;
@@ -462,21 +354,10 @@ namespace {
 // lease `id`.
 LeaseDecision parseAcquire(const std::string& key, const Reply& r, const std::string& id) {
   (void)arrayOf(key, r, 8, "acquire");
-  LeaseDecision out;
-  Decision& d = out.decision;
-  d.allowed = at(r, 0) == 1;
-  d.permits = 1;
-  d.remaining = at(r, 2);
-  d.limit = at(r, 3);
-  d.time = microseconds{at(r, 4)};
-  d.retryAfter = microseconds{at(r, 5)};
-  d.resetAfter = microseconds{at(r, 6)};
-  if (d.allowed) {
-    Lease lease;
-    lease.id = id;
-    lease.expiresAt = microseconds{at(r, 1)};
-    out.lease = std::move(lease);
-  }
+  // A decision as a take's (the script's remaining is never below 0).
+  LeaseDecision out{decisionOf(DecisionReply{at(r, 0) == 1, at(r, 2), at(r, 5), at(r, 6), at(r, 3), at(r, 4)}, 1),
+                    std::nullopt};
+  if (out.decision.allowed) out.lease = Lease{id, microseconds{at(r, 1)}};
   return out;
 }
 
@@ -517,26 +398,16 @@ LeaseDecision ScriptCore::leaseByPolicy(bool allowed) const {
   return out;
 }
 
-// Sent again after a closed connection with the same lease id: a live lease `id` is granted
-// again, not added.
+// Sent again after a closed connection with the same lease id (ARGV[4]): a live lease of that id
+// is granted again, not added.
 ScriptCore::Op<LeaseDecision> ScriptCore::acquireOp(const std::string& key, milliseconds ttl) const {
   checkLeaseTtl(ttl);
-  std::string id = newLeaseId();
-  ScriptRequest call =
-      request(key, opArgs("acquire", {id, fmt::to_string(policy_->limit), fmt::to_string(ttl.count())}));
   return {decision(1),
           "acquireLease",
-          std::move(call),
-          [key, id = std::move(id)](ScriptCore*, const Reply& r) { return parseAcquire(key, r, id); },
+          request(key, argvOf("acquire", {newLeaseId(), fmt::to_string(policy_->limit), fmt::to_string(ttl.count())})),
+          [](ScriptCore*, const ScriptRequest& q, const Reply& r) { return parseAcquire(q.keys[0], r, q.argv[3]); },
           [](ScriptCore& self, bool allowed) { return self.leaseByPolicy(allowed); },
-          [monitor = gate_.monitor()](LeaseDecision& d) { d = admitted(monitor, std::move(d)); }};
-}
-
-LeaseDecision ScriptCore::acquireLease(const std::string& key, milliseconds ttl) { return run(acquireOp(key, ttl)); }
-
-void ScriptCore::acquireLeaseAsync(const std::string& key, milliseconds ttl, Done<LeaseDecision> done) {
-  runAsync<LeaseDecision>(
-      key, [&] { return acquireOp(key, ttl); }, std::move(done));
+          [](const LimiterMonitor& monitor, LeaseDecision& d) { d = admitted(monitor, std::move(d)); }};
 }
 
 // renew and release are safe to send again: a renew sent twice extends twice from about the same
@@ -546,54 +417,24 @@ ScriptCore::Op<std::optional<Lease>> ScriptCore::renewOp(const std::string& key,
   checkLeaseId(lease.id);
   checkLeaseTtl(ttl);
   return {LimiterCall::plain(callBound_), "renew",
-          request(key, opArgs("renew", {lease.id, fmt::to_string(ttl.count())})),
-          [key, lease](ScriptCore*, const Reply& r) { return parseRenew("limiter ", key, r, lease); }};
-}
-
-bool ScriptCore::renew(const std::string& key, Lease& lease, milliseconds ttl) {
-  return renewedTo(lease, run(renewOp(key, lease, ttl)));
-}
-
-void ScriptCore::renewAsync(const std::string& key, Lease lease, milliseconds ttl, Done<std::optional<Lease>> done) {
-  runAsync<std::optional<Lease>>(
-      key, [&] { return renewOp(key, lease, ttl); }, std::move(done));
+          request(key, argvOf("renew", {lease.id, fmt::to_string(ttl.count())})),
+          [lease](ScriptCore*, const ScriptRequest& q, const Reply& r) {
+            return parseRenew("limiter ", q.keys[0], r, lease);
+          }};
 }
 
 ScriptCore::Op<bool> ScriptCore::releaseOp(const std::string& key, const Lease& lease) const {
   checkLeaseId(lease.id);
-  return {LimiterCall::plain(callBound_), "release", request(key, opArgs("release", {lease.id})),
-          [key](ScriptCore*, const Reply& r) { return firstOfTwo("limiter ", key, r, "release") == 1; }};
-}
-
-bool ScriptCore::release(const std::string& key, const Lease& lease) { return run(releaseOp(key, lease)); }
-
-void ScriptCore::releaseAsync(const std::string& key, const Lease& lease, Done<bool> done) {
-  runAsync<bool>(
-      key, [&] { return releaseOp(key, lease); }, std::move(done));
+  return {LimiterCall::plain(callBound_), "release", request(key, argvOf("release", {lease.id})),
+          [](ScriptCore*, const ScriptRequest& q, const Reply& r) {
+            return firstOfTwo("limiter ", q.keys[0], r, "release") == 1;
+          }};
 }
 
 ScriptCore::Op<std::int64_t> ScriptCore::heldOp(const std::string& key) const {
-  return {LimiterCall::plain(callBound_), "held", request(key, opArgs("held", {})),
-          [key](ScriptCore*, const Reply& r) { return firstOfTwo("limiter ", key, r, "held"); }};
-}
-
-std::int64_t ScriptCore::held(const std::string& key) { return run(heldOp(key)); }
-
-void ScriptCore::heldAsync(const std::string& key, Done<std::int64_t> done) {
-  runAsync<std::int64_t>(
-      key, [&] { return heldOp(key); }, std::move(done));
-}
-
-bool ScriptCore::deleteKey(const std::string& key) { return redlimit::detail::deleteKey(*this, key); }
-
-void ScriptCore::deleteKeyAsync(const std::string& key, Done<bool> done) {
-  redlimit::detail::deleteKeyAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
-}
-
-bool ScriptCore::exists(const std::string& key) { return keyExists(*this, key); }
-
-void ScriptCore::existsAsync(const std::string& key, Done<bool> done) {
-  keyExistsAsync(shared_from_this(), key, isolated(std::move(done), gate_.monitor(), name_));
+  return {
+      LimiterCall::plain(callBound_), "held", request(key, argvOf("held", {})),
+      [](ScriptCore*, const ScriptRequest& q, const Reply& r) { return firstOfTwo("limiter ", q.keys[0], r, "held"); }};
 }
 
 bool decideUnanswered(FailureGate& gate, std::int64_t permits, std::int64_t rate, milliseconds interval,
@@ -603,23 +444,18 @@ bool decideUnanswered(FailureGate& gate, std::int64_t permits, std::int64_t rate
   throw TimeoutError(fmt::format("redlimit: limiter {}: {}", gate.limiter(), reason));
 }
 
-bool ScriptCore::decideUnanswered(std::int64_t permits, const std::string& reason) {
-  return detail::decideUnanswered(gate_, permits, localRate_.load(std::memory_order_relaxed),
-                                  milliseconds{localIntervalMs_.load(std::memory_order_relaxed)}, reason);
-}
-
 AcquireResult ScriptCore::takeUpTo(const std::string& key, std::int64_t atLeast, std::int64_t atMost) {
   const KeyedPolicy* config = policy_.get();
-  checkPermits(atLeast, config);
+  checkPermits(atLeast);
   if (atMost < atLeast) {
     throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
   }
   // Until a reply told the limit, ask for atLeast only: more could exceed it (InvalidArgument).
   const std::int64_t limit = config ? config->limit : knownLimit_.load(std::memory_order_relaxed);
   const std::int64_t ask = limit > 0 ? std::max(atLeast, std::min(atMost, limit)) : atLeast;
-  Decision d = take(key, ask, microseconds{0});
+  Decision d = run(takeOp(key, ask, {}));
   if (!d.allowed && !d.byPolicy && ask > atLeast) {
-    d = take(key, d.remaining >= atLeast ? std::min(d.remaining, ask) : atLeast, microseconds{0});
+    d = run(takeOp(key, d.remaining >= atLeast ? std::min(d.remaining, ask) : atLeast, {}));
   }
   AcquireResult r;
   r.byPolicy = d.byPolicy;
