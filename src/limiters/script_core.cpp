@@ -163,7 +163,7 @@ ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, Failure
                        std::shared_ptr<const KeyedPolicy> policy)
     : client_(std::move(client)),
       name_(std::move(name)),
-      script_(script),
+      script_(&script),
       kind_(1, kind),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
       policy_(std::move(policy)) {
@@ -185,7 +185,7 @@ void ScriptCore::remember(std::int64_t limit, std::int64_t localRate, std::int64
 
 ScriptRequest ScriptCore::request(const std::string& key, std::vector<std::string> argv, std::string record,
                                   bool coalesce) const {
-  ScriptRequest r{&script_, {}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
+  ScriptRequest r{script_, {}, std::move(argv), coalesce ? batcher_.get() : nullptr, tables_};
   r.keys.reserve(record.empty() ? 1 : 2);
   r.keys.push_back(key);
   if (!record.empty()) r.keys.push_back(std::move(record));

@@ -45,7 +45,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A
   /// calendar quota's (KeyedPolicy::calendar) goes with a table of its windows, filled in every
   /// try around the server's time. A key's reservation records live in redlimit's own namespace,
-  /// where no caller's key can reach (docs/api.md, "Keys"). Sends nothing. Throws InvalidArgument
+  /// where no caller's key can reach (docs/api.md, "Keys"). `script` is one of the program's
+  /// (static) scripts, never a copy: the Client keeps pointers to the scripts its requests ran,
+  /// after this core is gone. Sends nothing. Throws InvalidArgument
   /// for a null client, a bad name, quota or keepAlive, or bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
              const LimiterMonitor::Options& monitor, const Script& script, char kind,
@@ -188,7 +190,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
 
   std::shared_ptr<Client> client_;
   std::string name_;
-  Script script_;
+  const Script* script_;  // static: see the constructor
   std::string kind_;
   FailureGate gate_;
   std::chrono::milliseconds callBound_{0};   // connect + command timeout, saturated

@@ -140,6 +140,25 @@ TEST_F(Metrics, AScriptFlushIsAScriptReloadEventOfTheClientAndNoCallFails) {
   EXPECT_TRUE(limiterEvents.all().empty()) << "a reload is the connection's, not the limiter's health";
 }
 
+// The scripts a server was seen to hold are the library's, not a limiter's: a limiter made after
+// another of its kind ran sees the flush as a reload too (the Client keeps pointers to the
+// scripts, never into a limiter, which may be gone when a NOSCRIPT comes back).
+TEST_F(Metrics, AScriptFlushIsAScriptReloadEventAlsoForALimiterMadeAfterItsScriptRan) {
+  EventLog clientEvents;
+  ClientOptions co;
+  co.connection = parseUri(server().uri());
+  co.onEvent = clientEvents.callback();
+  auto client = Client::create(co);
+  Limiter first(client, limiterName("first"), Policy::gcra(10, milliseconds(1000), 10));
+  ASSERT_TRUE(first.decide("k").allowed);
+  Limiter second(client, limiterName("second"), Policy::gcra(10, milliseconds(1000), 10));
+  (void)raw({"SCRIPT", "FLUSH"});
+  EXPECT_TRUE(second.decide("k").allowed) << "the reload is transparent to the caller";
+  const auto reloads = clientEvents.of(Event::Kind::ScriptReload);
+  ASSERT_EQ(reloads.size(), 1u) << "the server had gcra.lua: the flush took it";
+  EXPECT_EQ(reloads[0].script, "gcra");
+}
+
 TEST_F(Metrics, ShadowModeAtTenPerTenSecondsOfferedAHundredCallsAllowsAllAndReportsNinety) {
   auto registry = std::make_shared<MetricsRegistry>();
   std::atomic<int> hook{0};
