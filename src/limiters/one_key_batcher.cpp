@@ -91,7 +91,7 @@ void OneKeyBatcher::sendAlone(const std::shared_ptr<OneKeyCall>& c, ReplyCallbac
   // Its own script, which costs Redis less than a batch of one (and has a fast path).
   const std::vector<std::string_view> keys{c->key};
   const std::vector<std::string_view> args(c->args.begin(), c->args.end());
-  evalAsync(*client_, c->script, keys, args, std::move(done), c->deadline);
+  evalAsync(*client_, *c->script, keys, args, std::move(done), c->deadline);
 }
 
 void OneKeyBatcher::sendTogether(const std::vector<std::shared_ptr<OneKeyCall>>& group,

@@ -83,13 +83,13 @@ struct ScriptRequest {
   static std::vector<std::string_view> views(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
   Reply sendArgv(Client& client, const std::vector<std::string>& args,
                  std::chrono::steady_clock::time_point deadline) const {
-    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), *script, args, deadline, nullptr});
+    if (batcher != nullptr) return batcher->take(OneKeyCall{keys.front(), script, args, deadline, nullptr});
     return eval(client, *script, views(keys), views(args), deadline);
   }
   void sendArgvAsync(Client& client, const std::vector<std::string>& args,
                      std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
     if (batcher != nullptr) {
-      batcher->takeAsync(OneKeyCall{keys.front(), *script, args, deadline, std::move(done)});
+      batcher->takeAsync(OneKeyCall{keys.front(), script, args, deadline, std::move(done)});
       return;
     }
     evalAsync(client, *script, views(keys), views(args), std::move(done), deadline);
