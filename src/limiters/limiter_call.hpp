@@ -250,11 +250,7 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
     std::string limiter;
 
     void deliver(Out out, std::exception_ptr error) noexcept {
-      try {
-        done(std::move(out), std::move(error));
-      } catch (...) {
-        reportCallbackThrew(monitor, limiter, std::current_exception());
-      }
+      callOnce(done, &monitor, limiter, std::move(out), std::move(error));
     }
     static void act(const std::shared_ptr<State>& s, Owner& self, LimiterCall::Action a) {
       switch (a.kind) {
