@@ -233,8 +233,9 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
 /// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
 /// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion[,
 /// resend])` sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
-/// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `done` that throws is
-/// reported (Event::Kind::CallbackThrew) and affects nothing else.
+/// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `send` that throws (its
+/// try not even queued, a first try or a resend) ends the call: `done` has that error. A `done`
+/// that throws is reported (Event::Kind::CallbackThrew) and affects nothing else.
 template <class Out, class Raw = Reply, class Owner, class Send, class MapError, class Parse, class ByPolicy>
 void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, Send send, MapError mapError,
               Parse parse, ByPolicy byPolicy, std::function<void(Out, std::exception_ptr)> done) {
@@ -255,8 +256,12 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
     static void act(const std::shared_ptr<State>& s, Owner& self, LimiterCall::Action a) {
       switch (a.kind) {
         case LimiterCall::Action::Kind::Send:
-          sendTry(s->send, a.resend, self, tryDeadline(a.budget),
-                  [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+          try {
+            sendTry(s->send, a.resend, self, tryDeadline(a.budget),
+                    [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+          } catch (...) {  // the try could not even be queued (a first try or a resend): `done` has why
+            s->deliver(Out{}, std::current_exception());
+          }
           return;
         case LimiterCall::Action::Kind::Decide:
           s->deliver(s->byPolicy(self, a.allowed), nullptr);

@@ -2,6 +2,7 @@
 // a manual clock, without a server: the events a driver would feed it and the actions it answers.
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -205,4 +206,30 @@ TEST(LimiterCall, PlainCallIgnoresTheGate) {
   const LimiterCall::Action a = call.failed(std::make_exception_ptr(IoError("refused")));
   ASSERT_EQ(a.kind, Kind::Fail);  // not decided by the policy
   EXPECT_EQ(f.gate.stats().denied, 0u);
+}
+
+TEST(LimiterCall, AsyncCallWhoseResendCannotBeQueuedAnswersOnceWithThatError) {
+  Fixture f(FailurePolicy::Allow);
+  struct Owner {
+    FailureGate& gate_;
+  };
+  auto owner = std::make_shared<Owner>(Owner{f.gate});
+  int tries = 0;
+  int answers = 0;
+  std::exception_ptr got;
+  detail::runAsync<int>(
+      owner, Fixture::decision(),
+      [&](Owner&, std::chrono::steady_clock::time_point, auto&& sent) {
+        if (++tries == 1) return sent(detail::Reply{}, closed());  // the connection closed under the first try
+        throw ClosedError("the resend could not be queued");
+      },
+      [](std::exception_ptr error) { return error; }, [](Owner*, const detail::Reply&) { return 1; },
+      [](Owner&, bool allowed) { return allowed ? 2 : 3; },
+      [&](int, std::exception_ptr error) {
+        ++answers;
+        got = std::move(error);
+      });
+  EXPECT_EQ(tries, 2);
+  ASSERT_EQ(answers, 1);
+  EXPECT_THROW(std::rethrow_exception(got), ClosedError);
 }
