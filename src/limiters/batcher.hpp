@@ -114,8 +114,6 @@ class Batcher {
     return left;
   }
 
-  [[nodiscard]] std::size_t maxGroup() const noexcept { return maxGroup_; }
-
  private:
   struct Queue {
     explicit Queue(std::uint64_t g) : generation(g) {}
@@ -208,31 +206,25 @@ class GroupSender {
       groupDone(owner, queue);
       return;
     }
-    Queue* q = &queue;
+    auto done = [weak = owner.weak_from_this(), q = &queue, live](const Reply& reply, std::exception_ptr error) {
+      const std::shared_ptr<Owner> self = weak.lock();
+      if (self) groupDone(*self, *q);  // the next group leaves before any callback of this one runs
+      if (live->size() == 1) return Owner::answerAlone(self.get(), *live->front(), reply, std::move(error));
+      if (!error) {
+        try {
+          return Owner::answerTogether(self.get(), *live, reply);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      for (const Item& c : *live) Owner::fail(self.get(), *c, cloneError(error));
+    };
     try {
       if (live->size() == 1) {
-        Item c = live->front();
-        owner.sendAlone(c, [weak = owner.weak_from_this(), q, c](const Reply& reply, std::exception_ptr error) {
-          const std::shared_ptr<Owner> self = weak.lock();
-          if (self) groupDone(*self, *q);  // the next group leaves before this call's callback runs
-          Owner::answerAlone(self.get(), *c, reply, std::move(error));
-        });
-        return;
+        owner.sendAlone(live->front(), std::move(done));
+      } else {
+        owner.sendTogether(*live, deadline == Time::max() ? Time{} : deadline, std::move(done));
       }
-      owner.sendTogether(*live, deadline == Time::max() ? Time{} : deadline,
-                         [weak = owner.weak_from_this(), q, live](const Reply& reply, std::exception_ptr error) {
-                           const std::shared_ptr<Owner> self = weak.lock();
-                           if (self) groupDone(*self, *q);
-                           if (!error) {
-                             try {
-                               Owner::answerTogether(self.get(), *live, reply);
-                               return;
-                             } catch (...) {
-                               error = std::current_exception();
-                             }
-                           }
-                           for (const Item& c : *live) Owner::fail(self.get(), *c, cloneError(error));
-                         });
     } catch (...) {
       // The request could not even be queued: each call of the group ends with that error, and the
       // next group goes, as after a reply.
