@@ -64,9 +64,7 @@ void callOnce(F& done, const LimiterMonitor* monitor, std::string_view limiter, 
   }
 }
 
-/// `done` as a callback that can be copied and runs it at most once (copies share it), through
-/// callOnce. For a completion handed where it may be copied; one held in a single place is run
-/// with callOnce itself.
+/// `done` as a copyable callback (copies share it) that runs it through callOnce.
 template <class... Args>
 std::function<void(Args...)> isolated(std::function<void(Args...)> done, LimiterMonitor monitor, std::string limiter) {
   auto once = std::make_shared<std::function<void(Args...)>>(std::move(done));
@@ -76,9 +74,8 @@ std::function<void(Args...)> isolated(std::function<void(Args...)> done, Limiter
 }
 
 /// The start of an async call: `check()` runs (the argument checks, made before anything is sent).
-/// True when it passed: the call goes on to runAsync (limiters/limiter_call.hpp), whose delivery
-/// runs `done` once and reports a throw from it. When the check threw, `done` has had the error
-/// (with a default result) through callOnce, and false is returned: the call ends there.
+/// True when it passed: the call goes on to runAsync, whose delivery isolates `done`. When it threw,
+/// `done` has had the error (with a default result) through callOnce and false is returned.
 template <class T, class Check>
 bool isolateThenCheck(std::function<void(T, std::exception_ptr)>& done, const LimiterMonitor& monitor,
                       const std::string& limiter, Check&& check) {
