@@ -157,10 +157,10 @@ class Batcher {
 ///   void sendTogether(const std::vector<std::shared_ptr<Call>>&, time_point deadline, ReplyCallback)
 ///                                                                            the batch script; may throw
 ///   static void answerAlone(Owner*, Call&, const Reply&, std::exception_ptr) noexcept
+///       the call's reply, or the error it ends with (then with an empty Reply)
 ///   static void answerTogether(Owner*, const std::vector<std::shared_ptr<Call>>&, const Reply&)
 ///       the batch reply to each call, each on its own (one whose callback throws stops no other);
 ///       throws, before answering any, a reply it cannot read
-///   static void fail(Owner*, Call&, std::exception_ptr) noexcept             the call ends with the error
 template <class Owner, class Call>
 class GroupSender {
  public:
@@ -174,7 +174,7 @@ class GroupSender {
 
   /// Ends the calls still queued on `queue` with `error` (the owner's destructor).
   static void close(Owner& owner, Queue& queue, const std::exception_ptr& error) {
-    for (const Item& c : queue.drain()) Owner::fail(&owner, *c, cloneError(error));
+    for (const Item& c : queue.drain()) Owner::answerAlone(&owner, *c, Reply{}, cloneError(error));
   }
 
  private:
@@ -193,10 +193,11 @@ class GroupSender {
     Time deadline = Time::max();
     for (Item& c : group) {
       if (c->deadline != Time{} && c->deadline <= now) {
-        Owner::fail(&owner, *c,
-                    std::make_exception_ptr(TimeoutError(
-                        "redlimit: a decision waited for the calls queued before it until its deadline passed; give "
-                        "the calls more time (ClientOptions::Connection::commandTimeout) or send fewer at once")));
+        Owner::answerAlone(
+            &owner, *c, Reply{},
+            std::make_exception_ptr(TimeoutError(
+                "redlimit: a decision waited for the calls queued before it until its deadline passed; give "
+                "the calls more time (ClientOptions::Connection::commandTimeout) or send fewer at once")));
         continue;
       }
       if (c->deadline != Time{}) deadline = std::min(deadline, c->deadline);
@@ -217,7 +218,7 @@ class GroupSender {
           error = std::current_exception();
         }
       }
-      for (const Item& c : *live) Owner::fail(self.get(), *c, cloneError(error));
+      for (const Item& c : *live) Owner::answerAlone(self.get(), *c, Reply{}, cloneError(error));
     };
     try {
       if (live->size() == 1) {
@@ -230,7 +231,7 @@ class GroupSender {
       // next group goes, as after a reply.
       const std::exception_ptr error = std::current_exception();
       groupDone(owner, queue);
-      for (const Item& c : *live) Owner::fail(&owner, *c, cloneError(error));
+      for (const Item& c : *live) Owner::answerAlone(&owner, *c, Reply{}, cloneError(error));
     }
   }
 };

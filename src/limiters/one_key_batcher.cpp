@@ -120,10 +120,6 @@ void OneKeyBatcher::answerAlone(OneKeyBatcher* /*self*/, OneKeyCall& call, const
   callOnce(call.done, nullptr, {}, reply, std::move(error));
 }
 
-void OneKeyBatcher::fail(OneKeyBatcher* self, OneKeyCall& call, std::exception_ptr error) noexcept {
-  answerAlone(self, call, Reply{}, std::move(error));
-}
-
 void OneKeyBatcher::answerTogether(OneKeyBatcher* self, const std::vector<std::shared_ptr<OneKeyCall>>& group,
                                    const Reply& reply) {
   const std::size_t n = group.size();
@@ -144,7 +140,7 @@ void OneKeyBatcher::answerTogether(OneKeyBatcher* self, const std::vector<std::s
       } catch (...) {
         error = std::current_exception();
       }
-      fail(self, *group[i], std::move(error));
+      answerAlone(self, *group[i], Reply{}, std::move(error));
       continue;
     }
     answerAlone(self, *group[i], element, nullptr);
