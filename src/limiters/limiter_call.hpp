@@ -91,10 +91,7 @@ class LimiterCall {
   }
   /// A Plain call.
   static Params plain(std::chrono::microseconds bound, Resend resend = Resend::IfClosed) {
-    Params p;
-    p.resend = resend;
-    p.bound = bound;
-    return p;
+    return Params{Guard::Plain, resend, bound};
   }
 
   /// The call begins: Send; or, for a Decision while the gate holds calls back, the policy's
