@@ -233,3 +233,26 @@ TEST(LimiterCall, AsyncCallWhoseResendCannotBeQueuedAnswersOnceWithThatError) {
   ASSERT_EQ(answers, 1);
   EXPECT_THROW(std::rethrow_exception(got), ClosedError);
 }
+
+TEST(LimiterCall, AsyncCallWhoseFirstTryCannotBeQueuedAnswersWithThatErrorNotAThrow) {
+  Fixture f(FailurePolicy::Allow);
+  struct Owner {
+    FailureGate& gate_;
+  };
+  auto owner = std::make_shared<Owner>(Owner{f.gate});
+  int answers = 0;
+  std::exception_ptr got;
+  EXPECT_NO_THROW(detail::runAsync<int>(
+      owner, Fixture::decision(),
+      [](Owner&, std::chrono::steady_clock::time_point, auto&&) -> void {
+        throw InvalidArgument("the request could not be queued");
+      },
+      [](std::exception_ptr error) { return error; }, [](Owner*, const detail::Reply&) { return 1; },
+      [](Owner&, bool allowed) { return allowed ? 2 : 3; },
+      [&](int, std::exception_ptr error) {
+        ++answers;
+        got = std::move(error);
+      }));
+  ASSERT_EQ(answers, 1);
+  EXPECT_THROW(std::rethrow_exception(got), InvalidArgument);
+}
