@@ -114,8 +114,6 @@ class Batcher {
     return left;
   }
 
-  [[nodiscard]] std::size_t maxGroup() const noexcept { return maxGroup_; }
-
  private:
   struct Queue {
     explicit Queue(std::uint64_t g) : generation(g) {}
@@ -159,10 +157,10 @@ class Batcher {
 ///   void sendTogether(const std::vector<std::shared_ptr<Call>>&, time_point deadline, ReplyCallback)
 ///                                                                            the batch script; may throw
 ///   static void answerAlone(Owner*, Call&, const Reply&, std::exception_ptr) noexcept
+///       the call's reply, or the error it ends with (then with an empty Reply)
 ///   static void answerTogether(Owner*, const std::vector<std::shared_ptr<Call>>&, const Reply&)
 ///       the batch reply to each call, each on its own (one whose callback throws stops no other);
 ///       throws, before answering any, a reply it cannot read
-///   static void fail(Owner*, Call&, std::exception_ptr) noexcept             the call ends with the error
 template <class Owner, class Call>
 class GroupSender {
  public:
@@ -176,7 +174,7 @@ class GroupSender {
 
   /// Ends the calls still queued on `queue` with `error` (the owner's destructor).
   static void close(Owner& owner, Queue& queue, const std::exception_ptr& error) {
-    for (const Item& c : queue.drain()) Owner::fail(&owner, *c, cloneError(error));
+    for (const Item& c : queue.drain()) Owner::answerAlone(&owner, *c, Reply{}, cloneError(error));
   }
 
  private:
@@ -195,10 +193,11 @@ class GroupSender {
     Time deadline = Time::max();
     for (Item& c : group) {
       if (c->deadline != Time{} && c->deadline <= now) {
-        Owner::fail(&owner, *c,
-                    std::make_exception_ptr(TimeoutError(
-                        "redlimit: a decision waited for the calls queued before it until its deadline passed; give "
-                        "the calls more time (ClientOptions::Connection::commandTimeout) or send fewer at once")));
+        Owner::answerAlone(
+            &owner, *c, Reply{},
+            std::make_exception_ptr(TimeoutError(
+                "redlimit: a decision waited for the calls queued before it until its deadline passed; give "
+                "the calls more time (ClientOptions::Connection::commandTimeout) or send fewer at once")));
         continue;
       }
       if (c->deadline != Time{}) deadline = std::min(deadline, c->deadline);
@@ -208,37 +207,31 @@ class GroupSender {
       groupDone(owner, queue);
       return;
     }
-    Queue* q = &queue;
+    auto done = [weak = owner.weak_from_this(), q = &queue, live](const Reply& reply, std::exception_ptr error) {
+      const std::shared_ptr<Owner> self = weak.lock();
+      if (self) groupDone(*self, *q);  // the next group leaves before any callback of this one runs
+      if (live->size() == 1) return Owner::answerAlone(self.get(), *live->front(), reply, std::move(error));
+      if (!error) {
+        try {
+          return Owner::answerTogether(self.get(), *live, reply);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      for (const Item& c : *live) Owner::answerAlone(self.get(), *c, Reply{}, cloneError(error));
+    };
     try {
       if (live->size() == 1) {
-        Item c = live->front();
-        owner.sendAlone(c, [weak = owner.weak_from_this(), q, c](const Reply& reply, std::exception_ptr error) {
-          const std::shared_ptr<Owner> self = weak.lock();
-          if (self) groupDone(*self, *q);  // the next group leaves before this call's callback runs
-          Owner::answerAlone(self.get(), *c, reply, std::move(error));
-        });
-        return;
+        owner.sendAlone(live->front(), std::move(done));
+      } else {
+        owner.sendTogether(*live, deadline == Time::max() ? Time{} : deadline, std::move(done));
       }
-      owner.sendTogether(*live, deadline == Time::max() ? Time{} : deadline,
-                         [weak = owner.weak_from_this(), q, live](const Reply& reply, std::exception_ptr error) {
-                           const std::shared_ptr<Owner> self = weak.lock();
-                           if (self) groupDone(*self, *q);
-                           if (!error) {
-                             try {
-                               Owner::answerTogether(self.get(), *live, reply);
-                               return;
-                             } catch (...) {
-                               error = std::current_exception();
-                             }
-                           }
-                           for (const Item& c : *live) Owner::fail(self.get(), *c, cloneError(error));
-                         });
     } catch (...) {
       // The request could not even be queued: each call of the group ends with that error, and the
       // next group goes, as after a reply.
       const std::exception_ptr error = std::current_exception();
       groupDone(owner, queue);
-      for (const Item& c : *live) Owner::fail(&owner, *c, cloneError(error));
+      for (const Item& c : *live) Owner::answerAlone(&owner, *c, Reply{}, cloneError(error));
     }
   }
 };

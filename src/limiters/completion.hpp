@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -26,7 +27,7 @@ inline bool closedConnection(const std::exception_ptr& error) {
 /// Counts a completion callback that threw `thrown` (LimiterMetrics::callbackThrew) and publishes
 /// one Event::Kind::CallbackThrew through `monitor`. Never throws: an event callback that throws,
 /// or a message that cannot be built, is dropped too (a completion has no one to throw to).
-inline void reportCallbackThrew(const LimiterMonitor& monitor, const std::string& limiter,
+inline void reportCallbackThrew(const LimiterMonitor& monitor, std::string_view limiter,
                                 const std::exception_ptr& thrown) noexcept {
   if (LimiterMetrics* m = monitor.metrics()) m->callbackThrew();
   try {
@@ -48,37 +49,41 @@ inline void reportCallbackThrew(const LimiterMonitor& monitor, const std::string
   }
 }
 
-/// `done` as a callback that runs it at most once and never throws: an exception from it is
-/// caught and reported (reportCallbackThrew), a second call does nothing. A null `done` stays a
-/// callback that does nothing. The result is copyable (copies share the once flag). Thread-safe
-/// to call from any thread, but calls must not overlap (each completion is called once).
+/// Runs `done(args...)` at most once and never throws, allocating nothing: `done` is taken out
+/// (left empty, so a later call does nothing; an empty one does nothing), and an exception from it
+/// is caught and, with a `monitor`, reported (reportCallbackThrew, naming `limiter`). Calls must
+/// not overlap: the run-once is the caller's state, not a lock.
+template <class F, class... Args>
+void callOnce(F& done, const LimiterMonitor* monitor, std::string_view limiter, Args&&... args) noexcept {
+  F run = std::exchange(done, nullptr);
+  if (!run) return;
+  try {
+    run(std::forward<Args>(args)...);
+  } catch (...) {
+    if (monitor != nullptr) reportCallbackThrew(*monitor, limiter, std::current_exception());
+  }
+}
+
+/// `done` as a copyable callback (copies share it) that runs it through callOnce.
 template <class... Args>
 std::function<void(Args...)> isolated(std::function<void(Args...)> done, LimiterMonitor monitor, std::string limiter) {
   auto once = std::make_shared<std::function<void(Args...)>>(std::move(done));
   return [once, monitor = std::move(monitor), limiter = std::move(limiter)](Args... args) noexcept {
-    std::function<void(Args...)> run = std::move(*once);
-    *once = nullptr;
-    if (!run) return;
-    try {
-      run(std::forward<Args>(args)...);
-    } catch (...) {
-      reportCallbackThrew(monitor, limiter, std::current_exception());
-    }
+    callOnce(*once, &monitor, limiter, std::forward<Args>(args)...);
   };
 }
 
-/// The start of an async call: `done` becomes isolated(done, monitor, limiter), then `check()` runs
-/// (the argument checks, made before anything is sent). True when it passed; when it threw,
-/// `done` has had the error (with a default result) and false is returned: the call ends there.
+/// The start of an async call: `check()` runs (the argument checks, made before anything is sent).
+/// True when it passed: the call goes on to runAsync, whose delivery isolates `done`. When it threw,
+/// `done` has had the error (with a default result) through callOnce and false is returned.
 template <class T, class Check>
 bool isolateThenCheck(std::function<void(T, std::exception_ptr)>& done, const LimiterMonitor& monitor,
                       const std::string& limiter, Check&& check) {
-  done = isolated(std::move(done), monitor, limiter);
   try {
     check();
     return true;
   } catch (...) {
-    done(T{}, std::current_exception());
+    callOnce(done, &monitor, limiter, T{}, std::current_exception());
     return false;
   }
 }

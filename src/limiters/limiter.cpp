@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,36 +21,52 @@ using std::chrono::milliseconds;
 
 namespace {
 
-const detail::Script kGcra{detail::lua::gcra.name, detail::lua::gcra.sha1, detail::lua::gcra.source};
-const detail::Script kFixedWindow{detail::lua::fixed_window.name, detail::lua::fixed_window.sha1,
-                                  detail::lua::fixed_window.source};
-const detail::Script kSmooth{detail::lua::smooth.name, detail::lua::smooth.sha1, detail::lua::smooth.source};
-const detail::Script kCalendar{detail::lua::calendar_quota.name, detail::lua::calendar_quota.sha1,
-                               detail::lua::calendar_quota.source};
-const detail::Script kConcurrency{detail::lua::concurrency.name, detail::lua::concurrency.sha1,
-                                  detail::lua::concurrency.source};
-
-const detail::Script& scriptOf(Policy::Kind kind) {
+// The script of a policy of `kind`.
+const detail::lua::EmbeddedScript& scriptOf(Policy::Kind kind) {
   switch (kind) {
     case Policy::Kind::Gcra:
     case Policy::Kind::TokenBucket:
-      return kGcra;
+      return detail::lua::gcra;
     case Policy::Kind::FixedWindow:
-      return kFixedWindow;
+      return detail::lua::fixed_window;
     case Policy::Kind::Smooth:
-      return kSmooth;
+      return detail::lua::smooth;
     case Policy::Kind::Calendar:
-      return kCalendar;
+      return detail::lua::calendar_quota;
     case Policy::Kind::Concurrency:
-      return kConcurrency;
+      return detail::lua::concurrency;
   }
-  return kGcra;
+  return detail::lua::gcra;
 }
 
 // The checked name (made only then: a refused name must not take a place in the metrics registry).
 std::string checkedName(std::string name) {
   detail::checkNamespaceName(name, detail::kMaxNameLength);
   return name;
+}
+
+// The script's "set" arguments for `policy`: its fields (lua/gcra.lua, fixed_window.lua,
+// smooth.lua), and for GCRA and the token bucket the permits a new key starts with (all).
+std::vector<std::string> configArgs(const detail::KeyedPolicy& policy) {
+  std::vector<std::string> out;
+  for (const std::int64_t f : policy.fields) out.push_back(fmt::to_string(f));
+  const char kind = policy.packed.front();
+  if (kind == 'G' || kind == 'T') out.push_back(fmt::to_string(policy.limit));
+  return out;
+}
+
+// The Redis key of `key` once `check()` passed; none when either threw: `done` has had the error
+// (detail::callOnce), and the call ends there.
+template <class T, class Check>
+std::optional<std::string> checkedKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& done,
+                                      Check&& check) {
+  try {
+    check();
+    return self.redisKey(key);
+  } catch (...) {
+    detail::callOnce(done, &self.monitor(), self.name(), T{}, std::current_exception());
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -59,9 +76,11 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
   // The kind the script checks: a concurrency limit's 'C' (its packed form is multi.lua's
   // "limit:ttl"), else the packed configuration's first byte (a calendar quota's: 'Q').
   const char kind = policy_.givesLeases() ? 'C' : policy_.packedPolicy().packed.front();
+  const detail::lua::EmbeddedScript& script = scriptOf(policy_.kind());
   core_ = std::make_shared<detail::ScriptCore>(
       std::move(client), checkedName(std::move(name)), std::move(options.failure), options.monitor,
-      scriptOf(policy_.kind()), kind, policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
+      detail::Script{script.name, script.sha1, script.source}, kind,
+      policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
 }
 
 const detail::FailureGate& Limiter::gate() const noexcept { return core_->gate_; }
@@ -167,18 +186,6 @@ Settlement Limiter::cancel(std::string_view key, const std::string& id) { return
 
 bool Limiter::deleteKey(std::string_view key) { return core_->deleteKey(redisKey(key)); }
 
-namespace {
-// The script's "set" arguments for `policy`: its fields (lua/gcra.lua, fixed_window.lua,
-// smooth.lua), and for GCRA and the token bucket the permits a new key starts with (all).
-std::vector<std::string> configArgs(const detail::KeyedPolicy& policy) {
-  std::vector<std::string> out;
-  for (const std::int64_t f : policy.fields) out.push_back(fmt::to_string(f));
-  const char kind = policy.packed.front();
-  if (kind == 'G' || kind == 'T') out.push_back(fmt::to_string(policy.limit));
-  return out;
-}
-}  // namespace
-
 void Limiter::checkStored(std::string_view what) const {
   if (!policy_.isStored()) {
     throw InvalidArgument(
@@ -230,26 +237,9 @@ std::int64_t Limiter::held(std::string_view key) {
   return core_->held(redisKey(key));
 }
 
-namespace {
-// `body(redisKey)` after `check()` and with the checked key, or `done` with the error (isolated).
-template <class T, class Check, class Body>
-void withKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& done, Check&& check, Body&& body) {
-  std::string redisKey;
-  try {
-    check();
-    redisKey = self.redisKey(key);
-  } catch (...) {
-    detail::isolated(std::move(done), self.monitor(), self.name())(T{}, std::current_exception());
-    return;
-  }
-  body(std::move(redisKey));
-}
-}  // namespace
-
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
-  withKey<Decision>(
-      *this, key, done, [&] { checkPermitPolicy("decideAsync"); },
-      [&](const std::string& k) { core_->decideAsync(k, permits, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkPermitPolicy("decideAsync"); }))
+    core_->decideAsync(*k, permits, std::move(done));
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -257,9 +247,8 @@ std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t pe
 }
 
 void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait, Callback<Decision> done) {
-  withKey<Decision>(
-      *this, key, done, [&] { checkWaitPolicy("reserveAsync"); },
-      [&](const std::string& k) { core_->reserveAsync(k, permits, maxWait, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkWaitPolicy("reserveAsync"); }))
+    core_->reserveAsync(*k, permits, maxWait, std::move(done));
 }
 
 std::future<Decision> Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait) {
@@ -268,9 +257,8 @@ std::future<Decision> Limiter::reserveAsync(std::string_view key, std::int64_t p
 
 void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id, milliseconds recordTtl,
                               Callback<Decision> done) {
-  withKey<Decision>(
-      *this, key, done, [&] { checkHold("reserveForAsync"); },
-      [&](const std::string& k) { core_->reserveForAsync(k, permits, id, recordTtl, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkHold("reserveForAsync"); }))
+    core_->reserveForAsync(*k, permits, id, recordTtl, std::move(done));
 }
 
 std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
@@ -279,9 +267,8 @@ std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_
 }
 
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
-  withKey<Settlement>(
-      *this, key, done, [&] { checkHold("settleAsync"); },
-      [&](const std::string& k) { core_->settleAsync(k, id, actual, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkHold("settleAsync"); }))
+    core_->settleAsync(*k, id, actual, std::move(done));
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
@@ -289,9 +276,8 @@ std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::st
 }
 
 void Limiter::peekAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
-  withKey<Decision>(
-      *this, key, done, [&] { checkPermitPolicy("peekAsync"); },
-      [&](const std::string& k) { core_->peekAsync(k, permits, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkPermitPolicy("peekAsync"); }))
+    core_->peekAsync(*k, permits, std::move(done));
 }
 
 std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t permits) {
@@ -299,41 +285,37 @@ std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t perm
 }
 
 void Limiter::refundAsync(std::string_view key, std::int64_t permits, Callback<bool> done) {
-  withKey<bool>(
-      *this, key, done, [&] { checkRefund("refundAsync", permits); },
-      [&](const std::string& k) { core_->refundAsync(k, permits, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkRefund("refundAsync", permits); }))
+    core_->refundAsync(*k, permits, std::move(done));
 }
 
 std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permits) {
-  return detail::futureOf<bool>([&](auto done) { refundAsync(key, permits, Callback<bool>(std::move(done))); });
+  return detail::futureOf<bool>([&](auto done) { refundAsync(key, permits, std::move(done)); });
 }
 
 void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
-  withKey<bool>(
-      *this, key, done, [] {}, [&](const std::string& k) { core_->deleteKeyAsync(k, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [] {})) core_->deleteKeyAsync(*k, std::move(done));
 }
 
 std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
-  return detail::futureOf<bool>([&](auto done) { deleteKeyAsync(key, Callback<bool>(std::move(done))); });
+  return detail::futureOf<bool>([&](auto done) { deleteKeyAsync(key, std::move(done)); });
 }
 
 void Limiter::existsAsync(std::string_view key, Callback<bool> done) {
-  withKey<bool>(
-      *this, key, done, [] {}, [&](const std::string& k) { core_->existsAsync(k, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [] {})) core_->existsAsync(*k, std::move(done));
 }
 
 std::future<bool> Limiter::existsAsync(std::string_view key) {
-  return detail::futureOf<bool>([&](auto done) { existsAsync(key, Callback<bool>(std::move(done))); });
+  return detail::futureOf<bool>([&](auto done) { existsAsync(key, std::move(done)); });
 }
 
 void Limiter::heldAsync(std::string_view key, Callback<std::int64_t> done) {
-  withKey<std::int64_t>(
-      *this, key, done, [&] { checkLeasePolicy("heldAsync"); },
-      [&](const std::string& k) { core_->heldAsync(k, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("heldAsync"); }))
+    core_->heldAsync(*k, std::move(done));
 }
 
 std::future<std::int64_t> Limiter::heldAsync(std::string_view key) {
-  return detail::futureOf<std::int64_t>([&](auto done) { heldAsync(key, Callback<std::int64_t>(std::move(done))); });
+  return detail::futureOf<std::int64_t>([&](auto done) { heldAsync(key, std::move(done)); });
 }
 
 void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> done) {
@@ -341,9 +323,8 @@ void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> do
 }
 
 void Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl, Callback<LeaseDecision> done) {
-  withKey<LeaseDecision>(
-      *this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); },
-      [&](const std::string& k) { core_->acquireLeaseAsync(k, leaseTtl, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); }))
+    core_->acquireLeaseAsync(*k, leaseTtl, std::move(done));
 }
 
 std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
@@ -360,9 +341,8 @@ void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::option
 
 void Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTtl,
                          Callback<std::optional<Lease>> done) {
-  withKey<std::optional<Lease>>(
-      *this, key, done, [&] { checkLeasePolicy("renewAsync"); },
-      [&](const std::string& k) { core_->renewAsync(k, std::move(lease), leaseTtl, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("renewAsync"); }))
+    core_->renewAsync(*k, std::move(lease), leaseTtl, std::move(done));
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
@@ -371,17 +351,16 @@ std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Leas
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTtl) {
   return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsync(key, std::move(lease), leaseTtl, Callback<std::optional<Lease>>(std::move(done))); });
+      [&](auto done) { renewAsync(key, std::move(lease), leaseTtl, std::move(done)); });
 }
 
 void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {
-  withKey<bool>(
-      *this, key, done, [&] { checkLeasePolicy("releaseAsync"); },
-      [&](const std::string& k) { core_->releaseAsync(k, lease, std::move(done)); });
+  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("releaseAsync"); }))
+    core_->releaseAsync(*k, lease, std::move(done));
 }
 
 std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease) {
-  return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, Callback<bool>(std::move(done))); });
+  return detail::futureOf<bool>([&](auto done) { releaseAsync(key, lease, std::move(done)); });
 }
 
 const std::string& Limiter::name() const noexcept { return core_->name_; }

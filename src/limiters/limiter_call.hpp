@@ -91,25 +91,20 @@ class LimiterCall {
   }
   /// A Plain call.
   static Params plain(std::chrono::microseconds bound, Resend resend = Resend::IfClosed) {
-    Params p;
-    p.resend = resend;
-    p.bound = bound;
-    return p;
+    return Params{Guard::Plain, resend, bound};
   }
 
   /// The call begins: Send; or, for a Decision while the gate holds calls back, the policy's
   /// Decide, or Fail with the gate's IoError (FailurePolicy::Throw).
   Action start() {
-    if (params_.guard == Guard::Decision) {
-      if (!gate_->shouldTry()) {
-        if (const std::optional<bool> d = gate_->decide(params_.permits, params_.rate, params_.interval)) {
-          return decide(*d);
-        }
-        try {
-          gate_->throwUnavailable();
-        } catch (...) {
-          return fail(std::current_exception());
-        }
+    if (params_.guard == Guard::Decision && !gate_->shouldTry()) {
+      if (const std::optional<bool> d = gate_->decide(params_.permits, params_.rate, params_.interval)) {
+        return decide(*d);
+      }
+      try {
+        gate_->throwUnavailable();
+      } catch (...) {
+        return fail(std::current_exception());
       }
     }
     started_ = gate_->callStart();
@@ -120,9 +115,7 @@ class LimiterCall {
   /// The try answered and its reply was read: Answer (a Decision reports it to the gate).
   Action replied() {
     if (params_.guard == Guard::Decision) gate_->answered(started_);
-    Action a;
-    a.kind = Action::Kind::Answer;
-    return a;
+    return {Action::Kind::Answer, {}, false, false, nullptr};
   }
 
   /// The try failed with `error` (the limiter's error types), or its reply could not be read:
@@ -151,23 +144,11 @@ class LimiterCall {
     if (params_.guard == Guard::Decision && !params_.senderCountsRequests) {
       gate_->monitor().roundTrip();  // a resend is another request
     }
-    Action a;
-    a.kind = Action::Kind::Send;
-    a.resend = tries_ > 1;
-    a.budget = std::chrono::microseconds{std::max<std::int64_t>(deadline_ - gate_->clock().now().count(), 0)};
-    return a;
+    const std::int64_t left = std::max<std::int64_t>(deadline_ - gate_->clock().now().count(), 0);
+    return {Action::Kind::Send, std::chrono::microseconds{left}, tries_ > 1, false, nullptr};
   }
-  static Action decide(bool allowed) {
-    Action a;
-    a.kind = Action::Kind::Decide;
-    a.allowed = allowed;
-    return a;
-  }
-  static Action fail(std::exception_ptr error) {
-    Action a;
-    a.error = std::move(error);
-    return a;
-  }
+  static Action decide(bool allowed) { return {Action::Kind::Decide, {}, false, allowed, nullptr}; }
+  static Action fail(std::exception_ptr error) { return {Action::Kind::Fail, {}, false, false, std::move(error)}; }
 
   FailureGate* gate_;
   Params params_;
@@ -233,8 +214,9 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
 /// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
 /// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion[,
 /// resend])` sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
-/// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `done` that throws is
-/// reported (Event::Kind::CallbackThrew) and affects nothing else.
+/// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `send` that throws (its
+/// try not even queued, a first try or a resend) ends the call: `done` has that error. A `done`
+/// that throws is reported (Event::Kind::CallbackThrew) and affects nothing else.
 template <class Out, class Raw = Reply, class Owner, class Send, class MapError, class Parse, class ByPolicy>
 void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, Send send, MapError mapError,
               Parse parse, ByPolicy byPolicy, std::function<void(Out, std::exception_ptr)> done) {
@@ -250,17 +232,17 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
     std::string limiter;
 
     void deliver(Out out, std::exception_ptr error) noexcept {
-      try {
-        done(std::move(out), std::move(error));
-      } catch (...) {
-        reportCallbackThrew(monitor, limiter, std::current_exception());
-      }
+      callOnce(done, &monitor, limiter, std::move(out), std::move(error));
     }
     static void act(const std::shared_ptr<State>& s, Owner& self, LimiterCall::Action a) {
       switch (a.kind) {
         case LimiterCall::Action::Kind::Send:
-          sendTry(s->send, a.resend, self, tryDeadline(a.budget),
-                  [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+          try {
+            sendTry(s->send, a.resend, self, tryDeadline(a.budget),
+                    [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+          } catch (...) {  // the try could not even be queued (a first try or a resend): `done` has why
+            s->deliver(Out{}, std::current_exception());
+          }
           return;
         case LimiterCall::Action::Kind::Decide:
           s->deliver(s->byPolicy(self, a.allowed), nullptr);
@@ -283,16 +265,10 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
           error = std::current_exception();
         }
       }
-      if (!self) {  // dropped: no gate to report to, nothing sent again
-        s->deliver(error ? Out{} : std::move(out), error);
-        return;
-      }
-      if (!error) {
-        (void)s->call.replied();
-        s->deliver(std::move(out), nullptr);
-        return;
-      }
-      act(s, *self, s->call.failed(std::move(error)));
+      // A dropped owner's call has no gate to report to and is not sent again.
+      if (self && error) return act(s, *self, s->call.failed(std::move(error)));
+      if (self) (void)s->call.replied();
+      s->deliver(std::move(out), std::move(error));  // `out` is Out{} when there is an error
     }
   };
   FailureGate& gate = owner->gate_;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error_mapping.hpp"
+#include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/errors.hpp"
@@ -114,15 +115,9 @@ void OneKeyBatcher::sendTogether(const std::vector<std::shared_ptr<OneKeyCall>>&
 
 void OneKeyBatcher::answerAlone(OneKeyBatcher* /*self*/, OneKeyCall& call, const Reply& reply,
                                 std::exception_ptr error) noexcept {
-  // The callers' callbacks are isolated by the limiters; this must not depend on it.
-  try {
-    if (ReplyCallback done = std::move(call.done)) done(reply, std::move(error));
-  } catch (...) {
-  }
-}
-
-void OneKeyBatcher::fail(OneKeyBatcher* self, OneKeyCall& call, std::exception_ptr error) noexcept {
-  answerAlone(self, call, Reply{}, std::move(error));
+  // The callers' callbacks are isolated by the limiters (which report a throw); this must not
+  // depend on it.
+  callOnce(call.done, nullptr, {}, reply, std::move(error));
 }
 
 void OneKeyBatcher::answerTogether(OneKeyBatcher* self, const std::vector<std::shared_ptr<OneKeyCall>>& group,
@@ -145,7 +140,7 @@ void OneKeyBatcher::answerTogether(OneKeyBatcher* self, const std::vector<std::s
       } catch (...) {
         error = std::current_exception();
       }
-      fail(self, *group[i], std::move(error));
+      answerAlone(self, *group[i], Reply{}, std::move(error));
       continue;
     }
     answerAlone(self, *group[i], element, nullptr);

@@ -63,9 +63,9 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
   void sendAlone(const std::shared_ptr<OneKeyCall>& call, ReplyCallback done);
   void sendTogether(const std::vector<std::shared_ptr<OneKeyCall>>& group,
                     std::chrono::steady_clock::time_point deadline, ReplyCallback done);
-  // The take's outcome to its callback (one that throws touches nothing else).
+  // The take's outcome (its reply, or the error it ends with) to its callback (one that throws
+  // touches nothing else).
   static void answerAlone(OneKeyBatcher* self, OneKeyCall& call, const Reply& reply, std::exception_ptr error) noexcept;
-  static void fail(OneKeyBatcher* self, OneKeyCall& call, std::exception_ptr error) noexcept;
   // batch.lua's reply, to each take of the group.
   static void answerTogether(OneKeyBatcher* self, const std::vector<std::shared_ptr<OneKeyCall>>& group,
                              const Reply& reply);

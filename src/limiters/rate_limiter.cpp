@@ -190,13 +190,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // Runs the attempt's callback once (later calls do nothing); one that throws is reported through
   // `self`'s monitor (`self` may be null: the handle is gone) and touches no other attempt.
   static void finish(Impl* self, Pending& attempt, detail::AcquireResult result, std::exception_ptr error) noexcept {
-    AcquireCallback done = std::exchange(attempt.done, nullptr);
-    if (!done) return;
-    try {
-      done(std::move(result), std::move(error));
-    } catch (...) {
-      if (self != nullptr) detail::reportCallbackThrew(self->gate_.monitor(), self->name_, std::current_exception());
-    }
+    detail::callOnce(attempt.done, self != nullptr ? &self->gate_.monitor() : nullptr,
+                     self != nullptr ? std::string_view(self->name_) : std::string_view(), std::move(result),
+                     std::move(error));
   }
   // What Sender sends (limiters/batcher.hpp): an acquisition alone with acquire.lua, a group of
   // whole ones with acquire_batch.lua; and how their replies and errors reach each attempt (`self`

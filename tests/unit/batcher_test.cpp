@@ -166,9 +166,6 @@ class TestOwner : public std::enable_shared_from_this<TestOwner> {
       throw ReplyError(ErrorKind::UnexpectedReply, "", "unreadable");
     for (std::size_t i = 0; i < group.size(); ++i) answerAlone(self, *group[i], r.elements[i], nullptr);
   }
-  static void fail(TestOwner* self, TestCall& c, std::exception_ptr error) noexcept {
-    answerAlone(self, c, Reply{}, std::move(error));
-  }
 
   bool throwOnSend = false;
   std::vector<Sent> sent;

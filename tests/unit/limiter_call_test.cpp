@@ -2,6 +2,7 @@
 // a manual clock, without a server: the events a driver would feed it and the actions it answers.
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -49,6 +50,34 @@ LimiterCall sent(Fixture& f, const LimiterCall::Params& params = Fixture::decisi
 }
 
 std::exception_ptr closed() { return std::make_exception_ptr(ClosedError("connection closed")); }
+
+// A limiter's core as runAsync sees it: the gate.
+struct GateOwner {
+  FailureGate& gate_;
+};
+
+// What the callback of an async call had.
+struct Answers {
+  int count = 0;
+  std::exception_ptr error;
+};
+
+// An async Decision on `f`'s gate whose tries `send(completion)` sends.
+template <class Send>
+Answers runAsyncCall(Fixture& f, Send send) {
+  Answers answers;
+  const auto owner = std::make_shared<GateOwner>(GateOwner{f.gate});
+  detail::runAsync<int>(
+      owner, Fixture::decision(),
+      [send](GateOwner&, std::chrono::steady_clock::time_point, auto&& sent) { send(sent); },
+      [](std::exception_ptr error) { return error; }, [](GateOwner*, const detail::Reply&) { return 1; },
+      [](GateOwner&, bool allowed) { return allowed ? 2 : 3; },
+      [&answers](int, std::exception_ptr error) {
+        ++answers.count;
+        answers.error = std::move(error);
+      });
+  return answers;
+}
 
 }  // namespace
 
@@ -205,4 +234,24 @@ TEST(LimiterCall, PlainCallIgnoresTheGate) {
   const LimiterCall::Action a = call.failed(std::make_exception_ptr(IoError("refused")));
   ASSERT_EQ(a.kind, Kind::Fail);  // not decided by the policy
   EXPECT_EQ(f.gate.stats().denied, 0u);
+}
+
+TEST(LimiterCall, AsyncCallWhoseResendCannotBeQueuedAnswersOnceWithThatError) {
+  Fixture f(FailurePolicy::Allow);
+  int tries = 0;
+  const Answers answers = runAsyncCall(f, [&](auto& sent) {
+    if (++tries == 1) return sent(detail::Reply{}, closed());  // the connection closed under the first try
+    throw ClosedError("the resend could not be queued");
+  });
+  EXPECT_EQ(tries, 2);
+  ASSERT_EQ(answers.count, 1);
+  EXPECT_THROW(std::rethrow_exception(answers.error), ClosedError);
+}
+
+TEST(LimiterCall, AsyncCallWhoseFirstTryCannotBeQueuedAnswersWithThatErrorNotAThrow) {
+  Fixture f(FailurePolicy::Allow);
+  Answers answers;
+  EXPECT_NO_THROW(answers = runAsyncCall(f, [](auto&) -> void { throw InvalidArgument("could not be queued"); }));
+  ASSERT_EQ(answers.count, 1);
+  EXPECT_THROW(std::rethrow_exception(answers.error), InvalidArgument);
 }
