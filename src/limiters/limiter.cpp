@@ -21,22 +21,29 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// The script of a policy of `kind`.
-const detail::lua::EmbeddedScript& scriptOf(Policy::Kind kind) {
+detail::Script scriptFrom(const detail::lua::EmbeddedScript& s) { return {s.name, s.sha1, s.source}; }
+
+// The script of a policy of `kind`: one object for the program, as ScriptCore requires (the Client
+// keeps pointers to the scripts its requests ran).
+const detail::Script& scriptOf(Policy::Kind kind) {
+  static const detail::Script gcra = scriptFrom(detail::lua::gcra), window = scriptFrom(detail::lua::fixed_window),
+                              smooth = scriptFrom(detail::lua::smooth),
+                              calendar = scriptFrom(detail::lua::calendar_quota),
+                              concurrency = scriptFrom(detail::lua::concurrency);
   switch (kind) {
     case Policy::Kind::Gcra:
     case Policy::Kind::TokenBucket:
-      return detail::lua::gcra;
+      return gcra;
     case Policy::Kind::FixedWindow:
-      return detail::lua::fixed_window;
+      return window;
     case Policy::Kind::Smooth:
-      return detail::lua::smooth;
+      return smooth;
     case Policy::Kind::Calendar:
-      return detail::lua::calendar_quota;
+      return calendar;
     case Policy::Kind::Concurrency:
-      return detail::lua::concurrency;
+      return concurrency;
   }
-  return detail::lua::gcra;
+  return gcra;
 }
 
 // The checked name (made only then: a refused name must not take a place in the metrics registry).
@@ -76,11 +83,10 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
   // The kind the script checks: a concurrency limit's 'C' (its packed form is multi.lua's
   // "limit:ttl"), else the packed configuration's first byte (a calendar quota's: 'Q').
   const char kind = policy_.givesLeases() ? 'C' : policy_.packedPolicy().packed.front();
-  const detail::lua::EmbeddedScript& script = scriptOf(policy_.kind());
-  core_ = std::make_shared<detail::ScriptCore>(
-      std::move(client), checkedName(std::move(name)), std::move(options.failure), options.monitor,
-      detail::Script{script.name, script.sha1, script.source}, kind,
-      policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
+  core_ =
+      std::make_shared<detail::ScriptCore>(std::move(client), checkedName(std::move(name)), std::move(options.failure),
+                                           options.monitor, &scriptOf(policy_.kind()), kind,
+                                           policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
 }
 
 const detail::FailureGate& Limiter::gate() const noexcept { return core_->gate_; }

@@ -29,7 +29,7 @@ namespace redlimit::detail {
 struct OneKeyCall {
   std::string key;
   const Script* script = nullptr;  // the limiter's own (static) script: a group of one runs it
-  std::vector<std::string> args;  // its ARGV: "take", "" (the server's clock), kind, permits, maxWaitUs[, cfg]
+  std::vector<std::string> args;   // its ARGV: "take", "" (the server's clock), kind, permits, maxWaitUs[, cfg]
   std::chrono::steady_clock::time_point deadline;
   ReplyCallback done;  // the decision's reply (its own script's), or the error; runs once
 };

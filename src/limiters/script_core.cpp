@@ -159,11 +159,11 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 }
 
 ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-                       const LimiterMonitor::Options& monitor, const Script& script, char kind,
+                       const LimiterMonitor::Options& monitor, const Script* script, char kind,
                        std::shared_ptr<const KeyedPolicy> policy)
     : client_(std::move(client)),
       name_(std::move(name)),
-      script_(&script),
+      script_(script),
       kind_(1, kind),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
       policy_(std::move(policy)) {

@@ -45,12 +45,12 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A
   /// calendar quota's (KeyedPolicy::calendar) goes with a table of its windows, filled in every
   /// try around the server's time. A key's reservation records live in redlimit's own namespace,
-  /// where no caller's key can reach (docs/api.md, "Keys"). `script` is one of the program's
-  /// (static) scripts, never a copy: the Client keeps pointers to the scripts its requests ran,
-  /// after this core is gone. Sends nothing. Throws InvalidArgument
+  /// where no caller's key can reach (docs/api.md, "Keys"). `script` points at one of the program's
+  /// (static) scripts, never at a copy: the Client keeps pointers to the scripts its requests
+  /// ran, after this core is gone. Sends nothing. Throws InvalidArgument
   /// for a null client, a bad name, quota or keepAlive, or bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
-             const LimiterMonitor::Options& monitor, const Script& script, char kind,
+             const LimiterMonitor::Options& monitor, const Script* script, char kind,
              std::shared_ptr<const KeyedPolicy> policy);
 
   // Every operation on `key` is checked before anything is sent (InvalidArgument); an ...Async
@@ -104,7 +104,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
     if (permits != 0) (void)run(giveBackOp(key, permits, counted));  // 0: nothing to send
   }
   void giveBackAsync(const std::string& key, std::int64_t permits, bool counted, Done<bool> done) {
-    if (permits == 0) return isolated(std::move(done), gate_.monitor(), name_)(true, nullptr);  // nothing to send
+    if (permits == 0) return callOnce(done, &gate_.monitor(), name_, true, nullptr);  // nothing to send
     runAsync([&] { return giveBackOp(key, permits, counted); }, std::move(done));
   }
   void refund(const std::string& key, std::int64_t permits) { giveBack(key, permits, true); }
@@ -236,9 +236,9 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void runAsync(Make&& make, Done<Out> done) {
     runOpAsync<Out>(shared_from_this(), name_, std::forward<Make>(make), keyErrors(), std::move(done));
   }
-  // `c` on `key` without waiting, `done` isolated.
+  // `c` on `key` without waiting (runAsync's delivery isolates `done`).
   void keyAsync(const KeyCommand& c, const std::string& key, Done<bool> done) {
-    keyCommandAsync(shared_from_this(), c, key, isolated(std::move(done), gate_.monitor(), name_));
+    keyCommandAsync(shared_from_this(), c, key, std::move(done));
   }
   // The take of tryAcquire and acquire: takeOp, waiting.
   TakeWithin taking(const std::string& key, std::int64_t permits) {
