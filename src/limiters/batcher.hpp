@@ -30,7 +30,6 @@
 #include <deque>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -123,19 +122,9 @@ class Batcher {
     std::deque<Item> waiting REDLIMIT_GUARDED_BY(mutex);
   };
 
-  // This process's queue (made anew after a fork).
+  // This process's queue (made anew after a fork; the inherited one is leaked: see the top).
   Queue& queue() {
-    Queue* q = queue_.load(std::memory_order_acquire);
-    const std::uint64_t generation = forkGeneration();
-    if (q->generation == generation) return *q;
-    static std::mutex renew;  // as Client::startAfterFork's: a child's threads start after the fork
-    const std::lock_guard<std::mutex> lock(renew);
-    q = queue_.load(std::memory_order_acquire);
-    if (q->generation != generation) {
-      q = new Queue(generation);  // the inherited one is leaked: see the top of this file
-      queue_.store(q, std::memory_order_release);
-    }
-    return *q;
+    return ofThisProcess(queue_, &Queue::generation, [](Queue*) { return std::make_unique<Queue>(forkGeneration()); });
   }
 
   const std::size_t maxGroup_;

@@ -230,6 +230,13 @@ TEST_F(LimiterCalendar, KeysOfOtherKindsOrGarbageAreRefusedAndLeftUnchanged) {
     (void)raw({"DEL", key});
   };
   (void)raw({"HSET", key, "rate", "10"});
+  try {
+    (void)rl.decide("k");
+    ADD_FAILURE() << "decided on a hash";
+  } catch (const ScriptError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds another Redis type, not a calendar quota"), std::string::npos)
+        << e.what();
+  }
   refused("a hash", ErrorKind::InvalidConfig);
   (void)raw({"SET", key, "hello"});
   refused("a foreign string", ErrorKind::InvalidConfig);
