@@ -2,14 +2,18 @@
 // through every operation, sync and async (the capability table of docs/api.md); the namespace
 // (two names never share state, no caller key reaches a record); refusals before sending.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "helpers.hpp"
 #include "redlimit/calendar.hpp"
+#include "redlimit/events.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
@@ -283,6 +287,66 @@ TEST_F(LimiterTest, EachPolicyRefusesTheOperationsItHasNotBeforeSending) {
   EXPECT_THROW((void)MultiLimit({daily, permits}).on({"u", "u"}).reserve(1, microseconds(0)), InvalidArgument)
       << "in a MultiLimit neither";
   EXPECT_THROW((void)Policy::calendar(10, CalendarUnit::Day, "Mars/Olympus"), InvalidArgument);
+  EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+}
+
+// The policy's refusal is checked first, before the key and the permits, in every form; an async
+// form's refusal reaches its callback once, on the calling thread, and a callback that throws on
+// it is reported once.
+TEST_F(LimiterTest, APolicysRefusalComesBeforeABadKeyOrPermitsInEveryFormAndReachesTheCallbackOnce) {
+  std::atomic<int> threw{0};
+  Limiter::Options options;
+  options.monitor.onEvent = [&](const Event& e) {
+    if (e.kind == Event::Kind::CallbackThrew) threw.fetch_add(1);
+  };
+  Limiter leases(client(), limiterName("leases"), Policy::concurrency(2, std::chrono::seconds(30)), options);
+  Limiter permits(client(), limiterName("permits"), Policy::perSecond(10));
+  Limiter daily(client(), limiterName("daily"), Policy::calendar(10, CalendarUnit::Day, "UTC"));
+  Limiter smooth(client(), limiterName("smooth"), SmoothPolicy::make());
+  const auto refusal = [](auto&& call) {
+    try {
+      call();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InvalidArgument");
+  };
+  const auto says = [](const std::string& message, std::string_view part) {
+    return message.find(part) != std::string::npos;
+  };
+  const std::int64_t before = scriptCalls();
+  const std::string gives = "its concurrency policy gives leases";
+  EXPECT_PRED2(says, refusal([&] { (void)leases.decide("", 0); }), gives);
+  EXPECT_PRED2(says, refusal([&] { (void)leases.reserve("", 0, microseconds(-1)); }), gives);
+  EXPECT_PRED2(says, refusal([&] { (void)leases.reserveAsync("", 0, microseconds(-1)).get(); }), "reserveAsync");
+  EXPECT_PRED2(says, refusal([&] { (void)leases.tryAcquire("", 0, milliseconds(10)); }), gives);
+  EXPECT_PRED2(says, refusal([&] { (void)leases.reserveFor("", 0, "a b"); }), gives);
+  EXPECT_PRED2(says, refusal([&] { (void)leases.settleAsync("", "a b", -1).get(); }), gives);
+  EXPECT_PRED2(says, refusal([&] { leases.refund("", 99); }), gives);
+  EXPECT_PRED2(says, refusal([&] { (void)leases.refundAsync("", -1).get(); }), "refundAsync");
+  EXPECT_PRED2(says, refusal([&] { (void)permits.heldAsync("").get(); }), "heldAsync works on leases");
+  EXPECT_PRED2(says, refusal([&] { (void)permits.acquireLease("", milliseconds(0)); }), "works on leases");
+  EXPECT_PRED2(says, refusal([&] { (void)daily.reserveAsync("", 0, microseconds(-1)).get(); }), "calendar quota");
+  EXPECT_PRED2(says, refusal([&] { (void)daily.acquire(""); }), "calendar quota");
+  EXPECT_PRED2(says, refusal([&] { (void)smooth.reserveForAsync("", 0, "a b").get(); }), "smooth policy");
+  EXPECT_PRED2(says, refusal([&] { (void)smooth.recordKey("", "a b"); }), "smooth policy");
+  EXPECT_PRED2(says, refusal([&] { permits.refund("", 11); }), "permits to refund must be in 0..10");
+  EXPECT_THROW((void)permits.refundAsync("", 0).get(), InvalidArgument) << "a bad key, though nothing to give back";
+  EXPECT_THROW((void)permits.existsAsync("").get(), InvalidArgument);
+
+  int runs = 0;
+  leases.peekAsync("", 1, [&](const Decision&, const std::exception_ptr& e) {
+    ++runs;
+    EXPECT_PRED2(says, refusal([&] { std::rethrow_exception(e); }), "peekAsync takes permits");
+    throw std::runtime_error("the callback throws");
+  });
+  leases.deleteKeyAsync("", [&](bool, const std::exception_ptr& e) {
+    ++runs;
+    EXPECT_TRUE(e != nullptr);
+    throw std::runtime_error("the callback throws");
+  });
+  EXPECT_EQ(runs, 2) << "on the calling thread, before the call returned, once each";
+  EXPECT_EQ(threw.load(), 2) << "each throw reported once";
   EXPECT_EQ(scriptCalls(), before) << "nothing sent";
 }
 
