@@ -211,15 +211,17 @@ class Limiter {
   // take-up-to and give-back over the ScriptCore, the failure policy's decision of an unanswered call.
   friend struct detail::SegmentAccess<Limiter>;
 
-  // InvalidArgument naming `what` unless the policy has it: reserveFor/settle, the permit
-  // operations, the lease operations.
-  void checkHold(std::string_view what) const;
-  void checkPermitPolicy(std::string_view what) const;
-  void checkLeasePolicy(std::string_view what) const;
-  void checkWaitPolicy(std::string_view what) const;
+  // The Redis key of `key` (redisKey) for the operation `what`, after InvalidArgument naming
+  // `what` unless the policy has it: the permit operations, those that take permits ahead (not a
+  // calendar quota), reserveFor/settle (not a smooth policy), a refund of `permits` (0..the
+  // policy's maxPermits), the lease operations.
+  std::string permitKey(std::string_view what, std::string_view key) const;
+  std::string waitKey(std::string_view what, std::string_view key) const;
+  std::string holdKey(std::string_view what, std::string_view key) const;
+  std::string refundKey(std::string_view what, std::string_view key, std::int64_t permits) const;
+  std::string leaseKey(std::string_view what, std::string_view key) const;
+  // InvalidArgument naming `what` unless the policy is stored (trySetPolicy, setPolicy).
   void checkStored(std::string_view what) const;
-  void checkRefund(std::string_view what, std::int64_t permits) const;
-  const detail::FailureGate& gate() const noexcept;
 
   std::shared_ptr<detail::ScriptCore> core_;  // every policy's: its script's operations on a key
   Policy policy_;

@@ -62,20 +62,6 @@ std::vector<std::string> configArgs(const detail::KeyedPolicy& policy) {
   return out;
 }
 
-// The Redis key of `key` once `check()` passed; none when either threw: `done` has had the error
-// (detail::callOnce), and the call ends there.
-template <class T, class Check>
-std::optional<std::string> checkedKey(const Limiter& self, std::string_view key, Limiter::Callback<T>& done,
-                                      Check&& check) {
-  try {
-    check();
-    return self.redisKey(key);
-  } catch (...) {
-    detail::callOnce(done, &self.monitor(), self.name(), T{}, std::current_exception());
-    return std::nullopt;
-  }
-}
-
 }  // namespace
 
 Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy, Limiter::Options options)
@@ -89,108 +75,102 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
                                            policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
 }
 
-const detail::FailureGate& Limiter::gate() const noexcept { return core_->gate_; }
-
 std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
 
 std::string Limiter::recordKey(std::string_view key, const std::string& id) const {
-  checkHold("recordKey");
-  return core_->recordKey(redisKey(key), id);
+  return detail::namespacedRecordKey(holdKey("recordKey", key), id);
 }
 
-void Limiter::checkWaitPolicy(std::string_view what) const {
-  checkPermitPolicy(what);
-  if (!policy_.canWait()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: a calendar quota takes no permits ahead of time (its "
-                    "next window opens at the zone's next midnight), so it has no {}; use decide "
-                    "and its retryAfter",
-                    name(), what));
-  }
-}
-
-void Limiter::checkPermitPolicy(std::string_view what) const {
+std::string Limiter::permitKey(std::string_view what, std::string_view key) const {
   if (policy_.givesLeases()) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: {} takes permits, but its concurrency policy gives "
                     "leases: use acquireLease, renew and release",
                     name(), what));
   }
+  return redisKey(key);
 }
 
-void Limiter::checkLeasePolicy(std::string_view what) const {
-  if (!policy_.givesLeases()) {
-    throw InvalidArgument(fmt::format(
-        "redlimit: limiter {}: {} works on leases, which only a concurrency policy gives (Policy::concurrency)", name(),
-        what));
+// Under a concurrency policy, permitKey's refusal comes first (as in holdKey and refundKey).
+std::string Limiter::waitKey(std::string_view what, std::string_view key) const {
+  if (!policy_.givesLeases() && !policy_.canWait()) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: a calendar quota takes no permits ahead of time (its "
+                    "next window opens at the zone's next midnight), so it has no {}; use decide "
+                    "and its retryAfter",
+                    name(), what));
   }
+  return permitKey(what, key);
 }
 
-void Limiter::checkHold(std::string_view what) const {
-  checkPermitPolicy(what);
-  if (!policy_.canHold()) {
+std::string Limiter::holdKey(std::string_view what, std::string_view key) const {
+  if (!policy_.givesLeases() && !policy_.canHold()) {
     throw InvalidArgument(fmt::format(
         "redlimit: limiter {}: a smooth policy lends ahead rather than holding, so it has no {}; use reserve() "
         "(its delay) or another policy",
         name(), what));
   }
+  return permitKey(what, key);
+}
+
+std::string Limiter::refundKey(std::string_view what, std::string_view key, std::int64_t permits) const {
+  const std::int64_t most = policy_.isStored() ? detail::kMaxPermits : policy_.maxPermits();
+  if (!policy_.givesLeases() && (permits < 0 || permits > most)) {
+    throw InvalidArgument(
+        fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(), most, permits));
+  }
+  return permitKey(what, key);
+}
+
+std::string Limiter::leaseKey(std::string_view what, std::string_view key) const {
+  if (!policy_.givesLeases()) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: limiter {}: {} works on leases, which only a concurrency policy gives (Policy::concurrency)", name(),
+        what));
+  }
+  return redisKey(key);
 }
 
 Decision Limiter::decide(std::string_view key, std::int64_t permits) {
-  checkPermitPolicy("decide");
-  return core_->decide(redisKey(key), permits);
+  return core_->run(core_->takeOp(permitKey("decide", key), permits, {}, true));
 }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits, milliseconds timeout) {
-  checkWaitPolicy("tryAcquire with a timeout");
-  return core_->tryAcquire(redisKey(key), permits, timeout);
+  const std::string k = waitKey("tryAcquire with a timeout", key);
+  return detail::tryAcquireWithin(core_->gate_, permits, timeout, core_->taking(k, permits));
 }
 
 microseconds Limiter::acquire(std::string_view key, std::int64_t permits) {
-  checkWaitPolicy("acquire");
-  return core_->acquire(redisKey(key), permits);
+  const std::string k = waitKey("acquire", key);
+  return detail::acquireWaiting(core_->gate_, permits, core_->taking(k, permits));
 }
 
 Decision Limiter::reserve(std::string_view key, std::int64_t permits, microseconds maxWait) {
-  checkWaitPolicy("reserve");
-  return core_->reserve(redisKey(key), permits, maxWait);
+  return core_->run(core_->takeOp(waitKey("reserve", key), permits, maxWait, true));
 }
 
 Decision Limiter::peek(std::string_view key, std::int64_t permits) {
-  checkPermitPolicy("peek");
-  return core_->peek(redisKey(key), permits);
-}
-
-void Limiter::checkRefund(std::string_view what, std::int64_t permits) const {
-  checkPermitPolicy(what);
-  const std::int64_t most = policy_.isStored() ? detail::kMaxPermits : policy_.maxPermits();
-  if (permits < 0 || permits > most) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: permits to refund must be in 0..{}, got {}", name(), most, permits));
-  }
+  return core_->run(core_->peekOp(permitKey("peek", key), permits));
 }
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
-  checkRefund("refund", permits);
-  core_->refund(redisKey(key), permits);
+  core_->giveBack(refundKey("refund", key, permits), permits, true);
 }
 
 Decision Limiter::reserveFor(std::string_view key, std::int64_t permits, const std::string& id,
                              milliseconds recordTtl) {
-  checkHold("reserveFor");
-  return core_->reserveFor(redisKey(key), permits, id, recordTtl);
+  return core_->run(core_->reserveForOp(holdKey("reserveFor", key), permits, id, recordTtl));
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
-  checkHold("settle");
-  return core_->settle(redisKey(key), id, actual);
+  return core_->run(core_->settleOp(holdKey("settle", key), id, actual));
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
-bool Limiter::deleteKey(std::string_view key) { return core_->deleteKey(redisKey(key)); }
+bool Limiter::deleteKey(std::string_view key) { return detail::keyCommand(*core_, detail::kDeleteKey, redisKey(key)); }
 
 void Limiter::checkStored(std::string_view what) const {
   if (!policy_.isStored()) {
@@ -217,35 +197,31 @@ void Limiter::setPolicy(std::string_view key, const Policy& policy) {
                            configArgs(policy.packedPolicy()));
 }
 
-bool Limiter::exists(std::string_view key) { return core_->exists(redisKey(key)); }
+bool Limiter::exists(std::string_view key) { return detail::keyCommand(*core_, detail::kKeyExists, redisKey(key)); }
 
 LeaseDecision Limiter::acquireLease(std::string_view key) { return acquireLease(key, policy_.leaseTtl()); }
 
 LeaseDecision Limiter::acquireLease(std::string_view key, milliseconds leaseTtl) {
-  checkLeasePolicy("acquireLease");
-  return core_->acquireLease(redisKey(key), leaseTtl);
+  return core_->run(core_->acquireOp(leaseKey("acquireLease", key), leaseTtl));
 }
 
 bool Limiter::renew(std::string_view key, Lease& lease) { return renew(key, lease, policy_.leaseTtl()); }
 
 bool Limiter::renew(std::string_view key, Lease& lease, milliseconds leaseTtl) {
-  checkLeasePolicy("renew");
-  return core_->renew(redisKey(key), lease, leaseTtl);
+  return detail::renewedTo(lease, core_->run(core_->renewOp(leaseKey("renew", key), lease, leaseTtl)));
 }
 
 bool Limiter::release(std::string_view key, const Lease& lease) {
-  checkLeasePolicy("release");
-  return core_->release(redisKey(key), lease);
+  return core_->run(core_->releaseOp(leaseKey("release", key), lease));
 }
 
-std::int64_t Limiter::held(std::string_view key) {
-  checkLeasePolicy("held");
-  return core_->held(redisKey(key));
-}
+std::int64_t Limiter::held(std::string_view key) { return core_->run(core_->heldOp(leaseKey("held", key))); }
+
+// The ...Async forms make their key inside the op's make(): the policy's refusal and a bad key
+// reach `done` at once, as the op's own checks do (runOpAsync).
 
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkPermitPolicy("decideAsync"); }))
-    core_->decideAsync(*k, permits, std::move(done));
+  core_->runAsync([&] { return core_->takeOp(permitKey("decideAsync", key), permits, {}, true); }, std::move(done));
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -253,8 +229,7 @@ std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t pe
 }
 
 void Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait, Callback<Decision> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkWaitPolicy("reserveAsync"); }))
-    core_->reserveAsync(*k, permits, maxWait, std::move(done));
+  core_->runAsync([&] { return core_->takeOp(waitKey("reserveAsync", key), permits, maxWait, true); }, std::move(done));
 }
 
 std::future<Decision> Limiter::reserveAsync(std::string_view key, std::int64_t permits, microseconds maxWait) {
@@ -263,8 +238,8 @@ std::future<Decision> Limiter::reserveAsync(std::string_view key, std::int64_t p
 
 void Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id, milliseconds recordTtl,
                               Callback<Decision> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkHold("reserveForAsync"); }))
-    core_->reserveForAsync(*k, permits, id, recordTtl, std::move(done));
+  core_->runAsync([&] { return core_->reserveForOp(holdKey("reserveForAsync", key), permits, id, recordTtl); },
+                  std::move(done));
 }
 
 std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_t permits, const std::string& id,
@@ -273,8 +248,7 @@ std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_
 }
 
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkHold("settleAsync"); }))
-    core_->settleAsync(*k, id, actual, std::move(done));
+  core_->runAsync([&] { return core_->settleOp(holdKey("settleAsync", key), id, actual); }, std::move(done));
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
@@ -282,8 +256,7 @@ std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::st
 }
 
 void Limiter::peekAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkPermitPolicy("peekAsync"); }))
-    core_->peekAsync(*k, permits, std::move(done));
+  core_->runAsync([&] { return core_->peekOp(permitKey("peekAsync", key), permits); }, std::move(done));
 }
 
 std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t permits) {
@@ -291,8 +264,7 @@ std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t perm
 }
 
 void Limiter::refundAsync(std::string_view key, std::int64_t permits, Callback<bool> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkRefund("refundAsync", permits); }))
-    core_->refundAsync(*k, permits, std::move(done));
+  core_->refundAsync([&] { return refundKey("refundAsync", key, permits); }, permits, std::move(done));
 }
 
 std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permits) {
@@ -300,7 +272,8 @@ std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permit
 }
 
 void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
-  if (const auto k = checkedKey(*this, key, done, [] {})) core_->deleteKeyAsync(*k, std::move(done));
+  core_->keyAsync(
+      detail::kDeleteKey, [&] { return redisKey(key); }, std::move(done));
 }
 
 std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
@@ -308,7 +281,8 @@ std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
 }
 
 void Limiter::existsAsync(std::string_view key, Callback<bool> done) {
-  if (const auto k = checkedKey(*this, key, done, [] {})) core_->existsAsync(*k, std::move(done));
+  core_->keyAsync(
+      detail::kKeyExists, [&] { return redisKey(key); }, std::move(done));
 }
 
 std::future<bool> Limiter::existsAsync(std::string_view key) {
@@ -316,8 +290,7 @@ std::future<bool> Limiter::existsAsync(std::string_view key) {
 }
 
 void Limiter::heldAsync(std::string_view key, Callback<std::int64_t> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("heldAsync"); }))
-    core_->heldAsync(*k, std::move(done));
+  core_->runAsync([&] { return core_->heldOp(leaseKey("heldAsync", key)); }, std::move(done));
 }
 
 std::future<std::int64_t> Limiter::heldAsync(std::string_view key) {
@@ -329,8 +302,7 @@ void Limiter::acquireLeaseAsync(std::string_view key, Callback<LeaseDecision> do
 }
 
 void Limiter::acquireLeaseAsync(std::string_view key, milliseconds leaseTtl, Callback<LeaseDecision> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("acquireLeaseAsync"); }))
-    core_->acquireLeaseAsync(*k, leaseTtl, std::move(done));
+  core_->runAsync([&] { return core_->acquireOp(leaseKey("acquireLeaseAsync", key), leaseTtl); }, std::move(done));
 }
 
 std::future<LeaseDecision> Limiter::acquireLeaseAsync(std::string_view key) {
@@ -347,8 +319,7 @@ void Limiter::renewAsync(std::string_view key, Lease lease, Callback<std::option
 
 void Limiter::renewAsync(std::string_view key, Lease lease, milliseconds leaseTtl,
                          Callback<std::optional<Lease>> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("renewAsync"); }))
-    core_->renewAsync(*k, std::move(lease), leaseTtl, std::move(done));
+  core_->runAsync([&] { return core_->renewOp(leaseKey("renewAsync", key), lease, leaseTtl); }, std::move(done));
 }
 
 std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Lease lease) {
@@ -361,8 +332,7 @@ std::future<std::optional<Lease>> Limiter::renewAsync(std::string_view key, Leas
 }
 
 void Limiter::releaseAsync(std::string_view key, const Lease& lease, Callback<bool> done) {
-  if (const auto k = checkedKey(*this, key, done, [&] { checkLeasePolicy("releaseAsync"); }))
-    core_->releaseAsync(*k, lease, std::move(done));
+  core_->runAsync([&] { return core_->releaseOp(leaseKey("releaseAsync", key), lease); }, std::move(done));
 }
 
 std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease) {
@@ -371,8 +341,8 @@ std::future<bool> Limiter::releaseAsync(std::string_view key, const Lease& lease
 
 const std::string& Limiter::name() const noexcept { return core_->name_; }
 const std::shared_ptr<Client>& Limiter::client() const noexcept { return core_->client_; }
-FailureStats Limiter::failureStats() const { return gate().stats(); }
-const LimiterMonitor& Limiter::monitor() const noexcept { return gate().monitor(); }
+FailureStats Limiter::failureStats() const { return core_->gate_.stats(); }
+const LimiterMonitor& Limiter::monitor() const noexcept { return core_->gate_.monitor(); }
 
 // --- The segment cache's access ------------------------------------------------------------------
 

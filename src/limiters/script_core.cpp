@@ -164,7 +164,7 @@ ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, Failure
     : client_(std::move(client)),
       name_(std::move(name)),
       script_(script),
-      kind_(1, kind),
+      kind_(kind),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
       policy_(std::move(policy)) {
   if (policy_) remember(policy_->limit, policy_->localRate, policy_->localIntervalMs);
@@ -198,7 +198,7 @@ std::vector<std::string> ScriptCore::argvOf(std::string_view op, std::initialize
   argv.reserve(3 + rest.size() + more);
   argv.emplace_back(op);
   argv.emplace_back();
-  argv.push_back(kind_);
+  argv.emplace_back(1, kind_);
   for (std::string_view arg : rest) argv.emplace_back(arg);
   return argv;
 }
@@ -255,7 +255,7 @@ ScriptCore::Op<Decision> ScriptCore::takeOp(const std::string& key, std::int64_t
 // Sent again after a closed connection: the record makes a resend take nothing twice.
 ScriptCore::Op<Decision> ScriptCore::reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
                                                   milliseconds recordTtl) const {
-  std::string record = recordKey(key, id);
+  std::string record = namespacedRecordKey(key, id);
   checkReservationTtl(recordTtl);
   checkPermits(permits);
   return {decision(permits),
@@ -326,7 +326,7 @@ ScriptCore::Op<bool> ScriptCore::giveBackOp(const std::string& key, std::int64_t
 // Safe to send again: a settle that went through answers AlreadySettled and changes nothing.
 ScriptCore::Op<Settlement> ScriptCore::settleOp(const std::string& key, const std::string& id,
                                                 std::int64_t actual) const {
-  std::string record = recordKey(key, id);
+  std::string record = namespacedRecordKey(key, id);
   checkActualPermits(actual);
   return {LimiterCall::plain(callBound_), "settle", request(key, args("settle", actual, 0), std::move(record)),
           [monitor = gate_.monitor()](ScriptCore*, const ScriptRequest& q, const Reply& r) {
