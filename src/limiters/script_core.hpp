@@ -64,6 +64,12 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   using Read = std::function<Out(ScriptCore*, const ScriptRequest&, const Reply&)>;
   template <class Out>
   using Op = ScriptOp<ScriptCore, Out, Read<Out>, std::function<void(const LimiterMonitor&, Out&)>>;
+  // The errors of a request's key as the limiter's (oneKeyScriptError).
+  auto keyErrors() const {
+    return [kind = kind_](std::exception_ptr e, const ScriptRequest& r) {
+      return oneKeyScriptError(std::move(e), r.keys[0], kind);
+    };
+  }
   // `op` waiting, and the operation `make()` makes without waiting (runOp, runOpAsync), with the
   // errors of its key (keyErrors).
   template <class Out>
@@ -102,8 +108,8 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   void giveBack(const std::string& key, std::int64_t permits, bool counted = false) {
     if (permits != 0) (void)run(giveBackOp(key, permits, counted));  // 0: nothing to send
   }
-  /// giveBack's caller's refund without waiting, to the key `key()` makes: its error, or true for
-  /// 0 permits (nothing to send), reaches `done` at once (isolated).
+  /// A caller's refund (giveBack, counted) without waiting, to the key `key()` makes: its error,
+  /// or true for 0 permits (nothing to send), reaches `done` at once (isolated).
   template <class Key>
   void refundAsync(Key&& key, std::int64_t permits, Done<bool> done) {
     if (permits != 0) return runAsync([&] { return giveBackOp(key(), permits, true); }, std::move(done));
@@ -175,12 +181,6 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   // calendarArgs_ (the table's place last), and `b` only for reserve (its TTL).
   std::vector<std::string> args(std::string_view op, std::int64_t a, std::int64_t b) const;
 
-  // The errors of a request's key as the limiter's (oneKeyScriptError).
-  auto keyErrors() const {
-    return [kind = kind_](std::exception_ptr e, const ScriptRequest& r) {
-      return oneKeyScriptError(std::move(e), r.keys[0], kind);
-    };
-  }
   // A give-back of 1.. permits (giveBack, refundAsync).
   Op<bool> giveBackOp(const std::string& key, std::int64_t permits, bool counted) const;
   LimiterCall::Params decision(std::int64_t permits) const;
