@@ -187,9 +187,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   static Decision admitted(const Impl* self, const LimiterMonitor& monitor, const detail::AcquireResult& r,
                            std::int64_t permits) {
     const bool allowed = r.granted > 0;
+    const std::int64_t knownRate = self != nullptr ? self->knownRate_.load(std::memory_order_relaxed) : 0;
     Decision d = r.byPolicy
-                     ? detail::policyDecision(permits, allowed,
-                                              self != nullptr ? self->knownRate_.load(std::memory_order_relaxed) : 0)
+                     ? detail::policyDecision(permits, allowed, knownRate)
                      : detail::decisionOf({allowed, r.remaining, allowed ? 0 : r.wait.count(),
                                            microseconds(r.interval).count(), r.rate, r.grantTime.count(), 0, 0, 0},
                                           permits);
@@ -215,9 +215,6 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::callOnce(attempt.done, self != nullptr ? &self->gate_.monitor() : nullptr,
                      self != nullptr ? std::string_view(self->name_) : std::string_view(), std::move(result),
                      std::move(error));
-  }
-  static void fail(Impl* self, Pending& attempt, std::exception_ptr error) noexcept {
-    finish(self, attempt, detail::AcquireResult{}, detail::limiterError(std::move(error)));
   }
   // The limiter's name in a reply's error (`self` may be null: the handle is gone).
   static std::string nameOf(const Impl* self) { return self != nullptr ? self->name_ : std::string("?"); }
@@ -253,17 +250,14 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     detail::evalAsync(*client_, kAcquireBatch, keyViews_, args, std::move(done), deadline);
   }
   static void answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
-    detail::AcquireResult out;
-    if (!error) {
-      try {
-        (void)detail::arrayReply("limiter ", nameOf(self), r, 6, "the acquire script");
-        out = acquired(self, a, r, 0, 3);
-      } catch (...) {
-        error = std::current_exception();
-      }
+    detail::AcquireResult out;  // none when the call failed: its error, as the limiter's
+    try {
+      if (!error)
+        out = acquired(self, a, detail::arrayReply("limiter ", nameOf(self), r, 6, "the acquire script"), 0, 3);
+    } catch (...) {
+      error = std::current_exception();
     }
-    if (error) return fail(self, a, std::move(error));
-    finish(self, a, std::move(out), nullptr);
+    finish(self, a, std::move(out), error ? detail::limiterError(std::move(error)) : nullptr);
   }
   static void answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r) {
     const std::size_t n = group.size();
