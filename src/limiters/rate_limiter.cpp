@@ -512,8 +512,8 @@ void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision,
   impl_->tryAcquireUpToAsync(permits, permits,
                              [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
                               done = std::move(done)](const detail::AcquireResult& r, std::exception_ptr error) {
-                               done(error ? Decision{} : Impl::admitted(weak.lock().get(), monitor, r, permits),
-                                    std::move(error));
+                               if (error) return done(Decision{}, std::move(error));
+                               done(Impl::admitted(weak.lock().get(), monitor, r, permits), nullptr);
                              });
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
