@@ -38,7 +38,9 @@ using detail::Reply;
 using detail::Script;
 namespace {
 
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
+using Resend = detail::LimiterCall::Resend;
 
 Script script(const detail::lua::EmbeddedScript& s) { return Script{s.name, s.sha1, s.source}; }
 
@@ -52,6 +54,13 @@ const Script kSetRate = script(detail::lua::set_rate);
 const Script kTtl = script(detail::lua::ttl);
 
 static_assert(RateLimiter::kMaxRate == detail::kMaxPermits, "permits are checked as every limiter's");
+
+// A time in ms that RateLimiter takes (an interval, a keepAliveTime, a TTL): in lo..kMaxInterval,
+// else InvalidArgument naming `what`. RateLimiter's bound is Redisson's (10^12 ms, its contract
+// with the Java services that share the limiter), not every other limiter's detail::kMaxInterval.
+void checkMillis(std::string_view what, milliseconds value, milliseconds lo) {
+  detail::checkCount(what, value.count(), lo.count(), RateLimiter::kMaxInterval.count());
+}
 
 // The suffixes of a limiter's state keys (Redisson's and redlimit's own partial-grant records):
 // value, permits, and value:..., permits:..., grant:...
@@ -98,54 +107,24 @@ std::optional<std::int64_t> luaInteger(const std::string& text) {
   return static_cast<std::int64_t>(d);
 }
 
-// What acquire.lua and acquire_batch.lua answer the acquisition of `id`: `granted` permits (0 =
-// denied) and the wait after a denial in ms, the remaining permits (floored at 0), the
-// configuration in force and the grant's stamp; when granted, the member the scripts pack (length
-// byte, id, permits as little-endian uint32).
-detail::AcquireResult acquired(const std::string& id, std::int64_t granted, std::int64_t waitMs, std::int64_t remaining,
-                               std::int64_t rate, std::chrono::microseconds grantTime, milliseconds interval) {
-  const auto wait = detail::saturatingCast<std::chrono::microseconds>(milliseconds{waitMs});
-  detail::AcquireResult out{granted, wait, std::max<std::int64_t>(0, remaining), rate, grantTime, interval, {}, false};
-  if (granted <= 0) return out;
-  out.member.reserve(1 + id.size() + 4);
-  out.member.push_back(static_cast<char>(id.size()));
-  out.member += id;
-  for (int i = 0; i < 4; ++i)
-    out.member.push_back(static_cast<char>((static_cast<std::uint64_t>(granted) >> (8 * i)) & 0xFF));
-  return out;
-}
-
 // A decision of the failure policy: no member, no interval, nothing recorded in Redis.
 detail::AcquireResult policyResult(std::int64_t permits, bool granted) {
   return detail::AcquireResult{granted ? permits : 0, {}, 0, 0, {}, {}, {}, true};
-}
-
-// An acquire of exactly `permits` as a Decision, counted in `monitor` (shadow mode applied);
-// `knownRate` is the limit reported for a decision of the failure policy.
-Decision admitted(const detail::AcquireResult& r, std::int64_t permits, std::int64_t knownRate,
-                  const LimiterMonitor& monitor) {
-  const bool allowed = r.granted > 0;
-  Decision d = r.byPolicy ? detail::policyDecision(permits, allowed, knownRate)
-                          : detail::decisionOf(
-                                {allowed, r.remaining, allowed ? 0 : r.wait.count(),
-                                 std::chrono::microseconds(r.interval).count(), r.rate, r.grantTime.count(), 0, 0, 0},
-                                permits);
-  monitor.admit(d);
-  return d;
 }
 
 // The monitor of a handle whose arguments pass every limiter's checks and Redisson's (made only
 // then: a refused name must not take a place in the metrics registry).
 LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::string& name,
                               const LimiterMonitor::Options& options) {
-  if (!client) return detail::checkedMonitor(client, name, options);
-  checkName(name);
-  const std::string& id = client->clientId();
-  if (id.empty() || id.size() > RateLimiter::kMaxClientIdLength || id.find_first_of("{}") != std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("redlimit: ClientOptions::clientId must be 1..{} bytes without '{{' or '}}', "
-                    "got \"{}\"",
-                    RateLimiter::kMaxClientIdLength, id.substr(0, 64)));
+  if (client) {
+    checkName(name);
+    const std::string& id = client->clientId();
+    if (id.empty() || id.size() > RateLimiter::kMaxClientIdLength || id.find_first_of("{}") != std::string::npos) {
+      throw InvalidArgument(
+          fmt::format("redlimit: ClientOptions::clientId must be 1..{} bytes without '{{' or '}}', "
+                      "got \"{}\"",
+                      RateLimiter::kMaxClientIdLength, id.substr(0, 64)));
+    }
   }
   return detail::checkedMonitor(client, name, options);
 }
@@ -169,11 +148,54 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // (µs on that clock). A denial by the failure policy (no wait known) ends it, or with `probe` is
   // asked again after a probe interval. Shadow mode never waits: one attempt, a denial let through.
   // Counts the outcome; returns what the caller gets.
-  bool askUntil(std::int64_t permits, std::int64_t until, bool probe);
+  bool askUntil(std::int64_t permits, std::int64_t until, bool probe) {
+    detail::checkPermitRange(permits);
+    const ClockView& clock = gate_.clock();
+    const LimiterMonitor& monitor = gate_.monitor();
+    const auto admit = [&](const detail::AcquireResult& r) {
+      return monitor.admit(r.granted > 0, permits, r.wait, r.byPolicy);
+    };
+    const std::string id = detail::randomIdBytes();  // one id per call: a resend can never be granted twice
+    for (;;) {
+      const detail::AcquireResult r = ask(permits, permits, id);
+      if (r.granted > 0 || (r.wait.count() <= 0 && !probe) || monitor.shadow()) return admit(r);
+      const microseconds wait =
+          r.wait.count() > 0 ? r.wait : detail::saturatingCast<microseconds>(options_.failure.probeInterval);
+      if (detail::saturatingAdd(clock.now().count(), wait.count()) > until) return admit(r);
+      clock.sleepFor(wait);
+    }
+  }
   detail::AcquireResult tryAcquireUpTo(std::int64_t atLeast, std::int64_t atMost) {
     return ask(atLeast, checkRange(atLeast, atMost), detail::randomIdBytes());
   }
-  void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done);
+  void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
+    if (!detail::isolateThenCheck(done, gate_.monitor(), name_, [&] { atMost = checkRange(atLeast, atMost); })) return;
+    // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
+    detail::runAsync<detail::AcquireResult, detail::AcquireResult>(
+        shared_from_this(), decision(atLeast),
+        [atLeast, atMost, id = detail::randomIdBytes()](Impl& self, detail::SteadyTime deadline, AcquireCallback sent,
+                                                        bool resend) {
+          self.tryOnce(atLeast, atMost, id, resend, deadline, std::move(sent));
+        },
+        [](std::exception_ptr error) { return error; },  // tryOnce reports the limiter's errors
+        [](Impl*, const detail::AcquireResult& r) { return r; },
+        [atLeast](Impl&, bool allowed) { return policyResult(atLeast, allowed); }, std::move(done));
+  }
+  // An acquisition of exactly `permits` (`r`) as a Decision, counted in `monitor` (shadow mode
+  // applied); a decision of the failure policy reports the limit `self` saw last (none when `self`
+  // is null: the handle is gone).
+  static Decision admitted(const Impl* self, const LimiterMonitor& monitor, const detail::AcquireResult& r,
+                           std::int64_t permits) {
+    const bool allowed = r.granted > 0;
+    const std::int64_t knownRate = self != nullptr ? self->knownRate_.load(std::memory_order_relaxed) : 0;
+    Decision d = r.byPolicy
+                     ? detail::policyDecision(permits, allowed, knownRate)
+                     : detail::decisionOf({allowed, r.remaining, allowed ? 0 : r.wait.count(),
+                                           microseconds(r.interval).count(), r.rate, r.grantTime.count(), 0, 0, 0},
+                                          permits);
+    monitor.admit(d);
+    return d;
+  }
 
   // One try of an acquisition (the call protocol, limiters/limiter_call.hpp, sends another with
   // the same id when the connection closed under it).
@@ -194,23 +216,114 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
                      self != nullptr ? std::string_view(self->name_) : std::string_view(), std::move(result),
                      std::move(error));
   }
+  // The limiter's name in a reply's error (`self` may be null: the handle is gone).
+  static std::string nameOf(const Impl* self) { return self != nullptr ? self->name_ : std::string("?"); }
+
   // What Sender sends (limiters/batcher.hpp): an acquisition alone with acquire.lua, a group of
   // whole ones with acquire_batch.lua; and how their replies and errors reach each attempt (`self`
   // may be null: the handle is gone; when not, it remembers the configuration seen).
-  void sendAlone(const std::shared_ptr<Pending>& attempt, detail::ReplyCallback done);
+  void sendAlone(const std::shared_ptr<Pending>& a, detail::ReplyCallback done) {
+    gate_.monitor().roundTrip();  // the protocol leaves the count to this sender (a batch is one request)
+    const std::string most = fmt::to_string(a->atMost), least = fmt::to_string(a->atLeast), now = nowArg(),
+                      expected = expectedRateArg();
+    // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
+    // size, so that a resend finds its member in O(1); other calls never touch it and pass the
+    // hash key in its place.
+    std::vector<std::string_view> keys = keyViews_;
+    keys.push_back(a->record.empty() ? std::string_view(keys_[0]) : a->record);
+    detail::evalAsync(*client_, kAcquire, keys, {most, least, a->id, now, a->resent ? "1" : "0", recordTtl_, expected},
+                      std::move(done), a->deadline);
+  }
   void sendTogether(const std::vector<std::shared_ptr<Pending>>& group, detail::SteadyTime deadline,
-                    detail::ReplyCallback done);
-  static void answerAlone(Impl* self, Pending& attempt, const Reply& r, std::exception_ptr error) noexcept;
-  static void answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r);
-  static void fail(Impl* self, Pending& attempt, std::exception_ptr error) noexcept {
-    finish(self, attempt, detail::AcquireResult{}, detail::limiterError(std::move(error)));
+                    detail::ReplyCallback done) {
+    gate_.monitor().roundTrip();
+    const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(group.size());
+    std::vector<std::string> permits(group.size());
+    std::vector<std::string_view> args{now, expected, count};
+    args.reserve(3 + 3 * group.size());
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      permits[i] = fmt::to_string(group[i]->atLeast);
+      args.insert(args.end(), {permits[i], group[i]->id, group[i]->resent ? "1" : "0"});
+    }
+    // Each acquisition's own call decides whether it is sent again after an error (with its id: one
+    // granted is found, not taken twice).
+    detail::evalAsync(*client_, kAcquireBatch, keyViews_, args, std::move(done), deadline);
+  }
+  static void answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
+    detail::AcquireResult out;  // none when the call failed: its error, as the limiter's
+    try {
+      if (!error)
+        out = acquired(self, a, detail::arrayReply("limiter ", nameOf(self), r, 6, "the acquire script"), 0, 3);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(self, a, std::move(out), error ? detail::limiterError(std::move(error)) : nullptr);
+  }
+  static void answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r) {
+    const std::size_t n = group.size();
+    (void)detail::arrayReply("limiter ", nameOf(self), r, 3 + 3 * n, "the batch acquire script");
+    std::vector<std::pair<detail::AcquireResult, std::exception_ptr>> results(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      try {
+        results[i].first = acquired(self, *group[i], r, 3 + 3 * i, 0);
+      } catch (const InvalidArgument&) {  // that acquisition's only; a reply that cannot be read answers none
+        results[i].second = std::current_exception();
+      }
+    }
+    // Each completion on its own: one that throws is reported and the loop goes on.
+    for (std::size_t i = 0; i < n; ++i) finish(self, *group[i], std::move(results[i].first), results[i].second);
+  }
+  // The answer to `a` at r.elements[at..at+2] of acquire.lua's or acquire_batch.lua's reply
+  // (granted: 0 = denied, -1 = more than the rate; the wait after a denial in ms, or a resent
+  // acquisition's earlier grant's stamp, negated; the permits left), under the configuration and
+  // time at r.elements[config..config+2] (rate, now in µs, interval in ms), which `self` remembers.
+  // When granted, the member the scripts pack (length byte, id, permits as little-endian uint32).
+  static detail::AcquireResult acquired(Impl* self, const Pending& a, const Reply& r, std::size_t at,
+                                        std::size_t config) {
+    const auto field = [&r](std::size_t i) { return r.elements[i].asInteger(); };
+    const std::int64_t granted = field(at), wait = field(at + 1), remaining = field(at + 2), rate = field(config),
+                       now = field(config + 1);
+    const milliseconds interval{field(config + 2)};
+    if (self != nullptr) self->remember(rate, interval);
+    if (granted < 0) {
+      throw InvalidArgument(
+          fmt::format("redlimit: Requested permits amount ({}) cannot exceed defined rate ({}) of limiter {}",
+                      a.atLeast, rate, nameOf(self)));
+    }
+    detail::AcquireResult out{granted, {},   std::max<std::int64_t>(0, remaining), rate, microseconds{now}, interval,
+                              {},      false};
+    if (granted == 0) {
+      out.wait = detail::saturatingCast<microseconds>(milliseconds{wait});
+      return out;
+    }
+    if (wait < 0) out.grantTime = microseconds{-wait};
+    out.member.reserve(1 + a.id.size() + 4);
+    out.member.push_back(static_cast<char>(a.id.size()));
+    out.member += a.id;
+    for (int i = 0; i < 4; ++i)
+      out.member.push_back(static_cast<char>((static_cast<std::uint64_t>(granted) >> (8 * i)) & 0xFF));
+    return out;
   }
   // One try of an acquisition of atLeast..atMost under `id` (`resend`: a later try of the call):
   // sent, or queued while this handle has a group in flight on each connection
   // (RateLimiter::Options::coalesce); `done` gets its outcome on the I/O thread.
   void tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
-               detail::SteadyTime deadline, AcquireCallback done);
-  // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call.
+               detail::SteadyTime deadline, AcquireCallback done) {
+    auto a = std::make_shared<Pending>(
+        Pending{atLeast, atMost, id, atLeast < atMost ? suffixName(name_, "grant:" + detail::hexOf(id)) : std::string(),
+                resend, deadline, std::move(done)});
+    if (options_.coalesce && a->record.empty()) {  // a range is never coalesced: acquire_batch.lua takes whole ones
+      Sender::submit(*this, coalescing_, std::move(a));
+      return;
+    }
+    // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
+    // through it the Client and its I/O thread) alive; without it they are answered as they are.
+    sendAlone(a, [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
+      answerAlone(weak.lock().get(), *a, r, std::move(error));
+    });
+  }
+  // The call protocol's parameters of an acquisition of `permits` (at least): a deciding call,
+  // with the configuration last seen for the failure policy.
   detail::LimiterCall::Params decision(std::int64_t permits) const {
     detail::LimiterCall::Params p =
         detail::LimiterCall::decision(callBound_, permits, knownRate_.load(std::memory_order_relaxed),
@@ -221,41 +334,76 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   // An acquisition of atLeast..atMost under `id` through the call protocol: the failure gate, the
   // resend after a closed connection, the failure policy's decision (granted = atLeast or 0,
   // wait = 0, no member) when Redis cannot be asked.
-  detail::AcquireResult ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id);
+  detail::AcquireResult ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
+    return detail::runSync(
+        *client_, gate_, decision(atLeast), "tryAcquire",
+        [&](detail::SteadyTime deadline, bool resend) {
+          return detail::awaitTry<detail::AcquireResult>(client_->options(), deadline, [&](AcquireCallback done) {
+            tryOnce(atLeast, atMost, id, resend, deadline, std::move(done));
+          });
+        },
+        [](detail::AcquireResult r) { return r; }, [&](bool allowed) { return policyResult(atLeast, allowed); });
+  }
 
-  // Only what is invalid whatever the rate (1..kMaxRate): the rate itself may have been raised by
-  // another process since this handle last saw it, so `permits > rate` is the script's to decide.
-  static void checkPermits(std::int64_t permits) { detail::checkPermitRange(permits); }
-  // checkPermits(atLeast) and atMost >= atLeast; returns atMost, at most kMaxRate.
+  // checkPermitRange(atLeast) and atMost >= atLeast; returns atMost, at most kMaxRate. Only what is
+  // invalid whatever the rate: the rate itself may have been raised by another process since this
+  // handle last saw it, so `permits > rate` is the script's to decide.
   static std::int64_t checkRange(std::int64_t atLeast, std::int64_t atMost) {
-    checkPermits(atLeast);
+    detail::checkPermitRange(atLeast);
     if (atMost < atLeast) throw InvalidArgument(fmt::format("redlimit: atMost ({}) < atLeast ({})", atMost, atLeast));
     return std::min(atMost, kMaxRate);
   }
   // The configuration last seen in a reply, for the client-side permits check and the Local policy.
-  void remember(std::int64_t rate, std::chrono::milliseconds interval) noexcept {
+  void remember(std::int64_t rate, milliseconds interval) noexcept {
     knownRate_.store(rate, std::memory_order_relaxed);
     knownIntervalMs_.store(interval.count(), std::memory_order_relaxed);
   }
-  // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went back.
-  std::int64_t releasePermits(std::int64_t permits, const std::string& member);
+  // release.lua for up to `permits` from `member` ('' = the newest grants); returns how many went
+  // back. Not sent again: a resend could give back twice.
+  std::int64_t releasePermits(std::int64_t permits, const std::string& member) {
+    if (permits < 0) throw InvalidArgument(fmt::format("redlimit: permits to release must be >= 0, got {}", permits));
+    std::int64_t left = std::min(permits, kMaxRate), released = 0;
+    // Each script call looks at a bounded number of members and says whether it stopped early.
+    while (left > 0) {
+      const Reply r =
+          call("release", kRelease, {fmt::to_string(left), member, nowArg(), expectedRateArg()}, Resend::Never);
+      const std::int64_t got =
+          detail::arrayReply("limiter ", name_, r, 3, "the release script").elements[0].asInteger();
+      released += got;
+      left -= got;
+      if (r.elements[2].asInteger() == 0 || got <= 0) break;
+    }
+    return released;
+  }
   // set_rate.lua in `mode` (try, reset, keep, update): true if it wrote the configuration (then
-  // remembered; a try that did not write forgets the rate seen: another one is in force).
-  bool writeRate(RateType type, std::int64_t rate, std::chrono::milliseconds rateInterval,
-                 std::chrono::milliseconds keepAliveTime, std::string_view mode);
+  // remembered; a try that did not write forgets the rate seen: another one is in force). Not sent
+  // again: a second "try" after a first that was applied would answer its own write.
+  bool writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
+                 std::string_view mode) {
+    validateConfig(type, rate, interval, keepAlive);
+    const bool written =
+        call("setRate", kSetRate,
+             {fmt::to_string(rate), fmt::to_string(interval.count()), fmt::to_string(static_cast<int>(type)),
+              fmt::to_string(keepAlive.count()), std::string(mode), nowArg()},
+             Resend::Never)
+            .asInteger() == 1;
+    if (written) remember(rate, interval);
+    if (!written && mode == "try") knownRate_.store(0, std::memory_order_relaxed);  // someone else's rate is in force
+    return written;
+  }
   // ttl.lua's `command` (PEXPIRE, PEXPIREAT or PERSIST, with `arg`) on the limiter's five keys: true
   // if any changed. Not sent again: a second PERSIST after a first that went through answers 0.
   bool setTtl(const char* command, std::string arg) {
-    return evalCall(kTtl, {command, std::move(arg)}, detail::LimiterCall::Resend::Never).asInteger() == 1;
+    return call("expire", kTtl, {command, std::move(arg)}, Resend::Never).asInteger() == 1;
   }
-  // `script` on the five keys, a call that takes no decision (a read, a configuration write, a
-  // give-back) through the call protocol (runScript), errors as the limiter's; sent again after a
-  // closed connection if `resend` says so.
-  Reply evalCall(const Script& script, std::vector<std::string> args, detail::LimiterCall::Resend resend) {
-    return detail::runScript(
-        *this, detail::LimiterCall::plain(callBound_, resend), "call",
-        detail::ScriptRequest{&script, keys_, std::move(args), nullptr, nullptr}, detail::limiterError,
-        [](Reply r) { return r; }, [](bool) { return Reply{}; });
+  // `script` with `args` on the five keys, a call named `what` that takes no decision (a read, a
+  // configuration write, a give-back), through the call protocol (a ScriptOp run by runOp), errors
+  // as the limiter's; sent again after a closed connection if `resend` says so. Its reply.
+  Reply call(std::string_view what, const Script& script, std::vector<std::string> args, Resend resend) {
+    const detail::ScriptOp<Impl, Reply> op{detail::LimiterCall::plain(callBound_, resend), what,
+                                           detail::ScriptRequest{&script, keys_, std::move(args), nullptr, nullptr},
+                                           [](Impl*, const Reply& r) { return r; }};
+    return detail::runOp(*this, op, &detail::limiterError);
   }
   // The scripts' now: '' for the server's clock, else this host's, epoch µs.
   std::string nowArg() const {
@@ -274,12 +422,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   RateLimiter::Options options_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> keyViews_;
-  // acquire.lua's keys for a call that cannot be partial (atLeast == atMost): the five, then the
-  // hash key in the record's place (the script touches the record only for a range).
-  std::vector<std::string_view> acquireKeyViews_;
   // The longest one call may take, resends after a closed connection included: connect timeout +
   // command timeout (saturating).
-  std::chrono::milliseconds callBound_{0};
+  milliseconds callBound_{0};
   std::string recordTtl_;                         // ms a partial grant's record is kept (acquire.lua ARGV[6])
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
@@ -310,8 +455,6 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
         name_, keys_[0], detail::keySlot(keys_[0]), keys_[1], detail::keySlot(keys_[1])));
   }
   keyViews_.assign(keys_.begin(), keys_.end());
-  acquireKeyViews_ = keyViews_;
-  acquireKeyViews_.push_back(keys_[0]);
   callBound_ = detail::LimiterCall::boundOf(*client_);
   // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
   // hour: a resend later than the grant's own interval could only take capacity again for a grant
@@ -326,193 +469,13 @@ RateLimiter::Impl::~Impl() {
                     "redlimit: limiter {}: the last handle was dropped before this acquisition was sent", name_))));
 }
 
-bool RateLimiter::Impl::writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
-                                  std::string_view mode) {
-  validateConfig(type, rate, interval, keepAlive);
-  // Not sent again: a second "try" after a first that was applied would answer its own write.
-  const bool written =
-      evalCall(kSetRate,
-               {fmt::to_string(rate), fmt::to_string(interval.count()), fmt::to_string(static_cast<int>(type)),
-                fmt::to_string(keepAlive.count()), std::string(mode), nowArg()},
-               detail::LimiterCall::Resend::Never)
-          .asInteger() == 1;
-  if (written) remember(rate, interval);
-  if (!written && mode == "try") knownRate_.store(0, std::memory_order_relaxed);  // someone else's rate is in force
-  return written;
-}
-
-void RateLimiter::Impl::answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
-  if (error) {
-    fail(self, a, std::move(error));
-    return;
-  }
-  detail::AcquireResult out;
-  try {
-    (void)detail::arrayReply("limiter ", self != nullptr ? self->name_ : std::string("?"), r, 6, "the acquire script");
-    const auto at = [&r](std::size_t i) { return r.elements[i].asInteger(); };
-    out = acquired(a.id, at(0), at(1), at(2), at(3), std::chrono::microseconds{at(4)}, milliseconds{at(5)});
-  } catch (...) {
-    fail(self, a, std::current_exception());
-    return;
-  }
-  if (self != nullptr) self->remember(out.rate, out.interval);
-  finish(self, a, std::move(out), nullptr);
-}
-
-void RateLimiter::Impl::sendAlone(const std::shared_ptr<Pending>& a, detail::ReplyCallback done) {
-  gate_.monitor().roundTrip();  // the protocol leaves the count to this sender (a batch is one request)
-  const std::string most = fmt::to_string(a->atMost), least = fmt::to_string(a->atLeast), now = nowArg(),
-                    expected = expectedRateArg();
-  // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
-  // size, so that a resend finds its member in O(1); other calls never touch it.
-  std::vector<std::string_view> rangeKeys;
-  if (!a->record.empty()) {
-    rangeKeys = keyViews_;
-    rangeKeys.push_back(a->record);
-  }
-  const std::vector<std::string_view>& keys = a->record.empty() ? acquireKeyViews_ : rangeKeys;
-  const std::vector<std::string_view> args = {most, least, a->id, now, a->resent ? "1" : "0", recordTtl_, expected};
-  detail::evalAsync(*client_, kAcquire, keys, args, std::move(done), a->deadline);
-}
-
-void RateLimiter::Impl::sendTogether(const std::vector<std::shared_ptr<Pending>>& group, detail::SteadyTime deadline,
-                                     detail::ReplyCallback done) {
-  gate_.monitor().roundTrip();
-  const std::string now = nowArg(), expected = expectedRateArg(), count = fmt::to_string(group.size());
-  std::vector<std::string> permits;
-  permits.reserve(group.size());
-  std::vector<std::string_view> args;
-  args.reserve(3 + 3 * group.size());
-  args.push_back(now);
-  args.push_back(expected);
-  args.push_back(count);
-  for (const auto& a : group) {
-    permits.push_back(fmt::to_string(a->atLeast));
-    args.push_back(permits.back());
-    args.push_back(a->id);
-    args.emplace_back(a->resent ? "1" : "0");
-  }
-  // Each acquisition's own call decides whether it is sent again after an error (with its id: one
-  // granted is found, not taken twice).
-  detail::evalAsync(*client_, kAcquireBatch, keyViews_, args, std::move(done), deadline);
-}
-
-void RateLimiter::Impl::answerTogether(Impl* self, const std::vector<std::shared_ptr<Pending>>& group, const Reply& r) {
-  const std::size_t n = group.size();
-  const std::string name = self != nullptr ? self->name_ : std::string("?");
-  (void)detail::arrayReply("limiter ", name, r, 3 + 3 * n, "the batch acquire script");
-  const std::int64_t rate = r.elements[0].asInteger();
-  const std::chrono::microseconds nowUs{r.elements[1].asInteger()};
-  const milliseconds interval{r.elements[2].asInteger()};
-  if (self != nullptr) self->remember(rate, interval);
-  std::vector<std::pair<detail::AcquireResult, std::exception_ptr>> results(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Pending& a = *group[i];
-    const std::int64_t granted = r.elements[3 + 3 * i].asInteger();
-    const std::int64_t wait = r.elements[4 + 3 * i].asInteger();
-    if (granted < 0) {
-      results[i].second = std::make_exception_ptr(InvalidArgument(
-          fmt::format("redlimit: Requested permits amount ({}) cannot exceed defined rate ({}) of limiter {}",
-                      a.atLeast, rate, name)));
-      continue;
-    }
-    // A resent acquisition granted before answers that grant's stamp as its wait, negated.
-    results[i].first = acquired(a.id, granted, granted > 0 ? 0 : wait, r.elements[5 + 3 * i].asInteger(), rate,
-                                granted > 0 && wait < 0 ? std::chrono::microseconds{-wait} : nowUs, interval);
-  }
-  // Each completion on its own: one that throws is reported and the loop goes on.
-  for (std::size_t i = 0; i < n; ++i) finish(self, *group[i], std::move(results[i].first), results[i].second);
-}
-
-void RateLimiter::Impl::tryOnce(std::int64_t atLeast, std::int64_t atMost, const std::string& id, bool resend,
-                                detail::SteadyTime deadline, AcquireCallback done) {
-  auto a = std::make_shared<Pending>(
-      Pending{atLeast, atMost, id, atLeast < atMost ? suffixName(name_, "grant:" + detail::hexOf(id)) : std::string(),
-              resend, deadline, std::move(done)});
-  if (options_.coalesce && a->record.empty()) {  // a range is never coalesced: acquire_batch.lua takes whole ones
-    Sender::submit(*this, coalescing_, std::move(a));
-    return;
-  }
-  // The completion holds the handle weakly: requests in flight must not keep a dropped limiter (and
-  // through it the Client and its I/O thread) alive; without it they are answered as they are.
-  sendAlone(a, [weak = weak_from_this(), a](const Reply& r, std::exception_ptr error) {
-    answerAlone(weak.lock().get(), *a, r, std::move(error));
-  });
-}
-
-detail::AcquireResult RateLimiter::Impl::ask(std::int64_t atLeast, std::int64_t atMost, const std::string& id) {
-  return detail::runSync(
-      *client_, gate_, decision(atLeast), "tryAcquire",
-      [&](detail::SteadyTime deadline, bool resend) {
-        return detail::awaitTry<detail::AcquireResult>(client_->options(), deadline, [&](AcquireCallback done) {
-          tryOnce(atLeast, atMost, id, resend, deadline, std::move(done));
-        });
-      },
-      [](detail::AcquireResult r) { return r; }, [&](bool allowed) { return policyResult(atLeast, allowed); });
-}
-
-void RateLimiter::Impl::tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
-  if (!detail::isolateThenCheck(done, gate_.monitor(), name_, [&] { atMost = checkRange(atLeast, atMost); })) return;
-  // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
-  detail::runAsync<detail::AcquireResult, detail::AcquireResult>(
-      shared_from_this(), decision(atLeast),
-      [atLeast, atMost, id = detail::randomIdBytes()](Impl& self, detail::SteadyTime deadline, AcquireCallback sent,
-                                                      bool resend) {
-        self.tryOnce(atLeast, atMost, id, resend, deadline, std::move(sent));
-      },
-      [](std::exception_ptr error) { return error; },  // tryOnce reports the limiter's errors
-      [](Impl*, const detail::AcquireResult& r) { return r; },
-      [atLeast](Impl&, bool allowed) { return policyResult(atLeast, allowed); }, std::move(done));
-}
-
-bool RateLimiter::Impl::askUntil(std::int64_t permits, std::int64_t until, bool probe) {
-  checkPermits(permits);
-  const ClockView& clock = gate_.clock();
-  const LimiterMonitor& monitor = gate_.monitor();
-  const auto admit = [&](const detail::AcquireResult& r) {
-    return monitor.admit(r.granted > 0, permits, r.wait, r.byPolicy);
-  };
-  const std::string id = detail::randomIdBytes();  // one id per call: a resend can never be granted twice
-  for (;;) {
-    const detail::AcquireResult r = ask(permits, permits, id);
-    if (r.granted > 0 || (r.wait.count() <= 0 && !probe) || monitor.shadow()) return admit(r);
-    const std::chrono::microseconds wait =
-        r.wait.count() > 0 ? r.wait : detail::saturatingCast<std::chrono::microseconds>(options_.failure.probeInterval);
-    if (detail::saturatingAdd(clock.now().count(), wait.count()) > until) return admit(r);
-    clock.sleepFor(wait);
-  }
-}
-
-std::int64_t RateLimiter::Impl::releasePermits(std::int64_t permits, const std::string& member) {
-  if (permits < 0) throw InvalidArgument(fmt::format("redlimit: permits to release must be >= 0, got {}", permits));
-  std::int64_t left = permits > kMaxRate ? kMaxRate : permits;
-  std::int64_t released = 0;
-  // Each script call looks at a bounded number of members and says whether it stopped early.
-  while (left > 0) {
-    const Reply r = evalCall(kRelease, {fmt::to_string(left), member, nowArg(), expectedRateArg()},
-                             detail::LimiterCall::Resend::Never);  // could give back twice
-    (void)detail::arrayReply("limiter ", name_, r, 3, "the release script");
-    const std::int64_t got = r.elements[0].asInteger();
-    released += got;
-    left -= got;
-    if (r.elements[2].asInteger() == 0 || got <= 0) break;
-  }
-  return released;
-}
-
 void RateLimiter::validateConfig(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   if (type != RateType::Overall && type != RateType::PerClient) {
     throw InvalidArgument("redlimit: unknown RateType");
   }
   detail::checkCount("rate", rate, 1, kMaxRate);
-  if (interval.count() < 1 || interval > kMaxInterval) {
-    throw InvalidArgument(
-        fmt::format("redlimit: rateInterval must be in 1..{} ms, got {} ms", kMaxInterval.count(), interval.count()));
-  }
-  if (keepAlive.count() != 0 && (keepAlive < interval || keepAlive > kMaxInterval)) {
-    throw InvalidArgument(fmt::format("redlimit: keepAliveTime must be 0 or at least rateInterval ({} ms), got {} ms",
-                                      interval.count(), keepAlive.count()));
-  }
+  checkMillis("rateInterval (ms)", interval, milliseconds{1});
+  if (keepAlive.count() != 0) checkMillis("keepAliveTime (ms; 0, or at least rateInterval)", keepAlive, interval);
 }
 
 // --- The handle: its calls, on the shared state --------------------------------------------------
@@ -524,7 +487,7 @@ bool RateLimiter::trySetRate(RateType type, std::int64_t rate, milliseconds inte
   return impl_->writeRate(type, rate, interval, keepAlive, "try");
 }
 void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
-  (void)impl_->writeRate(type, rate, interval, keepAlive, "reset");
+  setRate(type, rate, interval, keepAlive, false);
 }
 void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                           bool keepState) {
@@ -536,25 +499,22 @@ bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds inte
 bool RateLimiter::tryAcquire(std::int64_t permits) { return tryAcquire(permits, milliseconds{0}); }
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   // A timeout <= 0 means one attempt.
-  const std::int64_t wait =
-      std::max<std::int64_t>(detail::saturatingCast<std::chrono::microseconds>(timeout).count(), 0);
+  const std::int64_t wait = std::max<std::int64_t>(detail::saturatingCast<microseconds>(timeout).count(), 0);
   return impl_->askUntil(permits, detail::saturatingAdd(impl_->gate_.clock().now().count(), wait), false);
 }
 void RateLimiter::acquire(std::int64_t permits) {
   (void)impl_->askUntil(permits, std::numeric_limits<std::int64_t>::max(), true);
 }
 Decision RateLimiter::decide(std::int64_t permits) {
-  return admitted(impl_->tryAcquireUpTo(permits, permits), permits, impl_->knownRate_.load(std::memory_order_relaxed),
-                  impl_->gate_.monitor());
+  return Impl::admitted(impl_.get(), impl_->gate_.monitor(), impl_->tryAcquireUpTo(permits, permits), permits);
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
-  auto decided = [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits, done = std::move(done)](
-                     const detail::AcquireResult& r, std::exception_ptr error) {
-    if (error) return done(Decision{}, std::move(error));
-    const auto self = weak.lock();
-    done(admitted(r, permits, self ? self->knownRate_.load(std::memory_order_relaxed) : 0, monitor), nullptr);
-  };
-  impl_->tryAcquireUpToAsync(permits, permits, std::move(decided));
+  impl_->tryAcquireUpToAsync(permits, permits,
+                             [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
+                              done = std::move(done)](const detail::AcquireResult& r, std::exception_ptr error) {
+                               if (error) return done(Decision{}, std::move(error));
+                               done(Impl::admitted(weak.lock().get(), monitor, r, permits), nullptr);
+                             });
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
@@ -570,17 +530,16 @@ std::future<bool> RateLimiter::tryAcquireAsync(std::int64_t permits) {
   return detail::futureOf<bool>([&](auto done) { tryAcquireAsync(permits, std::move(done)); });
 }
 std::int64_t RateLimiter::availablePermits() {
-  return impl_->evalCall(kAvailable, {impl_->nowArg(), impl_->expectedRateArg()}, detail::LimiterCall::Resend::IfClosed)
+  return impl_->call("availablePermits", kAvailable, {impl_->nowArg(), impl_->expectedRateArg()}, Resend::IfClosed)
       .asInteger();
 }
 RateLimiterConfig RateLimiter::getConfig() {
   Impl& impl = *impl_;
-  const Reply r =
-      detail::plainCommand(impl, "getConfig", {"HGETALL", impl.keys_[0]}, detail::LimiterCall::Resend::IfClosed);
+  const Reply r = detail::plainCommand(impl, "getConfig", {"HGETALL", impl.keys_[0]}, Resend::IfClosed);
   if (r.type != Reply::Type::Array || r.elements.empty()) {
     throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", impl.name_));
   }
-  // The fields read, each with its bounds; keepAliveTime may be missing (0).
+  // The fields read, each with its bounds (validateConfig's); keepAliveTime may be missing (0).
   struct Field {
     const char* name;
     std::int64_t lo, hi;
@@ -612,10 +571,7 @@ RateLimiterConfig RateLimiter::getConfig() {
 }
 void RateLimiter::release(std::int64_t permits) { (void)impl_->releasePermits(permits, ""); }
 bool RateLimiter::expire(milliseconds ttl) {
-  if (ttl.count() <= 0 || ttl > kMaxInterval) {
-    throw InvalidArgument(
-        fmt::format("redlimit: expire needs a TTL in 1..{} ms, got {} ms", kMaxInterval.count(), ttl.count()));
-  }
+  checkMillis("expire's TTL (ms)", ttl, milliseconds{1});
   return impl_->setTtl("PEXPIRE", fmt::to_string(ttl.count()));
 }
 bool RateLimiter::expireAt(std::chrono::system_clock::time_point when) {
@@ -625,15 +581,13 @@ bool RateLimiter::expireAt(std::chrono::system_clock::time_point when) {
 }
 bool RateLimiter::clearExpire() { return impl_->setTtl("PERSIST", ""); }
 milliseconds RateLimiter::remainTimeToLive() {
-  return milliseconds{detail::integerCommand(*impl_, "remainTimeToLive", {"PTTL", impl_->keys_[0]},
-                                             detail::LimiterCall::Resend::IfClosed)};
+  return milliseconds{detail::integerCommand(*impl_, "remainTimeToLive", {"PTTL", impl_->keys_[0]}, Resend::IfClosed)};
 }
 bool RateLimiter::isExists() { return detail::keyExists(*impl_, impl_->keys_[0]); }
 bool RateLimiter::deleteLimiter() {
   const std::vector<std::string>& k = impl_->keys_;
   impl_->knownRate_.store(0, std::memory_order_relaxed);
-  return detail::integerCommand(*impl_, "deleteLimiter", {"DEL", k[0], k[1], k[2], k[3], k[4]},
-                                detail::LimiterCall::Resend::Never) > 0;
+  return detail::integerCommand(*impl_, "deleteLimiter", {"DEL", k[0], k[1], k[2], k[3], k[4]}, Resend::Never) > 0;
 }
 const std::string& RateLimiter::getName() const noexcept { return impl_->name_; }
 const std::vector<std::string>& RateLimiter::keys() const noexcept { return impl_->keys_; }
@@ -645,40 +599,37 @@ const LimiterMonitor& RateLimiter::monitor() const noexcept { return impl_->gate
 
 namespace detail {
 
-void SegmentAccess<RateLimiter>::check(const RateLimiter& /*source*/, const std::string& /*key*/) {}
+using RateLimiterAccess = SegmentAccess<RateLimiter>;
 
-LimiterMonitor SegmentAccess<RateLimiter>::monitor(const RateLimiter& source) { return source.monitor(); }
+void RateLimiterAccess::check(const RateLimiter& /*source*/, const std::string& /*key*/) {}
 
-detail::AcquireResult SegmentAccess<RateLimiter>::tryAcquireUpTo(RateLimiter& source, const std::string& /*key*/,
-                                                                 std::int64_t atLeast, std::int64_t atMost) {
+LimiterMonitor RateLimiterAccess::monitor(const RateLimiter& source) { return source.monitor(); }
+
+AcquireResult RateLimiterAccess::tryAcquireUpTo(RateLimiter& source, const std::string& /*key*/, std::int64_t atLeast,
+                                                std::int64_t atMost) {
   return source.impl_->tryAcquireUpTo(atLeast, atMost);
 }
 
-std::optional<std::int64_t> SegmentAccess<RateLimiter>::releaseGrantBestEffort(RateLimiter& source,
-                                                                               const std::string& /*key*/,
-                                                                               const std::string& member,
-                                                                               std::int64_t permits) {
+std::optional<std::int64_t> RateLimiterAccess::releaseGrantBestEffort(RateLimiter& source, const std::string& /*key*/,
+                                                                      const std::string& member, std::int64_t permits) {
   // Bad input and the no-op go to releaseGrant first: they cost no probe.
   if (!member.empty() && permits > 0 && !source.impl_->client_->admitBestEffort()) return std::nullopt;
   return releaseGrant(source, member, permits);
 }
 
-bool SegmentAccess<RateLimiter>::decideUnanswered(RateLimiter& source, const std::string& /*key*/, std::int64_t permits,
-                                                  const std::string& reason) {
-  RateLimiter::Impl& impl = *source.impl_;
-  return detail::decideUnanswered(impl.gate_, permits, impl.knownRate_.load(std::memory_order_relaxed),
-                                  milliseconds{impl.knownIntervalMs_.load(std::memory_order_relaxed)}, reason);
+bool RateLimiterAccess::decideUnanswered(RateLimiter& source, const std::string& /*key*/, std::int64_t permits,
+                                         const std::string& reason) {
+  const LimiterCall::Params p = source.impl_->decision(permits);  // with the configuration last seen
+  return detail::decideUnanswered(source.impl_->gate_, permits, p.rate, p.interval, reason);
 }
 
-std::int64_t SegmentAccess<RateLimiter>::releaseGrant(RateLimiter& source, const std::string& member,
-                                                      std::int64_t permits) {
+std::int64_t RateLimiterAccess::releaseGrant(RateLimiter& source, const std::string& member, std::int64_t permits) {
   if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
   return source.impl_->releasePermits(permits, member);
 }
 
-void SegmentAccess<RateLimiter>::tryAcquireUpToAsync(
-    RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
-    std::function<void(detail::AcquireResult, std::exception_ptr)> done) {
+void RateLimiterAccess::tryAcquireUpToAsync(RateLimiter& source, std::int64_t atLeast, std::int64_t atMost,
+                                            std::function<void(AcquireResult, std::exception_ptr)> done) {
   source.impl_->tryAcquireUpToAsync(atLeast, atMost, std::move(done));
 }
 

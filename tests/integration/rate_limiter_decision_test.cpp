@@ -1,8 +1,11 @@
 // RateLimiter::decide: the sliding-window limiter's answer as the same Decision the one-key
 // limiters give.
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
+
+#include "redlimit/metrics.hpp"
 
 #include "helpers.hpp"
 #include "redlimit_test/fixture.hpp"
@@ -77,4 +80,24 @@ TEST_F(RateLimiterDecision, AsyncFormsAndThePolicy) {
   EXPECT_EQ(d.limit, 7) << "the rate last seen";
   EXPECT_EQ(d.time.count(), 0);
   EXPECT_TRUE(gone.decideAsync(1).get().byPolicy);
+}
+
+// An async call that ends in an error (refused before sending, or by the script) gives the caller
+// that error and no decision: nothing is counted as granted or denied.
+TEST_F(RateLimiterDecision, AnAsyncCallThatFailsCountsNoDecision) {
+  auto registry = std::make_shared<MetricsRegistry>();
+  RateLimiter::Options options;
+  options.monitor.registry = registry;
+  RateLimiter rl(client(), name(), options);
+  EXPECT_THROW((void)rl.decideAsync(0).get(), InvalidArgument);
+  EXPECT_THROW((void)rl.decideAsync(1).get(), NotInitializedError) << "no configuration yet";
+  EXPECT_THROW((void)rl.tryAcquireAsync(1).get(), NotInitializedError);
+  const LimiterMetrics::Snapshot s = registry->snapshot(name());
+  EXPECT_EQ(s.granted, 0u);
+  EXPECT_EQ(s.denied, 0u);
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1, milliseconds(60000)));
+  EXPECT_TRUE(rl.decideAsync(1).get().allowed);
+  EXPECT_FALSE(rl.decideAsync(1).get().allowed);
+  EXPECT_EQ(registry->snapshot(name()).granted, 1u);
+  EXPECT_EQ(registry->snapshot(name()).denied, 1u);
 }
