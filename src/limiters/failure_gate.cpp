@@ -235,12 +235,10 @@ std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::in
 }
 
 void FailureGate::throwUnavailable() const {
-  std::string last;
-  {
-    Locked& l = locked();
-    const LockGuard lock(l.mutex);
-    last = l.lastError;
-  }
+  Locked& l = locked();
+  UniqueLock lock(l.mutex);
+  const std::string last = l.lastError;
+  lock.unlock();
   const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;
   throw IoError(
       fmt::format("redlimit: Redis unavailable for limiter {} for {} ms; not asking again before the next "

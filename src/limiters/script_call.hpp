@@ -53,11 +53,9 @@ struct ScriptRequest {
       return;
     }
     std::vector<std::string> args;
-    try {
-      args = tables->filled(argv, around.value_or(tables->serverNowGuess()));
-    } catch (...) {
-      done(Reply{}, std::current_exception());
-      return;
+    if (std::exception_ptr error =
+            thrownBy([&] { args = tables->filled(argv, around.value_or(tables->serverNowGuess())); })) {
+      return done(Reply{}, std::move(error));
     }
     const bool second = around.has_value();
     // The Client outlives its own callbacks: `client` is alive when this runs.
@@ -154,21 +152,11 @@ struct ScriptOp {
   Then then = {};
 };
 
-/// `mapError(error)`, or `mapError(error, request)` for one that names the request's keys.
-template <class MapError>
-std::exception_ptr mappedError(MapError& mapError, std::exception_ptr error, const ScriptRequest& request) {
-  if constexpr (std::is_invocable_v<MapError&, std::exception_ptr, const ScriptRequest&>) {
-    return mapError(std::move(error), request);
-  } else {
-    return mapError(std::move(error));
-  }
-}
-
 /// `op` through the protocol, waiting; `mapError` as for runScript, or taking the request too
-/// (mappedError).
+/// (`mapError(error, request)`, for one that names the request's keys).
 template <class Owner, class Op, class MapError>
 auto runOp(Owner& owner, const Op& op, MapError&& mapError) {
-  const auto mapped = [&](std::exception_ptr e) { return mappedError(mapError, std::move(e), op.request); };
+  const auto mapped = [&](std::exception_ptr e) { return callMaybeWith(mapError, op.request, std::move(e)); };
   const auto read = [&](const Reply& r) { return op.read(&owner, r); };
   const auto policy = [&](bool allowed) { return op.byPolicy(owner, allowed); };
   return op.finished(owner.gate_.monitor(), runScript(owner, op.params, op.what, op.request, mapped, read, policy));
@@ -182,7 +170,7 @@ void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter,
                 std::function<void(Out, std::exception_ptr)> done) {
   using Op = std::decay_t<decltype(make())>;
   std::shared_ptr<const Op> op;  // one for the sender, the reader and the policy
-  if (!isolateThenCheck(done, owner->gate_.monitor(), limiter, [&] { op = std::make_shared<const Op>(make()); })) {
+  if (!checkedOrAnswered(done, owner->gate_.monitor(), limiter, [&] { op = std::make_shared<const Op>(make()); })) {
     return;
   }
   runAsync<Out>(
@@ -191,9 +179,9 @@ void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter,
         op->request.sendAsync(*self.client_, deadline, std::move(sent));
       },
       [op, mapError = std::move(mapError)](std::exception_ptr e) mutable {
-        return mappedError(mapError, std::move(e), op->request);
+        return callMaybeWith(mapError, op->request, std::move(e));
       },
-      [op, monitor = owner->gate_.monitor()](Owner* self, const Reply& r) {
+      [op](Owner* self, const Reply& r, const LimiterMonitor& monitor) {
         return op->finished(monitor, op->read(self, r));
       },
       [op](Owner& self, bool allowed) { return op->finished(self.gate_.monitor(), op->byPolicy(self, allowed)); },
@@ -243,9 +231,8 @@ void keyCommandAsync(const std::shared_ptr<Owner>& owner, const KeyCommand& c, c
                      std::function<void(bool, std::exception_ptr)> done) {
   runAsync<bool>(
       owner, LimiterCall::plain(owner->callBound_, c.resend),
-      [argv = std::vector<std::string>{std::string(c.name), key}](
-          Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
-        commandAsync(*self.client_, {argv.begin(), argv.end()}, std::move(sent), deadline);
+      [name = c.name, key](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
+        commandAsync(*self.client_, {name, key}, std::move(sent), deadline);
       },
       [](std::exception_ptr error) { return error; }, [](Owner*, const Reply& r) { return r.asInteger() == 1; },
       [](Owner&, bool) { return false; }, std::move(done));

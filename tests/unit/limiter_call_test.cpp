@@ -123,7 +123,7 @@ TEST(LimiterCall, EveryTryButTheFirstIsMarkedAResend) {
   }
 }
 
-TEST(LimiterCall, SendTryPassesTheResendFlagOnlyToASenderThatTakesIt) {
+TEST(LimiterCall, ResendFlagReachesOnlyASenderThatTakesIt) {
   int plain = 0;
   bool seen = false;
   auto withoutFlag = [&](int deadline) { plain = deadline; };
@@ -131,12 +131,12 @@ TEST(LimiterCall, SendTryPassesTheResendFlagOnlyToASenderThatTakesIt) {
     plain = deadline;
     seen = resend;
   };
-  detail::sendTry(withoutFlag, true, 7);
+  detail::callMaybeWith(withoutFlag, true, 7);
   EXPECT_EQ(plain, 7);
-  detail::sendTry(withFlag, true, 8);
+  detail::callMaybeWith(withFlag, true, 8);
   EXPECT_EQ(plain, 8);
   EXPECT_TRUE(seen);
-  detail::sendTry(withFlag, false, 9);
+  detail::callMaybeWith(withFlag, false, 9);
   EXPECT_FALSE(seen);
 }
 
