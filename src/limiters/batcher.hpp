@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -88,30 +89,22 @@ class Batcher {
   /// takes its place in flight and which the caller sends at once and answers with next() in turn;
   /// empty when nothing waits (one group fewer is in flight).
   std::vector<Item> next() {
-    std::vector<Item> group;
     Queue& q = queue();
     const LockGuard lock(q.mutex);
-    if (q.waiting.empty()) {
-      if (q.inFlight > 0) --q.inFlight;
-      return group;
-    }
-    group.reserve(std::min(maxGroup_, q.waiting.size()));
-    while (!q.waiting.empty() && group.size() < maxGroup_) {
-      group.push_back(std::move(q.waiting.front()));
-      q.waiting.pop_front();
-    }
+    if (q.waiting.empty() && q.inFlight > 0) --q.inFlight;
+    const auto end = q.waiting.begin() + static_cast<std::ptrdiff_t>(std::min(maxGroup_, q.waiting.size()));
+    std::vector<Item> group(std::make_move_iterator(q.waiting.begin()), std::make_move_iterator(end));
+    q.waiting.erase(q.waiting.begin(), end);
     return group;
   }
 
   /// What is still queued, taken out (for the owner's destructor to end). Nothing in a fork child
   /// that has not used its queue yet: the inherited calls are the parent's.
   std::deque<Item> drain() {
-    std::deque<Item> left;
     Queue* q = queue_.load(std::memory_order_acquire);
-    if (q->generation != forkGeneration()) return left;
+    if (q->generation != forkGeneration()) return {};
     const LockGuard lock(q->mutex);
-    left.swap(q->waiting);
-    return left;
+    return std::exchange(q->waiting, {});
   }
 
  private:

@@ -89,7 +89,6 @@ class LimiterCall {
                          std::chrono::milliseconds interval) {
     return Params{Guard::Decision, Resend::IfClosed, bound, permits, rate, interval};
   }
-  /// A Plain call.
   static Params plain(std::chrono::microseconds bound, Resend resend = Resend::IfClosed) {
     return Params{Guard::Plain, resend, bound};
   }
@@ -126,7 +125,6 @@ class LimiterCall {
     return d ? decide(*d) : fail(std::move(error));
   }
 
-  /// Tries sent so far.
   [[nodiscard]] int tries() const noexcept { return tries_; }
 
  private:

@@ -71,8 +71,8 @@ void OneKeyBatcher::takeAsync(OneKeyCall call) {
 }
 
 Reply OneKeyBatcher::take(OneKeyCall call) {
-  const std::chrono::steady_clock::time_point deadline = call.deadline;
-  return awaitTry<Reply>(client_->options(), deadline, [&](ReplyCallback done) {
+  // awaitTry takes the deadline before `call` is moved
+  return awaitTry<Reply>(client_->options(), call.deadline, [&](ReplyCallback done) {
     call.done = std::move(done);
     takeAsync(std::move(call));
   });

@@ -45,34 +45,25 @@ struct ScriptRequest {
     }
     throw tables->outsideTwice();
   }
-  // send() without waiting: tables around `around` (the second try's) or the guess.
+  // send() without waiting: tables around `around` (the second try's) or the guess. The request
+  // outlives `done` (runOpAsync's shared op holds it while its call is in flight): not copied.
   void sendAsync(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
                  std::optional<std::chrono::microseconds> around = std::nullopt) const {
-    if (!tables) {
-      sendArgvAsync(client, argv, deadline, std::move(done));
-      return;
-    }
+    if (!tables) return sendArgvAsync(client, argv, deadline, std::move(done));
     std::vector<std::string> args;
     if (std::exception_ptr error =
             thrownBy([&] { args = tables->filled(argv, around.value_or(tables->serverNowGuess())); })) {
       return done(Reply{}, std::move(error));
     }
-    const bool second = around.has_value();
     // The Client outlives its own callbacks: `client` is alive when this runs.
     sendArgvAsync(client, args, deadline,
-                  [self = *this, &client, deadline, second, done = std::move(done)](const Reply& reply,
-                                                                                    std::exception_ptr error) mutable {
-                    if (error || reply.type != Reply::Type::Integer) {
-                      done(reply, std::move(error));
-                      return;
-                    }
-                    if (second) {
-                      done(Reply{}, std::make_exception_ptr(self.tables->outsideTwice()));
-                      return;
-                    }
+                  [this, &client, deadline, second = around.has_value(), done = std::move(done)](
+                      const Reply& reply, std::exception_ptr error) mutable {
+                    if (error || reply.type != Reply::Type::Integer) return done(reply, std::move(error));
+                    if (second) return done(Reply{}, std::make_exception_ptr(tables->outsideTwice()));
                     const std::chrono::microseconds serverNow{reply.integer};
-                    self.tables->sawServerNow(serverNow);
-                    self.sendAsync(client, deadline, std::move(done), serverNow);
+                    tables->sawServerNow(serverNow);
+                    sendAsync(client, deadline, std::move(done), serverNow);
                   });
   }
 
@@ -87,8 +78,7 @@ struct ScriptRequest {
   void sendArgvAsync(Client& client, const std::vector<std::string>& args,
                      std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
     if (batcher != nullptr) {
-      batcher->takeAsync(OneKeyCall{keys.front(), script, args, deadline, std::move(done)});
-      return;
+      return batcher->takeAsync(OneKeyCall{keys.front(), script, args, deadline, std::move(done)});
     }
     evalAsync(client, *script, views(keys), views(args), std::move(done), deadline);
   }
@@ -123,8 +113,6 @@ auto runScript(Owner& owner, const LimiterCall::Params& params, std::string_view
 template <class Owner, class Out, class Read = std::function<Out(Owner*, const Reply&)>,
           class Then = std::function<void(Out&)>>
 struct ScriptOp {
-  static Out noPolicy(Owner&, bool) { return Out{}; }  // a Plain call's: never asked
-
   // parse's answer to `reply`.
   Out read(Owner* self, const Reply& reply) const {
     if constexpr (std::is_invocable_v<const Read&, Owner*, const ScriptRequest&, const Reply&>) {
@@ -148,7 +136,7 @@ struct ScriptOp {
   std::string_view what;
   ScriptRequest request;
   Read parse;
-  std::function<Out(Owner&, bool)> byPolicy = noPolicy;
+  std::function<Out(Owner&, bool)> byPolicy = [](Owner&, bool) { return Out{}; };  // a Plain call's: never asked
   Then then = {};
 };
 
