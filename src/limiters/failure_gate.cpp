@@ -125,8 +125,6 @@ void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(k
 
 void FailureGate::misconfigured(const Error& error, std::int64_t startedAt) { enter(kMisconfigured, error, startedAt); }
 
-void FailureGate::noteError(std::int64_t startedAt) { noteError(std::current_exception(), startedAt); }
-
 void FailureGate::noteError(const std::exception_ptr& error, std::int64_t startedAt) {
   note(errorIn(error), startedAt);
 }
