@@ -96,12 +96,10 @@ bool checkedOrAnswered(std::function<void(T, std::exception_ptr)>& done, const L
   callOnce(done, &monitor, limiter, T{}, std::move(error));
   return false;
 }
-/// checkedOrAnswered under its former name, for the callers not renamed yet (rate_limiter.cpp,
-/// multi_limit.cpp): remove it once they call checkedOrAnswered.
-template <class T, class Check>
-bool isolateThenCheck(std::function<void(T, std::exception_ptr)>& done, const LimiterMonitor& monitor,
-                      std::string_view limiter, Check&& check) {
-  return checkedOrAnswered(done, monitor, limiter, std::forward<Check>(check));
+/// checkedOrAnswered's former name, until its callers in rate_limiter.cpp and multi_limit.cpp use the new one.
+template <class... Args>
+bool isolateThenCheck(Args&&... args) {
+  return checkedOrAnswered(std::forward<Args>(args)...);
 }
 
 }  // namespace redlimit::detail
