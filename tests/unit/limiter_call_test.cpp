@@ -265,7 +265,7 @@ TEST(LimiterCall, AsyncReaderThatTakesTheMonitorGetsTheOwnersAfterTheOwnerIsGone
   o.registry = std::make_shared<MetricsRegistry>();
   FailureGate gate("calls", FailureOptions{}, ClockView{}, LimiterMonitor("calls", o));
   auto owner = std::make_shared<GateOwner>(GateOwner{gate});
-  ReplyCallback reply;
+  detail::ReplyCallback reply;
   bool readWithOwner = true;
   const LimiterMetrics* readWith = nullptr;
   int answers = 0;
