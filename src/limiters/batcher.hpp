@@ -29,12 +29,14 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "base/error_mapping.hpp"
 #include "base/fork_guard.hpp"
+#include "limiters/completion.hpp"
 #include "redlimit/client.hpp"
 #include "redlimit/detail/deadline.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
@@ -87,30 +89,22 @@ class Batcher {
   /// takes its place in flight and which the caller sends at once and answers with next() in turn;
   /// empty when nothing waits (one group fewer is in flight).
   std::vector<Item> next() {
-    std::vector<Item> group;
     Queue& q = queue();
     const LockGuard lock(q.mutex);
-    if (q.waiting.empty()) {
-      if (q.inFlight > 0) --q.inFlight;
-      return group;
-    }
-    group.reserve(std::min(maxGroup_, q.waiting.size()));
-    while (!q.waiting.empty() && group.size() < maxGroup_) {
-      group.push_back(std::move(q.waiting.front()));
-      q.waiting.pop_front();
-    }
+    if (q.waiting.empty() && q.inFlight > 0) --q.inFlight;
+    const auto end = q.waiting.begin() + static_cast<std::ptrdiff_t>(std::min(maxGroup_, q.waiting.size()));
+    std::vector<Item> group(std::make_move_iterator(q.waiting.begin()), std::make_move_iterator(end));
+    q.waiting.erase(q.waiting.begin(), end);
     return group;
   }
 
   /// What is still queued, taken out (for the owner's destructor to end). Nothing in a fork child
   /// that has not used its queue yet: the inherited calls are the parent's.
   std::deque<Item> drain() {
-    std::deque<Item> left;
     Queue* q = queue_.load(std::memory_order_acquire);
-    if (q->generation != forkGeneration()) return left;
+    if (q->generation != forkGeneration()) return {};
     const LockGuard lock(q->mutex);
-    left.swap(q->waiting);
-    return left;
+    return std::exchange(q->waiting, {});
   }
 
  private:
@@ -163,7 +157,7 @@ class GroupSender {
 
   /// Ends the calls still queued on `queue` with `error` (the owner's destructor).
   static void close(Owner& owner, Queue& queue, const std::exception_ptr& error) {
-    for (const Item& c : queue.drain()) Owner::answerAlone(&owner, *c, Reply{}, cloneError(error));
+    endAll(&owner, queue.drain(), error);
   }
 
  private:
@@ -175,12 +169,18 @@ class GroupSender {
     if (!next.empty()) send(owner, queue, std::move(next));
   }
 
+  // Ends each of `calls` with its own copy of `error`.
+  template <class Calls>
+  static void endAll(Owner* owner, const Calls& calls, const std::exception_ptr& error) {
+    for (const Item& c : calls) Owner::answerAlone(owner, *c, Reply{}, cloneError(error));
+  }
+
   static void send(Owner& owner, Queue& queue, std::vector<Item> group) {
     const Time now = std::chrono::steady_clock::now();
-    auto live = std::make_shared<std::vector<Item>>();
-    live->reserve(group.size());
+    auto live = std::make_shared<std::vector<Item>>(std::move(group));  // the calls still in time, kept in place
+    std::size_t kept = 0;
     Time deadline = Time::max();
-    for (Item& c : group) {
+    for (Item& c : *live) {
       if (c->deadline != Time{} && c->deadline <= now) {
         Owner::answerAlone(
             &owner, *c, Reply{},
@@ -190,24 +190,17 @@ class GroupSender {
         continue;
       }
       if (c->deadline != Time{}) deadline = std::min(deadline, c->deadline);
-      live->push_back(std::move(c));
+      std::swap((*live)[kept++], c);
     }
-    if (live->empty()) {
-      groupDone(owner, queue);
-      return;
-    }
+    live->resize(kept);
+    if (live->empty()) return groupDone(owner, queue);
     auto done = [weak = owner.weak_from_this(), q = &queue, live](const Reply& reply, std::exception_ptr error) {
       const std::shared_ptr<Owner> self = weak.lock();
       if (self) groupDone(*self, *q);  // the next group leaves before any callback of this one runs
       if (live->size() == 1) return Owner::answerAlone(self.get(), *live->front(), reply, std::move(error));
-      if (!error) {
-        try {
-          return Owner::answerTogether(self.get(), *live, reply);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      for (const Item& c : *live) Owner::answerAlone(self.get(), *c, Reply{}, cloneError(error));
+      // answerTogether throws before it answers any call
+      if (!error) error = thrownBy([&] { Owner::answerTogether(self.get(), *live, reply); });
+      if (error) endAll(self.get(), *live, error);
     };
     try {
       if (live->size() == 1) {
@@ -220,7 +213,7 @@ class GroupSender {
       // next group goes, as after a reply.
       const std::exception_ptr error = std::current_exception();
       groupDone(owner, queue);
-      for (const Item& c : *live) Owner::answerAlone(&owner, *c, Reply{}, cloneError(error));
+      endAll(&owner, *live, error);
     }
   }
 };

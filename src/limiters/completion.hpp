@@ -73,19 +73,33 @@ std::function<void(Args...)> isolated(std::function<void(Args...)> done, Limiter
   };
 }
 
-/// The start of an async call: `check()` runs (the argument checks, made before anything is sent).
-/// True when it passed: the call goes on to runAsync, whose delivery isolates `done`. When it threw,
-/// `done` has had the error (with a default result) through callOnce and false is returned.
-template <class T, class Check>
-bool isolateThenCheck(std::function<void(T, std::exception_ptr)>& done, const LimiterMonitor& monitor,
-                      const std::string& limiter, Check&& check) {
+/// What `f()` throws, or null when it returns: the error as a value, for a caller that hands it on
+/// (a completion, an action) rather than unwinds with it.
+template <class F>
+std::exception_ptr thrownBy(F&& f) noexcept {
   try {
-    check();
-    return true;
+    std::forward<F>(f)();
   } catch (...) {
-    callOnce(done, &monitor, limiter, T{}, std::current_exception());
-    return false;
+    return std::current_exception();
   }
+  return nullptr;
+}
+
+/// The argument checks of an async call (`check()`, made before anything is sent): true when they
+/// passed. When they threw, `done` has had the error (with a default result) through callOnce, and
+/// false is returned: the call ends there.
+template <class T, class Check>
+bool checkedOrAnswered(std::function<void(T, std::exception_ptr)>& done, const LimiterMonitor& monitor,
+                       std::string_view limiter, Check&& check) {
+  std::exception_ptr error = thrownBy(std::forward<Check>(check));
+  if (!error) return true;
+  callOnce(done, &monitor, limiter, T{}, std::move(error));
+  return false;
+}
+/// checkedOrAnswered's former name, until its callers in rate_limiter.cpp and multi_limit.cpp use the new one.
+template <class... Args>
+bool isolateThenCheck(Args&&... args) {
+  return checkedOrAnswered(std::forward<Args>(args)...);
 }
 
 }  // namespace redlimit::detail

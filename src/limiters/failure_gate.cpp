@@ -125,8 +125,6 @@ void FailureGate::failed(const IoError& error, std::int64_t startedAt) { enter(k
 
 void FailureGate::misconfigured(const Error& error, std::int64_t startedAt) { enter(kMisconfigured, error, startedAt); }
 
-void FailureGate::noteError(std::int64_t startedAt) { noteError(std::current_exception(), startedAt); }
-
 void FailureGate::noteError(const std::exception_ptr& error, std::int64_t startedAt) {
   note(errorIn(error), startedAt);
 }
@@ -235,12 +233,10 @@ std::optional<bool> FailureGate::settle(const std::exception_ptr& error, std::in
 }
 
 void FailureGate::throwUnavailable() const {
-  std::string last;
-  {
-    Locked& l = locked();
-    const LockGuard lock(l.mutex);
-    last = l.lastError;
-  }
+  Locked& l = locked();
+  UniqueLock lock(l.mutex);
+  const std::string last = l.lastError;
+  lock.unlock();
   const auto since = (nowMicros() - degradedSince_.load(std::memory_order_relaxed)) / 1000;
   throw IoError(
       fmt::format("redlimit: Redis unavailable for limiter {} for {} ms; not asking again before the next "

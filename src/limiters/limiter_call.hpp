@@ -89,7 +89,6 @@ class LimiterCall {
                          std::chrono::milliseconds interval) {
     return Params{Guard::Decision, Resend::IfClosed, bound, permits, rate, interval};
   }
-  /// A Plain call.
   static Params plain(std::chrono::microseconds bound, Resend resend = Resend::IfClosed) {
     return Params{Guard::Plain, resend, bound};
   }
@@ -98,14 +97,8 @@ class LimiterCall {
   /// Decide, or Fail with the gate's IoError (FailurePolicy::Throw).
   Action start() {
     if (params_.guard == Guard::Decision && !gate_->shouldTry()) {
-      if (const std::optional<bool> d = gate_->decide(params_.permits, params_.rate, params_.interval)) {
-        return decide(*d);
-      }
-      try {
-        gate_->throwUnavailable();
-      } catch (...) {
-        return fail(std::current_exception());
-      }
+      const std::optional<bool> d = gate_->decide(params_.permits, params_.rate, params_.interval);
+      return d ? decide(*d) : fail(thrownBy([this] { gate_->throwUnavailable(); }));
     }
     started_ = gate_->callStart();
     deadline_ = saturatingAdd(started_, params_.bound.count());
@@ -126,16 +119,12 @@ class LimiterCall {
         closedConnection(error)) {
       return send();
     }
-    if (params_.guard == Guard::Decision) {
-      if (const std::optional<bool> d =
-              gate_->settle(error, started_, params_.permits, params_.rate, params_.interval)) {
-        return decide(*d);
-      }
-    }
-    return fail(std::move(error));
+    const std::optional<bool> d = params_.guard == Guard::Decision
+                                      ? gate_->settle(error, started_, params_.permits, params_.rate, params_.interval)
+                                      : std::nullopt;
+    return d ? decide(*d) : fail(std::move(error));
   }
 
-  /// Tries sent so far.
   [[nodiscard]] int tries() const noexcept { return tries_; }
 
  private:
@@ -157,14 +146,16 @@ class LimiterCall {
   int tries_ = 0;
 };
 
-/// Sends one try: `send(args..., resend)` when the sender takes whether the try is a resend (one
-/// whose script answers a grant already made under the call's id), else `send(args...)`.
-template <class Send, class... Args>
-decltype(auto) sendTry(Send& send, bool resend, Args&&... args) {
-  if constexpr (std::is_invocable_v<Send&, Args..., bool>) {
-    return send(std::forward<Args>(args)..., resend);
+/// `f(args..., last)` when `f` takes `last` after `args`, else `f(args...)`: a callback takes what
+/// a driver offers only if it needs it (a sender, whether the try is a resend: one whose script
+/// answers a grant already made under the call's id; a reader, the owner's monitor; an error
+/// mapping, the request).
+template <class F, class Last, class... Args>
+decltype(auto) callMaybeWith(F& f, Last&& last, Args&&... args) {
+  if constexpr (std::is_invocable_v<F&, Args..., Last>) {
+    return f(std::forward<Args>(args)..., std::forward<Last>(last));
   } else {
-    return send(std::forward<Args>(args)...);
+    return f(std::forward<Args>(args)...);
   }
 }
 
@@ -180,7 +171,7 @@ inline std::chrono::steady_clock::time_point tryDeadline(std::chrono::microsecon
 template <class Send, class Parse, class ByPolicy>
 auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& params, std::string_view what, Send&& send,
              Parse&& parse, ByPolicy&& byPolicy)
-    -> decltype(parse(sendTry(send, false, std::chrono::steady_clock::time_point{}))) {
+    -> decltype(parse(callMaybeWith(send, false, std::chrono::steady_clock::time_point{}))) {
   if (params.guard == LimiterCall::Guard::Decision && client.onIoThread()) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: a sync {} from a completion callback would wait for the thread that runs "
@@ -188,24 +179,18 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
                     gate.limiter(), what, what));
   }
   LimiterCall call(gate, params);
-  for (LimiterCall::Action a = call.start();;) {
-    switch (a.kind) {
-      case LimiterCall::Action::Kind::Send:
-        try {
-          auto out = parse(sendTry(send, a.resend, tryDeadline(a.budget)));
-          (void)call.replied();
-          return out;
-        } catch (const Error&) {
-          a = call.failed(std::current_exception());
-        }
-        break;
-      case LimiterCall::Action::Kind::Decide:
-        return byPolicy(a.allowed);
-      case LimiterCall::Action::Kind::Answer:  // never the answer of start() or failed()
-      case LimiterCall::Action::Kind::Fail:
-        std::rethrow_exception(a.error);
+  LimiterCall::Action a = call.start();
+  while (a.kind == LimiterCall::Action::Kind::Send) {
+    try {
+      auto out = parse(callMaybeWith(send, a.resend, tryDeadline(a.budget)));
+      (void)call.replied();
+      return out;
+    } catch (const Error&) {
+      a = call.failed(std::current_exception());
     }
   }
+  if (a.kind == LimiterCall::Action::Kind::Decide) return byPolicy(a.allowed);
+  std::rethrow_exception(a.error);  // Fail: start() and failed() never answer Answer
 }
 
 /// One call reporting through `done`, once: on this thread when it is decided without sending,
@@ -213,13 +198,15 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
 /// calls makes of its reply for this one). `owner` (the limiter's core, with its FailureGate gate_) is held weakly
 /// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
 /// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion[,
-/// resend])` sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply)`
-/// reads the answer; `byPolicy(owner, allowed)` is the failure policy's. A `send` that throws (its
+/// resend])` sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply[,
+/// monitor])` reads the answer (`monitor`: the owner's, alive with the call when the owner is not);
+/// `byPolicy(owner, allowed)` is the failure policy's. A `send` that throws (its
 /// try not even queued, a first try or a resend) ends the call: `done` has that error. A `done`
 /// that throws is reported (Event::Kind::CallbackThrew) and affects nothing else.
 template <class Out, class Raw = Reply, class Owner, class Send, class MapError, class Parse, class ByPolicy>
 void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& params, Send send, MapError mapError,
               Parse parse, ByPolicy byPolicy, std::function<void(Out, std::exception_ptr)> done) {
+  using Kind = LimiterCall::Action::Kind;
   struct State {
     std::weak_ptr<Owner> owner;
     LimiterCall call;
@@ -228,43 +215,27 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
     Parse parse;
     ByPolicy byPolicy;
     std::function<void(Out, std::exception_ptr)> done;
-    LimiterMonitor monitor;
+    LimiterMonitor monitor;  // the owner's: a callback that throws is reported after the owner is gone too
     std::string limiter;
 
     void deliver(Out out, std::exception_ptr error) noexcept {
       callOnce(done, &monitor, limiter, std::move(out), std::move(error));
     }
     static void act(const std::shared_ptr<State>& s, Owner& self, LimiterCall::Action a) {
-      switch (a.kind) {
-        case LimiterCall::Action::Kind::Send:
-          try {
-            sendTry(s->send, a.resend, self, tryDeadline(a.budget),
-                    [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
-          } catch (...) {  // the try could not even be queued (a first try or a resend): `done` has why
-            s->deliver(Out{}, std::current_exception());
-          }
-          return;
-        case LimiterCall::Action::Kind::Decide:
-          s->deliver(s->byPolicy(self, a.allowed), nullptr);
-          return;
-        case LimiterCall::Action::Kind::Answer:
-        case LimiterCall::Action::Kind::Fail:
-          s->deliver(Out{}, std::move(a.error));
-          return;
+      if (a.kind == Kind::Decide) return s->deliver(s->byPolicy(self, a.allowed), nullptr);
+      if (a.kind != Kind::Send) return s->deliver(Out{}, std::move(a.error));
+      try {
+        callMaybeWith(s->send, a.resend, self, tryDeadline(a.budget),
+                      [s](const Raw& reply, std::exception_ptr error) { completed(s, reply, std::move(error)); });
+      } catch (...) {  // the try could not even be queued (a first try or a resend): `done` has why
+        s->deliver(Out{}, std::current_exception());
       }
     }
     static void completed(const std::shared_ptr<State>& s, const Raw& reply, std::exception_ptr error) {
       const std::shared_ptr<Owner> self = s->owner.lock();
       Out out{};
-      if (error) {
-        error = s->mapError(std::move(error));
-      } else {
-        try {
-          out = s->parse(self.get(), reply);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
+      error = error ? s->mapError(std::move(error))
+                    : thrownBy([&] { out = callMaybeWith(s->parse, std::as_const(s->monitor), self.get(), reply); });
       // A dropped owner's call has no gate to report to and is not sent again.
       if (self && error) return act(s, *self, s->call.failed(std::move(error)));
       if (self) (void)s->call.replied();

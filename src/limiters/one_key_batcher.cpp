@@ -16,27 +16,17 @@
 
 namespace redlimit::detail {
 
-namespace {
-
 const Script kBatch{lua::batch.name, lua::batch.sha1, lua::batch.source};
-
-// The Client's batcher, made on first use. Keyed by the Client's address: a batcher holds its
-// Client, so while an entry is alive its address cannot be reused; a dead entry is replaced.
-struct Registry {
-  std::mutex mutex;
-  std::unordered_map<const Client*, std::weak_ptr<OneKeyBatcher>> byClient;
-};
-
-Registry& registry() {
-  static auto* r = new Registry;  // never destroyed: limiters may outlive static destruction order
-  return *r;
-}
-
-}  // namespace
 
 std::shared_ptr<OneKeyBatcher> OneKeyBatcher::of(const std::shared_ptr<Client>& client) {
   if (!client || !client->options().coalesce) return nullptr;
-  Registry& r = registry();
+  // Each Client's batcher, keyed by the Client's address: a batcher holds its Client, so while an
+  // entry is alive its address cannot be reused; a dead entry is replaced.
+  struct Registry {
+    std::mutex mutex;
+    std::unordered_map<const Client*, std::weak_ptr<OneKeyBatcher>> byClient;
+  };
+  static auto& r = *new Registry;  // never destroyed: limiters may outlive static destruction order
   const std::lock_guard<std::mutex> lock(r.mutex);
   std::weak_ptr<OneKeyBatcher>& entry = r.byClient[client.get()];
   if (auto alive = entry.lock()) return alive;
@@ -81,8 +71,8 @@ void OneKeyBatcher::takeAsync(OneKeyCall call) {
 }
 
 Reply OneKeyBatcher::take(OneKeyCall call) {
-  const std::chrono::steady_clock::time_point deadline = call.deadline;
-  return awaitTry<Reply>(client_->options(), deadline, [&](ReplyCallback done) {
+  // awaitTry takes the deadline before `call` is moved
+  return awaitTry<Reply>(client_->options(), call.deadline, [&](ReplyCallback done) {
     call.done = std::move(done);
     takeAsync(std::move(call));
   });
@@ -134,16 +124,10 @@ void OneKeyBatcher::answerTogether(OneKeyBatcher* self, const std::vector<std::s
       // The take failed in the script ("CODE message", as its own script raises it): it wrote
       // nothing, and its batch-mates were decided. A decision is passed on as it came, for the
       // take's limiter to parse (parseDecisionReply).
-      std::exception_ptr error;
-      try {
-        throwReplyError(element.str, true);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      answerAlone(self, *group[i], Reply{}, std::move(error));
-      continue;
+      answerAlone(self, *group[i], Reply{}, thrownBy([&] { throwReplyError(element.str, true); }));
+    } else {
+      answerAlone(self, *group[i], element, nullptr);
     }
-    answerAlone(self, *group[i], element, nullptr);
   }
 }
 

@@ -59,14 +59,12 @@ class OneKeyBatcher : public std::enable_shared_from_this<OneKeyBatcher> {
   using Sender = GroupSender<OneKeyBatcher, OneKeyCall>;
   using Queue = Sender::Queue;
   Queue& queueFor(const std::string& key);
-  // What GroupSender sends: a take alone with its own script, a group with batch.lua.
+  // GroupSender's Owner contract (batcher.hpp): a take alone with its own script, a group with
+  // batch.lua, whose reply goes to each take of the group.
   void sendAlone(const std::shared_ptr<OneKeyCall>& call, ReplyCallback done);
   void sendTogether(const std::vector<std::shared_ptr<OneKeyCall>>& group,
                     std::chrono::steady_clock::time_point deadline, ReplyCallback done);
-  // The take's outcome (its reply, or the error it ends with) to its callback (one that throws
-  // touches nothing else).
   static void answerAlone(OneKeyBatcher* self, OneKeyCall& call, const Reply& reply, std::exception_ptr error) noexcept;
-  // batch.lua's reply, to each take of the group.
   static void answerTogether(OneKeyBatcher* self, const std::vector<std::shared_ptr<OneKeyCall>>& group,
                              const Reply& reply);
 

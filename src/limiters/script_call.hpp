@@ -45,36 +45,25 @@ struct ScriptRequest {
     }
     throw tables->outsideTwice();
   }
-  // send() without waiting: tables around `around` (the second try's) or the guess.
+  // send() without waiting: tables around `around` (the second try's) or the guess. The request
+  // outlives `done` (runOpAsync's shared op holds it while its call is in flight): not copied.
   void sendAsync(Client& client, std::chrono::steady_clock::time_point deadline, ReplyCallback done,
                  std::optional<std::chrono::microseconds> around = std::nullopt) const {
-    if (!tables) {
-      sendArgvAsync(client, argv, deadline, std::move(done));
-      return;
-    }
+    if (!tables) return sendArgvAsync(client, argv, deadline, std::move(done));
     std::vector<std::string> args;
-    try {
-      args = tables->filled(argv, around.value_or(tables->serverNowGuess()));
-    } catch (...) {
-      done(Reply{}, std::current_exception());
-      return;
+    if (std::exception_ptr error =
+            thrownBy([&] { args = tables->filled(argv, around.value_or(tables->serverNowGuess())); })) {
+      return done(Reply{}, std::move(error));
     }
-    const bool second = around.has_value();
     // The Client outlives its own callbacks: `client` is alive when this runs.
     sendArgvAsync(client, args, deadline,
-                  [self = *this, &client, deadline, second, done = std::move(done)](const Reply& reply,
-                                                                                    std::exception_ptr error) mutable {
-                    if (error || reply.type != Reply::Type::Integer) {
-                      done(reply, std::move(error));
-                      return;
-                    }
-                    if (second) {
-                      done(Reply{}, std::make_exception_ptr(self.tables->outsideTwice()));
-                      return;
-                    }
+                  [this, &client, deadline, second = around.has_value(), done = std::move(done)](
+                      const Reply& reply, std::exception_ptr error) mutable {
+                    if (error || reply.type != Reply::Type::Integer) return done(reply, std::move(error));
+                    if (second) return done(Reply{}, std::make_exception_ptr(tables->outsideTwice()));
                     const std::chrono::microseconds serverNow{reply.integer};
-                    self.tables->sawServerNow(serverNow);
-                    self.sendAsync(client, deadline, std::move(done), serverNow);
+                    tables->sawServerNow(serverNow);
+                    sendAsync(client, deadline, std::move(done), serverNow);
                   });
   }
 
@@ -89,8 +78,7 @@ struct ScriptRequest {
   void sendArgvAsync(Client& client, const std::vector<std::string>& args,
                      std::chrono::steady_clock::time_point deadline, ReplyCallback done) const {
     if (batcher != nullptr) {
-      batcher->takeAsync(OneKeyCall{keys.front(), script, args, deadline, std::move(done)});
-      return;
+      return batcher->takeAsync(OneKeyCall{keys.front(), script, args, deadline, std::move(done)});
     }
     evalAsync(client, *script, views(keys), views(args), std::move(done), deadline);
   }
@@ -125,8 +113,6 @@ auto runScript(Owner& owner, const LimiterCall::Params& params, std::string_view
 template <class Owner, class Out, class Read = std::function<Out(Owner*, const Reply&)>,
           class Then = std::function<void(Out&)>>
 struct ScriptOp {
-  static Out noPolicy(Owner&, bool) { return Out{}; }  // a Plain call's: never asked
-
   // parse's answer to `reply`.
   Out read(Owner* self, const Reply& reply) const {
     if constexpr (std::is_invocable_v<const Read&, Owner*, const ScriptRequest&, const Reply&>) {
@@ -150,25 +136,15 @@ struct ScriptOp {
   std::string_view what;
   ScriptRequest request;
   Read parse;
-  std::function<Out(Owner&, bool)> byPolicy = noPolicy;
+  std::function<Out(Owner&, bool)> byPolicy = [](Owner&, bool) { return Out{}; };  // a Plain call's: never asked
   Then then = {};
 };
 
-/// `mapError(error)`, or `mapError(error, request)` for one that names the request's keys.
-template <class MapError>
-std::exception_ptr mappedError(MapError& mapError, std::exception_ptr error, const ScriptRequest& request) {
-  if constexpr (std::is_invocable_v<MapError&, std::exception_ptr, const ScriptRequest&>) {
-    return mapError(std::move(error), request);
-  } else {
-    return mapError(std::move(error));
-  }
-}
-
 /// `op` through the protocol, waiting; `mapError` as for runScript, or taking the request too
-/// (mappedError).
+/// (`mapError(error, request)`, for one that names the request's keys).
 template <class Owner, class Op, class MapError>
 auto runOp(Owner& owner, const Op& op, MapError&& mapError) {
-  const auto mapped = [&](std::exception_ptr e) { return mappedError(mapError, std::move(e), op.request); };
+  const auto mapped = [&](std::exception_ptr e) { return callMaybeWith(mapError, op.request, std::move(e)); };
   const auto read = [&](const Reply& r) { return op.read(&owner, r); };
   const auto policy = [&](bool allowed) { return op.byPolicy(owner, allowed); };
   return op.finished(owner.gate_.monitor(), runScript(owner, op.params, op.what, op.request, mapped, read, policy));
@@ -182,7 +158,7 @@ void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter,
                 std::function<void(Out, std::exception_ptr)> done) {
   using Op = std::decay_t<decltype(make())>;
   std::shared_ptr<const Op> op;  // one for the sender, the reader and the policy
-  if (!isolateThenCheck(done, owner->gate_.monitor(), limiter, [&] { op = std::make_shared<const Op>(make()); })) {
+  if (!checkedOrAnswered(done, owner->gate_.monitor(), limiter, [&] { op = std::make_shared<const Op>(make()); })) {
     return;
   }
   runAsync<Out>(
@@ -191,9 +167,9 @@ void runOpAsync(const std::shared_ptr<Owner>& owner, const std::string& limiter,
         op->request.sendAsync(*self.client_, deadline, std::move(sent));
       },
       [op, mapError = std::move(mapError)](std::exception_ptr e) mutable {
-        return mappedError(mapError, std::move(e), op->request);
+        return callMaybeWith(mapError, op->request, std::move(e));
       },
-      [op, monitor = owner->gate_.monitor()](Owner* self, const Reply& r) {
+      [op](Owner* self, const Reply& r, const LimiterMonitor& monitor) {
         return op->finished(monitor, op->read(self, r));
       },
       [op](Owner& self, bool allowed) { return op->finished(self.gate_.monitor(), op->byPolicy(self, allowed)); },
@@ -243,9 +219,8 @@ void keyCommandAsync(const std::shared_ptr<Owner>& owner, const KeyCommand& c, c
                      std::function<void(bool, std::exception_ptr)> done) {
   runAsync<bool>(
       owner, LimiterCall::plain(owner->callBound_, c.resend),
-      [argv = std::vector<std::string>{std::string(c.name), key}](
-          Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
-        commandAsync(*self.client_, {argv.begin(), argv.end()}, std::move(sent), deadline);
+      [name = c.name, key](Owner& self, std::chrono::steady_clock::time_point deadline, ReplyCallback&& sent) {
+        commandAsync(*self.client_, {name, key}, std::move(sent), deadline);
       },
       [](std::exception_ptr error) { return error; }, [](Owner*, const Reply& r) { return r.asInteger() == 1; },
       [](Owner&, bool) { return false; }, std::move(done));

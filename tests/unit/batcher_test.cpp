@@ -236,6 +236,17 @@ TEST(GroupSender, AQueuedCallWhoseDeadlinePassedEndsAloneAndDoesNotCutItsGroupsD
   EXPECT_TRUE(endedWith<TimeoutError>(expired));
 }
 
+TEST(GroupSender, AGroupWhoseCallsAreAllLateIsNotSentAndItsPlaceIsFree) {
+  auto owner = std::make_shared<TestOwner>(1);
+  (void)owner->submit(1);
+  const Call late = owner->submit(2, Time{} + std::chrono::nanoseconds(1));  // long past
+  owner->answer(0, integer(1));
+  EXPECT_TRUE(endedWith<TimeoutError>(late));
+  ASSERT_EQ(owner->sent.size(), 1u) << "nothing left to send";
+  (void)owner->submit(3);
+  EXPECT_EQ(owner->sent.size(), 2u) << "sent at once: the place is free";
+}
+
 TEST(GroupSender, ASendThatThrowsEndsItsGroupAndTheNextGroupGoes) {
   auto owner = std::make_shared<TestOwner>(1);
   (void)owner->submit(1);

@@ -339,16 +339,10 @@ TEST(FailureGate, ConfigurationErrorIsReportedOnceWithoutProbeGating) {
 // noteError is the one place that says what an error means for health: an exhausted pool nothing,
 // another IoError an outage, a configuration or auth error a misconfiguration, any other answer
 // from Redis a recovery.
-TEST(FailureGate, NoteErrorClassifiesTheExceptionBeingHandled) {
+TEST(FailureGate, NoteErrorClassifiesTheError) {
   Recorder r;
   FailureGate gate("g", r.options(FailurePolicy::Deny), ClockView(clock_));
-  auto note = [&](auto error) {
-    try {
-      throw error;
-    } catch (const Error&) {
-      gate.noteError(manualNow());
-    }
-  };
+  auto note = [&](auto error) { gate.noteError(std::make_exception_ptr(error), manualNow()); };
   note(TimeoutError(ErrorKind::PoolTimeout, "pool"));
   EXPECT_FALSE(gate.stats().degraded);
   EXPECT_TRUE(r.events.empty());

@@ -10,6 +10,8 @@
 #include "limiters/limiter_call.hpp"
 #include "redlimit/clock.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/metrics.hpp"
+#include "redlimit/monitor.hpp"
 
 using namespace redlimit;
 using detail::FailureGate;
@@ -123,7 +125,7 @@ TEST(LimiterCall, EveryTryButTheFirstIsMarkedAResend) {
   }
 }
 
-TEST(LimiterCall, SendTryPassesTheResendFlagOnlyToASenderThatTakesIt) {
+TEST(LimiterCall, ResendFlagReachesOnlyASenderThatTakesIt) {
   int plain = 0;
   bool seen = false;
   auto withoutFlag = [&](int deadline) { plain = deadline; };
@@ -131,12 +133,12 @@ TEST(LimiterCall, SendTryPassesTheResendFlagOnlyToASenderThatTakesIt) {
     plain = deadline;
     seen = resend;
   };
-  detail::sendTry(withoutFlag, true, 7);
+  detail::callMaybeWith(withoutFlag, true, 7);
   EXPECT_EQ(plain, 7);
-  detail::sendTry(withFlag, true, 8);
+  detail::callMaybeWith(withFlag, true, 8);
   EXPECT_EQ(plain, 8);
   EXPECT_TRUE(seen);
-  detail::sendTry(withFlag, false, 9);
+  detail::callMaybeWith(withFlag, false, 9);
   EXPECT_FALSE(seen);
 }
 
@@ -254,4 +256,33 @@ TEST(LimiterCall, AsyncCallWhoseFirstTryCannotBeQueuedAnswersWithThatErrorNotATh
   EXPECT_NO_THROW(answers = runAsyncCall(f, [](auto&) -> void { throw InvalidArgument("could not be queued"); }));
   ASSERT_EQ(answers.count, 1);
   EXPECT_THROW(std::rethrow_exception(answers.error), InvalidArgument);
+}
+
+// The reader of an async call may take the owner's monitor (to count its result): it is the
+// owner's even when the reply comes after the owner was dropped (the reader's owner is null).
+TEST(LimiterCall, AsyncReaderThatTakesTheMonitorGetsTheOwnersAfterTheOwnerIsGone) {
+  LimiterMonitor::Options o;
+  o.registry = std::make_shared<MetricsRegistry>();
+  FailureGate gate("calls", FailureOptions{}, ClockView{}, LimiterMonitor("calls", o));
+  auto owner = std::make_shared<GateOwner>(GateOwner{gate});
+  detail::ReplyCallback reply;
+  bool readWithOwner = true;
+  const LimiterMetrics* readWith = nullptr;
+  int answers = 0;
+  detail::runAsync<int>(
+      owner, LimiterCall::plain(milliseconds(300)),
+      [&reply](GateOwner&, std::chrono::steady_clock::time_point, auto&& sent) { reply = std::move(sent); },
+      [](std::exception_ptr error) { return error; },
+      [&](GateOwner* self, const detail::Reply&, const LimiterMonitor& monitor) {
+        readWithOwner = self != nullptr;
+        readWith = monitor.metrics();
+        return 1;
+      },
+      [](GateOwner&, bool) { return 0; }, [&answers](int, const std::exception_ptr&) { ++answers; });
+  owner.reset();
+  reply(detail::Reply{}, nullptr);
+  EXPECT_FALSE(readWithOwner);
+  ASSERT_NE(readWith, nullptr);
+  EXPECT_EQ(readWith, gate.monitor().metrics());
+  EXPECT_EQ(answers, 1);
 }

@@ -62,14 +62,12 @@ class FailureGate {
   /// AuthError): reports Degraded with HealthEvent::Cause::Configuration once, and gates nothing.
   /// Stale news is ignored as in failed().
   void misconfigured(const Error& error, std::int64_t startedAt);
-  /// Records the outcome of the call that started at `startedAt` and failed with the exception
-  /// being handled (call it from a catch block): a TimeoutError of kind PoolTimeout or CallbackBlocked (every connection busy:
-  /// congestion in this process) changes nothing; another IoError is failed(); ConfigurationError
-  /// and AuthError are misconfigured(); any other redlimit::Error means Redis answered:
-  /// succeeded(). The one place that says what each error means for a limiter's health.
-  void noteError(std::int64_t startedAt);
-  /// noteError() for a call that failed with `error` (a completion's, not being handled): looks
-  /// at it in place, without rethrowing it.
+  /// Records the outcome of the call that started at `startedAt` and failed with `error` (looked
+  /// at in place, without rethrowing it): a TimeoutError of kind PoolTimeout or CallbackBlocked
+  /// (every connection busy: congestion in this process) changes nothing; another IoError is
+  /// failed(); ConfigurationError and AuthError are misconfigured(); any other redlimit::Error
+  /// means Redis answered: succeeded(); anything else changes nothing. The one place that says
+  /// what each error means for a limiter's health.
   void noteError(const std::exception_ptr& error, std::int64_t startedAt);
   /// The policy's decision for `permits` while Redis cannot be asked, counted in stats().
   /// `rate`/`interval` are the last configuration seen (0 if never seen; Local then uses
