@@ -7,7 +7,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "base/fork_guard.hpp"
 #include "base/wall_clock.hpp"
@@ -18,6 +17,11 @@
 #include "redlimit/errors.hpp"
 
 namespace redlimit {
+
+namespace detail {
+// The MultiLimit's label, as its own events and messages give it (multi_limit.cpp).
+const std::string& multiLimitLabel(const MultiLimit& limits);
+}  // namespace detail
 
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
@@ -196,7 +200,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     detail::IdleSweeper::instance().schedule(id, std::chrono::duration_cast<microseconds>(delay));
   }
 
-  static std::string nameOf(const MultiLimit& limits) { return fmt::format("{}", fmt::join(limits.names(), "+")); }
+  static std::string nameOf(const MultiLimit& limits) { return detail::multiLimitLabel(limits); }
   static std::string nameOf(const LimiterKey& t) { return t.limiter.name(); }
 };
 

@@ -373,6 +373,26 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   bool unbound_;                     // a MultiLimit of Limiters before on(): no keys
 };
 
+namespace {
+
+// The label of `limits` ("MultiLimit(a + b)"), the name its own events and messages give it.
+// MultiLimit's header befriends no helper: LabelOf, explicitly instantiated with its private core_
+// (the names in an explicit instantiation are not access-checked: [temp.explicit] in C++17),
+// defines it as a friend.
+const std::string& labelOf(const MultiLimit& limits);
+template <auto kCore>
+struct LabelOf {
+  friend const std::string& labelOf(const MultiLimit& limits) { return (limits.*kCore)->state_->label; }
+};
+template struct LabelOf<&MultiLimit::core_>;
+
+}  // namespace
+
+namespace detail {
+// labelOf, for LeaseHeartbeat's events and messages (lease_heartbeat.cpp declares it).
+const std::string& multiLimitLabel(const MultiLimit& limits) { return labelOf(limits); }
+}  // namespace detail
+
 // --- The handle -------------------------------------------------------------------------------
 
 MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Options& options) {

@@ -269,6 +269,56 @@ TEST_F(LeaseHeartbeatTest, AnOnLostThatThrowsIsCountedAndReportedUnderTheLimiter
   EXPECT_NE(threw[0].description.find("the holder's onLost throws"), std::string::npos) << threw[0].description;
 }
 
+// A MultiLimit's heartbeat names it as the MultiLimit's own events and messages do: its onLost
+// that throws is reported under the name a callback of the MultiLimit's own call that throws is,
+// and a bad interval's message gives that name too.
+TEST_F(LeaseHeartbeatTest, AMultiLimitsHeartbeatNamesItAsTheMultiLimitsOwnEventsDo) {
+  MultiLimit::Options mo;
+  mo.monitor.registry = std::make_shared<MetricsRegistry>();
+  std::mutex m;
+  std::vector<Event> threw;
+  std::promise<void> ownReported;
+  std::promise<void> heartbeatReported;
+  mo.monitor.onEvent = [&](const Event& e) {
+    if (e.kind != Event::Kind::CallbackThrew) return;
+    const std::lock_guard<std::mutex> lock(m);
+    threw.push_back(e);
+    if (threw.size() == 1) ownReported.set_value();
+    if (threw.size() == 2) heartbeatReported.set_value();
+  };
+  Limiter places(client(), limiterName("places"), Policy::concurrency(1, milliseconds(1000)));
+  MultiLimit all = MultiLimit({places}, mo).on({kJob});
+  const std::optional<Lease> lease = all.decide().lease;
+  ASSERT_TRUE(lease);
+  all.renewAsync(*lease, [](const std::optional<Lease>&, const std::exception_ptr&) {
+    throw std::runtime_error("the MultiLimit's own callback throws");
+  });
+  ASSERT_EQ(ownReported.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  std::string name;
+  {
+    const std::lock_guard<std::mutex> lock(m);
+    name = threw[0].limiter;
+  }
+  LeaseHeartbeat::Options tooSlow;
+  tooSlow.interval = milliseconds(1000);
+  const std::string refused = messageOfError<InvalidArgument>(ErrorKind::InvalidArgument,
+                                                              [&] { (void)LeaseHeartbeat::resolved(all, tooSlow); });
+  EXPECT_NE(refused.find(name), std::string::npos) << refused << " does not name " << name;
+
+  LeaseHeartbeat::Options o;
+  o.interval = milliseconds(20);
+  o.onLost = [](const Lease&, const std::exception_ptr&) { throw std::runtime_error("the holder's onLost throws"); };
+  LeaseHeartbeat hb(all, *lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  ASSERT_TRUE(all.release(*lease));  // another holder of the id releases it
+  ASSERT_EQ(heartbeatReported.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(hb.lost());
+  const std::lock_guard<std::mutex> lock(m);
+  ASSERT_EQ(threw.size(), 2u);
+  EXPECT_EQ(threw[1].limiter, name) << "one name for one MultiLimit";
+  EXPECT_NE(threw[1].description.find("the holder's onLost throws"), std::string::npos) << threw[1].description;
+}
+
 TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
   RedisServer server;
   auto c = shortTimeoutClient(server);
