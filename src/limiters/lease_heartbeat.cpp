@@ -7,7 +7,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "base/fork_guard.hpp"
 #include "base/wall_clock.hpp"
@@ -19,6 +18,11 @@
 
 namespace redlimit {
 
+namespace detail {
+// The MultiLimit's label, as its own events and messages give it (multi_limit.cpp).
+const std::string& multiLimitLabel(const MultiLimit& limits);
+}  // namespace detail
+
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
@@ -29,11 +33,6 @@ using Steady = std::chrono::steady_clock;
 // A lease that Redis holds (not one the failure policy or shadow mode made up).
 bool heldByRedis(const Lease& lease) { return lease.expiresAt.count() > 0 && !lease.byPolicy && !lease.shadowDenied; }
 
-// The shortest TTL a renewal gives: options.leaseTtl, or the limits' own (the shortest) when 0.
-milliseconds horizonOf(const MultiLimit& limits, const LeaseHeartbeat::Options& options) {
-  return options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
-}
-
 }  // namespace
 
 // What the heartbeat thread's task, the renewals' completions and the handle share. The task gets
@@ -41,15 +40,13 @@ milliseconds horizonOf(const MultiLimit& limits, const LeaseHeartbeat::Options& 
 // Completions hold it weakly.
 class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat::State> {
  public:
-  // A Limiter's lease of one key, with the operations the others have.
+  // A Limiter's lease of one key, with the operations a MultiLimit has (a renewal always with a
+  // TTL: resolved() gives one).
   struct LimiterKey {
     Limiter limiter;
     std::string key;
     void renewAsync(Lease l, milliseconds ttl, Limiter::Callback<std::optional<Lease>> done) {
       limiter.renewAsync(key, std::move(l), ttl, std::move(done));
-    }
-    void renewAsync(Lease l, Limiter::Callback<std::optional<Lease>> done) {
-      limiter.renewAsync(key, std::move(l), std::move(done));
     }
     void releaseAsync(const Lease& l, Limiter::Callback<bool> done) { limiter.releaseAsync(key, l, std::move(done)); }
     bool release(const Lease& l) { return limiter.release(key, l); }
@@ -57,11 +54,12 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
   };
   using Target = std::variant<MultiLimit, LimiterKey>;
 
-  // An onLost that throws is reported through the target's events (detail::isolated).
-  State(Target t, Lease first, const LeaseHeartbeat::Options& o, milliseconds shortestTtl)
+  // Options resolved (resolved()). An onLost that throws is reported through the target's events
+  // (detail::isolated).
+  State(Target t, Lease first, const LeaseHeartbeat::Options& o)
       : target(std::move(t)),
         renewTtl(o.leaseTtl.count() > 0 ? std::optional<milliseconds>(o.leaseTtl) : std::nullopt),
-        horizon(shortestTtl),
+        horizon(renewTtl ? *renewTtl : std::get<MultiLimit>(target).leaseTtl()),
         interval(o.interval),
         onLost(std::visit([&](const auto& x) { return detail::isolated(o.onLost, x.monitor(), nameOf(x)); }, target)),
         lease(std::move(first)) {
@@ -144,15 +142,11 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
                                                                       const std::exception_ptr& e) {
         if (const std::shared_ptr<State> s = weak.lock()) s->answered(renewed, e, now);
       };
-      std::visit(
-          [&](auto& t) {
-            if (renewTtl) {
-              t.renewAsync(std::move(copy), *renewTtl, std::move(done));
-            } else {
-              t.renewAsync(std::move(copy), std::move(done));
-            }
-          },
-          target);
+      if (renewTtl) {
+        std::visit([&](auto& t) { t.renewAsync(std::move(copy), *renewTtl, std::move(done)); }, target);
+      } else {  // a MultiLimit's, each limit's own TTL
+        std::get<MultiLimit>(target).renewAsync(std::move(copy), std::move(done));
+      }
     }
     return std::max<std::int64_t>(0, std::chrono::duration_cast<microseconds>(next - Steady::now()).count());
   }
@@ -206,7 +200,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     detail::IdleSweeper::instance().schedule(id, std::chrono::duration_cast<microseconds>(delay));
   }
 
-  static std::string nameOf(const MultiLimit& limits) { return fmt::format("{}", fmt::join(limits.names(), "+")); }
+  static std::string nameOf(const MultiLimit& limits) { return detail::multiLimitLabel(limits); }
   static std::string nameOf(const LimiterKey& t) { return t.limiter.name(); }
 };
 
@@ -245,7 +239,7 @@ LeaseHeartbeat::Options LeaseHeartbeat::resolved(const MultiLimit& limits, Lease
         fmt::format("redlimit: {}: a lease heartbeat needs a concurrency limit in the MultiLimit", name));
   }
   if (options.leaseTtl.count() != 0) detail::checkLeaseTtl(options.leaseTtl);
-  const milliseconds horizon = horizonOf(limits, options);
+  const milliseconds horizon = options.leaseTtl.count() != 0 ? options.leaseTtl : limits.leaseTtl();
   return checkedInterval(name, std::move(options), horizon);
 }
 
@@ -253,15 +247,13 @@ LeaseHeartbeat::LeaseHeartbeat(Limiter limiter, std::string key, const Lease& le
   detail::checkLeaseId(lease.id);
   options = resolved(limiter, std::move(options));
   (void)limiter.redisKey(key);  // a bad key: InvalidArgument now
-  start(
-      std::make_shared<State>(State::LimiterKey{std::move(limiter), std::move(key)}, lease, options, options.leaseTtl));
+  start(std::make_shared<State>(State::LimiterKey{std::move(limiter), std::move(key)}, lease, options));
 }
 
 LeaseHeartbeat::LeaseHeartbeat(MultiLimit limits, const Lease& lease, LeaseHeartbeat::Options options) {
   detail::checkLeaseId(lease.id);
   options = resolved(limits, std::move(options));
-  const milliseconds horizon = horizonOf(limits, options);
-  start(std::make_shared<State>(std::move(limits), lease, options, horizon));
+  start(std::make_shared<State>(std::move(limits), lease, options));
 }
 
 void LeaseHeartbeat::start(std::shared_ptr<State> state) {

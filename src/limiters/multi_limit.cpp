@@ -28,6 +28,7 @@
 namespace redlimit {
 
 using detail::Reply;
+using MaybeLease = std::optional<Lease>;  // a renewal's answer: the lease, or none when it was not live
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
@@ -96,9 +97,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     std::atomic<std::int64_t> localIntervalMs{0};
   };
 
-  // One operation of multi.lua, made by its checks before anything is sent (ScriptOp).
+  // One operation of multi.lua, made by its checks before anything is sent (ScriptOp). Its reply
+  // reads what the call asked (its keys and ARGV) from the request, and its `then` the monitor it is
+  // given, not copies in their captures.
+  using Request = detail::ScriptRequest;
   template <class Out>
-  using Op = detail::ScriptOp<Core, Out>;
+  using Op = detail::ScriptOp<Core, Out, std::function<Out(Core*, const Request&, const Reply&)>,
+                              std::function<void(const LimiterMonitor&, Out&)>>;
   using Call = detail::LimiterCall;
 
   // The limits of `state` on `names`: the keys of a call, or (`unbound`) the limiters' names of a
@@ -148,9 +153,9 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Op<MultiDecision> countedTakeOp(std::int64_t permits, microseconds maxWait = microseconds{0}) const {
     detail::checkMaxWait(maxWait);
     Op<MultiDecision> op = takeOp(permits, maxWait);
-    op.then = [state = state_](MultiDecision& d) {
-      state->gate.monitor().admit(d);
-      unheldLease(state->leases(), d);
+    op.then = [leases = state_->leases()](const LimiterMonitor& monitor, MultiDecision& d) {
+      monitor.admit(d);
+      unheldLease(leases, d);
     };
     return op;
   }
@@ -159,8 +164,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // again would give the permits back twice.
   Op<Reply> refundOp(std::int64_t permits) const {
     Op<Reply> op{plain(Call::Resend::Never), "refund", limitsRequest("refund", permits, 0),
-                 [](Core*, const Reply& r) { return r; }};
-    op.then = [monitor = gate_.monitor(), permits](Reply&) { monitor.refunded(permits); };
+                 [](Core*, const Request&, const Reply& r) { return r; }};
+    op.then = [permits](const LimiterMonitor& monitor, Reply&) { monitor.refunded(permits); };
     return op;
   }
   // Reserve under the record `recordKey`, counted. Sent again if the connection closed under it:
@@ -168,7 +173,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Op<MultiDecision> reserveOp(std::int64_t permits, const std::string& recordKey, milliseconds recordTtl) const {
     detail::checkReservationTtl(recordTtl);
     Op<MultiDecision> op = limitsOp(decision(permits), "reserveFor", "reserve", permits, recordTtl.count(), recordKey);
-    op.then = [monitor = gate_.monitor()](MultiDecision& out) { detail::admitHeld(monitor, out); };
+    op.then = [](const LimiterMonitor& monitor, MultiDecision& out) { detail::admitHeld(monitor, out); };
     return op;
   }
   // Then settle it. Safe to send again: a settle that went through answers AlreadySettled and
@@ -176,19 +181,22 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Op<MultiSettlement> settleOp(std::int64_t actual, const std::string& recordKey) const {
     detail::checkActualPermits(actual);
     return {plain(), "settle", limitsRequest("settle", actual, 0, recordKey),
-            [state = state_](Core*, const Reply& r) { return parseSettlement(*state, r); }};
+            [state = state_](Core*, const Request&, const Reply& r) { return parseSettlement(*state, r); }};
   }
   // renew (no `ttl`: each limit's leaseTtl) and release of a lease in every concurrency limit.
   // Safe to send again: a renew sent twice extends twice from about the same instant, a release
   // sent twice answers what the first did not see.
-  Op<std::optional<Lease>> renewOp(const Lease& lease, std::optional<milliseconds> ttl) const {
+  Op<MaybeLease> renewOp(const Lease& lease, std::optional<milliseconds> ttl) const {
     return {plain(), "renew", leaseRequest("renew", lease, ttl),
-            [label = state_->label, lease](Core*, const Reply& r) { return detail::parseRenew("", label, r, lease); }};
+            [state = state_, lease](Core*, const Request&, const Reply& r) {
+              return detail::parseRenew("", state->label, r, lease);
+            }};
   }
   Op<bool> releaseOp(const Lease& lease) const {
-    return {
-        plain(), "release", leaseRequest("release", lease, std::nullopt),
-        [label = state_->label](Core*, const Reply& r) { return detail::firstOfTwo("", label, r, "release") == 1; }};
+    return {plain(), "release", leaseRequest("release", lease, std::nullopt),
+            [state = state_](Core*, const Request&, const Reply& r) {
+              return detail::firstOfTwo("", state->label, r, "release") == 1;
+            }};
   }
   // renew, waiting: `lease` gets the new expiry when it was still held.
   bool renew(Lease& lease, std::optional<milliseconds> ttl) {
@@ -197,17 +205,17 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
 
   // A take, peek or reserve (`op`, sent with `params` and named `what`) of `permits` by every limit
   // (limitsRequest), checked before anything is sent (checkPermitsUpTo: at most the bound the
-  // configurations in the call give); its reply reads as parse reads it (a reserve's: `recordKey`
-  // given), and when Redis cannot be asked a deciding call has the failure policy's decision.
+  // configurations in the call give); its reply reads as parse reads it, and when Redis cannot be
+  // asked a deciding call has the failure policy's decision.
   Op<MultiDecision> limitsOp(Call::Params params, std::string_view what, std::string_view op, std::int64_t permits,
                              std::int64_t second = 0, const std::string& recordKey = {},
-                             std::string leaseId = {}) const {
+                             const std::string& leaseId = {}) const {
     detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
                              "the least burst or limit of its limiters' policies");
-    detail::ScriptRequest request = limitsRequest(op, permits, second, recordKey, leaseId);
-    return {params, what, std::move(request),
-            [state = state_, leaseId = std::move(leaseId), permits, reserve = !recordKey.empty()](
-                Core* self, const Reply& r) { return parse(*state, self != nullptr, r, permits, leaseId, reserve); },
+    return {params, what, limitsRequest(op, permits, second, recordKey, leaseId),
+            [state = state_, permits](Core* self, const Request& q, const Reply& r) {
+              return parse(*state, self != nullptr, q, r, permits);
+            },
             [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }};
   }
   // A call of every limit (not a lease call) of multi.lua on the keys: ARGV `op`, now, the kinds,
@@ -215,8 +223,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // configurations at ARGV[6...] with the calendar tables (their places in ARGV are these), then
   // `leaseId` (take's, when a limit is a concurrency limit); `recordKey` (a reservation record), if
   // any, after the limits' keys.
-  detail::ScriptRequest limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
-                                      const std::string& recordKey = {}, const std::string& leaseId = {}) const {
+  Request limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
+                        const std::string& recordKey = {}, const std::string& leaseId = {}) const {
     std::vector<std::string> all = keys();
     if (!recordKey.empty()) all.push_back(recordKey);
     std::vector<std::string> argv{std::string(op), "", state_->kinds, fmt::to_string(permits), fmt::to_string(second)};
@@ -226,7 +234,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   }
   // A renew or release (`op`) of `lease` (checked) on the concurrency limits: ARGV `op`, now, their
   // kinds, the lease id, 0, then each one's limit and TTL.
-  detail::ScriptRequest leaseRequest(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const {
+  Request leaseRequest(std::string_view op, const Lease& lease, std::optional<milliseconds> ttl) const {
     if (!state_->leases()) {
       throw InvalidArgument(
           fmt::format("redlimit: {}: {} needs a concurrency limit in the MultiLimit", state_->label, op));
@@ -250,13 +258,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   Call::Params plain(Call::Resend resend = Call::Resend::IfClosed) const {
     return Call::plain(state_->callBound, resend);
   }
-  // The take/peek reply (a reserve's, `reserve`: then repeated), remembering the limits when
-  // `remember`. With a concurrency limit the reply ends with the lease's expiry, and a granted
-  // take's lease gets `leaseId` ("": peek, no lease).
-  static MultiDecision parse(State& state, bool remember, const Reply& r, std::int64_t permits,
-                             const std::string& leaseId, bool reserve) {
+  // The reply of the take, peek or reserve `q` of `permits` (a reserve's ends with `repeated`),
+  // remembering the limits when `remember`. With a concurrency limit the reply ends with the lease's
+  // expiry, and a granted take's lease gets the id the take sent (its last ARGV).
+  static MultiDecision parse(State& state, bool remember, const Request& q, const Reply& r, std::int64_t permits) {
     const std::size_t count = state.limiterNames.size();
     const bool leases = state.leases();
+    const bool reserve = q.argv[0] == "reserve";
     const std::size_t expected = kHead + kPerLimit * count + (leases || reserve ? 1 : 0);
     (void)detail::arrayReply("", state.label, r, expected, reserve ? "reserve" : "the script");
     const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
@@ -296,8 +304,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     }
     if (reserve) {
       d.repeated = at(expected - 1) == 1;
-    } else if (leases && d.allowed && !leaseId.empty()) {
-      d.lease = Lease{leaseId, microseconds{at(expected - 1)}};
+    } else if (leases && d.allowed && q.argv[0] == "take") {
+      d.lease = Lease{q.argv.back(), microseconds{at(expected - 1)}};
     }
     return d;
   }
@@ -335,20 +343,17 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     return d;
   }
   // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
-  // limit is a concurrency limit.
-  void refuseWithLeases(std::string_view what) const {
-    if (!state_->leases()) return;
-    throw InvalidArgument(fmt::format(
-        "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of time, "
-        "and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
-        state_->label, what));
-  }
-  // Throws InvalidArgument for a call that takes permits ahead of time: refuseWithLeases(`what`),
-  // and for `calendarWhat` when a limit is a calendar quota (as Limiter's: its next window opens at
-  // the zone's next midnight).
-  void refuseAhead(std::string_view what, std::string_view calendarWhat) const {
-    refuseWithLeases(what);
-    if (!state_->tables) return;
+  // limit is a concurrency limit; and for `calendarWhat` (if given), a call that takes permits ahead
+  // of time, when a limit is a calendar quota (as Limiter's: its next window opens at the zone's
+  // next midnight).
+  void refuse(std::string_view what, std::string_view calendarWhat = {}) const {
+    if (state_->leases()) {
+      throw InvalidArgument(fmt::format(
+          "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of "
+          "time, and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
+          state_->label, what));
+    }
+    if (calendarWhat.empty() || !state_->tables) return;
     throw InvalidArgument(fmt::format(
         "redlimit: {}: {} cannot be used when a limit is a calendar quota: it takes no permits ahead of time (its "
         "next window opens at the zone's next midnight). Use decide() and its retryAfter",
@@ -367,6 +372,26 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   std::vector<std::string> names_;   // the keys, or the limiters' names while unbound_
   bool unbound_;                     // a MultiLimit of Limiters before on(): no keys
 };
+
+namespace {
+
+// The label of `limits` ("MultiLimit(a + b)"), the name its own events and messages give it.
+// MultiLimit's header befriends no helper: LabelOf, explicitly instantiated with its private core_
+// (the names in an explicit instantiation are not access-checked: [temp.explicit] in C++17),
+// defines it as a friend.
+const std::string& labelOf(const MultiLimit& limits);
+template <auto kCore>
+struct LabelOf {
+  friend const std::string& labelOf(const MultiLimit& limits) { return (limits.*kCore)->state_->label; }
+};
+template struct LabelOf<&MultiLimit::core_>;
+
+}  // namespace
+
+namespace detail {
+// labelOf, for LeaseHeartbeat's events and messages (lease_heartbeat.cpp declares it).
+const std::string& multiLimitLabel(const MultiLimit& limits) { return labelOf(limits); }
+}  // namespace detail
 
 // --- The handle -------------------------------------------------------------------------------
 
@@ -447,22 +472,22 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
 MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->run(core_->countedTakeOp(permits)); }
 
 bool MultiLimit::tryAcquire(std::int64_t permits) {
-  core_->refuseWithLeases("tryAcquire");
+  core_->refuse("tryAcquire");
   return decide(permits).allowed;
 }
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
-  core_->refuseAhead("tryAcquire", "tryAcquire with a timeout");
+  core_->refuse("tryAcquire", "tryAcquire with a timeout");
   return detail::tryAcquireWithin(core_->gate_, permits, timeout, core_->taking(permits));
 }
 
 void MultiLimit::acquire(std::int64_t permits) {
-  core_->refuseAhead("acquire", "acquire");
+  core_->refuse("acquire", "acquire");
   (void)detail::acquireWaiting(core_->gate_, permits, core_->taking(permits));
 }
 
 Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
-  core_->refuseAhead("reserve", "reserve");
+  core_->refuse("reserve", "reserve");
   // The combined decision: a reservation answers no per-limit views.
   return static_cast<const Decision&>(core_->run(core_->countedTakeOp(permits, maxWait)));
 }
@@ -489,17 +514,15 @@ void MultiLimit::renewAsync(Lease lease, milliseconds leaseTtl, RenewCallback do
 }
 
 void MultiLimit::renewAsyncWith(Lease lease, std::optional<milliseconds> leaseTtl, RenewCallback done) {
-  core_->runAsync<std::optional<Lease>>([&] { return core_->renewOp(lease, leaseTtl); }, std::move(done));
+  core_->runAsync<MaybeLease>([&] { return core_->renewOp(lease, leaseTtl); }, std::move(done));
 }
 
 std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease) {
-  return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsyncWith(std::move(lease), std::nullopt, std::move(done)); });
+  return detail::futureOf<MaybeLease>([&](auto done) { renewAsync(std::move(lease), std::move(done)); });
 }
 
 std::future<std::optional<Lease>> MultiLimit::renewAsync(Lease lease, milliseconds leaseTtl) {
-  return detail::futureOf<std::optional<Lease>>(
-      [&](auto done) { renewAsyncWith(std::move(lease), leaseTtl, std::move(done)); });
+  return detail::futureOf<MaybeLease>([&](auto done) { renewAsync(std::move(lease), leaseTtl, std::move(done)); });
 }
 
 void MultiLimit::releaseAsync(const Lease& lease, ReleaseCallback done) {
@@ -527,8 +550,7 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 }
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  if (!detail::isolateThenCheck(done, monitor(), core_->state_->label,
-                                [&] { core_->refuseWithLeases("tryAcquireAsync"); })) {
+  if (!detail::isolateThenCheck(done, monitor(), core_->state_->label, [&] { core_->refuse("tryAcquireAsync"); })) {
     return;
   }
   decideAsync(permits, [done = std::move(done)](const MultiDecision& d, const std::exception_ptr& error) {
@@ -544,7 +566,7 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 
 std::string MultiLimit::reservationKey(const std::string& id) const {
   // The record says what each limit gives back: token bucket, GCRA and fixed window only.
-  core_->refuseWithLeases("reserveFor or settle");
+  core_->refuse("reserveFor or settle");
   return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
 }
 

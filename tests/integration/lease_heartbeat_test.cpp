@@ -4,6 +4,7 @@
 // thread for every heartbeat. Waits are for conditions (renewals counted, the server's clock),
 // never on elapsed time.
 #include <atomic>
+#include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,34 @@ bool heartbeatSees(Ready&& ready) {
 
 // A valid lease id that no acquire made.
 std::string unusedLeaseId() { return std::string(32, 'b'); }
+
+// The CallbackThrew events a monitor's onEvent (callback()) is given.
+class ThrownCallbacks {
+ public:
+  EventCallback callback() {
+    return [this](const Event& e) {
+      if (e.kind != Event::Kind::CallbackThrew) return;
+      const std::lock_guard<std::mutex> lock(m_);
+      events_.push_back(e);
+      cv_.notify_all();
+    };
+  }
+  // Waits up to 20 s for the `n`th (a loaded machine may be slow; a pass ends at once); true when
+  // it came.
+  bool cameTo(std::size_t n) {
+    std::unique_lock<std::mutex> lock(m_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return events_.size() >= n; });
+  }
+  std::vector<Event> events() {
+    const std::lock_guard<std::mutex> lock(m_);
+    return events_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<Event> events_;
+};
 
 }  // namespace
 
@@ -237,15 +266,8 @@ TEST_F(LeaseHeartbeatTest, ALeaseReleasedElsewhereIsLostOnceAndNotRenewedAgain) 
 TEST_F(LeaseHeartbeatTest, AnOnLostThatThrowsIsCountedAndReportedUnderTheLimitersName) {
   Limiter::Options lo;
   lo.monitor.registry = std::make_shared<MetricsRegistry>();
-  std::mutex m;
-  std::vector<Event> threw;
-  std::promise<void> reported;
-  lo.monitor.onEvent = [&](const Event& e) {
-    if (e.kind != Event::Kind::CallbackThrew) return;
-    const std::lock_guard<std::mutex> lock(m);
-    threw.push_back(e);
-    if (threw.size() == 1) reported.set_value();
-  };
+  ThrownCallbacks thrown;
+  lo.monitor.onEvent = thrown.callback();
   Limiter cl(client(), limiterName(), Policy::concurrency(1, milliseconds(1000)), lo);
   const std::optional<Lease> lease = cl.acquireLease(kJob).lease;
   ASSERT_TRUE(lease);
@@ -259,14 +281,51 @@ TEST_F(LeaseHeartbeatTest, AnOnLostThatThrowsIsCountedAndReportedUnderTheLimiter
   LeaseHeartbeat hb(cl, kJob, *lease, o);
   ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
   ASSERT_TRUE(cl.release(kJob, *lease));  // another holder of the id releases it
-  ASSERT_EQ(reported.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_TRUE(thrown.cameTo(1));
   EXPECT_TRUE(hb.lost());
   EXPECT_EQ(lostCalls.load(), 1);
   EXPECT_EQ(cl.monitor().metrics()->snapshot().callbacksThrew, 1u);
-  const std::lock_guard<std::mutex> lock(m);
+  const std::vector<Event> threw = thrown.events();
   ASSERT_EQ(threw.size(), 1u);
   EXPECT_EQ(threw[0].limiter, cl.name());
   EXPECT_NE(threw[0].description.find("the holder's onLost throws"), std::string::npos) << threw[0].description;
+}
+
+// A MultiLimit's heartbeat names it as the MultiLimit's own events and messages do: its onLost
+// that throws is reported under the name a callback of the MultiLimit's own call that throws is,
+// and a bad interval's message gives that name too.
+TEST_F(LeaseHeartbeatTest, AMultiLimitsHeartbeatNamesItAsTheMultiLimitsOwnEventsDo) {
+  MultiLimit::Options mo;
+  mo.monitor.registry = std::make_shared<MetricsRegistry>();
+  ThrownCallbacks thrown;
+  mo.monitor.onEvent = thrown.callback();
+  Limiter places(client(), limiterName("places"), Policy::concurrency(1, milliseconds(1000)));
+  MultiLimit all = MultiLimit({places}, mo).on({kJob});
+  const std::optional<Lease> lease = all.decide().lease;
+  ASSERT_TRUE(lease);
+  all.renewAsync(*lease, [](const std::optional<Lease>&, const std::exception_ptr&) {
+    throw std::runtime_error("the MultiLimit's own callback throws");
+  });
+  ASSERT_TRUE(thrown.cameTo(1));
+  const std::string name = thrown.events()[0].limiter;
+  LeaseHeartbeat::Options tooSlow;
+  tooSlow.interval = milliseconds(1000);
+  const std::string refused = messageOfError<InvalidArgument>(ErrorKind::InvalidArgument,
+                                                              [&] { (void)LeaseHeartbeat::resolved(all, tooSlow); });
+  EXPECT_NE(refused.find(name), std::string::npos) << refused << " does not name " << name;
+
+  LeaseHeartbeat::Options o;
+  o.interval = milliseconds(20);
+  o.onLost = [](const Lease&, const std::exception_ptr&) { throw std::runtime_error("the holder's onLost throws"); };
+  LeaseHeartbeat hb(all, *lease, o);
+  ASSERT_TRUE(heartbeatSees([&] { return hb.renewals() >= 1; }));
+  ASSERT_TRUE(all.release(*lease));  // another holder of the id releases it
+  ASSERT_TRUE(thrown.cameTo(2));
+  EXPECT_TRUE(hb.lost());
+  const std::vector<Event> threw = thrown.events();
+  ASSERT_EQ(threw.size(), 2u);
+  EXPECT_EQ(threw[1].limiter, name) << "one name for one MultiLimit";
+  EXPECT_NE(threw[1].description.find("the holder's onLost throws"), std::string::npos) << threw[1].description;
 }
 
 TEST_F(LeaseHeartbeatTest, AServerThatIsGoneLosesTheLeaseWithTheLastError) {
