@@ -219,8 +219,11 @@ class MultiLimit {
   [[nodiscard]] const LimiterMonitor& monitor() const noexcept;
 
  private:
+  friend class LeaseHeartbeat;
   class Core;
   explicit MultiLimit(std::shared_ptr<Core> core) noexcept;
+  // "MultiLimit(a + b)": the name its events and messages give it (and its heartbeats').
+  [[nodiscard]] const std::string& label() const noexcept;
   std::shared_ptr<Core> core_;
 
   void renewAsyncWith(Lease lease, std::optional<std::chrono::milliseconds> leaseTtl, RenewCallback done);

@@ -96,10 +96,4 @@ bool checkedOrAnswered(std::function<void(T, std::exception_ptr)>& done, const L
   callOnce(done, &monitor, limiter, T{}, std::move(error));
   return false;
 }
-/// checkedOrAnswered's former name, until its callers in rate_limiter.cpp and multi_limit.cpp use the new one.
-template <class... Args>
-bool isolateThenCheck(Args&&... args) {
-  return checkedOrAnswered(std::forward<Args>(args)...);
-}
-
 }  // namespace redlimit::detail

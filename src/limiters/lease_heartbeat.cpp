@@ -18,11 +18,6 @@
 
 namespace redlimit {
 
-namespace detail {
-// The MultiLimit's label, as its own events and messages give it (multi_limit.cpp).
-const std::string& multiLimitLabel(const MultiLimit& limits);
-}  // namespace detail
-
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
@@ -200,7 +195,7 @@ class LeaseHeartbeat::State : public std::enable_shared_from_this<LeaseHeartbeat
     detail::IdleSweeper::instance().schedule(id, std::chrono::duration_cast<microseconds>(delay));
   }
 
-  static std::string nameOf(const MultiLimit& limits) { return detail::multiLimitLabel(limits); }
+  static std::string nameOf(const MultiLimit& limits) { return limits.label(); }
   static std::string nameOf(const LimiterKey& t) { return t.limiter.name(); }
 };
 

@@ -373,25 +373,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   bool unbound_;                     // a MultiLimit of Limiters before on(): no keys
 };
 
-namespace {
-
-// The label of `limits` ("MultiLimit(a + b)"), the name its own events and messages give it.
-// MultiLimit's header befriends no helper: LabelOf, explicitly instantiated with its private core_
-// (the names in an explicit instantiation are not access-checked: [temp.explicit] in C++17),
-// defines it as a friend.
-const std::string& labelOf(const MultiLimit& limits);
-template <auto kCore>
-struct LabelOf {
-  friend const std::string& labelOf(const MultiLimit& limits) { return (limits.*kCore)->state_->label; }
-};
-template struct LabelOf<&MultiLimit::core_>;
-
-}  // namespace
-
-namespace detail {
-// labelOf, for LeaseHeartbeat's events and messages (lease_heartbeat.cpp declares it).
-const std::string& multiLimitLabel(const MultiLimit& limits) { return labelOf(limits); }
-}  // namespace detail
 
 // --- The handle -------------------------------------------------------------------------------
 
@@ -550,7 +531,7 @@ std::future<MultiDecision> MultiLimit::decideAsync(std::int64_t permits) {
 }
 
 void MultiLimit::tryAcquireAsync(std::int64_t permits, std::function<void(bool, std::exception_ptr)> done) {
-  if (!detail::isolateThenCheck(done, monitor(), core_->state_->label, [&] { core_->refuse("tryAcquireAsync"); })) {
+  if (!detail::checkedOrAnswered(done, monitor(), core_->state_->label, [&] { core_->refuse("tryAcquireAsync"); })) {
     return;
   }
   decideAsync(permits, [done = std::move(done)](const MultiDecision& d, const std::exception_ptr& error) {
@@ -600,6 +581,7 @@ std::future<MultiSettlement> MultiLimit::settleAsync(const std::string& id, std:
 MultiSettlement MultiLimit::cancel(const std::string& id) { return settle(id, 0); }
 
 const std::vector<std::string>& MultiLimit::names() const noexcept { return core_->names_; }
+const std::string& MultiLimit::label() const noexcept { return core_->state_->label; }
 std::size_t MultiLimit::size() const noexcept { return core_->names_.size(); }
 const std::shared_ptr<Client>& MultiLimit::client() const noexcept { return core_->client_; }
 FailureStats MultiLimit::failureStats() const { return core_->gate_.stats(); }

@@ -169,7 +169,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     return ask(atLeast, checkRange(atLeast, atMost), detail::randomIdBytes());
   }
   void tryAcquireUpToAsync(std::int64_t atLeast, std::int64_t atMost, AcquireCallback done) {
-    if (!detail::isolateThenCheck(done, gate_.monitor(), name_, [&] { atMost = checkRange(atLeast, atMost); })) return;
+    if (!detail::checkedOrAnswered(done, gate_.monitor(), name_, [&] { atMost = checkRange(atLeast, atMost); })) return;
     // ask() without waiting: `done` once, on the I/O thread (on this one when decided without sending).
     detail::runAsync<detail::AcquireResult, detail::AcquireResult>(
         shared_from_this(), decision(atLeast),

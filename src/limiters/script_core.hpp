@@ -113,14 +113,14 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   template <class Key>
   void refundAsync(Key&& key, std::int64_t permits, Done<bool> done) {
     if (permits != 0) return runAsync([&] { return giveBackOp(key(), permits, true); }, std::move(done));
-    if (isolateThenCheck(done, gate_.monitor(), name_, key)) callOnce(done, &gate_.monitor(), name_, true, nullptr);
+    if (checkedOrAnswered(done, gate_.monitor(), name_, key)) callOnce(done, &gate_.monitor(), name_, true, nullptr);
   }
   /// `c` (DEL, EXISTS; keyCommand waits) without waiting, on the key `key()` makes: its error
   /// reaches `done` at once (isolated).
   template <class Key>
   void keyAsync(const KeyCommand& c, Key&& key, Done<bool> done) {
     std::string k;
-    if (isolateThenCheck(done, gate_.monitor(), name_, [&] { k = key(); })) {
+    if (checkedOrAnswered(done, gate_.monitor(), name_, [&] { k = key(); })) {
       keyCommandAsync(shared_from_this(), c, k, std::move(done));
     }
   }
