@@ -373,7 +373,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   bool unbound_;                     // a MultiLimit of Limiters before on(): no keys
 };
 
-
 // --- The handle -------------------------------------------------------------------------------
 
 MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Options& options) {
