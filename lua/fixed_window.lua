@@ -22,12 +22,10 @@
 --   reserve n ttlMs cfg, settle actual cfg
 --                      with the configuration in the call (ARGV[6]), as take's.
 --   set mode L W keepAlive
---                      'try' writes only if the key does not exist; 'reset' overwrites the
---                      configuration of a fixed window and restarts it empty; 'keep' writes the
---                      configuration keeping the counts (windowRescale), and changes nothing when
---                      the key holds this configuration. Reply {written, L, localRate,
---                      localIntervalMs}.
---   config             {L, L, W, L, W, keepAlive}
+--                      'try' writes only if the key does not exist (an empty window); 'keep'
+--                      writes the configuration keeping the counts (windowRescale), and changes
+--                      nothing when the key holds this configuration. Reply {written, L,
+--                      localRate, localIntervalMs}.
 --   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
 --                      the limit in the call: cfg is the caller's configuration packed as the
 --                      key's first 13 bytes ('W', L, W ms, keepAlive ms). A key without one is
@@ -190,9 +188,7 @@ end
 
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
-    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
-  end
+  if mode ~= 'try' and mode ~= 'keep' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or keep') end
   local l = countArg(ARGV[5], 1, MAX_U32, 'limit', key)
   local windowMs = countArg(ARGV[6], 1, MAX_U32, 'window (ms)', key)
   local keepAlive = countArg(ARGV[7], 0, MAX_U32, 'keepAlive (ms)', key)
@@ -201,7 +197,7 @@ if op == 'set' then
   local s = windowNew(key, nowUs, l, windowMs, keepAlive)
   -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
   local usable, old = false, nil
-  if v and mode == 'keep' then usable, old = pcall(windowLoad, key, nowUs) end
+  if v then usable, old = pcall(windowLoad, key, nowUs) end
   if usable then
     if string.sub(v, 1, 13) == struct.pack('<c1I4I4I4', 'W', l, windowMs, keepAlive) then
       return {1, l, l, windowMs}           -- the same configuration: nothing changes
@@ -210,11 +206,6 @@ if op == 'set' then
   end
   windowStore(s, s.count, s.nextCount)
   return {1, l, l, windowMs}
-end
-
-if op == 'config' then
-  local s = windowLoad(key, nowUs)
-  return {s.l, s.l, s.windowMs, s.l, s.windowMs, s.keepAlive}
 end
 
 fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for fixed_window.lua')

@@ -28,13 +28,11 @@
 --   reserve n ttlMs cfg, settle actual cfg
 --                      with the configuration in the call (ARGV[6]), as take's.
 --   set mode B P I keepAlive initial
---                      mode 'try' writes only if the key does not exist; 'reset' overwrites the
---                      configuration of a limiter of this kind and restarts its state with
---                      `initial` permits (0..B); 'keep' writes the configuration and keeps the
---                      permits in use (gcraRescale; `initial` only for a key that does not
---                      exist), and changes nothing when the key holds this configuration.
+--                      mode 'try' writes only if the key does not exist, with `initial` permits
+--                      (0..B); 'keep' writes the configuration and keeps the permits in use
+--                      (gcraRescale; `initial` only for a key that does not exist), and changes
+--                      nothing when the key holds this configuration.
 --                      Reply {written, B, localRate, localIntervalMs}.
---   config             {B, localRate, localIntervalMs, B, P, I, keepAlive}
 --   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
 --                      the limit in the call (the keyed limiters, and the handles made with a
 --                      configuration): cfg is the caller's
@@ -233,9 +231,7 @@ end
 
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
-    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
-  end
+  if mode ~= 'try' and mode ~= 'keep' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or keep') end
   local b = countArg(ARGV[5], 1, MAX_U32, 'burst', key)
   local p = countArg(ARGV[6], 1, MAX_U32, 'permits per interval', key)
   local intervalMs = countArg(ARGV[7], 1, MAX_U32, 'interval (ms)', key)
@@ -248,7 +244,7 @@ if op == 'set' then
   local s = gcraNew(key, kind, nowUs, b, p, intervalMs, keepAlive)
   -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
   local usable, old = false, nil
-  if v and mode == 'keep' then usable, old = pcall(gcraLoad, key, kind, nowUs) end
+  if v then usable, old = pcall(gcraLoad, key, kind, nowUs) end
   if usable then
     local lr, lms = gcraLocalRate(s)
     if string.sub(v, 1, 17) == string.sub(struct.pack(GCRA_LAYOUT, kind, b, p, intervalMs, keepAlive, 0, 0), 1, 17) then
@@ -261,12 +257,6 @@ if op == 'set' then
   gcraStore(s, (b - initial) * s.ip)       -- <= B*I'
   local lr, lms = gcraLocalRate(s)
   return {1, b, lr, lms}
-end
-
-if op == 'config' then
-  local s = gcraLoad(key, kind, nowUs)
-  local lr, lms = gcraLocalRate(s)
-  return {s.b, lr, lms, s.b, s.p, s.intervalMs, s.keepAlive}
 end
 
 fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for gcra.lua')

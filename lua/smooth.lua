@@ -68,17 +68,12 @@
 --                      a bursty limiter stores what is left, up to maxPermits (a warming-up one
 --                      does not: stored permits are how cold it is, not credit). Reply: remaining.
 --   set mode P I L C [keepAlive]
---                      mode 'try' writes only if the key does not exist; 'reset' overwrites a
---                      limiter of this kind. Starts as Guava: bursty with nothing stored, warming
---                      up cold (maxPermits stored); nextFree = now. 'keep' writes the
---                      configuration keeping the state (rescale below; a key without one starts
---                      as Guava), and changes nothing when the key holds this configuration.
---                      keepAlive (not stored) is the TTL rule of this write (see TTL).
---                      Reply {written, limit, localRate, localIntervalMs}.
---   rate P I           Guava's setRate: resync at the old rate, then the new rate with stored
---                      permits scaled by newMax / oldMax (floor; 0 when oldMax is 0); nextFree is
---                      kept (the next request still pays the old debt). Same reply as set.
---   config             {limit, localRate, localIntervalMs, P, I, L, C}
+--                      mode 'try' writes only if the key does not exist, starting as Guava:
+--                      bursty with nothing stored, warming up cold (maxPermits stored); nextFree
+--                      = now. 'keep' writes the configuration keeping the state (rescale below; a
+--                      key without one starts as Guava), and changes nothing when the key holds
+--                      this configuration. keepAlive (not stored) is the TTL rule of this write
+--                      (see TTL). Reply {written, limit, localRate, localIntervalMs}.
 --   take n maxWaitUs cfg, peek n 0 cfg, refund n 0 cfg
 --                      the limit in the call: cfg is the caller's configuration, 18 bytes: the
 --                      key's first 14 ('S', P, I ms, L ms, C) and keepAlive ms. A key without
@@ -95,7 +90,7 @@
 -- TTL: the keepAlive in the call (the limit in the call, or set's) > 0: the time until the
 --   limiter holds maxPermits again (resetAfter: full, or cold) plus keepAlive, so an idle key
 --   vanishes then and decides as a new one. Otherwise none; state writes keep a TTL set on the key
---   by hand (SET KEEPTTL), set/reset clears it.
+--   by hand (SET KEEPTTL), set clears it.
 local LAYOUT = '<c1I4I4I4BI6I6BB'
 local OLD_LAYOUT = '<c1I4I4I4BI7I7'
 local CONFIG_LAYOUT = '<c1I4I4I4BI4'
@@ -396,18 +391,11 @@ if op == 'refund' then
   return (floorDiv(c.stored, c.K))
 end
 
-local function configArgs(first)
-  local p = countArg(ARGV[first], 1, MAX_U32, 'permits per interval')
-  local intervalMs = countArg(ARGV[first + 1], 1, MAX_U32, 'interval (ms)')
-  return p, intervalMs
-end
-
 if op == 'set' then
   local mode = ARGV[4]
-  if mode ~= 'try' and mode ~= 'reset' and mode ~= 'keep' then
-    fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try, reset or keep')
-  end
-  local p, intervalMs = configArgs(5)
+  if mode ~= 'try' and mode ~= 'keep' then fail('REDLIMIT_INVALID_ARGUMENT', 'set mode must be try or keep') end
+  local p = countArg(ARGV[5], 1, MAX_U32, 'permits per interval')
+  local intervalMs = countArg(ARGV[6], 1, MAX_U32, 'interval (ms)')
   local lms = countArg(ARGV[7], 0, MAX_U32, 'maxBurst or warm-up period (ms)')
   local cold = countArg(ARGV[8], 0, MAX_COLD, 'cold factor')
   local keepAlive = 0
@@ -419,7 +407,7 @@ if op == 'set' then
   if v and mode == 'try' then return {0, 0, 0, 0} end
   -- A stored configuration or state that cannot be used has nothing to keep: 'keep' resets it.
   local usable, old = false, nil
-  if v and mode == 'keep' then usable, old = pcall(unpackState, v) end
+  if v then usable, old = pcall(unpackState, v) end
   if usable then
     if string.sub(v, 2, 13) == struct.pack('<I4I4I4', p, intervalMs, lms) and string.byte(v, 14) % 128 == cold then
       return {1, c.limit, c.lr, c.lms}     -- the same configuration: nothing changes
@@ -431,22 +419,6 @@ if op == 'set' then
   end
   store(c, false)
   return {1, c.limit, c.lr, c.lms}
-end
-
-if op == 'rate' then
-  local p, intervalMs = configArgs(4)
-  local c = load()
-  local n, why = derive(p, intervalMs, c.L, c.cold)
-  if not n then fail('REDLIMIT_INVALID_ARGUMENT', 'new rate for ' .. label .. ' ' .. KEYS[1] .. ': ' .. why) end
-  n.keepAlive = 0
-  rescale(c, n)
-  store(n, true)
-  return {1, n.limit, n.lr, n.lms}
-end
-
-if op == 'config' then
-  local c = load()
-  return {c.limit, c.lr, c.lms, c.p, c.intervalMs, c.L, c.cold}
 end
 
 fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for smooth.lua')

@@ -20,19 +20,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr char kKind = 'Q';
 constexpr int kBefore = 1;  // windows sent before the current one
 constexpr int kAfter = 2;   // and after it
-
-const date::time_zone* zoneOf(const std::string& name) {
-  if (name.empty()) throw InvalidArgument("redlimit: a calendar quota needs a time zone name");
-  try {
-    return date::locate_zone(name);
-  } catch (const std::exception& e) {
-    throw InvalidArgument(
-        fmt::format("redlimit: unknown time zone \"{}\" (not in the system's database: {})", name, e.what()));
-  }
-}
 
 // The unit as the scripts take it: 'D', 'W', 'M' (CalendarUnit's order), '?' for another value.
 char unitCode(CalendarUnit u) {
@@ -40,9 +29,9 @@ char unitCode(CalendarUnit u) {
   return i < 3 ? "DWM"[i] : '?';
 }
 
-// The checks of checkCalendarQuota but the zone's; its zone, looked up.
+// The checks of checkCalendarQuota, returning the zone they looked up.
 const date::time_zone* checkedZone(const CalendarQuota& q) {
-  checkCount("a calendar quota's limit", q.limit, 1, kMaxCalendarPermits);
+  checkCount("a calendar quota's limit", q.limit, 1, kMaxPermits);
   if (unitCode(q.unit) == '?') {
     throw InvalidArgument(fmt::format("redlimit: unknown calendar unit {}", static_cast<int>(q.unit)));
   }
@@ -50,7 +39,13 @@ const date::time_zone* checkedZone(const CalendarQuota& q) {
   if (ws < 0 || ws > 6) {
     throw InvalidArgument(fmt::format("redlimit: a week must start on Sunday (0) .. Saturday (6), got {}", ws));
   }
-  return zoneOf(q.zone);
+  if (q.zone.empty()) throw InvalidArgument("redlimit: a calendar quota needs a time zone name");
+  try {
+    return date::locate_zone(q.zone);
+  } catch (const std::exception& e) {
+    throw InvalidArgument(
+        fmt::format("redlimit: unknown time zone \"{}\" (not in the system's database: {})", q.zone, e.what()));
+  }
 }
 
 // The first instant of the local day `d`: midnight, or the end of a gap that skips it (date::choose
@@ -97,11 +92,7 @@ std::vector<CalendarWindow> windowsIn(const CalendarQuota& q, const date::time_z
   out.reserve(static_cast<std::size_t>(before) + static_cast<std::size_t>(after) + 1);
   for (int k = -before; k <= after; ++k) {
     const date::local_days first = windowDay(q, today, k);
-    CalendarWindow w;
-    w.label = labelOf(q, first);
-    w.start = startOf(zone, first);
-    w.end = startOf(zone, windowDay(q, first, 1));
-    out.push_back(w);
+    out.push_back(CalendarWindow{labelOf(q, first), startOf(zone, first), startOf(zone, windowDay(q, first, 1))});
   }
   return out;
 }
@@ -115,9 +106,9 @@ std::string packTable(const std::vector<CalendarWindow>& windows) {
   return out;
 }
 
-std::string checkedKeepAlive(milliseconds keepAlive) {
+void checkQuotaAndKeepAlive(const CalendarQuota& quota, milliseconds keepAlive) {
+  (void)checkedZone(quota);
   checkMillis("keepAlive", keepAlive, 0);  // kMaxInterval: what a uint32 holds
-  return fmt::to_string(keepAlive.count());
 }
 
 }  // namespace
@@ -125,16 +116,15 @@ std::string checkedKeepAlive(milliseconds keepAlive) {
 void checkCalendarQuota(const CalendarQuota& quota) { (void)checkedZone(quota); }
 
 std::string calendarConfig(const CalendarQuota& quota, milliseconds keepAlive) {
-  (void)checkedZone(quota);
-  (void)checkedKeepAlive(keepAlive);
-  std::string out{kKind, unitCode(quota.unit)};
+  checkQuotaAndKeepAlive(quota, keepAlive);
+  std::string out{'Q', unitCode(quota.unit)};
   for (const std::int64_t v : {quota.limit, keepAlive.count()}) packLe(out, v, 4);
   return out;
 }
 
 std::vector<std::string> calendarArgs(const CalendarQuota& quota, milliseconds keepAlive) {
-  (void)checkedZone(quota);
-  return {fmt::to_string(quota.limit), std::string(1, unitCode(quota.unit)), checkedKeepAlive(keepAlive), {}};
+  checkQuotaAndKeepAlive(quota, keepAlive);
+  return {fmt::to_string(quota.limit), std::string(1, unitCode(quota.unit)), fmt::to_string(keepAlive.count()), {}};
 }
 
 void CalendarTables::add(std::size_t index, const CalendarQuota& quota, std::string prefix) {

@@ -26,16 +26,13 @@ namespace redlimit::detail {
 
 /// A calendar quota's parameters, as Policy::calendar takes them.
 struct CalendarQuota {
-  std::int64_t limit = 0;                 // permits per window, 1..kMaxCalendarPermits
+  std::int64_t limit = 0;                 // permits per window, 1..kMaxPermits
   CalendarUnit unit = CalendarUnit::Day;  // the window
   std::string zone = "UTC";               // an IANA zone name of the system's database
   Weekday weekStart = Weekday::Monday;    // CalendarUnit::Week: the first day of a week
 };
 
-/// The most a calendar key counts (a uint32 in the key).
-inline constexpr std::int64_t kMaxCalendarPermits = 4294967295;
-
-/// Throws InvalidArgument unless `quota` is usable: limit in 1..kMaxCalendarPermits, a known unit,
+/// Throws InvalidArgument unless `quota` is usable: limit in 1..kMaxPermits, a known unit,
 /// weekStart in Sunday..Saturday, a zone the system's database has.
 void checkCalendarQuota(const CalendarQuota& quota);
 
@@ -61,8 +58,6 @@ class CalendarTables {
  public:
   /// `owner` names the caller in messages ("limiter x", "MultiLimit(a + b)").
   explicit CalendarTables(std::string owner) : owner_(std::move(owner)) {}
-  CalendarTables(const CalendarTables&) = delete;
-  CalendarTables& operator=(const CalendarTables&) = delete;
 
   /// The quota's table goes in argv[index] of every call, after `prefix`. Throws InvalidArgument
   /// for a bad quota (its zone is looked up here, once).

@@ -31,25 +31,19 @@ std::string namespacedKey(std::string_view name, std::string_view key) {
   return out;
 }
 
-void checkReservationId(const std::string& id, bool colon) {
+std::string namespacedRecordKey(const std::string& stateKey, const std::string& id, std::string_view infix) {
   if (id.empty() || id.size() > kMaxReservationIdLength) {
     throw InvalidArgument(
         fmt::format("redlimit: a reservation id must be 1..{} bytes, got {}", kMaxReservationIdLength, id.size()));
   }
   for (const char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '_' || c == '.' || (colon && c == ':');
-    if (!ok) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+          c == '.')) {
       throw InvalidArgument(
-          fmt::format("redlimit: reservation id \"{}\" holds byte 0x{:02x}; allowed are A-Z a-z "
-                      "0-9 and - _ .{}",
-                      id, static_cast<unsigned>(static_cast<unsigned char>(c)), colon ? " :" : ""));
+          fmt::format("redlimit: reservation id \"{}\" holds byte 0x{:02x}; allowed are A-Z a-z 0-9 and - _ .", id,
+                      static_cast<unsigned>(static_cast<unsigned char>(c))));
     }
   }
-}
-
-std::string namespacedRecordKey(const std::string& stateKey, const std::string& id, std::string_view infix) {
-  checkReservationId(id, false);
   // A key with a hash tag hashes the tag: the record keeps it (its prefix holds no '{').
   if (hashedPart(stateKey).size() != stateKey.size()) return fmt::format("rl::{}:{}:{}", infix, id, stateKey);
   if (stateKey.find('}') != std::string::npos) {

@@ -25,9 +25,6 @@ void checkNamespaceName(const std::string& name, std::size_t maxLength);
 /// The state key of `key` (1..kMaxKeyLength bytes, any bytes) of the limiter `name`; throws
 /// InvalidArgument naming the limiter for an empty or too long key.
 [[nodiscard]] std::string namespacedKey(std::string_view name, std::string_view key);
-/// Throws InvalidArgument for a reservation id that is not 1..128 bytes of A-Z a-z 0-9 - _ . (and
-/// ':' when `colon`: the 0.x records, <key>:rsv:<id>, end with the id).
-void checkReservationId(const std::string& id, bool colon);
 /// The record `id` (1..128 bytes of A-Z a-z 0-9 - _ .) of the state key `stateKey`, of the kind
 /// `infix` ("rsv", "mrsv"). Throws InvalidArgument for a bad id, and for a state key without a
 /// hash tag that holds a '}' (no record could share its slot: the message says to tag it).

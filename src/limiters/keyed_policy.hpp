@@ -2,11 +2,9 @@
 // MultiLimit send it).
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,8 +12,6 @@
 
 #include "limiters/calendar_tables.hpp"
 #include "redlimit/policy.hpp"
-#include "redlimit/detail/limits.hpp"
-#include "redlimit/detail/rate_units.hpp"
 
 namespace redlimit::detail {
 
@@ -24,9 +20,10 @@ namespace redlimit::detail {
 /// window; 18 for the smooth limiter: its key's 14 and the keepAlive, which its key has no room
 /// for), `limit` what a decision reports as its limit, `maxPermits` the most one call may ask for,
 /// `localRate` per `localIntervalMs` the Local failure policy's bucket, and `fields` the
-/// configuration in the order of the script's `config` reply, keepAlive last. A calendar quota
-/// (kind 'Q') is sent otherwise: `calendar` holds it, its script takes it as arguments of their own
-/// (calendarArgs) with a table of its windows, and `packed` only tells policies apart.
+/// configuration as given, keepAlive last (the script's `set` arguments for a kind that can be
+/// stored). A calendar quota (kind 'Q') is sent otherwise: `calendar` holds it, its script takes
+/// it as arguments of their own (calendarArgs) with a table of its windows, and `packed` only tells
+/// policies apart.
 struct KeyedPolicy {
   std::string packed;
   std::int64_t limit = 0;
@@ -52,19 +49,13 @@ inline std::int64_t localIntervalMs(std::int64_t permits, std::int64_t intervalM
   return ms < 1 ? 1 : ms > 1e12 ? 1000000000000 : static_cast<std::int64_t>(ms);
 }
 
-/// A policy of `packed` and `fields` (see KeyedPolicy) that reports `limit`, takes up to `limit` a
-/// call, and has `limit` per `localMs` as the Local bucket.
-inline KeyedPolicy keyedPolicy(std::string packed, std::vector<std::int64_t> fields, std::int64_t limit,
-                               std::int64_t localMs) {
-  return KeyedPolicy{std::move(packed), limit, limit, limit, localMs, std::move(fields), std::nullopt};
-}
-
-/// keyedPolicy() with the key header `kind`, then each of `fields` as struct.pack's I4 (each
-/// checked: 0..2^32-1).
+/// A policy whose packed form is the key header `kind`, then each of `fields` (see KeyedPolicy) as
+/// struct.pack's I4 (each checked: 0..2^32-1); it reports `limit`, takes up to `limit` a call, and
+/// has `limit` per `localMs` as the Local bucket.
 inline KeyedPolicy headerPolicy(char kind, std::vector<std::int64_t> fields, std::int64_t limit, std::int64_t localMs) {
   std::string header(1, kind);
   for (const std::int64_t v : fields) packLe(header, v, 4);
-  return keyedPolicy(std::move(header), std::move(fields), limit, localMs);
+  return KeyedPolicy{std::move(header), limit, limit, limit, localMs, std::move(fields), std::nullopt};
 }
 
 /// The policy of a checked GCRA configuration (kind 'G' or 'T'): the key's header as
@@ -74,37 +65,6 @@ inline KeyedPolicy gcraPolicy(char kind, std::int64_t burst, std::int64_t rate, 
                               std::chrono::milliseconds keepAlive) {
   return headerPolicy(kind, {burst, rate, period.count(), keepAlive.count()}, burst,
                       localIntervalMs(burst, period.count(), rate));
-}
-
-/// The policy of a checked fixed window configuration: the key's header as
-/// lua/lib/fixed_window_core.lua packs it ('<c1I4I4I4'); the Local bucket is the window.
-inline KeyedPolicy windowPolicy(std::int64_t limit, std::chrono::milliseconds window,
-                                std::chrono::milliseconds keepAlive) {
-  return headerPolicy('W', {limit, window.count(), keepAlive.count()}, limit, window.count());
-}
-
-/// The policy of a checked smooth configuration: `permits` per `interval`, `span` the maxBurst
-/// (cold = 0, bursty) or the warm-up period, `cold` the cold factor. The key's header as
-/// lua/smooth.lua packs it ('<c1I4I4I4BI4'); limit, the most permits per call (n x K < 2^53) and
-/// the Local bucket as the script's derive() computes them.
-inline KeyedPolicy smoothPolicy(std::int64_t permits, std::chrono::milliseconds interval,
-                                std::chrono::milliseconds span, std::int64_t cold,
-                                std::chrono::milliseconds keepAlive) {
-  KeyedPolicy p;
-  p.packed.push_back('S');
-  for (const std::int64_t v : {permits, interval.count(), span.count()}) packLe(p.packed, v, 4);
-  packLe(p.packed, cold, 1);  // 0..127
-  packLe(p.packed, keepAlive.count(), 4);
-  const auto [pp, t] = rateUnits(permits, interval);  // P' and I'
-  // K units per permit and the most units stored (checked by validateConfig: below 2^53).
-  const std::int64_t k = cold == 0 ? t : t * 2 * (1 + cold);
-  const std::int64_t maxK = cold == 0 ? span.count() * 1000 * pp : span.count() * 1000 * pp * (5 + cold);
-  p.limit = maxK / k;
-  p.maxPermits = std::min<std::int64_t>(kMaxPermits, ((std::int64_t{1} << 53) - 1) / k);
-  p.localRate = cold == 0 ? p.limit + 1 : 1;
-  p.localIntervalMs = localIntervalMs(p.localRate, interval.count(), permits);
-  p.fields = {permits, interval.count(), span.count(), cold, keepAlive.count()};
-  return p;
 }
 
 }  // namespace redlimit::detail

@@ -1,6 +1,6 @@
 // redlimit — lease ids: 32 lowercase hex digits, made by the client before an acquire is sent (so
-// that a resend takes one place), checked before anything is sent; and the bounds of a concurrency
-// limit (Policy::concurrency, a lease's TTL), checked here for every caller.
+// that a resend takes one place), checked before anything is sent; and the bound of a lease's TTL
+// (Policy::concurrency, acquire, renew, the heartbeat), checked here for every caller.
 #pragma once
 
 #include <algorithm>
@@ -16,9 +16,6 @@
 
 namespace redlimit::detail {
 
-inline constexpr std::int64_t kMaxLeases = 4294967295;                // a concurrency limit's most places
-inline constexpr std::chrono::milliseconds kMaxLeaseTtl{4294967295};  // 49.7 days: lua/concurrency.lua's bound
-
 inline std::string newLeaseId() { return hexOf(randomIdBytes()); }
 
 inline void checkLeaseId(const std::string& id) {
@@ -30,15 +27,9 @@ inline void checkLeaseId(const std::string& id) {
   }
 }
 
+// lua/concurrency.lua's bound: a uint32 of ms, 49.7 days.
 inline void checkLeaseTtl(std::chrono::milliseconds ttl) {
-  checkCount("leaseTtl (ms)", ttl.count(), 1, kMaxLeaseTtl.count());
-}
-
-/// A concurrency limit's parameters: `limit` places (1..kMaxLeases), leases of `leaseTtl`. Throws
-/// InvalidArgument.
-inline void checkLeaseLimit(std::int64_t limit, std::chrono::milliseconds leaseTtl) {
-  checkCount("limit", limit, 1, kMaxLeases);
-  checkLeaseTtl(leaseTtl);
+  checkCount("leaseTtl (ms)", ttl.count(), 1, kMaxInterval.count());
 }
 
 }  // namespace redlimit::detail

@@ -1,6 +1,9 @@
 #include "redlimit/policy.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -38,35 +41,52 @@ std::int64_t ceilTimes(std::int64_t permits, std::int64_t ms, std::int64_t per) 
   return product / per + (product % per != 0 ? 1 : 0);
 }
 
-// The exactness bounds of lua/smooth.lua's derive() for `permits` per `interval`, `span` the
-// maxBurst (cold = 0) or the warm-up period, each field already in range.
-void checkSmoothExact(std::int64_t permits, milliseconds interval, milliseconds span, std::int64_t cold) {
+// A smooth policy: `permits` per `interval`, `span` the maxBurst (cold = 0, bursty) or the warm-up
+// period, `cold` the cold factor. Throws InvalidArgument for a field out of range or outside the
+// exactness bounds of lua/smooth.lua's derive(); else the key's header as the script packs it
+// ('<c1I4I4I4BI4'), and limit, the most permits per call (n x K < 2^53) and the Local bucket as
+// derive() computes them.
+detail::KeyedPolicy smoothPolicy(std::int64_t permits, milliseconds interval, milliseconds span, std::int64_t cold,
+                                 milliseconds keepAlive) {
+  detail::checkCount("permits", permits, 1, detail::kMaxPermits);
+  detail::checkMillis("interval", interval, 1);
+  detail::checkMillis(cold == 0 ? "maxBurst" : "warmup", span, cold == 0 ? 0 : 1);
+  detail::checkCount("coldFactor", cold, cold == 0 ? 0 : 1, detail::kMaxColdFactor);
   const auto [p, t] = detail::rateUnits(permits, interval);  // P' and I'
-  if (cold == 0) {
-    if (mul(span.count() * 1000, p) > kTwo52) {
-      throw InvalidArgument(fmt::format(
-          "redlimit: maxBurst {} ms is too long for {} permits per {} ms: maxBurst in us x {} (permits / gcd(permits, "
-          "interval in us)) must be at most 2^52",
-          span.count(), permits, interval.count(), p));
-    }
-    return;
-  }
   const std::int64_t w = span.count() * 1000;
-  const std::int64_t m = 2 * (1 + cold);
+  const std::int64_t m = cold == 0 ? 1 : 2 * (1 + cold);
+  // K units per permit and the most units stored
+  const std::int64_t k = mul(t, m);
+  const std::int64_t maxK = cold == 0 ? mul(w, p) : mul(mul(w, p), 5 + cold);
+  if (cold == 0 && maxK > kTwo52) {
+    throw InvalidArgument(fmt::format(
+        "redlimit: maxBurst {} ms is too long for {} permits per {} ms: maxBurst in us x {} (permits / gcd(permits, "
+        "interval in us)) must be at most 2^52",
+        span.count(), permits, interval.count(), p));
+  }
   const std::int64_t earn = mul(p, 5 + cold);
-  const std::int64_t maxK = mul(mul(w, p), 5 + cold);
   const std::int64_t d = mul(mul(mul(16 * w, p), p), 1 + cold);
   const std::int64_t retryK = mul(mul(cold, t), 5 + cold);
-  const bool fits = mul(t, m) < kTwo53 && earn < kTwo53 && maxK <= kTwo52 && d <= kTwo52 &&
-                    mul(mul(8 * w, p), cold) < kTwo53 && mul(t, 5 + cold) < kTwo53 && mul(p, m) < kTwo53 &&
+  const bool fits = k < kTwo53 && earn < kTwo53 && maxK <= kTwo52 && d <= kTwo52 && mul(mul(8 * w, p), cold) < kTwo53 &&
+                    mul(t, 5 + cold) < kTwo53 && mul(p, m) < kTwo53 &&
                     detail::saturatingAdd(detail::saturatingAdd(maxK, retryK), earn) < kTwo53;
-  if (!fits) {
+  if (cold > 0 && !fits) {
     throw InvalidArgument(fmt::format(
         "redlimit: a warm-up period of {} ms with cold factor {} is too long for {} permits per {} ms to keep exact: "
         "warm-up in us x P'^2 x 16 x (1 + coldFactor) must be at most 2^52, with P' = {} (permits / gcd(permits, "
         "interval in us))",
         span.count(), cold, permits, interval.count(), p));
   }
+  std::string packed(1, 'S');
+  for (const std::int64_t v : {permits, interval.count(), span.count()}) detail::packLe(packed, v, 4);
+  detail::packLe(packed, cold, 1);  // 0..127
+  detail::packLe(packed, keepAlive.count(), 4);
+  const std::int64_t limit = maxK / k;
+  const std::int64_t localRate = cold == 0 ? limit + 1 : 1;
+  const std::int64_t most = std::min<std::int64_t>(detail::kMaxPermits, (kTwo53 - 1) / k);
+  const std::int64_t localMs = detail::localIntervalMs(localRate, interval.count(), permits);
+  std::vector<std::int64_t> fields{permits, interval.count(), span.count(), cold, keepAlive.count()};
+  return {std::move(packed), limit, most, localRate, localMs, std::move(fields), std::nullopt};
 }
 
 // Checks the parameters (InvalidArgument naming the parameter, its bound and the value) and packs
@@ -76,53 +96,37 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
   const milliseconds keepAlive{keepAliveMs};
   detail::checkMillis("keepAlive", keepAlive, 0);
   switch (kind) {
-    case Policy::Kind::Gcra: {  // rate a per period b, burst c
+    case Policy::Kind::Gcra:  // rate a per period b, burst c
       detail::checkCount("rate", a, 1, detail::kMaxPermits);
       detail::checkMillis("period", milliseconds{b}, 1);
       detail::checkCount("burst", c, 1, detail::kMaxPermits);
       detail::checkExact("burst", c, a, milliseconds{b});
       return detail::gcraPolicy('G', c, a, milliseconds{b}, keepAlive);
-    }
-    case Policy::Kind::TokenBucket: {  // capacity a, refill b per period c
+    case Policy::Kind::TokenBucket:  // capacity a, refill b per period c
       detail::checkCount("capacity", a, 1, detail::kMaxPermits);
       detail::checkCount("refill", b, 1, detail::kMaxPermits);
       detail::checkMillis("period", milliseconds{c}, 1);
       detail::checkExact("capacity", a, b, milliseconds{c});
       return detail::gcraPolicy('T', a, b, milliseconds{c}, keepAlive);
-    }
-    case Policy::Kind::FixedWindow: {  // limit a per window b
+    case Policy::Kind::FixedWindow:  // limit a per window b
       detail::checkCount("limit", a, 1, detail::kMaxPermits);
       detail::checkMillis("window", milliseconds{b}, 1);
-      return detail::windowPolicy(a, milliseconds{b}, keepAlive);
-    }
-    case Policy::Kind::Smooth: {  // permits a per interval b; c the maxBurst, or the warm-up with cold factor d > 0
-      detail::checkCount("permits", a, 1, detail::kMaxPermits);
-      detail::checkMillis("interval", milliseconds{b}, 1);
-      if (d > 0) {
-        detail::checkMillis("warmup", milliseconds{c}, 1);
-        detail::checkCount("coldFactor", d, 1, detail::kMaxColdFactor);
-      } else {
-        detail::checkMillis("maxBurst", milliseconds{c}, 0);
-      }
-      checkSmoothExact(a, milliseconds{b}, milliseconds{c}, d);
-      return detail::smoothPolicy(a, milliseconds{b}, milliseconds{c}, d, keepAlive);
-    }
+      // the key's header as lua/lib/fixed_window_core.lua packs it ('<c1I4I4I4'); the Local bucket: the window
+      return detail::headerPolicy('W', {a, b, keepAliveMs}, a, b);
+    case Policy::Kind::Smooth:  // permits a per interval b; c the maxBurst, or the warm-up with cold factor d > 0
+      return smoothPolicy(a, milliseconds{b}, milliseconds{c}, d, keepAlive);
     case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
       detail::CalendarQuota q{a, static_cast<CalendarUnit>(b), zone, static_cast<Weekday>(c)};
       detail::checkCalendarQuota(q);
       // packed for equality only (no script reads it); the Local bucket: the limit per day
-      detail::KeyedPolicy p = detail::keyedPolicy(fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone),
-                                                  {a, b, c, keepAliveMs}, a, 86400000);
-      p.calendar = std::move(q);
-      return p;
+      std::string packed = fmt::format("Q{}:{}:{}:{}:{}", a, b, c, keepAliveMs, zone);
+      return detail::KeyedPolicy{std::move(packed), a, a, a, 86400000, {a, b, c, keepAliveMs}, std::move(q)};
     }
-    case Policy::Kind::Concurrency: {
-      detail::checkLeaseLimit(a, milliseconds{b});
+    case Policy::Kind::Concurrency:
+      detail::checkCount("limit", a, 1, detail::kMaxPermits);
+      detail::checkLeaseTtl(milliseconds{b});
       // packed as multi.lua reads a concurrency limit's configuration; a lease a call
-      detail::KeyedPolicy p = detail::keyedPolicy(fmt::format("{}:{}", a, b), {a, b}, a, b);
-      p.maxPermits = 1;
-      return p;
-    }
+      return detail::KeyedPolicy{fmt::format("{}:{}", a, b), a, 1, a, b, {a, b}, std::nullopt};
   }
   throw InvalidArgument("redlimit: unknown policy kind");
 }
@@ -218,7 +222,7 @@ Policy Policy::stored() const {
                     kind_ == Kind::Calendar ? "calendar quota" : "concurrency limit"));
   }
   // Permanent: a stored configuration must outlive the key's idle time (deleteKey removes it).
-  Policy p(kind_, a_, b_, c_, d_, 0, zone_);
+  Policy p = permanent();
   p.stored_ = true;
   return p;
 }
@@ -227,12 +231,11 @@ std::int64_t Policy::limit() const noexcept { return packed_->limit; }
 
 milliseconds Policy::refillTime() const noexcept {
   switch (kind_) {
-    case Kind::Gcra:  // rate a per period b, burst c
-      return milliseconds{ceilTimes(c_, b_, a_)};
-    case Kind::TokenBucket:  // capacity a, refill b per period c
-      return milliseconds{ceilTimes(a_, c_, b_)};
+    case Kind::Gcra:    // rate a per period b (the limit: burst c)
     case Kind::Smooth:  // permits a per interval b
       return milliseconds{ceilTimes(limit(), b_, a_)};
+    case Kind::TokenBucket:  // capacity a, refill b per period c
+      return milliseconds{ceilTimes(a_, c_, b_)};
     case Kind::FixedWindow:  // limit a per window b
     case Kind::Concurrency:  // b: a lease's TTL
       return milliseconds{b_};

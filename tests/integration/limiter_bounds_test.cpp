@@ -197,7 +197,7 @@ TEST_F(LimiterBounds, GcraScriptMatchesTheExactModelOnRandomAndExtremeConfigurat
     std::int64_t now = 1700000000000000 + uniform(0, 1000000000);
     const std::int64_t initial = kind == "G" ? cfg.burst : uniform(0, cfg.burst);
     ASSERT_EQ(run(detail::lua::gcra, key,
-                  {"set", std::to_string(now), kind, "reset", std::to_string(cfg.burst), std::to_string(cfg.permits),
+                  {"set", std::to_string(now), kind, "try", std::to_string(cfg.burst), std::to_string(cfg.permits),
                    std::to_string(cfg.intervalMs), "0", std::to_string(initial)})
                   .elements.at(0)
                   .asInteger(),
@@ -244,7 +244,7 @@ TEST_F(LimiterBounds, FixedWindowScriptMatchesTheModel) {
     const std::string key = name("fw" + std::to_string(index));
     std::int64_t now = 1700000000000000 + uniform(0, 1000000000);
     ASSERT_EQ(run(detail::lua::fixed_window, key,
-                  {"set", std::to_string(now), "W", "reset", std::to_string(limit), std::to_string(windowMs), "0"})
+                  {"set", std::to_string(now), "W", "try", std::to_string(limit), std::to_string(windowMs), "0"})
                   .elements.at(0)
                   .asInteger(),
               1);
@@ -293,6 +293,7 @@ TEST_F(LimiterBounds, TokenBucketInitialTokensAndExactRefill) {
   // Polled faster than one permit comes back, the bucket still refills (the whole-second seed
   // never did): 3 per 10 ms, asked every ms.
   c = LimiterConfig{'T', 3, 3, 10, 0};
+  (void)raw({"DEL", key});
   (void)runOneKey(admin(), detail::lua::gcra, key, setArgs(c, serverTimeUs(admin()), 0));
   int granted = 0;
   const auto start = std::chrono::steady_clock::now();

@@ -167,11 +167,11 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
     for (int twin = 0; twin < 2; ++twin) {
       const auto& k = twin == 0 ? multi : twins;
       (void)runOneKey(admin(), detail::lua::gcra, k[0],
-                      {"set", str(now), "T", "reset", str(capA), str(permitsA), str(intervalA), "0", str(capA)});
+                      {"set", str(now), "T", "try", str(capA), str(permitsA), str(intervalA), "0", str(capA)});
       (void)runOneKey(admin(), detail::lua::gcra, k[1],
-                      {"set", str(now), "G", "reset", str(capB), str(permitsB), str(intervalB), "0", str(capB)});
+                      {"set", str(now), "G", "try", str(capB), str(permitsB), str(intervalB), "0", str(capB)});
       (void)runOneKey(admin(), detail::lua::fixed_window, k[2],
-                      {"set", str(now), "W", "reset", str(limitC), str(windowMs), "0"});
+                      {"set", str(now), "W", "try", str(limitC), str(windowMs), "0"});
     }
     const auto single = [&](std::size_t i, const std::string& op, std::int64_t at, std::int64_t n) {
       std::vector<std::string> args{op, str(at), kinds[i], str(n)};
@@ -237,10 +237,10 @@ TEST_F(MultiLimitTest, OneLimitAnswersAsItsOwnScriptWithReservations) {
     std::int64_t now = windowTime(intervalMs, 12345);
     for (const std::string& k : {mk, tk}) {
       if (kb == "W") {
-        (void)runOneKey(admin(), script, k, {"set", str(now), kb, "reset", str(limit), str(intervalMs), "0"});
+        (void)runOneKey(admin(), script, k, {"set", str(now), kb, "try", str(limit), str(intervalMs), "0"});
       } else {
         (void)runOneKey(admin(), script, k,
-                        {"set", str(now), kb, "reset", str(limit), "3", str(intervalMs), "0", str(limit)});
+                        {"set", str(now), kb, "try", str(limit), "3", str(intervalMs), "0", str(limit)});
       }
     }
     for (int step = 0; step < 80; ++step) {
@@ -269,8 +269,8 @@ TEST_F(MultiLimitTest, CombinedRetryAfterIsExactToTheMicrosecond) {
   // when both can give a permit: at the later of their own retries, and not a µs before.
   const std::vector<std::string> keys{key("a"), key("b")};
   const std::int64_t t0 = windowTime(1000, 0);
-  (void)runOneKey(admin(), detail::lua::gcra, keys[0], {"set", str(t0), "T", "reset", "2", "2", "700", "0", "2"});
-  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1300", "0", "1"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[0], {"set", str(t0), "T", "try", "2", "2", "700", "0", "2"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "try", "1", "1", "1300", "0", "1"});
   ASSERT_EQ(runMulti(admin(), keys, {"take", str(t0), "TG", "1", "0"}).elements[0].asInteger(), 1);
   ASSERT_EQ(runMulti(admin(), keys, {"take", str(t0 + 10), "TG", "1", "0"}).elements[0].asInteger(), 0);
   ASSERT_TRUE(takeReply(runOneKey(admin(), detail::lua::gcra, keys[0], {"take", str(t0 + 20), "T", "1", "0"})).allowed);
@@ -290,8 +290,8 @@ TEST_F(MultiLimitTest, AFullNextWindowPushesTheRetryToTheWindowAfter) {
   // meet in the window after next, 1.9 s from now (t0 is 100 ms into a window).
   const std::vector<std::string> keys{key("w"), key("g")};
   const std::int64_t t0 = windowTime(1000, 100000);
-  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "reset", "2", "1000", "0"});
-  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1500", "0", "1"});
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "try", "2", "1000", "0"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "try", "1", "1", "1500", "0", "1"});
   ASSERT_TRUE(
       takeReply(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "0"})).allowed);
   ASSERT_TRUE(takeReply(runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "1000000"}))
@@ -316,8 +316,8 @@ TEST_F(MultiLimitTest, ReservationsWaitForTheEarliestTimeAllCanGive) {
   // next one, 0.9 s from now; a reservation then succeeds with a delay of 1 s.
   const std::vector<std::string> keys{key("w"), key("g")};
   const std::int64_t t0 = windowTime(1000, 100000);
-  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "reset", "2", "1000", "0"});
-  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "reset", "1", "1", "1500", "0", "1"});
+  (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"set", str(t0), "W", "try", "2", "1000", "0"});
+  (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"set", str(t0), "G", "try", "1", "1", "1500", "0", "1"});
   (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "0"});
   (void)runOneKey(admin(), detail::lua::fixed_window, keys[0], {"take", str(t0), "W", "2", "1000000"});
   (void)runOneKey(admin(), detail::lua::gcra, keys[1], {"take", str(t0), "G", "1", "0"});

@@ -95,10 +95,11 @@ inline const detail::lua::EmbeddedScript& scriptOf(const std::string& kind) {
   return kind == "W" ? detail::lua::fixed_window : detail::lua::gcra;
 }
 
-/// `set reset` with `initial` permits (T, G) or an empty window (W), at nowUs.
+/// `set try` with `initial` permits (T, G) or an empty window (W), at nowUs: writes a key that
+/// does not exist.
 inline std::vector<std::string> setArgs(const LimiterConfig& c, std::int64_t nowUs, std::int64_t initial) {
-  if (c.kind == 'W') return {"set", str(nowUs), "W", "reset", str(c.limit), str(c.intervalMs), str(c.keepAliveMs)};
-  return {"set",          str(nowUs),        std::string(1, c.kind), "reset",     str(c.limit),
+  if (c.kind == 'W') return {"set", str(nowUs), "W", "try", str(c.limit), str(c.intervalMs), str(c.keepAliveMs)};
+  return {"set",          str(nowUs),        std::string(1, c.kind), "try",       str(c.limit),
           str(c.permits), str(c.intervalMs), str(c.keepAliveMs),     str(initial)};
 }
 
