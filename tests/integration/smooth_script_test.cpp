@@ -63,8 +63,8 @@ class SmoothScript : public RedisTest {
   }
   static std::string t(std::int64_t at) { return std::to_string(at); }
 
-  bool set(const Config& c, const std::string& at = "") {
-    return run("set", at, {"try", t(c.P), t(c.I), t(c.L), t(c.C)}).elements.at(0).asInteger() == 1;
+  bool set(const Config& c, const std::string& at = "", const char* mode = "try") {
+    return run("set", at, {mode, t(c.P), t(c.I), t(c.L), t(c.C)}).elements.at(0).asInteger() == 1;
   }
   TakeReply take(std::int64_t permits, std::int64_t maxWaitUs, const std::string& at = "") {
     return takeReply(run("take", at, {t(permits), t(maxWaitUs)}));
@@ -217,7 +217,7 @@ TEST_F(SmoothScript, WarmUpCostOfTheColdPermitsIsTheWarmUpPeriodEvenWithLargeNum
 
 class VirtualRun {
  public:
-  VirtualRun(SmoothScript& s, const Config& c) : s_(s) {
+  VirtualRun(SmoothScript& s, const Config& c) : s_(s), config_(c) {
     s_.drop();
     now_ = serverTimeUs(s_.adminClient());
     EXPECT_TRUE(s_.set(c, SmoothScript::t(now_)));
@@ -238,10 +238,18 @@ class VirtualRun {
     now_ += r.delayUs;
     return r.allowed;
   }
+  /// Guava's setRate(p per interval): the configuration written keeping the state (set keep,
+  /// the script call of Limiter::setPolicy), the warm-up period and cold factor unchanged.
+  void setRate(std::int64_t p, std::int64_t intervalMs) {
+    config_.P = p;
+    config_.I = intervalMs;
+    EXPECT_TRUE(s_.set(config_, SmoothScript::t(now_), "keep"));
+  }
   [[nodiscard]] std::int64_t lastWait() const { return lastWait_; }
 
  private:
   SmoothScript& s_;
+  Config config_;
   std::int64_t now_ = 0;
   std::int64_t lastWait_ = 0;
 };
@@ -284,6 +292,12 @@ TEST_F(SmoothScript, GuavaVectorsBursty) {
     VirtualRun run(*this, {1, 1000, 1000, 0});
     expectWaits(run, {1, 1, 2, 4, 8, 1}, {0, 1000000, 1000000, 2000000, 4000000, 8000000});
   }
+  {  // bursty and update, qps 1 -> 2
+    VirtualRun run(*this, {1, 1000, 1000, 0});
+    expectWaits(run, {1, 1}, {0, 1000000});
+    run.setRate(2, 1000);
+    expectWaits(run, {1, 2, 4, 1}, {1000000, 500000, 1000000, 2000000});
+  }
 }
 
 TEST_F(SmoothScript, GuavaVectorsWarmingUp) {
@@ -315,6 +329,29 @@ TEST_F(SmoothScript, GuavaVectorsWarmingUp) {
     expectWaits(run, ones(8), eight);
     run.userSleep(340000);
     expectWaits(run, ones(8), eight);
+  }
+}
+
+TEST_F(SmoothScript, GuavaVectorsWarmUpAndUpdate) {
+  {  // qps 2 -> 4, W 4 s, cold factor 3
+    VirtualRun run(*this, {2, 1000, 4000, 3});
+    expectWaits(run, ones(8), {0, 1375000, 1125000, 875000, 625000, 500000, 500000, 500000});
+    run.userSleep(4500000);
+    expectWaits(run, ones(3), {0, 1375000, 1125000});
+    run.setRate(4, 1000);
+    expectWaits(run, ones(5), {875000, 343750, 281250, 250000, 250000});
+    run.userSleep(4250000);
+    expectWaits(run, ones(11), {0, 718750, 656250, 593750, 531250, 468750, 406250, 343750, 281250, 250000, 250000});
+  }
+  {  // qps 5 -> 10, W 4 s, cold factor 10
+    VirtualRun run(*this, {5, 1000, 4000, 10});
+    expectWaits(run, ones(8), {0, 1752500, 1257500, 762500, 300227, 200000, 200000, 200000});
+    run.userSleep(4200000);
+    expectWaits(run, ones(3), {0, 1752500, 1257500});
+    run.setRate(10, 1000);
+    expectWaits(run, ones(5), {762500, 195625, 104602, 100000, 100000});
+    run.userSleep(4100000);
+    expectWaits(run, ones(11), {0, 938125, 814375, 690625, 566875, 443125, 319375, 195625, 104602, 100000, 100000});
   }
 }
 
@@ -377,7 +414,7 @@ TEST_F(SmoothScript, GuavaWarmUpIsHonouredWithWeights) {
   }
 }
 
-// ---- Refund, at chosen times ------------------------------------------------------------------
+// ---- Refund and a rate kept with the state, at chosen times ------------------------------------
 
 TEST_F(SmoothScript, RefundMovesTheDebtBackAndStoresTheRestWhenBursty) {
   const std::int64_t at = serverTimeUs(admin());
@@ -399,6 +436,24 @@ TEST_F(SmoothScript, RefundMovesTheDebtBackAndStoresTheRestWhenBursty) {
   (void)run("refund", t(at), {"2"});
   EXPECT_EQ(nextFree(), at + 1375000 - 1000000);
   EXPECT_EQ(storedUnits(), cold - 4000000) << "one permit (K = 4e6 units) still spent";
+}
+
+TEST_F(SmoothScript, KeepingTheStateResyncsThenScalesStoredPermits) {
+  const std::int64_t at = serverTimeUs(admin());
+  ASSERT_TRUE(set({2, 1000, 2000, 0}, t(at)));  // 2/s, up to 4 stored
+  // 1.5 s idle at the old rate: 3 stored; then 4/s: the maximum is 8, so 6 stored.
+  ASSERT_TRUE(set({4, 1000, 2000, 0}, t(at + 1'500'000), "keep"));
+  EXPECT_EQ(peek(1, t(at + 1'500'000)).remaining, 6);
+  EXPECT_EQ(peek(1, t(at + 1'500'000)).limit, 8);
+  EXPECT_EQ(nextFree(), at + 1'500'000);
+  // Debt is kept: 10 permits (6 stored free, 4 fresh at 250 ms) push nextFree 1 s on; a rate
+  // change then does not move it.
+  (void)take(10, 0, t(at + 1'500'000));
+  EXPECT_EQ(nextFree(), at + 2'500'000);
+  ASSERT_TRUE(set({1, 1000, 2000, 0}, t(at + 1'600'000), "keep"));
+  EXPECT_EQ(nextFree(), at + 2'500'000);
+  EXPECT_EQ(peek(1, t(at + 1'600'000)).retryAfterUs, 900'000);
+  EXPECT_EQ(peek(1, t(at + 1'600'000)).limit, 2);
 }
 
 // ---- Validation, errors, layout --------------------------------------------------------------
