@@ -228,11 +228,15 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
                       expected = expectedRateArg();
     // A call that may be partial (atLeast < atMost) names the record a partial grant leaves of its
     // size, so that a resend finds its member in O(1); other calls never touch it and pass the
-    // hash key in its place.
-    std::vector<std::string_view> keys = keyViews_;
-    keys.push_back(a->record.empty() ? std::string_view(keys_[0]) : a->record);
-    detail::evalAsync(*client_, kAcquire, keys, {most, least, a->id, now, a->resent ? "1" : "0", recordTtl_, expected},
-                      std::move(done), a->deadline);
+    // hash key in its place (wholeKeyViews_: no key list made per call).
+    std::vector<std::string_view> rangeKeys;
+    if (!a->record.empty()) {
+      rangeKeys = keyViews_;
+      rangeKeys.push_back(a->record);
+    }
+    detail::evalAsync(*client_, kAcquire, a->record.empty() ? wholeKeyViews_ : rangeKeys,
+                      {most, least, a->id, now, a->resent ? "1" : "0", recordTtl_, expected}, std::move(done),
+                      a->deadline);
   }
   void sendTogether(const std::vector<std::shared_ptr<Pending>>& group, detail::SteadyTime deadline,
                     detail::ReplyCallback done) {
@@ -422,6 +426,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   RateLimiter::Options options_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> keyViews_;
+  // acquire.lua's keys for a whole acquisition (atLeast == atMost): the five, then the hash key in
+  // the partial-grant record's place.
+  std::vector<std::string_view> wholeKeyViews_;
   // The longest one call may take, resends after a closed connection included: connect timeout +
   // command timeout (saturating).
   milliseconds callBound_{0};
@@ -455,6 +462,8 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
         name_, keys_[0], detail::keySlot(keys_[0]), keys_[1], detail::keySlot(keys_[1])));
   }
   keyViews_.assign(keys_.begin(), keys_.end());
+  wholeKeyViews_ = keyViews_;
+  wholeKeyViews_.push_back(keys_[0]);
   callBound_ = detail::LimiterCall::boundOf(*client_);
   // Twice the longest a resend can come after the first attempt, at least 1 s and at most an
   // hour: a resend later than the grant's own interval could only take capacity again for a grant
