@@ -65,15 +65,16 @@ detail::KeyedPolicy smoothPolicy(std::int64_t permits, milliseconds interval, mi
         span.count(), permits, interval.count(), p));
   }
   // A warm-up's own bounds.
-  const auto warmUpFits = [&] {
+  bool fits = true;
+  if (cold > 0) {
     const std::int64_t earn = mul(p, 5 + cold);
     const std::int64_t d = mul(mul(mul(16 * w, p), p), 1 + cold);
     const std::int64_t retryK = mul(mul(cold, t), 5 + cold);
-    return k < kTwo53 && earn < kTwo53 && maxK <= kTwo52 && d <= kTwo52 && mul(mul(8 * w, p), cold) < kTwo53 &&
+    fits = k < kTwo53 && earn < kTwo53 && maxK <= kTwo52 && d <= kTwo52 && mul(mul(8 * w, p), cold) < kTwo53 &&
            mul(t, 5 + cold) < kTwo53 && mul(p, m) < kTwo53 &&
            detail::saturatingAdd(detail::saturatingAdd(maxK, retryK), earn) < kTwo53;
-  };
-  if (cold > 0 && !warmUpFits()) {
+  }
+  if (!fits) {
     throw InvalidArgument(fmt::format(
         "redlimit: a warm-up period of {} ms with cold factor {} is too long for {} permits per {} ms to keep exact: "
         "warm-up in us x P'^2 x 16 x (1 + coldFactor) must be at most 2^52, with P' = {} (permits / gcd(permits, "
