@@ -74,8 +74,9 @@ class MultiLimit {
                                       // limiters' own failure options are not used by the MultiLimit
     LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events;
                                       // the limiters' own are not used either
-    std::string name;  // the name its metrics and events carry (UTF-8, <= 1024 bytes); empty = the limits' names joined
-                       // by '+' ("{t}:user+{t}:tenant")
+    std::string name;  // the name its metrics, events and error messages carry (UTF-8, <= 1024 bytes); empty:
+                       // metrics carry the limits' names joined by '+' ("{t}:user+{t}:tenant"), events and
+                       // messages "MultiLimit({t}:user + {t}:tenant)"
   };
 
   static constexpr std::size_t kMaxLimits = 32;

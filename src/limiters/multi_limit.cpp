@@ -424,7 +424,8 @@ MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Opt
   if (std::all_of(made.configs.begin(), made.configs.end(), [](const std::string& c) { return c.empty(); })) {
     made.configs.clear();
   }
-  made.label = fmt::format("MultiLimit({})", fmt::join(names, " + "));
+  // Options::name, when given, is what its events, messages and heartbeats call it, as its metrics do.
+  made.label = options.name.empty() ? fmt::format("MultiLimit({})", fmt::join(names, " + ")) : options.name;
   if (!calendars.empty()) {
     made.tables = std::make_shared<detail::CalendarTables>(made.label);
     // A limit's configuration is ARGV[6 + i] of every call of the limits (limitsRequest).

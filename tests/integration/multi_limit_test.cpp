@@ -4,14 +4,19 @@
 // and the failure policy on a server that is gone.
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "helpers.hpp"
 #include "topology/key_slot.hpp"
 #include "one_key_support.hpp"
+#include "redlimit/events.hpp"
 #include "redlimit/limiter.hpp"
+#include "redlimit/metrics.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/expect_error.hpp"
@@ -490,6 +495,30 @@ TEST_F(MultiLimitTest, AsyncFormsDecideLikeTheSyncOnes) {
   (void)raw({"SET", b.redisKey("k"), "garbage"});
   EXPECT_TRUE(test::throwsError<ScriptError>(ErrorKind::InvalidConfig, [&] { (void)both.decideAsync(1).get(); }));
   EXPECT_EQ(a.peek("k").remaining, 1);
+}
+
+// Options::name is what the events carry, as the metrics do; without it, the events carry
+// "MultiLimit(a + b)".
+TEST_F(MultiLimitTest, ANamedMultiLimitsEventsCarryItsName) {
+  Limiter a(client(), limiterName("a"), bucket(3, 3, milliseconds(100000)));
+  Limiter b(client(), limiterName("b"), window(2, milliseconds(100000)));
+  const auto throwerOf = [&](const std::string& name) {
+    auto named = std::make_shared<std::promise<std::string>>();
+    MultiLimit::Options mo;
+    mo.name = name;
+    mo.monitor.registry = std::make_shared<MetricsRegistry>();
+    mo.monitor.onEvent = [named](const Event& e) {
+      if (e.kind == Event::Kind::CallbackThrew) named->set_value(e.limiter);
+    };
+    MultiLimit both = MultiLimit({a, b}, mo).on({"k", "k"});
+    both.decideAsync(
+        1, [](const MultiDecision&, const std::exception_ptr&) { throw std::runtime_error("this callback throws"); });
+    const std::string carried = named->get_future().get();
+    EXPECT_EQ(mo.monitor.registry->snapshot(name.empty() ? a.name() + "+" + b.name() : name).granted, 1u);
+    return carried;
+  };
+  EXPECT_EQ(throwerOf("checkout"), "checkout");
+  EXPECT_EQ(throwerOf(""), "MultiLimit(" + a.name() + " + " + b.name() + ")");
 }
 
 // --- Failure policy ---------------------------------------------------------------------------------
