@@ -51,9 +51,14 @@
 -- windowResetAfter). Anything else falls through to the full code below, which checks everything
 -- in order and fails with the precise error before writing anything. A key of another Redis type
 -- fails the GET with Redis's WRONGTYPE error; ScriptCore, which knows the key, turns it into
--- ScriptError (InvalidConfig). A grant costs two Redis calls, the GET and one SET (with PX when keepAlive >
--- 0), and TIME when ARGV[2] is '' (always, from the limiters). a % b for integers 0 <= a < 2^53, b >= 1 is exact in doubles. With the
--- configuration in the call (ARGV[6]), the fast path also requires the key to begin with it.
+-- ScriptError (InvalidConfig). A grant costs two Redis calls and TIME when ARGV[2] is '' (always,
+-- from the limiters): the GET, then SETRANGE of the count alone when the key's window is the current
+-- one and counted permits already (the steady state: the TTL stays, see below), else one SET of the
+-- whole key (with PX when keepAlive > 0). A key updated in place is stored raw instead of embstr;
+-- MEMORY USAGE is the same (88 bytes for a 14-byte name). A TTL set on the key from outside (with
+-- keepAlive 0) lasts until the next whole SET, at the next window. a % b for integers
+-- 0 <= a < 2^53, b >= 1 is exact in doubles. With the configuration in the call (ARGV[6]), the fast
+-- path also requires the key to begin with it.
 local op, key = ARGV[1], KEYS[1]
 if op == 'take' and ARGV[3] == 'W' then
   local v = redis.call('GET', key)
@@ -81,7 +86,7 @@ if op == 'take' and ARGV[3] == 'W' then
         nowUs = t[1] * 1000000 + t[2]
       end
       local current = nowUs - nowUs % wus
-      local clamped = false
+      local stored, counted, clamped = start, count > 0, false
       if start ~= current then
         if start + wus == current then
           count, nextCount = nextCount, 0  -- the reserved window has begun
@@ -106,7 +111,13 @@ if op == 'take' and ARGV[3] == 'W' then
       end
       local resetUs = 0
       if nextCount > 0 then resetUs = wait + wus elseif count > 0 then resetUs = wait end
-      if allowed == 1 or clamped then      -- a clamped window is written back, also on a denial
+      if allowed == 1 and delay == 0 and start == stored and counted and not clamped then
+        -- Only the count changed, in the window the key holds, which counted permits already: its
+        -- TTL (when keepAlive > 0) is the end of that window, or of the next with permits reserved
+        -- there, plus keepAlive, and both stay as they were. The 4 bytes of the count (offset 20)
+        -- are written in place, keeping the TTL: about a third of what a whole SET with PX costs.
+        redis.call('SETRANGE', key, '20', struct.pack('<I4', count))
+      elseif allowed == 1 or clamped then  -- a clamped window is written back, also on a denial
         local packed = struct.pack('<c1I4I4I4I7I4I4', 'W', l, windowMs, keepAlive, start, count, nextCount)
         if keepAlive > 0 then
           redis.call('SET', key, packed, 'PX', math.ceil(resetUs / 1000) + keepAlive)

@@ -221,6 +221,48 @@ TEST_F(LimiterPerKey, AFixedWindowKeyNeedsNoSetUpAndExpiresAtTheWindowsEnd) {
   EXPECT_THROW((void)quota.decide(key, 4), InvalidArgument) << "more than the limit, before sending";
 }
 
+// In the window its key holds, which counted permits already, a grant writes the 4 bytes of the
+// count in place (SETRANGE): the rest of the key and its TTL (the window's end plus the margin)
+// stay as the first grant of the window wrote them.
+TEST_F(LimiterPerKey, AFixedWindowGrantInTheKeysWindowWritesOnlyTheCount) {
+  constexpr std::int64_t kWindowMs = 60000;
+  Limiter quota(client(), limiterName("quota"), Policy::fixedWindow(1000, milliseconds(kWindowMs)));
+  const auto calls = [&](const char* command) {
+    const std::string info = raw({"INFO", "commandstats"}).str;
+    const std::string field = std::string("cmdstat_") + command + ":calls=";
+    const auto at = info.find(field);
+    return at == std::string::npos ? std::int64_t{0} : std::stoll(info.substr(at + field.size()));
+  };
+  constexpr int kGrants = 5;
+  // Windows are aligned to the epoch: a sequence that a window's start cut in two is done again on
+  // a new key, and only a whole one is checked.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string key = "user:" + std::to_string(attempt);
+    const std::int64_t start = serverTimeMs(admin());
+    ASSERT_TRUE(quota.tryAcquire(key));  // a new key: the whole key, with its TTL
+    const std::string first = raw({"GET", quota.redisKey(key)}).str;
+    const std::int64_t ttl = pttl(quota.redisKey(key));
+    const std::int64_t sets = calls("set"), setranges = calls("setrange");
+    for (int i = 0; i < kGrants; ++i) ASSERT_TRUE(quota.tryAcquire(key));
+    const std::int64_t wroteSet = calls("set") - sets, wroteRange = calls("setrange") - setranges;
+    const std::string after = raw({"GET", quota.redisKey(key)}).str;
+    const std::int64_t ttlAfter = pttl(quota.redisKey(key));
+    if (serverTimeMs(admin()) / kWindowMs != start / kWindowMs) continue;
+    EXPECT_EQ(wroteRange, kGrants);
+    EXPECT_EQ(wroteSet, 0);
+    ASSERT_EQ(after.size(), first.size());
+    EXPECT_EQ(after.substr(0, 20), first.substr(0, 20)) << "configuration and window as they were";
+    EXPECT_EQ(after.substr(24), first.substr(24)) << "nothing reserved in the next window";
+    EXPECT_EQ(static_cast<unsigned char>(after[20]), 1 + kGrants) << "the count, little-endian";
+    EXPECT_EQ(after.substr(21, 3), std::string(3, '\0'));
+    EXPECT_GT(ttlAfter, 0);
+    EXPECT_LE(ttlAfter, ttl) << "the TTL of the window's first grant, kept";
+    EXPECT_EQ(quota.peek(key).remaining, 1000 - 1 - kGrants);
+    return;
+  }
+  FAIL() << "three sequences in a row were cut by a window's start";
+}
+
 // A smooth key starts idle (bursty: maxBurst's worth stored; warming up: cold) and expires once
 // idle again plus the margin; permanent policies keep their keys.
 TEST_F(LimiterPerKey, ASmoothKeyStartsIdleAndExpiresOnceIdle) {
