@@ -126,13 +126,13 @@ std::string summary(const std::string& machine, const std::vector<Face>& faces) 
       << "Machine: " << machine << "\n"
       << "A hot key used up (10 per 30 s), then N threads calling it for 2 s; ns of CPU per call are the\n"
       << "threads' own CPU time over their calls, wall ns per call the run's time over all threads' calls.\n\n"
-      << "  face / run                                         calls   allowed  script calls  local denials"
+      << "  face / run                                               calls   allowed  script calls  local denials"
          "  CPU ns/call  wall ns/call\n";
   for (const Face& f : faces) {
     const std::pair<const char*, const Run*> rows[] = {
         {"1 thread", &f.one}, {"8 threads", &f.eight}, {"8 threads, denyCacheKeys = 0", &f.uncached}};
     for (const auto& [what, r] : rows) {
-      out << fmt::format("  {:<50} {:>6} {:>9} {:>13} {:>14} {:>12} {:>13}\n", f.label + ", " + what, r->calls,
+      out << fmt::format("  {:<56} {:>8} {:>9} {:>13} {:>14} {:>12} {:>13}\n", f.label + ", " + what, r->calls,
                          r->allowed, r->scriptCalls, r->localDenials, cell(r->cpuNsPerCall(), 1),
                          cell(r->wallNsPerCall(), 1));
     }

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "redlimit/clock.hpp"
 
@@ -105,10 +107,12 @@ TEST(DenyCache, StaysWithinItsCapUnderAMillionDistinctDeniedKeys) {
   Cache cache(kCap, ClockRef<ManualClock>(clock));
   std::size_t most = 0;
   std::string key;
+  const Cache::Ticket sent = cache.ticket();
+  const Cache::Denial denial = denialOf(1, 60'000'000);
   for (int i = 0; i < 1'000'000; ++i) {
     key = "user:" + std::to_string(i);
-    cache.remember(key, cache.ticket(), denialOf(1, 60'000'000));
-    if (i % 1000 == 0) most = std::max(most, cache.size());
+    cache.remember(key, sent, denial);
+    if (i % 10'000 == 0) most = std::max(most, cache.size());
   }
   most = std::max(most, cache.size());
   EXPECT_LE(most, kCap);
@@ -143,6 +147,48 @@ TEST(DenyCache, RemembersNothingWithACapOfZeroOrADenialAlreadyOver) {
   clock.advance(microseconds{1000});  // the answer came as late as its retryAfter
   cache.remember("k", sent, denialOf(1, 1000));
   EXPECT_EQ(cache.size(), 0u);
+}
+
+// 8 threads looking up, remembering and forgetting 64 keys of a 16-key cache (and the clock moving):
+// every answer a denial of the permits remembered, never more keys than the cap.
+TEST(DenyCache, EightThreadsLookUpRememberAndForgetTogether) {
+  ManualClock clock;
+  Cache cache(16, ClockRef<ManualClock>(clock));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(8, 0), denials(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        const std::string key = "k" + std::to_string((i * 7 + t) % 64);
+        switch (i % 5) {
+          case 0:
+            cache.remember(key, cache.ticket(), denialOf(2, 1000));
+            break;
+          case 1:
+            if (t == 0) cache.forget(key);
+            break;
+          case 2:
+            if (t == 1) clock.advance(microseconds{1});
+            break;
+          default:
+            if (const std::optional<Cache::Denial> d = cache.denied(key, 2 + i % 2)) {
+              ++denials[static_cast<std::size_t>(t)];
+              if (d->permits != 2 || d->retryAfter.count() <= 0) ++bad[static_cast<std::size_t>(t)];
+            }
+        }
+        if (i % 1000 == 0 && cache.size() > 16) ++bad[static_cast<std::size_t>(t)];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  int totalBad = 0, totalDenials = 0;
+  for (int t = 0; t < 8; ++t) {
+    totalBad += bad[static_cast<std::size_t>(t)];
+    totalDenials += denials[static_cast<std::size_t>(t)];
+  }
+  EXPECT_EQ(totalBad, 0);
+  EXPECT_GT(totalDenials, 0);
+  EXPECT_LE(cache.size(), 16u);
 }
 
 }  // namespace
