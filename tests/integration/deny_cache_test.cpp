@@ -287,6 +287,25 @@ TEST_F(RateLimiterDenyCache, AnswersARedisDenialLocallyUntilItsRetryAfter) {
   EXPECT_EQ(scriptCalls(), sent + 1) << "the call after the retryAfter reached Redis";
 }
 
+// Another handle's release is not seen: denied here at most until the retryAfter remembered.
+TEST_F(RateLimiterDenyCache, AGiveBackElsewhereCostsAtMostTheRetryAfterOfFalseDenials) {
+  RateLimiter rl(client(), name(), options());
+  RateLimiter elsewhere(newClient(), name());
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1, milliseconds(1500)));
+  ASSERT_TRUE(rl.tryAcquire());
+  const Decision first = rl.decide(1);
+  const auto decided = std::chrono::steady_clock::now();
+  ASSERT_FALSE(first.allowed);
+  elsewhere.release(1);
+  EXPECT_EQ(elsewhere.availablePermits(), 1) << "Redis would grant now";
+  const Decision local = rl.decide(1);
+  EXPECT_FALSE(local.allowed) << "a false denial, within the bound";
+  EXPECT_LE(local.retryAfter, first.retryAfter);
+  std::this_thread::sleep_until(decided + first.retryAfter);
+  EXPECT_TRUE(rl.tryAcquire());
+  EXPECT_EQ(stats(rl).localDenials, 1u);
+}
+
 TEST_F(RateLimiterDenyCache, SendsTheNextCallToRedisAfterEachGiveBackOrRateOfThisProcess) {
   RateLimiter rl(client(), name(), options());
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1, hours(1)));

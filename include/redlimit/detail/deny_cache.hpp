@@ -13,7 +13,6 @@
 #include <iterator>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +22,7 @@
 
 #include "redlimit/clock.hpp"
 #include "redlimit/detail/cache_line.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 
 namespace redlimit::detail {
 
@@ -81,7 +81,7 @@ class DenyCache {
     const std::size_t h = std::hash<std::string_view>{}(key);
     Shard& s = shardOf(h);
     const std::int64_t now = clock_.now().count();
-    const std::lock_guard<std::mutex> lock(s.mutex);
+    const LockGuard lock(s.mutex);
     const auto it = s.index.find(key);
     if (it == s.index.end()) return std::nullopt;
     const Entry& e = *it->second;
@@ -107,7 +107,7 @@ class DenyCache {
     Shard& s = shardOf(h);
     const std::int64_t now = clock_.now().count();
     if (now >= until) return;
-    const std::lock_guard<std::mutex> lock(s.mutex);
+    const LockGuard lock(s.mutex);
     if (generation_.load(std::memory_order_acquire) != sent.generation) return;  // a give-back since
     const Entry values{
         {},      d.permits,     until, sent.sentAt.count(), d.remaining, sent.sentAt.count() + d.resetAfter.count(),
@@ -145,7 +145,7 @@ class DenyCache {
   void forget(std::string_view key) {
     if (!enabled()) return;
     Shard& s = shardOf(std::hash<std::string_view>{}(key));
-    const std::lock_guard<std::mutex> lock(s.mutex);
+    const LockGuard lock(s.mutex);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     if (const auto it = s.index.find(key); it != s.index.end()) s.erase(it);
   }
@@ -156,7 +156,7 @@ class DenyCache {
     if (!enabled()) return;
     generation_.fetch_add(1, std::memory_order_acq_rel);
     for (Shard& s : shards_) {
-      const std::lock_guard<std::mutex> lock(s.mutex);
+      const LockGuard lock(s.mutex);
       s.index.clear();
       s.lru.clear();
     }
@@ -166,7 +166,7 @@ class DenyCache {
   [[nodiscard]] std::size_t size() const {
     std::size_t n = 0;
     for (const Shard& s : shards_) {
-      const std::lock_guard<std::mutex> lock(s.mutex);
+      const LockGuard lock(s.mutex);
       n += s.lru.size();
     }
     return n;
@@ -185,12 +185,14 @@ class DenyCache {
   };
   using Lru = std::list<Entry>;  // the most recently used first
   struct alignas(kCacheLine) Shard {
-    mutable std::mutex mutex;
-    Lru lru;
-    std::unordered_map<std::string_view, typename Lru::iterator> index;  // views of the entries' keys
-    std::size_t cap = 0;
+    mutable Mutex mutex;
+    Lru lru REDLIMIT_GUARDED_BY(mutex);
+    std::unordered_map<std::string_view, typename Lru::iterator> index
+        REDLIMIT_GUARDED_BY(mutex);  // views of the entries' keys
+    std::size_t cap = 0;             // set once, before any use
 
-    void erase(typename std::unordered_map<std::string_view, typename Lru::iterator>::iterator it) {
+    void erase(typename std::unordered_map<std::string_view, typename Lru::iterator>::iterator it)
+        REDLIMIT_REQUIRES(mutex) {
       const typename Lru::iterator entry = it->second;
       index.erase(it);
       lru.erase(entry);
