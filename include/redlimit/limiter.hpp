@@ -48,6 +48,12 @@ struct SegmentAccess;
 /// share one Redis), and FailurePolicy::Local runs ONE local bucket of the policy's rate for all
 /// the keys of this process together.
 ///
+/// The deny cache (Options::denyCacheKeys; docs/api.md, "The deny cache"): a key Redis denied is
+/// answered by decide/tryAcquire/decideAsync here, denied, until the denial's retryAfter, for at
+/// least the permits denied; never granted locally. This object's give-backs on the key (refund,
+/// settle, deleteKey, setPolicy) forget it; another process's give-back is not seen, so the key
+/// may be denied here up to that retryAfter after Redis would grant it again.
+///
 /// A concurrency policy gives leases, not permits: acquireLease / renew / release (and their
 /// ...Async forms), and the permit operations are refused before anything is sent; the lease
 /// operations under a rate policy likewise.
@@ -65,8 +71,10 @@ class Limiter {
  public:
   /// Options of a Limiter.
   struct Options {
-    FailureOptions failure;           // decisions when Redis cannot be asked (default: throw the IoError)
-    LimiterMonitor::Options monitor;  // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+    FailureOptions failure;             // decisions when Redis cannot be asked (default: throw the IoError)
+    LimiterMonitor::Options monitor;    // metrics (on, into MetricsRegistry::global()), shadow mode (off), events
+    std::size_t denyCacheKeys = 10000;  // keys remembered as denied until their retryAfter (LRU; 0 = off,
+                                        // at most 2^24): decide answers them locally, denied
   };
 
   /// How an asynchronous call ends: its answer (error == nullptr) or the exception the sync call

@@ -98,12 +98,15 @@ class LimiterMetrics {
   struct Snapshot {
     std::string limiter;                    // the name, or MetricsRegistry::kOtherLabel for the collapsed ones
     std::uint64_t granted = 0;              // decisions that allowed (the segment cache's local hits included)
-    std::uint64_t denied = 0;               // decisions that refused (in shadow mode: still counted here)
+    std::uint64_t denied = 0;               // decisions that refused (in shadow mode: still counted here;
+                                            // the deny cache's local denials included)
     std::uint64_t permitsGranted = 0;       // permits those granted decisions took
     std::uint64_t shadowDenied = 0;         // shadow mode: denials the caller was let through anyway
     std::uint64_t permitsRefunded = 0;      // permits callers gave back with refund(): their grants stay
                                             // counted in granted and permitsGranted
     std::uint64_t localHits = 0;            // decisions the segment cache served without Redis (in granted)
+    std::uint64_t localDenials = 0;         // denials the deny cache answered without Redis (in denied): a key
+                                            // Redis denied, asked again before its retryAfter
     std::uint64_t reservationsOpened = 0;   // reserveFor grants recorded under a reservation id (also in granted)
     std::uint64_t reservationsSettled = 0;  // settle/cancel calls that settled a reservation (their give-back is
                                             // in permitsRefunded)
@@ -149,6 +152,9 @@ class LimiterMetrics {
     stripe.permits.fetch_add(static_cast<std::uint64_t>(permits), std::memory_order_relaxed);
     if (permits > 1) stripe.extra.fetch_add(static_cast<std::uint64_t>(permits - 1), std::memory_order_relaxed);
   }
+  /// A denial the limiter's deny cache answered without Redis: counted as denied. One addition, on
+  /// the calling thread's stripe (as localHit).
+  void localDenial() noexcept { local_[threadStripe()].denials.fetch_add(1, std::memory_order_relaxed); }
   /// A denial that shadow mode let through (also counted by decided(false, ...)).
   void shadowDenied() noexcept { decisions_.shadowDenied.fetch_add(1, std::memory_order_relaxed); }
   /// A request a deciding call sent to Redis (a coalesced batch is one; a resend is another).
@@ -198,6 +204,7 @@ class LimiterMetrics {
   struct alignas(detail::kCacheLine) Local {
     std::atomic<std::uint64_t> permits{0};  // permits handed out locally
     std::atomic<std::uint64_t> extra{0};    // of them, the permits beyond the first of each call
+    std::atomic<std::uint64_t> denials{0};  // the deny cache's local denials
   };
   std::array<Local, kStripes> local_{};
   struct alignas(detail::kCacheLine) Calls {
@@ -368,10 +375,11 @@ inline LimiterMetrics::Snapshot LimiterMetrics::snapshot() const noexcept {
   for (const Local& stripe : local_) {
     localPermits += stripe.permits.load(std::memory_order_relaxed);
     localExtra += stripe.extra.load(std::memory_order_relaxed);
+    s.localDenials += stripe.denials.load(std::memory_order_relaxed);
   }
   s.localHits = localPermits - std::min(localExtra, localPermits);
   s.granted = decisions_.granted.load(std::memory_order_relaxed) + s.localHits;
-  s.denied = decisions_.denied.load(std::memory_order_relaxed);
+  s.denied = decisions_.denied.load(std::memory_order_relaxed) + s.localDenials;
   s.permitsGranted = decisions_.permits.load(std::memory_order_relaxed) + localPermits;
   s.shadowDenied = decisions_.shadowDenied.load(std::memory_order_relaxed);
   s.roundTrips = calls_.roundTrips.load(std::memory_order_relaxed);

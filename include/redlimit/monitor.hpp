@@ -76,6 +76,16 @@ class LimiterMonitor {
     decision.allowed = admit(false, decision.permits, decision.retryAfter, decision.byPolicy);
     decision.shadowDenied = decision.allowed;
   }
+  /// Counts a denial the limiter's deny cache answered without Redis (LimiterMetrics::localDenial:
+  /// a denial, as admit() counts one) and makes it what the caller gets: in shadow mode allowed,
+  /// with shadowDenied set, the would-be denial reported as admit() reports one.
+  void admitLocalDenial(Decision& decision) const {
+    if (metrics_) metrics_->localDenial();
+    if (!shadow_) return;
+    shadowDenial(decision.permits, decision.retryAfter, false);
+    decision.allowed = true;
+    decision.shadowDenied = true;
+  }
   /// Counts a request a deciding call sent to Redis (LimiterMetrics::roundTrip).
   void roundTrip() const noexcept {
     if (metrics_) metrics_->roundTrip();

@@ -14,6 +14,7 @@
 //   redlimit_reservations_total{state="opened|settled"}             counter (reserveFor records, settles)
 //   redlimit_shadow_denials_total                                   counter (shadow mode's let-through denials)
 //   redlimit_local_hits_total                                       counter (segment cache hits, in decisions)
+//   redlimit_local_denials_total                                    counter (deny cache answers, in decisions)
 //   redlimit_redis_round_trips_total                                counter (requests sent to Redis to decide)
 //   redlimit_policy_decisions_total{policy="...",outcome="granted|denied|thrown"}   counter
 //     (one word, "granted", for a permitted decision in every family)

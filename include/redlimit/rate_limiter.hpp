@@ -47,6 +47,13 @@ struct SegmentAccess;
 /// unreachable Redis means (throw, allow, deny, or a local limiter), and while Redis stays
 /// unreachable only one call per probe interval tries it; the others are decided at once.
 ///
+/// The deny cache (Options::denyCacheKeys; docs/api.md, "The deny cache"): once Redis denied
+/// `permits`, decide and tryAcquire without a timeout (and their async forms) answer calls of at
+/// least those permits here, denied, until the denial's retryAfter less 1 ms (the script rounds
+/// its wait up to whole ms); never granted locally. This handle's release, setRate, trySetRate,
+/// updateRate and deleteLimiter forget it; another process's give-back or rate change is not
+/// seen, so the limiter may be denied here up to that retryAfter after Redis would grant again.
+///
 /// Bound: no call takes longer than connect timeout + command timeout (one request's deadline, plus
 /// the connecting it had to wait for), except acquire() and tryAcquire(permits, timeout), which
 /// sleep the waits the limiter asks for.
@@ -64,6 +71,11 @@ class RateLimiter {
                                                  // once, alone (false: one call each)
     LimiterMonitor::Options monitor;             // metrics (on, into MetricsRegistry::global()), shadow
                                                  // mode (off), events
+    std::size_t denyCacheKeys = 10000;           // keys remembered as denied until their retryAfter
+                                                 // (LRU; 0 = off, at most 2^24): a handle is one key,
+                                                 // so any value above 0 remembers this limiter's
+                                                 // denial, answered locally by decide and tryAcquire
+                                                 // without a timeout
   };
 
   static constexpr std::int64_t kMaxRate = 4294967295;                     // uint32 in a member

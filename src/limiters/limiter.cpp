@@ -69,10 +69,14 @@ Limiter::Limiter(std::shared_ptr<Client> client, std::string name, Policy policy
   // The kind the script checks: a concurrency limit's 'C' (its packed form is multi.lua's
   // "limit:ttl"), else the packed configuration's first byte (a calendar quota's: 'Q').
   const char kind = policy_.givesLeases() ? 'C' : policy_.packedPolicy().packed.front();
-  core_ =
-      std::make_shared<detail::ScriptCore>(std::move(client), checkedName(std::move(name)), std::move(options.failure),
-                                           options.monitor, &scriptOf(policy_.kind()), kind,
-                                           policy_.isStored() ? nullptr : policy_.packed_);  // stored: each key's own
+  detail::checkDenyCacheKeys(options.denyCacheKeys, name);  // before the name takes a metrics entry
+  // A concurrency limit's denial is not remembered: its retryAfter (the soonest lease's expiry)
+  // comes sooner with any release, the norm for leases.
+  const std::size_t denyCacheKeys = policy_.givesLeases() ? 0 : options.denyCacheKeys;
+  core_ = std::make_shared<detail::ScriptCore>(
+      std::move(client), checkedName(std::move(name)), std::move(options.failure), options.monitor,
+      &scriptOf(policy_.kind()), kind, policy_.isStored() ? nullptr : policy_.packed_,  // stored: each key's own
+      denyCacheKeys);
 }
 
 std::string Limiter::redisKey(std::string_view key) const { return detail::namespacedKey(name(), key); }
@@ -132,7 +136,7 @@ std::string Limiter::leaseKey(std::string_view what, std::string_view key) const
 }
 
 Decision Limiter::decide(std::string_view key, std::int64_t permits) {
-  return core_->run(core_->takeOp(permitKey("decide", key), permits, {}, true));
+  return core_->decide(key, permits, [&] { return permitKey("decide", key); });
 }
 
 bool Limiter::tryAcquire(std::string_view key, std::int64_t permits) { return decide(key, permits).allowed; }
@@ -156,6 +160,7 @@ Decision Limiter::peek(std::string_view key, std::int64_t permits) {
 }
 
 void Limiter::refund(std::string_view key, std::int64_t permits) {
+  const detail::ForgetAfter forget(*core_->denials_, key);
   core_->giveBack(refundKey("refund", key, permits), permits, true);
 }
 
@@ -165,12 +170,16 @@ Decision Limiter::reserveFor(std::string_view key, std::int64_t permits, const s
 }
 
 Settlement Limiter::settle(std::string_view key, const std::string& id, std::int64_t actual) {
+  const detail::ForgetAfter forget(*core_->denials_, key);
   return core_->run(core_->settleOp(holdKey("settle", key), id, actual));
 }
 
 Settlement Limiter::cancel(std::string_view key, const std::string& id) { return settle(key, id, 0); }
 
-bool Limiter::deleteKey(std::string_view key) { return detail::keyCommand(*core_, detail::kDeleteKey, redisKey(key)); }
+bool Limiter::deleteKey(std::string_view key) {
+  const detail::ForgetAfter forget(*core_->denials_, key);
+  return detail::keyCommand(*core_, detail::kDeleteKey, redisKey(key));
+}
 
 void Limiter::checkStored(std::string_view what) const {
   if (!policy_.isStored()) {
@@ -183,6 +192,7 @@ void Limiter::checkStored(std::string_view what) const {
 
 bool Limiter::trySetPolicy(std::string_view key) {
   checkStored("trySetPolicy");
+  const detail::ForgetAfter forget(*core_->denials_, key);
   return core_->writeConfig(redisKey(key), detail::ScriptCore::ConfigWrite::IfAbsent,
                             configArgs(policy_.packedPolicy()));
 }
@@ -193,6 +203,7 @@ void Limiter::setPolicy(std::string_view key, const Policy& policy) {
     throw InvalidArgument(
         fmt::format("redlimit: limiter {}: setPolicy takes a stored policy of the limiter's own algorithm", name()));
   }
+  const detail::ForgetAfter forget(*core_->denials_, key);
   (void)core_->writeConfig(redisKey(key), detail::ScriptCore::ConfigWrite::KeepState,
                            configArgs(policy.packedPolicy()));
 }
@@ -221,7 +232,8 @@ std::int64_t Limiter::held(std::string_view key) { return core_->run(core_->held
 // reach `done` at once, as the op's own checks do (runOpAsync).
 
 void Limiter::decideAsync(std::string_view key, std::int64_t permits, Callback<Decision> done) {
-  core_->runAsync([&] { return core_->takeOp(permitKey("decideAsync", key), permits, {}, true); }, std::move(done));
+  core_->decideAsync(
+      key, permits, [&] { return permitKey("decideAsync", key); }, std::move(done));
 }
 
 std::future<Decision> Limiter::decideAsync(std::string_view key, std::int64_t permits) {
@@ -248,7 +260,8 @@ std::future<Decision> Limiter::reserveForAsync(std::string_view key, std::int64_
 }
 
 void Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual, Callback<Settlement> done) {
-  core_->runAsync([&] { return core_->settleOp(holdKey("settleAsync", key), id, actual); }, std::move(done));
+  core_->runAsync([&] { return core_->settleOp(holdKey("settleAsync", key), id, actual); },
+                  detail::forgettingFirst(core_->denials_, key, std::move(done)));
 }
 
 std::future<Settlement> Limiter::settleAsync(std::string_view key, const std::string& id, std::int64_t actual) {
@@ -264,7 +277,8 @@ std::future<Decision> Limiter::peekAsync(std::string_view key, std::int64_t perm
 }
 
 void Limiter::refundAsync(std::string_view key, std::int64_t permits, Callback<bool> done) {
-  core_->refundAsync([&] { return refundKey("refundAsync", key, permits); }, permits, std::move(done));
+  core_->refundAsync([&] { return refundKey("refundAsync", key, permits); }, permits,
+                     detail::forgettingFirst(core_->denials_, key, std::move(done)));
 }
 
 std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permits) {
@@ -273,7 +287,8 @@ std::future<bool> Limiter::refundAsync(std::string_view key, std::int64_t permit
 
 void Limiter::deleteKeyAsync(std::string_view key, Callback<bool> done) {
   core_->keyAsync(
-      detail::kDeleteKey, [&] { return redisKey(key); }, std::move(done));
+      detail::kDeleteKey, [&] { return redisKey(key); },
+      detail::forgettingFirst(core_->denials_, key, std::move(done)));
 }
 
 std::future<bool> Limiter::deleteKeyAsync(std::string_view key) {
@@ -380,6 +395,7 @@ std::optional<std::int64_t> SegmentAccess<Limiter>::releaseGrantBestEffort(Limit
                                                                            std::int64_t permits) {
   if (permits <= 0) return 0;
   if (!source.client()->admitBestEffort()) return std::nullopt;
+  const ForgetAfter forget(*source.core_->denials_, key);
   source.core_->giveBack(source.redisKey(key), permits);  // a segment's give-back, not a caller's refund
   return permits;
 }

@@ -16,6 +16,7 @@
 #include "limiters/batcher.hpp"
 #include "limiters/completion.hpp"
 #include "limiters/decision_reply.hpp"
+#include "limiters/deny_answers.hpp"
 #include "limiters/future_of.hpp"
 #include "limiters/limiter_call.hpp"
 #include "limiters/script_call.hpp"
@@ -52,6 +53,12 @@ const Script kAvailable = script(detail::lua::available_permits);
 const Script kRelease = script(detail::lua::release);
 const Script kSetRate = script(detail::lua::set_rate);
 const Script kTtl = script(detail::lua::ttl);
+
+// The deny cache's one key: a RateLimiter handle is one limiter.
+constexpr std::string_view kDenyKey{};
+// How much sooner than a denial's retryAfter the same call may be granted: acquire.lua rounds its
+// wait up to whole ms (lua/lib/redisson.lua's denialWait), so the deny cache remembers 1 ms less.
+constexpr microseconds kWaitRounding{1000};
 
 static_assert(RateLimiter::kMaxRate == detail::kMaxPermits, "permits are checked as every limiter's");
 
@@ -385,6 +392,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   bool writeRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive,
                  std::string_view mode) {
     validateConfig(type, rate, interval, keepAlive);
+    const detail::ForgetAfter forget(*denials_, kDenyKey);  // a rate written here may grant sooner
     const bool written =
         call("setRate", kSetRate,
              {fmt::to_string(rate), fmt::to_string(interval.count()), fmt::to_string(static_cast<int>(type)),
@@ -435,6 +443,9 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   std::string recordTtl_;                         // ms a partial grant's record is kept (acquire.lua ARGV[6])
   std::atomic<std::int64_t> knownRate_{0};        // last rate seen from Redis; 0 = unknown
   std::atomic<std::int64_t> knownIntervalMs_{0};  // last interval seen from Redis; 0 = unknown
+  // This limiter (one key: kDenyKey) while Redis denied it, answered locally by decide and
+  // tryAcquire without a timeout until its retryAfter (less kWaitRounding).
+  std::shared_ptr<detail::LimiterDenyCache> denials_;
   detail::FailureGate gate_;
   // The coalescing queue (RateLimiter::Options::coalesce): whole acquisitions that arrive while a
   // group is in flight on each connection go together as one acquire_batch.lua call
@@ -446,6 +457,8 @@ RateLimiter::Impl::Impl(std::shared_ptr<Client> client, std::string name, RateLi
     : client_(std::move(client)),
       name_(std::move(name)),
       options_(std::move(options)),
+      denials_((detail::checkDenyCacheKeys(options_.denyCacheKeys, name_),
+                std::make_shared<detail::LimiterDenyCache>(std::min<std::size_t>(options_.denyCacheKeys, 1)))),
       gate_(name_, options_.failure, ClockView{}, checkedMonitor(client_, name_, options_.monitor)),
       coalescing_(kMaxCoalesced, detail::groupsInFlight(client_->options())) {
   const std::string& id = client_->clientId();
@@ -505,7 +518,7 @@ void RateLimiter::setRate(RateType type, std::int64_t rate, milliseconds interva
 bool RateLimiter::updateRate(RateType type, std::int64_t rate, milliseconds interval, milliseconds keepAlive) {
   return impl_->writeRate(type, rate, interval, keepAlive, "update");
 }
-bool RateLimiter::tryAcquire(std::int64_t permits) { return tryAcquire(permits, milliseconds{0}); }
+bool RateLimiter::tryAcquire(std::int64_t permits) { return decide(permits).allowed; }
 bool RateLimiter::tryAcquire(std::int64_t permits, milliseconds timeout) {
   // A timeout <= 0 means one attempt.
   const std::int64_t wait = std::max<std::int64_t>(detail::saturatingCast<microseconds>(timeout).count(), 0);
@@ -515,15 +528,26 @@ void RateLimiter::acquire(std::int64_t permits) {
   (void)impl_->askUntil(permits, std::numeric_limits<std::int64_t>::max(), true);
 }
 Decision RateLimiter::decide(std::int64_t permits) {
-  return Impl::admitted(impl_.get(), impl_->gate_.monitor(), impl_->tryAcquireUpTo(permits, permits), permits);
+  Impl& impl = *impl_;
+  detail::checkPermitRange(permits);  // before the cache: it holds only valid calls
+  return detail::decideThrough(*impl.denials_, kDenyKey, permits, impl.gate_.monitor(), kWaitRounding, [&] {
+    return Impl::admitted(&impl, impl.gate_.monitor(), impl.tryAcquireUpTo(permits, permits), permits);
+  });
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
-  impl_->tryAcquireUpToAsync(permits, permits,
-                             [weak = std::weak_ptr<Impl>(impl_), monitor = impl_->gate_.monitor(), permits,
-                              done = std::move(done)](const detail::AcquireResult& r, std::exception_ptr error) {
-                               if (error) return done(Decision{}, std::move(error));
-                               done(Impl::admitted(weak.lock().get(), monitor, r, permits), nullptr);
-                             });
+  Impl& impl = *impl_;
+  detail::decideThroughAsync(
+      impl.denials_, kDenyKey, permits, impl.gate_.monitor(), impl.name_, kWaitRounding,
+      [permits] { detail::checkPermitRange(permits); },
+      [&](std::function<void(Decision, std::exception_ptr)> asked) {
+        impl.tryAcquireUpToAsync(permits, permits,
+                                 [weak = std::weak_ptr<Impl>(impl_), monitor = impl.gate_.monitor(), permits,
+                                  asked = std::move(asked)](const detail::AcquireResult& r, std::exception_ptr error) {
+                                   if (error) return asked(Decision{}, std::move(error));
+                                   asked(Impl::admitted(weak.lock().get(), monitor, r, permits), nullptr);
+                                 });
+      },
+      std::move(done));
 }
 std::future<Decision> RateLimiter::decideAsync(std::int64_t permits) {
   return detail::futureOf<Decision>([&](auto done) { decideAsync(permits, std::move(done)); });
@@ -578,7 +602,10 @@ RateLimiterConfig RateLimiter::getConfig() {
   return RateLimiterConfig{*type.value == 0 ? RateType::Overall : RateType::PerClient, *rate.value,
                            milliseconds{*interval.value}, milliseconds{*keepAlive.value}};
 }
-void RateLimiter::release(std::int64_t permits) { (void)impl_->releasePermits(permits, ""); }
+void RateLimiter::release(std::int64_t permits) {
+  const detail::ForgetAfter forget(*impl_->denials_, kDenyKey);
+  (void)impl_->releasePermits(permits, "");
+}
 bool RateLimiter::expire(milliseconds ttl) {
   checkMillis("expire's TTL (ms)", ttl, milliseconds{1});
   return impl_->setTtl("PEXPIRE", fmt::to_string(ttl.count()));
@@ -594,6 +621,7 @@ milliseconds RateLimiter::remainTimeToLive() {
 }
 bool RateLimiter::isExists() { return detail::keyExists(*impl_, impl_->keys_[0]); }
 bool RateLimiter::deleteLimiter() {
+  const detail::ForgetAfter forget(*impl_->denials_, kDenyKey);
   const std::vector<std::string>& k = impl_->keys_;
   impl_->knownRate_.store(0, std::memory_order_relaxed);
   return detail::integerCommand(*impl_, "deleteLimiter", {"DEL", k[0], k[1], k[2], k[3], k[4]}, Resend::Never) > 0;
@@ -634,6 +662,7 @@ bool RateLimiterAccess::decideUnanswered(RateLimiter& source, const std::string&
 
 std::int64_t RateLimiterAccess::releaseGrant(RateLimiter& source, const std::string& member, std::int64_t permits) {
   if (member.empty()) throw InvalidArgument("redlimit: releaseGrant needs the member of a grant");
+  const ForgetAfter forget(*source.impl_->denials_, kDenyKey);
   return source.impl_->releasePermits(permits, member);
 }
 

@@ -160,12 +160,13 @@ LimiterMonitor checkedMonitor(const std::shared_ptr<Client>& client, const std::
 
 ScriptCore::ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
                        const LimiterMonitor::Options& monitor, const Script* script, char kind,
-                       std::shared_ptr<const KeyedPolicy> policy)
+                       std::shared_ptr<const KeyedPolicy> policy, std::size_t denyCacheKeys)
     : client_(std::move(client)),
       name_(std::move(name)),
       script_(script),
       kind_(kind),
       gate_(name_, std::move(failure), ClockView{}, checkedMonitor(client_, name_, monitor)),
+      denials_(std::make_shared<LimiterDenyCache>(denyCacheKeys)),
       policy_(std::move(policy)) {
   if (policy_) remember(policy_->limit, policy_->localRate, policy_->localIntervalMs);
   if (policy_ && policy_->calendar) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "limiters/calendar_tables.hpp"
+#include "limiters/deny_answers.hpp"
 #include "limiters/limiter_call.hpp"
 #include "limiters/one_key_batcher.hpp"
 #include "limiters/script_call.hpp"
@@ -44,14 +45,15 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
 
   /// Every call carries `policy`; null: each key's stored configuration (a stored Policy). A
   /// calendar quota's (KeyedPolicy::calendar) goes with a table of its windows, filled in every
-  /// try around the server's time. A key's reservation records live in redlimit's own namespace,
+  /// try around the server's time. decide remembers up to `denyCacheKeys` keys denied (0: none;
+  /// the caller checked it: denyCacheOf). A key's reservation records live in redlimit's own namespace,
   /// where no caller's key can reach (docs/api.md, "Keys"). `script` points at one of the program's
   /// (static) scripts, never at a copy: the Client keeps pointers to the scripts its requests
   /// ran, after this core is gone. Sends nothing. Throws InvalidArgument
   /// for a null client, a bad name, quota or keepAlive, or bad failure options.
   ScriptCore(std::shared_ptr<Client> client, std::string name, FailureOptions failure,
              const LimiterMonitor::Options& monitor, const Script* script, char kind,
-             std::shared_ptr<const KeyedPolicy> policy);
+             std::shared_ptr<const KeyedPolicy> policy, std::size_t denyCacheKeys = 0);
 
   // An operation on the Redis key `key`, made by its checks before anything is sent
   // (InvalidArgument), for both faces: run(op) waits, runAsync(make, done) does not and runs the
@@ -90,6 +92,27 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   Op<Decision> reserveForOp(const std::string& key, std::int64_t permits, const std::string& id,
                             std::chrono::milliseconds recordTtl) const;
   Op<LeaseDecision> acquireOp(const std::string& key, std::chrono::milliseconds ttl) const;
+  // decide: takeOp of `permits`, counted, without a wait, on the key `redisKey()` makes for the
+  // caller's `key`, through the deny cache (deny_answers.hpp; the cache is keyed by the caller's
+  // key: a key found there was valid when Redis denied it). decideAsync without waiting.
+  template <class Key>
+  Decision decide(std::string_view key, std::int64_t permits, Key&& redisKey) {
+    if (denials_->enabled()) checkPermits(permits);  // before the cache: it holds only valid calls
+    return decideThrough(*denials_, key, permits, gate_.monitor(), {},
+                         [&] { return run(takeOp(redisKey(), permits, {}, true)); });
+  }
+  template <class Key>
+  void decideAsync(std::string_view key, std::int64_t permits, Key&& redisKey, Done<Decision> done) {
+    decideThroughAsync(
+        denials_, key, permits, gate_.monitor(), name_, {},
+        [&] {
+          if (denials_->enabled()) checkPermits(permits);
+        },
+        [&](Done<Decision> asked) {
+          runAsync<Decision>([&] { return takeOp(redisKey(), permits, {}, true); }, std::move(asked));
+        },
+        std::move(done));
+  }
   // The take of tryAcquireWithin and acquireWaiting: takeOp, uncounted, waiting, on `key` (kept
   // by reference: it must outlive the wait).
   TakeWithin taking(const std::string& key, std::int64_t permits) {
@@ -154,6 +177,8 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   const Script* script_;  // static: see the constructor
   char kind_;             // ARGV[3]
   FailureGate gate_;
+  // Keys denied by Redis (by the caller's key), answered locally by decide until their retryAfter.
+  std::shared_ptr<LimiterDenyCache> denials_;
   std::chrono::milliseconds callBound_{0};   // connect + command timeout, saturated
   std::atomic<std::int64_t> knownLimit_{0};  // the limit last seen; 0 = unknown
   std::atomic<std::int64_t> localRate_{0};   // the Local policy's bucket, last seen

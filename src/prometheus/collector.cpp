@@ -55,6 +55,11 @@ std::vector<MetricFamily> Collector::Collect() const {
   MetricFamily local =
       family("redlimit_local_hits_total", "Decisions the segment cache served without Redis (also counted as granted)",
              MetricType::Counter);
+  MetricFamily localDenials =
+      family("redlimit_local_denials_total",
+             "Denials the deny cache answered without Redis, until the retryAfter of Redis's denial (also counted "
+             "as denied)",
+             MetricType::Counter);
   MetricFamily trips = family("redlimit_redis_round_trips_total",
                               "Requests sent to Redis to decide (a coalesced batch is one; segment refills included)",
                               MetricType::Counter);
@@ -80,6 +85,7 @@ std::vector<MetricFamily> Collector::Collect() const {
     reservations.metric.push_back(counter(s.limiter, s.reservationsSettled, {{"state", "settled"}}));
     shadow.metric.push_back(counter(s.limiter, s.shadowDenied));
     local.metric.push_back(counter(s.limiter, s.localHits));
+    localDenials.metric.push_back(counter(s.limiter, s.localDenials));
     trips.metric.push_back(counter(s.limiter, s.roundTrips));
     threw.metric.push_back(counter(s.limiter, s.callbacksThrew));
     for (std::size_t p = 0; p < kFailurePolicyCount; ++p) {
@@ -114,9 +120,9 @@ std::vector<MetricFamily> Collector::Collect() const {
     degraded.metric.push_back(std::move(g));
   }
   std::vector<MetricFamily> out;
-  out.reserve(12);  // the families below
-  for (MetricFamily* f : {&decisions, &permits, &refunded, &reservations, &shadow, &local, &trips, &threw, &policy,
-                          &errors, &latency, &degraded}) {
+  out.reserve(13);  // the families below
+  for (MetricFamily* f : {&decisions, &permits, &refunded, &reservations, &shadow, &local, &localDenials, &trips,
+                          &threw, &policy, &errors, &latency, &degraded}) {
     out.push_back(std::move(*f));
   }
   return out;

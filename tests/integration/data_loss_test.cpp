@@ -89,10 +89,12 @@ TEST_F(DataLoss, FlushAllUnderEveryPolicy) {
     const std::string tag = policyName(policy);
     Limiter::Options limiterOptions;
     limiterOptions.failure = failureOptions(policy);
+    limiterOptions.denyCacheKeys = 0;  // the data is lost behind the limiters' backs: every call asks Redis
     Limiter perKey(client(), limiterName("perKey" + tag), threeAMinutePolicy(), limiterOptions);
     const std::string key = "user" + tag;
     RateLimiter::Options centralOptions;
     centralOptions.failure = failureOptions(policy);
+    centralOptions.denyCacheKeys = 0;
     RateLimiter central(client(), name("central" + tag), centralOptions);
     ASSERT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
 
@@ -129,10 +131,12 @@ TEST_F(DataLoss, RestartWithoutPersistenceUnderEveryPolicy) {
     auto c = shortTimeoutClient(server);
     Limiter::Options limiterOptions;
     limiterOptions.failure = failureOptions(policy);
+    limiterOptions.denyCacheKeys = 0;  // the data is lost behind the limiters' backs: every call asks Redis
     Limiter perKey(c, "perKey", threeAMinutePolicy(), limiterOptions);
     Limiter centralGcra(c, "central-gcra", threeAMinutePolicy().stored(), limiterOptions);  // stored in the key
     RateLimiter::Options centralOptions;
     centralOptions.failure = failureOptions(policy);
+    centralOptions.denyCacheKeys = 0;
     RateLimiter central(c, "central", centralOptions);
     ASSERT_TRUE(central.trySetRate(RateType::Overall, 3, milliseconds(60000)));
     ASSERT_TRUE(centralGcra.trySetPolicy("k"));

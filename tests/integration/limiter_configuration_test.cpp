@@ -61,8 +61,12 @@ class LimiterConfiguration : public RedisTest {
   std::int64_t pttl(const std::string& key) { return raw({"PTTL", key}).integer; }
 
   /// A Limiter named `suffix` whose `policy` is stored in its keys (trySetPolicy, setPolicy).
+  // Its denials are not remembered: the tests write keys' state by hand, and the next call must
+  // reach Redis.
   Limiter storedLimiter(const Policy& policy, const std::string& suffix = "l") {
-    return Limiter(client(), limiterName(suffix), policy.stored());
+    Limiter::Options o;
+    o.denyCacheKeys = 0;
+    return Limiter(client(), limiterName(suffix), policy.stored(), o);
   }
 
   // setPolicy("k", p) about every 10 ms for ~1 s while 4 threads (each its own Client) decide one

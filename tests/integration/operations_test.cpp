@@ -236,7 +236,10 @@ TEST_F(Operations, OverallLimitIsSharedBetweenClients) {
 
 TEST_F(PerClient, EachClientGetsTheFullRateUnderItsOwnKeys) {
   RateLimiter a(clientWithId("host-a"), name());
-  RateLimiter b(clientWithId("host-b"), name());
+  // b's denials are not remembered: a's deleteLimiter below is a change b would not see.
+  RateLimiter::Options uncached;
+  uncached.denyCacheKeys = 0;
+  RateLimiter b(clientWithId("host-b"), name(), uncached);
   ASSERT_TRUE(a.trySetRate(RateType::PerClient, 3, milliseconds(5000)));
   EXPECT_FALSE(b.trySetRate(RateType::PerClient, 3, milliseconds(5000)));
   EXPECT_TRUE(a.tryAcquire(3));

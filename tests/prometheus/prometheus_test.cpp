@@ -81,7 +81,7 @@ TEST_F(Prometheus, TheScrapedEndpointCountsWhatTheLimitersDid) {
   o.monitor.registry = registry;
   RateLimiter rl(client(), name("plain"), o);
   ASSERT_TRUE(rl.trySetRate(RateType::Overall, 4, milliseconds(60000)));
-  for (int i = 0; i < 6; ++i) (void)rl.tryAcquire();  // 4 granted, 2 denied
+  for (int i = 0; i < 6; ++i) (void)rl.tryAcquire();  // 4 granted, 2 denied (the second by the deny cache)
 
   RateLimiter source(client(), name("segment"), o);
   ASSERT_TRUE(source.trySetRate(RateType::Overall, 20, milliseconds(60000)));
@@ -109,17 +109,19 @@ TEST_F(Prometheus, TheScrapedEndpointCountsWhatTheLimitersDid) {
   EXPECT_EQ(at("redlimit_decisions_total{" + plain + ",outcome=\"denied\"}"), 2);
   EXPECT_EQ(at("redlimit_permits_granted_total{" + plain + "}"), 4);
   EXPECT_EQ(at("redlimit_permits_refunded_total{" + plain + "}"), 0);
-  EXPECT_EQ(at("redlimit_redis_round_trips_total{" + plain + "}"), 6);
+  EXPECT_EQ(at("redlimit_redis_round_trips_total{" + plain + "}"), 5);
   EXPECT_EQ(at("redlimit_local_hits_total{" + plain + "}"), 0);
+  EXPECT_EQ(at("redlimit_local_denials_total{" + plain + "}"), 1);
   EXPECT_EQ(at("redlimit_shadow_denials_total{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_callbacks_threw_total{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_degraded{" + plain + "}"), 0);
-  EXPECT_EQ(at("redlimit_decision_seconds_count{" + plain + "}"), 6);
-  EXPECT_EQ(at("redlimit_decision_seconds_bucket{" + plain + ",le=\"+Inf\"}"), 6);
+  EXPECT_EQ(at("redlimit_decision_seconds_count{" + plain + "}"), 5);
+  EXPECT_EQ(at("redlimit_decision_seconds_bucket{" + plain + ",le=\"+Inf\"}"), 5);
   EXPECT_GT(at("redlimit_decision_seconds_sum{" + plain + "}"), 0);
   EXPECT_EQ(at("redlimit_decisions_total{" + seg + ",outcome=\"granted\"}"), 20);
   EXPECT_EQ(at("redlimit_decisions_total{" + seg + ",outcome=\"denied\"}"), 5);
   EXPECT_EQ(at("redlimit_local_hits_total{" + seg + "}"), 18);
+  EXPECT_EQ(at("redlimit_local_denials_total{" + seg + "}"), 0);      // the segment cache's refills are not remembered
   EXPECT_EQ(at("redlimit_redis_round_trips_total{" + seg + "}"), 7);  // 2 refills granted, 5 denied
   EXPECT_EQ(text.find("redlimit_errors_total{"), std::string::npos) << "no error series while no call failed";
   EXPECT_NE(text.find("# TYPE redlimit_decision_seconds histogram"), std::string::npos);
