@@ -66,11 +66,14 @@ inline void rememberDenial(LimiterDenyCache& cache, std::string_view key, const 
 }
 
 /// A deciding call of `permits` on `key`, waiting: `cache`'s local denial, or `ask()` (the call to
-/// Redis, counted as it counts) remembered. The caller has made the call's argument checks.
+/// Redis, counted as it counts) remembered. The caller has made the call's argument checks. On the
+/// Client's I/O thread (`onIoThread`) it goes to ask(), which refuses a sync call there, whatever
+/// the cache holds: a callback's sync call fails the same way every time, not only when its key
+/// was not denied lately.
 template <class Ask>
 Decision decideThrough(LimiterDenyCache& cache, std::string_view key, std::int64_t permits,
-                       const LimiterMonitor& monitor, std::chrono::microseconds slack, Ask&& ask) {
-  if (!cache.enabled()) return ask();
+                       const LimiterMonitor& monitor, std::chrono::microseconds slack, bool onIoThread, Ask&& ask) {
+  if (!cache.enabled() || onIoThread) return ask();
   if (std::optional<Decision> local = localDenial(cache, key, permits, monitor)) return *local;
   const LimiterDenyCache::Ticket sent = cache.ticket();
   Decision d = ask();

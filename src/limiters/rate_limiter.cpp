@@ -530,9 +530,9 @@ void RateLimiter::acquire(std::int64_t permits) {
 Decision RateLimiter::decide(std::int64_t permits) {
   Impl& impl = *impl_;
   detail::checkPermitRange(permits);  // before the cache: it holds only valid calls
-  return detail::decideThrough(*impl.denials_, kDenyKey, permits, impl.gate_.monitor(), kWaitRounding, [&] {
-    return Impl::admitted(&impl, impl.gate_.monitor(), impl.tryAcquireUpTo(permits, permits), permits);
-  });
+  return detail::decideThrough(
+      *impl.denials_, kDenyKey, permits, impl.gate_.monitor(), kWaitRounding, impl.client_->onIoThread(),
+      [&] { return Impl::admitted(&impl, impl.gate_.monitor(), impl.tryAcquireUpTo(permits, permits), permits); });
 }
 void RateLimiter::decideAsync(std::int64_t permits, std::function<void(Decision, std::exception_ptr)> done) {
   Impl& impl = *impl_;

@@ -98,7 +98,7 @@ class ScriptCore : public std::enable_shared_from_this<ScriptCore> {
   template <class Key>
   Decision decide(std::string_view key, std::int64_t permits, Key&& redisKey) {
     if (denials_->enabled()) checkPermits(permits);  // before the cache: it holds only valid calls
-    return decideThrough(*denials_, key, permits, gate_.monitor(), {},
+    return decideThrough(*denials_, key, permits, gate_.monitor(), {}, client_->onIoThread(),
                          [&] { return run(takeOp(redisKey(), permits, {}, true)); });
   }
   template <class Key>

@@ -81,6 +81,36 @@ TEST_F(LimiterDenyCache, AnswersARedisDenialLocallyUnderEveryRatePolicy) {
   }
 }
 
+// A sync decide in a completion callback (on the Client's I/O thread) is refused as it is for a
+// key the cache does not hold, never answered from the cache: the callback fails the same way
+// whatever was denied lately.
+TEST_F(LimiterDenyCache, ASyncDecideOnTheIoThreadIsRefusedEvenForADeniedKey) {
+  Limiter limiter(client(), limiterName(), Policy::gcra(1, hours(24), 1), options());
+  RateLimiter rl(client(), name(), RateLimiter::Options{});
+  ASSERT_TRUE(rl.trySetRate(RateType::Overall, 1, hours(24)));
+  ASSERT_TRUE(limiter.decide("k").allowed);
+  ASSERT_FALSE(limiter.decide("k").allowed);  // remembered
+  ASSERT_TRUE(rl.tryAcquire());
+  ASSERT_FALSE(rl.decide(1).allowed);  // remembered
+  std::promise<int> refused;
+  limiter.decideAsync("other", 1, [&](const Decision&, const std::exception_ptr&) {
+    int n = 0;
+    try {
+      (void)limiter.decide("k");
+    } catch (const InvalidArgument&) {
+      ++n;
+    }
+    try {
+      (void)rl.decide(1);
+    } catch (const InvalidArgument&) {
+      ++n;
+    }
+    refused.set_value(n);
+  });
+  EXPECT_EQ(refused.get_future().get(), 2);
+  EXPECT_EQ(stats(limiter).localDenials, 0u);
+}
+
 TEST_F(LimiterDenyCache, GoesToRedisAgainOnceTheRetryAfterHasPassed) {
   Limiter limiter(client(), limiterName(), Policy::gcra(1, milliseconds(800), 1), options());
   ASSERT_TRUE(limiter.decide("k").allowed);
