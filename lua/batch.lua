@@ -29,17 +29,28 @@
 -- two apart by the first byte and the size. A failing decision writes nothing (the libraries check
 -- everything before their one write) and the decisions after it go on.
 --
--- No fast path: gcra.lua and fixed_window.lua decide a usable key above their `-- include:` line
--- so that a call does not pay for making the libraries' closures. Here that cost is paid once per
--- call and shared by up to 64 decisions, like the fixed cost of the call itself (parsing,
--- EVALSHA lookup, the reply), which is what the batch saves; so every decision takes the full,
--- checked path. One difference follows: a key holding another Redis type is reported as
--- REDLIMIT_INVALID_CONFIG naming the key (readPacked), where the single scripts' fast path lets
--- Redis's WRONGTYPE error through for the client to map.
+-- The fast path: each decision is first offered to the fast path of its own script (lib/gcra_fast.lua,
+-- lib/fixed_window_fast.lua: the same code that gcra.lua and fixed_window.lua run for their own
+-- take), which decides a key that holds a usable limiter of the decision's kind with locals only;
+-- only a decision it cannot decide (a missing key without a configuration in the call, a key of
+-- another kind or Redis type, a configuration or state out of bounds, a bad argument) takes the
+-- libraries' full, checked path, which answers exactly as the single script's full path does. So a
+-- decision costs what the single script's fast path costs less the call's fixed cost (parsing,
+-- EVALSHA lookup, TIME, the reply), which the batch pays once. The key is read with redis.pcall:
+-- a key holding another Redis type goes on to the full path, which reports it as
+-- REDLIMIT_INVALID_CONFIG naming the key (readPacked), where the single scripts let Redis's
+-- WRONGTYPE error through for the client to map (the same ScriptError, InvalidConfig).
 
--- The libraries' helpers this call makes (each is a closure made anew on every call).
-local makesGcra, makesWindow = true, true
--- include: base onekey gcra_core fixed_window_core
+-- Not a take of the script's own (the fast libraries decide nothing at the include line); the
+-- libraries' full path, for the kinds the batch holds (each helper is a closure made anew on every
+-- call).
+local gcraFastCall, windowFastCall = false, false
+local makesGcra, makesWindow = false, false
+for at = 4, #ARGV, 4 do
+  local kind = ARGV[at]
+  if kind == 'W' then makesWindow = true elseif kind == 'T' or kind == 'G' then makesGcra = true end
+end
+-- include: gcra_fast fixed_window_fast base onekey gcra_core fixed_window_core
 local MAX_DECISIONS = 64
 local PER_DECISION = 4
 
@@ -89,10 +100,17 @@ local function windowDecision(key, permits, maxWaitArg, cfg)
   return packDecision(allowed, s.l - c, retry, windowResetAfter(s, c, nextCount), s.l, nowUs, delay, s.l, s.windowMs)
 end
 
+-- Decision i: its script's fast path, or else the full one.
 local function decide(key, kind, permits, maxWaitArg, cfg)
   if cfg == '' then cfg = nil end
-  if kind == 'W' then return windowDecision(key, permits, maxWaitArg, cfg) end
-  if kind == 'T' or kind == 'G' then return gcraDecision(key, kind, permits, maxWaitArg, cfg) end
+  if kind == 'W' then
+    return windowFastTake(key, redis.pcall('GET', key), permits, maxWaitArg, nowUs, cfg) or
+      windowDecision(key, permits, maxWaitArg, cfg)
+  end
+  if kind == 'T' or kind == 'G' then
+    return gcraFastTake(key, redis.pcall('GET', key), kind, permits, maxWaitArg, nowUs, cfg) or
+      gcraDecision(key, kind, permits, maxWaitArg, cfg)
+  end
   fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. string.sub(tostring(kind), 1, 8) ..
     '" for key ' .. key .. ' (T, G or W)')
 end
