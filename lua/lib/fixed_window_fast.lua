@@ -1,18 +1,20 @@
 -- lib/fixed_window_fast.lua: the fast path of `take` on a fixed window key, written once for
 -- fixed_window.lua (its own call) and batch.lua (each decision of kind 'W').
 --
--- windowFastTake(key, v, n, maxWait, nowUs, cfg) decides `take n maxWait [cfg]` on `key`, whose
--- value the caller read (v: GET's string, false or nil for a missing key; redis.pcall's error table
+-- windowFastTake(v, n, maxWait, nowUs, cfg) decides `take n maxWait [cfg]` on a key whose value
+-- the caller read (v: GET's string, false or nil for a missing key; redis.pcall's error table
 -- for a key of another Redis type, whose length is 0, is not decided here), at nowUs (a number, a
 -- decimal string, or '' = the server's TIME, read only once the key is known to be usable), with
 -- cfg the caller's configuration (the key's first 13 bytes) or nil. A key that holds a fixed
 -- window with a usable configuration and state, and usable arguments, is decided here with locals
 -- only, by exactly the arithmetic of lib/fixed_window_core.lua (windowLoad, windowTake,
--- windowStore, windowResetAfter); the reply is the 65-byte packed decision of lib/onekey.lua's
--- packDecision, packed inline. Anything else returns nil, having written nothing: the full code
--- (lib/fixed_window_core.lua) decides it, checking everything in order, and fails with the precise
--- error. A grant costs two Redis calls, the GET (the caller's) and one SET (with PX when keepAlive
--- > 0), and TIME when nowUs is '' (always, from the limiters' own calls). a % b for integers
+-- windowStore, windowResetAfter). It returns the reply, the 65-byte packed decision of
+-- lib/onekey.lua's packDecision packed inline, then what the caller writes to the key as
+-- windowStore would: its value (nil: nothing to write) and PX in ms (0: no TTL). It writes nothing
+-- itself, so a batch writes a key taken several times once. Anything else returns nil: the full
+-- code (lib/fixed_window_core.lua) decides it, checking everything in order, and fails with the
+-- precise error. A grant costs two Redis calls, the GET and one SET (with PX when keepAlive > 0),
+-- and TIME when nowUs is '' (always, from the limiters' own calls). a % b for integers
 -- 0 <= a < 2^53, b >= 1 is exact in doubles. With the configuration in the call, the key must begin
 -- with it; a missing key is decided as the configuration with window 0.
 --
@@ -23,7 +25,7 @@
 -- cmake/EmbedLua.cmake), and the script goes on past its include line only when it was not. The
 -- key is read with redis.call, so a key of another Redis type fails with Redis's WRONGTYPE error;
 -- ScriptCore, which knows the key, turns it into ScriptError (InvalidConfig).
-local function windowFastTake(key, v, n, maxWait, nowUs, cfg)
+local function windowFastTake(v, n, maxWait, nowUs, cfg)
   -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
   if n == '1' then n = 1 else n = tonumber(n) end
   if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
@@ -73,21 +75,22 @@ local function windowFastTake(key, v, n, maxWait, nowUs, cfg)
       end
       local resetUs = 0
       if nextCount > 0 then resetUs = wait + wus elseif count > 0 then resetUs = wait end
+      local packed, px = nil, 0
       if allowed == 1 or clamped then      -- a clamped window is written back, also on a denial
-        local packed = struct.pack('<c1I4I4I4I7I4I4', 'W', l, windowMs, keepAlive, start, count, nextCount)
-        if keepAlive > 0 then
-          redis.call('SET', key, packed, 'PX', math.ceil(resetUs / 1000) + keepAlive)
-        else
-          redis.call('SET', key, packed)
-        end
+        packed = struct.pack('<c1I4I4I4I7I4I4', 'W', l, windowMs, keepAlive, start, count, nextCount)
+        if keepAlive > 0 then px = math.ceil(resetUs / 1000) + keepAlive end
       end
-      return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, l - count, retry, resetUs, l, nowUs, delay, l, windowMs)
+      return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, l - count, retry, resetUs, l, nowUs, delay, l, windowMs),
+        packed, px
     end
   end
   return nil
 end
 
 if windowFastCall then
-  local decided = windowFastTake(KEYS[1], redis.call('GET', KEYS[1]), ARGV[4], ARGV[5], ARGV[2], ARGV[6])
-  if decided then return decided end
+  local decided, packed, px = windowFastTake(redis.call('GET', KEYS[1]), ARGV[4], ARGV[5], ARGV[2], ARGV[6])
+  if decided then
+    if px > 0 then redis.call('SET', KEYS[1], packed, 'PX', px) elseif packed then redis.call('SET', KEYS[1], packed) end
+    return decided
+  end
 end

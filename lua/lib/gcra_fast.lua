@@ -1,18 +1,21 @@
 -- lib/gcra_fast.lua: the fast path of `take` on a GCRA or token bucket key, written once for
 -- gcra.lua (its own call) and batch.lua (each decision of kind 'T' or 'G').
 --
--- gcraFastTake(key, v, kind, n, maxWait, nowUs, cfg) decides `take n maxWait [cfg]` on `key`,
--- whose value the caller read (v: GET's string, false or nil for a missing key; redis.pcall's error
+-- gcraFastTake(v, kind, n, maxWait, nowUs, cfg) decides `take n maxWait [cfg]` on a key whose
+-- value the caller read (v: GET's string, false or nil for a missing key; redis.pcall's error
 -- table for a key of another Redis type, whose length is 0, is not decided here), at nowUs (a
 -- number, a decimal string, or '' = the server's TIME, read only once the key is known to be
 -- usable), with `kind` 'T' or 'G' and cfg the caller's configuration (the key's first 17 bytes) or
 -- nil. A key that holds a limiter of that kind with a usable configuration and state, and usable
 -- arguments, is decided here with locals only (no tables, no closures), by exactly the arithmetic
 -- of lib/gcra_core.lua (gcraLoad, gcraTake, gcraAfterAt, gcraStore, gcraRemaining, gcraResetAfter,
--- gcraLocalRate); the reply is the 65-byte packed decision of lib/onekey.lua's packDecision,
--- packed inline. Anything else (a missing key without cfg, another kind or size, a configuration or
--- state that is out of bounds, a bad argument) returns nil, having written nothing: the full code
--- (lib/gcra_core.lua) decides it, checking everything in order, and fails with the precise error.
+-- gcraLocalRate). It returns the reply, the 65-byte packed decision of lib/onekey.lua's
+-- packDecision packed inline, then what the caller writes to the key as gcraStore would: its value
+-- (nil: nothing to write, a denial) and PX in ms (0: no TTL; SET without PX clears one). It writes
+-- nothing itself, so a batch writes a key taken several times once. Anything else (a missing key
+-- without cfg, another kind or size, a configuration or state that is out of bounds, a bad
+-- argument) returns nil: the full code (lib/gcra_core.lua) decides it, checking everything in
+-- order, and fails with the precise error.
 --
 -- With the configuration in the call, the key must begin with it: one plain string.find, no new
 -- string (measured with 20 000 pipelined EVALSHA of gcra.lua, median of 11 runs: 4.19 µs per call
@@ -30,7 +33,7 @@
 -- cmake/EmbedLua.cmake), and the script goes on past its include line only when it was not. The
 -- key is read with redis.call, so a key of another Redis type fails with Redis's WRONGTYPE error;
 -- ScriptCore, which knows the key, turns it into ScriptError (InvalidConfig).
-local function gcraFastTake(key, v, kind, n, maxWait, nowUs, cfg)
+local function gcraFastTake(v, kind, n, maxWait, nowUs, cfg)
   -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
   if n == '1' then n = 1 else n = tonumber(n) end
   if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
@@ -99,20 +102,18 @@ local function gcraFastTake(key, v, kind, n, maxWait, nowUs, cfg)
           end
         end
         local resetUs = -floor(-after / pp)
+        local packed, px = nil, 0
         if allowed == 1 or clamped then    -- a clamped state is written back, also on a denial
           local q = floor(after / pp)
-          local packed = struct.pack('<c1I4I4I4I4I7I4', kind, b, p, intervalMs, keepAlive, nowUs + q, after - q * pp)
-          if keepAlive > 0 then
-            redis.call('SET', key, packed, 'PX', -floor(-resetUs / 1000) + keepAlive)
-          else
-            redis.call('SET', key, packed)
-          end
+          packed = struct.pack('<c1I4I4I4I4I7I4', kind, b, p, intervalMs, keepAlive, nowUs + q, after - q * pp)
+          if keepAlive > 0 then px = -floor(-resetUs / 1000) + keepAlive end
         end
         local remaining = 0
         if after < cap then remaining = floor((cap - after) / ip) end
         local localMs = -floor(-(b * intervalMs / p))
         if localMs < 1 then localMs = 1 elseif localMs > 1e12 then localMs = 1e12 end
-        return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, remaining, retry, resetUs, b, nowUs, wait, b, localMs)
+        return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, remaining, retry, resetUs, b, nowUs, wait, b, localMs),
+          packed, px
       end
     end
   end
@@ -120,6 +121,9 @@ local function gcraFastTake(key, v, kind, n, maxWait, nowUs, cfg)
 end
 
 if gcraFastCall then
-  local decided = gcraFastTake(KEYS[1], redis.call('GET', KEYS[1]), ARGV[3], ARGV[4], ARGV[5], ARGV[2], ARGV[6])
-  if decided then return decided end
+  local decided, packed, px = gcraFastTake(redis.call('GET', KEYS[1]), ARGV[3], ARGV[4], ARGV[5], ARGV[2], ARGV[6])
+  if decided then
+    if px > 0 then redis.call('SET', KEYS[1], packed, 'PX', px) elseif packed then redis.call('SET', KEYS[1], packed) end
+    return decided
+  end
 end

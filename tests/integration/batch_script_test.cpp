@@ -368,10 +368,11 @@ TEST_F(BatchScript, TheServerClockIsReadOnceForTheWholeBatch) {
   }
 }
 
-TEST_F(BatchScript, AUsableKeyCostsOneGetAndOnlyAGrantWrites) {
-  // Keys that hold a usable limiter of each kind, taken with the configuration in the call and with
-  // the stored one: each decision reads its key once (the fast path of its script), writes it once
-  // when it grants and not at all when it denies, and the batch reads the server's clock once.
+TEST_F(BatchScript, ReadsEveryKeyOnceAndWritesEachTakenKeyOnce) {
+  // Keys that hold a usable limiter of each kind, taken 8 times each with the configuration in the
+  // call and with the stored one (the fast path of each take's script): the batch reads them all
+  // with one MGET and writes each key that granted once, as the last of its grants left it; nothing
+  // else is read or written, and the time was given, so no TIME.
   const std::int64_t now = 1'900'000'000'000'000;
   const std::vector<LimiterConfig> configs{{'T', 3, 1, 1000, 0}, {'G', 4, 2, 1000, 60000}, {'W', 3, 0, 1000, 60000}};
   std::vector<std::string> keysA, keysB;
@@ -398,10 +399,11 @@ TEST_F(BatchScript, AUsableKeyCostsOneGetAndOnlyAGrantWrites) {
     const auto at = info.find(field);
     return at == std::string::npos ? std::int64_t{0} : std::stoll(info.substr(at + field.size()));
   };
-  const std::int64_t getsBefore = calls("get"), setsBefore = calls("set"), timesBefore = calls("time");
+  const std::int64_t getsBefore = calls("get"), mgetsBefore = calls("mget"), setsBefore = calls("set"),
+                     timesBefore = calls("time");
   const Reply batch = runBatch(admin(), str(now + 1), keys, takes);
-  const std::int64_t gets = calls("get") - getsBefore, sets = calls("set") - setsBefore,
-                     times = calls("time") - timesBefore;
+  const std::int64_t gets = calls("get") - getsBefore, mgets = calls("mget") - mgetsBefore,
+                     sets = calls("set") - setsBefore, times = calls("time") - timesBefore;
   ASSERT_EQ(batch.elements.size(), takes.size());
   std::int64_t granted = 0;
   for (std::size_t j = 0; j < takes.size(); ++j) {
@@ -412,8 +414,9 @@ TEST_F(BatchScript, AUsableKeyCostsOneGetAndOnlyAGrantWrites) {
         << "decision " << j;
   }
   EXPECT_EQ(granted, 3 + 4 + 3) << "each key granted its limit, then denied";
-  EXPECT_EQ(gets, static_cast<std::int64_t>(takes.size())) << "one GET per decision";
-  EXPECT_EQ(sets, granted) << "one SET per grant, none for a denial";
+  EXPECT_EQ(mgets, 1) << "every key read at once";
+  EXPECT_EQ(gets, 0) << "no key read again";
+  EXPECT_EQ(sets, 3) << "one SET per key taken";
   EXPECT_EQ(times, 0) << "the time was given";
   for (std::size_t i = 0; i < configs.size(); ++i) EXPECT_EQ(stored(keysA[i]).first, stored(keysB[i]).first) << i;
 }
@@ -490,4 +493,26 @@ TEST_F(BatchScript, EveryKindOfKeyIsDecidedAsItsOwnScriptDecidesIt) {
   EXPECT_EQ(describeElement(batch.elements.back()).rfind("error: REDLIMIT_INVALID_CONFIG key " + list, 0), 0U)
       << describeElement(batch.elements.back());
   EXPECT_EQ(raw({"TYPE", list}).str, "list");
+}
+
+TEST_F(BatchScript, ATakeOnTheFullPathSeesTheTakesBeforeItOnItsKey) {
+  // Three takes of a bucket of 5 on the fast path (their write held), then one with another
+  // configuration (the full path: the bucket rescaled, from the state the three left), then two more
+  // under the new configuration: each answer and the stored value are the ones of one-by-one calls.
+  const std::int64_t now = 1'900'000'000'000'000;
+  const LimiterConfig bucket{'T', 5, 1, 1000, 30000}, bigger{'T', 10, 1, 1000, 30000};
+  const std::string a = key("a"), b = key("b");
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, a, setArgs(bucket, now, 5)).elements.at(0).asInteger(), 1);
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, b, setArgs(bucket, now, 5)).elements.at(0).asInteger(), 1);
+  const std::vector<Take> takes{Take("T", "1", "0", header(bucket)), Take("T"),
+                                Take("T", "1", "0", header(bucket)), Take("T", "1", "0", header(bigger)),
+                                Take("T", "4", "0", header(bigger)), Take("T", "3", "0", header(bigger))};
+  const Reply batch = runBatch(admin(), str(now + 10), std::vector<std::string>(takes.size(), a), takes);
+  ASSERT_EQ(batch.elements.size(), takes.size());
+  for (std::size_t i = 0; i < takes.size(); ++i) {
+    EXPECT_EQ(describeElement(batch.elements[i]), runAlone(admin(), b, str(now + 10), takes[i])) << i;
+  }
+  EXPECT_EQ(takeReply(batch.elements[3]).remaining, 6) << "the rescaled bucket kept the three permits in use";
+  EXPECT_FALSE(takeReply(batch.elements[5]).allowed);
+  EXPECT_EQ(stored(a).first, stored(b).first);
 }
