@@ -44,95 +44,18 @@
 --   resetAfter is the time until no permit is counted any more (end of the current window, or of
 --   the next one when permits are reserved there).
 --
--- The fast path (above the `-- include:` line, so it runs before the libraries' closures are
--- made; it uses none of them): `take` on a key that holds a fixed window with a
--- usable configuration and state, and usable arguments, is decided right here with locals only,
--- by exactly the arithmetic of lib/fixed_window_core.lua (windowLoad, windowTake, windowStore,
--- windowResetAfter). Anything else falls through to the full code below, which checks everything
--- in order and fails with the precise error before writing anything. A key of another Redis type
--- fails the GET with Redis's WRONGTYPE error; ScriptCore, which knows the key, turns it into
--- ScriptError (InvalidConfig). A grant costs two Redis calls and TIME when ARGV[2] is '' (always,
--- from the limiters): the GET, then SETRANGE of the count alone when the key's window is the current
--- one and counted permits already (the steady state: the TTL stays, see below), else one SET of the
--- whole key (with PX when keepAlive > 0). A key updated in place is stored raw instead of embstr;
--- MEMORY USAGE is the same (88 bytes for a 14-byte name). A TTL set on the key from outside (with
--- keepAlive 0) lasts until the next whole SET, at the next window. a % b for integers
--- 0 <= a < 2^53, b >= 1 is exact in doubles. With the configuration in the call (ARGV[6]), the fast
--- path also requires the key to begin with it.
+-- The fast path: `take` on a key that holds a fixed window with a usable configuration and state,
+-- and usable arguments, is decided by lib/fixed_window_fast.lua (which batch.lua shares) where the
+-- libraries are included, before their helpers are made; anything else goes on to the full code
+-- below, which checks everything in order and fails with the precise error before writing
+-- anything. A key of another Redis type fails the GET with Redis's WRONGTYPE error; ScriptCore,
+-- which knows the key, turns it into ScriptError (InvalidConfig).
 local op, key = ARGV[1], KEYS[1]
-if op == 'take' and ARGV[3] == 'W' then
-  local v = redis.call('GET', key)
-  -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
-  local n, maxWait, nowUs, cfg = ARGV[4], ARGV[5], ARGV[2], ARGV[6]
-  if n == '1' then n = 1 else n = tonumber(n) end
-  if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
-  if nowUs == '' then
-    nowUs = 0                              -- read below, once the key is known to be usable
-  else
-    nowUs = tonumber(nowUs)
-    if nowUs and (nowUs < 0 or nowUs > 9e15 or nowUs % 1 ~= 0) then nowUs = nil end
-  end
-  -- A missing key under the configuration in the call is that configuration with window 0 (long
-  -- past: nothing counted, windowWithConfig's windowNew), so the fast path decides it too.
-  if not v and cfg and #cfg == 13 then v = cfg .. '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' end
-  if v and #v == 28 and nowUs and n and maxWait and n >= 1 and n % 1 == 0 and maxWait >= 0 and
-      maxWait < 1e14 and maxWait % 1 == 0 then
-    local k, l, windowMs, keepAlive, start, count, nextCount = struct.unpack('<c1I4I4I4I7I4I4', v)
-    local wus = windowMs * 1000
-    if k == 'W' and n <= l and windowMs >= 1 and start < 9007199254740992 and start % wus == 0 and
-        count <= l and nextCount <= l and (cfg == nil or string.find(v, cfg, 1, true) == 1) then
-      if ARGV[2] == '' then
-        local t = redis.call('TIME')
-        nowUs = t[1] * 1000000 + t[2]
-      end
-      local current = nowUs - nowUs % wus
-      local stored, counted, clamped = start, count > 0, false
-      if start ~= current then
-        if start + wus == current then
-          count, nextCount = nextCount, 0  -- the reserved window has begun
-        elseif start < current then
-          count, nextCount = 0, 0          -- expired: nothing counted
-        elseif start > current + wus then
-          start, clamped = current + wus, true  -- the clock went back: clamped to the next window
-        end                                -- else the clock went back: the stored window stays
-      end
-      if start < current then start = current end
-      local wait = start + wus - nowUs     -- until the next window starts
-      local allowed, delay, retry = 1, 0, 0
-      if count + n <= l then
-        count = count + n
-      elseif nextCount + n > l then        -- the next window is full too
-        allowed, retry = 0, wait + wus - maxWait
-        if retry < wait then retry = wait end
-      elseif wait <= maxWait then
-        nextCount, delay = nextCount + n, wait
-      else
-        allowed, retry = 0, wait - maxWait
-      end
-      local resetUs = 0
-      if nextCount > 0 then resetUs = wait + wus elseif count > 0 then resetUs = wait end
-      if allowed == 1 and delay == 0 and start == stored and counted and not clamped then
-        -- Only the count changed, in the window the key holds, which counted permits already: its
-        -- TTL (when keepAlive > 0) is the end of that window, or of the next with permits reserved
-        -- there, plus keepAlive, and both stay as they were. The 4 bytes of the count (offset 20)
-        -- are written in place, keeping the TTL: about a third of what a whole SET with PX costs.
-        redis.call('SETRANGE', key, '20', struct.pack('<I4', count))
-      elseif allowed == 1 or clamped then  -- a clamped window is written back, also on a denial
-        local packed = struct.pack('<c1I4I4I4I7I4I4', 'W', l, windowMs, keepAlive, start, count, nextCount)
-        if keepAlive > 0 then
-          redis.call('SET', key, packed, 'PX', math.ceil(resetUs / 1000) + keepAlive)
-        else
-          redis.call('SET', key, packed)
-        end
-      end
-      return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, l - count, retry, resetUs, l, nowUs, delay, l, windowMs)
-    end
-  end
-end
-
--- The libraries' helpers this call makes (each is a closure made anew on every call).
+-- windowFastCall: a take, decided by lib/fixed_window_fast.lua at the include line when it can be;
+-- then the libraries' helpers this call makes (each is a closure made anew on every call).
+local windowFastCall = op == 'take' and ARGV[3] == 'W'
 local makesWindow, makesRecords = true, op == 'reserve' or op == 'settle'
--- include: base onekey fixed_window_core reservation_core
+-- include: fixed_window_fast base onekey fixed_window_core reservation_core
 if ARGV[3] ~= 'W' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for fixed_window.lua') end
 local nowUs = currentMicros(ARGV[2])
 

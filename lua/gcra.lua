@@ -52,117 +52,18 @@
 --   localIntervalMs (B permits, refilled at the same average rate) is what the client's Local
 --   failure policy runs when Redis cannot be asked.
 --
--- The fast path (above the `-- include:` line, so it runs before the libraries' closures are
--- made; it uses none of them): `take` on a key that holds a limiter of the asked
--- kind with a usable configuration and state, and usable arguments, is decided right here with
--- locals only (no tables, no closures), by exactly the arithmetic of lib/gcra_core.lua (gcraLoad,
--- gcraTake, gcraAfterAt, gcraStore, gcraRemaining, gcraResetAfter, gcraLocalRate). Anything else
--- (a missing key, another kind or size, a configuration or state that is out of bounds, a bad
--- argument) falls through to the full code below, which checks everything in order and fails
--- with the precise error before writing anything. A key of another Redis type fails the GET with
--- Redis's WRONGTYPE error; ScriptCore, which knows the key, turns it into ScriptError (InvalidConfig).
--- With the configuration in the call (ARGV[6]), the fast path also requires the key to begin with
--- it: one plain string.find, no new string (measured with 20 000 pipelined EVALSHA, median of 11
--- runs: 4.19 µs per call against 4.12 µs for the stored-config call; the difference is Redis
--- making the 17-byte argument). A missing key is decided here as the configuration with TAT 0 (a
--- full bucket: what gcraWithConfig decides); the checks below are gcraConfigProblem's, so a
--- configuration that fails them goes on to the full code and its precise error. A key holding
--- another configuration goes to gcraWithConfig below.
--- Quotients: floor(a / b) of integers 0 <= a < 2^53, b >= 1 is exact in doubles (a/b is at least
--- 1/b away from an integer it is not, and that is more than half an ulp below 2^53).
+-- The fast path: `take` on a key that holds a limiter of the asked kind with a usable
+-- configuration and state, and usable arguments, is decided by lib/gcra_fast.lua (which batch.lua
+-- shares) at the include line, before the other libraries' helpers are made; anything else goes on
+-- to the full code below, which checks everything in order and fails with the precise error before
+-- writing anything. A key of another Redis type fails the GET with Redis's WRONGTYPE error;
+-- ScriptCore, which knows the key, turns it into ScriptError (InvalidConfig).
 local op, kind, key = ARGV[1], ARGV[3], KEYS[1]
-if op == 'take' and (kind == 'T' or kind == 'G') then
-  local v = redis.call('GET', key)
-  -- What decide(1) sends compares as one interned string; anything else goes through tonumber.
-  local n, maxWait, nowUs, cfg = ARGV[4], ARGV[5], ARGV[2], ARGV[6]
-  if n == '1' then n = 1 else n = tonumber(n) end
-  if maxWait == '0' then maxWait = 0 else maxWait = tonumber(maxWait) end
-  if nowUs == '' then
-    nowUs = 0                              -- read below, once the key is known to be usable
-  else
-    nowUs = tonumber(nowUs)
-    if nowUs and (nowUs < 0 or nowUs > 9e15 or nowUs % 1 ~= 0) then nowUs = nil end
-  end
-  -- A missing key under the configuration in the call is that configuration with TAT 0 (long
-  -- past: a full bucket, gcraWithConfig's gcraNew), so the fast path decides it too.
-  if not v and cfg and #cfg == 17 then v = cfg .. '\0\0\0\0\0\0\0\0\0\0\0' end
-  if v and #v == 28 and nowUs and n and maxWait and n >= 1 and n % 1 == 0 and maxWait >= 0 and
-      maxWait < 1e14 and maxWait % 1 == 0 then
-    local k, b, p, intervalMs, keepAlive, tatUs, tatRem = struct.unpack('<c1I4I4I4I4I7I4', v)
-    if k == kind and n <= b and p >= 1 and intervalMs >= 1 and tatUs < 9007199254740992 and
-        (cfg == nil or string.find(v, cfg, 1, true) == 1) then
-      local ius = intervalMs * 1000
-      local g, r = p, ius                  -- gcd(P, I in µs); both < 2^43, so % is exact
-      while r > 0 do g, r = r, g % r end
-      local pp, ip = p / g, ius / g
-      local cap = b * ip
-      if cap <= 1125899906842624 and tatRem < pp then
-        local floor = math.floor
-        if ARGV[2] == '' then
-          local t = redis.call('TIME')
-          nowUs = t[1] * 1000000 + t[2]
-        end
-        local d = 0                        -- D = max(0, TAT - now) in units
-        local h = 0                        -- H, the horizon (gcraHorizon), when needed
-        local clamped = false
-        if tatUs >= nowUs then
-          local dt = tatUs - nowUs
-          d = dt * pp + tatRem
-          if dt * pp > cap then            -- in debt (reservations), or the clock went back
-            h = floor(cap / pp)
-            if h < ius then h = ius end
-            local w = floor(4503599627370496 / pp)
-            if h > w then h = w end
-            local dmax = cap + h * pp      -- clamped: as far ahead as TAT can legally be
-            if dt > -floor(-dmax / pp) or d > dmax then d, clamped = dmax, true end
-          end
-        end
-        if maxWait > 0 then
-          if h == 0 then
-            h = floor(cap / pp)
-            if h < ius then h = ius end
-            local w = floor(4503599627370496 / pp)
-            if h > w then h = w end
-          end
-          if maxWait > h then maxWait = h end
-        end
-        local wait, allowed, retry, after = d + n * ip - cap, 1, 0, d
-        if wait <= 0 then
-          wait = 0
-          after = d + n * ip
-        else
-          wait = -floor(-wait / pp)
-          if wait <= maxWait then
-            after = wait * pp - pp + 1
-            if after < d then after = d end
-            after = after + n * ip
-          else
-            allowed, retry, wait = 0, wait - maxWait, 0
-          end
-        end
-        local resetUs = -floor(-after / pp)
-        if allowed == 1 or clamped then    -- a clamped state is written back, also on a denial
-          local q = floor(after / pp)
-          local packed = struct.pack('<c1I4I4I4I4I7I4', kind, b, p, intervalMs, keepAlive, nowUs + q, after - q * pp)
-          if keepAlive > 0 then
-            redis.call('SET', key, packed, 'PX', -floor(-resetUs / 1000) + keepAlive)
-          else
-            redis.call('SET', key, packed)
-          end
-        end
-        local remaining = 0
-        if after < cap then remaining = floor((cap - after) / ip) end
-        local localMs = -floor(-(b * intervalMs / p))
-        if localMs < 1 then localMs = 1 elseif localMs > 1e12 then localMs = 1e12 end
-        return struct.pack('<Bi8i8i8i8i8i8i8i8', 160 + allowed, remaining, retry, resetUs, b, nowUs, wait, b, localMs)
-      end
-    end
-  end
-end
-
--- The libraries' helpers this call makes (each is a closure made anew on every call).
+-- gcraFastCall: a take, decided by lib/gcra_fast.lua at the include line when it can be; then the
+-- libraries' helpers this call makes (each is a closure made anew on every call).
+local gcraFastCall = op == 'take' and (kind == 'T' or kind == 'G')
 local makesGcra, makesRecords = true, op == 'reserve' or op == 'settle'
--- include: base onekey gcra_core reservation_core
+-- include: gcra_fast base onekey gcra_core reservation_core
 local label = GCRA_LABELS[kind]
 if not label then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for gcra.lua') end
 local nowUs = currentMicros(ARGV[2])

@@ -77,12 +77,18 @@ class Batcher {
   bool claimOrQueue(Item& item) {
     Queue& q = queue();
     const LockGuard lock(q.mutex);
-    if (q.inFlight == maxInFlight_) {
-      q.waiting.push_back(std::move(item));
-      return false;
-    }
-    ++q.inFlight;  // the queue is empty: calls queue only while maxInFlight groups are in flight
-    return true;
+    if (claimLocked(q)) return true;
+    q.waiting.push_back(std::move(item));
+    return false;
+  }
+
+  /// True: fewer than maxInFlight groups were in flight, and the caller's call is one more, sent now
+  /// as a group of one (the caller calls next() once its reply has been handled). False: every place
+  /// is taken, and nothing changed.
+  bool tryClaim() {
+    Queue& q = queue();
+    const LockGuard lock(q.mutex);
+    return claimLocked(q);
   }
 
   /// A group in flight has been handled: the next group (oldest first, at most maxGroup), which
@@ -115,6 +121,14 @@ class Batcher {
     std::size_t inFlight REDLIMIT_GUARDED_BY(mutex) = 0;  // groups sent and not yet handled
     std::deque<Item> waiting REDLIMIT_GUARDED_BY(mutex);
   };
+
+  // One more group in flight, if a place is free (then the queue is empty: calls queue only while
+  // maxInFlight groups are in flight).
+  bool claimLocked(Queue& q) REDLIMIT_REQUIRES(q.mutex) {
+    if (q.inFlight == maxInFlight_) return false;
+    ++q.inFlight;
+    return true;
+  }
 
   // This process's queue (made anew after a fork; the inherited one is leaked: see the top).
   Queue& queue() {
@@ -153,6 +167,24 @@ class GroupSender {
   /// Sends `call` now, alone, or queues it behind the groups in flight on `queue` (the owner's).
   static void submit(Owner& owner, Queue& queue, Item call) {
     if (queue.claimOrQueue(call)) send(owner, queue, {std::move(call)});
+  }
+
+  /// submit's form for a caller that waits: when a place is free, `sendHere()` runs on this thread
+  /// (it sends the call alone and waits for its reply, as a call without coalescing does: a sync
+  /// caller that finds a place pays nothing for the queue), and the next group leaves in its place
+  /// once it has returned or thrown; when every place is taken, `queued()` (which submits the call
+  /// and waits for its callback). Returns what the one that ran returns.
+  template <class SendHere, class Queued>
+  static auto submitWaiting(Owner& owner, Queue& queue, SendHere&& sendHere, Queued&& queued) {
+    if (!queue.tryClaim()) return std::forward<Queued>(queued)();
+    try {
+      auto out = std::forward<SendHere>(sendHere)();
+      groupDone(owner, queue);
+      return out;
+    } catch (...) {
+      groupDone(owner, queue);
+      throw;
+    }
   }
 
   /// Ends the calls still queued on `queue` with `error` (the owner's destructor).

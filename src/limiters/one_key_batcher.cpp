@@ -71,11 +71,22 @@ void OneKeyBatcher::takeAsync(OneKeyCall call) {
 }
 
 Reply OneKeyBatcher::take(OneKeyCall call) {
-  // awaitTry takes the deadline before `call` is moved
-  return awaitTry<Reply>(client_->options(), call.deadline, [&](ReplyCallback done) {
-    call.done = std::move(done);
-    takeAsync(std::move(call));
-  });
+  Queue& queue = queueFor(call.key);
+  return Sender::submitWaiting(
+      *this, queue,
+      [&] {
+        // A place is free: its own script, sent and waited for from this thread, as eval.
+        const std::vector<std::string_view> keys{call.key};
+        const std::vector<std::string_view> args(call.args.begin(), call.args.end());
+        return eval(*client_, *call.script, keys, args, call.deadline);
+      },
+      [&] {
+        // awaitTry takes the deadline before `call` is moved
+        return awaitTry<Reply>(client_->options(), call.deadline, [&](ReplyCallback done) {
+          call.done = std::move(done);
+          Sender::submit(*this, queue, std::make_shared<OneKeyCall>(std::move(call)));
+        });
+      });
 }
 
 void OneKeyBatcher::sendAlone(const std::shared_ptr<OneKeyCall>& c, ReplyCallback done) {

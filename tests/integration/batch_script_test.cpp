@@ -5,6 +5,7 @@
 // server's clock read once per batch.
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -365,4 +366,153 @@ TEST_F(BatchScript, TheServerClockIsReadOnceForTheWholeBatch) {
     EXPECT_TRUE(t.allowed) << i;
     EXPECT_EQ(t.remaining, 9 - static_cast<std::int64_t>(i / 8)) << i;
   }
+}
+
+TEST_F(BatchScript, ReadsEveryKeyOnceAndWritesEachTakenKeyOnce) {
+  // Keys that hold a usable limiter of each kind, taken 8 times each with the configuration in the
+  // call and with the stored one (the fast path of each take's script): the batch reads them all
+  // with one MGET and writes each key that granted once, as the last of its grants left it; nothing
+  // else is read or written, and the time was given, so no TIME.
+  const std::int64_t now = 1'900'000'000'000'000;
+  const std::vector<LimiterConfig> configs{{'T', 3, 1, 1000, 0}, {'G', 4, 2, 1000, 60000}, {'W', 3, 0, 1000, 60000}};
+  std::vector<std::string> keysA, keysB;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const LimiterConfig& c = configs[i];
+    keysA.push_back(key("a:k" + std::to_string(i)));
+    keysB.push_back(key("b:k" + std::to_string(i)));
+    const std::string kind(1, c.kind);
+    ASSERT_EQ(runOneKey(admin(), scriptOf(kind), keysA[i], setArgs(c, now, c.limit)).elements.at(0).asInteger(), 1);
+    ASSERT_EQ(runOneKey(admin(), scriptOf(kind), keysB[i], setArgs(c, now, c.limit)).elements.at(0).asInteger(), 1);
+  }
+  std::vector<std::string> keys;
+  std::vector<Take> takes;
+  std::vector<std::size_t> of;
+  for (std::size_t j = 0; j < 24; ++j) {  // 8 takes per key, every other one with the configuration in the call
+    const std::size_t i = j % configs.size();
+    keys.push_back(keysA[i]);
+    of.push_back(i);
+    takes.emplace_back(std::string(1, configs[i].kind), "1", "0", j % 2 == 0 ? header(configs[i]) : "");
+  }
+  const auto calls = [&](const char* command) {
+    const std::string info = raw({"INFO", "commandstats"}).str;
+    const std::string field = std::string("cmdstat_") + command + ":calls=";
+    const auto at = info.find(field);
+    return at == std::string::npos ? std::int64_t{0} : std::stoll(info.substr(at + field.size()));
+  };
+  const std::int64_t getsBefore = calls("get"), mgetsBefore = calls("mget"), setsBefore = calls("set"),
+                     timesBefore = calls("time");
+  const Reply batch = runBatch(admin(), str(now + 1), keys, takes);
+  const std::int64_t gets = calls("get") - getsBefore, mgets = calls("mget") - mgetsBefore,
+                     sets = calls("set") - setsBefore, times = calls("time") - timesBefore;
+  ASSERT_EQ(batch.elements.size(), takes.size());
+  std::int64_t granted = 0;
+  for (std::size_t j = 0; j < takes.size(); ++j) {
+    ASSERT_TRUE(detail::isPackedDecision(batch.elements[j])) << describeElement(batch.elements[j]);
+    if (takeReply(batch.elements[j]).allowed) ++granted;
+    EXPECT_EQ(replaceAll(describeElement(batch.elements[j]), "}:a:k", "}:b:k"),
+              runAlone(admin(), keysB[of[j]], str(now + 1), takes[j]))
+        << "decision " << j;
+  }
+  EXPECT_EQ(granted, 3 + 4 + 3) << "each key granted its limit, then denied";
+  EXPECT_EQ(mgets, 1) << "every key read at once";
+  EXPECT_EQ(gets, 0) << "no key read again";
+  EXPECT_EQ(sets, 3) << "one SET per key taken";
+  EXPECT_EQ(times, 0) << "the time was given";
+  for (std::size_t i = 0; i < configs.size(); ++i) EXPECT_EQ(stored(keysA[i]).first, stored(keysB[i]).first) << i;
+}
+
+TEST_F(BatchScript, EveryKindOfKeyIsDecidedAsItsOwnScriptDecidesIt) {
+  // One batch of every kind, mixed: keys that hold a usable limiter, fresh keys with the
+  // configuration in the call (a full bucket, an empty window), a key with nothing left (denied),
+  // keys taken with another configuration than the one they hold, a key of another kind, a key of
+  // another Redis type, and a fresh key without a configuration. Each answer and each stored value
+  // is what the take's own script makes of the twin key.
+  const std::int64_t now = windowTime(1000, 250'000);
+  const LimiterConfig bucket{'T', 3, 1, 1000, 30000}, gcra{'G', 5, 5, 1000, 0}, window{'W', 2, 0, 1000, 30000};
+  const LimiterConfig biggerBucket{'T', 6, 2, 1000, 30000}, longerWindow{'W', 4, 0, 2000, 0};
+  struct Case {
+    std::string name;
+    Take take;
+    const LimiterConfig* holds;  // what the key holds before the batch; null: nothing
+    std::int64_t initial;        // its permits (T, G)
+  };
+  const std::vector<Case> cases{
+      {"usable T", Take("T"), &bucket, 3},
+      {"usable G, cfg", Take("G", "2", "0", header(gcra)), &gcra, 5},
+      {"usable W, cfg", Take("W", "1", "0", header(window)), &window, 0},
+      {"fresh T, cfg", Take("T", "1", "0", header(bucket)), nullptr, 0},
+      {"fresh G, cfg", Take("G", "5", "0", header(gcra)), nullptr, 0},
+      {"G, one left, waits for three", Take("G", "3", "1000000", header(gcra)), &gcra, 1},
+      {"fresh W, cfg", Take("W", "2", "0", header(window)), nullptr, 0},
+      {"empty T, denied", Take("T", "1", "0", header(bucket)), &bucket, 0},
+      {"T, another configuration", Take("T", "1", "0", header(biggerBucket)), &bucket, 1},
+      {"W, another configuration", Take("W", "1", "0", header(longerWindow)), &window, 0},
+      {"a window asked as GCRA", Take("G", "1", "0", header(gcra)), &window, 0},
+      {"a bucket asked as a window", Take("W"), &bucket, 2},
+      {"fresh G, no cfg", Take("G"), nullptr, 0},
+  };
+  std::vector<std::string> keys;
+  std::vector<Take> takes;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    for (const char* twin : {"a:k", "b:k"}) {
+      const std::string k = key(twin + std::to_string(i));
+      if (c.holds != nullptr) {
+        const std::string kind(1, c.holds->kind);
+        ASSERT_EQ(runOneKey(admin(), scriptOf(kind), k, setArgs(*c.holds, now, c.initial)).elements.at(0).asInteger(),
+                  1);
+      }
+    }
+    keys.push_back(key("a:k" + std::to_string(i)));
+    takes.push_back(c.take);
+  }
+  const std::string list = key("list");
+  (void)raw({"RPUSH", list, "x"});
+  keys.push_back(list);
+  takes.emplace_back("W", "1", "0", header(window));
+
+  const Reply batch = runBatch(admin(), str(now), keys, takes);
+  ASSERT_EQ(batch.elements.size(), takes.size());
+  std::map<std::string, int> outcomes;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string got = replaceAll(describeElement(batch.elements[i]), "}:a:k", "}:b:k");
+    const std::string twin = key("b:k" + std::to_string(i));
+    EXPECT_EQ(got, runAlone(admin(), twin, str(now), cases[i].take)) << cases[i].name;
+    const auto a = stored(keys[i]), b = stored(twin);
+    EXPECT_EQ(a.first, b.first) << cases[i].name;
+    // The same PX from the same now, set a little earlier for the batch's key.
+    EXPECT_EQ(a.second > 0, b.second > 0) << cases[i].name;
+    EXPECT_LE(std::abs(a.second - b.second), 3000) << cases[i].name;
+    const Reply& e = batch.elements[i];
+    ++outcomes[!detail::isPackedDecision(e) ? "error" : !takeReply(e).allowed ? "denied" : "granted"];
+  }
+  EXPECT_EQ(outcomes["granted"], 9);
+  EXPECT_EQ(outcomes["denied"], 1);
+  EXPECT_EQ(outcomes["error"], 3);
+  EXPECT_GT(takeReply(batch.elements[5]).delayUs, 0) << "the GCRA key with one permit left reserved three";
+  EXPECT_EQ(describeElement(batch.elements.back()).rfind("error: REDLIMIT_INVALID_CONFIG key " + list, 0), 0U)
+      << describeElement(batch.elements.back());
+  EXPECT_EQ(raw({"TYPE", list}).str, "list");
+}
+
+TEST_F(BatchScript, ATakeOnTheFullPathSeesTheTakesBeforeItOnItsKey) {
+  // Three takes of a bucket of 5 on the fast path (their write held), then one with another
+  // configuration (the full path: the bucket rescaled, from the state the three left), then two more
+  // under the new configuration: each answer and the stored value are the ones of one-by-one calls.
+  const std::int64_t now = 1'900'000'000'000'000;
+  const LimiterConfig bucket{'T', 5, 1, 1000, 30000}, bigger{'T', 10, 1, 1000, 30000};
+  const std::string a = key("a"), b = key("b");
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, a, setArgs(bucket, now, 5)).elements.at(0).asInteger(), 1);
+  ASSERT_EQ(runOneKey(admin(), detail::lua::gcra, b, setArgs(bucket, now, 5)).elements.at(0).asInteger(), 1);
+  const std::vector<Take> takes{Take("T", "1", "0", header(bucket)), Take("T"),
+                                Take("T", "1", "0", header(bucket)), Take("T", "1", "0", header(bigger)),
+                                Take("T", "4", "0", header(bigger)), Take("T", "3", "0", header(bigger))};
+  const Reply batch = runBatch(admin(), str(now + 10), std::vector<std::string>(takes.size(), a), takes);
+  ASSERT_EQ(batch.elements.size(), takes.size());
+  for (std::size_t i = 0; i < takes.size(); ++i) {
+    EXPECT_EQ(describeElement(batch.elements[i]), runAlone(admin(), b, str(now + 10), takes[i])) << i;
+  }
+  EXPECT_EQ(takeReply(batch.elements[3]).remaining, 6) << "the rescaled bucket kept the three permits in use";
+  EXPECT_FALSE(takeReply(batch.elements[5]).allowed);
+  EXPECT_EQ(stored(a).first, stored(b).first);
 }
