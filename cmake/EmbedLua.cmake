@@ -11,10 +11,13 @@
 # nothing themselves, so a script names every file it uses, those used by another first
 # (lib/base.lua before lib/redisson.lua or lib/onekey.lua).
 # Where the line sits is where the helpers are made. Most scripts have it as their first line. A
-# script with a fast path for its hot operation (acquire.lua, gcra.lua, fixed_window.lua,
-# calendar_quota.lua) has it below that path: each `local function` of a library is a closure made
-# on every call, so code above the line runs before any is made and uses none of them, and falls
-# through to the full code below when anything is unusual. A core library (lib/*_core.lua) makes
+# script with a fast path for its hot operation (acquire.lua, calendar_quota.lua) has it below that
+# path: each `local function` of a library is a closure made on every call, so code above the line
+# runs before any is made and uses none of them, and falls through to the full code below when
+# anything is unusual. gcra.lua and fixed_window.lua share their fast path with batch.lua: it is a
+# library (lib/gcra_fast.lua, lib/fixed_window_fast.lua) named first on their include line, which
+# decides the script's own take before the libraries after it are made when the script set its
+# flag (gcraFastCall, windowFastCall) above the line. A core library (lib/*_core.lua) makes
 # its helpers only if the script set its flag (makesGcra, makesWindow, makesCalendar, makesLeases,
 # makesRecords) above the line, so a script makes only the groups it uses (multi.lua: the kinds in
 # the call).

@@ -139,8 +139,9 @@ struct ClientOptions {
                                                    // go to Redis together, up to 64 in one script call
                                                    // (lua/batch.lua), whatever their keys (on a
                                                    // cluster: keys of one slot). Off by default: it
-                                                   // measured costlier per decision than one call each
-                                                   // (docs/transport.md)
+                                                   // pays with many decisions in flight (async callers),
+                                                   // and with few it only equals one call each
+                                                   // (docs/transport.md, "When to turn it on")
 };
 
 /// Throws InvalidArgument naming the first option that cannot be used: a timeout outside
