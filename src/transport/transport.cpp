@@ -48,7 +48,32 @@ int waitMs(SteadyTime now, SteadyTime deadline) {
 
 thread_local const Runner* tlsIoRunner = nullptr;
 
+// A sync wait on this thread (SyncWait) is about to wait for the request it submits: the request
+// an idle connection took from this thread (`transport`, its connection `conn`), whose reply this
+// thread reads in awaitCallerRead().
+struct CallerRead {
+  bool expected = false;
+  std::shared_ptr<Transport> transport;
+  std::size_t conn = 0;
+  SteadyTime deadline;
+};
+thread_local CallerRead tlsCallerRead;
+
 }  // namespace
+
+void expectCallerRead() noexcept { tlsCallerRead.expected = true; }
+
+void awaitCallerRead() noexcept {
+  CallerRead claim = std::move(tlsCallerRead);
+  tlsCallerRead = CallerRead{};
+  if (claim.transport) claim.transport->readClaimed(claim.conn, claim.deadline);
+}
+
+void dropCallerRead() noexcept {
+  CallerRead claim = std::move(tlsCallerRead);
+  tlsCallerRead = CallerRead{};
+  if (claim.transport) claim.transport->releaseClaimed(claim.conn);
+}
 
 const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
 void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
@@ -134,13 +159,30 @@ void Transport::submitFrom(Request request, bool callerReads) {
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
   if (callerReads && !onIoThread() && !connection_.tls.enabled) {
     // Any idle connection, from this one on: with several callers, one that is busy is likely.
+    // This one not open yet: handed off, so that it connects (routeToReady sends the request on).
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = *conns_[(conn + i) % conns_.size()];
       const SteadyTime deadline = request.deadline;
-      if (own(c, request)) {
+      const Take took = own(c, request);
+      if (took == Take::Taken) {
         callerRoundTrip(c, deadline);
         return;
       }
+      if (i == 0 && took == Take::NotReady) break;
+    }
+  } else if (!onIoThread() && tlsCallerRead.expected && !tlsCallerRead.transport && !connection_.tls.enabled &&
+             owner_ == this) {
+    // A sync wait follows on this thread (SyncWait): it reads the reply if this writes the request.
+    // Not for a Cluster's or a Sentinel's transport, whose completions their runner's logic wraps.
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = *conns_[(conn + i) % conns_.size()];
+      const SteadyTime deadline = request.deadline;
+      const Take took = own(c, request);
+      if (took == Take::Taken) {
+        if (callerWrite(c)) tlsCallerRead = CallerRead{true, shared_from_this(), c.index, deadline};
+        return;
+      }
+      if (i == 0 && took == Take::NotReady) break;
     }
   } else if (!onIoThread() && writeNow(*conns_[conn], request)) {
     return;
@@ -208,14 +250,15 @@ bool Transport::idle(const Conn& c) {
          !c.pipe->broken();
 }
 
-bool Transport::own(Conn& c, Request& request) {
-  if (!c.m.try_lock()) return false;
+Transport::Take Transport::own(Conn& c, Request& request) {
+  if (!c.m.try_lock()) return Take::Busy;
   const UniqueLock lock(c.m, std::adopt_lock);
-  if (!idle(c)) return false;
+  if (!c.stream || !c.greeted || c.ioFailed || c.pipe->broken()) return Take::NotReady;
+  if (!idle(c)) return Take::Busy;
   {
     // As in writeNow: never past requests submitted before for this connection, nor after shutdown().
     const LockGuard guard(mutex_);
-    if (c.queued > 0 || stopping_) return false;
+    if (c.queued > 0 || stopping_) return Take::Busy;
   }
   request.counted = true;
   c.pipe->push(std::move(request));
@@ -227,7 +270,7 @@ bool Transport::own(Conn& c, Request& request) {
   ev.data.u64 = c.index;
   ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
   c.watchingOut = false;
-  return true;
+  return Take::Taken;
 }
 
 // Only the plain case is done here: the request written in full, and the bytes read end it. Then
@@ -236,33 +279,51 @@ bool Transport::own(Conn& c, Request& request) {
 // resend), a broken pipeline (closed), ioFailed (a failed write or read: closed, as after
 // writeNow), a written request past its deadline (expired: TimeoutError, the connection closed).
 void Transport::callerRoundTrip(Conn& c, SteadyTime deadline) {
+  if (callerWrite(c)) callerRead(c, deadline);
+}
+
+bool Transport::callerWrite(Conn& c) {
+  // Owned: this thread alone uses the stream and the pipeline until release().
+  direct_.fetch_add(1, std::memory_order_relaxed);
+  std::exception_ptr why;
+  try {
+    if (writePipe(*c.stream, *c.pipe)) return true;
+  } catch (...) {
+    why = std::current_exception();
+  }
+  release(c, why, false);
+  return false;
+}
+
+void Transport::readClaimed(std::size_t conn, SteadyTime deadline) { callerRead(*conns_[conn], deadline); }
+
+void Transport::releaseClaimed(std::size_t conn) { release(*conns_[conn], nullptr, false); }
+
+void Transport::callerRead(Conn& c, SteadyTime deadline) {
   // Owned: this thread alone uses the stream and the pipeline until release().
   Stream& stream = *c.stream;
   Pipeline& pipe = *c.pipe;
-  direct_.fetch_add(1, std::memory_order_relaxed);
   std::vector<Finished> done;
   std::exception_ptr why;
   bool plain = false;
   try {
-    if (writePipe(stream, pipe)) {
-      char buf[16384];
-      pollfd pfd{stream.fd(), POLLIN, 0};
-      for (;;) {
-        const SteadyTime now = Steady::now();
-        if (now >= deadline) break;
-        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
-        const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
-        const int ready = ::ppoll(&pfd, 1, deadline == SteadyTime::max() ? nullptr : &wait, nullptr);
-        if (ready < 0 && errno != EINTR) break;
-        if (ready <= 0) continue;
-        const std::size_t n = stream.read(buf, sizeof buf);
-        if (n == 0) continue;
-        pipe.received(buf, n, done);
-        if (pipe.broken() || pipe.hasOutput()) break;
-        if (pipe.awaiting() == 0) {
-          plain = true;
-          break;
-        }
+    char buf[16384];
+    pollfd pfd{stream.fd(), POLLIN, 0};
+    for (;;) {
+      const SteadyTime now = Steady::now();
+      if (now >= deadline) break;  // the I/O thread expires it (TimeoutError) and closes the connection
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+      const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+      const int ready = ::ppoll(&pfd, 1, deadline == SteadyTime::max() ? nullptr : &wait, nullptr);
+      if (ready < 0 && errno != EINTR) break;
+      if (ready <= 0) continue;
+      const std::size_t n = stream.read(buf, sizeof buf);
+      if (n == 0) continue;
+      pipe.received(buf, n, done);
+      if (pipe.broken() || pipe.hasOutput()) break;
+      if (pipe.awaiting() == 0) {
+        plain = true;
+        break;
       }
     }
   } catch (...) {
@@ -315,7 +376,10 @@ void Transport::completeHere(std::vector<Finished>& done) {
       continue;
     }
     pending_.fetch_sub(1, std::memory_order_relaxed);
-    if (f.done) f.done(std::move(f.outcome));
+    try {
+      if (f.done) f.done(std::move(f.outcome));
+    } catch (...) {  // a completion must not throw (documented)
+    }
   }
   done.clear();
   if (others.empty()) return;

@@ -79,6 +79,12 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   [[nodiscard]] Outcome sendAndWait(Request request, int /*slot*/) override { return call(std::move(request)); }
 
   [[nodiscard]] TransportCounters counters() const override;
+
+  /// The request this thread wrote on connection `conn` for a sync wait (expectCallerRead()):
+  /// reads its reply here (callerRead), or gives the connection back to the I/O thread unread.
+  /// Called by awaitCallerRead() and dropCallerRead() only.
+  void readClaimed(std::size_t conn, SteadyTime deadline);
+  void releaseClaimed(std::size_t conn);
   [[nodiscard]] const ClientOptions::Connection& connectionOptions() const noexcept { return connection_; }
   /// True on this transport's own I/O thread.
   [[nodiscard]] bool onIoThread() const noexcept override { return std::this_thread::get_id() == ioThreadId_; }
@@ -117,11 +123,16 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   // connection is idle (callerRoundTrip).
   void submitFrom(Request request, bool callerReads);
   bool writeNow(Conn& c, Request& request);
-  // Takes `c` for the calling thread if it is idle (pushing `request`, moved from only then):
-  // true if taken.
-  bool own(Conn& c, Request& request);
+  // Takes `c` for the calling thread if it is idle (pushing `request`, moved from only then).
+  enum class Take { Taken, Busy, NotReady };  // NotReady: not open, or failed
+  Take own(Conn& c, Request& request);
   // The round trip of the request own() pushed, on the calling thread; then gives `c` back.
-  void callerRoundTrip(Conn& c, SteadyTime deadline) REDLIMIT_NO_THREAD_SAFETY_ANALYSIS;  // owned, so unlocked
+  void callerRoundTrip(Conn& c, SteadyTime deadline);
+  // Writes what own() pushed: true if all of it went; else `c` is given back (release()).
+  bool callerWrite(Conn& c) REDLIMIT_NO_THREAD_SAFETY_ANALYSIS;  // owned, so unlocked
+  // Reads until the request callerWrite() wrote is answered, its deadline passes or anything but
+  // the plain case happens; then gives `c` back and runs the completions that ended here.
+  void callerRead(Conn& c, SteadyTime deadline) REDLIMIT_NO_THREAD_SAFETY_ANALYSIS;  // owned, so unlocked
   // Gives `c` back to the I/O thread after a round trip; `why`: the write or read failed; `plain`:
   // nothing is left for the I/O thread to do on it.
   void release(Conn& c, std::exception_ptr why, bool plain);
