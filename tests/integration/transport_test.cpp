@@ -702,6 +702,30 @@ TEST_F(TransportTest, ASyncCallOnAnIdleConnectionIsWrittenAndReadByItsCaller) {
   EXPECT_TRUE(nothingPending(*c));
 }
 
+// A RateLimiter's sync tryAcquire waits for an async request (SyncWait): on an idle connection its
+// thread writes that request and reads the reply too, coalescing on or off.
+TEST_F(TransportTest, ALimiterSyncCallWaitingForItsAsyncRequestReadsTheReplyItself) {
+  const auto c = newClient();
+  for (const bool coalesce : {false, true}) {
+    SCOPED_TRACE(coalesce ? "coalesced" : "one by one");
+    RateLimiter::Options options;
+    options.coalesce = coalesce;
+    RateLimiter limiter(c, name(coalesce ? "c" : "o"), options);
+    ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 1000, seconds(60)));
+    (void)limiter.tryAcquire();  // both connections open
+    (void)limiter.tryAcquire();
+    const PoolStats before = c->poolStats();
+    constexpr int kCalls = 100;
+    int granted = 0;
+    for (int i = 0; i < kCalls; ++i) granted += limiter.tryAcquire() ? 1 : 0;
+    const PoolStats after = c->poolStats();
+    EXPECT_EQ(granted, kCalls);
+    EXPECT_EQ(after.callerRead - before.callerRead, static_cast<std::uint64_t>(kCalls));
+    EXPECT_EQ(raw({"ZCARD", limiter.keys()[3]}).integer, kCalls + 2);
+  }
+  EXPECT_TRUE(nothingPending(*c));
+}
+
 // A call whose deadline passes while its caller waits for the reply (the server runs a script
 // longer than the deadline) ends with TimeoutError, not with the sync wait's fallback; the
 // connection is closed, so the late reply is matched to nothing, and the next call gets its own.
