@@ -263,13 +263,18 @@ Transport::Take Transport::own(Conn& c, Request& request) {
   request.counted = true;
   c.pipe->push(std::move(request));
   c.owned = true;
-  // The I/O thread must not wake for the reply the caller reads: the fd is watched for nothing
-  // (edge-triggered, so a hang-up or an error, which epoll always reports, wakes it once at most).
-  epoll_event ev{};
-  ev.events = EPOLLET;
-  ev.data.u64 = c.index;
-  ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
-  c.watchingOut = false;
+  // The I/O thread must not wake for the reply the caller reads: the fd is watched only for the
+  // peer's close (EPOLLRDHUP), edge-triggered, so that it, a hang-up or an error (which epoll always
+  // reports) wakes that thread once at most. It stays so after a plain round trip (the next one
+  // needs no epoll_ctl) until the I/O thread writes on it again (watch()).
+  if (!c.quiet) {
+    epoll_event ev{};
+    ev.events = EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = c.index;
+    ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
+    c.quiet = true;
+    c.watchingOut = false;
+  }
   return Take::Taken;
 }
 
@@ -341,11 +346,7 @@ void Transport::release(Conn& c, std::exception_ptr why, bool plain) {  // NOLIN
     const LockGuard lock(c.m);
     c.owned = false;
     c.ioFailed = std::move(why);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = c.index;
-    ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
-    c.watchingOut = false;
+    if (!plain) watch(c, false);  // the I/O thread reads what is left
     // Requests the I/O thread could not send elsewhere while this thread owned the connection.
     if (!c.carry.empty()) wake = true;
     bool stopping = false;
@@ -498,12 +499,13 @@ TransportCounters Transport::counters() const {
 }
 
 void Transport::watch(Conn& c, bool out) {
-  if (!c.stream || c.watchingOut == out) return;
+  if (!c.stream || (!c.quiet && c.watchingOut == out)) return;
   epoll_event ev{};
   ev.events = EPOLLIN | (out ? EPOLLOUT : 0u);
   ev.data.u64 = c.index;
   ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
   c.watchingOut = out;
+  c.quiet = false;
 }
 
 void Transport::unregister(int fd) {
@@ -563,6 +565,7 @@ void Transport::connected(Conn& c, std::vector<Finished>& done) {
   c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_, events_, &scriptsSeen_,
                                       &scriptsSeenMutex_);
   c.watchingOut = false;
+  c.quiet = false;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = c.index;
@@ -795,6 +798,7 @@ void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performanc
   c.stream.reset();
   c.pipe.reset();
   c.watchingOut = false;
+  c.quiet = false;
   c.ioFailed = nullptr;
   open_.fetch_sub(1, std::memory_order_relaxed);
   discarded_.fetch_add(1, std::memory_order_relaxed);
@@ -1034,7 +1038,7 @@ void Transport::run() {
         continue;
       }
       if (!c.stream || c.owned) continue;  // a calling thread reads it (an event from before it took it)
-      if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) readFrom(c, done);
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
       if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);
     }

@@ -114,6 +114,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
     std::exception_ptr ioFailed
         REDLIMIT_GUARDED_BY(m);                 // a calling thread's write or read failed: the I/O thread closes
+    bool quiet REDLIMIT_GUARDED_BY(m) = false;  // watched for the peer's close only (own()), until watch()
     bool owned REDLIMIT_GUARDED_BY(m) = false;  // a calling thread does a round trip on it (callerRoundTrip)
   };
   Transport(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool, EventCallback events,
