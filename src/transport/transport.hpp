@@ -34,8 +34,10 @@ namespace redlimit::detail {
 /// calling thread takes the connection from the I/O thread for one round trip ("owned by a
 /// caller"), writes its request, waits for the reply with poll() and feeds it to the connection's
 /// Pipeline, as the I/O thread would (the same matching, NOSCRIPT and error handling). Meanwhile
-/// the I/O thread leaves that connection alone (its fd is not watched, requests of other threads
-/// go to another connection or wait in its carry). Anything but a plain round trip (a write that
+/// the I/O thread leaves that connection alone (its fd is watched for the peer's close only,
+/// requests of other threads go to another connection or wait in its carry). It stays watched so
+/// after a plain round trip, so that the next one needs no epoll_ctl, until the I/O thread writes
+/// on it. Anything but a plain round trip (a write that
 /// would block, a NOSCRIPT to answer, an error or EOF, the deadline, shutdown) hands the
 /// connection back to the I/O thread in a state it knows (the request still on the pipeline, or
 /// ioFailed set) and the caller waits for the completion as an async caller would. This saves the
