@@ -15,6 +15,10 @@
 //  7. What a user would write instead of 2 and 6: 8 threads, each on its own blocking raw hiredis
 //     connection, EVALSHA of the same script one call at a time (issue 26's baseline for them)
 //  8. The window of 3 with coalescing on (the default): against 3 and the reference
+//  9. One thread, sync, one by one: tryAcquire against raw blocking hiredis EVALSHA of acquire.lua,
+//     for the client CPU a decision costs (a sync call on an idle connection does its own I/O)
+// 10. One-key: 8 threads calling Limiter::decide (a stored GCRA policy) on one Client against 8
+//     threads each on its own blocking hiredis connection, EVALSHA of gcra.lua with the same args
 //
 // One redis-server with a plain and a TLS port serves everything, pinned to CPU 0; this process
 // (the drivers, the callers and every Client's I/O thread) runs on CPU 1. With fewer than two
@@ -54,6 +58,7 @@
 #include <vector>
 
 #include "redlimit/detail/client_access.hpp"
+#include "redlimit/limiter.hpp"
 #include "redlimit/redlimit.hpp"
 #include "redlimit_lua.hpp"
 #include "support/bench_support.hpp"
@@ -88,6 +93,9 @@ constexpr double kMinThroughputRatio = 0.8;        // row 3 against the referenc
 constexpr double kMaxLatencyRatio = 1.05;          // row 4
 constexpr double kMinOwnConnections = 1.0;         // rows 2 and 6 against row 7 (issue 26)
 constexpr double kMinCoalescedOverOneByOne = 1.0;  // row 8 against row 3: coalescing must not lose
+// Issue 40: a sync call on an idle connection does its own I/O (no hand-off to the I/O thread).
+constexpr double kMaxSyncCpuOverRaw = 1.5;  // row 9: client CPU per decision, 1 thread, against raw blocking
+constexpr const char* kIssue40 = "issue 40";
 
 // --- State of the run -------------------------------------------------------------------------
 
@@ -100,14 +108,31 @@ struct World {
 };
 World* gWorld = nullptr;
 
-enum Phase { kRaw, kSyncTcp, kAsync, kSyncTls, kSyncCoalesced, kRawThreads, kAsyncCoalesced, kPhases };
+enum Phase {
+  kRaw,
+  kSyncTcp,
+  kAsync,
+  kSyncTls,
+  kSyncCoalesced,
+  kRawThreads,
+  kAsyncCoalesced,
+  kSyncOne,
+  kRawOne,
+  kOneKeyThreads,
+  kRawOneKeyThreads,
+  kPhases
+};
 const char* const kPhaseNames[kPhases] = {"raw_pipelined_50x16",
                                           "tryAcquire_8_threads",
                                           "tryAcquireAsync_256_in_flight",
                                           "tryAcquire_8_threads_tls",
                                           "tryAcquire_8_threads_coalesced",
                                           "raw_blocking_8_threads",
-                                          "tryAcquireAsync_256_in_flight_coalesced"};
+                                          "tryAcquireAsync_256_in_flight_coalesced",
+                                          "tryAcquire_1_thread",
+                                          "raw_blocking_1_thread",
+                                          "limiter_gcra_decide_8_threads",
+                                          "raw_blocking_gcra_8_threads"};
 
 /// What one throughput phase did and what it cost. CPU times in seconds.
 struct PhaseResult {
@@ -143,6 +168,11 @@ bool gLatencyValid = false;
 std::string freshName(const std::string& what) {
   static std::atomic<int> counter{0};
   return "bench:transport:" + what + ":" + std::to_string(++counter);
+}
+// A Limiter's name holds no ':' (its keys are rl:<name>:<key>).
+std::string freshLimiterName(const std::string& what) {
+  static std::atomic<int> counter{0};
+  return "bench.transport." + what + "." + std::to_string(++counter);
 }
 
 redlimit::ClientOptions clientOptions(bool tls) {
@@ -317,16 +347,16 @@ PhaseResult runRawPipelined() {
 
 // --- 2. and 5. Threads calling tryAcquire on one Client -------------------------------------------
 
-PhaseResult runSyncThreads(bool tls, bool coalesce) {
-  const PhaseClient pc = makeClient(tls);
-  RateLimiter limiter = freshLimiter(pc.client, coalesce);
+// `threads` threads make kDecisions calls of `decide(thread)` (true: granted) between the
+// snapshots of `pc` (nullptr: no Client to look at).
+PhaseResult runThreads(int threads, const PhaseClient* pc, const std::function<bool(int)>& decide) {
   std::atomic<std::int64_t> next{0}, granted{0}, errors{0};
   std::mutex m;
   std::condition_variable cv;
   bool go = false;
-  std::vector<rb::Clock::time_point> ends(kThreads);
+  std::vector<rb::Clock::time_point> ends(static_cast<std::size_t>(threads));
   std::vector<std::thread> workers;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       {
         std::unique_lock<std::mutex> lock(m);
@@ -334,7 +364,7 @@ PhaseResult runSyncThreads(bool tls, bool coalesce) {
       }
       while (next.fetch_add(1, std::memory_order_relaxed) < kDecisions) {
         try {
-          if (limiter.tryAcquire()) granted.fetch_add(1, std::memory_order_relaxed);
+          if (decide(t)) granted.fetch_add(1, std::memory_order_relaxed);
         } catch (const std::exception&) {
           errors.fetch_add(1, std::memory_order_relaxed);
         }
@@ -342,7 +372,7 @@ PhaseResult runSyncThreads(bool tls, bool coalesce) {
       ends[static_cast<std::size_t>(t)] = rb::Clock::now();
     });
   }
-  const Snapshot a = Snapshot::take(&pc);
+  const Snapshot a = Snapshot::take(pc);
   {
     std::lock_guard<std::mutex> lock(m);
     go = true;
@@ -350,59 +380,85 @@ PhaseResult runSyncThreads(bool tls, bool coalesce) {
   cv.notify_all();
   for (auto& w : workers) w.join();
   const auto end = *std::max_element(ends.begin(), ends.end());
-  const PhaseResult r = between(a, Snapshot::take(&pc), end, kDecisions, granted.load(), errors.load());
+  return between(a, Snapshot::take(pc), end, kDecisions, granted.load(), errors.load());
+}
+
+PhaseResult runSyncThreads(bool tls, bool coalesce, int threads = kThreads) {
+  const PhaseClient pc = makeClient(tls);
+  RateLimiter limiter = freshLimiter(pc.client, coalesce);
+  const PhaseResult r = runThreads(threads, &pc, [&](int) { return limiter.tryAcquire(); });
   (void)limiter.deleteLimiter();
+  return r;
+}
+
+// --- 10. One-key: Limiter::decide under a stored GCRA policy --------------------------------------
+
+// A policy no phase reaches, stored in the key: decide(key) then sends `take "" G 1 0` on
+// rl:<limiter>:<key> (no configuration in the call), which the raw threads send too.
+redlimit::Policy hugeGcra() { return redlimit::Policy::gcra(kHuge, kHour, kHuge).stored(); }
+
+PhaseResult runOneKeyThreads() {
+  const PhaseClient pc = makeClient(false);
+  const std::string name = freshLimiterName("gcra");
+  redlimit::Limiter limiter(pc.client, name, hugeGcra());
+  limiter.setPolicy("k", hugeGcra());
+  if (!limiter.decide("k").allowed) throw std::runtime_error("bench: the GCRA limiter denied its first call");
+  const PhaseResult r = runThreads(kThreads, &pc, [&](int) { return limiter.decide("k").allowed; });
+  (void)redlimit::detail::command(*pc.client, {"DEL", "rl:" + name + ":k"});
+  return r;
+}
+
+PhaseResult runRawOneKeyThreads() {
+  const rb::BenchServer& server = *gWorld->server;
+  auto setup = redlimit::Client::create(clientOptions(false));
+  const std::string name = freshLimiterName("gcra");
+  redlimit::Limiter(setup, name, hugeGcra()).setPolicy("k", hugeGcra());
+  const std::string key = "rl:" + name + ":k";
+  const std::vector<std::string> argv{"EVALSHA", redlimit::detail::lua::gcra.sha1, "1", key, "take", "", "G", "1", "0"};
+  std::vector<const char*> ptr;
+  std::vector<std::size_t> len;
+  for (const std::string& a : argv) {
+    ptr.push_back(a.data());
+    len.push_back(a.size());
+  }
+  std::vector<std::unique_ptr<rb::RawRedis>> conns;
+  // One call: true if it was answered with a decision (the packed string), not an error.
+  auto call = [&](redisContext* ctx) {
+    auto* reply = static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(ptr.size()), ptr.data(), len.data()));
+    if (reply == nullptr) throw std::runtime_error(std::string("bench: raw gcra call failed: ") + ctx->errstr);
+    const rb::RawRedis::ReplyPtr owned(reply);
+    return reply->type == REDIS_REPLY_STRING;
+  };
+  for (int t = 0; t < kThreads; ++t) {
+    conns.push_back(std::make_unique<rb::RawRedis>(server.host(), server.port()));
+    if (!call(conns.back()->get()))
+      throw std::runtime_error("bench: raw gcra call: not a decision (gcra.lua not loaded?)");
+  }
+  const PhaseResult r =
+      runThreads(kThreads, nullptr, [&](int t) { return call(conns[static_cast<std::size_t>(t)]->get()); });
+  (void)redlimit::detail::command(*setup, {"DEL", key});
   return r;
 }
 
 // --- 7. What a user would write instead: 8 threads, each on its own blocking hiredis connection ---
 
-PhaseResult runRawThreads() {
+PhaseResult runRawThreads(int threads = kThreads) {
   const rb::BenchServer& server = *gWorld->server;
   auto setup = redlimit::Client::create(clientOptions(false));
   RateLimiter limiter = freshLimiter(setup);
   std::vector<std::unique_ptr<rb::RawRedis>> conns;
   std::vector<std::unique_ptr<rb::RawAcquire>> calls;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < threads; ++t) {
     conns.push_back(std::make_unique<rb::RawRedis>(server.host(), server.port()));
     calls.push_back(std::make_unique<rb::RawAcquire>("EVALSHA", redlimit::detail::lua::acquire.sha1, limiter.keys()));
     calls.back()->newId();
     (void)calls.back()->call(conns.back()->get());  // connected, and the script run once on it
   }
-  std::atomic<std::int64_t> next{0}, granted{0}, errors{0};
-  std::mutex m;
-  std::condition_variable cv;
-  bool go = false;
-  std::vector<rb::Clock::time_point> ends(kThreads);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < kThreads; ++t) {
-    workers.emplace_back([&, t] {
-      {
-        std::unique_lock<std::mutex> lock(m);
-        cv.wait(lock, [&] { return go; });
-      }
-      rb::RawAcquire& call = *calls[static_cast<std::size_t>(t)];
-      redisContext* ctx = conns[static_cast<std::size_t>(t)]->get();
-      while (next.fetch_add(1, std::memory_order_relaxed) < kDecisions) {
-        try {
-          call.newId();
-          granted.fetch_add(call.call(ctx), std::memory_order_relaxed);
-        } catch (const std::exception&) {
-          errors.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      ends[static_cast<std::size_t>(t)] = rb::Clock::now();
-    });
-  }
-  const Snapshot a = Snapshot::take(nullptr);
-  {
-    std::lock_guard<std::mutex> lock(m);
-    go = true;
-  }
-  cv.notify_all();
-  for (auto& w : workers) w.join();
-  const auto end = *std::max_element(ends.begin(), ends.end());
-  const PhaseResult r = between(a, Snapshot::take(nullptr), end, kDecisions, granted.load(), errors.load());
+  const PhaseResult r = runThreads(threads, nullptr, [&](int t) {
+    rb::RawAcquire& call = *calls[static_cast<std::size_t>(t)];
+    call.newId();
+    return call.call(conns[static_cast<std::size_t>(t)]->get()) == 1;
+  });
   (void)limiter.deleteLimiter();
   return r;
 }
@@ -480,6 +536,18 @@ void BM_Throughput(benchmark::State& state, Phase phase, std::size_t pass) {
         break;
       case kRawThreads:
         r = runRawThreads();
+        break;
+      case kSyncOne:
+        r = runSyncThreads(false, false, 1);
+        break;
+      case kRawOne:
+        r = runRawThreads(1);
+        break;
+      case kOneKeyThreads:
+        r = runOneKeyThreads();
+        break;
+      case kRawOneKeyThreads:
+        r = runRawOneKeyThreads();
         break;
       default:
         r = runSyncThreads(true, false);
@@ -589,14 +657,15 @@ std::string cell(double v, int precision = 1) {
 
 std::string summary(const std::string& machine) {
   std::string out;
-  auto row = [&](const std::string& what, double value, int precision, const char* op, double target) {
+  auto row = [&](const std::string& what, double value, int precision, const char* op, double target,
+                 const char* issue = nullptr) {
     std::string goal, verdict = "report";
     if (op != nullptr) {
-      goal = fmt::format("{} {:g}", op, target);
+      goal = issue == nullptr ? fmt::format("{} {:g}", op, target) : fmt::format("{} {:g} ({})", op, target, issue);
       const bool met = op[0] == '>' ? value >= target : value <= target;
       verdict = std::isnan(value) ? "n/a" : met ? "met" : "MISSED";
     }
-    out += fmt::format("  {:<72} {:>8}  {:<8} {}\n", what, cell(value, precision), goal, verdict);
+    out += fmt::format("  {:<72} {:>8}  {:<19} {}\n", what, cell(value, precision), goal, verdict);
   };
   const double reference = meanRate(kRaw);
   auto requestsPerWrite = [](Phase p) {
@@ -620,7 +689,7 @@ std::string summary(const std::string& machine) {
   row(fmt::format("7. {} threads, each its own blocking raw hiredis connection: decisions/s", kThreads),
       meanRate(kRawThreads), 0, nullptr, 0);
   row(fmt::format("2. {} threads, one Client, tryAcquire one by one: decisions/s / (7)", kThreads),
-      meanRate(kSyncTcp) / meanRate(kRawThreads), 2, ">=", kMinOwnConnections);
+      meanRate(kSyncTcp) / meanRate(kRawThreads), 2, ">=", kMinOwnConnections, kIssue40);
   row("   the same / (1)", meanRate(kSyncTcp) / reference, 2, nullptr, 0);
   row(fmt::format("   requests per write ({:.0f} decisions/s)", meanRate(kSyncTcp)), requestsPerWrite(kSyncTcp), 1,
       nullptr, 0);
@@ -629,7 +698,7 @@ std::string summary(const std::string& machine) {
   row(fmt::format("   requests per write ({:.0f} decisions/s)", meanRate(kAsync)), requestsPerWrite(kAsync), 1, nullptr,
       0);
   row(fmt::format("6. {} threads, coalesced (the default): decisions/s / (7)", kThreads),
-      meanRate(kSyncCoalesced) / meanRate(kRawThreads), 2, ">=", kMinOwnConnections);
+      meanRate(kSyncCoalesced) / meanRate(kRawThreads), 2, ">=", kMinOwnConnections, kIssue40);
   row("   the same / (1)", meanRate(kSyncCoalesced) / reference, 2, nullptr, 0);
   auto serverUsPerDecision = [](Phase p) {
     return mean(p, [](const PhaseResult& r) { return r.perDecisionUs(r.serverCpu); });
@@ -658,7 +727,22 @@ std::string summary(const std::string& machine) {
                   kThreads * 1e6 / p50(kEvalshaHiredis)),
       kThreads * 1e6 / p50(kEvalshaHiredis) / reference, 2, nullptr, 0);
   row("4. 1 thread: tryAcquire p50 / raw hiredis EVALSHA p50 (interleaved)", p50(kTryAcquireTcp) / p50(kEvalshaHiredis),
-      2, "<=", kMaxLatencyRatio);
+      2, "<=", kMaxLatencyRatio, kIssue40);
+  auto clientUsPerDecision = [](Phase p) {
+    return mean(p, [](const PhaseResult& r) { return r.perDecisionUs(r.clientCpu); });
+  };
+  row("9. 1 thread, tryAcquire one by one: client CPU per decision / raw blocking EVALSHA's",
+      clientUsPerDecision(kSyncOne) / clientUsPerDecision(kRawOne), 2, "<=", kMaxSyncCpuOverRaw, kIssue40);
+  row(fmt::format("   the same: {} / {} us", cell(clientUsPerDecision(kSyncOne), 2),
+                  cell(clientUsPerDecision(kRawOne), 2)),
+      NAN, 2, nullptr, 0);
+  row("   1 thread, tryAcquire one by one / raw blocking EVALSHA: decisions/s", meanRate(kSyncOne) / meanRate(kRawOne),
+      2, nullptr, 0);
+  row(fmt::format("10. {} threads, one Client, Limiter gcra decide: decisions/s / {} own raw EVALSHA gcra.lua",
+                  kThreads, kThreads),
+      meanRate(kOneKeyThreads) / meanRate(kRawOneKeyThreads), 2, ">=", kMinOwnConnections, kIssue40);
+  row(fmt::format("   the same: {:.0f} / {:.0f} decisions/s", meanRate(kOneKeyThreads), meanRate(kRawOneKeyThreads)),
+      NAN, 2, nullptr, 0);
   row("5. TLS / TCP, tryAcquire p50, 1 thread (interleaved)", p50(kTryAcquireTls) / p50(kTryAcquireTcp), 2, nullptr, 0);
   row(fmt::format("   TLS / TCP, {}-thread tryAcquire decisions/s", kThreads), meanRate(kSyncTls) / meanRate(kSyncTcp),
       2, nullptr, 0);
@@ -668,14 +752,20 @@ std::string summary(const std::string& machine) {
       "\nThroughput phases, means of {} passes        decisions/s (min-max)  req/write  client CPU us/dec  "
       "of it I/O thread  server CPU us/dec  server-bound  CPU {}: client/all  CPU {}: server/all  switches/dec\n",
       kPasses, kClientCpu, kServerCpu);
-  const Phase order[] = {kRaw, kSyncTcp, kAsync, kSyncTls, kSyncCoalesced, kAsyncCoalesced};
-  const int numbers[] = {1, 2, 3, 5, 6, 8};
+  const Phase order[] = {kRaw,        kSyncTcp, kAsync,  kSyncTls,       kSyncCoalesced,   kAsyncCoalesced,
+                         kRawThreads, kSyncOne, kRawOne, kOneKeyThreads, kRawOneKeyThreads};
+  const int numbers[] = {1, 2, 3, 5, 6, 8, 7, 9, 9, 10, 10};
   const char* labels[] = {"1. raw hiredis 50 x 16",
                           "2. 8 threads, tryAcquire",
                           "3. tryAcquireAsync, 256 in flight",
                           "5. 8 threads, tryAcquire, TLS",
                           "6. 8 threads, tryAcquire, coalesced",
-                          "8. tryAcquireAsync, 256, coalesced"};
+                          "8. tryAcquireAsync, 256, coalesced",
+                          "7. 8 threads, raw blocking EVALSHA",
+                          "9. 1 thread, tryAcquire",
+                          "9. 1 thread, raw blocking EVALSHA",
+                          "10. 8 threads, Limiter gcra decide",
+                          "10. 8 threads, raw blocking gcra.lua"};
   constexpr std::size_t kTableRows = sizeof(order) / sizeof(order[0]);
   auto share = [](double part, double whole) {
     return std::isnan(part) || std::isnan(whole) ? std::string("n/a") : fmt::format("{:.2f}/{:.2f}", part, whole);
@@ -776,6 +866,10 @@ int main(int argc, char** argv) try {
     auto loaded = world.admin->command({"SCRIPT", "LOAD", redlimit::detail::lua::acquire.source});
     if (std::string(loaded->str, loaded->len) != redlimit::detail::lua::acquire.sha1) {
       throw std::runtime_error("bench: SCRIPT LOAD of acquire.lua returned another SHA1");
+    }
+    loaded = world.admin->command({"SCRIPT", "LOAD", redlimit::detail::lua::gcra.source});
+    if (std::string(loaded->str, loaded->len) != redlimit::detail::lua::gcra.sha1) {
+      throw std::runtime_error("bench: SCRIPT LOAD of gcra.lua returned another SHA1");
     }
     gWorld = &world;
     const std::string machine = rb::machineDescription(world.server->version());

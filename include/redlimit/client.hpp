@@ -34,19 +34,21 @@ using ReplyCallback = std::function<void(Reply reply, std::exception_ptr error)>
 
 /// Counters of a Client's connections and requests, for tests and metrics.
 struct PoolStats {
-  std::size_t open = 0;         // connections open now
-  std::uint64_t created = 0;    // connections opened since start
-  std::uint64_t discarded = 0;  // connections closed after a failure since start
-  std::size_t pending = 0;      // requests queued or waiting for their replies now
-  std::uint64_t rejected = 0;   // requests refused with TimeoutError, kind PoolTimeout (maxPending reached)
-  std::uint64_t writes = 0;     // writes that carried requests since start
-  std::uint64_t requests = 0;   // requests written since start (requests / writes: how
-                                // many left together, the effect of automatic pipelining)
-  std::uint64_t direct = 0;     // of them, written at once by the calling thread because
-                                // their connection was idle (no hand-off to the I/O thread)
-  std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
-                                // (they blocked: Event::Kind::CallbackBlocked)
-  std::uint64_t stalled = 0;    // requests whose deadline passed meanwhile (TimeoutError, kind CallbackBlocked)
+  std::size_t open = 0;          // connections open now
+  std::uint64_t created = 0;     // connections opened since start
+  std::uint64_t discarded = 0;   // connections closed after a failure since start
+  std::size_t pending = 0;       // requests queued or waiting for their replies now
+  std::uint64_t rejected = 0;    // requests refused with TimeoutError, kind PoolTimeout (maxPending reached)
+  std::uint64_t writes = 0;      // writes that carried requests since start
+  std::uint64_t requests = 0;    // requests written since start (requests / writes: how
+                                 // many left together, the effect of automatic pipelining)
+  std::uint64_t direct = 0;      // of them, written at once by the calling thread because
+                                 // their connection was idle (no hand-off to the I/O thread)
+  std::uint64_t callerRead = 0;  // of them, sync calls whose reply their thread read too (the
+                                 // I/O thread never touched them: no thread switch at all)
+  std::uint64_t stalls = 0;      // completion callbacks that held the I/O thread 100 ms or more
+                                 // (they blocked: Event::Kind::CallbackBlocked)
+  std::uint64_t stalled = 0;     // requests whose deadline passed meanwhile (TimeoutError, kind CallbackBlocked)
   // Best-effort calls (Client::admitBestEffort):
   std::uint64_t bestEffortSent = 0;     // let through (calls)
   std::uint64_t bestEffortSkipped = 0;  // skipped because Redis was found unreachable (calls)

@@ -153,6 +153,7 @@ PoolStats Client::poolStats() const {
   s.writes = c.writes;
   s.requests = c.requests;
   s.direct = c.direct;
+  s.callerRead = c.callerRead;
   s.stalls = c.stalls;
   s.stalled = c.stalled;
   s.bestEffortSent = bestEffortSent_.load(std::memory_order_relaxed);

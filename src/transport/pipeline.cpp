@@ -121,22 +121,23 @@ void runCompletions(CompletionQueue& queue, std::size_t slice, const std::functi
 }
 
 Pipeline::Pipeline(const ClientOptions::ReplyLimits& limits, std::string user, std::string endpoint,
-                   EventCallback events, std::vector<const Script*>* scriptsSeen)
+                   EventCallback events, std::vector<const Script*>* scriptsSeen, Mutex* seenMutex)
     : parser_(limits),
       user_(std::move(user)),
       endpoint_(std::move(endpoint)),
       events_(std::move(events)),
-      scriptsSeen_(scriptsSeen) {}
+      scriptsSeen_(scriptsSeen),
+      seenMutex_(seenMutex) {}
 
-namespace {
-// Adds `script` to `seen` (a handful of static scripts: a scan of pointers); true if it was there.
-bool noteSeen(std::vector<const Script*>* seen, const Script* script) {
-  if (seen == nullptr) return false;
-  if (std::find(seen->begin(), seen->end(), script) != seen->end()) return true;
-  seen->push_back(script);
-  return false;
+// A handful of static scripts: a scan of pointers.
+bool Pipeline::noteSeen(const Script* script) {
+  if (scriptsSeen_ == nullptr) return false;
+  if (seenMutex_ != nullptr) seenMutex_->lock();
+  const bool seen = std::find(scriptsSeen_->begin(), scriptsSeen_->end(), script) != scriptsSeen_->end();
+  if (!seen) scriptsSeen_->push_back(script);
+  if (seenMutex_ != nullptr) seenMutex_->unlock();
+  return seen;
 }
-}  // namespace
 
 Pipeline::~Pipeline() = default;
 
@@ -209,7 +210,7 @@ void Pipeline::finishReply(WireReply&& reply, std::vector<Finished>& done) {
   Written w = std::move(written_.front());
   written_.pop_front();
   if (!reply.isError) {
-    if (w.request.script != nullptr) (void)noteSeen(scriptsSeen_, w.request.script);
+    if (w.request.script != nullptr) (void)noteSeen(w.request.script);
     done.push_back(Finished{std::move(w.request.done), Outcome{std::move(reply.value), nullptr}, w.request.counted,
                             w.request.deadline});
     return;
@@ -246,7 +247,7 @@ bool Pipeline::retryNoScript(Written& w, std::vector<Finished>& done) {
     loadedAt_[script.sha1] = nextSeq_ + queued_.size();
     queued_.push_back(std::move(load));
     r.scriptStage = 1;
-    if (noteSeen(scriptsSeen_, &script) && events_) {
+    if (noteSeen(&script) && events_) {
       // Reported as a completion: it runs after this read, outside the connection's lock.
       Event e;
       e.kind = Event::Kind::ScriptReload;

@@ -22,6 +22,7 @@
 #include "redlimit/options.hpp"
 #include "redlimit/detail/reply.hpp"
 #include "redlimit/detail/script.hpp"
+#include "redlimit/detail/thread_annotations.hpp"
 #include "base/error_mapping.hpp"
 #include "codec/resp.hpp"
 
@@ -140,10 +141,11 @@ class Pipeline {
   /// server ("127.0.0.1:6379") in messages. `events`, if set, hears of each script reload
   /// (Event::Kind::ScriptReload), as a completion in `done`: it runs where completions run.
   /// `scriptsSeen` (may be null) lists the scripts the server was seen to hold, shared by the
-  /// connections to one server (their owner's, used on one thread): a NOSCRIPT for one of them is
-  /// a reload (the server restarted or was flushed); for another, the first load, not reported.
+  /// connections to one server (their owner's): a NOSCRIPT for one of them is a reload (the server
+  /// restarted or was flushed); for another, the first load, not reported. `seenMutex` (may be
+  /// null: one thread uses the list) guards it when pipelines of several threads share it.
   Pipeline(const ClientOptions::ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events = {},
-           std::vector<const Script*>* scriptsSeen = nullptr);
+           std::vector<const Script*>* scriptsSeen = nullptr, Mutex* seenMutex = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -201,12 +203,15 @@ class Pipeline {
   bool retryNoScript(Written& w, std::vector<Finished>& done);  // true if the request was queued again
   void fail(Written& w, const std::exception_ptr& error, std::vector<Finished>& done);
   void breakWith(const std::exception_ptr& why, std::vector<Finished>& done);
+  // Adds `script` to scriptsSeen_; true if it was there. Locks seenMutex_ if there is one.
+  bool noteSeen(const Script* script) REDLIMIT_NO_THREAD_SAFETY_ANALYSIS;
 
   ReplyParser parser_;
   std::string user_;
   std::string endpoint_;
   EventCallback events_;
   std::vector<const Script*>* scriptsSeen_;
+  Mutex* seenMutex_;
   std::deque<Request> queued_;
   std::deque<Written> written_;
   std::string writeBuf_;

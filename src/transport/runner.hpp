@@ -13,16 +13,17 @@ namespace redlimit::detail {
 
 /// Counters of a runner, summed over its connections (Client::poolStats).
 struct TransportCounters {
-  std::size_t open = 0;         // connections open now
-  std::uint64_t created = 0;    // connections opened since start
-  std::uint64_t discarded = 0;  // connections closed after a failure since start
-  std::size_t pending = 0;      // requests queued or waiting for replies now
-  std::uint64_t rejected = 0;   // requests refused with TimeoutError, kind PoolTimeout (maxPending reached)
-  std::uint64_t writes = 0;     // write calls that sent requests (requests / writes = pipelining)
-  std::uint64_t requests = 0;   // requests sent, resends included
-  std::uint64_t direct = 0;     // of them, written by the submitting thread (idle connection)
-  std::uint64_t stalls = 0;     // completion callbacks that held the I/O thread 100 ms or more
-  std::uint64_t stalled = 0;    // requests ended with TimeoutError, kind CallbackBlocked
+  std::size_t open = 0;          // connections open now
+  std::uint64_t created = 0;     // connections opened since start
+  std::uint64_t discarded = 0;   // connections closed after a failure since start
+  std::size_t pending = 0;       // requests queued or waiting for replies now
+  std::uint64_t rejected = 0;    // requests refused with TimeoutError, kind PoolTimeout (maxPending reached)
+  std::uint64_t writes = 0;      // write calls that sent requests (requests / writes = pipelining)
+  std::uint64_t requests = 0;    // requests sent, resends included
+  std::uint64_t direct = 0;      // of them, written by the submitting thread (idle connection)
+  std::uint64_t callerRead = 0;  // of them, sync calls whose reply their caller read too
+  std::uint64_t stalls = 0;      // completion callbacks that held the I/O thread 100 ms or more
+  std::uint64_t stalled = 0;     // requests ended with TimeoutError, kind CallbackBlocked
 
   TransportCounters& operator+=(const TransportCounters& o) noexcept {
     open += o.open;
@@ -33,6 +34,7 @@ struct TransportCounters {
     writes += o.writes;
     requests += o.requests;
     direct += o.direct;
+    callerRead += o.callerRead;
     stalls += o.stalls;
     stalled += o.stalled;
     return *this;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -47,7 +48,32 @@ int waitMs(SteadyTime now, SteadyTime deadline) {
 
 thread_local const Runner* tlsIoRunner = nullptr;
 
+// A sync wait on this thread (SyncWait) is about to wait for the request it submits: the request
+// an idle connection took from this thread (`transport`, its connection `conn`), whose reply this
+// thread reads in awaitCallerRead().
+struct CallerRead {
+  bool expected = false;
+  std::shared_ptr<Transport> transport;
+  std::size_t conn = 0;
+  SteadyTime deadline;
+};
+thread_local CallerRead tlsCallerRead;
+
 }  // namespace
+
+void expectCallerRead() noexcept { tlsCallerRead.expected = true; }
+
+void awaitCallerRead() noexcept {
+  CallerRead claim = std::move(tlsCallerRead);
+  tlsCallerRead = CallerRead{};
+  if (claim.transport) claim.transport->readClaimed(claim.conn, claim.deadline);
+}
+
+void dropCallerRead() noexcept {
+  CallerRead claim = std::move(tlsCallerRead);
+  tlsCallerRead = CallerRead{};
+  if (claim.transport) claim.transport->releaseClaimed(claim.conn);
+}
 
 const Runner* currentIoRunner() noexcept { return tlsIoRunner; }
 void setCurrentIoRunner(const Runner* runner) noexcept { tlsIoRunner = runner; }
@@ -116,7 +142,9 @@ Transport::~Transport() {
   if (timerFd_ >= 0) ::close(timerFd_);
 }
 
-void Transport::submit(Request request) {
+void Transport::submit(Request request) { submitFrom(std::move(request), false); }
+
+void Transport::submitFrom(Request request, bool callerReads) {
   if (pending_.fetch_add(1, std::memory_order_relaxed) >= pool_.maxPending) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     rejected_.fetch_add(1, std::memory_order_relaxed);
@@ -129,7 +157,36 @@ void Transport::submit(Request request) {
     return;
   }
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
-  if (!onIoThread() && writeNow(*conns_[conn], request)) return;
+  if (callerReads && !onIoThread() && !connection_.tls.enabled) {
+    // Any idle connection, from this one on: with several callers, one that is busy is likely.
+    // This one not open yet: handed off, so that it connects (routeToReady sends the request on).
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = *conns_[(conn + i) % conns_.size()];
+      const SteadyTime deadline = request.deadline;
+      const Take took = own(c, request);
+      if (took == Take::Taken) {
+        callerRoundTrip(c, deadline);
+        return;
+      }
+      if (i == 0 && took == Take::NotReady) break;
+    }
+  } else if (!onIoThread() && tlsCallerRead.expected && !tlsCallerRead.transport && !connection_.tls.enabled &&
+             owner_ == this) {
+    // A sync wait follows on this thread (SyncWait): it reads the reply if this writes the request.
+    // Not for a Cluster's or a Sentinel's transport, whose completions their runner's logic wraps.
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = *conns_[(conn + i) % conns_.size()];
+      const SteadyTime deadline = request.deadline;
+      const Take took = own(c, request);
+      if (took == Take::Taken) {
+        if (callerWrite(c)) tlsCallerRead = CallerRead{true, shared_from_this(), c.index, deadline};
+        return;
+      }
+      if (i == 0 && took == Take::NotReady) break;
+    }
+  } else if (!onIoThread() && writeNow(*conns_[conn], request)) {
+    return;
+  }
   bool wake = false;
   std::optional<Request> refused;  // completed below, outside the lock
   {
@@ -165,9 +222,7 @@ bool Transport::writeNow(Conn& c, Request& request) {
   if (connection_.tls.enabled) return false;
   if (!c.m.try_lock()) return false;
   UniqueLock lock(c.m, std::adopt_lock);
-  if (!c.stream || !c.greeted || c.pipe->size() > 0 || !c.carry.empty() || c.writeFailed || c.pipe->broken()) {
-    return false;
-  }
+  if (!idle(c)) return false;
   {
     // Requests submitted before this one for the same connection go first (one thread's requests
     // leave in the order it made them); after shutdown() the I/O thread ends everything.
@@ -178,8 +233,8 @@ bool Transport::writeNow(Conn& c, Request& request) {
   request.counted = true;
   c.pipe->push(std::move(request));
   direct_.fetch_add(1, std::memory_order_relaxed);
-  c.writeFailed = writeOut(c);
-  const bool failed = c.writeFailed != nullptr;
+  c.ioFailed = writeOut(c);
+  const bool failed = c.ioFailed != nullptr;
   lock.unlock();
   if (failed) {
     const std::uint64_t one = 1;  // the I/O thread closes the connection and ends its requests
@@ -188,6 +243,167 @@ bool Transport::writeNow(Conn& c, Request& request) {
     armTimer(deadline);
   }
   return true;
+}
+
+bool Transport::idle(const Conn& c) {
+  return !c.owned && c.stream && c.greeted && c.pipe->size() == 0 && c.carry.empty() && !c.ioFailed &&
+         !c.pipe->broken();
+}
+
+Transport::Take Transport::own(Conn& c, Request& request) {
+  if (!c.m.try_lock()) return Take::Busy;
+  const UniqueLock lock(c.m, std::adopt_lock);
+  if (!c.stream || !c.greeted || c.ioFailed || c.pipe->broken()) return Take::NotReady;
+  if (!idle(c)) return Take::Busy;
+  {
+    // As in writeNow: never past requests submitted before for this connection, nor after shutdown().
+    const LockGuard guard(mutex_);
+    if (c.queued > 0 || stopping_) return Take::Busy;
+  }
+  request.counted = true;
+  c.pipe->push(std::move(request));
+  c.owned = true;
+  // The I/O thread must not wake for the reply the caller reads: the fd is watched only for the
+  // peer's close (EPOLLRDHUP), edge-triggered, so that it, a hang-up or an error (which epoll always
+  // reports) wakes that thread once at most. It stays so after a plain round trip (the next one
+  // needs no epoll_ctl) until the I/O thread writes on it again (watch()).
+  if (!c.quiet) {
+    epoll_event ev{};
+    ev.events = EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = c.index;
+    ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
+    c.quiet = true;
+    c.watchingOut = false;
+  }
+  return Take::Taken;
+}
+
+// Only the plain case is done here: the request written in full, and the bytes read end it. Then
+// the connection goes back as it came (idle). Otherwise the I/O thread takes over where this
+// left, with what it already knows: output still to write (EPOLLOUT, a NOSCRIPT's SCRIPT LOAD and
+// resend), a broken pipeline (closed), ioFailed (a failed write or read: closed, as after
+// writeNow), a written request past its deadline (expired: TimeoutError, the connection closed).
+void Transport::callerRoundTrip(Conn& c, SteadyTime deadline) {
+  if (callerWrite(c)) callerRead(c, deadline);
+}
+
+bool Transport::callerWrite(Conn& c) {
+  // Owned: this thread alone uses the stream and the pipeline until release().
+  direct_.fetch_add(1, std::memory_order_relaxed);
+  std::exception_ptr why;
+  try {
+    if (writePipe(*c.stream, *c.pipe)) return true;
+  } catch (...) {
+    why = std::current_exception();
+  }
+  release(c, why, false);
+  return false;
+}
+
+void Transport::readClaimed(std::size_t conn, SteadyTime deadline) { callerRead(*conns_[conn], deadline); }
+
+void Transport::releaseClaimed(std::size_t conn) { release(*conns_[conn], nullptr, false); }
+
+void Transport::callerRead(Conn& c, SteadyTime deadline) {
+  // Owned: this thread alone uses the stream and the pipeline until release().
+  Stream& stream = *c.stream;
+  Pipeline& pipe = *c.pipe;
+  std::vector<Finished> done;
+  std::exception_ptr why;
+  bool plain = false;
+  try {
+    char buf[16384];
+    pollfd pfd{stream.fd(), POLLIN, 0};
+    for (;;) {
+      const SteadyTime now = Steady::now();
+      if (now >= deadline) break;  // the I/O thread expires it (TimeoutError) and closes the connection
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+      const timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+      const int ready = ::ppoll(&pfd, 1, deadline == SteadyTime::max() ? nullptr : &wait, nullptr);
+      if (ready < 0 && errno != EINTR) break;
+      if (ready <= 0) continue;
+      const std::size_t n = stream.read(buf, sizeof buf);
+      if (n == 0) continue;
+      pipe.received(buf, n, done);
+      if (pipe.broken() || pipe.hasOutput()) break;
+      if (pipe.awaiting() == 0) {
+        plain = true;
+        break;
+      }
+    }
+  } catch (...) {
+    why = std::current_exception();
+  }
+  if (plain) callerRead_.fetch_add(1, std::memory_order_relaxed);
+  release(c, why, plain);
+  completeHere(done);
+}
+
+void Transport::release(Conn& c, std::exception_ptr why, bool plain) {  // NOLINT(performance-unnecessary-value-param)
+  std::vector<Finished> done;
+  bool wake = !plain;
+  {
+    const LockGuard lock(c.m);
+    c.owned = false;
+    c.ioFailed = std::move(why);
+    if (!plain) watch(c, false);  // the I/O thread reads what is left
+    // Requests the I/O thread could not send elsewhere while this thread owned the connection.
+    if (!c.carry.empty()) wake = true;
+    bool stopping = false;
+    {
+      const LockGuard guard(mutex_);
+      stopping = stopping_;
+    }
+    // shutdown(): the I/O thread ends everything else (and may have returned already) while this
+    // thread owns the connection, so this thread closes it (the one that comes second finds it closed).
+    if (stopping) {
+      failConn(c, errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply"), done);
+      wake = false;
+    }
+  }
+  completeHere(done);
+  if (wake) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+  }
+}
+
+void Transport::completeHere(std::vector<Finished>& done) {
+  if (done.empty()) return;
+  std::vector<Finished> others;
+  for (auto& f : done) {
+    if (!f.counted) {
+      others.push_back(std::move(f));
+      continue;
+    }
+    pending_.fetch_sub(1, std::memory_order_relaxed);
+    try {
+      if (f.done) f.done(std::move(f.outcome));
+    } catch (...) {  // a completion must not throw (documented)
+    }
+  }
+  done.clear();
+  if (others.empty()) return;
+  bool wake = false;
+  {
+    const LockGuard lock(mutex_);
+    if (!stopped_) {
+      for (auto& f : others) handedOver_.push_back(std::move(f));
+      others.clear();
+      wake = !wakePending_;
+      wakePending_ = true;
+    }
+  }
+  for (auto& f : others) {  // no I/O thread left to run them
+    try {
+      if (f.done) f.done(std::move(f.outcome));
+    } catch (...) {  // an event callback must not throw (documented)
+    }
+  }
+  if (wake) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+  }
 }
 
 // The I/O thread sleeps until the earliest deadline it knew of; a request written by its caller
@@ -233,7 +449,7 @@ Outcome waitForOutcome(Request request, const std::function<void(Request)>& send
 }
 
 Outcome Transport::call(Request request) {
-  return waitForOutcome(std::move(request), [this](Request r) { submit(std::move(r)); });
+  return waitForOutcome(std::move(request), [this](Request r) { submitFrom(std::move(r), true); });
 }
 
 void Transport::shutdown() noexcept {
@@ -276,18 +492,20 @@ TransportCounters Transport::counters() const {
   c.writes = writes_.load(std::memory_order_relaxed);
   c.requests = requests_.load(std::memory_order_relaxed);
   c.direct = direct_.load(std::memory_order_relaxed);
+  c.callerRead = callerRead_.load(std::memory_order_relaxed);
   c.stalls = stalls_.load(std::memory_order_relaxed);
   c.stalled = stalled_.load(std::memory_order_relaxed);
   return c;
 }
 
 void Transport::watch(Conn& c, bool out) {
-  if (!c.stream || c.watchingOut == out) return;
+  if (!c.stream || (!c.quiet && c.watchingOut == out)) return;
   epoll_event ev{};
   ev.events = EPOLLIN | (out ? EPOLLOUT : 0u);
   ev.data.u64 = c.index;
   ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, c.stream->fd(), &ev);
   c.watchingOut = out;
+  c.quiet = false;
 }
 
 void Transport::unregister(int fd) {
@@ -344,8 +562,10 @@ void Transport::stepConnector(Conn& c, std::vector<Finished>& done) {
 void Transport::connected(Conn& c, std::vector<Finished>& done) {
   created_.fetch_add(1, std::memory_order_relaxed);
   open_.fetch_add(1, std::memory_order_relaxed);
-  c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_, events_, &scriptsSeen_);
+  c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_, events_, &scriptsSeen_,
+                                      &scriptsSeenMutex_);
   c.watchingOut = false;
+  c.quiet = false;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = c.index;
@@ -431,7 +651,7 @@ void Transport::expireCarry(Conn& c, SteadyTime now, std::vector<Finished>& done
   c.held = held;
 }
 
-bool Transport::ready(const Conn& c) { return c.stream && c.greeted && !c.writeFailed && !c.pipe->broken(); }
+bool Transport::ready(const Conn& c) { return !c.owned && c.stream && c.greeted && !c.ioFailed && !c.pipe->broken(); }
 
 void Transport::routeToReady(std::vector<Finished>& done) {
   readyConns_.clear();
@@ -470,23 +690,23 @@ SteadyTime Transport::carryDeadline(const Conn& c) {
   return next;
 }
 
+bool Transport::writePipe(Stream& stream, Pipeline& pipe) {
+  for (;;) {
+    const std::size_t before = pipe.awaiting();
+    const std::string_view out = pipe.output();
+    requests_.fetch_add(pipe.awaiting() - before, std::memory_order_relaxed);
+    if (out.empty()) return true;
+    const std::size_t n = stream.write(out.data(), out.size());
+    if (n == 0) return false;
+    writes_.fetch_add(1, std::memory_order_relaxed);
+    pipe.wrote(n);
+    if (!pipe.hasOutput()) return true;
+  }
+}
+
 std::exception_ptr Transport::writeOut(Conn& c) {
   try {
-    for (;;) {
-      const std::size_t before = c.pipe->awaiting();
-      const std::string_view out = c.pipe->output();
-      requests_.fetch_add(c.pipe->awaiting() - before, std::memory_order_relaxed);
-      if (out.empty()) break;
-      const std::size_t n = c.stream->write(out.data(), out.size());
-      if (n == 0) {
-        watch(c, true);
-        return nullptr;
-      }
-      writes_.fetch_add(1, std::memory_order_relaxed);
-      c.pipe->wrote(n);
-      if (!c.pipe->hasOutput()) break;
-    }
-    watch(c, false);
+    watch(c, !writePipe(*c.stream, *c.pipe));
     return nullptr;
   } catch (...) {
     return std::current_exception();
@@ -494,8 +714,9 @@ std::exception_ptr Transport::writeOut(Conn& c) {
 }
 
 void Transport::flush(Conn& c, std::vector<Finished>& done) {
-  std::exception_ptr why = std::move(c.writeFailed);
-  c.writeFailed = nullptr;
+  if (c.owned) return;
+  std::exception_ptr why = std::move(c.ioFailed);
+  c.ioFailed = nullptr;
   if (!why) {
     if (!c.stream || !c.pipe->hasOutput()) return;
     why = writeOut(c);
@@ -577,7 +798,8 @@ void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performanc
   c.stream.reset();
   c.pipe.reset();
   c.watchingOut = false;
-  c.writeFailed = nullptr;
+  c.quiet = false;
+  c.ioFailed = nullptr;
   open_.fetch_sub(1, std::memory_order_relaxed);
   discarded_.fetch_add(1, std::memory_order_relaxed);
   // Never written, so safe to send again on a new connection, unless the failure is one a new
@@ -659,7 +881,7 @@ void Transport::expireDue(SteadyTime now, std::vector<Finished>& done) {
     if (c->connector && c->connector->wakeAt() <= now) stepConnector(*c, done);
     if (c->tlsPortProbe && c->tlsPortProbe->wakeAt() <= now) stepTlsPortProbe(*c, done);
     expireCarry(*c, now, done);
-    if (!c->pipe) continue;
+    if (!c->pipe || c->owned) continue;
     if (c->pipe->nextDeadline() <= now) c->pipe->expire(now, done, stall_);
     if (c->pipe->broken()) closeConn(*c, c->pipe->brokenBy(), done);
   }
@@ -689,16 +911,21 @@ void Transport::failEverything(std::vector<Finished>& done) {
   const auto why = errorOf<ClosedError>("redlimit: the Client was shut down before the request got its reply");
   for (auto& c : conns_) {
     const LockGuard lock(c->m);
-    if (c->stream) closeConn(*c, why, done, false);  // no TLS-port probe: the server did nothing
-    if (c->connector) unregister(c->connector->pollFd());
-    c->connector.reset();
-    if (c->tlsPortProbe) unregister(c->tlsPortProbe->pollFd());
-    c->tlsPortProbe.reset();
-    c->held = 0;
-    c->heldError = nullptr;
-    for (auto& r : c->carry) done.push_back(failed(r, cloneError(why)));
-    c->carry.clear();
+    failConn(*c, why, done);
   }
+}
+
+void Transport::failConn(Conn& c, const std::exception_ptr& why, std::vector<Finished>& done) {
+  // An owned connection is its caller's to close (release(), once this thread stopped).
+  if (c.stream && !c.owned) closeConn(c, why, done, false);  // no TLS-port probe: the server did nothing
+  if (c.connector) unregister(c.connector->pollFd());
+  c.connector.reset();
+  if (c.tlsPortProbe) unregister(c.tlsPortProbe->pollFd());
+  c.tlsPortProbe.reset();
+  c.held = 0;
+  c.heldError = nullptr;
+  for (auto& r : c.carry) done.push_back(failed(r, cloneError(why)));
+  c.carry.clear();
 }
 
 void Transport::run() {
@@ -714,6 +941,8 @@ void Transport::run() {
       batch.swap(incoming_);
       wakePending_ = false;
       stop = stopping_;
+      for (auto& f : handedOver_) done.push_back(std::move(f));
+      handedOver_.clear();
     }
     // Into each connection's carry, in order; Conn::queued falls only once they are there, so a
     // submitting thread never writes past them (writeNow).
@@ -742,6 +971,8 @@ void Transport::run() {
         done.push_back(failed(request, errorOf<ClosedError>("redlimit: the Client was shut down; not sent")));
       }
       incoming_.clear();
+      for (auto& f : handedOver_) done.push_back(std::move(f));
+      handedOver_.clear();
       stopped_ = true;
       break;
     }
@@ -754,7 +985,7 @@ void Transport::run() {
       if (!c->carry.empty()) {
         if (!c->stream && !c->connector && !c->tlsPortProbe) {
           connect(*c, done);
-        } else if (c->stream && c->greeted) {
+        } else if (c->stream && c->greeted && !c->owned) {
           for (auto& r : c->carry) c->pipe->push(std::move(r));
           c->carry.clear();
         }
@@ -769,13 +1000,13 @@ void Transport::run() {
     bool again = false;
     for (auto& c : conns_) {
       const LockGuard lock(c->m);
-      if (c->pipe) next = std::min(next, c->pipe->nextDeadline());
+      if (c->pipe && !c->owned) next = std::min(next, c->pipe->nextDeadline());
       next = std::min(next, carryDeadline(*c));
       if (c->connector) next = std::min(next, c->connector->wakeAt());
       if (c->tlsPortProbe) next = std::min(next, c->tlsPortProbe->wakeAt());
       const bool idle = !c->stream && !c->connector && !c->tlsPortProbe;
-      if (!c->carry.empty() && (idle || (c->stream && c->greeted))) again = true;
-      if (c->writeFailed) again = true;
+      if (!c->carry.empty() && (idle || (c->stream && c->greeted && !c->owned))) again = true;
+      if (c->ioFailed) again = true;
     }
     {
       const LockGuard lock(mutex_);
@@ -806,8 +1037,8 @@ void Transport::run() {
         stepTlsPortProbe(c, done);
         continue;
       }
-      if (!c.stream) continue;
-      if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readFrom(c, done);
+      if (!c.stream || c.owned) continue;  // a calling thread reads it (an event from before it took it)
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) readFrom(c, done);
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
       if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);
     }

@@ -30,8 +30,22 @@ namespace redlimit::detail {
 /// from submit(): time spent waiting for a connection (connecting, greeting) comes out of it, and
 /// a request still waiting at its deadline ends then with TimeoutError, whatever the connection
 /// is doing.
+/// A synchronous call (call()) that finds a connection with nothing on it does its own I/O: the
+/// calling thread takes the connection from the I/O thread for one round trip ("owned by a
+/// caller"), writes its request, waits for the reply with poll() and feeds it to the connection's
+/// Pipeline, as the I/O thread would (the same matching, NOSCRIPT and error handling). Meanwhile
+/// the I/O thread leaves that connection alone (its fd is watched for the peer's close only,
+/// requests of other threads go to another connection or wait in its carry). It stays watched so
+/// after a plain round trip, so that the next one needs no epoll_ctl, until the I/O thread writes
+/// on it. Anything but a plain round trip (a write that
+/// would block, a NOSCRIPT to answer, an error or EOF, the deadline, shutdown) hands the
+/// connection back to the I/O thread in a state it knows (the request still on the pipeline, or
+/// ioFailed set) and the caller waits for the completion as an async caller would. This saves the
+/// two context switches of a hand-off per call. Over TLS every call is handed off (a session may
+/// need to read while it writes). Cluster and Sentinel runners use submit(): handed off too.
 /// Thread-safe. Completions run on the I/O thread, except for requests refused at submit()
-/// (shut down, maxPending reached), whose completion runs at once on the submitting thread.
+/// (shut down, maxPending reached), whose completion runs at once on the submitting thread, and
+/// a synchronous call's own, which may run on its caller's thread.
 class Transport final : public Runner, public std::enable_shared_from_this<Transport> {
  public:
   /// Checks the options (InvalidArgument) and starts the I/O thread. `owner` is the runner its
@@ -49,8 +63,9 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
 
   /// Queues a request (its deadline already set). Never blocks on the network.
   void submit(Request request);
-  /// submit() and wait for the outcome. The I/O thread ends every request by its deadline; should
-  /// it not (it stopped), this gives up one second later with TimeoutError.
+  /// submit() and wait for the outcome, doing the I/O on the calling thread when a connection is
+  /// idle (see the class comment). The request ends by its deadline; should the I/O thread not end
+  /// it (it stopped), this gives up one second later with TimeoutError.
   [[nodiscard]] Outcome call(Request request);
 
   /// Fails every request still queued or waiting with ClosedError, closes the connections and
@@ -66,13 +81,21 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   [[nodiscard]] Outcome sendAndWait(Request request, int /*slot*/) override { return call(std::move(request)); }
 
   [[nodiscard]] TransportCounters counters() const override;
+
+  /// The request this thread wrote on connection `conn` for a sync wait (expectCallerRead()):
+  /// reads its reply here (callerRead), or gives the connection back to the I/O thread unread.
+  /// Called by awaitCallerRead() and dropCallerRead() only.
+  void readClaimed(std::size_t conn, SteadyTime deadline);
+  void releaseClaimed(std::size_t conn);
   [[nodiscard]] const ClientOptions::Connection& connectionOptions() const noexcept { return connection_; }
   /// True on this transport's own I/O thread.
   [[nodiscard]] bool onIoThread() const noexcept override { return std::this_thread::get_id() == ioThreadId_; }
 
  private:
   // One connection. `m` guards it: the I/O thread holds it while it works on the connection; a
-  // submitting thread only try_locks it (writeNow), so it never waits behind a read or a connect.
+  // submitting thread only try_locks it (writeNow, own), so it never waits behind a read or a connect.
+  // While `owned`, a calling thread does a round trip on it without the lock: then only that
+  // thread touches `stream` and `pipe`, and the I/O thread leaves the connection alone.
   struct Conn {
     Mutex m;
     std::size_t index = 0;  // set before the I/O thread starts, then read-only
@@ -91,14 +114,41 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
     bool greeted REDLIMIT_GUARDED_BY(m) = false;       // the greeting (AUTH/SELECT/PING) was answered: requests may go
     SteadyTime connectStarted REDLIMIT_GUARDED_BY(m);  // the connect began, then: the stream connected
     std::size_t queued = 0;  // requests for this connection in Transport::incoming_ (guarded by Transport::mutex_)
-    std::exception_ptr writeFailed REDLIMIT_GUARDED_BY(m);  // a submitting thread's write failed: the I/O thread closes
+    std::exception_ptr ioFailed
+        REDLIMIT_GUARDED_BY(m);                 // a calling thread's write or read failed: the I/O thread closes
+    bool quiet REDLIMIT_GUARDED_BY(m) = false;  // watched for the peer's close only (own()), until watch()
+    bool owned REDLIMIT_GUARDED_BY(m) = false;  // a calling thread does a round trip on it (callerRoundTrip)
   };
   Transport(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool, EventCallback events,
             TlsContext tls, NameResolver resolver);
   void run();
+  // submit(); `callerReads`: a synchronous call, whose caller does the round trip itself if a
+  // connection is idle (callerRoundTrip).
+  void submitFrom(Request request, bool callerReads);
   bool writeNow(Conn& c, Request& request);
+  // Takes `c` for the calling thread if it is idle (pushing `request`, moved from only then).
+  enum class Take { Taken, Busy, NotReady };  // NotReady: not open, or failed
+  Take own(Conn& c, Request& request);
+  // The round trip of the request own() pushed, on the calling thread; then gives `c` back.
+  void callerRoundTrip(Conn& c, SteadyTime deadline);
+  // Writes what own() pushed: true if all of it went; else `c` is given back (release()).
+  bool callerWrite(Conn& c) REDLIMIT_NO_THREAD_SAFETY_ANALYSIS;  // owned, so unlocked
+  // Reads until the request callerWrite() wrote is answered, its deadline passes or anything but
+  // the plain case happens; then gives `c` back and runs the completions that ended here.
+  void callerRead(Conn& c, SteadyTime deadline) REDLIMIT_NO_THREAD_SAFETY_ANALYSIS;  // owned, so unlocked
+  // Gives `c` back to the I/O thread after a round trip; `why`: the write or read failed; `plain`:
+  // nothing is left for the I/O thread to do on it.
+  void release(Conn& c, std::exception_ptr why, bool plain);
+  // Runs completions that ended on a calling thread: its own request's there, the others (events,
+  // internal requests) handed to the I/O thread.
+  void completeHere(std::vector<Finished>& done);
+  // Open, greeted, nothing on it or for it, nothing wrong with it: a calling thread may write.
+  static bool idle(const Conn& c) REDLIMIT_REQUIRES(c.m);
   void armTimer(SteadyTime deadline) REDLIMIT_EXCLUDES(timerMutex_);
   std::exception_ptr writeOut(Conn& c) REDLIMIT_REQUIRES(c.m);
+  // Writes the pipeline's output until it is all out (true) or the stream would block (false).
+  // Throws what Stream::write throws.
+  bool writePipe(Stream& stream, Pipeline& pipe);
   // Starts c's Connector (it may end at once); stepConnector() moves it on when its fd or time comes.
   void connect(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
   void stepConnector(Conn& c, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
@@ -138,6 +188,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   [[nodiscard]] bool mayBeTlsPort(const std::exception_ptr& why) const;
   [[nodiscard]] std::exception_ptr tlsPortError(const std::exception_ptr& why) const;
   void failEverything(std::vector<Finished>& done);
+  // Closes `c` and fails everything on it and for it with `why` (shutdown).
+  void failConn(Conn& c, const std::exception_ptr& why, std::vector<Finished>& done) REDLIMIT_REQUIRES(c.m);
 
   const ClientOptions::Connection connection_;
   const ClientOptions::Pool pool_;
@@ -147,7 +199,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   TlsContext tls_;               // I/O thread only, once started
   const NameResolver resolver_;  // empty: getaddrinfo
   // The scripts this server was seen to hold, for every connection's pipeline (I/O thread only).
-  std::vector<const Script*> scriptsSeen_;
+  std::vector<const Script*> scriptsSeen_ REDLIMIT_GUARDED_BY(scriptsSeenMutex_);
+  Mutex scriptsSeenMutex_;  // the I/O thread and callers doing their own round trip read replies
   std::vector<std::unique_ptr<Conn>> conns_;
   int epollFd_ = -1;
   int wakeFd_ = -1;
@@ -158,7 +211,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
-  std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow)
+  std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow, own)
+  std::atomic<std::uint64_t> callerRead_{0};           // of them, ended by their caller's own read
   std::atomic<std::uint64_t> stalls_{0}, stalled_{0};  // PoolStats::stalls, ::stalled
   Stall stall_;                                        // the last stall (I/O thread only)
   CompletionQueue completions_;                        // completions waiting to run (I/O thread only)
@@ -169,6 +223,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
 
   Mutex mutex_;
   std::vector<std::pair<std::size_t, Request>> incoming_ REDLIMIT_GUARDED_BY(mutex_);
+  std::vector<Finished> handedOver_ REDLIMIT_GUARDED_BY(mutex_);  // completions a caller left to the I/O thread
   bool wakePending_ REDLIMIT_GUARDED_BY(mutex_) = false;
   bool stopping_ REDLIMIT_GUARDED_BY(mutex_) = false;
   bool stopped_ REDLIMIT_GUARDED_BY(mutex_) = false;

@@ -12,6 +12,7 @@
 
 #include "helpers.hpp"
 #include "redlimit/calendar.hpp"
+#include "redlimit/detail/client_access.hpp"
 #include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
@@ -173,6 +174,77 @@ TEST_F(ClientKill, LimiterLeasesAreResentSoNoCallerSeesAnErrorAndNoPlaceIsLeftHe
   });
   expectResent(o, inFlight.failureStats(), std::int64_t{kThreads} * kPerThread);
   EXPECT_EQ(inFlight.held("user"), 0) << "every place taken was given back";
+}
+
+// Sync calls of a script, 8 threads on 8 connections (most doing their own round trip on an idle
+// connection, PoolStats::callerRead, the others handed to the I/O thread), while the
+// connections are killed: each call ends once, with its own reply or a ClosedError, never with a
+// TimeoutError; a call that failed is sent again with the same id, and the script applies an id
+// once, so Redis counts exactly one application per call and each call saw its id applied once.
+TEST_F(ClientKill, SyncCallsEndOnceWithTheirOwnReplyOrAClosedErrorAndAResentCallIsAppliedOnce) {
+  const std::string source =
+      "if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then redis.call('INCR', KEYS[2]) return ARGV[1] end "
+      "return 'again:' .. ARGV[1]";
+  const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
+  const Script once{"once", sha, source};
+  const std::string ids = name("ids"), applied = name("applied");
+  // A connection per thread, so that most calls find one idle and do their own round trip.
+  ClientOptions options;
+  options.pool.size = kThreads;
+  options.connection.connectTimeout = options.connection.commandTimeout = milliseconds(10000);
+  auto client = newClient(options);
+  // Replies: the id on the first try, the id on a resend (the first try never ran), "again:" on a
+  // resend (it had run).
+  std::atomic<std::int64_t> calls{0}, firstTries{0}, ranOnResend{0}, resent{0}, closed{0}, wrong{0}, others{0};
+  std::mutex otherMutex;
+  std::string other;
+  // A call whose connection closed under it may or may not have run: sent again with its id
+  // until it gets a reply, which is then its id (first run) or "again:" and its id (it had run).
+  auto call = [&](const std::string& id) {
+    for (bool first = true;; first = false) {
+      try {
+        const Reply r = detail::eval(*client, once, {ids, applied}, {id});
+        if (r.str == id) {
+          (first ? firstTries : ranOnResend).fetch_add(1);
+        } else if (r.str == "again:" + id && !first) {
+          resent.fetch_add(1);
+        } else {
+          wrong.fetch_add(1);  // another call's reply, or a first try that found its id applied
+        }
+        break;
+      } catch (const ClosedError&) {
+        if (first) closed.fetch_add(1);
+      } catch (const std::exception& e) {
+        if (others.fetch_add(1) == 0) {
+          const std::lock_guard<std::mutex> lock(otherMutex);
+          other = e.what();
+        }
+        break;
+      }
+    }
+    calls.fetch_add(1);
+    return true;
+  };
+  std::atomic<int> next{0};
+  const PoolStats before = client->poolStats();
+  const ClientKill::Outcome o = underKills([&] { return call("id" + std::to_string(next.fetch_add(1))); });
+  const PoolStats after = client->poolStats();
+  const std::int64_t total = std::int64_t{kThreads} * kPerThread;
+  EXPECT_GE(o.kills, 1);
+  EXPECT_EQ(o.errors, 0) << o.firstError;
+  EXPECT_EQ(calls.load(), total);
+  EXPECT_EQ(others.load(), 0) << "no TimeoutError or other error: " << other;
+  EXPECT_EQ(wrong.load(), 0) << "a call got a reply that was not its own";
+  EXPECT_EQ(raw({"SCARD", ids}).integer, total) << "every call ran";
+  EXPECT_EQ(getInt(admin(), applied), total) << "and none ran twice";
+  EXPECT_EQ(firstTries.load() + ranOnResend.load() + resent.load(), total);
+  EXPECT_EQ(closed.load(), ranOnResend.load() + resent.load())
+      << "each call closed under was sent again until it ended";
+  EXPECT_GT(after.callerRead - before.callerRead, 0u)
+      << "some calls did their own round trip; direct " << after.direct - before.direct << ", requests "
+      << after.requests - before.requests << ", writes " << after.writes - before.writes;
+  EXPECT_GT(after.discarded - before.discarded, 0u) << "the kills closed connections under the calls";
+  EXPECT_EQ(client->poolStats().pending, 0u);
 }
 
 // A MultiLimit of Limiters: the per-key and the global limit in one call, resent as one.

@@ -682,6 +682,82 @@ TEST_F(TransportTest, CallsOfOneThreadReachRedisInOrderWhetherWrittenByTheCaller
   EXPECT_GE(c->poolStats().direct - before.direct, 40u);
 }
 
+// One thread's sync calls on idle connections: each is written and read by its caller
+// (PoolStats::callerRead), the I/O thread never touching it, and each gets its own reply.
+TEST_F(TransportTest, ASyncCallOnAnIdleConnectionIsWrittenAndReadByItsCaller) {
+  const auto c = newClient();
+  (void)detail::command(*c, {"PING"});  // opens a connection: that one waits for the I/O thread
+  const PoolStats before = c->poolStats();
+  constexpr int kCalls = 200;
+  for (int i = 0; i < kCalls; ++i) {
+    const std::string text = "echo-" + std::to_string(i);
+    ASSERT_EQ(detail::command(*c, {"ECHO", text}).str, text);
+  }
+  const PoolStats after = c->poolStats();
+  // The pool's second connection opens on its first turn: that call is handed to the I/O thread.
+  EXPECT_GE(after.callerRead - before.callerRead, kCalls - 2u);
+  EXPECT_EQ(after.callerRead - before.callerRead, after.direct - before.direct)
+      << "every call its caller wrote, its caller read";
+  EXPECT_EQ(after.discarded, 0u);
+  EXPECT_TRUE(nothingPending(*c));
+}
+
+// A RateLimiter's sync tryAcquire waits for an async request (SyncWait): on an idle connection its
+// thread writes that request and reads the reply too, coalescing on or off.
+TEST_F(TransportTest, ALimiterSyncCallWaitingForItsAsyncRequestReadsTheReplyItself) {
+  const auto c = newClient();
+  for (const bool coalesce : {false, true}) {
+    SCOPED_TRACE(coalesce ? "coalesced" : "one by one");
+    RateLimiter::Options options;
+    options.coalesce = coalesce;
+    RateLimiter limiter(c, name(coalesce ? "c" : "o"), options);
+    ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 1000, seconds(60)));
+    (void)limiter.tryAcquire();  // both connections open
+    (void)limiter.tryAcquire();
+    const PoolStats before = c->poolStats();
+    constexpr int kCalls = 100;
+    int granted = 0;
+    for (int i = 0; i < kCalls; ++i) granted += limiter.tryAcquire() ? 1 : 0;
+    const PoolStats after = c->poolStats();
+    EXPECT_EQ(granted, kCalls);
+    EXPECT_EQ(after.callerRead - before.callerRead, static_cast<std::uint64_t>(kCalls));
+    EXPECT_EQ(raw({"ZCARD", limiter.keys()[3]}).integer, kCalls + 2);
+  }
+  EXPECT_TRUE(nothingPending(*c));
+}
+
+// A call whose deadline passes while its caller waits for the reply (the server runs a script
+// longer than the deadline) ends with TimeoutError, not with the sync wait's fallback; the
+// connection is closed, so the late reply is matched to nothing, and the next call gets its own.
+TEST_F(TransportTest, ACallerWhoseDeadlinePassesWhileItReadsGetsTimeoutErrorAndTheNextCallItsOwnReply) {
+  ClientOptions o;
+  o.pool.size = 1;
+  o.connection.commandTimeout = milliseconds(100);
+  o.connection.connectTimeout = seconds(10);  // the next call's connection greets after the script
+  const auto c = newClient(o);
+  // Busy for 600 ms on the server's clock: longer than the deadline, whatever the machine's load.
+  const std::string source =
+      "local s = redis.call('TIME') local n = 0 repeat local t = redis.call('TIME') "
+      "n = (t[1] - s[1]) * 1000000 + (t[2] - s[2]) until n >= 600000 return 'slow'";
+  const std::string sha = raw({"SCRIPT", "LOAD", source}).str;
+  const Script slow{"slow", sha, source};
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");
+  const PoolStats before = c->poolStats();
+  const Caught late = run([&] { (void)detail::eval(*c, slow, {}, {}); });
+  const PoolStats after = c->poolStats();
+  EXPECT_EQ(late.kind, "TimeoutError") << late.message;
+  EXPECT_TRUE(contains(late.message, "no reply")) << late.message;
+  EXPECT_FALSE(contains(late.message, "did not end the request")) << late.message;
+  EXPECT_EQ(after.direct - before.direct, 1u) << "the caller wrote the script call itself";
+  EXPECT_EQ(after.callerRead, before.callerRead) << "its reply never came to the caller";
+  EXPECT_EQ(after.discarded - before.discarded, 1u) << "a written request that timed out closes its connection";
+  // The next call waits for the script and for a new connection: a patient deadline.
+  const auto next = detail::command(*c, {"ECHO", "next"}, Clock::now() + seconds(10));
+  EXPECT_EQ(next.str, "next");
+  EXPECT_EQ(detail::command(*c, {"ECHO", "again"}).str, "again");
+  EXPECT_TRUE(nothingPending(*c));
+}
+
 TEST_F(TransportTest, HundredFuturesAllResolve) {
   RateLimiter limiter(client(), name());
   ASSERT_TRUE(limiter.trySetRate(RateType::Overall, 50, seconds(60)));
