@@ -1063,9 +1063,26 @@ std::array<std::array<Variant, 2>, kFunctionCases> gFunctionVariants;  // [case]
 std::array<std::array<std::array<std::array<PhaseResult, kFunctionPasses>, kFunctionWorkloadCount>, 2>, kFunctionCases>
     gFunctionCost;
 
+// The blocks of the libraries' text that a script's flag runs where the libraries are included: a
+// shared fast path (lib/gcra_fast.lua, lib/fixed_window_fast.lua) decides the script's own take
+// there, under `if gcraFastCall then` ... `end` at the start of a line.
+std::string fastPathBlocks(const std::string& libraries) {
+  std::string blocks;
+  for (const char* flag : {"gcraFastCall", "windowFastCall"}) {
+    const std::string opening = fmt::format("\nif {} then\n", flag);
+    const auto from = libraries.find(opening);
+    if (from == std::string::npos) continue;
+    const auto to = libraries.find("\nend\n", from + opening.size());
+    if (to == std::string::npos) throw std::runtime_error(fmt::format("bench: no end of the {} block", flag));
+    blocks += libraries.substr(from + 1, to + 5 - (from + 1));
+  }
+  return blocks;
+}
+
 // The library for one embedded script: its libraries at the top level, every helper of theirs made
 // (each lib/*_core.lua makes its helpers under a flag a script sets above its include line; here
-// all are set at the top), its own text as the function.
+// all are set at the top, but the fast paths' flags, which the script sets per call), its own text
+// as the function, with the fast-path blocks of its libraries where its include line was.
 std::string functionLibrary(const redlimit::detail::lua::EmbeddedScript& script) {
   const std::string text = script.source;
   const std::string include = "\n-- include:";
@@ -1080,12 +1097,14 @@ std::string functionLibrary(const redlimit::detail::lua::EmbeddedScript& script)
       "#!lua name=bench_{0}\n"
       "local KEYS, ARGV\n"
       "local makesGcra, makesWindow, makesCalendar, makesLeases, makesRecords = true, true, true, true, true\n"
+      "local gcraFastCall, windowFastCall = false, false\n"
       "{1}"
       "redis.register_function('{0}', function(keys, args)\n"
       "KEYS, ARGV = keys, args\n"
-      "{2}{3}\n"
+      "{2}{4}{3}\n"
       "end)\n",
-      script.name, text.substr(libs + 1, rest - libs - 1), text.substr(0, libs + 1), text.substr(rest));
+      script.name, text.substr(libs + 1, rest - libs - 1), text.substr(0, libs + 1), text.substr(rest),
+      fastPathBlocks(text.substr(libs + 1, rest - libs - 1)));
 }
 
 void makeFunctionVariants() {
