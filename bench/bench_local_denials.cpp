@@ -8,12 +8,12 @@
 // <results>/bench_local_denials.summary.txt.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <time.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>  // clock_gettime, CLOCK_THREAD_CPUTIME_ID (POSIX, through <time.h>)
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -192,7 +192,7 @@ int main(int argc, char** argv) try {
     o.monitor.registry = registry;
     o.denyCacheKeys = keys;
     auto l = std::make_shared<Limiter>(client, name, Policy::fixedWindow(10, std::chrono::seconds(30)), o);
-    const std::function<bool()> decide = [l] { return l->decide("hot").allowed; };
+    std::function<bool()> decide = [l] { return l->decide("hot").allowed; };
     usedUp(decide);
     return decide;
   }));
@@ -202,7 +202,7 @@ int main(int argc, char** argv) try {
     o.denyCacheKeys = keys;
     auto l = std::make_shared<RateLimiter>(client, name, o);
     (void)l->trySetRate(RateType::Overall, 10, std::chrono::seconds(30));
-    const std::function<bool()> decide = [l] { return l->tryAcquire(); };
+    std::function<bool()> decide = [l] { return l->tryAcquire(); };
     usedUp(decide);
     return decide;
   }));

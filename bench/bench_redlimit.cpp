@@ -133,8 +133,12 @@ void guarded(benchmark::State& state, Body&& body) {
 // --- 1.-3. Round-trip floor, raw script, tryAcquire ----------------------------------------------
 
 // A fresh limiter on `client`: granted = a rate no one reaches; denied = 1 permit per hour, taken.
+// Its deny cache is off: every call is a round trip, as the raw calls it is compared with are
+// (bench_local_denials measures the cache's answers).
 std::unique_ptr<RateLimiter> makeLimiter(const std::shared_ptr<redlimit::Client>& client, bool granted) {
-  auto limiter = std::make_unique<RateLimiter>(client, freshName(granted ? "granted" : "denied"));
+  RateLimiter::Options options;
+  options.denyCacheKeys = 0;
+  auto limiter = std::make_unique<RateLimiter>(client, freshName(granted ? "granted" : "denied"), options);
   limiter->setRate(RateType::Overall, granted ? kHuge : 1, kHour);
   if (!granted && !limiter->tryAcquire()) throw std::runtime_error("bench: could not take the only permit");
   return limiter;

@@ -97,7 +97,7 @@ void decideThroughAsync(const std::shared_ptr<LimiterDenyCache>& cache, std::str
   ask([cache, k = std::string(key), sent = cache->ticket(), slack, done = std::move(done)](Decision d,
                                                                                            std::exception_ptr error) {
     if (!error) rememberDenial(*cache, k, sent, d, slack);
-    done(std::move(d), std::move(error));
+    done(d, std::move(error));  // a Decision is trivially copyable
   });
 }
 
