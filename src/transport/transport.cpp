@@ -145,6 +145,10 @@ Transport::~Transport() {
 void Transport::submit(Request request) { submitFrom(std::move(request), false); }
 
 void Transport::submitFrom(Request request, bool callerReads) {
+  // The request may hold the last owner of this transport (a Cluster node's, in its completion):
+  // once it is written, its reply may come and its completion run on the I/O thread before this
+  // thread is done here (armTimer, the counters, the caller's own read), so this call holds one.
+  const std::shared_ptr<Transport> self = onIoThread() ? nullptr : weak_from_this().lock();
   if (pending_.fetch_add(1, std::memory_order_relaxed) >= pool_.maxPending) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     rejected_.fetch_add(1, std::memory_order_relaxed);
@@ -349,6 +353,8 @@ void Transport::release(Conn& c, std::exception_ptr why, bool plain) {  // NOLIN
     if (!plain) watch(c, false);  // the I/O thread reads what is left
     // Requests the I/O thread could not send elsewhere while this thread owned the connection.
     if (!c.carry.empty()) wake = true;
+    // Requests of a connection still connecting, which found every ready connection taken.
+    if (rerouteAfterRelease_.exchange(false, std::memory_order_relaxed)) wake = true;
     bool stopping = false;
     {
       const LockGuard guard(mutex_);
@@ -672,9 +678,22 @@ void Transport::routeToReady(std::vector<Finished>& done) {
       c->carry.erase(from, c->carry.end());
     }
     for (auto& r : moving) {
-      Conn& to = *readyConns_[next++ % readyConns_.size()];
-      const LockGuard lock(to.m);
-      to.pipe->push(std::move(r));
+      // A connection found ready above may have been taken by a calling thread since (owned: its
+      // pipeline is that thread's until it hands it back): the request goes to the next one still
+      // ready, or back to where it waited when none is (routed again once a caller hands back).
+      bool placed = false;
+      for (std::size_t tried = 0; tried < readyConns_.size() && !placed; ++tried) {
+        Conn& to = *readyConns_[next++ % readyConns_.size()];
+        const LockGuard lock(to.m);
+        if (!ready(to)) continue;
+        to.pipe->push(std::move(r));
+        placed = true;
+      }
+      if (!placed) {
+        const LockGuard lock(c->m);
+        c->carry.push_back(std::move(r));
+        rerouteAfterRelease_.store(true, std::memory_order_relaxed);
+      }
     }
     moving.clear();
   }

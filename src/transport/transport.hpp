@@ -212,6 +212,7 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   std::atomic<std::uint64_t> rejected_{0}, created_{0}, discarded_{0}, writes_{0}, requests_{0};
   std::atomic<std::size_t> open_{0};
   std::atomic<std::uint64_t> direct_{0};               // requests their caller wrote (writeNow, own)
+  std::atomic<bool> rerouteAfterRelease_{false};       // routeToReady found every ready connection owned
   std::atomic<std::uint64_t> callerRead_{0};           // of them, ended by their caller's own read
   std::atomic<std::uint64_t> stalls_{0}, stalled_{0};  // PoolStats::stalls, ::stalled
   Stall stall_;                                        // the last stall (I/O thread only)
