@@ -677,19 +677,21 @@ void Transport::routeToReady(std::vector<Finished>& done) {
       moving.assign(std::make_move_iterator(from), std::make_move_iterator(c->carry.end()));
       c->carry.erase(from, c->carry.end());
     }
-    for (auto& r : moving) {
-      // A connection found ready above may have been taken by a calling thread since (owned: its
-      // pipeline is that thread's until it hands it back): the request goes to the next one still
-      // ready, or back to where it waited when none is (routed again once a caller hands back).
-      bool placed = false;
-      for (std::size_t tried = 0; tried < readyConns_.size() && !placed; ++tried) {
+    // A connection found ready above may have been taken by a calling thread since (owned: its
+    // pipeline is that thread's until it hands it back): a request goes to the next one still
+    // ready, or back to where it waited when none is (routed again once a caller hands back).
+    const auto pushToReady = [&](Request& request) {
+      for (std::size_t tried = 0; tried < readyConns_.size(); ++tried) {
         Conn& to = *readyConns_[next++ % readyConns_.size()];
         const LockGuard lock(to.m);
         if (!ready(to)) continue;
-        to.pipe->push(std::move(r));
-        placed = true;
+        to.pipe->push(std::move(request));
+        return true;
       }
-      if (!placed) {
+      return false;
+    };
+    for (auto& r : moving) {
+      if (!pushToReady(r)) {
         const LockGuard lock(c->m);
         c->carry.push_back(std::move(r));
         rerouteAfterRelease_.store(true, std::memory_order_relaxed);
