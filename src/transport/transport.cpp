@@ -142,6 +142,11 @@ Transport::~Transport() {
   if (timerFd_ >= 0) ::close(timerFd_);
 }
 
+void Transport::wakeIoThread() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+}
+
 void Transport::submit(Request request) { submitFrom(std::move(request), false); }
 
 void Transport::submitFrom(Request request, bool callerReads) {
@@ -211,8 +216,7 @@ void Transport::submitFrom(Request request, bool callerReads) {
     return;
   }
   if (wake) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+    wakeIoThread();
   }
 }
 
@@ -241,8 +245,7 @@ bool Transport::writeNow(Conn& c, Request& request) {
   const bool failed = c.ioFailed != nullptr;
   lock.unlock();
   if (failed) {
-    const std::uint64_t one = 1;  // the I/O thread closes the connection and ends its requests
-    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+    wakeIoThread();  // it closes the connection and ends its requests
   } else {
     armTimer(deadline);
   }
@@ -369,8 +372,7 @@ void Transport::release(Conn& c, std::exception_ptr why, bool plain) {  // NOLIN
   }
   completeHere(done);
   if (wake) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+    wakeIoThread();
   }
 }
 
@@ -407,8 +409,7 @@ void Transport::completeHere(std::vector<Finished>& done) {
     }
   }
   if (wake) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+    wakeIoThread();
   }
 }
 
@@ -464,8 +465,7 @@ void Transport::shutdown() noexcept {
     if (stopping_) return;
     stopping_ = true;
   }
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const auto n = ::write(wakeFd_, &one, sizeof one);
+  wakeIoThread();
   if (onIoThread()) {
     thread_.detach();  // the loop returns after this completion and frees the transport
   } else if (thread_.joinable()) {

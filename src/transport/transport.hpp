@@ -122,6 +122,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   Transport(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool, EventCallback events,
             TlsContext tls, NameResolver resolver);
   void run();
+  // Wakes the I/O thread from epoll_wait (its eventfd).
+  void wakeIoThread() noexcept;
   // submit(); `callerReads`: a synchronous call, whose caller does the round trip itself if a
   // connection is idle (callerRoundTrip).
   void submitFrom(Request request, bool callerReads);
