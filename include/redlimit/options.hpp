@@ -77,8 +77,10 @@ struct ClientOptions {
   /// The connections a Client multiplexes its requests over. Any number of threads share them:
   /// the size bounds connections, not concurrency.
   struct Pool {
-    std::size_t size = 2;             // connections to the server, opened when first
-                                      // needed; requests spread round-robin; 1..1024
+    std::size_t size = 8;             // connections to the server, opened when first
+                                      // needed; requests spread round-robin; 1..1024.
+                                      // Up to this many threads' sync calls each do
+                                      // their own I/O at once (docs/transport.md)
     std::size_t maxPending = 100000;  // requests queued or awaiting replies at once, per
                                       // Client; more are refused with TimeoutError (PoolTimeout); >= 1
   };
