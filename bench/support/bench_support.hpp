@@ -165,6 +165,15 @@ inline int packedDecisionAllowed(const redisReply* r) {
   return first & 1;
 }
 
+/// The permits granted by acquire.lua's packed reply (six little-endian int64, the first the
+/// permits granted, 0 when denied; lua/acquire.lua), -1 for any other reply.
+inline std::int64_t packedAcquireGranted(const redisReply* r) {
+  if (r->type != REDIS_REPLY_STRING || r->len != 48) return -1;
+  std::uint64_t v = 0;
+  for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<unsigned char>(r->str[b]);
+  return static_cast<std::int64_t>(v);
+}
+
 /// `key:value` lines of an INFO reply.
 inline std::map<std::string, std::string> parseInfo(const std::string& text) {
   std::map<std::string, std::string> out;

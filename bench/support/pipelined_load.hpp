@@ -223,6 +223,7 @@ class PipelinedLoad {
       return r->element[0]->integer > 0 ? 1 : 0;
     }
     if (const int packed = packedDecisionAllowed(r); packed >= 0) return packed;  // the one-key scripts
+    if (const std::int64_t granted = packedAcquireGranted(r); granted >= 0) return granted > 0 ? 1 : 0;  // acquire.lua
     // The Redisson-equivalent scripts: acquire answers nil to a grant and the wait (an integer) to a
     // denial; release answers nil (counted as allowed); availablePermits answers the value, an
     // integer or the string GET read (counted as not allowed).

@@ -85,7 +85,7 @@ class RawAcquire {
     if (redisGetReply(ctx, &raw) != REDIS_OK) raw = nullptr;
     return decision(ctx, static_cast<redisReply*>(raw));
   }
-  /// Permits granted by one reply `r` (taken over and freed) read from `ctx`: acquire.lua's array,
+  /// Permits granted by one reply `r` (taken over and freed) read from `ctx`: acquire.lua's packed reply,
   /// or the Redisson-equivalent reference's nil (granted: the one permit every call asks for) or
   /// integer (denied: the wait in ms). Throws on a null reply (transport error, ctx->errstr) and on
   /// anything but a decision.
@@ -94,11 +94,12 @@ class RawAcquire {
     RawRedis::ReplyPtr owned(r);
     if (r->type == REDIS_REPLY_NIL) return 1;
     if (r->type == REDIS_REPLY_INTEGER) return 0;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+    const std::int64_t granted = packedAcquireGranted(r);
+    if (granted < 0) {
       throw std::runtime_error("bench: script call failed: " +
                                std::string(r->str != nullptr ? r->str : "unexpected reply"));
     }
-    return static_cast<std::int64_t>(r->element[0]->integer);
+    return granted;
   }
 
  private:

@@ -21,12 +21,7 @@ DecisionReply parseDecisionReply(const Reply& r, DecisionForm form, std::string_
   }
   // Value i of the nine in DecisionReply's order; packed, value 0 is the marker byte and value i
   // the little-endian int64 at byte 1 + 8 (i - 1), two's complement: what struct.pack's i8 wrote.
-  const auto at = [&](std::size_t i) {
-    if (!packed) return r.elements[i].asInteger();
-    std::uint64_t v = 0;
-    for (std::size_t b = 8; b-- > 0;) v = (v << 8) | static_cast<unsigned char>(r.str[8 * i - 7 + b]);
-    return static_cast<std::int64_t>(v);
-  };
+  const auto at = [&](std::size_t i) { return packed ? packedInt64(r.str, 8 * i - 7) : r.elements[i].asInteger(); };
   const bool allowed = packed ? static_cast<unsigned char>(r.str[0]) == kPackedDecisionMarker + 1 : at(0) == 1;
   return DecisionReply{allowed, at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8)};
 }

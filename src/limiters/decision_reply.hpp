@@ -38,6 +38,14 @@ struct DecisionReply {
 inline constexpr std::size_t kPackedDecisionSize = 1 + 8 * 8;
 inline constexpr unsigned char kPackedDecisionMarker = 0xA0;
 
+/// The little-endian signed 64-bit integer at bytes [at, at + 8) of `packed` (struct.pack's i8,
+/// two's complement). The caller checked the size.
+[[nodiscard]] inline std::int64_t packedInt64(const std::string& packed, std::size_t at) noexcept {
+  std::uint64_t v = 0;
+  for (std::size_t b = 8; b-- > 0;) v = (v << 8) | static_cast<unsigned char>(packed[at + b]);
+  return static_cast<std::int64_t>(v);
+}
+
 /// Whether `r` is a packed decision: a string of exactly kPackedDecisionSize bytes whose first
 /// byte is 0xA0 or 0xA1. Anything else in a batch.lua reply is an error text.
 [[nodiscard]] inline bool isPackedDecision(const Reply& r) noexcept {

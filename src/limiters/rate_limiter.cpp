@@ -1,6 +1,7 @@
 #include "redlimit/rate_limiter.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -263,8 +264,7 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
   static void answerAlone(Impl* self, Pending& a, const Reply& r, std::exception_ptr error) noexcept {
     detail::AcquireResult out;  // none when the call failed: its error, as the limiter's
     try {
-      if (!error)
-        out = acquired(self, a, detail::arrayReply("limiter ", nameOf(self), r, 6, "the acquire script"), 0, 3);
+      if (!error) out = acquired(self, a, packedAcquire(self, r));
     } catch (...) {
       error = std::current_exception();
     }
@@ -276,7 +276,10 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     std::vector<std::pair<detail::AcquireResult, std::exception_ptr>> results(n);
     for (std::size_t i = 0; i < n; ++i) {
       try {
-        results[i].first = acquired(self, *group[i], r, 3 + 3 * i, 0);
+        const auto field = [&r](std::size_t at) { return r.elements[at].asInteger(); };
+        const std::size_t at = 3 + 3 * i;
+        results[i].first =
+            acquired(self, *group[i], {field(at), field(at + 1), field(at + 2), field(0), field(1), field(2)});
       } catch (const InvalidArgument&) {  // that acquisition's only; a reply that cannot be read answers none
         results[i].second = std::current_exception();
       }
@@ -284,17 +287,27 @@ class RateLimiter::Impl : public std::enable_shared_from_this<RateLimiter::Impl>
     // Each completion on its own: one that throws is reported and the loop goes on.
     for (std::size_t i = 0; i < n; ++i) finish(self, *group[i], std::move(results[i].first), results[i].second);
   }
-  // The answer to `a` at r.elements[at..at+2] of acquire.lua's or acquire_batch.lua's reply
-  // (granted: 0 = denied, -1 = more than the rate; the wait after a denial in ms, or a resent
-  // acquisition's earlier grant's stamp, negated; the permits left), under the configuration and
-  // time at r.elements[config..config+2] (rate, now in µs, interval in ms), which `self` remembers.
-  // When granted, the member the scripts pack (length byte, id, permits as little-endian uint32).
-  static detail::AcquireResult acquired(Impl* self, const Pending& a, const Reply& r, std::size_t at,
-                                        std::size_t config) {
-    const auto field = [&r](std::size_t i) { return r.elements[i].asInteger(); };
-    const std::int64_t granted = field(at), wait = field(at + 1), remaining = field(at + 2), rate = field(config),
-                       now = field(config + 1);
-    const milliseconds interval{field(config + 2)};
+  // What acquire.lua answers one acquisition, and acquire_batch.lua each of its group's: granted
+  // (0 = denied, -1 = more than the rate), the wait after a denial in ms (or a resent acquisition's
+  // earlier grant's stamp, negated), the permits left; then the configuration and time they were
+  // decided under: rate, now in µs, interval in ms.
+  using AcquireValues = std::array<std::int64_t, 6>;
+  // acquire.lua's reply: the six values packed as little-endian int64 (lua/acquire.lua's REPLY).
+  static AcquireValues packedAcquire(const Impl* self, const Reply& r) {
+    AcquireValues v{};
+    if (r.type != Reply::Type::String || r.str.size() != 8 * v.size()) {
+      throw ReplyError(ErrorKind::UnexpectedReply, "",
+                       fmt::format("redlimit: limiter {}: expected {} packed bytes from the acquire script, got {}",
+                                   nameOf(self), 8 * v.size(), r.describe()));
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = detail::packedInt64(r.str, 8 * i);
+    return v;
+  }
+  // The answer to `a`, whose configuration `self` remembers. When granted, the member the scripts
+  // pack (length byte, id, permits as little-endian uint32).
+  static detail::AcquireResult acquired(Impl* self, const Pending& a, const AcquireValues& v) {
+    const std::int64_t granted = v[0], wait = v[1], remaining = v[2], rate = v[3], now = v[4];
+    const milliseconds interval{v[5]};
     if (self != nullptr) self->remember(rate, interval);
     if (granted < 0) {
       throw InvalidArgument(

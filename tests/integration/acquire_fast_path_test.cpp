@@ -61,8 +61,8 @@ class AcquireFastPath : public RedissonMixTest {
     const std::vector<std::string_view> views(keys.begin(), keys.end());
     Outcome o;
     try {
-      const Reply r =
-          detail::eval(admin(), script, views, {permits, permits, id, "", resend ? "1" : "0", "5000", expected});
+      const Reply r = unpackAcquireReply(
+          detail::eval(admin(), script, views, {permits, permits, id, "", resend ? "1" : "0", "5000", expected}));
       o.granted = r.elements.at(0).integer;
       o.wait = r.elements.at(1).integer;
       o.value = r.elements.at(2).integer;

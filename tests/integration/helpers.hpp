@@ -36,6 +36,7 @@
 #include "redlimit/failure_policy.hpp"
 #include "redlimit/policy.hpp"
 #include "redlimit/detail/script.hpp"
+#include "limiters/decision_reply.hpp"
 #include "redlimit_lua.hpp"
 
 namespace redlimit::test {
@@ -145,14 +146,32 @@ inline std::vector<std::string> acquireKeys(const RateLimiter& rl, const std::st
   return keys;
 }
 
-/// Runs acquire.lua directly: most, least, id, resend flag; server clock; record TTL 5 s.
+/// acquire.lua's packed reply (six little-endian int64: granted, wait, value, rate, now µs,
+/// interval) as an array of those six integers, to read as the script's values.
+inline Reply unpackAcquireReply(const Reply& packed) {
+  if (packed.type != Reply::Type::String || packed.str.size() != 48) {
+    throw std::runtime_error("test: acquire.lua answered " + packed.describe() + ", not 48 packed bytes");
+  }
+  Reply out;
+  out.type = Reply::Type::Array;
+  for (std::size_t i = 0; i < 6; ++i) {
+    Reply v;
+    v.type = Reply::Type::Integer;
+    v.integer = detail::packedInt64(packed.str, 8 * i);
+    out.elements.push_back(v);
+  }
+  return out;
+}
+
+/// Runs acquire.lua directly: most, least, id, resend flag; server clock; record TTL 5 s. Its
+/// reply as unpackAcquireReply gives it.
 inline Reply runAcquireScript(Client& c, const RateLimiter& rl, const std::string& most, const std::string& least,
                               const std::string& id, bool resend) {
   static const Script script{detail::lua::acquire.name, detail::lua::acquire.sha1, detail::lua::acquire.source};
   const std::vector<std::string> keys = acquireKeys(rl, id);
   const std::vector<std::string_view> views(keys.begin(), keys.end());
   try {
-    return detail::eval(c, script, views, {most, least, id, "", resend ? "1" : "0", "5000"});
+    return unpackAcquireReply(detail::eval(c, script, views, {most, least, id, "", resend ? "1" : "0", "5000"}));
   } catch (const ScriptError&) {
     std::rethrow_exception(detail::limiterError(std::current_exception()));  // as RateLimiter does
   }
