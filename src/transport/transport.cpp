@@ -166,32 +166,19 @@ void Transport::submitFrom(Request request, bool callerReads) {
     return;
   }
   const std::size_t conn = nextConn_.fetch_add(1, std::memory_order_relaxed) % conns_.size();
-  if (callerReads && !onIoThread() && !connection_.tls.enabled) {
-    // Any idle connection, from this one on: with several callers, one that is busy is likely.
-    // This one not open yet: handed off, so that it connects (routeToReady sends the request on).
-    for (std::size_t i = 0; i < conns_.size(); ++i) {
-      Conn& c = *conns_[(conn + i) % conns_.size()];
-      const SteadyTime deadline = request.deadline;
-      const Take took = own(c, request);
-      if (took == Take::Taken) {
-        callerRoundTrip(c, deadline);
-        return;
+  // The caller's own round trip: a sync call (callerReads), or a request a sync wait follows on
+  // this thread (SyncWait), whose reply that wait reads if this thread writes it. The latter not for
+  // a Cluster's or a Sentinel's transport, whose completions their runner's logic wraps.
+  const bool syncWaitFollows = !callerReads && tlsCallerRead.expected && !tlsCallerRead.transport && owner_ == this;
+  if ((callerReads || syncWaitFollows) && !onIoThread() && !connection_.tls.enabled) {
+    const SteadyTime deadline = request.deadline;
+    if (Conn* c = ownIdle(conn, request)) {
+      if (callerReads) {
+        callerRoundTrip(*c, deadline);
+      } else if (callerWrite(*c)) {
+        tlsCallerRead = CallerRead{true, shared_from_this(), c->index, deadline};
       }
-      if (i == 0 && took == Take::NotReady) break;
-    }
-  } else if (!onIoThread() && tlsCallerRead.expected && !tlsCallerRead.transport && !connection_.tls.enabled &&
-             owner_ == this) {
-    // A sync wait follows on this thread (SyncWait): it reads the reply if this writes the request.
-    // Not for a Cluster's or a Sentinel's transport, whose completions their runner's logic wraps.
-    for (std::size_t i = 0; i < conns_.size(); ++i) {
-      Conn& c = *conns_[(conn + i) % conns_.size()];
-      const SteadyTime deadline = request.deadline;
-      const Take took = own(c, request);
-      if (took == Take::Taken) {
-        if (callerWrite(c)) tlsCallerRead = CallerRead{true, shared_from_this(), c.index, deadline};
-        return;
-      }
-      if (i == 0 && took == Take::NotReady) break;
+      return;
     }
   } else if (!onIoThread() && writeNow(*conns_[conn], request)) {
     return;
@@ -283,6 +270,16 @@ Transport::Take Transport::own(Conn& c, Request& request) {
     c.watchingOut = false;
   }
   return Take::Taken;
+}
+
+Transport::Conn* Transport::ownIdle(std::size_t first, Request& request) {
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    Conn& c = *conns_[(first + i) % conns_.size()];
+    const Take took = own(c, request);
+    if (took == Take::Taken) return &c;
+    if (i == 0 && took == Take::NotReady) return nullptr;
+  }
+  return nullptr;
 }
 
 // Only the plain case is done here: the request written in full, and the bytes read end it. Then

@@ -131,6 +131,10 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   // Takes `c` for the calling thread if it is idle (pushing `request`, moved from only then).
   enum class Take { Taken, Busy, NotReady };  // NotReady: not open, or failed
   Take own(Conn& c, Request& request);
+  // The first connection own() takes, trying each from `first` on (a busy one is likely with
+  // several callers); nullptr if none was idle, or if `first` is not open yet (the request is then
+  // handed off, so that it connects: routeToReady sends it on).
+  Conn* ownIdle(std::size_t first, Request& request);
   // The round trip of the request own() pushed, on the calling thread; then gives `c` back.
   void callerRoundTrip(Conn& c, SteadyTime deadline);
   // Writes what own() pushed: true if all of it went; else `c` is given back (release()).
