@@ -19,10 +19,10 @@
 //     decisions: parsing and I/O too), decisions/s. Every phase starts from FLUSHALL, sets its
 //     keys up, warms up, then times kCalls decisions; all phases run kPasses times, every other
 //     pass in mirrored order, and the figures are means.
-//     Hierarchical limits (issue 27): a MultiLimit of three GCRA levels (multi.lua, one call per
+//     Hierarchical limits: a MultiLimit of three GCRA levels (multi.lua, one call per
 //     decision) runs the same workloads; the summary sets its server µs per call beside three GCRA
 //     calls' (the same decision made level by level, without the all-or-nothing).
-//     Reserve then settle and leases (issue 27): Limiter::reserveFor(key, 10, id) and settle(key, id, 3)
+//     Reserve then settle and leases: Limiter::reserveFor(key, 10, id) and settle(key, id, 3)
 //     (gcra.lua), a lease Limiter's acquire and release (concurrency.lua), each call with a fresh
 //     id (a call counter in the id: PreparedCalls' counterArg); settle and release run on
 //     reservations and leases opened by untimed calls before the phase, and in the "denied"
@@ -97,10 +97,9 @@ constexpr std::size_t kClockArg = 12;     // ...then now: '' (server TIME) for o
 constexpr int kClients = 4;               // accuracy: Clients...
 constexpr int kThreadsPerClient = 2;      // ...and threads calling decide() on each
 constexpr milliseconds kAccuracyRun{2000};
-constexpr double kMaxRatio = 1.0;                // one-key rows: ours no costlier than the textbook script
-constexpr double kMaxRatioRedisson = 1.10;       // acquire.lua against Redisson's calls (which read no TIME)
-constexpr const char* kRatioIssue = "issue 40";  // the target's source in the ratio rows
-constexpr std::int64_t kMaxKeyBytes = 100;       // issue 11: memory per limiter key
+constexpr double kMaxRatio = 1.0;           // one-key rows: ours no costlier than the textbook script
+constexpr double kMaxRatioRedisson = 1.10;  // acquire.lua against Redisson's calls (which read no TIME)
+constexpr std::int64_t kMaxKeyBytes = 100;  // target: memory per limiter key
 
 // --- Limits of one phase ----------------------------------------------------------------------
 
@@ -190,7 +189,7 @@ struct Algorithm {
   std::optional<Variant> textbook;
   std::string textbookName = "textbook";  // what the ratio rows call the textbook script
   double maxRatio = kMaxRatio;            // ours / textbook must be <= this
-  std::string ratioSource;                // which issue sets the target (empty: the rows are reports)
+  bool ratioTarget = false;               // its ratio rows have a target (else they are reports)
   bool oneKey = true;                     // one of the one-key limiters (not RateLimiter's five keys)
   // Per workload, what the phase does when it is not the spec's label (empty: kWorkloadSpecs' label).
   std::array<std::string, kWorkloads> workloadLabels{};
@@ -382,13 +381,13 @@ std::function<std::vector<std::string>(const std::string&, const Limits&)> fiveK
 }
 constexpr std::size_t kRedissonClockArg = 8;  // EVALSHA sha 5 k*5 now
 
-// RateLimiter's scripts are compared with Redisson's call sequences. Issue 26's target holds for
+// RateLimiter's scripts are compared with Redisson's call sequences. The target holds for
 // acquire.lua alone (`target`); availablePermits and release are reports (ours are checked reads
 // that also reclaim expired members, Redisson's trust what they find).
 void comparedWithRedisson(Algorithm& a, bool target) {
   a.textbookName = "Redisson's calls";
   a.maxRatio = kMaxRatioRedisson;
-  a.ratioSource = target ? kRatioIssue : "";
+  a.ratioTarget = target;
   a.oneKey = false;
 }
 
@@ -405,7 +404,7 @@ std::function<std::vector<std::string>(const std::string&, const Limits&)> textb
   };
 }
 
-// --- Reserve then settle, and leases (issue 27 §1, §2) ------------------------------------------
+// --- Reserve then settle, and leases ----------------------------------------------------------------
 
 constexpr std::int64_t kReservePermits = 10;     // reserveFor(10, id): the estimate...
 constexpr std::int64_t kSettleActual = 3;        // ...and settle(id, 3): 7 given back
@@ -536,7 +535,7 @@ std::vector<Algorithm> algorithms() {
   tb.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'T'); };
   tb.textbook = Variant{"textbook/token_bucket.lua (HMGET, floats, HSET, PEXPIRE)", nullptr,
                         textbookArgv(loadScript(readFile(dir + "/textbook/token_bucket.lua")), true)};
-  tb.ratioSource = kRatioIssue;
+  tb.ratioTarget = true;
   tb.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, tokenBucketPolicy(kNeverReached)); };
   out.push_back(std::move(tb));
 
@@ -548,7 +547,7 @@ std::vector<Algorithm> algorithms() {
   gcra.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::gcra.sha1, name, 'G'); };
   gcra.textbook = Variant{"textbook/gcra.lua (GET, floats, SET PX)", nullptr,
                           textbookArgv(loadScript(readFile(dir + "/textbook/gcra.lua")), true)};
-  gcra.ratioSource = kRatioIssue;
+  gcra.ratioTarget = true;
   gcra.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, gcraPolicy(kNeverReached)); };
   out.push_back(std::move(gcra));
 
@@ -560,11 +559,11 @@ std::vector<Algorithm> algorithms() {
   fw.ours.argv = [](const std::string& name, const Limits&) { return oneKeyArgv(lua::fixed_window.sha1, name, 'W'); };
   fw.textbook = Variant{"textbook/fixed_window.lua (INCRBY + PEXPIRE, key per window)", nullptr,
                         textbookArgv(loadScript(readFile(dir + "/textbook/fixed_window.lua")), false)};
-  fw.ratioSource = kRatioIssue;
+  fw.ratioTarget = true;
   fw.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, fixedWindowPolicy(kNeverReached)); };
   out.push_back(std::move(fw));
 
-  // Calendar quotas (issue 27 §3): a day in Europe/Berlin; the quota is in the call, so nothing to
+  // Calendar quotas: a day in Europe/Berlin; the quota is in the call, so nothing to
   // configure (the first take writes each key). No textbook script: the summary sets its server µs
   // per call beside GCRA's.
   Algorithm cal;
@@ -631,7 +630,7 @@ std::vector<Algorithm> algorithms() {
   };
   out.push_back(std::move(rel));
 
-  // Reserve, then settle (issue 27 §1): Limiter::reserveFor(key, 10, id) with a fresh id per call
+  // Reserve, then settle: Limiter::reserveFor(key, 10, id) with a fresh id per call
   // (a record key per reservation), and settle(id, 3) of reservations opened before the phase. No
   // textbook script: the summary sets their server µs per call beside GCRA's take.
   Algorithm reserve;
@@ -670,7 +669,7 @@ std::vector<Algorithm> algorithms() {
   };
   out.push_back(std::move(settle));
 
-  // Leases (issue 27 §2): a Limiter's acquireLease with a fresh lease id per call (limit: the
+  // Leases: a Limiter's acquireLease with a fresh lease id per call (limit: the
   // workload's burst; the hot key's leases pile up, as nothing releases them during the phase), and
   // release of leases acquired before the phase.
   Algorithm acquireLease;
@@ -708,7 +707,7 @@ std::vector<Algorithm> algorithms() {
   };
   out.push_back(std::move(releaseLease));
 
-  // Hierarchical limits (issue 27): org > team > user as one MultiLimit of three GCRA levels, one
+  // Hierarchical limits: org > team > user as one MultiLimit of three GCRA levels, one
   // multi.lua call per decision, next to the GCRA row's one level per call (the summary compares it
   // with three of those).
   Algorithm multi;
@@ -1178,7 +1177,7 @@ struct MemoryRow {
   std::string what;
   std::int64_t ours = -1;  // bytes, -1 = not measured
   std::int64_t textbook = -1;
-  bool target = false;  // issue 11's <= kMaxKeyBytes applies to `ours`
+  bool target = false;  // the target <= kMaxKeyBytes applies to `ours`
   std::string note;
 };
 std::vector<MemoryRow> gMemory;
@@ -1545,8 +1544,7 @@ std::string summary(const std::string& argvChecked) {
     for (int w = 0; w < kWorkloads; ++w) {
       const double us = usecPerCall(a, 0, w) / usecPerCall(a, 1, w);
       const double cpu = cpuPerDecision(a, 0, w) / cpuPerDecision(a, 1, w);
-      const std::string goal =
-          algs[a].ratioSource.empty() ? "" : fmt::format("<= {:g} ({})", algs[a].maxRatio, algs[a].ratioSource);
+      const std::string goal = algs[a].ratioTarget ? fmt::format("<= {:g}", algs[a].maxRatio) : "";
       row(fmt::format("{}, {}: ours / {}, server us per call", algs[a].title, workloadLabel(algs[a], w),
                       algs[a].textbookName),
           us, 2, goal, us <= algs[a].maxRatio);
@@ -1622,11 +1620,11 @@ std::string summary(const std::string& argvChecked) {
   for (const MemoryRow& m : gMemory) {
     if (!m.target) continue;
     row(fmt::format("{}: bytes per limiter key (MEMORY USAGE, name of {} bytes)", m.what, std::strlen(kMemoryName)),
-        static_cast<double>(m.ours), 0, fmt::format("<= {} (issue 11)", kMaxKeyBytes), m.ours <= kMaxKeyBytes);
+        static_cast<double>(m.ours), 0, fmt::format("<= {}", kMaxKeyBytes), m.ours <= kMaxKeyBytes);
   }
   for (const AccuracyRow& r : gAccuracy) {
-    row(fmt::format("{}: grants above the bound", r.title.substr(0, r.title.find(','))), r.met ? 0 : 1, 0,
-        "= 0 (issue 11)", r.met);
+    row(fmt::format("{}: grants above the bound", r.title.substr(0, r.title.find(','))), r.met ? 0 : 1, 0, "= 0",
+        r.met);
   }
 
   out += fmt::format(

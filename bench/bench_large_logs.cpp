@@ -1,6 +1,6 @@
 // bench_large_logs: the worst time one script call holds Redis when a limiter's permits log holds
-// a million members, in each state that used to make a single call do work proportional to the log
-// (issue 9, item 6). Every call is bounded now: at most BATCH (1000) members are read, unpacked or
+// a million members, in each state that used to make a single call do work proportional to the
+// log. Every call is bounded now: at most BATCH (1000) members are read, unpacked or
 // removed per call, and expired members not yet reclaimed still count as in use.
 //
 // Per-call server time comes from SLOWLOG (threshold 0: every command is logged with its duration

@@ -40,8 +40,8 @@ using redlimit::Policy;
 using redlimit::RateLimiter;
 using redlimit::RateType;
 
-constexpr double kMaxCallsPerDecision = 0.01;  // Redis script calls per decision, target (issue 40)
-constexpr double kMaxNsPerDenial = 200;        // ns per local denial, target (issue 40)
+constexpr double kMaxCallsPerDecision = 0.01;  // Redis script calls per decision, target
+constexpr double kMaxNsPerDenial = 200;        // ns per local denial, target
 constexpr std::chrono::milliseconds kRun{2000};
 
 double threadCpuNs() {
@@ -140,8 +140,8 @@ std::string summary(const std::string& machine, const std::vector<Face>& faces) 
   out << "\n  Ratios and costs, each measured in this run                                   value  target\n";
   auto target = [&](const std::string& what, double value, double most) {
     const std::string verdict = std::isnan(value) ? "n/a" : value <= most ? "met" : "MISSED";
-    out << fmt::format("  {:<76} {:>7}  {:<22} {}\n", what, cell(value, most < 1 ? 4 : 1),
-                       fmt::format("<= {:g} (issue 40)", most), verdict);
+    out << fmt::format("  {:<76} {:>7}  {:<22} {}\n", what, cell(value, most < 1 ? 4 : 1), fmt::format("<= {:g}", most),
+                       verdict);
   };
   auto report = [&](const std::string& what, double value) {
     out << fmt::format("  {:<76} {:>7}  {:<22} report\n", what, cell(value, 2), "");

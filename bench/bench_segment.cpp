@@ -1,5 +1,5 @@
 // bench_segment: the SegmentedRateLimiter local-hit path next to a Redis round trip, in one run
-// (part 8 of the benchmark issue), and how many calls still need Redis in a realistic run.
+// and how many calls still need Redis in a realistic run.
 //
 //   BM_SegmentLocalHit/threads:N    tryAcquire() served from the local segment (N threads on
 //                                   one limiter; the segment is large enough that no call in
@@ -23,8 +23,7 @@
 // the calls of all threads, so "Time" is the inverse of the total throughput; each thread sees
 // N times that per call. The summary (stdout and <results>/bench_segment.summary.txt) puts the
 // targets first: the round trip >= 500x the single-threaded hit, and the hit <= 25 ns with the
-// exact clock and metrics on (issue 26; < 50 ns before it), and its cost beyond its one clock read
-// <= 10 ns (issue 40).
+// exact clock and metrics on, and its cost beyond its one clock read <= 10 ns.
 // Run: cmake --preset release && cmake --build --preset release -j2 &&
 //      build/release/bench/bench_segment --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -256,12 +255,12 @@ std::string summary(const rb::CollectReporter& r, const std::string& machine, co
       << "Targets, each measured in this run                                       value  target\n";
   const double coarseHit = r.ns("BM_SegmentLocalHitCoarse/real_time/threads:1");
   targetRow("RateLimiter::tryAcquire / local hit (1 thread, SteadyClock)", remote / hit, 0, true, 500);
-  // The hit reads the clock once: what it costs beyond that read is the limiter's own work (issue 40
-  // asks for at most 10 ns of it, metrics on; the clock read is the platform's, printed beside it).
+  // The hit reads the clock once: what it costs beyond that read is the limiter's own work (the
+  // target is at most 10 ns of it, metrics on; the clock read is the platform's, printed beside it).
   const double clockRead = r.ns("BM_SteadyClockNow/real_time");
-  targetRow("local hit, 1 thread, ns per call (SteadyClock, the default, metrics on; issue 26)", hit, 1, false, 25);
-  targetRow(fmt::format("  of it beyond its one clock read ({} ns; issue 40)", cell(clockRead)).c_str(),
-            hit - clockRead, 1, false, 10);
+  targetRow("local hit, 1 thread, ns per call (SteadyClock, the default, metrics on)", hit, 1, false, 25);
+  targetRow(fmt::format("  of it beyond its one clock read ({} ns)", cell(clockRead)).c_str(), hit - clockRead, 1,
+            false, 10);
   targetRow("local hit, 1 thread, ns per call (CoarseSteadyClock)", coarseHit, 1, false, 50);
   const double hitNoMetrics = r.ns("BM_SegmentLocalHitNoMetrics/real_time/threads:1");
   targetRow("metrics' cost on the local hit, ns (with - without, SteadyClock)", hit - hitNoMetrics, 1, false, 5);

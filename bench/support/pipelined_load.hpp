@@ -1,6 +1,6 @@
 // A raw pipelined hiredis load: N connections with D requests in flight on each, sending prepared
 // script calls round-robin over a set of keys, as fast as the server answers. The load of the
-// server-cost comparisons (issue 13's 50 connections x 16 in flight). Header-only, Linux only.
+// server-cost comparisons (50 connections x 16 in flight). Header-only, Linux only.
 // Not thread-safe: one thread drives it.
 #pragma once
 
