@@ -217,13 +217,7 @@ bool Transport::writeNow(Conn& c, Request& request) {
   if (connection_.tls.enabled) return false;
   if (!c.m.try_lock()) return false;
   UniqueLock lock(c.m, std::adopt_lock);
-  if (!idle(c)) return false;
-  {
-    // Requests submitted before this one for the same connection go first (one thread's requests
-    // leave in the order it made them); after shutdown() the I/O thread ends everything.
-    const LockGuard guard(mutex_);
-    if (c.queued > 0 || stopping_) return false;
-  }
+  if (!takeable(c)) return false;
   const SteadyTime deadline = request.deadline;
   request.counted = true;
   c.pipe->push(std::move(request));
@@ -244,16 +238,19 @@ bool Transport::idle(const Conn& c) {
          !c.pipe->broken();
 }
 
+bool Transport::takeable(const Conn& c) {
+  if (!idle(c)) return false;
+  // Requests submitted before this one for the same connection go first (one thread's requests
+  // leave in the order it made them); after shutdown() the I/O thread ends everything.
+  const LockGuard guard(mutex_);
+  return c.queued == 0 && !stopping_;
+}
+
 Transport::Take Transport::own(Conn& c, Request& request) {
   if (!c.m.try_lock()) return Take::Busy;
   const UniqueLock lock(c.m, std::adopt_lock);
   if (!c.stream || !c.greeted || c.ioFailed || c.pipe->broken()) return Take::NotReady;
-  if (!idle(c)) return Take::Busy;
-  {
-    // As in writeNow: never past requests submitted before for this connection, nor after shutdown().
-    const LockGuard guard(mutex_);
-    if (c.queued > 0 || stopping_) return Take::Busy;
-  }
+  if (!takeable(c)) return Take::Busy;
   request.counted = true;
   c.pipe->push(std::move(request));
   c.owned = true;

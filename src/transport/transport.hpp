@@ -150,6 +150,9 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   void completeHere(std::vector<Finished>& done);
   // Open, greeted, nothing on it or for it, nothing wrong with it: a calling thread may write.
   static bool idle(const Conn& c) REDLIMIT_REQUIRES(c.m);
+  // idle(), and no request submitted before waits for it in incoming_, and not shut down: a calling
+  // thread may put its request on `c` now (writeNow, own).
+  bool takeable(const Conn& c) REDLIMIT_REQUIRES(c.m) REDLIMIT_EXCLUDES(mutex_);
   void armTimer(SteadyTime deadline) REDLIMIT_EXCLUDES(timerMutex_);
   std::exception_ptr writeOut(Conn& c) REDLIMIT_REQUIRES(c.m);
   // Writes the pipeline's output until it is all out (true) or the stream would block (false).
