@@ -113,10 +113,7 @@ class DenyCache {
         {},      d.permits,     until, sent.sentAt.count(), d.remaining, sent.sentAt.count() + d.resetAfter.count(),
         d.limit, d.time.count()};
     if (const auto it = s.index.find(key); it != s.index.end()) {
-      Entry& e = *it->second;
-      std::string k = std::move(e.key);  // the index's view points into it: keep the string in place
-      e = values;
-      e.key = std::move(k);
+      refill(*it->second, values);  // the index's view points into its key: kept in place
       if (it->second != s.lru.begin()) s.lru.splice(s.lru.begin(), s.lru, it->second);
       return;
     }
@@ -132,9 +129,7 @@ class DenyCache {
     auto node = s.index.extract(std::string_view(s.lru.back().key));
     s.lru.splice(s.lru.begin(), s.lru, std::prev(s.lru.end()));
     Entry& e = s.lru.front();
-    std::string k = std::move(e.key);
-    e = values;
-    e.key = std::move(k);
+    refill(e, values);
     e.key.assign(key.data(), key.size());
     node.key() = std::string_view(e.key);
     node.mapped() = s.lru.begin();
@@ -198,6 +193,13 @@ class DenyCache {
       lru.erase(entry);
     }
   };
+
+  // `e` takes the values of `values`, all but its key, whose string (and room) stays.
+  static void refill(Entry& e, const Entry& values) {
+    std::string key = std::move(e.key);
+    e = values;
+    e.key = std::move(key);
+  }
 
   Shard& shardOf(std::size_t hash) noexcept { return shards_[shards_.size() == 1 ? 0 : (hash >> 7) % kShards]; }
 
