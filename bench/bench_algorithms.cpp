@@ -1471,9 +1471,7 @@ void registerBenchmarks() {
 
 // --- Summary -----------------------------------------------------------------------------------------
 
-std::string cell(double v, int precision = 1) {
-  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
-}
+using redlimit::bench::cell;
 
 /// Mean over the passes of `f` of one phase; NaN if a pass is missing.
 template <class F>

@@ -111,9 +111,7 @@ Run run(rb::RawRedis& admin, int threads, const std::function<bool()>& decide,
   return r;
 }
 
-std::string cell(double v, int precision) {
-  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
-}
+using redlimit::bench::cell;
 
 struct Face {
   std::string label;  // "Limiter::decide", "RateLimiter::tryAcquire"

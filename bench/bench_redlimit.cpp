@@ -635,9 +635,7 @@ double fig(const std::string& key) {
   return it == gFig.end() ? std::nan("") : it->second;
 }
 
-std::string cell(double v, int precision = 1) {
-  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
-}
+using redlimit::bench::cell;
 
 std::string summary(const std::string& machine) {
   std::ostringstream out;

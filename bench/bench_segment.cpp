@@ -234,9 +234,7 @@ BENCHMARK(BM_RedisFraction)->Name("RedisFraction/tight")->Arg(1)->Iterations(1)-
 
 // --- Summary --------------------------------------------------------------------------------------
 
-std::string cell(double v, int precision = 1) {
-  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
-}
+using redlimit::bench::cell;
 
 std::string summary(const rb::CollectReporter& r, const std::string& machine, const SegmentStats& hitStats) {
   const double hit = r.ns("BM_SegmentLocalHit/real_time/threads:1");

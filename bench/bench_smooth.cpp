@@ -82,7 +82,7 @@ void BM_ReserveContended(benchmark::State& state) {
 }
 BENCHMARK(BM_ReserveContended)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
-std::string cell(double v) { return std::isnan(v) ? std::string("n/a") : fmt::format("{:.1f}", v); }
+using redlimit::bench::cell;
 
 std::string summary(const redlimit::bench::CollectReporter& r) {
   namespace rb = redlimit::bench;

@@ -650,9 +650,7 @@ double meanRate(Phase phase) {
   return mean(phase, [](const PhaseResult& r) { return r.rate(); });
 }
 
-std::string cell(double v, int precision = 1) {
-  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
-}
+using redlimit::bench::cell;
 
 std::string summary(const std::string& machine) {
   std::string out;

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
 #include "redlimit_test/redis_server.hpp"
@@ -155,6 +156,11 @@ class RawRedis {
  private:
   redisContext* ctx_ = nullptr;
 };
+
+/// A summary table's cell: `v` with `precision` decimals, or "n/a" when it was not measured (NaN).
+inline std::string cell(double v, int precision = 1) {
+  return std::isnan(v) ? std::string("n/a") : fmt::format("{:.{}f}", v, precision);
+}
 
 /// 1 or 0 if `r` is the packed decision of a one-key script's take (gcra.lua, fixed_window.lua:
 /// 65 bytes, byte 0 = 0xA0 + allowed; lua/lib/onekey.lua), -1 for any other reply.
