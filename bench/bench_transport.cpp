@@ -64,6 +64,7 @@
 #include "support/bench_support.hpp"
 #include "support/cpu_usage.hpp"
 #include "support/pinned_server.hpp"
+#include "support/pipelined_load.hpp"
 #include "support/raw_acquire.hpp"
 #include "support/tls_files.hpp"
 
@@ -413,28 +414,27 @@ PhaseResult runRawOneKeyThreads() {
   const std::string name = freshLimiterName("gcra");
   redlimit::Limiter(setup, name, hugeGcra()).setPolicy("k", hugeGcra());
   const std::string key = "rl:" + name + ":k";
+  // The command prepared once per thread (no argv built per call, as a blocking caller would do).
   const std::vector<std::string> argv{"EVALSHA", redlimit::detail::lua::gcra.sha1, "1", key, "take", "", "G", "1", "0"};
-  std::vector<const char*> ptr;
-  std::vector<std::size_t> len;
-  for (const std::string& a : argv) {
-    ptr.push_back(a.data());
-    len.push_back(a.size());
-  }
   std::vector<std::unique_ptr<rb::RawRedis>> conns;
-  // One call: true if it was answered with a decision (the packed string), not an error.
-  auto call = [&](redisContext* ctx) {
-    auto* reply = static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(ptr.size()), ptr.data(), len.data()));
+  std::vector<std::unique_ptr<rb::PreparedCalls>> calls;
+  // One call on thread t's connection: true if it was answered with a decision (the packed
+  // string), not an error.
+  auto call = [&](std::size_t t) {
+    redisContext* ctx = conns[t]->get();
+    calls[t]->append(ctx, 0);
+    void* reply = nullptr;
+    if (redisGetReply(ctx, &reply) != REDIS_OK) reply = nullptr;
     if (reply == nullptr) throw std::runtime_error(std::string("bench: raw gcra call failed: ") + ctx->errstr);
-    const rb::RawRedis::ReplyPtr owned(reply);
-    return reply->type == REDIS_REPLY_STRING;
+    const rb::RawRedis::ReplyPtr owned(static_cast<redisReply*>(reply));
+    return owned->type == REDIS_REPLY_STRING;
   };
-  for (int t = 0; t < kThreads; ++t) {
+  for (std::size_t t = 0; t < static_cast<std::size_t>(kThreads); ++t) {
     conns.push_back(std::make_unique<rb::RawRedis>(server.host(), server.port()));
-    if (!call(conns.back()->get()))
-      throw std::runtime_error("bench: raw gcra call: not a decision (gcra.lua not loaded?)");
+    calls.push_back(std::make_unique<rb::PreparedCalls>(std::vector<std::vector<std::string>>{argv}));
+    if (!call(t)) throw std::runtime_error("bench: raw gcra call: not a decision (gcra.lua not loaded?)");
   }
-  const PhaseResult r =
-      runThreads(kThreads, nullptr, [&](int t) { return call(conns[static_cast<std::size_t>(t)]->get()); });
+  const PhaseResult r = runThreads(kThreads, nullptr, [&](int t) { return call(static_cast<std::size_t>(t)); });
   (void)redlimit::detail::command(*setup, {"DEL", key});
   return r;
 }
