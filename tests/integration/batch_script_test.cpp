@@ -393,12 +393,7 @@ TEST_F(BatchScript, ReadsEveryKeyOnceAndWritesEachTakenKeyOnce) {
     of.push_back(i);
     takes.emplace_back(std::string(1, configs[i].kind), "1", "0", j % 2 == 0 ? header(configs[i]) : "");
   }
-  const auto calls = [&](const char* command) {
-    const std::string info = raw({"INFO", "commandstats"}).str;
-    const std::string field = std::string("cmdstat_") + command + ":calls=";
-    const auto at = info.find(field);
-    return at == std::string::npos ? std::int64_t{0} : std::stoll(info.substr(at + field.size()));
-  };
+  const auto calls = [&](const char* command) { return commandCalls(admin(), command); };
   const std::int64_t getsBefore = calls("get"), mgetsBefore = calls("mget"), setsBefore = calls("set"),
                      timesBefore = calls("time");
   const Reply batch = runBatch(admin(), str(now + 1), keys, takes);

@@ -277,12 +277,9 @@ TYPED_TEST(LimiterAlgorithms, AGrantIsOneGetAndOneWritePlusTimeAndRepliesOnePack
   const std::string key = rl.redisKey("k");
   ASSERT_TRUE(rl.tryAcquire("k"));  // the key holds the policy
   const auto calls = [&] {
-    const std::string info = this->raw({"INFO", "commandstats"}).str;
     std::map<std::string, std::int64_t> out;
     for (const char* command : {"get", "set", "setrange", "time", "pexpire", "pttl", "expire"}) {
-      const std::string field = std::string("cmdstat_") + command + ":calls=";
-      const auto at = info.find(field);
-      out[command] = at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+      out[command] = commandCalls(this->admin(), command);
     }
     return out;
   };

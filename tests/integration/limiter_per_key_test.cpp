@@ -227,12 +227,6 @@ TEST_F(LimiterPerKey, AFixedWindowKeyNeedsNoSetUpAndExpiresAtTheWindowsEnd) {
 TEST_F(LimiterPerKey, AFixedWindowGrantInTheKeysWindowWritesOnlyTheCount) {
   constexpr std::int64_t kWindowMs = 60000;
   Limiter quota(client(), limiterName("quota"), Policy::fixedWindow(1000, milliseconds(kWindowMs)));
-  const auto calls = [&](const char* command) {
-    const std::string info = raw({"INFO", "commandstats"}).str;
-    const std::string field = std::string("cmdstat_") + command + ":calls=";
-    const auto at = info.find(field);
-    return at == std::string::npos ? std::int64_t{0} : std::stoll(info.substr(at + field.size()));
-  };
   constexpr int kGrants = 5;
   // Windows are aligned to the epoch: a sequence that a window's start cut in two is done again on
   // a new key, and only a whole one is checked.
@@ -242,9 +236,10 @@ TEST_F(LimiterPerKey, AFixedWindowGrantInTheKeysWindowWritesOnlyTheCount) {
     ASSERT_TRUE(quota.tryAcquire(key));  // a new key: the whole key, with its TTL
     const std::string first = raw({"GET", quota.redisKey(key)}).str;
     const std::int64_t ttl = pttl(quota.redisKey(key));
-    const std::int64_t sets = calls("set"), setranges = calls("setrange");
+    const std::int64_t sets = commandCalls(admin(), "set"), setranges = commandCalls(admin(), "setrange");
     for (int i = 0; i < kGrants; ++i) ASSERT_TRUE(quota.tryAcquire(key));
-    const std::int64_t wroteSet = calls("set") - sets, wroteRange = calls("setrange") - setranges;
+    const std::int64_t wroteSet = commandCalls(admin(), "set") - sets,
+                       wroteRange = commandCalls(admin(), "setrange") - setranges;
     const std::string after = raw({"GET", quota.redisKey(key)}).str;
     const std::int64_t ttlAfter = pttl(quota.redisKey(key));
     if (serverTimeMs(admin()) / kWindowMs != start / kWindowMs) continue;
