@@ -1,13 +1,13 @@
--- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, calendar quota) and
--- concurrency limits, any mix, decided in one call, all or nothing. MultiLimit runs it. Each limit
--- is computed by the same code as its own script (lua/lib/gcra_core.lua,
--- lua/lib/fixed_window_core.lua, lua/lib/calendar_core.lua, lua/lib/concurrency_core.lua): same
--- layout, bounds, exactness.
+-- multi.lua: several one-key limiters (token bucket, GCRA, fixed window, sliding window counter,
+-- calendar quota) and concurrency limits, any mix, decided in one call, all or nothing. MultiLimit
+-- runs it. Each limit is computed by the same code as its own script (lua/lib/gcra_core.lua,
+-- lua/lib/fixed_window_core.lua, lua/lib/sliding_window_core.lua, lua/lib/calendar_core.lua,
+-- lua/lib/concurrency_core.lua): same layout, bounds, exactness.
 --
 -- KEYS: the limiters' keys, 1..32, distinct (the client also checks that they share one hash
 -- slot). ARGV[1] the operation, ARGV[2] now in epoch µs or '' (TIME is read once: every limit
 -- decides at the same instant), ARGV[3] the kinds, one byte per key in KEYS order ('T' token
--- bucket, 'G' GCRA, 'W' fixed window, 'Q' calendar quota, 'C' concurrency limit:
+-- bucket, 'G' GCRA, 'W' fixed window, 'V' sliding window counter, 'Q' calendar quota, 'C' concurrency limit:
 -- lib/concurrency_core.lua's lease set). Every key is read and checked (Redis type, kind, configuration, state), and the permits
 -- against every limit, before anything is written: a call that fails has written nothing, and its
 -- error names the key.
@@ -35,7 +35,9 @@
 --                      window and count): 'Q', unit, L (uint32), keepAlive ms (uint32), then its
 --                      table of windows around the client's idea of now (lib/calendar_core.lua).
 --                      Its permits are taken now or not at all (its next window is not booked
---                      ahead): with one, maxWait counts as 0. If the server's now is outside any
+--                      ahead): with one, maxWait counts as 0. So does a sliding window counter's
+--                      (cfgi its key's 13-byte header), which takes permits now or not at all.
+--                      If the server's now is outside any
 --                      calendar limit's table, the reply of every operation is that now as a bare
 --                      INTEGER and nothing is written: the client recomputes the tables around it
 --                      and calls once more.
@@ -50,7 +52,8 @@
 -- The combined decision. Alone, a limit can take the n permits at the times (from now, if nobody
 -- else takes any) of a set: [wait, inf) for GCRA and the token bucket, whole windows for the fixed
 -- window (the current one if it has room, the next one if it has room, every later one), the
--- calendar quota's window in force if it has room, every time from its end on. E, the
+-- calendar quota's window in force if it has room, every time from its end on, and for the sliding
+-- window counter [wait, inf) (its estimate only falls: lib/sliding_window_core.lua's slidingWait). E, the
 -- earliest time at which all can, is the left end of one of these pieces, so it is the smallest
 -- candidate (0, each GCRA's wait, each window's next start and the start of the one after, each
 -- calendar window's end) that every limit accepts.
@@ -109,10 +112,12 @@ local kindBytes = ARGV[3]
 if type(kindBytes) ~= 'string' then kindBytes = '' end
 local makesGcra = string.find(kindBytes, '[TG]') ~= nil
 local makesWindow = string.find(kindBytes, 'W', 1, true) ~= nil
+local makesSliding = string.find(kindBytes, 'V', 1, true) ~= nil
 local makesCalendar = string.find(kindBytes, 'Q', 1, true) ~= nil
 local makesLeases = string.find(kindBytes, 'C', 1, true) ~= nil
 local makesRecords = ARGV[1] == 'reserve' or ARGV[1] == 'settle'
--- include: base onekey gcra_core fixed_window_core reservation_core concurrency_core calendar_core
+local slidingFastCall = false                  -- lib/sliding_window_fast.lua: its arithmetic only
+-- include: sliding_window_fast base onekey gcra_core fixed_window_core sliding_window_core reservation_core concurrency_core calendar_core
 local MAX_LIMITS = 32
 local op = ARGV[1]
 local k = #KEYS
@@ -138,7 +143,7 @@ for i = 1, k do
   end
   seen[KEYS[i]] = true
   local c = string.sub(kinds, i, i)
-  if c ~= 'T' and c ~= 'G' and c ~= 'W' and c ~= 'Q' and c ~= 'C' then
+  if c ~= 'T' and c ~= 'G' and c ~= 'W' and c ~= 'V' and c ~= 'Q' and c ~= 'C' then
     fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind "' .. c .. '" for key ' .. KEYS[i])
   end
 end
@@ -172,6 +177,9 @@ local function loadAll(leaseId)
       all[i] = s
     elseif kind == 'W' then
       if cfg then all[i] = windowWithConfig(KEYS[i], nowUs, cfg) else all[i] = windowLoad(KEYS[i], nowUs) end
+    elseif kind == 'V' then
+      if cfg then all[i] = slidingWithConfig(KEYS[i], nowUs, cfg) else all[i] = slidingLoad(KEYS[i], nowUs) end
+      all[i].sliding = true
     elseif cfg then
       all[i] = gcraWithConfig(KEYS[i], kind, nowUs, cfg)
     else
@@ -252,6 +260,9 @@ if op == 'take' or op == 'peek' then
       if leaseLive(s) then s.wait = 0 else s.wait = leaseWait(s, s.held, s.limit) end
     elseif s.window then
       windowCheckPermits(s, n)
+    elseif s.sliding then
+      slidingCheckPermits(s, n)
+      maxWaitAll = 0
     else
       gcraCheckPermits(s, n)
       if maxWaitAll > s.maxWait then maxWaitAll = s.maxWait end
@@ -288,6 +299,11 @@ if op == 'take' or op == 'peek' then
       else
         earliest = wait + s.wus
       end
+    elseif s.sliding then
+      s.wait = slidingWait(s, s.count, n)
+      earliest, s.ownRetry = s.wait, s.wait
+      if earliest == 0 then s.ownAllowed = 1 else s.ownAllowed = 0 end
+      candidates[#candidates + 1] = earliest
     else
       local ok, _, retryAlone = gcraTake(s, n, maxWait)
       s.ownAllowed, s.ownRetry = ok, retryAlone
@@ -305,7 +321,7 @@ if op == 'take' or op == 'peek' then
       local s = all[i]
       if s.calendar then
         fits = t >= s.finish - nowUs or s.count + n <= s.l
-      elseif s.lease then
+      elseif s.lease or s.sliding then
         fits = t >= s.wait
       elseif s.window then
         fits = windowFitsAt(s, n, t)
@@ -340,6 +356,7 @@ if op == 'take' or op == 'peek' then
     for i = 1, k do
       local s = all[i]
       if s.stale and s.window then windowStore(s, s.count, s.nextCount)
+      elseif s.stale and s.sliding then slidingStore(s, s.count)
       elseif s.stale then gcraStore(s, s.d) end
     end
   end
@@ -382,6 +399,14 @@ if op == 'take' or op == 'peek' then
       end
       if op == 'peek' then count, nextCount = s.count, s.nextCount end
       rem, reset, lim, lr, lms = s.l - count, windowResetAfter(s, count, nextCount), s.l, s.l, s.windowMs
+    elseif s.sliding then
+      local count = s.count
+      if allowed == 1 then                     -- E = 0 (maxWait 0): counted now
+        count = count + n
+        if op == 'take' then slidingStore(s, count) end
+      end
+      if op == 'peek' then count = s.count end
+      rem, reset, lim, lr, lms = slidingRemaining(s, count), slidingResetAfter(s, count), s.l, s.l, s.windowMs
     else
       local after = s.d
       if allowed == 1 and op == 'take' then
@@ -423,6 +448,8 @@ if op == 'refund' then
       if reply[i] < 0 then reply[i] = 0 end
     elseif s.window then
       reply[i] = s.l - windowRefund(s, n)
+    elseif s.sliding then
+      reply[i] = slidingRemaining(s, slidingRefund(s, n))
     else
       reply[i] = gcraRemaining(s, gcraRefund(s, n))
     end

@@ -35,6 +35,9 @@ struct CalendarQuota;
 ///  - tokenBucket: `capacity` tokens, `refill` more every `period` (Bucket4j's greedy refill);
 ///    the same script and key layout as GCRA (a bucket is a GCRA of burst = capacity);
 ///  - fixedWindow: at most `limit` per window of `window`, windows aligned to the epoch;
+///  - slidingWindow: about `limit` per sliding `window` (the sliding-window counter: the previous
+///    window's count weighted by its overlap), 28 bytes per key; any `window`-long interval holds at
+///    most limit + floor(limit x (window - 2 us) / window), 2 x limit - 1 for window >= 2 x limit us;
 ///  - smoothBursty / smoothWarmingUp: Guava's SmoothBursty and SmoothWarmingUp on the server,
 ///    for every process at once (reservations pay the debt of the previous caller; no reserveFor);
 ///  - calendar: at most `limit` per calendar day, week or month of an IANA time zone (DST days
@@ -43,7 +46,7 @@ struct CalendarQuota;
 ///    lease frees itself (Redisson's RPermitExpirableSemaphore): acquireLease, renew, release.
 class Policy {
  public:
-  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth, Concurrency, Calendar };
+  enum class Kind { Gcra, TokenBucket, FixedWindow, Smooth, Concurrency, Calendar, SlidingWindow };
 
   /// `rate` permits per `period` (1 ms..49.7 days), at most `burst` at once; rate and burst in
   /// 1..4294967295.
@@ -58,6 +61,13 @@ class Policy {
   [[nodiscard]] static Policy tokenBucket(std::int64_t capacity, std::int64_t refill, std::chrono::milliseconds period);
   /// At most `limit` per window of `window`.
   [[nodiscard]] static Policy fixedWindow(std::int64_t limit, std::chrono::milliseconds window);
+  /// About `limit` (1..4294967295) per sliding window of `window` (1 ms..49.7 days): granted while
+  /// the previous window's count x the part of it still inside the sliding window + the current
+  /// window's count + the permits asked for stay within `limit`, exactly (integer µs). Cheaper than
+  /// the exact sliding log (RateLimiter; ~118 bytes per permit in the window), closer to the limit
+  /// than the fixed window on ordinary traffic; its worst case is in the class comment. Permits are
+  /// taken now or not at all (no waiting, no reserveFor).
+  [[nodiscard]] static Policy slidingWindow(std::int64_t limit, std::chrono::milliseconds window);
   /// Guava's SmoothBursty: `permits` per `interval`, up to `maxBurst` worth stored while idle.
   [[nodiscard]] static Policy smoothBursty(std::int64_t permits, std::chrono::milliseconds interval,
                                            std::chrono::milliseconds maxBurst = std::chrono::seconds(1));
@@ -95,8 +105,8 @@ class Policy {
   /// setPolicy write (here or in any process: one place to change a limit for every caller), and
   /// a key without one is NotInitializedError. Its keys are permanent (the configuration must
   /// outlive idle time; deleteKey removes one), so keepAlive() refuses it. GCRA, token bucket,
-  /// fixed window and smooth; a calendar quota or a concurrency limit travels in every call
-  /// (InvalidArgument).
+  /// fixed window and smooth; a calendar quota, a sliding window counter or a concurrency limit
+  /// travels in every call (InvalidArgument).
   [[nodiscard]] Policy stored() const;
   /// Whether the configuration lives in each key (stored()).
   [[nodiscard]] bool isStored() const noexcept { return stored_; }
@@ -110,12 +120,18 @@ class Policy {
   /// How long limit() permits take to come back at the sustained rate, rounded up (a fixed
   /// window: the window); saturating. What an HTTP RateLimit-Policy advertises as its window.
   [[nodiscard]] std::chrono::milliseconds refillTime() const noexcept;
-  /// Whether reserveFor/settle work under it (GCRA, token bucket, fixed window: a smooth limiter
-  /// lends ahead rather than holding, a concurrency limit holds leases).
-  [[nodiscard]] bool canHold() const noexcept { return kind_ != Kind::Smooth && kind_ != Kind::Concurrency; }
+  /// Whether reserveFor/settle work under it (GCRA, token bucket, fixed window, calendar: a smooth
+  /// limiter lends ahead rather than holding, a concurrency limit holds leases, a sliding window
+  /// counter takes now or not at all).
+  [[nodiscard]] bool canHold() const noexcept {
+    return kind_ != Kind::Smooth && kind_ != Kind::Concurrency && kind_ != Kind::SlidingWindow;
+  }
   /// Whether it can take permits ahead of time (tryAcquire with a timeout, acquire, reserve): not a
-  /// calendar quota (its next window opens at the zone's next midnight) nor a concurrency limit.
-  [[nodiscard]] bool canWait() const noexcept { return kind_ != Kind::Calendar && kind_ != Kind::Concurrency; }
+  /// calendar quota (its next window opens at the zone's next midnight), a sliding window counter
+  /// (a permit booked ahead would count in every estimate until it is used) nor a concurrency limit.
+  [[nodiscard]] bool canWait() const noexcept {
+    return kind_ != Kind::Calendar && kind_ != Kind::Concurrency && kind_ != Kind::SlidingWindow;
+  }
   /// Whether it gives leases (acquireLease, renew, release) rather than permits.
   [[nodiscard]] bool givesLeases() const noexcept { return kind_ == Kind::Concurrency; }
   /// A concurrency policy's lease TTL (0 for the others).

@@ -88,6 +88,7 @@ local function readPacked(kind, label, key)
     elseif #v == PACKED_SIZE and k == 'G' then what = 'a GCRA limiter'
     elseif #v == PACKED_SIZE and k == 'W' then what = 'a fixed window limiter'
     elseif #v == PACKED_SIZE and k == 'S' then what = 'a smooth limiter'
+    elseif #v == PACKED_SIZE and k == 'V' then what = 'a sliding window counter'
     elseif #v == PACKED_SIZE and k == 'Q' then what = 'a calendar quota' end
     fail('REDLIMIT_INVALID_CONFIG', 'key ' .. key .. ' holds ' .. what .. ', not a ' .. label ..
       '; delete it (deleteKey) or use another limiter name')

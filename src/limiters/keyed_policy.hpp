@@ -67,4 +67,20 @@ inline KeyedPolicy gcraPolicy(char kind, std::int64_t burst, std::int64_t rate, 
                       localIntervalMs(burst, period.count(), rate));
 }
 
+/// Why a policy of `kind` takes no permits ahead of time (Policy::canWait is false), as refusals
+/// say it: "a calendar quota takes no permits ahead of time (...)".
+inline const char* whyNoWait(Policy::Kind kind) noexcept {
+  return kind == Policy::Kind::SlidingWindow
+             ? "a sliding window counter takes permits now or not at all (a permit booked ahead would count in "
+               "every estimate until it is used)"
+             : "a calendar quota takes no permits ahead of time (its next window opens at the zone's next midnight)";
+}
+
+/// Why a policy of `kind` cannot hold permits for reserveFor/settle (Policy::canHold is false).
+inline const char* whyNoHold(Policy::Kind kind) noexcept {
+  return kind == Policy::Kind::SlidingWindow
+             ? "a sliding window counter takes permits now or not at all, and keeps no record to settle against"
+             : "a smooth policy lends ahead rather than holding";
+}
+
 }  // namespace redlimit::detail

@@ -29,13 +29,16 @@ const detail::Script& scriptOf(Policy::Kind kind) {
   static const detail::Script gcra = scriptFrom(detail::lua::gcra), window = scriptFrom(detail::lua::fixed_window),
                               smooth = scriptFrom(detail::lua::smooth),
                               calendar = scriptFrom(detail::lua::calendar_quota),
-                              concurrency = scriptFrom(detail::lua::concurrency);
+                              concurrency = scriptFrom(detail::lua::concurrency),
+                              sliding = scriptFrom(detail::lua::sliding_window);
   switch (kind) {
     case Policy::Kind::Gcra:
     case Policy::Kind::TokenBucket:
       return gcra;
     case Policy::Kind::FixedWindow:
       return window;
+    case Policy::Kind::SlidingWindow:
+      return sliding;
     case Policy::Kind::Smooth:
       return smooth;
     case Policy::Kind::Calendar:
@@ -98,11 +101,8 @@ std::string Limiter::permitKey(std::string_view what, std::string_view key) cons
 // Under a concurrency policy, permitKey's refusal comes first (as in holdKey and refundKey).
 std::string Limiter::waitKey(std::string_view what, std::string_view key) const {
   if (!policy_.givesLeases() && !policy_.canWait()) {
-    throw InvalidArgument(
-        fmt::format("redlimit: limiter {}: a calendar quota takes no permits ahead of time (its "
-                    "next window opens at the zone's next midnight), so it has no {}; use decide "
-                    "and its retryAfter",
-                    name(), what));
+    throw InvalidArgument(fmt::format("redlimit: limiter {}: {}, so it has no {}; use decide and its retryAfter",
+                                      name(), detail::whyNoWait(policy_.kind()), what));
   }
   return permitKey(what, key);
 }
@@ -110,9 +110,8 @@ std::string Limiter::waitKey(std::string_view what, std::string_view key) const 
 std::string Limiter::holdKey(std::string_view what, std::string_view key) const {
   if (!policy_.givesLeases() && !policy_.canHold()) {
     throw InvalidArgument(fmt::format(
-        "redlimit: limiter {}: a smooth policy lends ahead rather than holding, so it has no {}; use reserve() "
-        "(its delay) or another policy",
-        name(), what));
+        "redlimit: limiter {}: {}, so it has no {}; use {}", name(), detail::whyNoHold(policy_.kind()), what,
+        policy_.kind() == Policy::Kind::Smooth ? "reserve() (its delay) or another policy" : "decide and refund"));
   }
   return permitKey(what, key);
 }

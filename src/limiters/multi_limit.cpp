@@ -75,6 +75,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     std::vector<Policy> leaseConfigs;  // the concurrency limits' policies, in order
     std::shared_ptr<detail::CalendarTables> tables;  // the calendar limits' tables; null: none
     std::int64_t maxPermits = detail::kMaxPermits;   // the most one call may take, as far as the configurations say
+    std::string nowOnly;  // "limit NAME: why" for the first limit that takes permits now or not at all; "" if none
+    std::string noHold;   // the same for the first limit that cannot hold permits for reserveFor/settle
   };
   // What every key set of one MultiLimit shares: its limits as made (then only read), its failure
   // gate (and metrics), and what the replies told of its limits.
@@ -353,11 +355,17 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
           "time, and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
           state_->label, what));
     }
-    if (calendarWhat.empty() || !state_->tables) return;
-    throw InvalidArgument(fmt::format(
-        "redlimit: {}: {} cannot be used when a limit is a calendar quota: it takes no permits ahead of time (its "
-        "next window opens at the zone's next midnight). Use decide() and its retryAfter",
-        state_->label, calendarWhat));
+    if (!calendarWhat.empty() && !state_->nowOnly.empty()) {
+      throw InvalidArgument(fmt::format("redlimit: {}: {} cannot be used: {}. Use decide() and its retryAfter",
+                                        state_->label, calendarWhat, state_->nowOnly));
+    }
+  }
+  // reserveFor and settle: refused (InvalidArgument) when a limit cannot hold permits.
+  void refuseHolding() const {
+    refuse("reserveFor or settle");
+    if (state_->noHold.empty()) return;
+    throw InvalidArgument(fmt::format("redlimit: {}: reserveFor and settle cannot be used: {}. Use decide() and refund",
+                                      state_->label, state_->noHold));
   }
   // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
   // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
@@ -404,6 +412,12 @@ MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Opt
           name));
     }
     const detail::KeyedPolicy& packed = policy.packedPolicy();
+    if (!policy.givesLeases() && !policy.canWait() && made.nowOnly.empty()) {
+      made.nowOnly = fmt::format("limit {}: {}", name, detail::whyNoWait(policy.kind()));
+    }
+    if (!policy.givesLeases() && !policy.canHold() && made.noHold.empty()) {
+      made.noHold = fmt::format("limit {}: {}", name, detail::whyNoHold(policy.kind()));
+    }
     if (policy.kind() == Policy::Kind::Calendar) {  // its quota and, per call, its table (tables)
       const detail::CalendarQuota quota = policy.calendarQuota("a calendar limit");
       made.kinds.push_back('Q');
@@ -546,8 +560,8 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 // --- Reserve, then settle ------------------------------------------------------------------
 
 std::string MultiLimit::reservationKey(const std::string& id) const {
-  // The record says what each limit gives back: token bucket, GCRA and fixed window only.
-  core_->refuse("reserveFor or settle");
+  // The record says what each limit gives back: token bucket, GCRA, fixed window and calendar only.
+  core_->refuseHolding();
   return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
 }
 

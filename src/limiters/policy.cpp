@@ -117,6 +117,11 @@ detail::KeyedPolicy packedOf(Policy::Kind kind, std::int64_t a, std::int64_t b, 
       detail::checkMillis("window", milliseconds{b}, 1);
       // the key's header as lua/lib/fixed_window_core.lua packs it ('<c1I4I4I4'); the Local bucket: the window
       return detail::headerPolicy('W', {a, b, keepAliveMs}, a, b);
+    case Policy::Kind::SlidingWindow:  // limit a per sliding window b
+      detail::checkCount("limit", a, 1, detail::kMaxPermits);
+      detail::checkMillis("window", milliseconds{b}, 1);
+      // the key's header as lua/lib/sliding_window_core.lua packs it ('<c1I4I4I4'); the Local bucket: the window
+      return detail::headerPolicy('V', {a, b, keepAliveMs}, a, b);
     case Policy::Kind::Smooth:  // permits a per interval b; c the maxBurst, or the warm-up with cold factor d > 0
       return smoothPolicy(a, milliseconds{b}, milliseconds{c}, d, keepAlive);
     case Policy::Kind::Calendar: {  // limit a per unit b from weekday c in `zone`
@@ -167,6 +172,9 @@ Policy Policy::tokenBucket(std::int64_t capacity, std::int64_t refill, milliseco
 }
 Policy Policy::fixedWindow(std::int64_t limit, milliseconds window) {
   return Policy(Kind::FixedWindow, limit, window.count(), 0, 0, kDefaultIdleMargin.count());
+}
+Policy Policy::slidingWindow(std::int64_t limit, milliseconds window) {
+  return Policy(Kind::SlidingWindow, limit, window.count(), 0, 0, kDefaultIdleMargin.count());
 }
 Policy Policy::smoothBursty(std::int64_t permits, milliseconds interval, milliseconds maxBurst) {
   return Policy(Kind::Smooth, permits, interval.count(), maxBurst.count(), 0, kDefaultIdleMargin.count());
@@ -219,11 +227,13 @@ Policy Policy::permanent() const {
 }
 
 Policy Policy::stored() const {
-  if (kind_ == Kind::Calendar || kind_ == Kind::Concurrency) {
+  if (kind_ == Kind::Calendar || kind_ == Kind::Concurrency || kind_ == Kind::SlidingWindow) {
     throw InvalidArgument(
         fmt::format("redlimit: a {} travels in every call and cannot be stored; stored() is for "
                     "gcra, tokenBucket, fixedWindow and the smooth policies",
-                    kind_ == Kind::Calendar ? "calendar quota" : "concurrency limit"));
+                    kind_ == Kind::Calendar        ? "calendar quota"
+                    : kind_ == Kind::SlidingWindow ? "sliding window counter"
+                                                   : "concurrency limit"));
   }
   // Permanent: a stored configuration must outlive the key's idle time (deleteKey removes it).
   Policy p = permanent();
@@ -240,8 +250,9 @@ milliseconds Policy::refillTime() const noexcept {
       return milliseconds{ceilTimes(limit(), b_, a_)};
     case Kind::TokenBucket:  // capacity a, refill b per period c
       return milliseconds{ceilTimes(a_, c_, b_)};
-    case Kind::FixedWindow:  // limit a per window b
-    case Kind::Concurrency:  // b: a lease's TTL
+    case Kind::FixedWindow:    // limit a per window b
+    case Kind::SlidingWindow:  // limit a per sliding window b
+    case Kind::Concurrency:    // b: a lease's TTL
       return milliseconds{b_};
     case Kind::Calendar: {  // a window: a day, a week, a (31-day) month at most
       const auto unit = static_cast<CalendarUnit>(b_);

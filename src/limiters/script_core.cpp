@@ -53,6 +53,8 @@ const char* labelOf(char kind) {
       return "GCRA limiter";
     case 'W':
       return "fixed window limiter";
+    case 'V':
+      return "sliding window counter";
     case 'S':
       return "smooth limiter";
     case 'C':

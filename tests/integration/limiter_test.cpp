@@ -54,6 +54,11 @@ struct FixedWindowPolicy {
   static Policy make() { return Policy::fixedWindow(5, hours(24)); }
   static constexpr std::int64_t kGranted = 5;
 };
+// Aligned to UTC midnight like the fixed window; a fresh key has no previous window to weigh.
+struct SlidingWindowPolicy {
+  static Policy make() { return Policy::slidingWindow(5, hours(24)); }
+  static constexpr std::int64_t kGranted = 5;
+};
 // Guava's bursty limiter storing 5 permits (one per 5 h, 25 h of burst); as Guava's, it lends the
 // next permit ahead, so a sixth take is granted and the seventh pays its debt.
 struct SmoothPolicy {
@@ -63,7 +68,7 @@ struct SmoothPolicy {
 
 template <class P>
 class LimiterPolicies : public LimiterTest {};
-using Policies = ::testing::Types<GcraPolicy, TokenBucketPolicy, FixedWindowPolicy, SmoothPolicy>;
+using Policies = ::testing::Types<GcraPolicy, TokenBucketPolicy, FixedWindowPolicy, SlidingWindowPolicy, SmoothPolicy>;
 TYPED_TEST_SUITE(LimiterPolicies, Policies);
 
 TYPED_TEST(LimiterPolicies, DecideTakesUntilTheLimitThenDeniesWithARetryAfter) {
@@ -112,6 +117,15 @@ TYPED_TEST(LimiterPolicies, PeekWritesNothingAndRefundGivesBack) {
 TYPED_TEST(LimiterPolicies, ReserveSaysTheDelayAndTryAcquireWithATimeoutWaitsNoLongerThanItFits) {
   Limiter limiter(this->client(), this->limiterName(), TypeParam::make());
   ASSERT_EQ(LimiterTest::exhaust(limiter, "u"), TypeParam::kGranted);
+  if (!limiter.policy().canWait()) {
+    const std::int64_t before = this->scriptCalls();
+    EXPECT_THROW((void)limiter.reserve("u", 1, microseconds(0)), InvalidArgument);
+    EXPECT_THROW((void)limiter.tryAcquire("u", 1, milliseconds(1)), InvalidArgument);
+    EXPECT_THROW((void)limiter.acquire("w"), InvalidArgument);
+    EXPECT_THROW((void)limiter.reserveAsync("u", 1, microseconds(0)).get(), InvalidArgument);
+    EXPECT_EQ(this->scriptCalls(), before) << "nothing sent";
+    return;
+  }
   const Decision now = limiter.reserve("u", 1, microseconds(0));
   EXPECT_FALSE(now.allowed) << "nothing within no wait";
   EXPECT_FALSE(limiter.tryAcquire("u", 1, milliseconds(1))) << "the next permit is hours away";

@@ -227,6 +227,88 @@ TEST_F(MultiLimitTest, EachLimitIsComputedExactlyAsItsOwnScript) {
   }
 }
 
+TEST_F(MultiLimitTest, ASlidingWindowCounterIsComputedExactlyAsItsOwnScript) {
+  // A GCRA (stored) and a sliding window counter (its configuration in the call) on twin keys at
+  // chosen server times, as above: both estimates only fall with time, so the combined retryAfter
+  // is the later of the two own ones, to the microsecond.
+  std::mt19937_64 rng(20261207);
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    const std::int64_t windowMs = 1 + static_cast<std::int64_t>(rng() % 3000);
+    const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 20);
+    std::string cfg(1, 'V');
+    for (const std::int64_t v : {limit, windowMs, std::int64_t{0}}) putLe(cfg, v, 4);
+    const std::int64_t cap = 1 + static_cast<std::int64_t>(rng() % 20);
+    const std::int64_t intervalMs = 1 + static_cast<std::int64_t>(rng() % 2000);
+    std::int64_t now =
+        windowTime(windowMs, static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(windowMs * 1000)));
+    const std::vector<std::string> multi{key(str(round) + ":g"), key(str(round) + ":v")};
+    const std::vector<std::string> twins{key(str(round) + ":g2"), key(str(round) + ":v2")};
+    for (const std::string& g : {multi[0], twins[0]}) {
+      (void)runOneKey(admin(), detail::lua::gcra, g,
+                      {"set", str(now), "G", "try", str(cap), "3", str(intervalMs), "0", str(cap)});
+    }
+    const auto own = [&](std::size_t i, const std::string& op, std::int64_t at, std::int64_t n) {
+      if (i == 0) return takeReply(runOneKey(admin(), detail::lua::gcra, twins[0], {op, str(at), "G", str(n), "0"}));
+      return takeReply(runOneKey(admin(), detail::lua::sliding_window, twins[1], {op, str(at), "V", str(n), "0", cfg}));
+    };
+    for (int step = 0; step < 60; ++step) {
+      SCOPED_TRACE(step);
+      now += static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(windowMs * 400));
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min(cap, limit)));
+      const Reply r = runMulti(admin(), multi, {"take", str(now), "GV", str(n), "0", "", cfg});
+      ASSERT_EQ(r.elements.size(), 8u + 7u * 2u);
+      std::int64_t latest = 0;
+      bool allAlone = true;
+      for (std::size_t i = 0; i < 2; ++i) {
+        const TakeReply alone = own(i, "peek", now, n);
+        EXPECT_EQ(r.elements[8 + 7 * i].asInteger() == 1, alone.allowed) << "limit " << i;
+        EXPECT_EQ(r.elements[8 + 7 * i + 2].asInteger(), alone.retryAfterUs) << "limit " << i;
+        allAlone = allAlone && alone.allowed;
+        latest = std::max(latest, alone.retryAfterUs);
+      }
+      EXPECT_EQ(r.elements[0].asInteger() == 1, allAlone);
+      EXPECT_EQ(r.elements[2].asInteger(), latest);
+      if (allAlone) {
+        for (std::size_t i = 0; i < 2; ++i) {
+          const TakeReply took = own(i, "take", now, n);
+          EXPECT_TRUE(took.allowed);
+          EXPECT_EQ(r.elements[8 + 7 * i + 1].asInteger(), took.remaining) << "limit " << i;
+          EXPECT_EQ(r.elements[8 + 7 * i + 3].asInteger(), took.resetAfterUs) << "limit " << i;
+        }
+      }
+      for (std::size_t i = 0; i < 2; ++i) ASSERT_EQ(raw({"GET", multi[i]}).str, raw({"GET", twins[i]}).str) << i;
+      if (step % 10 == 9) {
+        (void)runMulti(admin(), multi, {"refund", str(now), "GV", "1", "0", "", cfg});
+        (void)runOneKey(admin(), detail::lua::gcra, twins[0], {"refund", str(now), "G", "1"});
+        (void)runOneKey(admin(), detail::lua::sliding_window, twins[1], {"refund", str(now), "V", "1", "0", cfg});
+        for (std::size_t i = 0; i < 2; ++i) ASSERT_EQ(raw({"GET", multi[i]}).str, raw({"GET", twins[i]}).str) << i;
+      }
+    }
+  }
+}
+
+TEST_F(MultiLimitTest, ASlidingWindowCounterTakesNowOrNotAtAll) {
+  Limiter perUser(client(), limiterName("user"), Policy::slidingWindow(2, milliseconds(4294967295)));
+  Limiter global(client(), limiterName("global"), Policy::perSecond(100));
+  MultiLimit both = MultiLimit({perUser, global}).on({"u", "all"});
+  EXPECT_TRUE(both.decide(2).allowed);
+  const MultiDecision denied = both.decide();
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.deniedBy, 0) << "the sliding window counter, the first limit";
+  EXPECT_GT(denied.retryAfter.count(), 0);
+  both.refund(1);
+  EXPECT_TRUE(both.tryAcquire());
+  const std::int64_t before = scriptCalls();
+  const auto refusal = [](auto&& statement) {
+    return messageOfError<InvalidArgument>(ErrorKind::InvalidArgument, statement);
+  };
+  EXPECT_NE(refusal([&] { (void)both.tryAcquire(1, milliseconds(10)); }).find("now or not at all"), std::string::npos);
+  EXPECT_NE(refusal([&] { (void)both.reserve(1, microseconds(10)); }).find("now or not at all"), std::string::npos);
+  EXPECT_NE(refusal([&] { (void)both.reserveFor(1, "r1"); }).find("keeps no record"), std::string::npos);
+  EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+}
+
 TEST_F(MultiLimitTest, OneLimitAnswersAsItsOwnScriptWithReservations) {
   // A set of one limit is its own limiter, reservations included: same reply, same bytes.
   std::mt19937_64 rng(7);

@@ -116,6 +116,7 @@ TEST_F(SegmentOverLimiterKey, EveryPermitPolicyServesSegmentsOfItsKey) {
       {"gcra", Policy::gcra(1, hours(24), 5), 5},
       {"bucket", Policy::tokenBucket(5, 1, hours(24)), 5},
       {"window", Policy::fixedWindow(5, hours(24)), 5},
+      {"sliding", Policy::slidingWindow(5, hours(24)), 5},
       // Guava's bursty limiter storing 5 permits lends a sixth ahead.
       {"smooth", Policy::smoothBursty(1, hours(5), hours(25)), 6},
   };
