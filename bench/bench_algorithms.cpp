@@ -4,7 +4,8 @@
 // <results>/bench_algorithms.summary.txt; the accuracy picture to <results>/accuracy_algorithms.svg.
 //
 //  1. Server cost. For each algorithm (a Limiter of a stored token bucket and GCRA: lua/gcra.lua;
-//     of a stored fixed window: lua/fixed_window.lua; of a calendar day: lua/calendar_quota.lua, no
+//     of a stored fixed window: lua/fixed_window.lua; of a sliding window counter:
+//     lua/sliding_window.lua; of a calendar day: lua/calendar_quota.lua, no
 //     textbook script, compared with GCRA's; RateLimiter: lua/acquire.lua) and for each
 //     workload (one hot key, all granted; one hot key, all denied; 10 000 keys round-robin, all
 //     granted), a raw hiredis load (50 connections x 16 requests in flight) sends EVALSHA with the
@@ -43,6 +44,10 @@
 //     exactly against the bound (burst + rate x T in any window T for the token bucket and GCRA;
 //     limit per aligned window for the fixed window) and plotted.
 //
+//  4. Worst case on a random workload: the same bursts of calls, at about twice the limit, sent
+//     with the time in the call to a sliding window counter, a fixed window and RateLimiter's exact
+//     log; the most grants in any window-long interval of each, beside its bound.
+//
 // The server is pinned to CPU 0 and this process (load, set-up, callers, I/O threads) to CPU 1,
 // as in bench_transport; with fewer than two usable CPUs nothing is pinned and the summary says so.
 //
@@ -68,6 +73,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -240,6 +246,28 @@ redlimit::Policy benchDay(std::int64_t limit) {
 // (Limiter::redisKey's layout, which checkArgvAgainstLibrary's MONITOR check confirms).
 constexpr const char* kBenchLimiter = "bench";
 std::string limiterKey(const std::string& key) { return fmt::format("rl:{}:{}", kBenchLimiter, key); }
+
+// The configuration in the call of a one-key policy that travels in every call: its key's 13-byte
+// header, kind then L, W ms and keepAlive ms as little-endian uint32 (the sliding window counter's
+// and the fixed window's), with the default keepAlive of 1 s.
+std::string windowHeader(char kind, std::int64_t limit, std::int64_t windowMs) {
+  std::string header(1, kind);
+  for (const std::int64_t v : {limit, windowMs, std::int64_t{1000}}) {
+    for (unsigned i = 0; i < 4; ++i)
+      header.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8U * i)) & 0xFFU));
+  }
+  return header;
+}
+
+// A Limiter's decide(key, 1) under a sliding window counter of l.burst per l.intervalMs sends
+// `take "" V 1 0 <its header>`: the policy travels in every call.
+std::vector<std::string> slidingArgv(std::string_view sha, const std::string& name, const Limits& l) {
+  return {"EVALSHA", std::string(sha),
+          "1",       oneKeyRedisKey(name),
+          "take",    "",
+          "V",       "1",
+          "0",       windowHeader('V', l.burst, l.intervalMs)};
+}
 
 // A Limiter's decide(key, 1) under a calendar policy sends `take "" Q 1 <limit> D <keepAlive ms>
 // <table>`, the table being the four windows around now (the day before, today, the two after)
@@ -425,6 +453,9 @@ redlimit::Policy tokenBucketPolicy(const Limits& l) {
 redlimit::Policy fixedWindowPolicy(const Limits& l) {
   return redlimit::Policy::fixedWindow(l.burst, milliseconds{l.intervalMs});
 }
+redlimit::Policy slidingWindowPolicy(const Limits& l) {
+  return redlimit::Policy::slidingWindow(l.burst, milliseconds{l.intervalMs});
+}
 
 // The calls one phase makes on `names` (its warm-up and timed calls, see runVariant): the ids a
 // settle or release phase needs open, in the order its calls use them.
@@ -562,6 +593,26 @@ std::vector<Algorithm> algorithms() {
   fw.ratioTarget = true;
   fw.libraryCall = [](const std::string& name) { twoOneKeyDecisions(name, fixedWindowPolicy(kNeverReached)); };
   out.push_back(std::move(fw));
+
+  // The sliding window counter: its policy travels in every call, so nothing to configure (the
+  // first take writes each key).
+  Algorithm sw;
+  sw.key = "sliding_window";
+  sw.title = "sliding counter";
+  sw.ours.label = "Limiter slidingWindow (sliding_window.lua)";
+  sw.ours.configure = [](const std::vector<std::string>&, const Limits&) {};
+  sw.ours.argv = [](const std::string& name, const Limits& l) {
+    return slidingArgv(lua::sliding_window.sha1, name, l);
+  };
+  sw.textbook = Variant{"textbook/sliding_window.lua (MGET, floats, INCRBY + PEXPIRE)", nullptr,
+                        textbookArgv(loadScript(readFile(dir + "/textbook/sliding_window.lua")), false)};
+  sw.ratioTarget = true;
+  sw.libraryCall = [](const std::string& name) {
+    const LimiterKey k = limiterKeyOf(name);
+    redlimit::Limiter limiter(gWorld->client, k.limiter, slidingWindowPolicy(kNeverReached));
+    for (int i = 0; i < 2; ++i) (void)limiter.decide(k.key, 1);
+  };
+  out.push_back(std::move(sw));
 
   // Calendar quotas: a day in Europe/Berlin; the quota is in the call, so nothing to
   // configure (the first take writes each key). No textbook script: the summary sets its server µs
@@ -1208,6 +1259,7 @@ void BM_Memory(benchmark::State& state) {
         if (!a.oneKey) continue;  // RateLimiter: below (its log holds a member per live grant)
         MemoryRow row{a.title, bytesAfterOneCall(a.ours, kMemoryName), -1, true, ""};
         if (a.textbook) row.textbook = bytesAfterOneCall(*a.textbook, kMemoryName);
+        if (a.key == "sliding_window") row.note = "textbook: a counter per window; two once a window has ended";
         state.counters[a.key + "_ours_bytes"] = static_cast<double>(row.ours);
         state.counters[a.key + "_textbook_bytes"] = static_cast<double>(row.textbook);
         gMemory.push_back(row);
@@ -1404,6 +1456,126 @@ void BM_Accuracy(benchmark::State& state, const std::string& which) {
   }
 }
 
+// --- 4. Worst case on a random workload ----------------------------------------------------------
+
+// Bursts of 1..10 one-permit calls (1 µs apart) at random times (exponential gaps), offered at about
+// twice the limit, sent with the time in the call so that the sliding window counter, the fixed
+// window and the exact sliding log (RateLimiter) see the same calls at the same instants. The
+// figure is the most grants in any window-long interval, against the limit.
+constexpr std::int64_t kRandomLimit = 100;
+constexpr std::int64_t kRandomWindowMs = 1000;
+constexpr std::int64_t kRandomWindows = 120;
+constexpr std::uint64_t kRandomSeed = 20261207;
+
+struct RandomRow {
+  std::string title;
+  std::int64_t offered = 0;
+  std::int64_t grants = 0;
+  std::int64_t most = 0;   // grants in the busiest window-long interval
+  std::int64_t bound = 0;  // what the algorithm promises for it
+  std::string boundText;
+};
+std::vector<RandomRow> gRandom;
+
+// The call times (epoch µs, from a window's start in 2030) of the random workload.
+std::vector<std::int64_t> randomArrivals() {
+  std::mt19937_64 rng(kRandomSeed);
+  const std::int64_t wus = kRandomWindowMs * 1000;
+  const std::int64_t start = 1'900'000'000'000'000 - 1'900'000'000'000'000 % wus;
+  std::exponential_distribution<double> gap(2.0 * kRandomLimit / 5.5 / static_cast<double>(wus));  // bursts per µs
+  std::uniform_int_distribution<int> size(1, 10);
+  std::vector<std::int64_t> out;
+  double t = static_cast<double>(start);
+  while (t < static_cast<double>(start + kRandomWindows * wus)) {
+    t += std::ceil(gap(rng)) + 10;
+    const int k = size(rng);
+    for (int i = 0; i < k; ++i) out.push_back(static_cast<std::int64_t>(t) + i);
+  }
+  return out;
+}
+
+// The times among `times` at which the call argvAt(time, index) was granted (granted(reply)),
+// sent in order, pipelined on one connection.
+template <class ArgvAt, class Granted>
+std::vector<std::int64_t> grantsAt(const std::vector<std::int64_t>& times, ArgvAt argvAt, Granted granted) {
+  rb::RawRedis& admin = *gWorld->admin;
+  std::vector<std::int64_t> out;
+  for (std::size_t done = 0; done < times.size();) {
+    const std::size_t batch = std::min<std::size_t>(1000, times.size() - done);
+    std::vector<std::vector<std::string>> argvs;
+    argvs.reserve(batch);
+    for (std::size_t i = 0; i < batch; ++i) argvs.push_back(argvAt(times[done + i], done + i));
+    for (const auto& argv : argvs) admin.append(std::vector<std::string_view>(argv.begin(), argv.end()));
+    for (std::size_t i = 0; i < batch; ++i) {
+      const auto r = admin.reply();
+      if (granted(r.get())) out.push_back(times[done + i]);
+    }
+    done += batch;
+  }
+  return out;
+}
+
+// A one-key decision's packed reply (lib/onekey.lua's packDecision): 0xA1 first when granted.
+bool packedGranted(const redisReply* r) {
+  if (r->type != REDIS_REPLY_STRING || r->len != 65) throw std::runtime_error("bench: unexpected decision reply");
+  return static_cast<unsigned char>(r->str[0]) == 0xA1;
+}
+
+void BM_RandomWorkload(benchmark::State& state) {
+  namespace lua = redlimit::detail::lua;
+  try {
+    for (auto _ : state) {
+      gRandom.clear();
+      (void)gWorld->admin->command({"FLUSHALL"});
+      const std::vector<std::int64_t> times = randomArrivals();
+      const std::int64_t wus = kRandomWindowMs * 1000;
+      const Limits l{kRandomLimit, kRandomLimit, kRandomWindowMs};
+      const auto oneKey = [&](std::string_view sha, char kind, const std::string& key) {
+        const std::string header = windowHeader(kind, kRandomLimit, kRandomWindowMs);
+        return grantsAt(
+            times,
+            [&](std::int64_t t, std::size_t) {
+              return std::vector<std::string>{"EVALSHA",         std::string(sha),     "1", key, "take",
+                                              std::to_string(t), std::string(1, kind), "1", "0", header};
+            },
+            packedGranted);
+      };
+      const std::vector<std::int64_t> sliding = oneKey(lua::sliding_window.sha1, 'V', "bench:random:sliding");
+      const std::vector<std::int64_t> fixed = oneKey(lua::fixed_window.sha1, 'W', "bench:random:fixed");
+      configureRateLimiter({"bench:random:log"}, l);
+      std::vector<std::string> logArgv = acquireArgv(lua::acquire.sha1, "bench:random:log", l);
+      const std::vector<std::int64_t> log = grantsAt(
+          times,
+          [&](std::int64_t t, std::size_t i) {
+            logArgv[kIdArg] = fmt::format("{:016d}", i);
+            logArgv[kClockArg] = std::to_string(t);
+            return logArgv;
+          },
+          [](const redisReply* r) {
+            const std::int64_t granted = rb::packedAcquireGranted(r);
+            if (granted < 0) throw std::runtime_error("bench: unexpected acquire.lua reply");
+            return granted > 0;
+          });
+      const auto offered = static_cast<std::int64_t>(times.size());
+      const std::int64_t worst = kRandomLimit + kRandomLimit * (wus - 2) / wus;  // lib/sliding_window_core.lua
+      gRandom.push_back({"Limiter slidingWindow (sliding window counter)", offered,
+                         static_cast<std::int64_t>(sliding.size()), rb::mostInAnyWindow(sliding, wus - 1), worst,
+                         "L + floor(L x (W - 2 us) / W)"});
+      gRandom.push_back({"Limiter fixedWindow", offered, static_cast<std::int64_t>(fixed.size()),
+                         rb::mostInAnyWindow(fixed, wus - 1), 2 * kRandomLimit, "2 L"});
+      gRandom.push_back({"RateLimiter (exact sliding log)", offered, static_cast<std::int64_t>(log.size()),
+                         rb::mostInAnyWindow(log, wus - 1), kRandomLimit, "L"});
+      for (const RandomRow& r : gRandom) {
+        state.counters[r.title.substr(0, r.title.find(' ', 8)) + "_most"] = static_cast<double>(r.most);
+      }
+      state.SetIterationTime(1e-3);
+    }
+    (void)gWorld->admin->command({"FLUSHALL"});
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // --- Registration -------------------------------------------------------------------------------------
 
 void registerBenchmarks() {
@@ -1467,6 +1639,7 @@ void registerBenchmarks() {
         ->Iterations(1)
         ->UseManualTime();
   }
+  RegisterBenchmark("WorstCase/random_workload", BM_RandomWorkload)->Iterations(1)->UseManualTime();
 }
 
 // --- Summary -----------------------------------------------------------------------------------------
@@ -1624,6 +1797,12 @@ std::string summary(const std::string& argvChecked) {
     row(fmt::format("{}: grants above the bound", r.title.substr(0, r.title.find(','))), r.met ? 0 : 1, 0, "= 0",
         r.met);
   }
+  for (const RandomRow& r : gRandom) {
+    row(fmt::format("{}, random workload: most grants in any {} ms / limit {}", r.title, kRandomWindowMs, kRandomLimit),
+        static_cast<double>(r.most) / static_cast<double>(kRandomLimit), 2,
+        fmt::format("<= {:.2f} ({})", static_cast<double>(r.bound) / static_cast<double>(kRandomLimit), r.boundText),
+        r.most <= r.bound);
+  }
 
   out += fmt::format(
       "\nServer cost, means of {} passes     script                                        server us/call  server CPU "
@@ -1768,6 +1947,17 @@ std::string summary(const std::string& argvChecked) {
                        r.grants, r.errors, r.boundText, r.met ? "met" : "ABOVE THE BOUND", r.observedText);
   }
   out += "  picture: accuracy_algorithms.svg\n";
+
+  out += fmt::format(
+      "\nWorst case on a random workload: bursts of 1..10 calls at random times, offered at about twice the limit\n"
+      "of {} per {} ms for {} windows, the same calls at the same instants (the time in the call) for each\n",
+      kRandomLimit, kRandomWindowMs, kRandomWindows);
+  for (const RandomRow& r : gRandom) {
+    out +=
+        fmt::format("  {:<48} offered {:>6}, granted {:>6}; most in any {} ms: {:>4} ({:.2f} x limit; bound {}: {})\n",
+                    r.title, r.offered, r.grants, kRandomWindowMs, r.most,
+                    static_cast<double>(r.most) / static_cast<double>(kRandomLimit), r.boundText, r.bound);
+  }
   return out;
 }
 
@@ -1788,9 +1978,10 @@ int main(int argc, char** argv) try {
     options.connection.port = server.port();
     options.connection.commandTimeout = std::chrono::seconds(10);  // a loaded machine: latency, not errors
     world.client = redlimit::Client::create(options);
-    for (const auto& script : {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window,
-                               redlimit::detail::lua::acquire, redlimit::detail::lua::available_permits,
-                               redlimit::detail::lua::release, redlimit::detail::lua::concurrency}) {
+    for (const auto& script :
+         {redlimit::detail::lua::gcra, redlimit::detail::lua::fixed_window, redlimit::detail::lua::sliding_window,
+          redlimit::detail::lua::acquire, redlimit::detail::lua::available_permits, redlimit::detail::lua::release,
+          redlimit::detail::lua::concurrency}) {
       if (loadScript(script.source) != script.sha1)
         throw std::runtime_error("bench: SCRIPT LOAD returned another SHA1");
     }
