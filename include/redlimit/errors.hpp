@@ -47,7 +47,7 @@ enum class ErrorKind : std::uint8_t {
   PoolTimeout,      // TimeoutError: ClientOptions::Pool::maxPending requests already in flight (congestion here)
   Unavailable,      // IoError: the server cannot serve now (LOADING, BUSY, CLUSTERDOWN, ...); code() says which
   Io,               // IoError: connect refused, reset, a name that does not resolve
-  Configuration,    // ConfigurationError: another set-up error (a Cluster node, scripting switched off)
+  Configuration,    // ConfigurationError: another set-up error (a Cluster node, no scripts run for this user)
   Auth,             // AuthError: wrong password, unknown user, no password given or none configured
   Reply,            // ReplyError: another error reply (OOM, ERR ...)
   InvalidArgument,  // InvalidArgument: refused before anything was sent
@@ -161,9 +161,11 @@ class TimeoutError : public IoError {
 ///   RequestLimit   the server refused a request over its limits ("ERR Protocol error" such as
 ///                  "invalid bulk length", or the connection closed while a request of more than
 ///                  1 MiB was being sent). The server ran nothing; the same request would fail again.
-///   Configuration  anything else (a Cluster node answering MOVED to a one-server Client, scripting
-///                  switched off).
-/// code() is the server's error code when the server said so ("READONLY", "MASTERDOWN", "ERR"),
+///   Configuration  anything else: a Cluster node answering MOVED to a one-server Client, or a
+///                  server that runs no scripts (code "ERR": EVALSHA or EVAL renamed away, a Valkey
+///                  without its Lua module; code "NOPERM": the ACL user may not run EVALSHA, SCRIPT
+///                  LOAD or EVAL). The message names the cause and the commands redlimit sends.
+/// code() is the server's error code when the server said so ("READONLY", "MASTERDOWN", "ERR", "NOPERM"),
 /// the errno name for a local cause ("EMFILE", "ENFILE"), "TLS", else empty.
 class ConfigurationError : public Error {
  public:
@@ -197,8 +199,10 @@ class ReplyError : public Error {
 /// kind Auth: authentication failed: a wrong password or unknown ACL user (WRONGPASS), no password
 /// given to a server that requires one (NOAUTH, or the connection closed as unauthenticated), or a
 /// password given to a server that has none. kind NoPermission: the ACL user is authenticated but
-/// lacks a permission to run a command (NOPERM ... 'evalsha'), a command inside a script, or to
-/// access the limiter's keys; the message names what to grant. Thrown under every FailurePolicy.
+/// lacks a permission to access the limiter's keys, or to run a command inside a script (or
+/// another command redlimit sends directly); the message names what to grant. A user that may not
+/// run the scripts themselves (EVALSHA, SCRIPT LOAD, EVAL) gets a ConfigurationError instead: the
+/// server runs no scripts for it. Thrown under every FailurePolicy.
 class AuthError : public ReplyError {
  public:
   AuthError(std::string code, const std::string& message) : AuthError(ErrorKind::Auth, std::move(code), message) {}

@@ -74,6 +74,31 @@ std::string quotedCommand(std::string_view message) {
   return close == std::string_view::npos ? std::string() : std::string(message.substr(start, close - start));
 }
 
+// What redlimit sends to run a script, for the messages: EVALSHA always; after a NOSCRIPT, SCRIPT
+// LOAD and the EVALSHA again; after a second NOSCRIPT, EVAL with the source (transport/pipeline.cpp).
+constexpr std::string_view kScriptCommands =
+    "redlimit decides every call in a Lua script: it sends EVALSHA, and SCRIPT LOAD then EVAL when the server "
+    "does not hold the script";
+
+// The server cannot run redlimit's scripts (`cause` says why, `remedy` what to change): a
+// configuration error, whether it is the server's (scripting off) or the ACL user's (no permission
+// to run them). No retry or failure policy changes it.
+[[noreturn]] void throwNoScripts(std::string_view code, const std::string& text, std::string_view cause,
+                                 std::string_view remedy) {
+  throw ConfigurationError(std::string(code),
+                           fmt::format("redlimit: the server runs no scripts{}: {} ({}; {}; a configuration error, "
+                                       "thrown under every failure policy)",
+                                       cause, text, kScriptCommands, remedy));
+}
+
+// True for a NOPERM that refuses one of the commands that run a script: "NOPERM this user has no
+// permissions to run the 'evalsha' command" (Redis 7.0; 7.2 says "User <name> has no ..."), 'eval',
+// 'script|load' (Redis 6.2 names the parent: "the 'script' command or its subcommand").
+bool refusesScripts(std::string_view message) {
+  const std::string command = quotedCommand(message);
+  return command == "evalsha" || command == "eval" || command == "script|load" || command == "script";
+}
+
 [[noreturn]] void throwPermission(std::string_view code, const std::string& text, const ReplyContext& c) {
   const std::string user = userName(c);
   std::string grant;
@@ -174,6 +199,11 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                           "user: leave {} empty, or set one on the server)",
                                           text, login.leaveEmpty));
   }
+  if (code == "NOPERM" && refusesScripts(message)) {
+    const std::string user = userName(context);
+    throwNoScripts(code, text, fmt::format(" for ACL user '{}'", user),
+                   fmt::format("grant them, e.g. ACL SETUSER {} +evalsha +script|load +eval", user));
+  }
   if (code == "NOPERM" || (code == "ERR" && contains(message, "The user executing the script can't"))) {
     throwPermission(code, text, context);
   }
@@ -210,15 +240,12 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                          "request client-query-buffer-limit; nothing was run)",
                                          text));
   }
-  // Scripting switched off (rename-command EVALSHA "", a Valkey built or started without its Lua
-  // module): this server cannot run a script, and no retry or policy changes that.
-  if (context.fromScript && startsWith(message, "ERR unknown command")) {
-    throw ConfigurationError(codeText,
-                             fmt::format("redlimit: the server runs no scripts: {} (redlimit runs every decision as "
-                                         "a Lua script and needs EVALSHA, EVAL and SCRIPT LOAD: enable scripting "
-                                         "(no rename-command of them; on Valkey, load its Lua module); a "
-                                         "configuration error, thrown under every failure policy)",
-                                         text));
+  // Scripting switched off: rename-command EVALSHA "" (or EVAL and SCRIPT: the NOSCRIPT resend as
+  // EVAL meets it), or a Valkey without its Lua module, whose EVAL and SCRIPT LOAD answer
+  // "ERR Could not find scripting engine 'lua'" (valkey src/eval.c) and EVALSHA NOSCRIPT.
+  if (context.fromScript &&
+      (startsWith(message, "ERR unknown command") || startsWith(message, "ERR Could not find scripting engine"))) {
+    throwNoScripts(code, text, "", "enable them: no rename-command of them; on Valkey, load its Lua module");
   }
   if (context.fromScript) {
     // error({err = "REDLIMIT_X message"}) from lua/lib/base.lua's fail() arrives as "REDLIMIT_X message".

@@ -6,11 +6,13 @@
 //     (kind Unavailable)
 //   configuration, thrown under every policy (ConfigurationError): READONLY, MASTERDOWN
 //     (kind Replica); TLS bytes as a reply (TlsPort); EMFILE, ENFILE (ResourceLimit);
-//     "ERR Protocol error: ..." other than unauthenticated (RequestLimit); "ERR unknown
-//     command" to EVALSHA / EVAL (scripting switched off)
+//     "ERR Protocol error: ..." other than unauthenticated (RequestLimit); the server runs no
+//     scripts (kind Configuration): "ERR unknown command" or "ERR Could not find scripting
+//     engine" to EVALSHA / EVAL (scripting switched off), NOPERM for EVALSHA, EVAL or SCRIPT
+//     LOAD (the ACL user may not run scripts)
 //   credentials, thrown under every policy (AuthError): WRONGPASS, NOAUTH, "Protocol error:
-//     unauthenticated ...", AUTH without a configured password; NOPERM and a script's "can't run
-//     this command" (kind NoPermission)
+//     unauthenticated ...", AUTH without a configured password; NOPERM for another command or
+//     for keys, and a script's "can't run this command" (kind NoPermission)
 //   an error raised while a script ran (" script: <sha>" trailer, user_script): ScriptError, or
 //     redlimit's own REDLIMIT_* codes
 //   anything else: ReplyError (OOM with its cause spelled out)

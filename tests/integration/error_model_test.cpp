@@ -11,22 +11,29 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <typeinfo>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "helpers.hpp"
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/metrics.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/failure_policy.hpp"
+#include "redlimit/limiter.hpp"
+#include "redlimit/multi_limit.hpp"
+#include "redlimit/policy.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/no_free_descriptors.hpp"
 
@@ -71,14 +78,19 @@ void expectThrow(ErrorKind kind, Call&& call, const std::function<void(const E&)
 struct Events {
   std::mutex mutex;
   std::vector<HealthEvent> seen;
-  RateLimiter::Options options(FailurePolicy policy) {
-    RateLimiter::Options o;
-    o.failure.policy = policy;
-    o.failure.probeInterval = milliseconds(50);
-    o.failure.onHealthChange = [this](const HealthEvent& e) {
+  FailureOptions failure(FailurePolicy policy) {
+    FailureOptions f;
+    f.policy = policy;
+    f.probeInterval = milliseconds(50);
+    f.onHealthChange = [this](const HealthEvent& e) {
       std::lock_guard<std::mutex> lock(mutex);
       seen.push_back(e);
     };
+    return f;
+  }
+  RateLimiter::Options options(FailurePolicy policy) {
+    RateLimiter::Options o;
+    o.failure = failure(policy);
     return o;
   }
   std::vector<HealthEvent> get() {
@@ -153,6 +165,35 @@ std::int64_t errorCount(Client& c, const std::string& code) {
   // errorstat_READONLY:count=3
   const std::string field = infoField(c, "errorstats", "errorstat_" + code);
   return field.empty() ? 0 : std::stoll(field.substr(field.find('=') + 1));
+}
+
+/// What a server did with the commands that run a script: EVALSHA, SCRIPT LOAD and EVAL it ran
+/// (INFO commandstats; a NOSCRIPT answer counts as run), and the commands it refused, to the ACL
+/// (errorstat_NOPERM) or as unknown (errorstat_ERR: renamed away; nothing else here fails so).
+struct ScriptTraffic {
+  std::int64_t evalsha = 0;
+  std::int64_t scriptLoad = 0;
+  std::int64_t eval = 0;
+  std::int64_t refused = 0;
+  bool operator==(const ScriptTraffic& o) const {
+    return evalsha == o.evalsha && scriptLoad == o.scriptLoad && eval == o.eval && refused == o.refused;
+  }
+  ScriptTraffic operator-(const ScriptTraffic& o) const {
+    return {evalsha - o.evalsha, scriptLoad - o.scriptLoad, eval - o.eval, refused - o.refused};
+  }
+  [[nodiscard]] ScriptTraffic times(std::int64_t n) const {
+    return {evalsha * n, scriptLoad * n, eval * n, refused * n};
+  }
+};
+
+std::ostream& operator<<(std::ostream& out, const ScriptTraffic& t) {
+  return out << "{evalsha " << t.evalsha << ", script|load " << t.scriptLoad << ", eval " << t.eval << ", refused "
+             << t.refused << "}";
+}
+
+ScriptTraffic scriptTraffic(Client& c) {
+  return {commandCalls(c, "evalsha"), commandCalls(c, "script|load"), commandCalls(c, "eval"),
+          errorCount(c, "NOPERM") + errorCount(c, "ERR")};
 }
 
 class ErrorModel : public RedisTest {};
@@ -328,13 +369,15 @@ TEST_F(ErrorModel, WrongTypeInsideScriptIsScriptError) {
   (void)raw({"CONFIG", "SET", "maxmemory", "0"});
 }
 
+// A user that may run scripts but not a command inside them, or not on the limiter's keys: an
+// AuthError (NoPermission) naming what to grant. (One that may not run scripts at all: see
+// AnAclUserThatMayNotRunScriptsGetsAConfigurationErrorUnderEveryPolicy.)
 TEST_F(ErrorModel, NoPermIsAPermissionErrorThatSaysWhatToGrant) {
   RedisServer secured({"--requirepass", "pw"});
   const std::string at = "@127.0.0.1:" + std::to_string(secured.port());
   auto root = Client::fromUri("redis://:pw" + at);
   RateLimiter setup(root, "perm");
   ASSERT_TRUE(setup.trySetRate(RateType::Overall, 5, milliseconds(5000)));
-  (void)detail::command(*root, {"ACL", "SETUSER", "bob", "on", ">pw2", "~*", "+ping"});
   (void)detail::command(*root, {"ACL", "SETUSER", "carol", "on", ">pw3", "~*", "+@all", "-time", "-zadd"});
   (void)detail::command(*root, {"ACL", "SETUSER", "dave", "on", ">pw4", "~other*", "+@all"});
 
@@ -342,31 +385,34 @@ TEST_F(ErrorModel, NoPermIsAPermissionErrorThatSaysWhatToGrant) {
     EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
     EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << "says what to grant: " << e.what();
   };
-  RateLimiter bob(Client::fromUri("redis://bob:pw2" + at), "perm");
-  expectThrow<AuthError>(
-      ErrorKind::NoPermission, [&] { (void)bob.tryAcquire(); },
-      [&](const AuthError& e) {
-        notAPasswordProblem(e);
-        EXPECT_EQ(e.code(), "NOPERM");
-        EXPECT_TRUE(contains(e.what(), "evalsha")) << "names the command: " << e.what();
-        EXPECT_TRUE(contains(e.what(), "bob")) << "names the user: " << e.what();
-      });
   // A command the script calls is not allowed: Redis says so from inside the script.
   RateLimiter carol(Client::fromUri("redis://carol:pw3" + at), "perm");
   expectThrow<AuthError>(
-      ErrorKind::NoPermission, [&] { (void)carol.tryAcquire(); }, notAPasswordProblem);
+      ErrorKind::NoPermission, [&] { (void)carol.tryAcquire(); },
+      [&](const AuthError& e) {
+        notAPasswordProblem(e);
+        EXPECT_TRUE(contains(e.what(), "carol")) << "names the user: " << e.what();
+      });
   // The limiter's keys are outside the user's key patterns.
   RateLimiter dave(Client::fromUri("redis://dave:pw4" + at), "perm");
   expectThrow<AuthError>(
       ErrorKind::NoPermission, [&] { (void)dave.tryAcquire(); },
       [&](const AuthError& e) {
         notAPasswordProblem(e);
+        EXPECT_EQ(e.code(), "NOPERM");
         EXPECT_TRUE(contains(e.what(), "keys")) << e.what();
       });
   // Under every policy: a missing permission is not an outage.
-  Events events;
-  RateLimiter bobAllowed(Client::fromUri("redis://bob:pw2" + at), "perm", events.options(FailurePolicy::Allow));
-  expectThrow<AuthError>(ErrorKind::NoPermission, [&] { (void)bobAllowed.tryAcquire(); });
+  for (FailurePolicy policy : kPolicies) {
+    SCOPED_TRACE(failurePolicyName(policy));
+    Events events;
+    RateLimiter carolAllowed(Client::fromUri("redis://carol:pw3" + at), "perm", events.options(policy));
+    expectThrow<AuthError>(ErrorKind::NoPermission, [&] { (void)carolAllowed.tryAcquire(); });
+    RateLimiter daveAllowed(Client::fromUri("redis://dave:pw4" + at), "perm", events.options(policy));
+    expectThrow<AuthError>(ErrorKind::NoPermission, [&] { (void)daveAllowed.tryAcquireAsync().get(); });
+    EXPECT_EQ(carolAllowed.failureStats().allowed + carolAllowed.failureStats().denied, 0u);
+    EXPECT_EQ(daveAllowed.failureStats().allowed + daveAllowed.failureStats().denied, 0u);
+  }
 }
 
 TEST_F(ErrorModel, NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) {
@@ -614,33 +660,184 @@ TEST_F(ErrorModel, RequestOverTheServersLimitsIsAConfigurationError) {
   }
 }
 
-// A server that runs no scripts (rename-command EVALSHA "", as a Valkey without its Lua module
-// looks): a configuration error under every policy, saying what redlimit needs. With EVALSHA
-// kept but EVAL and SCRIPT renamed, the NOSCRIPT resend ends the same way.
+// ---- A server that runs no scripts: a configuration error under every policy, no retry loop ----
+
+namespace {
+
+/// `call` throws the "runs no scripts" ConfigurationError (kind Configuration, `code`) whose text
+/// names the cause (`cause`) and the commands redlimit sends.
+void expectNoScripts(const std::function<void()>& call, const std::string& code, const std::string& cause) {
+  expectThrow<ConfigurationError>(ErrorKind::Configuration, call, [&](const ConfigurationError& e) {
+    EXPECT_EQ(e.code(), code);
+    EXPECT_TRUE(contains(e.what(), "runs no scripts")) << e.what();
+    EXPECT_TRUE(contains(e.what(), cause)) << "names the cause: " << e.what();
+    EXPECT_TRUE(contains(e.what(), "it sends EVALSHA, and SCRIPT LOAD then EVAL"))
+        << "what redlimit needs: " << e.what();
+    EXPECT_TRUE(contains(e.what(), "thrown under every failure policy")) << e.what();
+  });
+}
+
+/// Every face of a limiter on `client` under `policy` (a RateLimiter, a Limiter, a MultiLimit; a
+/// sync and an async decision of each) throws the no-scripts error twice, and none is decided by
+/// the policy: each handle reports the misconfiguration once.
+void expectEveryCallRefused(const std::shared_ptr<Client>& client, FailurePolicy policy, const std::string& code,
+                            const std::string& cause) {
+  SCOPED_TRACE(failurePolicyName(policy));
+  Events events;
+  RateLimiter rate(client, "noscripts.rate", events.options(policy));
+  Limiter::Options limiterOptions;
+  limiterOptions.failure = events.failure(policy);
+  Limiter keyed(client, "noscripts.keyed", Policy::perSecond(10), limiterOptions);
+  MultiLimit::Options multiOptions;
+  multiOptions.failure = events.failure(policy);
+  MultiLimit multi = MultiLimit({Limiter(client, "noscripts.a", Policy::perSecond(10)),
+                                 Limiter(client, "noscripts.b", Policy::perMinute(100))},
+                                multiOptions)
+                         .on({"k", "k"});
+  for (int i = 0; i < 2; ++i) {
+    expectNoScripts([&] { (void)rate.tryAcquire(); }, code, cause);
+    expectNoScripts([&] { (void)rate.tryAcquireAsync().get(); }, code, cause);
+    expectNoScripts([&] { (void)keyed.decide("k"); }, code, cause);
+    expectNoScripts([&] { (void)keyed.decideAsync("k").get(); }, code, cause);
+    expectNoScripts([&] { (void)multi.decide(); }, code, cause);
+    expectNoScripts([&] { (void)multi.decideAsync().get(); }, code, cause);
+  }
+  for (const FailureStats& stats : {rate.failureStats(), keyed.failureStats(), multi.failureStats()}) {
+    EXPECT_EQ(stats.allowed + stats.denied + stats.thrown, 0u) << "no decision by the policy";
+    EXPECT_EQ(stats.outages, 0u);
+    EXPECT_EQ(stats.misconfigurations, 1u);
+    EXPECT_TRUE(stats.misconfigured);
+  }
+  const std::vector<HealthEvent> seen = events.get();
+  ASSERT_EQ(seen.size(), 3u) << "one Degraded per handle";
+  for (const HealthEvent& e : seen) {
+    EXPECT_EQ(e.kind, HealthEvent::Kind::Degraded);
+    EXPECT_EQ(e.cause, HealthEvent::Cause::Configuration);
+    EXPECT_EQ(e.errorType, "redlimit::ConfigurationError");
+  }
+}
+
+/// A server that requires a password, with ACL users that may not run redlimit's scripts:
+/// `nolua` is denied the three commands, `plain` has what the scripts call but was never granted
+/// them, `shaonly` may run EVALSHA but neither load a script nor send one with EVAL.
+class NoScriptUsers {
+ public:
+  NoScriptUsers() : server_({"--requirepass", "pw"}), root_(Client::fromUri(uri("", "pw"))) {
+    (void)detail::command(*root_,
+                          {"ACL", "SETUSER", "nolua", "on", ">pw1", "~*", "+@all", "-evalsha", "-eval", "-script"});
+    (void)detail::command(*root_, {"ACL", "SETUSER", "plain", "on", ">pw2", "~*", "+@read", "+@write", "+time"});
+    (void)detail::command(*root_,
+                          {"ACL", "SETUSER", "shaonly", "on", ">pw3", "~*", "+@read", "+@write", "+time", "+evalsha"});
+  }
+  [[nodiscard]] std::string uri(const std::string& user, const std::string& password) const {
+    return "redis://" + user + ":" + password + "@127.0.0.1:" + std::to_string(server_.port());
+  }
+  [[nodiscard]] Client& root() { return *root_; }
+
+ private:
+  RedisServer server_;
+  std::shared_ptr<Client> root_;
+};
+
+}  // namespace
+
+// Scripting switched off: rename-command EVALSHA "" (as a Valkey without its Lua module looks to
+// EVALSHA), or EVAL and SCRIPT renamed, where the NOSCRIPT resend as EVAL meets it.
 TEST_F(ErrorModel, ScriptingSwitchedOffIsAConfigurationErrorUnderEveryPolicy) {
   RedisServer noEvalsha({}, "rename-command EVALSHA \"\"\n");
   RedisServer noEval({}, "rename-command EVAL \"\"\nrename-command SCRIPT \"\"\n");
   for (RedisServer* server : {&noEvalsha, &noEval}) {
     auto client = clientOn(server->uri());
+    for (FailurePolicy policy : kPolicies) expectEveryCallRefused(client, policy, "ERR", "unknown command");
+  }
+}
+
+TEST_F(ErrorModel, AnAclUserThatMayNotRunScriptsGetsAConfigurationErrorUnderEveryPolicy) {
+  NoScriptUsers users;
+  const struct {
+    const char* user;
+    const char* password;
+    const char* refused;  // the command whose refusal ends the call
+  } cases[] = {{"nolua", "pw1", "'evalsha'"}, {"plain", "pw2", "'evalsha'"}, {"shaonly", "pw3", "'eval'"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.user);
+    auto client = Client::fromUri(users.uri(c.user, c.password));
+    for (FailurePolicy policy : kPolicies) {
+      expectEveryCallRefused(client, policy, "NOPERM", fmt::format("for ACL user '{}'", c.user));
+    }
+    expectNoScripts([&] { (void)RateLimiter(client, "noscripts.rate").tryAcquire(); }, "NOPERM",
+                    fmt::format("ACL SETUSER {} +evalsha +script|load +eval", c.user));
+    expectNoScripts([&] { (void)RateLimiter(client, "noscripts.rate").tryAcquire(); }, "NOPERM", c.refused);
+  }
+}
+
+// What one call sends to a server that runs no scripts: EVALSHA alone when EVALSHA itself is
+// refused; when only loading is, the NOSCRIPT resend once: EVALSHA (run: NOSCRIPT), SCRIPT LOAD
+// (refused) and EVALSHA again (NOSCRIPT), then EVAL (refused), and the call ends. Never more,
+// under every policy, sync or async.
+TEST_F(ErrorModel, ANoScriptsServerGetsAFixedCountOfCommandsPerCall) {
+  RedisServer noEvalsha({}, "rename-command EVALSHA \"\"\n");
+  RedisServer noEval({}, "rename-command EVAL \"\"\nrename-command SCRIPT \"\"\n");
+  NoScriptUsers users;
+  auto noEvalshaAdmin = clientOn(noEvalsha.uri());
+  auto noEvalAdmin = clientOn(noEval.uri());
+  const struct {
+    const char* what;
+    std::shared_ptr<Client> client;
+    Client& admin;
+    ScriptTraffic perCall;
+  } cases[] = {
+      {"EVALSHA renamed", clientOn(noEvalsha.uri()), *noEvalshaAdmin, {0, 0, 0, 1}},
+      {"EVAL and SCRIPT renamed", clientOn(noEval.uri()), *noEvalAdmin, {2, 0, 0, 2}},
+      {"ACL user without the three", Client::fromUri(users.uri("nolua", "pw1")), users.root(), {0, 0, 0, 1}},
+      {"ACL user with EVALSHA alone", Client::fromUri(users.uri("shaonly", "pw3")), users.root(), {2, 0, 0, 2}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
     for (FailurePolicy policy : kPolicies) {
       SCOPED_TRACE(failurePolicyName(policy));
       Events events;
-      RateLimiter rl(client, "noscripts", events.options(policy));
+      RateLimiter rl(c.client, "noscripts.count", events.options(policy));
+      const ScriptTraffic before = scriptTraffic(c.admin);
       for (int i = 0; i < 3; ++i) {
-        expectThrow<ConfigurationError>([&] { (void)rl.tryAcquire(); },
-                                        [](const ConfigurationError& e) {
-                                          EXPECT_EQ(e.code(), "ERR");
-                                          EXPECT_TRUE(contains(e.what(), "runs no scripts")) << e.what();
-                                          EXPECT_TRUE(contains(e.what(), "EVALSHA, EVAL and SCRIPT LOAD")) << e.what();
-                                          EXPECT_TRUE(contains(e.what(), "unknown command")) << e.what();
-                                        });
+        expectThrow<ConfigurationError>([&] { (void)rl.tryAcquire(); });
+        expectThrow<ConfigurationError>([&] { (void)rl.tryAcquireAsync().get(); });
       }
-      const FailureStats stats = rl.failureStats();
-      EXPECT_EQ(stats.allowed + stats.denied + stats.outages, 0u) << "no decision by the policy";
-      EXPECT_EQ(stats.misconfigurations, 1u);
-      const std::vector<HealthEvent> seen = events.get();
-      ASSERT_EQ(seen.size(), 1u);
-      EXPECT_EQ(seen[0].cause, HealthEvent::Cause::Configuration);
+      EXPECT_EQ(scriptTraffic(c.admin) - before, c.perCall.times(6));
     }
   }
+}
+
+// No cache of "this server runs no scripts": an ACL user granted the script commands on a live
+// connection (Redis applies ACL SETUSER to connections already authenticated as the user) is
+// served by the very next call, on the same connection, and the limiter reports the recovery.
+TEST_F(ErrorModel, ScriptCommandsGrantedToTheAclUserServeTheNextCall) {
+  NoScriptUsers users;
+  ClientOptions one;
+  one.connection = parseUri(users.uri("nolua", "pw1"));
+  one.pool.size = 1;
+  auto client = Client::create(one);
+  Events events;
+  Limiter::Options options;
+  options.failure = events.failure(FailurePolicy::Allow);
+  Limiter limiter(client, "noscripts.granted", Policy::perMinute(2), options);
+  expectNoScripts([&] { (void)limiter.decide("k"); }, "NOPERM", "for ACL user 'nolua'");
+  const PoolStats refused = client->poolStats();
+
+  (void)detail::command(users.root(), {"ACL", "SETUSER", "nolua", "+evalsha", "+script|load", "+eval"});
+  const Decision first = limiter.decide("k");
+  EXPECT_TRUE(first.allowed);
+  EXPECT_FALSE(first.byPolicy) << "Redis decided";
+  const Decision second = limiter.decideAsync("k").get();
+  EXPECT_TRUE(second.allowed);
+  EXPECT_FALSE(second.byPolicy);
+  EXPECT_EQ(client->poolStats().created, refused.created) << "the connection that was refused serves it";
+  const FailureStats stats = limiter.failureStats();
+  EXPECT_FALSE(stats.misconfigured);
+  EXPECT_EQ(stats.allowed, 0u) << "nothing granted by the policy";
+  const std::vector<HealthEvent> seen = events.get();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].kind, HealthEvent::Kind::Degraded);
+  EXPECT_EQ(seen[1].kind, HealthEvent::Kind::Recovered);
+  EXPECT_EQ(seen[1].cause, HealthEvent::Cause::Configuration);
 }

@@ -231,19 +231,18 @@ TEST(ErrorMapping, ErrorsRaisedInsideAScriptAreScriptErrors) {
     throwReplyError("READONLY You can't write against a read only replica." + trailer, true);
   });
   expectThrow<AuthError>(ErrorKind::NoPermission, [] {
-    throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true);
+    throwReplyError("NOPERM this user has no permissions to access one of the keys used as arguments", true);
   });
 }
 
 TEST(ErrorMapping, NoPermIsAMissingPermissionNotAFailedAuthentication) {
   expectThrow<AuthError>(
       ErrorKind::NoPermission,
-      [] { throwReplyError("NOPERM this user has no permissions to run the 'evalsha' command", true); },
+      [] { throwReplyError("NOPERM this user has no permissions to run the 'hgetall' command", false); },
       [](const AuthError& e) {
         EXPECT_EQ(e.code(), "NOPERM");
         EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
-        EXPECT_TRUE(contains(e.what(), "evalsha")) << e.what();
-        EXPECT_TRUE(contains(e.what(), "ACL SETUSER")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "ACL SETUSER default +hgetall")) << e.what();
       });
   expectThrow<AuthError>(
       ErrorKind::NoPermission,
@@ -262,6 +261,54 @@ TEST(ErrorMapping, NoPermIsAMissingPermissionNotAFailedAuthentication) {
   // Still an AuthError for code that catches those.
   expectThrow<AuthError>(
       [] { throwReplyError("NOPERM this user has no permissions to run the 'get' command", false); });
+}
+
+// Scripting switched off on the server, or refused to the ACL user: the replies of Redis 7.0 (6.2
+// and 7.2 wordings of NOPERM too) and of a Valkey without its Lua module.
+TEST(ErrorMapping, AServerThatRunsNoScriptsIsAConfigurationError) {
+  for (const char* reply : {"ERR unknown command 'EVALSHA', with args beginning with: "
+                            "'0123456789012345678901234567890123456789' '1' ",
+                            "ERR unknown command 'EVAL', with args beginning with: 'local x' '1' ",
+                            "ERR Could not find scripting engine 'lua'"}) {
+    SCOPED_TRACE(reply);
+    expectThrow<ConfigurationError>(
+        ErrorKind::Configuration, [&] { throwReplyError(reply, true); },
+        [&](const ConfigurationError& e) {
+          EXPECT_EQ(e.code(), "ERR");
+          EXPECT_TRUE(contains(e.what(), "runs no scripts")) << e.what();
+          EXPECT_TRUE(contains(e.what(), reply)) << "keeps the server's words: " << e.what();
+          EXPECT_TRUE(contains(e.what(), "it sends EVALSHA, and SCRIPT LOAD then EVAL")) << e.what();
+          EXPECT_TRUE(contains(e.what(), "rename-command")) << e.what();
+        });
+  }
+  // Not in answer to a script: the server does not know some other command.
+  expectNot<ConfigurationError>([] { throwReplyError("ERR unknown command 'FOO', with args beginning with: ", false); },
+                                "an unknown command outside a script");
+  detail::ReplyContext bob;
+  bob.command = "EVALSHA";
+  bob.user = "bob";
+  bob.fromScript = true;
+  for (const char* reply : {"NOPERM this user has no permissions to run the 'evalsha' command",
+                            "NOPERM User bob has no permissions to run the 'evalsha' command",
+                            "NOPERM this user has no permissions to run the 'eval' command",
+                            "NOPERM this user has no permissions to run the 'script|load' command",
+                            "NOPERM this user has no permissions to run the 'script' command or its subcommand"}) {
+    SCOPED_TRACE(reply);
+    expectThrow<ConfigurationError>(
+        ErrorKind::Configuration, [&] { throwReplyError(reply, bob); },
+        [&](const ConfigurationError& e) {
+          EXPECT_EQ(e.code(), "NOPERM");
+          EXPECT_TRUE(contains(e.what(), "runs no scripts for ACL user 'bob'")) << e.what();
+          EXPECT_TRUE(contains(e.what(), "ACL SETUSER bob +evalsha +script|load +eval")) << e.what();
+          EXPECT_FALSE(contains(e.what(), "authentication failed")) << e.what();
+        });
+  }
+  // The user may run scripts but not on these keys, or not a command inside them: a permission.
+  for (const char* reply : {"NOPERM this user has no permissions to access one of the keys used as arguments",
+                            "NOPERM this user has no permissions to run the 'script|flush' command"}) {
+    SCOPED_TRACE(reply);
+    expectThrow<AuthError>(ErrorKind::NoPermission, [&] { throwReplyError(reply, bob); });
+  }
 }
 
 TEST(ErrorMapping, UnauthenticatedProtocolErrorIsAnAuthErrorThatSaysToSetThePassword) {
