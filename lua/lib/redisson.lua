@@ -68,7 +68,8 @@ end
 local function readConfig()
   local f = readKey('REDLIMIT_INVALID_CONFIG', KEYS[1], 'a hash', 'HMGET', 'rate', 'interval', 'type', 'keepAliveTime')
   if not f[1] and not f[2] and not f[3] then
-    fail('REDLIMIT_NOT_INITIALIZED', 'RateLimiter ' .. KEYS[1] .. ' is not initialized: call trySetRate() or setRate() first')
+    fail('REDLIMIT_NOT_INITIALIZED', 'RateLimiter ' .. KEYS[1] ..
+      ' is not initialized: call trySetRate() or setRate() first (as Redisson\'s RRateLimiter)')
   end
   local rate, interval, keepAlive = parseCount(f[1]), parseCount(f[2]), 0
   if f[4] then keepAlive = parseCount(f[4]) end

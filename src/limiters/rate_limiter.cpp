@@ -583,7 +583,9 @@ RateLimiterConfig RateLimiter::getConfig() {
   Impl& impl = *impl_;
   const Reply r = detail::plainCommand(impl, "getConfig", {"HGETALL", impl.keys_[0]}, Resend::IfClosed);
   if (r.type != Reply::Type::Array || r.elements.empty()) {
-    throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized", impl.name_));
+    throw NotInitializedError("ERR", fmt::format("redlimit: RateLimiter {} is not initialized: call trySetRate() or "
+                                                 "setRate() first (as Redisson's RRateLimiter)",
+                                                 impl.name_));
   }
   // The fields read, each with its bounds (validateConfig's); keepAliveTime may be missing (0).
   struct Field {

@@ -23,12 +23,15 @@ std::exception_ptr limiterError(std::exception_ptr error) {
   // Looked at in place (errorIn), not rethrown: a mass failure runs this once per request.
   if (const auto* e = dynamic_cast<const ScriptError*>(errorIn(error))) {
     const std::string& code = e->code();
-    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, e->what()));
+    if (code.rfind("REDLIMIT_", 0) != 0) return error;
+    // The script's own words, prefixed as every message of the library is.
+    const std::string text = "redlimit: " + std::string(e->what());
+    if (code == "REDLIMIT_NOT_INITIALIZED") return std::make_exception_ptr(NotInitializedError(code, text));
     if (code == "REDLIMIT_INVALID_CONFIG")
-      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, e->what()));
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidConfig, code, text));
     if (code == "REDLIMIT_INVALID_STATE")
-      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, e->what()));
-    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(e->what()));
+      return std::make_exception_ptr(ScriptError(ErrorKind::InvalidState, code, text));
+    if (code == "REDLIMIT_INVALID_ARGUMENT") return std::make_exception_ptr(InvalidArgument(text));
   }
   return error;
 }

@@ -8,6 +8,8 @@
 
 #include "helpers.hpp"
 #include "redlimit/errors.hpp"
+#include "redlimit/limiter.hpp"
+#include "redlimit_test/expect_error.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -220,6 +222,23 @@ TEST_F(CorruptConfig, NoHashMeansNotInitialized) {
   expectEveryReadFails<NotInitializedError>(ErrorKind::NotInitialized, rl);
   EXPECT_FALSE(rl.isExists());
   EXPECT_EQ(rl.remainTimeToLive(), milliseconds(-2));
+}
+
+TEST_F(CorruptConfig, NotInitializedSaysWhichCallInitialisesTheLimiter) {
+  RateLimiter rl(client(), name());
+  const auto says = [](const std::string& message) {
+    EXPECT_EQ(message.rfind("redlimit: RateLimiter ", 0), 0U) << message;
+    EXPECT_NE(message.find("call trySetRate() or setRate() first"), std::string::npos) << message;
+  };
+  says(test::messageOfError<NotInitializedError>(ErrorKind::NotInitialized, [&] { (void)rl.tryAcquire(); }));
+  says(test::messageOfError<NotInitializedError>(ErrorKind::NotInitialized, [&] { (void)rl.availablePermits(); }));
+  says(test::messageOfError<NotInitializedError>(ErrorKind::NotInitialized, [&] { (void)rl.getConfig(); }));
+  // A Limiter's stored policy says its own call, with the same prefix.
+  Limiter stored(client(), limiterName("stored"), Policy::perSecond(5).stored());
+  const std::string message =
+      test::messageOfError<NotInitializedError>(ErrorKind::NotInitialized, [&] { (void)stored.decide("k"); });
+  EXPECT_EQ(message.rfind("redlimit: ", 0), 0U) << message;
+  EXPECT_NE(message.find("trySetPolicy"), std::string::npos) << message;
 }
 
 TEST_F(CorruptConfig, ConfigKeyOfTheWrongTypeIsAReplyError) {
