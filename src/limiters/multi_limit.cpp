@@ -209,15 +209,17 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // (limitsRequest), checked before anything is sent (checkPermitsUpTo: at most the bound the
   // configurations in the call give); its reply reads as parse reads it, and when Redis cannot be
   // asked a deciding call has the failure policy's decision.
-  // `group` (an index into groups_): that slot group's limits only, not all of them.
+  // With `group` (one of groups_), that slot group's limits only: its Op may run only while this
+  // Core lives (decideAcross, Chain hold it), and a pointer keeps the failure policy's capture in
+  // std::function's own buffer on the one-call path.
   Op<MultiDecision> limitsOp(Call::Params params, std::string_view what, std::string_view op, std::int64_t permits,
                              std::int64_t second = 0, const std::string& recordKey = {},
-                             const std::string& leaseId = {}, std::optional<std::size_t> group = {}) const {
+                             const std::string& leaseId = {}, const Group* group = nullptr) const {
     detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
                              "the least burst or limit of its limiters' policies");
     return {params, what, limitsRequest(op, permits, second, recordKey, leaseId, group),
-            [state = state_, groups = groups_, group, permits](Core* self, const Request& q, const Reply& r) {
-              return parse(*state, self != nullptr, q, r, permits, group ? &(*groups)[*group] : nullptr);
+            [state = state_, group, permits](Core* self, const Request& q, const Reply& r) {
+              return parse(*state, self != nullptr, q, r, permits, group);
             },
             [permits, group](Core& self, bool allowed) { return self.byPolicy(permits, allowed, group); }};
   }
@@ -229,12 +231,12 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // limit and no concurrency limit: on() refuses them across slots).
   Request limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
                         const std::string& recordKey = {}, const std::string& leaseId = {},
-                        std::optional<std::size_t> group = {}) const {
-    if (group) {
+                        const Group* group = nullptr) const {
+    if (group != nullptr) {
       std::vector<std::string> some;
       std::string kinds;
       std::vector<std::string> configs;
-      for (const std::size_t i : (*groups_)[*group]) {
+      for (const std::size_t i : *group) {
         some.push_back(names_[i]);
         kinds.push_back(state_->kinds[i]);
         if (!state_->configs.empty()) configs.push_back(state_->configs[i]);
@@ -361,12 +363,13 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     return out;
   }
   // The failure policy's decision, for all limits or those of slot group `group`.
-  MultiDecision byPolicy(std::int64_t permits, bool allowed, std::optional<std::size_t> group = {}) const {
+  MultiDecision byPolicy(std::int64_t permits, bool allowed, const Group* group = nullptr) const {
     MultiDecision d;
     std::int64_t least = 0;
-    const std::size_t count = group ? (*groups_)[*group].size() : names_.size();
+    const std::size_t count = group != nullptr ? group->size() : names_.size();
     for (std::size_t i = 0; i < count; ++i) {
-      const std::int64_t limit = state_->knownLimits[group ? (*groups_)[*group][i] : i].load(std::memory_order_relaxed);
+      const std::int64_t limit =
+          state_->knownLimits[group != nullptr ? (*group)[i] : i].load(std::memory_order_relaxed);
       d.limits.push_back(detail::policyDecision(permits, allowed, limit));
       least = i == 0 ? limit : std::min(least, limit);
     }
@@ -438,17 +441,19 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // The call of slot group `g`: a peek; a reserve under its record (every group but the last); the
   // last group's take. Uncounted: the combined decision is counted once (finish).
   Op<MultiDecision> askOp(const Across& a, std::size_t g) const {
-    if (a.peek) return limitsOp(plain(), "peek", "peek", a.permits, 0, {}, {}, g);
-    if (g + 1 == groups_->size()) return limitsOp(decision(a.permits), "decide", "take", a.permits, 0, {}, {}, g);
-    return limitsOp(decision(a.permits), "decide", "reserve", a.permits, a.recordTtl.count(), a.recordKeys[g], {}, g);
+    const Group* group = &(*groups_)[g];
+    if (a.peek) return limitsOp(plain(), "peek", "peek", a.permits, 0, {}, {}, group);
+    if (g + 1 == groups_->size()) return limitsOp(decision(a.permits), "decide", "take", a.permits, 0, {}, {}, group);
+    return limitsOp(decision(a.permits), "decide", "reserve", a.permits, a.recordTtl.count(), a.recordKeys[g], {},
+                    group);
   }
   // Gives back group `g`'s reservation: a settle of 0 under its record, sent again after a closed
   // connection (the record makes a resend give nothing twice).
   Op<MultiSettlement> giveBackOp(const Across& a, std::size_t g) const {
-    return {plain(), "decide", limitsRequest("settle", 0, 0, a.recordKeys[g], {}, g),
-            [state = state_, groups = groups_, g](Core*, const Request&, const Reply& r) {
-              return parseSettlement(*state, r, &(*groups)[g]);
-            }};
+    const Group* group = &(*groups_)[g];
+    return {
+        plain(), "decide", limitsRequest("settle", 0, 0, a.recordKeys[g], {}, group),
+        [state = state_, group](Core*, const Request&, const Reply& r) { return parseSettlement(*state, r, group); }};
   }
   // The decision (or peek) across slots, waiting: each step run as one call (runOp).
   MultiDecision decideAcross(std::int64_t permits, bool peek) {
@@ -650,7 +655,8 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
   Core::Groups groups = slotGroups(*s.client, stateKeys);
   if (groups.empty()) return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
   // Slot by slot: a reserve in every slot but the last, given back if a later one denies. A lease
-  // and a calendar window cannot be held that way (multi.lua's records hold rate permits only).
+  // cannot be reserved under a record (multi.lua refuses it), and a calendar quota's table of
+  // windows is placed in the ARGV of one call of all the limits (Limits::tables): both refused.
   if (s.leases() || s.tables) {
     const std::string& a = stateKeys[groups[0].front()];
     const std::string& b = stateKeys[groups[1].front()];
@@ -659,7 +665,8 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
         "decided slot by slot, which a {} cannot be. Give them one hash tag, the part between the first '{{' and "
         "the next '}}', which is all that Redis Cluster hashes: e.g. \"{{tenant42}}:user:7\", \"{{tenant42}}\"",
         s.label, a, detail::keySlot(a), b, detail::keySlot(b),
-        s.leases() ? "concurrency limit (its lease is held in all or none)" : "calendar quota"));
+        s.leases() ? "concurrency limit (its lease is held in all or none)"
+                   : "calendar quota (its table of windows travels in one call of all the limits)"));
   }
   return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false,
                                            std::make_shared<const Core::Groups>(std::move(groups))));
