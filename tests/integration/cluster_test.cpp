@@ -475,27 +475,24 @@ std::int64_t usedOf(Limiter& limiter, const std::string& key, std::int64_t capac
 struct TwoSlots {
   static constexpr std::int64_t kEarly = 5;
   static constexpr std::int64_t kLate = 3;
-  static Policy early_() { return Policy::tokenBucket(kEarly, 1, std::chrono::hours(24)); }
-  static Policy late_() { return Policy::tokenBucket(kLate, 1, std::chrono::hours(24)); }
-  TwoSlots(RedisCluster& c, const std::shared_ptr<Client>& client)
-      : cluster(c),
-        checker(clusterClient(c)),
-        early(client, "xs.early", early_()),
-        late(client, "xs.late", late_()),
-        earlyCheck(checker, "xs.early", early_()),
-        lateCheck(checker, "xs.late", late_()),
+  static Policy earlyPolicy() { return Policy::tokenBucket(kEarly, 1, std::chrono::hours(24)); }
+  static Policy latePolicy() { return Policy::tokenBucket(kLate, 1, std::chrono::hours(24)); }
+  TwoSlots(const RedisCluster& c, const std::shared_ptr<Client>& client)
+      : checker(clusterClient(c)),
+        early(client, "xs.early", earlyPolicy()),
+        late(client, "xs.late", latePolicy()),
+        earlyCheck(checker, "xs.early", earlyPolicy()),
+        lateCheck(checker, "xs.late", latePolicy()),
         lateKey(keyInSlots(c, late, "all", 8192, 16384)),
         lateSlot(detail::keySlot(late.redisKey(lateKey))),
         latePrimary(c.primaryOfSlot(lateSlot)),
         earlyKey(keyInSlots(c, early, "u", 0, lateSlot, latePrimary)),
-        earlyPrimary(c.primaryOfSlot(detail::keySlot(early.redisKey(earlyKey)))),
         both(MultiLimit({early, late}).on({earlyKey, lateKey})) {}
   // Takes every permit of the late limit, through its own Limiter.
   void exhaustLate() { ASSERT_TRUE(lateCheck.tryAcquire(lateKey, kLate)); }
   std::int64_t usedEarly() { return usedOf(earlyCheck, earlyKey, kEarly); }
   std::int64_t usedLate() { return usedOf(lateCheck, lateKey, kLate); }
 
-  RedisCluster& cluster;
   std::shared_ptr<Client> checker;
   Limiter early;
   Limiter late;
@@ -505,7 +502,6 @@ struct TwoSlots {
   int lateSlot;
   int latePrimary;
   std::string earlyKey;
-  int earlyPrimary;
   MultiLimit both;
 };
 
@@ -668,6 +664,26 @@ TEST(MultiLimitCluster, ALaterSlotThatCannotAnswerGivesTheEarlierSlotsPermitBack
   // The take that timed out may run once the primary resumes: it denies, the late limit is spent.
   EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
   EXPECT_EQ(two.usedEarly(), 0);
+}
+
+// A peek across slots asks every slot and takes nothing: the denial names the limit that denied,
+// and the earlier slot's limit, which would grant, says so in its view.
+TEST(MultiLimitCluster, PeekAcrossSlotsTakesNothing) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TwoSlots two(cluster, client);
+  two.exhaustLate();
+  const MultiDecision look = two.both.peek(2);
+  EXPECT_FALSE(look.allowed);
+  EXPECT_EQ(look.deniedBy, 1u);
+  EXPECT_GT(look.retryAfter.count(), 0);
+  ASSERT_EQ(look.limits.size(), 2u);
+  EXPECT_TRUE(look.limits[0].allowed);
+  EXPECT_EQ(look.limits[0].remaining, TwoSlots::kEarly);
+  EXPECT_FALSE(look.limits[1].allowed);
+  EXPECT_EQ(look.limit, TwoSlots::kLate);
+  EXPECT_EQ(two.usedEarly(), 0);
+  EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
 }
 
 // What cannot be decided slot by slot is refused before anything is sent, saying to use one hash
