@@ -40,14 +40,18 @@ namespace redlimit {
 /// tryAcquireAsync. Use decide or decideAsync.
 ///
 /// Keys come with on(), one per limiter. On a single server (standalone, or behind Sentinel) any
-/// keys may be combined. On a Redis Cluster a script may only touch keys of one hash slot, so the
-/// keys must share one: give them one hash tag, the part between the first '{' and the next '}',
-/// which is all Redis Cluster hashes: on({"{tenant42}:user:7", "{tenant42}"}). On a Cluster this is
-/// checked (CRC16 of the tag, as Redis Cluster computes it) by on(), before anything is sent.
-/// Consequence there: a limit shared by every tenant cannot be in one slot with every tenant's
-/// keys. Either give every key of the service one tag (e.g. "{api}:global", "{api}:tenant:42"; one
-/// slot, so one Cluster node carries all of it), or decide the shared limit separately (a second
-/// call, not atomic with this one: refund it when the MultiLimit denies).
+/// keys may be combined: one script call. On a Redis Cluster a script may only touch keys of one
+/// hash slot: keys that share one (one hash tag, the part between the first '{' and the next '}',
+/// which is all Redis Cluster hashes: on({"{tenant42}:user:7", "{tenant42}"})) are one script call
+/// there too. Keys of several slots (a limit shared by every tenant beside each tenant's) are
+/// decided slot by slot (docs/algorithms.md, "Keys in several slots of a Cluster"): in slot order,
+/// every slot but the last reserves (all or nothing there, with a record in that slot), the last
+/// takes; when one denies or fails, the slots before it get their permits back, once, before the
+/// call answers. Never more than any limit; a denied call holds the earlier slots' permits only
+/// while the later calls run; a caller that dies between two slots leaves them taken as a
+/// grant's (they come back as the limits refill), and its records expire after 2 x the slots x
+/// the call bound + 1 s. Across slots: decide, tryAcquire(permits), peek, decideAsync and
+/// tryAcquireAsync; the others throw InvalidArgument before anything is sent.
 ///
 /// The configurations: a Limiter of a stored policy uses the configuration stored in each key (set
 /// it with Limiter::trySetPolicy or setPolicy; a key without one is NotInitializedError); any other
@@ -95,9 +99,11 @@ class MultiLimit {
   /// A MultiLimit of Limiters (made once, e.g. `MultiLimit gateway({perKey, global});`) decides
   /// keys: on({apiKey, "all"}) is the same limits on those keys, keys[i] for limiter i, sharing
   /// this one's failure gate and metrics (one series, labelled with the limiters' names). Its
-  /// calls are all or nothing in one script call. Throws InvalidArgument for a count other than
-  /// size(), a bad key (Limiter's rules), or, on a Cluster, keys of different hash slots (a hash
-  /// tag in the keys co-locates them: "{user42}"). A MultiLimit of Limiters used without on()
+  /// calls are all or nothing in one script call, or on a Cluster over keys of several hash slots
+  /// slot by slot (see the class comment). Throws InvalidArgument for a count other than size(), a
+  /// bad key (Limiter's rules), or, on a Cluster, keys of several hash slots when a limit is a
+  /// concurrency limit or a calendar quota (a hash tag in the keys co-locates them: "{user42}";
+  /// slots are computed by CRC16, as Redis Cluster does). A MultiLimit of Limiters used without on()
   /// throws InvalidArgument on every call. Limiters with a smooth policy cannot be combined. A
   /// calendar quota can: each call carries its table of windows (sent once more around the
   /// server's time if that is outside it); it takes no permits ahead of time, so a MultiLimit with
@@ -197,7 +203,8 @@ class MultiLimit {
   void settleAsync(const std::string& id, std::int64_t actual, SettleCallback done);
   [[nodiscard]] std::future<MultiSettlement> settleAsync(const std::string& id, std::int64_t actual);
   /// The record key of `id`: the first limit's name + ":mrsv:" + id (that name wrapped in braces
-  /// if it has no hash tag). Throws InvalidArgument (also when a limit is a concurrency limit).
+  /// if it has no hash tag). Throws InvalidArgument (also when a limit is a concurrency limit, or
+  /// on a Cluster when the keys are in several hash slots).
   [[nodiscard]] std::string reservationKey(const std::string& id) const;
 
   /// decide() without waiting for the reply (see Limiter::decideAsync for the callback).

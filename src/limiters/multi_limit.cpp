@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "limiters/future_of.hpp"
 #include "limiters/lease_id.hpp"
 #include "limiters/script_call.hpp"
+#include "limiters/slot_sequence.hpp"
 #include "limiters/key_layout.hpp"
 #include "limiters/keyed_policy.hpp"
 #include "redlimit/limiter.hpp"
@@ -42,23 +44,17 @@ constexpr std::size_t kHead = 8;
 constexpr std::size_t kPerLimit = 7;
 constexpr char kLeaseKind = 'C';
 
-// Refuses, before anything is sent, keys that Redis Cluster would not let one script touch. A
-// single server (standalone or behind Sentinel) runs one script over any keys: nothing to check.
-void checkOneSlot(const Client& client, const std::vector<std::string>& names) {
-  if (client.options().topology != ClientOptions::Topology::Cluster) return;
-  const std::uint16_t slot = detail::keySlot(names.front());
-  for (const std::string& name : names) {
-    const std::uint16_t other = detail::keySlot(name);
-    if (other == slot) continue;
-    throw InvalidArgument(fmt::format(
-        "redlimit: MultiLimit: on a Redis Cluster the keys of its limiters must share one hash slot (one script may "
-        "only touch keys of one slot), but \"{}\" is in slot {} and \"{}\" in slot {}. Give them one hash tag, the "
-        "part between the first '{{' and the next '}}', which is all that Redis Cluster hashes: e.g. "
-        "\"{{tenant42}}:user:7\", \"{{tenant42}}:tenant\", \"{{tenant42}}:burst\". A limit shared by every tenant "
-        "cannot share a slot with each tenant's keys: give every key one tag (\"{{api}}:global\", "
-        "\"{{api}}:tenant:42\": one slot, one Cluster node) or decide the shared limit in a call of its own.",
-        names.front(), slot, name, other));
-  }
+// The limits grouped by the hash slot of their keys (`keys`, one per limit): the groups in slot
+// order, each group's limits in construction order. Empty on a single server (standalone or behind
+// Sentinel: one script runs over any keys) and when every key is in one slot: one script call.
+std::vector<std::vector<std::size_t>> slotGroups(const Client& client, const std::vector<std::string>& keys) {
+  if (client.options().topology != ClientOptions::Topology::Cluster) return {};
+  std::map<std::uint16_t, std::vector<std::size_t>> bySlot;
+  for (std::size_t i = 0; i < keys.size(); ++i) bySlot[detail::keySlot(keys[i])].push_back(i);
+  std::vector<std::vector<std::size_t>> groups;
+  if (bySlot.size() < 2) return groups;
+  for (auto& slot : bySlot) groups.push_back(std::move(slot.second));
+  return groups;
 }
 
 }  // namespace
@@ -107,15 +103,21 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   using Op = detail::ScriptOp<Core, Out, std::function<Out(Core*, const Request&, const Reply&)>,
                               std::function<void(const LimiterMonitor&, Out&)>>;
   using Call = detail::LimiterCall;
+  // The limits (indexes, ascending) whose keys share one hash slot.
+  using Group = std::vector<std::size_t>;
+  using Groups = std::vector<Group>;
 
   // The limits of `state` on `names`: the keys of a call, or (`unbound`) the limiters' names of a
-  // MultiLimit as made, whose keys come with on(); it sends no call.
-  Core(std::shared_ptr<State> state, std::vector<std::string> names, bool unbound)
+  // MultiLimit as made, whose keys come with on(); it sends no call. `groups`: on a Cluster, keys in
+  // several hash slots, grouped by slot in slot order (slotGroups); null: one script call.
+  Core(std::shared_ptr<State> state, std::vector<std::string> names, bool unbound,
+       std::shared_ptr<const Groups> groups = nullptr)
       : state_(std::move(state)),
         client_(state_->client),
         gate_(state_->gate),
         names_(std::move(names)),
-        unbound_(unbound) {}
+        unbound_(unbound),
+        groups_(std::move(groups)) {}
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
 
@@ -209,24 +211,44 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // (limitsRequest), checked before anything is sent (checkPermitsUpTo: at most the bound the
   // configurations in the call give); its reply reads as parse reads it, and when Redis cannot be
   // asked a deciding call has the failure policy's decision.
+  // With `group` (one of groups_), that slot group's limits only: its Op may run only while this
+  // Core lives (decideAcross, Chain hold it), and a pointer keeps the failure policy's capture in
+  // std::function's own buffer on the one-call path.
   Op<MultiDecision> limitsOp(Call::Params params, std::string_view what, std::string_view op, std::int64_t permits,
                              std::int64_t second = 0, const std::string& recordKey = {},
-                             const std::string& leaseId = {}) const {
+                             const std::string& leaseId = {}, const Group* group = nullptr) const {
     detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
                              "the least burst or limit of its limiters' policies");
-    return {params, what, limitsRequest(op, permits, second, recordKey, leaseId),
-            [state = state_, permits](Core* self, const Request& q, const Reply& r) {
-              return parse(*state, self != nullptr, q, r, permits);
+    return {params, what, limitsRequest(op, permits, second, recordKey, leaseId, group),
+            [state = state_, group, permits](Core* self, const Request& q, const Reply& r) {
+              return parse(*state, self != nullptr, q, r, permits, group);
             },
-            [permits](Core& self, bool allowed) { return self.byPolicy(permits, allowed); }};
+            [permits, group](Core& self, bool allowed) { return self.byPolicy(permits, allowed, group); }};
   }
   // A call of every limit (not a lease call) of multi.lua on the keys: ARGV `op`, now, the kinds,
   // `permits`, `second` (take's maxWait, reserve's record TTL; 0 for the others), the
   // configurations at ARGV[6...] with the calendar tables (their places in ARGV are these), then
   // `leaseId` (take's, when a limit is a concurrency limit); `recordKey` (a reservation record), if
-  // any, after the limits' keys.
+  // any, after the limits' keys. With `group`, the limits of that slot group only (no calendar
+  // limit and no concurrency limit: on() refuses them across slots).
   Request limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
-                        const std::string& recordKey = {}, const std::string& leaseId = {}) const {
+                        const std::string& recordKey = {}, const std::string& leaseId = {},
+                        const Group* group = nullptr) const {
+    if (group != nullptr) {
+      std::vector<std::string> some;
+      std::string kinds;
+      std::vector<std::string> configs;
+      for (const std::size_t i : *group) {
+        some.push_back(names_[i]);
+        kinds.push_back(state_->kinds[i]);
+        if (!state_->configs.empty()) configs.push_back(state_->configs[i]);
+      }
+      if (!recordKey.empty()) some.push_back(recordKey);
+      std::vector<std::string> argv{std::string(op), "", std::move(kinds), fmt::to_string(permits),
+                                    fmt::to_string(second)};
+      std::move(configs.begin(), configs.end(), std::back_inserter(argv));
+      return {&kMulti, std::move(some), std::move(argv), nullptr, nullptr};
+    }
     std::vector<std::string> all = keys();
     if (!recordKey.empty()) all.push_back(recordKey);
     std::vector<std::string> argv{std::string(op), "", state_->kinds, fmt::to_string(permits), fmt::to_string(second)};
@@ -262,9 +284,12 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   }
   // The reply of the take, peek or reserve `q` of `permits` (a reserve's ends with `repeated`),
   // remembering the limits when `remember`. With a concurrency limit the reply ends with the lease's
-  // expiry, and a granted take's lease gets the id the take sent (its last ARGV).
-  static MultiDecision parse(State& state, bool remember, const Request& q, const Reply& r, std::int64_t permits) {
-    const std::size_t count = state.limiterNames.size();
+  // expiry, and a granted take's lease gets the id the take sent (its last ARGV). With `group`, the
+  // reply of that slot group's limits (a call across slots): the Local policy's bucket only tightens.
+  static MultiDecision parse(State& state, bool remember, const Request& q, const Reply& r, std::int64_t permits,
+                             const Group* group = nullptr) {
+    const std::size_t count = group != nullptr ? group->size() : state.limiterNames.size();
+    const auto limit = [&](std::size_t i) { return group != nullptr ? (*group)[i] : i; };
     const bool leases = state.leases();
     const bool reserve = q.argv[0] == "reserve";
     const std::size_t expected = kHead + kPerLimit * count + (leases || reserve ? 1 : 0);
@@ -297,9 +322,15 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         tightRate = rate;
         tightMs = ms;
       }
-      if (remember) state.knownLimits[i].store(d.limits.back().limit, std::memory_order_relaxed);
+      if (remember) state.knownLimits[limit(i)].store(d.limits.back().limit, std::memory_order_relaxed);
     }
-    if (remember) {
+    const std::int64_t seenRate = state.localRate.load(std::memory_order_relaxed);
+    const std::int64_t seenMs = state.localIntervalMs.load(std::memory_order_relaxed);
+    const bool tighter =
+        group == nullptr ||
+        (tightRate > 0 && (seenRate == 0 || static_cast<double>(tightRate) * static_cast<double>(seenMs) <
+                                                static_cast<double>(seenRate) * static_cast<double>(tightMs)));
+    if (remember && tighter) {
       if (state.tables) state.tables->sawServerNow(d.time);
       state.localRate.store(tightRate, std::memory_order_relaxed);
       state.localIntervalMs.store(tightMs, std::memory_order_relaxed);
@@ -311,9 +342,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     }
     return d;
   }
-  // A settle reply, counted when it settled.
-  static MultiSettlement parseSettlement(const State& state, const Reply& r) {
-    const std::size_t count = state.limiterNames.size();
+  // A settle reply, counted when it settled; with `group` (a give-back across slots), that slot
+  // group's limits', not counted (nothing was reserved for the caller).
+  static MultiSettlement parseSettlement(const State& state, const Reply& r, const Group* group = nullptr) {
+    const std::size_t count = group != nullptr ? group->size() : state.limiterNames.size();
     (void)detail::arrayReply("", state.label, r, 3 + 4 * count, "settle");
     const auto at = [&](std::size_t i) { return r.elements[i].asInteger(); };
     MultiSettlement out;
@@ -329,14 +361,17 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
       out.unpaid = std::max(out.unpaid, one.unpaid);
       out.remaining = i == 0 ? one.remaining : std::min(out.remaining, one.remaining);
     }
-    detail::countSettled(state.gate.monitor(), out);
+    if (group == nullptr) detail::countSettled(state.gate.monitor(), out);
     return out;
   }
-  MultiDecision byPolicy(std::int64_t permits, bool allowed) const {
+  // The failure policy's decision, for all limits or those of slot group `group`.
+  MultiDecision byPolicy(std::int64_t permits, bool allowed, const Group* group = nullptr) const {
     MultiDecision d;
     std::int64_t least = 0;
-    for (std::size_t i = 0; i < names_.size(); ++i) {
-      const std::int64_t limit = state_->knownLimits[i].load(std::memory_order_relaxed);
+    const std::size_t count = group != nullptr ? group->size() : names_.size();
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t limit =
+          state_->knownLimits[group != nullptr ? (*group)[i] : i].load(std::memory_order_relaxed);
       d.limits.push_back(detail::policyDecision(permits, allowed, limit));
       least = i == 0 ? limit : std::min(least, limit);
     }
@@ -374,11 +409,182 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     if (leases && d.allowed && !d.lease) d.lease = detail::unheldLease(d.byPolicy, d.shadowDenied);
   }
 
+  // --- Keys in several hash slots (a Cluster): slot by slot (detail::SlotSequence) ---
+
+  // Whether the keys are in several hash slots of a Cluster: decided slot by slot.
+  bool acrossSlots() const noexcept { return groups_ != nullptr; }
+  // Throws InvalidArgument for `what`, which cannot be decided slot by slot, when the keys are in
+  // several hash slots.
+  void refuseAcrossSlots(std::string_view what) const {
+    if (!acrossSlots()) return;
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: its keys are in {} hash slots of a Redis Cluster, so it decides slot by slot (decide, "
+        "tryAcquire without a timeout, peek, decideAsync, tryAcquireAsync); {} cannot be: give the keys one hash "
+        "tag (\"{{tenant42}}:user:7\", \"{{tenant42}}:tenant\") for one script call",
+        state_->label, groups_->size(), what));
+  }
+  // One decision (or peek) across slots: its permits and, unless a peek, its records' id (new in
+  // every call) and keys (per group but the last, in that group's slot), and their TTL.
+  struct Across {
+    std::int64_t permits = 0;
+    bool peek = false;
+    std::vector<std::string> recordKeys;
+    milliseconds recordTtl{0};
+  };
+  // Across's records live twice the bound of every call of the sequence (an ask per group, a
+  // give-back per group but the last), plus 1 s for the caller between calls: a record outlives
+  // its give-back (a settle that finds none gives nothing back). A grant's are not settled: they
+  // expire (no call more on the grant's path; 12 + 27 bytes a limit + the keys, for this long).
+  Across across(std::int64_t permits, bool peek) const {
+    Across a{permits, peek, {}, {}};
+    if (peek) return a;
+    const std::string id = detail::newLeaseId();
+    for (std::size_t g = 0; g + 1 < groups_->size(); ++g) {
+      a.recordKeys.push_back(detail::namespacedRecordKey(names_[(*groups_)[g].front()], id, "mxs"));
+    }
+    const std::int64_t ttl = 2 * static_cast<std::int64_t>(groups_->size()) * state_->callBound.count() + 1000;
+    a.recordTtl = milliseconds{std::min<std::int64_t>(ttl, detail::kMaxReservationTtl.count())};
+    return a;
+  }
+  // The call of slot group `g`: a peek; a reserve under its record (every group but the last); the
+  // last group's take. Uncounted: the combined decision is counted once (finish).
+  Op<MultiDecision> askOp(const Across& a, std::size_t g) const {
+    const Group* group = &(*groups_)[g];
+    if (a.peek) return limitsOp(plain(), "peek", "peek", a.permits, 0, {}, {}, group);
+    if (g + 1 == groups_->size()) return limitsOp(decision(a.permits), "decide", "take", a.permits, 0, {}, {}, group);
+    return limitsOp(decision(a.permits), "decide", "reserve", a.permits, a.recordTtl.count(), a.recordKeys[g], {},
+                    group);
+  }
+  // Gives back group `g`'s reservation: a settle of 0 under its record, sent again after a closed
+  // connection (the record makes a resend give nothing twice).
+  Op<MultiSettlement> giveBackOp(const Across& a, std::size_t g) const {
+    const Group* group = &(*groups_)[g];
+    return {
+        plain(), "decide", limitsRequest("settle", 0, 0, a.recordKeys[g], {}, group),
+        [state = state_, group](Core*, const Request&, const Reply& r) { return parseSettlement(*state, r, group); }};
+  }
+  // The decision (or peek) across slots, waiting: each step run as one call (runOp).
+  MultiDecision decideAcross(std::int64_t permits, bool peek) {
+    const Across a = across(permits, peek);
+    detail::SlotSequence seq(groups_->size(), peek);
+    using Kind = detail::SlotSequence::Step::Kind;
+    for (detail::SlotSequence::Step s = seq.start(); s.kind != Kind::Done;) {
+      if (s.kind == Kind::Ask) {
+        MultiDecision d;
+        std::exception_ptr error = detail::thrownBy([&] { d = run(askOp(a, s.group)); });
+        s = error ? seq.failed(std::move(error)) : seq.answered(std::move(d));
+      } else {
+        std::optional<MultiSettlement> back;
+        (void)detail::thrownBy([&] { back = run(giveBackOp(a, s.group)); });
+        s = seq.gaveBack(std::move(back));
+      }
+    }
+    return finish(a, seq);
+  }
+  // decideAcross without waiting: each step sent when the one before answered (on the I/O thread);
+  // `done` once (isolated), with the checks' error at once. The chain holds this Core: a handle
+  // dropped meanwhile (a temporary of on()) still gives back.
+  struct Chain {
+    std::shared_ptr<Core> core;
+    Across across;
+    detail::SlotSequence seq;
+    DecisionCallback done;
+  };
+  void decideAcrossAsync(std::int64_t permits, bool peek, DecisionCallback done) {
+    std::shared_ptr<Chain> c;
+    if (!detail::checkedOrAnswered(done, gate_.monitor(), state_->label, [&] {
+          c = std::make_shared<Chain>(
+              Chain{shared_from_this(), across(permits, peek), detail::SlotSequence(groups_->size(), peek), nullptr});
+        })) {
+      return;
+    }
+    c->done = std::move(done);
+    step(c, c->seq.start());
+  }
+  static void step(const std::shared_ptr<Chain>& c, detail::SlotSequence::Step s) {
+    Core& core = *c->core;
+    using Kind = detail::SlotSequence::Step::Kind;
+    if (s.kind == Kind::Ask) {
+      return core.runAsync<MultiDecision>(
+          [&] { return core.askOp(c->across, s.group); },
+          [c](MultiDecision d, std::exception_ptr error) {
+            step(c, error ? c->seq.failed(std::move(error)) : c->seq.answered(std::move(d)));
+          });
+    }
+    if (s.kind == Kind::GiveBack) {
+      return core.runAsync<MultiSettlement>(
+          [&] { return core.giveBackOp(c->across, s.group); },
+          [c](MultiSettlement back, std::exception_ptr error) {
+            step(c, c->seq.gaveBack(error ? std::nullopt : std::make_optional(std::move(back))));
+          });
+    }
+    MultiDecision d;
+    std::exception_ptr error = detail::thrownBy([&] { d = core.finish(c->across, c->seq); });
+    detail::callOnce(c->done, &core.gate_.monitor(), core.state_->label, std::move(d), std::move(error));
+  }
+  // The answer of a decision across slots (`seq` done), counted unless a peek, or the error of the
+  // group that failed. Each limit's view is its group's answer (remaining after a give-back as that
+  // settle left it); a limit in a group after the one that denied was not asked: its view has time 0,
+  // allowed false and its limit as last seen. Combined: allowed when every group granted; denied:
+  // retryAfter, time and deniedBy of the group that denied (a peek: of the denying group with the
+  // longest retryAfter); remaining the least and resetAfter the longest of the limits asked, limit
+  // the least of all.
+  MultiDecision finish(const Across& a, const detail::SlotSequence& seq) const {
+    if (seq.error()) std::rethrow_exception(seq.error());
+    const Groups& groups = *groups_;
+    MultiDecision d;
+    d.permits = a.permits;
+    d.allowed = true;
+    d.limits.resize(names_.size());
+    std::vector<bool> asked(names_.size(), false);
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      d.limits[i].permits = a.permits;
+      d.limits[i].limit = state_->knownLimits[i].load(std::memory_order_relaxed);
+    }
+    const MultiDecision* deciding = nullptr;  // the denial that decided, or the last grant
+    std::size_t decidingGroup = 0;
+    for (std::size_t g = 0; g < seq.answers().size(); ++g) {
+      const MultiDecision& one = seq.answers()[g];
+      for (std::size_t j = 0; j < groups[g].size(); ++j) {
+        d.limits[groups[g][j]] = one.limits[j];
+        asked[groups[g][j]] = true;
+      }
+      d.byPolicy = d.byPolicy || one.byPolicy;
+      if (one.allowed && d.allowed) {
+        deciding = &one;
+        decidingGroup = g;
+      } else if (!one.allowed && (d.allowed || one.retryAfter > deciding->retryAfter)) {
+        deciding = &one;
+        decidingGroup = g;
+        d.allowed = false;
+      }
+    }
+    for (const auto& [g, back] : seq.givenBack()) {
+      if (!back || back->status != Settlement::Status::Settled) continue;
+      for (std::size_t j = 0; j < groups[g].size(); ++j) d.limits[groups[g][j]].remaining = back->limits[j].remaining;
+    }
+    d.time = deciding->time;
+    d.retryAfter = d.allowed ? microseconds{0} : deciding->retryAfter;
+    if (!d.allowed && deciding->deniedBy != Decision::kNone) d.deniedBy = groups[decidingGroup][deciding->deniedBy];
+    bool first = true;
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      const Decision& v = d.limits[i];
+      d.limit = i == 0 ? v.limit : std::min(d.limit, v.limit);
+      if (!asked[i]) continue;
+      d.remaining = first ? v.remaining : std::min(d.remaining, v.remaining);
+      d.resetAfter = std::max(d.resetAfter, v.resetAfter);
+      first = false;
+    }
+    if (!a.peek) gate_.monitor().admit(d);
+    return d;
+  }
+
   std::shared_ptr<State> state_;
-  std::shared_ptr<Client>& client_;  // the state's, as the call protocol reads it
-  detail::FailureGate& gate_;        // the state's
-  std::vector<std::string> names_;   // the keys, or the limiters' names while unbound_
-  bool unbound_;                     // a MultiLimit of Limiters before on(): no keys
+  std::shared_ptr<Client>& client_;       // the state's, as the call protocol reads it
+  detail::FailureGate& gate_;             // the state's
+  std::vector<std::string> names_;        // the keys, or the limiters' names while unbound_
+  bool unbound_;                          // a MultiLimit of Limiters before on(): no keys
+  std::shared_ptr<const Groups> groups_;  // keys in several hash slots of a Cluster, by slot; null: one call
 };
 
 // --- The handle -------------------------------------------------------------------------------
@@ -460,11 +666,33 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
   std::vector<std::string> stateKeys;
   stateKeys.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) stateKeys.push_back(detail::namespacedKey(s.limiterNames[i], keys[i]));
-  checkOneSlot(*s.client, stateKeys);
-  return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
+  Core::Groups groups = slotGroups(*s.client, stateKeys);
+  if (groups.empty()) return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
+  // Slot by slot: a reserve in every slot but the last, given back if a later one denies. A lease
+  // cannot be reserved under a record (multi.lua refuses it), nor can a sliding window counter's
+  // permits, and a calendar quota's table of windows is placed in the ARGV of one call of all the
+  // limits (Limits::tables): all three refused.
+  if (s.leases() || s.tables || !s.noHold.empty()) {
+    const std::string& a = stateKeys[groups[0].front()];
+    const std::string& b = stateKeys[groups[1].front()];
+    throw InvalidArgument(fmt::format(
+        "redlimit: {}: on a Redis Cluster, \"{}\" is in slot {} and \"{}\" in slot {}; keys of several slots are "
+        "decided slot by slot, which a {} cannot be. Give them one hash tag, the part between the first '{{' and "
+        "the next '}}', which is all that Redis Cluster hashes: e.g. \"{{tenant42}}:user:7\", \"{{tenant42}}\"",
+        s.label, a, detail::keySlot(a), b, detail::keySlot(b),
+        s.leases() ? "concurrency limit (its lease is held in all or none)"
+        : s.tables
+            ? "calendar quota (its table of windows travels in one call of all the limits)"
+            : "sliding window counter (it takes permits now or not at all: an earlier slot cannot reserve them)"));
+  }
+  return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false,
+                                           std::make_shared<const Core::Groups>(std::move(groups))));
 }
 
-MultiDecision MultiLimit::decide(std::int64_t permits) { return core_->run(core_->countedTakeOp(permits)); }
+MultiDecision MultiLimit::decide(std::int64_t permits) {
+  if (core_->acrossSlots()) return core_->decideAcross(permits, false);
+  return core_->run(core_->countedTakeOp(permits));
+}
 
 bool MultiLimit::tryAcquire(std::int64_t permits) {
   core_->refuse("tryAcquire");
@@ -473,23 +701,30 @@ bool MultiLimit::tryAcquire(std::int64_t permits) {
 
 bool MultiLimit::tryAcquire(std::int64_t permits, milliseconds timeout) {
   core_->refuse("tryAcquire", "tryAcquire with a timeout");
+  core_->refuseAcrossSlots("tryAcquire with a timeout");
   return detail::tryAcquireWithin(core_->gate_, permits, timeout, core_->taking(permits));
 }
 
 void MultiLimit::acquire(std::int64_t permits) {
   core_->refuse("acquire", "acquire");
+  core_->refuseAcrossSlots("acquire");
   (void)detail::acquireWaiting(core_->gate_, permits, core_->taking(permits));
 }
 
 Decision MultiLimit::reserve(std::int64_t permits, microseconds maxWait) {
   core_->refuse("reserve", "reserve");
+  core_->refuseAcrossSlots("reserve");
   // The combined decision: a reservation answers no per-limit views.
   return static_cast<const Decision&>(core_->run(core_->countedTakeOp(permits, maxWait)));
 }
 
-MultiDecision MultiLimit::peek(std::int64_t permits) { return core_->run(core_->peekOp(permits)); }
+MultiDecision MultiLimit::peek(std::int64_t permits) {
+  if (core_->acrossSlots()) return core_->decideAcross(permits, true);
+  return core_->run(core_->peekOp(permits));
+}
 
 void MultiLimit::refund(std::int64_t permits) {
+  core_->refuseAcrossSlots("refund");
   detail::checkRefundPermits(permits);
   if (permits > 0) (void)core_->run(core_->refundOp(permits));
 }
@@ -537,6 +772,7 @@ milliseconds MultiLimit::leaseTtl() const noexcept {
 }
 
 void MultiLimit::decideAsync(std::int64_t permits, DecisionCallback done) {
+  if (core_->acrossSlots()) return core_->decideAcrossAsync(permits, false, std::move(done));
   core_->runAsync<MultiDecision>([&] { return core_->countedTakeOp(permits); }, std::move(done));
 }
 
@@ -562,6 +798,7 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 std::string MultiLimit::reservationKey(const std::string& id) const {
   // The record says what each limit gives back: token bucket, GCRA, fixed window and calendar only.
   core_->refuseHolding();
+  core_->refuseAcrossSlots("reserveFor, settle or cancel");
   return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
 }
 

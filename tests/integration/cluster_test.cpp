@@ -1,7 +1,9 @@
 // Redis Cluster: limiters on a real 3-primary cluster (tests/support/redis_cluster.cpp) routed by
 // their slot, across a live resharding, and with names that must share a slot.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <cstdio>
 #include <map>
@@ -9,6 +11,7 @@
 #include <sstream>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -414,28 +417,310 @@ TEST(Cluster, LimiterKeysRouteByTheirSlotUnderAStoredPolicy) {
   EXPECT_GE(slots.size(), 20u) << "the keys spread over the cluster";
 }
 
-// One script may only touch keys of one slot: a MultiLimit over keys of two slots is refused
-// before anything is sent, saying how to co-locate them; one hash tag makes it work.
-TEST(Cluster, AMultiLimitOverKeysOfDifferentSlotsIsRefusedBeforeSendingAndOneHashTagMakesItWork) {
+// --- MultiLimit over keys of several slots: slot by slot ------------------------------------
+
+RawReply onNode(RedisServer& node, const std::vector<std::string>& argv) {
+  return rawCommand(node.host(), node.port(), argv);
+}
+
+// Script calls (EVALSHA and EVAL) every primary of `cluster` has run.
+std::int64_t scriptCallsOnPrimaries(RedisCluster& cluster) {
+  std::int64_t calls = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::string stats = onNode(cluster.node(i), {"INFO", "commandstats"}).str;
+    for (const char* cmd : {"cmdstat_evalsha", "cmdstat_eval"}) {
+      const std::string v = infoValue(stats, cmd);  // calls=N,usec=...
+      if (!v.empty()) calls += std::stoll(v.substr(v.find('=') + 1));
+    }
+  }
+  return calls;
+}
+
+// The clients a node holds postponed (CLIENT PAUSE ... WRITE holds scripts) or blocked.
+std::int64_t blockedClients(RedisServer& node) {
+  return std::stoll(infoValue(onNode(node, {"INFO", "clients"}).str, "blocked_clients"));
+}
+
+// Waits until `node` holds at least one blocked (postponed) client: a script sent while its writes
+// are paused has arrived. Throws after 20 s.
+void waitForPostponedScript(RedisServer& node) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (blockedClients(node) < 1) {
+    if (std::chrono::steady_clock::now() > until) throw std::runtime_error("no script reached the paused node");
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+}
+
+// A key of `limiter` (prefix + a number) whose Redis key is in a slot of [low, high) served by a
+// primary other than `notOn` (-1: any).
+std::string keyInSlots(const RedisCluster& cluster, const Limiter& limiter, const std::string& prefix, int low,
+                       int high, int notOn = -1) {
+  for (int i = 0; i < 100000; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    const int slot = detail::keySlot(limiter.redisKey(key));
+    if (slot >= low && slot < high && cluster.primaryOfSlot(slot) != notOn) return key;
+  }
+  throw std::runtime_error("no key of " + prefix + " in the slots asked");
+}
+
+// Permits a token bucket that refills one a day has given out: its capacity less what is left
+// (exact over a test: no permit refills meanwhile).
+std::int64_t usedOf(Limiter& limiter, const std::string& key, std::int64_t capacity) {
+  return capacity - limiter.peek(key).remaining;
+}
+
+// Two limits whose keys are in different slots, on different primaries: the earlier slot's limit
+// is reserved first and given back when the later one denies. Their counts are read through a
+// Client of their own (`usedEarly`, `usedLate`): the callers' may hold a node in outage.
+struct TwoSlots {
+  static constexpr std::int64_t kEarly = 5;
+  static constexpr std::int64_t kLate = 3;
+  static Policy earlyPolicy() { return Policy::tokenBucket(kEarly, 1, std::chrono::hours(24)); }
+  static Policy latePolicy() { return Policy::tokenBucket(kLate, 1, std::chrono::hours(24)); }
+  TwoSlots(const RedisCluster& c, const std::shared_ptr<Client>& client)
+      : checker(clusterClient(c)),
+        early(client, "xs.early", earlyPolicy()),
+        late(client, "xs.late", latePolicy()),
+        earlyCheck(checker, "xs.early", earlyPolicy()),
+        lateCheck(checker, "xs.late", latePolicy()),
+        lateKey(keyInSlots(c, late, "all", 8192, 16384)),
+        lateSlot(detail::keySlot(late.redisKey(lateKey))),
+        latePrimary(c.primaryOfSlot(lateSlot)),
+        earlyKey(keyInSlots(c, early, "u", 0, lateSlot, latePrimary)),
+        both(MultiLimit({early, late}).on({earlyKey, lateKey})) {}
+  // Takes every permit of the late limit, through its own Limiter.
+  void exhaustLate() { ASSERT_TRUE(lateCheck.tryAcquire(lateKey, kLate)); }
+  std::int64_t usedEarly() { return usedOf(earlyCheck, earlyKey, kEarly); }
+  std::int64_t usedLate() { return usedOf(lateCheck, lateKey, kLate); }
+
+  std::shared_ptr<Client> checker;
+  Limiter early;
+  Limiter late;
+  Limiter earlyCheck;
+  Limiter lateCheck;
+  std::string lateKey;
+  int lateSlot;
+  int latePrimary;
+  std::string earlyKey;
+  MultiLimit both;
+};
+
+// On a Cluster, a per-user limit and a global limit in other slots (on other primaries) are decided
+// slot by slot: 8 threads (half of them through decideAsync) never get more than either bound,
+// and afterwards every limit holds exactly the permits granted: a denial by a later slot gave back
+// what the earlier slot had reserved, once. Every record left has a TTL.
+TEST(MultiLimitCluster, CrossSlotLimitsHoldUnderEightThreads) {
   RedisCluster cluster(3);
   auto client = clusterClient(cluster);
-  // A MultiLimit of Limiters: the keys of each call, refused in two slots, co-located by a tag.
-  Limiter perUser(client, "multi.user", Policy::perMinute(2));
-  Limiter everyone(client, "multi.global", Policy::perMinute(2));
-  const MultiLimit gateway({perUser, everyone});
-  ASSERT_NE(detail::keySlot(perUser.redisKey("u7")), detail::keySlot(everyone.redisKey("all")));
-  try {
-    (void)gateway.on({"u7", "all"});
-    ADD_FAILURE() << "keys in two slots were accepted on a cluster";
-  } catch (const InvalidArgument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("hash slot"), std::string::npos) << what;
-    EXPECT_NE(what.find("{tenant42}:user:7"), std::string::npos) << what;
-    EXPECT_NE(what.find(perUser.redisKey("u7")), std::string::npos) << what;
-    EXPECT_NE(what.find("shared by every tenant"), std::string::npos) << what;
+  constexpr std::int64_t kPerUser = 40;
+  constexpr std::int64_t kGlobal = 100;
+  Limiter user(client, "xs.user", Policy::tokenBucket(kPerUser, 1, std::chrono::hours(24)));
+  Limiter global(client, "xs.global", Policy::tokenBucket(kGlobal, 1, std::chrono::hours(24)));
+  const MultiLimit both({user, global});
+  // The global's slot on primary 1: users before it on primary 0, after it on primary 2.
+  const std::string all = keyInSlots(cluster, global, "all", 6000, 10000);
+  const int globalSlot = detail::keySlot(global.redisKey(all));
+  const int globalPrimary = cluster.primaryOfSlot(globalSlot);
+  // Two users before the global's slot (reserved first, the global taken last), two after it (the
+  // global reserved first), none on the global's primary.
+  const std::vector<std::string> users{keyInSlots(cluster, user, "a", 0, globalSlot, globalPrimary),
+                                       keyInSlots(cluster, user, "b", 0, globalSlot, globalPrimary),
+                                       keyInSlots(cluster, user, "c", globalSlot + 1, 16384, globalPrimary),
+                                       keyInSlots(cluster, user, "d", globalSlot + 1, 16384, globalPrimary)};
+  const auto userFirst = [&](std::size_t u) { return detail::keySlot(user.redisKey(users[u])) < globalSlot; };
+
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 50;
+  std::vector<std::atomic<std::int64_t>> granted(users.size());
+  std::atomic<std::int64_t> deniedByGlobal{0}, deniedByUser{0}, givenBack{0};
+  std::mutex heldMutex;
+  std::vector<std::int64_t> heldUs;  // denied after a reservation: the whole call, µs
+  CallerErrors errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        // Half the calls are user 0's (its own limit binds), the rest spread over the others.
+        const std::size_t u = i % 2 == 0 ? 0 : 1 + static_cast<std::size_t>(t + i) % (users.size() - 1);
+        try {
+          MultiLimit call = both.on({users[u], all});
+          const auto start = std::chrono::steady_clock::now();
+          const MultiDecision d = t % 2 == 0 ? call.decide() : call.decideAsync().get();
+          const auto took = std::chrono::steady_clock::now() - start;
+          if (d.allowed) {
+            granted[u].fetch_add(1);
+            continue;
+          }
+          (d.deniedBy == 1 ? deniedByGlobal : deniedByUser).fetch_add(1);
+          // The later slot denied: the earlier one had reserved, and gave back.
+          if ((d.deniedBy == 1) == userFirst(u)) {
+            givenBack.fetch_add(1);
+            const std::lock_guard<std::mutex> lock(heldMutex);
+            heldUs.push_back(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+          }
+        } catch (const std::exception& e) {
+          errors.note(e);
+        }
+      }
+    });
   }
-  EXPECT_TRUE(gateway.on({"{t7}:u7", "{t7}:all"}).tryAcquire(2));
-  EXPECT_FALSE(gateway.on({"{t7}:u7", "{t7}:all"}).tryAcquire());
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.count.load(), 0) << errors.first;
+
+  std::int64_t total = 0;
+  for (std::size_t u = 0; u < users.size(); ++u) {
+    SCOPED_TRACE(users[u]);
+    EXPECT_LE(granted[u].load(), kPerUser);
+    EXPECT_EQ(usedOf(user, users[u], kPerUser), granted[u].load());
+    total += granted[u].load();
+  }
+  EXPECT_LE(total, kGlobal);
+  EXPECT_GT(total, kGlobal / 2);
+  EXPECT_EQ(usedOf(global, all, kGlobal), total);
+  EXPECT_GT(deniedByGlobal.load(), 0);
+  EXPECT_GT(deniedByUser.load(), 0);
+  EXPECT_GT(givenBack.load(), 0);
+  // A peek across slots takes nothing.
+  const MultiDecision look = both.on({users[0], all}).peek();
+  EXPECT_EQ(look.limits.size(), 2u);
+  EXPECT_EQ(usedOf(global, all, kGlobal), total);
+
+  // The records: each in a slot of its group, each with a TTL (a grant's expire unsettled).
+  std::int64_t records = 0;
+  for (int i = 0; i < 3; ++i) {
+    const RawReply keys = onNode(cluster.node(i), {"KEYS", "rl::mxs:*"});
+    for (const RawReply& k : keys.elements) {
+      ++records;
+      const std::int64_t ttl = onNode(cluster.node(i), {"PTTL", k.str}).integer;
+      EXPECT_GT(ttl, 0) << k.str;
+      EXPECT_LE(ttl, 5000) << k.str;  // 2 groups x 2 x (500 + 500) ms + 1 s
+    }
+  }
+  EXPECT_GT(records, 0);
+
+  std::sort(heldUs.begin(), heldUs.end());
+  const auto at = [&](double q) -> std::int64_t {
+    return heldUs.empty() ? -1 : heldUs[static_cast<std::size_t>(q * static_cast<double>(heldUs.size() - 1))];
+  };
+  std::printf(
+      "[ cross-slot ] %d threads x %d: %lld granted (global %lld), %lld denied by the global, %lld by a "
+      "user; %zu given back, held at most the call: p50 %lld us, p99 %lld us; %lld records\n",
+      kThreads, kPerThread, static_cast<long long>(total), static_cast<long long>(kGlobal),
+      static_cast<long long>(deniedByGlobal.load()), static_cast<long long>(deniedByUser.load()), heldUs.size(),
+      static_cast<long long>(at(0.5)), static_cast<long long>(at(0.99)), static_cast<long long>(records));
+}
+
+// CLIENT KILL of the caller's connection to the later slot's primary while its take waits there
+// (the primary's writes paused, after the earlier slot reserved): the take never runs, the caller
+// gets the IoError (a Cluster node whose connection closed is in an outage until a probe answers),
+// and the earlier slot's permit is given back before that. The caller's retry, once the node
+// answers again, is decided as any call: the counts stay exact.
+TEST(MultiLimitCluster, AConnectionKilledBetweenSlotsGivesTheEarlierSlotsPermitBack) {
+  RedisCluster cluster(3);
+  ClientOptions patient;  // only the kill may fail a try, never a slow reply
+  patient.connection.connectTimeout = std::chrono::seconds(10);
+  patient.connection.commandTimeout = std::chrono::seconds(10);
+  auto client = clusterClient(cluster, patient);
+  TwoSlots two(cluster, client);
+  RedisServer& late = cluster.node(two.latePrimary);
+  ASSERT_EQ(onNode(late, {"CLIENT", "PAUSE", "30000", "WRITE"}).str, "OK");
+  std::future<MultiDecision> pending = two.both.decideAsync(1);
+  waitForPostponedScript(late);
+  EXPECT_EQ(two.usedEarly(), 1) << "the earlier slot holds the permit meanwhile";
+  EXPECT_GE(onNode(late, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}).integer, 1);
+  EXPECT_THROW((void)pending.get(), IoError);
+  EXPECT_EQ(two.usedEarly(), 0) << "given back";
+  (void)onNode(late, {"CLIENT", "UNPAUSE"});
+  EXPECT_EQ(two.usedLate(), 0) << "the killed take never ran";
+  // The caller retries until the node answers again (its probe: one call per 250 ms).
+  std::optional<MultiDecision> retried;
+  for (int i = 0; i < 400 && !retried; ++i) {
+    try {
+      retried = two.both.decide();
+    } catch (const IoError&) {
+      std::this_thread::sleep_for(milliseconds(25));
+    }
+  }
+  ASSERT_TRUE(retried.has_value());
+  EXPECT_TRUE(retried->allowed);
+  EXPECT_EQ(two.usedEarly(), 1);
+  EXPECT_EQ(two.usedLate(), 1);
+}
+
+// The later slot's primary cannot answer within the call's bound: the caller gets the TimeoutError
+// (the failure policy: Throw) and the earlier slot's permit is given back first.
+TEST(MultiLimitCluster, ALaterSlotThatCannotAnswerGivesTheEarlierSlotsPermitBack) {
+  RedisCluster cluster(3);
+  ClientOptions quick;
+  quick.connection.commandTimeout = milliseconds(300);
+  auto client = clusterClient(cluster, quick);
+  TwoSlots two(cluster, client);
+  two.exhaustLate();
+  RedisServer& late = cluster.node(two.latePrimary);
+  ASSERT_EQ(onNode(late, {"CLIENT", "PAUSE", "30000", "WRITE"}).str, "OK");
+  EXPECT_THROW((void)two.both.decide(), TimeoutError);
+  EXPECT_EQ(two.usedEarly(), 0);
+  (void)onNode(late, {"CLIENT", "UNPAUSE"});
+  // The take that timed out may run once the primary resumes: it denies, the late limit is spent.
+  EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
+  EXPECT_EQ(two.usedEarly(), 0);
+}
+
+// A peek across slots asks every slot and takes nothing: the denial names the limit that denied,
+// and the earlier slot's limit, which would grant, says so in its view.
+TEST(MultiLimitCluster, PeekAcrossSlotsTakesNothing) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TwoSlots two(cluster, client);
+  two.exhaustLate();
+  const MultiDecision look = two.both.peek(2);
+  EXPECT_FALSE(look.allowed);
+  EXPECT_EQ(look.deniedBy, 1u);
+  EXPECT_GT(look.retryAfter.count(), 0);
+  ASSERT_EQ(look.limits.size(), 2u);
+  EXPECT_TRUE(look.limits[0].allowed);
+  EXPECT_EQ(look.limits[0].remaining, TwoSlots::kEarly);
+  EXPECT_FALSE(look.limits[1].allowed);
+  EXPECT_EQ(look.limit, TwoSlots::kLate);
+  EXPECT_EQ(two.usedEarly(), 0);
+  EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
+}
+
+// What cannot be decided slot by slot is refused before anything is sent, saying to use one hash
+// tag; one tag makes it one script call again.
+TEST(MultiLimitCluster, RefusesWhatCannotBeDecidedSlotBySlotBeforeSending) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TwoSlots two(cluster, client);
+  const std::int64_t before = scriptCallsOnPrimaries(cluster);
+  const auto refused = [&](const std::string& what, const std::function<void()>& call) {
+    try {
+      call();
+      ADD_FAILURE() << what << " was accepted across slots";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("one hash tag"), std::string::npos) << e.what();
+    }
+  };
+  MultiLimit& both = two.both;
+  refused("reserve", [&] { (void)both.reserve(1, std::chrono::milliseconds(10)); });
+  refused("tryAcquire with a timeout", [&] { (void)both.tryAcquire(1, milliseconds(10)); });
+  refused("acquire", [&] { both.acquire(1); });
+  refused("refund", [&] { both.refund(1); });
+  refused("reserveFor", [&] { (void)both.reserveFor(1, "r1"); });
+  refused("settle", [&] { (void)both.settle("r1", 0); });
+  refused("reserveForAsync", [&] { (void)both.reserveForAsync(1, "r1").get(); });
+  Limiter inFlight(client, "xs.inflight", Policy::concurrency(3, std::chrono::seconds(30)));
+  ASSERT_NE(detail::keySlot(inFlight.redisKey(two.lateKey)), detail::keySlot(two.early.redisKey(two.earlyKey)));
+  refused("a concurrency limit", [&] { (void)MultiLimit({two.early, inFlight}).on({two.earlyKey, two.lateKey}); });
+  Limiter sliding(client, "xs.sliding", Policy::slidingWindow(10, std::chrono::seconds(60)));
+  ASSERT_NE(detail::keySlot(sliding.redisKey(two.lateKey)), detail::keySlot(two.early.redisKey(two.earlyKey)));
+  refused("a sliding window counter", [&] { (void)MultiLimit({two.early, sliding}).on({two.earlyKey, two.lateKey}); });
+  EXPECT_EQ(scriptCallsOnPrimaries(cluster), before);
+  // One hash tag: one slot, one call, as on a single server.
+  MultiLimit tagged = MultiLimit({two.early, two.late}).on({"{t7}:u7", "{t7}:all"});
+  EXPECT_TRUE(tagged.tryAcquire(3));
+  EXPECT_FALSE(tagged.tryAcquire());
+  EXPECT_GT(scriptCallsOnPrimaries(cluster), before);
 }
 
 TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {

@@ -468,7 +468,7 @@ TEST_F(MultiLimitTest, ShadowModeTryAcquireWithATimeoutAndAcquireReserveNothingA
 // --- Refusals before sending, typed errors with nothing written ---------------------------------------
 
 // One server runs one script over any keys: a per-key and a global limit whose keys hash to
-// different slots are decided together, all or nothing (on a Cluster: ClusterMultiLimit).
+// different slots are decided together, all or nothing (on a Cluster: slot by slot, MultiLimitCluster).
 TEST_F(MultiLimitTest, KeysOfDifferentSlotsAreDecidedTogetherOnOneServer) {
   Limiter user(client(), limiterName("user"), bucket(5, 1, std::chrono::hours(24)));  // no hash tag: slots of their own
   Limiter global(client(), limiterName("global-x"), bucket(2, 1, std::chrono::hours(24)));
