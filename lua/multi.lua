@@ -124,8 +124,9 @@ local k = #KEYS
 local rkey = nil                               -- reserve and settle: the record key, the last key
 if op == 'reserve' or op == 'settle' then
   rkey, k = KEYS[k], k - 1
-  if string.find(ARGV[3] or '', '[^TGWQ]') then  -- the record holds what these kinds give back
-    fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA, fixed window and calendar limits only')
+  if string.find(ARGV[3] or '', '[^TGWVQ]') then  -- the record holds what these kinds give back
+    fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA, fixed window, sliding window and ' ..
+      'calendar limits only')
   end
 end
 if k < 1 or k > MAX_LIMITS then
@@ -225,7 +226,7 @@ local function finishReserve(reply, all)
     local limits = {}
     for i = 1, k do
       local start = 0
-      if all[i].window or all[i].calendar then start = all[i].start end  -- maxWait 0: counted now
+      if all[i].window or all[i].sliding or all[i].calendar then start = all[i].start end  -- maxWait 0: counted now
       limits[i] = {start = start, returned = 0, charged = 0, unpaid = 0, remaining = 0}
     end
     redis.call('SET', rkey, multiRecordPack(KEYS, k, kinds, 'O', reserving.n, 0, limits), 'PX', reserving.ttl)
@@ -470,6 +471,8 @@ if op == 'settle' then
     local s, l = all[i], r.limits[i]
     if s.window then
       l.returned, l.charged, l.unpaid, l.remaining = windowSettle(s, r.reserved, l.start, actual)
+    elseif s.sliding then
+      l.returned, l.charged, l.unpaid, l.remaining = slidingSettle(s, r.reserved, l.start, actual)
     elseif s.calendar then
       l.returned, l.charged, l.unpaid, l.remaining = calendarSettle(s, r.reserved, l.start, actual)
     else

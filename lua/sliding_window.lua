@@ -18,14 +18,26 @@
 --   (what one more call could take now), retryAfterUs (exact: when the same call fits if nobody
 --   else takes permits), resetAfterUs (until no permit is counted), L, nowUs, delay 0, L, W ms.
 -- Reply of refund: the remaining permits.
+--   reserve n ttlMs [cfg]
+--                      KEYS[2] the record key (lib/reservation_core.lua): `take n 0` and, when it
+--                      grants, an open record of n permits and the window they were counted in,
+--                      with a TTL of ttlMs, in the same call. A record there already: nothing is
+--                      taken, the reply is the grant again as the counter is now. Reply: take's
+--                      values as an array, then repeated (0 or 1).
+--   settle actual 0 [cfg]
+--                      KEYS[2] the record key. An open record of r permits: gives back r - actual
+--                      to the window they were counted in while it still counts, or counts
+--                      actual - r more in the current window up to L (the rest is unpaid)
+--                      (slidingSettle), and marks the record settled with the answer. Reply as
+--                      fixed_window.lua's.
 local op, key = ARGV[1], KEYS[1]
 
 -- makesSliding: the sliding window counter's helpers; slidingFastCall: a take, decided by
 -- lib/sliding_window_fast.lua at the include line when it can be (see there), before the other
 -- libraries' helpers are made.
-local makesSliding = true
+local makesSliding, makesRecords = true, op == 'reserve' or op == 'settle'
 local slidingFastCall = op == 'take' and ARGV[3] == 'V' and ARGV[5] == '0'
--- include: sliding_window_fast base onekey sliding_window_core
+-- include: sliding_window_fast base onekey sliding_window_core reservation_core
 if ARGV[3] ~= 'V' then fail('REDLIMIT_INVALID_ARGUMENT', 'unknown limiter kind for sliding_window.lua') end
 local nowUs = currentMicros(ARGV[2])
 
@@ -50,6 +62,39 @@ end
 if op == 'refund' then
   local n = countArg(ARGV[4], 0, MAX_U32, 'permits to refund', key)
   return slidingRemaining(s, slidingRefund(s, n))
+end
+
+if op == 'reserve' then
+  local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
+  slidingCheckPermits(s, n)
+  local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', key)
+  local rkey = recordKey()
+  local r = recordRead(rkey, 'V', SLIDING_LABEL)
+  if r then
+    recordCheckRepeat(r, rkey, n)
+    return {1, slidingRemaining(s, s.count), 0, slidingResetAfter(s, s.count), s.l, nowUs, 0, s.l, s.windowMs, 1}
+  end
+  local retry = slidingWait(s, s.count, n)
+  local allowed, count = 0, s.count
+  if retry == 0 then
+    allowed, count = 1, count + n
+    slidingStore(s, count)
+    recordOpen(rkey, 'V', n, s.start, ttl)
+  elseif s.stale then
+    slidingStore(s, count)
+  end
+  return {allowed, slidingRemaining(s, count), retry, slidingResetAfter(s, count), s.l, nowUs, 0, s.l, s.windowMs, 0}
+end
+
+if op == 'settle' then
+  local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', key)
+  local rkey = recordKey()
+  local r = recordRead(rkey, 'V', SLIDING_LABEL)
+  if not r then return RECORD_UNKNOWN end
+  if r.state == 'S' then return recordAnswer(r) end
+  local returned, charged, unpaid, remaining = slidingSettle(s, r.reserved, r.start, actual)
+  recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
+  return {1, r.reserved, actual, returned, charged, unpaid, remaining}
 end
 
 fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for sliding_window.lua')

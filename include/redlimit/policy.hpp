@@ -66,7 +66,7 @@ class Policy {
   /// window's count + the permits asked for stay within `limit`, exactly (integer µs). Cheaper than
   /// the exact sliding log (RateLimiter; ~118 bytes per permit in the window), closer to the limit
   /// than the fixed window on ordinary traffic; its worst case is in the class comment. Permits are
-  /// taken now or not at all (no waiting, no reserveFor).
+  /// taken now or not at all (no waiting; reserveFor counts them now, settle gives back).
   [[nodiscard]] static Policy slidingWindow(std::int64_t limit, std::chrono::milliseconds window);
   /// Guava's SmoothBursty: `permits` per `interval`, up to `maxBurst` worth stored while idle.
   [[nodiscard]] static Policy smoothBursty(std::int64_t permits, std::chrono::milliseconds interval,
@@ -120,12 +120,9 @@ class Policy {
   /// How long limit() permits take to come back at the sustained rate, rounded up (a fixed
   /// window: the window); saturating. What an HTTP RateLimit-Policy advertises as its window.
   [[nodiscard]] std::chrono::milliseconds refillTime() const noexcept;
-  /// Whether reserveFor/settle work under it (GCRA, token bucket, fixed window, calendar: a smooth
-  /// limiter lends ahead rather than holding, a concurrency limit holds leases, a sliding window
-  /// counter takes now or not at all).
-  [[nodiscard]] bool canHold() const noexcept {
-    return kind_ != Kind::Smooth && kind_ != Kind::Concurrency && kind_ != Kind::SlidingWindow;
-  }
+  /// Whether reserveFor/settle work under it (all but these two: a smooth limiter lends ahead
+  /// rather than holding, a concurrency limit holds leases).
+  [[nodiscard]] bool canHold() const noexcept { return kind_ != Kind::Smooth && kind_ != Kind::Concurrency; }
   /// Whether it can take permits ahead of time (tryAcquire with a timeout, acquire, reserve): not a
   /// calendar quota (its next window opens at the zone's next midnight), a sliding window counter
   /// (a permit booked ahead would count in every estimate until it is used) nor a concurrency limit.

@@ -1,4 +1,5 @@
--- lib/reservation_core.lua: the records of reserve-then-settle, for gcra.lua and fixed_window.lua.
+-- lib/reservation_core.lua: the records of reserve-then-settle, for gcra.lua, fixed_window.lua and
+-- sliding_window.lua.
 -- `reserve` takes permits as `take n 0` does and, when it grants, writes a record of them in
 -- KEYS[2] (the client derives that key from the limiter's name and the reservation id so that it
 -- shares the limiter's hash slot); `settle` reads it once: an open record is settled (permits given
@@ -7,8 +8,8 @@
 -- call: the grant and its record, or the give-back and the mark, are written together or not at all.
 --
 -- Record layout (34 bytes, struct.pack little-endian): 'R', the limiter's kind byte, the state
---   'O' (open) or 'S' (settled), reserved permits (uint32, >= 1), the fixed window's start (µs,
---   uint56) the grant was counted in (0 for the token bucket and GCRA), then once settled: actual,
+--   'O' (open) or 'S' (settled), reserved permits (uint32, >= 1), the window's start (µs, uint56)
+--   the grant was counted in (a fixed or sliding window's; 0 for the token bucket and GCRA), then once settled: actual,
 --   returned, charged, unpaid, remaining (uint32 each; 0 while open).
 -- TTL: the one reserve was given (ms); a settle keeps what is left of it.
 local RECORD_LAYOUT = '<c1c1c1I4I7I4I4I4I4I4'

@@ -26,7 +26,9 @@
 --   back: s.stale).
 -- Permits are taken now or not at all: a permit booked for later would have to be counted in a
 --   window that has not begun, and every estimate until then would carry it (the client refuses
---   waits for this policy; the script fails a maxWait > 0).
+--   waits for this policy; the script fails a maxWait > 0). A reservation (reserve, then settle)
+--   counts its permits now, as a take, and its settle gives back to the window they were counted in
+--   while that window still counts (slidingSettle).
 --
 -- A limiter is a table s: key, nowUs, l, windowMs, keepAlive, wus (W in µs), start (of the window
 -- counted as current), prev, count, left (µs of the sliding window still over the previous window:
@@ -38,7 +40,7 @@ local SLIDING_LABEL = 'sliding window counter'
 -- exact products and quotients (slidingCmp, slidingQuot, slidingCeil) are lib/sliding_window_fast.lua's, which
 -- every script that includes this file names before it.
 local slidingConfigProblem, slidingNew, slidingLoad, slidingWithConfig, slidingCheckPermits,
-  slidingWait, slidingRemaining, slidingResetAfter, slidingStore, slidingRefund
+  slidingWait, slidingRemaining, slidingResetAfter, slidingStore, slidingRefund, slidingSettle
 if makesSliding then
   function slidingConfigProblem(l, windowMs, keepAlive)
     if l < 1 or l > MAX_U32 then return 'the limit must be in 1..' .. MAX_U32 end
@@ -172,5 +174,33 @@ if makesSliding then
     if count < 0 then count = 0 end
     if count ~= s.count or s.stale then slidingStore(s, count) end
     return count
+  end
+
+  -- Settles a reservation of `reserved` permits counted in the window starting at `start` that used
+  -- `actual` (sliding_window.lua's and multi.lua's settle): gives back reserved - actual to that
+  -- window while it still counts (the current window's count, or the previous one's, which still
+  -- weighs; else there is nothing to give back), or counts actual - reserved more in the current
+  -- window, up to L (the rest is unpaid). Stores what changed, or s when stale. Returns returned,
+  -- charged, unpaid, remaining.
+  function slidingSettle(s, reserved, start, actual)
+    local prev, count, returned, charged, unpaid = s.prev, s.count, 0, 0, 0
+    if actual < reserved then
+      if start == s.start then
+        returned = math.min(reserved - actual, count)
+        count = count - returned
+      elseif start + s.wus == s.start then
+        returned = math.min(reserved - actual, prev)
+        prev = prev - returned
+      end
+    elseif actual > reserved then
+      charged = math.min(actual - reserved, s.l - count)
+      count = count + charged
+      unpaid = actual - reserved - charged
+    end
+    if count ~= s.count or prev ~= s.prev or s.stale then
+      s.prev = prev
+      slidingStore(s, count)
+    end
+    return returned, charged, unpaid, slidingRemaining(s, count)
   end
 end

@@ -76,11 +76,4 @@ inline const char* whyNoWait(Policy::Kind kind) noexcept {
              : "a calendar quota takes no permits ahead of time (its next window opens at the zone's next midnight)";
 }
 
-/// Why a policy of `kind` cannot hold permits for reserveFor/settle (Policy::canHold is false).
-inline const char* whyNoHold(Policy::Kind kind) noexcept {
-  return kind == Policy::Kind::SlidingWindow
-             ? "a sliding window counter takes permits now or not at all, and keeps no record to settle against"
-             : "a smooth policy lends ahead rather than holding";
-}
-
 }  // namespace redlimit::detail

@@ -110,8 +110,9 @@ std::string Limiter::waitKey(std::string_view what, std::string_view key) const 
 std::string Limiter::holdKey(std::string_view what, std::string_view key) const {
   if (!policy_.givesLeases() && !policy_.canHold()) {
     throw InvalidArgument(fmt::format(
-        "redlimit: limiter {}: {}, so it has no {}; use {}", name(), detail::whyNoHold(policy_.kind()), what,
-        policy_.kind() == Policy::Kind::Smooth ? "reserve() (its delay) or another policy" : "decide and refund"));
+        "redlimit: limiter {}: a smooth policy lends ahead rather than holding, so it has no {}; use reserve() "
+        "(its delay) or another policy",
+        name(), what));
   }
   return permitKey(what, key);
 }

@@ -72,7 +72,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     std::shared_ptr<detail::CalendarTables> tables;  // the calendar limits' tables; null: none
     std::int64_t maxPermits = detail::kMaxPermits;   // the most one call may take, as far as the configurations say
     std::string nowOnly;  // "limit NAME: why" for the first limit that takes permits now or not at all; "" if none
-    std::string noHold;   // the same for the first limit that cannot hold permits for reserveFor/settle
   };
   // What every key set of one MultiLimit shares: its limits as made (then only read), its failure
   // gate (and metrics), and what the replies told of its limits.
@@ -395,13 +394,6 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
                                         state_->label, calendarWhat, state_->nowOnly));
     }
   }
-  // reserveFor and settle: refused (InvalidArgument) when a limit cannot hold permits.
-  void refuseHolding() const {
-    refuse("reserveFor or settle");
-    if (state_->noHold.empty()) return;
-    throw InvalidArgument(fmt::format("redlimit: {}: reserveFor and settle cannot be used: {}. Use decide() and refund",
-                                      state_->label, state_->noHold));
-  }
   // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
   // shadow mode let through) gets one Redis does not hold, marked as the decision is, as
   // Limiter::acquireLease's.
@@ -621,9 +613,6 @@ MultiLimit::MultiLimit(const std::vector<Limiter>& limits, const MultiLimit::Opt
     if (!policy.givesLeases() && !policy.canWait() && made.nowOnly.empty()) {
       made.nowOnly = fmt::format("limit {}: {}", name, detail::whyNoWait(policy.kind()));
     }
-    if (!policy.givesLeases() && !policy.canHold() && made.noHold.empty()) {
-      made.noHold = fmt::format("limit {}: {}", name, detail::whyNoHold(policy.kind()));
-    }
     if (policy.kind() == Policy::Kind::Calendar) {  // its quota and, per call, its table (tables)
       const detail::CalendarQuota quota = policy.calendarQuota("a calendar limit");
       made.kinds.push_back('Q');
@@ -669,10 +658,9 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
   Core::Groups groups = slotGroups(*s.client, stateKeys);
   if (groups.empty()) return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
   // Slot by slot: a reserve in every slot but the last, given back if a later one denies. A lease
-  // cannot be reserved under a record (multi.lua refuses it), nor can a sliding window counter's
-  // permits, and a calendar quota's table of windows is placed in the ARGV of one call of all the
-  // limits (Limits::tables): all three refused.
-  if (s.leases() || s.tables || !s.noHold.empty()) {
+  // cannot be reserved under a record (multi.lua refuses it), and a calendar quota's table of
+  // windows is placed in the ARGV of one call of all the limits (Limits::tables): both refused.
+  if (s.leases() || s.tables) {
     const std::string& a = stateKeys[groups[0].front()];
     const std::string& b = stateKeys[groups[1].front()];
     throw InvalidArgument(fmt::format(
@@ -681,9 +669,7 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
         "the next '}}', which is all that Redis Cluster hashes: e.g. \"{{tenant42}}:user:7\", \"{{tenant42}}\"",
         s.label, a, detail::keySlot(a), b, detail::keySlot(b),
         s.leases() ? "concurrency limit (its lease is held in all or none)"
-        : s.tables
-            ? "calendar quota (its table of windows travels in one call of all the limits)"
-            : "sliding window counter (it takes permits now or not at all: an earlier slot cannot reserve them)"));
+                   : "calendar quota (its table of windows travels in one call of all the limits)"));
   }
   return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false,
                                            std::make_shared<const Core::Groups>(std::move(groups))));
@@ -796,8 +782,8 @@ std::future<bool> MultiLimit::tryAcquireAsync(std::int64_t permits) {
 // --- Reserve, then settle ------------------------------------------------------------------
 
 std::string MultiLimit::reservationKey(const std::string& id) const {
-  // The record says what each limit gives back: token bucket, GCRA, fixed window and calendar only.
-  core_->refuseHolding();
+  // The record says what each limit gives back: every kind a MultiLimit takes but concurrency limits.
+  core_->refuse("reserveFor or settle");
   core_->refuseAcrossSlots("reserveFor, settle or cancel");
   return detail::namespacedRecordKey(core_->keys().front(), id, "mrsv");
 }

@@ -712,15 +712,30 @@ TEST(MultiLimitCluster, RefusesWhatCannotBeDecidedSlotBySlotBeforeSending) {
   Limiter inFlight(client, "xs.inflight", Policy::concurrency(3, std::chrono::seconds(30)));
   ASSERT_NE(detail::keySlot(inFlight.redisKey(two.lateKey)), detail::keySlot(two.early.redisKey(two.earlyKey)));
   refused("a concurrency limit", [&] { (void)MultiLimit({two.early, inFlight}).on({two.earlyKey, two.lateKey}); });
-  Limiter sliding(client, "xs.sliding", Policy::slidingWindow(10, std::chrono::seconds(60)));
-  ASSERT_NE(detail::keySlot(sliding.redisKey(two.lateKey)), detail::keySlot(two.early.redisKey(two.earlyKey)));
-  refused("a sliding window counter", [&] { (void)MultiLimit({two.early, sliding}).on({two.earlyKey, two.lateKey}); });
   EXPECT_EQ(scriptCallsOnPrimaries(cluster), before);
   // One hash tag: one slot, one call, as on a single server.
   MultiLimit tagged = MultiLimit({two.early, two.late}).on({"{t7}:u7", "{t7}:all"});
   EXPECT_TRUE(tagged.tryAcquire(3));
   EXPECT_FALSE(tagged.tryAcquire());
   EXPECT_GT(scriptCallsOnPrimaries(cluster), before);
+}
+
+// A sliding window counter in the earlier slot is reserved and given back as the others are.
+TEST(MultiLimitCluster, ASlidingWindowCounterInAnEarlierSlotGetsItsPermitsBack) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TwoSlots two(cluster, client);
+  Limiter sliding(client, "xs.sliding", Policy::slidingWindow(10, std::chrono::hours(24)));
+  const std::string key = keyInSlots(cluster, sliding, "s", 0, two.lateSlot, two.latePrimary);
+  ASSERT_LT(detail::keySlot(sliding.redisKey(key)), two.lateSlot) << "the counter's slot is asked first";
+  MultiLimit both = MultiLimit({sliding, two.late}).on({key, two.lateKey});
+  ASSERT_TRUE(both.tryAcquire(2));
+  EXPECT_EQ(sliding.peek(key).remaining, 8);
+  ASSERT_TRUE(two.lateCheck.tryAcquire(two.lateKey, TwoSlots::kLate - 2)) << "the later slot's limit used up";
+  const MultiDecision denied = both.decide(3);
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.deniedBy, 1) << "the later slot's limit";
+  EXPECT_EQ(sliding.peek(key).remaining, 8) << "the 3 reserved in the earlier slot came back";
 }
 
 TEST(Cluster, CoalescedOneKeyTakesGoTogetherOnlyWithinOneSlot) {

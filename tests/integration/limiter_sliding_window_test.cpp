@@ -179,7 +179,32 @@ TEST_F(LimiterSlidingWindow, DecidesEachKeyWithTheLimitInTheCallAndExpiresIdleKe
   EXPECT_LE(ttl, std::chrono::duration_cast<milliseconds>(first.resetAfter).count() + 1000 + 1);
 }
 
-TEST_F(LimiterSlidingWindow, RefusesWaitingHoldingAndStoringBeforeSending) {
+TEST_F(LimiterSlidingWindow, SettleGivesBackToTheWindowThePermitsWereCountedIn) {
+  const std::string key = name("k");
+  const std::string record = name("k") + ":rsv:r1";
+  const std::string cfg = config(10, 1000);
+  const std::int64_t start = windowTime(1000, 0);
+  const auto run = [&](const std::vector<std::string>& args) {
+    return runScript(admin(), detail::lua::sliding_window, {key, record}, args);
+  };
+  const Reply held = run({"reserve", str(start + 100000), "V", "6", "60000", cfg});
+  ASSERT_EQ(held.elements.at(0).asInteger(), 1);
+  EXPECT_EQ(held.elements.at(1).asInteger(), 4);
+  EXPECT_EQ(run({"reserve", str(start + 100001), "V", "6", "60000", cfg}).elements.at(9).asInteger(), 1)
+      << "the same id answers the first grant again";
+  // Half into the next window the 6 count as the previous window's, at half weight.
+  const std::int64_t later = start + 1000000 + 500000;
+  EXPECT_EQ(at("peek", key, later, 1, cfg).remaining, 7);
+  const Reply settled = run({"settle", str(later), "V", "2", "0", cfg});
+  ASSERT_EQ(settled.elements.size(), 7U);
+  EXPECT_EQ(settled.elements[0].asInteger(), 1);
+  EXPECT_EQ(settled.elements[3].asInteger(), 4) << "returned to the previous window";
+  EXPECT_EQ(settled.elements[6].asInteger(), 9) << "10 - ceil(2 x 1/2)";
+  EXPECT_EQ(at("peek", key, later, 1, cfg).remaining, 9);
+  EXPECT_EQ(run({"settle", str(later), "V", "2", "0", cfg}).elements[0].asInteger(), 2) << "settled once";
+}
+
+TEST_F(LimiterSlidingWindow, RefusesWaitingAndStoringBeforeSending) {
   Limiter rl(client(), limiterName(), Policy::slidingWindow(3, milliseconds(1000)));
   const std::int64_t before = scriptCalls();
   const auto refusal = [](auto&& statement) {
@@ -189,7 +214,6 @@ TEST_F(LimiterSlidingWindow, RefusesWaitingHoldingAndStoringBeforeSending) {
   EXPECT_THAT(refusal([&] { (void)rl.tryAcquire("k", 1, milliseconds(100)); }), HasSubstr("now or not at all"));
   EXPECT_THAT(refusal([&] { (void)rl.acquire("k"); }), HasSubstr("now or not at all"));
   EXPECT_THAT(refusal([&] { (void)rl.reserve("k", 1, microseconds(1000)); }), HasSubstr("now or not at all"));
-  EXPECT_THAT(refusal([&] { (void)rl.reserveFor("k", 1, "r1"); }), HasSubstr("keeps no record to settle against"));
   EXPECT_THAT(refusal([&] { (void)Policy::slidingWindow(3, milliseconds(1000)).stored(); }),
               HasSubstr("sliding window counter travels in every call"));
   EXPECT_THAT(refusal([&] { (void)Policy::slidingWindow(0, milliseconds(1000)); }), HasSubstr("limit"));

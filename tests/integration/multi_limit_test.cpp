@@ -305,8 +305,13 @@ TEST_F(MultiLimitTest, ASlidingWindowCounterTakesNowOrNotAtAll) {
   };
   EXPECT_NE(refusal([&] { (void)both.tryAcquire(1, milliseconds(10)); }).find("now or not at all"), std::string::npos);
   EXPECT_NE(refusal([&] { (void)both.reserve(1, microseconds(10)); }).find("now or not at all"), std::string::npos);
-  EXPECT_NE(refusal([&] { (void)both.reserveFor(1, "r1"); }).find("keeps no record"), std::string::npos);
   EXPECT_EQ(scriptCalls(), before) << "nothing sent";
+  // A reservation counts its permits now; its settle gives back what was not used.
+  both.refund(1);
+  ASSERT_TRUE(both.reserveFor(1, "r1").allowed);
+  EXPECT_EQ(perUser.peek("u").remaining, 0);
+  EXPECT_EQ(both.settle("r1", 0).limits.at(0).returned, 1);
+  EXPECT_EQ(perUser.peek("u").remaining, 1);
 }
 
 TEST_F(MultiLimitTest, OneLimitAnswersAsItsOwnScriptWithReservations) {
