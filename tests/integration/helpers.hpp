@@ -19,12 +19,14 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "redlimit/detail/client_access.hpp"
 #include "redlimit/detail/limiter_errors.hpp"
 #include <stdexcept>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -405,6 +407,33 @@ inline std::string messageOf(const std::exception_ptr& e) {
 inline std::size_t threadCount() {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// This process's TCP connections to `port` on any address (/proc/self/fd's sockets found in
+/// /proc/net/tcp by inode, the remote port matched): what a transport holds to one server, whatever
+/// other descriptors come and go meanwhile.
+inline std::size_t connectionsTo(int port) {
+  std::set<std::string> inodes;  // "socket:[123]" -> "123"
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::size_t n = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      const auto colon = remote.rfind(':');
+      if (colon == std::string::npos || inodes.count(inode) == 0) continue;
+      if (std::stoi(remote.substr(colon + 1), nullptr, 16) == port) ++n;
+    }
+  }
   return n;
 }
 
