@@ -14,7 +14,8 @@
 #     whose two lines must be the README's CMake block's), with the README's pkg-config line and
 #     with its plain compiler line for that kind of library, each run against a throwaway
 #     redis-server. The shared ones run with LD_LIBRARY_PATH unset (the prefix's rpath finds the
-#     library) and link libredlimit alone; the static ones link no libredlimit.so;
+#     library) and link libredlimit alone (find_package with hiredis, OpenSSL and date disabled);
+#     the static ones link no libredlimit.so;
 #  3. when the build made the exporter (prometheus-cpp found): a consumer of it built with
 #     pkg-config redlimit-prometheus and with the README's link line for it, against the shared install;
 #  4. a consumer of redlimit::local alone (find_package COMPONENTS local, pkg-config
@@ -161,7 +162,11 @@ consumers() {
     [[ " $static_libs " == *" $l "* ]] || fail "pkg-config --static --libs redlimit lacks $l"
   done
   echo "== ($label) find_package(redlimit CONFIG), the README's CMake lines"
-  cmake -S "$src/project" -B "$out/cmake-build" ${pfx:+-DCMAKE_PREFIX_PATH="$pfx"} >/dev/null
+  # A shared libredlimit carries its dependencies: its package config must not look for them.
+  local no_deps=()
+  [ "$kind" != shared ] || no_deps=(--no-warn-unused-cli -DCMAKE_DISABLE_FIND_PACKAGE_RedlimitHiredis=ON
+    -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON -DCMAKE_DISABLE_FIND_PACKAGE_date=ON)
+  cmake -S "$src/project" -B "$out/cmake-build" ${pfx:+-DCMAKE_PREFIX_PATH="$pfx"} "${no_deps[@]}" >/dev/null
   cmake --build "$out/cmake-build" >/dev/null
   "$with_redis" "$out/cmake-build/consumer"
   "links_$kind" "$out/cmake-build/consumer" "$libdir"
