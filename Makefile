@@ -3,7 +3,7 @@ JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 CTEST_ARGS ?=
 
-.PHONY: deps build demo test test-asan test-tsan test-clang test-hiredis12 tidy bench format check-format clean
+.PHONY: deps build demo test test-asan test-tsan test-clang test-hiredis12 tidy bench package format check-format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -47,6 +47,16 @@ bench: deps
 	cmake --preset release >/dev/null
 	cmake --build --preset release -j $(JOBS)
 	scripts/run-bench.sh build/release
+
+# build/package/libredlimit-dev_<version>_<arch>.deb: the shared library, Release, installed into
+# /usr (CMakeLists.txt's CPack part says what it holds). The exporter is left out of it, so that the
+# package does not depend on prometheus-cpp.
+package: deps
+	cmake -S . -B build/package -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DREDLIMIT_BUILD_TESTS=OFF -DREDLIMIT_BUILD_EXAMPLES=OFF -DREDLIMIT_BUILD_BENCH=OFF \
+	  -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON >/dev/null
+	cmake --build build/package -j $(JOBS)
+	cd build/package && cpack -G DEB
 
 # clang-format-14 with the root's .clang-format: `make format` rewrites, `make check-format` checks (CI).
 format:
