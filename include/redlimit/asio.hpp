@@ -146,6 +146,7 @@ class Operation : public std::enable_shared_from_this<Operation<T, Handler>> {
 
 #if defined(REDLIMIT_ASIO_HAS_CANCELLATION)
   struct CancelHandler {
+    explicit CancelHandler(std::shared_ptr<Operation> operation) : op(std::move(operation)) {}
     std::shared_ptr<Operation> op;
     void operator()(net::cancellation_type type) const {
       if ((type & net::cancellation_type::terminal) == net::cancellation_type::none) return;
