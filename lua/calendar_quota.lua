@@ -161,12 +161,9 @@ local windowMs = calendarWindowMs(s)
 if op == 'refund' then return {l - calendarRefund(s, n)} end
 
 if op == 'settle' then
-  local r = recordRead(rkey, 'Q', CALENDAR_LABEL)
-  if not r then return RECORD_UNKNOWN end
-  if r.state == 'S' then return recordAnswer(r) end
-  local returned, charged, unpaid, remaining = calendarSettle(s, r.reserved, r.start, n)
-  recordClose(rkey, r, n, returned, charged, unpaid, remaining)
-  return {1, r.reserved, n, returned, charged, unpaid, remaining}
+  return recordSettle(rkey, 'Q', CALENDAR_LABEL, n, function(reserved, start, used)
+    return calendarSettle(s, reserved, start, used)
+  end)
 end
 
 if op == 'reserve' then

@@ -111,13 +111,9 @@ end
 if op == 'settle' then
   local s = load()
   local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', key)
-  local rkey = recordKey()
-  local r = recordRead(rkey, 'W', WINDOW_LABEL)
-  if not r then return RECORD_UNKNOWN end
-  if r.state == 'S' then return recordAnswer(r) end
-  local returned, charged, unpaid, remaining = windowSettle(s, r.reserved, r.start, actual)
-  recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
-  return {1, r.reserved, actual, returned, charged, unpaid, remaining}
+  return recordSettle(recordKey(), 'W', WINDOW_LABEL, actual, function(reserved, start, used)
+    return windowSettle(s, reserved, start, used)
+  end)
 end
 
 if op == 'set' then

@@ -121,13 +121,9 @@ if op == 'settle' then
   local s
   if ARGV[6] then s = gcraWithConfig(key, kind, nowUs, ARGV[6]) else s = gcraLoad(key, kind, nowUs) end
   local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', key)
-  local rkey = recordKey()
-  local r = recordRead(rkey, kind, label)
-  if not r then return RECORD_UNKNOWN end
-  if r.state == 'S' then return recordAnswer(r) end
-  local returned, charged, unpaid, remaining = gcraSettle(s, r.reserved, actual)
-  recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
-  return {1, r.reserved, actual, returned, charged, unpaid, remaining}
+  return recordSettle(recordKey(), kind, label, actual, function(reserved, _, used)
+    return gcraSettle(s, reserved, used)
+  end)
 end
 
 if op == 'set' then

@@ -88,13 +88,9 @@ end
 
 if op == 'settle' then
   local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', key)
-  local rkey = recordKey()
-  local r = recordRead(rkey, 'V', SLIDING_LABEL)
-  if not r then return RECORD_UNKNOWN end
-  if r.state == 'S' then return recordAnswer(r) end
-  local returned, charged, unpaid, remaining = slidingSettle(s, r.reserved, r.start, actual)
-  recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
-  return {1, r.reserved, actual, returned, charged, unpaid, remaining}
+  return recordSettle(recordKey(), 'V', SLIDING_LABEL, actual, function(reserved, start, used)
+    return slidingSettle(s, reserved, start, used)
+  end)
 end
 
 fail('REDLIMIT_INVALID_ARGUMENT', 'unknown operation for sliding_window.lua')

@@ -34,7 +34,7 @@ local MULTI_LIMIT_SIZE = 27
 -- The helpers below are made only if `makesRecords` is true: a local that a script which includes this
 -- file sets above its `-- include:` line. A function is a closure made anew on every call
 -- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
-local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, multiRecordRead,
+local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, recordSettle, multiRecordRead,
   multiRecordPack, multiRecordAnswer, multiRecordUnknown
 if makesRecords then
   -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
@@ -106,6 +106,21 @@ if makesRecords then
   -- The reply of a settle that found `r` settled already (status 2), and of one that found nothing.
   function recordAnswer(r)
     return {2, r.reserved, r.actual, r.returned, r.charged, r.unpaid, r.remaining}
+  end
+
+  -- A one-key script's settle of `actual` permits under the record `rkey` of a `kind` limiter
+  -- (`label` in messages): an open record is settled by settle(reserved, start, actual), which gives
+  -- permits back or charges them and returns returned, charged, unpaid, remaining, and is marked
+  -- settled with that answer; a settled record answers it again and changes nothing; no record
+  -- changes nothing (RECORD_UNKNOWN). Returns settle's reply {status, reserved, actual, returned,
+  -- charged, unpaid, remaining}.
+  function recordSettle(rkey, kind, label, actual, settle)
+    local r = recordRead(rkey, kind, label)
+    if not r then return RECORD_UNKNOWN end
+    if r.state == 'S' then return recordAnswer(r) end
+    local returned, charged, unpaid, remaining = settle(r.reserved, r.start, actual)
+    recordClose(rkey, r, actual, returned, charged, unpaid, remaining)
+    return {1, r.reserved, actual, returned, charged, unpaid, remaining}
   end
 
   -- The multi record in `rkey` as a table {state, reserved, actual, limits = {{kind, start, returned,
