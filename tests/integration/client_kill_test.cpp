@@ -50,14 +50,17 @@ class ClientKill : public RedisTest {
   };
 
   // Runs `decide` kThreads x kPerThread times while the connections are killed kKills times, each
-  // kill after the callers made progress since the last (no sleeps: the kills land among calls).
+  // kill after the callers made progress since the last (no sleeps: the kills land among calls):
+  // 40 calls in all, and every caller one call at least, so that a call resent after one kill (a
+  // caller's call in flight then) has ended before the next kill, which would close it again.
   Outcome underKills(const std::function<bool()>& decide) {
     std::atomic<std::int64_t> granted{0}, errors{0}, done{0};
+    std::vector<std::atomic<std::int64_t>> doneBy(kThreads);  // calls ended, per caller
     std::mutex firstErrorMutex;
     std::string firstError;
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&] {
+      threads.emplace_back([&, t] {
         for (int i = 0; i < kPerThread; ++i) {
           try {
             if (decide()) granted.fetch_add(1);
@@ -67,16 +70,26 @@ class ClientKill : public RedisTest {
               firstError = e.what();
             }
           }
+          doneBy[static_cast<std::size_t>(t)].fetch_add(1);
           done.fetch_add(1);
         }
       });
     }
     Outcome out;
     const std::int64_t total = std::int64_t{kThreads} * kPerThread;
+    std::vector<std::int64_t> seenBy(kThreads, 0);
+    const auto everyCallerMoved = [&] {
+      for (std::size_t t = 0; t < seenBy.size(); ++t) {
+        const std::int64_t now = doneBy[t].load();
+        if (now == seenBy[t] && now < kPerThread) return false;
+      }
+      return true;
+    };
     for (std::int64_t seen = 0; out.kills < kKills && done.load() < total; ++out.kills) {
-      while (done.load() < seen + 40 && done.load() < total) std::this_thread::yield();
+      while ((done.load() < seen + 40 || !everyCallerMoved()) && done.load() < total) std::this_thread::yield();
       (void)raw({"CLIENT", "KILL", "TYPE", "normal"});  // every connection but the admin's own
       seen = done.load();
+      for (std::size_t t = 0; t < seenBy.size(); ++t) seenBy[t] = doneBy[t].load();
     }
     for (std::thread& t : threads) t.join();
     out.granted = granted.load();
