@@ -307,7 +307,7 @@ class Gateway {
 
 struct Connection {
   beast::tcp_stream stream;
-  bool busy = false;  // a request is being answered (else waiting for one)
+  bool busy = false;  // a request is being answered and its response written (else waiting for one)
 };
 
 class Server {
@@ -372,10 +372,10 @@ class Server {
       if (ec) break;  // closed by the peer, timed out, not HTTP, or cancelled by stop()
       connection.busy = true;
       Response response = co_await gateway_.handle(request, peer);
-      connection.busy = false;
       if (stopping_) response.keep_alive(false);
       connection.stream.expires_after(kWriteTimeout);
       co_await bhttp::async_write(connection.stream, response, net::redirect_error(net::use_awaitable, ec));
+      connection.busy = false;  // stop() cancels reads only: a response being written is finished
       if (ec || !response.keep_alive()) break;
     }
     connections_.erase(registered);
