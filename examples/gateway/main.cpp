@@ -407,11 +407,18 @@ int main(int argc, char** argv) try {
     return 2;
   }
 
-  auto client = redlimit::Client::fromUri(config.redisUri);  // InvalidArgument for a bad URI
-  Gateway gateway(client, config);                           // InvalidArgument for a bad --name
+  // Bad input the library finds (the URI, a name, a rate out of Policy's range) before anything is
+  // sent: said as a bad option.
+  std::optional<Gateway> gateway;
+  try {
+    gateway.emplace(redlimit::Client::fromUri(config.redisUri), config);
+  } catch (const redlimit::InvalidArgument& e) {
+    std::fprintf(stderr, "gateway: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
 
   net::io_context ioc(1);
-  Server server(ioc, gateway, tcp::endpoint(address, config.port));
+  Server server(ioc, *gateway, tcp::endpoint(address, config.port));
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   signals.async_wait([&](const beast::error_code& error, int number) {
     if (error) return;
@@ -426,7 +433,7 @@ int main(int argc, char** argv) try {
   ioc.run();  // returns once stopped and every connection has ended
   std::fprintf(stderr, "gateway: stopped\n");
   return 0;
-} catch (const std::exception& e) {  // a bad URI or name, a port in use: said, not an abort
+} catch (const std::exception& e) {  // a port in use, an address not ours: said, not an abort
   std::fprintf(stderr, "gateway: %s\n", e.what());
   return 1;
 }

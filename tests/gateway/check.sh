@@ -4,7 +4,7 @@
 #   with-redis tests/gateway/check.sh GATEWAY yes|no     (yes: built with /metrics)
 # The limits are 20 per day per key and 100 per day in all (GCRA, burst = the count), so nothing
 # comes back during the test (the next permit is 72 min or 14.4 min away): every bound is exact.
-#  0. Bad options: exit status 2 and a message naming the option, before anything is started.
+#  0. Bad options: exit status 2 and the usage, before anything is started.
 #  1. curl: one key's 20 requests get 200 with its RateLimit-Policy and RateLimit fields (r
 #     counting down), the 21st 429 with Retry-After; no X-Api-Key: keyed by the client address;
 #     a key over 1024 bytes: 400; another path: 404; POST: 405.
@@ -48,12 +48,12 @@ fail() {
 }
 
 # --- 0. bad options: said, exit status 2, nothing started ----------------------------------------------
-for bad in "--per-key 5" "--global 5/1w" "--port 70000" "--bind nowhere" "--limit 5/1h"; do
+# The library's own checks too: a URI it cannot parse, a limiter name with ':'.
+for bad in "--per-key 5" "--global 5/1w" "--port 70000" "--bind nowhere" "--limit 5/1h" "--redis nope://x" "--name a:b"; do
   rc=0
   # shellcheck disable=SC2086  # one option and its value
   "$gateway" $bad >"$work/out" 2>&1 || rc=$?
-  [ "$rc" = 2 ] && grep -q -e "${bad%% *}" "$work/out" ||
-    fail "'$bad': exit $rc, $(cat "$work/out")"
+  [ "$rc" = 2 ] && grep -q '^usage: gateway' "$work/out" || fail "'$bad': exit $rc, $(cat "$work/out")"
 done
 
 "$gateway" --port 0 --per-key "$per_key/1d" --global "$global/1d" --name gateway-test >"$work/log" 2>&1 &
