@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages redlimit needs to build, test and benchmark, if any is missing,
-# plus any packages named on the command line (make test-clang adds clang).
+# plus any packages named on the command line (make test-clang adds clang). curl and wrk: the HTTP
+# clients of the gateway example's test (tests/gateway/check.sh).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev libhowardhinnant-date-dev tzdata libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libboost-dev libasio-dev redis-server redis-tools openssl "$@")
+pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev libhowardhinnant-date-dev tzdata libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libboost-dev libasio-dev redis-server redis-tools curl wrk openssl "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
