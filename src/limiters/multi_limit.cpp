@@ -506,7 +506,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     if (s.kind == Kind::GiveBack) {
       return core.runAsync<MultiSettlement>(
           [&] { return core.giveBackOp(c->across, s.group); },
-          [c](MultiSettlement back, std::exception_ptr error) {
+          [c](MultiSettlement back, const std::exception_ptr& error) {
             step(c, c->seq.gaveBack(error ? std::nullopt : std::make_optional(std::move(back))));
           });
     }

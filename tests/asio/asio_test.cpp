@@ -91,7 +91,7 @@ TEST_F(AsioFront, CallbackRunsOnTheHandlersExecutor) {
   net::io_context ioc;
   std::optional<std::thread::id> ranOn;
   Decision decision;
-  redlimit::asio::async_decide(l, "u", 1, net::bind_executor(ioc, [&](std::exception_ptr error, Decision d) {
+  redlimit::asio::async_decide(l, "u", 1, net::bind_executor(ioc, [&](const std::exception_ptr& error, Decision d) {
                                  EXPECT_FALSE(error);
                                  ranOn = std::this_thread::get_id();
                                  decision = d;
@@ -109,8 +109,8 @@ TEST_F(AsioFront, UnboundCallbackRunsOnTheSystemExecutorNotTheIoThread) {
   Limiter l = limiter();
   const std::thread::id io = ioThread(l);
   std::promise<std::thread::id> ranOn;
-  redlimit::asio::async_decide(l, "u", 1,
-                               [&](std::exception_ptr, Decision) { ranOn.set_value(std::this_thread::get_id()); });
+  redlimit::asio::async_decide(
+      l, "u", 1, [&](const std::exception_ptr&, Decision) { ranOn.set_value(std::this_thread::get_id()); });
   const std::thread::id id = ranOn.get_future().get();
   EXPECT_NE(id, io);
   EXPECT_NE(id, std::this_thread::get_id());
@@ -153,7 +153,7 @@ TEST_F(AsioFront, CoroutineAwaitsADecisionThenDecidesSynchronously) {
         resumedOn = std::this_thread::get_id();
         sync = l.decide("u", 1);
       },
-      [&](std::exception_ptr e) { failure = e; });
+      [&](std::exception_ptr e) { failure = std::move(e); });
   ioc.run();
   ASSERT_FALSE(failure) << "the coroutine threw";
   ASSERT_TRUE(resumedOn.has_value());
@@ -179,7 +179,7 @@ TEST_F(AsioFront, CoroutineCatchesTheErrorOfABadKey) {
           caught = true;
         }
       },
-      [&](std::exception_ptr e) { failure = e; });
+      [&](std::exception_ptr e) { failure = std::move(e); });
   ioc.run();
   ASSERT_FALSE(failure);
   EXPECT_TRUE(caught);
@@ -229,7 +229,7 @@ TEST_F(AsioFront, CoroutineRunsEveryLimiterOperation) {
         EXPECT_EQ(co_await ra::async_held(leases, "job", net::use_awaitable), 1);
         checked.emplace_back("leases");
       },
-      [&](std::exception_ptr e) { failure = e; });
+      [&](std::exception_ptr e) { failure = std::move(e); });
   ioc.run();
   ASSERT_FALSE(failure);
   EXPECT_EQ(checked, (std::vector<std::string>{"permits", "leases"}));
@@ -254,7 +254,7 @@ TEST_F(AsioFront, CoroutineDecidesAMultiLimit) {
         answers.push_back(denied.allowed);
         answers.push_back(both.tryAcquire(1));  // a sync call on the io_context's thread
       },
-      [&](std::exception_ptr e) { failure = e; });
+      [&](std::exception_ptr e) { failure = std::move(e); });
   ioc.run();
   ASSERT_FALSE(failure);
   EXPECT_EQ(answers, (std::vector<bool>{true, true, false, false, false}));
@@ -289,7 +289,7 @@ TEST_F(AsioFront, CoroutineRunsMultiLimitReservationsAndLeases) {
         EXPECT_FALSE((co_await ra::async_renew(withPlaces, *held.lease, net::use_awaitable)).has_value());
         ++steps;
       },
-      [&](std::exception_ptr e) { failure = e; });
+      [&](std::exception_ptr e) { failure = std::move(e); });
   ioc.run();
   ASSERT_FALSE(failure);
   EXPECT_EQ(steps, 2);
@@ -310,7 +310,7 @@ TEST_F(AsioFront, CoroutineDecidesARateLimiter) {
         answers.push_back(co_await redlimit::asio::async_try_acquire(rl, 1, net::use_awaitable));
         answers.push_back(rl.tryAcquire(1));  // a sync call on the io_context's thread
       },
-      [&](std::exception_ptr e) { failure = e; });
+      [&](std::exception_ptr e) { failure = std::move(e); });
   ioc.run();
   ASSERT_FALSE(failure);
   EXPECT_EQ(answers, (std::vector<bool>{true, true, false, false}));
@@ -353,7 +353,7 @@ TEST_F(AsioFront, CancelledWaitEndsWithOperationAbortedWhileRedisStillDecides) {
       l, "u", 1,
       net::bind_cancellation_slot(signal.slot(), net::bind_executor(ioc, [&](std::exception_ptr e, Decision) {
                                     ++calls;
-                                    error = e;
+                                    error = std::move(e);
                                   })));
   net::post(ioc, [&] { signal.emit(net::cancellation_type::terminal); });
   ioc.run();
