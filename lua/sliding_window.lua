@@ -50,9 +50,7 @@ if op == 'take' or op == 'peek' then
   if op == 'take' and countArg(ARGV[5], 0, 1e14 - 1, 'maxWait', key) > 0 then
     fail('REDLIMIT_INVALID_ARGUMENT', 'a ' .. SLIDING_LABEL .. ' takes permits now or not at all (maxWait must be 0)')
   end
-  local retry = slidingWait(s, s.count, n)
-  local allowed, count = 0, s.count
-  if retry == 0 then allowed, count = 1, count + n end
+  local allowed, retry, count = slidingTake(s, n)
   if op == 'take' and (allowed == 1 or s.stale) then slidingStore(s, count) end
   if op == 'peek' then count = s.count end
   return packDecision(allowed, slidingRemaining(s, count), retry, slidingResetAfter(s, count), s.l, nowUs, 0, s.l,
@@ -74,15 +72,9 @@ if op == 'reserve' then
     recordCheckRepeat(r, rkey, n)
     return {1, slidingRemaining(s, s.count), 0, slidingResetAfter(s, s.count), s.l, nowUs, 0, s.l, s.windowMs, 1}
   end
-  local retry = slidingWait(s, s.count, n)
-  local allowed, count = 0, s.count
-  if retry == 0 then
-    allowed, count = 1, count + n
-    slidingStore(s, count)
-    recordOpen(rkey, 'V', n, s.start, ttl)
-  elseif s.stale then
-    slidingStore(s, count)
-  end
+  local allowed, retry, count = slidingTake(s, n)
+  if allowed == 1 or s.stale then slidingStore(s, count) end
+  if allowed == 1 then recordOpen(rkey, 'V', n, s.start, ttl) end
   return {allowed, slidingRemaining(s, count), retry, slidingResetAfter(s, count), s.l, nowUs, 0, s.l, s.windowMs, 0}
 end
 

@@ -40,7 +40,7 @@ local SLIDING_LABEL = 'sliding window counter'
 -- exact products and quotients (slidingCmp, slidingQuot, slidingCeil) are lib/sliding_window_fast.lua's, which
 -- every script that includes this file names before it.
 local slidingConfigProblem, slidingNew, slidingLoad, slidingWithConfig, slidingCheckPermits,
-  slidingWait, slidingRemaining, slidingResetAfter, slidingStore, slidingRefund, slidingSettle
+  slidingWait, slidingTake, slidingRemaining, slidingResetAfter, slidingStore, slidingRefund, slidingSettle
 if makesSliding then
   function slidingConfigProblem(l, windowMs, keepAlive)
     if l < 1 or l > MAX_U32 then return 'the limit must be in 1..' .. MAX_U32 end
@@ -145,6 +145,14 @@ if makesSliding then
     local a2 = s.l - n
     if a2 >= count then return nextStart end
     return nextStart + s.wus - slidingQuot(a2, s.wus, count)
+  end
+
+  -- Taking n permits (n <= L) now if they fit: allowed (1 or 0), retryAfter (slidingWait: 0 when
+  -- allowed) and the current window's count after the call. Writes nothing.
+  function slidingTake(s, n)
+    local retry = slidingWait(s, s.count, n)
+    if retry == 0 then return 1, 0, s.count + n end
+    return 0, retry, s.count
   end
 
   -- What one more call could take now with `count` counted in the current window: L - count -

@@ -379,19 +379,19 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     return d;
   }
   // Throws InvalidArgument for `what`, a call that waits or answers without the lease, when a
-  // limit is a concurrency limit; and for `calendarWhat` (if given), a call that takes permits ahead
-  // of time, when a limit is a calendar quota (as Limiter's: its next window opens at the zone's
-  // next midnight).
-  void refuse(std::string_view what, std::string_view calendarWhat = {}) const {
+  // limit is a concurrency limit; and for `aheadWhat` (if given), a call that takes permits ahead
+  // of time, when a limit takes them now or not at all (Limits::nowOnly: a calendar quota, a
+  // sliding window counter, as Limiter's refusals).
+  void refuse(std::string_view what, std::string_view aheadWhat = {}) const {
     if (state_->leases()) {
       throw InvalidArgument(fmt::format(
           "redlimit: {}: {} cannot be used when a limit is a concurrency limit: a place cannot be taken ahead of "
           "time, and the lease must come back to be released. Use decide() or decideAsync(): MultiDecision::lease",
           state_->label, what));
     }
-    if (!calendarWhat.empty() && !state_->nowOnly.empty()) {
+    if (!aheadWhat.empty() && !state_->nowOnly.empty()) {
       throw InvalidArgument(fmt::format("redlimit: {}: {} cannot be used: {}. Use decide() and its retryAfter",
-                                        state_->label, calendarWhat, state_->nowOnly));
+                                        state_->label, aheadWhat, state_->nowOnly));
     }
   }
   // With `leases`, an allowed decision without a lease (the failure policy's grant, or a denial
