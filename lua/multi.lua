@@ -103,6 +103,24 @@
 --                      rule), the record is marked settled with every answer. Reply {status (1 now,
 --                      2 before: the stored answer, 0 no record), reserved, actual, then per limit
 --                      returned, charged, unpaid, remaining}.
+-- A decision across Redis Cluster slots (MultiLimit's slot by slot: one reserve per slot group, the
+-- last group's record its commit) adds to reserve and settle, after the configurations (each
+-- present, '' for a stored one):
+--   reserve n ttlMs cfg1..cfgk holdMs member, with the group's pending set after the record key:
+--                      a grant also adds `member` ("<id>:<n>") to the pending set with the score
+--                      now + holdMs (ms), the set living ttlMs; a fence in the record key (see
+--                      resolve) denies, nothing taken, `repeated` 2. The reply then lists the
+--                      members (at most 4) whose hold has ended (score <= now): decisions whose
+--                      caller went away before settling them, for the caller to resolve.
+--   reserve n ttlMs cfg1..cfgk, the last group's: as reserve; a fence denies as above.
+--   settle actual 0 cfg1..cfgk keepMs [member], [the pending set after the record key]: as settle;
+--                      the record keeps at most keepMs of its TTL, and `member` leaves the pending
+--                      set whether or not a record was found.
+--   resolve ttlMs      KEYS[1] a last group's record key: 1 if that decision's last group granted
+--                      (its record is there), else 0, having written a fence there for ttlMs (or
+--                      found one): the decision's reserve, if it comes late, will deny. Its earlier
+--                      groups' grants are then settled (resolve 1: actual n, nothing given back) or
+--                      given back (0) by whoever resolved it.
 
 -- The libraries' helpers this call makes (each is a closure made anew on every call): those of the
 -- kinds in the call and, for reserve and settle, the records'. A MultiLimit of GCRA limits makes
@@ -115,15 +133,29 @@ local makesWindow = string.find(kindBytes, 'W', 1, true) ~= nil
 local makesSliding = string.find(kindBytes, 'V', 1, true) ~= nil
 local makesCalendar = string.find(kindBytes, 'Q', 1, true) ~= nil
 local makesLeases = string.find(kindBytes, 'C', 1, true) ~= nil
-local makesRecords = ARGV[1] == 'reserve' or ARGV[1] == 'settle'
+local makesRecords = ARGV[1] == 'reserve' or ARGV[1] == 'settle' or ARGV[1] == 'resolve'
 local slidingFastCall = false                  -- lib/sliding_window_fast.lua: its arithmetic only
 -- include: sliding_window_fast base onekey gcra_core fixed_window_core sliding_window_core reservation_core concurrency_core calendar_core
 local MAX_LIMITS = 32
 local op = ARGV[1]
 local k = #KEYS
-local rkey = nil                               -- reserve and settle: the record key, the last key
+
+-- resolve ttlMs: see the header.
+if op == 'resolve' then
+  local ttl = countArg(ARGV[4], 1, MAX_RECORD_TTL_MS, 'record TTL (ms)', KEYS[1])
+  if k ~= 1 then fail('REDLIMIT_INVALID_ARGUMENT', 'resolve takes one record key') end
+  local v = multiRecordValue(KEYS[1], KEYS[1])
+  if v and v ~= MULTI_FENCE then return 1 end
+  if not v then multiRecordFence(KEYS[1], ttl) end
+  return 0
+end
+
+local rkey = nil                               -- reserve and settle: the record key, after the limits
+local pkey = nil                               -- across slots: the slot group's pending set, after it
 if op == 'reserve' or op == 'settle' then
-  rkey, k = KEYS[k], k - 1
+  k = #kindBytes
+  rkey, pkey = KEYS[k + 1], KEYS[k + 2]
+  if #KEYS > k + 2 then fail('REDLIMIT_INVALID_ARGUMENT', op .. ' takes the limits, a record and a pending set') end
   if string.find(ARGV[3] or '', '[^TGWVQ]') then  -- the record holds what these kinds give back
     fail('REDLIMIT_INVALID_ARGUMENT', 'reserve and settle take token bucket, GCRA, fixed window, sliding window and ' ..
       'calendar limits only')
@@ -201,11 +233,20 @@ if op == 'reserve' then
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', owner)
   local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', owner)
   local r = multiRecordRead(rkey, KEYS, k, kinds, owner)
-  if r and r.reserved ~= n then
+  if r and r.state ~= 'A' and r.reserved ~= n then
     fail('REDLIMIT_INVALID_ARGUMENT', 'reservation ' .. rkey .. ' holds ' .. r.reserved .. ' permits, not ' .. n ..
       ': a reservation id names one reservation')
   end
-  reserving = {ttl = ttl, n = n, repeated = r ~= nil}
+  reserving = {ttl = ttl, n = n, repeated = r ~= nil, fenced = r ~= nil and r.state == 'A'}
+  if pkey then                                 -- read (and type-checked) before anything is written
+    reserving.hold = countArg(ARGV[6 + k], 1, MAX_RECORD_TTL_MS, 'hold (ms)', owner)
+    reserving.member = ARGV[7 + k]
+    if type(reserving.member) ~= 'string' or reserving.member == '' then
+      fail('REDLIMIT_INVALID_ARGUMENT', 'a reserve across slots needs its pending member')
+    end
+    reserving.nowMs = math.floor(nowUs / 1000)
+    reserving.ended = redis.call('ZRANGEBYSCORE', pkey, '-inf', reserving.nowMs, 'LIMIT', 0, 4)
+  end
   if r then op = 'peek' else op = 'take' end
   ARGV[5] = '0'                                -- take's maxWait: now or not at all
 end
@@ -213,6 +254,18 @@ end
 -- The reply of a reserve, from the take (or peek) branch's reply: the record written when granted,
 -- then `repeated` (0 or 1) appended.
 local function finishReserve(reply, all)
+  if reserving.ended then                      -- across slots: the pending members whose hold ended
+    local ended = reserving.ended
+    reserving.ended = nil
+    reply = finishReserve(reply, all)
+    for i = 1, #ended do reply[#reply + 1] = ended[i] end
+    return reply
+  end
+  if reserving.fenced then                     -- given up by a resolve: denied, nothing taken
+    reply[1], reply[7], reply[8] = 0, 0, 0
+    reply[#reply + 1] = 2
+    return reply
+  end
   if reserving.repeated then                   -- the first grant again, as the limits are now
     reply[1], reply[3], reply[7], reply[8] = 1, 0, 0, 0
     for i = 1, k do
@@ -230,6 +283,10 @@ local function finishReserve(reply, all)
       limits[i] = {start = start, returned = 0, charged = 0, unpaid = 0, remaining = 0}
     end
     redis.call('SET', rkey, multiRecordPack(KEYS, k, kinds, 'O', reserving.n, 0, limits), 'PX', reserving.ttl)
+    if reserving.member then
+      redis.call('ZADD', pkey, reserving.nowMs + reserving.hold, reserving.member)
+      redis.call('PEXPIRE', pkey, reserving.ttl)
+    end
   end
   reply[#reply + 1] = 0
   return reply
@@ -461,10 +518,17 @@ end
 if op == 'settle' then
   if not rkey then fail('REDLIMIT_INVALID_ARGUMENT', 'settle needs the record key as the last key') end
   local actual = countArg(ARGV[4], 0, MAX_U32, 'actual permits', owner)
+  local keep = nil                             -- across slots: the most of its TTL the record keeps
+  if ARGV[6 + k] and ARGV[6 + k] ~= '' then keep = countArg(ARGV[6 + k], 1, MAX_RECORD_TTL_MS, 'keep (ms)', owner) end
+  local member = ARGV[7 + k]
+  if pkey and (type(member) ~= 'string' or member == '') then
+    fail('REDLIMIT_INVALID_ARGUMENT', 'a settle across slots needs its pending member')
+  end
   local all = loadAll()
   if not all then return nowUs end
   local r = multiRecordRead(rkey, KEYS, k, kinds, owner)
-  if not r then return multiRecordUnknown(k) end
+  if pkey then redis.call('ZREM', pkey, member) end
+  if not r or r.state == 'A' then return multiRecordUnknown(k) end
   if r.state == 'S' then return multiRecordAnswer(r, k) end
   -- Everything is read and checked: from here on every limit settles.
   for i = 1, k do
@@ -481,6 +545,7 @@ if op == 'settle' then
   end
   local packed = multiRecordPack(KEYS, k, kinds, 'S', r.reserved, actual, r.limits)
   local ttl = redis.call('PTTL', rkey)
+  if keep and (ttl <= 0 or ttl > keep) then ttl = keep end
   if ttl > 0 then redis.call('SET', rkey, packed, 'PX', ttl) else redis.call('SET', rkey, packed) end
   r.actual = actual
   local reply = multiRecordAnswer(r, k)

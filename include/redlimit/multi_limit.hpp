@@ -45,12 +45,13 @@ namespace redlimit {
 /// which is all Redis Cluster hashes: on({"{tenant42}:user:7", "{tenant42}"})) are one script call
 /// there too. Keys of several slots (a limit shared by every tenant beside each tenant's) are
 /// decided slot by slot (docs/algorithms.md, "Keys in several slots of a Cluster"): in slot order,
-/// every slot but the last reserves (all or nothing there, with a record in that slot), the last
-/// takes; when one denies or fails, the slots before it get their permits back, once, before the
-/// call answers. Never more than any limit; a denied call holds the earlier slots' permits only
-/// while the later calls run; a caller that dies between two slots leaves them taken as a
-/// grant's (they come back as the limits refill), and its records expire after 2 x the slots x
-/// the call bound + 1 s. Across slots: decide, tryAcquire(permits), peek, decideAsync and
+/// every slot reserves (all or nothing there, with a record in that slot; the last slot's record
+/// is the decision's commit); when one denies or fails, the slots before it get their permits
+/// back, once, before the call answers. Never more than any limit; a denied call holds the
+/// earlier slots' permits only while the later calls run; a caller that dies between two slots
+/// holds them for at most 2 x the slots x the call bound + 1 s, after which the next decision over
+/// the same limits gives them back if the last slot has no record of the call (and keeps them if
+/// it has). Across slots: decide, tryAcquire(permits), peek, decideAsync and
 /// tryAcquireAsync; the others throw InvalidArgument before anything is sent.
 ///
 /// The configurations: a Limiter of a stored policy uses the configuration stored in each key (set

@@ -26,17 +26,23 @@ local RECORD_UNKNOWN = {0, 0, 0, 0, 0, 0, 0} -- the reply of a settle that found
 --   order: its kind byte, the fixed window's start (µs, uint56; 0 for the token bucket and GCRA),
 --   returned, charged, unpaid, remaining (uint32 each; 0 while open), the length of its key
 --   (uint16) and the key. TTL as the one-key record's.
+-- A fence is a multi record of state 'A' (aborted), reserved 1, actual 0 and no limit (the head
+--   alone): a decision across Cluster slots that was given up (multi.lua's resolve wrote it where
+--   that decision's last slot group would have recorded its grant), so that its reserve, if it
+--   comes late, denies.
 local MULTI_HEAD = '<c1c1c1I4I4B'
 local MULTI_HEAD_SIZE = 12
 local MULTI_LIMIT = '<c1I7I4I4I4I4I2'
 local MULTI_LIMIT_SIZE = 27
+local MULTI_FENCE = nil                    -- a fence (made below with the helpers)
 
 -- The helpers below are made only if `makesRecords` is true: a local that a script which includes this
 -- file sets above its `-- include:` line. A function is a closure made anew on every call
 -- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
 local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, recordSettle, multiRecordRead,
-  multiRecordPack, multiRecordAnswer, multiRecordUnknown
+  multiRecordPack, multiRecordAnswer, multiRecordUnknown, multiRecordValue, multiRecordFence
 if makesRecords then
+  MULTI_FENCE = struct.pack(MULTI_HEAD, 'R', 'M', 'A', 1, 0, 0)
   -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
   function recordKey()
     local rkey = KEYS[2]
@@ -123,11 +129,8 @@ if makesRecords then
     return {1, r.reserved, actual, returned, charged, unpaid, remaining}
   end
 
-  -- The multi record in `rkey` as a table {state, reserved, actual, limits = {{kind, start, returned,
-  -- charged, unpaid, remaining}...}}, nil if the key does not exist. keys[1..k] and kinds are the
-  -- caller's limits. Anything redlimit did not write fails with REDLIMIT_INVALID_STATE, and so does a
-  -- record of a one-key limiter or of another MultiLimit (other limits): nothing has been written.
-  function multiRecordRead(rkey, keys, k, kinds, owner)
+  -- The string in the multi record key `rkey`, or nil; another Redis type fails naming `owner`.
+  function multiRecordValue(rkey, owner)
     local v = redis.pcall('GET', rkey)
     if type(v) == 'table' and v.err then
       if string.find(v.err, 'WRONGTYPE', 1, true) then
@@ -136,7 +139,23 @@ if makesRecords then
       end
       error(v)
     end
+    return v or nil
+  end
+
+  -- Writes a fence in `rkey` (which holds nothing) for ttlMs.
+  function multiRecordFence(rkey, ttlMs)
+    redis.call('SET', rkey, MULTI_FENCE, 'PX', ttlMs)
+  end
+
+  -- The multi record in `rkey` as a table {state, reserved, actual, limits = {{kind, start, returned,
+  -- charged, unpaid, remaining}...}}, nil if the key does not exist, {state = 'A'} for a fence.
+  -- keys[1..k] and kinds are the caller's limits. Anything redlimit did not write fails with
+  -- REDLIMIT_INVALID_STATE, and so does a record of a one-key limiter or of another MultiLimit (other
+  -- limits): nothing has been written.
+  function multiRecordRead(rkey, keys, k, kinds, owner)
+    local v = multiRecordValue(rkey, owner)
     if not v then return nil end
+    if v == MULTI_FENCE then return {state = 'A'} end
     local function corrupt()
       fail('REDLIMIT_INVALID_STATE', 'reservation record ' .. rkey .. ' of MultiLimit ' .. owner ..
         ' holds a value redlimit did not write; delete it')

@@ -105,6 +105,12 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // The limits (indexes, ascending) whose keys share one hash slot.
   using Group = std::vector<std::size_t>;
   using Groups = std::vector<Group>;
+  // A call of a decision across slots, beyond the limits and the record: the slot group's pending
+  // set ("" if none) and the ARGV after every limit's configuration (lua/multi.lua).
+  struct SlotExtras {
+    std::string pendingKey;
+    std::vector<std::string> argv;
+  };
 
   // The limits of `state` on `names`: the keys of a call, or (`unbound`) the limiters' names of a
   // MultiLimit as made, whose keys come with on(); it sends no call. `groups`: on a Cluster, keys in
@@ -215,10 +221,11 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // std::function's own buffer on the one-call path.
   Op<MultiDecision> limitsOp(Call::Params params, std::string_view what, std::string_view op, std::int64_t permits,
                              std::int64_t second = 0, const std::string& recordKey = {},
-                             const std::string& leaseId = {}, const Group* group = nullptr) const {
+                             const std::string& leaseId = {}, const Group* group = nullptr,
+                             const SlotExtras* extras = nullptr) const {
     detail::checkPermitsUpTo(permits, state_->maxPermits, "", state_->label,
                              "the least burst or limit of its limiters' policies");
-    return {params, what, limitsRequest(op, permits, second, recordKey, leaseId, group),
+    return {params, what, limitsRequest(op, permits, second, recordKey, leaseId, group, extras),
             [state = state_, group, permits](Core* self, const Request& q, const Reply& r) {
               return parse(*state, self != nullptr, q, r, permits, group);
             },
@@ -229,10 +236,11 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // configurations at ARGV[6...] with the calendar tables (their places in ARGV are these), then
   // `leaseId` (take's, when a limit is a concurrency limit); `recordKey` (a reservation record), if
   // any, after the limits' keys. With `group`, the limits of that slot group only (no calendar
-  // limit and no concurrency limit: on() refuses them across slots).
+  // limit and no concurrency limit: on() refuses them across slots), and `extras` if any: the
+  // pending set after the record key, its ARGV after every limit's configuration ('' for a stored one).
   Request limitsRequest(std::string_view op, std::int64_t permits, std::int64_t second,
                         const std::string& recordKey = {}, const std::string& leaseId = {},
-                        const Group* group = nullptr) const {
+                        const Group* group = nullptr, const SlotExtras* extras = nullptr) const {
     if (group != nullptr) {
       std::vector<std::string> some;
       std::string kinds;
@@ -240,12 +248,18 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
       for (const std::size_t i : *group) {
         some.push_back(names_[i]);
         kinds.push_back(state_->kinds[i]);
-        if (!state_->configs.empty()) configs.push_back(state_->configs[i]);
+        if (!state_->configs.empty() || extras != nullptr) {
+          configs.push_back(state_->configs.empty() ? std::string() : state_->configs[i]);
+        }
       }
       if (!recordKey.empty()) some.push_back(recordKey);
       std::vector<std::string> argv{std::string(op), "", std::move(kinds), fmt::to_string(permits),
                                     fmt::to_string(second)};
       std::move(configs.begin(), configs.end(), std::back_inserter(argv));
+      if (extras != nullptr) {
+        if (!extras->pendingKey.empty()) some.push_back(extras->pendingKey);
+        argv.insert(argv.end(), extras->argv.begin(), extras->argv.end());
+      }
       return {&kMulti, std::move(some), std::move(argv), nullptr, nullptr};
     }
     std::vector<std::string> all = keys();
@@ -415,45 +429,156 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
         "tag (\"{{tenant42}}:user:7\", \"{{tenant42}}:tenant\") for one script call",
         state_->label, groups_->size(), what));
   }
-  // One decision (or peek) across slots: its permits and, unless a peek, its records' id (new in
-  // every call) and keys (per group but the last, in that group's slot), and their TTL.
+  // One decision (or peek) across slots: its permits and, unless a peek, its id (new in every call),
+  // each group's record key (in that group's slot) and, for every group but the last, its pending
+  // set, and the times below.
   struct Across {
     std::int64_t permits = 0;
     bool peek = false;
-    std::vector<std::string> recordKeys;
-    milliseconds recordTtl{0};
+    std::string id;
+    std::vector<std::string> recordKeys;   // per group
+    std::vector<std::string> pendingKeys;  // per group but the last
+    milliseconds hold{0};                  // how long an earlier group's grant waits for the decision
+    milliseconds recordTtl{0};             // how long its record (and pending member) can be found
   };
-  // Across's records live twice the bound of every call of the sequence (an ask per group, a
-  // give-back per group but the last), plus 1 s for the caller between calls: a record outlives
-  // its give-back (a settle that finds none gives nothing back). A grant's are not settled: they
-  // expire (no call more on the grant's path; 12 + 27 bytes a limit + the keys, for this long).
+  // The hold is twice the bound of every call of the sequence (an ask per group, a give-back per
+  // group but the last) plus 1 s for the caller between calls: a live caller has decided (or given
+  // back) by then. After it, a caller that went away is presumed gone: the next decision over the
+  // same limits that finds its member resolves it. Records stay findable for an hour more (a
+  // settled one keeps at most the hold); the last group's outlives the others' by a hold, so that a
+  // resolve never finds it gone while an earlier group's record is there.
+  static constexpr milliseconds kFindable{3600 * 1000};
   Across across(std::int64_t permits, bool peek) const {
-    Across a{permits, peek, {}, {}};
+    Across a{permits, peek, {}, {}, {}, {}, {}};
     if (peek) return a;
-    const std::string id = detail::newLeaseId();
-    for (std::size_t g = 0; g + 1 < groups_->size(); ++g) {
-      a.recordKeys.push_back(detail::namespacedRecordKey(names_[(*groups_)[g].front()], id, "mxs"));
+    a.id = detail::newLeaseId();
+    const Groups& groups = *groups_;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      a.recordKeys.push_back(recordKeyOf(g, a.id));
+      if (g + 1 < groups.size()) a.pendingKeys.push_back(pendingKeyOf(g));
     }
-    const std::int64_t ttl = 2 * static_cast<std::int64_t>(groups_->size()) * state_->callBound.count() + 1000;
-    a.recordTtl = milliseconds{std::min<std::int64_t>(ttl, detail::kMaxReservationTtl.count())};
+    const std::int64_t hold = 2 * static_cast<std::int64_t>(groups.size()) * state_->callBound.count() + 1000;
+    const std::int64_t most = detail::kMaxReservationTtl.count();
+    a.hold = milliseconds{std::min(hold, most / 4)};
+    a.recordTtl = milliseconds{std::min(a.hold.count() + kFindable.count(), most - a.hold.count())};
     return a;
   }
-  // The call of slot group `g`: a peek; a reserve under its record (every group but the last); the
-  // last group's take. Uncounted: the combined decision is counted once (finish).
-  Op<MultiDecision> askOp(const Across& a, std::size_t g) const {
-    const Group* group = &(*groups_)[g];
-    if (a.peek) return limitsOp(plain(), "peek", "peek", a.permits, 0, {}, {}, group);
-    if (g + 1 == groups_->size()) return limitsOp(decision(a.permits), "decide", "take", a.permits, 0, {}, {}, group);
-    return limitsOp(decision(a.permits), "decide", "reserve", a.permits, a.recordTtl.count(), a.recordKeys[g], {},
-                    group);
+  // Group `g`'s record of the decision `id`: in its first key's slot.
+  std::string recordKeyOf(std::size_t g, const std::string& id) const {
+    return detail::namespacedRecordKey(names_[(*groups_)[g].front()], id, "mxs");
   }
-  // Gives back group `g`'s reservation: a settle of 0 under its record, sent again after a closed
-  // connection (the record makes a resend give nothing twice).
-  Op<MultiSettlement> giveBackOp(const Across& a, std::size_t g) const {
+  // Group `g`'s pending set: in its first key's slot, named by what its members need to be resolved
+  // and swept by another caller (FNV-1a of the group's keys and kinds, and of the last group's first
+  // key): only a decision over the same limits finds them.
+  std::string pendingKeyOf(std::size_t g) const {
+    std::uint64_t h = 14695981039346656037ULL;
+    const auto mix = [&h](std::string_view bytes) {
+      for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+      h = (h ^ 0xffU) * 1099511628211ULL;
+    };
+    for (const std::size_t i : (*groups_)[g]) {
+      mix(names_[i]);
+      mix(std::string_view(&state_->kinds[i], 1));
+    }
+    mix(names_[groups_->back().front()]);
+    return detail::namespacedRecordKey(names_[(*groups_)[g].front()], fmt::format("{:016x}", h), "mxp");
+  }
+  // A member of a pending set: "<id>:<permits>".
+  static std::string memberOf(const Across& a) { return fmt::format("{}:{}", a.id, a.permits); }
+  // The id and permits of `member`; nullopt if redlimit did not write it.
+  static std::optional<std::pair<std::string, std::int64_t>> parseMember(const std::string& member) {
+    const std::size_t colon = member.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 >= member.size() || colon + 11 < member.size()) {
+      return std::nullopt;
+    }
+    std::int64_t n = 0;
+    for (std::size_t i = colon + 1; i < member.size(); ++i) {
+      if (member[i] < '0' || member[i] > '9') return std::nullopt;
+      n = n * 10 + (member[i] - '0');
+    }
+    if (n < 1 || n > detail::kMaxPermits) return std::nullopt;
+    return std::make_pair(member.substr(0, colon), n);
+  }
+
+  // An ask's answer across slots: the group's decision, the pending members it found whose hold
+  // ended, and whether the decision was given up (a resolve fenced its last group's record).
+  struct SlotAnswer {
+    MultiDecision decision;
+    std::vector<std::string> ended;
+    bool fenced = false;
+  };
+  // The call of slot group `g`: a peek, or a reserve under its record (every group but the last
+  // with its pending set). Uncounted: the combined decision is counted once (finish).
+  Op<SlotAnswer> askOp(const Across& a, std::size_t g) const {
     const Group* group = &(*groups_)[g];
+    if (a.peek) return answering(limitsOp(plain(), "peek", "peek", a.permits, 0, {}, {}, group), 0);
+    const bool last = g + 1 == groups_->size();
+    const SlotExtras extras{
+        last ? std::string() : a.pendingKeys[g],
+        last ? std::vector<std::string>{} : std::vector<std::string>{fmt::to_string(a.hold.count()), memberOf(a)}};
+    const milliseconds ttl = last ? a.recordTtl + a.hold : a.recordTtl;
+    return answering(
+        limitsOp(decision(a.permits), "decide", "reserve", a.permits, ttl.count(), a.recordKeys[g], {}, group, &extras),
+        kHead + kPerLimit * group->size() + 1);
+  }
+  // `one` answering a SlotAnswer: a reserve's reply (`size` elements before the members) may end
+  // with pending members, and its `repeated` is 2 when the decision was given up.
+  static Op<SlotAnswer> answering(Op<MultiDecision> one, std::size_t size) {
+    return {one.params, one.what, std::move(one.request),
+            [parse = std::move(one.parse), size](Core* self, const Request& q, const Reply& r) {
+              SlotAnswer out;
+              if (size == 0 || r.type != Reply::Type::Array || r.elements.size() <= size) {
+                out.decision = parse(self, q, r);
+              } else {
+                Reply head = r;
+                head.elements.resize(size);
+                out.decision = parse(self, q, head);
+                for (std::size_t i = size; i < r.elements.size(); ++i) out.ended.push_back(r.elements[i].str);
+              }
+              out.fenced = size != 0 && r.elements[size - 1].integer == 2;
+              return out;
+            },
+            [policy = std::move(one.byPolicy)](Core& self, bool allowed) {
+              return SlotAnswer{policy(self, allowed), {}, false};
+            }};
+  }
+  // Settles group `g`'s record of the decision `id` (`member` in its pending set, if `g` has one)
+  // as `actual`: 0 gives back, the reserved permits keep them. Sent again after a closed connection
+  // (the record makes a resend give nothing twice). Its record keeps at most the hold.
+  Op<MultiSettlement> settleOp(const Across& a, std::size_t g, const std::string& id, const std::string& member,
+                               std::int64_t actual) const {
+    const Group* group = &(*groups_)[g];
+    const bool last = g + 1 == groups_->size();
+    std::vector<std::string> argv{fmt::to_string(a.hold.count())};
+    if (!last) argv.push_back(member);
+    const SlotExtras extras{last ? std::string() : pendingKeyOf(g), std::move(argv)};
     return {
-        plain(), "decide", limitsRequest("settle", 0, 0, a.recordKeys[g], {}, group),
+        plain(), "decide", limitsRequest("settle", actual, 0, recordKeyOf(g, id), {}, group, &extras),
         [state = state_, group](Core*, const Request&, const Reply& r) { return parseSettlement(*state, r, group); }};
+  }
+  // Gives back group `g`'s reservation of this decision.
+  Op<MultiSettlement> giveBackOp(const Across& a, std::size_t g) const {
+    return settleOp(a, g, a.id, g + 1 < groups_->size() ? memberOf(a) : std::string(), 0);
+  }
+  // Whether the decision of `member` took in the last group (its record there); if it did not, it
+  // never will: the resolve fences that record. Idempotent: sent again after a closed connection.
+  Op<bool> resolveOp(const Across& a, const std::string& member) const {
+    const auto parsed = parseMember(member);
+    if (!parsed) {
+      throw InvalidArgument(fmt::format("redlimit: {}: a pending member redlimit did not write", state_->label));
+    }
+    return {plain(), "decide",
+            Request{&kMulti,
+                    {recordKeyOf(groups_->size() - 1, parsed->first)},
+                    {"resolve", "", "", fmt::to_string((a.recordTtl + a.hold).count())},
+                    nullptr,
+                    nullptr},
+            [](Core*, const Request&, const Reply& r) { return r.integer == 1; }};
+  }
+  // Sweeps `member` from group `g`: its record settled as kept (`committed`) or given back.
+  Op<MultiSettlement> sweepOp(const Across& a, std::size_t g, const std::string& member, bool committed) const {
+    const auto parsed = parseMember(member);  // resolveOp read it first
+    return settleOp(a, g, parsed->first, member, committed ? parsed->second : 0);
   }
   // The decision (or peek) across slots, waiting: each step run as one call (runOp).
   MultiDecision decideAcross(std::int64_t permits, bool peek) {
@@ -462,16 +587,68 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     using Kind = detail::SlotSequence::Step::Kind;
     for (detail::SlotSequence::Step s = seq.start(); s.kind != Kind::Done;) {
       if (s.kind == Kind::Ask) {
-        MultiDecision d;
-        std::exception_ptr error = detail::thrownBy([&] { d = run(askOp(a, s.group)); });
-        s = error ? seq.failed(std::move(error)) : seq.answered(std::move(d));
-      } else {
+        SlotAnswer answer;
+        std::exception_ptr error = detail::thrownBy([&] { answer = run(askOp(a, s.group)); });
+        s = error ? seq.failed(std::move(error)) : answeredBy(a, seq, std::move(answer));
+      } else if (s.kind == Kind::GiveBack) {
         std::optional<MultiSettlement> back;
         (void)detail::thrownBy([&] { back = run(giveBackOp(a, s.group)); });
         s = seq.gaveBack(std::move(back));
+      } else if (s.kind == Kind::Resolve) {
+        std::optional<bool> committed;
+        (void)detail::thrownBy([&] { committed = run(resolveOp(a, s.member)); });
+        s = seq.resolved(committed);
+      } else {
+        (void)detail::thrownBy([&] { (void)run(sweepOp(a, s.group, s.member, s.committed)); });
+        s = seq.swept();
       }
     }
-    return finish(a, seq);
+    return finished(a, seq);
+  }
+  // `answer` to `seq`: a decision given up is the call's TimeoutError (its earlier groups given back).
+  detail::SlotSequence::Step answeredBy(const Across& a, detail::SlotSequence& seq, SlotAnswer answer) const {
+    if (!answer.fenced) return seq.answered(std::move(answer.decision), std::move(answer.ended));
+    return seq.failed(std::make_exception_ptr(TimeoutError(fmt::format(
+        "redlimit: {}: the decision across Cluster slots took longer than its hold ({} ms) before its last slot, and "
+        "another caller gave its earlier slots' permits back; nothing is taken (check the latency to the Cluster's "
+        "primaries)",
+        state_->label, a.hold.count()))));
+  }
+  // finish(), and when every group granted, their records settled as kept (in the background; the
+  // last group's after the others', so that it is there while theirs can be found).
+  MultiDecision finished(const Across& a, const detail::SlotSequence& seq) {
+    MultiDecision d = finish(a, seq);
+    if (!a.peek && !seq.error() && seq.answers().size() == groups_->size() && seq.answers().back().allowed &&
+        !seq.recorded().empty()) {
+      keep(std::make_shared<const Across>(a), seq.recorded());
+    }
+    return d;
+  }
+  void keep(const std::shared_ptr<const Across>& a, std::vector<std::size_t> earlier) {
+    const std::size_t last = groups_->size() - 1;
+    const bool lastRecorded = earlier.back() == last;
+    if (lastRecorded) earlier.pop_back();
+    std::shared_ptr<Core> self = shared_from_this();
+    const auto keepLast = [self, a, last] {
+      self->runAsync<MultiSettlement>([&] { return self->settleOp(*a, last, a->id, {}, a->permits); },
+                                      [](const MultiSettlement&, const std::exception_ptr&) {});
+    };
+    if (earlier.empty()) return keepLast();
+    // The last group's record is kept long only while an earlier one may still be swept.
+    struct Left {
+      std::atomic<std::size_t> calls;
+      std::atomic<bool> failed{false};
+    };
+    auto left = std::make_shared<Left>();
+    left->calls = earlier.size();
+    for (const std::size_t g : earlier) {
+      runAsync<MultiSettlement>(
+          [&] { return settleOp(*a, g, a->id, memberOf(*a), a->permits); },
+          [left, lastRecorded, keepLast](const MultiSettlement&, const std::exception_ptr& error) {
+            if (error) left->failed = true;
+            if (left->calls.fetch_sub(1) == 1 && !left->failed && lastRecorded) keepLast();
+          });
+    }
   }
   // decideAcross without waiting: each step sent when the one before answered (on the I/O thread);
   // `done` once (isolated), with the checks' error at once. The chain holds this Core: a handle
@@ -493,25 +670,36 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     c->done = std::move(done);
     step(c, c->seq.start());
   }
-  static void step(const std::shared_ptr<Chain>& c, detail::SlotSequence::Step s) {
+  static void step(const std::shared_ptr<Chain>& c, const detail::SlotSequence::Step& s) {
     Core& core = *c->core;
     using Kind = detail::SlotSequence::Step::Kind;
-    if (s.kind == Kind::Ask) {
-      return core.runAsync<MultiDecision>(
-          [&] { return core.askOp(c->across, s.group); },
-          [c](MultiDecision d, std::exception_ptr error) {
-            step(c, error ? c->seq.failed(std::move(error)) : c->seq.answered(std::move(d)));
-          });
-    }
-    if (s.kind == Kind::GiveBack) {
-      return core.runAsync<MultiSettlement>(
-          [&] { return core.giveBackOp(c->across, s.group); },
-          [c](MultiSettlement back, const std::exception_ptr& error) {
-            step(c, c->seq.gaveBack(error ? std::nullopt : std::make_optional(std::move(back))));
-          });
+    switch (s.kind) {
+      case Kind::Ask:
+        return core.runAsync<SlotAnswer>([&] { return core.askOp(c->across, s.group); },
+                                         [c](SlotAnswer answer, std::exception_ptr error) {
+                                           step(c, error ? c->seq.failed(std::move(error))
+                                                         : c->core->answeredBy(c->across, c->seq, std::move(answer)));
+                                         });
+      case Kind::GiveBack:
+        return core.runAsync<MultiSettlement>(
+            [&] { return core.giveBackOp(c->across, s.group); },
+            [c](MultiSettlement back, const std::exception_ptr& error) {
+              step(c, c->seq.gaveBack(error ? std::nullopt : std::make_optional(std::move(back))));
+            });
+      case Kind::Resolve:
+        return core.runAsync<bool>([&] { return core.resolveOp(c->across, s.member); },
+                                   [c](bool committed, const std::exception_ptr& error) {
+                                     step(c, c->seq.resolved(error ? std::nullopt : std::make_optional(committed)));
+                                   });
+      case Kind::Sweep:
+        return core.runAsync<MultiSettlement>(
+            [&] { return core.sweepOp(c->across, s.group, s.member, s.committed); },
+            [c](const MultiSettlement&, const std::exception_ptr&) { step(c, c->seq.swept()); });
+      case Kind::Done:
+        break;
     }
     MultiDecision d;
-    std::exception_ptr error = detail::thrownBy([&] { d = core.finish(c->across, c->seq); });
+    std::exception_ptr error = detail::thrownBy([&] { d = core.finished(c->across, c->seq); });
     detail::callOnce(c->done, &core.gate_.monitor(), core.state_->label, std::move(d), std::move(error));
   }
   // The answer of a decision across slots (`seq` done), counted unless a peek, or the error of the
@@ -657,7 +845,7 @@ MultiLimit MultiLimit::on(const std::vector<std::string_view>& keys) const {
   for (std::size_t i = 0; i < keys.size(); ++i) stateKeys.push_back(detail::namespacedKey(s.limiterNames[i], keys[i]));
   Core::Groups groups = slotGroups(*s.client, stateKeys);
   if (groups.empty()) return MultiLimit(std::make_shared<Core>(core_->state_, std::move(stateKeys), false));
-  // Slot by slot: a reserve in every slot but the last, given back if a later one denies. A lease
+  // Slot by slot: a reserve in every slot, given back if a later one denies. A lease
   // cannot be reserved under a record (multi.lua refuses it), and a calendar quota's table of
   // windows is placed in the ARGV of one call of all the limits (Limits::tables): both refused.
   if (s.leases() || s.tables) {

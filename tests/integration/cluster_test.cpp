@@ -1,6 +1,9 @@
 // Redis Cluster: limiters on a real 3-primary cluster (tests/support/redis_cluster.cpp) routed by
 // their slot, across a live resharding, and with names that must share a slot.
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -17,6 +20,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/error_mapping.hpp"
 #include "topology/cluster.hpp"
@@ -28,6 +33,7 @@
 #include "redlimit/limiter.hpp"
 #include "redlimit/multi_limit.hpp"
 #include "redlimit/rate_limiter.hpp"
+#include "redlimit_test/process.hpp"
 #include "redlimit_test/raw_command.hpp"
 #include "redlimit_test/redis_cluster.hpp"
 #include "redlimit_test/tls_certs.hpp"
@@ -441,6 +447,14 @@ std::int64_t blockedClients(RedisServer& node) {
   return std::stoll(infoValue(onNode(node, {"INFO", "clients"}).str, "blocked_clients"));
 }
 
+// The members of every pending set of `node` (decisions across slots not settled yet).
+std::int64_t pendingOn(RedisServer& node) {
+  std::int64_t members = 0;
+  for (const RawReply& k : onNode(node, {"KEYS", "rl::mxp:*"}).elements)
+    members += onNode(node, {"ZCARD", k.str}).integer;
+  return members;
+}
+
 // Waits until `node` holds at least one blocked (postponed) client: a script sent while its writes
 // are paused has arrived. Throws after 20 s.
 void waitForPostponedScript(RedisServer& node) {
@@ -585,17 +599,31 @@ TEST(MultiLimitCluster, CrossSlotLimitsHoldUnderEightThreads) {
   EXPECT_EQ(look.limits.size(), 2u);
   EXPECT_EQ(usedOf(global, all, kGlobal), total);
 
-  // The records: each in a slot of its group, each with a TTL (a grant's expire unsettled).
+  // The records: each in a slot of its group, each with a TTL. A grant's are settled as kept in the
+  // background (the earlier slots' first, leaving their pending sets, then the last slot's); once
+  // they are, every record keeps at most the hold, 2 groups x 2 x (500 + 500) ms + 1 s.
   std::int64_t records = 0;
-  for (int i = 0; i < 3; ++i) {
-    const RawReply keys = onNode(cluster.node(i), {"KEYS", "rl::mxs:*"});
-    for (const RawReply& k : keys.elements) {
-      ++records;
-      const std::int64_t ttl = onNode(cluster.node(i), {"PTTL", k.str}).integer;
-      EXPECT_GT(ttl, 0) << k.str;
-      EXPECT_LE(ttl, 5000) << k.str;  // 2 groups x 2 x (500 + 500) ms + 1 s
+  std::int64_t longer = 0;   // records with more TTL than the hold
+  std::int64_t pending = 0;  // members of the pending sets
+  std::int64_t untimed = 0;  // records without a TTL
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (bool first = true; first || ((longer > 0 || pending > 0) && std::chrono::steady_clock::now() < until);
+       first = false) {
+    if (!first) std::this_thread::sleep_for(milliseconds(5));
+    records = longer = pending = untimed = 0;
+    for (int i = 0; i < 3; ++i) {
+      pending += pendingOn(cluster.node(i));
+      for (const RawReply& k : onNode(cluster.node(i), {"KEYS", "rl::mxs:*"}).elements) {
+        ++records;
+        const std::int64_t ttl = onNode(cluster.node(i), {"PTTL", k.str}).integer;
+        if (ttl <= 0) ++untimed;
+        if (ttl > 5000) ++longer;
+      }
     }
   }
+  EXPECT_EQ(pending, 0);
+  EXPECT_EQ(longer, 0);
+  EXPECT_EQ(untimed, 0);
   EXPECT_GT(records, 0);
 
   std::sort(heldUs.begin(), heldUs.end());
@@ -610,7 +638,7 @@ TEST(MultiLimitCluster, CrossSlotLimitsHoldUnderEightThreads) {
       static_cast<long long>(at(0.5)), static_cast<long long>(at(0.99)), static_cast<long long>(records));
 }
 
-// CLIENT KILL of the caller's connection to the later slot's primary while its take waits there
+// CLIENT KILL of the caller's connection to the later slot's primary while its reserve waits there
 // (the primary's writes paused, after the earlier slot reserved): the take never runs, the caller
 // gets the IoError (a Cluster node whose connection closed is in an outage until a probe answers),
 // and the earlier slot's permit is given back before that. The caller's retry, once the node
@@ -631,7 +659,7 @@ TEST(MultiLimitCluster, AConnectionKilledBetweenSlotsGivesTheEarlierSlotsPermitB
   EXPECT_THROW((void)pending.get(), IoError);
   EXPECT_EQ(two.usedEarly(), 0) << "given back";
   (void)onNode(late, {"CLIENT", "UNPAUSE"});
-  EXPECT_EQ(two.usedLate(), 0) << "the killed take never ran";
+  EXPECT_EQ(two.usedLate(), 0) << "the killed reserve never ran";
   // The caller retries until the node answers again (its probe: one call per 250 ms).
   std::optional<MultiDecision> retried;
   for (int i = 0; i < 400 && !retried; ++i) {
@@ -664,6 +692,123 @@ TEST(MultiLimitCluster, ALaterSlotThatCannotAnswerGivesTheEarlierSlotsPermitBack
   // The take that timed out may run once the primary resumes: it denies, the late limit is spent.
   EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
   EXPECT_EQ(two.usedEarly(), 0);
+}
+
+// A caller in a process of its own: a fork() child that decides once across TwoSlots (without
+// waiting for the answer) and then waits to be killed (kill(), or when this ends).
+class CallerProcess {
+ public:
+  explicit CallerProcess(const RedisCluster& cluster) {
+    (void)waitUntilOtherThreadsSleep();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      // Its call's bound (1.25 s) is long enough to be killed waiting, and makes its hold 6 s.
+      ClientOptions patient;
+      patient.connection.connectTimeout = milliseconds(250);
+      patient.connection.commandTimeout = std::chrono::seconds(1);
+      auto client = clusterClient(cluster, patient);
+      TwoSlots two(cluster, client);
+      (void)two.both.decideAsync(1);
+      std::this_thread::sleep_for(std::chrono::minutes(1));
+      ::_exit(0);
+    }
+    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  }
+  CallerProcess(const CallerProcess&) = delete;
+  CallerProcess& operator=(const CallerProcess&) = delete;
+  ~CallerProcess() { kill(); }
+  // SIGKILL, and the child reaped.
+  void kill() {
+    if (pid_ <= 0) return;
+    (void)::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    EXPECT_TRUE(WIFSIGNALED(status)) << describeWaitStatus(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Calls `decide` (each a denial by the later slot, whose reserve in the earlier slot sweeps) until
+// `done()`, for at most 60 s: the hold of the dead caller's decision ends meanwhile.
+bool sweptBy(const std::function<void()>& decide, const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    decide();
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return true;
+}
+
+// A caller process killed after the earlier slot reserved, while its later slot's reserve waits
+// (paused): the earlier slot holds the permit until the hold ends; then the next decision over the
+// same limits finds it, learns from the later slot's record that the decision never took there
+// (fencing it, so that a late reserve would deny) and gives the permit back.
+TEST(MultiLimitCluster, APermitHeldByACallerKilledBetweenSlotsComesBackWhenItsHoldEnds) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TwoSlots two(cluster, client);
+  RedisServer& late = cluster.node(two.latePrimary);
+  RedisServer& early = cluster.node(cluster.primaryOfSlot(detail::keySlot(two.early.redisKey(two.earlyKey))));
+  ASSERT_EQ(onNode(late, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
+  CallerProcess caller(cluster);
+  waitForPostponedScript(late);
+  caller.kill();
+  (void)onNode(late, {"CLIENT", "UNPAUSE"});
+  EXPECT_EQ(two.usedEarly(), 1) << "the dead caller's reserve holds the permit";
+  EXPECT_EQ(pendingOn(early), 1);
+  EXPECT_EQ(two.usedLate(), 0) << "its later reserve never ran";
+  two.exhaustLate();
+  std::int64_t denials = 0;
+  ASSERT_TRUE(sweptBy(
+      [&] {
+        const MultiDecision d = two.both.decide();
+        EXPECT_FALSE(d.allowed);
+        ++denials;
+      },
+      [&] { return pendingOn(early) == 0; }));
+  EXPECT_GT(denials, 0);
+  EXPECT_EQ(two.usedEarly(), 0) << "given back";
+  EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
+  // The later slot's record of the dead decision is a fence.
+  std::int64_t fences = 0;
+  for (const RawReply& k : onNode(late, {"KEYS", "rl::mxs:*"}).elements) {
+    const std::string v = onNode(late, {"GET", k.str}).str;
+    if (v.size() > 2 && v[2] == 'A') ++fences;
+  }
+  EXPECT_EQ(fences, 1);
+}
+
+// A caller process killed after its later slot granted but before the earlier slot's record was
+// settled as kept: the decision took, so the sweep keeps the earlier slot's permit (given back, it
+// would be a grant over the bound).
+TEST(MultiLimitCluster, APermitOfACallerKilledAfterItsLastSlotGrantedStaysTaken) {
+  RedisCluster cluster(3);
+  auto client = clusterClient(cluster);
+  TwoSlots two(cluster, client);
+  RedisServer& late = cluster.node(two.latePrimary);
+  RedisServer& early = cluster.node(cluster.primaryOfSlot(detail::keySlot(two.early.redisKey(two.earlyKey))));
+  // The child waits at the later slot; the earlier slot's writes are paused before the later slot
+  // lets the child's reserve run, so that its settle of the earlier record waits there: killed then.
+  ASSERT_EQ(onNode(late, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
+  CallerProcess caller(cluster);
+  waitForPostponedScript(late);
+  ASSERT_EQ(onNode(early, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
+  (void)onNode(late, {"CLIENT", "UNPAUSE"});
+  waitForPostponedScript(early);
+  caller.kill();
+  (void)onNode(early, {"CLIENT", "UNPAUSE"});
+  EXPECT_EQ(two.usedEarly(), 1);
+  EXPECT_EQ(two.usedLate(), 1) << "the later slot granted";
+  EXPECT_EQ(pendingOn(early), 1) << "the earlier record was never settled";
+  ASSERT_TRUE(two.lateCheck.tryAcquire(two.lateKey, TwoSlots::kLate - 1));
+  ASSERT_TRUE(sweptBy([&] { EXPECT_FALSE(two.both.decide().allowed); }, [&] { return pendingOn(early) == 0; }));
+  EXPECT_EQ(two.usedEarly(), 1) << "the dead caller's granted permit stays counted";
+  EXPECT_EQ(two.usedLate(), TwoSlots::kLate);
 }
 
 // A peek across slots asks every slot and takes nothing: the denial names the limit that denied,
