@@ -94,9 +94,18 @@ constexpr std::string_view kScriptCommands =
 // True for a NOPERM that refuses one of the commands that run a script: "NOPERM this user has no
 // permissions to run the 'evalsha' command" (Redis 7.0; 7.2 says "User <name> has no ..."), 'eval',
 // 'script|load' (Redis 6.2 names the parent: "the 'script' command or its subcommand").
-bool refusesScripts(std::string_view message) {
+bool aclRefusesScripts(std::string_view message) {
+  if (!startsWith(message, "NOPERM ")) return false;
   const std::string command = quotedCommand(message);
   return command == "evalsha" || command == "eval" || command == "script|load" || command == "script";
+}
+
+// Scripting switched off: rename-command EVALSHA "" (or EVAL and SCRIPT: the NOSCRIPT resend as
+// EVAL meets it), or a Valkey without its Lua module, whose EVAL and SCRIPT LOAD answer
+// "ERR Could not find scripting engine 'lua'" (valkey src/eval.c) and EVALSHA NOSCRIPT.
+bool scriptingSwitchedOff(std::string_view message, bool fromScript) {
+  return fromScript &&
+         (startsWith(message, "ERR unknown command") || startsWith(message, "ERR Could not find scripting engine"));
 }
 
 [[noreturn]] void throwPermission(std::string_view code, const std::string& text, const ReplyContext& c) {
@@ -199,7 +208,7 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                           "user: leave {} empty, or set one on the server)",
                                           text, login.leaveEmpty));
   }
-  if (code == "NOPERM" && refusesScripts(message)) {
+  if (aclRefusesScripts(message)) {
     const std::string user = userName(context);
     throwNoScripts(code, text, fmt::format(" for ACL user '{}'", user),
                    fmt::format("grant them, e.g. ACL SETUSER {} +evalsha +script|load +eval", user));
@@ -240,11 +249,7 @@ void throwReplyError(std::string_view message, const ReplyContext& context) {
                                          "request client-query-buffer-limit; nothing was run)",
                                          text));
   }
-  // Scripting switched off: rename-command EVALSHA "" (or EVAL and SCRIPT: the NOSCRIPT resend as
-  // EVAL meets it), or a Valkey without its Lua module, whose EVAL and SCRIPT LOAD answer
-  // "ERR Could not find scripting engine 'lua'" (valkey src/eval.c) and EVALSHA NOSCRIPT.
-  if (context.fromScript &&
-      (startsWith(message, "ERR unknown command") || startsWith(message, "ERR Could not find scripting engine"))) {
+  if (scriptingSwitchedOff(message, context.fromScript)) {
     throwNoScripts(code, text, "", "enable them: no rename-command of them; on Valkey, load its Lua module");
   }
   if (context.fromScript) {
@@ -335,6 +340,10 @@ std::exception_ptr copyError(const Error& error) { return copyAs(error, DerivedE
 std::exception_ptr cloneError(const std::exception_ptr& error) {
   if (const Error* e = errorIn(error)) return copyError(*e);
   return error;
+}
+
+bool runsNoScripts(std::string_view message, bool fromScript) {
+  return aclRefusesScripts(message) || scriptingSwitchedOff(message, fromScript);
 }
 
 bool replyEndsConnection(std::string_view message) {

@@ -59,6 +59,12 @@ struct ReplyContext {
 /// EVAL/EVALSHA.
 [[noreturn]] void throwReplyError(std::string_view message, bool fromScript);
 
+/// True if the error reply `message` says that the server runs no scripts for this client, the
+/// ConfigurationError of kind Configuration that throwReplyError throws for it (see the table
+/// above): scripting switched off (`fromScript`: the reply answered EVAL/EVALSHA), or NOPERM for
+/// EVALSHA, EVAL or SCRIPT LOAD.
+[[nodiscard]] bool runsNoScripts(std::string_view message, bool fromScript);
+
 /// True if the server closes the connection after this error reply (protocol errors, "max number
 /// of clients reached"), or redlimit should not use the connection again (READONLY, MASTERDOWN:
 /// the next connection may reach a new primary behind the same address).

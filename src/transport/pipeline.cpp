@@ -7,6 +7,7 @@
 
 #include "base/error_mapping.hpp"
 #include "redlimit/errors.hpp"
+#include "transport/no_scripts_memo.hpp"
 
 namespace redlimit::detail {
 namespace {
@@ -121,13 +122,15 @@ void runCompletions(CompletionQueue& queue, std::size_t slice, const std::functi
 }
 
 Pipeline::Pipeline(const ClientOptions::ReplyLimits& limits, std::string user, std::string endpoint,
-                   EventCallback events, std::vector<const Script*>* scriptsSeen, Mutex* seenMutex)
+                   EventCallback events, std::vector<const Script*>* scriptsSeen, Mutex* seenMutex,
+                   NoScriptsMemo* noScripts)
     : parser_(limits),
       user_(std::move(user)),
       endpoint_(std::move(endpoint)),
       events_(std::move(events)),
       scriptsSeen_(scriptsSeen),
-      seenMutex_(seenMutex) {}
+      seenMutex_(seenMutex),
+      noScripts_(noScripts) {}
 
 // A handful of static scripts: a scan of pointers.
 bool Pipeline::noteSeen(const Script* script) {
@@ -210,13 +213,24 @@ void Pipeline::finishReply(WireReply&& reply, std::vector<Finished>& done) {
   Written w = std::move(written_.front());
   written_.pop_front();
   if (!reply.isError) {
-    if (w.request.script != nullptr) (void)noteSeen(w.request.script);
+    if (w.request.script != nullptr) {
+      (void)noteSeen(w.request.script);
+      if (noScripts_ != nullptr) noScripts_->forget();
+    }
     done.push_back(Finished{std::move(w.request.done), Outcome{std::move(reply.value), nullptr}, w.request.counted,
                             w.request.deadline});
     return;
   }
   if (w.request.script != nullptr && reply.error.compare(0, 9, "NOSCRIPT ") == 0 && retryNoScript(w, done)) return;
   const auto error = replyErrorOf(reply.error, w.request, user_);
+  if (w.request.script != nullptr && noScripts_ != nullptr) {
+    // NOSCRIPT (above) says nothing yet: a Valkey without Lua answers EVALSHA so too.
+    if (runsNoScripts(reply.error, true)) {
+      noScripts_->learn(error, Steady::now());
+    } else {
+      noScripts_->forget();
+    }
+  }
   const bool ends = replyEndsConnection(reply.error);
   fail(w, error, done);
   if (w.request.internal || ends) {

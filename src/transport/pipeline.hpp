@@ -28,6 +28,8 @@
 
 namespace redlimit::detail {
 
+class NoScriptsMemo;
+
 using Steady = std::chrono::steady_clock;
 using SteadyTime = Steady::time_point;
 
@@ -144,8 +146,11 @@ class Pipeline {
   /// connections to one server (their owner's): a NOSCRIPT for one of them is a reload (the server
   /// restarted or was flushed); for another, the first load, not reported. `seenMutex` (may be
   /// null: one thread uses the list) guards it when pipelines of several threads share it.
+  /// `noScripts` (may be null), shared by the connections to one server too, learns from each
+  /// script request's answer whether the server runs scripts for this client (NoScriptsMemo).
   Pipeline(const ClientOptions::ReplyLimits& limits, std::string user, std::string endpoint, EventCallback events = {},
-           std::vector<const Script*>* scriptsSeen = nullptr, Mutex* seenMutex = nullptr);
+           std::vector<const Script*>* scriptsSeen = nullptr, Mutex* seenMutex = nullptr,
+           NoScriptsMemo* noScripts = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -212,6 +217,7 @@ class Pipeline {
   EventCallback events_;
   std::vector<const Script*>* scriptsSeen_;
   Mutex* seenMutex_;
+  NoScriptsMemo* noScripts_;
   std::deque<Request> queued_;
   std::deque<Written> written_;
   std::string writeBuf_;

@@ -24,6 +24,9 @@ struct TransportCounters {
   std::uint64_t callerRead = 0;  // of them, sync calls whose reply their caller read too
   std::uint64_t stalls = 0;      // completion callbacks that held the I/O thread 100 ms or more
   std::uint64_t stalled = 0;     // requests ended with TimeoutError, kind CallbackBlocked
+  // A server that runs no scripts for this client (NoScriptsMemo):
+  std::uint64_t noScriptsRefused = 0;   // script requests ended at submit, unsent
+  std::uint64_t noScriptsRechecks = 0;  // script requests sent to it as the re-check of their interval
 
   TransportCounters& operator+=(const TransportCounters& o) noexcept {
     open += o.open;
@@ -37,6 +40,8 @@ struct TransportCounters {
     callerRead += o.callerRead;
     stalls += o.stalls;
     stalled += o.stalled;
+    noScriptsRefused += o.noScriptsRefused;
+    noScriptsRechecks += o.noScriptsRechecks;
     return *this;
   }
 };

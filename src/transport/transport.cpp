@@ -154,6 +154,12 @@ void Transport::submitFrom(Request request, bool callerReads) {
   // once it is written, its reply may come and its completion run on the I/O thread before this
   // thread is done here (armTimer, the counters, the caller's own read), so this call holds one.
   const std::shared_ptr<Transport> self = onIoThread() ? nullptr : weak_from_this().lock();
+  if (request.script != nullptr && noScripts_.known()) {
+    if (std::exception_ptr refused = noScripts_.refusal(Steady::now())) {
+      request.done(Outcome{Reply{}, std::move(refused)});
+      return;
+    }
+  }
   if (pending_.fetch_add(1, std::memory_order_relaxed) >= pool_.maxPending) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     rejected_.fetch_add(1, std::memory_order_relaxed);
@@ -495,6 +501,8 @@ TransportCounters Transport::counters() const {
   c.callerRead = callerRead_.load(std::memory_order_relaxed);
   c.stalls = stalls_.load(std::memory_order_relaxed);
   c.stalled = stalled_.load(std::memory_order_relaxed);
+  c.noScriptsRefused = noScripts_.refused();
+  c.noScriptsRechecks = noScripts_.rechecks();
   return c;
 }
 
@@ -563,7 +571,7 @@ void Transport::connected(Conn& c, std::vector<Finished>& done) {
   created_.fetch_add(1, std::memory_order_relaxed);
   open_.fetch_add(1, std::memory_order_relaxed);
   c.pipe = std::make_unique<Pipeline>(connection_.replyLimits, connection_.user, endpoint_, events_, &scriptsSeen_,
-                                      &scriptsSeenMutex_);
+                                      &scriptsSeenMutex_, &noScripts_);
   c.watchingOut = false;
   c.quiet = false;
   epoll_event ev{};
@@ -815,6 +823,7 @@ void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performanc
   c.watchingOut = false;
   c.quiet = false;
   c.ioFailed = nullptr;
+  noScripts_.forget();  // the next connection may reach another server, or one fixed meanwhile
   open_.fetch_sub(1, std::memory_order_relaxed);
   discarded_.fetch_add(1, std::memory_order_relaxed);
   // Never written, so safe to send again on a new connection, unless the failure is one a new

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "transport/connector.hpp"
+#include "transport/no_scripts_memo.hpp"
 #include "transport/pipeline.hpp"
 #include "redlimit/detail/thread_annotations.hpp"
 #include "redlimit/options.hpp"
@@ -43,9 +44,12 @@ namespace redlimit::detail {
 /// ioFailed set) and the caller waits for the completion as an async caller would. This saves the
 /// two context switches of a hand-off per call. Over TLS every call is handed off (a session may
 /// need to read while it writes). Cluster and Sentinel runners use submit(): handed off too.
+/// A server found to run no scripts for this client (NoScriptsMemo, learnt on any connection) is
+/// not asked again: a script request ends at submit() with the same ConfigurationError, unsent,
+/// but for one per NoScriptsMemo::kRecheckInterval, and the first after a connection closed.
 /// Thread-safe. Completions run on the I/O thread, except for requests refused at submit()
-/// (shut down, maxPending reached), whose completion runs at once on the submitting thread, and
-/// a synchronous call's own, which may run on its caller's thread.
+/// (shut down, maxPending reached, a server that runs no scripts), whose completion runs at once
+/// on the submitting thread, and a synchronous call's own, which may run on its caller's thread.
 class Transport final : public Runner, public std::enable_shared_from_this<Transport> {
  public:
   /// Checks the options (InvalidArgument) and starts the I/O thread. `owner` is the runner its
@@ -209,7 +213,8 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
   const NameResolver resolver_;  // empty: getaddrinfo
   // The scripts this server was seen to hold, for every connection's pipeline (I/O thread only).
   std::vector<const Script*> scriptsSeen_ REDLIMIT_GUARDED_BY(scriptsSeenMutex_);
-  Mutex scriptsSeenMutex_;  // the I/O thread and callers doing their own round trip read replies
+  Mutex scriptsSeenMutex_;   // the I/O thread and callers doing their own round trip read replies
+  NoScriptsMemo noScripts_;  // the server runs no scripts for this client: learnt by every connection's pipeline
   std::vector<std::unique_ptr<Conn>> conns_;
   int epollFd_ = -1;
   int wakeFd_ = -1;

@@ -944,5 +944,51 @@ TEST(Cluster, ReservationRecordsShareTheirKeysSlot) {
   }
 }
 
+// --- A node that runs no scripts --------------------------------------------------------------
+
+// NOPERM answers node `i` of `cluster` has given (INFO errorstats).
+std::int64_t refusalsOn(RedisCluster& cluster, int i) {
+  const std::string v = infoValue(onNode(cluster.node(i), {"INFO", "errorstats"}).str, "errorstat_NOPERM");
+  return v.empty() ? 0 : std::stoll(v.substr(v.find('=') + 1));  // count=N
+}
+
+// A node whose ACL refuses the script commands (ACLs are per node in a Redis Cluster) is found out
+// by that node's transport alone: the calls for its keys end unsent after the first (but for one
+// re-check per interval, counted by the transports), a configuration error, not an outage; the
+// other nodes serve theirs.
+TEST(Cluster, ANodeThatRunsNoScriptsIsRememberedForThatNodeAlone) {
+  RedisCluster cluster(3);
+  ASSERT_EQ(onNode(cluster.node(0), {"ACL", "SETUSER", "default", "-evalsha", "-eval", "-script"}).str, "OK");
+  auto client = clusterClient(cluster);
+  Limiter limiter(client, "noscripts", Policy::perMinute(1000));
+  const std::string refusedKey = keyInSlots(cluster, limiter, "r", 0, 16384 / 3);  // node 0's slots
+  const std::string servedKey = keyInSlots(cluster, limiter, "s", 16384 / 3 + 1, 16384, 0);
+  const auto rechecks = [&] { return detail::ClientAccess::runner(*client).counters().noScriptsRechecks; };
+  const auto refused = [&](const std::function<Decision()>& call) {
+    try {
+      (void)call();
+      ADD_FAILURE() << "served by a node that runs no scripts";
+    } catch (const ConfigurationError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Configuration) << e.what();
+      EXPECT_EQ(e.code(), "NOPERM") << e.what();
+    }
+  };
+
+  refused([&] { return limiter.decide(refusedKey); });
+  const std::int64_t found = refusalsOn(cluster, 0);
+  ASSERT_GE(found, 1);
+  const std::uint64_t rechecksBefore = rechecks();
+  for (int i = 0; i < 20; ++i) {
+    refused([&] { return limiter.decide(refusedKey); });
+    refused([&] { return limiter.decideAsync(refusedKey).get(); });
+    const Decision served = limiter.decide(servedKey);
+    EXPECT_TRUE(served.allowed);
+    EXPECT_FALSE(served.byPolicy) << "Redis decided";
+  }
+  EXPECT_EQ(static_cast<std::uint64_t>(refusalsOn(cluster, 0) - found), rechecks() - rechecksBefore)
+      << "node 0 was sent nothing but the re-checks";
+  EXPECT_EQ(clusterCountersOf(*client).outages, 0u) << "not an outage";
+}
+
 }  // namespace
 }  // namespace redlimit::test

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@
 #include "redlimit/policy.hpp"
 #include "redlimit_test/fixture.hpp"
 #include "redlimit_test/no_free_descriptors.hpp"
+#include "transport/runner.hpp"
 
 using namespace redlimit;
 using namespace redlimit::test;
@@ -195,6 +197,10 @@ ScriptTraffic scriptTraffic(Client& c) {
   return {commandCalls(c, "evalsha"), commandCalls(c, "script|load"), commandCalls(c, "eval"),
           errorCount(c, "NOPERM") + errorCount(c, "ERR")};
 }
+
+/// Script requests the transport(s) of `c` sent to a server remembered to run no scripts, as the
+/// re-check of their interval (NoScriptsMemo).
+std::uint64_t noScriptsRechecks(Client& c) { return detail::ClientAccess::runner(c).counters().noScriptsRechecks; }
 
 class ErrorModel : public RedisTest {};
 
@@ -771,11 +777,14 @@ TEST_F(ErrorModel, AnAclUserThatMayNotRunScriptsGetsAConfigurationErrorUnderEver
   }
 }
 
-// What one call sends to a server that runs no scripts: EVALSHA alone when EVALSHA itself is
-// refused; when only loading is, the NOSCRIPT resend once: EVALSHA (run: NOSCRIPT), SCRIPT LOAD
-// (refused) and EVALSHA again (NOSCRIPT), then EVAL (refused), and the call ends. Never more,
-// under every policy, sync or async.
-TEST_F(ErrorModel, ANoScriptsServerGetsAFixedCountOfCommandsPerCall) {
+// What a server that runs no scripts is sent: the first call finds it out with what one call sends
+// (EVALSHA alone when EVALSHA itself is refused; when only loading is, the NOSCRIPT resend once:
+// EVALSHA (run: NOSCRIPT), SCRIPT LOAD (refused) and EVALSHA again (NOSCRIPT), then EVAL
+// (refused)); the transport remembers it, and the calls after it, sync or async, of every face
+// under every policy, send nothing and throw the same error, but for the one call per re-check
+// interval that asks again (counted by the transport: how many came depends on the machine's
+// speed, what each one sends does not).
+TEST_F(ErrorModel, ANoScriptsServerIsAskedByTheFirstCallAndTheRechecksOnly) {
   RedisServer noEvalsha({}, "rename-command EVALSHA \"\"\n");
   RedisServer noEval({}, "rename-command EVAL \"\"\nrename-command SCRIPT \"\"\n");
   NoScriptUsers users;
@@ -785,33 +794,117 @@ TEST_F(ErrorModel, ANoScriptsServerGetsAFixedCountOfCommandsPerCall) {
     const char* what;
     std::shared_ptr<Client> client;
     Client& admin;
-    ScriptTraffic perCall;
+    ScriptTraffic perDetection;
+    const char* code;
   } cases[] = {
-      {"EVALSHA renamed", clientOn(noEvalsha.uri()), *noEvalshaAdmin, {0, 0, 0, 1}},
-      {"EVAL and SCRIPT renamed", clientOn(noEval.uri()), *noEvalAdmin, {2, 0, 0, 2}},
-      {"ACL user without the three", Client::fromUri(users.uri("nolua", "pw1")), users.root(), {0, 0, 0, 1}},
-      {"ACL user with EVALSHA alone", Client::fromUri(users.uri("shaonly", "pw3")), users.root(), {2, 0, 0, 2}},
+      {"EVALSHA renamed", clientOn(noEvalsha.uri()), *noEvalshaAdmin, {0, 0, 0, 1}, "ERR"},
+      {"EVAL and SCRIPT renamed", clientOn(noEval.uri()), *noEvalAdmin, {2, 0, 0, 2}, "ERR"},
+      {"ACL user without the three", Client::fromUri(users.uri("nolua", "pw1")), users.root(), {0, 0, 0, 1}, "NOPERM"},
+      {"ACL user with EVALSHA alone",
+       Client::fromUri(users.uri("shaonly", "pw3")),
+       users.root(),
+       {2, 0, 0, 2},
+       "NOPERM"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
+    const ScriptTraffic start = scriptTraffic(c.admin);
+    std::string text;  // the error the server's last answer made
+    expectThrow<ConfigurationError>(
+        ErrorKind::Configuration, [&] { (void)RateLimiter(c.client, "noscripts.first").tryAcquire(); },
+        [&](const ConfigurationError& e) { text = e.what(); });
+    ASSERT_EQ(scriptTraffic(c.admin) - start, c.perDetection) << "one call found it out";
+
+    const ScriptTraffic detected = scriptTraffic(c.admin);
+    const std::uint64_t rechecksBefore = noScriptsRechecks(*c.client);
+    int calls = 0;
     for (FailurePolicy policy : kPolicies) {
       SCOPED_TRACE(failurePolicyName(policy));
       Events events;
-      RateLimiter rl(c.client, "noscripts.count", events.options(policy));
-      const ScriptTraffic before = scriptTraffic(c.admin);
-      for (int i = 0; i < 3; ++i) {
-        expectThrow<ConfigurationError>([&] { (void)rl.tryAcquire(); });
-        expectThrow<ConfigurationError>([&] { (void)rl.tryAcquireAsync().get(); });
+      RateLimiter rate(c.client, "noscripts.rate", events.options(policy));
+      Limiter::Options limiterOptions;
+      limiterOptions.failure = events.failure(policy);
+      Limiter keyed(c.client, "noscripts.keyed", Policy::perSecond(10), limiterOptions);
+      MultiLimit::Options multiOptions;
+      multiOptions.failure = events.failure(policy);
+      MultiLimit multi = MultiLimit({Limiter(c.client, "noscripts.a", Policy::perSecond(10)),
+                                     Limiter(c.client, "noscripts.b", Policy::perMinute(100))},
+                                    multiOptions)
+                             .on({"k", "k"});
+      const std::function<void()> faces[] = {
+          [&] { (void)rate.tryAcquire(); }, [&] { (void)rate.tryAcquireAsync().get(); },
+          [&] { (void)keyed.decide("k"); }, [&] { (void)keyed.decideAsync("k").get(); },
+          [&] { (void)multi.decide(); },    [&] { (void)multi.decideAsync().get(); },
+      };
+      for (int round = 0; round < 3; ++round) {
+        for (const auto& call : faces) {
+          const std::uint64_t rechecks = noScriptsRechecks(*c.client);
+          expectThrow<ConfigurationError>(ErrorKind::Configuration, call, [&](const ConfigurationError& e) {
+            EXPECT_EQ(e.code(), c.code);
+            // Asked again, the server words its refusal for this call (an unknown command's
+            // arguments); else the remembered error, as it was.
+            if (noScriptsRechecks(*c.client) == rechecks) {
+              EXPECT_EQ(e.what(), text) << "the same error";
+            }
+            text = e.what();
+          });
+          ++calls;
+        }
       }
-      EXPECT_EQ(scriptTraffic(c.admin) - before, c.perCall.times(6));
+      for (const FailureStats& stats : {rate.failureStats(), keyed.failureStats(), multi.failureStats()}) {
+        EXPECT_EQ(stats.allowed + stats.denied + stats.thrown, 0u) << "no decision by the policy";
+        EXPECT_EQ(stats.outages, 0u);
+        EXPECT_EQ(stats.misconfigurations, 1u);
+      }
+      EXPECT_EQ(events.get().size(), 3u) << "one Degraded per handle";
     }
+    const auto rechecks = static_cast<std::int64_t>(noScriptsRechecks(*c.client) - rechecksBefore);
+    EXPECT_EQ(scriptTraffic(c.admin) - detected, c.perDetection.times(rechecks))
+        << calls << " calls sent nothing but the " << rechecks << " re-checks";
   }
 }
 
-// No cache of "this server runs no scripts": an ACL user granted the script commands on a live
-// connection (Redis applies ACL SETUSER to connections already authenticated as the user) is
-// served by the very next call, on the same connection, and the limiter reports the recovery.
-TEST_F(ErrorModel, ScriptCommandsGrantedToTheAclUserServeTheNextCall) {
+// The connection that found it out is replaced (killed, so the transport opens another): the
+// next call asks the server again, on the new connection, and the calls after it send nothing.
+TEST_F(ErrorModel, ANoScriptsServerIsAskedAgainAfterAReconnect) {
+  NoScriptUsers users;
+  auto client = Client::fromUri(users.uri("nolua", "pw1"));
+  RateLimiter rl(client, "noscripts.reconnect");
+  const ScriptTraffic perDetection{0, 0, 0, 1};
+  const ScriptTraffic start = scriptTraffic(users.root());
+  expectNoScripts([&] { (void)rl.tryAcquire(); }, "NOPERM", "for ACL user 'nolua'");
+  ASSERT_EQ(scriptTraffic(users.root()) - start, perDetection);
+  const PoolStats found = client->poolStats();
+
+  const auto kills =
+      static_cast<std::uint64_t>(detail::command(users.root(), {"CLIENT", "KILL", "USER", "nolua"}).integer);
+  ASSERT_EQ(kills, found.open);
+  const auto killed = SteadyTime::now();
+  while (client->poolStats().discarded < found.discarded + kills && msSince(killed) < 10000) sleepMs(5);
+  ASSERT_EQ(client->poolStats().discarded, found.discarded + kills) << "the transport saw its connections close";
+
+  const ScriptTraffic beforeAgain = scriptTraffic(users.root());
+  const std::uint64_t rechecks = noScriptsRechecks(*client);
+  expectNoScripts([&] { (void)rl.tryAcquireAsync().get(); }, "NOPERM", "for ACL user 'nolua'");
+  EXPECT_EQ(scriptTraffic(users.root()) - beforeAgain, perDetection) << "asked again";
+  EXPECT_EQ(noScriptsRechecks(*client), rechecks) << "because the connection was replaced, not as a re-check";
+  EXPECT_EQ(client->poolStats().created, found.created + 1) << "on a new connection";
+
+  const ScriptTraffic detected = scriptTraffic(users.root());
+  const std::uint64_t rechecksBefore = noScriptsRechecks(*client);
+  for (int i = 0; i < 5; ++i) {
+    expectNoScripts([&] { (void)rl.tryAcquire(); }, "NOPERM", "for ACL user 'nolua'");
+    expectNoScripts([&] { (void)rl.tryAcquireAsync().get(); }, "NOPERM", "for ACL user 'nolua'");
+  }
+  const auto rechecksAfter = static_cast<std::int64_t>(noScriptsRechecks(*client) - rechecksBefore);
+  EXPECT_EQ(scriptTraffic(users.root()) - detected, perDetection.times(rechecksAfter));
+}
+
+// An ACL user granted the script commands on a live connection (Redis applies ACL SETUSER to
+// connections already authenticated as the user) is served again once the transport asks the
+// server again (its re-check, one call per interval), on the same connection, without a restart,
+// and the limiter reports the recovery.
+TEST_F(ErrorModel, ScriptCommandsGrantedToTheAclUserServeCallsFromTheNextRecheck) {
   NoScriptUsers users;
   ClientOptions one;
   one.connection = parseUri(users.uri("nolua", "pw1"));
@@ -823,11 +916,23 @@ TEST_F(ErrorModel, ScriptCommandsGrantedToTheAclUserServeTheNextCall) {
   Limiter limiter(client, "noscripts.granted", Policy::perMinute(2), options);
   expectNoScripts([&] { (void)limiter.decide("k"); }, "NOPERM", "for ACL user 'nolua'");
   const PoolStats refused = client->poolStats();
+  const std::uint64_t rechecks = noScriptsRechecks(*client);
 
   (void)detail::command(users.root(), {"ACL", "SETUSER", "nolua", "+evalsha", "+script|load", "+eval"});
-  const Decision first = limiter.decide("k");
-  EXPECT_TRUE(first.allowed);
-  EXPECT_FALSE(first.byPolicy) << "Redis decided";
+  std::optional<Decision> first;
+  const auto granted = SteadyTime::now();
+  while (!first && msSince(granted) < 10000) {
+    try {
+      first = limiter.decide("k");
+    } catch (const ConfigurationError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Configuration) << e.what();  // remembered until the re-check
+      sleepMs(10);
+    }
+  }
+  ASSERT_TRUE(first) << "served once the re-check came";
+  EXPECT_TRUE(first->allowed);
+  EXPECT_FALSE(first->byPolicy) << "Redis decided";
+  EXPECT_EQ(noScriptsRechecks(*client), rechecks + 1) << "the call that asked again was the re-check";
   const Decision second = limiter.decideAsync("k").get();
   EXPECT_TRUE(second.allowed);
   EXPECT_FALSE(second.byPolicy);
