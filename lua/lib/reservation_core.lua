@@ -34,7 +34,7 @@ local MULTI_HEAD = '<c1c1c1I4I4B'
 local MULTI_HEAD_SIZE = 12
 local MULTI_LIMIT = '<c1I7I4I4I4I4I2'
 local MULTI_LIMIT_SIZE = 27
-local MULTI_FENCE = nil                    -- a fence (made below with the helpers)
+local MULTI_FENCE = 'RMA\1\0\0\0\0\0\0\0\0'  -- a fence: MULTI_HEAD of 'R', 'M', 'A', 1, 0, 0
 
 -- The helpers below are made only if `makesRecords` is true: a local that a script which includes this
 -- file sets above its `-- include:` line. A function is a closure made anew on every call
@@ -42,7 +42,6 @@ local MULTI_FENCE = nil                    -- a fence (made below with the helpe
 local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, recordSettle, multiRecordRead,
   multiRecordPack, multiRecordAnswer, multiRecordUnknown, multiRecordValue, multiRecordFence
 if makesRecords then
-  MULTI_FENCE = struct.pack(MULTI_HEAD, 'R', 'M', 'A', 1, 0, 0)
   -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
   function recordKey()
     local rkey = KEYS[2]

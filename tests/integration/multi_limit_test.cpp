@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "helpers.hpp"
+#include "limiters/keyed_policy.hpp"
 #include "topology/key_slot.hpp"
 #include "one_key_support.hpp"
 #include "redlimit/events.hpp"
@@ -739,4 +740,80 @@ TEST_F(MultiLimitTest, OfLimitersTakesALeaseAndAPermitTogether) {
   EXPECT_TRUE(onU.release(*first.lease));
   EXPECT_TRUE(onU.decide().allowed);
   EXPECT_EQ(inFlight.held("u"), 1);
+}
+
+// --- lua/multi.lua's steps of a decision across Cluster slots, on one server ---------------------
+
+// A token bucket of 5 (one a day) in the call, its key `b`; the records and the pending set share
+// its hash tag, as MultiLimit's do in their group's slot.
+class MultiLimitSlotScript : public RedisTest {
+ protected:
+  std::string key(const std::string& suffix) { return "{" + name("mls") + "}:" + suffix; }
+  std::vector<std::string> argv(const std::string& op, std::int64_t nowUs, std::int64_t n, std::int64_t second) {
+    return {op,
+            std::to_string(nowUs),
+            "T",
+            std::to_string(n),
+            std::to_string(second),
+            detail::gcraPolicy('T', 5, 1, std::chrono::hours(24), milliseconds(1000)).packed};
+  }
+  // The last group's reserve under `record` (its commit), at `nowUs`.
+  Reply commit(const std::string& record, std::int64_t nowUs) {
+    return runMulti(admin(), {key("b"), record}, argv("reserve", nowUs, 1, 60000));
+  }
+  // An earlier group's reserve under `record`, listed as `member` in the pending set for 1 ms.
+  Reply hold(const std::string& record, const std::string& member, std::int64_t nowUs) {
+    std::vector<std::string> a = argv("reserve", nowUs, 1, 60000);
+    a.insert(a.end(), {"1", member});
+    return runMulti(admin(), {key("b"), record, key("pending")}, a);
+  }
+  std::int64_t resolve(const std::string& record) {
+    return runMulti(admin(), {record}, {"resolve", "", "", "60000"}).integer;
+  }
+  std::int64_t remaining(std::int64_t nowUs) {
+    return runMulti(admin(), {key("b")}, argv("peek", nowUs, 1, 0)).elements.at(1).integer;
+  }
+};
+
+// A record there: the decision took (1). None: a fence is written (0), and the decision's reserve,
+// arriving after it, denies (`repeated` 2) and takes nothing.
+TEST_F(MultiLimitSlotScript, AResolveFindsTheCommitOrFencesItSoThatALateReserveTakesNothing) {
+  const std::int64_t t0 = serverTimeUs(admin());
+  ASSERT_EQ(commit(key("r1"), t0).elements.at(0).integer, 1);
+  EXPECT_EQ(resolve(key("r1")), 1) << "its record: it took";
+  EXPECT_EQ(remaining(t0), 4);
+
+  EXPECT_EQ(resolve(key("r2")), 0) << "no record: it did not take";
+  const std::string fence = detail::command(admin(), {"GET", key("r2")}).str;
+  ASSERT_EQ(fence.size(), 12u) << "a record's head alone";
+  EXPECT_EQ(fence.substr(0, 3), "RMA");
+  const Reply late = commit(key("r2"), t0);
+  EXPECT_EQ(late.elements.at(0).integer, 0) << "denied";
+  EXPECT_EQ(late.elements.back().integer, 2) << "given up";
+  EXPECT_EQ(remaining(t0), 4) << "nothing taken";
+  EXPECT_EQ(resolve(key("r2")), 0) << "still given up";
+}
+
+// An earlier group's reserve lists its call in the pending set until its hold ends; a later reserve
+// there answers the members whose hold ended; a settle takes its member out and keeps at most
+// `keep` of its record's TTL.
+TEST_F(MultiLimitSlotScript, APendingMemberIsListedOnceItsHoldEndsAndLeavesWithItsSettle) {
+  const std::int64_t t0 = serverTimeUs(admin());
+  const Reply first = hold(key("r1"), "a1:1", t0);
+  ASSERT_EQ(first.elements.at(0).integer, 1);
+  EXPECT_EQ(first.elements.back().type, Reply::Type::Integer) << "nothing ended yet";
+  const Reply second = hold(key("r2"), "a2:1", t0 + 5000);
+  ASSERT_EQ(second.elements.at(0).integer, 1);
+  ASSERT_EQ(second.elements.back().type, Reply::Type::String);
+  EXPECT_EQ(second.elements.back().str, "a1:1") << "its hold (1 ms) ended";
+  EXPECT_EQ(remaining(t0 + 5000), 3);
+
+  std::vector<std::string> settle = argv("settle", t0 + 6000, 0, 0);
+  settle.insert(settle.end(), {"500", "a1:1"});
+  const Reply back = runMulti(admin(), {key("b"), key("r1"), key("pending")}, settle);
+  EXPECT_EQ(back.elements.at(0).integer, 1) << "settled now";
+  EXPECT_EQ(remaining(t0 + 6000), 4) << "given back";
+  EXPECT_LE(detail::command(admin(), {"PTTL", key("r1")}).integer, 500) << "a settled record keeps at most `keep`";
+  const Reply third = hold(key("r3"), "a3:1", t0 + 10000);
+  EXPECT_EQ(third.elements.back().str, "a2:1") << "a1:1 left with its settle";
 }
