@@ -624,6 +624,8 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     }
     return d;
   }
+  // Each callback holds this Core until its reply is read: the settles' replies are read with
+  // pointers into its groups, and the MultiLimit (a temporary of on()) may be gone by then.
   void keep(const std::shared_ptr<const Across>& a, std::vector<std::size_t> earlier) {
     const std::size_t last = groups_->size() - 1;
     const bool lastRecorded = earlier.back() == last;
@@ -631,7 +633,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     std::shared_ptr<Core> self = shared_from_this();
     const auto keepLast = [self, a, last] {
       self->runAsync<MultiSettlement>([&] { return self->settleOp(*a, last, a->id, {}, a->permits); },
-                                      [](const MultiSettlement&, const std::exception_ptr&) {});
+                                      [self](const MultiSettlement&, const std::exception_ptr&) { (void)self; });
     };
     if (earlier.empty()) return keepLast();
     // The last group's record is kept long only while an earlier one may still be swept.
