@@ -92,20 +92,14 @@ if op == 'reserve' then
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
   windowCheckPermits(s, n)
   local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', key)
-  local rkey = recordKey()
-  local r = recordRead(rkey, 'W', WINDOW_LABEL)
-  if r then
-    recordCheckRepeat(r, rkey, n)
-    return {1, s.l - s.count, 0, windowResetAfter(s, s.count, s.nextCount), s.l, nowUs, 0, s.l, s.windowMs, 1}
-  end
-  local allowed, delay, retry, count, nextCount = windowTake(s, n, 0)
-  if allowed == 1 then
-    windowStore(s, count, nextCount)
-    recordOpen(rkey, 'W', n, s.start, ttl)
-  elseif s.stale then
-    windowStore(s, count, nextCount)
-  end
-  return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs, 0}
+  return recordReserve(recordKey(), 'W', WINDOW_LABEL, n, ttl, function()
+    return {1, s.l - s.count, 0, windowResetAfter(s, s.count, s.nextCount), s.l, nowUs, 0, s.l, s.windowMs}
+  end, function()
+    local allowed, delay, retry, count, nextCount = windowTake(s, n, 0)
+    if allowed == 1 or s.stale then windowStore(s, count, nextCount) end
+    return {allowed, s.l - count, retry, windowResetAfter(s, count, nextCount), s.l, nowUs, delay, s.l, s.windowMs},
+      s.start
+  end)
 end
 
 if op == 'settle' then

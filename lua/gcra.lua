@@ -100,21 +100,18 @@ if op == 'reserve' then
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
   gcraCheckPermits(s, n)
   local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', key)
-  local rkey = recordKey()
-  local r = recordRead(rkey, kind, label)
   local lr, lms = gcraLocalRate(s)
-  if r then
-    recordCheckRepeat(r, rkey, n)
-    return {1, gcraRemaining(s, s.d), 0, gcraResetAfter(s, s.d), s.b, nowUs, 0, lr, lms, 1}
-  end
-  local allowed, delay, retry, after = gcraTake(s, n, 0)
-  if allowed == 1 then
-    gcraStore(s, after)
-    recordOpen(rkey, kind, n, 0, ttl)
-  elseif s.stale then
-    gcraStore(s, s.d)
-  end
-  return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms, 0}
+  return recordReserve(recordKey(), kind, label, n, ttl, function()
+    return {1, gcraRemaining(s, s.d), 0, gcraResetAfter(s, s.d), s.b, nowUs, 0, lr, lms}
+  end, function()
+    local allowed, delay, retry, after = gcraTake(s, n, 0)
+    if allowed == 1 then
+      gcraStore(s, after)
+    elseif s.stale then
+      gcraStore(s, s.d)
+    end
+    return {allowed, gcraRemaining(s, after), retry, gcraResetAfter(s, after), s.b, nowUs, delay, lr, lms}, 0
+  end)
 end
 
 if op == 'settle' then

@@ -66,16 +66,14 @@ if op == 'reserve' then
   local n = countArg(ARGV[4], 1, MAX_U32, 'permits', key)
   slidingCheckPermits(s, n)
   local ttl = countArg(ARGV[5], 1, MAX_RECORD_TTL_MS, 'reservation TTL (ms)', key)
-  local rkey = recordKey()
-  local r = recordRead(rkey, 'V', SLIDING_LABEL)
-  if r then
-    recordCheckRepeat(r, rkey, n)
-    return {1, slidingRemaining(s, s.count), 0, slidingResetAfter(s, s.count), s.l, nowUs, 0, s.l, s.windowMs, 1}
-  end
-  local allowed, retry, count = slidingTake(s, n)
-  if allowed == 1 or s.stale then slidingStore(s, count) end
-  if allowed == 1 then recordOpen(rkey, 'V', n, s.start, ttl) end
-  return {allowed, slidingRemaining(s, count), retry, slidingResetAfter(s, count), s.l, nowUs, 0, s.l, s.windowMs, 0}
+  return recordReserve(recordKey(), 'V', SLIDING_LABEL, n, ttl, function()
+    return {1, slidingRemaining(s, s.count), 0, slidingResetAfter(s, s.count), s.l, nowUs, 0, s.l, s.windowMs}
+  end, function()
+    local allowed, retry, count = slidingTake(s, n)
+    if allowed == 1 or s.stale then slidingStore(s, count) end
+    return {allowed, slidingRemaining(s, count), retry, slidingResetAfter(s, count), s.l, nowUs, 0, s.l, s.windowMs},
+      s.start
+  end)
 end
 
 if op == 'settle' then

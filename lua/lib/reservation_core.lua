@@ -39,7 +39,8 @@ local MULTI_FENCE = 'RMA\1\0\0\0\0\0\0\0\0'  -- a fence: MULTI_HEAD of 'R', 'M',
 -- The helpers below are made only if `makesRecords` is true: a local that a script which includes this
 -- file sets above its `-- include:` line. A function is a closure made anew on every call
 -- (cmake/EmbedLua.cmake), so a script makes only the groups it uses; the others stay nil.
-local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, recordSettle, multiRecordRead,
+local recordKey, recordRead, recordCheckRepeat, recordOpen, recordClose, recordAnswer, recordReserve, recordSettle,
+  multiRecordRead,
   multiRecordPack, multiRecordAnswer, multiRecordUnknown, multiRecordValue, multiRecordFence
 if makesRecords then
   -- The record key, KEYS[2]; fails with REDLIMIT_INVALID_ARGUMENT if the call did not pass one.
@@ -111,6 +112,25 @@ if makesRecords then
   -- The reply of a settle that found `r` settled already (status 2), and of one that found nothing.
   function recordAnswer(r)
     return {2, r.reserved, r.actual, r.returned, r.charged, r.unpaid, r.remaining}
+  end
+
+  -- A one-key script's reserve of n permits under the record `rkey` of a `kind` limiter (`label` in
+  -- messages), for ttlMs: a record there already (of n permits) takes nothing and answers again()'s
+  -- reply, the grant as the limiter is now; else take() takes them as `take n 0` does (and stores
+  -- the state) and returns its reply and the window's start they were counted in (0 without one),
+  -- and a grant opens the record in the same call. The reply ends with repeated (1 or 0).
+  function recordReserve(rkey, kind, label, n, ttlMs, again, take)
+    local r = recordRead(rkey, kind, label)
+    if r then
+      recordCheckRepeat(r, rkey, n)
+      local reply = again()
+      reply[#reply + 1] = 1
+      return reply
+    end
+    local reply, start = take()
+    if reply[1] == 1 then recordOpen(rkey, kind, n, start, ttlMs) end
+    reply[#reply + 1] = 0
+    return reply
   end
 
   -- A one-key script's settle of `actual` permits under the record `rkey` of a `kind` limiter
