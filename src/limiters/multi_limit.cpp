@@ -551,7 +551,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     const bool last = g + 1 == groups_->size();
     std::vector<std::string> argv{fmt::to_string(a.hold.count())};
     if (!last) argv.push_back(member);
-    const SlotExtras extras{last ? std::string() : pendingKeyOf(g), std::move(argv)};
+    const SlotExtras extras{last ? std::string() : a.pendingKeys[g], std::move(argv)};
     return {
         plain(), "decide", limitsRequest("settle", actual, 0, recordKeyOf(g, id), {}, group, &extras),
         [state = state_, group](Core*, const Request&, const Reply& r) { return parseSettlement(*state, r, group); }};
