@@ -348,12 +348,19 @@ void Transport::callerRead(Conn& c, SteadyTime deadline) {
 
 void Transport::release(Conn& c, std::exception_ptr why, bool plain) {  // NOLINT(performance-unnecessary-value-param)
   std::vector<Finished> done;
-  bool wake = !plain;
+  bool wake = false;
   {
     const LockGuard lock(c.m);
     c.owned = false;
+    // The server closed it after the caller's reply came (QUIT, CLIENT KILL between calls): the
+    // I/O thread closes it now, rather than a later request finding out.
+    if (std::exchange(c.closedWhileOwned, false) && !why) {
+      why = errorOf<ClosedError>(fmt::format("redlimit: {}: the server closed the connection", endpoint_));
+      plain = false;
+    }
     c.ioFailed = std::move(why);
     if (!plain) watch(c, false);  // the I/O thread reads what is left
+    wake = !plain;
     // Requests the I/O thread could not send elsewhere while this thread owned the connection.
     if (!c.carry.empty()) wake = true;
     // Requests of a connection still connecting, which found every ready connection taken.
@@ -823,6 +830,7 @@ void Transport::closeConn(Conn& c, std::exception_ptr why,  // NOLINT(performanc
   c.watchingOut = false;
   c.quiet = false;
   c.ioFailed = nullptr;
+  c.closedWhileOwned = false;
   noScripts_.forget();  // the next connection may reach another server, or one fixed meanwhile
   open_.fetch_sub(1, std::memory_order_relaxed);
   discarded_.fetch_add(1, std::memory_order_relaxed);
@@ -1061,7 +1069,11 @@ void Transport::run() {
         stepTlsPortProbe(c, done);
         continue;
       }
-      if (!c.stream || c.owned) continue;  // a calling thread reads it (an event from before it took it)
+      if (!c.stream) continue;
+      if (c.owned) {  // a calling thread reads it (an event from before it took it), or the peer closed it
+        if ((events[i].events & (EPOLLRDHUP | EPOLLERR | EPOLLHUP)) != 0) c.closedWhileOwned = true;
+        continue;
+      }
       if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) readFrom(c, done);
       if (c.stream && !c.greeted && c.pipe->size() == 0) greeted(c);
       if (c.stream && (events[i].events & EPOLLOUT)) flush(c, done);

@@ -122,6 +122,9 @@ class Transport final : public Runner, public std::enable_shared_from_this<Trans
         REDLIMIT_GUARDED_BY(m);                 // a calling thread's write or read failed: the I/O thread closes
     bool quiet REDLIMIT_GUARDED_BY(m) = false;  // watched for the peer's close only (own()), until watch()
     bool owned REDLIMIT_GUARDED_BY(m) = false;  // a calling thread does a round trip on it (callerRoundTrip)
+    // The peer's close (or an error) was reported while a calling thread owned the connection: the
+    // I/O thread, which let that event go, closes it once the caller hands it back (release()).
+    bool closedWhileOwned REDLIMIT_GUARDED_BY(m) = false;
   };
   Transport(const ClientOptions::Connection& connection, const ClientOptions::Pool& pool, EventCallback events,
             TlsContext tls, NameResolver resolver);

@@ -18,6 +18,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -375,6 +376,16 @@ class RedissonMixTest : public RedisTest {
 // Small helpers that several test files need. They live here, not in each file's anonymous
 // namespace, because CI builds the test files as unity batches (tests/CMakeLists.txt): two
 // files defining one name would clash there.
+
+/// Polls `ready` every 2 ms until it holds or `limit` passed; returns its last value.
+inline bool waitFor(const std::function<bool()>& ready, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() >= end) return ready();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
 
 /// Whether `text` contains `part`.
 inline bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }

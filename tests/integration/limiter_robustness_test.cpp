@@ -43,14 +43,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// Waits (polling, 1 ms) until `done()` or 20 s passed; returns done().
-template <class Done>
-bool waitFor(Done&& done) {
-  const auto start = std::chrono::steady_clock::now();
-  while (!done() && msSince(start) < 20000) std::this_thread::sleep_for(milliseconds(1));
-  return done();
-}
-
 // ----- A throwing completion callback -----------------------------------------------------------
 
 class LimiterCallbacks : public RedisTest {};
@@ -95,11 +87,14 @@ TEST_F(LimiterCallbacks, AThrowingCallbackLeavesItsBatchMatesAlone) {
           if (i == kThrower) throw std::runtime_error("callback 5 throws");
         });
   }
-  ASSERT_TRUE(waitFor([&] {
-    for (const auto& c : seen)
-      if (c.runs.load() == 0) return false;
-    return true;
-  })) << "every callback runs";
+  ASSERT_TRUE(waitFor(
+      [&] {
+        for (const auto& c : seen)
+          if (c.runs.load() == 0) return false;
+        return true;
+      },
+      seconds(20)))
+      << "every callback runs";
   // A callback that ran twice would have done so by the time the others completed; give a late
   // second run a moment anyway (a condition checked below, not a timing bound).
   std::this_thread::sleep_for(milliseconds(100));
@@ -141,7 +136,7 @@ TEST_F(LimiterCallbacks, ThrowingDecideAndTryAcquireCallbacksRunOnce) {
     tryRuns.fetch_add(1);
     throw 42;  // not a std::exception
   });
-  ASSERT_TRUE(waitFor([&] { return limiter.monitor().metrics()->snapshot().callbacksThrew == 2; }));
+  ASSERT_TRUE(waitFor([&] { return limiter.monitor().metrics()->snapshot().callbacksThrew == 2; }, seconds(20)));
   // Both callbacks ran before they threw: the counts are final.
   EXPECT_EQ(decideRuns.load(), 1);
   EXPECT_EQ(tryRuns.load(), 1);
@@ -173,10 +168,12 @@ TEST_F(LimiterCallbacks, LimiterAndMultiLimitCallbacksThatThrowAreCountedOnce) {
     throw std::runtime_error("multi callback throws");
   });
   // The metric is counted before the event is published (on the I/O thread): wait for both.
-  ASSERT_TRUE(waitFor([&] {
-    return bucket.monitor().metrics()->snapshot().callbacksThrew == 1 &&
-           multi.monitor().metrics()->snapshot().callbacksThrew == 1 && bucketEvents.load() >= 1;
-  }));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return bucket.monitor().metrics()->snapshot().callbacksThrew == 1 &&
+               multi.monitor().metrics()->snapshot().callbacksThrew == 1 && bucketEvents.load() >= 1;
+      },
+      seconds(20)));
   EXPECT_EQ(bucketEvents.load(), 1);
   EXPECT_EQ(bucketRuns.load(), 1);
   EXPECT_EQ(multiRuns.load(), 1);
@@ -270,7 +267,7 @@ TEST_F(RateLimiterFork, AcquiresInFlightAtForkLeaveTheChildsHandleWorking) {
   EXPECT_EQ(child.asyncGranted, 1);
 
   // The parent's acquisitions all complete, granted (the rate is far above what was asked).
-  ASSERT_TRUE(waitFor([&] { return parentDone.load() == kInFlight; }));
+  ASSERT_TRUE(waitFor([&] { return parentDone.load() == kInFlight; }, seconds(20)));
   EXPECT_EQ(parentGranted.load(), kInFlight);
 }
 

@@ -113,16 +113,6 @@ Caught run(F&& f) {
   return c;
 }
 
-// Polls `ready` every 2 ms until it holds or `limit` passed; returns its last value.
-bool waitFor(const std::function<bool()>& ready, milliseconds limit) {
-  const auto end = Clock::now() + limit;
-  while (!ready()) {
-    if (Clock::now() >= end) return ready();
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
-}
-
 // Requests queued or awaiting replies drop to 0 once every completion has run (the counter is
 // decremented just after the completions of one batch, so a caller may briefly see its own).
 bool nothingPending(const Client& c) {
@@ -708,6 +698,28 @@ TEST_F(TransportTest, ASyncCallOnAnIdleConnectionIsWrittenAndReadByItsCaller) {
   EXPECT_EQ(after.callerRead - before.callerRead, after.direct - before.direct)
       << "every call its caller wrote, its caller read";
   EXPECT_EQ(after.discarded, 0u);
+  EXPECT_TRUE(nothingPending(*c));
+}
+
+// A connection the server closes just after answering its caller (QUIT: the reply, then the close)
+// is closed by the I/O thread at once, though the close may reach this host while the caller still
+// owns the connection: no later request is written on it to learn that.
+TEST_F(TransportTest, AConnectionClosedByTheServerWhileItsCallerReadsIsDiscardedWithoutAnotherRequest) {
+  ClientOptions o;
+  o.pool.size = 1;
+  o.connection.connectTimeout = o.connection.commandTimeout = seconds(10);
+  const auto c = newClient(o);
+  constexpr int kRounds = 100;
+  std::uint64_t callerRead = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");  // open and idle: QUIT is its caller's round trip
+    const PoolStats before = c->poolStats();
+    ASSERT_EQ(detail::command(*c, {"QUIT"}).str, "OK");
+    callerRead += c->poolStats().callerRead - before.callerRead;
+    ASSERT_TRUE(waitFor([&] { return c->poolStats().discarded > before.discarded; }, milliseconds(5000)))
+        << "round " << i << ": the closed connection was left open, for the next request to find";
+  }
+  EXPECT_GE(callerRead, std::uint64_t{kRounds} / 2) << "most QUITs were read by their caller";
   EXPECT_TRUE(nothingPending(*c));
 }
 
