@@ -7,8 +7,8 @@
 //
 // The resend rule (docs/failure-modes.md, "A connection closed under a call"): a connection that
 // closes under a call (ClosedError) is not by itself an outage. The call is sent again, at most
-// kMaxTries times in all and only while its deadline allows; only then does the error reach the
-// failure gate. An operation that may already have been applied is resent only where that cannot
+// triesOf(client) times in all and only while its deadline allows; only then does the error reach
+// the failure gate. An operation that may already have been applied is resent only where that cannot
 // grant twice: reserve and settle carry their record's id (the second answers the first), a take
 // may count twice but grants only what the script grants on the try that answers. An operation
 // whose resend could give permits back twice or answer its own write wrongly (refund, the
@@ -40,11 +40,20 @@ namespace redlimit::detail {
 
 class LimiterCall {
  public:
-  /// Tries in all, for a server that closes every connection: not retried forever (each try may
-  /// cost it a new connection). Five, not three: a CLIENT KILL of every connection each 30 ms, under
-  /// a sanitizer and a loaded machine, closed three tries of one call in a row (TransportTest.
-  /// PipeliningUnderClientKillAndScriptFlushLosesNothing); the call's deadline bounds them all.
-  static constexpr int kMaxTries = 5;
+  /// The fewest tries in all a call is given, for a server that closes every connection: not
+  /// retried forever (each try may cost it a new connection). Five, not three: a CLIENT KILL of
+  /// every connection each 30 ms, under a sanitizer and a loaded machine, closed three tries of one
+  /// call in a row (TransportTest.PipeliningUnderClientKillAndScriptFlushLosesNothing); the call's
+  /// deadline bounds them all.
+  static constexpr int kMinTries = 5;
+
+  /// Tries in all for a call of a limiter on `client`: one per connection of its pool and one
+  /// more, at least kMinTries. One CLIENT KILL closes the connections one after another, and a
+  /// resend that moves to the next connection still open can be closed there too: every
+  /// connection of the pool may close under one call before a new one, opened after the kill, answers.
+  static int triesOf(const Client& client) {
+    return static_cast<int>(std::max<std::size_t>(client.options().pool.size + 1, kMinTries));  // size <= 1024
+  }
 
   /// A Decision passes the failure gate (an outage is decided by the failure policy, the outcome
   /// reported to the gate, the round trip counted); a Plain call (peek, settle, configuration,
@@ -75,7 +84,9 @@ class LimiterCall {
     std::exception_ptr error;             // Fail: what the caller gets
   };
 
-  LimiterCall(FailureGate& gate, const Params& params) : gate_(&gate), params_(params) {}
+  /// A call of `tries` in all (triesOf(client) for a call that sends; more than 0).
+  LimiterCall(FailureGate& gate, const Params& params, int tries = kMinTries)
+      : gate_(&gate), params_(params), maxTries_(tries) {}
 
   /// The bound of one call of a limiter on `client`, every try: its connect and command
   /// timeouts, saturated.
@@ -115,7 +126,7 @@ class LimiterCall {
   /// Send again after a closed connection while the rule allows; else a Decision's outcome as the
   /// gate reads it (Decide under the policy, or Fail), a Plain call's Fail.
   Action failed(std::exception_ptr error) {
-    if (params_.resend == Resend::IfClosed && tries_ < kMaxTries && gate_->clock().now().count() < deadline_ &&
+    if (params_.resend == Resend::IfClosed && tries_ < maxTries_ && gate_->clock().now().count() < deadline_ &&
         closedConnection(error)) {
       return send();
     }
@@ -143,6 +154,7 @@ class LimiterCall {
   Params params_;
   std::int64_t started_ = 0;   // µs, the gate's clock
   std::int64_t deadline_ = 0;  // µs, the gate's clock
+  int maxTries_ = kMinTries;
   int tries_ = 0;
 };
 
@@ -178,7 +190,7 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
                     "it; use {}Async there",
                     gate.limiter(), what, what));
   }
-  LimiterCall call(gate, params);
+  LimiterCall call(gate, params, LimiterCall::triesOf(client));
   LimiterCall::Action a = call.start();
   while (a.kind == LimiterCall::Action::Kind::Send) {
     try {
@@ -195,7 +207,8 @@ auto runSync(Client& client, FailureGate& gate, const LimiterCall::Params& param
 
 /// One call reporting through `done`, once: on this thread when it is decided without sending,
 /// else on the I/O thread. A try's raw outcome is a Raw (a Reply, or what a sender that groups
-/// calls makes of its reply for this one). `owner` (the limiter's core, with its FailureGate gate_) is held weakly
+/// calls makes of its reply for this one). `owner` (the limiter's core, with its FailureGate gate_
+/// and its Client client_, whose pool sets the tries: LimiterCall::triesOf) is held weakly
 /// while the call is in flight: a dropped limiter's call is not sent again, its error reaches
 /// `done` as it is, and its reply is read with a null owner. `send(owner, deadline, completion[,
 /// resend])` sends one try; `mapError(error)` makes a transport error the limiter's; `parse(owner*, reply[,
@@ -243,9 +256,9 @@ void runAsync(const std::shared_ptr<Owner>& owner, const LimiterCall::Params& pa
     }
   };
   FailureGate& gate = owner->gate_;
-  auto s = std::make_shared<State>(State{owner, LimiterCall(gate, params), std::move(send), std::move(mapError),
-                                         std::move(parse), std::move(byPolicy), std::move(done), gate.monitor(),
-                                         gate.limiter()});
+  auto s = std::make_shared<State>(State{owner, LimiterCall(gate, params, LimiterCall::triesOf(*owner->client_)),
+                                         std::move(send), std::move(mapError), std::move(parse), std::move(byPolicy),
+                                         std::move(done), gate.monitor(), gate.limiter()});
   State::act(s, *owner, s->call.start());
 }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <future>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -173,6 +175,48 @@ TEST_F(ClientKill, LimiterTakesAreResentUnderEveryPolicySoNoCallerSeesAnError) {
     const ClientKill::Outcome o = underKills([&] { return limiter.tryAcquire("user"); });
     expectResent(o, limiter.failureStats(), policy.kind() == Policy::Kind::Smooth ? kLimit + 1 : kLimit);
   }
+}
+
+// One CLIENT KILL closes the connections one after another, and a call resent to the next one
+// still open can be closed there too. Here every try of one call waits behind CLIENT PAUSE WRITE
+// and is killed in turn, on as many connections as the pool has: the call is still resent, and
+// the try after them answers.
+TEST_F(ClientKill, ACallClosedOnEveryConnectionOfThePoolInTurnIsStillResent) {
+  Limiter limiter(patient(), limiterName("walk"), full(kLimit));
+  const std::size_t pool = patient()->options().pool.size;
+  for (std::size_t i = 0; i < 2 * pool; ++i) ASSERT_TRUE(limiter.tryAcquire("user"));  // script loaded
+  // The ids of the connections whose call waits behind the pause.
+  const auto waiting = [&] {
+    std::vector<std::string> ids;
+    std::istringstream lines(raw({"CLIENT", "LIST"}).str);
+    for (std::string line; std::getline(lines, line);) {
+      if (contains(line, " flags=b ") && contains(line, " cmd=evalsha "))
+        ids.push_back(line.substr(3, line.find(' ') - 3));
+    }
+    return ids;
+  };
+  (void)raw({"CLIENT", "PAUSE", "60000", "WRITE"});
+  std::future<bool> call = std::async(std::launch::async, [&] { return limiter.tryAcquire("user"); });
+  const auto ended = [&] { return call.wait_for(milliseconds(0)) == std::future_status::ready; };
+  std::vector<std::string> ids, killed;
+  for (std::size_t kill = 0; kill <= pool; ++kill) {  // one kill per connection, then the last try
+    ASSERT_TRUE(waitFor([&] { return (ids = waiting()).size() == 1 || ended(); }, milliseconds(10000)))
+        << "try " << kill + 1 << " never came";
+    if (ids.size() != 1 || kill == pool) break;  // the call ended (the checks below say how), or its last try waits
+    ASSERT_EQ(raw({"CLIENT", "KILL", "ID", ids[0]}).integer, 1);
+    killed.push_back(ids[0]);
+  }
+  (void)raw({"CLIENT", "UNPAUSE"});
+  std::string error;
+  bool granted = false;
+  try {
+    granted = call.get();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(killed.size(), pool);
+  EXPECT_TRUE(granted) << error;
+  EXPECT_EQ(limiter.failureStats().outages, 0u) << error;
 }
 
 // Leases: acquire and release are resent with their lease id, so no place is held twice or lost:

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -53,9 +54,10 @@ LimiterCall sent(Fixture& f, const LimiterCall::Params& params = Fixture::decisi
 
 std::exception_ptr closed() { return std::make_exception_ptr(ClosedError("connection closed")); }
 
-// A limiter's core as runAsync sees it: the gate.
+// A limiter's core as runAsync sees it: the gate, and a Client (its pool sets the tries; nothing is sent on it).
 struct GateOwner {
   FailureGate& gate_;
+  std::shared_ptr<Client> client_ = Client::create();
 };
 
 // What the callback of an async call had.
@@ -118,7 +120,7 @@ TEST(LimiterCall, EveryTryButTheFirstIsMarkedAResend) {
   const LimiterCall::Action first = call.start();
   ASSERT_EQ(first.kind, Kind::Send);
   EXPECT_FALSE(first.resend);
-  for (int i = 1; i < LimiterCall::kMaxTries; ++i) {
+  for (int i = 1; i < LimiterCall::kMinTries; ++i) {
     const LimiterCall::Action again = call.failed(closed());
     ASSERT_EQ(again.kind, Kind::Send);
     EXPECT_TRUE(again.resend) << "try " << i + 1;
@@ -153,16 +155,30 @@ TEST(LimiterCall, ClosedConnectionIsNotResentPastTheDeadline) {
   EXPECT_TRUE(f.gate.stats().degraded);
 }
 
-TEST(LimiterCall, ClosedConnectionIsSentAtMostMaxTriesTimes) {
-  Fixture f(FailurePolicy::Throw);
-  LimiterCall call = sent(f);
-  for (int i = 1; i < LimiterCall::kMaxTries; ++i) ASSERT_EQ(call.failed(closed()).kind, Kind::Send);
-  const LimiterCall::Action a = call.failed(closed());
-  ASSERT_EQ(a.kind, Kind::Fail);
-  EXPECT_EQ(call.tries(), LimiterCall::kMaxTries);
-  EXPECT_THROW(std::rethrow_exception(a.error), ClosedError);
-  ASSERT_EQ(f.events.size(), 1u);
-  EXPECT_EQ(f.events[0].kind, HealthEvent::Kind::Degraded);
+TEST(LimiterCall, ClosedConnectionIsSentAtMostTheTriesTheCallWasGiven) {
+  for (const int tries : {LimiterCall::kMinTries, 9}) {
+    SCOPED_TRACE(tries);
+    Fixture f(FailurePolicy::Throw);
+    LimiterCall call(f.gate, Fixture::decision(), tries);
+    ASSERT_EQ(call.start().kind, Kind::Send);
+    for (int i = 1; i < tries; ++i) ASSERT_EQ(call.failed(closed()).kind, Kind::Send);
+    const LimiterCall::Action a = call.failed(closed());
+    ASSERT_EQ(a.kind, Kind::Fail);
+    EXPECT_EQ(call.tries(), tries);
+    EXPECT_THROW(std::rethrow_exception(a.error), ClosedError);
+    ASSERT_EQ(f.events.size(), 1u);
+    EXPECT_EQ(f.events[0].kind, HealthEvent::Kind::Degraded);
+  }
+}
+
+// Every connection of the pool may close under one call (a CLIENT KILL walks them), so a call is
+// given one try per connection and one more; a small pool keeps the floor.
+TEST(LimiterCall, ACallIsGivenATryPerConnectionOfItsPoolAndOneMore) {
+  for (const auto& [size, tries] : std::vector<std::pair<std::size_t, int>>{{1, 5}, {4, 5}, {8, 9}, {64, 65}}) {
+    ClientOptions o;
+    o.pool.size = size;
+    EXPECT_EQ(LimiterCall::triesOf(*Client::create(o)), tries) << "pool of " << size;
+  }
 }
 
 TEST(LimiterCall, NeverResentCallFailsAtTheFirstClosedConnection) {
