@@ -1017,7 +1017,7 @@ void Transport::run() {
       if (!c->carry.empty()) {
         if (!c->stream && !c->connector && !c->tlsPortProbe) {
           connect(*c, done);
-        } else if (c->stream && c->greeted && !c->owned) {
+        } else if (ready(*c)) {  // not onto a broken pipeline: they wait for the next connection
           for (auto& r : c->carry) c->pipe->push(std::move(r));
           c->carry.clear();
         }

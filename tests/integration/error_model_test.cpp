@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -448,6 +449,43 @@ TEST_F(ErrorModel, NoPasswordForARequirepassServerIsAnAuthErrorThatSaysToSetIt) 
   expectThrow<AuthError>([&] { (void)detail::command(*c, many); }, says);
   EXPECT_EQ(detail::command(*c, {"PING"}).str, "PONG") << "a new connection authenticates again";
   EXPECT_EQ(c->poolStats().discarded, 1u) << "the closed connection is not used again";
+}
+
+// A request handed to the I/O thread just after its connection broke (the server refused a call
+// and closes the connection) waits for the next connection: it never gets the refused call's
+// error. The I/O thread is held in a completion callback meanwhile, so the request reaches it
+// before it closes the broken connection.
+TEST_F(ErrorModel, ARequestThatComesWhileItsConnectionBreaksGoesOnTheNextConnection) {
+  RedisServer secured({"--requirepass", "pw"});
+  ClientOptions authed;
+  authed.connection = parseUri("redis://:pw@127.0.0.1:" + std::to_string(secured.port()));
+  authed.connection.connectTimeout = authed.connection.commandTimeout = std::chrono::seconds(10);
+  authed.pool.size = 1;
+  auto c = Client::create(authed);
+  ASSERT_EQ(detail::command(*c, {"PING"}).str, "PONG");  // open: the calls below are their callers' round trips
+  std::promise<void> entered, release;
+  const std::shared_future<void> go = release.get_future().share();
+  detail::commandAsync(*c, {"PING"}, [&entered, go](const Reply&, const std::exception_ptr&) {
+    entered.set_value();
+    go.wait();  // holds the I/O thread
+  });
+  entered.get_future().wait();
+  ASSERT_EQ(detail::command(*c, {"RESET"}).str, "RESET");  // authenticated no longer
+  const std::vector<std::string_view> many = {
+      "EVALSHA", "0123456789012345678901234567890123456789", "5", "a", "b", "c", "d", "e", "1", "2", "3"};
+  EXPECT_THROW((void)detail::command(*c, many), AuthError);  // refused: the server closes the connection
+  std::future<std::string> next = std::async(std::launch::async, [&] {
+    try {
+      return detail::command(*c, {"PING"}).str;
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+  const bool handedOff = waitFor([&] { return c->poolStats().pending == 1; }, milliseconds(10000));
+  release.set_value();
+  ASSERT_TRUE(handedOff);
+  EXPECT_EQ(next.get(), "PONG") << "sent on a new connection, which authenticates again";
+  EXPECT_EQ(c->poolStats().discarded, 1u);
 }
 
 TEST_F(ErrorModel, ReplyOfTheWrongShapeIsUnexpectedReplyError) {
