@@ -542,10 +542,10 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
               return SlotAnswer{policy(self, allowed), {}, false};
             }};
   }
-  // Settles group `g`'s record of the decision `id` (`member` in its pending set, if `g` has one)
-  // as `actual`: 0 gives back, the reserved permits keep them. Sent again after a closed connection
+  // Settles group `g`'s record `recordKey` (`member` in its pending set, if `g` has one) as
+  // `actual`: 0 gives back, the reserved permits keep them. Sent again after a closed connection
   // (the record makes a resend give nothing twice). Its record keeps at most the hold.
-  Op<MultiSettlement> settleOp(const Across& a, std::size_t g, const std::string& id, const std::string& member,
+  Op<MultiSettlement> settleOp(const Across& a, std::size_t g, const std::string& recordKey, const std::string& member,
                                std::int64_t actual) const {
     const Group* group = &(*groups_)[g];
     const bool last = g + 1 == groups_->size();
@@ -553,12 +553,12 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     if (!last) argv.push_back(member);
     const SlotExtras extras{last ? std::string() : a.pendingKeys[g], std::move(argv)};
     return {
-        plain(), "decide", limitsRequest("settle", actual, 0, recordKeyOf(g, id), {}, group, &extras),
+        plain(), "decide", limitsRequest("settle", actual, 0, recordKey, {}, group, &extras),
         [state = state_, group](Core*, const Request&, const Reply& r) { return parseSettlement(*state, r, group); }};
   }
   // Gives back group `g`'s reservation of this decision.
   Op<MultiSettlement> giveBackOp(const Across& a, std::size_t g) const {
-    return settleOp(a, g, a.id, g + 1 < groups_->size() ? memberOf(a) : std::string(), 0);
+    return settleOp(a, g, a.recordKeys[g], g + 1 < groups_->size() ? memberOf(a) : std::string(), 0);
   }
   // Whether the decision of `member` took in the last group (its record there); if it did not, it
   // never will: the resolve fences that record. Idempotent: sent again after a closed connection.
@@ -578,7 +578,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
   // Sweeps `member` from group `g`: its record settled as kept (`committed`) or given back.
   Op<MultiSettlement> sweepOp(const Across& a, std::size_t g, const std::string& member, bool committed) const {
     const auto parsed = parseMember(member);  // resolveOp read it first
-    return settleOp(a, g, parsed->first, member, committed ? parsed->second : 0);
+    return settleOp(a, g, recordKeyOf(g, parsed->first), member, committed ? parsed->second : 0);
   }
   // The decision (or peek) across slots, waiting: each step run as one call (runOp).
   MultiDecision decideAcross(std::int64_t permits, bool peek) {
@@ -632,7 +632,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     if (lastRecorded) earlier.pop_back();
     std::shared_ptr<Core> self = shared_from_this();
     const auto keepLast = [self, a, last] {
-      self->runAsync<MultiSettlement>([&] { return self->settleOp(*a, last, a->id, {}, a->permits); },
+      self->runAsync<MultiSettlement>([&] { return self->settleOp(*a, last, a->recordKeys[last], {}, a->permits); },
                                       [self](const MultiSettlement&, const std::exception_ptr&) { (void)self; });
     };
     if (earlier.empty()) return keepLast();
@@ -645,7 +645,7 @@ class MultiLimit::Core : public std::enable_shared_from_this<MultiLimit::Core> {
     left->calls = earlier.size();
     for (const std::size_t g : earlier) {
       runAsync<MultiSettlement>(
-          [&] { return settleOp(*a, g, a->id, memberOf(*a), a->permits); },
+          [&] { return settleOp(*a, g, a->recordKeys[g], memberOf(*a), a->permits); },
           [left, lastRecorded, keepLast](const MultiSettlement&, const std::exception_ptr& error) {
             if (error) left->failed = true;
             if (left->calls.fetch_sub(1) == 1 && !left->failed && lastRecorded) keepLast();

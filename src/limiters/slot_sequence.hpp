@@ -117,7 +117,7 @@ class SlotSequence {
     if (!d.allowed && !d.byPolicy) return ask(asking_);
     return accept(std::move(d));
   }
-  Step nextGiveBack() {
+  Step nextGiveBack() const {
     // The last group recorded a grant only when the decision was granted: nothing to give back then.
     if (givenBack_.size() < recorded_.size()) return {Step::Kind::GiveBack, recorded_[givenBack_.size()], {}, false};
     return {};
