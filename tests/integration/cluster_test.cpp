@@ -501,6 +501,7 @@ struct TwoSlots {
         lateSlot(detail::keySlot(late.redisKey(lateKey))),
         latePrimary(c.primaryOfSlot(lateSlot)),
         earlyKey(keyInSlots(c, early, "u", 0, lateSlot, latePrimary)),
+        earlyPrimary(c.primaryOfSlot(detail::keySlot(early.redisKey(earlyKey)))),
         both(MultiLimit({early, late}).on({earlyKey, lateKey})) {}
   // Takes every permit of the late limit, through its own Limiter.
   void exhaustLate() { ASSERT_TRUE(lateCheck.tryAcquire(lateKey, kLate)); }
@@ -516,6 +517,7 @@ struct TwoSlots {
   int lateSlot;
   int latePrimary;
   std::string earlyKey;
+  int earlyPrimary;
   MultiLimit both;
 };
 
@@ -695,10 +697,12 @@ TEST(MultiLimitCluster, ALaterSlotThatCannotAnswerGivesTheEarlierSlotsPermitBack
 }
 
 // A caller in a process of its own: a fork() child that decides once across TwoSlots (without
-// waiting for the answer) and then waits to be killed (kill(), or when this ends).
+// waiting for the answer) and then waits to be killed (kill(), or when this ends). Made once
+// `pausedAt`'s writes are paused, it returns when the child's reserve waits there.
 class CallerProcess {
  public:
-  explicit CallerProcess(const RedisCluster& cluster) {
+  CallerProcess(const RedisCluster& cluster, RedisServer& pausedAt) {
+    EXPECT_EQ(onNode(pausedAt, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
     (void)waitUntilOtherThreadsSleep();
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -713,6 +717,7 @@ class CallerProcess {
       ::_exit(0);
     }
     if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    waitForPostponedScript(pausedAt);
   }
   CallerProcess(const CallerProcess&) = delete;
   CallerProcess& operator=(const CallerProcess&) = delete;
@@ -753,10 +758,8 @@ TEST(MultiLimitCluster, APermitHeldByACallerKilledBetweenSlotsComesBackWhenItsHo
   auto client = clusterClient(cluster);
   TwoSlots two(cluster, client);
   RedisServer& late = cluster.node(two.latePrimary);
-  RedisServer& early = cluster.node(cluster.primaryOfSlot(detail::keySlot(two.early.redisKey(two.earlyKey))));
-  ASSERT_EQ(onNode(late, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
-  CallerProcess caller(cluster);
-  waitForPostponedScript(late);
+  RedisServer& early = cluster.node(two.earlyPrimary);
+  CallerProcess caller(cluster, late);
   caller.kill();
   (void)onNode(late, {"CLIENT", "UNPAUSE"});
   EXPECT_EQ(two.usedEarly(), 1) << "the dead caller's reserve holds the permit";
@@ -791,12 +794,10 @@ TEST(MultiLimitCluster, APermitOfACallerKilledAfterItsLastSlotGrantedStaysTaken)
   auto client = clusterClient(cluster);
   TwoSlots two(cluster, client);
   RedisServer& late = cluster.node(two.latePrimary);
-  RedisServer& early = cluster.node(cluster.primaryOfSlot(detail::keySlot(two.early.redisKey(two.earlyKey))));
+  RedisServer& early = cluster.node(two.earlyPrimary);
   // The child waits at the later slot; the earlier slot's writes are paused before the later slot
   // lets the child's reserve run, so that its settle of the earlier record waits there: killed then.
-  ASSERT_EQ(onNode(late, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
-  CallerProcess caller(cluster);
-  waitForPostponedScript(late);
+  CallerProcess caller(cluster, late);
   ASSERT_EQ(onNode(early, {"CLIENT", "PAUSE", "60000", "WRITE"}).str, "OK");
   (void)onNode(late, {"CLIENT", "UNPAUSE"});
   waitForPostponedScript(early);
